@@ -34,6 +34,10 @@ const (
 	Timeout
 	// Failed: any other error (connection refused, 5xx, ...).
 	Failed
+	// Canceled: the call was never sent (picked, then dropped by the caller
+	// or by a wrapping policy such as outlier ejection). It only releases
+	// the picker's in-flight accounting; nothing is learned from it.
+	Canceled
 )
 
 // String names the outcome, for logs and metrics.
@@ -47,6 +51,8 @@ func (o Outcome) String() string {
 		return "timeout"
 	case Failed:
 		return "failed"
+	case Canceled:
+		return "canceled"
 	}
 	return "unknown"
 }

@@ -1,0 +1,179 @@
+package balancer
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// EjectionConfig tunes outlier ejection; zero values are defaults.
+type EjectionConfig struct {
+	// ConsecutiveFailures ejects an endpoint after this many failed or
+	// timed-out calls in a row. Default 5.
+	ConsecutiveFailures int
+	// BaseEjection is the first ejection's length; the n-th ejection in a
+	// row lasts n times as long. Default 30s.
+	BaseEjection time.Duration
+	// MaxEjection caps an ejection's length. Default 300s.
+	MaxEjection time.Duration
+	// MaxEjectedPercent caps the share of endpoints ejected at once (one
+	// endpoint may always be ejected). Default 50.
+	MaxEjectedPercent int
+	// CountRejected also counts Rejected calls as failures. Off by default:
+	// a rejection is overload, which the adaptive policy handles by routing,
+	// not sickness.
+	CountRejected bool
+}
+
+func (c EjectionConfig) withDefaults() EjectionConfig {
+	if c.ConsecutiveFailures <= 0 {
+		c.ConsecutiveFailures = 5
+	}
+	if c.BaseEjection <= 0 {
+		c.BaseEjection = 30 * time.Second
+	}
+	if c.MaxEjection <= 0 {
+		c.MaxEjection = 300 * time.Second
+	}
+	if c.MaxEjection < c.BaseEjection {
+		c.MaxEjection = c.BaseEjection
+	}
+	if c.MaxEjectedPercent <= 0 || c.MaxEjectedPercent > 100 {
+		c.MaxEjectedPercent = 50
+	}
+	return c
+}
+
+// Eject wraps any policy in outlier ejection, as Envoy's consecutive-5xx
+// detector: after ConsecutiveFailures failures in a row an endpoint is not
+// picked for BaseEjection x (number of recent ejections), capped at
+// MaxEjection; the multiplier decays by one per BaseEjection without an
+// ejection. now is the clock (nil: time.Now). Ejection state is keyed by
+// endpoint ID and survives rebuilds.
+func Eject(inner Policy, cfg EjectionConfig, now func() time.Time) Policy {
+	if now == nil {
+		now = time.Now
+	}
+	return &ejectPolicy{inner: inner, cfg: cfg.withDefaults(), now: now}
+}
+
+type ejectPolicy struct {
+	inner  Policy
+	cfg    EjectionConfig
+	now    func() time.Time
+	states stateStore[ejState]
+	// mu serialises ejection decisions (rare: only at the failure
+	// threshold), so the ejected-percent cap is respected.
+	mu sync.Mutex
+	// until is the latest ejection end of any endpoint: past it, Pick skips
+	// the per-endpoint checks. It lives here, not in a picker, because Done
+	// may arrive through a picker that was already replaced.
+	until atomic.Int64
+}
+
+type ejState struct {
+	consecutive  atomic.Int64
+	ejectedUntil atomic.Int64 // unix nanoseconds; 0 = never ejected
+	// Guarded by ejectPolicy.mu.
+	multiplier int64
+	lastEnd    int64 // unix nanoseconds when the last ejection ended
+}
+
+// Name implements Policy: the inner policy's name.
+func (p *ejectPolicy) Name() string { return p.inner.Name() }
+
+// Build implements Policy.
+func (p *ejectPolicy) Build(eps []Endpoint) Picker {
+	ep := &ejectPicker{
+		p:      p,
+		inner:  p.inner.Build(eps),
+		states: p.states.resolve(eps, func(Endpoint) *ejState { return &ejState{} }),
+	}
+	return ep
+}
+
+type ejectPicker struct {
+	p      *ejectPolicy
+	inner  Picker
+	states []*ejState
+}
+
+func (e *ejectPicker) Pick() (int, error) {
+	if len(e.states) == 0 {
+		return -1, ErrNoEndpoint
+	}
+	now := e.p.now().UnixNano()
+	if now >= e.p.until.Load() {
+		return e.inner.Pick()
+	}
+	// Some endpoint is ejected: ask the inner picker again, bounded; each
+	// refused pick is handed back as Canceled so its accounting is undone.
+	for range 2*len(e.states) + 2 {
+		i, err := e.inner.Pick()
+		if err != nil {
+			return i, err
+		}
+		if now >= e.states[i].ejectedUntil.Load() {
+			return i, nil
+		}
+		e.inner.Done(i, 0, Canceled)
+	}
+	return -1, ErrNoEndpoint
+}
+
+func (e *ejectPicker) Done(idx int, latency time.Duration, outcome Outcome) {
+	e.inner.Done(idx, latency, outcome)
+	if idx < 0 || idx >= len(e.states) {
+		return
+	}
+	st := e.states[idx]
+	switch outcome {
+	case Canceled:
+		return
+	case Success:
+		st.consecutive.Store(0)
+		return
+	case Rejected:
+		if !e.p.cfg.CountRejected {
+			st.consecutive.Store(0)
+			return
+		}
+	}
+	if st.consecutive.Add(1) < int64(e.p.cfg.ConsecutiveFailures) {
+		return
+	}
+	e.eject(st)
+}
+
+// eject ejects st unless it is ejected already or the cap is reached.
+func (e *ejectPicker) eject(st *ejState) {
+	cfg := e.p.cfg
+	e.p.mu.Lock()
+	defer e.p.mu.Unlock()
+	now := e.p.now().UnixNano()
+	if st.ejectedUntil.Load() > now {
+		return
+	}
+	ejected := 0
+	for _, o := range e.states {
+		if o.ejectedUntil.Load() > now {
+			ejected++
+		}
+	}
+	if ejected > 0 && (ejected+1)*100 > cfg.MaxEjectedPercent*len(e.states) {
+		return // keep the call at the threshold; it ejects once room frees up
+	}
+	if st.lastEnd > 0 {
+		healthy := (now - st.lastEnd) / int64(cfg.BaseEjection)
+		st.multiplier = max(0, st.multiplier-healthy)
+	}
+	st.multiplier++
+	d := min(time.Duration(st.multiplier)*cfg.BaseEjection, cfg.MaxEjection)
+	end := now + int64(d)
+	st.lastEnd = end
+	st.consecutive.Store(0)
+	st.ejectedUntil.Store(end)
+	if end > e.p.until.Load() {
+		e.p.until.Store(end)
+	}
+}

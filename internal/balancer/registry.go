@@ -1,0 +1,88 @@
+package balancer
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+)
+
+// ErrUnknownPolicy is returned by New for a name no policy answers to.
+var ErrUnknownPolicy = errors.New("balancer: unknown policy")
+
+// Default is the policy a route uses when its configuration names none.
+const Default = "adaptive"
+
+// Option tunes a policy built by New. Options a policy does not use are
+// ignored, so one option list can serve every name.
+type Option func(*options)
+
+type options struct {
+	activeRequestBias float64       // least_request
+	decay             time.Duration // peak_ewma
+	ejection          *EjectionConfig
+	now               func() time.Time
+}
+
+// WithActiveRequestBias sets least_request's active_request_bias (Envoy's
+// name): effective weight = weight / (active+1)^bias. Default 1.0.
+func WithActiveRequestBias(bias float64) Option {
+	return func(o *options) { o.activeRequestBias = bias }
+}
+
+// WithDecay sets peak_ewma's decay time (Finagle's decayTime). Default 10s.
+func WithDecay(d time.Duration) Option {
+	return func(o *options) { o.decay = d }
+}
+
+// WithOutlierEjection wraps the policy in outlier ejection (see Eject).
+func WithOutlierEjection(cfg EjectionConfig) Option {
+	return func(o *options) { c := cfg; o.ejection = &c }
+}
+
+// WithClock injects the clock used for time-based state (ejection backoff,
+// decay, adaptive windows); tests pass a fake. Default time.Now.
+func WithClock(now func() time.Time) Option {
+	return func(o *options) { o.now = now }
+}
+
+var constructors = map[string]func(options) Policy{
+	"round_robin":          func(options) Policy { return NewRoundRobin() },
+	"weighted_round_robin": func(options) Policy { return NewWeightedRoundRobin() },
+	"random":               func(options) Policy { return NewRandom() },
+	"least_request":        func(o options) Policy { return NewLeastRequest(o.activeRequestBias) },
+}
+
+// Names lists the policies New knows, sorted.
+func Names() []string {
+	names := make([]string, 0, len(constructors))
+	for n := range constructors {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// New returns a fresh policy by configuration name ("" means Default).
+// Each call returns independent learned state.
+func New(name string, opts ...Option) (Policy, error) {
+	if name == "" {
+		name = Default
+	}
+	c, ok := constructors[name]
+	if !ok {
+		return nil, fmt.Errorf("%w %q (known: %v)", ErrUnknownPolicy, name, Names())
+	}
+	o := options{activeRequestBias: 1, decay: 10 * time.Second, now: time.Now}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.now == nil {
+		o.now = time.Now
+	}
+	p := c(o)
+	if o.ejection != nil {
+		p = Eject(p, *o.ejection, o.now)
+	}
+	return p, nil
+}
