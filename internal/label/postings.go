@@ -1,0 +1,319 @@
+package label
+
+import (
+	"slices"
+
+	"github.com/bits-and-blooms/bitset"
+)
+
+// Postings is the dense-first form of the inverted index (key -> value ->
+// set of slots), for users that intersect many low-cardinality postings, such
+// as the subset load balancer. A value's slots are a dense bitset once they
+// cover at least 1/32 of the slots (where a bitset is no larger than a list),
+// and a sorted list below that, so a key with thousands of rare values stays
+// small. Index (roaring) remains the index of the catalog; see
+// docs/benchmarks.md for the measurement that chose between them.
+//
+// Like Index, a Postings is owned by one writer and must not change once
+// shared; Edit derives the next version, copying only what it then changes.
+type Postings struct {
+	gen      uint64
+	universe uint32 // slots are below it; decides dense vs list
+	keys     map[string]*postingKey
+}
+
+type postingKey struct {
+	gen    uint64
+	values map[string]*Posting
+}
+
+// Posting is the set of slots having one value. Do not modify it.
+type Posting struct {
+	gen  uint64
+	bits *bitset.BitSet // dense form, or nil
+	list []uint32       // ascending, when bits == nil
+	n    int
+}
+
+// Len returns the number of slots.
+func (p *Posting) Len() int {
+	if p == nil {
+		return 0
+	}
+	return p.n
+}
+
+// Bits returns the dense form, or nil when the posting is a list.
+func (p *Posting) Bits() *bitset.BitSet { return p.bits }
+
+// List returns the ascending slots when the posting is not dense, else nil.
+func (p *Posting) List() []uint32 { return p.list }
+
+// Contains reports whether slot is in the posting.
+func (p *Posting) Contains(slot uint32) bool {
+	if p == nil {
+		return false
+	}
+	if p.bits != nil {
+		return p.bits.Test(uint(slot))
+	}
+	_, ok := slices.BinarySearch(p.list, slot)
+	return ok
+}
+
+// denseAt is the size at which a list becomes a bitset: 32 bits per slot in a
+// list against universe bits for the bitset.
+func denseAt(universe uint32) int { return int(universe/32) + 1 }
+
+func (p *Posting) add(slot uint32, universe uint32) {
+	if p.bits != nil {
+		if !p.bits.Test(uint(slot)) {
+			p.bits.Set(uint(slot))
+			p.n++
+		}
+		return
+	}
+	i, ok := slices.BinarySearch(p.list, slot)
+	if ok {
+		return
+	}
+	p.list = slices.Insert(p.list, i, slot)
+	p.n++
+	if len(p.list) >= denseAt(universe) {
+		p.densify(universe)
+	}
+}
+
+func (p *Posting) densify(universe uint32) {
+	b := bitset.New(uint(universe))
+	for _, s := range p.list {
+		b.Set(uint(s))
+	}
+	p.bits, p.list = b, nil
+}
+
+func (p *Posting) remove(slot uint32) {
+	if p.bits != nil {
+		if p.bits.Test(uint(slot)) {
+			p.bits.Clear(uint(slot))
+			p.n--
+		}
+		return
+	}
+	if i, ok := slices.BinarySearch(p.list, slot); ok {
+		p.list = slices.Delete(p.list, i, i+1)
+		p.n--
+	}
+}
+
+func (p *Posting) clone(gen uint64) *Posting {
+	c := &Posting{gen: gen, n: p.n}
+	if p.bits != nil {
+		c.bits = p.bits.Clone()
+	} else {
+		c.list = slices.Clone(p.list)
+	}
+	return c
+}
+
+// NewPostings returns an empty index for slots below universe (a hint: slots
+// at or above it are accepted and grow it).
+func NewPostings(universe uint32) *Postings {
+	return &Postings{gen: generations.Add(1), universe: universe, keys: make(map[string]*postingKey)}
+}
+
+// Edit returns a new version sharing all storage with ix, which stays valid
+// and unchanged for its readers. Cost: one map of keys.
+func (ix *Postings) Edit() *Postings {
+	n := &Postings{gen: generations.Add(1), universe: ix.universe, keys: make(map[string]*postingKey, len(ix.keys))}
+	for k, e := range ix.keys {
+		n.keys[k] = e
+	}
+	return n
+}
+
+// Universe returns the bound below which every slot lies.
+func (ix *Postings) Universe() uint32 { return ix.universe }
+
+func (ix *Postings) key(k string) *postingKey {
+	e := ix.keys[k]
+	switch {
+	case e == nil:
+		e = &postingKey{gen: ix.gen, values: make(map[string]*Posting)}
+		ix.keys[k] = e
+	case e.gen != ix.gen:
+		e = &postingKey{gen: ix.gen, values: maps(e.values)}
+		ix.keys[k] = e
+	}
+	return e
+}
+
+func maps(m map[string]*Posting) map[string]*Posting {
+	c := make(map[string]*Posting, len(m))
+	for k, v := range m {
+		c[k] = v
+	}
+	return c
+}
+
+// Add records that slot has value under key.
+func (ix *Postings) Add(slot uint32, key, value string) {
+	if slot >= ix.universe {
+		ix.universe = slot + 1
+	}
+	e := ix.key(key)
+	p := e.values[value]
+	switch {
+	case p == nil:
+		p = &Posting{gen: ix.gen}
+		e.values[value] = p
+	case p.gen != ix.gen:
+		p = p.clone(ix.gen)
+		e.values[value] = p
+	}
+	p.add(slot, ix.universe)
+}
+
+// Remove forgets that slot has value under key.
+func (ix *Postings) Remove(slot uint32, key, value string) {
+	e0 := ix.keys[key]
+	if e0 == nil || !e0.values[value].Contains(slot) {
+		return
+	}
+	e := ix.key(key)
+	p := e.values[value]
+	if p.gen != ix.gen {
+		p = p.clone(ix.gen)
+		e.values[value] = p
+	}
+	p.remove(slot)
+	if p.n == 0 {
+		delete(e.values, value)
+		if len(e.values) == 0 {
+			delete(ix.keys, key)
+		}
+	}
+}
+
+// Get returns the slots having value under key, or nil.
+func (ix *Postings) Get(key, value string) *Posting {
+	if e := ix.keys[key]; e != nil {
+		return e.values[value]
+	}
+	return nil
+}
+
+// NumValues returns how many distinct values key has.
+func (ix *Postings) NumValues(key string) int {
+	if e := ix.keys[key]; e != nil {
+		return len(e.values)
+	}
+	return 0
+}
+
+// Values calls fn for every value of key with its posting, in no order,
+// until fn returns false.
+func (ix *Postings) Values(key string, fn func(value string, p *Posting) bool) {
+	if e := ix.keys[key]; e != nil {
+		for v, p := range e.values {
+			if !fn(v, p) {
+				return
+			}
+		}
+	}
+}
+
+// PostingsBuilder builds a Postings in bulk, faster than one Add per pair:
+// values are found by a short linear scan while a key has few of them, and
+// slots are appended, not inserted. Use one builder once.
+type PostingsBuilder struct {
+	ix   *Postings
+	keys []builderKey
+}
+
+type builderKey struct {
+	e     *postingKey
+	names []string // values in order of appearance; scanned while few
+	ps    []*Posting // postings of names
+}
+
+// scanValues is how many values a key may have before lookups use its map;
+// below it a scan of short strings beats hashing.
+const scanValues = 8
+
+// NewPostingsBuilder starts a build for slots below universe.
+func NewPostingsBuilder(universe uint32) *PostingsBuilder {
+	return &PostingsBuilder{ix: NewPostings(universe)}
+}
+
+// Key returns the handle of key for AppendSlot.
+func (b *PostingsBuilder) Key(key string) int {
+	if e := b.ix.keys[key]; e != nil {
+		for i := range b.keys {
+			if b.keys[i].e == e {
+				return i
+			}
+		}
+	}
+	e := b.ix.key(key)
+	b.keys = append(b.keys, builderKey{e: e})
+	return len(b.keys) - 1
+}
+
+// AppendSlot records that slot has value under the key of handle k. Slots
+// must come in ascending order per (key, value); a repeated slot is ignored.
+func (b *PostingsBuilder) AppendSlot(k int, value string, slot uint32) {
+	bk := &b.keys[k]
+	var p *Posting
+	if len(bk.ps) <= scanValues {
+		for i, n := range bk.names {
+			if n == value {
+				p = bk.ps[i]
+				break
+			}
+		}
+	} else {
+		p = bk.e.values[value]
+	}
+	if p == nil {
+		p = &Posting{gen: b.ix.gen}
+		bk.e.values[value] = p
+		bk.ps = append(bk.ps, p)
+		bk.names = append(bk.names, value)
+	}
+	if slot >= b.ix.universe {
+		b.ix.universe = slot + 1
+	}
+	if p.bits != nil {
+		if !p.bits.Test(uint(slot)) {
+			p.bits.Set(uint(slot))
+			p.n++
+		}
+		return
+	}
+	if l := len(p.list); l > 0 && p.list[l-1] >= slot {
+		if p.list[l-1] == slot {
+			return
+		}
+		p.add(slot, b.ix.universe) // out of order: keep it correct anyway
+		return
+	}
+	if p.list == nil {
+		p.list = make([]uint32, 0, 16)
+	}
+	p.list = append(p.list, slot)
+	p.n++
+	if len(p.list) >= denseAt(b.ix.universe) {
+		p.densify(b.ix.universe)
+	}
+}
+
+// Build returns the index. The builder must not be used afterwards.
+func (b *PostingsBuilder) Build() *Postings {
+	for k, e := range b.ix.keys {
+		if len(e.values) == 0 {
+			delete(b.ix.keys, k)
+		}
+	}
+	return b.ix
+}
