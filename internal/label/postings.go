@@ -233,7 +233,7 @@ type PostingsBuilder struct {
 
 type builderKey struct {
 	e     *postingKey
-	names []string // values in order of appearance; scanned while few
+	names []string   // values in order of appearance; scanned while few
 	ps    []*Posting // postings of names
 }
 
