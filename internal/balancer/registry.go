@@ -51,6 +51,8 @@ var constructors = map[string]func(options) Policy{
 	"weighted_round_robin": func(options) Policy { return NewWeightedRoundRobin() },
 	"random":               func(options) Policy { return NewRandom() },
 	"least_request":        func(o options) Policy { return NewLeastRequest(o.activeRequestBias) },
+	"peak_ewma":            func(o options) Policy { return newPeakEWMA(o.decay, o.now) },
+	"adaptive":             func(o options) Policy { return newAdaptive(o.now) },
 }
 
 // Names lists the policies New knows, sorted.

@@ -18,6 +18,10 @@ func TestNewUnknown(t *testing.T) {
 	if _, err := New("nope"); !errors.Is(err, ErrUnknownPolicy) {
 		t.Fatalf("New(nope) err = %v, want ErrUnknownPolicy", err)
 	}
+	p, err := New("")
+	if err != nil || p.Name() != Default {
+		t.Fatalf(`New("") = %v, %v; want %s`, p, err, Default)
+	}
 	for _, name := range Names() {
 		p, err := New(name)
 		if err != nil || p.Name() != name {

@@ -1,0 +1,361 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"runtime"
+	"slices"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+
+	"github.com/sextant-mesh/sextant/internal/balancer"
+)
+
+// BalancerConfig configures "sextant bench balancer"; zero values are the
+// race's defaults.
+type BalancerConfig struct {
+	// Providers is the parsed providers file (LoadProviders).
+	Providers *ProvidersFile
+	// Policies to run, in order; empty: every balancer policy plus "oracle".
+	Policies []string
+	// Scale divides threads, max_concurrent and the 1024 calls in flight.
+	// Default 8.
+	Scale int
+	// Warmup runs before phase 0 (serving the last phase). Default 3s.
+	Warmup time.Duration
+	// Phase overrides the file's phase length (tests use short ones).
+	Phase time.Duration
+	// Timeout bounds one call. Default 2s.
+	Timeout time.Duration
+	// Seed seeds the service-time draws; every policy gets the same one.
+	Seed uint64
+	// Progress receives a progress bar (nil: none).
+	Progress io.Writer
+}
+
+// BalancerResult is one policy's figures, printed as one JSON object.
+type BalancerResult struct {
+	Policy    string  `json:"policy"`
+	Scale     int     `json:"scale"`
+	InFlight  int     `json:"in_flight"`
+	Seconds   float64 `json:"seconds"`
+	Successes int64   `json:"successes"`
+	// Rejections are calls the providers refused (all threads busy).
+	Rejections int64 `json:"provider_rejections"`
+	// Sheds are calls the policy refused at the gateway (ErrShed).
+	Sheds    int64   `json:"gateway_sheds"`
+	Timeouts int64   `json:"timeouts"`
+	Errors   int64   `json:"errors"`
+	P50Ms    float64 `json:"p50_ms"`
+	P99Ms    float64 `json:"p99_ms"`
+	P999Ms   float64 `json:"p999_ms"`
+	Ceiling  float64 `json:"ceiling"`
+	Ratio    float64 `json:"ratio"`
+	// RecoveryMs is, per phase, how long after its start the successes of a
+	// 300 ms window first reach 90% of the phase's ceiling rate.
+	RecoveryMs       []int64          `json:"recovery_ms"`
+	RecoveryMedianMs int64            `json:"recovery_ms_median"`
+	RecoveryMaxMs    int64            `json:"recovery_ms_max"`
+	PerProvider      map[string]int64 `json:"successes_per_provider"`
+}
+
+// binWidth is the resolution of the throughput timeline.
+const binWidth = 100 * time.Millisecond
+
+// RunBalancer runs each policy against fresh in-process providers over
+// loopback HTTP and writes one JSON line per policy to out.
+func RunBalancer(ctx context.Context, cfg BalancerConfig, out io.Writer) ([]BalancerResult, error) {
+	if cfg.Providers == nil {
+		return nil, errors.New("bench: balancer: no providers file")
+	}
+	if cfg.Scale <= 0 {
+		cfg.Scale = 8
+	}
+	if cfg.Warmup <= 0 {
+		cfg.Warmup = 3 * time.Second
+	}
+	if cfg.Phase <= 0 {
+		cfg.Phase = time.Duration(cfg.Providers.PhaseSeconds * float64(time.Second))
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 2 * time.Second
+	}
+	if len(cfg.Policies) == 0 {
+		cfg.Policies = append(balancer.Names(), "oracle")
+	}
+	for _, name := range cfg.Policies {
+		if name == "oracle" {
+			continue
+		}
+		if _, err := balancer.New(name); err != nil {
+			return nil, fmt.Errorf("bench: balancer: %w", err)
+		}
+	}
+	enc := json.NewEncoder(out)
+	var results []BalancerResult
+	for _, name := range cfg.Policies {
+		r, err := runPolicy(ctx, cfg, name)
+		if err != nil {
+			return results, err
+		}
+		results = append(results, r)
+		if err := enc.Encode(r); err != nil {
+			return results, fmt.Errorf("bench: balancer: write result: %w", err)
+		}
+	}
+	return results, nil
+}
+
+// callStats are one client goroutine's counts; merged at the end.
+type callStats struct {
+	successes, rejections, sheds, timeouts, errors int64
+	perProvider                                    []int64
+	latencies                                      []time.Duration
+}
+
+func runPolicy(ctx context.Context, cfg BalancerConfig, name string) (BalancerResult, error) {
+	provs := newSimProviders(cfg.Providers, cfg.Scale, cfg.Seed)
+	for i, p := range provs {
+		if err := p.start(); err != nil {
+			for _, q := range provs[:i] {
+				q.stop()
+			}
+			return BalancerResult{}, err
+		}
+	}
+	defer func() {
+		for _, p := range provs {
+			p.stop()
+		}
+	}()
+
+	var pol balancer.Policy = &oraclePolicy{providers: provs}
+	if name != "oracle" {
+		var err error
+		if pol, err = balancer.New(name); err != nil {
+			return BalancerResult{}, fmt.Errorf("bench: balancer: %w", err)
+		}
+	}
+	eps := make([]balancer.Endpoint, len(provs))
+	urls := make([]string, len(provs))
+	for i, p := range provs {
+		eps[i] = balancer.Endpoint{ID: p.name, Addr: p.addr, Weight: uint32(p.threads)}
+		urls[i] = "http://" + p.addr + "/"
+	}
+	picker := pol.Build(eps)
+
+	nPhases := len(provs[0].phases)
+	inFlight := max(1024/cfg.Scale, 1)
+	measure := time.Duration(nPhases) * cfg.Phase
+	total := cfg.Warmup + measure
+	transport := &http.Transport{
+		MaxIdleConns:        2 * inFlight,
+		MaxIdleConnsPerHost: inFlight + 8,
+		IdleConnTimeout:     time.Minute,
+		DisableCompression:  true,
+	}
+	defer transport.CloseIdleConnections()
+	client := &http.Client{Transport: transport}
+
+	runCtx, cancel := context.WithTimeout(ctx, total+cfg.Timeout+5*time.Second)
+	defer cancel()
+	start := time.Now()
+	mStart := start.Add(cfg.Warmup)
+	mEnd := mStart.Add(measure)
+	bins := make([]atomic.Int64, int(measure/binWidth)+1)
+
+	// Phase boundaries switch provider capacities exactly on time.
+	for ph := range nPhases {
+		t := time.AfterFunc(time.Until(mStart.Add(time.Duration(ph)*cfg.Phase)), func() {
+			for _, p := range provs {
+				p.setPhase(ph)
+			}
+		})
+		defer t.Stop()
+	}
+	var wg sync.WaitGroup
+	if cfg.Progress != nil {
+		// The progress bar's goroutine is owned by this run and ends with it.
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			bar := progressbar.NewOptions64(total.Milliseconds(), progressbar.OptionSetWriter(cfg.Progress),
+				progressbar.OptionSetDescription(name), progressbar.OptionThrottle(200*time.Millisecond),
+				progressbar.OptionClearOnFinish())
+			defer func() { _ = bar.Finish() }()
+			tick := time.NewTicker(200 * time.Millisecond)
+			defer tick.Stop()
+			for {
+				select {
+				case <-runCtx.Done():
+					return
+				case now := <-tick.C:
+					_ = bar.Set64(min(now.Sub(start), total).Milliseconds())
+					if !now.Before(mEnd) {
+						return
+					}
+				}
+			}
+		}()
+	}
+
+	stats := make([]*callStats, inFlight)
+	for g := range inFlight {
+		st := &callStats{perProvider: make([]int64, len(provs))}
+		stats[g] = st
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			clientLoop(runCtx, client, picker, urls, cfg.Timeout, mStart, mEnd, bins, st)
+		}()
+	}
+	wg.Wait()
+	cancel()
+
+	return summarize(name, cfg, provs, stats, bins, inFlight, measure), nil
+}
+
+// clientLoop is one closed-loop client: it keeps one call in flight until
+// the end of the measured window. Every iteration is bounded by the call
+// timeout; the loop by mEnd and ctx.
+func clientLoop(ctx context.Context, client *http.Client, picker balancer.Picker, urls []string,
+	timeout time.Duration, mStart, mEnd time.Time, bins []atomic.Int64, st *callStats) {
+	for ctx.Err() == nil {
+		idx, err := picker.Pick()
+		if err != nil {
+			now := time.Now()
+			if !now.Before(mEnd) {
+				return
+			}
+			if !now.Before(mStart) {
+				st.sheds++
+			}
+			runtime.Gosched() // fail fast, but let the callers with calls run
+			continue
+		}
+		t0 := time.Now()
+		outcome := call(ctx, client, urls[idx], timeout)
+		t1 := time.Now()
+		lat := t1.Sub(t0)
+		picker.Done(idx, lat, outcome)
+		if !t1.Before(mEnd) {
+			return
+		}
+		if t1.Before(mStart) {
+			continue
+		}
+		switch outcome {
+		case balancer.Success:
+			st.successes++
+			st.perProvider[idx]++
+			st.latencies = append(st.latencies, lat)
+			bins[int(t1.Sub(mStart)/binWidth)].Add(1)
+		case balancer.Rejected:
+			st.rejections++
+		case balancer.Timeout:
+			st.timeouts++
+		default:
+			st.errors++
+		}
+	}
+}
+
+func call(ctx context.Context, client *http.Client, url string, timeout time.Duration) balancer.Outcome {
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(cctx, http.MethodGet, url, nil)
+	if err != nil {
+		return balancer.Failed
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			return balancer.Timeout
+		}
+		return balancer.Failed
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
+	switch resp.StatusCode {
+	case http.StatusOK:
+		return balancer.Success
+	case http.StatusServiceUnavailable:
+		return balancer.Rejected
+	}
+	return balancer.Failed
+}
+
+func summarize(name string, cfg BalancerConfig, provs []*simProvider, stats []*callStats,
+	bins []atomic.Int64, inFlight int, measure time.Duration) BalancerResult {
+	r := BalancerResult{
+		Policy: name, Scale: cfg.Scale, InFlight: inFlight, Seconds: measure.Seconds(),
+		PerProvider: make(map[string]int64, len(provs)),
+	}
+	var lats []time.Duration
+	for _, st := range stats {
+		r.Successes += st.successes
+		r.Rejections += st.rejections
+		r.Sheds += st.sheds
+		r.Timeouts += st.timeouts
+		r.Errors += st.errors
+		for i, n := range st.perProvider {
+			r.PerProvider[provs[i].name] += n
+		}
+		lats = append(lats, st.latencies...)
+	}
+	slices.Sort(lats)
+	r.P50Ms = quantileMs(lats, 0.50)
+	r.P99Ms = quantileMs(lats, 0.99)
+	r.P999Ms = quantileMs(lats, 0.999)
+
+	nPhases := len(provs[0].phases)
+	perBin := binWidth.Seconds()
+	binsPerPhase := int(cfg.Phase / binWidth)
+	for ph := range nPhases {
+		rate := 0.0 // the phase's ceiling, calls per second
+		for _, p := range provs {
+			c := p.phases[ph]
+			rate += float64(min(int64(c.MaxConcurrent), p.threads)) / meanServiceMs(c.AvgRTTMs) * 1000
+		}
+		r.Ceiling += rate * cfg.Phase.Seconds()
+		r.RecoveryMs = append(r.RecoveryMs, recovery(bins, ph*binsPerPhase, binsPerPhase, 0.9*rate*perBin))
+	}
+	if r.Ceiling > 0 {
+		r.Ratio = float64(r.Successes) / r.Ceiling
+	}
+	sorted := slices.Clone(r.RecoveryMs)
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i] < sorted[j] })
+	if len(sorted) > 0 {
+		r.RecoveryMedianMs = sorted[len(sorted)/2]
+		r.RecoveryMaxMs = sorted[len(sorted)-1]
+	}
+	return r
+}
+
+// recovery is how long after bin first the mean of three consecutive bins
+// first reaches target per bin; the phase length if never.
+func recovery(bins []atomic.Int64, first, n int, target float64) int64 {
+	for k := 0; k+3 <= n && first+k+3 <= len(bins); k++ {
+		sum := bins[first+k].Load() + bins[first+k+1].Load() + bins[first+k+2].Load()
+		if float64(sum)/3 >= target {
+			return int64(k) * binWidth.Milliseconds()
+		}
+	}
+	return int64(n) * binWidth.Milliseconds()
+}
+
+func quantileMs(sorted []time.Duration, q float64) float64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := min(int(q*float64(len(sorted))), len(sorted)-1)
+	return float64(sorted[i].Microseconds()) / 1000
+}
