@@ -1,0 +1,132 @@
+package catalog
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// The durable form of an instance: a version byte, then varint-prefixed
+// fields. Health and revision are not in it: health restarts with a grace
+// period and the store keeps the revision beside the record.
+const codecVersion = 1
+
+// ErrCorrupt is wrapped by every decoding error.
+var ErrCorrupt = errors.New("catalog: corrupt instance record")
+
+// AppendBinary appends the durable encoding of in to b.
+func (in *Instance) AppendBinary(b []byte) []byte {
+	b = append(b, codecVersion)
+	for _, s := range [...]string{in.ID, in.Namespace, in.Service, in.Host, in.Protocol, in.Version} {
+		b = binary.AppendUvarint(b, uint64(len(s)))
+		b = append(b, s...)
+	}
+	b = binary.AppendUvarint(b, uint64(in.Port))
+	b = binary.AppendUvarint(b, uint64(in.Weight))
+	flags := byte(0)
+	if in.Isolated {
+		flags = 1
+	}
+	b = append(b, flags)
+	b = binary.AppendUvarint(b, uint64(in.TTLSeconds))
+	b = binary.AppendVarint(b, in.CreatedAt.UnixNano())
+	b = binary.AppendVarint(b, in.UpdatedAt.UnixNano())
+	b = binary.AppendUvarint(b, uint64(len(in.Metadata)))
+	for k, v := range in.Metadata {
+		b = binary.AppendUvarint(b, uint64(len(k)))
+		b = append(b, k...)
+		b = binary.AppendUvarint(b, uint64(len(v)))
+		b = append(b, v...)
+	}
+	return b
+}
+
+type decoder struct {
+	b   []byte
+	err error
+}
+
+func (d *decoder) uvarint(what string, max uint64) uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 || v > max {
+		d.err = fmt.Errorf("%w: bad %s", ErrCorrupt, what)
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) varint(what string) int64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Varint(d.b)
+	if n <= 0 {
+		d.err = fmt.Errorf("%w: bad %s", ErrCorrupt, what)
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) str(what string) string {
+	n := d.uvarint(what+" length", uint64(len(d.b)))
+	if d.err != nil {
+		return ""
+	}
+	s := string(d.b[:n])
+	d.b = d.b[n:]
+	return s
+}
+
+// DecodeInstance decodes a record written by AppendBinary. The instance is
+// healthy, at revision rev, with a fresh Liveness.
+func DecodeInstance(b []byte, rev int64) (*Instance, error) {
+	if len(b) == 0 || b[0] != codecVersion {
+		return nil, fmt.Errorf("%w: unknown version", ErrCorrupt)
+	}
+	d := decoder{b: b[1:]}
+	in := &Instance{Revision: rev, Healthy: true, Live: new(Liveness)}
+	in.ID = d.str("id")
+	in.Namespace = d.str("namespace")
+	in.Service = d.str("service")
+	in.Host = d.str("host")
+	in.Protocol = d.str("protocol")
+	in.Version = d.str("version")
+	in.Port = int(d.uvarint("port", 65535))
+	in.Weight = int(d.uvarint("weight", 65535))
+	if d.err == nil {
+		if len(d.b) == 0 || d.b[0] > 1 {
+			d.err = fmt.Errorf("%w: bad flags", ErrCorrupt)
+		} else {
+			in.Isolated = d.b[0] == 1
+			d.b = d.b[1:]
+		}
+	}
+	in.TTLSeconds = int(d.uvarint("ttl", 1<<31))
+	in.CreatedAt = time.Unix(0, d.varint("created_at")).UTC()
+	in.UpdatedAt = time.Unix(0, d.varint("updated_at")).UTC()
+	n := d.uvarint("metadata count", uint64(len(d.b)))
+	if d.err == nil && n > 0 {
+		in.Metadata = make(map[string]string, n)
+		for range n {
+			k := d.str("metadata key")
+			v := d.str("metadata value")
+			if d.err != nil {
+				break
+			}
+			in.Metadata[k] = v
+		}
+	}
+	if d.err == nil && len(d.b) != 0 {
+		d.err = fmt.Errorf("%w: %d trailing bytes", ErrCorrupt, len(d.b))
+	}
+	if d.err != nil {
+		return nil, d.err
+	}
+	return in, nil
+}

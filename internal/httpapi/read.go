@@ -1,0 +1,315 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/base64"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sextant-mesh/sextant/internal/catalog"
+	"github.com/sextant-mesh/sextant/internal/label"
+	"github.com/sextant-mesh/sextant/internal/registry"
+)
+
+const (
+	defaultWait  = 30 * time.Second
+	maxWait      = 5 * time.Minute
+	defaultLimit = 1000
+	maxLimit     = 10000
+)
+
+func (a *API) getInstance(w http.ResponseWriter, r *http.Request, reg *registry.Registry) error {
+	id := r.PathValue("id")
+	if !registry.ValidID(id) {
+		return badRequest("id", "%q is not a valid id: 1..128 chars of [A-Za-z0-9._:-]", id)
+	}
+	rev := reg.Catalog().Revision()
+	in := reg.Catalog().Get(id)
+	if in == nil {
+		return &apiError{http.StatusNotFound, "not_found", "instance " + strconv.Quote(id) + " not found", "id"}
+	}
+	writeJSON(w, rev, in.AppendJSON)
+	return nil
+}
+
+// query holds the common parameters of instance queries.
+type query struct {
+	sel         label.Selector
+	healthyOnly bool
+}
+
+func parseQuery(r *http.Request) (query, error) {
+	var q query
+	v := r.URL.Query()
+	if s := v.Get("selector"); s != "" {
+		sel, err := label.Parse(s)
+		if err != nil {
+			return q, badRequest("selector", "%s", strings.TrimPrefix(err.Error(), "label: "))
+		}
+		q.sel = sel
+	}
+	if s := v.Get("healthy_only"); s != "" {
+		b, err := strconv.ParseBool(s)
+		if err != nil {
+			return q, badRequest("healthy_only", "%q is not a boolean (true or false)", s)
+		}
+		q.healthyOnly = b
+	}
+	return q, nil
+}
+
+func checkName(field, s string) error {
+	if !registry.ValidName(s) {
+		return badRequest(field, "%q is not a valid name: 1..128 chars of [a-z0-9-._], starting and ending with a letter or digit", s)
+	}
+	return nil
+}
+
+func appendInstances(b []byte, ins []*catalog.Instance) []byte {
+	b = append(b, `"instances":[`...)
+	for i, in := range ins {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = in.AppendJSON(b)
+	}
+	return append(b, ']')
+}
+
+func (a *API) queryService(w http.ResponseWriter, r *http.Request, reg *registry.Registry) error {
+	key := catalog.ServiceKey{Namespace: r.PathValue("ns"), Name: r.PathValue("service")}
+	if err := checkName("namespace", key.Namespace); err != nil {
+		return err
+	}
+	if err := checkName("service", key.Name); err != nil {
+		return err
+	}
+	q, err := parseQuery(r)
+	if err != nil {
+		return err
+	}
+	v := r.URL.Query()
+	cat := reg.Catalog()
+	svc := cat.Service(key)
+	if s := v.Get("index"); s != "" {
+		index, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || index < 0 {
+			return badRequest("index", "%q is not a revision (a non-negative integer)", s)
+		}
+		wait := defaultWait
+		if s := v.Get("wait"); s != "" {
+			if wait, err = time.ParseDuration(s); err != nil || wait < 0 || wait > maxWait {
+				return badRequest("wait", "%q is not a duration between 0s and %v", s, maxWait)
+			}
+		}
+		if svc == nil || svc.Revision <= index {
+			if n := a.waiting.Add(1); n > a.opts.MaxWaiting {
+				a.waiting.Add(-1)
+				return &apiError{http.StatusTooManyRequests, "resource_exhausted",
+					"too many blocking queries are waiting; retry later", ""}
+			}
+			ctx, cancel := context.WithTimeout(r.Context(), wait)
+			release := context.AfterFunc(a.stopping, cancel)
+			svc = cat.Wait(ctx, key, index)
+			release()
+			cancel()
+			a.waiting.Add(-1)
+		}
+	}
+	var rev int64
+	var ins []*catalog.Instance
+	if svc != nil {
+		rev = svc.Revision
+		ins = svc.Select(q.sel, q.healthyOnly)
+	}
+	writeJSON(w, rev, func(b []byte) []byte {
+		b = append(b, `{"revision":`...)
+		b = strconv.AppendInt(b, rev, 10)
+		b = append(b, ',')
+		b = appendInstances(b, ins)
+		return append(b, '}')
+	})
+	return nil
+}
+
+// pageToken is where a listing resumes: after (namespace, service, id).
+func encodeToken(in *catalog.Instance) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(in.Namespace + "\x00" + in.Service + "\x00" + in.ID))
+}
+
+func decodeToken(s string) (catalog.ServiceKey, string, error) {
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	parts := strings.Split(string(b), "\x00")
+	if err != nil || len(parts) != 3 || !registry.ValidName(parts[0]) || !registry.ValidName(parts[1]) || !registry.ValidID(parts[2]) {
+		return catalog.ServiceKey{}, "", badRequest("page_token", "malformed page token; pass next_page_token from the previous answer unchanged")
+	}
+	return catalog.ServiceKey{Namespace: parts[0], Name: parts[1]}, parts[2], nil
+}
+
+func (a *API) listInstances(w http.ResponseWriter, r *http.Request, reg *registry.Registry) error {
+	v := r.URL.Query()
+	ns, name := v.Get("namespace"), v.Get("service")
+	if ns != "" {
+		if err := checkName("namespace", ns); err != nil {
+			return err
+		}
+	}
+	if name != "" {
+		if err := checkName("service", name); err != nil {
+			return err
+		}
+	}
+	q, err := parseQuery(r)
+	if err != nil {
+		return err
+	}
+	limit := defaultLimit
+	if s := v.Get("limit"); s != "" {
+		if limit, err = strconv.Atoi(s); err != nil || limit < 1 || limit > maxLimit {
+			return badRequest("limit", "%q is not an integer in 1..%d", s, maxLimit)
+		}
+	}
+	var from catalog.ServiceKey
+	var afterID string
+	if s := v.Get("page_token"); s != "" {
+		if from, afterID, err = decodeToken(s); err != nil {
+			return err
+		}
+	}
+	snap := reg.Catalog().Snapshot()
+	var out []*catalog.Instance
+	next := ""
+	for _, svc := range snap.ServicesFrom(ns, from) {
+		if name != "" && svc.Key.Name != name {
+			continue
+		}
+		ins := svc.Select(q.sel, q.healthyOnly)
+		if svc.Key == from && afterID != "" {
+			i := 0
+			for i < len(ins) && ins[i].ID <= afterID {
+				i++
+			}
+			ins = ins[i:]
+		}
+		if room := limit - len(out); len(ins) > room {
+			out = append(out, ins[:room]...)
+			next = encodeToken(out[len(out)-1])
+			break
+		}
+		out = append(out, ins...)
+		if len(out) == limit {
+			next = encodeToken(out[len(out)-1]) // may find nothing more; that is fine
+			break
+		}
+	}
+	rev := snap.Revision()
+	writeJSON(w, rev, func(b []byte) []byte {
+		b = append(b, `{"revision":`...)
+		b = strconv.AppendInt(b, rev, 10)
+		b = append(b, ',')
+		b = appendInstances(b, out)
+		b = append(b, `,"next_page_token":`...)
+		b = strconv.AppendQuote(b, next)
+		return append(b, '}')
+	})
+	return nil
+}
+
+func (a *API) namespaces(w http.ResponseWriter, r *http.Request, reg *registry.Registry) error {
+	snap := reg.Catalog().Snapshot()
+	rev := snap.Revision()
+	names := snap.Namespaces()
+	writeJSON(w, rev, func(b []byte) []byte {
+		b = append(b, `{"revision":`...)
+		b = strconv.AppendInt(b, rev, 10)
+		b = append(b, `,"namespaces":[`...)
+		for i, n := range names {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = strconv.AppendQuote(b, n)
+		}
+		return append(b, "]}"...)
+	})
+	return nil
+}
+
+func (a *API) services(w http.ResponseWriter, r *http.Request, reg *registry.Registry) error {
+	ns := r.PathValue("ns")
+	if err := checkName("namespace", ns); err != nil {
+		return err
+	}
+	snap := reg.Catalog().Snapshot()
+	rev := snap.Revision()
+	svcs := snap.Services(ns)
+	writeJSON(w, rev, func(b []byte) []byte {
+		b = append(b, `{"revision":`...)
+		b = strconv.AppendInt(b, rev, 10)
+		b = append(b, `,"services":[`...)
+		for i, s := range svcs {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, `{"namespace":`...)
+			b = strconv.AppendQuote(b, s.Key.Namespace)
+			b = append(b, `,"name":`...)
+			b = strconv.AppendQuote(b, s.Key.Name)
+			b = append(b, `,"instances":`...)
+			b = strconv.AppendInt(b, int64(s.Len()), 10)
+			b = append(b, `,"healthy":`...)
+			b = strconv.AppendInt(b, int64(s.HealthyLen()), 10)
+			b = append(b, `,"revision":`...)
+			b = strconv.AppendInt(b, s.Revision, 10)
+			b = append(b, '}')
+		}
+		return append(b, "]}"...)
+	})
+	return nil
+}
+
+func (a *API) changes(w http.ResponseWriter, r *http.Request, reg *registry.Registry) error {
+	v := r.URL.Query()
+	var since int64
+	var err error
+	if s := v.Get("since"); s != "" {
+		if since, err = strconv.ParseInt(s, 10, 64); err != nil || since < 0 {
+			return badRequest("since", "%q is not a revision (a non-negative integer)", s)
+		}
+	}
+	limit := defaultLimit
+	if s := v.Get("limit"); s != "" {
+		if limit, err = strconv.Atoi(s); err != nil || limit < 1 || limit > maxLimit {
+			return badRequest("limit", "%q is not an integer in 1..%d", s, maxLimit)
+		}
+	}
+	changes, rev, more, err := reg.Catalog().Changes(since, limit)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, rev, func(b []byte) []byte {
+		b = append(b, `{"revision":`...)
+		b = strconv.AppendInt(b, rev, 10)
+		b = append(b, `,"changes":[`...)
+		for i, ch := range changes {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, `{"revision":`...)
+			b = strconv.AppendInt(b, ch.Revision, 10)
+			if ch.Instance != nil {
+				b = append(b, `,"op":"upsert","instance":`...)
+				b = ch.Instance.AppendJSON(b)
+			} else {
+				b = append(b, `,"op":"delete","id":`...)
+				b = strconv.AppendQuote(b, ch.ID)
+			}
+			b = append(b, '}')
+		}
+		b = append(b, `],"more":`...)
+		b = strconv.AppendBool(b, more)
+		return append(b, '}')
+	})
+	return nil
+}

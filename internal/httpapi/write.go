@@ -1,0 +1,262 @@
+package httpapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/sextant-mesh/sextant/internal/catalog"
+	"github.com/sextant-mesh/sextant/internal/registry"
+)
+
+var sprintf = fmt.Sprintf
+
+// instanceIn is the instance object of a register request. Server-set
+// fields are accepted (a client may send back what it read) and ignored.
+type instanceIn struct {
+	ID         string            `json:"id"`
+	Namespace  string            `json:"namespace"`
+	Service    string            `json:"service"`
+	Host       string            `json:"host"`
+	Port       int               `json:"port"`
+	Protocol   string            `json:"protocol"`
+	Version    string            `json:"version"`
+	Weight     *int              `json:"weight"`
+	Isolated   bool              `json:"isolated"`
+	Metadata   map[string]string `json:"metadata"`
+	TTLSeconds int               `json:"ttl_seconds"`
+
+	Healthy   *bool   `json:"healthy"`
+	Revision  *int64  `json:"revision"`
+	CreatedAt *string `json:"created_at"`
+	UpdatedAt *string `json:"updated_at"`
+}
+
+// registerBody is either {"instances": [...]} or one bare instance.
+type registerBody struct {
+	Instances []instanceIn `json:"instances"`
+	instanceIn
+}
+
+func (in *instanceIn) toCatalog() *catalog.Instance {
+	c := &catalog.Instance{
+		ID: in.ID, Namespace: in.Namespace, Service: in.Service, Host: in.Host, Port: in.Port,
+		Protocol: in.Protocol, Version: in.Version, Weight: registry.DefaultWeight, Isolated: in.Isolated,
+		Metadata: in.Metadata, TTLSeconds: in.TTLSeconds,
+	}
+	if in.Weight != nil {
+		c.Weight = *in.Weight
+	}
+	return c
+}
+
+// decode reads a JSON body strictly: unknown fields, trailing data and
+// oversized bodies are errors.
+func decode(w http.ResponseWriter, r *http.Request, v any) ([]byte, error) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBody))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, err
+		}
+		return nil, badRequest("", "reading body: %v", err)
+	}
+	if err := decodeStrict(body, v); err != nil {
+		return body, err
+	}
+	return body, nil
+}
+
+func decodeStrict(body []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return jsonError(err)
+	}
+	if dec.More() {
+		return badRequest("", "unexpected data after the JSON object")
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return badRequest("", "unexpected data after the JSON object")
+	}
+	return nil
+}
+
+// jsonError turns a decoding error into a 400 naming the field.
+func jsonError(err error) error {
+	var te *json.UnmarshalTypeError
+	var se *json.SyntaxError
+	switch {
+	case errors.As(err, &te):
+		return badRequest(te.Field, "%s: expected %s, got JSON %s", te.Field, te.Type, te.Value)
+	case errors.As(err, &se):
+		return badRequest("", "malformed JSON at byte %d: %v", se.Offset, err)
+	case errors.Is(err, io.EOF):
+		return badRequest("", "empty body: a JSON object is required")
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return badRequest("", "truncated JSON body")
+	}
+	msg := err.Error()
+	if f, ok := strings.CutPrefix(msg, `json: unknown field "`); ok {
+		f = strings.TrimSuffix(f, `"`)
+		return badRequest(f, "unknown field %q", f)
+	}
+	return badRequest("", "invalid JSON: %s", strings.TrimPrefix(msg, "json: "))
+}
+
+// batchJSONError finds which instance of a batch failed to decode, so the
+// error names instances[i].
+func batchJSONError(body []byte, err error) error {
+	var raw struct {
+		Instances []json.RawMessage `json:"instances"`
+	}
+	if json.Unmarshal(body, &raw) != nil {
+		return err
+	}
+	for i, elem := range raw.Instances {
+		var in instanceIn
+		if e := decodeStrict(elem, &in); e != nil {
+			ae := e.(*apiError)
+			ae.field = prefixField("instances["+strconv.Itoa(i)+"]", ae.field)
+			return ae
+		}
+	}
+	return err
+}
+
+func prefixField(prefix, field string) string {
+	if field == "" {
+		return prefix
+	}
+	return prefix + "." + field
+}
+
+func (a *API) register(w http.ResponseWriter, r *http.Request, reg *registry.Registry) error {
+	var body registerBody
+	raw, err := decode(w, r, &body)
+	if err != nil {
+		var ae *apiError
+		if errors.As(err, &ae) && bytes.Contains(raw, []byte(`"instances"`)) {
+			return batchJSONError(raw, err)
+		}
+		return err
+	}
+	var ins []*catalog.Instance
+	batch := body.Instances != nil
+	if batch {
+		if body.instanceIn.Service != "" || body.instanceIn.Host != "" || body.instanceIn.Port != 0 || body.instanceIn.ID != "" {
+			return badRequest("instances", "send either {\"instances\": [...]} or one bare instance, not both")
+		}
+		if len(body.Instances) == 0 || len(body.Instances) > registry.MaxBatch {
+			return badRequest("instances", "%d instances, want 1..%d", len(body.Instances), registry.MaxBatch)
+		}
+		ins = make([]*catalog.Instance, len(body.Instances))
+		for i := range body.Instances {
+			ins[i] = body.Instances[i].toCatalog()
+		}
+	} else {
+		ins = []*catalog.Instance{body.instanceIn.toCatalog()}
+	}
+	for i, in := range ins {
+		if err := registry.Prepare(i, in); err != nil {
+			fe := err.(*registry.FieldError)
+			if batch {
+				return badRequest(prefixField("instances["+strconv.Itoa(i)+"]", fe.Field), "%s", fe.Msg)
+			}
+			return badRequest(fe.Field, "%s", fe.Msg)
+		}
+	}
+	rev, err := reg.Register(r.Context(), ins)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, rev, func(b []byte) []byte {
+		b = append(b, `{"revision":`...)
+		b = strconv.AppendInt(b, rev, 10)
+		b = append(b, `,"ids":[`...)
+		for i, in := range ins {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = strconv.AppendQuote(b, in.ID) // ids are ASCII of [A-Za-z0-9._:-]
+		}
+		return append(b, "]}"...)
+	})
+	return nil
+}
+
+type idsBody struct {
+	IDs []string `json:"ids"`
+}
+
+func appendIDs(b []byte, key string, ids []string) []byte {
+	b = append(b, `"`+key+`":[`...)
+	for i, id := range ids {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendQuote(b, id)
+	}
+	return append(b, ']')
+}
+
+func (a *API) deregisterBatch(w http.ResponseWriter, r *http.Request, reg *registry.Registry) error {
+	var body idsBody
+	if _, err := decode(w, r, &body); err != nil {
+		return err
+	}
+	rev, notFound, err := reg.Deregister(r.Context(), body.IDs)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, rev, func(b []byte) []byte {
+		b = append(b, `{"revision":`...)
+		b = strconv.AppendInt(b, rev, 10)
+		b = append(b, ',')
+		b = appendIDs(b, "not_found", notFound)
+		return append(b, '}')
+	})
+	return nil
+}
+
+func (a *API) deregisterOne(w http.ResponseWriter, r *http.Request, reg *registry.Registry) error {
+	id := r.PathValue("id")
+	if !registry.ValidID(id) {
+		return badRequest("id", "%q is not a valid id: 1..128 chars of [A-Za-z0-9._:-]", id)
+	}
+	rev, notFound, err := reg.Deregister(r.Context(), []string{id})
+	if err != nil {
+		return err
+	}
+	if len(notFound) > 0 {
+		return &apiError{http.StatusNotFound, "not_found", "instance " + strconv.Quote(id) + " not found", "id"}
+	}
+	writeJSON(w, rev, func(b []byte) []byte {
+		b = append(b, `{"revision":`...)
+		b = strconv.AppendInt(b, rev, 10)
+		return append(b, '}')
+	})
+	return nil
+}
+
+func (a *API) heartbeat(w http.ResponseWriter, r *http.Request, reg *registry.Registry) error {
+	var body idsBody
+	if _, err := decode(w, r, &body); err != nil {
+		return err
+	}
+	notFound, err := reg.Heartbeat(r.Context(), body.IDs)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, reg.Catalog().Revision(), func(b []byte) []byte {
+		b = append(b, '{')
+		b = appendIDs(b, "not_found", notFound)
+		return append(b, '}')
+	})
+	return nil
+}

@@ -1,0 +1,190 @@
+package registry
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/netip"
+	"strconv"
+	"unicode/utf8"
+
+	"github.com/sextant-mesh/sextant/internal/catalog"
+	"github.com/sextant-mesh/sextant/internal/label"
+)
+
+// Limits of the API contract.
+const (
+	MaxBatch       = 10000
+	MaxNameLen     = 128
+	MaxIDLen       = 128
+	MaxHostLen     = 253
+	MaxShortField  = 64
+	MaxMetadata    = 64
+	MaxValueLen    = 4096
+	MaxTTLSeconds  = 3600
+	MaxWeight      = 65535
+	DefaultWeight  = 100
+	DefaultNS      = "default"
+	ttlGraceFactor = 3
+)
+
+// ErrInvalid is wrapped by every validation error.
+var ErrInvalid = errors.New("registry: invalid argument")
+
+// FieldError names the field of a request that is wrong. Index is the
+// position of the instance or id in its batch, or -1.
+type FieldError struct {
+	Index int
+	Field string
+	Msg   string
+}
+
+func (e *FieldError) Error() string {
+	if e.Index >= 0 {
+		return fmt.Sprintf("registry: [%d].%s: %s", e.Index, e.Field, e.Msg)
+	}
+	return fmt.Sprintf("registry: %s: %s", e.Field, e.Msg)
+}
+
+func (e *FieldError) Unwrap() error { return ErrInvalid }
+
+func fieldErr(i int, field, format string, args ...any) error {
+	return &FieldError{Index: i, Field: field, Msg: fmt.Sprintf(format, args...)}
+}
+
+func alnum(c byte) bool { return c >= 'a' && c <= 'z' || c >= '0' && c <= '9' }
+
+// ValidName reports whether s is a namespace or service name: 1..128 chars
+// of [a-z0-9-._], starting and ending with a letter or digit.
+func ValidName(s string) bool {
+	if len(s) == 0 || len(s) > MaxNameLen || !alnum(s[0]) || !alnum(s[len(s)-1]) {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !alnum(c) && c != '-' && c != '.' && c != '_' {
+			return false
+		}
+	}
+	return true
+}
+
+// ValidID reports whether s is an instance id: 1..128 chars of [A-Za-z0-9._:-].
+func ValidID(s string) bool {
+	if len(s) == 0 || len(s) > MaxIDLen {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !alnum(c) && !(c >= 'A' && c <= 'Z') && c != '.' && c != '_' && c != ':' && c != '-' {
+			return false
+		}
+	}
+	return true
+}
+
+// validHost accepts an IP address or a DNS name (labels of letters, digits,
+// '-' and '_', at most 63 bytes, not starting or ending with '-').
+func validHost(s string) bool {
+	if len(s) == 0 || len(s) > MaxHostLen {
+		return false
+	}
+	if _, err := netip.ParseAddr(s); err == nil {
+		return true
+	}
+	if s[len(s)-1] == '.' {
+		s = s[:len(s)-1]
+	}
+	labelLen := 0
+	for i := 0; i <= len(s); i++ {
+		if i == len(s) || s[i] == '.' {
+			if labelLen == 0 || labelLen > 63 || s[i-1] == '-' || s[i-labelLen] == '-' {
+				return false
+			}
+			labelLen = 0
+			continue
+		}
+		c := s[i]
+		if !alnum(c) && !(c >= 'A' && c <= 'Z') && c != '-' && c != '_' {
+			return false
+		}
+		labelLen++
+	}
+	return true
+}
+
+// DefaultID is the id of an instance registered without one: the first 16
+// bytes of sha256(namespace/service/host:port), in hex.
+func DefaultID(ns, service, host string, port int) string {
+	sum := sha256.Sum256([]byte(ns + "/" + service + "/" + host + ":" + strconv.Itoa(port)))
+	return hex.EncodeToString(sum[:16])
+}
+
+// Prepare validates an instance given to Register, fills defaults (namespace,
+// id) and returns the first error. i is its index in the batch (-1 if none).
+// The weight default (100) is the caller's: it alone knows if weight was sent.
+func Prepare(i int, in *catalog.Instance) error {
+	if in.Namespace == "" {
+		in.Namespace = DefaultNS
+	}
+	if !ValidName(in.Namespace) {
+		return fieldErr(i, "namespace", "%q is not a valid name: 1..128 chars of [a-z0-9-._], starting and ending with a letter or digit", in.Namespace)
+	}
+	if in.Service == "" {
+		return fieldErr(i, "service", "required")
+	}
+	if !ValidName(in.Service) {
+		return fieldErr(i, "service", "%q is not a valid name: 1..128 chars of [a-z0-9-._], starting and ending with a letter or digit", in.Service)
+	}
+	if in.Host == "" {
+		return fieldErr(i, "host", "required")
+	}
+	if !validHost(in.Host) {
+		return fieldErr(i, "host", "%q is not an IP address or DNS name of at most 253 bytes", in.Host)
+	}
+	if in.Port < 1 || in.Port > 65535 {
+		return fieldErr(i, "port", "%d is out of range 1..65535", in.Port)
+	}
+	if in.ID == "" {
+		in.ID = DefaultID(in.Namespace, in.Service, in.Host, in.Port)
+	} else if !ValidID(in.ID) {
+		return fieldErr(i, "id", "%q is not a valid id: 1..128 chars of [A-Za-z0-9._:-]", in.ID)
+	}
+	if len(in.Protocol) > MaxShortField || !utf8.ValidString(in.Protocol) {
+		return fieldErr(i, "protocol", "must be at most %d bytes of UTF-8", MaxShortField)
+	}
+	if len(in.Version) > MaxShortField || !utf8.ValidString(in.Version) {
+		return fieldErr(i, "version", "must be at most %d bytes of UTF-8", MaxShortField)
+	}
+	if in.Weight < 0 || in.Weight > MaxWeight {
+		return fieldErr(i, "weight", "%d is out of range 0..%d", in.Weight, MaxWeight)
+	}
+	if len(in.Metadata) > MaxMetadata {
+		return fieldErr(i, "metadata", "%d entries, at most %d allowed", len(in.Metadata), MaxMetadata)
+	}
+	for k, v := range in.Metadata {
+		if !label.ValidKey(k) {
+			return fieldErr(i, "metadata", "key %q must be 1..128 bytes of [A-Za-z0-9._/-]", k)
+		}
+		if len(v) > MaxValueLen || !utf8.ValidString(v) {
+			return fieldErr(i, "metadata."+k, "value must be at most %d bytes of UTF-8", MaxValueLen)
+		}
+	}
+	if in.TTLSeconds < 0 || in.TTLSeconds > MaxTTLSeconds {
+		return fieldErr(i, "ttl_seconds", "%d is out of range: 0 (no heartbeat) or 1..%d", in.TTLSeconds, MaxTTLSeconds)
+	}
+	return nil
+}
+
+// checkIDs validates a batch of ids for deregister or heartbeat.
+func checkIDs(ids []string) error {
+	if len(ids) == 0 || len(ids) > MaxBatch {
+		return fieldErr(-1, "ids", "%d ids, want 1..%d", len(ids), MaxBatch)
+	}
+	for i, id := range ids {
+		if !ValidID(id) {
+			return &FieldError{Index: -1, Field: "ids[" + strconv.Itoa(i) + "]", Msg: fmt.Sprintf("%q is not a valid id", id)}
+		}
+	}
+	return nil
+}
