@@ -1,0 +1,275 @@
+package subset
+
+import (
+	"fmt"
+	"slices"
+)
+
+// edit derives the next snapshot from the current one, copying only the
+// record chunks, table shards, postings and entries a change touches. Objects
+// tagged with the edit's generation are its own and are changed in place.
+type edit struct {
+	lb     *LB
+	s      *snapshot
+	combos [][]string // scratch: one host's value combinations for a selector
+	olds   [][]string
+	anyHit bool
+	defHit bool
+}
+
+func (lb *LB) begin() *edit {
+	if lb.ids == nil {
+		lb.indexIDs()
+	}
+	lb.gen++
+	old := lb.snap.Load()
+	s := &snapshot{gen: lb.gen, index: old.index.Edit(), slots: old.slots, live: old.live, any: old.any, def: old.def}
+	s.chunks = slices.Clone(old.chunks)
+	s.table = table{shards: slices.Clone(old.table.shards), gens: slices.Clone(old.table.gens), n: old.table.n}
+	return &edit{lb: lb, s: s}
+}
+
+// indexIDs builds the writer's id -> slot map on the first update.
+func (lb *LB) indexIDs() {
+	s := lb.snap.Load()
+	lb.ids = make(map[string]uint32, s.live)
+	for slot := uint32(0); slot < s.slots; slot++ {
+		if h := s.rec(slot).host; h != nil {
+			lb.ids[h.ID] = slot
+		} else {
+			lb.free = append(lb.free, slot)
+		}
+	}
+}
+
+func (ed *edit) commit() {
+	s := ed.s
+	if ed.anyHit {
+		s.any = &entry{gen: s.gen, sel: selAny}
+	}
+	if ed.defHit {
+		s.def = &entry{gen: s.gen, sel: selDefault}
+	}
+	ed.lb.snap.Store(s)
+}
+
+func (ed *edit) setRec(slot uint32, r slotRec) {
+	s := ed.s
+	ci := slot / chunkSize
+	for int(ci) >= len(s.chunks) {
+		s.chunks = append(s.chunks, &chunk{gen: s.gen})
+	}
+	if slot >= s.slots {
+		s.slots = slot + 1
+	}
+	if c := s.chunks[ci]; c.gen != s.gen {
+		nc := &chunk{gen: s.gen, recs: c.recs}
+		s.chunks[ci] = nc
+	}
+	s.chunks[ci].recs[slot%chunkSize] = r
+}
+
+// change moves slot from its record to r, updating only the subsets the
+// host leaves, enters or stays in (the last get a fresh child picker).
+func (ed *edit) change(slot uint32, r slotRec) {
+	s, c := ed.s, ed.lb.cfg
+	var old slotRec
+	if slot < s.slots {
+		old = *s.rec(slot)
+	}
+	ed.setRec(slot, r)
+	switch {
+	case old.host == nil && r.host != nil:
+		s.live++
+	case old.host != nil && r.host == nil:
+		s.live--
+	}
+	ed.anyHit = true
+	if (old.host != nil && c.inDefault(old.host)) || (r.host != nil && c.inDefault(r.host)) {
+		ed.defHit = true
+	}
+	// The index: only pairs that differ.
+	if old.host != r.host {
+		for _, k := range c.keys {
+			if old.host != nil {
+				c.hostValues(old.host, k, func(v string) {
+					if r.host == nil || !hostHas(c, r.host, k, v) {
+						s.index.Remove(slot, k, v)
+					}
+				})
+			}
+			if r.host != nil {
+				c.hostValues(r.host, k, func(v string) {
+					if old.host == nil || !hostHas(c, old.host, k, v) {
+						s.index.Add(slot, k, v)
+					}
+				})
+			}
+		}
+	}
+	for si := range c.sels {
+		ed.olds = ed.combinations(ed.olds[:0], si, old.host)
+		ed.combos = ed.combinations(ed.combos[:0], si, r.host)
+		for _, o := range ed.olds {
+			d := int32(-1)
+			if slices.ContainsFunc(ed.combos, func(n []string) bool { return slices.Equal(n, o) }) {
+				d = 0
+			}
+			ed.delta(si, o, d)
+		}
+		for _, n := range ed.combos {
+			if !slices.ContainsFunc(ed.olds, func(o []string) bool { return slices.Equal(n, o) }) {
+				ed.delta(si, n, 1)
+			}
+		}
+	}
+}
+
+func hostHas(c *compiled, h *Host, k, v string) bool {
+	found := false
+	c.hostValues(h, k, func(x string) { found = found || x == v })
+	return found
+}
+
+// combinations appends to dst the value tuples under which h enters
+// selector si: one, or with list_as_any the product of its lists.
+func (ed *edit) combinations(dst [][]string, si int, h *Host) [][]string {
+	if h == nil {
+		return dst
+	}
+	c := ed.lb.cfg
+	sel := &c.sels[si]
+	dst = append(dst, make([]string, 0, len(sel.names)))
+	for _, k := range sel.names {
+		var vs []string
+		c.hostValues(h, k, func(v string) {
+			if !slices.Contains(vs, v) {
+				vs = append(vs, v)
+			}
+		})
+		if len(vs) == 0 {
+			return dst[:0]
+		}
+		n := len(dst)
+		for _, prefix := range dst[:n] {
+			for _, v := range vs {
+				dst = append(dst, append(slices.Clone(prefix), v))
+			}
+		}
+		dst = dst[n:]
+	}
+	return dst
+}
+
+// delta adds d to the member count of (si, vals), creating or dropping the
+// entry, and gives it a fresh child picker.
+func (ed *edit) delta(si int, vals []string, d int32) {
+	s, lb := ed.s, ed.lb
+	h := lb.hashValues(si, vals)
+	t := &s.table
+	shi := h & uint64(len(t.shards)-1)
+	if t.gens[shi] != s.gen {
+		t.shards[shi] = slices.Clone(t.shards[shi])
+		t.gens[shi] = s.gen
+	}
+	sh := t.shards[shi]
+	for i, e := range sh {
+		if e.hash != h || e.sel != int32(si) || !slices.Equal(e.values, vals) {
+			continue
+		}
+		if e.gen != s.gen {
+			e = &entry{gen: s.gen, hash: h, sel: e.sel, count: e.count, values: e.values}
+			sh[i] = e
+		}
+		e.count += d
+		if e.count <= 0 {
+			t.shards[shi] = slices.Delete(sh, i, i+1)
+			t.n--
+		}
+		return
+	}
+	if d <= 0 {
+		panic(fmt.Sprintf("subset: internal error: no subset %v of selector %d to leave", vals, si))
+	}
+	t.shards[shi] = append(sh, &entry{gen: s.gen, hash: h, sel: int32(si), count: d, values: slices.Clone(vals)})
+	t.n++
+}
+
+// Upsert adds hosts, or replaces the hosts with the same IDs (new labels,
+// address or weight); a replaced host keeps its health. All changes are
+// published at once. Writer only.
+func (lb *LB) Upsert(hosts ...*Host) error {
+	for _, h := range hosts {
+		if err := checkHost(h); err != nil {
+			return err
+		}
+	}
+	lb.mu.Lock()
+	defer lb.mu.Unlock()
+	ed := lb.begin()
+	for _, h := range hosts {
+		slot, ok := lb.ids[h.ID]
+		healthy := true
+		if ok {
+			healthy = ed.s.rec(slot).healthy
+		} else if n := len(lb.free); n > 0 {
+			slot, lb.free = lb.free[n-1], lb.free[:n-1]
+		} else {
+			slot = ed.s.slots
+		}
+		lb.ids[h.ID] = slot
+		ed.change(slot, slotRec{host: h, weight: h.Weight, healthy: healthy})
+	}
+	ed.commit()
+	return nil
+}
+
+// Remove removes the hosts with the given IDs; unknown IDs are ignored.
+// Writer only.
+func (lb *LB) Remove(ids ...string) {
+	lb.mu.Lock()
+	defer lb.mu.Unlock()
+	ed := lb.begin()
+	for _, id := range ids {
+		slot, ok := lb.ids[id]
+		if !ok {
+			continue
+		}
+		delete(lb.ids, id)
+		lb.free = append(lb.free, slot)
+		ed.change(slot, slotRec{})
+	}
+	ed.commit()
+}
+
+// SetHealth marks a host healthy or not. Only the child pickers of the
+// host's subsets are rebuilt (on their next pick). Writer only.
+func (lb *LB) SetHealth(id string, healthy bool) error {
+	return lb.setRec(id, func(r *slotRec) { r.healthy = healthy })
+}
+
+// SetWeight changes a host's weight for weighted child policies. Writer only.
+func (lb *LB) SetWeight(id string, weight uint32) error {
+	return lb.setRec(id, func(r *slotRec) { r.weight = weight })
+}
+
+func (lb *LB) setRec(id string, fn func(*slotRec)) error {
+	lb.mu.Lock()
+	defer lb.mu.Unlock()
+	if lb.ids == nil {
+		lb.indexIDs()
+	}
+	slot, ok := lb.ids[id]
+	if !ok {
+		return fmt.Errorf("%w %q", ErrUnknownHost, id)
+	}
+	r := *lb.snap.Load().rec(slot)
+	fn(&r)
+	if r == *lb.snap.Load().rec(slot) {
+		return nil // a write that changes nothing publishes nothing
+	}
+	ed := lb.begin()
+	ed.change(slot, r)
+	ed.commit()
+	return nil
+}
