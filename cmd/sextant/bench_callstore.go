@@ -1,0 +1,47 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sextant-mesh/sextant/internal/bench"
+)
+
+func init() { benchCmd.AddCommand(newBenchCallstoreCmd()) }
+
+func newBenchCallstoreCmd() *cobra.Command {
+	var cfg bench.CallstoreConfig
+	cmd := &cobra.Command{
+		Use:   "callstore",
+		Short: "Put, query and average call records in a fresh call-log store (seed 003, part two)",
+		Long: `Runs the message-store race's three phases against a fresh store in --dir:
+put --records records from --writers goroutines (t = a shared counter,
+even counters put twice), then --msg-queries Messages and --avg-queries
+AvgValue queries from --readers goroutines. Every answer is checked.
+Prints one JSON object; the score is N1/T1 + N2/T2 + N3/T3 in records/ms.`,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cfg.Dir == "" {
+				cfg.Dir = filepath.Join(os.TempDir(), "sextant-bench-callstore")
+			}
+			cfg.Progress = os.Stderr
+			_, err := bench.RunCallstore(cmd.Context(), cfg, cmd.OutOrStdout())
+			return err
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&cfg.Dir, "dir", "", "empty directory for the store (default $TMPDIR/sextant-bench-callstore)")
+	fl.BoolVar(&cfg.Keep, "keep", false, "keep the store's files afterwards")
+	fl.StringVar(&cfg.Workload, "workload", "demo", "demo (a = t) or random (a uniform in [0, 2^48))")
+	fl.Int64Var(&cfg.Records, "records", 30_000_000, "records to put")
+	fl.IntVar(&cfg.Writers, "writers", 12, "writer goroutines")
+	fl.IntVar(&cfg.Readers, "readers", 12, "reader goroutines")
+	fl.IntVar(&cfg.MsgQueries, "msg-queries", 10_000, "Messages queries")
+	fl.IntVar(&cfg.AvgQueries, "avg-queries", 40_000, "AvgValue queries")
+	fl.Uint64Var(&cfg.Seed, "seed", 1, "seed of the query windows")
+	fl.IntVar(&cfg.Options.ChunkRecords, "chunk-records", 0, "store option ChunkRecords (0: default)")
+	fl.IntVar(&cfg.Options.BucketRecords, "bucket-records", 0, "store option BucketRecords (0: default)")
+	fl.IntVar(&cfg.Options.MaxBufferedRecords, "max-buffered", 0, "store option MaxBufferedRecords (0: default)")
+	return cmd
+}
