@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 
 	"github.com/spf13/cobra"
 
@@ -12,7 +13,10 @@ import (
 func init() { benchCmd.AddCommand(newBenchCallstoreCmd()) }
 
 func newBenchCallstoreCmd() *cobra.Command {
-	var cfg bench.CallstoreConfig
+	var (
+		cfg        bench.CallstoreConfig
+		cpuProfile string
+	)
 	cmd := &cobra.Command{
 		Use:   "callstore",
 		Short: "Put, query and average call records in a fresh call-log store (seed 003, part two)",
@@ -26,6 +30,17 @@ Prints one JSON object; the score is N1/T1 + N2/T2 + N3/T3 in records/ms.`,
 				cfg.Dir = filepath.Join(os.TempDir(), "sextant-bench-callstore")
 			}
 			cfg.Progress = os.Stderr
+			if cpuProfile != "" {
+				f, err := os.Create(cpuProfile)
+				if err != nil {
+					return err
+				}
+				defer f.Close()
+				if err := pprof.StartCPUProfile(f); err != nil {
+					return err
+				}
+				defer pprof.StopCPUProfile()
+			}
 			_, err := bench.RunCallstore(cmd.Context(), cfg, cmd.OutOrStdout())
 			return err
 		},
@@ -43,5 +58,6 @@ Prints one JSON object; the score is N1/T1 + N2/T2 + N3/T3 in records/ms.`,
 	fl.IntVar(&cfg.Options.ChunkRecords, "chunk-records", 0, "store option ChunkRecords (0: default)")
 	fl.IntVar(&cfg.Options.BucketRecords, "bucket-records", 0, "store option BucketRecords (0: default)")
 	fl.IntVar(&cfg.Options.MaxBufferedRecords, "max-buffered", 0, "store option MaxBufferedRecords (0: default)")
+	fl.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	return cmd
 }

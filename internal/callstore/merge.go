@@ -74,10 +74,15 @@ func (m *merger) round(req *flushReq) {
 	}
 	s.writers = live
 	s.mu.Unlock()
-	if req != nil || m.pending >= s.opts.MaxBufferedRecords/2 {
+	if req != nil {
 		w = maxT
 	}
 	m.merge(w)
+	// Records above w wait for a slow or idle writer; past half the memory
+	// budget, stop waiting (a later smaller t starts a new run).
+	if m.pending >= s.opts.MaxBufferedRecords/2 {
+		m.merge(maxT)
+	}
 	if req != nil {
 		m.emit(req)
 	}

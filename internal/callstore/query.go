@@ -20,11 +20,8 @@ type query struct {
 }
 
 type queryScratch struct {
-	ta   []byte
-	body []byte
-	idx  []int32
-	segs []int
-	tmp  []Message
+	ta    []byte
+	slots []*slot
 }
 
 func (s *Store) getScratch() *queryScratch {
@@ -87,80 +84,155 @@ func (s *Store) AppendMessages(dst []Message, aMin, aMax, tMin, tMax int64) ([]M
 	return dst, nil
 }
 
+// slot holds one bucket's matches while a chunk's buckets are merged.
+type slot struct {
+	b        *bucket
+	ta, body []byte
+	idx      []int32 // matching record indices, ascending (t order)
+	first    int     // index of the record at body[0]
+	ts       []int64 // t of each match, for merging
+	pos      int     // merge cursor into idx
+}
+
 func (s *Store) chunkMessages(dst []Message, c *chunkMeta, q *query, sc *queryScratch) ([]Message, error) {
-	start := len(dst)
-	sc.segs = sc.segs[:0]
-	var err error
+	used := 0
 	for i := range c.buckets {
 		b := &c.buckets[i]
 		if b.aMax < q.aMin || b.aMin > q.aMax || b.tMax < q.tMin || b.tMin > q.tMax {
 			continue
 		}
-		before := len(dst)
-		if dst, err = s.bucketMessages(dst, b, q, sc); err != nil {
+		if used == len(sc.slots) {
+			sc.slots = append(sc.slots, &slot{})
+		}
+		sl := sc.slots[used]
+		ok, err := s.gather(b, q, sl)
+		if err != nil {
 			return dst, err
 		}
-		if len(dst) > before {
-			sc.segs = append(sc.segs, before)
+		if ok {
+			used++
 		}
 	}
-	if len(sc.segs) < 2 {
-		return dst, nil
+	slots := sc.slots[:used]
+	total := 0
+	for _, sl := range slots {
+		total += len(sl.idx)
 	}
+	base := len(dst)
+	dst = slices.Grow(dst, total)[:base+total]
+	out := dst[base:]
 	ordered := true
-	for _, seg := range sc.segs[1:] {
-		if dst[seg-1].T > dst[seg].T {
+	for k := 1; k < len(slots); k++ {
+		if slots[k-1].ts[len(slots[k-1].ts)-1] > slots[k].ts[0] {
 			ordered = false
 			break
 		}
 	}
-	if ordered { // buckets cover disjoint t (a follows t): already sorted
+	if ordered { // buckets cover disjoint t (a follows t): concatenate
+		o := 0
+		for _, sl := range slots {
+			sl.fill(out[o : o+len(sl.idx)])
+			o += len(sl.idx)
+		}
 		return dst, nil
 	}
-	mergeSegments(dst[start:], sc.segs, start, sc)
+	// k-way merge by t; k is small (the buckets the a window overlaps).
+	for _, sl := range slots {
+		sl.pos = 0
+	}
+	for o := range out {
+		best := 0
+		bt := int64(maxT)
+		for k, sl := range slots {
+			if sl.pos < len(sl.ts) && sl.ts[sl.pos] <= bt {
+				best, bt = k, sl.ts[sl.pos]
+			}
+		}
+		sl := slots[best]
+		sl.fill1(&out[o], sl.pos)
+		sl.pos++
+	}
 	return dst, nil
 }
 
-// mergeSegments merges the t-sorted segments of out (segs are their starts,
-// offset by base) into one t-sorted sequence.
-func mergeSegments(out []Message, segs []int, base int, sc *queryScratch) {
-	sc.tmp = append(sc.tmp[:0], out...)
-	k := len(segs)
-	pos := make([]int, k)
-	end := make([]int, k)
-	for i := range segs {
-		pos[i] = segs[i] - base
-		if i+1 < k {
-			end[i] = segs[i+1] - base
-		} else {
-			end[i] = len(out)
-		}
+// fill writes the slot's matches, in order, to out.
+func (sl *slot) fill(out []Message) {
+	b := sl.b
+	acol := sl.ta[int(b.count)*int(b.tWidth):]
+	aw, amask := b.aWidth, maskFor(b.aWidth)
+	for j, i := range sl.idx {
+		m := &out[j]
+		m.T = sl.ts[j]
+		m.A = b.aMin + int64(load(acol, int(i), aw, amask))
+		m.Body = [BodySize]byte(sl.body[(int(i)-sl.first)*BodySize:])
 	}
-	tmp := sc.tmp
-	for o := range out {
-		best := -1
-		for i := range k {
-			if pos[i] < end[i] && (best < 0 || tmp[pos[i]].T < tmp[pos[best]].T) {
-				best = i
+}
+
+// fill1 writes the slot's j-th match to m.
+func (sl *slot) fill1(m *Message, j int) {
+	b := sl.b
+	i := int(sl.idx[j])
+	m.T = sl.ts[j]
+	m.A = b.aMin + int64(load(sl.ta[int(b.count)*int(b.tWidth):], i, b.aWidth, maskFor(b.aWidth)))
+	m.Body = [BodySize]byte(sl.body[(i-sl.first)*BodySize:])
+}
+
+// gather finds a bucket's matches and reads their bodies into sl; it
+// reports whether there are any.
+func (s *Store) gather(b *bucket, q *query, sl *slot) (bool, error) {
+	var err error
+	if sl.ta, err = s.readTA(b, sl.ta); err != nil {
+		return false, err
+	}
+	ta := sl.ta
+	tw, aw := b.tWidth, b.aWidth
+	tmask, amask := maskFor(tw), maskFor(aw)
+	n := int(b.count)
+	acol := ta[n*int(tw):]
+	i0, i1 := tRange(b, ta, q)
+	sl.b = b
+	sl.idx, sl.ts = sl.idx[:0], sl.ts[:0]
+	if i0 >= i1 {
+		return false, nil
+	}
+	if b.aMin >= q.aMin && b.aMax <= q.aMax {
+		for i := i0; i < i1; i++ {
+			sl.idx = append(sl.idx, int32(i))
+			sl.ts = append(sl.ts, b.tMin+int64(load(ta, i, tw, tmask)))
+		}
+	} else {
+		lo, width := aFilter(b, q)
+		for i := i0; i < i1; i++ {
+			if load(acol, i, aw, amask)-lo <= width {
+				sl.idx = append(sl.idx, int32(i))
+				sl.ts = append(sl.ts, b.tMin+int64(load(ta, i, tw, tmask)))
 			}
 		}
-		out[o] = tmp[pos[best]]
-		pos[best]++
+		if len(sl.idx) == 0 {
+			return false, nil
+		}
 	}
+	sl.first = int(sl.idx[0])
+	nb := (int(sl.idx[len(sl.idx)-1]) - sl.first + 1) * BodySize
+	sl.body = slices.Grow(sl.body[:0], nb)[:nb]
+	if _, err := s.bodyF.ReadAt(sl.body, int64(b.bodyOff)+int64(sl.first*BodySize)); err != nil {
+		return false, fmt.Errorf("callstore: read: %w", err)
+	}
+	return true, nil
 }
 
 // readTA reads and checks a bucket's t and a columns into sc.ta, with 8
 // bytes of slack for load.
-func (s *Store) readTA(b *bucket, sc *queryScratch) ([]byte, error) {
+func (s *Store) readTA(b *bucket, buf []byte) ([]byte, error) {
 	n := int(b.count) * int(b.tWidth+b.aWidth)
-	sc.ta = slices.Grow(sc.ta[:0], n+8)[:n+8]
-	if _, err := s.taF.ReadAt(sc.ta[:n], int64(b.taOff)); err != nil {
-		return nil, fmt.Errorf("callstore: read: %w", err)
+	buf = slices.Grow(buf[:0], n+8)[:n+8]
+	if _, err := s.taF.ReadAt(buf[:n], int64(b.taOff)); err != nil {
+		return buf, fmt.Errorf("callstore: read: %w", err)
 	}
-	if crc32.Checksum(sc.ta[:n], castagnoli) != b.crcTA {
-		return nil, fmt.Errorf("%w: bucket at %d: checksum mismatch", ErrCorrupt, b.taOff)
+	if crc32.Checksum(buf[:n], castagnoli) != b.crcTA {
+		return buf, fmt.Errorf("%w: bucket at %d: checksum mismatch", ErrCorrupt, b.taOff)
 	}
-	return sc.ta, nil
+	return buf, nil
 }
 
 // tRange returns the index range [i0, i1) of the bucket's records with t in
@@ -186,62 +258,6 @@ func aFilter(b *bucket, q *query) (lo, width uint64) {
 	lo = uint64(max(q.aMin, b.aMin)) - uint64(b.aMin)
 	hi := uint64(min(q.aMax, b.aMax)) - uint64(b.aMin)
 	return lo, hi - lo
-}
-
-func (s *Store) bucketMessages(dst []Message, b *bucket, q *query, sc *queryScratch) ([]Message, error) {
-	ta, err := s.readTA(b, sc)
-	if err != nil {
-		return dst, err
-	}
-	tw, aw := b.tWidth, b.aWidth
-	tmask, amask := maskFor(tw), maskFor(aw)
-	n := int(b.count)
-	acol := ta[n*int(tw):]
-	i0, i1 := tRange(b, ta, q)
-	if i0 >= i1 {
-		return dst, nil
-	}
-	idx := sc.idx[:0]
-	first, last := i0, i1-1
-	fullA := b.aMin >= q.aMin && b.aMax <= q.aMax
-	if !fullA {
-		lo, width := aFilter(b, q)
-		for i := i0; i < i1; i++ {
-			if load(acol, i, aw, amask)-lo <= width {
-				idx = append(idx, int32(i))
-			}
-		}
-		sc.idx = idx
-		if len(idx) == 0 {
-			return dst, nil
-		}
-		first, last = int(idx[0]), int(idx[len(idx)-1])
-	}
-	nb := (last - first + 1) * BodySize
-	sc.body = slices.Grow(sc.body[:0], nb)[:nb]
-	if _, err := s.bodyF.ReadAt(sc.body, int64(b.bodyOff)+int64(first*BodySize)); err != nil {
-		return dst, fmt.Errorf("callstore: read: %w", err)
-	}
-	body := sc.body
-	emit := func(i int) {
-		dst = append(dst, Message{})
-		m := &dst[len(dst)-1]
-		m.T = b.tMin + int64(load(ta, i, tw, tmask))
-		m.A = b.aMin + int64(load(acol, i, aw, amask))
-		copy(m.Body[:], body[(i-first)*BodySize:])
-	}
-	if fullA {
-		dst = slices.Grow(dst, i1-i0)
-		for i := i0; i < i1; i++ {
-			emit(i)
-		}
-	} else {
-		dst = slices.Grow(dst, len(idx))
-		for _, i := range idx {
-			emit(int(i))
-		}
-	}
-	return dst, nil
 }
 
 // AvgValue returns the integer part (truncated toward zero) of the mean a of
@@ -298,7 +314,8 @@ func (s *Store) sumValue(aMin, aMax, tMin, tMax int64) (uint64, int128, error) {
 // bucketSum counts and sums the matching records of a partly covered
 // bucket.
 func (s *Store) bucketSum(b *bucket, q *query, sc *queryScratch) (uint64, int128, error) {
-	ta, err := s.readTA(b, sc)
+	ta, err := s.readTA(b, sc.ta)
+	sc.ta = ta
 	if err != nil {
 		return 0, int128{}, err
 	}
@@ -337,3 +354,24 @@ func (s *Store) bucketSum(b *bucket, q *query, sc *queryScratch) (uint64, int128
 
 // Len returns the number of records queries can see.
 func (s *Store) Len() uint64 { return s.view.Load().records }
+
+// Stats describes the index snapshot queries currently see.
+type Stats struct {
+	Records uint64 // records visible to queries
+	Runs    int    // t-ordered runs; more than one means some writer fell behind a flush
+	Chunks  int
+	Buckets int
+}
+
+// Stats returns the shape of the current index snapshot.
+func (s *Store) Stats() Stats {
+	v := s.view.Load()
+	st := Stats{Records: v.records, Runs: len(v.runs)}
+	for _, r := range v.runs {
+		st.Chunks += len(r.chunks)
+		for _, c := range r.chunks {
+			st.Buckets += len(c.buckets)
+		}
+	}
+	return st
+}
