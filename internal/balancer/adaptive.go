@@ -35,8 +35,8 @@ import (
 // is shed at the caller (ErrShed) instead of being rejected remotely. Up to
 // scanAll endpoints are all scored; beyond, two random ones (P2C).
 type adaptive struct {
-	now    func() time.Time
-	window int64 // nanoseconds per rank bucket
+	nanos  func() int64 // monotonic clock; Pick reads it once
+	window int64        // nanoseconds per rank bucket
 	states stateStore[adaptiveState]
 }
 
@@ -85,8 +85,8 @@ type slot struct {
 	t   atomic.Int64
 }
 
-func newAdaptive(now func() time.Time) *adaptive {
-	return &adaptive{now: now, window: int64(defaultWindow)}
+func newAdaptive(nanos func() int64) *adaptive {
+	return &adaptive{nanos: nanos, window: int64(defaultWindow)}
 }
 
 // Name implements Policy.
@@ -128,8 +128,11 @@ func (a *adaptivePicker) Pick() (int, error) {
 			}
 		}
 	} else {
-		x := rand.IntN(n)
-		y := rand.IntN(n - 1)
+		// One draw for both choices: x and y are two independent
+		// multiply-shift reductions of the halves of one random word.
+		r := rand.Uint64()
+		x := int((r >> 32) * uint64(n) >> 32)
+		y := int((r & 0xffffffff) * uint64(n-1) >> 32)
 		if y >= x {
 			y++
 		}
@@ -147,7 +150,7 @@ func (a *adaptivePicker) Pick() (int, error) {
 	st.inflight.Add(1)
 	seq := st.head.Add(1) - 1
 	sl := &st.ring[seq%ringSize]
-	sl.t.Store(a.p.now().UnixNano())
+	sl.t.Store(a.p.nanos())
 	sl.seq.Store(seq + 1)
 	return best, nil
 }
@@ -181,7 +184,7 @@ func (a *adaptivePicker) Done(idx int, latency time.Duration, outcome Outcome) {
 		return
 	}
 	st := a.states[idx]
-	now := a.p.now().UnixNano()
+	now := a.p.nanos()
 	st.mu.Lock()
 	rank := st.complete(now - int64(latency))
 	st.inflight.Add(-1)
@@ -218,14 +221,15 @@ func (st *adaptiveState) complete(sent int64) int64 {
 	if head-st.tail > ringSize {
 		st.tail = head - ringSize
 	}
-	found := uint64(0)
-	ok := false
+	found, oldest := uint64(0), uint64(0)
+	ok, have := false, false
 	for p := head; p > st.tail; {
 		p--
 		sl := &st.ring[p%ringSize]
 		if sl.seq.Load() != p+1 {
 			continue // done, or sent but not yet recorded
 		}
+		oldest, have = p, true
 		t := sl.t.Load()
 		if sl.seq.Load() != p+1 || t > sent {
 			continue
@@ -236,7 +240,13 @@ func (st *adaptiveState) complete(sent int64) int64 {
 		}
 	}
 	if !ok {
-		return 0
+		// The caller's latency reaches back before every call in flight
+		// (it timed more than Pick to Done): the oldest is the best guess,
+		// and releasing some slot keeps the ring from filling.
+		if !have || !st.ring[oldest%ringSize].seq.CompareAndSwap(oldest+1, (oldest+1)|doneBit) {
+			return 0
+		}
+		found = oldest
 	}
 	rank := int64(1)
 	for p := st.tail; p < found; p++ {

@@ -108,7 +108,7 @@ func (e *ejectPicker) Pick() (int, error) {
 	}
 	// Some endpoint is ejected: ask the inner picker again, bounded; each
 	// refused pick is handed back as Canceled so its accounting is undone.
-	for range 2*len(e.states) + 2 {
+	for range 4*len(e.states) + 8 {
 		i, err := e.inner.Pick()
 		if err != nil {
 			return i, err

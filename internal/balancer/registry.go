@@ -46,13 +46,27 @@ func WithClock(now func() time.Time) Option {
 	return func(o *options) { o.now = now }
 }
 
+// monoEpoch anchors the default monotonic clock.
+var monoEpoch = time.Now()
+
+// nanos is the policies' nanosecond clock: monotonic time since monoEpoch
+// (cheaper than time.Now, which also reads the wall clock), or the injected
+// clock when a test set one.
+func (o options) nanos() func() int64 {
+	if o.now == nil {
+		return func() int64 { return int64(time.Since(monoEpoch)) }
+	}
+	now := o.now
+	return func() int64 { return now().UnixNano() }
+}
+
 var constructors = map[string]func(options) Policy{
 	"round_robin":          func(options) Policy { return NewRoundRobin() },
 	"weighted_round_robin": func(options) Policy { return NewWeightedRoundRobin() },
 	"random":               func(options) Policy { return NewRandom() },
 	"least_request":        func(o options) Policy { return NewLeastRequest(o.activeRequestBias) },
-	"peak_ewma":            func(o options) Policy { return newPeakEWMA(o.decay, o.now) },
-	"adaptive":             func(o options) Policy { return newAdaptive(o.now) },
+	"peak_ewma":            func(o options) Policy { return newPeakEWMA(o.decay, o.nanos()) },
+	"adaptive":             func(o options) Policy { return newAdaptive(o.nanos()) },
 }
 
 // Names lists the policies New knows, sorted.
@@ -75,12 +89,9 @@ func New(name string, opts ...Option) (Policy, error) {
 	if !ok {
 		return nil, fmt.Errorf("%w %q (known: %v)", ErrUnknownPolicy, name, Names())
 	}
-	o := options{activeRequestBias: 1, decay: 10 * time.Second, now: time.Now}
+	o := options{activeRequestBias: 1, decay: 10 * time.Second}
 	for _, opt := range opts {
 		opt(&o)
-	}
-	if o.now == nil {
-		o.now = time.Now
 	}
 	p := c(o)
 	if o.ejection != nil {

@@ -1,0 +1,117 @@
+package balancer
+
+import (
+	"testing"
+	"time"
+)
+
+type fakeClock struct{ t time.Time }
+
+func (c *fakeClock) now() time.Time      { return c.t }
+func (c *fakeClock) add(d time.Duration) { c.t = c.t.Add(d) }
+func newFakeClock() *fakeClock           { return &fakeClock{t: time.Unix(1000, 0)} }
+func picks(pk Picker, n int) map[int]int {
+	got := map[int]int{}
+	for range n {
+		i, err := pk.Pick()
+		if err != nil {
+			got[-1]++
+			continue
+		}
+		got[i]++
+		pk.Done(i, time.Millisecond, Success)
+	}
+	return got
+}
+
+func TestEjectionBackoff(t *testing.T) {
+	for _, name := range Names() {
+		t.Run(name, func(t *testing.T) {
+			clk := newFakeClock()
+			pol, err := New(name, WithClock(clk.now), WithOutlierEjection(EjectionConfig{
+				ConsecutiveFailures: 3, BaseEjection: 10 * time.Second, MaxEjection: 25 * time.Second,
+			}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			pk := pol.Build(eps(1, 1, 1))
+			fail := func() {
+				for range 3 {
+					pk.Done(1, time.Millisecond, Failed)
+				}
+			}
+			// Balance the Done calls above with picks so in-flight counts
+			// stay sane for stateful policies.
+			for range 3 {
+				pk.Pick()
+			}
+			fail()
+			if got := picks(pk, 300); got[1] != 0 {
+				t.Fatalf("ejected endpoint picked %d times", got[1])
+			}
+			clk.add(10 * time.Second) // first ejection: 1 x base
+			if got := picks(pk, 300); got[1] == 0 {
+				t.Fatal("endpoint not back after its first ejection")
+			}
+			for range 3 {
+				pk.Pick()
+			}
+			fail()
+			clk.add(19 * time.Second) // second in a row: 2 x base
+			if got := picks(pk, 300); got[1] != 0 {
+				t.Fatalf("second ejection ended before 2 x base (picked %d times)", got[1])
+			}
+			clk.add(time.Second)
+			if got := picks(pk, 300); got[1] == 0 {
+				t.Fatal("endpoint not back after 2 x base")
+			}
+			for range 3 {
+				pk.Pick()
+			}
+			fail()
+			clk.add(25 * time.Second) // third: 3 x base capped at MaxEjection
+			if got := picks(pk, 300); got[1] == 0 {
+				t.Fatal("ejection not capped at MaxEjection")
+			}
+		})
+	}
+}
+
+func TestEjectionIgnoresRejectionsAndSuccessResets(t *testing.T) {
+	clk := newFakeClock()
+	pol, _ := New("round_robin", WithClock(clk.now), WithOutlierEjection(EjectionConfig{ConsecutiveFailures: 2}))
+	pk := pol.Build(eps(1, 1))
+	pk.Done(0, 0, Rejected)
+	pk.Done(0, 0, Rejected)
+	pk.Done(0, 0, Rejected)
+	pk.Done(1, 0, Failed)
+	pk.Done(1, 0, Success)
+	pk.Done(1, 0, Timeout)
+	if got := picks(pk, 100); got[0] == 0 || got[1] == 0 {
+		t.Fatalf("picks %v: nothing should be ejected", got)
+	}
+}
+
+func TestEjectionCap(t *testing.T) {
+	clk := newFakeClock()
+	pol, _ := New("random", WithClock(clk.now), WithOutlierEjection(EjectionConfig{ConsecutiveFailures: 1, MaxEjectedPercent: 50}))
+	pk := pol.Build(eps(1, 1, 1, 1))
+	for i := range 4 {
+		pk.Done(i, 0, Failed)
+	}
+	got := picks(pk, 400)
+	if len(got) != 2 || got[-1] != 0 {
+		t.Fatalf("picks %v: want exactly 2 of 4 endpoints left (50%% cap)", got)
+	}
+}
+
+func TestEjectionSurvivesRebuild(t *testing.T) {
+	clk := newFakeClock()
+	pol, _ := New("round_robin", WithClock(clk.now), WithOutlierEjection(EjectionConfig{ConsecutiveFailures: 1}))
+	pk := pol.Build(eps(1, 1, 1))
+	pk.Done(1, 0, Failed) // ejects "b"
+	pk2 := pol.Build([]Endpoint{{ID: "b"}, {ID: "c"}})
+	if got := picks(pk2, 100); got[0] != 0 {
+		t.Fatalf("ejected endpoint b picked %d times after a rebuild", got[0])
+	}
+}
