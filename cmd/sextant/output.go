@@ -1,0 +1,174 @@
+package main
+
+// Shared plumbing of the client commands (instances, services, watch): the
+// --server and --output flags, tables vs JSON, and how server errors read.
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"slices"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sextant-mesh/sextant/client"
+)
+
+// defaultServer is where the client commands go unless --server or
+// SEXTANT_SERVER say otherwise.
+const defaultServer = "http://127.0.0.1:7400"
+
+// clientFlags are the flags every client command shares.
+type clientFlags struct {
+	server string
+	output string
+}
+
+// addClientFlags adds --server and --output to cmd and all its subcommands.
+func addClientFlags(cmd *cobra.Command) *clientFlags {
+	f := &clientFlags{}
+	def := os.Getenv("SEXTANT_SERVER")
+	if def == "" {
+		def = defaultServer
+	}
+	cmd.PersistentFlags().StringVar(&f.server, "server", def, "registry server URL (env SEXTANT_SERVER)")
+	cmd.PersistentFlags().StringVarP(&f.output, "output", "o", "table", "output format: table or json")
+	return f
+}
+
+// check validates the flags before a command talks to the server.
+func (f *clientFlags) check() error {
+	switch f.output {
+	case "table", "json":
+		return nil
+	}
+	return fmt.Errorf("unknown --output %q: use table or json", f.output)
+}
+
+func (f *clientFlags) json() bool { return f.output == "json" }
+
+func (f *clientFlags) client() (*client.Client, error) {
+	if err := f.check(); err != nil {
+		return nil, err
+	}
+	return client.New(f.server, client.WithUserAgent("sextant-cli/1"))
+}
+
+// writeJSON prints v as indented JSON.
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
+	return enc.Encode(v)
+}
+
+// newTable returns an aligned table writer; call Flush when done.
+func newTable(w io.Writer) *tabwriter.Writer {
+	return tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+}
+
+// serverError is a failed call, worded for people: what we tried, then the
+// server's code, message and field.
+type serverError struct {
+	op  string
+	err error
+}
+
+func (e *serverError) Error() string {
+	var ce *client.Error
+	if !errors.As(e.err, &ce) {
+		return e.op + ": " + strings.TrimPrefix(e.err.Error(), "client: ")
+	}
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "%s: server answered %d", e.op, ce.Status)
+	if ce.Code != "" {
+		sb.WriteString(" " + ce.Code)
+	}
+	if ce.Message != "" {
+		sb.WriteString(": " + ce.Message)
+	}
+	if ce.Field != "" {
+		sb.WriteString(" (field " + ce.Field + ")")
+	}
+	return sb.String()
+}
+
+func (e *serverError) Unwrap() error { return e.err }
+
+func failed(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &serverError{op: op, err: err}
+}
+
+// formatMetadata renders metadata as sorted k=v pairs joined by commas.
+func formatMetadata(md map[string]string) string {
+	if len(md) == 0 {
+		return "-"
+	}
+	var sb strings.Builder
+	for i, k := range slices.Sorted(maps.Keys(md)) {
+		if i > 0 {
+			sb.WriteByte(',')
+		}
+		sb.WriteString(k)
+		sb.WriteByte('=')
+		sb.WriteString(md[k])
+	}
+	return sb.String()
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func healthWord(in *client.Instance) string {
+	switch {
+	case in.Isolated && in.Healthy:
+		return "isolated"
+	case in.Isolated:
+		return "isolated,unhealthy"
+	case in.Healthy:
+		return "healthy"
+	}
+	return "unhealthy"
+}
+
+func address(in *client.Instance) string {
+	if strings.Contains(in.Host, ":") { // IPv6
+		return fmt.Sprintf("[%s]:%d", in.Host, in.Port)
+	}
+	return fmt.Sprintf("%s:%d", in.Host, in.Port)
+}
+
+func ttlWord(s int) string {
+	if s == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%ds", s)
+}
+
+// instanceHeader and instanceRow are the columns of instance tables.
+const instanceHeader = "NAMESPACE\tSERVICE\tID\tADDRESS\tPROTOCOL\tVERSION\tWEIGHT\tSTATUS\tTTL\tREVISION\tMETADATA"
+
+func instanceRow(w io.Writer, in *client.Instance) {
+	fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%d\t%s\n",
+		in.Namespace, in.Service, in.ID, address(in), orDash(in.Protocol), orDash(in.Version),
+		in.EffectiveWeight(), healthWord(in), ttlWord(in.TTLSeconds), in.Revision, formatMetadata(in.Metadata))
+}
+
+// writeJSONLine prints v as one line of compact JSON.
+func writeJSONLine(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	return enc.Encode(v)
+}
