@@ -2,6 +2,7 @@ package catalog
 
 import (
 	"errors"
+	"fmt"
 	"sort"
 	"sync/atomic"
 )
@@ -72,7 +73,8 @@ func (l *changeLog) append(rev int64, changes []Change) {
 func (l *changeLog) since(since int64, limit int) ([]Change, int64, bool, error) {
 	v := l.view.Load()
 	if since < v.compacted {
-		return nil, 0, false, ErrCompacted
+		return nil, 0, false, fmt.Errorf("%w: changes after revision %d are no longer kept (history starts after %d); list in full and follow from the list's revision",
+			ErrCompacted, since, v.compacted)
 	}
 	if limit <= 0 {
 		limit = 1

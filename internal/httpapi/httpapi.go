@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -209,7 +210,7 @@ func (a *API) toAPIError(err error) *apiError {
 		return &apiError{http.StatusRequestEntityTooLarge, "payload_too_large",
 			"request body exceeds " + strconv.FormatInt(mbe.Limit, 10) + " bytes", ""}
 	case errors.Is(err, catalog.ErrCompacted):
-		return &apiError{http.StatusGone, "compacted", err.Error(), "since"}
+		return &apiError{http.StatusGone, "compacted", strings.TrimPrefix(err.Error(), "catalog: "), "since"}
 	case errors.Is(err, registry.ErrClosed):
 		return &apiError{http.StatusServiceUnavailable, "unavailable", "the server is shutting down", ""}
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):

@@ -93,7 +93,8 @@ func jsonError(err error) error {
 	var se *json.SyntaxError
 	switch {
 	case errors.As(err, &te):
-		return badRequest(te.Field, "%s: expected %s, got JSON %s", te.Field, te.Type, te.Value)
+		f := strings.TrimPrefix(te.Field, "instanceIn.") // the embedded bare-instance form
+		return badRequest(f, "%s: expected %s, got JSON %s", f, te.Type, te.Value)
 	case errors.As(err, &se):
 		return badRequest("", "malformed JSON at byte %d: %v", se.Offset, err)
 	case errors.Is(err, io.EOF):
