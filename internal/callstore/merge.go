@@ -1,5 +1,12 @@
 package callstore
 
+import "time"
+
+// stuckAfter is how long the watermark must stand still, with half the
+// memory budget waiting above it, before the merger stops waiting for the
+// slowest writer. Shorter stalls are scheduling noise, not idle writers.
+const stuckAfter = 100 * time.Millisecond
+
 // The merger goroutine turns per-writer batches into one t-ordered stream
 // and cuts it into chunks for the encoder.
 //
@@ -18,6 +25,8 @@ func (src *source) head() int64 { return src.batches[0][src.pos].t }
 
 type merger struct {
 	s       *Store
+	lastW   int64     // watermark of the last round
+	wSince  time.Time // when the watermark last advanced
 	srcs    map[*Writer]*source
 	pending int // records in srcs
 	out     []record
@@ -32,10 +41,16 @@ type chunkJob struct {
 
 func (s *Store) mergeLoop() {
 	defer s.wg.Done()
-	m := &merger{s: s, srcs: make(map[*Writer]*source), out: s.getChunk(), last: minT}
+	m := &merger{s: s, srcs: make(map[*Writer]*source), out: s.getChunk(), last: minT, lastW: minT, wSince: time.Now()}
+	// The tick re-checks a stuck watermark when no writer hands off (all
+	// blocked on the memory bound).
+	tick := time.NewTicker(stuckAfter / 2)
+	defer tick.Stop()
 	for {
 		select {
 		case <-s.wake:
+			m.round(nil)
+		case <-tick.C:
 			m.round(nil)
 		case req := <-s.flushReq:
 			m.round(req)
@@ -74,13 +89,17 @@ func (m *merger) round(req *flushReq) {
 	}
 	s.writers = live
 	s.mu.Unlock()
+	if w > m.lastW {
+		m.lastW, m.wSince = w, time.Now()
+	}
 	if req != nil {
 		w = maxT
 	}
 	m.merge(w)
 	// Records above w wait for a slow or idle writer; past half the memory
-	// budget, stop waiting (a later smaller t starts a new run).
-	if m.pending >= s.opts.MaxBufferedRecords/2 {
+	// budget and a stuck watermark, stop waiting (a later smaller t then
+	// starts a new run).
+	if m.pending >= s.opts.MaxBufferedRecords/2 && time.Since(m.wSince) >= stuckAfter {
 		m.merge(maxT)
 	}
 	if req != nil {
