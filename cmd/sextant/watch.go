@@ -137,7 +137,7 @@ func changes(a, b *client.Instance) []string {
 	var out []string
 	diff := func(name, x, y string) {
 		if x != y {
-			out = append(out, name+" "+x+"->"+y)
+			out = append(out, name+" "+x+" -> "+y)
 		}
 	}
 	diff("address", address(a), address(b))
@@ -147,7 +147,7 @@ func changes(a, b *client.Instance) []string {
 	diff("status", healthWord(a), healthWord(b))
 	diff("ttl", ttlWord(a.TTLSeconds), ttlWord(b.TTLSeconds))
 	if !maps.Equal(a.Metadata, b.Metadata) {
-		out = append(out, "metadata "+formatMetadata(a.Metadata)+"->"+formatMetadata(b.Metadata))
+		out = append(out, "metadata "+formatMetadata(a.Metadata)+" -> "+formatMetadata(b.Metadata))
 	}
 	return out
 }

@@ -1,0 +1,876 @@
+package bench
+
+// The registry load generator: it drives a running "sextant server" over
+// loopback HTTP with the scenarios of the registry issue and reports
+// throughput and latency percentiles. The loader shares the machine with the
+// server, so the hot paths send pre-encoded bodies patched in place (only the
+// id digits change), reuse read buffers, and do no formatting per request.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"runtime"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+
+	"github.com/sextant-mesh/sextant/client"
+)
+
+// RegistryScenarios lists the scenarios in the order they run.
+var RegistryScenarios = []string{"register", "batch", "heartbeat", "query", "changes", "watch"}
+
+// RegistryConfig configures RunRegistry. Zero values take the defaults in
+// brackets.
+type RegistryConfig struct {
+	Server    string   // server URL [http://127.0.0.1:7400]
+	Scenarios []string // subset of RegistryScenarios [all]
+	Namespace string   // namespace of everything created [bench-<unix time>]
+
+	Duration     time.Duration // length of each throughput scenario [10s]
+	MaxInstances int           // cap on instances one throughput scenario registers [1,000,000]
+
+	Conns          int // register: concurrent single-instance registers [256]
+	BatchConns     int // batch: concurrent requests [4]
+	BatchSize      int // batch: instances per request [500]
+	HeartbeatConns int // heartbeat: concurrent requests [4]
+	HeartbeatIDs   int // heartbeat: ids per request [1000]
+	HeartbeatPool  int // heartbeat: instances heartbeated [100,000]
+	QueryConns     int // query: concurrent queries [64]
+	QuerySize      int // query: instances in the queried service [100]
+	ChangesTotal   int // changes: instances the registry holds before [200,000]
+	ChangesCount   int // changes: changes fetched in one call [5,000]
+	ChangesRounds  int // changes: timed calls [50]
+	WatchRounds    int // watch: rounds [300]
+
+	Keep     bool      // leave what was registered in place
+	Progress io.Writer // progress bars (nil: none)
+}
+
+func (c *RegistryConfig) defaults() {
+	def := func(v *int, d int) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	if c.Server == "" {
+		c.Server = "http://127.0.0.1:7400"
+	}
+	if len(c.Scenarios) == 0 {
+		c.Scenarios = RegistryScenarios
+	}
+	if c.Namespace == "" {
+		c.Namespace = "bench-" + strconv.FormatInt(time.Now().Unix(), 10)
+	}
+	if c.Duration <= 0 {
+		c.Duration = 10 * time.Second
+	}
+	def(&c.MaxInstances, 1_000_000)
+	def(&c.Conns, 256)
+	def(&c.BatchConns, 4)
+	def(&c.BatchSize, 500)
+	def(&c.HeartbeatConns, 4)
+	def(&c.HeartbeatIDs, 1000)
+	def(&c.HeartbeatPool, 100_000)
+	def(&c.QueryConns, 64)
+	def(&c.QuerySize, 100)
+	def(&c.ChangesTotal, 200_000)
+	def(&c.ChangesCount, 5_000)
+	def(&c.ChangesRounds, 50)
+	def(&c.WatchRounds, 300)
+}
+
+// RegistryResult is the JSON object RunRegistry prints.
+type RegistryResult struct {
+	Server    string `json:"server"`
+	Namespace string `json:"namespace"`
+	Machine   struct {
+		NumCPU     int    `json:"num_cpu"`
+		GOMAXPROCS int    `json:"gomaxprocs"`
+		Note       string `json:"note"`
+	} `json:"machine"`
+	Register  *RegThroughput `json:"register,omitempty"`
+	Batch     *RegThroughput `json:"batch,omitempty"`
+	Heartbeat *RegThroughput `json:"heartbeat,omitempty"`
+	Query     *RegThroughput `json:"query,omitempty"`
+	Changes   *RegLatency    `json:"changes,omitempty"`
+	Watch     *RegLatency    `json:"watch,omitempty"`
+	Cleanup   *RegCleanup    `json:"cleanup,omitempty"`
+}
+
+// RegThroughput is the figure of a throughput scenario. Items are
+// instances (register, batch), ids (heartbeat) or queries (query).
+type RegThroughput struct {
+	Unit        string  `json:"unit"`
+	Conns       int     `json:"conns"`
+	PerRequest  int     `json:"per_request"`
+	Requests    int64   `json:"requests"`
+	Items       int64   `json:"items"`
+	Seconds     float64 `json:"seconds"`
+	PerSecond   float64 `json:"per_second"`
+	P50Ms       float64 `json:"p50_ms"`
+	P99Ms       float64 `json:"p99_ms"`
+	MaxMs       float64 `json:"max_ms"`
+	Errors      int64   `json:"errors"`
+	FirstError  string  `json:"first_error,omitempty"`
+	Target      float64 `json:"target_per_second"`
+	TargetP99Ms float64 `json:"target_p99_ms,omitempty"`
+	Note        string  `json:"note,omitempty"`
+}
+
+// RegLatency is the figure of a latency scenario.
+type RegLatency struct {
+	Rounds      int     `json:"rounds"`
+	P50Ms       float64 `json:"p50_ms"`
+	P99Ms       float64 `json:"p99_ms"`
+	MaxMs       float64 `json:"max_ms"`
+	TargetP99Ms float64 `json:"target_p99_ms"`
+	Note        string  `json:"note,omitempty"`
+	// changes only
+	Preloaded       int   `json:"preloaded,omitempty"`
+	RegistryHolds   int   `json:"registry_holds,omitempty"`
+	ChangesReturned int   `json:"changes_returned,omitempty"`
+	BodyBytes       int64 `json:"body_bytes,omitempty"`
+}
+
+// RegCleanup says what was removed at the end.
+type RegCleanup struct {
+	Deregistered int     `json:"deregistered"`
+	Seconds      float64 `json:"seconds"`
+	Kept         bool    `json:"kept,omitempty"`
+}
+
+// RunRegistry runs the selected scenarios against cfg.Server, writes one JSON
+// object of figures to out, and deregisters what it created unless cfg.Keep.
+func RunRegistry(ctx context.Context, cfg RegistryConfig, out io.Writer) (RegistryResult, error) {
+	cfg.defaults()
+	for _, s := range cfg.Scenarios {
+		if !slices.Contains(RegistryScenarios, s) {
+			return RegistryResult{}, fmt.Errorf("bench: unknown registry scenario %q (have %v)", s, RegistryScenarios)
+		}
+	}
+	c, err := client.New(cfg.Server, client.WithUserAgent("sextant-bench/1"))
+	if err != nil {
+		return RegistryResult{}, fmt.Errorf("bench: %w", err)
+	}
+	defer c.HTTPClient().CloseIdleConnections()
+	if _, err := c.Namespaces(ctx); err != nil {
+		return RegistryResult{}, fmt.Errorf("bench: server %s not answering: %w", cfg.Server, err)
+	}
+	r := &regRun{cfg: cfg, c: c, hc: c.HTTPClient(), base: c.BaseURL()}
+	res := RegistryResult{Server: c.BaseURL(), Namespace: cfg.Namespace}
+	res.Machine.NumCPU = runtime.NumCPU()
+	res.Machine.GOMAXPROCS = runtime.GOMAXPROCS(0)
+	res.Machine.Note = "load generator and server share this machine's cores; loopback HTTP/1.1"
+
+	var runErr error
+	for _, s := range cfg.Scenarios {
+		var err error
+		switch s {
+		case "register":
+			res.Register, err = r.register(ctx)
+		case "batch":
+			res.Batch, err = r.batch(ctx)
+		case "heartbeat":
+			res.Heartbeat, err = r.heartbeat(ctx)
+		case "query":
+			res.Query, err = r.query(ctx)
+		case "changes":
+			res.Changes, err = r.changes(ctx)
+		case "watch":
+			res.Watch, err = r.watch(ctx)
+		}
+		if err != nil {
+			runErr = fmt.Errorf("bench: registry %s: %w", s, err)
+			break
+		}
+	}
+	// Clean up even after a failed or interrupted run, on a fresh context.
+	if cfg.Keep {
+		res.Cleanup = &RegCleanup{Kept: true}
+	} else {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Minute)
+		res.Cleanup, err = r.cleanup(cctx)
+		cancel()
+		if err != nil && runErr == nil {
+			runErr = fmt.Errorf("bench: registry cleanup: %w", err)
+		}
+	}
+	enc := json.NewEncoder(out)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(res); err != nil && runErr == nil {
+		runErr = fmt.Errorf("bench: %w", err)
+	}
+	return res, runErr
+}
+
+// regRun is one run's state; only the scenario running touches it.
+type regRun struct {
+	cfg  RegistryConfig
+	c    *client.Client
+	hc   *http.Client
+	base string
+	// created lists id families: ids prefix+10 digits of 0..n-1, so that
+	// cleanup need not keep a million id strings.
+	mu      sync.Mutex
+	created []*regFamily
+}
+
+type regFamily struct {
+	prefix string
+	n      atomic.Int64
+}
+
+func (r *regRun) family(prefix string) *regFamily {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	f := &regFamily{prefix: prefix}
+	r.created = append(r.created, f)
+	return f
+}
+
+const regDigits = 10
+
+// regID is the id of instance i of a family (not used on hot paths).
+func regID(prefix string, i int64) string {
+	b := make([]byte, 0, len(prefix)+regDigits)
+	b = append(b, prefix...)
+	b = append(b, make([]byte, regDigits)...)
+	regPutDigits(b[len(prefix):], uint64(i))
+	return string(b)
+}
+
+// regPutDigits writes n as fixed-width decimal into b, in place.
+func regPutDigits(b []byte, n uint64) {
+	for i := len(b) - 1; i >= 0; i-- {
+		b[i] = byte('0' + n%10)
+		n /= 10
+	}
+}
+
+// regMetadata is the benchmark's metadata: 16 entries of 10-byte keys and
+// values. Key j has 2^j distinct values across instances, so selectors hit
+// both dense and sparse postings.
+func regMetadata(i int) map[string]string {
+	md := make(map[string]string, 16)
+	for j := 1; j <= 16; j++ {
+		k := []byte("meta-key00")
+		regPutDigits(k[8:], uint64(j))
+		v := []byte("v00-000000")
+		regPutDigits(v[1:3], uint64(j))
+		regPutDigits(v[4:], uint64(i%(1<<j)))
+		md[string(k)] = string(v)
+	}
+	return md
+}
+
+// regTemplate is a pre-encoded register body whose id digits are patched
+// in place before each send.
+type regTemplate struct {
+	body    []byte
+	offsets []int // where each instance's id digits start
+}
+
+// newRegTemplate encodes n instances of service svc whose ids are
+// prefix+digits; set(k) patches instance k's digits to base+k.
+func newRegTemplate(ns, svc, prefix string, n, ttl int) regTemplate {
+	insts := make([]client.Instance, n)
+	placeholder := prefix + "##########"
+	for k := range insts {
+		insts[k] = client.Instance{
+			ID: placeholder, Namespace: ns, Service: svc,
+			Host: "10.0." + strconv.Itoa(k/250) + "." + strconv.Itoa(k%250+1), Port: 8080 + k%1000,
+			Protocol: "http", Version: "v1", Weight: client.Weight(100),
+			Metadata: regMetadata(k), TTLSeconds: ttl,
+		}
+	}
+	t := regTemplate{body: client.AppendRegisterBody(nil, insts...)}
+	quoted := []byte(`"` + placeholder + `"`)
+	for off := 0; ; {
+		i := bytes.Index(t.body[off:], quoted)
+		if i < 0 {
+			break
+		}
+		t.offsets = append(t.offsets, off+i+1+len(prefix))
+		off += i + len(quoted)
+	}
+	if len(t.offsets) != n {
+		panic("bench: register template lost an id placeholder")
+	}
+	return t
+}
+
+func (t *regTemplate) set(base uint64) {
+	for k, off := range t.offsets {
+		regPutDigits(t.body[off:off+regDigits], base+uint64(k))
+	}
+}
+
+// regCaller sends raw requests for one loader goroutine, reusing its read
+// buffer.
+type regCaller struct {
+	hc  *http.Client
+	buf []byte
+}
+
+// send does one request and reads the whole answer into c.buf.
+func (c *regCaller) send(ctx context.Context, method, url string, body []byte) (int, error) {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, url, rd)
+	if err != nil {
+		return 0, err
+	}
+	if body != nil {
+		req.Header["Content-Type"] = regJSONType
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	c.buf = c.buf[:0]
+	for {
+		if len(c.buf) == cap(c.buf) {
+			c.buf = append(c.buf, 0)[:len(c.buf)]
+		}
+		n, err := resp.Body.Read(c.buf[len(c.buf):cap(c.buf)])
+		c.buf = c.buf[:len(c.buf)+n]
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			resp.Body.Close()
+			return resp.StatusCode, err
+		}
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return resp.StatusCode, fmt.Errorf("%s %s: status %d: %.200s", method, url, resp.StatusCode, c.buf)
+	}
+	return resp.StatusCode, nil
+}
+
+var regJSONType = []string{"application/json"}
+
+// regStats collects one loader goroutine's figures.
+type regStats struct {
+	lat      []time.Duration
+	requests int64
+	items    int64
+	errors   int64
+	firstErr error
+}
+
+// regLoop runs conns goroutines calling step until the duration passes, ctx
+// ends, or step reports done; it returns the merged figures. step sends one
+// request and returns how many items it carried.
+func (r *regRun) regLoop(ctx context.Context, name string, conns int, step func(ctx context.Context, g int, c *regCaller) (items int, done bool, err error)) (*RegThroughput, error) {
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.Duration)
+	defer cancel()
+	stats := make([]regStats, conns)
+	var wg sync.WaitGroup
+	stopBar := r.timeBar(ctx, name, r.cfg.Duration)
+	start := time.Now()
+	for g := range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			st := &stats[g]
+			st.lat = make([]time.Duration, 0, 4096)
+			c := &regCaller{hc: r.hc, buf: make([]byte, 0, 16<<10)}
+			consecutive := 0
+			for ctx.Err() == nil {
+				t0 := time.Now()
+				n, done, err := step(ctx, g, c)
+				if done {
+					return
+				}
+				if err != nil {
+					if ctx.Err() != nil {
+						return // the deadline cut this request short
+					}
+					st.errors++
+					if st.firstErr == nil {
+						st.firstErr = err
+					}
+					if consecutive++; consecutive >= 100 {
+						return // the server is failing; stop hammering it
+					}
+					continue
+				}
+				consecutive = 0
+				st.lat = append(st.lat, time.Since(t0))
+				st.requests++
+				st.items += int64(n)
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	stopBar()
+	res := &RegThroughput{Conns: conns, Seconds: round3(elapsed.Seconds())}
+	var all []time.Duration
+	for i := range stats {
+		st := &stats[i]
+		all = append(all, st.lat...)
+		res.Requests += st.requests
+		res.Items += st.items
+		res.Errors += st.errors
+		if st.firstErr != nil && res.FirstError == "" {
+			res.FirstError = st.firstErr.Error()
+		}
+	}
+	res.PerSecond = round3(float64(res.Items) / elapsed.Seconds())
+	res.P50Ms, res.P99Ms, res.MaxMs = regPercentiles(all)
+	if res.Requests == 0 {
+		return res, fmt.Errorf("no request succeeded: %s", res.FirstError)
+	}
+	return res, nil
+}
+
+func regPercentiles(d []time.Duration) (p50, p99, maxMs float64) {
+	if len(d) == 0 {
+		return 0, 0, 0
+	}
+	slices.Sort(d)
+	at := func(q float64) float64 {
+		i := int(q * float64(len(d)-1))
+		return round3(float64(d[i]) / 1e6)
+	}
+	return at(0.50), at(0.99), round3(float64(d[len(d)-1]) / 1e6)
+}
+
+func round3(x float64) float64 {
+	return float64(int64(x*1000+0.5)) / 1000
+}
+
+// reserve takes n slots of the scenario's instance budget; false when spent.
+func regReserve(budget *atomic.Int64, n int) bool {
+	return budget.Add(-int64(n)) >= 0
+}
+
+func (r *regRun) register(ctx context.Context) (*RegThroughput, error) {
+	conns := r.cfg.Conns
+	fams := make([]*regFamily, conns)
+	tmpls := make([]regTemplate, conns)
+	for g := range conns {
+		prefix := "reg-g" + strconv.Itoa(g) + "-"
+		fams[g] = r.family(prefix)
+		tmpls[g] = newRegTemplate(r.cfg.Namespace, "reg-"+strconv.Itoa(g%64), prefix, 1, 0)
+	}
+	var budget atomic.Int64
+	budget.Store(int64(r.cfg.MaxInstances))
+	url := r.base + "/v1/instances"
+	res, err := r.regLoop(ctx, "register", conns, func(ctx context.Context, g int, c *regCaller) (int, bool, error) {
+		if !regReserve(&budget, 1) {
+			return 0, true, nil
+		}
+		f := fams[g]
+		tmpls[g].set(uint64(f.n.Load()))
+		_, err := c.send(ctx, http.MethodPost, url, tmpls[g].body)
+		if err == nil {
+			f.n.Add(1)
+		}
+		return 1, false, err
+	})
+	if res != nil {
+		res.Unit, res.PerRequest, res.Target, res.TargetP99Ms = "instances", 1, 20_000, 50
+	}
+	return res, err
+}
+
+func (r *regRun) batch(ctx context.Context) (*RegThroughput, error) {
+	conns, size := r.cfg.BatchConns, r.cfg.BatchSize
+	fams := make([]*regFamily, conns)
+	tmpls := make([]regTemplate, conns)
+	for g := range conns {
+		prefix := "bat-g" + strconv.Itoa(g) + "-"
+		fams[g] = r.family(prefix)
+		tmpls[g] = newRegTemplate(r.cfg.Namespace, "batch-"+strconv.Itoa(g), prefix, size, 0)
+	}
+	var budget atomic.Int64
+	budget.Store(int64(r.cfg.MaxInstances))
+	url := r.base + "/v1/instances"
+	res, err := r.regLoop(ctx, "batch", conns, func(ctx context.Context, g int, c *regCaller) (int, bool, error) {
+		if !regReserve(&budget, size) {
+			return 0, true, nil
+		}
+		f := fams[g]
+		tmpls[g].set(uint64(f.n.Load()))
+		_, err := c.send(ctx, http.MethodPost, url, tmpls[g].body)
+		if err == nil {
+			f.n.Add(int64(size))
+		}
+		return size, false, err
+	})
+	if res != nil {
+		res.Unit, res.PerRequest, res.Target = "instances", size, 200_000
+	}
+	return res, err
+}
+
+// preload registers n instances of family prefix in service svc, in
+// batches from a few goroutines, untimed.
+func (r *regRun) preload(ctx context.Context, name, svcPrefix, prefix string, n, ttl int) error {
+	const size, perService = 500, 1000
+	f := r.family(prefix)
+	conns := max(1, r.cfg.BatchConns)
+	bar := r.countBar(name, int64(n))
+	defer bar.finish()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make([]error, conns)
+	for g := range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := &regCaller{hc: r.hc}
+			for ctx.Err() == nil {
+				base := next.Add(size) - size
+				if base >= int64(n) {
+					return
+				}
+				k := min(size, n-int(base))
+				// One service per perService instances; size divides perService.
+				t := newRegTemplate(r.cfg.Namespace, svcPrefix+strconv.FormatInt(base/perService, 10), prefix, k, ttl)
+				t.set(uint64(base))
+				if _, err := c.send(ctx, http.MethodPost, r.base+"/v1/instances", t.body); err != nil {
+					errs[g] = err
+					return
+				}
+				bar.add(int64(k))
+			}
+		}()
+	}
+	wg.Wait()
+	// The family is contiguous only if every batch landed; cleanup tolerates
+	// ids that were never registered (they come back as not_found).
+	f.n.Store(min(next.Load(), int64(n)))
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	return ctx.Err()
+}
+
+func (r *regRun) heartbeat(ctx context.Context) (*RegThroughput, error) {
+	pool, per := r.cfg.HeartbeatPool, r.cfg.HeartbeatIDs
+	prefix := "hb-"
+	// A TTL long enough that no instance turns unhealthy during the run.
+	if err := r.preload(ctx, "heartbeat preload", "hb-", prefix, pool, 3600); err != nil {
+		return nil, fmt.Errorf("preload: %w", err)
+	}
+	var bodies [][]byte
+	for base := 0; base < pool; base += per {
+		ids := make([]string, 0, per)
+		for i := base; i < min(base+per, pool); i++ {
+			ids = append(ids, regID(prefix, int64(i)))
+		}
+		bodies = append(bodies, client.AppendIDsBody(nil, ids...))
+	}
+	// Check once that the ids exist, so the figure is about real heartbeats.
+	var nf struct {
+		NotFound []string `json:"not_found"`
+	}
+	chk := &regCaller{hc: r.hc}
+	if _, err := chk.send(ctx, http.MethodPost, r.base+"/v1/heartbeats", bodies[0]); err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal(chk.buf, &nf); err != nil || len(nf.NotFound) > 0 {
+		return nil, fmt.Errorf("heartbeat check: %d ids not found (%v)", len(nf.NotFound), err)
+	}
+	url := r.base + "/v1/heartbeats"
+	var next atomic.Int64
+	res, err := r.regLoop(ctx, "heartbeat", r.cfg.HeartbeatConns, func(ctx context.Context, g int, c *regCaller) (int, bool, error) {
+		b := bodies[int(next.Add(1))%len(bodies)]
+		_, err := c.send(ctx, http.MethodPost, url, b)
+		return per, false, err
+	})
+	if res != nil {
+		res.Unit, res.PerRequest, res.Target = "ids", per, 1_000_000
+	}
+	return res, err
+}
+
+// regQuerySelector matches half the query service (meta-key01 has two values).
+const regQuerySelector = "meta-key01=v01-000001,meta-key02!=x"
+
+func (r *regRun) query(ctx context.Context) (*RegThroughput, error) {
+	n := r.cfg.QuerySize
+	t := newRegTemplate(r.cfg.Namespace, "query", "query-", n, 0)
+	t.set(0)
+	f := r.family("query-")
+	if _, err := (&regCaller{hc: r.hc}).send(ctx, http.MethodPost, r.base+"/v1/instances", t.body); err != nil {
+		return nil, err
+	}
+	f.n.Store(int64(n))
+	check, err := r.c.Query(ctx, r.cfg.Namespace, "query", client.QueryOptions{Selector: regQuerySelector})
+	if err != nil {
+		return nil, err
+	}
+	if want := n / 2; len(check.Instances) != want {
+		return nil, fmt.Errorf("selector %q matched %d instances, want %d", regQuerySelector, len(check.Instances), want)
+	}
+	url := r.base + "/v1/namespaces/" + r.cfg.Namespace + "/services/query/instances?selector=" +
+		"meta-key01%3Dv01-000001%2Cmeta-key02%21%3Dx"
+	res, err := r.regLoop(ctx, "query", r.cfg.QueryConns, func(ctx context.Context, g int, c *regCaller) (int, bool, error) {
+		_, err := c.send(ctx, http.MethodGet, url, nil)
+		return 1, false, err
+	})
+	if res != nil {
+		res.Unit, res.PerRequest, res.Target = "queries", 1, 30_000
+		res.Note = fmt.Sprintf("service of %d instances, selector %q matching %d", n, regQuerySelector, n/2)
+	}
+	return res, err
+}
+
+// registryHolds sums the instances of every service in every namespace.
+func (r *regRun) registryHolds(ctx context.Context) (int, error) {
+	ns, err := r.c.Namespaces(ctx)
+	if err != nil {
+		return 0, err
+	}
+	total := 0
+	for _, n := range ns.Namespaces {
+		s, err := r.c.Services(ctx, n)
+		if err != nil {
+			return 0, err
+		}
+		for _, svc := range s.Services {
+			total += svc.Instances
+		}
+	}
+	return total, nil
+}
+
+func (r *regRun) changes(ctx context.Context) (*RegLatency, error) {
+	holds, err := r.registryHolds(ctx)
+	if err != nil {
+		return nil, err
+	}
+	res := &RegLatency{Rounds: r.cfg.ChangesRounds, TargetP99Ms: 20}
+	if missing := r.cfg.ChangesTotal - holds; missing > 0 {
+		if err := r.preload(ctx, "changes preload", "pre-", "pre-", missing, 0); err != nil {
+			return nil, fmt.Errorf("preload: %w", err)
+		}
+		res.Preloaded = missing
+		holds += missing
+	}
+	res.RegistryHolds = holds
+	ns, err := r.c.Namespaces(ctx)
+	if err != nil {
+		return nil, err
+	}
+	since := ns.Revision
+	if err := r.preload(ctx, "changes", "chg-", "chg-", r.cfg.ChangesCount, 0); err != nil {
+		return nil, fmt.Errorf("registering changes: %w", err)
+	}
+	url := r.base + "/v1/changes?since=" + strconv.FormatUint(since, 10) + "&limit=10000"
+	c := &regCaller{hc: r.hc, buf: make([]byte, 0, 8<<20)}
+	if _, err := c.send(ctx, http.MethodGet, url, nil); err != nil {
+		return nil, err
+	}
+	var feed client.ChangesResult
+	if err := json.Unmarshal(c.buf, &feed); err != nil {
+		return nil, fmt.Errorf("decoding changes: %w", err)
+	}
+	res.ChangesReturned, res.BodyBytes = len(feed.Changes), int64(len(c.buf))
+	if len(feed.Changes) < r.cfg.ChangesCount {
+		return nil, fmt.Errorf("changes since %d: got %d, want at least %d", since, len(feed.Changes), r.cfg.ChangesCount)
+	}
+	bar := r.countBar("changes reads", int64(r.cfg.ChangesRounds))
+	defer bar.finish()
+	lat := make([]time.Duration, 0, r.cfg.ChangesRounds)
+	for range r.cfg.ChangesRounds {
+		t0 := time.Now()
+		if _, err := c.send(ctx, http.MethodGet, url, nil); err != nil {
+			return nil, err
+		}
+		lat = append(lat, time.Since(t0))
+		bar.add(1)
+	}
+	res.P50Ms, res.P99Ms, res.MaxMs = regPercentiles(lat)
+	res.Note = "time to read the whole answer of GET /v1/changes?since=R&limit=10000, not decoded"
+	return res, nil
+}
+
+func (r *regRun) watch(ctx context.Context) (*RegLatency, error) {
+	const prefix = "watch-"
+	t := newRegTemplate(r.cfg.Namespace, "watch", prefix, 1, 0)
+	f := r.family(prefix)
+	f.n.Store(1)
+	// Every round re-registers the one instance with a new metadata value, so
+	// each register is a real change that must wake the watcher.
+	round := bytes.Index(t.body, []byte(`"meta-key16":"v16-`))
+	if round < 0 {
+		return nil, errors.New("watch template lacks meta-key16")
+	}
+	round += len(`"meta-key16":"v16-`)
+	t.set(0)
+	w := &regCaller{hc: r.hc}
+	reg := &regCaller{hc: r.hc}
+	if _, err := reg.send(ctx, http.MethodPost, r.base+"/v1/instances", t.body); err != nil {
+		return nil, err
+	}
+	first, err := r.c.Query(ctx, r.cfg.Namespace, "watch", client.QueryOptions{})
+	if err != nil {
+		return nil, err
+	}
+	index := first.Revision
+	qbase := r.base + "/v1/namespaces/" + r.cfg.Namespace + "/services/watch/instances?wait=10s&index="
+	bar := r.countBar("watch", int64(r.cfg.WatchRounds))
+	defer bar.finish()
+	lat := make([]time.Duration, 0, r.cfg.WatchRounds)
+	type answer struct {
+		at  time.Time
+		rev uint64
+		err error
+	}
+	got := make(chan answer, 1)
+	for i := range r.cfg.WatchRounds {
+		url := qbase + strconv.FormatUint(index, 10)
+		// The watcher goroutine lives for one round; the round waits for it.
+		go func() {
+			_, err := w.send(ctx, http.MethodGet, url, nil)
+			at := time.Now()
+			var a struct {
+				Revision uint64 `json:"revision"`
+			}
+			if err == nil {
+				err = json.Unmarshal(w.buf, &a)
+			}
+			got <- answer{at, a.Revision, err}
+		}()
+		// Give the blocking query time to park on the server; registering
+		// first would answer it at once and flatter the figure.
+		time.Sleep(3 * time.Millisecond)
+		regPutDigits(t.body[round:round+6], uint64(i+1)%1_000_000)
+		_, err := reg.send(ctx, http.MethodPost, r.base+"/v1/instances", t.body)
+		done := time.Now()
+		a := <-got
+		if err != nil {
+			return nil, err
+		}
+		if a.err != nil {
+			return nil, a.err
+		}
+		if a.rev <= index {
+			return nil, fmt.Errorf("round %d: blocking query answered revision %d, not newer than %d", i, a.rev, index)
+		}
+		lat = append(lat, max(0, a.at.Sub(done)))
+		index = a.rev
+		bar.add(1)
+	}
+	res := &RegLatency{Rounds: len(lat), TargetP99Ms: 5}
+	res.P50Ms, res.P99Ms, res.MaxMs = regPercentiles(lat)
+	res.Note = "time from the register's 200 answer to the blocking query's answer (0 when the watcher was answered first)"
+	return res, nil
+}
+
+// cleanup deregisters every id family, 10000 ids per request.
+func (r *regRun) cleanup(ctx context.Context) (*RegCleanup, error) {
+	start := time.Now()
+	res := &RegCleanup{}
+	var total int64
+	for _, f := range r.created {
+		total += f.n.Load()
+	}
+	bar := r.countBar("cleanup", total)
+	defer bar.finish()
+	ids := make([]string, 0, 10000)
+	flush := func() error {
+		if len(ids) == 0 {
+			return nil
+		}
+		_, nf, err := r.c.Deregister(ctx, ids...)
+		if err != nil {
+			return err
+		}
+		res.Deregistered += len(ids) - len(nf)
+		bar.add(int64(len(ids)))
+		ids = ids[:0]
+		return nil
+	}
+	for _, f := range r.created {
+		for k := range f.n.Load() {
+			ids = append(ids, regID(f.prefix, k))
+			if len(ids) == cap(ids) {
+				if err := flush(); err != nil {
+					return res, err
+				}
+			}
+		}
+	}
+	err := flush()
+	res.Seconds = round3(time.Since(start).Seconds())
+	return res, err
+}
+
+// regBar is a progress bar that is a no-op without a progress writer.
+type regBar struct{ b *progressbar.ProgressBar }
+
+func (r *regRun) countBar(desc string, n int64) regBar {
+	if r.cfg.Progress == nil || n <= 0 {
+		return regBar{}
+	}
+	return regBar{progressbar.NewOptions64(n, progressbar.OptionSetWriter(r.cfg.Progress),
+		progressbar.OptionSetDescription(desc), progressbar.OptionThrottle(200*time.Millisecond),
+		progressbar.OptionShowCount(), progressbar.OptionClearOnFinish())}
+}
+
+func (b regBar) add(n int64) {
+	if b.b != nil {
+		_ = b.b.Add64(n)
+	}
+}
+
+func (b regBar) finish() {
+	if b.b != nil {
+		_ = b.b.Finish()
+	}
+}
+
+// timeBar shows elapsed time of a timed scenario; the returned func stops
+// its goroutine and waits for it.
+func (r *regRun) timeBar(ctx context.Context, desc string, d time.Duration) (stop func()) {
+	if r.cfg.Progress == nil {
+		return func() {}
+	}
+	bar := progressbar.NewOptions64(d.Milliseconds(), progressbar.OptionSetWriter(r.cfg.Progress),
+		progressbar.OptionSetDescription(desc), progressbar.OptionThrottle(200*time.Millisecond),
+		progressbar.OptionClearOnFinish())
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	start := time.Now()
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(200 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case now := <-tick.C:
+				_ = bar.Set64(min(now.Sub(start), d).Milliseconds())
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		wg.Wait()
+		_ = bar.Finish()
+	}
+}
