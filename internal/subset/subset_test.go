@@ -91,7 +91,7 @@ func TestSelection(t *testing.T) {
 			map[string]string{"stage": "dev", "version": "1.0"}, []string{"e7"}, nil},
 		{"keys subset to a selector-less key set uses cluster policy", Config{FallbackPolicy: DefaultSubset,
 			DefaultSubset: map[string]string{"type": "bigmem"},
-			Selectors: []Selector{{Keys: []string{"stage", "version"}, FallbackPolicy: KeysSubset, FallbackKeysSubset: []string{"stage"}}}},
+			Selectors:     []Selector{{Keys: []string{"stage", "version"}, FallbackPolicy: KeysSubset, FallbackKeysSubset: []string{"stage"}}}},
 			map[string]string{"stage": "dev", "version": "1.0"}, []string{"e5", "e6"}, nil},
 		{"empty default subset", Config{FallbackPolicy: DefaultSubset, DefaultSubset: map[string]string{"stage": "qa"}},
 			map[string]string{"stage": "x"}, nil, ErrNoHealthyHost},
