@@ -1,0 +1,170 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sextant-mesh/sextant/client"
+	"github.com/sextant-mesh/sextant/internal/httpapi"
+	"github.com/sextant-mesh/sextant/internal/registry"
+	"github.com/sextant-mesh/sextant/internal/store/embedded"
+)
+
+// realRegistry starts the real server stack (pebble store in a temp dir,
+// registry, HTTP API) on an httptest listener.
+func realRegistry(t *testing.T) string {
+	t.Helper()
+	st, err := embedded.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, err := registry.Open(st, registry.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	api := httpapi.New(httpapi.Options{})
+	api.SetRegistry(reg)
+	srv := httptest.NewServer(api)
+	t.Cleanup(func() {
+		api.Shutdown()
+		srv.CloseClientConnections()
+		srv.Close()
+		reg.Close()
+		st.Close()
+	})
+	return srv.URL
+}
+
+func TestRegTemplatePatchesIDs(t *testing.T) {
+	tests := []struct {
+		name string
+		n    int
+		base uint64
+	}{
+		{name: "one", n: 1, base: 0},
+		{name: "batch", n: 7, base: 123456789},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tm := newRegTemplate("ns", "svc", "p-", tt.n, 30)
+			tm.set(tt.base)
+			var body struct {
+				Instances []client.Instance `json:"instances"`
+			}
+			dec := json.NewDecoder(bytes.NewReader(tm.body))
+			dec.DisallowUnknownFields()
+			if err := dec.Decode(&body); err != nil {
+				t.Fatal(err)
+			}
+			if len(body.Instances) != tt.n {
+				t.Fatalf("%d instances, want %d", len(body.Instances), tt.n)
+			}
+			for k, in := range body.Instances {
+				if want := regID("p-", int64(tt.base)+int64(k)); in.ID != want {
+					t.Errorf("instance %d id %q, want %q", k, in.ID, want)
+				}
+				if in.TTLSeconds != 30 || in.Namespace != "ns" || in.Service != "svc" {
+					t.Errorf("instance %d = %+v", k, in)
+				}
+			}
+		})
+	}
+}
+
+func TestRegMetadataShape(t *testing.T) {
+	for _, i := range []int{0, 1, 65535, 1 << 20} {
+		md := regMetadata(i)
+		if len(md) != 16 {
+			t.Fatalf("instance %d: %d entries, want 16", i, len(md))
+		}
+		for k, v := range md {
+			if len(k) != 10 || len(v) != 10 {
+				t.Errorf("instance %d: %q=%q, want 10-byte key and value", i, k, v)
+			}
+		}
+	}
+	if regMetadata(0)["meta-key01"] == regMetadata(1)["meta-key01"] {
+		t.Error("meta-key01 must alternate so the query selector matches half")
+	}
+}
+
+func TestRegPercentiles(t *testing.T) {
+	tests := []struct {
+		name          string
+		in            []time.Duration
+		p50, p99, max float64
+	}{
+		{name: "empty"},
+		{name: "one", in: []time.Duration{time.Millisecond}, p50: 1, p99: 1, max: 1},
+		{name: "hundred", in: func() []time.Duration {
+			d := make([]time.Duration, 100)
+			for i := range d {
+				d[i] = time.Duration(100-i) * time.Millisecond
+			}
+			return d
+		}(), p50: 50, p99: 99, max: 100},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p50, p99, mx := regPercentiles(tt.in)
+			if p50 != tt.p50 || p99 != tt.p99 || mx != tt.max {
+				t.Errorf("got %v %v %v, want %v %v %v", p50, p99, mx, tt.p50, tt.p99, tt.max)
+			}
+		})
+	}
+}
+
+// TestRunRegistryTiny runs every scenario, scaled down, against the real
+// server and checks the figures are there and everything was cleaned up.
+func TestRunRegistryTiny(t *testing.T) {
+	url := realRegistry(t)
+	cfg := RegistryConfig{
+		Server: url, Namespace: "bench-test", Duration: 200 * time.Millisecond, MaxInstances: 2000,
+		Conns: 8, BatchConns: 2, BatchSize: 50, HeartbeatConns: 2, HeartbeatIDs: 100, HeartbeatPool: 1000,
+		QueryConns: 4, QuerySize: 20, ChangesTotal: 3000, ChangesCount: 300, ChangesRounds: 3, WatchRounds: 5,
+	}
+	var out bytes.Buffer
+	res, err := RunRegistry(context.Background(), cfg, &out)
+	if err != nil {
+		t.Fatalf("RunRegistry: %v\n%s", err, out.String())
+	}
+	for name, th := range map[string]*RegThroughput{"register": res.Register, "batch": res.Batch, "heartbeat": res.Heartbeat, "query": res.Query} {
+		if th == nil || th.Items == 0 || th.Errors != 0 || th.PerSecond <= 0 || th.P99Ms < th.P50Ms {
+			t.Errorf("%s: %+v", name, th)
+		}
+	}
+	if res.Changes == nil || res.Changes.ChangesReturned < 300 || res.Changes.RegistryHolds < 3000 {
+		t.Errorf("changes: %+v", res.Changes)
+	}
+	if res.Watch == nil || res.Watch.Rounds != 5 {
+		t.Errorf("watch: %+v", res.Watch)
+	}
+	var printed RegistryResult
+	if err := json.Unmarshal(out.Bytes(), &printed); err != nil {
+		t.Fatalf("output is not one JSON object: %v\n%s", err, out.String())
+	}
+	c, _ := client.New(url)
+	defer c.HTTPClient().CloseIdleConnections()
+	left, err := c.List(context.Background(), client.ListOptions{Namespace: "bench-test", Limit: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(left.Instances) != 0 {
+		t.Errorf("cleanup left %d+ instances, e.g. %s", len(left.Instances), left.Instances[0].ID)
+	}
+	if res.Cleanup == nil || res.Cleanup.Deregistered == 0 {
+		t.Errorf("cleanup: %+v", res.Cleanup)
+	}
+}
+
+func TestRunRegistryRejectsUnknownScenario(t *testing.T) {
+	_, err := RunRegistry(context.Background(), RegistryConfig{Server: "http://127.0.0.1:1", Scenarios: []string{"nope"}}, &bytes.Buffer{})
+	if err == nil || !strings.Contains(err.Error(), `unknown registry scenario "nope"`) {
+		t.Fatalf("err = %v", err)
+	}
+}
