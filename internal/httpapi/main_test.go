@@ -170,7 +170,6 @@ func batch(items ...string) string {
 	return b.String()
 }
 
-
 func newHTTPTest(t *testing.T, h http.Handler) *httptest.Server {
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)

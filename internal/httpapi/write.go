@@ -138,39 +138,17 @@ func prefixField(prefix, field string) string {
 }
 
 func (a *API) register(w http.ResponseWriter, r *http.Request, reg *registry.Registry) error {
-	var body registerBody
-	raw, err := decode(w, r, &body)
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBody))
 	if err != nil {
-		var ae *apiError
-		if errors.As(err, &ae) && bytes.Contains(raw, []byte(`"instances"`)) {
-			return batchJSONError(raw, err)
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return err
 		}
+		return badRequest("", "reading body: %v", err)
+	}
+	ins, err := parseRegister(body)
+	if err != nil {
 		return err
-	}
-	var ins []*catalog.Instance
-	batch := body.Instances != nil
-	if batch {
-		if body.instanceIn.Service != "" || body.instanceIn.Host != "" || body.instanceIn.Port != 0 || body.instanceIn.ID != "" {
-			return badRequest("instances", "send either {\"instances\": [...]} or one bare instance, not both")
-		}
-		if len(body.Instances) == 0 || len(body.Instances) > registry.MaxBatch {
-			return badRequest("instances", "%d instances, want 1..%d", len(body.Instances), registry.MaxBatch)
-		}
-		ins = make([]*catalog.Instance, len(body.Instances))
-		for i := range body.Instances {
-			ins[i] = body.Instances[i].toCatalog()
-		}
-	} else {
-		ins = []*catalog.Instance{body.instanceIn.toCatalog()}
-	}
-	for i, in := range ins {
-		if err := registry.Prepare(i, in); err != nil {
-			fe := err.(*registry.FieldError)
-			if batch {
-				return badRequest(prefixField("instances["+strconv.Itoa(i)+"]", fe.Field), "%s", fe.Msg)
-			}
-			return badRequest(fe.Field, "%s", fe.Msg)
-		}
 	}
 	rev, err := reg.Register(r.Context(), ins)
 	if err != nil {
@@ -189,6 +167,45 @@ func (a *API) register(w http.ResponseWriter, r *http.Request, reg *registry.Reg
 		return append(b, "]}"...)
 	})
 	return nil
+}
+
+// parseRegister decodes and validates a register body: either
+// {"instances": [...]} or one bare instance. Errors are 400s naming the
+// field, e.g. instances[3].port.
+func parseRegister(raw []byte) ([]*catalog.Instance, error) {
+	var body registerBody
+	if err := decodeStrict(raw, &body); err != nil {
+		if bytes.Contains(raw, []byte(`"instances"`)) {
+			return nil, batchJSONError(raw, err)
+		}
+		return nil, err
+	}
+	var ins []*catalog.Instance
+	batch := body.Instances != nil
+	if batch {
+		if body.instanceIn.Service != "" || body.instanceIn.Host != "" || body.instanceIn.Port != 0 || body.instanceIn.ID != "" {
+			return nil, badRequest("instances", "send either {\"instances\": [...]} or one bare instance, not both")
+		}
+		if len(body.Instances) == 0 || len(body.Instances) > registry.MaxBatch {
+			return nil, badRequest("instances", "%d instances, want 1..%d", len(body.Instances), registry.MaxBatch)
+		}
+		ins = make([]*catalog.Instance, len(body.Instances))
+		for i := range body.Instances {
+			ins[i] = body.Instances[i].toCatalog()
+		}
+	} else {
+		ins = []*catalog.Instance{body.instanceIn.toCatalog()}
+	}
+	for i, in := range ins {
+		if err := registry.Prepare(i, in); err != nil {
+			fe := err.(*registry.FieldError)
+			if batch {
+				return nil, badRequest(prefixField("instances["+strconv.Itoa(i)+"]", fe.Field), "%s", fe.Msg)
+			}
+			return nil, badRequest(fe.Field, "%s", fe.Msg)
+		}
+	}
+	return ins, nil
 }
 
 type idsBody struct {

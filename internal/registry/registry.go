@@ -56,9 +56,9 @@ type Registry struct {
 
 	reqs    chan *request
 	stopped chan struct{} // closed when the committer stops taking requests
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	ttl    *ttlHeap
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	ttl     *ttlHeap
 
 	commitSize    prometheus.Histogram
 	commitLatency prometheus.Histogram
@@ -107,7 +107,7 @@ func Open(st Store, opts Options) (*Registry, error) {
 	r := &Registry{
 		st: st, cat: catalog.New(opts.Catalog), opts: opts, log: opts.Logger,
 		reqs: make(chan *request, 4096), stopped: make(chan struct{}),
-		ttl:  newTTLHeap(),
+		ttl: newTTLHeap(),
 		commitSize: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "sextant_registry_commit_requests", Help: "Write requests grouped into one durable commit.",
 			Buckets: prometheus.ExponentialBuckets(1, 2, 14),
