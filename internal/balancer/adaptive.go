@@ -23,11 +23,12 @@ import (
 //     windows, so it falls within two windows after capacity falls, and it
 //     rises as soon as calls beyond the old estimate complete.
 //   - threads: how many calls it holds before rejecting. A rejection of a
-//     call with rank r says r-1 calls filled it. It is probed upwards
-//     again (+1 per window without rejections).
+//     call with rank r says r-1 calls filled it (never below the limit, nor
+//     below half the previous bound at once). It is probed upwards again
+//     (+1 per window without rejections while it binds).
 //
 // A rejection or a fast failure is never taken as a latency sample: it lowers
-// threads and limit, so the trap of least-request (a full endpoint rejects
+// threads, so the trap of least-request (a full endpoint rejects
 // instantly, looks fast, attracts more calls) cannot happen.
 //
 // Pick sends a call where it has the most spare permits or, when none has,
@@ -197,12 +198,16 @@ func (a *adaptivePicker) Done(idx int, latency time.Duration, outcome Outcome) {
 		st.observeLatency(int64(latency))
 	case Rejected:
 		// rank-1 calls were in flight when it was refused: that filled it.
+		// An endpoint holds at least the calls it serves at once, and a
+		// late Done (a starved caller) can match an old call and report a
+		// tiny rank, so the bound never drops below the limit estimate nor
+		// below half its previous value in one step.
 		if rank > 0 {
-			t := max(rank-1, 1)
-			st.threads.Store(t)
-			if st.limit.Load() > t {
-				st.limit.Store(t)
+			t := max(rank-1, st.limit.Load(), 1)
+			if old := st.threads.Load(); old != unknownThreads {
+				t = max(t, old/2)
 			}
+			st.threads.Store(t)
 		}
 		st.lastReject = now
 	case Timeout:

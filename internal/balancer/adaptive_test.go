@@ -141,6 +141,34 @@ func TestAdaptiveRejectionIsNotSpeed(t *testing.T) {
 	}
 }
 
+// A rejection reported late (its Done delayed, as by a starved caller)
+// matches an old call with a small rank; it must not collapse the thread
+// bound below the limit, or Pick would shed with capacity to spare.
+func TestAdaptiveLateRejectionDoesNotCollapse(t *testing.T) {
+	clock := time.Unix(0, 0)
+	pol, _ := New("adaptive", WithClock(func() time.Time { return clock }))
+	pk := pol.Build([]Endpoint{{ID: "a"}}).(*adaptivePicker)
+	st := pk.states[0]
+	for range 40 {
+		pk.Pick()
+		clock = clock.Add(time.Millisecond)
+	}
+	// Establish a limit of about 30 from ranks.
+	for range 30 {
+		pk.Done(0, 10*time.Millisecond, Success)
+		pk.Pick()
+	}
+	lim := st.limit.Load()
+	if lim < 10 {
+		t.Fatalf("setup: limit %d, want a learned limit", lim)
+	}
+	clock = clock.Add(time.Second)
+	pk.Done(0, time.Second, Rejected) // matches the oldest call: rank 1
+	if got := st.threads.Load(); got < lim {
+		t.Fatalf("threads %d after a late rejection, want >= limit %d", got, lim)
+	}
+}
+
 // Learned state is keyed by endpoint ID and survives a rebuild, whatever
 // the order of the new set.
 func TestLearnedStateSurvivesRebuild(t *testing.T) {

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"runtime"
 	"slices"
 	"sort"
 	"sync"
@@ -238,7 +237,10 @@ func clientLoop(ctx context.Context, client *http.Client, picker balancer.Picker
 			if !now.Before(mStart) {
 				st.sheds++
 			}
-			runtime.Gosched() // fail fast, but let the callers with calls run
+			// A shed call failed fast; the caller retries a millisecond
+			// later instead of spinning on Pick and starving the providers
+			// of the CPU they share with it.
+			time.Sleep(time.Millisecond)
 			continue
 		}
 		t0 := time.Now()
