@@ -3,6 +3,7 @@ package catalog
 import (
 	"cmp"
 	"slices"
+	"sync"
 
 	"github.com/RoaringBitmap/roaring/v2"
 
@@ -21,10 +22,50 @@ type Service struct {
 	index   *label.Index
 	all     *roaring.Bitmap // occupied slots
 	healthy *roaring.Bitmap // healthy and not isolated
+
+	memo memo // answers derived from this version, shared by its readers
 }
 
 func newService(key ServiceKey) *Service {
 	return &Service{Key: key, index: label.NewIndex(), all: roaring.New(), healthy: roaring.New()}
+}
+
+// maxMemo bounds the answers kept per service version.
+const maxMemo = 32
+
+// memo keeps encoded answers of one immutable service version, so that the
+// many readers woken by one change (or polling the same query) encode it
+// once and share the bytes.
+type memo struct {
+	mu sync.Mutex
+	m  map[string]*memoEntry
+}
+
+type memoEntry struct {
+	once sync.Once
+	b    []byte
+}
+
+// Memo returns the answer stored under key for this version, building it
+// once with build; concurrent callers wait for the one build. Keys beyond
+// the bound are built without being kept. The bytes must not be modified.
+func (s *Service) Memo(key string, build func() []byte) []byte {
+	s.memo.mu.Lock()
+	e := s.memo.m[key]
+	if e == nil {
+		if len(s.memo.m) >= maxMemo {
+			s.memo.mu.Unlock()
+			return build()
+		}
+		if s.memo.m == nil {
+			s.memo.m = make(map[string]*memoEntry)
+		}
+		e = &memoEntry{}
+		s.memo.m[key] = e
+	}
+	s.memo.mu.Unlock()
+	e.once.Do(func() { e.b = build() })
+	return e.b
 }
 
 // Len is the number of instances.

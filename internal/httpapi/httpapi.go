@@ -237,6 +237,15 @@ func writeError(w http.ResponseWriter, e *apiError) {
 
 var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 64<<10); return &b }}
 
+// writeBody sends a prepared JSON body with the revision header.
+func writeBody(w http.ResponseWriter, rev int64, body []byte) {
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("X-Sextant-Revision", strconv.FormatInt(rev, 10))
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	w.Write(body)
+}
+
 // writeJSON sends a body built by fill, with the revision header.
 func writeJSON(w http.ResponseWriter, rev int64, fill func(b []byte) []byte) {
 	bp := bufPool.Get().(*[]byte)

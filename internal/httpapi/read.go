@@ -118,19 +118,26 @@ func (a *API) queryService(w http.ResponseWriter, r *http.Request, reg *registry
 			a.waiting.Add(-1)
 		}
 	}
-	var rev int64
-	var ins []*catalog.Instance
-	if svc != nil {
-		rev = svc.Revision
-		ins = svc.Select(q.sel, q.healthyOnly)
+	if svc == nil {
+		writeJSON(w, 0, func(b []byte) []byte { return append(b, `{"revision":0,"instances":[]}`...) })
+		return nil
 	}
-	writeJSON(w, rev, func(b []byte) []byte {
+	// The answer depends only on the service version and the query: encode
+	// it once for every reader of this version.
+	memoKey := q.sel.String()
+	if q.healthyOnly {
+		memoKey = "h:" + memoKey
+	}
+	body := svc.Memo(memoKey, func() []byte {
+		ins := svc.Select(q.sel, q.healthyOnly)
+		b := make([]byte, 0, 64+512*len(ins))
 		b = append(b, `{"revision":`...)
-		b = strconv.AppendInt(b, rev, 10)
+		b = strconv.AppendInt(b, svc.Revision, 10)
 		b = append(b, ',')
 		b = appendInstances(b, ins)
-		return append(b, '}')
+		return append(b, "}\n"...)
 	})
+	writeBody(w, svc.Revision, body)
 	return nil
 }
 
