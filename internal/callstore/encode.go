@@ -69,17 +69,13 @@ func (s *Store) encodeLoop() {
 
 func (s *Store) runJob(job chunkJob) {
 	var err error
-	if n := len(job.recs); n > 0 {
+	if len(job.recs) > 0 {
 		if err = s.failure(); err == nil {
 			if err = s.writeChunk(job.recs); err != nil {
 				s.fail(err)
 			}
 		}
 		s.putChunk(job.recs)
-		s.mu.Lock()
-		s.inMem -= n
-		s.cond.Broadcast()
-		s.mu.Unlock()
 	}
 	if job.req != nil {
 		if err == nil {

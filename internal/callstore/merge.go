@@ -5,7 +5,7 @@ import "time"
 // stuckAfter is how long the watermark must stand still, with half the
 // memory budget waiting above it, before the merger stops waiting for the
 // slowest writer. Shorter stalls are scheduling noise, not idle writers.
-const stuckAfter = 100 * time.Millisecond
+const stuckAfter = time.Second
 
 // The merger goroutine turns per-writer batches into one t-ordered stream
 // and cuts it into chunks for the encoder.
@@ -89,6 +89,7 @@ func (m *merger) round(req *flushReq) {
 	}
 	s.writers = live
 	s.mu.Unlock()
+	pendingBefore := m.pending
 	if w > m.lastW {
 		m.lastW, m.wSince = w, time.Now()
 	}
@@ -101,6 +102,15 @@ func (m *merger) round(req *flushReq) {
 	// starts a new run).
 	if m.pending >= s.opts.MaxBufferedRecords/2 && time.Since(m.wSince) >= stuckAfter {
 		m.merge(maxT)
+	}
+	// Merged records leave the writers' budget (chunks in flight are
+	// bounded by the jobs channel instead): a partial chunk waiting for
+	// more records must not keep writers blocked.
+	if merged := pendingBefore - m.pending; merged > 0 {
+		s.mu.Lock()
+		s.inMem -= merged
+		s.cond.Broadcast()
+		s.mu.Unlock()
 	}
 	if req != nil {
 		m.emit(req)

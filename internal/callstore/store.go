@@ -56,7 +56,7 @@ type Store struct {
 	mu        sync.Mutex
 	cond      *sync.Cond // signalled when inMem drops or the store fails
 	writers   []*Writer  // registered, including released ones with queued data
-	inMem     int        // records handed to the merger and not yet on disk
+	inMem     int        // records handed to the merger and not yet merged
 	maxHanded int64      // highest t handed to the merger so far
 	failed    error      // first background I/O error; the store is read-only after it
 
