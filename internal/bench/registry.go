@@ -319,24 +319,44 @@ func (t *regTemplate) set(base uint64) {
 }
 
 // regCaller sends raw requests for one loader goroutine, reusing its read
-// buffer.
+// buffer and request body reader.
 type regCaller struct {
-	hc  *http.Client
-	buf []byte
+	hc   *http.Client
+	buf  []byte
+	body *regBody
 }
 
-// send does one request and reads the whole answer into c.buf.
+// regBody is a reusable request body. The transport may close a body after
+// RoundTrip returns, so send waits for the Close of the previous request
+// before the caller's bytes are patched again and reused.
+type regBody struct {
+	bytes.Reader
+	open atomic.Bool
+}
+
+func (b *regBody) Close() error { b.open.Store(false); return nil }
+
+// send does one request and reads the whole answer into c.buf. The caller
+// may patch body once send returns.
 func (c *regCaller) send(ctx context.Context, method, url string, body []byte) (int, error) {
-	var rd io.Reader
+	var rd io.ReadCloser = http.NoBody
 	if body != nil {
-		rd = bytes.NewReader(body)
+		if c.body == nil {
+			c.body = &regBody{}
+		}
+		c.body.Reset(body)
+		rd = c.body
 	}
 	req, err := http.NewRequestWithContext(ctx, method, url, rd)
 	if err != nil {
 		return 0, err
 	}
 	if body != nil {
+		req.ContentLength = int64(len(body))
 		req.Header["Content-Type"] = regJSONType
+		// From here the transport owns the body until it closes it.
+		c.body.open.Store(true)
+		defer c.waitBody()
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
@@ -362,6 +382,13 @@ func (c *regCaller) send(ctx context.Context, method, url string, body []byte) (
 		return resp.StatusCode, fmt.Errorf("%s %s: status %d: %.200s", method, url, resp.StatusCode, c.buf)
 	}
 	return resp.StatusCode, nil
+}
+
+// waitBody returns once the transport has closed the request body.
+func (c *regCaller) waitBody() {
+	for c.body.open.Load() {
+		runtime.Gosched() // normally closed already; see regBody
+	}
 }
 
 var regJSONType = []string{"application/json"}
