@@ -88,18 +88,18 @@ func (lb *LB) build(hosts []Host) *snapshot {
 // the slots that have the values chosen so far: a dense bitset while large,
 // a list once small.
 type enumerator struct {
-	lb      *LB
-	s       *snapshot
-	sel     *csel
-	si      int
-	vals    []string
-	bits    []*bitset.BitSet // scratch per depth
-	lists   [][]uint32       // scratch per depth
-	out     []*entry
-	slab    []entry
-	strs    []string
-	pairs   []valSlot
-	listBuf [][]uint32
+	lb    *LB
+	s     *snapshot
+	sel   *csel
+	si    int
+	vals  []string
+	bits  []*bitset.BitSet // scratch per depth
+	lists [][]uint32       // scratch per depth
+	out   []*entry
+	slab  []entry
+	strs  []string
+	pairs []valSlot
+	vs    []string
 }
 
 type valSlot struct {
@@ -180,9 +180,10 @@ func (en *enumerator) partition(d int, key string, cur []uint32) {
 	c := en.lb.cfg
 	start := len(en.pairs)
 	for _, s := range cur {
-		c.hostValues(en.s.rec(s).host, key, func(v string) {
+		en.vs = c.appendValues(en.vs[:0], en.s.rec(s).host, key)
+		for _, v := range en.vs {
 			en.pairs = append(en.pairs, valSlot{v, s})
-		})
+		}
 	}
 	ps := en.pairs[start:]
 	slices.SortFunc(ps, func(a, b valSlot) int {

@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -63,6 +64,9 @@ type LB struct {
 	ids  map[string]uint32
 	free []uint32
 	gen  uint64 // generation of the snapshot being edited
+	// Writer scratch: value tuples a host leaves and enters, values.
+	olds, news, vs   []string
+	oldVals, newVals hostVals
 
 	// buildMu serializes policy.Build (the Policy contract allows one call
 	// at a time) on the cold path of a pick: the first pick from a subset
@@ -71,7 +75,7 @@ type LB struct {
 }
 
 // chunkSize slots share one copy-on-write record block.
-const chunkSize = 256
+const chunkSize = 64
 
 type slotRec struct {
 	host    *Host // nil: free slot
@@ -155,25 +159,30 @@ func checkHost(h *Host) error {
 	return nil
 }
 
-// values calls fn for each value host h has under key, per the list rule.
-func (c *compiled) hostValues(h *Host, key string, fn func(string)) {
+// appendValues appends the values host h has under key: its label, or with
+// list_as_any the elements of its list (possibly repeated).
+func (c *compiled) appendValues(dst []string, h *Host, key string) []string {
 	if v, ok := h.Labels[key]; ok {
-		fn(v)
-		return
+		return append(dst, v)
 	}
 	if c.listAny && len(h.Lists) > 0 {
-		for _, v := range h.Lists[key] {
-			fn(v)
-		}
+		return append(dst, h.Lists[key]...)
 	}
+	return dst
+}
+
+// hasValue reports whether host h has value v under key.
+func (c *compiled) hasValue(h *Host, key, v string) bool {
+	if x, ok := h.Labels[key]; ok {
+		return x == v
+	}
+	return c.listAny && slices.Contains(h.Lists[key], v)
 }
 
 // inDefault reports whether h belongs to the default subset.
 func (c *compiled) inDefault(h *Host) bool {
 	for i, k := range c.defKeys {
-		found := false
-		c.hostValues(h, k, func(v string) { found = found || v == c.defVals[i] })
-		if !found {
+		if !c.hasValue(h, k, c.defVals[i]) {
 			return false
 		}
 	}

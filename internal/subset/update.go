@@ -11,8 +11,6 @@ import (
 type edit struct {
 	lb     *LB
 	s      *snapshot
-	combos [][]string // scratch: one host's value combinations for a selector
-	olds   [][]string
 	anyHit bool
 	defHit bool
 }
@@ -89,74 +87,121 @@ func (ed *edit) change(slot uint32, r slotRec) {
 		ed.defHit = true
 	}
 	// The index: only pairs that differ.
+	lb := ed.lb
 	if old.host != r.host {
 		for _, k := range c.keys {
 			if old.host != nil {
-				c.hostValues(old.host, k, func(v string) {
-					if r.host == nil || !hostHas(c, r.host, k, v) {
+				lb.vs = c.appendValues(lb.vs[:0], old.host, k)
+				for _, v := range lb.vs {
+					if r.host == nil || !c.hasValue(r.host, k, v) {
 						s.index.Remove(slot, k, v)
 					}
-				})
+				}
 			}
 			if r.host != nil {
-				c.hostValues(r.host, k, func(v string) {
-					if old.host == nil || !hostHas(c, old.host, k, v) {
+				lb.vs = c.appendValues(lb.vs[:0], r.host, k)
+				for _, v := range lb.vs {
+					if old.host == nil || !c.hasValue(old.host, k, v) {
 						s.index.Add(slot, k, v)
 					}
-				})
+				}
 			}
 		}
 	}
+	c.loadVals(&lb.oldVals, old.host)
+	c.loadVals(&lb.newVals, r.host)
 	for si := range c.sels {
-		ed.olds = ed.combinations(ed.olds[:0], si, old.host)
-		ed.combos = ed.combinations(ed.combos[:0], si, r.host)
-		for _, o := range ed.olds {
+		w := len(c.sels[si].names)
+		lb.olds = lb.combos(lb.olds[:0], si, old.host, &lb.oldVals)
+		lb.news = lb.combos(lb.news[:0], si, r.host, &lb.newVals)
+		for i := 0; i < len(lb.olds); i += w {
+			o := lb.olds[i : i+w]
 			d := int32(-1)
-			if slices.ContainsFunc(ed.combos, func(n []string) bool { return slices.Equal(n, o) }) {
+			if containsTuple(lb.news, o) {
 				d = 0
 			}
 			ed.delta(si, o, d)
 		}
-		for _, n := range ed.combos {
-			if !slices.ContainsFunc(ed.olds, func(o []string) bool { return slices.Equal(n, o) }) {
+		for i := 0; i < len(lb.news); i += w {
+			if n := lb.news[i : i+w]; !containsTuple(lb.olds, n) {
 				ed.delta(si, n, 1)
 			}
 		}
 	}
 }
 
-func hostHas(c *compiled, h *Host, k, v string) bool {
-	found := false
-	c.hostValues(h, k, func(x string) { found = found || x == v })
-	return found
+// containsTuple reports whether the flat tuples (stride len(t)) hold t.
+func containsTuple(flat, t []string) bool {
+	for i := 0; i < len(flat); i += len(t) {
+		if slices.Equal(flat[i:i+len(t)], t) {
+			return true
+		}
+	}
+	return false
 }
 
-// combinations appends to dst the value tuples under which h enters
-// selector si: one, or with list_as_any the product of its lists.
-func (ed *edit) combinations(dst [][]string, si int, h *Host) [][]string {
+// hostVals is one host's single values by key id, read once per change.
+type hostVals struct {
+	v     [MaxKeys]string
+	has   uint64 // key ids with a single value
+	lists bool   // some key has a list value that counts (list_as_any)
+}
+
+func (c *compiled) loadVals(hv *hostVals, h *Host) {
+	hv.has, hv.lists = 0, false
+	if h == nil {
+		return
+	}
+	for id, k := range c.keys {
+		if v, ok := h.Labels[k]; ok {
+			hv.v[id] = v
+			hv.has |= 1 << id
+		} else if c.listAny && len(h.Lists[k]) > 0 {
+			hv.lists = true
+		}
+	}
+}
+
+// combos appends to dst, flat, the value tuples under which h (whose values
+// are hv) enters selector si: one, or with list_as_any the product of its
+// lists.
+func (lb *LB) combos(dst []string, si int, h *Host, hv *hostVals) []string {
 	if h == nil {
 		return dst
 	}
-	c := ed.lb.cfg
-	sel := &c.sels[si]
-	dst = append(dst, make([]string, 0, len(sel.names)))
+	sel := &lb.cfg.sels[si]
+	if hv.has&sel.mask == sel.mask {
+		for _, id := range sel.ids {
+			dst = append(dst, hv.v[id])
+		}
+		return dst
+	}
+	if hv.lists {
+		return lb.listCombos(dst, sel, h)
+	}
+	return dst
+}
+
+// listCombos is combos' slow path, for a host with list values.
+func (lb *LB) listCombos(dst []string, sel *csel, h *Host) []string {
+	tuples := [][]string{nil}
 	for _, k := range sel.names {
 		var vs []string
-		c.hostValues(h, k, func(v string) {
+		for _, v := range lb.cfg.appendValues(nil, h, k) {
 			if !slices.Contains(vs, v) {
 				vs = append(vs, v)
 			}
-		})
-		if len(vs) == 0 {
-			return dst[:0]
 		}
-		n := len(dst)
-		for _, prefix := range dst[:n] {
+		var next [][]string
+		for _, t := range tuples {
 			for _, v := range vs {
-				dst = append(dst, append(slices.Clone(prefix), v))
+				next = append(next, append(slices.Clone(t), v))
 			}
 		}
-		dst = dst[n:]
+		tuples = next
+	}
+	for _, t := range tuples {
+		dst = append(dst, t...)
 	}
 	return dst
 }
@@ -217,7 +262,9 @@ func (lb *LB) Upsert(hosts ...*Host) error {
 		} else {
 			slot = ed.s.slots
 		}
-		lb.ids[h.ID] = slot
+		if !ok {
+			lb.ids[h.ID] = slot
+		}
 		ed.change(slot, slotRec{host: h, weight: h.Weight, healthy: healthy})
 	}
 	ed.commit()
