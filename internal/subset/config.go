@@ -196,7 +196,8 @@ type compiled struct {
 	keyID    map[string]int
 	keys     []string // by id
 	sels     []csel
-	byMask   map[uint64]int
+	byMask   map[uint64]int // when there are many selectors
+	masks    []uint64       // sels[i].mask; scanned when few
 	fallback Fallback
 	defKeys  []string // ascending
 	defVals  []string
@@ -245,6 +246,7 @@ func compile(c Config) *compiled {
 			cs.fbMask |= 1 << cc.keyID[k]
 		}
 		cc.byMask[cs.mask] = i
+		cc.masks = append(cc.masks, cs.mask)
 		cc.sels = append(cc.sels, cs)
 	}
 	for k := range c.DefaultSubset {
@@ -255,4 +257,24 @@ func compile(c Config) *compiled {
 		cc.defVals = append(cc.defVals, c.DefaultSubset[k])
 	}
 	return cc
+}
+
+// scanSelectors is how many selectors a linear scan of masks beats a map.
+const scanSelectors = 32
+
+// selector returns the index of the selector whose keys are exactly mask,
+// or -1.
+func (c *compiled) selector(mask uint64) int {
+	if len(c.masks) <= scanSelectors {
+		for i, m := range c.masks {
+			if m == mask {
+				return i
+			}
+		}
+		return -1
+	}
+	if i, ok := c.byMask[mask]; ok {
+		return i
+	}
+	return -1
 }

@@ -63,8 +63,8 @@ func (lb *LB) Pick(md map[string]string) (Result, error) {
 func (lb *LB) choose(s *snapshot, kv []reqKV, mask uint64) (Result, error) {
 	c := lb.cfg
 	for mask != 0 {
-		si, ok := c.byMask[mask]
-		if !ok {
+		si := c.selector(mask)
+		if si < 0 {
 			break
 		}
 		if e := lb.find(s, si, kv, mask); e != nil {
