@@ -147,7 +147,7 @@ func (c *Client) do(ctx context.Context, method, pathAndQuery string, body []byt
 	req.Header.Set("User-Agent", c.userAgent)
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return fmt.Errorf("client: %s %s: %w", method, pathAndQuery, err)
+		return fmt.Errorf("client: %w", err) // a *url.Error: it names the method and URL
 	}
 	defer resp.Body.Close()
 	buf := getBuf()
