@@ -25,7 +25,7 @@ import (
 //   - threads: how many calls it holds before rejecting. A rejection of a
 //     call with rank r says r-1 calls filled it (never below the limit, nor
 //     below half the previous bound at once). It is probed upwards again
-//     (+1 per window without rejections while it binds).
+//     (+1/8 per window without rejections while it binds).
 //
 // A rejection or a fast failure is never taken as a latency sample: it lowers
 // threads, so the trap of least-request (a full endpoint rejects
@@ -278,9 +278,11 @@ func (st *adaptiveState) roll(now, window int64) {
 	}
 	st.cur = [2]int64{}
 	st.curStart = now
-	// Probe the thread bound upwards only while it is what holds calls back.
+	// Probe the thread bound upwards only while it is what holds calls
+	// back, by an eighth per quiet window: a bound learned from a bad
+	// sample recovers in a second or two, not one call per window.
 	if t := st.threads.Load(); t != unknownThreads && now-st.lastReject > window && st.inflight.Load() >= t-1 {
-		st.threads.Store(t + 1)
+		st.threads.Store(t + max(1, t/8))
 	}
 }
 
