@@ -19,6 +19,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/schollz/progressbar/v3"
@@ -124,7 +125,17 @@ type RegThroughput struct {
 	FirstError  string  `json:"first_error,omitempty"`
 	Target      float64 `json:"target_per_second"`
 	TargetP99Ms float64 `json:"target_p99_ms,omitempty"`
-	Note        string  `json:"note,omitempty"`
+	RegCPU
+	Note string `json:"note,omitempty"`
+}
+
+// RegCPU is the CPU time loader and server spent in the timed part of a
+// scenario: they share the machine, so this says who used the cores. The
+// server's figure comes from its /metrics (process_cpu_seconds_total) and is
+// left out when that is missing.
+type RegCPU struct {
+	LoaderCPUSeconds float64  `json:"loader_cpu_seconds"`
+	ServerCPUSeconds *float64 `json:"server_cpu_seconds,omitempty"`
 }
 
 // RegLatency is the figure of a latency scenario.
@@ -134,7 +145,8 @@ type RegLatency struct {
 	P99Ms       float64 `json:"p99_ms"`
 	MaxMs       float64 `json:"max_ms"`
 	TargetP99Ms float64 `json:"target_p99_ms"`
-	Note        string  `json:"note,omitempty"`
+	RegCPU
+	Note string `json:"note,omitempty"`
 	// watch only: from sending the register instead of from its answer
 	FromSendP50Ms float64 `json:"from_send_p50_ms,omitempty"`
 	FromSendP99Ms float64 `json:"from_send_p99_ms,omitempty"`
@@ -411,6 +423,7 @@ func (r *regRun) regLoop(ctx context.Context, name string, conns int, step func(
 	stats := make([]regStats, conns)
 	var wg sync.WaitGroup
 	stopBar := r.timeBar(ctx, name, r.cfg.Duration)
+	cpu := r.startCPU(ctx)
 	start := time.Now()
 	end := start.Add(r.cfg.Duration)
 	for g := range conns {
@@ -449,7 +462,7 @@ func (r *regRun) regLoop(ctx context.Context, name string, conns int, step func(
 	wg.Wait()
 	elapsed := time.Since(start)
 	stopBar()
-	res := &RegThroughput{Conns: conns, Seconds: round3(elapsed.Seconds())}
+	res := &RegThroughput{Conns: conns, Seconds: round3(elapsed.Seconds()), RegCPU: cpu.stop(ctx)}
 	var all []time.Duration
 	for i := range stats {
 		st := &stats[i]
@@ -715,6 +728,7 @@ func (r *regRun) changes(ctx context.Context) (*RegLatency, error) {
 	bar := r.countBar("changes reads", int64(r.cfg.ChangesRounds))
 	defer bar.finish()
 	lat := make([]time.Duration, 0, r.cfg.ChangesRounds)
+	cpu := r.startCPU(ctx)
 	for range r.cfg.ChangesRounds {
 		t0 := time.Now()
 		if _, err := c.send(ctx, http.MethodGet, url, nil); err != nil {
@@ -723,6 +737,7 @@ func (r *regRun) changes(ctx context.Context) (*RegLatency, error) {
 		lat = append(lat, time.Since(t0))
 		bar.add(1)
 	}
+	res.RegCPU = cpu.stop(ctx)
 	res.P50Ms, res.P99Ms, res.MaxMs = regPercentiles(lat)
 	res.Note = "time to read the whole answer of GET /v1/changes?since=R&limit=10000, not decoded"
 	return res, nil
@@ -762,6 +777,7 @@ func (r *regRun) watch(ctx context.Context) (*RegLatency, error) {
 		err error
 	}
 	got := make(chan answer, 1)
+	cpu := r.startCPU(ctx)
 	for i := range r.cfg.WatchRounds {
 		url := qbase + strconv.FormatUint(index, 10)
 		// The watcher goroutine lives for one round; the round waits for it.
@@ -798,7 +814,7 @@ func (r *regRun) watch(ctx context.Context) (*RegLatency, error) {
 		index = a.rev
 		bar.add(1)
 	}
-	res := &RegLatency{Rounds: len(lat), TargetP99Ms: 5}
+	res := &RegLatency{Rounds: len(lat), TargetP99Ms: 5, RegCPU: cpu.stop(ctx)}
 	res.P50Ms, res.P99Ms, res.MaxMs = regPercentiles(lat)
 	res.FromSendP50Ms, res.FromSendP99Ms, _ = regPercentiles(fromSend)
 	res.Note = "p50/p99: from the register's 200 answer to the blocking query's answer (0 when the watcher was answered first); from_send: from sending the register (includes its durable commit)"
@@ -842,6 +858,53 @@ func (r *regRun) cleanup(ctx context.Context) (*RegCleanup, error) {
 	err := flush()
 	res.Seconds = round3(time.Since(start).Seconds())
 	return res, err
+}
+
+// regCPUMeter measures CPU time between startCPU and stop.
+type regCPUMeter struct {
+	r              *regRun
+	loader, server float64
+	serverOK       bool
+}
+
+func (r *regRun) startCPU(ctx context.Context) regCPUMeter {
+	m := regCPUMeter{r: r, loader: regLoaderCPU()}
+	m.server, m.serverOK = r.serverCPU(ctx)
+	return m
+}
+
+func (m regCPUMeter) stop(ctx context.Context) RegCPU {
+	c := RegCPU{LoaderCPUSeconds: round3(regLoaderCPU() - m.loader)}
+	if s, ok := m.r.serverCPU(ctx); ok && m.serverOK {
+		d := round3(s - m.server)
+		c.ServerCPUSeconds = &d
+	}
+	return c
+}
+
+// regLoaderCPU is this process's user+system CPU time in seconds.
+func regLoaderCPU() float64 {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
+}
+
+// serverCPU reads process_cpu_seconds_total from the server's /metrics.
+func (r *regRun) serverCPU(ctx context.Context) (float64, bool) {
+	c := &regCaller{hc: r.hc}
+	if _, err := c.send(ctx, http.MethodGet, r.base+"/metrics", nil); err != nil {
+		return 0, false
+	}
+	const name = "process_cpu_seconds_total "
+	for line := range bytes.Lines(c.buf) {
+		if v, ok := bytes.CutPrefix(line, []byte(name)); ok {
+			f, err := strconv.ParseFloat(string(bytes.TrimSpace(v)), 64)
+			return f, err == nil
+		}
+	}
+	return 0, false
 }
 
 // regBar is a progress bar that is a no-op without a progress writer.
