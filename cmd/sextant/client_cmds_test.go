@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"flag"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -331,6 +332,56 @@ func TestCLIWatchBadArgs(t *testing.T) {
 			_, _, err := runCLI(t, watchServer(t), "", "watch", arg)
 			if err == nil || !strings.Contains(err.Error(), "want NAMESPACE/SERVICE") {
 				t.Errorf("watch %q: error %v", arg, err)
+			}
+		})
+	}
+}
+
+func TestParseTTL(t *testing.T) {
+	tests := []struct {
+		name, in string
+		want     int
+		err      bool
+	}{
+		{name: "empty", in: "", want: 0},
+		{name: "seconds", in: "5", want: 5},
+		{name: "duration", in: "5s", want: 5},
+		{name: "minutes", in: "1m", want: 60},
+		{name: "zero", in: "0s", want: 0},
+		{name: "fraction", in: "1500ms", err: true},
+		{name: "negative", in: "-3", err: true},
+		{name: "junk", in: "soon", err: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := parseTTL(tt.in)
+			if (err != nil) != tt.err || got != tt.want {
+				t.Errorf("parseTTL(%q) = %d, %v; want %d, error %v", tt.in, got, err, tt.want, tt.err)
+			}
+		})
+	}
+}
+
+func TestParseMeta(t *testing.T) {
+	tests := []struct {
+		name string
+		in   []string
+		want map[string]string
+		err  bool
+	}{
+		{name: "none", in: nil, want: nil},
+		{name: "pairs", in: []string{"zone=z1", "q=a=b", "empty="}, want: map[string]string{"zone": "z1", "q": "a=b", "empty": ""}},
+		{name: "no equals", in: []string{"zone"}, err: true},
+		{name: "no key", in: []string{"=v"}, err: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := parseMeta(tt.in)
+			if (err != nil) != tt.err {
+				t.Fatalf("parseMeta(%q) error %v, want error %v", tt.in, err, tt.err)
+			}
+			if !tt.err && !maps.Equal(got, tt.want) {
+				t.Errorf("parseMeta(%q) = %v, want %v", tt.in, got, tt.want)
 			}
 		})
 	}

@@ -204,6 +204,9 @@ func RunRegistry(ctx context.Context, cfg RegistryConfig, out io.Writer) (Regist
 		case "watch":
 			res.Watch, err = r.watch(ctx)
 		}
+		if err == nil {
+			err = ctx.Err() // interrupted: the figures of s are partial
+		}
 		if err != nil {
 			runErr = fmt.Errorf("bench: registry %s: %w", s, err)
 			break
