@@ -74,7 +74,10 @@ func (d *decoder) varint(what string) int64 {
 }
 
 func (d *decoder) str(what string) string {
-	n := d.uvarint(what+" length", uint64(len(d.b)))
+	n := d.uvarint(what+" length", 1<<32)
+	if d.err == nil && n > uint64(len(d.b)) {
+		d.err = fmt.Errorf("%w: %s length %d past the end", ErrCorrupt, what, n)
+	}
 	if d.err != nil {
 		return ""
 	}
@@ -110,7 +113,10 @@ func DecodeInstance(b []byte, rev int64) (*Instance, error) {
 	in.TTLSeconds = int(d.uvarint("ttl", 1<<31))
 	in.CreatedAt = time.Unix(0, d.varint("created_at")).UTC()
 	in.UpdatedAt = time.Unix(0, d.varint("updated_at")).UTC()
-	n := d.uvarint("metadata count", uint64(len(d.b)))
+	n := d.uvarint("metadata count", 1<<16)
+	if d.err == nil && n > uint64(len(d.b)) {
+		d.err = fmt.Errorf("%w: metadata count %d past the end", ErrCorrupt, n)
+	}
 	if d.err == nil && n > 0 {
 		in.Metadata = make(map[string]string, n)
 		for range n {

@@ -16,18 +16,27 @@ type Service struct {
 	Key      ServiceKey
 	Revision int64 // the last revision that changed any of its instances
 
-	slots   []*Instance // by slot; nil marks a free slot
-	free    []uint32    // free slots, reused before growing
-	byID    []uint32    // occupied slots sorted by instance id
-	index   *label.Index
+	slots   []*Instance     // by slot; nil marks a free slot
+	free    []uint32        // free slots, reused before growing
+	byID    []uint32        // occupied slots sorted by instance id
 	all     *roaring.Bitmap // occupied slots
 	healthy *roaring.Bitmap // healthy and not isolated
+
+	// The label index is a base plus a delta. base indexes the instances
+	// of baseSlots (the slots as they were when base was built); dirty holds
+	// the slots whose metadata changed since. A query matches base, drops
+	// dirty slots and checks those few one by one; when dirty grows past a
+	// bound, base is moved forward with a copy-on-write edit. So a commit
+	// costs O(changed) instead of a copy of every bitmap it touches.
+	base      *label.Index
+	baseSlots []*Instance
+	dirty     *roaring.Bitmap
 
 	memo memo // answers derived from this version, shared by its readers
 }
 
 func newService(key ServiceKey) *Service {
-	return &Service{Key: key, index: label.NewIndex(), all: roaring.New(), healthy: roaring.New()}
+	return &Service{Key: key, base: label.NewIndex(), dirty: roaring.New(), all: roaring.New(), healthy: roaring.New()}
 }
 
 // maxMemo bounds the answers kept per service version.
@@ -107,7 +116,25 @@ func (s *Service) Select(sel label.Selector, healthyOnly bool) []*Instance {
 		}
 		return s.inIDOrder(universe)
 	}
-	return s.inIDOrder(s.index.Match(sel, universe))
+	return s.inIDOrder(s.match(sel, universe))
+}
+
+// match evaluates sel over universe: the base index for the clean slots,
+// the selector itself for the dirty ones.
+func (s *Service) match(sel label.Selector, universe *roaring.Bitmap) *roaring.Bitmap {
+	m := s.base.Match(sel, universe)
+	if s.dirty.IsEmpty() {
+		return m
+	}
+	m.AndNot(s.dirty)
+	it := s.dirty.Iterator()
+	for it.HasNext() {
+		slot := it.Next()
+		if universe.Contains(slot) && sel.Matches(s.slots[slot].Metadata) {
+			m.Add(slot)
+		}
+	}
+	return m
 }
 
 // inIDOrder lists the instances of set sorted by id: sorting the few when the
@@ -151,18 +178,17 @@ func (s *Service) edit(rev int64) *edit {
 		Revision: rev,
 		slots:    slices.Clone(s.slots),
 		free:     slices.Clone(s.free),
-		byID:     s.byID, // rebuilt in finish if ids come or go
-		index:    s.index.Edit(),
-		all:      s.all.Clone(),
-		healthy:  s.healthy.Clone(),
+		byID:      s.byID, // rebuilt in finish if ids come or go
+		all:       s.all.Clone(),
+		healthy:   s.healthy.Clone(),
+		base:      s.base,
+		baseSlots: s.baseSlots,
+		dirty:     s.dirty.Clone(),
 	}
 	return &edit{orig: s, s: n}
 }
 
 func (e *edit) indexAdd(slot uint32, in *Instance) {
-	for k, v := range in.Metadata {
-		e.s.index.Add(slot, k, v)
-	}
 	e.s.all.Add(slot)
 	if in.Healthy && !in.Isolated {
 		e.s.healthy.Add(slot)
@@ -170,11 +196,20 @@ func (e *edit) indexAdd(slot uint32, in *Instance) {
 }
 
 func (e *edit) indexRemove(slot uint32, in *Instance) {
-	for k, v := range in.Metadata {
-		e.s.index.Remove(slot, k, v)
-	}
 	e.s.all.Remove(slot)
 	e.s.healthy.Remove(slot)
+}
+
+func sameMetadata(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
 }
 
 // lookup finds the slot of id in the working copy.
@@ -201,7 +236,11 @@ func (e *edit) get(id string) *Instance {
 func (e *edit) upsert(in *Instance) {
 	slot, exists := e.lookup(in.ID)
 	if exists {
-		e.indexRemove(slot, e.s.slots[slot])
+		old := e.s.slots[slot]
+		e.indexRemove(slot, old)
+		if !sameMetadata(old.Metadata, in.Metadata) {
+			e.s.dirty.Add(slot)
+		}
 	} else {
 		if n := len(e.s.free); n > 0 {
 			slot = e.s.free[n-1]
@@ -214,6 +253,7 @@ func (e *edit) upsert(in *Instance) {
 			e.newIDs = make(map[string]uint32)
 		}
 		e.newIDs[in.ID] = slot
+		e.s.dirty.Add(slot)
 	}
 	e.s.slots[slot] = in
 	e.indexAdd(slot, in)
@@ -227,6 +267,7 @@ func (e *edit) remove(id string) bool {
 	}
 	e.indexRemove(slot, e.s.slots[slot])
 	e.s.slots[slot] = nil
+	e.s.dirty.Add(slot)
 	e.freed = append(e.freed, slot)
 	if _, isNew := e.newIDs[id]; !isNew {
 		e.gone = true
@@ -234,10 +275,42 @@ func (e *edit) remove(id string) bool {
 	return true
 }
 
-// finish rebuilds id order if ids came or went: one merge, O(n + k log k).
+// maxDirty is how many changed slots a service version carries before its
+// base index is moved forward: small enough that checking them one by one
+// stays cheap for a query, large enough to spread the bitmap copies.
+func maxDirty(n int) uint64 { return uint64(min(max(n/8, 16), 1024)) }
+
+// compact moves the base index forward over the dirty slots. Each bitmap it
+// touches is copied once (label.Index.Edit), however many slots changed.
+func (s *Service) compact() {
+	ix := s.base.Edit()
+	it := s.dirty.Iterator()
+	for it.HasNext() {
+		slot := it.Next()
+		if int(slot) < len(s.baseSlots) {
+			if old := s.baseSlots[slot]; old != nil {
+				for k, v := range old.Metadata {
+					ix.Remove(slot, k, v)
+				}
+			}
+		}
+		if cur := s.slots[slot]; cur != nil {
+			for k, v := range cur.Metadata {
+				ix.Add(slot, k, v)
+			}
+		}
+	}
+	s.base, s.baseSlots, s.dirty = ix, s.slots, roaring.New()
+}
+
+// finish rebuilds id order if ids came or went (one merge, O(n + k log k))
+// and compacts the index when enough slots are dirty.
 func (e *edit) finish() *Service {
 	s := e.s
 	s.free = append(s.free, e.freed...)
+	if s.dirty.GetCardinality() > maxDirty(len(s.slots)) {
+		s.compact()
+	}
 	if !e.gone && len(e.newIDs) == 0 {
 		return s
 	}

@@ -1,0 +1,273 @@
+package catalog
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sextant-mesh/sextant/internal/label"
+)
+
+// model is the brute-force reference: the instances by id.
+type model map[string]*Instance
+
+func (m model) selectService(k ServiceKey, sel label.Selector, healthyOnly bool) []string {
+	var out []string
+	for _, in := range m {
+		if in.Key() != k || (healthyOnly && (!in.Healthy || in.Isolated)) || !sel.Matches(in.Metadata) {
+			continue
+		}
+		out = append(out, in.ID)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func idsOf(ins []*Instance) []string {
+	out := make([]string, len(ins))
+	for i, in := range ins {
+		out[i] = in.ID
+	}
+	return out
+}
+
+// TestSelectAgainstReference applies random batches (upserts, relabels,
+// moves between services, deletes, health flips) and checks every query of
+// every version against brute force, including versions already replaced.
+func TestSelectAgainstReference(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	keys := []string{"zone", "env", "ver"}
+	vals := []string{"a", "b", "c"}
+	services := []ServiceKey{{"default", "s0"}, {"default", "s1"}, {"other", "s0"}}
+	randMeta := func() map[string]string {
+		m := map[string]string{}
+		for _, k := range keys {
+			if rng.IntN(3) > 0 {
+				m[k] = vals[rng.IntN(len(vals))]
+			}
+		}
+		return m
+	}
+	randSel := func() label.Selector {
+		var s label.Selector
+		for range rng.IntN(3) {
+			k := keys[rng.IntN(len(keys))]
+			switch op := label.Op(rng.IntN(6) + 1); op {
+			case label.Equals, label.NotEquals:
+				s = append(s, label.Requirement{Key: k, Op: op, Values: []string{vals[rng.IntN(3)]}})
+			case label.In, label.NotIn:
+				s = append(s, label.Requirement{Key: k, Op: op, Values: []string{"a", vals[1+rng.IntN(2)]}})
+			default:
+				s = append(s, label.Requirement{Key: k, Op: op})
+			}
+		}
+		return s
+	}
+	type past struct {
+		svc  *Service
+		sel  label.Selector
+		hlth bool
+		want []string
+	}
+	var history []past
+	c := New(Options{})
+	m := model{}
+	rev := int64(0)
+	for round := range 300 {
+		var changes []Change
+		touched := map[string]bool{}
+		for range 1 + rng.IntN(30) {
+			id := fmt.Sprintf("i%03d", rng.IntN(400))
+			if touched[id] {
+				continue // one change per id per batch, as the registry sends
+			}
+			touched[id] = true
+			rev++
+			cur := m[id]
+			switch r := rng.IntN(10); {
+			case r < 2 && cur != nil:
+				changes = append(changes, Change{Revision: rev, Key: cur.Key(), ID: id})
+				delete(m, id)
+			case r < 4 && cur != nil:
+				n := cur.Clone()
+				n.Healthy = !cur.Healthy
+				n.Revision = rev
+				changes = append(changes, Change{Revision: rev, Key: n.Key(), ID: id, Instance: n})
+				m[id] = n
+			default:
+				k := services[rng.IntN(len(services))]
+				n := &Instance{ID: id, Namespace: k.Namespace, Service: k.Name, Host: "h", Port: 1, Metadata: randMeta(),
+					Healthy: rng.IntN(5) > 0, Isolated: rng.IntN(8) == 0, Revision: rev, Live: new(Liveness)}
+				if cur != nil && cur.Key() != k {
+					changes = append(changes, Change{Revision: rev, Key: cur.Key(), ID: id})
+				}
+				changes = append(changes, Change{Revision: rev, Key: k, ID: id, Instance: n})
+				m[id] = n
+			}
+		}
+		c.Apply(rev, changes)
+		if c.Len() != len(m) {
+			t.Fatalf("round %d: Len %d, model %d", round, c.Len(), len(m))
+		}
+		for _, k := range services {
+			svc := c.Service(k)
+			if svc == nil {
+				continue
+			}
+			if got, want := idsOf(svc.Instances()), m.selectService(k, nil, false); !slices.Equal(got, want) {
+				t.Fatalf("round %d %v: instances %v, want %v", round, k, got, want)
+			}
+			for range 8 {
+				sel, hlth := randSel(), rng.IntN(2) == 0
+				want := m.selectService(k, sel, hlth)
+				if got := idsOf(svc.Select(sel, hlth)); !slices.Equal(got, want) && !(len(got) == 0 && len(want) == 0) {
+					t.Fatalf("round %d %v: Select(%q, healthy=%v) = %v, want %v", round, k, sel.String(), hlth, got, want)
+				}
+				if rng.IntN(10) == 0 {
+					history = append(history, past{svc, sel, hlth, want})
+				}
+			}
+		}
+		for id, in := range m {
+			if got := c.Get(id); got != in {
+				t.Fatalf("round %d: Get(%s) = %v, want %v", round, id, got, in)
+			}
+		}
+	}
+	// Versions already replaced still answer as they did.
+	for i, p := range history {
+		if got := idsOf(p.svc.Select(p.sel, p.hlth)); !slices.Equal(got, p.want) && !(len(got) == 0 && len(p.want) == 0) {
+			t.Fatalf("old version %d moved: Select(%q) = %v, want %v", i, p.sel.String(), got, p.want)
+		}
+	}
+}
+
+func TestInstanceJSON(t *testing.T) {
+	in := &Instance{ID: "a:b", Namespace: "ns", Service: "s", Host: "::1", Port: 80, Protocol: "grpc", Version: "v\"1",
+		Weight: 0, Isolated: true, TTLSeconds: 5, Healthy: true, Revision: 7,
+		Metadata:  map[string]string{"z": "last", "a": "ctl\x01\n\t\\ \u2028 é \xff"},
+		CreatedAt: time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC), UpdatedAt: time.Date(2026, 1, 2, 3, 4, 5, 7, time.FixedZone("x", 3600)),
+	}
+	b := in.AppendJSON(nil)
+	if !json.Valid(b) {
+		t.Fatalf("invalid JSON: %s", b)
+	}
+	var got map[string]any
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{
+		"id": "a:b", "namespace": "ns", "service": "s", "host": "::1", "port": 80.0, "protocol": "grpc", "version": "v\"1",
+		"weight": 0.0, "isolated": true, "ttl_seconds": 5.0, "healthy": true, "revision": 7.0,
+		"metadata":   map[string]any{"z": "last", "a": "ctl\x01\n\t\\ \u2028 é \ufffd"},
+		"created_at": "2026-01-02T03:04:05.000000006Z", "updated_at": "2026-01-02T02:04:05.000000007Z",
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("got  %v\nwant %v", got, want)
+	}
+	if !strings.Contains(string(b), `"metadata":{"a":`) {
+		t.Fatalf("metadata keys not sorted: %s", b)
+	}
+	if string(in.AppendJSON(nil)) != string(b) {
+		t.Fatal("cached encoding differs")
+	}
+}
+
+func TestCodecRoundTrip(t *testing.T) {
+	in := &Instance{ID: "x", Namespace: "ns", Service: "s", Host: "h", Port: 65535, Protocol: "p", Version: "v",
+		Weight: 65535, Isolated: true, TTLSeconds: 3600, Metadata: map[string]string{"k": "v", "e": ""},
+		CreatedAt: time.Unix(0, 123).UTC(), UpdatedAt: time.Unix(5, 0).UTC()}
+	got, err := DecodeInstance(in.AppendBinary(nil), 9)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got.SameSpec(in) || got.Revision != 9 || !got.Healthy || !got.CreatedAt.Equal(in.CreatedAt) || !got.UpdatedAt.Equal(in.UpdatedAt) {
+		t.Fatalf("round trip: %+v", got)
+	}
+	b := in.AppendBinary(nil)
+	for i := range b {
+		if _, err := DecodeInstance(b[:i], 1); err == nil {
+			t.Fatalf("truncated record of %d/%d bytes decoded", i, len(b))
+		}
+	}
+}
+
+// FuzzDecodeInstance: records read from disk never panic the decoder, and
+// what decodes re-encodes to the same bytes up to metadata order.
+func FuzzDecodeInstance(f *testing.F) {
+	in := &Instance{ID: "x", Namespace: "ns", Service: "s", Host: "h", Port: 1, Metadata: map[string]string{"k": "v"}}
+	f.Add(in.AppendBinary(nil))
+	f.Add([]byte{1})
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		got, err := DecodeInstance(b, 1)
+		if err != nil {
+			return
+		}
+		again, err := DecodeInstance(got.AppendBinary(nil), 1)
+		if err != nil || !again.SameSpec(got) {
+			t.Fatalf("re-encoding of %+v does not decode back: %v", got, err)
+		}
+	})
+}
+
+func benchInstance(i int, svc string) *Instance {
+	md := make(map[string]string, 16)
+	for j := 1; j <= 16; j++ {
+		md[fmt.Sprintf("meta-key%02d", j)] = fmt.Sprintf("v%02d-%06d", j, i%(1<<j))
+	}
+	return &Instance{ID: fmt.Sprintf("id-%08d", i), Namespace: "default", Service: svc, Host: "10.0.0.1", Port: 8080,
+		Weight: 100, Metadata: md, Healthy: true, Live: new(Liveness)}
+}
+
+// BenchmarkApply: one commit of one new instance into a service of n.
+func BenchmarkApply(b *testing.B) {
+	for _, n := range []int{100, 10000, 100000} {
+		b.Run(fmt.Sprintf("service=%d", n), func(b *testing.B) {
+			c := New(Options{})
+			var all []*Instance
+			for i := range n {
+				all = append(all, benchInstance(i, "s"))
+			}
+			c.Load(1, all)
+			rev := int64(1)
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				rev++
+				in := benchInstance(n+i, "s")
+				c.Apply(rev, []Change{{Revision: rev, Key: in.Key(), ID: in.ID, Instance: in}})
+			}
+		})
+	}
+}
+
+// BenchmarkSelect: a 2-term selector over a service of 100 instances.
+func BenchmarkSelect(b *testing.B) {
+	c := New(Options{})
+	var all []*Instance
+	for i := range 100 {
+		all = append(all, benchInstance(i, "s"))
+	}
+	c.Load(1, all)
+	svc := c.Service(ServiceKey{"default", "s"})
+	sel, _ := label.Parse("meta-key01=v01-000001,meta-key02!=x")
+	b.ReportAllocs()
+	for b.Loop() {
+		if len(svc.Select(sel, true)) != 50 {
+			b.Fatal("wrong answer")
+		}
+	}
+}
+
+func BenchmarkAppendJSON(b *testing.B) {
+	in := benchInstance(1, "s")
+	buf := make([]byte, 0, 4096)
+	b.ReportAllocs()
+	for b.Loop() {
+		buf = in.encodeJSON(buf[:0])
+	}
+}
