@@ -174,10 +174,10 @@ type edit struct {
 
 func (s *Service) edit(rev int64) *edit {
 	n := &Service{
-		Key:      s.Key,
-		Revision: rev,
-		slots:    slices.Clone(s.slots),
-		free:     slices.Clone(s.free),
+		Key:       s.Key,
+		Revision:  rev,
+		slots:     slices.Clone(s.slots),
+		free:      slices.Clone(s.free),
 		byID:      s.byID, // rebuilt in finish if ids come or go
 		all:       s.all.Clone(),
 		healthy:   s.healthy.Clone(),
