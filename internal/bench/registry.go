@@ -560,8 +560,9 @@ func (r *regRun) batch(ctx context.Context) (*RegThroughput, error) {
 	return res, err
 }
 
-// preload registers n instances of family prefix in service svc, in
-// batches from a few goroutines, untimed.
+// preload registers n instances with ids prefix+digits into services
+// svcPrefix0, svcPrefix1, ... of 1000 instances each, in batches of 500 from
+// a few goroutines, untimed.
 func (r *regRun) preload(ctx context.Context, name, svcPrefix, prefix string, n, ttl int) error {
 	const size, perService = 500, 1000
 	f := r.family(prefix)
@@ -610,13 +611,17 @@ func (r *regRun) heartbeat(ctx context.Context) (*RegThroughput, error) {
 	if err := r.preload(ctx, "heartbeat preload", "hb-", prefix, pool, 3600); err != nil {
 		return nil, fmt.Errorf("preload: %w", err)
 	}
-	var bodies [][]byte
+	var (
+		bodies [][]byte
+		counts []int // ids in each body; the last may be short
+	)
 	for base := 0; base < pool; base += per {
 		ids := make([]string, 0, per)
 		for i := base; i < min(base+per, pool); i++ {
 			ids = append(ids, regID(prefix, int64(i)))
 		}
 		bodies = append(bodies, client.AppendIDsBody(nil, ids...))
+		counts = append(counts, len(ids))
 	}
 	// Check once that the ids exist, so the figure is about real heartbeats.
 	var nf struct {
@@ -632,9 +637,9 @@ func (r *regRun) heartbeat(ctx context.Context) (*RegThroughput, error) {
 	url := r.base + "/v1/heartbeats"
 	var next atomic.Int64
 	res, err := r.regLoop(ctx, "heartbeat", r.cfg.HeartbeatConns, func(ctx context.Context, g int, c *regCaller) (int, bool, error) {
-		b := bodies[int(next.Add(1))%len(bodies)]
-		_, err := c.send(ctx, http.MethodPost, url, b)
-		return per, false, err
+		i := int(next.Add(1)) % len(bodies)
+		_, err := c.send(ctx, http.MethodPost, url, bodies[i])
+		return counts[i], false, err
 	})
 	if res != nil {
 		res.Unit, res.PerRequest, res.Target = "ids", per, 1_000_000
