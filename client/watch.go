@@ -7,12 +7,15 @@ import (
 	"time"
 )
 
+// MaxWait is the longest a server holds one blocking query.
+const MaxWait = 5 * time.Minute
+
 // WatchOptions configure a watch.
 type WatchOptions struct {
 	Selector    string
 	HealthyOnly bool
 	// Wait is how long each blocking query may be held by the server
-	// (0: the server's default, 30s).
+	// (0: 30s, the server's default; at most MaxWait).
 	Wait time.Duration
 	// MinBackoff and MaxBackoff bound the wait before retrying after a
 	// transient error (defaults 100ms and 5s); the wait doubles each time.
@@ -69,10 +72,11 @@ func (c *Client) WatchFunc(ctx context.Context, namespace, service string, opts 
 			}
 		}
 		q.Index = res.Revision
-		q.Wait = opts.Wait
+		// Index 0 (an unknown service) must still block: Query only sends
+		// the index when Wait or Index is set. The server rejects a wait
+		// above MaxWait, which would end the watch for good.
+		q.Wait = min(opts.Wait, MaxWait)
 		if q.Wait <= 0 {
-			// Index 0 (an unknown service) must still block: Query only
-			// sends the index when Wait or Index is set.
 			q.Wait = 30 * time.Second
 		}
 	}

@@ -225,3 +225,33 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+func TestWatchClampsWait(t *testing.T) {
+	var waits []string
+	var mu sync.Mutex
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		waits = append(waits, r.URL.Query().Get("wait"))
+		n := len(waits)
+		mu.Unlock()
+		w.Write([]byte(`{"revision":` + strconv.Itoa(n) + `,"instances":[]}`))
+	}))
+	defer srv.Close()
+	c, _ := New(srv.URL)
+	defer c.http.CloseIdleConnections()
+	calls := 0
+	err := c.WatchFunc(context.Background(), "n", "s", WatchOptions{Wait: time.Hour}, func(QueryResult) error {
+		if calls++; calls == 2 {
+			return errors.New("stop")
+		}
+		return nil
+	})
+	if err == nil || err.Error() != "stop" {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(waits) != 2 || waits[0] != "" || waits[1] != "5m0s" {
+		t.Errorf("waits sent = %q, want no wait on the first query, then 5m0s", waits)
+	}
+}
