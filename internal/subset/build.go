@@ -131,7 +131,7 @@ func (en *enumerator) walk(d int, cur *bitset.BitSet, curList []uint32) {
 	}
 	key := en.sel.names[d]
 	ix := en.s.index
-	if d > 0 && curList != nil && len(curList) < ix.NumValues(key) {
+	if d > 0 && curList != nil && 4*len(curList) < ix.NumValues(key) {
 		en.partition(d, key, curList)
 		return
 	}
@@ -174,8 +174,8 @@ func (en *enumerator) walk(d int, cur *bitset.BitSet, curList []uint32) {
 	})
 }
 
-// partition splits a small set by each slot's own values of key, instead of
-// trying every value of a high-cardinality key.
+// partition splits a set much smaller than key's number of values by each
+// slot's own values, instead of trying every value of a high-cardinality key.
 func (en *enumerator) partition(d int, key string, cur []uint32) {
 	c := en.lb.cfg
 	start := len(en.pairs)
@@ -213,12 +213,12 @@ func (en *enumerator) partition(d int, key string, cur []uint32) {
 
 func (en *enumerator) emit(n int) {
 	if len(en.slab) == 0 {
-		en.slab = make([]entry, 64)
+		en.slab = make([]entry, min(64, 8+len(en.out)))
 	}
 	e := &en.slab[0]
 	en.slab = en.slab[1:]
 	if len(en.strs) < len(en.vals) {
-		en.strs = make([]string, 256*len(en.vals))
+		en.strs = make([]string, min(64, 8+len(en.out))*len(en.vals))
 	}
 	vals := en.strs[:len(en.vals):len(en.vals)]
 	en.strs = en.strs[len(en.vals):]

@@ -8,6 +8,7 @@ import (
 	"io"
 	"slices"
 	"sort"
+	"strconv"
 )
 
 // Fallback is what happens when a request's subset has no host.
@@ -121,7 +122,7 @@ func (c *Config) Validate() error {
 		keys[k] = true
 	}
 	for i, s := range c.Selectors {
-		f := fmt.Sprintf("selectors[%d]", i)
+		f := selField(i)
 		if len(s.Keys) == 0 {
 			return invalid("%s.keys: empty", f)
 		}
@@ -178,6 +179,9 @@ func (c *Config) Validate() error {
 	}
 	return nil
 }
+
+// selField names selectors[i] for errors.
+func selField(i int) string { return "selectors[" + strconv.Itoa(i) + "]" }
 
 func canonical(keys []string) string {
 	s := slices.Clone(keys)

@@ -147,9 +147,16 @@ func (r *ref) numSubsets() int {
 	return len(seen)
 }
 
-var refKeys = []string{"a", "b", "c", "d"}
+// refKeys: "e" has many values, so small sets are partitioned by each
+// host's own value (the high-cardinality path of the build).
+var refKeys = []string{"a", "b", "c", "d", "e"}
 
-func randVal(rng *rand.Rand) string { return fmt.Sprint(rng.IntN(3)) }
+func randVal(rng *rand.Rand, key string) string {
+	if key == "e" {
+		return fmt.Sprint(rng.IntN(40))
+	}
+	return fmt.Sprint(rng.IntN(3))
+}
 
 func randConfig(rng *rand.Rand) Config {
 	var c Config
@@ -159,7 +166,8 @@ func randConfig(rng *rand.Rand) Config {
 	if rng.IntN(2) == 0 {
 		c.DefaultSubset = map[string]string{}
 		for range rng.IntN(3) {
-			c.DefaultSubset[refKeys[rng.IntN(len(refKeys))]] = randVal(rng)
+			k := refKeys[rng.IntN(len(refKeys))]
+			c.DefaultSubset[k] = randVal(rng, k)
 		}
 	}
 	seen := map[string]bool{}
@@ -200,10 +208,10 @@ func randHost(rng *rand.Rand, id string) *Host {
 				h.Lists = map[string][]string{}
 			}
 			for range rng.IntN(3) + 1 {
-				h.Lists[k] = append(h.Lists[k], randVal(rng))
+				h.Lists[k] = append(h.Lists[k], randVal(rng, k))
 			}
 		default:
-			h.Labels[k] = randVal(rng)
+			h.Labels[k] = randVal(rng, k)
 		}
 	}
 	return h
@@ -215,7 +223,7 @@ func randRequest(rng *rand.Rand, c Config) map[string]string {
 	case 0: // arbitrary keys
 		for _, k := range refKeys {
 			if rng.IntN(2) == 0 {
-				md[k] = randVal(rng)
+				md[k] = randVal(rng, k)
 			}
 		}
 	case 1:
@@ -223,7 +231,7 @@ func randRequest(rng *rand.Rand, c Config) map[string]string {
 	default:
 		if len(c.Selectors) > 0 {
 			for _, k := range c.Selectors[rng.IntN(len(c.Selectors))].Keys {
-				md[k] = randVal(rng)
+				md[k] = randVal(rng, k)
 				if rng.IntN(10) == 0 {
 					md[k] = "9" // a value no host has
 				}
@@ -272,7 +280,7 @@ func runReference(t *testing.T, seed uint64) {
 	}
 	var hosts []Host
 	nextID := 0
-	for range rng.IntN(25) {
+	for range rng.IntN(60) {
 		hosts = append(hosts, *randHost(rng, fmt.Sprintf("h%d", nextID)))
 		nextID++
 	}
