@@ -180,3 +180,26 @@ func BenchmarkSubsetBuildHighCardinality(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkSubsetBuildFloor is what bounds the build: only reading each
+// host's values of the four keys (map lookups and the value's bytes), with
+// no index, subsets or snapshot.
+func BenchmarkSubsetBuildFloor(b *testing.B) {
+	hosts := seedHosts(8000, 1)
+	b.Run("hosts=8000", func(b *testing.B) {
+		b.ReportAllocs()
+		n := 0
+		for b.Loop() {
+			for i := range hosts {
+				for _, k := range seedKeys {
+					if v, ok := hosts[i].Labels[k]; ok {
+						n += int(v[len(v)-1])
+					}
+				}
+			}
+		}
+		if n == 0 {
+			b.Fatal("no values read")
+		}
+	})
+}
