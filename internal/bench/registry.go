@@ -7,13 +7,16 @@ package bench
 // id digits change), reuse read buffers, and do no formatting per request.
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/url"
 	"runtime"
 	"slices"
 	"strconv"
@@ -181,7 +184,15 @@ func RunRegistry(ctx context.Context, cfg RegistryConfig, out io.Writer) (Regist
 	if _, err := c.Namespaces(ctx); err != nil {
 		return RegistryResult{}, fmt.Errorf("bench: server %s not answering: %w", cfg.Server, err)
 	}
-	r := &regRun{cfg: cfg, c: c, hc: c.HTTPClient(), base: c.BaseURL()}
+	u, err := url.Parse(c.BaseURL())
+	if err != nil || u.Scheme != "http" {
+		return RegistryResult{}, fmt.Errorf("bench: server %q: the load generator speaks plain http on loopback only", cfg.Server)
+	}
+	addr := u.Host
+	if u.Port() == "" {
+		addr = net.JoinHostPort(u.Hostname(), "80")
+	}
+	r := &regRun{cfg: cfg, c: c, addr: addr, host: u.Host, base: u.Path}
 	res := RegistryResult{Server: c.BaseURL(), Namespace: cfg.Namespace}
 	res.Machine.NumCPU = runtime.NumCPU()
 	res.Machine.GOMAXPROCS = runtime.GOMAXPROCS(0)
@@ -235,8 +246,9 @@ func RunRegistry(ctx context.Context, cfg RegistryConfig, out io.Writer) (Regist
 type regRun struct {
 	cfg  RegistryConfig
 	c    *client.Client
-	hc   *http.Client
-	base string
+	addr string // host:port of the server
+	host string // its Host header
+	base string // path prefix of the server URL, usually empty
 	// created lists id families: ids prefix+10 digits of 0..n-1, so that
 	// cleanup need not keep a million id strings.
 	mu      sync.Mutex
@@ -333,80 +345,179 @@ func (t *regTemplate) set(base uint64) {
 	}
 }
 
-// regCaller sends raw requests for one loader goroutine, reusing its read
-// buffer and request body reader.
+// regCaller is a minimal HTTP/1.1 client on one keep-alive connection, for
+// one loader goroutine. The loader shares the cores with the server, and
+// net/http's client spends three goroutines and several channel handoffs per
+// request; this writes each request with one syscall and reads the answer
+// on the caller's goroutine, into a buffer it reuses. It speaks only what
+// the loopback benchmark needs: Content-Length or chunked answers, no TLS,
+// no redirects, no compression.
 type regCaller struct {
-	hc   *http.Client
-	buf  []byte
-	body *regBody
+	addr string // host:port to dial
+	host string // Host header
+	conn net.Conn
+	br   *bufio.Reader
+	wbuf []byte
+	buf  []byte // body of the last answer
 }
 
-// regBody is a reusable request body. The transport may close a body after
-// RoundTrip returns, so send waits for the Close of the previous request
-// before the caller's bytes are patched again and reused.
-type regBody struct {
-	bytes.Reader
-	open atomic.Bool
+func (r *regRun) caller() *regCaller {
+	return &regCaller{addr: r.addr, host: r.host}
 }
 
-func (b *regBody) Close() error { b.open.Store(false); return nil }
+// close drops the connection; the caller may be used again (it redials).
+func (c *regCaller) close() {
+	if c.conn != nil {
+		c.conn.Close()
+		c.conn, c.br = nil, nil
+	}
+}
 
-// send does one request and reads the whole answer into c.buf. The caller
-// may patch body once send returns.
-func (c *regCaller) send(ctx context.Context, method, url string, body []byte) (int, error) {
-	var rd io.ReadCloser = http.NoBody
-	if body != nil {
-		if c.body == nil {
-			c.body = &regBody{}
+// regTimeout bounds one request; ctx is checked between requests, so an
+// interrupted run ends within this (blocking queries use wait=10s).
+const regTimeout = 60 * time.Second
+
+// send does one request to path (which includes the query) and reads the
+// whole answer into c.buf. A non-200 answer is an error carrying the body.
+func (c *regCaller) send(ctx context.Context, method, path string, body []byte) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	if c.conn == nil {
+		var d net.Dialer
+		conn, err := d.DialContext(ctx, "tcp", c.addr)
+		if err != nil {
+			return 0, err
 		}
-		c.body.Reset(body)
-		rd = c.body
+		c.conn, c.br = conn, bufio.NewReaderSize(conn, 64<<10)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, url, rd)
-	if err != nil {
-		return 0, err
-	}
+	w := append(c.wbuf[:0], method...)
+	w = append(w, ' ')
+	w = append(w, path...)
+	w = append(w, " HTTP/1.1\r\nHost: "...)
+	w = append(w, c.host...)
+	w = append(w, "\r\nUser-Agent: sextant-bench/1\r\n"...)
 	if body != nil {
-		req.ContentLength = int64(len(body))
-		req.Header["Content-Type"] = regJSONType
-		// From here the transport owns the body until it closes it.
-		c.body.open.Store(true)
-		defer c.waitBody()
+		w = append(w, "Content-Type: application/json\r\nContent-Length: "...)
+		w = strconv.AppendInt(w, int64(len(body)), 10)
+		w = append(w, "\r\n"...)
 	}
-	resp, err := c.hc.Do(req)
+	w = append(w, "\r\n"...)
+	w = append(w, body...)
+	c.wbuf = w
+	_ = c.conn.SetDeadline(time.Now().Add(regTimeout))
+	if _, err := c.conn.Write(w); err != nil {
+		c.close()
+		return 0, err
+	}
+	status, err := c.readAnswer()
+	if err != nil {
+		c.close()
+		return status, fmt.Errorf("%s %s: %w", method, path, err)
+	}
+	if status != http.StatusOK {
+		return status, fmt.Errorf("%s %s: status %d: %.200s", method, path, status, c.buf)
+	}
+	return status, nil
+}
+
+var errRegProtocol = errors.New("malformed HTTP answer")
+
+// readAnswer reads a status line, headers and body into c.buf. It closes
+// the connection when the server asks to.
+func (c *regCaller) readAnswer() (int, error) {
+	line, err := c.br.ReadSlice('\n')
 	if err != nil {
 		return 0, err
 	}
-	c.buf = c.buf[:0]
+	// "HTTP/1.1 200 OK\r\n"
+	if len(line) < 12 || !bytes.HasPrefix(line, []byte("HTTP/1.")) {
+		return 0, errRegProtocol
+	}
+	status, err := strconv.Atoi(string(line[9:12]))
+	if err != nil {
+		return 0, errRegProtocol
+	}
+	length, chunked, closing := -1, false, false
 	for {
-		if len(c.buf) == cap(c.buf) {
-			c.buf = append(c.buf, 0)[:len(c.buf)]
+		line, err = c.br.ReadSlice('\n')
+		if err != nil {
+			return status, err
 		}
-		n, err := resp.Body.Read(c.buf[len(c.buf):cap(c.buf)])
-		c.buf = c.buf[:len(c.buf)+n]
-		if err == io.EOF {
+		line = bytes.TrimRight(line, "\r\n")
+		if len(line) == 0 {
 			break
 		}
-		if err != nil {
-			resp.Body.Close()
-			return resp.StatusCode, err
+		k, v, ok := bytes.Cut(line, []byte(":"))
+		if !ok {
+			return status, errRegProtocol
+		}
+		v = bytes.TrimSpace(v)
+		switch {
+		case bytes.EqualFold(k, []byte("Content-Length")):
+			if length, err = strconv.Atoi(string(v)); err != nil || length < 0 {
+				return status, errRegProtocol
+			}
+		case bytes.EqualFold(k, []byte("Transfer-Encoding")):
+			chunked = bytes.EqualFold(v, []byte("chunked"))
+		case bytes.EqualFold(k, []byte("Connection")):
+			closing = bytes.EqualFold(v, []byte("close"))
 		}
 	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return resp.StatusCode, fmt.Errorf("%s %s: status %d: %.200s", method, url, resp.StatusCode, c.buf)
+	c.buf = c.buf[:0]
+	switch {
+	case chunked:
+		err = c.readChunked()
+	case length >= 0:
+		c.buf = slices.Grow(c.buf, length)[:length]
+		_, err = io.ReadFull(c.br, c.buf)
+	default: // no length: the body runs to the end of the connection
+		closing = true
+		var b bytes.Buffer
+		_, err = b.ReadFrom(c.br)
+		c.buf = append(c.buf, b.Bytes()...)
 	}
-	return resp.StatusCode, nil
+	if err == nil && closing {
+		c.close()
+	}
+	return status, err
 }
 
-// waitBody returns once the transport has closed the request body.
-func (c *regCaller) waitBody() {
-	for c.body.open.Load() {
-		runtime.Gosched() // normally closed already; see regBody
+func (c *regCaller) readChunked() error {
+	for {
+		line, err := c.br.ReadSlice('\n')
+		if err != nil {
+			return err
+		}
+		line = bytes.TrimRight(line, "\r\n")
+		if i := bytes.IndexByte(line, ';'); i >= 0 {
+			line = line[:i] // chunk extensions
+		}
+		n, err := strconv.ParseUint(string(line), 16, 31)
+		if err != nil {
+			return errRegProtocol
+		}
+		if n == 0 {
+			for { // trailers, up to the empty line
+				line, err := c.br.ReadSlice('\n')
+				if err != nil {
+					return err
+				}
+				if len(bytes.TrimRight(line, "\r\n")) == 0 {
+					return nil
+				}
+			}
+		}
+		old := len(c.buf)
+		c.buf = slices.Grow(c.buf, int(n))[:old+int(n)]
+		if _, err := io.ReadFull(c.br, c.buf[old:]); err != nil {
+			return err
+		}
+		if _, err := c.br.Discard(2); err != nil { // CRLF after the chunk
+			return err
+		}
 	}
 }
-
-var regJSONType = []string{"application/json"}
 
 // regStats collects one loader goroutine's figures.
 type regStats struct {
@@ -435,7 +546,8 @@ func (r *regRun) regLoop(ctx context.Context, name string, conns int, step func(
 			defer wg.Done()
 			st := &stats[g]
 			st.lat = make([]time.Duration, 0, 4096)
-			c := &regCaller{hc: r.hc, buf: make([]byte, 0, 16<<10)}
+			c := r.caller()
+			defer c.close()
 			consecutive := 0
 			for t0 := time.Now(); ctx.Err() == nil && t0.Before(end); t0 = time.Now() {
 				n, done, err := step(ctx, g, c)
@@ -517,7 +629,7 @@ func (r *regRun) register(ctx context.Context) (*RegThroughput, error) {
 	}
 	var budget atomic.Int64
 	budget.Store(int64(r.cfg.MaxInstances))
-	url := r.base + "/v1/instances"
+	target := r.base + "/v1/instances"
 	res, err := r.regLoop(ctx, "register", conns, func(ctx context.Context, g int, c *regCaller) (int, bool, error) {
 		if !regReserve(&budget, 1) {
 			return 0, true, nil
@@ -525,7 +637,7 @@ func (r *regRun) register(ctx context.Context) (*RegThroughput, error) {
 		// Count the id before sending: a request the deadline cuts short
 		// may still have been committed, and cleanup must remove it.
 		tmpls[g].set(uint64(fams[g].n.Add(1) - 1))
-		_, err := c.send(ctx, http.MethodPost, url, tmpls[g].body)
+		_, err := c.send(ctx, http.MethodPost, target, tmpls[g].body)
 		return 1, false, err
 	})
 	if res != nil {
@@ -545,13 +657,13 @@ func (r *regRun) batch(ctx context.Context) (*RegThroughput, error) {
 	}
 	var budget atomic.Int64
 	budget.Store(int64(r.cfg.MaxInstances))
-	url := r.base + "/v1/instances"
+	target := r.base + "/v1/instances"
 	res, err := r.regLoop(ctx, "batch", conns, func(ctx context.Context, g int, c *regCaller) (int, bool, error) {
 		if !regReserve(&budget, size) {
 			return 0, true, nil
 		}
 		tmpls[g].set(uint64(fams[g].n.Add(int64(size)) - int64(size)))
-		_, err := c.send(ctx, http.MethodPost, url, tmpls[g].body)
+		_, err := c.send(ctx, http.MethodPost, target, tmpls[g].body)
 		return size, false, err
 	})
 	if res != nil {
@@ -576,7 +688,8 @@ func (r *regRun) preload(ctx context.Context, name, svcPrefix, prefix string, n,
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c := &regCaller{hc: r.hc}
+			c := r.caller()
+			defer c.close()
 			for ctx.Err() == nil {
 				base := next.Add(size) - size
 				if base >= int64(n) {
@@ -627,18 +740,19 @@ func (r *regRun) heartbeat(ctx context.Context) (*RegThroughput, error) {
 	var nf struct {
 		NotFound []string `json:"not_found"`
 	}
-	chk := &regCaller{hc: r.hc}
+	chk := r.caller()
+	defer chk.close()
 	if _, err := chk.send(ctx, http.MethodPost, r.base+"/v1/heartbeats", bodies[0]); err != nil {
 		return nil, err
 	}
 	if err := json.Unmarshal(chk.buf, &nf); err != nil || len(nf.NotFound) > 0 {
 		return nil, fmt.Errorf("heartbeat check: %d ids not found (%v)", len(nf.NotFound), err)
 	}
-	url := r.base + "/v1/heartbeats"
+	target := r.base + "/v1/heartbeats"
 	var next atomic.Int64
 	res, err := r.regLoop(ctx, "heartbeat", r.cfg.HeartbeatConns, func(ctx context.Context, g int, c *regCaller) (int, bool, error) {
 		i := int(next.Add(1)) % len(bodies)
-		_, err := c.send(ctx, http.MethodPost, url, bodies[i])
+		_, err := c.send(ctx, http.MethodPost, target, bodies[i])
 		return counts[i], false, err
 	})
 	if res != nil {
@@ -655,7 +769,10 @@ func (r *regRun) query(ctx context.Context) (*RegThroughput, error) {
 	t := newRegTemplate(r.cfg.Namespace, "query", "query-", n, 0)
 	t.set(0)
 	f := r.family("query-")
-	if _, err := (&regCaller{hc: r.hc}).send(ctx, http.MethodPost, r.base+"/v1/instances", t.body); err != nil {
+	loadc := r.caller()
+	_, err := loadc.send(ctx, http.MethodPost, r.base+"/v1/instances", t.body)
+	loadc.close()
+	if err != nil {
 		return nil, err
 	}
 	f.n.Store(int64(n))
@@ -666,10 +783,10 @@ func (r *regRun) query(ctx context.Context) (*RegThroughput, error) {
 	if want := n / 2; len(check.Instances) != want {
 		return nil, fmt.Errorf("selector %q matched %d instances, want %d", regQuerySelector, len(check.Instances), want)
 	}
-	url := r.base + "/v1/namespaces/" + r.cfg.Namespace + "/services/query/instances?selector=" +
+	target := r.base + "/v1/namespaces/" + r.cfg.Namespace + "/services/query/instances?selector=" +
 		"meta-key01%3Dv01-000001%2Cmeta-key02%21%3Dx"
 	res, err := r.regLoop(ctx, "query", r.cfg.QueryConns, func(ctx context.Context, g int, c *regCaller) (int, bool, error) {
-		_, err := c.send(ctx, http.MethodGet, url, nil)
+		_, err := c.send(ctx, http.MethodGet, target, nil)
 		return 1, false, err
 	})
 	if res != nil {
@@ -720,9 +837,10 @@ func (r *regRun) changes(ctx context.Context) (*RegLatency, error) {
 	if err := r.preload(ctx, "changes", "chg-", "chg-", r.cfg.ChangesCount, 0); err != nil {
 		return nil, fmt.Errorf("registering changes: %w", err)
 	}
-	url := r.base + "/v1/changes?since=" + strconv.FormatUint(since, 10) + "&limit=10000"
-	c := &regCaller{hc: r.hc, buf: make([]byte, 0, 8<<20)}
-	if _, err := c.send(ctx, http.MethodGet, url, nil); err != nil {
+	target := r.base + "/v1/changes?since=" + strconv.FormatUint(since, 10) + "&limit=10000"
+	c := r.caller()
+	defer c.close()
+	if _, err := c.send(ctx, http.MethodGet, target, nil); err != nil {
 		return nil, err
 	}
 	var feed client.ChangesResult
@@ -739,7 +857,7 @@ func (r *regRun) changes(ctx context.Context) (*RegLatency, error) {
 	cpu := r.startCPU(ctx)
 	for range r.cfg.ChangesRounds {
 		t0 := time.Now()
-		if _, err := c.send(ctx, http.MethodGet, url, nil); err != nil {
+		if _, err := c.send(ctx, http.MethodGet, target, nil); err != nil {
 			return nil, err
 		}
 		lat = append(lat, time.Since(t0))
@@ -764,8 +882,9 @@ func (r *regRun) watch(ctx context.Context) (*RegLatency, error) {
 	}
 	round += len(`"meta-key16":"v16-`)
 	t.set(0)
-	w := &regCaller{hc: r.hc}
-	reg := &regCaller{hc: r.hc}
+	w, reg := r.caller(), r.caller()
+	defer w.close()
+	defer reg.close()
 	if _, err := reg.send(ctx, http.MethodPost, r.base+"/v1/instances", t.body); err != nil {
 		return nil, err
 	}
@@ -787,10 +906,10 @@ func (r *regRun) watch(ctx context.Context) (*RegLatency, error) {
 	got := make(chan answer, 1)
 	cpu := r.startCPU(ctx)
 	for i := range r.cfg.WatchRounds {
-		url := qbase + strconv.FormatUint(index, 10)
+		target := qbase + strconv.FormatUint(index, 10)
 		// The watcher goroutine lives for one round; the round waits for it.
 		go func() {
-			_, err := w.send(ctx, http.MethodGet, url, nil)
+			_, err := w.send(ctx, http.MethodGet, target, nil)
 			at := time.Now()
 			var a struct {
 				Revision uint64 `json:"revision"`
@@ -901,7 +1020,8 @@ func regLoaderCPU() float64 {
 
 // serverCPU reads process_cpu_seconds_total from the server's /metrics.
 func (r *regRun) serverCPU(ctx context.Context) (float64, bool) {
-	c := &regCaller{hc: r.hc}
+	c := r.caller()
+	defer c.close()
 	if _, err := c.send(ctx, http.MethodGet, r.base+"/metrics", nil); err != nil {
 		return 0, false
 	}

@@ -4,8 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
+	"net"
+	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -166,5 +170,101 @@ func TestRunRegistryRejectsUnknownScenario(t *testing.T) {
 	_, err := RunRegistry(context.Background(), RegistryConfig{Server: "http://127.0.0.1:1", Scenarios: []string{"nope"}}, &bytes.Buffer{})
 	if err == nil || !strings.Contains(err.Error(), `unknown registry scenario "nope"`) {
 		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestRegCallerAnswers(t *testing.T) {
+	big := strings.Repeat("x", 100_000)
+	tests := []struct {
+		name       string
+		handler    http.HandlerFunc
+		method     string
+		body       string
+		wantStatus int
+		wantBody   string
+		wantErr    string
+		wantConns  int64 // connections after two requests
+	}{
+		{
+			name:    "content length, kept alive",
+			handler: func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, `{"ok":true}`) },
+			method:  "GET", wantStatus: 200, wantBody: `{"ok":true}`, wantConns: 1,
+		},
+		{
+			name: "echo post body",
+			handler: func(w http.ResponseWriter, r *http.Request) {
+				if r.Header.Get("Content-Type") != "application/json" || r.ContentLength != int64(len(`{"ids":["a"]}`)) {
+					w.WriteHeader(400)
+				}
+				io.Copy(w, r.Body)
+			},
+			method: "POST", body: `{"ids":["a"]}`, wantStatus: 200, wantBody: `{"ids":["a"]}`, wantConns: 1,
+		},
+		{
+			name: "chunked",
+			handler: func(w http.ResponseWriter, r *http.Request) {
+				io.WriteString(w, big[:50_000])
+				w.(http.Flusher).Flush()
+				io.WriteString(w, big[50_000:])
+			},
+			method: "GET", wantStatus: 200, wantBody: big, wantConns: 1,
+		},
+		{
+			name: "connection close redials",
+			handler: func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Connection", "close")
+				io.WriteString(w, "bye")
+			},
+			method: "GET", wantStatus: 200, wantBody: "bye", wantConns: 2,
+		},
+		{
+			name: "error status",
+			handler: func(w http.ResponseWriter, r *http.Request) {
+				w.WriteHeader(503)
+				io.WriteString(w, `{"error":{"code":"unavailable"}}`)
+			},
+			method: "GET", wantStatus: 503, wantBody: `{"error":{"code":"unavailable"}}`, wantErr: "status 503", wantConns: 1,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := httptest.NewUnstartedServer(tt.handler)
+			var conns atomic.Int64
+			srv.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+				if st == http.StateNew {
+					conns.Add(1)
+				}
+			}
+			srv.Start()
+			defer srv.Close()
+			addr := strings.TrimPrefix(srv.URL, "http://")
+			c := &regCaller{addr: addr, host: addr}
+			defer c.close()
+			var body []byte
+			if tt.body != "" {
+				body = []byte(tt.body)
+			}
+			for i := range 2 {
+				status, err := c.send(context.Background(), tt.method, "/x?y=1", body)
+				if tt.wantErr == "" && err != nil || tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)) {
+					t.Fatalf("request %d: error %v, want %q", i, err, tt.wantErr)
+				}
+				if status != tt.wantStatus || string(c.buf) != tt.wantBody {
+					t.Fatalf("request %d: status %d body %.80q, want %d %.80q", i, status, c.buf, tt.wantStatus, tt.wantBody)
+				}
+			}
+			if got := conns.Load(); got != tt.wantConns {
+				t.Errorf("%d connections for two requests, want %d", got, tt.wantConns)
+			}
+		})
+	}
+}
+
+func TestRegCallerStopsOnCancel(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	c := &regCaller{addr: "127.0.0.1:1", host: "x"}
+	if _, err := c.send(ctx, "GET", "/", nil); err == nil {
+		t.Fatal("send on a cancelled context succeeded")
 	}
 }
