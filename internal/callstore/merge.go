@@ -2,9 +2,9 @@ package callstore
 
 import "time"
 
-// stuckAfter is how long the watermark must stand still, with half the
-// memory budget waiting above it, before the merger stops waiting for the
-// slowest writer. Shorter stalls are scheduling noise, not idle writers.
+// stuckAfter is how long the writer holding the watermark must go without
+// handing off, with half the memory budget waiting above it, before the
+// merger stops waiting for it. Shorter stalls are scheduling noise.
 const stuckAfter = time.Second
 
 // The merger goroutine turns per-writer batches into one t-ordered stream
@@ -25,8 +25,6 @@ func (src *source) head() int64 { return src.batches[0][src.pos].t }
 
 type merger struct {
 	s       *Store
-	lastW   int64     // watermark of the last round
-	wSince  time.Time // when the watermark last advanced
 	srcs    map[*Writer]*source
 	pending int // records in srcs
 	out     []record
@@ -41,7 +39,7 @@ type chunkJob struct {
 
 func (s *Store) mergeLoop() {
 	defer s.wg.Done()
-	m := &merger{s: s, srcs: make(map[*Writer]*source), out: s.getChunk(), last: minT, lastW: minT, wSince: time.Now()}
+	m := &merger{s: s, srcs: make(map[*Writer]*source), out: s.getChunk(), last: minT}
 	// The tick re-checks a stuck watermark when no writer hands off (all
 	// blocked on the memory bound).
 	tick := time.NewTicker(stuckAfter / 2)
@@ -65,6 +63,7 @@ func (s *Store) mergeLoop() {
 func (m *merger) round(req *flushReq) {
 	s := m.s
 	w := int64(maxT)
+	var holder *Writer // the open writer w waits for
 	s.mu.Lock()
 	live := s.writers[:0:0]
 	for _, wr := range s.writers {
@@ -78,8 +77,8 @@ func (m *merger) round(req *flushReq) {
 			m.pending += len(b)
 		}
 		wr.queue = nil
-		if !wr.gone {
-			w = min(w, max(wr.lastHanded, wr.floor))
+		if wm := max(wr.lastHanded, wr.floor); !wr.gone && wm < w {
+			w, holder = wm, wr
 		}
 		if wr.gone && len(src.batches) == 0 {
 			delete(m.srcs, wr)
@@ -88,19 +87,23 @@ func (m *merger) round(req *flushReq) {
 		live = append(live, wr)
 	}
 	s.writers = live
+	// Idle: the writer holding the watermark has not handed off for a
+	// while and is not merely blocked on the memory bound (then merging
+	// frees memory and it moves on).
+	stuck := holder != nil && time.Since(holder.handedAt) >= stuckAfter
+	blocked := holder != nil && holder.waiting
 	s.mu.Unlock()
 	pendingBefore := m.pending
-	if w > m.lastW {
-		m.lastW, m.wSince = w, time.Now()
-	}
 	if req != nil {
 		w = maxT
 	}
 	m.merge(w)
-	// Records above w wait for a slow or idle writer; past half the memory
-	// budget and a stuck watermark, stop waiting (a later smaller t then
-	// starts a new run).
-	if m.pending >= s.opts.MaxBufferedRecords/2 && time.Since(m.wSince) >= stuckAfter {
+	progressed := m.pending < pendingBefore
+	// Records above w wait for the writer holding w. Past half the memory
+	// budget, stop waiting (a later smaller t then starts a new run) if
+	// that writer is idle, or blocked on the memory bound with nothing
+	// left to merge below w (it cannot move until we merge past it).
+	if m.pending >= s.opts.MaxBufferedRecords/2 && ((blocked && !progressed) || (!blocked && stuck)) {
 		m.merge(maxT)
 	}
 	// Merged records leave the writers' budget (chunks in flight are

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 )
 
 // BodySize is the size of every record body.
@@ -161,7 +162,7 @@ func (s *Store) Writer() (*Writer, error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	w := &Writer{s: s, last: minT, lastHanded: minT, floor: s.maxHanded}
+	w := &Writer{s: s, last: minT, lastHanded: minT, floor: s.maxHanded, handedAt: time.Now()}
 	w.buf = s.getBatch()
 	s.writers = append(s.writers, w)
 	return w, nil

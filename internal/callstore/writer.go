@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"time"
 )
 
 const (
@@ -34,6 +35,8 @@ type Writer struct {
 	lastHanded int64      // t of the last record handed off: later ones are >= it
 	floor      int64      // the store's highest handed t when this writer was made
 	gone       bool       // released: no more records will come
+	handedAt   time.Time  // last hand-off (or creation)
+	waiting    bool       // blocked on the memory bound: busy, not idle
 }
 
 // Put adds one record. It returns ErrTimeBackwards (and stores nothing) if t
@@ -99,11 +102,14 @@ func (w *Writer) handOff(wait bool) error {
 	}
 	w.queue = append(w.queue, b)
 	w.lastHanded = b[len(b)-1].t
+	w.handedAt = time.Now()
 	s.maxHanded = max(s.maxHanded, w.lastHanded)
 	s.inMem += len(b)
 	s.wakeMerger()
 	for i := 0; wait && s.inMem >= s.opts.MaxBufferedRecords && !s.closed.Load() && s.failed == nil; i++ {
+		w.waiting = true
 		s.cond.Wait()
+		w.waiting = false
 	}
 	s.mu.Unlock()
 	w.buf = s.getBatch()
