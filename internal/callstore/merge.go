@@ -91,7 +91,9 @@ func (m *merger) round(req *flushReq) {
 	// while and is not merely blocked on the memory bound (then merging
 	// frees memory and it moves on).
 	stuck := holder != nil && time.Since(holder.handedAt) >= stuckAfter
-	blocked := holder != nil && holder.waiting
+	// Woken waiters keep the flag until they run: blocked only if the bound
+	// still holds them.
+	blocked := holder != nil && holder.waiting && s.inMem >= s.opts.MaxBufferedRecords
 	s.mu.Unlock()
 	pendingBefore := m.pending
 	if req != nil {
