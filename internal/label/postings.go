@@ -285,10 +285,15 @@ func (b *PostingsBuilder) AppendSlot(k int, value string, slot uint32) {
 		b.ix.universe = slot + 1
 	}
 	if p.bits != nil {
-		if !p.bits.Test(uint(slot)) {
-			p.bits.Set(uint(slot))
-			p.n++
+		// The builder owns the bitset: set the bit in its words directly.
+		if w := p.bits.Words(); int(slot>>6) < len(w) {
+			if m := uint64(1) << (slot & 63); w[slot>>6]&m == 0 {
+				w[slot>>6] |= m
+				p.n++
+			}
+			return
 		}
+		p.add(slot, b.ix.universe)
 		return
 	}
 	if l := len(p.list); l > 0 && p.list[l-1] >= slot {

@@ -28,7 +28,7 @@ import (
 // Host is one endpoint of the cluster with its metadata. The balancer keeps
 // a pointer to it: do not modify a Host after passing it in.
 type Host struct {
-	ID     string // stable identity; Upsert and Remove find hosts by it
+	ID     string // stable, unique identity; Upsert and Remove find hosts by it
 	Addr   string // host:port
 	Weight uint32 // initial weight; SetWeight changes it
 	// Labels are the host's single-valued metadata.
@@ -151,6 +151,9 @@ func New(cfg Config, policy balancer.Policy, hosts []Host) (*LB, error) {
 }
 
 func checkHost(h *Host) error {
+	if len(h.Lists) == 0 {
+		return nil
+	}
 	for k := range h.Lists {
 		if _, ok := h.Labels[k]; ok {
 			return fmt.Errorf("%w %q: key %q is both a label and a list", ErrInvalidHost, h.ID, k)
