@@ -4,8 +4,13 @@ import (
 	"context"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
+
+	"github.com/bits-and-blooms/bitset"
+
+	"github.com/sextant-mesh/sextant/internal/label"
 )
 
 // Change is one committed change: an upsert (Instance set) or a delete.
@@ -60,24 +65,46 @@ func New(opts Options) *Catalog {
 // so a blocking query from before the restart wakes. Writer only.
 func (c *Catalog) Load(rev int64, instances []*Instance) {
 	c.ids.Clear()
-	services := map[ServiceKey]*Service{}
-	edits := map[ServiceKey]*edit{}
+	byService := map[ServiceKey][]*Instance{}
 	for _, in := range instances {
-		k := in.Key()
-		e := edits[k]
-		if e == nil {
-			e = newService(k).edit(rev)
-			edits[k] = e
-		}
-		e.upsert(in)
+		byService[in.Key()] = append(byService[in.Key()], in)
 		c.ids.Store(in.ID, in)
 	}
-	for k, e := range edits {
-		services[k] = e.finish()
+	services := make(map[ServiceKey]*Service, len(byService))
+	for k, ins := range byService {
+		services[k] = loadService(k, rev, ins)
 	}
 	c.root.Store(&root{rev: rev, services: services, keys: slices.SortedFunc(maps.Keys(services), cmpKey), instances: len(instances)})
 	c.log.reset(rev)
 	c.waiters.notifyAll()
+}
+
+// loadService builds a service version in one pass: slot i is the i-th
+// instance by id, and the label index is built in bulk.
+func loadService(k ServiceKey, rev int64, ins []*Instance) *Service {
+	slices.SortFunc(ins, func(a, b *Instance) int { return strings.Compare(a.ID, b.ID) })
+	n := uint(len(ins))
+	s := &Service{Key: k, Revision: rev, slots: ins, byID: make([]uint32, n),
+		all: bitset.New(n), healthy: bitset.New(n), dirty: bitset.New(n), baseSlots: ins}
+	b := label.NewPostingsBuilder(uint32(n))
+	handles := map[string]int{}
+	for i, in := range ins {
+		s.byID[i] = uint32(i)
+		s.all.Set(uint(i))
+		if in.Healthy && !in.Isolated {
+			s.healthy.Set(uint(i))
+		}
+		for key, v := range in.Metadata.All() {
+			h, ok := handles[key]
+			if !ok {
+				h = b.Key(key)
+				handles[key] = h
+			}
+			b.AppendSlot(h, v, uint32(i))
+		}
+	}
+	s.base = b.Build()
+	return s
 }
 
 func cmpKey(a, b ServiceKey) int {

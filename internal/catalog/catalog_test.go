@@ -100,7 +100,7 @@ func TestSelectAgainstReference(t *testing.T) {
 				m[id] = n
 			default:
 				k := services[rng.IntN(len(services))]
-				n := &Instance{ID: id, Namespace: k.Namespace, Service: k.Name, Host: "h", Port: 1, Metadata: randMeta(),
+				n := &Instance{ID: id, Namespace: k.Namespace, Service: k.Name, Host: "h", Port: 1, Metadata: label.FromMap(randMeta()),
 					Healthy: rng.IntN(5) > 0, Isolated: rng.IntN(8) == 0, Revision: rev, Live: new(Liveness)}
 				if cur != nil && cur.Key() != k {
 					changes = append(changes, Change{Revision: rev, Key: cur.Key(), ID: id})
@@ -149,7 +149,7 @@ func TestSelectAgainstReference(t *testing.T) {
 func TestInstanceJSON(t *testing.T) {
 	in := &Instance{ID: "a:b", Namespace: "ns", Service: "s", Host: "::1", Port: 80, Protocol: "grpc", Version: "v\"1",
 		Weight: 0, Isolated: true, TTLSeconds: 5, Healthy: true, Revision: 7,
-		Metadata:  map[string]string{"z": "last", "a": "ctl\x01\n\t\\ \u2028 é \xff"},
+		Metadata:  label.FromMap(map[string]string{"z": "last", "a": "ctl\x01\n\t\\ \u2028 é \xff"}),
 		CreatedAt: time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC), UpdatedAt: time.Date(2026, 1, 2, 3, 4, 5, 7, time.FixedZone("x", 3600)),
 	}
 	b := in.AppendJSON(nil)
@@ -179,7 +179,7 @@ func TestInstanceJSON(t *testing.T) {
 
 func TestCodecRoundTrip(t *testing.T) {
 	in := &Instance{ID: "x", Namespace: "ns", Service: "s", Host: "h", Port: 65535, Protocol: "p", Version: "v",
-		Weight: 65535, Isolated: true, TTLSeconds: 3600, Metadata: map[string]string{"k": "v", "e": ""},
+		Weight: 65535, Isolated: true, TTLSeconds: 3600, Metadata: label.FromMap(map[string]string{"k": "v", "e": ""}),
 		CreatedAt: time.Unix(0, 123).UTC(), UpdatedAt: time.Unix(5, 0).UTC()}
 	got, err := DecodeInstance(in.AppendBinary(nil), 9)
 	if err != nil {
@@ -199,7 +199,7 @@ func TestCodecRoundTrip(t *testing.T) {
 // FuzzDecodeInstance: records read from disk never panic the decoder, and
 // what decodes re-encodes to the same bytes up to metadata order.
 func FuzzDecodeInstance(f *testing.F) {
-	in := &Instance{ID: "x", Namespace: "ns", Service: "s", Host: "h", Port: 1, Metadata: map[string]string{"k": "v"}}
+	in := &Instance{ID: "x", Namespace: "ns", Service: "s", Host: "h", Port: 1, Metadata: label.FromMap(map[string]string{"k": "v"})}
 	f.Add(in.AppendBinary(nil))
 	f.Add([]byte{1})
 	f.Add([]byte{})
@@ -221,7 +221,7 @@ func benchInstance(i int, svc string) *Instance {
 		md[fmt.Sprintf("meta-key%02d", j)] = fmt.Sprintf("v%02d-%06d", j, i%(1<<j))
 	}
 	return &Instance{ID: fmt.Sprintf("id-%08d", i), Namespace: "default", Service: svc, Host: "10.0.0.1", Port: 8080,
-		Weight: 100, Metadata: md, Healthy: true, Live: new(Liveness)}
+		Weight: 100, Metadata: label.FromMap(md), Healthy: true, Live: new(Liveness)}
 }
 
 // BenchmarkApply: one commit of one new instance into a service of n.

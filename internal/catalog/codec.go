@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/sextant-mesh/sextant/internal/label"
 )
 
 // The durable form of an instance: a version byte, then varint-prefixed
@@ -32,8 +34,8 @@ func (in *Instance) AppendBinary(b []byte) []byte {
 	b = binary.AppendUvarint(b, uint64(in.TTLSeconds))
 	b = binary.AppendVarint(b, in.CreatedAt.UnixNano())
 	b = binary.AppendVarint(b, in.UpdatedAt.UnixNano())
-	b = binary.AppendUvarint(b, uint64(len(in.Metadata)))
-	for k, v := range in.Metadata {
+	b = binary.AppendUvarint(b, uint64(in.Metadata.Len()))
+	for k, v := range in.Metadata.All() {
 		b = binary.AppendUvarint(b, uint64(len(k)))
 		b = append(b, k...)
 		b = binary.AppendUvarint(b, uint64(len(v)))
@@ -73,15 +75,17 @@ func (d *decoder) varint(what string) int64 {
 	return v
 }
 
-func (d *decoder) str(what string) string {
+func (d *decoder) str(what string) string { return string(d.bytes(what)) }
+
+func (d *decoder) bytes(what string) []byte {
 	n := d.uvarint(what+" length", 1<<32)
 	if d.err == nil && n > uint64(len(d.b)) {
 		d.err = fmt.Errorf("%w: %s length %d past the end", ErrCorrupt, what, n)
 	}
 	if d.err != nil {
-		return ""
+		return nil
 	}
-	s := string(d.b[:n])
+	s := d.b[:n]
 	d.b = d.b[n:]
 	return s
 }
@@ -118,14 +122,23 @@ func DecodeInstance(b []byte, rev int64) (*Instance, error) {
 		d.err = fmt.Errorf("%w: metadata count %d past the end", ErrCorrupt, n)
 	}
 	if d.err == nil && n > 0 {
-		in.Metadata = make(map[string]string, n)
+		// Keys and values go straight into one Labels string: one
+		// allocation per instance instead of two per pair.
+		var lb label.LabelsBuilder
+		lb.Grow(int(n), len(d.b))
 		for range n {
-			k := d.str("metadata key")
-			v := d.str("metadata value")
+			k := d.bytes("metadata key")
+			v := d.bytes("metadata value")
 			if d.err != nil {
 				break
 			}
-			in.Metadata[k] = v
+			lb.AddBytes(k, v)
+		}
+		if d.err == nil {
+			var ok bool
+			if in.Metadata, ok = lb.Labels(); !ok {
+				d.err = fmt.Errorf("%w: metadata keys not in ascending order", ErrCorrupt)
+			}
 		}
 	}
 	if d.err == nil && len(d.b) != 0 {

@@ -7,11 +7,12 @@
 package catalog
 
 import (
-	"slices"
 	"strconv"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
+
+	"github.com/sextant-mesh/sextant/internal/label"
 )
 
 // ServiceKey names a service.
@@ -41,7 +42,7 @@ type Instance struct {
 	Version    string
 	Weight     int
 	Isolated   bool
-	Metadata   map[string]string
+	Metadata   label.Labels
 	TTLSeconds int
 
 	Healthy   bool
@@ -86,26 +87,27 @@ func (in *Instance) Clone() *Instance {
 func (in *Instance) SameSpec(o *Instance) bool {
 	if in.ID != o.ID || in.Namespace != o.Namespace || in.Service != o.Service || in.Host != o.Host ||
 		in.Port != o.Port || in.Protocol != o.Protocol || in.Version != o.Version || in.Weight != o.Weight ||
-		in.Isolated != o.Isolated || in.TTLSeconds != o.TTLSeconds || len(in.Metadata) != len(o.Metadata) {
+		in.Isolated != o.Isolated || in.TTLSeconds != o.TTLSeconds {
 		return false
 	}
-	for k, v := range in.Metadata {
-		if w, ok := o.Metadata[k]; !ok || w != v {
-			return false
-		}
+	return in.Metadata.Equal(o.Metadata)
+}
+
+// JSON returns the instance's JSON encoding, computed once per instance
+// version. The bytes must not be modified.
+func (in *Instance) JSON() []byte {
+	if p := in.enc.Load(); p != nil {
+		return *p
 	}
-	return true
+	enc := in.encodeJSON(make([]byte, 0, 320+32*in.Metadata.Len()))
+	in.enc.Store(&enc)
+	return enc
 }
 
 // AppendJSON appends the instance's JSON encoding (the API's instance
 // object) to b. The encoding is computed once per instance version.
 func (in *Instance) AppendJSON(b []byte) []byte {
-	if p := in.enc.Load(); p != nil {
-		return append(b, *p...)
-	}
-	enc := in.encodeJSON(make([]byte, 0, 256+32*len(in.Metadata)))
-	in.enc.Store(&enc)
-	return append(b, enc...)
+	return append(b, in.JSON()...)
 }
 
 func (in *Instance) encodeJSON(b []byte) []byte {
@@ -128,18 +130,14 @@ func (in *Instance) encodeJSON(b []byte) []byte {
 	b = append(b, `,"isolated":`...)
 	b = strconv.AppendBool(b, in.Isolated)
 	b = append(b, `,"metadata":{`...)
-	keys := make([]string, 0, len(in.Metadata))
-	for k := range in.Metadata {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for i, k := range keys {
+	for i := range in.Metadata.Len() {
 		if i > 0 {
 			b = append(b, ',')
 		}
+		k, v := in.Metadata.At(i)
 		b = appendString(b, k)
 		b = append(b, ':')
-		b = appendString(b, in.Metadata[k])
+		b = appendString(b, v)
 	}
 	b = append(b, `},"ttl_seconds":`...)
 	b = strconv.AppendInt(b, int64(in.TTLSeconds), 10)

@@ -5,7 +5,7 @@ import (
 	"slices"
 	"sync"
 
-	"github.com/RoaringBitmap/roaring/v2"
+	"github.com/bits-and-blooms/bitset"
 
 	"github.com/sextant-mesh/sextant/internal/label"
 )
@@ -16,11 +16,11 @@ type Service struct {
 	Key      ServiceKey
 	Revision int64 // the last revision that changed any of its instances
 
-	slots   []*Instance     // by slot; nil marks a free slot
-	free    []uint32        // free slots, reused before growing
-	byID    []uint32        // occupied slots sorted by instance id
-	all     *roaring.Bitmap // occupied slots
-	healthy *roaring.Bitmap // healthy and not isolated
+	slots   []*Instance    // by slot; nil marks a free slot
+	free    []uint32       // free slots, reused before growing
+	byID    []uint32       // occupied slots sorted by instance id
+	all     *bitset.BitSet // occupied slots
+	healthy *bitset.BitSet // healthy and not isolated
 
 	// The label index is a base plus a delta. base indexes the instances
 	// of baseSlots (the slots as they were when base was built); dirty holds
@@ -28,15 +28,15 @@ type Service struct {
 	// dirty slots and checks those few one by one; when dirty grows past a
 	// bound, base is moved forward with a copy-on-write edit. So a commit
 	// costs O(changed) instead of a copy of every bitmap it touches.
-	base      *label.Index
+	base      *label.Postings
 	baseSlots []*Instance
-	dirty     *roaring.Bitmap
+	dirty     *bitset.BitSet
 
 	memo memo // answers derived from this version, shared by its readers
 }
 
 func newService(key ServiceKey) *Service {
-	return &Service{Key: key, base: label.NewIndex(), dirty: roaring.New(), all: roaring.New(), healthy: roaring.New()}
+	return &Service{Key: key, base: label.NewPostings(0), dirty: bitset.New(0), all: bitset.New(0), healthy: bitset.New(0)}
 }
 
 // maxMemo bounds the answers kept per service version.
@@ -81,7 +81,7 @@ func (s *Service) Memo(key string, build func() []byte) []byte {
 func (s *Service) Len() int { return len(s.byID) }
 
 // HealthyLen is the number of healthy, non-isolated instances.
-func (s *Service) HealthyLen() int { return int(s.healthy.GetCardinality()) }
+func (s *Service) HealthyLen() int { return int(s.healthy.Count()) }
 
 // Instances returns the instances sorted by id.
 func (s *Service) Instances() []*Instance {
@@ -121,17 +121,15 @@ func (s *Service) Select(sel label.Selector, healthyOnly bool) []*Instance {
 
 // match evaluates sel over universe: the base index for the clean slots,
 // the selector itself for the dirty ones.
-func (s *Service) match(sel label.Selector, universe *roaring.Bitmap) *roaring.Bitmap {
+func (s *Service) match(sel label.Selector, universe *bitset.BitSet) *bitset.BitSet {
 	m := s.base.Match(sel, universe)
-	if s.dirty.IsEmpty() {
+	if !s.dirty.Any() {
 		return m
 	}
-	m.AndNot(s.dirty)
-	it := s.dirty.Iterator()
-	for it.HasNext() {
-		slot := it.Next()
-		if universe.Contains(slot) && sel.Matches(s.slots[slot].Metadata) {
-			m.Add(slot)
+	m.InPlaceDifference(s.dirty)
+	for slot, ok := s.dirty.NextSet(0); ok; slot, ok = s.dirty.NextSet(slot + 1) {
+		if universe.Test(slot) && sel.Matches(s.slots[slot].Metadata) {
+			m.Set(slot)
 		}
 	}
 	return m
@@ -139,22 +137,21 @@ func (s *Service) match(sel label.Selector, universe *roaring.Bitmap) *roaring.B
 
 // inIDOrder lists the instances of set sorted by id: sorting the few when the
 // set is small, filtering id order when it is large.
-func (s *Service) inIDOrder(set *roaring.Bitmap) []*Instance {
-	n := int(set.GetCardinality())
+func (s *Service) inIDOrder(set *bitset.BitSet) []*Instance {
+	n := int(set.Count())
 	out := make([]*Instance, 0, n)
 	if n == 0 {
 		return out
 	}
 	if n*8 < len(s.byID) {
-		it := set.Iterator()
-		for it.HasNext() {
-			out = append(out, s.slots[it.Next()])
+		for slot, ok := set.NextSet(0); ok; slot, ok = set.NextSet(slot + 1) {
+			out = append(out, s.slots[slot])
 		}
 		slices.SortFunc(out, func(a, b *Instance) int { return cmp.Compare(a.ID, b.ID) })
 		return out
 	}
 	for _, slot := range s.byID {
-		if set.Contains(slot) {
+		if set.Test(uint(slot)) {
 			out = append(out, s.slots[slot])
 		}
 	}
@@ -189,27 +186,15 @@ func (s *Service) edit(rev int64) *edit {
 }
 
 func (e *edit) indexAdd(slot uint32, in *Instance) {
-	e.s.all.Add(slot)
+	e.s.all.Set(uint(slot))
 	if in.Healthy && !in.Isolated {
-		e.s.healthy.Add(slot)
+		e.s.healthy.Set(uint(slot))
 	}
 }
 
-func (e *edit) indexRemove(slot uint32, in *Instance) {
-	e.s.all.Remove(slot)
-	e.s.healthy.Remove(slot)
-}
-
-func sameMetadata(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if w, ok := b[k]; !ok || w != v {
-			return false
-		}
-	}
-	return true
+func (e *edit) indexRemove(slot uint32) {
+	e.s.all.Clear(uint(slot))
+	e.s.healthy.Clear(uint(slot))
 }
 
 // lookup finds the slot of id in the working copy.
@@ -237,9 +222,9 @@ func (e *edit) upsert(in *Instance) {
 	slot, exists := e.lookup(in.ID)
 	if exists {
 		old := e.s.slots[slot]
-		e.indexRemove(slot, old)
-		if !sameMetadata(old.Metadata, in.Metadata) {
-			e.s.dirty.Add(slot)
+		e.indexRemove(slot)
+		if !old.Metadata.Equal(in.Metadata) {
+			e.s.dirty.Set(uint(slot))
 		}
 	} else {
 		if n := len(e.s.free); n > 0 {
@@ -253,7 +238,7 @@ func (e *edit) upsert(in *Instance) {
 			e.newIDs = make(map[string]uint32)
 		}
 		e.newIDs[in.ID] = slot
-		e.s.dirty.Add(slot)
+		e.s.dirty.Set(uint(slot))
 	}
 	e.s.slots[slot] = in
 	e.indexAdd(slot, in)
@@ -265,9 +250,9 @@ func (e *edit) remove(id string) bool {
 	if !ok {
 		return false
 	}
-	e.indexRemove(slot, e.s.slots[slot])
+	e.indexRemove(slot)
 	e.s.slots[slot] = nil
-	e.s.dirty.Add(slot)
+	e.s.dirty.Set(uint(slot))
 	e.freed = append(e.freed, slot)
 	if _, isNew := e.newIDs[id]; !isNew {
 		e.gone = true
@@ -278,29 +263,28 @@ func (e *edit) remove(id string) bool {
 // maxDirty is how many changed slots a service version carries before its
 // base index is moved forward: small enough that checking them one by one
 // stays cheap for a query, large enough to spread the bitmap copies.
-func maxDirty(n int) uint64 { return uint64(min(max(n/8, 16), 1024)) }
+func maxDirty(n int) uint { return uint(min(max(n/8, 16), 1024)) }
 
 // compact moves the base index forward over the dirty slots. Each bitmap it
 // touches is copied once (label.Index.Edit), however many slots changed.
 func (s *Service) compact() {
 	ix := s.base.Edit()
-	it := s.dirty.Iterator()
-	for it.HasNext() {
-		slot := it.Next()
+	for u, ok := s.dirty.NextSet(0); ok; u, ok = s.dirty.NextSet(u + 1) {
+		slot := uint32(u)
 		if int(slot) < len(s.baseSlots) {
 			if old := s.baseSlots[slot]; old != nil {
-				for k, v := range old.Metadata {
+				for k, v := range old.Metadata.All() {
 					ix.Remove(slot, k, v)
 				}
 			}
 		}
 		if cur := s.slots[slot]; cur != nil {
-			for k, v := range cur.Metadata {
+			for k, v := range cur.Metadata.All() {
 				ix.Add(slot, k, v)
 			}
 		}
 	}
-	s.base, s.baseSlots, s.dirty = ix, s.slots, roaring.New()
+	s.base, s.baseSlots, s.dirty = ix, s.slots, bitset.New(uint(len(s.slots)))
 }
 
 // finish rebuilds id order if ids came or went (one merge, O(n + k log k))
@@ -308,7 +292,7 @@ func (s *Service) compact() {
 func (e *edit) finish() *Service {
 	s := e.s
 	s.free = append(s.free, e.freed...)
-	if s.dirty.GetCardinality() > maxDirty(len(s.slots)) {
+	if s.dirty.Count() > maxDirty(len(s.slots)) {
 		s.compact()
 	}
 	if !e.gone && len(e.newIDs) == 0 {

@@ -5,6 +5,7 @@
 package httpapi
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -245,6 +246,23 @@ func writeBody(w http.ResponseWriter, rev int64, body []byte) {
 	h.Set("Content-Length", strconv.Itoa(len(body)))
 	w.Write(body)
 }
+
+// streamJSON sends a large body piece by piece through a 64 KiB buffer, so
+// an answer of megabytes is never built in one growing slice.
+func streamJSON(w http.ResponseWriter, rev int64, write func(bw *bufio.Writer)) {
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("X-Sextant-Revision", strconv.FormatInt(rev, 10))
+	bw := writerPool.Get().(*bufio.Writer)
+	bw.Reset(w)
+	write(bw)
+	bw.WriteByte('\n')
+	bw.Flush()
+	bw.Reset(nil)
+	writerPool.Put(bw)
+}
+
+var writerPool = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, 64<<10) }}
 
 // writeJSON sends a body built by fill, with the revision header.
 func writeJSON(w http.ResponseWriter, rev int64, fill func(b []byte) []byte) {

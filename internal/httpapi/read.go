@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"bufio"
 	"context"
 	"encoding/base64"
 	"net/http"
@@ -212,14 +213,19 @@ func (a *API) listInstances(w http.ResponseWriter, r *http.Request, reg *registr
 		}
 	}
 	rev := snap.Revision()
-	writeJSON(w, rev, func(b []byte) []byte {
-		b = append(b, `{"revision":`...)
-		b = strconv.AppendInt(b, rev, 10)
-		b = append(b, ',')
-		b = appendInstances(b, out)
-		b = append(b, `,"next_page_token":`...)
-		b = strconv.AppendQuote(b, next)
-		return append(b, '}')
+	streamJSON(w, rev, func(bw *bufio.Writer) {
+		bw.WriteString(`{"revision":`)
+		bw.WriteString(strconv.FormatInt(rev, 10))
+		bw.WriteString(`,"instances":[`)
+		for i, in := range out {
+			if i > 0 {
+				bw.WriteByte(',')
+			}
+			bw.Write(in.JSON())
+		}
+		bw.WriteString(`],"next_page_token":`)
+		bw.WriteString(strconv.Quote(next))
+		bw.WriteByte('}')
 	})
 	return nil
 }
@@ -295,28 +301,30 @@ func (a *API) changes(w http.ResponseWriter, r *http.Request, reg *registry.Regi
 	if err != nil {
 		return err
 	}
-	writeJSON(w, rev, func(b []byte) []byte {
-		b = append(b, `{"revision":`...)
-		b = strconv.AppendInt(b, rev, 10)
-		b = append(b, `,"changes":[`...)
+	streamJSON(w, rev, func(bw *bufio.Writer) {
+		var num []byte
+		bw.WriteString(`{"revision":`)
+		bw.Write(strconv.AppendInt(num[:0], rev, 10))
+		bw.WriteString(`,"changes":[`)
 		for i, ch := range changes {
 			if i > 0 {
-				b = append(b, ',')
+				bw.WriteByte(',')
 			}
-			b = append(b, `{"revision":`...)
-			b = strconv.AppendInt(b, ch.Revision, 10)
+			bw.WriteString(`{"revision":`)
+			num = strconv.AppendInt(num[:0], ch.Revision, 10)
+			bw.Write(num)
 			if ch.Instance != nil {
-				b = append(b, `,"op":"upsert","instance":`...)
-				b = ch.Instance.AppendJSON(b)
+				bw.WriteString(`,"op":"upsert","instance":`)
+				bw.Write(ch.Instance.JSON())
 			} else {
-				b = append(b, `,"op":"delete","id":`...)
-				b = strconv.AppendQuote(b, ch.ID)
+				bw.WriteString(`,"op":"delete","id":`)
+				bw.Write(strconv.AppendQuote(num[:0], ch.ID))
 			}
-			b = append(b, '}')
+			bw.WriteByte('}')
 		}
-		b = append(b, `],"more":`...)
-		b = strconv.AppendBool(b, more)
-		return append(b, '}')
+		bw.WriteString(`],"more":`)
+		bw.WriteString(strconv.FormatBool(more))
+		bw.WriteByte('}')
 	})
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/sextant-mesh/sextant/internal/catalog"
+	"github.com/sextant-mesh/sextant/internal/label"
 	"github.com/sextant-mesh/sextant/internal/registry"
 )
 
@@ -47,7 +48,7 @@ func (in *instanceIn) toCatalog() *catalog.Instance {
 	c := &catalog.Instance{
 		ID: in.ID, Namespace: in.Namespace, Service: in.Service, Host: in.Host, Port: in.Port,
 		Protocol: in.Protocol, Version: in.Version, Weight: registry.DefaultWeight, Isolated: in.Isolated,
-		Metadata: in.Metadata, TTLSeconds: in.TTLSeconds,
+		Metadata: label.FromMap(in.Metadata), TTLSeconds: in.TTLSeconds,
 	}
 	if in.Weight != nil {
 		c.Weight = *in.Weight

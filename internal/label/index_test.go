@@ -56,7 +56,7 @@ func TestMatchAgainstReference(t *testing.T) {
 			got := ix.Match(sel, universe)
 			want := roaring.New()
 			for i, l := range labels {
-				if sel.Matches(l) {
+				if sel.Matches(Map(l)) {
 					want.Add(uint32(i))
 				}
 			}

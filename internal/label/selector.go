@@ -253,9 +253,9 @@ func (p *parser) set(k string, op Op) (Requirement, error) {
 
 // Matches reports whether labels satisfy every requirement. It is the
 // reference semantics the index must agree with.
-func (s Selector) Matches(labels map[string]string) bool {
+func (s Selector) Matches(labels Getter) bool {
 	for _, r := range s {
-		v, ok := labels[r.Key]
+		v, ok := labels.Get(r.Key)
 		switch r.Op {
 		case Equals:
 			if !ok || v != r.Values[0] {

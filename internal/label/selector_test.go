@@ -117,7 +117,7 @@ func TestMatches(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := sel.Matches(labels); got != tt.want {
+		if got := sel.Matches(Map(labels)); got != tt.want {
 			t.Errorf("%q.Matches = %v, want %v", tt.sel, got, tt.want)
 		}
 	}
@@ -145,4 +145,50 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("round trip of %q changed the selector:\n%s", s, diff)
 		}
 	})
+}
+
+func TestLabels(t *testing.T) {
+	m := map[string]string{"zone": "z1", "a": "", "env": "prod", "k/8s.io_x-y": "東京"}
+	l := FromMap(m)
+	if l.Len() != 4 {
+		t.Fatalf("Len = %d", l.Len())
+	}
+	var keys []string
+	for k, v := range l.All() {
+		keys = append(keys, k)
+		if m[k] != v {
+			t.Fatalf("%s = %q, want %q", k, v, m[k])
+		}
+	}
+	if diff := cmp.Diff([]string{"a", "env", "k/8s.io_x-y", "zone"}, keys); diff != "" {
+		t.Fatalf("order (-want +got):\n%s", diff)
+	}
+	for k, v := range m {
+		if got, ok := l.Get(k); !ok || got != v {
+			t.Fatalf("Get(%q) = %q, %v", k, got, ok)
+		}
+	}
+	for _, k := range []string{"", "b", "zzz", "en"} {
+		if _, ok := l.Get(k); ok {
+			t.Fatalf("Get(%q) found a value", k)
+		}
+	}
+	if !l.Equal(FromMap(m)) || l.Equal(FromMap(map[string]string{"zone": "z1"})) || !(Labels{}).Equal(FromMap(nil)) {
+		t.Fatal("Equal is wrong")
+	}
+	if diff := cmp.Diff(m, l.Map()); diff != "" {
+		t.Fatal(diff)
+	}
+	var b LabelsBuilder
+	b.Add("b", "1")
+	b.Add("a", "2")
+	if _, ok := b.Labels(); ok {
+		t.Fatal("out-of-order keys accepted")
+	}
+	var d LabelsBuilder
+	d.Add("a", "1")
+	d.Add("a", "2")
+	if _, ok := d.Labels(); ok {
+		t.Fatal("duplicate keys accepted")
+	}
 }

@@ -11,6 +11,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/sextant-mesh/sextant/internal/catalog"
+	"github.com/sextant-mesh/sextant/internal/label"
 	"github.com/sextant-mesh/sextant/internal/store/embedded"
 )
 
@@ -44,7 +45,7 @@ func open(t *testing.T, dir string, now func() time.Time) (*Registry, func()) {
 
 func instance(id, service string, ttl int) *catalog.Instance {
 	in := &catalog.Instance{ID: id, Service: service, Host: "10.0.0.1", Port: 80, Weight: DefaultWeight, TTLSeconds: ttl,
-		Metadata: map[string]string{"zone": "z1"}}
+		Metadata: label.FromMap(map[string]string{"zone": "z1"})}
 	if err := Prepare(-1, in); err != nil {
 		panic(err)
 	}
@@ -139,7 +140,7 @@ func TestRestartGrace(t *testing.T) {
 	if a == nil || !a.Healthy || r.cat.Get("b") != nil {
 		t.Fatalf("after restart: a=%+v b=%v", a, r.cat.Get("b"))
 	}
-	if !a.CreatedAt.Equal(before.CreatedAt) || a.Host != before.Host || a.Metadata["zone"] != "z1" {
+	if !a.CreatedAt.Equal(before.CreatedAt) || a.Host != before.Host || !a.Metadata.Equal(label.FromMap(map[string]string{"zone": "z1"})) {
 		t.Fatalf("a changed across restart: %+v vs %+v", a, before)
 	}
 	if got := r.cat.Service(a.Key()).Revision; got < r.cat.Revision() {

@@ -159,10 +159,10 @@ func Prepare(i int, in *catalog.Instance) error {
 	if in.Weight < 0 || in.Weight > MaxWeight {
 		return fieldErr(i, "weight", "%d is out of range 0..%d", in.Weight, MaxWeight)
 	}
-	if len(in.Metadata) > MaxMetadata {
-		return fieldErr(i, "metadata", "%d entries, at most %d allowed", len(in.Metadata), MaxMetadata)
+	if in.Metadata.Len() > MaxMetadata {
+		return fieldErr(i, "metadata", "%d entries, at most %d allowed", in.Metadata.Len(), MaxMetadata)
 	}
-	for k, v := range in.Metadata {
+	for k, v := range in.Metadata.All() {
 		if !label.ValidKey(k) {
 			return fieldErr(i, "metadata", "key %q must be 1..128 bytes of [A-Za-z0-9._/-]", k)
 		}

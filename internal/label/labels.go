@@ -1,0 +1,162 @@
+package label
+
+import (
+	"iter"
+	"slices"
+	"strings"
+)
+
+// Labels is an immutable set of key/value pairs sorted by key, stored as one
+// string and the end offsets of its keys and values: one allocation of about
+// the pairs' own bytes, where a map of 16 short pairs costs four times that.
+// The zero value is empty.
+type Labels struct {
+	s    string
+	ends []uint32 // ends[2i]: end of key i; ends[2i+1]: end of value i
+}
+
+// Getter looks up one label; Selector.Matches takes any.
+type Getter interface {
+	Get(key string) (value string, ok bool)
+}
+
+// Map adapts a plain map to Getter.
+type Map map[string]string
+
+// Get returns m[key].
+func (m Map) Get(key string) (string, bool) {
+	v, ok := m[key]
+	return v, ok
+}
+
+// FromMap returns the labels of m.
+func FromMap(m map[string]string) Labels {
+	if len(m) == 0 {
+		return Labels{}
+	}
+	keys := make([]string, 0, len(m))
+	size := 0
+	for k, v := range m {
+		keys = append(keys, k)
+		size += len(k) + len(v)
+	}
+	slices.Sort(keys)
+	var b LabelsBuilder
+	b.Grow(len(keys), size)
+	for _, k := range keys {
+		b.Add(k, m[k])
+	}
+	l, _ := b.Labels()
+	return l
+}
+
+// Len is the number of pairs.
+func (l Labels) Len() int { return len(l.ends) / 2 }
+
+// At returns pair i, in key order.
+func (l Labels) At(i int) (key, value string) {
+	start := uint32(0)
+	if i > 0 {
+		start = l.ends[2*i-1]
+	}
+	k, v := l.ends[2*i], l.ends[2*i+1]
+	return l.s[start:k], l.s[k:v]
+}
+
+// Get returns the value of key, by binary search.
+func (l Labels) Get(key string) (string, bool) {
+	lo, hi := 0, l.Len()
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		k, v := l.At(m)
+		switch c := strings.Compare(k, key); {
+		case c == 0:
+			return v, true
+		case c < 0:
+			lo = m + 1
+		default:
+			hi = m
+		}
+	}
+	return "", false
+}
+
+// All yields the pairs in key order.
+func (l Labels) All() iter.Seq2[string, string] {
+	return func(yield func(string, string) bool) {
+		for i := range l.Len() {
+			if !yield(l.At(i)) {
+				return
+			}
+		}
+	}
+}
+
+// Equal reports whether l and o hold the same pairs.
+func (l Labels) Equal(o Labels) bool { return l.s == o.s && slices.Equal(l.ends, o.ends) }
+
+// Map returns the pairs as a new map.
+func (l Labels) Map() map[string]string {
+	m := make(map[string]string, l.Len())
+	for k, v := range l.All() {
+		m[k] = v
+	}
+	return m
+}
+
+// LabelsBuilder assembles Labels from pairs given in ascending key order.
+type LabelsBuilder struct {
+	b    []byte
+	ends []uint32
+	bad  bool
+}
+
+// Grow reserves room for n pairs of size bytes in all.
+func (b *LabelsBuilder) Grow(n, size int) {
+	b.b = slices.Grow(b.b, size)
+	b.ends = slices.Grow(b.ends, 2*n)
+}
+
+// Add appends a pair; keys must be strictly ascending.
+func (b *LabelsBuilder) Add(key, value string) {
+	if n := len(b.ends); n > 0 {
+		start := uint32(0)
+		if n > 2 {
+			start = b.ends[n-3]
+		}
+		if key <= string(b.b[start:b.ends[n-2]]) { // compared without a copy
+			b.bad = true
+		}
+	}
+	b.b = append(b.b, key...)
+	b.ends = append(b.ends, uint32(len(b.b)))
+	b.b = append(b.b, value...)
+	b.ends = append(b.ends, uint32(len(b.b)))
+}
+
+// AddBytes is Add for pairs held in byte slices (decoders): the bytes are
+// copied into the builder and nowhere else.
+func (b *LabelsBuilder) AddBytes(key, value []byte) {
+	if n := len(b.ends); n > 0 {
+		start := uint32(0)
+		if n > 2 {
+			start = b.ends[n-3]
+		}
+		if string(key) <= string(b.b[start:b.ends[n-2]]) {
+			b.bad = true
+		}
+	}
+	b.b = append(b.b, key...)
+	b.ends = append(b.ends, uint32(len(b.b)))
+	b.b = append(b.b, value...)
+	b.ends = append(b.ends, uint32(len(b.b)))
+}
+
+// Labels returns the pairs added, and false if keys were not strictly
+// ascending (a duplicate or out-of-order key).
+func (b *LabelsBuilder) Labels() (Labels, bool) {
+	if len(b.ends) == 0 {
+		return Labels{}, !b.bad
+	}
+	return Labels{s: string(b.b), ends: slices.Clip(b.ends)}, !b.bad
+}
