@@ -70,7 +70,8 @@ type LB struct {
 
 	// buildMu serializes policy.Build (the Policy contract allows one call
 	// at a time) on the cold path of a pick: the first pick from a subset
-	// changed since its child picker was last built.
+	// changed since its child picker was last built. mu and buildMu are
+	// never held together.
 	buildMu sync.Mutex
 }
 
