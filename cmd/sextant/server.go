@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
+	"runtime/debug"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -125,6 +126,10 @@ func runServer(ctx context.Context, f serverFlags) error {
 		return err
 	}
 	api.SetRegistry(reg)
+	// The load's garbage (raw records, decode buffers) is as large as the
+	// catalog: hand it back to the OS now rather than over many GC cycles,
+	// after the server is already answering.
+	go debug.FreeOSMemory()
 	log.Info("ready", "instances", reg.Catalog().Len(), "revision", reg.Catalog().Revision())
 
 	select {

@@ -4,6 +4,7 @@ import (
 	"iter"
 	"slices"
 	"strings"
+	"unsafe"
 )
 
 // Labels is an immutable set of key/value pairs sorted by key, stored as one
@@ -153,10 +154,14 @@ func (b *LabelsBuilder) AddBytes(key, value []byte) {
 }
 
 // Labels returns the pairs added, and false if keys were not strictly
-// ascending (a duplicate or out-of-order key).
+// ascending (a duplicate or out-of-order key). The labels take over the
+// builder's memory without a copy: the builder must not be used again.
 func (b *LabelsBuilder) Labels() (Labels, bool) {
 	if len(b.ends) == 0 {
 		return Labels{}, !b.bad
 	}
-	return Labels{s: string(b.b), ends: slices.Clip(b.ends)}, !b.bad
+	buf := slices.Clip(b.b)
+	l := Labels{s: unsafe.String(unsafe.SliceData(buf), len(buf)), ends: slices.Clip(b.ends)}
+	b.b, b.ends = nil, nil
+	return l, !b.bad
 }

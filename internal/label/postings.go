@@ -304,7 +304,7 @@ func (b *PostingsBuilder) AppendSlot(k int, value string, slot uint32) {
 		return
 	}
 	if p.list == nil {
-		p.list = make([]uint32, 0, 16)
+		p.list = make([]uint32, 0, 2) // most values of a high-cardinality key have one slot
 	}
 	p.list = append(p.list, slot)
 	p.n++

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"sync"
 	"time"
 
@@ -146,25 +147,89 @@ func Open(st Store, opts Options) (*Registry, error) {
 }
 
 // load fills the catalog from the store. Every instance starts healthy with
-// a full 3 x TTL of grace.
+// a full 3 x TTL of grace. Records are copied in chunks as the store yields
+// them and decoded on every core.
 func (r *Registry) load() error {
-	var insts []*catalog.Instance
-	err := r.st.Load(func(rec store.Record) error {
-		in, err := catalog.DecodeInstance(rec.Value, rec.Revision)
-		if err != nil {
-			return fmt.Errorf("registry: load %q: %w", rec.ID, err)
+	start := time.Now()
+	type chunk struct {
+		buf  []byte
+		ends []int
+		revs []int64
+		ids  []string
+		out  []*catalog.Instance
+		err  error
+	}
+	const chunkRecords = 4096
+	work := make(chan *chunk, 8)
+	var chunks []*chunk
+	var wg sync.WaitGroup
+	for range runtime.GOMAXPROCS(0) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for c := range work {
+				c.out = make([]*catalog.Instance, 0, len(c.ends))
+				start := 0
+				for i, end := range c.ends {
+					in, err := catalog.DecodeInstance(c.buf[start:end], c.revs[i])
+					if err != nil {
+						c.err = fmt.Errorf("registry: load %q: %w", c.ids[i], err)
+						break
+					}
+					c.out = append(c.out, in)
+					start = end
+				}
+			}
+		}()
+	}
+	newChunk := func(recSize int) *chunk {
+		return &chunk{
+			buf:  make([]byte, 0, chunkRecords*(recSize+recSize/4)),
+			ends: make([]int, 0, chunkRecords), revs: make([]int64, 0, chunkRecords), ids: make([]string, 0, chunkRecords),
 		}
-		insts = append(insts, in)
+	}
+	var cur *chunk
+	total := 0
+	err := r.st.Load(func(rec store.Record) error {
+		if cur == nil {
+			cur = newChunk(len(rec.Value))
+		}
+		total++
+		cur.buf = append(cur.buf, rec.Value...)
+		cur.ends = append(cur.ends, len(cur.buf))
+		cur.revs = append(cur.revs, rec.Revision)
+		cur.ids = append(cur.ids, rec.ID)
+		if len(cur.ends) == chunkRecords {
+			chunks = append(chunks, cur)
+			work <- cur
+			cur = nil
+		}
 		return nil
 	})
+	if cur != nil {
+		chunks = append(chunks, cur)
+		work <- cur
+	}
+	close(work)
+	wg.Wait()
 	if err != nil {
 		return err
 	}
+	insts := make([]*catalog.Instance, 0, total)
+	for _, c := range chunks {
+		if c.err != nil {
+			return c.err
+		}
+		insts = append(insts, c.out...)
+	}
+	read := time.Since(start)
 	now := r.opts.Now()
 	for _, in := range insts {
 		r.arm(in, now)
 	}
+	armed := time.Since(start)
 	r.cat.Load(r.st.Revision(), insts)
+	r.log.Debug("load phases", "read_decode", read, "ttl", armed-read, "catalog", time.Since(start)-armed)
 	return nil
 }
 
