@@ -3,6 +3,7 @@ package catalog
 import (
 	"context"
 	"maps"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -70,9 +71,24 @@ func (c *Catalog) Load(rev int64, instances []*Instance) {
 		byService[in.Key()] = append(byService[in.Key()], in)
 		c.ids.Store(in.ID, in)
 	}
+	// Services are independent: build them on every core.
+	keys := slices.Collect(maps.Keys(byService))
+	built := make([]*Service, len(keys))
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range runtime.GOMAXPROCS(0) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := int(next.Add(1) - 1); i < len(keys); i = int(next.Add(1) - 1) {
+				built[i] = loadService(keys[i], rev, byService[keys[i]])
+			}
+		}()
+	}
+	wg.Wait()
 	services := make(map[ServiceKey]*Service, len(byService))
-	for k, ins := range byService {
-		services[k] = loadService(k, rev, ins)
+	for i, k := range keys {
+		services[k] = built[i]
 	}
 	c.root.Store(&root{rev: rev, services: services, keys: slices.SortedFunc(maps.Keys(services), cmpKey), instances: len(instances)})
 	c.log.reset(rev)

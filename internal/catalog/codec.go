@@ -78,7 +78,7 @@ func (d *decoder) varint(what string) int64 {
 func (d *decoder) str(what string) string { return string(d.bytes(what)) }
 
 func (d *decoder) bytes(what string) []byte {
-	n := d.uvarint(what+" length", 1<<32)
+	n := d.uvarint(what, 1<<32)
 	if d.err == nil && n > uint64(len(d.b)) {
 		d.err = fmt.Errorf("%w: %s length %d past the end", ErrCorrupt, what, n)
 	}

@@ -266,7 +266,7 @@ func (e *edit) remove(id string) bool {
 func maxDirty(n int) uint { return uint(min(max(n/8, 16), 1024)) }
 
 // compact moves the base index forward over the dirty slots. Each bitmap it
-// touches is copied once (label.Index.Edit), however many slots changed.
+// touches is copied once (label.Postings.Edit), however many slots changed.
 func (s *Service) compact() {
 	ix := s.base.Edit()
 	for u, ok := s.dirty.NextSet(0); ok; u, ok = s.dirty.NextSet(u + 1) {

@@ -92,3 +92,19 @@ func TestPostingsMatchAgainstReference(t *testing.T) {
 		}
 	}
 }
+
+func BenchmarkMatch(b *testing.B) {
+	ix := NewPostings(100)
+	universe := bitset.New(100)
+	for i := range 100 {
+		universe.Set(uint(i))
+		for k := 1; k <= 16; k++ {
+			ix.Add(uint32(i), "meta-key"+string(rune('a'+k)), "v"+string(rune('a'+i%(k+1))))
+		}
+	}
+	sel, _ := Parse("meta-keyb=va,meta-keyc!=vz")
+	b.ReportAllocs()
+	for b.Loop() {
+		ix.Match(sel, universe)
+	}
+}

@@ -2,20 +2,21 @@ package label
 
 import (
 	"slices"
+	"sync/atomic"
 
 	"github.com/bits-and-blooms/bitset"
 )
 
-// Postings is the dense-first form of the inverted index (key -> value ->
-// set of slots), for users that intersect many low-cardinality postings, such
-// as the subset load balancer. A value's slots are a dense bitset once they
-// cover at least 1/32 of the slots (where a bitset is no larger than a list),
-// and a sorted list below that, so a key with thousands of rare values stays
-// small. Index (roaring) remains the index of the catalog; see
-// docs/benchmarks.md for the measurement that chose between them.
+// Postings is the project's inverted index (key -> value -> set of slots),
+// used by the registry catalog and the subset load balancer. A value's slots
+// are a dense bitset once they cover at least 1/32 of the slots (where a
+// bitset is no larger than a list), and a sorted list below that, so a key
+// with thousands of rare values stays small while low-cardinality postings
+// intersect at memory speed (80x roaring on the subset build; see
+// docs/benchmarks.md).
 //
-// Like Index, a Postings is owned by one writer and must not change once
-// shared; Edit derives the next version, copying only what it then changes.
+// A Postings is owned by one writer and must not change once shared; Edit
+// derives the next version, copying only what it then changes.
 type Postings struct {
 	gen      uint64
 	universe uint32 // slots are below it; decides dense vs list
@@ -115,6 +116,10 @@ func (p *Posting) clone(gen uint64) *Posting {
 	}
 	return c
 }
+
+// generations tags each version of an index, so an edit knows which
+// postings it may change in place.
+var generations atomic.Uint64
 
 // NewPostings returns an empty index for slots below universe (a hint: slots
 // at or above it are accepted and grow it).
