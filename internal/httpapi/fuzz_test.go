@@ -3,8 +3,11 @@ package httpapi
 import (
 	"errors"
 	"net/http"
+	"strings"
 	"testing"
 
+	"github.com/sextant-mesh/sextant/internal/catalog"
+	"github.com/sextant-mesh/sextant/internal/label"
 	"github.com/sextant-mesh/sextant/internal/registry"
 )
 
@@ -41,6 +44,87 @@ func FuzzParseRegister(f *testing.F) {
 			}
 			if in.ID == "" || in.Namespace == "" {
 				t.Fatalf("defaults not filled: %+v", in)
+			}
+		}
+	})
+}
+
+// referenceInstance and referenceBody are the register body as
+// encoding/json sees it: the reference decodeRegister must agree with.
+type referenceInstance struct {
+	ID         string            `json:"id"`
+	Namespace  string            `json:"namespace"`
+	Service    string            `json:"service"`
+	Host       string            `json:"host"`
+	Port       int               `json:"port"`
+	Protocol   string            `json:"protocol"`
+	Version    string            `json:"version"`
+	Weight     *int              `json:"weight"`
+	Isolated   bool              `json:"isolated"`
+	Metadata   map[string]string `json:"metadata"`
+	TTLSeconds int               `json:"ttl_seconds"`
+	Healthy    *bool             `json:"healthy"`
+	Revision   *int64            `json:"revision"`
+	CreatedAt  *string           `json:"created_at"`
+	UpdatedAt  *string           `json:"updated_at"`
+}
+
+type referenceBody struct {
+	Instances []referenceInstance `json:"instances"`
+	referenceInstance
+}
+
+func (r referenceInstance) same(in *catalog.Instance) bool {
+	w := registry.DefaultWeight
+	if r.Weight != nil {
+		w = *r.Weight
+	}
+	return r.ID == in.ID && r.Namespace == in.Namespace && r.Service == in.Service && r.Host == in.Host &&
+		r.Port == in.Port && r.Protocol == in.Protocol && r.Version == in.Version && w == in.Weight &&
+		r.Isolated == in.Isolated && r.TTLSeconds == in.TTLSeconds && label.FromMap(r.Metadata).Equal(in.Metadata)
+}
+
+// FuzzDecodeRegisterMatchesEncodingJSON: whatever decodeRegister accepts,
+// encoding/json (strict) accepts too, with the same instances; whatever
+// encoding/json rejects, decodeRegister rejects. decodeRegister may reject
+// more: it matches field names case-sensitively.
+func FuzzDecodeRegisterMatchesEncodingJSON(f *testing.F) {
+	for _, s := range []string{
+		`{"service":"s","host":"h","port":1}`,
+		`{"instances":[{"service":"s","host":"10.0.0.1","port":80,"metadata":{"a":"b","a":"c"},"weight":0,"ttl_seconds":5},null]}`,
+		`{"instances":null,"service":"s","weight":null}`,
+		`{"id":"a\u0041\ud83d\ude00\ud800x","port":-0,"metadata":{"k":null,"\n":"\t"}}`,
+		`{"port":1e2}`, `{"port":1.0}`, `{"port":99999999999999999999}`, `{"healthy":1}`, `{"revision":"x"}`,
+		` {"service" : "s" } `, `{"service":"\xff\xfe"}`, `{}`, `null`, `{"metadata":[]}`, `{"instances":{}}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		got, batch, err := decodeRegister(body)
+		var ref referenceBody
+		refErr := decodeStrict(body, &ref)
+		if refErr != nil {
+			if err == nil {
+				t.Fatalf("decodeRegister accepted what encoding/json rejects (%v): %q", refErr, body)
+			}
+			return
+		}
+		if err != nil {
+			if strings.Contains(err.Error(), "unknown field") || strings.Contains(err.Error(), "not both") || strings.Contains(err.Error(), "more than") {
+				return // case-sensitive names; the batch-and-bare and size checks run here too
+			}
+			t.Fatalf("decodeRegister rejected what encoding/json accepts: %v: %q", err, body)
+		}
+		want := []referenceInstance{ref.referenceInstance}
+		if ref.Instances != nil {
+			want = ref.Instances
+		}
+		if batch != (ref.Instances != nil) || len(got) != len(want) {
+			t.Fatalf("batch %v with %d instances, want %v with %d: %q", batch, len(got), ref.Instances != nil, len(want), body)
+		}
+		for i := range want {
+			if !want[i].same(got[i]) {
+				t.Fatalf("instance %d: got %+v, want %+v: %q", i, got[i], want[i], body)
 			}
 		}
 	})

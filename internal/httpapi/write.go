@@ -11,50 +11,10 @@ import (
 	"strings"
 
 	"github.com/sextant-mesh/sextant/internal/catalog"
-	"github.com/sextant-mesh/sextant/internal/label"
 	"github.com/sextant-mesh/sextant/internal/registry"
 )
 
 var sprintf = fmt.Sprintf
-
-// instanceIn is the instance object of a register request. Server-set
-// fields are accepted (a client may send back what it read) and ignored.
-type instanceIn struct {
-	ID         string            `json:"id"`
-	Namespace  string            `json:"namespace"`
-	Service    string            `json:"service"`
-	Host       string            `json:"host"`
-	Port       int               `json:"port"`
-	Protocol   string            `json:"protocol"`
-	Version    string            `json:"version"`
-	Weight     *int              `json:"weight"`
-	Isolated   bool              `json:"isolated"`
-	Metadata   map[string]string `json:"metadata"`
-	TTLSeconds int               `json:"ttl_seconds"`
-
-	Healthy   *bool   `json:"healthy"`
-	Revision  *int64  `json:"revision"`
-	CreatedAt *string `json:"created_at"`
-	UpdatedAt *string `json:"updated_at"`
-}
-
-// registerBody is either {"instances": [...]} or one bare instance.
-type registerBody struct {
-	Instances []instanceIn `json:"instances"`
-	instanceIn
-}
-
-func (in *instanceIn) toCatalog() *catalog.Instance {
-	c := &catalog.Instance{
-		ID: in.ID, Namespace: in.Namespace, Service: in.Service, Host: in.Host, Port: in.Port,
-		Protocol: in.Protocol, Version: in.Version, Weight: registry.DefaultWeight, Isolated: in.Isolated,
-		Metadata: label.FromMap(in.Metadata), TTLSeconds: in.TTLSeconds,
-	}
-	if in.Weight != nil {
-		c.Weight = *in.Weight
-	}
-	return c
-}
 
 // decode reads a JSON body strictly: unknown fields, trailing data and
 // oversized bodies are errors.
@@ -94,8 +54,7 @@ func jsonError(err error) error {
 	var se *json.SyntaxError
 	switch {
 	case errors.As(err, &te):
-		f := strings.TrimPrefix(te.Field, "instanceIn.") // the embedded bare-instance form
-		return badRequest(f, "%s: expected %s, got JSON %s", f, te.Type, te.Value)
+		return badRequest(te.Field, "%s: expected %s, got JSON %s", te.Field, te.Type, te.Value)
 	case errors.As(err, &se):
 		return badRequest("", "malformed JSON at byte %d: %v", se.Offset, err)
 	case errors.Is(err, io.EOF):
@@ -109,26 +68,6 @@ func jsonError(err error) error {
 		return badRequest(f, "unknown field %q", f)
 	}
 	return badRequest("", "invalid JSON: %s", strings.TrimPrefix(msg, "json: "))
-}
-
-// batchJSONError finds which instance of a batch failed to decode, so the
-// error names instances[i].
-func batchJSONError(body []byte, err error) error {
-	var raw struct {
-		Instances []json.RawMessage `json:"instances"`
-	}
-	if json.Unmarshal(body, &raw) != nil {
-		return err
-	}
-	for i, elem := range raw.Instances {
-		var in instanceIn
-		if e := decodeStrict(elem, &in); e != nil {
-			ae := e.(*apiError)
-			ae.field = prefixField("instances["+strconv.Itoa(i)+"]", ae.field)
-			return ae
-		}
-	}
-	return err
 }
 
 func prefixField(prefix, field string) string {
@@ -174,28 +113,12 @@ func (a *API) register(w http.ResponseWriter, r *http.Request, reg *registry.Reg
 // {"instances": [...]} or one bare instance. Errors are 400s naming the
 // field, e.g. instances[3].port.
 func parseRegister(raw []byte) ([]*catalog.Instance, error) {
-	var body registerBody
-	if err := decodeStrict(raw, &body); err != nil {
-		if bytes.Contains(raw, []byte(`"instances"`)) {
-			return nil, batchJSONError(raw, err)
-		}
+	ins, batch, err := decodeRegister(raw)
+	if err != nil {
 		return nil, err
 	}
-	var ins []*catalog.Instance
-	batch := body.Instances != nil
-	if batch {
-		if body.instanceIn.Service != "" || body.instanceIn.Host != "" || body.instanceIn.Port != 0 || body.instanceIn.ID != "" {
-			return nil, badRequest("instances", "send either {\"instances\": [...]} or one bare instance, not both")
-		}
-		if len(body.Instances) == 0 || len(body.Instances) > registry.MaxBatch {
-			return nil, badRequest("instances", "%d instances, want 1..%d", len(body.Instances), registry.MaxBatch)
-		}
-		ins = make([]*catalog.Instance, len(body.Instances))
-		for i := range body.Instances {
-			ins[i] = body.Instances[i].toCatalog()
-		}
-	} else {
-		ins = []*catalog.Instance{body.instanceIn.toCatalog()}
+	if len(ins) == 0 || len(ins) > registry.MaxBatch {
+		return nil, badRequest("instances", "%d instances, want 1..%d", len(ins), registry.MaxBatch)
 	}
 	for i, in := range ins {
 		if err := registry.Prepare(i, in); err != nil {

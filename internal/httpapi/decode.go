@@ -1,0 +1,543 @@
+package httpapi
+
+import (
+	"cmp"
+	"slices"
+	"strconv"
+	"unicode/utf16"
+	"unicode/utf8"
+
+	"github.com/sextant-mesh/sextant/internal/catalog"
+	"github.com/sextant-mesh/sextant/internal/label"
+	"github.com/sextant-mesh/sextant/internal/registry"
+)
+
+// The register body is the hot request of the registry, so it has its own
+// strict decoder: it builds catalog instances and their label.Labels
+// directly, with none of encoding/json's reflection or intermediate maps.
+// It accepts exactly what encoding/json with DisallowUnknownFields accepts
+// into the API's types, except that field names must match in case
+// (FuzzDecodeRegisterMatchesEncodingJSON holds it to that).
+
+type decodeState struct {
+	b      []byte
+	i      int
+	prefix string // "instances[3]" in a batch, "" for a bare instance
+}
+
+func (d *decodeState) field(name string) string {
+	if d.prefix == "" {
+		return name
+	}
+	return prefixField(d.prefix, name)
+}
+
+func (d *decodeState) errAt(field, format string, args ...any) error {
+	return badRequest(field, format, args...)
+}
+
+func (d *decodeState) syntax(what string) error {
+	if d.i >= len(d.b) {
+		return badRequest("", "truncated JSON body: expected %s", what)
+	}
+	return badRequest("", "malformed JSON at byte %d: expected %s, found %q", d.i, what, d.b[d.i])
+}
+
+func (d *decodeState) ws() {
+	for d.i < len(d.b) {
+		switch d.b[d.i] {
+		case ' ', '\t', '\n', '\r':
+			d.i++
+		default:
+			return
+		}
+	}
+}
+
+func (d *decodeState) peek() byte {
+	d.ws()
+	if d.i < len(d.b) {
+		return d.b[d.i]
+	}
+	return 0
+}
+
+func (d *decodeState) consume(c byte) bool {
+	if d.peek() == c {
+		d.i++
+		return true
+	}
+	return false
+}
+
+func (d *decodeState) literal(lit string) bool {
+	if len(d.b)-d.i >= len(lit) && string(d.b[d.i:d.i+len(lit)]) == lit {
+		d.i += len(lit)
+		return true
+	}
+	return false
+}
+
+// str reads a JSON string: escapes resolved, invalid UTF-8 and lone
+// surrogates replaced by U+FFFD, as encoding/json does.
+func (d *decodeState) str() (string, error) {
+	if d.peek() != '"' {
+		return "", d.syntax("a string")
+	}
+	d.i++
+	start := d.i
+	for d.i < len(d.b) {
+		c := d.b[d.i]
+		switch {
+		case c == '"':
+			s := d.b[start:d.i]
+			d.i++
+			if utf8.Valid(s) {
+				return string(s), nil
+			}
+			return string([]rune(string(s))), nil // replaces invalid bytes with U+FFFD
+		case c == '\\':
+			return d.strSlow(start)
+		case c < 0x20:
+			return "", badRequest("", "malformed JSON at byte %d: control character in string", d.i)
+		}
+		d.i++
+	}
+	return "", d.syntax("the end of a string")
+}
+
+func (d *decodeState) strSlow(start int) (string, error) {
+	out := append([]byte(nil), d.b[start:d.i]...)
+	for d.i < len(d.b) {
+		c := d.b[d.i]
+		switch {
+		case c == '"':
+			d.i++
+			if utf8.Valid(out) {
+				return string(out), nil
+			}
+			return string([]rune(string(out))), nil
+		case c < 0x20:
+			return "", badRequest("", "malformed JSON at byte %d: control character in string", d.i)
+		case c != '\\':
+			out = append(out, c)
+			d.i++
+			continue
+		}
+		d.i++
+		if d.i >= len(d.b) {
+			break
+		}
+		e := d.b[d.i]
+		d.i++
+		switch e {
+		case '"', '\\', '/':
+			out = append(out, e)
+		case 'b':
+			out = append(out, '\b')
+		case 'f':
+			out = append(out, '\f')
+		case 'n':
+			out = append(out, '\n')
+		case 'r':
+			out = append(out, '\r')
+		case 't':
+			out = append(out, '\t')
+		case 'u':
+			r, ok := d.hex4()
+			if !ok {
+				return "", badRequest("", "malformed JSON at byte %d: bad \\u escape", d.i)
+			}
+			if utf16.IsSurrogate(r) {
+				r2 := rune(-1)
+				if len(d.b)-d.i >= 6 && d.b[d.i] == '\\' && d.b[d.i+1] == 'u' {
+					save := d.i
+					d.i += 2
+					if x, ok := d.hex4(); ok {
+						r2 = x
+					}
+					if dec := utf16.DecodeRune(r, r2); dec != utf8.RuneError {
+						r = dec
+					} else {
+						d.i = save
+						r = utf8.RuneError
+					}
+				} else {
+					r = utf8.RuneError
+				}
+			}
+			out = utf8.AppendRune(out, r)
+		default:
+			return "", badRequest("", "malformed JSON at byte %d: bad escape \\%c", d.i-1, e)
+		}
+	}
+	return "", d.syntax("the end of a string")
+}
+
+func (d *decodeState) hex4() (rune, bool) {
+	if len(d.b)-d.i < 4 {
+		return 0, false
+	}
+	var r rune
+	for _, c := range d.b[d.i : d.i+4] {
+		switch {
+		case c >= '0' && c <= '9':
+			r = r<<4 | rune(c-'0')
+		case c >= 'a' && c <= 'f':
+			r = r<<4 | rune(c-'a'+10)
+		case c >= 'A' && c <= 'F':
+			r = r<<4 | rune(c-'A'+10)
+		default:
+			return 0, false
+		}
+	}
+	d.i += 4
+	return r, true
+}
+
+// number reads a JSON number and returns its text.
+func (d *decodeState) number() ([]byte, error) {
+	d.ws()
+	start := d.i
+	if d.i < len(d.b) && d.b[d.i] == '-' {
+		d.i++
+	}
+	digits := func() int {
+		n := 0
+		for d.i < len(d.b) && d.b[d.i] >= '0' && d.b[d.i] <= '9' {
+			d.i++
+			n++
+		}
+		return n
+	}
+	if d.i < len(d.b) && d.b[d.i] == '0' {
+		d.i++
+	} else if digits() == 0 {
+		return nil, d.syntax("a value")
+	}
+	if d.i < len(d.b) && d.b[d.i] == '.' {
+		d.i++
+		if digits() == 0 {
+			return nil, d.syntax("a digit")
+		}
+	}
+	if d.i < len(d.b) && (d.b[d.i] == 'e' || d.b[d.i] == 'E') {
+		d.i++
+		if d.i < len(d.b) && (d.b[d.i] == '+' || d.b[d.i] == '-') {
+			d.i++
+		}
+		if digits() == 0 {
+			return nil, d.syntax("a digit")
+		}
+	}
+	return d.b[start:d.i], nil
+}
+
+// kind names the JSON value at the cursor, for type errors.
+func (d *decodeState) kind() string {
+	switch c := d.peek(); {
+	case c == '"':
+		return "string"
+	case c == '{':
+		return "object"
+	case c == '[':
+		return "array"
+	case c == 't' || c == 'f':
+		return "bool"
+	case c == '-' || c >= '0' && c <= '9':
+		return "number"
+	}
+	return "value"
+}
+
+// typeErr reports a value of the wrong JSON type, as jsonError words it.
+func (d *decodeState) typeErr(name, want string) error {
+	f := d.field(name)
+	got := d.kind()
+	if got == "number" {
+		if n, err := d.number(); err == nil {
+			got = "number " + string(n)
+		}
+	}
+	return badRequest(f, "%s: expected %s, got JSON %s", name, want, got)
+}
+
+// null consumes a JSON null, which leaves any field at its zero value.
+func (d *decodeState) null() bool {
+	d.ws()
+	return d.literal("null")
+}
+
+func (d *decodeState) intField(name string, bits int) (int64, error) {
+	c := d.peek()
+	if c != '-' && (c < '0' || c > '9') {
+		if c == '"' || c == '{' || c == '[' || c == 't' || c == 'f' {
+			return 0, d.typeErr(name, "int")
+		}
+		return 0, d.syntax("a value")
+	}
+	n, err := d.number()
+	if err != nil {
+		return 0, err
+	}
+	v, perr := strconv.ParseInt(string(n), 10, bits)
+	if perr != nil {
+		return 0, badRequest(d.field(name), "%s: expected int, got JSON number %s", name, n)
+	}
+	return v, nil
+}
+
+func (d *decodeState) strField(name string) (string, error) {
+	if c := d.peek(); c != '"' {
+		if c == '{' || c == '[' || c == 't' || c == 'f' || c == '-' || c >= '0' && c <= '9' {
+			return "", d.typeErr(name, "string")
+		}
+		return "", d.syntax("a value")
+	}
+	return d.str()
+}
+
+func (d *decodeState) boolField(name string) (bool, error) {
+	d.ws()
+	switch {
+	case d.literal("true"):
+		return true, nil
+	case d.literal("false"):
+		return false, nil
+	}
+	if c := d.peek(); c == '"' || c == '{' || c == '[' || c == '-' || c >= '0' && c <= '9' {
+		return false, d.typeErr(name, "bool")
+	}
+	return false, d.syntax("a value")
+}
+
+// object walks the members of an object, calling member for each key with
+// the cursor at its value.
+func (d *decodeState) object(member func(key string) error) error {
+	if !d.consume('{') {
+		return d.syntax("'{'")
+	}
+	if d.consume('}') {
+		return nil
+	}
+	for {
+		key, err := d.str()
+		if err != nil {
+			return err
+		}
+		if !d.consume(':') {
+			return d.syntax("':'")
+		}
+		if err := member(key); err != nil {
+			return err
+		}
+		if d.consume(',') {
+			continue
+		}
+		if d.consume('}') {
+			return nil
+		}
+		return d.syntax("',' or '}'")
+	}
+}
+
+type pair struct{ k, v string }
+
+func (d *decodeState) metadata(in *catalog.Instance) error {
+	if d.null() {
+		in.Metadata = label.Labels{}
+		return nil
+	}
+	if d.peek() != '{' {
+		return d.typeErr("metadata", "map[string]string")
+	}
+	var pairs []pair
+	err := d.object(func(k string) error {
+		if d.null() {
+			pairs = append(pairs, pair{k, ""})
+			return nil
+		}
+		v, err := d.strField("metadata." + k)
+		if err != nil {
+			return err
+		}
+		pairs = append(pairs, pair{k, v})
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	// Sort by key keeping the last of repeated keys, as a map would.
+	slices.SortStableFunc(pairs, func(a, b pair) int { return cmp.Compare(a.k, b.k) })
+	var b label.LabelsBuilder
+	size := 0
+	for _, p := range pairs {
+		size += len(p.k) + len(p.v)
+	}
+	b.Grow(len(pairs), size)
+	for i, p := range pairs {
+		if i+1 < len(pairs) && pairs[i+1].k == p.k {
+			continue
+		}
+		b.Add(p.k, p.v)
+	}
+	in.Metadata, _ = b.Labels()
+	return nil
+}
+
+// instanceMember decodes one member of an instance object into in.
+// weightSet reports whether "weight" was given (0 is a valid weight).
+func (d *decodeState) instanceMember(key string, in *catalog.Instance, weightSet *bool) error {
+	if key == "metadata" {
+		return d.metadata(in)
+	}
+	if d.null() {
+		if key == "weight" {
+			*weightSet = false
+		}
+		return knownField(key, d)
+	}
+	var err error
+	var n int64
+	switch key {
+	case "id":
+		in.ID, err = d.strField(key)
+	case "namespace":
+		in.Namespace, err = d.strField(key)
+	case "service":
+		in.Service, err = d.strField(key)
+	case "host":
+		in.Host, err = d.strField(key)
+	case "protocol":
+		in.Protocol, err = d.strField(key)
+	case "version":
+		in.Version, err = d.strField(key)
+	case "port":
+		n, err = d.intField(key, strconv.IntSize)
+		in.Port = int(n)
+	case "weight":
+		n, err = d.intField(key, strconv.IntSize)
+		in.Weight, *weightSet = int(n), true
+	case "ttl_seconds":
+		n, err = d.intField(key, strconv.IntSize)
+		in.TTLSeconds = int(n)
+	case "isolated":
+		in.Isolated, err = d.boolField(key)
+	case "healthy": // server-set: type-checked, ignored
+		_, err = d.boolField(key)
+	case "revision":
+		_, err = d.intField(key, 64)
+	case "created_at", "updated_at":
+		_, err = d.strField(key)
+	default:
+		return badRequest(d.field(key), "unknown field %q", key)
+	}
+	return err
+}
+
+func knownField(key string, d *decodeState) error {
+	switch key {
+	case "id", "namespace", "service", "host", "protocol", "version", "port", "weight", "ttl_seconds",
+		"isolated", "healthy", "revision", "created_at", "updated_at":
+		return nil
+	}
+	return badRequest(d.field(key), "unknown field %q", key)
+}
+
+func (d *decodeState) instance() (*catalog.Instance, error) {
+	in := &catalog.Instance{}
+	weightSet := false
+	if err := d.object(func(key string) error { return d.instanceMember(key, in, &weightSet) }); err != nil {
+		return nil, err
+	}
+	if !weightSet {
+		in.Weight = registry.DefaultWeight
+	}
+	return in, nil
+}
+
+// decodeRegister decodes a register body: {"instances": [...]} or one bare
+// instance. It reports whether the body was the batch form.
+func decodeRegister(body []byte) ([]*catalog.Instance, bool, error) {
+	d := &decodeState{b: body}
+	switch d.peek() {
+	case 0:
+		return nil, false, badRequest("", "empty body: a JSON object is required")
+	case '{':
+	case '[', '"', 't', 'f', 'n', '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
+		if d.null() {
+			d.ws()
+			if d.i == len(d.b) { // encoding/json accepts a bare null as "nothing set"
+				return []*catalog.Instance{{Weight: registry.DefaultWeight}}, false, nil
+			}
+			return nil, false, badRequest("", "unexpected data after the JSON object")
+		}
+		return nil, false, badRequest("", "expected a JSON object, got JSON %s", d.kind())
+	default:
+		return nil, false, d.syntax("a JSON object")
+	}
+	bare := &catalog.Instance{}
+	weightSet := false
+	var batch []*catalog.Instance
+	sawBatch := false
+	err := d.object(func(key string) error {
+		if key != "instances" {
+			return d.instanceMember(key, bare, &weightSet)
+		}
+		if d.null() {
+			batch, sawBatch = nil, false
+			return nil
+		}
+		if d.peek() != '[' {
+			return d.typeErr("instances", "array")
+		}
+		d.i++
+		batch, sawBatch = batch[:0], true
+		if d.consume(']') {
+			return nil
+		}
+		for {
+			if len(batch) > registry.MaxBatch {
+				return badRequest("instances", "more than %d instances", registry.MaxBatch)
+			}
+			d.prefix = "instances[" + strconv.Itoa(len(batch)) + "]"
+			if d.null() {
+				batch = append(batch, &catalog.Instance{Weight: registry.DefaultWeight})
+			} else {
+				if d.peek() != '{' {
+					return d.typeErr("", "an instance object")
+				}
+				in, err := d.instance()
+				if err != nil {
+					return err
+				}
+				batch = append(batch, in)
+			}
+			d.prefix = ""
+			if d.consume(',') {
+				continue
+			}
+			if d.consume(']') {
+				return nil
+			}
+			return d.syntax("',' or ']'")
+		}
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	d.ws()
+	if d.i != len(d.b) {
+		return nil, false, badRequest("", "unexpected data after the JSON object")
+	}
+	if sawBatch {
+		if bare.Service != "" || bare.Host != "" || bare.Port != 0 || bare.ID != "" {
+			return nil, true, badRequest("instances", "send either {\"instances\": [...]} or one bare instance, not both")
+		}
+		return batch, true, nil
+	}
+	if !weightSet {
+		bare.Weight = registry.DefaultWeight
+	}
+	return []*catalog.Instance{bare}, false, nil
+}
