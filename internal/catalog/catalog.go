@@ -100,8 +100,9 @@ func (c *Catalog) Load(rev int64, instances []*Instance) {
 func loadService(k ServiceKey, rev int64, ins []*Instance) *Service {
 	slices.SortFunc(ins, func(a, b *Instance) int { return strings.Compare(a.ID, b.ID) })
 	n := uint(len(ins))
-	s := &Service{Key: k, Revision: rev, slots: ins, byID: make([]uint32, n),
-		all: bitset.New(n), healthy: bitset.New(n), dirty: bitset.New(n), baseSlots: ins}
+	slots := slotsOf(ins)
+	s := &Service{Key: k, Revision: rev, slots: slots, byID: make([]uint32, n),
+		all: bitset.New(n), healthy: bitset.New(n), dirty: bitset.New(n), baseSlots: slots}
 	b := label.NewPostingsBuilder(uint32(n))
 	handles := map[string]int{}
 	for i, in := range ins {

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 
 	"github.com/bits-and-blooms/bitset"
 
@@ -17,7 +18,7 @@ type Service struct {
 	Key      ServiceKey
 	Revision int64 // the last revision that changed any of its instances
 
-	slots   []*Instance    // by slot; nil marks a free slot
+	slots   slotArray      // by slot; nil marks a free slot
 	free    []uint32       // free slots, reused before growing
 	byID    []uint32       // occupied slots sorted by instance id
 	all     *bitset.BitSet // occupied slots
@@ -30,7 +31,7 @@ type Service struct {
 	// bound, base is moved forward with a copy-on-write edit. So a commit
 	// costs O(changed) instead of a copy of every bitmap it touches.
 	base      *label.Postings
-	baseSlots []*Instance
+	baseSlots slotArray
 	dirty     *bitset.BitSet
 
 	memo memo // answers derived from this version, shared by its readers
@@ -88,7 +89,7 @@ func (s *Service) HealthyLen() int { return int(s.healthy.Count()) }
 func (s *Service) Instances() []*Instance {
 	out := make([]*Instance, len(s.byID))
 	for i, slot := range s.byID {
-		out[i] = s.slots[slot]
+		out[i] = s.slots.at(slot)
 	}
 	return out
 }
@@ -96,7 +97,7 @@ func (s *Service) Instances() []*Instance {
 // find returns the slot of id, by binary search over id order.
 func (s *Service) find(id string) (uint32, bool) {
 	i, ok := slices.BinarySearchFunc(s.byID, id, func(slot uint32, id string) int {
-		return cmp.Compare(s.slots[slot].ID, id)
+		return cmp.Compare(s.slots.at(slot).ID, id)
 	})
 	if !ok {
 		return 0, false
@@ -129,7 +130,7 @@ func (s *Service) match(sel label.Selector, universe *bitset.BitSet) *bitset.Bit
 	}
 	m.InPlaceDifference(s.dirty)
 	for slot, ok := s.dirty.NextSet(0); ok; slot, ok = s.dirty.NextSet(slot + 1) {
-		if universe.Test(slot) && sel.Matches(s.slots[slot].Metadata) {
+		if universe.Test(slot) && sel.Matches(s.slots.at(uint32(slot)).Metadata) {
 			m.Set(slot)
 		}
 	}
@@ -146,14 +147,14 @@ func (s *Service) inIDOrder(set *bitset.BitSet) []*Instance {
 	}
 	if n*8 < len(s.byID) {
 		for slot, ok := set.NextSet(0); ok; slot, ok = set.NextSet(slot + 1) {
-			out = append(out, s.slots[slot])
+			out = append(out, s.slots.at(uint32(slot)))
 		}
 		slices.SortFunc(out, func(a, b *Instance) int { return cmp.Compare(a.ID, b.ID) })
 		return out
 	}
 	for _, slot := range s.byID {
 		if set.Test(uint(slot)) {
-			out = append(out, s.slots[slot])
+			out = append(out, s.slots.at(slot))
 		}
 	}
 	return out
@@ -167,14 +168,19 @@ type edit struct {
 	s      *Service
 	newIDs map[string]uint32 // ids that got a new slot in this edit
 	freed  []uint32
-	gone   bool // some original slot was freed
+	gone   bool   // some original slot was freed
+	gen    uint64 // owns the slot chunks it copied
 }
+
+// generations tags edits, so that an edit writes in place only the slot
+// chunks it copied itself.
+var generations atomic.Uint64
 
 func (s *Service) edit(rev int64) *edit {
 	n := &Service{
 		Key:       s.Key,
 		Revision:  rev,
-		slots:     slices.Clone(s.slots),
+		slots:     s.slots.clone(),
 		free:      slices.Clone(s.free),
 		byID:      s.byID, // rebuilt in finish if ids come or go
 		all:       s.all.Clone(),
@@ -183,7 +189,7 @@ func (s *Service) edit(rev int64) *edit {
 		baseSlots: s.baseSlots,
 		dirty:     s.dirty.Clone(),
 	}
-	return &edit{orig: s, s: n}
+	return &edit{orig: s, s: n, gen: generations.Add(1)}
 }
 
 func (e *edit) indexAdd(slot uint32, in *Instance) {
@@ -201,10 +207,10 @@ func (e *edit) indexRemove(slot uint32) {
 // lookup finds the slot of id in the working copy.
 func (e *edit) lookup(id string) (uint32, bool) {
 	if slot, ok := e.newIDs[id]; ok {
-		return slot, e.s.slots[slot] != nil
+		return slot, e.s.slots.at(slot) != nil
 	}
 	slot, ok := e.orig.find(id)
-	if !ok || e.s.slots[slot] == nil {
+	if !ok || e.s.slots.at(slot) == nil {
 		return 0, false
 	}
 	return slot, true
@@ -213,7 +219,7 @@ func (e *edit) lookup(id string) (uint32, bool) {
 // get returns the current instance with id, or nil.
 func (e *edit) get(id string) *Instance {
 	if slot, ok := e.lookup(id); ok {
-		return e.s.slots[slot]
+		return e.s.slots.at(slot)
 	}
 	return nil
 }
@@ -222,7 +228,7 @@ func (e *edit) get(id string) *Instance {
 func (e *edit) upsert(in *Instance) {
 	slot, exists := e.lookup(in.ID)
 	if exists {
-		old := e.s.slots[slot]
+		old := e.s.slots.at(slot)
 		e.indexRemove(slot)
 		if !old.Metadata.Equal(in.Metadata) {
 			e.s.dirty.Set(uint(slot))
@@ -232,8 +238,7 @@ func (e *edit) upsert(in *Instance) {
 			slot = e.s.free[n-1]
 			e.s.free = e.s.free[:n-1]
 		} else {
-			slot = uint32(len(e.s.slots))
-			e.s.slots = append(e.s.slots, nil)
+			slot = e.s.slots.push(nil, e.gen)
 		}
 		if e.newIDs == nil {
 			e.newIDs = make(map[string]uint32)
@@ -241,7 +246,7 @@ func (e *edit) upsert(in *Instance) {
 		e.newIDs[in.ID] = slot
 		e.s.dirty.Set(uint(slot))
 	}
-	e.s.slots[slot] = in
+	e.s.slots.set(slot, in, e.gen)
 	e.indexAdd(slot, in)
 }
 
@@ -252,7 +257,7 @@ func (e *edit) remove(id string) bool {
 		return false
 	}
 	e.indexRemove(slot)
-	e.s.slots[slot] = nil
+	e.s.slots.set(slot, nil, e.gen)
 	e.s.dirty.Set(uint(slot))
 	e.freed = append(e.freed, slot)
 	if _, isNew := e.newIDs[id]; !isNew {
@@ -272,20 +277,20 @@ func (s *Service) compact() {
 	ix := s.base.Edit()
 	for u, ok := s.dirty.NextSet(0); ok; u, ok = s.dirty.NextSet(u + 1) {
 		slot := uint32(u)
-		if int(slot) < len(s.baseSlots) {
-			if old := s.baseSlots[slot]; old != nil {
+		if int(slot) < s.baseSlots.len() {
+			if old := s.baseSlots.at(slot); old != nil {
 				for k, v := range old.Metadata.All() {
 					ix.Remove(slot, k, v)
 				}
 			}
 		}
-		if cur := s.slots[slot]; cur != nil {
+		if cur := s.slots.at(slot); cur != nil {
 			for k, v := range cur.Metadata.All() {
 				ix.Add(slot, k, v)
 			}
 		}
 	}
-	s.base, s.baseSlots, s.dirty = ix, s.slots, bitset.New(uint(len(s.slots)))
+	s.base, s.baseSlots, s.dirty = ix, s.slots.clone(), bitset.New(uint(s.slots.len()))
 }
 
 // finish rebuilds id order if ids came or went (one merge, O(n + k log k))
@@ -293,7 +298,7 @@ func (s *Service) compact() {
 func (e *edit) finish() *Service {
 	s := e.s
 	s.free = append(s.free, e.freed...)
-	if s.dirty.Count() > maxDirty(len(s.slots)) {
+	if s.dirty.Count() > maxDirty(s.slots.len()) {
 		s.compact()
 	}
 	if !e.gone && len(e.newIDs) == 0 {
@@ -303,25 +308,25 @@ func (e *edit) finish() *Service {
 	if e.gone {
 		kept = make([]uint32, 0, len(s.byID))
 		for _, slot := range s.byID {
-			if s.slots[slot] != nil {
+			if s.slots.at(slot) != nil {
 				kept = append(kept, slot)
 			}
 		}
 	}
 	added := make([]uint32, 0, len(e.newIDs))
 	for _, slot := range e.newIDs {
-		if s.slots[slot] != nil {
+		if s.slots.at(slot) != nil {
 			added = append(added, slot)
 		}
 	}
-	slices.SortFunc(added, func(a, b uint32) int { return cmp.Compare(s.slots[a].ID, s.slots[b].ID) })
+	slices.SortFunc(added, func(a, b uint32) int { return cmp.Compare(s.slots.at(a).ID, s.slots.at(b).ID) })
 	// Binary-search each new id's place and copy the runs between: k log n
 	// comparisons and memory moves, not a comparison per existing id.
 	merged := make([]uint32, 0, len(kept)+len(added))
 	i := 0
 	for _, a := range added {
-		id := s.slots[a].ID
-		j := i + sort.Search(len(kept)-i, func(x int) bool { return s.slots[kept[i+x]].ID > id })
+		id := s.slots.at(a).ID
+		j := i + sort.Search(len(kept)-i, func(x int) bool { return s.slots.at(kept[i+x]).ID > id })
 		merged = append(merged, kept[i:j]...)
 		merged = append(merged, a)
 		i = j
