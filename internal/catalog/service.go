@@ -269,7 +269,7 @@ func (e *edit) remove(id string) bool {
 // maxDirty is how many changed slots a service version carries before its
 // base index is moved forward: small enough that checking them one by one
 // stays cheap for a query, large enough to spread the bitmap copies.
-func maxDirty(n int) uint { return uint(min(max(n/8, 16), 1024)) }
+func maxDirty(n int) uint { return uint(min(max(n/8, 16), 4096)) }
 
 // compact moves the base index forward over the dirty slots. Each bitmap it
 // touches is copied once (label.Postings.Edit), however many slots changed.

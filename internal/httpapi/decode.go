@@ -1,7 +1,7 @@
 package httpapi
 
 import (
-	"cmp"
+	"bytes"
 	"slices"
 	"strconv"
 	"unicode/utf16"
@@ -81,8 +81,15 @@ func (d *decodeState) literal(lit string) bool {
 // str reads a JSON string: escapes resolved, invalid UTF-8 and lone
 // surrogates replaced by U+FFFD, as encoding/json does.
 func (d *decodeState) str() (string, error) {
+	b, err := d.strBytes()
+	return string(b), err
+}
+
+// strBytes is str without the string: a view of the body when the string
+// has no escapes, else a decoded copy. Valid until the body is reused.
+func (d *decodeState) strBytes() ([]byte, error) {
 	if d.peek() != '"' {
-		return "", d.syntax("a string")
+		return nil, d.syntax("a string")
 	}
 	d.i++
 	start := d.i
@@ -93,17 +100,18 @@ func (d *decodeState) str() (string, error) {
 			s := d.b[start:d.i]
 			d.i++
 			if utf8.Valid(s) {
-				return string(s), nil
+				return s, nil
 			}
-			return string([]rune(string(s))), nil // replaces invalid bytes with U+FFFD
+			return []byte(string([]rune(string(s)))), nil // invalid bytes become U+FFFD
 		case c == '\\':
-			return d.strSlow(start)
+			s, err := d.strSlow(start)
+			return []byte(s), err
 		case c < 0x20:
-			return "", badRequest("", "malformed JSON at byte %d: control character in string", d.i)
+			return nil, badRequest("", "malformed JSON at byte %d: control character in string", d.i)
 		}
 		d.i++
 	}
-	return "", d.syntax("the end of a string")
+	return nil, d.syntax("the end of a string")
 }
 
 func (d *decodeState) strSlow(start int) (string, error) {
@@ -313,7 +321,7 @@ func (d *decodeState) boolField(name string) (bool, error) {
 
 // object walks the members of an object, calling member for each key with
 // the cursor at its value.
-func (d *decodeState) object(member func(key string) error) error {
+func (d *decodeState) object(member func(key []byte) error) error {
 	if !d.consume('{') {
 		return d.syntax("'{'")
 	}
@@ -321,7 +329,7 @@ func (d *decodeState) object(member func(key string) error) error {
 		return nil
 	}
 	for {
-		key, err := d.str()
+		key, err := d.strBytes()
 		if err != nil {
 			return err
 		}
@@ -341,7 +349,7 @@ func (d *decodeState) object(member func(key string) error) error {
 	}
 }
 
-type pair struct{ k, v string }
+type pair struct{ k, v []byte }
 
 func (d *decodeState) metadata(in *catalog.Instance) error {
 	if d.null() {
@@ -352,34 +360,42 @@ func (d *decodeState) metadata(in *catalog.Instance) error {
 		return d.typeErr("metadata", "map[string]string")
 	}
 	var pairs []pair
-	err := d.object(func(k string) error {
-		if d.null() {
-			pairs = append(pairs, pair{k, ""})
-			return nil
+	sorted := true
+	size := 0
+	err := d.object(func(kb []byte) error {
+		var v []byte
+		if !d.null() {
+			if c := d.peek(); c != '"' {
+				if _, err := d.strField("metadata." + string(kb)); err != nil {
+					return err
+				}
+			}
+			var err error
+			if v, err = d.strBytes(); err != nil {
+				return err
+			}
 		}
-		v, err := d.strField("metadata." + k)
-		if err != nil {
-			return err
+		if n := len(pairs); n > 0 && string(kb) <= string(pairs[n-1].k) {
+			sorted = false
 		}
-		pairs = append(pairs, pair{k, v})
+		pairs = append(pairs, pair{kb, v})
+		size += len(kb) + len(v)
 		return nil
 	})
 	if err != nil {
 		return err
 	}
-	// Sort by key keeping the last of repeated keys, as a map would.
-	slices.SortStableFunc(pairs, func(a, b pair) int { return cmp.Compare(a.k, b.k) })
-	var b label.LabelsBuilder
-	size := 0
-	for _, p := range pairs {
-		size += len(p.k) + len(p.v)
+	if !sorted {
+		// Sort by key keeping the last of repeated keys, as a map would.
+		slices.SortStableFunc(pairs, func(a, b pair) int { return bytes.Compare(a.k, b.k) })
 	}
+	var b label.LabelsBuilder
 	b.Grow(len(pairs), size)
 	for i, p := range pairs {
-		if i+1 < len(pairs) && pairs[i+1].k == p.k {
+		if i+1 < len(pairs) && bytes.Equal(pairs[i+1].k, p.k) {
 			continue
 		}
-		b.Add(p.k, p.v)
+		b.AddBytes(p.k, p.v)
 	}
 	in.Metadata, _ = b.Labels()
 	return nil
@@ -387,18 +403,19 @@ func (d *decodeState) metadata(in *catalog.Instance) error {
 
 // instanceMember decodes one member of an instance object into in.
 // weightSet reports whether "weight" was given (0 is a valid weight).
-func (d *decodeState) instanceMember(key string, in *catalog.Instance, weightSet *bool) error {
-	if key == "metadata" {
+func (d *decodeState) instanceMember(kb []byte, in *catalog.Instance, weightSet *bool) error {
+	if string(kb) == "metadata" {
 		return d.metadata(in)
 	}
 	if d.null() {
-		if key == "weight" {
+		if string(kb) == "weight" {
 			*weightSet = false
 		}
-		return knownField(key, d)
+		return knownField(string(kb), d)
 	}
 	var err error
 	var n int64
+	key := fieldName(kb)
 	switch key {
 	case "id":
 		in.ID, err = d.strField(key)
@@ -435,6 +452,42 @@ func (d *decodeState) instanceMember(key string, in *catalog.Instance, weightSet
 	return err
 }
 
+// fieldName returns the field's name without allocating for the names the
+// API knows; only an unknown name is copied (for its error).
+func fieldName(kb []byte) string {
+	switch string(kb) {
+	case "id":
+		return "id"
+	case "namespace":
+		return "namespace"
+	case "service":
+		return "service"
+	case "host":
+		return "host"
+	case "protocol":
+		return "protocol"
+	case "version":
+		return "version"
+	case "port":
+		return "port"
+	case "weight":
+		return "weight"
+	case "ttl_seconds":
+		return "ttl_seconds"
+	case "isolated":
+		return "isolated"
+	case "healthy":
+		return "healthy"
+	case "revision":
+		return "revision"
+	case "created_at":
+		return "created_at"
+	case "updated_at":
+		return "updated_at"
+	}
+	return string(kb)
+}
+
 func knownField(key string, d *decodeState) error {
 	switch key {
 	case "id", "namespace", "service", "host", "protocol", "version", "port", "weight", "ttl_seconds",
@@ -447,7 +500,7 @@ func knownField(key string, d *decodeState) error {
 func (d *decodeState) instance() (*catalog.Instance, error) {
 	in := &catalog.Instance{}
 	weightSet := false
-	if err := d.object(func(key string) error { return d.instanceMember(key, in, &weightSet) }); err != nil {
+	if err := d.object(func(key []byte) error { return d.instanceMember(key, in, &weightSet) }); err != nil {
 		return nil, err
 	}
 	if !weightSet {
@@ -480,8 +533,8 @@ func decodeRegister(body []byte) ([]*catalog.Instance, bool, error) {
 	weightSet := false
 	var batch []*catalog.Instance
 	sawBatch := false
-	err := d.object(func(key string) error {
-		if key != "instances" {
+	err := d.object(func(key []byte) error {
+		if string(key) != "instances" {
 			return d.instanceMember(key, bare, &weightSet)
 		}
 		if d.null() {
