@@ -4,13 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http/httptest"
 	"testing"
 	"time"
 
-	"github.com/sextant-mesh/sextant/internal/httpapi"
-	"github.com/sextant-mesh/sextant/internal/registry"
-	"github.com/sextant-mesh/sextant/internal/store/embedded"
+	"github.com/sextant-mesh/sextant/internal/httpapi/apitest"
 )
 
 // realServer starts the real server stack (pebble store in a temp dir,
@@ -18,29 +15,12 @@ import (
 // actual implementation of the contract.
 func realServer(t *testing.T) *Client {
 	t.Helper()
-	st, err := embedded.Open(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg, err := registry.Open(st, registry.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	api := httpapi.New(httpapi.Options{})
-	api.SetRegistry(reg)
-	srv := httptest.NewServer(api)
+	srv := apitest.Start(t)
 	c, err := New(srv.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		c.http.CloseIdleConnections()
-		api.Shutdown()
-		srv.CloseClientConnections()
-		srv.Close()
-		reg.Close()
-		st.Close()
-	})
+	t.Cleanup(c.http.CloseIdleConnections)
 	return c
 }
 

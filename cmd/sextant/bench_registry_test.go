@@ -3,36 +3,16 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"net/http/httptest"
 	"testing"
 
-	"github.com/sextant-mesh/sextant/internal/httpapi"
-	"github.com/sextant-mesh/sextant/internal/registry"
-	"github.com/sextant-mesh/sextant/internal/store/embedded"
+	"github.com/sextant-mesh/sextant/internal/httpapi/apitest"
 )
 
 // TestBenchRegistryFlags runs "bench registry" with its flags against the
 // real server stack and checks it prints one JSON object with exactly the
 // scenarios asked for.
 func TestBenchRegistryFlags(t *testing.T) {
-	st, err := embedded.Open(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg, err := registry.Open(st, registry.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	api := httpapi.New(httpapi.Options{})
-	api.SetRegistry(reg)
-	srv := httptest.NewServer(api)
-	defer func() {
-		api.Shutdown()
-		srv.CloseClientConnections()
-		srv.Close()
-		reg.Close()
-		st.Close()
-	}()
+	srv := apitest.Start(t)
 
 	cmd := newBenchRegistryCmd()
 	var out bytes.Buffer

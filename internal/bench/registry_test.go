@@ -14,34 +14,14 @@ import (
 	"time"
 
 	"github.com/sextant-mesh/sextant/client"
-	"github.com/sextant-mesh/sextant/internal/httpapi"
-	"github.com/sextant-mesh/sextant/internal/registry"
-	"github.com/sextant-mesh/sextant/internal/store/embedded"
+	"github.com/sextant-mesh/sextant/internal/httpapi/apitest"
 )
 
 // realRegistry starts the real server stack (pebble store in a temp dir,
 // registry, HTTP API) on an httptest listener.
 func realRegistry(t *testing.T) string {
 	t.Helper()
-	st, err := embedded.Open(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg, err := registry.Open(st, registry.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	api := httpapi.New(httpapi.Options{})
-	api.SetRegistry(reg)
-	srv := httptest.NewServer(api)
-	t.Cleanup(func() {
-		api.Shutdown()
-		srv.CloseClientConnections()
-		srv.Close()
-		reg.Close()
-		st.Close()
-	})
-	return srv.URL
+	return apitest.Start(t).URL
 }
 
 func TestRegTemplatePatchesIDs(t *testing.T) {
