@@ -234,12 +234,14 @@ func (ix *Postings) Values(key string, fn func(value string, p *Posting) bool) {
 type PostingsBuilder struct {
 	ix   *Postings
 	keys []builderKey
+	hint int // map size for a key that passes scanValues values
 }
 
 type builderKey struct {
-	e     *postingKey
-	names []string   // values in order of appearance; scanned while few
-	ps    []*Posting // postings of names
+	e        *postingKey
+	presized bool       // values map made for hint entries
+	names    []string   // values in order of appearance; scanned while few
+	ps       []*Posting // postings of names
 }
 
 // scanValues is how many values a key may have before lookups use its map;
@@ -248,7 +250,7 @@ const scanValues = 8
 
 // NewPostingsBuilder starts a build for slots below universe.
 func NewPostingsBuilder(universe uint32) *PostingsBuilder {
-	return &PostingsBuilder{ix: NewPostings(universe)}
+	return &PostingsBuilder{ix: NewPostings(universe), hint: int(universe / 4)}
 }
 
 // Key returns the handle of key for AppendSlot.
@@ -282,9 +284,21 @@ func (b *PostingsBuilder) AppendSlot(k int, value string, slot uint32) {
 	}
 	if p == nil {
 		p = &Posting{gen: b.ix.gen}
+		if len(bk.ps) <= scanValues { // past that the map alone is used
+			bk.ps = append(bk.ps, p)
+			bk.names = append(bk.names, value)
+			if len(bk.ps) > scanValues && b.hint > scanValues {
+				// A key with many values: size its map once instead of
+				// growing it step by step; Build shrinks it if it stays small.
+				m := make(map[string]*Posting, b.hint)
+				for v, q := range bk.e.values {
+					m[v] = q
+				}
+				bk.e.values = m
+				bk.presized = true
+			}
+		}
 		bk.e.values[value] = p
-		bk.ps = append(bk.ps, p)
-		bk.names = append(bk.names, value)
 	}
 	if slot >= b.ix.universe {
 		b.ix.universe = slot + 1
@@ -323,6 +337,17 @@ func (b *PostingsBuilder) Build() *Postings {
 	for k, e := range b.ix.keys {
 		if len(e.values) == 0 {
 			delete(b.ix.keys, k)
+		}
+	}
+	for i := range b.keys {
+		// A map sized for many values that got few is copied to its size:
+		// maps never shrink, and the index lives long.
+		if bk := &b.keys[i]; bk.presized && len(bk.e.values) < b.hint/4 {
+			m := make(map[string]*Posting, len(bk.e.values))
+			for v, q := range bk.e.values {
+				m[v] = q
+			}
+			bk.e.values = m
 		}
 	}
 	return b.ix
