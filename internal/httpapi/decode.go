@@ -32,10 +32,6 @@ func (d *decodeState) field(name string) string {
 	return prefixField(d.prefix, name)
 }
 
-func (d *decodeState) errAt(field, format string, args ...any) error {
-	return badRequest(field, format, args...)
-}
-
 func (d *decodeState) syntax(what string) error {
 	if d.i >= len(d.b) {
 		return badRequest("", "truncated JSON body: expected %s", what)

@@ -164,11 +164,21 @@ func TestBlockingQuery(t *testing.T) {
 func TestBlockingQueryLimit(t *testing.T) {
 	st := newTestServer(t, registry.Options{})
 	st.api.opts.MaxWaiting = 1
-	go st.do("GET", "/v1/namespaces/default/services/x/instances?index=5&wait=10s", "")
+	held := make(chan error, 1)
+	go func() { // not st.do: a goroutine must not call t.Fatal
+		resp, err := st.srv.Client().Get(st.url + "/v1/namespaces/default/services/x/instances?index=5&wait=10s")
+		if err == nil {
+			resp.Body.Close()
+		}
+		held <- err
+	}()
 	waitFor(t, func() bool { return st.reg.Catalog().Waiters() == 1 })
 	st.expectError(st.do("GET", "/v1/namespaces/default/services/y/instances?index=5&wait=10s", ""), 429, "resource_exhausted", "")
 	st.api.Shutdown() // releases the held one at once
 	waitFor(t, func() bool { return st.reg.Catalog().Waiters() == 0 })
+	if err := <-held; err != nil {
+		t.Fatalf("held blocking query: %v", err)
+	}
 }
 
 func waitFor(t *testing.T, cond func() bool) {
