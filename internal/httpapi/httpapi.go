@@ -9,6 +9,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -195,7 +196,7 @@ type apiError struct {
 func (e *apiError) Error() string { return e.msg }
 
 func badRequest(field, format string, args ...any) error {
-	return &apiError{http.StatusBadRequest, "invalid_argument", sprintf(format, args...), field}
+	return &apiError{http.StatusBadRequest, "invalid_argument", fmt.Sprintf(format, args...), field}
 }
 
 func (a *API) toAPIError(err error) *apiError {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -14,11 +13,9 @@ import (
 	"github.com/sextant-mesh/sextant/internal/registry"
 )
 
-var sprintf = fmt.Sprintf
 
-// decode reads a JSON body strictly: unknown fields, trailing data and
-// oversized bodies are errors.
-func decode(w http.ResponseWriter, r *http.Request, v any) ([]byte, error) {
+// readBody reads a request body of at most MaxBody bytes.
+func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBody))
 	if err != nil {
 		var mbe *http.MaxBytesError
@@ -27,10 +24,17 @@ func decode(w http.ResponseWriter, r *http.Request, v any) ([]byte, error) {
 		}
 		return nil, badRequest("", "reading body: %v", err)
 	}
-	if err := decodeStrict(body, v); err != nil {
-		return body, err
-	}
 	return body, nil
+}
+
+// decode reads a JSON body strictly: unknown fields, trailing data and
+// oversized bodies are errors.
+func decode(w http.ResponseWriter, r *http.Request, v any) error {
+	body, err := readBody(w, r)
+	if err != nil {
+		return err
+	}
+	return decodeStrict(body, v)
 }
 
 func decodeStrict(body []byte, v any) error {
@@ -78,13 +82,9 @@ func prefixField(prefix, field string) string {
 }
 
 func (a *API) register(w http.ResponseWriter, r *http.Request, reg *registry.Registry) error {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBody))
+	body, err := readBody(w, r)
 	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return err
-		}
-		return badRequest("", "reading body: %v", err)
+		return err
 	}
 	ins, err := parseRegister(body)
 	if err != nil {
@@ -149,7 +149,7 @@ func appendIDs(b []byte, key string, ids []string) []byte {
 
 func (a *API) deregisterBatch(w http.ResponseWriter, r *http.Request, reg *registry.Registry) error {
 	var body idsBody
-	if _, err := decode(w, r, &body); err != nil {
+	if err := decode(w, r, &body); err != nil {
 		return err
 	}
 	rev, notFound, err := reg.Deregister(r.Context(), body.IDs)
@@ -188,7 +188,7 @@ func (a *API) deregisterOne(w http.ResponseWriter, r *http.Request, reg *registr
 
 func (a *API) heartbeat(w http.ResponseWriter, r *http.Request, reg *registry.Registry) error {
 	var body idsBody
-	if _, err := decode(w, r, &body); err != nil {
+	if err := decode(w, r, &body); err != nil {
 		return err
 	}
 	notFound, err := reg.Heartbeat(r.Context(), body.IDs)
