@@ -13,7 +13,6 @@ import (
 	"github.com/sextant-mesh/sextant/internal/registry"
 )
 
-
 // readBody reads a request body of at most MaxBody bytes.
 func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBody))
