@@ -403,15 +403,18 @@ func (d *decodeState) instanceMember(kb []byte, in *catalog.Instance, weightSet 
 	if string(kb) == "metadata" {
 		return d.metadata(in)
 	}
+	key, known := knownName(kb)
+	if !known {
+		return badRequest(d.field(string(kb)), "unknown field %q", string(kb))
+	}
 	if d.null() {
-		if string(kb) == "weight" {
+		if key == "weight" {
 			*weightSet = false
 		}
-		return knownField(string(kb), d)
+		return nil
 	}
 	var err error
 	var n int64
-	key := fieldName(kb)
 	switch key {
 	case "id":
 		in.ID, err = d.strField(key)
@@ -442,55 +445,44 @@ func (d *decodeState) instanceMember(kb []byte, in *catalog.Instance, weightSet 
 		_, err = d.intField(key, 64)
 	case "created_at", "updated_at":
 		_, err = d.strField(key)
-	default:
-		return badRequest(d.field(key), "unknown field %q", key)
 	}
 	return err
 }
 
-// fieldName returns the field's name without allocating for the names the
-// API knows; only an unknown name is copied (for its error).
-func fieldName(kb []byte) string {
+// knownName returns the name of an instance field without allocating, and
+// false for a name the API does not know.
+func knownName(kb []byte) (string, bool) {
 	switch string(kb) {
 	case "id":
-		return "id"
+		return "id", true
 	case "namespace":
-		return "namespace"
+		return "namespace", true
 	case "service":
-		return "service"
+		return "service", true
 	case "host":
-		return "host"
+		return "host", true
 	case "protocol":
-		return "protocol"
+		return "protocol", true
 	case "version":
-		return "version"
+		return "version", true
 	case "port":
-		return "port"
+		return "port", true
 	case "weight":
-		return "weight"
+		return "weight", true
 	case "ttl_seconds":
-		return "ttl_seconds"
+		return "ttl_seconds", true
 	case "isolated":
-		return "isolated"
+		return "isolated", true
 	case "healthy":
-		return "healthy"
+		return "healthy", true
 	case "revision":
-		return "revision"
+		return "revision", true
 	case "created_at":
-		return "created_at"
+		return "created_at", true
 	case "updated_at":
-		return "updated_at"
+		return "updated_at", true
 	}
-	return string(kb)
-}
-
-func knownField(key string, d *decodeState) error {
-	switch key {
-	case "id", "namespace", "service", "host", "protocol", "version", "port", "weight", "ttl_seconds",
-		"isolated", "healthy", "revision", "created_at", "updated_at":
-		return nil
-	}
-	return badRequest(d.field(key), "unknown field %q", key)
+	return "", false
 }
 
 func (d *decodeState) instance() (*catalog.Instance, error) {
