@@ -1,127 +1,41 @@
+// Package catalog owns Sextant's in-memory truth, which every read is served
+// from. Its core is kind-agnostic: the revision, the change log, the waiters
+// of blocking reads, subscriptions to every change, and memos of encoded
+// answers. Each record kind has a table beside it (instances here; config,
+// nodes and others register theirs), holding that kind's immutable versions
+// and indexes.
+//
+// One writer (the registry's follower of the store) applies committed
+// changes in revision order; readers load immutable versions and never wait
+// for the writer, and the writer never waits for a reader. The catalog does
+// not validate, persist or expire anything: that is the registry's job.
 package catalog
 
 import (
 	"context"
-	"maps"
+	"errors"
+	"fmt"
 	"runtime"
-	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 
-	"github.com/bits-and-blooms/bitset"
-
-	"github.com/sextant-mesh/sextant/internal/label"
+	"github.com/sextant-mesh/sextant/internal/store"
 )
 
-// Change is one committed change: an upsert (Instance set) or a delete.
-type Change struct {
-	Revision int64
-	Key      ServiceKey
-	ID       string
-	Instance *Instance // nil for a delete
+// ServiceKey names a group of records: the service of an instance, or the
+// namespace and name of any namespaced record. Waiters wait per group.
+type ServiceKey struct {
+	Namespace string
+	Name      string
 }
 
-// Catalog is the in-memory registry state.
-//
-// Writes: Apply and Load are called by one goroutine at a time (the
-// registry's committer). Reads: every other method, from any goroutine,
-// without locks on the write path; a read sees whole Apply calls only.
-type Catalog struct {
-	root    atomic.Pointer[root]
-	ids     sync.Map // id -> *Instance, the current version
-	log     changeLog
-	waiters waiters
-}
+func (k ServiceKey) String() string { return k.Namespace + "/" + k.Name }
 
-// root is one immutable version of the whole catalog.
-type root struct {
-	rev       int64
-	services  map[ServiceKey]*Service // includes emptied services, so their revision survives
-	keys      []ServiceKey            // sorted
-	instances int
-}
-
-// Options tune the catalog. Zero values are sensible defaults.
-type Options struct {
-	// LogSize is how many changes the change log keeps before compacting
-	// the oldest (default 262144).
-	LogSize int
-}
-
-// New returns an empty catalog at revision 0.
-func New(opts Options) *Catalog {
-	if opts.LogSize <= 0 {
-		opts.LogSize = 1 << 18
+func (k ServiceKey) less(o ServiceKey) bool {
+	if k.Namespace != o.Namespace {
+		return k.Namespace < o.Namespace
 	}
-	c := &Catalog{}
-	c.root.Store(&root{services: map[ServiceKey]*Service{}})
-	c.log.init(opts.LogSize)
-	c.waiters.m = make(map[ServiceKey]chan struct{})
-	return c
-}
-
-// Load replaces the whole state with instances at revision rev, as after a
-// restart: history before rev is compacted and every service carries rev,
-// so a blocking query from before the restart wakes. Writer only.
-func (c *Catalog) Load(rev int64, instances []*Instance) {
-	c.ids.Clear()
-	byService := map[ServiceKey][]*Instance{}
-	for _, in := range instances {
-		byService[in.Key()] = append(byService[in.Key()], in)
-		c.ids.Store(in.ID, in)
-	}
-	// Services are independent: build them on every core.
-	keys := slices.Collect(maps.Keys(byService))
-	built := make([]*Service, len(keys))
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for range runtime.GOMAXPROCS(0) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := int(next.Add(1) - 1); i < len(keys); i = int(next.Add(1) - 1) {
-				built[i] = loadService(keys[i], rev, byService[keys[i]])
-			}
-		}()
-	}
-	wg.Wait()
-	services := make(map[ServiceKey]*Service, len(byService))
-	for i, k := range keys {
-		services[k] = built[i]
-	}
-	c.root.Store(&root{rev: rev, services: services, keys: slices.SortedFunc(maps.Keys(services), cmpKey), instances: len(instances)})
-	c.log.reset(rev)
-	c.waiters.notifyAll()
-}
-
-// loadService builds a service version in one pass: slot i is the i-th
-// instance by id, and the label index is built in bulk.
-func loadService(k ServiceKey, rev int64, ins []*Instance) *Service {
-	slices.SortFunc(ins, func(a, b *Instance) int { return strings.Compare(a.ID, b.ID) })
-	n := uint(len(ins))
-	slots := slotsOf(ins)
-	s := &Service{Key: k, Revision: rev, slots: slots, byID: make([]uint32, n),
-		all: bitset.New(n), healthy: bitset.New(n), dirty: bitset.New(n), baseSlots: slots}
-	b := label.NewPostingsBuilder(uint32(n))
-	handles := map[string]int{}
-	for i, in := range ins {
-		s.byID[i] = uint32(i)
-		s.all.Set(uint(i))
-		if in.Healthy && !in.Isolated {
-			s.healthy.Set(uint(i))
-		}
-		for key, v := range in.Metadata.All() {
-			h, ok := handles[key]
-			if !ok {
-				h = b.Key(key)
-				handles[key] = h
-			}
-			b.AppendSlot(h, v, uint32(i))
-		}
-	}
-	s.base = b.Build()
-	return s
+	return k.Name < o.Name
 }
 
 func cmpKey(a, b ServiceKey) int {
@@ -134,188 +48,334 @@ func cmpKey(a, b ServiceKey) int {
 	return 0
 }
 
-// Apply publishes committed changes, in revision order, and makes rev the
-// catalog's revision. It wakes the waiters of every changed service.
-// Writer only.
-func (c *Catalog) Apply(rev int64, changes []Change) {
-	old := c.root.Load()
-	edits := make(map[ServiceKey]*edit)
-	count := old.instances
-	for _, ch := range changes {
-		e := edits[ch.Key]
-		if e == nil {
-			s := old.services[ch.Key]
-			if s == nil {
-				s = newService(ch.Key)
-			}
-			e = s.edit(ch.Revision)
-			edits[ch.Key] = e
-		}
-		e.s.Revision = ch.Revision
-		if ch.Instance != nil {
-			if e.get(ch.ID) == nil {
-				count++
-			}
-			e.upsert(ch.Instance)
-			c.ids.Store(ch.ID, ch.Instance)
-		} else if prev := e.get(ch.ID); prev != nil {
-			e.remove(ch.ID)
-			count--
-			c.ids.CompareAndDelete(ch.ID, prev)
-		}
-	}
-	n := &root{rev: rev, services: maps.Clone(old.services), keys: old.keys, instances: count}
-	added := false
-	for k, e := range edits {
-		if _, ok := n.services[k]; !ok {
-			added = true
-		}
-		n.services[k] = e.finish()
-	}
-	if added {
-		n.keys = slices.SortedFunc(maps.Keys(n.services), cmpKey)
-	}
-	c.root.Store(n)
-	c.log.append(rev, changes)
-	c.waiters.notify(edits)
+// Change is one committed change of a record of any kind.
+type Change struct {
+	Revision int64
+	Kind     store.Kind
+	Key      ServiceKey // the record's group (an instance's service)
+	ID       string     // the record's key within its kind
+	Value    any        // the new version (*Instance for instances); nil for a delete
+	// Committed is when the store committed it, in unix nanoseconds.
+	Committed int64
 }
 
-// Revision is the revision of the last applied change.
-func (c *Catalog) Revision() int64 { return c.root.Load().rev }
+// Instance returns the change's instance, or nil (a delete, or another kind).
+func (c Change) Instance() *Instance { in, _ := c.Value.(*Instance); return in }
 
-// Len is the number of instances.
-func (c *Catalog) Len() int { return c.root.Load().instances }
+// Table is one kind's in-memory state. The catalog's writer calls every
+// method but Record, one call at a time; Record is called by writers
+// planning a commit, from any goroutine, and must not block.
+type Table interface {
+	// Decode builds the value of a stored record (from another process, or
+	// at load) and returns it with its group.
+	Decode(rec store.Record) (value any, group ServiceKey, err error)
+	// Adopt takes a writer's own decoded object (store.Op.Object) committed
+	// at rev and returns its group. The object is not shared yet, so the
+	// table may complete it (its revision).
+	Adopt(obj any, rev int64) (group ServiceKey, err error)
+	// Group returns the group of record id as the table now holds it.
+	Group(id string) (ServiceKey, bool)
+	// Load replaces the table's state with values (from Decode) at rev.
+	Load(rev int64, values []any)
+	// Apply publishes this kind's changes of one commit batch, in order;
+	// rev is the revision of the whole batch.
+	Apply(rev int64, changes []Change)
+	// Record returns the current version of record id and its revision.
+	Record(id string) (value any, rev int64, ok bool)
+}
 
-// Get returns the current version of instance id, or nil.
-func (c *Catalog) Get(id string) *Instance {
-	if v, ok := c.ids.Load(id); ok {
-		return v.(*Instance)
+// Catalog is the in-memory state of every kind.
+type Catalog struct {
+	opts      Options
+	rev       atomic.Int64
+	tables    map[store.Kind]Table // fixed once loaded
+	instances *Instances
+	log       changeLog
+	waiters   waiters
+	advanced  atomic.Pointer[chan struct{}] // closed at each Apply and Load
+}
+
+// Options tune the catalog. Zero values are sensible defaults.
+type Options struct {
+	// LogSize is how many changes the change log keeps before compacting
+	// the oldest (default 262144).
+	LogSize int
+	// KeepHealthAtLoad keeps the health each loaded instance's record says.
+	// By default a load starts every instance healthy: a single server
+	// judges health afresh after a restart, with a grace period; servers of
+	// a cluster share the judgement and keep it.
+	KeepHealthAtLoad bool
+}
+
+// ErrUnknownKind is returned for a change of a kind with no table.
+var ErrUnknownKind = errors.New("catalog: no table for kind")
+
+// New returns an empty catalog at revision 0 with the instance table and
+// the System kind's Records table.
+func New(opts Options) *Catalog {
+	if opts.LogSize <= 0 {
+		opts.LogSize = 1 << 18
 	}
+	c := &Catalog{opts: opts, tables: map[store.Kind]Table{}}
+	c.log.init(opts.LogSize)
+	c.waiters.m = make(map[waitKey]chan struct{})
+	ch := make(chan struct{})
+	c.advanced.Store(&ch)
+	c.instances = newInstances(c)
+	c.tables[store.Instances] = c.instances
+	c.tables[store.System] = NewRecords()
+	return c
+}
+
+// Register adds the table of kind k. Before Load or Apply only.
+func (c *Catalog) Register(k store.Kind, t Table) { c.tables[k] = t }
+
+// Table returns the table of kind k, or nil.
+func (c *Catalog) Table(k store.Kind) Table { return c.tables[k] }
+
+// Kinds lists the kinds with a table.
+func (c *Catalog) Kinds() []store.Kind {
+	var out []store.Kind
+	for _, k := range store.Kinds() {
+		if c.tables[k] != nil {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// Instances is the instance table.
+func (c *Catalog) Instances() *Instances { return c.instances }
+
+// Revision is the revision of the last applied change.
+func (c *Catalog) Revision() int64 { return c.rev.Load() }
+
+// Loader reads a consistent snapshot of stored records (a store's Load).
+type Loader interface {
+	Load(kinds []store.Kind, fn func(store.Record) error) (int64, error)
+}
+
+// Load replaces the whole state with what l holds, as after a restart:
+// history before the loaded revision is compacted, and every waiter wakes.
+// Records are copied in chunks as l yields them and decoded on every core.
+// Writer only.
+func (c *Catalog) Load(l Loader) error {
+	type chunk struct {
+		kind store.Kind
+		buf  []byte
+		ends []int
+		recs []store.Record // Value unset: the record's bytes are buf[prev end:end]
+		out  []any
+		err  error
+	}
+	const chunkRecords = 4096
+	work := make(chan *chunk, 8)
+	var wg sync.WaitGroup
+	for range runtime.GOMAXPROCS(0) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ch := range work {
+				t := c.tables[ch.kind]
+				ch.out = make([]any, 0, len(ch.ends))
+				start := 0
+				for i, end := range ch.ends {
+					rec := ch.recs[i]
+					rec.Value = ch.buf[start:end]
+					v, _, err := t.Decode(rec)
+					if err != nil {
+						ch.err = fmt.Errorf("catalog: load %v %q: %w", rec.Kind, rec.Key, err)
+						break
+					}
+					ch.out = append(ch.out, v)
+					start = end
+				}
+			}
+		}()
+	}
+	var chunks []*chunk
+	var cur *chunk
+	flush := func() {
+		if cur != nil {
+			chunks = append(chunks, cur)
+			work <- cur
+			cur = nil
+		}
+	}
+	kinds := c.Kinds()
+	rev, err := l.Load(kinds, func(rec store.Record) error {
+		if cur != nil && cur.kind != rec.Kind {
+			flush()
+		}
+		if cur == nil {
+			size := len(rec.Value)
+			cur = &chunk{kind: rec.Kind, buf: make([]byte, 0, chunkRecords*(size+size/4)),
+				ends: make([]int, 0, chunkRecords), recs: make([]store.Record, 0, chunkRecords)}
+		}
+		cur.buf = append(cur.buf, rec.Value...)
+		cur.ends = append(cur.ends, len(cur.buf))
+		cur.recs = append(cur.recs, store.Record{Kind: rec.Kind, Key: rec.Key, Revision: rec.Revision})
+		if len(cur.ends) == chunkRecords {
+			flush()
+		}
+		return nil
+	})
+	flush()
+	close(work)
+	wg.Wait()
+	if err != nil {
+		return fmt.Errorf("catalog: load: %w", err)
+	}
+	byKind := map[store.Kind][]any{}
+	for _, ch := range chunks {
+		if ch.err != nil {
+			return ch.err
+		}
+		byKind[ch.kind] = append(byKind[ch.kind], ch.out...)
+	}
+	for _, k := range kinds {
+		c.tables[k].Load(rev, byKind[k])
+	}
+	c.rev.Store(rev)
+	c.log.reset(rev)
+	c.waiters.notifyAll()
+	c.advance()
 	return nil
 }
 
-// Service returns the current version of a service, or nil if it never had
-// an instance. An emptied service stays, with no instances.
-func (c *Catalog) Service(k ServiceKey) *Service { return c.root.Load().services[k] }
+// advance wakes every subscriber.
+func (c *Catalog) advance() {
+	ch := make(chan struct{})
+	old := c.advanced.Swap(&ch)
+	close(*old)
+}
 
-// Snapshot is a consistent view of the whole catalog for multi-service reads.
-type Snapshot struct{ r *root }
-
-// Snapshot returns the current version of the whole catalog.
-func (c *Catalog) Snapshot() Snapshot { return Snapshot{c.root.Load()} }
-
-// Revision is the snapshot's revision.
-func (s Snapshot) Revision() int64 { return s.r.rev }
-
-// Services returns the services with instances in namespace ns ("" for all),
-// sorted by namespace then name.
-func (s Snapshot) Services(ns string) []*Service {
-	keys := s.r.keys
-	if ns != "" {
-		lo, _ := slices.BinarySearchFunc(keys, ServiceKey{Namespace: ns}, cmpKey)
-		hi := lo
-		for hi < len(keys) && keys[hi].Namespace == ns {
-			hi++
-		}
-		keys = keys[lo:hi]
+// Apply publishes changes committed to the store, in revision order, and
+// makes the last one's revision the catalog's. It decodes every op first,
+// so a corrupt record fails the whole call and changes nothing. Writer only.
+func (c *Catalog) Apply(changes []store.Change) error {
+	if len(changes) == 0 {
+		return nil
 	}
-	out := make([]*Service, 0, len(keys))
-	for _, k := range keys {
-		if svc := s.r.services[k]; svc.Len() > 0 {
-			out = append(out, svc)
+	nops := 0
+	for _, sc := range changes {
+		nops += len(sc.Ops)
+	}
+	out := make([]Change, 0, nops)
+	// Records created or deleted earlier in this call, for the group of a
+	// later change to the same record (none needed for a single op).
+	type pk struct {
+		kind store.Kind
+		id   string
+	}
+	var pending map[pk]*ServiceKey
+	groupOf := func(t Table, k store.Kind, id string) (ServiceKey, bool) {
+		if g, ok := pending[pk{k, id}]; ok {
+			if g == nil {
+				return ServiceKey{}, false
+			}
+			return *g, true
+		}
+		return t.Group(id)
+	}
+	note := func(k store.Kind, id string, g *ServiceKey) {
+		if pending == nil {
+			pending = make(map[pk]*ServiceKey)
+		}
+		pending[pk{k, id}] = g
+	}
+	for _, sc := range changes {
+		for _, op := range sc.Ops {
+			t := c.tables[op.Kind]
+			if t == nil {
+				return fmt.Errorf("%w %v (revision %d)", ErrUnknownKind, op.Kind, sc.Revision)
+			}
+			prev, had := groupOf(t, op.Kind, op.Key)
+			if op.Value == nil {
+				if had {
+					out = append(out, Change{Revision: sc.Revision, Kind: op.Kind, Key: prev, ID: op.Key, Committed: sc.Time})
+					if nops > 1 {
+						note(op.Kind, op.Key, nil)
+					}
+				}
+				continue
+			}
+			var (
+				v   any
+				g   ServiceKey
+				err error
+			)
+			if op.Object != nil {
+				v = op.Object
+				g, err = t.Adopt(op.Object, sc.Revision)
+			} else {
+				v, g, err = t.Decode(store.Record{Kind: op.Kind, Key: op.Key, Revision: sc.Revision, Value: op.Value})
+			}
+			if err != nil {
+				return fmt.Errorf("catalog: apply %v %q at revision %d: %w", op.Kind, op.Key, sc.Revision, err)
+			}
+			if had && prev != g {
+				// Moved to another group: gone from the old one.
+				out = append(out, Change{Revision: sc.Revision, Kind: op.Kind, Key: prev, ID: op.Key, Committed: sc.Time})
+			}
+			out = append(out, Change{Revision: sc.Revision, Kind: op.Kind, Key: g, ID: op.Key, Value: v, Committed: sc.Time})
+			if nops > 1 && (!had || prev != g || pending != nil) {
+				note(op.Kind, op.Key, &g)
+			}
 		}
 	}
-	return out
+	rev := changes[len(changes)-1].Revision
+	c.applyChanges(rev, out)
+	return nil
 }
 
-// ServicesFrom returns the services with instances, in order, starting at
-// the first key >= from, in namespace ns ("" for all). For paging.
-func (s Snapshot) ServicesFrom(ns string, from ServiceKey) []*Service {
-	all := s.Services(ns)
-	i, _ := slices.BinarySearchFunc(all, from, func(svc *Service, k ServiceKey) int { return cmpKey(svc.Key, k) })
-	return all[i:]
-}
-
-// Namespaces lists the namespaces with at least one instance, sorted.
-func (s Snapshot) Namespaces() []string {
-	var out []string
-	for _, k := range s.r.keys {
-		if s.r.services[k].Len() == 0 {
-			continue
+// applyChanges hands each kind its changes, then publishes rev.
+func (c *Catalog) applyChanges(rev int64, out []Change) {
+	start := 0
+	for start < len(out) {
+		// Consecutive changes of one kind go together; kinds interleave
+		// rarely, and each table sees its own changes in order.
+		end := start + 1
+		for end < len(out) && out[end].Kind == out[start].Kind {
+			end++
 		}
-		if n := len(out); n == 0 || out[n-1] != k.Namespace {
-			out = append(out, k.Namespace)
-		}
+		c.tables[out[start].Kind].Apply(rev, out[start:end])
+		start = end
 	}
-	return out
+	c.rev.Store(rev)
+	c.log.append(rev, out)
+	c.waiters.notify(out)
+	c.advance()
 }
 
-// Changes returns the changes with revision > since, oldest first, whole
-// revisions only, up to limit changes (at least one whole revision), the
-// revision the caller has then caught up to, and whether more follow.
-// ErrCompacted if the log no longer holds everything after since.
-func (c *Catalog) Changes(since int64, limit int) ([]Change, int64, bool, error) {
-	return c.log.since(since, limit)
+// Changes returns the changes of kinds (all kinds if none) with revision
+// > since, oldest first, whole revisions only, up to limit changes (at
+// least one whole revision), the revision the caller has then caught up
+// to, and whether more follow. ErrCompacted if the log no longer holds
+// everything after since.
+func (c *Catalog) Changes(since int64, limit int, kinds ...store.Kind) ([]Change, int64, bool, error) {
+	return c.log.since(since, limit, newKindSet(kinds))
 }
 
-// Wait blocks until service k's revision is greater than index or ctx ends,
-// and returns the service as it then is (nil if it never existed).
-func (c *Catalog) Wait(ctx context.Context, k ServiceKey, index int64) *Service {
+// WaitGroup blocks until ready reports true or ctx ends, checking again
+// after every change to group g of kind k. It reports ready's last answer.
+func (c *Catalog) WaitGroup(ctx context.Context, k store.Kind, g ServiceKey, ready func() bool) bool {
 	c.waiters.active.Add(1)
 	defer c.waiters.active.Add(-1)
+	wk := waitKey{k, g}
 	for {
-		ch := c.waiters.channel(k)
+		ch := c.waiters.channel(wk)
 		// Check after registering, so no change between the two is missed.
-		s := c.Service(k)
-		if s != nil && s.Revision > index {
-			return s
+		if ready() {
+			return true
 		}
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			return c.Service(k)
+			return ready()
 		}
 	}
 }
 
-// Waiters is the number of blocking queries now waiting.
+// Waiters is the number of blocking reads now waiting.
 func (c *Catalog) Waiters() int64 { return c.waiters.active.Load() }
-
-// waiters holds one channel per watched service, closed on its next change.
-// Memory is one small entry per watched service, however many wait.
-type waiters struct {
-	mu     sync.Mutex
-	m      map[ServiceKey]chan struct{}
-	active atomic.Int64
-}
-
-func (w *waiters) channel(k ServiceKey) <-chan struct{} {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	ch := w.m[k]
-	if ch == nil {
-		ch = make(chan struct{})
-		w.m[k] = ch
-	}
-	return ch
-}
-
-func (w *waiters) notify(changed map[ServiceKey]*edit) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for k := range changed {
-		if ch := w.m[k]; ch != nil {
-			close(ch)
-			delete(w.m, k)
-		}
-	}
-}
-
-func (w *waiters) notifyAll() {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for k, ch := range w.m {
-		close(ch)
-		delete(w.m, k)
-	}
-}

@@ -10,7 +10,19 @@ import (
 	"time"
 
 	"github.com/sextant-mesh/sextant/internal/label"
+	"github.com/sextant-mesh/sextant/internal/store"
 )
+
+// loadInstances loads instances at rev as a store load would.
+func loadInstances(c *Catalog, rev int64, all []*Instance) {
+	vals := make([]any, len(all))
+	for i, in := range all {
+		vals[i] = in
+	}
+	c.instances.Load(rev, vals)
+	c.rev.Store(rev)
+	c.log.reset(rev)
+}
 
 // model is the brute-force reference: the instances by id.
 type model map[string]*Instance
@@ -90,31 +102,31 @@ func TestSelectAgainstReference(t *testing.T) {
 			cur := m[id]
 			switch r := rng.IntN(10); {
 			case r < 2 && cur != nil:
-				changes = append(changes, Change{Revision: rev, Key: cur.Key(), ID: id})
+				changes = append(changes, Change{Revision: rev, Kind: store.Instances, Key: cur.Key(), ID: id})
 				delete(m, id)
 			case r < 4 && cur != nil:
 				n := cur.Clone()
 				n.Healthy = !cur.Healthy
 				n.Revision = rev
-				changes = append(changes, Change{Revision: rev, Key: n.Key(), ID: id, Instance: n})
+				changes = append(changes, Change{Revision: rev, Kind: store.Instances, Key: n.Key(), ID: id, Value: n})
 				m[id] = n
 			default:
 				k := services[rng.IntN(len(services))]
 				n := &Instance{ID: id, Namespace: k.Namespace, Service: k.Name, Host: "h", Port: 1, Metadata: label.FromMap(randMeta()),
-					Healthy: rng.IntN(5) > 0, Isolated: rng.IntN(8) == 0, Revision: rev, Live: new(Liveness)}
+					Healthy: rng.IntN(5) > 0, Isolated: rng.IntN(8) == 0, Revision: rev}
 				if cur != nil && cur.Key() != k {
-					changes = append(changes, Change{Revision: rev, Key: cur.Key(), ID: id})
+					changes = append(changes, Change{Revision: rev, Kind: store.Instances, Key: cur.Key(), ID: id})
 				}
-				changes = append(changes, Change{Revision: rev, Key: k, ID: id, Instance: n})
+				changes = append(changes, Change{Revision: rev, Kind: store.Instances, Key: k, ID: id, Value: n})
 				m[id] = n
 			}
 		}
-		c.Apply(rev, changes)
-		if c.Len() != len(m) {
-			t.Fatalf("round %d: Len %d, model %d", round, c.Len(), len(m))
+		c.applyChanges(rev, changes)
+		if c.Instances().Len() != len(m) {
+			t.Fatalf("round %d: Len %d, model %d", round, c.Instances().Len(), len(m))
 		}
 		for _, k := range services {
-			svc := c.Service(k)
+			svc := c.Instances().Service(k)
 			if svc == nil {
 				continue
 			}
@@ -133,7 +145,7 @@ func TestSelectAgainstReference(t *testing.T) {
 			}
 		}
 		for id, in := range m {
-			if got := c.Get(id); got != in {
+			if got := c.Instances().Get(id); got != in {
 				t.Fatalf("round %d: Get(%s) = %v, want %v", round, id, got, in)
 			}
 		}
@@ -180,13 +192,19 @@ func TestInstanceJSON(t *testing.T) {
 func TestCodecRoundTrip(t *testing.T) {
 	in := &Instance{ID: "x", Namespace: "ns", Service: "s", Host: "h", Port: 65535, Protocol: "p", Version: "v",
 		Weight: 65535, Isolated: true, TTLSeconds: 3600, Metadata: label.FromMap(map[string]string{"k": "v", "e": ""}),
-		CreatedAt: time.Unix(0, 123).UTC(), UpdatedAt: time.Unix(5, 0).UTC()}
+		CreatedAt: time.Unix(0, 123).UTC(), UpdatedAt: time.Unix(5, 0).UTC(), Healthy: true}
 	got, err := DecodeInstance(in.AppendBinary(nil), 9)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !got.SameSpec(in) || got.Revision != 9 || !got.Healthy || !got.CreatedAt.Equal(in.CreatedAt) || !got.UpdatedAt.Equal(in.UpdatedAt) {
 		t.Fatalf("round trip: %+v", got)
+	}
+	// Health is durable: an unhealthy instance decodes unhealthy.
+	sick := in.Clone()
+	sick.Healthy = false
+	if got, err := DecodeInstance(sick.AppendBinary(nil), 9); err != nil || got.Healthy || !got.SameSpec(in) {
+		t.Fatalf("unhealthy round trip: %+v %v", got, err)
 	}
 	b := in.AppendBinary(nil)
 	for i := range b {
@@ -221,7 +239,7 @@ func benchInstance(i int, svc string) *Instance {
 		md[fmt.Sprintf("meta-key%02d", j)] = fmt.Sprintf("v%02d-%06d", j, i%(1<<j))
 	}
 	return &Instance{ID: fmt.Sprintf("id-%08d", i), Namespace: "default", Service: svc, Host: "10.0.0.1", Port: 8080,
-		Weight: 100, Metadata: label.FromMap(md), Healthy: true, Live: new(Liveness)}
+		Weight: 100, Metadata: label.FromMap(md), Healthy: true}
 }
 
 // BenchmarkApply: one commit of one new instance into a service of n.
@@ -233,13 +251,15 @@ func BenchmarkApply(b *testing.B) {
 			for i := range n {
 				all = append(all, benchInstance(i, "s"))
 			}
-			c.Load(1, all)
+			loadInstances(c, 1, all)
 			rev := int64(1)
 			b.ReportAllocs()
 			for i := 0; b.Loop(); i++ {
 				rev++
 				in := benchInstance(n+i, "s")
-				c.Apply(rev, []Change{{Revision: rev, Key: in.Key(), ID: in.ID, Instance: in}})
+				if err := c.Apply([]store.Change{{Revision: rev, Ops: []store.Op{{Kind: store.Instances, Key: in.ID, Value: []byte{}, Object: in}}}}); err != nil {
+					b.Fatal(err)
+				}
 			}
 		})
 	}
@@ -252,8 +272,8 @@ func BenchmarkSelect(b *testing.B) {
 	for i := range 100 {
 		all = append(all, benchInstance(i, "s"))
 	}
-	c.Load(1, all)
-	svc := c.Service(ServiceKey{"default", "s"})
+	loadInstances(c, 1, all)
+	svc := c.Instances().Service(ServiceKey{"default", "s"})
 	sel, _ := label.Parse("meta-key01=v01-000001,meta-key02!=x")
 	b.ReportAllocs()
 	for b.Loop() {

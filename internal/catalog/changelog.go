@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sort"
 	"sync/atomic"
+
+	"github.com/sextant-mesh/sextant/internal/store"
 )
 
 // ErrCompacted is returned for a change-log read older than the history kept.
@@ -70,7 +72,24 @@ func (l *changeLog) append(rev int64, changes []Change) {
 	l.view.Store(&n)
 }
 
-func (l *changeLog) since(since int64, limit int) ([]Change, int64, bool, error) {
+// kindSet is a set of kinds; the empty set means every kind.
+type kindSet struct {
+	bits [4]uint64
+	any  bool
+}
+
+func newKindSet(kinds []store.Kind) kindSet {
+	var s kindSet
+	for _, k := range kinds {
+		s.bits[k>>6] |= 1 << (k & 63)
+		s.any = true
+	}
+	return s
+}
+
+func (s kindSet) has(k store.Kind) bool { return !s.any || s.bits[k>>6]&(1<<(k&63)) != 0 }
+
+func (l *changeLog) since(since int64, limit int, kinds kindSet) ([]Change, int64, bool, error) {
 	v := l.view.Load()
 	if since < v.compacted {
 		return nil, 0, false, fmt.Errorf("%w: changes after revision %d are no longer kept (history starts after %d); list in full and follow from the list's revision",
@@ -87,7 +106,9 @@ func (l *changeLog) since(since int64, limit int) ([]Change, int64, bool, error)
 		if len(out) >= limit && ch.Revision != out[len(out)-1].Revision {
 			return out, out[len(out)-1].Revision, true, nil
 		}
-		out = append(out, *ch)
+		if kinds.has(ch.Kind) {
+			out = append(out, *ch)
+		}
 	}
 	return out, v.rev, false, nil
 }

@@ -10,9 +10,16 @@ import (
 )
 
 // The durable form of an instance: a version byte, then varint-prefixed
-// fields. Health and revision are not in it: health restarts with a grace
-// period and the store keeps the revision beside the record.
+// fields. The revision is not in it: the store keeps it beside the record.
+// Health is a flag, so that every server of a cluster agrees on it; a single
+// server may start everything healthy again after a restart (with a grace
+// period: Options.HealthyAtLoad).
 const codecVersion = 1
+
+const (
+	flagIsolated  = 1 << 0
+	flagUnhealthy = 1 << 1
+)
 
 // ErrCorrupt is wrapped by every decoding error.
 var ErrCorrupt = errors.New("catalog: corrupt instance record")
@@ -28,7 +35,10 @@ func (in *Instance) AppendBinary(b []byte) []byte {
 	b = binary.AppendUvarint(b, uint64(in.Weight))
 	flags := byte(0)
 	if in.Isolated {
-		flags = 1
+		flags |= flagIsolated
+	}
+	if !in.Healthy {
+		flags |= flagUnhealthy
 	}
 	b = append(b, flags)
 	b = binary.AppendUvarint(b, uint64(in.TTLSeconds))
@@ -90,14 +100,13 @@ func (d *decoder) bytes(what string) []byte {
 	return s
 }
 
-// DecodeInstance decodes a record written by AppendBinary. The instance is
-// healthy, at revision rev, with a fresh Liveness.
+// DecodeInstance decodes a record written by AppendBinary, at revision rev.
 func DecodeInstance(b []byte, rev int64) (*Instance, error) {
 	if len(b) == 0 || b[0] != codecVersion {
 		return nil, fmt.Errorf("%w: unknown version", ErrCorrupt)
 	}
 	d := decoder{b: b[1:]}
-	in := &Instance{Revision: rev, Healthy: true, Live: new(Liveness)}
+	in := &Instance{Revision: rev}
 	in.ID = d.str("id")
 	in.Namespace = d.str("namespace")
 	in.Service = d.str("service")
@@ -107,10 +116,11 @@ func DecodeInstance(b []byte, rev int64) (*Instance, error) {
 	in.Port = int(d.uvarint("port", 65535))
 	in.Weight = int(d.uvarint("weight", 65535))
 	if d.err == nil {
-		if len(d.b) == 0 || d.b[0] > 1 {
+		if len(d.b) == 0 || d.b[0]&^(flagIsolated|flagUnhealthy) != 0 {
 			d.err = fmt.Errorf("%w: bad flags", ErrCorrupt)
 		} else {
-			in.Isolated = d.b[0] == 1
+			in.Isolated = d.b[0]&flagIsolated != 0
+			in.Healthy = d.b[0]&flagUnhealthy == 0
 			d.b = d.b[1:]
 		}
 	}

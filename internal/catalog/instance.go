@@ -1,9 +1,3 @@
-// Package catalog owns the registry's in-memory truth: services, their
-// instances, the label index over instance metadata, revisions, the change
-// log and the waiters of blocking queries. One writer (the registry's
-// committer) applies committed changes in revision order; readers load an
-// immutable snapshot and never wait for the writer. The catalog does not
-// validate, persist or expire anything: that is the registry's job.
 package catalog
 
 import (
@@ -15,23 +9,9 @@ import (
 	"github.com/sextant-mesh/sextant/internal/label"
 )
 
-// ServiceKey names a service.
-type ServiceKey struct {
-	Namespace string
-	Name      string
-}
-
-func (k ServiceKey) String() string { return k.Namespace + "/" + k.Name }
-
-func (k ServiceKey) less(o ServiceKey) bool {
-	if k.Namespace != o.Namespace {
-		return k.Namespace < o.Namespace
-	}
-	return k.Name < o.Name
-}
-
 // Instance is one registered endpoint. Once handed to the catalog it is
-// immutable: a change is a new *Instance.
+// immutable: a change is a new *Instance. Heartbeat deadlines are not part
+// of it: they belong to the registry, which judges health.
 type Instance struct {
 	ID         string
 	Namespace  string
@@ -50,34 +30,29 @@ type Instance struct {
 	CreatedAt time.Time
 	UpdatedAt time.Time
 
-	// Live is the heartbeat state shared by every version of the instance.
-	Live *Liveness
-
 	enc atomic.Pointer[[]byte] // cached JSON encoding; instances are immutable
 }
 
-// Liveness is the mutable heartbeat state of an instance, kept apart from
-// the immutable versions so that a heartbeat is one atomic store.
-type Liveness struct {
-	// Deadline is when the instance turns unhealthy without a heartbeat, in
-	// unix nanoseconds; 0 for instances without a TTL.
-	Deadline atomic.Int64
-	// Sched is the deadline of the TTL timer's entry for this instance (0:
-	// none). It belongs to the registry's timer and is guarded by its lock.
-	Sched int64
-}
+// ItemID implements Item.
+func (in *Instance) ItemID() string { return in.ID }
+
+// ItemLabels implements Item: selectors match metadata.
+func (in *Instance) ItemLabels() label.Labels { return in.Metadata }
+
+// ItemReady implements Item: healthy and not isolated.
+func (in *Instance) ItemReady() bool { return in.Healthy && !in.Isolated }
 
 // Key returns the instance's service key.
 func (in *Instance) Key() ServiceKey { return ServiceKey{in.Namespace, in.Service} }
 
-// Clone returns a mutable copy sharing Metadata and Live, without the cached
+// Clone returns a mutable copy sharing Metadata, without the cached
 // encoding.
 func (in *Instance) Clone() *Instance {
 	c := &Instance{
 		ID: in.ID, Namespace: in.Namespace, Service: in.Service, Host: in.Host, Port: in.Port,
 		Protocol: in.Protocol, Version: in.Version, Weight: in.Weight, Isolated: in.Isolated,
 		Metadata: in.Metadata, TTLSeconds: in.TTLSeconds, Healthy: in.Healthy, Revision: in.Revision,
-		CreatedAt: in.CreatedAt, UpdatedAt: in.UpdatedAt, Live: in.Live,
+		CreatedAt: in.CreatedAt, UpdatedAt: in.UpdatedAt,
 	}
 	return c
 }
@@ -112,19 +87,19 @@ func (in *Instance) AppendJSON(b []byte) []byte {
 
 func (in *Instance) encodeJSON(b []byte) []byte {
 	b = append(b, `{"id":`...)
-	b = appendString(b, in.ID)
+	b = AppendJSONString(b, in.ID)
 	b = append(b, `,"namespace":`...)
-	b = appendString(b, in.Namespace)
+	b = AppendJSONString(b, in.Namespace)
 	b = append(b, `,"service":`...)
-	b = appendString(b, in.Service)
+	b = AppendJSONString(b, in.Service)
 	b = append(b, `,"host":`...)
-	b = appendString(b, in.Host)
+	b = AppendJSONString(b, in.Host)
 	b = append(b, `,"port":`...)
 	b = strconv.AppendInt(b, int64(in.Port), 10)
 	b = append(b, `,"protocol":`...)
-	b = appendString(b, in.Protocol)
+	b = AppendJSONString(b, in.Protocol)
 	b = append(b, `,"version":`...)
-	b = appendString(b, in.Version)
+	b = AppendJSONString(b, in.Version)
 	b = append(b, `,"weight":`...)
 	b = strconv.AppendInt(b, int64(in.Weight), 10)
 	b = append(b, `,"isolated":`...)
@@ -135,9 +110,9 @@ func (in *Instance) encodeJSON(b []byte) []byte {
 			b = append(b, ',')
 		}
 		k, v := in.Metadata.At(i)
-		b = appendString(b, k)
+		b = AppendJSONString(b, k)
 		b = append(b, ':')
-		b = appendString(b, v)
+		b = AppendJSONString(b, v)
 	}
 	b = append(b, `},"ttl_seconds":`...)
 	b = strconv.AppendInt(b, int64(in.TTLSeconds), 10)
@@ -154,9 +129,10 @@ func (in *Instance) encodeJSON(b []byte) []byte {
 
 const hexDigits = "0123456789abcdef"
 
-// appendString appends s as a JSON string. Invalid UTF-8 becomes U+FFFD, as
-// encoding/json does; validation keeps it out of the catalog anyway.
-func appendString(b []byte, s string) []byte {
+// AppendJSONString appends s as a JSON string, as encoding/json would
+// (without HTML escaping). Invalid UTF-8 becomes U+FFFD; validation keeps it
+// out of the catalog anyway. Every encoder of instance data uses this one.
+func AppendJSONString(b []byte, s string) []byte {
 	b = append(b, '"')
 	start := 0
 	for i := 0; i < len(s); {

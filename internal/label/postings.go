@@ -283,22 +283,7 @@ func (b *PostingsBuilder) AppendSlot(k int, value string, slot uint32) {
 		p = bk.e.values[value]
 	}
 	if p == nil {
-		p = &Posting{gen: b.ix.gen}
-		if len(bk.ps) <= scanValues { // past that the map alone is used
-			bk.ps = append(bk.ps, p)
-			bk.names = append(bk.names, value)
-			if len(bk.ps) > scanValues && b.hint > scanValues {
-				// A key with many values: size its map once instead of
-				// growing it step by step; Build shrinks it if it stays small.
-				m := make(map[string]*Posting, b.hint)
-				for v, q := range bk.e.values {
-					m[v] = q
-				}
-				bk.e.values = m
-				bk.presized = true
-			}
-		}
-		bk.e.values[value] = p
+		p = b.newValue(bk, value)
 	}
 	if slot >= b.ix.universe {
 		b.ix.universe = slot + 1
@@ -330,6 +315,27 @@ func (b *PostingsBuilder) AppendSlot(k int, value string, slot uint32) {
 	if len(p.list) >= denseAt(b.ix.universe) {
 		p.densify(b.ix.universe)
 	}
+}
+
+// newValue adds an empty posting for value, new to the key of bk.
+func (b *PostingsBuilder) newValue(bk *builderKey, value string) *Posting {
+	p := &Posting{gen: b.ix.gen}
+	if len(bk.ps) <= scanValues { // past that the map alone is used
+		bk.ps = append(bk.ps, p)
+		bk.names = append(bk.names, value)
+		if len(bk.ps) > scanValues && b.hint > scanValues {
+			// A key with many values: size its map once instead of
+			// growing it step by step; Build shrinks it if it stays small.
+			m := make(map[string]*Posting, b.hint)
+			for v, q := range bk.e.values {
+				m[v] = q
+			}
+			bk.e.values = m
+			bk.presized = true
+		}
+	}
+	bk.e.values[value] = p
+	return p
 }
 
 // Build returns the index. The builder must not be used afterwards.

@@ -2,11 +2,35 @@ package registry
 
 import (
 	"context"
+	"fmt"
 	"time"
 
-	"github.com/sextant-mesh/sextant/internal/catalog"
 	"github.com/sextant-mesh/sextant/internal/store"
 )
+
+// Write is one write request of any kind. Each kind has its appliers: Write
+// implementations that turn a request into store ops (instances.go here;
+// other kinds in their own files or packages). A new kind adds a Write, not
+// a branch in the committer.
+type Write interface {
+	// Plan adds the write's ops to tx, reading what it depends on through
+	// tx, which sees the catalog plus the batch's earlier writes. Called on
+	// the committer goroutine, in request order; it must not block. An
+	// error fails this write alone: its ops are dropped and the batch's
+	// view forgets them.
+	Plan(tx *Tx) error
+}
+
+// Finisher is a Write that holds state of its own across the Plans of a
+// batch (a scheduler's tentative decisions, which later writes of the same
+// batch must see). The committer calls Finish on every write of the batch
+// once the store commit has returned, successfully or not, and before the
+// follower applies it: the write then drops its tentative state, and the
+// committed records reach its table through the store's stream like any
+// other change. Called on the committer goroutine; must not block.
+type Finisher interface {
+	Finish()
+}
 
 // commitLoop owns the write path. It takes every request queued while the
 // previous commit ran and writes them as one durable commit: no timer holds
@@ -30,7 +54,7 @@ func (r *Registry) commitLoop(ctx context.Context) {
 				break drain
 			}
 		}
-		r.commit(batch)
+		r.commit(ctx, batch)
 	}
 }
 
@@ -47,143 +71,276 @@ func (r *Registry) failQueued() {
 	}
 }
 
-// overlay is the state a batch sees: the catalog plus the batch's earlier
-// requests. A nil value is an instance deleted earlier in the batch.
-type overlay struct {
-	cat *catalog.Catalog
-	m   map[string]*catalog.Instance
-}
-
-func (o *overlay) get(id string) *catalog.Instance {
-	if in, ok := o.m[id]; ok {
-		return in
-	}
-	return o.cat.Get(id)
-}
-
-// pendingTxn is a request's share of a commit.
-type pendingTxn struct {
-	req     *request
-	changes []catalog.Change
-}
-
-func (r *Registry) commit(batch []*request) {
-	now := r.opts.Now()
-	ov := overlay{cat: r.cat, m: make(map[string]*catalog.Instance)}
+// commit plans every request of batch, commits their ops as one store
+// commit, waits until the follower has applied it to the catalog, and
+// answers. A failed commit fails every request of the batch, and nothing of
+// it reaches the catalog.
+func (r *Registry) commit(ctx context.Context, batch []*request) {
+	defer func() {
+		r.commitSize.Observe(float64(len(batch)))
+		for _, req := range batch {
+			close(req.done)
+		}
+	}()
+	tx := newTx(r, r.opts.Now())
 	var (
-		txns    []store.Txn
-		pending []pendingTxn
-		sync    bool
-		buf     []byte
+		txns   []store.Txn
+		owners []*request
+		sync   bool
 	)
-	for _, req := range batch {
-		var ops []store.Op
-		var chs []catalog.Change
-		switch req.kind {
-		case kindRegister:
-			var rev int64
-			for _, in := range req.instances {
-				cur := ov.get(in.ID)
-				if cur != nil && cur.Healthy && cur.SameSpec(in) {
-					// Unchanged: counts as a heartbeat, wakes no one.
-					if cur.TTLSeconds > 0 {
-						cur.Live.Deadline.Store(now.Add(time.Duration(ttlGraceFactor*cur.TTLSeconds) * time.Second).UnixNano())
-					}
-					rev = max(rev, cur.Revision)
-					continue
-				}
-				in.Healthy = true
-				in.UpdatedAt = now
-				in.CreatedAt = now
-				in.Live = new(catalog.Liveness)
-				if cur != nil {
-					in.CreatedAt = cur.CreatedAt
-					in.Live = cur.Live
-					if cur.Key() != in.Key() {
-						chs = append(chs, catalog.Change{Key: cur.Key(), ID: cur.ID})
-					}
-				}
-				start := len(buf)
-				buf = in.AppendBinary(buf)
-				ops = append(ops, store.Op{ID: in.ID, Value: buf[start:len(buf):len(buf)]})
-				chs = append(chs, catalog.Change{Key: in.Key(), ID: in.ID, Instance: in})
-				ov.m[in.ID] = in
-			}
-			req.rev = rev
-		case kindDeregister:
-			for _, id := range req.ids {
-				cur := ov.get(id)
-				if cur == nil {
-					req.notFound = append(req.notFound, id)
-					continue
-				}
-				ops = append(ops, store.Op{ID: id})
-				chs = append(chs, catalog.Change{Key: cur.Key(), ID: id})
-				ov.m[id] = nil
-			}
-			req.rev = r.cat.Revision()
-		case kindHealth:
-			for _, f := range req.flips {
-				cur := ov.get(f.inst.ID)
-				if cur != f.inst || cur.Healthy == f.healthy {
-					continue // replaced or already flipped since it was seen
-				}
-				if !f.healthy && cur.Live.Deadline.Load() > now.UnixNano() {
-					continue // a heartbeat arrived in between
-				}
-				n := cur.Clone()
-				n.Healthy = f.healthy
-				chs = append(chs, catalog.Change{Key: n.Key(), ID: n.ID, Instance: n})
-				ov.m[n.ID] = n
-			}
-		}
-		if len(chs) == 0 {
-			continue
-		}
-		sync = sync || len(ops) > 0
-		txns = append(txns, store.Txn{Ops: ops})
-		pending = append(pending, pendingTxn{req: req, changes: chs})
-	}
-	if len(txns) > 0 {
-		start := time.Now()
-		first, err := r.st.Commit(txns, sync)
-		r.commitLatency.Observe(time.Since(start).Seconds())
-		if err != nil {
-			r.log.Error("commit failed", "requests", len(batch), "err", err)
-			for _, req := range batch {
-				req.err = err
-				close(req.done)
-			}
+	var idle []*request // answered without a write, from what the catalog holds
+	plan := func(req *request) {
+		tx.begin()
+		if err := req.w.Plan(tx); err != nil {
+			tx.rollback()
+			req.err = err
 			return
 		}
-		var all []catalog.Change
-		for i, p := range pending {
-			rev := first + int64(i)
-			p.req.rev = rev
-			for j := range p.changes {
-				p.changes[j].Revision = rev
-				if in := p.changes[j].Instance; in != nil {
-					in.Revision = rev
-				}
-			}
-			all = append(all, p.changes...)
+		ops, answer, volatile := tx.end()
+		if len(ops) == 0 {
+			req.rev = answer
+			idle = append(idle, req)
+			return
 		}
-		r.cat.Apply(first+int64(len(txns))-1, all)
-		for _, p := range pending {
-			for _, ch := range p.changes {
-				in := ch.Instance
-				switch {
-				case in == nil || in.TTLSeconds == 0:
-				case p.req.kind == kindRegister:
-					r.arm(in, now) // a register is a heartbeat
-				case in.Healthy:
-					r.ttl.push(in.ID, in.Live, in.Live.Deadline.Load()) // revived by a heartbeat
+		sync = sync || !volatile
+		txns = append(txns, store.Txn{Ops: ops})
+		owners = append(owners, req)
+	}
+	for _, req := range batch {
+		plan(req)
+	}
+	if r.cluster != nil && len(idle) > 0 {
+		// Another server may have changed what these decided on (an
+		// instance deregistered there, re-registered here unchanged): plan
+		// them again once the catalog has every commit up to now.
+		again := idle
+		idle = nil
+		if r.catchUp(ctx) {
+			for _, req := range again {
+				if _, ok := req.w.(Finisher); !ok {
+					req.rev = 0
+					plan(req)
 				}
 			}
 		}
 	}
-	r.commitSize.Observe(float64(len(batch)))
-	for _, req := range batch {
-		close(req.done)
+	if len(txns) == 0 {
+		finish(batch)
+		return
+	}
+	start := time.Now()
+	results, err := r.st.Commit(txns, sync)
+	r.commitLatency.Observe(time.Since(start).Seconds())
+	finish(batch)
+	if err != nil {
+		r.log.Error("commit failed", "requests", len(batch), "err", err)
+		for _, req := range batch {
+			req.rev, req.err = 0, fmt.Errorf("registry: commit: %w", err)
+		}
+		return
+	}
+	var last int64
+	for i, res := range results {
+		owners[i].rev, owners[i].err = res.Revision, res.Err
+		last = max(last, res.Revision)
+	}
+	if last == 0 {
+		return
+	}
+	// Read-your-writes: answer once the catalog holds the commit.
+	if err := r.waitApplied(ctx, last); err != nil {
+		for _, req := range owners {
+			if req.err == nil {
+				req.err = err
+			}
+		}
 	}
 }
+
+// DryRun plans w against the current state, as the committer would, and
+// commits nothing. It answers the catalog's revision. For writes whose Plan
+// has no effect but its ops, or whose Finish undoes it; called from any
+// goroutine, so a Finisher's Plan must serialise itself against the
+// committer's.
+func (r *Registry) DryRun(w Write) (int64, error) {
+	tx := newTx(r, r.opts.Now())
+	tx.begin()
+	err := w.Plan(tx)
+	if f, ok := w.(Finisher); ok {
+		f.Finish()
+	}
+	if err != nil {
+		return 0, err
+	}
+	return r.cat.Revision(), nil
+}
+
+func finish(batch []*request) {
+	for _, req := range batch {
+		if f, ok := req.w.(Finisher); ok {
+			f.Finish()
+		}
+	}
+}
+
+// waitApplied blocks until the follower has applied revision rev.
+// It fails when the follower fails after the wait began (an error from
+// before it, such as a store outage the commit itself outlived, does not
+// count).
+func (r *Registry) waitApplied(ctx context.Context, rev int64) error {
+	r.appliedMu.Lock()
+	errs0 := r.followErrs
+	r.appliedMu.Unlock()
+	for {
+		r.appliedMu.Lock()
+		ch, ferr, errs, done := r.appliedCh, r.followErr, r.followErrs, r.followDone
+		r.appliedMu.Unlock()
+		if r.cat.Revision() >= rev {
+			return nil
+		}
+		if ferr != nil && errs != errs0 {
+			return fmt.Errorf("registry: revision %d committed but not applied: %w", rev, ferr)
+		}
+		if done {
+			return ErrClosed
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			// Closing: the follower may be gone. The write is durable.
+			return ErrClosed
+		}
+	}
+}
+
+// Tx is the view and the ops of one batch as its writes are planned. Get
+// sees the catalog plus the batch's earlier writes; Put and Delete add ops
+// to the current write. Used on the committer goroutine only.
+type Tx struct {
+	r   *Registry
+	now time.Time
+
+	over map[recKey]pending // the batch's writes so far
+	undo []undoEntry        // the current write's changes to over
+	ops  []store.Op         // the current write's ops
+	buf  []byte             // encodings of the batch, shared
+
+	answer   int64
+	volatile bool
+}
+
+type recKey struct {
+	kind store.Kind
+	id   string
+}
+
+type pending struct {
+	value any // nil: deleted earlier in the batch
+}
+
+type undoEntry struct {
+	k   recKey
+	had bool
+	p   pending
+}
+
+func newTx(r *Registry, now time.Time) *Tx {
+	return &Tx{r: r, now: now, over: make(map[recKey]pending)}
+}
+
+func (t *Tx) begin() {
+	t.undo, t.ops, t.answer, t.volatile = t.undo[:0], nil, 0, false
+}
+
+func (t *Tx) rollback() {
+	for i := len(t.undo) - 1; i >= 0; i-- {
+		u := t.undo[i]
+		if u.had {
+			t.over[u.k] = u.p
+		} else {
+			delete(t.over, u.k)
+		}
+	}
+	t.undo, t.ops = t.undo[:0], nil
+}
+
+func (t *Tx) end() ([]store.Op, int64, bool) { return t.ops, t.answer, t.volatile }
+
+// Now is the time the batch is planned at.
+func (t *Tx) Now() time.Time { return t.now }
+
+// Pending is the revision Get reports for a record written earlier in the
+// batch: it has none yet. A condition on Pending is met by construction
+// (the batch commits in order), so it is dropped.
+const Pending int64 = -1
+
+// Get returns the current value of record id of kind k and its revision:
+// nil and 0 if absent; Pending if written earlier in this batch.
+func (t *Tx) Get(k store.Kind, id string) (any, int64) {
+	if p, ok := t.over[recKey{k, id}]; ok {
+		if p.value == nil {
+			return nil, 0
+		}
+		return p.value, Pending
+	}
+	tbl := t.r.cat.Table(k)
+	if tbl == nil {
+		return nil, 0
+	}
+	v, rev, ok := tbl.Record(id)
+	if !ok {
+		return nil, 0
+	}
+	return v, rev
+}
+
+func (t *Tx) note(k store.Kind, id string, value any) {
+	rk := recKey{k, id}
+	old, had := t.over[rk]
+	t.undo = append(t.undo, undoEntry{k: rk, had: had, p: old})
+	t.over[rk] = pending{value: value}
+}
+
+// Put writes record id of kind k: value is its durable encoding, obj its
+// decoded form handed to the catalog (store.Op.Object).
+func (t *Tx) Put(k store.Kind, id string, value []byte, obj any) {
+	t.ops = append(t.ops, store.Op{Kind: k, Key: id, Value: value, Object: obj})
+	t.note(k, id, obj)
+}
+
+// PutIf is Put on condition that the record's revision is still rev (0:
+// absent) when the batch commits.
+func (t *Tx) PutIf(k store.Kind, id string, value []byte, obj any, rev int64) {
+	t.ops = append(t.ops, store.Op{Kind: k, Key: id, Value: value, Object: obj, Check: rev != Pending, IfRevision: rev})
+	t.note(k, id, obj)
+}
+
+// Delete deletes record id of kind k.
+func (t *Tx) Delete(k store.Kind, id string) {
+	t.ops = append(t.ops, store.Op{Kind: k, Key: id})
+	t.note(k, id, nil)
+}
+
+// DeleteIf is Delete on condition that the record's revision is still rev.
+func (t *Tx) DeleteIf(k store.Kind, id string, rev int64) {
+	t.ops = append(t.ops, store.Op{Kind: k, Key: id, Check: rev != Pending, IfRevision: rev})
+	t.note(k, id, nil)
+}
+
+// Encode appends an encoding with fill to the batch's shared buffer and
+// returns it, so a batch of many records allocates a few large buffers.
+func (t *Tx) Encode(fill func(b []byte) []byte) []byte {
+	start := len(t.buf)
+	t.buf = fill(t.buf)
+	return t.buf[start:len(t.buf):len(t.buf)]
+}
+
+// Answer sets the revision the write answers if it writes nothing.
+func (t *Tx) Answer(rev int64) { t.answer = rev }
+
+// Volatile marks the current write as not needing an fsync (state that is
+// judged again after a crash, such as health).
+func (t *Tx) Volatile() { t.volatile = true }
+
+// Revision is the catalog's revision.
+func (t *Tx) Revision() int64 { return t.r.cat.Revision() }

@@ -60,7 +60,7 @@ func TestTTLHealth(t *testing.T) {
 	if _, err := r.Register(ctx, []*catalog.Instance{instance("a", "s", 5), instance("b", "s", 5), instance("c", "s", 0)}); err != nil {
 		t.Fatal(err)
 	}
-	healthy := func(id string) bool { return r.cat.Get(id).Healthy }
+	healthy := func(id string) bool { return r.cat.Instances().Get(id).Healthy }
 
 	clk.Advance(14 * time.Second) // under 3 x 5s
 	r.expireDue(ctx)
@@ -76,10 +76,10 @@ func TestTTLHealth(t *testing.T) {
 	if !healthy("a") || healthy("b") || !healthy("c") {
 		t.Fatalf("after 16s: a=%v b=%v c=%v, want true false true", healthy("a"), healthy("b"), healthy("c"))
 	}
-	if r.cat.Revision() != rev+1 || r.cat.Get("b").Revision != rev+1 {
-		t.Fatalf("expiry must take a new revision: catalog %d, b %d, before %d", r.cat.Revision(), r.cat.Get("b").Revision, rev)
+	if r.cat.Revision() != rev+1 || r.cat.Instances().Get("b").Revision != rev+1 {
+		t.Fatalf("expiry must take a new revision: catalog %d, b %d, before %d", r.cat.Revision(), r.cat.Instances().Get("b").Revision, rev)
 	}
-	if got := r.cat.Service(catalog.ServiceKey{Namespace: "default", Name: "s"}).HealthyLen(); got != 2 {
+	if got := r.cat.Instances().Service(catalog.ServiceKey{Namespace: "default", Name: "s"}).HealthyLen(); got != 2 {
 		t.Fatalf("healthy count %d, want 2", got)
 	}
 	// Expiring again changes nothing.
@@ -127,33 +127,33 @@ func TestRestartGrace(t *testing.T) {
 	}
 	clk.Advance(10 * time.Second)
 	r.expireDue(ctx)
-	if r.cat.Get("a").Healthy {
+	if r.cat.Instances().Get("a").Healthy {
 		t.Fatal("a should be unhealthy before the restart")
 	}
-	before := r.cat.Get("a")
+	before := r.cat.Instances().Get("a")
 	closeAll()
 
 	clk.Advance(time.Hour)
 	r, closeAll = open(t, dir, clk.Now)
 	defer closeAll()
-	a := r.cat.Get("a")
-	if a == nil || !a.Healthy || r.cat.Get("b") != nil {
-		t.Fatalf("after restart: a=%+v b=%v", a, r.cat.Get("b"))
+	a := r.cat.Instances().Get("a")
+	if a == nil || !a.Healthy || r.cat.Instances().Get("b") != nil {
+		t.Fatalf("after restart: a=%+v b=%v", a, r.cat.Instances().Get("b"))
 	}
 	if !a.CreatedAt.Equal(before.CreatedAt) || a.Host != before.Host || !a.Metadata.Equal(label.FromMap(map[string]string{"zone": "z1"})) {
 		t.Fatalf("a changed across restart: %+v vs %+v", a, before)
 	}
-	if got := r.cat.Service(a.Key()).Revision; got < r.cat.Revision() {
+	if got := r.cat.Instances().Service(a.Key()).Revision; got < r.cat.Revision() {
 		t.Fatalf("service revision %d after restart, want the store revision %d so old watchers wake", got, r.cat.Revision())
 	}
 	clk.Advance(2900 * time.Millisecond) // inside the 3 x 1s grace
 	r.expireDue(ctx)
-	if !r.cat.Get("a").Healthy {
+	if !r.cat.Instances().Get("a").Healthy {
 		t.Fatal("expired inside the grace period")
 	}
 	clk.Advance(200 * time.Millisecond)
 	r.expireDue(ctx)
-	if r.cat.Get("a").Healthy {
+	if r.cat.Instances().Get("a").Healthy {
 		t.Fatal("not expired after the grace period")
 	}
 }
@@ -185,12 +185,12 @@ func TestGroupCommit(t *testing.T) {
 			t.Fatalf("request %d got revision %d (duplicate or out of 1..%d)", i, rev, n)
 		}
 		seen[rev] = true
-		if got := r.cat.Get(fmt.Sprintf("i%d", i)); got == nil || got.Revision != rev {
+		if got := r.cat.Instances().Get(fmt.Sprintf("i%d", i)); got == nil || got.Revision != rev {
 			t.Fatalf("instance i%d carries %v, want revision %d", i, got, rev)
 		}
 	}
-	if r.cat.Revision() != n || r.cat.Len() != n {
-		t.Fatalf("catalog revision %d, %d instances; want %d", r.cat.Revision(), r.cat.Len(), n)
+	if r.cat.Revision() != n || r.cat.Instances().Len() != n {
+		t.Fatalf("catalog revision %d, %d instances; want %d", r.cat.Revision(), r.cat.Instances().Len(), n)
 	}
 }
 

@@ -4,15 +4,109 @@ import (
 	"container/heap"
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sextant-mesh/sextant/internal/catalog"
+	"github.com/sextant-mesh/sextant/internal/store"
 )
 
+// liveness is the heartbeat state of one instance with a TTL. It is the
+// registry's, apart from the catalog's immutable instance versions, so that
+// a heartbeat is one atomic store and no instance version ever changes.
+type liveness struct {
+	// deadline is when the instance turns unhealthy without a heartbeat,
+	// in unix nanoseconds.
+	deadline atomic.Int64
+	// sched is the deadline of this instance's entry in the TTL heap (0:
+	// none). Guarded by the heap's mutex.
+	sched int64
+	// owned: this server judged the instance at the last rearm (cluster
+	// mode only).
+	owned atomic.Bool
+}
+
+func ttlDeadline(now time.Time, ttlSeconds int) int64 {
+	return now.Add(time.Duration(ttlGraceFactor*ttlSeconds) * time.Second).UnixNano()
+}
+
+// track updates the TTL state after the catalog applied changes: a new
+// instance with a TTL gets its deadline (a full 3 x TTL) and a heap entry;
+// a healthy one is scheduled at its current deadline (a revival, or a
+// register that moved it); a deleted one, or one without a TTL now, is
+// dropped. Follower goroutine only.
+func (r *Registry) track(changes []store.Change) {
+	now := r.opts.Now()
+	for _, sc := range changes {
+		for _, op := range sc.Ops {
+			if op.Kind != store.Instances {
+				continue
+			}
+			in := r.cat.Instances().Get(op.Key)
+			if in == nil || in.Revision != sc.Revision {
+				if in == nil {
+					r.live.Delete(op.Key)
+				}
+				continue // gone, or changed again later in this stream
+			}
+			r.trackInstance(in, now)
+			if r.cluster != nil && in.Healthy && in.TTLSeconds > 0 {
+				if v, ok := r.live.Load(in.ID); ok {
+					r.trackCluster(v.(*liveness), in.TTLSeconds, sc.Time)
+				}
+			}
+		}
+	}
+}
+
+func (r *Registry) trackInstance(in *catalog.Instance, now time.Time) {
+	if in.TTLSeconds == 0 {
+		r.live.Delete(in.ID)
+		return
+	}
+	v, ok := r.live.Load(in.ID)
+	if !ok {
+		l := new(liveness)
+		l.deadline.Store(ttlDeadline(now, in.TTLSeconds))
+		if r.cluster != nil {
+			l.owned.Store(r.cluster.Owns(in.ID))
+		}
+		v, _ = r.live.LoadOrStore(in.ID, l)
+	}
+	l := v.(*liveness)
+	if in.Healthy {
+		r.ttl.push(in.ID, l, l.deadline.Load())
+	}
+}
+
+// armAll gives every loaded instance with a TTL a fresh deadline: a full 3
+// x TTL of grace after a (re)load, since nobody could heartbeat meanwhile.
+func (r *Registry) armAll() {
+	now := r.opts.Now()
+	r.live.Clear()
+	r.ttl.reset()
+	for _, svc := range r.cat.Instances().Snapshot().Services("") {
+		for _, in := range svc.Instances() {
+			r.trackInstance(in, now)
+		}
+	}
+}
+
+// heartbeat moves the deadline of instance in, if it has a TTL.
+func (r *Registry) heartbeat(in *catalog.Instance, now time.Time) {
+	if in.TTLSeconds == 0 {
+		return
+	}
+	if v, ok := r.live.Load(in.ID); ok {
+		v.(*liveness).deadline.Store(ttlDeadline(now, in.TTLSeconds))
+	}
+	r.relay(in.ID, now)
+}
+
 // ttlHeap orders TTL deadlines. A heartbeat only moves an instance's
-// Liveness.Deadline; the heap entry keeps its old time and, when it comes
-// due, is pushed again at the current deadline. So heartbeats never touch
-// the heap, and each instance has at most one live entry (Liveness.Sched).
+// deadline; the heap entry keeps its old time and, when it comes due, is
+// pushed again at the current deadline. So heartbeats never touch the heap,
+// and each instance has at most one live entry (liveness.sched).
 type ttlHeap struct {
 	mu   sync.Mutex
 	h    entries
@@ -22,7 +116,7 @@ type ttlHeap struct {
 type ttlEntry struct {
 	deadline int64
 	id       string
-	live     *catalog.Liveness
+	live     *liveness
 }
 
 type entries []ttlEntry
@@ -40,15 +134,21 @@ func (h *entries) Pop() any {
 
 func newTTLHeap() *ttlHeap { return &ttlHeap{wake: make(chan struct{}, 1)} }
 
+func (t *ttlHeap) reset() {
+	t.mu.Lock()
+	t.h = nil
+	t.mu.Unlock()
+}
+
 // push schedules a check of live at deadline, unless an entry already fires
 // no later than that.
-func (t *ttlHeap) push(id string, live *catalog.Liveness, deadline int64) {
+func (t *ttlHeap) push(id string, live *liveness, deadline int64) {
 	t.mu.Lock()
-	if live.Sched != 0 && live.Sched <= deadline {
+	if live.sched != 0 && live.sched <= deadline {
 		t.mu.Unlock()
 		return
 	}
-	live.Sched = deadline
+	live.sched = deadline
 	heap.Push(&t.h, ttlEntry{deadline: deadline, id: id, live: live})
 	first := t.h[0].deadline == deadline
 	t.mu.Unlock()
@@ -68,10 +168,10 @@ func (t *ttlHeap) due(now int64) ([]ttlEntry, int64) {
 	var out []ttlEntry
 	for len(t.h) > 0 && t.h[0].deadline <= now {
 		e := heap.Pop(&t.h).(ttlEntry)
-		if e.live.Sched != e.deadline {
+		if e.live.sched != e.deadline {
 			continue // superseded by an earlier entry
 		}
-		e.live.Sched = 0
+		e.live.sched = 0
 		out = append(out, e)
 	}
 	if len(t.h) > 0 {
@@ -84,6 +184,11 @@ func (t *ttlHeap) due(now int64) ([]ttlEntry, int64) {
 func (r *Registry) ttlLoop(ctx context.Context) {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
+	var moved <-chan struct{}
+	if r.cluster != nil {
+		moved = r.cluster.Moved()
+		r.rearm()
+	}
 	for {
 		next := r.expireDue(ctx)
 		wait := time.Hour
@@ -96,6 +201,8 @@ func (r *Registry) ttlLoop(ctx context.Context) {
 			return
 		case <-timer.C:
 		case <-r.ttl.wake:
+		case <-moved:
+			r.rearm()
 		}
 	}
 }
@@ -107,11 +214,17 @@ func (r *Registry) expireDue(ctx context.Context) int64 {
 	due, next := r.ttl.due(now)
 	var flips []flip
 	for _, e := range due {
-		in := r.cat.Get(e.id)
-		if in == nil || in.Live != e.live || in.TTLSeconds == 0 {
-			continue // deleted, or re-registered without a TTL
+		if v, ok := r.live.Load(e.id); !ok || v.(*liveness) != e.live {
+			continue // deleted, or no TTL any more
 		}
-		if d := e.live.Deadline.Load(); d > now {
+		in := r.cat.Instances().Get(e.id)
+		if in == nil || in.TTLSeconds == 0 {
+			continue
+		}
+		if r.cluster != nil && !r.cluster.Owns(e.id) {
+			continue // another server judges it; rearm pushes it again if that changes
+		}
+		if d := e.live.deadline.Load(); d > now {
 			r.ttl.push(e.id, e.live, d) // heartbeats moved it
 			if next == 0 || d < next {
 				next = d
@@ -123,9 +236,29 @@ func (r *Registry) expireDue(ctx context.Context) int64 {
 		}
 	}
 	if len(flips) > 0 {
-		if err := r.submit(ctx, &request{kind: kindHealth, flips: flips}); err != nil && ctx.Err() == nil {
-			r.log.Error("ttl expiry not committed", "instances", len(flips), "err", err)
+		if _, err := r.Submit(ctx, &healthWrite{r: r, flips: flips}); err != nil && ctx.Err() == nil {
+			// A failed commit, another server changing one of them first,
+			// or the store away: judge them again shortly, on a newer
+			// catalog, never drop them (they left the heap when due).
+			if r.cluster == nil {
+				r.log.Error("ttl expiry not committed; judging again", "instances", len(flips), "err", err)
+			} else {
+				r.log.Info("ttl expiry not committed; judging again", "instances", len(flips), "err", err)
+			}
+			again := r.opts.Now().Add(retryExpiry).UnixNano()
+			for _, f := range flips {
+				if v, ok := r.live.Load(f.inst.ID); ok {
+					r.ttl.push(f.inst.ID, v.(*liveness), again)
+				}
+			}
+			if next == 0 || again < next {
+				next = again
+			}
 		}
 	}
 	return next
 }
+
+// retryExpiry is how soon a cluster server judges again the expiries its
+// store refused.
+const retryExpiry = 200 * time.Millisecond

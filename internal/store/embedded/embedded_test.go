@@ -1,62 +1,84 @@
 package embedded
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/sextant-mesh/sextant/internal/store"
 )
 
-func load(t *testing.T, s *Store) map[string]store.Record {
+func load(t *testing.T, s *Store, kinds ...store.Kind) (map[string]store.Record, int64) {
 	t.Helper()
+	if len(kinds) == 0 {
+		kinds = []store.Kind{store.Instances}
+	}
 	got := map[string]store.Record{}
-	if err := s.Load(func(r store.Record) error {
-		got[r.ID] = store.Record{ID: r.ID, Revision: r.Revision, Value: append([]byte(nil), r.Value...)}
+	rev, err := s.Load(kinds, func(r store.Record) error {
+		got[r.Kind.String()+"/"+r.Key] = store.Record{Kind: r.Kind, Key: r.Key, Revision: r.Revision, Value: append([]byte(nil), r.Value...)}
 		return nil
-	}); err != nil {
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
-	return got
+	return got, rev
 }
 
-// TestCommitRevisionsAndReopen: each txn of a commit gets the next revision,
-// an empty txn (a health change) takes one too, and everything survives a
-// reopen, the revision counter included.
+func put(k store.Kind, key, v string) store.Op { return store.Op{Kind: k, Key: key, Value: []byte(v)} }
+func del(k store.Kind, key string) store.Op    { return store.Op{Kind: k, Key: key} }
+
+func revs(res []store.Result) []int64 {
+	out := make([]int64, len(res))
+	for i, r := range res {
+		out[i] = r.Revision
+	}
+	return out
+}
+
+// TestCommitRevisionsAndReopen: each txn of a commit gets the next revision
+// (an empty one takes none: health is a record now), kinds are separate key
+// spaces, and everything survives a reopen, the revision counter included.
 func TestCommitRevisionsAndReopen(t *testing.T) {
 	dir := t.TempDir()
 	s, err := Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	first, err := s.Commit([]store.Txn{
-		{Ops: []store.Op{{ID: "a", Value: []byte("A1")}, {ID: "b", Value: []byte("B1")}}},
-		{Ops: []store.Op{{ID: "c", Value: []byte("C1")}}},
-		{}, // a health change: no record, still a revision
+	res, err := s.Commit([]store.Txn{
+		{Ops: []store.Op{put(store.Instances, "a", "A1"), put(store.Instances, "b", "B1")}},
+		{Ops: []store.Op{put(store.Instances, "c", "C1")}},
+		{}, // nothing to write: no revision
+		{Ops: []store.Op{put(store.Config, "a", "config A")}},
 	}, true)
-	if err != nil || first != 1 || s.Revision() != 3 {
-		t.Fatalf("first commit: first=%d revision=%d err=%v, want 1, 3", first, s.Revision(), err)
+	if err != nil || fmt.Sprint(revs(res)) != "[1 2 0 3]" || s.Revision() != 3 {
+		t.Fatalf("first commit: revisions %v, store at %d, err %v; want [1 2 0 3] at 3", revs(res), s.Revision(), err)
 	}
-	first, err = s.Commit([]store.Txn{{Ops: []store.Op{{ID: "a", Value: []byte("A2")}, {ID: "b"}}}}, false)
-	if err != nil || first != 4 {
-		t.Fatalf("second commit: first=%d err=%v", first, err)
+	res, err = s.Commit([]store.Txn{{Ops: []store.Op{put(store.Instances, "a", "A2"), del(store.Instances, "b")}}}, false)
+	if err != nil || res[0].Revision != 4 {
+		t.Fatalf("second commit: %v err=%v", res, err)
 	}
 	want := map[string]store.Record{
-		"a": {ID: "a", Revision: 4, Value: []byte("A2")},
-		"c": {ID: "c", Revision: 2, Value: []byte("C1")},
+		"instances/a": {Kind: store.Instances, Key: "a", Revision: 4, Value: []byte("A2")},
+		"instances/c": {Kind: store.Instances, Key: "c", Revision: 2, Value: []byte("C1")},
+		"config/a":    {Kind: store.Config, Key: "a", Revision: 3, Value: []byte("config A")},
 	}
-	if got := load(t, s); fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Fatalf("Load = %v, want %v", got, want)
+	if got, rev := load(t, s, store.Instances, store.Config); fmt.Sprint(got) != fmt.Sprint(want) || rev != 4 {
+		t.Fatalf("Load = %v at %d, want %v at 4", got, rev, want)
+	}
+	if got, _ := load(t, s, store.Config); len(got) != 1 {
+		t.Fatalf("Load(config) = %v, want the config record only", got)
 	}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Commit([]store.Txn{{}}, true); !errors.Is(err, store.ErrClosed) {
+	if _, err := s.Commit([]store.Txn{{Ops: []store.Op{put(store.Instances, "x", "x")}}}, true); !errors.Is(err, store.ErrClosed) {
 		t.Fatalf("commit after close: %v, want ErrClosed", err)
 	}
-	if err := s.Load(func(store.Record) error { return nil }); !errors.Is(err, store.ErrClosed) {
+	if _, err := s.Load([]store.Kind{store.Instances}, func(store.Record) error { return nil }); !errors.Is(err, store.ErrClosed) {
 		t.Fatalf("load after close: %v, want ErrClosed", err)
 	}
 
@@ -68,11 +90,146 @@ func TestCommitRevisionsAndReopen(t *testing.T) {
 	if s.Revision() != 4 {
 		t.Fatalf("revision after reopen %d, want 4", s.Revision())
 	}
-	if got := load(t, s); fmt.Sprint(got) != fmt.Sprint(want) {
+	if got, _ := load(t, s, store.Instances, store.Config); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("after reopen Load = %v, want %v", got, want)
 	}
-	if first, err := s.Commit([]store.Txn{{}}, true); err != nil || first != 5 {
-		t.Fatalf("revisions must continue after reopen: first=%d err=%v", first, err)
+	if res, err := s.Commit([]store.Txn{{Ops: []store.Op{put(store.Nodes, "n1", "x")}}}, true); err != nil || res[0].Revision != 5 {
+		t.Fatalf("revisions must continue after reopen: %v err=%v", res, err)
+	}
+}
+
+// TestConditions: a txn whose check fails writes nothing, takes no
+// revision and names the record; its neighbours in the commit go on; a
+// check sees the batch's earlier txns.
+func TestConditions(t *testing.T) {
+	s, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ifRev := func(op store.Op, rev int64) store.Op { op.Check, op.IfRevision = true, rev; return op }
+	res, err := s.Commit([]store.Txn{{Ops: []store.Op{ifRev(put(store.Config, "vs", "v1"), 0)}}}, true) // create if absent
+	if err != nil || res[0].Err != nil || res[0].Revision != 1 {
+		t.Fatalf("create: %v %v", res, err)
+	}
+	res, err = s.Commit([]store.Txn{
+		{Ops: []store.Op{ifRev(put(store.Config, "vs", "again"), 0)}},                               // exists: conflict
+		{Ops: []store.Op{put(store.Config, "other", "o"), ifRev(put(store.Config, "vs", "v2"), 1)}}, // replace if unchanged
+		{Ops: []store.Op{ifRev(put(store.Config, "vs", "v3"), 1)}},                                  // stale after the txn before
+		{Ops: []store.Op{ifRev(put(store.Config, "vs", "v3"), 2)}},                                  // sees the batch's write
+		{Ops: []store.Op{ifRev(del(store.Config, "gone"), 5)}},                                      // absent
+	}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(revs(res)) != "[0 2 0 3 0]" {
+		t.Fatalf("revisions %v, want [0 2 0 3 0]", revs(res))
+	}
+	var ce *store.ConflictError
+	for i, want := range map[int]string{
+		0: `store: conflict: config "vs" exists (revision 1)`,
+		2: `store: conflict: config "vs" is at revision 2, not 1`,
+		4: `store: conflict: config "gone" does not exist`,
+	} {
+		if !errors.Is(res[i].Err, store.ErrConflict) || !errors.As(res[i].Err, &ce) || res[i].Err.Error() != want {
+			t.Errorf("txn %d: %v, want %q", i, res[i].Err, want)
+		}
+	}
+	got, rev := load(t, s, store.Config)
+	if rev != 3 || string(got["config/vs"].Value) != "v3" || got["config/vs"].Revision != 3 || string(got["config/other"].Value) != "o" {
+		t.Fatalf("after conditional commit: %v at %d", got, rev)
+	}
+}
+
+// TestFollow: a feed yields every commit after its position, in order,
+// with the writer's objects; waits for the next; ends on Close; and a
+// position older than what is held is ErrCompacted.
+func TestFollow(t *testing.T) {
+	s, err := OpenWith(t.TempDir(), Options{FeedOps: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.Commit([]store.Txn{{Ops: []store.Op{put(store.Instances, "a", "1")}}}, true); err != nil {
+		t.Fatal(err)
+	}
+	f, err := s.Follow(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj := &struct{ n int }{7}
+	op := put(store.Instances, "b", "2")
+	op.Object = obj
+	if _, err := s.Commit([]store.Txn{{Ops: []store.Op{op}}, {Ops: []store.Op{del(store.Instances, "a")}}}, true); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	got, err := f.Next(ctx)
+	if err != nil || len(got) != 2 || got[0].Revision != 2 || got[1].Revision != 3 || got[0].Ops[0].Object != obj || got[1].Ops[0].Value != nil {
+		t.Fatalf("Next = %+v, %v", got, err)
+	}
+	// Next waits for the next commit.
+	done := make(chan []store.Change)
+	go func() {
+		c, _ := f.Next(ctx)
+		done <- c
+	}()
+	select {
+	case c := <-done:
+		t.Fatalf("Next returned %v before a commit", c)
+	case <-time.After(20 * time.Millisecond):
+	}
+	if _, err := s.Commit([]store.Txn{{Ops: []store.Op{put(store.Nodes, "n", "x")}}}, false); err != nil {
+		t.Fatal(err)
+	}
+	if c := <-done; len(c) != 1 || c[0].Revision != 4 || c[0].Ops[0].Kind != store.Nodes {
+		t.Fatalf("after the commit Next = %+v", c)
+	}
+	// What every open feed has read is not kept: following from before it
+	// is compacted; more than FeedOps unread ops are not kept either.
+	if _, err := s.Follow(1); !errors.Is(err, store.ErrCompacted) {
+		t.Fatalf("Follow(1) after it was read: %v, want ErrCompacted", err)
+	}
+	var big []store.Txn
+	for i := range 6 {
+		big = append(big, store.Txn{Ops: []store.Op{put(store.Instances, fmt.Sprint(i), "x")}})
+	}
+	if _, err := s.Commit(big, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Next(ctx); !errors.Is(err, store.ErrCompacted) {
+		t.Fatalf("Next after falling %d ops behind a bound of 4: %v, want ErrCompacted", len(big), err)
+	}
+	f.Close()
+	if _, err := s.Follow(s.Revision()); err != nil {
+		t.Fatalf("Follow from the current revision: %v", err)
+	}
+	if _, err := s.Follow(s.Revision() + 1); err == nil {
+		t.Fatal("Follow from a revision the store has not reached succeeded")
+	}
+}
+
+// TestFollowEndsOnClose: a waiting Next answers ErrClosed when the store
+// closes.
+func TestFollowEndsOnClose(t *testing.T) {
+	s, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := s.Follow(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error)
+	go func() {
+		_, err := f.Next(context.Background())
+		done <- err
+	}()
+	time.Sleep(10 * time.Millisecond)
+	s.Close()
+	if err := <-done; !errors.Is(err, store.ErrClosed) {
+		t.Fatalf("Next after Close: %v, want ErrClosed", err)
 	}
 }
 
@@ -82,12 +239,12 @@ func TestLoadStopsOnError(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if _, err := s.Commit([]store.Txn{{Ops: []store.Op{{ID: "a", Value: []byte("x")}, {ID: "b", Value: []byte("y")}}}}, true); err != nil {
+	if _, err := s.Commit([]store.Txn{{Ops: []store.Op{put(store.Instances, "a", "x"), put(store.Instances, "b", "y")}}}, true); err != nil {
 		t.Fatal(err)
 	}
 	stop := errors.New("stop")
 	n := 0
-	err = s.Load(func(store.Record) error { n++; return stop })
+	_, err = s.Load([]store.Kind{store.Instances}, func(store.Record) error { n++; return stop })
 	if !errors.Is(err, stop) || n != 1 {
 		t.Fatalf("Load returned %v after %d records, want the callback's error after 1", err, n)
 	}
@@ -100,5 +257,19 @@ func TestOpenErrors(t *testing.T) {
 	}
 	if _, err := Open(file); err == nil {
 		t.Fatal("Open on a regular file succeeded")
+	}
+}
+
+func TestUnknownKind(t *testing.T) {
+	s, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.Commit([]store.Txn{{Ops: []store.Op{put(store.Kind('?'), "a", "x")}}}, true); err == nil {
+		t.Fatal("a commit on an unknown kind succeeded")
+	}
+	if s.Revision() != 0 {
+		t.Fatalf("a failed commit moved the revision to %d", s.Revision())
 	}
 }

@@ -1,0 +1,349 @@
+package catalog
+
+import (
+	"cmp"
+	"slices"
+	"sort"
+	"sync/atomic"
+
+	"github.com/bits-and-blooms/bitset"
+
+	"github.com/sextant-mesh/sextant/internal/label"
+)
+
+// Item is a labelled record a Set can index: instances today, nodes next.
+// Items are immutable once in a set; a change is a new item.
+type Item interface {
+	comparable
+	// ItemID is the item's unique id within its set.
+	ItemID() string
+	// ItemLabels are the labels selectors match.
+	ItemLabels() label.Labels
+	// ItemReady puts the item in the ready subset (healthy and not
+	// isolated, for an instance).
+	ItemReady() bool
+}
+
+// Set is an immutable version of a group of labelled items: the items in
+// stable slots, the label index over their labels, the ready subset, and id
+// order for answers. An edit copies only what it changes.
+type Set[T Item] struct {
+	slots slotArray[T]   // by slot; the zero T marks a free slot
+	free  []uint32       // free slots, reused before growing
+	byID  []uint32       // occupied slots sorted by item id
+	all   *bitset.BitSet // occupied slots
+	ready *bitset.BitSet // slots whose item is ready
+
+	// The label index is a base plus a delta. base indexes the items of
+	// baseSlots (the slots as they were when base was built); dirty holds
+	// the slots whose labels changed since. A query matches base, drops
+	// dirty slots and checks those few one by one; when dirty grows past a
+	// bound, base is moved forward with a copy-on-write edit. So a commit
+	// costs O(changed) instead of a copy of every bitmap it touches.
+	base      *label.Postings
+	baseSlots slotArray[T]
+	dirty     *bitset.BitSet
+}
+
+func emptySet[T Item]() Set[T] {
+	return Set[T]{base: label.NewPostings(0), dirty: bitset.New(0), all: bitset.New(0), ready: bitset.New(0)}
+}
+
+// buildSet builds a set in one pass: slot i is the i-th item by id, and the
+// label index is built in bulk. items is sorted in place.
+func buildSet[T Item](items []T) Set[T] {
+	slices.SortFunc(items, func(a, b T) int { return cmp.Compare(a.ItemID(), b.ItemID()) })
+	n := uint(len(items))
+	slots := slotsOf(items)
+	s := Set[T]{slots: slots, byID: make([]uint32, n),
+		all: bitset.New(n), ready: bitset.New(n), dirty: bitset.New(n), baseSlots: slots}
+	b := label.NewPostingsBuilder(uint32(n))
+	handles := map[string]int{}
+	for i, it := range items {
+		s.byID[i] = uint32(i)
+		s.all.Set(uint(i))
+		if it.ItemReady() {
+			s.ready.Set(uint(i))
+		}
+		for key, v := range it.ItemLabels().All() {
+			h, ok := handles[key]
+			if !ok {
+				h = b.Key(key)
+				handles[key] = h
+			}
+			b.AppendSlot(h, v, uint32(i))
+		}
+	}
+	s.base = b.Build()
+	return s
+}
+
+// Len is the number of items.
+func (s *Set[T]) Len() int { return len(s.byID) }
+
+// ReadyLen is the number of ready items.
+func (s *Set[T]) ReadyLen() int { return int(s.ready.Count()) }
+
+// Items returns the items sorted by id.
+func (s *Set[T]) Items() []T {
+	out := make([]T, len(s.byID))
+	for i, slot := range s.byID {
+		out[i] = s.slots.at(slot)
+	}
+	return out
+}
+
+// Get returns the item with id.
+func (s *Set[T]) Get(id string) (T, bool) {
+	slot, ok := s.find(id)
+	if !ok {
+		var zero T
+		return zero, false
+	}
+	return s.slots.at(slot), true
+}
+
+// find returns the slot of id, by binary search over id order.
+func (s *Set[T]) find(id string) (uint32, bool) {
+	i, ok := slices.BinarySearchFunc(s.byID, id, func(slot uint32, id string) int {
+		return cmp.Compare(s.slots.at(slot).ItemID(), id)
+	})
+	if !ok {
+		return 0, false
+	}
+	return s.byID[i], true
+}
+
+// Select returns the items matching sel (nil: all), only ready ones if
+// readyOnly, sorted by id.
+func (s *Set[T]) Select(sel label.Selector, readyOnly bool) []T {
+	universe := s.all
+	if readyOnly {
+		universe = s.ready
+	}
+	if len(sel) == 0 {
+		if !readyOnly {
+			return s.Items()
+		}
+		return s.inIDOrder(universe)
+	}
+	return s.inIDOrder(s.Match(sel, readyOnly))
+}
+
+// Match returns the slots of the items matching sel (only ready ones if
+// readyOnly), for callers that combine sets before listing; At maps a slot
+// back to its item. The bitset is the caller's.
+func (s *Set[T]) Match(sel label.Selector, readyOnly bool) *bitset.BitSet {
+	universe := s.all
+	if readyOnly {
+		universe = s.ready
+	}
+	m := s.base.Match(sel, universe)
+	if !s.dirty.Any() {
+		return m
+	}
+	m.InPlaceDifference(s.dirty)
+	for slot, ok := s.dirty.NextSet(0); ok; slot, ok = s.dirty.NextSet(slot + 1) {
+		if universe.Test(slot) && sel.Matches(s.slots.at(uint32(slot)).ItemLabels()) {
+			m.Set(slot)
+		}
+	}
+	return m
+}
+
+// At returns the item in slot, or the zero T for a free slot.
+func (s *Set[T]) At(slot uint32) T { return s.slots.at(slot) }
+
+// inIDOrder lists the items of set sorted by id: sorting the few when the
+// set is small, filtering id order when it is large.
+func (s *Set[T]) inIDOrder(set *bitset.BitSet) []T {
+	n := int(set.Count())
+	out := make([]T, 0, n)
+	if n == 0 {
+		return out
+	}
+	if n*8 < len(s.byID) {
+		for slot, ok := set.NextSet(0); ok; slot, ok = set.NextSet(slot + 1) {
+			out = append(out, s.slots.at(uint32(slot)))
+		}
+		slices.SortFunc(out, func(a, b T) int { return cmp.Compare(a.ItemID(), b.ItemID()) })
+		return out
+	}
+	for _, slot := range s.byID {
+		if set.Test(uint(slot)) {
+			out = append(out, s.slots.at(slot))
+		}
+	}
+	return out
+}
+
+// setEdit is the writer's working copy of a set during one commit. Slots
+// freed during the edit are not reused until it finishes, so that a
+// non-free slot of the original id order still holds the same id.
+type setEdit[T Item] struct {
+	orig   *Set[T]
+	s      Set[T]
+	newIDs map[string]uint32 // ids that got a new slot in this edit
+	freed  []uint32
+	gone   bool   // some original slot was freed
+	gen    uint64 // owns the slot chunks it copied
+}
+
+// generations tags edits, so that an edit writes in place only the slot
+// chunks it copied itself.
+var generations atomic.Uint64
+
+func (s *Set[T]) edit() *setEdit[T] {
+	n := Set[T]{
+		slots:     s.slots.clone(),
+		free:      slices.Clone(s.free),
+		byID:      s.byID, // rebuilt in finish if ids come or go
+		all:       s.all.Clone(),
+		ready:     s.ready.Clone(),
+		base:      s.base,
+		baseSlots: s.baseSlots,
+		dirty:     s.dirty.Clone(),
+	}
+	return &setEdit[T]{orig: s, s: n, gen: generations.Add(1)}
+}
+
+// lookup finds the slot of id in the working copy.
+func (e *setEdit[T]) lookup(id string) (uint32, bool) {
+	var zero T
+	if slot, ok := e.newIDs[id]; ok {
+		return slot, e.s.slots.at(slot) != zero
+	}
+	slot, ok := e.orig.find(id)
+	if !ok || e.s.slots.at(slot) == zero {
+		return 0, false
+	}
+	return slot, true
+}
+
+// get returns the current item with id, or the zero T.
+func (e *setEdit[T]) get(id string) T {
+	if slot, ok := e.lookup(id); ok {
+		return e.s.slots.at(slot)
+	}
+	var zero T
+	return zero
+}
+
+// upsert places it, replacing the item with the same id if any.
+func (e *setEdit[T]) upsert(it T) {
+	slot, exists := e.lookup(it.ItemID())
+	if exists {
+		old := e.s.slots.at(slot)
+		e.s.ready.Clear(uint(slot))
+		if !old.ItemLabels().Equal(it.ItemLabels()) {
+			e.s.dirty.Set(uint(slot))
+		}
+	} else {
+		if n := len(e.s.free); n > 0 {
+			slot = e.s.free[n-1]
+			e.s.free = e.s.free[:n-1]
+		} else {
+			var zero T
+			slot = e.s.slots.push(zero, e.gen)
+		}
+		if e.newIDs == nil {
+			e.newIDs = make(map[string]uint32)
+		}
+		e.newIDs[it.ItemID()] = slot
+		e.s.dirty.Set(uint(slot))
+	}
+	e.s.slots.set(slot, it, e.gen)
+	e.s.all.Set(uint(slot))
+	if it.ItemReady() {
+		e.s.ready.Set(uint(slot))
+	}
+}
+
+// remove deletes id and reports whether it was there.
+func (e *setEdit[T]) remove(id string) bool {
+	slot, ok := e.lookup(id)
+	if !ok {
+		return false
+	}
+	var zero T
+	e.s.all.Clear(uint(slot))
+	e.s.ready.Clear(uint(slot))
+	e.s.slots.set(slot, zero, e.gen)
+	e.s.dirty.Set(uint(slot))
+	e.freed = append(e.freed, slot)
+	if _, isNew := e.newIDs[id]; !isNew {
+		e.gone = true
+	}
+	return true
+}
+
+// maxDirty is how many changed slots a set version carries before its base
+// index is moved forward: small enough that checking them one by one stays
+// cheap for a query, large enough to spread the bitmap copies.
+func maxDirty(n int) uint { return uint(min(max(n/8, 16), 4096)) }
+
+// compact moves the base index forward over the dirty slots. Each bitmap it
+// touches is copied once (label.Postings.Edit), however many slots changed.
+func (s *Set[T]) compact() {
+	var zero T
+	ix := s.base.Edit()
+	for u, ok := s.dirty.NextSet(0); ok; u, ok = s.dirty.NextSet(u + 1) {
+		slot := uint32(u)
+		if int(slot) < s.baseSlots.len() {
+			if old := s.baseSlots.at(slot); old != zero {
+				for k, v := range old.ItemLabels().All() {
+					ix.Remove(slot, k, v)
+				}
+			}
+		}
+		if cur := s.slots.at(slot); cur != zero {
+			for k, v := range cur.ItemLabels().All() {
+				ix.Add(slot, k, v)
+			}
+		}
+	}
+	s.base, s.baseSlots, s.dirty = ix, s.slots.clone(), bitset.New(uint(s.slots.len()))
+}
+
+// finish returns the new version: id order rebuilt if ids came or went (one
+// merge, O(n + k log k)) and the index compacted when enough slots are dirty.
+func (e *setEdit[T]) finish() Set[T] {
+	var zero T
+	s := e.s
+	s.free = append(s.free, e.freed...)
+	if s.dirty.Count() > maxDirty(s.slots.len()) {
+		s.compact()
+	}
+	if !e.gone && len(e.newIDs) == 0 {
+		return s
+	}
+	kept := s.byID
+	if e.gone {
+		kept = make([]uint32, 0, len(s.byID))
+		for _, slot := range s.byID {
+			if s.slots.at(slot) != zero {
+				kept = append(kept, slot)
+			}
+		}
+	}
+	added := make([]uint32, 0, len(e.newIDs))
+	for _, slot := range e.newIDs {
+		if s.slots.at(slot) != zero {
+			added = append(added, slot)
+		}
+	}
+	slices.SortFunc(added, func(a, b uint32) int { return cmp.Compare(s.slots.at(a).ItemID(), s.slots.at(b).ItemID()) })
+	// Binary-search each new id's place and copy the runs between: k log n
+	// comparisons and memory moves, not a comparison per existing id.
+	merged := make([]uint32, 0, len(kept)+len(added))
+	i := 0
+	for _, a := range added {
+		id := s.slots.at(a).ItemID()
+		j := i + sort.Search(len(kept)-i, func(x int) bool { return s.slots.at(kept[i+x]).ItemID() > id })
+		merged = append(merged, kept[i:j]...)
+		merged = append(merged, a)
+		i = j
+	}
+	s.byID = append(merged, kept[i:]...)
+	return s
+}

@@ -1,0 +1,137 @@
+package registry
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/sextant-mesh/sextant/internal/store"
+)
+
+// Cluster is this server's share of TTL judgement among several servers
+// over one shared store (internal/cluster implements it). Exactly one live
+// server judges each instance; the others relay the heartbeats they receive
+// to it. nil (Options.Cluster) is a single server that judges everything.
+type Cluster interface {
+	// Owns reports whether this server judges instance id's TTL now.
+	// Called from the TTL goroutine, the follower and request goroutines;
+	// must not block.
+	Owns(id string) bool
+	// Relay passes on a heartbeat this server received at at (unix ns) for
+	// instance id, which another server judges. Called from request
+	// goroutines and the committer; must not block.
+	Relay(id string, at int64)
+	// Moved is signalled when ownership may have changed (a server joined
+	// or left, or this one lost or regained the store). Received by the
+	// TTL goroutine only.
+	Moved() <-chan struct{}
+}
+
+// Beat records a heartbeat another server received at at (unix ns) for
+// instance id and relayed here, its owner: the deadline moves to at + 3 x
+// ttl, never back. Called from any goroutine; does not block.
+func (r *Registry) Beat(id string, at int64) {
+	v, ok := r.live.Load(id)
+	if !ok {
+		return
+	}
+	in := r.cat.Instances().Get(id)
+	if in == nil || in.TTLSeconds == 0 {
+		return
+	}
+	extend(v.(*liveness), ttlDeadline(time.Unix(0, at), in.TTLSeconds))
+}
+
+// extend moves l's deadline to d if d is later.
+func extend(l *liveness, d int64) {
+	for {
+		cur := l.deadline.Load()
+		if cur >= d || l.deadline.CompareAndSwap(cur, d) {
+			return
+		}
+	}
+}
+
+// relay hands a heartbeat of instance id to its owner if that is not this
+// server.
+func (r *Registry) relay(id string, now time.Time) {
+	if r.cluster != nil && !r.cluster.Owns(id) {
+		r.cluster.Relay(id, now.UnixNano())
+	}
+}
+
+// rearm runs when ownership moved: an instance this server now judges and
+// did not before gets a grace period of a full 3 x ttl (heartbeats may
+// have been relayed to its former owner), and an entry in the heap. TTL
+// goroutine only.
+func (r *Registry) rearm() {
+	now := r.opts.Now()
+	gained, kept := 0, 0
+	r.live.Range(func(k, v any) bool {
+		id, l := k.(string), v.(*liveness)
+		owned := r.cluster.Owns(id)
+		if prev := l.owned.Swap(owned); !owned || prev {
+			if owned {
+				kept++
+			}
+			return true
+		}
+		in := r.cat.Instances().Get(id)
+		if in == nil || in.TTLSeconds == 0 {
+			return true
+		}
+		gained++
+		extend(l, ttlDeadline(now, in.TTLSeconds))
+		if in.Healthy {
+			r.ttl.push(id, l, l.deadline.Load())
+		}
+		return true
+	})
+	if gained > 0 {
+		r.log.Info("ttl ownership moved", "gained", gained, "kept", kept)
+	}
+}
+
+// trackCluster counts a healthy put of instance id committed at commit
+// (unix ns), by any server, as a heartbeat: registers renew the TTL
+// wherever they were made. Follower goroutine.
+func (r *Registry) trackCluster(l *liveness, ttlSeconds int, commit int64) {
+	extend(l, ttlDeadline(time.Unix(0, commit), ttlSeconds))
+}
+
+// conflictRevision is the stored revision a conflict found, 0 if err is
+// not a conflict.
+func conflictRevision(err error) int64 {
+	var ce *store.ConflictError
+	if errors.As(err, &ce) {
+		return max(ce.Have, 1)
+	}
+	return 0
+}
+
+// Revision is the revision the catalog has applied.
+func (r *Registry) Revision() int64 { return r.cat.Revision() }
+
+// headReader is a store shared with other servers: Head is the newest
+// revision committed by any of them (the MySQL store).
+type headReader interface {
+	Head(ctx context.Context, after int64) (head, nextCommitted int64, err error)
+}
+
+// catchUp waits until the catalog has applied every revision the store
+// had committed when it was called, and reports whether the catalog moved
+// (false too when the store cannot say). Committer goroutine.
+func (r *Registry) catchUp(ctx context.Context) bool {
+	hr, ok := r.st.(headReader)
+	if !ok {
+		return false
+	}
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	from := r.cat.Revision()
+	head, _, err := hr.Head(cctx, from)
+	if err != nil || head <= from {
+		return false
+	}
+	return r.waitApplied(cctx, head) == nil
+}

@@ -1,0 +1,219 @@
+package registry
+
+import (
+	"context"
+
+	"github.com/sextant-mesh/sextant/internal/catalog"
+	"github.com/sextant-mesh/sextant/internal/store"
+)
+
+// The appliers of the instance kind: register, deregister and health.
+
+func currentInstance(tx *Tx, id string) (*catalog.Instance, int64) {
+	v, rev := tx.Get(store.Instances, id)
+	if v == nil {
+		return nil, 0
+	}
+	return v.(*catalog.Instance), rev
+}
+
+// Guard is asked, on the committer goroutine, about the current version
+// of every instance a write would replace or delete; an error fails the
+// whole write and nothing of it is written. It must not block. Callers use
+// it for checks that depend on what is stored (may this caller touch the
+// namespace the instance is in now?).
+type Guard func(cur *catalog.Instance) error
+
+// registerWrite upserts instances (validated with Prepare).
+type registerWrite struct {
+	r         *Registry
+	instances []*catalog.Instance
+	guard     Guard
+}
+
+func (w *registerWrite) Plan(tx *Tx) error {
+	now := tx.Now()
+	var unchanged int64
+	if w.guard != nil {
+		for _, in := range w.instances {
+			if cur, _ := currentInstance(tx, in.ID); cur != nil {
+				if err := w.guard(cur); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	for _, in := range w.instances {
+		cur, rev := currentInstance(tx, in.ID)
+		if cur != nil && rev != Pending && cur.Healthy && cur.SameSpec(in) {
+			// Unchanged: counts as a heartbeat, wakes no one.
+			w.r.heartbeat(cur, now)
+			unchanged = max(unchanged, cur.Revision)
+			continue
+		}
+		in.Healthy = true
+		in.UpdatedAt = now
+		in.CreatedAt = now
+		if cur != nil {
+			in.CreatedAt = cur.CreatedAt
+			w.r.heartbeat(in, now) // a register is a heartbeat; new ones start theirs when applied
+		}
+		tx.Put(store.Instances, in.ID, tx.Encode(in.AppendBinary), in)
+	}
+	tx.Answer(unchanged)
+	return nil
+}
+
+// deregisterWrite deletes instances by id; the ones it did not find are
+// reported, not an error.
+type deregisterWrite struct {
+	ids      []string
+	notFound []string
+	guard    Guard
+}
+
+func (w *deregisterWrite) Plan(tx *Tx) error {
+	w.notFound = w.notFound[:0]
+	for _, id := range w.ids {
+		cur, _ := currentInstance(tx, id)
+		if cur == nil {
+			w.notFound = append(w.notFound, id)
+			continue
+		}
+		if w.guard != nil {
+			if err := w.guard(cur); err != nil {
+				return err
+			}
+		}
+		tx.Delete(store.Instances, id)
+	}
+	tx.Answer(tx.Revision())
+	return nil
+}
+
+// flip asks to set one instance's health, if it is still the version seen.
+type flip struct {
+	inst    *catalog.Instance
+	healthy bool
+}
+
+// healthWrite flips instances' health: each only if it is still the version
+// that was judged, and (to unhealthy) only if no heartbeat came since.
+type healthWrite struct {
+	r     *Registry
+	flips []flip
+}
+
+func (w *healthWrite) Plan(tx *Tx) error {
+	now := tx.Now().UnixNano()
+	for _, f := range w.flips {
+		cur, rev := currentInstance(tx, f.inst.ID)
+		if cur != f.inst || cur.Healthy == f.healthy {
+			continue // replaced or already flipped since it was seen
+		}
+		if !f.healthy && cur.TTLSeconds > 0 {
+			if v, ok := w.r.live.Load(cur.ID); ok && v.(*liveness).deadline.Load() > now {
+				continue // a heartbeat arrived in between
+			}
+		}
+		n := cur.Clone()
+		n.Healthy = f.healthy
+		tx.PutIf(store.Instances, n.ID, tx.Encode(n.AppendBinary), n, rev)
+	}
+	// Health is judged again after a restart: no fsync for it.
+	tx.Volatile()
+	return nil
+}
+
+// Register upserts instances (validated with Prepare) atomically and
+// durably. It answers the request's revision (the instances' current
+// revision if nothing changed).
+func (r *Registry) Register(ctx context.Context, instances []*catalog.Instance) (int64, error) {
+	return r.RegisterGuarded(ctx, instances, nil)
+}
+
+// RegisterGuarded is Register with guard asked about every instance the
+// write would replace, at commit time (see Guard).
+func (r *Registry) RegisterGuarded(ctx context.Context, instances []*catalog.Instance, guard Guard) (int64, error) {
+	if len(instances) == 0 || len(instances) > MaxBatch {
+		return 0, fieldErr(-1, "instances", "%d instances, want 1..%d", len(instances), MaxBatch)
+	}
+	return r.Submit(ctx, &registerWrite{r: r, instances: instances, guard: guard})
+}
+
+// Deregister deletes the instances with ids atomically and durably, and
+// returns the ids it did not find.
+func (r *Registry) Deregister(ctx context.Context, ids []string) (int64, []string, error) {
+	return r.DeregisterGuarded(ctx, ids, nil)
+}
+
+// DeregisterGuarded is Deregister with guard asked about every instance
+// it would delete, at commit time (see Guard).
+func (r *Registry) DeregisterGuarded(ctx context.Context, ids []string, guard Guard) (int64, []string, error) {
+	if err := checkIDs(ids); err != nil {
+		return 0, nil, err
+	}
+	w := &deregisterWrite{ids: ids, guard: guard}
+	rev, err := r.Submit(ctx, w)
+	if err != nil {
+		return 0, nil, err
+	}
+	return rev, w.notFound, nil
+}
+
+// Heartbeat renews the TTL of the instances with ids and returns the ids it
+// did not find. An unhealthy instance turns healthy, with a new revision.
+// Heartbeats are not durable.
+func (r *Registry) Heartbeat(ctx context.Context, ids []string) ([]string, error) {
+	if err := checkIDs(ids); err != nil {
+		return nil, err
+	}
+	now := r.opts.Now()
+	inst := r.cat.Instances()
+	var notFound []string
+	var revive []flip
+	for _, id := range ids {
+		in := inst.Get(id)
+		if in == nil {
+			notFound = append(notFound, id)
+			continue
+		}
+		r.heartbeat(in, now)
+		if !in.Healthy {
+			revive = append(revive, flip{inst: in, healthy: true})
+		}
+	}
+	if len(revive) > 0 {
+		if err := r.revive(ctx, revive); err != nil {
+			return nil, err
+		}
+	}
+	return notFound, nil
+}
+
+// revive turns instances healthy again. In a cluster another server may
+// have changed one of them first (the catalog was behind): then it waits
+// until the catalog has that change and judges again, a few times.
+func (r *Registry) revive(ctx context.Context, flips []flip) error {
+	for attempt := 0; ; attempt++ {
+		_, err := r.Submit(ctx, &healthWrite{r: r, flips: flips})
+		have := conflictRevision(err)
+		if err == nil || r.cluster == nil || have == 0 || attempt == 3 {
+			return err
+		}
+		if err := r.waitApplied(ctx, have); err != nil {
+			return err
+		}
+		inst := r.cat.Instances()
+		old := flips
+		flips = nil
+		for _, f := range old {
+			if in := inst.Get(f.inst.ID); in != nil && !in.Healthy {
+				flips = append(flips, flip{inst: in, healthy: true})
+			}
+		}
+		if len(flips) == 0 {
+			return nil
+		}
+	}
+}

@@ -1,0 +1,71 @@
+package mysql
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/sextant-mesh/sextant/internal/catalog"
+	"github.com/sextant-mesh/sextant/internal/label"
+	"github.com/sextant-mesh/sextant/internal/store"
+	"github.com/sextant-mesh/sextant/internal/store/mysql/mysqltest"
+)
+
+// benchInstance is an instance as the registry benchmark registers it: 16
+// metadata pairs of 10-byte keys and values.
+func benchInstance(i int) *catalog.Instance {
+	md := map[string]string{}
+	for k := range 16 {
+		md[fmt.Sprintf("key%07d", k)] = fmt.Sprintf("val%07d", (i+k)%1000)
+	}
+	return &catalog.Instance{ID: fmt.Sprintf("inst-%09d", i), Namespace: "bench", Service: fmt.Sprintf("svc%d", i%100),
+		Host: "10.0.0.1", Port: 1 + i%60000, Weight: 100, Healthy: true, Metadata: label.FromMap(md),
+		CreatedAt: time.Unix(0, int64(i)), UpdatedAt: time.Unix(0, int64(i))}
+}
+
+func instanceTxns(from, n int) []store.Txn {
+	txns := make([]store.Txn, n)
+	for i := range n {
+		in := benchInstance(from + i)
+		txns[i] = store.Txn{Ops: []store.Op{{Kind: store.Instances, Key: in.ID, Value: in.AppendBinary(nil), Object: in}}}
+	}
+	return txns
+}
+
+// BenchmarkCommit: one commit of a batch of single-instance requests, as
+// the registry's group commit sends it (ns/op per commit).
+func BenchmarkCommit(b *testing.B) {
+	for _, batch := range []int{1, 16, 128, 512} {
+		b.Run(fmt.Sprintf("batch=%d", batch), func(b *testing.B) {
+			s := open(b, mysqltest.URL(b, ""), Options{})
+			b.ReportAllocs()
+			n := 0
+			for b.Loop() {
+				if _, err := s.Commit(instanceTxns(n, batch), true); err != nil {
+					b.Fatal(err)
+				}
+				n += batch
+			}
+			b.ReportMetric(float64(n)/b.Elapsed().Seconds(), "instances/s")
+		})
+	}
+}
+
+// BenchmarkLoad: reading back every instance, as a joining server does.
+func BenchmarkLoad(b *testing.B) {
+	const total = 20000
+	s := open(b, mysqltest.URL(b, ""), Options{})
+	for i := 0; i < total; i += 1000 {
+		if _, err := s.Commit(instanceTxns(i, 1000), true); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		n := 0
+		if _, err := s.Load([]store.Kind{store.Instances}, func(store.Record) error { n++; return nil }); err != nil || n != total {
+			b.Fatal(n, err)
+		}
+	}
+	b.ReportMetric(float64(total*b.N)/b.Elapsed().Seconds(), "instances/s")
+}

@@ -1,0 +1,305 @@
+package mysql
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/sextant-mesh/sextant/internal/store"
+)
+
+// localFeed holds this process's recent commits, with the writer's
+// objects, so that its followers need not read back (and decode) what it
+// just wrote. Each commit is kept with the revision the sequence stood at
+// when it took the lock: everything up to that revision was committed
+// before it, so a follower at that revision can take the commit as is.
+type localFeed struct {
+	mu      sync.Mutex
+	commits []localCommit // ascending
+	ops     int
+	wake    chan struct{} // closed and replaced at each publish
+	closed  bool
+}
+
+type localCommit struct {
+	base    int64 // the sequence's revision before this commit
+	changes []store.Change
+	ops     int
+}
+
+// maxLocalOps bounds what localFeed keeps; a follower further behind reads
+// the change table instead.
+const maxLocalOps = 1 << 16
+
+func (l *localFeed) init() { l.wake = make(chan struct{}) }
+
+func (l *localFeed) publish(base int64, changes []store.Change) {
+	n := 0
+	for _, c := range changes {
+		n += len(c.Ops)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.commits = append(l.commits, localCommit{base: base, changes: changes, ops: n})
+	l.ops += n
+	drop := 0
+	for l.ops > maxLocalOps && drop < len(l.commits)-1 {
+		l.ops -= l.commits[drop].ops
+		drop++
+	}
+	if drop > 0 {
+		l.commits = append([]localCommit(nil), l.commits[drop:]...)
+	}
+	close(l.wake)
+	l.wake = make(chan struct{})
+}
+
+func (l *localFeed) close() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.closed {
+		l.closed = true
+		close(l.wake)
+	}
+}
+
+// after returns the local changes that follow pos without a gap, or none
+// and the first local revision above pos (0: none), and the channel the
+// next publish closes.
+func (l *localFeed) after(pos int64) ([]store.Change, int64, <-chan struct{}) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	i := sort.Search(len(l.commits), func(i int) bool {
+		cs := l.commits[i].changes
+		return cs[len(cs)-1].Revision > pos
+	})
+	if i == len(l.commits) {
+		return nil, 0, l.wake
+	}
+	c := l.commits[i]
+	if c.base > pos {
+		return nil, c.changes[0].Revision, l.wake
+	}
+	j := sort.Search(len(c.changes), func(j int) bool { return c.changes[j].Revision > pos })
+	out := c.changes[j:len(c.changes):len(c.changes)]
+	// Later local commits that continue without a gap go along.
+	for _, n := range l.commits[i+1:] {
+		if n.base != out[len(out)-1].Revision {
+			break
+		}
+		out = append(out[:len(out):len(out)], n.changes...)
+	}
+	return out, 0, l.wake
+}
+
+// Follow returns a feed of every change committed after revision since,
+// by any server. A position older than the history the database keeps
+// answers ErrCompacted from Next.
+func (s *Store) Follow(since int64) (store.Feed, error) {
+	if s.closed.Load() {
+		return nil, store.ErrClosed
+	}
+	if since < 0 {
+		return nil, fmt.Errorf("mysql: follow from revision %d", since)
+	}
+	return &feed{s: s, pos: since}, nil
+}
+
+type feed struct {
+	s      *Store
+	pos    int64
+	closed bool
+}
+
+// fetchRows bounds the rows one read of the change table returns.
+const fetchRows = 8192
+
+// Next returns the next committed changes: this process's own straight
+// from memory when they follow the position without a gap, others' from
+// the change table. It waits for the next local commit or the next poll.
+// An unreachable database answers an error wrapping store.ErrUnavailable;
+// the feed keeps its position, so Next may be called again.
+func (f *feed) Next(ctx context.Context) ([]store.Change, error) {
+	s := f.s
+	timer := time.NewTimer(s.opts.Poll)
+	defer timer.Stop()
+	for {
+		if f.closed || s.closed.Load() {
+			return nil, store.ErrClosed
+		}
+		local, nextLocal, wake := s.local.after(f.pos)
+		if len(local) > 0 {
+			f.pos = local[len(local)-1].Revision
+			return local, nil
+		}
+		upto := int64(math.MaxInt64)
+		if nextLocal > 0 {
+			upto = nextLocal - 1
+		}
+		changes, err := s.fetch(ctx, f.pos, upto)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err() // the caller's deadline, not the database's fault
+			}
+			return nil, err
+		}
+		if len(changes) > 0 {
+			f.pos = changes[len(changes)-1].Revision
+			return changes, nil
+		}
+		timer.Reset(s.opts.Poll)
+		select {
+		case <-wake:
+		case <-timer.C:
+		case <-s.done:
+			return nil, store.ErrClosed
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+func (f *feed) Close() { f.closed = true }
+
+// fetch reads the whole revisions after pos, up to upto, that follow pos
+// without a gap. A gap at pos+1 is compaction if the floor says so, else a
+// commit not yet visible: read again at the next poll.
+func (s *Store) fetch(ctx context.Context, pos, upto int64) ([]store.Change, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	defer cancel()
+	start := time.Now()
+	changes, full, err := s.readChanges(ctx, "SELECT revision, seq, kind, rkey, value, committed_ns FROM sx_change WHERE revision > ? AND revision <= ? ORDER BY revision, seq LIMIT ?", pos, upto, fetchRows)
+	if err != nil {
+		return nil, err
+	}
+	s.touch()
+	if len(changes) == 0 {
+		s.rtt.Observe(time.Since(start).Seconds())
+		return nil, nil
+	}
+	if full {
+		// The last revision may be cut: drop it, unless it is the only one.
+		last := changes[len(changes)-1].Revision
+		if changes[0].Revision != last {
+			for changes[len(changes)-1].Revision == last {
+				changes = changes[:len(changes)-1]
+			}
+		} else if changes, _, err = s.readChanges(ctx, "SELECT revision, seq, kind, rkey, value, committed_ns FROM sx_change WHERE revision = ? ORDER BY seq", last); err != nil {
+			return nil, err
+		}
+	}
+	if changes[0].Revision != pos+1 {
+		var floor int64
+		if err := s.db.QueryRowContext(ctx, "SELECT revision FROM sx_compaction WHERE id = 1").Scan(&floor); err != nil {
+			return nil, unavailable("read the compaction floor", err)
+		}
+		if floor > pos {
+			return nil, fmt.Errorf("%w: changes after revision %d are no longer held (the database keeps revisions after %d)", store.ErrCompacted, pos, floor)
+		}
+		return nil, nil
+	}
+	for i := 1; i < len(changes); i++ {
+		if changes[i].Revision != changes[i-1].Revision+1 {
+			return changes[:i], nil
+		}
+	}
+	return changes, nil
+}
+
+// readChanges runs a query over sx_change and groups its rows by revision;
+// full reports whether it returned fetchRows rows.
+func (s *Store) readChanges(ctx context.Context, query string, args ...any) ([]store.Change, bool, error) {
+	rows, err := s.db.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, false, unavailable("read the change stream", err)
+	}
+	defer rows.Close()
+	var (
+		out       []store.Change
+		n         int
+		rev       int64
+		seq       int
+		kind, key []byte
+		value     []byte
+		committed int64
+	)
+	for rows.Next() {
+		value = nil
+		if err := rows.Scan(&rev, &seq, &kind, &key, &value, &committed); err != nil {
+			return nil, false, fmt.Errorf("mysql: read the change stream: %w", err)
+		}
+		n++
+		if len(kind) != 1 || !store.Kind(kind[0]).Valid() {
+			return nil, false, fmt.Errorf("mysql: change row %d.%d has kind %q", rev, seq, kind)
+		}
+		op := store.Op{Kind: store.Kind(kind[0]), Key: string(key)}
+		if value != nil {
+			op.Value = value // Scan into []byte copies
+		}
+		if len(out) == 0 || out[len(out)-1].Revision != rev {
+			out = append(out, store.Change{Revision: rev, Time: committed})
+		}
+		c := &out[len(out)-1]
+		c.Ops = append(c.Ops, op)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, false, unavailable("read the change stream", err)
+	}
+	return out, n == fetchRows, nil
+}
+
+// compactLoop keeps the change table to the last History revisions.
+// Every server runs it; deletes of the same rows are idempotent. The floor
+// moves before the rows go, so a follower that finds a gap knows why.
+func (s *Store) compactLoop() {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.done:
+			return
+		case <-t.C:
+		}
+		if err := s.compact(); err != nil && !s.closed.Load() {
+			s.log.Warn("compacting the change stream failed", "err", err)
+		}
+	}
+}
+
+// compact deletes change rows older than the kept history.
+func (s *Store) compact() error {
+	ctx, cancel := context.WithTimeout(context.Background(), s.opts.Timeout)
+	defer cancel()
+	var head, floor int64
+	if err := s.db.QueryRowContext(ctx, "SELECT s.revision, c.revision FROM sx_sequence s, sx_compaction c WHERE s.id = 1 AND c.id = 1").Scan(&head, &floor); err != nil {
+		return unavailable("read the compaction floor", err)
+	}
+	target := head - s.opts.History
+	// Compact in steps of at least 1% of the history: fewer, larger deletes.
+	if target <= floor || target-floor < max(1, s.opts.History/100) {
+		return nil
+	}
+	if _, err := s.db.ExecContext(ctx, "UPDATE sx_compaction SET revision = GREATEST(revision, ?) WHERE id = 1", target); err != nil {
+		return unavailable("move the compaction floor", err)
+	}
+	for {
+		res, err := s.db.ExecContext(ctx, "DELETE FROM sx_change WHERE revision <= ? ORDER BY revision LIMIT 10000", target)
+		if err != nil {
+			return unavailable("delete old changes", err)
+		}
+		if n, _ := res.RowsAffected(); n < 10000 {
+			return nil
+		}
+		select {
+		case <-s.done:
+			return nil
+		default:
+		}
+	}
+}
+
+// CompactNow runs one compaction pass at once (tests and tools).
+func (s *Store) CompactNow() error { return s.compact() }
