@@ -45,54 +45,36 @@ func newTable(entries []*entry, gen uint64) table {
 // build makes the first snapshot: the inverted index in one pass over the
 // hosts, then, per selector, only the value combinations that co-occur, by
 // intersecting postings (never the Cartesian product of values).
-func (lb *LB) build(hosts []Host) *snapshot {
-	c := lb.cfg
+func (lb *LB) build(hosts []Host) (*snapshot, error) {
 	n := uint32(len(hosts))
 	s := &snapshot{gen: lb.gen, slots: n, live: len(hosts)}
 	s.chunks = make([]*chunk, (n+chunkSize-1)/chunkSize)
-	recs := make([]chunk, len(s.chunks))
+	chunks := make([]chunk, len(s.chunks))
 	for i := range s.chunks {
-		recs[i].gen = lb.gen
-		s.chunks[i] = &recs[i]
+		chunks[i] = chunk{gen: lb.gen, base: hosts[i*chunkSize : min((i+1)*chunkSize, len(hosts))]}
+		s.chunks[i] = &chunks[i]
 	}
-	b := label.NewPostingsBuilder(n)
-	kh := make([]int, len(c.keys))
-	for i, k := range c.keys {
-		kh[i] = b.Key(k)
+	var err error
+	if s.index, err = lb.index(hosts); err != nil {
+		return nil, err
 	}
-	for i := range hosts {
-		h := &hosts[i]
-		s.chunks[i/chunkSize].recs[i%chunkSize] = slotRec{host: h, weight: h.Weight, healthy: true}
-		for ki, k := range c.keys {
-			if v, ok := h.Labels[k]; ok {
-				b.AppendSlot(kh[ki], v, uint32(i))
-			} else if c.listAny && len(h.Lists) > 0 {
-				for _, v := range h.Lists[k] {
-					b.AppendSlot(kh[ki], v, uint32(i))
-				}
-			}
-		}
-	}
-	s.index = b.Build()
 	en := enumerator{lb: lb, s: s}
-	for si := range c.sels {
-		en.selector(si)
-	}
+	en.walkAll()
 	s.table = newTable(en.out, lb.gen)
 	s.any = &entry{gen: lb.gen, sel: selAny}
 	s.def = &entry{gen: lb.gen, sel: selDefault}
-	return s
+	return s, nil
 }
 
-// enumerator walks one selector's keys depth first, keeping at each depth
-// the slots that have the values chosen so far: a dense bitset while large,
-// a list once small.
+// enumerator walks the selectors' trie (compiled.trie) depth first, keeping
+// at each depth the slots that have the values chosen so far: a dense bitset
+// while large, a list once small. Selectors sharing a key prefix share its
+// intersections.
 type enumerator struct {
 	lb    *LB
 	s     *snapshot
-	sel   *csel
-	si    int
-	vals  []string
+	vals  []string         // the values chosen, by depth
+	byKey [][]valPosting   // by key id, see values
 	bits  []*bitset.BitSet // scratch per depth
 	lists [][]uint32       // scratch per depth
 	out   []*entry
@@ -107,45 +89,71 @@ type valSlot struct {
 	slot uint32
 }
 
-func (en *enumerator) selector(si int) {
-	en.si, en.sel = si, &en.lb.cfg.sels[si]
-	d := len(en.sel.ids)
-	for len(en.bits) < d {
+type valPosting struct {
+	v string
+	p *label.Posting
+}
+
+// values lists key's values and postings once per build: the walk goes over
+// them many times, a slice beats iterating the index's map.
+func (en *enumerator) values(node *trieNode) []valPosting {
+	if vs := en.byKey[node.key]; vs != nil {
+		return vs
+	}
+	vs := make([]valPosting, 0, en.s.index.NumValues(node.name))
+	en.s.index.Values(node.name, func(v string, p *label.Posting) bool {
+		vs = append(vs, valPosting{v, p})
+		return true
+	})
+	en.byKey[node.key] = vs
+	return vs
+}
+
+// walkAll enumerates every selector's non-empty subsets into en.out.
+func (en *enumerator) walkAll() {
+	c := en.lb.cfg
+	for len(en.bits) < c.depth {
 		en.bits = append(en.bits, bitset.New(uint(en.s.slots)))
 		en.lists = append(en.lists, nil)
 	}
-	en.vals = slices.Grow(en.vals[:0], d)[:d]
-	en.walk(0, nil, nil)
+	en.vals = make([]string, c.depth)
+	en.byKey = make([][]valPosting, len(c.keys))
+	for _, n := range c.trie {
+		en.walk(n, 0, nil, nil)
+	}
 }
 
-// walk extends the current set (cur dense or curList; both nil at depth 0)
-// by each value of the key at depth d that it meets.
-func (en *enumerator) walk(d int, cur *bitset.BitSet, curList []uint32) {
-	if d == len(en.sel.ids) {
-		n := len(curList)
-		if cur != nil {
-			n = int(cur.Count())
-		}
-		en.emit(n)
+// walk tries each value of node's key, at depth d, on the current set (cur
+// dense or curList; both nil at depth 0) and goes on with each non-empty
+// result.
+func (en *enumerator) walk(node *trieNode, d int, cur *bitset.BitSet, curList []uint32) {
+	values := en.values(node)
+	if d > 0 && curList != nil && 4*len(curList) < len(values) {
+		en.partition(node, d, curList)
 		return
 	}
-	key := en.sel.names[d]
-	ix := en.s.index
-	if d > 0 && curList != nil && 4*len(curList) < ix.NumValues(key) {
-		en.partition(d, key, curList)
-		return
-	}
-	ix.Values(key, func(v string, p *label.Posting) bool {
+	leaf := len(node.children) == 0
+	for _, vp := range values {
+		v, p := vp.v, vp.p
 		en.vals[d] = v
 		switch {
 		case d == 0:
-			en.walk(1, p.Bits(), p.List())
+			en.reached(node, d, p.Bits(), p.List(), p.Len())
+		case cur != nil && p.Bits() != nil && leaf:
+			// Only the count is needed, not the set.
+			if n := cur.IntersectionCardinality(p.Bits()); n > 0 {
+				en.emit(node.sel, d+1, int(n))
+			}
 		case cur != nil && p.Bits() != nil:
 			nb := en.bits[d]
 			cur.CopyFull(nb)
 			nb.InPlaceIntersection(p.Bits())
-			if nb.Any() {
-				en.walk(d+1, nb, nil)
+			if node.sel < 0 {
+				if nb.Any() {
+					en.reached(node, d, nb, nil, 0)
+				}
+			} else if n := nb.Count(); n > 0 {
+				en.reached(node, d, nb, nil, int(n))
 			}
 		case cur != nil:
 			l := en.lists[d][:0]
@@ -156,7 +164,7 @@ func (en *enumerator) walk(d int, cur *bitset.BitSet, curList []uint32) {
 			}
 			en.lists[d] = l
 			if len(l) > 0 {
-				en.walk(d+1, nil, l)
+				en.reached(node, d, nil, l, len(l))
 			}
 		default:
 			l := en.lists[d][:0]
@@ -167,20 +175,32 @@ func (en *enumerator) walk(d int, cur *bitset.BitSet, curList []uint32) {
 			}
 			en.lists[d] = l
 			if len(l) > 0 {
-				en.walk(d+1, nil, l)
+				en.reached(node, d, nil, l, len(l))
 			}
 		}
-		return true
-	})
+	}
 }
 
-// partition splits a set much smaller than key's number of values by each
-// slot's own values, instead of trying every value of a high-cardinality key.
-func (en *enumerator) partition(d int, key string, cur []uint32) {
+// reached: the n slots of bits or list have the values en.vals[:d+1]. They
+// are the subset of the selector ending at node, if any, and the set its
+// children extend.
+func (en *enumerator) reached(node *trieNode, d int, bits *bitset.BitSet, list []uint32, n int) {
+	if node.sel >= 0 {
+		en.emit(node.sel, d+1, n)
+	}
+	for _, ch := range node.children {
+		en.walk(ch, d+1, bits, list)
+	}
+}
+
+// partition splits a set much smaller than the number of values of node's
+// key by each slot's own values, instead of trying every value of a
+// high-cardinality key.
+func (en *enumerator) partition(node *trieNode, d int, cur []uint32) {
 	c := en.lb.cfg
 	start := len(en.pairs)
 	for _, s := range cur {
-		en.vs = c.appendValues(en.vs[:0], en.s.rec(s).host, key)
+		en.vs = c.appendValues(en.vs[:0], en.s.rec(s).host, node.name)
 		for _, v := range en.vs {
 			en.pairs = append(en.pairs, valSlot{v, s})
 		}
@@ -205,29 +225,31 @@ func (en *enumerator) partition(d int, key string, cur []uint32) {
 		}
 		en.lists[d] = l
 		en.vals[d] = ps[i].v
-		en.walk(d+1, nil, l)
+		en.reached(node, d, nil, l, len(l))
 		i = j
 	}
 	en.pairs = en.pairs[:start]
 }
 
-func (en *enumerator) emit(n int) {
+// emit records the subset of selector si with values en.vals[:depth] and n
+// members.
+func (en *enumerator) emit(si, depth, n int) {
 	if len(en.slab) == 0 {
 		en.slab = make([]entry, min(64, 8+len(en.out)))
 	}
 	e := &en.slab[0]
 	en.slab = en.slab[1:]
-	if len(en.strs) < len(en.vals) {
-		en.strs = make([]string, min(64, 8+len(en.out))*len(en.vals))
+	if len(en.strs) < depth {
+		en.strs = make([]string, min(64, 8+len(en.out))*en.lb.cfg.depth)
 	}
-	vals := en.strs[:len(en.vals):len(en.vals)]
-	en.strs = en.strs[len(en.vals):]
+	vals := en.strs[:depth:depth]
+	en.strs = en.strs[depth:]
 	copy(vals, en.vals)
 	e.gen = en.lb.gen
-	e.sel = int32(en.si)
+	e.sel = int32(si)
 	e.count = int32(n)
 	e.values = vals
-	e.hash = en.lb.hashValues(en.si, vals)
+	e.hash = en.lb.hashValues(si, vals)
 	en.out = append(en.out, e)
 }
 

@@ -48,7 +48,27 @@ type Config struct {
 	// ListAsAny: a host whose value for a key is a list (Host.Lists) is in
 	// the subset of each element. Without it a list value matches nothing.
 	ListAsAny bool `json:"list_as_any,omitempty"`
+	// MetadataFallbackPolicy: METADATA_NO_FALLBACK (default) or
+	// FALLBACK_LIST, which tries a request's Request.FallbackList in order.
+	MetadataFallbackPolicy MetadataFallback `json:"metadata_fallback_policy,omitempty"`
+	// AllowRedundantKeys: a request may name keys no selector uses with the
+	// others; it is narrowed to the selector with the most keys (the first
+	// configured among equals) whose keys it all names.
+	AllowRedundantKeys bool `json:"allow_redundant_keys,omitempty"`
 }
+
+// MetadataFallback says whether a request's fallback list is used.
+type MetadataFallback string
+
+// Metadata fallback policies, named as in Envoy's LbSubsetConfig.
+const (
+	// MetadataNoFallback (the default, also when unset): a request's
+	// FallbackList is ignored.
+	MetadataNoFallback MetadataFallback = "METADATA_NO_FALLBACK"
+	// FallbackList: each entry of a request's FallbackList, merged over its
+	// Metadata, is tried in order until one gives a host.
+	FallbackList MetadataFallback = "FALLBACK_LIST"
+)
 
 // Selector is one set of metadata keys requests may name.
 type Selector struct {
@@ -61,8 +81,8 @@ type Selector struct {
 	// FallbackKeysSubset: with KEYS_SUBSET, the non-empty strict subset of
 	// Keys the request is restricted to before trying again.
 	FallbackKeysSubset []string `json:"fallback_keys_subset,omitempty"`
-	// SingleHostPerSubset: each subset holds one host, the one in the
-	// lowest slot; requires exactly one key (as in Envoy).
+	// SingleHostPerSubset: each subset of this selector (one or more keys,
+	// as in Envoy since 1.24) holds one host: its member that joined first.
 	SingleHostPerSubset bool `json:"single_host_per_subset,omitempty"`
 }
 
@@ -110,6 +130,11 @@ func (c *Config) Validate() error {
 		return invalid("fallback_policy: KEYS_SUBSET is only valid on a selector")
 	default:
 		return invalid("fallback_policy: unknown policy %q", c.FallbackPolicy)
+	}
+	switch c.MetadataFallbackPolicy {
+	case "", MetadataNoFallback, FallbackList:
+	default:
+		return invalid("metadata_fallback_policy: unknown policy %q", c.MetadataFallbackPolicy)
 	}
 	for k := range c.DefaultSubset {
 		if k == "" {
@@ -170,9 +195,6 @@ func (c *Config) Validate() error {
 		default:
 			return invalid("%s.fallback_policy: unknown policy %q", f, s.FallbackPolicy)
 		}
-		if s.SingleHostPerSubset && len(s.Keys) != 1 {
-			return invalid("%s.single_host_per_subset: requires exactly one key, have %d", f, len(s.Keys))
-		}
 	}
 	if len(keys) > MaxKeys {
 		return invalid("subset_selectors: %d distinct keys with default_subset, at most %d", len(keys), MaxKeys)
@@ -198,7 +220,8 @@ func canonical(keys []string) string {
 // each selector's keys ascending by number, selectors found by key mask.
 type compiled struct {
 	keyID    map[string]int
-	keys     []string // by id
+	keys     []string // by id: ascending, so a sorted label set yields ascending ids
+	kt       keyTable // keys, for hosts' and requests' labels
 	sels     []csel
 	byMask   map[uint64]int // when there are many selectors
 	masks    []uint64       // sels[i].mask; scanned when few
@@ -207,6 +230,25 @@ type compiled struct {
 	defVals  []string
 	listAny  bool
 	panicAny bool
+	// fallbackList: metadata_fallback_policy FALLBACK_LIST.
+	fallbackList bool
+	// trie holds the selectors' key lists (ascending ids) as paths, so that
+	// the build intersects a shared prefix once; depth is the longest.
+	trie  []*trieNode
+	depth int
+	// redundant: allow_redundant_keys; bySize then holds the selectors by
+	// descending key count, configuration order among equals (Envoy's
+	// stable sort), for narrow.
+	redundant bool
+	bySize    []int
+}
+
+// trieNode is one key of a selector path in compiled.trie.
+type trieNode struct {
+	key      int // id
+	name     string
+	sel      int // the selector whose keys end here, or -1
+	children []*trieNode
 }
 
 type csel struct {
@@ -219,12 +261,17 @@ type csel struct {
 }
 
 func compile(c Config) *compiled {
-	cc := &compiled{keyID: map[string]int{}, byMask: map[uint64]int{}, fallback: c.FallbackPolicy,
-		listAny: c.ListAsAny, panicAny: c.PanicModeAny}
+	cc := &compiled{keyID: map[string]int{}, fallback: c.FallbackPolicy,
+		listAny: c.ListAsAny, panicAny: c.PanicModeAny,
+		fallbackList: c.MetadataFallbackPolicy == FallbackList, redundant: c.AllowRedundantKeys}
 	if cc.fallback == Unset {
 		cc.fallback = NoFallback
 	}
-	var all []string
+	n := len(c.DefaultSubset)
+	for _, s := range c.Selectors {
+		n += len(s.Keys)
+	}
+	all := make([]string, 0, n)
 	for _, s := range c.Selectors {
 		all = append(all, s.Keys...)
 	}
@@ -236,8 +283,15 @@ func compile(c Config) *compiled {
 		cc.keyID[k] = len(cc.keys)
 		cc.keys = append(cc.keys, k)
 	}
+	cc.kt = newKeyTable(cc.keys)
+	cc.sels = make([]csel, 0, len(c.Selectors))
+	cc.masks = make([]uint64, 0, len(c.Selectors))
+	if len(c.Selectors) > scanSelectors {
+		cc.byMask = make(map[uint64]int, len(c.Selectors))
+	}
 	for i, s := range c.Selectors {
-		cs := csel{fb: s.FallbackPolicy, single: s.SingleHostPerSubset}
+		cs := csel{fb: s.FallbackPolicy, single: s.SingleHostPerSubset,
+			ids: make([]int, 0, len(s.Keys)), names: make([]string, 0, len(s.Keys))}
 		for _, k := range s.Keys {
 			cs.ids = append(cs.ids, cc.keyID[k])
 			cs.mask |= 1 << cc.keyID[k]
@@ -249,9 +303,33 @@ func compile(c Config) *compiled {
 		for _, k := range s.FallbackKeysSubset {
 			cs.fbMask |= 1 << cc.keyID[k]
 		}
-		cc.byMask[cs.mask] = i
+		if cc.byMask != nil {
+			cc.byMask[cs.mask] = i
+		}
 		cc.masks = append(cc.masks, cs.mask)
 		cc.sels = append(cc.sels, cs)
+	}
+	for si, cs := range cc.sels {
+		level, node := &cc.trie, (*trieNode)(nil)
+		for _, name := range cs.names {
+			i := slices.IndexFunc(*level, func(n *trieNode) bool { return n.name == name })
+			if i < 0 {
+				*level = append(*level, &trieNode{key: cc.keyID[name], name: name, sel: -1})
+				i = len(*level) - 1
+			}
+			node = (*level)[i]
+			level = &node.children
+		}
+		node.sel = si
+		cc.depth = max(cc.depth, len(cs.names))
+	}
+	if cc.redundant {
+		for i := range cc.sels {
+			cc.bySize = append(cc.bySize, i)
+		}
+		sort.SliceStable(cc.bySize, func(a, b int) bool {
+			return len(cc.sels[cc.bySize[a]].ids) > len(cc.sels[cc.bySize[b]].ids)
+		})
 	}
 	for k := range c.DefaultSubset {
 		cc.defKeys = append(cc.defKeys, k)
@@ -261,6 +339,17 @@ func compile(c Config) *compiled {
 		cc.defVals = append(cc.defVals, c.DefaultSubset[k])
 	}
 	return cc
+}
+
+// narrow is allow_redundant_keys: the request's key set mask is cut down to
+// the keys of the largest selector it covers; unchanged if it covers none.
+func (c *compiled) narrow(mask uint64) uint64 {
+	for _, si := range c.bySize {
+		if m := c.sels[si].mask; m&mask == m {
+			return m
+		}
+	}
+	return mask
 }
 
 // scanSelectors is how many selectors a linear scan of masks beats a map.

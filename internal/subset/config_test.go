@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/sextant-mesh/sextant/internal/label"
 )
 
 func TestValidate(t *testing.T) {
@@ -41,25 +43,34 @@ func TestValidate(t *testing.T) {
 			`subset: selectors[0].fallback_keys_subset: key "c" is not in keys`},
 		{"keys subset without policy", Config{Selectors: []Selector{{Keys: []string{"a", "b"}, FallbackKeysSubset: []string{"a"}}}},
 			`subset: selectors[0].fallback_keys_subset: only valid with fallback_policy KEYS_SUBSET`},
-		{"single host with two keys", Config{Selectors: []Selector{{Keys: []string{"a", "b"}, SingleHostPerSubset: true}}},
-			`subset: selectors[0].single_host_per_subset: requires exactly one key, have 2`},
+		// Accepted since Envoy 1.24 (envoyproxy/envoy#22644).
+		{"single host with two keys", Config{Selectors: []Selector{{Keys: []string{"a", "b"}, SingleHostPerSubset: true}}}, ""},
+		{"unknown metadata fallback policy", Config{MetadataFallbackPolicy: "SOMETIMES"},
+			`subset: metadata_fallback_policy: unknown policy "SOMETIMES"`},
+		{"fallback list and redundant keys", Config{MetadataFallbackPolicy: FallbackList, AllowRedundantKeys: true,
+			Selectors: []Selector{{Keys: []string{"a"}}}}, ""},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			err := tt.cfg.Validate()
-			if tt.want == "" {
-				if err != nil {
-					t.Fatalf("Validate: %v, want nil", err)
-				}
-				return
-			}
-			if err == nil || err.Error() != tt.want {
-				t.Fatalf("Validate: %v, want %q", err, tt.want)
-			}
-			if !errors.Is(err, ErrInvalidConfig) {
-				t.Fatalf("error %v does not wrap ErrInvalidConfig", err)
-			}
-		})
+		t.Run(tt.name, func(t *testing.T) { checkValidate(t, tt.cfg, tt.want) })
+	}
+}
+
+// checkValidate: cfg is valid (want "") or fails with exactly want, an
+// ErrInvalidConfig.
+func checkValidate(t *testing.T, cfg Config, want string) {
+	t.Helper()
+	err := cfg.Validate()
+	if want == "" {
+		if err != nil {
+			t.Fatalf("Validate: %v, want nil", err)
+		}
+		return
+	}
+	if err == nil || err.Error() != want {
+		t.Fatalf("Validate: %v, want %q", err, want)
+	}
+	if !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("error %v does not wrap ErrInvalidConfig", err)
 	}
 }
 
@@ -107,8 +118,8 @@ func FuzzParseConfig(f *testing.F) {
 		f.Add(b)
 	}
 	hosts := []Host{
-		{ID: "h1", Labels: map[string]string{"stage": "prod", "version": "1"}},
-		{ID: "h2", Labels: map[string]string{"stage": "dev"}, Lists: map[string][]string{"version": {"1", "2"}}},
+		{ID: "h1", Labels: label.FromMap(map[string]string{"stage": "prod", "version": "1"})},
+		{ID: "h2", Labels: label.FromMap(map[string]string{"stage": "dev"}), Lists: map[string][]string{"version": {"1", "2"}}},
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := ParseConfig(data)
@@ -133,6 +144,45 @@ func FuzzParseConfig(f *testing.F) {
 			if _, err := lb.Pick(md); err != nil && !errors.Is(err, ErrNoSubset) && !errors.Is(err, ErrNoHealthyHost) {
 				t.Fatalf("Pick: unexpected error %v", err)
 			}
+			md["redundant"] = "x"
+			req := &Request{Metadata: label.FromMap(md), FallbackList: []label.Labels{{}, label.FromMap(map[string]string{"stage": "dev"})}}
+			if _, err := lb.PickRequest(req); err != nil && !errors.Is(err, ErrNoSubset) && !errors.Is(err, ErrNoHealthyHost) {
+				t.Fatalf("PickRequest: unexpected error %v", err)
+			}
 		}
 	})
+}
+
+// TestEnvoyLoadBalancerSubsetInfoImpl is Envoy's
+// LoadBalancerSubsetInfoImplTest suite: what its config accepts and rejects.
+func TestEnvoyLoadBalancerSubsetInfoImpl(t *testing.T) {
+	keysSubset := func(keys, fallback []string) Selector {
+		return Selector{Keys: keys, FallbackPolicy: KeysSubset, FallbackKeysSubset: fallback}
+	}
+	tests := []struct {
+		name string
+		cfg  Config
+		want string // "" for valid
+	}{
+		{"KeysSubsetFallbackValid", Config{Selectors: []Selector{
+			keysSubset([]string{"key1", "key2", "key3"}, []string{"key1", "key3"}),
+			keysSubset([]string{"key1", "key3", "key4"}, []string{"key4"})}}, ""},
+		{"KeysSubsetForOtherPolicyInvalid", Config{Selectors: []Selector{
+			{Keys: []string{"key1", "key2"}, FallbackPolicy: AnyEndpoint, FallbackKeysSubset: []string{"key1"}}}},
+			`subset: selectors[0].fallback_keys_subset: only valid with fallback_policy KEYS_SUBSET`},
+		{"KeysSubsetNotASubsetInvalid", Config{Selectors: []Selector{keysSubset([]string{"key1", "key2"}, []string{"key3"})}},
+			`subset: selectors[0].fallback_keys_subset: key "key3" is not in keys`},
+		{"KeysSubsetEmptyInvalid", Config{Selectors: []Selector{keysSubset([]string{"key1", "key2"}, nil)}},
+			`subset: selectors[0].fallback_keys_subset: required with KEYS_SUBSET`},
+		{"KeysSubsetEqualKeysInvalid", Config{Selectors: []Selector{keysSubset([]string{"key1", "key2"}, []string{"key2", "key1"})}},
+			`subset: selectors[0].fallback_keys_subset: must be a strict subset of keys`},
+		// Envoy: the default config disables the subset balancer. Here the
+		// zero config is valid and every pick fails (TestSelection).
+		{"DefaultConfigIsDiabled", Config{}, ""},
+		{"SubsetConfig", Config{FallbackPolicy: DefaultSubset, DefaultSubset: map[string]string{"key": "the value"},
+			Selectors: []Selector{{Keys: []string{"selector_key1"}}, {Keys: []string{"selector_key2"}, FallbackPolicy: AnyEndpoint}}}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) { checkValidate(t, tt.cfg, tt.want) })
+	}
 }

@@ -3,6 +3,7 @@ package subset
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"sort"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sextant-mesh/sextant/internal/balancer"
+	"github.com/sextant-mesh/sextant/internal/label"
 )
 
 // ref is the brute-force model: it filters every host by the rules of
@@ -19,11 +21,11 @@ type ref struct {
 	cfg     Config
 	hosts   map[string]*Host
 	healthy map[string]bool
-	slot    func(id string) uint32
+	added   map[string]int // when each host joined: single_host_per_subset takes the earliest
 }
 
 func (r *ref) has(h *Host, k, v string) bool {
-	if x, ok := h.Labels[k]; ok {
+	if x, ok := h.Labels.Get(k); ok {
 		return x == v
 	}
 	return r.cfg.ListAsAny && slices.Contains(h.Lists[k], v)
@@ -55,9 +57,52 @@ func sameKeys(keys []string, md map[string]string) bool {
 	return true
 }
 
+// chooseRequest is choose for a request with a fallback list: under
+// FALLBACK_LIST each entry merged over md is tried in order.
+func (r *ref) chooseRequest(md map[string]string, list []map[string]string) ([]string, error) {
+	if r.cfg.MetadataFallbackPolicy != FallbackList || len(list) == 0 {
+		return r.choose(md)
+	}
+	var err error
+	for _, over := range list {
+		merged := maps.Clone(md)
+		if merged == nil {
+			merged = map[string]string{}
+		}
+		maps.Copy(merged, over)
+		var ids []string
+		if ids, err = r.choose(merged); err == nil {
+			return ids, nil
+		}
+	}
+	return nil, err
+}
+
+// narrow is allow_redundant_keys by brute force: the request cut down to
+// the keys of the first of the largest selectors whose keys it all names.
+func (r *ref) narrow(md map[string]string) map[string]string {
+	sels := slices.Clone(r.cfg.Selectors)
+	slices.SortStableFunc(sels, func(a, b Selector) int { return len(b.Keys) - len(a.Keys) })
+	for _, s := range sels {
+		sub := map[string]string{}
+		for _, k := range s.Keys {
+			if v, ok := md[k]; ok {
+				sub[k] = v
+			}
+		}
+		if len(sub) == len(s.Keys) {
+			return sub
+		}
+	}
+	return md
+}
+
 // choose returns the IDs a pick may return, or the error it must return.
 func (r *ref) choose(md map[string]string) ([]string, error) {
 	for len(md) > 0 {
+		if r.cfg.AllowRedundantKeys {
+			md = r.narrow(md)
+		}
 		si := slices.IndexFunc(r.cfg.Selectors, func(s Selector) bool { return sameKeys(s.Keys, md) })
 		if si < 0 {
 			break
@@ -65,7 +110,7 @@ func (r *ref) choose(md map[string]string) ([]string, error) {
 		sel := r.cfg.Selectors[si]
 		if m := r.matching(md); len(m) > 0 {
 			if sel.SingleHostPerSubset {
-				sort.Slice(m, func(i, j int) bool { return r.slot(m[i].ID) < r.slot(m[j].ID) })
+				sort.Slice(m, func(i, j int) bool { return r.added[m[i].ID] < r.added[m[j].ID] })
 				m = m[:1]
 			}
 			return r.in(m)
@@ -126,7 +171,7 @@ func (r *ref) numSubsets() int {
 			combos := []string{fmt.Sprint(si)}
 			for _, k := range s.Keys {
 				var vs []string
-				if v, ok := h.Labels[k]; ok {
+				if v, ok := h.Labels.Get(k); ok {
 					vs = []string{v}
 				} else if r.cfg.ListAsAny {
 					vs = h.Lists[k]
@@ -163,6 +208,10 @@ func randConfig(rng *rand.Rand) Config {
 	c.ListAsAny = rng.IntN(2) == 0
 	c.PanicModeAny = rng.IntN(3) == 0
 	c.FallbackPolicy = []Fallback{Unset, NoFallback, AnyEndpoint, DefaultSubset}[rng.IntN(4)]
+	c.AllowRedundantKeys = rng.IntN(3) == 0
+	if rng.IntN(2) == 0 {
+		c.MetadataFallbackPolicy = FallbackList
+	}
 	if rng.IntN(2) == 0 {
 		c.DefaultSubset = map[string]string{}
 		for range rng.IntN(3) {
@@ -192,14 +241,15 @@ func randConfig(rng *rand.Rand) Config {
 				s.FallbackKeysSubset = slices.Clone(keys[:1+rng.IntN(len(keys)-1)])
 			}
 		}
-		s.SingleHostPerSubset = len(keys) == 1 && rng.IntN(3) == 0
+		s.SingleHostPerSubset = rng.IntN(3) == 0
 		c.Selectors = append(c.Selectors, s)
 	}
 	return c
 }
 
 func randHost(rng *rand.Rand, id string) *Host {
-	h := &Host{ID: id, Addr: id + ":80", Weight: uint32(1 + rng.IntN(3)), Labels: map[string]string{}}
+	h := &Host{ID: id, Addr: id + ":80", Weight: uint32(1 + rng.IntN(3))}
+	labels := map[string]string{}
 	for _, k := range refKeys {
 		switch rng.IntN(8) {
 		case 0, 1: // missing
@@ -211,9 +261,10 @@ func randHost(rng *rand.Rand, id string) *Host {
 				h.Lists[k] = append(h.Lists[k], randVal(rng, k))
 			}
 		default:
-			h.Labels[k] = randVal(rng, k)
+			labels[k] = randVal(rng, k)
 		}
 	}
+	h.Labels = label.FromMap(labels)
 	return h
 }
 
@@ -241,14 +292,20 @@ func randRequest(rng *rand.Rand, c Config) map[string]string {
 	return md
 }
 
-func slotOf(lb *LB, id string) uint32 {
-	s := lb.snap.Load()
-	for slot := uint32(0); slot < s.slots; slot++ {
-		if h := s.rec(slot).host; h != nil && h.ID == id {
-			return slot
+// randFallbacks is a fallback list of up to three entries, each naming a
+// few keys (or none).
+func randFallbacks(rng *rand.Rand) []map[string]string {
+	var list []map[string]string
+	for range rng.IntN(4) {
+		e := map[string]string{}
+		for _, k := range refKeys {
+			if rng.IntN(3) == 0 {
+				e[k] = randVal(rng, k)
+			}
 		}
+		list = append(list, e)
 	}
-	panic("no slot for " + id)
+	return list
 }
 
 // TestAgainstReference checks every pick against the brute-force model over
@@ -259,7 +316,7 @@ func TestAgainstReference(t *testing.T) {
 	for i := range uint64(300) {
 		seeds = append(seeds, 1000+i)
 	}
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(8 * time.Second)
 	for _, seed := range seeds {
 		if time.Now().After(deadline) {
 			t.Logf("stopped at seed %d: time bound", seed)
@@ -288,10 +345,11 @@ func runReference(t *testing.T, seed uint64) {
 	if err != nil {
 		t.Fatalf("seed %d: New: %v", seed, err)
 	}
-	r := &ref{cfg: cfg, hosts: map[string]*Host{}, healthy: map[string]bool{}, slot: func(id string) uint32 { return slotOf(lb, id) }}
+	r := &ref{cfg: cfg, hosts: map[string]*Host{}, healthy: map[string]bool{}, added: map[string]int{}}
 	for i := range hosts {
 		r.hosts[hosts[i].ID] = &hosts[i]
 		r.healthy[hosts[i].ID] = true
+		r.added[hosts[i].ID] = len(r.added)
 	}
 	ids := func() []string {
 		var out []string
@@ -315,6 +373,7 @@ func runReference(t *testing.T, seed uint64) {
 				nextID++
 				batch = append(batch, h)
 				r.hosts[h.ID], r.healthy[h.ID] = h, true
+				r.added[h.ID] = len(r.added)
 			}
 			if err := lb.Upsert(batch...); err != nil {
 				t.Fatalf("seed %d step %d: Upsert: %v", seed, step, err)
@@ -356,10 +415,26 @@ func check(t *testing.T, seed uint64, step int, lb *LB, r *ref, rng *rand.Rand) 
 	}
 	for range 15 {
 		md := randRequest(rng, r.cfg)
-		want, wantErr := r.choose(md)
+		// Half the requests go through PickRequest, with a fallback list.
+		var req *Request
+		var list []map[string]string
+		if rng.IntN(2) == 0 {
+			list = randFallbacks(rng)
+			req = &Request{Metadata: label.FromMap(md)}
+			for _, e := range list {
+				req.FallbackList = append(req.FallbackList, label.FromMap(e))
+			}
+		}
+		pick := func() (Result, error) {
+			if req != nil {
+				return lb.PickRequest(req)
+			}
+			return lb.Pick(md)
+		}
+		want, wantErr := r.chooseRequest(md, list)
 		if wantErr != nil {
-			if _, err := lb.Pick(md); !errors.Is(err, wantErr) {
-				t.Fatalf("seed %d step %d: Pick(%v) err = %v, want %v\nconfig %+v", seed, step, md, err, wantErr, r.cfg)
+			if _, err := pick(); !errors.Is(err, wantErr) {
+				t.Fatalf("seed %d step %d: Pick(%v, fallbacks %v) err = %v, want %v\nconfig %+v", seed, step, md, list, err, wantErr, r.cfg)
 			}
 			continue
 		}
@@ -367,16 +442,16 @@ func check(t *testing.T, seed uint64, step int, lb *LB, r *ref, rng *rand.Rand) 
 		// len(want) consecutive picks: the picked set must equal want.
 		var got []string
 		for range want {
-			res, err := lb.Pick(md)
+			res, err := pick()
 			if err != nil {
-				t.Fatalf("seed %d step %d: Pick(%v): %v, want one of %v\nconfig %+v", seed, step, md, err, want, r.cfg)
+				t.Fatalf("seed %d step %d: Pick(%v, fallbacks %v): %v, want one of %v\nconfig %+v", seed, step, md, list, err, want, r.cfg)
 			}
 			res.Done(time.Millisecond, balancer.Success)
 			got = append(got, res.Host.ID)
 		}
 		sort.Strings(got)
 		if !slices.Equal(got, want) {
-			t.Fatalf("seed %d step %d: Pick(%v) chose %v, want %v\nconfig %+v", seed, step, md, got, want, r.cfg)
+			t.Fatalf("seed %d step %d: Pick(%v, fallbacks %v) chose %v, want %v\nconfig %+v", seed, step, md, list, got, want, r.cfg)
 		}
 	}
 }

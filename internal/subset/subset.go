@@ -31,8 +31,9 @@ type Host struct {
 	ID     string // stable, unique identity; Upsert and Remove find hosts by it
 	Addr   string // host:port
 	Weight uint32 // initial weight; SetWeight changes it
-	// Labels are the host's single-valued metadata.
-	Labels map[string]string
+	// Labels are the host's single-valued metadata, the project's one
+	// metadata type: a registry instance's Metadata is used as is.
+	Labels label.Labels
 	// Lists are list-valued metadata (see Config.ListAsAny). A key must not
 	// be in both Labels and Lists.
 	Lists map[string][]string
@@ -64,6 +65,8 @@ type LB struct {
 	ids  map[string]uint32
 	free []uint32
 	gen  uint64 // generation of the snapshot being edited
+	// added is the next slotRec.added; New numbers its hosts 0..n-1.
+	added uint32
 	// Writer scratch: value tuples a host leaves and enters, values.
 	olds, news, vs   []string
 	oldVals, newVals hostVals
@@ -79,14 +82,36 @@ type LB struct {
 const chunkSize = 64
 
 type slotRec struct {
-	host    *Host // nil: free slot
-	weight  uint32
-	healthy bool
+	host   *Host // nil: free slot
+	weight uint32
+	// state is added<<1 | unhealthy, 16 bytes a record in all. added
+	// orders hosts by when they joined (a relabel keeps it): a
+	// single_host_per_subset subset is its earliest-added member, so a
+	// duplicate joining later does not take its traffic.
+	state uint32
 }
 
+func (r slotRec) healthy() bool { return r.state&1 == 0 }
+func (r slotRec) added() uint32 { return r.state >> 1 }
+
+func (r *slotRec) setHealthy(ok bool) {
+	r.state &^= 1
+	if !ok {
+		r.state |= 1
+	}
+}
+
+// maxAdded bounds slotRec.added; reaching it renumbers the hosts.
+const maxAdded = 1<<31 - 1
+
+// chunk holds the records of chunkSize slots. A chunk New built that no
+// edit has copied yet keeps no records: they follow from its hosts (base:
+// the host, its Weight, healthy, joined in slot order), so New writes no
+// record per host and the GC has none to scan.
 type chunk struct {
 	gen  uint64
-	recs [chunkSize]slotRec
+	base []Host              // while recs is nil: New's hosts of these slots
+	recs *[chunkSize]slotRec // nil until an edit
 }
 
 // snapshot is one immutable version of the subsets. Only entry.child is
@@ -102,8 +127,30 @@ type snapshot struct {
 	def    *entry // Config.DefaultSubset
 }
 
-func (s *snapshot) rec(slot uint32) *slotRec {
-	return &s.chunks[slot/chunkSize].recs[slot%chunkSize]
+// newChunk returns an edit's chunk with records, in one allocation.
+func newChunk(gen uint64) *chunk {
+	c := &struct {
+		chunk
+		recs [chunkSize]slotRec
+	}{}
+	c.gen, c.chunk.recs = gen, &c.recs
+	return &c.chunk
+}
+
+func (s *snapshot) rec(slot uint32) slotRec {
+	return s.chunks[slot/chunkSize].rec(slot)
+}
+
+func (c *chunk) rec(slot uint32) slotRec {
+	i := slot % chunkSize
+	if c.recs != nil {
+		return c.recs[i]
+	}
+	if int(i) < len(c.base) {
+		h := &c.base[i]
+		return slotRec{host: h, weight: h.Weight, state: slot << 1}
+	}
+	return slotRec{}
 }
 
 // entry is one subset: a selector and one value per key. count (members,
@@ -140,14 +187,17 @@ func New(cfg Config, policy balancer.Policy, hosts []Host) (*LB, error) {
 	if policy == nil {
 		return nil, fmt.Errorf("%w: nil child policy", ErrInvalidConfig)
 	}
-	for i := range hosts {
-		if err := checkHost(&hosts[i]); err != nil {
-			return nil, err
-		}
+	if len(hosts) > maxAdded {
+		return nil, fmt.Errorf("%w: %d hosts, at most %d", ErrInvalidHost, len(hosts), maxAdded)
 	}
 	lb := &LB{cfg: compile(cfg), policy: policy, seed: maphash.MakeSeed()}
 	lb.gen = 1
-	lb.snap.Store(lb.build(hosts))
+	lb.added = uint32(len(hosts))
+	s, err := lb.build(hosts) // checks each host as it reads it
+	if err != nil {
+		return nil, err
+	}
+	lb.snap.Store(s)
 	return lb, nil
 }
 
@@ -156,7 +206,7 @@ func checkHost(h *Host) error {
 		return nil
 	}
 	for k := range h.Lists {
-		if _, ok := h.Labels[k]; ok {
+		if _, ok := h.Labels.Get(k); ok {
 			return fmt.Errorf("%w %q: key %q is both a label and a list", ErrInvalidHost, h.ID, k)
 		}
 	}
@@ -166,7 +216,7 @@ func checkHost(h *Host) error {
 // appendValues appends the values host h has under key: its label, or with
 // list_as_any the elements of its list (possibly repeated).
 func (c *compiled) appendValues(dst []string, h *Host, key string) []string {
-	if v, ok := h.Labels[key]; ok {
+	if v, ok := h.Labels.Get(key); ok {
 		return append(dst, v)
 	}
 	if c.listAny && len(h.Lists) > 0 {
@@ -177,7 +227,7 @@ func (c *compiled) appendValues(dst []string, h *Host, key string) []string {
 
 // hasValue reports whether host h has value v under key.
 func (c *compiled) hasValue(h *Host, key, v string) bool {
-	if x, ok := h.Labels[key]; ok {
+	if x, ok := h.Labels.Get(key); ok {
 		return x == v
 	}
 	return c.listAny && slices.Contains(h.Lists[key], v)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sextant-mesh/sextant/internal/balancer"
+	"github.com/sextant-mesh/sextant/internal/label"
 )
 
 func testPolicy() balancer.Policy { return balancer.NewRoundRobin() }
@@ -17,11 +18,11 @@ func testPolicy() balancer.Policy { return balancer.NewRoundRobin() }
 // envoyHosts is the example of Envoy's subset load balancer documentation.
 func envoyHosts() []Host {
 	mk := func(id, stage, version, typ string, xlarge bool) Host {
-		h := Host{ID: id, Addr: id + ":80", Weight: 1, Labels: map[string]string{"stage": stage, "version": version, "type": typ}}
+		m := map[string]string{"stage": stage, "version": version, "type": typ}
 		if xlarge {
-			h.Labels["xlarge"] = "true"
+			m["xlarge"] = "true"
 		}
-		return h
+		return Host{ID: id, Addr: id + ":80", Weight: 1, Labels: label.FromMap(m)}
 	}
 	return []Host{
 		mk("e1", "prod", "1.0", "std", true),
@@ -120,7 +121,7 @@ func TestSelection(t *testing.T) {
 func TestListAsAny(t *testing.T) {
 	hosts := []Host{
 		{ID: "a", Lists: map[string][]string{"version": {"1", "2"}}},
-		{ID: "b", Labels: map[string]string{"version": "2"}},
+		{ID: "b", Labels: label.FromMap(map[string]string{"version": "2"})},
 	}
 	tests := []struct {
 		name      string
@@ -150,7 +151,7 @@ func TestListAsAny(t *testing.T) {
 }
 
 func TestInvalidHost(t *testing.T) {
-	h := Host{ID: "x", Labels: map[string]string{"k": "v"}, Lists: map[string][]string{"k": {"v"}}}
+	h := Host{ID: "x", Labels: label.FromMap(map[string]string{"k": "v"}), Lists: map[string][]string{"k": {"v"}}}
 	_, err := New(Config{}, testPolicy(), []Host{h})
 	if !errors.Is(err, ErrInvalidHost) || err.Error() != `subset: invalid host "x": key "k" is both a label and a list` {
 		t.Fatalf("New: %v", err)
@@ -219,7 +220,7 @@ func TestUpdateSharesUntouchedSubsets(t *testing.T) {
 	}
 	before := entries()
 	// e7 moves from version 1.2-pre (it leaves, the subset empties) to 1.0.
-	if err := lb.Upsert(&Host{ID: "e7", Labels: map[string]string{"stage": "dev", "version": "1.0", "type": "std"}}); err != nil {
+	if err := lb.Upsert(&Host{ID: "e7", Labels: label.FromMap(map[string]string{"stage": "dev", "version": "1.0", "type": "std"})}); err != nil {
 		t.Fatal(err)
 	}
 	after := entries()
@@ -279,7 +280,7 @@ func TestConcurrentPicksAndUpdates(t *testing.T) {
 				r, err := lb.Pick(md)
 				if err == nil {
 					for k, v := range md {
-						if r.Host.Labels[k] != v {
+						if got, _ := r.Host.Labels.Get(k); got != v {
 							t.Errorf("picked %+v for %v", r.Host, md)
 							return
 						}
@@ -292,6 +293,11 @@ func TestConcurrentPicksAndUpdates(t *testing.T) {
 				picks.Add(1)
 			}
 		})
+	}
+	// On a loaded machine the pickers may not have run yet: let at least
+	// one pick happen before the writer starts (bounded).
+	for deadline := time.Now().Add(10 * time.Second); picks.Load() == 0 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
 	}
 	fresh := seedHosts(500, 3)
 	for i := range 300 {
@@ -317,5 +323,158 @@ func TestConcurrentPicksAndUpdates(t *testing.T) {
 	wg.Wait()
 	if picks.Load() == 0 {
 		t.Fatal("no picks ran")
+	}
+}
+
+// TestRedundantKeysManyKeys: a request naming more known keys than a
+// selector may have (the stack buffer of a pick) is narrowed with
+// allow_redundant_keys and falls back without it, through both Pick and
+// PickRequest.
+func TestRedundantKeysManyKeys(t *testing.T) {
+	var big []string
+	m := map[string]string{}
+	for i := range 20 {
+		k := fmt.Sprintf("k%02d", i)
+		if i < MaxSelectorKeys {
+			big = append(big, k)
+		}
+		m[k] = "v"
+	}
+	hosts := []Host{{ID: "a", Labels: label.FromMap(m)}, {ID: "b", Labels: label.FromMap(map[string]string{"k16": "v", "k17": "v"})}}
+	for _, redundant := range []bool{false, true} {
+		cfg := Config{AllowRedundantKeys: redundant, Selectors: []Selector{{Keys: big}, {Keys: []string{"k16", "k17"}}}}
+		lb, err := New(cfg, testPolicy(), hosts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, wantErr := []string{"a"}, error(nil)
+		if !redundant {
+			want, wantErr = nil, ErrNoSubset
+		}
+		got, err := pickAll(t, lb, m, 4)
+		if !errors.Is(err, wantErr) || fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("redundant=%v: Pick(20 keys) = %v, %v; want %v, %v", redundant, got, err, want, wantErr)
+		}
+		r, err := lb.PickRequest(&Request{Metadata: label.FromMap(m)})
+		if !errors.Is(err, wantErr) || (err == nil && r.Host.ID != "a") {
+			t.Fatalf("redundant=%v: PickRequest(20 keys) = %+v, %v; want %v, %v", redundant, r.Host, err, want, wantErr)
+		}
+	}
+}
+
+func TestPickRequestAllocatesNothing(t *testing.T) {
+	cfg := seedConfig()
+	cfg.MetadataFallbackPolicy = FallbackList
+	cfg.AllowRedundantKeys = true
+	lb, err := New(cfg, testPolicy(), seedHosts(2000, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reqs := []*Request{
+		{Metadata: label.FromMap(map[string]string{"zone": "zone1", "physics": "m2"})},
+		{Metadata: label.FromMap(map[string]string{"zone": "zone1", "redundant": "x"}),
+			FallbackList: []label.Labels{label.FromMap(map[string]string{"physics": "none"}), label.FromMap(map[string]string{"physics": "m1"})}},
+	}
+	for _, req := range reqs {
+		if _, err := lb.PickRequest(req); err != nil { // builds the child picker
+			t.Fatal(err)
+		}
+		allocs := testing.AllocsPerRun(1000, func() {
+			r, err := lb.PickRequest(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r.Done(time.Millisecond, balancer.Success)
+		})
+		if allocs != 0 {
+			t.Fatalf("PickRequest(%v) allocates %v times per call, want 0", req.Metadata.Map(), allocs)
+		}
+	}
+}
+
+// TestSingleHostKeepsEarliest: a single_host_per_subset subset stays with
+// the host that joined first when a duplicate joins, even one that takes a
+// lower (freed) slot, so sticky traffic does not move.
+func TestSingleHostKeepsEarliest(t *testing.T) {
+	hosts := []Host{
+		{ID: "a", Labels: label.FromMap(map[string]string{"host": "y"})},
+		{ID: "b", Labels: label.FromMap(map[string]string{"host": "x"})},
+	}
+	lb, err := New(Config{Selectors: []Selector{{Keys: []string{"host"}, SingleHostPerSubset: true}}}, testPolicy(), hosts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lb.Remove("a") // frees slot 0
+	if err := lb.Upsert(&Host{ID: "c", Labels: label.FromMap(map[string]string{"host": "x"})}); err != nil {
+		t.Fatal(err)
+	}
+	if slotOf := lb.ids["c"]; slotOf != 0 {
+		t.Fatalf("c took slot %d, want the freed slot 0", slotOf)
+	}
+	got, err := pickAll(t, lb, map[string]string{"host": "x"}, 4)
+	if err != nil || fmt.Sprint(got) != "[b]" {
+		t.Fatalf("Pick(host=x) = %v, %v; want [b]", got, err)
+	}
+	// A relabel keeps a host's place; once b leaves, c is the subset.
+	if err := lb.Upsert(&Host{ID: "b", Addr: "moved", Labels: label.FromMap(map[string]string{"host": "x"})}); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := pickAll(t, lb, map[string]string{"host": "x"}, 4); fmt.Sprint(got) != "[b]" {
+		t.Fatalf("after relabel: %v, want [b]", got)
+	}
+	lb.Remove("b")
+	if got, _ := pickAll(t, lb, map[string]string{"host": "x"}, 4); fmt.Sprint(got) != "[c]" {
+		t.Fatalf("after b left: %v, want [c]", got)
+	}
+}
+
+// TestJoinOrderRenumbered: when the join counter runs out the hosts are
+// renumbered in the order they have, and the earliest-joined rule holds.
+func TestJoinOrderRenumbered(t *testing.T) {
+	x := label.FromMap(map[string]string{"host": "x"})
+	lb, err := New(Config{Selectors: []Selector{{Keys: []string{"host"}, SingleHostPerSubset: true}}}, testPolicy(),
+		[]Host{{ID: "a", Labels: x}, {ID: "b", Labels: x}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lb.added = maxAdded - 1
+	for _, id := range []string{"c", "d"} { // d's join renumbers
+		if err := lb.Upsert(&Host{ID: id, Labels: x}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if lb.added != 4 {
+		t.Fatalf("after renumbering the next join is %d, want 4", lb.added)
+	}
+	for _, want := range []string{"a", "b", "c", "d"} {
+		if got, err := pickAll(t, lb, map[string]string{"host": "x"}, 3); err != nil || fmt.Sprint(got) != "["+want+"]" {
+			t.Fatalf("Pick(host=x) = %v, %v; want [%s]", got, err, want)
+		}
+		lb.Remove(want)
+	}
+}
+
+// TestManySelectors: past scanSelectors selectors a request's selector is
+// found by map, with the same answers.
+func TestManySelectors(t *testing.T) {
+	var cfg Config
+	var hosts []Host
+	for i := range scanSelectors + 8 {
+		k := fmt.Sprintf("k%02d", i)
+		cfg.Selectors = append(cfg.Selectors, Selector{Keys: []string{k}})
+		hosts = append(hosts, Host{ID: k, Labels: label.FromMap(map[string]string{k: "v"})})
+	}
+	lb, err := New(cfg, testPolicy(), hosts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range hosts {
+		got, err := pickAll(t, lb, map[string]string{h.ID: "v"}, 3)
+		if err != nil || fmt.Sprint(got) != "["+h.ID+"]" {
+			t.Fatalf("Pick(%s=v) = %v, %v", h.ID, got, err)
+		}
+	}
+	if _, err := lb.Pick(map[string]string{"k00": "v", "k01": "v"}); !errors.Is(err, ErrNoSubset) {
+		t.Fatalf("Pick of two keys: %v, want ErrNoSubset", err)
 	}
 }

@@ -55,13 +55,16 @@ func (ed *edit) setRec(slot uint32, r slotRec) {
 	s := ed.s
 	ci := slot / chunkSize
 	for int(ci) >= len(s.chunks) {
-		s.chunks = append(s.chunks, &chunk{gen: s.gen})
+		s.chunks = append(s.chunks, newChunk(s.gen))
 	}
 	if slot >= s.slots {
 		s.slots = slot + 1
 	}
-	if c := s.chunks[ci]; c.gen != s.gen {
-		nc := &chunk{gen: s.gen, recs: c.recs}
+	if c := s.chunks[ci]; c.gen != s.gen || c.recs == nil {
+		nc := newChunk(s.gen)
+		for i := range uint32(chunkSize) {
+			nc.recs[i] = c.rec(ci*chunkSize + i)
+		}
 		s.chunks[ci] = nc
 	}
 	s.chunks[ci].recs[slot%chunkSize] = r
@@ -73,7 +76,7 @@ func (ed *edit) change(slot uint32, r slotRec) {
 	s, c := ed.s, ed.lb.cfg
 	var old slotRec
 	if slot < s.slots {
-		old = *s.rec(slot)
+		old = s.rec(slot)
 	}
 	ed.setRec(slot, r)
 	switch {
@@ -152,12 +155,22 @@ func (c *compiled) loadVals(hv *hostVals, h *Host) {
 	if h == nil {
 		return
 	}
-	for id, k := range c.keys {
-		if v, ok := h.Labels[k]; ok {
-			hv.v[id] = v
+	for it := h.Labels.Pairs(); ; {
+		kv, k, next, ok := it.Next()
+		if !ok {
+			break
+		}
+		it = next
+		if id := c.kt.id(kv[:k]); id >= 0 {
+			hv.v[id] = kv[k:]
 			hv.has |= 1 << id
-		} else if c.listAny && len(h.Lists[k]) > 0 {
-			hv.lists = true
+		}
+	}
+	if c.listAny {
+		for k, vs := range h.Lists {
+			if len(vs) > 0 && c.kt.id(k) >= 0 {
+				hv.lists = true
+			}
 		}
 	}
 }
@@ -240,6 +253,26 @@ func (ed *edit) delta(si int, vals []string, d int32) {
 	t.n++
 }
 
+// renumber gives the live hosts the join order 0..n-1 they have, once
+// 2^31 hosts have joined, so the order of later ones stays representable.
+// Child pickers stay valid: the order does not change.
+func (ed *edit) renumber() {
+	s, lb := ed.s, ed.lb
+	var live []uint32
+	for slot := uint32(0); slot < s.slots; slot++ {
+		if s.rec(slot).host != nil {
+			live = append(live, slot)
+		}
+	}
+	slices.SortFunc(live, func(a, b uint32) int { return int(s.rec(a).added()) - int(s.rec(b).added()) })
+	for i, slot := range live {
+		r := s.rec(slot)
+		r.state = uint32(i)<<1 | r.state&1
+		ed.setRec(slot, r)
+	}
+	lb.added = uint32(len(live))
+}
+
 // Upsert adds hosts, or replaces the hosts with the same IDs (new labels,
 // address or weight); a replaced host keeps its health. All changes are
 // published at once. Writer only.
@@ -254,18 +287,23 @@ func (lb *LB) Upsert(hosts ...*Host) error {
 	ed := lb.begin()
 	for _, h := range hosts {
 		slot, ok := lb.ids[h.ID]
-		healthy := true
+		var state uint32 // a new host: healthy, joined now
 		if ok {
-			healthy = ed.s.rec(slot).healthy
-		} else if n := len(lb.free); n > 0 {
-			slot, lb.free = lb.free[n-1], lb.free[:n-1]
+			state = ed.s.rec(slot).state
 		} else {
-			slot = ed.s.slots
-		}
-		if !ok {
+			if lb.added == maxAdded {
+				ed.renumber()
+			}
+			state = lb.added << 1
+			lb.added++
+			if n := len(lb.free); n > 0 {
+				slot, lb.free = lb.free[n-1], lb.free[:n-1]
+			} else {
+				slot = ed.s.slots
+			}
 			lb.ids[h.ID] = slot
 		}
-		ed.change(slot, slotRec{host: h, weight: h.Weight, healthy: healthy})
+		ed.change(slot, slotRec{host: h, weight: h.Weight, state: state})
 	}
 	ed.commit()
 	return nil
@@ -292,7 +330,7 @@ func (lb *LB) Remove(ids ...string) {
 // SetHealth marks a host healthy or not. Only the child pickers of the
 // host's subsets are rebuilt (on their next pick). Writer only.
 func (lb *LB) SetHealth(id string, healthy bool) error {
-	return lb.setRec(id, func(r *slotRec) { r.healthy = healthy })
+	return lb.setRec(id, func(r *slotRec) { r.setHealthy(healthy) })
 }
 
 // SetWeight changes a host's weight for weighted child policies. Writer only.
@@ -310,9 +348,9 @@ func (lb *LB) setRec(id string, fn func(*slotRec)) error {
 	if !ok {
 		return fmt.Errorf("%w %q", ErrUnknownHost, id)
 	}
-	r := *lb.snap.Load().rec(slot)
+	r := lb.snap.Load().rec(slot)
 	fn(&r)
-	if r == *lb.snap.Load().rec(slot) {
+	if r == lb.snap.Load().rec(slot) {
 		return nil // a write that changes nothing publishes nothing
 	}
 	ed := lb.begin()
