@@ -89,3 +89,47 @@ type Policy interface {
 	// call at a time; it may allocate.
 	Build(endpoints []Endpoint) Picker
 }
+
+// Retainer is implemented by policies that learn per-endpoint state. By
+// default Build forgets the state of endpoints not in the set it is given;
+// a subset balancer builds one picker per subset from one policy, so it
+// calls Retain with every endpoint of the cluster instead: from then on the
+// state of exactly those endpoints is kept (and shared by every subset's
+// picker) whatever sets Build is given. Called by the owner of the endpoint
+// set when the set changes; safe concurrently with Build.
+type Retainer interface {
+	Retain(ids []string)
+}
+
+var (
+	_ Retainer = (*adaptive)(nil)
+	_ Retainer = (*LeastRequest)(nil)
+	_ Retainer = (*peakEWMA)(nil)
+	_ Retainer = (*ejectPolicy)(nil)
+)
+
+// Retain implements Retainer.
+func (p *adaptive) Retain(ids []string) { p.states.retain(ids) }
+
+// Retain implements Retainer.
+func (p *LeastRequest) Retain(ids []string) { p.states.retain(ids) }
+
+// Retain implements Retainer.
+func (p *peakEWMA) Retain(ids []string) { p.states.retain(ids) }
+
+// Retain implements Retainer: its own ejection state and the inner policy's.
+func (p *ejectPolicy) Retain(ids []string) {
+	p.states.retain(ids)
+	if r, ok := p.inner.(Retainer); ok {
+		r.Retain(ids)
+	}
+}
+
+// EjectionCounter is implemented by outlier ejection (Eject,
+// WithOutlierEjection): how many ejections it made, for metrics. Any
+// goroutine.
+type EjectionCounter interface {
+	Ejections() int64
+}
+
+var _ EjectionCounter = (*ejectPolicy)(nil)

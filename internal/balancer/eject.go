@@ -69,7 +69,12 @@ type ejectPolicy struct {
 	// the per-endpoint checks. It lives here, not in a picker, because Done
 	// may arrive through a picker that was already replaced.
 	until atomic.Int64
+	// ejections counts every ejection, for metrics.
+	ejections atomic.Int64
 }
+
+// Ejections returns how many ejections the policy has made.
+func (p *ejectPolicy) Ejections() int64 { return p.ejections.Load() }
 
 type ejState struct {
 	consecutive  atomic.Int64
@@ -173,6 +178,7 @@ func (e *ejectPicker) eject(st *ejState) {
 	st.lastEnd = end
 	st.consecutive.Store(0)
 	st.ejectedUntil.Store(end)
+	e.p.ejections.Add(1)
 	if end > e.p.until.Load() {
 		e.p.until.Store(end)
 	}

@@ -49,6 +49,9 @@ func TestEjectionBackoff(t *testing.T) {
 			if got := picks(pk, 300); got[1] != 0 {
 				t.Fatalf("ejected endpoint picked %d times", got[1])
 			}
+			if n := pol.(EjectionCounter).Ejections(); n != 1 {
+				t.Fatalf("Ejections() = %d after one ejection", n)
+			}
 			clk.add(10 * time.Second) // first ejection: 1 x base
 			if got := picks(pk, 300); got[1] == 0 {
 				t.Fatal("endpoint not back after its first ejection")

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 )
 
@@ -98,4 +99,22 @@ func New(name string, opts ...Option) (Policy, error) {
 		p = Eject(p, *o.ejection, o.now)
 	}
 	return p, nil
+}
+
+// XDSTypeURLPrefix starts the type URL that names a Sextant policy in an
+// xDS Cluster's load_balancing_policy, as a TypedStruct: the control plane
+// emits "sextant.io/balancer/sextant_adaptive"; the gateway reads it, and
+// grpc-go looks up a balancer registered as the last path segment
+// ("sextant_adaptive", from client/grpcresolver), skipping to the next
+// policy in the list when none is.
+const XDSTypeURLPrefix = "sextant.io/balancer/sextant_"
+
+// XDSTypeURL is the type URL naming policy name in xDS.
+func XDSTypeURL(name string) string { return XDSTypeURLPrefix + name }
+
+// NameFromXDSTypeURL returns the policy a type URL names, if it is one of
+// Sextant's.
+func NameFromXDSTypeURL(u string) (string, bool) {
+	name, ok := strings.CutPrefix(u, XDSTypeURLPrefix)
+	return name, ok && name != ""
 }

@@ -81,7 +81,7 @@ func (s *Store) runJob(job chunkJob) {
 		if err == nil {
 			err = s.failure()
 		}
-		if err == nil {
+		if err == nil && !job.req.visibleOnly {
 			if err = s.syncFiles(); err != nil {
 				s.fail(err)
 			}

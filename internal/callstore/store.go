@@ -77,6 +77,8 @@ type Store struct {
 
 type flushReq struct {
 	done chan error
+	// visibleOnly: publish the records but do not fsync (Flush).
+	visibleOnly bool
 }
 
 // Open opens or creates the store in dir, recovering from a crash: a torn or
@@ -176,10 +178,23 @@ func (s *Store) Sync() error {
 	if s.closed.Load() {
 		return ErrClosed
 	}
-	return s.sync()
+	return s.sync(false)
 }
 
-func (s *Store) sync() error {
+// Flush makes every record put before it was called visible to queries,
+// like Sync, but without fsync and without a sync entry: it costs the
+// writes, not the disk flushes. After a crash, flushed records are kept if
+// they were written whole (the unsynced tail is checked, docs/callstore.md).
+func (s *Store) Flush() error {
+	s.closeMu.RLock()
+	defer s.closeMu.RUnlock()
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	return s.sync(true)
+}
+
+func (s *Store) sync(visibleOnly bool) error {
 	s.mu.Lock()
 	ws := append([]*Writer(nil), s.writers...)
 	s.mu.Unlock()
@@ -188,7 +203,7 @@ func (s *Store) sync() error {
 		w.handOff(false)
 		w.mu.Unlock()
 	}
-	req := &flushReq{done: make(chan error, 1)}
+	req := &flushReq{done: make(chan error, 1), visibleOnly: visibleOnly}
 	s.flushReq <- req
 	return <-req.done
 }
@@ -205,7 +220,7 @@ func (s *Store) Close() error {
 	s.mu.Lock()
 	s.cond.Broadcast()
 	s.mu.Unlock()
-	err := s.sync()
+	err := s.sync(false)
 	s.closeMu.Lock() // waits for queries and Puts in flight
 	close(s.done)
 	s.wg.Wait()

@@ -1,4 +1,4 @@
-package bench
+package balancer
 
 import (
 	"bytes"
@@ -6,11 +6,24 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
-	"os"
 	"strings"
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/sextant-mesh/sextant/internal/bench/report"
 )
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// TestResultKeys pins every JSON key "sextant bench balancer" prints:
+// scripts and docs/benchmarks.md read them.
+func TestResultKeys(t *testing.T) {
+	if err := report.CompareKeys(Result{}, "testdata/result_keys.golden"); err != nil {
+		t.Error(err)
+	}
+}
 
 func TestParseProvidersErrorsNameTheField(t *testing.T) {
 	cases := []struct {
@@ -38,12 +51,11 @@ func TestParseProvidersErrorsNameTheField(t *testing.T) {
 	}
 }
 
+// raceFile is the race's providers file; testdata holds a copy of
+// shared/data/race-providers.json so that the test never skips.
 func raceFile(t *testing.T) *ProvidersFile {
 	t.Helper()
-	f, err := LoadProviders("../../../shared/data/race-providers.json")
-	if errors.Is(err, os.ErrNotExist) {
-		t.Skip("shared/data/race-providers.json not beside the repository")
-	}
+	f, err := LoadProviders("testdata/race-providers.json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,10 +100,10 @@ func TestServiceTimeDraw(t *testing.T) {
 // A tiny run of the real bench (loopback HTTP, real providers): every
 // policy completes calls, the closed loop keeps its calls in flight, the
 // oracle loses nothing to rejections, and the JSON carries every figure.
-func TestRunBalancerTiny(t *testing.T) {
+func TestRunTiny(t *testing.T) {
 	f := raceFile(t)
 	var out bytes.Buffer
-	res, err := RunBalancer(context.Background(), BalancerConfig{
+	res, err := Run(context.Background(), Config{
 		Providers: f, Policies: []string{"random", "adaptive", "oracle"},
 		Scale: 32, Warmup: 300 * time.Millisecond, Phase: 250 * time.Millisecond, Seed: 1,
 	}, &out)
@@ -125,8 +137,8 @@ func TestRunBalancerTiny(t *testing.T) {
 	}
 }
 
-func TestRunBalancerUnknownPolicy(t *testing.T) {
-	_, err := RunBalancer(context.Background(), BalancerConfig{Providers: &ProvidersFile{}, Policies: []string{"nope"}}, &bytes.Buffer{})
+func TestRunUnknownPolicy(t *testing.T) {
+	_, err := Run(context.Background(), Config{Providers: &ProvidersFile{}, Policies: []string{"nope"}}, &bytes.Buffer{})
 	if err == nil || !strings.Contains(err.Error(), "unknown policy") {
 		t.Fatalf("err = %v, want unknown policy", err)
 	}

@@ -1,4 +1,11 @@
-package bench
+// Package balancer is the load-balancing race, "sextant bench balancer":
+// it starts the race's providers in-process on loopback (capacities that
+// change every phase, from a providers file), keeps a fixed number of calls
+// in flight through each policy of internal/balancer and through an oracle
+// that knows the true capacities, and prints one JSON object per policy.
+// It owns the providers it starts and stops them; the policies are
+// internal/balancer's.
+package balancer
 
 import (
 	"context"
@@ -8,19 +15,17 @@ import (
 	"io"
 	"net/http"
 	"slices"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/schollz/progressbar/v3"
-
 	"github.com/sextant-mesh/sextant/internal/balancer"
+	"github.com/sextant-mesh/sextant/internal/bench/report"
 )
 
-// BalancerConfig configures "sextant bench balancer"; zero values are the
+// Config configures "sextant bench balancer"; zero values are the
 // race's defaults.
-type BalancerConfig struct {
+type Config struct {
 	// Providers is the parsed providers file (LoadProviders).
 	Providers *ProvidersFile
 	// Policies to run, in order; empty: every balancer policy plus "oracle".
@@ -38,10 +43,15 @@ type BalancerConfig struct {
 	Seed uint64
 	// Progress receives a progress bar (nil: none).
 	Progress io.Writer
+	// Proxy, when set, sends every call through a proxy that balances
+	// itself (the gateway bench): it is given the policy and the providers'
+	// addresses and returns the URL to call and how to stop it. The client
+	// then picks nothing, and per-provider successes are not known.
+	Proxy func(ctx context.Context, policy string, providers []string) (url string, stop func(), err error)
 }
 
-// BalancerResult is one policy's figures, printed as one JSON object.
-type BalancerResult struct {
+// Result is one policy's figures, printed as one JSON object.
+type Result struct {
 	Policy    string  `json:"policy"`
 	Scale     int     `json:"scale"`
 	InFlight  int     `json:"in_flight"`
@@ -71,7 +81,7 @@ const binWidth = 100 * time.Millisecond
 
 // RunBalancer runs each policy against fresh in-process providers over
 // loopback HTTP and writes one JSON line per policy to out.
-func RunBalancer(ctx context.Context, cfg BalancerConfig, out io.Writer) ([]BalancerResult, error) {
+func Run(ctx context.Context, cfg Config, out io.Writer) ([]Result, error) {
 	if cfg.Providers == nil {
 		return nil, errors.New("bench: balancer: no providers file")
 	}
@@ -92,6 +102,9 @@ func RunBalancer(ctx context.Context, cfg BalancerConfig, out io.Writer) ([]Bala
 	}
 	for _, name := range cfg.Policies {
 		if name == "oracle" {
+			if cfg.Proxy != nil {
+				return nil, errors.New("bench: balancer: oracle cannot run behind a proxy")
+			}
 			continue
 		}
 		if _, err := balancer.New(name); err != nil {
@@ -99,7 +112,7 @@ func RunBalancer(ctx context.Context, cfg BalancerConfig, out io.Writer) ([]Bala
 		}
 	}
 	enc := json.NewEncoder(out)
-	var results []BalancerResult
+	var results []Result
 	for _, name := range cfg.Policies {
 		r, err := runPolicy(ctx, cfg, name)
 		if err != nil {
@@ -120,14 +133,14 @@ type callStats struct {
 	latencies                                      []time.Duration
 }
 
-func runPolicy(ctx context.Context, cfg BalancerConfig, name string) (BalancerResult, error) {
+func runPolicy(ctx context.Context, cfg Config, name string) (Result, error) {
 	provs := newSimProviders(cfg.Providers, cfg.Scale, cfg.Seed)
 	for i, p := range provs {
 		if err := p.start(); err != nil {
 			for _, q := range provs[:i] {
 				q.stop()
 			}
-			return BalancerResult{}, err
+			return Result{}, err
 		}
 	}
 	defer func() {
@@ -140,7 +153,7 @@ func runPolicy(ctx context.Context, cfg BalancerConfig, name string) (BalancerRe
 	if name != "oracle" {
 		var err error
 		if pol, err = balancer.New(name); err != nil {
-			return BalancerResult{}, fmt.Errorf("bench: balancer: %w", err)
+			return Result{}, fmt.Errorf("bench: balancer: %w", err)
 		}
 	}
 	eps := make([]balancer.Endpoint, len(provs))
@@ -150,6 +163,18 @@ func runPolicy(ctx context.Context, cfg BalancerConfig, name string) (BalancerRe
 		urls[i] = "http://" + p.addr + "/"
 	}
 	picker := pol.Build(eps)
+	if cfg.Proxy != nil {
+		addrs := make([]string, len(provs))
+		for i, p := range provs {
+			addrs[i] = p.addr
+		}
+		url, stop, err := cfg.Proxy(ctx, name, addrs)
+		if err != nil {
+			return Result{}, fmt.Errorf("bench: balancer: proxy: %w", err)
+		}
+		defer stop()
+		picker, urls = passThrough{}, []string{url}
+	}
 
 	nPhases := len(provs[0].phases)
 	inFlight := max(1024/cfg.Scale, 1)
@@ -180,32 +205,8 @@ func runPolicy(ctx context.Context, cfg BalancerConfig, name string) (BalancerRe
 		})
 		defer t.Stop()
 	}
+	bar := report.NewTimeBar(runCtx, cfg.Progress, name, total)
 	var wg sync.WaitGroup
-	if cfg.Progress != nil {
-		// The progress bar's goroutine is owned by this run and ends with it.
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			bar := progressbar.NewOptions64(total.Milliseconds(), progressbar.OptionSetWriter(cfg.Progress),
-				progressbar.OptionSetDescription(name), progressbar.OptionThrottle(200*time.Millisecond),
-				progressbar.OptionClearOnFinish())
-			defer func() { _ = bar.Finish() }()
-			tick := time.NewTicker(200 * time.Millisecond)
-			defer tick.Stop()
-			for {
-				select {
-				case <-runCtx.Done():
-					return
-				case now := <-tick.C:
-					_ = bar.Set64(min(now.Sub(start), total).Milliseconds())
-					if !now.Before(mEnd) {
-						return
-					}
-				}
-			}
-		}()
-	}
-
 	stats := make([]*callStats, inFlight)
 	for g := range inFlight {
 		st := &callStats{perProvider: make([]int64, len(provs))}
@@ -218,6 +219,7 @@ func runPolicy(ctx context.Context, cfg BalancerConfig, name string) (BalancerRe
 	}
 	wg.Wait()
 	cancel()
+	bar.Finish()
 
 	return summarize(name, cfg, provs, stats, bins, inFlight, measure), nil
 }
@@ -262,6 +264,9 @@ func clientLoop(ctx context.Context, client *http.Client, picker balancer.Picker
 			bins[int(t1.Sub(mStart)/binWidth)].Add(1)
 		case balancer.Rejected:
 			st.rejections++
+		case balancer.Canceled: // the proxy shed it
+			st.sheds++
+			time.Sleep(time.Millisecond)
 		case balancer.Timeout:
 			st.timeouts++
 		default:
@@ -290,14 +295,17 @@ func call(ctx context.Context, client *http.Client, url string, timeout time.Dur
 	case http.StatusOK:
 		return balancer.Success
 	case http.StatusServiceUnavailable:
+		if resp.Header.Get("X-Sextant-Error") == "shed" {
+			return balancer.Canceled // shed by a proxy in between
+		}
 		return balancer.Rejected
 	}
 	return balancer.Failed
 }
 
-func summarize(name string, cfg BalancerConfig, provs []*simProvider, stats []*callStats,
-	bins []atomic.Int64, inFlight int, measure time.Duration) BalancerResult {
-	r := BalancerResult{
+func summarize(name string, cfg Config, provs []*simProvider, stats []*callStats,
+	bins []atomic.Int64, inFlight int, measure time.Duration) Result {
+	r := Result{
 		Policy: name, Scale: cfg.Scale, InFlight: inFlight, Seconds: measure.Seconds(),
 		PerProvider: make(map[string]int64, len(provs)),
 	}
@@ -308,15 +316,15 @@ func summarize(name string, cfg BalancerConfig, provs []*simProvider, stats []*c
 		r.Sheds += st.sheds
 		r.Timeouts += st.timeouts
 		r.Errors += st.errors
-		for i, n := range st.perProvider {
-			r.PerProvider[provs[i].name] += n
+		if cfg.Proxy == nil {
+			for i, n := range st.perProvider {
+				r.PerProvider[provs[i].name] += n
+			}
 		}
 		lats = append(lats, st.latencies...)
 	}
-	slices.Sort(lats)
-	r.P50Ms = quantileMs(lats, 0.50)
-	r.P99Ms = quantileMs(lats, 0.99)
-	r.P999Ms = quantileMs(lats, 0.999)
+	lat := report.Summarize(lats)
+	r.P50Ms, r.P99Ms, r.P999Ms = lat.P50Ms, lat.P99Ms, lat.P999Ms
 
 	nPhases := len(provs[0].phases)
 	perBin := binWidth.Seconds()
@@ -333,8 +341,7 @@ func summarize(name string, cfg BalancerConfig, provs []*simProvider, stats []*c
 	if r.Ceiling > 0 {
 		r.Ratio = float64(r.Successes) / r.Ceiling
 	}
-	sorted := slices.Clone(r.RecoveryMs)
-	sort.Slice(sorted, func(i, j int) bool { return sorted[i] < sorted[j] })
+	sorted := slices.Sorted(slices.Values(r.RecoveryMs))
 	if len(sorted) > 0 {
 		r.RecoveryMedianMs = sorted[len(sorted)/2]
 		r.RecoveryMaxMs = sorted[len(sorted)-1]
@@ -354,10 +361,8 @@ func recovery(bins []atomic.Int64, first, n int, target float64) int64 {
 	return int64(n) * binWidth.Milliseconds()
 }
 
-func quantileMs(sorted []time.Duration, q float64) float64 {
-	if len(sorted) == 0 {
-		return 0
-	}
-	i := min(int(q*float64(len(sorted))), len(sorted)-1)
-	return float64(sorted[i].Microseconds()) / 1000
-}
+// passThrough is the client's picker when a proxy balances: one target.
+type passThrough struct{}
+
+func (passThrough) Pick() (int, error)                        { return 0, nil }
+func (passThrough) Done(int, time.Duration, balancer.Outcome) {}

@@ -1,4 +1,4 @@
-package bench
+package callstore
 
 import (
 	"bytes"
@@ -7,17 +7,30 @@ import (
 	"path/filepath"
 	"testing"
 
+	"go.uber.org/goleak"
+
+	"github.com/sextant-mesh/sextant/internal/bench/report"
 	"github.com/sextant-mesh/sextant/internal/callstore"
 )
 
-func TestRunCallstore(t *testing.T) {
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// TestResultKeys pins every JSON key "sextant bench callstore" prints:
+// scripts and docs/benchmarks.md read them.
+func TestResultKeys(t *testing.T) {
+	if err := report.CompareKeys(Result{}, "testdata/result_keys.golden"); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestRun(t *testing.T) {
 	for _, wl := range []string{"demo", "random"} {
 		t.Run(wl, func(t *testing.T) {
 			var out bytes.Buffer
-			cfg := CallstoreConfig{Dir: filepath.Join(t.TempDir(), "store"), Workload: wl, Records: 30_000,
+			cfg := Config{Dir: filepath.Join(t.TempDir(), "store"), Workload: wl, Records: 30_000,
 				Writers: 3, Readers: 2, MsgQueries: 40, AvgQueries: 80, Seed: 1,
 				Options: callstore.Options{ChunkRecords: 2048, BucketRecords: 256, WriterBatch: 64}}
-			res, err := RunCallstore(context.Background(), cfg, &out)
+			res, err := Run(context.Background(), cfg, &out)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -35,7 +48,7 @@ func TestRunCallstore(t *testing.T) {
 			}
 		})
 	}
-	if _, err := RunCallstore(context.Background(), CallstoreConfig{Dir: t.TempDir(), Workload: "nope", Records: 10, Writers: 1, Readers: 1}, &bytes.Buffer{}); err == nil {
+	if _, err := Run(context.Background(), Config{Dir: t.TempDir(), Workload: "nope", Records: 10, Writers: 1, Readers: 1}, &bytes.Buffer{}); err == nil {
 		t.Fatal("bad workload accepted")
 	}
 }

@@ -1,4 +1,4 @@
-package bench
+package registry
 
 import (
 	"bytes"
@@ -24,7 +24,7 @@ func realRegistry(t *testing.T) string {
 	return apitest.Start(t).URL
 }
 
-func TestRegTemplatePatchesIDs(t *testing.T) {
+func TestTemplatePatchesIDs(t *testing.T) {
 	tests := []struct {
 		name string
 		n    int
@@ -35,7 +35,7 @@ func TestRegTemplatePatchesIDs(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			tm := newRegTemplate("ns", "svc", "p-", tt.n, 30)
+			tm := newTemplate("ns", "svc", "p-", tt.n, 30)
 			tm.set(tt.base)
 			var body struct {
 				Instances []client.Instance `json:"instances"`
@@ -49,7 +49,7 @@ func TestRegTemplatePatchesIDs(t *testing.T) {
 				t.Fatalf("%d instances, want %d", len(body.Instances), tt.n)
 			}
 			for k, in := range body.Instances {
-				if want := regID("p-", int64(tt.base)+int64(k)); in.ID != want {
+				if want := instanceID("p-", int64(tt.base)+int64(k)); in.ID != want {
 					t.Errorf("instance %d id %q, want %q", k, in.ID, want)
 				}
 				if in.TTLSeconds != 30 || in.Namespace != "ns" || in.Service != "svc" {
@@ -60,9 +60,9 @@ func TestRegTemplatePatchesIDs(t *testing.T) {
 	}
 }
 
-func TestRegMetadataShape(t *testing.T) {
+func TestMetadataShape(t *testing.T) {
 	for _, i := range []int{0, 1, 65535, 1 << 20} {
-		md := regMetadata(i)
+		md := metadata(i)
 		if len(md) != 16 {
 			t.Fatalf("instance %d: %d entries, want 16", i, len(md))
 		}
@@ -72,52 +72,26 @@ func TestRegMetadataShape(t *testing.T) {
 			}
 		}
 	}
-	if regMetadata(0)["meta-key01"] == regMetadata(1)["meta-key01"] {
+	if metadata(0)["meta-key01"] == metadata(1)["meta-key01"] {
 		t.Error("meta-key01 must alternate so the query selector matches half")
 	}
 }
 
-func TestRegPercentiles(t *testing.T) {
-	tests := []struct {
-		name          string
-		in            []time.Duration
-		p50, p99, max float64
-	}{
-		{name: "empty"},
-		{name: "one", in: []time.Duration{time.Millisecond}, p50: 1, p99: 1, max: 1},
-		{name: "hundred", in: func() []time.Duration {
-			d := make([]time.Duration, 100)
-			for i := range d {
-				d[i] = time.Duration(100-i) * time.Millisecond
-			}
-			return d
-		}(), p50: 50, p99: 99, max: 100},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			p50, p99, mx := regPercentiles(tt.in)
-			if p50 != tt.p50 || p99 != tt.p99 || mx != tt.max {
-				t.Errorf("got %v %v %v, want %v %v %v", p50, p99, mx, tt.p50, tt.p99, tt.max)
-			}
-		})
-	}
-}
-
-// TestRunRegistryTiny runs every scenario, scaled down, against the real
+// TestRunTiny runs every scenario, scaled down, against the real
 // server and checks the figures are there and everything was cleaned up.
-func TestRunRegistryTiny(t *testing.T) {
+func TestRunTiny(t *testing.T) {
 	url := realRegistry(t)
-	cfg := RegistryConfig{
+	cfg := Config{
 		Server: url, Namespace: "bench-test", Duration: 200 * time.Millisecond, MaxInstances: 2000,
 		Conns: 8, BatchConns: 2, BatchSize: 50, HeartbeatConns: 2, HeartbeatIDs: 100, HeartbeatPool: 1000,
 		QueryConns: 4, QuerySize: 20, ChangesTotal: 3000, ChangesCount: 300, ChangesRounds: 3, WatchRounds: 5,
 	}
 	var out bytes.Buffer
-	res, err := RunRegistry(context.Background(), cfg, &out)
+	res, err := Run(context.Background(), cfg, &out)
 	if err != nil {
-		t.Fatalf("RunRegistry: %v\n%s", err, out.String())
+		t.Fatalf("Run: %v\n%s", err, out.String())
 	}
-	for name, th := range map[string]*RegThroughput{"register": res.Register, "batch": res.Batch, "heartbeat": res.Heartbeat, "query": res.Query} {
+	for name, th := range map[string]*Throughput{"register": res.Register, "batch": res.Batch, "heartbeat": res.Heartbeat, "query": res.Query} {
 		if th == nil || th.Items == 0 || th.Errors != 0 || th.PerSecond <= 0 || th.P99Ms < th.P50Ms {
 			t.Errorf("%s: %+v", name, th)
 		}
@@ -128,7 +102,7 @@ func TestRunRegistryTiny(t *testing.T) {
 	if res.Watch == nil || res.Watch.Rounds != 5 {
 		t.Errorf("watch: %+v", res.Watch)
 	}
-	var printed RegistryResult
+	var printed Result
 	if err := json.Unmarshal(out.Bytes(), &printed); err != nil {
 		t.Fatalf("output is not one JSON object: %v\n%s", err, out.String())
 	}
@@ -146,14 +120,14 @@ func TestRunRegistryTiny(t *testing.T) {
 	}
 }
 
-func TestRunRegistryRejectsUnknownScenario(t *testing.T) {
-	_, err := RunRegistry(context.Background(), RegistryConfig{Server: "http://127.0.0.1:1", Scenarios: []string{"nope"}}, &bytes.Buffer{})
+func TestRunRejectsUnknownScenario(t *testing.T) {
+	_, err := Run(context.Background(), Config{Server: "http://127.0.0.1:1", Scenarios: []string{"nope"}}, &bytes.Buffer{})
 	if err == nil || !strings.Contains(err.Error(), `unknown registry scenario "nope"`) {
 		t.Fatalf("err = %v", err)
 	}
 }
 
-func TestRegCallerAnswers(t *testing.T) {
+func TestCallerAnswers(t *testing.T) {
 	big := strings.Repeat("x", 100_000)
 	tests := []struct {
 		name       string
@@ -218,7 +192,7 @@ func TestRegCallerAnswers(t *testing.T) {
 			srv.Start()
 			defer srv.Close()
 			addr := strings.TrimPrefix(srv.URL, "http://")
-			c := &regCaller{addr: addr, host: addr}
+			c := &caller{addr: addr, host: addr}
 			defer c.close()
 			var body []byte
 			if tt.body != "" {
@@ -240,10 +214,10 @@ func TestRegCallerAnswers(t *testing.T) {
 	}
 }
 
-func TestRegCallerStopsOnCancel(t *testing.T) {
+func TestCallerStopsOnCancel(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	c := &regCaller{addr: "127.0.0.1:1", host: "x"}
+	c := &caller{addr: "127.0.0.1:1", host: "x"}
 	if _, err := c.send(ctx, "GET", "/", nil); err == nil {
 		t.Fatal("send on a cancelled context succeeded")
 	}

@@ -1,0 +1,87 @@
+package gateway
+
+import (
+	"context"
+	"io"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	benchbal "github.com/sextant-mesh/sextant/internal/bench/balancer"
+)
+
+func TestParseWrk(t *testing.T) {
+	out := `Running 8s test @ http://127.0.0.1:1/
+  2 threads and 64 connections
+  Thread Stats   Avg      Stdev     Max   +/- Stdev
+    Latency     3.02ms    1.10ms  40.00ms   90.00%
+  Latency Distribution
+     50%    2.54ms
+     75%    3.00ms
+     90%    4.00ms
+     99%  812.00us
+  171787 requests in 8.00s, 197.33MB read
+  Socket errors: connect 0, read 2, write 0, timeout 1
+  Non-2xx or 3xx responses: 5
+Requests/sec:  21473.38
+Transfer/sec:     24.67MB
+`
+	r, err := parseWrk(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.rps != 21473.38 || r.requests != 171787 || r.p50 != 2.54 || r.p99 != 0.812 || r.errors != 8 {
+		t.Fatalf("%+v", r)
+	}
+	if _, err := parseWrk("garbage"); err == nil {
+		t.Fatal("no error for garbage")
+	}
+}
+
+// The race through a real in-process gateway, shortened: every call is
+// answered through the gateway and adaptive beats random's rejections.
+func TestRaceThroughGateway(t *testing.T) {
+	f, err := benchbal.ParseProviders([]byte(`{"threads":{"a":40,"b":80},"phase_seconds":1,
+		"phases":{"a":[{"max_concurrent":16,"avg_rtt_ms":5},{"max_concurrent":8,"avg_rtt_ms":5}],
+		"b":[{"max_concurrent":32,"avg_rtt_ms":5},{"max_concurrent":40,"avg_rtt_ms":5}]}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := benchbal.Config{Providers: f, Policies: []string{"adaptive", "random"}, Scale: 8,
+		Warmup: 200 * time.Millisecond, Phase: 400 * time.Millisecond, Timeout: time.Second, Seed: 1,
+		Proxy: RaceProxy(time.Second)}
+	res, err := benchbal.Run(context.Background(), cfg, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range res {
+		if r.Successes == 0 || r.Errors != 0 {
+			t.Fatalf("%s through the gateway: %+v", r.Policy, r)
+		}
+	}
+	if res[0].Rejections > res[1].Rejections {
+		t.Errorf("adaptive got %d provider rejections, random %d", res[0].Rejections, res[1].Rejections)
+	}
+}
+
+func TestConfigLatency(t *testing.T) {
+	r, err := RunConfigLatency(context.Background(), 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Updates != 5 || r.P99Ms <= 0 || r.P99Ms > 10000 {
+		t.Fatalf("%+v", r)
+	}
+}
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// fasthttp's and grpc-go's process-wide background goroutines.
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*workerPool).Start.func2"),
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"),
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*TCPDialer).tcpAddrsClean"),
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*HostClient).connsCleaner"),
+		goleak.IgnoreAnyFunction("google.golang.org/grpc/internal/grpcsync.NewCallbackSerializer.func1"),
+	)
+}

@@ -1,0 +1,32 @@
+package push
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+)
+
+// TestRunSmall runs the scenario at a small scale with both protocols: every
+// change reaches every subscriber and the figures are filled in.
+func TestRunSmall(t *testing.T) {
+	for _, delta := range []bool{true, false} {
+		var out bytes.Buffer
+		res, err := Run(context.Background(), Config{
+			Services: 20, Endpoints: 200, Subscribers: 3, Delta: delta,
+			Duration: 700 * time.Millisecond, ChurnPerSec: 50, ConfigEvery: 50 * time.Millisecond, Resyncs: 1,
+		}, &out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var printed Result
+		if err := json.Unmarshal(out.Bytes(), &printed); err != nil || printed.Protocol != res.Protocol {
+			t.Fatalf("printed %q: %v", out.String(), err)
+		}
+		if res.Undelivered != 0 || res.EndpointChanges == 0 || res.ConfigChanges == 0 ||
+			res.EndpointAllP99MS == 0 || res.ConfigAllP99MS == 0 || res.Clusters != 80 || res.HeapAfterBytes == 0 {
+			t.Fatalf("%s: %+v", res.Protocol, res)
+		}
+	}
+}

@@ -1,0 +1,181 @@
+// Package push is the load generator behind "sextant bench push": seed
+// 001's scenario (services with a DestinationRule of blue, green, gray and
+// stable subsets and a VirtualService matching three of them by header plus
+// a stable default; instances spread over them), real ADS streams from
+// simulated subscribers, endpoint churn under config churn. It drives the
+// push engine in-process through its Source interface (an in-memory
+// registry); the HTTP path comes with the server's wiring.
+package push
+
+import (
+	"fmt"
+	"math/rand/v2"
+
+	"google.golang.org/protobuf/types/known/wrapperspb"
+	networking "istio.io/api/networking/v1"
+
+	"github.com/sextant-mesh/sextant/internal/config"
+	"github.com/sextant-mesh/sextant/internal/label"
+	engine "github.com/sextant-mesh/sextant/internal/push"
+	"github.com/sextant-mesh/sextant/internal/push/pushtest"
+	"github.com/sextant-mesh/sextant/internal/xds"
+)
+
+// colors are the subsets: the first three matched by header, the last the
+// default route.
+var colors = []string{"blue", "green", "gray", "stable"}
+
+func serviceName(i int) string { return fmt.Sprintf("svc-%04d", i) }
+
+func serviceKey(i int) config.ServiceKey {
+	return config.ServiceKey{Namespace: "default", Name: serviceName(i)}
+}
+
+// destinationRule of service i; gen varies its outlier detection, so that
+// each generation changes the service's clusters.
+func destinationRule(i, gen int) *config.Object {
+	dr := &networking.DestinationRule{Host: serviceName(i)}
+	for _, c := range colors {
+		dr.Subsets = append(dr.Subsets, &networking.Subset{Name: c, Labels: map[string]string{"color": c}})
+	}
+	if gen > 0 {
+		dr.TrafficPolicy = &networking.TrafficPolicy{OutlierDetection: &networking.OutlierDetection{
+			Consecutive_5XxErrors: wrapperspb.UInt32(uint32(gen%1000 + 1)),
+		}}
+	}
+	return &config.Object{Key: config.Key{Kind: config.KindDestinationRule, Namespace: "default", Name: serviceName(i)}, DestinationRule: dr}
+}
+
+// virtualService of service i: header x-group picks blue, green or gray,
+// everything else goes to stable; gen varies the header values.
+func virtualService(i, gen int) *config.Object {
+	vs := &networking.VirtualService{Hosts: []string{serviceName(i)}}
+	for _, c := range colors[:3] {
+		v := c
+		if gen > 0 {
+			v = fmt.Sprintf("%s-%d", c, gen)
+		}
+		vs.Http = append(vs.Http, &networking.HTTPRoute{
+			Match: []*networking.HTTPMatchRequest{{Headers: map[string]*networking.StringMatch{
+				"x-group": {MatchType: &networking.StringMatch_Exact{Exact: v}},
+			}}},
+			Route: []*networking.HTTPRouteDestination{{Destination: &networking.Destination{Host: serviceName(i), Subset: c}}},
+		})
+	}
+	vs.Http = append(vs.Http, &networking.HTTPRoute{
+		Route: []*networking.HTTPRouteDestination{{Destination: &networking.Destination{Host: serviceName(i), Subset: "stable"}}},
+	})
+	return &config.Object{Key: config.Key{Kind: config.KindVirtualService, Namespace: "default", Name: serviceName(i)}, VirtualService: vs}
+}
+
+// instance j of the scenario: service j mod services, its color cycling
+// with j / services, a distinct loopback-free private address.
+func instance(j, services int) engine.Instance {
+	svc := j % services
+	return engine.Instance{
+		ID: fmt.Sprintf("i-%06d", j), Namespace: "default", Service: serviceName(svc),
+		Host: fmt.Sprintf("10.%d.%d.%d", j>>16&255, j>>8&255, j&255), Port: 8080, Weight: 100, Healthy: true,
+		Metadata: label.FromMap(map[string]string{"color": colors[(j/services)%len(colors)], "zone": fmt.Sprintf("z%d", j%3)}),
+	}
+}
+
+// Load fills reg with the scenario: services with a DestinationRule and a
+// VirtualService each, endpoints instances spread over them.
+func Load(reg *pushtest.Registry, services, endpoints int) error {
+	for i := range services {
+		for _, o := range []*config.Object{destinationRule(i, 0), virtualService(i, 0)} {
+			if err := config.Validate(o); err != nil {
+				return err
+			}
+			reg.ApplyConfig(o)
+		}
+	}
+	batch := make([]engine.Instance, 0, 1000)
+	for j := range endpoints {
+		batch = append(batch, instance(j, services))
+		if len(batch) == cap(batch) || j == endpoints-1 {
+			reg.Upsert(batch...)
+			batch = batch[:0]
+		}
+	}
+	return nil
+}
+
+// churner changes the scenario: instances down and up again, and
+// VirtualService / DestinationRule generations.
+type churner struct {
+	reg       *pushtest.Registry
+	rng       *rand.Rand
+	services  int
+	endpoints int
+	down      map[int]bool
+	downList  []int
+	gen       int
+}
+
+// endpointChange takes a random instance down, or brings one back when 50
+// (or 1%) are down; commit is given the EDS resource that must change and the
+// change, which it commits.
+func (c *churner) endpointChange(commit func(name string, f func())) {
+	var j int
+	up := len(c.downList) >= min(50, max(1, c.endpoints/100))
+	if up {
+		// The longest down comes back: a quick down and up of one instance
+		// could cancel out before the engine reads it, changing nothing.
+		j = c.downList[0]
+		c.downList = c.downList[1:]
+		delete(c.down, j)
+	} else {
+		for {
+			j = c.rng.IntN(c.endpoints)
+			if !c.down[j] {
+				break
+			}
+		}
+		c.down[j] = true
+		c.downList = append(c.downList, j)
+	}
+	in := instance(j, c.services)
+	color, _ := in.Metadata.Get("color")
+	commit(xds.ClusterName(serviceKey(j%c.services), color, 0), func() {
+		if up {
+			c.reg.Upsert(in)
+		} else {
+			c.reg.Delete(config.ServiceKey{Namespace: "default", Name: in.Service}, in.ID)
+		}
+	})
+}
+
+// configChange alternates a VirtualService and a DestinationRule change of
+// a random service; commit is given the type and name of a resource that
+// must change and the change, which it commits.
+func (c *churner) configChange(commit func(typ xds.Type, name string, f func())) {
+	c.gen++
+	i := c.rng.IntN(c.services)
+	if c.gen%2 == 0 {
+		o := virtualService(i, c.gen)
+		commit(xds.TypeRoute, xds.RouteName(serviceKey(i)), func() { c.reg.ApplyConfig(o) })
+		return
+	}
+	// Its clusters change; watch one CDS carries: a subset with an
+	// instance up (an empty subset has no cluster).
+	watch := "stable"
+	for _, color := range colors {
+		if c.hasUp(i, color) {
+			watch = color
+			break
+		}
+	}
+	o := destinationRule(i, c.gen)
+	commit(xds.TypeCluster, xds.ClusterName(serviceKey(i), watch, 0), func() { c.reg.ApplyConfig(o) })
+}
+
+// hasUp reports whether subset color of service i has an instance up.
+func (c *churner) hasUp(i int, color string) bool {
+	for j := i; j < c.endpoints; j += c.services {
+		if colors[(j/c.services)%len(colors)] == color && !c.down[j] {
+			return true
+		}
+	}
+	return false
+}

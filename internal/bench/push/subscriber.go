@@ -1,0 +1,358 @@
+package push
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/bits-and-blooms/bitset"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/encoding"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/sextant-mesh/sextant/internal/xds"
+)
+
+// rawMsg receives a discovery response undecoded: the subscriber reads only
+// what it needs (type, version, nonce, names) with protowire, so that the
+// bench's side of each stream stays small next to the server's.
+type rawMsg struct{ b []byte }
+
+type rawCodec struct{ proto encoding.CodecV2 }
+
+func (c rawCodec) Marshal(v any) (mem.BufferSlice, error) { return c.proto.Marshal(v) }
+
+func (c rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	if r, ok := v.(*rawMsg); ok {
+		r.b = data.Materialize()
+		return nil
+	}
+	return c.proto.Unmarshal(data, v)
+}
+
+func (rawCodec) Name() string { return "proto" }
+
+// response is what a subscriber reads of one response.
+type response struct {
+	typeURL, version, nonce string
+	count                   int
+	names                   []string // resources (SotW: only when asked), and delta removals are not kept
+	versions                []string // delta: per resource
+}
+
+func field(b []byte, f func(num protowire.Number, v []byte) error) error {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return protowire.ParseError(n)
+		}
+		b = b[n:]
+		if typ != protowire.BytesType {
+			n = protowire.ConsumeFieldValue(num, typ, b)
+			if n < 0 {
+				return protowire.ParseError(n)
+			}
+			b = b[n:]
+			continue
+		}
+		v, n := protowire.ConsumeBytes(b)
+		if n < 0 {
+			return protowire.ParseError(n)
+		}
+		b = b[n:]
+		if err := f(num, v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// resourceName reads field 1 (the name of a Cluster, Listener,
+// RouteConfiguration; cluster_name of a ClusterLoadAssignment) of an Any's
+// value.
+func resourceName(anyMsg []byte) (string, error) {
+	var name string
+	err := field(anyMsg, func(num protowire.Number, v []byte) error {
+		if num == 2 {
+			return field(v, func(num protowire.Number, v []byte) error {
+				if num == 1 && name == "" {
+					name = string(v)
+				}
+				return nil
+			})
+		}
+		return nil
+	})
+	return name, err
+}
+
+func parseSotW(b []byte, withNames bool) (response, error) {
+	var r response
+	err := field(b, func(num protowire.Number, v []byte) error {
+		switch num {
+		case 1:
+			r.version = string(v)
+		case 2:
+			r.count++
+			if withNames {
+				n, err := resourceName(v)
+				if err != nil {
+					return err
+				}
+				r.names = append(r.names, n)
+			}
+		case 4:
+			r.typeURL = string(v)
+		case 5:
+			r.nonce = string(v)
+		}
+		return nil
+	})
+	return r, err
+}
+
+func parseDelta(b []byte) (response, error) {
+	var r response
+	err := field(b, func(num protowire.Number, v []byte) error {
+		switch num {
+		case 1:
+			r.version = string(v)
+		case 2:
+			r.count++
+			var name, ver string
+			if err := field(v, func(num protowire.Number, v []byte) error {
+				switch num {
+				case 1:
+					ver = string(v)
+				case 3:
+					name = string(v)
+				}
+				return nil
+			}); err != nil {
+				return err
+			}
+			r.names = append(r.names, name)
+			r.versions = append(r.versions, ver)
+		case 4:
+			r.typeURL = string(v)
+		case 5:
+			r.nonce = string(v)
+		}
+		return nil
+	})
+	return r, err
+}
+
+// revision reads the revision a version stands for: the engine's versions
+// are a revision, possibly followed by "+" marks.
+func revision(v string) int64 {
+	i := 0
+	for i < len(v) && v[i] >= '0' && v[i] <= '9' {
+		i++
+	}
+	n, _ := strconv.ParseInt(v[:i], 10, 64)
+	return n
+}
+
+var types = []xds.Type{xds.TypeCluster, xds.TypeEndpoint, xds.TypeListener, xds.TypeRoute}
+
+// subscriber is one simulated data plane: its own connection, one ADS
+// stream subscribing to everything, ACKing every response.
+type subscriber struct {
+	id     int
+	delta  bool
+	conn   *grpc.ClientConn
+	t      *tracker
+	counts [4]int // resources received per type until synced
+	synced chan struct{}
+	once   sync.Once
+}
+
+func dialSubscriber(addr string) (*grpc.ClientConn, error) {
+	return grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(rawCodec{proto: encoding.GetCodecV2("proto")}), grpc.MaxCallRecvMsgSize(256<<20)))
+}
+
+// run subscribes and reads until ctx ends.
+func (s *subscriber) run(ctx context.Context, want [4]int) error {
+	desc := &grpc.StreamDesc{StreamName: "StreamAggregatedResources", ServerStreams: true, ClientStreams: true}
+	method := "/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources"
+	if s.delta {
+		desc.StreamName = "DeltaAggregatedResources"
+		method = "/envoy.service.discovery.v3.AggregatedDiscoveryService/DeltaAggregatedResources"
+	}
+	stream, err := s.conn.NewStream(ctx, desc, method)
+	if err != nil {
+		return err
+	}
+	node := &corev3.Node{Id: fmt.Sprintf("bench-%d", s.id), Cluster: "bench"}
+	for i, t := range types {
+		var req any
+		if s.delta {
+			req = &discoveryv3.DeltaDiscoveryRequest{TypeUrl: t.URL(), ResourceNamesSubscribe: []string{"*"}}
+			if i == 0 {
+				req.(*discoveryv3.DeltaDiscoveryRequest).Node = node
+			}
+		} else {
+			req = &discoveryv3.DiscoveryRequest{TypeUrl: t.URL(), ResourceNames: []string{"*"}}
+			if i == 0 {
+				req.(*discoveryv3.DiscoveryRequest).Node = node
+			}
+		}
+		if err := stream.SendMsg(req); err != nil {
+			return err
+		}
+	}
+	for {
+		var m rawMsg
+		if err := stream.RecvMsg(&m); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		now := time.Now()
+		syncing := false
+		select {
+		case <-s.synced:
+		default:
+			syncing = true
+		}
+		var r response
+		if s.delta {
+			r, err = parseDelta(m.b)
+		} else if r, err = parseSotW(m.b, false); err == nil && !syncing && !fullState(r.typeURL) {
+			r, err = parseSotW(m.b, true)
+		}
+		if err != nil {
+			return fmt.Errorf("bench: subscriber %d: %w", s.id, err)
+		}
+		var ack any
+		if s.delta {
+			ack = &discoveryv3.DeltaDiscoveryRequest{TypeUrl: r.typeURL, ResponseNonce: r.nonce}
+		} else {
+			ack = &discoveryv3.DiscoveryRequest{TypeUrl: r.typeURL, VersionInfo: r.version, ResponseNonce: r.nonce, ResourceNames: []string{"*"}}
+		}
+		if err := stream.SendMsg(ack); err != nil {
+			return err
+		}
+		t, _ := xds.TypeOf(r.typeURL)
+		if syncing {
+			if fullState(r.typeURL) && !s.delta {
+				s.counts[t] = r.count
+			} else {
+				s.counts[t] += r.count
+			}
+			if s.counts == want {
+				s.once.Do(func() { close(s.synced) })
+			}
+			continue
+		}
+		s.t.received(s, t, &r, !s.delta && fullState(r.typeURL), now)
+	}
+}
+
+func fullState(typeURL string) bool {
+	return typeURL == xds.TypeCluster.URL() || typeURL == xds.TypeListener.URL()
+}
+
+// event is one change whose arrival at every subscriber is awaited.
+type event struct {
+	kind      int // 0 endpoint, 1 config
+	rev       int64
+	at        time.Time
+	remaining int
+	got       bitset.BitSet // subscribers that have it
+}
+
+// tracker matches what subscribers receive with the changes committed.
+type tracker struct {
+	mu     sync.Mutex
+	subs   int
+	active [4]map[string][]*event
+	perSub [2][]time.Duration // endpoint, config: every (event, subscriber) latency
+	all    [2][]time.Duration // endpoint, config: per event, the last subscriber's
+	open   int
+}
+
+func newTracker(subs int) *tracker {
+	t := &tracker{subs: subs}
+	for i := range t.active {
+		t.active[i] = map[string][]*event{}
+	}
+	return t
+}
+
+// expect registers a change before it is committed at rev.
+func (t *tracker) expect(kind int, typ xds.Type, name string, rev int64, at time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	e := &event{kind: kind, rev: rev, at: at, remaining: t.subs}
+	t.active[typ][name] = append(t.active[typ][name], e)
+	t.open++
+}
+
+func (t *tracker) received(s *subscriber, typ xds.Type, r *response, full bool, now time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	active := t.active[typ]
+	if len(active) == 0 {
+		return
+	}
+	see := func(name string, v int64) {
+		evs := active[name]
+		if len(evs) == 0 {
+			return
+		}
+		kept := evs[:0]
+		for _, e := range evs {
+			if e.rev <= v && !e.got.Test(uint(s.id)) {
+				e.got.Set(uint(s.id))
+				lat := now.Sub(e.at)
+				t.perSub[e.kind] = append(t.perSub[e.kind], lat)
+				if e.remaining--; e.remaining == 0 {
+					t.all[e.kind] = append(t.all[e.kind], lat)
+					t.open--
+					continue
+				}
+			}
+			kept = append(kept, e)
+		}
+		if len(kept) == 0 {
+			delete(active, name)
+		} else {
+			active[name] = kept
+		}
+	}
+	switch {
+	case full:
+		v := revision(r.version)
+		for name := range active {
+			see(name, v)
+		}
+	case r.versions != nil:
+		for i, name := range r.names {
+			see(name, revision(r.versions[i]))
+		}
+	default:
+		v := revision(r.version)
+		for _, name := range r.names {
+			see(name, v)
+		}
+	}
+}
+
+func (t *tracker) pending() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.open
+}
+
+var errNotSynced = errors.New("bench: subscribers did not receive every resource in time")

@@ -1,0 +1,124 @@
+package calllog
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+)
+
+// dict maps the strings of one partition's bodies (endpoints, subsets,
+// clusters, routes) to ids, in an append-only file of lines
+// "<id> <Go-quoted string>\n". Id 0 is "". A torn last line (a crash while
+// appending) is ignored on open; the records that would use it were not
+// synced either, because the writer syncs the dictionary before the store.
+//
+// The writer goroutine calls id and sync; queries call name from any
+// goroutine. mu guards the maps; the file is the writer's.
+type dict struct {
+	f     *os.File
+	dirty bool
+
+	mu    sync.RWMutex
+	ids   map[string]uint32
+	names []string
+}
+
+func openDict(path string) (*dict, error) {
+	data, err := os.ReadFile(path)
+	if err != nil && !os.IsNotExist(err) {
+		return nil, fmt.Errorf("calllog: read %s: %w", path, err)
+	}
+	d := &dict{ids: map[string]uint32{"": 0}, names: []string{""}}
+	good := 0
+	for len(data) > good {
+		nl := bytes.IndexByte(data[good:], '\n')
+		if nl < 0 {
+			break // torn tail
+		}
+		line := data[good : good+nl]
+		sp := bytes.IndexByte(line, ' ')
+		if sp < 0 {
+			break
+		}
+		id, err1 := strconv.ParseUint(string(line[:sp]), 10, 32)
+		s, err2 := strconv.Unquote(string(line[sp+1:]))
+		if err1 != nil || err2 != nil || id != uint64(len(d.names)) {
+			break
+		}
+		d.ids[s] = uint32(id)
+		d.names = append(d.names, s)
+		good += nl + 1
+	}
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("calllog: open %s: %w", path, err)
+	}
+	if err := f.Truncate(int64(good)); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("calllog: truncate %s: %w", path, err)
+	}
+	if _, err := f.Seek(int64(good), 0); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("calllog: seek %s: %w", path, err)
+	}
+	d.f = f
+	return d, nil
+}
+
+// id returns s's id, appending it to the file if new. Writer goroutine.
+func (d *dict) id(s string) (uint32, error) {
+	d.mu.RLock()
+	id, ok := d.ids[s]
+	d.mu.RUnlock()
+	if ok {
+		return id, nil
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	id = uint32(len(d.names))
+	line := strconv.AppendUint(nil, uint64(id), 10)
+	line = append(line, ' ')
+	line = strconv.AppendQuote(line, s)
+	line = append(line, '\n')
+	if _, err := d.f.Write(line); err != nil {
+		return 0, fmt.Errorf("calllog: append to dictionary: %w", err)
+	}
+	d.ids[s] = id
+	d.names = append(d.names, s)
+	d.dirty = true
+	return id, nil
+}
+
+// lookup returns the id of s if it has one. Any goroutine.
+func (d *dict) lookup(s string) (uint32, bool) {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	id, ok := d.ids[s]
+	return id, ok
+}
+
+// name returns the string of id. Any goroutine.
+func (d *dict) name(id uint32) string {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	if int(id) < len(d.names) {
+		return d.names[id]
+	}
+	return "?" + strconv.FormatUint(uint64(id), 10)
+}
+
+// sync makes the appended names durable. Writer goroutine.
+func (d *dict) sync() error {
+	if !d.dirty {
+		return nil
+	}
+	if err := d.f.Sync(); err != nil {
+		return fmt.Errorf("calllog: sync dictionary: %w", err)
+	}
+	d.dirty = false
+	return nil
+}
+
+func (d *dict) close() error { return d.f.Close() }

@@ -1,0 +1,444 @@
+package calllog
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sextant-mesh/sextant/internal/callstore"
+)
+
+// Options configure a Log; zero values are defaults.
+type Options struct {
+	// Dir holds the partitions. Required.
+	Dir string
+	// SegmentSpan starts a new segment of a service after this long
+	// (default 1h); SegmentBytes after this many bytes (default
+	// MaxBytes/16, at least 1 MiB). Retention deletes whole segments.
+	SegmentSpan  time.Duration
+	SegmentBytes int64
+	// MaxAge deletes segments whose newest record is older (default 7 days).
+	MaxAge time.Duration
+	// MaxBytes deletes the oldest sealed segments, over all services, while
+	// the log is larger (default 10 GiB). Segments being written are never
+	// deleted, so the log can exceed it by up to one segment per service.
+	MaxBytes int64
+	// FlushInterval makes recorded calls visible to queries at least this
+	// often (default 1s); SyncInterval makes them durable (default 10s).
+	FlushInterval, SyncInterval time.Duration
+	// QueueSize bounds the calls waiting for the writer (default 65536);
+	// Record drops calls beyond it rather than slow the proxy.
+	QueueSize int
+	// Store tunes each segment's callstore (default: 16384-record chunks,
+	// 1024-record buckets, 1024-record writer batches).
+	Store callstore.Options
+	// Now is the clock (tests); default time.Now.
+	Now func() time.Time
+	// Logger receives background errors; nil discards.
+	Logger *slog.Logger
+}
+
+func (o Options) withDefaults() (Options, error) {
+	if o.Dir == "" {
+		return o, errors.New("calllog: Dir is required")
+	}
+	if o.SegmentSpan <= 0 {
+		o.SegmentSpan = time.Hour
+	}
+	if o.MaxAge <= 0 {
+		o.MaxAge = 7 * 24 * time.Hour
+	}
+	if o.MaxBytes <= 0 {
+		o.MaxBytes = 10 << 30
+	}
+	if o.SegmentBytes <= 0 {
+		o.SegmentBytes = max(o.MaxBytes/16, 1<<20)
+	}
+	if o.FlushInterval <= 0 {
+		o.FlushInterval = time.Second
+	}
+	if o.SyncInterval <= 0 {
+		o.SyncInterval = 10 * time.Second
+	}
+	if o.QueueSize <= 0 {
+		o.QueueSize = 1 << 16
+	}
+	if o.Store.ChunkRecords == 0 {
+		o.Store.ChunkRecords = 1 << 14
+	}
+	if o.Store.BucketRecords == 0 {
+		o.Store.BucketRecords = 1 << 10
+	}
+	if o.Store.WriterBatch == 0 {
+		o.Store.WriterBatch = 1 << 10
+	}
+	if o.Store.MaxBufferedRecords == 0 {
+		o.Store.MaxBufferedRecords = 1 << 17
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	o.Store.Logger = o.Logger
+	return o, nil
+}
+
+// Log is the call log. Record may be called from any goroutine; queries
+// too. Open starts one goroutine, the writer, which Close stops.
+//
+// Lock order: Log.mu, then dict.mu. The writer goroutine owns each
+// partition's pending records, active writer and dictionary file; mu guards
+// the partition map and segment lists, which queries read.
+type Log struct {
+	opts Options
+	in   chan Record
+	req  chan chan error
+	done chan struct{}
+	wg   sync.WaitGroup
+
+	written, dropped atomic.Uint64
+
+	mu     sync.Mutex
+	parts  map[string]*partition
+	closed bool
+	err    error // first background error
+}
+
+type partition struct {
+	service string
+	dir     string
+	dict    *dict
+	segs    []*segment // by start; the last may be active
+
+	// Writer goroutine only.
+	active   *segment
+	w        *callstore.Writer
+	lastT    int64
+	pending  []Record
+	unsynced bool
+}
+
+// Open opens (or creates) the log in opts.Dir and starts its writer.
+func Open(opts Options) (*Log, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("calllog: %w", err)
+	}
+	l := &Log{opts: opts, in: make(chan Record, opts.QueueSize), req: make(chan chan error),
+		done: make(chan struct{}), parts: map[string]*partition{}}
+	if err := l.load(); err != nil {
+		l.closeAll()
+		return nil, err
+	}
+	l.wg.Add(1)
+	go l.run()
+	return l, nil
+}
+
+// openPartition creates or opens a service's directory and dictionary.
+func (l *Log) openPartition(service string) (*partition, error) {
+	dir := filepath.Join(l.opts.Dir, url.PathEscape(service))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("calllog: %w", err)
+	}
+	d, err := openDict(filepath.Join(dir, "names.log"))
+	if err != nil {
+		return nil, err
+	}
+	return &partition{service: service, dir: dir, dict: d, lastT: math.MinInt64}, nil
+}
+
+// Record queues one call. Any goroutine; it never blocks: when the queue
+// is full the call is dropped and counted (Counts).
+func (l *Log) Record(r Record) {
+	select {
+	case l.in <- r:
+	default:
+		l.dropped.Add(1)
+	}
+}
+
+// Counts returns how many calls were written and dropped so far.
+func (l *Log) Counts() (written, dropped uint64) { return l.written.Load(), l.dropped.Load() }
+
+// Flush makes every call recorded before it visible to queries (not
+// necessarily durable). Any goroutine; it waits for the writer.
+func (l *Log) Flush() error {
+	ch := make(chan error, 1)
+	select {
+	case l.req <- ch:
+		return <-ch
+	case <-l.done:
+		return errors.New("calllog: closed")
+	}
+}
+
+// Close writes and syncs what is queued and closes every segment.
+func (l *Log) Close() error {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil
+	}
+	l.closed = true
+	l.mu.Unlock()
+	close(l.done)
+	l.wg.Wait()
+	return l.closeAll()
+}
+
+func (l *Log) closeAll() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var first error
+	for _, p := range l.parts {
+		if p.w != nil {
+			if err := p.w.Close(); err != nil && first == nil {
+				first = err
+			}
+		}
+		for _, s := range p.segs {
+			if s.store != nil {
+				if err := s.store.Close(); err != nil && first == nil {
+					first = err
+				}
+				s.store = nil
+			}
+		}
+		if err := p.dict.close(); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// run is the writer goroutine.
+func (l *Log) run() {
+	defer l.wg.Done()
+	flush := time.NewTicker(l.opts.FlushInterval)
+	defer flush.Stop()
+	// The writer takes queued calls every 10 ms instead of waiting on the
+	// queue: a call handing off its record then never has to wake a parked
+	// goroutine (a futex call per record at proxy rates).
+	drain := time.NewTicker(10 * time.Millisecond)
+	defer drain.Stop()
+	lastSync, lastRetention := l.opts.Now(), time.Time{}
+	for {
+		select {
+		case <-drain.C:
+			l.drain()
+		case <-flush.C:
+			l.drain()
+			now := l.opts.Now()
+			durable := now.Sub(lastSync) >= l.opts.SyncInterval
+			if durable {
+				lastSync = now
+			}
+			l.note(l.flushAll(durable))
+			if now.Sub(lastRetention) >= min(l.opts.FlushInterval*10, time.Minute) {
+				lastRetention = now
+				l.note(l.retain())
+			}
+		case ch := <-l.req:
+			l.drain()
+			ch <- l.flushAll(false)
+		case <-l.done:
+			l.drain()
+			l.note(l.flushAll(true))
+			return
+		}
+	}
+}
+
+func (l *Log) note(err error) {
+	if err == nil {
+		return
+	}
+	l.opts.Logger.Error("calllog: background write failed", "err", err)
+	l.mu.Lock()
+	if l.err == nil {
+		l.err = err
+	}
+	l.mu.Unlock()
+}
+
+func (l *Log) drain() {
+	for {
+		select {
+		case r := <-l.in:
+			l.add(r)
+		default:
+			return
+		}
+	}
+}
+
+func (l *Log) add(r Record) {
+	l.mu.Lock()
+	p := l.parts[r.Service]
+	l.mu.Unlock()
+	if p == nil {
+		var err error
+		if p, err = l.openPartition(r.Service); err != nil {
+			l.note(err)
+			l.dropped.Add(1)
+			return
+		}
+		l.mu.Lock()
+		l.parts[r.Service] = p
+		l.mu.Unlock()
+	}
+	p.pending = append(p.pending, r)
+}
+
+// flushAll writes every partition's pending calls in start order and makes
+// them visible (durable: synced). Writer goroutine.
+func (l *Log) flushAll(durable bool) error {
+	l.mu.Lock()
+	parts := make([]*partition, 0, len(l.parts))
+	for _, p := range l.parts {
+		parts = append(parts, p)
+	}
+	l.mu.Unlock()
+	var first error
+	for _, p := range parts {
+		if err := l.flush(p, durable); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+func (l *Log) flush(p *partition, durable bool) error {
+	if len(p.pending) == 0 && !(durable && p.unsynced) {
+		return nil
+	}
+	now := l.opts.Now()
+	if p.active != nil && (now.UnixNano()-p.active.start >= int64(l.opts.SegmentSpan) || p.active.bytes >= l.opts.SegmentBytes) {
+		if err := l.seal(p); err != nil {
+			return err
+		}
+	}
+	if p.active == nil && len(p.pending) > 0 {
+		if err := l.startSegment(p, now); err != nil {
+			p.pending = p.pending[:0]
+			return err
+		}
+	}
+	recs := p.pending
+	slices.SortFunc(recs, func(a, b Record) int { return cmp.Compare(a.Start, b.Start) })
+	var late []Record
+	seg := p.active
+	for _, r := range recs {
+		if r.Start < p.lastT {
+			late = append(late, r) // started before calls already written
+			continue
+		}
+		if err := l.put(p, p.w, r); err != nil {
+			return err
+		}
+		p.lastT = r.Start
+	}
+	if len(late) > 0 {
+		// A short-lived writer for calls that ended after later-started
+		// calls were written: the store keeps them as a separate run.
+		lw, err := seg.store.Writer()
+		if err != nil {
+			return fmt.Errorf("calllog: %w", err)
+		}
+		for _, r := range late {
+			if err := l.put(p, lw, r); err != nil {
+				lw.Close()
+				return err
+			}
+		}
+		if err := lw.Close(); err != nil {
+			return fmt.Errorf("calllog: %w", err)
+		}
+	}
+	if len(recs) > 0 {
+		seg.minT = min(seg.minT, recs[0].Start)
+		if len(late) > 0 {
+			seg.minT = min(seg.minT, late[0].Start)
+		}
+		p.unsynced = true
+	}
+	p.pending = recs[:0]
+	if err := p.dict.sync(); err != nil {
+		return err
+	}
+	var err error
+	if durable {
+		err = seg.store.Sync()
+		p.unsynced = false
+	} else {
+		err = seg.store.Flush()
+	}
+	if err != nil {
+		return fmt.Errorf("calllog: %s: %w", p.service, err)
+	}
+	l.written.Add(uint64(len(recs)))
+	seg.bytes = dirBytes(seg.dir)
+	return nil
+}
+
+func (l *Log) put(p *partition, w *callstore.Writer, r Record) error {
+	b := body{reason: r.Reason, status: r.Status, retries: r.Retries, bytesIn: r.BytesIn, bytesOut: r.BytesOut}
+	var err error
+	if b.endpoint, err = p.dict.id(r.Endpoint); err != nil {
+		return err
+	}
+	if b.subset, err = p.dict.id(r.Subset); err != nil {
+		return err
+	}
+	if b.cluster, err = p.dict.id(r.Cluster); err != nil {
+		return err
+	}
+	if b.route, err = p.dict.id(r.Route); err != nil {
+		return err
+	}
+	a := r.Latency.Microseconds()
+	if err := w.Put(r.Start, a, b.encode()); err != nil {
+		return fmt.Errorf("calllog: %s: %w", p.service, err)
+	}
+	return nil
+}
+
+// Services lists the services with records, sorted.
+func (l *Log) Services() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make([]string, 0, len(l.parts))
+	for s := range l.parts {
+		out = append(out, s)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Bytes is the log's size on disk as last measured.
+func (l *Log) Bytes() int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var n int64
+	for _, p := range l.parts {
+		for _, s := range p.segs {
+			n += s.bytes
+		}
+	}
+	return n
+}

@@ -1,0 +1,275 @@
+package calllog
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/sextant-mesh/sextant/internal/callstore"
+)
+
+// ErrBadQuery wraps invalid query parameters.
+var ErrBadQuery = errors.New("calllog: bad query")
+
+// Query selects calls of one service.
+type Query struct {
+	Service  string
+	Endpoint string // "" for every endpoint
+	From, To time.Time
+	// MinLatency and MaxLatency bound the latency (inclusive); 0 MaxLatency
+	// means no upper bound.
+	MinLatency, MaxLatency time.Duration
+	// Limit caps the calls returned (default 1000, at most 100000).
+	Limit int
+}
+
+// Call is one recorded call.
+type Call struct {
+	Start     time.Time     `json:"start"`
+	Latency   time.Duration `json:"-"`
+	LatencyUs int64         `json:"latency_us"`
+	Service   string        `json:"service"`
+	Cluster   string        `json:"cluster"`
+	Route     string        `json:"route,omitempty"`
+	Subset    string        `json:"subset,omitempty"`
+	Endpoint  string        `json:"endpoint,omitempty"`
+	Status    int           `json:"status"`
+	Retries   int           `json:"retries"`
+	Reason    string        `json:"reason,omitempty"`
+	BytesIn   uint32        `json:"bytes_in"`
+	BytesOut  uint32        `json:"bytes_out"`
+}
+
+func (q *Query) check() error {
+	if q.Service == "" {
+		return fmt.Errorf("%w: service is required", ErrBadQuery)
+	}
+	if q.To.IsZero() {
+		q.To = time.Unix(0, math.MaxInt64)
+	}
+	if q.To.Before(q.From) {
+		return fmt.Errorf("%w: to is before from", ErrBadQuery)
+	}
+	if q.MinLatency < 0 || q.MaxLatency < 0 || (q.MaxLatency > 0 && q.MaxLatency < q.MinLatency) {
+		return fmt.Errorf("%w: latency bounds", ErrBadQuery)
+	}
+	switch {
+	case q.Limit == 0:
+		q.Limit = 1000
+	case q.Limit < 0 || q.Limit > 100000:
+		return fmt.Errorf("%w: limit %d not in [1, 100000]", ErrBadQuery, q.Limit)
+	}
+	return nil
+}
+
+// scan reads the messages of q's service in its window from every segment
+// that may hold them, in start order, and calls fn for those of q's
+// endpoint until fn returns false. It reads no other service's records.
+func (l *Log) scan(q *Query, fn func(m *callstore.Message, b *body) bool) (*dict, error) {
+	from, to := unixNano(q.From), unixNano(q.To)
+	aMin := q.MinLatency.Microseconds()
+	aMax := int64(math.MaxInt64)
+	if q.MaxLatency > 0 {
+		aMax = q.MaxLatency.Microseconds()
+	}
+	l.mu.Lock()
+	p := l.parts[q.Service]
+	if p == nil {
+		l.mu.Unlock()
+		return nil, nil
+	}
+	var segs []*segment
+	for _, s := range p.segs {
+		if s.maxT < from || s.minT > to {
+			continue
+		}
+		if s.store == nil {
+			st, err := callstore.Open(s.dir, l.opts.Store)
+			if err != nil {
+				l.mu.Unlock()
+				l.release(segs)
+				return nil, fmt.Errorf("calllog: open segment: %w", err)
+			}
+			s.store = st
+		}
+		s.refs++
+		s.lastUse = l.opts.Now()
+		segs = append(segs, s)
+	}
+	l.mu.Unlock()
+	defer l.release(segs)
+	var epID uint32
+	if q.Endpoint != "" {
+		id, ok := p.dict.lookup(q.Endpoint)
+		if !ok {
+			return p.dict, nil
+		}
+		epID = id
+	}
+	var msgs []callstore.Message
+	for _, s := range segs {
+		var err error
+		msgs, err = s.store.AppendMessages(msgs[:0], aMin, aMax, from, to)
+		if err != nil {
+			return nil, fmt.Errorf("calllog: %s: %w", q.Service, err)
+		}
+		for i := range msgs {
+			b := decodeBody(&msgs[i].Body)
+			if q.Endpoint != "" && b.endpoint != epID {
+				continue
+			}
+			if !fn(&msgs[i], &b) {
+				return p.dict, nil
+			}
+		}
+	}
+	return p.dict, nil
+}
+
+func (l *Log) release(segs []*segment) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, s := range segs {
+		s.refs--
+		if s.deleted && s.refs == 0 {
+			l.note(l.removeLocked(s))
+		}
+	}
+	l.evictLocked()
+}
+
+// Calls returns the calls q selects, oldest first, and whether the limit
+// cut the answer.
+func (l *Log) Calls(q Query) ([]Call, bool, error) {
+	if err := q.check(); err != nil {
+		return nil, false, err
+	}
+	var out []Call
+	truncated := false
+	var bodies []body
+	var msgs []callstore.Message
+	d, err := l.scan(&q, func(m *callstore.Message, b *body) bool {
+		if len(msgs) == q.Limit {
+			truncated = true
+			return false
+		}
+		msgs = append(msgs, *m)
+		bodies = append(bodies, *b)
+		return true
+	})
+	if err != nil || d == nil {
+		return nil, false, err
+	}
+	// Segments overlap in t only by calls that ended late: sort to be sure.
+	idx := make([]int, len(msgs))
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortStableFunc(idx, func(a, b int) int {
+		switch {
+		case msgs[a].T < msgs[b].T:
+			return -1
+		case msgs[a].T > msgs[b].T:
+			return 1
+		}
+		return 0
+	})
+	out = make([]Call, 0, len(msgs))
+	for _, i := range idx {
+		m, b := &msgs[i], &bodies[i]
+		out = append(out, Call{
+			Start: time.Unix(0, m.T).UTC(), Latency: time.Duration(m.A) * time.Microsecond, LatencyUs: m.A,
+			Service: q.Service, Cluster: d.name(b.cluster), Route: d.name(b.route), Subset: d.name(b.subset),
+			Endpoint: d.name(b.endpoint), Status: int(b.status), Retries: int(b.retries), Reason: b.reason.String(),
+			BytesIn: b.bytesIn, BytesOut: b.bytesOut,
+		})
+	}
+	return out, truncated, nil
+}
+
+// StatsQuery asks for per-step statistics of one service.
+type StatsQuery struct {
+	Service  string
+	Endpoint string
+	From, To time.Time
+	Step     time.Duration // default: (To-From)/60, at least 1s
+}
+
+// Step is the statistics of the calls that started in [Start, Start+step).
+type Step struct {
+	Start  time.Time `json:"start"`
+	Count  int64     `json:"count"`
+	Errors int64     `json:"errors"`
+	AvgMs  float64   `json:"avg_ms"`
+	P50Ms  float64   `json:"p50_ms"`
+	P90Ms  float64   `json:"p90_ms"`
+	P99Ms  float64   `json:"p99_ms"`
+}
+
+// maxSteps bounds a stats answer.
+const maxSteps = 10000
+
+// Stats returns one Step per step of [From, To) (empty steps included).
+func (l *Log) Stats(q StatsQuery) ([]Step, error) {
+	if q.Service == "" {
+		return nil, fmt.Errorf("%w: service is required", ErrBadQuery)
+	}
+	if q.From.IsZero() || q.To.IsZero() || !q.From.Before(q.To) {
+		return nil, fmt.Errorf("%w: from and to are required, from before to", ErrBadQuery)
+	}
+	if q.Step <= 0 {
+		q.Step = max((q.To.Sub(q.From)+59)/60, time.Second)
+	}
+	n := int((q.To.Sub(q.From) + q.Step - 1) / q.Step)
+	if n > maxSteps {
+		return nil, fmt.Errorf("%w: %d steps, at most %d (use a larger step)", ErrBadQuery, n, maxSteps)
+	}
+	lat := make([][]int64, n)
+	steps := make([]Step, n)
+	sums := make([]int64, n)
+	from := q.From.UnixNano()
+	cq := Query{Service: q.Service, Endpoint: q.Endpoint, From: q.From, To: q.To.Add(-1)}
+	if _, err := l.scan(&cq, func(m *callstore.Message, b *body) bool {
+		i := int((m.T - from) / int64(q.Step))
+		if i < 0 || i >= n {
+			return true
+		}
+		steps[i].Count++
+		if b.isError() {
+			steps[i].Errors++
+		}
+		sums[i] += m.A
+		lat[i] = append(lat[i], m.A)
+		return true
+	}); err != nil {
+		return nil, err
+	}
+	for i := range steps {
+		steps[i].Start = q.From.Add(time.Duration(i) * q.Step).UTC()
+		if steps[i].Count == 0 {
+			continue
+		}
+		slices.Sort(lat[i])
+		steps[i].AvgMs = float64(sums[i]) / float64(steps[i].Count) / 1000
+		steps[i].P50Ms = quantile(lat[i], 0.50)
+		steps[i].P90Ms = quantile(lat[i], 0.90)
+		steps[i].P99Ms = quantile(lat[i], 0.99)
+	}
+	return steps, nil
+}
+
+// quantile of sorted microseconds, in milliseconds (nearest rank).
+func quantile(sorted []int64, q float64) float64 {
+	i := int(math.Ceil(q*float64(len(sorted)))) - 1
+	i = min(max(i, 0), len(sorted)-1)
+	return float64(sorted[i]) / 1000
+}
+
+func unixNano(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}

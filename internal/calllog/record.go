@@ -1,0 +1,141 @@
+// Package calllog owns Sextant's call log, the one record layout of a call
+// for the gateway and the Go SDK's round tripper alike: one record per call,
+// kept in internal/callstore with t = the call's start (unix ns) and a = its
+// latency (µs), partitioned by service so that a query reads only its
+// service's records, cut into time segments so that retention (by age and
+// by disk size) deletes whole segments, and answered as calls or per-step
+// statistics. It does not own the storage engine (internal/callstore) nor
+// what a call is (the gateway or the SDK fills Record).
+//
+// Layout on disk (docs/gateway.md, "Call records"):
+//
+//	DIR/<escaped service>/names.log          id -> string dictionary of the body's ids
+//	DIR/<escaped service>/seg-<start ns>/    one callstore per segment
+//	DIR/<escaped service>/seg-<start ns>/bounds   t range of a sealed segment
+package calllog
+
+import (
+	"encoding/binary"
+	"time"
+
+	"github.com/sextant-mesh/sextant/internal/callstore"
+)
+
+// Record is one call as the gateway saw it.
+type Record struct {
+	Start    int64         // unix nanoseconds when the gateway received the call
+	Latency  time.Duration // until the answer was ready, retries included
+	Service  string        // the partition: the cluster's service
+	Cluster  string
+	Route    string
+	Subset   string // the subset asked for, "k=v,k=v" sorted; "" for none
+	Endpoint string // host:port of the last attempt; "" if none was picked
+	Status   uint16 // HTTP status sent downstream
+	Retries  uint8
+	Reason   Reason // why the gateway answered itself; 0 for an upstream answer
+	BytesIn  uint32 // request body bytes
+	BytesOut uint32 // response body bytes
+}
+
+// Reason says why a call got no upstream answer.
+type Reason uint8
+
+// Reasons, in their stored encoding (never renumber).
+const (
+	ReasonNone Reason = iota
+	ReasonNoRoute
+	ReasonNoCluster
+	ReasonNoHealthy
+	ReasonNoSubset
+	ReasonShed
+	ReasonTimeout
+	ReasonConnect
+	ReasonReset
+	ReasonTooLarge
+	ReasonOverflow
+	ReasonBadRequest
+	ReasonOther
+)
+
+var reasonNames = [...]string{"", "no_route", "cluster_not_found", "no_healthy_endpoint", "no_subset", "shed",
+	"upstream_timeout", "connect_failure", "upstream_reset", "response_too_large", "pool_overflow",
+	"bad_subset_header", "other"}
+
+// ReasonCode maps the gateway's reason names to their codes.
+func ReasonCode(s string) Reason {
+	if s == "" {
+		return ReasonNone
+	}
+	for i, n := range reasonNames {
+		if n == s {
+			return Reason(i)
+		}
+	}
+	return ReasonOther
+}
+
+// String is the reason's name ("" for none).
+func (r Reason) String() string {
+	if int(r) < len(reasonNames) {
+		return reasonNames[r]
+	}
+	return "other"
+}
+
+// The 34-byte body (little endian). The service is the partition, so it is
+// not in the body; strings are ids into the partition's dictionary.
+//
+//	offset size field
+//	0      1    layout version (1)
+//	1      1    reason
+//	2      2    status
+//	4      1    retries
+//	5      1    reserved (0)
+//	6      4    endpoint id
+//	10     4    subset id
+//	14     4    cluster id
+//	18     4    route id
+//	22     4    request body bytes
+//	26     4    response body bytes
+//	30     4    reserved (0)
+const layoutVersion = 1
+
+type body struct {
+	reason                    Reason
+	status                    uint16
+	retries                   uint8
+	endpoint, subset, cluster uint32
+	route, bytesIn, bytesOut  uint32
+}
+
+func (b *body) encode() (out [callstore.BodySize]byte) {
+	out[0] = layoutVersion
+	out[1] = byte(b.reason)
+	binary.LittleEndian.PutUint16(out[2:], b.status)
+	out[4] = b.retries
+	binary.LittleEndian.PutUint32(out[6:], b.endpoint)
+	binary.LittleEndian.PutUint32(out[10:], b.subset)
+	binary.LittleEndian.PutUint32(out[14:], b.cluster)
+	binary.LittleEndian.PutUint32(out[18:], b.route)
+	binary.LittleEndian.PutUint32(out[22:], b.bytesIn)
+	binary.LittleEndian.PutUint32(out[26:], b.bytesOut)
+	return out
+}
+
+func decodeBody(in *[callstore.BodySize]byte) body {
+	return body{
+		reason:   Reason(in[1]),
+		status:   binary.LittleEndian.Uint16(in[2:]),
+		retries:  in[4],
+		endpoint: binary.LittleEndian.Uint32(in[6:]),
+		subset:   binary.LittleEndian.Uint32(in[10:]),
+		cluster:  binary.LittleEndian.Uint32(in[14:]),
+		route:    binary.LittleEndian.Uint32(in[18:]),
+		bytesIn:  binary.LittleEndian.Uint32(in[22:]),
+		bytesOut: binary.LittleEndian.Uint32(in[26:]),
+	}
+}
+
+// isError: the call failed from the caller's point of view (5xx or no
+// answer at all).
+func (b *body) isError() bool { return b.status >= 500 || b.status == 0 || b.reason != ReasonNone }
