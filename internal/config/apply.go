@@ -1,0 +1,98 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+
+	"github.com/sextant-mesh/sextant/internal/registry"
+	"github.com/sextant-mesh/sextant/internal/store"
+)
+
+// Actions an apply reports per object, as kubectl does.
+const (
+	Created    = "created"
+	Configured = "configured"
+	Unchanged  = "unchanged"
+	Deleted    = "deleted"
+)
+
+// Result is what an apply did (or, dry, would do) to one object.
+type Result struct {
+	Key      Key
+	Action   string
+	Revision int64 // the object's revision after the apply
+	Warnings []string
+}
+
+// ErrNotFound is wrapped by the error of a delete of an absent object.
+var ErrNotFound = errors.New("config: not found")
+
+// ErrStale is wrapped when an object is not at the revision a write
+// required.
+var ErrStale = errors.New("config: revision mismatch")
+
+// ApplyWrite creates or replaces objects, atomically and idempotently: an
+// object whose canonical encoding is already stored is unchanged and
+// written not at all. With IfRevision set (single object), the stored
+// object must be at that revision (0: absent). It is a registry.Write.
+type ApplyWrite struct {
+	Objects    []*Object
+	IfRevision *int64
+	Table      *Table
+	DryRun     bool
+
+	Results []Result // filled by Plan
+}
+
+// Plan implements registry.Write.
+func (w *ApplyWrite) Plan(tx *registry.Tx) error {
+	w.Results = w.Results[:0]
+	seen := map[Key]bool{}
+	for i, o := range w.Objects {
+		if seen[o.Key] {
+			return fmt.Errorf("%w: documents[%d]: %s appears twice", ErrInvalid, i, o.Key)
+		}
+		seen[o.Key] = true
+		enc := o.Encode()
+		cur, rev := tx.Get(store.Config, o.Key.String())
+		if w.IfRevision != nil && rev != *w.IfRevision && rev != registry.Pending {
+			return fmt.Errorf("%w: %s is at revision %d, not %d", ErrStale, o.Key, rev, *w.IfRevision)
+		}
+		res := Result{Key: o.Key, Action: Created, Revision: rev, Warnings: w.Table.Warnings(o, w.Objects...)}
+		if cur != nil {
+			res.Action = Configured
+			if bytes.Equal(cur.(*Entry).Encoded, enc) {
+				res.Action = Unchanged
+				w.Results = append(w.Results, res)
+				continue
+			}
+		}
+		if !w.DryRun {
+			tx.PutIf(store.Config, o.Key.String(), enc, &Entry{Object: o, Encoded: enc}, rev)
+		}
+		w.Results = append(w.Results, res)
+	}
+	tx.Answer(tx.Revision())
+	return nil
+}
+
+// DeleteWrite deletes one object; ErrNotFound if it is absent. With
+// IfRevision set, the stored object must be at that revision.
+type DeleteWrite struct {
+	Key        Key
+	IfRevision *int64
+}
+
+// Plan implements registry.Write.
+func (w *DeleteWrite) Plan(tx *registry.Tx) error {
+	cur, rev := tx.Get(store.Config, w.Key.String())
+	if cur == nil {
+		return fmt.Errorf("%w: %s", ErrNotFound, w.Key)
+	}
+	if w.IfRevision != nil && rev != *w.IfRevision && rev != registry.Pending {
+		return fmt.Errorf("%w: %s is at revision %d, not %d", ErrStale, w.Key, rev, *w.IfRevision)
+	}
+	tx.DeleteIf(store.Config, w.Key.String(), rev)
+	return nil
+}

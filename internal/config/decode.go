@@ -1,0 +1,307 @@
+package config
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	networking "istio.io/api/networking/v1"
+	"sigs.k8s.io/yaml"
+)
+
+// MaxDocumentBytes bounds one document of a stream.
+const MaxDocumentBytes = 1 << 20
+
+// Decode reads a stream of config objects: one JSON object, or YAML with
+// any number of documents separated by "---" lines, each a VirtualService or
+// DestinationRule in Kubernetes' shape (apiVersion, kind, metadata, spec), or
+// a "kind: List" holding such items. Every object is checked against Istio's
+// schema and Sextant's subset and validated (Validate); on any problem
+// nothing is returned and the error is an Errors naming each field. A
+// namespace left out is "default".
+func Decode(data []byte) ([]*Object, error) {
+	docs := splitDocuments(data)
+	var (
+		list Errors
+		out  []*Object
+	)
+	for i, doc := range docs {
+		c := errs{doc: i, list: &list}
+		if len(doc) > MaxDocumentBytes {
+			c.add("", ErrInvalid, "document is %d bytes, more than %d", len(doc), MaxDocumentBytes)
+			continue
+		}
+		js, err := yaml.YAMLToJSON(doc)
+		if err != nil {
+			c.add("", ErrInvalid, "not YAML or JSON: %v", err)
+			continue
+		}
+		dec := json.NewDecoder(bytes.NewReader(js))
+		dec.UseNumber()
+		var v any
+		if err := dec.Decode(&v); err != nil {
+			c.add("", ErrInvalid, "not YAML or JSON: %v", err)
+			continue
+		}
+		if v == nil {
+			continue // an empty document: comments only
+		}
+		out = append(out, decodeItem(c, "", v)...)
+	}
+	for _, e := range list {
+		e.Docs = len(docs)
+	}
+	if len(list) > 0 {
+		return nil, list
+	}
+	if len(out) == 0 {
+		return nil, Errors{{Msg: "no objects in the input", Err: ErrInvalid}}
+	}
+	seen := map[Key]bool{}
+	for _, o := range out {
+		if seen[o.Key] {
+			return nil, Errors{{Msg: fmt.Sprintf("%s appears twice in the input", o.Key), Err: ErrInvalid}}
+		}
+		seen[o.Key] = true
+	}
+	return out, nil
+}
+
+// splitDocuments cuts a YAML stream at "---" lines (a JSON object is one
+// document). A document that is only whitespace and comments is dropped.
+func splitDocuments(data []byte) [][]byte {
+	var (
+		docs [][]byte
+		cur  bytes.Buffer
+	)
+	flush := func() {
+		if hasContent(cur.Bytes()) {
+			docs = append(docs, bytes.Clone(cur.Bytes()))
+		}
+		cur.Reset()
+	}
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(make([]byte, 0, 64*1024), len(data)+1)
+	for sc.Scan() {
+		line := sc.Bytes()
+		if isSeparator(line) {
+			flush()
+			continue
+		}
+		cur.Write(line)
+		cur.WriteByte('\n')
+	}
+	flush()
+	return docs
+}
+
+func isSeparator(line []byte) bool {
+	s := strings.TrimRight(string(line), " \t\r")
+	return s == "---" || strings.HasPrefix(s, "--- ") || strings.HasPrefix(s, "---\t") || s == "..."
+}
+
+func hasContent(doc []byte) bool {
+	for _, line := range bytes.Split(doc, []byte("\n")) {
+		t := bytes.TrimSpace(line)
+		if len(t) > 0 && t[0] != '#' {
+			return true
+		}
+	}
+	return false
+}
+
+var apiVersions = map[string]bool{
+	Group + "/v1": true, Group + "/v1beta1": true, Group + "/v1alpha3": true,
+}
+
+// decodeItem decodes one object, or each item of a List, at path.
+func decodeItem(c errs, path string, v any) []*Object {
+	obj, ok := v.(map[string]any)
+	if !ok {
+		c.add(path, ErrInvalid, "want an object, got %s", jsonType(v))
+		return nil
+	}
+	if kind, _ := obj["kind"].(string); kind == "List" {
+		return decodeList(c, path, obj)
+	}
+	n := len(*c.list)
+	o := &Object{}
+	for _, k := range sortedKeys(obj) {
+		p := join(path, k)
+		switch k {
+		case "apiVersion":
+			if s, _ := obj[k].(string); !apiVersions[s] {
+				c.add(p, ErrInvalid, "%v: want %s (v1beta1 and v1alpha3 are read as v1)", obj[k], APIVersion)
+			}
+		case "kind":
+			s, _ := obj[k].(string)
+			switch s {
+			case KindVirtualService, KindDestinationRule:
+				o.Kind = s
+			case "Gateway", "ServiceEntry", "Sidecar", "WorkloadEntry", "WorkloadGroup", "EnvoyFilter", "ProxyConfig":
+				c.add(p, ErrNotSupported, "%s: not supported (Sextant reads VirtualService and DestinationRule)", s)
+			default:
+				c.add(p, ErrInvalid, "%v: want VirtualService or DestinationRule", obj[k])
+			}
+		case "metadata":
+			decodeMeta(c, p, obj[k], o)
+		case "spec", "status":
+			// spec is read below, once kind is known; status is the
+			// cluster's and ignored, so that kubectl output pastes in.
+		default:
+			c.add(p, ErrUnknownField, "")
+		}
+	}
+	if obj["apiVersion"] == nil {
+		c.add(join(path, "apiVersion"), ErrInvalid, "required")
+	}
+	if obj["kind"] == nil {
+		c.add(join(path, "kind"), ErrInvalid, "required")
+	}
+	if obj["metadata"] == nil {
+		c.add(join(path, "metadata.name"), ErrInvalid, "required")
+	}
+	if o.Kind == "" {
+		return nil
+	}
+	specPath := join(path, "spec")
+	spec, ok := obj["spec"].(map[string]any)
+	if !ok {
+		if obj["spec"] == nil {
+			c.add(specPath, ErrInvalid, "required")
+		} else {
+			c.add(specPath, ErrInvalid, "want an object, got %s", jsonType(obj["spec"]))
+		}
+		return nil
+	}
+	var msg proto.Message
+	if o.Kind == KindVirtualService {
+		o.VirtualService = &networking.VirtualService{}
+		msg = o.VirtualService
+	} else {
+		o.DestinationRule = &networking.DestinationRule{}
+		msg = o.DestinationRule
+	}
+	w := walker{errs: c}
+	w.message(specPath, spec, msg.ProtoReflect().Descriptor())
+	if len(*c.list) > n {
+		return nil
+	}
+	js, err := json.Marshal(spec)
+	if err == nil {
+		err = protojson.Unmarshal(js, msg)
+	}
+	if err != nil {
+		// The walker checks what protojson checks; this is a backstop.
+		c.add(specPath, ErrInvalid, "%v", err)
+		return nil
+	}
+	validate(c, path, o)
+	if len(*c.list) > n {
+		return nil
+	}
+	return []*Object{o}
+}
+
+func decodeList(c errs, path string, obj map[string]any) []*Object {
+	var out []*Object
+	for _, k := range sortedKeys(obj) {
+		switch k {
+		case "apiVersion", "kind", "metadata":
+		case "items":
+			items, ok := obj[k].([]any)
+			if !ok {
+				c.add(join(path, k), ErrInvalid, "want a list, got %s", jsonType(obj[k]))
+				continue
+			}
+			for i, it := range items {
+				out = append(out, decodeItem(c, index(join(path, "items"), i), it)...)
+			}
+		default:
+			c.add(join(path, k), ErrUnknownField, "")
+		}
+	}
+	return out
+}
+
+// metaIgnored are ObjectMeta fields Kubernetes sets; they are read and
+// dropped so that "kubectl get -o yaml" output pastes in.
+var metaIgnored = map[string]bool{
+	"uid": true, "resourceVersion": true, "generation": true, "creationTimestamp": true,
+	"managedFields": true, "selfLink": true,
+}
+
+// metaUnsupported are ObjectMeta fields with a meaning Sextant does not implement.
+var metaUnsupported = map[string]bool{
+	"generateName": true, "deletionTimestamp": true, "deletionGracePeriodSeconds": true,
+	"ownerReferences": true, "finalizers": true,
+}
+
+func decodeMeta(c errs, path string, v any, o *Object) {
+	m, ok := v.(map[string]any)
+	if !ok {
+		c.add(path, ErrInvalid, "want an object, got %s", jsonType(v))
+		return
+	}
+	o.Namespace = "default"
+	for _, k := range sortedKeys(m) {
+		p := join(path, k)
+		switch {
+		case k == "name":
+			s, _ := m[k].(string)
+			if !validName(s) || len(s) > 128 {
+				c.add(p, ErrInvalid, "%v: want 1..128 of [a-z0-9._-], starting and ending with a letter or digit", m[k])
+			}
+			o.Name = s
+		case k == "namespace":
+			s, _ := m[k].(string)
+			if !validNamespace(s) {
+				c.add(p, ErrInvalid, "%v: want 1..128 of [a-z0-9._-], starting and ending with a letter or digit", m[k])
+			}
+			o.Namespace = s
+		case k == "labels" || k == "annotations":
+			sm := stringMap(c, p, m[k])
+			if k == "labels" {
+				o.Labels = sm
+			} else {
+				o.Annotations = sm
+			}
+		case metaIgnored[k]:
+		case metaUnsupported[k]:
+			c.add(p, ErrNotSupported, "")
+		default:
+			c.add(p, ErrUnknownField, "")
+		}
+	}
+	if m["name"] == nil {
+		c.add(join(path, "name"), ErrInvalid, "required")
+	}
+}
+
+func stringMap(c errs, path string, v any) map[string]string {
+	if v == nil {
+		return nil
+	}
+	m, ok := v.(map[string]any)
+	if !ok {
+		c.add(path, ErrInvalid, "want an object of strings, got %s", jsonType(v))
+		return nil
+	}
+	if len(m) == 0 {
+		return nil
+	}
+	out := make(map[string]string, len(m))
+	for k, x := range m {
+		s, ok := x.(string)
+		if !ok {
+			c.add(mapKey(path, k), ErrInvalid, "want a string, got %s", jsonType(x))
+			continue
+		}
+		out[k] = s
+	}
+	return out
+}

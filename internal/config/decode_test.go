@@ -1,0 +1,240 @@
+package config
+
+import (
+	"errors"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	networking "istio.io/api/networking/v1"
+)
+
+func TestDecodeSubset(t *testing.T) {
+	data, err := os.ReadFile("testdata/orders.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := Decode(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(objs) != 2 {
+		t.Fatalf("got %d objects, want 2", len(objs))
+	}
+	vs, dr := objs[0], objs[1]
+	if vs.Key != (Key{KindVirtualService, "default", "orders"}) || dr.Key != (Key{KindDestinationRule, "default", "orders"}) {
+		t.Fatalf("keys %v %v", vs.Key, dr.Key)
+	}
+	r := vs.VirtualService.Http[1]
+	if got := r.Timeout.AsDuration(); got != 1500*time.Millisecond {
+		t.Errorf("timeout %v", got)
+	}
+	if got := r.Retries.PerTryTimeout.AsDuration(); got != 500*time.Millisecond {
+		t.Errorf("perTryTimeout %v", got)
+	}
+	if got := r.Route[1].Destination.Port.Number; got != 8080 {
+		t.Errorf("port %d", got)
+	}
+	if got := vs.VirtualService.Http[0].Match[0].Headers["x-group"].GetExact(); got != "blue" {
+		t.Errorf("header match %q", got)
+	}
+	if p := EffectivePolicy(dr, "blue"); p.LoadBalancer != PolicyPeakEWMA || p.ConnectTimeout != 250*time.Millisecond || p.Outlier.GetConsecutive_5XxErrors().GetValue() != 5 {
+		t.Errorf("blue policy %+v", p)
+	}
+	if p := EffectivePolicy(dr, "green"); p.LoadBalancer != PolicyLeastRequest {
+		t.Errorf("green policy %+v", p)
+	}
+	sel, ok := SubsetSelector(dr, "gray")
+	if !ok || sel.String() != "color=gray" {
+		t.Errorf("gray selector %v %v", sel, ok)
+	}
+}
+
+func TestEncodeRoundTrip(t *testing.T) {
+	data, _ := os.ReadFile("testdata/orders.yaml")
+	objs, err := Decode(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range objs {
+		enc := o.Encode()
+		back, err := DecodeRecord(enc)
+		if err != nil {
+			t.Fatalf("%s: decode of its encoding: %v\n%s", o.Key, err, enc)
+		}
+		if again := back.Encode(); string(again) != string(enc) {
+			t.Fatalf("%s: encoding is not canonical:\n%s\n%s", o.Key, enc, again)
+		}
+		if back.Key != o.Key || !cmp.Equal(back.Annotations, o.Annotations) {
+			t.Fatalf("%s: round trip changed the envelope", o.Key)
+		}
+	}
+	// The same object written differently encodes the same.
+	a, err := Decode([]byte(`{"apiVersion":"networking.istio.io/v1beta1","kind":"VirtualService","metadata":{"name":"x"},"spec":{"hosts":["x"],"http":[{"route":[{"destination":{"host":"x"}}],"timeout":"100ms"}]}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Decode([]byte("kind: VirtualService\napiVersion: networking.istio.io/v1\nmetadata: {namespace: default, name: x}\nspec:\n  http:\n  - timeout: 0.1s\n    route: [{destination: {host: x}}]\n  hosts: [x]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(a[0].Encode()) != string(b[0].Encode()) {
+		t.Fatalf("equal objects encode differently:\n%s\n%s", a[0].Encode(), b[0].Encode())
+	}
+}
+
+const vsHead = "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata:\n  name: orders\nspec:\n  hosts: [orders]\n  http:\n"
+
+func TestDecodeErrors(t *testing.T) {
+	tests := []struct {
+		name, in string
+		path     string
+		sentinel error
+		msg      string
+	}{
+		{"mirror not supported", vsHead + "  - route: [{destination: {host: orders}}]\n    mirror: {host: other}\n",
+			"spec.http[0].mirror", ErrNotSupported, "not supported"},
+		{"typo", vsHead + "  - route: [{destination: {host: orders}}]\n    retries: {attempts: 2, perTryTimout: 1s}\n",
+			"spec.http[0].retries.perTryTimout", ErrUnknownField, `did you mean "perTryTimeout"`},
+		{"gateways not supported", strings.Replace(vsHead, "  hosts:", "  gateways: [mesh]\n  hosts:", 1) + "  - route: [{destination: {host: orders}}]\n",
+			"spec.gateways", ErrNotSupported, "not supported"},
+		{"weight type", vsHead + "  - route: [{destination: {host: orders}, weight: heavy}]\n",
+			"spec.http[0].route[0].weight", ErrInvalid, "not an integer"},
+		{"negative weight", vsHead + "  - route: [{destination: {host: orders}, weight: -1}]\n",
+			"spec.http[0].route[0].weight", ErrInvalid, "must not be negative"},
+		{"zero weights", vsHead + "  - route: [{destination: {host: orders}}, {destination: {host: orders, subset: v1}}]\n",
+			"spec.http[0].route", ErrInvalid, "add up"},
+		{"bad duration", vsHead + "  - route: [{destination: {host: orders}}]\n    timeout: soon\n",
+			"spec.http[0].timeout", ErrInvalid, "not a duration"},
+		{"wildcard host", strings.Replace(vsHead, "[orders]", `["*.example.com"]`, 1) + "  - route: [{destination: {host: orders}}]\n",
+			"spec.hosts[0]", ErrInvalid, "wildcard"},
+		{"bad regex", vsHead + "  - match: [{uri: {regex: \"(\"}}]\n    route: [{destination: {host: orders}}]\n",
+			"spec.http[0].match[0].uri.regex", ErrInvalid, "missing closing"},
+		{"two match types", vsHead + "  - match: [{uri: {exact: /a, prefix: /b}}]\n    route: [{destination: {host: orders}}]\n",
+			"spec.http[0].match[0].uri.prefix", ErrInvalid, "only one of"},
+		{"empty string match", vsHead + "  - match: [{headers: {x-a: {}}}]\n    route: [{destination: {host: orders}}]\n",
+			"spec.http[0].match[0].headers[x-a]", ErrInvalid, "one of exact"},
+		{"no routes", vsHead + "  - match: [{uri: {prefix: /}}]\n",
+			"spec.http[0].route", ErrInvalid, "at least one destination"},
+		{"bad method", vsHead + "  - match: [{method: {exact: get}}]\n    route: [{destination: {host: orders}}]\n",
+			"spec.http[0].match[0].method.exact", ErrInvalid, "not an HTTP method"},
+		{"queryParams not supported", vsHead + "  - match: [{queryParams: {a: {exact: b}}}]\n    route: [{destination: {host: orders}}]\n",
+			"spec.http[0].match[0].queryParams", ErrNotSupported, "not supported"},
+		{"unknown top-level", "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetdata: {name: x}\nspec: {}\n",
+			"metdata", ErrUnknownField, "unknown field"},
+		{"other kind", "apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {name: x}\nspec: {}\n",
+			"kind", ErrNotSupported, "not supported"},
+		{"bad apiVersion", "apiVersion: v1\nkind: VirtualService\nmetadata: {name: x}\nspec: {hosts: [x], http: [{route: [{destination: {host: x}}]}]}\n",
+			"apiVersion", ErrInvalid, "want networking.istio.io/v1"},
+		{"no name", "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {namespace: a}\nspec: {hosts: [x], http: [{route: [{destination: {host: x}}]}]}\n",
+			"metadata.name", ErrInvalid, "required"},
+		{"finalizers", "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: x, finalizers: [a]}\nspec: {hosts: [x], http: [{route: [{destination: {host: x}}]}]}\n",
+			"metadata.finalizers", ErrNotSupported, "not supported"},
+		{"dr duplicate subset", "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: x}\nspec: {host: x, subsets: [{name: a}, {name: a}]}\n",
+			"spec.subsets[1].name", ErrInvalid, "another subset"},
+		{"dr consistent hash", "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: x}\nspec: {host: x, trafficPolicy: {loadBalancer: {consistentHash: {useSourceIp: true}}}}\n",
+			"spec.trafficPolicy.loadBalancer.consistentHash", ErrNotSupported, "not supported"},
+		{"dr passthrough", "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: x}\nspec: {host: x, trafficPolicy: {loadBalancer: {simple: PASSTHROUGH}}}\n",
+			"spec.trafficPolicy.loadBalancer.simple", ErrNotSupported, "PASSTHROUGH"},
+		{"dr bad enum", "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: x}\nspec: {host: x, trafficPolicy: {loadBalancer: {simple: FASTEST}}}\n",
+			"spec.trafficPolicy.loadBalancer.simple", ErrInvalid, "not one of"},
+		{"dr annotation and simple", "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: x, annotations: {sextant.io/load-balancer: adaptive}}\nspec: {host: x, trafficPolicy: {loadBalancer: {simple: RANDOM}}}\n",
+			"spec.trafficPolicy.loadBalancer", ErrInvalid, "annotation"},
+		{"dr bad annotation", "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: x, annotations: {sextant.io/load-balancer: fastest}}\nspec: {host: x}\n",
+			"metadata.annotations[sextant.io/load-balancer]", ErrInvalid, "adaptive"},
+		{"dr tls", "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: x}\nspec: {host: x, trafficPolicy: {tls: {mode: ISTIO_MUTUAL}}}\n",
+			"spec.trafficPolicy.tls", ErrNotSupported, "not supported"},
+		{"dr ejection percent", "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: x}\nspec: {host: x, trafficPolicy: {outlierDetection: {maxEjectionPercent: 101}}}\n",
+			"spec.trafficPolicy.outlierDetection.maxEjectionPercent", ErrInvalid, "0..100"},
+		{"dr bad label key", "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: x}\nspec: {host: x, subsets: [{name: a, labels: {\"a b\": c}}]}\n",
+			"spec.subsets[0].labels[a b]", ErrInvalid, "metadata key"},
+		{"not yaml", "a: [b\n", "", ErrInvalid, "not YAML"},
+		{"empty", "# nothing\n", "", ErrInvalid, "no objects"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Decode([]byte(tc.in))
+			if err == nil {
+				t.Fatal("decoded without error")
+			}
+			var fe *FieldError
+			if !errors.As(err, &fe) {
+				t.Fatalf("error %v is not a FieldError", err)
+			}
+			if fe.Path != tc.path || !errors.Is(fe, tc.sentinel) || !strings.Contains(err.Error(), tc.msg) {
+				t.Fatalf("got path %q (%v), message %q; want path %q (%v) containing %q", fe.Path, fe.Err, err, tc.path, tc.sentinel, tc.msg)
+			}
+		})
+	}
+}
+
+func TestDecodeStreamNamesDocument(t *testing.T) {
+	in := vsHead + "  - route: [{destination: {host: orders}}]\n---\n# second\n" + vsHead + "  - route: [{destination: {host: orders}}]\n    fault: {}\n"
+	in = strings.Replace(in, "name: orders\nspec", "name: other\nspec", 1)
+	_, err := Decode([]byte(in))
+	if err == nil || !strings.Contains(err.Error(), "document 2: spec.http[0].fault: not supported") {
+		t.Fatalf("got %v", err)
+	}
+	if _, err := Decode([]byte(vsHead + "  - route: [{destination: {host: orders}}]\n---\n" + vsHead + "  - route: [{destination: {host: orders}}]\n")); err == nil || !strings.Contains(err.Error(), "appears twice") {
+		t.Fatalf("duplicate objects: %v", err)
+	}
+}
+
+func TestDecodeList(t *testing.T) {
+	in := `{"apiVersion":"v1","kind":"List","items":[
+	 {"apiVersion":"networking.istio.io/v1","kind":"DestinationRule","metadata":{"name":"a","namespace":"prod","uid":"x","resourceVersion":"7"},"spec":{"host":"a"},"status":{"x":1}},
+	 {"apiVersion":"networking.istio.io/v1","kind":"DestinationRule","metadata":{"name":"b"},"spec":{"host":"b","subsets":[{"name":"v1","labelz":{}}]}}]}`
+	_, err := Decode([]byte(in))
+	var fe *FieldError
+	if !errors.As(err, &fe) || fe.Path != "items[1].spec.subsets[0].labelz" {
+		t.Fatalf("got %v", err)
+	}
+	in = strings.Replace(in, "labelz", "labels", 1)
+	objs, err := Decode([]byte(in))
+	if err != nil || len(objs) != 2 || objs[0].Namespace != "prod" {
+		t.Fatalf("got %v %v", objs, err)
+	}
+}
+
+func TestResolveHost(t *testing.T) {
+	tests := []struct {
+		host, ns string
+		want     ServiceKey
+		bad      bool
+	}{
+		{"orders", "prod", ServiceKey{"prod", "orders"}, false},
+		{"orders.default", "prod", ServiceKey{"default", "orders"}, false},
+		{"orders.default.svc", "prod", ServiceKey{"default", "orders"}, false},
+		{"orders.default.svc.cluster.local", "prod", ServiceKey{"default", "orders"}, false},
+		{"a.b.default", "prod", ServiceKey{"default", "a.b"}, false},
+		{"orders.svc", "prod", ServiceKey{}, true},
+		{"*", "prod", ServiceKey{}, true},
+		{"*.default.svc.cluster.local", "prod", ServiceKey{}, true},
+		{"10.0.0.1", "prod", ServiceKey{}, true},
+		{"Orders", "prod", ServiceKey{}, true},
+		{"", "prod", ServiceKey{}, true},
+	}
+	for _, tc := range tests {
+		got, err := ResolveHost(tc.host, tc.ns)
+		if (err != nil) != tc.bad || got != tc.want {
+			t.Errorf("ResolveHost(%q, %q) = %v, %v; want %v, bad=%v", tc.host, tc.ns, got, err, tc.want, tc.bad)
+		}
+	}
+}
+
+func TestParseKey(t *testing.T) {
+	k := Key{KindDestinationRule, "prod", "orders.v2"}
+	got, err := ParseKey(k.String())
+	if err != nil || got != k {
+		t.Fatalf("ParseKey(%q) = %v, %v", k, got, err)
+	}
+	for _, bad := range []string{"", "VirtualService/a", "Gateway/a/b", "VirtualService/A/b", "VirtualService/a/b/c"} {
+		if _, err := ParseKey(bad); !errors.Is(err, ErrBadKey) {
+			t.Errorf("ParseKey(%q): %v", bad, err)
+		}
+	}
+}
+
+var _ = networking.VirtualService{}

@@ -1,0 +1,34 @@
+package config
+
+import (
+	"os"
+	"testing"
+)
+
+// FuzzDecode: no input panics the decoder, and every object it accepts
+// encodes canonically: its encoding decodes to an object with the same
+// encoding.
+func FuzzDecode(f *testing.F) {
+	if b, err := os.ReadFile("testdata/orders.yaml"); err == nil {
+		f.Add(b)
+	}
+	f.Add([]byte(vsHead + "  - route: [{destination: {host: orders}}]\n    mirror: {host: x}\n"))
+	f.Add([]byte(`{"apiVersion":"v1","kind":"List","items":[{"apiVersion":"networking.istio.io/v1","kind":"DestinationRule","metadata":{"name":"a"},"spec":{"host":"a","subsets":[{"name":"v1","labels":{"v":"1"}}]}}]}`))
+	f.Add([]byte("---\n---\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		objs, err := Decode(data)
+		if err != nil {
+			return
+		}
+		for _, o := range objs {
+			enc := o.Encode()
+			back, err := DecodeRecord(enc)
+			if err != nil {
+				t.Fatalf("%s: its encoding does not decode: %v\n%s", o.Key, err, enc)
+			}
+			if string(back.Encode()) != string(enc) {
+				t.Fatalf("%s: encoding not canonical:\n%s\n%s", o.Key, enc, back.Encode())
+			}
+		}
+	})
+}

@@ -1,0 +1,374 @@
+package config
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+)
+
+// Index holds every config object and answers, per registry service, the
+// rules that apply to it without scanning: host -> VirtualServices, host ->
+// DestinationRules, and destination -> VirtualServices that route there. A
+// change returns the services it touches, so that only those are
+// recomputed (seed 001 scanned services x rules on every push).
+//
+// When several objects of one kind name the same service, the first in
+// (namespace, name) order is in force and the others are shadowed (Warnings
+// says so at apply time). An Index is not safe for concurrent use: one
+// goroutine (the push engine's config worker) owns it.
+type Index struct {
+	objects map[Key]*Object
+	derived map[Key]derived      // hosts and destinations resolved once per object
+	vs      map[ServiceKey][]Key // VirtualServices naming the host, sorted
+	dr      map[ServiceKey][]Key // DestinationRules naming the host, sorted
+	dest    map[ServiceKey]map[Key]bool
+}
+
+// NewIndex returns an empty index.
+func NewIndex() *Index {
+	return &Index{
+		objects: map[Key]*Object{},
+		derived: map[Key]derived{},
+		vs:      map[ServiceKey][]Key{},
+		dr:      map[ServiceKey][]Key{},
+		dest:    map[ServiceKey]map[Key]bool{},
+	}
+}
+
+// Len is the number of objects.
+func (ix *Index) Len() int { return len(ix.objects) }
+
+// Get returns the object under k, or nil.
+func (ix *Index) Get(k Key) *Object { return ix.objects[k] }
+
+// All returns every object in key order.
+func (ix *Index) All() []*Object {
+	keys := slices.SortedFunc(maps.Keys(ix.objects), Key.Compare)
+	out := make([]*Object, len(keys))
+	for i, k := range keys {
+		out[i] = ix.objects[k]
+	}
+	return out
+}
+
+type derived struct {
+	hosts []ServiceKey
+	dests []Destination
+}
+
+func (ix *Index) hosts(o *Object) []ServiceKey {
+	if d, ok := ix.derived[o.Key]; ok && ix.objects[o.Key] == o {
+		return d.hosts
+	}
+	return Hosts(o)
+}
+
+func (ix *Index) dests(o *Object) []Destination {
+	if d, ok := ix.derived[o.Key]; ok && ix.objects[o.Key] == o {
+		return d.dests
+	}
+	return Destinations(o)
+}
+
+// Hosts returns the services o names as hosts: a VirtualService's hosts, a
+// DestinationRule's host. Unresolvable hosts (never in a validated object)
+// are skipped.
+func Hosts(o *Object) []ServiceKey {
+	if o == nil {
+		return nil
+	}
+	if o.DestinationRule != nil {
+		k, err := ResolveHost(o.DestinationRule.Host, o.Namespace)
+		if err != nil {
+			return nil
+		}
+		return []ServiceKey{k}
+	}
+	out := make([]ServiceKey, 0, len(o.VirtualService.Hosts))
+	for _, h := range o.VirtualService.Hosts {
+		if k, err := ResolveHost(h, o.Namespace); err == nil {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// Destination is one place a VirtualService sends traffic.
+type Destination struct {
+	Service ServiceKey
+	Subset  string // "" for the whole service
+	Port    uint32 // 0 for any port
+}
+
+// Destinations returns the distinct destinations of a VirtualService, in
+// the order its routes name them.
+func Destinations(o *Object) []Destination {
+	if o == nil || o.VirtualService == nil {
+		return nil
+	}
+	var out []Destination
+	seen := map[Destination]bool{}
+	for _, r := range o.VirtualService.Http {
+		for _, d := range r.Route {
+			k, err := ResolveHost(d.GetDestination().GetHost(), o.Namespace)
+			if err != nil {
+				continue
+			}
+			dst := Destination{Service: k, Subset: d.Destination.Subset, Port: d.Destination.GetPort().GetNumber()}
+			if !seen[dst] {
+				seen[dst] = true
+				out = append(out, dst)
+			}
+		}
+	}
+	return out
+}
+
+// Put adds or replaces o and returns the services whose routes or clusters
+// may have changed: the hosts and destinations of the old and new versions,
+// and for a DestinationRule the services whose routes name its subsets.
+func (ix *Index) Put(o *Object) []ServiceKey {
+	old := ix.objects[o.Key]
+	touched := ix.touched(old)
+	if old != nil {
+		ix.unlink(old)
+	}
+	ix.objects[o.Key] = o
+	ix.derived[o.Key] = derived{hosts: Hosts(o), dests: Destinations(o)}
+	ix.link(o)
+	return dedupe(append(touched, ix.touched(o)...))
+}
+
+// Delete removes the object under k and returns the services it touched,
+// or nil if there was none.
+func (ix *Index) Delete(k Key) []ServiceKey {
+	old := ix.objects[k]
+	if old == nil {
+		return nil
+	}
+	touched := ix.touched(old)
+	ix.unlink(old)
+	delete(ix.objects, k)
+	delete(ix.derived, k)
+	return dedupe(touched)
+}
+
+func (ix *Index) touched(o *Object) []ServiceKey {
+	if o == nil {
+		return nil
+	}
+	out := ix.hosts(o)
+	if o.VirtualService != nil {
+		for _, d := range ix.dests(o) {
+			out = append(out, d.Service)
+		}
+		return out
+	}
+	for _, h := range ix.hosts(o) {
+		out = append(out, ix.RoutesTo(h)...)
+	}
+	return out
+}
+
+func (ix *Index) link(o *Object) {
+	byHost := ix.dr
+	if o.VirtualService != nil {
+		byHost = ix.vs
+		for _, d := range ix.dests(o) {
+			set := ix.dest[d.Service]
+			if set == nil {
+				set = map[Key]bool{}
+				ix.dest[d.Service] = set
+			}
+			set[o.Key] = true
+		}
+	}
+	for _, h := range ix.hosts(o) {
+		keys := byHost[h]
+		i, _ := slices.BinarySearchFunc(keys, o.Key, Key.Compare)
+		byHost[h] = slices.Insert(keys, i, o.Key)
+	}
+}
+
+func (ix *Index) unlink(o *Object) {
+	byHost := ix.dr
+	if o.VirtualService != nil {
+		byHost = ix.vs
+		for _, d := range ix.dests(o) {
+			if set := ix.dest[d.Service]; set != nil {
+				delete(set, o.Key)
+				if len(set) == 0 {
+					delete(ix.dest, d.Service)
+				}
+			}
+		}
+	}
+	for _, h := range ix.hosts(o) {
+		keys := byHost[h]
+		if i, ok := slices.BinarySearchFunc(keys, o.Key, Key.Compare); ok {
+			keys = slices.Delete(keys, i, i+1)
+		}
+		if len(keys) == 0 {
+			delete(byHost, h)
+		} else {
+			byHost[h] = keys
+		}
+	}
+}
+
+// VirtualService returns the VirtualService in force for s, or nil.
+func (ix *Index) VirtualService(s ServiceKey) *Object {
+	if keys := ix.vs[s]; len(keys) > 0 {
+		return ix.objects[keys[0]]
+	}
+	return nil
+}
+
+// DestinationRule returns the DestinationRule in force for s, or nil.
+func (ix *Index) DestinationRule(s ServiceKey) *Object {
+	if keys := ix.dr[s]; len(keys) > 0 {
+		return ix.objects[keys[0]]
+	}
+	return nil
+}
+
+// RoutesTo returns the hosts whose VirtualService in force sends traffic to
+// s, sorted.
+func (ix *Index) RoutesTo(s ServiceKey) []ServiceKey {
+	var out []ServiceKey
+	for k := range ix.dest[s] {
+		o := ix.objects[k]
+		for _, h := range ix.hosts(o) {
+			if ix.VirtualService(h) == o {
+				out = append(out, h)
+			}
+		}
+	}
+	return dedupe(out)
+}
+
+// DestinationsOf returns the distinct destinations in s named by the
+// VirtualServices in force (for any host), sorted by subset then port.
+func (ix *Index) DestinationsOf(s ServiceKey) []Destination {
+	var out []Destination
+	seen := map[Destination]bool{}
+	for k := range ix.dest[s] {
+		o := ix.objects[k]
+		inForce := false
+		for _, h := range ix.hosts(o) {
+			if ix.VirtualService(h) == o {
+				inForce = true
+				break
+			}
+		}
+		if !inForce {
+			continue
+		}
+		for _, d := range ix.dests(o) {
+			if d.Service == s && !seen[d] {
+				seen[d] = true
+				out = append(out, d)
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b Destination) int {
+		if a.Subset != b.Subset {
+			if a.Subset < b.Subset {
+				return -1
+			}
+			return 1
+		}
+		return int(a.Port) - int(b.Port)
+	})
+	return out
+}
+
+// Services returns every service some object names as a host or
+// destination, sorted.
+func (ix *Index) Services() []ServiceKey {
+	var out []ServiceKey
+	for k := range ix.vs {
+		out = append(out, k)
+	}
+	for k := range ix.dr {
+		out = append(out, k)
+	}
+	for k := range ix.dest {
+		out = append(out, k)
+	}
+	return dedupe(out)
+}
+
+// Warnings says what applying o would leave surprising, without refusing
+// it: hosts where another object of its kind is in force (o is shadowed) or
+// that o would shadow, and routes to subsets no DestinationRule defines yet
+// (the subset may be created next; until then the route falls through, see
+// docs/controlplane.md). Call it before Put; o need not be in the index.
+// Objects in also (applied together with o) count as in force for subsets.
+func (ix *Index) Warnings(o *Object, also ...*Object) []string {
+	var out []string
+	byHost := ix.dr
+	if o.VirtualService != nil {
+		byHost = ix.vs
+	}
+	for _, h := range ix.hosts(o) {
+		for _, k := range byHost[h] {
+			if k == o.Key {
+				continue
+			}
+			if k.Compare(o.Key) < 0 {
+				out = append(out, fmt.Sprintf("%s is shadowed for host %s by %s, which is in force", o.Key, h, k))
+			} else {
+				out = append(out, fmt.Sprintf("%s shadows %s for host %s", o.Key, k, h))
+			}
+			break
+		}
+	}
+	if o.VirtualService != nil {
+		for i, r := range o.VirtualService.Http {
+			for j, d := range r.Route {
+				if d.GetDestination().GetSubset() == "" {
+					continue
+				}
+				k, err := ResolveHost(d.Destination.Host, o.Namespace)
+				if err != nil {
+					continue
+				}
+				if !HasSubset(ix.DestinationRule(k), d.Destination.Subset) && !alsoHasSubset(also, k, d.Destination.Subset) {
+					out = append(out, fmt.Sprintf("spec.http[%d].route[%d].destination.subset: no DestinationRule defines subset %q of %s yet", i, j, d.Destination.Subset, k))
+				}
+			}
+		}
+	}
+	return out
+}
+
+func alsoHasSubset(objs []*Object, k ServiceKey, subset string) bool {
+	for _, o := range objs {
+		if o.DestinationRule == nil || !HasSubset(o, subset) {
+			continue
+		}
+		if h, err := ResolveHost(o.DestinationRule.Host, o.Namespace); err == nil && h == k {
+			return true
+		}
+	}
+	return false
+}
+
+// HasSubset reports whether the DestinationRule dr defines subset name.
+func HasSubset(dr *Object, name string) bool {
+	if dr == nil {
+		return false
+	}
+	for _, s := range dr.DestinationRule.Subsets {
+		if s.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+func dedupe(keys []ServiceKey) []ServiceKey {
+	slices.SortFunc(keys, ServiceKey.Compare)
+	return slices.Compact(keys)
+}

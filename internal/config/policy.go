@@ -1,0 +1,100 @@
+package config
+
+import (
+	"slices"
+	"time"
+
+	networking "istio.io/api/networking/v1"
+
+	"github.com/sextant-mesh/sextant/internal/label"
+)
+
+// Policy is the traffic policy in force for one cluster: a
+// DestinationRule's trafficPolicy overlaid by its subset's, field group by
+// field group as Istio merges them (a subset's loadBalancer, connectionPool
+// or outlierDetection replaces the rule's whole group).
+type Policy struct {
+	// LoadBalancer is one of the Policy* names; "" means round robin.
+	LoadBalancer   string
+	ConnectTimeout time.Duration // 0: the data plane's default
+	IdleTimeout    time.Duration // 0: the data plane's default
+	// Outlier is the outlier detection in force, nil for none.
+	Outlier *networking.OutlierDetection
+}
+
+// EffectivePolicy returns the policy of subset ("" for the whole service)
+// under dr, which may be nil.
+func EffectivePolicy(dr *Object, subset string) Policy {
+	var p Policy
+	if dr == nil {
+		return p
+	}
+	top := dr.DestinationRule.TrafficPolicy
+	var sub *networking.TrafficPolicy
+	if subset != "" {
+		for _, s := range dr.DestinationRule.Subsets {
+			if s.Name == subset {
+				sub = s.TrafficPolicy
+			}
+		}
+	}
+	lb := top.GetLoadBalancer()
+	if sub.GetLoadBalancer() != nil {
+		lb = sub.GetLoadBalancer()
+	} else if a, ok := dr.Annotations[AnnotationLoadBalancer]; ok {
+		p.LoadBalancer = a
+	}
+	if lb != nil {
+		switch lb.GetSimple() {
+		case networking.LoadBalancerSettings_LEAST_REQUEST, networking.LoadBalancerSettings_LEAST_CONN:
+			p.LoadBalancer = PolicyLeastRequest
+		case networking.LoadBalancerSettings_RANDOM:
+			p.LoadBalancer = PolicyRandom
+		default:
+			p.LoadBalancer = PolicyRoundRobin
+		}
+	}
+	cp := top.GetConnectionPool()
+	if sub.GetConnectionPool() != nil {
+		cp = sub.GetConnectionPool()
+	}
+	if d := cp.GetTcp().GetConnectTimeout(); d != nil {
+		p.ConnectTimeout = d.AsDuration()
+	}
+	if d := cp.GetHttp().GetIdleTimeout(); d != nil {
+		p.IdleTimeout = d.AsDuration()
+	}
+	p.Outlier = top.GetOutlierDetection()
+	if sub.GetOutlierDetection() != nil {
+		p.Outlier = sub.GetOutlierDetection()
+	}
+	return p
+}
+
+// SubsetSelector returns the label selector of subset name under dr (every
+// label must equal), and false if dr defines no such subset.
+func SubsetSelector(dr *Object, name string) (label.Selector, bool) {
+	if dr == nil {
+		return nil, false
+	}
+	for _, s := range dr.DestinationRule.Subsets {
+		if s.Name != name {
+			continue
+		}
+		sel := make(label.Selector, 0, len(s.Labels))
+		for k, v := range s.Labels {
+			sel = append(sel, label.Requirement{Key: k, Op: label.Equals, Values: []string{v}})
+		}
+		slices.SortFunc(sel, func(a, b label.Requirement) int {
+			if a.Key < b.Key {
+				return -1
+			}
+			if a.Key > b.Key {
+				return 1
+			}
+			return 0
+		})
+		return sel, true
+	}
+	return nil, false
+}

@@ -1,0 +1,187 @@
+package config
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/sextant-mesh/sextant/internal/catalog"
+	"github.com/sextant-mesh/sextant/internal/store"
+)
+
+// Entry is one stored config object: the object, its canonical encoding (the
+// record's bytes) and the revision of its last change.
+type Entry struct {
+	Object   *Object
+	Encoded  []byte
+	Revision int64
+}
+
+// Table is the catalog table of routing config (store.Config records):
+// immutable versions of every object for readers, and an Index for the
+// warnings an apply answers. Every config change is in one catalog group,
+// so a blocking read of config wakes on any config change.
+type Table struct {
+	c    *catalog.Catalog
+	root atomic.Pointer[tableRoot]
+
+	mu  sync.RWMutex // guards ix; taken alone
+	ix  *Index
+	rev atomic.Int64 // revision of the last config change
+}
+
+type tableRoot struct {
+	entries map[Key]*Entry
+	keys    []Key // sorted
+}
+
+// Group is the catalog group every config change is in.
+var CatalogGroup = catalog.ServiceKey{}
+
+// NewTable returns an empty table; register it with the registry
+// (registry.Options.Tables[store.Config]) and give it the catalog with
+// Attach once the registry is open.
+func NewTable() *Table {
+	t := &Table{ix: NewIndex()}
+	t.root.Store(&tableRoot{entries: map[Key]*Entry{}})
+	return t
+}
+
+// Attach gives the table its catalog, for blocking reads.
+func (t *Table) Attach(c *catalog.Catalog) { t.c = c }
+
+var _ catalog.Table = (*Table)(nil)
+
+// Decode implements catalog.Table.
+func (t *Table) Decode(rec store.Record) (any, catalog.ServiceKey, error) {
+	o, err := DecodeRecord(rec.Value)
+	if err != nil {
+		return nil, CatalogGroup, err
+	}
+	if o.Key.String() != rec.Key {
+		return nil, CatalogGroup, fmt.Errorf("config: record %q holds %s", rec.Key, o.Key)
+	}
+	return &Entry{Object: o, Encoded: append([]byte(nil), rec.Value...), Revision: rec.Revision}, CatalogGroup, nil
+}
+
+// Adopt implements catalog.Table.
+func (t *Table) Adopt(obj any, rev int64) (catalog.ServiceKey, error) {
+	e, ok := obj.(*Entry)
+	if !ok {
+		return CatalogGroup, fmt.Errorf("config: record carries a %T", obj)
+	}
+	e.Revision = rev
+	return CatalogGroup, nil
+}
+
+// Group implements catalog.Table.
+func (t *Table) Group(id string) (catalog.ServiceKey, bool) {
+	k, err := ParseKey(id)
+	if err != nil {
+		return CatalogGroup, false
+	}
+	_, ok := t.root.Load().entries[k]
+	return CatalogGroup, ok
+}
+
+// Record implements catalog.Table.
+func (t *Table) Record(id string) (any, int64, bool) {
+	k, err := ParseKey(id)
+	if err != nil {
+		return nil, 0, false
+	}
+	e := t.root.Load().entries[k]
+	if e == nil {
+		return nil, 0, false
+	}
+	return e, e.Revision, true
+}
+
+// Load implements catalog.Table.
+func (t *Table) Load(rev int64, values []any) {
+	r := &tableRoot{entries: make(map[Key]*Entry, len(values))}
+	ix := NewIndex()
+	var last int64
+	for _, v := range values {
+		e := v.(*Entry)
+		r.entries[e.Object.Key] = e
+		ix.Put(e.Object)
+		last = max(last, e.Revision)
+	}
+	r.keys = slices.SortedFunc(maps.Keys(r.entries), Key.Compare)
+	t.mu.Lock()
+	t.ix = ix
+	t.mu.Unlock()
+	t.rev.Store(rev)
+	t.root.Store(r)
+}
+
+// Apply implements catalog.Table.
+func (t *Table) Apply(rev int64, changes []catalog.Change) {
+	old := t.root.Load()
+	r := &tableRoot{entries: maps.Clone(old.entries), keys: old.keys}
+	keysChanged := false
+	t.mu.Lock()
+	for _, ch := range changes {
+		k, err := ParseKey(ch.ID)
+		if err != nil {
+			continue // Group refused it: never applied
+		}
+		if e, ok := ch.Value.(*Entry); ok {
+			if _, had := r.entries[k]; !had {
+				keysChanged = true
+			}
+			r.entries[k] = e
+			t.ix.Put(e.Object)
+		} else if _, had := r.entries[k]; had {
+			delete(r.entries, k)
+			t.ix.Delete(k)
+			keysChanged = true
+		}
+	}
+	t.mu.Unlock()
+	if keysChanged {
+		r.keys = slices.SortedFunc(maps.Keys(r.entries), Key.Compare)
+	}
+	t.rev.Store(rev)
+	t.root.Store(r)
+}
+
+// Revision is the revision of the last config change (or of the load).
+func (t *Table) Revision() int64 { return t.rev.Load() }
+
+// Get returns the entry under k, or nil.
+func (t *Table) Get(k Key) *Entry { return t.root.Load().entries[k] }
+
+// List returns the entries of kind ("" for both) in namespace ns ("" for
+// all), in key order, and the config revision they reflect.
+func (t *Table) List(kind, ns string) ([]*Entry, int64) {
+	rev := t.rev.Load()
+	r := t.root.Load()
+	out := make([]*Entry, 0, len(r.keys))
+	for _, k := range r.keys {
+		if (kind == "" || k.Kind == kind) && (ns == "" || k.Namespace == ns) {
+			out = append(out, r.entries[k])
+		}
+	}
+	return out, rev
+}
+
+// Wait blocks until the config revision is greater than index or ctx ends.
+func (t *Table) Wait(ctx context.Context, index int64) {
+	if t.c == nil {
+		return
+	}
+	t.c.WaitGroup(ctx, store.Config, CatalogGroup, func() bool { return t.rev.Load() > index })
+}
+
+// Warnings says what applying o together with also would leave surprising
+// (Index.Warnings).
+func (t *Table) Warnings(o *Object, also ...*Object) []string {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return t.ix.Warnings(o, also...)
+}

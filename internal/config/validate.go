@@ -1,0 +1,275 @@
+package config
+
+import (
+	"net/http"
+	"regexp"
+	"strings"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+	networking "istio.io/api/networking/v1"
+
+	"github.com/sextant-mesh/sextant/internal/label"
+)
+
+// AnnotationLoadBalancer chooses one of Sextant's own load-balancing
+// policies for a DestinationRule, since Istio's simple enum has no value for
+// them: "adaptive" or "peak_ewma" (internal/balancer), or "round_robin",
+// "least_request", "random". It applies to the rule's clusters and to every
+// subset that sets no loadBalancer of its own, and may not be combined with
+// spec.trafficPolicy.loadBalancer.
+const AnnotationLoadBalancer = "sextant.io/load-balancer"
+
+// LB policy names, as internal/balancer names them.
+const (
+	PolicyRoundRobin   = "round_robin"
+	PolicyLeastRequest = "least_request"
+	PolicyRandom       = "random"
+	PolicyAdaptive     = "adaptive"
+	PolicyPeakEWMA     = "peak_ewma"
+)
+
+var annotationPolicies = map[string]bool{
+	PolicyRoundRobin: true, PolicyLeastRequest: true, PolicyRandom: true, PolicyAdaptive: true, PolicyPeakEWMA: true,
+}
+
+// Validate checks a decoded object's values (Decode already calls it): hosts
+// name registry services, lists are not empty where Istio requires entries,
+// numbers are in range, regular expressions compile, subset names are unique.
+func Validate(o *Object) error {
+	var list Errors
+	validate(errs{list: &list}, "", o)
+	if len(list) > 0 {
+		for _, e := range list {
+			e.Docs = 1
+		}
+		return list
+	}
+	return nil
+}
+
+func validate(c errs, path string, o *Object) {
+	if o.Name == "" {
+		return // reported by decodeMeta
+	}
+	for k, v := range o.Annotations {
+		if rest, ok := strings.CutPrefix(k, "sextant.io/"); ok {
+			p := join(path, "metadata.annotations") + "[" + k + "]"
+			switch {
+			case k == AnnotationLoadBalancer && o.Kind == KindDestinationRule:
+				if !annotationPolicies[v] {
+					c.add(p, ErrInvalid, "%q: want adaptive, peak_ewma, round_robin, least_request or random", v)
+				}
+			default:
+				c.add(p, ErrUnknownField, "unknown Sextant annotation %q", rest)
+			}
+		}
+	}
+	spec := join(path, "spec")
+	if o.VirtualService != nil {
+		validateVS(c, spec, o.Namespace, o.VirtualService)
+	} else {
+		validateDR(c, spec, o)
+	}
+}
+
+func validateVS(c errs, path, ns string, vs *networking.VirtualService) {
+	if len(vs.Hosts) == 0 {
+		c.add(join(path, "hosts"), ErrInvalid, "at least one host is required")
+	}
+	seen := map[ServiceKey]string{}
+	for i, h := range vs.Hosts {
+		p := index(join(path, "hosts"), i)
+		k, err := ResolveHost(h, ns)
+		if err != nil {
+			c.add(p, ErrInvalid, "%v", strings.TrimPrefix(err.Error(), "config: "))
+			continue
+		}
+		if prev, dup := seen[k]; dup {
+			c.add(p, ErrInvalid, "%q and %q both name service %s", prev, h, k)
+		}
+		seen[k] = h
+	}
+	if len(vs.Http) == 0 {
+		c.add(join(path, "http"), ErrInvalid, "at least one route is required")
+	}
+	for i, r := range vs.Http {
+		validateRoute(c, index(join(path, "http"), i), ns, r)
+	}
+}
+
+func validateRoute(c errs, path, ns string, r *networking.HTTPRoute) {
+	for i, m := range r.Match {
+		p := index(join(path, "match"), i)
+		if m.Uri != nil {
+			validateStringMatch(c, join(p, "uri"), m.Uri, true)
+		}
+		if m.Method != nil {
+			validateStringMatch(c, join(p, "method"), m.Method, false)
+			if e, ok := m.Method.MatchType.(*networking.StringMatch_Exact); ok && !methods[e.Exact] {
+				c.add(join(p, "method.exact"), ErrInvalid, "%q is not an HTTP method (upper case, e.g. GET)", e.Exact)
+			}
+		}
+		for name, sm := range m.Headers {
+			hp := mapKey(join(p, "headers"), name)
+			if name == "" || name != strings.ToLower(name) || strings.ContainsAny(name, " \t:") {
+				c.add(hp, ErrInvalid, "header names are lower case, without spaces or colons")
+			}
+			if sm == nil {
+				c.add(hp, ErrInvalid, "one of exact, prefix or regex is required")
+				continue
+			}
+			validateStringMatch(c, hp, sm, false)
+		}
+	}
+	if len(r.Route) == 0 {
+		c.add(join(path, "route"), ErrInvalid, "at least one destination is required")
+	}
+	total := int64(0)
+	for i, d := range r.Route {
+		p := index(join(path, "route"), i)
+		if d.Weight < 0 {
+			c.add(join(p, "weight"), ErrInvalid, "%d: must not be negative", d.Weight)
+		}
+		total += int64(d.Weight)
+		if d.Destination == nil {
+			c.add(join(p, "destination"), ErrInvalid, "required")
+			continue
+		}
+		dp := join(p, "destination")
+		if _, err := ResolveHost(d.Destination.Host, ns); err != nil {
+			c.add(join(dp, "host"), ErrInvalid, "%v", strings.TrimPrefix(err.Error(), "config: "))
+		}
+		if s := d.Destination.Subset; s != "" && !validLabel(s) {
+			c.add(join(dp, "subset"), ErrInvalid, "%q: want a DNS label (1..63 of [a-z0-9-])", s)
+		}
+		if port := d.Destination.Port; port != nil && (port.Number == 0 || port.Number > 65535) {
+			c.add(join(dp, "port.number"), ErrInvalid, "%d: want 1..65535", port.Number)
+		}
+	}
+	if len(r.Route) > 1 && total == 0 {
+		c.add(join(path, "route"), ErrInvalid, "with several destinations, weights must add up to more than 0")
+	}
+	if r.Timeout != nil {
+		validateDuration(c, join(path, "timeout"), r.Timeout, false)
+	}
+	if rt := r.Retries; rt != nil {
+		p := join(path, "retries")
+		if rt.Attempts < 0 {
+			c.add(join(p, "attempts"), ErrInvalid, "%d: must not be negative", rt.Attempts)
+		}
+		if rt.PerTryTimeout != nil {
+			validateDuration(c, join(p, "perTryTimeout"), rt.PerTryTimeout, true)
+		}
+		for _, cond := range strings.Split(rt.RetryOn, ",") {
+			cond = strings.TrimSpace(cond)
+			if rt.RetryOn != "" && (cond == "" || strings.Trim(cond, "abcdefghijklmnopqrstuvwxyz0123456789-_") != "") {
+				c.add(join(p, "retryOn"), ErrInvalid, "%q: want a comma-separated list of conditions such as 5xx,connect-failure,unavailable", rt.RetryOn)
+				break
+			}
+		}
+	}
+}
+
+func validateStringMatch(c errs, path string, sm *networking.StringMatch, isPath bool) {
+	switch m := sm.MatchType.(type) {
+	case nil:
+		c.add(path, ErrInvalid, "one of exact, prefix or regex is required")
+	case *networking.StringMatch_Exact:
+		if isPath && !strings.HasPrefix(m.Exact, "/") {
+			c.add(join(path, "exact"), ErrInvalid, "%q: a path starts with /", m.Exact)
+		}
+	case *networking.StringMatch_Prefix:
+		if isPath && !strings.HasPrefix(m.Prefix, "/") {
+			c.add(join(path, "prefix"), ErrInvalid, "%q: a path starts with /", m.Prefix)
+		}
+	case *networking.StringMatch_Regex:
+		// Envoy and grpc-go both run RE2, which is Go's syntax.
+		if _, err := regexp.Compile(m.Regex); err != nil {
+			c.add(join(path, "regex"), ErrInvalid, "%q: %v", m.Regex, err)
+		}
+	}
+}
+
+func validateDuration(c errs, path string, d *durationpb.Duration, positive bool) {
+	if err := d.CheckValid(); err != nil {
+		c.add(path, ErrInvalid, "%v", err)
+		return
+	}
+	if positive && d.AsDuration() <= 0 {
+		c.add(path, ErrInvalid, "must be more than 0")
+	}
+}
+
+func validateDR(c errs, path string, o *Object) {
+	dr := o.DestinationRule
+	if _, err := ResolveHost(dr.Host, o.Namespace); err != nil {
+		c.add(join(path, "host"), ErrInvalid, "%v", strings.TrimPrefix(err.Error(), "config: "))
+	}
+	if _, ok := o.Annotations[AnnotationLoadBalancer]; ok && dr.TrafficPolicy.GetLoadBalancer() != nil {
+		c.add(join(path, "trafficPolicy.loadBalancer"), ErrInvalid,
+			"may not be set together with the %s annotation", AnnotationLoadBalancer)
+	}
+	if dr.TrafficPolicy != nil {
+		validatePolicy(c, join(path, "trafficPolicy"), dr.TrafficPolicy)
+	}
+	names := map[string]bool{}
+	for i, s := range dr.Subsets {
+		p := index(join(path, "subsets"), i)
+		if !validLabel(s.Name) {
+			c.add(join(p, "name"), ErrInvalid, "%q: want a DNS label (1..63 of [a-z0-9-])", s.Name)
+		} else if names[s.Name] {
+			c.add(join(p, "name"), ErrInvalid, "%q: another subset has this name", s.Name)
+		}
+		names[s.Name] = true
+		for k, v := range s.Labels {
+			if !label.ValidKey(k) {
+				c.add(mapKey(join(p, "labels"), k), ErrInvalid, "not a metadata key: 1..128 of [A-Za-z0-9._/-]")
+			}
+			if len(v) > 4096 {
+				c.add(mapKey(join(p, "labels"), k), ErrInvalid, "value longer than 4096 bytes")
+			}
+		}
+		if s.TrafficPolicy != nil {
+			validatePolicy(c, join(p, "trafficPolicy"), s.TrafficPolicy)
+		}
+	}
+}
+
+func validatePolicy(c errs, path string, tp *networking.TrafficPolicy) {
+	if lb := tp.LoadBalancer; lb != nil {
+		switch lb.GetSimple() {
+		case networking.LoadBalancerSettings_UNSPECIFIED, networking.LoadBalancerSettings_ROUND_ROBIN,
+			networking.LoadBalancerSettings_LEAST_REQUEST, networking.LoadBalancerSettings_LEAST_CONN,
+			networking.LoadBalancerSettings_RANDOM:
+		default:
+			c.add(join(path, "loadBalancer.simple"), ErrNotSupported, "%s: not supported (ROUND_ROBIN, LEAST_REQUEST, RANDOM)", lb.GetSimple())
+		}
+	}
+	if cp := tp.ConnectionPool; cp != nil {
+		if d := cp.GetTcp().GetConnectTimeout(); d != nil {
+			validateDuration(c, join(path, "connectionPool.tcp.connectTimeout"), d, true)
+		}
+		if d := cp.GetHttp().GetIdleTimeout(); d != nil {
+			validateDuration(c, join(path, "connectionPool.http.idleTimeout"), d, true)
+		}
+	}
+	if od := tp.OutlierDetection; od != nil {
+		p := join(path, "outlierDetection")
+		if od.Interval != nil {
+			validateDuration(c, join(p, "interval"), od.Interval, true)
+		}
+		if od.BaseEjectionTime != nil {
+			validateDuration(c, join(p, "baseEjectionTime"), od.BaseEjectionTime, true)
+		}
+		if od.MaxEjectionPercent < 0 || od.MaxEjectionPercent > 100 {
+			c.add(join(p, "maxEjectionPercent"), ErrInvalid, "%d: want 0..100", od.MaxEjectionPercent)
+		}
+	}
+}
+
+// methods Envoy and gRPC see in :method; a method match outside them can
+// never match and is refused as a typo.
+var methods = map[string]bool{
+	http.MethodGet: true, http.MethodHead: true, http.MethodPost: true, http.MethodPut: true, http.MethodPatch: true,
+	http.MethodDelete: true, http.MethodConnect: true, http.MethodOptions: true, http.MethodTrace: true,
+}

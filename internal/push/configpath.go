@@ -1,0 +1,476 @@
+package push
+
+import (
+	"context"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/sextant-mesh/sextant/internal/config"
+	"github.com/sextant-mesh/sextant/internal/xds"
+)
+
+// configQueue is the config path's queue: config changes in order, services
+// seen for the first time, services whose subset clusters gained their
+// first or lost their last usable endpoint, and a snapshot to start again
+// from. Adding never blocks.
+type configQueue struct {
+	mu       sync.Mutex
+	changes  []Change
+	services map[config.ServiceKey]bool
+	emptied  map[config.ServiceKey]bool
+	snap     *Snapshot
+	origin   time.Time // commit time of the oldest queued item
+	first    time.Time // arrival of the first and last queued config change (debounce)
+	last     time.Time
+	wake     chan struct{}
+}
+
+func (q *configQueue) init() {
+	q.services = map[config.ServiceKey]bool{}
+	q.emptied = map[config.ServiceKey]bool{}
+	q.wake = make(chan struct{}, 1)
+}
+
+func (q *configQueue) add(origin time.Time, f func()) {
+	q.mu.Lock()
+	f()
+	if q.origin.IsZero() || origin.Before(q.origin) {
+		q.origin = origin
+	}
+	q.mu.Unlock()
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (q *configQueue) change(ch Change, origin time.Time) {
+	now := time.Now()
+	q.add(origin, func() {
+		if len(q.changes) == 0 {
+			q.first = now
+		}
+		q.last = now
+		q.changes = append(q.changes, ch)
+	})
+}
+
+func (q *configQueue) service(s config.ServiceKey, origin time.Time) {
+	q.add(origin, func() { q.services[s] = true })
+}
+
+func (q *configQueue) emptiness(s config.ServiceKey, origin time.Time) {
+	q.add(origin, func() { q.emptied[s] = true })
+}
+
+// reset queues a snapshot to start again from; queued changes it already
+// holds are dropped, later ones stay.
+func (q *configQueue) reset(snap Snapshot) {
+	q.add(time.Now(), func() {
+		q.snap = &snap
+		kept := q.changes[:0]
+		for _, ch := range q.changes {
+			if ch.Revision > snap.Revision {
+				kept = append(kept, ch)
+			}
+		}
+		q.changes = kept
+	})
+}
+
+type configBatch struct {
+	changes  []Change
+	services map[config.ServiceKey]bool
+	emptied  map[config.ServiceKey]bool
+	snap     *Snapshot
+	origin   time.Time
+}
+
+func (q *configQueue) take() configBatch {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	b := configBatch{changes: q.changes, services: q.services, emptied: q.emptied, snap: q.snap, origin: q.origin}
+	q.changes, q.snap, q.origin = nil, nil, time.Time{}
+	q.services = map[config.ServiceKey]bool{}
+	q.emptied = map[config.ServiceKey]bool{}
+	return b
+}
+
+func (q *configQueue) len() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.changes) + len(q.services) + len(q.emptied)
+}
+
+// deadline is when a debounced round may start; zero when no config change
+// is queued.
+func (q *configQueue) deadline(after, most time.Duration) time.Time {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.changes) == 0 || after < 0 {
+		return time.Time{}
+	}
+	d := q.last.Add(after)
+	if m := q.first.Add(most); m.Before(d) {
+		d = m
+	}
+	return d
+}
+
+// configWorker owns the config index and what the config path published
+// per service. Only its goroutine touches it.
+type configWorker struct {
+	e         *Engine
+	ix        *config.Index
+	known     map[config.ServiceKey]bool
+	sorted    []config.ServiceKey // known, sorted (the proxy's virtual hosts)
+	clusters  map[config.ServiceKey][]string
+	vhosts    map[config.ServiceKey][]byte
+	specSigs  map[config.ServiceKey]string
+	dirty     map[config.ServiceKey]bool
+	origin    time.Time
+	proxyDirt bool
+}
+
+func newConfigWorker(e *Engine) *configWorker {
+	return &configWorker{
+		e: e, ix: config.NewIndex(), known: map[config.ServiceKey]bool{},
+		clusters: map[config.ServiceKey][]string{}, vhosts: map[config.ServiceKey][]byte{},
+		specSigs: map[config.ServiceKey]string{}, dirty: map[config.ServiceKey]bool{},
+	}
+}
+
+func (w *configWorker) services() []config.ServiceKey { return w.sorted }
+
+func (w *configWorker) touch(s config.ServiceKey) {
+	w.dirty[s] = true
+	if !w.known[s] {
+		w.known[s] = true
+		i, _ := slices.BinarySearchFunc(w.sorted, s, config.ServiceKey.Compare)
+		w.sorted = slices.Insert(w.sorted, i, s)
+	}
+}
+
+// reset replaces the index with a snapshot's config and marks every
+// service dirty; services that lost their config get their defaults back.
+func (w *configWorker) reset(snap Snapshot) {
+	w.ix = config.NewIndex()
+	for _, o := range snap.Configs {
+		w.ix.Put(o)
+	}
+	for s := range w.known {
+		w.dirty[s] = true
+	}
+	for _, s := range snap.Services {
+		w.touch(s)
+	}
+	for _, s := range w.ix.Services() {
+		w.touch(s)
+	}
+}
+
+func (w *configWorker) apply(b configBatch) {
+	if b.snap != nil {
+		w.reset(*b.snap)
+	}
+	for _, ch := range b.changes {
+		var touched []config.ServiceKey
+		switch ch.Op {
+		case ConfigUpsert:
+			touched = w.ix.Put(ch.Config)
+		case ConfigDelete:
+			touched = w.ix.Delete(ch.ConfigKey)
+		}
+		for _, s := range touched {
+			w.touch(s)
+		}
+	}
+	for s := range b.services {
+		w.touch(s)
+	}
+	for s := range b.emptied {
+		w.touch(s)
+		for _, h := range w.ix.RoutesTo(s) {
+			w.touch(h)
+		}
+	}
+	if w.origin.IsZero() || (!b.origin.IsZero() && b.origin.Before(w.origin)) {
+		w.origin = b.origin
+	}
+}
+
+// loop is the config worker: it waits for queued work, lets config changes
+// settle for the debounce period, and recomputes what they touched.
+func (w *configWorker) loop(ctx context.Context) {
+	q := &w.e.cfg
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-q.wake:
+		}
+		for {
+			d := q.deadline(w.e.opts.Debounce, w.e.opts.DebounceMax)
+			wait := time.Until(d)
+			if d.IsZero() || wait <= 0 {
+				break
+			}
+			timer.Reset(wait)
+			select {
+			case <-ctx.Done():
+				return
+			case <-timer.C:
+			case <-q.wake: // more changes: the quiet period starts again
+				if !timer.Stop() {
+					<-timer.C
+				}
+			}
+		}
+		w.apply(q.take())
+		w.round(ctx)
+	}
+}
+
+// round recomputes the clusters and routes of every dirty service and
+// publishes them: clusters first, then routes (make before break).
+func (w *configWorker) round(ctx context.Context) {
+	if len(w.dirty) == 0 {
+		return
+	}
+	if w.e.slowConfig != nil {
+		w.e.slowConfig()
+	}
+	start := time.Now()
+	version := w.e.version()
+	origin := w.origin
+	if origin.IsZero() {
+		origin = start
+	}
+	dirty := make([]config.ServiceKey, 0, len(w.dirty))
+	for s := range w.dirty {
+		dirty = append(dirty, s)
+	}
+	slices.SortFunc(dirty, config.ServiceKey.Compare)
+	clear(w.dirty)
+	w.origin = time.Time{}
+
+	// 1. Cluster specs, shared with the endpoint worker; a service whose
+	// clusters changed gets its endpoint sets recomputed.
+	dests := make([][]config.Destination, len(dirty))
+	for i, s := range dirty {
+		dests[i] = w.ix.DestinationsOf(s)
+		spec, sig := w.specFor(s, dests[i])
+		if sig != w.specSigs[s] {
+			w.specSigs[s] = sig
+			w.e.specs.Store(s, spec)
+			w.e.ep.mark(s, origin)
+		}
+	}
+	// 2. Clusters and routes of each service, built on every core: the
+	// index is only read meanwhile.
+	built := make([]builtService, len(dirty))
+	parallel(len(dirty), func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			built[i] = w.build(dirty[i], dests[i], version)
+		}
+	})
+	// 3. Publish clusters, then routes (make before break).
+	var set, routes []xds.Resource
+	var removed []string
+	for i, s := range dirty {
+		b := &built[i]
+		set = append(set, b.clusters...)
+		for _, old := range w.clusters[s] {
+			if !slices.Contains(b.names, old) {
+				removed = append(removed, old)
+			}
+		}
+		w.clusters[s] = b.names
+		routes = append(routes, b.route)
+		if string(b.vhost) != string(w.vhosts[s]) {
+			w.vhosts[s] = b.vhost
+			w.proxyDirt = true
+		}
+	}
+	w.publish(xds.TypeCluster, set, removed, version, origin)
+	if w.proxyDirt {
+		w.proxyDirt = false
+		routes = append(routes, xds.Resource{Name: xds.ProxyName, Version: version, Value: w.proxyRoutes(), Hidden: true})
+	}
+	w.publish(xds.TypeRoute, routes, nil, version, origin)
+
+	took := time.Since(start)
+	w.e.stats.configRounds.Add(1)
+	w.e.stats.lastConfig.Store(int64(took))
+	w.e.m.recompute.WithLabelValues("config").Observe(took.Seconds())
+	_ = ctx
+}
+
+// builtService is what a round computed for one service.
+type builtService struct {
+	clusters []xds.Resource
+	names    []string
+	route    xds.Resource
+	vhost    []byte // the proxy's virtual host, encoded
+}
+
+// build computes the clusters and routes of s. Called from several
+// goroutines at once; it only reads the worker's state.
+func (w *configWorker) build(s config.ServiceKey, dests []config.Destination, version string) builtService {
+	var b builtService
+	dr := w.ix.DestinationRule(s)
+	for _, c := range w.publishedClusters(s, dests) {
+		b.names = append(b.names, c.name)
+		b.clusters = append(b.clusters, xds.Resource{Name: c.name, Version: version, Message: xds.Cluster(c.name, config.EffectivePolicy(dr, c.subset))})
+	}
+	vh := xds.VirtualHost(s.String(), proxyDomains(s), s, w.ix.VirtualService(s), w.clusterFor)
+	b.vhost, _ = (proto.MarshalOptions{Deterministic: true}).Marshal(vh)
+	vh.Domains = []string{"*"}
+	b.route = xds.Resource{Name: xds.RouteName(s), Version: version, Message: xds.RouteConfiguration(xds.RouteName(s), vh)}
+	return b
+}
+
+// parallel runs f over [0, n) split across the cores.
+func parallel(n int, f func(lo, hi int)) {
+	procs := runtime.GOMAXPROCS(0)
+	if n < 256 || procs < 2 {
+		f(0, n)
+		return
+	}
+	var wg sync.WaitGroup
+	step := (n + procs - 1) / procs
+	for lo := 0; lo < n; lo += step {
+		wg.Add(1)
+		go func() { defer wg.Done(); f(lo, min(lo+step, n)) }()
+	}
+	wg.Wait()
+}
+
+func (w *configWorker) publish(t xds.Type, set []xds.Resource, removed []string, version string, origin time.Time) {
+	if len(set) == 0 && len(removed) == 0 {
+		return
+	}
+	if _, err := w.e.cache.Apply(t, set, removed, version, origin); err != nil {
+		w.e.log.Error("push: publish", "type", t.String(), "error", err)
+	}
+}
+
+// specFor lists the clusters of s whose endpoints are computed: the whole
+// service, each subset of its DestinationRule, and the port-restricted
+// variants that routes name.
+func (w *configWorker) specFor(s config.ServiceKey, dests []config.Destination) (*serviceSpec, string) {
+	dr := w.ix.DestinationRule(s)
+	whole := w.ix.VirtualService(s) == nil || slices.Contains(dests, config.Destination{Service: s})
+	spec := &serviceSpec{clusters: []clusterSpec{{name: xds.ClusterName(s, "", 0), publish: whole}}}
+	if dr != nil {
+		for _, sub := range dr.DestinationRule.Subsets {
+			sel, _ := config.SubsetSelector(dr, sub.Name)
+			spec.clusters = append(spec.clusters, clusterSpec{name: xds.ClusterName(s, sub.Name, 0), subset: sub.Name, sel: sel, publish: true})
+		}
+	}
+	for _, d := range dests {
+		if d.Port == 0 {
+			continue
+		}
+		sel, ok := config.SubsetSelector(dr, d.Subset)
+		if d.Subset != "" && !ok {
+			continue
+		}
+		spec.clusters = append(spec.clusters, clusterSpec{name: xds.ClusterName(s, d.Subset, d.Port), subset: d.Subset, port: d.Port, sel: sel, publish: true})
+	}
+	var sig strings.Builder
+	for _, c := range spec.clusters {
+		sig.WriteString(c.name)
+		if c.publish {
+			sig.WriteByte('+')
+		}
+		sig.WriteByte('=')
+		sig.WriteString(c.sel.String())
+		sig.WriteByte(';')
+	}
+	return spec, sig.String()
+}
+
+// publishedClusters are the clusters of s that CDS carries: the whole
+// service (and its port variants) when some route sends traffic there, a
+// subset (and its port variants) only while it has a usable endpoint. So no
+// empty subset cluster exists for traffic to be routed to (seed fix 2).
+func (w *configWorker) publishedClusters(s config.ServiceKey, dests []config.Destination) []clusterSpec {
+	var out []clusterSpec
+	for _, c := range w.e.spec(s).clusters {
+		ref := slices.Contains(dests, config.Destination{Service: s, Subset: c.subset, Port: c.port})
+		switch {
+		case c.subset == "" && c.port == 0:
+			if c.publish {
+				out = append(out, c)
+			}
+		case c.subset == "":
+			if ref {
+				out = append(out, c)
+			}
+		default:
+			if (c.port == 0 || ref) && w.e.hasUsable(s, c) {
+				out = append(out, c)
+			}
+		}
+	}
+	return out
+}
+
+// clusterFor answers the route builder: the cluster of a destination, and
+// whether it may receive traffic (a subset cluster needs its subset defined
+// and a usable endpoint).
+func (w *configWorker) clusterFor(d config.Destination) (string, bool) {
+	name := xds.ClusterName(d.Service, d.Subset, d.Port)
+	if d.Subset == "" {
+		return name, true
+	}
+	if !config.HasSubset(w.ix.DestinationRule(d.Service), d.Subset) {
+		return "", false
+	}
+	for _, c := range w.e.spec(d.Service).clusters {
+		if c.name == name {
+			return name, w.e.hasUsable(d.Service, c)
+		}
+	}
+	return "", false // a port variant no route of the index names (never)
+}
+
+// proxyDomains are the names a proxy matches for s: name.namespace,
+// name.namespace.svc, name.namespace.svc.cluster.local, and the bare name
+// for services in namespace "default".
+func proxyDomains(s config.ServiceKey) []string {
+	d := config.Hostnames(s)
+	if s.Namespace == "default" {
+		d = append([]string{s.Name}, d...)
+	}
+	return d
+}
+
+// proxyRoutes encodes the proxy's route configuration by concatenating
+// every service's encoded virtual host: a route change re-encodes one
+// virtual host, not all of them.
+func (w *configWorker) proxyRoutes() []byte {
+	size := 16
+	for _, b := range w.vhosts {
+		size += len(b) + 6
+	}
+	out := make([]byte, 0, size)
+	out = protowire.AppendTag(out, 1, protowire.BytesType)
+	out = protowire.AppendString(out, xds.ProxyName)
+	for _, s := range w.sorted {
+		if b, ok := w.vhosts[s]; ok {
+			out = protowire.AppendTag(out, 2, protowire.BytesType)
+			out = protowire.AppendBytes(out, b)
+		}
+	}
+	return out
+}

@@ -1,0 +1,173 @@
+package push
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/sextant-mesh/sextant/internal/config"
+	"github.com/sextant-mesh/sextant/internal/label"
+	"github.com/sextant-mesh/sextant/internal/xds"
+)
+
+// endpointQueue is the endpoint path's queue: the services whose instances
+// changed, in the order they first changed, each once with the commit time
+// of its oldest unprocessed change. Marking never blocks.
+type endpointQueue struct {
+	mu    sync.Mutex
+	order []config.ServiceKey
+	dirty map[config.ServiceKey]time.Time
+	wake  chan struct{}
+}
+
+func (q *endpointQueue) init() {
+	q.dirty = map[config.ServiceKey]time.Time{}
+	q.wake = make(chan struct{}, 1)
+}
+
+func (q *endpointQueue) mark(s config.ServiceKey, origin time.Time) {
+	q.mu.Lock()
+	if _, ok := q.dirty[s]; !ok {
+		q.dirty[s] = origin
+		q.order = append(q.order, s)
+	}
+	q.mu.Unlock()
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (q *endpointQueue) take() (config.ServiceKey, time.Time, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.order) == 0 {
+		return config.ServiceKey{}, time.Time{}, false
+	}
+	s := q.order[0]
+	q.order = q.order[1:]
+	origin := q.dirty[s]
+	delete(q.dirty, s)
+	return s, origin, true
+}
+
+func (q *endpointQueue) len() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.order)
+}
+
+// endpointLoop is the endpoint worker. It shares nothing with the config
+// worker but the published specs and usable flags, so no config work can
+// hold it up.
+func (e *Engine) endpointLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-e.ep.wake:
+		}
+		for ctx.Err() == nil {
+			s, origin, ok := e.ep.take()
+			if !ok {
+				break
+			}
+			e.recomputeEndpoints(s, e.version(), origin)
+		}
+	}
+}
+
+// serviceSpec is the clusters of one service whose endpoints are computed:
+// the whole service, each DestinationRule subset, and the port-restricted
+// variants routes name. Immutable once published.
+type serviceSpec struct {
+	clusters []clusterSpec
+}
+
+type clusterSpec struct {
+	name   string
+	subset string
+	port   uint32
+	sel    label.Selector
+	// publish: the endpoint set is published. Subset and port clusters
+	// always are (CDS carries them only while they have usable endpoints);
+	// the whole service's only when something routes to it.
+	publish bool
+}
+
+func defaultSpec(s config.ServiceKey) *serviceSpec {
+	return &serviceSpec{clusters: []clusterSpec{{name: xds.ClusterName(s, "", 0), publish: true}}}
+}
+
+func (e *Engine) spec(s config.ServiceKey) *serviceSpec {
+	if v, ok := e.specs.Load(s); ok {
+		return v.(*serviceSpec)
+	}
+	return defaultSpec(s)
+}
+
+// recomputeEndpoints publishes the endpoint sets of every cluster of s and
+// tells the config path when a subset cluster gained its first usable
+// endpoint or lost its last (routes to it change).
+func (e *Engine) recomputeEndpoints(s config.ServiceKey, version string, origin time.Time) {
+	start := time.Now()
+	if origin.IsZero() {
+		origin = start
+	}
+	spec := e.spec(s)
+	res := make([]xds.Resource, 0, len(spec.clusters))
+	var removed []string
+	flipped := false
+	for _, c := range spec.clusters {
+		if !c.publish {
+			removed = append(removed, c.name)
+			continue
+		}
+		eps, usable := e.endpoints(s, c)
+		res = append(res, xds.Resource{Name: c.name, Version: version, Message: xds.LoadAssignment(c.name, eps)})
+		if c.subset != "" || c.port != 0 {
+			if old, loaded := e.usable.Swap(c.name, usable); loaded && old.(bool) != usable {
+				flipped = true
+			}
+		}
+	}
+	if _, err := e.cache.Apply(xds.TypeEndpoint, res, removed, version, origin); err != nil {
+		e.log.Error("push: endpoints", "service", s.String(), "error", err)
+	}
+	if flipped {
+		e.cfg.emptiness(s, origin)
+	}
+	e.stats.endpointRuns.Add(1)
+	e.m.recompute.WithLabelValues("endpoint").Observe(time.Since(start).Seconds())
+}
+
+// endpoints reads the instances of cluster c of s through the source's
+// label index, and counts the usable ones.
+func (e *Engine) endpoints(s config.ServiceKey, c clusterSpec) ([]xds.Endpoint, bool) {
+	var eps []xds.Endpoint
+	usable := false
+	e.src.Instances(s, c.sel, func(in *Instance) {
+		if c.port != 0 && in.Port != int(c.port) {
+			return
+		}
+		ep := xds.Endpoint{
+			ID: in.ID, Host: in.Host, Port: uint32(in.Port), Weight: uint32(min(max(in.Weight, 0), 1<<16)),
+			Healthy: in.Healthy, Isolated: in.Isolated, Metadata: in.Metadata,
+		}
+		usable = usable || ep.Usable()
+		eps = append(eps, ep)
+	})
+	return eps, usable
+}
+
+// hasUsable answers whether cluster c of s has a usable endpoint, for the
+// config worker: the endpoint worker's answer if it gave one, else counted
+// now and remembered unless the endpoint worker answered meanwhile.
+func (e *Engine) hasUsable(s config.ServiceKey, c clusterSpec) bool {
+	if v, ok := e.usable.Load(c.name); ok {
+		return v.(bool)
+	}
+	_, usable := e.endpoints(s, c)
+	v, _ := e.usable.LoadOrStore(c.name, usable)
+	return v.(bool)
+}

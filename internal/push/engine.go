@@ -1,0 +1,235 @@
+package push
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sextant-mesh/sextant/internal/config"
+	"github.com/sextant-mesh/sextant/internal/xds"
+)
+
+// Options tune the engine. Zero values are sensible defaults.
+type Options struct {
+	// Logger: nil discards.
+	Logger *slog.Logger
+	// Registerer receives the recomputation histograms; nil: not registered.
+	Registerer prometheus.Registerer
+	// Debounce is the config path's quiet period: after a config change the
+	// engine waits until no other came for Debounce, but at most
+	// DebounceMax after the first, and recomputes once for all of them.
+	// Defaults 10ms and 100ms; a negative Debounce recomputes at once.
+	// Endpoint changes are never debounced.
+	Debounce    time.Duration
+	DebounceMax time.Duration
+	// ProxyPort is the port of the HTTP listener for proxies (default 15001).
+	ProxyPort uint32
+}
+
+// Engine keeps an xds.Cache current with a Source. Create it with New and
+// run it with Run; it stops when Run's context ends.
+type Engine struct {
+	src   Source
+	cache *xds.Cache
+	opts  Options
+	log   *slog.Logger
+	m     *metrics
+
+	seen atomic.Int64 // revision of the last change handed to the workers
+
+	ep  endpointQueue
+	cfg configQueue
+
+	// specs holds each service's clusters (*serviceSpec); the config
+	// worker writes, the endpoint worker reads.
+	specs sync.Map
+	// usable holds whether each subset cluster has a usable endpoint
+	// (bool). The endpoint worker overwrites it; the config worker fills in
+	// values it needs that are missing.
+	usable sync.Map
+
+	slowConfig func() // tests: runs at the start of every config round
+
+	stats engineStats
+}
+
+// New returns an engine that feeds cache from src.
+func New(src Source, cache *xds.Cache, opts Options) *Engine {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Debounce == 0 {
+		opts.Debounce = 10 * time.Millisecond
+	}
+	if opts.DebounceMax <= 0 {
+		opts.DebounceMax = 100 * time.Millisecond
+	}
+	if opts.ProxyPort == 0 {
+		opts.ProxyPort = 15001
+	}
+	e := &Engine{src: src, cache: cache, opts: opts, log: opts.Logger, m: newMetrics(opts.Registerer)}
+	e.ep.init()
+	e.cfg.init()
+	cache.SetListenerFunc(e.listenerFor)
+	return e
+}
+
+// Run loads the source's snapshot, computes every resource (the full
+// recomputation), then follows the source's changes until ctx ends. It owns
+// three goroutines (the follower, which is Run's own, the endpoint worker
+// and the config worker) and returns after all have stopped: nil when ctx
+// ended, or the error that stopped it.
+func (e *Engine) Run(ctx context.Context) error {
+	snap, err := e.src.Snapshot(ctx)
+	if err != nil {
+		return fmt.Errorf("push: snapshot: %w", err)
+	}
+	cw := newConfigWorker(e)
+	cw.reset(snap)
+	e.cache.Apply(xds.TypeListener, []xds.Resource{{
+		Name: xds.ProxyName, Version: "1", Message: xds.HTTPListener(xds.ProxyName, e.opts.ProxyPort, xds.ProxyName),
+	}}, nil, "1", time.Now())
+	start := time.Now()
+	cw.round(ctx)
+	e.stats.fullConfig.Store(int64(time.Since(start)))
+	e.m.recompute.WithLabelValues("full").Observe(time.Since(start).Seconds())
+	start = time.Now()
+	for _, s := range cw.services() {
+		e.recomputeEndpoints(s, strconv.FormatInt(snap.Revision, 10), time.Time{})
+	}
+	e.stats.fullEndpoints.Store(int64(time.Since(start)))
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); e.endpointLoop(ctx) }()
+	go func() { defer wg.Done(); cw.loop(ctx) }()
+	err = e.follow(ctx, snap.Revision)
+	cancel()
+	wg.Wait()
+	if ctx.Err() != nil && (err == nil || errors.Is(err, context.Canceled)) {
+		return nil
+	}
+	return err
+}
+
+// Resync recomputes every cluster and route from a fresh snapshot of the
+// source's config (the full recomputation); only what changed is pushed.
+// The round's duration shows in Status().LastConfigRoundMS. Safe from any
+// goroutine while Run runs.
+func (e *Engine) Resync(ctx context.Context) error {
+	snap, err := e.src.Snapshot(ctx)
+	if err != nil {
+		return fmt.Errorf("push: snapshot: %w", err)
+	}
+	e.cfg.reset(snap)
+	return nil
+}
+
+// follow reads changes in order and hands them to the two paths without
+// waiting for either.
+func (e *Engine) follow(ctx context.Context, since int64) error {
+	e.seen.Store(since)
+	known := map[config.ServiceKey]bool{}
+	changes, err := e.src.Follow(ctx, since)
+	if err != nil {
+		return fmt.Errorf("push: follow: %w", err)
+	}
+	for {
+		batch, err := changes.Next(ctx)
+		if errors.Is(err, ErrCompacted) {
+			e.log.Warn("push: fell behind the change log; starting again from a snapshot", "since", e.seen.Load())
+			snap, serr := e.src.Snapshot(ctx)
+			if serr != nil {
+				return fmt.Errorf("push: snapshot: %w", serr)
+			}
+			e.seen.Store(snap.Revision)
+			e.cfg.reset(snap)
+			for _, s := range snap.Services {
+				e.ep.mark(s, time.Now())
+			}
+			if changes, err = e.src.Follow(ctx, snap.Revision); err != nil {
+				return fmt.Errorf("push: follow: %w", err)
+			}
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		now := time.Now()
+		for i := range batch {
+			ch := &batch[i]
+			origin := ch.Committed
+			if origin.IsZero() {
+				origin = now
+			}
+			e.seen.Store(ch.Revision)
+			switch ch.Op {
+			case InstanceUpsert, InstanceDelete:
+				e.ep.mark(ch.Service, origin)
+				if !known[ch.Service] {
+					known[ch.Service] = true
+					e.cfg.service(ch.Service, origin)
+				}
+			case ConfigUpsert, ConfigDelete:
+				e.cfg.change(*ch, origin)
+			}
+		}
+		e.stats.changes.Add(int64(len(batch)))
+	}
+}
+
+// version is the version resources computed now carry: the revision of the
+// last change handed to the workers (they read a state at least that new).
+func (e *Engine) version() string { return strconv.FormatInt(e.seen.Load(), 10) }
+
+// listenerFor answers the listener a proxyless gRPC client asks for when it
+// dials xds:///name (the name may carry a port): an api_listener routing
+// with the named service's route configuration, resolved in the client's
+// namespace.
+func (e *Engine) listenerFor(name, ns string) (xds.Resource, bool) {
+	host := name
+	if i := lastColon(host); i >= 0 {
+		host = host[:i]
+	}
+	if ns == "" {
+		ns = "default"
+	}
+	svc, err := config.ResolveHost(host, ns)
+	if err != nil {
+		return xds.Resource{}, false
+	}
+	return xds.Resource{
+		Name: name, Key: name + "\x00" + ns, Version: "1", Hidden: true,
+		Message: xds.APIListener(name, xds.RouteName(svc)),
+	}, true
+}
+
+func lastColon(s string) int {
+	for i := len(s) - 1; i >= 0; i-- {
+		switch c := s[i]; {
+		case c == ':':
+			return i
+		case c < '0' || c > '9':
+			return -1
+		}
+	}
+	return -1
+}
+
+type engineStats struct {
+	changes       atomic.Int64
+	fullConfig    atomic.Int64 // ns
+	fullEndpoints atomic.Int64 // ns
+	configRounds  atomic.Int64
+	lastConfig    atomic.Int64 // ns
+	endpointRuns  atomic.Int64
+}

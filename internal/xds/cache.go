@@ -1,0 +1,413 @@
+package xds
+
+import (
+	"bytes"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+)
+
+// Resource is one resource to publish.
+type Resource struct {
+	// Name is the resource's name as clients see it.
+	Name string
+	// Key identifies it in the cache when two resources share a name (the
+	// on-demand listeners, per client namespace); "" means Name.
+	Key string
+	// Version is what clients see as its version.
+	Version string
+	// Message is the resource; Apply encodes it once.
+	Message proto.Message
+	// Value is the resource already encoded (Message is then ignored).
+	Value []byte
+	// Hidden resources go only to clients that name them, never to
+	// wildcard subscriptions.
+	Hidden bool
+}
+
+// entry is one version of one resource, encoded once and shared by every
+// subscriber: value is the resource, anyField the same wrapped in an Any as
+// a DiscoveryResponse.resources element, resField as a
+// DeltaDiscoveryResponse.resources element. Entries are immutable.
+type entry struct {
+	name, version string
+	id            uint32
+	seq           uint64 // global change sequence; a delta subscriber remembers the seq it has
+	value         []byte
+	anyField      []byte
+	resField      []byte
+	origin        time.Time // commit time of the oldest change this version reflects
+	hidden        bool
+}
+
+// typeCache holds the current version of every resource of one type.
+type typeCache struct {
+	typ Type
+
+	mu      sync.RWMutex
+	ids     map[string]uint32 // key -> id; ids are never reused
+	names   []string          // id -> name last published (for delta removals)
+	entries []*entry          // id -> current entry, nil when absent
+	live    int               // non-nil entries
+	visible int               // non-nil, non-hidden entries
+	gen     uint64            // bumped by every change
+	version string            // version of the last change
+
+	memoMu sync.Mutex
+	memo   atomic.Pointer[fullBody]
+}
+
+// fullBody is every visible resource of a type encoded as DiscoveryResponse
+// resources, built once per generation and shared by every wildcard
+// state-of-the-world subscriber.
+type fullBody struct {
+	gen     uint64
+	body    []byte
+	count   int
+	version string
+}
+
+func (tc *typeCache) intern(key string) uint32 {
+	if id, ok := tc.ids[key]; ok {
+		return id
+	}
+	id := uint32(len(tc.entries))
+	tc.ids[key] = id
+	tc.entries = append(tc.entries, nil)
+	tc.names = append(tc.names, "")
+	return id
+}
+
+// lookup returns the id of key, interning it. Subscribers intern the names
+// they ask for, so that a resource created later reaches them by id.
+func (tc *typeCache) lookup(key string) uint32 {
+	tc.mu.RLock()
+	id, ok := tc.ids[key]
+	tc.mu.RUnlock()
+	if ok {
+		return id
+	}
+	tc.mu.Lock()
+	defer tc.mu.Unlock()
+	return tc.intern(key)
+}
+
+// full returns the memoised encoding of every visible entry. Called with
+// tc.mu read-locked.
+func (tc *typeCache) full() *fullBody {
+	if m := tc.memo.Load(); m != nil && m.gen == tc.gen {
+		return m
+	}
+	tc.memoMu.Lock()
+	defer tc.memoMu.Unlock()
+	if m := tc.memo.Load(); m != nil && m.gen == tc.gen {
+		return m
+	}
+	size := 0
+	for _, e := range tc.entries {
+		if e != nil && !e.hidden {
+			size += len(e.anyField)
+		}
+	}
+	m := &fullBody{gen: tc.gen, body: make([]byte, 0, size), version: tc.version}
+	for _, e := range tc.entries {
+		if e != nil && !e.hidden {
+			m.body = append(m.body, e.anyField...)
+			m.count++
+		}
+	}
+	tc.memo.Store(m)
+	return m
+}
+
+// Cache holds the current resources of every type and the subscribers
+// that receive them. Apply may be called from several goroutines at once
+// (the push engine's endpoint and config workers); it never blocks on a
+// subscriber.
+type Cache struct {
+	types [numTypes]*typeCache
+	seq   atomic.Uint64
+
+	subsMu sync.Mutex
+	subs   atomic.Pointer[[]*subscriber]
+
+	// listenerFor builds an on-demand listener; see SetListenerFunc.
+	listenerFor atomic.Pointer[ListenerFunc]
+}
+
+// ListenerFunc returns the listener a client in namespace ns gets for the
+// name it asked for, or false when the name means nothing.
+type ListenerFunc func(name, ns string) (Resource, bool)
+
+// NewCache returns an empty cache.
+func NewCache() *Cache {
+	c := &Cache{}
+	for t := range c.types {
+		c.types[t] = &typeCache{typ: Type(t), ids: map[string]uint32{}}
+	}
+	c.subs.Store(&[]*subscriber{})
+	return c
+}
+
+// SetListenerFunc installs how listeners a client names but nobody
+// published are made (proxyless gRPC asks for its dial target).
+func (c *Cache) SetListenerFunc(f ListenerFunc) { c.listenerFor.Store(&f) }
+
+var marshal = proto.MarshalOptions{Deterministic: true}
+
+// encodeMessage marshals with the generated vtprotobuf code of Envoy's
+// types when the binary is built with -tags vtprotobuf (go-control-plane
+// compiles it only then), else with the deterministic proto marshaller.
+// The resources translate.go builds hold no maps, so field order alone
+// makes the vtprotobuf encoding deterministic.
+func encodeMessage(m proto.Message) ([]byte, error) {
+	if vt, ok := m.(interface{ MarshalVTStrict() ([]byte, error) }); ok {
+		return vt.MarshalVTStrict()
+	}
+	return marshal.Marshal(m)
+}
+
+// errgroup runs functions concurrently and keeps the first error.
+type errgroup struct {
+	wg  sync.WaitGroup
+	mu  sync.Mutex
+	err error
+}
+
+func (g *errgroup) do(f func() error) {
+	g.wg.Add(1)
+	go func() {
+		defer g.wg.Done()
+		if err := f(); err != nil {
+			g.mu.Lock()
+			if g.err == nil {
+				g.err = err
+			}
+			g.mu.Unlock()
+		}
+	}()
+}
+
+func (g *errgroup) wait() error {
+	g.wg.Wait()
+	return g.err
+}
+
+// Apply publishes set and removes the resources under the keys in remove,
+// all of type t, as one change at version (the version clients see for the
+// type) reflecting changes committed at origin. A resource whose encoding
+// did not change keeps its old version and wakes nobody. It returns how many
+// resources changed. Safe for concurrent use; it never waits for a
+// subscriber.
+func (c *Cache) Apply(t Type, set []Resource, remove []string, version string, origin time.Time) (int, error) {
+	type enc struct {
+		r     *Resource
+		key   string
+		value []byte
+	}
+	encs := make([]enc, len(set))
+	encode := func(lo, hi int) error {
+		for i := lo; i < hi; i++ {
+			r := &set[i]
+			v := r.Value
+			if v == nil {
+				var err error
+				if v, err = encodeMessage(r.Message); err != nil {
+					return fmt.Errorf("xds: encode %s %q: %w", t, r.Name, err)
+				}
+			}
+			key := r.Key
+			if key == "" {
+				key = r.Name
+			}
+			encs[i] = enc{r, key, v}
+		}
+		return nil
+	}
+	// A large batch (a full recomputation) is encoded on every core.
+	if n := runtime.GOMAXPROCS(0); len(set) >= 512 && n > 1 {
+		var g errgroup
+		step := (len(set) + n - 1) / n
+		for lo := 0; lo < len(set); lo += step {
+			g.do(func() error { return encode(lo, min(lo+step, len(set))) })
+		}
+		if err := g.wait(); err != nil {
+			return 0, err
+		}
+	} else if err := encode(0, len(set)); err != nil {
+		return 0, err
+	}
+	tc := c.types[t]
+	var changed []change
+	tc.mu.Lock()
+	for _, e := range encs {
+		id := tc.intern(e.key)
+		old := tc.entries[id]
+		if old != nil && old.hidden == e.r.Hidden && old.name == e.r.Name && bytes.Equal(old.value, e.value) {
+			continue
+		}
+		ver := e.r.Version
+		if old != nil && old.version == ver {
+			ver += "+" // same version, new bytes: clients must see a new version
+		}
+		ne := &entry{
+			name: e.r.Name, version: ver, id: id, seq: c.seq.Add(1), value: e.value,
+			anyField: encodeAny(respResources, t.URL(), e.value),
+			resField: encodeResource(deltaResources, e.r.Name, ver, t.URL(), e.value),
+			origin:   origin, hidden: e.r.Hidden,
+		}
+		tc.put(id, old, ne)
+		changed = append(changed, change{id: id, hidden: ne.hidden || (old != nil && old.hidden)})
+	}
+	for _, key := range remove {
+		id, ok := tc.ids[key]
+		if !ok || tc.entries[id] == nil {
+			continue
+		}
+		old := tc.entries[id]
+		tc.put(id, old, nil)
+		changed = append(changed, change{id: id, hidden: old.hidden})
+	}
+	if len(changed) > 0 {
+		tc.gen++
+		if version != "" {
+			tc.version = version
+		}
+	}
+	tc.mu.Unlock()
+	if len(changed) == 0 {
+		return 0, nil
+	}
+	if t == TypeCluster {
+		// A changed cluster is followed by its endpoints again: Envoy waits
+		// for them to finish warming it (go-control-plane #245).
+		te := c.types[TypeEndpoint]
+		te.mu.RLock()
+		for i := range changed {
+			changed[i].eds = noEDS
+			if id, ok := te.ids[tc.names[changed[i].id]]; ok && te.entries[id] != nil {
+				changed[i].eds = id
+			}
+		}
+		te.mu.RUnlock()
+	}
+	for _, s := range *c.subs.Load() {
+		s.notify(t, changed, origin)
+	}
+	return len(changed), nil
+}
+
+type change struct {
+	id     uint32
+	hidden bool
+	eds    uint32 // a cluster's endpoint resource, or noEDS
+}
+
+const noEDS = ^uint32(0)
+
+func (tc *typeCache) put(id uint32, old, ne *entry) {
+	if old != nil {
+		tc.live--
+		if !old.hidden {
+			tc.visible--
+		}
+	}
+	if ne != nil {
+		tc.live++
+		if !ne.hidden {
+			tc.visible++
+		}
+		tc.names[id] = ne.name
+	}
+	tc.entries[id] = ne
+}
+
+// Len returns how many resources of type t the cache holds.
+func (c *Cache) Len(t Type) int {
+	tc := c.types[t]
+	tc.mu.RLock()
+	defer tc.mu.RUnlock()
+	return tc.live
+}
+
+// Version returns the version of the last change to type t.
+func (c *Cache) Version(t Type) string {
+	tc := c.types[t]
+	tc.mu.RLock()
+	defer tc.mu.RUnlock()
+	return tc.version
+}
+
+// Get returns the current encoding and version of the resource under key.
+func (c *Cache) Get(t Type, key string) (value []byte, version string, ok bool) {
+	tc := c.types[t]
+	tc.mu.RLock()
+	defer tc.mu.RUnlock()
+	id, found := tc.ids[key]
+	if !found || tc.entries[id] == nil {
+		return nil, "", false
+	}
+	e := tc.entries[id]
+	return e.value, e.version, true
+}
+
+// Names returns the keys of every resource of type t.
+func (c *Cache) Names(t Type) []string {
+	tc := c.types[t]
+	tc.mu.RLock()
+	defer tc.mu.RUnlock()
+	out := make([]string, 0, tc.live)
+	for k, id := range tc.ids {
+		if tc.entries[id] != nil {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+func (c *Cache) addSubscriber(s *subscriber) {
+	c.subsMu.Lock()
+	defer c.subsMu.Unlock()
+	old := *c.subs.Load()
+	next := make([]*subscriber, len(old), len(old)+1)
+	copy(next, old)
+	next = append(next, s)
+	c.subs.Store(&next)
+}
+
+func (c *Cache) removeSubscriber(s *subscriber) {
+	c.subsMu.Lock()
+	defer c.subsMu.Unlock()
+	old := *c.subs.Load()
+	next := make([]*subscriber, 0, len(old))
+	for _, x := range old {
+		if x != s {
+			next = append(next, x)
+		}
+	}
+	c.subs.Store(&next)
+}
+
+// ensureListener makes the on-demand listener under key if nobody has.
+func (c *Cache) ensureListener(name, ns string) string {
+	f := c.listenerFor.Load()
+	if f == nil {
+		return name
+	}
+	r, ok := (*f)(name, ns)
+	if !ok {
+		return name
+	}
+	key := r.Key
+	if key == "" {
+		key = r.Name
+	}
+	if _, _, exists := c.Get(TypeListener, key); !exists {
+		c.Apply(TypeListener, []Resource{r}, nil, "", time.Now())
+	}
+	return key
+}

@@ -1,0 +1,394 @@
+package xds
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"math"
+	"net"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/bits-and-blooms/bitset"
+	discoverygrpc "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/peer"
+)
+
+// Server is the Aggregated Discovery Service: every stream is a subscriber
+// of the Cache. Each stream has two goroutines: gRPC's handler goroutine
+// reads requests (subscriptions, ACKs, NACKs) and a send goroutine writes
+// responses built from the subscriber's pending sets; a client that stops
+// reading blocks only its own send goroutine.
+type Server struct {
+	discoverygrpc.UnimplementedAggregatedDiscoveryServiceServer
+
+	cache    *Cache
+	log      *slog.Logger
+	metrics  *Metrics
+	grpcOpts []grpc.ServerOption
+	ids      atomic.Uint64
+
+	mu   sync.Mutex
+	subs map[uint64]*subscriber
+}
+
+// ServerOptions configure a Server. Zero values are sensible defaults.
+type ServerOptions struct {
+	// Logger receives NACKs (warn) and stream starts and ends (debug); nil
+	// discards.
+	Logger *slog.Logger
+	// Metrics records push latency; nil: a fresh, unregistered set.
+	Metrics *Metrics
+	// GRPC are more options of the gRPC server Serve makes: transport
+	// credentials (TLS), the ACL guard's interceptors.
+	GRPC []grpc.ServerOption
+}
+
+// NewServer returns an ADS server over c. Register it on a grpc.Server made
+// with ServerOption, or call Serve.
+func NewServer(c *Cache, opts ServerOptions) *Server {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Metrics == nil {
+		opts.Metrics = NewMetrics(nil)
+	}
+	return &Server{cache: c, log: opts.Logger, metrics: opts.Metrics, subs: map[uint64]*subscriber{}, grpcOpts: opts.GRPC}
+}
+
+// Register adds the ADS service to g, which must have been created with
+// ServerOption().
+func (s *Server) Register(g *grpc.Server) {
+	discoverygrpc.RegisterAggregatedDiscoveryServiceServer(g, s)
+}
+
+// Serve serves ADS on lis until ctx is done, then stops: streams get a
+// second to end on their own, then are cut. It returns nil after ctx ends.
+func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
+	g := grpc.NewServer(append([]grpc.ServerOption{ServerOption(), grpc.MaxRecvMsgSize(16 << 20)}, s.grpcOpts...)...)
+	s.Register(g)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		<-ctx.Done()
+		t := time.AfterFunc(time.Second, g.Stop)
+		g.GracefulStop()
+		t.Stop()
+	}()
+	err := g.Serve(lis)
+	<-done
+	if errors.Is(err, grpc.ErrServerStopped) || ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+// request is what both protocol variants ask.
+type request struct {
+	typeURL   string
+	nonce     string
+	errMsg    *string
+	names     []string          // state of the world
+	subscribe []string          // delta
+	unsub     []string          // delta
+	initial   map[string]string // delta, first request
+	nodeID    string
+	cluster   string
+	ns        string
+}
+
+// StreamAggregatedResources serves one state-of-the-world stream.
+func (s *Server) StreamAggregatedResources(stream discoverygrpc.AggregatedDiscoveryService_StreamAggregatedResourcesServer) error {
+	return s.serve(stream.Context(), stream, false, func() (request, error) {
+		m, err := stream.Recv()
+		if err != nil {
+			return request{}, err
+		}
+		r := request{typeURL: m.TypeUrl, nonce: m.ResponseNonce, names: m.ResourceNames,
+			nodeID: m.GetNode().GetId(), cluster: m.GetNode().GetCluster(), ns: nodeNamespace(m.GetNode().GetMetadata().GetFields())}
+		if m.ErrorDetail != nil {
+			msg := m.ErrorDetail.GetMessage()
+			r.errMsg = &msg
+		}
+		return r, nil
+	})
+}
+
+// DeltaAggregatedResources serves one delta (incremental) stream.
+func (s *Server) DeltaAggregatedResources(stream discoverygrpc.AggregatedDiscoveryService_DeltaAggregatedResourcesServer) error {
+	return s.serve(stream.Context(), stream, true, func() (request, error) {
+		m, err := stream.Recv()
+		if err != nil {
+			return request{}, err
+		}
+		r := request{typeURL: m.TypeUrl, nonce: m.ResponseNonce, subscribe: m.ResourceNamesSubscribe,
+			unsub: m.ResourceNamesUnsubscribe, initial: m.InitialResourceVersions,
+			nodeID: m.GetNode().GetId(), cluster: m.GetNode().GetCluster(), ns: nodeNamespace(m.GetNode().GetMetadata().GetFields())}
+		if m.ErrorDetail != nil {
+			msg := m.ErrorDetail.GetMessage()
+			r.errMsg = &msg
+		}
+		return r, nil
+	})
+}
+
+type sender interface{ SendMsg(any) error }
+
+func (s *Server) serve(ctx context.Context, stream sender, delta bool, recv func() (request, error)) error {
+	sub := &subscriber{c: s.cache, id: s.ids.Add(1), since: time.Now(), delta: delta, wake: make(chan struct{}, 1), ns: "default"}
+	if p, ok := peer.FromContext(ctx); ok {
+		sub.addr = p.Addr.String()
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	sendErr := make(chan error, 1)
+	started := false
+	defer func() {
+		if started {
+			s.cache.removeSubscriber(sub)
+			s.mu.Lock()
+			delete(s.subs, sub.id)
+			s.mu.Unlock()
+			s.metrics.subscribers.Dec()
+		}
+	}()
+	for {
+		req, err := recv()
+		if err != nil {
+			cancel()
+			if started {
+				<-sendErr
+			}
+			if errors.Is(err, io.EOF) || ctx.Err() != nil {
+				s.log.Debug("xds: stream ended", "node", sub.node, "addr", sub.addr)
+				return nil
+			}
+			return err
+		}
+		if !started {
+			started = true
+			sub.node, sub.clust = req.nodeID, req.cluster
+			if req.ns != "" {
+				sub.ns = req.ns
+			}
+			s.mu.Lock()
+			s.subs[sub.id] = sub
+			s.mu.Unlock()
+			s.cache.addSubscriber(sub)
+			s.metrics.subscribers.Inc()
+			s.log.Debug("xds: stream started", "node", sub.node, "addr", sub.addr, "delta", delta)
+			go func() { sendErr <- s.sendLoop(ctx, sub, stream) }()
+		}
+		s.onRequest(sub, req)
+		select {
+		case err := <-sendErr:
+			return err // the send goroutine failed: the stream is broken
+		default:
+		}
+	}
+}
+
+// sendLoop is the stream's send goroutine.
+func (s *Server) sendLoop(ctx context.Context, sub *subscriber, stream sender) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-sub.wake:
+		}
+		// A round sends each type once, clusters before the listeners and
+		// routes that name them; endpoints go first and again between the
+		// others, so an endpoint change waits behind at most one response of
+		// another type (a state-of-the-world cluster list is megabytes).
+		for _, t := range []Type{TypeEndpoint, TypeCluster, TypeEndpoint, TypeListener, TypeEndpoint, TypeRoute, TypeEndpoint} {
+			for {
+				ok, err := s.sendOne(sub, stream, t)
+				if err != nil {
+					return err
+				}
+				if !ok {
+					break
+				}
+			}
+		}
+	}
+}
+
+// sendOne sends the next response of type t, if any.
+func (s *Server) sendOne(sub *subscriber, stream sender, t Type) (bool, error) {
+	sub.mu.Lock()
+	r, ok := sub.build(t)
+	sub.mu.Unlock()
+	if !ok {
+		return false, nil
+	}
+	if err := stream.SendMsg(r.msg); err != nil {
+		return false, err
+	}
+	if !r.origin.IsZero() {
+		s.metrics.sent.WithLabelValues(t.String()).Observe(time.Since(r.origin).Seconds())
+	}
+	s.metrics.bytes.WithLabelValues(t.String()).Add(float64(r.msg.size))
+	if t == TypeCluster {
+		sub.clustersSent()
+	}
+	return true, nil
+}
+
+func (s *Server) onRequest(sub *subscriber, req request) {
+	t, ok := TypeOf(req.typeURL)
+	if !ok {
+		s.log.Debug("xds: request for an unknown type", "node", sub.node, "type", req.typeURL)
+		return
+	}
+	// Listener keys are resolved before taking sub.mu: making an on-demand
+	// listener notifies every subscriber, this one included.
+	keys := map[string]string{}
+	if t == TypeListener {
+		for _, list := range [][]string{req.names, req.subscribe, req.unsub, slices.Collect(mapKeys(req.initial))} {
+			for _, n := range list {
+				if n != "*" {
+					keys[n] = s.listenerKey(n, sub.ns)
+				}
+			}
+		}
+	}
+	key := func(n string) string {
+		if k, ok := keys[n]; ok {
+			return k
+		}
+		return n
+	}
+	tc := s.cache.types[t]
+	now := time.Now()
+	sub.mu.Lock()
+	st := &sub.t[t]
+	first := !st.requested
+	st.requested = true
+	if f, found := st.ack(req.nonce, req.errMsg, now); found {
+		if req.errMsg != nil {
+			s.metrics.nacks.WithLabelValues(t.String()).Inc()
+			s.log.Warn("xds: NACK", "node", sub.node, "addr", sub.addr, "type", t.String(), "version", f.version, "error", *req.errMsg)
+		} else if !f.origin.IsZero() {
+			s.metrics.acked.WithLabelValues(t.String()).Observe(now.Sub(f.origin).Seconds())
+		}
+	}
+	fullType := t == TypeCluster || t == TypeListener
+	if !sub.delta {
+		wildcard := len(req.names) == 0 && fullType && (first || st.wildcard)
+		var next bitset.BitSet
+		for _, n := range req.names {
+			if n == "*" {
+				wildcard = true
+				continue
+			}
+			next.Set(uint(tc.lookup(key(n))))
+		}
+		added := next.Difference(&st.subs)
+		changed := !next.Equal(&st.subs) || wildcard != st.wildcard
+		if wildcard && !st.wildcard && !fullType {
+			tc.markVisible(&st.pending)
+		}
+		st.subs, st.wildcard = next, wildcard
+		if fullType {
+			st.full = st.full || first || changed
+		} else {
+			st.pending.InPlaceUnion(added)
+		}
+	} else {
+		if first {
+			for n, v := range req.initial {
+				id := tc.lookup(key(n))
+				st.growSent(int(id) + 1)
+				if val := tc.current(id); val != nil && val.version == v {
+					st.sent[id] = val.seq
+				} else {
+					st.sent[id] = math.MaxUint64 // held at another version, or gone
+					st.pending.Set(uint(id))
+				}
+			}
+			if len(req.subscribe) == 0 && fullType {
+				st.wildcard = true
+				tc.markVisible(&st.pending)
+			}
+		}
+		for _, n := range req.subscribe {
+			if n == "*" {
+				if !st.wildcard {
+					st.wildcard = true
+					tc.markVisible(&st.pending)
+				}
+				continue
+			}
+			id := uint(tc.lookup(key(n)))
+			if !st.subs.Test(id) {
+				st.subs.Set(id)
+				st.pending.Set(id)
+				st.missing.Set(id)
+			}
+		}
+		for _, n := range req.unsub {
+			if n == "*" {
+				st.wildcard = false
+				continue
+			}
+			id := tc.lookup(key(n))
+			st.subs.Clear(uint(id))
+			st.missing.Clear(uint(id))
+			if int(id) < len(st.sent) {
+				st.sent[id] = 0 // the client dropped it
+			}
+		}
+	}
+	sub.mu.Unlock()
+	sub.poke()
+}
+
+func (st *subType) growSent(n int) {
+	if len(st.sent) < n {
+		st.sent = append(st.sent, make([]uint64, n-len(st.sent))...)
+	}
+}
+
+// markVisible sets in b every id holding a visible resource.
+func (tc *typeCache) markVisible(b *bitset.BitSet) {
+	tc.mu.RLock()
+	defer tc.mu.RUnlock()
+	for id, e := range tc.entries {
+		if e != nil && !e.hidden {
+			b.Set(uint(id))
+		}
+	}
+}
+
+func (tc *typeCache) current(id uint32) *entry {
+	tc.mu.RLock()
+	defer tc.mu.RUnlock()
+	if int(id) < len(tc.entries) {
+		return tc.entries[id]
+	}
+	return nil
+}
+
+// listenerKey returns the cache key of listener name for a client in ns:
+// a published listener of that name, or an on-demand one.
+func (s *Server) listenerKey(name, ns string) string {
+	if _, _, ok := s.cache.Get(TypeListener, name); ok {
+		return name
+	}
+	return s.cache.ensureListener(name, ns)
+}
+
+func mapKeys(m map[string]string) func(func(string) bool) {
+	return func(yield func(string) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}

@@ -1,0 +1,332 @@
+package xds
+
+import (
+	"context"
+	"net"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discoverygrpc "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"go.uber.org/goleak"
+	"google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/sextant-mesh/sextant/internal/config"
+	"github.com/sextant-mesh/sextant/internal/label"
+)
+
+// startADS serves c on loopback and returns a connection to it.
+func startADS(t *testing.T, c *Cache) (*Server, *grpc.ClientConn) {
+	t.Helper()
+	ignore := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
+	srv := NewServer(c, ServerOptions{})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { srv.Serve(ctx, lis); close(done) }()
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(); cancel(); <-done })
+	return srv, conn
+}
+
+func cluster(name string, p config.Policy) Resource {
+	return Resource{Name: name, Version: "1", Message: Cluster(name, p)}
+}
+
+func endpoints(name string, ports ...uint32) Resource {
+	var eps []Endpoint
+	for _, p := range ports {
+		eps = append(eps, Endpoint{ID: name + string(rune('a'+p%26)), Host: "10.0.0.1", Port: p, Weight: 1, Healthy: true})
+	}
+	return Resource{Name: name, Version: "1", Message: LoadAssignment(name, eps)}
+}
+
+func names(t *testing.T, r *discoveryv3.DiscoveryResponse) []string {
+	t.Helper()
+	var out []string
+	for _, a := range r.Resources {
+		m, err := a.UnmarshalNew()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, m.(interface{ GetName() string }).GetName())
+	}
+	slices.Sort(out)
+	return out
+}
+
+func claNames(t *testing.T, r *discoveryv3.DiscoveryResponse) []string {
+	t.Helper()
+	var out []string
+	for _, a := range r.Resources {
+		m, err := a.UnmarshalNew()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, m.(interface{ GetClusterName() string }).GetClusterName())
+	}
+	slices.Sort(out)
+	return out
+}
+
+func recv(t *testing.T, s discoverygrpc.AggregatedDiscoveryService_StreamAggregatedResourcesClient) *discoveryv3.DiscoveryResponse {
+	t.Helper()
+	r, err := s.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func TestSotW(t *testing.T) {
+	c := NewCache()
+	c.Apply(TypeCluster, []Resource{cluster("a", config.Policy{}), cluster("b", config.Policy{})}, nil, "1", time.Now())
+	c.Apply(TypeEndpoint, []Resource{endpoints("a", 80), endpoints("b", 81)}, nil, "1", time.Now())
+	srv, conn := startADS(t, c)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s, err := discoverygrpc.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := &corev3.Node{Id: "n1"}
+	// First CDS request without names: wildcard, the whole state.
+	s.Send(&discoveryv3.DiscoveryRequest{Node: node, TypeUrl: TypeCluster.URL()})
+	r := recv(t, s)
+	if got := names(t, r); !slices.Equal(got, []string{"a", "b"}) || r.VersionInfo != "1" {
+		t.Fatalf("CDS %v version %q", got, r.VersionInfo)
+	}
+	s.Send(&discoveryv3.DiscoveryRequest{TypeUrl: TypeCluster.URL(), VersionInfo: r.VersionInfo, ResponseNonce: r.Nonce})
+	// EDS by name: only what is named.
+	s.Send(&discoveryv3.DiscoveryRequest{TypeUrl: TypeEndpoint.URL(), ResourceNames: []string{"a"}})
+	r = recv(t, s)
+	if got := claNames(t, r); !slices.Equal(got, []string{"a"}) {
+		t.Fatalf("EDS %v", got)
+	}
+	s.Send(&discoveryv3.DiscoveryRequest{TypeUrl: TypeEndpoint.URL(), ResourceNames: []string{"a"}, ResponseNonce: r.Nonce})
+	// A change to b's endpoints is not sent; to a's it is, alone.
+	c.Apply(TypeEndpoint, []Resource{endpoints("b", 82)}, nil, "2", time.Now())
+	c.Apply(TypeEndpoint, []Resource{{Name: "a", Version: "3", Message: endpoints("a", 83).Message}}, nil, "3", time.Now())
+	r = recv(t, s)
+	if got := claNames(t, r); !slices.Equal(got, []string{"a"}) || r.VersionInfo != "3" {
+		t.Fatalf("EDS update %v version %q", got, r.VersionInfo)
+	}
+	s.Send(&discoveryv3.DiscoveryRequest{TypeUrl: TypeEndpoint.URL(), ResourceNames: []string{"a"}, ResponseNonce: r.Nonce})
+	// Re-publishing the same bytes sends nothing; a changed cluster sends
+	// the whole state of the world, then its endpoints again (#245).
+	if n, _ := c.Apply(TypeCluster, []Resource{cluster("a", config.Policy{})}, nil, "4", time.Now()); n != 0 {
+		t.Fatalf("unchanged cluster counted as %d changes", n)
+	}
+	c.Apply(TypeCluster, []Resource{cluster("a", config.Policy{LoadBalancer: config.PolicyLeastRequest})}, []string{"b"}, "5", time.Now())
+	r = recv(t, s)
+	if got := names(t, r); r.TypeUrl != TypeCluster.URL() || !slices.Equal(got, []string{"a"}) || r.VersionInfo != "5" {
+		t.Fatalf("CDS after change: %s %v %q", r.TypeUrl, got, r.VersionInfo)
+	}
+	s.Send(&discoveryv3.DiscoveryRequest{TypeUrl: TypeCluster.URL(), ResponseNonce: r.Nonce})
+	r = recv(t, s)
+	if got := claNames(t, r); r.TypeUrl != TypeEndpoint.URL() || !slices.Equal(got, []string{"a"}) {
+		t.Fatalf("endpoints after the cluster changed: %s %v", r.TypeUrl, got)
+	}
+	// A NACK is kept with the node and the error; nothing is resent.
+	s.Send(&discoveryv3.DiscoveryRequest{TypeUrl: TypeEndpoint.URL(), ResourceNames: []string{"a"}, ResponseNonce: r.Nonce,
+		ErrorDetail: &status.Status{Message: "bad endpoints"}})
+	waitStatus(t, srv, func(st SubscriberStatus) bool {
+		for _, ts := range st.Types {
+			if ts.Type == "endpoints" && len(ts.NACKs) == 1 && ts.NACKs[0].Message == "bad endpoints" && ts.NACKs[0].Version == "3" {
+				return st.NodeID == "n1" && st.Protocol == "sotw"
+			}
+		}
+		return false
+	})
+}
+
+func waitStatus(t *testing.T, srv *Server, ok func(SubscriberStatus) bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		st := srv.Status()
+		if len(st) == 1 && ok(st[0]) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("status never matched: %+v", st)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestDelta(t *testing.T) {
+	c := NewCache()
+	c.Apply(TypeCluster, []Resource{cluster("a", config.Policy{}), cluster("b", config.Policy{})}, nil, "1", time.Now())
+	_, conn := startADS(t, c)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s, err := discoverygrpc.NewAggregatedDiscoveryServiceClient(conn).DeltaAggregatedResources(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recvD := func() *discoveryv3.DeltaDiscoveryResponse {
+		t.Helper()
+		r, err := s.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: r.TypeUrl, ResponseNonce: r.Nonce})
+		return r
+	}
+	resNames := func(r *discoveryv3.DeltaDiscoveryResponse) []string {
+		var out []string
+		for _, x := range r.Resources {
+			out = append(out, x.Name+"@"+x.Version)
+		}
+		slices.Sort(out)
+		return out
+	}
+	// Wildcard, with the client already holding a at version 1.
+	s.Send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "d1"}, TypeUrl: TypeCluster.URL(),
+		InitialResourceVersions: map[string]string{"a": "1"}})
+	r := recvD()
+	if got := resNames(r); !slices.Equal(got, []string{"b@1"}) {
+		t.Fatalf("first delta %v", got)
+	}
+	c.Apply(TypeCluster, []Resource{{Name: "a", Version: "2", Message: Cluster("a", config.Policy{LoadBalancer: config.PolicyRandom})}}, []string{"b"}, "2", time.Now())
+	r = recvD()
+	if got := resNames(r); !slices.Equal(got, []string{"a@2"}) || !slices.Equal(r.RemovedResources, []string{"b"}) {
+		t.Fatalf("update %v removed %v", got, r.RemovedResources)
+	}
+	// A named resource that does not exist is reported absent at once.
+	s.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: TypeEndpoint.URL(), ResourceNamesSubscribe: []string{"zz"}})
+	r = recvD()
+	if r.TypeUrl != TypeEndpoint.URL() || len(r.Resources) != 0 || !slices.Equal(r.RemovedResources, []string{"zz"}) {
+		t.Fatalf("absent resource: %v", r)
+	}
+	c.Apply(TypeEndpoint, []Resource{endpoints("zz", 90)}, nil, "3", time.Now())
+	if r = recvD(); len(r.Resources) != 1 || r.Resources[0].Name != "zz" {
+		t.Fatalf("created resource: %v", r)
+	}
+}
+
+// TestSlowSubscriber: a subscriber that stops reading blocks neither the
+// publisher nor other subscribers, and when it reads again it gets the
+// latest version of each resource, coalesced.
+func TestSlowSubscriber(t *testing.T) {
+	c := NewCache()
+	big := func(v int) []Resource {
+		// 64 clusters of ~4 KB metadata each: 256 KB per full response,
+		// more than gRPC's flow-control windows.
+		var out []Resource
+		for i := range 64 {
+			cl := Cluster("c"+string(rune('A'+i)), config.Policy{})
+			cl.AltStatName = strings.Repeat("x", 4000) + string(rune('0'+v%10))
+			out = append(out, Resource{Name: cl.Name, Version: "v", Message: cl})
+		}
+		return out
+	}
+	c.Apply(TypeCluster, big(0), nil, "0", time.Now())
+	_, conn := startADS(t, c)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	client := discoverygrpc.NewAggregatedDiscoveryServiceClient(conn)
+	slow, _ := client.StreamAggregatedResources(ctx)
+	fast, _ := client.StreamAggregatedResources(ctx)
+	slow.Send(&discoveryv3.DiscoveryRequest{Node: &corev3.Node{Id: "slow"}, TypeUrl: TypeCluster.URL()})
+	fast.Send(&discoveryv3.DiscoveryRequest{Node: &corev3.Node{Id: "fast"}, TypeUrl: TypeCluster.URL()})
+	recv(t, fast)
+	const changes = 100
+	start := time.Now()
+	for v := 1; v <= changes; v++ {
+		c.Apply(TypeCluster, big(v), nil, "v"+string(rune('0'+v%10))+"-"+time.Now().String(), time.Now())
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Fatalf("publishing %d changes took %v", changes, took)
+	}
+	// The fast subscriber reads up to the last version.
+	want := c.Version(TypeCluster)
+	for {
+		r := recv(t, fast)
+		fast.Send(&discoveryv3.DiscoveryRequest{TypeUrl: TypeCluster.URL(), ResponseNonce: r.Nonce})
+		if r.VersionInfo == want {
+			break
+		}
+	}
+	// The slow one now reads: far fewer responses than changes, the last
+	// one the latest state.
+	n := 0
+	for {
+		r := recv(t, slow)
+		n++
+		if r.VersionInfo == want {
+			if len(r.Resources) != 64 {
+				t.Fatalf("latest response has %d clusters", len(r.Resources))
+			}
+			var cl clusterv3.Cluster
+			if err := proto.Unmarshal(r.Resources[0].Value, &cl); err != nil || !strings.HasSuffix(cl.AltStatName, string(rune('0'+changes%10))) {
+				t.Fatalf("latest response is not the latest state: %v", err)
+			}
+			break
+		}
+	}
+	t.Logf("slow subscriber caught up with %d responses for %d changes", n, changes)
+	if n >= changes {
+		t.Fatalf("slow subscriber got %d responses for %d changes: not coalesced", n, changes)
+	}
+}
+
+func TestLoadAssignment(t *testing.T) {
+	md := func(kv ...string) label.Labels {
+		m := map[string]string{}
+		for i := 0; i < len(kv); i += 2 {
+			m[kv[i]] = kv[i+1]
+		}
+		return label.FromMap(m)
+	}
+	cla := LoadAssignment("c", []Endpoint{
+		{ID: "b", Host: "10.0.0.2", Port: 80, Weight: 3, Healthy: true, Metadata: md("region", "r1", "zone", "z1")},
+		{ID: "a", Host: "10.0.0.1", Port: 80, Weight: 1, Healthy: true, Metadata: md("topology.kubernetes.io/region", "r1", "topology.kubernetes.io/zone", "z1")},
+		{ID: "c", Host: "10.0.0.3", Port: 80, Weight: 5, Healthy: false, Metadata: md("zone", "z2")},
+		{ID: "d", Host: "10.0.0.2", Port: 80, Weight: 2, Healthy: true},       // duplicate address
+		{ID: "e", Host: "orders.example", Port: 80, Weight: 2, Healthy: true}, // not an IP
+		{ID: "f", Host: "10.0.0.6", Port: 80, Weight: 0, Healthy: true},       // weight 0
+		{ID: "g", Host: "10.0.0.7", Port: 80, Weight: 1, Healthy: true, Isolated: true},
+	})
+	type loc struct {
+		key    string
+		weight uint32
+		eps    []string
+	}
+	var got []loc
+	for _, l := range cla.Endpoints {
+		x := loc{key: l.Locality.Region + "/" + l.Locality.Zone, weight: l.LoadBalancingWeight.GetValue()}
+		for _, e := range l.LbEndpoints {
+			x.eps = append(x.eps, e.GetEndpoint().GetAddress().GetSocketAddress().GetAddress()+":"+e.HealthStatus.String())
+		}
+		got = append(got, x)
+	}
+	want := []loc{
+		{"/", 1, []string{"10.0.0.7:DRAINING"}},
+		{"/z2", 5, []string{"10.0.0.3:UNHEALTHY"}},
+		{"r1/z1", 4, []string{"10.0.0.1:HEALTHY", "10.0.0.2:HEALTHY"}},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("got %+v", got)
+	}
+	for i := range want {
+		if got[i].key != want[i].key || got[i].weight != want[i].weight || !slices.Equal(got[i].eps, want[i].eps) {
+			t.Fatalf("locality %d: got %+v, want %+v", i, got[i], want[i])
+		}
+	}
+}

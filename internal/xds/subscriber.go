@@ -1,0 +1,347 @@
+package xds
+
+import (
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/bits-and-blooms/bitset"
+	"google.golang.org/protobuf/encoding/protowire"
+)
+
+// maxResponseBytes bounds one response of a type that may be split
+// (endpoints, routes, and every delta response); grpc-go's default receive
+// limit is 4 MiB.
+const maxResponseBytes = 1 << 20
+
+// subscriber is one ADS stream. Its pending sets are its queue: bounded by
+// the number of resources, each change coalesced to "send the current
+// version of id", so a subscriber that stops reading costs one bit per
+// changed resource and catches up with the latest versions when it reads
+// again. The engine only sets bits (notify); the stream's send goroutine
+// builds and sends responses.
+//
+// Lock order: subscriber.mu, then a typeCache's mu.
+type subscriber struct {
+	c     *Cache
+	id    uint64
+	node  string
+	clust string
+	ns    string
+	addr  string
+	since time.Time
+	delta bool
+	wake  chan struct{} // capacity 1: "something is pending"
+
+	mu    sync.Mutex
+	nonce uint64
+	t     [numTypes]subType
+}
+
+type subType struct {
+	requested bool
+	wildcard  bool
+	subs      bitset.BitSet // ids named explicitly
+	pending   bitset.BitSet // ids to (re)send
+	missing   bitset.BitSet // delta: named ids to report as absent once
+	after     bitset.BitSet // endpoints: to resend once their clusters are sent
+	releasing bitset.BitSet // endpoints: to resend when the cluster response in flight is sent
+	full      bool          // state of the world, clusters and listeners: resend everything
+	sent      []uint64      // delta: seq of the version the client holds, by id (0: none)
+	origin    time.Time     // commit time of the oldest change not yet sent
+
+	inflight     [8]inflight // last responses, by nonce, awaiting ACK
+	next         int
+	versionSent  string
+	versionAcked string
+	sentAt       time.Time
+	ackedAt      time.Time
+	responses    uint64
+	nacks        []NACK
+}
+
+type inflight struct {
+	nonce   string
+	version string
+	origin  time.Time
+}
+
+// NACK is a response a client rejected.
+type NACK struct {
+	At      time.Time `json:"at"`
+	Version string    `json:"version"`
+	Nonce   string    `json:"nonce"`
+	Message string    `json:"message"`
+}
+
+const maxNACKs = 8
+
+func (st *subType) wants(id uint32, hidden bool) bool {
+	return (st.wildcard && !hidden) || st.subs.Test(uint(id))
+}
+
+// notify marks changed resources pending. Called by Cache.Apply from the
+// engine's goroutines; it never blocks.
+func (s *subscriber) notify(t Type, changed []change, origin time.Time) {
+	s.mu.Lock()
+	any := false
+	st := &s.t[t]
+	se := &s.t[TypeEndpoint]
+	if st.requested {
+		for _, ch := range changed {
+			if !st.wants(ch.id, ch.hidden) {
+				continue
+			}
+			st.pending.Set(uint(ch.id))
+			any = true
+			// The cluster's endpoints go again once the cluster is sent.
+			if ch.eds != noEDS && se.requested && se.wants(ch.eds, false) {
+				se.after.Set(uint(ch.eds))
+				if int(ch.eds) < len(se.sent) {
+					se.sent[ch.eds] = 0
+				}
+			}
+		}
+		if any && st.origin.IsZero() {
+			st.origin = origin
+		}
+	}
+	s.mu.Unlock()
+	if any {
+		s.poke()
+	}
+}
+
+// clustersSent releases the endpoints held back until their clusters were
+// sent.
+func (s *subscriber) clustersSent() {
+	s.mu.Lock()
+	se := &s.t[TypeEndpoint]
+	if se.releasing.Any() {
+		se.pending.InPlaceUnion(&se.releasing)
+		se.releasing.ClearAll()
+	}
+	s.mu.Unlock()
+}
+
+func (s *subscriber) poke() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// response is one built response and what to remember about it.
+type response struct {
+	t       Type
+	msg     *wireMsg
+	nonce   string
+	version string
+	origin  time.Time
+	count   int
+}
+
+func (s *subscriber) nextNonce() string {
+	s.nonce++
+	return strconv.FormatUint(s.nonce, 36)
+}
+
+// build returns the next response to send for type t, if any. Called by
+// the stream's send goroutine with s.mu held.
+func (s *subscriber) build(t Type) (response, bool) {
+	st := &s.t[t]
+	if !st.requested {
+		return response{}, false
+	}
+	if t == TypeCluster {
+		// Endpoints held back for the clusters about to be built go once
+		// this response is sent (clustersSent); later ones wait for the next.
+		defer func() {
+			se := &s.t[TypeEndpoint]
+			se.releasing.InPlaceUnion(&se.after)
+			se.after.ClearAll()
+		}()
+	}
+	if s.delta {
+		return s.buildDelta(t, st)
+	}
+	if t == TypeCluster || t == TypeListener {
+		return s.buildFull(t, st)
+	}
+	return s.buildPartial(t, st)
+}
+
+// buildFull: clusters and listeners in state of the world go whole, as the
+// protocol requires; a wildcard subscriber gets the shared encoding.
+func (s *subscriber) buildFull(t Type, st *subType) (response, bool) {
+	if !st.full && !st.pending.Any() {
+		return response{}, false
+	}
+	st.full = false
+	st.pending.ClearAll()
+	tc := s.c.types[t]
+	r := response{t: t, msg: &wireMsg{}, nonce: s.nextNonce(), origin: st.origin}
+	st.origin = time.Time{}
+	tc.mu.RLock()
+	r.version = tc.version
+	if st.wildcard {
+		m := tc.full()
+		r.msg.add(m.body)
+		r.count = m.count
+	}
+	for id, ok := st.subs.NextSet(0); ok; id, ok = st.subs.NextSet(id + 1) {
+		if int(id) < len(tc.entries) {
+			if e := tc.entries[id]; e != nil && !(st.wildcard && !e.hidden) {
+				r.msg.add(e.anyField)
+				r.count++
+			}
+		}
+	}
+	tc.mu.RUnlock()
+	s.header(&r, respVersionInfo, respTypeURL, respNonce)
+	return r, true
+}
+
+// buildPartial: routes and endpoints in state of the world go as the
+// changed ones only, split at maxResponseBytes.
+func (s *subscriber) buildPartial(t Type, st *subType) (response, bool) {
+	if !st.pending.Any() {
+		return response{}, false
+	}
+	tc := s.c.types[t]
+	r := response{t: t, msg: &wireMsg{}}
+	var maxSeq uint64
+	tc.mu.RLock()
+	id, ok := st.pending.NextSet(0)
+	for ; ok && r.msg.size < maxResponseBytes; id, ok = st.pending.NextSet(id + 1) {
+		st.pending.Clear(id)
+		if int(id) >= len(tc.entries) {
+			continue
+		}
+		if e := tc.entries[id]; e != nil && st.wants(uint32(id), e.hidden) {
+			r.msg.add(e.anyField)
+			r.count++
+			if e.seq > maxSeq {
+				maxSeq, r.version = e.seq, e.version
+			}
+		}
+	}
+	tc.mu.RUnlock()
+	r.origin = st.origin
+	if !st.pending.Any() {
+		st.origin = time.Time{}
+	}
+	if r.count == 0 {
+		return response{}, false
+	}
+	r.nonce = s.nextNonce()
+	s.header(&r, respVersionInfo, respTypeURL, respNonce)
+	return r, true
+}
+
+// buildDelta sends what changed since what the client holds: new versions,
+// and removals of resources it holds that are gone.
+func (s *subscriber) buildDelta(t Type, st *subType) (response, bool) {
+	if !st.pending.Any() {
+		return response{}, false
+	}
+	tc := s.c.types[t]
+	r := response{t: t, msg: &wireMsg{}}
+	var removed []byte
+	tc.mu.RLock()
+	if len(st.sent) < len(tc.entries) {
+		st.sent = append(st.sent, make([]uint64, len(tc.entries)-len(st.sent))...)
+	}
+	id, ok := st.pending.NextSet(0)
+	for ; ok && r.msg.size+len(removed) < maxResponseBytes; id, ok = st.pending.NextSet(id + 1) {
+		st.pending.Clear(id)
+		if int(id) >= len(tc.entries) {
+			continue
+		}
+		e := tc.entries[id]
+		switch {
+		case e != nil && st.wants(uint32(id), e.hidden):
+			if st.sent[id] != e.seq {
+				r.msg.add(e.resField)
+				st.sent[id] = e.seq
+				r.count++
+			}
+		case st.sent[id] != 0:
+			removed = appendString(removed, deltaRemoved, tc.names[id])
+			st.sent[id] = 0
+			r.count++
+		case st.missing.Test(id):
+			// Named but absent: say so once, so the client need not wait.
+			removed = appendString(removed, deltaRemoved, tc.keyName(uint32(id)))
+			r.count++
+		}
+		st.missing.Clear(id)
+	}
+	r.version = tc.version
+	tc.mu.RUnlock()
+	r.origin = st.origin
+	if !st.pending.Any() {
+		st.origin = time.Time{}
+	}
+	if r.count == 0 {
+		return response{}, false
+	}
+	r.msg.add(removed)
+	r.nonce = s.nextNonce()
+	s.header(&r, deltaSystemVersion, deltaTypeURL, deltaNonce)
+	return r, true
+}
+
+// keyName is the name a client asked for under id when nothing was ever
+// published there. Called with tc.mu held.
+func (tc *typeCache) keyName(id uint32) string {
+	if n := tc.names[id]; n != "" {
+		return n
+	}
+	for k, i := range tc.ids {
+		if i == id {
+			name, _, _ := strings.Cut(k, "\x00")
+			return name
+		}
+	}
+	return ""
+}
+
+// header puts version, type URL and nonce in front of the resources, and
+// records the response as in flight.
+func (s *subscriber) header(r *response, versionField, typeField, nonceField protowire.Number) {
+	h := make([]byte, 0, 32+len(r.version)+len(r.t.URL()))
+	h = appendString(h, versionField, r.version)
+	h = appendString(h, typeField, r.t.URL())
+	h = appendString(h, nonceField, r.nonce)
+	r.msg.bufs = append([][]byte{h}, r.msg.bufs...)
+	r.msg.size += len(h)
+	st := &s.t[r.t]
+	st.inflight[st.next%len(st.inflight)] = inflight{nonce: r.nonce, version: r.version, origin: r.origin}
+	st.next++
+	st.versionSent = r.version
+	st.sentAt = time.Now()
+	st.responses++
+}
+
+// ack records the client's answer to the response with nonce. It returns
+// the in-flight record and whether it was found.
+func (st *subType) ack(nonce string, errMsg *string, now time.Time) (inflight, bool) {
+	for _, f := range st.inflight {
+		if f.nonce != nonce || nonce == "" {
+			continue
+		}
+		if errMsg != nil {
+			if len(st.nacks) == maxNACKs {
+				st.nacks = st.nacks[1:]
+			}
+			st.nacks = append(st.nacks, NACK{At: now, Version: f.version, Nonce: nonce, Message: *errMsg})
+		} else {
+			st.versionAcked = f.version
+			st.ackedAt = now
+		}
+		return f, true
+	}
+	return inflight{}, false
+}
