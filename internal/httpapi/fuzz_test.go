@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"errors"
-	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -132,15 +131,7 @@ func FuzzDecodeRegisterMatchesEncodingJSON(f *testing.F) {
 }
 
 func BenchmarkDecodeRegister(b *testing.B) {
-	var items []string
-	for i := range 500 {
-		md := map[string]string{}
-		for j := 1; j <= 16; j++ {
-			md[fmt.Sprintf("meta-key%02d", j)] = fmt.Sprintf("v%02d-%06d", j, i%(1<<j))
-		}
-		items = append(items, inst("svc", "10.0.0.1", 8000+i, md))
-	}
-	body := []byte(batch(items...))
+	body := registerBodies()["batch500"]
 	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()
 	for b.Loop() {

@@ -21,8 +21,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/sextant-mesh/sextant/internal/acl"
 	"github.com/sextant-mesh/sextant/internal/catalog"
 	"github.com/sextant-mesh/sextant/internal/registry"
+	"github.com/sextant-mesh/sextant/internal/store"
 )
 
 // MaxBody is the largest request body accepted.
@@ -39,16 +41,40 @@ type Options struct {
 	// a private registry.
 	Metrics  prometheus.Registerer
 	Gatherer prometheus.Gatherer
+	// ACL guards every route but /healthz and /readyz (nil: ACLs off and
+	// no /v1/acl routes). Its tables must be registered with the registry
+	// (registry.Options.Tables = ACL.Tables()).
+	ACL *acl.Guard
 }
+
+// Sync is how current this server's catalog is, for the servers of a
+// cluster over a shared store (internal/cluster implements it). Both
+// methods are called from request goroutines and must not block.
+type Sync interface {
+	// Ready reports whether the catalog has caught up with the store
+	// since the server started.
+	Ready() bool
+	// Stale is how long the store has been out of reach (0: it answers).
+	// Reads are then served from the catalog as it is, marked stale.
+	Stale() time.Duration
+}
+
+// StaleHeader marks an answer served while the shared store is out of
+// reach: its value is how long, in seconds.
+const StaleHeader = "X-Sextant-Stale"
 
 // API is the HTTP handler of the registry.
 type API struct {
-	reg     atomic.Pointer[registry.Registry] // nil until ready
-	opts    Options
-	log     *slog.Logger
-	mux     *http.ServeMux
-	waiting atomic.Int64
-	allowed map[string]string // path -> its methods, for 405 answers
+	reg  atomic.Pointer[registry.Registry] // nil until ready
+	sync atomic.Pointer[syncBox]           // nil: a single server
+	// pushStatus serves /v1/push/status; nil: no control plane.
+	pushStatus atomic.Pointer[http.Handler]
+	opts       Options
+	acl        *acl.Guard
+	log        *slog.Logger
+	mux        *http.ServeMux
+	waiting    atomic.Int64
+	allowed    map[string]string // path -> its methods, for 405 answers
 
 	// stopping ends every blocking query at shutdown: they answer the
 	// current state at once instead of holding the drain.
@@ -71,7 +97,10 @@ func New(opts Options) *API {
 		r := prometheus.NewRegistry()
 		opts.Metrics, opts.Gatherer = r, r
 	}
-	a := &API{opts: opts, log: opts.Logger, mux: http.NewServeMux(), allowed: map[string]string{}}
+	a := &API{opts: opts, log: opts.Logger, mux: http.NewServeMux(), allowed: map[string]string{}, acl: opts.ACL}
+	if a.acl == nil {
+		a.acl = acl.New(acl.Options{}) // off: every check passes, nothing is audited
+	}
 	a.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sextant_http_requests_total", Help: "HTTP requests by route and status code.",
 	}, []string{"route", "code"})
@@ -88,6 +117,26 @@ func New(opts Options) *API {
 // Shutdown releases every blocking query; register it with
 // http.Server.RegisterOnShutdown.
 func (a *API) Shutdown() { a.stop() }
+
+// SetPushStatus mounts the control plane's push status at /v1/push/status.
+// Before SetRegistry.
+func (a *API) SetPushStatus(h http.Handler) { a.pushStatus.Store(&h) }
+
+type syncBox struct{ s Sync }
+
+// SetSync makes readiness wait for the catalog to catch up with a shared
+// store, and marks reads stale while it is out of reach. Before
+// SetRegistry.
+func (a *API) SetSync(s Sync) { a.sync.Store(&syncBox{s}) }
+
+// stale is how long the shared store has been out of reach (0: it answers,
+// or there is none).
+func (a *API) stale() time.Duration {
+	if sb := a.sync.Load(); sb != nil {
+		return sb.s.Stale()
+	}
+	return 0
+}
 
 // SetRegistry makes the API ready, serving reg.
 func (a *API) SetRegistry(reg *registry.Registry) { a.reg.Store(reg) }
@@ -107,6 +156,27 @@ func (a *API) routes() {
 	a.handle("GET", "/v1/namespaces/{ns}/services", a.services)
 	a.handle("GET", "/v1/namespaces/{ns}/services/{service}/instances", a.queryService)
 	a.handle("GET", "/v1/changes", a.changes)
+	a.handle("GET", "/v1/push/status", func(w http.ResponseWriter, r *http.Request, _ *registry.Registry) error {
+		// Push status names every subscriber and resource: every namespace.
+		if err := acl.Require(r, acl.Permission{Resource: acl.Push, Access: acl.Read}); err != nil {
+			return err
+		}
+		h := a.pushStatus.Load()
+		if h == nil {
+			return &apiError{http.StatusNotFound, "not_found", "this server runs no control plane", ""}
+		}
+		(*h).ServeHTTP(w, r)
+		return nil
+	})
+	a.handle("POST", "/v1/config:apply", a.applyConfig)
+	a.handle("GET", "/v1/config", a.listConfig)
+	a.handle("GET", "/v1/config/{kind}/{ns}/{name}", a.getConfig)
+	a.handle("PUT", "/v1/config/{kind}/{ns}/{name}", a.putConfig)
+	a.handle("DELETE", "/v1/config/{kind}/{ns}/{name}", a.deleteConfig)
+	if a.opts.ACL != nil {
+		a.aclRoutes()
+	}
+	a.placementRoutes()
 	a.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		w.Write([]byte(`{"status":"ok"}` + "\n"))
@@ -118,18 +188,49 @@ func (a *API) routes() {
 			w.Write([]byte(`{"status":"loading"}` + "\n"))
 			return
 		}
+		if sb := a.sync.Load(); sb != nil {
+			if !sb.s.Ready() {
+				w.WriteHeader(http.StatusServiceUnavailable)
+				w.Write([]byte(`{"status":"catching_up"}` + "\n"))
+				return
+			}
+			if d := sb.s.Stale(); d > 0 {
+				// Still ready: reads are served from the catalog, marked
+				// stale; taking every server out would serve nothing.
+				fmt.Fprintf(w, `{"status":"stale","store_unreachable_seconds":%.1f}`+"\n", d.Seconds())
+				return
+			}
+		}
 		w.Write([]byte(`{"status":"ready"}` + "\n"))
 	})
-	a.mux.Handle("GET /metrics", promhttp.HandlerFor(a.opts.Gatherer, promhttp.HandlerOpts{}))
+	metrics := promhttp.HandlerFor(a.opts.Gatherer, promhttp.HandlerOpts{})
+	a.mux.Handle("GET /metrics", a.acl.Wrap("GET /metrics", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := acl.Authenticated(r.Context()); err != nil {
+			acl.WriteError(w, err)
+			return
+		}
+		metrics.ServeHTTP(w, r)
+	})))
 	a.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &apiError{http.StatusNotFound, "not_found", "no route for " + r.Method + " " + r.URL.Path, ""})
 	})
 }
 
-// handle registers h for method and path, with metrics, readiness and error
+// handle registers h for method and path, with metrics, readiness, the ACL
+// guard (authentication, rate limit, audit; h calls acl.Require) and error
 // mapping, and a JSON 405 for the path's other methods.
-func (a *API) handle(method, path string, h handler) {
+func (a *API) handle(method, path string, h handler) { a.handleWith(method, path, h, false) }
+
+// handleOpen is handle for a route anonymous callers may reach with ACLs
+// on (the bootstrap); its handler makes the decision.
+func (a *API) handleOpen(method, path string, h handler) { a.handleWith(method, path, h, true) }
+
+func (a *API) handleWith(method, path string, h handler, open bool) {
 	route := method + " " + path
+	begin := a.acl.Begin
+	if open {
+		begin = a.acl.BeginOpen
+	}
 	counter := map[int]prometheus.Counter{}
 	var mu sync.Mutex
 	count := func(code int) prometheus.Counter {
@@ -147,18 +248,33 @@ func (a *API) handle(method, path string, h handler) {
 		start := time.Now()
 		sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
 		reg := a.reg.Load()
+		if d := a.stale(); d > 0 {
+			sw.Header().Set(StaleHeader, strconv.FormatFloat(d.Seconds(), 'f', 1, 64))
+		}
 		var err error
+		guarded := false
 		if reg == nil {
+			// Before the load no token is known: answer 503, not 401.
 			err = &apiError{http.StatusServiceUnavailable, "unavailable", "the registry is still loading", ""}
-		} else {
+		} else if r, err = begin(r, route); err == nil {
+			guarded = true
 			err = h(sw, r, reg)
+		} else {
+			guarded = true
 		}
 		if err != nil {
 			ae := a.toAPIError(err)
 			if ae.status >= 500 {
 				a.log.Error("request failed", "route", route, "err", err)
 			}
+			var refusal *acl.Error
+			if errors.As(err, &refusal) && refusal.RetryAfter > 0 {
+				sw.Header().Set("Retry-After", strconv.FormatInt(int64(refusal.RetryAfter/time.Second), 10))
+			}
 			writeError(sw, ae)
+		}
+		if guarded {
+			a.acl.End(r, sw.code)
 		}
 		count(sw.code).Inc()
 		lat.Observe(time.Since(start).Seconds())
@@ -203,16 +319,27 @@ func (a *API) toAPIError(err error) *apiError {
 	var ae *apiError
 	var fe *registry.FieldError
 	var mbe *http.MaxBytesError
+	var refusal *acl.Error
+	var afe *acl.FieldError
 	switch {
 	case errors.As(err, &ae):
 		return ae
+	case errors.As(err, &refusal):
+		return &apiError{refusal.Status(), refusal.Code, refusal.Msg, ""}
+	case errors.As(err, &afe):
+		return &apiError{http.StatusBadRequest, "invalid_argument", afe.Msg, afe.Field}
 	case errors.As(err, &fe):
 		return &apiError{http.StatusBadRequest, "invalid_argument", fe.Msg, fe.Field}
 	case errors.As(err, &mbe):
 		return &apiError{http.StatusRequestEntityTooLarge, "payload_too_large",
 			"request body exceeds " + strconv.FormatInt(mbe.Limit, 10) + " bytes", ""}
+	case errors.Is(err, store.ErrConflict):
+		return &apiError{http.StatusConflict, "conflict", strings.TrimPrefix(err.Error(), "store: "), ""}
 	case errors.Is(err, catalog.ErrCompacted):
 		return &apiError{http.StatusGone, "compacted", strings.TrimPrefix(err.Error(), "catalog: "), "since"}
+	case errors.Is(err, store.ErrUnavailable):
+		return &apiError{http.StatusServiceUnavailable, "unavailable",
+			"the shared store is unreachable, so this write is not acknowledged (it may or may not have been stored; retry it once the store is back): " + err.Error(), ""}
 	case errors.Is(err, registry.ErrClosed):
 		return &apiError{http.StatusServiceUnavailable, "unavailable", "the server is shutting down", ""}
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):

@@ -5,13 +5,16 @@ import (
 	"context"
 	"encoding/base64"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/sextant-mesh/sextant/internal/acl"
 	"github.com/sextant-mesh/sextant/internal/catalog"
 	"github.com/sextant-mesh/sextant/internal/label"
 	"github.com/sextant-mesh/sextant/internal/registry"
+	"github.com/sextant-mesh/sextant/internal/store"
 )
 
 const (
@@ -27,9 +30,12 @@ func (a *API) getInstance(w http.ResponseWriter, r *http.Request, reg *registry.
 		return badRequest("id", "%q is not a valid id: 1..128 chars of [A-Za-z0-9._:-]", id)
 	}
 	rev := reg.Catalog().Revision()
-	in := reg.Catalog().Get(id)
+	in := reg.Catalog().Instances().Get(id)
 	if in == nil {
 		return &apiError{http.StatusNotFound, "not_found", "instance " + strconv.Quote(id) + " not found", "id"}
+	}
+	if err := acl.Require(r, instancesRead(in.Namespace)); err != nil {
+		return err
 	}
 	writeJSON(w, rev, in.AppendJSON)
 	return nil
@@ -87,12 +93,15 @@ func (a *API) queryService(w http.ResponseWriter, r *http.Request, reg *registry
 	if err := checkName("service", key.Name); err != nil {
 		return err
 	}
+	if err := acl.Require(r, instancesRead(key.Namespace)); err != nil {
+		return err
+	}
 	q, err := parseQuery(r)
 	if err != nil {
 		return err
 	}
 	v := r.URL.Query()
-	cat := reg.Catalog()
+	cat := reg.Catalog().Instances()
 	svc := cat.Service(key)
 	if s := v.Get("index"); s != "" {
 		index, err := strconv.ParseInt(s, 10, 64)
@@ -117,6 +126,10 @@ func (a *API) queryService(w http.ResponseWriter, r *http.Request, reg *registry
 			release()
 			cancel()
 			a.waiting.Add(-1)
+			// The token may have been revoked while the query waited.
+			if err := acl.Require(r, instancesRead(key.Namespace)); err != nil {
+				return err
+			}
 		}
 	}
 	if svc == nil {
@@ -173,6 +186,10 @@ func (a *API) listInstances(w http.ResponseWriter, r *http.Request, reg *registr
 	if err != nil {
 		return err
 	}
+	readable, err := readableFilter(r, ns)
+	if err != nil {
+		return err
+	}
 	limit := defaultLimit
 	if s := v.Get("limit"); s != "" {
 		if limit, err = strconv.Atoi(s); err != nil || limit < 1 || limit > maxLimit {
@@ -186,11 +203,14 @@ func (a *API) listInstances(w http.ResponseWriter, r *http.Request, reg *registr
 			return err
 		}
 	}
-	snap := reg.Catalog().Snapshot()
+	snap := reg.Catalog().Instances().Snapshot()
 	var out []*catalog.Instance
 	next := ""
 	for _, svc := range snap.ServicesFrom(ns, from) {
 		if name != "" && svc.Key.Name != name {
+			continue
+		}
+		if readable != nil && !readable.Allows(svc.Key.Namespace) {
 			continue
 		}
 		ins := svc.Select(q.sel, q.healthyOnly)
@@ -231,9 +251,16 @@ func (a *API) listInstances(w http.ResponseWriter, r *http.Request, reg *registr
 }
 
 func (a *API) namespaces(w http.ResponseWriter, r *http.Request, reg *registry.Registry) error {
-	snap := reg.Catalog().Snapshot()
+	readable, err := readableFilter(r, "")
+	if err != nil {
+		return err
+	}
+	snap := reg.Catalog().Instances().Snapshot()
 	rev := snap.Revision()
 	names := snap.Namespaces()
+	if readable != nil {
+		names = slices.DeleteFunc(names, func(ns string) bool { return !readable.Allows(ns) })
+	}
 	writeJSON(w, rev, func(b []byte) []byte {
 		b = append(b, `{"revision":`...)
 		b = strconv.AppendInt(b, rev, 10)
@@ -254,7 +281,10 @@ func (a *API) services(w http.ResponseWriter, r *http.Request, reg *registry.Reg
 	if err := checkName("namespace", ns); err != nil {
 		return err
 	}
-	snap := reg.Catalog().Snapshot()
+	if err := acl.Require(r, instancesRead(ns)); err != nil {
+		return err
+	}
+	snap := reg.Catalog().Instances().Snapshot()
 	rev := snap.Revision()
 	svcs := snap.Services(ns)
 	writeJSON(w, rev, func(b []byte) []byte {
@@ -297,9 +327,18 @@ func (a *API) changes(w http.ResponseWriter, r *http.Request, reg *registry.Regi
 			return badRequest("limit", "%q is not an integer in 1..%d", s, maxLimit)
 		}
 	}
-	changes, rev, more, err := reg.Catalog().Changes(since, limit)
+	readable, err := readableFilter(r, "")
 	if err != nil {
 		return err
+	}
+	changes, rev, more, err := reg.Catalog().Changes(since, limit, store.Instances)
+	if err != nil {
+		return err
+	}
+	if readable != nil {
+		// A caller who may read some namespaces sees their changes only;
+		// the revision it has caught up to is the same.
+		changes = slices.DeleteFunc(slices.Clone(changes), func(ch catalog.Change) bool { return !readable.Allows(ch.Key.Namespace) })
 	}
 	streamJSON(w, rev, func(bw *bufio.Writer) {
 		var num []byte
@@ -313,9 +352,9 @@ func (a *API) changes(w http.ResponseWriter, r *http.Request, reg *registry.Regi
 			bw.WriteString(`{"revision":`)
 			num = strconv.AppendInt(num[:0], ch.Revision, 10)
 			bw.Write(num)
-			if ch.Instance != nil {
+			if in := ch.Instance(); in != nil {
 				bw.WriteString(`,"op":"upsert","instance":`)
-				bw.Write(ch.Instance.JSON())
+				bw.Write(in.JSON())
 			} else {
 				bw.WriteString(`,"op":"delete","id":`)
 				bw.Write(strconv.AppendQuote(num[:0], ch.ID))
@@ -327,4 +366,21 @@ func (a *API) changes(w http.ResponseWriter, r *http.Request, reg *registry.Regi
 		bw.WriteByte('}')
 	})
 	return nil
+}
+
+// readableFilter is nil when the caller may read instances of namespace ns
+// ("" for every namespace), or the filter to apply to a listing across
+// namespaces. A caller who may read no namespace at all is refused.
+func readableFilter(r *http.Request, ns string) (*acl.Filter, error) {
+	if ns != "" {
+		return nil, acl.Require(r, instancesRead(ns))
+	}
+	f := acl.Readable(r.Context(), acl.Instances)
+	if f.All() {
+		return nil, nil
+	}
+	if !f.Any() {
+		return nil, acl.Require(r, instancesRead(""))
+	}
+	return &f, nil
 }

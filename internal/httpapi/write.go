@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/sextant-mesh/sextant/internal/acl"
 	"github.com/sextant-mesh/sextant/internal/catalog"
 	"github.com/sextant-mesh/sextant/internal/registry"
 )
@@ -89,7 +90,16 @@ func (a *API) register(w http.ResponseWriter, r *http.Request, reg *registry.Reg
 	if err != nil {
 		return err
 	}
-	rev, err := reg.Register(r.Context(), ins)
+	last := ""
+	for _, in := range ins {
+		if in.Namespace != last {
+			if err := acl.Require(r, instancesWrite(in.Namespace)); err != nil {
+				return err
+			}
+			last = in.Namespace
+		}
+	}
+	rev, err := reg.RegisterGuarded(r.Context(), ins, a.writeGuard(r))
 	if err != nil {
 		return err
 	}
@@ -151,7 +161,7 @@ func (a *API) deregisterBatch(w http.ResponseWriter, r *http.Request, reg *regis
 	if err := decode(w, r, &body); err != nil {
 		return err
 	}
-	rev, notFound, err := reg.Deregister(r.Context(), body.IDs)
+	rev, notFound, err := reg.DeregisterGuarded(r.Context(), body.IDs, a.writeGuard(r))
 	if err != nil {
 		return err
 	}
@@ -170,7 +180,7 @@ func (a *API) deregisterOne(w http.ResponseWriter, r *http.Request, reg *registr
 	if !registry.ValidID(id) {
 		return badRequest("id", "%q is not a valid id: 1..128 chars of [A-Za-z0-9._:-]", id)
 	}
-	rev, notFound, err := reg.Deregister(r.Context(), []string{id})
+	rev, notFound, err := reg.DeregisterGuarded(r.Context(), []string{id}, a.writeGuard(r))
 	if err != nil {
 		return err
 	}
@@ -190,6 +200,20 @@ func (a *API) heartbeat(w http.ResponseWriter, r *http.Request, reg *registry.Re
 	if err := decode(w, r, &body); err != nil {
 		return err
 	}
+	if a.acl.Enabled() {
+		// Heartbeats renew the instances as they are now; a change of
+		// namespace in between is harmless (a heartbeat writes no record).
+		inst := reg.Catalog().Instances()
+		last := ""
+		for _, id := range body.IDs {
+			if in := inst.Get(id); in != nil && in.Namespace != last {
+				if err := acl.Require(r, instancesWrite(in.Namespace)); err != nil {
+					return err
+				}
+				last = in.Namespace
+			}
+		}
+	}
 	notFound, err := reg.Heartbeat(r.Context(), body.IDs)
 	if err != nil {
 		return err
@@ -200,4 +224,25 @@ func (a *API) heartbeat(w http.ResponseWriter, r *http.Request, reg *registry.Re
 		return append(b, '}')
 	})
 	return nil
+}
+
+func instancesWrite(ns string) acl.Permission {
+	return acl.Permission{Resource: acl.Instances, Access: acl.Write, Namespace: ns}
+}
+
+func instancesRead(ns string) acl.Permission {
+	return acl.Permission{Resource: acl.Instances, Access: acl.Read, Namespace: ns}
+}
+
+// writeGuard checks, at commit time, that the caller may write the
+// namespace each replaced or deleted instance is in now: an id is global,
+// so a register in one namespace can replace an instance of another.
+func (a *API) writeGuard(r *http.Request) registry.Guard {
+	if !a.acl.Enabled() {
+		return nil
+	}
+	ctx := r.Context()
+	return func(cur *catalog.Instance) error {
+		return acl.RequireContext(ctx, instancesWrite(cur.Namespace))
+	}
 }

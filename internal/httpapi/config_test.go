@@ -1,0 +1,170 @@
+package httpapi
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sextant-mesh/sextant/internal/catalog"
+	"github.com/sextant-mesh/sextant/internal/config"
+	"github.com/sextant-mesh/sextant/internal/registry"
+	"github.com/sextant-mesh/sextant/internal/store"
+)
+
+func newConfigServer(t *testing.T) *testServer {
+	t.Helper()
+	cfg := config.NewTable()
+	s := newTestServer(t, registry.Options{Tables: map[store.Kind]catalog.Table{store.Config: cfg}})
+	cfg.Attach(s.reg.Catalog())
+	return s
+}
+
+const testDR = `apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: orders}
+spec:
+  host: orders
+  subsets: [{name: v1, labels: {version: v1}}]
+`
+
+const testVS = `apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: orders}
+spec:
+  hosts: [orders]
+  http:
+  - route: [{destination: {host: orders, subset: v1}}]
+`
+
+type applyOut struct {
+	Revision int64 `json:"revision"`
+	DryRun   bool  `json:"dry_run"`
+	Results  []struct {
+		Kind, Namespace, Name, Action string
+		Revision                      int64
+		Warnings                      []string
+	} `json:"results"`
+	Resources []struct{ Type, Name string } `json:"resources"`
+}
+
+type listOut struct {
+	Revision int64 `json:"revision"`
+	Items    []struct {
+		Kind     string `json:"kind"`
+		Metadata struct {
+			Name, Namespace, ResourceVersion string
+		} `json:"metadata"`
+	} `json:"items"`
+}
+
+func TestConfigApplyGetListDelete(t *testing.T) {
+	s := newConfigServer(t)
+	var dry applyOut
+	s.must("POST", "/v1/config:apply?dry_run=true", testDR+"---\n"+testVS, &dry)
+	if !dry.DryRun || len(dry.Results) != 2 || dry.Results[0].Action != "created" || len(dry.Resources) == 0 {
+		t.Fatalf("dry run: %+v", dry)
+	}
+	if len(dry.Results[1].Warnings) != 0 {
+		t.Fatalf("the VS names a subset its DR in the same apply defines: warnings %v", dry.Results[1].Warnings)
+	}
+	var l listOut
+	if s.must("GET", "/v1/config", "", &l); len(l.Items) != 0 {
+		t.Fatalf("a dry run wrote %d objects", len(l.Items))
+	}
+	var a applyOut
+	s.must("POST", "/v1/config:apply", testDR+"---\n"+testVS, &a)
+	if a.Revision != 1 || a.Results[0].Action != "created" || a.Results[1].Revision != 1 {
+		t.Fatalf("apply: %+v", a)
+	}
+	// Idempotent: the same documents change nothing, take no revision.
+	s.must("POST", "/v1/config:apply", testVS+"---\n"+testDR, &a)
+	if a.Revision != 1 || a.Results[0].Action != "unchanged" || a.Results[1].Action != "unchanged" || len(a.Resources) != 0 {
+		t.Fatalf("second apply: %+v", a)
+	}
+	r := s.must("GET", "/v1/config/vs/default/orders", "", nil)
+	if r.header.Get("X-Sextant-Revision") != "1" || !strings.Contains(string(r.body), `"resourceVersion":"1"`) {
+		t.Fatalf("get: %s %v", r.body, r.header)
+	}
+	// A listing's object applies back unchanged (resourceVersion ignored).
+	s.must("POST", "/v1/config:apply", string(r.body), &a)
+	if a.Results[0].Action != "unchanged" {
+		t.Fatalf("re-applying a read object: %+v", a)
+	}
+	s.must("GET", "/v1/config?kind=DestinationRule", "", &l)
+	if len(l.Items) != 1 || l.Items[0].Kind != "DestinationRule" || l.Revision != 1 {
+		t.Fatalf("list: %+v", l)
+	}
+	// Preconditions: a stale revision is a conflict.
+	s.expectError(s.do("DELETE", "/v1/config/dr/default/orders?revision=7", ""), http.StatusConflict, "conflict", "revision")
+	s.must("DELETE", "/v1/config/dr/default/orders?revision=1", "", nil)
+	s.expectError(s.do("DELETE", "/v1/config/dr/default/orders", ""), http.StatusNotFound, "not_found", "")
+	s.expectError(s.do("GET", "/v1/config/dr/default/orders", ""), http.StatusNotFound, "not_found", "")
+	// PUT creates one object, only the one its path names.
+	s.must("PUT", "/v1/config/DestinationRule/default/orders?revision=0", testDR, &a)
+	if a.Results[0].Action != "created" {
+		t.Fatalf("put: %+v", a)
+	}
+	s.expectError(s.do("PUT", "/v1/config/vs/default/other", testVS), http.StatusBadRequest, "invalid_argument", "metadata.name")
+	s.expectError(s.do("PUT", "/v1/config/DestinationRule/default/orders?revision=0", testDR), http.StatusConflict, "conflict", "revision")
+}
+
+func TestConfigBadInput(t *testing.T) {
+	s := newConfigServer(t)
+	for name, tc := range map[string]struct {
+		path, body, field string
+	}{
+		"unsupported field": {"/v1/config:apply", strings.Replace(testVS, "  - route:", "  - mirror: {host: x}\n    route:", 1), "spec.http[0].mirror"},
+		"typo":              {"/v1/config:apply", strings.Replace(testDR, "subsets:", "subset:", 1), "spec.subset"},
+		"second document":   {"/v1/config:apply", testDR + "---\n" + strings.Replace(testVS, "hosts:", "hostz:", 1), "documents[1].spec.hostz"},
+		"empty":             {"/v1/config:apply", "", ""},
+		"bad kind":          {"/v1/config/pods/default/x", "", "kind"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			method := "POST"
+			if strings.HasPrefix(tc.path, "/v1/config/") {
+				method = "GET"
+			}
+			s.expectError(s.do(method, tc.path, tc.body), http.StatusBadRequest, "invalid_argument", tc.field)
+		})
+	}
+	var l listOut
+	if s.must("GET", "/v1/config", "", &l); len(l.Items) != 0 {
+		t.Fatalf("a rejected apply wrote %d objects", len(l.Items))
+	}
+}
+
+// TestConfigBlockingList: a list with index waits for the next config
+// change, and an instance change does not wake it.
+func TestConfigBlockingList(t *testing.T) {
+	s := newConfigServer(t)
+	got := make(chan listOut, 1)
+	go func() {
+		var l listOut
+		r := s.do("GET", "/v1/config?index=0&wait=10s", "")
+		r.decode(t, &l)
+		got <- l
+	}()
+	waitUntil(t, func() bool { return s.reg.Catalog().Waiters() == 1 })
+	s.must("POST", "/v1/instances", inst("orders", "10.0.0.1", 80, nil), nil)
+	select {
+	case l := <-got:
+		t.Fatalf("an instance change woke a config list: %+v", l)
+	case <-time.After(30 * time.Millisecond):
+	}
+	s.must("POST", "/v1/config:apply", testDR, nil)
+	if l := <-got; len(l.Items) != 1 || l.Revision != 2 {
+		t.Fatalf("woke with %+v", l)
+	}
+}
+
+func waitUntil(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met in 5s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
