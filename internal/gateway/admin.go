@@ -1,0 +1,373 @@
+package gateway
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/pprof"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/sextant-mesh/sextant/internal/calllog"
+	"github.com/sextant-mesh/sextant/internal/gateway/xdsclient"
+)
+
+// AdminHandler serves the admin API (docs/gateway.md, "Admin API"): health,
+// /metrics, /v1/config and, with a call log, /v1/calls and /v1/calls/stats.
+func (g *Gateway) AdminHandler(log *calllog.Log) http.Handler {
+	return g.AdminHandlerWith(log, nil)
+}
+
+// AdminAccess is what an admin request reads: the calls of services in a
+// namespace ("*": every namespace), or the gateway's own state (config,
+// metrics, profiles).
+type AdminAccess struct {
+	Calls     bool
+	Namespace string
+}
+
+// AdminAuthorizer decides whether a request may read what it asks
+// (nil error), answering an error that names why not; the gateway asks the
+// server that issued the token (cmd/sextant's --admin-acl). Called on the
+// request's goroutine; it may block on the network.
+type AdminAuthorizer func(r *http.Request, a AdminAccess) (status int, err error)
+
+// AdminHandlerWith is AdminHandler with every route but /healthz and
+// /readyz checked by authorize (nil: open, for loopback-only admins).
+func (g *Gateway) AdminHandlerWith(log *calllog.Log, authorize AdminAuthorizer) http.Handler {
+	mux := http.NewServeMux()
+	h := g.adminRoutes(mux, log)
+	if authorize == nil {
+		return h
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/healthz" || r.URL.Path == "/readyz" {
+			h.ServeHTTP(w, r)
+			return
+		}
+		a := AdminAccess{}
+		if strings.HasPrefix(r.URL.Path, "/v1/calls") {
+			a = AdminAccess{Calls: true, Namespace: "*"}
+			if svc := r.URL.Query().Get("service"); svc != "" {
+				if ns, _, ok := strings.Cut(svc, "/"); ok {
+					a.Namespace = ns
+				} else {
+					a.Namespace = "default"
+				}
+			}
+		}
+		if status, err := authorize(r, a); err != nil {
+			code := "permission_denied"
+			if status == http.StatusUnauthorized {
+				code = "unauthenticated"
+			}
+			writeError(w, status, code, err.Error())
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+func (g *Gateway) adminRoutes(mux *http.ServeMux, log *calllog.Log) http.Handler {
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if g.table.Load() == nil {
+			writeError(w, http.StatusServiceUnavailable, "unavailable", "no configuration applied yet")
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	g.registerFuncs(log)
+	prom := promhttp.HandlerFor(g.metrics.reg, promhttp.HandlerOpts{})
+	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
+		g.refreshGauges(log)
+		prom.ServeHTTP(w, r)
+	})
+	mux.HandleFunc("GET /v1/config", g.serveConfig)
+	if log != nil {
+		mux.HandleFunc("GET /v1/calls", func(w http.ResponseWriter, r *http.Request) { serveCalls(w, r, log) })
+		mux.HandleFunc("GET /v1/calls/stats", func(w http.ResponseWriter, r *http.Request) { serveStats(w, r, log) })
+		mux.HandleFunc("GET /v1/calls/services", func(w http.ResponseWriter, _ *http.Request) {
+			writeJSON(w, map[string]any{"services": log.Services()})
+		})
+	}
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	return readableAnywhere(mux)
+}
+
+// readableAnywhere lets the web console, served by a registry server of
+// another origin, read the admin API's GET answers (CORS). The admin API
+// has no credentials to protect: whoever reaches it reads it already; the
+// header only lets a browser page do so too. Profiles stay same-origin.
+func readableAnywhere(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if (r.Method == http.MethodGet || r.Method == http.MethodHead) && !strings.HasPrefix(r.URL.Path, "/debug/") {
+			w.Header().Set("Access-Control-Allow-Origin", "*")
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+func (g *Gateway) refreshGauges(log *calllog.Log) {
+	g.mu.Lock()
+	f := g.xds
+	g.mu.Unlock()
+	if f != nil {
+		st := f()
+		g.metrics.config.Reset()
+		for t, v := range st.Versions {
+			g.metrics.config.WithLabelValues(shortName(t), v).Set(1)
+		}
+	}
+}
+
+// registerFuncs exposes counters kept elsewhere (the xDS client, the call
+// log) as Prometheus counters read at scrape time.
+func (g *Gateway) registerFuncs(log *calllog.Log) {
+	xds := func(f func(st xdsclient.Status) int64) func() float64 {
+		return func() float64 {
+			g.mu.Lock()
+			s := g.xds
+			g.mu.Unlock()
+			if s == nil {
+				return 0
+			}
+			return float64(f(s()))
+		}
+	}
+	cs := []prometheus.Collector{
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sextant_gateway_xds_acks_total", Help: "xDS responses accepted."},
+			xds(func(st xdsclient.Status) int64 { return st.ACKs })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sextant_gateway_xds_nacks_total", Help: "xDS responses refused (NACK)."},
+			xds(func(st xdsclient.Status) int64 { return st.NACKs })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sextant_gateway_xds_reconnects_total", Help: "Reconnections to the control plane."},
+			xds(func(st xdsclient.Status) int64 { return st.Reconnects })),
+	}
+	if log != nil {
+		cs = append(cs,
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sextant_gateway_call_records_written_total", Help: "Call records written to the call log."},
+				func() float64 { w, _ := log.Counts(); return float64(w) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sextant_gateway_call_records_dropped_total", Help: "Call records dropped because the recorder's queue was full."},
+				func() float64 { _, d := log.Counts(); return float64(d) }),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sextant_gateway_call_log_bytes", Help: "Size of the call log on disk."},
+				func() float64 { return float64(log.Bytes()) }))
+	}
+	cs = append(cs, ejectionCollector{g})
+	for _, c := range cs {
+		_ = g.metrics.reg.Register(c) // a second AdminHandler keeps the first's
+	}
+}
+
+func shortName(url string) string {
+	for i := len(url) - 1; i >= 0; i-- {
+		if url[i] == '.' {
+			return url[i+1:]
+		}
+	}
+	return url
+}
+
+func (g *Gateway) serveConfig(w http.ResponseWriter, _ *http.Request) {
+	g.mu.Lock()
+	a := g.applied
+	f := g.xds
+	g.mu.Unlock()
+	out := map[string]any{"listener": a.Listener, "route_config": a.Routes}
+	if !a.At.IsZero() {
+		out["applied_at"] = a.At.UTC()
+	}
+	if f != nil {
+		st := f()
+		out["xds"] = map[string]any{"connected": st.Connected, "versions": st.Versions, "acks": st.ACKs,
+			"nacks": st.NACKs, "last_nack": st.LastNACK, "last_nack_type": st.LastNACKType, "reconnects": st.Reconnects}
+	}
+	res := map[string][]json.RawMessage{}
+	for url, list := range a.Resources {
+		for _, r := range list {
+			m, ok := r.(proto.Message)
+			if !ok || m == nil {
+				continue
+			}
+			b, err := protojson.Marshal(m)
+			if err != nil {
+				continue
+			}
+			res[shortName(url)] = append(res[shortName(url)], b)
+		}
+	}
+	out["resources"] = res
+	writeJSON(w, out)
+}
+
+func serveCalls(w http.ResponseWriter, r *http.Request, log *calllog.Log) {
+	p := params{q: r.URL.Query()}
+	cq := calllog.Query{Service: p.q.Get("service"), Endpoint: p.q.Get("endpoint"),
+		From: p.time("from"), To: p.time("to"), MinLatency: p.latency("min_latency"),
+		MaxLatency: p.latency("max_latency"), Limit: p.int("limit")}
+	if !p.ok(w) || !flushed(w, log) {
+		return
+	}
+	calls, truncated, err := log.Calls(cq)
+	if err != nil {
+		writeQueryError(w, err)
+		return
+	}
+	if calls == nil {
+		calls = []calllog.Call{}
+	}
+	writeJSON(w, map[string]any{"service": cq.Service, "calls": calls, "truncated": truncated})
+}
+
+func serveStats(w http.ResponseWriter, r *http.Request, log *calllog.Log) {
+	p := params{q: r.URL.Query()}
+	sq := calllog.StatsQuery{Service: p.q.Get("service"), Endpoint: p.q.Get("endpoint"),
+		From: p.time("from"), To: p.time("to"), Step: p.duration("step")}
+	if sq.To.IsZero() {
+		sq.To = time.Now()
+	}
+	if sq.From.IsZero() {
+		sq.From = sq.To.Add(-time.Hour)
+	}
+	if !p.ok(w) || !flushed(w, log) {
+		return
+	}
+	steps, err := log.Stats(sq)
+	if err != nil {
+		writeQueryError(w, err)
+		return
+	}
+	var total, errs int64
+	for _, s := range steps {
+		total += s.Count
+		errs += s.Errors
+	}
+	writeJSON(w, map[string]any{"service": sq.Service, "from": sq.From.UTC(), "to": sq.To.UTC(),
+		"step_ms": sq.Step.Milliseconds(), "count": total, "errors": errs, "steps": steps})
+}
+
+// params reads query parameters, keeping the first error.
+type params struct {
+	q   url.Values
+	err error
+}
+
+func (p *params) keep(err error) {
+	if p.err == nil {
+		p.err = err
+	}
+}
+
+func (p *params) time(name string) time.Time {
+	t, err := parseTime(p.q.Get(name), name)
+	p.keep(err)
+	return t
+}
+
+func (p *params) latency(name string) time.Duration {
+	d, err := parseLatency(p.q.Get(name), name)
+	p.keep(err)
+	return d
+}
+
+func (p *params) duration(name string) time.Duration {
+	v := p.q.Get(name)
+	if v == "" {
+		return 0
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		p.keep(fmt.Errorf("%s: %q is not a positive duration (e.g. 10s)", name, v))
+	}
+	return d
+}
+
+func (p *params) int(name string) int {
+	v := p.q.Get(name)
+	if v == "" {
+		return 0
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		p.keep(fmt.Errorf("%s: %q is not an integer", name, v))
+	}
+	return n
+}
+
+// ok answers 400 naming the first bad parameter, if any.
+func (p *params) ok(w http.ResponseWriter) bool {
+	if p.err != nil {
+		writeError(w, http.StatusBadRequest, "invalid_argument", p.err.Error())
+		return false
+	}
+	return true
+}
+
+// flushed makes every call recorded so far visible to the query.
+func flushed(w http.ResponseWriter, log *calllog.Log) bool {
+	if err := log.Flush(); err != nil {
+		writeError(w, http.StatusInternalServerError, "internal", err.Error())
+		return false
+	}
+	return true
+}
+
+// parseTime reads RFC 3339 or unix milliseconds; "" is the zero time.
+func parseTime(s, field string) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, nil
+	}
+	if ms, err := strconv.ParseInt(s, 10, 64); err == nil {
+		return time.UnixMilli(ms), nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%s: %q is neither RFC 3339 nor unix milliseconds", field, s)
+	}
+	return t, nil
+}
+
+// parseLatency reads a Go duration ("5ms") or integer microseconds.
+func parseLatency(s, field string) (time.Duration, error) {
+	if s == "" {
+		return 0, nil
+	}
+	if us, err := strconv.ParseInt(s, 10, 64); err == nil && us >= 0 {
+		return time.Duration(us) * time.Microsecond, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		return 0, fmt.Errorf("%s: %q is not a duration (e.g. 5ms) or microseconds", field, s)
+	}
+	return d, nil
+}
+
+func writeQueryError(w http.ResponseWriter, err error) {
+	if errors.Is(err, calllog.ErrBadQuery) {
+		writeError(w, http.StatusBadRequest, "invalid_argument", err.Error())
+		return
+	}
+	writeError(w, http.StatusInternalServerError, "internal", err.Error())
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	_ = enc.Encode(v)
+}
+
+func writeError(w http.ResponseWriter, status int, code, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]string{"code": code, "message": "gateway: " + msg}})
+}

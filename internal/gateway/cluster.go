@@ -1,0 +1,347 @@
+package gateway
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"net"
+	"net/http"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/sextant-mesh/sextant/internal/balancer"
+	"github.com/sextant-mesh/sextant/internal/subset"
+)
+
+// upstream sends one request to one endpoint over a pooled connection.
+type upstream interface {
+	// do sends req and fills resp, giving up at deadline. Any goroutine;
+	// blocks for the call.
+	do(req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time) error
+	// closeIdle closes the pooled idle connections (the endpoint left).
+	closeIdle()
+}
+
+// h1Upstream is HTTP/1.1 with keep-alive connections: fasthttp's HostClient,
+// which reads and writes on the calling goroutine (no per-connection
+// goroutines, no channel hand-offs: the cost that makes net/http's Transport
+// slow as a proxy client).
+type h1Upstream struct{ hc *fasthttp.HostClient }
+
+func newH1Upstream(addr string, connect time.Duration, maxResp int) *h1Upstream {
+	return &h1Upstream{hc: &fasthttp.HostClient{
+		Addr:                          addr,
+		Dial:                          func(a string) (net.Conn, error) { return fasthttp.DialTimeout(a, connect) },
+		MaxConns:                      4096,
+		MaxConnWaitTimeout:            time.Second,
+		MaxIdleConnDuration:           60 * time.Second,
+		MaxResponseBodySize:           maxResp,
+		NoDefaultUserAgentHeader:      true,
+		DisableHeaderNamesNormalizing: true,
+		DisablePathNormalizing:        true,
+		// One more try only for an idempotent request that met a pooled
+		// connection the upstream had closed (nothing was received): the
+		// race every keep-alive client has. Other failures go to the
+		// route's retry policy.
+		MaxIdemponentCallAttempts: 2,
+		RetryIfErr: func(req *fasthttp.Request, attempts int, err error) (bool, bool) {
+			idem := req.Header.IsGet() || req.Header.IsHead() || req.Header.IsPut()
+			return false, idem && attempts < 2 && (errors.Is(err, fasthttp.ErrConnectionClosed) || errors.Is(err, io.EOF))
+		},
+	}}
+}
+
+func (u *h1Upstream) do(req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time) error {
+	return u.hc.DoDeadline(req, resp, deadline)
+}
+
+func (u *h1Upstream) closeIdle() { u.hc.CloseIdleConnections() }
+
+// h2cUpstream is HTTP/2 over cleartext (prior knowledge) through net/http's
+// transport, for clusters that ask for it.
+type h2cUpstream struct {
+	addr    string
+	tr      *http.Transport
+	maxResp int
+}
+
+func newH2CUpstream(addr string, connect time.Duration, maxResp int) *h2cUpstream {
+	var p http.Protocols
+	p.SetUnencryptedHTTP2(true)
+	tr := &http.Transport{
+		Protocols:          &p,
+		DialContext:        (&net.Dialer{Timeout: connect}).DialContext,
+		DisableCompression: true,
+		IdleConnTimeout:    60 * time.Second,
+	}
+	return &h2cUpstream{addr: addr, tr: tr, maxResp: maxResp}
+}
+
+func (u *h2cUpstream) do(req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time) error {
+	hr, err := http.NewRequest(string(req.Header.Method()), "http://"+u.addr+string(req.Header.RequestURI()), bytes.NewReader(req.Body()))
+	if err != nil {
+		return err
+	}
+	hr.Host = string(req.Header.Host())
+	for k, v := range req.Header.All() {
+		switch string(k) {
+		case "Host", "Content-Length", "Connection", "Transfer-Encoding":
+			continue
+		}
+		hr.Header.Add(string(k), string(v))
+	}
+	hr.ContentLength = int64(len(req.Body()))
+	cancel := func() {}
+	if !deadline.IsZero() {
+		ctx, c := contextWithDeadline(deadline)
+		hr, cancel = hr.WithContext(ctx), c
+	}
+	defer cancel()
+	hres, err := u.tr.RoundTrip(hr)
+	if err != nil {
+		if !deadline.IsZero() && !time.Now().Before(deadline) {
+			return fasthttp.ErrTimeout
+		}
+		return err
+	}
+	defer hres.Body.Close()
+	resp.SetStatusCode(hres.StatusCode)
+	for k, vs := range hres.Header {
+		for _, v := range vs {
+			resp.Header.Add(k, v)
+		}
+	}
+	body, err := io.ReadAll(io.LimitReader(hres.Body, int64(u.maxResp)+1))
+	if err != nil {
+		if !deadline.IsZero() && !time.Now().Before(deadline) {
+			return fasthttp.ErrTimeout
+		}
+		return fmt.Errorf("read body: %w", err)
+	}
+	if len(body) > u.maxResp {
+		return fasthttp.ErrBodyTooLarge
+	}
+	resp.SetBody(body)
+	return nil
+}
+
+func (u *h2cUpstream) closeIdle() { u.tr.CloseIdleConnections() }
+
+// pools shares one upstream per endpoint address and protocol across
+// clusters and config versions, so that a config change keeps connections.
+// Only the config goroutine (Gateway.Update) touches it.
+type pools struct {
+	mu sync.Mutex
+	m  map[poolKey]*poolRef
+}
+
+type poolKey struct {
+	addr string
+	h2c  bool
+}
+
+type poolRef struct {
+	up   upstream
+	refs int
+}
+
+func (p *pools) acquire(addr string, h2c bool, connect time.Duration, maxResp int) upstream {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.m == nil {
+		p.m = map[poolKey]*poolRef{}
+	}
+	k := poolKey{addr, h2c}
+	r := p.m[k]
+	if r == nil {
+		r = &poolRef{}
+		if h2c {
+			r.up = newH2CUpstream(addr, connect, maxResp)
+		} else {
+			r.up = newH1Upstream(addr, connect, maxResp)
+		}
+		p.m[k] = r
+	}
+	r.refs++
+	return r.up
+}
+
+// release drops one reference; the last one closes the idle connections
+// (calls in flight finish on theirs).
+func (p *pools) release(addr string, h2c bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	k := poolKey{addr, h2c}
+	if r := p.m[k]; r != nil {
+		if r.refs--; r.refs <= 0 {
+			delete(p.m, k)
+			r.up.closeIdle()
+		}
+	}
+}
+
+func (p *pools) closeAll() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for k, r := range p.m {
+		r.up.closeIdle()
+		delete(p.m, k)
+	}
+}
+
+// endpoint is one upstream host of a cluster, as calls see it.
+type endpoint struct {
+	addr string
+	up   upstream
+	m    *endpointMetrics
+}
+
+// clusterRT is a cluster at run time: its balancer, endpoints and counters.
+// The config goroutine builds and updates it; calls read it.
+type clusterRT struct {
+	spec   *clusterSpec
+	name   string
+	policy balancer.Policy
+	lb     *subset.LB
+	useMD  bool // the cluster has subset selectors: pass request metadata
+	eps    atomic.Pointer[map[string]*endpoint]
+	m      *clusterMetrics
+
+	active  atomic.Int64 // calls in flight, for the retry budget
+	retries atomic.Int64 // retries in flight
+
+	// Config goroutine only.
+	hosts map[string]hostSpec
+}
+
+// newClusterRT builds a cluster with no endpoints; policy may be a policy
+// kept from the cluster's previous version (learned state survives).
+func newClusterRT(spec *clusterSpec, policy balancer.Policy, m *clusterMetrics) (*clusterRT, error) {
+	cfg := subset.Config{FallbackPolicy: subset.AnyEndpoint}
+	useMD := false
+	if spec.subset != nil {
+		cfg = *spec.subset
+		useMD = len(cfg.Selectors) > 0
+	}
+	lb, err := subset.New(cfg, policy, nil)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: cluster %q: %w", spec.name, err)
+	}
+	c := &clusterRT{spec: spec, name: spec.name, policy: policy, lb: lb, useMD: useMD, m: m, hosts: map[string]hostSpec{}}
+	empty := map[string]*endpoint{}
+	c.eps.Store(&empty)
+	return c, nil
+}
+
+// newPolicy builds the cluster's balancer policy with its outlier ejection.
+func newPolicy(spec *clusterSpec) (balancer.Policy, error) {
+	opts := []balancer.Option{balancer.WithActiveRequestBias(spec.policy.bias), balancer.WithDecay(spec.policy.decay)}
+	if spec.eject != nil {
+		opts = append(opts, balancer.WithOutlierEjection(*spec.eject))
+	}
+	p, err := balancer.New(spec.policy.name, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: cluster %q: %w", spec.name, err)
+	}
+	return p, nil
+}
+
+// setHosts moves the cluster to hosts: adds, replaces and removes hosts in
+// the subset balancer and acquires or releases their connection pools.
+// Config goroutine only.
+func (c *clusterRT) setHosts(hosts []hostSpec, p *pools, mf *metricsSet) error {
+	next := make(map[string]hostSpec, len(hosts))
+	for _, h := range hosts {
+		next[h.addr] = h
+	}
+	old := *c.eps.Load()
+	eps := make(map[string]*endpoint, len(next))
+	var upsert []*subset.Host
+	var health []hostSpec
+	for addr, h := range next {
+		prev, had := c.hosts[addr]
+		if had {
+			eps[addr] = old[addr]
+		} else {
+			eps[addr] = &endpoint{addr: addr, up: p.acquire(addr, c.spec.h2c, c.spec.connect, maxResponseBytes),
+				m: mf.endpoint(c.name, addr)}
+		}
+		if !had || prev.weight != h.weight || !prev.labels.Equal(h.labels) || !listsEqual(prev.lists, h.lists) {
+			upsert = append(upsert, &subset.Host{ID: addr, Addr: addr, Weight: h.weight, Labels: h.labels, Lists: h.lists})
+		}
+		if !had || prev.healthy != h.healthy {
+			health = append(health, h)
+		}
+	}
+	var gone []string
+	for addr := range c.hosts {
+		if _, ok := next[addr]; !ok {
+			gone = append(gone, addr)
+		}
+	}
+	// Every subset's picker comes from the one policy: keep the learned
+	// state of every endpoint of the cluster, not only of the last subset
+	// built (balancer.Retainer).
+	if r, ok := c.policy.(balancer.Retainer); ok {
+		ids := make([]string, 0, len(next))
+		for addr := range next {
+			ids = append(ids, addr)
+		}
+		r.Retain(ids)
+	}
+	// Publish the endpoints before the balancer can pick them.
+	c.eps.Store(&eps)
+	if len(upsert) > 0 {
+		if err := c.lb.Upsert(upsert...); err != nil {
+			return fmt.Errorf("gateway: cluster %q: %w", c.name, err)
+		}
+	}
+	for _, h := range health {
+		if err := c.lb.SetHealth(h.addr, h.healthy); err != nil {
+			return fmt.Errorf("gateway: cluster %q: %w", c.name, err)
+		}
+	}
+	if len(gone) > 0 {
+		c.lb.Remove(gone...)
+		for _, addr := range gone {
+			p.release(addr, c.spec.h2c)
+			mf.forgetEndpoint(c.name, addr)
+		}
+	}
+	c.hosts = next
+	return nil
+}
+
+// retire releases every pool of a cluster that a config change replaced.
+func (c *clusterRT) retire(p *pools) {
+	for addr := range c.hosts {
+		p.release(addr, c.spec.h2c)
+	}
+	c.hosts = nil
+}
+
+func listsEqual(a, b map[string][]string) bool {
+	return maps.EqualFunc(a, b, func(x, y []string) bool { return slices.Equal(x, y) })
+}
+
+// endpointFor returns the endpoint a pick named.
+func (c *clusterRT) endpointFor(addr string) *endpoint { return (*c.eps.Load())[addr] }
+
+// allowRetry takes a retry permit of the cluster's retry budget (Envoy's
+// retry_budget: retries in flight at most budget% of active calls, and
+// always at least min). The caller returns it with c.retries.Add(-1).
+func (c *clusterRT) allowRetry() bool {
+	b := c.spec.budget
+	limit := max(int64(b.min), int64(float64(c.active.Load())*b.percent/100))
+	if c.retries.Add(1) > limit {
+		c.retries.Add(-1)
+		return false
+	}
+	return true
+}

@@ -1,0 +1,285 @@
+// Package gateway owns Sextant's data plane: an HTTP reverse proxy (HTTP/1.1
+// and h2c in and out) configured only through xDS like Envoy or MOSN. It
+// turns Envoy resources (listener, routes, clusters, endpoints) into an
+// immutable routing table, routes each call by host, path and headers to a
+// weighted cluster, picks an endpoint with the subset load balancer
+// (internal/subset) over the cluster's policy (internal/balancer), forwards
+// over pooled connections with timeouts, retries (with a budget) and outlier
+// ejection, and hands one record per call to a Recorder (the call log,
+// subpackage calllog). The xDS transport is subpackage xdsclient.
+//
+// It does not own the control plane, the policies or the storage engine.
+// See docs/gateway.md.
+package gateway
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"reflect"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/sextant-mesh/sextant/internal/balancer"
+	"github.com/sextant-mesh/sextant/internal/calllog"
+	"github.com/sextant-mesh/sextant/internal/gateway/xdsclient"
+)
+
+// Recorder receives one record per call.
+type Recorder interface {
+	// Record is called on the call's goroutine after the answer is ready;
+	// it must not block (calllog.Log drops when its queue is full).
+	Record(r calllog.Record)
+}
+
+// Options configure a Gateway; zero values are defaults.
+type Options struct {
+	// Listener names the Listener resource whose routes the gateway
+	// serves. Empty: the listener whose port is ListenPort, else
+	// ProxyListener (Sextant's control plane's), else the only one.
+	Listener   string
+	ListenPort uint32
+	// MaxRequestBytes limits request bodies (413 beyond); default 8 MiB.
+	MaxRequestBytes int
+	// Recorder receives call records; nil records nothing.
+	Recorder Recorder
+	// Logger: nil discards.
+	Logger *slog.Logger
+}
+
+// Gateway is the proxy. Update is called by the xDS client's goroutine;
+// calls are served on fasthttp's and net/http's goroutines.
+type Gateway struct {
+	opts    Options
+	log     *slog.Logger
+	rec     Recorder
+	metrics *metricsSet
+	table   atomic.Pointer[table]
+	pools   pools
+
+	// mu serializes Update (one config goroutine, but tests call it too)
+	// and guards the fields below.
+	mu       sync.Mutex
+	clusters map[string]*clusterRT
+	applied  appliedConfig
+	xds      func() xdsclient.Status
+
+	srvMu sync.Mutex
+	srv   *fasthttp.Server
+	h2    *http.Server
+	ln    net.Listener
+}
+
+// appliedConfig is what /v1/config shows.
+type appliedConfig struct {
+	Listener  string
+	Routes    string
+	At        time.Time
+	Resources map[string][]any // type URL -> decoded protos
+}
+
+// New returns a gateway with no config: every call is answered 503 until
+// the first Update.
+func New(opts Options) *Gateway {
+	if opts.MaxRequestBytes <= 0 {
+		opts.MaxRequestBytes = 8 << 20
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Gateway{opts: opts, log: opts.Logger, rec: opts.Recorder, metrics: newMetrics(), clusters: map[string]*clusterRT{}}
+}
+
+// XDSTypes are the resource types the gateway follows, for xdsclient.
+func XDSTypes() []xdsclient.Type {
+	return []xdsclient.Type{
+		{URL: ListenerType, Wildcard: true, Decode: decodeListener},
+		{URL: ClusterType, Wildcard: true, Decode: decodeClusterAny},
+		{URL: RouteType, Decode: decodeRouteAny},
+		{URL: EndpointType, Decode: decodeEndpointsAny},
+	}
+}
+
+// SetXDSStatus lets /v1/config and /metrics show the xDS client's versions.
+func (g *Gateway) SetXDSStatus(f func() xdsclient.Status) {
+	g.mu.Lock()
+	g.xds = f
+	g.mu.Unlock()
+}
+
+var _ xdsclient.Handler = (*Gateway)(nil)
+
+// Update applies an accepted xDS state: it rebuilds the routing table and
+// updates the clusters in place (endpoint diffs; learned balancer state
+// survives), then swaps the table in. Calls in flight finish on the table
+// and connections they started with. It returns the route and endpoint
+// names to subscribe to. It implements xdsclient.Handler.
+func (g *Gateway) Update(s xdsclient.State) (map[string][]string, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	ls, err := g.chooseListener(s[ListenerType])
+	if err != nil {
+		return nil, err
+	}
+	if ls != nil && ls.noHTTP != "" {
+		return nil, fmt.Errorf("gateway: listener %q: %s", ls.name, ls.noHTTP)
+	}
+	next := map[string]*clusterRT{}
+	unsupported := map[string]string{}
+	var retire []*clusterRT
+	var eds []string
+	names := make([]string, 0, len(s[ClusterType]))
+	for n := range s[ClusterType] {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		spec := s[ClusterType][name].(*clusterSpec)
+		if spec.unsupported != "" {
+			unsupported[name] = spec.unsupported
+			continue
+		}
+		rt := g.clusters[name]
+		if rt == nil || !sameCluster(rt.spec, spec) {
+			var policy balancer.Policy
+			if rt != nil && rt.spec.policy == spec.policy && reflect.DeepEqual(rt.spec.eject, spec.eject) {
+				policy = rt.policy // keep what the policy learned
+			} else if policy, err = newPolicy(spec); err != nil {
+				return nil, err
+			}
+			nrt, err := newClusterRT(spec, policy, g.metrics.cluster(name))
+			if err != nil {
+				return nil, err
+			}
+			if rt != nil {
+				retire = append(retire, rt)
+			}
+			rt = nrt
+		}
+		hosts := spec.static
+		if spec.eds != "" {
+			eds = append(eds, spec.eds)
+			if a, ok := s[EndpointType][spec.eds].(*assignmentSpec); ok {
+				hosts = a.hosts
+			}
+		}
+		if err := rt.setHosts(hosts, &g.pools, g.metrics); err != nil {
+			return nil, err
+		}
+		next[name] = rt
+	}
+	for name, rt := range g.clusters {
+		if _, ok := next[name]; !ok {
+			retire = append(retire, rt)
+		}
+	}
+	var rc *routeConfigSpec
+	want := map[string][]string{EndpointType: eds}
+	if ls != nil {
+		rc = ls.inline
+		if ls.rds != "" {
+			want[RouteType] = []string{ls.rds}
+			rc, _ = s[RouteType][ls.rds].(*routeConfigSpec)
+		}
+	}
+	tb := newTable(rc, next)
+	tb.unsupported = unsupported
+	g.table.Store(tb)
+	for _, rt := range retire {
+		for addr := range rt.hosts {
+			if n := next[rt.name]; n == nil || !hasHost(n, addr) {
+				g.metrics.forgetEndpoint(rt.name, addr)
+			}
+		}
+		rt.retire(&g.pools)
+	}
+	g.clusters = next
+	g.applied = appliedConfig{At: time.Now(), Resources: rawResources(s)}
+	if ls != nil {
+		g.applied.Listener = ls.name
+		if rc != nil {
+			g.applied.Routes = rc.name
+		}
+	}
+	return want, nil
+}
+
+// chooseListener picks the listener the gateway serves.
+func (g *Gateway) chooseListener(m map[string]any) (*listenerSpec, error) {
+	if g.opts.Listener != "" {
+		l, _ := m[g.opts.Listener].(*listenerSpec)
+		return l, nil // not (yet) there: serve nothing rather than refuse
+	}
+	var byPort []*listenerSpec
+	for _, v := range m {
+		l := v.(*listenerSpec)
+		if g.opts.ListenPort != 0 && l.port == g.opts.ListenPort {
+			byPort = append(byPort, l)
+		}
+	}
+	switch {
+	case len(byPort) == 1:
+		return byPort[0], nil
+	case len(byPort) == 0 && m[ProxyListener] != nil:
+		// Sextant's control plane names its proxy listener so; the others it
+		// publishes are api_listeners of gRPC clients.
+		return m[ProxyListener].(*listenerSpec), nil
+	case len(byPort) > 1:
+		return nil, fmt.Errorf("gateway: %d listeners on port %d; name one with --listener", len(byPort), g.opts.ListenPort)
+	case len(m) == 1:
+		for _, v := range m {
+			return v.(*listenerSpec), nil
+		}
+	case len(m) > 1:
+		return nil, errors.New("gateway: several listeners and none on the listen port; name one with --listener")
+	}
+	return nil, nil
+}
+
+// sameCluster reports whether b can update a's run-time cluster in place.
+func sameCluster(a, b *clusterSpec) bool {
+	x, y := *a, *b
+	x.raw, y.raw, x.static, y.static = nil, nil, nil, nil
+	return reflect.DeepEqual(x, y)
+}
+
+func rawResources(s xdsclient.State) map[string][]any {
+	out := map[string][]any{}
+	for url, m := range s {
+		names := make([]string, 0, len(m))
+		for n := range m {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		for _, n := range names {
+			var raw any
+			switch v := m[n].(type) {
+			case *listenerSpec:
+				raw = v.raw
+			case *routeConfigSpec:
+				raw = v.raw
+			case *clusterSpec:
+				raw = v.raw
+			case *assignmentSpec:
+				raw = v.raw
+			}
+			out[url] = append(out[url], raw)
+		}
+	}
+	return out
+}
+
+// Handler returns the proxy as a fasthttp handler (tests and benchmarks
+// serve it on their own listeners).
+func (g *Gateway) Handler() fasthttp.RequestHandler { return g.serve }
+
+func hasHost(c *clusterRT, addr string) bool {
+	_, ok := c.hosts[addr]
+	return ok
+}

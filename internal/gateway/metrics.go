@@ -1,0 +1,146 @@
+package gateway
+
+import (
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sextant-mesh/sextant/internal/balancer"
+)
+
+// metricsSet holds the gateway's Prometheus metrics. Per-cluster and
+// per-endpoint handles are resolved once, when a cluster or endpoint
+// appears, so a call never looks labels up.
+type metricsSet struct {
+	reg        *prometheus.Registry
+	requests   *prometheus.CounterVec   // cluster, class
+	latency    *prometheus.HistogramVec // cluster
+	epRequests *prometheus.CounterVec   // cluster, endpoint, class
+	epLatency  *prometheus.HistogramVec // cluster, endpoint
+	retries    *prometheus.CounterVec   // cluster
+	shed       *prometheus.CounterVec   // cluster
+	config     *prometheus.GaugeVec     // type, version
+
+	ejections *prometheus.Desc
+
+	mu        sync.Mutex
+	clusters  map[string]*clusterMetrics
+	endpoints map[[2]string]*endpointMetrics
+}
+
+// classes are the status classes counted; 0 is "no answer".
+var classes = [...]string{"none", "1xx", "2xx", "3xx", "4xx", "5xx"}
+
+func classOf(status int) int {
+	if status < 100 || status > 599 {
+		return 0
+	}
+	return status / 100
+}
+
+type clusterMetrics struct {
+	requests [len(classes)]prometheus.Counter
+	latency  prometheus.Observer
+	retries  prometheus.Counter
+	shed     prometheus.Counter
+}
+
+func (m *clusterMetrics) observe(status int, d time.Duration) {
+	m.requests[classOf(status)].Inc()
+	m.latency.Observe(d.Seconds())
+}
+
+type endpointMetrics struct {
+	requests [len(classes)]prometheus.Counter
+	latency  prometheus.Observer
+}
+
+func (m *endpointMetrics) observe(status int, d time.Duration) {
+	m.requests[classOf(status)].Inc()
+	m.latency.Observe(d.Seconds())
+}
+
+var latencyBuckets = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}
+
+func newMetrics() *metricsSet {
+	m := &metricsSet{
+		reg: prometheus.NewRegistry(),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sextant_gateway_requests_total",
+			Help: "Calls per cluster by status class (none: no upstream answer)."}, []string{"cluster", "class"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "sextant_gateway_request_duration_seconds",
+			Help: "Call latency per cluster, retries included.", Buckets: latencyBuckets}, []string{"cluster"}),
+		epRequests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sextant_gateway_endpoint_requests_total",
+			Help: "Attempts per endpoint by status class (none: connect failure, reset or timeout)."}, []string{"cluster", "endpoint", "class"}),
+		epLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "sextant_gateway_endpoint_request_duration_seconds",
+			Help: "Attempt latency per endpoint.", Buckets: latencyBuckets}, []string{"cluster", "endpoint"}),
+		retries: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sextant_gateway_retries_total",
+			Help: "Retries per cluster."}, []string{"cluster"}),
+		shed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sextant_gateway_shed_total",
+			Help: "Calls shed by the balancer (every endpoint at capacity) per cluster."}, []string{"cluster"}),
+		config: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sextant_gateway_config_info",
+			Help: "1 for the xDS version applied per resource type."}, []string{"type", "version"}),
+		clusters:  map[string]*clusterMetrics{},
+		endpoints: map[[2]string]*endpointMetrics{},
+	}
+	m.reg.MustRegister(m.requests, m.latency, m.epRequests, m.epLatency, m.retries, m.shed, m.config)
+	m.ejections = prometheus.NewDesc("sextant_gateway_ejections_total",
+		"Outlier ejections per cluster (since the cluster's policy was built).", []string{"cluster"}, nil)
+	return m
+}
+
+func (m *metricsSet) cluster(name string) *clusterMetrics {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if c, ok := m.clusters[name]; ok {
+		return c
+	}
+	c := &clusterMetrics{latency: m.latency.WithLabelValues(name),
+		retries: m.retries.WithLabelValues(name), shed: m.shed.WithLabelValues(name)}
+	for i, cl := range classes {
+		c.requests[i] = m.requests.WithLabelValues(name, cl)
+	}
+	m.clusters[name] = c
+	return c
+}
+
+func (m *metricsSet) endpoint(cluster, addr string) *endpointMetrics {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	k := [2]string{cluster, addr}
+	if e, ok := m.endpoints[k]; ok {
+		return e
+	}
+	e := &endpointMetrics{latency: m.epLatency.WithLabelValues(cluster, addr)}
+	for i, cl := range classes {
+		e.requests[i] = m.epRequests.WithLabelValues(cluster, addr, cl)
+	}
+	m.endpoints[k] = e
+	return e
+}
+
+// forgetEndpoint drops a removed endpoint's series.
+func (m *metricsSet) forgetEndpoint(cluster, addr string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.endpoints, [2]string{cluster, addr})
+	m.epLatency.DeleteLabelValues(cluster, addr)
+	for _, cl := range classes {
+		m.epRequests.DeleteLabelValues(cluster, addr, cl)
+	}
+}
+
+// ejectionCollector reads each cluster's ejection count at scrape time.
+type ejectionCollector struct{ g *Gateway }
+
+func (c ejectionCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.g.metrics.ejections }
+
+func (c ejectionCollector) Collect(ch chan<- prometheus.Metric) {
+	c.g.mu.Lock()
+	defer c.g.mu.Unlock()
+	for name, rt := range c.g.clusters {
+		if ec, ok := rt.policy.(balancer.EjectionCounter); ok {
+			ch <- prometheus.MustNewConstMetric(c.g.metrics.ejections, prometheus.CounterValue, float64(ec.Ejections()), name)
+		}
+	}
+}

@@ -1,0 +1,492 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/hex"
+	"errors"
+	"math/rand/v2"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/sextant-mesh/sextant/internal/balancer"
+	"github.com/sextant-mesh/sextant/internal/calllog"
+	"github.com/sextant-mesh/sextant/internal/subset"
+)
+
+// SubsetHeader lets a request choose its subset (MOSN's header-driven
+// routing): "x-sextant-subset: version=v2,zone=z1". Its pairs overlay the
+// route's metadata_match; the gateway removes it before forwarding.
+const SubsetHeader = "X-Sextant-Subset"
+
+// ErrorHeader names the reason of a reply the gateway made itself.
+const ErrorHeader = "X-Sextant-Error"
+
+const (
+	viaValue         = "1.1 sextant"
+	maxResponseBytes = 64 << 20
+)
+
+// Reasons of calls that did not get an upstream answer; they name the
+// X-Sextant-Error header and the "reason" of the JSON error body.
+const (
+	reasonNoRoute         = "no_route"
+	reasonNoCluster       = "cluster_not_found"
+	reasonNoHealthy       = "no_healthy_endpoint"
+	reasonNoSubset        = "no_subset"
+	reasonShed            = "shed"
+	reasonTimeout         = "upstream_timeout"
+	reasonConnect         = "connect_failure"
+	reasonReset           = "upstream_reset"
+	reasonTooLarge        = "response_too_large"
+	reasonOverflow        = "pool_overflow"
+	reasonBadSubsetHeader = "bad_subset_header"
+)
+
+// hopHeaders are removed in both directions (RFC 9110 7.6.1), with the
+// names a Connection header lists.
+var hopHeaders = []string{"Keep-Alive", "Proxy-Connection", "Proxy-Authenticate", "Proxy-Authorization", "Te", "Trailer", "Upgrade"}
+
+// serve is the data path: route, pick, forward with retries, record.
+// fasthttp calls it on the connection's goroutine.
+func (g *Gateway) serve(ctx *fasthttp.RequestCtx) {
+	start := time.Now()
+	req := &ctx.Request
+	t := g.table.Load()
+	if t == nil {
+		g.localReply(ctx, fasthttp.StatusServiceUnavailable, "", reasonNoRoute, "no configuration received from the control plane yet")
+		return
+	}
+	var hostBuf [256]byte
+	host := lower(hostBuf[:0], req.Header.Host())
+	uri := req.Header.RequestURI()
+	path := uri
+	if i := bytes.IndexByte(uri, '?'); i >= 0 {
+		path = uri[:i]
+	}
+	vh := t.vhost(host)
+	var r *routeRT
+	if vh != nil {
+		r = vh.route(path, &req.Header)
+	}
+	if r == nil {
+		g.localReply(ctx, fasthttp.StatusNotFound, "", reasonNoRoute, "no route for host "+strconv.Quote(string(host))+" path "+strconv.Quote(string(path)))
+		return
+	}
+	if d := r.spec.direct; d != nil {
+		ctx.SetStatusCode(d.status)
+		ctx.SetBodyString(d.body)
+		return
+	}
+	if rd := r.spec.redirect; rd != nil {
+		redirect(ctx, rd, r.spec.match.value, host)
+		return
+	}
+	tg := r.pick()
+	c := tg.cluster
+	if c == nil {
+		msg := "cluster " + strconv.Quote(tg.name) + " is not in the configuration"
+		if why, ok := t.unsupported[tg.name]; ok {
+			msg = "cluster " + strconv.Quote(tg.name) + ": " + why
+		}
+		g.localReply(ctx, fasthttp.StatusServiceUnavailable, tg.name, reasonNoCluster, msg)
+		return
+	}
+	md, mdKey := tg.md, tg.mdKey
+	if hv := req.Header.Peek(SubsetHeader); hv != nil {
+		var err error
+		if md, mdKey, err = overlaySubset(md, hv); err != nil {
+			g.localReply(ctx, fasthttp.StatusBadRequest, c.name, reasonBadSubsetHeader, err.Error())
+			return
+		}
+		req.Header.Del(SubsetHeader)
+	}
+	if !c.useMD {
+		md, mdKey = nil, ""
+	}
+	g.prepareRequest(ctx, r)
+	var deadline time.Time
+	if r.spec.timeout > 0 {
+		deadline = start.Add(r.spec.timeout)
+	}
+
+	c.active.Add(1)
+	resp := &ctx.Response
+	var (
+		retries  int
+		status   int
+		reason   string
+		endpoint string
+		lastErr  error
+		permit   bool // a retry-budget permit is held for this attempt
+	)
+	release := func() {
+		if permit {
+			c.retries.Add(-1)
+			permit = false
+		}
+	}
+	for {
+		res, err := c.lb.Pick(md)
+		if err != nil {
+			release()
+			reason = pickReason(err)
+			lastErr = err
+			if reason == reasonShed {
+				c.m.shed.Inc()
+			}
+			break
+		}
+		ep := c.endpointFor(res.Host.ID)
+		if ep == nil { // removed between the pick and now
+			release()
+			res.Done(0, balancer.Canceled)
+			reason, lastErr = reasonNoHealthy, subset.ErrNoHealthyHost
+			break
+		}
+		endpoint = ep.addr
+		try := deadline
+		if pt := r.spec.retry.perTry; pt > 0 {
+			if d := time.Now().Add(pt); try.IsZero() || d.Before(try) {
+				try = d
+			}
+		}
+		if retries > 0 {
+			resp.Reset()
+		}
+		t0 := time.Now()
+		err = ep.up.do(req, resp, try)
+		lat := time.Since(t0)
+		release()
+		var outcome balancer.Outcome
+		outcome, reason = classify(err, resp.StatusCode())
+		res.Done(lat, outcome)
+		lastErr = err
+		status = resp.StatusCode()
+		if err != nil {
+			status = 0
+		}
+		ep.m.observe(status, lat)
+		if !r.spec.retry.retriable(reason, status) || retries >= r.spec.retry.num ||
+			(!deadline.IsZero() && !time.Now().Before(deadline)) || !c.allowRetry() {
+			break
+		}
+		permit = true
+		retries++
+		c.m.retries.Inc()
+	}
+	c.active.Add(-1)
+
+	if lastErr != nil {
+		code, msg := replyFor(reason, c.name, lastErr)
+		resp.Reset()
+		g.localReply(ctx, code, c.name, reason, msg)
+		status = code
+	} else {
+		cleanResponse(resp)
+		resp.Header.Set("Via", viaValue)
+		reason = ""
+	}
+	resp.Header.SetBytesV("X-Request-Id", req.Header.Peek("X-Request-Id"))
+	lat := time.Since(start)
+	c.m.observe(status, lat)
+	if g.rec != nil {
+		g.rec.Record(calllog.Record{
+			Start:    start.UnixNano(),
+			Latency:  lat,
+			Service:  c.spec.service,
+			Cluster:  c.name,
+			Route:    r.name,
+			Subset:   mdKey,
+			Endpoint: endpoint,
+			Status:   uint16(status),
+			Retries:  uint8(min(retries, 255)),
+			Reason:   calllog.ReasonCode(reason),
+			BytesIn:  uint32(min(len(req.Body()), 1<<32-1)),
+			BytesOut: uint32(min(len(resp.Body()), 1<<32-1)),
+		})
+	}
+}
+
+// prepareRequest turns the downstream request into the upstream one, in
+// place: hop-by-hop headers out, forwarding headers in, prefix rewrite.
+func (g *Gateway) prepareRequest(ctx *fasthttp.RequestCtx, r *routeRT) {
+	h := &ctx.Request.Header
+	if v := h.Peek("Connection"); len(v) > 0 {
+		for _, tok := range bytes.Split(v, []byte{','}) {
+			tok = bytes.TrimSpace(tok)
+			if len(tok) > 0 && !bytes.EqualFold(tok, []byte("close")) && !bytes.EqualFold(tok, []byte("keep-alive")) {
+				h.DelBytes(tok)
+			}
+		}
+	}
+	h.Del("Connection") // also keeps the upstream connection open
+	for _, k := range hopHeaders {
+		h.Del(k)
+	}
+	var ipBuf [64]byte
+	clientIP, _ := ctx.RemoteIP().AppendText(ipBuf[:0])
+	if prior := h.Peek("X-Forwarded-For"); len(prior) > 0 {
+		v := make([]byte, 0, len(prior)+2+len(clientIP))
+		v = append(append(append(v, prior...), ", "...), clientIP...)
+		h.SetBytesV("X-Forwarded-For", v)
+	} else {
+		h.SetBytesV("X-Forwarded-For", clientIP)
+	}
+	h.Set("X-Forwarded-Proto", "http")
+	if len(h.Peek("X-Request-Id")) == 0 {
+		var id [16]byte
+		var hx [32]byte
+		u1, u2 := rand.Uint64(), rand.Uint64()
+		for i := range 8 {
+			id[i], id[8+i] = byte(u1>>(8*i)), byte(u2>>(8*i))
+		}
+		hex.Encode(hx[:], id[:])
+		h.SetBytesV("X-Request-Id", hx[:])
+	}
+	if via := h.Peek("Via"); len(via) > 0 {
+		h.SetBytesV("Via", append(append(append([]byte(nil), via...), ", "...), viaValue...))
+	} else {
+		h.Set("Via", viaValue)
+	}
+	if rw := r.spec.rewrite; rw != "" {
+		uri := h.RequestURI()
+		rest := uri[min(len(r.spec.match.value), len(uri)):]
+		nu := make([]byte, 0, len(rw)+len(rest))
+		nu = append(append(nu, rw...), rest...)
+		h.SetRequestURIBytes(nu)
+	}
+}
+
+// cleanResponse removes hop-by-hop headers from the upstream's answer and
+// keeps the downstream connection open whatever the upstream said.
+func cleanResponse(resp *fasthttp.Response) {
+	h := &resp.Header
+	if v := h.Peek("Connection"); len(v) > 0 {
+		for _, tok := range bytes.Split(v, []byte{','}) {
+			tok = bytes.TrimSpace(tok)
+			if len(tok) > 0 && !bytes.EqualFold(tok, []byte("close")) && !bytes.EqualFold(tok, []byte("keep-alive")) {
+				h.DelBytes(tok)
+			}
+		}
+	}
+	h.Del("Connection")
+	for _, k := range hopHeaders {
+		h.Del(k)
+	}
+}
+
+// classify maps an attempt's result to the balancer outcome and a reason
+// ("" for an upstream answer).
+func classify(err error, status int) (balancer.Outcome, string) {
+	if err == nil {
+		switch {
+		case status == fasthttp.StatusServiceUnavailable:
+			return balancer.Rejected, ""
+		case status >= 500:
+			return balancer.Failed, ""
+		}
+		return balancer.Success, ""
+	}
+	var op *net.OpError
+	switch {
+	case errors.Is(err, fasthttp.ErrTimeout), errors.Is(err, os.ErrDeadlineExceeded), errors.Is(err, context.DeadlineExceeded):
+		return balancer.Timeout, reasonTimeout
+	case errors.Is(err, fasthttp.ErrDialTimeout), errors.As(err, &op) && op.Op == "dial":
+		return balancer.Failed, reasonConnect
+	case errors.Is(err, fasthttp.ErrNoFreeConns):
+		return balancer.Rejected, reasonOverflow
+	case errors.Is(err, fasthttp.ErrBodyTooLarge):
+		return balancer.Failed, reasonTooLarge
+	}
+	return balancer.Failed, reasonReset
+}
+
+// retriable reports whether an attempt that ended so may be retried.
+func (s *retrySpec) retriable(reason string, status int) bool {
+	if !s.defined || s.num == 0 {
+		return false
+	}
+	switch reason {
+	case "":
+	case reasonConnect:
+		return s.on&(retry5xx|retryGatewayError|retryConnectFailure|retryReset) != 0
+	case reasonReset, reasonTimeout:
+		return s.on&(retry5xx|retryGatewayError|retryReset|retryRefusedStream) != 0
+	default:
+		return false
+	}
+	if status >= 500 && s.on&retry5xx != 0 {
+		return true
+	}
+	if (status == 502 || status == 503 || status == 504) && s.on&retryGatewayError != 0 {
+		return true
+	}
+	if status == 409 && s.on&retryRetriable4xx != 0 {
+		return true
+	}
+	if s.on&retryRetriableCodes != 0 {
+		for _, c := range s.codes {
+			if c == status {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func pickReason(err error) string {
+	switch {
+	case errors.Is(err, balancer.ErrShed):
+		return reasonShed
+	case errors.Is(err, subset.ErrNoSubset):
+		return reasonNoSubset
+	}
+	return reasonNoHealthy
+}
+
+// replyFor is the status and message of a call that got no upstream answer.
+func replyFor(reason, cluster string, err error) (int, string) {
+	q := strconv.Quote(cluster)
+	switch reason {
+	case reasonShed:
+		return fasthttp.StatusServiceUnavailable, "cluster " + q + ": shed, every endpoint is at capacity"
+	case reasonNoSubset:
+		return fasthttp.StatusServiceUnavailable, "cluster " + q + ": no subset matches the request's metadata"
+	case reasonNoHealthy:
+		return fasthttp.StatusServiceUnavailable, "cluster " + q + ": no healthy endpoint"
+	case reasonOverflow:
+		return fasthttp.StatusServiceUnavailable, "cluster " + q + ": connection pool full"
+	case reasonTimeout:
+		return fasthttp.StatusGatewayTimeout, "cluster " + q + ": upstream timeout"
+	case reasonConnect:
+		return fasthttp.StatusBadGateway, "cluster " + q + ": connect failure: " + err.Error()
+	case reasonTooLarge:
+		return fasthttp.StatusBadGateway, "cluster " + q + ": upstream response larger than the limit"
+	}
+	return fasthttp.StatusBadGateway, "cluster " + q + ": upstream reset before a complete answer: " + err.Error()
+}
+
+// localReply answers for the gateway itself with a JSON error body naming
+// the cluster and the reason.
+func (g *Gateway) localReply(ctx *fasthttp.RequestCtx, code int, cluster, reason, msg string) {
+	ctx.Response.Reset()
+	ctx.SetStatusCode(code)
+	ctx.SetContentType("application/json")
+	ctx.Response.Header.Set(ErrorHeader, reason)
+	ctx.Response.Header.Set("Via", viaValue)
+	b := make([]byte, 0, 128+len(msg))
+	b = append(b, `{"error":{"code":"`...)
+	b = append(b, errorCode(code)...)
+	b = append(b, `","message":`...)
+	b = strconv.AppendQuote(b, "gateway: "+msg)
+	b = append(b, `,"reason":"`...)
+	b = append(b, reason...)
+	b = append(b, `","cluster":`...)
+	b = strconv.AppendQuote(b, cluster)
+	b = append(b, "}}\n"...)
+	ctx.SetBody(b)
+}
+
+func errorCode(status int) string {
+	switch status {
+	case 400:
+		return "invalid_argument"
+	case 404:
+		return "not_found"
+	case 408:
+		return "deadline_exceeded"
+	case 413:
+		return "payload_too_large"
+	case 431:
+		return "invalid_argument"
+	case 503:
+		return "unavailable"
+	case 504:
+		return "deadline_exceeded"
+	}
+	return "bad_gateway"
+}
+
+// overlaySubset parses "k=v,k2=v2" over the route's metadata.
+func overlaySubset(md map[string]string, hv []byte) (map[string]string, string, error) {
+	out := make(map[string]string, len(md)+2)
+	for k, v := range md {
+		out[k] = v
+	}
+	for _, pair := range bytes.Split(hv, []byte{','}) {
+		pair = bytes.TrimSpace(pair)
+		if len(pair) == 0 {
+			continue
+		}
+		k, v, ok := bytes.Cut(pair, []byte{'='})
+		k, v = bytes.TrimSpace(k), bytes.TrimSpace(v)
+		if !ok || len(k) == 0 {
+			return nil, "", errors.New(SubsetHeader + ": want key=value[,key=value], got " + strconv.Quote(string(hv)))
+		}
+		out[string(k)] = string(v)
+	}
+	return out, mdKey(out), nil
+}
+
+func lower(dst, s []byte) []byte {
+	if len(s) > cap(dst) {
+		return bytes.ToLower(s)
+	}
+	for _, c := range s {
+		if c >= 'A' && c <= 'Z' {
+			c += 32
+		}
+		dst = append(dst, c)
+	}
+	return dst
+}
+
+func contextWithDeadline(d time.Time) (context.Context, context.CancelFunc) {
+	return context.WithDeadline(context.Background(), d)
+}
+
+// redirect answers a route's redirect action with its Location.
+func redirect(ctx *fasthttp.RequestCtx, rd *redirectSpec, matched string, host []byte) {
+	uri := ctx.Request.Header.RequestURI()
+	path, query := uri, []byte(nil)
+	if i := bytes.IndexByte(uri, '?'); i >= 0 {
+		path, query = uri[:i], uri[i:]
+	}
+	scheme := rd.scheme
+	if scheme == "" {
+		scheme = "http"
+	}
+	h := string(host)
+	if rd.host != "" {
+		h = rd.host
+	}
+	if rd.port != 0 {
+		if hh, _, err := net.SplitHostPort(h); err == nil {
+			h = hh
+		}
+		h = net.JoinHostPort(h, strconv.Itoa(int(rd.port)))
+	} else if rd.host != "" || rd.scheme == "https" {
+		if hh, _, err := net.SplitHostPort(h); err == nil {
+			h = hh // a new host or scheme drops the old port
+		}
+	}
+	p := string(path)
+	switch {
+	case rd.path != "":
+		p = rd.path
+	case rd.prefix != "":
+		p = rd.prefix + p[min(len(matched), len(p)):]
+	}
+	loc := scheme + "://" + h + p
+	if !rd.stripQuery && !strings.Contains(rd.path, "?") { // a query in path_redirect replaces the request's
+		loc += string(query)
+	}
+	ctx.Response.Header.Set("Location", loc)
+	ctx.SetStatusCode(rd.status)
+}

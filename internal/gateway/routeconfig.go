@@ -1,0 +1,465 @@
+//lint:file-ignore SA1019 deprecated Envoy fields are still sent by control planes; the gateway reads them as Envoy does.
+
+package gateway
+
+import (
+	"fmt"
+	"math"
+	"regexp"
+	"strings"
+	"time"
+
+	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	matcher "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+)
+
+// routeConfigSpec is a decoded RouteConfiguration.
+type routeConfigSpec struct {
+	name   string
+	vhosts []*vhostSpec
+	raw    proto.Message
+}
+
+type vhostSpec struct {
+	name    string
+	domains []string
+	routes  []*routeSpec
+}
+
+type routeSpec struct {
+	name     string
+	match    matchSpec
+	clusters []clusterWeight // one without weighted_clusters
+	timeout  time.Duration   // 0: none
+	retry    retrySpec
+	md       map[string]string // metadata_match filter_metadata["envoy.lb"]
+	rewrite  string            // prefix_rewrite
+	direct   *directSpec
+	redirect *redirectSpec
+}
+
+// redirectSpec is a route's redirect action.
+type redirectSpec struct {
+	status       int
+	scheme, host string
+	port         uint32
+	path, prefix string // path_redirect, or prefix_rewrite of the matched prefix
+	stripQuery   bool
+}
+
+type directSpec struct {
+	status int
+	body   string
+}
+
+type clusterWeight struct {
+	name   string
+	weight uint32
+	md     map[string]string // the route's, overlaid with the ClusterWeight's
+}
+
+type matchKind uint8
+
+const (
+	matchPrefix matchKind = iota
+	matchPath
+	matchRegex
+)
+
+type matchSpec struct {
+	kind       matchKind
+	value      string
+	re         *regexp.Regexp
+	ignoreCase bool
+	headers    []headerMatch
+	query      []headerMatch // query_parameters, matched on the decoded values
+}
+
+type headerMatch struct {
+	name       string
+	kind       strKind
+	value      string
+	re         *regexp.Regexp
+	ignoreCase bool
+	invert     bool
+}
+
+type strKind uint8
+
+const (
+	strExact strKind = iota
+	strPrefix
+	strSuffix
+	strContains
+	strRegex
+	strPresent
+)
+
+// retryOn is a set of Envoy retry_on conditions.
+type retryOn uint16
+
+const (
+	retry5xx retryOn = 1 << iota
+	retryGatewayError
+	retryConnectFailure
+	retryReset
+	retryRetriableCodes
+	retryRefusedStream
+	retryRetriable4xx // 409
+)
+
+type retrySpec struct {
+	on      retryOn
+	num     int
+	perTry  time.Duration
+	codes   []int
+	defined bool
+}
+
+func decodeRouteAny(a *anypb.Any) (string, any, error) {
+	rc := new(route.RouteConfiguration)
+	if err := a.UnmarshalTo(rc); err != nil {
+		return "", nil, fmt.Errorf("decode: %w", err)
+	}
+	s, err := decodeRouteConfig(rc)
+	if err != nil {
+		return rc.GetName(), nil, err
+	}
+	if s.name == "" {
+		return "", nil, fieldErr("name", "empty")
+	}
+	return s.name, s, nil
+}
+
+func decodeRouteConfig(rc *route.RouteConfiguration) (*routeConfigSpec, error) {
+	s := &routeConfigSpec{name: rc.GetName(), raw: rc}
+	for i, vh := range rc.GetVirtualHosts() {
+		path := fmt.Sprintf("virtual_hosts[%d]", i)
+		v := &vhostSpec{name: vh.GetName()}
+		if len(vh.GetDomains()) == 0 {
+			return nil, fieldErr(path+".domains", "empty")
+		}
+		for j, d := range vh.GetDomains() {
+			if d == "" || strings.Count(d, "*") > 1 || (strings.Contains(d, "*") && d != "*" && !strings.HasPrefix(d, "*") && !strings.HasSuffix(d, "*")) {
+				return nil, fieldErr(fmt.Sprintf("%s.domains[%d]", path, j), "bad domain %q (exact, *suffix, prefix* or *)", d)
+			}
+			v.domains = append(v.domains, strings.ToLower(d))
+		}
+		vhRetry, err := decodeRetry(vh.GetRetryPolicy(), path+".retry_policy")
+		if err != nil {
+			return nil, err
+		}
+		for j, r := range vh.GetRoutes() {
+			rs, err := decodeRoute(r, fmt.Sprintf("%s.routes[%d]", path, j), vhRetry)
+			if err != nil {
+				return nil, err
+			}
+			v.routes = append(v.routes, rs)
+		}
+		s.vhosts = append(s.vhosts, v)
+	}
+	return s, nil
+}
+
+func decodeRoute(r *route.Route, path string, vhRetry retrySpec) (*routeSpec, error) {
+	rs := &routeSpec{name: r.GetName()}
+	m := r.GetMatch()
+	if m == nil {
+		return nil, fieldErr(path+".match", "required")
+	}
+	if cs := m.GetCaseSensitive(); cs != nil && !cs.GetValue() {
+		rs.match.ignoreCase = true
+	}
+	switch p := m.GetPathSpecifier().(type) {
+	case *route.RouteMatch_Prefix:
+		rs.match.kind, rs.match.value = matchPrefix, p.Prefix
+	case *route.RouteMatch_Path:
+		rs.match.kind, rs.match.value = matchPath, p.Path
+	case *route.RouteMatch_SafeRegex:
+		re, err := compileRegex(p.SafeRegex.GetRegex(), rs.match.ignoreCase)
+		if err != nil {
+			return nil, fieldErr(path+".match.safe_regex.regex", "%v", err)
+		}
+		rs.match.kind, rs.match.re = matchRegex, re
+	case *route.RouteMatch_PathSeparatedPrefix:
+		rs.match.kind, rs.match.value = matchPrefix, p.PathSeparatedPrefix
+	default:
+		return nil, fieldErr(path+".match", "path specifier %T: %v (prefix, path, safe_regex)", p, errUnsupported)
+	}
+	if rs.match.ignoreCase && rs.match.kind != matchRegex {
+		rs.match.value = strings.ToLower(rs.match.value)
+	}
+	for k, h := range m.GetHeaders() {
+		hm, err := decodeHeaderMatcher(h, fmt.Sprintf("%s.match.headers[%d]", path, k))
+		if err != nil {
+			return nil, err
+		}
+		rs.match.headers = append(rs.match.headers, hm)
+	}
+	for k, q := range m.GetQueryParameters() {
+		qp := fmt.Sprintf("%s.match.query_parameters[%d]", path, k)
+		qm := headerMatch{name: q.GetName(), kind: strPresent}
+		if qm.name == "" {
+			return nil, fieldErr(qp+".name", "empty")
+		}
+		switch x := q.GetQueryParameterMatchSpecifier().(type) {
+		case *route.QueryParameterMatcher_PresentMatch:
+			if !x.PresentMatch {
+				qm.invert = true
+			}
+		case *route.QueryParameterMatcher_StringMatch:
+			hm, err := decodeHeaderMatcher(&route.HeaderMatcher{Name: q.GetName(),
+				HeaderMatchSpecifier: &route.HeaderMatcher_StringMatch{StringMatch: x.StringMatch}}, qp)
+			if err != nil {
+				return nil, err
+			}
+			qm = hm
+			qm.name = q.GetName() // query names are case sensitive
+		}
+		rs.match.query = append(rs.match.query, qm)
+	}
+	switch a := r.GetAction().(type) {
+	case *route.Route_Route:
+		if err := decodeRouteAction(rs, a.Route, path+".route", vhRetry); err != nil {
+			return nil, err
+		}
+	case *route.Route_Redirect:
+		rd, err := decodeRedirect(a.Redirect, path+".redirect", rs.match.kind == matchPrefix)
+		if err != nil {
+			return nil, err
+		}
+		rs.redirect = rd
+	case *route.Route_DirectResponse:
+		rs.direct = &directSpec{status: int(a.DirectResponse.GetStatus()), body: a.DirectResponse.GetBody().GetInlineString()}
+		if rs.direct.status < 200 || rs.direct.status > 599 {
+			return nil, fieldErr(path+".direct_response.status", "%d not in [200, 599]", rs.direct.status)
+		}
+	default:
+		return nil, fieldErr(path, "action %T: %v (route, redirect, direct_response)", a, errUnsupported)
+	}
+	return rs, nil
+}
+
+func decodeRouteAction(rs *routeSpec, ra *route.RouteAction, path string, vhRetry retrySpec) error {
+	md, err := lbMetadata(ra.GetMetadataMatch(), path+".metadata_match")
+	if err != nil {
+		return err
+	}
+	rs.md = md
+	switch c := ra.GetClusterSpecifier().(type) {
+	case *route.RouteAction_Cluster:
+		if c.Cluster == "" {
+			return fieldErr(path+".cluster", "empty")
+		}
+		rs.clusters = []clusterWeight{{name: c.Cluster, weight: 1, md: md}}
+	case *route.RouteAction_WeightedClusters:
+		var total uint64
+		for i, cw := range c.WeightedClusters.GetClusters() {
+			p := fmt.Sprintf("%s.weighted_clusters.clusters[%d]", path, i)
+			if cw.GetName() == "" {
+				return fieldErr(p+".name", "empty")
+			}
+			w := cw.GetWeight().GetValue()
+			cmd, err := lbMetadata(cw.GetMetadataMatch(), p+".metadata_match")
+			if err != nil {
+				return err
+			}
+			merged := md
+			if len(cmd) > 0 {
+				merged = make(map[string]string, len(md)+len(cmd))
+				for k, v := range md {
+					merged[k] = v
+				}
+				for k, v := range cmd {
+					merged[k] = v
+				}
+			}
+			total += uint64(w)
+			rs.clusters = append(rs.clusters, clusterWeight{name: cw.GetName(), weight: w, md: merged})
+		}
+		if len(rs.clusters) == 0 {
+			return fieldErr(path+".weighted_clusters.clusters", "empty")
+		}
+		if total == 0 || total > math.MaxUint32 {
+			return fieldErr(path+".weighted_clusters", "weights sum to %d (want 1..2^32-1)", total)
+		}
+	default:
+		return fieldErr(path, "cluster specifier %T: %v (cluster, weighted_clusters)", c, errUnsupported)
+	}
+	if d := ra.GetTimeout(); d != nil {
+		t, err := duration(d, path+".timeout")
+		if err != nil {
+			return err
+		}
+		rs.timeout = t
+	} else {
+		rs.timeout = 15 * time.Second // Envoy's default
+	}
+	rs.retry = vhRetry
+	if ra.GetRetryPolicy() != nil {
+		if rs.retry, err = decodeRetry(ra.GetRetryPolicy(), path+".retry_policy"); err != nil {
+			return err
+		}
+	}
+	rs.rewrite = ra.GetPrefixRewrite()
+	if rs.rewrite != "" && rs.match.kind != matchPrefix {
+		return fieldErr(path+".prefix_rewrite", "only with a prefix match")
+	}
+	return nil
+}
+
+func decodeRetry(rp *route.RetryPolicy, path string) (retrySpec, error) {
+	var s retrySpec
+	if rp == nil {
+		return s, nil
+	}
+	s.defined = true
+	s.num = 1 // Envoy's default num_retries
+	if n := rp.GetNumRetries(); n != nil {
+		s.num = int(n.GetValue())
+	}
+	if s.num > 10 {
+		return s, fieldErr(path+".num_retries", "%d above 10", s.num)
+	}
+	if d := rp.GetPerTryTimeout(); d != nil {
+		t, err := duration(d, path+".per_try_timeout")
+		if err != nil {
+			return s, err
+		}
+		s.perTry = t
+	}
+	for _, c := range strings.Split(rp.GetRetryOn(), ",") {
+		switch strings.TrimSpace(c) {
+		case "":
+		case "5xx":
+			s.on |= retry5xx
+		case "gateway-error":
+			s.on |= retryGatewayError
+		case "connect-failure":
+			s.on |= retryConnectFailure
+		case "reset", "reset-before-request":
+			s.on |= retryReset
+		case "retriable-status-codes":
+			s.on |= retryRetriableCodes
+		case "refused-stream":
+			s.on |= retryRefusedStream
+		case "retriable-4xx":
+			s.on |= retryRetriable4xx
+		case "cancelled", "deadline-exceeded", "internal", "resource-exhausted", "unavailable",
+			"retriable-headers", "envoy-ratelimited", "http3-post-connect-failure":
+			// Envoy's gRPC-status and header-driven conditions: accepted so
+			// that a control plane's usual policy (Istio's retry_on includes
+			// "unavailable,cancelled") applies; they never match here.
+		default:
+			return s, fieldErr(path+".retry_on", "unknown condition %q", c)
+		}
+	}
+	for i, c := range rp.GetRetriableStatusCodes() {
+		if c < 100 || c > 599 {
+			return s, fieldErr(fmt.Sprintf("%s.retriable_status_codes[%d]", path, i), "%d not an HTTP status", c)
+		}
+		s.codes = append(s.codes, int(c))
+	}
+	return s, nil
+}
+
+func decodeHeaderMatcher(h *route.HeaderMatcher, path string) (headerMatch, error) {
+	hm := headerMatch{name: strings.ToLower(h.GetName()), invert: h.GetInvertMatch()}
+	if hm.name == "" {
+		return hm, fieldErr(path+".name", "empty")
+	}
+	switch s := h.GetHeaderMatchSpecifier().(type) {
+	case nil:
+		hm.kind = strPresent
+	case *route.HeaderMatcher_PresentMatch:
+		hm.kind = strPresent
+		if !s.PresentMatch {
+			hm.invert = !hm.invert
+		}
+	case *route.HeaderMatcher_ExactMatch:
+		hm.kind, hm.value = strExact, s.ExactMatch
+	case *route.HeaderMatcher_PrefixMatch:
+		hm.kind, hm.value = strPrefix, s.PrefixMatch
+	case *route.HeaderMatcher_SuffixMatch:
+		hm.kind, hm.value = strSuffix, s.SuffixMatch
+	case *route.HeaderMatcher_ContainsMatch:
+		hm.kind, hm.value = strContains, s.ContainsMatch
+	case *route.HeaderMatcher_SafeRegexMatch:
+		re, err := compileRegex(s.SafeRegexMatch.GetRegex(), false)
+		if err != nil {
+			return hm, fieldErr(path+".safe_regex_match.regex", "%v", err)
+		}
+		hm.kind, hm.re = strRegex, re
+	case *route.HeaderMatcher_StringMatch:
+		sm := s.StringMatch
+		hm.ignoreCase = sm.GetIgnoreCase()
+		switch p := sm.GetMatchPattern().(type) {
+		case *matcher.StringMatcher_Exact:
+			hm.kind, hm.value = strExact, p.Exact
+		case *matcher.StringMatcher_Prefix:
+			hm.kind, hm.value = strPrefix, p.Prefix
+		case *matcher.StringMatcher_Suffix:
+			hm.kind, hm.value = strSuffix, p.Suffix
+		case *matcher.StringMatcher_Contains:
+			hm.kind, hm.value = strContains, p.Contains
+		case *matcher.StringMatcher_SafeRegex:
+			re, err := compileRegex(p.SafeRegex.GetRegex(), hm.ignoreCase)
+			if err != nil {
+				return hm, fieldErr(path+".string_match.safe_regex.regex", "%v", err)
+			}
+			hm.kind, hm.re = strRegex, re
+		default:
+			return hm, fieldErr(path+".string_match", "pattern %T: %v", p, errUnsupported)
+		}
+		if hm.ignoreCase {
+			hm.value = strings.ToLower(hm.value)
+		}
+	default:
+		return hm, fieldErr(path, "header match %T: %v", s, errUnsupported)
+	}
+	return hm, nil
+}
+
+func decodeRedirect(r *route.RedirectAction, path string, prefixMatch bool) (*redirectSpec, error) {
+	rd := &redirectSpec{host: r.GetHostRedirect(), port: r.GetPortRedirect(), stripQuery: r.GetStripQuery()}
+	switch r.GetResponseCode() {
+	case route.RedirectAction_MOVED_PERMANENTLY:
+		rd.status = 301
+	case route.RedirectAction_FOUND:
+		rd.status = 302
+	case route.RedirectAction_SEE_OTHER:
+		rd.status = 303
+	case route.RedirectAction_TEMPORARY_REDIRECT:
+		rd.status = 307
+	case route.RedirectAction_PERMANENT_REDIRECT:
+		rd.status = 308
+	default:
+		return nil, fieldErr(path+".response_code", "unknown code %v", r.GetResponseCode())
+	}
+	switch x := r.GetSchemeRewriteSpecifier().(type) {
+	case *route.RedirectAction_HttpsRedirect:
+		if x.HttpsRedirect {
+			rd.scheme = "https"
+		}
+	case *route.RedirectAction_SchemeRedirect:
+		rd.scheme = strings.ToLower(x.SchemeRedirect)
+	}
+	if rd.port > 65535 {
+		return nil, fieldErr(path+".port_redirect", "%d above 65535", rd.port)
+	}
+	switch x := r.GetPathRewriteSpecifier().(type) {
+	case nil:
+	case *route.RedirectAction_PathRedirect:
+		rd.path = x.PathRedirect
+	case *route.RedirectAction_PrefixRewrite:
+		if !prefixMatch {
+			return nil, fieldErr(path+".prefix_rewrite", "only with a prefix match")
+		}
+		rd.prefix = x.PrefixRewrite
+	default:
+		return nil, fieldErr(path, "path rewrite %T: %v (path_redirect, prefix_rewrite)", x, errUnsupported)
+	}
+	return rd, nil
+}

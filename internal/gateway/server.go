@@ -1,0 +1,246 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// h2Preface starts every HTTP/2 connection with prior knowledge (h2c).
+var h2Preface = []byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+
+// Serve serves the proxy on ln until Shutdown: HTTP/1.1 through fasthttp,
+// and h2c (prior knowledge) through net/http, told apart by the first bytes
+// of each connection. It returns nil after Shutdown.
+func (g *Gateway) Serve(ln net.Listener) error {
+	fastLn := newConnListener(ln.Addr())
+	h2Ln := newConnListener(ln.Addr())
+	var p http.Protocols
+	p.SetUnencryptedHTTP2(true)
+	srv := &fasthttp.Server{
+		Handler:                       g.serve,
+		Name:                          "sextant",
+		NoDefaultServerHeader:         true,
+		NoDefaultContentType:          true,
+		NoDefaultDate:                 true,
+		DisableHeaderNamesNormalizing: false,
+		MaxRequestBodySize:            g.opts.MaxRequestBytes,
+		ReadTimeout:                   0,
+		IdleTimeout:                   5 * time.Minute,
+		CloseOnShutdown:               true,
+		ReadBufferSize:                8192,
+		Logger:                        discardLogger{},
+		ErrorHandler:                  g.requestError,
+	}
+	h2 := &http.Server{Handler: http.HandlerFunc(g.serveH2), Protocols: &p,
+		ReadHeaderTimeout: 30 * time.Second, IdleTimeout: 5 * time.Minute, ErrorLog: nil}
+	g.srvMu.Lock()
+	g.srv, g.h2 = srv, h2
+	g.ln = ln
+	g.srvMu.Unlock()
+
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); _ = srv.Serve(fastLn) }()
+	go func() { defer wg.Done(); _ = h2.Serve(h2Ln) }()
+	var sniffers sync.WaitGroup
+	var err error
+	for {
+		c, aerr := ln.Accept()
+		if aerr != nil {
+			var ne net.Error
+			if errors.As(aerr, &ne) && ne.Timeout() {
+				time.Sleep(5 * time.Millisecond)
+				continue
+			}
+			if !errors.Is(aerr, net.ErrClosed) {
+				err = aerr
+			}
+			break
+		}
+		sniffers.Add(1)
+		go func() {
+			defer sniffers.Done()
+			g.dispatch(c, fastLn, h2Ln)
+		}()
+	}
+	sniffers.Wait()
+	fastLn.Close()
+	h2Ln.Close()
+	wg.Wait()
+	return err
+}
+
+// dispatch reads the first bytes of c and hands it to the HTTP/1.1 or the
+// h2c server, replaying what it read.
+func (g *Gateway) dispatch(c net.Conn, fastLn, h2Ln *connListener) {
+	var buf [24]byte
+	_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
+	n := 0
+	for n < len(buf) {
+		m, err := c.Read(buf[n:])
+		n += m
+		if !bytes.Equal(buf[:n], h2Preface[:n]) || err != nil {
+			break
+		}
+	}
+	_ = c.SetReadDeadline(time.Time{})
+	if n == 0 {
+		c.Close()
+		return
+	}
+	pc := &prefixConn{Conn: c, prefix: append([]byte(nil), buf[:n]...)}
+	if n == len(buf) && bytes.Equal(buf[:], h2Preface) {
+		h2Ln.push(pc)
+	} else {
+		fastLn.push(pc)
+	}
+}
+
+// Shutdown closes the listener given to Serve, lets calls in flight finish
+// (until ctx ends; idle connections are closed at once, busy ones after
+// their answer) and closes idle upstream connections.
+func (g *Gateway) Shutdown(ctx context.Context) error {
+	g.srvMu.Lock()
+	srv, h2, ln := g.srv, g.h2, g.ln
+	g.srvMu.Unlock()
+	var err error
+	if ln != nil {
+		ln.Close()
+	}
+	if srv != nil {
+		err = srv.ShutdownWithContext(ctx)
+	}
+	if h2 != nil {
+		if e := h2.Shutdown(ctx); e != nil && err == nil {
+			err = e
+		}
+	}
+	g.pools.closeAll()
+	return err
+}
+
+// serveH2 adapts an h2c request to the proxy's fasthttp data path.
+func (g *Gateway) serveH2(w http.ResponseWriter, r *http.Request) {
+	var ctx fasthttp.RequestCtx
+	// Build apart, then Init copies it into ctx (Init on ctx.Request itself
+	// would reset its own source).
+	req := fasthttp.AcquireRequest()
+	defer fasthttp.ReleaseRequest(req)
+	req.Header.SetMethod(r.Method)
+	req.Header.SetRequestURI(r.URL.RequestURI())
+	req.Header.SetHost(r.Host)
+	for k, vs := range r.Header {
+		for _, v := range vs {
+			req.Header.Add(k, v)
+		}
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, int64(g.opts.MaxRequestBytes)+1))
+	if err != nil {
+		http.Error(w, "gateway: read request body: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	if len(body) > g.opts.MaxRequestBytes {
+		http.Error(w, "gateway: request body larger than the limit", http.StatusRequestEntityTooLarge)
+		return
+	}
+	req.SetBody(body)
+	addr, _ := net.ResolveTCPAddr("tcp", r.RemoteAddr)
+	ctx.Init(req, addr, nil)
+	g.serve(&ctx)
+	resp := &ctx.Response
+	h := w.Header()
+	for k, v := range resp.Header.All() {
+		switch string(k) {
+		case "Content-Length", "Connection", "Transfer-Encoding":
+			continue
+		}
+		h.Add(string(k), string(v))
+	}
+	if ct := resp.Header.ContentType(); len(ct) > 0 {
+		h.Set("Content-Type", string(ct))
+	}
+	w.WriteHeader(resp.StatusCode())
+	_, _ = w.Write(resp.Body())
+}
+
+// connListener is a net.Listener fed by dispatch.
+type connListener struct {
+	addr   net.Addr
+	ch     chan net.Conn
+	once   sync.Once
+	closed chan struct{}
+}
+
+func newConnListener(addr net.Addr) *connListener {
+	return &connListener{addr: addr, ch: make(chan net.Conn), closed: make(chan struct{})}
+}
+
+func (l *connListener) push(c net.Conn) {
+	select {
+	case l.ch <- c:
+	case <-l.closed:
+		c.Close()
+	}
+}
+
+func (l *connListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.ch:
+		return c, nil
+	case <-l.closed:
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *connListener) Close() error {
+	l.once.Do(func() { close(l.closed) })
+	return nil
+}
+
+func (l *connListener) Addr() net.Addr { return l.addr }
+
+// prefixConn replays the bytes dispatch read before reading the conn.
+type prefixConn struct {
+	net.Conn
+	prefix []byte
+}
+
+func (c *prefixConn) Read(p []byte) (int, error) {
+	if len(c.prefix) > 0 {
+		n := copy(p, c.prefix)
+		c.prefix = c.prefix[n:]
+		return n, nil
+	}
+	return c.Conn.Read(p)
+}
+
+type discardLogger struct{}
+
+func (discardLogger) Printf(string, ...any) {}
+
+// requestError answers a request fasthttp could not read, in the gateway's
+// error shape (fasthttp's default says 400 even for a body over the limit).
+func (g *Gateway) requestError(ctx *fasthttp.RequestCtx, err error) {
+	var small *fasthttp.ErrSmallBuffer
+	var ne net.Error
+	switch {
+	case errors.Is(err, fasthttp.ErrBodyTooLarge):
+		g.localReply(ctx, fasthttp.StatusRequestEntityTooLarge, "", "request_too_large",
+			"request body larger than "+strconv.Itoa(g.opts.MaxRequestBytes)+" bytes")
+	case errors.As(err, &small):
+		g.localReply(ctx, fasthttp.StatusRequestHeaderFieldsTooLarge, "", "bad_request", "request headers too large")
+	case errors.As(err, &ne) && ne.Timeout():
+		g.localReply(ctx, fasthttp.StatusRequestTimeout, "", "bad_request", "request not received in time")
+	default:
+		g.localReply(ctx, fasthttp.StatusBadRequest, "", "bad_request", "cannot parse the request: "+err.Error())
+	}
+}

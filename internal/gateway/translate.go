@@ -1,0 +1,166 @@
+package gateway
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"time"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/sextant-mesh/sextant/internal/balancer"
+	"google.golang.org/protobuf/types/known/structpb"
+)
+
+// Type URLs of the resources the gateway follows.
+const (
+	ListenerType = "type.googleapis.com/envoy.config.listener.v3.Listener"
+	RouteType    = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration"
+	ClusterType  = "type.googleapis.com/envoy.config.cluster.v3.Cluster"
+	EndpointType = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment"
+)
+
+// Names the gateway reads from xDS resources (documented in docs/gateway.md).
+const (
+	hcmFilterName = "envoy.filters.network.http_connection_manager"
+	// LBMetadataKey is the filter_metadata key of endpoint metadata and of
+	// a route's metadata_match, as in Envoy.
+	LBMetadataKey = "envoy.lb"
+	// SextantMetadataKey is the filter_metadata key of a Cluster's Sextant
+	// settings: "service" names the call log partition.
+	SextantMetadataKey = "sextant"
+	// PolicyTypeURLPrefix starts the TypedStruct type_url of a Sextant
+	// balancer policy in Cluster.load_balancing_policy, followed by its name
+	// (balancer.XDSTypeURL: "sextant.io/balancer/sextant_adaptive"); the
+	// value may tune it: {"active_request_bias": 1.5, "decay": "10s"}.
+	PolicyTypeURLPrefix = balancer.XDSTypeURLPrefix
+	// ProxyListener is the name of the HTTP listener Sextant's control
+	// plane publishes for proxies (internal/xds.ProxyName).
+	ProxyListener  = "sextant-http"
+	httpOptionsKey = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
+)
+
+// errUnsupported marks a field the gateway refuses rather than ignore.
+var errUnsupported = errors.New("not supported")
+
+func fieldErr(path string, format string, args ...any) error {
+	return fmt.Errorf("%s: %s", path, fmt.Sprintf(format, args...))
+}
+
+// listenerSpec is a decoded Listener: where its routes come from.
+type listenerSpec struct {
+	name   string
+	port   uint32
+	rds    string           // RDS route_config_name, or
+	inline *routeConfigSpec // an inline route_config
+	raw    proto.Message
+	noHTTP string // why the listener cannot serve HTTP ("" if it can)
+}
+
+func decodeListener(a *anypb.Any) (string, any, error) {
+	l := new(listener.Listener)
+	if err := a.UnmarshalTo(l); err != nil {
+		return "", nil, fmt.Errorf("decode: %w", err)
+	}
+	name := l.GetName()
+	if name == "" {
+		return "", nil, fieldErr("name", "empty")
+	}
+	ls := &listenerSpec{name: name, raw: l, port: l.GetAddress().GetSocketAddress().GetPortValue()}
+	found := false
+	for i, fc := range l.GetFilterChains() {
+		for j, f := range fc.GetFilters() {
+			path := fmt.Sprintf("filter_chains[%d].filters[%d]", i, j)
+			if f.GetName() != hcmFilterName && f.GetTypedConfig().GetTypeUrl() != "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager" {
+				continue
+			}
+			if found {
+				continue // filter chains are not matched (no TLS/SNI): the first HTTP one serves
+			}
+			found = true
+			m := new(hcm.HttpConnectionManager)
+			if err := f.GetTypedConfig().UnmarshalTo(m); err != nil {
+				return name, nil, fieldErr(path+".typed_config", "%v", err)
+			}
+			switch rs := m.GetRouteSpecifier().(type) {
+			case *hcm.HttpConnectionManager_Rds:
+				ls.rds = rs.Rds.GetRouteConfigName()
+				if ls.rds == "" {
+					return name, nil, fieldErr(path+".rds.route_config_name", "empty")
+				}
+			case *hcm.HttpConnectionManager_RouteConfig:
+				rc, err := decodeRouteConfig(rs.RouteConfig)
+				if err != nil {
+					return name, nil, fmt.Errorf("%s.route_config.%w", path, err)
+				}
+				ls.inline = rc
+			default:
+				return name, nil, fieldErr(path, "route specifier %T: %v (use rds or route_config)", rs, errUnsupported)
+			}
+		}
+	}
+	if !found {
+		ls.noHTTP = "no " + hcmFilterName + " filter" // fine unless it is the one to serve
+	}
+	return name, ls, nil
+}
+
+// compileRegex compiles an RE2 expression (Go's regexp is RE2) that must
+// match the whole input, as Envoy's safe_regex does.
+func compileRegex(expr string, ignoreCase bool) (*regexp.Regexp, error) {
+	if len(expr) > 1024 {
+		return nil, errors.New("longer than 1024 bytes")
+	}
+	flags := ""
+	if ignoreCase {
+		flags = "(?i)"
+	}
+	return regexp.Compile(flags + `^(?:` + expr + `)$`)
+}
+
+func duration(d *durationpb.Duration, path string) (time.Duration, error) {
+	if err := d.CheckValid(); err != nil {
+		return 0, fieldErr(path, "%v", err)
+	}
+	t := d.AsDuration()
+	if t < 0 {
+		return 0, fieldErr(path, "negative")
+	}
+	return t, nil
+}
+
+// lbMetadata reads filter_metadata["envoy.lb"] as subset request metadata:
+// string values as they are, numbers and booleans in their JSON form.
+func lbMetadata(m *core.Metadata, path string) (map[string]string, error) {
+	st := m.GetFilterMetadata()[LBMetadataKey]
+	if len(st.GetFields()) == 0 {
+		return nil, nil
+	}
+	out := make(map[string]string, len(st.GetFields()))
+	for k, v := range st.GetFields() {
+		s, ok := scalar(v)
+		if !ok {
+			return nil, fieldErr(fmt.Sprintf("%s.filter_metadata[%q].%s", path, LBMetadataKey, k), "a list or struct cannot be matched")
+		}
+		out[k] = s
+	}
+	return out, nil
+}
+
+func scalar(v *structpb.Value) (string, bool) {
+	switch x := v.GetKind().(type) {
+	case *structpb.Value_StringValue:
+		return x.StringValue, true
+	case *structpb.Value_NumberValue:
+		return strconv.FormatFloat(x.NumberValue, 'f', -1, 64), true
+	case *structpb.Value_BoolValue:
+		return strconv.FormatBool(x.BoolValue), true
+	}
+	return "", false
+}

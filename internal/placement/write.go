@@ -1,0 +1,239 @@
+package placement
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/sextant-mesh/sextant/internal/registry"
+	"github.com/sextant-mesh/sextant/internal/store"
+)
+
+// The appliers of the scheduler's requests (registry.Write). The registry's
+// committer plans every request of a commit batch in order; the first of
+// them that is the scheduler's opens one Txn, kept in the Scheduler, that
+// every later one of the same batch reuses, so a request decides seeing
+// the tentative placements of the requests before it and two requests of
+// a batch never reserve the same capacity. Each request's share of the
+// Txn's ops becomes its store transaction: a new placement is a put on
+// condition that the key is absent (checked by the store at commit, so two
+// servers never place one workload twice), everything else a plain put or
+// delete. Once the store commit returns, Finish aborts the Txn; the
+// committed records then reach the scheduler through the store's stream
+// and Table.Apply, exactly as another server's would.
+
+// batch is the Txn of the commit batch being planned. The committer's Plans
+// and Finishes run on one goroutine; a registry.DryRun plans on another and
+// has its own Tx, so it waits in Begin for the writer lock until the
+// committer's batch is finished, and the other way round.
+type batch struct {
+	mu    sync.Mutex // guards owner and txn; never held while waiting for the writer lock
+	owner *registry.Tx
+	txn   *Txn
+}
+
+// batchTxn returns the Txn of tx's batch, beginning it (and waiting for the
+// writer lock) on the batch's first scheduler request.
+func (s *Scheduler) batchTxn(tx *registry.Tx) *Txn {
+	b := &s.batch
+	b.mu.Lock()
+	if b.owner == tx && b.txn != nil {
+		t := b.txn
+		b.mu.Unlock()
+		return t
+	}
+	b.mu.Unlock()
+	t := s.Begin()
+	b.mu.Lock()
+	b.owner, b.txn = tx, t
+	b.mu.Unlock()
+	return t
+}
+
+// finishBatch aborts tx's batch Txn, if it still has one.
+func (s *Scheduler) finishBatch(tx *registry.Tx) {
+	if tx == nil {
+		return
+	}
+	b := &s.batch
+	b.mu.Lock()
+	if b.owner != tx || b.txn == nil {
+		b.mu.Unlock()
+		return
+	}
+	t := b.txn
+	b.owner, b.txn = nil, nil
+	b.mu.Unlock()
+	t.Abort()
+}
+
+// stage turns ops, the share of the batch Txn's ops one request made, into
+// that request's store ops.
+func stage(tx *registry.Tx, ops []Op) {
+	for i := range ops {
+		op := &ops[i]
+		switch {
+		case op.Kind == KindNodes && op.Delete:
+			tx.Delete(store.Nodes, op.Key)
+		case op.Kind == KindPlacements && op.Delete:
+			tx.Delete(store.Placements, op.Key)
+		case op.Node != nil:
+			n := op.Node
+			tx.Put(store.Nodes, op.Key, tx.Encode(func(b []byte) []byte { b, _ = n.AppendBinary(b); return b }), n)
+		case op.Placement != nil:
+			p := op.Placement
+			tx.PutIf(store.Placements, op.Key, tx.Encode(func(b []byte) []byte { b, _ = p.AppendBinary(b); return b }), p, 0)
+		}
+	}
+}
+
+// PlacedError is the error of a PlaceWrite naming a workload that is
+// already placed (HTTP 409). It wraps ErrConflict.
+type PlacedError struct {
+	Index int    // the workload's position in the request
+	Key   Key    // its namespace/name
+	Node  string // the node it is placed on
+}
+
+func (e *PlacedError) Error() string {
+	return fmt.Sprintf("placement: %s is already placed on node %s", e.Key, e.Node)
+}
+
+func (e *PlacedError) Unwrap() error { return ErrConflict }
+
+// PlaceWrite places Workloads in order, each seeing the ones before it, and
+// reserves their resources durably: a registry.Write. A workload that is
+// already placed fails the whole request with a *PlacedError and places
+// nothing; one that fits nowhere is answered as unschedulable.
+type PlaceWrite struct {
+	Scheduler *Scheduler
+	Workloads []*Workload
+
+	Results []Result // filled by Plan, in request order
+	tx      *registry.Tx
+}
+
+// Plan implements registry.Write.
+func (w *PlaceWrite) Plan(tx *registry.Tx) error {
+	w.tx = tx
+	t := w.Scheduler.batchTxn(tx)
+	for i, wl := range w.Workloads {
+		// The batch's view: committed placements and the batch's own.
+		if v, _ := tx.Get(store.Placements, wl.Key.String()); v != nil {
+			return &PlacedError{Index: i, Key: wl.Key, Node: v.(*Placement).Node}
+		}
+	}
+	mark := len(t.Ops())
+	res, err := t.Place(w.Workloads)
+	if err != nil {
+		return err // Place changed nothing
+	}
+	w.Results = res
+	stage(tx, t.Ops()[mark:])
+	tx.Answer(tx.Revision())
+	return nil
+}
+
+// Finish implements registry.Finisher.
+func (w *PlaceWrite) Finish() { w.Scheduler.finishBatch(w.tx) }
+
+// NodesWrite creates or replaces Nodes atomically: a registry.Write. A node
+// stored with exactly these fields is left as it is (no revision, no
+// write); a replaced node keeps its place in the tie-break order (Seq) and
+// its placements.
+type NodesWrite struct {
+	Scheduler *Scheduler
+	Nodes     []*Node
+
+	Changed []string // filled by Plan: the names written
+	tx      *registry.Tx
+}
+
+// Plan implements registry.Write.
+func (w *NodesWrite) Plan(tx *registry.Tx) error {
+	w.tx = tx
+	t := w.Scheduler.batchTxn(tx)
+	w.Changed = w.Changed[:0]
+	var changed []*Node
+	for _, n := range w.Nodes {
+		if v, _ := tx.Get(store.Nodes, n.Name); v != nil && sameNode(v.(*Node), n) {
+			continue
+		}
+		changed = append(changed, n)
+		w.Changed = append(w.Changed, n.Name)
+	}
+	tx.Answer(tx.Revision())
+	if len(changed) == 0 {
+		return nil
+	}
+	mark := len(t.Ops())
+	t.UpsertNodes(changed)
+	stage(tx, t.Ops()[mark:])
+	return nil
+}
+
+// Finish implements registry.Finisher.
+func (w *NodesWrite) Finish() { w.Scheduler.finishBatch(w.tx) }
+
+// sameNode reports whether stored cur already holds what n says.
+func sameNode(cur, n *Node) bool {
+	c := *n
+	c.Seq, c.Revision = cur.Seq, cur.Revision
+	a, _ := cur.AppendBinary(nil)
+	b, _ := c.AppendBinary(nil)
+	return string(a) == string(b)
+}
+
+// DeleteNodeWrite deletes a node and releases its placements: a
+// registry.Write. ErrNotFound if there is no such node.
+type DeleteNodeWrite struct {
+	Scheduler *Scheduler
+	Name      string
+
+	Released []Key // filled by Plan, sorted
+	tx       *registry.Tx
+}
+
+// Plan implements registry.Write.
+func (w *DeleteNodeWrite) Plan(tx *registry.Tx) error {
+	w.tx = tx
+	t := w.Scheduler.batchTxn(tx)
+	mark := len(t.Ops())
+	released, err := t.DeleteNode(w.Name)
+	if err != nil {
+		return err
+	}
+	w.Released = released
+	stage(tx, t.Ops()[mark:])
+	return nil
+}
+
+// Finish implements registry.Finisher.
+func (w *DeleteNodeWrite) Finish() { w.Scheduler.finishBatch(w.tx) }
+
+// DeletePlacementWrite frees a placement's resources: a registry.Write.
+// ErrNotFound if it is not placed.
+type DeletePlacementWrite struct {
+	Scheduler *Scheduler
+	Key       Key
+
+	Node string // filled by Plan: the node it was on
+	tx   *registry.Tx
+}
+
+// Plan implements registry.Write.
+func (w *DeletePlacementWrite) Plan(tx *registry.Tx) error {
+	w.tx = tx
+	t := w.Scheduler.batchTxn(tx)
+	if v, _ := tx.Get(store.Placements, w.Key.String()); v != nil {
+		w.Node = v.(*Placement).Node
+	}
+	mark := len(t.Ops())
+	if err := t.DeletePlacement(w.Key); err != nil {
+		return err
+	}
+	stage(tx, t.Ops()[mark:])
+	return nil
+}
+
+// Finish implements registry.Finisher.
+func (w *DeletePlacementWrite) Finish() { w.Scheduler.finishBatch(w.tx) }
