@@ -1,19 +1,33 @@
-// Package client is the Go SDK of the Sextant registry: it registers,
-// deregisters and heartbeats instances, reads and queries them, follows the
-// change feed and watches a service with blocking queries, all over the HTTP
-// API of shared/API.md (v1).
+// Package client is the Go SDK of Sextant, over the HTTP API of
+// shared/API.md (v1):
+//
+//   - the API's calls: register, deregister, heartbeat, read, query, list,
+//     the change feed, and watching a service with blocking queries;
+//   - Keepalive: an instance kept registered (batched heartbeats shared by
+//     all registrations of a Client, re-registered when the server loses
+//     it, deregistered on Close);
+//   - View: a watched, always current copy of services in the process, with
+//     the subset load balancer and a balancer policy per service, and Pick /
+//     Prepare to choose an instance per call and learn from its outcome;
+//   - RoundTripper: net/http over service names, with retries on another
+//     instance and optional call records (CallLog);
+//   - client/grpcresolver: the same for grpc-go.
 //
 // A Client is safe for concurrent use by many goroutines and keeps its
-// connections alive; create one per server and share it. Every method takes a
-// context that bounds the whole call, including blocking queries.
+// connections alive; create one per server and share it. Every method that
+// talks to the server takes a context that bounds the whole call. Every
+// goroutine the package starts has an owner that stops it (Registration.Close,
+// View.Close); see docs/sdk.md.
 //
-// The package owns no registry state: what it returns is a copy of what the
-// server answered.
+// The package owns no registry state: what it holds is a copy of what the
+// server answered. It uses the engines internal/subset, internal/balancer,
+// internal/label and internal/callstore, and no other part of the server.
 package client
 
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -31,6 +45,12 @@ type Client struct {
 	base      string // scheme://host[:port][/prefix], no trailing slash
 	http      *http.Client
 	userAgent string
+	auth      string      // "Bearer <token>", or ""
+	tls       *tls.Config // for the default transport
+	caFile    string      // read by New into tls
+
+	hbOnce sync.Once
+	hb     *heartbeater // built on the first Keepalive
 }
 
 // Option configures a Client.
@@ -77,8 +97,19 @@ func New(baseURL string, opts ...Option) (*Client, error) {
 	for _, o := range opts {
 		o(c)
 	}
+	if c.caFile != "" {
+		cfg, err := caConfig(c.tls, c.caFile)
+		if err != nil {
+			return nil, err
+		}
+		c.tls = cfg
+	}
 	if c.http == nil {
-		c.http = &http.Client{Transport: NewTransport()}
+		t := NewTransport()
+		t.TLSClientConfig = c.tls
+		c.http = &http.Client{Transport: t}
+	} else if c.tls != nil {
+		return nil, fmt.Errorf("client: WithTLSConfig and WithCAFile configure the default transport; set TLS on the http.Client of WithHTTPClient instead")
 	}
 	return c, nil
 }
@@ -145,6 +176,9 @@ func (c *Client) do(ctx context.Context, method, pathAndQuery string, body []byt
 	}
 	req.Header.Set("Accept", "application/json")
 	req.Header.Set("User-Agent", c.userAgent)
+	if c.auth != "" {
+		req.Header.Set("Authorization", c.auth)
+	}
 	resp, err := c.http.Do(req)
 	if err != nil {
 		return fmt.Errorf("client: %w", err) // a *url.Error: it names the method and URL

@@ -1,9 +1,9 @@
 package client
 
 import (
-	"strconv"
+	"bytes"
+	"encoding/json"
 	"time"
-	"unicode/utf8"
 )
 
 // DefaultNamespace is the namespace of an instance that names none.
@@ -52,152 +52,68 @@ func (in *Instance) EffectiveWeight() int {
 	return *in.Weight
 }
 
+// registerForm is the register form of an Instance: the fields a client
+// sets, none of those the server sets. Its field order is the wire order.
+type registerForm struct {
+	ID         string            `json:"id,omitempty"`
+	Namespace  string            `json:"namespace,omitempty"`
+	Service    string            `json:"service"`
+	Host       string            `json:"host"`
+	Port       int               `json:"port"`
+	Protocol   string            `json:"protocol,omitempty"`
+	Version    string            `json:"version,omitempty"`
+	Weight     *int              `json:"weight,omitempty"`
+	Isolated   bool              `json:"isolated,omitempty"`
+	Metadata   map[string]string `json:"metadata,omitempty"`
+	TTLSeconds int               `json:"ttl_seconds,omitempty"`
+}
+
+func formOf(in *Instance) registerForm {
+	return registerForm{
+		ID: in.ID, Namespace: in.Namespace, Service: in.Service, Host: in.Host, Port: in.Port,
+		Protocol: in.Protocol, Version: in.Version, Weight: in.Weight, Isolated: in.Isolated,
+		Metadata: in.Metadata, TTLSeconds: in.TTLSeconds,
+	}
+}
+
 // AppendRegisterBody appends the JSON body of a register request,
 // {"instances":[...]}, to dst. Only the fields a client sets are written.
 // Load generators can encode a body once and send it many times.
 func AppendRegisterBody(dst []byte, instances ...Instance) []byte {
-	dst = append(dst, `{"instances":[`...)
+	forms := make([]registerForm, len(instances))
 	for i := range instances {
-		if i > 0 {
-			dst = append(dst, ',')
-		}
-		dst = AppendInstance(dst, &instances[i])
+		forms[i] = formOf(&instances[i])
 	}
-	return append(dst, "]}"...)
+	return appendJSON(dst, struct {
+		Instances []registerForm `json:"instances"`
+	}{forms})
 }
 
-// AppendInstance appends the register form of one instance as a JSON object.
-// It is the hot path of registration, so it writes JSON by hand instead of
-// through reflection; the output decodes to the same Instance.
+// AppendInstance appends the register form of one instance as a JSON object
+// (metadata keys sorted). A client registers a few times per process, so
+// this is encoding/json, not a hand-written encoder.
 func AppendInstance(dst []byte, in *Instance) []byte {
-	dst = append(dst, '{')
-	if in.ID != "" {
-		dst = append(dst, `"id":`...)
-		dst = appendString(dst, in.ID)
-		dst = append(dst, ',')
-	}
-	if in.Namespace != "" {
-		dst = append(dst, `"namespace":`...)
-		dst = appendString(dst, in.Namespace)
-		dst = append(dst, ',')
-	}
-	dst = append(dst, `"service":`...)
-	dst = appendString(dst, in.Service)
-	dst = append(dst, `,"host":`...)
-	dst = appendString(dst, in.Host)
-	dst = append(dst, `,"port":`...)
-	dst = strconv.AppendInt(dst, int64(in.Port), 10)
-	if in.Protocol != "" {
-		dst = append(dst, `,"protocol":`...)
-		dst = appendString(dst, in.Protocol)
-	}
-	if in.Version != "" {
-		dst = append(dst, `,"version":`...)
-		dst = appendString(dst, in.Version)
-	}
-	if in.Weight != nil {
-		dst = append(dst, `,"weight":`...)
-		dst = strconv.AppendInt(dst, int64(*in.Weight), 10)
-	}
-	if in.Isolated {
-		dst = append(dst, `,"isolated":true`...)
-	}
-	if len(in.Metadata) > 0 {
-		dst = append(dst, `,"metadata":{`...)
-		first := true
-		for k, v := range in.Metadata {
-			if !first {
-				dst = append(dst, ',')
-			}
-			first = false
-			dst = appendString(dst, k)
-			dst = append(dst, ':')
-			dst = appendString(dst, v)
-		}
-		dst = append(dst, '}')
-	}
-	if in.TTLSeconds != 0 {
-		dst = append(dst, `,"ttl_seconds":`...)
-		dst = strconv.AppendInt(dst, int64(in.TTLSeconds), 10)
-	}
-	return append(dst, '}')
+	return appendJSON(dst, formOf(in))
 }
 
 // AppendIDsBody appends {"ids":[...]}, the body of heartbeat and batch
 // deregister requests.
 func AppendIDsBody(dst []byte, ids ...string) []byte {
-	dst = append(dst, `{"ids":[`...)
-	for i, id := range ids {
-		if i > 0 {
-			dst = append(dst, ',')
-		}
-		dst = appendString(dst, id)
-	}
-	return append(dst, "]}"...)
+	return appendJSON(dst, struct {
+		IDs []string `json:"ids"`
+	}{ids})
 }
 
-const hexDigits = "0123456789abcdef"
-
-// safe[b] is true for ASCII bytes that need no escaping in a JSON string.
-var safe = func() (t [utf8.RuneSelf]bool) {
-	for b := 0x20; b < utf8.RuneSelf; b++ {
-		t[b] = b != '"' && b != '\\'
+// appendJSON appends v encoded without HTML escaping (these bodies never
+// reach a browser) and without the encoder's trailing newline.
+func appendJSON(dst []byte, v any) []byte {
+	buf := bytes.NewBuffer(dst)
+	enc := json.NewEncoder(buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		// Only unsupported types fail, and these forms have none.
+		panic("client: encoding a request body: " + err.Error())
 	}
-	return t
-}()
-
-// appendString appends s as a quoted JSON string, escaping as encoding/json
-// does except for HTML characters (these bodies never reach a browser):
-// control characters, quotes and backslashes are escaped, invalid UTF-8
-// becomes U+FFFD, and U+2028/U+2029 are escaped.
-func appendString(dst []byte, s string) []byte {
-	dst = append(dst, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		b := s[i]
-		if b < utf8.RuneSelf {
-			if safe[b] {
-				i++
-				continue
-			}
-			dst = append(dst, s[start:i]...)
-			switch b {
-			case '"', '\\':
-				dst = append(dst, '\\', b)
-			case '\n':
-				dst = append(dst, '\\', 'n')
-			case '\r':
-				dst = append(dst, '\\', 'r')
-			case '\t':
-				dst = append(dst, '\\', 't')
-			case '\b':
-				dst = append(dst, '\\', 'b')
-			case '\f':
-				dst = append(dst, '\\', 'f')
-			default:
-				dst = append(dst, '\\', 'u', '0', '0', hexDigits[b>>4], hexDigits[b&0xF])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			dst = append(dst, s[start:i]...)
-			dst = append(dst, `\ufffd`...)
-			i += size
-			start = i
-			continue
-		}
-		if r == '\u2028' || r == '\u2029' {
-			dst = append(dst, s[start:i]...)
-			dst = append(dst, '\\', 'u', '2', '0', '2', hexDigits[r&0xF])
-			i += size
-			start = i
-			continue
-		}
-		i += size
-	}
-	dst = append(dst, s[start:]...)
-	return append(dst, '"')
+	out := buf.Bytes()
+	return out[:len(out)-1]
 }

@@ -52,56 +52,6 @@ func TestAppendInstanceOmitsServerFields(t *testing.T) {
 	}
 }
 
-func TestAppendStringMatchesEncodingJSON(t *testing.T) {
-	tests := []struct{ name, in string }{
-		{"empty", ""},
-		{"ascii", "hello world"},
-		{"quotes and backslash", `a"b\c`},
-		{"controls", "\x00\x01\x1f\n\r\t\b\f"},
-		{"del", "\x7f"},
-		{"multibyte", "zoë 東京 🚀"},
-		{"invalid utf8", "a\xffb\xc3"},
-		{"line separators", "x\u2028y\u2029z"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			checkAppendString(t, tt.in)
-		})
-	}
-}
-
-func checkAppendString(t *testing.T, s string) {
-	t.Helper()
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(s); err != nil {
-		t.Fatal(err)
-	}
-	want := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
-	got := appendString(nil, s)
-	var a, b string
-	if err := json.Unmarshal(got, &a); err != nil {
-		t.Fatalf("appendString(%q) = %s: %v", s, got, err)
-	}
-	if err := json.Unmarshal(want, &b); err != nil {
-		t.Fatal(err)
-	}
-	if a != b {
-		t.Errorf("appendString(%q) decodes to %q, encoding/json to %q", s, a, b)
-	}
-	if !bytes.Equal(got, want) {
-		t.Errorf("appendString(%q) = %s, encoding/json = %s", s, got, want)
-	}
-}
-
-func FuzzAppendString(f *testing.F) {
-	for _, s := range []string{"", "a", `"\`, "\x00", "é", "\xff", "\u2028"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) { checkAppendString(t, s) })
-}
-
 func TestAppendIDsBody(t *testing.T) {
 	got := string(AppendIDsBody(nil, "a", `b"c`))
 	if want := `{"ids":["a","b\"c"]}`; got != want {

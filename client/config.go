@@ -1,0 +1,92 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"net/url"
+	"strings"
+)
+
+// ConfigResult is what an apply did (or would do) to one config object.
+type ConfigResult struct {
+	Kind      string   `json:"kind"`
+	Namespace string   `json:"namespace"`
+	Name      string   `json:"name"`
+	Action    string   `json:"action"` // created, configured, unchanged
+	Revision  int64    `json:"revision"`
+	Warnings  []string `json:"warnings,omitempty"`
+}
+
+// XDSResource names an xDS resource an apply changes.
+type XDSResource struct {
+	Type string `json:"type"`
+	Name string `json:"name"`
+}
+
+// ApplyResult is the answer of ApplyConfig.
+type ApplyResult struct {
+	Revision  int64          `json:"revision"`
+	DryRun    bool           `json:"dry_run,omitempty"`
+	Results   []ConfigResult `json:"results"`
+	Resources []XDSResource  `json:"resources"`
+}
+
+// ApplyConfig creates or replaces routing config: docs holds one or more
+// VirtualService and DestinationRule documents, YAML or JSON. The apply is
+// atomic and idempotent. With dryRun nothing is written and the answer says
+// what would change.
+func (c *Client) ApplyConfig(ctx context.Context, docs []byte, dryRun bool) (ApplyResult, error) {
+	var res ApplyResult
+	path := "/v1/config:apply"
+	if dryRun {
+		path += "?dry_run=true"
+	}
+	err := c.do(ctx, "POST", path, docs, &res)
+	return res, err
+}
+
+// ConfigList is the answer of ListConfig: each object as the server holds
+// it (Kubernetes shape, with metadata.resourceVersion).
+type ConfigList struct {
+	Revision int64             `json:"revision"`
+	Items    []json.RawMessage `json:"items"`
+}
+
+// ListConfig lists config objects, of one kind and namespace if given
+// (empty: all).
+func (c *Client) ListConfig(ctx context.Context, kind, namespace string) (ConfigList, error) {
+	var sb strings.Builder
+	q := queryString{b: &sb}
+	q.add("kind", kind)
+	q.add("namespace", namespace)
+	var res ConfigList
+	err := c.do(ctx, "GET", "/v1/config"+sb.String(), nil, &res)
+	return res, err
+}
+
+func configPath(kind, namespace, name string) string {
+	return "/v1/config/" + url.PathEscape(kind) + "/" + url.PathEscape(namespace) + "/" + url.PathEscape(name)
+}
+
+// GetConfig returns one config object (Kubernetes shape, JSON).
+func (c *Client) GetConfig(ctx context.Context, kind, namespace, name string) (json.RawMessage, error) {
+	var res json.RawMessage
+	err := c.do(ctx, "GET", configPath(kind, namespace, name), nil, &res)
+	return res, err
+}
+
+// DeleteConfig deletes one config object and returns the revision.
+func (c *Client) DeleteConfig(ctx context.Context, kind, namespace, name string) (int64, error) {
+	var res struct {
+		Revision int64 `json:"revision"`
+	}
+	err := c.do(ctx, "DELETE", configPath(kind, namespace, name), nil, &res)
+	return res.Revision, err
+}
+
+// Do sends one request to the server's API (path with its query) with body
+// (nil: none) and decodes a 2xx JSON answer into out (nil: discard); any
+// other answer is an *Error. For endpoints this client has no method for.
+func (c *Client) Do(ctx context.Context, method, pathAndQuery string, body []byte, out any) error {
+	return c.do(ctx, method, pathAndQuery, body, out)
+}
