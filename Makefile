@@ -1,10 +1,14 @@
 GO ?= go
 BIN := bin/sextant
+# Printed by "sextant version"; GOFLAGS may hold -buildvcs=false, so the
+# commit is passed explicitly.
+VERSION ?= $(shell git describe --tags 2>/dev/null || echo devel)
+COMMIT ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null)
 
-.PHONY: build run test vet fmt bench clean
+.PHONY: build run test vet fmt bench clean console screenshots chromium
 
 build:
-	$(GO) build -o $(BIN) ./cmd/sextant
+	$(GO) build -ldflags "-X main.version=$(VERSION) -X main.commit=$(COMMIT)" -o $(BIN) ./cmd/sextant
 
 # Starts the server on the embedded default store in ./data.
 run: build
@@ -14,6 +18,21 @@ run: build
 test:
 	$(GO) vet ./...
 	$(GO) test -race -timeout 14m ./...
+
+# Rebuilds the console's third-party bundle (internal/console/assets/vendor/)
+# from the npm packages pinned in internal/console/web. Needs Node.js and
+# npm; the output is committed, so build, run and test never need them.
+console:
+	sh internal/console/web/build.sh
+
+# The console's pictures in docs/img/, taken by its browser tests.
+screenshots:
+	SEXTANT_CONSOLE_SCREENSHOTS=$(CURDIR)/docs/img $(GO) test -count=1 -run 'TestConsole$$|TestPlacementPage' ./cmd/sextant ./internal/console
+
+# Debian's Chromium for the browser tests (they install it themselves when
+# run as root; this is the same step by hand).
+chromium:
+	command -v chromium >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver)
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

@@ -1,12 +1,11 @@
 package main
 
 import (
-	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
 
-	"github.com/sextant-mesh/sextant/internal/bench"
+	"github.com/sextant-mesh/sextant/internal/bench/balancer"
 )
 
 func init() { benchCmd.AddCommand(newBenchBalancerCmd()) }
@@ -15,7 +14,7 @@ func newBenchBalancerCmd() *cobra.Command {
 	var (
 		providers string
 		policies  string
-		cfg       bench.BalancerConfig
+		cfg       balancer.Config
 	)
 	cmd := &cobra.Command{
 		Use:   "balancer",
@@ -25,7 +24,7 @@ max_concurrent per 6-second phase from the providers file, divided by
 --scale), keeps 1024/scale calls in flight through each policy for the ten
 phases after a warm-up, and prints one JSON object per policy.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			f, err := bench.LoadProviders(providers)
+			f, err := balancer.LoadProviders(providers)
 			if err != nil {
 				return err
 			}
@@ -33,8 +32,8 @@ phases after a warm-up, and prints one JSON object per policy.`,
 			if policies != "" {
 				cfg.Policies = strings.Split(policies, ",")
 			}
-			cfg.Progress = os.Stderr
-			_, err = bench.RunBalancer(cmd.Context(), cfg, cmd.OutOrStdout())
+			cfg.Progress = cmd.ErrOrStderr()
+			_, err = balancer.Run(cmd.Context(), cfg, cmd.OutOrStdout())
 			return err
 		},
 	}

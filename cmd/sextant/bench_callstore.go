@@ -7,14 +7,14 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/sextant-mesh/sextant/internal/bench"
+	"github.com/sextant-mesh/sextant/internal/bench/callstore"
 )
 
 func init() { benchCmd.AddCommand(newBenchCallstoreCmd()) }
 
 func newBenchCallstoreCmd() *cobra.Command {
 	var (
-		cfg        bench.CallstoreConfig
+		cfg        callstore.Config
 		cpuProfile string
 	)
 	cmd := &cobra.Command{
@@ -29,7 +29,7 @@ Prints one JSON object; the score is N1/T1 + N2/T2 + N3/T3 in records/ms.`,
 			if cfg.Dir == "" {
 				cfg.Dir = filepath.Join(os.TempDir(), "sextant-bench-callstore")
 			}
-			cfg.Progress = os.Stderr
+			cfg.Progress = cmd.ErrOrStderr()
 			if cpuProfile != "" {
 				f, err := os.Create(cpuProfile)
 				if err != nil {
@@ -41,7 +41,7 @@ Prints one JSON object; the score is N1/T1 + N2/T2 + N3/T3 in records/ms.`,
 				}
 				defer pprof.StopCPUProfile()
 			}
-			_, err := bench.RunCallstore(cmd.Context(), cfg, cmd.OutOrStdout())
+			_, err := callstore.Run(cmd.Context(), cfg, cmd.OutOrStdout())
 			return err
 		},
 	}

@@ -6,16 +6,18 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/sextant-mesh/sextant/internal/bench"
+	"github.com/sextant-mesh/sextant/internal/bench/registry"
 )
 
 func init() { benchCmd.AddCommand(newBenchRegistryCmd()) }
 
 func newBenchRegistryCmd() *cobra.Command {
 	var (
-		cfg       bench.RegistryConfig
+		cfg       registry.Config
 		scenarios string
 		quiet     bool
+		conn      connFlags
+		cmp       compareFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "registry",
@@ -38,16 +40,28 @@ the end unless --keep. The load generator shares the machine with the server:
 read the figures with that in mind.`,
 		Example: `  sextant server --data /tmp/sx &
   sextant bench registry --server http://127.0.0.1:7400
-  sextant bench registry --scenarios register,query --duration 5s --conns 128`,
+  sextant bench registry --scenarios register,query --duration 5s --conns 128
+
+  # two servers side by side (ACLs off vs on), alternating, 3 rounds: medians and ratios
+  sextant bench registry --server http://127.0.0.1:7400 \
+      --compare-server http://127.0.0.1:7401 --compare-token "$TOKEN" --rounds 3 --scenarios register,query`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if scenarios != "" {
 				cfg.Scenarios = strings.Split(scenarios, ",")
 			}
 			if !quiet {
-				cfg.Progress = os.Stderr
+				cfg.Progress = cmd.ErrOrStderr()
 			}
-			_, err := bench.RunRegistry(cmd.Context(), cfg, cmd.OutOrStdout())
+			var err error
+			cfg.Token = conn.token
+			if cfg.TLS, err = clientTLS(conn.caFile, conn.certFile, conn.keyFile); err != nil {
+				return err
+			}
+			if cmp.server != "" {
+				return compareRegistry(cmd.Context(), cfg, cmp, cmd.OutOrStdout())
+			}
+			_, err = registry.Run(cmd.Context(), cfg, cmd.OutOrStdout())
 			return err
 		},
 	}
@@ -57,7 +71,7 @@ read the figures with that in mind.`,
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&cfg.Server, "server", def, "registry server URL (env SEXTANT_SERVER)")
-	fl.StringVar(&scenarios, "scenarios", "", "comma-separated scenarios (default: "+strings.Join(bench.RegistryScenarios, ",")+")")
+	fl.StringVar(&scenarios, "scenarios", "", "comma-separated scenarios (default: "+strings.Join(registry.Scenarios, ",")+")")
 	fl.StringVar(&cfg.Namespace, "namespace", "", "namespace for everything registered (default bench-<unix time>)")
 	fl.DurationVar(&cfg.Duration, "duration", 0, "length of each throughput scenario (default 10s)")
 	fl.IntVar(&cfg.MaxInstances, "max-instances", 0, "most instances one throughput scenario registers (default 1000000)")
@@ -75,5 +89,9 @@ read the figures with that in mind.`,
 	fl.IntVar(&cfg.WatchRounds, "watch-rounds", 0, "watch: rounds (default 300)")
 	fl.BoolVar(&cfg.Keep, "keep", false, "leave the registered instances in place")
 	fl.BoolVarP(&quiet, "quiet", "q", false, "no progress bars")
+	conn.add(fl)
+	fl.StringVar(&cmp.server, "compare-server", "", "a second server to measure side by side with --server (rounds alternate between them)")
+	fl.StringVar(&cmp.token, "compare-token", "", "ACL token for --compare-server")
+	fl.IntVar(&cmp.rounds, "rounds", 3, "with --compare-server: rounds of every scenario on each server")
 	return cmd
 }

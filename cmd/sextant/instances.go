@@ -2,7 +2,9 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -15,7 +17,17 @@ import (
 	"github.com/sextant-mesh/sextant/client"
 )
 
-func init() { rootCmd.AddCommand(newInstancesCmd()) }
+func init() { rootCmd.AddCommand(newInstancesCmd(), newTopRegisterCmd()) }
+
+// newTopRegisterCmd is "sextant register", the same command as "sextant
+// instances register", at the top for the common case of a service process
+// registering itself (with --keepalive).
+func newTopRegisterCmd() *cobra.Command {
+	f := &clientFlags{}
+	cmd := newRegisterCmd(f)
+	bindClientFlags(cmd, f)
+	return cmd
+}
 
 // newInstancesCmd builds "sextant instances" afresh (tests build their own).
 func newInstancesCmd() *cobra.Command {
@@ -35,12 +47,13 @@ JSON with -o json.`,
 
 func newRegisterCmd(f *clientFlags) *cobra.Command {
 	var (
-		in       client.Instance
-		weight   int
-		meta     []string
-		ttl      string
-		file     string
-		instFlag = []string{"namespace", "service", "host", "port", "id", "protocol", "version", "weight", "isolated", "meta", "ttl"}
+		in        client.Instance
+		weight    int
+		meta      []string
+		ttl       string
+		file      string
+		keepalive bool
+		instFlag  = []string{"namespace", "service", "host", "port", "id", "protocol", "version", "weight", "isolated", "meta", "ttl"}
 	)
 	cmd := &cobra.Command{
 		Use:   "register",
@@ -53,6 +66,12 @@ registering the same address again replaces it. A register counts as a
 heartbeat. With --ttl the instance turns unhealthy when 3 x TTL pass without
 a heartbeat.
 
+--keepalive stays in the foreground: it heartbeats every registered instance
+at half its TTL (--ttl, default 10s), registers again any instance the server
+lost (a restart without its data), retries with backoff while the server is
+unreachable, and on Ctrl-C (or SIGTERM) deregisters them and exits. Run it
+beside a process that has no Sextant client of its own.
+
 --file takes the API's register body: {"instances": [...]} or one instance
 object (a JSON array of instances works too); "-" reads standard input. The
 batch is atomic: if one instance is invalid nothing is written, and the error
@@ -60,6 +79,9 @@ names the field, e.g. instances[3].port.`,
 		Example: `  # one instance, healthy while it heartbeats every 5s
   sextant instances register --service orders --host 10.0.0.1 --port 8080 \
       --meta zone=z1 --meta env=prod --ttl 5s
+
+  # register, heartbeat until Ctrl-C, then deregister
+  sextant register --service orders --host 10.0.0.1 --port 8080 --keepalive
 
   # drain an instance: weight 0 keeps it registered but never picked
   sextant instances register --service orders --host 10.0.0.1 --port 8080 --weight 0
@@ -100,6 +122,9 @@ names the field, e.g. instances[3].port.`,
 				}
 				batch = []client.Instance{in}
 			}
+			if keepalive {
+				return keepAlive(cmd, c, f, batch)
+			}
 			res, err := c.Register(cmd.Context(), batch...)
 			if err != nil {
 				return failed("register", err)
@@ -129,7 +154,73 @@ names the field, e.g. instances[3].port.`,
 	fl.StringArrayVar(&meta, "meta", nil, "metadata entry key=value (repeatable)")
 	fl.StringVar(&ttl, "ttl", "", "heartbeat TTL, e.g. 5s or 5 (seconds); empty or 0: no heartbeat needed")
 	fl.StringVarP(&file, "file", "f", "", `read instances from a JSON file ("-": standard input)`)
+	fl.BoolVar(&keepalive, "keepalive", false, "stay in the foreground heartbeating until Ctrl-C, then deregister")
 	return cmd
+}
+
+// defaultKeepaliveTTL is the TTL of --keepalive when neither --ttl nor the
+// file gives one.
+const defaultKeepaliveTTL = 10
+
+// keepAlive registers batch with heartbeats until the command's context
+// ends (Ctrl-C, SIGTERM), then deregisters every instance.
+func keepAlive(cmd *cobra.Command, c *client.Client, f *clientFlags, batch []client.Instance) error {
+	ctx := cmd.Context()
+	errOut := cmd.ErrOrStderr()
+	var regs []*client.Registration
+	closeAll := func() error {
+		var errs []error
+		for _, r := range regs {
+			if err := r.Close(); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		return errors.Join(errs...)
+	}
+	for i := range batch {
+		if batch[i].TTLSeconds == 0 {
+			batch[i].TTLSeconds = defaultKeepaliveTTL
+		}
+		// The registrations end when this command says so (Close below),
+		// not when ctx ends, so that they are deregistered in order. The
+		// first one reports errors: a failed batch fails for all of them.
+		var opts []client.KeepaliveOption
+		if i == 0 {
+			opts = append(opts, client.WithKeepaliveErrors(func(err error) { fmt.Fprintln(errOut, "sextant:", err) }))
+		}
+		r, err := c.Keepalive(context.WithoutCancel(ctx), batch[i], 0, opts...)
+		if err != nil {
+			return errors.Join(failed("register", err), closeAll())
+		}
+		regs = append(regs, r)
+	}
+	out := cmd.OutOrStdout()
+	if f.json() {
+		ids := make([]string, len(regs))
+		for i, r := range regs {
+			ids[i] = r.ID()
+		}
+		if err := writeJSON(out, struct {
+			IDs []string `json:"ids"`
+		}{ids}); err != nil {
+			return errors.Join(err, closeAll())
+		}
+	} else {
+		tw := newTable(out)
+		fmt.Fprintln(tw, "ID\tTTL\tHEARTBEAT")
+		for _, r := range regs {
+			in := r.Instance()
+			fmt.Fprintf(tw, "%s\t%ds\tevery %v\n", r.ID(), in.TTLSeconds, time.Duration(float64(in.TTLSeconds)*client.HeartbeatFraction*float64(time.Second)))
+		}
+		tw.Flush()
+	}
+	fmt.Fprintf(errOut, "keeping %d instance(s) alive; Ctrl-C deregisters them\n", len(regs))
+	<-ctx.Done()
+	if err := closeAll(); err != nil {
+		return err
+	}
+	fmt.Fprintf(errOut, "deregistered %d instance(s)\n", len(regs))
+	return nil
 }
 
 // readInstances reads a register body: {"instances":[...]}, one instance, or

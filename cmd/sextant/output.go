@@ -15,6 +15,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/sextant-mesh/sextant/client"
 )
@@ -27,18 +28,57 @@ const defaultServer = "http://127.0.0.1:7400"
 type clientFlags struct {
 	server string
 	output string
+	conn   connFlags
 }
 
-// addClientFlags adds --server and --output to cmd and all its subcommands.
+// connFlags say how to reach a server: its ACL token and TLS files.
+type connFlags struct {
+	token    string
+	caFile   string
+	certFile string
+	keyFile  string
+}
+
+// addClientFlags adds --server, --output, --token and the TLS flags to cmd
+// and all its subcommands.
 func addClientFlags(cmd *cobra.Command) *clientFlags {
 	f := &clientFlags{}
+	bindClientFlags(cmd, f)
+	return f
+}
+
+// bindClientFlags adds --server, --output, --token and the TLS flags to
+// cmd, bound to f.
+func bindClientFlags(cmd *cobra.Command, f *clientFlags) {
 	def := os.Getenv("SEXTANT_SERVER")
 	if def == "" {
 		def = defaultServer
 	}
-	cmd.PersistentFlags().StringVar(&f.server, "server", def, "registry server URL (env SEXTANT_SERVER)")
+	cmd.PersistentFlags().StringVar(&f.server, "server", def, "registry server URL (env SEXTANT_SERVER); https:// for TLS")
 	cmd.PersistentFlags().StringVarP(&f.output, "output", "o", "table", "output format: table or json")
-	return f
+	f.conn.add(cmd.PersistentFlags())
+}
+
+// add defines --token, --ca-file, --cert-file and --key-file, with their
+// environment defaults.
+func (c *connFlags) add(fl *pflag.FlagSet) {
+	fl.StringVar(&c.token, "token", os.Getenv("SEXTANT_TOKEN"), "ACL token sent as Authorization: Bearer (env SEXTANT_TOKEN; prefer the env: flags show in ps)")
+	fl.StringVar(&c.caFile, "ca-file", os.Getenv("SEXTANT_CA_FILE"), "PEM CA certificates to trust for an https server (env SEXTANT_CA_FILE)")
+	fl.StringVar(&c.certFile, "cert-file", os.Getenv("SEXTANT_CERT_FILE"), "PEM client certificate for mutual TLS (env SEXTANT_CERT_FILE)")
+	fl.StringVar(&c.keyFile, "key-file", os.Getenv("SEXTANT_KEY_FILE"), "PEM key of --cert-file (env SEXTANT_KEY_FILE)")
+}
+
+// options are the client options the flags ask for.
+func (c *connFlags) options() ([]client.Option, error) {
+	opts := []client.Option{client.WithToken(c.token)}
+	cfg, err := clientTLS(c.caFile, c.certFile, c.keyFile)
+	if err != nil {
+		return nil, err
+	}
+	if cfg != nil {
+		opts = append(opts, client.WithTLSConfig(cfg))
+	}
+	return opts, nil
 }
 
 // check validates the flags before a command talks to the server.
@@ -56,7 +96,11 @@ func (f *clientFlags) client() (*client.Client, error) {
 	if err := f.check(); err != nil {
 		return nil, err
 	}
-	return client.New(f.server, client.WithUserAgent("sextant-cli/1"))
+	opts, err := f.conn.options()
+	if err != nil {
+		return nil, err
+	}
+	return client.New(f.server, append(opts, client.WithUserAgent("sextant-cli/1"))...)
 }
 
 // writeJSON prints v as indented JSON.

@@ -2,60 +2,121 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/pprof"
 	"os"
+	"runtime"
 	"runtime/debug"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 
+	"github.com/sextant-mesh/sextant/internal/acl"
 	"github.com/sextant-mesh/sextant/internal/catalog"
+	"github.com/sextant-mesh/sextant/internal/cluster"
+	"github.com/sextant-mesh/sextant/internal/config"
+	"github.com/sextant-mesh/sextant/internal/console"
 	"github.com/sextant-mesh/sextant/internal/httpapi"
+	"github.com/sextant-mesh/sextant/internal/placement"
+	"github.com/sextant-mesh/sextant/internal/push"
 	"github.com/sextant-mesh/sextant/internal/registry"
+	"github.com/sextant-mesh/sextant/internal/store"
 	"github.com/sextant-mesh/sextant/internal/store/embedded"
+	"github.com/sextant-mesh/sextant/internal/store/mysql"
+	"github.com/sextant-mesh/sextant/internal/xds"
 )
 
 type serverFlags struct {
-	data      string
-	http      string
-	logFormat string
-	logLevel  string
-	logSize   int
-	pprof     bool
-	drain     time.Duration
+	data         string
+	store        string
+	clusterID    string
+	clusterLease time.Duration
+	http         string
+	xds          string
+	logFormat    string
+	logLevel     string
+	logSize      int
+	pprof        bool
+	drain        time.Duration
+
+	acl         bool
+	aclAnonRead bool
+	auditLog    string
+	tlsCert     string
+	tlsKey      string
+	tlsClientCA string
+	writeRate   float64
+	writeBurst  int
+	readRate    float64
+	readBurst   int
+	workers     int
 }
 
 func init() {
 	var f serverFlags
 	cmd := &cobra.Command{
 		Use:   "server",
-		Short: "Run the Sextant registry server",
-		Long: `Run the Sextant registry server on the embedded store.
+		Short: "Run the Sextant server: registry, routing config, control plane and placement scheduler",
+		Long: `Run the Sextant server on the embedded store, or as one of several servers
+over one MySQL/MariaDB database (--store, docs/cluster.md).
 
-The server creates or opens the store in --data, loads every instance into
-memory, and serves the HTTP API (docs/api.md) on --http. On SIGINT or SIGTERM
+The server creates or opens the store in --data, loads every instance,
+routing config object, node and placement into memory, serves the HTTP API
+(docs/api.md, the scheduler's nodes and placements included) on
+--http, and pushes endpoints and routes to Envoy, grpc-go and Sextant
+gateways over xDS (ADS) on --xds (docs/controlplane.md). On SIGINT or SIGTERM
 it stops accepting connections, lets in-flight requests finish (up to
---drain), and closes the store.`,
+--drain), and closes the store.
+
+Security (docs/security.md): --acl requires a token on every request but
+/healthz and /readyz (create the first one with "sextant acl bootstrap");
+--tls-cert and --tls-key serve HTTPS, --tls-client-ca requires client
+certificates; --rate-limit-* bound each caller. Writes and refusals are
+audited (--audit-log). Serving a non-loopback address without TLS or
+without ACLs logs a warning.`,
 		Example: `  sextant server
-  sextant server --data /var/lib/sextant --http 0.0.0.0:7400 --log-format json`,
+  sextant server --store 'mysql://sextant:secret@tcp(db:3306)/sextant' --http 0.0.0.0:7400
+  sextant server --data /var/lib/sextant --http 0.0.0.0:7400 --log-format json \
+      --acl --tls-cert server.pem --tls-key server-key.pem --rate-limit-write 200 \
+      --audit-log /var/log/sextant/audit.json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runServer(cmd.Context(), f) },
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.data, "data", "./data", "directory of the embedded store (created if missing)")
+	fl.StringVar(&f.data, "data", "./data", "directory of the embedded store (created if missing); unused with --store")
+	fl.StringVar(&f.store, "store", "", "shared store of a cluster: 'mysql://user:pass@tcp(host:3306)/database' (MySQL 8 or MariaDB 10.11; the database and its schema are created); empty: the embedded store in --data")
+	fl.DurationVar(&f.clusterLease, "cluster-lease", 5*time.Second, "with --store: how long a server that stops renewing stays a member; its instances move to the others after it")
+	fl.StringVar(&f.clusterID, "cluster-id", "", "with --store: this server's name among the cluster's members (default: --http and a random suffix)")
 	fl.StringVar(&f.http, "http", "127.0.0.1:7400", "address the HTTP API listens on")
+	fl.StringVar(&f.xds, "xds", "127.0.0.1:7402", "address the xDS (ADS over gRPC) server listens on; empty: no xDS")
 	fl.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	fl.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fl.IntVar(&f.logSize, "change-log", 1<<18, "changes kept for /v1/changes and watches before older ones are compacted")
 	fl.BoolVar(&f.pprof, "pprof", false, "serve /debug/pprof/ on the HTTP address")
 	fl.DurationVar(&f.drain, "drain", 30*time.Second, "how long to wait for in-flight requests on shutdown")
+	fl.BoolVar(&f.acl, "acl", false, "require an ACL token on every request but /healthz and /readyz")
+	fl.BoolVar(&f.aclAnonRead, "acl-anonymous-read", false, "with --acl: callers without a token may read instances, config, placements and push status")
+	fl.StringVar(&f.auditLog, "audit-log", "", `where audit records go: a file (JSON lines, appended), "stderr" or "off" (default: stderr with --acl, off without)`)
+	fl.StringVar(&f.tlsCert, "tls-cert", "", "PEM certificate (chain) to serve HTTPS with")
+	fl.StringVar(&f.tlsKey, "tls-key", "", "PEM private key of --tls-cert")
+	fl.StringVar(&f.tlsClientCA, "tls-client-ca", "", "PEM CA certificates: require client certificates signed by them (mutual TLS)")
+	fl.Float64Var(&f.writeRate, "rate-limit-write", 0, "writes per second per caller (token, or client address when anonymous); 0: no limit")
+	fl.IntVar(&f.writeBurst, "rate-limit-write-burst", 0, "writes a caller may send at once (default: the rate, at least 1)")
+	fl.Float64Var(&f.readRate, "rate-limit-read", 0, "reads per second per caller; 0: no limit")
+	fl.IntVar(&f.readBurst, "rate-limit-read-burst", 0, "reads a caller may send at once (default: the rate, at least 1)")
+	fl.IntVar(&f.workers, "scheduler-workers", runtime.GOMAXPROCS(0), "goroutines that split one placement decision on clusters of 8,192+ nodes (1: the committer alone)")
 	rootCmd.AddCommand(cmd)
 }
 
@@ -79,19 +140,56 @@ func runServer(ctx context.Context, f serverFlags) error {
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(f.data, 0o755); err != nil {
-		return fmt.Errorf("create data directory: %w", err)
+	if f.store == "" {
+		if err := os.MkdirAll(f.data, 0o755); err != nil {
+			return fmt.Errorf("create data directory: %w", err)
+		}
+	} else if len(f.clusterID) > 64 {
+		return fmt.Errorf("--cluster-id %q: at most 64 bytes", f.clusterID)
+	} else if f.clusterLease < 2*time.Second {
+		return fmt.Errorf("--cluster-lease %v: at least 2s (the lease is renewed every second)", f.clusterLease)
 	}
+	tlsCfg, err := serverTLS(f.tlsCert, f.tlsKey, f.tlsClientCA)
+	if err != nil {
+		return err
+	}
+	if f.aclAnonRead && !f.acl {
+		return fmt.Errorf("--acl-anonymous-read needs --acl")
+	}
+	audit, closeAudit, err := openAudit(f, log)
+	if err != nil {
+		return err
+	}
+	defer closeAudit()
+	guard := acl.New(acl.Options{
+		Enabled: f.acl, AnonymousRead: f.aclAnonRead, Audit: audit,
+		WriteRate: acl.Rate{PerSecond: f.writeRate, Burst: f.writeBurst},
+		ReadRate:  acl.Rate{PerSecond: f.readRate, Burst: f.readBurst},
+	})
 	metrics := prometheus.NewRegistry()
 	metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	api := httpapi.New(httpapi.Options{Logger: log.With("component", "httpapi"), Metrics: metrics, Gatherer: metrics})
+	api := httpapi.New(httpapi.Options{Logger: log.With("component", "httpapi"), Metrics: metrics, Gatherer: metrics, ACL: guard})
 	mux := http.NewServeMux()
 	mux.Handle("/", api)
+	// The web console: static files only, every call it makes goes through
+	// the API above (docs/console.md).
+	mux.Handle("/ui/", http.StripPrefix("/ui", console.Handler()))
+	mux.Handle("GET /{$}", http.RedirectHandler("/ui/", http.StatusFound))
 	if f.pprof {
-		mux.HandleFunc("/debug/pprof/", pprof.Index)
-		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		// Profiles show the server's memory: admin only when ACLs are on.
+		admin := func(h http.HandlerFunc) http.Handler {
+			return guard.Wrap("", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if err := acl.Require(r, acl.Admin); err != nil {
+					acl.WriteError(w, err)
+					return
+				}
+				h(w, r)
+			}))
+		}
+		mux.Handle("/debug/pprof/", admin(pprof.Index))
+		mux.Handle("/debug/pprof/profile", admin(pprof.Profile))
+		mux.Handle("/debug/pprof/symbol", admin(pprof.Symbol))
+		mux.Handle("/debug/pprof/trace", admin(pprof.Trace))
 	}
 
 	// Listen first so /healthz and /readyz answer while the catalog loads.
@@ -106,31 +204,120 @@ func runServer(ctx context.Context, f serverFlags) error {
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	srv.RegisterOnShutdown(api.Shutdown)
+	if tlsCfg != nil {
+		srv.TLSConfig = tlsCfg
+		ln = tls.NewListener(ln, tlsCfg)
+	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-	log.Info("listening", "http", ln.Addr().String(), "data", f.data)
+	log.Info("listening", "http", ln.Addr().String(), "tls", tlsCfg != nil, "mtls", f.tlsClientCA != "", "acl", f.acl, "data", f.data, "store", storeName(f.store))
+	warnExposed(log, ln.Addr().String(), tlsCfg != nil, f)
 
-	st, err := embedded.Open(f.data)
+	st, member, err := openStore(ctx, f, ln.Addr().String(), log, metrics)
 	if err != nil {
 		srv.Close()
 		return err
 	}
-	reg, err := registry.Open(st, registry.Options{
+	cfg := config.NewTable()
+	// The scheduler is the catalog table of nodes and placements: loaded
+	// with the rest, fed by the registry's follower, decided in its
+	// committer (docs/placement.md, "Wiring").
+	sched := placement.New(placement.Config{Log: log.With("component", "placement"), Workers: f.workers})
+	defer sched.Close()
+	tables := guard.Tables() // tokens and policies
+	maps.Copy(tables, sched.Tables())
+	tables[store.Config] = cfg
+	regOpts := registry.Options{
 		Catalog: catalog.Options{LogSize: f.logSize},
+		Tables:  tables,
 		Logger:  log.With("component", "registry"),
 		Metrics: metrics,
-	})
+	}
+	if member != nil {
+		// Servers of a cluster share the health judgement and keep it.
+		regOpts.Catalog.KeepHealthAtLoad = true
+		regOpts.Cluster = member
+		api.SetSync(member)
+	}
+	reg, err := registry.Open(st, regOpts)
 	if err != nil {
 		srv.Close()
 		st.Close()
 		return err
 	}
+	cfg.Attach(reg.Catalog())
+	memberCtx, memberStop := context.WithCancel(context.Background())
+	memberDone := make(chan struct{})
+	if member != nil {
+		go func() { defer close(memberDone); member.Run(memberCtx, reg) }()
+	} else {
+		close(memberDone)
+	}
+	defer func() { memberStop(); <-memberDone }()
+	metrics.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sextant_scheduler_nodes", Help: "Nodes the placement scheduler holds."},
+			func() float64 { n, _ := sched.Len(); return float64(n) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sextant_scheduler_placements", Help: "Placements the scheduler holds."},
+			func() float64 { _, p := sched.Len(); return float64(p) }),
+	)
+
+	// The control plane: the push engine follows the catalog into the xDS
+	// cache, the ADS server serves it. Both stop with cpCtx.
+	cpCtx, cpStop := context.WithCancel(context.Background())
+	var cpDone sync.WaitGroup
+	defer func() { cpStop(); cpDone.Wait() }()
+	cache := xds.NewCache()
+	engine := push.New(push.NewCatalogSource(reg.Catalog(), cfg), cache, push.Options{
+		Logger: log.With("component", "push"), Registerer: metrics,
+	})
+	// xDS streams pass the guard (a token in the "authorization" metadata,
+	// push:read on every namespace) and, with --tls-cert, TLS.
+	grpcOpts := []grpc.ServerOption{
+		grpc.ChainUnaryInterceptor(guard.UnaryInterceptor()),
+		grpc.ChainStreamInterceptor(guard.StreamInterceptor(), acl.StreamPermission(acl.Permission{Resource: acl.Push, Access: acl.Read})),
+	}
+	if tlsCfg != nil {
+		grpcOpts = append(grpcOpts, grpc.Creds(credentials.NewTLS(tlsCfg)))
+	}
+	ads := xds.NewServer(cache, xds.ServerOptions{Logger: log.With("component", "xds"), Metrics: xds.NewMetrics(metrics), GRPC: grpcOpts})
+	if f.xds != "" {
+		// Without an xDS listener nothing consumes what the engine pushes.
+		cpDone.Add(1)
+		go func() {
+			defer cpDone.Done()
+			if err := engine.Run(cpCtx); err != nil && cpCtx.Err() == nil {
+				log.Error("push engine stopped", "err", err)
+			}
+		}()
+	}
+	if f.xds != "" {
+		xln, err := net.Listen("tcp", f.xds)
+		if err != nil {
+			srv.Close()
+			reg.Close()
+			st.Close()
+			return fmt.Errorf("listen on %s: %w", f.xds, err)
+		}
+		cpDone.Add(1)
+		go func() {
+			defer cpDone.Done()
+			if err := ads.Serve(cpCtx, xln); err != nil {
+				log.Error("xds server stopped", "err", err)
+			}
+		}()
+		log.Info("serving xDS", "addr", xln.Addr().String(), "tls", tlsCfg != nil)
+		warnExposed(log.With("listener", "xds"), xln.Addr().String(), tlsCfg != nil, f)
+	}
+	if f.xds != "" {
+		api.SetPushStatus(push.StatusHandler(engine, ads))
+	}
 	api.SetRegistry(reg)
 	// The load's garbage (raw records, decode buffers) is as large as the
-	// catalog: hand it back to the OS now rather than over many GC cycles,
-	// after the server is already answering.
-	go debug.FreeOSMemory()
-	log.Info("ready", "instances", reg.Catalog().Len(), "revision", reg.Catalog().Revision())
+	// catalog: hand it back to the OS now rather than over many GC cycles.
+	// The server already answers meanwhile, on its own goroutines.
+	debug.FreeOSMemory()
+	nodes, placements := sched.Len()
+	log.Info("ready", "instances", reg.Catalog().Instances().Len(), "nodes", nodes, "placements", placements, "revision", reg.Catalog().Revision())
 
 	select {
 	case <-ctx.Done():
@@ -144,6 +331,10 @@ func runServer(ctx context.Context, f serverFlags) error {
 		log.Warn("drain incomplete", "err", serr)
 		srv.Close()
 	}
+	cpStop()
+	cpDone.Wait()
+	memberStop() // leave the cluster: the others judge this server's instances at once
+	<-memberDone
 	reg.Close()
 	if cerr := st.Close(); cerr != nil {
 		return cerr
@@ -153,4 +344,69 @@ func runServer(ctx context.Context, f serverFlags) error {
 		return err
 	}
 	return nil
+}
+
+// warnExposed warns when the server listens beyond this machine without
+// TLS or without ACLs: anyone who can reach it could then read and rewrite
+// the registry, or read tokens off the wire.
+func warnExposed(log *slog.Logger, addr string, tls bool, f serverFlags) {
+	if loopback(addr) {
+		return
+	}
+	if !tls {
+		log.Warn("serving a non-loopback address without TLS: requests and tokens cross the network in clear text; set --tls-cert and --tls-key", "http", addr)
+	}
+	if !f.acl {
+		log.Warn("serving a non-loopback address without ACLs: anyone who reaches it can deregister every instance; set --acl and run sextant acl bootstrap", "http", addr)
+	}
+	if f.acl && f.writeRate <= 0 {
+		log.Warn("no rate limit on writes: one caller can take the whole server; consider --rate-limit-write", "http", addr)
+	}
+}
+
+// serverStore is the store the registry writes through, and closes.
+type serverStore interface {
+	registry.Store
+	Close() error
+}
+
+// openStore opens the embedded store in --data, or the shared store of
+// --store and this server's membership of its cluster.
+func openStore(ctx context.Context, f serverFlags, addr string, log *slog.Logger, metrics prometheus.Registerer) (serverStore, *cluster.Member, error) {
+	if f.store == "" {
+		st, err := embedded.Open(f.data)
+		return st, nil, err
+	}
+	if !strings.HasPrefix(f.store, "mysql://") {
+		return nil, nil, fmt.Errorf("--store %q: want mysql://user:password@tcp(host:3306)/database", storeName(f.store))
+	}
+	st, err := mysql.Open(ctx, f.store, mysql.Options{Logger: log.With("component", "store"), Metrics: metrics})
+	if err != nil {
+		return nil, nil, err
+	}
+	member := cluster.New(st, cluster.Options{
+		ID: f.clusterID, Addr: addr, Lease: f.clusterLease, Logger: log.With("component", "cluster"), Metrics: metrics,
+	})
+	log.Info("joining the cluster", "id", member.ID(), "database", st.Database())
+	return st, member, nil
+}
+
+// storeName is --store without its password, for logs and errors.
+func storeName(url string) string {
+	if url == "" {
+		return "embedded"
+	}
+	at := strings.LastIndex(url, "@")
+	if at < 0 {
+		return url
+	}
+	head, rest := url[:at], url[at:]
+	scheme := ""
+	if i := strings.Index(head, "://"); i >= 0 {
+		scheme, head = head[:i+3], head[i+3:]
+	}
+	if user, _, ok := strings.Cut(head, ":"); ok {
+		return scheme + user + ":***" + rest
+	}
+	return url
 }

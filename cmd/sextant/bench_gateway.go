@@ -1,0 +1,161 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	benchbal "github.com/sextant-mesh/sextant/internal/bench/balancer"
+	benchgw "github.com/sextant-mesh/sextant/internal/bench/gateway"
+)
+
+func init() {
+	benchCmd.AddCommand(newBenchGatewayCmd(), newBenchGatewayServeCmd())
+}
+
+func newBenchGatewayCmd() *cobra.Command {
+	var (
+		scenario, proxies, policies, providers string
+		cfg                                    benchgw.Config
+		race                                   benchbal.Config
+		updates                                int
+	)
+	cmd := &cobra.Command{
+		Use:   "gateway",
+		Short: "Measure the gateway side by side with nginx and HAProxy, or replay the race through it",
+		Long: `Scenario "throughput" (default) starts a Go upstream answering 1 KB, nginx
+(1 worker) and HAProxy (1 thread) as plain keep-alive reverse proxies, the
+gateway (as "sextant gateway", configured over loopback ADS, with and without
+call recording) and the candidate data paths it was chosen from, all on
+loopback, and drives each with wrk -t2 -c64. It reports requests/s, CPU
+microseconds per request of each proxy process, and the added latency over a
+direct call at half of nginx's peak rate (open-loop loader). nginx, haproxy
+and wrk come from Debian: apt-get install -y nginx haproxy wrk.
+
+Scenario "config" publishes --updates route changes through go-control-plane's
+ADS server and times each until the new route serves.
+
+Scenario "race" replays the 2019 race's providers (see "sextant bench
+balancer") through a real gateway per policy (default adaptive,random).
+
+Everything shares this machine's cores: compare figures within one run.`,
+		Example: `  sextant bench gateway
+  sextant bench gateway --proxies direct,nginx,haproxy,sextant --duration 10s --rounds 3
+  sextant bench gateway --scenario race --providers ../shared/data/race-providers.json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			enc := json.NewEncoder(cmd.OutOrStdout())
+			switch scenario {
+			case "throughput":
+				bin, err := os.Executable()
+				if err != nil {
+					return err
+				}
+				cfg.Binary = bin
+				if proxies != "" {
+					cfg.Proxies = strings.Split(proxies, ",")
+				}
+				cfg.Progress = cmd.ErrOrStderr()
+				res, err := benchgw.Run(cmd.Context(), cfg)
+				if err != nil {
+					return err
+				}
+				return enc.Encode(res)
+			case "config":
+				res, err := benchgw.RunConfigLatency(cmd.Context(), updates)
+				if err != nil {
+					return err
+				}
+				return enc.Encode(res)
+			case "race":
+				f, err := benchbal.LoadProviders(providers)
+				if err != nil {
+					return err
+				}
+				race.Providers = f
+				race.Policies = strings.Split(policies, ",")
+				race.Progress = cmd.ErrOrStderr()
+				if race.Timeout <= 0 {
+					race.Timeout = 2 * time.Second
+				}
+				race.Proxy = benchgw.RaceProxy(race.Timeout)
+				results, err := benchbal.Run(cmd.Context(), race, cmd.ErrOrStderr())
+				if err != nil {
+					return err
+				}
+				out := map[string]any{"scenario": "race_through_gateway", "policies": results}
+				var adaptive, random float64
+				for _, r := range results {
+					switch r.Policy {
+					case "adaptive":
+						adaptive = r.Ratio
+					case "random":
+						random = r.Ratio
+					}
+				}
+				if adaptive > 0 {
+					out["adaptive_ratio"] = adaptive
+				}
+				if adaptive > 0 && random > 0 {
+					out["adaptive_vs_random"] = float64(int64(adaptive/random*1000+0.5)) / 1000
+				}
+				return enc.Encode(out)
+			}
+			return fmt.Errorf("unknown --scenario %q: throughput, race or config", scenario)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&scenario, "scenario", "throughput", "throughput, race or config")
+	fl.IntVar(&updates, "updates", 200, "config: route changes published")
+	fl.StringVar(&proxies, "proxies", "", "comma-separated proxies (default: "+strings.Join(benchgw.AllProxies, ",")+")")
+	fl.DurationVar(&cfg.Duration, "duration", 10*time.Second, "length of each wrk run")
+	fl.IntVar(&cfg.Rounds, "rounds", 1, "runs per proxy (interleaved); the median is reported")
+	fl.IntVar(&cfg.Connections, "connections", 64, "wrk connections")
+	fl.IntVar(&cfg.Threads, "threads", 2, "wrk threads")
+	fl.IntVar(&cfg.Body, "body", 1024, "upstream answer size in bytes")
+	fl.Float64Var(&cfg.LatencyRate, "latency-rate", 0, "fixed rate of the added-latency runs (default: half of nginx's requests/s; negative: skip)")
+	fl.DurationVar(&cfg.LatencyDuration, "latency-duration", 5*time.Second, "length of each fixed-rate run")
+	fl.StringVar(&providers, "providers", "../shared/data/race-providers.json", "race: providers file")
+	fl.StringVar(&policies, "policies", "adaptive,random", "race: policies, each through its own gateway")
+	fl.IntVar(&race.Scale, "scale", 8, "race: divide threads, max_concurrent and calls in flight by this")
+	fl.DurationVar(&race.Warmup, "warmup", 0, "race: warm-up before phase 0 (default 3s)")
+	fl.DurationVar(&race.Phase, "phase", 0, "race: phase length (default: the file's)")
+	fl.DurationVar(&race.Timeout, "timeout", 2*time.Second, "race: per-call timeout (the route's timeout too)")
+	fl.Uint64Var(&race.Seed, "seed", 1, "race: seed of the service-time draws")
+	return cmd
+}
+
+// newBenchGatewayServeCmd is the hidden helper the bench starts as separate
+// processes: the upstream and the candidate proxies. It prints its address
+// on the first line and serves until SIGTERM.
+func newBenchGatewayServeCmd() *cobra.Command {
+	var mode, listen, upstream string
+	var body int
+	cmd := &cobra.Command{
+		Use:    "gateway-serve",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ln, err := net.Listen("tcp", listen)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), ln.Addr().String())
+			if mode == "upstream" {
+				return benchgw.ServeUpstream(cmd.Context(), ln, body)
+			}
+			return benchgw.ServeCandidate(cmd.Context(), mode, ln, upstream)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&mode, "mode", "upstream", "upstream or a candidate proxy")
+	fl.StringVar(&listen, "listen", "127.0.0.1:0", "listen address")
+	fl.StringVar(&upstream, "upstream", "", "candidate's upstream address")
+	fl.IntVar(&body, "body", 1024, "upstream answer size")
+	return cmd
+}

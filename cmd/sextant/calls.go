@@ -1,0 +1,205 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+)
+
+// callsFlags are the flags of "sextant calls": which gateway, which calls.
+type callsFlags struct {
+	admin, output     string
+	service, endpoint string
+	since             time.Duration
+	from, to          string
+	minLat, maxLat    string
+	limit             int
+	step              string
+}
+
+func init() { rootCmd.AddCommand(newCallsCmd()) }
+
+func newCallsCmd() *cobra.Command {
+	var f callsFlags
+	cmd := &cobra.Command{
+		Use:   "calls",
+		Short: "Query a gateway's call log (calls and per-step statistics)",
+		Long: `Query the call log of a running gateway through its admin API.
+
+Times are RFC 3339 or unix milliseconds; without --from, the window is the
+last --since (default 15m) up to now.`,
+	}
+	def := os.Getenv("SEXTANT_GATEWAY_ADMIN")
+	if def == "" {
+		def = "http://127.0.0.1:7403"
+	}
+	pf := cmd.PersistentFlags()
+	pf.StringVar(&f.admin, "gateway", def, "gateway admin URL (env SEXTANT_GATEWAY_ADMIN)")
+	pf.StringVarP(&f.output, "output", "o", "table", "output format: table or json")
+	pf.StringVar(&f.service, "service", "", "service (required)")
+	pf.StringVar(&f.endpoint, "endpoint", "", "only calls to this endpoint (host:port)")
+	pf.DurationVar(&f.since, "since", 15*time.Minute, "window length ending now, when --from is not given")
+	pf.StringVar(&f.from, "from", "", "window start")
+	pf.StringVar(&f.to, "to", "", "window end (default now)")
+
+	list := &cobra.Command{
+		Use:     "list",
+		Short:   "List the calls of a service, oldest first",
+		Example: `  sextant calls list --service orders --since 5m --min-latency 100ms`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			q, err := f.window()
+			if err != nil {
+				return err
+			}
+			set(q, "min_latency", f.minLat)
+			set(q, "max_latency", f.maxLat)
+			if f.limit > 0 {
+				q.Set("limit", fmt.Sprint(f.limit))
+			}
+			var out struct {
+				Calls []struct {
+					Start     time.Time `json:"start"`
+					LatencyUs int64     `json:"latency_us"`
+					Subset    string    `json:"subset"`
+					Endpoint  string    `json:"endpoint"`
+					Status    int       `json:"status"`
+					Retries   int       `json:"retries"`
+					Reason    string    `json:"reason"`
+					BytesOut  uint32    `json:"bytes_out"`
+				} `json:"calls"`
+				Truncated bool `json:"truncated"`
+			}
+			raw, err := f.get("/v1/calls", q, &out)
+			if err != nil {
+				return err
+			}
+			w := cmd.OutOrStdout()
+			if f.output == "json" {
+				_, err := w.Write(raw)
+				return err
+			}
+			tw := newTable(w)
+			fmt.Fprintln(tw, "START\tLATENCY\tSTATUS\tENDPOINT\tSUBSET\tRETRIES\tBYTES\tREASON")
+			for _, c := range out.Calls {
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%d\t%d\t%s\n", c.Start.Local().Format("15:04:05.000"),
+					time.Duration(c.LatencyUs)*time.Microsecond, c.Status, dash(c.Endpoint), dash(c.Subset), c.Retries, c.BytesOut, dash(c.Reason))
+			}
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			if out.Truncated {
+				fmt.Fprintln(cmd.ErrOrStderr(), "(more calls in the window: raise --limit or narrow it)")
+			}
+			return nil
+		},
+	}
+	list.Flags().StringVar(&f.minLat, "min-latency", "", "only calls at least this slow (e.g. 100ms)")
+	list.Flags().StringVar(&f.maxLat, "max-latency", "", "only calls at most this slow")
+	list.Flags().IntVar(&f.limit, "limit", 0, "at most this many calls (default 1000)")
+
+	stats := &cobra.Command{
+		Use:     "stats",
+		Short:   "Count, errors and latency percentiles of a service per step",
+		Example: `  sextant calls stats --service orders --since 1h --step 1m`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			q, err := f.window()
+			if err != nil {
+				return err
+			}
+			set(q, "step", f.step)
+			var out struct {
+				Count, Errors int64
+				Steps         []struct {
+					Start                      time.Time
+					Count, Errors              int64
+					AvgMs, P50Ms, P90Ms, P99Ms float64
+				}
+			}
+			raw, err := f.get("/v1/calls/stats", q, &out)
+			if err != nil {
+				return err
+			}
+			w := cmd.OutOrStdout()
+			if f.output == "json" {
+				_, err := w.Write(raw)
+				return err
+			}
+			tw := newTable(w)
+			fmt.Fprintln(tw, "STEP\tCOUNT\tERRORS\tAVG_MS\tP50_MS\tP90_MS\tP99_MS")
+			for _, s := range out.Steps {
+				fmt.Fprintf(tw, "%s\t%d\t%d\t%.2f\t%.2f\t%.2f\t%.2f\n", s.Start.Local().Format("01-02 15:04:05"),
+					s.Count, s.Errors, s.AvgMs, s.P50Ms, s.P90Ms, s.P99Ms)
+			}
+			fmt.Fprintf(tw, "total\t%d\t%d\t\t\t\t\n", out.Count, out.Errors)
+			return tw.Flush()
+		},
+	}
+	stats.Flags().StringVar(&f.step, "step", "", "step length (default: the window / 60)")
+	cmd.AddCommand(list, stats)
+	return cmd
+}
+
+func (f *callsFlags) window() (url.Values, error) {
+	if f.output != "table" && f.output != "json" {
+		return nil, fmt.Errorf("unknown --output %q: use table or json", f.output)
+	}
+	if f.service == "" {
+		return nil, fmt.Errorf("--service is required")
+	}
+	q := url.Values{"service": {f.service}}
+	set(q, "endpoint", f.endpoint)
+	to := f.to
+	if to == "" {
+		to = fmt.Sprint(time.Now().UnixMilli())
+	}
+	from := f.from
+	if from == "" {
+		from = fmt.Sprint(time.Now().Add(-f.since).UnixMilli())
+	}
+	q.Set("from", from)
+	q.Set("to", to)
+	return q, nil
+}
+
+func (f *callsFlags) get(path string, q url.Values, out any) ([]byte, error) {
+	resp, err := http.Get(f.admin + path + "?" + q.Encode())
+	if err != nil {
+		return nil, fmt.Errorf("gateway admin %s: %w", f.admin, err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, 256<<20))
+	if err != nil {
+		return nil, fmt.Errorf("gateway admin %s: %w", f.admin, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		var e struct {
+			Error struct{ Message string } `json:"error"`
+		}
+		if json.Unmarshal(raw, &e) == nil && e.Error.Message != "" {
+			return nil, fmt.Errorf("%s (%d)", e.Error.Message, resp.StatusCode)
+		}
+		return nil, fmt.Errorf("gateway admin answered %d", resp.StatusCode)
+	}
+	return raw, json.Unmarshal(raw, out)
+}
+
+func set(q url.Values, k, v string) {
+	if v != "" {
+		q.Set(k, v)
+	}
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

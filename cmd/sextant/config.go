@@ -1,0 +1,293 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"sigs.k8s.io/yaml"
+)
+
+func init() { rootCmd.AddCommand(newConfigCmd()) }
+
+// newConfigCmd builds "sextant config": routing config (Istio
+// VirtualServices and DestinationRules) on the server.
+func newConfigCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "config",
+		Short: "Apply, list, show and delete routing config (VirtualService, DestinationRule)",
+		Long: `Routing config is Istio's own VirtualService and DestinationRule
+(networking.istio.io/v1), in YAML or JSON, stored by the server and pushed to
+every xDS subscriber. Sextant supports a subset of their fields; a field
+outside it is refused with its path ("not supported"), never ignored
+(docs/controlplane.md).`,
+	}
+	f := addClientFlags(cmd)
+
+	var files []string
+	var dryRun bool
+	apply := &cobra.Command{
+		Use:   "apply -f FILE|DIR|-",
+		Short: "Create or replace config objects from files (idempotent, atomic)",
+		Long: `Apply every document of the given files (a directory: its *.yaml, *.yml
+and *.json files, in name order; -: standard input) in one atomic request:
+all objects are written or none. An object that is already stored as given is
+unchanged. With --dry-run nothing is written: the answer says what would be
+created or configured and which xDS resources would change.`,
+		Example: `  sextant config apply -f routing.yaml
+  sextant config apply -f ./config/ --dry-run
+  cat vs.yaml | sextant config apply -f -`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if len(files) == 0 {
+				return fmt.Errorf("config apply: name what to apply with -f FILE, -f DIR or -f -")
+			}
+			body, err := readConfigFiles(cmd.InOrStdin(), files)
+			if err != nil {
+				return err
+			}
+			c, err := f.client()
+			if err != nil {
+				return err
+			}
+			res, err := c.ApplyConfig(cmd.Context(), body, dryRun)
+			if err != nil {
+				return failed("config apply", err)
+			}
+			out := cmd.OutOrStdout()
+			if f.json() {
+				return writeJSON(out, res)
+			}
+			suffix := ""
+			if dryRun {
+				suffix = " (dry run)"
+			}
+			for _, r := range res.Results {
+				fmt.Fprintf(out, "%s %s/%s %s%s\n", strings.ToLower(r.Kind), r.Namespace, r.Name, r.Action, suffix)
+				for _, w := range r.Warnings {
+					fmt.Fprintf(out, "  warning: %s\n", w)
+				}
+			}
+			if dryRun && len(res.Resources) > 0 {
+				fmt.Fprintln(out, "xDS resources that would change:")
+				for _, x := range res.Resources {
+					fmt.Fprintf(out, "  %s %s\n", x.Type, x.Name)
+				}
+			}
+			return nil
+		},
+	}
+	apply.Flags().StringSliceVarP(&files, "filename", "f", nil, "file, directory or - (standard input); repeatable")
+	apply.Flags().BoolVar(&dryRun, "dry-run", false, "write nothing; print what would change")
+
+	var kind, namespace string
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "List config objects",
+		Example: `  sextant config list
+  sextant config list --kind vs --namespace prod -o json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := f.client()
+			if err != nil {
+				return err
+			}
+			res, err := c.ListConfig(cmd.Context(), kind, namespace)
+			if err != nil {
+				return failed("config list", err)
+			}
+			out := cmd.OutOrStdout()
+			if f.json() {
+				return writeJSON(out, res)
+			}
+			if len(res.Items) == 0 {
+				fmt.Fprintln(out, "no config objects")
+				return nil
+			}
+			tw := newTable(out)
+			fmt.Fprintln(tw, "KIND\tNAMESPACE\tNAME\tREVISION\tHOSTS")
+			for _, raw := range res.Items {
+				var o struct {
+					Kind     string `json:"kind"`
+					Metadata struct {
+						Name            string `json:"name"`
+						Namespace       string `json:"namespace"`
+						ResourceVersion string `json:"resourceVersion"`
+					} `json:"metadata"`
+					Spec struct {
+						Hosts []string `json:"hosts"`
+						Host  string   `json:"host"`
+					} `json:"spec"`
+				}
+				if err := json.Unmarshal(raw, &o); err != nil {
+					return fmt.Errorf("config list: %w", err)
+				}
+				hosts := o.Spec.Hosts
+				if o.Spec.Host != "" {
+					hosts = []string{o.Spec.Host}
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", o.Kind, o.Metadata.Namespace, o.Metadata.Name, o.Metadata.ResourceVersion, strings.Join(hosts, ","))
+			}
+			return tw.Flush()
+		},
+	}
+	list.Flags().StringVar(&kind, "kind", "", "only this kind: VirtualService (vs) or DestinationRule (dr)")
+	list.Flags().StringVar(&namespace, "namespace", "", "only this namespace")
+
+	get := &cobra.Command{
+		Use:   "get KIND/NAMESPACE/NAME",
+		Short: "Show one config object (YAML; -o json for JSON)",
+		Example: `  sextant config get vs/default/orders
+  sextant config get DestinationRule/default/orders -o json`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			k, ns, name, err := splitConfigRef(args[0])
+			if err != nil {
+				return err
+			}
+			c, err := f.client()
+			if err != nil {
+				return err
+			}
+			raw, err := c.GetConfig(cmd.Context(), k, ns, name)
+			if err != nil {
+				return failed("config get "+args[0], err)
+			}
+			out := cmd.OutOrStdout()
+			if f.json() {
+				var buf bytes.Buffer
+				if err := json.Indent(&buf, raw, "", "  "); err != nil {
+					return err
+				}
+				buf.WriteByte('\n')
+				_, err := out.Write(buf.Bytes())
+				return err
+			}
+			y, err := yaml.JSONToYAML(raw)
+			if err != nil {
+				return err
+			}
+			_, err = out.Write(y)
+			return err
+		},
+	}
+
+	del := &cobra.Command{
+		Use:     "delete KIND/NAMESPACE/NAME",
+		Short:   "Delete one config object",
+		Example: `  sextant config delete vs/default/orders`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			k, ns, name, err := splitConfigRef(args[0])
+			if err != nil {
+				return err
+			}
+			c, err := f.client()
+			if err != nil {
+				return err
+			}
+			rev, err := c.DeleteConfig(cmd.Context(), k, ns, name)
+			if err != nil {
+				return failed("config delete "+args[0], err)
+			}
+			if f.json() {
+				return writeJSON(cmd.OutOrStdout(), map[string]int64{"revision": rev})
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "deleted %s (revision %d)\n", args[0], rev)
+			return nil
+		},
+	}
+	cmd.AddCommand(apply, list, get, del)
+	return cmd
+}
+
+// splitConfigRef reads KIND/NAMESPACE/NAME, or KIND/NAME in namespace
+// default.
+func splitConfigRef(s string) (kind, ns, name string, err error) {
+	parts := strings.Split(s, "/")
+	switch len(parts) {
+	case 2:
+		return parts[0], "default", parts[1], nil
+	case 3:
+		return parts[0], parts[1], parts[2], nil
+	}
+	return "", "", "", fmt.Errorf("%q: want KIND/NAMESPACE/NAME, e.g. vs/default/orders", s)
+}
+
+// readConfigFiles joins the documents of files (a directory: its YAML and
+// JSON files in name order; -: stdin) into one YAML stream.
+func readConfigFiles(stdin io.Reader, files []string) ([]byte, error) {
+	docs, err := readFiles(stdin, files)
+	if err != nil {
+		return nil, err
+	}
+	if len(docs) == 0 {
+		return nil, fmt.Errorf("config apply: the files hold no documents")
+	}
+	// JSON is YAML: one stream of documents separated by "---".
+	return bytes.Join(docs, []byte("\n---\n")), nil
+}
+
+// readFiles reads the non-empty files of files (a directory: its YAML and
+// JSON files in name order; -: stdin), in order.
+func readFiles(stdin io.Reader, files []string) ([][]byte, error) {
+	var docs [][]byte
+	read := func(name string, r io.Reader) error {
+		b, err := io.ReadAll(r)
+		if err != nil {
+			return fmt.Errorf("read %s: %w", name, err)
+		}
+		if len(bytes.TrimSpace(b)) > 0 {
+			docs = append(docs, b)
+		}
+		return nil
+	}
+	for _, f := range files {
+		if f == "-" {
+			if err := read("standard input", stdin); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		st, err := os.Stat(f)
+		if err != nil {
+			return nil, err
+		}
+		names := []string{f}
+		if st.IsDir() {
+			entries, err := os.ReadDir(f)
+			if err != nil {
+				return nil, err
+			}
+			names = names[:0]
+			for _, e := range entries {
+				ext := strings.ToLower(filepath.Ext(e.Name()))
+				if !e.IsDir() && (ext == ".yaml" || ext == ".yml" || ext == ".json") {
+					names = append(names, filepath.Join(f, e.Name()))
+				}
+			}
+			slices.Sort(names)
+			if len(names) == 0 {
+				return nil, fmt.Errorf("%s: no .yaml, .yml or .json files", f)
+			}
+		}
+		for _, n := range names {
+			fh, err := os.Open(n)
+			if err != nil {
+				return nil, err
+			}
+			err = read(n, fh)
+			fh.Close()
+			if err != nil {
+				return nil, err
+			}
+		}
+	}
+	return docs, nil
+}

@@ -1,0 +1,276 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"time"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
+
+	"github.com/sextant-mesh/sextant/client"
+	"github.com/sextant-mesh/sextant/internal/acl"
+	"github.com/sextant-mesh/sextant/internal/calllog"
+	"github.com/sextant-mesh/sextant/internal/gateway"
+	"github.com/sextant-mesh/sextant/internal/gateway/xdsclient"
+)
+
+type gatewayFlags struct {
+	xds, listen, admin, data string
+	node, listener           string
+	registry, service        string
+	token, caFile            string
+	certFile, keyFile        string
+	adminACL                 bool
+	maxBody                  int
+	noRecords                bool
+	retainAge                time.Duration
+	retainBytes              int64
+	procs                    int
+	drain                    time.Duration
+	logFormat, logLevel      string
+}
+
+func init() {
+	var f gatewayFlags
+	cmd := &cobra.Command{
+		Use:   "gateway",
+		Short: "Run the Sextant gateway: the data plane, configured by the control plane over xDS",
+		Long: `Run the gateway: an HTTP/1.1 and h2c reverse proxy that takes its whole
+configuration (listener, routes, clusters, endpoints) from a control plane over
+ADS, like Envoy or MOSN, and records every call in a call log under --data.
+
+The proxy listens on --listen; the admin API (/metrics, /v1/config, /v1/calls,
+/v1/calls/stats) on --admin. Until the first config arrives every call is
+answered 503; while the control plane is unreachable the last good config keeps
+serving. On SIGINT or SIGTERM the gateway stops accepting, lets calls in flight
+finish (up to --drain), then flushes the call log. See docs/gateway.md.`,
+		Example: `  sextant gateway --xds 127.0.0.1:7402 --listen 127.0.0.1:8080 --admin 127.0.0.1:7403 --data ./gateway-data
+  sextant gateway --xds cp:7402 --registry http://127.0.0.1:7400   # register as service sextant-gateway`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runGateway(cmd.Context(), f) },
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.xds, "xds", "127.0.0.1:7402", "control plane's ADS address (gRPC, plaintext)")
+	fl.StringVar(&f.listen, "listen", "127.0.0.1:8080", "address the proxy listens on")
+	fl.StringVar(&f.admin, "admin", "127.0.0.1:7403", "address of the admin API")
+	fl.StringVar(&f.data, "data", "./gateway-data", "directory of the call log (created if missing)")
+	host, _ := os.Hostname()
+	fl.StringVar(&f.node, "node-id", "sextant-gateway~"+host, "xDS node id (the control plane's snapshot key)")
+	fl.StringVar(&f.listener, "listener", "", "Listener resource to serve (default: the one on --listen's port, or the only one)")
+	fl.StringVar(&f.registry, "registry", "", "registry URL to register this gateway in (empty: do not register)")
+	fl.StringVar(&f.service, "service", "sextant-gateway", "service name to register as")
+	fl.StringVar(&f.token, "token", os.Getenv("SEXTANT_TOKEN"), "ACL token for the control plane and the registry (env SEXTANT_TOKEN)")
+	fl.StringVar(&f.caFile, "ca-file", "", "CA certificate (PEM) to trust for the control plane's and registry's TLS; set to use TLS")
+	fl.StringVar(&f.certFile, "cert-file", "", "client certificate (PEM) for mutual TLS")
+	fl.StringVar(&f.keyFile, "key-file", "", "client key (PEM) for mutual TLS")
+	fl.BoolVar(&f.adminACL, "admin-acl", false, "check every admin request's bearer token with the server at --registry (calls need instances:read on their namespace; config and metrics need push:read)")
+	fl.IntVar(&f.maxBody, "max-request-bytes", 8<<20, "largest request body accepted (413 beyond)")
+	fl.BoolVar(&f.noRecords, "no-call-log", false, "do not record calls")
+	fl.DurationVar(&f.retainAge, "retain", 7*24*time.Hour, "delete call records older than this")
+	fl.Int64Var(&f.retainBytes, "retain-bytes", 10<<30, "delete the oldest call records beyond this many bytes")
+	fl.DurationVar(&f.drain, "drain", 30*time.Second, "how long to wait for calls in flight on shutdown")
+	fl.IntVar(&f.procs, "procs", 0, "cores the proxy may use at once (GOMAXPROCS; 0: all). One core costs less CPU per call on a busy shared machine")
+	fl.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
+	fl.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	rootCmd.AddCommand(cmd)
+}
+
+func runGateway(ctx context.Context, f gatewayFlags) error {
+	log, err := newLogger(f.logFormat, f.logLevel)
+	if err != nil {
+		return err
+	}
+	if f.procs > 0 {
+		runtime.GOMAXPROCS(f.procs)
+	}
+	_, portStr, err := net.SplitHostPort(f.listen)
+	if err != nil {
+		return fmt.Errorf("--listen %q: %w", f.listen, err)
+	}
+	port, _ := strconv.Atoi(portStr)
+	var lg *calllog.Log
+	var rec gateway.Recorder
+	if !f.noRecords {
+		if lg, err = calllog.Open(calllog.Options{Dir: filepath.Join(f.data, "calls"), MaxAge: f.retainAge,
+			MaxBytes: f.retainBytes, Logger: log.With("component", "calllog")}); err != nil {
+			return err
+		}
+		rec = lg
+	}
+	g := gateway.New(gateway.Options{Listener: f.listener, ListenPort: uint32(port), MaxRequestBytes: f.maxBody,
+		Recorder: rec, Logger: log.With("component", "gateway")})
+
+	tlsCfg, err := clientTLS(f.caFile, f.certFile, f.keyFile)
+	if err != nil {
+		return err
+	}
+	creds := insecure.NewCredentials()
+	if tlsCfg != nil {
+		creds = credentials.NewTLS(tlsCfg)
+	}
+	dialOpts := []grpc.DialOption{grpc.WithTransportCredentials(creds),
+		// gRPC servers refuse pings more often than every 5 minutes by default.
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 5 * time.Minute, Timeout: 20 * time.Second})}
+	if f.token != "" {
+		dialOpts = append(dialOpts, grpc.WithPerRPCCredentials(acl.BearerToken{Token: f.token, Insecure: tlsCfg == nil}))
+	}
+	var authorize gateway.AdminAuthorizer
+	if f.adminACL {
+		if f.registry == "" {
+			return errors.New("--admin-acl checks tokens with the server at --registry: set --registry")
+		}
+		rc, err := f.registryClient(tlsCfg)
+		if err != nil {
+			return err
+		}
+		authorize = newServerAuthorizer(rc, 5*time.Second).authorize
+	}
+	conn, err := grpc.NewClient(f.xds, dialOpts...)
+	if err != nil {
+		return fmt.Errorf("--xds %q: %w", f.xds, err)
+	}
+	defer conn.Close()
+	xc, err := xdsclient.New(conn, xdsclient.Options{
+		Node:    &core.Node{Id: f.node, Cluster: "sextant-gateway", UserAgentName: "sextant-gateway"},
+		Types:   gateway.XDSTypes(),
+		Handler: g,
+		Logger:  log.With("component", "xds"),
+	})
+	if err != nil {
+		return err
+	}
+	g.SetXDSStatus(xc.Status)
+
+	ln, err := net.Listen("tcp", f.listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", f.listen, err)
+	}
+	aln, err := net.Listen("tcp", f.admin)
+	if err != nil {
+		ln.Close()
+		return fmt.Errorf("admin listen on %s: %w", f.admin, err)
+	}
+	asrv := &http.Server{Handler: g.AdminHandlerWith(lg, authorize), ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	go func() { _ = asrv.Serve(aln) }()
+
+	xctx, stopXDS := context.WithCancel(context.Background())
+	xdone := make(chan struct{})
+	go func() { defer close(xdone); _ = xc.Run(xctx) }()
+	served := make(chan error, 1)
+	go func() { served <- g.Serve(ln) }()
+	log.Info("gateway listening", "proxy", ln.Addr().String(), "admin", aln.Addr().String(), "xds", f.xds, "node", f.node)
+
+	deregister := func() {}
+	if f.registry != "" {
+		var rerr error
+		if deregister, rerr = registerGateway(ctx, f, aln.Addr().String(), ln.Addr().String(), log); rerr != nil {
+			log.Warn("could not register in the registry; serving anyway", "err", rerr)
+		}
+	}
+
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down: draining calls", "drain", f.drain)
+	case err = <-served:
+		log.Error("proxy stopped", "err", err)
+	}
+	deregister()
+	sctx, cancel := context.WithTimeout(context.Background(), f.drain)
+	defer cancel()
+	if serr := g.Shutdown(sctx); serr != nil {
+		log.Warn("drain incomplete", "err", serr)
+	}
+	stopXDS()
+	<-xdone
+	_ = asrv.Close()
+	if lg != nil {
+		if cerr := lg.Close(); cerr != nil {
+			return cerr
+		}
+	}
+	log.Info("stopped")
+	if err != nil && !errors.Is(err, net.ErrClosed) {
+		return err
+	}
+	return nil
+}
+
+// registryClient is a client of the server at --registry with the
+// gateway's token and TLS settings.
+func (f gatewayFlags) registryClient(tlsCfg *tls.Config) (*client.Client, error) {
+	opts := []client.Option{client.WithToken(f.token)}
+	if tlsCfg != nil {
+		opts = append(opts, client.WithTLSConfig(tlsCfg))
+	}
+	return client.New(f.registry, opts...)
+}
+
+// registerGateway registers the gateway as an instance of --service with
+// its admin address in metadata, so the console can find it, and keeps it
+// alive with heartbeats until the returned function deregisters it.
+func registerGateway(ctx context.Context, f gatewayFlags, admin, proxy string, log *slog.Logger) (func(), error) {
+	tlsCfg, err := clientTLS(f.caFile, f.certFile, f.keyFile)
+	if err != nil {
+		return func() {}, err
+	}
+	c, err := f.registryClient(tlsCfg)
+	if err != nil {
+		return func() {}, err
+	}
+	host, portStr, _ := net.SplitHostPort(proxy)
+	port, _ := strconv.Atoi(portStr)
+	in := client.Instance{Service: f.service, Host: host, Port: port, Protocol: "http", TTLSeconds: 10,
+		Metadata: map[string]string{"sextant.role": "gateway", "sextant.admin": admin, "sextant.node": f.node}}
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	res, err := c.Register(rctx, in)
+	cancel()
+	if err != nil {
+		return func() {}, err
+	}
+	id := res.IDs[0]
+	log.Info("registered", "registry", f.registry, "service", f.service, "id", id)
+	hctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(5 * time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-hctx.Done():
+				return
+			case <-t.C:
+				if nf, err := c.Heartbeat(hctx, id); err != nil || len(nf) > 0 {
+					// Gone (registry restarted without it, or expired): register again.
+					if _, err := c.Register(hctx, in); err != nil && hctx.Err() == nil {
+						log.Warn("re-register failed", "err", err)
+					}
+				}
+			}
+		}
+	}()
+	return func() {
+		stop()
+		<-done
+		dctx, c2 := context.WithTimeout(context.Background(), 3*time.Second)
+		defer c2()
+		if _, err := c.DeregisterOne(dctx, id); err != nil {
+			log.Warn("deregister failed", "err", err)
+		}
+	}, nil
+}

@@ -1,0 +1,292 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"sigs.k8s.io/yaml"
+
+	"github.com/sextant-mesh/sextant/client"
+)
+
+func init() { rootCmd.AddCommand(newNodesCmd()) }
+
+// newNodesCmd builds "sextant nodes": the scheduler's hosts, as Kubernetes
+// Nodes.
+func newNodesCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "nodes",
+		Aliases: []string{"node"},
+		Short:   "Apply, list, show and delete the placement scheduler's nodes",
+		Long: `Nodes are the hosts the scheduler places workloads on, written as
+Kubernetes Nodes (the output of "kubectl get node -o yaml" is accepted): the
+scheduler reads metadata.name, metadata.labels, spec.taints,
+spec.unschedulable and status.allocatable (cpu, memory, pods and extended
+resources), and ignores the other Kubernetes fields (docs/placement.md).`,
+	}
+	f := addClientFlags(cmd)
+
+	var files []string
+	apply := &cobra.Command{
+		Use:   "apply -f FILE|DIR|-",
+		Short: "Create or replace nodes from files (atomic: all or none)",
+		Long: `Apply every Node of the given files (YAML or JSON; a document may be a
+Node or a List of Nodes; a directory: its *.yaml, *.yml and *.json files in
+name order; -: standard input) in one atomic request. A node stored with the
+same fields is unchanged; a replaced node keeps its placements, even if they
+no longer fit, as Kubernetes does. An error's field path (items[3]...)
+counts the nodes of all documents in order.`,
+		Example: `  sextant nodes apply -f nodes.yaml
+  kubectl get nodes -o yaml | sextant nodes apply -f -`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			body, err := readObjects(cmd.InOrStdin(), files, "nodes apply")
+			if err != nil {
+				return err
+			}
+			c, err := f.client()
+			if err != nil {
+				return err
+			}
+			res, err := c.ApplyNodes(cmd.Context(), body)
+			if err != nil {
+				return failed("nodes apply", err)
+			}
+			out := cmd.OutOrStdout()
+			if f.json() {
+				return writeJSON(out, res)
+			}
+			changed := map[string]bool{}
+			for _, n := range res.Changed {
+				changed[n] = true
+			}
+			for _, n := range res.Names {
+				action := "unchanged"
+				if changed[n] {
+					action = "configured"
+				}
+				fmt.Fprintf(out, "node/%s %s\n", n, action)
+			}
+			fmt.Fprintf(out, "revision %d\n", res.Revision)
+			return nil
+		},
+	}
+	apply.Flags().StringSliceVarP(&files, "filename", "f", nil, "file, directory or - (standard input); repeatable")
+
+	var opts client.NodeListOptions
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "List nodes with what is reserved on them, following pages",
+		Long: `List nodes in name order, optionally those whose labels match a selector
+(Kubernetes syntax: k=v, k!=v, k in (a,b), k notin (a,b), k, !k). CPU and
+MEMORY are reserved/allocatable; PODS is placements/allocatable pods.`,
+		Example: `  sextant nodes list
+  sextant nodes list -l 'topology.kubernetes.io/zone in (zone-a,zone-b)' -o json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := f.client()
+			if err != nil {
+				return err
+			}
+			all := []client.NodeItem{}
+			var rev int64
+			for first := true; first || opts.PageToken != ""; first = false {
+				page, err := c.ListNodes(cmd.Context(), opts)
+				if err != nil {
+					return failed("nodes list", err)
+				}
+				if first {
+					rev = page.Revision
+				}
+				all = append(all, page.Items...)
+				opts.PageToken = page.NextPageToken
+			}
+			out := cmd.OutOrStdout()
+			if f.json() {
+				return writeJSON(out, struct {
+					Revision int64             `json:"revision"`
+					Items    []client.NodeItem `json:"items"`
+				}{rev, all})
+			}
+			if len(all) == 0 {
+				fmt.Fprintln(out, "no nodes")
+				return nil
+			}
+			tw := newTable(out)
+			fmt.Fprintln(tw, "NAME\tCPU\tMEMORY\tPODS\tTAINTS\tSTATUS\tREVISION\tLABELS")
+			for _, it := range all {
+				n := &it.Node
+				status := "schedulable"
+				if n.Spec.Unschedulable {
+					status = "unschedulable"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%s\t%s\t%s\t%s\t%s\n", n.Metadata.Name,
+					usage(it.Requested, n.Status.Allocatable, "cpu"), usage(it.Requested, n.Status.Allocatable, "memory"),
+					it.Placements, orDash(n.Status.Allocatable["pods"]), taints(n.Spec.Taints), status,
+					n.Metadata.ResourceVersion, formatMetadata(n.Metadata.Labels))
+			}
+			return tw.Flush()
+		},
+	}
+	list.Flags().StringVarP(&opts.Selector, "selector", "l", "", "label selector over node labels, e.g. 'zone=a,disk!=hdd'")
+	list.Flags().IntVar(&opts.Limit, "page-size", 0, "nodes per request (server default 1000, at most 10000)")
+
+	get := &cobra.Command{
+		Use:     "get NAME",
+		Short:   "Show one node and what is reserved on it (YAML; -o json for JSON)",
+		Example: `  sextant nodes get node-000017`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := f.client()
+			if err != nil {
+				return err
+			}
+			it, err := c.GetNode(cmd.Context(), args[0])
+			if err != nil {
+				return failed("nodes get "+args[0], err)
+			}
+			return writeObject(cmd.OutOrStdout(), f, it)
+		},
+	}
+
+	del := &cobra.Command{
+		Use:   "delete NAME",
+		Short: "Delete a node and release its placements",
+		Long: `Delete a node. Its placements are released (deleted) in the same
+write, and named in the answer.`,
+		Example: `  sextant nodes delete node-000017`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := f.client()
+			if err != nil {
+				return err
+			}
+			res, err := c.DeleteNode(cmd.Context(), args[0])
+			if err != nil {
+				return failed("nodes delete "+args[0], err)
+			}
+			out := cmd.OutOrStdout()
+			if f.json() {
+				return writeJSON(out, res)
+			}
+			fmt.Fprintf(out, "deleted node/%s (revision %d)\n", args[0], res.Revision)
+			for _, k := range res.Released {
+				fmt.Fprintf(out, "released placement %s\n", k)
+			}
+			return nil
+		},
+	}
+	cmd.AddCommand(apply, list, get, del)
+	return cmd
+}
+
+// usage renders requested/allocatable of one resource.
+func usage(requested, allocatable map[string]string, name string) string {
+	r := requested[name]
+	if r == "" {
+		r = "0"
+	}
+	return r + "/" + orDash(allocatable[name])
+}
+
+func taints(ts []client.Taint) string {
+	if len(ts) == 0 {
+		return "-"
+	}
+	parts := make([]string, len(ts))
+	for i, t := range ts {
+		parts[i] = t.Key
+		if t.Value != "" {
+			parts[i] += "=" + t.Value
+		}
+		parts[i] += ":" + t.Effect
+	}
+	return strings.Join(parts, ",")
+}
+
+// writeObject prints v as YAML, or indented JSON with -o json.
+func writeObject(w io.Writer, f *clientFlags, v any) error {
+	if f.json() {
+		return writeJSON(w, v)
+	}
+	b, err := yaml.Marshal(v)
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(b)
+	return err
+}
+
+// readObjects reads the Kubernetes objects of files (YAML or JSON, several
+// documents per file separated by "---"; -: stdin) as one JSON body: the
+// object itself if there is exactly one, else a List of every object, the
+// items of Lists flattened in order.
+func readObjects(stdin io.Reader, files []string, op string) ([]byte, error) {
+	if len(files) == 0 {
+		return nil, fmt.Errorf("%s: name what to read with -f FILE, -f DIR or -f -", op)
+	}
+	contents, err := readFiles(stdin, files)
+	if err != nil {
+		return nil, err
+	}
+	var docs []json.RawMessage
+	for _, c := range contents {
+		for _, d := range splitDocuments(c) {
+			j, err := yaml.YAMLToJSON(d)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", op, err)
+			}
+			if t := bytes.TrimSpace(j); len(t) > 0 && string(t) != "null" {
+				docs = append(docs, j)
+			}
+		}
+	}
+	switch len(docs) {
+	case 0:
+		return nil, fmt.Errorf("%s: the files hold no documents", op)
+	case 1:
+		return docs[0], nil
+	}
+	var items []json.RawMessage
+	for _, d := range docs {
+		var l struct {
+			Kind  string            `json:"kind"`
+			Items []json.RawMessage `json:"items"`
+		}
+		if json.Unmarshal(d, &l) == nil && l.Kind == "List" {
+			items = append(items, l.Items...)
+		} else {
+			items = append(items, d)
+		}
+	}
+	return json.Marshal(struct {
+		APIVersion string            `json:"apiVersion"`
+		Kind       string            `json:"kind"`
+		Items      []json.RawMessage `json:"items"`
+	}{"v1", "List", items})
+}
+
+// splitDocuments splits a YAML stream at its "---" lines.
+func splitDocuments(b []byte) [][]byte {
+	var out [][]byte
+	start := 0
+	for i := 0; i <= len(b); {
+		end := bytes.IndexByte(b[i:], '\n')
+		if end < 0 {
+			end = len(b)
+		} else {
+			end += i
+		}
+		line := bytes.TrimRight(b[i:end], " \t\r")
+		if bytes.Equal(line, []byte("---")) || bytes.HasPrefix(line, []byte("--- ")) {
+			out = append(out, b[start:i])
+			start = min(end+1, len(b))
+		}
+		i = end + 1
+	}
+	return append(out, b[start:])
+}
