@@ -136,6 +136,8 @@ type configWorker struct {
 	dirty     map[config.ServiceKey]bool
 	origin    time.Time
 	proxyDirt bool
+	// retiring holds clusters no route names, with when to remove them.
+	retiring map[string]time.Time
 }
 
 func newConfigWorker(e *Engine) *configWorker {
@@ -143,6 +145,7 @@ func newConfigWorker(e *Engine) *configWorker {
 		e: e, ix: config.NewIndex(), known: map[config.ServiceKey]bool{},
 		clusters: map[config.ServiceKey][]string{}, vhosts: map[config.ServiceKey][]byte{},
 		specSigs: map[config.ServiceKey]string{}, dirty: map[config.ServiceKey]bool{},
+		retiring: map[string]time.Time{},
 	}
 }
 
@@ -211,10 +214,20 @@ func (w *configWorker) loop(ctx context.Context) {
 	q := &w.e.cfg
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
+	retire := time.NewTimer(time.Hour)
+	defer retire.Stop()
 	for {
+		if next, ok := w.nextRetirement(); ok {
+			retire.Reset(time.Until(next))
+		} else {
+			retire.Stop()
+		}
 		select {
 		case <-ctx.Done():
 			return
+		case <-retire.C:
+			w.retire(time.Now())
+			continue
 		case <-q.wake:
 		}
 		for {
@@ -240,7 +253,8 @@ func (w *configWorker) loop(ctx context.Context) {
 }
 
 // round recomputes the clusters and routes of every dirty service and
-// publishes them: clusters first, then routes (make before break).
+// publishes them: new clusters, then routes, then removals (make before
+// break).
 func (w *configWorker) round(ctx context.Context) {
 	if len(w.dirty) == 0 {
 		return
@@ -282,7 +296,8 @@ func (w *configWorker) round(ctx context.Context) {
 			built[i] = w.build(dirty[i], dests[i], version)
 		}
 	})
-	// 3. Publish clusters, then routes (make before break).
+	// 3. Publish new clusters, then routes; retire the unused clusters
+	// later (make before break).
 	var set, routes []xds.Resource
 	var removed []string
 	for i, s := range dirty {
@@ -300,18 +315,56 @@ func (w *configWorker) round(ctx context.Context) {
 			w.proxyDirt = true
 		}
 	}
-	w.publish(xds.TypeCluster, set, removed, version, origin)
+	// A cluster no route names any more is removed only after a grace
+	// period: each subscriber sends its pending clusters before its routes,
+	// so a removal published with this round would reach a client still
+	// routing by the previous routes, and grpc-go fails those calls
+	// ("cluster resource removed") until the new routes arrive.
+	for _, r := range set {
+		delete(w.retiring, r.Name)
+	}
+	for _, name := range removed {
+		w.retiring[name] = start.Add(w.e.opts.ClusterGrace)
+	}
+	w.publish(xds.TypeCluster, set, nil, version, origin)
 	if w.proxyDirt {
 		w.proxyDirt = false
 		routes = append(routes, xds.Resource{Name: xds.ProxyName, Version: version, Value: w.proxyRoutes(), Hidden: true})
 	}
 	w.publish(xds.TypeRoute, routes, nil, version, origin)
+	w.retire(time.Now())
 
 	took := time.Since(start)
 	w.e.stats.configRounds.Add(1)
 	w.e.stats.lastConfig.Store(int64(took))
 	w.e.m.recompute.WithLabelValues("config").Observe(took.Seconds())
 	_ = ctx
+}
+
+// nextRetirement is when the next retiring cluster is due.
+func (w *configWorker) nextRetirement() (time.Time, bool) {
+	var next time.Time
+	for _, at := range w.retiring {
+		if next.IsZero() || at.Before(next) {
+			next = at
+		}
+	}
+	return next, !next.IsZero()
+}
+
+// retire removes the clusters whose grace period ended by now.
+func (w *configWorker) retire(now time.Time) {
+	var names []string
+	for name, at := range w.retiring {
+		if !at.After(now) {
+			names = append(names, name)
+			delete(w.retiring, name)
+		}
+	}
+	if len(names) > 0 {
+		slices.Sort(names)
+		w.publish(xds.TypeCluster, nil, names, w.e.version(), now)
+	}
 }
 
 // builtService is what a round computed for one service.

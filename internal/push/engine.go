@@ -29,6 +29,10 @@ type Options struct {
 	// Endpoint changes are never debounced.
 	Debounce    time.Duration
 	DebounceMax time.Duration
+	// ClusterGrace is how long a cluster no route names any more stays
+	// published, so that clients switch routes before it goes (default
+	// 1s; negative: removed with the round that stopped naming it).
+	ClusterGrace time.Duration
 	// ProxyPort is the port of the HTTP listener for proxies (default 15001).
 	ProxyPort uint32
 }
@@ -70,6 +74,9 @@ func New(src Source, cache *xds.Cache, opts Options) *Engine {
 	}
 	if opts.DebounceMax <= 0 {
 		opts.DebounceMax = 100 * time.Millisecond
+	}
+	if opts.ClusterGrace == 0 {
+		opts.ClusterGrace = time.Second
 	}
 	if opts.ProxyPort == 0 {
 		opts.ProxyPort = 15001

@@ -15,9 +15,11 @@ import (
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 	grpcxds "google.golang.org/grpc/xds"
 
 	"github.com/sextant-mesh/sextant/internal/config"
@@ -164,6 +166,44 @@ func callsGo(t *testing.T, c testgrpc.TestServiceClient, group string, n int) ma
 	return got
 }
 
+// stableOnly: the default route's answer, both stable instances and not blue.
+func stableOnly(got map[string]int) bool {
+	return got["blue-1"] == 0 && got["stable-1"] > 0 && got["stable-2"] > 0
+}
+
+// settle calls n at a time until the answering backends satisfy ok, for at
+// most 10 s, and fails the test otherwise. While it switches routes,
+// grpc-go can fail a call with "unknown cluster selected for RPC": its
+// ClientConn installs the new routes before its balancer has the new
+// cluster, a window inside the client that no order of the server's
+// responses closes. Only that error is retried here; any other fails, and
+// the strict checks that follow a settle fail on every error.
+func settle(t *testing.T, c testgrpc.TestServiceClient, group string, n int, ok func(map[string]int) bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	var last map[string]int
+	for time.Now().Before(deadline) {
+		last = map[string]int{}
+		failed := false
+		for range n {
+			h, err := call(context.Background(), c, group)
+			if err != nil {
+				if status.Code(err) == codes.Unavailable && strings.Contains(err.Error(), "unknown cluster selected for RPC") {
+					failed = true
+					break
+				}
+				t.Fatalf("call (x-group %q): %v", group, err)
+			}
+			last[h]++
+		}
+		if !failed && ok(last) {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("calls (x-group %q) did not settle in 10s: last reached %v", group, last)
+}
+
 func TestGRPCXDSClient(t *testing.T) {
 	// Registered first, so it runs after every other cleanup.
 	ignore := goleak.IgnoreCurrent()
@@ -183,7 +223,10 @@ func TestGRPCXDSClient(t *testing.T) {
 	conn := dial(t, cp, "client-1")
 	client := testgrpc.NewTestServiceClient(conn)
 
-	// The default route goes to the stable subset, both instances.
+	// The default route goes to the stable subset, both instances (once
+	// round_robin has both connected).
+	settle(t, client, "", 20, stableOnly)
+	settle(t, client, "blue", 5, func(got map[string]int) bool { return got["blue-1"] == 5 })
 	if got := callsGo(t, client, "", 40); got["blue-1"] != 0 || got["stable-1"] == 0 || got["stable-2"] == 0 {
 		t.Fatalf("default route reached %v, want stable-1 and stable-2 only", got)
 	}

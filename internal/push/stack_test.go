@@ -108,6 +108,10 @@ func TestGRPCXDSClientAgainstServer(t *testing.T) {
 	}
 	conn := dial(t, &controlPlane{addr: s.addr}, "server-client")
 	c := testgrpc.NewTestServiceClient(conn)
+	// The apply is answered before the push engine's round has run: the
+	// client may start from the routes before it.
+	settle(t, c, "", 20, stableOnly)
+	settle(t, c, "blue", 5, func(got map[string]int) bool { return got["blue-1"] == 5 })
 	if got := callsGo(t, c, "", 40); got["blue-1"] != 0 || got["stable-1"] == 0 || got["stable-2"] == 0 {
 		t.Fatalf("default route reached %v, want stable-1 and stable-2 only", got)
 	}
@@ -127,11 +131,11 @@ spec:
 	if _, err := s.api.ApplyConfig(ctx, []byte(toBlue), false); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool { return callsGo(t, c, "", 5)["blue-1"] == 5 })
+	settle(t, c, "", 5, func(got map[string]int) bool { return got["blue-1"] == 5 })
 	if _, err := s.api.ApplyConfig(ctx, []byte(ordersConfig), false); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool { return callsGo(t, c, "", 10)["blue-1"] == 0 })
+	settle(t, c, "", 10, func(got map[string]int) bool { return got["blue-1"] == 0 })
 
 	var best time.Duration
 	for try := range 3 {
