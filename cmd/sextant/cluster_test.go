@@ -263,6 +263,9 @@ type ack struct {
 	rev    int64
 	ids    []string
 	delete bool
+	// unknown: a deregistration that was not answered 200 or 404 (cut
+	// connection, 503): the database may or may not have committed it.
+	unknown bool
 }
 
 // writer drives one server with a mix of single registers, long batch
@@ -276,6 +279,9 @@ func writer(ctx context.Context, s *clusterServer, w int, acks chan<- ack, statu
 		case k < 2 && len(mine) > 0: // deregister
 			id := mine[rnd.IntN(len(mine))]
 			a, err := call("DELETE", s.base()+"/v1/instances/"+id, nil)
+			if err != nil || a.status != 200 && a.status != 404 {
+				acks <- ack{ids: []string{id}, delete: true, unknown: true}
+			}
 			if err != nil {
 				continue
 			}
@@ -312,6 +318,46 @@ func writer(ctx context.Context, s *clusterServer, w int, acks chan<- ack, statu
 			}
 		}
 	}
+}
+
+// checkAcked reads the writers' acks and fails unless the database holds
+// every acknowledged write: an acknowledged register at its revision or
+// later, an acknowledged deregister as absent. An id with a deregistration
+// of unknown outcome may be either (ids are never registered twice).
+// It returns how many writes were acknowledged.
+func checkAcked(t *testing.T, acks <-chan ack, db *sql.DB) int {
+	t.Helper()
+	final := map[string]ack{} // id -> its last acknowledged write
+	unknown := map[string]bool{}
+	n := 0
+	for ak := range acks {
+		if ak.unknown {
+			for _, id := range ak.ids {
+				unknown[id] = true
+			}
+			continue
+		}
+		n++
+		for _, id := range ak.ids {
+			if prev, ok := final[id]; !ok || prev.rev < ak.rev {
+				final[id] = ak
+			}
+		}
+	}
+	rows, _ := dbRows(t, db)
+	for id, ak := range final {
+		rev, ok := rows[id]
+		if !ak.delete && unknown[id] {
+			if ok && rev < ak.rev {
+				t.Fatalf("acknowledged %+v of %s: the database has revision %d", ak, id, rev)
+			}
+			continue
+		}
+		if ak.delete && ok || !ak.delete && (!ok || rev < ak.rev) {
+			t.Fatalf("acknowledged %+v of %s: the database has revision %d (present %v)", ak, id, rev, ok)
+		}
+	}
+	return n
 }
 
 func countStatus(m *sync.Map, status int) {
@@ -397,9 +443,11 @@ func TestClusterServersAgree(t *testing.T) {
 	}
 	wg.Wait()
 	close(acks)
-	var all []ack
+	var all []ack // acknowledged writes
 	for ak := range acks {
-		all = append(all, ak)
+		if !ak.unknown {
+			all = append(all, ak)
+		}
 	}
 	if len(all) < 50 {
 		t.Fatalf("only %d writes acknowledged", len(all))
@@ -498,23 +546,7 @@ func TestClusterKillOneServer(t *testing.T) {
 	stopWriters()
 	wg.Wait()
 	close(acks)
-	final := map[string]ack{} // id -> its last acknowledged write
-	n := 0
-	for ak := range acks {
-		n++
-		for _, id := range ak.ids {
-			if prev, ok := final[id]; !ok || prev.rev < ak.rev {
-				final[id] = ak
-			}
-		}
-	}
-	rows, _ := dbRows(t, db)
-	for id, ak := range final {
-		rev, ok := rows[id]
-		if ak.delete && ok || !ak.delete && (!ok || rev < ak.rev) {
-			t.Fatalf("acknowledged %+v of %s: the database has revision %d (present %v)", ak, id, rev, ok)
-		}
-	}
+	n := checkAcked(t, acks, db)
 	checkEqualsDB(t, []*clusterServer{servers[0], servers[2]}, db)
 	servers[1].start()
 	checkEqualsDB(t, servers, db)
@@ -666,23 +698,7 @@ func TestClusterDatabaseLoss(t *testing.T) {
 	if !staleRead || !unavailable || !staleReady {
 		t.Fatalf("without the database: a stale-marked read %v, a 503 unavailable write %v, /readyz 200 stale %v", staleRead, unavailable, staleReady)
 	}
-	final := map[string]ack{}
-	n := 0
-	for ak := range acks {
-		n++
-		for _, id := range ak.ids {
-			if prev, ok := final[id]; !ok || prev.rev < ak.rev {
-				final[id] = ak
-			}
-		}
-	}
-	rows, _ := dbRows(t, db)
-	for id, ak := range final {
-		rev, ok := rows[id]
-		if ak.delete && ok || !ak.delete && (!ok || rev < ak.rev) {
-			t.Fatalf("acknowledged %+v of %s: the database has revision %d (present %v)", ak, id, rev, ok)
-		}
-	}
+	n := checkAcked(t, acks, db)
 	checkEqualsDB(t, servers, db)
 	var codes []string
 	statuses.Range(func(k, v any) bool {

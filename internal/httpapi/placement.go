@@ -297,21 +297,7 @@ func (a *API) listNodes(w http.ResponseWriter, r *http.Request, reg *registry.Re
 	if more {
 		next = base64.RawURLEncoding.EncodeToString([]byte(items[len(items)-1].Node.Name))
 	}
-	streamJSON(w, rev, func(bw *bufio.Writer) {
-		bw.WriteString(`{"revision":`)
-		bw.WriteString(strconv.FormatInt(rev, 10))
-		bw.WriteString(`,"items":[`)
-		for i, it := range items {
-			if i > 0 {
-				bw.WriteByte(',')
-			}
-			b, _ := json.Marshal(nodeItem(it))
-			bw.Write(b)
-		}
-		bw.WriteString(`],"next_page_token":`)
-		bw.WriteString(strconv.Quote(next))
-		bw.WriteByte('}')
-	})
+	writePage(w, rev, items, nodeItem, next)
 	return nil
 }
 
@@ -465,22 +451,28 @@ func (a *API) listPlacements(w http.ResponseWriter, r *http.Request, reg *regist
 }
 
 func (a *API) writePlacements(w http.ResponseWriter, rev int64, items []*placement.Placement, next string) error {
+	writePage(w, rev, items, placementItem, next)
+	return nil
+}
+
+// writePage streams one page of a list: {"revision","items","next_page_token"},
+// each item as view(item) encodes.
+func writePage[T, V any](w http.ResponseWriter, rev int64, items []T, view func(T) V, next string) {
 	streamJSON(w, rev, func(bw *bufio.Writer) {
 		bw.WriteString(`{"revision":`)
 		bw.WriteString(strconv.FormatInt(rev, 10))
 		bw.WriteString(`,"items":[`)
-		for i, p := range items {
+		for i, it := range items {
 			if i > 0 {
 				bw.WriteByte(',')
 			}
-			b, _ := json.Marshal(placementItem(p))
+			b, _ := json.Marshal(view(it))
 			bw.Write(b)
 		}
 		bw.WriteString(`],"next_page_token":`)
 		bw.WriteString(strconv.Quote(next))
 		bw.WriteByte('}')
 	})
-	return nil
 }
 
 func (a *API) getPlacement(w http.ResponseWriter, r *http.Request, reg *registry.Registry) error {
