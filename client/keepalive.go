@@ -248,7 +248,12 @@ func (h *heartbeater) loop(ctx context.Context, done chan struct{}) {
 		h.mu.Unlock()
 
 		if len(batch) > 0 {
-			err := h.beat(ctx, batch, &ids)
+			// A round gets one interval (at least a second): a request the
+			// server never answers (a half-open connection) is given up and
+			// retried, not waited on until TCP notices minutes later.
+			bctx, cancel := context.WithTimeout(ctx, max(minInterval, time.Second))
+			err := h.beat(bctx, batch, &ids)
+			cancel()
 			if ctx.Err() != nil {
 				return
 			}

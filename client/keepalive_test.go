@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -197,5 +198,49 @@ func mustOK(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestKeepaliveHungHeartbeat: a heartbeat the server never answers (a
+// half-open connection, a stuck proxy) is given up after an interval and
+// retried, so heartbeats go on rather than wait for TCP to notice.
+func TestKeepaliveHungHeartbeat(t *testing.T) {
+	var beats atomic.Int64
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.Method + " " + r.URL.Path {
+		case "POST /v1/instances":
+			w.Write([]byte(`{"revision":1,"ids":["hung-1"]}`))
+		case "POST /v1/heartbeats":
+			if beats.Add(1) == 1 {
+				select { // the first one hangs until the client gives up
+				case <-r.Context().Done():
+				case <-release:
+				}
+				return
+			}
+			w.Write([]byte(`{"revision":1,"not_found":[]}`))
+		case "POST /v1/instances:deregister":
+			w.Write([]byte(`{"revision":2,"not_found":[]}`))
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer srv.Close()
+	defer close(release)
+	c, err := New(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.HTTPClient().CloseIdleConnections()
+	r, err := c.Keepalive(context.Background(), Instance{ID: "hung-1", Service: "hung", Host: "10.0.0.1", Port: 80}, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	for deadline := time.Now().Add(10 * time.Second); beats.Load() < 3; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d heartbeat requests in 10s with a 1s TTL: a hung heartbeat stopped the others", beats.Load())
+		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -234,6 +235,15 @@ func registerGateway(ctx context.Context, f gatewayFlags, admin, proxy string, l
 	}
 	host, portStr, _ := net.SplitHostPort(proxy)
 	port, _ := strconv.Atoi(portStr)
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		// Listening on every interface: "::" reaches nothing from another
+		// machine, so register the address this host reaches the registry from.
+		if h, err := outboundHost(f.registry); err == nil {
+			host = h
+		} else {
+			log.Warn("registering the gateway on an unspecified address; callers elsewhere cannot reach it", "host", host, "err", err)
+		}
+	}
 	in := client.Instance{Service: f.service, Host: host, Port: port, Protocol: "http", TTLSeconds: 10,
 		Metadata: map[string]string{"sextant.role": "gateway", "sextant.admin": admin, "sextant.node": f.node}}
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -273,4 +283,27 @@ func registerGateway(ctx context.Context, f gatewayFlags, admin, proxy string, l
 			log.Warn("deregister failed", "err", err)
 		}
 	}, nil
+}
+
+// outboundHost is the local address this host sends from to reach the
+// server at registry (a URL): a UDP "connection" picks the route and source
+// address without sending anything.
+func outboundHost(registry string) (string, error) {
+	u, err := url.Parse(registry)
+	if err != nil {
+		return "", fmt.Errorf("--registry %q: %w", registry, err)
+	}
+	port := u.Port()
+	if port == "" {
+		port = "80"
+		if u.Scheme == "https" {
+			port = "443"
+		}
+	}
+	c, err := net.Dial("udp", net.JoinHostPort(u.Hostname(), port))
+	if err != nil {
+		return "", fmt.Errorf("find the local address towards %s: %w", u.Host, err)
+	}
+	defer c.Close()
+	return c.LocalAddr().(*net.UDPAddr).IP.String(), nil
 }

@@ -5,11 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/sextant-mesh/sextant/client"
+	"github.com/sextant-mesh/sextant/internal/acl"
 	"github.com/sextant-mesh/sextant/internal/gateway"
 )
 
@@ -44,8 +44,8 @@ func newServerAuthorizer(c *client.Client, ttl time.Duration) *serverAuthorizer 
 }
 
 func (s *serverAuthorizer) authorize(r *http.Request, a gateway.AdminAccess) (int, error) {
-	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !ok || token == "" {
+	token, ok := acl.ParseBearer(r.Header.Get("Authorization")) // as the server reads it
+	if !ok {
 		return http.StatusUnauthorized, errors.New("a token is required: Authorization: Bearer <token>")
 	}
 	k := authKey{token, a}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"strconv"
 	"testing"
 
 	"github.com/sextant-mesh/sextant/client"
@@ -43,5 +44,32 @@ func TestGatewayRegistersInRegistry(t *testing.T) {
 	}
 	if len(res.Instances) != 0 {
 		t.Fatalf("still registered after shutdown: %+v", res.Instances)
+	}
+}
+
+// A gateway listening on every interface registers the address it reaches
+// the registry from, not "::", which no caller can reach.
+func TestGatewayRegistersReachableHost(t *testing.T) {
+	srv := apitest.Start(t)
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	for _, proxy := range []string{"[::]:8080", "0.0.0.0:8080"} {
+		f := gatewayFlags{registry: srv.URL, service: "gw-" + strconv.Itoa(len(proxy)), node: "gw-1"}
+		deregister, err := registerGateway(context.Background(), f, "[::]:7403", proxy, log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := client.New(srv.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := c.Query(context.Background(), "default", f.service, client.QueryOptions{})
+		deregister()
+		if err != nil {
+			t.Fatal(err)
+		}
+		// apitest's server is on loopback: the gateway reaches it from there.
+		if len(res.Instances) != 1 || res.Instances[0].Host != "127.0.0.1" || res.Instances[0].Port != 8080 {
+			t.Fatalf("listening on %s registered %+v, want host 127.0.0.1", proxy, res.Instances)
+		}
 	}
 }

@@ -1,6 +1,7 @@
 package calllog
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"sync"
@@ -225,5 +226,31 @@ func TestBodyRoundTrip(t *testing.T) {
 	}
 	if ReasonCode("shed") != ReasonShed || ReasonShed.String() != "shed" || ReasonCode("weird") != ReasonOther {
 		t.Fatal("reason names")
+	}
+}
+
+// TestStatsHugeRange: a range wider than a time.Duration (from far in the
+// past, as ?from= in unix milliseconds allows) is refused as a bad query,
+// not answered with a panic from a negative step count.
+func TestStatsHugeRange(t *testing.T) {
+	l := open(t, t.TempDir(), nil)
+	defer l.Close()
+	to := time.Unix(1_800_000_000, 0)
+	for _, tc := range []struct {
+		name string
+		from time.Time
+		step time.Duration
+	}{
+		{"default step", time.UnixMilli(-9_000_000_000_000_000), 0},
+		{"step 2ns", time.UnixMilli(-9_000_000_000_000_000), 2},
+		{"step 1h", time.UnixMilli(-9_000_000_000_000_000), time.Hour},
+		{"max duration span", to.Add(-(1<<63 - 1)), 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := l.Stats(StatsQuery{Service: "users", From: tc.from, To: to, Step: tc.step})
+			if !errors.Is(err, ErrBadQuery) {
+				t.Fatalf("Stats: %v, want ErrBadQuery", err)
+			}
+		})
 	}
 }

@@ -208,6 +208,15 @@ type Step struct {
 	P99Ms  float64   `json:"p99_ms"`
 }
 
+// ceilDiv is a/b rounded up, for a >= 0 and b > 0.
+func ceilDiv(a, b time.Duration) time.Duration {
+	q := a / b
+	if a%b != 0 {
+		q++
+	}
+	return q
+}
+
 // maxSteps bounds a stats answer.
 const maxSteps = 10000
 
@@ -219,13 +228,17 @@ func (l *Log) Stats(q StatsQuery) ([]Step, error) {
 	if q.From.IsZero() || q.To.IsZero() || !q.From.Before(q.To) {
 		return nil, fmt.Errorf("%w: from and to are required, from before to", ErrBadQuery)
 	}
+	// span saturates at the largest Duration; rounding up by division
+	// and remainder never overflows (adding step-1 to it did).
+	span := q.To.Sub(q.From)
 	if q.Step <= 0 {
-		q.Step = max((q.To.Sub(q.From)+59)/60, time.Second)
+		q.Step = max(ceilDiv(span, 60), time.Second)
 	}
-	n := int((q.To.Sub(q.From) + q.Step - 1) / q.Step)
-	if n > maxSteps {
-		return nil, fmt.Errorf("%w: %d steps, at most %d (use a larger step)", ErrBadQuery, n, maxSteps)
+	steps64 := ceilDiv(span, q.Step)
+	if span == math.MaxInt64 || steps64 > maxSteps {
+		return nil, fmt.Errorf("%w: %d steps, at most %d (use a larger step or a shorter range)", ErrBadQuery, steps64, maxSteps)
 	}
+	n := int(steps64)
 	lat := make([][]int64, n)
 	steps := make([]Step, n)
 	sums := make([]int64, n)

@@ -118,7 +118,7 @@ func New(opts Options) *Catalog {
 	}
 	c := &Catalog{opts: opts, tables: map[store.Kind]Table{}}
 	c.log.init(opts.LogSize)
-	c.waiters.m = make(map[waitKey]chan struct{})
+	c.waiters.m = make(map[waitKey]*waitEntry)
 	ch := make(chan struct{})
 	c.advanced.Store(&ch)
 	c.instances = newInstances(c)
@@ -364,14 +364,17 @@ func (c *Catalog) WaitGroup(ctx context.Context, k store.Kind, g ServiceKey, rea
 	defer c.waiters.active.Add(-1)
 	wk := waitKey{k, g}
 	for {
-		ch := c.waiters.channel(wk)
+		ch := c.waiters.acquire(wk)
 		// Check after registering, so no change between the two is missed.
 		if ready() {
+			c.waiters.release(wk, ch)
 			return true
 		}
 		select {
 		case <-ch:
+			c.waiters.release(wk, ch) // a no-op: the change removed the entry
 		case <-ctx.Done():
+			c.waiters.release(wk, ch)
 			return ready()
 		}
 	}

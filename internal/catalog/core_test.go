@@ -251,3 +251,41 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// TestWaitersForgetGroupsNobodyWaitsOn: blocking reads of groups that never
+// change (any name a client sends) leave nothing behind once they end, so
+// the waiter table is bounded by what is being waited on now.
+func TestWaitersForgetGroupsNobodyWaitsOn(t *testing.T) {
+	c := New(Options{})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for i := range 1000 {
+		g := ServiceKey{Namespace: "default", Name: fmt.Sprintf("nobody-%d", i)}
+		if c.WaitGroup(ctx, store.Instances, g, func() bool { return false }) {
+			t.Fatal("ready on a group that never changes")
+		}
+		if !c.WaitGroup(ctx, store.Instances, g, func() bool { return true }) {
+			t.Fatal("not ready on a ready group")
+		}
+	}
+	// One waiter still waiting keeps its group; its end removes it.
+	wctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c.WaitGroup(wctx, store.Instances, ServiceKey{Namespace: "default", Name: "waited"}, func() bool { return false })
+	}()
+	for deadline := time.Now().Add(10 * time.Second); c.Waiters() == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the waiter never started")
+		}
+	}
+	stop()
+	<-done
+	c.waiters.mu.Lock()
+	n := len(c.waiters.m)
+	c.waiters.mu.Unlock()
+	if n != 0 {
+		t.Fatalf("%d groups still in the waiter table after every wait ended", n)
+	}
+}

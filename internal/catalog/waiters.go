@@ -12,23 +12,45 @@ type waitKey struct {
 	group ServiceKey
 }
 
-// waiters holds one channel per watched group, closed on its next change.
-// Memory is one small entry per watched group, however many wait.
+// waiters holds one channel per group being waited on, closed on its next
+// change. An entry lives while someone waits on it: groups are named by
+// clients (any service name), so an entry nobody waits on any more is
+// dropped rather than kept until a change that may never come.
 type waiters struct {
 	mu     sync.Mutex
-	m      map[waitKey]chan struct{}
+	m      map[waitKey]*waitEntry
 	active atomic.Int64
 }
 
-func (w *waiters) channel(k waitKey) <-chan struct{} {
+type waitEntry struct {
+	ch chan struct{}
+	n  int // waiters holding ch
+}
+
+// acquire returns the channel of k's next change; the caller must release
+// it when it stops waiting.
+func (w *waiters) acquire(k waitKey) <-chan struct{} {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	ch := w.m[k]
-	if ch == nil {
-		ch = make(chan struct{})
-		w.m[k] = ch
+	e := w.m[k]
+	if e == nil {
+		e = &waitEntry{ch: make(chan struct{})}
+		w.m[k] = e
 	}
-	return ch
+	e.n++
+	return e.ch
+}
+
+// release ends a wait on ch acquired for k. A channel already closed (and
+// so removed) by a change is not k's entry any more: nothing to do.
+func (w *waiters) release(k waitKey, ch <-chan struct{}) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if e := w.m[k]; e != nil && e.ch == ch {
+		if e.n--; e.n == 0 {
+			delete(w.m, k)
+		}
+	}
 }
 
 func (w *waiters) notify(changes []Change) {
@@ -39,8 +61,8 @@ func (w *waiters) notify(changes []Change) {
 	}
 	for _, c := range changes {
 		k := waitKey{c.Kind, c.Key}
-		if ch := w.m[k]; ch != nil {
-			close(ch)
+		if e := w.m[k]; e != nil {
+			close(e.ch)
 			delete(w.m, k)
 		}
 	}
@@ -49,8 +71,8 @@ func (w *waiters) notify(changes []Change) {
 func (w *waiters) notifyAll() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for k, ch := range w.m {
-		close(ch)
+	for k, e := range w.m {
+		close(e.ch)
 		delete(w.m, k)
 	}
 }

@@ -327,12 +327,16 @@ func parseTime(s, field string) (time.Time, error) {
 	if s == "" {
 		return time.Time{}, nil
 	}
-	if ms, err := strconv.ParseInt(s, 10, 64); err == nil {
-		return time.UnixMilli(ms), nil
-	}
 	t, err := time.Parse(time.RFC3339Nano, s)
+	if ms, merr := strconv.ParseInt(s, 10, 64); merr == nil {
+		t, err = time.UnixMilli(ms), nil
+	}
 	if err != nil {
 		return time.Time{}, fmt.Errorf("%s: %q is neither RFC 3339 nor unix milliseconds", field, s)
+	}
+	// Answers carry times as JSON, which holds years 0..9999 only.
+	if y := t.Year(); y < 0 || y > 9999 {
+		return time.Time{}, fmt.Errorf("%s: %q is outside the years 0..9999", field, s)
 	}
 	return t, nil
 }
@@ -361,9 +365,15 @@ func writeQueryError(w http.ResponseWriter, err error) {
 }
 
 func writeJSON(w http.ResponseWriter, v any) {
+	// Encoded before the status is sent, so that a value JSON cannot hold
+	// answers 500 rather than a 200 with an empty body.
+	b, err := json.Marshal(v)
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, "internal", "encode the answer: "+err.Error())
+		return
+	}
 	w.Header().Set("Content-Type", "application/json")
-	enc := json.NewEncoder(w)
-	_ = enc.Encode(v)
+	w.Write(append(b, '\n'))
 }
 
 func writeError(w http.ResponseWriter, status int, code, msg string) {

@@ -2,6 +2,7 @@ package gateway_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -215,6 +216,24 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// waitEndpoints waits until the gateway has applied the endpoints of n
+// clusters: each cluster's endpoints may come in a response of their own,
+// so one route serving says nothing of the others.
+func (w *gw) waitEndpoints(t *testing.T, n int) {
+	t.Helper()
+	waitFor(t, fmt.Sprintf("the endpoints of %d clusters", n), func() bool {
+		resp, err := w.client.Get(w.admin + "/v1/config")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		var cfg struct {
+			Resources map[string][]json.RawMessage `json:"resources"`
+		}
+		return json.NewDecoder(resp.Body).Decode(&cfg) == nil && len(cfg.Resources["ClusterLoadAssignment"]) >= n
+	})
 }
 
 // waitServes waits until path answers a body containing want.

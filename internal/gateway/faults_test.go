@@ -104,6 +104,7 @@ func TestFaults(t *testing.T) {
 		assignment("slow", ep{u: slow}), assignment("good", ep{u: good}), assignment("empty"))
 	g := startGateway(t, cp.addr)
 	g.waitServes(t, "/good", "upstream=good")
+	g.waitEndpoints(t, 6)
 
 	for _, tc := range []struct {
 		path, reason, cluster string
@@ -165,6 +166,7 @@ func TestRetriesAndPerTryTimeout(t *testing.T) {
 		assignment("mixed", ep{u: bad}, ep{u: good}), assignment("slowmix", ep{u: hang}, ep{u: good}), assignment("bad", ep{u: bad}))
 	g := startGateway(t, cp.addr)
 	g.waitServes(t, "/retry", "upstream=good")
+	g.waitEndpoints(t, 3)
 
 	for range 20 {
 		if code, body, _ := g.get(t, "/retry"); code != 200 || body != "upstream=good path=/retry" {

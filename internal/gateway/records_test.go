@@ -27,6 +27,7 @@ func TestCallRecordsAndStatsAnswerWhatWasSent(t *testing.T) {
 		assignment("orders", ep{u: fast}, ep{u: slow}), assignment("other", ep{u: other}), assignment("empty"))
 	g := startGateway(t, cp.addr)
 	g.waitServes(t, "/other", "upstream=other")
+	g.waitEndpoints(t, 3)
 	from := time.Now()
 	const n = 40
 	for range n {

@@ -57,6 +57,7 @@ func TestRoutesByHostPathAndHeaders(t *testing.T) {
 		assignment("a", ep{u: a}), assignment("b", ep{u: b}), assignment("c", ep{u: c}))
 	g := startGateway(t, cp.addr)
 	g.waitServes(t, "/x", "upstream=a")
+	g.waitEndpoints(t, 3)
 
 	for _, tc := range []struct {
 		name, path string

@@ -71,15 +71,23 @@ func (s *Server) Register(g *grpc.Server) {
 func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	g := grpc.NewServer(append([]grpc.ServerOption{ServerOption(), grpc.MaxRecvMsgSize(16 << 20)}, s.grpcOpts...)...)
 	s.Register(g)
-	done := make(chan struct{})
+	// The stopper ends with ctx, or when Serve fails on its own (a broken
+	// listener): then nothing is left to stop and the error is returned now.
+	failed, done := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(done)
-		<-ctx.Done()
+		select {
+		case <-ctx.Done():
+		case <-failed:
+			g.Stop()
+			return
+		}
 		t := time.AfterFunc(time.Second, g.Stop)
 		g.GracefulStop()
 		t.Stop()
 	}()
 	err := g.Serve(lis)
+	close(failed)
 	<-done
 	if errors.Is(err, grpc.ErrServerStopped) || ctx.Err() != nil {
 		return nil

@@ -330,3 +330,29 @@ func TestLoadAssignment(t *testing.T) {
 		}
 	}
 }
+
+// TestServeReturnsListenerError: when the listener fails, Serve returns
+// its error at once rather than waiting for ctx to end.
+func TestServeReturnsListenerError(t *testing.T) {
+	ignore := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- NewServer(NewCache(), ServerOptions{}).Serve(ctx, lis) }()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("Serve on a closed listener answered nil")
+		}
+	case <-time.After(10 * time.Second):
+		cancel()
+		<-done
+		t.Fatal("Serve on a closed listener did not return until ctx ended")
+	}
+}
