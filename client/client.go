@@ -1,5 +1,5 @@
 // Package client is the Go SDK of Sextant, over the HTTP API of
-// shared/API.md (v1):
+// docs/api.md (v1):
 //
 //   - the API's calls: register, deregister, heartbeat, read, query, list,
 //     the change feed, and watching a service with blocking queries;

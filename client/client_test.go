@@ -1,7 +1,7 @@
 package client
 
 // These tests run the client against httptest servers whose handlers answer
-// as shared/API.md says. They are small fakes written to the contract for
+// as docs/api.md says. They are small fakes written to the contract for
 // unit-testing the client only; the real server is tested in its own packages.
 
 import (

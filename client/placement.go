@@ -12,7 +12,7 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// The placement scheduler's API (shared/API.md, "Placement"): nodes and
+// The placement scheduler's API (docs/api.md, "Placement"): nodes and
 // workloads are Kubernetes objects. The types here are the fields the
 // server keeps and answers, so that this package needs no Kubernetes
 // dependency; a document holding any Kubernetes Node or Pod (JSON or YAML)

@@ -1,7 +1,7 @@
 package client
 
 // The watch tests use a tiny fake of one service's blocking query, written to
-// shared/API.md, for unit-testing the client only.
+// docs/api.md, for unit-testing the client only.
 
 import (
 	"context"

@@ -38,7 +38,7 @@ phases after a warm-up, and prints one JSON object per policy.`,
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&providers, "providers", "../shared/data/race-providers.json", "providers file (race-providers.json)")
+	fl.StringVar(&providers, "providers", "", "providers file (default: the race's own, built in)")
 	fl.StringVar(&policies, "policies", "", "comma-separated policies (default: all, plus oracle)")
 	fl.IntVar(&cfg.Scale, "scale", 8, "divide threads, max_concurrent and calls in flight (1024) by this")
 	fl.DurationVar(&cfg.Warmup, "warmup", 0, "warm-up before phase 0 (default 3s)")

@@ -46,7 +46,7 @@ balancer") through a real gateway per policy (default adaptive,random).
 Everything shares this machine's cores: compare figures within one run.`,
 		Example: `  sextant bench gateway
   sextant bench gateway --proxies direct,nginx,haproxy,sextant --duration 10s --rounds 3
-  sextant bench gateway --scenario race --providers ../shared/data/race-providers.json`,
+  sextant bench gateway --scenario race`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			enc := json.NewEncoder(cmd.OutOrStdout())
@@ -120,7 +120,7 @@ Everything shares this machine's cores: compare figures within one run.`,
 	fl.IntVar(&cfg.Body, "body", 1024, "upstream answer size in bytes")
 	fl.Float64Var(&cfg.LatencyRate, "latency-rate", 0, "fixed rate of the added-latency runs (default: half of nginx's requests/s; negative: skip)")
 	fl.DurationVar(&cfg.LatencyDuration, "latency-duration", 5*time.Second, "length of each fixed-rate run")
-	fl.StringVar(&providers, "providers", "../shared/data/race-providers.json", "race: providers file")
+	fl.StringVar(&providers, "providers", "", "race: providers file (default: the race's own, built in)")
 	fl.StringVar(&policies, "policies", "adaptive,random", "race: policies, each through its own gateway")
 	fl.IntVar(&race.Scale, "scale", 8, "race: divide threads, max_concurrent and calls in flight by this")
 	fl.DurationVar(&race.Warmup, "warmup", 0, "race: warm-up before phase 0 (default 3s)")

@@ -1,7 +1,7 @@
 package main
 
 // These tests run the client commands against httptest servers that answer
-// with canned bodies in the shape of shared/API.md, and compare the output
+// with canned bodies in the shape of docs/api.md, and compare the output
 // with golden files in testdata/ (go test -run CLI -update-cli-golden to
 // rewrite them).
 

@@ -17,7 +17,7 @@ var (
 	ErrNotWrapped       = errors.New("acl: request did not pass through the guard")
 )
 
-// Error is a refusal with the API code it answers (shared/API.md): the
+// Error is a refusal with the API code it answers (docs/api.md): the
 // HTTP and gRPC layers map Code to their status. Messages name what was
 // missing and never include a secret.
 type Error struct {

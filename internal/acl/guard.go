@@ -309,7 +309,7 @@ func (g *Guard) auditRecord(st *state, result string, status int, extra ...slog.
 }
 
 // Wrap runs h behind the guard: authentication, rate limit, audit, and
-// the API's error body (shared/API.md) for a refusal. op names the
+// the API's error body (docs/api.md) for a refusal. op names the
 // operation in audit records ("" : the method and path). h calls Require.
 func (g *Guard) Wrap(op string, h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -88,7 +88,7 @@ func Hostnames(k ServiceKey) []string {
 }
 
 // validName holds a registry service name: 1..128 of [a-z0-9._-], starting
-// and ending with a letter or digit (shared/API.md).
+// and ending with a letter or digit (docs/api.md).
 func validName(s string) bool {
 	if len(s) == 0 || len(s) > 128 || !alnum(s[0]) || !alnum(s[len(s)-1]) {
 		return false

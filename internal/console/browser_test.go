@@ -116,7 +116,7 @@ func consoleOnly() http.Handler {
 }
 
 // fakeScheduler answers GET /v1/nodes, GET and POST /v1/placements and
-// DELETE /v1/placements/{ns}/{name} in shared/API.md's shapes. It stands in
+// DELETE /v1/placements/{ns}/{name} in docs/api.md's shapes. It stands in
 // for the scheduler's HTTP API, which is not in this tree yet (it is wired
 // in another branch); the rest of the console is tested against the real
 // server in cmd/sextant.

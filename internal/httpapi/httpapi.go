@@ -1,4 +1,4 @@
-// Package httpapi serves the registry's HTTP API (shared/API.md, docs/api.md):
+// Package httpapi serves the registry's HTTP API (docs/api.md):
 // routing, request limits, strict JSON decoding, and the mapping of errors to
 // statuses and codes. It is the only package that knows HTTP; writes go to
 // the registry and reads to its catalog.

@@ -19,7 +19,7 @@ import (
 	"github.com/sextant-mesh/sextant/internal/registry"
 )
 
-// The placement scheduler (shared/API.md "Placement", docs/api.md): nodes
+// The placement scheduler (docs/api.md, "Placement"): nodes
 // and placements as Kubernetes objects, decided by internal/placement and
 // written through the registry like every record kind.
 

@@ -13,7 +13,7 @@ import (
 	"github.com/sextant-mesh/sextant/internal/registry"
 )
 
-// The placement endpoints of shared/API.md, against the real scheduler in a
+// The placement endpoints of docs/api.md, against the real scheduler in a
 // real registry on a real pebble store.
 
 func newPlacementServer(t *testing.T) *testServer {

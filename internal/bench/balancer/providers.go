@@ -3,6 +3,7 @@ package balancer
 import (
 	"bytes"
 	"context"
+	_ "embed"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,8 +21,14 @@ import (
 // ErrProviders marks an invalid providers file.
 var ErrProviders = errors.New("bench: invalid providers file")
 
+// RaceProviders is the 2019 race's own providers file, built in so that
+// the benches run from any checkout.
+//
+//go:embed testdata/race-providers.json
+var RaceProviders []byte
+
 // ProvidersFile is the race's provider configuration
-// (shared/data/race-providers.json): per provider, its thread count and,
+// (testdata/race-providers.json): per provider, its thread count and,
 // per phase, how many calls it serves at once and their mean service time.
 type ProvidersFile struct {
 	Source       string                     `json:"source"`
@@ -36,8 +43,12 @@ type ProviderPhase struct {
 	AvgRTTMs      float64 `json:"avg_rtt_ms"`
 }
 
-// LoadProviders reads and validates a providers file.
+// LoadProviders reads and validates a providers file; "" is the built-in
+// RaceProviders.
 func LoadProviders(path string) (*ProvidersFile, error) {
+	if path == "" {
+		return ParseProviders(RaceProviders)
+	}
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("bench: read providers: %w", err)
