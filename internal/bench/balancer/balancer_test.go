@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -51,13 +52,20 @@ func TestParseProvidersErrorsNameTheField(t *testing.T) {
 	}
 }
 
-// raceFile is the race's providers file; testdata holds a copy of
-// shared/data/race-providers.json so that the test never skips.
+// raceFile is the race's providers file as built in (LoadProviders("")),
+// checked against the copy in testdata.
 func raceFile(t *testing.T) *ProvidersFile {
 	t.Helper()
-	f, err := LoadProviders("testdata/race-providers.json")
+	f, err := LoadProviders("")
 	if err != nil {
 		t.Fatal(err)
+	}
+	g, err := LoadProviders("testdata/race-providers.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(f, g) || len(f.Threads) != 3 {
+		t.Fatalf("built-in providers %+v, testdata %+v", f, g)
 	}
 	return f
 }
