@@ -47,6 +47,10 @@ type Options struct {
 	ListenPort uint32
 	// MaxRequestBytes limits request bodies (413 beyond); default 8 MiB.
 	MaxRequestBytes int
+	// RequestReadTimeout bounds reading one request, headers and body,
+	// from its first byte (a client trickling headers is cut off after
+	// it); default 30s. Waiting between requests is the idle timeout.
+	RequestReadTimeout time.Duration
 	// Recorder receives call records; nil records nothing.
 	Recorder Recorder
 	// Logger: nil discards.
@@ -87,6 +91,9 @@ type appliedConfig struct {
 // New returns a gateway with no config: every call is answered 503 until
 // the first Update.
 func New(opts Options) *Gateway {
+	if opts.RequestReadTimeout <= 0 {
+		opts.RequestReadTimeout = 30 * time.Second
+	}
 	if opts.MaxRequestBytes <= 0 {
 		opts.MaxRequestBytes = 8 << 20
 	}

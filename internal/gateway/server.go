@@ -33,7 +33,7 @@ func (g *Gateway) Serve(ln net.Listener) error {
 		NoDefaultDate:                 true,
 		DisableHeaderNamesNormalizing: false,
 		MaxRequestBodySize:            g.opts.MaxRequestBytes,
-		ReadTimeout:                   0,
+		ReadTimeout:                   g.opts.RequestReadTimeout,
 		IdleTimeout:                   5 * time.Minute,
 		CloseOnShutdown:               true,
 		ReadBufferSize:                8192,
