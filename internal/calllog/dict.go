@@ -17,12 +17,26 @@ import (
 // The writer goroutine calls id and sync; queries call name from any
 // goroutine. mu guards the maps; the file is the writer's.
 type dict struct {
-	f     *os.File
+	f     dictFile
+	size  int64 // bytes of whole lines in f
 	dirty bool
+	// broken is set when a torn append could not be cut off: appending
+	// after it would hide every later name at the next open.
+	broken error
 
 	mu    sync.RWMutex
 	ids   map[string]uint32
 	names []string
+}
+
+// dictFile is what the dictionary needs of its file (tests inject failing
+// writes through it).
+type dictFile interface {
+	Write(p []byte) (int, error)
+	Truncate(size int64) error
+	Seek(offset int64, whence int) (int64, error)
+	Sync() error
+	Close() error
 }
 
 func openDict(path string) (*dict, error) {
@@ -63,7 +77,7 @@ func openDict(path string) (*dict, error) {
 		f.Close()
 		return nil, fmt.Errorf("calllog: seek %s: %w", path, err)
 	}
-	d.f = f
+	d.f, d.size = f, int64(good)
 	return d, nil
 }
 
@@ -77,18 +91,37 @@ func (d *dict) id(s string) (uint32, error) {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if d.broken != nil {
+		return 0, d.broken
+	}
 	id = uint32(len(d.names))
 	line := strconv.AppendUint(nil, uint64(id), 10)
 	line = append(line, ' ')
 	line = strconv.AppendQuote(line, s)
 	line = append(line, '\n')
-	if _, err := d.f.Write(line); err != nil {
+	if n, err := d.f.Write(line); err != nil {
+		if n > 0 {
+			d.cut()
+		}
 		return 0, fmt.Errorf("calllog: append to dictionary: %w", err)
 	}
+	d.size += int64(len(line))
 	d.ids[s] = id
 	d.names = append(d.names, s)
 	d.dirty = true
 	return id, nil
+}
+
+// cut removes a partly written line, so that the next append starts on a
+// line of its own; if it cannot, the dictionary takes no more names.
+func (d *dict) cut() {
+	if err := d.f.Truncate(d.size); err != nil {
+		d.broken = fmt.Errorf("calllog: dictionary has a torn line that could not be cut off: %w", err)
+		return
+	}
+	if _, err := d.f.Seek(d.size, 0); err != nil {
+		d.broken = fmt.Errorf("calllog: dictionary has a torn line that could not be cut off: %w", err)
+	}
 }
 
 // lookup returns the id of s if it has one. Any goroutine.

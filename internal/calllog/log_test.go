@@ -192,6 +192,53 @@ func TestDictionaryTornTail(t *testing.T) {
 	}
 }
 
+// tearingFile writes only half of the first append it is given after
+// arm, failing it as a full disk would.
+type tearingFile struct {
+	*os.File
+	arm bool
+}
+
+func (f *tearingFile) Write(p []byte) (int, error) {
+	if f.arm {
+		f.arm = false
+		n, _ := f.File.Write(p[:len(p)/2])
+		return n, errors.New("no space left on device")
+	}
+	return f.File.Write(p)
+}
+
+// TestDictionaryFailedAppend: an append that fails half-written is cut
+// off, so the names appended after it survive a reopen.
+func TestDictionaryFailedAppend(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "names.log")
+	d, err := openDict(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.id("a:1"); err != nil {
+		t.Fatal(err)
+	}
+	tf := &tearingFile{File: d.f.(*os.File), arm: true}
+	d.f = tf
+	if _, err := d.id("torn:2"); err == nil {
+		t.Fatal("a failed append returned no error")
+	}
+	id, err := d.id("c:3")
+	if err != nil || id != 2 {
+		t.Fatalf("append after a failed one: %d %v", id, err)
+	}
+	d.close()
+	d, err = openDict(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.close()
+	if got := d.name(2); got != "c:3" {
+		t.Fatalf("reopened: name(2) = %q, want c:3 (names after a torn append were lost)", got)
+	}
+}
+
 func FuzzOpenDict(f *testing.F) {
 	f.Add([]byte("1 \"a:1\"\n2 \"b\\n\"\n"))
 	f.Add([]byte("1 \"x"))
