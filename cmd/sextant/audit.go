@@ -3,7 +3,9 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"sync"
@@ -39,7 +41,7 @@ func openAudit(f serverFlags, log *slog.Logger) (*slog.Logger, func(), error) {
 		}
 		out = file
 	}
-	w := &flushWriter{bw: bufio.NewWriterSize(out, 256<<10)}
+	w := &flushWriter{out: out, bw: bufio.NewWriterSize(out, 256<<10)}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { // owned by openAudit's closer
@@ -51,8 +53,8 @@ func openAudit(f serverFlags, log *slog.Logger) (*slog.Logger, func(), error) {
 			case <-ctx.Done():
 				return
 			case <-t.C:
-				if err := w.Flush(); err != nil {
-					log.Error("audit log write failed", "file", dest, "err", err)
+				if n, err := w.Flush(); err != nil {
+					log.Error("audit log write failed; records dropped", "file", dest, "records", n, "err", err)
 				}
 			}
 		}
@@ -60,11 +62,13 @@ func openAudit(f serverFlags, log *slog.Logger) (*slog.Logger, func(), error) {
 	closer := func() {
 		cancel()
 		<-done
-		if err := w.Flush(); err != nil {
-			log.Error("audit log write failed", "file", dest, "err", err)
+		if n, err := w.Flush(); err != nil {
+			log.Error("audit log write failed; records dropped", "file", dest, "records", n, "err", err)
 		}
 		if out != os.Stderr {
-			out.Close()
+			if err := out.Close(); err != nil {
+				log.Error("audit log close failed", "file", dest, "err", err)
+			}
 		}
 	}
 	// JSON lines whatever --log-format (records are for machines), not
@@ -79,24 +83,56 @@ func openAudit(f serverFlags, log *slog.Logger) (*slog.Logger, func(), error) {
 // flushWriter is a buffered writer shared by concurrent loggers. A record
 // is never split across two flushes, so lines of other writers to the same
 // file (the server's log on stderr) fall between records, not inside one.
+//
+// A failed write drops the records buffered then and starts again with an
+// empty buffer (bufio's errors are sticky: without the reset one full disk
+// would silence the audit log for good).
 type flushWriter struct {
-	mu sync.Mutex
-	bw *bufio.Writer
+	mu      sync.Mutex
+	out     io.Writer
+	bw      *bufio.Writer
+	pending int // records buffered since the last successful flush
+	dropped int // records dropped by failed flushes, not yet reported
 }
 
 func (w *flushWriter) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if len(p) > w.bw.Available() && w.bw.Buffered() > 0 {
-		if err := w.bw.Flush(); err != nil {
-			return 0, err
-		}
+		w.flushLocked()
 	}
-	return w.bw.Write(p)
+	w.pending++
+	n, err := w.bw.Write(p)
+	if err != nil {
+		w.flushLocked()
+	}
+	return n, err
 }
 
-func (w *flushWriter) Flush() error {
+// Flush writes the buffer out; on failure it returns how many records
+// were dropped since the last report.
+func (w *flushWriter) Flush() (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.bw.Flush()
+	err := w.flushLocked()
+	if err == nil && w.dropped == 0 {
+		return 0, nil
+	}
+	n := w.dropped
+	w.dropped = 0
+	if err == nil {
+		err = errors.New("earlier records were dropped")
+	}
+	return n, err
+}
+
+func (w *flushWriter) flushLocked() error {
+	if err := w.bw.Flush(); err != nil {
+		w.dropped += w.pending
+		w.pending = 0
+		w.bw.Reset(w.out)
+		return err
+	}
+	w.pending = 0
+	return nil
 }
