@@ -112,6 +112,14 @@ func runGateway(ctx context.Context, f gatewayFlags) error {
 		}
 		rec = lg
 	}
+	// Until the gateway serves, a failed step closes the call log (its
+	// writer goroutine and directory lock); after that, shutdown does.
+	opened := lg
+	defer func() {
+		if opened != nil {
+			opened.Close()
+		}
+	}()
 	g := gateway.New(gateway.Options{Listener: f.listener, ListenPort: uint32(port), MaxRequestBytes: f.maxBody,
 		Recorder: rec, Logger: log.With("component", "gateway")})
 
@@ -169,6 +177,7 @@ func runGateway(ctx context.Context, f gatewayFlags) error {
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	go func() { _ = asrv.Serve(aln) }()
 
+	opened = nil // closed by the shutdown below
 	xctx, stopXDS := context.WithCancel(context.Background())
 	xdone := make(chan struct{})
 	go func() { defer close(xdone); _ = xc.Run(xctx) }()
