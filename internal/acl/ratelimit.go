@@ -90,8 +90,8 @@ func (l *limiter) allow(key string, now int64) verdict {
 	}
 }
 
-// sweep drops buckets that have refilled completely (they carry no state),
-// one sweeper at a time. A request racing with the drop of its idle bucket
+// sweep drops buckets that have refilled completely (they carry no state
+// but unaudited refusals younger than a second), one sweeper at a time. A request racing with the drop of its idle bucket
 // may get a fresh one: at worst one extra burst for a caller that was idle.
 func (l *limiter) sweep(now int64) {
 	if !l.sweeping.TryLock() {
@@ -101,7 +101,9 @@ func (l *limiter) sweep(now int64) {
 	n := int64(0)
 	l.buckets.Range(func(k, v any) bool {
 		b := v.(*bucket)
-		if b.tat.Load() <= now && b.refused.Load() == 0 {
+		// Refusals not audited yet are kept for the caller's next
+		// refusal, but only for a second: an idle caller's are dropped.
+		if b.tat.Load() <= now && (b.refused.Load() == 0 || now-b.lastReport.Load() >= int64(time.Second)) {
 			l.buckets.Delete(k)
 		} else {
 			n++

@@ -84,3 +84,26 @@ func TestLimiterSweepsIdleCallers(t *testing.T) {
 		t.Fatalf("%d buckets held for 40000 callers of whom half are idle and refilled", total)
 	}
 }
+
+// TestLimiterSweepsRefusedIdleCallers: a caller refused again within the
+// second after an audited refusal (so its count is not reported yet) and
+// then idle is swept too, or anonymous addresses would pile up.
+func TestLimiterSweepsRefusedIdleCallers(t *testing.T) {
+	l := newLimiter(Rate{PerSecond: 100, Burst: 1})
+	now := time.Unix(1000, 0).UnixNano()
+	for i := range 5000 {
+		k := fmt.Sprint("caller-", i)
+		for range 3 { // allowed, refused and audited, refused and not audited
+			l.allow(k, now)
+		}
+	}
+	later := now + 2*int64(time.Second)
+	for i := range 5000 {
+		l.allow(fmt.Sprint("other-", i), later)
+	}
+	total := 0
+	l.buckets.Range(func(any, any) bool { total++; return true })
+	if total > 6000 {
+		t.Fatalf("%d buckets held for 10000 callers of whom half are idle and refilled", total)
+	}
+}
