@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -60,6 +61,11 @@ func (g *Gateway) serve(ctx *fasthttp.RequestCtx) {
 	t := g.table.Load()
 	if t == nil {
 		g.localReply(ctx, fasthttp.StatusServiceUnavailable, "", reasonNoRoute, "no configuration received from the control plane yet")
+		return
+	}
+	if req.Header.IsConnect() {
+		// As Envoy without a connect_matcher: tunnels are not proxied.
+		g.localReply(ctx, fasthttp.StatusNotFound, "", reasonNoRoute, "CONNECT is not proxied")
 		return
 	}
 	var hostBuf [256]byte
@@ -419,6 +425,7 @@ func overlaySubset(md map[string]string, hv []byte) (map[string]string, string, 
 	for k, v := range md {
 		out[k] = v
 	}
+	var seen []string // the header's keys: one value each
 	for _, pair := range bytes.Split(hv, []byte{','}) {
 		pair = bytes.TrimSpace(pair)
 		if len(pair) == 0 {
@@ -429,6 +436,10 @@ func overlaySubset(md map[string]string, hv []byte) (map[string]string, string, 
 		if !ok || len(k) == 0 {
 			return nil, "", errors.New(SubsetHeader + ": want key=value[,key=value], got " + strconv.Quote(string(hv)))
 		}
+		if slices.Contains(seen, string(k)) {
+			return nil, "", errors.New(SubsetHeader + ": key " + strconv.Quote(string(k)) + " given twice")
+		}
+		seen = append(seen, string(k))
 		out[string(k)] = string(v)
 	}
 	return out, mdKey(out), nil

@@ -208,6 +208,23 @@ func TestSubsetsFromRouteMetadataAndHeader(t *testing.T) {
 	if code, _, _ := g.get(t, "/"); code != 503 {
 		t.Fatalf("no metadata: got %d, want 503", code)
 	}
+	// A key given twice is ambiguous: 400 naming it.
+	code, body, h = g.get(t, "/", "X-Sextant-Subset", "version=v1, version=v2")
+	if code != 400 || h.Get("X-Sextant-Error") != "bad_subset_header" || !strings.Contains(body, "given twice") {
+		t.Fatalf("duplicate key: got %d %q %v", code, body, h)
+	}
+	// CONNECT is not proxied (as Envoy without a connect_matcher).
+	req, _ := http.NewRequest("CONNECT", g.url, nil)
+	req.Host = "example.com:443"
+	resp, err := g.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cb, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 404 || resp.Header.Get("X-Sextant-Error") != "no_route" || !strings.Contains(string(cb), "CONNECT is not proxied") {
+		t.Fatalf("CONNECT: got %d %q %v", resp.StatusCode, cb, resp.Header)
+	}
 }
 
 func TestRequestBodiesAndLimit(t *testing.T) {
