@@ -26,8 +26,9 @@ import (
 )
 
 // Backend is what the cluster keeps in the shared store (the MySQL store
-// implements it). Called from the member's goroutine only, except
-// Unreachable (any goroutine, non-blocking).
+// implements it). Renew is called from the member's lease goroutine, the
+// others from Run's goroutine, Unreachable from any goroutine
+// (non-blocking); so calls may overlap.
 type Backend interface {
 	// Renew extends this server's lease and returns the ids of the live
 	// servers, sorted.
