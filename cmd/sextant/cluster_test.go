@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -787,5 +788,45 @@ spec:
 	}
 	if reg, err := callAuth("POST", a.base()+"/v1/instances", "", "application/json", `{"service":"s","host":"10.0.0.1","port":1}`); err != nil || reg.status != 401 {
 		t.Fatalf("an anonymous write with ACLs on: %v %d", err, reg.status)
+	}
+}
+
+// TestClusterXDSAddressInUse: a cluster server whose --xds address is
+// taken fails before it opens the store, so before it joins the cluster:
+// it leaves no member row behind for the others to wait out. (It used to
+// open the store and join, fail, close the store, and then fail to leave,
+// when its first renewal had landed.)
+func TestClusterXDSAddressInUse(t *testing.T) {
+	bin, err := buildBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := mysqltest.Database(t)
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	cmd := exec.Command(bin, "server", "--store", fmt.Sprintf("mysql://root@tcp(%s)/%s", mysqltest.Addr(), name),
+		"--http", freeAddr(t), "--xds", taken.Addr().String(), "--cluster-id", "s1", "--cluster-lease", "2s", "--log-level", "warn")
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "listen on "+taken.Addr().String()) {
+		t.Fatalf("server with its --xds address taken: %v\n%s", err, out)
+	}
+	c := mysqldrv.NewConfig()
+	c.User, c.Net, c.Addr = "root", "tcp", mysqltest.Addr()
+	conn, err := mysqldrv.NewConnector(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := sql.OpenDB(conn)
+	defer db.Close()
+	// The store's schema is created when it opens: no table, no member row.
+	var tables int
+	if err := db.QueryRow("SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = ?", name).Scan(&tables); err != nil {
+		t.Fatal(err)
+	}
+	if tables != 0 {
+		t.Fatalf("the failed start opened the store (%d tables) before it found its --xds address taken\n%s", tables, out)
 	}
 }

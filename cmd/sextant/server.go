@@ -192,10 +192,20 @@ func runServer(ctx context.Context, f serverFlags) error {
 		mux.Handle("/debug/pprof/trace", admin(pprof.Trace))
 	}
 
-	// Listen first so /healthz and /readyz answer while the catalog loads.
+	// Listen first so /healthz and /readyz answer while the catalog loads,
+	// and so an address in use fails before the store opens: a cluster
+	// server has then joined nothing it must leave.
 	ln, err := net.Listen("tcp", f.http)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", f.http, err)
+	}
+	var xln net.Listener
+	if f.xds != "" {
+		if xln, err = net.Listen("tcp", f.xds); err != nil {
+			ln.Close()
+			return fmt.Errorf("listen on %s: %w", f.xds, err)
+		}
+		defer xln.Close() // on an early return; the ADS server closes it otherwise
 	}
 	srv := &http.Server{
 		Handler:           mux,
@@ -291,13 +301,6 @@ func runServer(ctx context.Context, f serverFlags) error {
 		}()
 	}
 	if f.xds != "" {
-		xln, err := net.Listen("tcp", f.xds)
-		if err != nil {
-			srv.Close()
-			reg.Close()
-			st.Close()
-			return fmt.Errorf("listen on %s: %w", f.xds, err)
-		}
 		cpDone.Add(1)
 		go func() {
 			defer cpDone.Done()

@@ -15,7 +15,9 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,8 +26,9 @@ import (
 )
 
 // Backend is what the cluster keeps in the shared store (the MySQL store
-// implements it). Called from the member's goroutine only, except
-// Unreachable (any goroutine, non-blocking).
+// implements it). Renew is called from the member's lease goroutine, the
+// others from Run's goroutine, Unreachable from any goroutine
+// (non-blocking); so calls may overlap.
 type Backend interface {
 	// Renew extends this server's lease and returns the ids of the live
 	// servers, sorted.
@@ -80,16 +83,16 @@ type Options struct {
 // when the store comes back.
 const maxPending = 1 << 20
 
-// Member is this server's membership. Owns, Relay, Moved, Ready and Stale
-// are safe from any goroutine; Run is the member's goroutine.
+// Member is this server's membership. Owns, Owner, Term, Members, Relay,
+// Moved, Ready and Stale are safe from any goroutine; Run is the member's.
 type Member struct {
 	b       Backend
 	opts    Options
 	log     *slog.Logger
 	started time.Time
 
-	view  atomic.Pointer[view] // nil or empty: this server owns nothing
-	moved chan struct{}        // capacity 1: a pending "ownership moved"
+	lease atomic.Pointer[lease] // nil: no lease yet, or left
+	moved chan struct{}         // capacity 1: a pending "ownership moved"
 
 	mu      sync.Mutex
 	pending map[string]map[string]int64 // owner -> instance id -> newest heartbeat
@@ -99,8 +102,42 @@ type Member struct {
 	firstHead atomic.Int64 // the store's head at the first probe (-1: not yet)
 	ready     atomic.Bool
 
+	// The lease goroutine's own (Run's keepLease).
+	terms   uint64 // terms given so far
+	judging bool   // what the log, the live gauge and Moved last said
+
 	members, lagRevs, lagSeconds, live prometheus.Gauge
 	relayed, collected, moves          prometheus.Counter
+}
+
+// lease is this server's lease as of its last successful renewal.
+// Immutable.
+type lease struct {
+	v      *view // the live servers, this one among them
+	others *view // the same without this server: the judges once this lease may have lapsed
+	// until is when this lease may end, by this server's monotonic clock:
+	// the start of the renewal that gave it, plus the lease, minus a margin.
+	// The database ended it no earlier, and the others take over only once
+	// the database has ended it: from until on, this server judges nothing.
+	until time.Time
+	// term numbers the unbroken run of valid leases this one belongs to: it
+	// changes when a renewal lands after the previous lease ended.
+	term uint64
+}
+
+// valid reports whether l lets this server judge at now.
+func (l *lease) valid(now time.Time) bool { return l != nil && now.Before(l.until) }
+
+// judges is the view of who judges what at now: l's, or, once l may have
+// lapsed, the others' (whom this server relays heartbeats to).
+func (l *lease) judges(now time.Time) *view {
+	switch {
+	case l == nil:
+		return nil
+	case l.valid(now):
+		return l.v
+	}
+	return l.others
 }
 
 type sinkBox struct{ s Sink }
@@ -154,32 +191,66 @@ func New(b Backend, opts Options) *Member {
 // ID is this server's id in the cluster.
 func (m *Member) ID() string { return m.opts.ID }
 
-// Owns reports whether this server judges instance id's TTL.
-func (m *Member) Owns(id string) bool {
-	v := m.view.Load()
-	return v != nil && v.owner(id) == m.opts.ID
+// margin is how long before the database may end a lease this server stops
+// judging under it: the clocks of this server and the database may run at
+// slightly different rates, or step.
+func (m *Member) margin() time.Duration { return m.opts.Lease / 10 }
+
+// Owns reports whether this server judges instance id's TTL now: it holds a
+// lease that cannot have ended yet, and id is its share.
+func (m *Member) Owns(id string) bool { return m.Judge(id) != 0 }
+
+// Judge is the term (see Term) in which this server judges instance id's
+// TTL now, 0 if it does not.
+func (m *Member) Judge(id string) uint64 {
+	if l := m.lease.Load(); l.valid(time.Now()) && l.v.owner(id) == m.opts.ID {
+		return l.term
+	}
+	return 0
+}
+
+// Term numbers this server's current unbroken run of leases (0: it judges
+// nothing now). It changes whenever this server judges again after a time
+// it may not have: whatever it owns then may have been judged, and sent
+// heartbeats, elsewhere meanwhile.
+func (m *Member) Term() uint64 {
+	if l := m.lease.Load(); l.valid(time.Now()) {
+		return l.term
+	}
+	return 0
 }
 
 // Owner is the server that judges instance id ("" if this server does not
 // hold a lease, so knows of none).
-func (m *Member) Owner(id string) string { return m.view.Load().owner(id) }
+func (m *Member) Owner(id string) string {
+	if l := m.lease.Load(); l.valid(time.Now()) {
+		return l.v.owner(id)
+	}
+	return ""
+}
 
-// Members lists the live servers as last read ("" none while this server
-// has no lease).
+// Members lists the live servers as last read (none while this server has
+// no lease).
 func (m *Member) Members() []string {
-	if v := m.view.Load(); v != nil {
-		return v.ids
+	if l := m.lease.Load(); l.valid(time.Now()) {
+		return l.v.ids
 	}
 	return nil
 }
 
 // Relay queues a heartbeat of an instance another server judges; the
-// member's goroutine sends the queue every RelayEvery.
+// member's goroutine sends the queue every RelayEvery. While this server's
+// lease may have lapsed, the heartbeat goes to the judge among the others,
+// who take this server's instances over when its lease ends.
 func (m *Member) Relay(id string, at int64) {
-	owner := m.view.Load().owner(id)
+	owner := m.lease.Load().judges(time.Now()).owner(id)
 	if owner == "" || owner == m.opts.ID {
 		return
 	}
+	m.queue(owner, id, at)
+}
+
+func (m *Member) queue(owner, id string, at int64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	beats := m.pending[owner]
@@ -221,32 +292,46 @@ func (m *Member) Stale() time.Duration { return m.b.Unreachable() }
 // Run joins the cluster and keeps this server's lease, view, relays and
 // lag until ctx ends; then it leaves (its lease ends at once, so the
 // others take over its instances without waiting for it to expire).
+//
+// The lease has a goroutine of its own, which Run owns and stops: no other
+// round trip (a slow relay, collection, probe or sweep) delays a renewal.
+// Whatever delays a renewal itself, Owns stops at the lease's end.
 func (m *Member) Run(ctx context.Context, sink Sink) {
 	m.sink.Store(&sinkBox{sink})
-	renew := time.NewTicker(m.opts.Renew)
-	defer renew.Stop()
+	lctx, stopLease := context.WithCancel(ctx)
+	leaseDone := make(chan struct{})
+	go func() { defer close(leaseDone); m.keepLease(lctx) }()
+	m.housekeep(ctx, sink)
+	stopLease()
+	<-leaseDone
+	m.lease.Store(nil)
+	m.tell(false, "leaving")
+	lvctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := m.b.Leave(lvctx, m.opts.ID); err != nil {
+		m.log.Warn("leaving the cluster failed; the lease will expire", "err", err)
+	}
+}
+
+// housekeep relays and collects heartbeats every RelayEvery, and probes
+// the store's head (and sweeps, every 30th time) every Renew, until ctx
+// ends.
+func (m *Member) housekeep(ctx context.Context, sink Sink) {
+	probe := time.NewTicker(m.opts.Renew)
+	defer probe.Stop()
 	relay := time.NewTicker(m.opts.RelayEvery)
 	defer relay.Stop()
-	var lastOK time.Time
-	lastOK = m.renew(ctx, lastOK)
 	m.probe(ctx, sink)
-	for n := 1; ; n++ {
+	for n := 1; ; {
 		select {
 		case <-ctx.Done():
-			m.setView(nil, "leaving")
-			lctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			if err := m.b.Leave(lctx, m.opts.ID); err != nil {
-				m.log.Warn("leaving the cluster failed; the lease will expire", "err", err)
-			}
-			cancel()
 			return
 		case <-relay.C:
 			m.flush(ctx)
 			m.collect(ctx, sink)
-		case <-renew.C:
-			lastOK = m.renew(ctx, lastOK)
+		case <-probe.C:
 			m.probe(ctx, sink)
-			if n%30 == 0 {
+			if n++; n%30 == 0 {
 				if err := m.b.Sweep(ctx, 10*m.opts.Lease); err != nil && ctx.Err() == nil {
 					m.log.Debug("sweeping the cluster tables failed", "err", err)
 				}
@@ -255,37 +340,74 @@ func (m *Member) Run(ctx context.Context, sink Sink) {
 	}
 }
 
-// renew extends the lease and reads the membership. Without a renewal for
-// nearly a lease, this server stops judging anything: the others will take
-// its instances over when its lease expires.
-func (m *Member) renew(ctx context.Context, lastOK time.Time) time.Time {
-	start := time.Now()
-	ids, err := m.b.Renew(ctx, m.opts.ID, m.opts.Addr, m.started, m.opts.Lease)
-	if err != nil {
-		if ctx.Err() == nil && !lastOK.IsZero() && time.Since(lastOK) > m.opts.Lease-m.opts.Renew {
-			m.setView(nil, "lease not renewed: "+err.Error())
+// keepLease renews the lease every Renew until ctx ends. The lease
+// goroutine.
+func (m *Member) keepLease(ctx context.Context) {
+	t := time.NewTicker(m.opts.Renew)
+	defer t.Stop()
+	for {
+		m.renew(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
 		}
-		return lastOK
 	}
-	v := newView(ids)
-	if !v.has(m.opts.ID) {
-		m.setView(nil, "this server is not among the live members")
-		return start
-	}
-	m.setView(v, "")
-	return start
 }
 
-func (m *Member) setView(v *view, why string) {
-	old := m.view.Load()
-	if old.equal(v) {
+// renew extends the lease and reads the membership. A renewal waits at
+// most until the current lease ends (at least one Renew interval): past
+// that, trying again on another connection serves better than waiting on
+// this one. The lease goroutine.
+func (m *Member) renew(ctx context.Context) {
+	old := m.lease.Load()
+	start := time.Now()
+	bound := m.opts.Renew
+	if old != nil {
+		bound = max(bound, old.until.Sub(start))
+	}
+	rctx, cancel := context.WithTimeout(ctx, bound)
+	ids, err := m.b.Renew(rctx, m.opts.ID, m.opts.Addr, m.started, m.opts.Lease)
+	cancel()
+	end := time.Now()
+	if err == nil && !slices.Contains(ids, m.opts.ID) {
+		err = errors.New("cluster: this server is not among the live members")
+	}
+	if err != nil {
+		if ctx.Err() == nil && !old.valid(end) {
+			m.tell(false, "lease not renewed: "+err.Error())
+		}
 		return
 	}
-	m.view.Store(v)
-	if v != nil {
-		m.members.Set(float64(len(v.ids)))
+	l := &lease{v: newView(ids), until: start.Add(m.opts.Lease - m.margin())}
+	l.others = newView(slices.DeleteFunc(slices.Clone(ids), func(id string) bool { return id == m.opts.ID }))
+	if old.valid(end) {
+		l.term = old.term
+	} else {
+		m.terms++
+		l.term = m.terms
+	}
+	m.lease.Store(l)
+	m.members.Set(float64(len(l.v.ids)))
+	switch {
+	case !l.valid(end):
+		m.tell(false, "the renewal took longer than the lease")
+	case old == nil || l.term != old.term || !l.v.equal(old.v):
+		m.tell(true, "")
+	}
+}
+
+// tell logs, sets the live gauge and signals Moved when this server starts
+// or stops judging, or judges a new share. The lease goroutine, or Run
+// once it has stopped.
+func (m *Member) tell(judging bool, why string) {
+	if !judging && !m.judging {
+		return
+	}
+	m.judging = judging
+	if judging {
 		m.live.Set(1)
-		m.log.Info("cluster membership", "self", m.opts.ID, "members", v.ids)
+		m.log.Info("cluster membership", "self", m.opts.ID, "members", m.lease.Load().v.ids)
 	} else {
 		m.live.Set(0)
 		m.log.Warn("not judging any instance", "self", m.opts.ID, "why", why)
@@ -314,7 +436,7 @@ func (m *Member) flush(ctx context.Context) {
 				m.log.Debug("relaying heartbeats failed; keeping them", "owner", owner, "err", err)
 			}
 			for id, at := range beats {
-				m.Relay(id, at)
+				m.Relay(id, at) // to the judge as of now, which may have changed
 			}
 			continue
 		}
@@ -323,8 +445,10 @@ func (m *Member) flush(ctx context.Context) {
 }
 
 // collect hands the heartbeats relayed to this server to the registry.
+// Collecting goes on while the lease may have lapsed: those heartbeats
+// are as recent as any.
 func (m *Member) collect(ctx context.Context, sink Sink) {
-	if m.view.Load() == nil {
+	if m.lease.Load() == nil {
 		return
 	}
 	batches, err := m.b.Collect(ctx, m.opts.ID)

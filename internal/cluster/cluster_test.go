@@ -192,3 +192,77 @@ func TestMembersOverMariaDB(t *testing.T) {
 	cancels[2]()
 	waitFor(t, "m1 alone after m3 left", 2*time.Second, func() bool { return len(ms[0].Members()) == 1 })
 }
+
+// TestLeaseLapsesWhileTheStoreStalls: a member whose round trips hang (its
+// connections to the database stall: nothing answers, nothing closes)
+// judges nothing from before the moment the others take its instances
+// over, relays the heartbeats it receives to the new judges meanwhile,
+// and judges again once it renews.
+func TestLeaseLapsesWhileTheStoreStalls(t *testing.T) {
+	name := mysqltest.Database(t)
+	proxy := mysqltest.NewProxy(t, mysqltest.Addr())
+	open := func(addr string) *mysql.Store {
+		st, err := mysql.Open(context.Background(), fmt.Sprintf("mysql://root@tcp(%s)/%s", addr, name), mysql.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		return st
+	}
+	// The stall must outlast the store's own timeout of a round trip
+	// (10s) for the old member to keep judging: it does not have to.
+	slow, direct := open(proxy.Addr()), open(mysqltest.Addr())
+	opts := func(id string) Options {
+		return Options{ID: id, Lease: 1500 * time.Millisecond, Renew: 200 * time.Millisecond, RelayEvery: 50 * time.Millisecond}
+	}
+	m1, m2 := New(slow, opts("m1")), New(direct, opts("m2"))
+	s1, s2 := &sink{}, &sink{}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer func() { cancel(); proxy.Restore(); wg.Wait() }()
+	wg.Add(2)
+	go func() { defer wg.Done(); m1.Run(ctx, s1) }()
+	go func() { defer wg.Done(); m2.Run(ctx, s2) }()
+	for _, m := range []*Member{m1, m2} {
+		waitFor(t, m.ID()+" sees two members", 5*time.Second, func() bool { return len(m.Members()) == 2 })
+	}
+	var ids, ofM1 []string
+	for i := range 200 {
+		id := fmt.Sprintf("i%d", i)
+		ids = append(ids, id)
+		if m1.Owns(id) {
+			ofM1 = append(ofM1, id)
+		}
+	}
+	if len(ofM1) == 0 {
+		t.Fatal("m1 judges none of 200 instances")
+	}
+	term := m1.Term()
+
+	proxy.Stall()
+	// m2 drops m1 once m1's lease ends in the database; from then on m2
+	// judges everything, so m1 must judge nothing any more.
+	waitFor(t, "m2 takes over", 10*time.Second, func() bool { return len(m2.Members()) == 1 })
+	for _, id := range ids {
+		if m1.Owns(id) {
+			t.Fatalf("m1 still judges %s after m2 took it over (m1's store stalled, its lease lapsed)", id)
+		}
+	}
+	if m1.Term() != 0 {
+		t.Fatalf("m1 is in term %d without a lease", m1.Term())
+	}
+	// A heartbeat m1 receives now goes to m2, once m1's store answers.
+	at := time.Now().UnixNano()
+	m1.Relay(ofM1[0], at)
+	time.Sleep(300 * time.Millisecond) // m1's round trips stay stuck past their bound
+	proxy.Restore()
+	waitFor(t, "the heartbeat m1 received reaches m2", 10*time.Second, func() bool { return s2.got(ofM1[0]) == at })
+	for _, m := range []*Member{m1, m2} {
+		waitFor(t, m.ID()+" sees two members again", 10*time.Second, func() bool { return len(m.Members()) == 2 })
+	}
+	waitFor(t, "m1 judges its share again", 5*time.Second, func() bool { return m1.Owns(ofM1[0]) })
+	// In a new term: its registry gives what it judges again a grace period.
+	if tm := m1.Term(); tm == 0 || tm == term {
+		t.Fatalf("m1 judges again in term %d, was %d before its lease lapsed", tm, term)
+	}
+}

@@ -49,14 +49,6 @@ func (v *view) equal(o *view) bool {
 	return slices.Equal(v.ids, o.ids)
 }
 
-func (v *view) has(id string) bool {
-	if v == nil {
-		return false
-	}
-	_, ok := slices.BinarySearch(v.ids, id)
-	return ok
-}
-
 // mix is splitmix64's finalizer: every input bit moves every output bit,
 // so that scores of one id under different seeds are independent.
 func mix(x uint64) uint64 {

@@ -21,9 +21,9 @@ type liveness struct {
 	// sched is the deadline of this instance's entry in the TTL heap (0:
 	// none). Guarded by the heap's mutex.
 	sched int64
-	// owned: this server judged the instance at the last rearm (cluster
-	// mode only).
-	owned atomic.Bool
+	// term is the cluster term in which this server last saw itself judge
+	// the instance (0: it did not; cluster mode only).
+	term atomic.Uint64
 }
 
 func ttlDeadline(now time.Time, ttlSeconds int) int64 {
@@ -69,7 +69,7 @@ func (r *Registry) trackInstance(in *catalog.Instance, now time.Time) {
 		l := new(liveness)
 		l.deadline.Store(ttlDeadline(now, in.TTLSeconds))
 		if r.cluster != nil {
-			l.owned.Store(r.cluster.Owns(in.ID))
+			l.term.Store(r.cluster.Judge(in.ID))
 		}
 		v, _ = r.live.LoadOrStore(in.ID, l)
 	}
@@ -221,8 +221,14 @@ func (r *Registry) expireDue(ctx context.Context) int64 {
 		if in == nil || in.TTLSeconds == 0 {
 			continue
 		}
-		if r.cluster != nil && !r.cluster.Owns(e.id) {
-			continue // another server judges it; rearm pushes it again if that changes
+		if r.cluster != nil {
+			// Judged here only if this server has judged it since the
+			// start of the current term: otherwise it gets its grace
+			// period first (a Moved not received yet), or it is another
+			// server's (rearm pushes it again if that changes).
+			if r.judged(e.id, e.live, time.Unix(0, now)) != judgedKept {
+				continue
+			}
 		}
 		if d := e.live.deadline.Load(); d > now {
 			r.ttl.push(e.id, e.live, d) // heartbeats moved it

@@ -1,0 +1,108 @@
+package registry
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sextant-mesh/sextant/internal/catalog"
+	"github.com/sextant-mesh/sextant/internal/store/embedded"
+)
+
+// judge is a scripted Cluster: this server judges every instance in term
+// (0: none), relays nothing, and signals Moved only when told.
+type judge struct {
+	mu    sync.Mutex
+	term  uint64
+	moved chan struct{}
+}
+
+func (j *judge) Judge(string) uint64 {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.term
+}
+func (j *judge) Relay(string, int64)    {}
+func (j *judge) Moved() <-chan struct{} { return j.moved }
+func (j *judge) set(term uint64) {
+	j.mu.Lock()
+	j.term = term
+	j.mu.Unlock()
+}
+
+// TestClusterNewTermGrace: when this server judges again in a new term (its
+// lease lapsed and came back, so the others may have judged its instances
+// and taken their heartbeats meanwhile), every instance it judges gets a
+// full 3 x ttl of grace from then, even if it never saw itself stop judging
+// and no Moved has arrived yet.
+func TestClusterNewTermGrace(t *testing.T) {
+	ctx := context.Background()
+	// An hour ahead: the TTL goroutine's timer (real time) never fires
+	// during the test, and a register's commit time (the store's clock,
+	// which cluster servers count as a heartbeat) is long past. The test's
+	// own expireDue calls judge; the goroutine may still join in when a
+	// heap push wakes it, so outcomes are awaited, never assumed.
+	clk := newClock()
+	clk.ns.Store(time.Now().Add(time.Hour).UnixNano())
+	t0 := clk.Now()
+	st, err := embedded.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	j := &judge{term: 1, moved: make(chan struct{}, 1)}
+	r, err := Open(st, Options{Now: clk.Now, Cluster: j})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if _, err := r.Register(ctx, []*catalog.Instance{instance("a", "s", 1)}); err != nil {
+		t.Fatal(err)
+	}
+	healthy := func() bool { return r.cat.Instances().Get("a").Healthy }
+	var l *liveness
+	for i := 0; l == nil; i++ { // the follower tracks it just after applying it
+		if i == 500 {
+			t.Fatal("a has no TTL state")
+		}
+		if v, ok := r.live.Load("a"); ok {
+			l = v.(*liveness)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	graced := func() bool { return l.deadline.Load() >= t0.Add(6500*time.Millisecond).UnixNano() }
+	await := func(what string, done func() bool) {
+		t.Helper()
+		for i := 0; !done(); i++ {
+			if i == 500 {
+				t.Fatalf("%s: not within 500 rounds", what)
+			}
+			r.expireDue(ctx)
+			time.Sleep(2 * time.Millisecond)
+		}
+	}
+
+	clk.Advance(2 * time.Second)
+	r.expireDue(ctx)
+	if !healthy() {
+		t.Fatal("unhealthy inside 3 x ttl")
+	}
+	// Term 2 begins at 2s: a's last heartbeat here was at 0s, any later
+	// one went to the server that judged it meanwhile.
+	j.set(2)
+	clk.Advance(1500 * time.Millisecond)
+	// a is due at 3s, in a term it was not judged in yet: grace until 6.5s.
+	await("a judged at 3.5s", func() bool { return graced() || !healthy() })
+	if !healthy() || !graced() {
+		t.Fatalf("at 3.5s, first judged in a new term: healthy %v, deadline %v after the start (want a grace period to 6.5s)",
+			healthy(), time.Duration(l.deadline.Load()-t0.UnixNano()))
+	}
+	clk.Advance(2900 * time.Millisecond)
+	r.expireDue(ctx)
+	if !healthy() {
+		t.Fatal("expired at 6.4s, inside the new term's grace period")
+	}
+	clk.Advance(200 * time.Millisecond)
+	await("a expires after the grace period (6.6s)", func() bool { return !healthy() })
+}
