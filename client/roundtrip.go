@@ -86,6 +86,7 @@ func (rt *RoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 	ctx := req.Context()
 	service := req.URL.Hostname()
 	if req.URL.Port() != "" {
+		closeBody(req)
 		return nil, fmt.Errorf("client: round trip %s: %w: the host must be a service name, without a port", req.URL.Redacted(), ErrInvalidPick)
 	}
 	opts := rt.opts.Pick
@@ -94,6 +95,7 @@ func (rt *RoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	if _, err := rt.v.State(service); errors.Is(err, ErrUnknownService) {
 		if err := rt.v.Add(ctx, service); err != nil {
+			closeBody(req)
 			return nil, fmt.Errorf("client: round trip %s: %w", req.URL.Redacted(), err)
 		}
 	}
@@ -106,12 +108,15 @@ func (rt *RoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 	for attempt := 0; ; attempt++ {
 		p, err := rt.pickUntried(service, opts, tried)
 		if err != nil {
+			if attempt == 0 {
+				closeBody(req) // later, the first attempt's Base closed it
+			}
 			return nil, fmt.Errorf("client: round trip %s: %w", req.URL.Redacted(), err)
 		}
 		tried = append(tried, p.Instance.ID)
 		out, err := rt.attemptRequest(req, p.Addr(), attempt)
 		if err != nil {
-			return nil, err
+			return nil, err // only for a retry: the first attempt's Base closed req.Body
 		}
 		start := time.Now()
 		resp, err := rt.opts.Base.RoundTrip(out)
@@ -128,6 +133,14 @@ func (rt *RoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 			io.CopyN(io.Discard, resp.Body, 4<<10)
 			resp.Body.Close()
 		}
+	}
+}
+
+// closeBody closes req's body on an error before any attempt sent it: a
+// RoundTripper closes the body on every path, errors included.
+func closeBody(req *http.Request) {
+	if req.Body != nil {
+		req.Body.Close()
 	}
 }
 

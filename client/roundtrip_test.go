@@ -175,3 +175,52 @@ func TestRoundTripperErrors(t *testing.T) {
 		t.Errorf("service without instances: %v", err)
 	}
 }
+
+// closeCounter is a request body that counts its Closes.
+type closeCounter struct {
+	io.Reader
+	closes atomic.Int32
+}
+
+func (b *closeCounter) Close() error { b.closes.Add(1); return nil }
+
+// TestRoundTripperClosesBodyOnError: RoundTrip closes the request's body on
+// every error it returns before sending (the http.RoundTripper contract;
+// http.Client would close it itself, other callers rely on RoundTrip).
+func TestRoundTripperClosesBodyOnError(t *testing.T) {
+	_, c, _ := stackClient(t)
+	v, err := c.NewView(ViewOptions{Wait: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Close()
+	rt := NewRoundTripper(v, RoundTripperOptions{})
+	defer rt.CloseIdleConnections()
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, tc := range []struct {
+		name string
+		ctx  context.Context
+		url  string
+	}{
+		{"host with a port", context.Background(), "http://web:8080/"},
+		{"service not added", cancelled, "http://never-added/"},
+		{"service without instances", context.Background(), "http://empty/"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			body := &closeCounter{Reader: strings.NewReader("payload")}
+			req, err := http.NewRequestWithContext(tc.ctx, http.MethodPost, tc.url, body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp, err := rt.RoundTrip(req)
+			if err == nil {
+				resp.Body.Close()
+				t.Fatal("RoundTrip succeeded")
+			}
+			if n := body.closes.Load(); n != 1 {
+				t.Fatalf("body closed %d times after %v, want once", n, err)
+			}
+		})
+	}
+}

@@ -62,6 +62,8 @@ type serverFlags struct {
 	readRate    float64
 	readBurst   int
 	workers     int
+
+	xdsListener net.Listener // tests: serve xDS on it instead of listening on --xds
 }
 
 func init() {
@@ -78,7 +80,8 @@ routing config object, node and placement into memory, serves the HTTP API
 --http, and pushes endpoints and routes to Envoy, grpc-go and Sextant
 gateways over xDS (ADS) on --xds (docs/controlplane.md). On SIGINT or SIGTERM
 it stops accepting connections, lets in-flight requests finish (up to
---drain), and closes the store.
+--drain), and closes the store. If the push engine or the xDS server fails,
+it shuts down the same way and exits 1 rather than serve stale xDS.
 
 Security (docs/security.md): --acl requires a token on every request but
 /healthz and /readyz (create the first one with "sextant acl bootstrap");
@@ -199,8 +202,8 @@ func runServer(ctx context.Context, f serverFlags) error {
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", f.http, err)
 	}
-	var xln net.Listener
-	if f.xds != "" {
+	xln := f.xdsListener
+	if f.xds != "" && xln == nil {
 		if xln, err = net.Listen("tcp", f.xds); err != nil {
 			ln.Close()
 			return fmt.Errorf("listen on %s: %w", f.xds, err)
@@ -272,9 +275,26 @@ func runServer(ctx context.Context, f serverFlags) error {
 	)
 
 	// The control plane: the push engine follows the catalog into the xDS
-	// cache, the ADS server serves it. Both stop with cpCtx.
+	// cache, the ADS server serves it. Both stop with cpCtx. Either one
+	// stopping on its own is reported on cpFailed and stops the server with
+	// its error: serving stale xDS while /readyz says ready would hide it.
 	cpCtx, cpStop := context.WithCancel(context.Background())
 	var cpDone sync.WaitGroup
+	cpFailed := make(chan error, 2)
+	essential := func(name string, run func(context.Context) error) {
+		cpDone.Add(1)
+		go func() {
+			defer cpDone.Done()
+			err := run(cpCtx)
+			if cpCtx.Err() != nil {
+				return // stopped by the shutdown
+			}
+			if err == nil {
+				err = errors.New("stopped")
+			}
+			cpFailed <- fmt.Errorf("%s: %w", name, err)
+		}()
+	}
 	defer func() { cpStop(); cpDone.Wait() }()
 	cache := xds.NewCache()
 	engine := push.New(push.NewCatalogSource(reg.Catalog(), cfg), cache, push.Options{
@@ -292,26 +312,10 @@ func runServer(ctx context.Context, f serverFlags) error {
 	ads := xds.NewServer(cache, xds.ServerOptions{Logger: log.With("component", "xds"), Metrics: xds.NewMetrics(metrics), GRPC: grpcOpts})
 	if f.xds != "" {
 		// Without an xDS listener nothing consumes what the engine pushes.
-		cpDone.Add(1)
-		go func() {
-			defer cpDone.Done()
-			if err := engine.Run(cpCtx); err != nil && cpCtx.Err() == nil {
-				log.Error("push engine stopped", "err", err)
-			}
-		}()
-	}
-	if f.xds != "" {
-		cpDone.Add(1)
-		go func() {
-			defer cpDone.Done()
-			if err := ads.Serve(cpCtx, xln); err != nil {
-				log.Error("xds server stopped", "err", err)
-			}
-		}()
+		essential("push engine", engine.Run)
+		essential("xds server", func(ctx context.Context) error { return ads.Serve(ctx, xln) })
 		log.Info("serving xDS", "addr", xln.Addr().String(), "tls", tlsCfg != nil)
 		warnExposed(log.With("listener", "xds"), xln.Addr().String(), tlsCfg != nil, f)
-	}
-	if f.xds != "" {
 		api.SetPushStatus(push.StatusHandler(engine, ads))
 	}
 	api.SetRegistry(reg)
@@ -327,6 +331,8 @@ func runServer(ctx context.Context, f serverFlags) error {
 		log.Info("shutting down: draining requests", "drain", f.drain)
 	case err = <-served:
 		log.Error("http server stopped", "err", err)
+	case err = <-cpFailed:
+		log.Error("control plane failed: shutting down", "err", err)
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), f.drain)
 	defer cancel()

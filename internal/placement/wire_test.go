@@ -27,6 +27,17 @@ type heldStore struct {
 	hold    chan struct{} // if set, the next Commit waits for it to close
 	held    chan struct{} // closed when a Commit waits on hold
 	failing bool
+	queued  chan registry.Write // if set, receives each write Submit queues
+}
+
+// noteQueued is the registry's Queued hook.
+func (s *heldStore) noteQueued(w registry.Write) {
+	s.mu.Lock()
+	q := s.queued
+	s.mu.Unlock()
+	if q != nil {
+		q <- w // buffered for every write queueBatch submits
+	}
 }
 
 var errDisk = errors.New("disk on fire")
@@ -72,7 +83,7 @@ func openDurable(t *testing.T, dir string) *durable {
 	}
 	s := New(Config{Workers: 2})
 	st := &heldStore{Store: es}
-	reg, err := registry.Open(st, registry.Options{Tables: s.Tables()})
+	reg, err := registry.Open(st, registry.Options{Tables: s.Tables(), Queued: st.noteQueued})
 	if err != nil {
 		es.Close()
 		s.Close()
@@ -231,32 +242,46 @@ func TestUnchangedNodesTakeNoRevision(t *testing.T) {
 }
 
 // queueBatch holds the store's next commit (behind a write of its own),
-// submits writes one after the other so that they queue in order behind
-// it, releases, and returns each write's error. All of them are planned in
-// one batch (checked through the Tx each planned with).
+// submits writes one after the other, each once the one before it waits in
+// the committer's queue, releases, and returns each write's error. All of
+// them were queued while the committer was held, so they are planned in
+// one batch, in order; the test fails if the Tx each planned with says
+// otherwise.
 func queueBatch(t *testing.T, d *durable, writes ...registry.Write) []error {
 	t.Helper()
-	held, release := d.st.holdNext()
+	held, hold := d.st.holdNext()
+	var once sync.Once
+	release := func() { once.Do(hold) }
+	defer release() // a Fatal below must not leave the committer held
 	first := make(chan error, 1)
 	go func() {
 		_, err := d.reg.Submit(context.Background(), &NodesWrite{Scheduler: d.s, Nodes: []*Node{{Name: "holder", Unschedulable: true}}})
 		first <- err
 	}()
 	<-held
+	queued := make(chan registry.Write, len(writes))
+	d.st.mu.Lock()
+	d.st.queued = queued
+	d.st.mu.Unlock()
 	errs := make([]error, len(writes))
 	var wg sync.WaitGroup
 	for i, w := range writes {
 		wg.Add(1)
 		go func() { defer wg.Done(); _, errs[i] = d.reg.Submit(context.Background(), w) }()
-		time.Sleep(5 * time.Millisecond) // queue in order (order only sharpens the test)
+		if got := <-queued; got != w {
+			t.Fatalf("queued %T, want write %d (%T)", got, i, w)
+		}
 	}
+	d.st.mu.Lock()
+	d.st.queued = nil
+	d.st.mu.Unlock()
 	release()
 	if err := <-first; err != nil {
 		t.Fatal(err)
 	}
 	wg.Wait()
 	var tx *registry.Tx
-	for _, w := range writes {
+	for i, w := range writes {
 		var wtx *registry.Tx
 		switch w := w.(type) {
 		case *PlaceWrite:
@@ -268,11 +293,14 @@ func queueBatch(t *testing.T, d *durable, writes ...registry.Write) []error {
 		case *DeletePlacementWrite:
 			wtx = w.tx
 		}
+		if wtx == nil {
+			t.Fatalf("write %d (%T) was not planned", i, w)
+		}
 		if tx == nil {
 			tx = wtx
 		}
 		if wtx != tx {
-			t.Logf("the writes were planned in more than one batch")
+			t.Fatalf("write %d (%T) was planned in another batch than write 0", i, w)
 		}
 	}
 	return errs

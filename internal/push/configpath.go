@@ -254,13 +254,19 @@ func (w *configWorker) loop(ctx context.Context) {
 
 // round recomputes the clusters and routes of every dirty service and
 // publishes them: new clusters, then routes, then removals (make before
-// break).
+// break). Once ctx ends it stops between steps and between services,
+// publishing nothing more, so a shutdown does not wait for a whole
+// recomputation; the worker's state is then half updated, which only a
+// worker that stops with ctx may leave behind.
 func (w *configWorker) round(ctx context.Context) {
 	if len(w.dirty) == 0 {
 		return
 	}
 	if w.e.slowConfig != nil {
 		w.e.slowConfig()
+	}
+	if ctx.Err() != nil {
+		return
 	}
 	start := time.Now()
 	version := w.e.version()
@@ -293,9 +299,18 @@ func (w *configWorker) round(ctx context.Context) {
 	built := make([]builtService, len(dirty))
 	parallel(len(dirty), func(lo, hi int) {
 		for i := lo; i < hi; i++ {
+			if ctx.Err() != nil {
+				return
+			}
+			if w.e.slowBuild != nil {
+				w.e.slowBuild()
+			}
 			built[i] = w.build(dirty[i], dests[i], version)
 		}
 	})
+	if ctx.Err() != nil {
+		return // built is incomplete
+	}
 	// 3. Publish new clusters, then routes; retire the unused clusters
 	// later (make before break).
 	var set, routes []xds.Resource
@@ -338,7 +353,6 @@ func (w *configWorker) round(ctx context.Context) {
 	w.e.stats.configRounds.Add(1)
 	w.e.stats.lastConfig.Store(int64(took))
 	w.e.m.recompute.WithLabelValues("config").Observe(took.Seconds())
-	_ = ctx
 }
 
 // nextRetirement is when the next retiring cluster is due.

@@ -60,6 +60,7 @@ type Engine struct {
 	usable sync.Map
 
 	slowConfig func() // tests: runs at the start of every config round
+	slowBuild  func() // tests: runs before each service's build in a config round
 
 	stats engineStats
 }
@@ -105,6 +106,9 @@ func (e *Engine) Run(ctx context.Context) error {
 	}}, nil, "1", time.Now())
 	start := time.Now()
 	cw.round(ctx)
+	if ctx.Err() != nil {
+		return nil // stopped during the first round
+	}
 	e.stats.fullConfig.Store(int64(time.Since(start)))
 	e.m.recompute.WithLabelValues("full").Observe(time.Since(start).Seconds())
 	start = time.Now()

@@ -3,8 +3,10 @@ package push_test
 import (
 	"context"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	"google.golang.org/protobuf/proto"
@@ -122,4 +124,52 @@ func TestCompactedStartsAgainFromSnapshot(t *testing.T) {
 	waitFor(t, func() bool {
 		return slices.Equal(routeClusters(t, cache), []string{"default/orders/blue", "default/orders/stable"})
 	})
+}
+
+// TestRunStopsDuringARound: a round that ctx ends stops before its next
+// service, publishes nothing, and Run returns without waiting for the
+// rest of the recomputation.
+func TestRunStopsDuringARound(t *testing.T) {
+	reg := pushtest.New(0)
+	for _, svc := range []string{"a", "b", "c"} {
+		reg.Upsert(push.Instance{ID: svc + "1", Namespace: "default", Service: svc, Host: "10.0.0.1", Port: 80, Weight: 1, Healthy: true})
+	}
+	cache := xds.NewCache()
+	e := push.New(reg, cache, push.Options{})
+	var builds atomic.Int32
+	entered, release := make(chan struct{}), make(chan struct{})
+	stuck := make(chan struct{}) // a build after ctx ended waits for it: the round would never end
+	var unstick sync.Once
+	defer unstick.Do(func() { close(stuck) })
+	push.SetSlowBuild(e, func() {
+		if builds.Add(1) == 1 {
+			close(entered)
+			<-release
+			return
+		}
+		<-stuck
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- e.Run(ctx) }()
+	<-entered // the first round is building its first service
+	cancel()
+	close(release)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		unstick.Do(func() { close(stuck) })
+		<-done
+		t.Fatalf("Run waited for the round to build %d services after ctx ended", builds.Load())
+	}
+	if n := builds.Load(); n != 1 {
+		t.Fatalf("%d services built, want 1", n)
+	}
+	if names := cache.Names(xds.TypeCluster); len(names) != 0 {
+		t.Fatalf("clusters %v published after ctx ended", names)
+	}
 }

@@ -58,6 +58,11 @@ type Options struct {
 	// server judges (cluster.go); nil: this server judges them all. Set
 	// Catalog.KeepHealthAtLoad with it: servers share the judgement.
 	Cluster Cluster
+	// Queued, if set, is called by Submit with each write once it waits in
+	// the committer's queue, on the submitter's goroutine; it must not
+	// block. Writes queued while a commit runs are planned in one batch:
+	// tests use it to build a batch without sleeping.
+	Queued func(Write)
 }
 
 // Registry is the write path over a Store and the catalog it feeds.
@@ -186,6 +191,9 @@ func (r *Registry) Submit(ctx context.Context, w Write) (int64, error) {
 	req := &request{w: w, done: make(chan struct{})}
 	select {
 	case r.reqs <- req:
+		if r.opts.Queued != nil {
+			r.opts.Queued(w)
+		}
 	case <-ctx.Done():
 		return 0, ctx.Err()
 	case <-r.stopped:

@@ -164,16 +164,47 @@ func (s *Server) serve(ctx context.Context, stream sender, delta bool, recv func
 			s.metrics.subscribers.Dec()
 		}
 	}()
+	// The receive goroutine, owned by this handler: Recv blocks until the
+	// client sends, and the handler must not sit in it after the send
+	// goroutine has failed. It stops when Recv fails, which it does once
+	// the handler has returned and gRPC has ended the stream, or, holding a
+	// request, when ctx ends.
+	reqs := make(chan request)
+	recvErr := make(chan error, 1)
+	go func() {
+		for {
+			req, err := recv()
+			if err != nil {
+				recvErr <- err
+				return
+			}
+			select {
+			case reqs <- req:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
 	for {
-		req, err := recv()
-		if err != nil {
+		var req request
+		select {
+		case req = <-reqs:
+		case err := <-recvErr:
+			ended := ctx.Err() != nil // the stream ended: not this handler's cancel
 			cancel()
 			if started {
 				<-sendErr
 			}
-			if errors.Is(err, io.EOF) || ctx.Err() != nil {
+			if errors.Is(err, io.EOF) || ended {
 				s.log.Debug("xds: stream ended", "node", sub.node, "addr", sub.addr)
 				return nil
+			}
+			return err
+		case err := <-sendErr:
+			// The send goroutine failed (the stream is broken) or the
+			// stream ended.
+			if err != nil {
+				s.log.Debug("xds: send failed", "node", sub.node, "addr", sub.addr, "err", err)
 			}
 			return err
 		}
@@ -192,11 +223,6 @@ func (s *Server) serve(ctx context.Context, stream sender, delta bool, recv func
 			go func() { sendErr <- s.sendLoop(ctx, sub, stream) }()
 		}
 		s.onRequest(sub, req)
-		select {
-		case err := <-sendErr:
-			return err // the send goroutine failed: the stream is broken
-		default:
-		}
 	}
 }
 

@@ -2,6 +2,8 @@ package xds
 
 import (
 	"context"
+	"errors"
+	"io"
 	"net"
 	"slices"
 	"strings"
@@ -354,5 +356,52 @@ func TestServeReturnsListenerError(t *testing.T) {
 		cancel()
 		<-done
 		t.Fatal("Serve on a closed listener did not return until ctx ended")
+	}
+}
+
+// failingSender is a stream whose sends fail.
+type failingSender struct{ err error }
+
+func (f failingSender) SendMsg(any) error { return f.err }
+
+// TestStreamEndsWhenSendFails: once the send goroutine fails, the handler
+// returns its error though the client sends nothing more (the handler
+// used to sit in Recv until the client's next request).
+func TestStreamEndsWhenSendFails(t *testing.T) {
+	ignore := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
+	c := NewCache()
+	c.Apply(TypeCluster, []Resource{cluster("a", config.Policy{})}, nil, "1", time.Now())
+	srv := NewServer(c, ServerOptions{})
+	errSend := errors.New("connection reset")
+	first := make(chan struct{}, 1)
+	first <- struct{}{}
+	ended := make(chan struct{}) // gRPC ends the stream once the handler returned
+	recv := func() (request, error) {
+		select {
+		case <-first:
+			return request{typeURL: TypeCluster.URL(), nodeID: "n1"}, nil
+		case <-ended:
+			return request{}, io.EOF
+		}
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.serve(context.Background(), failingSender{errSend}, false, recv) }()
+	select {
+	case err := <-done:
+		close(ended)
+		if !errors.Is(err, errSend) {
+			t.Fatalf("handler returned %v, want the send error", err)
+		}
+	case <-time.After(10 * time.Second):
+		close(ended)
+		<-done
+		t.Fatal("the handler waited in Recv after its send goroutine failed")
+	}
+	srv.mu.Lock()
+	n := len(srv.subs)
+	srv.mu.Unlock()
+	if n != 0 {
+		t.Fatalf("%d subscribers left", n)
 	}
 }
