@@ -86,6 +86,14 @@ func New(src Source, cache *xds.Cache, opts Options) *Engine {
 	e.ep.init()
 	e.cfg.init()
 	cache.SetListenerFunc(e.listenerFor)
+	// The proxy's listener is static: published before any subscriber can
+	// connect, so that the listener type has a version from the start (an
+	// on-demand listener sent before it would carry an empty one).
+	if _, err := cache.Apply(xds.TypeListener, []xds.Resource{{
+		Name: xds.ProxyName, Version: "1", Message: xds.HTTPListener(xds.ProxyName, opts.ProxyPort, xds.ProxyName),
+	}}, nil, "1", time.Now()); err != nil {
+		e.log.Error("push: publish the proxy listener", "error", err)
+	}
 	return e
 }
 
@@ -101,9 +109,6 @@ func (e *Engine) Run(ctx context.Context) error {
 	}
 	cw := newConfigWorker(e)
 	cw.reset(snap)
-	e.cache.Apply(xds.TypeListener, []xds.Resource{{
-		Name: xds.ProxyName, Version: "1", Message: xds.HTTPListener(xds.ProxyName, e.opts.ProxyPort, xds.ProxyName),
-	}}, nil, "1", time.Now())
 	start := time.Now()
 	cw.round(ctx)
 	if ctx.Err() != nil {
