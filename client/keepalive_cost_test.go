@@ -107,7 +107,10 @@ func measureHeartbeatCost(t *testing.T, n int, ttl, window time.Duration) heartb
 			total += v - before[route]
 		}
 	}
-	if int(beats) != hbAfter-hbBefore {
+	// The two counters are read one after the other while heartbeats go
+	// on: a request in flight at either reading is counted by one side
+	// only. At most one batch is in flight per reading.
+	if d := int(beats) - (hbAfter - hbBefore); d < -2 || d > 2 {
 		t.Errorf("server counted %v heartbeat requests, the client sent %d", beats, hbAfter-hbBefore)
 	}
 	return heartbeatCost{
