@@ -226,7 +226,10 @@ type subscriber struct {
 }
 
 func dialSubscriber(addr string) (*grpc.ClientConn, error) {
+	// Fixed windows, as Envoy's: no BDP pings after every response read
+	// (grpc-go's default), and a bound on what a lagging subscriber buffers.
 	return grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithInitialWindowSize(4<<20), grpc.WithInitialConnWindowSize(4<<20),
 		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(rawCodec{proto: encoding.GetCodecV2("proto")}), grpc.MaxCallRecvMsgSize(256<<20)))
 }
 
