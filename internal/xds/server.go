@@ -223,15 +223,17 @@ func (s *Server) sendLoop(ctx context.Context, sub *subscriber, stream sender) e
 		// routes that name them; endpoints go first and again between the
 		// others, so an endpoint change waits behind at most one response of
 		// another type (a state-of-the-world cluster list is megabytes).
+		now := time.Now() // refreshed after each send; a round's checks share it
 		for _, t := range []Type{TypeEndpoint, TypeCluster, TypeEndpoint, TypeListener, TypeEndpoint, TypeRoute, TypeEndpoint} {
 			for {
-				ok, err := s.sendOne(sub, stream, t)
+				ok, err := s.sendOne(sub, stream, t, now)
 				if err != nil {
 					return err
 				}
 				if !ok {
 					break
 				}
+				now = time.Now()
 			}
 		}
 		retryC = nil
@@ -243,9 +245,9 @@ func (s *Server) sendLoop(ctx context.Context, sub *subscriber, stream sender) e
 }
 
 // sendOne sends the next response of type t, if any.
-func (s *Server) sendOne(sub *subscriber, stream sender, t Type) (bool, error) {
+func (s *Server) sendOne(sub *subscriber, stream sender, t Type, now time.Time) (bool, error) {
 	sub.mu.Lock()
-	r, ok := sub.build(t, time.Now())
+	r, ok := sub.build(t, now)
 	sub.mu.Unlock()
 	if !ok {
 		return false, nil
