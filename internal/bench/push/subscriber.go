@@ -53,7 +53,12 @@ type response struct {
 	versions                [][]byte // delta: per resource
 }
 
+// reset empties r, dropping its views so that the previous message's bytes
+// (up to a megabyte during the initial sync) are not kept alive: entries
+// past len are always zero.
 func (r *response) reset() {
+	clear(r.names)
+	clear(r.versions)
 	*r = response{names: r.names[:0], versions: r.versions[:0]}
 }
 
@@ -265,6 +270,7 @@ func (s *subscriber) run(ctx context.Context, want [4]int) error {
 	}
 	var r response
 	for {
+		r.reset() // before blocking: keep nothing of the last message
 		var m rawMsg
 		if err := stream.RecvMsg(&m); err != nil {
 			if ctx.Err() != nil {
