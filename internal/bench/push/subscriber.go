@@ -59,7 +59,13 @@ type response struct {
 func (r *response) reset() {
 	clear(r.names)
 	clear(r.versions)
-	*r = response{names: r.names[:0], versions: r.versions[:0]}
+	names, versions := r.names[:0], r.versions[:0]
+	if cap(names) > 256 {
+		// Grown by a sync chunk of thousands of resources: let it go
+		// rather than keep ~200 KB per subscriber for changes of a few.
+		names, versions = nil, nil
+	}
+	*r = response{names: names, versions: versions}
 }
 
 // Field numbers of the requests the subscriber sends, encoded by hand: an
