@@ -15,6 +15,12 @@ type wireMsg struct {
 	size int
 }
 
+// newWireMsg returns an empty message with bufs[0] reserved for the
+// header, which is written last.
+func newWireMsg() *wireMsg {
+	return &wireMsg{bufs: make([][]byte, 1, 8)}
+}
+
 func (w *wireMsg) add(b []byte) {
 	if len(b) > 0 {
 		w.bufs = append(w.bufs, b)
@@ -22,12 +28,27 @@ func (w *wireMsg) add(b []byte) {
 	}
 }
 
+// flatMax is the largest response Marshal copies into one buffer.
+const flatMax = 16 << 10
+
 // codec is gRPC's proto codec plus wireMsg, which it hands to the transport
 // as is.
 type codec struct{ proto encoding.CodecV2 }
 
 func (c codec) Marshal(v any) (mem.BufferSlice, error) {
 	if w, ok := v.(*wireMsg); ok {
+		if w.size <= flatMax {
+			// A small response (an endpoint change) is gathered into one
+			// pooled buffer: gRPC copies it into its write buffer anyway,
+			// and one buffer costs fewer allocations than one per part.
+			pool := mem.DefaultBufferPool()
+			b := pool.Get(w.size)
+			*b = (*b)[:0]
+			for _, p := range w.bufs {
+				*b = append(*b, p...)
+			}
+			return mem.BufferSlice{mem.NewBuffer(b, pool)}, nil
+		}
 		out := make(mem.BufferSlice, len(w.bufs))
 		for i, b := range w.bufs {
 			out[i] = mem.SliceBuffer(b)

@@ -13,6 +13,11 @@ type Metrics struct {
 	nacks       *prometheus.CounterVec
 	bytes       *prometheus.CounterVec
 	subscribers prometheus.Gauge
+
+	// The children of each type, resolved once: a label look-up per
+	// response costs more than the observation.
+	sentT, ackedT [numTypes]prometheus.Observer
+	bytesT        [numTypes]prometheus.Counter
 }
 
 // LatencyBuckets run from 0.5 ms to about 65 s.
@@ -42,6 +47,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.sent, m.acked, m.nacks, m.bytes, m.subscribers)
+	}
+	for t := range numTypes {
+		m.sentT[t] = m.sent.WithLabelValues(t.String())
+		m.ackedT[t] = m.acked.WithLabelValues(t.String())
+		m.bytesT[t] = m.bytes.WithLabelValues(t.String())
 	}
 	return m
 }

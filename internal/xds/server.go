@@ -30,6 +30,7 @@ type Server struct {
 	log      *slog.Logger
 	metrics  *Metrics
 	grpcOpts []grpc.ServerOption
+	ackWait  time.Duration
 	ids      atomic.Uint64
 
 	mu   sync.Mutex
@@ -46,6 +47,9 @@ type ServerOptions struct {
 	// GRPC are more options of the gRPC server Serve makes: transport
 	// credentials (TLS), the ACL guard's interceptors.
 	GRPC []grpc.ServerOption
+	// AckWait is how long a type's next response waits for the client to
+	// answer the previous one (see ackWait); zero: one second.
+	AckWait time.Duration
 }
 
 // NewServer returns an ADS server over c. Register it on a grpc.Server made
@@ -57,7 +61,10 @@ func NewServer(c *Cache, opts ServerOptions) *Server {
 	if opts.Metrics == nil {
 		opts.Metrics = NewMetrics(nil)
 	}
-	return &Server{cache: c, log: opts.Logger, metrics: opts.Metrics, subs: map[uint64]*subscriber{}, grpcOpts: opts.GRPC}
+	if opts.AckWait <= 0 {
+		opts.AckWait = defaultAckWait
+	}
+	return &Server{cache: c, log: opts.Logger, metrics: opts.Metrics, subs: map[uint64]*subscriber{}, grpcOpts: opts.GRPC, ackWait: opts.AckWait}
 }
 
 // Register adds the ADS service to g, which must have been created with
@@ -69,7 +76,12 @@ func (s *Server) Register(g *grpc.Server) {
 // Serve serves ADS on lis until ctx is done, then stops: streams get a
 // second to end on their own, then are cut. It returns nil after ctx ends.
 func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
-	g := grpc.NewServer(append([]grpc.ServerOption{ServerOption(), grpc.MaxRecvMsgSize(16 << 20)}, s.grpcOpts...)...)
+	// Fixed flow-control windows turn off gRPC's BDP estimation, which
+	// otherwise pings a client after nearly every ACK it reads when ACKs
+	// are spaced out: a frame and a write each way per request. Requests
+	// are small; 1 MiB is ample.
+	g := grpc.NewServer(append([]grpc.ServerOption{ServerOption(), grpc.MaxRecvMsgSize(16 << 20),
+		grpc.InitialWindowSize(1 << 20), grpc.InitialConnWindowSize(1 << 20)}, s.grpcOpts...)...)
 	s.Register(g)
 	// The stopper ends with ctx, or when Serve fails on its own (a broken
 	// listener): then nothing is left to stop and the error is returned now.
@@ -147,7 +159,7 @@ func (s *Server) DeltaAggregatedResources(stream discoverygrpc.AggregatedDiscove
 type sender interface{ SendMsg(any) error }
 
 func (s *Server) serve(ctx context.Context, stream sender, delta bool, recv func() (request, error)) error {
-	sub := &subscriber{c: s.cache, id: s.ids.Add(1), since: time.Now(), delta: delta, wake: make(chan struct{}, 1), ns: "default"}
+	sub := &subscriber{c: s.cache, id: s.ids.Add(1), since: time.Now(), delta: delta, wake: make(chan struct{}, 1), ns: "default", ackWait: s.ackWait}
 	if p, ok := peer.FromContext(ctx); ok {
 		sub.addr = p.Addr.String()
 	}
@@ -228,34 +240,48 @@ func (s *Server) serve(ctx context.Context, stream sender, delta bool, recv func
 
 // sendLoop is the stream's send goroutine.
 func (s *Server) sendLoop(ctx context.Context, sub *subscriber, stream sender) error {
+	// retry fires when a type that waits for the client's answer may send
+	// without it (sub.ackWait).
+	retry := time.NewTimer(time.Hour)
+	retry.Stop()
+	defer retry.Stop()
+	var retryC <-chan time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-sub.wake:
+		case <-retryC:
 		}
 		// A round sends each type once, clusters before the listeners and
 		// routes that name them; endpoints go first and again between the
 		// others, so an endpoint change waits behind at most one response of
 		// another type (a state-of-the-world cluster list is megabytes).
+		now := time.Now() // refreshed after each send; a round's checks share it
 		for _, t := range []Type{TypeEndpoint, TypeCluster, TypeEndpoint, TypeListener, TypeEndpoint, TypeRoute, TypeEndpoint} {
 			for {
-				ok, err := s.sendOne(sub, stream, t)
+				ok, err := s.sendOne(sub, stream, t, now)
 				if err != nil {
 					return err
 				}
 				if !ok {
 					break
 				}
+				now = time.Now()
 			}
+		}
+		retryC = nil
+		if at, ok := sub.retryAt(); ok {
+			retry.Reset(time.Until(at))
+			retryC = retry.C
 		}
 	}
 }
 
 // sendOne sends the next response of type t, if any.
-func (s *Server) sendOne(sub *subscriber, stream sender, t Type) (bool, error) {
+func (s *Server) sendOne(sub *subscriber, stream sender, t Type, now time.Time) (bool, error) {
 	sub.mu.Lock()
-	r, ok := sub.build(t)
+	r, ok := sub.build(t, now)
 	sub.mu.Unlock()
 	if !ok {
 		return false, nil
@@ -264,9 +290,9 @@ func (s *Server) sendOne(sub *subscriber, stream sender, t Type) (bool, error) {
 		return false, err
 	}
 	if !r.origin.IsZero() {
-		s.metrics.sent.WithLabelValues(t.String()).Observe(time.Since(r.origin).Seconds())
+		s.metrics.sentT[t].Observe(time.Since(r.origin).Seconds())
 	}
-	s.metrics.bytes.WithLabelValues(t.String()).Add(float64(r.msg.size))
+	s.metrics.bytesT[t].Add(float64(r.msg.size))
 	if t == TypeCluster {
 		sub.clustersSent()
 	}
@@ -281,8 +307,9 @@ func (s *Server) onRequest(sub *subscriber, req request) {
 	}
 	// Listener keys are resolved before taking sub.mu: making an on-demand
 	// listener notifies every subscriber, this one included.
-	keys := map[string]string{}
+	var keys map[string]string // nil (read as empty) but for listeners
 	if t == TypeListener {
+		keys = map[string]string{}
 		for _, list := range [][]string{req.names, req.subscribe, req.unsub, slices.Collect(mapKeys(req.initial))} {
 			for _, n := range list {
 				if n != "*" {
@@ -308,7 +335,7 @@ func (s *Server) onRequest(sub *subscriber, req request) {
 			s.metrics.nacks.WithLabelValues(t.String()).Inc()
 			s.log.Warn("xds: NACK", "node", sub.node, "addr", sub.addr, "type", t.String(), "version", f.version, "error", *req.errMsg)
 		} else if !f.origin.IsZero() {
-			s.metrics.acked.WithLabelValues(t.String()).Observe(now.Sub(f.origin).Seconds())
+			s.metrics.ackedT[t].Observe(now.Sub(f.origin).Seconds())
 		}
 	}
 	fullType := t == TypeCluster || t == TypeListener
@@ -378,6 +405,7 @@ func (s *Server) onRequest(sub *subscriber, req request) {
 			}
 		}
 	}
+	st.dirty = true // requests above may have marked pending ids
 	sub.mu.Unlock()
 	sub.poke()
 }

@@ -27,9 +27,14 @@ import (
 // startADS serves c on loopback and returns a connection to it.
 func startADS(t *testing.T, c *Cache) (*Server, *grpc.ClientConn) {
 	t.Helper()
+	return startADSWith(t, c, ServerOptions{})
+}
+
+func startADSWith(t *testing.T, c *Cache, opts ServerOptions) (*Server, *grpc.ClientConn) {
+	t.Helper()
 	ignore := goleak.IgnoreCurrent()
 	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
-	srv := NewServer(c, ServerOptions{})
+	srv := NewServer(c, opts)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -219,6 +224,109 @@ func TestDelta(t *testing.T) {
 	c.Apply(TypeEndpoint, []Resource{endpoints("zz", 90)}, nil, "3", time.Now())
 	if r = recvD(); len(r.Resources) != 1 || r.Resources[0].Name != "zz" {
 		t.Fatalf("created resource: %v", r)
+	}
+}
+
+// TestUnansweredResponseCoalesces: changes made while a response is not yet
+// ACKed go out together when the ACK comes (TestAckGate checks that they
+// wait, with the send goroutine's clock in hand).
+func TestUnansweredResponseCoalesces(t *testing.T) {
+	c := NewCache()
+	c.Apply(TypeEndpoint, []Resource{endpoints("a", 80), endpoints("b", 81)}, nil, "1", time.Now())
+	// The test, not a timer, decides when the ACK comes.
+	srv, conn := startADSWith(t, c, ServerOptions{AckWait: time.Hour})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s, err := discoverygrpc.NewAggregatedDiscoveryServiceClient(conn).DeltaAggregatedResources(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recvD := func() *discoveryv3.DeltaDiscoveryResponse {
+		t.Helper()
+		r, err := s.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	s.Send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "c1"}, TypeUrl: TypeEndpoint.URL(), ResourceNamesSubscribe: []string{"a", "b"}})
+	r := recvD()
+	if len(r.Resources) != 2 {
+		t.Fatalf("first response has %d resources", len(r.Resources))
+	}
+	// Two changes, published apart, while the first response is unanswered:
+	// the first stays pending (sent at once, it would not).
+	c.Apply(TypeEndpoint, []Resource{{Name: "a", Version: "2", Message: endpoints("a", 82).Message}}, nil, "2", time.Now())
+	waitStatus(t, srv, func(st SubscriberStatus) bool {
+		return len(st.Types) == 1 && st.Types[0].Pending == 1 && st.Types[0].Responses == 1
+	})
+	c.Apply(TypeEndpoint, []Resource{{Name: "b", Version: "3", Message: endpoints("b", 83).Message}}, nil, "3", time.Now())
+	s.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: TypeEndpoint.URL(), ResponseNonce: r.Nonce})
+	r = recvD()
+	var got []string
+	for _, x := range r.Resources {
+		got = append(got, x.Name+"@"+x.Version)
+	}
+	slices.Sort(got)
+	if !slices.Equal(got, []string{"a@2", "b@3"}) {
+		t.Fatalf("after the ACK: %v, want both changes in one response", got)
+	}
+}
+
+// TestAckGate: a type's next response waits for the answer to the previous
+// one, an ACK or a NACK, or for AckWait to pass.
+func TestAckGate(t *testing.T) {
+	c := NewCache()
+	c.Apply(TypeEndpoint, []Resource{endpoints("a", 80), endpoints("b", 81)}, nil, "1", time.Now())
+	srv := NewServer(c, ServerOptions{AckWait: time.Second})
+	for _, delta := range []bool{false, true} {
+		sub := &subscriber{c: c, delta: delta, wake: make(chan struct{}, 1), ackWait: srv.ackWait}
+		c.addSubscriber(sub)
+		req := request{typeURL: TypeEndpoint.URL(), names: []string{"a", "b"}, subscribe: []string{"a", "b"}}
+		srv.onRequest(sub, req)
+		now := time.Now()
+		build := func(at time.Time) (response, bool) {
+			sub.mu.Lock()
+			defer sub.mu.Unlock()
+			return sub.build(TypeEndpoint, at)
+		}
+		r, ok := build(now)
+		if !ok || r.count != 2 {
+			t.Fatalf("delta %v: first response %v %d", delta, ok, r.count)
+		}
+		c.Apply(TypeEndpoint, []Resource{{Name: "a", Version: "2", Message: endpoints("a", 82).Message}}, nil, "2", now)
+		if _, ok := build(now.Add(10 * time.Millisecond)); ok {
+			t.Fatalf("delta %v: a response went before the previous one was answered", delta)
+		}
+		c.Apply(TypeEndpoint, []Resource{{Name: "b", Version: "3", Message: endpoints("b", 83).Message}}, nil, "3", now)
+		if _, ok := sub.retryAt(); !ok {
+			t.Fatalf("delta %v: work waits for an answer but no retry is due", delta)
+		}
+		req.nonce, req.names, req.subscribe = r.nonce, []string{"a", "b"}, nil
+		srv.onRequest(sub, req) // the ACK
+		if r, ok = build(now.Add(20 * time.Millisecond)); !ok || r.count != 2 {
+			t.Fatalf("delta %v: after the ACK %v with %d resources, want both changes", delta, ok, r.count)
+		}
+		// No answer: the next change goes once AckWait has passed.
+		c.Apply(TypeEndpoint, []Resource{{Name: "a", Version: "4", Message: endpoints("a", 84).Message}}, nil, "4", now)
+		if _, ok := build(now.Add(500 * time.Millisecond)); ok {
+			t.Fatalf("delta %v: sent before AckWait", delta)
+		}
+		if at, ok := sub.retryAt(); !ok || !at.Equal(now.Add(20*time.Millisecond+time.Second)) {
+			t.Fatalf("delta %v: retry at %v %v", delta, at, ok)
+		}
+		if r, ok = build(now.Add(2 * time.Second)); !ok || r.count != 1 {
+			t.Fatalf("delta %v: after AckWait %v %d", delta, ok, r.count)
+		}
+		// A NACK answers too.
+		c.Apply(TypeEndpoint, []Resource{{Name: "b", Version: "5", Message: endpoints("b", 85).Message}}, nil, "5", now)
+		msg := "bad"
+		req.nonce, req.errMsg = r.nonce, &msg
+		srv.onRequest(sub, req)
+		if _, ok = build(now.Add(2*time.Second + time.Millisecond)); !ok {
+			t.Fatalf("delta %v: nothing sent after a NACK", delta)
+		}
+		c.removeSubscriber(sub)
 	}
 }
 

@@ -15,6 +15,14 @@ import (
 // limit is 4 MiB.
 const maxResponseBytes = 1 << 20
 
+// defaultAckWait is how long a type's next response waits for the client to
+// answer (ACK or NACK) the previous one. Waiting is what coalesces: changes made
+// meanwhile go out together in one response when the answer comes, so a
+// client that falls behind gets fewer, larger responses instead of a queue
+// of small ones in gRPC's buffers. Envoy and grpc-go answer every response;
+// a client that never answers still gets one response per wait.
+const defaultAckWait = time.Second
+
 // subscriber is one ADS stream. Its pending sets are its queue: bounded by
 // the number of resources, each change coalesced to "send the current
 // version of id", so a subscriber that stops reading costs one bit per
@@ -34,8 +42,11 @@ type subscriber struct {
 	delta bool
 	wake  chan struct{} // capacity 1: "something is pending"
 
+	ackWait time.Duration // ServerOptions.AckWait
+
 	mu    sync.Mutex
 	nonce uint64
+	now   time.Time // when the response being built was asked for
 	t     [numTypes]subType
 }
 
@@ -44,12 +55,15 @@ type subType struct {
 	wildcard  bool
 	subs      bitset.BitSet // ids named explicitly
 	pending   bitset.BitSet // ids to (re)send
+	dirty     bool          // pending may hold bits; false: it is empty (spares scanning it)
 	missing   bitset.BitSet // delta: named ids to report as absent once
 	after     bitset.BitSet // endpoints: to resend once their clusters are sent
 	releasing bitset.BitSet // endpoints: to resend when the cluster response in flight is sent
 	full      bool          // state of the world, clusters and listeners: resend everything
 	sent      []uint64      // delta: seq of the version the client holds, by id (0: none)
 	origin    time.Time     // commit time of the oldest change not yet sent
+	awaiting  string        // nonce of the last response until the client answers it
+	awaitAt   time.Time     // when that response was built
 
 	inflight     [8]inflight // last responses, by nonce, awaiting ACK
 	next         int
@@ -94,6 +108,7 @@ func (s *subscriber) notify(t Type, changed []change, origin time.Time) {
 				continue
 			}
 			st.pending.Set(uint(ch.id))
+			st.dirty = true
 			any = true
 			// The cluster's endpoints go again once the cluster is sent.
 			if ch.eds != noEDS && se.requested && se.wants(ch.eds, false) {
@@ -121,6 +136,7 @@ func (s *subscriber) clustersSent() {
 	if se.releasing.Any() {
 		se.pending.InPlaceUnion(&se.releasing)
 		se.releasing.ClearAll()
+		se.dirty = true
 	}
 	s.mu.Unlock()
 }
@@ -149,9 +165,9 @@ func (s *subscriber) nextNonce() string {
 
 // build returns the next response to send for type t, if any. Called by
 // the stream's send goroutine with s.mu held.
-func (s *subscriber) build(t Type) (response, bool) {
+func (s *subscriber) build(t Type, now time.Time) (response, bool) {
 	st := &s.t[t]
-	if !st.requested {
+	if !st.requested || st.gated(now, s.ackWait) || (!st.full && !st.dirty) {
 		return response{}, false
 	}
 	if t == TypeCluster {
@@ -163,6 +179,7 @@ func (s *subscriber) build(t Type) (response, bool) {
 			se.after.ClearAll()
 		}()
 	}
+	s.now = now
 	if s.delta {
 		return s.buildDelta(t, st)
 	}
@@ -176,12 +193,14 @@ func (s *subscriber) build(t Type) (response, bool) {
 // protocol requires; a wildcard subscriber gets the shared encoding.
 func (s *subscriber) buildFull(t Type, st *subType) (response, bool) {
 	if !st.full && !st.pending.Any() {
+		st.dirty = false
 		return response{}, false
 	}
 	st.full = false
 	st.pending.ClearAll()
+	st.dirty = false
 	tc := s.c.types[t]
-	r := response{t: t, msg: &wireMsg{}, nonce: s.nextNonce(), origin: st.origin}
+	r := response{t: t, msg: newWireMsg(), nonce: s.nextNonce(), origin: st.origin}
 	st.origin = time.Time{}
 	tc.mu.RLock()
 	r.version = tc.version
@@ -207,10 +226,11 @@ func (s *subscriber) buildFull(t Type, st *subType) (response, bool) {
 // changed ones only, split at maxResponseBytes.
 func (s *subscriber) buildPartial(t Type, st *subType) (response, bool) {
 	if !st.pending.Any() {
+		st.dirty = false
 		return response{}, false
 	}
 	tc := s.c.types[t]
-	r := response{t: t, msg: &wireMsg{}}
+	r := response{t: t, msg: newWireMsg()}
 	var maxSeq uint64
 	tc.mu.RLock()
 	id, ok := st.pending.NextSet(0)
@@ -229,7 +249,7 @@ func (s *subscriber) buildPartial(t Type, st *subType) (response, bool) {
 	}
 	tc.mu.RUnlock()
 	r.origin = st.origin
-	if !st.pending.Any() {
+	if st.dirty = st.pending.Any(); !st.dirty {
 		st.origin = time.Time{}
 	}
 	if r.count == 0 {
@@ -244,10 +264,11 @@ func (s *subscriber) buildPartial(t Type, st *subType) (response, bool) {
 // and removals of resources it holds that are gone.
 func (s *subscriber) buildDelta(t Type, st *subType) (response, bool) {
 	if !st.pending.Any() {
+		st.dirty = false
 		return response{}, false
 	}
 	tc := s.c.types[t]
-	r := response{t: t, msg: &wireMsg{}}
+	r := response{t: t, msg: newWireMsg()}
 	var removed []byte
 	tc.mu.RLock()
 	if len(st.sent) < len(tc.entries) {
@@ -281,7 +302,7 @@ func (s *subscriber) buildDelta(t Type, st *subType) (response, bool) {
 	r.version = tc.version
 	tc.mu.RUnlock()
 	r.origin = st.origin
-	if !st.pending.Any() {
+	if st.dirty = st.pending.Any(); !st.dirty {
 		st.origin = time.Time{}
 	}
 	if r.count == 0 {
@@ -315,19 +336,46 @@ func (s *subscriber) header(r *response, versionField, typeField, nonceField pro
 	h = appendString(h, versionField, r.version)
 	h = appendString(h, typeField, r.t.URL())
 	h = appendString(h, nonceField, r.nonce)
-	r.msg.bufs = append([][]byte{h}, r.msg.bufs...)
+	r.msg.bufs[0] = h // reserved by newWireMsg
 	r.msg.size += len(h)
 	st := &s.t[r.t]
 	st.inflight[st.next%len(st.inflight)] = inflight{nonce: r.nonce, version: r.version, origin: r.origin}
 	st.next++
 	st.versionSent = r.version
-	st.sentAt = time.Now()
+	st.sentAt = s.now
+	st.awaiting, st.awaitAt = r.nonce, s.now
 	st.responses++
+}
+
+// gated reports whether the type's next response waits for the client's
+// answer to the previous one.
+func (st *subType) gated(now time.Time, wait time.Duration) bool {
+	return st.awaiting != "" && now.Sub(st.awaitAt) < wait
+}
+
+// retryAt returns when a type with work waiting for an answer may send
+// without it. Called by the send goroutine.
+func (s *subscriber) retryAt() (time.Time, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var at time.Time
+	for t := range s.t {
+		st := &s.t[t]
+		if st.requested && st.awaiting != "" && (st.full || st.dirty) {
+			if d := st.awaitAt.Add(s.ackWait); at.IsZero() || d.Before(at) {
+				at = d
+			}
+		}
+	}
+	return at, !at.IsZero()
 }
 
 // ack records the client's answer to the response with nonce. It returns
 // the in-flight record and whether it was found.
 func (st *subType) ack(nonce string, errMsg *string, now time.Time) (inflight, bool) {
+	if nonce != "" && nonce == st.awaiting {
+		st.awaiting = "" // answered: the next response may go
+	}
 	for _, f := range st.inflight {
 		if f.nonce != nonce || nonce == "" {
 			continue

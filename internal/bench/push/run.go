@@ -71,6 +71,11 @@ type Result struct {
 	ConfigEachP99MS float64 `json:"config_each_p99_ms"`
 	// Changes some subscriber had not received 5 s after the churn ended.
 	Undelivered int `json:"undelivered"`
+	// Responses the server sent during the churn (and its 5 s drain), per
+	// subscriber per second, and the process's CPU per change: what a
+	// change costs, less sensitive to the machine's load than latency.
+	ResponsesPerSubPerSec float64 `json:"responses_per_sub_per_s"`
+	CPUMSPerChange        float64 `json:"cpu_ms_per_change"`
 
 	// Heap and goroutine stacks per subscriber, once all had every
 	// resource: the server's side and the bench's own (connection, stream,
@@ -134,6 +139,17 @@ func heap() int64 {
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
 	return int64(m.HeapInuse + m.StackInuse)
+}
+
+// responses counts the responses the server has sent on open streams.
+func responses(ads *xds.Server) uint64 {
+	var n uint64
+	for _, s := range ads.Status() {
+		for _, t := range s.Types {
+			n += t.Responses
+		}
+	}
+	return n
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
@@ -258,6 +274,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Result, error) {
 		f()
 	}
 	cpu0 := cpuSeconds()
+	resp0 := responses(ads)
 	if cfg.Profile != nil {
 		if err := pprof.StartCPUProfile(cfg.Profile); err != nil {
 			return res, err
@@ -299,6 +316,10 @@ churn:
 		time.Sleep(10 * time.Millisecond)
 	}
 	res.CPUSeconds = cpuSeconds() - cpu0
+	res.ResponsesPerSubPerSec = float64(responses(ads)-resp0) / float64(cfg.Subscribers) / cfg.Duration.Seconds()
+	if n := res.EndpointChanges + res.ConfigChanges; n > 0 {
+		res.CPUMSPerChange = res.CPUSeconds * 1000 / float64(n)
+	}
 	tr.mu.Lock()
 	res.Undelivered = tr.open
 	res.EndpointAllP50MS, res.EndpointAllP99MS, res.EndpointAllMaxMS = ms(pct(tr.all[0], 0.5)), ms(pct(tr.all[0], 0.99)), ms(pct(tr.all[0], 1))

@@ -6,6 +6,11 @@ import (
 	"encoding/json"
 	"testing"
 	"time"
+
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/sextant-mesh/sextant/internal/xds"
 )
 
 // TestRunSmall runs the scenario at a small scale with both protocols: every
@@ -28,5 +33,20 @@ func TestRunSmall(t *testing.T) {
 			res.EndpointAllP99MS == 0 || res.ConfigAllP99MS == 0 || res.Clusters != 80 || res.HeapAfterBytes == 0 {
 			t.Fatalf("%s: %+v", res.Protocol, res)
 		}
+	}
+}
+
+// TestACKEncoding: the hand-encoded ACKs decode as the requests they stand
+// for.
+func TestACKEncoding(t *testing.T) {
+	r := response{typeURL: []byte(xds.TypeEndpoint.URL()), version: []byte("42"), nonce: []byte("7z")}
+	var d discoveryv3.DeltaDiscoveryRequest
+	if err := proto.Unmarshal(appendACK(nil, true, &r), &d); err != nil || d.TypeUrl != xds.TypeEndpoint.URL() || d.ResponseNonce != "7z" {
+		t.Fatalf("delta ACK %v: %v", &d, err)
+	}
+	var s discoveryv3.DiscoveryRequest
+	if err := proto.Unmarshal(appendACK(nil, false, &r), &s); err != nil || s.TypeUrl != xds.TypeEndpoint.URL() ||
+		s.ResponseNonce != "7z" || s.VersionInfo != "42" || len(s.ResourceNames) != 1 || s.ResourceNames[0] != "*" {
+		t.Fatalf("SotW ACK %v: %v", &s, err)
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync"
 	"time"
 
@@ -20,14 +19,20 @@ import (
 	"github.com/sextant-mesh/sextant/internal/xds"
 )
 
-// rawMsg receives a discovery response undecoded: the subscriber reads only
-// what it needs (type, version, nonce, names) with protowire, so that the
+// rawMsg receives a discovery response undecoded, or sends a request
+// already encoded: the subscriber reads only what it needs (type, version,
+// nonce, names) with protowire and writes its ACKs the same way, so that the
 // bench's side of each stream stays small next to the server's.
 type rawMsg struct{ b []byte }
 
 type rawCodec struct{ proto encoding.CodecV2 }
 
-func (c rawCodec) Marshal(v any) (mem.BufferSlice, error) { return c.proto.Marshal(v) }
+func (c rawCodec) Marshal(v any) (mem.BufferSlice, error) {
+	if r, ok := v.(*rawMsg); ok {
+		return mem.BufferSlice{mem.SliceBuffer(r.b)}, nil
+	}
+	return c.proto.Marshal(v)
+}
 
 func (c rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	if r, ok := v.(*rawMsg); ok {
@@ -39,12 +44,58 @@ func (c rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
 
 func (rawCodec) Name() string { return "proto" }
 
-// response is what a subscriber reads of one response.
+// response is what a subscriber reads of one response: views into the
+// received bytes, so that reading allocates nothing per resource.
 type response struct {
-	typeURL, version, nonce string
+	typeURL, version, nonce []byte
 	count                   int
-	names                   []string // resources (SotW: only when asked), and delta removals are not kept
-	versions                []string // delta: per resource
+	names                   [][]byte // resources (SotW: only when asked); delta removals are not kept
+	versions                [][]byte // delta: per resource
+}
+
+// reset empties r, dropping its views so that the previous message's bytes
+// (up to a megabyte during the initial sync) are not kept alive: entries
+// past len are always zero.
+func (r *response) reset() {
+	clear(r.names)
+	clear(r.versions)
+	names, versions := r.names[:0], r.versions[:0]
+	if cap(names) > 256 {
+		// Grown by a sync chunk of thousands of resources: let it go
+		// rather than keep ~200 KB per subscriber for changes of a few.
+		names, versions = nil, nil
+	}
+	*r = response{names: names, versions: versions}
+}
+
+// Field numbers of the requests the subscriber sends, encoded by hand: an
+// ACK is a type URL, a nonce and (state of the world) the version and "*".
+const (
+	reqVersionInfo   = 1 // DiscoveryRequest
+	reqResourceNames = 3
+	reqTypeURL       = 4
+	reqNonce         = 5
+
+	deltaReqTypeURL = 2 // DeltaDiscoveryRequest
+	deltaReqNonce   = 6
+)
+
+// appendACK appends the ACK of r.
+func appendACK(b []byte, delta bool, r *response) []byte {
+	if delta {
+		b = protowire.AppendTag(b, deltaReqTypeURL, protowire.BytesType)
+		b = protowire.AppendBytes(b, r.typeURL)
+		b = protowire.AppendTag(b, deltaReqNonce, protowire.BytesType)
+		return protowire.AppendBytes(b, r.nonce)
+	}
+	b = protowire.AppendTag(b, reqVersionInfo, protowire.BytesType)
+	b = protowire.AppendBytes(b, r.version)
+	b = protowire.AppendTag(b, reqResourceNames, protowire.BytesType)
+	b = protowire.AppendString(b, "*")
+	b = protowire.AppendTag(b, reqTypeURL, protowire.BytesType)
+	b = protowire.AppendBytes(b, r.typeURL)
+	b = protowire.AppendTag(b, reqNonce, protowire.BytesType)
+	return protowire.AppendBytes(b, r.nonce)
 }
 
 func field(b []byte, f func(num protowire.Number, v []byte) error) error {
@@ -77,13 +128,13 @@ func field(b []byte, f func(num protowire.Number, v []byte) error) error {
 // resourceName reads field 1 (the name of a Cluster, Listener,
 // RouteConfiguration; cluster_name of a ClusterLoadAssignment) of an Any's
 // value.
-func resourceName(anyMsg []byte) (string, error) {
-	var name string
+func resourceName(anyMsg []byte) ([]byte, error) {
+	var name []byte
 	err := field(anyMsg, func(num protowire.Number, v []byte) error {
 		if num == 2 {
 			return field(v, func(num protowire.Number, v []byte) error {
-				if num == 1 && name == "" {
-					name = string(v)
+				if num == 1 && name == nil {
+					name = v
 				}
 				return nil
 			})
@@ -93,12 +144,12 @@ func resourceName(anyMsg []byte) (string, error) {
 	return name, err
 }
 
-func parseSotW(b []byte, withNames bool) (response, error) {
-	var r response
-	err := field(b, func(num protowire.Number, v []byte) error {
+func parseSotW(r *response, b []byte, withNames bool) error {
+	r.reset()
+	return field(b, func(num protowire.Number, v []byte) error {
 		switch num {
 		case 1:
-			r.version = string(v)
+			r.version = v
 		case 2:
 			r.count++
 			if withNames {
@@ -109,30 +160,29 @@ func parseSotW(b []byte, withNames bool) (response, error) {
 				r.names = append(r.names, n)
 			}
 		case 4:
-			r.typeURL = string(v)
+			r.typeURL = v
 		case 5:
-			r.nonce = string(v)
+			r.nonce = v
 		}
 		return nil
 	})
-	return r, err
 }
 
-func parseDelta(b []byte) (response, error) {
-	var r response
-	err := field(b, func(num protowire.Number, v []byte) error {
+func parseDelta(r *response, b []byte) error {
+	r.reset()
+	return field(b, func(num protowire.Number, v []byte) error {
 		switch num {
 		case 1:
-			r.version = string(v)
+			r.version = v
 		case 2:
 			r.count++
-			var name, ver string
+			var name, ver []byte
 			if err := field(v, func(num protowire.Number, v []byte) error {
 				switch num {
 				case 1:
-					ver = string(v)
+					ver = v
 				case 3:
-					name = string(v)
+					name = v
 				}
 				return nil
 			}); err != nil {
@@ -141,24 +191,35 @@ func parseDelta(b []byte) (response, error) {
 			r.names = append(r.names, name)
 			r.versions = append(r.versions, ver)
 		case 4:
-			r.typeURL = string(v)
+			r.typeURL = v
 		case 5:
-			r.nonce = string(v)
+			r.nonce = v
 		}
 		return nil
 	})
-	return r, err
 }
 
 // revision reads the revision a version stands for: the engine's versions
 // are a revision, possibly followed by "+" marks.
-func revision(v string) int64 {
-	i := 0
-	for i < len(v) && v[i] >= '0' && v[i] <= '9' {
-		i++
+func revision(v []byte) int64 {
+	var n int64
+	for _, c := range v {
+		if c < '0' || c > '9' {
+			break
+		}
+		n = n*10 + int64(c-'0')
 	}
-	n, _ := strconv.ParseInt(v[:i], 10, 64)
 	return n
+}
+
+// typeOf is xds.TypeOf of a type URL's bytes.
+func typeOf(url []byte) (xds.Type, bool) {
+	for _, t := range types {
+		if string(url) == t.URL() {
+			return t, true
+		}
+	}
+	return 0, false
 }
 
 var types = []xds.Type{xds.TypeCluster, xds.TypeEndpoint, xds.TypeListener, xds.TypeRoute}
@@ -176,7 +237,10 @@ type subscriber struct {
 }
 
 func dialSubscriber(addr string) (*grpc.ClientConn, error) {
+	// Fixed windows, as Envoy's: no BDP pings after every response read
+	// (grpc-go's default), and a bound on what a lagging subscriber buffers.
 	return grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithInitialWindowSize(4<<20), grpc.WithInitialConnWindowSize(4<<20),
 		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(rawCodec{proto: encoding.GetCodecV2("proto")}), grpc.MaxCallRecvMsgSize(256<<20)))
 }
 
@@ -210,7 +274,9 @@ func (s *subscriber) run(ctx context.Context, want [4]int) error {
 			return err
 		}
 	}
+	var r response
 	for {
+		r.reset() // before blocking: keep nothing of the last message
 		var m rawMsg
 		if err := stream.RecvMsg(&m); err != nil {
 			if ctx.Err() != nil {
@@ -225,25 +291,21 @@ func (s *subscriber) run(ctx context.Context, want [4]int) error {
 		default:
 			syncing = true
 		}
-		var r response
 		if s.delta {
-			r, err = parseDelta(m.b)
-		} else if r, err = parseSotW(m.b, false); err == nil && !syncing && !fullState(r.typeURL) {
-			r, err = parseSotW(m.b, true)
+			err = parseDelta(&r, m.b)
+		} else if err = parseSotW(&r, m.b, false); err == nil && !syncing && !fullState(r.typeURL) {
+			err = parseSotW(&r, m.b, true)
 		}
 		if err != nil {
 			return fmt.Errorf("bench: subscriber %d: %w", s.id, err)
 		}
-		var ack any
-		if s.delta {
-			ack = &discoveryv3.DeltaDiscoveryRequest{TypeUrl: r.typeURL, ResponseNonce: r.nonce}
-		} else {
-			ack = &discoveryv3.DiscoveryRequest{TypeUrl: r.typeURL, VersionInfo: r.version, ResponseNonce: r.nonce, ResourceNames: []string{"*"}}
-		}
+		// A fresh buffer each time: gRPC may still read it after SendMsg
+		// returns.
+		ack := &rawMsg{b: appendACK(make([]byte, 0, 32+len(r.typeURL)+len(r.nonce)+len(r.version)), s.delta, &r)}
 		if err := stream.SendMsg(ack); err != nil {
 			return err
 		}
-		t, _ := xds.TypeOf(r.typeURL)
+		t, _ := typeOf(r.typeURL)
 		if syncing {
 			if fullState(r.typeURL) && !s.delta {
 				s.counts[t] = r.count
@@ -259,8 +321,8 @@ func (s *subscriber) run(ctx context.Context, want [4]int) error {
 	}
 }
 
-func fullState(typeURL string) bool {
-	return typeURL == xds.TypeCluster.URL() || typeURL == xds.TypeListener.URL()
+func fullState(typeURL []byte) bool {
+	return string(typeURL) == xds.TypeCluster.URL() || string(typeURL) == xds.TypeListener.URL()
 }
 
 // event is one change whose arrival at every subscriber is awaited.
@@ -306,8 +368,8 @@ func (t *tracker) received(s *subscriber, typ xds.Type, r *response, full bool, 
 	if len(active) == 0 {
 		return
 	}
-	see := func(name string, v int64) {
-		evs := active[name]
+	see := func(name []byte, v int64) {
+		evs := active[string(name)]
 		if len(evs) == 0 {
 			return
 		}
@@ -326,16 +388,16 @@ func (t *tracker) received(s *subscriber, typ xds.Type, r *response, full bool, 
 			kept = append(kept, e)
 		}
 		if len(kept) == 0 {
-			delete(active, name)
+			delete(active, string(name))
 		} else {
-			active[name] = kept
+			active[string(name)] = kept
 		}
 	}
 	switch {
 	case full:
 		v := revision(r.version)
 		for name := range active {
-			see(name, v)
+			see([]byte(name), v)
 		}
 	case r.versions != nil:
 		for i, name := range r.names {
