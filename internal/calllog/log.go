@@ -328,7 +328,7 @@ func (l *Log) flush(p *partition, durable bool) error {
 		return nil
 	}
 	now := l.opts.Now()
-	if p.active != nil && (now.UnixNano()-p.active.start >= int64(l.opts.SegmentSpan) || p.active.bytes >= l.opts.SegmentBytes) {
+	if p.active != nil && (now.UnixNano()-p.active.start >= int64(l.opts.SegmentSpan) || p.active.bytes.Load() >= l.opts.SegmentBytes) {
 		if err := l.seal(p); err != nil {
 			return err
 		}
@@ -392,7 +392,7 @@ func (l *Log) flush(p *partition, durable bool) error {
 		return fmt.Errorf("calllog: %s: %w", p.service, err)
 	}
 	l.written.Add(uint64(len(recs)))
-	seg.bytes = dirBytes(seg.dir)
+	seg.bytes.Store(dirBytes(seg.dir))
 	return nil
 }
 
@@ -437,7 +437,7 @@ func (l *Log) Bytes() int64 {
 	var n int64
 	for _, p := range l.parts {
 		for _, s := range p.segs {
-			n += s.bytes
+			n += s.bytes.Load()
 		}
 	}
 	return n

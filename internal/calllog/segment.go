@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/sextant-mesh/sextant/internal/callstore"
@@ -19,8 +20,8 @@ import (
 type segment struct {
 	dir        string
 	start      int64
-	minT, maxT int64 // record t bounds; maxT is MaxInt64 while unknown
-	bytes      int64
+	minT, maxT int64        // record t bounds; maxT is MaxInt64 while unknown
+	bytes      atomic.Int64 // size on disk as last measured: written by the writer, read by Bytes under l.mu
 	sealed     bool
 
 	// Guarded by Log.mu.
@@ -69,7 +70,7 @@ func (l *Log) load() error {
 			if b, err := os.ReadFile(filepath.Join(sg.dir, "bounds")); err == nil {
 				fmt.Sscan(string(b), &sg.minT, &sg.maxT)
 			}
-			sg.bytes = dirBytes(sg.dir)
+			sg.bytes.Store(dirBytes(sg.dir))
 			p.segs = append(p.segs, sg)
 		}
 		slices.SortFunc(p.segs, func(a, b *segment) int { return cmp.Compare(a.start, b.start) })
@@ -123,7 +124,7 @@ func (l *Log) seal(p *partition) error {
 	if err := os.WriteFile(filepath.Join(sg.dir, "bounds"), []byte(b), 0o644); err != nil {
 		return fmt.Errorf("calllog: %w", err)
 	}
-	sg.bytes = dirBytes(sg.dir)
+	sg.bytes.Store(dirBytes(sg.dir))
 	l.mu.Lock()
 	sg.sealed = true
 	sg.lastUse = l.opts.Now()
@@ -143,7 +144,7 @@ func (l *Log) retain() error {
 	owner := map[*segment]*partition{}
 	for _, p := range l.parts {
 		for _, s := range p.segs {
-			total += s.bytes
+			total += s.bytes.Load()
 			if s.sealed {
 				sealed = append(sealed, s)
 				owner[s] = p
@@ -156,7 +157,7 @@ func (l *Log) retain() error {
 		if s.maxT >= cutoff && total <= l.opts.MaxBytes {
 			break
 		}
-		total -= s.bytes
+		total -= s.bytes.Load()
 		p := owner[s]
 		p.segs = slices.DeleteFunc(p.segs, func(x *segment) bool { return x == s })
 		s.deleted = true
