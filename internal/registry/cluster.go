@@ -3,6 +3,7 @@ package registry
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/sextant-mesh/sextant/internal/store"
@@ -141,19 +142,26 @@ type headReader interface {
 }
 
 // catchUp waits until the catalog has applied every revision the store
-// had committed when it was called, and reports whether the catalog moved
-// (false too when the store cannot say). Committer goroutine.
-func (r *Registry) catchUp(ctx context.Context) bool {
+// had committed when it was called. It reports whether the catalog moved,
+// and an error when it cannot tell it is current (the store did not
+// answer, or the follower did not get there in time). Committer goroutine.
+func (r *Registry) catchUp(ctx context.Context) (bool, error) {
 	hr, ok := r.st.(headReader)
 	if !ok {
-		return false
+		return false, nil
 	}
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	from := r.cat.Revision()
 	head, _, err := hr.Head(cctx, from)
-	if err != nil || head <= from {
-		return false
+	if err != nil {
+		return false, fmt.Errorf("registry: read the store's head: %w", err)
 	}
-	return r.waitApplied(cctx, head) == nil
+	if head <= from {
+		return false, nil
+	}
+	if err := r.waitApplied(cctx, head); err != nil {
+		return false, fmt.Errorf("registry: catch up to revision %d: %w", head, err)
+	}
+	return true, nil
 }

@@ -113,14 +113,21 @@ func (r *Registry) commit(ctx context.Context, batch []*request) {
 		// Another server may have changed what these decided on (an
 		// instance deregistered there, re-registered here unchanged): plan
 		// them again once the catalog has every commit up to now.
+		// Without knowing the catalog is current their answers may be
+		// stale (acknowledged, not written): they fail instead.
 		again := idle
 		idle = nil
-		if r.catchUp(ctx) {
-			for _, req := range again {
-				if _, ok := req.w.(Finisher); !ok {
-					req.rev = 0
-					plan(req)
-				}
+		moved, err := r.catchUp(ctx)
+		for _, req := range again {
+			if _, ok := req.w.(Finisher); ok {
+				continue
+			}
+			switch {
+			case err != nil:
+				req.rev, req.err = 0, fmt.Errorf("%w: %w", store.ErrUnavailable, err)
+			case moved:
+				req.rev = 0
+				plan(req)
 			}
 		}
 	}
