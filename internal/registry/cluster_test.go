@@ -2,11 +2,13 @@ package registry
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/sextant-mesh/sextant/internal/catalog"
+	"github.com/sextant-mesh/sextant/internal/store"
 	"github.com/sextant-mesh/sextant/internal/store/embedded"
 )
 
@@ -105,4 +107,44 @@ func TestClusterNewTermGrace(t *testing.T) {
 	}
 	clk.Advance(200 * time.Millisecond)
 	await("a expires after the grace period (6.6s)", func() bool { return !healthy() })
+}
+
+// headless is the embedded store made to look shared (it has a Head), whose
+// head cannot be read.
+type headless struct {
+	*embedded.Store
+}
+
+func (headless) Head(context.Context, int64) (int64, int64, error) {
+	return 0, 0, errors.New("database unreachable")
+}
+
+// TestClusterUnchangedNeedsACurrentCatalog: in cluster mode a register the
+// catalog finds unchanged is answered without a write only once the
+// catalog is shown current (another server may have deregistered the
+// instance). When the store's head cannot be read, the request fails as
+// unavailable instead of being acknowledged with nothing written.
+func TestClusterUnchangedNeedsACurrentCatalog(t *testing.T) {
+	ctx := context.Background()
+	st, err := embedded.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	r, err := Open(headless{st}, Options{Cluster: &judge{term: 1, moved: make(chan struct{}, 1)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if _, err := r.Register(ctx, []*catalog.Instance{instance("a", "s", 1)}); err != nil {
+		t.Fatal(err)
+	}
+	rev, err := r.Register(ctx, []*catalog.Instance{instance("a", "s", 1)})
+	if !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("unchanged register with an unreadable head: revision %d, err %v; want ErrUnavailable", rev, err)
+	}
+	// A write that changes something commits as usual.
+	if _, err := r.Register(ctx, []*catalog.Instance{instance("a", "s", 2)}); err != nil {
+		t.Fatal(err)
+	}
 }
