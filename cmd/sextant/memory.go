@@ -59,15 +59,17 @@ func applyMemoryLimit(flag string) (int64, error) {
 // Quiet-release policy: see releaseWhenQuiet.
 const (
 	releaseTick  = time.Second
-	releaseBurst = 64 << 20 // allocated since the last release, bytes
+	releaseBurst = 64 << 20 // allocated since the last release, bytes, at least
 	releaseQuiet = 1 << 20  // allocated in the last tick: the server is quiet
 )
 
 // shouldRelease decides, once a tick, whether to hand garbage back: the
-// process allocated at least releaseBurst since the last release (a bulk
-// load, a burst of writes) and has now gone quiet.
-func shouldRelease(sinceRelease, lastTick uint64) bool {
-	return sinceRelease >= releaseBurst && lastTick < releaseQuiet
+// process allocated at least releaseBurst, and half its live heap, since the
+// last release (a bulk load, a burst of writes) and has now gone quiet. The
+// half-heap floor bounds the forced cycles of a bursty load to about twice
+// the GC's own (GOGC=100 runs one per live heap allocated).
+func shouldRelease(sinceRelease, lastTick, live uint64) bool {
+	return sinceRelease >= max(releaseBurst, live/2) && lastTick < releaseQuiet
 }
 
 // releaseWhenQuiet returns the garbage of a burst (a bulk load's decode
@@ -79,14 +81,14 @@ func shouldRelease(sinceRelease, lastTick uint64) bool {
 // scavenge, off the request path; under steady load it never fires. It
 // runs until ctx ends.
 func releaseWhenQuiet(ctx context.Context, log *slog.Logger) {
-	sample := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}}
-	read := func() uint64 {
-		metrics.Read(sample)
-		if sample[0].Value.Kind() != metrics.KindUint64 {
+	sample := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}, {Name: "/gc/heap/live:bytes"}}
+	value := func(i int) uint64 {
+		if sample[i].Value.Kind() != metrics.KindUint64 {
 			return 0
 		}
-		return sample[0].Value.Uint64()
+		return sample[i].Value.Uint64()
 	}
+	read := func() uint64 { metrics.Read(sample); return value(0) }
 	t := time.NewTicker(releaseTick)
 	defer t.Stop()
 	released, prev := read(), read()
@@ -97,7 +99,7 @@ func releaseWhenQuiet(ctx context.Context, log *slog.Logger) {
 		case <-t.C:
 		}
 		now := read()
-		if shouldRelease(now-released, now-prev) {
+		if shouldRelease(now-released, now-prev, value(1)) {
 			start := time.Now()
 			debug.FreeOSMemory()
 			log.Debug("released garbage after a burst", "allocated_mb", (now-released)>>20, "took", time.Since(start))

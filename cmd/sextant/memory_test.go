@@ -37,18 +37,20 @@ func TestParseMemoryLimit(t *testing.T) {
 
 func TestShouldRelease(t *testing.T) {
 	for _, tc := range []struct {
-		name                   string
-		sinceRelease, lastTick uint64
-		want                   bool
+		name                         string
+		sinceRelease, lastTick, live uint64
+		want                         bool
 	}{
-		{"quiet after a burst", 300 << 20, 10 << 10, true},
-		{"still busy", 300 << 20, 50 << 20, false},
-		{"quiet, nothing to return", 10 << 20, 0, false},
-		{"at the thresholds", releaseBurst, releaseQuiet - 1, true},
-		{"just busy", releaseBurst, releaseQuiet, false},
+		{"quiet after a burst", 300 << 20, 10 << 10, 330 << 20, true},
+		{"still busy", 300 << 20, 50 << 20, 330 << 20, false},
+		{"quiet, nothing to return", 10 << 20, 0, 1 << 20, false},
+		{"at the thresholds", releaseBurst, releaseQuiet - 1, 0, true},
+		{"just busy", releaseBurst, releaseQuiet, 0, false},
+		{"burst small for the heap", 100 << 20, 0, 330 << 20, false},
+		{"half the heap", 165 << 20, 0, 330 << 20, true},
 	} {
-		if got := shouldRelease(tc.sinceRelease, tc.lastTick); got != tc.want {
-			t.Errorf("%s: shouldRelease(%d, %d) = %v, want %v", tc.name, tc.sinceRelease, tc.lastTick, got, tc.want)
+		if got := shouldRelease(tc.sinceRelease, tc.lastTick, tc.live); got != tc.want {
+			t.Errorf("%s: shouldRelease(%d, %d, %d) = %v, want %v", tc.name, tc.sinceRelease, tc.lastTick, tc.live, got, tc.want)
 		}
 	}
 }
