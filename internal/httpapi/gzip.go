@@ -5,6 +5,7 @@ import (
 	"compress/gzip"
 	"net/http"
 	"strings"
+	"sync"
 )
 
 // minGzip is the smallest answer worth compressing: below it the gzip
@@ -38,13 +39,23 @@ func acceptsGzip(h http.Header) bool {
 	return false
 }
 
+// gzipWriters reuses compressors: each holds ~800 KB of state, and a
+// service that changes under gzip readers compresses every version.
+var gzipWriters = sync.Pool{New: func() any {
+	zw, _ := gzip.NewWriterLevel(nil, gzip.DefaultCompression)
+	return zw
+}}
+
 // gzipBytes compresses an answer that is kept and shared, so it spends the
 // default level's CPU once for better ratio.
 func gzipBytes(b []byte) []byte {
 	var out bytes.Buffer
-	out.Grow(len(b) / 4)
-	zw, _ := gzip.NewWriterLevel(&out, gzip.DefaultCompression)
+	out.Grow(len(b)/8 + 64)
+	zw := gzipWriters.Get().(*gzip.Writer)
+	zw.Reset(&out)
 	zw.Write(b) // writes to a bytes.Buffer do not fail
 	zw.Close()
+	zw.Reset(nil)
+	gzipWriters.Put(zw)
 	return out.Bytes()
 }

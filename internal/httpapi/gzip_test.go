@@ -130,3 +130,16 @@ func TestQueryGzip(t *testing.T) {
 		t.Fatalf("after a register: %d instances, want 41", len(q.Instances))
 	}
 }
+
+// BenchmarkGzipAnswer is the compression of one 100-instance answer, paid
+// once per service version by the first gzip reader.
+func BenchmarkGzipAnswer(b *testing.B) {
+	body := registerBodies()["batch500"][:36<<10]
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if z := gzipBytes(body); len(z) == 0 {
+			b.Fatal("empty")
+		}
+	}
+}
