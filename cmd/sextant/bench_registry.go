@@ -83,6 +83,7 @@ read the figures with that in mind.`,
 	fl.IntVar(&cfg.HeartbeatPool, "heartbeat-pool", 0, "heartbeat: instances heartbeated (default 100000)")
 	fl.IntVar(&cfg.QueryConns, "query-conns", 0, "query: concurrent connections (default 64)")
 	fl.IntVar(&cfg.QuerySize, "query-size", 0, "query: instances in the queried service (default 100)")
+	fl.BoolVar(&cfg.QueryGzip, "query-gzip", false, "query: ask for gzip answers (Accept-Encoding: gzip); they are read, not inflated")
 	fl.IntVar(&cfg.ChangesTotal, "changes-total", 0, "changes: instances the registry holds before the changes (default 200000)")
 	fl.IntVar(&cfg.ChangesCount, "changes-count", 0, "changes: changes the timed call returns (default 5000)")
 	fl.IntVar(&cfg.ChangesRounds, "changes-rounds", 0, "changes: timed calls (default 50)")

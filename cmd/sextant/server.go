@@ -62,6 +62,7 @@ type serverFlags struct {
 	readRate    float64
 	readBurst   int
 	workers     int
+	memoryLimit string
 
 	xdsListener net.Listener // tests: serve xDS on it instead of listening on --xds
 }
@@ -120,6 +121,7 @@ without ACLs logs a warning.`,
 	fl.Float64Var(&f.readRate, "rate-limit-read", 0, "reads per second per caller; 0: no limit")
 	fl.IntVar(&f.readBurst, "rate-limit-read-burst", 0, "reads a caller may send at once (default: the rate, at least 1)")
 	fl.IntVar(&f.workers, "scheduler-workers", runtime.GOMAXPROCS(0), "goroutines that split one placement decision on clusters of 8,192+ nodes (1: the committer alone)")
+	fl.StringVar(&f.memoryLimit, "memory-limit", "", "soft limit of the Go heap and runtime (e.g. 450MiB, 2GiB, off): the GC works harder near it (docs/registry.md, \"Memory\"); default: GOMEMLIMIT, else none")
 	rootCmd.AddCommand(cmd)
 }
 
@@ -143,6 +145,15 @@ func runServer(ctx context.Context, f serverFlags) error {
 	if err != nil {
 		return err
 	}
+	memLimit, err := applyMemoryLimit(f.memoryLimit)
+	if err != nil {
+		return err
+	}
+	// Hand a burst's garbage back once the server goes quiet.
+	relCtx, relStop := context.WithCancel(context.Background())
+	relDone := make(chan struct{})
+	go func() { defer close(relDone); releaseWhenQuiet(relCtx, log.With("component", "memory")) }()
+	defer func() { relStop(); <-relDone }()
 	if f.store == "" {
 		if err := os.MkdirAll(f.data, 0o755); err != nil {
 			return fmt.Errorf("create data directory: %w", err)
@@ -324,7 +335,7 @@ func runServer(ctx context.Context, f serverFlags) error {
 	// The server already answers meanwhile, on its own goroutines.
 	debug.FreeOSMemory()
 	nodes, placements := sched.Len()
-	log.Info("ready", "instances", reg.Catalog().Instances().Len(), "nodes", nodes, "placements", placements, "revision", reg.Catalog().Revision())
+	log.Info("ready", "instances", reg.Catalog().Instances().Len(), "nodes", nodes, "placements", placements, "revision", reg.Catalog().Revision(), "memory_limit", memoryLimitName(memLimit))
 
 	select {
 	case <-ctx.Done():

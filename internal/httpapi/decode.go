@@ -23,6 +23,10 @@ type decodeState struct {
 	b      []byte
 	i      int
 	prefix string // "instances[3]" in a batch, "" for a bare instance
+	// pairs is the metadata scratch, reused by every instance of a body:
+	// growing a fresh slice per instance was its largest allocation.
+	pairs   []pair
+	pairBuf [16]pair
 }
 
 func (d *decodeState) field(name string) string {
@@ -355,7 +359,11 @@ func (d *decodeState) metadata(in *catalog.Instance) error {
 	if d.peek() != '{' {
 		return d.typeErr("metadata", "map[string]string")
 	}
-	var pairs []pair
+	if d.pairs == nil {
+		d.pairs = d.pairBuf[:0]
+	}
+	pairs := d.pairs[:0]
+	defer func() { d.pairs = pairs[:0] }()
 	sorted := true
 	size := 0
 	err := d.object(func(kb []byte) error {

@@ -233,7 +233,11 @@ func (a *API) handleWith(method, path string, h handler, open bool) {
 	}
 	counter := map[int]prometheus.Counter{}
 	var mu sync.Mutex
+	ok := a.requests.WithLabelValues(route, "200")
 	count := func(code int) prometheus.Counter {
+		if code == http.StatusOK {
+			return ok // most answers: no lock shared by every connection
+		}
 		mu.Lock()
 		defer mu.Unlock()
 		c := counter[code]
@@ -366,12 +370,25 @@ func writeError(w http.ResponseWriter, e *apiError) {
 
 var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 64<<10); return &b }}
 
+// Header values shared by every answer; net/http copies the header map
+// before it writes it, and never modifies the values.
+var contentTypeJSON = []string{"application/json"}
+
+// setAnswerHeaders sets the headers of a JSON answer of n bytes. The map is
+// assigned directly (the names are canonical): Header.Set would allocate a
+// value slice per header per request. net/http computes Content-Length
+// itself for an answer that fits its 2 KiB buffer.
+func setAnswerHeaders(h http.Header, rev int64, n int) {
+	h["Content-Type"] = contentTypeJSON
+	h["X-Sextant-Revision"] = []string{strconv.FormatInt(rev, 10)}
+	if n >= 2048 {
+		h["Content-Length"] = []string{strconv.Itoa(n)}
+	}
+}
+
 // writeBody sends a prepared JSON body with the revision header.
 func writeBody(w http.ResponseWriter, rev int64, body []byte) {
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("X-Sextant-Revision", strconv.FormatInt(rev, 10))
-	h.Set("Content-Length", strconv.Itoa(len(body)))
+	setAnswerHeaders(w.Header(), rev, len(body))
 	w.Write(body)
 }
 
@@ -397,10 +414,7 @@ func writeJSON(w http.ResponseWriter, rev int64, fill func(b []byte) []byte) {
 	bp := bufPool.Get().(*[]byte)
 	b := fill((*bp)[:0])
 	b = append(b, '\n')
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("X-Sextant-Revision", strconv.FormatInt(rev, 10))
-	h.Set("Content-Length", strconv.Itoa(len(b)))
+	setAnswerHeaders(w.Header(), rev, len(b))
 	w.Write(b)
 	if cap(b) <= 4<<20 {
 		*bp = b

@@ -142,16 +142,36 @@ func (a *API) queryService(w http.ResponseWriter, r *http.Request, reg *registry
 	if q.healthyOnly {
 		memoKey = "h:" + memoKey
 	}
-	body := svc.Memo(memoKey, func() []byte {
-		ins := svc.Select(q.sel, q.healthyOnly)
-		b := make([]byte, 0, 64+512*len(ins))
-		b = append(b, `{"revision":`...)
-		b = strconv.AppendInt(b, svc.Revision, 10)
-		b = append(b, ',')
-		b = appendInstances(b, ins)
-		return append(b, "}\n"...)
-	})
-	writeBody(w, svc.Revision, body)
+	plain := func() []byte {
+		return svc.Memo(memoKey, func() []byte {
+			ins := svc.Select(q.sel, q.healthyOnly)
+			b := make([]byte, 0, 64+512*len(ins))
+			b = append(b, `{"revision":`...)
+			b = strconv.AppendInt(b, svc.Revision, 10)
+			b = append(b, ',')
+			b = appendInstances(b, ins)
+			return append(b, "}\n"...)
+		})
+	}
+	if acceptsGzip(r.Header) {
+		// Compressed once per version too: the compressor costs far more
+		// than the query, so it must not run per reader. A small answer
+		// is sent as it is (the gzip entry is then empty).
+		gz := svc.Memo("z:"+memoKey, func() []byte {
+			b := plain()
+			if len(b) < minGzip {
+				return nil
+			}
+			return gzipBytes(b)
+		})
+		if gz != nil {
+			w.Header()["Content-Encoding"] = contentEncodingGzip
+			w.Header()["Vary"] = varyAcceptEncoding
+			writeBody(w, svc.Revision, gz)
+			return nil
+		}
+	}
+	writeBody(w, svc.Revision, plain())
 	return nil
 }
 

@@ -6,8 +6,10 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/sextant-mesh/sextant/internal/acl"
 	"github.com/sextant-mesh/sextant/internal/catalog"
@@ -81,12 +83,57 @@ func prefixField(prefix, field string) string {
 	return prefix + "." + field
 }
 
+// bodyPool holds register bodies: the decoder copies what it keeps, so a
+// body's buffer is free once decoded.
+var bodyPool = sync.Pool{New: func() any { return new([]byte) }}
+
+// maxPooledBody bounds the buffers kept: a 16 MiB batch is not held for the
+// next small register.
+const maxPooledBody = 1 << 20
+
+// readBodyInto is readBody into *buf, read in one go when the request
+// says its length.
+func readBodyInto(w http.ResponseWriter, r *http.Request, buf *[]byte) ([]byte, error) {
+	if r.ContentLength > MaxBody {
+		return nil, &http.MaxBytesError{Limit: MaxBody}
+	}
+	b := (*buf)[:0]
+	if r.ContentLength > 0 {
+		b = slices.Grow(b, int(r.ContentLength)+1) // +1: EOF is read into room, not a new buffer
+	}
+	rd := http.MaxBytesReader(w, r.Body, MaxBody)
+	for {
+		if len(b) == cap(b) {
+			b = slices.Grow(b, 512)
+		}
+		n, err := rd.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			*buf = b
+			var mbe *http.MaxBytesError
+			if errors.As(err, &mbe) {
+				return nil, err
+			}
+			return nil, badRequest("", "reading body: %v", err)
+		}
+	}
+	*buf = b
+	return b, nil
+}
+
 func (a *API) register(w http.ResponseWriter, r *http.Request, reg *registry.Registry) error {
-	body, err := readBody(w, r)
+	buf := bodyPool.Get().(*[]byte)
+	body, err := readBodyInto(w, r, buf)
 	if err != nil {
 		return err
 	}
 	ins, err := parseRegister(body)
+	if cap(*buf) <= maxPooledBody {
+		bodyPool.Put(buf)
+	}
 	if err != nil {
 		return err
 	}

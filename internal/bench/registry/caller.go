@@ -26,6 +26,7 @@ type caller struct {
 	addr string      // host:port to dial
 	host string      // Host header
 	auth string      // Authorization header line, or ""
+	hdr  string      // more header lines ("Name: value\r\n"), or ""
 	tls  *tls.Config // TLS to dial with, or nil
 	conn net.Conn
 	br   *bufio.Reader
@@ -73,6 +74,7 @@ func (c *caller) send(ctx context.Context, method, path string, body []byte) (in
 	w = append(w, c.host...)
 	w = append(w, "\r\nUser-Agent: sextant-bench/1\r\n"...)
 	w = append(w, c.auth...)
+	w = append(w, c.hdr...)
 	if body != nil {
 		w = append(w, "Content-Type: application/json\r\nContent-Length: "...)
 		w = strconv.AppendInt(w, int64(len(body)), 10)

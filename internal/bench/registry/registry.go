@@ -43,18 +43,19 @@ type Config struct {
 	Duration     time.Duration // length of each throughput scenario [10s]
 	MaxInstances int           // cap on instances one throughput scenario registers [1,000,000]
 
-	Conns          int // register: concurrent single-instance registers [256]
-	BatchConns     int // batch: concurrent requests [4]
-	BatchSize      int // batch: instances per request [500]
-	HeartbeatConns int // heartbeat: concurrent requests [4]
-	HeartbeatIDs   int // heartbeat: ids per request [1000]
-	HeartbeatPool  int // heartbeat: instances heartbeated [100,000]
-	QueryConns     int // query: concurrent queries [64]
-	QuerySize      int // query: instances in the queried service [100]
-	ChangesTotal   int // changes: instances the registry holds before [200,000]
-	ChangesCount   int // changes: changes fetched in one call [5,000]
-	ChangesRounds  int // changes: timed calls [50]
-	WatchRounds    int // watch: rounds [300]
+	Conns          int  // register: concurrent single-instance registers [256]
+	BatchConns     int  // batch: concurrent requests [4]
+	BatchSize      int  // batch: instances per request [500]
+	HeartbeatConns int  // heartbeat: concurrent requests [4]
+	HeartbeatIDs   int  // heartbeat: ids per request [1000]
+	HeartbeatPool  int  // heartbeat: instances heartbeated [100,000]
+	QueryConns     int  // query: concurrent queries [64]
+	QuerySize      int  // query: instances in the queried service [100]
+	QueryGzip      bool // query: send Accept-Encoding: gzip (the answer is read, not inflated)
+	ChangesTotal   int  // changes: instances the registry holds before [200,000]
+	ChangesCount   int  // changes: changes fetched in one call [5,000]
+	ChangesRounds  int  // changes: timed calls [50]
+	WatchRounds    int  // watch: rounds [300]
 
 	Keep     bool      // leave what was registered in place
 	Progress io.Writer // progress bars (nil: none)

@@ -85,6 +85,17 @@ func TestEachScenarioTiny(t *testing.T) {
 			},
 		},
 		{
+			scenario: "query",
+			cfg:      Config{QueryConns: 2, QuerySize: 10, QueryGzip: true, Duration: 200 * time.Millisecond},
+			check: func(t *testing.T, res Result) {
+				th := res.Query
+				checkThroughput(t, th, "queries", 1)
+				if th.Items != th.Requests || !strings.Contains(th.Note, "Accept-Encoding: gzip") {
+					t.Errorf("query %+v", th)
+				}
+			},
+		},
+		{
 			scenario: "changes",
 			cfg:      Config{BatchConns: 2, ChangesTotal: 600, ChangesCount: 200, ChangesRounds: 3},
 			check: func(t *testing.T, res Result) {
