@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -67,6 +68,12 @@ func (g *Gateway) serve(ctx *fasthttp.RequestCtx) {
 		// As Envoy without a connect_matcher: tunnels are not proxied.
 		g.localReply(ctx, fasthttp.StatusNotFound, "", reasonNoRoute, "CONNECT is not proxied")
 		return
+	}
+	if u := req.Header.RequestURI(); len(u) > 0 && u[0] != '/' {
+		if err := originForm(&req.Header); err != nil {
+			g.localReply(ctx, fasthttp.StatusBadRequest, "", "bad_request", err.Error())
+			return
+		}
 	}
 	var hostBuf [256]byte
 	host := lower(hostBuf[:0], req.Header.Host())
@@ -443,6 +450,42 @@ func overlaySubset(md map[string]string, hv []byte) (map[string]string, string, 
 		out[string(k)] = string(v)
 	}
 	return out, mdKey(out), nil
+}
+
+// originForm rewrites an absolute-form request target (GET http://a/b,
+// as sent to a forward proxy) to origin form: its authority becomes the
+// Host (RFC 9112 3.2.2: it replaces any Host header) and the rest the
+// target, so that routing and forwarding see what they see for /b.
+func originForm(h *fasthttp.RequestHeader) error {
+	u := h.RequestURI()
+	var rest []byte
+	for _, scheme := range []string{"http://", "https://"} {
+		if len(u) >= len(scheme) && strings.EqualFold(string(u[:len(scheme)]), scheme) {
+			rest = u[len(scheme):]
+			break
+		}
+	}
+	if rest == nil {
+		return fmt.Errorf("request target %q is neither a path nor an http(s) URL", u)
+	}
+	end := bytes.IndexAny(rest, "/?")
+	authority, target := rest, []byte("/")
+	if end >= 0 {
+		authority = rest[:end]
+		if rest[end] == '/' {
+			target = rest[end:]
+		} else {
+			target = append([]byte("/"), rest[end:]...)
+		}
+	}
+	if len(authority) == 0 || bytes.IndexByte(authority, '@') >= 0 {
+		return fmt.Errorf("request target %q has no host, or has user information", u)
+	}
+	authority = append([]byte(nil), authority...)
+	target = append([]byte(nil), target...)
+	h.SetHostBytes(authority)
+	h.SetRequestURIBytes(target)
+	return nil
 }
 
 func lower(dst, s []byte) []byte {

@@ -1,11 +1,15 @@
 package gateway_test
 
 import (
+	"bufio"
 	"bytes"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -83,6 +87,32 @@ func TestRoutesByHostPathAndHeaders(t *testing.T) {
 			}
 			if h.Get("Via") == "" || h.Get("X-Request-Id") == "" {
 				t.Errorf("missing Via or X-Request-Id: %v", h)
+			}
+		})
+	}
+	// An absolute-form target (as sent to a forward proxy) routes by its
+	// own host, which replaces the Host header, and its path.
+	for _, tc := range []struct{ target, host, want string }{
+		{"http://other.example.com/hello", "ignored.example", "upstream=c"},
+		{"HTTP://www.example.com/hello?x=1", "other.example.com", "upstream=a"},
+		{"http://other.example.com", "ignored.example", "upstream=c"},
+	} {
+		t.Run("absolute form "+tc.target, func(t *testing.T) {
+			c, err := net.Dial("tcp", strings.TrimPrefix(g.url, "http://"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			c.SetDeadline(time.Now().Add(5 * time.Second))
+			fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", tc.target, tc.host)
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 || !strings.Contains(string(body), tc.want) {
+				t.Fatalf("got %d %q, want 200 %s", resp.StatusCode, body, tc.want)
 			}
 		})
 	}
