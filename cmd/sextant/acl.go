@@ -147,27 +147,7 @@ func newTokenListCmd(f *clientFlags) *cobra.Command {
 }
 
 func newTokenDeleteCmd(f *clientFlags) *cobra.Command {
-	return &cobra.Command{
-		Use:   "delete ACCESSOR...",
-		Short: "Revoke tokens: refused from the next request on",
-		Args:  cobra.MinimumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := f.client()
-			if err != nil {
-				return err
-			}
-			for _, acc := range args {
-				var res struct {
-					Revision int64 `json:"revision"`
-				}
-				if err := c.Call(cmd.Context(), http.MethodDelete, "/v1/acl/tokens/"+url.PathEscape(acc), nil, &res); err != nil {
-					return failed("delete token "+acc, err)
-				}
-				fmt.Fprintf(cmd.OutOrStdout(), "deleted %s (revision %d)\n", acc, res.Revision)
-			}
-			return nil
-		},
-	}
+	return newACLDeleteCmd(f, "delete ACCESSOR...", "Revoke tokens: refused from the next request on", "token", "/v1/acl/tokens/")
 }
 
 type policyAnswer struct {
@@ -332,9 +312,15 @@ func newPolicyGetCmd(f *clientFlags) *cobra.Command {
 }
 
 func newPolicyDeleteCmd(f *clientFlags) *cobra.Command {
+	return newACLDeleteCmd(f, "delete NAME...", "Delete policies; tokens linked to them lose what they granted", "policy", "/v1/acl/policies/")
+}
+
+// newACLDeleteCmd deletes the named tokens or policies (what) one by one
+// under path, saying the revision of each.
+func newACLDeleteCmd(f *clientFlags, use, short, what, path string) *cobra.Command {
 	return &cobra.Command{
-		Use:   "delete NAME...",
-		Short: "Delete policies; tokens linked to them lose what they granted",
+		Use:   use,
+		Short: short,
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := f.client()
@@ -345,8 +331,8 @@ func newPolicyDeleteCmd(f *clientFlags) *cobra.Command {
 				var res struct {
 					Revision int64 `json:"revision"`
 				}
-				if err := c.Call(cmd.Context(), http.MethodDelete, "/v1/acl/policies/"+url.PathEscape(name), nil, &res); err != nil {
-					return failed("delete policy "+name, err)
+				if err := c.Call(cmd.Context(), http.MethodDelete, path+url.PathEscape(name), nil, &res); err != nil {
+					return failed("delete "+what+" "+name, err)
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "deleted %s (revision %d)\n", name, res.Revision)
 			}

@@ -92,18 +92,16 @@ MEMORY are reserved/allocatable; PODS is placements/allocatable pods.`,
 			if err != nil {
 				return err
 			}
-			all := []client.NodeItem{}
-			var rev int64
-			for first := true; first || opts.PageToken != ""; first = false {
+			all, rev, err := allPages(opts.PageToken, func(token string) ([]client.NodeItem, int64, string, error) {
+				opts.PageToken = token
 				page, err := c.ListNodes(cmd.Context(), opts)
 				if err != nil {
-					return failed("nodes list", err)
+					return nil, 0, "", err
 				}
-				if first {
-					rev = page.Revision
-				}
-				all = append(all, page.Items...)
-				opts.PageToken = page.NextPageToken
+				return page.Items, page.Revision, page.NextPageToken, nil
+			})
+			if err != nil {
+				return failed("nodes list", err)
 			}
 			out := cmd.OutOrStdout()
 			if f.json() {

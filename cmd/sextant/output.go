@@ -216,3 +216,23 @@ func writeJSONLine(w io.Writer, v any) error {
 	enc.SetEscapeHTML(false)
 	return enc.Encode(v)
 }
+
+// allPages fetches pages from token on until one has no next token, and
+// returns their items (never nil, so JSON shows []) and the revision of the
+// first page.
+func allPages[T any](token string, fetch func(token string) (items []T, rev int64, next string, err error)) ([]T, int64, error) {
+	all := []T{}
+	var first int64
+	for i := 0; i == 0 || token != ""; i++ {
+		items, rev, next, err := fetch(token)
+		if err != nil {
+			return nil, 0, err
+		}
+		if i == 0 {
+			first = rev
+		}
+		all = append(all, items...)
+		token = next
+	}
+	return all, first, nil
+}

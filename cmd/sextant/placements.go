@@ -112,18 +112,16 @@ one node, or whose labels match a selector.`,
 			if err != nil {
 				return err
 			}
-			all := []client.Placement{}
-			var rev int64
-			for first := true; first || opts.PageToken != ""; first = false {
+			all, rev, err := allPages(opts.PageToken, func(token string) ([]client.Placement, int64, string, error) {
+				opts.PageToken = token
 				page, err := c.ListPlacements(cmd.Context(), opts)
 				if err != nil {
-					return failed("placements list", err)
+					return nil, 0, "", err
 				}
-				if first {
-					rev = page.Revision
-				}
-				all = append(all, page.Items...)
-				opts.PageToken = page.NextPageToken
+				return page.Items, page.Revision, page.NextPageToken, nil
+			})
+			if err != nil {
+				return failed("placements list", err)
 			}
 			out := cmd.OutOrStdout()
 			if f.json() {
