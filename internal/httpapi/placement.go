@@ -35,6 +35,15 @@ func (a *API) placementRoutes() {
 	a.handle("DELETE", "/v1/placements/{namespace}/{name}", a.deletePlacement)
 }
 
+// schedulerFor checks that the caller holds perm, then returns the
+// registry's scheduler: the start of every placement handler.
+func schedulerFor(r *http.Request, reg *registry.Registry, perm acl.Permission) (*placement.Scheduler, error) {
+	if err := acl.Require(r, perm); err != nil {
+		return nil, err
+	}
+	return schedulerOf(reg)
+}
+
 func schedulerOf(reg *registry.Registry) (*placement.Scheduler, error) {
 	s := placement.Of(reg.Catalog())
 	if s == nil {
@@ -190,10 +199,7 @@ func writeAnswer(w http.ResponseWriter, rev int64, v any) {
 }
 
 func (a *API) putNode(w http.ResponseWriter, r *http.Request, reg *registry.Registry) error {
-	if err := acl.Require(r, acl.Permission{Resource: acl.Placements, Access: acl.Write}); err != nil {
-		return err
-	}
-	s, err := schedulerOf(reg)
+	s, err := schedulerFor(r, reg, acl.Permission{Resource: acl.Placements, Access: acl.Write})
 	if err != nil {
 		return err
 	}
@@ -219,10 +225,7 @@ func (a *API) putNode(w http.ResponseWriter, r *http.Request, reg *registry.Regi
 }
 
 func (a *API) applyNodes(w http.ResponseWriter, r *http.Request, reg *registry.Registry) error {
-	if err := acl.Require(r, acl.Permission{Resource: acl.Placements, Access: acl.Write}); err != nil {
-		return err
-	}
-	s, err := schedulerOf(reg)
+	s, err := schedulerFor(r, reg, acl.Permission{Resource: acl.Placements, Access: acl.Write})
 	if err != nil {
 		return err
 	}
@@ -256,10 +259,7 @@ func (a *API) applyNodes(w http.ResponseWriter, r *http.Request, reg *registry.R
 }
 
 func (a *API) getNode(w http.ResponseWriter, r *http.Request, reg *registry.Registry) error {
-	if err := acl.Require(r, acl.Permission{Resource: acl.Placements, Access: acl.Read}); err != nil {
-		return err
-	}
-	s, err := schedulerOf(reg)
+	s, err := schedulerFor(r, reg, acl.Permission{Resource: acl.Placements, Access: acl.Read})
 	if err != nil {
 		return err
 	}
@@ -273,10 +273,7 @@ func (a *API) getNode(w http.ResponseWriter, r *http.Request, reg *registry.Regi
 }
 
 func (a *API) listNodes(w http.ResponseWriter, r *http.Request, reg *registry.Registry) error {
-	if err := acl.Require(r, acl.Permission{Resource: acl.Placements, Access: acl.Read}); err != nil {
-		return err
-	}
-	s, err := schedulerOf(reg)
+	s, err := schedulerFor(r, reg, acl.Permission{Resource: acl.Placements, Access: acl.Read})
 	if err != nil {
 		return err
 	}
@@ -302,10 +299,7 @@ func (a *API) listNodes(w http.ResponseWriter, r *http.Request, reg *registry.Re
 }
 
 func (a *API) deleteNode(w http.ResponseWriter, r *http.Request, reg *registry.Registry) error {
-	if err := acl.Require(r, acl.Permission{Resource: acl.Placements, Access: acl.Write}); err != nil {
-		return err
-	}
-	s, err := schedulerOf(reg)
+	s, err := schedulerFor(r, reg, acl.Permission{Resource: acl.Placements, Access: acl.Write})
 	if err != nil {
 		return err
 	}
@@ -476,10 +470,7 @@ func writePage[T, V any](w http.ResponseWriter, rev int64, items []T, view func(
 }
 
 func (a *API) getPlacement(w http.ResponseWriter, r *http.Request, reg *registry.Registry) error {
-	if err := acl.Require(r, acl.Permission{Resource: acl.Placements, Access: acl.Read, Namespace: r.PathValue("namespace")}); err != nil {
-		return err
-	}
-	s, err := schedulerOf(reg)
+	s, err := schedulerFor(r, reg, acl.Permission{Resource: acl.Placements, Access: acl.Read, Namespace: r.PathValue("namespace")})
 	if err != nil {
 		return err
 	}
@@ -493,10 +484,7 @@ func (a *API) getPlacement(w http.ResponseWriter, r *http.Request, reg *registry
 }
 
 func (a *API) deletePlacement(w http.ResponseWriter, r *http.Request, reg *registry.Registry) error {
-	if err := acl.Require(r, acl.Permission{Resource: acl.Placements, Access: acl.Write, Namespace: r.PathValue("namespace")}); err != nil {
-		return err
-	}
-	s, err := schedulerOf(reg)
+	s, err := schedulerFor(r, reg, acl.Permission{Resource: acl.Placements, Access: acl.Write, Namespace: r.PathValue("namespace")})
 	if err != nil {
 		return err
 	}
