@@ -98,49 +98,6 @@ func TestCommitRevisionsAndReopen(t *testing.T) {
 	}
 }
 
-// TestConditions: a txn whose check fails writes nothing, takes no
-// revision and names the record; its neighbours in the commit go on; a
-// check sees the batch's earlier txns.
-func TestConditions(t *testing.T) {
-	s, err := Open(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	ifRev := func(op store.Op, rev int64) store.Op { op.Check, op.IfRevision = true, rev; return op }
-	res, err := s.Commit([]store.Txn{{Ops: []store.Op{ifRev(put(store.Config, "vs", "v1"), 0)}}}, true) // create if absent
-	if err != nil || res[0].Err != nil || res[0].Revision != 1 {
-		t.Fatalf("create: %v %v", res, err)
-	}
-	res, err = s.Commit([]store.Txn{
-		{Ops: []store.Op{ifRev(put(store.Config, "vs", "again"), 0)}},                               // exists: conflict
-		{Ops: []store.Op{put(store.Config, "other", "o"), ifRev(put(store.Config, "vs", "v2"), 1)}}, // replace if unchanged
-		{Ops: []store.Op{ifRev(put(store.Config, "vs", "v3"), 1)}},                                  // stale after the txn before
-		{Ops: []store.Op{ifRev(put(store.Config, "vs", "v3"), 2)}},                                  // sees the batch's write
-		{Ops: []store.Op{ifRev(del(store.Config, "gone"), 5)}},                                      // absent
-	}, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if fmt.Sprint(revs(res)) != "[0 2 0 3 0]" {
-		t.Fatalf("revisions %v, want [0 2 0 3 0]", revs(res))
-	}
-	var ce *store.ConflictError
-	for i, want := range map[int]string{
-		0: `store: conflict: config "vs" exists (revision 1)`,
-		2: `store: conflict: config "vs" is at revision 2, not 1`,
-		4: `store: conflict: config "gone" does not exist`,
-	} {
-		if !errors.Is(res[i].Err, store.ErrConflict) || !errors.As(res[i].Err, &ce) || res[i].Err.Error() != want {
-			t.Errorf("txn %d: %v, want %q", i, res[i].Err, want)
-		}
-	}
-	got, rev := load(t, s, store.Config)
-	if rev != 3 || string(got["config/vs"].Value) != "v3" || got["config/vs"].Revision != 3 || string(got["config/other"].Value) != "o" {
-		t.Fatalf("after conditional commit: %v at %d", got, rev)
-	}
-}
-
 // TestFollow: a feed yields every commit after its position, in order,
 // with the writer's objects; waits for the next; ends on Close; and a
 // position older than what is held is ErrCompacted.
@@ -257,19 +214,5 @@ func TestOpenErrors(t *testing.T) {
 	}
 	if _, err := Open(file); err == nil {
 		t.Fatal("Open on a regular file succeeded")
-	}
-}
-
-func TestUnknownKind(t *testing.T) {
-	s, err := Open(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	if _, err := s.Commit([]store.Txn{{Ops: []store.Op{put(store.Kind('?'), "a", "x")}}}, true); err == nil {
-		t.Fatal("a commit on an unknown kind succeeded")
-	}
-	if s.Revision() != 0 {
-		t.Fatalf("a failed commit moved the revision to %d", s.Revision())
 	}
 }
