@@ -149,11 +149,6 @@ func runServer(ctx context.Context, f serverFlags) error {
 	if err != nil {
 		return err
 	}
-	// Hand a burst's garbage back once the server goes quiet.
-	relCtx, relStop := context.WithCancel(context.Background())
-	relDone := make(chan struct{})
-	go func() { defer close(relDone); releaseWhenQuiet(relCtx, log.With("component", "memory")) }()
-	defer func() { relStop(); <-relDone }()
 	if f.store == "" {
 		if err := os.MkdirAll(f.data, 0o755); err != nil {
 			return fmt.Errorf("create data directory: %w", err)
@@ -334,6 +329,12 @@ func runServer(ctx context.Context, f serverFlags) error {
 	// catalog: hand it back to the OS now rather than over many GC cycles.
 	// The server already answers meanwhile, on its own goroutines.
 	debug.FreeOSMemory()
+	// From here on, hand a burst's garbage back once the server goes quiet
+	// (started after the load, which the release above already covered).
+	relCtx, relStop := context.WithCancel(context.Background())
+	relDone := make(chan struct{})
+	go func() { defer close(relDone); releaseWhenQuiet(relCtx, log.With("component", "memory")) }()
+	defer func() { relStop(); <-relDone }()
 	nodes, placements := sched.Len()
 	log.Info("ready", "instances", reg.Catalog().Instances().Len(), "nodes", nodes, "placements", placements, "revision", reg.Catalog().Revision(), "memory_limit", memoryLimitName(memLimit))
 
