@@ -291,3 +291,170 @@ func BenchmarkAppendJSON(b *testing.B) {
 		buf = in.encodeJSON(buf[:0])
 	}
 }
+
+// BenchmarkApplyBatch: commits of 1,000 new instances into a service that
+// starts at 200,000 and grows, the shape of `sextant bench registry`'s batch
+// scenario (metadata of each instance by its place in a 500-instance body,
+// so the high-cardinality keys have 500 values). Reported per instance.
+func BenchmarkApplyBatch(b *testing.B) {
+	const start, per = 200_000, 1000
+	mk := func(i int) *Instance {
+		in := benchInstance(i%500, "s")
+		in.ID = fmt.Sprintf("id-%09d", i)
+		return in
+	}
+	c := New(Options{})
+	all := make([]*Instance, start)
+	for i := range all {
+		all[i] = mk(i)
+	}
+	loadInstances(c, 1, all)
+	rev, next := int64(1), start
+	ops := make([]store.Op, per)
+	b.ReportAllocs()
+	for b.Loop() {
+		b.StopTimer()
+		for k := range ops {
+			in := mk(next)
+			next++
+			ops[k] = store.Op{Kind: store.Instances, Key: in.ID, Value: []byte{}, Object: in}
+		}
+		rev++
+		b.StartTimer()
+		if err := c.Apply([]store.Change{{Revision: rev, Ops: ops}}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*per), "ns/instance")
+}
+
+// TestLargeSetVersions grows one service past alignFrom in commits that
+// mostly add instances (their slots past the end, so the label index shares
+// and appends its arrays), with label changes, health flips and removals
+// (slots reused) mixed in, and checks that every version, old ones
+// included, still answers as the reference did when it was current.
+func TestLargeSetVersions(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	k := ServiceKey{"default", "big"}
+	meta := func() label.Labels {
+		return label.FromMap(map[string]string{
+			"zone": fmt.Sprint("z", rng.IntN(3)),    // dense
+			"rack": fmt.Sprint("r", rng.IntN(40)),   // lists that may turn dense
+			"pod":  fmt.Sprint("p", rng.IntN(5000)), // rare values
+			"odd":  map[bool]string{true: "y", false: "n"}[rng.IntN(7) == 0],
+		})
+	}
+	sels := []string{"zone=z1", "zone=z2,rack in (r1,r2,r3)", "odd=y,zone!=z0", "pod=p7", "rack=r5,!missing"}
+	type past struct {
+		svc  *Service
+		sel  int
+		want []string
+	}
+	var history []past
+	c := New(Options{})
+	m := model{}
+	var ids []string
+	// Loaded first, to a size off a 64-slot word: the index holds the
+	// slots of the last, partial word, which compaction leaves dirty.
+	var loaded []*Instance
+	for i := range alignFrom + 37 {
+		in := &Instance{ID: fmt.Sprintf("i%07d", i), Namespace: k.Namespace, Service: k.Name, Host: "h", Port: 1, Metadata: meta(), Healthy: true, Revision: 1}
+		loaded = append(loaded, in)
+		m[in.ID] = in
+		ids = append(ids, in.ID)
+	}
+	loadInstances(c, 1, slices.Clone(loaded))
+	rev, next := int64(1), len(loaded)
+	for c.Instances().Len() < 3*alignFrom {
+		rev++
+		var changes []Change
+		touched := map[string]bool{}
+		for range 1 + rng.IntN(300) {
+			r := rng.IntN(20)
+			var id string
+			switch {
+			case r < 15 && rev > 40: // the first commits only change loaded instances
+				id = fmt.Sprintf("i%07d", next)
+				next++
+				ids = append(ids, id)
+			case r < 17 || (rev <= 40 && r%2 == 0):
+				id = ids[len(ids)-1-rng.IntN(min(len(ids), 100))] // recent slots, near the cut
+			default:
+				id = ids[rng.IntN(len(ids))]
+			}
+			if touched[id] {
+				continue
+			}
+			touched[id] = true
+			cur := m[id]
+			switch {
+			case r == 19 && cur != nil && rev > 40:
+				changes = append(changes, Change{Revision: rev, Kind: store.Instances, Key: k, ID: id})
+				delete(m, id)
+			case r == 18 && cur != nil:
+				n := cur.Clone()
+				n.Healthy, n.Revision = !cur.Healthy, rev
+				changes = append(changes, Change{Revision: rev, Kind: store.Instances, Key: k, ID: id, Value: n})
+				m[id] = n
+			default:
+				n := &Instance{ID: id, Namespace: k.Namespace, Service: k.Name, Host: "h", Port: 1, Metadata: meta(),
+					Healthy: rng.IntN(6) > 0, Revision: rev}
+				changes = append(changes, Change{Revision: rev, Kind: store.Instances, Key: k, ID: id, Value: n})
+				m[id] = n
+			}
+		}
+		c.applyChanges(rev, changes)
+		svc := c.Instances().Service(k)
+		i := rng.IntN(len(sels))
+		sel, err := label.Parse(sels[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := m.selectService(k, sel, true)
+		if got := idsOf(svc.Select(sel, true)); !slices.Equal(got, want) && !(len(got) == 0 && len(want) == 0) {
+			t.Fatalf("revision %d: Select(%q) = %d ids, want %d", rev, sels[i], len(got), len(want))
+		}
+		history = append(history, past{svc, i, want})
+	}
+	for _, p := range history {
+		sel, _ := label.Parse(sels[p.sel])
+		if got := idsOf(p.svc.Select(sel, true)); !slices.Equal(got, p.want) && !(len(got) == 0 && len(p.want) == 0) {
+			t.Fatalf("revision %d moved: Select(%q) = %d ids, want %d", p.svc.Revision, sels[p.sel], len(got), len(p.want))
+		}
+	}
+}
+
+// TestSetEditedTwice: two edits of one version (which the catalog never
+// makes, but Set allows) each append ids; neither disturbs the other.
+func TestSetEditedTwice(t *testing.T) {
+	var items []*Instance
+	for i := range 100 {
+		items = append(items, benchInstance(i, "s"))
+	}
+	base := buildSet(items)
+	grow := func(from, n int) (Set[*Instance], []string) {
+		e := base.edit()
+		for i := from; i < from+n; i++ {
+			e.upsert(benchInstance(i, "s"))
+		}
+		s := e.finish()
+		return s, idsOf(s.Items())
+	}
+	base, _ = grow(100, 1) // id order now has room to append in place
+	grow = func(from, n int) (Set[*Instance], []string) {
+		e := base.edit()
+		for i := from + n - 1; i >= from; i-- { // slots in reverse id order
+			e.upsert(benchInstance(i, "s"))
+		}
+		s := e.finish()
+		return s, idsOf(s.Items())
+	}
+	a, wantA := grow(101, 10)
+	b, wantB := grow(200, 3)
+	if got := idsOf(a.Items()); !slices.Equal(got, wantA) {
+		t.Fatalf("first edit changed by the second: %v, want %v", got[100:], wantA[100:])
+	}
+	if got := idsOf(b.Items()); !slices.Equal(got, wantB) || len(got) != 104 {
+		t.Fatalf("second edit: %v", got[100:])
+	}
+}

@@ -28,11 +28,15 @@ type Item interface {
 // stable slots, the label index over their labels, the ready subset, and id
 // order for answers. An edit copies only what it changes.
 type Set[T Item] struct {
-	slots slotArray[T]   // by slot; the zero T marks a free slot
-	free  []uint32       // free slots, reused before growing
-	byID  []uint32       // occupied slots sorted by item id
-	all   *bitset.BitSet // occupied slots
-	ready *bitset.BitSet // slots whose item is ready
+	slots slotArray[T] // by slot; the zero T marks a free slot
+	free  []uint32     // free slots, reused before growing
+	byID  []uint32     // occupied slots sorted by item id
+	// byIDFill is how far byID's array has been written, shared by the
+	// versions that share the array: a version whose byID ends there may
+	// append in place (older versions never read past their own length).
+	byIDFill *int
+	all      *bitset.BitSet // occupied slots
+	ready    *bitset.BitSet // slots whose item is ready
 
 	// The label index is a base plus a delta. base indexes the items of
 	// baseSlots (the slots as they were when base was built); dirty holds
@@ -198,11 +202,12 @@ func (s *Set[T]) edit() *setEdit[T] {
 		slots:     s.slots.clone(),
 		free:      slices.Clone(s.free),
 		byID:      s.byID, // rebuilt in finish if ids come or go
-		all:       s.all.Clone(),
-		ready:     s.ready.Clone(),
+		byIDFill:  s.byIDFill,
+		all:       label.CloneBits(s.all),
+		ready:     label.CloneBits(s.ready),
 		base:      s.base,
 		baseSlots: s.baseSlots,
-		dirty:     s.dirty.Clone(),
+		dirty:     label.CloneBits(s.dirty),
 	}
 	return &setEdit[T]{orig: s, s: n, gen: generations.Add(1)}
 }
@@ -282,18 +287,41 @@ func (e *setEdit[T]) remove(id string) bool {
 // cheap for a query, large enough to spread the bitmap copies.
 func maxDirty(n int) uint { return uint(min(max(n/8, 16), 4096)) }
 
+// alignFrom is the set size from which compaction leaves the dirty slots of
+// the last, partly filled 64-slot word for the next one: base's bitsets then
+// end on whole words, so the next compaction appends words to them instead
+// of copying them (label.Postings), which on a set of a million slots is
+// most of what a commit of new instances costs.
+const alignFrom = 64 * 64
+
 // compact moves the base index forward over the dirty slots. Each bitmap it
-// touches is copied once (label.Postings.Edit), however many slots changed.
+// touches is copied once (label.Postings.Edit), however many slots changed,
+// or shared when the slots only grow past its end.
 func (s *Set[T]) compact() {
 	var zero T
+	cut := uint(s.slots.len())
+	if cut >= alignFrom {
+		cut &^= 63
+	}
 	ix := s.base.Edit()
+	baseSlots := s.slots.clone()
+	dirty := bitset.New(uint(s.slots.len()))
+	gen := generations.Add(1)
 	for u, ok := s.dirty.NextSet(0); ok; u, ok = s.dirty.NextSet(u + 1) {
 		slot := uint32(u)
+		var old T
 		if int(slot) < s.baseSlots.len() {
-			if old := s.baseSlots.at(slot); old != zero {
-				for k, v := range old.ItemLabels().All() {
-					ix.Remove(slot, k, v)
-				}
+			old = s.baseSlots.at(slot)
+		}
+		if u >= cut {
+			// Stays dirty: base keeps what it had for the slot.
+			dirty.Set(u)
+			baseSlots.set(slot, old, gen)
+			continue
+		}
+		if old != zero {
+			for k, v := range old.ItemLabels().All() {
+				ix.Remove(slot, k, v)
 			}
 		}
 		if cur := s.slots.at(slot); cur != zero {
@@ -302,7 +330,7 @@ func (s *Set[T]) compact() {
 			}
 		}
 	}
-	s.base, s.baseSlots, s.dirty = ix, s.slots.clone(), bitset.New(uint(s.slots.len()))
+	s.base, s.baseSlots, s.dirty = ix, baseSlots, dirty
 }
 
 // finish returns the new version: id order rebuilt if ids came or went (one
@@ -333,6 +361,10 @@ func (e *setEdit[T]) finish() Set[T] {
 		}
 	}
 	slices.SortFunc(added, func(a, b uint32) int { return cmp.Compare(s.slots.at(a).ItemID(), s.slots.at(b).ItemID()) })
+	if !e.gone && (len(kept) == 0 || s.slots.at(added[0]).ItemID() > s.slots.at(kept[len(kept)-1]).ItemID()) {
+		s.appendIDs(added) // ids that sort after every existing one: no merge
+		return s
+	}
 	// Binary-search each new id's place and copy the runs between: k log n
 	// comparisons and memory moves, not a comparison per existing id.
 	merged := make([]uint32, 0, len(kept)+len(added))
@@ -344,6 +376,18 @@ func (e *setEdit[T]) finish() Set[T] {
 		merged = append(merged, a)
 		i = j
 	}
-	s.byID = append(merged, kept[i:]...)
+	s.byID, s.byIDFill = append(merged, kept[i:]...), nil
 	return s
+}
+
+// appendIDs appends slots to id order, in byID's array when this version
+// ends where it was last written (see byIDFill), else in a new one.
+func (s *Set[T]) appendIDs(slots []uint32) {
+	n := len(s.byID) + len(slots)
+	if s.byIDFill == nil || *s.byIDFill != len(s.byID) || cap(s.byID) < n {
+		s.byID = slices.Grow(slices.Clip(s.byID), max(len(slots), len(s.byID)/4))
+		s.byIDFill = new(int)
+	}
+	s.byID = append(s.byID, slots...)
+	*s.byIDFill = n
 }

@@ -54,7 +54,7 @@ func (ix *Postings) resolve(r Requirement) term {
 	add := func(p *Posting) {
 		if p != nil {
 			t.ps = append(t.ps, p)
-			t.n += p.n
+			t.n += int(p.n)
 		}
 	}
 	switch r.Op {

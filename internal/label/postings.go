@@ -17,10 +17,19 @@ import (
 //
 // A Postings is owned by one writer and must not change once shared; Edit
 // derives the next version, copying only what it then changes.
+//
+// A posting that only grows past its end is not copied: the next version
+// appends (list elements, bitset words) into the same array past the end
+// older versions see (they never read there), and marks the shared part
+// frozen. That is safe only along one line
+// of versions, so an index edited twice (a branch) and all its descendants
+// copy instead.
 type Postings struct {
 	gen      uint64
 	universe uint32 // slots are below it; decides dense vs list
 	keys     map[string]*postingKey
+	append   bool // may append into lists shared with older versions
+	edited   bool // Edit was called: a second Edit is a branch
 }
 
 type postingKey struct {
@@ -33,7 +42,10 @@ type Posting struct {
 	gen  uint64
 	bits *bitset.BitSet // dense form, or nil
 	list []uint32       // ascending, when bits == nil
-	n    int
+	n    uint32
+	// frozen is how much of list (elements) or bits (words) is shared with
+	// older versions: never written in place.
+	frozen uint32
 }
 
 // Len returns the number of slots.
@@ -41,7 +53,7 @@ func (p *Posting) Len() int {
 	if p == nil {
 		return 0
 	}
-	return p.n
+	return int(p.n)
 }
 
 // Bits returns the dense form, or nil when the posting is a list.
@@ -69,14 +81,22 @@ func denseAt(universe uint32) int { return int(universe/32) + 1 }
 func (p *Posting) add(slot uint32, universe uint32) {
 	if p.bits != nil {
 		if !p.bits.Test(uint(slot)) {
+			if slot>>6 < p.frozen {
+				p.own()
+			}
 			p.bits.Set(uint(slot))
 			p.n++
 		}
 		return
 	}
-	i, ok := slices.BinarySearch(p.list, slot)
-	if ok {
-		return
+	i, ok := len(p.list), false
+	if i > 0 && p.list[i-1] >= slot {
+		if i, ok = slices.BinarySearch(p.list, slot); ok {
+			return
+		}
+		if i < int(p.frozen) {
+			p.own()
+		}
 	}
 	p.list = slices.Insert(p.list, i, slot)
 	p.n++
@@ -85,23 +105,39 @@ func (p *Posting) add(slot uint32, universe uint32) {
 	}
 }
 
+// own gives the posting storage of its own, unfrozen.
+func (p *Posting) own() {
+	if p.bits != nil {
+		p.bits = CloneBits(p.bits)
+	} else {
+		p.list = slices.Clone(p.list)
+	}
+	p.frozen = 0
+}
+
 func (p *Posting) densify(universe uint32) {
 	b := bitset.New(uint(universe))
 	for _, s := range p.list {
 		b.Set(uint(s))
 	}
-	p.bits, p.list = b, nil
+	p.bits, p.list, p.frozen = b, nil, 0
 }
 
 func (p *Posting) remove(slot uint32) {
 	if p.bits != nil {
 		if p.bits.Test(uint(slot)) {
+			if slot>>6 < p.frozen {
+				p.own()
+			}
 			p.bits.Clear(uint(slot))
 			p.n--
 		}
 		return
 	}
 	if i, ok := slices.BinarySearch(p.list, slot); ok {
+		if i < int(p.frozen) {
+			p.own()
+		}
 		p.list = slices.Delete(p.list, i, i+1)
 		p.n--
 	}
@@ -110,11 +146,37 @@ func (p *Posting) remove(slot uint32) {
 func (p *Posting) clone(gen uint64) *Posting {
 	c := &Posting{gen: gen, n: p.n}
 	if p.bits != nil {
-		c.bits = p.bits.Clone()
+		c.bits = CloneBits(p.bits)
 	} else {
 		c.list = slices.Clone(p.list)
 	}
 	return c
+}
+
+// CloneBits copies b with room to grow by an eighth: bitset's Clone leaves
+// none, so the first bit set past the end (a new slot) would copy it again
+// into twice the size.
+func CloneBits(b *bitset.BitSet) *bitset.BitSet {
+	w := b.Words()
+	c := make([]uint64, len(w), len(w)+len(w)/8+1)
+	copy(c, w)
+	return bitset.FromWithLength(b.Len(), c)
+}
+
+// extend is clone for a version that will add slot: when the index may
+// append (see Postings), a list whose last slot is below slot, or a bitset
+// whose words all lie below slot's word, is shared and frozen instead.
+func (p *Posting) extend(gen uint64, slot uint32, share bool) *Posting {
+	if share {
+		switch {
+		case p.bits != nil && int(slot>>6) >= len(p.bits.Words()):
+			w := p.bits.Words()
+			return &Posting{gen: gen, n: p.n, bits: bitset.FromWithLength(p.bits.Len(), w), frozen: uint32(len(w))}
+		case p.bits == nil && (len(p.list) == 0 || p.list[len(p.list)-1] < slot):
+			return &Posting{gen: gen, n: p.n, list: p.list, frozen: uint32(len(p.list))}
+		}
+	}
+	return p.clone(gen)
 }
 
 // generations tags each version of an index, so an edit knows which
@@ -124,13 +186,15 @@ var generations atomic.Uint64
 // NewPostings returns an empty index for slots below universe (a hint: slots
 // at or above it are accepted and grow it).
 func NewPostings(universe uint32) *Postings {
-	return &Postings{gen: generations.Add(1), universe: universe, keys: make(map[string]*postingKey)}
+	return &Postings{gen: generations.Add(1), universe: universe, keys: make(map[string]*postingKey), append: true}
 }
 
 // Edit returns a new version sharing all storage with ix, which stays valid
 // and unchanged for its readers. Cost: one map of keys.
 func (ix *Postings) Edit() *Postings {
-	n := &Postings{gen: generations.Add(1), universe: ix.universe, keys: make(map[string]*postingKey, len(ix.keys))}
+	n := &Postings{gen: generations.Add(1), universe: ix.universe, keys: make(map[string]*postingKey, len(ix.keys)),
+		append: ix.append && !ix.edited}
+	ix.edited = true
 	for k, e := range ix.keys {
 		n.keys[k] = e
 	}
@@ -173,7 +237,7 @@ func (ix *Postings) Add(slot uint32, key, value string) {
 		p = &Posting{gen: ix.gen}
 		e.values[value] = p
 	case p.gen != ix.gen:
-		p = p.clone(ix.gen)
+		p = p.extend(ix.gen, slot, ix.append)
 		e.values[value] = p
 	}
 	p.add(slot, ix.universe)

@@ -19,7 +19,7 @@ func (b *PostingsBuilder) AddPosting(k int, value string, slots []uint32) {
 		b.ix.universe = last + 1
 	}
 	p := b.newValue(&b.keys[k], value)
-	p.n = len(slots)
+	p.n = uint32(len(slots))
 	if len(slots) < denseAt(b.ix.universe) {
 		p.list = slices.Clip(slots)
 		return
@@ -51,5 +51,5 @@ func (b *PostingsBuilder) AddBits(k int, value string, bits *bitset.BitSet) {
 		bits = bits.Union(bitset.New(uint(b.ix.universe))) // a copy of the right size
 	}
 	p := b.newValue(&b.keys[k], value)
-	p.n, p.bits = n, bits
+	p.n, p.bits = uint32(n), bits
 }

@@ -1,0 +1,106 @@
+package label
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+)
+
+// TestPostingsGrowingVersions checks the shared-array path (Posting.extend):
+// a line of versions that mostly add slots past the end, so lists and
+// bitsets are appended in place, with some adds and removes inside the
+// shared part, plus branches (a version edited twice) that must copy. Every
+// version keeps answering as it did when it was made.
+func TestPostingsGrowingVersions(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	type version struct {
+		ix  *Postings
+		ref map[string]map[uint32]bool
+	}
+	check := func(v version, what string) {
+		t.Helper()
+		if got, want := v.ix.NumValues("k"), len(v.ref); got != want {
+			t.Fatalf("%s: NumValues = %d, want %d", what, got, want)
+		}
+		for val, set := range v.ref {
+			var want []uint32
+			for s := range set {
+				want = append(want, s)
+			}
+			slices.Sort(want)
+			if got := postingSlots(v.ix.Get("k", val)); !slices.Equal(got, want) {
+				t.Fatalf("%s: value %s: got %v, want %v", what, val, got, want)
+			}
+		}
+	}
+	edit := func(v version, next *uint32, changes int) version {
+		n := version{ix: v.ix.Edit(), ref: cloneRef(v.ref)}
+		for range changes {
+			val := fmt.Sprint(rng.IntN(6)) // few values: dense postings as the set grows
+			if rng.IntN(3) == 0 {
+				val = fmt.Sprint("rare-", rng.IntN(200)) // lists
+			}
+			s := *next
+			switch r := rng.IntN(10); {
+			case r < 7: // past the end
+				*next++
+			case r < 9 && *next > 0: // inside: an add or a remove in the shared part
+				s = uint32(rng.IntN(int(*next)))
+			default:
+				s = uint32(rng.IntN(int(*next) + 1))
+				for v := range n.ref {
+					if n.ref[v][s] {
+						n.ix.Remove(s, "k", v)
+						delete(n.ref[v], s)
+						if len(n.ref[v]) == 0 {
+							delete(n.ref, v)
+						}
+					}
+				}
+				continue
+			}
+			n.ix.Add(s, "k", val)
+			if n.ref[val] == nil {
+				n.ref[val] = map[uint32]bool{}
+			}
+			n.ref[val][s] = true
+		}
+		return n
+	}
+	var next uint32
+	line := []version{{ix: NewPostings(0), ref: map[string]map[uint32]bool{}}}
+	var branches []version
+	for i := range 300 {
+		line = append(line, edit(line[len(line)-1], &next, 1+rng.IntN(200)))
+		if i%25 == 24 {
+			// A branch from an older version: it edits what the line
+			// already appended to, and must copy.
+			old := line[len(line)-1-rng.IntN(min(len(line), 10))]
+			bnext := next
+			b := edit(old, &bnext, 50)
+			branches = append(branches, b, edit(b, &bnext, 50))
+		}
+	}
+	for i, v := range line {
+		check(v, fmt.Sprintf("version %d", i))
+	}
+	for i, v := range branches {
+		check(v, fmt.Sprintf("branch %d", i))
+	}
+	var dense, shared int
+	for _, v := range line {
+		v.ix.Values("k", func(_ string, p *Posting) bool {
+			if p.Bits() != nil {
+				dense++
+			}
+			if p.frozen > 0 {
+				shared++
+			}
+			return true
+		})
+	}
+	if dense == 0 || shared == 0 {
+		t.Fatalf("the test reached %d dense and %d shared postings: it no longer covers extend", dense, shared)
+	}
+}
