@@ -17,7 +17,7 @@ import (
 type Instances struct {
 	c    *Catalog
 	root atomic.Pointer[root]
-	ids  sync.Map // id -> *Instance, the current version
+	ids  *idIndex // the current version of each instance
 }
 
 // root is one immutable version of the whole table.
@@ -49,7 +49,7 @@ func (s *Service) Instances() []*Instance { return s.Items() }
 func (s *Service) HealthyLen() int { return s.ReadyLen() }
 
 func newInstances(c *Catalog) *Instances {
-	t := &Instances{c: c}
+	t := &Instances{c: c, ids: newIDIndex()}
 	t.root.Store(&root{services: map[ServiceKey]*Service{}})
 	return t
 }
@@ -97,7 +97,6 @@ func (t *Instances) Record(id string) (any, int64, bool) {
 // Load implements Table: it replaces every instance, building services on
 // every core.
 func (t *Instances) Load(rev int64, values []any) {
-	t.ids.Clear()
 	byService := map[ServiceKey][]*Instance{}
 	for _, v := range values {
 		in := v.(*Instance)
@@ -105,8 +104,8 @@ func (t *Instances) Load(rev int64, values []any) {
 			in.Healthy = true
 		}
 		byService[in.Key()] = append(byService[in.Key()], in)
-		t.ids.Store(in.ID, in)
 	}
+	t.ids.reset(values)
 	keys := slices.Collect(maps.Keys(byService))
 	built := make([]*Service, len(keys))
 	var next atomic.Int64
@@ -150,11 +149,11 @@ func (t *Instances) Apply(rev int64, changes []Change) {
 				count++
 			}
 			e.upsert(in)
-			t.ids.Store(ch.ID, in)
+			t.ids.store(ch.ID, in)
 		} else if prev := e.get(ch.ID); prev != nil {
 			e.remove(ch.ID)
 			count--
-			t.ids.CompareAndDelete(ch.ID, prev)
+			t.ids.deleteIf(ch.ID, prev)
 		}
 	}
 	n := &root{rev: rev, services: maps.Clone(old.services), keys: old.keys, instances: count}
@@ -176,10 +175,7 @@ func (t *Instances) Len() int { return t.root.Load().instances }
 
 // Get returns the current version of instance id, or nil.
 func (t *Instances) Get(id string) *Instance {
-	if v, ok := t.ids.Load(id); ok {
-		return v.(*Instance)
-	}
-	return nil
+	return t.ids.get(id)
 }
 
 // Service returns the current version of a service, or nil if it never had
