@@ -334,9 +334,20 @@ func (t *Tx) DeleteIf(k store.Kind, id string, rev int64) {
 	t.note(k, id, nil)
 }
 
+// Encoding buffers: a record goes into the current chunk while encodeSlack
+// is left, else into a new one twice as large (up to maxEncodeChunk).
+// Encodings need not be contiguous, so a full chunk is never copied.
+const (
+	encodeSlack    = 4 << 10
+	maxEncodeChunk = 256 << 10
+)
+
 // Encode appends an encoding with fill to the batch's shared buffer and
 // returns it, so a batch of many records allocates a few large buffers.
 func (t *Tx) Encode(fill func(b []byte) []byte) []byte {
+	if cap(t.buf)-len(t.buf) < encodeSlack {
+		t.buf = make([]byte, 0, min(max(2*cap(t.buf), 2*encodeSlack), maxEncodeChunk))
+	}
 	start := len(t.buf)
 	t.buf = fill(t.buf)
 	return t.buf[start:len(t.buf):len(t.buf)]
