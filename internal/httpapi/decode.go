@@ -27,6 +27,9 @@ type decodeState struct {
 	// growing a fresh slice per instance was its largest allocation.
 	pairs   []pair
 	pairBuf [16]pair
+	// shared holds the last namespace, service, protocol and version: the
+	// instances of a batch mostly repeat them, and then share one string.
+	shared [4]string
 }
 
 func (d *decodeState) field(name string) string {
@@ -305,6 +308,22 @@ func (d *decodeState) strField(name string) (string, error) {
 	return d.str()
 }
 
+// sharedField is strField for a field that repeats across a batch: equal to
+// the last value in slot i, it is that string, not a new one.
+func (d *decodeState) sharedField(name string, i int) (string, error) {
+	if d.peek() != '"' {
+		return d.strField(name)
+	}
+	b, err := d.strBytes()
+	if err != nil {
+		return "", err
+	}
+	if string(b) != d.shared[i] {
+		d.shared[i] = string(b)
+	}
+	return d.shared[i], nil
+}
+
 func (d *decodeState) boolField(name string) (bool, error) {
 	d.ws()
 	switch {
@@ -427,15 +446,15 @@ func (d *decodeState) instanceMember(kb []byte, in *catalog.Instance, weightSet 
 	case "id":
 		in.ID, err = d.strField(key)
 	case "namespace":
-		in.Namespace, err = d.strField(key)
+		in.Namespace, err = d.sharedField(key, 0)
 	case "service":
-		in.Service, err = d.strField(key)
+		in.Service, err = d.sharedField(key, 1)
 	case "host":
 		in.Host, err = d.strField(key)
 	case "protocol":
-		in.Protocol, err = d.strField(key)
+		in.Protocol, err = d.sharedField(key, 2)
 	case "version":
-		in.Version, err = d.strField(key)
+		in.Version, err = d.sharedField(key, 3)
 	case "port":
 		n, err = d.intField(key, strconv.IntSize)
 		in.Port = int(n)
