@@ -57,6 +57,9 @@ type Change struct {
 	Value    any        // the new version (*Instance for instances); nil for a delete
 	// Committed is when the store committed it, in unix nanoseconds.
 	Committed int64
+	// Created is set when the record was not in its group before the
+	// change, so a table need not look for it (false is always safe).
+	Created bool
 }
 
 // Instance returns the change's instance, or nil (a delete, or another kind).
@@ -268,19 +271,20 @@ func (c *Catalog) Apply(changes []store.Change) error {
 		kind store.Kind
 		id   string
 	}
-	var pending map[pk]*ServiceKey
+	type group struct {
+		key  ServiceKey
+		gone bool
+	}
+	var pending map[pk]group
 	groupOf := func(t Table, k store.Kind, id string) (ServiceKey, bool) {
 		if g, ok := pending[pk{k, id}]; ok {
-			if g == nil {
-				return ServiceKey{}, false
-			}
-			return *g, true
+			return g.key, !g.gone
 		}
 		return t.Group(id)
 	}
-	note := func(k store.Kind, id string, g *ServiceKey) {
+	note := func(k store.Kind, id string, g group) {
 		if pending == nil {
-			pending = make(map[pk]*ServiceKey)
+			pending = make(map[pk]group, nops)
 		}
 		pending[pk{k, id}] = g
 	}
@@ -290,12 +294,16 @@ func (c *Catalog) Apply(changes []store.Change) error {
 			if t == nil {
 				return fmt.Errorf("%w %v (revision %d)", ErrUnknownKind, op.Kind, sc.Revision)
 			}
-			prev, had := groupOf(t, op.Kind, op.Key)
+			var prev ServiceKey
+			had := false
+			if !op.Absent || op.Object == nil {
+				prev, had = groupOf(t, op.Kind, op.Key)
+			}
 			if op.Value == nil {
 				if had {
 					out = append(out, Change{Revision: sc.Revision, Kind: op.Kind, Key: prev, ID: op.Key, Committed: sc.Time})
 					if nops > 1 {
-						note(op.Kind, op.Key, nil)
+						note(op.Kind, op.Key, group{gone: true})
 					}
 				}
 				continue
@@ -318,9 +326,10 @@ func (c *Catalog) Apply(changes []store.Change) error {
 				// Moved to another group: gone from the old one.
 				out = append(out, Change{Revision: sc.Revision, Kind: op.Kind, Key: prev, ID: op.Key, Committed: sc.Time})
 			}
-			out = append(out, Change{Revision: sc.Revision, Kind: op.Kind, Key: g, ID: op.Key, Value: v, Committed: sc.Time})
+			out = append(out, Change{Revision: sc.Revision, Kind: op.Kind, Key: g, ID: op.Key, Value: v, Committed: sc.Time,
+				Created: !had || prev != g})
 			if nops > 1 && (!had || prev != g || pending != nil) {
-				note(op.Kind, op.Key, &g)
+				note(op.Kind, op.Key, group{key: g})
 			}
 		}
 	}

@@ -145,10 +145,16 @@ func (t *Instances) Apply(rev int64, changes []Change) {
 		}
 		revs[ch.Key] = ch.Revision
 		if in := ch.Instance(); in != nil {
-			if e.get(ch.ID) == nil {
+			switch {
+			case ch.Created:
 				count++
+				e.insert(in)
+			case e.get(ch.ID) == nil:
+				count++
+				e.upsert(in)
+			default:
+				e.upsert(in)
 			}
-			e.upsert(in)
 			t.ids.store(ch.ID, in)
 		} else if prev := e.get(ch.ID); prev != nil {
 			e.remove(ch.ID)

@@ -185,12 +185,14 @@ func (s *Set[T]) inIDOrder(set *bitset.BitSet) []T {
 // freed during the edit are not reused until it finishes, so that a
 // non-free slot of the original id order still holds the same id.
 type setEdit[T Item] struct {
-	orig   *Set[T]
-	s      Set[T]
-	newIDs map[string]uint32 // ids that got a new slot in this edit
-	freed  []uint32
-	gone   bool   // some original slot was freed
-	gen    uint64 // owns the slot chunks it copied
+	orig    *Set[T]
+	s       Set[T]
+	added   []uint32          // slots given to new ids in this edit, in order
+	newIDs  map[string]uint32 // the ids of added[:indexed], built when looked up
+	indexed int
+	freed   []uint32
+	gone    bool   // some original slot was freed
+	gen     uint64 // owns the slot chunks it copied
 }
 
 // generations tags edits, so that an edit writes in place only the slot
@@ -215,7 +217,7 @@ func (s *Set[T]) edit() *setEdit[T] {
 // lookup finds the slot of id in the working copy.
 func (e *setEdit[T]) lookup(id string) (uint32, bool) {
 	var zero T
-	if slot, ok := e.newIDs[id]; ok {
+	if slot, ok := e.newID(id); ok {
 		return slot, e.s.slots.at(slot) != zero
 	}
 	slot, ok := e.orig.find(id)
@@ -223,6 +225,25 @@ func (e *setEdit[T]) lookup(id string) (uint32, bool) {
 		return 0, false
 	}
 	return slot, true
+}
+
+// newID finds id among the ids added in this edit, indexing the ones added
+// since the last call: a commit that only adds never builds the map.
+func (e *setEdit[T]) newID(id string) (uint32, bool) {
+	if e.indexed < len(e.added) {
+		if e.newIDs == nil {
+			e.newIDs = make(map[string]uint32, len(e.added))
+		}
+		var zero T
+		for _, slot := range e.added[e.indexed:] {
+			if it := e.s.slots.at(slot); it != zero {
+				e.newIDs[it.ItemID()] = slot
+			}
+		}
+		e.indexed = len(e.added)
+	}
+	slot, ok := e.newIDs[id]
+	return slot, ok
 }
 
 // get returns the current item with id, or the zero T.
@@ -244,19 +265,31 @@ func (e *setEdit[T]) upsert(it T) {
 			e.s.dirty.Set(uint(slot))
 		}
 	} else {
-		if n := len(e.s.free); n > 0 {
-			slot = e.s.free[n-1]
-			e.s.free = e.s.free[:n-1]
-		} else {
-			var zero T
-			slot = e.s.slots.push(zero, e.gen)
-		}
-		if e.newIDs == nil {
-			e.newIDs = make(map[string]uint32)
-		}
-		e.newIDs[it.ItemID()] = slot
-		e.s.dirty.Set(uint(slot))
+		slot = e.newSlot(it)
 	}
+	e.place(slot, it)
+}
+
+// insert places it, whose id the caller knows is not in the set: upsert
+// without looking for it.
+func (e *setEdit[T]) insert(it T) { e.place(e.newSlot(it), it) }
+
+// newSlot takes a free slot, or a new one, for it's id.
+func (e *setEdit[T]) newSlot(it T) uint32 {
+	var slot uint32
+	if n := len(e.s.free); n > 0 {
+		slot = e.s.free[n-1]
+		e.s.free = e.s.free[:n-1]
+	} else {
+		var zero T
+		slot = e.s.slots.push(zero, e.gen)
+	}
+	e.added = append(e.added, slot)
+	e.s.dirty.Set(uint(slot))
+	return slot
+}
+
+func (e *setEdit[T]) place(slot uint32, it T) {
 	e.s.slots.set(slot, it, e.gen)
 	e.s.all.Set(uint(slot))
 	if it.ItemReady() {
@@ -276,7 +309,7 @@ func (e *setEdit[T]) remove(id string) bool {
 	e.s.slots.set(slot, zero, e.gen)
 	e.s.dirty.Set(uint(slot))
 	e.freed = append(e.freed, slot)
-	if _, isNew := e.newIDs[id]; !isNew {
+	if _, isNew := e.newID(id); !isNew {
 		e.gone = true
 	}
 	return true
@@ -342,7 +375,7 @@ func (e *setEdit[T]) finish() Set[T] {
 	if s.dirty.Count() > maxDirty(s.slots.len()) {
 		s.compact()
 	}
-	if !e.gone && len(e.newIDs) == 0 {
+	if !e.gone && len(e.added) == 0 {
 		return s
 	}
 	kept := s.byID
@@ -354,8 +387,8 @@ func (e *setEdit[T]) finish() Set[T] {
 			}
 		}
 	}
-	added := make([]uint32, 0, len(e.newIDs))
-	for _, slot := range e.newIDs {
+	added := make([]uint32, 0, len(e.added))
+	for _, slot := range e.added {
 		if s.slots.at(slot) != zero {
 			added = append(added, slot)
 		}

@@ -72,6 +72,11 @@ type Op struct {
 	// just encoded. It is never stored; followers of other processes see
 	// nil and decode Value.
 	Object any
+	// Absent is the writer's word, with Object, that the record did not
+	// exist before this op: it was the only writer and planned against
+	// every earlier commit. Followers in the same process may then skip
+	// looking for it. Never stored; false is always safe.
+	Absent bool
 }
 
 // Txn is the ops of one write request: atomic, and given one revision when
