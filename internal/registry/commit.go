@@ -3,6 +3,7 @@ package registry
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/sextant-mesh/sextant/internal/store"
@@ -76,13 +77,21 @@ func (r *Registry) failQueued() {
 // answers. A failed commit fails every request of the batch, and nothing of
 // it reaches the catalog.
 func (r *Registry) commit(ctx context.Context, batch []*request) {
+	handed := false
 	defer func() {
 		r.commitSize.Observe(float64(len(batch)))
-		for _, req := range batch {
-			close(req.done)
+		if !handed {
+			for _, req := range batch {
+				close(req.done)
+			}
 		}
 	}()
+	r.pruneInFlight()
 	tx := newTx(r, r.opts.Now())
+	tx.inflight = true
+	if n := batchRecords(batch); n > 64 {
+		tx.over = make(map[recKey]pending, n) // grown step by step it was rehashed ~10 times
+	}
 	var (
 		txns   []store.Txn
 		owners []*request
@@ -154,6 +163,12 @@ func (r *Registry) commit(ctx context.Context, batch []*request) {
 	if last == 0 {
 		return
 	}
+	if f := r.pipelined(txns, results, last); f != nil {
+		r.inflight = append(r.inflight, f)
+		r.answerq <- answers{batch: slices.Clone(batch), owners: owners, rev: last} // the loop reuses batch
+		handed = true
+		return
+	}
 	// Read-your-writes: answer once the catalog holds the commit.
 	if err := r.waitApplied(ctx, last); err != nil {
 		for _, req := range owners {
@@ -180,6 +195,20 @@ func (r *Registry) DryRun(w Write) (int64, error) {
 		return 0, err
 	}
 	return r.cat.Revision(), nil
+}
+
+// recordCounter is a Write that knows how many records it will write.
+type recordCounter interface{ records() int }
+
+// batchRecords is how many records batch writes, as far as known.
+func batchRecords(batch []*request) int {
+	n := 0
+	for _, req := range batch {
+		if c, ok := req.w.(recordCounter); ok {
+			n += c.records()
+		}
+	}
+	return n
 }
 
 func finish(batch []*request) {
@@ -227,10 +256,11 @@ type Tx struct {
 	r   *Registry
 	now time.Time
 
-	over map[recKey]pending // the batch's writes so far
-	undo []undoEntry        // the current write's changes to over
-	ops  []store.Op         // the current write's ops
-	buf  []byte             // encodings of the batch, shared
+	over     map[recKey]pending // the batch's writes so far
+	inflight bool               // also sees the committer's in-flight overlays
+	undo     []undoEntry        // the current write's changes to over
+	ops      []store.Op         // the current write's ops
+	buf      []byte             // encodings of the batch, shared
 
 	answer   int64
 	volatile bool
@@ -282,9 +312,14 @@ func (t *Tx) Now() time.Time { return t.now }
 const Pending int64 = -1
 
 // Get returns the current value of record id of kind k and its revision:
-// nil and 0 if absent; Pending if written earlier in this batch.
+// nil and 0 if absent; Pending if written earlier in this batch or in one
+// committed but not yet applied (pipeline.go).
 func (t *Tx) Get(k store.Kind, id string) (any, int64) {
-	if p, ok := t.over[recKey{k, id}]; ok {
+	p, ok := t.over[recKey{k, id}]
+	if !ok && t.inflight {
+		p, ok = t.r.lookInFlight(recKey{k, id})
+	}
+	if ok {
 		if p.value == nil {
 			return nil, 0
 		}
@@ -312,6 +347,14 @@ func (t *Tx) note(k store.Kind, id string, value any) {
 // decoded form handed to the catalog (store.Op.Object).
 func (t *Tx) Put(k store.Kind, id string, value []byte, obj any) {
 	t.ops = append(t.ops, store.Op{Kind: k, Key: id, Value: value, Object: obj})
+	t.note(k, id, obj)
+}
+
+// PutNew is Put of a record that Get reported absent. On a single server,
+// where the committer is the only writer and Get sees every earlier commit,
+// the catalog is told so and does not look for it (store.Op.Absent).
+func (t *Tx) PutNew(k store.Kind, id string, value []byte, obj any) {
+	t.ops = append(t.ops, store.Op{Kind: k, Key: id, Value: value, Object: obj, Absent: t.r.cluster == nil && t.inflight})
 	t.note(k, id, obj)
 }
 

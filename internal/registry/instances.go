@@ -31,6 +31,8 @@ type registerWrite struct {
 	guard     Guard
 }
 
+func (w *registerWrite) records() int { return len(w.instances) }
+
 func (w *registerWrite) Plan(tx *Tx) error {
 	now := tx.Now()
 	var unchanged int64
@@ -54,10 +56,12 @@ func (w *registerWrite) Plan(tx *Tx) error {
 		in.Healthy = true
 		in.UpdatedAt = now
 		in.CreatedAt = now
-		if cur != nil {
-			in.CreatedAt = cur.CreatedAt
-			w.r.heartbeat(in, now) // a register is a heartbeat; new ones start theirs when applied
+		if cur == nil {
+			tx.PutNew(store.Instances, in.ID, tx.Encode(in.AppendBinary), in)
+			continue
 		}
+		in.CreatedAt = cur.CreatedAt
+		w.r.heartbeat(in, now) // a register is a heartbeat; new ones start theirs when applied
 		tx.Put(store.Instances, in.ID, tx.Encode(in.AppendBinary), in)
 	}
 	tx.Answer(unchanged)

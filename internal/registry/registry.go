@@ -95,6 +95,9 @@ type Registry struct {
 
 	commitSize    prometheus.Histogram
 	commitLatency prometheus.Histogram
+
+	inflight []*inflight  // committed, not yet applied (committer only)
+	answerq  chan answers // to the answerer
 }
 
 // request is one write waiting for the committer.
@@ -122,7 +125,7 @@ func Open(st Store, opts Options) (*Registry, error) {
 	}
 	r := &Registry{
 		st: st, cat: catalog.New(opts.Catalog), opts: opts, log: opts.Logger, cluster: opts.Cluster,
-		reqs: make(chan *request, 4096), stopped: make(chan struct{}),
+		reqs: make(chan *request, 4096), stopped: make(chan struct{}), answerq: make(chan answers, maxInFlight),
 		ttl: newTTLHeap(), appliedCh: make(chan struct{}),
 		commitSize: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "sextant_registry_commit_requests", Help: "Write requests grouped into one durable commit.",
@@ -165,9 +168,10 @@ func Open(st Store, opts Options) (*Registry, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
-	r.wg.Add(3)
+	r.wg.Add(4)
 	go func() { defer r.wg.Done(); r.followLoop(ctx, feed) }()
-	go func() { defer r.wg.Done(); r.commitLoop(ctx) }()
+	go func() { defer r.wg.Done(); r.answerLoop(ctx) }()
+	go func() { defer r.wg.Done(); defer close(r.answerq); r.commitLoop(ctx) }()
 	go func() { defer r.wg.Done(); r.ttlLoop(ctx) }()
 	return r, nil
 }

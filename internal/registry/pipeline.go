@@ -1,0 +1,98 @@
+package registry
+
+import (
+	"context"
+
+	"github.com/sextant-mesh/sextant/internal/store"
+)
+
+// The committer does not wait for the follower after a batch of instance
+// writes: it hands the batch's answers to the answerer, which sends them
+// once the catalog holds the commit (read-your-writes, as before), and plans
+// the next batch at once. That batch must see the writes the catalog does
+// not hold yet: they stay in an in-flight overlay until it does. The
+// overlay's values are the objects the follower adopts (it sets their
+// revision), so Get reports them as Pending and appliers read no revision
+// from a Pending value. Only instance writes are pipelined, and only on a
+// single server (in a cluster another server may write in between, and the
+// conditions Pending drops would be needed); any other batch waits as
+// before.
+
+// maxInFlight bounds the batches committed but not yet applied.
+const maxInFlight = 64
+
+// inflight is one committed batch's writes, until the catalog applies rev.
+type inflight struct {
+	rev  int64
+	recs map[recKey]pending
+}
+
+// answers is a batch waiting for the follower before its requests are
+// answered.
+type answers struct {
+	batch  []*request
+	owners []*request
+	rev    int64
+}
+
+// pipelined returns the overlay of a committed batch that may be answered
+// without holding the committer, or nil.
+func (r *Registry) pipelined(txns []store.Txn, results []store.Result, last int64) *inflight {
+	if r.cluster != nil {
+		return nil
+	}
+	f := &inflight{rev: last}
+	for i, t := range txns {
+		for _, op := range t.Ops {
+			if op.Kind != store.Instances || (op.Value != nil && op.Object == nil) {
+				return nil
+			}
+			if results[i].Err != nil {
+				continue
+			}
+			if f.recs == nil {
+				f.recs = make(map[recKey]pending, len(t.Ops)*len(txns))
+			}
+			f.recs[recKey{op.Kind, op.Key}] = pending{value: op.Object}
+		}
+	}
+	return f
+}
+
+// pruneInFlight drops the overlays the catalog now holds.
+func (r *Registry) pruneInFlight() {
+	applied := r.cat.Revision()
+	n := 0
+	for n < len(r.inflight) && r.inflight[n].rev <= applied {
+		r.inflight[n] = nil
+		n++
+	}
+	r.inflight = r.inflight[n:]
+}
+
+// lookInFlight finds record k in the overlays, newest first.
+func (r *Registry) lookInFlight(k recKey) (pending, bool) {
+	for i := len(r.inflight) - 1; i >= 0; i-- {
+		if p, ok := r.inflight[i].recs[k]; ok {
+			return p, true
+		}
+	}
+	return pending{}, false
+}
+
+// answerLoop answers handed-off batches in commit order, each once the
+// follower has applied it. It ends when the committer closes the channel.
+func (r *Registry) answerLoop(ctx context.Context) {
+	for a := range r.answerq {
+		if err := r.waitApplied(ctx, a.rev); err != nil {
+			for _, req := range a.owners {
+				if req.err == nil {
+					req.err = err
+				}
+			}
+		}
+		for _, req := range a.batch {
+			close(req.done)
+		}
+	}
+}

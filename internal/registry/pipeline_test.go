@@ -1,0 +1,249 @@
+package registry
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sextant-mesh/sextant/internal/catalog"
+	"github.com/sextant-mesh/sextant/internal/label"
+	"github.com/sextant-mesh/sextant/internal/store"
+	"github.com/sextant-mesh/sextant/internal/store/embedded"
+)
+
+// TestPipelinedWrites drives concurrent writers over overlapping-in-time
+// but disjoint ids with registers, changes, re-registers and deregisters,
+// so that batches are planned while earlier ones are committed but not yet
+// applied (pipeline.go). Every answer must be readable at once
+// (read-your-writes), a register planned against an in-flight write must
+// keep its CreatedAt, and after a restart the store holds exactly what the
+// writers were last told.
+func TestPipelinedWrites(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	r, closeAll := open(t, dir, nil)
+	const writers, rounds, ids = 6, 150, 12
+	type want struct {
+		port    int
+		created int64 // unix nanos of the first register of this life
+	}
+	models := make([]map[string]*want, writers)
+	var wg sync.WaitGroup
+	for w := range writers {
+		models[w] = map[string]*want{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(w), 9))
+			m := models[w]
+			for round := range rounds {
+				var batch []*catalog.Instance
+				var gone []string
+				for i := range 1 + rng.IntN(4) {
+					id := fmt.Sprintf("w%d-%d", w, rng.IntN(ids))
+					if i > 0 && (contains(gone, id) || containsID(batch, id)) {
+						continue
+					}
+					if m[id] != nil && rng.IntN(3) == 0 {
+						gone = append(gone, id)
+						continue
+					}
+					in := &catalog.Instance{ID: id, Service: fmt.Sprintf("s%d", rng.IntN(3)), Host: "10.0.0.1",
+						Port: 1 + rng.IntN(3), Weight: DefaultWeight,
+						Metadata: label.FromMap(map[string]string{"round": fmt.Sprint(round % 2)})}
+					if err := Prepare(-1, in); err != nil {
+						t.Error(err)
+						return
+					}
+					batch = append(batch, in)
+				}
+				if len(gone) > 0 {
+					if _, nf, err := r.Deregister(ctx, gone); err != nil || len(nf) != 0 {
+						t.Errorf("deregister %v: not found %v, %v", gone, nf, err)
+						return
+					}
+					for _, id := range gone {
+						delete(m, id)
+						if r.cat.Instances().Get(id) != nil {
+							t.Errorf("%s still in the catalog after its deregister was answered", id)
+							return
+						}
+					}
+				}
+				if len(batch) == 0 {
+					continue
+				}
+				rev, err := r.Register(ctx, batch)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				for _, in := range batch {
+					got := r.cat.Instances().Get(in.ID)
+					if got == nil || got.Port != in.Port || got.Revision > rev {
+						t.Errorf("%s after its register (revision %d) was answered: %+v", in.ID, rev, got)
+						return
+					}
+					if m[in.ID] == nil {
+						m[in.ID] = &want{created: got.CreatedAt.UnixNano()}
+					} else if got.CreatedAt.UnixNano() != m[in.ID].created {
+						t.Errorf("%s: a re-register changed CreatedAt %d -> %d", in.ID, m[in.ID].created, got.CreatedAt.UnixNano())
+						return
+					}
+					m[in.ID].port = in.Port
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	live := 0
+	for _, m := range models {
+		live += len(m)
+	}
+	if got := r.cat.Instances().Len(); got != live {
+		t.Errorf("catalog holds %d instances, want %d", got, live)
+	}
+	closeAll()
+	if t.Failed() {
+		return
+	}
+	r, closeAll = open(t, dir, nil)
+	defer closeAll()
+	n := 0
+	for _, m := range models {
+		for id, w := range m {
+			n++
+			got := r.cat.Instances().Get(id)
+			if got == nil || got.Port != w.port || got.CreatedAt.UnixNano() != w.created {
+				t.Fatalf("after restart %s = %+v, want port %d created %d", id, got, w.port, w.created)
+			}
+		}
+	}
+	if r.cat.Instances().Len() != n {
+		t.Fatalf("after restart %d instances, want %d", r.cat.Instances().Len(), n)
+	}
+}
+
+func contains(ids []string, id string) bool {
+	for _, x := range ids {
+		if x == id {
+			return true
+		}
+	}
+	return false
+}
+
+func containsID(ins []*catalog.Instance, id string) bool {
+	for _, in := range ins {
+		if in.ID == id {
+			return true
+		}
+	}
+	return false
+}
+
+// gatedStore holds the follower's feed shut while gate is closed, so that
+// commits pile up committed but not applied; committed counts commits.
+type gatedStore struct {
+	*embedded.Store
+	gate      chan struct{}
+	committed chan struct{}
+}
+
+func (g *gatedStore) Commit(txns []store.Txn, sync bool) ([]store.Result, error) {
+	res, err := g.Store.Commit(txns, sync)
+	g.committed <- struct{}{}
+	return res, err
+}
+
+func (g *gatedStore) Follow(since int64) (store.Feed, error) {
+	f, err := g.Store.Follow(since)
+	return gatedFeed{f, g.gate}, err
+}
+
+type gatedFeed struct {
+	store.Feed
+	gate chan struct{}
+}
+
+func (f gatedFeed) Next(ctx context.Context) ([]store.Change, error) {
+	select {
+	case <-f.gate:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return f.Feed.Next(ctx)
+}
+
+// TestPlanSeesCommittedUnappliedWrites: while the follower is held, a
+// batch is committed and not applied; writes planned next must see it (a
+// deregister finds the instance, a re-register keeps its CreatedAt) instead
+// of the catalog's older state.
+func TestPlanSeesCommittedUnappliedWrites(t *testing.T) {
+	ctx := context.Background()
+	st, err := embedded.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	g := &gatedStore{Store: st, gate: make(chan struct{}), committed: make(chan struct{}, 16)}
+	clk := newClock()
+	r, err := Open(g, Options{Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	answered := make(chan error, 4)
+	committed := func(what string) {
+		t.Helper()
+		select {
+		case <-g.committed:
+		case err := <-answered:
+			t.Fatalf("%s was answered (%v) without a commit", what, err)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: no commit in 10 s", what)
+		}
+	}
+	go func() {
+		_, err := r.Register(ctx, []*catalog.Instance{instance("a", "s", 0), instance("b", "s", 0)})
+		answered <- err
+	}()
+	committed("the first register") // committed, held from the catalog
+	created := clk.Now()
+	clk.Advance(time.Minute)
+	var notFound []string
+	go func() {
+		var err error
+		_, notFound, err = r.Deregister(ctx, []string{"a"})
+		answered <- err
+	}()
+	committed("the deregister")
+	b2 := instance("b", "s", 0)
+	b2.Port = 81
+	go func() { _, err := r.Register(ctx, []*catalog.Instance{b2}); answered <- err }()
+	committed("the second register")
+	if r.cat.Instances().Get("a") != nil || r.cat.Instances().Len() != 0 {
+		t.Fatal("the follower applied while held: the test no longer holds commits in flight")
+	}
+	close(g.gate)
+	for range 3 {
+		select {
+		case err := <-answered:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("writes not answered 10 s after the follower was let go")
+		}
+	}
+	if len(notFound) != 0 || r.cat.Instances().Get("a") != nil {
+		t.Fatalf("deregister planned against an unapplied register: not found %v, a = %+v", notFound, r.cat.Instances().Get("a"))
+	}
+	b := r.cat.Instances().Get("b")
+	if b == nil || b.Port != 81 || !b.CreatedAt.Equal(created) {
+		t.Fatalf("b = %+v, want port 81 and CreatedAt %v (from the unapplied first register)", b, created)
+	}
+}
