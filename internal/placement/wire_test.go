@@ -43,6 +43,22 @@ func (s *heldStore) noteQueued(w registry.Write) {
 var errDisk = errors.New("disk on fire")
 
 func (s *heldStore) Commit(txns []store.Txn, sync bool) ([]store.Result, error) {
+	if err := s.before(); err != nil {
+		return nil, err
+	}
+	return s.Store.Commit(txns, sync)
+}
+
+// CommitAsync overrides the embedded store's, which the registry prefers.
+func (s *heldStore) CommitAsync(txns []store.Txn, sync bool) ([]store.Result, func() error, error) {
+	if err := s.before(); err != nil {
+		return nil, nil, err
+	}
+	return s.Store.CommitAsync(txns, sync)
+}
+
+// before holds and fails a commit as asked.
+func (s *heldStore) before() error {
 	s.mu.Lock()
 	hold, held, fail := s.hold, s.held, s.failing
 	s.hold = nil
@@ -52,9 +68,9 @@ func (s *heldStore) Commit(txns []store.Txn, sync bool) ([]store.Result, error) 
 		<-hold
 	}
 	if fail {
-		return nil, errDisk
+		return errDisk
 	}
-	return s.Store.Commit(txns, sync)
+	return nil
 }
 
 // holdNext makes the next commit wait until release is called; held is

@@ -145,8 +145,7 @@ func (r *Registry) commit(ctx context.Context, batch []*request) {
 		return
 	}
 	start := time.Now()
-	results, err := r.st.Commit(txns, sync)
-	r.commitLatency.Observe(time.Since(start).Seconds())
+	results, durable, err := r.storeCommit(txns, sync)
 	finish(batch)
 	if err != nil {
 		r.log.Error("commit failed", "requests", len(batch), "err", err)
@@ -155,28 +154,59 @@ func (r *Registry) commit(ctx context.Context, batch []*request) {
 		}
 		return
 	}
+	onDisk := func() error {
+		err := durable()
+		r.commitLatency.Observe(time.Since(start).Seconds())
+		if err != nil {
+			r.log.Error("commit failed", "requests", len(batch), "err", err)
+			return fmt.Errorf("registry: commit: %w", err)
+		}
+		return nil
+	}
 	var last int64
 	for i, res := range results {
 		owners[i].rev, owners[i].err = res.Revision, res.Err
 		last = max(last, res.Revision)
 	}
 	if last == 0 {
+		_ = onDisk() // nothing written (every write conflicted); a failure is logged
 		return
 	}
 	if f := r.pipelined(txns, results, last); f != nil {
 		r.inflight = append(r.inflight, f)
-		r.answerq <- answers{batch: slices.Clone(batch), owners: owners, rev: last} // the loop reuses batch
+		r.answerq <- answers{batch: slices.Clone(batch), owners: owners, rev: last, onDisk: onDisk} // the loop reuses batch
 		handed = true
 		return
 	}
 	// Read-your-writes: answer once the catalog holds the commit.
-	if err := r.waitApplied(ctx, last); err != nil {
+	err = onDisk()
+	if err == nil {
+		err = r.waitApplied(ctx, last)
+	}
+	if err != nil {
 		for _, req := range owners {
 			if req.err == nil {
 				req.err = err
 			}
 		}
 	}
+}
+
+// asyncStore is a Store whose commit returns before its fsync; durable
+// waits for it. The committer plans the next batch meanwhile.
+type asyncStore interface {
+	CommitAsync(txns []store.Txn, sync bool) ([]store.Result, func() error, error)
+}
+
+func noWait() error { return nil }
+
+// storeCommit commits txns, asynchronously when the store can.
+func (r *Registry) storeCommit(txns []store.Txn, sync bool) ([]store.Result, func() error, error) {
+	if a, ok := r.st.(asyncStore); ok {
+		return a.CommitAsync(txns, sync)
+	}
+	res, err := r.st.Commit(txns, sync)
+	return res, noWait, err
 }
 
 // DryRun plans w against the current state, as the committer would, and

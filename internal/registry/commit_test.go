@@ -27,6 +27,22 @@ type failingStore struct {
 var errDisk = errors.New("disk on fire")
 
 func (s *failingStore) Commit(txns []store.Txn, sync bool) ([]store.Result, error) {
+	if err := s.before(); err != nil {
+		return nil, err
+	}
+	return s.Store.Commit(txns, sync)
+}
+
+// CommitAsync overrides the embedded store's, which the registry prefers.
+func (s *failingStore) CommitAsync(txns []store.Txn, sync bool) ([]store.Result, func() error, error) {
+	if err := s.before(); err != nil {
+		return nil, nil, err
+	}
+	return s.Store.CommitAsync(txns, sync)
+}
+
+// before holds and fails a commit as asked.
+func (s *failingStore) before() error {
 	s.mu.Lock()
 	hold, held := s.hold, s.held
 	s.hold = nil
@@ -40,9 +56,9 @@ func (s *failingStore) Commit(txns []store.Txn, sync bool) ([]store.Result, erro
 	fail := s.failing
 	s.mu.Unlock()
 	if fail {
-		return nil, errDisk
+		return errDisk
 	}
-	return s.Store.Commit(txns, sync)
+	return nil
 }
 
 // TestFailedCommitFailsItsWholeBatch: the requests grouped into a commit

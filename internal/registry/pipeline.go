@@ -33,6 +33,7 @@ type answers struct {
 	batch  []*request
 	owners []*request
 	rev    int64
+	onDisk func() error // waits for the commit's fsync
 }
 
 // pipelined returns the overlay of a committed batch that may be answered
@@ -80,11 +81,15 @@ func (r *Registry) lookInFlight(k recKey) (pending, bool) {
 	return pending{}, false
 }
 
-// answerLoop answers handed-off batches in commit order, each once the
-// follower has applied it. It ends when the committer closes the channel.
+// answerLoop answers handed-off batches in commit order, each once it is
+// on disk and the follower has applied it. It ends when the committer closes the channel.
 func (r *Registry) answerLoop(ctx context.Context) {
 	for a := range r.answerq {
-		if err := r.waitApplied(ctx, a.rev); err != nil {
+		err := a.onDisk()
+		if err == nil {
+			err = r.waitApplied(ctx, a.rev)
+		}
+		if err != nil {
 			for _, req := range a.owners {
 				if req.err == nil {
 					req.err = err

@@ -159,6 +159,12 @@ func (g *gatedStore) Commit(txns []store.Txn, sync bool) ([]store.Result, error)
 	return res, err
 }
 
+func (g *gatedStore) CommitAsync(txns []store.Txn, sync bool) ([]store.Result, func() error, error) {
+	res, durable, err := g.Store.CommitAsync(txns, sync)
+	g.committed <- struct{}{}
+	return res, durable, err
+}
+
 func (g *gatedStore) Follow(since int64) (store.Feed, error) {
 	f, err := g.Store.Follow(since)
 	return gatedFeed{f, g.gate}, err
