@@ -358,9 +358,7 @@ func (s *Set[T]) compact() {
 			}
 		}
 		if cur := s.slots.at(slot); cur != zero {
-			for k, v := range cur.ItemLabels().All() {
-				ix.Add(slot, k, v)
-			}
+			ix.AddLabels(slot, cur.ItemLabels())
 		}
 	}
 	s.base, s.baseSlots, s.dirty = ix, baseSlots, dirty

@@ -30,6 +30,12 @@ type Postings struct {
 	keys     map[string]*postingKey
 	append   bool // may append into lists shared with older versions
 	edited   bool // Edit was called: a second Edit is a branch
+	// recent are the keys of the last AddLabels by position, with their
+	// entries of this version (forgotten when a key is removed).
+	recent [16]struct {
+		key string
+		e   *postingKey
+	}
 }
 
 type postingKey struct {
@@ -227,10 +233,31 @@ func maps(m map[string]*Posting) map[string]*Posting {
 
 // Add records that slot has value under key.
 func (ix *Postings) Add(slot uint32, key, value string) {
+	ix.addTo(ix.key(key), slot, value)
+}
+
+// AddLabels is Add for every pair of l. Items mostly share their keys, so
+// the key at each position is remembered from the last call and compared
+// instead of looked up.
+func (ix *Postings) AddLabels(slot uint32, l Labels) {
+	for j := range l.Len() {
+		k, v := l.At(j)
+		if j >= len(ix.recent) {
+			ix.Add(slot, k, v)
+			continue
+		}
+		r := &ix.recent[j]
+		if r.e == nil || r.key != k {
+			r.key, r.e = k, ix.key(k)
+		}
+		ix.addTo(r.e, slot, v)
+	}
+}
+
+func (ix *Postings) addTo(e *postingKey, slot uint32, value string) {
 	if slot >= ix.universe {
 		ix.universe = slot + 1
 	}
-	e := ix.key(key)
 	p := e.values[value]
 	switch {
 	case p == nil:
@@ -260,6 +287,10 @@ func (ix *Postings) Remove(slot uint32, key, value string) {
 		delete(e.values, value)
 		if len(e.values) == 0 {
 			delete(ix.keys, key)
+			ix.recent = [len(ix.recent)]struct {
+				key string
+				e   *postingKey
+			}{}
 		}
 	}
 }

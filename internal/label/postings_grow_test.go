@@ -104,3 +104,58 @@ func TestPostingsGrowingVersions(t *testing.T) {
 		t.Fatalf("the test reached %d dense and %d shared postings: it no longer covers extend", dense, shared)
 	}
 }
+
+// TestAddLabelsMatchesAdd: AddLabels (keys remembered by position) builds
+// the same index as Add pair by pair, also when keys are emptied and come
+// back in between and when items have different keys.
+func TestAddLabelsMatchesAdd(t *testing.T) {
+	rng := rand.New(rand.NewPCG(21, 22))
+	a, b := NewPostings(0), NewPostings(0)
+	type rec struct {
+		slot uint32
+		l    Labels
+	}
+	var live []rec
+	for i := range 3000 {
+		m := map[string]string{}
+		for _, k := range []string{"a", "b", "c", "d"} {
+			if rng.IntN(5) > 0 {
+				m[k] = fmt.Sprint(rng.IntN(4))
+			}
+		}
+		if rng.IntN(30) == 0 {
+			m["rare"] = "x"
+		}
+		l := FromMap(m)
+		slot := uint32(i)
+		a.AddLabels(slot, l)
+		for k, v := range l.All() {
+			b.Add(slot, k, v)
+		}
+		live = append(live, rec{slot, l})
+		if i%100 == 99 { // a fresh version now and then
+			a, b = a.Edit(), b.Edit()
+		}
+		if i%10 == 9 { // removals that may empty a key, between adds of one version
+			for range 4 {
+				j := rng.IntN(len(live))
+				for k, v := range live[j].l.All() {
+					a.Remove(live[j].slot, k, v)
+					b.Remove(live[j].slot, k, v)
+				}
+				live = slices.Delete(live, j, j+1)
+			}
+		}
+	}
+	for _, k := range []string{"a", "b", "c", "d", "rare"} {
+		if a.NumValues(k) != b.NumValues(k) {
+			t.Fatalf("key %s: %d values, want %d", k, a.NumValues(k), b.NumValues(k))
+		}
+		b.Values(k, func(v string, p *Posting) bool {
+			if got, want := postingSlots(a.Get(k, v)), postingSlots(p); !slices.Equal(got, want) {
+				t.Fatalf("%s=%s: %v, want %v", k, v, got, want)
+			}
+			return true
+		})
+	}
+}
