@@ -172,7 +172,7 @@ func (r *Registry) commit(ctx context.Context, batch []*request) {
 		_ = onDisk() // nothing written (every write conflicted); a failure is logged
 		return
 	}
-	if f := r.pipelined(txns, results, last); f != nil {
+	if f := r.pipelined(txns, results, last, tx.over); f != nil {
 		r.inflight = append(r.inflight, f)
 		r.answerq <- answers{batch: slices.Clone(batch), owners: owners, rev: last, onDisk: onDisk} // the loop reuses batch
 		handed = true

@@ -37,23 +37,30 @@ type answers struct {
 }
 
 // pipelined returns the overlay of a committed batch that may be answered
-// without holding the committer, or nil.
-func (r *Registry) pipelined(txns []store.Txn, results []store.Result, last int64) *inflight {
+// without holding the committer, or nil. over is the batch's view of its
+// own writes, taken as the overlay when every txn committed.
+func (r *Registry) pipelined(txns []store.Txn, results []store.Result, last int64, over map[recKey]pending) *inflight {
 	if r.cluster != nil {
 		return nil
 	}
-	f := &inflight{rev: last}
+	failed := false
 	for i, t := range txns {
+		failed = failed || results[i].Err != nil
 		for _, op := range t.Ops {
 			if op.Kind != store.Instances || (op.Value != nil && op.Object == nil) {
 				return nil
 			}
-			if results[i].Err != nil {
-				continue
-			}
-			if f.recs == nil {
-				f.recs = make(map[recKey]pending, len(t.Ops)*len(txns))
-			}
+		}
+	}
+	if !failed {
+		return &inflight{rev: last, recs: over}
+	}
+	f := &inflight{rev: last, recs: make(map[recKey]pending)}
+	for i, t := range txns {
+		if results[i].Err != nil {
+			continue
+		}
+		for _, op := range t.Ops {
 			f.recs[recKey{op.Kind, op.Key}] = pending{value: op.Object}
 		}
 	}
