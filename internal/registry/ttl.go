@@ -42,6 +42,9 @@ func (r *Registry) track(changes []store.Change) {
 			if op.Kind != store.Instances {
 				continue
 			}
+			if in, ok := op.Object.(*catalog.Instance); ok && op.Absent && in.TTLSeconds == 0 {
+				continue // new, without a TTL: it has no liveness to make or drop
+			}
 			in := r.cat.Instances().Get(op.Key)
 			if in == nil || in.Revision != sc.Revision {
 				if in == nil {
