@@ -20,9 +20,10 @@ type idIndex struct {
 }
 
 type idShard struct {
-	mu sync.RWMutex
-	m  map[string]*Instance
-	_  [40]byte // a shard per cache line: readers of neighbours do not contend
+	mu   sync.RWMutex
+	m    map[string]*Instance
+	peak int      // the most entries m has held: Go maps never shrink
+	_    [24]byte // 64 bytes a shard: readers of neighbours do not share a cache line
 }
 
 func newIDIndex() *idIndex {
@@ -49,6 +50,7 @@ func (x *idIndex) store(id string, in *Instance) {
 	s := x.shard(id)
 	s.mu.Lock()
 	s.m[id] = in
+	s.peak = max(s.peak, len(s.m))
 	s.mu.Unlock()
 }
 
@@ -58,6 +60,16 @@ func (x *idIndex) deleteIf(id string, prev *Instance) {
 	s.mu.Lock()
 	if s.m[id] == prev {
 		delete(s.m, id)
+		if s.peak > 1024 && len(s.m) < s.peak/4 {
+			// Mostly emptied (a mass deregister): a map sized for its peak
+			// would be scanned by every GC cycle. Copy it to its size; the
+			// copy is paid by the deletes that emptied it.
+			m := make(map[string]*Instance, len(s.m))
+			for k, v := range s.m {
+				m[k] = v
+			}
+			s.m, s.peak = m, len(m)
+		}
 	}
 	s.mu.Unlock()
 }
@@ -78,7 +90,7 @@ func (x *idIndex) reset(all []any) {
 		}
 		s := &x.shards[i]
 		s.mu.Lock()
-		s.m = m
+		s.m, s.peak = m, len(m)
 		s.mu.Unlock()
 	}
 }
