@@ -458,3 +458,21 @@ func TestSetEditedTwice(t *testing.T) {
 		t.Fatalf("second edit: %v", got[100:])
 	}
 }
+
+// TestAddedAndRemovedInOneEdit: ids added and removed again within one
+// apply leave id order as it was (the append path once indexed an empty
+// list of new ids).
+func TestAddedAndRemovedInOneEdit(t *testing.T) {
+	c := New(Options{})
+	loadInstances(c, 1, []*Instance{benchInstance(1, "s")})
+	in := benchInstance(2, "s")
+	k := in.Key()
+	c.applyChanges(2, []Change{
+		{Revision: 2, Kind: store.Instances, Key: k, ID: in.ID, Value: in, Created: true},
+		{Revision: 2, Kind: store.Instances, Key: k, ID: in.ID},
+	})
+	svc := c.Instances().Service(k)
+	if got := idsOf(svc.Instances()); len(got) != 1 || got[0] != benchInstance(1, "s").ID || c.Instances().Len() != 1 {
+		t.Fatalf("after add and remove in one apply: %v (%d)", got, c.Instances().Len())
+	}
+}

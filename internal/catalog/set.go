@@ -392,6 +392,9 @@ func (e *setEdit[T]) finish() Set[T] {
 		}
 	}
 	slices.SortFunc(added, func(a, b uint32) int { return cmp.Compare(s.slots.at(a).ItemID(), s.slots.at(b).ItemID()) })
+	if !e.gone && len(added) == 0 {
+		return s // the new ids were removed again in this edit
+	}
 	if !e.gone && (len(kept) == 0 || s.slots.at(added[0]).ItemID() > s.slots.at(kept[len(kept)-1]).ItemID()) {
 		s.appendIDs(added) // ids that sort after every existing one: no merge
 		return s

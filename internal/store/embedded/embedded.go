@@ -215,7 +215,7 @@ scan:
 	if sync {
 		err := s.db.ApplyNoSyncWait(b, pebble.Sync)
 		if err != nil {
-			b.SyncWait() // a batch handed to the log must be waited for before Close
+			_ = b.SyncWait() // a batch handed to the log must be waited for before Close
 			return nil, nil, fmt.Errorf("embedded: commit: %w", err)
 		}
 		cw.b, queued = b, true
