@@ -14,13 +14,14 @@ import (
 	"github.com/sextant-mesh/sextant/internal/store/embedded"
 )
 
-// TestPipelinedWrites drives concurrent writers over overlapping-in-time
-// but disjoint ids with registers, changes, re-registers and deregisters,
-// so that batches are planned while earlier ones are committed but not yet
-// applied (pipeline.go). Every answer must be readable at once
-// (read-your-writes), a register planned against an in-flight write must
-// keep its CreatedAt, and after a restart the store holds exactly what the
-// writers were last told.
+// TestPipelinedWrites drives concurrent writers, each over ids of its own,
+// with registers, re-registers that change fields or move an instance to
+// another service, and deregisters, so that the committer runs ahead of the
+// follower (pipeline.go). Every answer must be readable at once
+// (read-your-writes), a re-register keeps CreatedAt, the catalog counts what
+// the writers hold, and after a restart the store holds exactly what they
+// were last told. (Plans against in-flight writes of the same id:
+// TestPlanSeesCommittedUnappliedWrites.)
 func TestPipelinedWrites(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
