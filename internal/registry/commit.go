@@ -90,7 +90,8 @@ func (r *Registry) commit(ctx context.Context, batch []*request) {
 	tx := newTx(r, r.opts.Now())
 	tx.inflight = true
 	if n := batchRecords(batch); n > 64 {
-		tx.over = make(map[recKey]pending, n) // grown step by step it was rehashed ~10 times
+		// Sized once: grown step by step they were rehashed and copied ~10 times.
+		tx.over, tx.undo = make(map[recKey]pending, n), make([]undoEntry, 0, n)
 	}
 	var (
 		txns   []store.Txn
@@ -294,6 +295,7 @@ type Tx struct {
 
 	answer   int64
 	volatile bool
+	reserve  int // ops the current write may add (Reserve)
 }
 
 type recKey struct {
@@ -316,7 +318,7 @@ func newTx(r *Registry, now time.Time) *Tx {
 }
 
 func (t *Tx) begin() {
-	t.undo, t.ops, t.answer, t.volatile = t.undo[:0], nil, 0, false
+	t.undo, t.ops, t.answer, t.volatile, t.reserve = t.undo[:0], nil, 0, false, 0
 }
 
 func (t *Tx) rollback() {
@@ -332,6 +334,19 @@ func (t *Tx) rollback() {
 }
 
 func (t *Tx) end() ([]store.Op, int64, bool) { return t.ops, t.answer, t.volatile }
+
+// Reserve says the current write may add up to n ops, so that the first
+// one makes room for all (a write that adds none allocates nothing).
+func (t *Tx) Reserve(n int) { t.reserve = n }
+
+// add appends op to the current write and notes it in the batch's view.
+func (t *Tx) add(op store.Op, obj any) {
+	if t.ops == nil && t.reserve > 0 {
+		t.ops = make([]store.Op, 0, t.reserve)
+	}
+	t.ops = append(t.ops, op)
+	t.note(op.Kind, op.Key, obj)
+}
 
 // Now is the time the batch is planned at.
 func (t *Tx) Now() time.Time { return t.now }
@@ -376,35 +391,30 @@ func (t *Tx) note(k store.Kind, id string, value any) {
 // Put writes record id of kind k: value is its durable encoding, obj its
 // decoded form handed to the catalog (store.Op.Object).
 func (t *Tx) Put(k store.Kind, id string, value []byte, obj any) {
-	t.ops = append(t.ops, store.Op{Kind: k, Key: id, Value: value, Object: obj})
-	t.note(k, id, obj)
+	t.add(store.Op{Kind: k, Key: id, Value: value, Object: obj}, obj)
 }
 
 // PutNew is Put of a record that Get reported absent. On a single server,
 // where the committer is the only writer and Get sees every earlier commit,
 // the catalog is told so and does not look for it (store.Op.Absent).
 func (t *Tx) PutNew(k store.Kind, id string, value []byte, obj any) {
-	t.ops = append(t.ops, store.Op{Kind: k, Key: id, Value: value, Object: obj, Absent: t.r.cluster == nil && t.inflight})
-	t.note(k, id, obj)
+	t.add(store.Op{Kind: k, Key: id, Value: value, Object: obj, Absent: t.r.cluster == nil && t.inflight}, obj)
 }
 
 // PutIf is Put on condition that the record's revision is still rev (0:
 // absent) when the batch commits.
 func (t *Tx) PutIf(k store.Kind, id string, value []byte, obj any, rev int64) {
-	t.ops = append(t.ops, store.Op{Kind: k, Key: id, Value: value, Object: obj, Check: rev != Pending, IfRevision: rev})
-	t.note(k, id, obj)
+	t.add(store.Op{Kind: k, Key: id, Value: value, Object: obj, Check: rev != Pending, IfRevision: rev}, obj)
 }
 
 // Delete deletes record id of kind k.
 func (t *Tx) Delete(k store.Kind, id string) {
-	t.ops = append(t.ops, store.Op{Kind: k, Key: id})
-	t.note(k, id, nil)
+	t.add(store.Op{Kind: k, Key: id}, nil)
 }
 
 // DeleteIf is Delete on condition that the record's revision is still rev.
 func (t *Tx) DeleteIf(k store.Kind, id string, rev int64) {
-	t.ops = append(t.ops, store.Op{Kind: k, Key: id, Check: rev != Pending, IfRevision: rev})
-	t.note(k, id, nil)
+	t.add(store.Op{Kind: k, Key: id, Check: rev != Pending, IfRevision: rev}, nil)
 }
 
 // Encoding buffers: a record goes into the current chunk while encodeSlack

@@ -36,6 +36,7 @@ func (w *registerWrite) records() int { return len(w.instances) }
 func (w *registerWrite) Plan(tx *Tx) error {
 	now := tx.Now()
 	var unchanged int64
+	tx.Reserve(len(w.instances))
 	if w.guard != nil {
 		for _, in := range w.instances {
 			if cur, _ := currentInstance(tx, in.ID); cur != nil {
@@ -78,6 +79,7 @@ type deregisterWrite struct {
 
 func (w *deregisterWrite) Plan(tx *Tx) error {
 	w.notFound = w.notFound[:0]
+	tx.Reserve(len(w.ids))
 	for _, id := range w.ids {
 		cur, _ := currentInstance(tx, id)
 		if cur == nil {
