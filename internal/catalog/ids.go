@@ -12,8 +12,8 @@ const idShards = 64
 // idIndex maps instance ids to their current version for lookups by id
 // (heartbeats, the registry's planning of every write). It is plain maps in
 // shards under read-write locks: with a million ids a sync.Map lookup chases
-// a pointer per trie level, 2.5-3x the cost of a map shard (internal
-// benchmark, 2026-11-25). One writer, the table's Apply and Load.
+// a pointer per trie level, 2.5-3x the cost of a map shard (docs/benchmarks.md,
+// issue 16 second pass). One writer, the table's Apply and Load.
 type idIndex struct {
 	seed   maphash.Seed
 	shards [idShards]idShard
