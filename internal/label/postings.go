@@ -287,10 +287,7 @@ func (ix *Postings) Remove(slot uint32, key, value string) {
 		delete(e.values, value)
 		if len(e.values) == 0 {
 			delete(ix.keys, key)
-			ix.recent = [len(ix.recent)]struct {
-				key string
-				e   *postingKey
-			}{}
+			clear(ix.recent[:])
 		}
 	}
 }
