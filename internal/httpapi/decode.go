@@ -96,6 +96,18 @@ func (d *decodeState) strBytes() ([]byte, error) {
 	}
 	d.i++
 	start := d.i
+	// Most strings are plain ASCII: skip to the first byte that is not, and
+	// if that is the closing quote, the string needs neither unescaping nor
+	// UTF-8 validation.
+	i := d.i
+	for i < len(d.b) && !strStop[d.b[i]] {
+		i++
+	}
+	d.i = i
+	if i < len(d.b) && d.b[i] == '"' {
+		d.i++
+		return d.b[start:i], nil
+	}
 	for d.i < len(d.b) {
 		c := d.b[d.i]
 		switch {
@@ -116,6 +128,15 @@ func (d *decodeState) strBytes() ([]byte, error) {
 	}
 	return nil, d.syntax("the end of a string")
 }
+
+// strStop marks the bytes that end strBytes' fast scan: the quote, the
+// backslash, control characters and every non-ASCII byte.
+var strStop = func() (t [256]bool) {
+	for c := range t {
+		t[c] = c == '"' || c == '\\' || c < 0x20 || c >= utf8.RuneSelf
+	}
+	return t
+}()
 
 func (d *decodeState) strSlow(start int) (string, error) {
 	out := append([]byte(nil), d.b[start:d.i]...)
@@ -383,7 +404,6 @@ func (d *decodeState) metadata(in *catalog.Instance) error {
 	}
 	pairs := d.pairs[:0]
 	defer func() { d.pairs = pairs[:0] }()
-	sorted := true
 	size := 0
 	err := d.object(func(kb []byte) error {
 		var v []byte
@@ -398,9 +418,6 @@ func (d *decodeState) metadata(in *catalog.Instance) error {
 				return err
 			}
 		}
-		if n := len(pairs); n > 0 && string(kb) <= string(pairs[n-1].k) {
-			sorted = false
-		}
 		pairs = append(pairs, pair{kb, v})
 		size += len(kb) + len(v)
 		return nil
@@ -408,19 +425,27 @@ func (d *decodeState) metadata(in *catalog.Instance) error {
 	if err != nil {
 		return err
 	}
-	if !sorted {
-		// Sort by key keeping the last of repeated keys, as a map would.
-		slices.SortStableFunc(pairs, func(a, b pair) int { return bytes.Compare(a.k, b.k) })
-	}
+	// Keys mostly come sorted; the builder checks the order as it goes.
 	var b label.LabelsBuilder
 	b.Grow(len(pairs), size)
+	for _, p := range pairs {
+		b.AddBytes(p.k, p.v)
+	}
+	var ok bool
+	if in.Metadata, ok = b.Labels(); ok {
+		return nil
+	}
+	// Sort by key keeping the last of repeated keys, as a map would.
+	slices.SortStableFunc(pairs, func(a, b pair) int { return bytes.Compare(a.k, b.k) })
+	var sorted label.LabelsBuilder
+	sorted.Grow(len(pairs), size)
 	for i, p := range pairs {
 		if i+1 < len(pairs) && bytes.Equal(pairs[i+1].k, p.k) {
 			continue
 		}
-		b.AddBytes(p.k, p.v)
+		sorted.AddBytes(p.k, p.v)
 	}
-	in.Metadata, _ = b.Labels()
+	in.Metadata, _ = sorted.Labels()
 	return nil
 }
 
