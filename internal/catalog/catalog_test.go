@@ -476,3 +476,15 @@ func TestAddedAndRemovedInOneEdit(t *testing.T) {
 		t.Fatalf("after add and remove in one apply: %v (%d)", got, c.Instances().Len())
 	}
 }
+
+// BenchmarkAppendBinary is the record encoding of one instance with 16
+// metadata pairs, as the registry writes it to the store.
+func BenchmarkAppendBinary(b *testing.B) {
+	in := benchInstance(1, "s")
+	buf := make([]byte, 0, 4096)
+	b.ReportAllocs()
+	for b.Loop() {
+		buf = in.AppendBinary(buf[:0])
+	}
+	b.SetBytes(int64(len(buf)))
+}

@@ -45,13 +45,7 @@ func (in *Instance) AppendBinary(b []byte) []byte {
 	b = binary.AppendVarint(b, in.CreatedAt.UnixNano())
 	b = binary.AppendVarint(b, in.UpdatedAt.UnixNano())
 	b = binary.AppendUvarint(b, uint64(in.Metadata.Len()))
-	for k, v := range in.Metadata.All() {
-		b = binary.AppendUvarint(b, uint64(len(k)))
-		b = append(b, k...)
-		b = binary.AppendUvarint(b, uint64(len(v)))
-		b = append(b, v...)
-	}
-	return b
+	return in.Metadata.AppendLengthPrefixed(b)
 }
 
 type decoder struct {

@@ -1,6 +1,7 @@
 package label
 
 import (
+	"encoding/binary"
 	"iter"
 	"slices"
 	"strings"
@@ -91,6 +92,24 @@ func (l Labels) All() iter.Seq2[string, string] {
 			}
 		}
 	}
+}
+
+// AppendLengthPrefixed appends the pairs in key order, each key and value
+// after its length as a uvarint: the catalog's record encoding of labels,
+// written here in one pass over the offsets.
+func (l Labels) AppendLengthPrefixed(b []byte) []byte {
+	b = slices.Grow(b, len(l.s)+len(l.ends))
+	start := uint32(0)
+	for _, end := range l.ends {
+		if n := end - start; n < 0x80 {
+			b = append(b, byte(n))
+		} else {
+			b = binary.AppendUvarint(b, uint64(n))
+		}
+		b = append(b, l.s[start:end]...)
+		start = end
+	}
+	return b
 }
 
 // Equal reports whether l and o hold the same pairs.

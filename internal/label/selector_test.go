@@ -1,7 +1,10 @@
 package label
 
 import (
+	"bytes"
+	"encoding/binary"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -190,5 +193,24 @@ func TestLabels(t *testing.T) {
 	d.Add("a", "2")
 	if _, ok := d.Labels(); ok {
 		t.Fatal("duplicate keys accepted")
+	}
+}
+
+func TestAppendLengthPrefixed(t *testing.T) {
+	long := strings.Repeat("v", 300) // a length of two uvarint bytes
+	l := FromMap(map[string]string{"zone": "z1", "a": "", "k": long, "東京": "x"})
+	var want []byte
+	for k, v := range l.All() {
+		want = binary.AppendUvarint(want, uint64(len(k)))
+		want = append(want, k...)
+		want = binary.AppendUvarint(want, uint64(len(v)))
+		want = append(want, v...)
+	}
+	got := l.AppendLengthPrefixed([]byte("prefix"))
+	if !bytes.Equal(got, append([]byte("prefix"), want...)) {
+		t.Fatalf("got %q\nwant prefix%q", got, want)
+	}
+	if got := (Labels{}).AppendLengthPrefixed(nil); len(got) != 0 {
+		t.Fatalf("empty labels appended %q", got)
 	}
 }
