@@ -133,6 +133,17 @@ type LabelsBuilder struct {
 
 // Grow reserves room for n pairs of size bytes in all.
 func (b *LabelsBuilder) Grow(n, size int) {
+	if cap(b.b) == 0 && cap(b.ends) == 0 && n > 0 {
+		// One allocation for both: the offsets, then the bytes. Labels
+		// live as long as their instance, and an object fewer per instance
+		// is less for the allocator and for every GC cycle to handle.
+		words := make([]uint32, 2*n+(size+3)/4)
+		b.ends = words[: 0 : 2*n]
+		if size > 0 {
+			b.b = unsafe.Slice((*byte)(unsafe.Pointer(&words[2*n])), size)[:0]
+		}
+		return
+	}
 	b.b = slices.Grow(b.b, size)
 	b.ends = slices.Grow(b.ends, 2*n)
 }

@@ -214,3 +214,28 @@ func TestAppendLengthPrefixed(t *testing.T) {
 		t.Fatalf("empty labels appended %q", got)
 	}
 }
+
+// TestBuilderPastItsHint: pairs beyond what Grow reserved (one allocation
+// for offsets and bytes) move to their own storage, intact.
+func TestBuilderPastItsHint(t *testing.T) {
+	var b LabelsBuilder
+	b.Grow(1, 3)
+	b.Add("a", "12")
+	b.Add("b", strings.Repeat("x", 40))
+	b.Add("c", "3")
+	l, ok := b.Labels()
+	if !ok || l.Len() != 3 {
+		t.Fatalf("ok %v, %d pairs", ok, l.Len())
+	}
+	want := map[string]string{"a": "12", "b": strings.Repeat("x", 40), "c": "3"}
+	if diff := cmp.Diff(want, l.Map()); diff != "" {
+		t.Fatal(diff)
+	}
+	var exact LabelsBuilder
+	exact.Grow(2, 4)
+	exact.Add("k", "v")
+	exact.Add("l", "w")
+	if e, _ := exact.Labels(); !e.Equal(FromMap(map[string]string{"k": "v", "l": "w"})) {
+		t.Fatalf("got %v", e.Map())
+	}
+}
