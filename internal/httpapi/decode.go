@@ -20,9 +20,9 @@ import (
 // (FuzzDecodeRegisterMatchesEncodingJSON holds it to that).
 
 type decodeState struct {
-	b      []byte
-	i      int
-	prefix string // "instances[3]" in a batch, "" for a bare instance
+	b    []byte
+	i    int
+	item int // the instance's index in a batch, -1 for a bare instance
 	// pairs is the metadata scratch, reused by every instance of a body:
 	// growing a fresh slice per instance was its largest allocation.
 	pairs   []pair
@@ -32,11 +32,22 @@ type decodeState struct {
 	shared [4]string
 }
 
+// idHost holds an instance's id and host as views into the body until the
+// instance is decoded: then they become one string (set), as they live as
+// long as the instance, and an allocation (and an object for every GC
+// cycle) fewer per instance counts in a batch.
+type idHost struct{ id, host []byte }
+
+func (v *idHost) set(in *catalog.Instance) {
+	s := string(v.id) + string(v.host)
+	in.ID, in.Host = s[:len(v.id)], s[len(v.id):]
+}
+
 func (d *decodeState) field(name string) string {
-	if d.prefix == "" {
+	if d.item < 0 {
 		return name
 	}
-	return prefixField(d.prefix, name)
+	return prefixField("instances["+strconv.Itoa(d.item)+"]", name)
 }
 
 func (d *decodeState) syntax(what string) error {
@@ -320,13 +331,19 @@ func (d *decodeState) intField(name string, bits int) (int64, error) {
 }
 
 func (d *decodeState) strField(name string) (string, error) {
+	b, err := d.strFieldBytes(name)
+	return string(b), err
+}
+
+// strFieldBytes is strField without the string (see strBytes).
+func (d *decodeState) strFieldBytes(name string) ([]byte, error) {
 	if c := d.peek(); c != '"' {
 		if c == '{' || c == '[' || c == 't' || c == 'f' || c == '-' || c >= '0' && c <= '9' {
-			return "", d.typeErr(name, "string")
+			return nil, d.typeErr(name, "string")
 		}
-		return "", d.syntax("a value")
+		return nil, d.syntax("a value")
 	}
-	return d.str()
+	return d.strBytes()
 }
 
 // sharedField is strField for a field that repeats across a batch: equal to
@@ -451,7 +468,7 @@ func (d *decodeState) metadata(in *catalog.Instance) error {
 
 // instanceMember decodes one member of an instance object into in.
 // weightSet reports whether "weight" was given (0 is a valid weight).
-func (d *decodeState) instanceMember(kb []byte, in *catalog.Instance, weightSet *bool) error {
+func (d *decodeState) instanceMember(kb []byte, in *catalog.Instance, weightSet *bool, ih *idHost) error {
 	if string(kb) == "metadata" {
 		return d.metadata(in)
 	}
@@ -460,8 +477,13 @@ func (d *decodeState) instanceMember(kb []byte, in *catalog.Instance, weightSet 
 		return badRequest(d.field(string(kb)), "unknown field %q", string(kb))
 	}
 	if d.null() {
-		if key == "weight" {
+		switch key {
+		case "weight":
 			*weightSet = false
+		case "id":
+			ih.id = nil
+		case "host":
+			ih.host = nil
 		}
 		return nil
 	}
@@ -469,13 +491,13 @@ func (d *decodeState) instanceMember(kb []byte, in *catalog.Instance, weightSet 
 	var n int64
 	switch key {
 	case "id":
-		in.ID, err = d.strField(key)
+		ih.id, err = d.strFieldBytes(key)
 	case "namespace":
 		in.Namespace, err = d.sharedField(key, 0)
 	case "service":
 		in.Service, err = d.sharedField(key, 1)
 	case "host":
-		in.Host, err = d.strField(key)
+		ih.host, err = d.strFieldBytes(key)
 	case "protocol":
 		in.Protocol, err = d.sharedField(key, 2)
 	case "version":
@@ -540,19 +562,21 @@ func knownName(kb []byte) (string, bool) {
 func (d *decodeState) instance() (*catalog.Instance, error) {
 	in := &catalog.Instance{}
 	weightSet := false
-	if err := d.object(func(key []byte) error { return d.instanceMember(key, in, &weightSet) }); err != nil {
+	var ih idHost
+	if err := d.object(func(key []byte) error { return d.instanceMember(key, in, &weightSet, &ih) }); err != nil {
 		return nil, err
 	}
 	if !weightSet {
 		in.Weight = registry.DefaultWeight
 	}
+	ih.set(in)
 	return in, nil
 }
 
 // decodeRegister decodes a register body: {"instances": [...]} or one bare
 // instance. It reports whether the body was the batch form.
 func decodeRegister(body []byte) ([]*catalog.Instance, bool, error) {
-	d := &decodeState{b: body}
+	d := &decodeState{b: body, item: -1}
 	switch d.peek() {
 	case 0:
 		return nil, false, badRequest("", "empty body: a JSON object is required")
@@ -571,11 +595,12 @@ func decodeRegister(body []byte) ([]*catalog.Instance, bool, error) {
 	}
 	bare := &catalog.Instance{}
 	weightSet := false
+	var bareIH idHost
 	var batch []*catalog.Instance
 	sawBatch := false
 	err := d.object(func(key []byte) error {
 		if string(key) != "instances" {
-			return d.instanceMember(key, bare, &weightSet)
+			return d.instanceMember(key, bare, &weightSet, &bareIH)
 		}
 		if d.null() {
 			batch, sawBatch = nil, false
@@ -593,7 +618,7 @@ func decodeRegister(body []byte) ([]*catalog.Instance, bool, error) {
 			if len(batch) > registry.MaxBatch {
 				return badRequest("instances", "more than %d instances", registry.MaxBatch)
 			}
-			d.prefix = "instances[" + strconv.Itoa(len(batch)) + "]"
+			d.item = len(batch)
 			if d.null() {
 				batch = append(batch, &catalog.Instance{Weight: registry.DefaultWeight})
 			} else {
@@ -606,7 +631,7 @@ func decodeRegister(body []byte) ([]*catalog.Instance, bool, error) {
 				}
 				batch = append(batch, in)
 			}
-			d.prefix = ""
+			d.item = -1
 			if d.consume(',') {
 				continue
 			}
@@ -623,6 +648,7 @@ func decodeRegister(body []byte) ([]*catalog.Instance, bool, error) {
 	if d.i != len(d.b) {
 		return nil, false, badRequest("", "unexpected data after the JSON object")
 	}
+	bareIH.set(bare)
 	if sawBatch {
 		if bare.Service != "" || bare.Host != "" || bare.Port != 0 || bare.ID != "" {
 			return nil, true, badRequest("instances", "send either {\"instances\": [...]} or one bare instance, not both")
