@@ -33,20 +33,21 @@ const (
 	System     Kind = 's' // one-off server records (ACL bootstrap, ...)
 )
 
-var kindNames = map[Kind]string{
+// kindNames is indexed by kind: Valid is asked for every op of a commit.
+var kindNames = [256]string{
 	Instances: "instances", Config: "config", Nodes: "nodes", Placements: "placements",
 	Tokens: "tokens", Policies: "policies", System: "system",
 }
 
 func (k Kind) String() string {
-	if n, ok := kindNames[k]; ok {
+	if n := kindNames[k]; n != "" {
 		return n
 	}
 	return fmt.Sprintf("kind(%q)", byte(k))
 }
 
 // Valid reports whether k is a known kind.
-func (k Kind) Valid() bool { _, ok := kindNames[k]; return ok }
+func (k Kind) Valid() bool { return kindNames[k] != "" }
 
 // Kinds lists every known kind.
 func Kinds() []Kind {
