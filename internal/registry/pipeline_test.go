@@ -254,3 +254,73 @@ func TestPlanSeesCommittedUnappliedWrites(t *testing.T) {
 		t.Fatalf("b = %+v, want port 81 and CreatedAt %v (from the unapplied first register)", b, created)
 	}
 }
+
+// TestFullPipelineGroupsQueuedWrites: with the follower held, the committer
+// commits at most 2 batches past the one being answered and the one it
+// hands off, then waits; writes that queue meanwhile go out as one commit
+// when it may go on (a deep pipeline committed each request on its own).
+func TestFullPipelineGroupsQueuedWrites(t *testing.T) {
+	ctx := context.Background()
+	st, err := embedded.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	g := &gatedStore{Store: st, gate: make(chan struct{}), committed: make(chan struct{}, 128)}
+	r, err := Open(g, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	answered := make(chan error, 128)
+	register := func(id string) {
+		go func() { _, err := r.Register(ctx, []*catalog.Instance{instance(id, "s", 0)}); answered <- err }()
+	}
+	// One batch being answered, two waiting (maxInFlight), one committed
+	// whose hand-off waits: then the committer waits too.
+	sent := 0
+	for ; sent < 4; sent++ {
+		register(fmt.Sprintf("fill-%d", sent))
+		select {
+		case <-g.committed:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("commit %d: none in 10 s", sent+1)
+		}
+	}
+	register("queued")
+	sent++
+	select {
+	case <-g.committed:
+		// A deeper pipeline commits single registers a few at a time
+		// (docs/benchmarks.md, issue 16 third pass).
+		t.Fatalf("%d commits with none applied: more than 2 batches wait for the answerer", sent)
+	case <-time.After(time.Second):
+	}
+	for i := range 20 {
+		register(fmt.Sprintf("queued-%d", i))
+	}
+	sent += 20
+	for deadline := time.Now().Add(10 * time.Second); len(r.reqs) < 21; {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d requests queued, want 21", len(r.reqs))
+		}
+		time.Sleep(time.Millisecond)
+	}
+	close(g.gate)
+	for range sent {
+		select {
+		case err := <-answered:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("writes not answered 10 s after the follower was let go")
+		}
+	}
+	if late := len(g.committed); late != 1 {
+		t.Fatalf("the 21 queued writes took %d commits, want 1", late)
+	}
+	if n := r.cat.Instances().Len(); n != sent {
+		t.Fatalf("%d instances, want %d", n, sent)
+	}
+}
