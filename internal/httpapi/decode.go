@@ -92,15 +92,10 @@ func (d *decodeState) literal(lit string) bool {
 	return false
 }
 
-// str reads a JSON string: escapes resolved, invalid UTF-8 and lone
-// surrogates replaced by U+FFFD, as encoding/json does.
-func (d *decodeState) str() (string, error) {
-	b, err := d.strBytes()
-	return string(b), err
-}
-
-// strBytes is str without the string: a view of the body when the string
-// has no escapes, else a decoded copy. Valid until the body is reused.
+// strBytes reads a JSON string: escapes resolved, invalid UTF-8 and lone
+// surrogates replaced by U+FFFD, as encoding/json does. The bytes are a view
+// of the body when the string has no escapes, else a decoded copy: valid
+// until the body is reused.
 func (d *decodeState) strBytes() ([]byte, error) {
 	if d.peek() != '"' {
 		return nil, d.syntax("a string")
