@@ -185,24 +185,47 @@ func (f gatedFeed) Next(ctx context.Context) ([]store.Change, error) {
 	return f.Feed.Next(ctx)
 }
 
+// openGated opens a registry on a gated embedded store, both closed when
+// the test ends (the registry first).
+func openGated(t *testing.T, opts Options) (*Registry, *gatedStore) {
+	t.Helper()
+	st, err := embedded.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	g := &gatedStore{Store: st, gate: make(chan struct{}), committed: make(chan struct{}, 128)}
+	r, err := Open(g, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	return r, g
+}
+
+// awaitAnswers waits for n writes to be answered once the gate is open.
+func awaitAnswers(t *testing.T, answered <-chan error, n int) {
+	t.Helper()
+	for range n {
+		select {
+		case err := <-answered:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("writes not answered 10 s after the follower was let go")
+		}
+	}
+}
+
 // TestPlanSeesCommittedUnappliedWrites: while the follower is held, a
 // batch is committed and not applied; writes planned next must see it (a
 // deregister finds the instance, a re-register keeps its CreatedAt) instead
 // of the catalog's older state.
 func TestPlanSeesCommittedUnappliedWrites(t *testing.T) {
 	ctx := context.Background()
-	st, err := embedded.Open(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	g := &gatedStore{Store: st, gate: make(chan struct{}), committed: make(chan struct{}, 16)}
 	clk := newClock()
-	r, err := Open(g, Options{Now: clk.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
+	r, g := openGated(t, Options{Now: clk.Now})
 	answered := make(chan error, 4)
 	committed := func(what string) {
 		t.Helper()
@@ -236,16 +259,7 @@ func TestPlanSeesCommittedUnappliedWrites(t *testing.T) {
 		t.Fatal("the follower applied while held: the test no longer holds commits in flight")
 	}
 	close(g.gate)
-	for range 3 {
-		select {
-		case err := <-answered:
-			if err != nil {
-				t.Fatal(err)
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatal("writes not answered 10 s after the follower was let go")
-		}
-	}
+	awaitAnswers(t, answered, 3)
 	if len(notFound) != 0 || r.cat.Instances().Get("a") != nil {
 		t.Fatalf("deregister planned against an unapplied register: not found %v, a = %+v", notFound, r.cat.Instances().Get("a"))
 	}
@@ -261,17 +275,7 @@ func TestPlanSeesCommittedUnappliedWrites(t *testing.T) {
 // when it may go on (a deep pipeline committed each request on its own).
 func TestFullPipelineGroupsQueuedWrites(t *testing.T) {
 	ctx := context.Background()
-	st, err := embedded.Open(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	g := &gatedStore{Store: st, gate: make(chan struct{}), committed: make(chan struct{}, 128)}
-	r, err := Open(g, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
+	r, g := openGated(t, Options{})
 	answered := make(chan error, 128)
 	register := func(id string) {
 		go func() { _, err := r.Register(ctx, []*catalog.Instance{instance(id, "s", 0)}); answered <- err }()
@@ -307,16 +311,7 @@ func TestFullPipelineGroupsQueuedWrites(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	close(g.gate)
-	for range sent {
-		select {
-		case err := <-answered:
-			if err != nil {
-				t.Fatal(err)
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatal("writes not answered 10 s after the follower was let go")
-		}
-	}
+	awaitAnswers(t, answered, sent)
 	if late := len(g.committed); late != 1 {
 		t.Fatalf("the 21 queued writes took %d commits, want 1", late)
 	}
