@@ -2,6 +2,9 @@ package catalog
 
 import (
 	"fmt"
+	"hash/maphash"
+	"strconv"
+	"strings"
 	"testing"
 	"unsafe"
 )
@@ -34,6 +37,72 @@ func TestIDIndexShrinks(t *testing.T) {
 	for i := range x.shards {
 		if s := &x.shards[i]; s.peak > 2*len(s.m)+1024 {
 			t.Fatalf("shard %d: %d entries, still sized for %d", i, len(s.m), s.peak)
+		}
+	}
+}
+
+// TestIDIndexCollisions: with a hash that gives most ids the same value the
+// index still answers every id as a plain map would, through stores,
+// updates, stale and current deletes, and a reset.
+func TestIDIndexCollisions(t *testing.T) {
+	x := newIDIndex()
+	x.hash = func(_ maphash.Seed, id string) uint64 { return uint64(len(id)) % 3 }
+	want := map[string]*Instance{}
+	check := func(step string) {
+		t.Helper()
+		for id, in := range want {
+			if got := x.get(id); got != in {
+				t.Fatalf("%s: get(%s) = %p, want %p", step, id, got, in)
+			}
+		}
+		for _, id := range []string{"", "absent", "id-absent-9999"} {
+			if got := x.get(id); got != nil {
+				t.Fatalf("%s: get(%q) = %v, want nil", step, id, got)
+			}
+		}
+	}
+	ids := make([]string, 60)
+	for i := range ids {
+		ids[i] = "id-" + strings.Repeat("x", i%5) + strconv.Itoa(i)
+	}
+	for _, id := range ids {
+		in := &Instance{ID: id}
+		x.store(id, in)
+		want[id] = in
+	}
+	check("stored")
+	for i, id := range ids {
+		if i%4 == 0 { // a new version of the same id
+			in := &Instance{ID: id}
+			x.store(id, in)
+			stale := want[id]
+			want[id] = in
+			x.deleteIf(id, stale) // not the current version: kept
+		}
+	}
+	check("updated")
+	// Delete the ids the hash slots hold first, so that others move up.
+	for i, id := range ids {
+		if i%3 != 0 {
+			x.deleteIf(id, want[id])
+			delete(want, id)
+		}
+	}
+	check("deleted")
+	var all []any
+	for _, in := range want {
+		all = append(all, in)
+	}
+	x.reset(all)
+	check("reset")
+	for id, in := range want {
+		x.deleteIf(id, in)
+	}
+	want = map[string]*Instance{}
+	check("emptied")
+	for i := range x.shards {
+		if s := &x.shards[i]; len(s.m) != 0 || len(s.over) != 0 {
+			t.Fatalf("shard %d keeps %d + %d entries after every id was deleted", i, len(s.m), len(s.over))
 		}
 	}
 }
