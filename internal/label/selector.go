@@ -83,10 +83,18 @@ func ValidKey(k string) bool {
 	return true
 }
 
-func keyByte(c byte) bool {
-	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
-		c == '.' || c == '_' || c == '/' || c == '-'
-}
+func keyByte(c byte) bool { return keyBytes[c] }
+
+// keyBytes is [A-Za-z0-9._/-] as a table: one load per byte, where the
+// chain of comparisons branched (ValidKey runs for every metadata key of
+// every register).
+var keyBytes = func() (t [256]bool) {
+	for c := range 256 {
+		t[c] = c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
+			c == '.' || c == '_' || c == '/' || c == '-'
+	}
+	return t
+}()
 
 func space(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
 

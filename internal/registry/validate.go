@@ -162,7 +162,8 @@ func Prepare(i int, in *catalog.Instance) error {
 	if in.Metadata.Len() > MaxMetadata {
 		return fieldErr(i, "metadata", "%d entries, at most %d allowed", in.Metadata.Len(), MaxMetadata)
 	}
-	for k, v := range in.Metadata.All() {
+	for j := range in.Metadata.Len() {
+		k, v := in.Metadata.At(j)
 		if !label.ValidKey(k) {
 			return fieldErr(i, "metadata", "key %q must be 1..128 bytes of [A-Za-z0-9._/-]", k)
 		}

@@ -1,0 +1,55 @@
+package registry
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/sextant-mesh/sextant/internal/catalog"
+	"github.com/sextant-mesh/sextant/internal/label"
+)
+
+func validInstance(md map[string]string) *catalog.Instance {
+	return &catalog.Instance{ID: "i-1", Service: "svc", Host: "10.0.0.1", Port: 8080, Weight: 100,
+		Metadata: label.FromMap(md)}
+}
+
+// TestPrepareMetadata: every metadata key and value is checked, wherever
+// it sits among the pairs, and the error names the field.
+func TestPrepareMetadata(t *testing.T) {
+	for _, tc := range []struct {
+		md   map[string]string
+		want string // "" for valid
+	}{
+		{map[string]string{"a": "1", "zone/rack_1.x-y": "v"}, ""},
+		{map[string]string{"a": "1", "b c": "2"}, `key "b c"`},
+		{map[string]string{"a": "1", "z=": "2"}, `key "z="`},
+		{map[string]string{"é": "1"}, `key "é"`},
+		{map[string]string{strings.Repeat("k", label.MaxKeyLen+1): "1"}, "must be 1..128 bytes"},
+		{map[string]string{"a": "1", "m": "\xff"}, "metadata.m"},
+		{map[string]string{"a": strings.Repeat("v", MaxValueLen+1)}, "metadata.a"},
+	} {
+		err := Prepare(0, validInstance(tc.md))
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%v: %v", tc.md, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%.40v: error %v, want one naming %s", tc.md, err, tc.want)
+		}
+	}
+}
+
+// BenchmarkPrepare: the checks of one instance with the bench's 16
+// metadata entries of 10-byte keys and values.
+func BenchmarkPrepare(b *testing.B) {
+	md := map[string]string{}
+	for j := range 16 {
+		md["meta-key"+string(rune('a'+j))+"0"] = "v01-00000" + string(rune('a'+j))
+	}
+	in := validInstance(md)
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := Prepare(0, in); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
