@@ -265,8 +265,8 @@ func (c *Catalog) Apply(changes []store.Change) error {
 		nops += len(sc.Ops)
 	}
 	out := make([]Change, 0, nops)
-	// Records created or deleted earlier in this call, for the group of a
-	// later change to the same record (none needed for a single op).
+	// Records created, moved or deleted earlier in this call, for the group
+	// of a later change to the same record.
 	type pk struct {
 		kind store.Kind
 		id   string
@@ -275,18 +275,25 @@ func (c *Catalog) Apply(changes []store.Change) error {
 		key  ServiceKey
 		gone bool
 	}
+	// It is built from out when first needed: a batch of creations the
+	// writer vouched for (Absent) never looks a group up.
 	var pending map[pk]group
 	groupOf := func(t Table, k store.Kind, id string) (ServiceKey, bool) {
+		if pending == nil && len(out) > 0 {
+			pending = make(map[pk]group, nops)
+			for _, ch := range out {
+				pending[pk{ch.Kind, ch.ID}] = group{key: ch.Key, gone: ch.Value == nil}
+			}
+		}
 		if g, ok := pending[pk{k, id}]; ok {
 			return g.key, !g.gone
 		}
 		return t.Group(id)
 	}
 	note := func(k store.Kind, id string, g group) {
-		if pending == nil {
-			pending = make(map[pk]group, nops)
+		if pending != nil {
+			pending[pk{k, id}] = g
 		}
-		pending[pk{k, id}] = g
 	}
 	for _, sc := range changes {
 		for _, op := range sc.Ops {
@@ -302,9 +309,7 @@ func (c *Catalog) Apply(changes []store.Change) error {
 			if op.Value == nil {
 				if had {
 					out = append(out, Change{Revision: sc.Revision, Kind: op.Kind, Key: prev, ID: op.Key, Committed: sc.Time})
-					if nops > 1 {
-						note(op.Kind, op.Key, group{gone: true})
-					}
+					note(op.Kind, op.Key, group{gone: true})
 				}
 				continue
 			}
@@ -328,9 +333,7 @@ func (c *Catalog) Apply(changes []store.Change) error {
 			}
 			out = append(out, Change{Revision: sc.Revision, Kind: op.Kind, Key: g, ID: op.Key, Value: v, Committed: sc.Time,
 				Created: !had || prev != g})
-			if nops > 1 && (!had || prev != g || pending != nil) {
-				note(op.Kind, op.Key, group{key: g})
-			}
+			note(op.Kind, op.Key, group{key: g})
 		}
 	}
 	rev := changes[len(changes)-1].Revision

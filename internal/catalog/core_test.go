@@ -289,3 +289,34 @@ func TestWaitersForgetGroupsNobodyWaitsOn(t *testing.T) {
 		t.Fatalf("%d groups still in the waiter table after every wait ended", n)
 	}
 }
+
+// TestApplyAbsentThenChanged: records the writer created as absent, then
+// moved and deleted later in the same call, keep their groups: the lookup
+// of earlier ops is built only when a later op needs it.
+func TestApplyAbsentThenChanged(t *testing.T) {
+	c := New(Options{})
+	created := func(in *Instance) store.Op { op := putOp(in, false); op.Absent = true; return op }
+	err := c.Apply([]store.Change{
+		{Revision: 1, Ops: []store.Op{created(testInstance("a", "s1", nil)), created(testInstance("b", "s1", nil))}},
+		{Revision: 2, Ops: []store.Op{putOp(testInstance("a", "s2", nil), false)}},
+		{Revision: 3, Ops: []store.Op{{Kind: store.Instances, Key: "b"}, {Kind: store.Instances, Key: "a"}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _, _, err := c.Changes(0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	for _, ch := range got {
+		lines = append(lines, fmt.Sprintf("%d %v %s %v", ch.Revision, ch.Key, ch.ID, ch.Value != nil))
+	}
+	want := "[1 default/s1 a true 1 default/s1 b true 2 default/s1 a false 2 default/s2 a true 3 default/s1 b false 3 default/s2 a false]"
+	if fmt.Sprint(lines) != want {
+		t.Fatalf("changes\n%v\nwant\n%v", lines, want)
+	}
+	if n := c.Instances().Len(); n != 0 {
+		t.Fatalf("%d instances left", n)
+	}
+}
