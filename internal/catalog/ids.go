@@ -20,6 +20,11 @@ const idShards = 64
 // cache miss per id (half of what storing a new id cost with a million
 // held). The instance a hash maps to says which id it is; the rare id whose
 // hash is already held by another id goes to a small map by id.
+//
+// In front of each map is a bit per hash value (16 bits per id held, 2 MB
+// for a million): the registry looks up every id it is asked to register,
+// and for a new one the map's answer was a cache miss into tens of
+// megabytes; a clear bit answers without it.
 type idIndex struct {
 	seed   maphash.Seed
 	hash   func(seed maphash.Seed, id string) uint64 // maphash.String; tests force collisions
@@ -27,19 +32,56 @@ type idIndex struct {
 }
 
 type idShard struct {
-	mu   sync.RWMutex
-	m    map[uint64]*Instance // by hash of the id
-	over map[string]*Instance // ids whose hash m holds for another id; usually nil
-	peak int                  // the most entries m has held: Go maps never shrink
-	_    [16]byte             // 64 bytes a shard: readers of neighbours do not share a cache line
+	mu     sync.RWMutex
+	m      map[uint64]*Instance // by hash of the id
+	over   map[string]*Instance // ids whose hash m holds for another id; usually nil
+	filter []uint64             // a set bit for the hash of every id held (and of some deleted)
+	peak   int32                // the most entries m has held: Go maps never shrink
+	set    int32                // bits set in filter
+	_      [56]byte             // whole cache lines: readers of neighbours do not share one
 }
+
+// Filter sizing, in bits per entry of m: grown past filterGrow (doubled),
+// rebuilt when stale bits of deleted ids fill more than 1/filterStale.
+const (
+	filterBits  = 16
+	filterStale = 4
+	filterMin   = 1024
+)
 
 func newIDIndex() *idIndex {
 	x := &idIndex{seed: maphash.MakeSeed(), hash: maphash.String}
 	for i := range x.shards {
 		x.shards[i].m = make(map[uint64]*Instance)
+		x.shards[i].refilter(0)
 	}
 	return x
+}
+
+// bit is h's place in the filter; the shard took h's low bits.
+func (s *idShard) bit(h uint64) (word int, mask uint64) {
+	b := (h >> 6) & uint64(len(s.filter)*64-1)
+	return int(b >> 6), 1 << (b & 63)
+}
+
+func (s *idShard) mark(h uint64) {
+	w, m := s.bit(h)
+	if s.filter[w]&m == 0 {
+		s.filter[w] |= m
+		s.set++
+	}
+}
+
+// refilter rebuilds the filter from m at the size for n entries.
+func (s *idShard) refilter(n int) {
+	size := filterMin
+	for size < filterBits*n {
+		size *= 2
+	}
+	s.filter, s.set = make([]uint64, size/64), 0
+	for h := range s.m {
+		s.mark(h)
+	}
 }
 
 func (x *idIndex) locate(id string) (uint64, *idShard) {
@@ -58,6 +100,9 @@ func (x *idIndex) get(id string) *Instance {
 // lookup relies on over holding only ids whose hash m holds for another id:
 // a hash m does not hold is no id's.
 func (s *idShard) lookup(h uint64, id string) *Instance {
+	if w, m := s.bit(h); s.filter[w]&m == 0 {
+		return nil
+	}
 	in := s.m[h]
 	if in == nil || in.ID == id {
 		return in
@@ -69,13 +114,17 @@ func (x *idIndex) store(id string, in *Instance) {
 	h, s := x.locate(id)
 	s.mu.Lock()
 	s.put(h, id, in)
-	s.peak = max(s.peak, len(s.m))
+	s.peak = max(s.peak, int32(len(s.m)))
 	s.mu.Unlock()
 }
 
 func (s *idShard) put(h uint64, id string, in *Instance) {
 	if cur := s.m[h]; cur == nil || cur.ID == id {
 		s.m[h] = in
+		s.mark(h)
+		if n := len(s.m); filterBits*n > len(s.filter)*64 || int(s.set)*filterStale > len(s.filter)*64 {
+			s.refilter(n)
+		}
 		return
 	}
 	if s.over == nil {
@@ -104,7 +153,7 @@ func (x *idIndex) deleteIf(id string, prev *Instance) {
 			break
 		}
 	}
-	if s.peak > 1024 && len(s.m) < s.peak/4 {
+	if s.peak > 1024 && len(s.m) < int(s.peak/4) {
 		// Mostly emptied (a mass deregister): a map sized for its peak
 		// would be scanned by every GC cycle. Copy it to its size; the
 		// copy is paid by the deletes that emptied it.
@@ -112,7 +161,8 @@ func (x *idIndex) deleteIf(id string, prev *Instance) {
 		for k, v := range s.m {
 			m[k] = v
 		}
-		s.m, s.peak = m, len(m)
+		s.m, s.peak = m, int32(len(m))
+		s.refilter(len(m))
 	}
 }
 
@@ -130,12 +180,13 @@ func (x *idIndex) reset(all []any) {
 	}
 	for i := range x.shards {
 		n := idShard{m: make(map[uint64]*Instance, len(parts[i]))}
+		n.refilter(len(parts[i]))
 		for j, in := range parts[i] {
 			n.put(hashes[i][j], in.ID, in)
 		}
 		s := &x.shards[i]
 		s.mu.Lock()
-		s.m, s.over, s.peak = n.m, n.over, len(n.m)
+		s.m, s.over, s.filter, s.set, s.peak = n.m, n.over, n.filter, n.set, int32(len(n.m))
 		s.mu.Unlock()
 	}
 }

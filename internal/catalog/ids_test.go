@@ -12,8 +12,8 @@ import (
 // TestIDIndexShrinks: after most ids are deleted the shards are rebuilt
 // to their size, and every id still answers as before.
 func TestIDIndexShrinks(t *testing.T) {
-	if s := unsafe.Sizeof(idShard{}); s != 64 {
-		t.Fatalf("idShard is %d bytes, want 64 (one cache line)", s)
+	if s := unsafe.Sizeof(idShard{}); s%64 != 0 {
+		t.Fatalf("idShard is %d bytes, want whole cache lines of 64", s)
 	}
 	x := newIDIndex()
 	const n = 100_000
@@ -35,7 +35,7 @@ func TestIDIndexShrinks(t *testing.T) {
 		}
 	}
 	for i := range x.shards {
-		if s := &x.shards[i]; s.peak > 2*len(s.m)+1024 {
+		if s := &x.shards[i]; int(s.peak) > 2*len(s.m)+1024 {
 			t.Fatalf("shard %d: %d entries, still sized for %d", i, len(s.m), s.peak)
 		}
 	}
@@ -103,6 +103,47 @@ func TestIDIndexCollisions(t *testing.T) {
 	for i := range x.shards {
 		if s := &x.shards[i]; len(s.m) != 0 || len(s.over) != 0 {
 			t.Fatalf("shard %d keeps %d + %d entries after every id was deleted", i, len(s.m), len(s.over))
+		}
+	}
+}
+
+// TestIDIndexFilter: under churn (ids registered and deleted in a sliding
+// window) every held id is found, the filter holds a bit for each, and the
+// bits of deleted ids are dropped by rebuilds instead of filling it.
+func TestIDIndexFilter(t *testing.T) {
+	x := newIDIndex()
+	const total, window = 60_000, 3_000
+	ins := make([]*Instance, total)
+	for i := range ins {
+		ins[i] = &Instance{ID: "churn-" + strconv.Itoa(i)}
+		x.store(ins[i].ID, ins[i])
+		if i >= window {
+			old := ins[i-window]
+			x.deleteIf(old.ID, old)
+		}
+		if i%997 == 0 {
+			for j := max(0, i-window+1); j <= i; j += 7 {
+				if got := x.get(ins[j].ID); got != ins[j] {
+					t.Fatalf("after %d stores: get(%s) = %v", i+1, ins[j].ID, got)
+				}
+			}
+		}
+	}
+	for i := 0; i < total-window; i += 11 {
+		if got := x.get(ins[i].ID); got != nil {
+			t.Fatalf("deleted %s still found", ins[i].ID)
+		}
+	}
+	for i := range x.shards {
+		s := &x.shards[i]
+		bits := len(s.filter) * 64
+		if int(s.set)*filterStale > bits || filterBits*len(s.m) > bits {
+			t.Fatalf("shard %d: %d bits set of %d for %d ids", i, s.set, bits, len(s.m))
+		}
+		for h := range s.m {
+			if w, m := s.bit(h); s.filter[w]&m == 0 {
+				t.Fatalf("shard %d: no filter bit for a held hash", i)
+			}
 		}
 	}
 }
