@@ -41,8 +41,9 @@ type idShard struct {
 	_      [56]byte             // whole cache lines: readers of neighbours do not share one
 }
 
-// Filter sizing, in bits per entry of m: grown past filterGrow (doubled),
-// rebuilt when stale bits of deleted ids fill more than 1/filterStale.
+// Filter sizing: at least filterBits bits per entry of m (doubled when m
+// grows past that), rebuilt when bits left by deleted ids make more than
+// 1/filterStale of it set.
 const (
 	filterBits  = 16
 	filterStale = 4
