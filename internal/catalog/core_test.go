@@ -118,18 +118,7 @@ func TestApplyStoreChanges(t *testing.T) {
 	if a.Revision != 1 {
 		t.Fatalf("adopted object at revision %d, want 1", a.Revision)
 	}
-	got, upto, _, err := c.Changes(0, 100)
-	if err != nil || upto != 2 {
-		t.Fatal(upto, err)
-	}
-	var lines []string
-	for _, ch := range got {
-		lines = append(lines, fmt.Sprintf("%d %v %s %v", ch.Revision, ch.Key, ch.ID, ch.Value != nil))
-	}
-	want := "[1 default/s1 a true 1 default/s1 b true 2 default/s1 a false 2 default/s2 a true 2 default/s1 b false]"
-	if fmt.Sprint(lines) != want {
-		t.Fatalf("changes\n%v\nwant\n%v", lines, want)
-	}
+	checkChanges(t, c, 2, "[1 default/s1 a true 1 default/s1 b true 2 default/s1 a false 2 default/s2 a true 2 default/s1 b false]")
 	inst := c.Instances()
 	if inst.Len() != 1 || inst.Get("a").Service != "s2" || inst.Service(ServiceKey{"default", "s1"}).Len() != 0 ||
 		inst.Service(ServiceKey{"default", "s1"}).Revision != 2 || c.Revision() != 2 {
@@ -304,19 +293,25 @@ func TestApplyAbsentThenChanged(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, _, _, err := c.Changes(0, 100)
-	if err != nil {
-		t.Fatal(err)
+	checkChanges(t, c, 3, "[1 default/s1 a true 1 default/s1 b true 2 default/s1 a false 2 default/s2 a true 3 default/s1 b false 3 default/s2 a false]")
+	if n := c.Instances().Len(); n != 0 {
+		t.Fatalf("%d instances left", n)
+	}
+}
+
+// checkChanges compares the catalog's change log, one "revision group id
+// has-value" per change, with want, and its last revision with upto.
+func checkChanges(t *testing.T, c *Catalog, upto int64, want string) {
+	t.Helper()
+	got, last, _, err := c.Changes(0, 100)
+	if err != nil || last != upto {
+		t.Fatalf("changes up to %d (%v), want %d", last, err, upto)
 	}
 	var lines []string
 	for _, ch := range got {
 		lines = append(lines, fmt.Sprintf("%d %v %s %v", ch.Revision, ch.Key, ch.ID, ch.Value != nil))
 	}
-	want := "[1 default/s1 a true 1 default/s1 b true 2 default/s1 a false 2 default/s2 a true 3 default/s1 b false 3 default/s2 a false]"
 	if fmt.Sprint(lines) != want {
 		t.Fatalf("changes\n%v\nwant\n%v", lines, want)
-	}
-	if n := c.Instances().Len(); n != 0 {
-		t.Fatalf("%d instances left", n)
 	}
 }
