@@ -332,8 +332,51 @@ func BenchmarkApplyBatch(b *testing.B) {
 // mostly add instances (their slots past the end, so the label index shares
 // and appends its arrays), with label changes, health flips and removals
 // (slots reused) mixed in, and checks that every version, old ones
-// included, still answers as the reference did when it was current.
+// included, still answers as the reference did when it was current. Folds
+// (the index compacted beside the writer) run on goroutines as in
+// production, at once on the writer's goroutine, and at chosen points:
+// finished some commits after they started, or run by the edit that
+// reaches the bound before they ran.
 func TestLargeSetVersions(t *testing.T) {
+	t.Run("goroutines", func(t *testing.T) { largeSetVersions(t, nil) })
+	t.Run("inline", func(t *testing.T) {
+		defer swapGoFold(func(f folder) { f.run() })()
+		largeSetVersions(t, nil)
+	})
+	t.Run("deferred", func(t *testing.T) {
+		var queued []folder
+		defer swapGoFold(func(f folder) { queued = append(queued, f) })()
+		rng := rand.New(rand.NewPCG(7, 8))
+		late, forced := 0, 0
+		largeSetVersions(t, func() {
+			if len(queued) == 0 || rng.IntN(10) > 0 {
+				return
+			}
+			for _, f := range queued {
+				if f.finished() {
+					forced++ // an edit reached twice the bound and ran it
+				} else {
+					f.run()
+					late++
+				}
+			}
+			queued = queued[:0]
+		})
+		if late < 3 || forced < 2 {
+			t.Fatalf("%d folds run late, %d by an edit: the test no longer covers both", late, forced)
+		}
+	})
+}
+
+func swapGoFold(f func(folder)) (restore func()) {
+	old := goFold
+	goFold = f
+	return func() { goFold = old }
+}
+
+// largeSetVersions is TestLargeSetVersions; between (if not nil) is called
+// after each commit.
+func largeSetVersions(t *testing.T, between func()) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	k := ServiceKey{"default", "big"}
 	meta := func() label.Labels {
@@ -404,6 +447,9 @@ func TestLargeSetVersions(t *testing.T) {
 			}
 		}
 		c.applyChanges(rev, changes)
+		if between != nil {
+			between()
+		}
 		svc := c.Instances().Service(k)
 		i := rng.IntN(len(sels))
 		sel, err := label.Parse(sels[i])

@@ -42,11 +42,18 @@ type Set[T Item] struct {
 	// baseSlots (the slots as they were when base was built); dirty holds
 	// the slots whose labels changed since. A query matches base, drops
 	// dirty slots and checks those few one by one; when dirty grows past a
-	// bound, base is moved forward with a copy-on-write edit. So a commit
-	// costs O(changed) instead of a copy of every bitmap it touches.
+	// bound, base is moved forward with a copy-on-write edit, beside the
+	// writer for a large set (fold.go). So a commit costs O(changed)
+	// instead of a copy of every bitmap it touches.
 	base      *label.Postings
 	baseSlots slotArray[T]
 	dirty     *bitset.BitSet
+
+	// fold is the compaction running off the writer's path, shared by the
+	// versions edited while it runs (nil: none); since holds the slots
+	// those edits changed, which stay dirty when its base is adopted.
+	fold  *fold[T]
+	since *bitset.BitSet
 }
 
 func emptySet[T Item]() Set[T] {
@@ -210,6 +217,10 @@ func (s *Set[T]) edit() *setEdit[T] {
 		base:      s.base,
 		baseSlots: s.baseSlots,
 		dirty:     label.CloneBits(s.dirty),
+		fold:      s.fold,
+	}
+	if s.since != nil {
+		n.since = label.CloneBits(s.since)
 	}
 	return &setEdit[T]{orig: s, s: n, gen: generations.Add(1)}
 }
@@ -262,7 +273,7 @@ func (e *setEdit[T]) upsert(it T) {
 		old := e.s.slots.at(slot)
 		e.s.ready.Clear(uint(slot))
 		if !old.ItemLabels().Equal(it.ItemLabels()) {
-			e.s.dirty.Set(uint(slot))
+			e.s.touch(slot)
 		}
 	} else {
 		slot = e.newSlot(it)
@@ -285,7 +296,7 @@ func (e *setEdit[T]) newSlot(it T) uint32 {
 		slot = e.s.slots.push(zero, e.gen)
 	}
 	e.added = append(e.added, slot)
-	e.s.dirty.Set(uint(slot))
+	e.s.touch(slot)
 	return slot
 }
 
@@ -307,7 +318,7 @@ func (e *setEdit[T]) remove(id string) bool {
 	e.s.all.Clear(uint(slot))
 	e.s.ready.Clear(uint(slot))
 	e.s.slots.set(slot, zero, e.gen)
-	e.s.dirty.Set(uint(slot))
+	e.s.touch(slot)
 	e.freed = append(e.freed, slot)
 	if _, isNew := e.newID(id); !isNew {
 		e.gone = true
@@ -316,8 +327,9 @@ func (e *setEdit[T]) remove(id string) bool {
 }
 
 // maxDirty is how many changed slots a set version carries before its base
-// index is moved forward: small enough that checking them one by one stays
-// cheap for a query, large enough to spread the bitmap copies.
+// index is moved forward (twice that while a fold runs): small enough that
+// checking them one by one stays cheap for a query, large enough to spread
+// the bitmap copies.
 func maxDirty(n int) uint { return uint(min(max(n/8, 16), 4096)) }
 
 // alignFrom is the set size from which compaction leaves the dirty slots of
@@ -327,52 +339,62 @@ func maxDirty(n int) uint { return uint(min(max(n/8, 16), 4096)) }
 // most of what a commit of new instances costs.
 const alignFrom = 64 * 64
 
-// compact moves the base index forward over the dirty slots. Each bitmap it
-// touches is copied once (label.Postings.Edit), however many slots changed,
-// or shared when the slots only grow past its end.
+// compact moves the base index forward over the dirty slots, on the
+// writer's path: for sets too small for a fold to be worth a goroutine.
 func (s *Set[T]) compact() {
+	s.base, s.baseSlots, s.dirty, _ = compacted(s.base.Edit(), s.slots, s.baseSlots, s.dirty)
+}
+
+// compacted moves index ix (an edit of the base built over baseSlots)
+// forward over the dirty slots to what slots holds, and returns it, the
+// slots it now indexes, the slots left dirty and the ones it folded in. Each
+// bitmap it touches is copied once (label.Postings.Edit), however many
+// slots changed, or shared when the slots only grow past its end. It reads
+// its arguments and writes only what it returns, so it may run beside the
+// writer.
+func compacted[T Item](ix *label.Postings, slots, baseSlots slotArray[T], dirty *bitset.BitSet) (*label.Postings, slotArray[T], *bitset.BitSet, *bitset.BitSet) {
 	var zero T
-	cut := uint(s.slots.len())
+	n := uint(slots.len())
+	cut := n
 	if cut >= alignFrom {
 		cut &^= 63
 	}
-	ix := s.base.Edit()
-	baseSlots := s.slots.clone()
-	dirty := bitset.New(uint(s.slots.len()))
+	indexed := slots.clone()
+	left, folded := bitset.New(n), bitset.New(n)
 	gen := generations.Add(1)
-	for u, ok := s.dirty.NextSet(0); ok; u, ok = s.dirty.NextSet(u + 1) {
+	for u, ok := dirty.NextSet(0); ok; u, ok = dirty.NextSet(u + 1) {
 		slot := uint32(u)
 		var old T
-		if int(slot) < s.baseSlots.len() {
-			old = s.baseSlots.at(slot)
+		if int(slot) < baseSlots.len() {
+			old = baseSlots.at(slot)
 		}
 		if u >= cut {
-			// Stays dirty: base keeps what it had for the slot.
-			dirty.Set(u)
-			baseSlots.set(slot, old, gen)
+			// Stays dirty: the index keeps what it had for the slot.
+			left.Set(u)
+			indexed.set(slot, old, gen)
 			continue
 		}
+		folded.Set(u)
 		if old != zero {
 			for k, v := range old.ItemLabels().All() {
 				ix.Remove(slot, k, v)
 			}
 		}
-		if cur := s.slots.at(slot); cur != zero {
+		if cur := slots.at(slot); cur != zero {
 			ix.AddLabels(slot, cur.ItemLabels())
 		}
 	}
-	s.base, s.baseSlots, s.dirty = ix, baseSlots, dirty
+	return ix, indexed, left, folded
 }
 
 // finish returns the new version: id order rebuilt if ids came or went (one
-// merge, O(n + k log k)) and the index compacted when enough slots are dirty.
+// merge, O(n + k log k)) and the index moved forward when enough slots are
+// dirty.
 func (e *setEdit[T]) finish() Set[T] {
 	var zero T
 	s := e.s
 	s.free = append(s.free, e.freed...)
-	if s.dirty.Count() > maxDirty(s.slots.len()) {
-		s.compact()
-	}
+	s.moveBase()
 	if !e.gone && len(e.added) == 0 {
 		return s
 	}
