@@ -35,9 +35,9 @@ type fold[T Item] struct {
 	folded  *bitset.BitSet
 }
 
-// foldFrom is the set size from which compaction runs as a fold: below,
-// maxDirty is small enough that compacting in place costs less than a
-// goroutine's hand-off.
+// foldFrom is the set size from which compaction runs as a fold: below, a
+// compaction folds at most 512 slots (maxDirty), about a millisecond, and
+// stays on the writer's path.
 const foldFrom = alignFrom
 
 // goFold starts a fold's work; tests replace it to choose when folds run.
