@@ -158,7 +158,12 @@ func (a *API) register(w http.ResponseWriter, r *http.Request, reg *registry.Reg
 			if i > 0 {
 				b = append(b, ',')
 			}
-			b = strconv.AppendQuote(b, in.ID) // ids are ASCII of [A-Za-z0-9._:-]
+			// Ids are [A-Za-z0-9._:-] (Prepare checked them): nothing to
+			// escape, and AppendQuote, rune by rune, was 1.7% of the
+			// server's CPU under batch registers.
+			b = append(b, '"')
+			b = append(b, in.ID...)
+			b = append(b, '"')
 		}
 		return append(b, "]}"...)
 	})
