@@ -5,6 +5,7 @@ import (
 	"iter"
 	"slices"
 	"strings"
+	"unicode/utf8"
 	"unsafe"
 )
 
@@ -111,6 +112,12 @@ func (l Labels) AppendLengthPrefixed(b []byte) []byte {
 	}
 	return b
 }
+
+// ValidUTF8 reports whether the pairs' bytes, every key and value in one
+// string, are valid UTF-8: one pass instead of one call per value. When
+// every key is ASCII (ValidKey) no sequence can span a key and a value, so
+// that is every value being valid UTF-8.
+func (l Labels) ValidUTF8() bool { return utf8.ValidString(l.s) }
 
 // Equal reports whether l and o hold the same pairs.
 func (l Labels) Equal(o Labels) bool { return l.s == o.s && slices.Equal(l.ends, o.ends) }

@@ -167,8 +167,18 @@ func Prepare(i int, in *catalog.Instance) error {
 		if !label.ValidKey(k) {
 			return fieldErr(i, "metadata", "key %q must be 1..128 bytes of [A-Za-z0-9._/-]", k)
 		}
-		if len(v) > MaxValueLen || !utf8.ValidString(v) {
+		if len(v) > MaxValueLen {
 			return fieldErr(i, "metadata."+k, "value must be at most %d bytes of UTF-8", MaxValueLen)
+		}
+	}
+	// The keys are ASCII: the values are valid UTF-8 if all the pairs'
+	// bytes are, checked at once (a call per value was ~1,000 instructions
+	// per instance of 16 pairs).
+	if !in.Metadata.ValidUTF8() {
+		for j := range in.Metadata.Len() {
+			if k, v := in.Metadata.At(j); !utf8.ValidString(v) {
+				return fieldErr(i, "metadata."+k, "value must be at most %d bytes of UTF-8", MaxValueLen)
+			}
 		}
 	}
 	if in.TTLSeconds < 0 || in.TTLSeconds > MaxTTLSeconds {

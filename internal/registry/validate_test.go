@@ -26,6 +26,10 @@ func TestPrepareMetadata(t *testing.T) {
 		{map[string]string{"é": "1"}, `key "é"`},
 		{map[string]string{strings.Repeat("k", label.MaxKeyLen+1): "1"}, "must be 1..128 bytes"},
 		{map[string]string{"a": "1", "m": "\xff"}, "metadata.m"},
+		{map[string]string{"a": "é", "b": "日本", "c": "ok"}, ""},
+		// a sequence cut between two values is invalid in each
+		{map[string]string{"a": "x\xc3", "b": "\xa9"}, "metadata.a"},
+		{map[string]string{"a": "x", "b": "\xa9y"}, "metadata.b"},
 		{map[string]string{"a": strings.Repeat("v", MaxValueLen+1)}, "metadata.a"},
 	} {
 		err := Prepare(0, validInstance(tc.md))
