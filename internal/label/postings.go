@@ -1,6 +1,7 @@
 package label
 
 import (
+	"maps"
 	"slices"
 	"sync/atomic"
 
@@ -198,12 +199,9 @@ func NewPostings(universe uint32) *Postings {
 // Edit returns a new version sharing all storage with ix, which stays valid
 // and unchanged for its readers. Cost: one map of keys.
 func (ix *Postings) Edit() *Postings {
-	n := &Postings{gen: generations.Add(1), universe: ix.universe, keys: make(map[string]*postingKey, len(ix.keys)),
+	n := &Postings{gen: generations.Add(1), universe: ix.universe, keys: maps.Clone(ix.keys),
 		append: ix.append && !ix.edited}
 	ix.edited = true
-	for k, e := range ix.keys {
-		n.keys[k] = e
-	}
 	return n
 }
 
@@ -217,18 +215,12 @@ func (ix *Postings) key(k string) *postingKey {
 		e = &postingKey{gen: ix.gen, values: make(map[string]*Posting)}
 		ix.keys[k] = e
 	case e.gen != ix.gen:
-		e = &postingKey{gen: ix.gen, values: maps(e.values)}
+		// maps.Clone copies the map's tables as they are; inserting each
+		// value into a new map rehashed every one of them.
+		e = &postingKey{gen: ix.gen, values: maps.Clone(e.values)}
 		ix.keys[k] = e
 	}
 	return e
-}
-
-func maps(m map[string]*Posting) map[string]*Posting {
-	c := make(map[string]*Posting, len(m))
-	for k, v := range m {
-		c[k] = v
-	}
-	return c
 }
 
 // Add records that slot has value under key.
