@@ -409,6 +409,65 @@ func (d *decodeState) object(member func(key []byte) error) error {
 
 type pair struct{ k, v []byte }
 
+// compactPairs reads a metadata object of plain strings written without
+// whitespace (what the SDK, the bench and most encoders send) in one tight
+// loop, appending its pairs to pairs, and returns them with their bytes'
+// total size. On anything else (whitespace, escapes, non-ASCII, null) it
+// reports false having read nothing, and object's general path reads it.
+// The general path cost ~3x as many instructions per pair: a closure
+// call, and whitespace and null checks before every token.
+func (d *decodeState) compactPairs(pairs []pair) ([]pair, int, bool) {
+	b, i, n := d.b, d.i, len(pairs)
+	if i+1 >= len(b) || b[i] != '{' {
+		return pairs, 0, false
+	}
+	if b[i+1] == '}' {
+		d.i = i + 2
+		return pairs, 0, true
+	}
+	i++
+	size := 0
+	for {
+		k, j, ok := plainString(b, i)
+		if !ok || j >= len(b) || b[j] != ':' {
+			return pairs[:n], 0, false
+		}
+		v, j, ok := plainString(b, j+1)
+		if !ok || j >= len(b) {
+			return pairs[:n], 0, false
+		}
+		pairs = append(pairs, pair{k, v})
+		size += len(k) + len(v)
+		switch b[j] {
+		case ',':
+			i = j + 1
+		case '}':
+			d.i = j + 1
+			return pairs, size, true
+		default:
+			return pairs[:n], 0, false
+		}
+	}
+}
+
+// plainString reads the string starting at b[i] if it has no strStop byte
+// before its closing quote, and returns it and the index after the quote.
+func plainString(b []byte, i int) ([]byte, int, bool) {
+	if i >= len(b) || b[i] != '"' {
+		return nil, 0, false
+	}
+	rest := b[i+1:]
+	for j, c := range rest {
+		if strStop[c] {
+			if c != '"' {
+				return nil, 0, false
+			}
+			return rest[:j:j], i + 2 + j, true
+		}
+	}
+	return nil, 0, false
+}
+
 func (d *decodeState) metadata(in *catalog.Instance) error {
 	if d.null() {
 		in.Metadata = label.Labels{}
@@ -420,28 +479,29 @@ func (d *decodeState) metadata(in *catalog.Instance) error {
 	if d.pairs == nil {
 		d.pairs = d.pairBuf[:0]
 	}
-	pairs := d.pairs[:0]
+	pairs, size, ok := d.compactPairs(d.pairs[:0])
 	defer func() { d.pairs = pairs[:0] }()
-	size := 0
-	err := d.object(func(kb []byte) error {
-		var v []byte
-		if !d.null() {
-			if c := d.peek(); c != '"' {
-				if _, err := d.strField("metadata." + string(kb)); err != nil {
+	if !ok {
+		err := d.object(func(kb []byte) error {
+			var v []byte
+			if !d.null() {
+				if c := d.peek(); c != '"' {
+					if _, err := d.strField("metadata." + string(kb)); err != nil {
+						return err
+					}
+				}
+				var err error
+				if v, err = d.strBytes(); err != nil {
 					return err
 				}
 			}
-			var err error
-			if v, err = d.strBytes(); err != nil {
-				return err
-			}
+			pairs = append(pairs, pair{kb, v})
+			size += len(kb) + len(v)
+			return nil
+		})
+		if err != nil {
+			return err
 		}
-		pairs = append(pairs, pair{kb, v})
-		size += len(kb) + len(v)
-		return nil
-	})
-	if err != nil {
-		return err
 	}
 	// Keys mostly come sorted; the builder checks the order as it goes.
 	var b label.LabelsBuilder
@@ -449,7 +509,6 @@ func (d *decodeState) metadata(in *catalog.Instance) error {
 	for _, p := range pairs {
 		b.AddBytes(p.k, p.v)
 	}
-	var ok bool
 	if in.Metadata, ok = b.Labels(); ok {
 		return nil
 	}

@@ -96,6 +96,11 @@ func FuzzDecodeRegisterMatchesEncodingJSON(f *testing.F) {
 		`{"id":"a\u0041\ud83d\ude00\ud800x","port":-0,"metadata":{"k":null,"\n":"\t"}}`,
 		`{"port":1e2}`, `{"port":1.0}`, `{"port":99999999999999999999}`, `{"healthy":1}`, `{"revision":"x"}`,
 		` {"service" : "s" } `, `{"service":"\xff\xfe"}`, `{}`, `null`, `{"metadata":[]}`, `{"instances":{}}`,
+		// metadata in compact form (the fast path), and each way out of it
+		`{"metadata":{"b":"2","a":"1","b":"3"}}`, `{"metadata":{}}`, `{"metadata":{"a":"1", "b":"2"}}`,
+		`{"metadata":{"a":"1","b":"x\"y"}}`, `{"metadata":{"a":"1","b":"é"}}`, `{"metadata":{"a":"1","b":null}}`,
+		`{"metadata":{"a":"1","b":2}}`, `{"metadata":{"a":"1","b"}}`, `{"metadata":{"a":"1"x}`, `{"metadata":{"a":"1",`,
+		"{\"metadata\":{\"a\":\"x\x01}}", "{\"metadata\":{\"a\x7f\":\"1\"}}",
 	} {
 		f.Add([]byte(s))
 	}
