@@ -407,45 +407,43 @@ func (d *decodeState) object(member func(key []byte) error) error {
 	}
 }
 
-type pair struct{ k, v []byte }
+type pair = label.BytePair
 
 // compactPairs reads a metadata object of plain strings written without
 // whitespace (what the SDK, the bench and most encoders send) in one tight
-// loop, appending its pairs to pairs, and returns them with their bytes'
-// total size. On anything else (whitespace, escapes, non-ASCII, null) it
-// reports false having read nothing, and object's general path reads it.
+// loop, appending its pairs to pairs. On anything else (whitespace,
+// escapes, non-ASCII, null) it reports false having read nothing, and
+// object's general path reads it.
 // The general path cost ~3x as many instructions per pair: a closure
 // call, and whitespace and null checks before every token.
-func (d *decodeState) compactPairs(pairs []pair) ([]pair, int, bool) {
+func (d *decodeState) compactPairs(pairs []pair) ([]pair, bool) {
 	b, i, n := d.b, d.i, len(pairs)
 	if i+1 >= len(b) || b[i] != '{' {
-		return pairs, 0, false
+		return pairs, false
 	}
 	if b[i+1] == '}' {
 		d.i = i + 2
-		return pairs, 0, true
+		return pairs, true
 	}
 	i++
-	size := 0
 	for {
 		k, j, ok := plainString(b, i)
 		if !ok || j >= len(b) || b[j] != ':' {
-			return pairs[:n], 0, false
+			return pairs[:n], false
 		}
 		v, j, ok := plainString(b, j+1)
 		if !ok || j >= len(b) {
-			return pairs[:n], 0, false
+			return pairs[:n], false
 		}
-		pairs = append(pairs, pair{k, v})
-		size += len(k) + len(v)
+		pairs = append(pairs, pair{Key: k, Value: v})
 		switch b[j] {
 		case ',':
 			i = j + 1
 		case '}':
 			d.i = j + 1
-			return pairs, size, true
+			return pairs, true
 		default:
-			return pairs[:n], 0, false
+			return pairs[:n], false
 		}
 	}
 }
@@ -479,7 +477,7 @@ func (d *decodeState) metadata(in *catalog.Instance) error {
 	if d.pairs == nil {
 		d.pairs = d.pairBuf[:0]
 	}
-	pairs, size, ok := d.compactPairs(d.pairs[:0])
+	pairs, ok := d.compactPairs(d.pairs[:0])
 	defer func() { d.pairs = pairs[:0] }()
 	if !ok {
 		err := d.object(func(kb []byte) error {
@@ -495,34 +493,27 @@ func (d *decodeState) metadata(in *catalog.Instance) error {
 					return err
 				}
 			}
-			pairs = append(pairs, pair{kb, v})
-			size += len(kb) + len(v)
+			pairs = append(pairs, pair{Key: kb, Value: v})
 			return nil
 		})
 		if err != nil {
 			return err
 		}
 	}
-	// Keys mostly come sorted; the builder checks the order as it goes.
-	var b label.LabelsBuilder
-	b.Grow(len(pairs), size)
-	for _, p := range pairs {
-		b.AddBytes(p.k, p.v)
-	}
-	if in.Metadata, ok = b.Labels(); ok {
+	// Keys mostly come sorted; FromBytePairs checks the order as it goes.
+	if in.Metadata, ok = label.FromBytePairs(pairs); ok {
 		return nil
 	}
 	// Sort by key keeping the last of repeated keys, as a map would.
-	slices.SortStableFunc(pairs, func(a, b pair) int { return bytes.Compare(a.k, b.k) })
-	var sorted label.LabelsBuilder
-	sorted.Grow(len(pairs), size)
+	slices.SortStableFunc(pairs, func(a, b pair) int { return bytes.Compare(a.Key, b.Key) })
+	kept := pairs[:0]
 	for i, p := range pairs {
-		if i+1 < len(pairs) && bytes.Equal(pairs[i+1].k, p.k) {
+		if i+1 < len(pairs) && bytes.Equal(pairs[i+1].Key, p.Key) {
 			continue
 		}
-		sorted.AddBytes(p.k, p.v)
+		kept = append(kept, p)
 	}
-	in.Metadata, _ = sorted.Labels()
+	in.Metadata, _ = label.FromBytePairs(kept)
 	return nil
 }
 

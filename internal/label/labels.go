@@ -190,6 +190,47 @@ func (b *LabelsBuilder) AddBytes(key, value []byte) {
 	b.ends = append(b.ends, uint32(len(b.b)))
 }
 
+// BytePair is a key and its value held in byte slices: a decoder's view of
+// its input.
+type BytePair struct{ Key, Value []byte }
+
+// FromBytePairs returns the labels of pairs, and false if their keys are
+// not strictly ascending (the labels are then unusable, as Labels' are).
+// It is LabelsBuilder's Grow, AddBytes and Labels in one loop that writes
+// each offset by index: a decoder's 16 pairs cost about half the
+// instructions.
+func FromBytePairs(pairs []BytePair) (Labels, bool) {
+	n, size := len(pairs), 0
+	if n == 0 {
+		return Labels{}, true
+	}
+	for _, p := range pairs {
+		size += len(p.Key) + len(p.Value)
+	}
+	words := make([]uint32, 2*n+(size+3)/4) // offsets then bytes, as Grow
+	ends := words[: 2*n : 2*n]
+	var s string
+	ok := true
+	if size == 0 {
+		for i := range pairs {
+			ok = ok && (i == 0 || string(pairs[i].Key) > string(pairs[i-1].Key))
+		}
+		return Labels{s: s, ends: ends}, ok
+	}
+	buf := unsafe.Slice((*byte)(unsafe.Pointer(&words[2*n])), size)
+	off := 0
+	for i, p := range pairs {
+		if i > 0 && string(p.Key) <= string(pairs[i-1].Key) {
+			ok = false
+		}
+		off += copy(buf[off:], p.Key)
+		ends[2*i] = uint32(off)
+		off += copy(buf[off:], p.Value)
+		ends[2*i+1] = uint32(off)
+	}
+	return Labels{s: unsafe.String(&buf[0], size), ends: ends}, ok
+}
+
 // Labels returns the pairs added, and false if keys were not strictly
 // ascending (a duplicate or out-of-order key). The labels take over the
 // builder's memory without a copy: the builder must not be used again.
