@@ -56,9 +56,11 @@ func (f *fold[T]) finished() bool { return f.done.Load() }
 // stopping.
 func (f *fold[T]) run() {
 	f.once.Do(func() {
-		// The slots it leaves dirty are recomputed by the version that
-		// adopts it, from its own delta.
-		f.base, f.indexed, _, f.folded = compacted(f.ix, f.slots, f.baseSlots, f.dirty)
+		// What it folded in is the delta less what it left; the version
+		// that adopts it keeps the rest of its own delta dirty.
+		var left *bitset.BitSet
+		f.base, f.indexed, left = compacted(f.ix, f.slots, f.baseSlots, f.dirty)
+		f.folded = f.dirty.Difference(left)
 		f.ix, f.slots, f.baseSlots, f.dirty = nil, slotArray[T]{}, slotArray[T]{}, nil
 		f.done.Store(true)
 	})

@@ -342,17 +342,17 @@ const alignFrom = 64 * 64
 // compact moves the base index forward over the dirty slots, on the
 // writer's path: for sets too small for a fold to be worth a goroutine.
 func (s *Set[T]) compact() {
-	s.base, s.baseSlots, s.dirty, _ = compacted(s.base.Edit(), s.slots, s.baseSlots, s.dirty)
+	s.base, s.baseSlots, s.dirty = compacted(s.base.Edit(), s.slots, s.baseSlots, s.dirty)
 }
 
 // compacted moves index ix (an edit of the base built over baseSlots)
 // forward over the dirty slots to what slots holds, and returns it, the
-// slots it now indexes, the slots left dirty and the ones it folded in. Each
+// slots it now indexes and the slots left dirty (past the cut). Each
 // bitmap it touches is copied once (label.Postings.Edit), however many
 // slots changed, or shared when the slots only grow past its end. It reads
 // its arguments and writes only what it returns, so it may run beside the
 // writer.
-func compacted[T Item](ix *label.Postings, slots, baseSlots slotArray[T], dirty *bitset.BitSet) (*label.Postings, slotArray[T], *bitset.BitSet, *bitset.BitSet) {
+func compacted[T Item](ix *label.Postings, slots, baseSlots slotArray[T], dirty *bitset.BitSet) (*label.Postings, slotArray[T], *bitset.BitSet) {
 	var zero T
 	n := uint(slots.len())
 	cut := n
@@ -360,7 +360,7 @@ func compacted[T Item](ix *label.Postings, slots, baseSlots slotArray[T], dirty 
 		cut &^= 63
 	}
 	indexed := slots.clone()
-	left, folded := bitset.New(n), bitset.New(n)
+	left := bitset.New(n)
 	gen := generations.Add(1)
 	for u, ok := dirty.NextSet(0); ok; u, ok = dirty.NextSet(u + 1) {
 		slot := uint32(u)
@@ -374,7 +374,6 @@ func compacted[T Item](ix *label.Postings, slots, baseSlots slotArray[T], dirty 
 			indexed.set(slot, old, gen)
 			continue
 		}
-		folded.Set(u)
 		if old != zero {
 			for k, v := range old.ItemLabels().All() {
 				ix.Remove(slot, k, v)
@@ -384,7 +383,7 @@ func compacted[T Item](ix *label.Postings, slots, baseSlots slotArray[T], dirty 
 			ix.AddLabels(slot, cur.ItemLabels())
 		}
 	}
-	return ix, indexed, left, folded
+	return ix, indexed, left
 }
 
 // finish returns the new version: id order rebuilt if ids came or went (one
