@@ -39,9 +39,64 @@ type Postings struct {
 	}
 }
 
+// postingKey is one key's values. A key with many values (an instance
+// name, an address) keeps two maps, so that a version changing a few of
+// them need not copy all: base, shared with other versions and never
+// written, and values, this version's own, holding what changed since base
+// (nil for a value removed). Lookups try values, then base. When values
+// grows past an eighth of base (or at split values with no base), the next
+// version merges them into one map of its own: an edit copies about ten
+// entries per value changed, where one map copied every value per version
+// (docs/registry.md).
 type postingKey struct {
 	gen    uint64
 	values map[string]*Posting
+	base   map[string]*Posting
+	n      int // live values
+}
+
+// splitValues is how many values a key holds in one map before versions
+// share them as a base.
+const splitValues = 1024
+
+func (e *postingKey) get(value string) *Posting {
+	if p, ok := e.values[value]; ok || e.base == nil {
+		return p
+	}
+	return e.base[value]
+}
+
+// next is e for a new version gen: a copy of what it may change.
+func (e *postingKey) next(gen uint64) *postingKey {
+	switch {
+	case e.base == nil && len(e.values) < splitValues:
+		// maps.Clone copies the map's tables as they are; inserting each
+		// value into a new map rehashed every one of them.
+		return &postingKey{gen: gen, values: maps.Clone(e.values), n: e.n}
+	case e.base == nil:
+		return &postingKey{gen: gen, values: make(map[string]*Posting), base: e.values, n: e.n}
+	case len(e.values) <= len(e.base)/8:
+		return &postingKey{gen: gen, values: maps.Clone(e.values), base: e.base, n: e.n}
+	}
+	m := maps.Clone(e.base)
+	for v, p := range e.values {
+		if p == nil {
+			delete(m, v)
+		} else {
+			m[v] = p
+		}
+	}
+	return &postingKey{gen: gen, values: m, n: e.n}
+}
+
+// drop forgets value, whose posting is empty.
+func (e *postingKey) drop(value string) {
+	if e.base[value] != nil {
+		e.values[value] = nil
+	} else {
+		delete(e.values, value)
+	}
+	e.n--
 }
 
 // Posting is the set of slots having one value. Do not modify it.
@@ -215,9 +270,7 @@ func (ix *Postings) key(k string) *postingKey {
 		e = &postingKey{gen: ix.gen, values: make(map[string]*Posting)}
 		ix.keys[k] = e
 	case e.gen != ix.gen:
-		// maps.Clone copies the map's tables as they are; inserting each
-		// value into a new map rehashed every one of them.
-		e = &postingKey{gen: ix.gen, values: maps.Clone(e.values)}
+		e = e.next(ix.gen)
 		ix.keys[k] = e
 	}
 	return e
@@ -246,38 +299,40 @@ func (ix *Postings) AddLabels(slot uint32, l Labels) {
 	}
 }
 
-func (ix *Postings) addTo(e *postingKey, slot uint32, value string) {
+func (ix *Postings) addTo(e *postingKey, slot uint32, value string) *Posting {
 	if slot >= ix.universe {
 		ix.universe = slot + 1
 	}
-	p := e.values[value]
+	p := e.get(value)
 	switch {
 	case p == nil:
 		p = &Posting{gen: ix.gen}
 		e.values[value] = p
+		e.n++
 	case p.gen != ix.gen:
 		p = p.extend(ix.gen, slot, ix.append)
 		e.values[value] = p
 	}
 	p.add(slot, ix.universe)
+	return p
 }
 
 // Remove forgets that slot has value under key.
 func (ix *Postings) Remove(slot uint32, key, value string) {
 	e0 := ix.keys[key]
-	if e0 == nil || !e0.values[value].Contains(slot) {
+	if e0 == nil || !e0.get(value).Contains(slot) {
 		return
 	}
 	e := ix.key(key)
-	p := e.values[value]
+	p := e.get(value)
 	if p.gen != ix.gen {
 		p = p.clone(ix.gen)
 		e.values[value] = p
 	}
 	p.remove(slot)
 	if p.n == 0 {
-		delete(e.values, value)
-		if len(e.values) == 0 {
+		e.drop(value)
+		if e.n == 0 {
 			delete(ix.keys, key)
 			clear(ix.recent[:])
 		}
@@ -287,7 +342,7 @@ func (ix *Postings) Remove(slot uint32, key, value string) {
 // Get returns the slots having value under key, or nil.
 func (ix *Postings) Get(key, value string) *Posting {
 	if e := ix.keys[key]; e != nil {
-		return e.values[value]
+		return e.get(value)
 	}
 	return nil
 }
@@ -295,7 +350,7 @@ func (ix *Postings) Get(key, value string) *Posting {
 // NumValues returns how many distinct values key has.
 func (ix *Postings) NumValues(key string) int {
 	if e := ix.keys[key]; e != nil {
-		return len(e.values)
+		return e.n
 	}
 	return 0
 }
@@ -303,11 +358,18 @@ func (ix *Postings) NumValues(key string) int {
 // Values calls fn for every value of key with its posting, in no order,
 // until fn returns false.
 func (ix *Postings) Values(key string, fn func(value string, p *Posting) bool) {
-	if e := ix.keys[key]; e != nil {
-		for v, p := range e.values {
-			if !fn(v, p) {
-				return
-			}
+	e := ix.keys[key]
+	if e == nil {
+		return
+	}
+	for v, p := range e.values {
+		if p != nil && !fn(v, p) {
+			return
+		}
+	}
+	for v, p := range e.base {
+		if _, changed := e.values[v]; !changed && !fn(v, p) {
+			return
 		}
 	}
 }
@@ -419,6 +481,7 @@ func (b *PostingsBuilder) newValue(bk *builderKey, value string) *Posting {
 		}
 	}
 	bk.e.values[value] = p
+	bk.e.n++
 	return p
 }
 
