@@ -362,6 +362,7 @@ func compacted[T Item](ix *label.Postings, slots, baseSlots slotArray[T], dirty 
 	indexed := slots.clone()
 	left := bitset.New(n)
 	gen := generations.Add(1)
+	var sets label.LabelsCache
 	for u, ok := dirty.NextSet(0); ok; u, ok = dirty.NextSet(u + 1) {
 		slot := uint32(u)
 		var old T
@@ -380,7 +381,7 @@ func compacted[T Item](ix *label.Postings, slots, baseSlots slotArray[T], dirty 
 			}
 		}
 		if cur := slots.at(slot); cur != zero {
-			ix.AddLabels(slot, cur.ItemLabels())
+			ix.AddLabelsCached(slot, cur.ItemLabels(), &sets)
 		}
 	}
 	return ix, indexed, left

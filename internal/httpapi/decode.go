@@ -397,6 +397,12 @@ func (d *decodeState) object(member func(key []byte) error) error {
 
 type pair = label.BytePair
 
+// metadataSets holds the metadata sets decoded lately, so that instances
+// with equal metadata (the replicas of one deployment) share one copy:
+// less to build, to keep and for the catalog's index to add
+// (label.Interner). One per process: any server's API meets the same sets.
+var metadataSets = label.NewInterner()
+
 // compactPairs reads a metadata object of plain strings written without
 // whitespace (what the SDK, the bench and most encoders send) in one tight
 // loop, appending its pairs to pairs. On anything else (whitespace,
@@ -468,9 +474,15 @@ func (d *decodeState) metadata(in *catalog.Instance) error {
 	if d.pairs == nil {
 		d.pairs = d.pairBuf[:0]
 	}
+	start := d.i
 	pairs, ok := d.compactPairs(d.pairs[:0])
 	defer func() { d.pairs = pairs[:0] }()
-	if !ok {
+	if ok {
+		// Written compactly, the object's bytes are the set's identity.
+		if in.Metadata, ok = metadataSets.FromBytePairs(d.b[start:d.i], pairs); ok {
+			return nil
+		}
+	} else {
 		err := d.object(func(kb []byte) error {
 			var v []byte
 			if !d.null() {

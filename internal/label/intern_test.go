@@ -1,0 +1,150 @@
+package label
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing"
+	"unsafe"
+)
+
+func bytePairs(m map[string]string) []BytePair {
+	var ps []BytePair
+	for _, k := range slices.Sorted(func(yield func(string) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}) {
+		ps = append(ps, BytePair{Key: []byte(k), Value: []byte(m[k])})
+	}
+	return ps
+}
+
+func sameStorage(a, b Labels) bool {
+	return unsafe.StringData(a.s) == unsafe.StringData(b.s) && unsafe.SliceData(a.ends) == unsafe.SliceData(b.ends)
+}
+
+// TestInterner: a set seen twice is held and handed out shared; only the
+// pairs decide equality (the same raw for other pairs, as a hash collision
+// would be, gets its own labels); unordered pairs are reported as
+// FromBytePairs reports them.
+func TestInterner(t *testing.T) {
+	in := NewInterner()
+	a := bytePairs(map[string]string{"app": "web", "zone": "a"})
+	b := bytePairs(map[string]string{"app": "web", "zone": "b"})
+	raw := []byte("one raw for both")
+
+	l1, ok1 := in.FromBytePairs(raw, a)
+	l2, ok2 := in.FromBytePairs(raw, a) // second sighting: held from here
+	l3, ok3 := in.FromBytePairs(raw, a)
+	if !ok1 || !ok2 || !ok3 || !l1.Equal(l2) || !l1.Equal(l3) {
+		t.Fatalf("equal pairs gave %v %v %v (%v %v %v)", l1, l2, l3, ok1, ok2, ok3)
+	}
+	if !sameStorage(l2, l3) {
+		t.Error("a set seen twice in a row is not shared on its third sighting")
+	}
+	lb, ok := in.FromBytePairs(raw, b)
+	if want, _ := FromBytePairs(b); !ok || !lb.Equal(want) {
+		t.Errorf("other pairs with the same raw gave %v, want %v", lb.Map(), want.Map())
+	}
+	if l, _ := in.FromBytePairs(raw, a); !l.Equal(l1) {
+		t.Errorf("after a collision: %v, want %v", l.Map(), l1.Map())
+	}
+	unordered := []BytePair{{Key: []byte("z"), Value: []byte("1")}, {Key: []byte("a"), Value: []byte("2")}}
+	for range 3 {
+		if _, ok := in.FromBytePairs([]byte("u"), unordered); ok {
+			t.Fatal("unordered pairs reported ordered")
+		}
+	}
+	if l, ok := in.FromBytePairs(nil, nil); !ok || l.Len() != 0 {
+		t.Errorf("no pairs: %v %v", l, ok)
+	}
+}
+
+// TestInternerConcurrent: decoders on many goroutines over a few sets each
+// get labels equal to their pairs (run with -race).
+func TestInternerConcurrent(t *testing.T) {
+	in := NewInterner()
+	sets := make([][]BytePair, 64)
+	for i := range sets {
+		sets[i] = bytePairs(map[string]string{"k": fmt.Sprint(i % 7), "n": fmt.Sprint(i)})
+	}
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(g), 1))
+			for range 2000 {
+				i := rng.IntN(len(sets))
+				// Raws collide on purpose: 8 raws for 64 sets.
+				l, ok := in.FromBytePairs([]byte{byte(i % 8)}, sets[i])
+				if want, _ := FromBytePairs(sets[i]); !ok || !l.Equal(want) {
+					t.Errorf("set %d: %v, want %v", i, l.Map(), want.Map())
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// TestAddLabelsCachedMatchesAdd: adding interned sets through a
+// LabelsCache builds the index AddLabels builds, also when removals empty
+// a posting the cache remembers and the set is added again, and when the
+// cache is moved to another version.
+func TestAddLabelsCachedMatchesAdd(t *testing.T) {
+	rng := rand.New(rand.NewPCG(41, 42))
+	in := NewInterner()
+	var sets []Labels
+	for i := range 40 {
+		ps := bytePairs(map[string]string{"a": fmt.Sprint(i % 3), "b": fmt.Sprint(i % 5), "c": fmt.Sprint(i)})
+		var l Labels
+		for range 3 {
+			l, _ = in.FromBytePairs([]byte(fmt.Sprint(i)), ps)
+		}
+		sets = append(sets, l)
+	}
+	a, b := NewPostings(0), NewPostings(0)
+	var c LabelsCache
+	type rec struct {
+		slot uint32
+		l    Labels
+	}
+	var live []rec
+	for i := range 4000 {
+		l := sets[rng.IntN(len(sets))]
+		slot := uint32(i)
+		a.AddLabelsCached(slot, l, &c)
+		b.AddLabels(slot, l)
+		live = append(live, rec{slot, l})
+		if i%500 == 499 {
+			a, b = a.Edit(), b.Edit()
+		}
+		if i%7 == 6 { // removals, some emptying the rare values
+			j := rng.IntN(len(live))
+			for k, v := range live[j].l.All() {
+				a.Remove(live[j].slot, k, v)
+				b.Remove(live[j].slot, k, v)
+			}
+			live = slices.Delete(live, j, j+1)
+		}
+	}
+	if c.hits == 0 {
+		t.Fatal("the cache never hit: the test no longer covers it")
+	}
+	for _, k := range []string{"a", "b", "c"} {
+		if a.NumValues(k) != b.NumValues(k) {
+			t.Fatalf("key %s: %d values, want %d", k, a.NumValues(k), b.NumValues(k))
+		}
+		b.Values(k, func(v string, p *Posting) bool {
+			if got, want := postingSlots(a.Get(k, v)), postingSlots(p); !slices.Equal(got, want) {
+				t.Fatalf("%s=%s: %v, want %v", k, v, got, want)
+			}
+			return true
+		})
+	}
+}
