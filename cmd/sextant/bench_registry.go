@@ -34,7 +34,9 @@ Scenarios, in order (select with --scenarios):
   changes    with --changes-total instances held, time GET /v1/changes returning --changes-count changes
   watch      time from a register's answer to the blocking query's answer
 
-Instances carry 16 metadata entries of 10-byte keys and values. Everything
+Instances carry 16 metadata entries of 10-byte keys and values; a service's
+instances cycle through 500 metadata sets, as the replicas of a few
+deployments would, unless --unique-metadata gives each its own. Everything
 goes into one namespace, bench-<unix time> by default, and is deregistered at
 the end unless --keep. The load generator shares the machine with the server:
 read the figures with that in mind.`,
@@ -78,6 +80,7 @@ read the figures with that in mind.`,
 	fl.IntVar(&cfg.Conns, "conns", 0, "register: concurrent connections (default 256)")
 	fl.IntVar(&cfg.BatchConns, "batch-conns", 0, "batch and preloads: concurrent connections (default 4)")
 	fl.IntVar(&cfg.BatchSize, "batch-size", 0, "batch: instances per request (default 500)")
+	fl.BoolVar(&cfg.UniqueMetadata, "unique-metadata", false, "register and batch: metadata unique to each instance (default: a service's instances cycle through 500 sets)")
 	fl.IntVar(&cfg.HeartbeatConns, "heartbeat-conns", 0, "heartbeat: concurrent connections (default 4)")
 	fl.IntVar(&cfg.HeartbeatIDs, "heartbeat-ids", 0, "heartbeat: ids per request (default 1000)")
 	fl.IntVar(&cfg.HeartbeatPool, "heartbeat-pool", 0, "heartbeat: instances heartbeated (default 100000)")

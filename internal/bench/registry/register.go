@@ -29,6 +29,9 @@ func (r *run) registerLoad(ctx context.Context, name, idPrefix string, conns, si
 		prefix := idPrefix + "-g" + strconv.Itoa(g) + "-"
 		fams[g] = r.family(prefix)
 		tmpls[g] = newTemplate(r.cfg.Namespace, service(g), prefix, size, 0)
+		if r.cfg.UniqueMetadata {
+			tmpls[g].uniqueMetadata()
+		}
 	}
 	var budget atomic.Int64
 	budget.Store(int64(r.cfg.MaxInstances))

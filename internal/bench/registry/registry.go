@@ -43,9 +43,14 @@ type Config struct {
 	Duration     time.Duration // length of each throughput scenario [10s]
 	MaxInstances int           // cap on instances one throughput scenario registers [1,000,000]
 
-	Conns          int  // register: concurrent single-instance registers [256]
-	BatchConns     int  // batch: concurrent requests [4]
-	BatchSize      int  // batch: instances per request [500]
+	Conns      int // register: concurrent single-instance registers [256]
+	BatchConns int // batch: concurrent requests [4]
+	BatchSize  int // batch: instances per request [500]
+	// UniqueMetadata gives every instance of register and batch metadata
+	// of its own (meta-key16's value carries the id's last 6 digits);
+	// by default a service's instances cycle through 500 sets, as the
+	// replicas of a few deployments would.
+	UniqueMetadata bool
 	HeartbeatConns int  // heartbeat: concurrent requests [4]
 	HeartbeatIDs   int  // heartbeat: ids per request [1000]
 	HeartbeatPool  int  // heartbeat: instances heartbeated [100,000]

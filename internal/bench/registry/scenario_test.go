@@ -59,6 +59,17 @@ func TestEachScenarioTiny(t *testing.T) {
 			},
 		},
 		{
+			scenario: "batch",
+			cfg:      Config{BatchConns: 2, BatchSize: 50, MaxInstances: 200, Duration: 30 * time.Second, UniqueMetadata: true},
+			check: func(t *testing.T, res Result) {
+				th := res.Batch
+				checkThroughput(t, th, "instances", 50)
+				if th.Items != 200 || res.Cleanup.Deregistered != 200 {
+					t.Errorf("registered %d, deregistered %d; want 200 each", th.Items, res.Cleanup.Deregistered)
+				}
+			},
+		},
+		{
 			scenario: "heartbeat",
 			cfg:      Config{HeartbeatConns: 2, HeartbeatIDs: 100, HeartbeatPool: 250, Duration: 200 * time.Millisecond},
 			check: func(t *testing.T, res Result) {

@@ -47,6 +47,30 @@ func metadata(i int) map[string]string {
 type template struct {
 	body    []byte
 	offsets []int // where each instance's id digits start
+	// unique, when set, are where each instance's meta-key16 value digits
+	// start: set writes the id's last digits there too, so that no two
+	// instances of a run share a metadata set.
+	unique []int
+}
+
+// uniqueDigits is how many digits of the id a unique metadata value takes.
+const uniqueDigits = 6
+
+// uniqueMetadata makes set give every instance metadata of its own (see
+// Config.UniqueMetadata).
+func (t *template) uniqueMetadata() {
+	marker := []byte(`"meta-key16":"v16-`)
+	for off := 0; ; {
+		i := bytes.Index(t.body[off:], marker)
+		if i < 0 {
+			break
+		}
+		t.unique = append(t.unique, off+i+len(marker))
+		off += i + len(marker)
+	}
+	if len(t.unique) != len(t.offsets) {
+		panic("bench: register template lost a metadata placeholder")
+	}
 }
 
 // newTemplate encodes n instances of service svc whose ids are
@@ -81,5 +105,8 @@ func newTemplate(ns, svc, prefix string, n, ttl int) template {
 func (t *template) set(base uint64) {
 	for k, off := range t.offsets {
 		putDigits(t.body[off:off+idDigits], base+uint64(k))
+	}
+	for k, off := range t.unique {
+		putDigits(t.body[off:off+uniqueDigits], base+uint64(k))
 	}
 }
