@@ -94,6 +94,10 @@ func (d *decoder) bytes(what string) []byte {
 	return s
 }
 
+// storedSets holds the metadata sets of the instances decoded lately
+// (label.Interner): a restart reads replicas' equal sets one after another.
+var storedSets = label.NewInterner()
+
 // DecodeInstance decodes a record written by AppendBinary, at revision rev.
 func DecodeInstance(b []byte, rev int64) (*Instance, error) {
 	if len(b) == 0 || b[0] != codecVersion {
@@ -126,21 +130,22 @@ func DecodeInstance(b []byte, rev int64) (*Instance, error) {
 		d.err = fmt.Errorf("%w: metadata count %d past the end", ErrCorrupt, n)
 	}
 	if d.err == nil && n > 0 {
-		// Keys and values go straight into one Labels string: one
-		// allocation per instance instead of two per pair.
-		var lb label.LabelsBuilder
-		lb.Grow(int(n), len(d.b))
+		// The rest of the record is the pairs: replicas' equal sets meet
+		// there and are held once, as the API's decoder holds them.
+		raw := d.b
+		var buf [16]label.BytePair
+		pairs := buf[:0]
 		for range n {
 			k := d.bytes("metadata key")
 			v := d.bytes("metadata value")
 			if d.err != nil {
 				break
 			}
-			lb.AddBytes(k, v)
+			pairs = append(pairs, label.BytePair{Key: k, Value: v})
 		}
 		if d.err == nil {
 			var ok bool
-			if in.Metadata, ok = lb.Labels(); !ok {
+			if in.Metadata, ok = storedSets.FromBytePairs(raw[:len(raw)-len(d.b)], pairs); !ok {
 				d.err = fmt.Errorf("%w: metadata keys not in ascending order", ErrCorrupt)
 			}
 		}
