@@ -27,35 +27,43 @@ func sameStorage(a, b Labels) bool {
 	return unsafe.StringData(a.s) == unsafe.StringData(b.s) && unsafe.SliceData(a.ends) == unsafe.SliceData(b.ends)
 }
 
-// TestInterner: a set seen twice is held and handed out shared; only the
-// pairs decide equality (the same raw for other pairs, as a hash collision
-// would be, gets its own labels); unordered pairs are reported as
-// FromBytePairs reports them.
+// rawOf is an encoding of pairs that determines them, as a decoder's
+// input does.
+func rawOf(pairs []BytePair) []byte {
+	var b []byte
+	for _, p := range pairs {
+		b = fmt.Appendf(b, "%q:%q,", p.Key, p.Value)
+	}
+	return b
+}
+
+// TestInterner: a set seen twice is held and handed out shared; sets whose
+// raws share a slot (more sets than slots) each get their own pairs;
+// unordered pairs are reported as FromBytePairs reports them.
 func TestInterner(t *testing.T) {
 	in := NewInterner()
 	a := bytePairs(map[string]string{"app": "web", "zone": "a"})
-	b := bytePairs(map[string]string{"app": "web", "zone": "b"})
-	raw := []byte("one raw for both")
-
-	l1, ok1 := in.FromBytePairs(raw, a)
-	l2, ok2 := in.FromBytePairs(raw, a) // second sighting: held from here
-	l3, ok3 := in.FromBytePairs(raw, a)
+	l1, ok1 := in.FromBytePairs(rawOf(a), a)
+	l2, ok2 := in.FromBytePairs(rawOf(a), a) // second sighting: held from here
+	l3, ok3 := in.FromBytePairs(rawOf(a), a)
 	if !ok1 || !ok2 || !ok3 || !l1.Equal(l2) || !l1.Equal(l3) {
 		t.Fatalf("equal pairs gave %v %v %v (%v %v %v)", l1, l2, l3, ok1, ok2, ok3)
 	}
 	if !sameStorage(l2, l3) {
 		t.Error("a set seen twice in a row is not shared on its third sighting")
 	}
-	lb, ok := in.FromBytePairs(raw, b)
-	if want, _ := FromBytePairs(b); !ok || !lb.Equal(want) {
-		t.Errorf("other pairs with the same raw gave %v, want %v", lb.Map(), want.Map())
-	}
-	if l, _ := in.FromBytePairs(raw, a); !l.Equal(l1) {
-		t.Errorf("after a collision: %v, want %v", l.Map(), l1.Map())
+	for round := range 2 {
+		for i := range 3 * internSlots {
+			ps := bytePairs(map[string]string{"app": "web", "n": fmt.Sprint(i)})
+			l, ok := in.FromBytePairs(rawOf(ps), ps)
+			if want, _ := FromBytePairs(ps); !ok || !l.Equal(want) {
+				t.Fatalf("round %d, set %d: %v, want %v", round, i, l.Map(), want.Map())
+			}
+		}
 	}
 	unordered := []BytePair{{Key: []byte("z"), Value: []byte("1")}, {Key: []byte("a"), Value: []byte("2")}}
 	for range 3 {
-		if _, ok := in.FromBytePairs([]byte("u"), unordered); ok {
+		if _, ok := in.FromBytePairs(rawOf(unordered), unordered); ok {
 			t.Fatal("unordered pairs reported ordered")
 		}
 	}
@@ -80,8 +88,7 @@ func TestInternerConcurrent(t *testing.T) {
 			rng := rand.New(rand.NewPCG(uint64(g), 1))
 			for range 2000 {
 				i := rng.IntN(len(sets))
-				// Raws collide on purpose: 8 raws for 64 sets.
-				l, ok := in.FromBytePairs([]byte{byte(i % 8)}, sets[i])
+				l, ok := in.FromBytePairs(rawOf(sets[i]), sets[i])
 				if want, _ := FromBytePairs(sets[i]); !ok || !l.Equal(want) {
 					t.Errorf("set %d: %v, want %v", i, l.Map(), want.Map())
 					return
@@ -104,7 +111,7 @@ func TestAddLabelsCachedMatchesAdd(t *testing.T) {
 		ps := bytePairs(map[string]string{"a": fmt.Sprint(i % 3), "b": fmt.Sprint(i % 5), "c": fmt.Sprint(i)})
 		var l Labels
 		for range 3 {
-			l, _ = in.FromBytePairs([]byte(fmt.Sprint(i)), ps)
+			l, _ = in.FromBytePairs(rawOf(ps), ps)
 		}
 		sets = append(sets, l)
 	}
