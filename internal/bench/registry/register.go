@@ -30,7 +30,7 @@ func (r *run) registerLoad(ctx context.Context, name, idPrefix string, conns, si
 		fams[g] = r.family(prefix)
 		tmpls[g] = newTemplate(r.cfg.Namespace, service(g), prefix, size, 0)
 		if r.cfg.UniqueMetadata {
-			tmpls[g].uniqueMetadata()
+			tmpls[g].uniqueMetadata(g)
 		}
 	}
 	var budget atomic.Int64

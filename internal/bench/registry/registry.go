@@ -47,7 +47,7 @@ type Config struct {
 	BatchConns int // batch: concurrent requests [4]
 	BatchSize  int // batch: instances per request [500]
 	// UniqueMetadata gives every instance of register and batch metadata
-	// of its own (meta-key16's value carries the id's last 6 digits);
+	// of its own (meta-key16's value is digits of its connection and id);
 	// by default a service's instances cycle through 500 sets, as the
 	// replicas of a few deployments would.
 	UniqueMetadata bool

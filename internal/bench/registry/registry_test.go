@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"maps"
 	"net"
@@ -62,35 +63,39 @@ func TestTemplatePatchesIDs(t *testing.T) {
 }
 
 // TestTemplateUniqueMetadata checks that with unique metadata no two
-// instances of a template, nor of two sends, share a metadata set, and that
-// only meta-key16 differs from the default shape.
+// instances share a metadata set: not within a template over two sends,
+// nor across two templates (connections) whose ids are numbered alike; and
+// that only meta-key16 differs from the default shape.
 func TestTemplateUniqueMetadata(t *testing.T) {
 	const n = 500
-	tm := newTemplate("ns", "svc", "p-", n, 0)
-	tm.uniqueMetadata()
-	seen := make(map[string]string) // meta-key16 value -> id
-	for _, base := range []uint64{0, n} {
-		tm.set(base)
-		var body struct {
-			Instances []client.Instance `json:"instances"`
-		}
-		if err := json.Unmarshal(tm.body, &body); err != nil {
-			t.Fatal(err)
-		}
-		for k, in := range body.Instances {
-			v16 := in.Metadata["meta-key16"]
-			if v16 != "v16-"+in.ID[len(in.ID)-uniqueDigits:] {
-				t.Errorf("instance %s: meta-key16 %q, want v16- and the id's last %d digits", in.ID, v16, uniqueDigits)
+	seen := make(map[string]string) // meta-key16 value -> instance
+	for g := range 2 {
+		tm := newTemplate("ns", "svc", "p-", n, 0)
+		tm.uniqueMetadata(g)
+		for _, base := range []uint64{0, n} {
+			tm.set(base)
+			var body struct {
+				Instances []client.Instance `json:"instances"`
 			}
-			if prev, dup := seen[v16]; dup {
-				t.Errorf("instances %s and %s share meta-key16 %q", prev, in.ID, v16)
+			if err := json.Unmarshal(tm.body, &body); err != nil {
+				t.Fatal(err)
 			}
-			seen[v16] = in.ID
-			want := metadata(k)
-			delete(want, "meta-key16")
-			delete(in.Metadata, "meta-key16")
-			if !maps.Equal(in.Metadata, want) {
-				t.Errorf("instance %s: metadata %v, want %v beside meta-key16", in.ID, in.Metadata, want)
+			for k, in := range body.Instances {
+				who := fmt.Sprintf("template %d, %s", g, in.ID)
+				v16 := in.Metadata["meta-key16"]
+				if len(v16) != 10 {
+					t.Errorf("%s: meta-key16 %q, want 10 bytes", who, v16)
+				}
+				if prev, dup := seen[v16]; dup {
+					t.Errorf("%s and %s share meta-key16 %q", prev, who, v16)
+				}
+				seen[v16] = who
+				want := metadata(k)
+				delete(want, "meta-key16")
+				delete(in.Metadata, "meta-key16")
+				if !maps.Equal(in.Metadata, want) {
+					t.Errorf("%s: metadata %v, want %v beside meta-key16", who, in.Metadata, want)
+				}
 			}
 		}
 	}

@@ -47,19 +47,19 @@ func metadata(i int) map[string]string {
 type template struct {
 	body    []byte
 	offsets []int // where each instance's id digits start
-	// unique, when set, are where each instance's meta-key16 value digits
-	// start: set writes the id's last digits there too, so that no two
-	// instances of a run share a metadata set.
-	unique []int
+	// unique, when set, are where each instance's meta-key16 value starts:
+	// set writes digits there that no other instance of the run has.
+	unique     []int
+	uniqueBase uint64
 }
 
-// uniqueDigits is how many digits of the id a unique metadata value takes.
-const uniqueDigits = 6
-
 // uniqueMetadata makes set give every instance metadata of its own (see
-// Config.UniqueMetadata).
-func (t *template) uniqueMetadata() {
-	marker := []byte(`"meta-key16":"v16-`)
+// Config.UniqueMetadata): meta-key16's 10-byte value becomes digits of the
+// template's index g (a loader connection) and of the instance's number,
+// so that neither the instances of one family nor those of two families
+// (numbered alike) share a set.
+func (t *template) uniqueMetadata(g int) {
+	marker := []byte(`"meta-key16":"`)
 	for off := 0; ; {
 		i := bytes.Index(t.body[off:], marker)
 		if i < 0 {
@@ -71,7 +71,12 @@ func (t *template) uniqueMetadata() {
 	if len(t.unique) != len(t.offsets) {
 		panic("bench: register template lost a metadata placeholder")
 	}
+	t.uniqueBase = uint64(g) * uniqueSpan
 }
+
+// uniqueSpan is how many instances of one family get unique metadata
+// values: 10 digits leave 1,000 families of 10,000,000.
+const uniqueSpan = 10_000_000
 
 // newTemplate encodes n instances of service svc whose ids are
 // prefix+digits; set(k) patches instance k's digits to base+k.
@@ -107,6 +112,6 @@ func (t *template) set(base uint64) {
 		putDigits(t.body[off:off+idDigits], base+uint64(k))
 	}
 	for k, off := range t.unique {
-		putDigits(t.body[off:off+uniqueDigits], base+uint64(k))
+		putDigits(t.body[off:off+10], t.uniqueBase+(base+uint64(k))%uniqueSpan)
 	}
 }
