@@ -111,3 +111,31 @@ func TestPostingsManyValuesVersions(t *testing.T) {
 		t.Fatalf("versions sharing a base %d, hiding a base value %d, merging their base %d: the test no longer covers each", shared, hidden, merged)
 	}
 }
+
+// BenchmarkEditManyValues is a fold on a large service with a key of one
+// value per instance: each op is one version adding 4,096 new values to a
+// key that holds n.
+func BenchmarkEditManyValues(b *testing.B) {
+	for _, n := range []int{10_000, 250_000} {
+		b.Run(fmt.Sprint("values=", n), func(b *testing.B) {
+			ix := NewPostings(uint32(n))
+			for i := range n {
+				ix.Add(uint32(i), "name", fmt.Sprint("i-", i))
+			}
+			vals := make([]string, 0, 4096*(b.N+1))
+			for i := range 4096 * (b.N + 1) {
+				vals = append(vals, fmt.Sprint("i-", n+i))
+			}
+			slot := n
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				ix = ix.Edit()
+				for range 4096 {
+					ix.Add(uint32(slot), "name", vals[slot-n])
+					slot++
+				}
+			}
+		})
+	}
+}
