@@ -173,7 +173,7 @@ func (r *Registry) commit(ctx context.Context, batch []*request) {
 		_ = onDisk() // nothing written (every write conflicted); a failure is logged
 		return
 	}
-	if f := r.pipelined(txns, results, last, tx.over); f != nil {
+	if f := r.pipelined(txns, results, last, tx.over, tx.bufs); f != nil {
 		r.inflight = append(r.inflight, f)
 		r.answerq <- answers{batch: slices.Clone(batch), owners: owners, rev: last, onDisk: onDisk} // the loop reuses batch
 		handed = true
@@ -292,6 +292,7 @@ type Tx struct {
 	undo     []undoEntry        // the current write's changes to over
 	ops      []store.Op         // the current write's ops
 	buf      []byte             // encodings of the batch, shared
+	bufs     [][]byte           // every chunk buf has been
 
 	answer   int64
 	volatile bool
@@ -429,7 +430,12 @@ const (
 // returns it, so a batch of many records allocates a few large buffers.
 func (t *Tx) Encode(fill func(b []byte) []byte) []byte {
 	if cap(t.buf)-len(t.buf) < encodeSlack {
-		t.buf = make([]byte, 0, min(max(2*cap(t.buf), 2*encodeSlack), maxEncodeChunk))
+		if free := t.r.freeChunks; len(free) > 0 && t.inflight {
+			t.buf, t.r.freeChunks = free[len(free)-1], free[:len(free)-1]
+		} else {
+			t.buf = make([]byte, 0, min(max(2*cap(t.buf), 2*encodeSlack), maxEncodeChunk))
+		}
+		t.bufs = append(t.bufs, t.buf)
 	}
 	start := len(t.buf)
 	t.buf = fill(t.buf)

@@ -30,7 +30,14 @@ const maxInFlight = 2
 type inflight struct {
 	rev  int64
 	recs map[recKey]pending
+	// bufs are the batch's encoding chunks (Tx.Encode): once the catalog
+	// holds rev, no one reads them (the store copied them into its batch,
+	// the follower adopted the ops' Objects) and the next batches reuse them.
+	bufs [][]byte
 }
+
+// maxFreeChunks bounds the encoding chunks kept for reuse (4 MiB).
+const maxFreeChunks = 16
 
 // answers is a batch waiting for the follower before its requests are
 // answered.
@@ -44,7 +51,7 @@ type answers struct {
 // pipelined returns the overlay of a committed batch that may be answered
 // without holding the committer, or nil. over is the batch's view of its
 // own writes, taken as the overlay when every txn committed.
-func (r *Registry) pipelined(txns []store.Txn, results []store.Result, last int64, over map[recKey]pending) *inflight {
+func (r *Registry) pipelined(txns []store.Txn, results []store.Result, last int64, over map[recKey]pending, bufs [][]byte) *inflight {
 	if r.cluster != nil {
 		return nil
 	}
@@ -58,9 +65,9 @@ func (r *Registry) pipelined(txns []store.Txn, results []store.Result, last int6
 		}
 	}
 	if !failed {
-		return &inflight{rev: last, recs: over}
+		return &inflight{rev: last, recs: over, bufs: bufs}
 	}
-	f := &inflight{rev: last, recs: make(map[recKey]pending)}
+	f := &inflight{rev: last, recs: make(map[recKey]pending), bufs: bufs}
 	for i, t := range txns {
 		if results[i].Err != nil {
 			continue
@@ -77,6 +84,11 @@ func (r *Registry) pruneInFlight() {
 	applied := r.cat.Revision()
 	n := 0
 	for n < len(r.inflight) && r.inflight[n].rev <= applied {
+		for _, b := range r.inflight[n].bufs {
+			if len(r.freeChunks) < maxFreeChunks {
+				r.freeChunks = append(r.freeChunks, b[:0])
+			}
+		}
 		r.inflight[n] = nil
 		n++
 	}

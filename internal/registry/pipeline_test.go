@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -317,5 +318,126 @@ func TestFullPipelineGroupsQueuedWrites(t *testing.T) {
 	}
 	if n := r.cat.Instances().Len(); n != sent {
 		t.Fatalf("%d instances, want %d", n, sent)
+	}
+}
+
+// snapStore remembers a copy of every op value it commits, by revision;
+// its feed fails the test if the follower is handed a value whose bytes
+// changed since (a chunk reused too early).
+type snapStore struct {
+	*embedded.Store
+	t     *testing.T
+	mu    sync.Mutex
+	snaps map[int64][][2][]byte // revision -> (value as handed, copy at commit)
+}
+
+func (s *snapStore) CommitAsync(txns []store.Txn, sync bool) ([]store.Result, func() error, error) {
+	res, durable, err := s.Store.CommitAsync(txns, sync)
+	if err == nil {
+		s.mu.Lock()
+		for i, r := range res {
+			for _, op := range txns[i].Ops {
+				if r.Err == nil && op.Value != nil {
+					s.snaps[r.Revision] = append(s.snaps[r.Revision], [2][]byte{op.Value, bytes.Clone(op.Value)})
+				}
+			}
+		}
+		s.mu.Unlock()
+	}
+	return res, durable, err
+}
+
+func (s *snapStore) Follow(since int64) (store.Feed, error) {
+	f, err := s.Store.Follow(since)
+	return snapFeed{f, s}, err
+}
+
+type snapFeed struct {
+	store.Feed
+	s *snapStore
+}
+
+func (f snapFeed) Next(ctx context.Context) ([]store.Change, error) {
+	changes, err := f.Feed.Next(ctx)
+	f.s.mu.Lock()
+	defer f.s.mu.Unlock()
+	for _, c := range changes {
+		for _, v := range f.s.snaps[c.Revision] {
+			if !bytes.Equal(v[0], v[1]) {
+				f.s.t.Errorf("revision %d: a value changed between its commit and the follower", c.Revision)
+			}
+		}
+	}
+	return changes, err
+}
+
+// reused counts the values whose bytes changed after the follower had them.
+func (s *snapStore) reused() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, vs := range s.snaps {
+		for _, v := range vs {
+			if !bytes.Equal(v[0], v[1]) {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// TestEncodingChunksReusedAfterApply: the committer reuses a batch's
+// encoding chunks (Tx.Encode) for later batches, and only once the catalog
+// holds the batch: the follower always gets the bytes that were committed,
+// and what it applied and what a restart reads agree.
+func TestEncodingChunksReusedAfterApply(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	st, err := embedded.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &snapStore{Store: st, t: t, snaps: make(map[int64][][2][]byte)}
+	r, err := Open(s, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for round := range 40 {
+				var batch []*catalog.Instance
+				for i := range 50 {
+					in := instance(fmt.Sprintf("w%d-%d", w, i), fmt.Sprint("s", w), 0)
+					in.Port = 1 + round
+					batch = append(batch, in)
+				}
+				if _, err := r.Register(ctx, batch); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	r.Close()
+	st.Close()
+	if t.Failed() {
+		return
+	}
+	if s.reused() == 0 {
+		t.Fatal("no encoding chunk was reused: the test no longer covers it")
+	}
+	r, closeAll := open(t, dir, nil)
+	defer closeAll()
+	for w := range 4 {
+		for i := range 50 {
+			id := fmt.Sprintf("w%d-%d", w, i)
+			if got := r.cat.Instances().Get(id); got == nil || got.Port != 40 {
+				t.Fatalf("after restart %s = %+v, want port 40", id, got)
+			}
+		}
 	}
 }

@@ -97,6 +97,8 @@ type Registry struct {
 	commitLatency prometheus.Histogram
 
 	inflight []*inflight  // committed, not yet applied (committer only)
+	// freeChunks are encoding chunks no one reads any more (committer only).
+	freeChunks [][]byte
 	answerq  chan answers // to the answerer
 }
 

@@ -55,6 +55,10 @@ func Kinds() []Kind {
 }
 
 // Op is one change to a record: a put when Value is non-nil, else a delete.
+// A backend copies what it keeps of Value before Commit returns, and a
+// follower in the writer's process reads Object when it is set and keeps
+// nothing of Value past applying the change: the writer may then reuse
+// Value's memory (the registry reuses its encoding buffers).
 type Op struct {
 	Kind  Kind
 	Key   string
