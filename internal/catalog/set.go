@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"slices"
 	"sort"
+	"sync"
 	"sync/atomic"
 
 	"github.com/bits-and-blooms/bitset"
@@ -345,6 +346,11 @@ func (s *Set[T]) compact() {
 	s.base, s.baseSlots, s.dirty = compacted(s.base.Edit(), s.slots, s.baseSlots, s.dirty)
 }
 
+// labelsCaches keep the memory of compactions' label.LabelsCaches: each
+// grew to ~16 postings per distinct set, and a bulk load did that anew
+// every 4,096 instances.
+var labelsCaches = sync.Pool{New: func() any { return new(label.LabelsCache) }}
+
 // compacted moves index ix (an edit of the base built over baseSlots)
 // forward over the dirty slots to what slots holds, and returns it, the
 // slots it now indexes and the slots left dirty (past the cut). Each
@@ -362,7 +368,11 @@ func compacted[T Item](ix *label.Postings, slots, baseSlots slotArray[T], dirty 
 	indexed := slots.clone()
 	left := bitset.New(n)
 	gen := generations.Add(1)
-	var sets label.LabelsCache
+	sets := labelsCaches.Get().(*label.LabelsCache)
+	defer func() {
+		sets.Reset()
+		labelsCaches.Put(sets)
+	}()
 	for u, ok := dirty.NextSet(0); ok; u, ok = dirty.NextSet(u + 1) {
 		slot := uint32(u)
 		var old T
@@ -381,7 +391,7 @@ func compacted[T Item](ix *label.Postings, slots, baseSlots slotArray[T], dirty 
 			}
 		}
 		if cur := slots.at(slot); cur != zero {
-			ix.AddLabelsCached(slot, cur.ItemLabels(), &sets)
+			ix.AddLabelsCached(slot, cur.ItemLabels(), sets)
 		}
 	}
 	return ix, indexed, left

@@ -17,6 +17,20 @@ type LabelsCache struct {
 	hits, misses int
 }
 
+// maxCachePosts bounds the postings a LabelsCache keeps across Reset.
+const maxCachePosts = 1 << 16
+
+// Reset empties c for another index, keeping its memory (up to a bound) and
+// nothing it pointed to.
+func (c *LabelsCache) Reset() {
+	clear(c.sets)
+	clear(c.posts)
+	if cap(c.posts) > maxCachePosts {
+		c.posts = nil
+	}
+	*c = LabelsCache{sets: c.sets, posts: c.posts[:0]}
+}
+
 // setID is a label set's storage: equal only for copies of one Labels.
 type setID struct {
 	s    *byte

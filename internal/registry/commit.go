@@ -89,9 +89,16 @@ func (r *Registry) commit(ctx context.Context, batch []*request) {
 	r.pruneInFlight()
 	tx := newTx(r, r.opts.Now())
 	tx.inflight = true
-	if n := batchRecords(batch); n > 64 {
-		// Sized once: grown step by step they were rehashed and copied ~10 times.
-		tx.over, tx.undo = make(map[recKey]pending, n), make([]undoEntry, 0, n)
+	if n := batchRecords(batch); n > bigBatch {
+		// Sized once (grown step by step they were rehashed and copied ~10
+		// times), or taken from a batch the catalog holds.
+		if tx.over = r.spare.view(); tx.over == nil {
+			tx.over = make(map[recKey]pending, n)
+		}
+		if tx.undo = r.spare.undoFor(n); tx.undo == nil {
+			tx.undo = make([]undoEntry, 0, n)
+		}
+		defer func() { r.spare.keepUndo(tx.undo) }()
 	}
 	var (
 		txns   []store.Txn
@@ -173,7 +180,7 @@ func (r *Registry) commit(ctx context.Context, batch []*request) {
 		_ = onDisk() // nothing written (every write conflicted); a failure is logged
 		return
 	}
-	if f := r.pipelined(txns, results, last, tx.over, tx.bufs); f != nil {
+	if f := r.pipelined(txns, results, last, tx); f != nil {
 		r.inflight = append(r.inflight, f)
 		r.answerq <- answers{batch: slices.Clone(batch), owners: owners, rev: last, onDisk: onDisk} // the loop reuses batch
 		handed = true
@@ -292,7 +299,7 @@ type Tx struct {
 	undo     []undoEntry        // the current write's changes to over
 	ops      []store.Op         // the current write's ops
 	buf      []byte             // encodings of the batch, shared
-	bufs     [][]byte           // every chunk buf has been
+	chunks   [][]byte           // every chunk buf has been
 
 	answer   int64
 	volatile bool
@@ -317,6 +324,10 @@ type undoEntry struct {
 func newTx(r *Registry, now time.Time) *Tx {
 	return &Tx{r: r, now: now, over: make(map[recKey]pending)}
 }
+
+// bigBatch is how many records make a batch big: its view and undo log are
+// sized up front and kept for the next big batch (spares).
+const bigBatch = 64
 
 func (t *Tx) begin() {
 	t.undo, t.ops, t.answer, t.volatile, t.reserve = t.undo[:0], nil, 0, false, 0
@@ -343,10 +354,21 @@ func (t *Tx) Reserve(n int) { t.reserve = n }
 // add appends op to the current write and notes it in the batch's view.
 func (t *Tx) add(op store.Op, obj any) {
 	if t.ops == nil && t.reserve > 0 {
-		t.ops = make([]store.Op, 0, t.reserve)
+		if t.ops = t.spare().opsFor(t.reserve); t.ops == nil {
+			t.ops = make([]store.Op, 0, t.reserve)
+		}
 	}
 	t.ops = append(t.ops, op)
 	t.note(op.Kind, op.Key, obj)
+}
+
+// spare is the registry's spare memory for a batch the committer plans
+// (the committer's goroutine owns it), and none for any other Tx (DryRun).
+func (t *Tx) spare() *spares {
+	if t.inflight {
+		return &t.r.spare
+	}
+	return &spares{}
 }
 
 // Now is the time the batch is planned at.
@@ -430,12 +452,11 @@ const (
 // returns it, so a batch of many records allocates a few large buffers.
 func (t *Tx) Encode(fill func(b []byte) []byte) []byte {
 	if cap(t.buf)-len(t.buf) < encodeSlack {
-		if free := t.r.freeChunks; len(free) > 0 && t.inflight {
-			t.buf, t.r.freeChunks = free[len(free)-1], free[:len(free)-1]
-		} else {
-			t.buf = make([]byte, 0, min(max(2*cap(t.buf), 2*encodeSlack), maxEncodeChunk))
+		size := min(max(2*cap(t.buf), 2*encodeSlack), maxEncodeChunk)
+		if t.buf = t.spare().chunk(); t.buf == nil {
+			t.buf = make([]byte, 0, size)
 		}
-		t.bufs = append(t.bufs, t.buf)
+		t.chunks = append(t.chunks, t.buf)
 	}
 	start := len(t.buf)
 	t.buf = fill(t.buf)

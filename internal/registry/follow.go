@@ -26,6 +26,7 @@ func (r *Registry) followLoop(ctx context.Context, feed store.Feed) {
 		if err == nil {
 			if err = r.cat.Apply(changes); err == nil {
 				r.track(changes)
+				r.tracked.Store(changes[len(changes)-1].Revision)
 				r.signalApplied(nil, false)
 				continue
 			}
@@ -66,6 +67,7 @@ func (r *Registry) reload() (store.Feed, error) {
 		return nil, err
 	}
 	r.armAll()
+	r.tracked.Store(r.cat.Revision())
 	feed, err := r.st.Follow(r.cat.Revision())
 	if err != nil {
 		return nil, fmt.Errorf("registry: follow the store: %w", err)

@@ -30,14 +30,10 @@ const maxInFlight = 2
 type inflight struct {
 	rev  int64
 	recs map[recKey]pending
-	// bufs are the batch's encoding chunks (Tx.Encode): once the catalog
-	// holds rev, no one reads them (the store copied them into its batch,
-	// the follower adopted the ops' Objects) and the next batches reuse them.
-	bufs [][]byte
+	// The batch's memory, spare once the catalog holds rev (spares.go).
+	chunks [][]byte
+	ops    [][]store.Op
 }
-
-// maxFreeChunks bounds the encoding chunks kept for reuse (4 MiB).
-const maxFreeChunks = 16
 
 // answers is a batch waiting for the follower before its requests are
 // answered.
@@ -49,9 +45,9 @@ type answers struct {
 }
 
 // pipelined returns the overlay of a committed batch that may be answered
-// without holding the committer, or nil. over is the batch's view of its
-// own writes, taken as the overlay when every txn committed.
-func (r *Registry) pipelined(txns []store.Txn, results []store.Result, last int64, over map[recKey]pending, bufs [][]byte) *inflight {
+// without holding the committer, or nil. tx's view of the batch's writes is
+// taken as the overlay when every txn committed.
+func (r *Registry) pipelined(txns []store.Txn, results []store.Result, last int64, tx *Tx) *inflight {
 	if r.cluster != nil {
 		return nil
 	}
@@ -64,10 +60,14 @@ func (r *Registry) pipelined(txns []store.Txn, results []store.Result, last int6
 			}
 		}
 	}
-	if !failed {
-		return &inflight{rev: last, recs: over, bufs: bufs}
+	f := &inflight{rev: last, recs: tx.over, chunks: tx.chunks, ops: make([][]store.Op, 0, len(txns))}
+	for _, t := range txns {
+		f.ops = append(f.ops, t.Ops)
 	}
-	f := &inflight{rev: last, recs: make(map[recKey]pending), bufs: bufs}
+	if !failed {
+		return f
+	}
+	f.recs = make(map[recKey]pending)
 	for i, t := range txns {
 		if results[i].Err != nil {
 			continue
@@ -79,16 +79,13 @@ func (r *Registry) pipelined(txns []store.Txn, results []store.Result, last int6
 	return f
 }
 
-// pruneInFlight drops the overlays the catalog now holds.
+// pruneInFlight drops the overlays the catalog now holds, once the
+// follower is done with their ops (then their memory is spare).
 func (r *Registry) pruneInFlight() {
-	applied := r.cat.Revision()
+	applied := min(r.cat.Revision(), r.tracked.Load())
 	n := 0
 	for n < len(r.inflight) && r.inflight[n].rev <= applied {
-		for _, b := range r.inflight[n].bufs {
-			if len(r.freeChunks) < maxFreeChunks {
-				r.freeChunks = append(r.freeChunks, b[:0])
-			}
-		}
+		r.spare.keep(r.inflight[n])
 		r.inflight[n] = nil
 		n++
 	}

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -96,10 +97,12 @@ type Registry struct {
 	commitSize    prometheus.Histogram
 	commitLatency prometheus.Histogram
 
-	inflight []*inflight  // committed, not yet applied (committer only)
-	// freeChunks are encoding chunks no one reads any more (committer only).
-	freeChunks [][]byte
-	answerq  chan answers // to the answerer
+	inflight []*inflight // committed, not yet applied (committer only)
+	spare    spares      // memory of applied batches (committer only)
+	// tracked is the last revision the follower is done with: applied,
+	// and its ops read for the TTL state. Their memory is spare after it.
+	tracked atomic.Int64
+	answerq chan answers // to the answerer
 }
 
 // request is one write waiting for the committer.
@@ -146,6 +149,7 @@ func Open(st Store, opts Options) (*Registry, error) {
 		return nil, fmt.Errorf("registry: %w", err)
 	}
 	r.armAll()
+	r.tracked.Store(r.cat.Revision())
 	feed, err := st.Follow(r.cat.Revision())
 	if err != nil {
 		return nil, fmt.Errorf("registry: follow the store: %w", err)
