@@ -3,6 +3,7 @@ package label
 import (
 	"hash/maphash"
 	"sync/atomic"
+	"unsafe"
 )
 
 // internSlots bounds an Interner: 64 KiB of pointers, and the sets they
@@ -55,4 +56,51 @@ func (in *Interner) FromBytePairs(raw []byte, pairs []BytePair) (Labels, bool) {
 		slot.held.Store(&heldLabels{raw: string(raw), l: l})
 	}
 	return l, true
+}
+
+// checkedSlots bounds a CheckedSets.
+const checkedSlots = 1024
+
+// CheckedSets remembers label sets that passed a caller's check, by their
+// storage: sets shared through an Interner are then checked once instead
+// of once per instance. An entry holds its set, so the storage it names is
+// not freed and reused for other bytes while it is held. A set is held
+// from its second check in a row in its slot, so that sets that never
+// recur cost no allocation. Safe for concurrent use.
+type CheckedSets struct {
+	slots [checkedSlots]struct {
+		held atomic.Pointer[Labels]
+		seen atomic.Uintptr
+	}
+}
+
+func (c *CheckedSets) slot(l Labels) (*atomic.Pointer[Labels], *atomic.Uintptr, uintptr) {
+	p := uintptr(unsafe.Pointer(unsafe.StringData(l.s)))
+	s := &c.slots[(p>>4)%checkedSlots]
+	return &s.held, &s.seen, p
+}
+
+// Has reports whether l is a copy of a set added.
+func (c *CheckedSets) Has(l Labels) bool {
+	held, _, _ := c.slot(l)
+	h := held.Load()
+	return h != nil && h.same(l)
+}
+
+// Add records that l passed the check.
+func (c *CheckedSets) Add(l Labels) {
+	if len(l.s) == 0 {
+		return
+	}
+	held, seen, p := c.slot(l)
+	if seen.Swap(p) == p {
+		h := l // only this copy escapes, not every call's l
+		held.Store(&h)
+	}
+}
+
+// same reports whether l and o are copies of one Labels.
+func (l *Labels) same(o Labels) bool {
+	return unsafe.StringData(l.s) == unsafe.StringData(o.s) && len(l.s) == len(o.s) &&
+		unsafe.SliceData(l.ends) == unsafe.SliceData(o.ends) && len(l.ends) == len(o.ends)
 }

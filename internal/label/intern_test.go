@@ -155,3 +155,29 @@ func TestAddLabelsCachedMatchesAdd(t *testing.T) {
 		})
 	}
 }
+
+// TestCheckedSets: a set is remembered from its second Add in a row, and
+// only copies of it (its storage) are found; an equal set built apart is
+// not.
+func TestCheckedSets(t *testing.T) {
+	var c CheckedSets
+	l := FromMap(map[string]string{"a": "1", "b": "2"})
+	if c.Has(l) {
+		t.Fatal("found before any Add")
+	}
+	c.Add(l)
+	c.Add(l)
+	cp := l
+	if !c.Has(cp) {
+		t.Fatal("a copy of a set added twice is not found")
+	}
+	if c.Has(FromMap(map[string]string{"a": "1", "b": "2"})) {
+		t.Error("an equal set built apart is found: it was never checked")
+	}
+	var empty CheckedSets
+	empty.Add(Labels{})
+	empty.Add(Labels{})
+	if empty.Has(FromMap(map[string]string{"a": "1"})) {
+		t.Error("a set is found after only empty sets were added")
+	}
+}

@@ -159,11 +159,30 @@ func Prepare(i int, in *catalog.Instance) error {
 	if in.Weight < 0 || in.Weight > MaxWeight {
 		return fieldErr(i, "weight", "%d is out of range 0..%d", in.Weight, MaxWeight)
 	}
-	if in.Metadata.Len() > MaxMetadata {
-		return fieldErr(i, "metadata", "%d entries, at most %d allowed", in.Metadata.Len(), MaxMetadata)
+	if err := prepareMetadata(i, in.Metadata); err != nil {
+		return err
 	}
-	for j := range in.Metadata.Len() {
-		k, v := in.Metadata.At(j)
+	if in.TTLSeconds < 0 || in.TTLSeconds > MaxTTLSeconds {
+		return fieldErr(i, "ttl_seconds", "%d is out of range: 0 (no heartbeat) or 1..%d", in.TTLSeconds, MaxTTLSeconds)
+	}
+	return nil
+}
+
+// checkedMetadata holds metadata sets that passed prepareMetadata: the
+// decoders share equal sets (label.Interner), and a batch of replicas'
+// instances was checked pair by pair once per instance (~6% of the
+// server's instructions under batch registers).
+var checkedMetadata label.CheckedSets
+
+func prepareMetadata(i int, md label.Labels) error {
+	if checkedMetadata.Has(md) {
+		return nil
+	}
+	if md.Len() > MaxMetadata {
+		return fieldErr(i, "metadata", "%d entries, at most %d allowed", md.Len(), MaxMetadata)
+	}
+	for j := range md.Len() {
+		k, v := md.At(j)
 		if !label.ValidKey(k) {
 			return fieldErr(i, "metadata", "key %q must be 1..128 bytes of [A-Za-z0-9._/-]", k)
 		}
@@ -174,16 +193,14 @@ func Prepare(i int, in *catalog.Instance) error {
 	// The keys are ASCII: the values are valid UTF-8 if all the pairs'
 	// bytes are, checked at once (a call per value was ~1,000 instructions
 	// per instance of 16 pairs).
-	if !in.Metadata.ValidUTF8() {
-		for j := range in.Metadata.Len() {
-			if k, v := in.Metadata.At(j); !utf8.ValidString(v) {
+	if !md.ValidUTF8() {
+		for j := range md.Len() {
+			if k, v := md.At(j); !utf8.ValidString(v) {
 				return fieldErr(i, "metadata."+k, "value must be at most %d bytes of UTF-8", MaxValueLen)
 			}
 		}
 	}
-	if in.TTLSeconds < 0 || in.TTLSeconds > MaxTTLSeconds {
-		return fieldErr(i, "ttl_seconds", "%d is out of range: 0 (no heartbeat) or 1..%d", in.TTLSeconds, MaxTTLSeconds)
-	}
+	checkedMetadata.Add(md)
 	return nil
 }
 

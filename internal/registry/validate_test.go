@@ -32,28 +32,56 @@ func TestPrepareMetadata(t *testing.T) {
 		{map[string]string{"a": "x", "b": "\xa9y"}, "metadata.b"},
 		{map[string]string{"a": strings.Repeat("v", MaxValueLen+1)}, "metadata.a"},
 	} {
-		err := Prepare(0, validInstance(tc.md))
-		switch {
-		case tc.want == "" && err != nil:
-			t.Errorf("%v: %v", tc.md, err)
-		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
-			t.Errorf("%.40v: error %v, want one naming %s", tc.md, err, tc.want)
+		// Three instances sharing one set (as interned metadata does):
+		// a set found valid is remembered, one found invalid never is.
+		first := validInstance(tc.md)
+		for n := range 3 {
+			in := validInstance(nil)
+			in.Metadata = first.Metadata
+			err := Prepare(0, in)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Errorf("%v (check %d): %v", tc.md, n, err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Errorf("%.40v (check %d): error %v, want one naming %s", tc.md, n, err, tc.want)
+			}
+		}
+		if remembered := checkedMetadata.Has(first.Metadata); remembered != (tc.want == "") {
+			t.Errorf("%.40v: remembered as checked: %v", tc.md, remembered)
 		}
 	}
 }
 
 // BenchmarkPrepare: the checks of one instance with the bench's 16
 // metadata entries of 10-byte keys and values.
+// "shared": every instance holds one set (interned replicas' metadata,
+// checked once); "own": each of 4,096 instances holds a copy of its own.
 func BenchmarkPrepare(b *testing.B) {
 	md := map[string]string{}
 	for j := range 16 {
 		md["meta-key"+string(rune('a'+j))+"0"] = "v01-00000" + string(rune('a'+j))
 	}
-	in := validInstance(md)
-	b.ReportAllocs()
-	for b.Loop() {
-		if err := Prepare(0, in); err != nil {
-			b.Fatal(err)
+	b.Run("shared", func(b *testing.B) {
+		in := validInstance(md)
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := Prepare(0, in); err != nil {
+				b.Fatal(err)
+			}
 		}
-	}
+	})
+	b.Run("own", func(b *testing.B) {
+		ins := make([]*catalog.Instance, 4096)
+		for i := range ins {
+			ins[i] = validInstance(md)
+		}
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			if err := Prepare(0, ins[i%len(ins)]); err != nil {
+				b.Fatal(err)
+			}
+			i++
+		}
+	})
 }
