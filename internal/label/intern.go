@@ -58,15 +58,19 @@ func (in *Interner) FromBytePairs(raw []byte, pairs []BytePair) (Labels, bool) {
 	return l, true
 }
 
-// checkedSlots bounds a CheckedSets.
-const checkedSlots = 1024
+// checkedSlots bounds a CheckedSets: 64 KiB, and the sets held.
+const (
+	checkedBits  = 12
+	checkedSlots = 1 << checkedBits
+)
 
 // CheckedSets remembers label sets that passed a caller's check, by their
 // storage: sets shared through an Interner are then checked once instead
 // of once per instance. An entry holds its set, so the storage it names is
-// not freed and reused for other bytes while it is held. A set is held
-// from its second check in a row in its slot, so that sets that never
-// recur cost no allocation. Safe for concurrent use.
+// not freed and reused for other bytes while it is held. A set takes an
+// empty slot at once, and a held one's from its second check in a row
+// there, so that sets that never recur cost no allocation once the slots
+// are taken. Safe for concurrent use.
 type CheckedSets struct {
 	slots [checkedSlots]struct {
 		held atomic.Pointer[Labels]
@@ -76,7 +80,9 @@ type CheckedSets struct {
 
 func (c *CheckedSets) slot(l Labels) (*atomic.Pointer[Labels], *atomic.Uintptr, uintptr) {
 	p := uintptr(unsafe.Pointer(unsafe.StringData(l.s)))
-	s := &c.slots[(p>>4)%checkedSlots]
+	// Fibonacci hashing: sets of one size class lie a fixed stride apart,
+	// which a plain modulo would crowd into a few slots.
+	s := &c.slots[(uint64(p)*0x9E3779B97F4A7C15)>>(64-checkedBits)]
 	return &s.held, &s.seen, p
 }
 
@@ -93,7 +99,7 @@ func (c *CheckedSets) Add(l Labels) {
 		return
 	}
 	held, seen, p := c.slot(l)
-	if seen.Swap(p) == p {
+	if seen.Swap(p) == p || held.Load() == nil {
 		h := l // only this copy escapes, not every call's l
 		held.Store(&h)
 	}
