@@ -10,15 +10,21 @@ import (
 // hold (~450 B each for 16 short pairs).
 const internSlots = 8192
 
+// maxHeldBytes is the largest set an Interner or CheckedSets holds (its
+// raw bytes, or its pairs' bytes): metadata may reach 64 pairs of 4 KiB
+// values, and thousands of such sets held after their instances are gone
+// would be gigabytes. Replicas' metadata is typically far smaller.
+const maxHeldBytes = 1 << 10
+
 // Interner hands out one shared copy of each label set it has seen
 // recently. Replicas of one deployment mostly carry equal metadata; held
 // once, such a set costs one string instead of one per instance, is built
 // once instead of per request, and an index adding it again recognises it
 // by its storage (LabelsCache). It is a direct-mapped table keyed by the
 // bytes the set was read from: bounded memory, one hash and one comparison
-// per call. A set is held from its second sighting in a row in its slot, so
-// that sets that never recur (metadata unique to each instance) cost a hash
-// and no allocation. Safe for concurrent use.
+// per call. A set of up to maxHeldBytes is held from its second sighting in
+// a row in its slot, so that sets that never recur (metadata unique to each
+// instance) cost a hash and no allocation. Safe for concurrent use.
 type Interner struct {
 	seed  maphash.Seed
 	slots [internSlots]internSlot
@@ -49,7 +55,7 @@ func (in *Interner) FromBytePairs(raw []byte, pairs []BytePair) (Labels, bool) {
 		return held.l, true
 	}
 	l, ok := FromBytePairs(pairs)
-	if !ok || len(pairs) == 0 {
+	if !ok || len(pairs) == 0 || len(raw) > maxHeldBytes {
 		return l, ok
 	}
 	if slot.seen.Swap(h) == h {
@@ -95,7 +101,7 @@ func (c *CheckedSets) Has(l Labels) bool {
 
 // Add records that l passed the check.
 func (c *CheckedSets) Add(l Labels) {
-	if len(l.s) == 0 {
+	if len(l.s) == 0 || len(l.s) > maxHeldBytes {
 		return
 	}
 	held, seen, p := c.slot(l)

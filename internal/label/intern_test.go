@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"unsafe"
@@ -60,6 +61,13 @@ func TestInterner(t *testing.T) {
 				t.Fatalf("round %d, set %d: %v, want %v", round, i, l.Map(), want.Map())
 			}
 		}
+	}
+	big := bytePairs(map[string]string{"a": strings.Repeat("v", maxHeldBytes)})
+	b1, _ := in.FromBytePairs(rawOf(big), big)
+	b2, _ := in.FromBytePairs(rawOf(big), big)
+	b3, _ := in.FromBytePairs(rawOf(big), big)
+	if want, _ := FromBytePairs(big); !b3.Equal(want) || sameStorage(b2, b3) || sameStorage(b1, b3) {
+		t.Error("a set over maxHeldBytes is held (or built wrong)")
 	}
 	unordered := []BytePair{{Key: []byte("z"), Value: []byte("1")}, {Key: []byte("a"), Value: []byte("2")}}
 	for range 3 {
@@ -173,6 +181,12 @@ func TestCheckedSets(t *testing.T) {
 	}
 	if c.Has(FromMap(map[string]string{"a": "1", "b": "2"})) {
 		t.Error("an equal set built apart is found: it was never checked")
+	}
+	big := FromMap(map[string]string{"a": strings.Repeat("v", maxHeldBytes)})
+	c.Add(big)
+	c.Add(big)
+	if c.Has(big) {
+		t.Error("a set over maxHeldBytes is held")
 	}
 	var empty CheckedSets
 	empty.Add(Labels{})
