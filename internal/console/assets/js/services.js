@@ -181,8 +181,12 @@ function InstancePanel({ id, live, onClose }) {
   const [rec, setRec] = useState(live || null);
   const [err, setErr] = useState(null);
   const [note, setNote] = useState('');
+  // Set while this panel deregisters the instance: the live list may drop
+  // it before the DELETE's answer arrives, and reading it then is a 404.
+  const leaving = useRef(false);
   useEffect(() => {
     if (live) { setRec(live); return; }
+    if (leaving.current) return;
     // Filtered out, or gone: read it directly.
     get('/v1/instances/' + enc(id)).then(r => { setRec(r); setErr(null); }, e => { setRec(null); setErr(e); });
   }, [id, live]);
@@ -222,7 +226,11 @@ function InstancePanel({ id, live, onClose }) {
         () => reRegister({ ...registration(rec), weight: rec.weight ? 0 : 100 }, 'Weight set'))}>${rec.weight ? 'Weight 0' : 'Weight 100'}</button>
       <button type="button" class="danger" id="act-deregister" onClick=${() => act('Deregister this instance?',
         html`<p>${rec.namespace}/${rec.service} <code>${rec.id}</code> at ${rec.host}:${rec.port} is removed from the registry and from every proxy. A process that heartbeats or registers it will bring it back.</p>`,
-        'Deregister', true, async () => { await del('/v1/instances/' + enc(rec.id)); onClose(); return ''; })}>Deregister</button>
+        'Deregister', true, async () => {
+          leaving.current = true;
+          try { await del('/v1/instances/' + enc(rec.id)); } catch (e) { leaving.current = false; throw e; }
+          onClose(); return '';
+        })}>Deregister</button>
       <button type="button" onClick=${onClose}>Close</button>
     </div>
     ${note && html`<p class="note" id="action-note">${note}</p>`}
