@@ -2,30 +2,20 @@ package label
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
-	"unsafe"
 )
 
 func bytePairs(m map[string]string) []BytePair {
 	var ps []BytePair
-	for _, k := range slices.Sorted(func(yield func(string) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}) {
+	for _, k := range slices.Sorted(maps.Keys(m)) {
 		ps = append(ps, BytePair{Key: []byte(k), Value: []byte(m[k])})
 	}
 	return ps
-}
-
-func sameStorage(a, b Labels) bool {
-	return unsafe.StringData(a.s) == unsafe.StringData(b.s) && unsafe.SliceData(a.ends) == unsafe.SliceData(b.ends)
 }
 
 // rawOf is an encoding of pairs that determines them, as a decoder's
@@ -50,7 +40,7 @@ func TestInterner(t *testing.T) {
 	if !ok1 || !ok2 || !ok3 || !l1.Equal(l2) || !l1.Equal(l3) {
 		t.Fatalf("equal pairs gave %v %v %v (%v %v %v)", l1, l2, l3, ok1, ok2, ok3)
 	}
-	if !sameStorage(l2, l3) {
+	if !l2.same(l3) {
 		t.Error("a set seen twice in a row is not shared on its third sighting")
 	}
 	for round := range 2 {
@@ -66,7 +56,7 @@ func TestInterner(t *testing.T) {
 	b1, _ := in.FromBytePairs(rawOf(big), big)
 	b2, _ := in.FromBytePairs(rawOf(big), big)
 	b3, _ := in.FromBytePairs(rawOf(big), big)
-	if want, _ := FromBytePairs(big); !b3.Equal(want) || sameStorage(b2, b3) || sameStorage(b1, b3) {
+	if want, _ := FromBytePairs(big); !b3.Equal(want) || b2.same(b3) || b1.same(b3) {
 		t.Error("a set over maxHeldBytes is held (or built wrong)")
 	}
 	unordered := []BytePair{{Key: []byte("z"), Value: []byte("1")}, {Key: []byte("a"), Value: []byte("2")}}
@@ -151,17 +141,7 @@ func TestAddLabelsCachedMatchesAdd(t *testing.T) {
 	if c.hits == 0 {
 		t.Fatal("the cache never hit: the test no longer covers it")
 	}
-	for _, k := range []string{"a", "b", "c"} {
-		if a.NumValues(k) != b.NumValues(k) {
-			t.Fatalf("key %s: %d values, want %d", k, a.NumValues(k), b.NumValues(k))
-		}
-		b.Values(k, func(v string, p *Posting) bool {
-			if got, want := postingSlots(a.Get(k, v)), postingSlots(p); !slices.Equal(got, want) {
-				t.Fatalf("%s=%s: %v, want %v", k, v, got, want)
-			}
-			return true
-		})
-	}
+	checkSameIndex(t, a, b, "a", "b", "c")
 }
 
 // TestCheckedSets: a set is remembered from its second Add in a row, and

@@ -287,16 +287,21 @@ func (ix *Postings) Add(slot uint32, key, value string) {
 func (ix *Postings) AddLabels(slot uint32, l Labels) {
 	for j := range l.Len() {
 		k, v := l.At(j)
-		if j >= len(ix.recent) {
-			ix.Add(slot, k, v)
-			continue
-		}
-		r := &ix.recent[j]
-		if r.e == nil || r.key != k {
-			r.key, r.e = k, ix.key(k)
-		}
-		ix.addTo(r.e, slot, v)
+		ix.addTo(ix.keyAt(j, k), slot, v)
 	}
+}
+
+// keyAt is key(k) for the key at position j of a set, remembered from the
+// last set added at that position.
+func (ix *Postings) keyAt(j int, k string) *postingKey {
+	if j >= len(ix.recent) {
+		return ix.key(k)
+	}
+	r := &ix.recent[j]
+	if r.e == nil || r.key != k {
+		r.key, r.e = k, ix.key(k)
+	}
+	return r.e
 }
 
 func (ix *Postings) addTo(e *postingKey, slot uint32, value string) *Posting {

@@ -20,19 +20,7 @@ func TestPostingsGrowingVersions(t *testing.T) {
 	}
 	check := func(v version, what string) {
 		t.Helper()
-		if got, want := v.ix.NumValues("k"), len(v.ref); got != want {
-			t.Fatalf("%s: NumValues = %d, want %d", what, got, want)
-		}
-		for val, set := range v.ref {
-			var want []uint32
-			for s := range set {
-				want = append(want, s)
-			}
-			slices.Sort(want)
-			if got := postingSlots(v.ix.Get("k", val)); !slices.Equal(got, want) {
-				t.Fatalf("%s: value %s: got %v, want %v", what, val, got, want)
-			}
-		}
+		checkKey(t, v.ix, v.ref, what)
 	}
 	edit := func(v version, next *uint32, changes int) version {
 		n := version{ix: v.ix.Edit(), ref: cloneRef(v.ref)}
@@ -147,15 +135,5 @@ func TestAddLabelsMatchesAdd(t *testing.T) {
 			}
 		}
 	}
-	for _, k := range []string{"a", "b", "c", "d", "rare"} {
-		if a.NumValues(k) != b.NumValues(k) {
-			t.Fatalf("key %s: %d values, want %d", k, a.NumValues(k), b.NumValues(k))
-		}
-		b.Values(k, func(v string, p *Posting) bool {
-			if got, want := postingSlots(a.Get(k, v)), postingSlots(p); !slices.Equal(got, want) {
-				t.Fatalf("%s=%s: %v, want %v", k, v, got, want)
-			}
-			return true
-		})
-	}
+	checkSameIndex(t, a, b, "a", "b", "c", "d", "rare")
 }

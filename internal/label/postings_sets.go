@@ -83,16 +83,6 @@ func (ix *Postings) AddLabelsCached(slot uint32, l Labels, c *LabelsCache) {
 	c.sets[id] = int32(len(c.posts))
 	for j := range n {
 		k, v := l.At(j)
-		var e *postingKey
-		if j < len(ix.recent) {
-			r := &ix.recent[j]
-			if r.e == nil || r.key != k {
-				r.key, r.e = k, ix.key(k)
-			}
-			e = r.e
-		} else {
-			e = ix.key(k)
-		}
-		c.posts = append(c.posts, ix.addTo(e, slot, v))
+		c.posts = append(c.posts, ix.addTo(ix.keyAt(j, k), slot, v))
 	}
 }

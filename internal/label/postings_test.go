@@ -2,6 +2,7 @@ package label
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -48,23 +49,7 @@ func TestPostingsAgainstReference(t *testing.T) {
 		ix := b.Build()
 		check := func(ix *Postings, ref map[string]map[uint32]bool) {
 			t.Helper()
-			if got, want := ix.NumValues("k"), len(ref); got != want {
-				t.Fatalf("round %d: NumValues = %d, want %d", round, got, want)
-			}
-			for v, set := range ref {
-				var want []uint32
-				for s := range set {
-					want = append(want, s)
-				}
-				slices.Sort(want)
-				p := ix.Get("k", v)
-				if got := postingSlots(p); !slices.Equal(got, want) {
-					t.Fatalf("round %d: value %s: got %v, want %v", round, v, got, want)
-				}
-				if p.Len() != len(want) {
-					t.Fatalf("round %d: value %s: Len %d, want %d", round, v, p.Len(), len(want))
-				}
-			}
+			checkKey(t, ix, ref, fmt.Sprint("round ", round))
 		}
 		check(ix, ref)
 		for range 5 {
@@ -90,6 +75,55 @@ func TestPostingsAgainstReference(t *testing.T) {
 			check(ix, ref)
 			check(old, oldRef) // copy-on-write left the shared version alone
 		}
+	}
+}
+
+// checkKey checks that key "k" of ix holds exactly ref (value -> slots):
+// NumValues, Values (each value once) and Get with its slots and Len.
+func checkKey(t testing.TB, ix *Postings, ref map[string]map[uint32]bool, what string) {
+	t.Helper()
+	if got, want := ix.NumValues("k"), len(ref); got != want {
+		t.Fatalf("%s: NumValues = %d, want %d", what, got, want)
+	}
+	seen := make(map[string]bool)
+	ix.Values("k", func(val string, p *Posting) bool {
+		if seen[val] {
+			t.Fatalf("%s: Values yields %s twice", what, val)
+		}
+		seen[val] = true
+		if ref[val] == nil {
+			t.Fatalf("%s: Values yields %s, which holds no slot", what, val)
+		}
+		return true
+	})
+	if len(seen) != len(ref) {
+		t.Fatalf("%s: Values yields %d values, want %d", what, len(seen), len(ref))
+	}
+	for val, set := range ref {
+		want := slices.Sorted(maps.Keys(set))
+		p := ix.Get("k", val)
+		if got := postingSlots(p); !slices.Equal(got, want) {
+			t.Fatalf("%s: value %s: got %v, want %v", what, val, got, want)
+		}
+		if p.Len() != len(want) {
+			t.Fatalf("%s: value %s: Len %d, want %d", what, val, p.Len(), len(want))
+		}
+	}
+}
+
+// checkSameIndex checks that a holds what b holds under each of keys.
+func checkSameIndex(t testing.TB, a, b *Postings, keys ...string) {
+	t.Helper()
+	for _, k := range keys {
+		if a.NumValues(k) != b.NumValues(k) {
+			t.Fatalf("key %s: %d values, want %d", k, a.NumValues(k), b.NumValues(k))
+		}
+		b.Values(k, func(v string, p *Posting) bool {
+			if got, want := postingSlots(a.Get(k, v)), postingSlots(p); !slices.Equal(got, want) {
+				t.Fatalf("%s=%s: %v, want %v", k, v, got, want)
+			}
+			return true
+		})
 	}
 }
 

@@ -22,29 +22,7 @@ func TestPostingsManyValuesVersions(t *testing.T) {
 	}
 	check := func(v version, what string) {
 		t.Helper()
-		if got, want := v.ix.NumValues("k"), len(v.ref); got != want {
-			t.Fatalf("%s: NumValues = %d, want %d", what, got, want)
-		}
-		seen := make(map[string]bool)
-		v.ix.Values("k", func(val string, p *Posting) bool {
-			if seen[val] {
-				t.Fatalf("%s: Values yields %s twice", what, val)
-			}
-			seen[val] = true
-			if v.ref[val] == nil {
-				t.Fatalf("%s: Values yields %s, which holds no slot", what, val)
-			}
-			return true
-		})
-		if len(seen) != len(v.ref) {
-			t.Fatalf("%s: Values yields %d values, want %d", what, len(seen), len(v.ref))
-		}
-		for val, set := range v.ref {
-			want := slices.Sorted(maps.Keys(set))
-			if got := postingSlots(v.ix.Get("k", val)); !slices.Equal(got, want) {
-				t.Fatalf("%s: value %s: got %v, want %v", what, val, got, want)
-			}
-		}
+		checkKey(t, v.ix, v.ref, what)
 	}
 	var next uint32
 	var removed []string // values emptied, to bring back
