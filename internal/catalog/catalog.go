@@ -193,6 +193,9 @@ func (c *Catalog) Load(l Loader) error {
 					ch.out = append(ch.out, v)
 					start = end
 				}
+				// Decoded values hold no part of the raw records: let a
+				// later chunk reuse their memory rather than fresh pages.
+				ch.buf, ch.ends, ch.recs = nil, nil, nil
 			}
 		}()
 	}

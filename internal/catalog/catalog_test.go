@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/sextant-mesh/sextant/internal/label"
 	"github.com/sextant-mesh/sextant/internal/store"
@@ -210,6 +211,54 @@ func TestCodecRoundTrip(t *testing.T) {
 	for i := range b {
 		if _, err := DecodeInstance(b[:i], 1); err == nil {
 			t.Fatalf("truncated record of %d/%d bytes decoded", i, len(b))
+		}
+	}
+}
+
+// TestDecodeSharesStrings: instances of one service decoded one after
+// another share their namespace, service, protocol and version strings;
+// each keeps its own id and host; more distinct values than the table has
+// slots still decode right.
+func TestDecodeSharesStrings(t *testing.T) {
+	var prev *Instance
+	for i := range 1000 {
+		in := benchInstance(i, fmt.Sprintf("svc-%d", i/100))
+		in.Protocol, in.Version = "grpc", fmt.Sprintf("v%d", i%3)
+		if i >= 600 {
+			in.Service = fmt.Sprintf("many-%d", i) // a value per instance: the slots thrash
+		}
+		got, err := DecodeInstance(in.AppendBinary(nil), 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !got.SameSpec(in) {
+			t.Fatalf("instance %d decoded as %+v, want %+v", i, got, in)
+		}
+		if prev != nil && i%100 != 0 && i < 600 {
+			if unsafe.StringData(got.Service) != unsafe.StringData(prev.Service) ||
+				unsafe.StringData(got.Namespace) != unsafe.StringData(prev.Namespace) ||
+				unsafe.StringData(got.Protocol) != unsafe.StringData(prev.Protocol) {
+				t.Fatalf("instance %d: namespace, service or protocol not shared with the one before", i)
+			}
+		}
+		if prev != nil && unsafe.StringData(got.ID) == unsafe.StringData(prev.ID) {
+			t.Fatalf("instance %d shares its id's storage", i)
+		}
+		prev = got
+	}
+}
+
+// BenchmarkDecodeInstance: one stored record of a service's instance, as a
+// restart reads them.
+func BenchmarkDecodeInstance(b *testing.B) {
+	recs := make([][]byte, 512)
+	for i := range recs {
+		recs[i] = benchInstance(i, "orders").AppendBinary(nil)
+	}
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		if _, err := DecodeInstance(recs[i%len(recs)], 1); err != nil {
+			b.Fatal(err)
 		}
 	}
 }

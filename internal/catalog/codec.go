@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/maphash"
+	"sync/atomic"
 	"time"
 
 	"github.com/sextant-mesh/sextant/internal/label"
@@ -79,8 +81,6 @@ func (d *decoder) varint(what string) int64 {
 	return v
 }
 
-func (d *decoder) str(what string) string { return string(d.bytes(what)) }
-
 func (d *decoder) bytes(what string) []byte {
 	n := d.uvarint(what, 1<<32)
 	if d.err == nil && n > uint64(len(d.b)) {
@@ -98,6 +98,31 @@ func (d *decoder) bytes(what string) []byte {
 // (label.Interner): a restart reads replicas' equal sets one after another.
 var storedSets = label.NewInterner()
 
+// storedStrings holds the namespaces, services, protocols and versions of
+// the instances decoded lately: a restart reads a service's instances one
+// after another, and 205,000 instances of a few services held 820,000
+// copies of a few strings.
+var storedStrings = recentStrings{seed: maphash.MakeSeed()}
+
+// recentStrings is a direct-mapped table of strings keyed by their bytes'
+// hash, safe for concurrent use (the load decodes on every core). A miss
+// replaces the slot, so a field with more distinct values than slots costs
+// what it cost before, plus the slot's pointer.
+type recentStrings struct {
+	seed  maphash.Seed
+	slots [256]atomic.Pointer[string]
+}
+
+func (r *recentStrings) get(b []byte) string {
+	slot := &r.slots[maphash.Bytes(r.seed, b)%uint64(len(r.slots))]
+	if p := slot.Load(); p != nil && *p == string(b) {
+		return *p
+	}
+	s := string(b)
+	slot.Store(&s)
+	return s
+}
+
 // DecodeInstance decodes a record written by AppendBinary, at revision rev.
 func DecodeInstance(b []byte, rev int64) (*Instance, error) {
 	if len(b) == 0 || b[0] != codecVersion {
@@ -105,12 +130,15 @@ func DecodeInstance(b []byte, rev int64) (*Instance, error) {
 	}
 	d := decoder{b: b[1:]}
 	in := &Instance{Revision: rev}
-	in.ID = d.str("id")
-	in.Namespace = d.str("namespace")
-	in.Service = d.str("service")
-	in.Host = d.str("host")
-	in.Protocol = d.str("protocol")
-	in.Version = d.str("version")
+	id := d.bytes("id")
+	in.Namespace = storedStrings.get(d.bytes("namespace"))
+	in.Service = storedStrings.get(d.bytes("service"))
+	host := d.bytes("host")
+	in.Protocol = storedStrings.get(d.bytes("protocol"))
+	in.Version = storedStrings.get(d.bytes("version"))
+	// One allocation for the two strings of the instance's own.
+	idHost := string(id) + string(host)
+	in.ID, in.Host = idHost[:len(id)], idHost[len(id):]
 	in.Port = int(d.uvarint("port", 65535))
 	in.Weight = int(d.uvarint("weight", 65535))
 	if d.err == nil {
