@@ -10,8 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/sextant-mesh/sextant/internal/hugepage"
 )
 
 // parseMemoryLimit reads --memory-limit: a size with an optional unit (B,
@@ -82,7 +80,7 @@ func shouldRelease(sinceRelease, lastTick, live uint64) bool {
 // 700 MB against 365 MB after a restart. A release is one forced GC and a
 // scavenge, off the request path; under steady load it never fires. It
 // runs until ctx ends.
-func releaseWhenQuiet(ctx context.Context, pages *hugepage.Advisor, log *slog.Logger) {
+func releaseWhenQuiet(ctx context.Context, log *slog.Logger) {
 	sample := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}, {Name: "/gc/heap/live:bytes"}}
 	value := func(i int) uint64 {
 		if sample[i].Value.Kind() != metrics.KindUint64 {
@@ -103,54 +101,13 @@ func releaseWhenQuiet(ctx context.Context, pages *hugepage.Advisor, log *slog.Lo
 		now := read()
 		if shouldRelease(now-released, now-prev, value(1)) {
 			start := time.Now()
-			release(pages, log)
+			debug.FreeOSMemory()
 			log.Debug("released garbage after a burst", "allocated_mb", (now-released)>>20, "took", time.Since(start))
 			now = read()
 			released = now
 		}
 		prev = now
 	}
-}
-
-// release hands the heap's free memory back to the OS. Huge pages are
-// given up first (pages nil: none were asked for), or khugepaged would
-// gather the freed 4 KiB pages back into whole ones.
-func release(pages *hugepage.Advisor, log *slog.Logger) {
-	if pages != nil {
-		if err := pages.Release(); err != nil {
-			log.Warn("could not give up huge pages before a release", "err", err)
-		}
-	}
-	debug.FreeOSMemory()
-}
-
-// startHugePages starts the huge page advisor for --huge-pages: "auto"
-// (or empty) runs it when the kernel leaves huge pages to madvise(2) (with "always"
-// the heap has them already; with "never" it cannot), "off" never. It
-// returns the advisor (nil when not running) and how to stop it.
-func startHugePages(flag string, log *slog.Logger) (*hugepage.Advisor, func(), error) {
-	switch flag {
-	case "off":
-		return nil, func() {}, nil
-	case "auto", "":
-	default:
-		return nil, nil, fmt.Errorf("--huge-pages %q: want auto or off", flag)
-	}
-	a := hugepage.New()
-	if !a.Active() {
-		log.Debug("huge pages: nothing to ask", "kernel_mode", a.Mode())
-		return nil, func() {}, nil
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := a.Run(ctx); err != nil {
-			// Only the speed of growing the heap depends on it.
-			log.Warn("huge pages: advisor stopped", "err", err)
-		}
-	}()
-	return a, func() { cancel(); <-done }, nil
 }
 
 // memoryLimitName is a limit for the log.

@@ -1,12 +1,8 @@
 package main
 
 import (
-	"log/slog"
 	"math"
-	"strings"
 	"testing"
-
-	"github.com/sextant-mesh/sextant/internal/hugepage"
 )
 
 func TestParseMemoryLimit(t *testing.T) {
@@ -57,27 +53,4 @@ func TestShouldRelease(t *testing.T) {
 			t.Errorf("%s: shouldRelease(%d, %d, %d) = %v, want %v", tc.name, tc.sinceRelease, tc.lastTick, tc.live, got, tc.want)
 		}
 	}
-}
-
-func TestStartHugePages(t *testing.T) {
-	log := slog.New(slog.DiscardHandler)
-	if _, _, err := startHugePages("always", log); err == nil || !strings.Contains(err.Error(), "--huge-pages") {
-		t.Fatalf("--huge-pages always: err %v, want one naming the flag", err)
-	}
-	a, stop, err := startHugePages("off", log)
-	if err != nil || a != nil {
-		t.Fatalf("off: advisor %v, err %v; want none", a, err)
-	}
-	stop()
-	a, stop, err = startHugePages("auto", log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stop()
-	// auto runs the advisor exactly when the kernel leaves huge pages to
-	// madvise; release works either way.
-	if want := hugepage.KernelMode() == hugepage.Madvise; (a != nil) != want {
-		t.Fatalf("auto under kernel mode %q: advisor running %v, want %v", hugepage.KernelMode(), a != nil, want)
-	}
-	release(a, log)
 }

@@ -12,6 +12,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"runtime"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"time"
@@ -62,7 +63,6 @@ type serverFlags struct {
 	readBurst   int
 	workers     int
 	memoryLimit string
-	hugePages   string
 
 	xdsListener net.Listener // tests: serve xDS on it instead of listening on --xds
 }
@@ -122,7 +122,6 @@ without ACLs logs a warning.`,
 	fl.IntVar(&f.readBurst, "rate-limit-read-burst", 0, "reads a caller may send at once (default: the rate, at least 1)")
 	fl.IntVar(&f.workers, "scheduler-workers", runtime.GOMAXPROCS(0), "goroutines that split one placement decision on clusters of 8,192+ nodes (1: the committer alone)")
 	fl.StringVar(&f.memoryLimit, "memory-limit", "", "soft limit of the Go heap and runtime (e.g. 450MiB, 2GiB, off): the GC works harder near it (docs/registry.md, \"Memory\"); default: GOMEMLIMIT, else none")
-	fl.StringVar(&f.hugePages, "huge-pages", "auto", "auto: back the Go heap with 2 MiB transparent huge pages when the kernel leaves them to madvise (a bulk load faults far fewer pages; docs/registry.md, \"Memory\"); off: never ask")
 	rootCmd.AddCommand(cmd)
 }
 
@@ -150,12 +149,6 @@ func runServer(ctx context.Context, f serverFlags) error {
 	if err != nil {
 		return err
 	}
-	// Before the store's load, which grows the heap the most.
-	pages, stopPages, err := startHugePages(f.hugePages, log.With("component", "memory"))
-	if err != nil {
-		return err
-	}
-	defer stopPages()
 	if f.store == "" {
 		if err := os.MkdirAll(f.data, 0o755); err != nil {
 			return fmt.Errorf("create data directory: %w", err)
@@ -335,12 +328,12 @@ func runServer(ctx context.Context, f serverFlags) error {
 	// The load's garbage (raw records, decode buffers) is as large as the
 	// catalog: hand it back to the OS now rather than over many GC cycles.
 	// The server already answers meanwhile, on its own goroutines.
-	release(pages, log)
+	debug.FreeOSMemory()
 	// From here on, hand a burst's garbage back once the server goes quiet
 	// (started after the load, which the release above already covered).
 	relCtx, relStop := context.WithCancel(context.Background())
 	relDone := make(chan struct{})
-	go func() { defer close(relDone); releaseWhenQuiet(relCtx, pages, log.With("component", "memory")) }()
+	go func() { defer close(relDone); releaseWhenQuiet(relCtx, log.With("component", "memory")) }()
 	defer func() { relStop(); <-relDone }()
 	nodes, placements := sched.Len()
 	log.Info("ready", "instances", reg.Catalog().Instances().Len(), "nodes", nodes, "placements", placements, "revision", reg.Catalog().Revision(), "memory_limit", memoryLimitName(memLimit))
