@@ -82,3 +82,40 @@ func TestPairs(t *testing.T) {
 		t.Fatalf("DenseLen(3200) = %d", DenseLen(3200))
 	}
 }
+
+// BenchmarkBuild builds the index of a service of 50,000 slots as a restart
+// does: 16 keys, one with a value per slot (an instance name), one with a
+// single value, the others with 500 values (replicas cycling through 500
+// metadata sets).
+func BenchmarkBuild(b *testing.B) {
+	const n = 50000
+	vals := make([][16]string, n)
+	for s := range vals {
+		for k := range 16 {
+			switch k {
+			case 0:
+				vals[s][k] = fmt.Sprintf("pod-%06d", s)
+			case 1:
+				vals[s][k] = "prod"
+			default:
+				vals[s][k] = fmt.Sprintf("v%02d-%03d", k, s%500)
+			}
+		}
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		bl := NewPostingsBuilder(n)
+		var keys [16]int
+		for k := range keys {
+			keys[k] = bl.Key(fmt.Sprintf("key%02d", k))
+		}
+		for s := range vals {
+			for k := range keys {
+				bl.AppendSlot(keys[k], vals[s][k], uint32(s))
+			}
+		}
+		if ix := bl.Build(); ix.NumValues("key00") != n || ix.NumValues("key02") != 500 {
+			b.Fatalf("built %d and %d values, want %d and 500", ix.NumValues("key00"), ix.NumValues("key02"), n)
+		}
+	}
+}
