@@ -30,8 +30,9 @@ func startConsoleStack(t *testing.T) *consoleStack {
 	httpAddr, xdsAddr, proxy, admin := freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	serverDone, gatewayDone := make(chan error, 1), make(chan error, 1)
+	data := t.TempDir() // here: its removal must come after the server's stop below
 	go func() {
-		serverDone <- runServer(ctx, serverFlags{data: t.TempDir(), http: httpAddr, xds: xdsAddr, logFormat: "text",
+		serverDone <- runServer(ctx, serverFlags{data: data, http: httpAddr, xds: xdsAddr, logFormat: "text",
 			logLevel: "error", logSize: 1 << 16, drain: 5 * time.Second})
 	}()
 	s := &consoleStack{base: "http://" + httpAddr, proxy: proxy, admin: admin, gatewayNode: "console-test-gateway"}
@@ -387,8 +388,9 @@ func TestConsoleACL(t *testing.T) {
 	addr := freeAddr(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
+	data := t.TempDir() // here: its removal must come after the server's stop below
 	go func() {
-		done <- runServer(ctx, serverFlags{data: t.TempDir(), http: addr, logFormat: "text", logLevel: "error",
+		done <- runServer(ctx, serverFlags{data: data, http: addr, logFormat: "text", logLevel: "error",
 			logSize: 1 << 16, drain: 5 * time.Second, acl: true, auditLog: "off"})
 	}()
 	t.Cleanup(func() {

@@ -53,8 +53,9 @@ func startMesh(t *testing.T) (api *client.Client, proxy, admin string) {
 	proxy, admin = freeAddr(t), freeAddr(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	serverDone, gatewayDone := make(chan error, 1), make(chan error, 1)
+	data := t.TempDir() // here: its removal must come after the server's stop below
 	go func() {
-		serverDone <- runServer(ctx, serverFlags{data: t.TempDir(), http: httpAddr, xds: xdsAddr, logFormat: "text",
+		serverDone <- runServer(ctx, serverFlags{data: data, http: httpAddr, xds: xdsAddr, logFormat: "text",
 			logLevel: "error", logSize: 1 << 16, drain: 5 * time.Second})
 	}()
 	gctx, gcancel := context.WithCancel(context.Background())
@@ -243,9 +244,10 @@ func TestMeshWithACLs(t *testing.T) {
 	httpAddr, xdsAddr, proxy, admin := freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t)
 	sctx, stopServer := context.WithCancel(ctx)
 	serverDone := make(chan error, 1)
+	data, audit := t.TempDir(), filepath.Join(t.TempDir(), "audit.log")
 	go func() {
-		serverDone <- runServer(sctx, serverFlags{data: t.TempDir(), http: httpAddr, xds: xdsAddr, logFormat: "text",
-			logLevel: "error", logSize: 1 << 16, drain: 5 * time.Second, acl: true, auditLog: filepath.Join(t.TempDir(), "audit.log")})
+		serverDone <- runServer(sctx, serverFlags{data: data, http: httpAddr, xds: xdsAddr, logFormat: "text",
+			logLevel: "error", logSize: 1 << 16, drain: 5 * time.Second, acl: true, auditLog: audit})
 	}()
 	defer func() { stopServer(); <-serverDone }()
 	anon, err := client.New("http://" + httpAddr)

@@ -27,12 +27,12 @@ func TestServerStopsWhenXDSFails(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer xln.Close()
-			addr := freeAddr(t)
+			addr, data := freeAddr(t), t.TempDir()
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			done := make(chan error, 1)
 			go func() {
-				done <- runServer(ctx, serverFlags{data: t.TempDir(), http: addr, xds: xln.Addr().String(), xdsListener: xln,
+				done <- runServer(ctx, serverFlags{data: data, http: addr, xds: xln.Addr().String(), xdsListener: xln,
 					logFormat: "text", logLevel: "error", logSize: 1 << 16, drain: 5 * time.Second, auditLog: "off"})
 			}()
 			waitTrue(t, 10*time.Second, func() bool {

@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -38,6 +39,7 @@ type Options struct {
 type Store struct {
 	mu   sync.Mutex // guards db against Close during Commit and Load
 	db   *pebble.DB
+	dir  string
 	rev  int64
 	feed feed
 
@@ -62,7 +64,7 @@ func OpenWith(dir string, opts Options) (*Store, error) {
 		db.Close()
 		return nil, err
 	}
-	s := &Store{db: db, rev: rev}
+	s := &Store{db: db, dir: dir, rev: rev}
 	s.feed.init(rev, opts.FeedOps)
 	return s, nil
 }
@@ -413,8 +415,13 @@ func (s *Store) Close() error {
 	// The memtable goes to a table now, so that the next Open need not
 	// replay the write-ahead log into a memtable and flush it before the
 	// registry can load (~20% of restarting 205,000 instances). After a
-	// crash Open replays as before.
-	err := s.db.Flush()
+	// crash Open replays as before. Not when the directory is gone: pebble
+	// takes a missing log file on flush as fatal, and a close must not
+	// bring the process down (the log it would flush is gone too).
+	var err error
+	if _, statErr := os.Stat(s.dir); statErr == nil {
+		err = s.db.Flush()
+	}
 	err = errors.Join(err, s.db.Close())
 	s.db = nil
 	if err != nil {

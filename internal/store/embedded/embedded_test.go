@@ -261,3 +261,22 @@ func TestCloseFlushes(t *testing.T) {
 		t.Fatalf("reopened: %d records at revision %d, want 100 at 100", len(got), rev)
 	}
 }
+
+// TestCloseWithoutDirectory: a store whose directory was removed under it
+// closes with an error or none, and the process stays up (pebble's flush
+// would find its log file missing, which it takes as fatal).
+func TestCloseWithoutDirectory(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "gone")
+	s, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Commit([]store.Txn{{Ops: []store.Op{put(store.Instances, "a", "A")}}}, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	err = s.Close()
+	t.Logf("close after the directory's removal: %v", err)
+}
