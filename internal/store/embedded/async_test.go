@@ -82,11 +82,7 @@ func TestCommitAsync(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	s, err = Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s = reopen(t, dir)
 	if got, rev := load(t, s); len(got) != 5 || rev != 5 {
 		t.Fatalf("reopened: %d records at revision %d, want 5 at 5", len(got), rev)
 	}

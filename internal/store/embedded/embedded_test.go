@@ -30,6 +30,17 @@ func load(t *testing.T, s *Store, kinds ...store.Kind) (map[string]store.Record,
 	return got, rev
 }
 
+// reopen opens the store in dir again; it is closed when the test ends.
+func reopen(t *testing.T, dir string) *Store {
+	t.Helper()
+	s, err := Open(dir)
+	if err != nil {
+		t.Fatalf("reopen %s: %v", dir, err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
 func put(k store.Kind, key, v string) store.Op { return store.Op{Kind: k, Key: key, Value: []byte(v)} }
 func del(k store.Kind, key string) store.Op    { return store.Op{Kind: k, Key: key} }
 
@@ -84,11 +95,7 @@ func TestCommitRevisionsAndReopen(t *testing.T) {
 		t.Fatalf("load after close: %v, want ErrClosed", err)
 	}
 
-	s, err = Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s = reopen(t, dir)
 	if s.Revision() != 4 {
 		t.Fatalf("revision after reopen %d, want 4", s.Revision())
 	}
@@ -252,11 +259,7 @@ func TestCloseFlushes(t *testing.T) {
 	if tables == 0 {
 		t.Fatalf("no table after Close: the records are only in the write-ahead log")
 	}
-	s, err = Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s = reopen(t, dir)
 	if got, rev := load(t, s); len(got) != 100 || rev != 100 {
 		t.Fatalf("reopened: %d records at revision %d, want 100 at 100", len(got), rev)
 	}
