@@ -250,7 +250,7 @@ func (a *API) handleWith(method, path string, h handler, open bool) {
 	lat := a.latency.WithLabelValues(route)
 	a.mux.HandleFunc(route, func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
+		sw := &statusWriter{ResponseWriter: w, code: http.StatusOK, conn: joinOf(r)}
 		reg := a.reg.Load()
 		if d := a.stale(); d > 0 {
 			sw.Header().Set(StaleHeader, strconv.FormatFloat(d.Seconds(), 'f', 1, 64))
@@ -298,6 +298,7 @@ func (a *API) handleWith(method, path string, h handler, open bool) {
 type statusWriter struct {
 	http.ResponseWriter
 	code int
+	conn *joinConn // the connection, when it can join writes (conn.go)
 }
 
 func (w *statusWriter) WriteHeader(code int) {
@@ -389,7 +390,7 @@ func setAnswerHeaders(h http.Header, rev int64, n int) {
 // writeBody sends a prepared JSON body with the revision header.
 func writeBody(w http.ResponseWriter, rev int64, body []byte) {
 	setAnswerHeaders(w.Header(), rev, len(body))
-	w.Write(body)
+	send(w, body)
 }
 
 // streamJSON sends a large body piece by piece through a 64 KiB buffer, so
@@ -398,6 +399,9 @@ func streamJSON(w http.ResponseWriter, rev int64, write func(bw *bufio.Writer)) 
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("X-Sextant-Revision", strconv.FormatInt(rev, 10))
+	if c := holdWrites(w); c != nil {
+		defer c.release()
+	}
 	bw := writerPool.Get().(*bufio.Writer)
 	bw.Reset(w)
 	write(bw)
@@ -415,7 +419,7 @@ func writeJSON(w http.ResponseWriter, rev int64, fill func(b []byte) []byte) {
 	b := fill((*bp)[:0])
 	b = append(b, '\n')
 	setAnswerHeaders(w.Header(), rev, len(b))
-	w.Write(b)
+	send(w, b)
 	if cap(b) <= 4<<20 {
 		*bp = b
 		bufPool.Put(bp)

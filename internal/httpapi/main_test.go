@@ -43,7 +43,12 @@ func newTestServer(t *testing.T, opts registry.Options) *testServer {
 	}
 	api := New(Options{})
 	api.SetRegistry(reg)
-	srv := httptest.NewServer(api)
+	// As cmd/sextant serves it: through Listener, so that every test's
+	// answers also take the joined-write path (conn.go).
+	srv := httptest.NewUnstartedServer(api)
+	srv.Listener = Listener(srv.Listener)
+	srv.Config.ConnContext = ConnContext
+	srv.Start()
 	t.Cleanup(func() {
 		api.Shutdown()
 		srv.Close()
