@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -153,10 +154,10 @@ func TestAnswersThroughListener(t *testing.T) {
 	srv := httptest.NewUnstartedServer(mux)
 	srv.Listener = Listener(srv.Listener)
 	srv.Config.ConnContext = ConnContext
-	joined := 0
+	var joined atomic.Int32
 	srv.Config.ConnState = func(c net.Conn, s http.ConnState) {
 		if _, ok := c.(*joinConn); ok && s == http.StateNew {
-			joined++
+			joined.Add(1)
 		}
 	}
 	srv.Start()
@@ -189,7 +190,7 @@ func TestAnswersThroughListener(t *testing.T) {
 			}
 		}
 	}
-	if joined == 0 {
+	if joined.Load() == 0 {
 		t.Fatal("no connection was a joinConn: the joined path was not tested")
 	}
 }
