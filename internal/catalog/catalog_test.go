@@ -134,6 +134,11 @@ func TestSelectAgainstReference(t *testing.T) {
 			if got, want := idsOf(svc.Instances()), m.selectService(k, nil, false); !slices.Equal(got, want) {
 				t.Fatalf("round %d %v: instances %v, want %v", round, k, got, want)
 			}
+			for id, in := range m {
+				if got, ok := svc.Get(id); (in.Key() == k) != ok || ok && got != in {
+					t.Fatalf("round %d %v: Get(%s) = %v, %v; model %v", round, k, id, got, ok, in)
+				}
+			}
 			for range 8 {
 				sel, hlth := randSel(), rng.IntN(2) == 0
 				want := m.selectService(k, sel, hlth)
@@ -306,6 +311,33 @@ func BenchmarkApply(b *testing.B) {
 			for i := 0; b.Loop(); i++ {
 				rev++
 				in := benchInstance(n+i, "s")
+				if err := c.Apply([]store.Change{{Revision: rev, Ops: []store.Op{{Kind: store.Instances, Key: in.ID, Value: []byte{}, Object: in}}}}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkApplyAmong: one commit of one new instance whose id sorts among
+// the service's n (the register bench's shape: several loaders' id families
+// interleave in one service), spread over the service.
+func BenchmarkApplyAmong(b *testing.B) {
+	for _, n := range []int{4000, 100000} {
+		b.Run(fmt.Sprintf("service=%d", n), func(b *testing.B) {
+			c := New(Options{})
+			all := make([]*Instance, n)
+			for i := range all {
+				all[i] = benchInstance(i, "s")
+				all[i].ID = fmt.Sprintf("id-%09d", 2*i)
+			}
+			loadInstances(c, 1, all)
+			rev := int64(1)
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				rev++
+				in := benchInstance(i, "s")
+				in.ID = fmt.Sprintf("id-%09d-%d", 2*((i*7919)%n)+1, i)
 				if err := c.Apply([]store.Change{{Revision: rev, Ops: []store.Op{{Kind: store.Instances, Key: in.ID, Value: []byte{}, Object: in}}}}); err != nil {
 					b.Fatal(err)
 				}

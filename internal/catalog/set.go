@@ -2,6 +2,7 @@ package catalog
 
 import (
 	"cmp"
+	"math"
 	"slices"
 	"sort"
 	"sync"
@@ -31,13 +32,18 @@ type Item interface {
 type Set[T Item] struct {
 	slots slotArray[T] // by slot; the zero T marks a free slot
 	free  []uint32     // free slots, reused before growing
-	byID  []uint32     // occupied slots sorted by item id
+	byID  []uint32     // occupied slots sorted by item id, but for late
 	// byIDFill is how far byID's array has been written, shared by the
 	// versions that share the array: a version whose byID ends there may
 	// append in place (older versions never read past their own length).
 	byIDFill *int
-	all      *bitset.BitSet // occupied slots
-	ready    *bitset.BitSet // slots whose item is ready
+	// late are the slots of ids added since byID was last merged whose ids
+	// sort among byID's, sorted by id: a commit adding such an id copies
+	// late, not byID (a new id in the middle of a service of n was an
+	// n-slot copy per commit). Merged into byID once past lateLimit.
+	late  []uint32
+	all   *bitset.BitSet // occupied slots
+	ready *bitset.BitSet // slots whose item is ready
 
 	// The label index is a base plus a delta. base indexes the items of
 	// baseSlots (the slots as they were when base was built); dirty holds
@@ -91,18 +97,41 @@ func buildSet[T Item](items []T) Set[T] {
 }
 
 // Len is the number of items.
-func (s *Set[T]) Len() int { return len(s.byID) }
+func (s *Set[T]) Len() int { return len(s.byID) + len(s.late) }
 
 // ReadyLen is the number of ready items.
 func (s *Set[T]) ReadyLen() int { return int(s.ready.Count()) }
 
 // Items returns the items sorted by id.
 func (s *Set[T]) Items() []T {
-	out := make([]T, len(s.byID))
-	for i, slot := range s.byID {
-		out[i] = s.slots.at(slot)
+	out := make([]T, 0, s.Len())
+	for slot := range s.idOrder {
+		out = append(out, s.slots.at(slot))
 	}
 	return out
+}
+
+// idOrder yields the occupied slots in id order: byID with late's slots
+// put in place, each found by binary search.
+func (s *Set[T]) idOrder(yield func(uint32) bool) {
+	i := 0
+	for _, l := range s.late {
+		id := s.slots.at(l).ItemID()
+		j := i + sort.Search(len(s.byID)-i, func(x int) bool { return s.slots.at(s.byID[i+x]).ItemID() > id })
+		for ; i < j; i++ {
+			if !yield(s.byID[i]) {
+				return
+			}
+		}
+		if !yield(l) {
+			return
+		}
+	}
+	for ; i < len(s.byID); i++ {
+		if !yield(s.byID[i]) {
+			return
+		}
+	}
 }
 
 // Get returns the item with id.
@@ -115,15 +144,16 @@ func (s *Set[T]) Get(id string) (T, bool) {
 	return s.slots.at(slot), true
 }
 
-// find returns the slot of id, by binary search over id order.
+// find returns the slot of id, by binary search over byID, then late.
 func (s *Set[T]) find(id string) (uint32, bool) {
-	i, ok := slices.BinarySearchFunc(s.byID, id, func(slot uint32, id string) int {
-		return cmp.Compare(s.slots.at(slot).ItemID(), id)
-	})
-	if !ok {
-		return 0, false
+	byItemID := func(slot uint32, id string) int { return cmp.Compare(s.slots.at(slot).ItemID(), id) }
+	if i, ok := slices.BinarySearchFunc(s.byID, id, byItemID); ok {
+		return s.byID[i], true
 	}
-	return s.byID[i], true
+	if i, ok := slices.BinarySearchFunc(s.late, id, byItemID); ok {
+		return s.late[i], true
+	}
+	return 0, false
 }
 
 // Select returns the items matching sel (nil: all), only ready ones if
@@ -174,14 +204,14 @@ func (s *Set[T]) inIDOrder(set *bitset.BitSet) []T {
 	if n == 0 {
 		return out
 	}
-	if n*8 < len(s.byID) {
+	if n*8 < s.Len() {
 		for slot, ok := set.NextSet(0); ok; slot, ok = set.NextSet(slot + 1) {
 			out = append(out, s.slots.at(uint32(slot)))
 		}
 		slices.SortFunc(out, func(a, b T) int { return cmp.Compare(a.ItemID(), b.ItemID()) })
 		return out
 	}
-	for _, slot := range s.byID {
+	for slot := range s.idOrder {
 		if set.Test(uint(slot)) {
 			out = append(out, s.slots.at(slot))
 		}
@@ -213,6 +243,7 @@ func (s *Set[T]) edit() *setEdit[T] {
 		free:      slices.Clone(s.free),
 		byID:      s.byID, // rebuilt in finish if ids come or go
 		byIDFill:  s.byIDFill,
+		late:      s.late,
 		all:       label.CloneBits(s.all),
 		ready:     label.CloneBits(s.ready),
 		base:      s.base,
@@ -397,53 +428,76 @@ func compacted[T Item](ix *label.Postings, slots, baseSlots slotArray[T], dirty 
 	return ix, indexed, left
 }
 
-// finish returns the new version: id order rebuilt if ids came or went (one
-// merge, O(n + k log k)) and the index moved forward when enough slots are
-// dirty.
+// finish returns the new version: id order rebuilt if ids came or went
+// (new ids that sort among the old ones merged into late, O(late + k log k);
+// late into byID once it passes lateLimit, or when ids went) and the index
+// moved forward when enough slots are dirty.
 func (e *setEdit[T]) finish() Set[T] {
-	var zero T
 	s := e.s
 	s.free = append(s.free, e.freed...)
 	s.moveBase()
 	if !e.gone && len(e.added) == 0 {
 		return s
 	}
-	kept := s.byID
+	kept, late := s.byID, s.late
 	if e.gone {
-		kept = make([]uint32, 0, len(s.byID))
-		for _, slot := range s.byID {
-			if s.slots.at(slot) != zero {
-				kept = append(kept, slot)
-			}
-		}
+		kept, late = s.occupied(kept), s.occupied(late)
 	}
-	added := make([]uint32, 0, len(e.added))
-	for _, slot := range e.added {
-		if s.slots.at(slot) != zero {
-			added = append(added, slot)
-		}
-	}
+	added := s.occupied(e.added)
 	slices.SortFunc(added, func(a, b uint32) int { return cmp.Compare(s.slots.at(a).ItemID(), s.slots.at(b).ItemID()) })
-	if !e.gone && len(added) == 0 {
-		return s // the new ids were removed again in this edit
+	if !e.gone {
+		if len(added) == 0 {
+			return s // the new ids were removed again in this edit
+		}
+		if s.after(added[0], kept) && s.after(added[0], late) {
+			s.appendIDs(added) // ids that sort after every existing one: no merge
+			return s
+		}
 	}
-	if !e.gone && (len(kept) == 0 || s.slots.at(added[0]).ItemID() > s.slots.at(kept[len(kept)-1]).ItemID()) {
-		s.appendIDs(added) // ids that sort after every existing one: no merge
+	late = s.mergeIDs(late, added)
+	if e.gone || len(late) > lateLimit(len(kept)+len(late)) {
+		s.byID, s.byIDFill, s.late = s.mergeIDs(kept, late), nil, nil
 		return s
 	}
-	// Binary-search each new id's place and copy the runs between: k log n
-	// comparisons and memory moves, not a comparison per existing id.
-	merged := make([]uint32, 0, len(kept)+len(added))
+	s.late = late
+	return s
+}
+
+// lateLimit is how many slots late may hold in a set of n: about sqrt(2n),
+// which balances a commit's copy of late against the merges into byID.
+func lateLimit(n int) int { return max(32, int(math.Sqrt(float64(2*n)))) }
+
+// occupied returns the slots of slots that hold an item, in a new slice.
+func (s *Set[T]) occupied(slots []uint32) []uint32 {
+	var zero T
+	out := make([]uint32, 0, len(slots))
+	for _, slot := range slots {
+		if s.slots.at(slot) != zero {
+			out = append(out, slot)
+		}
+	}
+	return out
+}
+
+// after reports whether slot's id sorts after every id of sorted.
+func (s *Set[T]) after(slot uint32, sorted []uint32) bool {
+	return len(sorted) == 0 || s.slots.at(slot).ItemID() > s.slots.at(sorted[len(sorted)-1]).ItemID()
+}
+
+// mergeIDs merges two id-sorted slot lists into a new one. Each slot of b
+// finds its place by binary search and the runs of a between are copied:
+// k log n comparisons and memory moves, not a comparison per slot of a.
+func (s *Set[T]) mergeIDs(a, b []uint32) []uint32 {
+	merged := make([]uint32, 0, len(a)+len(b))
 	i := 0
-	for _, a := range added {
-		id := s.slots.at(a).ItemID()
-		j := i + sort.Search(len(kept)-i, func(x int) bool { return s.slots.at(kept[i+x]).ItemID() > id })
-		merged = append(merged, kept[i:j]...)
-		merged = append(merged, a)
+	for _, slot := range b {
+		id := s.slots.at(slot).ItemID()
+		j := i + sort.Search(len(a)-i, func(x int) bool { return s.slots.at(a[i+x]).ItemID() > id })
+		merged = append(merged, a[i:j]...)
+		merged = append(merged, slot)
 		i = j
 	}
-	s.byID, s.byIDFill = append(merged, kept[i:]...), nil
-	return s
+	return append(merged, a[i:]...)
 }
 
 // appendIDs appends slots to id order, in byID's array when this version
