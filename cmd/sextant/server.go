@@ -221,14 +221,13 @@ func runServer(ctx context.Context, f serverFlags) error {
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-		ConnContext:       httpapi.ConnContext,
 	}
 	srv.RegisterOnShutdown(api.Shutdown)
 	if tlsCfg != nil {
 		srv.TLSConfig = tlsCfg
 		ln = tls.NewListener(ln, tlsCfg)
 	} else {
-		ln = httpapi.Listener(ln) // large answers in one write
+		ln = httpapi.JoinWrites(srv, ln) // large answers in one write
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()

@@ -12,16 +12,26 @@ import (
 // write runs the TCP path and wakes the reader again: under the query bench
 // (36 KB answers) the first, 4 KiB write cost nearly as much CPU as the
 // 32 KiB one (pprof; docs/benchmarks.md). Connections accepted through
-// Listener can hold the first write back and send it with the second in one
+// JoinWrites' listener can hold the first write back and send it with the second in one
 // writev. Handlers arm that only around the Write of a large body they have
 // in hand (send), and whatever is held when the Write returns leaves at
 // once, so nothing ever waits for a write that may not come.
 
-// Listener wraps ln so that the API can send a large answer in one write.
-// The http.Server must set ConnContext to this package's ConnContext.
-// Connections that are not TCP (or are wrapped in TLS above this listener)
-// are served as before.
-func Listener(ln net.Listener) net.Listener { return listener{ln} }
+// JoinWrites sets srv up to send the API's large answers in one write: it
+// returns ln wrapped, for srv to serve, and lets srv's handlers reach the
+// connections (through srv.ConnContext, after any it had). Connections that
+// are not TCP (or are wrapped in TLS above the returned listener) are served
+// as before.
+func JoinWrites(srv *http.Server, ln net.Listener) net.Listener {
+	prev := srv.ConnContext
+	srv.ConnContext = func(ctx context.Context, c net.Conn) context.Context {
+		if prev != nil {
+			ctx = prev(ctx, c)
+		}
+		return connContext(ctx, c)
+	}
+	return listener{ln}
+}
 
 type listener struct{ net.Listener }
 
@@ -35,9 +45,9 @@ func (l listener) Accept() (net.Conn, error) {
 
 type connKey struct{}
 
-// ConnContext is for http.Server.ConnContext: it lets the API's handlers
-// reach a connection accepted by Listener.
-func ConnContext(ctx context.Context, c net.Conn) context.Context {
+// connContext lets the API's handlers reach a connection accepted by
+// JoinWrites' listener.
+func connContext(ctx context.Context, c net.Conn) context.Context {
 	if jc, ok := c.(*joinConn); ok {
 		return context.WithValue(ctx, connKey{}, jc)
 	}

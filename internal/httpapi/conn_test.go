@@ -3,6 +3,7 @@ package httpapi
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -28,13 +29,13 @@ func tcpPair(t testing.TB) (*joinConn, net.Conn) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := Listener(ln).Accept()
+	c, err := JoinWrites(&http.Server{}, ln).Accept()
 	if err != nil {
 		t.Fatal(err)
 	}
 	jc, ok := c.(*joinConn)
 	if !ok {
-		t.Fatalf("Listener accepted a %T, want *joinConn", c)
+		t.Fatalf("JoinWrites' listener accepted a %T, want *joinConn", c)
 	}
 	t.Cleanup(func() { jc.Close(); peer.Close() })
 	return jc, peer
@@ -138,10 +139,16 @@ func TestAnswersThroughListener(t *testing.T) {
 		}
 		return b
 	}
+	var served, reached atomic.Int32 // requests, and those whose handler reached a joinConn
 	wrap := func(h func(w http.ResponseWriter, n int)) http.HandlerFunc {
 		return func(w http.ResponseWriter, r *http.Request) {
 			n, _ := strconv.Atoi(r.URL.Query().Get("n"))
-			h(&statusWriter{ResponseWriter: w, code: http.StatusOK, conn: joinOf(r)}, n)
+			served.Add(1)
+			jc := joinOf(r)
+			if jc != nil {
+				reached.Add(1)
+			}
+			h(&statusWriter{ResponseWriter: w, code: http.StatusOK, conn: jc}, n)
 		}
 	}
 	mux.Handle("GET /body", wrap(func(w http.ResponseWriter, n int) { writeBody(w, 1, body(n)) }))
@@ -152,14 +159,7 @@ func TestAnswersThroughListener(t *testing.T) {
 		streamJSON(w, 1, func(bw *bufio.Writer) { bw.Write(body(n)) })
 	}))
 	srv := httptest.NewUnstartedServer(mux)
-	srv.Listener = Listener(srv.Listener)
-	srv.Config.ConnContext = ConnContext
-	var joined atomic.Int32
-	srv.Config.ConnState = func(c net.Conn, s http.ConnState) {
-		if _, ok := c.(*joinConn); ok && s == http.StateNew {
-			joined.Add(1)
-		}
-	}
+	srv.Listener = JoinWrites(srv.Config, srv.Listener)
 	srv.Start()
 	defer srv.Close()
 	client := &http.Client{Timeout: 10 * time.Second}
@@ -190,14 +190,14 @@ func TestAnswersThroughListener(t *testing.T) {
 			}
 		}
 	}
-	if joined.Load() == 0 {
-		t.Fatal("no connection was a joinConn: the joined path was not tested")
+	if served.Load() == 0 || reached.Load() != served.Load() {
+		t.Fatalf("%d of %d handlers reached a joinConn: the joined path was not (all) tested", reached.Load(), served.Load())
 	}
 }
 
 // BenchmarkAnswer36K is one 36 KB answer (the query bench's) per request on
 // one keep-alive loopback connection, read whole by a minimal client;
-// "joined" serves through Listener, "split" as net/http does alone. The
+// "joined" serves through JoinWrites, "split" as net/http does alone. The
 // figure includes the client's share of the machine.
 func BenchmarkAnswer36K(b *testing.B) {
 	body := bytes.Repeat([]byte("x"), 36000)
@@ -209,8 +209,7 @@ func BenchmarkAnswer36K(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			srv := httptest.NewUnstartedServer(h)
 			if joined {
-				srv.Listener = Listener(srv.Listener)
-				srv.Config.ConnContext = ConnContext
+				srv.Listener = JoinWrites(srv.Config, srv.Listener)
 			}
 			srv.Start()
 			defer srv.Close()
@@ -251,4 +250,27 @@ func readAnswer(br *bufio.Reader, buf []byte) error {
 		return fmt.Errorf("body: %w", err)
 	}
 	return nil
+}
+
+// JoinWrites keeps a ConnContext the server already had.
+func TestJoinWritesKeepsConnContext(t *testing.T) {
+	type key struct{}
+	var got atomic.Value
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got.Store([2]bool{r.Context().Value(key{}) == "mine", joinOf(r) != nil})
+	}))
+	srv.Config.ConnContext = func(ctx context.Context, c net.Conn) context.Context {
+		return context.WithValue(ctx, key{}, "mine")
+	}
+	srv.Listener = JoinWrites(srv.Config, srv.Listener)
+	srv.Start()
+	defer srv.Close()
+	resp, err := http.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if v, _ := got.Load().([2]bool); v != [2]bool{true, true} {
+		t.Fatalf("handler saw the server's own context value %v, a joinConn %v; want both", v[0], v[1])
+	}
 }

@@ -43,11 +43,10 @@ func newTestServer(t *testing.T, opts registry.Options) *testServer {
 	}
 	api := New(Options{})
 	api.SetRegistry(reg)
-	// As cmd/sextant serves it: through Listener, so that every test's
+	// As cmd/sextant serves it: through JoinWrites, so that every test's
 	// answers also take the joined-write path (conn.go).
 	srv := httptest.NewUnstartedServer(api)
-	srv.Listener = Listener(srv.Listener)
-	srv.Config.ConnContext = ConnContext
+	srv.Listener = JoinWrites(srv.Config, srv.Listener)
 	srv.Start()
 	t.Cleanup(func() {
 		api.Shutdown()

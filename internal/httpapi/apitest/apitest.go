@@ -88,8 +88,7 @@ func StartWith(t testing.TB, opts Options) *Server {
 		srv.StartTLS()
 	} else {
 		// As cmd/sextant serves plain HTTP: large answers in one write.
-		srv.Listener = httpapi.Listener(srv.Listener)
-		srv.Config.ConnContext = httpapi.ConnContext
+		srv.Listener = httpapi.JoinWrites(srv.Config, srv.Listener)
 		srv.Start()
 	}
 	s := &Server{Server: srv, Guard: guard, Registry: reg, Dir: opts.Dir, api: api, st: st}
@@ -174,8 +173,8 @@ func (s *Stack) Start() error {
 		return err
 	}
 	s.addr = ln.Addr().String()
-	ln = httpapi.Listener(ln)
-	s.srv = &http.Server{Handler: api, ConnContext: httpapi.ConnContext}
+	s.srv = &http.Server{Handler: api}
+	ln = httpapi.JoinWrites(s.srv, ln)
 	s.api, s.reg, s.st, s.sched, s.done = api, reg, st, sched, make(chan struct{})
 	go func() {
 		defer close(s.done)
