@@ -105,33 +105,12 @@ func (s *Set[T]) ReadyLen() int { return int(s.ready.Count()) }
 // Items returns the items sorted by id.
 func (s *Set[T]) Items() []T {
 	out := make([]T, 0, s.Len())
-	for slot := range s.idOrder {
-		out = append(out, s.slots.at(slot))
-	}
+	s.merged(s.byID, s.late, func(run []uint32) {
+		for _, slot := range run {
+			out = append(out, s.slots.at(slot))
+		}
+	})
 	return out
-}
-
-// idOrder yields the occupied slots in id order: byID with late's slots
-// put in place, each found by binary search.
-func (s *Set[T]) idOrder(yield func(uint32) bool) {
-	i := 0
-	for _, l := range s.late {
-		id := s.slots.at(l).ItemID()
-		j := i + sort.Search(len(s.byID)-i, func(x int) bool { return s.slots.at(s.byID[i+x]).ItemID() > id })
-		for ; i < j; i++ {
-			if !yield(s.byID[i]) {
-				return
-			}
-		}
-		if !yield(l) {
-			return
-		}
-	}
-	for ; i < len(s.byID); i++ {
-		if !yield(s.byID[i]) {
-			return
-		}
-	}
 }
 
 // Get returns the item with id.
@@ -211,11 +190,13 @@ func (s *Set[T]) inIDOrder(set *bitset.BitSet) []T {
 		slices.SortFunc(out, func(a, b T) int { return cmp.Compare(a.ItemID(), b.ItemID()) })
 		return out
 	}
-	for slot := range s.idOrder {
-		if set.Test(uint(slot)) {
-			out = append(out, s.slots.at(slot))
+	s.merged(s.byID, s.late, func(run []uint32) {
+		for _, slot := range run {
+			if set.Test(uint(slot)) {
+				out = append(out, s.slots.at(slot))
+			}
 		}
-	}
+	})
 	return out
 }
 
@@ -484,20 +465,28 @@ func (s *Set[T]) after(slot uint32, sorted []uint32) bool {
 	return len(sorted) == 0 || s.slots.at(slot).ItemID() > s.slots.at(sorted[len(sorted)-1]).ItemID()
 }
 
-// mergeIDs merges two id-sorted slot lists into a new one. Each slot of b
-// finds its place by binary search and the runs of a between are copied:
-// k log n comparisons and memory moves, not a comparison per slot of a.
+// mergeIDs merges two id-sorted slot lists into a new one.
 func (s *Set[T]) mergeIDs(a, b []uint32) []uint32 {
-	merged := make([]uint32, 0, len(a)+len(b))
+	out := make([]uint32, 0, len(a)+len(b))
+	s.merged(a, b, func(run []uint32) { out = append(out, run...) })
+	return out
+}
+
+// merged hands run the slots of two id-sorted lists in id order (byID and
+// late make id order), as runs of a between single slots of b. Each slot of
+// b finds its place in a by binary search: k log n comparisons, and runs
+// taken whole, not a comparison per slot of a. (A callback, not an
+// iterator: the iterator's closure was an allocation per commit.)
+func (s *Set[T]) merged(a, b []uint32, run func([]uint32)) {
 	i := 0
-	for _, slot := range b {
+	for k, slot := range b {
 		id := s.slots.at(slot).ItemID()
 		j := i + sort.Search(len(a)-i, func(x int) bool { return s.slots.at(a[i+x]).ItemID() > id })
-		merged = append(merged, a[i:j]...)
-		merged = append(merged, slot)
+		run(a[i:j])
+		run(b[k : k+1])
 		i = j
 	}
-	return append(merged, a[i:]...)
+	run(a[i:])
 }
 
 // appendIDs appends slots to id order, in byID's array when this version
