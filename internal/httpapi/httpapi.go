@@ -262,6 +262,9 @@ func (a *API) handleWith(method, path string, h handler, open bool) {
 			err = &apiError{http.StatusServiceUnavailable, "unavailable", "the registry is still loading", ""}
 		} else if r, err = begin(r, route); err == nil {
 			guarded = true
+			// Whatever this request reads holds every revision a request
+			// answered before it could have seen part of (catalog.Settle).
+			reg.Catalog().Settle()
 			err = h(sw, r, reg)
 		} else {
 			guarded = true
