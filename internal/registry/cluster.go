@@ -144,7 +144,8 @@ type headReader interface {
 // catchUp waits until the catalog has applied every revision the store
 // had committed when it was called. It reports whether the catalog moved,
 // and an error when it cannot tell it is current (the store did not
-// answer, or the follower did not get there in time). Committer goroutine.
+// answer, or the follower did not get there in time). Called by the
+// committer and by submitters re-planning a write (submitChecked).
 func (r *Registry) catchUp(ctx context.Context) (bool, error) {
 	hr, ok := r.st.(headReader)
 	if !ok {
