@@ -145,7 +145,7 @@ type headReader interface {
 // had committed when it was called. It reports whether the catalog moved,
 // and an error when it cannot tell it is current (the store did not
 // answer, or the follower did not get there in time). Called by the
-// committer and by submitters re-planning a write (submitChecked).
+// committer and by submitters re-planning a write (SubmitChecked).
 func (r *Registry) catchUp(ctx context.Context) (bool, error) {
 	hr, ok := r.st.(headReader)
 	if !ok {

@@ -492,3 +492,9 @@ func (t *Tx) Volatile() { t.volatile = true }
 
 // Revision is the catalog's revision.
 func (t *Tx) Revision() int64 { return t.r.cat.Revision() }
+
+// Shared reports whether other servers write the same store (a cluster):
+// then what Get reports may be behind what is stored, and a write whose
+// outcome depends on it must be conditional (PutIf, DeleteIf) and go
+// through SubmitChecked.
+func (t *Tx) Shared() bool { return t.r.cluster != nil }

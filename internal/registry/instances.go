@@ -182,7 +182,7 @@ func (r *Registry) RegisterGuarded(ctx context.Context, instances []*catalog.Ins
 	if len(instances) == 0 || len(instances) > MaxBatch {
 		return 0, fieldErr(-1, "instances", "%d instances, want 1..%d", len(instances), MaxBatch)
 	}
-	return r.submitChecked(ctx, &registerWrite{r: r, instances: instances, guard: guard})
+	return r.SubmitChecked(ctx, &registerWrite{r: r, instances: instances, guard: guard})
 }
 
 // Deregister deletes the instances with ids atomically and durably, and
@@ -198,7 +198,7 @@ func (r *Registry) DeregisterGuarded(ctx context.Context, ids []string, guard Gu
 		return 0, nil, err
 	}
 	w := &deregisterWrite{ids: ids, guard: guard}
-	rev, err := r.submitChecked(ctx, w)
+	rev, err := r.SubmitChecked(ctx, w)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -236,15 +236,19 @@ func (r *Registry) Heartbeat(ctx context.Context, ids []string) ([]string, error
 }
 
 // maxReplans bounds how often a write that lost a race with another
-// server is planned again.
-const maxReplans = 4
+// server is planned again. Each lost race is another server's commit, so
+// a write is planned again at most about as often as there are writers
+// racing it; past the bound it fails with the conflict (HTTP 409).
+const maxReplans = 16
 
-// submitChecked submits w. In a cluster, a write whose condition failed
-// (another server changed a record since this catalog saw it) is planned
-// again once the catalog has caught up with the store, so it is decided on
-// what is stored: a delete of what another server deleted is "not found",
-// a register of what another server stored identically is unchanged.
-func (r *Registry) submitChecked(ctx context.Context, w Write) (int64, error) {
+// SubmitChecked is Submit for writes decided on state other servers may
+// change. In a cluster, a write whose condition failed (another server
+// changed a record since this catalog saw it) is planned again once the
+// catalog has caught up with the store, so it is decided on what is
+// stored: a delete of what another server deleted is "not found", a
+// register of what another server stored identically is unchanged, a
+// placement onto a node another server filled meanwhile goes elsewhere.
+func (r *Registry) SubmitChecked(ctx context.Context, w Write) (int64, error) {
 	for attempt := 0; ; attempt++ {
 		rev, err := r.Submit(ctx, w)
 		if r.cluster == nil || conflictRevision(err) == 0 || attempt == maxReplans {
