@@ -190,7 +190,7 @@ func TestClusterUnchangedDecidedOnTheStore(t *testing.T) {
 	if got.err != nil || got.rev != rev2 {
 		t.Fatalf("B's identical register of what A stored at %d: revision %d, err %v; want %d and nothing written", rev2, got.rev, got.err, rev2)
 	}
-	if _, err := a.catchUp(ctx); err != nil {
+	if _, err := a.catchUp(ctx, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	if head := a.cat.Revision(); head != rev2 {

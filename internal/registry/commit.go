@@ -134,7 +134,7 @@ func (r *Registry) commit(ctx context.Context, batch []*request) {
 		// stale (acknowledged, not written): they fail instead.
 		again := idle
 		idle = nil
-		moved, err := r.catchUp(ctx)
+		moved, err := r.catchUp(ctx, 5*time.Second) // the committer waits meanwhile
 		for _, req := range again {
 			if _, ok := req.w.(Finisher); ok {
 				continue

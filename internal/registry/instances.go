@@ -3,6 +3,7 @@ package registry
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/sextant-mesh/sextant/internal/catalog"
 	"github.com/sextant-mesh/sextant/internal/store"
@@ -254,7 +255,9 @@ func (r *Registry) SubmitChecked(ctx context.Context, w Write) (int64, error) {
 		if r.cluster == nil || conflictRevision(err) == 0 || attempt == maxReplans {
 			return rev, err
 		}
-		if _, cerr := r.catchUp(ctx); cerr != nil {
+		// The submitter's own goroutine waits: as long as its caller lets
+		// it, within a bound.
+		if _, cerr := r.catchUp(ctx, 30*time.Second); cerr != nil {
 			return 0, fmt.Errorf("%w (%w)", err, cerr)
 		}
 	}
