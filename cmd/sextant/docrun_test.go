@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -126,34 +125,15 @@ func (r *docRun) port(p string) string {
 	return port
 }
 
-// shLines returns the lines of the ```sh blocks of the markdown file at
-// path, in order, without blank lines.
+// shLines returns the command lines of the ```sh blocks of the markdown
+// file at path, in order (docCommands).
 func shLines(t *testing.T, path string) []string {
 	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
 	var lines []string
-	in := false
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		l := sc.Text()
-		switch {
-		case !in && strings.TrimSpace(l) == "```sh":
-			in = true
-		case in && strings.TrimSpace(l) == "```":
-			in = false
-		case in && strings.TrimSpace(l) != "":
-			lines = append(lines, l)
+	for _, c := range docCommands(t, path) {
+		if c.sh {
+			lines = append(lines, c.line)
 		}
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
-	if in {
-		t.Fatalf("%s: a ```sh block is not closed", path)
 	}
 	return lines
 }

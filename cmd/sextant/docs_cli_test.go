@@ -57,6 +57,7 @@ func TestDocsCommandLines(t *testing.T) {
 type docCommand struct {
 	n    int // line number of its first line
 	line string
+	sh   bool // from a sh block
 }
 
 // docCommands returns the command lines of a page's fenced blocks: every
@@ -95,7 +96,7 @@ func docCommands(t *testing.T, path string) []docCommand {
 		if cont != nil {
 			cont.line += " " + trim
 		} else if sh || strings.HasPrefix(trim, "$ ") {
-			cont = &docCommand{n: n, line: strings.TrimPrefix(trim, "$ ")}
+			cont = &docCommand{n: n, line: strings.TrimPrefix(trim, "$ "), sh: sh}
 		} else {
 			continue
 		}
@@ -111,6 +112,9 @@ func docCommands(t *testing.T, path string) []docCommand {
 	}
 	if err := sc.Err(); err != nil {
 		t.Fatal(err)
+	}
+	if inBlock || cont != nil || heredocEnd != "" {
+		t.Fatalf("%s: a code block, continued line or here-document does not end", path)
 	}
 	return cmds
 }
