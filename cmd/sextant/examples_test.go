@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
@@ -93,6 +94,15 @@ var exampleCases = []exampleCase{
 		}
 	}},
 	{"pods.yaml", func(r *docRun) {
+		// docs/placement.md shows where they go: decisions are deterministic.
+		doc := readRepoFile(r.t, "docs/placement.md")
+		shown := map[string]string{}
+		for _, m := range regexp.MustCompile(`(?m)^pod/(\S+) placed on (\S+)$`).FindAllSubmatch(doc, -1) {
+			shown[string(m[1])] = string(m[2])
+		}
+		if !maps.Equal(shown, r.placed) {
+			r.t.Errorf("docs/placement.md shows %v, place printed %v", shown, r.placed)
+		}
 		// Its header: placing them again is refused.
 		res := r.sh("bin/sextant place -f examples/pods.yaml")
 		if res.code != 1 || !strings.Contains(res.errs, "already placed") {
