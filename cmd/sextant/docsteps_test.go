@@ -58,7 +58,7 @@ var docSteps = map[string]func(r *docRun, cmd string){
 			r.t.Fatalf("want default/orders with 1 instance, 1 healthy:\n%s", out)
 		}
 	},
-	"bin/sextant watch default/orders          # prints each change as it happens (Ctrl-C ends it)": func(r *docRun, cmd string) {
+	"bin/sextant watch default/orders          # in a terminal of its own: prints each change as it happens, until Ctrl-C": func(r *docRun, cmd string) {
 		p := r.start("watch", cmd)
 		r.eventually(10*time.Second, "watch prints the current state", func() (bool, string) {
 			s := p.out.String()
