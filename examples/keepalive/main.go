@@ -136,7 +136,9 @@ func run(ctx context.Context, o options, log *slog.Logger) error {
 		reg.Close()
 		return fmt.Errorf("keepalive: serve: %w", err)
 	}
-	// Deregister first, so the gateway stops routing here, then drain.
+	// Deregister first, so the gateway stops routing here, then drain. A
+	// call sent before the change reaches the gateway meets a closed port,
+	// which examples/routing.yaml's retries (connect-failure) send elsewhere.
 	derr := reg.Close()
 	if derr == nil {
 		log.Info("deregistered", "id", reg.ID())
