@@ -47,10 +47,11 @@ func freeAddr(t *testing.T) string {
 	return ln.Addr().String()
 }
 
-// startServer runs the real binary on dir and waits until it is ready.
+// startServer runs the real binary on dir and waits until it is ready. No
+// xDS: its default address is shared by every server on the machine.
 func startServer(t *testing.T, bin, dir, addr string) *exec.Cmd {
 	t.Helper()
-	cmd := exec.Command(bin, "server", "--data", dir, "--http", addr, "--log-level", "warn")
+	cmd := exec.Command(bin, "server", "--data", dir, "--http", addr, "--xds", "", "--log-level", "warn")
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
