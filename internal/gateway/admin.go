@@ -21,7 +21,8 @@ import (
 )
 
 // AdminHandler serves the admin API (docs/gateway.md, "Admin API"): health,
-// /metrics, /v1/config and, with a call log, /v1/calls and /v1/calls/stats.
+// /metrics, /v1/config and, with a call log, /v1/calls, /v1/calls/stats and
+// /v1/calls/endpoints.
 func (g *Gateway) AdminHandler(log *calllog.Log) http.Handler {
 	return g.AdminHandlerWith(log, nil)
 }
@@ -95,6 +96,7 @@ func (g *Gateway) adminRoutes(mux *http.ServeMux, log *calllog.Log) http.Handler
 	if log != nil {
 		mux.HandleFunc("GET /v1/calls", func(w http.ResponseWriter, r *http.Request) { serveCalls(w, r, log) })
 		mux.HandleFunc("GET /v1/calls/stats", func(w http.ResponseWriter, r *http.Request) { serveStats(w, r, log) })
+		mux.HandleFunc("GET /v1/calls/endpoints", func(w http.ResponseWriter, r *http.Request) { serveEndpoints(w, r, log) })
 		mux.HandleFunc("GET /v1/calls/services", func(w http.ResponseWriter, _ *http.Request) {
 			writeJSON(w, map[string]any{"services": log.Services()})
 		})
@@ -229,8 +231,9 @@ func serveCalls(w http.ResponseWriter, r *http.Request, log *calllog.Log) {
 	writeJSON(w, map[string]any{"service": cq.Service, "calls": calls, "truncated": truncated})
 }
 
-func serveStats(w http.ResponseWriter, r *http.Request, log *calllog.Log) {
-	p := params{q: r.URL.Query()}
+// statsQuery reads a stats query's parameters: the window defaults to the
+// last hour.
+func statsQuery(p *params) calllog.StatsQuery {
 	sq := calllog.StatsQuery{Service: p.q.Get("service"), Endpoint: p.q.Get("endpoint"),
 		From: p.time("from"), To: p.time("to"), Step: p.duration("step")}
 	if sq.To.IsZero() {
@@ -239,6 +242,12 @@ func serveStats(w http.ResponseWriter, r *http.Request, log *calllog.Log) {
 	if sq.From.IsZero() {
 		sq.From = sq.To.Add(-time.Hour)
 	}
+	return sq
+}
+
+func serveStats(w http.ResponseWriter, r *http.Request, log *calllog.Log) {
+	p := params{q: r.URL.Query()}
+	sq := statsQuery(&p)
 	if !p.ok(w) || !flushed(w, log) {
 		return
 	}
@@ -254,6 +263,25 @@ func serveStats(w http.ResponseWriter, r *http.Request, log *calllog.Log) {
 	}
 	writeJSON(w, map[string]any{"service": sq.Service, "from": sq.From.UTC(), "to": sq.To.UTC(),
 		"step_ms": sq.Step.Milliseconds(), "count": total, "errors": errs, "steps": steps})
+}
+
+// serveEndpoints answers per-endpoint counts, errors and latency of a
+// service over a window: a dead endpoint among live ones shows here.
+func serveEndpoints(w http.ResponseWriter, r *http.Request, log *calllog.Log) {
+	p := params{q: r.URL.Query()}
+	sq := statsQuery(&p)
+	if !p.ok(w) || !flushed(w, log) {
+		return
+	}
+	eps, err := log.Endpoints(sq)
+	if err != nil {
+		writeQueryError(w, err)
+		return
+	}
+	if eps == nil {
+		eps = []calllog.EndpointStats{}
+	}
+	writeJSON(w, map[string]any{"service": sq.Service, "from": sq.From.UTC(), "to": sq.To.UTC(), "endpoints": eps})
 }
 
 // params reads query parameters, keeping the first error.
