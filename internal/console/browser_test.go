@@ -124,6 +124,7 @@ type fakeScheduler struct {
 	mu        sync.Mutex
 	selectors []string
 	placed    []map[string]any
+	dryRuns   []bool // per POST /v1/placements: was it ?dry_run=true
 	deleted   []string
 }
 
@@ -185,6 +186,7 @@ func (f *fakeScheduler) routes(mux *http.ServeMux) {
 		}
 		f.mu.Lock()
 		f.placed = append(f.placed, pod)
+		f.dryRuns = append(f.dryRuns, r.URL.Query().Get("dry_run") == "true")
 		f.mu.Unlock()
 		md := pod["metadata"].(map[string]any)
 		res := map[string]any{"namespace": "default", "name": md["name"]}
@@ -221,7 +223,10 @@ func TestPlacementPage(t *testing.T) {
 		t.Fatalf("n-1 cpu bar at %s%%, want 88", pct)
 	}
 	b.WaitTrue(t, 5*time.Second, "placements listed", `document.querySelectorAll('#placement-list tbody tr').length === 2`)
-	b.Screenshot(t, "placement.png")
+	if got := browsertest.Eval[string](t, b, `document.querySelector('[data-node="n-3"] .placed-count').textContent.trim()`); got != "1 placement" {
+		t.Errorf("n-3 shows %q, want \"1 placement\"", got)
+	}
+	b.Layout(t, "placement.png")
 	b.NoProblems(t, "placement page")
 
 	// Filter by label selector; a bad one shows the server's error.
@@ -233,24 +238,28 @@ func TestPlacementPage(t *testing.T) {
 	b.WaitTrue(t, 5*time.Second, "selector error", `document.querySelector('#node-selector-error').textContent.includes('want key=value')`)
 	b.NoProblems(t, "bad selector", "/v1/nodes")
 
-	// Try a placement: placed, then removed again.
+	// Try a placement: a dry run, nothing placed nor deleted.
 	b.Click(t, "#try-run")
-	b.Click(t, "#confirm-ok")
 	b.WaitTrue(t, 5*time.Second, "placed", `(document.querySelector('#try-node') || {}).textContent === 'n-2'`)
 	f.mu.Lock()
-	placed, deleted := len(f.placed), append([]string(nil), f.deleted...)
+	placed, dry, deleted := len(f.placed), append([]bool(nil), f.dryRuns...), append([]string(nil), f.deleted...)
 	name := ""
 	if placed == 1 {
 		name = f.placed[0]["metadata"].(map[string]any)["name"].(string)
 	}
 	f.mu.Unlock()
-	if placed != 1 || !strings.HasPrefix(name, "console-try-") || len(deleted) != 1 || deleted[0] != "default/"+name {
-		t.Fatalf("placed %d (%q), deleted %v", placed, name, deleted)
+	if placed != 1 || !dry[0] || !strings.HasPrefix(name, "console-try-") || len(deleted) != 0 {
+		t.Fatalf("asked %d (%q, dry run %v), deleted %v; want one dry run and no delete", placed, name, dry, deleted)
 	}
-	// And one that fits nowhere shows kube-scheduler's reasons.
+	if cls := browsertest.Eval[string](t, b, `document.querySelector('#try-result').className`); cls != "note" {
+		t.Errorf("a pod that fits is shown in a %q box, want note", cls)
+	}
+	// And one that fits nowhere shows kube-scheduler's reasons, as a failure.
 	b.SetInput(t, "#try-pod", "apiVersion: v1\nkind: Pod\nspec:\n  nodeSelector: {zone: z9}\n  containers: [{name: a}]\n")
 	b.Click(t, "#try-run")
-	b.Click(t, "#confirm-ok")
 	b.WaitTrue(t, 5*time.Second, "reasons", `(document.querySelector('#try-reasons') || {}).textContent?.startsWith('0/3 nodes are available')`)
+	if cls := browsertest.Eval[string](t, b, `document.querySelector('#try-result').className`); cls != "error" {
+		t.Errorf("an unschedulable pod is shown in a %q box, want error", cls)
+	}
 	b.NoProblems(t, "try a placement")
 }
