@@ -381,11 +381,11 @@ func TestConsole(t *testing.T) {
 		// Per endpoint: both of orders' endpoints answered, neither flagged.
 		b.WaitTrue(t, 5*time.Second, "endpoints", fmt.Sprintf(`['%s', '%s'].every(a => { const r = document.querySelector('#calls-endpoints tr[data-endpoint="' + a + '"]');
 			return r && !r.classList.contains('flagged') && r.children[3].textContent === '0%%'; })`, s.up1.addr, s.up2.addr))
-		b.Layout(t, "calls.png")
 		// The failing service: its endpoint's error rate, flagged.
 		b.Click(t, `#calls-services tr[data-service="default/stock"]`)
 		b.WaitTrue(t, 10*time.Second, "failing endpoint", fmt.Sprintf(`(() => { const r = document.querySelector('#calls-endpoints tr[data-endpoint="%s"]');
 			return r && r.children[3].textContent.startsWith('100%%') && r.classList.contains('flagged') === (Number(r.children[1].textContent) >= 10); })()`, s.failing.addr))
+		b.Layout(t, "calls.png")
 		b.NoProblems(t, "calls")
 	})
 

@@ -39,7 +39,7 @@ export function CallsPage({ params }) {
   return html`
     <h1>Calls</h1>
     <${ErrorBox} error=${gws.error} />
-    <div class="toolbar">
+    <div class="toolbar center">
       <label>Gateway <select id="calls-gateway" value=${gw ? gw.id : ''} onChange=${e => { setGw(e.currentTarget.value); setSvc(''); pick({ gateway: e.currentTarget.value, service: '' }); }}>
         ${list.map(g => html`<option value=${g.id}>${g.metadata['sextant.node'] || g.id} (${g.metadata['sextant.admin']})</option>`)}</select></label>
       ${gw && html`<${Badge} kind=${instanceState(gw)[0]}>${instanceState(gw)[1]}</${Badge}>`}

@@ -207,7 +207,7 @@ function Glance({ calls, reg }) {
         ${top.map(s => html`<div class="health-line" data-service=${s.name}>
           <a class="health-name" href=${'#/services/' + s.name.split('/').map(enc).join('/')} title=${s.name}>${s.name}</a>
           <span class="bar">${s.ready > 0 && html`<span class="bar-fill ok" style=${`width:${100 * s.ready / (s.ready + s.notReady)}%`}></span>`}${s.notReady > 0 && html`<span class="bar-fill bad" style=${`width:${100 * s.notReady / (s.ready + s.notReady)}%`}></span>`}</span>
-          <span class="bar-text">${fmtNum(s.ready)} ready${s.notReady ? html`, <span class="bad-text">${fmtNum(s.notReady)} not</span>` : ''}</span></div>`)}
+          <span class="bar-text">${fmtNum(s.ready)} ready${s.notReady ? html`, <span class="bad-text">${fmtNum(s.notReady)} not ready</span>` : ''}</span></div>`)}
         ${acked && acked.count > 0 && html`<p class="muted small">Push p99 commit → ACK since the server started: ${fmtMs(1000 * quantile(0.99, acked.buckets, acked.count))} (<a href="#/push">push status</a>).</p>`}
       </figure>
     </div>

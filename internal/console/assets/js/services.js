@@ -16,7 +16,7 @@ export function ServiceList({ params }) {
   return html`
     <h1>Services ${data && html`<span class="rev">revision ${data.revision}</span>`}</h1>
     <${ErrorBox} error=${error} />
-    <div class="toolbar">
+    <div class="toolbar center">
       <input id="service-search" type="search" placeholder="Search namespace/service" value=${q}
         onInput=${e => setQ(e.currentTarget.value)} />
       <span class="muted">${data ? `${items.length} of ${count(data.services.length, 'service')}` : 'Loading…'}</span>
