@@ -115,7 +115,7 @@ function ServiceCalls({ base, seconds, service }) {
       <${Chart} id="calls-latency" title=${`Latency per ${data.stepS} s`} yLabel="ms"
         series=${[{ label: 'p50', unit: ' ms' }, { label: 'p90', unit: ' ms' }, { label: 'p99', unit: ' ms' }]} data=${series.latency} />
       <${Chart} id="calls-rps" title="Requests per second" yLabel="req/s" series=${[{ label: 'req/s' }]} data=${series.rps} />
-      <${Chart} id="calls-errors" title="Error rate (status ≥ 500, no answer, or a gateway reply)" yLabel="%"
+      <${Chart} id="calls-errors" title="Error rate (status ≥ 500, no answer, or a gateway reply)" yLabel="%" percent=${true}
         series=${[{ label: 'errors', unit: '%', color: '#dc2626' }]} data=${series.errors} />
     </div>
     <h3>Endpoints</h3>

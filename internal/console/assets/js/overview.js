@@ -198,7 +198,7 @@ function Glance({ calls, reg }) {
     <div class="charts">
       ${t && t.services.length > 0 && html`
         <${Chart} id="glance-rps" title="Calls per second, per service (last 15 minutes)" yLabel="calls/s" series=${svcSeries(' /s')} data=${t.rps} height=${200} />
-        <${Chart} id="glance-errors" title="Error rate, per service" yLabel="%" series=${svcSeries('%')} data=${t.errors} height=${200} />
+        <${Chart} id="glance-errors" title="Error rate, per service" yLabel="%" percent=${true} series=${svcSeries('%')} data=${t.errors} height=${200} />
         <${Chart} id="glance-p99" title="p99 latency, per service" yLabel="ms" series=${svcSeries(' ms')} data=${t.p99} height=${200} />`}
       ${lat.series[0].length >= 2 ? html`<${Chart} id="glance-push" title="Push latency, commit → ACK, every 2 s since this page opened"
         yLabel="ms" series=${[{ label: 'p50', unit: ' ms' }, { label: 'p99', unit: ' ms' }]} data=${[lat.series[0], lat.series[1], lat.series[2]]} height=${200} />`

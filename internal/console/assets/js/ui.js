@@ -103,7 +103,8 @@ export const color = i => palette[i % palette.length];
 // Chart draws data ([xs, ys1, ys2, ...]) with uPlot; series: [{label,
 // unit}], x in unix seconds. The chart is rebuilt when its series change
 // and given new data otherwise.
-export function Chart({ title, series, data, height = 220, bars = false, xTime = true, xLabels = null, yLabel = '', id }) {
+// percent: the y axis runs from 0 to at most 100.
+export function Chart({ title, series, data, height = 220, bars = false, xTime = true, xLabels = null, yLabel = '', percent = false, id }) {
   const box = useRef(null);
   const plot = useRef(null);
   // Few values (a window with calls in one step): draw them as points too.
@@ -113,8 +114,9 @@ export function Chart({ title, series, data, height = 220, bars = false, xTime =
     const el = box.current;
     const opts = {
       width: Math.max(el.clientWidth, 300), height,
-      scales: { x: { time: xTime } },
+      scales: { x: { time: xTime }, ...(percent ? { y: { range: (u, lo, hi) => [0, Math.min(100, Math.max(1, (hi || 0) * 1.1))] } } : {}) },
       legend: { live: true },
+      hooks: { draw: [u => { el.dataset.yMax = u.scales.y.max; }] }, // for the browser tests
       cursor: { drag: { x: false, y: false } },
       axes: [{ stroke: '#4b5563', grid: { stroke: '#e5e7eb' }, ...(xTime ? { values: timeTicks, incrs: timeIncrs, space: 70 } : {}) },
              { stroke: '#4b5563', grid: { stroke: '#e5e7eb' }, label: yLabel, size: 60 }],
