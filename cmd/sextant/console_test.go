@@ -385,7 +385,8 @@ func TestConsole(t *testing.T) {
 		b.Click(t, `#calls-services tr[data-service="default/stock"]`)
 		b.WaitTrue(t, 10*time.Second, "failing endpoint", fmt.Sprintf(`(() => { const r = document.querySelector('#calls-endpoints tr[data-endpoint="%s"]');
 			return r && r.children[3].textContent.startsWith('100%%') && r.classList.contains('flagged') === (Number(r.children[1].textContent) >= 10); })()`, s.failing.addr))
-		if top := browsertest.Eval[float64](t, b, `Number(document.querySelector('#calls-errors .chart-box').dataset.yMax || 0)`); !(top > 0 && top <= 100) {
+		b.WaitTrue(t, 5*time.Second, "error chart drawn", `Number(document.querySelector('#calls-errors .chart-box').dataset.yMax) > 0`)
+		if top := browsertest.Eval[float64](t, b, `Number(document.querySelector('#calls-errors .chart-box').dataset.yMax)`); top > 100 {
 			t.Errorf("the error rate's axis goes up to %v%%", top)
 		}
 		b.Layout(t, "calls.png")
