@@ -34,6 +34,7 @@ func TestConsoleScriptsInBrowser(t *testing.T) {
 		const push = await import('/ui/js/push.js');
 		const h = await import('/ui/js/hosts.js');
 		const cfg = await import('/ui/js/config.js');
+		const ui = await import('/ui/js/ui.js');
 		const text = [
 			'# leading comment',            // 1
 			'apiVersion: networking.istio.io/v1', // 2
@@ -92,6 +93,13 @@ func TestConsoleScriptsInBrowser(t *testing.T) {
 			{name: 'YAML 1.1 strings stay strings', got: cfg.toYAML({a: 'yes', b: 'on', c: 'no'}), want: 'a: "yes"\nb: "on"\nc: "no"\n'},
 			{name: 'map keys in brackets', got: y.problems({message: 'spec.http[0].match[0].headers[x-canary].exact: want a string, got a boolean'},
 				'spec:\n  http:\n  - match:\n    - headers:\n        x-canary:\n          exact: yes\n').map(p => p.line), want: [6]},
+			{name: 'counts', got: [ui.count(1, 'node'), ui.count(2, 'node'), ui.count(0, 'endpoint set'), ui.count(1, 'NACK'), ui.count(12000, 'call'), ui.count(2, 'is', 'are')],
+				want: ['1 node', '2 nodes', '0 endpoint sets', '1 NACK', '12,000 calls', '2 are']},
+			{name: 'one date format', got: [ui.when(new Date(2026, 10, 26, 9, 5, 7)), ui.when(new Date(2026, 0, 2, 23, 59, 0).getTime()), ui.when(null)],
+				want: ['2026-11-26 09:05:07', '2026-01-02 23:59:00', '–']},
+			{name: 'durations never wrap', got: [ui.fmtMs(12.5), ui.fmtMs(0.02), ui.fmtMs(2500), ui.ago(new Date(Date.now() - 5500)), ui.ago(new Date(Date.now() - 3 * 86400e3))].map(v => v.replace(/\u00a0/g, '_')),
+				want: ['12.5_ms', '20_µs', '2.5_s', '5_s_ago', '3_days_ago']},
+			{name: 'percentages', got: [ui.fmtPct(1, 3), ui.fmtPct(0, 5), ui.fmtPct(0, 0), ui.fmtPct(0.05, 1)], want: ['33.3%', '0%', '–', '5%']},
 			{name: 'hosts', got: [h.serviceOfHost('orders', 'prod'), h.serviceOfHost('orders.default.svc.cluster.local', 'prod'), h.serviceOfHost('a.b.default', 'x')],
 				want: [{namespace: 'prod', name: 'orders'}, {namespace: 'default', name: 'orders'}, {namespace: 'default', name: 'a.b'}]},
 		];
