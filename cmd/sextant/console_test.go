@@ -412,6 +412,32 @@ func TestConsole(t *testing.T) {
 		if browsertest.Eval[bool](t, b, `document.querySelector('main').textContent.includes('runs no scheduler') || !document.querySelector('#node-list')`) {
 			t.Fatalf("the placement page found no scheduler: %s", browsertest.Eval[string](t, b, `document.querySelector('main').textContent`))
 		}
+		// Try a placement against the real scheduler: a node takes it, and
+		// it is a dry run (nothing placed); one that fits nowhere is shown
+		// as a failure.
+		req, _ := http.NewRequest("PUT", s.base+"/v1/nodes/n-1", strings.NewReader(`{"apiVersion":"v1","kind":"Node","metadata":{"name":"n-1"},
+			"status":{"allocatable":{"cpu":"4","memory":"8Gi","pods":"110"}}}`))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("put node: %d", resp.StatusCode)
+		}
+		b.WaitTrue(t, 10*time.Second, "node shown", `document.querySelector('#node-list [data-node="n-1"]')`)
+		before := getJSON(t, s.base+"/v1/placements")
+		b.Click(t, "#try-run")
+		b.WaitTrue(t, 10*time.Second, "fits", `document.querySelector('#try-result.note #try-node') && document.querySelector('#try-node').textContent === 'n-1'`)
+		// Nothing written: no placement, and not even a revision taken by a
+		// placement deleted again.
+		if after := getJSON(t, s.base+"/v1/placements"); after != before || !strings.Contains(after, `"items":[]`) {
+			t.Errorf("a dry run wrote: placements %s, then %s", before, after)
+		}
+		b.SetInput(t, "#try-pod", "apiVersion: v1\nkind: Pod\nspec:\n  containers: [{name: a, resources: {requests: {cpu: '64'}}}]\n")
+		b.Click(t, "#try-run")
+		b.WaitTrue(t, 10*time.Second, "unschedulable", `document.querySelector('#try-result.error #try-reasons') && document.querySelector('#try-reasons').textContent.includes('Insufficient cpu')`)
 		b.NoProblems(t, "placement")
 	})
 
