@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"path/filepath"
 	"regexp"
@@ -87,6 +88,15 @@ func startConsoleStack(t *testing.T) *consoleStack {
 	if _, err := s.api.ApplyConfig(c, []byte(meshConfig), false); err != nil {
 		t.Fatal(err)
 	}
+	// The gateway listens once it has started, maybe after this point; a
+	// call before that is refused (and get fails the test).
+	waitTrue(t, 15*time.Second, func() bool {
+		c, err := net.Dial("tcp", proxy)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	})
 	// Config through the gateway: the header match reaches v2.
 	waitTrue(t, 15*time.Second, func() bool { return tally(t, proxy, 2, map[string]string{"x-canary": "yes"})["orders-b"] == 2 })
 	return s
