@@ -15,6 +15,7 @@ import (
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	leastrequestv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/load_balancing_policies/least_request/v3"
 	randomv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/load_balancing_policies/random/v3"
 	roundrobinv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/load_balancing_policies/round_robin/v3"
 	wrrlocalityv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/load_balancing_policies/wrr_locality/v3"
@@ -223,7 +224,10 @@ func Cluster(name string, p config.Policy) *clusterv3.Cluster {
 	case "", config.PolicyRoundRobin:
 		c.LbPolicy = clusterv3.Cluster_ROUND_ROBIN
 	case config.PolicyLeastRequest:
-		c.LbPolicy = clusterv3.Cluster_LEAST_REQUEST
+		// Not the legacy lb_policy enum: grpc-js-xds NACKs LEAST_REQUEST
+		// there ("load_balancing_policy unset and unsupported lb_policy").
+		// In the list, a client without least request skips to round robin.
+		c.LoadBalancingPolicy = lbPolicy(typed(&leastrequestv3.LeastRequest{}), wrrLocalityRoundRobin())
 	case config.PolicyRandom:
 		// grpc-go has no random policy: it skips to round robin.
 		c.LoadBalancingPolicy = lbPolicy(typed(&randomv3.Random{}), wrrLocalityRoundRobin())
