@@ -186,6 +186,7 @@ func TestMeshEndToEnd(t *testing.T) {
 	// The header match reaches v2 only, once the config is through.
 	canary := map[string]string{"x-canary": "yes"}
 	waitTrue(t, 10*time.Second, func() bool { return tally(t, proxy, 5, canary)["v2-a"] == 5 })
+	routed := time.Now() // from here on every call goes to a subset
 	if got := tally(t, proxy, 20, canary); got["v2-a"] != 20 {
 		t.Fatalf("x-canary: yes reached %v, want v2-a only", got)
 	}
@@ -205,11 +206,13 @@ func TestMeshEndToEnd(t *testing.T) {
 		t.Fatalf("after deregistering v1-b: %v", got)
 	}
 
-	// The call log: exactly the calls sent to v2-a, by counting them here.
+	// The call log: exactly the calls sent to v2-a, by counting them here,
+	// each naming the subset it was routed to.
 	sent := b1.calls.Load()
 	var calls struct {
 		Calls []struct {
 			Endpoint string `json:"endpoint"`
+			Subset   string `json:"subset"`
 			Status   int    `json:"status"`
 		} `json:"calls"`
 	}
@@ -231,6 +234,24 @@ func TestMeshEndToEnd(t *testing.T) {
 		}
 		return int64(n) == sent
 	})
+	resp, err := http.Get(fmt.Sprintf("http://%s/v1/calls?service=default/orders&from=%d&limit=10000", admin, routed.UnixMilli()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	calls.Calls = nil
+	if err := json.NewDecoder(resp.Body).Decode(&calls); err != nil {
+		t.Fatal(err)
+	}
+	subsets := map[string]string{a1.addr.String(): "v1", a2.addr.String(): "v1", b1.addr.String(): "v2"}
+	for _, c := range calls.Calls {
+		if c.Subset != subsets[c.Endpoint] {
+			t.Fatalf("call to %s recorded subset %q, want %q", c.Endpoint, c.Subset, subsets[c.Endpoint])
+		}
+	}
+	if len(calls.Calls) < 500 {
+		t.Fatalf("%d calls recorded since the routes settled, want at least 500", len(calls.Calls))
+	}
 }
 
 // TestMeshWithACLs: with ACLs on, the gateway needs its token to get its

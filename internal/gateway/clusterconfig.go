@@ -31,13 +31,16 @@ type clusterSpec struct {
 	eds     string // the ClusterLoadAssignment name (eds service_name or name); "" for STATIC
 	static  []hostSpec
 	service string // call-log partition
-	policy  policySpec
-	subset  *subset.Config // nil: no subset load balancing
-	eject   *balancer.EjectionConfig
-	connect time.Duration
-	h2c     bool
-	budget  retryBudget
-	raw     proto.Message
+	// subsetName is the subset the call records of this cluster name when
+	// the call had no metadata match (filter_metadata["sextant"].subset).
+	subsetName string
+	policy     policySpec
+	subset     *subset.Config // nil: no subset load balancing
+	eject      *balancer.EjectionConfig
+	connect    time.Duration
+	h2c        bool
+	budget     retryBudget
+	raw        proto.Message
 	// unsupported says why calls cannot be sent to this cluster (a type or
 	// policy the gateway does not implement); "" for a usable cluster.
 	unsupported string
@@ -72,8 +75,12 @@ func decodeCluster(c *cluster.Cluster) (*clusterSpec, error) {
 		return nil, fieldErr("name", "empty")
 	}
 	s.service = s.name
-	if v, ok := scalar(c.GetMetadata().GetFilterMetadata()[SextantMetadataKey].GetFields()["service"]); ok && v != "" {
+	md := c.GetMetadata().GetFilterMetadata()[SextantMetadataKey].GetFields()
+	if v, ok := scalar(md["service"]); ok && v != "" {
 		s.service = v
+	}
+	if v, ok := scalar(md["subset"]); ok {
+		s.subsetName = v
 	}
 	switch c.GetType() {
 	case cluster.Cluster_EDS:

@@ -26,6 +26,9 @@ func TestControlPlaneClusters(t *testing.T) {
 			if s.unsupported != "" || s.policy.name != tc.want {
 				t.Fatalf("policy %q (unsupported %q), want %q", s.policy.name, s.unsupported, tc.want)
 			}
+			if s.service != "default/orders" || s.subsetName != "v2" {
+				t.Fatalf("service %q, subset %q: want default/orders, v2", s.service, s.subsetName)
+			}
 		})
 	}
 }

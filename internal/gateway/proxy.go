@@ -209,6 +209,11 @@ func (g *Gateway) serve(ctx *fasthttp.RequestCtx) {
 	lat := time.Since(start)
 	c.m.observe(status, lat)
 	if g.rec != nil {
+		if mdKey == "" {
+			// A control plane that makes one cluster per subset (Sextant's,
+			// Istio's) routes with no metadata match: the cluster names it.
+			mdKey = c.spec.subsetName
+		}
 		g.rec.Record(calllog.Record{
 			Start:    start.UnixNano(),
 			Latency:  lat,

@@ -46,15 +46,17 @@ func ClusterName(svc config.ServiceKey, subset string, port uint32) string {
 	return n
 }
 
-// clusterService returns "namespace/service" of a cluster name.
-func clusterService(name string) (string, bool) {
+// clusterService returns "namespace/service" and the subset ("" for the
+// whole service) of a cluster name.
+func clusterService(name string) (service, subset string, ok bool) {
 	ns, rest, ok := strings.Cut(name, "/")
 	if !ok {
-		return "", false
+		return "", "", false
 	}
-	svc, _, _ := strings.Cut(rest, "/")
+	svc, subset, _ := strings.Cut(rest, "/")
 	svc, _, _ = strings.Cut(svc, ":")
-	return ns + "/" + svc, true
+	subset, _, _ = strings.Cut(subset, ":")
+	return ns + "/" + svc, subset, true
 }
 
 // RouteName names the route configuration of a service: "default/orders".
@@ -239,12 +241,14 @@ func Cluster(name string, p config.Policy) *clusterv3.Cluster {
 			TypeUrl: balancer.XDSTypeURL(p.LoadBalancer), Value: &structpb.Struct{},
 		}), wrrLocalityRoundRobin())
 	}
-	if svc, ok := clusterService(name); ok {
+	if svc, subset, ok := clusterService(name); ok {
 		// The service a proxy files its call records under, whatever the
-		// subset (docs/gateway.md).
-		c.Metadata = &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{
-			"sextant": {Fields: map[string]*structpb.Value{"service": structpb.NewStringValue(svc)}},
-		}}
+		// subset, and the subset its records name (docs/gateway.md).
+		md := &structpb.Struct{Fields: map[string]*structpb.Value{"service": structpb.NewStringValue(svc)}}
+		if subset != "" {
+			md.Fields["subset"] = structpb.NewStringValue(subset)
+		}
+		c.Metadata = &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{"sextant": md}}
 	}
 	if p.ConnectTimeout > 0 {
 		c.ConnectTimeout = durationpb.New(p.ConnectTimeout)
