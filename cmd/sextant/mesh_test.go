@@ -377,3 +377,58 @@ func TestMeshWithACLs(t *testing.T) {
 		}
 	}
 }
+
+// TestMeshDeadEndpoint: one of three registered endpoints has nothing
+// listening. With the control plane's defaults (Istio's retry policy:
+// connect failures retried twice on another host; outlier detection of
+// endpoints that cannot be reached), every call succeeds once the gateway
+// knows the three endpoints, and the dead one is ejected, as the gateway's
+// admin /metrics shows.
+func TestMeshDeadEndpoint(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end to end: server, gateway and upstreams")
+	}
+	ctx := context.Background()
+	api, proxy, admin := startMesh(t)
+	a, b := startUpstream(t, "a"), startUpstream(t, "b")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ln.Addr().(*net.TCPAddr)
+	ln.Close() // nothing listens there now: connections are refused
+	for id, addr := range map[string]*net.TCPAddr{"a": a.addr, "b": b.addr, "dead": dead} {
+		if _, err := api.Register(ctx, client.Instance{ID: id, Service: "orders", Host: "127.0.0.1", Port: addr.Port}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	series := func(addr *net.TCPAddr) string {
+		return fmt.Sprintf(`sextant_gateway_endpoint_ejected{cluster="default/orders",endpoint=%q}`, addr.String())
+	}
+	metrics := func() string {
+		resp, err := http.Get("http://" + admin + "/metrics")
+		if err != nil {
+			return ""
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return string(body)
+	}
+	// Warm-up: the gateway has the three endpoints (each has its series).
+	known := func(addr *net.TCPAddr) string {
+		return fmt.Sprintf(`sextant_gateway_endpoint_request_duration_seconds_count{cluster="default/orders",endpoint=%q}`, addr.String())
+	}
+	waitTrue(t, 10*time.Second, func() bool {
+		m := metrics()
+		return strings.Contains(m, known(a.addr)) && strings.Contains(m, known(b.addr)) && strings.Contains(m, known(dead))
+	})
+	got := tally(t, proxy, 90, nil)
+	if got["a"]+got["b"] != 90 || got["a"] == 0 || got["b"] == 0 {
+		t.Fatalf("with one of three endpoints dead, 90 calls reached %v, want all answered by a and b", got)
+	}
+	waitTrue(t, 10*time.Second, func() bool { return strings.Contains(metrics(), series(dead)+" 1") })
+	m := metrics()
+	if !strings.Contains(m, series(a.addr)+" 0") || !strings.Contains(m, series(b.addr)+" 0") {
+		t.Fatalf("live endpoints ejected:\n%s", m)
+	}
+}
