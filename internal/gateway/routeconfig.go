@@ -123,8 +123,8 @@ type retrySpec struct {
 	hostPicks int
 }
 
-// previousHostsPredicate is Envoy's retry host predicate that avoids the
-// hosts a call already tried; other predicates are ignored.
+// Envoy's retry host predicate that avoids the hosts a call already tried,
+// by name or by type; other predicates are ignored.
 const (
 	previousHostsName = "envoy.retry_host_predicates.previous_hosts"
 	previousHostsType = "type.googleapis.com/envoy.extensions.retry.host.previous_hosts.v3.PreviousHostsPredicate"
