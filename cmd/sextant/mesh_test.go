@@ -414,13 +414,18 @@ func TestMeshDeadEndpoint(t *testing.T) {
 		body, _ := io.ReadAll(resp.Body)
 		return string(body)
 	}
-	// Warm-up: the gateway has the three endpoints (each has its series).
+	// Warm-up: the gateway routes orders and has its three endpoints (each
+	// has its series).
 	known := func(addr *net.TCPAddr) string {
 		return fmt.Sprintf(`sextant_gateway_endpoint_request_duration_seconds_count{cluster="default/orders",endpoint=%q}`, addr.String())
 	}
 	waitTrue(t, 10*time.Second, func() bool {
 		m := metrics()
-		return strings.Contains(m, known(a.addr)) && strings.Contains(m, known(b.addr)) && strings.Contains(m, known(dead))
+		if !strings.Contains(m, known(a.addr)) || !strings.Contains(m, known(b.addr)) || !strings.Contains(m, known(dead)) {
+			return false
+		}
+		_, code := get(t, proxy, "orders", "/", nil)
+		return code == http.StatusOK
 	})
 	got := tally(t, proxy, 90, nil)
 	if got["a"]+got["b"] != 90 || got["a"] == 0 || got["b"] == 0 {
