@@ -1,7 +1,9 @@
 // Calls grpc.testing.TestService/UnaryCall through Node's own xDS client
 // (@grpc/grpc-js-xds): xds:///<argv[2]>, argv[3] calls, one at a time.
 // The bootstrap comes from GRPC_XDS_BOOTSTRAP_CONFIG. Prints
-// {"hosts": {"<hostname>": n}} and exits 0, or prints the error and exits 1.
+// {"hosts": {"<hostname>": n}}, or {"error": "..."} at the first failed
+// call, on one line, then stays connected until its stdin ends (so that the
+// test can look at the control plane's view of it) and exits.
 'use strict';
 const grpc = require('@grpc/grpc-js');
 require('@grpc/grpc-js-xds').register();
@@ -28,18 +30,24 @@ function hostname(buf) {
   return '';
 }
 
+// Exit explicitly: the shared xDS client would keep the process alive.
+function report(result) {
+  console.log(JSON.stringify(result));
+  process.stdin.on('end', () => process.exit(0)).resume();
+}
+
 const client = new grpc.Client(`xds:///${target}`, grpc.credentials.createInsecure());
 const hosts = {};
 function call(left) {
   if (left === 0) {
-    console.log(JSON.stringify({ hosts }));
-    process.exit(0); // the shared xDS client would keep the process alive
+    report({ hosts });
+    return;
   }
   client.makeUnaryRequest('/grpc.testing.TestService/UnaryCall', () => Buffer.alloc(0), b => b, {},
     new grpc.Metadata({ waitForReady: true }), { deadline: Date.now() + 10000 }, (err, res) => {
       if (err) {
-        console.log(`call ${count - left + 1}: ${err.message}`);
-        process.exit(1);
+        report({ error: `call ${count - left + 1}: ${err.message}` });
+        return;
       }
       const h = hostname(res);
       hosts[h] = (hosts[h] || 0) + 1;
