@@ -124,9 +124,7 @@ const leastRequestConfig = `
 apiVersion: networking.istio.io/v1
 kind: DestinationRule
 metadata: {name: orders}
-spec:
-  host: orders
-  trafficPolicy: {loadBalancer: {simple: LEAST_REQUEST}}
+spec: {host: orders, trafficPolicy: {loadBalancer: {simple: LEAST_REQUEST}}}
 `
 
 // TestLeastRequestInterop: a LEAST_REQUEST cluster is accepted by

@@ -70,7 +70,6 @@ apiVersion: networking.istio.io/v1
 kind: VirtualService
 metadata: {name: orders}
 spec:
-  hosts: [orders]
   http:
   - name: none
     match: [{uri: {prefix: /none}}]
@@ -86,6 +85,7 @@ spec:
   - name: attempts
     route: [{destination: {host: orders}}]
     retries: {attempts: 4}
+  hosts: [orders]
 `
 	objs, err := config.Decode([]byte(vs))
 	if err != nil {
