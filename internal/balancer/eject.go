@@ -69,8 +69,9 @@ func (c EjectionConfig) withDefaults() EjectionConfig {
 // detector: after ConsecutiveFailures failures in a row an endpoint is not
 // picked for BaseEjection x (number of recent ejections), capped at
 // MaxEjection; the multiplier decays by one per BaseEjection without an
-// ejection. now is the clock (nil: time.Now). Ejection state is keyed by
-// endpoint ID and survives rebuilds.
+// ejection. A picker over one endpoint picks it even while it is ejected.
+// now is the clock (nil: time.Now). Ejection state is keyed by endpoint ID
+// and survives rebuilds.
 func Eject(inner Policy, cfg EjectionConfig, now func() time.Time) Policy {
 	if now == nil {
 		now = time.Now
@@ -129,8 +130,12 @@ func (e *ejectPicker) Pick() (int, error) {
 	if len(e.states) == 0 {
 		return -1, ErrNoEndpoint
 	}
+	// A set of one is never emptied by ejection (Envoy's panic routing, at
+	// 0% of the set left): a lone endpoint that refused connections while
+	// it restarted takes calls as soon as it is back, not after its
+	// ejection. It is still counted as ejected (Ejected, metrics).
 	now := e.p.now().UnixNano()
-	if now >= e.p.until.Load() {
+	if now >= e.p.until.Load() || len(e.states) == 1 {
 		return e.inner.Pick()
 	}
 	// Some endpoint is ejected: ask the inner picker again, bounded; each

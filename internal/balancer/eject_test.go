@@ -165,3 +165,28 @@ func TestEjectionSplitLocalOrigin(t *testing.T) {
 		})
 	}
 }
+
+// TestEjectionNeverEmptiesASetOfOne: a lone endpoint is counted as ejected
+// but still picked, so that it takes calls as soon as it answers again
+// (it refused connections while it restarted) instead of after its
+// ejection; in a larger set it is avoided.
+func TestEjectionNeverEmptiesASetOfOne(t *testing.T) {
+	clk := newFakeClock()
+	pol, err := New("round_robin", WithClock(clk.now), WithOutlierEjection(EjectionConfig{
+		SplitLocalOrigin: true, ConsecutiveLocalOriginFailures: 2, NoConsecutiveFailures: true}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lone := pol.Build(eps(1))
+	lone.Done(0, 0, Unreachable)
+	lone.Done(0, 0, Unreachable)
+	if got := pol.(EjectedLister).Ejected(); !slices.Equal(got, []string{"a"}) {
+		t.Fatalf("Ejected() = %v, want [a]", got)
+	}
+	if got := picks(lone, 10); got[0] != 10 {
+		t.Fatalf("lone ejected endpoint: picks %v, want all 10", got)
+	}
+	if got := picks(pol.Build(eps(1, 1)), 10); got[0] != 0 || got[1] != 10 {
+		t.Fatalf("ejected endpoint beside another: picks %v, want all 10 to the other", got)
+	}
+}
