@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/sextant-mesh/sextant/client"
 )
 
 // callsFlags are the flags of "sextant calls": which gateway, which calls.
@@ -63,18 +65,11 @@ last --since (default 15m) up to now.`,
 			if f.limit > 0 {
 				q.Set("limit", fmt.Sprint(f.limit))
 			}
+			// The gateway's own types: a field the table shows cannot drift
+			// from the key the gateway writes.
 			var out struct {
-				Calls []struct {
-					Start     time.Time `json:"start"`
-					LatencyUs int64     `json:"latency_us"`
-					Subset    string    `json:"subset"`
-					Endpoint  string    `json:"endpoint"`
-					Status    int       `json:"status"`
-					Retries   int       `json:"retries"`
-					Reason    string    `json:"reason"`
-					BytesOut  uint32    `json:"bytes_out"`
-				} `json:"calls"`
-				Truncated bool `json:"truncated"`
+				Calls     []client.Call `json:"calls"`
+				Truncated bool          `json:"truncated"`
 			}
 			raw, err := f.get("/v1/calls", q, &out)
 			if err != nil {
@@ -89,7 +84,7 @@ last --since (default 15m) up to now.`,
 			fmt.Fprintln(tw, "START\tLATENCY\tSTATUS\tENDPOINT\tSUBSET\tRETRIES\tBYTES\tREASON")
 			for _, c := range out.Calls {
 				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%d\t%d\t%s\n", c.Start.Local().Format("15:04:05.000"),
-					time.Duration(c.LatencyUs)*time.Microsecond, c.Status, dash(c.Endpoint), dash(c.Subset), c.Retries, c.BytesOut, dash(c.Reason))
+					time.Duration(c.LatencyUs)*time.Microsecond, c.Status, orDash(c.Endpoint), orDash(c.Subset), c.Retries, c.BytesOut, orDash(c.Reason))
 			}
 			if err := tw.Flush(); err != nil {
 				return err
@@ -116,12 +111,9 @@ last --since (default 15m) up to now.`,
 			}
 			set(q, "step", f.step)
 			var out struct {
-				Count, Errors int64
-				Steps         []struct {
-					Start                      time.Time
-					Count, Errors              int64
-					AvgMs, P50Ms, P90Ms, P99Ms float64
-				}
+				Count  int64             `json:"count"`
+				Errors int64             `json:"errors"`
+				Steps  []client.CallStep `json:"steps"`
 			}
 			raw, err := f.get("/v1/calls/stats", q, &out)
 			if err != nil {
@@ -195,11 +187,4 @@ func set(q url.Values, k, v string) {
 	if v != "" {
 		q.Set(k, v)
 	}
-}
-
-func dash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
 }
