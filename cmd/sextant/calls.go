@@ -32,9 +32,12 @@ func newCallsCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "calls",
 		Short: "Query a gateway's call log (calls and per-step statistics)",
-		Long: `Query the call log of a running gateway through its admin API.
+		Long: `Query the call log of a running gateway through its admin API
+(--gateway, default http://127.0.0.1:7403: the address of the gateway's
+--admin flag).
 
-Times are RFC 3339 or unix milliseconds; without --from, the window is the
+--service names the service called: prod/orders, or orders for
+default/orders. Times are RFC 3339 or unix milliseconds; without --from, the window is the
 last --since (default 15m) up to now.`,
 	}
 	def := os.Getenv("SEXTANT_GATEWAY_ADMIN")
@@ -44,7 +47,7 @@ last --since (default 15m) up to now.`,
 	pf := cmd.PersistentFlags()
 	pf.StringVar(&f.admin, "gateway", def, "gateway admin URL (env SEXTANT_GATEWAY_ADMIN)")
 	pf.StringVarP(&f.output, "output", "o", "table", "output format: table or json")
-	pf.StringVar(&f.service, "service", "", "service (required)")
+	pf.StringVar(&f.service, "service", "", `service: NAMESPACE/NAME, or NAME in namespace "default" (required)`)
 	pf.StringVar(&f.endpoint, "endpoint", "", "only calls to this endpoint (host:port)")
 	pf.DurationVar(&f.since, "since", 15*time.Minute, "window length ending now, when --from is not given")
 	pf.StringVar(&f.from, "from", "", "window start")
@@ -146,7 +149,11 @@ func (f *callsFlags) window() (url.Values, error) {
 	if f.service == "" {
 		return nil, fmt.Errorf("--service is required")
 	}
-	q := url.Values{"service": {f.service}}
+	ns, name, err := client.ParseService(f.service, "")
+	if err != nil {
+		return nil, fmt.Errorf("--service: %w", err)
+	}
+	q := url.Values{"service": {ns + "/" + name}}
 	set(q, "endpoint", f.endpoint)
 	to := f.to
 	if to == "" {

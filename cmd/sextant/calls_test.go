@@ -18,7 +18,7 @@ import (
 )
 
 // sextant calls list|stats against a real gateway admin API over a real
-// call log.
+// call log; --service orders is default/orders, as the gateway files it.
 func TestCallsCommands(t *testing.T) {
 	lg, err := calllog.Open(calllog.Options{Dir: t.TempDir()})
 	if err != nil {
@@ -28,10 +28,10 @@ func TestCallsCommands(t *testing.T) {
 	now := time.Now()
 	for i := range 5 {
 		lg.Record(calllog.Record{Start: now.Add(-time.Duration(5-i) * time.Second).UnixNano(), Latency: time.Duration(i+1) * time.Millisecond,
-			Service: "orders", Cluster: "orders", Endpoint: "10.0.0.1:80", Subset: "version=v1", Status: 200, BytesOut: 10})
+			Service: "default/orders", Cluster: "default/orders", Endpoint: "10.0.0.1:80", Subset: "version=v1", Status: 200, BytesOut: 10})
 	}
-	lg.Record(calllog.Record{Start: now.Add(-time.Second).UnixNano(), Latency: 50 * time.Millisecond, Service: "orders",
-		Cluster: "orders", Status: 503, Reason: calllog.ReasonShed})
+	lg.Record(calllog.Record{Start: now.Add(-time.Second).UnixNano(), Latency: 50 * time.Millisecond, Service: "default/orders",
+		Cluster: "default/orders", Status: 503, Reason: calllog.ReasonShed})
 	srv := httptest.NewServer(gateway.New(gateway.Options{}).AdminHandler(lg))
 	defer srv.Close()
 	run := func(args ...string) (string, error) {
@@ -73,6 +73,9 @@ func TestCallsCommands(t *testing.T) {
 	}
 	if _, err := run("calls", "list"); err == nil || !strings.Contains(err.Error(), "--service") {
 		t.Fatalf("missing --service: %v", err)
+	}
+	if _, err := run("calls", "stats", "--service", "a/b/c"); err == nil || !strings.Contains(err.Error(), `--service: client: bad service "a/b/c"`) {
+		t.Fatalf("bad --service: %v", err)
 	}
 	if _, err := run("calls", "list", "--service", "orders", "--from", "yesterday"); err == nil || !strings.Contains(err.Error(), "from") {
 		t.Fatalf("bad --from: %v", err)

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/sextant-mesh/sextant/client"
 	"github.com/sextant-mesh/sextant/internal/calllog"
 	"github.com/sextant-mesh/sextant/internal/gateway/xdsclient"
 )
@@ -214,7 +216,7 @@ func (g *Gateway) serveConfig(w http.ResponseWriter, _ *http.Request) {
 
 func serveCalls(w http.ResponseWriter, r *http.Request, log *calllog.Log) {
 	p := params{q: r.URL.Query()}
-	cq := calllog.Query{Service: p.q.Get("service"), Endpoint: p.q.Get("endpoint"),
+	cq := calllog.Query{Service: p.service(log), Endpoint: p.q.Get("endpoint"),
 		From: p.time("from"), To: p.time("to"), MinLatency: p.latency("min_latency"),
 		MaxLatency: p.latency("max_latency"), Limit: p.int("limit")}
 	if !p.ok(w) || !flushed(w, log) {
@@ -233,8 +235,8 @@ func serveCalls(w http.ResponseWriter, r *http.Request, log *calllog.Log) {
 
 // statsQuery reads a stats query's parameters: the window defaults to the
 // last hour.
-func statsQuery(p *params) calllog.StatsQuery {
-	sq := calllog.StatsQuery{Service: p.q.Get("service"), Endpoint: p.q.Get("endpoint"),
+func statsQuery(p *params, log *calllog.Log) calllog.StatsQuery {
+	sq := calllog.StatsQuery{Service: p.service(log), Endpoint: p.q.Get("endpoint"),
 		From: p.time("from"), To: p.time("to"), Step: p.duration("step")}
 	if sq.To.IsZero() {
 		sq.To = time.Now()
@@ -247,7 +249,7 @@ func statsQuery(p *params) calllog.StatsQuery {
 
 func serveStats(w http.ResponseWriter, r *http.Request, log *calllog.Log) {
 	p := params{q: r.URL.Query()}
-	sq := statsQuery(&p)
+	sq := statsQuery(&p, log)
 	if !p.ok(w) || !flushed(w, log) {
 		return
 	}
@@ -269,7 +271,7 @@ func serveStats(w http.ResponseWriter, r *http.Request, log *calllog.Log) {
 // service over a window: a dead endpoint among live ones shows here.
 func serveEndpoints(w http.ResponseWriter, r *http.Request, log *calllog.Log) {
 	p := params{q: r.URL.Query()}
-	sq := statsQuery(&p)
+	sq := statsQuery(&p, log)
 	if !p.ok(w) || !flushed(w, log) {
 		return
 	}
@@ -294,6 +296,24 @@ func (p *params) keep(err error) {
 	if p.err == nil {
 		p.err = err
 	}
+}
+
+// service reads the service parameter: "namespace/name", or a bare name
+// in namespace default (client.ParseService, as the CLI reads it), so that
+// "orders" finds the calls filed under "default/orders". A call-log
+// partition of exactly the given name (a cluster of another control plane,
+// filed under its name) is taken as it is.
+func (p *params) service(log *calllog.Log) string {
+	v := p.q.Get("service")
+	if v == "" || slices.Contains(log.Services(), v) {
+		return v
+	}
+	ns, name, err := client.ParseService(v, "")
+	if err != nil {
+		p.keep(fmt.Errorf("service: %q: want NAME (in namespace default) or NAMESPACE/NAME", v))
+		return v
+	}
+	return ns + "/" + name
 }
 
 func (p *params) time(name string) time.Time {
