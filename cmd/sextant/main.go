@@ -30,6 +30,13 @@ Run "sextant server" to start the registry, then use the client commands
 var benchCmd = &cobra.Command{
 	Use:   "bench",
 	Short: "Measure a part of Sextant and print one JSON object of figures",
+	Long: `Measure one part of Sextant on this machine and print one JSON object of
+figures, each named with its unit (register_per_s, p99_ms, rss_bytes), with
+progress on stderr. Most parts run what they measure in this process, on
+loopback; "registry" and "scheduler --server" load a server you started.
+The load generator shares the machine with what it measures: compare
+figures within one run or between runs on the same machine.
+docs/benchmarks.md holds the figures of record and the command of each.`,
 }
 
 func init() {
