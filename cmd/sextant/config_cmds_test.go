@@ -94,3 +94,30 @@ func TestConfigListTableMatchesJSON(t *testing.T) {
 		}
 	}
 }
+
+// config apply prints the server's warnings under each object, in a dry run
+// and an apply alike: here a host naming a service with no instances.
+func TestConfigApplyPrintsWarnings(t *testing.T) {
+	url := apitest.Start(t).URL
+	vs := `apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: orders}
+spec:
+  hosts: [ordrs]
+  http:
+  - route: [{destination: {host: ordrs}}]
+`
+	for _, args := range [][]string{{"--dry-run"}, nil} {
+		out, err := runConfig(t, url, vs, append([]string{"config", "apply", "-f", "-"}, args...)...)
+		if err != nil {
+			t.Fatalf("%v: %v\n%s", args, err, out)
+		}
+		want := `virtualservice default/orders created` + map[bool]string{true: " (dry run)"}[len(args) > 0] + `
+  warning: spec.hosts[0]: "ordrs" names service default/ordrs, which has no registered instances (a typo? calls to it fail until it has some)
+  warning: spec.http[0].route[0].destination.host: "ordrs" names service default/ordrs, which has no registered instances (a typo? calls to it fail until it has some)
+`
+		if !strings.HasPrefix(out, want) {
+			t.Fatalf("%v: got\n%s\nwant\n%s", args, out, want)
+		}
+	}
+}
