@@ -4,10 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
-	"os"
-	"path/filepath"
-	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -218,76 +214,4 @@ func splitConfigRef(s string) (kind, ns, name string, err error) {
 		return parts[0], parts[1], parts[2], nil
 	}
 	return "", "", "", fmt.Errorf("%q: want KIND/NAMESPACE/NAME, e.g. vs/default/orders", s)
-}
-
-// readConfigFiles joins the documents of files (a directory: its YAML and
-// JSON files in name order; -: stdin) into one YAML stream.
-func readConfigFiles(stdin io.Reader, files []string) ([]byte, error) {
-	docs, err := readFiles(stdin, files)
-	if err != nil {
-		return nil, err
-	}
-	if len(docs) == 0 {
-		return nil, fmt.Errorf("config apply: the files hold no documents")
-	}
-	// JSON is YAML: one stream of documents separated by "---".
-	return bytes.Join(docs, []byte("\n---\n")), nil
-}
-
-// readFiles reads the non-empty files of files (a directory: its YAML and
-// JSON files in name order; -: stdin), in order.
-func readFiles(stdin io.Reader, files []string) ([][]byte, error) {
-	var docs [][]byte
-	read := func(name string, r io.Reader) error {
-		b, err := io.ReadAll(r)
-		if err != nil {
-			return fmt.Errorf("read %s: %w", name, err)
-		}
-		if len(bytes.TrimSpace(b)) > 0 {
-			docs = append(docs, b)
-		}
-		return nil
-	}
-	for _, f := range files {
-		if f == "-" {
-			if err := read("standard input", stdin); err != nil {
-				return nil, err
-			}
-			continue
-		}
-		st, err := os.Stat(f)
-		if err != nil {
-			return nil, err
-		}
-		names := []string{f}
-		if st.IsDir() {
-			entries, err := os.ReadDir(f)
-			if err != nil {
-				return nil, err
-			}
-			names = names[:0]
-			for _, e := range entries {
-				ext := strings.ToLower(filepath.Ext(e.Name()))
-				if !e.IsDir() && (ext == ".yaml" || ext == ".yml" || ext == ".json") {
-					names = append(names, filepath.Join(f, e.Name()))
-				}
-			}
-			slices.Sort(names)
-			if len(names) == 0 {
-				return nil, fmt.Errorf("%s: no .yaml, .yml or .json files", f)
-			}
-		}
-		for _, n := range names {
-			fh, err := os.Open(n)
-			if err != nil {
-				return nil, err
-			}
-			err = read(n, fh)
-			fh.Close()
-			if err != nil {
-				return nil, err
-			}
-		}
-	}
-	return docs, nil
 }

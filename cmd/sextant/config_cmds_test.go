@@ -1,30 +1,16 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/spf13/cobra"
-
 	"github.com/sextant-mesh/sextant/internal/httpapi/apitest"
 )
-
-// runConfig runs a fresh "sextant config" with args against the server at
-// url and returns its output (stdout and stderr).
-func runConfig(t *testing.T, url, stdin string, args ...string) (string, error) {
-	t.Helper()
-	root := &cobra.Command{Use: "sextant", SilenceUsage: true, SilenceErrors: true}
-	root.AddCommand(newConfigCmd())
-	var out bytes.Buffer
-	root.SetOut(&out)
-	root.SetErr(&out)
-	root.SetIn(strings.NewReader(stdin))
-	root.SetArgs(append(args, "--server", url))
-	err := root.Execute()
-	return out.String(), err
-}
 
 const cliRouting = `apiVersion: networking.istio.io/v1
 kind: DestinationRule
@@ -48,10 +34,10 @@ spec:
 // holds under the keys it answers.
 func TestConfigListTableMatchesJSON(t *testing.T) {
 	url := apitest.Start(t).URL
-	if out, err := runConfig(t, url, cliRouting, "config", "apply", "-f", "-"); err != nil {
+	if out, err := runOn(t, url, cliRouting, "config", "apply", "-f", "-"); err != nil {
 		t.Fatalf("apply: %v\n%s", err, out)
 	}
-	js, err := runConfig(t, url, "", "config", "list", "-o", "json")
+	js, err := runOn(t, url, "", "config", "list", "-o", "json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +56,7 @@ func TestConfigListTableMatchesJSON(t *testing.T) {
 	if err := json.Unmarshal([]byte(js), &list); err != nil {
 		t.Fatal(err)
 	}
-	table, err := runConfig(t, url, "", "config", "list")
+	table, err := runOn(t, url, "", "config", "list")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +94,7 @@ spec:
   - route: [{destination: {host: ordrs}}]
 `
 	for _, args := range [][]string{{"--dry-run"}, nil} {
-		out, err := runConfig(t, url, vs, append([]string{"config", "apply", "-f", "-"}, args...)...)
+		out, err := runOn(t, url, vs, append([]string{"config", "apply", "-f", "-"}, args...)...)
 		if err != nil {
 			t.Fatalf("%v: %v\n%s", args, err, out)
 		}
@@ -119,5 +105,62 @@ spec:
 		if !strings.HasPrefix(out, want) {
 			t.Fatalf("%v: got\n%s\nwant\n%s", args, out, want)
 		}
+	}
+}
+
+// Each command that reads manifests names what an object of another kind
+// is and where it goes, and a YAML syntax error's file and line, before
+// anything is sent; the server says the same for other clients
+// (internal/config, internal/placement).
+func TestManifestErrorsNameFileAndKind(t *testing.T) {
+	url := apitest.Start(t).URL
+	dir := t.TempDir()
+	write := func(name, text string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	routing := write("routing.yaml", cliRouting)
+	pods := write("pods.yaml", cliPods)
+	nodes := write("nodes.yaml", cliNodes)
+	broken := write("broken.yaml", "# a comment\n---\n"+strings.Replace(cliRouting, "  host: orders\n", "  host: orders\n bad: 1\n", 1))
+	run := func(args ...string) error {
+		t.Helper()
+		_, err := runOn(t, url, "", args...)
+		return err
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"place", "-f", routing},
+			`place: ` + routing + ` (document 1): this is a DestinationRule (networking.istio.io/v1), not a Pod: routing config goes to "sextant config apply" (POST /v1/config:apply)`},
+		{[]string{"nodes", "apply", "-f", pods},
+			`nodes apply: ` + pods + ` (document 1): this is a Pod (v1), not a Node: Pods go to "sextant place" (POST /v1/placements)`},
+		{[]string{"place", "-f", nodes},
+			`place: ` + nodes + ` (document 1): this is a Node (v1), not a Pod: Nodes go to "sextant nodes apply" (POST /v1/nodes)`},
+		{[]string{"config", "apply", "-f", routing, "-f", pods},
+			`config apply: ` + pods + ` (document 1): this is a Pod (v1), not a VirtualService or DestinationRule: Pods go to "sextant place" (POST /v1/placements)`},
+		{[]string{"config", "apply", "-f", routing, "-f", broken},
+			`config apply: ` + broken + `: not YAML or JSON: line 8: did not find expected key`},
+		{[]string{"place", "-f", broken},
+			`place: ` + broken + `: not YAML or JSON: line 8: did not find expected key`},
+	} {
+		err := run(c.args...)
+		if err == nil || err.Error() != c.want {
+			t.Errorf("%v:\n got %v\nwant %s", c.args, err, c.want)
+		}
+	}
+	// The server words it the same way for a body sent as is.
+	resp, err := http.Post(url+"/v1/placements", "application/yaml", strings.NewReader(cliRouting[:strings.Index(cliRouting, "---")]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 400 || !strings.Contains(string(b), `this is a DestinationRule (networking.istio.io/v1), not a Pod or a List of them: routing config goes to`) {
+		t.Fatalf("POST /v1/placements of a DestinationRule: %d %s", resp.StatusCode, b)
 	}
 }

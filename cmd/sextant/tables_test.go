@@ -21,11 +21,15 @@ import (
 // answer must come back under the same path.
 func TestClientTypesKeepServerAnswers(t *testing.T) {
 	url := apitest.Start(t).URL
+	nodes, err := readObjects(strings.NewReader(cliNodes), []string{"-"}, "nodes", "Node")
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, w := range []struct{ method, path, ctype, body string }{
 		{"POST", "/v1/instances", "application/json", `{"instances":[
 			{"service":"orders","host":"10.0.0.1","port":8080,"protocol":"http","version":"v2","weight":7,"metadata":{"zone":"z1"},"ttl_seconds":30},
 			{"namespace":"prod","service":"pay","host":"10.0.0.2","port":9090,"isolated":true}]}`},
-		{"POST", "/v1/nodes", "application/yaml", cliNodes},
+		{"POST", "/v1/nodes", "application/json", string(nodes)},
 		{"POST", "/v1/placements", "application/json", `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"web-0","labels":{"app":"web"}},
 			"spec":{"containers":[{"name":"c","resources":{"requests":{"cpu":"1500m","memory":"1Gi"}}}]}}`},
 	} {

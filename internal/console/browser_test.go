@@ -10,9 +10,33 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sextant-mesh/sextant/internal/config"
 	"github.com/sextant-mesh/sextant/internal/console"
 	"github.com/sextant-mesh/sextant/internal/console/browsertest"
 )
+
+// syntaxText and parserText are not YAML: go-yaml's scanner finds the
+// first's problem (line 8, in document 2), its parser the second's (line 6).
+const (
+	syntaxText = "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: a}\nspec: {host: a}\n---\nb: 2\nx: 1\nc: d: e\n"
+	parserText = "---\napiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata:\n  name: a\n bad: 1\n"
+)
+
+// syntaxMessage is the message the API answers for text (config.Decode's,
+// as internal/httpapi passes it on), as a JS string literal.
+func syntaxMessage(t *testing.T, text string) string {
+	t.Helper()
+	_, err := config.Decode([]byte(text))
+	if err == nil {
+		t.Fatalf("%q decodes", text)
+	}
+	return jsString(strings.TrimPrefix(err.Error(), "config: "))
+}
+
+func jsString(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}
 
 // The console's own logic, run where it runs: in Chromium, on the module
 // files as served. (The pages against the real server: cmd/sextant's
@@ -70,7 +94,8 @@ func TestConsoleScriptsInBrowser(t *testing.T) {
 			'  document 2: spec.missing.deeper: required'};
 		const probs = y.problems(err, text);
 		const single = y.problems({field: 'spec.hosts[0]', message: 'spec.hosts[0]: "*": wildcards are not supported'}, 'kind: VirtualService\nspec:\n  hosts:\n  - "*"\n');
-		const syntax = y.problems({field: '', message: 'document 2: not YAML or JSON: error converting YAML to JSON: yaml: line 2: mapping values are not allowed in this context'}, 'a: 1\n---\nb: 2\nc: d: e\n');
+		const syntax = y.problems({field: '', message: `+syntaxMessage(t, syntaxText)+`}, `+jsString(syntaxText)+`);
+		const parser = y.problems({field: '', message: `+syntaxMessage(t, parserText)+`}, `+jsString(parserText)+`);
 		const diff = d.diffLines('a\nb\nc\nd', 'a\nB\nc\nd\ne').map(l => l.op + l.text).join('|');
 		const hist = push.parseHistograms('# HELP x\nsextant_push_acked_seconds_bucket{type="clusters",le="0.001"} 2\nsextant_push_acked_seconds_bucket{type="clusters",le="0.002"} 4\nsextant_push_acked_seconds_bucket{type="clusters",le="+Inf"} 4\nsextant_push_acked_seconds_count{type="clusters"} 4\nsextant_push_acked_seconds_bucket{type="routes",le="0.001"} 0\nsextant_push_acked_seconds_bucket{type="routes",le="0.002"} 0\nsextant_push_acked_seconds_bucket{type="routes",le="+Inf"} 4\nsextant_push_acked_seconds_count{type="routes"} 4\n', ['sextant_push_acked_seconds']).sextant_push_acked_seconds;
 		return [
@@ -78,7 +103,8 @@ func TestConsoleScriptsInBrowser(t *testing.T) {
 			{name: 'document numbers', got: probs.map(p => p.doc), want: [1, 2, 2, 2, 2]},
 			{name: 'paths', got: probs[1].path, want: 'metadata.annotations.sextant.io/load-balancer'},
 			{name: 'single document', got: single.map(p => [p.line, p.message]), want: [[4, '"*": wildcards are not supported']]},
-			{name: 'yaml syntax line', got: syntax[0].line, want: 4},
+			{name: 'yaml syntax line', got: syntax.map(p => [p.line, p.doc]), want: [[8, 2]]},
+			{name: 'yaml parser error line', got: parser[0].line, want: 6},
 			{name: 'documents split as the server does', got: y.splitDocs(text).map(d => d.start), want: [0, 13]},
 			{name: 'diff', got: diff, want: ' a|-b|+B| c| d|+e'},
 			{name: 'quantities', got: ['500m', '2', '1Gi', '1.5k', '2e3', 'x'].map(p.quantity), want: [0.5, 2, 1073741824, 1500, 2000, null]},
