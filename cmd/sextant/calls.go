@@ -37,8 +37,8 @@ func newCallsCmd() *cobra.Command {
 --admin flag).
 
 --service names the service called: prod/orders, or orders for
-default/orders. Times are RFC 3339 or unix milliseconds; without --from, the window is the
-last --since (default 15m) up to now.`,
+default/orders. Times are RFC 3339 or unix milliseconds; without --from,
+the window is the last --since (default 15m) up to now.`,
 	}
 	def := os.Getenv("SEXTANT_GATEWAY_ADMIN")
 	if def == "" {

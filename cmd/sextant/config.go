@@ -35,7 +35,13 @@ outside it is refused with its path ("not supported"), never ignored
 and *.json files, in name order; -: standard input) in one atomic request:
 all objects are written or none. An object that is already stored as given is
 unchanged. With --dry-run nothing is written: the answer says what would be
-created or configured and which xDS resources would change.`,
+created or configured and which xDS resources would change.
+
+Each document is checked here first: a YAML syntax error names its file and
+line, an object of another kind (a Pod, a Node) what it is. Warnings (a
+host naming a service with no instances, a route to a subset no
+DestinationRule defines, an object shadowed by another for the same host)
+are printed under their object; they do not stop the apply.`,
 		Example: `  sextant config apply -f routing.yaml
   sextant config apply -f ./config/ --dry-run
   cat vs.yaml | sextant config apply -f -`,

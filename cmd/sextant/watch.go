@@ -29,7 +29,7 @@ func newWatchCmd() *cobra.Command {
 		f     *clientFlags
 	)
 	cmd := &cobra.Command{
-		Use:   "watch NAMESPACE/SERVICE",
+		Use:   "watch [NAMESPACE/]SERVICE",
 		Short: "Follow a service and print each change as it happens",
 		Long: `Follow one service with blocking queries and print each change as it
 arrives: the instances added (+), removed (-) and changed (~, with what
