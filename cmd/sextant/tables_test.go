@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/sextant-mesh/sextant/client"
+	"github.com/sextant-mesh/sextant/internal/acl"
 	"github.com/sextant-mesh/sextant/internal/httpapi/apitest"
 )
 
@@ -45,10 +46,7 @@ func TestClientTypesKeepServerAnswers(t *testing.T) {
 			t.Fatalf("%s %s: %d %s", w.method, w.path, resp.StatusCode, b)
 		}
 	}
-	for _, c := range []struct {
-		path string
-		into any // the type the command decodes the answer into
-	}{
+	checkKept(t, url, "", []keptCase{
 		{"/v1/instances", &client.ListResult{}},                                     // instances list
 		{"/v1/namespaces", &client.NamespacesResult{}},                              // services list
 		{"/v1/namespaces/default/services", &client.ServicesResult{}},               // services list
@@ -57,8 +55,41 @@ func TestClientTypesKeepServerAnswers(t *testing.T) {
 		{"/v1/nodes/node-a", &client.NodeItem{}},                                    // nodes get
 		{"/v1/placements", &client.PlacementList{}},                                 // placements list
 		{"/v1/placements/default/web-0", &client.Placement{}},                       // placements get
-	} {
-		resp, err := http.Get(url + c.path)
+	})
+
+	// The acl tables, on a server with ACLs.
+	sec := apitest.StartWith(t, apitest.Options{ACL: acl.Options{Enabled: true}})
+	resp, err := http.Post(sec.URL+"/v1/acl/bootstrap", "application/json", strings.NewReader(`{"description":"tables"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var boot aclToken
+	err = json.NewDecoder(resp.Body).Decode(&boot)
+	resp.Body.Close()
+	if err != nil || boot.Secret == "" {
+		t.Fatalf("bootstrap: %v %+v", err, boot)
+	}
+	checkKept(t, sec.URL, boot.Secret, []keptCase{
+		{"/v1/acl/tokens", &tokenList{}},    // acl token list
+		{"/v1/acl/policies", &policyList{}}, // acl policy list
+	})
+}
+
+type keptCase struct {
+	path string
+	into any // the type the command decodes the answer into
+}
+
+// checkKept GETs each case's path (with token, if any) and checks that its
+// type keeps every value of the answer.
+func checkKept(t *testing.T, url, token string, cases []keptCase) {
+	t.Helper()
+	for _, c := range cases {
+		req, _ := http.NewRequest("GET", url+c.path, nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
