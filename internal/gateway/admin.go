@@ -215,11 +215,15 @@ func (g *Gateway) serveConfig(w http.ResponseWriter, _ *http.Request) {
 }
 
 func serveCalls(w http.ResponseWriter, r *http.Request, log *calllog.Log) {
+	// Flushed first: the service is resolved against the partitions.
+	if !flushed(w, log) {
+		return
+	}
 	p := params{q: r.URL.Query()}
 	cq := calllog.Query{Service: p.service(log), Endpoint: p.q.Get("endpoint"),
 		From: p.time("from"), To: p.time("to"), MinLatency: p.latency("min_latency"),
 		MaxLatency: p.latency("max_latency"), Limit: p.int("limit")}
-	if !p.ok(w) || !flushed(w, log) {
+	if !p.ok(w) {
 		return
 	}
 	calls, truncated, err := log.Calls(cq)
@@ -234,7 +238,7 @@ func serveCalls(w http.ResponseWriter, r *http.Request, log *calllog.Log) {
 }
 
 // statsQuery reads a stats query's parameters: the window defaults to the
-// last hour.
+// last hour. Call it once the log is flushed (see serveCalls).
 func statsQuery(p *params, log *calllog.Log) calllog.StatsQuery {
 	sq := calllog.StatsQuery{Service: p.service(log), Endpoint: p.q.Get("endpoint"),
 		From: p.time("from"), To: p.time("to"), Step: p.duration("step")}
@@ -248,9 +252,12 @@ func statsQuery(p *params, log *calllog.Log) calllog.StatsQuery {
 }
 
 func serveStats(w http.ResponseWriter, r *http.Request, log *calllog.Log) {
+	if !flushed(w, log) {
+		return
+	}
 	p := params{q: r.URL.Query()}
 	sq := statsQuery(&p, log)
-	if !p.ok(w) || !flushed(w, log) {
+	if !p.ok(w) {
 		return
 	}
 	steps, err := log.Stats(sq)
@@ -270,9 +277,12 @@ func serveStats(w http.ResponseWriter, r *http.Request, log *calllog.Log) {
 // serveEndpoints answers per-endpoint counts, errors and latency of a
 // service over a window: a dead endpoint among live ones shows here.
 func serveEndpoints(w http.ResponseWriter, r *http.Request, log *calllog.Log) {
+	if !flushed(w, log) {
+		return
+	}
 	p := params{q: r.URL.Query()}
 	sq := statsQuery(&p, log)
-	if !p.ok(w) || !flushed(w, log) {
+	if !p.ok(w) {
 		return
 	}
 	eps, err := log.Endpoints(sq)
@@ -302,7 +312,8 @@ func (p *params) keep(err error) {
 // in namespace default (client.ParseService, as the CLI reads it), so that
 // "orders" finds the calls filed under "default/orders". A call-log
 // partition of exactly the given name (a cluster of another control plane,
-// filed under its name) is taken as it is.
+// filed under its name) is taken as it is: call it after flushed, so that
+// the partitions of calls recorded so far exist.
 func (p *params) service(log *calllog.Log) string {
 	v := p.q.Get("service")
 	if v == "" || slices.Contains(log.Services(), v) {
