@@ -50,7 +50,7 @@ are printed under their object; they do not stop the apply.`,
 			if len(files) == 0 {
 				return fmt.Errorf("config apply: name what to apply with -f FILE, -f DIR or -f -")
 			}
-			body, err := readConfigFiles(cmd.InOrStdin(), files)
+			body, docs, err := readConfigFiles(cmd.InOrStdin(), files)
 			if err != nil {
 				return err
 			}
@@ -60,7 +60,7 @@ are printed under their object; they do not stop the apply.`,
 			}
 			res, err := c.ApplyConfig(cmd.Context(), body, dryRun)
 			if err != nil {
-				return failed("config apply", err)
+				return fileOf(failed("config apply", err), docs)
 			}
 			out := cmd.OutOrStdout()
 			if f.json() {

@@ -125,6 +125,7 @@ func TestManifestErrorsNameFileAndKind(t *testing.T) {
 	routing := write("routing.yaml", cliRouting)
 	pods := write("pods.yaml", cliPods)
 	nodes := write("nodes.yaml", cliNodes)
+	more := write("more.yaml", strings.ReplaceAll(strings.Replace(cliRouting, "  - route:\n", "  - mirror: {host: orders}\n    route:\n", 1), "name: orders", "name: other"))
 	broken := write("broken.yaml", "# a comment\n---\n"+strings.Replace(cliRouting, "  host: orders\n", "  host: orders\n bad: 1\n", 1))
 	run := func(args ...string) error {
 		t.Helper()
@@ -145,6 +146,8 @@ func TestManifestErrorsNameFileAndKind(t *testing.T) {
 			`config apply: ` + pods + ` (document 1): this is a Pod (v1), not a VirtualService or DestinationRule: Pods go to "sextant place" (POST /v1/placements)`},
 		{[]string{"config", "apply", "-f", routing, "-f", broken},
 			`config apply: ` + broken + `: not YAML or JSON: line 8: did not find expected key`},
+		{[]string{"config", "apply", "-f", routing, "-f", more},
+			`config apply: server answered 400 invalid_argument: document 4: spec.http[0].mirror: not supported (field documents[3].spec.http[0].mirror), in ` + more + ` (document 2)`},
 		{[]string{"place", "-f", broken},
 			`place: ` + broken + `: not YAML or JSON: line 8: did not find expected key`},
 	} {

@@ -7,13 +7,17 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 
+	"github.com/sextant-mesh/sextant/client"
 	"github.com/sextant-mesh/sextant/internal/manifest"
 )
 
@@ -130,27 +134,55 @@ func readDocs(op string, contents []namedFile) ([]fileDoc, error) {
 // readConfigFiles joins the files (a directory: its YAML and JSON files in
 // name order; -: stdin) into one YAML stream for config apply, after
 // checking each document's syntax and kind, so that the server's line
-// numbers are the file's when there is one file.
-func readConfigFiles(stdin io.Reader, files []string) ([]byte, error) {
+// numbers are the file's when there is one file. docs names the stream's
+// documents in order (for the server's documents[i]).
+func readConfigFiles(stdin io.Reader, files []string) (stream []byte, docs []string, err error) {
 	contents, err := readFiles(stdin, files)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	docs, err := readDocs("config apply", contents)
+	read, err := readDocs("config apply", contents)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	for _, d := range docs {
+	for _, d := range read {
 		if d.kind != "" && d.kind != "List" && !strings.HasPrefix(d.apiVersion, "networking.istio.io/") {
-			return nil, fmt.Errorf("config apply: %s: %s", d.where(), manifest.Mismatch(d.apiVersion, d.kind, "a VirtualService or DestinationRule"))
+			return nil, nil, fmt.Errorf("config apply: %s: %s", d.where(), manifest.Mismatch(d.apiVersion, d.kind, "a VirtualService or DestinationRule"))
 		}
 	}
 	all := make([][]byte, len(contents))
 	for i, c := range contents {
 		all[i] = c.data
+		// The server splits the joined stream as manifest.Split splits
+		// each file: the same documents, in order.
+		n := len(manifest.Split(c.data))
+		for j := range n {
+			d := fileDoc{file: c.name, n: j + 1, of: n}
+			docs = append(docs, d.where())
+		}
 	}
 	// JSON is YAML: one stream of documents separated by "---".
-	return bytes.Join(all, []byte("\n---\n")), nil
+	return bytes.Join(all, []byte("\n---\n")), docs, nil
+}
+
+var documentField = regexp.MustCompile(`^documents\[(\d+)\]`)
+
+// fileOf adds to a failed apply the file (and document) that the server's
+// documents[i] field is in, when several documents were sent.
+func fileOf(err error, docs []string) error {
+	var ce *client.Error
+	if !errors.As(err, &ce) {
+		return err
+	}
+	m := documentField.FindStringSubmatch(ce.Field)
+	if m == nil {
+		return err
+	}
+	i, _ := strconv.Atoi(m[1])
+	if i >= len(docs) {
+		return err
+	}
+	return fmt.Errorf("%w, in %s", err, docs[i])
 }
 
 // readObjects reads the Kubernetes objects of files (YAML or JSON, several
