@@ -126,6 +126,7 @@ func TestManifestErrorsNameFileAndKind(t *testing.T) {
 	pods := write("pods.yaml", cliPods)
 	nodes := write("nodes.yaml", cliNodes)
 	more := write("more.yaml", strings.ReplaceAll(strings.Replace(cliRouting, "  - route:\n", "  - mirror: {host: orders}\n    route:\n", 1), "name: orders", "name: other"))
+	dupKey := write("dup.yaml", "apiVersion: v1\nkind: Node\nmetadata:\n  name: a\n  name: b\n")
 	broken := write("broken.yaml", "# a comment\n---\n"+strings.Replace(cliRouting, "  host: orders\n", "  host: orders\n bad: 1\n", 1))
 	run := func(args ...string) error {
 		t.Helper()
@@ -148,6 +149,8 @@ func TestManifestErrorsNameFileAndKind(t *testing.T) {
 			`config apply: ` + broken + `: not YAML or JSON: line 8: did not find expected key`},
 		{[]string{"config", "apply", "-f", routing, "-f", more},
 			`config apply: server answered 400 invalid_argument: document 4: spec.http[0].mirror: not supported (field documents[3].spec.http[0].mirror), in ` + more + ` (document 2)`},
+		{[]string{"nodes", "apply", "-f", dupKey},
+			`nodes apply: ` + dupKey + `: not YAML or JSON: unmarshal errors: line 5: key "name" already set in map`},
 		{[]string{"place", "-f", broken},
 			`place: ` + broken + `: not YAML or JSON: line 8: did not find expected key`},
 	} {

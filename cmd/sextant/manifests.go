@@ -104,13 +104,18 @@ func (d *fileDoc) where() string {
 }
 
 // readDocs reads every document of the files as JSON; a syntax error names
-// its file and line.
-func readDocs(op string, contents []namedFile) ([]fileDoc, error) {
+// its file and line. strict refuses a key given twice, as the scheduler's
+// API does for YAML.
+func readDocs(op string, contents []namedFile, strict bool) ([]fileDoc, error) {
 	var out []fileDoc
 	for _, f := range contents {
 		docs := manifest.Split(f.data)
 		for i, d := range docs {
-			j, err := d.JSON()
+			convert := d.JSON
+			if strict {
+				convert = d.StrictJSON
+			}
+			j, err := convert()
 			if err != nil {
 				return nil, fmt.Errorf("%s: %s: not YAML or JSON: %w", op, f.name, err)
 			}
@@ -141,7 +146,7 @@ func readConfigFiles(stdin io.Reader, files []string) (stream []byte, docs []str
 	if err != nil {
 		return nil, nil, err
 	}
-	read, err := readDocs("config apply", contents)
+	read, err := readDocs("config apply", contents, false)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -198,7 +203,7 @@ func readObjects(stdin io.Reader, files []string, op, kind string) ([]byte, erro
 	if err != nil {
 		return nil, err
 	}
-	docs, err := readDocs(op, contents)
+	docs, err := readDocs(op, contents, true)
 	if err != nil {
 		return nil, err
 	}
