@@ -200,21 +200,31 @@ var docSteps = map[string]func(r *docRun, cmd string){
 	},
 	"bin/sextant calls stats --service default/orders": func(r *docRun, cmd string) {
 		// The call above is visible to queries within 1 s (docs/gateway.md).
-		// TODO(after h-cli): check AVG_MS..P99_MS of that row too (0.00 today, issue 28).
-		r.eventually(15*time.Second, "calls stats counts the call", func() (bool, string) {
+		// Its row has the call's latency too (every figure printed 0.00
+		// once: issue 28).
+		r.eventually(15*time.Second, "calls stats counts the call, with its latency", func() (bool, string) {
 			out := r.ok(cmd)
 			lines := strings.Split(strings.TrimSpace(out), "\n")
-			col := slices.Index(strings.Fields(lines[0]), "COUNT")
+			head := strings.Fields(lines[0])
+			col := slices.Index(head, "COUNT")
 			if col < 0 {
 				r.t.Fatalf("no COUNT column:\n%s", out)
 			}
 			for _, l := range lines[1:] {
 				f := strings.Fields(l)
-				if len(f) > col+1 && f[0] != "total" {
-					if n, _ := strconv.Atoi(f[col+1]); n > 0 { // the STEP is two fields: date and time
-						return true, ""
+				if len(f) != len(head)+1 || f[0] == "total" { // the STEP is two fields: date and time
+					continue
+				}
+				if n, _ := strconv.Atoi(f[col+1]); n == 0 {
+					continue
+				}
+				for _, name := range []string{"AVG_MS", "P50_MS", "P90_MS", "P99_MS"} {
+					i := slices.Index(head, name)
+					if v, err := strconv.ParseFloat(f[i+1], 64); i < 0 || err != nil || v <= 0 {
+						r.t.Fatalf("calls stats: the row with the call has %s %q:\n%s", name, f[min(i+1, len(f)-1)], out)
 					}
 				}
+				return true, ""
 			}
 			return false, out
 		})
