@@ -72,6 +72,39 @@ type Instance struct {
 	UpdatedAt time.Time `json:"updated_at,omitzero"`
 }
 
+// VersionLabel is the label an instance's Version is selectable as, as on
+// the server: selectors and subsets see it beside the metadata.
+const VersionLabel = "version"
+
+// Labels returns the labels selectors and subsets match, as the server
+// sees them: the metadata, plus VersionLabel=Version when Version is set
+// (the server refuses metadata that contradicts the version).
+func (in *Instance) Labels() InstanceLabels { return InstanceLabels{in} }
+
+// InstanceLabels are an instance's labels (Instance.Labels), read in place.
+type InstanceLabels struct{ in *Instance }
+
+// Get returns the value of label key.
+func (l InstanceLabels) Get(key string) (string, bool) {
+	if key == VersionLabel && l.in.Version != "" {
+		return l.in.Version, true
+	}
+	v, ok := l.in.Metadata[key]
+	return v, ok
+}
+
+// Map returns the labels as a new map.
+func (l InstanceLabels) Map() map[string]string {
+	m := make(map[string]string, len(l.in.Metadata)+1)
+	for k, v := range l.in.Metadata {
+		m[k] = v
+	}
+	if l.in.Version != "" {
+		m[VersionLabel] = l.in.Version
+	}
+	return m
+}
+
 // Weight returns a pointer to w, for Instance.Weight.
 func Weight(w int) *int { return &w }
 

@@ -30,14 +30,40 @@ type Instance struct {
 	CreatedAt time.Time
 	UpdatedAt time.Time
 
-	enc atomic.Pointer[[]byte] // cached JSON encoding; instances are immutable
+	enc    atomic.Pointer[[]byte]       // cached JSON encoding; instances are immutable
+	labels atomic.Pointer[label.Labels] // cached Labels when Version is set
+}
+
+// VersionLabel is the label an instance's version is selectable as.
+const VersionLabel = "version"
+
+// versionSets shares the labels of instances with equal metadata (by its
+// storage: the decoders intern replicas' sets) and version, so that the
+// label index recognises them as one set, as it does their metadata.
+var versionSets label.WithSets
+
+// Labels are what selectors, the label index, subsets and EDS endpoint
+// metadata see: the metadata, plus version=Version when the version is set
+// (Istio's subsets select on "version"). The version wins over a metadata
+// "version" of another value; registry validation refuses such an
+// instance. Metadata itself is what was registered and is stored.
+func (in *Instance) Labels() label.Labels {
+	if in.Version == "" {
+		return in.Metadata
+	}
+	if p := in.labels.Load(); p != nil {
+		return *p
+	}
+	p := versionSets.With(in.Metadata, VersionLabel, in.Version)
+	in.labels.Store(p)
+	return *p
 }
 
 // ItemID implements Item.
 func (in *Instance) ItemID() string { return in.ID }
 
-// ItemLabels implements Item: selectors match metadata.
-func (in *Instance) ItemLabels() label.Labels { return in.Metadata }
+// ItemLabels implements Item: selectors match Labels.
+func (in *Instance) ItemLabels() label.Labels { return in.Labels() }
 
 // ItemReady implements Item: healthy and not isolated.
 func (in *Instance) ItemReady() bool { return in.Healthy && !in.Isolated }
@@ -46,7 +72,7 @@ func (in *Instance) ItemReady() bool { return in.Healthy && !in.Isolated }
 func (in *Instance) Key() ServiceKey { return ServiceKey{in.Namespace, in.Service} }
 
 // Clone returns a mutable copy sharing Metadata, without the cached
-// encoding.
+// encoding and labels.
 func (in *Instance) Clone() *Instance {
 	c := &Instance{
 		ID: in.ID, Namespace: in.Namespace, Service: in.Service, Host: in.Host, Port: in.Port,

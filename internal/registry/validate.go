@@ -162,6 +162,12 @@ func Prepare(i int, in *catalog.Instance) error {
 	if err := prepareMetadata(i, in.Metadata); err != nil {
 		return err
 	}
+	// The version is the label "version" (catalog.Instance.Labels): a
+	// metadata "version" saying otherwise would make selectors and the
+	// VERSION column disagree.
+	if v, ok := in.Metadata.Get(catalog.VersionLabel); ok && in.Version != "" && v != in.Version {
+		return fieldErr(i, "metadata."+catalog.VersionLabel, "%q differs from version %q: the version is selectable as the label %q, so metadata may repeat it but not contradict it", v, in.Version, catalog.VersionLabel)
+	}
 	if in.TTLSeconds < 0 || in.TTLSeconds > MaxTTLSeconds {
 		return fieldErr(i, "ttl_seconds", "%d is out of range: 0 (no heartbeat) or 1..%d", in.TTLSeconds, MaxTTLSeconds)
 	}
