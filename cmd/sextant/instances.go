@@ -473,7 +473,7 @@ k notin (a,b), k, !k; comma-separated terms must all hold.`,
 	fl := cmd.Flags()
 	fl.StringVar(&opts.Namespace, "namespace", "", "only this namespace")
 	fl.StringVar(&opts.Service, "service", "", "only this service: NAME (in every namespace, or --namespace's) or NAMESPACE/NAME")
-	fl.StringVarP(&opts.Selector, "selector", "l", "", "label selector over metadata, e.g. 'zone=z1,env!=dev'")
+	fl.StringVarP(&opts.Selector, "selector", "l", "", "label selector over labels (metadata, and version as the label version), e.g. 'zone=z1,version=v2'")
 	fl.BoolVar(&opts.HealthyOnly, "healthy-only", false, "only healthy, non-isolated instances")
 	fl.IntVar(&opts.Limit, "page-size", 0, "instances per request (server default 1000, at most 10000)")
 	return cmd
