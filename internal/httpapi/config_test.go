@@ -220,17 +220,8 @@ func waitUntil(t *testing.T, cond func() bool) {
 func TestConfigWarnsEmptySubset(t *testing.T) {
 	s := newConfigServer(t)
 	s.must("POST", "/v1/instances", `{"service":"orders","host":"10.0.0.1","port":80,"version":"v2","metadata":{"zone":"z1"}}`, nil)
-	const dr = `apiVersion: networking.istio.io/v1
-kind: DestinationRule
-metadata: {name: orders}
-spec:
-  host: orders
-  subsets:
-  - {name: v1, labels: {version: v1}}
-  - {name: v2, labels: {version: v2}}
-  - {name: typo, labels: {verison: v2}}
-  - {name: v2-z1, labels: {version: v2, zone: z1}}
-`
+	dr := strings.Replace(testDR, "subsets: [{name: v1, labels: {version: v1}}]",
+		"subsets: [{name: v1, labels: {version: v1}}, {name: v2, labels: {version: v2}}, {name: typo, labels: {verison: v2}}, {name: v2-z1, labels: {version: v2, zone: z1}}]", 1)
 	for _, path := range []string{"/v1/config:apply?dry_run=true", "/v1/config:apply"} {
 		var a applyOut
 		s.must("POST", path, dr, &a)

@@ -2,7 +2,6 @@ package label
 
 import (
 	"hash/maphash"
-	"strings"
 	"sync/atomic"
 	"unsafe"
 )
@@ -51,19 +50,25 @@ func (l Labels) With(key, value string) Labels {
 	return out
 }
 
-// withSlots bounds a WithSets: 64 KiB of pointers, and the sets held.
-const withSlots = 8192
+// withBuckets bounds a WithSets: 8,192 entries (64 KiB of pointers), and
+// the sets they hold.
+const (
+	withBits    = 12
+	withBuckets = 1 << withBits
+)
 
 // WithSets hands out base.With(key, value) shared for the bases it saw
 // lately, keyed by the base's storage and the pair: bases shared through an
 // Interner (replicas' equal metadata) then share one derived set too, so
 // that a label index adding them recognises it by its storage
-// (LabelsCache) and it is built once, not once per instance. It is
-// direct-mapped: a miss replaces the slot. A held entry holds its base, so
-// the storage it names is not reused for other bytes while it is held.
-// Safe for concurrent use; the zero value is ready.
+// (LabelsCache) and it is built once, not once per instance. Each bucket
+// holds two entries, and a base has its way in it by its hash, so two
+// bases meeting in a bucket (likely among a few hundred sets) do not evict
+// each other; a miss replaces its way. A held entry holds its base, so the
+// storage it names is not reused for other bytes while it is held. Safe
+// for concurrent use; the zero value is ready.
 type WithSets struct {
-	slots [withSlots]atomic.Pointer[withEntry]
+	buckets [withBuckets][2]atomic.Pointer[withEntry]
 }
 
 type withEntry struct {
@@ -78,14 +83,19 @@ var withSeed = maphash.MakeSeed()
 // the same base (by storage) and pair. The Labels pointed to must not be
 // modified.
 func (c *WithSets) With(base Labels, key, value string) *Labels {
-	h := maphash.String(withSeed, value) ^ uint64(uintptr(unsafe.Pointer(unsafe.StringData(base.s))))*0x9E3779B97F4A7C15
-	slot := &c.slots[h%withSlots]
-	if e := slot.Load(); e != nil && e.base.same(base) && e.key == key && e.value == value {
-		return &e.l
+	// Fibonacci hashing of the storage's address (sets lie a size class
+	// apart: their low bits are alike); the top bits pick the bucket, the
+	// next one the way.
+	h := uint64(uintptr(unsafe.Pointer(unsafe.StringData(base.s))))*0x9E3779B97F4A7C15 ^ maphash.String(withSeed, value)
+	b := &c.buckets[h>>(64-withBits)]
+	for i := range b {
+		if e := b[i].Load(); e != nil && e.base.same(base) && e.key == key && e.value == value {
+			return &e.l
+		}
 	}
-	e := &withEntry{base: base, key: strings.Clone(key), value: strings.Clone(value), l: base.With(key, value)}
+	e := &withEntry{base: base, key: key, value: value, l: base.With(key, value)}
 	if len(base.s)+len(value) <= maxHeldBytes {
-		slot.Store(e)
+		b[h>>(63-withBits)&1].Store(e)
 	}
 	return &e.l
 }
