@@ -65,6 +65,10 @@ type Instance struct {
 	// TTLSeconds: 0 means no heartbeat needed; otherwise the instance turns
 	// unhealthy after 3 x TTLSeconds without a heartbeat.
 	TTLSeconds int `json:"ttl_seconds,omitempty"`
+	// DeregisterAfterSeconds: with a TTL, the server deregisters the
+	// instance once it has been unhealthy this long; 0: the server's
+	// default (sextant server --deregister-after, never unless set).
+	DeregisterAfterSeconds int `json:"deregister_after_seconds,omitempty"`
 
 	Healthy   bool      `json:"healthy"`
 	Revision  uint64    `json:"revision,omitzero"`
@@ -130,13 +134,15 @@ type registerForm struct {
 	Isolated   bool              `json:"isolated,omitempty"`
 	Metadata   map[string]string `json:"metadata,omitempty"`
 	TTLSeconds int               `json:"ttl_seconds,omitempty"`
+	// DeregisterAfterSeconds is the removal delay.
+	DeregisterAfterSeconds int `json:"deregister_after_seconds,omitempty"`
 }
 
 func formOf(in *Instance) registerForm {
 	return registerForm{
 		ID: in.ID, Namespace: in.Namespace, Service: in.Service, Host: in.Host, Port: in.Port,
 		Protocol: in.Protocol, Version: in.Version, Weight: in.Weight, Isolated: in.Isolated,
-		Metadata: in.Metadata, TTLSeconds: in.TTLSeconds,
+		Metadata: in.Metadata, TTLSeconds: in.TTLSeconds, DeregisterAfterSeconds: in.DeregisterAfterSeconds,
 	}
 }
 

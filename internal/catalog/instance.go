@@ -24,6 +24,10 @@ type Instance struct {
 	Isolated   bool
 	Metadata   label.Labels
 	TTLSeconds int
+	// DeregisterAfterSeconds is how long the instance may stay unhealthy
+	// (its TTL expired) before the server deregisters it; 0: the server's
+	// default (registry.Options.DeregisterAfter).
+	DeregisterAfterSeconds int
 
 	Healthy   bool
 	Revision  int64
@@ -77,7 +81,8 @@ func (in *Instance) Clone() *Instance {
 	c := &Instance{
 		ID: in.ID, Namespace: in.Namespace, Service: in.Service, Host: in.Host, Port: in.Port,
 		Protocol: in.Protocol, Version: in.Version, Weight: in.Weight, Isolated: in.Isolated,
-		Metadata: in.Metadata, TTLSeconds: in.TTLSeconds, Healthy: in.Healthy, Revision: in.Revision,
+		Metadata: in.Metadata, TTLSeconds: in.TTLSeconds, DeregisterAfterSeconds: in.DeregisterAfterSeconds,
+		Healthy: in.Healthy, Revision: in.Revision,
 		CreatedAt: in.CreatedAt, UpdatedAt: in.UpdatedAt,
 	}
 	return c
@@ -88,7 +93,7 @@ func (in *Instance) Clone() *Instance {
 func (in *Instance) SameSpec(o *Instance) bool {
 	if in.ID != o.ID || in.Namespace != o.Namespace || in.Service != o.Service || in.Host != o.Host ||
 		in.Port != o.Port || in.Protocol != o.Protocol || in.Version != o.Version || in.Weight != o.Weight ||
-		in.Isolated != o.Isolated || in.TTLSeconds != o.TTLSeconds {
+		in.Isolated != o.Isolated || in.TTLSeconds != o.TTLSeconds || in.DeregisterAfterSeconds != o.DeregisterAfterSeconds {
 		return false
 	}
 	return in.Metadata.Equal(o.Metadata)
@@ -142,6 +147,12 @@ func (in *Instance) encodeJSON(b []byte) []byte {
 	}
 	b = append(b, `},"ttl_seconds":`...)
 	b = strconv.AppendInt(b, int64(in.TTLSeconds), 10)
+	if in.DeregisterAfterSeconds != 0 {
+		// Only when set: the answers of instances without one keep
+		// their bytes.
+		b = append(b, `,"deregister_after_seconds":`...)
+		b = strconv.AppendInt(b, int64(in.DeregisterAfterSeconds), 10)
+	}
 	b = append(b, `,"healthy":`...)
 	b = strconv.AppendBool(b, in.Healthy)
 	b = append(b, `,"revision":`...)
