@@ -13,8 +13,9 @@ import (
 // --version (no "version" metadata) are selected by --selector version=v2
 // and by DestinationRule subsets labels {version: ...}: the dry run warns
 // about the subset no instance matches yet, and once both are registered
-// the gateway routes calls by subset over xDS. Server, gateway and
-// upstreams run as the binary runs them.
+// the gateway routes calls by subset over xDS; with the subsets empty its
+// 404 names them. Server, gateway and upstreams run as the binary runs
+// them.
 func TestVersionSubsetEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end to end: server, gateway and upstreams")
@@ -62,4 +63,19 @@ func TestVersionSubsetEndToEnd(t *testing.T) {
 		got := tally(t, proxy, 40, nil)
 		return got["v1-a"] > 0 && got["v2-a"] > 0 && got["v1-a"]+got["v2-a"] == 40
 	})
+
+	// With no instance left, every route's subsets are empty: the routes
+	// are left out, and the gateway's 404 says which and why.
+	cli("instances", "deregister", "v1-a", "v2-a")
+	var body string
+	waitTrue(t, 10*time.Second, func() bool {
+		var code int
+		body, code = get(t, proxy, "orders", "/", nil)
+		return code == 404
+	})
+	for _, want := range []string{`no route for host \"orders\"`, `spec.http[1]: subset \"v1\" of default/orders has no usable endpoint; subset \"v2\" of default/orders has no usable endpoint`} {
+		if !strings.Contains(body, want) {
+			t.Fatalf("404 body %s, want it to contain %s", body, want)
+		}
+	}
 }
