@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -413,6 +414,9 @@ func newGetCmd(f *clientFlags) *cobra.Command {
 				{"TTL", ttlWord(in.TTLSeconds)}, {"Revision", strconv.FormatUint(in.Revision, 10)},
 				{"Created", in.CreatedAt.Format(time.RFC3339Nano)}, {"Updated", in.UpdatedAt.Format(time.RFC3339Nano)},
 				{"Metadata", formatMetadata(in.Metadata)},
+			}
+			if in.DeregisterAfterSeconds > 0 {
+				rows = slices.Insert(rows, 9, [2]string{"Deregister after", (time.Duration(in.DeregisterAfterSeconds) * time.Second).String()})
 			}
 			for _, r := range rows {
 				fmt.Fprintf(tw, "%s:\t%s\n", r[0], r[1])

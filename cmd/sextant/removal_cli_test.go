@@ -21,6 +21,9 @@ func TestRegisterDeregisterAfterFlag(t *testing.T) {
 	if err != nil || !strings.Contains(out, `"deregister_after_seconds": 120`) {
 		t.Fatalf("get: %v\n%s", err, out)
 	}
+	if out, _, err := cliAt(t, "instances", "get", "a", "--server", srv.URL); err != nil || !strings.Contains(out, "TTL:               10s\nDeregister after:  2m0s\n") {
+		t.Fatalf("get: %v\n%s", err, out)
+	}
 	_, _, err = cliAt(t, "instances", "register", "--server", srv.URL, "--service", "orders", "--host", "10.0.0.2",
 		"--port", "80", "--deregister-after", "60")
 	if err == nil || !strings.Contains(err.Error(), "deregister_after_seconds") || !strings.Contains(err.Error(), "needs ttl_seconds") {
