@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"math"
 	"sync/atomic"
 	"time"
 
@@ -165,7 +166,7 @@ func DecodeInstance(b []byte, rev int64) (*Instance, error) {
 	}
 	in.TTLSeconds = int(d.uvarint("ttl", 1<<31))
 	if version == codecVersion2 {
-		in.DeregisterAfterSeconds = int(d.uvarint("deregister_after", 1<<31))
+		in.DeregisterAfterSeconds = int32(d.uvarint("deregister_after", math.MaxInt32))
 		if d.err == nil && in.DeregisterAfterSeconds == 0 {
 			d.err = fmt.Errorf("%w: version 2 without a removal delay", ErrCorrupt)
 		}

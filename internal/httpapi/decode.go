@@ -566,8 +566,8 @@ func (d *decodeState) instanceMember(kb []byte, in *catalog.Instance, weightSet 
 		n, err = d.intField(key, strconv.IntSize)
 		in.TTLSeconds = int(n)
 	case "deregister_after_seconds":
-		n, err = d.intField(key, strconv.IntSize)
-		in.DeregisterAfterSeconds = int(n)
+		n, err = d.intField(key, 32)
+		in.DeregisterAfterSeconds = int32(n)
 	case "isolated":
 		in.Isolated, err = d.boolField(key)
 	case "healthy": // server-set: type-checked, ignored

@@ -64,7 +64,7 @@ type referenceInstance struct {
 	Metadata   map[string]string `json:"metadata"`
 	TTLSeconds int               `json:"ttl_seconds"`
 	// DeregisterAfterSeconds is the removal delay.
-	DeregisterAfterSeconds int     `json:"deregister_after_seconds"`
+	DeregisterAfterSeconds int32   `json:"deregister_after_seconds"`
 	Healthy                *bool   `json:"healthy"`
 	Revision               *int64  `json:"revision"`
 	CreatedAt              *string `json:"created_at"`

@@ -300,7 +300,7 @@ func (r *Registry) expireDue(ctx context.Context) int64 {
 			r.log.Info("removal of expired instances not committed; judging again", "instances", len(removals), "err", err)
 			next = r.judgeAgain(removals, next)
 		} else if err == nil {
-			r.log.Info("deregistered instances unhealthy past their removal delay", "instances", len(removals))
+			r.log.Info("deregistered instances unhealthy past their removal delay (unless revived meanwhile)", "instances", len(removals))
 		}
 	}
 	if len(flips) > 0 {

@@ -114,7 +114,7 @@ func (r *instanceRow) instance() (*catalog.Instance, error) {
 	return &catalog.Instance{
 		ID: string(r.id), Namespace: string(r.ns), Service: string(r.svc), Host: string(r.host), Port: r.port,
 		Protocol: string(r.proto), Version: string(r.version), Weight: r.weight, Isolated: r.isolated,
-		Healthy: r.healthy, TTLSeconds: r.ttl, DeregisterAfterSeconds: r.deregisterAfter, Metadata: md, Revision: r.rev,
+		Healthy: r.healthy, TTLSeconds: r.ttl, DeregisterAfterSeconds: int32(r.deregisterAfter), Metadata: md, Revision: r.rev,
 		CreatedAt: time.Unix(0, r.created).UTC(), UpdatedAt: time.Unix(0, r.updated).UTC(),
 	}, nil
 }
