@@ -193,7 +193,8 @@ func (t *Table) Warnings(o *Object, also ...*Object) []string {
 // endpoint and the routes to it fall through (docs/controlplane.md). A
 // typo in a label, or a label no instance carries, shows here instead of
 // as a gateway's 404. Read from the catalog's label index, as the push
-// engine reads it.
+// engine reads it. A service with no instances at all gets one warning
+// about its host instead (unregisteredHosts), not one per subset.
 func (t *Table) emptySubsets(o *Object) []string {
 	if o.DestinationRule == nil || t.c == nil {
 		return nil
@@ -203,10 +204,13 @@ func (t *Table) emptySubsets(o *Object) []string {
 		return nil
 	}
 	svc := t.c.Instances().Service(catalog.ServiceKey{Namespace: k.Namespace, Name: k.Name})
+	if svc == nil || svc.Len() == 0 {
+		return nil
+	}
 	var out []string
 	for i, s := range o.DestinationRule.Subsets {
 		sel, _ := SubsetSelector(o, s.Name)
-		if svc != nil && svc.Match(sel, false).Any() {
+		if svc.Match(sel, false).Any() {
 			continue
 		}
 		labels := sel.String()

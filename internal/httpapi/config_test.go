@@ -143,7 +143,9 @@ func TestConfigWarnsOfUnregisteredHosts(t *testing.T) {
 		`spec.host: "orders" names service default/orders, which has no registered instances`,
 		`spec.hosts[0]: "ordrs.default" names service default/ordrs, which has no registered instances`,
 		`spec.http[0].route[0].destination.host: "orders" names service default/orders`)
-	s.must("POST", "/v1/instances", `{"id":"o1","service":"orders","host":"10.0.0.1","port":80}`, nil)
+	// Version v1: its DestinationRule's subset v1 matches it (a subset
+	// nothing matches is warned about too: TestConfigWarnsEmptySubset).
+	s.must("POST", "/v1/instances", `{"id":"o1","service":"orders","host":"10.0.0.1","port":80,"version":"v1"}`, nil)
 	want(warnings("/v1/config:apply?dry_run=true", testDR+"---\n"+typo), `spec.hosts[0]: "ordrs.default" names service default/ordrs`)
 	want(warnings("/v1/config:apply", testDR+"---\n"+typo), `spec.hosts[0]: "ordrs.default" names service default/ordrs`)
 	want(warnings("/v1/config:apply", testVS))
