@@ -90,7 +90,6 @@ func (w *registerWrite) Plan(tx *Tx) error {
 	return nil
 }
 
-
 // deregisterWrite deletes instances by id; the ones it did not find are
 // reported, not an error.
 type deregisterWrite struct {
