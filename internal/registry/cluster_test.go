@@ -223,3 +223,102 @@ func TestClusterExpiryWaitsForRelayedHeartbeats(t *testing.T) {
 		t.Fatal("beating expired at 6 s though a relayed heartbeat at 4 s moved its deadline to 7 s")
 	}
 }
+
+// TestClusterCarriesWhatRestsOnAFailedCondition: in a cluster a write of a
+// batch may fail its condition at commit (another server changed the
+// record), so a later write of the same batch must not be decided on what
+// the earlier one would have done: two DELETEs of an instance another
+// server has just replaced, in one batch. The first conflicts; the second,
+// which found the instance deleted by the first, would have been answered
+// "not found" while it is there. It is carried to the next batch instead,
+// unanswered, to be planned on what this batch committed.
+func TestClusterCarriesWhatRestsOnAFailedCondition(t *testing.T) {
+	ctx := context.Background()
+	st, err := embedded.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	r0, err := Open(st, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r0.Register(ctx, []*catalog.Instance{instance("x", "s", 0)}); err != nil {
+		t.Fatal(err)
+	}
+	r0.Close()
+	g := &gatedStore{Store: st, gate: make(chan struct{}), committed: make(chan struct{}, 8)}
+	r, err := Open(g, Options{Cluster: &judge{term: 1, moved: make(chan struct{}, 1)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	// Another server replaces x; this catalog (its feed held) still has
+	// the first version.
+	x2 := instance("x", "s", 0)
+	x2.Port = 99
+	if _, err := st.Commit([]store.Txn{{Ops: []store.Op{{Kind: store.Instances, Key: "x", Value: x2.AppendBinary(nil)}}}}, true); err != nil {
+		t.Fatal(err)
+	}
+	first := &request{w: &deregisterWrite{ids: []string{"x"}}, done: make(chan struct{})}
+	second := &request{w: &deregisterWrite{ids: []string{"x"}}, done: make(chan struct{})}
+	// The committer goroutine is idle (nothing queued): this goroutine
+	// plays it for one batch.
+	carried := r.commit(ctx, []*request{first, second})
+	if conflictRevision(first.err) == 0 {
+		t.Fatalf("first DELETE of a replaced instance: %v, want a conflict", first.err)
+	}
+	select {
+	case <-second.done:
+		w := second.w.(*deregisterWrite)
+		t.Fatalf("second DELETE answered (not found %v, err %v) on the first's delete, which failed", w.notFound, second.err)
+	default:
+	}
+	if len(carried) != 1 || carried[0] != second {
+		t.Fatalf("carried %d requests, want the second DELETE", len(carried))
+	}
+}
+
+// TestClusterConflictWithoutHeadIsUnavailable: a DELETE that lost a race
+// to another server and cannot catch up (the database does not answer) is
+// unavailable (503: nothing written, retry), not a conflict (409, which the
+// API does not give for a DELETE).
+func TestClusterConflictWithoutHeadIsUnavailable(t *testing.T) {
+	ctx := context.Background()
+	st, err := embedded.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	r0, err := Open(st, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r0.Register(ctx, []*catalog.Instance{instance("x", "s", 0)}); err != nil {
+		t.Fatal(err)
+	}
+	r0.Close()
+	g := &gatedStore{Store: st, gate: make(chan struct{}), committed: make(chan struct{}, 8)}
+	r, err := Open(headlessGated{g}, Options{Cluster: &judge{term: 1, moved: make(chan struct{}, 1)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	x2 := instance("x", "s", 0)
+	x2.Port = 99
+	if _, err := st.Commit([]store.Txn{{Ops: []store.Op{{Kind: store.Instances, Key: "x", Value: x2.AppendBinary(nil)}}}}, true); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = r.Deregister(ctx, []string{"x"})
+	if !errors.Is(err, store.ErrUnavailable) || errors.Is(err, store.ErrConflict) {
+		t.Fatalf("DELETE that lost a race with no way to catch up: %v; want unavailable, not a conflict", err)
+	}
+}
+
+// headlessGated is gatedStore made to look shared, whose head cannot be
+// read.
+type headlessGated struct{ *gatedStore }
+
+func (headlessGated) Head(context.Context, int64) (int64, int64, error) {
+	return 0, 0, errors.New("database unreachable")
+}

@@ -38,11 +38,23 @@ type Finisher interface {
 // a lone request back, and concurrent requests share one fsync.
 func (r *Registry) commitLoop(ctx context.Context) {
 	batch := make([]*request, 0, r.opts.MaxCommit)
+	var carried []*request
 	for {
-		select {
-		case req := <-r.reqs:
-			batch = append(batch[:0], req)
-		case <-ctx.Done():
+		// Requests carried from the last batch go first, and need no wait.
+		batch = append(batch[:0], carried...)
+		if len(batch) == 0 {
+			select {
+			case req := <-r.reqs:
+				batch = append(batch, req)
+			case <-ctx.Done():
+				r.failQueued()
+				return
+			}
+		} else if ctx.Err() != nil {
+			for _, req := range batch {
+				req.err = ErrClosed
+				close(req.done)
+			}
 			r.failQueued()
 			return
 		}
@@ -55,7 +67,7 @@ func (r *Registry) commitLoop(ctx context.Context) {
 				break drain
 			}
 		}
-		r.commit(ctx, batch)
+		carried = r.commit(ctx, batch)
 	}
 }
 
@@ -75,9 +87,11 @@ func (r *Registry) failQueued() {
 // commit plans every request of batch, commits their ops as one store
 // commit, waits until the follower has applied it to the catalog, and
 // answers. A failed commit fails every request of the batch, and nothing of
-// it reaches the catalog.
-func (r *Registry) commit(ctx context.Context, batch []*request) {
+// it reaches the catalog. It returns the requests carried to the next
+// batch, unanswered (see plan).
+func (r *Registry) commit(ctx context.Context, batch []*request) (carried []*request) {
 	handed := false
+	planned := batch // every request, carried ones included, for finish
 	defer func() {
 		r.commitSize.Observe(float64(len(batch)))
 		if !handed {
@@ -108,7 +122,16 @@ func (r *Registry) commit(ctx context.Context, batch []*request) {
 	var idle []*request // answered without a write, from what the catalog holds
 	plan := func(req *request) {
 		tx.begin()
-		if err := req.w.Plan(tx); err != nil {
+		err := req.w.Plan(tx)
+		if err == nil && tx.dep {
+			// Decided on an earlier write of this batch, whose condition
+			// may fail at commit: planned again first in the next batch,
+			// on what this one committed.
+			tx.rollback()
+			carried = append(carried, req)
+			return
+		}
+		if err != nil {
 			tx.rollback()
 			req.err = err
 			return
@@ -148,8 +171,11 @@ func (r *Registry) commit(ctx context.Context, batch []*request) {
 			}
 		}
 	}
+	if len(carried) > 0 {
+		batch = slices.DeleteFunc(slices.Clone(batch), func(req *request) bool { return slices.Contains(carried, req) })
+	}
 	if len(txns) == 0 {
-		finish(batch)
+		finish(planned)
 		if r.answeredSeq.Load() < r.handedSeq {
 			// Batches handed to the answerer are committed but may not be
 			// durable or applied yet, and these answers may rest on them
@@ -162,7 +188,7 @@ func (r *Registry) commit(ctx context.Context, batch []*request) {
 	}
 	start := time.Now()
 	results, durable, err := r.storeCommit(txns, sync)
-	finish(batch)
+	finish(planned)
 	if err != nil {
 		r.log.Error("commit failed", "requests", len(batch), "err", err)
 		for _, req := range batch {
@@ -208,6 +234,7 @@ func (r *Registry) commit(ctx context.Context, batch []*request) {
 			}
 		}
 	}
+	return carried
 }
 
 // asyncStore is a Store whose commit returns before its fsync; durable
@@ -314,7 +341,9 @@ type Tx struct {
 	answer   int64
 	later    func() int64
 	volatile bool
-	reserve  int // ops the current write may add (Reserve)
+	cur      int32 // the current write's number in the batch
+	dep      bool  // the current write read an earlier write's record (cluster)
+	reserve  int   // ops the current write may add (Reserve)
 }
 
 type recKey struct {
@@ -323,7 +352,8 @@ type recKey struct {
 }
 
 type pending struct {
-	value any // nil: deleted earlier in the batch
+	value any   // nil: deleted earlier in the batch
+	by    int32 // the write of the batch that wrote it (Tx.cur)
 }
 
 type undoEntry struct {
@@ -342,6 +372,8 @@ const bigBatch = 64
 
 func (t *Tx) begin() {
 	t.undo, t.ops, t.answer, t.later, t.volatile, t.reserve = t.undo[:0], nil, 0, nil, false, 0
+	t.cur++
+	t.dep = false
 }
 
 func (t *Tx) rollback() {
@@ -397,6 +429,12 @@ const Pending int64 = -1
 // committed but not yet applied (pipeline.go).
 func (t *Tx) Get(k store.Kind, id string) (any, int64) {
 	p, ok := t.over[recKey{k, id}]
+	if ok && p.by != t.cur && t.r.cluster != nil {
+		// In a cluster an earlier write of the batch may fail its
+		// condition at commit: what this write decides on it cannot be
+		// known now (see carry).
+		t.dep = true
+	}
 	if !ok && t.inflight {
 		p, ok = t.r.lookInFlight(recKey{k, id})
 	}
@@ -421,7 +459,7 @@ func (t *Tx) note(k store.Kind, id string, value any) {
 	rk := recKey{k, id}
 	old, had := t.over[rk]
 	t.undo = append(t.undo, undoEntry{k: rk, had: had, p: old})
-	t.over[rk] = pending{value: value}
+	t.over[rk] = pending{value: value, by: t.cur}
 }
 
 // Put writes record id of kind k: value is its durable encoding, obj its

@@ -249,7 +249,9 @@ func (r *Registry) SubmitChecked(ctx context.Context, w Write) (int64, error) {
 		// The submitter's own goroutine waits: as long as its caller lets
 		// it, within a bound.
 		if _, cerr := r.catchUp(ctx, 30*time.Second); cerr != nil {
-			return 0, fmt.Errorf("%w (%w)", err, cerr)
+			// Nothing of it was written, and it cannot be decided again
+			// now: unavailable (503, retry), not the conflict (409).
+			return 0, fmt.Errorf("%w: %w (after %v)", store.ErrUnavailable, cerr, err)
 		}
 	}
 }
