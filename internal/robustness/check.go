@@ -1,0 +1,387 @@
+package robustness
+
+import (
+	"fmt"
+	"math"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+)
+
+// CheckOptions says what a history is checked against.
+type CheckOptions struct {
+	// Lag: the servers are a cluster, and a read may lag behind writes made
+	// through other servers (see model). Without it every read is strict.
+	Lag bool
+	// Final is, per server, every instance it lists once the run is over and
+	// it has caught up (id -> what it holds): the state the change feed,
+	// replayed from revision 0, must reproduce.
+	Final []map[string]Seen
+	// Timeout bounds the linearizability check of one id.
+	Timeout time.Duration
+	// Dir receives the HTML visualisation of a history that fails.
+	Dir string
+}
+
+// Check checks a history and returns every violation found, each a text
+// naming what was promised and the few operations that break it.
+func Check(h *History, opt CheckOptions) []string {
+	ops, pages := h.Ops(), h.Pages()
+	var bad []string
+	bad = append(bad, checkLinearizable(ops, opt)...)
+	bad = append(bad, checkRevisionOrder(ops)...)
+	bad = append(bad, checkFeedAfterAck(ops, pages)...)
+	bad = append(bad, checkFeedReplay(ops, pages, opt.Final)...)
+	bad = append(bad, checkServersAgree(opt.Final)...)
+	return bad
+}
+
+// checkServersAgree: once caught up with the same head, the servers of a
+// cluster hold the same instances at the same revisions.
+func checkServersAgree(final []map[string]Seen) []string {
+	var bad []string
+	for i := 1; i < len(final); i++ {
+		for id, s := range final[0] {
+			if got, ok := final[i][id]; !ok || got != s {
+				bad = append(bad, fmt.Sprintf("servers disagree once caught up: s0 holds %+v, s%d holds %+v (present: %v)", s, i, got, ok))
+			}
+		}
+		for id, got := range final[i] {
+			if _, ok := final[0][id]; !ok {
+				bad = append(bad, fmt.Sprintf("servers disagree once caught up: s%d holds %+v, s0 does not", i, got))
+			}
+		}
+	}
+	return bad
+}
+
+// checkLinearizable checks each id's history against the model.
+func checkLinearizable(ops []Op, opt CheckOptions) []string {
+	if opt.Timeout == 0 {
+		opt.Timeout = 30 * time.Second
+	}
+	servers := 1
+	for _, o := range ops {
+		servers = max(servers, o.Server+1)
+	}
+	m := model(opt.Lag, servers)
+	ids, parts, srcs := partitions(ops)
+	var bad []string
+	shrunk := 0
+	for k, id := range ids {
+		if shrunk >= 3 {
+			// Proving a history wrong costs far more than finding it right:
+			// three are enough to act on.
+			bad = append(bad, fmt.Sprintf("linearizability: %d more instances not checked (three already fail)", len(ids)-k))
+			break
+		}
+		res, info, n := checkPrefixes(m, parts[id], opt.Timeout)
+		parts[id] = parts[id][:n]
+		switch res {
+		case porcupine.Ok:
+			continue
+		case porcupine.Unknown:
+			bad = append(bad, fmt.Sprintf("linearizability of %s: the checker gave up after %v on %d operations", id, opt.Timeout, len(parts[id])))
+			continue
+		}
+		var b strings.Builder
+		mode := "strict: every read sees the latest write"
+		if opt.Lag {
+			mode = "a read may lag, never behind what its server already answered"
+		}
+		shrunk++
+		keep, from := shrink(m, parts[id], opt.Timeout, 10*time.Second)
+		fmt.Fprintf(&b, "not linearizable: instance %s (%s); %d of its %d operations suffice, from the state [%s] the ones before lead to:",
+			id, mode, len(keep), len(parts[id]), m.DescribeState(from))
+		for _, i := range keep {
+			fmt.Fprintf(&b, "\n    %s", srcs[id][i])
+		}
+		if opt.Dir != "" {
+			path := filepath.Join(opt.Dir, "history-"+id+".html")
+			if err := porcupine.VisualizePath(m, info, path); err == nil {
+				fmt.Fprintf(&b, "\n  the whole history of %s, drawn: %s", id, path)
+			} else {
+				fmt.Fprintf(&b, "\n  (no drawing: %v)", err)
+			}
+		}
+		bad = append(bad, b.String())
+	}
+	return bad
+}
+
+// checkPrefixes checks growing prefixes of a history, each ending where
+// no answered operation is in flight (64 operations, 128, ... all): a
+// linearization of the whole, cut there, is one of the prefix, so a prefix
+// that fails is a violation of the whole. A history that fails early is
+// decided in a small prefix, not by a search through all of it. n is the
+// length of the prefix decided.
+func checkPrefixes(m porcupine.Model, ops []porcupine.Operation, timeout time.Duration) (porcupine.CheckResult, porcupine.LinearizationInfo, int) {
+	var done int64 // the latest return of an answered operation so far
+	want := 64
+	for q := 1; q < len(ops); q++ {
+		if ret := ops[q-1].Return; ret < math.MaxInt64-int64(len(ops)) {
+			done = max(done, ret)
+		}
+		if q < want || done >= ops[q].Call {
+			continue
+		}
+		want *= 2
+		if res := porcupine.CheckOperationsTimeout(m, ops[:q], timeout); res != porcupine.Ok {
+			return verbose(m, ops[:q], res, timeout)
+		}
+	}
+	return verbose(m, ops, porcupine.CheckOperationsTimeout(m, ops, timeout), timeout)
+}
+
+// verbose is the check of a history with what is needed to draw it, when it
+// failed (the search for partial linearizations slows every backtrack).
+func verbose(m porcupine.Model, ops []porcupine.Operation, res porcupine.CheckResult, timeout time.Duration) (porcupine.CheckResult, porcupine.LinearizationInfo, int) {
+	var info porcupine.LinearizationInfo
+	if res == porcupine.Illegal {
+		res, info = porcupine.CheckOperationsVerbose(m, ops, timeout)
+	}
+	return res, info, len(ops)
+}
+
+// shrink finds a few operations of a failing history that fail on their
+// own, from a state the operations before them lead to: the shortest
+// failing prefix (by call time); then the latest point before its end where
+// no operation was in flight, from which the rest still fails (the state
+// there is replayed from a linearization of what came before); then without
+// every read that is not needed (dropping a read never makes a history
+// easier to refuse). It returns the indexes kept and the state they start
+// from. Bounded by budget: past it, what was found so far.
+func shrink(m porcupine.Model, ops []porcupine.Operation, timeout, budget time.Duration) ([]int, any) {
+	end := time.Now().Add(budget)
+	init := m.Init()
+	fails := func(from any, idx []int) bool {
+		h := make([]porcupine.Operation, len(idx))
+		for i, j := range idx {
+			h[i] = ops[j]
+		}
+		mm := m
+		mm.Init = func() any { return from }
+		return porcupine.CheckOperationsTimeout(mm, h, timeout) == porcupine.Illegal
+	}
+	all := make([]int, len(ops))
+	for i := range all {
+		all[i] = i
+	}
+	n := sort.Search(len(ops), func(k int) bool { return fails(init, all[:k+1]) }) + 1
+	n = min(n, len(ops))
+	keep, from := all[:n:n], init
+	var done int64 // latest return before a cut
+	var cuts []int
+	for q := 1; q < n; q++ {
+		done = max(done, ops[q-1].Return)
+		if done < ops[q].Call {
+			cuts = append(cuts, q)
+		}
+	}
+	for c := len(cuts) - 1; c >= 0 && time.Now().Before(end); c-- {
+		q := cuts[c]
+		st, ok := replay(m, ops[:q], timeout)
+		if ok && fails(st, all[q:n]) {
+			keep, from = all[q:n:n], st
+			break
+		}
+	}
+	for i := len(keep) - 1; i >= 0 && len(keep) > 1 && time.Now().Before(end); i-- {
+		if in := ops[keep[i]].Input.(input); in.kind != Get && in.kind != List {
+			continue
+		}
+		try := append(append([]int(nil), keep[:i]...), keep[i+1:]...)
+		if fails(from, try) {
+			keep = try
+		}
+	}
+	return keep, from
+}
+
+// replay is the state one linearization of a linearizable history ends in.
+func replay(m porcupine.Model, ops []porcupine.Operation, timeout time.Duration) (any, bool) {
+	res, info := porcupine.CheckOperationsVerbose(m, ops, timeout)
+	if res != porcupine.Ok {
+		return nil, false
+	}
+	for _, part := range info.PartialLinearizations() {
+		for _, lin := range part {
+			if len(lin) != len(ops) {
+				continue
+			}
+			st := m.Init()
+			for _, i := range lin {
+				var ok bool
+				if ok, st = m.Step(st, ops[i].Input, ops[i].Output); !ok {
+					return nil, false
+				}
+			}
+			return st, true
+		}
+	}
+	return nil, false
+}
+
+// changed reports whether o is an acknowledged write that changed
+// something: a deregister answered 200, or a register of a value never
+// written before.
+func changed(o Op) bool {
+	return o.Status == OK && (o.Kind == Deregister || o.Kind == Register && o.Fresh)
+}
+
+// changedWrites is every acknowledged write that changed something.
+func changedWrites(ops []Op) []Op {
+	var writes []Op
+	for _, o := range ops {
+		if changed(o) {
+			writes = append(writes, o)
+		}
+	}
+	return writes
+}
+
+// checkRevisionOrder: every acknowledged write that changes something has a
+// revision of its own, above every one acknowledged before it was called
+// (one counter, in commit order, on every server of a cluster).
+func checkRevisionOrder(ops []Op) []string {
+	writes := changedWrites(ops)
+	var bad []string
+	byRev := map[int64]Op{}
+	for _, w := range writes {
+		if o, ok := byRev[w.Rev]; ok {
+			bad = append(bad, fmt.Sprintf("two acknowledged writes share revision %d:\n    %s\n    %s", w.Rev, o, w))
+		}
+		byRev[w.Rev] = w
+	}
+	byReturn := append([]Op(nil), writes...)
+	sort.SliceStable(byReturn, func(i, j int) bool { return byReturn[i].Return < byReturn[j].Return })
+	var top Op
+	j := 0
+	for _, w := range writes { // by call time
+		for ; j < len(byReturn) && byReturn[j].Return < w.Call; j++ {
+			if byReturn[j].Rev > top.Rev {
+				top = byReturn[j]
+			}
+		}
+		if top.Rev != 0 && w.Rev <= top.Rev && len(bad) < 10 {
+			bad = append(bad, fmt.Sprintf("revision %d acknowledged after revision %d was (revisions go up with real time):\n    %s\n    %s", w.Rev, top.Rev, top, w))
+		}
+	}
+	return bad
+}
+
+// checkFeedAfterAck: once a write is acknowledged at revision N, a read of
+// /v1/changes on the same server (any server for one server) has caught up
+// to N and holds N (read-your-writes, for the feed).
+func checkFeedAfterAck(ops []Op, pages []FeedPage) []string {
+	writes := changedWrites(ops)
+	var bad []string
+	for _, p := range pages {
+		if p.Reset || p.More {
+			continue
+		}
+		revs := map[int64]bool{}
+		for _, c := range p.Changes {
+			revs[c.Rev] = true
+		}
+		for _, w := range writes {
+			if w.Server != p.Server || w.Return >= p.Call {
+				continue
+			}
+			if w.Rev > p.Rev || w.Rev > p.Since && !revs[w.Rev] {
+				bad = append(bad, fmt.Sprintf("the change feed of s%d missed an acknowledged write: /v1/changes?since=%d called at %.3fms answered revision %d with revisions %v, after\n    %s",
+					p.Server, p.Since, float64(p.Call)/1e6, p.Rev, changeRevs(p.Changes), w))
+				break
+			}
+		}
+		if len(bad) >= 10 {
+			break
+		}
+	}
+	return bad
+}
+
+func changeRevs(cs []Change) []int64 {
+	var out []int64
+	for _, c := range cs {
+		if len(out) == 0 || out[len(out)-1] != c.Rev {
+			out = append(out, c.Rev)
+		}
+	}
+	return out
+}
+
+// checkFeedReplay: a reader that followed a server's feed from revision 0
+// without a gap, replayed, gives the state the server lists at the end; its
+// revisions only go up; and it holds every acknowledged change, whoever
+// made it, with the id and value written.
+func checkFeedReplay(ops []Op, pages []FeedPage, final []map[string]Seen) []string {
+	readers := map[int][]FeedPage{}
+	for _, p := range pages {
+		readers[p.Client] = append(readers[p.Client], p)
+	}
+	writes := changedWrites(ops)
+	var bad []string
+	for c, ps := range readers {
+		if ps[0].Since != 0 {
+			continue // not a follower from 0 (the directed reads after a write)
+		}
+		whole := true
+		state := map[string]Seen{}
+		byRev := map[int64][]Change{}
+		var last int64
+		for i, p := range ps {
+			if p.Reset || i > 0 && p.Since != ps[i-1].Rev {
+				whole = false
+				break
+			}
+			for _, ch := range p.Changes {
+				if ch.Rev < last || ch.Rev <= p.Since || ch.Rev > p.Rev {
+					bad = append(bad, fmt.Sprintf("feed reader %d of s%d: revision %d out of order (after %d, page since=%d revision=%d)", c, p.Server, ch.Rev, last, p.Since, p.Rev))
+				}
+				last = ch.Rev
+				byRev[ch.Rev] = append(byRev[ch.Rev], ch)
+				if ch.Delete {
+					delete(state, ch.ID)
+				} else {
+					state[ch.ID] = Seen{ID: ch.ID, Value: ch.Value, Rev: ch.Rev}
+				}
+			}
+		}
+		if !whole {
+			continue
+		}
+		server, end := ps[0].Server, ps[len(ps)-1].Rev
+		for _, w := range writes {
+			if w.Rev > end {
+				continue
+			}
+			found := false
+			for _, ch := range byRev[w.Rev] {
+				if ch.ID == w.ID && ch.Delete == (w.Kind == Deregister) && (ch.Delete || ch.Value == w.Value) {
+					found = true
+				}
+			}
+			if !found && len(bad) < 20 {
+				bad = append(bad, fmt.Sprintf("the change feed of s%d (read from 0 to %d) lacks an acknowledged write; at revision %d it holds %v:\n    %s", server, end, w.Rev, byRev[w.Rev], w))
+			}
+		}
+		if server < len(final) && final[server] != nil {
+			want := final[server]
+			for id, s := range want {
+				if got, ok := state[id]; !ok || got != s {
+					bad = append(bad, fmt.Sprintf("the change feed of s%d replayed to %d gives %s = %+v (present: %v); the server lists %+v", server, end, id, got, ok, s))
+				}
+			}
+			for id, got := range state {
+				if _, ok := want[id]; !ok {
+					bad = append(bad, fmt.Sprintf("the change feed of s%d replayed to %d holds %s = %+v; the server does not list it", server, end, id, got))
+				}
+			}
+		}
+	}
+	return bad
+}
