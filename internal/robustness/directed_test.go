@@ -13,6 +13,15 @@ import (
 
 const rounds = 30
 
+// checkRounds checks a directed scenario's history, every round of it, and
+// logs in how many rounds it found a violation.
+func checkRounds(t *testing.T, h *History, lag bool) {
+	t.Helper()
+	if n := check(t, h, CheckOptions{Lag: lag, MaxFailing: rounds}); n > 0 {
+		t.Logf("%d violations in %d rounds", n, rounds)
+	}
+}
+
 // must fails the test on an answer the workload never expects.
 func must(t *testing.T, _ Op, err error) {
 	t.Helper()
@@ -51,7 +60,7 @@ func TestConcurrentDeletes(t *testing.T) {
 		}
 		wg.Wait()
 	}
-	check(t, h, CheckOptions{})
+	checkRounds(t, h, false)
 }
 
 // TestIdenticalReRegister: two identical registers of new fields at once on
@@ -81,7 +90,7 @@ func TestIdenticalReRegister(t *testing.T) {
 		}
 		wg.Wait()
 	}
-	check(t, h, CheckOptions{})
+	checkRounds(t, h, false)
 }
 
 // TestFeedAfterAck: a write acknowledged at revision N, then
@@ -138,7 +147,7 @@ func TestDeleteOnLaggingServer(t *testing.T) {
 		o, err = b.Deregister(ctx, 1, servers[1].Base(), id, "svc")
 		must(t, o, err)
 	}
-	check(t, h, CheckOptions{Lag: true})
+	checkRounds(t, h, true)
 }
 
 // TestReRegisterOnLaggingServer: new fields registered through server A,
@@ -156,5 +165,5 @@ func TestReRegisterOnLaggingServer(t *testing.T) {
 		o, err = b.Register(ctx, 1, servers[1].Base(), id, "svc", "new", false)
 		must(t, o, err)
 	}
-	check(t, h, CheckOptions{Lag: true})
+	checkRounds(t, h, true)
 }

@@ -78,8 +78,12 @@ type Op struct {
 	// never (the connection broke because the server died, and a server on
 	// the embedded store writes nothing once dead).
 	Bounded bool
-	Rev     int64  // a write's answered revision; a list's revision
-	Seen    []Seen // get (at most one) and list: what the read found
+	// Inferred: an operation of unknown outcome that the change feed shows
+	// took effect, at Rev, before Return (when it was first seen); see
+	// settle.
+	Inferred bool
+	Rev      int64  // a write's answered revision; a list's revision
+	Seen     []Seen // get (at most one) and list: what the read found
 }
 
 func (o Op) String() string {
@@ -101,6 +105,9 @@ func (o Op) String() string {
 	if o.Kind == Register || o.Kind == Deregister {
 		if o.Status == OK {
 			fmt.Fprintf(&b, " rev %d", o.Rev)
+		}
+		if o.Inferred {
+			b.WriteString(" (answer lost; inferred from the change feed)")
 		}
 	} else if o.Status == OK {
 		var seen []string
