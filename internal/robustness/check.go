@@ -71,11 +71,13 @@ func checkServersAgree(final []map[string]Seen) []string {
 //   - A register of a new value that a read or the change feed shows took
 //     effect: it happened before it was first seen; the feed also says at
 //     which revision, and the write becomes an answered one.
-//   - When the change feeds read hold every revision from 0 to the end, a
-//     register of a new value they never show, that no read saw, never
-//     happened (the feed holds every commit: checkFeedReplay checks that
-//     of the answered writes), nor did the deregisters of an id whose every
-//     delete in the feed is an answered deregister's.
+//   - A write called at t commits, if ever, at a revision above every one
+//     acknowledged before t. When the change feeds read hold every
+//     revision from there to the end, a register of a new value they never
+//     show, that no read saw, never happened (the feed holds every commit:
+//     checkFeedReplay checks that of the answered writes), nor did a
+//     deregister of an id whose every delete the feed shows from there is
+//     an answered deregister's.
 func settle(ops []Op, pages []FeedPage) []Op {
 	type sighting struct {
 		at  time.Duration
@@ -95,7 +97,7 @@ func settle(ops []Op, pages []FeedPage) []Op {
 		}
 		first[k] = s
 	}
-	var covered [][2]int64
+	var covered [][2]int64 // (since, rev] of every page
 	var end int64
 	for _, p := range pages {
 		if p.Reset {
@@ -109,36 +111,65 @@ func settle(ops []Op, pages []FeedPage) []Op {
 			}
 		}
 	}
+	// The feeds' pages merged into runs of revisions read without a gap.
 	sort.Slice(covered, func(i, j int) bool { return covered[i][0] < covered[j][0] })
-	var reach int64
+	var runs [][2]int64
 	for _, c := range covered {
-		if c[0] > reach {
-			break
+		if n := len(runs); n > 0 && c[0] <= runs[n-1][1] {
+			runs[n-1][1] = max(runs[n-1][1], c[1])
+		} else {
+			runs = append(runs, c)
 		}
-		reach = max(reach, c[1])
 	}
-	whole := end > 0 && reach >= end
-	seenDeletes := map[string]map[int64]bool{}
+	// read: the feeds hold every revision in (lo, hi].
+	read := func(lo, hi int64) bool {
+		for _, r := range runs {
+			if r[0] <= lo && r[1] >= hi {
+				return true
+			}
+		}
+		return false
+	}
+	// A write called at t commits after every write acknowledged before t:
+	// at a revision above theirs.
+	type ack struct {
+		ret time.Duration
+		rev int64
+	}
+	var acks []ack
+	deletes := map[string]map[int64]bool{} // id -> revisions of the feed's deletes no answered deregister claims
 	for _, p := range pages {
 		for _, ch := range p.Changes {
 			if ch.Delete {
-				if seenDeletes[ch.ID] == nil {
-					seenDeletes[ch.ID] = map[int64]bool{}
+				if deletes[ch.ID] == nil {
+					deletes[ch.ID] = map[int64]bool{}
 				}
-				seenDeletes[ch.ID][ch.Rev] = true
+				deletes[ch.ID][ch.Rev] = true
 			}
 		}
 	}
-	ackedDeletes := map[string]int{}
 	for _, o := range ops {
 		switch {
-		case o.Kind == Deregister && o.Status == OK && seenDeletes[o.ID][o.Rev]:
-			ackedDeletes[o.ID]++
+		case (o.Kind == Register || o.Kind == Deregister) && o.Status == OK:
+			acks = append(acks, ack{o.Return, o.Rev})
+			if o.Kind == Deregister {
+				delete(deletes[o.ID], o.Rev)
+			}
 		case (o.Kind == Get || o.Kind == List) && o.Status == OK:
 			for _, s := range o.Seen {
 				see(s.ID, s.Value, o.Return, 0)
 			}
 		}
+	}
+	sort.Slice(acks, func(i, j int) bool { return acks[i].ret < acks[j].ret })
+	for i := 1; i < len(acks); i++ {
+		acks[i].rev = max(acks[i].rev, acks[i-1].rev)
+	}
+	floor := func(t time.Duration) int64 {
+		if i := sort.Search(len(acks), func(i int) bool { return acks[i].ret >= t }); i > 0 {
+			return acks[i-1].rev
+		}
+		return 0
 	}
 	out := ops[:0:0]
 	for _, o := range ops {
@@ -146,6 +177,7 @@ func settle(ops []Op, pages []FeedPage) []Op {
 			out = append(out, o)
 			continue
 		}
+		lo := floor(o.Call)
 		switch {
 		case o.Kind == Register && o.Fresh:
 			s, ok := first[[2]string{o.ID, o.Value}]
@@ -153,15 +185,22 @@ func settle(ops []Op, pages []FeedPage) []Op {
 				s.at = min(s.at, o.Return)
 			}
 			switch {
-			case ok && s.rev != 0:
+			case ok && s.rev != 0 && read(lo, s.rev):
+				// No earlier sighting can hide in a gap of the feeds.
 				o.Status, o.Rev, o.Inferred, o.Return = OK, s.rev, true, max(s.at, o.Call)
 			case ok:
 				o.Bounded, o.Return = true, max(s.at, o.Call)
-			case whole:
+			case end > 0 && read(lo, end):
 				continue // never happened
 			}
-		case o.Kind == Deregister && whole && len(seenDeletes[o.ID]) == ackedDeletes[o.ID]:
-			continue // never happened
+		case o.Kind == Deregister && end > 0 && read(lo, end):
+			unclaimed := false
+			for rev := range deletes[o.ID] {
+				unclaimed = unclaimed || rev > lo
+			}
+			if !unclaimed {
+				continue // never happened
+			}
 		}
 		out = append(out, o)
 	}

@@ -153,11 +153,14 @@ func TestEmbeddedKill(t *testing.T) {
 	runScenario(t, Scenario{Servers: servers, Faults: []Fault{KillRestart}, Clients: 6, Services: 2, IDs: 6, Embedded: true}, false)
 }
 
-// TestMySQLOneServer: one server on MariaDB, killed and restarted, its
-// database cut and stalled.
+// TestMySQLOneServer: one server on MariaDB, its database cut and stalled.
+// (Killed, its feed would restart at the revision it loads: the writes
+// lost in between could not be settled, and every one of them is a fork
+// in the check's search; TestCluster kills servers on MariaDB, where the
+// others' feeds cover the gap.)
 func TestMySQLOneServer(t *testing.T) {
 	servers, links := mysqlServers(t, 1)
-	runScenario(t, Scenario{Servers: servers, Links: links, Faults: []Fault{KillRestart, DBCut, DBStall}, Clients: 6, Services: 2, IDs: 6}, false)
+	runScenario(t, Scenario{Servers: servers, Links: links, Faults: []Fault{DBCut, DBStall}, Clients: 6, Services: 2, IDs: 6}, false)
 }
 
 // TestCluster: three servers on MariaDB, each killed and restarted, the

@@ -236,11 +236,12 @@ func load(ctx context.Context, c *Client, sc Scenario, ids []string, serviceOf m
 			return err
 		}
 		if o.Status == Unknown {
-			// The server is down or restarting: let it come back rather
-			// than pile up writes of unknown outcome.
+			// The server is down or restarting, or its database is: let it
+			// come back rather than pile up writes of unknown outcome (each
+			// is a fork in the check's search).
 			select {
 			case <-ctx.Done():
-			case <-time.After(10 * time.Millisecond):
+			case <-time.After(50 * time.Millisecond):
 			}
 		}
 	}
