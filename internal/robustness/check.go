@@ -69,8 +69,9 @@ func checkServersAgree(final []map[string]Seen) []string {
 // check of an id's history take forever.
 //
 //   - A register of a new value that a read or the change feed shows took
-//     effect: it happened before it was first seen; the feed also says at
-//     which revision, and the write becomes an answered one.
+//     effect (and that no other register wrote again): it happened before
+//     it was first seen; the feed also says at which revision, and the
+//     write becomes an answered one.
 //   - A write called at t commits, if ever, at a revision above every one
 //     acknowledged before t. When the change feeds read hold every
 //     revision from there to the end, a register of a new value they never
@@ -171,6 +172,14 @@ func settle(ops []Op, pages []FeedPage) []Op {
 		}
 		return 0
 	}
+	// A client re-registers the value it wrote last: a sighting of a value
+	// written more than once may be of another write of it.
+	writes := map[[2]string]int{}
+	for _, o := range ops {
+		if o.Kind == Register {
+			writes[[2]string{o.ID, o.Value}]++
+		}
+	}
 	out := ops[:0:0]
 	for _, o := range ops {
 		if o.Status != Unknown {
@@ -181,6 +190,9 @@ func settle(ops []Op, pages []FeedPage) []Op {
 		switch {
 		case o.Kind == Register && o.Fresh:
 			s, ok := first[[2]string{o.ID, o.Value}]
+			if ok && writes[[2]string{o.ID, o.Value}] > 1 {
+				break
+			}
 			if o.Bounded {
 				s.at = min(s.at, o.Return)
 			}
@@ -301,8 +313,8 @@ func verbose(m porcupine.Model, ops []porcupine.Operation, res porcupine.CheckRe
 // failing prefix (by call time); then the latest point before its end where
 // no operation was in flight, from which the rest still fails (the state
 // there is replayed from a linearization of what came before); then without
-// every read that is not needed (dropping a read never makes a history
-// easier to refuse). It returns the indexes kept and the state they start
+// every read that is not needed (dropping a read, or the model's own
+// "applied" step, never makes a history easier to refuse). It returns the indexes kept and the state they start
 // from. Bounded by budget: past it, what was found so far.
 func shrink(m porcupine.Model, ops []porcupine.Operation, timeout, budget time.Duration) ([]int, any) {
 	end := time.Now().Add(budget)
@@ -340,7 +352,7 @@ func shrink(m porcupine.Model, ops []porcupine.Operation, timeout, budget time.D
 		}
 	}
 	for i := len(keep) - 1; i >= 0 && len(keep) > 1 && time.Now().Before(end); i-- {
-		if in := ops[keep[i]].Input.(input); in.kind != Get && in.kind != List {
+		if in := ops[keep[i]].Input.(input); in.kind != Get && in.kind != List && in.kind != applied {
 			continue
 		}
 		try := append(append([]int(nil), keep[:i]...), keep[i+1:]...)

@@ -86,6 +86,17 @@ func TestCheck(t *testing.T) {
 			get(1, 1, "a", 2*ms, 3*ms),
 			get(1, 1, "a", 4*ms, 5*ms, Seen{"a", "v1", 1}),
 		}},
+		{name: "lagging: the writer's server may not have its write before it answers", lag: true, ops: []Op{
+			reg(0, 2, "a", "v1", 0, 1*ms, OK, 1),
+			reg(2, 2, "a", "v2", 2*ms, 10*ms, OK, 2),
+			get(5, 1, "a", 3*ms, 4*ms, Seen{"a", "v2", 2}),
+			get(5, 2, "a", 5*ms, 6*ms, Seen{"a", "v1", 1}),
+		}},
+		{name: "a lost write seen by a read happened before it", ops: []Op{
+			reg(0, 0, "a", "v1", 0, 0, Unknown, 0),
+			get(1, 0, "a", 2*ms, 3*ms, Seen{"a", "v1", 7}),
+			get(1, 0, "a", 4*ms, 5*ms),
+		}, want: "not linearizable"},
 		{name: "lagging: a server's reads never go back", lag: true, ops: []Op{
 			reg(0, 0, "a", "v1", 0, 1*ms, OK, 1),
 			get(1, 1, "a", 4*ms, 5*ms, Seen{"a", "v1", 1}),

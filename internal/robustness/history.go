@@ -30,6 +30,9 @@ const (
 )
 
 func (k Kind) String() string {
+	if k == applied {
+		return "applied"
+	}
 	return [...]string{"register", "deregister", "get", "list"}[k]
 }
 
@@ -90,6 +93,8 @@ func (o Op) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "c%d s%d %s", o.Client, o.Server, o.Kind)
 	switch o.Kind {
+	case applied:
+		return fmt.Sprintf("c%d s%d has applied its write of %s at rev %d (answered at %.3fms)", o.Client, o.Server, o.ID, o.Rev, float64(o.Return-1)/1e6)
 	case Register:
 		fmt.Fprintf(&b, " %s=%s", o.ID, o.Value)
 	case List:

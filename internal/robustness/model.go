@@ -23,16 +23,23 @@ import (
 //     every server (cluster.md: conditions and re-planning against the
 //     database's head), so they are linearizable across the cluster;
 //   - a read (get, or a list's view of the id) on the server that made a
-//     write sees it (read-your-writes). Strict (one server): a read sees
-//     the latest version. Lagging (a cluster): a read on a server may see
-//     an older version of the id, but never one older than what that
-//     server already answered for it: its last read, or its last write's
-//     version (cluster.md: "a server that has applied revision N has
-//     applied every change below N"; reads elsewhere "may miss a write
-//     acknowledged elsewhere for a moment").
+//     write, once the write is answered, sees it (read-your-writes).
+//     Strict (one server): a read sees the latest version. Lagging (a
+//     cluster): a read on a server may see an older version of the id, but
+//     never one older than what that server already answered for it: its
+//     last read, or its last answered write's version (cluster.md: "a
+//     server that has applied revision N has applied every change below
+//     N"; reads elsewhere "may miss a write acknowledged elsewhere for a
+//     moment").
 //
 // The state keeps every version the id went through, so that a lagging read
 // can be matched to the one it saw.
+
+// applied is the model's own operation, not the servers': an answered
+// write's server has applied it. It is placed just after the write's
+// return (the write's commit, its linearization point, may come before
+// its server applied it: only the answer says it has).
+const applied Kind = 255
 
 // maxServers bounds the servers of a scenario (the floors are an array, so
 // that states compare cheaply).
@@ -118,6 +125,8 @@ func describeState(x state) string {
 func describe(in input, out output) string {
 	var s string
 	switch in.kind {
+	case applied:
+		return fmt.Sprintf("s%d has applied rev %d", in.server, out.rev)
 	case Register:
 		s = fmt.Sprintf("s%d register %s", in.server, in.value)
 	default:
@@ -145,45 +154,52 @@ func step(st state, in input, out output, lag bool, servers int) []any {
 	last := len(st.versions) - 1
 	cur := st.versions[last]
 	switch in.kind {
+	case applied:
+		for i := last; i >= int(st.floor[in.server]); i-- {
+			if st.versions[i].rev == out.rev {
+				st.floor[in.server] = int32(i)
+				break
+			}
+		}
+		return next(st)
 	case Register:
 		same := cur.present && cur.value == in.value
 		if out.status == Unknown {
 			if same {
 				return []any{st}
 			}
-			return []any{st, st.with(version{present: true, value: in.value}, -1).trim(lag, servers)}
+			return []any{st, st.with(version{present: true, value: in.value}).trim(lag, servers)}
 		}
 		if same {
 			// Unchanged: no new revision, the id's current one.
 			if cur.rev != 0 && out.rev != cur.rev {
 				return nil
 			}
-			st = st.pin(last, out.rev)
-			st.floor[in.server] = int32(last)
-			return next(st)
+			return next(st.pin(last, out.rev))
 		}
 		if out.rev <= st.maxRev {
 			return nil
 		}
-		return next(st.with(version{present: true, value: in.value, rev: out.rev}, in.server))
+		return next(st.with(version{present: true, value: in.value, rev: out.rev}))
 	case Deregister:
 		switch out.status {
 		case Unknown:
 			if !cur.present {
 				return []any{st}
 			}
-			return []any{st, st.with(version{}, -1).trim(lag, servers)}
+			return []any{st, st.with(version{}).trim(lag, servers)}
 		case NotFound:
+			// Absent everywhere (the server caught up with the others
+			// first); which version its own reads then see is not said.
 			if cur.present {
 				return nil
 			}
-			st.floor[in.server] = int32(last)
 			return next(st)
 		default:
 			if !cur.present || out.rev <= st.maxRev {
 				return nil
 			}
-			return next(st.with(version{rev: out.rev}, in.server))
+			return next(st.with(version{rev: out.rev}))
 		}
 	default: // a read
 		from := last
@@ -207,15 +223,12 @@ func step(st state, in input, out output, lag bool, servers int) []any {
 	}
 }
 
-// with appends a version; server (if >= 0) has applied it.
-func (st state) with(v version, server int) state {
+// with appends a version.
+func (st state) with(v version) state {
 	vs := make([]version, len(st.versions), len(st.versions)+1)
 	copy(vs, st.versions)
 	st.versions = append(vs, v)
 	st.maxRev = max(st.maxRev, v.rev)
-	if server >= 0 {
-		st.floor[server] = int32(len(vs))
-	}
 	return st
 }
 
@@ -279,6 +292,11 @@ func partitions(ops []Op) (ids []string, parts map[string][]porcupine.Operation,
 		switch o.Kind {
 		case Register, Deregister:
 			add(o.ID, o, in, output{status: o.Status, rev: o.Rev})
+			if o.Status == OK && !o.Inferred {
+				mark := o
+				mark.Kind, mark.Call, mark.Return = applied, o.Return+1, o.Return+1
+				add(o.ID, mark, input{kind: applied, server: o.Server}, output{status: OK, rev: o.Rev})
+			}
 		case Get:
 			out := output{status: o.Status}
 			if len(o.Seen) == 1 {
