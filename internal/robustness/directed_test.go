@@ -132,9 +132,10 @@ func TestFeedAfterAck(t *testing.T) {
 	checkRounds(t, h, false)
 }
 
-// TestDeleteOnLaggingServer: an instance registered and deleted through
-// server A, then deleted at once through server B, whose catalog may be a
-// poll behind: B must answer 404 (docs/api.md), not a second delete.
+// TestDeleteOnLaggingServer: an instance registered through server A and
+// seen through server B, deleted through A, then deleted at once through B,
+// whose catalog is likely a poll behind: B must answer 404 (docs/api.md),
+// not a second delete.
 func TestDeleteOnLaggingServer(t *testing.T) {
 	servers, _ := mysqlServers(t, 2)
 	h := NewHistory()
@@ -144,6 +145,16 @@ func TestDeleteOnLaggingServer(t *testing.T) {
 		id := fmt.Sprintf("l%d", r)
 		o, err := a.Register(ctx, 0, servers[0].Base(), id, "svc", fmt.Sprint("v", r), true)
 		must(t, o, err)
+		for deadline := time.Now().Add(10 * time.Second); ; {
+			o, err := b.Get(ctx, 1, servers[1].Base(), id, "svc")
+			must(t, o, err)
+			if o.Status == OK && len(o.Seen) == 1 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("server B did not see %s within 10s", id)
+			}
+		}
 		o, err = a.Deregister(ctx, 0, servers[0].Base(), id, "svc")
 		must(t, o, err)
 		o, err = b.Deregister(ctx, 1, servers[1].Base(), id, "svc")
