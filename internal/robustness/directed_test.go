@@ -22,6 +22,16 @@ func checkRounds(t *testing.T, h *History, lag bool) {
 	}
 }
 
+// clients is n clients recording into one new history.
+func clients(n int) (*History, []*Client) {
+	h := NewHistory()
+	var cs []*Client
+	for i := range n {
+		cs = append(cs, NewClient(i, h, 10*time.Second))
+	}
+	return h, cs
+}
+
 // must fails the test on an answer the workload never expects.
 func must(t *testing.T, _ Op, err error) {
 	t.Helper()
@@ -36,16 +46,15 @@ func must(t *testing.T, _ Op, err error) {
 // the instance.
 func TestConcurrentDeletes(t *testing.T) {
 	servers := embeddedServer(t)
-	h := NewHistory()
+	h, cs := clients(3)
 	base := servers[0].Base()
-	clients := []*Client{NewClient(0, h, 10*time.Second), NewClient(1, h, 10*time.Second), NewClient(2, h, 10*time.Second)}
 	ctx := context.Background()
 	for r := range rounds {
 		id := fmt.Sprintf("d%d", r)
-		o, err := clients[2].Register(ctx, 0, base, id, "svc", fmt.Sprint("v", r), true)
+		o, err := cs[2].Register(ctx, 0, base, id, "svc", fmt.Sprint("v", r), true)
 		must(t, o, err)
 		var wg sync.WaitGroup
-		for _, c := range clients[:2] {
+		for _, c := range cs[:2] {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -69,16 +78,15 @@ func TestConcurrentDeletes(t *testing.T) {
 // nothing: no revision").
 func TestIdenticalReRegister(t *testing.T) {
 	servers := embeddedServer(t)
-	h := NewHistory()
+	h, cs := clients(3)
 	base := servers[0].Base()
-	clients := []*Client{NewClient(0, h, 10*time.Second), NewClient(1, h, 10*time.Second), NewClient(2, h, 10*time.Second)}
 	ctx := context.Background()
 	for r := range rounds {
 		id := fmt.Sprintf("r%d", r)
-		o, err := clients[2].Register(ctx, 0, base, id, "svc", "old", true)
+		o, err := cs[2].Register(ctx, 0, base, id, "svc", "old", true)
 		must(t, o, err)
 		var wg sync.WaitGroup
-		for i, c := range clients[:2] {
+		for i, c := range cs[:2] {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -102,10 +110,8 @@ func TestIdenticalReRegister(t *testing.T) {
 func TestFeedAfterAck(t *testing.T) {
 	const chunk = 4096
 	servers := embeddedServer(t)
-	h := NewHistory()
-	base := servers[0].Base()
-	c := NewClient(0, h, 10*time.Second)
-	defer c.Close()
+	h, cs := clients(1)
+	base, c := servers[0].Base(), cs[0]
 	ctx := context.Background()
 	changes := 0                // in the server's log so far
 	for r := range rounds / 3 { // each round writes a chunk
@@ -132,21 +138,37 @@ func TestFeedAfterAck(t *testing.T) {
 	checkRounds(t, h, false)
 }
 
+// via is a client of one server.
+type via struct {
+	c      *Client
+	server int
+	base   string
+}
+
+// onTwoServers runs rounds of a scenario through a client of each of two
+// servers of a cluster (A and B) and checks the history.
+func onTwoServers(t *testing.T, round func(r int, a, b via)) {
+	servers, _ := mysqlServers(t, 2)
+	h, cs := clients(2)
+	a, b := via{cs[0], 0, servers[0].Base()}, via{cs[1], 1, servers[1].Base()}
+	for r := range rounds {
+		round(r, a, b)
+	}
+	checkRounds(t, h, true)
+}
+
 // TestDeleteOnLaggingServer: an instance registered through server A and
 // seen through server B, deleted through A, then deleted at once through B,
 // whose catalog is likely a poll behind: B must answer 404 (docs/api.md),
 // not a second delete.
 func TestDeleteOnLaggingServer(t *testing.T) {
-	servers, _ := mysqlServers(t, 2)
-	h := NewHistory()
-	a, b := NewClient(0, h, 10*time.Second), NewClient(1, h, 10*time.Second)
 	ctx := context.Background()
-	for r := range rounds {
+	onTwoServers(t, func(r int, a, b via) {
 		id := fmt.Sprintf("l%d", r)
-		o, err := a.Register(ctx, 0, servers[0].Base(), id, "svc", fmt.Sprint("v", r), true)
+		o, err := a.c.Register(ctx, a.server, a.base, id, "svc", fmt.Sprint("v", r), true)
 		must(t, o, err)
 		for deadline := time.Now().Add(10 * time.Second); ; {
-			o, err := b.Get(ctx, 1, servers[1].Base(), id, "svc")
+			o, err := b.c.Get(ctx, b.server, b.base, id, "svc")
 			must(t, o, err)
 			if o.Status == OK && len(o.Seen) == 1 {
 				break
@@ -155,28 +177,23 @@ func TestDeleteOnLaggingServer(t *testing.T) {
 				t.Fatalf("server B did not see %s within 10s", id)
 			}
 		}
-		o, err = a.Deregister(ctx, 0, servers[0].Base(), id, "svc")
+		o, err = a.c.Deregister(ctx, a.server, a.base, id, "svc")
 		must(t, o, err)
-		o, err = b.Deregister(ctx, 1, servers[1].Base(), id, "svc")
+		o, err = b.c.Deregister(ctx, b.server, b.base, id, "svc")
 		must(t, o, err)
-	}
-	checkRounds(t, h, true)
+	})
 }
 
 // TestReRegisterOnLaggingServer: new fields registered through server A,
 // then the same fields at once through server B: nothing changes, B answers
 // A's revision.
 func TestReRegisterOnLaggingServer(t *testing.T) {
-	servers, _ := mysqlServers(t, 2)
-	h := NewHistory()
-	a, b := NewClient(0, h, 10*time.Second), NewClient(1, h, 10*time.Second)
 	ctx := context.Background()
-	for r := range rounds {
+	onTwoServers(t, func(r int, a, b via) {
 		id := fmt.Sprintf("l%d", r)
-		o, err := a.Register(ctx, 0, servers[0].Base(), id, "svc", "new", true)
+		o, err := a.c.Register(ctx, a.server, a.base, id, "svc", "new", true)
 		must(t, o, err)
-		o, err = b.Register(ctx, 1, servers[1].Base(), id, "svc", "new", false)
+		o, err = b.c.Register(ctx, b.server, b.base, id, "svc", "new", false)
 		must(t, o, err)
-	}
-	checkRounds(t, h, true)
+	})
 }
