@@ -261,6 +261,16 @@ func checkLinearizable(ops []Op, opt CheckOptions) []string {
 		for _, i := range keep {
 			fmt.Fprintf(&b, "\n    %s", srcs[id][i])
 		}
+		// That state is one of those the operations before may lead to:
+		// the last of them show which.
+		if k := keep[0]; k > 0 {
+			b.WriteString("\n  the operations just before:")
+			for i := max(k-6, 0); i < k; i++ {
+				if o := srcs[id][i]; o.Kind != applied {
+					fmt.Fprintf(&b, "\n    %s", o)
+				}
+			}
+		}
 		if opt.Dir != "" {
 			path := filepath.Join(opt.Dir, "history-"+id+".html")
 			if err := porcupine.VisualizePath(m, info, path); err == nil {
