@@ -5,6 +5,7 @@ import (
 	"hash/maphash"
 	"math"
 	"slices"
+	"sort"
 	"strings"
 
 	"github.com/anishathalye/porcupine"
@@ -316,6 +317,20 @@ func partitions(ops []Op) (ids []string, parts map[string][]porcupine.Operation,
 				add(id, o, in, out)
 			}
 		}
+	}
+	// By call time, as the prefix checks and the shrinking assume (an
+	// "applied" step comes after its write's answer, after later calls).
+	for id, ps := range parts {
+		idx := make([]int, len(ps))
+		for i := range idx {
+			idx[i] = i
+		}
+		sort.SliceStable(idx, func(a, b int) bool { return ps[idx[a]].Call < ps[idx[b]].Call })
+		sortedOps, sortedSrcs := make([]porcupine.Operation, len(ps)), make([]Op, len(ps))
+		for i, j := range idx {
+			sortedOps[i], sortedSrcs[i] = ps[j], srcs[id][j]
+		}
+		parts[id], srcs[id] = sortedOps, sortedSrcs
 	}
 	return ids, parts, srcs
 }

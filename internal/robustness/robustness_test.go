@@ -2,6 +2,7 @@ package robustness
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"net"
@@ -117,6 +118,16 @@ func check(t *testing.T, h *History, opt CheckOptions) int {
 	bad := Check(h, opt)
 	for _, v := range bad {
 		t.Error(v)
+	}
+	if len(bad) > 0 {
+		b, err := json.Marshal(struct {
+			Ops   []Op
+			Pages []FeedPage
+		}{h.Ops(), h.Pages()})
+		if err == nil {
+			err = os.WriteFile(filepath.Join(dir, "history.json"), b, 0o644)
+		}
+		t.Logf("the recorded history: %s/history.json (%v)", dir, err)
 	}
 	if len(bad) == 0 {
 		os.RemoveAll(dir)
