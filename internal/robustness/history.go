@@ -97,6 +97,9 @@ func (o Op) String() string {
 		return fmt.Sprintf("c%d s%d has applied its write of %s at rev %d (answered at %.3fms)", o.Client, o.Server, o.ID, o.Rev, float64(o.Return-1)/1e6)
 	case Register:
 		fmt.Fprintf(&b, " %s=%s", o.ID, o.Value)
+		if !o.Fresh {
+			b.WriteString(" (again)")
+		}
 	case List:
 		fmt.Fprintf(&b, " %s", o.Service)
 	default:
