@@ -136,12 +136,12 @@ func TestCheck(t *testing.T) {
 		{name: "the feed replayed is the final state", ops: []Op{
 			reg(0, 0, "a", "v1", 0, 1*ms, OK, 1),
 			dereg(0, 0, "a", 2*ms, 3*ms, OK, 2),
-		}, pages: []FeedPage{{Client: 9, Since: 0, Rev: 2, Call: 4 * ms, Return: 5 * ms, Changes: []Change{{Rev: 1, ID: "a", Value: "v1"}}}},
+		}, pages: []FeedPage{{Client: 9, Follower: true, Since: 0, Rev: 2, Call: 4 * ms, Return: 5 * ms, Changes: []Change{{Rev: 1, ID: "a", Value: "v1"}}}},
 			final: []map[string]Seen{{}},
 			want:  "lacks an acknowledged write"},
 		{name: "the feed replayed gives what the server lists", ops: []Op{
 			reg(0, 0, "a", "v1", 0, 1*ms, OK, 1),
-		}, pages: []FeedPage{{Client: 9, Since: 0, Rev: 1, Call: 4 * ms, Return: 5 * ms, Changes: []Change{{Rev: 1, ID: "a", Value: "v1"}}}},
+		}, pages: []FeedPage{{Client: 9, Follower: true, Since: 0, Rev: 1, Call: 4 * ms, Return: 5 * ms, Changes: []Change{{Rev: 1, ID: "a", Value: "v1"}}}},
 			final: []map[string]Seen{{"a": {"a", "v1", 1}, "b": {"b", "v1", 1}}},
 			want:  "the server lists"},
 		{name: "servers agree once caught up", final: []map[string]Seen{{"a": {"a", "v1", 1}}, {}},

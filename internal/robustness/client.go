@@ -191,7 +191,11 @@ func (c *Client) List(ctx context.Context, server int, base, service string) (Op
 // Changes reads one page of the change feed after since and records it. ok
 // is false when the server did not answer (the page is not recorded).
 func (c *Client) Changes(ctx context.Context, server int, base string, since int64) (p FeedPage, ok bool, err error) {
-	p = FeedPage{Client: c.ID, Server: server, Since: since}
+	return c.page(ctx, server, base, since, false)
+}
+
+func (c *Client) page(ctx context.Context, server int, base string, since int64, follower bool) (p FeedPage, ok bool, err error) {
+	p = FeedPage{Client: c.ID, Server: server, Since: since, Follower: follower}
 	p.Call = c.History.Now()
 	status, b, _, err := c.do(ctx, "GET", base, "/v1/changes?limit=1000&since="+strconv.FormatInt(since, 10), nil)
 	p.Return = c.History.Now()
@@ -232,13 +236,12 @@ func (c *Client) Changes(ctx context.Context, server int, base string, since int
 	return p, true, nil
 }
 
-// Follow reads a server's change feed from revision 0 until ctx ends,
+// Follow reads a server's change feed from since until ctx ends,
 // recording every page; after a 410 it goes on from the head the server
 // answers. It returns the revision it caught up to.
-func (c *Client) Follow(ctx context.Context, server int, base func() string) int64 {
-	var since int64
+func (c *Client) Follow(ctx context.Context, server int, base func() string, since int64) int64 {
 	for ctx.Err() == nil {
-		p, ok, err := c.Changes(ctx, server, base(), since)
+		p, ok, err := c.page(ctx, server, base(), since, true)
 		switch {
 		case err != nil || !ok:
 			// The server is down or restarting: ask again shortly.

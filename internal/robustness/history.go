@@ -136,8 +136,11 @@ type FeedPage struct {
 	More         bool
 	Changes      []Change
 	// Reset: the server answered 410 (its history starts later, after a
-	// restart): this reader's feed is not whole from revision 0 any more.
+	// restart): this reader's feed is not whole any more.
 	Reset bool
+	// Follower: read by a client that follows the feed page after page
+	// (Client.Follow), not a single read.
+	Follower bool
 }
 
 // Change is one entry of the change feed.

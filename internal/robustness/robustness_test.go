@@ -135,26 +135,41 @@ func check(t *testing.T, h *History, opt CheckOptions) int {
 	return len(bad)
 }
 
+// runScenario runs a random scenario for a few seconds, or, with -soak,
+// runs after runs of 5 s on the same servers (each with ids of its own, so
+// that each history is checked alone) until the soak's time is up or one
+// fails.
 func runScenario(t *testing.T, sc Scenario, lag bool) {
 	t.Helper()
-	sc.Duration = duration()
-	sc.Seed = uint64(time.Now().UnixNano())
-	ctx, cancel := context.WithTimeout(context.Background(), sc.Duration+5*time.Minute)
-	defer cancel()
-	res, err := Run(ctx, sc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	unknown := 0
-	for _, o := range res.History.Ops() {
-		if o.Status == Unknown {
-			unknown++
+	end := time.Now().Add(duration())
+	for k := 0; ; k++ {
+		sc.Prefix = fmt.Sprintf("r%d-", k)
+		sc.Duration = duration()
+		if *soak > 0 {
+			sc.Duration = min(5*time.Second, max(time.Until(end), time.Second))
+		}
+		sc.Seed = uint64(time.Now().UnixNano())
+		ctx, cancel := context.WithTimeout(context.Background(), sc.Duration+5*time.Minute)
+		res, err := Run(ctx, sc)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		unknown := 0
+		for _, o := range res.History.Ops() {
+			if o.Status == Unknown {
+				unknown++
+			}
+		}
+		t.Logf("run %d, seed %d: %d operations (%d of unknown outcome), %d feed pages, faults: %v",
+			k, sc.Seed, res.Ops, unknown, len(res.History.Pages()), res.Faults)
+		start := time.Now()
+		check(t, res.History, CheckOptions{Lag: lag, Final: res.Final, Timeout: 10 * time.Second})
+		t.Logf("checked in %v", time.Since(start).Round(time.Millisecond))
+		if t.Failed() || time.Now().After(end) {
+			return
 		}
 	}
-	t.Logf("seed %d: %d operations (%d of unknown outcome), %d feed pages, faults: %v", sc.Seed, res.Ops, unknown, len(res.History.Pages()), res.Faults)
-	start := time.Now()
-	check(t, res.History, CheckOptions{Lag: lag, Final: res.Final, Timeout: 10 * time.Second})
-	t.Logf("checked in %v", time.Since(start).Round(time.Millisecond))
 }
 
 // TestEmbeddedKill: one server on the embedded store, killed with -9 and

@@ -47,6 +47,9 @@ type Scenario struct {
 	// Embedded: the servers keep their store in their own process (see
 	// Client.DiesWithStore).
 	Embedded bool
+	// Prefix starts every id and service name of the run, so that runs on
+	// the same servers have histories of their own (a soak is many runs).
+	Prefix string
 }
 
 // Result is what a run recorded.
@@ -73,9 +76,9 @@ func Run(ctx context.Context, sc Scenario) (Result, error) {
 	serviceOf := map[string]string{}
 	for s := range sc.Services {
 		for i := range sc.IDs {
-			id := fmt.Sprintf("i%d-%d", s, i)
+			id := fmt.Sprintf("%si%d-%d", sc.Prefix, s, i)
 			ids = append(ids, id)
-			serviceOf[id] = fmt.Sprintf("svc%d", s)
+			serviceOf[id] = fmt.Sprintf("%ssvc%d", sc.Prefix, s)
 		}
 	}
 
@@ -89,7 +92,8 @@ func Run(ctx context.Context, sc Scenario) (Result, error) {
 		errMu.Unlock()
 	}
 
-	// Feed readers follow every server until every server caught up.
+	// Feed readers follow every server, from where it is now, until every
+	// server caught up.
 	readCtx, stopReaders := context.WithCancel(ctx)
 	defer stopReaders()
 	readers := make([]*Client, len(sc.Servers))
@@ -98,10 +102,11 @@ func Run(ctx context.Context, sc Scenario) (Result, error) {
 	for i, s := range sc.Servers {
 		readers[i] = NewClient(1000+i, h, sc.Timeout)
 		defer readers[i].Close()
+		start := readers[i].head(ctx, s.Base())
 		rwg.Add(1)
 		go func() {
 			defer rwg.Done()
-			heads[i] = readers[i].Follow(readCtx, i, s.Base)
+			heads[i] = readers[i].Follow(readCtx, i, s.Base, start)
 		}()
 	}
 
@@ -140,7 +145,7 @@ func Run(ctx context.Context, sc Scenario) (Result, error) {
 	defer bc.Close()
 	var barrier Op
 	for deadline := time.Now().Add(60 * time.Second); ; {
-		o, err := bc.Register(ctx, 0, sc.Servers[0].Base(), "barrier", barrierService, fmt.Sprint("barrier-", sc.Seed), true)
+		o, err := bc.Register(ctx, 0, sc.Servers[0].Base(), sc.Prefix+"barrier", sc.Prefix+barrierService, fmt.Sprint("barrier-", sc.Seed), true)
 		if err != nil {
 			return res, err
 		}
@@ -154,7 +159,7 @@ func Run(ctx context.Context, sc Scenario) (Result, error) {
 	}
 	for i, s := range sc.Servers {
 		for deadline := time.Now().Add(60 * time.Second); ; {
-			o, err := bc.Get(ctx, i, s.Base(), "barrier", barrierService)
+			o, err := bc.Get(ctx, i, s.Base(), sc.Prefix+"barrier", sc.Prefix+barrierService)
 			if err != nil {
 				return res, err
 			}
@@ -183,9 +188,9 @@ func Run(ctx context.Context, sc Scenario) (Result, error) {
 	for i, s := range sc.Servers {
 		res.Final[i] = map[string]Seen{}
 		for sv := range sc.Services + 1 {
-			service := fmt.Sprintf("svc%d", sv)
+			service := fmt.Sprintf("%ssvc%d", sc.Prefix, sv)
 			if sv == sc.Services {
-				service = barrierService
+				service = sc.Prefix + barrierService
 			}
 			o, err := bc.List(ctx, i, s.Base(), service)
 			if err != nil {
@@ -195,7 +200,7 @@ func Run(ctx context.Context, sc Scenario) (Result, error) {
 				res.Final[i][seen.ID] = seen
 			}
 		}
-		if _, ok := res.Final[i]["barrier"]; !ok {
+		if _, ok := res.Final[i][sc.Prefix+"barrier"]; !ok {
 			return res, fmt.Errorf("robustness: s%d did not answer its final lists", i)
 		}
 	}
@@ -305,7 +310,7 @@ func nemesis(load, ctx context.Context, sc Scenario, h *History, log *[]string, 
 // drain reads a server's feed from since until it has caught up to rev.
 func drain(ctx context.Context, c *Client, server int, base string, since, rev int64) error {
 	for deadline := time.Now().Add(60 * time.Second); ; {
-		p, ok, err := c.Changes(ctx, server, base, since)
+		p, ok, err := c.page(ctx, server, base, since, true)
 		if err != nil {
 			return err
 		}
