@@ -16,9 +16,9 @@ type CheckOptions struct {
 	// Lag: the servers are a cluster, and a read may lag behind writes made
 	// through other servers (see model). Without it every read is strict.
 	Lag bool
-	// Final is, per server, every instance it lists once the run is over and
-	// it has caught up (id -> what it holds): the state the change feed,
-	// replayed from revision 0, must reproduce.
+	// Final is, per server, every instance of the run it lists once the run
+	// is over and it has caught up (id -> what it holds): the state its
+	// change feed, replayed, must reproduce.
 	Final []map[string]Seen
 	// Timeout bounds the linearizability check of one id.
 	Timeout time.Duration
