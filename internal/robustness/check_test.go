@@ -125,6 +125,16 @@ func TestCheck(t *testing.T) {
 			get(1, 0, "a", 3*ms, 4*ms),
 			get(1, 0, "a", 5*ms, 6*ms, Seen{"a", "v1", 7}),
 		}, want: "not linearizable"},
+		{name: "a lost write the feed shows happened before the feed was read", ops: []Op{
+			reg(0, 0, "a", "v1", 0, 0, Unknown, 0),
+			get(1, 0, "a", 3*ms, 4*ms),
+		}, pages: []FeedPage{{Client: 9, Follower: true, Since: 0, Rev: 1, Call: 1 * ms, Return: 2 * ms, Changes: []Change{{Rev: 1, ID: "a", Value: "v1"}}}},
+			want: "not linearizable"},
+		{name: "a lost write a whole feed never shows never happened", ops: []Op{
+			reg(0, 0, "a", "v1", 0, 0, Unknown, 0),
+			dereg(1, 0, "a", 3*ms, 4*ms, OK, 2),
+		}, pages: []FeedPage{{Client: 9, Follower: true, Since: 0, Rev: 2, Call: 5 * ms, Return: 6 * ms, Changes: []Change{{Rev: 2, Delete: true, ID: "a"}}}},
+			want: "not linearizable"},
 		{name: "revisions go up with real time", ops: []Op{
 			reg(0, 0, "a", "v1", 0, 1*ms, OK, 5),
 			reg(0, 0, "b", "v1", 2*ms, 3*ms, OK, 4),
