@@ -12,7 +12,7 @@ build:
 
 # Starts the server on the embedded default store in ./data.
 run: build
-	./$(BIN) server --data ./data --http 127.0.0.1:7400
+	./$(BIN) server --data ./data --http 127.0.0.1:7400 --xds 127.0.0.1:7402
 
 # Every test, with the race detector, including the fuzz seed corpora in testdata/.
 test:

@@ -199,6 +199,9 @@ func (c *Client) do(ctx context.Context, method, pathAndQuery string, body []byt
 	if err := json.Unmarshal(*buf, out); err != nil {
 		return fmt.Errorf("client: %s %s: decoding answer: %w", method, pathAndQuery, err)
 	}
+	if h, ok := out.(interface{ fromHeader(http.Header) }); ok {
+		h.fromHeader(resp.Header)
+	}
 	return nil
 }
 
@@ -313,6 +316,17 @@ type QueryOptions struct {
 type QueryResult struct {
 	Revision  uint64     `json:"revision"`
 	Instances []Instance `json:"instances"`
+	// Applied is the server's catalog revision when it answered a
+	// blocking query with a revision below the index asked for (header
+	// X-Sextant-Applied), else 0: a server that applied the index answers
+	// the current state, one below it is behind another server.
+	Applied uint64 `json:"-"`
+}
+
+func (r *QueryResult) fromHeader(h http.Header) {
+	if v := h.Get("X-Sextant-Applied"); v != "" {
+		r.Applied, _ = strconv.ParseUint(v, 10, 64)
+	}
 }
 
 // Query returns the instances of one service, optionally as a blocking query.

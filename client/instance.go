@@ -3,11 +3,42 @@ package client
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
 	"time"
 )
 
 // DefaultNamespace is the namespace of an instance that names none.
 const DefaultNamespace = "default"
+
+// ErrBadService is wrapped by ParseService's errors.
+var ErrBadService = errors.New("client: bad service")
+
+// ParseService reads a service as people name it, in the CLI, a View, or
+// the gateway's call queries: "namespace/name", or a bare "name" in namespace
+// ns (DefaultNamespace when ns is ""). It refuses only what cannot name a
+// service (an empty part, a second "/"); the server checks the names' syntax.
+func ParseService(ref, ns string) (namespace, name string, err error) {
+	namespace, name, ok := strings.Cut(ref, "/")
+	if !ok {
+		namespace, name = ns, ref
+		if namespace == "" {
+			namespace = DefaultNamespace
+		}
+	}
+	if namespace == "" || name == "" || strings.Contains(name, "/") {
+		return "", "", fmt.Errorf("%w %q: want NAME (namespace %s) or NAMESPACE/NAME", ErrBadService, ref, orDefault(ns))
+	}
+	return namespace, name, nil
+}
+
+func orDefault(ns string) string {
+	if ns == "" {
+		return DefaultNamespace
+	}
+	return ns
+}
 
 // DefaultWeight is the weight of an instance registered without one.
 const DefaultWeight = 100

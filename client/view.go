@@ -3,7 +3,6 @@ package client
 import (
 	"context"
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -95,12 +94,9 @@ func (c *Client) NewView(opts ViewOptions) (*View, error) {
 
 // key splits "ns/name" or "name" and returns the canonical "ns/name".
 func (v *View) key(service string) (key, ns, name string, err error) {
-	ns, name, ok := strings.Cut(service, "/")
-	if !ok {
-		ns, name = v.ns, service
-	}
-	if ns == "" || name == "" || strings.Contains(name, "/") {
-		return "", "", "", fmt.Errorf("%w: service %q: want NAME or NAMESPACE/NAME", ErrInvalidPick, service)
+	ns, name, err = ParseService(service, v.ns)
+	if err != nil {
+		return "", "", "", fmt.Errorf("%w: %w", ErrInvalidPick, err)
 	}
 	return ns + "/" + name, ns, name, nil
 }

@@ -42,6 +42,7 @@ func (c *Client) WatchFunc(ctx context.Context, namespace, service string, opts 
 	q := QueryOptions{Selector: opts.Selector, HealthyOnly: opts.HealthyOnly}
 	backoff := minB
 	first := true
+	behind := 0 // older answers skipped in a row
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -65,6 +66,17 @@ func (c *Client) WatchFunc(ctx context.Context, namespace, service string, opts 
 			continue
 		}
 		backoff = minB
+		if !first && res.Revision < q.Index && res.Applied < q.Index && behind == 0 {
+			// A server behind the one that answered q.Index (servers of a
+			// cluster behind one address): what it holds is older than what
+			// was delivered, so the watch does not move backwards. It asks
+			// again, and that server blocks until it has caught up. Only
+			// an answer still older after that is taken: the server's data
+			// went back (lost, or restored from a backup).
+			behind++
+			continue
+		}
+		behind = 0
 		if first || res.Revision != q.Index {
 			first = false
 			if err := fn(res); err != nil {

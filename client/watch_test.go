@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -253,5 +254,73 @@ func TestWatchClampsWait(t *testing.T) {
 	defer mu.Unlock()
 	if len(waits) != 2 || waits[0] != "" || waits[1] != "5m0s" {
 		t.Errorf("waits sent = %q, want no wait on the first query, then 5m0s", waits)
+	}
+}
+
+// TestWatchNeverMovesBackwards: behind one address, a server behind the
+// one that answered before (a cluster behind a load balancer) answers an
+// older revision; the watch skips it and delivers only what is at least
+// as new, an older revision from a server that has applied the index (the
+// service shrank across a restart), or an older one given twice in a row
+// (the server lost its data: following it is all there is to do). A scripted fake: a lagging
+// server's timing is not reproducible with real ones in a unit test.
+func TestWatchNeverMovesBackwards(t *testing.T) {
+	type answer struct {
+		rev, applied uint64
+		ids          []string
+	}
+	script := []answer{
+		{rev: 10, ids: []string{"a", "b"}},
+		{rev: 5, ids: []string{"a"}},              // behind: skipped
+		{rev: 11, ids: []string{"a", "b", "c"}},   // newer
+		{rev: 0},                                  // behind, never saw the service: skipped
+		{rev: 12, ids: []string{"a", "c"}},        // newer
+		{rev: 5, applied: 9, ids: []string{"a"}},  // behind index 12: skipped
+		{rev: 7, applied: 12, ids: []string{"a"}}, // current, after a restart: delivered
+		{rev: 3, ids: []string{"x"}},              // behind: skipped
+		{rev: 3, ids: []string{"x"}},              // still: the server's data went back
+	}
+	var n atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		i := int(n.Add(1)) - 1
+		if i >= len(script) {
+			<-r.Context().Done() // nothing more: block like a quiet service
+			return
+		}
+		a := script[i]
+		if a.applied > 0 {
+			w.Header().Set("X-Sextant-Applied", strconv.FormatUint(a.applied, 10))
+		}
+		res := QueryResult{Revision: a.rev, Instances: []Instance{}}
+		for _, id := range a.ids {
+			res.Instances = append(res.Instances, Instance{ID: id, Service: "s", Host: "h", Port: 1, Revision: a.rev})
+		}
+		json.NewEncoder(w).Encode(res)
+	}))
+	defer srv.Close()
+	c, err := New(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var got []uint64
+	done := make(chan error, 1)
+	go func() {
+		done <- c.WatchFunc(ctx, "default", "s", WatchOptions{Wait: time.Second}, func(res QueryResult) error {
+			got = append(got, res.Revision)
+			if len(got) == 5 {
+				cancel()
+			}
+			return nil
+		})
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("delivered %v within 10 s, want 5 states", got)
+	}
+	if fmt.Sprint(got) != "[10 11 12 7 3]" {
+		t.Fatalf("delivered revisions %v, want [10 11 12 7 3]", got)
 	}
 }

@@ -26,6 +26,19 @@ type aclToken struct {
 	Revision    int64     `json:"revision,omitempty"`
 }
 
+// tokenList and policyList are the listings of /v1/acl/tokens and
+// /v1/acl/policies.
+type (
+	tokenList struct {
+		Revision int64      `json:"revision"`
+		Tokens   []aclToken `json:"tokens"`
+	}
+	policyList struct {
+		Revision int64        `json:"revision"`
+		Policies []acl.Policy `json:"policies"`
+	}
+)
+
 // newACLCmd builds "sextant acl" afresh (tests build their own).
 func newACLCmd() *cobra.Command {
 	cmd := &cobra.Command{
@@ -126,10 +139,7 @@ func newTokenListCmd(f *clientFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			var res struct {
-				Revision int64      `json:"revision"`
-				Tokens   []aclToken `json:"tokens"`
-			}
+			var res tokenList
 			if err := c.Call(cmd.Context(), http.MethodGet, "/v1/acl/tokens", nil, &res); err != nil {
 				return failed("list tokens", err)
 			}
@@ -272,10 +282,7 @@ func newPolicyListCmd(f *clientFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			var res struct {
-				Revision int64        `json:"revision"`
-				Policies []acl.Policy `json:"policies"`
-			}
+			var res policyList
 			if err := c.Call(cmd.Context(), http.MethodGet, "/v1/acl/policies", nil, &res); err != nil {
 				return failed("list policies", err)
 			}

@@ -19,12 +19,20 @@ func newBenchCallstoreCmd() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "callstore",
-		Short: "Put, query and average call records in a fresh call-log store (seed 003, part two)",
-		Long: `Runs the message-store race's three phases against a fresh store in --dir:
-put --records records from --writers goroutines (t = a shared counter,
-even counters put twice), then --msg-queries Messages and --avg-queries
-AvgValue queries from --readers goroutines. Every answer is checked.
-Prints one JSON object; the score is N1/T1 + N2/T2 + N3/T3 in records/ms.`,
+		Short: "Measure the call-log store: writes, window queries and averages, on a fresh store",
+		Long: `Measures the store the gateway keeps its call records in (docs/callstore.md),
+in three timed phases on a fresh store in --dir:
+
+  1. put      --records records (a time t and a value a each) from --writers
+              goroutines; t is a shared counter, even counters are put twice
+  2. messages --msg-queries queries for the records in a (t, a) window, from
+              --readers goroutines
+  3. average  --avg-queries queries for the average a of a window
+
+Every answer is checked against what was put. Prints one JSON object:
+records per second and seconds per phase, CPU seconds, bytes on disk, and
+a score, N1/T1 + N2/T2 + N3/T3 (records per millisecond summed over the
+phases). --workload random draws a uniformly instead of a = t.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if cfg.Dir == "" {
 				cfg.Dir = filepath.Join(os.TempDir(), "sextant-bench-callstore")

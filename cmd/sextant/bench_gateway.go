@@ -27,7 +27,7 @@ func newBenchGatewayCmd() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "gateway",
-		Short: "Measure the gateway side by side with nginx and HAProxy, or replay the race through it",
+		Short: "Measure the gateway beside nginx and HAProxy, or the balancer comparison through it",
 		Long: `Scenario "throughput" (default) starts a Go upstream answering 1 KB, nginx
 (1 worker) and HAProxy (1 thread) as plain keep-alive reverse proxies, the
 gateway (as "sextant gateway", configured over loopback ADS, with and without
@@ -40,8 +40,9 @@ and wrk come from Debian: apt-get install -y nginx haproxy wrk.
 Scenario "config" publishes --updates route changes through go-control-plane's
 ADS server and times each until the new route serves.
 
-Scenario "race" replays the 2019 race's providers (see "sextant bench
-balancer") through a real gateway per policy (default adaptive,random).
+Scenario "race" runs the comparison of "sextant bench balancer" (providers
+whose capacity changes every phase) through a real gateway per policy
+(default adaptive,random) instead of the client's balancer.
 
 Everything shares this machine's cores: compare figures within one run.`,
 		Example: `  sextant bench gateway
@@ -120,7 +121,7 @@ Everything shares this machine's cores: compare figures within one run.`,
 	fl.IntVar(&cfg.Body, "body", 1024, "upstream answer size in bytes")
 	fl.Float64Var(&cfg.LatencyRate, "latency-rate", 0, "fixed rate of the added-latency runs (default: half of nginx's requests/s; negative: skip)")
 	fl.DurationVar(&cfg.LatencyDuration, "latency-duration", 5*time.Second, "length of each fixed-rate run")
-	fl.StringVar(&providers, "providers", "", "race: providers file (default: the race's own, built in)")
+	fl.StringVar(&providers, "providers", "", "race: JSON file of the providers' capacity per phase (default: the built-in one)")
 	fl.StringVar(&policies, "policies", "adaptive,random", "race: policies, each through its own gateway")
 	fl.IntVar(&race.Scale, "scale", 8, "race: divide threads, max_concurrent and calls in flight by this")
 	fl.DurationVar(&race.Warmup, "warmup", 0, "race: warm-up before phase 0 (default 3s)")

@@ -15,8 +15,10 @@ func newBenchPushCmd() *cobra.Command {
 	var protocol, cpuprofile string
 	cmd := &cobra.Command{
 		Use:   "push",
-		Short: "Push endpoint and config changes to simulated xDS subscribers under churn (seed 001)",
-		Long: `Loads seed 001's scenario into an in-memory registry (per service a
+		Short: "Measure how fast the control plane delivers changes to many xDS subscribers",
+		Long: `Measures the control plane's push path at the scale where Istio's took over
+a minute to deliver one endpoint change (2,200 services of 4 subsets each,
+about 8,800 clusters, by default). Loads an in-memory registry (per service a
 DestinationRule with blue, green, gray and stable subsets and a VirtualService
 matching three of them by header plus a stable default; instances spread over
 the subsets), runs the push engine and the ADS server in-process on loopback,

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/sextant-mesh/sextant/client"
 )
 
 // callsFlags are the flags of "sextant calls": which gateway, which calls.
@@ -30,10 +32,13 @@ func newCallsCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "calls",
 		Short: "Query a gateway's call log (calls and per-step statistics)",
-		Long: `Query the call log of a running gateway through its admin API.
+		Long: `Query the call log of a running gateway through its admin API
+(--gateway, default http://127.0.0.1:7403: the address of the gateway's
+--admin flag).
 
-Times are RFC 3339 or unix milliseconds; without --from, the window is the
-last --since (default 15m) up to now.`,
+--service names the service called: prod/orders, or orders for
+default/orders. Times are RFC 3339 or unix milliseconds; without --from,
+the window is the last --since (default 15m) up to now.`,
 	}
 	def := os.Getenv("SEXTANT_GATEWAY_ADMIN")
 	if def == "" {
@@ -42,7 +47,7 @@ last --since (default 15m) up to now.`,
 	pf := cmd.PersistentFlags()
 	pf.StringVar(&f.admin, "gateway", def, "gateway admin URL (env SEXTANT_GATEWAY_ADMIN)")
 	pf.StringVarP(&f.output, "output", "o", "table", "output format: table or json")
-	pf.StringVar(&f.service, "service", "", "service (required)")
+	pf.StringVar(&f.service, "service", "", `service: NAMESPACE/NAME, or NAME in namespace "default" (required)`)
 	pf.StringVar(&f.endpoint, "endpoint", "", "only calls to this endpoint (host:port)")
 	pf.DurationVar(&f.since, "since", 15*time.Minute, "window length ending now, when --from is not given")
 	pf.StringVar(&f.from, "from", "", "window start")
@@ -63,18 +68,11 @@ last --since (default 15m) up to now.`,
 			if f.limit > 0 {
 				q.Set("limit", fmt.Sprint(f.limit))
 			}
+			// The gateway's own types: a field the table shows cannot drift
+			// from the key the gateway writes.
 			var out struct {
-				Calls []struct {
-					Start     time.Time `json:"start"`
-					LatencyUs int64     `json:"latency_us"`
-					Subset    string    `json:"subset"`
-					Endpoint  string    `json:"endpoint"`
-					Status    int       `json:"status"`
-					Retries   int       `json:"retries"`
-					Reason    string    `json:"reason"`
-					BytesOut  uint32    `json:"bytes_out"`
-				} `json:"calls"`
-				Truncated bool `json:"truncated"`
+				Calls     []client.Call `json:"calls"`
+				Truncated bool          `json:"truncated"`
 			}
 			raw, err := f.get("/v1/calls", q, &out)
 			if err != nil {
@@ -89,7 +87,7 @@ last --since (default 15m) up to now.`,
 			fmt.Fprintln(tw, "START\tLATENCY\tSTATUS\tENDPOINT\tSUBSET\tRETRIES\tBYTES\tREASON")
 			for _, c := range out.Calls {
 				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%d\t%d\t%s\n", c.Start.Local().Format("15:04:05.000"),
-					time.Duration(c.LatencyUs)*time.Microsecond, c.Status, dash(c.Endpoint), dash(c.Subset), c.Retries, c.BytesOut, dash(c.Reason))
+					time.Duration(c.LatencyUs)*time.Microsecond, c.Status, orDash(c.Endpoint), orDash(c.Subset), c.Retries, c.BytesOut, orDash(c.Reason))
 			}
 			if err := tw.Flush(); err != nil {
 				return err
@@ -116,12 +114,9 @@ last --since (default 15m) up to now.`,
 			}
 			set(q, "step", f.step)
 			var out struct {
-				Count, Errors int64
-				Steps         []struct {
-					Start                      time.Time
-					Count, Errors              int64
-					AvgMs, P50Ms, P90Ms, P99Ms float64
-				}
+				Count  int64             `json:"count"`
+				Errors int64             `json:"errors"`
+				Steps  []client.CallStep `json:"steps"`
 			}
 			raw, err := f.get("/v1/calls/stats", q, &out)
 			if err != nil {
@@ -154,7 +149,11 @@ func (f *callsFlags) window() (url.Values, error) {
 	if f.service == "" {
 		return nil, fmt.Errorf("--service is required")
 	}
-	q := url.Values{"service": {f.service}}
+	ns, name, err := client.ParseService(f.service, "")
+	if err != nil {
+		return nil, fmt.Errorf("--service: %w", err)
+	}
+	q := url.Values{"service": {ns + "/" + name}}
 	set(q, "endpoint", f.endpoint)
 	to := f.to
 	if to == "" {
@@ -195,11 +194,4 @@ func set(q url.Values, k, v string) {
 	if v != "" {
 		q.Set(k, v)
 	}
-}
-
-func dash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
 }

@@ -141,6 +141,22 @@ func TestCLI(t *testing.T) {
 			wantErr: `json: unknown field "prot"`,
 		},
 		{
+			name:     "register_namespace_in_service",
+			args:     []string{"instances", "register", "--service", "prod/orders", "--host", "h", "--port", "1", "-o", "json"},
+			answers:  map[string]answer{"POST /v1/instances": {200, `{"revision":44,"ids":["x"]}`}},
+			wantBody: []string{`{"instances":[{"namespace":"prod","service":"orders","host":"h","port":1}]}`},
+		},
+		{
+			name:    "register_two_namespaces",
+			args:    []string{"instances", "register", "--service", "prod/orders", "--namespace", "dev", "--host", "h", "--port", "1"},
+			wantErr: `--service "prod/orders" is in namespace prod, --namespace says dev`,
+		},
+		{
+			name:    "register_bad_service",
+			args:    []string{"instances", "register", "--service", "prod/", "--host", "h", "--port", "1"},
+			wantErr: `--service: client: bad service "prod/"`,
+		},
+		{
 			name:    "register_needs_service",
 			args:    []string{"instances", "register", "--host", "h", "--port", "1"},
 			wantErr: "--service is required",
@@ -189,6 +205,13 @@ func TestCLI(t *testing.T) {
 			answers: map[string]answer{
 				"GET /v1/instances?namespace=prod&selector=zone%21%3Dz9&healthy_only=true&limit=2":               {200, `{"revision":60,"instances":[` + instA + `,` + instB + `],"next_page_token":"p2"}`},
 				"GET /v1/instances?namespace=prod&selector=zone%21%3Dz9&healthy_only=true&limit=2&page_token=p2": {200, `{"revision":60,"instances":[` + instC + `]}`},
+			},
+		},
+		{
+			name: "list_namespace_in_service",
+			args: []string{"instances", "list", "--service", "prod/payments", "-o", "json"},
+			answers: map[string]answer{
+				"GET /v1/instances?namespace=prod&service=payments": {200, `{"revision":61,"instances":[` + instC + `],"next_page_token":""}`},
 			},
 		},
 		{
@@ -330,7 +353,7 @@ func TestCLIWatchBadArgs(t *testing.T) {
 	for _, arg := range []string{"/orders", "prod/", "a/b/c"} {
 		t.Run(arg, func(t *testing.T) {
 			_, _, err := runCLI(t, watchServer(t), "", "watch", arg)
-			if err == nil || !strings.Contains(err.Error(), "want NAMESPACE/SERVICE") {
+			if err == nil || !strings.Contains(err.Error(), "want NAME (namespace default) or NAMESPACE/NAME") {
 				t.Errorf("watch %q: error %v", arg, err)
 			}
 		})

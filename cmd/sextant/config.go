@@ -4,10 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
-	"os"
-	"path/filepath"
-	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -39,7 +35,13 @@ outside it is refused with its path ("not supported"), never ignored
 and *.json files, in name order; -: standard input) in one atomic request:
 all objects are written or none. An object that is already stored as given is
 unchanged. With --dry-run nothing is written: the answer says what would be
-created or configured and which xDS resources would change.`,
+created or configured and which xDS resources would change.
+
+Each document is checked here first: a YAML syntax error names its file and
+line, an object of another kind (a Pod, a Node) what it is. Warnings (a
+host naming a service with no instances, a route to a subset no
+DestinationRule defines, an object shadowed by another for the same host)
+are printed under their object; they do not stop the apply.`,
 		Example: `  sextant config apply -f routing.yaml
   sextant config apply -f ./config/ --dry-run
   cat vs.yaml | sextant config apply -f -`,
@@ -48,7 +50,7 @@ created or configured and which xDS resources would change.`,
 			if len(files) == 0 {
 				return fmt.Errorf("config apply: name what to apply with -f FILE, -f DIR or -f -")
 			}
-			body, err := readConfigFiles(cmd.InOrStdin(), files)
+			body, docs, err := readConfigFiles(cmd.InOrStdin(), files)
 			if err != nil {
 				return err
 			}
@@ -58,7 +60,7 @@ created or configured and which xDS resources would change.`,
 			}
 			res, err := c.ApplyConfig(cmd.Context(), body, dryRun)
 			if err != nil {
-				return failed("config apply", err)
+				return fileOf(failed("config apply", err), docs)
 			}
 			out := cmd.OutOrStdout()
 			if f.json() {
@@ -218,76 +220,4 @@ func splitConfigRef(s string) (kind, ns, name string, err error) {
 		return parts[0], parts[1], parts[2], nil
 	}
 	return "", "", "", fmt.Errorf("%q: want KIND/NAMESPACE/NAME, e.g. vs/default/orders", s)
-}
-
-// readConfigFiles joins the documents of files (a directory: its YAML and
-// JSON files in name order; -: stdin) into one YAML stream.
-func readConfigFiles(stdin io.Reader, files []string) ([]byte, error) {
-	docs, err := readFiles(stdin, files)
-	if err != nil {
-		return nil, err
-	}
-	if len(docs) == 0 {
-		return nil, fmt.Errorf("config apply: the files hold no documents")
-	}
-	// JSON is YAML: one stream of documents separated by "---".
-	return bytes.Join(docs, []byte("\n---\n")), nil
-}
-
-// readFiles reads the non-empty files of files (a directory: its YAML and
-// JSON files in name order; -: stdin), in order.
-func readFiles(stdin io.Reader, files []string) ([][]byte, error) {
-	var docs [][]byte
-	read := func(name string, r io.Reader) error {
-		b, err := io.ReadAll(r)
-		if err != nil {
-			return fmt.Errorf("read %s: %w", name, err)
-		}
-		if len(bytes.TrimSpace(b)) > 0 {
-			docs = append(docs, b)
-		}
-		return nil
-	}
-	for _, f := range files {
-		if f == "-" {
-			if err := read("standard input", stdin); err != nil {
-				return nil, err
-			}
-			continue
-		}
-		st, err := os.Stat(f)
-		if err != nil {
-			return nil, err
-		}
-		names := []string{f}
-		if st.IsDir() {
-			entries, err := os.ReadDir(f)
-			if err != nil {
-				return nil, err
-			}
-			names = names[:0]
-			for _, e := range entries {
-				ext := strings.ToLower(filepath.Ext(e.Name()))
-				if !e.IsDir() && (ext == ".yaml" || ext == ".yml" || ext == ".json") {
-					names = append(names, filepath.Join(f, e.Name()))
-				}
-			}
-			slices.Sort(names)
-			if len(names) == 0 {
-				return nil, fmt.Errorf("%s: no .yaml, .yml or .json files", f)
-			}
-		}
-		for _, n := range names {
-			fh, err := os.Open(n)
-			if err != nil {
-				return nil, err
-			}
-			err = read(n, fh)
-			fh.Close()
-			if err != nil {
-				return nil, err
-			}
-		}
-	}
-	return docs, nil
 }

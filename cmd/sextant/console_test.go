@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -22,6 +24,7 @@ type consoleStack struct {
 	proxy       string
 	admin       string
 	up1, up2    *upstream
+	failing     *upstream // the only instance of default/stock: every call fails
 	gatewayNode string
 }
 
@@ -65,7 +68,8 @@ func startConsoleStack(t *testing.T) *consoleStack {
 	if s.api, err = client.New(s.base); err != nil {
 		t.Fatal(err)
 	}
-	s.up1, s.up2 = startUpstream(t, "orders-a"), startUpstream(t, "orders-b")
+	s.up1, s.up2, s.failing = startUpstream(t, "orders-a"), startUpstream(t, "orders-b"), startUpstream(t, "stock-a")
+	s.failing.fail.Store(true)
 	c := context.Background()
 	if _, err := s.api.Register(c,
 		client.Instance{ID: "orders-a", Service: "orders", Host: "127.0.0.1", Port: s.up1.addr.Port, Version: "v1",
@@ -75,6 +79,7 @@ func startConsoleStack(t *testing.T) *consoleStack {
 		// Never heartbeats: unhealthy after 3 s, for "needs attention".
 		client.Instance{ID: "orders-stale", Service: "orders", Host: "127.0.0.1", Port: 9, Version: "v3", TTLSeconds: 1,
 			Metadata: map[string]string{"version": "v3", "zone": "z1"}},
+		client.Instance{ID: "stock-a", Service: "stock", Host: "127.0.0.1", Port: s.failing.addr.Port, Version: "v1"},
 		client.Instance{ID: "payments-a", Namespace: "billing", Service: "payments", Host: "127.0.0.1", Port: 9, Version: "v1",
 			Metadata: map[string]string{"version": "v1"}},
 	); err != nil {
@@ -83,6 +88,15 @@ func startConsoleStack(t *testing.T) *consoleStack {
 	if _, err := s.api.ApplyConfig(c, []byte(meshConfig), false); err != nil {
 		t.Fatal(err)
 	}
+	// The gateway listens once it has started, maybe after this point; a
+	// call before that is refused (and get fails the test).
+	waitTrue(t, 15*time.Second, func() bool {
+		c, err := net.Dial("tcp", proxy)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	})
 	// Config through the gateway: the header match reaches v2.
 	waitTrue(t, 15*time.Second, func() bool { return tally(t, proxy, 2, map[string]string{"x-canary": "yes"})["orders-b"] == 2 })
 	return s
@@ -96,6 +110,16 @@ func (s *consoleStack) calls(t *testing.T, n int) {
 		}
 		if body, code := get(t, s.proxy, "orders", "/", h); code != http.StatusOK {
 			t.Fatalf("call %d: status %d: %s", i, code, body)
+		}
+	}
+}
+
+// failingCalls sends n calls to default/stock, whose one endpoint answers
+// 503 to every call.
+func (s *consoleStack) failingCalls(t *testing.T, n int) {
+	for i := range n {
+		if body, code := get(t, s.proxy, "stock", "/", nil); code < 500 {
+			t.Fatalf("stock call %d: status %d: %s", i, code, body)
 		}
 	}
 }
@@ -118,6 +142,7 @@ func TestConsole(t *testing.T) {
 	}
 	s := startConsoleStack(t)
 	s.calls(t, 60)
+	s.failingCalls(t, 30)
 	b := browsertest.Start(t)
 	ui := s.base + "/ui/"
 	t.Run("overview", func(t *testing.T) {
@@ -132,7 +157,27 @@ func TestConsole(t *testing.T) {
 				t.Errorf("overview lacks %q:\n%s", want, text)
 			}
 		}
-		b.Screenshot(t, "overview.png")
+		// Counts read as words: "1 cluster, 2 endpoint sets", never "1 clusters,2 endpoint sets".
+		if line := browsertest.Eval[string](t, b, `document.querySelector('#engine-line').textContent`); !regexp.MustCompile(
+			`: (1 cluster|\d+ clusters), (1 endpoint set|\d+ endpoint sets), (1 route configuration|\d+ route configurations);`).MatchString(line) {
+			t.Errorf("engine line: %q", line)
+		}
+		// The failing service is flagged, with the threshold said: at its
+		// endpoint, or at calls with none picked if the gateway ejected it.
+		b.WaitTrue(t, 15*time.Second, "high error rate flagged", `[...document.querySelectorAll('#attention li.high-errors')].some(li =>
+			li.textContent.includes('default/stock') && li.textContent.includes('100% errors'))`)
+		if th := browsertest.Eval[string](t, b, `document.querySelector('#error-threshold').textContent`); !strings.Contains(th, "5% errors or more") {
+			t.Errorf("the threshold is not said: %q", th)
+		}
+		// At a glance: calls/s, error rate and p99 per service, push
+		// latency, instances by health.
+		b.WaitTrue(t, 15*time.Second, "charts", `['#glance-rps', '#glance-errors', '#glance-p99'].every(id =>
+			document.querySelector(id + ' canvas') && Number(document.querySelector(id + ' .chart-box').dataset.points) > 0)
+			&& Number((document.querySelector('#glance-push .chart-box') || {dataset: {}}).dataset.points) >= 2
+			&& document.querySelector('#glance-health .health-line[data-service="default/stock"]')
+			&& [...document.querySelectorAll('#glance-rps .u-legend .u-series')].some(e => e.textContent.includes('default/orders'))
+			&& [...document.querySelectorAll('#glance-errors .u-legend .u-series')].some(e => e.textContent.includes('default/stock'))`)
+		b.Layout(t, "overview.png")
 		b.NoProblems(t, "overview")
 	})
 
@@ -143,7 +188,7 @@ func TestConsole(t *testing.T) {
 		b.WaitTrue(t, 5*time.Second, "search", `document.querySelectorAll('.services .vrow').length === 1 && document.querySelector('[data-service="billing/payments"]')`)
 		b.SetInput(t, "#service-search", "")
 		b.WaitTrue(t, 5*time.Second, "search cleared", `document.querySelectorAll('.services .vrow').length >= 3`)
-		b.Screenshot(t, "services.png")
+		b.Layout(t, "services.png")
 		b.NoProblems(t, "services")
 	})
 
@@ -204,7 +249,11 @@ func TestConsole(t *testing.T) {
 		if in := s.instance(t, "orders-live"); in.Metadata["owner"] != "team-a" || in.Metadata["zone"] != "z4" {
 			t.Errorf("after metadata: %+v", in.Metadata)
 		}
-		b.Screenshot(t, "service.png")
+		// The record's dates are in the console's one format.
+		if d := browsertest.Eval[string](t, b, `[...document.querySelectorAll('#instance-panel dt')].find(e => e.textContent === 'created').nextElementSibling.textContent`); !dateRE.MatchString(d) {
+			t.Errorf("created %q, want YYYY-MM-DD HH:MM:SS", d)
+		}
+		b.Layout(t, "service.png")
 		b.Click(t, "#act-deregister")
 		b.Click(t, "#confirm-ok")
 		b.WaitTrue(t, 5*time.Second, "deregistered", `!document.querySelector('.instances [data-id="orders-live"]')`)
@@ -254,7 +303,11 @@ func TestConsole(t *testing.T) {
 			&& [...document.querySelectorAll('#config-diff .ddel')].some(e => e.textContent.includes('weight: 75'))
 			&& [...document.querySelectorAll('#config-diff .dadd')].some(e => e.textContent.includes('weight: 50'))
 			&& document.querySelector('#config-diff').textContent.includes('RouteConfiguration')`)
-		b.Screenshot(t, "config.png")
+		// A dry run pushed nothing, and says so.
+		if p := browsertest.Eval[string](t, b, `document.querySelector('#config-would-push').textContent`); strings.Contains(p, "pushed:") || !strings.Contains(p, "would push") {
+			t.Errorf("dry run says %q", p)
+		}
+		b.Layout(t, "config.png")
 		b.Click(t, "#config-apply")
 		b.Click(t, "#confirm-ok")
 		b.WaitTrue(t, 5*time.Second, "applied", `document.querySelector('#config-applied') && document.querySelector('#config-applied').textContent.includes('configured')`)
@@ -278,7 +331,10 @@ func TestConsole(t *testing.T) {
 		b.WaitTrue(t, 10*time.Second, "new version acked", fmt.Sprintf(`(%s) !== '' && (%s) !== %q`, synced, synced, v1))
 		b.WaitTrue(t, 10*time.Second, "latency chart", `Number(document.querySelector('#push-latency-dist .chart-box').dataset.points) > 0
 			&& document.querySelector('#push-latency-time .chart-box').dataset.points >= 2`)
-		b.Screenshot(t, "push.png")
+		b.Layout(t, "push.png")
+		if ticks := browsertest.Eval[string](t, b, `document.querySelector('#push-latency-dist .chart-box').dataset.xTicks || ''`); !strings.Contains(ticks, "+Inf") && !strings.Contains(ticks, "µs") {
+			t.Errorf("the latency histogram's axis labels are not noted: %q", ticks)
+		}
 		b.NoProblems(t, "push")
 	})
 
@@ -322,8 +378,39 @@ func TestConsole(t *testing.T) {
 		}
 		b.WaitTrue(t, 5*time.Second, "slowest", fmt.Sprintf(`[...document.querySelectorAll('#calls-slowest tbody tr')].some(r => r.textContent.includes('%s') || r.textContent.includes('%s'))`,
 			s.up1.addr.String(), s.up2.addr.String()))
-		b.Screenshot(t, "calls.png")
+		if d := browsertest.Eval[string](t, b, `document.querySelector('#calls-slowest tbody tr').children[1].textContent`); !dateRE.MatchString(d) {
+			t.Errorf("slowest call started %q, want YYYY-MM-DD HH:MM:SS", d)
+		}
+		// The chart's time axis: the same format's time part, on one line.
+		ticks := browsertest.Eval[string](t, b, `document.querySelector('#calls-rps .chart-box').dataset.xTicks || ''`)
+		for _, tick := range strings.Split(ticks, "|") {
+			if !regexp.MustCompile(`^(\d\d-\d\d )?\d\d:\d\d(:\d\d)?$`).MatchString(tick) {
+				t.Errorf("time axis label %q (all: %q), want HH:MM[:SS]", tick, ticks)
+			}
+		}
+		// Per endpoint: both of orders' endpoints answered, neither flagged.
+		b.WaitTrue(t, 5*time.Second, "endpoints", fmt.Sprintf(`['%s', '%s'].every(a => { const r = document.querySelector('#calls-endpoints tr[data-endpoint="' + a + '"]');
+			return r && !r.classList.contains('flagged') && r.children[3].textContent === '0%%'; })`, s.up1.addr, s.up2.addr))
+		// The failing service: its endpoint's error rate, flagged.
+		b.Click(t, `#calls-services tr[data-service="default/stock"]`)
+		b.WaitTrue(t, 10*time.Second, "failing endpoint", fmt.Sprintf(`(() => { const r = document.querySelector('#calls-endpoints tr[data-endpoint="%s"]');
+			return r && r.children[3].textContent.startsWith('100%%') && r.classList.contains('flagged') === (Number(r.children[1].textContent) >= 10); })()`, s.failing.addr))
+		b.WaitTrue(t, 5*time.Second, "error chart drawn", `Number(document.querySelector('#calls-errors .chart-box').dataset.yMax) > 0`)
+		if top := browsertest.Eval[float64](t, b, `Number(document.querySelector('#calls-errors .chart-box').dataset.yMax)`); top > 100 {
+			t.Errorf("the error rate's axis goes up to %v%%", top)
+		}
+		b.Layout(t, "calls.png")
 		b.NoProblems(t, "calls")
+	})
+
+	t.Run("service links", func(t *testing.T) {
+		b.Navigate(t, ui+"#/services/default/orders")
+		b.WaitTrue(t, 10*time.Second, "links", `document.querySelector('#service-links a[href="#/config/VirtualService/default/orders"]')
+			&& document.querySelector('#service-links a[href="#/config/DestinationRule/default/orders"]')`)
+		b.Click(t, "#service-calls-link")
+		b.WaitTrue(t, 15*time.Second, "calls of the service", `location.hash.startsWith('#/calls') && document.querySelector('#calls-services tr.selected[data-service="default/orders"]')
+			&& document.querySelector('#service-calls h2').textContent === 'default/orders'`)
+		b.NoProblems(t, "service links")
 	})
 
 	t.Run("placement", func(t *testing.T) {
@@ -335,6 +422,32 @@ func TestConsole(t *testing.T) {
 		if browsertest.Eval[bool](t, b, `document.querySelector('main').textContent.includes('runs no scheduler') || !document.querySelector('#node-list')`) {
 			t.Fatalf("the placement page found no scheduler: %s", browsertest.Eval[string](t, b, `document.querySelector('main').textContent`))
 		}
+		// Try a placement against the real scheduler: a node takes it, and
+		// it is a dry run (nothing placed); one that fits nowhere is shown
+		// as a failure.
+		req, _ := http.NewRequest("PUT", s.base+"/v1/nodes/n-1", strings.NewReader(`{"apiVersion":"v1","kind":"Node","metadata":{"name":"n-1"},
+			"status":{"allocatable":{"cpu":"4","memory":"8Gi","pods":"110"}}}`))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("put node: %d", resp.StatusCode)
+		}
+		b.WaitTrue(t, 10*time.Second, "node shown", `document.querySelector('#node-list [data-node="n-1"]')`)
+		before := getJSON(t, s.base+"/v1/placements")
+		b.Click(t, "#try-run")
+		b.WaitTrue(t, 10*time.Second, "fits", `document.querySelector('#try-result.note #try-node') && document.querySelector('#try-node').textContent === 'n-1'`)
+		// Nothing written: no placement, and not even a revision taken by a
+		// placement deleted again.
+		if after := getJSON(t, s.base+"/v1/placements"); after != before || !strings.Contains(after, `"items":[]`) {
+			t.Errorf("a dry run wrote: placements %s, then %s", before, after)
+		}
+		b.SetInput(t, "#try-pod", "apiVersion: v1\nkind: Pod\nspec:\n  containers: [{name: a, resources: {requests: {cpu: '64'}}}]\n")
+		b.Click(t, "#try-run")
+		b.WaitTrue(t, 10*time.Second, "unschedulable", `document.querySelector('#try-result.error #try-reasons') && document.querySelector('#try-reasons').textContent.includes('Insufficient cpu')`)
 		b.NoProblems(t, "placement")
 	})
 
@@ -364,6 +477,9 @@ func TestConsole(t *testing.T) {
 		b.NoProblems(t, "10000 instances")
 	})
 }
+
+// dateRE is the console's one date format.
+var dateRE = regexp.MustCompile(`^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d$`)
 
 func getJSON(t *testing.T, url string) string {
 	t.Helper()

@@ -19,18 +19,23 @@ import (
 )
 
 // buildBinary compiles sextant once per test binary run.
-var buildBinary = sync.OnceValues(func() (string, error) {
-	dir, err := os.MkdirTemp("", "sextant-bin")
+var buildBinary = sync.OnceValues(func() (string, error) { return goBuild(".", "sextant") })
+
+// goBuild compiles the main package in dir to a temporary file named name.
+func goBuild(dir, name string) (string, error) {
+	tmp, err := os.MkdirTemp("", "sextant-bin")
 	if err != nil {
 		return "", err
 	}
-	bin := filepath.Join(dir, "sextant")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	bin := filepath.Join(tmp, name)
+	cmd := exec.Command("go", "build", "-o", bin, ".")
+	cmd.Dir = dir
+	out, err := cmd.CombinedOutput()
 	if err != nil {
-		return "", fmt.Errorf("go build: %v\n%s", err, out)
+		return "", fmt.Errorf("go build %s: %v\n%s", dir, err, out)
 	}
 	return bin, nil
-})
+}
 
 func freeAddr(t *testing.T) string {
 	t.Helper()
@@ -42,10 +47,11 @@ func freeAddr(t *testing.T) string {
 	return ln.Addr().String()
 }
 
-// startServer runs the real binary on dir and waits until it is ready.
+// startServer runs the real binary on dir and waits until it is ready. No
+// xDS: its default address is shared by every server on the machine.
 func startServer(t *testing.T, bin, dir, addr string) *exec.Cmd {
 	t.Helper()
-	cmd := exec.Command(bin, "server", "--data", dir, "--http", addr, "--log-level", "warn")
+	cmd := exec.Command(bin, "server", "--data", dir, "--http", addr, "--xds", "", "--log-level", "warn")
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -111,6 +111,11 @@ names the field, e.g. instances[3].port.`,
 						return fmt.Errorf("--%s is required (or use --file)", name)
 					}
 				}
+				if strings.Contains(in.Service, "/") {
+					if in.Namespace, in.Service, err = serviceFlag(in.Service, in.Namespace); err != nil {
+						return err
+					}
+				}
 				if cmd.Flags().Changed("weight") {
 					in.Weight = client.Weight(weight)
 				}
@@ -143,7 +148,7 @@ names the field, e.g. instances[3].port.`,
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&in.Namespace, "namespace", "", `namespace (server default "default")`)
-	fl.StringVar(&in.Service, "service", "", "service name (required without --file)")
+	fl.StringVar(&in.Service, "service", "", `service: NAME, or NAMESPACE/NAME (required without --file)`)
 	fl.StringVar(&in.Host, "host", "", "IP address or DNS name (required without --file)")
 	fl.IntVar(&in.Port, "port", 0, "port, 1..65535 (required without --file)")
 	fl.StringVar(&in.ID, "id", "", "instance id (default: derived from namespace/service/host:port)")
@@ -156,6 +161,20 @@ names the field, e.g. instances[3].port.`,
 	fl.StringVarP(&file, "file", "f", "", `read instances from a JSON file ("-": standard input)`)
 	fl.BoolVar(&keepalive, "keepalive", false, "stay in the foreground heartbeating until Ctrl-C, then deregister")
 	return cmd
+}
+
+// serviceFlag reads --service (NAME or NAMESPACE/NAME, client.ParseService)
+// beside --namespace ("" when not given): both may name the namespace, but
+// not two different ones.
+func serviceFlag(service, namespace string) (ns, name string, err error) {
+	ns, name, err = client.ParseService(service, namespace)
+	if err != nil {
+		return "", "", fmt.Errorf("--service: %w", err)
+	}
+	if namespace != "" && ns != namespace {
+		return "", "", fmt.Errorf("--service %q is in namespace %s, --namespace says %s", service, ns, namespace)
+	}
+	return ns, name, nil
 }
 
 // defaultKeepaliveTTL is the TTL of --keepalive when neither --ttl nor the
@@ -396,6 +415,9 @@ func newListCmd(f *clientFlags) *cobra.Command {
 		Short: "List instances across services, following pages",
 		Long: `List instances, optionally narrowed to a namespace, a service, a label
 selector over metadata and healthy instances only. All pages are fetched.
+--service orders lists the orders instances of every namespace (a filter,
+so nothing is hidden); --service prod/orders, or --namespace prod, narrows
+it to one.
 
 Selectors use the Kubernetes syntax: k=v, k==v, k!=v, k in (a,b),
 k notin (a,b), k, !k; comma-separated terms must all hold.`,
@@ -404,6 +426,12 @@ k notin (a,b), k, !k; comma-separated terms must all hold.`,
   sextant instances list --service orders -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if strings.Contains(opts.Service, "/") {
+				var err error
+				if opts.Namespace, opts.Service, err = serviceFlag(opts.Service, opts.Namespace); err != nil {
+					return err
+				}
+			}
 			c, err := f.client()
 			if err != nil {
 				return err
@@ -444,7 +472,7 @@ k notin (a,b), k, !k; comma-separated terms must all hold.`,
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&opts.Namespace, "namespace", "", "only this namespace")
-	fl.StringVar(&opts.Service, "service", "", "only this service")
+	fl.StringVar(&opts.Service, "service", "", "only this service: NAME (in every namespace, or --namespace's) or NAMESPACE/NAME")
 	fl.StringVarP(&opts.Selector, "selector", "l", "", "label selector over metadata, e.g. 'zone=z1,env!=dev'")
 	fl.BoolVar(&opts.HealthyOnly, "healthy-only", false, "only healthy, non-isolated instances")
 	fl.IntVar(&opts.Limit, "page-size", 0, "instances per request (server default 1000, at most 10000)")

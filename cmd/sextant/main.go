@@ -18,10 +18,21 @@ import (
 var rootCmd = &cobra.Command{
 	Use:   "sextant",
 	Short: "Sextant: service registry, control plane, load balancing and call logs in one binary",
-	Long: `Sextant is a service-mesh platform in one binary.
+	Long: `Sextant is a service-mesh platform in one binary: a service registry, a
+control plane that pushes routing config over xDS, a gateway, a placement
+scheduler and a web console.
 
-Run "sextant server" to start the registry, then use the client commands
-(instances, services, watch) against it, or "sextant bench" to measure it.`,
+  sextant server               the server: HTTP API and console on
+                               http://127.0.0.1:7400, xDS on 127.0.0.1:7402
+  sextant register ...         register a service's instance (--keepalive)
+  sextant config apply -f ...  routing config (Istio VirtualService,
+                               DestinationRule)
+  sextant gateway              the data plane, configured by the server
+  sextant calls stats ...      what the gateway's calls to a service did
+
+The client commands talk to --server (default http://127.0.0.1:7400, or
+$SEXTANT_SERVER); "calls" to a gateway's admin API. A service is named NAMESPACE/NAME, or NAME in namespace
+"default". "sextant bench" measures a part of Sextant.`,
 	SilenceUsage:  true,
 	SilenceErrors: true,
 }
@@ -30,6 +41,13 @@ Run "sextant server" to start the registry, then use the client commands
 var benchCmd = &cobra.Command{
 	Use:   "bench",
 	Short: "Measure a part of Sextant and print one JSON object of figures",
+	Long: `Measure one part of Sextant on this machine and print one JSON object of
+figures, each named with its unit (register_per_s, p99_ms, rss_bytes), with
+progress on stderr. Most parts run what they measure in this process, on
+loopback; "registry" and "scheduler --server" load a server you started.
+The load generator shares the machine with what it measures: compare
+figures within one run or between runs on the same machine.
+docs/benchmarks.md holds the figures of record and the command of each.`,
 }
 
 func init() {

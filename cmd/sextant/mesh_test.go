@@ -186,6 +186,7 @@ func TestMeshEndToEnd(t *testing.T) {
 	// The header match reaches v2 only, once the config is through.
 	canary := map[string]string{"x-canary": "yes"}
 	waitTrue(t, 10*time.Second, func() bool { return tally(t, proxy, 5, canary)["v2-a"] == 5 })
+	routed := time.Now() // from here on every call goes to a subset
 	if got := tally(t, proxy, 20, canary); got["v2-a"] != 20 {
 		t.Fatalf("x-canary: yes reached %v, want v2-a only", got)
 	}
@@ -205,11 +206,13 @@ func TestMeshEndToEnd(t *testing.T) {
 		t.Fatalf("after deregistering v1-b: %v", got)
 	}
 
-	// The call log: exactly the calls sent to v2-a, by counting them here.
+	// The call log: exactly the calls sent to v2-a, by counting them here,
+	// each naming the subset it was routed to.
 	sent := b1.calls.Load()
 	var calls struct {
 		Calls []struct {
 			Endpoint string `json:"endpoint"`
+			Subset   string `json:"subset"`
 			Status   int    `json:"status"`
 		} `json:"calls"`
 	}
@@ -231,6 +234,24 @@ func TestMeshEndToEnd(t *testing.T) {
 		}
 		return int64(n) == sent
 	})
+	resp, err := http.Get(fmt.Sprintf("http://%s/v1/calls?service=default/orders&from=%d&limit=10000", admin, routed.UnixMilli()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	calls.Calls = nil
+	if err := json.NewDecoder(resp.Body).Decode(&calls); err != nil {
+		t.Fatal(err)
+	}
+	subsets := map[string]string{a1.addr.String(): "v1", a2.addr.String(): "v1", b1.addr.String(): "v2"}
+	for _, c := range calls.Calls {
+		if c.Subset != subsets[c.Endpoint] {
+			t.Fatalf("call to %s recorded subset %q, want %q", c.Endpoint, c.Subset, subsets[c.Endpoint])
+		}
+	}
+	if len(calls.Calls) < 500 {
+		t.Fatalf("%d calls recorded since the routes settled, want at least 500", len(calls.Calls))
+	}
 }
 
 // TestMeshWithACLs: with ACLs on, the gateway needs its token to get its
@@ -354,5 +375,65 @@ func TestMeshWithACLs(t *testing.T) {
 		if got := adminGet(c.path, c.token); got != c.want {
 			t.Errorf("GET %s with token %.8q: %d, want %d", c.path, c.token, got, c.want)
 		}
+	}
+}
+
+// TestMeshDeadEndpoint: one of three registered endpoints has nothing
+// listening. With the control plane's defaults (Istio's retry policy:
+// connect failures retried twice on another host; outlier detection of
+// endpoints that cannot be reached), every call succeeds once the gateway
+// knows the three endpoints, and the dead one is ejected, as the gateway's
+// admin /metrics shows.
+func TestMeshDeadEndpoint(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end to end: server, gateway and upstreams")
+	}
+	ctx := context.Background()
+	api, proxy, admin := startMesh(t)
+	a, b := startUpstream(t, "a"), startUpstream(t, "b")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ln.Addr().(*net.TCPAddr)
+	ln.Close() // nothing listens there now: connections are refused
+	for id, addr := range map[string]*net.TCPAddr{"a": a.addr, "b": b.addr, "dead": dead} {
+		if _, err := api.Register(ctx, client.Instance{ID: id, Service: "orders", Host: "127.0.0.1", Port: addr.Port}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	series := func(addr *net.TCPAddr) string {
+		return fmt.Sprintf(`sextant_gateway_endpoint_ejected{cluster="default/orders",endpoint=%q}`, addr.String())
+	}
+	metrics := func() string {
+		resp, err := http.Get("http://" + admin + "/metrics")
+		if err != nil {
+			return ""
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return string(body)
+	}
+	// Warm-up: the gateway routes orders and has its three endpoints (each
+	// has its series).
+	known := func(addr *net.TCPAddr) string {
+		return fmt.Sprintf(`sextant_gateway_endpoint_request_duration_seconds_count{cluster="default/orders",endpoint=%q}`, addr.String())
+	}
+	waitTrue(t, 10*time.Second, func() bool {
+		m := metrics()
+		if !strings.Contains(m, known(a.addr)) || !strings.Contains(m, known(b.addr)) || !strings.Contains(m, known(dead)) {
+			return false
+		}
+		_, code := get(t, proxy, "orders", "/", nil)
+		return code == http.StatusOK
+	})
+	got := tally(t, proxy, 90, nil)
+	if got["a"]+got["b"] != 90 || got["a"] == 0 || got["b"] == 0 {
+		t.Fatalf("with one of three endpoints dead, 90 calls reached %v, want all answered by a and b", got)
+	}
+	waitTrue(t, 10*time.Second, func() bool { return strings.Contains(metrics(), series(dead)+" 1") })
+	m := metrics()
+	if !strings.Contains(m, series(a.addr)+" 0") || !strings.Contains(m, series(b.addr)+" 0") {
+		t.Fatalf("live endpoints ejected:\n%s", m)
 	}
 }

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
@@ -44,7 +42,7 @@ counts the nodes of all documents in order.`,
   kubectl get nodes -o yaml | sextant nodes apply -f -`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			body, err := readObjects(cmd.InOrStdin(), files, "nodes apply")
+			body, err := readObjects(cmd.InOrStdin(), files, "nodes apply", "Node")
 			if err != nil {
 				return err
 			}
@@ -217,74 +215,4 @@ func writeObject(w io.Writer, f *clientFlags, v any) error {
 	}
 	_, err = w.Write(b)
 	return err
-}
-
-// readObjects reads the Kubernetes objects of files (YAML or JSON, several
-// documents per file separated by "---"; -: stdin) as one JSON body: the
-// object itself if there is exactly one, else a List of every object, the
-// items of Lists flattened in order.
-func readObjects(stdin io.Reader, files []string, op string) ([]byte, error) {
-	if len(files) == 0 {
-		return nil, fmt.Errorf("%s: name what to read with -f FILE, -f DIR or -f -", op)
-	}
-	contents, err := readFiles(stdin, files)
-	if err != nil {
-		return nil, err
-	}
-	var docs []json.RawMessage
-	for _, c := range contents {
-		for _, d := range splitDocuments(c) {
-			j, err := yaml.YAMLToJSON(d)
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", op, err)
-			}
-			if t := bytes.TrimSpace(j); len(t) > 0 && string(t) != "null" {
-				docs = append(docs, j)
-			}
-		}
-	}
-	switch len(docs) {
-	case 0:
-		return nil, fmt.Errorf("%s: the files hold no documents", op)
-	case 1:
-		return docs[0], nil
-	}
-	var items []json.RawMessage
-	for _, d := range docs {
-		var l struct {
-			Kind  string            `json:"kind"`
-			Items []json.RawMessage `json:"items"`
-		}
-		if json.Unmarshal(d, &l) == nil && l.Kind == "List" {
-			items = append(items, l.Items...)
-		} else {
-			items = append(items, d)
-		}
-	}
-	return json.Marshal(struct {
-		APIVersion string            `json:"apiVersion"`
-		Kind       string            `json:"kind"`
-		Items      []json.RawMessage `json:"items"`
-	}{"v1", "List", items})
-}
-
-// splitDocuments splits a YAML stream at its "---" lines.
-func splitDocuments(b []byte) [][]byte {
-	var out [][]byte
-	start := 0
-	for i := 0; i <= len(b); {
-		end := bytes.IndexByte(b[i:], '\n')
-		if end < 0 {
-			end = len(b)
-		} else {
-			end += i
-		}
-		line := bytes.TrimRight(b[i:end], " \t\r")
-		if bytes.Equal(line, []byte("---")) || bytes.HasPrefix(line, []byte("--- ")) {
-			out = append(out, b[start:i])
-			start = min(end+1, len(b))
-		}
-		i = end + 1
-	}
-	return append(out, b[start:])
 }

@@ -12,12 +12,12 @@ import (
 	"github.com/sextant-mesh/sextant/internal/httpapi/apitest"
 )
 
-// runOn runs a fresh command tree of the scheduler's commands with args
-// against the server at url.
+// runOn runs a fresh command tree of the scheduler's and the routing
+// config's commands with args against the server at url.
 func runOn(t *testing.T, url, stdin string, args ...string) (string, error) {
 	t.Helper()
 	root := &cobra.Command{Use: "sextant", SilenceUsage: true, SilenceErrors: true}
-	root.AddCommand(newNodesCmd(), newPlaceCmd(), newPlacementsCmd())
+	root.AddCommand(newNodesCmd(), newPlaceCmd(), newPlacementsCmd(), newConfigCmd())
 	var out bytes.Buffer
 	root.SetOut(&out)
 	root.SetErr(&out)
@@ -113,15 +113,4 @@ func TestPlacementCLI(t *testing.T) {
 	step("", "", "404 not_found", "placements", "delete", "web-1")
 	step("nodes_delete", "", "", "nodes", "delete", "node-a")
 	step("", "", "404 not_found", "nodes", "get", "node-a")
-}
-
-func TestSplitDocuments(t *testing.T) {
-	got := splitDocuments([]byte("a: 1\n---\nb: 2\n--- \n\n---\r\nc: 3"))
-	var parts []string
-	for _, p := range got {
-		parts = append(parts, strings.TrimSpace(string(p)))
-	}
-	if strings.Join(parts, "|") != "a: 1|b: 2||c: 3" {
-		t.Fatalf("split into %q", parts)
-	}
 }

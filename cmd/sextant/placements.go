@@ -36,7 +36,7 @@ the answer says where each pod would go.`,
   sextant place -f deployment-replicas.yaml --dry-run -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			body, err := readObjects(cmd.InOrStdin(), files, "place")
+			body, err := readObjects(cmd.InOrStdin(), files, "place", "Pod")
 			if err != nil {
 				return err
 			}

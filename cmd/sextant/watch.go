@@ -29,7 +29,7 @@ func newWatchCmd() *cobra.Command {
 		f     *clientFlags
 	)
 	cmd := &cobra.Command{
-		Use:   "watch NAMESPACE/SERVICE",
+		Use:   "watch [NAMESPACE/]SERVICE",
 		Short: "Follow a service and print each change as it happens",
 		Long: `Follow one service with blocking queries and print each change as it
 arrives: the instances added (+), removed (-) and changed (~, with what
@@ -51,12 +51,9 @@ latest.`,
 			if count < 0 {
 				return fmt.Errorf("--count must not be negative")
 			}
-			ns, svc, ok := strings.Cut(args[0], "/")
-			if !ok {
-				ns, svc = client.DefaultNamespace, args[0]
-			}
-			if ns == "" || svc == "" || strings.Contains(svc, "/") {
-				return fmt.Errorf("want NAMESPACE/SERVICE or SERVICE, got %q", args[0])
+			ns, svc, err := client.ParseService(args[0], "")
+			if err != nil {
+				return err
 			}
 			c, err := f.client()
 			if err != nil {

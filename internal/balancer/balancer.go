@@ -32,12 +32,19 @@ const (
 	Rejected
 	// Timeout: no answer in time.
 	Timeout
-	// Failed: any other error (connection refused, 5xx, ...).
+	// Failed: the endpoint answered with an error (a 5xx), or any other
+	// failure not told apart.
 	Failed
 	// Canceled: the call was never sent (picked, then dropped by the caller
 	// or by a wrapping policy such as outlier ejection). It only releases
 	// the picker's in-flight accounting; nothing is learned from it.
 	Canceled
+	// Unreachable: no answer came back because the endpoint could not be
+	// reached: the connection was refused, not made in time, or broke
+	// before an answer. Envoy calls these locally originated errors;
+	// outlier ejection can count them apart from Failed
+	// (EjectionConfig.SplitLocalOrigin). Policies treat it as Failed.
+	Unreachable
 )
 
 // String names the outcome, for logs and metrics.
@@ -53,6 +60,8 @@ func (o Outcome) String() string {
 		return "failed"
 	case Canceled:
 		return "canceled"
+	case Unreachable:
+		return "unreachable"
 	}
 	return "unknown"
 }
@@ -133,3 +142,12 @@ type EjectionCounter interface {
 }
 
 var _ EjectionCounter = (*ejectPolicy)(nil)
+
+// EjectedLister is implemented by outlier ejection: the IDs of the
+// endpoints ejected now, for admin views. Any goroutine; it takes the
+// policy's state lock, so call it at scrape time, not per call.
+type EjectedLister interface {
+	Ejected() []string
+}
+
+var _ EjectedLister = (*ejectPolicy)(nil)

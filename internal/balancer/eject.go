@@ -1,6 +1,7 @@
 package balancer
 
 import (
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -8,9 +9,26 @@ import (
 
 // EjectionConfig tunes outlier ejection; zero values are defaults.
 type EjectionConfig struct {
-	// ConsecutiveFailures ejects an endpoint after this many failed or
-	// timed-out calls in a row. Default 5.
+	// ConsecutiveFailures ejects an endpoint after this many failed calls
+	// in a row: Failed, and, unless SplitLocalOrigin, Unreachable and
+	// Timeout (Envoy's consecutive_5xx). Default 5.
 	ConsecutiveFailures int
+	// NoConsecutiveFailures turns the ConsecutiveFailures detector off
+	// (Envoy's enforcing_consecutive_5xx: 0).
+	NoConsecutiveFailures bool
+	// SplitLocalOrigin counts Unreachable and Timeout calls (the endpoint
+	// could not be reached, or did not answer in time) apart from Failed
+	// ones (it answered with an error), as Envoy's
+	// split_external_local_origin_errors: the former count towards
+	// ConsecutiveLocalOriginFailures only, and any answer resets them.
+	SplitLocalOrigin bool
+	// ConsecutiveLocalOriginFailures ejects an endpoint, with
+	// SplitLocalOrigin, after this many Unreachable or Timeout calls in a
+	// row (Envoy's consecutive_local_origin_failure). Default 5.
+	ConsecutiveLocalOriginFailures int
+	// NoLocalOriginFailures turns that detector off (Envoy's
+	// enforcing_consecutive_local_origin_failure: 0).
+	NoLocalOriginFailures bool
 	// BaseEjection is the first ejection's length; the n-th ejection in a
 	// row lasts n times as long. Default 30s.
 	BaseEjection time.Duration
@@ -28,6 +46,9 @@ type EjectionConfig struct {
 func (c EjectionConfig) withDefaults() EjectionConfig {
 	if c.ConsecutiveFailures <= 0 {
 		c.ConsecutiveFailures = 5
+	}
+	if c.ConsecutiveLocalOriginFailures <= 0 {
+		c.ConsecutiveLocalOriginFailures = 5
 	}
 	if c.BaseEjection <= 0 {
 		c.BaseEjection = 30 * time.Second
@@ -48,8 +69,9 @@ func (c EjectionConfig) withDefaults() EjectionConfig {
 // detector: after ConsecutiveFailures failures in a row an endpoint is not
 // picked for BaseEjection x (number of recent ejections), capped at
 // MaxEjection; the multiplier decays by one per BaseEjection without an
-// ejection. now is the clock (nil: time.Now). Ejection state is keyed by
-// endpoint ID and survives rebuilds.
+// ejection. A picker over one endpoint picks it even while it is ejected.
+// now is the clock (nil: time.Now). Ejection state is keyed by endpoint ID
+// and survives rebuilds.
 func Eject(inner Policy, cfg EjectionConfig, now func() time.Time) Policy {
 	if now == nil {
 		now = time.Now
@@ -77,7 +99,8 @@ type ejectPolicy struct {
 func (p *ejectPolicy) Ejections() int64 { return p.ejections.Load() }
 
 type ejState struct {
-	consecutive  atomic.Int64
+	consecutive  atomic.Int64 // failures in a row (ConsecutiveFailures)
+	local        atomic.Int64 // local-origin failures in a row, with SplitLocalOrigin
 	ejectedUntil atomic.Int64 // unix nanoseconds; 0 = never ejected
 	// Guarded by ejectPolicy.mu.
 	multiplier int64
@@ -107,8 +130,12 @@ func (e *ejectPicker) Pick() (int, error) {
 	if len(e.states) == 0 {
 		return -1, ErrNoEndpoint
 	}
+	// A set of one is never emptied by ejection (Envoy's panic routing, at
+	// 0% of the set left): a lone endpoint that refused connections while
+	// it restarted takes calls as soon as it is back, not after its
+	// ejection. It is still counted as ejected (Ejected, metrics).
 	now := e.p.now().UnixNano()
-	if now >= e.p.until.Load() {
+	if now >= e.p.until.Load() || len(e.states) == 1 {
 		return e.inner.Pick()
 	}
 	// Some endpoint is ejected: ask the inner picker again, bounded; each
@@ -132,22 +159,51 @@ func (e *ejectPicker) Done(idx int, latency time.Duration, outcome Outcome) {
 		return
 	}
 	st := e.states[idx]
-	switch outcome {
-	case Canceled:
+	cfg := &e.p.cfg
+	local := outcome == Unreachable || outcome == Timeout
+	switch {
+	case outcome == Canceled:
 		return
+	case cfg.SplitLocalOrigin && local:
+		// Not an answer: only the local-origin detector counts it.
+		if cfg.NoLocalOriginFailures || st.local.Add(1) < int64(cfg.ConsecutiveLocalOriginFailures) {
+			return
+		}
+		e.eject(st)
+		return
+	case cfg.SplitLocalOrigin:
+		st.local.Store(0) // an answer: the endpoint is reachable
+	}
+	switch outcome {
 	case Success:
 		st.consecutive.Store(0)
 		return
 	case Rejected:
-		if !e.p.cfg.CountRejected {
+		if !cfg.CountRejected {
 			st.consecutive.Store(0)
 			return
 		}
 	}
-	if st.consecutive.Add(1) < int64(e.p.cfg.ConsecutiveFailures) {
+	if cfg.NoConsecutiveFailures || st.consecutive.Add(1) < int64(cfg.ConsecutiveFailures) {
 		return
 	}
 	e.eject(st)
+}
+
+// Ejected implements EjectedLister.
+func (p *ejectPolicy) Ejected() []string {
+	now := p.now().UnixNano()
+	if now >= p.until.Load() {
+		return nil
+	}
+	var ids []string
+	p.states.each(func(id string, st *ejState) {
+		if st.ejectedUntil.Load() > now {
+			ids = append(ids, id)
+		}
+	})
+	slices.Sort(ids)
+	return ids
 }
 
 // eject ejects st unless it is ejected already or the cap is reached.
@@ -177,6 +233,7 @@ func (e *ejectPicker) eject(st *ejState) {
 	end := now + int64(d)
 	st.lastEnd = end
 	st.consecutive.Store(0)
+	st.local.Store(0)
 	st.ejectedUntil.Store(end)
 	e.p.ejections.Add(1)
 	if end > e.p.until.Load() {

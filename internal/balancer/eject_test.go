@@ -1,6 +1,7 @@
 package balancer
 
 import (
+	"slices"
 	"testing"
 	"time"
 )
@@ -116,5 +117,76 @@ func TestEjectionSurvivesRebuild(t *testing.T) {
 	pk2 := pol.Build([]Endpoint{{ID: "b"}, {ID: "c"}})
 	if got := picks(pk2, 100); got[0] != 0 {
 		t.Fatalf("ejected endpoint b picked %d times after a rebuild", got[0])
+	}
+}
+
+// TestEjectionSplitLocalOrigin: with SplitLocalOrigin an endpoint is
+// ejected for calls that could not reach it (Unreachable, Timeout) in a
+// row, an answer of any kind resets that count, and with
+// NoConsecutiveFailures its error answers never eject it. Without the
+// split, Unreachable counts as Failed.
+func TestEjectionSplitLocalOrigin(t *testing.T) {
+	split := EjectionConfig{SplitLocalOrigin: true, ConsecutiveLocalOriginFailures: 3, NoConsecutiveFailures: true}
+	for _, tc := range []struct {
+		name     string
+		cfg      EjectionConfig
+		outcomes []Outcome // reported for endpoint "b"
+		ejected  bool
+	}{
+		{"unreachable in a row", split, []Outcome{Unreachable, Timeout, Unreachable}, true},
+		{"an error answer resets", split, []Outcome{Unreachable, Unreachable, Failed, Unreachable, Unreachable}, false},
+		{"a rejection resets", split, []Outcome{Unreachable, Unreachable, Rejected, Unreachable, Unreachable}, false},
+		{"error answers do not eject", split, []Outcome{Failed, Failed, Failed, Failed, Failed, Failed}, false},
+		{"local origin off", EjectionConfig{SplitLocalOrigin: true, NoLocalOriginFailures: true, ConsecutiveFailures: 2},
+			[]Outcome{Unreachable, Unreachable, Unreachable, Unreachable, Unreachable, Unreachable}, false},
+		{"split: error answers still count", EjectionConfig{SplitLocalOrigin: true, ConsecutiveFailures: 2},
+			[]Outcome{Failed, Unreachable, Failed}, true},
+		{"unsplit: unreachable is a failure", EjectionConfig{ConsecutiveFailures: 3}, []Outcome{Unreachable, Failed, Timeout}, true},
+		{"unsplit: off", EjectionConfig{ConsecutiveFailures: 3, NoConsecutiveFailures: true}, []Outcome{Unreachable, Failed, Timeout}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := newFakeClock()
+			pol, err := New("round_robin", WithClock(clk.now), WithOutlierEjection(tc.cfg))
+			if err != nil {
+				t.Fatal(err)
+			}
+			pk := pol.Build(eps(1, 1, 1))
+			for _, o := range tc.outcomes {
+				pk.Done(1, time.Millisecond, o)
+			}
+			got := picks(pk, 30)
+			want := []string(nil)
+			if tc.ejected {
+				want = []string{"b"}
+			}
+			if ej := pol.(EjectedLister).Ejected(); (got[1] == 0) != tc.ejected || !slices.Equal(ej, want) {
+				t.Fatalf("picks %v, Ejected() %v: want ejected %v", got, ej, tc.ejected)
+			}
+		})
+	}
+}
+
+// TestEjectionNeverEmptiesASetOfOne: a lone endpoint is counted as ejected
+// but still picked, so that it takes calls as soon as it answers again
+// (it refused connections while it restarted) instead of after its
+// ejection; in a larger set it is avoided.
+func TestEjectionNeverEmptiesASetOfOne(t *testing.T) {
+	clk := newFakeClock()
+	pol, err := New("round_robin", WithClock(clk.now), WithOutlierEjection(EjectionConfig{
+		SplitLocalOrigin: true, ConsecutiveLocalOriginFailures: 2, NoConsecutiveFailures: true}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lone := pol.Build(eps(1))
+	lone.Done(0, 0, Unreachable)
+	lone.Done(0, 0, Unreachable)
+	if got := pol.(EjectedLister).Ejected(); !slices.Equal(got, []string{"a"}) {
+		t.Fatalf("Ejected() = %v, want [a]", got)
+	}
+	if got := picks(lone, 10); got[0] != 10 {
+		t.Fatalf("lone ejected endpoint: picks %v, want all 10", got)
+	}
+	if got := picks(pol.Build(eps(1, 1)), 10); got[0] != 0 || got[1] != 10 {
+		t.Fatalf("ejected endpoint beside another: picks %v, want all 10 to the other", got)
 	}
 }

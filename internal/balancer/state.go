@@ -69,3 +69,12 @@ func (s *stateStore[T]) resolve(eps []Endpoint, fresh func(Endpoint) *T) []*T {
 	s.m = next
 	return out
 }
+
+// each calls f with every endpoint's state the store keeps, under its lock.
+func (s *stateStore[T]) each(f func(id string, st *T)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id, st := range s.m {
+		f(id, st)
+	}
+}

@@ -301,3 +301,54 @@ func TestStatsHugeRange(t *testing.T) {
 		})
 	}
 }
+
+// Endpoints splits a service's calls by endpoint: the dead one's errors
+// show apart from the healthy one's successes.
+func TestEndpoints(t *testing.T) {
+	l := open(t, t.TempDir(), nil)
+	defer l.Close()
+	base := time.Unix(1_800_000_000, 0)
+	for i := range 30 {
+		at := base.Add(time.Duration(i) * time.Millisecond)
+		l.Record(rec("orders", at, time.Duration(i+1)*time.Millisecond, "10.0.0.1:80", 200))
+		if i%3 == 0 {
+			l.Record(rec("orders", at, time.Millisecond, "10.0.0.9:80", 502)) // refuses connections
+		}
+		l.Record(rec("users", at, time.Millisecond, "10.0.0.1:80", 500))
+	}
+	r := rec("orders", base, time.Millisecond, "", 503)
+	r.Reason = ReasonNoHealthy
+	l.Record(r)
+	if err := l.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	got, err := l.Endpoints(StatsQuery{Service: "orders", From: base, To: base.Add(time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []EndpointStats{
+		{Endpoint: "", Count: 1, Errors: 1, P50Ms: 1, P99Ms: 1},
+		{Endpoint: "10.0.0.1:80", Count: 30, Errors: 0, P50Ms: 15, P99Ms: 30},
+		{Endpoint: "10.0.0.9:80", Count: 10, Errors: 10, P50Ms: 1, P99Ms: 1},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("endpoints: %+v, want %+v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("endpoint %d: %+v, want %+v", i, got[i], want[i])
+		}
+	}
+	// The window's end is exclusive, as in Stats.
+	if got, _ := l.Endpoints(StatsQuery{Service: "orders", From: base.Add(10 * time.Millisecond), To: base.Add(20 * time.Millisecond)}); len(got) != 2 || got[0].Count != 10 || got[1].Count != 3 {
+		t.Errorf("window [10 ms, 20 ms): %+v", got)
+	}
+	if got, err := l.Endpoints(StatsQuery{Service: "nobody", From: base, To: base.Add(time.Second)}); err != nil || len(got) != 0 {
+		t.Errorf("a service with no calls: %+v, %v", got, err)
+	}
+	for _, q := range []StatsQuery{{From: base, To: base.Add(time.Second)}, {Service: "orders", From: base, To: base}} {
+		if _, err := l.Endpoints(q); !errors.Is(err, ErrBadQuery) {
+			t.Errorf("%+v: %v, want ErrBadQuery", q, err)
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/sextant-mesh/sextant/internal/callstore"
@@ -208,6 +209,18 @@ type Step struct {
 	P99Ms  float64   `json:"p99_ms"`
 }
 
+// check validates what Stats and Endpoints both need: a service and a
+// window.
+func (q *StatsQuery) check() error {
+	if q.Service == "" {
+		return fmt.Errorf("%w: service is required", ErrBadQuery)
+	}
+	if q.From.IsZero() || q.To.IsZero() || !q.From.Before(q.To) {
+		return fmt.Errorf("%w: from and to are required, from before to", ErrBadQuery)
+	}
+	return nil
+}
+
 // ceilDiv is a/b rounded up, for a >= 0 and b > 0.
 func ceilDiv(a, b time.Duration) time.Duration {
 	q := a / b
@@ -222,11 +235,8 @@ const maxSteps = 10000
 
 // Stats returns one Step per step of [From, To) (empty steps included).
 func (l *Log) Stats(q StatsQuery) ([]Step, error) {
-	if q.Service == "" {
-		return nil, fmt.Errorf("%w: service is required", ErrBadQuery)
-	}
-	if q.From.IsZero() || q.To.IsZero() || !q.From.Before(q.To) {
-		return nil, fmt.Errorf("%w: from and to are required, from before to", ErrBadQuery)
+	if err := q.check(); err != nil {
+		return nil, err
 	}
 	// span saturates at the largest Duration; rounding up by division
 	// and remainder never overflows (adding step-1 to it did).
@@ -285,4 +295,54 @@ func unixNano(t time.Time) int64 {
 		return 0
 	}
 	return t.UnixNano()
+}
+
+// EndpointStats is what one endpoint of a service answered in a window.
+type EndpointStats struct {
+	Endpoint string  `json:"endpoint"` // host:port; "" for calls no endpoint was picked for
+	Count    int64   `json:"count"`
+	Errors   int64   `json:"errors"`
+	P50Ms    float64 `json:"p50_ms"`
+	P99Ms    float64 `json:"p99_ms"`
+}
+
+// Endpoints returns per-endpoint statistics of q's service over [From,
+// To), in endpoint order: which endpoint fails or is slow, where Stats
+// sums them all. q.Step and q.Endpoint are ignored.
+func (l *Log) Endpoints(q StatsQuery) ([]EndpointStats, error) {
+	if err := q.check(); err != nil {
+		return nil, err
+	}
+	type acc struct {
+		st  EndpointStats
+		lat []int64
+	}
+	by := map[uint32]*acc{}
+	cq := Query{Service: q.Service, From: q.From, To: q.To.Add(-1)}
+	d, err := l.scan(&cq, func(m *callstore.Message, b *body) bool {
+		a := by[b.endpoint]
+		if a == nil {
+			a = &acc{}
+			by[b.endpoint] = a
+		}
+		a.st.Count++
+		if b.isError() {
+			a.st.Errors++
+		}
+		a.lat = append(a.lat, m.A)
+		return true
+	})
+	if err != nil || d == nil {
+		return nil, err
+	}
+	out := make([]EndpointStats, 0, len(by))
+	for id, a := range by {
+		slices.Sort(a.lat)
+		a.st.Endpoint = d.name(id)
+		a.st.P50Ms = quantile(a.lat, 0.50)
+		a.st.P99Ms = quantile(a.lat, 0.99)
+		out = append(out, a.st)
+	}
+	slices.SortFunc(out, func(a, b EndpointStats) int { return strings.Compare(a.Endpoint, b.Endpoint) })
+	return out, nil
 }

@@ -28,7 +28,7 @@ type Record struct {
 	Service  string        // the partition: the cluster's service
 	Cluster  string
 	Route    string
-	Subset   string // the subset asked for, "k=v,k=v" sorted; "" for none
+	Subset   string // the subset asked for, "k=v,k=v" sorted, or the subset cluster's name; "" for none
 	Endpoint string // host:port of the last attempt; "" if none was picked
 	Status   uint16 // HTTP status sent downstream
 	Retries  uint8

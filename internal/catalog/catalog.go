@@ -9,6 +9,14 @@
 // changes in revision order; readers load immutable versions and never wait
 // for the writer, and the writer never waits for a reader. The catalog does
 // not validate, persist or expire anything: that is the registry's job.
+//
+// Visibility: the writer publishes a commit's revision N in steps (the
+// tables, then the change log, then Revision), and N becomes the catalog's
+// Revision last, so whoever waits for Revision to reach N (a writer's
+// acknowledgement) sees all of N everywhere. A reader may still see part of
+// N while the writer is between steps; Settle, called at the start of every
+// request by each front door, waits out such a publication, so that once
+// anything of N was visible to anyone, every later request sees all of N.
 package catalog
 
 import (
@@ -96,6 +104,11 @@ type Catalog struct {
 	log       changeLog
 	waiters   waiters
 	advanced  atomic.Pointer[chan struct{}] // closed at each Apply and Load
+	// publishing is odd while the writer publishes a revision, and moves
+	// to the next even number once it is whole (Settle).
+	publishing atomic.Uint64
+	// stepHook, if set, runs after each step of a publication (tests).
+	stepHook func(step string)
 }
 
 // Options tune the catalog. Zero values are sensible defaults.
@@ -239,11 +252,13 @@ func (c *Catalog) Load(l Loader) error {
 		}
 		byKind[ch.kind] = append(byKind[ch.kind], ch.out...)
 	}
+	c.publishing.Add(1)
 	for _, k := range kinds {
 		c.tables[k].Load(rev, byKind[k])
 	}
-	c.rev.Store(rev)
 	c.log.reset(rev)
+	c.rev.Store(rev)
+	c.publishing.Add(1)
 	c.waiters.notifyAll()
 	c.advance()
 	return nil
@@ -344,8 +359,11 @@ func (c *Catalog) Apply(changes []store.Change) error {
 	return nil
 }
 
-// applyChanges hands each kind its changes, then publishes rev.
+// applyChanges hands each kind its changes, appends them to the change
+// log, and only then makes rev the catalog's revision: a writer answered
+// once Revision reaches its revision finds its change in every view.
 func (c *Catalog) applyChanges(rev int64, out []Change) {
+	c.publishing.Add(1)
 	start := 0
 	for start < len(out) {
 		// Consecutive changes of one kind go together; kinds interleave
@@ -357,10 +375,39 @@ func (c *Catalog) applyChanges(rev int64, out []Change) {
 		c.tables[out[start].Kind].Apply(rev, out[start:end])
 		start = end
 	}
-	c.rev.Store(rev)
+	c.step("tables")
 	c.log.append(rev, out)
+	c.step("log")
+	c.rev.Store(rev)
+	c.step("revision")
+	c.publishing.Add(1)
 	c.waiters.notify(out)
 	c.advance()
+}
+
+func (c *Catalog) step(name string) {
+	if c.stepHook != nil {
+		c.stepHook(name)
+	}
+}
+
+// Settle waits until a publication under way when it is called is whole,
+// so that what the caller reads next holds every revision anyone could
+// have seen any part of before. Readers call it at the start of a request;
+// it costs an atomic load when the writer is not publishing, and otherwise
+// waits for in-memory work only (the writer never blocks while publishing).
+func (c *Catalog) Settle() {
+	p := c.publishing.Load()
+	if p&1 == 0 {
+		return
+	}
+	for {
+		wake := *c.advanced.Load()
+		if c.publishing.Load() != p {
+			return
+		}
+		<-wake
+	}
 }
 
 // Changes returns the changes of kinds (all kinds if none) with revision

@@ -98,9 +98,10 @@ type Member struct {
 	pending map[string]map[string]int64 // owner -> instance id -> newest heartbeat
 	npend   int
 
-	sink      atomic.Pointer[sinkBox]
-	firstHead atomic.Int64 // the store's head at the first probe (-1: not yet)
-	ready     atomic.Bool
+	sink        atomic.Pointer[sinkBox]
+	firstHead   atomic.Int64 // the store's head at the first probe (-1: not yet)
+	collectedAt atomic.Int64 // start of the last collection that succeeded (unix ns)
+	ready       atomic.Bool
 
 	// The lease goroutine's own (Run's keepLease).
 	terms   uint64 // terms given so far
@@ -271,6 +272,18 @@ func (m *Member) queue(owner, id string, at int64) {
 
 // Moved is signalled when ownership may have changed.
 func (m *Member) Moved() <-chan struct{} { return m.moved }
+
+// HeardUntil implements registry.Cluster. A heartbeat received elsewhere
+// at h is relayed by its server's next flush, within RelayEvery, and
+// stored within one more RelayEvery unless that server's database round
+// trip is slower (then its lease is at risk too); a collection that
+// started after that has handed it to the registry.
+func (m *Member) HeardUntil() int64 {
+	if c := m.collectedAt.Load(); c > 0 {
+		return c - int64(2*m.opts.RelayEvery)
+	}
+	return 0
+}
 
 // Ready reports whether the catalog has caught up with the store: it has
 // applied the revision the store was at when this server first asked.
@@ -451,10 +464,12 @@ func (m *Member) collect(ctx context.Context, sink Sink) {
 	if m.lease.Load() == nil {
 		return
 	}
+	start := time.Now()
 	batches, err := m.b.Collect(ctx, m.opts.ID)
 	if err != nil {
 		return
 	}
+	defer m.collectedAt.Store(start.UnixNano()) // once the batches are handed to sink
 	n := 0
 	for _, b := range batches {
 		if err := decodeBeats(b, func(id string, at int64) { sink.Beat(id, at); n++ }); err != nil {

@@ -162,6 +162,7 @@ func TestMembersOverMariaDB(t *testing.T) {
 	at := time.Now().UnixNano()
 	ms[0].Relay(ofM2, at)
 	waitFor(t, "the relayed heartbeat reaches its owner", 5*time.Second, func() bool { return sinks[1].got(ofM2) == at })
+	waitFor(t, "the owner has heard until the relayed heartbeat", 5*time.Second, func() bool { return ms[1].HeardUntil() >= at })
 	// m2 stops renewing (its goroutine ends without leaving: kill -9);
 	// the others take its instances once its lease ends.
 	moved := ms[0].Moved()
@@ -240,9 +241,15 @@ func TestLeaseLapsesWhileTheStoreStalls(t *testing.T) {
 	term := m1.Term()
 
 	proxy.Stall()
+	stalled := time.Now().UnixNano()
 	// m2 drops m1 once m1's lease ends in the database; from then on m2
 	// judges everything, so m1 must judge nothing any more.
 	waitFor(t, "m2 takes over", 10*time.Second, func() bool { return len(m2.Members()) == 1 })
+	// Its collection is stuck too: it must not claim to have every
+	// relayed heartbeat from after the stall.
+	if h := m1.HeardUntil(); h >= stalled {
+		t.Fatalf("m1 heard until %v after the stall began, with its collection stuck", time.Duration(h-stalled))
+	}
 	for _, id := range ids {
 		if m1.Owns(id) {
 			t.Fatalf("m1 still judges %s after m2 took it over (m1's store stalled, its lease lapsed)", id)

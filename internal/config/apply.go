@@ -41,6 +41,11 @@ type ApplyWrite struct {
 	IfRevision *int64
 	Table      *Table
 	DryRun     bool
+	// Registered, when set, reports whether the registry has instances of
+	// a service; a host naming a service it has none of gets a warning.
+	// Called from Plan (the registry's committer, or a dry run's caller):
+	// it must not block.
+	Registered func(ServiceKey) bool
 
 	Results []Result // filled by Plan
 }
@@ -60,6 +65,9 @@ func (w *ApplyWrite) Plan(tx *registry.Tx) error {
 			return fmt.Errorf("%w: %s is at revision %d, not %d", ErrStale, o.Key, rev, *w.IfRevision)
 		}
 		res := Result{Key: o.Key, Action: Created, Revision: rev, Warnings: w.Table.Warnings(o, w.Objects...)}
+		if w.Registered != nil {
+			res.Warnings = append(res.Warnings, unregisteredHosts(o, w.Registered)...)
+		}
 		if cur != nil {
 			res.Action = Configured
 			if bytes.Equal(cur.(*Entry).Encoded, enc) {
@@ -75,6 +83,35 @@ func (w *ApplyWrite) Plan(tx *registry.Tx) error {
 	}
 	tx.Answer(tx.Revision())
 	return nil
+}
+
+// unregisteredHosts warns about each host of o that names a service with no
+// instances: a typo, or a service not registered yet. Either way nothing
+// routes there until it has instances (docs/controlplane.md).
+func unregisteredHosts(o *Object, registered func(ServiceKey) bool) []string {
+	var out []string
+	check := func(path, host string) {
+		k, err := ResolveHost(host, o.Namespace)
+		if err == nil && !registered(k) {
+			out = append(out, fmt.Sprintf("%s: %q names service %s, which has no registered instances (a typo? calls to it fail until it has some)", path, host, k))
+		}
+	}
+	if vs := o.VirtualService; vs != nil {
+		for i, h := range vs.Hosts {
+			check(index("spec.hosts", i), h)
+		}
+		for i, r := range vs.Http {
+			for j, d := range r.Route {
+				if h := d.GetDestination().GetHost(); h != "" {
+					check(fmt.Sprintf("spec.http[%d].route[%d].destination.host", i, j), h)
+				}
+			}
+		}
+	}
+	if dr := o.DestinationRule; dr != nil {
+		check("spec.host", dr.Host)
+	}
+	return out
 }
 
 // DeleteWrite deletes one object; ErrNotFound if it is absent. With

@@ -1,7 +1,6 @@
 package config
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -10,7 +9,8 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	networking "istio.io/api/networking/v1"
-	"sigs.k8s.io/yaml"
+
+	"github.com/sextant-mesh/sextant/internal/manifest"
 )
 
 // MaxDocumentBytes bounds one document of a stream.
@@ -24,18 +24,19 @@ const MaxDocumentBytes = 1 << 20
 // nothing is returned and the error is an Errors naming each field. A
 // namespace left out is "default".
 func Decode(data []byte) ([]*Object, error) {
-	docs := splitDocuments(data)
+	docs := manifest.Split(data)
 	var (
 		list Errors
 		out  []*Object
 	)
 	for i, doc := range docs {
 		c := errs{doc: i, list: &list}
-		if len(doc) > MaxDocumentBytes {
-			c.add("", ErrInvalid, "document is %d bytes, more than %d", len(doc), MaxDocumentBytes)
+		if len(doc.Data) > MaxDocumentBytes {
+			c.add("", ErrInvalid, "document is %d bytes, more than %d", len(doc.Data), MaxDocumentBytes)
 			continue
 		}
-		js, err := yaml.YAMLToJSON(doc)
+		// The error names the line of data, not of the document.
+		js, err := doc.JSON()
 		if err != nil {
 			c.add("", ErrInvalid, "not YAML or JSON: %v", err)
 			continue
@@ -71,49 +72,6 @@ func Decode(data []byte) ([]*Object, error) {
 	return out, nil
 }
 
-// splitDocuments cuts a YAML stream at "---" lines (a JSON object is one
-// document). A document that is only whitespace and comments is dropped.
-func splitDocuments(data []byte) [][]byte {
-	var (
-		docs [][]byte
-		cur  bytes.Buffer
-	)
-	flush := func() {
-		if hasContent(cur.Bytes()) {
-			docs = append(docs, bytes.Clone(cur.Bytes()))
-		}
-		cur.Reset()
-	}
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	sc.Buffer(make([]byte, 0, 64*1024), len(data)+1)
-	for sc.Scan() {
-		line := sc.Bytes()
-		if isSeparator(line) {
-			flush()
-			continue
-		}
-		cur.Write(line)
-		cur.WriteByte('\n')
-	}
-	flush()
-	return docs
-}
-
-func isSeparator(line []byte) bool {
-	s := strings.TrimRight(string(line), " \t\r")
-	return s == "---" || strings.HasPrefix(s, "--- ") || strings.HasPrefix(s, "---\t") || s == "..."
-}
-
-func hasContent(doc []byte) bool {
-	for _, line := range bytes.Split(doc, []byte("\n")) {
-		t := bytes.TrimSpace(line)
-		if len(t) > 0 && t[0] != '#' {
-			return true
-		}
-	}
-	return false
-}
-
 var apiVersions = map[string]bool{
 	Group + "/v1": true, Group + "/v1beta1": true, Group + "/v1alpha3": true,
 }
@@ -125,8 +83,16 @@ func decodeItem(c errs, path string, v any) []*Object {
 		c.add(path, ErrInvalid, "want an object, got %s", jsonType(v))
 		return nil
 	}
-	if kind, _ := obj["kind"].(string); kind == "List" {
+	kind, _ := obj["kind"].(string)
+	if kind == "List" {
 		return decodeList(c, path, obj)
+	}
+	// An object of another API group (a Pod, a Node) is named as such,
+	// rather than blamed field by field for not being a VirtualService.
+	if apiVersion, _ := obj["apiVersion"].(string); kind != "" && kind != KindVirtualService && kind != KindDestinationRule &&
+		!strings.HasPrefix(apiVersion, Group+"/") {
+		c.add(join(path, "kind"), ErrInvalid, "%s", manifest.Mismatch(apiVersion, kind, "a VirtualService or DestinationRule"))
+		return nil
 	}
 	n := len(*c.list)
 	o := &Object{}

@@ -151,6 +151,12 @@ func TestDecodeErrors(t *testing.T) {
 		{"dr bad label key", "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: x}\nspec: {host: x, subsets: [{name: a, labels: {\"a b\": c}}]}\n",
 			"spec.subsets[0].labels[a b]", ErrInvalid, "metadata key"},
 		{"not yaml", "a: [b\n", "", ErrInvalid, "not YAML"},
+		{"a Pod", "apiVersion: v1\nkind: Pod\nmetadata: {name: web-0}\nspec: {containers: [{name: c}]}\n",
+			"kind", ErrInvalid, `this is a Pod (v1), not a VirtualService or DestinationRule: Pods go to "sextant place"`},
+		{"a Node in a List", `{"apiVersion":"v1","kind":"List","items":[{"apiVersion":"v1","kind":"Node","metadata":{"name":"n"},"status":{}}]}`,
+			"items[0].kind", ErrInvalid, `this is a Node (v1), not a VirtualService or DestinationRule: Nodes go to "sextant nodes apply"`},
+		{"another kind", "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\nspec: {}\n",
+			"kind", ErrInvalid, `this is a Deployment (apps/v1), not a VirtualService or DestinationRule`},
 		{"empty", "# nothing\n", "", ErrInvalid, "no objects"},
 	}
 	for _, tc := range tests {
@@ -165,6 +171,26 @@ func TestDecodeErrors(t *testing.T) {
 			}
 			if fe.Path != tc.path || !errors.Is(fe, tc.sentinel) || !strings.Contains(err.Error(), tc.msg) {
 				t.Fatalf("got path %q (%v), message %q; want path %q (%v) containing %q", fe.Path, fe.Err, err, tc.path, tc.sentinel, tc.msg)
+			}
+		})
+	}
+}
+
+// A YAML syntax error names the line of the input it is on (it was one
+// early: for a stream starting with "---", and for every problem go-yaml's
+// parser rather than its scanner finds).
+func TestDecodeSyntaxErrorLine(t *testing.T) {
+	vs := vsHead + "  - route: [{destination: {host: orders}}]\n"
+	for _, c := range []struct{ name, in, want string }{
+		{"after ---", "---\n" + vs + " bad: 1\n", "not YAML or JSON: line 10: did not find expected key"},
+		{"mapping less indented", vs + " bad: 1\n", "not YAML or JSON: line 9: did not find expected key"},
+		{"second document", vs + "---\n# comment\n" + strings.Replace(vs, "name: orders", "name: orders: x", 1),
+			"document 2: not YAML or JSON: line 14: mapping values are not allowed in this context"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := Decode([]byte(c.in))
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("%s\nerror %v, want %q", c.in, err, c.want)
 			}
 		})
 	}

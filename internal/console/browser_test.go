@@ -10,9 +10,33 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sextant-mesh/sextant/internal/config"
 	"github.com/sextant-mesh/sextant/internal/console"
 	"github.com/sextant-mesh/sextant/internal/console/browsertest"
 )
+
+// syntaxText and parserText are not YAML: go-yaml's scanner finds the
+// first's problem (line 8, in document 2), its parser the second's (line 6).
+const (
+	syntaxText = "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: a}\nspec: {host: a}\n---\nb: 2\nx: 1\nc: d: e\n"
+	parserText = "---\napiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata:\n  name: a\n bad: 1\n"
+)
+
+// syntaxMessage is the message the API answers for text (config.Decode's,
+// as internal/httpapi passes it on), as a JS string literal.
+func syntaxMessage(t *testing.T, text string) string {
+	t.Helper()
+	_, err := config.Decode([]byte(text))
+	if err == nil {
+		t.Fatalf("%q decodes", text)
+	}
+	return jsString(strings.TrimPrefix(err.Error(), "config: "))
+}
+
+func jsString(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}
 
 // The console's own logic, run where it runs: in Chromium, on the module
 // files as served. (The pages against the real server: cmd/sextant's
@@ -34,6 +58,7 @@ func TestConsoleScriptsInBrowser(t *testing.T) {
 		const push = await import('/ui/js/push.js');
 		const h = await import('/ui/js/hosts.js');
 		const cfg = await import('/ui/js/config.js');
+		const ui = await import('/ui/js/ui.js');
 		const text = [
 			'# leading comment',            // 1
 			'apiVersion: networking.istio.io/v1', // 2
@@ -69,7 +94,8 @@ func TestConsoleScriptsInBrowser(t *testing.T) {
 			'  document 2: spec.missing.deeper: required'};
 		const probs = y.problems(err, text);
 		const single = y.problems({field: 'spec.hosts[0]', message: 'spec.hosts[0]: "*": wildcards are not supported'}, 'kind: VirtualService\nspec:\n  hosts:\n  - "*"\n');
-		const syntax = y.problems({field: '', message: 'document 2: not YAML or JSON: error converting YAML to JSON: yaml: line 2: mapping values are not allowed in this context'}, 'a: 1\n---\nb: 2\nc: d: e\n');
+		const syntax = y.problems({field: '', message: `+syntaxMessage(t, syntaxText)+`}, `+jsString(syntaxText)+`);
+		const parser = y.problems({field: '', message: `+syntaxMessage(t, parserText)+`}, `+jsString(parserText)+`);
 		const diff = d.diffLines('a\nb\nc\nd', 'a\nB\nc\nd\ne').map(l => l.op + l.text).join('|');
 		const hist = push.parseHistograms('# HELP x\nsextant_push_acked_seconds_bucket{type="clusters",le="0.001"} 2\nsextant_push_acked_seconds_bucket{type="clusters",le="0.002"} 4\nsextant_push_acked_seconds_bucket{type="clusters",le="+Inf"} 4\nsextant_push_acked_seconds_count{type="clusters"} 4\nsextant_push_acked_seconds_bucket{type="routes",le="0.001"} 0\nsextant_push_acked_seconds_bucket{type="routes",le="0.002"} 0\nsextant_push_acked_seconds_bucket{type="routes",le="+Inf"} 4\nsextant_push_acked_seconds_count{type="routes"} 4\n', ['sextant_push_acked_seconds']).sextant_push_acked_seconds;
 		return [
@@ -77,7 +103,8 @@ func TestConsoleScriptsInBrowser(t *testing.T) {
 			{name: 'document numbers', got: probs.map(p => p.doc), want: [1, 2, 2, 2, 2]},
 			{name: 'paths', got: probs[1].path, want: 'metadata.annotations.sextant.io/load-balancer'},
 			{name: 'single document', got: single.map(p => [p.line, p.message]), want: [[4, '"*": wildcards are not supported']]},
-			{name: 'yaml syntax line', got: syntax[0].line, want: 4},
+			{name: 'yaml syntax line', got: syntax.map(p => [p.line, p.doc]), want: [[8, 2]]},
+			{name: 'yaml parser error line', got: parser[0].line, want: 6},
 			{name: 'documents split as the server does', got: y.splitDocs(text).map(d => d.start), want: [0, 13]},
 			{name: 'diff', got: diff, want: ' a|-b|+B| c| d|+e'},
 			{name: 'quantities', got: ['500m', '2', '1Gi', '1.5k', '2e3', 'x'].map(p.quantity), want: [0.5, 2, 1073741824, 1500, 2000, null]},
@@ -92,6 +119,13 @@ func TestConsoleScriptsInBrowser(t *testing.T) {
 			{name: 'YAML 1.1 strings stay strings', got: cfg.toYAML({a: 'yes', b: 'on', c: 'no'}), want: 'a: "yes"\nb: "on"\nc: "no"\n'},
 			{name: 'map keys in brackets', got: y.problems({message: 'spec.http[0].match[0].headers[x-canary].exact: want a string, got a boolean'},
 				'spec:\n  http:\n  - match:\n    - headers:\n        x-canary:\n          exact: yes\n').map(p => p.line), want: [6]},
+			{name: 'counts', got: [ui.count(1, 'node'), ui.count(2, 'node'), ui.count(0, 'endpoint set'), ui.count(1, 'NACK'), ui.count(12000, 'call'), ui.count(2, 'is', 'are')],
+				want: ['1 node', '2 nodes', '0 endpoint sets', '1 NACK', '12,000 calls', '2 are']},
+			{name: 'one date format', got: [ui.when(new Date(2026, 10, 26, 9, 5, 7)), ui.when(new Date(2026, 0, 2, 23, 59, 0).getTime()), ui.when(null)],
+				want: ['2026-11-26 09:05:07', '2026-01-02 23:59:00', '–']},
+			{name: 'durations never wrap', got: [ui.fmtMs(12.5), ui.fmtMs(0.02), ui.fmtMs(2500), ui.ago(new Date(Date.now() - 5500)), ui.ago(new Date(Date.now() - 3 * 86400e3))].map(v => v.replace(/\u00a0/g, '_')),
+				want: ['12.5_ms', '20_µs', '2.5_s', '5_s_ago', '3_days_ago']},
+			{name: 'percentages', got: [ui.fmtPct(1, 3), ui.fmtPct(0, 5), ui.fmtPct(0, 0), ui.fmtPct(0.05, 1)], want: ['33.3%', '0%', '–', '5%']},
 			{name: 'hosts', got: [h.serviceOfHost('orders', 'prod'), h.serviceOfHost('orders.default.svc.cluster.local', 'prod'), h.serviceOfHost('a.b.default', 'x')],
 				want: [{namespace: 'prod', name: 'orders'}, {namespace: 'default', name: 'orders'}, {namespace: 'default', name: 'a.b'}]},
 		];
@@ -124,6 +158,7 @@ type fakeScheduler struct {
 	mu        sync.Mutex
 	selectors []string
 	placed    []map[string]any
+	dryRuns   []bool // per POST /v1/placements: was it ?dry_run=true
 	deleted   []string
 }
 
@@ -185,6 +220,7 @@ func (f *fakeScheduler) routes(mux *http.ServeMux) {
 		}
 		f.mu.Lock()
 		f.placed = append(f.placed, pod)
+		f.dryRuns = append(f.dryRuns, r.URL.Query().Get("dry_run") == "true")
 		f.mu.Unlock()
 		md := pod["metadata"].(map[string]any)
 		res := map[string]any{"namespace": "default", "name": md["name"]}
@@ -221,7 +257,10 @@ func TestPlacementPage(t *testing.T) {
 		t.Fatalf("n-1 cpu bar at %s%%, want 88", pct)
 	}
 	b.WaitTrue(t, 5*time.Second, "placements listed", `document.querySelectorAll('#placement-list tbody tr').length === 2`)
-	b.Screenshot(t, "placement.png")
+	if got := browsertest.Eval[string](t, b, `document.querySelector('[data-node="n-3"] .placed-count').textContent.trim()`); got != "1 placement" {
+		t.Errorf("n-3 shows %q, want \"1 placement\"", got)
+	}
+	b.Layout(t, "placement.png")
 	b.NoProblems(t, "placement page")
 
 	// Filter by label selector; a bad one shows the server's error.
@@ -233,24 +272,28 @@ func TestPlacementPage(t *testing.T) {
 	b.WaitTrue(t, 5*time.Second, "selector error", `document.querySelector('#node-selector-error').textContent.includes('want key=value')`)
 	b.NoProblems(t, "bad selector", "/v1/nodes")
 
-	// Try a placement: placed, then removed again.
+	// Try a placement: a dry run, nothing placed nor deleted.
 	b.Click(t, "#try-run")
-	b.Click(t, "#confirm-ok")
 	b.WaitTrue(t, 5*time.Second, "placed", `(document.querySelector('#try-node') || {}).textContent === 'n-2'`)
 	f.mu.Lock()
-	placed, deleted := len(f.placed), append([]string(nil), f.deleted...)
+	placed, dry, deleted := len(f.placed), append([]bool(nil), f.dryRuns...), append([]string(nil), f.deleted...)
 	name := ""
 	if placed == 1 {
 		name = f.placed[0]["metadata"].(map[string]any)["name"].(string)
 	}
 	f.mu.Unlock()
-	if placed != 1 || !strings.HasPrefix(name, "console-try-") || len(deleted) != 1 || deleted[0] != "default/"+name {
-		t.Fatalf("placed %d (%q), deleted %v", placed, name, deleted)
+	if placed != 1 || !dry[0] || !strings.HasPrefix(name, "console-try-") || len(deleted) != 0 {
+		t.Fatalf("asked %d (%q, dry run %v), deleted %v; want one dry run and no delete", placed, name, dry, deleted)
 	}
-	// And one that fits nowhere shows kube-scheduler's reasons.
+	if cls := browsertest.Eval[string](t, b, `document.querySelector('#try-result').className`); cls != "note" {
+		t.Errorf("a pod that fits is shown in a %q box, want note", cls)
+	}
+	// And one that fits nowhere shows kube-scheduler's reasons, as a failure.
 	b.SetInput(t, "#try-pod", "apiVersion: v1\nkind: Pod\nspec:\n  nodeSelector: {zone: z9}\n  containers: [{name: a}]\n")
 	b.Click(t, "#try-run")
-	b.Click(t, "#confirm-ok")
 	b.WaitTrue(t, 5*time.Second, "reasons", `(document.querySelector('#try-reasons') || {}).textContent?.startsWith('0/3 nodes are available')`)
+	if cls := browsertest.Eval[string](t, b, `document.querySelector('#try-result').className`); cls != "error" {
+		t.Errorf("an unschedulable pod is shown in a %q box, want error", cls)
+	}
 	b.NoProblems(t, "try a placement")
 }

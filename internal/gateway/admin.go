@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -16,12 +17,14 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/sextant-mesh/sextant/client"
 	"github.com/sextant-mesh/sextant/internal/calllog"
 	"github.com/sextant-mesh/sextant/internal/gateway/xdsclient"
 )
 
 // AdminHandler serves the admin API (docs/gateway.md, "Admin API"): health,
-// /metrics, /v1/config and, with a call log, /v1/calls and /v1/calls/stats.
+// /metrics, /v1/config and, with a call log, /v1/calls, /v1/calls/stats and
+// /v1/calls/endpoints.
 func (g *Gateway) AdminHandler(log *calllog.Log) http.Handler {
 	return g.AdminHandlerWith(log, nil)
 }
@@ -95,6 +98,7 @@ func (g *Gateway) adminRoutes(mux *http.ServeMux, log *calllog.Log) http.Handler
 	if log != nil {
 		mux.HandleFunc("GET /v1/calls", func(w http.ResponseWriter, r *http.Request) { serveCalls(w, r, log) })
 		mux.HandleFunc("GET /v1/calls/stats", func(w http.ResponseWriter, r *http.Request) { serveStats(w, r, log) })
+		mux.HandleFunc("GET /v1/calls/endpoints", func(w http.ResponseWriter, r *http.Request) { serveEndpoints(w, r, log) })
 		mux.HandleFunc("GET /v1/calls/services", func(w http.ResponseWriter, _ *http.Request) {
 			writeJSON(w, map[string]any{"services": log.Services()})
 		})
@@ -211,11 +215,15 @@ func (g *Gateway) serveConfig(w http.ResponseWriter, _ *http.Request) {
 }
 
 func serveCalls(w http.ResponseWriter, r *http.Request, log *calllog.Log) {
+	// Flushed first: the service is resolved against the partitions.
+	if !flushed(w, log) {
+		return
+	}
 	p := params{q: r.URL.Query()}
-	cq := calllog.Query{Service: p.q.Get("service"), Endpoint: p.q.Get("endpoint"),
+	cq := calllog.Query{Service: p.service(log), Endpoint: p.q.Get("endpoint"),
 		From: p.time("from"), To: p.time("to"), MinLatency: p.latency("min_latency"),
 		MaxLatency: p.latency("max_latency"), Limit: p.int("limit")}
-	if !p.ok(w) || !flushed(w, log) {
+	if !p.ok(w) {
 		return
 	}
 	calls, truncated, err := log.Calls(cq)
@@ -229,9 +237,10 @@ func serveCalls(w http.ResponseWriter, r *http.Request, log *calllog.Log) {
 	writeJSON(w, map[string]any{"service": cq.Service, "calls": calls, "truncated": truncated})
 }
 
-func serveStats(w http.ResponseWriter, r *http.Request, log *calllog.Log) {
-	p := params{q: r.URL.Query()}
-	sq := calllog.StatsQuery{Service: p.q.Get("service"), Endpoint: p.q.Get("endpoint"),
+// statsQuery reads a stats query's parameters: the window defaults to the
+// last hour. Call it once the log is flushed (see serveCalls).
+func statsQuery(p *params, log *calllog.Log) calllog.StatsQuery {
+	sq := calllog.StatsQuery{Service: p.service(log), Endpoint: p.q.Get("endpoint"),
 		From: p.time("from"), To: p.time("to"), Step: p.duration("step")}
 	if sq.To.IsZero() {
 		sq.To = time.Now()
@@ -239,7 +248,16 @@ func serveStats(w http.ResponseWriter, r *http.Request, log *calllog.Log) {
 	if sq.From.IsZero() {
 		sq.From = sq.To.Add(-time.Hour)
 	}
-	if !p.ok(w) || !flushed(w, log) {
+	return sq
+}
+
+func serveStats(w http.ResponseWriter, r *http.Request, log *calllog.Log) {
+	if !flushed(w, log) {
+		return
+	}
+	p := params{q: r.URL.Query()}
+	sq := statsQuery(&p, log)
+	if !p.ok(w) {
 		return
 	}
 	steps, err := log.Stats(sq)
@@ -256,6 +274,28 @@ func serveStats(w http.ResponseWriter, r *http.Request, log *calllog.Log) {
 		"step_ms": sq.Step.Milliseconds(), "count": total, "errors": errs, "steps": steps})
 }
 
+// serveEndpoints answers per-endpoint counts, errors and latency of a
+// service over a window: a dead endpoint among live ones shows here.
+func serveEndpoints(w http.ResponseWriter, r *http.Request, log *calllog.Log) {
+	if !flushed(w, log) {
+		return
+	}
+	p := params{q: r.URL.Query()}
+	sq := statsQuery(&p, log)
+	if !p.ok(w) {
+		return
+	}
+	eps, err := log.Endpoints(sq)
+	if err != nil {
+		writeQueryError(w, err)
+		return
+	}
+	if eps == nil {
+		eps = []calllog.EndpointStats{}
+	}
+	writeJSON(w, map[string]any{"service": sq.Service, "from": sq.From.UTC(), "to": sq.To.UTC(), "endpoints": eps})
+}
+
 // params reads query parameters, keeping the first error.
 type params struct {
 	q   url.Values
@@ -266,6 +306,25 @@ func (p *params) keep(err error) {
 	if p.err == nil {
 		p.err = err
 	}
+}
+
+// service reads the service parameter: "namespace/name", or a bare name
+// in namespace default (client.ParseService, as the CLI reads it), so that
+// "orders" finds the calls filed under "default/orders". A call-log
+// partition of exactly the given name (a cluster of another control plane,
+// filed under its name) is taken as it is: call it after flushed, so that
+// the partitions of calls recorded so far exist.
+func (p *params) service(log *calllog.Log) string {
+	v := p.q.Get("service")
+	if v == "" || slices.Contains(log.Services(), v) {
+		return v
+	}
+	ns, name, err := client.ParseService(v, "")
+	if err != nil {
+		p.keep(fmt.Errorf("service: %q: want NAME (in namespace default) or NAMESPACE/NAME", v))
+		return v
+	}
+	return ns + "/" + name
 }
 
 func (p *params) time(name string) time.Time {

@@ -4,7 +4,10 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/sextant-mesh/sextant/internal/calllog"
 )
@@ -40,5 +43,67 @@ func TestAdminCallQueryTimes(t *testing.T) {
 				t.Fatalf("answer is not JSON: %q", w.Body)
 			}
 		})
+	}
+}
+
+// TestAdminCallQueryService: a bare service name is the default
+// namespace's, as everywhere else ("orders" once found nothing, the calls
+// being filed under "default/orders"); a partition of exactly the given
+// name (another control plane's cluster) is read as it is; what cannot name
+// a service is a 400.
+func TestAdminCallQueryService(t *testing.T) {
+	lg, err := calllog.Open(calllog.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lg.Close()
+	now := time.Now()
+	for svc, n := range map[string]int{"default/orders": 2, "prod/orders": 3, "outbound|80||web": 4} {
+		for i := range n {
+			lg.Record(calllog.Record{Start: now.Add(-time.Duration(i+1) * time.Second).UnixNano(), Latency: time.Millisecond,
+				Service: svc, Cluster: svc, Status: 200})
+		}
+	}
+	srv := httptest.NewServer(New(Options{}).AdminHandler(lg))
+	defer srv.Close()
+	for _, c := range []struct {
+		service, want string
+		count         int
+	}{
+		{"orders", "default/orders", 2},
+		{"default/orders", "default/orders", 2},
+		{"prod/orders", "prod/orders", 3},
+		{"outbound|80||web", "outbound|80||web", 4},
+		{"a/b/c", "", 0},
+		{"/orders", "", 0},
+		{"prod/", "", 0},
+	} {
+		for _, path := range []string{"/v1/calls/stats", "/v1/calls"} {
+			resp, err := http.Get(srv.URL + path + "?" + url.Values{"service": {c.service}, "from": {"0"}}.Encode())
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ans struct {
+				Service string            `json:"service"`
+				Count   int               `json:"count"`
+				Calls   []json.RawMessage `json:"calls"`
+				Error   struct{ Message string }
+			}
+			err = json.NewDecoder(resp.Body).Decode(&ans)
+			resp.Body.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.want == "" {
+				if resp.StatusCode != http.StatusBadRequest || !strings.Contains(ans.Error.Message, "service") {
+					t.Errorf("%s %q: %d %q, want 400 naming the service", path, c.service, resp.StatusCode, ans.Error.Message)
+				}
+				continue
+			}
+			n := ans.Count + len(ans.Calls)
+			if resp.StatusCode != 200 || ans.Service != c.want || n != c.count {
+				t.Errorf("%s %q: %d, service %q with %d calls, want %q with %d", path, c.service, resp.StatusCode, ans.Service, n, c.want, c.count)
+			}
+		}
 	}
 }

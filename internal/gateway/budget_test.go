@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -13,12 +12,16 @@ import (
 	"github.com/sextant-mesh/sextant/internal/gateway/xdsclient"
 )
 
-// A retry whose pick fails (the only endpoint was just ejected) returns its
-// retry-budget permit; a leaked permit would shrink the budget for good.
+// A retry whose pick fails (both endpoints were just ejected; a lone
+// endpoint is never ejected out of its set) returns its retry-budget
+// permit; a leaked permit would shrink the budget for good.
 func TestRetryPermitReturnedWhenRetryPickFails(t *testing.T) {
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(500) }))
-	defer up.Close()
-	host, port, _ := net.SplitHostPort(up.Listener.Addr().String())
+	var hosts []hostSpec
+	for range 2 {
+		up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(500) }))
+		defer up.Close()
+		hosts = append(hosts, hostSpec{addr: up.Listener.Addr().String(), weight: 1, healthy: true})
+	}
 	rs := &routeSpec{name: "r", match: matchSpec{kind: matchPrefix, value: "/"}, timeout: 5 * time.Second,
 		clusters: []clusterWeight{{name: "solo", weight: 1}},
 		retry:    retrySpec{defined: true, on: retry5xx, num: 3}}
@@ -32,7 +35,7 @@ func TestRetryPermitReturnedWhenRetryPickFails(t *testing.T) {
 		ListenerType: {"gw": &listenerSpec{name: "gw", inline: &routeConfigSpec{name: "rc",
 			vhosts: []*vhostSpec{{name: "all", domains: []string{"*"}, routes: []*routeSpec{rs}}}}}},
 		ClusterType:  {"solo": cs},
-		EndpointType: {"solo": &assignmentSpec{name: "solo", hosts: []hostSpec{{addr: net.JoinHostPort(host, port), weight: 1, healthy: true}}}},
+		EndpointType: {"solo": &assignmentSpec{name: "solo", hosts: hosts}},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -45,7 +48,7 @@ func TestRetryPermitReturnedWhenRetryPickFails(t *testing.T) {
 	ctx.Init(req, nil, nil)
 	g.serve(&ctx)
 	if code := ctx.Response.StatusCode(); code != 503 {
-		t.Fatalf("got %d, want 503 (the retry found no endpoint: the only one was ejected)", code)
+		t.Fatalf("got %d, want 503 (the second retry found no endpoint: both were ejected)", code)
 	}
 	if n := g.clusters["solo"].retries.Load(); n != 0 {
 		t.Fatalf("%d retry permits still held after the call", n)

@@ -31,13 +31,16 @@ type clusterSpec struct {
 	eds     string // the ClusterLoadAssignment name (eds service_name or name); "" for STATIC
 	static  []hostSpec
 	service string // call-log partition
-	policy  policySpec
-	subset  *subset.Config // nil: no subset load balancing
-	eject   *balancer.EjectionConfig
-	connect time.Duration
-	h2c     bool
-	budget  retryBudget
-	raw     proto.Message
+	// subsetName is the subset the call records of this cluster name when
+	// the call had no metadata match (filter_metadata["sextant"].subset).
+	subsetName string
+	policy     policySpec
+	subset     *subset.Config // nil: no subset load balancing
+	eject      *balancer.EjectionConfig
+	connect    time.Duration
+	h2c        bool
+	budget     retryBudget
+	raw        proto.Message
 	// unsupported says why calls cannot be sent to this cluster (a type or
 	// policy the gateway does not implement); "" for a usable cluster.
 	unsupported string
@@ -72,8 +75,12 @@ func decodeCluster(c *cluster.Cluster) (*clusterSpec, error) {
 		return nil, fieldErr("name", "empty")
 	}
 	s.service = s.name
-	if v, ok := scalar(c.GetMetadata().GetFilterMetadata()[SextantMetadataKey].GetFields()["service"]); ok && v != "" {
+	md := c.GetMetadata().GetFilterMetadata()[SextantMetadataKey].GetFields()
+	if v, ok := scalar(md["service"]); ok && v != "" {
 		s.service = v
+	}
+	if v, ok := scalar(md["subset"]); ok {
+		s.subsetName = v
 	}
 	switch c.GetType() {
 	case cluster.Cluster_EDS:
@@ -122,9 +129,26 @@ func decodeCluster(c *cluster.Cluster) (*clusterSpec, error) {
 		e := &balancer.EjectionConfig{MaxEjectedPercent: 10} // Envoy's default
 		if v := od.GetConsecutive_5Xx(); v != nil {
 			e.ConsecutiveFailures = int(v.GetValue())
-			if e.ConsecutiveFailures == 0 {
-				return nil, fieldErr("outlier_detection.consecutive_5xx", "0 (omit outlier_detection to disable it)")
+			// 0, as Istio sends for consecutive5xxErrors: 0, is off.
+			e.NoConsecutiveFailures = e.ConsecutiveFailures == 0
+		}
+		if v := od.GetEnforcingConsecutive_5Xx(); v != nil {
+			if v.GetValue() > 100 {
+				return nil, fieldErr("outlier_detection.enforcing_consecutive_5xx", "%d above 100", v.GetValue())
 			}
+			// Enforcement is all or nothing here: 0 is off, any other on.
+			e.NoConsecutiveFailures = e.NoConsecutiveFailures || v.GetValue() == 0
+		}
+		e.SplitLocalOrigin = od.GetSplitExternalLocalOriginErrors()
+		if v := od.GetConsecutiveLocalOriginFailure(); v != nil {
+			e.ConsecutiveLocalOriginFailures = int(v.GetValue())
+			e.NoLocalOriginFailures = v.GetValue() == 0
+		}
+		if v := od.GetEnforcingConsecutiveLocalOriginFailure(); v != nil {
+			if v.GetValue() > 100 {
+				return nil, fieldErr("outlier_detection.enforcing_consecutive_local_origin_failure", "%d above 100", v.GetValue())
+			}
+			e.NoLocalOriginFailures = e.NoLocalOriginFailures || v.GetValue() == 0
 		}
 		if d := od.GetBaseEjectionTime(); d != nil {
 			t, err := duration(d, "outlier_detection.base_ejection_time")

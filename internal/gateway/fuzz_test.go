@@ -16,6 +16,9 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/sextant-mesh/sextant/internal/config"
+	"github.com/sextant-mesh/sextant/internal/xds"
 )
 
 // fuzzSeeds are well-formed resources of each type, wire-encoded.
@@ -37,6 +40,12 @@ func fuzzSeeds(t testing.TB) [][]byte {
 				SocketAddress: &core.SocketAddress{Address: "10.0.0.1", PortSpecifier: &core.SocketAddress_PortValue{PortValue: 80}}}}}},
 			Metadata: &core.Metadata{FilterMetadata: map[string]*structpb.Struct{"envoy.lb": md}}}}}}},
 	}
+	// What Sextant's control plane publishes: default retry policy and
+	// outlier detection, load_balancing_policy lists, cluster metadata.
+	svc := config.ServiceKey{Namespace: "default", Name: "orders"}
+	vh := xds.VirtualHost("orders", []string{"*"}, svc, nil, func(config.Destination) (string, bool) { return "default/orders/v1", true })
+	msgs = append(msgs, xds.RouteConfiguration("default/orders", vh),
+		xds.Cluster("default/orders/v1", config.Policy{LoadBalancer: config.PolicyLeastRequest}))
 	var out [][]byte
 	for _, m := range msgs {
 		b, err := proto.Marshal(m)

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"slices"
 	"sync"
 	"time"
 
@@ -23,6 +24,7 @@ type metricsSet struct {
 	config     *prometheus.GaugeVec     // type, version
 
 	ejections *prometheus.Desc
+	ejected   *prometheus.Desc
 
 	mu        sync.Mutex
 	clusters  map[string]*clusterMetrics
@@ -86,6 +88,8 @@ func newMetrics() *metricsSet {
 	m.reg.MustRegister(m.requests, m.latency, m.epRequests, m.epLatency, m.retries, m.shed, m.config)
 	m.ejections = prometheus.NewDesc("sextant_gateway_ejections_total",
 		"Outlier ejections per cluster (since the cluster's policy was built).", []string{"cluster"}, nil)
+	m.ejected = prometheus.NewDesc("sextant_gateway_endpoint_ejected",
+		"1 while outlier detection keeps the endpoint out of its cluster, else 0.", []string{"cluster", "endpoint"}, nil)
 	return m
 }
 
@@ -133,7 +137,10 @@ func (m *metricsSet) forgetEndpoint(cluster, addr string) {
 // ejectionCollector reads each cluster's ejection count at scrape time.
 type ejectionCollector struct{ g *Gateway }
 
-func (c ejectionCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.g.metrics.ejections }
+func (c ejectionCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.g.metrics.ejections
+	ch <- c.g.metrics.ejected
+}
 
 func (c ejectionCollector) Collect(ch chan<- prometheus.Metric) {
 	c.g.mu.Lock()
@@ -141,6 +148,18 @@ func (c ejectionCollector) Collect(ch chan<- prometheus.Metric) {
 	for name, rt := range c.g.clusters {
 		if ec, ok := rt.policy.(balancer.EjectionCounter); ok {
 			ch <- prometheus.MustNewConstMetric(c.g.metrics.ejections, prometheus.CounterValue, float64(ec.Ejections()), name)
+		}
+		el, ok := rt.policy.(balancer.EjectedLister)
+		if !ok {
+			continue
+		}
+		ejected := el.Ejected() // endpoint ids are their addresses
+		for addr := range *rt.eps.Load() {
+			v := 0.0
+			if slices.Contains(ejected, addr) {
+				v = 1
+			}
+			ch <- prometheus.MustNewConstMetric(c.g.metrics.ejected, prometheus.GaugeValue, v, name, addr)
 		}
 	}
 }

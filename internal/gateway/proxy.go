@@ -136,7 +136,8 @@ func (g *Gateway) serve(ctx *fasthttp.RequestCtx) {
 		reason   string
 		endpoint string
 		lastErr  error
-		permit   bool // a retry-budget permit is held for this attempt
+		permit   bool       // a retry-budget permit is held for this attempt
+		tried    [11]string // endpoints tried (num_retries is at most 10)
 	)
 	release := func() {
 		if permit {
@@ -146,6 +147,9 @@ func (g *Gateway) serve(ctx *fasthttp.RequestCtx) {
 	}
 	for {
 		res, err := c.lb.Pick(md)
+		if err == nil && retries > 0 && r.spec.retry.otherHost {
+			res, err = pickAgain(c, md, res, tried[:retries], r.spec.retry.hostPicks)
+		}
 		if err != nil {
 			release()
 			reason = pickReason(err)
@@ -163,6 +167,7 @@ func (g *Gateway) serve(ctx *fasthttp.RequestCtx) {
 			break
 		}
 		endpoint = ep.addr
+		tried[retries] = res.Host.ID
 		try := deadline
 		if pt := r.spec.retry.perTry; pt > 0 {
 			if d := time.Now().Add(pt); try.IsZero() || d.Before(try) {
@@ -209,6 +214,11 @@ func (g *Gateway) serve(ctx *fasthttp.RequestCtx) {
 	lat := time.Since(start)
 	c.m.observe(status, lat)
 	if g.rec != nil {
+		if mdKey == "" {
+			// A control plane that makes one cluster per subset (Sextant's,
+			// Istio's) routes with no metadata match: the cluster names it.
+			mdKey = c.spec.subsetName
+		}
 		g.rec.Record(calllog.Record{
 			Start:    start.UnixNano(),
 			Latency:  lat,
@@ -294,6 +304,23 @@ func cleanResponse(resp *fasthttp.Response) {
 	}
 }
 
+// pickAgain hands back a pick of a host already tried and picks again, at
+// most n times; the last pick stands whatever it is (Envoy's
+// host_selection_retry_max_attempts).
+func pickAgain(c *clusterRT, md map[string]string, res subset.Result, tried []string, n int) (subset.Result, error) {
+	for range n {
+		if !slices.Contains(tried, res.Host.ID) {
+			return res, nil
+		}
+		res.Done(0, balancer.Canceled)
+		var err error
+		if res, err = c.lb.Pick(md); err != nil {
+			return res, err
+		}
+	}
+	return res, nil
+}
+
 // classify maps an attempt's result to the balancer outcome and a reason
 // ("" for an upstream answer).
 func classify(err error, status int) (balancer.Outcome, string) {
@@ -311,13 +338,13 @@ func classify(err error, status int) (balancer.Outcome, string) {
 	case errors.Is(err, fasthttp.ErrTimeout), errors.Is(err, os.ErrDeadlineExceeded), errors.Is(err, context.DeadlineExceeded):
 		return balancer.Timeout, reasonTimeout
 	case errors.Is(err, fasthttp.ErrDialTimeout), errors.As(err, &op) && op.Op == "dial":
-		return balancer.Failed, reasonConnect
+		return balancer.Unreachable, reasonConnect
 	case errors.Is(err, fasthttp.ErrNoFreeConns):
 		return balancer.Rejected, reasonOverflow
 	case errors.Is(err, fasthttp.ErrBodyTooLarge):
 		return balancer.Failed, reasonTooLarge
 	}
-	return balancer.Failed, reasonReset
+	return balancer.Unreachable, reasonReset
 }
 
 // retriable reports whether an attempt that ended so may be retried.

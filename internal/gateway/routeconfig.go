@@ -116,7 +116,19 @@ type retrySpec struct {
 	perTry  time.Duration
 	codes   []int
 	defined bool
+	// otherHost: a retry picks again while it picks a host already tried,
+	// at most hostPicks more times (Envoy's previous_hosts predicate and
+	// host_selection_retry_max_attempts).
+	otherHost bool
+	hostPicks int
 }
+
+// Envoy's retry host predicate that avoids the hosts a call already tried,
+// by name or by type; other predicates are ignored.
+const (
+	previousHostsName = "envoy.retry_host_predicates.previous_hosts"
+	previousHostsType = "type.googleapis.com/envoy.extensions.retry.host.previous_hosts.v3.PreviousHostsPredicate"
+)
 
 func decodeRouteAny(a *anypb.Any) (string, any, error) {
 	rc := new(route.RouteConfiguration)
@@ -355,6 +367,15 @@ func decodeRetry(rp *route.RetryPolicy, path string) (retrySpec, error) {
 		default:
 			return s, fieldErr(path+".retry_on", "unknown condition %q", c)
 		}
+	}
+	for _, p := range rp.GetRetryHostPredicate() {
+		if p.GetName() == previousHostsName || p.GetTypedConfig().GetTypeUrl() == previousHostsType {
+			s.otherHost = true
+		}
+	}
+	s.hostPicks = 1 // Envoy's default
+	if n := rp.GetHostSelectionRetryMaxAttempts(); n > 0 {
+		s.hostPicks = int(min(n, 16))
 	}
 	for i, c := range rp.GetRetriableStatusCodes() {
 		if c < 100 || c > 599 {

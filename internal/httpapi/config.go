@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sextant-mesh/sextant/internal/acl"
+	"github.com/sextant-mesh/sextant/internal/catalog"
 	"github.com/sextant-mesh/sextant/internal/config"
 	"github.com/sextant-mesh/sextant/internal/registry"
 	"github.com/sextant-mesh/sextant/internal/store"
@@ -206,7 +207,7 @@ func (a *API) applyConfig(w http.ResponseWriter, r *http.Request, reg *registry.
 	if err := requireConfigWrite(r, t, objs...); err != nil {
 		return err
 	}
-	return a.writeConfig(w, r, reg, t, &config.ApplyWrite{Objects: objs, Table: t, DryRun: dry})
+	return a.writeConfig(w, r, reg, t, &config.ApplyWrite{Objects: objs, Table: t, DryRun: dry, Registered: registered(reg)})
 }
 
 func (a *API) writeConfig(w http.ResponseWriter, r *http.Request, reg *registry.Registry, t *config.Table, aw *config.ApplyWrite) error {
@@ -233,6 +234,16 @@ func (a *API) writeConfig(w http.ResponseWriter, r *http.Request, reg *registry.
 	b, _ := json.Marshal(ans)
 	writeBody(w, rev, append(b, '\n'))
 	return nil
+}
+
+// registered reports whether reg's catalog has instances of a service (the
+// warning of a config host that names none).
+func registered(reg *registry.Registry) func(config.ServiceKey) bool {
+	ins := reg.Catalog().Instances()
+	return func(k config.ServiceKey) bool {
+		svc := ins.Service(catalog.ServiceKey{Namespace: k.Namespace, Name: k.Name})
+		return svc != nil && svc.Len() > 0
+	}
 }
 
 func (a *API) putConfig(w http.ResponseWriter, r *http.Request, reg *registry.Registry) error {
@@ -265,7 +276,7 @@ func (a *API) putConfig(w http.ResponseWriter, r *http.Request, reg *registry.Re
 	if err := requireConfigWrite(r, t, objs...); err != nil {
 		return err
 	}
-	return a.writeConfig(w, r, reg, t, &config.ApplyWrite{Objects: objs, Table: t, IfRevision: ifRev})
+	return a.writeConfig(w, r, reg, t, &config.ApplyWrite{Objects: objs, Table: t, IfRevision: ifRev, Registered: registered(reg)})
 }
 
 func (a *API) getConfig(w http.ResponseWriter, r *http.Request, reg *registry.Registry) error {

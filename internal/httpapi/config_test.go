@@ -65,8 +65,10 @@ func TestConfigApplyGetListDelete(t *testing.T) {
 	if !dry.DryRun || len(dry.Results) != 2 || dry.Results[0].Action != "created" || len(dry.Resources) == 0 {
 		t.Fatalf("dry run: %+v", dry)
 	}
-	if len(dry.Results[1].Warnings) != 0 {
-		t.Fatalf("the VS names a subset its DR in the same apply defines: warnings %v", dry.Results[1].Warnings)
+	for _, w := range dry.Results[1].Warnings {
+		if strings.Contains(w, "subset") {
+			t.Fatalf("the VS names a subset its DR in the same apply defines: warning %q", w)
+		}
 	}
 	var l listOut
 	if s.must("GET", "/v1/config", "", &l); len(l.Items) != 0 {
@@ -107,6 +109,49 @@ func TestConfigApplyGetListDelete(t *testing.T) {
 	}
 	s.expectError(s.do("PUT", "/v1/config/vs/default/other", testVS), http.StatusBadRequest, "invalid_argument", "metadata.name")
 	s.expectError(s.do("PUT", "/v1/config/DestinationRule/default/orders?revision=0", testDR), http.StatusConflict, "conflict", "revision")
+}
+
+// TestConfigWarnsOfUnregisteredHosts: a host naming a service without
+// instances (a typo, or not registered yet) is accepted with a warning
+// naming the field, by the dry run and the apply alike, and the warning goes
+// once the service has instances.
+func TestConfigWarnsOfUnregisteredHosts(t *testing.T) {
+	s := newConfigServer(t)
+	typo := strings.Replace(testVS, "hosts: [orders]", "hosts: [ordrs.default]", 1)
+	warnings := func(path, body string) []string {
+		t.Helper()
+		var a applyOut
+		s.must("POST", path, body, &a)
+		var out []string
+		for _, r := range a.Results {
+			out = append(out, r.Warnings...)
+		}
+		return out
+	}
+	want := func(got []string, substrs ...string) {
+		t.Helper()
+		if len(got) != len(substrs) {
+			t.Fatalf("warnings %q, want %d", got, len(substrs))
+		}
+		for i, sub := range substrs {
+			if !strings.Contains(got[i], sub) {
+				t.Fatalf("warning %q, want it to contain %q", got[i], sub)
+			}
+		}
+	}
+	want(warnings("/v1/config:apply?dry_run=true", testDR+"---\n"+typo),
+		`spec.host: "orders" names service default/orders, which has no registered instances`,
+		`spec.hosts[0]: "ordrs.default" names service default/ordrs, which has no registered instances`,
+		`spec.http[0].route[0].destination.host: "orders" names service default/orders`)
+	s.must("POST", "/v1/instances", `{"id":"o1","service":"orders","host":"10.0.0.1","port":80}`, nil)
+	want(warnings("/v1/config:apply?dry_run=true", testDR+"---\n"+typo), `spec.hosts[0]: "ordrs.default" names service default/ordrs`)
+	want(warnings("/v1/config:apply", testDR+"---\n"+typo), `spec.hosts[0]: "ordrs.default" names service default/ordrs`)
+	want(warnings("/v1/config:apply", testVS))
+	// Emptied, the service warns again.
+	s.must("POST", "/v1/instances:deregister", `{"ids":["o1"]}`, nil)
+	var a applyOut
+	s.must("PUT", "/v1/config/vs/default/orders", strings.Replace(testVS, "hosts: [orders]", "hosts: [orders.default]", 1), &a)
+	want(a.Results[0].Warnings, `spec.hosts[0]: "orders.default" names service default/orders`, "destination.host")
 }
 
 func TestConfigBadInput(t *testing.T) {

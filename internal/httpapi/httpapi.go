@@ -63,6 +63,11 @@ type Sync interface {
 // reach: its value is how long, in seconds.
 const StaleHeader = "X-Sextant-Stale"
 
+// AppliedHeader carries the server's catalog revision on a blocking query
+// answered with a revision below the index it was given: the caller may
+// take that answer as current only if the server has applied its index.
+const AppliedHeader = "X-Sextant-Applied"
+
 // API is the HTTP handler of the registry.
 type API struct {
 	reg  atomic.Pointer[registry.Registry] // nil until ready
@@ -262,6 +267,9 @@ func (a *API) handleWith(method, path string, h handler, open bool) {
 			err = &apiError{http.StatusServiceUnavailable, "unavailable", "the registry is still loading", ""}
 		} else if r, err = begin(r, route); err == nil {
 			guarded = true
+			// Whatever this request reads holds every revision a request
+			// answered before it could have seen part of (catalog.Settle).
+			reg.Catalog().Settle()
 			err = h(sw, r, reg)
 		} else {
 			guarded = true

@@ -359,7 +359,7 @@ func (a *API) place(w http.ResponseWriter, r *http.Request, reg *registry.Regist
 	if dry {
 		rev, err = reg.DryRun(pw)
 	} else {
-		rev, err = reg.Submit(r.Context(), pw)
+		rev, err = reg.SubmitChecked(r.Context(), pw)
 	}
 	if err != nil {
 		var pe *placement.PlacedError

@@ -131,6 +131,12 @@ func (a *API) queryService(w http.ResponseWriter, r *http.Request, reg *registry
 				return err
 			}
 		}
+		if svc == nil || svc.Revision < index {
+			// Older than what the caller saw: say whether this server has
+			// applied that much (the service shrank, or restarted without
+			// its deleted instances) or is behind another one it asked.
+			w.Header()[AppliedHeader] = []string{strconv.FormatInt(reg.Catalog().Revision(), 10)}
+		}
 	}
 	if svc == nil {
 		writeJSON(w, 0, func(b []byte) []byte { return append(b, `{"revision":0,"instances":[]}`...) })

@@ -359,3 +359,26 @@ func TestChangesPagingAndCompaction(t *testing.T) {
 		}
 	}
 }
+
+// TestBlockingQueryOlderThanIndex: a blocking query answered with a
+// revision below its index (the service shrank across a restart, or is
+// unknown) carries the server's catalog revision, so a client that saw
+// the index elsewhere can tell a current answer from a server behind; an
+// answer at or above its index does not.
+func TestBlockingQueryOlderThanIndex(t *testing.T) {
+	s := newTestServer(t, registry.Options{})
+	seed(s)
+	cat := strconv.FormatInt(s.reg.Catalog().Revision(), 10)
+	for _, c := range []struct{ path, applied string }{
+		{"/v1/namespaces/default/services/web/instances?index=0&wait=1ms", ""},
+		{"/v1/namespaces/default/services/web/instances?wait=1ms", ""},
+		{"/v1/namespaces/default/services/web/instances?index=1000&wait=1ms", cat},
+		{"/v1/namespaces/default/services/never/instances?index=1&wait=1ms", cat},
+		{"/v1/namespaces/default/services/never/instances", ""},
+	} {
+		r := s.do("GET", c.path, "")
+		if r.status != 200 || r.header.Get(AppliedHeader) != c.applied {
+			t.Errorf("%s: status %d, %s %q, want %q", c.path, r.status, AppliedHeader, r.header.Get(AppliedHeader), c.applied)
+		}
+	}
+}

@@ -12,7 +12,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	strictjson "sigs.k8s.io/json"
-	"sigs.k8s.io/yaml"
+
+	"github.com/sextant-mesh/sextant/internal/manifest"
 )
 
 // ErrInvalid is wrapped by every error about bad input (HTTP 400).
@@ -48,12 +49,21 @@ func join(path, field string) string {
 func index(path string, i int) string { return path + "[" + strconv.Itoa(i) + "]" }
 
 // toJSON returns body as JSON: YAML is converted (duplicate keys are an
-// error), JSON is returned as is.
+// error, a syntax error names its line of body), JSON is returned as is.
+// A YAML body is one document: several are refused, not read in part.
 func toJSON(body []byte, yamlBody bool) ([]byte, error) {
 	if !yamlBody {
 		return body, nil
 	}
-	j, err := yaml.YAMLToJSONStrict(body)
+	docs := manifest.Split(body)
+	switch len(docs) {
+	case 0:
+		return []byte("null"), nil
+	case 1:
+	default:
+		return nil, fieldErr("", "the YAML body holds %d documents (at lines %d and %d): send one object, or a List of them", len(docs), docs[0].Line, docs[1].Line)
+	}
+	j, err := docs[0].StrictJSON()
 	if err != nil {
 		return nil, fieldErr("", "invalid YAML: %v", err)
 	}
@@ -91,6 +101,9 @@ func decodeObjects[T any](body []byte, yamlBody bool, kind string) ([]T, bool, e
 	if err != nil {
 		return nil, false, err
 	}
+	if tm.Kind != "List" && tm.Kind != kind {
+		return nil, false, fieldErr("kind", "%s", manifest.Mismatch(tm.APIVersion, tm.Kind, "a "+kind+" or a List of them"))
+	}
 	if tm.APIVersion != "v1" {
 		return nil, false, fieldErr("apiVersion", "must be \"v1\", got %q", tm.APIVersion)
 	}
@@ -98,6 +111,11 @@ func decodeObjects[T any](body []byte, yamlBody bool, kind string) ([]T, bool, e
 	case "List":
 		var l list[T]
 		if err := strictDecode(j, &l); err != nil {
+			// An item of another kind fails on its first field that
+			// kind does not have: name what it is instead.
+			if kerr := itemKinds(j, kind); kerr != nil {
+				return nil, true, kerr
+			}
 			return nil, true, err
 		}
 		for i := range l.Items {
@@ -208,11 +226,36 @@ func skipRaw(j []byte, i int) int {
 // both may be left out.
 func checkTypeMeta(v reflect.Value, path, kind string) error {
 	tm := v.FieldByName("TypeMeta").Interface().(metav1.TypeMeta)
+	return checkItemType(tm, path, kind)
+}
+
+func checkItemType(tm metav1.TypeMeta, path, kind string) error {
+	if tm.Kind != "" && tm.Kind != kind {
+		return fieldErr(join(path, "kind"), "%s", manifest.Mismatch(tm.APIVersion, tm.Kind, "a "+kind))
+	}
 	if tm.APIVersion != "" && tm.APIVersion != "v1" {
 		return fieldErr(join(path, "apiVersion"), "must be \"v1\", got %q", tm.APIVersion)
 	}
-	if tm.Kind != "" && tm.Kind != kind {
-		return fieldErr(join(path, "kind"), "must be %q, got %q", kind, tm.Kind)
+	return nil
+}
+
+// itemKinds checks the apiVersion and kind of each item of the List j, for
+// a List that failed to decode.
+func itemKinds(j []byte, kind string) error {
+	var l struct {
+		Items []json.RawMessage `json:"items"`
+	}
+	if json.Unmarshal(j, &l) != nil {
+		return nil
+	}
+	for i, it := range l.Items {
+		tm, err := peekType(it)
+		if err != nil {
+			continue // the decoder's error says more
+		}
+		if err := checkItemType(tm, index("items", i), kind); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -87,7 +87,15 @@ func TestDecodeErrors(t *testing.T) {
 		{"missing node name", `{"apiVersion":"v1","kind":"Node"}`, false, "metadata.name", "required"},
 		{"bad taint effect", `{"apiVersion":"v1","kind":"Node","metadata":{"name":"a"},"spec":{"taints":[{"key":"k","effect":"Never"}]}}`, false, "spec.taints[0].effect", "NoSchedule"},
 		{"wrong apiVersion", `{"apiVersion":"v2","kind":"Node"}`, false, "apiVersion", "v1"},
-		{"wrong kind", `{"apiVersion":"v1","kind":"Pod"}`, false, "kind", "Node"},
+		{"wrong kind", `{"apiVersion":"v1","kind":"Pod"}`, false, "kind", `this is a Pod (v1), not a Node or a List of them: Pods go to "sextant place"`},
+		{"a VirtualService", `{"apiVersion":"networking.istio.io/v1","kind":"VirtualService","metadata":{"name":"a"},"spec":{"hosts":["a"]}}`, true,
+			"kind", `this is a VirtualService (networking.istio.io/v1), not a Pod or a List of them: routing config goes to "sextant config apply"`},
+		{"a VirtualService in a List", `{"apiVersion":"v1","kind":"List","items":[{"apiVersion":"networking.istio.io/v1","kind":"VirtualService","metadata":{"name":"a"},"spec":{"host":"a"}}]}`, true,
+			"items[0].kind", `this is a VirtualService (networking.istio.io/v1), not a Pod: routing config goes to "sextant config apply"`},
+		{"a Node in a List of Pods", `{"apiVersion":"v1","kind":"List","items":[{"apiVersion":"v1","kind":"Node","metadata":{"name":"a"}}]}`, true,
+			"items[0].kind", `this is a Node (v1), not a Pod: Nodes go to "sextant nodes apply"`},
+		{"a Pod in a List of Nodes", `{"apiVersion":"v1","kind":"List","items":[{"metadata":{"name":"a"}},{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p"},"spec":{"containers":[]}}]}`, false,
+			"items[1].kind", `this is a Pod (v1), not a Node: Pods go to "sextant place"`},
 		{"duplicate node in a list", `{"apiVersion":"v1","kind":"List","items":[{"metadata":{"name":"a"}},{"metadata":{"name":"a"}}]}`, false, "items[1].metadata.name", "also at items[0]"},
 		{"scheduling gates not supported", pod(`{"schedulingGates":[{"name":"g"}]}`), true, "spec.schedulingGates", "not supported"},
 		{"resource claims not supported", pod(`{"resourceClaims":[{"name":"c"}]}`), true, "spec.resourceClaims", "not supported"},
@@ -124,6 +132,27 @@ func TestDecodeErrors(t *testing.T) {
 			}
 			if fe.Path != tc.path || !strings.Contains(fe.Msg, tc.msg) {
 				t.Errorf("got %q: %q, want %q: ...%s...", fe.Path, fe.Msg, tc.path, tc.msg)
+			}
+		})
+	}
+}
+
+// A YAML syntax error names the line of the body it is on (the parser's
+// were one early), and a body of several documents is refused rather than
+// read in part.
+func TestDecodeYAMLSyntax(t *testing.T) {
+	for _, c := range []struct{ name, body, msg string }{
+		{"parser", "---\napiVersion: v1\nkind: Node\nmetadata:\n  name: a\n bad: 1\n", "invalid YAML: line 6: did not find expected key"},
+		{"scanner", "apiVersion: v1\nkind: Node\nmetadata:\n  name: a: b\n", "invalid YAML: line 4: mapping values are not allowed"},
+		{"key twice", "apiVersion: v1\nkind: Node\nmetadata:\n  name: a\n  name: b\n", `line 5: key "name" already set in map`},
+		{"two documents", "apiVersion: v1\nkind: Node\nmetadata: {name: a}\n---\napiVersion: v1\nkind: Node\nmetadata: {name: b}\n",
+			"the YAML body holds 2 documents (at lines 1 and 5)"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := DecodeNodes([]byte(c.body), true)
+			var fe *FieldError
+			if !errors.As(err, &fe) || fe.Path != "" || !strings.Contains(fe.Msg, c.msg) {
+				t.Fatalf("err = %v, want one containing %q", err, c.msg)
 			}
 		})
 	}

@@ -128,9 +128,38 @@ func (w *PlaceWrite) Plan(tx *registry.Tx) error {
 		return err // Place changed nothing
 	}
 	w.Results = res
-	stage(tx, t.Ops()[mark:])
+	ops := t.Ops()[mark:]
+	stage(tx, ops)
+	if tx.Shared() {
+		claimNodes(tx, ops)
+	}
 	tx.Answer(tx.Revision())
 	return nil
+}
+
+// claimNodes rewrites, unchanged, the node of every placement in ops on
+// condition that it is still the version this server decided on. Servers
+// of a cluster each decide on their own catalog; two that place onto one
+// node at once would both see its free capacity, and the placement
+// records alone (keyed by pod) never conflict. The node's revision does:
+// the second commit fails and is planned again on the first one's state
+// (registry.SubmitChecked). A node deleted or replaced meanwhile conflicts
+// the same way.
+func claimNodes(tx *registry.Tx, ops []Op) {
+	claimed := map[string]bool{}
+	for i := range ops {
+		p := ops[i].Placement
+		if p == nil || claimed[p.Node] {
+			continue
+		}
+		claimed[p.Node] = true
+		v, rev := tx.Get(store.Nodes, p.Node)
+		if v == nil {
+			continue // Place checked it exists; a store condition covers the rest
+		}
+		n := *v.(*Node) // the catalog adopts the copy (sets its revision)
+		tx.PutIf(store.Nodes, n.Name, tx.Encode(func(b []byte) []byte { b, _ = n.AppendBinary(b); return b }), &n, rev)
+	}
 }
 
 // Finish implements registry.Finisher.

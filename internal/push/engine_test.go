@@ -48,15 +48,22 @@ func hasCluster(c *xds.Cache, name string) bool {
 	return ok
 }
 
-func TestEmptySubsetIsNotRouted(t *testing.T) {
-	reg := pushtest.New(0)
-	objs, err := config.Decode([]byte(ordersConfig))
+// registryWith is an in-memory registry holding the config objects of yaml.
+func registryWith(t *testing.T, yaml string) *pushtest.Registry {
+	t.Helper()
+	objs, err := config.Decode([]byte(yaml))
 	if err != nil {
 		t.Fatal(err)
 	}
+	reg := pushtest.New(0)
 	for _, o := range objs {
 		reg.ApplyConfig(o)
 	}
+	return reg
+}
+
+func TestEmptySubsetIsNotRouted(t *testing.T) {
+	reg := registryWith(t, ordersConfig)
 	reg.Upsert(inst("b1", "blue"), inst("s2", "stable"))
 	cp := startControlPlane(t, context.Background(), reg, nil)
 	c := cp.cache
@@ -74,7 +81,11 @@ func TestEmptySubsetIsNotRouted(t *testing.T) {
 	reg.Delete(orders, "b1")
 	waitFor(t, func() bool { return slices.Equal(routeClusters(t, c), []string{gray, stable}) && !hasCluster(c, blue) })
 	// Without a VirtualService the default route goes to the whole service.
-	reg.DeleteConfig(objs[1].Key)
+	vs, err := config.ParseKey("VirtualService/default/orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg.DeleteConfig(vs)
 	waitFor(t, func() bool { return slices.Equal(routeClusters(t, c), []string{whole}) && hasCluster(c, whole) })
 }
 

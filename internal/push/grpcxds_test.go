@@ -210,14 +210,7 @@ func TestGRPCXDSClient(t *testing.T) {
 	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
 	ctx := context.Background()
 	blue, s1, s2 := startBackend(t, "blue-1"), startBackend(t, "stable-1"), startBackend(t, "stable-2")
-	reg := pushtest.New(0)
-	objs, err := config.Decode([]byte(ordersConfig))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, o := range objs {
-		reg.ApplyConfig(o)
-	}
+	reg := registryWith(t, ordersConfig)
 	reg.Upsert(blue.instance("blue"), s1.instance("stable"), s2.instance("stable"))
 	cp := startControlPlane(t, ctx, reg, nil)
 	conn := dial(t, cp, "client-1")
@@ -337,14 +330,7 @@ func TestSlowConfigDoesNotDelayEndpoints(t *testing.T) {
 	ignore := goleak.IgnoreCurrent()
 	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
 	blue, s1, s2 := startBackend(t, "blue-1"), startBackend(t, "stable-1"), startBackend(t, "stable-2")
-	reg := pushtest.New(0)
-	objs, err := config.Decode([]byte(ordersConfig))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, o := range objs {
-		reg.ApplyConfig(o)
-	}
+	reg := registryWith(t, ordersConfig)
 	reg.Upsert(blue.instance("blue"), s1.instance("stable"), s2.instance("stable"))
 	var hold atomic.Bool
 	entered, release := make(chan struct{}, 1), make(chan struct{})
@@ -369,13 +355,12 @@ func TestSlowConfigDoesNotDelayEndpoints(t *testing.T) {
 
 	// A config change starts a recomputation that does not finish.
 	hold.Store(true)
-	vs := objs[1]
 	changed, err := config.Decode([]byte(strings.Replace(ordersConfig, "x-group: {exact: blue}", "x-group: {exact: azure}", 1)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if changed[1].Key != vs.Key {
-		t.Fatal("wrong object")
+	if changed[1].Key.String() != "VirtualService/default/orders" {
+		t.Fatalf("wrong object %v", changed[1].Key)
 	}
 	reg.ApplyConfig(changed[1])
 	<-entered

@@ -30,6 +30,12 @@ type Cluster interface {
 	// or left, or this one lost or regained its lease). Received by the
 	// TTL goroutine only.
 	Moved() <-chan struct{}
+	// HeardUntil is a time (unix ns) before which every heartbeat another
+	// server received and relayed here has been handed to Beat: an
+	// instance whose deadline is later may have a heartbeat still on its
+	// way, and is not expired yet. Called from the TTL goroutine; must not
+	// block.
+	HeardUntil() int64
 }
 
 // Beat records a heartbeat another server received at at (unix ns) for
@@ -144,13 +150,14 @@ type headReader interface {
 // catchUp waits until the catalog has applied every revision the store
 // had committed when it was called. It reports whether the catalog moved,
 // and an error when it cannot tell it is current (the store did not
-// answer, or the follower did not get there in time). Committer goroutine.
-func (r *Registry) catchUp(ctx context.Context) (bool, error) {
+// answer, or the follower did not get there in time). Called by the
+// committer and by submitters re-planning a write (SubmitChecked).
+func (r *Registry) catchUp(ctx context.Context, within time.Duration) (bool, error) {
 	hr, ok := r.st.(headReader)
 	if !ok {
 		return false, nil
 	}
-	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	cctx, cancel := context.WithTimeout(ctx, within)
 	defer cancel()
 	from := r.cat.Revision()
 	head, _, err := hr.Head(cctx, from)
@@ -161,6 +168,9 @@ func (r *Registry) catchUp(ctx context.Context) (bool, error) {
 		return false, nil
 	}
 	if err := r.waitApplied(cctx, head); err != nil {
+		if cctx.Err() != nil && ctx.Err() == nil {
+			err = fmt.Errorf("not applied within %v (from %d)", within, from)
+		}
 		return false, fmt.Errorf("registry: catch up to revision %d: %w", head, err)
 	}
 	return true, nil

@@ -3,7 +3,9 @@ package registry
 import (
 	"context"
 	"errors"
+	"math"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,6 +20,15 @@ type judge struct {
 	mu    sync.Mutex
 	term  uint64
 	moved chan struct{}
+	// heard is HeardUntil; 0 means every relayed heartbeat is collected.
+	heard atomic.Int64
+}
+
+func (j *judge) HeardUntil() int64 {
+	if h := j.heard.Load(); h != 0 {
+		return h
+	}
+	return math.MaxInt64
 }
 
 func (j *judge) Judge(string) uint64 {
@@ -146,5 +157,69 @@ func TestClusterUnchangedNeedsACurrentCatalog(t *testing.T) {
 	// A write that changes something commits as usual.
 	if _, err := r.Register(ctx, []*catalog.Instance{instance("a", "s", 2)}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestClusterExpiryWaitsForRelayedHeartbeats: an instance whose deadline
+// passed is not expired while the collection of heartbeats other servers
+// relayed here lags behind that deadline (a stuck collection would have
+// expired an instance heartbeating through another server); once the
+// collection catches up it is judged on what it brought.
+func TestClusterExpiryWaitsForRelayedHeartbeats(t *testing.T) {
+	ctx := context.Background()
+	clk := newClock()
+	clk.ns.Store(time.Now().Add(time.Hour).UnixNano()) // see TestClusterNewTermGrace
+	t0 := clk.Now()
+	st, err := embedded.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	j := &judge{term: 1, moved: make(chan struct{}, 1)}
+	j.heard.Store(t0.UnixNano())
+	r, err := Open(st, Options{Now: clk.Now, Cluster: j})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	for _, id := range []string{"beating", "silent"} {
+		if _, err := r.Register(ctx, []*catalog.Instance{instance(id, "s", 1)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; ; i++ { // the follower tracks them just after applying them
+		_, a := r.live.Load("beating")
+		_, b := r.live.Load("silent")
+		if a && b {
+			break
+		}
+		if i == 5000 {
+			t.Fatal("no TTL state")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	healthy := func(id string) bool { return r.cat.Instances().Get(id).Healthy }
+	// Both deadlines (3 x 1 s) pass; the collection is stuck at t0.
+	clk.Advance(5 * time.Second)
+	for range 3 {
+		r.expireDue(ctx)
+	}
+	if !healthy("beating") || !healthy("silent") {
+		t.Fatal("expired while relayed heartbeats from before the deadline may still be uncollected")
+	}
+	// The collection catches up: it brings a heartbeat "beating" sent
+	// through another server at 4 s, and none for "silent".
+	r.Beat("beating", t0.Add(4*time.Second).UnixNano())
+	j.heard.Store(clk.Now().UnixNano())
+	clk.Advance(time.Second) // past the retry of the postponed judgement
+	for i := 0; healthy("silent"); i++ {
+		if i == 500 {
+			t.Fatal("silent not expired once the collection caught up")
+		}
+		r.expireDue(ctx)
+		time.Sleep(2 * time.Millisecond)
+	}
+	if !healthy("beating") {
+		t.Fatal("beating expired at 6 s though a relayed heartbeat at 4 s moved its deadline to 7 s")
 	}
 }

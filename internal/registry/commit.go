@@ -113,9 +113,9 @@ func (r *Registry) commit(ctx context.Context, batch []*request) {
 			req.err = err
 			return
 		}
-		ops, answer, volatile := tx.end()
+		ops, answer, later, volatile := tx.end()
 		if len(ops) == 0 {
-			req.rev = answer
+			req.rev, req.later = answer, later
 			idle = append(idle, req)
 			return
 		}
@@ -134,7 +134,7 @@ func (r *Registry) commit(ctx context.Context, batch []*request) {
 		// stale (acknowledged, not written): they fail instead.
 		again := idle
 		idle = nil
-		moved, err := r.catchUp(ctx)
+		moved, err := r.catchUp(ctx, 5*time.Second) // the committer waits meanwhile
 		for _, req := range again {
 			if _, ok := req.w.(Finisher); ok {
 				continue
@@ -150,6 +150,14 @@ func (r *Registry) commit(ctx context.Context, batch []*request) {
 	}
 	if len(txns) == 0 {
 		finish(batch)
+		if r.answeredSeq.Load() < r.handedSeq {
+			// Batches handed to the answerer are committed but may not be
+			// durable or applied yet, and these answers may rest on them
+			// (an instance another request is deleting is "not found"):
+			// they are sent after those, never before.
+			r.answerq <- answers{batch: slices.Clone(batch), rev: r.handedRev, from: r.answeredSeq.Load() + 1, idle: true, onDisk: noWait}
+			handed = true
+		}
 		return
 	}
 	start := time.Now()
@@ -182,7 +190,9 @@ func (r *Registry) commit(ctx context.Context, batch []*request) {
 	}
 	if f := r.pipelined(txns, results, last, tx); f != nil {
 		r.inflight = append(r.inflight, f)
-		r.answerq <- answers{batch: slices.Clone(batch), owners: owners, rev: last, onDisk: onDisk} // the loop reuses batch
+		r.handedSeq++
+		r.handedRev = last
+		r.answerq <- answers{batch: slices.Clone(batch), owners: owners, rev: last, seq: r.handedSeq, onDisk: onDisk} // the loop reuses batch
 		handed = true
 		return
 	}
@@ -302,6 +312,7 @@ type Tx struct {
 	chunks   [][]byte           // every chunk buf has been
 
 	answer   int64
+	later    func() int64
 	volatile bool
 	reserve  int // ops the current write may add (Reserve)
 }
@@ -330,7 +341,7 @@ func newTx(r *Registry, now time.Time) *Tx {
 const bigBatch = 64
 
 func (t *Tx) begin() {
-	t.undo, t.ops, t.answer, t.volatile, t.reserve = t.undo[:0], nil, 0, false, 0
+	t.undo, t.ops, t.answer, t.later, t.volatile, t.reserve = t.undo[:0], nil, 0, nil, false, 0
 }
 
 func (t *Tx) rollback() {
@@ -345,7 +356,9 @@ func (t *Tx) rollback() {
 	t.undo, t.ops = t.undo[:0], nil
 }
 
-func (t *Tx) end() ([]store.Op, int64, bool) { return t.ops, t.answer, t.volatile }
+func (t *Tx) end() ([]store.Op, int64, func() int64, bool) {
+	return t.ops, t.answer, t.later, t.volatile
+}
 
 // Reserve says the current write may add up to n ops, so that the first
 // one makes room for all (a write that adds none allocates nothing).
@@ -466,9 +479,22 @@ func (t *Tx) Encode(fill func(b []byte) []byte) []byte {
 // Answer sets the revision the write answers if it writes nothing.
 func (t *Tx) Answer(rev int64) { t.answer = rev }
 
+// AnswerLater sets a revision the write answers, if it writes nothing,
+// that is known only once the writes it rests on are applied: a record
+// Get reported Pending gets its revision then. fn runs after the request
+// is answered, on the submitter's goroutine; the answer is the larger of
+// fn's and Answer's.
+func (t *Tx) AnswerLater(fn func() int64) { t.later = fn }
+
 // Volatile marks the current write as not needing an fsync (state that is
 // judged again after a crash, such as health).
 func (t *Tx) Volatile() { t.volatile = true }
 
 // Revision is the catalog's revision.
 func (t *Tx) Revision() int64 { return t.r.cat.Revision() }
+
+// Shared reports whether other servers write the same store (a cluster):
+// then what Get reports may be behind what is stored, and a write whose
+// outcome depends on it must be conditional (PutIf, DeleteIf) and go
+// through SubmitChecked.
+func (t *Tx) Shared() bool { return t.r.cluster != nil }

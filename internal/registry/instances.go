@@ -2,6 +2,8 @@ package registry
 
 import (
 	"context"
+	"fmt"
+	"time"
 
 	"github.com/sextant-mesh/sextant/internal/catalog"
 	"github.com/sextant-mesh/sextant/internal/store"
@@ -46,27 +48,57 @@ func (w *registerWrite) Plan(tx *Tx) error {
 			}
 		}
 	}
+	var same []*catalog.Instance // unchanged from a version not applied yet
 	for _, in := range w.instances {
 		cur, rev := currentInstance(tx, in.ID)
-		if cur != nil && rev != Pending && cur.Healthy && cur.SameSpec(in) {
+		// A Pending version counts on a single server only: it is
+		// committed, or commits with this batch. In a cluster it may be an
+		// earlier write of this batch whose condition fails.
+		if cur != nil && (rev != Pending || w.r.cluster == nil) && cur.Healthy && cur.SameSpec(in) {
 			// Unchanged: counts as a heartbeat, wakes no one.
 			w.r.heartbeat(cur, now)
-			unchanged = max(unchanged, cur.Revision)
+			if rev == Pending {
+				same = append(same, cur) // its revision is set when applied
+			} else {
+				unchanged = max(unchanged, cur.Revision)
+			}
 			continue
 		}
 		in.Healthy = true
 		in.UpdatedAt = now
 		in.CreatedAt = now
-		if cur == nil {
-			tx.PutNew(store.Instances, in.ID, tx.Encode(in.AppendBinary), in)
-			continue
+		if cur != nil {
+			in.CreatedAt = cur.CreatedAt
+			w.r.heartbeat(in, now) // a register is a heartbeat; new ones start theirs when applied
 		}
-		in.CreatedAt = cur.CreatedAt
-		w.r.heartbeat(in, now) // a register is a heartbeat; new ones start theirs when applied
-		tx.Put(store.Instances, in.ID, tx.Encode(in.AppendBinary), in)
+		putInstance(tx, in, cur, rev)
 	}
 	tx.Answer(unchanged)
+	if len(same) > 0 {
+		tx.AnswerLater(func() int64 {
+			var last int64
+			for _, in := range same {
+				last = max(last, in.Revision)
+			}
+			return last
+		})
+	}
 	return nil
+}
+
+// putInstance writes in over cur (nil: absent), seen at rev. In a cluster
+// the write is conditional on the store still holding that version:
+// another server may have changed it since this catalog saw it.
+func putInstance(tx *Tx, in, cur *catalog.Instance, rev int64) {
+	enc := tx.Encode(in.AppendBinary)
+	switch {
+	case tx.r.cluster != nil:
+		tx.PutIf(store.Instances, in.ID, enc, in, rev)
+	case cur == nil:
+		tx.PutNew(store.Instances, in.ID, enc, in)
+	default:
+		tx.Put(store.Instances, in.ID, enc, in)
+	}
 }
 
 // deregisterWrite deletes instances by id; the ones it did not find are
@@ -81,8 +113,10 @@ func (w *deregisterWrite) Plan(tx *Tx) error {
 	w.notFound = w.notFound[:0]
 	tx.Reserve(len(w.ids))
 	for _, id := range w.ids {
-		cur, _ := currentInstance(tx, id)
+		cur, rev := currentInstance(tx, id)
 		if cur == nil {
+			// Deleted by a write not applied yet, if any: then the
+			// committer answers this after it (commit).
 			w.notFound = append(w.notFound, id)
 			continue
 		}
@@ -91,7 +125,12 @@ func (w *deregisterWrite) Plan(tx *Tx) error {
 				return err
 			}
 		}
-		tx.Delete(store.Instances, id)
+		if tx.r.cluster != nil {
+			// Another server may have deleted it since this catalog saw it.
+			tx.DeleteIf(store.Instances, id, rev)
+		} else {
+			tx.Delete(store.Instances, id)
+		}
 	}
 	tx.Answer(tx.Revision())
 	return nil
@@ -144,7 +183,7 @@ func (r *Registry) RegisterGuarded(ctx context.Context, instances []*catalog.Ins
 	if len(instances) == 0 || len(instances) > MaxBatch {
 		return 0, fieldErr(-1, "instances", "%d instances, want 1..%d", len(instances), MaxBatch)
 	}
-	return r.Submit(ctx, &registerWrite{r: r, instances: instances, guard: guard})
+	return r.SubmitChecked(ctx, &registerWrite{r: r, instances: instances, guard: guard})
 }
 
 // Deregister deletes the instances with ids atomically and durably, and
@@ -160,7 +199,7 @@ func (r *Registry) DeregisterGuarded(ctx context.Context, ids []string, guard Gu
 		return 0, nil, err
 	}
 	w := &deregisterWrite{ids: ids, guard: guard}
-	rev, err := r.Submit(ctx, w)
+	rev, err := r.SubmitChecked(ctx, w)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -195,6 +234,33 @@ func (r *Registry) Heartbeat(ctx context.Context, ids []string) ([]string, error
 		}
 	}
 	return notFound, nil
+}
+
+// maxReplans bounds how often a write that lost a race with another
+// server is planned again. Each lost race is another server's commit, so
+// a write is planned again at most about as often as there are writers
+// racing it; past the bound it fails with the conflict (HTTP 409).
+const maxReplans = 16
+
+// SubmitChecked is Submit for writes decided on state other servers may
+// change. In a cluster, a write whose condition failed (another server
+// changed a record since this catalog saw it) is planned again once the
+// catalog has caught up with the store, so it is decided on what is
+// stored: a delete of what another server deleted is "not found", a
+// register of what another server stored identically is unchanged, a
+// placement onto a node another server filled meanwhile goes elsewhere.
+func (r *Registry) SubmitChecked(ctx context.Context, w Write) (int64, error) {
+	for attempt := 0; ; attempt++ {
+		rev, err := r.Submit(ctx, w)
+		if r.cluster == nil || conflictRevision(err) == 0 || attempt == maxReplans {
+			return rev, err
+		}
+		// The submitter's own goroutine waits: as long as its caller lets
+		// it, within a bound.
+		if _, cerr := r.catchUp(ctx, 30*time.Second); cerr != nil {
+			return 0, fmt.Errorf("%w (%w)", err, cerr)
+		}
+	}
 }
 
 // revive turns instances healthy again. In a cluster another server may

@@ -2,6 +2,7 @@ package registry
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/sextant-mesh/sextant/internal/store"
 )
@@ -42,6 +43,12 @@ type answers struct {
 	owners []*request
 	rev    int64
 	onDisk func() error // waits for the commit's fsync
+	seq    int64        // the committer's count of handed batches
+
+	// idle is a batch that wrote nothing, answered after the batches
+	// handed before it (from on); it fails if one of those failed.
+	idle bool
+	from int64
 }
 
 // pipelined returns the overlay of a committed batch that may be answered
@@ -105,13 +112,30 @@ func (r *Registry) lookInFlight(k recKey) (pending, bool) {
 // answerLoop answers handed-off batches in commit order, each once it is
 // on disk and the follower has applied it. It ends when the committer closes the channel.
 func (r *Registry) answerLoop(ctx context.Context) {
+	var (
+		failedSeq int64 // the last handed batch that failed
+		failed    error
+	)
 	for a := range r.answerq {
-		err := a.onDisk()
+		var err error
+		owners := a.owners
+		if a.idle {
+			owners = a.batch
+			if failedSeq >= a.from {
+				// Its revision may never be applied: do not wait for it.
+				err = fmt.Errorf("registry: answered from a commit that failed: %w", failed)
+			}
+		}
 		if err == nil {
-			err = r.waitApplied(ctx, a.rev)
+			if err = a.onDisk(); err == nil {
+				err = r.waitApplied(ctx, a.rev)
+			}
+			if err != nil && !a.idle {
+				failedSeq, failed = a.seq, err
+			}
 		}
 		if err != nil {
-			for _, req := range a.owners {
+			for _, req := range owners {
 				if req.err == nil {
 					req.err = err
 				}
@@ -119,6 +143,9 @@ func (r *Registry) answerLoop(ctx context.Context) {
 		}
 		for _, req := range a.batch {
 			close(req.done)
+		}
+		if !a.idle {
+			r.answeredSeq.Store(a.seq)
 		}
 	}
 }

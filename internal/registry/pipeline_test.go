@@ -3,6 +3,7 @@ package registry
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -450,5 +451,171 @@ func TestEncodingChunksReusedAfterApply(t *testing.T) {
 				t.Fatalf("after restart %s = %+v, want port 40", id, got)
 			}
 		}
+	}
+}
+
+// openGatedWith is openGated over a store that already holds instances,
+// registered and applied before the follower is held.
+func openGatedWith(t *testing.T, instances ...*catalog.Instance) (*Registry, *gatedStore) {
+	t.Helper()
+	st, err := embedded.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	r0, err := Open(st, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r0.Register(context.Background(), instances); err != nil {
+		t.Fatal(err)
+	}
+	r0.Close()
+	g := &gatedStore{Store: st, gate: make(chan struct{}), committed: make(chan struct{}, 128)}
+	r, err := Open(g, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	return r, g
+}
+
+// handedOrAnswered waits until the committer has handed a write that
+// wrote nothing to the answerer (which is held by the gate), and fails if
+// the write is answered instead: it would be answered before the
+// committed, unapplied batch it was decided on.
+func handedOrAnswered(t *testing.T, r *Registry, answered <-chan error, what string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); len(r.answerq) == 0; time.Sleep(time.Millisecond) {
+		select {
+		case err := <-answered:
+			t.Fatalf("%s answered (err %v) while the write it rests on is committed but not applied", what, err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: neither answered nor handed to the answerer in 10 s", what)
+		}
+	}
+}
+
+// TestNotFoundWaitsForTheDeleteInFlight: a deregister that finds the
+// instance deleted by a batch committed but not applied (two concurrent
+// DELETEs) is answered only once that delete is applied: a client told
+// "not found" must not find the instance on its next read, nor keep it
+// after a crash.
+func TestNotFoundWaitsForTheDeleteInFlight(t *testing.T) {
+	ctx := context.Background()
+	r, g := openGatedWith(t, instance("x", "s", 0))
+	first := make(chan error, 1)
+	go func() { _, _, err := r.Deregister(ctx, []string{"x"}); first <- err }()
+	<-g.committed
+	second := make(chan error, 1)
+	var notFound []string
+	go func() {
+		var err error
+		_, notFound, err = r.Deregister(ctx, []string{"x"})
+		second <- err
+	}()
+	handedOrAnswered(t, r, second, "the second deregister")
+	close(g.gate)
+	awaitAnswers(t, second, 1)
+	if r.cat.Instances().Get("x") != nil {
+		t.Fatal("x still in the catalog when the second deregister was answered not found")
+	}
+	if len(notFound) != 1 {
+		t.Fatalf("second deregister: not found %v, want [x]", notFound)
+	}
+	awaitAnswers(t, first, 1)
+}
+
+// TestUnchangedOverInFlightRegister: re-registering the same fields while
+// the first register is committed but not applied writes nothing more and
+// answers the first one's revision.
+func TestUnchangedOverInFlightRegister(t *testing.T) {
+	ctx := context.Background()
+	r, g := openGatedWith(t, instance("other", "s", 0))
+	type answer struct {
+		rev int64
+		err error
+	}
+	first, second := make(chan answer, 1), make(chan answer, 1)
+	go func() {
+		rev, err := r.Register(ctx, []*catalog.Instance{instance("y", "s", 0)})
+		first <- answer{rev, err}
+	}()
+	<-g.committed
+	errs := make(chan error, 1)
+	go func() {
+		rev, err := r.Register(ctx, []*catalog.Instance{instance("y", "s", 0)})
+		second <- answer{rev, err}
+		errs <- err
+	}()
+	handedOrAnswered(t, r, errs, "the identical register")
+	close(g.gate)
+	a1, a2 := <-first, <-second
+	if a1.err != nil || a2.err != nil {
+		t.Fatal(a1.err, a2.err)
+	}
+	if len(g.committed) != 0 {
+		t.Fatalf("the identical register was committed again (%d more commits)", len(g.committed))
+	}
+	if y := r.cat.Instances().Get("y"); a1.rev == 0 || a2.rev != a1.rev || y == nil || y.Revision != a1.rev {
+		t.Fatalf("first register at %d, the identical one answered %d, y = %+v: want both at y's revision", a1.rev, a2.rev, y)
+	}
+}
+
+// syncFailStore commits into the real embedded store, but its fsync (the
+// durable step of CommitAsync) waits for release and then fails: a disk
+// that fails on demand cannot be had here.
+type syncFailStore struct {
+	*embedded.Store
+	committed chan struct{}
+	release   chan struct{}
+}
+
+func (s *syncFailStore) CommitAsync(txns []store.Txn, sync bool) ([]store.Result, func() error, error) {
+	res, durable, err := s.Store.CommitAsync(txns, sync)
+	s.committed <- struct{}{}
+	return res, func() error { <-s.release; durable(); return errDisk }, err
+}
+
+// TestNotFoundFailsWithTheDeleteItRestsOn: a deregister answered "not
+// found" because of a delete in flight fails if that delete's commit does:
+// the client must not be told the instance is gone when that is not
+// durable.
+func TestNotFoundFailsWithTheDeleteItRestsOn(t *testing.T) {
+	ctx := context.Background()
+	st, err := embedded.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	r0, err := Open(st, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r0.Register(ctx, []*catalog.Instance{instance("x", "s", 0)}); err != nil {
+		t.Fatal(err)
+	}
+	r0.Close()
+	s := &syncFailStore{Store: st, committed: make(chan struct{}, 8), release: make(chan struct{})}
+	r, err := Open(s, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	first, second := make(chan error, 1), make(chan error, 1)
+	go func() { _, _, err := r.Deregister(ctx, []string{"x"}); first <- err }()
+	<-s.committed
+	// The answerer now waits on the first delete's fsync; the second
+	// deregister finds x deleted in flight.
+	go func() { _, _, err := r.Deregister(ctx, []string{"x"}); second <- err }()
+	handedOrAnswered(t, r, second, "the second deregister")
+	close(s.release)
+	if err := <-first; !errors.Is(err, errDisk) {
+		t.Fatalf("first deregister: %v, want the disk error", err)
+	}
+	if err := <-second; !errors.Is(err, errDisk) {
+		t.Fatalf("second deregister, decided on the failed delete: %v, want the disk error", err)
 	}
 }

@@ -103,6 +103,12 @@ type Registry struct {
 	// and its ops read for the TTL state. Their memory is spare after it.
 	tracked atomic.Int64
 	answerq chan answers // to the answerer
+	// handedSeq counts the batches handed to the answerer and handedRev is
+	// the last one's revision (committer only); answeredSeq is the last
+	// one answered (written by the answerer).
+	handedSeq   int64
+	handedRev   int64
+	answeredSeq atomic.Int64
 }
 
 // request is one write waiting for the committer.
@@ -111,8 +117,17 @@ type request struct {
 	done chan struct{}
 
 	// answer
-	rev int64
-	err error
+	rev   int64
+	later func() int64 // see Tx.AnswerLater
+	err   error
+}
+
+// result is the request's answer, once done is closed.
+func (req *request) result() (int64, error) {
+	if req.err == nil && req.later != nil {
+		return max(req.rev, req.later()), nil
+	}
+	return req.rev, req.err
 }
 
 // Open loads the store into a new catalog and starts the committer, the
@@ -213,11 +228,11 @@ func (r *Registry) Submit(ctx context.Context, w Write) (int64, error) {
 	// committing and the caller must not report it lost.
 	select {
 	case <-req.done:
-		return req.rev, req.err
+		return req.result()
 	case <-r.stopped:
 		select {
 		case <-req.done: // answered before the committer stopped
-			return req.rev, req.err
+			return req.result()
 		default:
 			return 0, ErrClosed
 		}

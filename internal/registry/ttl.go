@@ -240,6 +240,17 @@ func (r *Registry) expireDue(ctx context.Context) int64 {
 			}
 			continue
 		}
+		if r.cluster != nil && r.cluster.HeardUntil() < e.live.deadline.Load() {
+			// A heartbeat relayed by another server before the deadline
+			// may not be collected yet (a slow or stuck collection):
+			// judge it once the collection has caught up.
+			again := now + int64(retryExpiry)
+			r.ttl.push(e.id, e.live, again)
+			if next == 0 || again < next {
+				next = again
+			}
+			continue
+		}
 		if in.Healthy {
 			flips = append(flips, flip{inst: in, healthy: false})
 		}

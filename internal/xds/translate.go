@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	xdstype "github.com/cncf/xds/go/xds/type/v3"
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
@@ -15,9 +16,11 @@ import (
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	leastrequestv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/load_balancing_policies/least_request/v3"
 	randomv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/load_balancing_policies/random/v3"
 	roundrobinv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/load_balancing_policies/round_robin/v3"
 	wrrlocalityv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/load_balancing_policies/wrr_locality/v3"
+	previoushostsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/retry/host/previous_hosts/v3"
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -45,15 +48,17 @@ func ClusterName(svc config.ServiceKey, subset string, port uint32) string {
 	return n
 }
 
-// clusterService returns "namespace/service" of a cluster name.
-func clusterService(name string) (string, bool) {
+// clusterService returns "namespace/service" and the subset ("" for the
+// whole service) of a cluster name.
+func clusterService(name string) (service, subset string, ok bool) {
 	ns, rest, ok := strings.Cut(name, "/")
 	if !ok {
-		return "", false
+		return "", "", false
 	}
-	svc, _, _ := strings.Cut(rest, "/")
+	svc, subset, _ := strings.Cut(rest, "/")
 	svc, _, _ = strings.Cut(svc, ":")
-	return ns + "/" + svc, true
+	subset, _, _ = strings.Cut(subset, ":")
+	return ns + "/" + svc, subset, true
 }
 
 // RouteName names the route configuration of a service: "default/orders".
@@ -223,7 +228,10 @@ func Cluster(name string, p config.Policy) *clusterv3.Cluster {
 	case "", config.PolicyRoundRobin:
 		c.LbPolicy = clusterv3.Cluster_ROUND_ROBIN
 	case config.PolicyLeastRequest:
-		c.LbPolicy = clusterv3.Cluster_LEAST_REQUEST
+		// Not the legacy lb_policy enum: grpc-js-xds NACKs LEAST_REQUEST
+		// there ("load_balancing_policy unset and unsupported lb_policy").
+		// In the list, a client without least request skips to round robin.
+		c.LoadBalancingPolicy = lbPolicy(typed(&leastrequestv3.LeastRequest{}), wrrLocalityRoundRobin())
 	case config.PolicyRandom:
 		// grpc-go has no random policy: it skips to round robin.
 		c.LoadBalancingPolicy = lbPolicy(typed(&randomv3.Random{}), wrrLocalityRoundRobin())
@@ -235,12 +243,14 @@ func Cluster(name string, p config.Policy) *clusterv3.Cluster {
 			TypeUrl: balancer.XDSTypeURL(p.LoadBalancer), Value: &structpb.Struct{},
 		}), wrrLocalityRoundRobin())
 	}
-	if svc, ok := clusterService(name); ok {
+	if svc, subset, ok := clusterService(name); ok {
 		// The service a proxy files its call records under, whatever the
-		// subset (docs/gateway.md).
-		c.Metadata = &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{
-			"sextant": {Fields: map[string]*structpb.Value{"service": structpb.NewStringValue(svc)}},
-		}}
+		// subset, and the subset its records name (docs/gateway.md).
+		md := &structpb.Struct{Fields: map[string]*structpb.Value{"service": structpb.NewStringValue(svc)}}
+		if subset != "" {
+			md.Fields["subset"] = structpb.NewStringValue(subset)
+		}
+		c.Metadata = &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{"sextant": md}}
 	}
 	if p.ConnectTimeout > 0 {
 		c.ConnectTimeout = durationpb.New(p.ConnectTimeout)
@@ -248,10 +258,36 @@ func Cluster(name string, p config.Policy) *clusterv3.Cluster {
 	if p.IdleTimeout > 0 {
 		c.CommonHttpProtocolOptions = &corev3.HttpProtocolOptions{IdleTimeout: durationpb.New(p.IdleTimeout)}
 	}
+	c.OutlierDetection = DefaultOutlierDetection()
 	if od := p.Outlier; od != nil {
 		c.OutlierDetection = outlier(od)
 	}
 	return c
+}
+
+// DefaultOutlierDetection is the outlier detection of a cluster whose
+// DestinationRule sets none: eject an endpoint that could not be reached
+// (connection refused, connect timeout, reset, timeout) 5 times in a row,
+// and never for its answers, whatever their status (Envoy's
+// split_external_local_origin_errors with consecutive_local_origin_failure
+// only: a 5xx is the application's answer, not proof the endpoint is gone).
+// Ejection times and the 10% cap are Envoy's defaults, written out so that
+// a config dump shows them. grpc-go and grpc-js-xds read no consecutive
+// detector, and success-rate ejection is off, so for them it is a no-op:
+// they leave unreachable endpoints by their connectivity state.
+func DefaultOutlierDetection() *clusterv3.OutlierDetection {
+	return &clusterv3.OutlierDetection{
+		SplitExternalLocalOriginErrors:         true,
+		ConsecutiveLocalOriginFailure:          wrapperspb.UInt32(5),
+		EnforcingConsecutiveLocalOriginFailure: wrapperspb.UInt32(100),
+		EnforcingConsecutive_5Xx:               wrapperspb.UInt32(0),
+		EnforcingConsecutiveGatewayFailure:     wrapperspb.UInt32(0),
+		EnforcingSuccessRate:                   wrapperspb.UInt32(0),
+		EnforcingLocalOriginSuccessRate:        wrapperspb.UInt32(0),
+		BaseEjectionTime:                       durationpb.New(30 * time.Second),
+		MaxEjectionTime:                        durationpb.New(300 * time.Second),
+		MaxEjectionPercent:                     wrapperspb.UInt32(10),
+	}
 }
 
 // outlier maps Istio's outlier detection onto Envoy's as Istio does:
@@ -298,8 +334,9 @@ func VirtualHost(name string, domains []string, svc config.ServiceKey, vs *confi
 	if vs == nil {
 		c, _ := clusterFor(config.Destination{Service: svc})
 		vh.Routes = []*routev3.Route{{
-			Match:  &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}},
-			Action: &routev3.Route_Route{Route: &routev3.RouteAction{ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: c}}},
+			Match: &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}},
+			Action: &routev3.Route_Route{Route: &routev3.RouteAction{ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: c},
+				RetryPolicy: retryPolicy(nil)}},
 		}}
 		return vh
 	}
@@ -367,17 +404,56 @@ func routeAction(ns string, hr *networking.HTTPRoute, clusterFor ClusterFor) *ro
 		// grpc-go reads the deadline from max_stream_duration.
 		a.MaxStreamDuration = &routev3.RouteAction_MaxStreamDuration{MaxStreamDuration: hr.Timeout}
 	}
-	if r := hr.Retries; r != nil && r.Attempts > 0 {
-		rp := &routev3.RetryPolicy{RetryOn: r.RetryOn, NumRetries: wrapperspb.UInt32(uint32(r.Attempts))}
-		if rp.RetryOn == "" {
-			rp.RetryOn = "connect-failure,refused-stream,unavailable,cancelled,retriable-status-codes"
-		}
-		if r.PerTryTimeout != nil {
-			rp.PerTryTimeout = r.PerTryTimeout
-		}
-		a.RetryPolicy = rp
-	}
+	a.RetryPolicy = retryPolicy(hr.Retries)
 	return a
+}
+
+// DefaultRetryOn is what a route retries on unless its VirtualService says
+// otherwise: Istio's default.
+const DefaultRetryOn = "connect-failure,refused-stream,unavailable,cancelled,retriable-status-codes"
+
+// retryPolicy maps a route's retries as Istio does: none given is Istio's
+// default policy (2 retries on DefaultRetryOn and 503, each on another
+// host: Envoy's previous_hosts predicate, up to 5 picks); attempts 0 is no
+// retries; otherwise the default with the route's attempts, per-try timeout
+// and retryOn, whose numbers are status codes to retry.
+func retryPolicy(r *networking.HTTPRetry) *routev3.RetryPolicy {
+	if r != nil && r.Attempts <= 0 {
+		return nil
+	}
+	prev, _ := anypb.New(&previoushostsv3.PreviousHostsPredicate{})
+	rp := &routev3.RetryPolicy{
+		RetryOn:              DefaultRetryOn,
+		NumRetries:           wrapperspb.UInt32(2),
+		RetriableStatusCodes: []uint32{503},
+		RetryHostPredicate: []*routev3.RetryPolicy_RetryHostPredicate{{
+			Name:       "envoy.retry_host_predicates.previous_hosts",
+			ConfigType: &routev3.RetryPolicy_RetryHostPredicate_TypedConfig{TypedConfig: prev},
+		}},
+		HostSelectionRetryMaxAttempts: 5,
+	}
+	if r == nil {
+		return rp
+	}
+	rp.NumRetries = wrapperspb.UInt32(uint32(r.Attempts))
+	rp.PerTryTimeout = r.PerTryTimeout
+	if r.RetryOn != "" {
+		var on []string
+		rp.RetriableStatusCodes = nil
+		for _, c := range strings.Split(r.RetryOn, ",") {
+			c = strings.TrimSpace(c)
+			if code, err := strconv.ParseUint(c, 10, 32); err == nil {
+				rp.RetriableStatusCodes = append(rp.RetriableStatusCodes, uint32(code))
+				continue
+			}
+			on = append(on, c)
+		}
+		if len(rp.RetriableStatusCodes) > 0 && !slices.Contains(on, "retriable-status-codes") {
+			on = append(on, "retriable-status-codes")
+		}
+		rp.RetryOn = strings.Join(on, ",")
+	}
+	return rp
 }
 
 func routeMatch(m *networking.HTTPMatchRequest) *routev3.RouteMatch {

@@ -205,11 +205,95 @@ func (b *Browser) Navigate(t testing.TB, url string) {
 	b.Do(t, 20*time.Second, "navigate "+url, chromedp.Navigate(url))
 }
 
+// Widths are the viewport widths every page is checked and pictured at:
+// a laptop's browser and a narrow window beside an editor.
+var Widths = []int64{1400, 1000}
+
 // Screenshot saves the viewport as PNG in $SEXTANT_CONSOLE_SCREENSHOTS (the
 // docs' pictures: make screenshots), if set.
 func (b *Browser) Screenshot(t testing.TB, name string) {
 	t.Helper()
-	dir := os.Getenv("SEXTANT_CONSOLE_SCREENSHOTS")
+	b.save(t, os.Getenv("SEXTANT_CONSOLE_SCREENSHOTS"), name)
+}
+
+// Layout sets the viewport to each of Widths in turn and checks that
+// nothing is clipped or wrapped there: no button, badge, duration or
+// chart axis label breaks over two lines, no element sticks out of the
+// page sideways, and no text is cut by its box. At 1400 px the page is
+// saved as name (Screenshot); at the others too when
+// $SEXTANT_CONSOLE_SCREENSHOTS_NARROW is set, as <width>px-name. It
+// leaves the viewport at the first width.
+func (b *Browser) Layout(t testing.TB, name string) {
+	t.Helper()
+	defer b.Do(t, 10*time.Second, "viewport", chromedp.EmulateViewport(Widths[0], 900))
+	for i, w := range Widths {
+		b.Do(t, 10*time.Second, "viewport", chromedp.EmulateViewport(w, 900))
+		// Charts follow their box's width on the next frames.
+		b.WaitTrue(t, 5*time.Second, fmt.Sprintf("laid out at %d px", w), fmt.Sprintf(`innerWidth === %d &&
+			[...document.querySelectorAll('.chart-box')].every(c => !c.firstElementChild || Math.abs(c.firstElementChild.getBoundingClientRect().width - Math.max(c.clientWidth, 300)) < 2)`, w))
+		if bad := Eval[[]string](t, b, layoutProblems); len(bad) > 0 {
+			t.Errorf("%s at %d px: %s", name, w, strings.Join(bad, "; "))
+		}
+		if i == 0 {
+			b.Screenshot(t, name)
+		} else {
+			b.save(t, os.Getenv("SEXTANT_CONSOLE_SCREENSHOTS_NARROW"), fmt.Sprintf("%dpx-%s", w, name))
+		}
+	}
+}
+
+// layoutProblems lists, in the page, what is wrapped, clipped or sticks
+// out: one line of text is at most 1.6 line heights tall.
+const layoutProblems = `(() => {
+	const out = [];
+	const oneLine = el => {
+		const cs = getComputedStyle(el);
+		const lh = parseFloat(cs.lineHeight) || parseFloat(cs.fontSize) * 1.45;
+		// The content's box, not the element's: a cell is as tall as its row.
+		const rg = document.createRange();
+		rg.selectNodeContents(el);
+		return rg.getBoundingClientRect().height <= lh * 1.6;
+	};
+	const name = el => (el.id ? '#' + el.id : el.tagName.toLowerCase() + (el.className && typeof el.className === 'string' ? '.' + el.className.trim().split(/\s+/).join('.') : '')) + ' "' + el.textContent.trim().slice(0, 40) + '"';
+	const shown = el => el.getClientRects().length > 0;
+	// Buttons, badges, figures, and the short pieces of text in cells
+	// ("6 res", "sent 3 · acked 3", "12.5 ms").
+	for (const el of document.querySelectorAll('button, .button, .badge, .stat-value, .stat-label, nav a, label.check, .ago, td, th, td span, td code')) {
+		if (!shown(el)) continue;
+		if ((el.tagName === 'TD' || el.tagName === 'TH') && !/^[0-9.,–]+\s?(%|µs|ms|s|min|h)?$/.test(el.textContent.trim().replace(/\u00a0/g, ' '))) continue;
+		if (el.tagName !== 'TD' && el.tagName !== 'TH' && el.closest('td') && el.textContent.trim().length > 30) continue;
+		if (!oneLine(el)) out.push('wraps: ' + name(el));
+	}
+	const width = document.documentElement.clientWidth;
+	for (const el of document.querySelectorAll('main *')) {
+		if (!shown(el)) continue;
+		const r = el.getBoundingClientRect();
+		if (r.right > width + 1 && !el.closest('.vlist, pre, .editor, .modal')) { out.push('sticks out: ' + name(el)); break; }
+	}
+	// Chart axes are drawn on a canvas: the charts note their x labels in
+	// data-x-ticks, measured here at the axis' font.
+	const ctx = document.createElement('canvas').getContext('2d');
+	ctx.font = '12px system-ui, -apple-system, "Segoe UI", Roboto, "Noto Sans", sans-serif';
+	for (const box of document.querySelectorAll('.chart-box[data-x-ticks]')) {
+		if (!shown(box) || !box.dataset.xTicks) continue;
+		const labels = box.dataset.xTicks.split('|');
+		const over = box.querySelector('.u-over');
+		const width = over ? over.getBoundingClientRect().width : box.clientWidth;
+		const need = labels.reduce((n, l) => n + ctx.measureText(l).width + 6, 0);
+		const fig = box.closest('figure') || box;
+		if (need > width) out.push('axis labels overlap: ' + name(fig) + ' (' + Math.round(need) + ' px of labels in ' + Math.round(width) + ')');
+		if (labels.some(l => /am|pm|\/|\n/.test(l))) out.push('axis label in another date format: ' + name(fig) + ': ' + labels.join(', '));
+	}
+	for (const el of document.querySelectorAll('.u-legend th, .u-axis, figcaption, .thead > span')) {
+		if (!shown(el)) continue;
+		if (el.scrollWidth > el.clientWidth + 1 && getComputedStyle(el).overflow !== 'visible') out.push('clipped: ' + name(el));
+	}
+	return out;
+})()`
+
+// save writes the viewport as PNG to dir/name, if dir is set.
+func (b *Browser) save(t testing.TB, dir, name string) {
+	t.Helper()
 	if dir == "" {
 		return
 	}

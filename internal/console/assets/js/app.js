@@ -37,8 +37,7 @@ function TokenForm({ message, close }) {
   const [t, setT] = useState('');
   return html`<form onSubmit=${e => { e.preventDefault(); if (t.trim()) close(t.trim()); }}>
     <p>${message}</p>
-    <p class="muted">Paste an ACL token (<code>sxt_…</code>, from <code>sextant acl bootstrap</code> or
-      <code>sextant acl token create</code>). It is kept in this tab's session storage only, and sent
+    <p class="muted">Paste an ACL token (<code>sxt_…</code>, from <code>sextant acl bootstrap</code> or <code>sextant acl token create</code>). It is kept in this tab's session storage only, and sent
       to this server as <code>Authorization: Bearer</code>.</p>
     <input id="token-input" type="password" autocomplete="off" placeholder="sxt_…" value=${t}
       onInput=${e => setT(e.currentTarget.value)} autofocus />

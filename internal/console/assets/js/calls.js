@@ -4,7 +4,15 @@
 // requests per second over a window, and the slowest calls in it.
 import { html, useState, useMemo } from '../vendor/lib.js';
 import { gateways, gatewayAddr, gateway, enc } from './api.js';
-import { usePoll, ErrorBox, Chart, Badge, Stat, fmtMs, fmtNum, instanceState, when, Empty } from './ui.js';
+import { usePoll, ErrorBox, Chart, Badge, Stat, fmtMs, fmtNum, fmtPct, instanceState, when, Empty, count } from './ui.js';
+
+// An endpoint (or service) whose share of errors is at least this, over
+// at least minCalls calls, is flagged here and on the Overview.
+export const errorThreshold = 0.05;
+export const minCalls = 10;
+
+// highErrors tells whether {count, errors} is flagged.
+export const highErrors = s => s.count >= minCalls && s.errors / s.count >= errorThreshold;
 
 const windows = [['5m', 300], ['15m', 900], ['1h', 3600], ['6h', 21600], ['24h', 86400]];
 
@@ -31,7 +39,7 @@ export function CallsPage({ params }) {
   return html`
     <h1>Calls</h1>
     <${ErrorBox} error=${gws.error} />
-    <div class="toolbar">
+    <div class="toolbar center">
       <label>Gateway <select id="calls-gateway" value=${gw ? gw.id : ''} onChange=${e => { setGw(e.currentTarget.value); setSvc(''); pick({ gateway: e.currentTarget.value, service: '' }); }}>
         ${list.map(g => html`<option value=${g.id}>${g.metadata['sextant.node'] || g.id} (${g.metadata['sextant.admin']})</option>`)}</select></label>
       ${gw && html`<${Badge} kind=${instanceState(gw)[0]}>${instanceState(gw)[1]}</${Badge}>`}
@@ -62,7 +70,7 @@ function GatewayCalls({ base, seconds, svc, setSvc }) {
     ${rows.length > 0 && html`<table id="calls-services"><thead><tr><th>service</th><th>calls</th><th>req/s</th><th>errors</th><th>p50</th><th>p90</th><th>p99</th></tr></thead>
       <tbody>${rows.map(r => html`<tr class=${'clickable' + (r.service === current ? ' selected' : '')} data-service=${r.service} onClick=${() => setSvc(r.service)}>
         <td class="strong">${r.service}</td><td>${r.count}</td><td>${fmtNum(r.count / seconds)}</td>
-        <td class=${r.errors ? 'bad-text' : ''}>${r.count ? fmtNum(100 * r.errors / r.count) + '%' : '–'}</td>
+        <td class=${r.errors ? 'bad-text' : ''}>${fmtPct(r.errors, r.count)}</td>
         <td>${fmtMs(r.p50)}</td><td>${fmtMs(r.p90)}</td><td>${fmtMs(r.p99)}</td></tr>`)}</tbody></table>`}
     ${current && html`<${ServiceCalls} key=${current} base=${base} seconds=${seconds} service=${current} />`}`;
 }
@@ -76,9 +84,11 @@ function ServiceCalls({ base, seconds, service }) {
     // The slowest calls: those above the window's p99, sorted.
     const whole = await gateway(base, '/v1/calls/stats', { service, from, to, step: seconds + 's' }, signal);
     const p99 = (whole.steps.find(x => x.count) || {}).p99_ms || 0;
-    const slow = await gateway(base, '/v1/calls', { service, from, to, min_latency: Math.floor(p99 * 1000), limit: 2000 }, signal);
+    const [slow, eps] = await Promise.all([
+      gateway(base, '/v1/calls', { service, from, to, min_latency: Math.floor(p99 * 1000), limit: 2000 }, signal),
+      gateway(base, '/v1/calls/endpoints', { service, from, to }, signal)]);
     slow.calls.sort((a, b) => b.latency_us - a.latency_us);
-    return { st, stepS, slow: slow.calls.slice(0, 20), truncated: slow.truncated };
+    return { st, stepS, slow: slow.calls.slice(0, 20), truncated: slow.truncated, endpoints: eps.endpoints };
   }, 5000, [base, seconds, service]);
   const series = useMemo(() => {
     if (!data) return null;
@@ -99,15 +109,22 @@ function ServiceCalls({ base, seconds, service }) {
     <div class="stats">
       <${Stat} label="calls in the window" value=${st.count} />
       <${Stat} label="req/s (average)" value=${fmtNum(st.count / seconds)} />
-      <${Stat} label="errors" value=${st.count ? fmtNum(100 * st.errors / st.count) + '%' : '–'} kind=${st.errors ? 'bad' : ''} />
+      <${Stat} label="errors" value=${fmtPct(st.errors, st.count)} kind=${st.errors ? 'bad' : ''} />
     </div>
     <div class="charts">
       <${Chart} id="calls-latency" title=${`Latency per ${data.stepS} s`} yLabel="ms"
         series=${[{ label: 'p50', unit: ' ms' }, { label: 'p90', unit: ' ms' }, { label: 'p99', unit: ' ms' }]} data=${series.latency} />
       <${Chart} id="calls-rps" title="Requests per second" yLabel="req/s" series=${[{ label: 'req/s' }]} data=${series.rps} />
-      <${Chart} id="calls-errors" title="Error rate (status ≥ 500, no answer, or a gateway reply)" yLabel="%"
+      <${Chart} id="calls-errors" title="Error rate (status ≥ 500, no answer, or a gateway reply)" yLabel="%" percent=${true}
         series=${[{ label: 'errors', unit: '%', color: '#dc2626' }]} data=${series.errors} />
     </div>
+    <h3>Endpoints</h3>
+    <p class="muted">Flagged: ${fmtPct(errorThreshold, 1)} errors or more, over ${count(minCalls, 'call')} at least.</p>
+    <table id="calls-endpoints"><thead><tr><th>endpoint</th><th>calls</th><th>errors</th><th>error rate</th><th>p50</th><th>p99</th></tr></thead>
+      <tbody>${data.endpoints.map(e => html`<tr data-endpoint=${e.endpoint} class=${highErrors(e) ? 'flagged' : ''}>
+        <td class="mono">${e.endpoint || html`<span class="muted">none picked</span>`}</td><td>${fmtNum(e.count)}</td><td>${fmtNum(e.errors)}</td>
+        <td class=${e.errors ? 'bad-text' : ''}>${fmtPct(e.errors, e.count)}${highErrors(e) ? html` <${Badge} kind="bad">high</${Badge}>` : ''}</td>
+        <td>${fmtMs(e.p50_ms)}</td><td>${fmtMs(e.p99_ms)}</td></tr>`)}</tbody></table>
     <h3>Slowest calls in the window</h3>
     ${data.slow.length === 0 ? html`<p class="muted">No calls in the window.</p>` : html`
     <table id="calls-slowest"><thead><tr><th>latency</th><th>start</th><th>endpoint</th><th>status</th><th>route</th><th>subset</th><th>retries</th><th>reason</th></tr></thead>

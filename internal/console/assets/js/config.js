@@ -2,7 +2,7 @@
 // list, edit with errors at their line, dry-run diff, apply, delete.
 import { html, useState, useEffect, useRef, stringify, parseDocument } from '../vendor/lib.js';
 import { get, request, del, enc, ApiError } from './api.js';
-import { usePoll, ErrorBox, Badge, confirm } from './ui.js';
+import { usePoll, ErrorBox, Badge, confirm, count } from './ui.js';
 import { problems, splitDocs } from './yamlpath.js';
 import { diffLines, hunks } from './diff.js';
 
@@ -142,7 +142,7 @@ function Editor({ initial, origin, ready = true }) {
 
   const runApply = async () => {
     const n = dry.answer.results.filter(r => r.action !== 'unchanged').length;
-    if (!await confirm('Apply?', html`<p>${n} objects change; ${dry.answer.resources.length} xDS resources are pushed to every subscriber.</p>`, 'Apply')) return;
+    if (!await confirm('Apply?', html`<p>${count(n, 'object')} to change; ${count(dry.answer.resources.length, 'xDS resource')} will be pushed to every subscriber.</p>`, 'Apply')) return;
     setBusy(true); setErr(null);
     try {
       let answer;
@@ -224,6 +224,6 @@ function DryRun({ answer, diffs }) {
       ${(r.warnings || []).map(w => html`<p class="warning">warning: ${w}</p>`)}
       ${lines.length > 0 && html`<pre class="diff">${lines.map(l => html`<span class=${'d' + (l.op === ' ' ? 'ctx' : l.op === '+' ? 'add' : l.op === '-' ? 'del' : 'gap')}>${l.op === '@' ? l.text : l.op + ' ' + l.text}\n</span>`)}</pre>`}
     </div>`)}
-    <p class="muted">xDS resources pushed: ${answer.resources.length ? answer.resources.map(r => `${r.type} ${r.name}`).join(', ') : 'none'}</p>
+    <p class="muted" id="config-would-push">xDS resources this would push (nothing is pushed until Apply): ${answer.resources.length ? answer.resources.map(r => `${r.type} ${r.name}`).join(', ') : 'none'}</p>
   </section>`;
 }

@@ -1,8 +1,8 @@
 // placement.js: the scheduler's nodes (allocatable against requested),
 // placements, and a "try a placement" form (shared/API.md, "Placement").
 import { html, useState, parseDocument } from '../vendor/lib.js';
-import { get, post, del, enc, ApiError } from './api.js';
-import { usePoll, ErrorBox, Badge, KV, confirm, Empty, fmtNum } from './ui.js';
+import { get, post, ApiError } from './api.js';
+import { usePoll, ErrorBox, Badge, KV, Empty, fmtNum, count, nbsp } from './ui.js';
 
 const suffixes = { Ki: 2 ** 10, Mi: 2 ** 20, Gi: 2 ** 30, Ti: 2 ** 40, Pi: 2 ** 50, Ei: 2 ** 60,
   n: 1e-9, u: 1e-6, m: 1e-3, '': 1, k: 1e3, M: 1e6, G: 1e9, T: 1e12, P: 1e15, E: 1e18 };
@@ -16,10 +16,10 @@ export function quantity(s) {
 }
 
 function fmtQty(v, res) {
-  if (res === 'cpu') return fmtNum(v) + (v === 1 ? ' core' : ' cores');
+  if (res === 'cpu') return count(v, 'core');
   if (/memory|storage/.test(res)) {
-    for (const [u, f] of [['Ti', 2 ** 40], ['Gi', 2 ** 30], ['Mi', 2 ** 20], ['Ki', 2 ** 10]]) if (v >= f) return fmtNum(v / f) + ' ' + u;
-    return fmtNum(v) + ' B';
+    for (const [u, f] of [['Ti', 2 ** 40], ['Gi', 2 ** 30], ['Mi', 2 ** 20], ['Ki', 2 ** 10]]) if (v >= f) return fmtNum(v / f) + nbsp + u;
+    return fmtNum(v) + nbsp + 'B';
   }
   return fmtNum(v);
 }
@@ -73,7 +73,7 @@ export function PlacementPage() {
           <div class="node-head"><span class="strong">${n.metadata.name}</span>
             ${n.spec && n.spec.unschedulable && html` <${Badge} kind="warn">unschedulable</${Badge}>`}
             ${(n.spec && n.spec.taints || []).map(t => html` <${Badge} kind="">${t.key}${t.value ? '=' + t.value : ''}:${t.effect}</${Badge}>`)}
-            <span class="muted"> ${it.placements} placements</span></div>
+            <span class="muted placed-count"> ${count(it.placements, 'placement')}</span></div>
           <${Bar} res="cpu" requested=${quantity(req.cpu)} allocatable=${quantity(alloc.cpu)} />
           <${Bar} res="memory" requested=${quantity(req.memory)} allocatable=${quantity(alloc.memory)} />
           <${Bar} res="pods" requested=${it.placements} allocatable=${quantity(alloc.pods)} />
@@ -105,10 +105,9 @@ spec:
       requests: {cpu: 500m, memory: 256Mi}
 `;
 
-// TryPlacement asks the scheduler where a pod would go: it places a pod
-// named console-try-<random> (POST /v1/placements) and, if it got a node,
-// deletes it at once (the API has no dry run), so its capacity is held
-// only between the two calls.
+// TryPlacement asks the scheduler where a pod would go with a dry run
+// (POST /v1/placements?dry_run=true): the scheduler answers as it would
+// place it and reserves nothing, so nothing needs undoing.
 function TryPlacement() {
   const [text, setText] = useState(podTemplate);
   const [out, setOut] = useState(null);
@@ -121,31 +120,26 @@ function TryPlacement() {
     try {
       pod = parseDocument(text, { version: '1.1' }).toJS() || {};
     } catch (x) { setErr(new ApiError(400, 'invalid_argument', 'not YAML: ' + x.message)); return; }
-    pod.metadata = { ...(pod.metadata || {}), name: 'console-try-' + Math.random().toString(16).slice(2, 10) };
-    const ns = pod.metadata.namespace || 'default';
-    if (!await confirm('Try this placement?', html`<p>The pod <code>${ns}/${pod.metadata.name}</code> is placed for real and, if a node takes it, removed again at once.</p>`, 'Try')) return;
+    // A name is required; one already placed is a 409 even in a dry run.
+    pod.metadata = { ...(pod.metadata || {}) };
+    if (!pod.metadata.name) pod.metadata.name = 'console-try-' + Math.random().toString(16).slice(2, 10);
     setBusy(true);
     try {
-      const a = await post('/v1/placements', pod);
-      const r = a.results[0];
-      let removed = null;
-      if (r.node) {
-        try { await del(`/v1/placements/${enc(r.namespace)}/${enc(r.name)}`); removed = true; } catch (x) { removed = x; }
-      }
-      setOut({ r, removed });
+      const a = await post('/v1/placements', pod, { query: { dry_run: 'true' } });
+      setOut(a.results[0]);
     } catch (x) { setErr(x); }
     setBusy(false);
   };
   return html`<section class="try"><h2>Try a placement</h2>
     <form onSubmit=${run}>
-      <p class="muted">A Pod in Kubernetes' shape: <code>nodeSelector</code>, <code>affinity</code>, <code>tolerations</code>,
-        <code>topologySpreadConstraints</code>, container <code>resources.requests</code>. Its name is chosen here.</p>
+      <p class="muted">A Pod in Kubernetes' shape: <code>nodeSelector</code>, <code>affinity</code>, <code>tolerations</code>, <code>topologySpreadConstraints</code>, container <code>resources.requests</code>. A dry run: nothing is
+        placed or reserved.</p>
       <textarea id="try-pod" rows="12" spellcheck="false" value=${text} onInput=${e => setText(e.currentTarget.value)}></textarea>
       <div class="actions"><button type="submit" class="primary" id="try-run" disabled=${busy}>Where would it go?</button></div>
     </form>
     <${ErrorBox} error=${err} />
-    ${out && html`<div class="note" id="try-result">${out.r.node
-      ? html`<${Badge} kind="ok">placed</${Badge}> on node <strong id="try-node">${out.r.node}</strong>${out.removed === true ? ' (and removed again)' : html` — removing it failed: ${out.removed.message}; delete <code>${out.r.namespace}/${out.r.name}</code> by hand`}`
-      : html`<${Badge} kind="bad">unschedulable</${Badge}> <span id="try-reasons">${out.r.unschedulable}</span>`}</div>`}
+    ${out && (out.node
+      ? html`<div class="note" id="try-result"><${Badge} kind="ok">fits</${Badge}> node <strong id="try-node">${out.node}</strong> would take it (dry run: nothing was placed)</div>`
+      : html`<div class="error" id="try-result"><${Badge} kind="bad">unschedulable</${Badge}> <span id="try-reasons">${out.unschedulable}</span></div>`)}
   </section>`;
 }

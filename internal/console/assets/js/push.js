@@ -2,7 +2,7 @@
 // texts) and push latency from the server's sextant_push_* histograms.
 import { html, useRef, useState, useEffect } from '../vendor/lib.js';
 import { get } from './api.js';
-import { usePoll, ErrorBox, Badge, Chart, ago, fmtMs, Stat } from './ui.js';
+import { usePoll, ErrorBox, Badge, Chart, ago, fmtMs, Stat, count, when, nbsp } from './ui.js';
 
 // pushState is `sextant push status`'s column: NACKED, NOT SENT, SYNCED or
 // STALE (sent, awaiting the ACK).
@@ -59,11 +59,11 @@ export function quantile(q, buckets, count) {
   return prevLe;
 }
 
-const hists = ['sextant_push_sent_seconds', 'sextant_push_acked_seconds'];
+export const hists = ['sextant_push_sent_seconds', 'sextant_push_acked_seconds'];
 
 // useLatency scrapes /metrics every 2 s: the distribution since the server
 // started, and p50/p99 of the pushes in each interval since the page opened.
-function useLatency() {
+export function useLatency() {
   const [state, setState] = useState({ dist: null, series: [[], [], [], []], error: null });
   const prev = useRef(null);
   useEffect(() => {
@@ -102,7 +102,7 @@ function useLatency() {
 
 function leLabel(le) {
   if (le === Infinity) return '+Inf';
-  return fmtMs(le * 1000).replace(' ', '');
+  return fmtMs(le * 1000).replace(nbsp, '');
 }
 
 function Latency() {
@@ -136,30 +136,30 @@ export function PushPage() {
   return html`
     <h1>Push status ${data && html`<span class="rev">revision ${data.revision}</span>`}</h1>
     <${ErrorBox} error=${error} />
-    ${data && html`<p class="muted" id="push-engine">Engine at revision ${data.engine.revision}: ${data.engine.changes} changes,
-      ${data.engine.endpoint_recomputes} endpoint recomputes, ${data.engine.config_rounds} config rounds (last ${fmtMs(data.engine.last_config_round_ms)});
+    ${data && html`<p class="muted" id="push-engine">Engine at revision ${data.engine.revision}: ${[count(data.engine.changes, 'change'),
+      count(data.engine.endpoint_recomputes, 'endpoint recompute'), count(data.engine.config_rounds, 'config round')].join(', ')} (last ${fmtMs(data.engine.last_config_round_ms)});
       queues: endpoints ${data.engine.endpoint_queue}, config ${data.engine.config_queue};
-      resources: ${Object.entries(data.engine.resources || {}).map(([k, v]) => `${v} ${k}`).join(', ')}.</p>`}
+      resources: ${Object.entries(data.engine.resources || {}).map(([k, v]) => count(v, k.replace(/s$/, ''), k)).join(', ')}.</p>`}
     ${data && html`<section><h2>Subscribers (${(data.subscribers || []).length})</h2>
       ${(data.subscribers || []).length === 0 ? html`<p class="muted">No xDS subscriber is connected.</p>` : html`
-      <table class="push" id="push-table"><thead><tr><th>node</th><th>address</th><th>protocol</th><th>connected</th>
+      <table class="push" id="push-table"><thead><tr><th>node, address, protocol, connected</th>
         ${types.map(t => html`<th>${t}</th>`)}<th>pending</th></tr></thead>
       <tbody>${data.subscribers.map(s => {
         const by = Object.fromEntries((s.types || []).map(t => [t.type, t]));
         const nacks = (s.types || []).flatMap(t => (t.nacks || []).map(n => ({ ...n, type: t.type })));
         const pending = (s.types || []).reduce((a, t) => a + t.pending, 0);
-        return html`<tr data-node=${s.node_id}><td class="strong">${s.node_id}</td><td class="mono">${s.address}</td><td>${s.protocol}</td>
-          <td title=${s.connected_since}>${ago(s.connected_since)}</td>
+        return html`<tr data-node=${s.node_id}><td><span class="strong">${s.node_id}</span><br/>
+          <span class="mono small">${s.address}</span> <span class="muted small nowrap">${s.protocol}, <span title=${when(s.connected_since)}>${ago(s.connected_since)}</span></span></td>
           ${types.map(ty => {
             const t = by[ty];
             if (!t) return html`<td class="muted">–</td>`;
             const st = pushState(t);
             return html`<td data-type=${ty} data-sent=${t.version_sent} data-acked=${t.version_acked}>
-              <${Badge} kind=${stateKind[st]}>${st}</${Badge}> <span class="muted">${t.resources} res</span><br/>
-              <span class="mono small">sent ${t.version_sent || '–'} · acked ${t.version_acked || '–'}</span></td>`;
+              <${Badge} kind=${stateKind[st]}>${st}</${Badge}> <span class="muted nowrap">${t.resources} res</span><br/>
+              <span class="mono small nowrap">sent ${t.version_sent || '–'} · acked ${t.version_acked || '–'}</span></td>`;
           })}
-          <td>${pending}${nacks.length > 0 && html` <button type="button" class="link" onClick=${() => setOpen({ ...open, [s.id]: !open[s.id] })}>${nacks.length} NACKs</button>`}</td></tr>
-          ${(open[s.id] || nacks.some(n => by[n.type] && pushState(by[n.type]) === 'NACKED')) && nacks.length > 0 && html`<tr class="nacks"><td colspan="9">
+          <td>${pending}${nacks.length > 0 && html` <button type="button" class="link" onClick=${() => setOpen({ ...open, [s.id]: !open[s.id] })}>${count(nacks.length, 'NACK')}</button>`}</td></tr>
+          ${(open[s.id] || nacks.some(n => by[n.type] && pushState(by[n.type]) === 'NACKED')) && nacks.length > 0 && html`<tr class="nacks"><td colspan="6">
             ${nacks.map(n => html`<div class="nack"><${Badge} kind="bad">NACK</${Badge}> ${n.type} version ${n.version} (${ago(n.at)}): <code>${n.message}</code></div>`)}</td></tr>`}`;
       })}</tbody></table>`}
     </section>`}

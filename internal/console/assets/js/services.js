@@ -2,7 +2,7 @@
 // queries), the selector box, subsets, and the instance actions.
 import { html, useState, useEffect, useMemo, useRef } from '../vendor/lib.js';
 import { get, post, del, enc, allServices, ApiError } from './api.js';
-import { usePoll, VirtualList, ErrorBox, Badge, instanceState, KV, confirm, openModal, ago, when } from './ui.js';
+import { usePoll, VirtualList, ErrorBox, Badge, instanceState, KV, confirm, openModal, ago, when, count } from './ui.js';
 import { serviceOfHost } from './hosts.js';
 
 export function ServiceList({ params }) {
@@ -16,10 +16,10 @@ export function ServiceList({ params }) {
   return html`
     <h1>Services ${data && html`<span class="rev">revision ${data.revision}</span>`}</h1>
     <${ErrorBox} error=${error} />
-    <div class="toolbar">
+    <div class="toolbar center">
       <input id="service-search" type="search" placeholder="Search namespace/service" value=${q}
         onInput=${e => setQ(e.currentTarget.value)} />
-      <span class="muted">${data ? `${items.length} of ${data.services.length} services` : 'Loading…'}</span>
+      <span class="muted">${data ? `${items.length} of ${count(data.services.length, 'service')}` : 'Loading…'}</span>
       <span class="grow"></span>
       <button type="button" class="primary" id="register-open" onClick=${() => registerDialog({ namespace: 'default' })}>Register an instance</button>
     </div>
@@ -100,6 +100,7 @@ export function ServicePage({ ns, name, params }) {
   return html`
     <p class="crumbs"><a href="#/services">Services</a> / ${ns}</p>
     <h1>${name} <span class="rev" id="service-revision">revision ${st.revision}</span> <span class="live" title="updates through blocking queries">live</span></h1>
+    <${ServiceLinks} ns=${ns} name=${name} />
     <${ErrorBox} error=${st.error} prefix="Watch failed, retrying: " />
     <div class="toolbar selector-bar">
       <label class="grow">Selector
@@ -111,7 +112,7 @@ export function ServicePage({ ns, name, params }) {
     </div>
     <div id="selector-error" class="field-error" role="alert">${st.selectorError ? st.selectorError.message : ''}</div>
     <p class="muted" id="instance-count">${st.instances === null ? 'Loading…' :
-      `${list.length} instances${selector ? ' match' : ''}: ${counts.healthy} healthy, ${counts.unhealthy} unhealthy, ${counts.isolated} isolated`}</p>
+      `${count(list.length, 'instance')}${selector ? (list.length === 1 ? ' matches' : ' match') : ''}: ${counts.healthy} healthy, ${counts.unhealthy} unhealthy, ${counts.isolated} isolated`}</p>
     <div class="split">
       <div class="split-main">
         <div class="thead inst-row"><span>state</span><span>id</span><span>address</span><span>version</span><span>weight</span><span>metadata</span></div>
@@ -129,6 +130,29 @@ export function ServicePage({ ns, name, params }) {
           : html`<p class="muted">Select an instance to see its full record and act on it.</p>`}
       </aside>
     </div>`;
+}
+
+// hostsOf is the hosts a routing object names: a VirtualService's hosts
+// and its routes' destinations, a DestinationRule's host.
+function hostsOf(o) {
+  if (o.kind === 'DestinationRule') return [o.spec.host || ''];
+  const dests = ['http', 'tcp', 'tls'].flatMap(k => (o.spec[k] || []).flatMap(r => (r.route || []).map(d => (d.destination || {}).host || '')));
+  return [...(o.spec.hosts || []), ...dests];
+}
+
+// ServiceLinks: the routing config that names this service, and its calls.
+function ServiceLinks({ ns, name }) {
+  const { data } = usePoll(async signal => {
+    const cfg = await get('/v1/config', { signal });
+    return cfg.items.filter(o => hostsOf(o).some(h => {
+      const k = serviceOfHost(h, o.metadata.namespace || 'default');
+      return k && k.namespace === ns && k.name === name;
+    }));
+  }, 10000, [ns, name]);
+  return html`<p class="links" id="service-links">Routing config:
+    ${data === null ? ' …' : data.length === 0 ? html` <span class="muted">none names it</span> (<a href="#/config/new/VirtualService">new VirtualService</a>)`
+      : data.map((o, i) => html`${i ? ', ' : ' '}<a href=${`#/config/${enc(o.kind)}/${enc(o.metadata.namespace || 'default')}/${enc(o.metadata.name)}`}>${o.kind} ${o.metadata.namespace || 'default'}/${o.metadata.name}</a>`)}
+    <span class="sep">·</span> <a id="service-calls-link" href=${'#/calls?window=15m&service=' + enc(ns + '/' + name)}>Calls through the gateways</a></p>`;
 }
 
 // Subsets: the DestinationRules naming this service, each subset with the
@@ -208,7 +232,7 @@ function InstancePanel({ id, live, onClose }) {
       <dt>ttl</dt><dd>${rec.ttl_seconds ? rec.ttl_seconds + ' s' : 'none (always healthy)'}</dd>
       <dt>revision</dt><dd>${rec.revision}</dd>
       <dt>created</dt><dd>${when(rec.created_at)}</dd>
-      <dt>updated</dt><dd>${when(rec.updated_at)} (${ago(rec.updated_at)})</dd>
+      <dt>updated</dt><dd>${when(rec.updated_at)} <span class="ago">(${ago(rec.updated_at)})</span></dd>
       <dt>metadata</dt><dd><${KV} map=${rec.metadata} /></dd>
     </dl>
     <details><summary>JSON</summary><pre class="json">${JSON.stringify(rec, null, 2)}</pre></details>

@@ -103,7 +103,8 @@ export const color = i => palette[i % palette.length];
 // Chart draws data ([xs, ys1, ys2, ...]) with uPlot; series: [{label,
 // unit}], x in unix seconds. The chart is rebuilt when its series change
 // and given new data otherwise.
-export function Chart({ title, series, data, height = 220, bars = false, xTime = true, xLabels = null, yLabel = '', id }) {
+// percent: the y axis runs from 0 to at most 100.
+export function Chart({ title, series, data, height = 220, bars = false, xTime = true, xLabels = null, yLabel = '', percent = false, id }) {
   const box = useRef(null);
   const plot = useRef(null);
   // Few values (a window with calls in one step): draw them as points too.
@@ -113,12 +114,13 @@ export function Chart({ title, series, data, height = 220, bars = false, xTime =
     const el = box.current;
     const opts = {
       width: Math.max(el.clientWidth, 300), height,
-      scales: { x: { time: xTime } },
+      scales: { x: { time: xTime }, ...(percent ? { y: { range: (u, lo, hi) => [0, Math.min(100, Math.max(1, (hi || 0) * 1.1))] } } : {}) },
       legend: { live: true },
+      hooks: { draw: [u => { el.dataset.yMax = u.scales.y.max; }] }, // for the browser tests
       cursor: { drag: { x: false, y: false } },
-      axes: [{ stroke: '#4b5563', grid: { stroke: '#e5e7eb' } },
+      axes: [{ stroke: '#4b5563', grid: { stroke: '#e5e7eb' }, ...(xTime ? { values: timeTicks, incrs: timeIncrs, space: 70 } : {}) },
              { stroke: '#4b5563', grid: { stroke: '#e5e7eb' }, label: yLabel, size: 60 }],
-      series: [{ label: xTime ? 'time' : 'x' }, ...series.map((s, i) => ({
+      series: [{ label: xTime ? 'time' : 'x', value: xTime ? (u, v) => v == null ? '–' : when(v * 1000) : undefined }, ...series.map((s, i) => ({
         label: s.label, stroke: s.color || color(i), width: 2,
         fill: bars ? (s.color || color(i)) + '99' : undefined,
         // Several bar series stand side by side in their category.
@@ -130,10 +132,17 @@ export function Chart({ title, series, data, height = 220, bars = false, xTime =
     if (xLabels) {
       // Categories (histogram buckets): x is their index.
       opts.scales.x = { time: false, range: () => [-0.5, xLabels.length - 0.5] };
-      // Every other category is labelled, so that labels do not overlap.
-      const step = xLabels.length > 10 ? 2 : 1;
+      // Every step-th category is labelled, step chosen for the plot's
+      // width, so that labels do not overlap.
       opts.axes[0].values = (u, vals) => vals.map(v => Number.isInteger(v) ? (xLabels[v] ?? '') : '');
-      opts.axes[0].splits = () => xLabels.map((_, i) => i).filter(i => i % step === 0);
+      opts.axes[0].splits = u => {
+        const widest = Math.max(...xLabels.map(l => l.length)) * 7 + 12; // px, at the axis' 12 px font
+        const per = u.bbox.width / devicePixelRatio / xLabels.length;
+        const step = per > 0 ? Math.max(1, Math.ceil(widest / per)) : 1;
+        const out = xLabels.map((_, i) => i).filter(i => i % step === 0);
+        u.root.parentElement.dataset.xTicks = out.map(i => xLabels[i]).join('|');
+        return out;
+      };
       opts.series[0].value = (u, v) => v == null ? '–' : xLabels[v];
     }
     plot.current = new uPlot(opts, data, el);
@@ -174,6 +183,12 @@ export function Stat({ label, value, sub, kind = '' }) {
 
 export function Empty({ children }) { return html`<p class="empty">${children}</p>`; }
 
+// count is "1 node", "2 nodes": every count the console shows goes
+// through it (many defaults to one + 's').
+export function count(n, one, many = one + 's') {
+  return `${fmtNum(n)} ${n === 1 ? one : many}`;
+}
+
 export function fmtNum(v) {
   if (v == null || Number.isNaN(v)) return '–';
   const a = Math.abs(v);
@@ -185,28 +200,67 @@ export function fmtNum(v) {
   return v.toPrecision(2);
 }
 
+// fmtPct is part/whole as a percentage ("33.3%"), "–" with no whole.
+export function fmtPct(part, whole) {
+  return whole ? fmtNum(100 * part / whole) + '%' : '–';
+}
+
+// nbsp joins a figure to its unit: "12.5 ms" never wraps between them.
+export const nbsp = '\u00a0';
+
 export function fmtMs(ms) {
   if (ms == null) return '–';
-  if (ms >= 1000) return (ms / 1000).toFixed(ms >= 10000 ? 0 : 1) + ' s';
-  if (ms >= 1) return ms.toFixed(ms >= 100 ? 0 : 1) + ' ms';
-  return Math.round(ms * 1000) + ' µs';
+  if (ms >= 1000) return (ms / 1000).toFixed(ms >= 10000 ? 0 : 1) + nbsp + 's';
+  if (ms >= 1) return ms.toFixed(ms >= 100 ? 0 : 1) + nbsp + 'ms';
+  return Math.round(ms * 1000) + nbsp + 'µs';
 }
 
 export function ago(t) {
   if (!t) return '–';
   const s = (Date.now() - new Date(t).getTime()) / 1000;
-  if (s < 1) return 'just now';
-  if (s < 60) return Math.floor(s) + 's ago';
-  if (s < 3600) return Math.floor(s / 60) + 'm ago';
-  if (s < 86400) return Math.floor(s / 3600) + 'h ago';
-  return Math.floor(s / 86400) + 'd ago';
+  // One unbreakable piece: "12 s ago" never wraps inside.
+  if (s < 1) return 'just' + nbsp + 'now';
+  if (s < 60) return Math.floor(s) + nbsp + 's' + nbsp + 'ago';
+  if (s < 3600) return Math.floor(s / 60) + nbsp + 'min' + nbsp + 'ago';
+  if (s < 86400) return Math.floor(s / 3600) + nbsp + 'h' + nbsp + 'ago';
+  return count(Math.floor(s / 86400), 'day').replace(' ', nbsp) + nbsp + 'ago';
 }
 
+const pad = n => String(n).padStart(2, '0');
+
+// when is the one date format of the console: "2026-11-26 19:40:05",
+// local time, 24 hours (tables, records, chart legends; chart axes show
+// its time part).
 export function when(t) {
-  if (!t) return '–';
+  if (t == null || t === '') return '–';
   const d = new Date(t);
-  return d.toLocaleString('en-GB', { hour12: false });
+  return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${clock(d, true)}`;
 }
+
+function clock(d, seconds) {
+  return `${pad(d.getHours())}:${pad(d.getMinutes())}` + (seconds ? ':' + pad(d.getSeconds()) : '');
+}
+
+// timeTicks labels a time axis in when's format: the time of day, with
+// seconds when ticks are less than a minute apart, and the date at a
+// tick that starts a new day.
+function timeTicks(u, splits, axis, space, incr) {
+  let day = '';
+  const out = splits.map(s => {
+    const d = new Date(s * 1000);
+    const date = when(d).slice(0, 10);
+    const t = clock(d, incr < 60);
+    if (date === day) return t;
+    const first = day === '';
+    day = date;
+    return first && incr < 86400 ? t : date.slice(5) + ' ' + t;
+  });
+  u.root.parentElement.dataset.xTicks = out.join('|'); // for the browser tests
+  return out;
+}
+
+// Time ticks are whole seconds at least, far enough apart for HH:MM:SS.
+const timeIncrs = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400, 172800, 604800];
 
 // kv renders metadata or labels as k=v chips.
 export function KV({ map }) {

@@ -115,9 +115,9 @@ export function problems(err, text) {
 function locate(docs, doc, path, msg) {
   const d = docs[doc];
   if (!d) return 0;
-  // A YAML syntax error names its line within the document.
-  const y = msg.match(/yaml: line (\d+):/);
-  if (y) return d.start + Number(y[1]);
+  // A YAML syntax error names its line in the text sent (internal/manifest).
+  const y = msg.match(/^not YAML or JSON: line (\d+):/);
+  if (y) return Number(y[1]);
   if (!path) return d.start + 1;
   return d.start + lineIn(d.text, parsePath(path));
 }

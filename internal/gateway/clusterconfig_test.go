@@ -1,0 +1,120 @@
+package gateway
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/wrapperspb"
+	networking "istio.io/api/networking/v1"
+
+	"github.com/sextant-mesh/sextant/internal/balancer"
+	"github.com/sextant-mesh/sextant/internal/config"
+	"github.com/sextant-mesh/sextant/internal/xds"
+)
+
+// TestControlPlaneClusters: the gateway reads every cluster Sextant's
+// control plane publishes (internal/xds) with the policy it was given.
+func TestControlPlaneClusters(t *testing.T) {
+	for _, tc := range []struct{ policy, want string }{
+		{"", "round_robin"},
+		{config.PolicyRoundRobin, "round_robin"},
+		{config.PolicyLeastRequest, "least_request"},
+		{config.PolicyRandom, "random"},
+		{config.PolicyAdaptive, "adaptive"},
+		{config.PolicyPeakEWMA, "peak_ewma"},
+	} {
+		t.Run(tc.want, func(t *testing.T) {
+			s, err := decodeCluster(xds.Cluster("default/orders/v2", config.Policy{LoadBalancer: tc.policy}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.unsupported != "" || s.policy.name != tc.want {
+				t.Fatalf("policy %q (unsupported %q), want %q", s.policy.name, s.unsupported, tc.want)
+			}
+			if s.service != "default/orders" || s.subsetName != "v2" {
+				t.Fatalf("service %q, subset %q: want default/orders, v2", s.service, s.subsetName)
+			}
+		})
+	}
+}
+
+// TestControlPlaneDefaults: the gateway reads the control plane's default
+// outlier detection (unreachable endpoints only) and retry policy (another
+// host, up to 5 picks), and an Istio rule's consecutive5xxErrors: 0 turns
+// that detector off instead of being refused.
+func TestControlPlaneDefaults(t *testing.T) {
+	s, err := decodeCluster(xds.Cluster("default/orders", config.Policy{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := balancer.EjectionConfig{NoConsecutiveFailures: true, SplitLocalOrigin: true, ConsecutiveLocalOriginFailures: 5,
+		BaseEjection: 30 * time.Second, MaxEjection: 300 * time.Second, MaxEjectedPercent: 10}
+	if s.eject == nil || *s.eject != want {
+		t.Fatalf("default ejection %+v, want %+v", s.eject, want)
+	}
+	s, err = decodeCluster(xds.Cluster("default/orders", config.Policy{Outlier: &networking.OutlierDetection{
+		Consecutive_5XxErrors: wrapperspb.UInt32(0), ConsecutiveGatewayErrors: wrapperspb.UInt32(3)}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.eject == nil || !s.eject.NoConsecutiveFailures || s.eject.SplitLocalOrigin {
+		t.Fatalf("consecutive5xxErrors: 0 read as %+v", s.eject)
+	}
+
+	vh := xds.VirtualHost("orders", []string{"*"}, config.ServiceKey{Namespace: "default", Name: "orders"}, nil,
+		func(config.Destination) (string, bool) { return "default/orders", true })
+	rs, err := decodeRetry(vh.GetRoutes()[0].GetRoute().GetRetryPolicy(), "retry_policy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rs.num != 2 || !rs.otherHost || rs.hostPicks != 5 || !slices.Equal(rs.codes, []int{503}) ||
+		!rs.retriable(reasonConnect, 0) || !rs.retriable("", 503) || rs.retriable("", 500) {
+		t.Fatalf("default retry policy read as %+v", rs)
+	}
+}
+
+// TestRetryPicksAnotherHost: with the previous_hosts predicate a retry's
+// pick of a host already tried is handed back and picked again, up to the
+// limit. Weighted round robin at 3:1 picks the tried host three times in a
+// row at most, so four picks always reach the other one.
+func TestRetryPicksAnotherHost(t *testing.T) {
+	spec := &clusterSpec{name: "c", policy: policySpec{name: "weighted_round_robin"}}
+	pol, err := newPolicy(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := newClusterRT(spec, pol, newMetrics().cluster("c"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p pools
+	defer p.closeAll()
+	if err := c.setHosts([]hostSpec{{addr: "127.0.0.1:1", weight: 3, healthy: true}, {addr: "127.0.0.1:2", weight: 1, healthy: true}},
+		&p, newMetrics()); err != nil {
+		t.Fatal(err)
+	}
+	tried := []string{"127.0.0.1:1"}
+	for i := range 40 {
+		res, err := c.lb.Pick(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res, err = pickAgain(c, nil, res, tried, 3); err != nil || res.Host.ID != "127.0.0.1:2" {
+			t.Fatalf("retry %d picked %v (%v), want the other host", i, res.Host, err)
+		}
+		res.Done(0, balancer.Success)
+	}
+	// Without more picks the tried host stands.
+	same := 0
+	for range 40 {
+		res, _ := c.lb.Pick(nil)
+		if res.Host.ID == tried[0] {
+			same++
+		}
+		res.Done(0, balancer.Success)
+	}
+	if same != 30 {
+		t.Fatalf("plain picks reached the tried host %d of 40 times, want 30", same)
+	}
+}
