@@ -42,9 +42,10 @@ func NewClient(id int, h *History, timeout time.Duration) *Client {
 // Close drops the client's idle connections.
 func (c *Client) Close() { c.http.CloseIdleConnections() }
 
-// errWorkload is an answer the workload never expects (a 400): a bug of the
-// suite, not of the server.
-var errWorkload = errors.New("robustness: unexpected answer")
+// errWorkload is an answer api.md does not give to the request: a register
+// answered 409, a read answered 400 (the server's fault, or the suite's if
+// it sent something invalid). The run stops on it.
+var errWorkload = errors.New("robustness: an answer outside the contract")
 
 type instanceJSON struct {
 	ID       string            `json:"id"`

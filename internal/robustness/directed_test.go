@@ -184,6 +184,39 @@ func TestDeleteOnLaggingServer(t *testing.T) {
 	})
 }
 
+// TestConcurrentDeletesOnTwoServers: an instance both servers hold,
+// deleted through A and through B at once: one delete is answered 200, the
+// other 404, whichever server planned it on a view that still held it.
+func TestConcurrentDeletesOnTwoServers(t *testing.T) {
+	ctx := context.Background()
+	onTwoServers(t, func(r int, a, b via) {
+		id := fmt.Sprintf("l%d", r)
+		o, err := a.c.Register(ctx, a.server, a.base, id, "svc", fmt.Sprint("v", r), true)
+		must(t, o, err)
+		for deadline := time.Now().Add(10 * time.Second); ; {
+			o, err := b.c.Get(ctx, b.server, b.base, id, "svc")
+			must(t, o, err)
+			if o.Status == OK && len(o.Seen) == 1 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("server B did not see %s within 10s", id)
+			}
+		}
+		var wg sync.WaitGroup
+		for _, v := range []via{a, b} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if _, err := v.c.Deregister(ctx, v.server, v.base, id, "svc"); err != nil {
+					t.Error(err)
+				}
+			}()
+		}
+		wg.Wait()
+	})
+}
+
 // TestReRegisterOnLaggingServer: new fields registered through server A,
 // then the same fields at once through server B: nothing changes, B answers
 // A's revision.
