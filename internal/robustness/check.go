@@ -35,6 +35,15 @@ type CheckOptions struct {
 func Check(h *History, opt CheckOptions) []string {
 	ops, pages := h.Ops(), h.Pages()
 	var bad []string
+	h.mu.Lock()
+	for i, what := range h.outside {
+		if i == 10 {
+			bad = append(bad, fmt.Sprintf("an answer outside the contract: %d more", len(h.outside)-i))
+			break
+		}
+		bad = append(bad, "an answer outside the contract: "+what)
+	}
+	h.mu.Unlock()
 	ops = settle(ops, pages)
 	bad = append(bad, checkLinearizable(ops, opt)...)
 	bad = append(bad, checkRevisionOrder(ops)...)

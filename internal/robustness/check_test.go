@@ -40,12 +40,13 @@ func TestCheck(t *testing.T) {
 	bounded.Bounded = true
 
 	for _, tc := range []struct {
-		name  string
-		lag   bool
-		ops   []Op
-		pages []FeedPage
-		final []map[string]Seen
-		want  string // "" passes
+		name    string
+		lag     bool
+		ops     []Op
+		pages   []FeedPage
+		final   []map[string]Seen
+		outside string
+		want    string // "" passes
 	}{
 		{name: "sequential", ops: []Op{
 			reg(0, 0, "a", "v1", 0, 1*ms, OK, 1),
@@ -156,9 +157,14 @@ func TestCheck(t *testing.T) {
 			want:  "the server lists"},
 		{name: "servers agree once caught up", final: []map[string]Seen{{"a": {"a", "v1", 1}}, {}},
 			want: "servers disagree"},
+		{name: "an answer outside the contract", outside: "register a answered 409",
+			want: "an answer outside the contract: register a answered 409"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := NewHistory()
+			if tc.outside != "" {
+				h.Outside(tc.outside)
+			}
 			for _, o := range tc.ops {
 				h.Add(o)
 			}

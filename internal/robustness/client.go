@@ -42,9 +42,9 @@ func NewClient(id int, h *History, timeout time.Duration) *Client {
 // Close drops the client's idle connections.
 func (c *Client) Close() { c.http.CloseIdleConnections() }
 
-// errWorkload is an answer api.md does not give to the request: a register
-// answered 409, a read answered 400 (the server's fault, or the suite's if
-// it sent something invalid). The run stops on it.
+// errWorkload is an answer api.md does not give to a read, or a body that
+// does not parse: the run stops on it. (A write answered so is recorded as
+// a violation, History.Outside, and the run goes on.)
 var errWorkload = errors.New("robustness: an answer outside the contract")
 
 type instanceJSON struct {
@@ -131,7 +131,10 @@ func (c *Client) write(o Op, status int, b []byte, sent bool, err error) (Op, er
 	case status == http.StatusNotFound && o.Kind == Deregister:
 		o.Status = NotFound
 	default:
-		return o, fmt.Errorf("%w: %s %s answered %d %s", errWorkload, o.Kind, o.ID, status, b)
+		// Not an answer api.md gives (a register answered 409): a violation
+		// of its own, and the write may or may not have been made.
+		c.History.Outside(fmt.Sprintf("%s %s through s%d answered %d %s", o.Kind, o.ID, o.Server, status, b))
+		o.Status = Unknown
 	}
 	c.History.Add(o)
 	return o, nil

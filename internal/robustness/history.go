@@ -155,9 +155,17 @@ type Change struct {
 type History struct {
 	start time.Time
 
-	mu    sync.Mutex
-	ops   []Op
-	pages []FeedPage
+	mu      sync.Mutex
+	ops     []Op
+	pages   []FeedPage
+	outside []string
+}
+
+// Outside records an answer the contract does not give to its request.
+func (h *History) Outside(what string) {
+	h.mu.Lock()
+	h.outside = append(h.outside, what)
+	h.mu.Unlock()
 }
 
 // NewHistory starts the clock of a history.
