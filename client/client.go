@@ -299,8 +299,9 @@ func (c *Client) Get(ctx context.Context, id string) (Instance, error) {
 
 // QueryOptions narrow a service query.
 type QueryOptions struct {
-	// Selector is a Kubernetes-style label selector over metadata,
-	// e.g. "zone=z1,env!=dev".
+	// Selector is a Kubernetes-style label selector over the instances'
+	// labels (Instance.Labels: metadata and version), e.g.
+	// "zone=z1,env!=dev,version=v2".
 	Selector string
 	// HealthyOnly drops unhealthy and isolated instances.
 	HealthyOnly bool

@@ -65,11 +65,48 @@ type Instance struct {
 	// TTLSeconds: 0 means no heartbeat needed; otherwise the instance turns
 	// unhealthy after 3 x TTLSeconds without a heartbeat.
 	TTLSeconds int `json:"ttl_seconds,omitempty"`
+	// DeregisterAfterSeconds: with a TTL, the server deregisters the
+	// instance once it has been unhealthy this long; 0: the server's
+	// default (sextant server --deregister-after, never unless set).
+	DeregisterAfterSeconds int `json:"deregister_after_seconds,omitempty"`
 
 	Healthy   bool      `json:"healthy"`
 	Revision  uint64    `json:"revision,omitzero"`
 	CreatedAt time.Time `json:"created_at,omitzero"`
 	UpdatedAt time.Time `json:"updated_at,omitzero"`
+}
+
+// VersionLabel is the label an instance's Version is selectable as, as on
+// the server: selectors and subsets see it beside the metadata.
+const VersionLabel = "version"
+
+// Labels returns the labels selectors and subsets match, as the server
+// sees them: the metadata, plus VersionLabel=Version when Version is set
+// (the server refuses metadata that contradicts the version).
+func (in *Instance) Labels() InstanceLabels { return InstanceLabels{in} }
+
+// InstanceLabels are an instance's labels (Instance.Labels), read in place.
+type InstanceLabels struct{ in *Instance }
+
+// Get returns the value of label key.
+func (l InstanceLabels) Get(key string) (string, bool) {
+	if key == VersionLabel && l.in.Version != "" {
+		return l.in.Version, true
+	}
+	v, ok := l.in.Metadata[key]
+	return v, ok
+}
+
+// Map returns the labels as a new map.
+func (l InstanceLabels) Map() map[string]string {
+	m := make(map[string]string, len(l.in.Metadata)+1)
+	for k, v := range l.in.Metadata {
+		m[k] = v
+	}
+	if l.in.Version != "" {
+		m[VersionLabel] = l.in.Version
+	}
+	return m
 }
 
 // Weight returns a pointer to w, for Instance.Weight.
@@ -97,13 +134,15 @@ type registerForm struct {
 	Isolated   bool              `json:"isolated,omitempty"`
 	Metadata   map[string]string `json:"metadata,omitempty"`
 	TTLSeconds int               `json:"ttl_seconds,omitempty"`
+	// DeregisterAfterSeconds is the removal delay.
+	DeregisterAfterSeconds int `json:"deregister_after_seconds,omitempty"`
 }
 
 func formOf(in *Instance) registerForm {
 	return registerForm{
 		ID: in.ID, Namespace: in.Namespace, Service: in.Service, Host: in.Host, Port: in.Port,
 		Protocol: in.Protocol, Version: in.Version, Weight: in.Weight, Isolated: in.Isolated,
-		Metadata: in.Metadata, TTLSeconds: in.TTLSeconds,
+		Metadata: in.Metadata, TTLSeconds: in.TTLSeconds, DeregisterAfterSeconds: in.DeregisterAfterSeconds,
 	}
 }
 

@@ -360,7 +360,7 @@ func (e *selEntry) build(st *serviceState) *selPicker {
 	var eps []balancer.Endpoint
 	for i := range st.instances {
 		in := &st.instances[i]
-		if !pickable(in) || !e.sel.Matches(label.Map(in.Metadata)) {
+		if !pickable(in) || !e.sel.Matches(in.Labels()) {
 			continue
 		}
 		h := st.byID[in.ID]

@@ -25,12 +25,16 @@ type host struct {
 
 func newHost(in *Instance) *host {
 	w := in.EffectiveWeight()
+	md := in.Metadata
+	if in.Version != "" {
+		md = in.Labels().Map()
+	}
 	return &host{
 		h: subset.Host{
 			ID:     in.ID,
 			Addr:   net.JoinHostPort(in.Host, strconv.Itoa(in.Port)),
 			Weight: uint32(max(w, 0)),
-			Labels: label.FromMap(in.Metadata), // one string per host version
+			Labels: label.FromMap(md), // one string per host version
 		},
 		inst: in,
 	}

@@ -182,7 +182,7 @@ func (r *sextantResolver) addresses(st client.ServiceState) []resolver.Address {
 	addrs := make([]resolver.Address, 0, len(st.Instances))
 	for i := range st.Instances {
 		in := &st.Instances[i]
-		if !in.Healthy || in.Isolated || !r.sel.Matches(label.Map(in.Metadata)) {
+		if !in.Healthy || in.Isolated || !r.sel.Matches(in.Labels()) {
 			continue
 		}
 		addr := hostPort(in)

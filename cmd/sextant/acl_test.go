@@ -30,7 +30,7 @@ import (
 func cliAt(t *testing.T, args ...string) (string, string, error) {
 	t.Helper()
 	root := &cobra.Command{Use: "sextant", SilenceUsage: true, SilenceErrors: true}
-	root.AddCommand(newInstancesCmd(), newServicesCmd(), newACLCmd())
+	root.AddCommand(newInstancesCmd(), newServicesCmd(), newACLCmd(), newConfigCmd())
 	var out, errOut bytes.Buffer
 	root.SetOut(&out)
 	root.SetErr(&errOut)

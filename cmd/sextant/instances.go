@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -47,13 +48,15 @@ JSON with -o json.`,
 
 func newRegisterCmd(f *clientFlags) *cobra.Command {
 	var (
-		in        client.Instance
-		weight    int
-		meta      []string
-		ttl       string
-		file      string
-		keepalive bool
-		instFlag  = []string{"namespace", "service", "host", "port", "id", "protocol", "version", "weight", "isolated", "meta", "ttl"}
+		in     client.Instance
+		weight int
+		meta   []string
+		ttl    string
+		// deregisterAfter is --deregister-after, the removal delay.
+		deregisterAfter string
+		file            string
+		keepalive       bool
+		instFlag        = []string{"namespace", "service", "host", "port", "id", "protocol", "version", "weight", "isolated", "meta", "ttl", "deregister-after"}
 	)
 	cmd := &cobra.Command{
 		Use:   "register",
@@ -64,7 +67,11 @@ An instance whose id exists is replaced whole (its metadata too). Without
 --id the server derives the id from namespace/service/host:port, so
 registering the same address again replaces it. A register counts as a
 heartbeat. With --ttl the instance turns unhealthy when 3 x TTL pass without
-a heartbeat.
+a heartbeat (--ttl 10: unhealthy 30s after the last one), and healthy again at
+its next heartbeat. With --deregister-after (or the server's own
+--deregister-after) the server deregisters it once it has been unhealthy that
+long. --version is selectable as the label "version" (--selector version=v2,
+DestinationRule subsets labels {version: v2}).
 
 --keepalive stays in the foreground: it heartbeats every registered instance
 at half its TTL (--ttl, default 10s), registers again any instance the server
@@ -125,6 +132,9 @@ names the field, e.g. instances[3].port.`,
 				if in.TTLSeconds, err = parseTTL(ttl); err != nil {
 					return err
 				}
+				if in.DeregisterAfterSeconds, err = parseSeconds("deregister-after", deregisterAfter); err != nil {
+					return err
+				}
 				batch = []client.Instance{in}
 			}
 			if keepalive {
@@ -153,11 +163,12 @@ names the field, e.g. instances[3].port.`,
 	fl.IntVar(&in.Port, "port", 0, "port, 1..65535 (required without --file)")
 	fl.StringVar(&in.ID, "id", "", "instance id (default: derived from namespace/service/host:port)")
 	fl.StringVar(&in.Protocol, "protocol", "", "protocol, e.g. http or grpc")
-	fl.StringVar(&in.Version, "version", "", "version, e.g. v1")
+	fl.StringVar(&in.Version, "version", "", `version, e.g. v1; selectable as the label "version"`)
 	fl.IntVar(&weight, "weight", client.DefaultWeight, "weight 0..65535; 0 means never picked by weighted balancers")
 	fl.BoolVar(&in.Isolated, "isolated", false, "keep the instance but never return it to healthy-only queries")
 	fl.StringArrayVar(&meta, "meta", nil, "metadata entry key=value (repeatable)")
-	fl.StringVar(&ttl, "ttl", "", "heartbeat TTL, e.g. 5s or 5 (seconds); empty or 0: no heartbeat needed")
+	fl.StringVar(&ttl, "ttl", "", "heartbeat TTL, e.g. 5s or 5 (seconds): unhealthy after 3 x TTL without a heartbeat; empty or 0: no heartbeat needed")
+	fl.StringVar(&deregisterAfter, "deregister-after", "", "with --ttl: deregister once unhealthy this long, e.g. 5m or 300 (seconds); empty or 0: the server's --deregister-after")
 	fl.StringVarP(&file, "file", "f", "", `read instances from a JSON file ("-": standard input)`)
 	fl.BoolVar(&keepalive, "keepalive", false, "stay in the foreground heartbeating until Ctrl-C, then deregister")
 	return cmd
@@ -304,19 +315,23 @@ func parseMeta(kvs []string) (map[string]string, error) {
 }
 
 // parseTTL accepts whole seconds ("5") or a Go duration ("5s", "1m").
-func parseTTL(s string) (int, error) {
+func parseTTL(s string) (int, error) { return parseSeconds("ttl", s) }
+
+// parseSeconds reads flag --name: whole seconds ("5") or a Go duration
+// ("5s", "1m").
+func parseSeconds(name, s string) (int, error) {
 	if s == "" {
 		return 0, nil
 	}
 	if n, err := strconv.Atoi(s); err == nil {
 		if n < 0 {
-			return 0, fmt.Errorf("--ttl %q: must not be negative", s)
+			return 0, fmt.Errorf("--%s %q: must not be negative", name, s)
 		}
 		return n, nil
 	}
 	d, err := time.ParseDuration(s)
 	if err != nil || d < 0 || d%time.Second != 0 {
-		return 0, fmt.Errorf("--ttl %q: want whole seconds, e.g. 5s or 5", s)
+		return 0, fmt.Errorf("--%s %q: want whole seconds, e.g. 5s or 5", name, s)
 	}
 	return int(d / time.Second), nil
 }
@@ -400,6 +415,9 @@ func newGetCmd(f *clientFlags) *cobra.Command {
 				{"Created", in.CreatedAt.Format(time.RFC3339Nano)}, {"Updated", in.UpdatedAt.Format(time.RFC3339Nano)},
 				{"Metadata", formatMetadata(in.Metadata)},
 			}
+			if in.DeregisterAfterSeconds > 0 {
+				rows = slices.Insert(rows, 9, [2]string{"Deregister after", (time.Duration(in.DeregisterAfterSeconds) * time.Second).String()})
+			}
 			for _, r := range rows {
 				fmt.Fprintf(tw, "%s:\t%s\n", r[0], r[1])
 			}
@@ -473,7 +491,7 @@ k notin (a,b), k, !k; comma-separated terms must all hold.`,
 	fl := cmd.Flags()
 	fl.StringVar(&opts.Namespace, "namespace", "", "only this namespace")
 	fl.StringVar(&opts.Service, "service", "", "only this service: NAME (in every namespace, or --namespace's) or NAMESPACE/NAME")
-	fl.StringVarP(&opts.Selector, "selector", "l", "", "label selector over metadata, e.g. 'zone=z1,env!=dev'")
+	fl.StringVarP(&opts.Selector, "selector", "l", "", "label selector over labels (metadata, and version as the label version), e.g. 'zone=z1,version=v2'")
 	fl.BoolVar(&opts.HealthyOnly, "healthy-only", false, "only healthy, non-isolated instances")
 	fl.IntVar(&opts.Limit, "page-size", 0, "instances per request (server default 1000, at most 10000)")
 	return cmd

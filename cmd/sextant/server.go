@@ -50,6 +50,8 @@ type serverFlags struct {
 	logSize      int
 	pprof        bool
 	drain        time.Duration
+	// deregisterAfter: the removal delay of instances that set none.
+	deregisterAfter time.Duration
 
 	acl         bool
 	aclAnonRead bool
@@ -110,6 +112,7 @@ without ACLs logs a warning.`,
 	fl.IntVar(&f.logSize, "change-log", 1<<18, "changes kept for /v1/changes and watches before older ones are compacted")
 	fl.BoolVar(&f.pprof, "pprof", false, "serve /debug/pprof/ on the HTTP address")
 	fl.DurationVar(&f.drain, "drain", 30*time.Second, "how long to wait for in-flight requests on shutdown")
+	fl.DurationVar(&f.deregisterAfter, "deregister-after", 0, "deregister an instance with a TTL once it has been unhealthy this long (its TTL expired, no heartbeat since), unless it sets its own deregister_after_seconds; 0: never (docs/registry.md)")
 	fl.BoolVar(&f.acl, "acl", false, "require an ACL token on every request but /healthz and /readyz")
 	fl.BoolVar(&f.aclAnonRead, "acl-anonymous-read", false, "with --acl: callers without a token may read instances, config, placements and push status")
 	fl.StringVar(&f.auditLog, "audit-log", "", `where audit records go: a file (JSON lines, appended), "stderr" or "off" (default: stderr with --acl, off without)`)
@@ -157,6 +160,9 @@ func runServer(ctx context.Context, f serverFlags) error {
 		return fmt.Errorf("--cluster-id %q: at most 64 bytes", f.clusterID)
 	} else if f.clusterLease < 2*time.Second {
 		return fmt.Errorf("--cluster-lease %v: at least 2s (the lease is renewed every second)", f.clusterLease)
+	}
+	if f.deregisterAfter < 0 {
+		return fmt.Errorf("--deregister-after %v: must not be negative (0: never)", f.deregisterAfter)
 	}
 	tlsCfg, err := serverTLS(f.tlsCert, f.tlsKey, f.tlsClientCA)
 	if err != nil {
@@ -249,10 +255,11 @@ func runServer(ctx context.Context, f serverFlags) error {
 	maps.Copy(tables, sched.Tables())
 	tables[store.Config] = cfg
 	regOpts := registry.Options{
-		Catalog: catalog.Options{LogSize: f.logSize},
-		Tables:  tables,
-		Logger:  log.With("component", "registry"),
-		Metrics: metrics,
+		Catalog:         catalog.Options{LogSize: f.logSize},
+		Tables:          tables,
+		Logger:          log.With("component", "registry"),
+		Metrics:         metrics,
+		DeregisterAfter: f.deregisterAfter,
 	}
 	if member != nil {
 		// Servers of a cluster share the health judgement and keep it.

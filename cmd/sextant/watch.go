@@ -91,7 +91,7 @@ latest.`,
 	}
 	f = addClientFlags(cmd)
 	fl := cmd.Flags()
-	fl.StringVarP(&opts.Selector, "selector", "l", "", "label selector over metadata, e.g. 'zone=z1,env!=dev'")
+	fl.StringVarP(&opts.Selector, "selector", "l", "", "label selector over labels (metadata, and version as the label version), e.g. 'zone=z1,version=v2'")
 	fl.BoolVar(&opts.HealthyOnly, "healthy-only", false, "only healthy, non-isolated instances")
 	fl.DurationVar(&opts.Wait, "wait", 5*time.Minute, "longest time the server holds one blocking query")
 	fl.IntVar(&count, "count", 0, "exit after this many states (0: until interrupted)")

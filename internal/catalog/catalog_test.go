@@ -273,6 +273,8 @@ func BenchmarkDecodeInstance(b *testing.B) {
 func FuzzDecodeInstance(f *testing.F) {
 	in := &Instance{ID: "x", Namespace: "ns", Service: "s", Host: "h", Port: 1, Metadata: label.FromMap(map[string]string{"k": "v"})}
 	f.Add(in.AppendBinary(nil))
+	in.TTLSeconds, in.DeregisterAfterSeconds = 5, 60
+	f.Add(in.AppendBinary(nil))
 	f.Add([]byte{1})
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, b []byte) {

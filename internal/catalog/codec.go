@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"math"
 	"sync/atomic"
 	"time"
 
@@ -15,8 +16,13 @@ import (
 // fields. The revision is not in it: the store keeps it beside the record.
 // Health is a flag, so that every server of a cluster agrees on it; a single
 // server may start everything healthy again after a restart (with a grace
-// period: Options.HealthyAtLoad).
-const codecVersion = 1
+// period: Options.HealthyAtLoad). Version 2 adds the removal delay after
+// the TTL; it is written only for instances that set one, so every other
+// record keeps version 1's bytes (and an older binary reads them).
+const (
+	codecVersion  = 1
+	codecVersion2 = 2
+)
 
 const (
 	flagIsolated  = 1 << 0
@@ -28,7 +34,11 @@ var ErrCorrupt = errors.New("catalog: corrupt instance record")
 
 // AppendBinary appends the durable encoding of in to b.
 func (in *Instance) AppendBinary(b []byte) []byte {
-	b = append(b, codecVersion)
+	version := byte(codecVersion)
+	if in.DeregisterAfterSeconds != 0 {
+		version = codecVersion2
+	}
+	b = append(b, version)
 	for _, s := range [...]string{in.ID, in.Namespace, in.Service, in.Host, in.Protocol, in.Version} {
 		b = binary.AppendUvarint(b, uint64(len(s)))
 		b = append(b, s...)
@@ -44,6 +54,9 @@ func (in *Instance) AppendBinary(b []byte) []byte {
 	}
 	b = append(b, flags)
 	b = binary.AppendUvarint(b, uint64(in.TTLSeconds))
+	if version == codecVersion2 {
+		b = binary.AppendUvarint(b, uint64(in.DeregisterAfterSeconds))
+	}
 	b = binary.AppendVarint(b, in.CreatedAt.UnixNano())
 	b = binary.AppendVarint(b, in.UpdatedAt.UnixNano())
 	b = binary.AppendUvarint(b, uint64(in.Metadata.Len()))
@@ -125,9 +138,10 @@ func (r *recentStrings) get(b []byte) string {
 
 // DecodeInstance decodes a record written by AppendBinary, at revision rev.
 func DecodeInstance(b []byte, rev int64) (*Instance, error) {
-	if len(b) == 0 || b[0] != codecVersion {
+	if len(b) == 0 || b[0] != codecVersion && b[0] != codecVersion2 {
 		return nil, fmt.Errorf("%w: unknown version", ErrCorrupt)
 	}
+	version := b[0]
 	d := decoder{b: b[1:]}
 	in := &Instance{Revision: rev}
 	id := d.bytes("id")
@@ -151,6 +165,12 @@ func DecodeInstance(b []byte, rev int64) (*Instance, error) {
 		}
 	}
 	in.TTLSeconds = int(d.uvarint("ttl", 1<<31))
+	if version == codecVersion2 {
+		in.DeregisterAfterSeconds = int32(d.uvarint("deregister_after", math.MaxInt32))
+		if d.err == nil && in.DeregisterAfterSeconds == 0 {
+			d.err = fmt.Errorf("%w: version 2 without a removal delay", ErrCorrupt)
+		}
+	}
 	in.CreatedAt = time.Unix(0, d.varint("created_at")).UTC()
 	in.UpdatedAt = time.Unix(0, d.varint("updated_at")).UTC()
 	n := d.uvarint("metadata count", 1<<16)

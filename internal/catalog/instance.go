@@ -13,31 +13,62 @@ import (
 // immutable: a change is a new *Instance. Heartbeat deadlines are not part
 // of it: they belong to the registry, which judges health.
 type Instance struct {
-	ID         string
-	Namespace  string
-	Service    string
-	Host       string
-	Port       int
-	Protocol   string
-	Version    string
-	Weight     int
-	Isolated   bool
-	Metadata   label.Labels
-	TTLSeconds int
+	ID        string
+	Namespace string
+	Service   string
+	Host      string
+	Port      int
+	Protocol  string
+	Version   string
+	Weight    int
+	Isolated  bool
+	Healthy   bool // set by the server, as Revision and the times below
+	// DeregisterAfterSeconds is how long the instance may stay unhealthy
+	// (its TTL expired) before the server deregisters it; 0: the server's
+	// default (registry.Options.DeregisterAfter). An int32 beside the
+	// flags: the struct stays in the 240-byte size class.
+	DeregisterAfterSeconds int32
+	Metadata               label.Labels
+	TTLSeconds             int
 
-	Healthy   bool
 	Revision  int64
 	CreatedAt time.Time
 	UpdatedAt time.Time
 
-	enc atomic.Pointer[[]byte] // cached JSON encoding; instances are immutable
+	enc    atomic.Pointer[[]byte]       // cached JSON encoding; instances are immutable
+	labels atomic.Pointer[label.Labels] // cached Labels when Version is set
+}
+
+// VersionLabel is the label an instance's version is selectable as.
+const VersionLabel = "version"
+
+// versionSets shares the labels of instances with equal metadata (by its
+// storage: the decoders intern replicas' sets) and version, so that the
+// label index recognises them as one set, as it does their metadata.
+var versionSets label.WithSets
+
+// Labels are what selectors, the label index, subsets and EDS endpoint
+// metadata see: the metadata, plus version=Version when the version is set
+// (Istio's subsets select on "version"). The version wins over a metadata
+// "version" of another value; registry validation refuses such an
+// instance. Metadata itself is what was registered and is stored.
+func (in *Instance) Labels() label.Labels {
+	if in.Version == "" {
+		return in.Metadata
+	}
+	if p := in.labels.Load(); p != nil {
+		return *p
+	}
+	p := versionSets.With(in.Metadata, VersionLabel, in.Version)
+	in.labels.Store(p)
+	return *p
 }
 
 // ItemID implements Item.
 func (in *Instance) ItemID() string { return in.ID }
 
-// ItemLabels implements Item: selectors match metadata.
-func (in *Instance) ItemLabels() label.Labels { return in.Metadata }
+// ItemLabels implements Item: selectors match Labels.
+func (in *Instance) ItemLabels() label.Labels { return in.Labels() }
 
 // ItemReady implements Item: healthy and not isolated.
 func (in *Instance) ItemReady() bool { return in.Healthy && !in.Isolated }
@@ -46,12 +77,13 @@ func (in *Instance) ItemReady() bool { return in.Healthy && !in.Isolated }
 func (in *Instance) Key() ServiceKey { return ServiceKey{in.Namespace, in.Service} }
 
 // Clone returns a mutable copy sharing Metadata, without the cached
-// encoding.
+// encoding and labels.
 func (in *Instance) Clone() *Instance {
 	c := &Instance{
 		ID: in.ID, Namespace: in.Namespace, Service: in.Service, Host: in.Host, Port: in.Port,
 		Protocol: in.Protocol, Version: in.Version, Weight: in.Weight, Isolated: in.Isolated,
-		Metadata: in.Metadata, TTLSeconds: in.TTLSeconds, Healthy: in.Healthy, Revision: in.Revision,
+		Metadata: in.Metadata, TTLSeconds: in.TTLSeconds, DeregisterAfterSeconds: in.DeregisterAfterSeconds,
+		Healthy: in.Healthy, Revision: in.Revision,
 		CreatedAt: in.CreatedAt, UpdatedAt: in.UpdatedAt,
 	}
 	return c
@@ -62,7 +94,7 @@ func (in *Instance) Clone() *Instance {
 func (in *Instance) SameSpec(o *Instance) bool {
 	if in.ID != o.ID || in.Namespace != o.Namespace || in.Service != o.Service || in.Host != o.Host ||
 		in.Port != o.Port || in.Protocol != o.Protocol || in.Version != o.Version || in.Weight != o.Weight ||
-		in.Isolated != o.Isolated || in.TTLSeconds != o.TTLSeconds {
+		in.Isolated != o.Isolated || in.TTLSeconds != o.TTLSeconds || in.DeregisterAfterSeconds != o.DeregisterAfterSeconds {
 		return false
 	}
 	return in.Metadata.Equal(o.Metadata)
@@ -116,6 +148,12 @@ func (in *Instance) encodeJSON(b []byte) []byte {
 	}
 	b = append(b, `},"ttl_seconds":`...)
 	b = strconv.AppendInt(b, int64(in.TTLSeconds), 10)
+	if in.DeregisterAfterSeconds != 0 {
+		// Only when set: the answers of instances without one keep
+		// their bytes.
+		b = append(b, `,"deregister_after_seconds":`...)
+		b = strconv.AppendInt(b, int64(in.DeregisterAfterSeconds), 10)
+	}
 	b = append(b, `,"healthy":`...)
 	b = strconv.AppendBool(b, in.Healthy)
 	b = append(b, `,"revision":`...)

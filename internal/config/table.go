@@ -179,9 +179,45 @@ func (t *Table) Wait(ctx context.Context, index int64) {
 }
 
 // Warnings says what applying o together with also would leave surprising
-// (Index.Warnings).
+// (Index.Warnings), and the subsets of a DestinationRule that select no
+// registered instance.
 func (t *Table) Warnings(o *Object, also ...*Object) []string {
 	t.mu.RLock()
-	defer t.mu.RUnlock()
-	return t.ix.Warnings(o, also...)
+	w := t.ix.Warnings(o, also...)
+	t.mu.RUnlock()
+	return append(w, t.emptySubsets(o)...)
+}
+
+// emptySubsets warns about each subset of DestinationRule o that matches no
+// instance registered now (healthy or not): its cluster would have no
+// endpoint and the routes to it fall through (docs/controlplane.md). A
+// typo in a label, or a label no instance carries, shows here instead of
+// as a gateway's 404. Read from the catalog's label index, as the push
+// engine reads it. A service with no instances at all gets one warning
+// about its host instead (unregisteredHosts), not one per subset.
+func (t *Table) emptySubsets(o *Object) []string {
+	if o.DestinationRule == nil || t.c == nil {
+		return nil
+	}
+	k, err := ResolveHost(o.DestinationRule.Host, o.Namespace)
+	if err != nil {
+		return nil
+	}
+	svc := t.c.Instances().Service(catalog.ServiceKey{Namespace: k.Namespace, Name: k.Name})
+	if svc == nil || svc.Len() == 0 {
+		return nil
+	}
+	var out []string
+	for i, s := range o.DestinationRule.Subsets {
+		sel, _ := SubsetSelector(o, s.Name)
+		if svc.Match(sel, false).Any() {
+			continue
+		}
+		labels := sel.String()
+		if labels == "" {
+			labels = "none"
+		}
+		out = append(out, fmt.Sprintf("spec.subsets[%d]: subset %q (labels %s) matches no registered instance of %s: its cluster has no endpoint and routes to it fall through (an instance's version is its label \"version\")", i, s.Name, labels, k))
+	}
+	return out
 }

@@ -88,7 +88,11 @@ func (g *Gateway) serve(ctx *fasthttp.RequestCtx) {
 		r = vh.route(path, &req.Header)
 	}
 	if r == nil {
-		g.localReply(ctx, fasthttp.StatusNotFound, "", reasonNoRoute, "no route for host "+strconv.Quote(string(host))+" path "+strconv.Quote(string(path)))
+		msg := "no route for host " + strconv.Quote(string(host)) + " path " + strconv.Quote(string(path))
+		if vh != nil && vh.dropped != "" {
+			msg += "; routes left out by the control plane: " + vh.dropped
+		}
+		g.localReply(ctx, fasthttp.StatusNotFound, "", reasonNoRoute, msg)
 		return
 	}
 	if d := r.spec.direct; d != nil {

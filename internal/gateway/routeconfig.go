@@ -26,6 +26,9 @@ type vhostSpec struct {
 	name    string
 	domains []string
 	routes  []*routeSpec
+	// dropped says which routes the control plane left out and why
+	// (xds.DroppedRoutesField), for the "no route" answer.
+	dropped string
 }
 
 type routeSpec struct {
@@ -159,6 +162,11 @@ func decodeRouteConfig(rc *route.RouteConfiguration) (*routeConfigSpec, error) {
 			}
 			v.domains = append(v.domains, strings.ToLower(d))
 		}
+		var dropped []string
+		for _, d := range vh.GetMetadata().GetFilterMetadata()[SextantMetadataKey].GetFields()[DroppedRoutesField].GetListValue().GetValues() {
+			dropped = append(dropped, d.GetStringValue())
+		}
+		v.dropped = strings.Join(dropped, "; ")
 		vhRetry, err := decodeRetry(vh.GetRetryPolicy(), path+".retry_policy")
 		if err != nil {
 			return nil, err

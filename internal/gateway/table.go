@@ -29,8 +29,9 @@ type wildcard struct {
 }
 
 type vhostRT struct {
-	name   string
-	routes []*routeRT
+	name    string
+	routes  []*routeRT
+	dropped string // vhostSpec.dropped
 }
 
 // routeRT is a route with its clusters resolved.
@@ -56,7 +57,7 @@ func newTable(rc *routeConfigSpec, clusters map[string]*clusterRT) *table {
 		return t
 	}
 	for _, v := range rc.vhosts {
-		vh := &vhostRT{name: v.name}
+		vh := &vhostRT{name: v.name, dropped: v.dropped}
 		for _, r := range v.routes {
 			rt := &routeRT{spec: r, name: r.name}
 			for _, cw := range r.clusters {

@@ -35,6 +35,10 @@ const (
 	// SextantMetadataKey is the filter_metadata key of a Cluster's Sextant
 	// settings: "service" names the call log partition.
 	SextantMetadataKey = "sextant"
+	// DroppedRoutesField is the field of a VirtualHost's Sextant metadata
+	// listing the routes the control plane left out and why (a subset
+	// with no usable endpoint): named in the "no route" answer.
+	DroppedRoutesField = "dropped_routes"
 	// PolicyTypeURLPrefix starts the TypedStruct type_url of a Sextant
 	// balancer policy in Cluster.load_balancing_policy, followed by its name
 	// (balancer.XDSTypeURL: "sextant.io/balancer/sextant_adaptive"); the

@@ -143,7 +143,9 @@ func TestConfigWarnsOfUnregisteredHosts(t *testing.T) {
 		`spec.host: "orders" names service default/orders, which has no registered instances`,
 		`spec.hosts[0]: "ordrs.default" names service default/ordrs, which has no registered instances`,
 		`spec.http[0].route[0].destination.host: "orders" names service default/orders`)
-	s.must("POST", "/v1/instances", `{"id":"o1","service":"orders","host":"10.0.0.1","port":80}`, nil)
+	// Version v1: its DestinationRule's subset v1 matches it (a subset
+	// nothing matches is warned about too: TestConfigWarnsEmptySubset).
+	s.must("POST", "/v1/instances", `{"id":"o1","service":"orders","host":"10.0.0.1","port":80,"version":"v1"}`, nil)
 	want(warnings("/v1/config:apply?dry_run=true", testDR+"---\n"+typo), `spec.hosts[0]: "ordrs.default" names service default/ordrs`)
 	want(warnings("/v1/config:apply", testDR+"---\n"+typo), `spec.hosts[0]: "ordrs.default" names service default/ordrs`)
 	want(warnings("/v1/config:apply", testVS))
@@ -211,5 +213,24 @@ func waitUntil(t *testing.T, cond func() bool) {
 			t.Fatal("condition not met in 5s")
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestConfigWarnsEmptySubset: an apply (dry or not) warns about each
+// DestinationRule subset that matches no registered instance; a subset
+// selecting "version" matches the instances registered with that version.
+func TestConfigWarnsEmptySubset(t *testing.T) {
+	s := newConfigServer(t)
+	s.must("POST", "/v1/instances", `{"service":"orders","host":"10.0.0.1","port":80,"version":"v2","metadata":{"zone":"z1"}}`, nil)
+	dr := strings.Replace(testDR, "subsets: [{name: v1, labels: {version: v1}}]",
+		"subsets: [{name: v1, labels: {version: v1}}, {name: v2, labels: {version: v2}}, {name: typo, labels: {verison: v2}}, {name: v2-z1, labels: {version: v2, zone: z1}}]", 1)
+	for _, path := range []string{"/v1/config:apply?dry_run=true", "/v1/config:apply"} {
+		var a applyOut
+		s.must("POST", path, dr, &a)
+		w := a.Results[0].Warnings
+		if len(w) != 2 || !strings.HasPrefix(w[0], `spec.subsets[0]: subset "v1" (labels version=v1) matches no registered instance of default/orders`) ||
+			!strings.HasPrefix(w[1], `spec.subsets[2]: subset "typo" (labels verison=v2) matches no registered instance`) {
+			t.Fatalf("%s: warnings %q", path, w)
+		}
 	}
 }

@@ -565,6 +565,9 @@ func (d *decodeState) instanceMember(kb []byte, in *catalog.Instance, weightSet 
 	case "ttl_seconds":
 		n, err = d.intField(key, strconv.IntSize)
 		in.TTLSeconds = int(n)
+	case "deregister_after_seconds":
+		n, err = d.intField(key, 32)
+		in.DeregisterAfterSeconds = int32(n)
 	case "isolated":
 		in.Isolated, err = d.boolField(key)
 	case "healthy": // server-set: type-checked, ignored
@@ -599,6 +602,8 @@ func knownName(kb []byte) (string, bool) {
 		return "weight", true
 	case "ttl_seconds":
 		return "ttl_seconds", true
+	case "deregister_after_seconds":
+		return "deregister_after_seconds", true
 	case "isolated":
 		return "isolated", true
 	case "healthy":

@@ -63,10 +63,12 @@ type referenceInstance struct {
 	Isolated   bool              `json:"isolated"`
 	Metadata   map[string]string `json:"metadata"`
 	TTLSeconds int               `json:"ttl_seconds"`
-	Healthy    *bool             `json:"healthy"`
-	Revision   *int64            `json:"revision"`
-	CreatedAt  *string           `json:"created_at"`
-	UpdatedAt  *string           `json:"updated_at"`
+	// DeregisterAfterSeconds is the removal delay.
+	DeregisterAfterSeconds int32   `json:"deregister_after_seconds"`
+	Healthy                *bool   `json:"healthy"`
+	Revision               *int64  `json:"revision"`
+	CreatedAt              *string `json:"created_at"`
+	UpdatedAt              *string `json:"updated_at"`
 }
 
 type referenceBody struct {
@@ -81,7 +83,8 @@ func (r referenceInstance) same(in *catalog.Instance) bool {
 	}
 	return r.ID == in.ID && r.Namespace == in.Namespace && r.Service == in.Service && r.Host == in.Host &&
 		r.Port == in.Port && r.Protocol == in.Protocol && r.Version == in.Version && w == in.Weight &&
-		r.Isolated == in.Isolated && r.TTLSeconds == in.TTLSeconds && label.FromMap(r.Metadata).Equal(in.Metadata)
+		r.Isolated == in.Isolated && r.TTLSeconds == in.TTLSeconds &&
+		r.DeregisterAfterSeconds == in.DeregisterAfterSeconds && label.FromMap(r.Metadata).Equal(in.Metadata)
 }
 
 // FuzzDecodeRegisterMatchesEncodingJSON: whatever decodeRegister accepts,
@@ -93,6 +96,7 @@ func FuzzDecodeRegisterMatchesEncodingJSON(f *testing.F) {
 		`{"service":"s","host":"h","port":1}`,
 		`{"instances":[{"service":"s","host":"10.0.0.1","port":80,"metadata":{"a":"b","a":"c"},"weight":0,"ttl_seconds":5},null]}`,
 		`{"instances":null,"service":"s","weight":null}`,
+		`{"service":"s","host":"h","port":1,"ttl_seconds":5,"deregister_after_seconds":60}`, `{"deregister_after_seconds":null}`,
 		`{"id":"a\u0041\ud83d\ude00\ud800x","port":-0,"metadata":{"k":null,"\n":"\t"}}`,
 		`{"port":1e2}`, `{"port":1.0}`, `{"port":99999999999999999999}`, `{"healthy":1}`, `{"revision":"x"}`,
 		` {"service" : "s" } `, `{"service":"\xff\xfe"}`, `{}`, `null`, `{"metadata":[]}`, `{"instances":{}}`,

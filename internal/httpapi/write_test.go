@@ -83,6 +83,11 @@ func TestRegisterValidation(t *testing.T) {
 		{"metadata value too long", inst("s", "h", 1, map[string]string{"k": long(4097)}), 400, "invalid_argument", "metadata.k"},
 		{"ttl too big", `{"service":"s","host":"h","port":1,"ttl_seconds":3601}`, 400, "invalid_argument", "ttl_seconds"},
 		{"negative ttl", `{"service":"s","host":"h","port":1,"ttl_seconds":-1}`, 400, "invalid_argument", "ttl_seconds"},
+		{"removal delay without ttl", `{"service":"s","host":"h","port":1,"deregister_after_seconds":60}`, 400, "invalid_argument", "deregister_after_seconds"},
+		{"negative removal delay", `{"service":"s","host":"h","port":1,"ttl_seconds":5,"deregister_after_seconds":-1}`, 400, "invalid_argument", "deregister_after_seconds"},
+		{"removal delay too big", `{"service":"s","host":"h","port":1,"ttl_seconds":5,"deregister_after_seconds":2592001}`, 400, "invalid_argument", "deregister_after_seconds"},
+		{"removal delay not a number", `{"service":"s","host":"h","port":1,"ttl_seconds":5,"deregister_after_seconds":"60s"}`, 400, "invalid_argument", "deregister_after_seconds"},
+		{"version contradicted by metadata", `{"service":"s","host":"h","port":1,"version":"v2","metadata":{"version":"v1"}}`, 400, "invalid_argument", "metadata.version"},
 		{"bad third in batch", batch(inst("s", "h", 1, nil), inst("s", "h", 2, nil), inst("s", "h", 3, nil), inst("s", "h", 0, nil)), 400, "invalid_argument", "instances[3].port"},
 	}
 	s := newTestServer(t, registry.Options{})
@@ -176,6 +181,20 @@ func TestDeregister(t *testing.T) {
 	s.expectError(s.do("POST", "/v1/instances:deregister", `{"id":["a"]}`), 400, "invalid_argument", "id")
 	many := `{"ids":["` + strings.Repeat(`a","`, registry.MaxBatch) + `a"]}`
 	s.expectError(s.do("POST", "/v1/instances:deregister", many), 400, "invalid_argument", "ids")
+}
+
+// TestRemovalDelayField: deregister_after_seconds is kept and answered,
+// and only when set.
+func TestRemovalDelayField(t *testing.T) {
+	s := newTestServer(t, registry.Options{})
+	s.must("POST", "/v1/instances", `{"id":"a","service":"s","host":"h","port":1,"ttl_seconds":5,"deregister_after_seconds":60}`, nil)
+	s.must("POST", "/v1/instances", `{"id":"b","service":"s","host":"h","port":2,"ttl_seconds":5}`, nil)
+	if r := s.must("GET", "/v1/instances/a", "", nil); !strings.Contains(string(r.body), `"ttl_seconds":5,"deregister_after_seconds":60,`) {
+		t.Fatalf("a: %s", r.body)
+	}
+	if r := s.must("GET", "/v1/instances/b", "", nil); strings.Contains(string(r.body), "deregister_after") {
+		t.Fatalf("b: %s", r.body)
+	}
 }
 
 func TestHeartbeatEndpoint(t *testing.T) {

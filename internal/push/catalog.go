@@ -63,7 +63,7 @@ func (s *CatalogSource) Instances(svc config.ServiceKey, sel label.Selector, fn 
 	var pi Instance
 	for _, in := range v.Select(sel, false) {
 		pi = Instance{ID: in.ID, Namespace: in.Namespace, Service: in.Service, Host: in.Host, Port: in.Port,
-			Weight: in.Weight, Healthy: in.Healthy, Isolated: in.Isolated, Metadata: in.Metadata}
+			Weight: in.Weight, Healthy: in.Healthy, Isolated: in.Isolated, Metadata: in.Labels()}
 		fn(&pi)
 	}
 }
@@ -92,7 +92,7 @@ func (c *catalogChanges) Next(ctx context.Context) ([]Change, error) {
 			if in := ch.Instance(); in != nil {
 				pc.Op = InstanceUpsert
 				pc.Instance = &Instance{ID: in.ID, Namespace: in.Namespace, Service: in.Service, Host: in.Host, Port: in.Port,
-					Weight: in.Weight, Healthy: in.Healthy, Isolated: in.Isolated, Metadata: in.Metadata}
+					Weight: in.Weight, Healthy: in.Healthy, Isolated: in.Isolated, Metadata: in.Labels()}
 			}
 		case store.Config:
 			k, err := config.ParseKey(ch.ID)

@@ -19,7 +19,9 @@ type Instance struct {
 	Weight    int
 	Healthy   bool
 	Isolated  bool
-	Metadata  label.Labels
+	// Metadata are the instance's labels (catalog.Instance.Labels: its
+	// metadata and version), what subsets select and EDS carries.
+	Metadata label.Labels
 }
 
 // Op says what a Change did.

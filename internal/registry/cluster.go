@@ -115,9 +115,7 @@ func (r *Registry) judged(id string, l *liveness, now time.Time) int {
 		return judgedNot
 	}
 	extend(l, ttlDeadline(now, in.TTLSeconds))
-	if in.Healthy {
-		r.ttl.push(id, l, l.deadline.Load())
-	}
+	r.schedule(in, l)
 	return judgedGained
 }
 

@@ -71,7 +71,11 @@ func (w *registerWrite) Plan(tx *Tx) error {
 			in.CreatedAt = cur.CreatedAt
 			w.r.heartbeat(in, now) // a register is a heartbeat; new ones start theirs when applied
 		}
-		putInstance(tx, in, cur, rev)
+		if cur == nil {
+			tx.PutNew(store.Instances, in.ID, tx.Encode(in.AppendBinary), in)
+		} else {
+			tx.Put(store.Instances, in.ID, tx.Encode(in.AppendBinary), in)
+		}
 	}
 	tx.Answer(unchanged)
 	if len(same) > 0 {
@@ -84,21 +88,6 @@ func (w *registerWrite) Plan(tx *Tx) error {
 		})
 	}
 	return nil
-}
-
-// putInstance writes in over cur (nil: absent), seen at rev. In a cluster
-// the write is conditional on the store still holding that version:
-// another server may have changed it since this catalog saw it.
-func putInstance(tx *Tx, in, cur *catalog.Instance, rev int64) {
-	enc := tx.Encode(in.AppendBinary)
-	switch {
-	case tx.r.cluster != nil:
-		tx.PutIf(store.Instances, in.ID, enc, in, rev)
-	case cur == nil:
-		tx.PutNew(store.Instances, in.ID, enc, in)
-	default:
-		tx.Put(store.Instances, in.ID, enc, in)
-	}
 }
 
 // deregisterWrite deletes instances by id; the ones it did not find are
@@ -183,7 +172,10 @@ func (r *Registry) RegisterGuarded(ctx context.Context, instances []*catalog.Ins
 	if len(instances) == 0 || len(instances) > MaxBatch {
 		return 0, fieldErr(-1, "instances", "%d instances, want 1..%d", len(instances), MaxBatch)
 	}
-	return r.SubmitChecked(ctx, &registerWrite{r: r, instances: instances, guard: guard})
+	// An upsert in a cluster is not conditional: a server whose catalog
+	// trails may take an identical re-register for a change and write it
+	// again (docs/cluster.md says why).
+	return r.Submit(ctx, &registerWrite{r: r, instances: instances, guard: guard})
 }
 
 // Deregister deletes the instances with ids atomically and durably, and
@@ -247,7 +239,6 @@ const maxReplans = 16
 // changed a record since this catalog saw it) is planned again once the
 // catalog has caught up with the store, so it is decided on what is
 // stored: a delete of what another server deleted is "not found", a
-// register of what another server stored identically is unchanged, a
 // placement onto a node another server filled meanwhile goes elsewhere.
 func (r *Registry) SubmitChecked(ctx context.Context, w Write) (int64, error) {
 	for attempt := 0; ; attempt++ {

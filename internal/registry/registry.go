@@ -49,6 +49,11 @@ type Options struct {
 	Tables map[store.Kind]catalog.Table
 	// MaxCommit caps the requests grouped into one commit (default 4096).
 	MaxCommit int
+	// DeregisterAfter is how long an instance with a TTL may stay
+	// unhealthy (its TTL expired, no heartbeat since) before the server
+	// deregisters it, for instances that set no delay of their own
+	// (deregister_after_seconds); 0: never.
+	DeregisterAfter time.Duration
 	// Now is the clock (default time.Now); tests inject their own.
 	Now func() time.Time
 	// Logger receives the registry's logs (nil: discard).

@@ -76,10 +76,34 @@ func (r *Registry) trackInstance(in *catalog.Instance, now time.Time) {
 		}
 		v, _ = r.live.LoadOrStore(in.ID, l)
 	}
-	l := v.(*liveness)
+	r.schedule(in, v.(*liveness))
+}
+
+// schedule gives instance in the heap entry its state asks for: a healthy
+// one at its deadline, an unhealthy one at its removal (deadline + removal
+// delay), if it has a delay.
+func (r *Registry) schedule(in *catalog.Instance, l *liveness) {
 	if in.Healthy {
 		r.ttl.push(in.ID, l, l.deadline.Load())
+	} else if delay := r.removalDelay(in); delay > 0 {
+		r.ttl.push(in.ID, l, l.deadline.Load()+delay)
 	}
+}
+
+// removalDelay is how long instance in may stay unhealthy before it is
+// deregistered, in nanoseconds (0: never): its own delay, else the
+// server's default. It counts from the instance's TTL deadline, which
+// lives in memory: after a restart, or when another server of a cluster
+// takes over its judgement, the deadline is a full 3 x TTL from then, so
+// the delay starts again (a removal is late, never early).
+func (r *Registry) removalDelay(in *catalog.Instance) int64 {
+	if in.TTLSeconds == 0 {
+		return 0
+	}
+	if in.DeregisterAfterSeconds > 0 {
+		return int64(in.DeregisterAfterSeconds) * int64(time.Second)
+	}
+	return int64(max(r.opts.DeregisterAfter, 0))
 }
 
 // armAll gives every loaded instance with a TTL a fresh deadline: a full 3
@@ -216,6 +240,7 @@ func (r *Registry) expireDue(ctx context.Context) int64 {
 	now := r.opts.Now().UnixNano()
 	due, next := r.ttl.due(now)
 	var flips []flip
+	var removals []*catalog.Instance
 	for _, e := range due {
 		if v, ok := r.live.Load(e.id); !ok || v.(*liveness) != e.live {
 			continue // deleted, or no TTL any more
@@ -233,7 +258,8 @@ func (r *Registry) expireDue(ctx context.Context) int64 {
 				continue
 			}
 		}
-		if d := e.live.deadline.Load(); d > now {
+		d := e.live.deadline.Load()
+		if d > now {
 			r.ttl.push(e.id, e.live, d) // heartbeats moved it
 			if next == 0 || d < next {
 				next = d
@@ -253,6 +279,28 @@ func (r *Registry) expireDue(ctx context.Context) int64 {
 		}
 		if in.Healthy {
 			flips = append(flips, flip{inst: in, healthy: false})
+			continue
+		}
+		// Unhealthy since d: deregistered once its removal delay passed.
+		delay := r.removalDelay(in)
+		if delay == 0 {
+			continue
+		}
+		if at := d + delay; at > now {
+			r.ttl.push(e.id, e.live, at)
+			if next == 0 || at < next {
+				next = at
+			}
+			continue
+		}
+		removals = append(removals, in)
+	}
+	if len(removals) > 0 {
+		if _, err := r.Submit(ctx, &removeWrite{r: r, instances: removals}); err != nil && ctx.Err() == nil {
+			r.log.Info("removal of expired instances not committed; judging again", "instances", len(removals), "err", err)
+			next = r.judgeAgain(removals, next)
+		} else if err == nil {
+			r.log.Info("deregistered instances unhealthy past their removal delay (unless revived meanwhile)", "instances", len(removals))
 		}
 	}
 	if len(flips) > 0 {
@@ -265,18 +313,53 @@ func (r *Registry) expireDue(ctx context.Context) int64 {
 			} else {
 				r.log.Info("ttl expiry not committed; judging again", "instances", len(flips), "err", err)
 			}
-			again := r.opts.Now().Add(retryExpiry).UnixNano()
-			for _, f := range flips {
-				if v, ok := r.live.Load(f.inst.ID); ok {
-					r.ttl.push(f.inst.ID, v.(*liveness), again)
-				}
+			insts := make([]*catalog.Instance, len(flips))
+			for i, f := range flips {
+				insts[i] = f.inst
 			}
-			if next == 0 || again < next {
-				next = again
-			}
+			next = r.judgeAgain(insts, next)
 		}
 	}
 	return next
+}
+
+// judgeAgain schedules instances whose expiry or removal was not committed
+// to be judged again shortly, and returns the next deadline to wake at.
+func (r *Registry) judgeAgain(insts []*catalog.Instance, next int64) int64 {
+	again := r.opts.Now().Add(retryExpiry).UnixNano()
+	for _, in := range insts {
+		if v, ok := r.live.Load(in.ID); ok {
+			r.ttl.push(in.ID, v.(*liveness), again)
+		}
+	}
+	if next == 0 || again < next {
+		next = again
+	}
+	return next
+}
+
+// removeWrite deregisters instances that stayed unhealthy past their
+// removal delay: each only if it is still the version judged (a register
+// since replaced it, or revived it) and no heartbeat came since. A durable
+// delete with its revision, as a deregister.
+type removeWrite struct {
+	r         *Registry
+	instances []*catalog.Instance
+}
+
+func (w *removeWrite) Plan(tx *Tx) error {
+	now := tx.Now().UnixNano()
+	for _, in := range w.instances {
+		cur, rev := currentInstance(tx, in.ID)
+		if cur != in || cur.Healthy {
+			continue
+		}
+		if v, ok := w.r.live.Load(cur.ID); ok && v.(*liveness).deadline.Load()+w.r.removalDelay(cur) > now {
+			continue // a heartbeat arrived in between
+		}
+		tx.DeleteIf(store.Instances, cur.ID, rev)
+	}
+	return nil
 }
 
 // retryExpiry is how soon a cluster server judges again the expiries its

@@ -15,18 +15,20 @@ import (
 
 // Limits of the API contract.
 const (
-	MaxBatch       = 10000
-	MaxNameLen     = 128
-	MaxIDLen       = 128
-	MaxHostLen     = 253
-	MaxShortField  = 64
-	MaxMetadata    = 64
-	MaxValueLen    = 4096
-	MaxTTLSeconds  = 3600
-	MaxWeight      = 65535
-	DefaultWeight  = 100
-	DefaultNS      = "default"
-	ttlGraceFactor = 3
+	MaxBatch      = 10000
+	MaxNameLen    = 128
+	MaxIDLen      = 128
+	MaxHostLen    = 253
+	MaxShortField = 64
+	MaxMetadata   = 64
+	MaxValueLen   = 4096
+	MaxTTLSeconds = 3600
+	// MaxDeregisterAfter bounds deregister_after_seconds: 30 days.
+	MaxDeregisterAfter = 30 * 24 * 3600
+	MaxWeight          = 65535
+	DefaultWeight      = 100
+	DefaultNS          = "default"
+	ttlGraceFactor     = 3
 )
 
 // ErrInvalid is wrapped by every validation error.
@@ -162,8 +164,20 @@ func Prepare(i int, in *catalog.Instance) error {
 	if err := prepareMetadata(i, in.Metadata); err != nil {
 		return err
 	}
+	// The version is the label "version" (catalog.Instance.Labels): a
+	// metadata "version" saying otherwise would make selectors and the
+	// VERSION column disagree.
+	if v, ok := in.Metadata.Get(catalog.VersionLabel); ok && in.Version != "" && v != in.Version {
+		return fieldErr(i, "metadata."+catalog.VersionLabel, "%q differs from version %q: the version is selectable as the label %q, so metadata may repeat it but not contradict it", v, in.Version, catalog.VersionLabel)
+	}
 	if in.TTLSeconds < 0 || in.TTLSeconds > MaxTTLSeconds {
 		return fieldErr(i, "ttl_seconds", "%d is out of range: 0 (no heartbeat) or 1..%d", in.TTLSeconds, MaxTTLSeconds)
+	}
+	if in.DeregisterAfterSeconds < 0 || in.DeregisterAfterSeconds > MaxDeregisterAfter {
+		return fieldErr(i, "deregister_after_seconds", "%d is out of range: 0 (the server's default) or 1..%d", in.DeregisterAfterSeconds, MaxDeregisterAfter)
+	}
+	if in.DeregisterAfterSeconds > 0 && in.TTLSeconds == 0 {
+		return fieldErr(i, "deregister_after_seconds", "needs ttl_seconds: an instance without a TTL never turns unhealthy, so it would never be removed")
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
@@ -84,4 +85,36 @@ func BenchmarkPrepare(b *testing.B) {
 			i++
 		}
 	})
+}
+
+// TestPrepareVersionLabel: metadata may repeat the version as "version",
+// or carry one when the version is unset, but not contradict it.
+func TestPrepareVersionLabel(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		version string
+		md      map[string]string
+		want    string // "" for valid
+	}{
+		{"no metadata version", "v2", map[string]string{"zone": "z1"}, ""},
+		{"equal", "v2", map[string]string{"version": "v2"}, ""},
+		{"metadata only", "", map[string]string{"version": "v1"}, ""},
+		{"different", "v2", map[string]string{"version": "v1"}, `metadata.version: "v1" differs from version "v2"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := validInstance(tc.md)
+			in.Version = tc.version
+			err := Prepare(3, in)
+			if tc.want == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			var fe *FieldError
+			if err == nil || !strings.Contains(err.Error(), tc.want) || !errors.As(err, &fe) || fe.Field != "metadata.version" || fe.Index != 3 {
+				t.Fatalf("error %v, want a FieldError for [3].metadata.version containing %q", err, tc.want)
+			}
+		})
+	}
 }

@@ -340,9 +340,11 @@ func VirtualHost(name string, domains []string, svc config.ServiceKey, vs *confi
 		}}
 		return vh
 	}
-	for _, hr := range vs.VirtualService.Http {
+	var dropped []*structpb.Value
+	for i, hr := range vs.VirtualService.Http {
 		action := routeAction(vs.Namespace, hr, clusterFor)
 		if action == nil {
+			dropped = append(dropped, structpb.NewStringValue(droppedRoute(vs.Namespace, i, hr, clusterFor)))
 			continue
 		}
 		matches := hr.Match
@@ -353,7 +355,47 @@ func VirtualHost(name string, domains []string, svc config.ServiceKey, vs *confi
 			vh.Routes = append(vh.Routes, &routev3.Route{Name: hr.Name, Match: routeMatch(m), Action: &routev3.Route_Route{Route: action}})
 		}
 	}
+	if len(dropped) > 0 {
+		// Why routes are missing, for a proxy's "no route" answer (the
+		// gateway names them; Envoy and grpc-go ignore the metadata).
+		vh.Metadata = &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{
+			"sextant": {Fields: map[string]*structpb.Value{DroppedRoutesField: structpb.NewListValue(&structpb.ListValue{Values: dropped})}},
+		}}
+	}
 	return vh
+}
+
+// DroppedRoutesField is the field of a virtual host's "sextant" filter
+// metadata that lists the VirtualService routes left out because none of
+// their destinations may receive traffic, each with the reason (the
+// gateway reads it as gateway.DroppedRoutesField).
+const DroppedRoutesField = "dropped_routes"
+
+// droppedRoute says why route i of a VirtualService was left out: each of
+// its subset destinations is undefined or has no usable endpoint.
+func droppedRoute(ns string, i int, hr *networking.HTTPRoute, clusterFor ClusterFor) string {
+	var b strings.Builder
+	b.WriteString("spec.http[" + strconv.Itoa(i) + "]")
+	if hr.Name != "" {
+		b.WriteString(" (" + strconv.Quote(hr.Name) + ")")
+	}
+	b.WriteString(":")
+	for j, d := range hr.Route {
+		k, err := config.ResolveHost(d.Destination.Host, ns)
+		if err != nil {
+			continue
+		}
+		if j > 0 {
+			b.WriteString(";")
+		}
+		b.WriteString(" subset " + strconv.Quote(d.Destination.Subset) + " of " + k.String())
+		if name, _ := clusterFor(config.Destination{Service: k, Subset: d.Destination.Subset, Port: d.Destination.GetPort().GetNumber()}); name == "" {
+			b.WriteString(" is defined by no DestinationRule")
+		} else {
+			b.WriteString(" has no usable endpoint")
+		}
+	}
+	return b.String()
 }
 
 func routeAction(ns string, hr *networking.HTTPRoute, clusterFor ClusterFor) *routev3.RouteAction {

@@ -158,3 +158,61 @@ func TestDefaultOutlierDetection(t *testing.T) {
 		t.Fatalf("a DestinationRule's outlier detection became %v", od)
 	}
 }
+
+// TestVirtualHostNamesDroppedRoutes: a route whose subset destinations may
+// all not receive traffic is left out, and the virtual host's "sextant"
+// metadata says which and why (undefined subset, or no usable endpoint);
+// a virtual host that dropped nothing carries no metadata.
+func TestVirtualHostNamesDroppedRoutes(t *testing.T) {
+	objs, err := config.Decode([]byte(`apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: orders}
+spec:
+  hosts: [orders]
+  http:
+  - name: canary
+    match: [{headers: {x-canary: {exact: "yes"}}}]
+    route: [{destination: {host: orders, subset: v9}, weight: 50}, {destination: {host: orders, subset: v2}, weight: 50}]
+  - route: [{destination: {host: orders, subset: v1}}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := config.ServiceKey{Namespace: "default", Name: "orders"}
+	for _, tc := range []struct {
+		name   string
+		usable map[string]bool // subset -> a usable endpoint; absent: undefined
+		routes int
+		want   []string
+	}{
+		{"all usable", map[string]bool{"v1": true, "v2": true, "v9": true}, 2, nil},
+		{"canary dropped", map[string]bool{"v1": true, "v2": false}, 1, []string{
+			`spec.http[0] ("canary"): subset "v9" of default/orders is defined by no DestinationRule; subset "v2" of default/orders has no usable endpoint`}},
+		{"all dropped", map[string]bool{"v1": false, "v2": false}, 0, []string{
+			`spec.http[0] ("canary"): subset "v9" of default/orders is defined by no DestinationRule; subset "v2" of default/orders has no usable endpoint`,
+			`spec.http[1]: subset "v1" of default/orders has no usable endpoint`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clusterFor := func(d config.Destination) (string, bool) {
+				usable, defined := tc.usable[d.Subset]
+				if !defined {
+					return "", false
+				}
+				return ClusterName(d.Service, d.Subset, d.Port), usable
+			}
+			vh := VirtualHost("orders", []string{"orders"}, svc, objs[0], clusterFor)
+			var got []string
+			for _, v := range vh.GetMetadata().GetFilterMetadata()["sextant"].GetFields()[DroppedRoutesField].GetListValue().GetValues() {
+				got = append(got, v.GetStringValue())
+			}
+			if len(vh.Routes) != tc.routes || len(got) != len(tc.want) || (tc.want == nil) != (vh.Metadata == nil) {
+				t.Fatalf("%d routes, dropped %q, want %d and %q", len(vh.Routes), got, tc.routes, tc.want)
+			}
+			for i := range got {
+				if got[i] != tc.want[i] {
+					t.Fatalf("dropped[%d] = %q, want %q", i, got[i], tc.want[i])
+				}
+			}
+		})
+	}
+}

@@ -378,17 +378,18 @@ func writeChanges(sc *script, changes []store.Change, now int64) error {
 	return b.flush()
 }
 
-const instanceColumns = "id, namespace, service, host, port, protocol, version, weight, isolated, healthy, ttl_seconds, metadata, created_ns, updated_ns, revision"
+const instanceColumns = "id, namespace, service, host, port, protocol, version, weight, isolated, healthy, ttl_seconds, deregister_after_seconds, metadata, created_ns, updated_ns, revision"
 
 // writeFinals leaves every record the commit touched in its last state:
 // instances as rows of sx_instance, other kinds in sx_record. Revisions are
 // relative to @sx_base.
 func writeFinals(sc *script, order []final) error {
 	inst := &bulk{sc: sc,
-		prefix: "INSERT INTO sx_instance (" + instanceColumns + ") VALUES ", row: "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,@sx_base+?)",
+		prefix: "INSERT INTO sx_instance (" + instanceColumns + ") VALUES ", row: "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,@sx_base+?)",
 		suffix: ` ON DUPLICATE KEY UPDATE namespace = VALUES(namespace), service = VALUES(service), host = VALUES(host),
 port = VALUES(port), protocol = VALUES(protocol), version = VALUES(version), weight = VALUES(weight),
-isolated = VALUES(isolated), healthy = VALUES(healthy), ttl_seconds = VALUES(ttl_seconds), metadata = VALUES(metadata),
+isolated = VALUES(isolated), healthy = VALUES(healthy), ttl_seconds = VALUES(ttl_seconds),
+deregister_after_seconds = VALUES(deregister_after_seconds), metadata = VALUES(metadata),
 created_ns = VALUES(created_ns), updated_ns = VALUES(updated_ns), revision = VALUES(revision)`}
 	recs := &bulk{sc: sc,
 		prefix: "INSERT INTO sx_record (kind, rkey, revision, value) VALUES ", row: "(?,?,@sx_base+?,?)",
@@ -417,7 +418,7 @@ created_ns = VALUES(created_ns), updated_ns = VALUES(updated_ns), revision = VAL
 			meta = appendMetadata(meta[:0], in.Metadata)
 			if err := inst.add(len(op.Value)+len(meta), in.ID, in.Namespace, in.Service, in.Host, in.Port,
 				[]byte(in.Protocol), []byte(in.Version), in.Weight, in.Isolated, in.Healthy, in.TTLSeconds,
-				string(meta), in.CreatedAt.UnixNano(), in.UpdatedAt.UnixNano(), f.rev); err != nil {
+				in.DeregisterAfterSeconds, string(meta), in.CreatedAt.UnixNano(), in.UpdatedAt.UnixNano(), f.rev); err != nil {
 				return err
 			}
 		default:

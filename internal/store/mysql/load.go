@@ -96,14 +96,14 @@ func loadInstances(ctx context.Context, tx *sql.Tx, fn func(store.Record) error)
 // instanceRow is one row of sx_instance as scanned.
 type instanceRow struct {
 	id, ns, svc, host, proto, version, meta sql.RawBytes
-	port, weight, ttl                       int
+	port, weight, ttl, deregisterAfter      int
 	isolated, healthy                       bool
 	created, updated, rev                   int64
 }
 
 func (r *instanceRow) dest() []any {
 	return []any{&r.id, &r.ns, &r.svc, &r.host, &r.port, &r.proto, &r.version, &r.weight, &r.isolated,
-		&r.healthy, &r.ttl, &r.meta, &r.created, &r.updated, &r.rev}
+		&r.healthy, &r.ttl, &r.deregisterAfter, &r.meta, &r.created, &r.updated, &r.rev}
 }
 
 func (r *instanceRow) instance() (*catalog.Instance, error) {
@@ -114,7 +114,7 @@ func (r *instanceRow) instance() (*catalog.Instance, error) {
 	return &catalog.Instance{
 		ID: string(r.id), Namespace: string(r.ns), Service: string(r.svc), Host: string(r.host), Port: r.port,
 		Protocol: string(r.proto), Version: string(r.version), Weight: r.weight, Isolated: r.isolated,
-		Healthy: r.healthy, TTLSeconds: r.ttl, Metadata: md, Revision: r.rev,
+		Healthy: r.healthy, TTLSeconds: r.ttl, DeregisterAfterSeconds: int32(r.deregisterAfter), Metadata: md, Revision: r.rev,
 		CreatedAt: time.Unix(0, r.created).UTC(), UpdatedAt: time.Unix(0, r.updated).UTC(),
 	}, nil
 }
