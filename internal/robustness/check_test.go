@@ -78,6 +78,16 @@ func TestCheck(t *testing.T) {
 			reg(0, 0, "a", "v2", 2*ms, 5*ms, OK, 2),
 			identicalNew,
 		}, want: "not linearizable: instance a"},
+		{name: "lagging: an identical re-register through a trailing server may be written again", lag: true, ops: []Op{
+			reg(0, 0, "a", "v1", 0, 1*ms, OK, 1),
+			reg(0, 0, "a", "v2", 2*ms, 5*ms, OK, 2),
+			func() Op { o := identicalNew; o.Server = 1; return o }(),
+		}},
+		{name: "lagging: but never at an older revision", lag: true, ops: []Op{
+			reg(0, 0, "a", "v1", 0, 1*ms, OK, 1),
+			reg(0, 0, "a", "v2", 2*ms, 5*ms, OK, 3),
+			func() Op { o := identicalNew; o.Server, o.Rev, o.Call, o.Return = 1, 2, 6*ms, 7*ms; return o }(),
+		}, want: "not linearizable"},
 		{name: "strict: a read on another server must see the write", ops: []Op{
 			reg(0, 0, "a", "v1", 0, 1*ms, OK, 1),
 			get(1, 1, "a", 2*ms, 3*ms),

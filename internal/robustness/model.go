@@ -17,12 +17,15 @@ import (
 //   - a register sets the value; if the id already holds the same value it
 //     changes nothing and answers the id's current revision ("registering
 //     the same fields again changes nothing: no revision"), else it answers
-//     a revision above every earlier one of the id;
+//     a revision above every earlier one of the id. In a cluster a server
+//     whose catalog trails may write the same value again, at a new
+//     revision (cluster.md: a register is not conditional, on purpose);
 //   - a deregister answers 200 with a new revision if the id is present,
 //     404 if it is absent;
 //   - writes are decided against everything committed before them, by
-//     every server (cluster.md: conditions and re-planning against the
-//     database's head), so they are linearizable across the cluster;
+//     every server (cluster.md: a delete's condition at commit, re-planning
+//     against the database's head), so they are linearizable across the
+//     cluster;
 //   - a read (get, or a list's view of the id) on the server that made a
 //     write, once the write is answered, sees it (read-your-writes).
 //     Strict (one server): a read sees the latest version. Lagging (a
@@ -172,11 +175,17 @@ func step(st state, in input, out output, lag bool, servers int) []any {
 			return []any{st, st.with(version{present: true, value: in.value}).trim(lag, servers)}
 		}
 		if same {
+			var states []any
 			// Unchanged: no new revision, the id's current one.
-			if cur.rev != 0 && out.rev != cur.rev {
-				return nil
+			if cur.rev == 0 || out.rev == cur.rev {
+				states = append(states, st.pin(last, out.rev).trim(lag, servers))
 			}
-			return next(st.pin(last, out.rev))
+			// In a cluster a server whose catalog trails may write it again
+			// (cluster.md: "a redundant upsert, never a wrong state").
+			if lag && out.rev > st.maxRev && out.rev != cur.rev {
+				states = append(states, st.with(version{present: true, value: in.value, rev: out.rev}).trim(lag, servers))
+			}
+			return states
 		}
 		if out.rev <= st.maxRev {
 			return nil
