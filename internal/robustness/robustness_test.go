@@ -32,11 +32,24 @@ func duration() time.Duration {
 	return 3 * time.Second
 }
 
+// binDir holds the binary the tests built, removed when they end.
+var binDir string
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	code := m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
 var buildBinary = sync.OnceValues(func() (string, error) {
 	dir, err := os.MkdirTemp("", "sextant-robustness")
 	if err != nil {
 		return "", err
 	}
+	binDir = dir
 	bin := filepath.Join(dir, "sextant")
 	out, err := exec.Command("go", "build", "-o", bin, "github.com/sextant-mesh/sextant/cmd/sextant").CombinedOutput()
 	if err != nil {
