@@ -32,6 +32,22 @@ func clients(n int) (*History, []*Client) {
 	return h, cs
 }
 
+// atOnce runs f(0) .. f(n-1) at the same time and waits for them.
+func atOnce(t *testing.T, n int, f func(i int) error) {
+	t.Helper()
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := f(i); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
 // must fails the test on an answer the workload never expects.
 func must(t *testing.T, _ Op, err error) {
 	t.Helper()
@@ -40,36 +56,35 @@ func must(t *testing.T, _ Op, err error) {
 	}
 }
 
+// onOneServer runs rounds of a scenario on one server on the embedded store:
+// each round, a third client registers a new id with value first, then the
+// round runs with the first two clients, and the history is checked.
+func onOneServer(t *testing.T, first string, round func(id string, cs []*Client, base string) error) {
+	servers := embeddedServer(t)
+	h, cs := clients(3)
+	base := servers[0].Base()
+	for r := range rounds {
+		id := fmt.Sprint("r", r)
+		o, err := cs[2].Register(context.Background(), 0, base, id, "svc", first, true)
+		must(t, o, err)
+		atOnce(t, 2, func(i int) error { return round(id, cs[i:i+1], base) })
+	}
+	checkRounds(t, h, false)
+}
+
 // TestConcurrentDeletes: two DELETEs of one instance on one server at
 // once, each followed by a GET from the same client. A 404 may only be
 // answered once the other delete is applied: the GET after it must not find
 // the instance.
 func TestConcurrentDeletes(t *testing.T) {
-	servers := embeddedServer(t)
-	h, cs := clients(3)
-	base := servers[0].Base()
 	ctx := context.Background()
-	for r := range rounds {
-		id := fmt.Sprintf("d%d", r)
-		o, err := cs[2].Register(ctx, 0, base, id, "svc", fmt.Sprint("v", r), true)
-		must(t, o, err)
-		var wg sync.WaitGroup
-		for _, c := range cs[:2] {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				_, err := c.Deregister(ctx, 0, base, id, "svc")
-				if err == nil {
-					_, err = c.Get(ctx, 0, base, id, "svc")
-				}
-				if err != nil {
-					t.Error(err)
-				}
-			}()
+	onOneServer(t, "v", func(id string, c []*Client, base string) error {
+		_, err := c[0].Deregister(ctx, 0, base, id, "svc")
+		if err == nil {
+			_, err = c[0].Get(ctx, 0, base, id, "svc")
 		}
-		wg.Wait()
-	}
-	checkRounds(t, h, false)
+		return err
+	})
 }
 
 // TestIdenticalReRegister: two identical registers of new fields at once on
@@ -77,28 +92,12 @@ func TestConcurrentDeletes(t *testing.T) {
 // answer the same revision ("registering the same fields again changes
 // nothing: no revision").
 func TestIdenticalReRegister(t *testing.T) {
-	servers := embeddedServer(t)
-	h, cs := clients(3)
-	base := servers[0].Base()
 	ctx := context.Background()
-	for r := range rounds {
-		id := fmt.Sprintf("r%d", r)
-		o, err := cs[2].Register(ctx, 0, base, id, "svc", "old", true)
-		must(t, o, err)
-		var wg sync.WaitGroup
-		for i, c := range cs[:2] {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				// The first is the fresh write; the second, identical, is not.
-				if _, err := c.Register(ctx, 0, base, id, "svc", "new", i == 0); err != nil {
-					t.Error(err)
-				}
-			}()
-		}
-		wg.Wait()
-	}
-	checkRounds(t, h, false)
+	onOneServer(t, "old", func(id string, c []*Client, base string) error {
+		// The first client's is the fresh write; the second's, identical, is not.
+		_, err := c[0].Register(ctx, 0, base, id, "svc", "new", c[0].ID == 0)
+		return err
+	})
 }
 
 // TestFeedAfterAck: a write acknowledged at revision N, then
@@ -157,6 +156,24 @@ func onTwoServers(t *testing.T, round func(r int, a, b via)) {
 	checkRounds(t, h, true)
 }
 
+// registerOnBoth registers id through a and waits until b holds it.
+func registerOnBoth(t *testing.T, a, b via, id, value string) {
+	t.Helper()
+	ctx := context.Background()
+	o, err := a.c.Register(ctx, a.server, a.base, id, "svc", value, true)
+	must(t, o, err)
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		o, err := b.c.Get(ctx, b.server, b.base, id, "svc")
+		must(t, o, err)
+		if o.Status == OK && len(o.Seen) == 1 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("server B did not see %s within 10s", id)
+		}
+	}
+}
+
 // TestDeleteOnLaggingServer: an instance registered through server A and
 // seen through server B, deleted through A, then deleted at once through B,
 // whose catalog is likely a poll behind: B must answer 404 (docs/api.md),
@@ -165,19 +182,8 @@ func TestDeleteOnLaggingServer(t *testing.T) {
 	ctx := context.Background()
 	onTwoServers(t, func(r int, a, b via) {
 		id := fmt.Sprintf("l%d", r)
-		o, err := a.c.Register(ctx, a.server, a.base, id, "svc", fmt.Sprint("v", r), true)
-		must(t, o, err)
-		for deadline := time.Now().Add(10 * time.Second); ; {
-			o, err := b.c.Get(ctx, b.server, b.base, id, "svc")
-			must(t, o, err)
-			if o.Status == OK && len(o.Seen) == 1 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("server B did not see %s within 10s", id)
-			}
-		}
-		o, err = a.c.Deregister(ctx, a.server, a.base, id, "svc")
+		registerOnBoth(t, a, b, id, fmt.Sprint("v", r))
+		o, err := a.c.Deregister(ctx, a.server, a.base, id, "svc")
 		must(t, o, err)
 		o, err = b.c.Deregister(ctx, b.server, b.base, id, "svc")
 		must(t, o, err)
@@ -191,29 +197,12 @@ func TestConcurrentDeletesOnTwoServers(t *testing.T) {
 	ctx := context.Background()
 	onTwoServers(t, func(r int, a, b via) {
 		id := fmt.Sprintf("l%d", r)
-		o, err := a.c.Register(ctx, a.server, a.base, id, "svc", fmt.Sprint("v", r), true)
-		must(t, o, err)
-		for deadline := time.Now().Add(10 * time.Second); ; {
-			o, err := b.c.Get(ctx, b.server, b.base, id, "svc")
-			must(t, o, err)
-			if o.Status == OK && len(o.Seen) == 1 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("server B did not see %s within 10s", id)
-			}
-		}
-		var wg sync.WaitGroup
-		for _, v := range []via{a, b} {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				if _, err := v.c.Deregister(ctx, v.server, v.base, id, "svc"); err != nil {
-					t.Error(err)
-				}
-			}()
-		}
-		wg.Wait()
+		registerOnBoth(t, a, b, id, fmt.Sprint("v", r))
+		atOnce(t, 2, func(i int) error {
+			v := []via{a, b}[i]
+			_, err := v.c.Deregister(ctx, v.server, v.base, id, "svc")
+			return err
+		})
 	})
 }
 
