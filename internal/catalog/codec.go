@@ -117,22 +117,34 @@ var storedSets = label.NewInterner()
 // copies of a few strings.
 var storedStrings = recentStrings{seed: maphash.MakeSeed()}
 
-// recentStrings is a direct-mapped table of strings keyed by their bytes'
-// hash, safe for concurrent use (the load decodes on every core). A miss
-// replaces the slot, so a field with more distinct values than slots costs
-// what it cost before, plus the slot's pointer.
+// recentStrings is a table of strings keyed by their bytes' hash, in
+// buckets of recentWays, newest first, safe for concurrent use (the load
+// decodes on every core). A miss puts the string first in its bucket and
+// drops the oldest, so a field with more distinct values than slots costs
+// what it cost before, plus the slot's pointer. Buckets, not one slot per
+// hash: a service's four strings fell into one slot often enough (the hash
+// seed is random per process) to lose their sharing for a whole restart.
+// Concurrent misses may drop or repeat an entry: only sharing suffers.
 type recentStrings struct {
 	seed  maphash.Seed
 	slots [256]atomic.Pointer[string]
 }
 
+const recentWays = 4
+
 func (r *recentStrings) get(b []byte) string {
-	slot := &r.slots[maphash.Bytes(r.seed, b)%uint64(len(r.slots))]
-	if p := slot.Load(); p != nil && *p == string(b) {
-		return *p
+	i := maphash.Bytes(r.seed, b) % uint64(len(r.slots)/recentWays) * recentWays
+	bucket := r.slots[i : i+recentWays]
+	for j := range bucket {
+		if p := bucket[j].Load(); p != nil && *p == string(b) {
+			return *p
+		}
 	}
 	s := string(b)
-	slot.Store(&s)
+	for j := recentWays - 1; j > 0; j-- {
+		bucket[j].Store(bucket[j-1].Load())
+	}
+	bucket[0].Store(&s)
 	return s
 }
 
