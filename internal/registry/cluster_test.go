@@ -234,32 +234,8 @@ func TestClusterExpiryWaitsForRelayedHeartbeats(t *testing.T) {
 // unanswered, to be planned on what this batch committed.
 func TestClusterCarriesWhatRestsOnAFailedCondition(t *testing.T) {
 	ctx := context.Background()
-	st, err := embedded.Open(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	r0, err := Open(st, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := r0.Register(ctx, []*catalog.Instance{instance("x", "s", 0)}); err != nil {
-		t.Fatal(err)
-	}
-	r0.Close()
-	g := &gatedStore{Store: st, gate: make(chan struct{}), committed: make(chan struct{}, 8)}
-	r, err := Open(g, Options{Cluster: &judge{term: 1, moved: make(chan struct{}, 1)}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	// Another server replaces x; this catalog (its feed held) still has
-	// the first version.
-	x2 := instance("x", "s", 0)
-	x2.Port = 99
-	if _, err := st.Commit([]store.Txn{{Ops: []store.Op{{Kind: store.Instances, Key: "x", Value: x2.AppendBinary(nil)}}}}, true); err != nil {
-		t.Fatal(err)
-	}
+	r, g := openGatedWith(t, Options{Cluster: &judge{term: 1, moved: make(chan struct{}, 1)}}, instance("x", "s", 0))
+	replaceBehind(t, g, "x")
 	first := &request{w: &deregisterWrite{ids: []string{"x"}}, done: make(chan struct{})}
 	second := &request{w: &deregisterWrite{ids: []string{"x"}}, done: make(chan struct{})}
 	// The committer goroutine is idle (nothing queued): this goroutine
@@ -285,33 +261,23 @@ func TestClusterCarriesWhatRestsOnAFailedCondition(t *testing.T) {
 // API does not give for a DELETE).
 func TestClusterConflictWithoutHeadIsUnavailable(t *testing.T) {
 	ctx := context.Background()
-	st, err := embedded.Open(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	r0, err := Open(st, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := r0.Register(ctx, []*catalog.Instance{instance("x", "s", 0)}); err != nil {
-		t.Fatal(err)
-	}
-	r0.Close()
-	g := &gatedStore{Store: st, gate: make(chan struct{}), committed: make(chan struct{}, 8)}
-	r, err := Open(headlessGated{g}, Options{Cluster: &judge{term: 1, moved: make(chan struct{}, 1)}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	x2 := instance("x", "s", 0)
-	x2.Port = 99
-	if _, err := st.Commit([]store.Txn{{Ops: []store.Op{{Kind: store.Instances, Key: "x", Value: x2.AppendBinary(nil)}}}}, true); err != nil {
-		t.Fatal(err)
-	}
-	_, _, err = r.Deregister(ctx, []string{"x"})
+	g := &gatedStore{Store: storeWith(t, instance("x", "s", 0)), gate: make(chan struct{}), committed: make(chan struct{}, 8)}
+	r := openOn(t, headlessGated{g}, Options{Cluster: &judge{term: 1, moved: make(chan struct{}, 1)}})
+	replaceBehind(t, g, "x")
+	_, _, err := r.Deregister(ctx, []string{"x"})
 	if !errors.Is(err, store.ErrUnavailable) || errors.Is(err, store.ErrConflict) {
 		t.Fatalf("DELETE that lost a race with no way to catch up: %v; want unavailable, not a conflict", err)
+	}
+}
+
+// replaceBehind stores a new version of instance id as another server
+// would: in the store, not in the catalog of g's registry (its feed held).
+func replaceBehind(t *testing.T, g *gatedStore, id string) {
+	t.Helper()
+	in := instance(id, "s", 0)
+	in.Port = 99
+	if _, err := g.Store.Commit([]store.Txn{{Ops: []store.Op{{Kind: store.Instances, Key: id, Value: in.AppendBinary(nil)}}}}, true); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -454,9 +454,9 @@ func TestEncodingChunksReusedAfterApply(t *testing.T) {
 	}
 }
 
-// openGatedWith is openGated over a store that already holds instances,
-// registered and applied before the follower is held.
-func openGatedWith(t *testing.T, instances ...*catalog.Instance) (*Registry, *gatedStore) {
+// storeWith returns an embedded store, closed when the test ends, that
+// holds instances registered and applied by a registry closed since.
+func storeWith(t *testing.T, instances ...*catalog.Instance) *embedded.Store {
 	t.Helper()
 	st, err := embedded.Open(t.TempDir())
 	if err != nil {
@@ -467,17 +467,30 @@ func openGatedWith(t *testing.T, instances ...*catalog.Instance) (*Registry, *ga
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer r0.Close()
 	if _, err := r0.Register(context.Background(), instances); err != nil {
 		t.Fatal(err)
 	}
-	r0.Close()
-	g := &gatedStore{Store: st, gate: make(chan struct{}), committed: make(chan struct{}, 128)}
-	r, err := Open(g, Options{})
+	return st
+}
+
+// openOn opens a registry on st, closed when the test ends.
+func openOn(t *testing.T, st Store, opts Options) *Registry {
+	t.Helper()
+	r, err := Open(st, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { r.Close() })
-	return r, g
+	return r
+}
+
+// openGatedWith is openGated over a store that already holds instances,
+// registered and applied before the follower is held.
+func openGatedWith(t *testing.T, opts Options, instances ...*catalog.Instance) (*Registry, *gatedStore) {
+	t.Helper()
+	g := &gatedStore{Store: storeWith(t, instances...), gate: make(chan struct{}), committed: make(chan struct{}, 128)}
+	return openOn(t, g, opts), g
 }
 
 // handedOrAnswered waits until the committer has handed a write that
@@ -505,7 +518,7 @@ func handedOrAnswered(t *testing.T, r *Registry, answered <-chan error, what str
 // after a crash.
 func TestNotFoundWaitsForTheDeleteInFlight(t *testing.T) {
 	ctx := context.Background()
-	r, g := openGatedWith(t, instance("x", "s", 0))
+	r, g := openGatedWith(t, Options{}, instance("x", "s", 0))
 	first := make(chan error, 1)
 	go func() { _, _, err := r.Deregister(ctx, []string{"x"}); first <- err }()
 	<-g.committed
@@ -533,7 +546,7 @@ func TestNotFoundWaitsForTheDeleteInFlight(t *testing.T) {
 // answers the first one's revision.
 func TestUnchangedOverInFlightRegister(t *testing.T) {
 	ctx := context.Background()
-	r, g := openGatedWith(t, instance("other", "s", 0))
+	r, g := openGatedWith(t, Options{}, instance("other", "s", 0))
 	type answer struct {
 		rev int64
 		err error
@@ -585,25 +598,8 @@ func (s *syncFailStore) CommitAsync(txns []store.Txn, sync bool) ([]store.Result
 // durable.
 func TestNotFoundFailsWithTheDeleteItRestsOn(t *testing.T) {
 	ctx := context.Background()
-	st, err := embedded.Open(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	r0, err := Open(st, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := r0.Register(ctx, []*catalog.Instance{instance("x", "s", 0)}); err != nil {
-		t.Fatal(err)
-	}
-	r0.Close()
-	s := &syncFailStore{Store: st, committed: make(chan struct{}, 8), release: make(chan struct{})}
-	r, err := Open(s, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { r.Close() })
+	s := &syncFailStore{Store: storeWith(t, instance("x", "s", 0)), committed: make(chan struct{}, 8), release: make(chan struct{})}
+	r := openOn(t, s, Options{})
 	first, second := make(chan error, 1), make(chan error, 1)
 	go func() { _, _, err := r.Deregister(ctx, []string{"x"}); first <- err }()
 	<-s.committed
