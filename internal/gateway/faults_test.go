@@ -16,6 +16,8 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/sextant-mesh/sextant/internal/xds"
 )
 
 // rawUpstream accepts connections and hands each to fn (faults HTTP servers
@@ -281,5 +283,44 @@ func TestRetryBudgetCapsConcurrentRetries(t *testing.T) {
 	wg.Wait()
 	if n := attempts.Load() - before; n < 11 || n > 25 {
 		t.Fatalf("10 calls under a 1-retry budget made %d attempts, want 10 first tries plus a few retries", n)
+	}
+}
+
+// TestDefaultRetryDoesNotResendAReset: under Istio's default retry policy
+// (every route's, unless its VirtualService sets retries) a POST whose
+// upstream reset the connection after reading it is not sent again: the
+// upstream may have acted on it. refused-stream, in that policy, is an
+// HTTP/2 REFUSED_STREAM only, as in Envoy.
+func TestDefaultRetryDoesNotResendAReset(t *testing.T) {
+	reset := rawUpstream(t, func(c net.Conn) {
+		if _, err := http.ReadRequest(bufio.NewReader(c)); err == nil {
+			if tc, ok := c.(*net.TCPConn); ok {
+				tc.SetLinger(0) // RST, not FIN
+			}
+		}
+		c.Close()
+	})
+	good := startUpstream(t, "good", nil)
+	rp := &route.RetryPolicy{RetryOn: xds.DefaultRetryOn, NumRetries: wrapperspb.UInt32(2), RetriableStatusCodes: []uint32{503}}
+	cp := startControlPlane(t, "")
+	cp.set(rdsListener("gw", "r"), routeConfig("r", vhost("all", []string{"*"},
+		timeoutRoute("/reset", "reset", 2*time.Second, rp),
+		prefixRoute("/good", "good"))),
+		edsCluster("reset"), edsCluster("good"),
+		assignment("reset", ep{u: reset}), assignment("good", ep{u: good}))
+	g := startGateway(t, cp.addr)
+	g.waitServes(t, "/good", "upstream=good")
+	g.waitEndpoints(t, 2)
+	before := reset.calls.Load()
+	resp, err := g.client.Post(g.url+"/reset", "application/json", strings.NewReader(`{"order":1}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 502 || resp.Header.Get("X-Sextant-Error") != "upstream_reset" {
+		t.Fatalf("reset upstream: %d %s, want 502 upstream_reset", resp.StatusCode, resp.Header.Get("X-Sextant-Error"))
+	}
+	if n := reset.calls.Load() - before; n != 1 {
+		t.Fatalf("the upstream got the POST %d times under the default policy, want once", n)
 	}
 }

@@ -361,7 +361,13 @@ func (s *retrySpec) retriable(reason string, status int) bool {
 	case reasonConnect:
 		return s.on&(retry5xx|retryGatewayError|retryConnectFailure|retryReset) != 0
 	case reasonReset, reasonTimeout:
-		return s.on&(retry5xx|retryGatewayError|retryReset|retryRefusedStream) != 0
+		// The upstream may have acted on the request: only the conditions
+		// that accept that. refused-stream is Envoy's HTTP/2 REFUSED_STREAM
+		// (the upstream promises it did not process the stream), which an
+		// HTTP/1 upstream cannot send; it is in Istio's default policy on
+		// every route, so reading it as "any reset" resent non-idempotent
+		// requests by default.
+		return s.on&(retry5xx|retryGatewayError|retryReset) != 0
 	default:
 		return false
 	}

@@ -364,6 +364,9 @@ func decodeRetry(rp *route.RetryPolicy, path string) (retrySpec, error) {
 		case "retriable-status-codes":
 			s.on |= retryRetriableCodes
 		case "refused-stream":
+			// An HTTP/2 REFUSED_STREAM: the gateway's upstream connections
+			// are HTTP/1, which cannot send one, so it is accepted and
+			// never matches (retriable).
 			s.on |= retryRefusedStream
 		case "retriable-4xx":
 			s.on |= retryRetriable4xx
