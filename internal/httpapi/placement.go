@@ -304,7 +304,7 @@ func (a *API) deleteNode(w http.ResponseWriter, r *http.Request, reg *registry.R
 		return err
 	}
 	wr := &placement.DeleteNodeWrite{Scheduler: s, Name: r.PathValue("name")}
-	rev, err := reg.Submit(r.Context(), wr)
+	rev, err := reg.SubmitChecked(r.Context(), wr)
 	if err != nil {
 		return placementError(err)
 	}

@@ -49,6 +49,21 @@ func (s *Scheduler) batchTxn(tx *registry.Tx) *Txn {
 	return t
 }
 
+// soleTxn is batchTxn for a write that, on a server of a cluster, must be
+// the batch's only scheduler write: an earlier one may fail its
+// conditions at commit (its node claim), and what this one would decide
+// rests on that one's tentative state, which the registry cannot see. It
+// reports false, and the registry carries the write to the next batch,
+// when an earlier write of the batch planned anything.
+func (s *Scheduler) soleTxn(tx *registry.Tx) (*Txn, bool) {
+	t := s.batchTxn(tx)
+	if tx.Shared() && len(t.Ops()) > 0 {
+		tx.Depend()
+		return nil, false
+	}
+	return t, true
+}
+
 // finishBatch aborts tx's batch Txn, if it still has one.
 func (s *Scheduler) finishBatch(tx *registry.Tx) {
 	if tx == nil {
@@ -72,6 +87,12 @@ func stage(tx *registry.Tx, ops []Op) {
 	for i := range ops {
 		op := &ops[i]
 		switch {
+		case op.Kind == KindNodes && op.Delete && tx.Shared():
+			// Another server may have placed onto it since (a placement
+			// claims its node): the delete then conflicts and is planned
+			// again, releasing that placement too.
+			_, rev := tx.Get(store.Nodes, op.Key)
+			tx.DeleteIf(store.Nodes, op.Key, rev)
 		case op.Kind == KindNodes && op.Delete:
 			tx.Delete(store.Nodes, op.Key)
 		case op.Kind == KindPlacements && op.Delete:
@@ -115,7 +136,10 @@ type PlaceWrite struct {
 // Plan implements registry.Write.
 func (w *PlaceWrite) Plan(tx *registry.Tx) error {
 	w.tx = tx
-	t := w.Scheduler.batchTxn(tx)
+	t, ok := w.Scheduler.soleTxn(tx)
+	if !ok {
+		return nil
+	}
 	for i, wl := range w.Workloads {
 		// The batch's view: committed placements and the batch's own.
 		if v, _ := tx.Get(store.Placements, wl.Key.String()); v != nil {
@@ -180,7 +204,10 @@ type NodesWrite struct {
 // Plan implements registry.Write.
 func (w *NodesWrite) Plan(tx *registry.Tx) error {
 	w.tx = tx
-	t := w.Scheduler.batchTxn(tx)
+	t, ok := w.Scheduler.soleTxn(tx)
+	if !ok {
+		return nil
+	}
 	w.Changed = w.Changed[:0]
 	var changed []*Node
 	for _, n := range w.Nodes {
@@ -225,7 +252,10 @@ type DeleteNodeWrite struct {
 // Plan implements registry.Write.
 func (w *DeleteNodeWrite) Plan(tx *registry.Tx) error {
 	w.tx = tx
-	t := w.Scheduler.batchTxn(tx)
+	t, ok := w.Scheduler.soleTxn(tx)
+	if !ok {
+		return nil
+	}
 	mark := len(t.Ops())
 	released, err := t.DeleteNode(w.Name)
 	if err != nil {
@@ -252,7 +282,10 @@ type DeletePlacementWrite struct {
 // Plan implements registry.Write.
 func (w *DeletePlacementWrite) Plan(tx *registry.Tx) error {
 	w.tx = tx
-	t := w.Scheduler.batchTxn(tx)
+	t, ok := w.Scheduler.soleTxn(tx)
+	if !ok {
+		return nil
+	}
 	if v, _ := tx.Get(store.Placements, w.Key.String()); v != nil {
 		w.Node = v.(*Placement).Node
 	}

@@ -123,7 +123,7 @@ func (r *Registry) commit(ctx context.Context, batch []*request) (carried []*req
 	plan := func(req *request) {
 		tx.begin()
 		err := req.w.Plan(tx)
-		if err == nil && tx.dep {
+		if tx.dep {
 			// Decided on an earlier write of this batch, whose condition
 			// may fail at commit: planned again first in the next batch,
 			// on what this one committed.
@@ -157,6 +157,10 @@ func (r *Registry) commit(ctx context.Context, batch []*request) (carried []*req
 		// stale (acknowledged, not written): they fail instead.
 		again := idle
 		idle = nil
+		// The scheduler's batch transaction is let go first: the follower
+		// needs it to apply node and placement changes, and the ops this
+		// batch planned are conditional on what they decided on.
+		finish(planned)
 		moved, err := r.catchUp(ctx, 5*time.Second) // the committer waits meanwhile
 		for _, req := range again {
 			if _, ok := req.w.(Finisher); ok {
@@ -176,13 +180,17 @@ func (r *Registry) commit(ctx context.Context, batch []*request) (carried []*req
 	}
 	if len(txns) == 0 {
 		finish(planned)
-		if r.answeredSeq.Load() < r.handedSeq {
+		if answered := r.answeredSeq.Load(); answered < r.handedSeq {
 			// Batches handed to the answerer are committed but may not be
 			// durable or applied yet, and these answers may rest on them
 			// (an instance another request is deleting is "not found"):
-			// they are sent after those, never before.
-			r.answerq <- answers{batch: slices.Clone(batch), rev: r.handedRev, from: r.answeredSeq.Load() + 1, idle: true, onDisk: noWait}
+			// they are sent after those, never before. One load: from and
+			// rev must describe the same batches.
+			r.answerq <- answers{batch: slices.Clone(batch), rev: r.handedRev, from: answered + 1, idle: true, onDisk: noWait}
 			handed = true
+			if r.idleHanded != nil {
+				r.idleHanded()
+			}
 		}
 		return
 	}
@@ -516,6 +524,16 @@ func (t *Tx) Encode(fill func(b []byte) []byte) []byte {
 
 // Answer sets the revision the write answers if it writes nothing.
 func (t *Tx) Answer(rev int64) { t.answer = rev }
+
+// Depend says that the current write decided on what an earlier write of
+// the batch did (the scheduler's batch transaction, which the registry
+// does not see): in a cluster, where that write may fail its condition,
+// it is carried to the next batch (commit). Elsewhere it does nothing.
+func (t *Tx) Depend() {
+	if t.r.cluster != nil {
+		t.dep = true
+	}
+}
 
 // AnswerLater sets a revision the write answers, if it writes nothing,
 // that is known only once the writes it rests on are applied: a record

@@ -79,10 +79,19 @@ func (w *registerWrite) Plan(tx *Tx) error {
 	}
 	tx.Answer(unchanged)
 	if len(same) > 0 {
+		inst := w.r.cat.Instances()
 		tx.AnswerLater(func() int64 {
 			var last int64
 			for _, in := range same {
-				last = max(last, in.Revision)
+				rev := in.Revision
+				if rev == 0 {
+					// Never adopted: the catalog reloaded its state
+					// meanwhile. What it holds now is the answer.
+					if cur := inst.Get(in.ID); cur != nil {
+						rev = cur.Revision
+					}
+				}
+				last = max(last, rev)
 			}
 			return last
 		})
@@ -243,8 +252,13 @@ const maxReplans = 16
 func (r *Registry) SubmitChecked(ctx context.Context, w Write) (int64, error) {
 	for attempt := 0; ; attempt++ {
 		rev, err := r.Submit(ctx, w)
-		if r.cluster == nil || conflictRevision(err) == 0 || attempt == maxReplans {
+		if r.cluster == nil || conflictRevision(err) == 0 {
 			return rev, err
+		}
+		if attempt == maxReplans {
+			// Nothing of it was written: unavailable (503, retry), not a
+			// conflict the caller did not ask for.
+			return 0, fmt.Errorf("%w: still losing races to other servers after %d tries: %v", store.ErrUnavailable, maxReplans+1, err)
 		}
 		// The submitter's own goroutine waits: as long as its caller lets
 		// it, within a bound.

@@ -493,21 +493,27 @@ func openGatedWith(t *testing.T, opts Options, instances ...*catalog.Instance) (
 	return openOn(t, g, opts), g
 }
 
+// idleHandOffs has r's committer report each batch that wrote nothing
+// and was handed to the answerer behind batches in flight. Call it before
+// the first write.
+func idleHandOffs(r *Registry) <-chan struct{} {
+	ch := make(chan struct{}, 16)
+	r.idleHanded = func() { ch <- struct{}{} }
+	return ch
+}
+
 // handedOrAnswered waits until the committer has handed a write that
-// wrote nothing to the answerer (which is held by the gate), and fails if
-// the write is answered instead: it would be answered before the
-// committed, unapplied batch it was decided on.
-func handedOrAnswered(t *testing.T, r *Registry, answered <-chan error, what string) {
+// wrote nothing to the answerer (which is held), and fails if the write is
+// answered instead: it would be answered before the committed, unapplied
+// batch it was decided on.
+func handedOrAnswered(t *testing.T, handed <-chan struct{}, answered <-chan error, what string) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); len(r.answerq) == 0; time.Sleep(time.Millisecond) {
-		select {
-		case err := <-answered:
-			t.Fatalf("%s answered (err %v) while the write it rests on is committed but not applied", what, err)
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: neither answered nor handed to the answerer in 10 s", what)
-		}
+	select {
+	case <-handed:
+	case err := <-answered:
+		t.Fatalf("%s answered (err %v) while the write it rests on is committed but not applied", what, err)
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s: neither answered nor handed to the answerer in 10 s", what)
 	}
 }
 
@@ -519,6 +525,7 @@ func handedOrAnswered(t *testing.T, r *Registry, answered <-chan error, what str
 func TestNotFoundWaitsForTheDeleteInFlight(t *testing.T) {
 	ctx := context.Background()
 	r, g := openGatedWith(t, Options{}, instance("x", "s", 0))
+	handed := idleHandOffs(r)
 	first := make(chan error, 1)
 	go func() { _, _, err := r.Deregister(ctx, []string{"x"}); first <- err }()
 	<-g.committed
@@ -529,7 +536,7 @@ func TestNotFoundWaitsForTheDeleteInFlight(t *testing.T) {
 		_, notFound, err = r.Deregister(ctx, []string{"x"})
 		second <- err
 	}()
-	handedOrAnswered(t, r, second, "the second deregister")
+	handedOrAnswered(t, handed, second, "the second deregister")
 	close(g.gate)
 	awaitAnswers(t, second, 1)
 	if r.cat.Instances().Get("x") != nil {
@@ -547,6 +554,7 @@ func TestNotFoundWaitsForTheDeleteInFlight(t *testing.T) {
 func TestUnchangedOverInFlightRegister(t *testing.T) {
 	ctx := context.Background()
 	r, g := openGatedWith(t, Options{}, instance("other", "s", 0))
+	handed := idleHandOffs(r)
 	type answer struct {
 		rev int64
 		err error
@@ -563,7 +571,7 @@ func TestUnchangedOverInFlightRegister(t *testing.T) {
 		second <- answer{rev, err}
 		errs <- err
 	}()
-	handedOrAnswered(t, r, errs, "the identical register")
+	handedOrAnswered(t, handed, errs, "the identical register")
 	close(g.gate)
 	a1, a2 := <-first, <-second
 	if a1.err != nil || a2.err != nil {
@@ -600,14 +608,17 @@ func TestNotFoundFailsWithTheDeleteItRestsOn(t *testing.T) {
 	ctx := context.Background()
 	s := &syncFailStore{Store: storeWith(t, instance("x", "s", 0)), committed: make(chan struct{}, 8), release: make(chan struct{})}
 	r := openOn(t, s, Options{})
+	handed := idleHandOffs(r)
+	release := sync.OnceFunc(func() { close(s.release) })
+	t.Cleanup(release) // before r closes, also when the test fails early
 	first, second := make(chan error, 1), make(chan error, 1)
 	go func() { _, _, err := r.Deregister(ctx, []string{"x"}); first <- err }()
 	<-s.committed
 	// The answerer now waits on the first delete's fsync; the second
 	// deregister finds x deleted in flight.
 	go func() { _, _, err := r.Deregister(ctx, []string{"x"}); second <- err }()
-	handedOrAnswered(t, r, second, "the second deregister")
-	close(s.release)
+	handedOrAnswered(t, handed, second, "the second deregister")
+	release()
 	if err := <-first; !errors.Is(err, errDisk) {
 		t.Fatalf("first deregister: %v, want the disk error", err)
 	}

@@ -114,6 +114,9 @@ type Registry struct {
 	handedSeq   int64
 	handedRev   int64
 	answeredSeq atomic.Int64
+	// idleHanded, if set (tests, before the first write), is called by the
+	// committer once it handed a batch that wrote nothing to the answerer.
+	idleHanded func()
 }
 
 // request is one write waiting for the committer.
