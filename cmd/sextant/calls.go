@@ -149,11 +149,10 @@ func (f *callsFlags) window() (url.Values, error) {
 	if f.service == "" {
 		return nil, fmt.Errorf("--service is required")
 	}
-	ns, name, err := client.ParseService(f.service, "")
-	if err != nil {
-		return nil, fmt.Errorf("--service: %w", err)
-	}
-	q := url.Values{"service": {ns + "/" + name}}
+	// Sent as given: the gateway reads NAME as default/NAME and keeps a
+	// call-log partition of exactly that name (another control plane's
+	// cluster names, which are no Sextant service names) as it is.
+	q := url.Values{"service": {f.service}}
 	set(q, "endpoint", f.endpoint)
 	to := f.to
 	if to == "" {

@@ -74,7 +74,7 @@ func TestCallsCommands(t *testing.T) {
 	if _, err := run("calls", "list"); err == nil || !strings.Contains(err.Error(), "--service") {
 		t.Fatalf("missing --service: %v", err)
 	}
-	if _, err := run("calls", "stats", "--service", "a/b/c"); err == nil || !strings.Contains(err.Error(), `--service: client: bad service "a/b/c"`) {
+	if _, err := run("calls", "stats", "--service", "a/b/c"); err == nil || !strings.Contains(err.Error(), `service: "a/b/c": want NAME (in namespace default) or NAMESPACE/NAME`) {
 		t.Fatalf("bad --service: %v", err)
 	}
 	if _, err := run("calls", "list", "--service", "orders", "--from", "yesterday"); err == nil || !strings.Contains(err.Error(), "from") {
