@@ -122,6 +122,7 @@ func (r *Registry) commit(ctx context.Context, batch []*request) (carried []*req
 	var idle []*request // answered without a write, from what the catalog holds
 	plan := func(req *request) {
 		tx.begin()
+		req.later = nil // of an earlier plan of it, if any
 		err := req.w.Plan(tx)
 		if tx.dep {
 			// Decided on an earlier write of this batch, whose condition
