@@ -251,13 +251,20 @@ func statsQuery(p *params, log *calllog.Log) calllog.StatsQuery {
 	return sq
 }
 
-func serveStats(w http.ResponseWriter, r *http.Request, log *calllog.Log) {
+// statsRequest flushes the log and reads a stats query, or answers the
+// error itself and reports false.
+func statsRequest(w http.ResponseWriter, r *http.Request, log *calllog.Log) (calllog.StatsQuery, bool) {
 	if !flushed(w, log) {
-		return
+		return calllog.StatsQuery{}, false
 	}
 	p := params{q: r.URL.Query()}
 	sq := statsQuery(&p, log)
-	if !p.ok(w) {
+	return sq, p.ok(w)
+}
+
+func serveStats(w http.ResponseWriter, r *http.Request, log *calllog.Log) {
+	sq, ok := statsRequest(w, r, log)
+	if !ok {
 		return
 	}
 	steps, err := log.Stats(sq)
@@ -277,12 +284,8 @@ func serveStats(w http.ResponseWriter, r *http.Request, log *calllog.Log) {
 // serveEndpoints answers per-endpoint counts, errors and latency of a
 // service over a window: a dead endpoint among live ones shows here.
 func serveEndpoints(w http.ResponseWriter, r *http.Request, log *calllog.Log) {
-	if !flushed(w, log) {
-		return
-	}
-	p := params{q: r.URL.Query()}
-	sq := statsQuery(&p, log)
-	if !p.ok(w) {
+	sq, ok := statsRequest(w, r, log)
+	if !ok {
 		return
 	}
 	eps, err := log.Endpoints(sq)
