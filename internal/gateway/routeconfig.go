@@ -109,7 +109,6 @@ const (
 	retryConnectFailure
 	retryReset
 	retryRetriableCodes
-	retryRefusedStream
 	retryRetriable4xx // 409
 )
 
@@ -367,7 +366,6 @@ func decodeRetry(rp *route.RetryPolicy, path string) (retrySpec, error) {
 			// An HTTP/2 REFUSED_STREAM: the gateway's upstream connections
 			// are HTTP/1, which cannot send one, so it is accepted and
 			// never matches (retriable).
-			s.on |= retryRefusedStream
 		case "retriable-4xx":
 			s.on |= retryRetriable4xx
 		case "cancelled", "deadline-exceeded", "internal", "resource-exhausted", "unavailable",
