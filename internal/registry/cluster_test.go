@@ -59,17 +59,8 @@ func TestClusterNewTermGrace(t *testing.T) {
 	clk := newClock()
 	clk.ns.Store(time.Now().Add(time.Hour).UnixNano())
 	t0 := clk.Now()
-	st, err := embedded.Open(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
 	j := &judge{term: 1, moved: make(chan struct{}, 1)}
-	r, err := Open(st, Options{Now: clk.Now, Cluster: j})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
+	r := openOn(t, storeWith(t), Options{Now: clk.Now, Cluster: j})
 	if _, err := r.Register(ctx, []*catalog.Instance{instance("a", "s", 1)}); err != nil {
 		t.Fatal(err)
 	}
@@ -170,18 +161,9 @@ func TestClusterExpiryWaitsForRelayedHeartbeats(t *testing.T) {
 	clk := newClock()
 	clk.ns.Store(time.Now().Add(time.Hour).UnixNano()) // see TestClusterNewTermGrace
 	t0 := clk.Now()
-	st, err := embedded.Open(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
 	j := &judge{term: 1, moved: make(chan struct{}, 1)}
 	j.heard.Store(t0.UnixNano())
-	r, err := Open(st, Options{Now: clk.Now, Cluster: j})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
+	r := openOn(t, storeWith(t), Options{Now: clk.Now, Cluster: j})
 	for _, id := range []string{"beating", "silent"} {
 		if _, err := r.Register(ctx, []*catalog.Instance{instance(id, "s", 1)}); err != nil {
 			t.Fatal(err)

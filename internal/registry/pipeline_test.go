@@ -468,6 +468,9 @@ func storeWith(t *testing.T, instances ...*catalog.Instance) *embedded.Store {
 		t.Fatal(err)
 	}
 	defer r0.Close()
+	if len(instances) == 0 {
+		return st
+	}
 	if _, err := r0.Register(context.Background(), instances); err != nil {
 		t.Fatal(err)
 	}
