@@ -8,7 +8,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
-	"unicode/utf8"
+
+	"github.com/sextant-mesh/sextant/internal/jsonstring"
 )
 
 // NewAuditHandler returns a slog handler that writes each record as one
@@ -48,9 +49,9 @@ func (h *auditHandler) Handle(_ context.Context, r slog.Record) error {
 	}
 	b = t.AppendFormat(b, time.RFC3339Nano)
 	b = append(b, `","level":`...)
-	b = appendJSONString(b, r.Level.String())
+	b = jsonstring.AppendHTML(b, r.Level.String())
 	b = append(b, `,"msg":`...)
-	b = appendJSONString(b, r.Message)
+	b = jsonstring.AppendHTML(b, r.Message)
 	b = append(b, h.pre...)
 	r.Attrs(func(a slog.Attr) bool {
 		b = appendAttr(b, "", a)
@@ -115,7 +116,7 @@ func appendAttr(b []byte, _ string, a slog.Attr) []byte {
 	b = appendKey(b, a.Key)
 	switch v.Kind() {
 	case slog.KindString:
-		return appendJSONString(b, v.String())
+		return jsonstring.AppendHTML(b, v.String())
 	case slog.KindInt64:
 		return strconv.AppendInt(b, v.Int64(), 10)
 	case slog.KindUint64:
@@ -135,7 +136,7 @@ func appendAttr(b []byte, _ string, a slog.Attr) []byte {
 			if i > 0 {
 				b = append(b, ',')
 			}
-			b = appendJSONString(b, s)
+			b = jsonstring.AppendHTML(b, s)
 		}
 		return append(b, ']')
 	}
@@ -143,14 +144,14 @@ func appendAttr(b []byte, _ string, a slog.Attr) []byte {
 		if j, err := json.Marshal(v.Float64()); err == nil {
 			return append(b, j...)
 		}
-		return appendJSONString(b, strconv.FormatFloat(v.Float64(), 'g', -1, 64))
+		return jsonstring.AppendHTML(b, strconv.FormatFloat(v.Float64(), 'g', -1, 64))
 	}
 	if err, ok := v.Any().(error); ok {
-		return appendJSONString(b, err.Error())
+		return jsonstring.AppendHTML(b, err.Error())
 	}
 	j, err := json.Marshal(v.Any())
 	if err != nil {
-		return appendJSONString(b, "!ERROR:"+err.Error())
+		return jsonstring.AppendHTML(b, "!ERROR:"+err.Error())
 	}
 	return append(b, j...)
 }
@@ -160,63 +161,6 @@ func appendKey(b []byte, key string) []byte {
 	if len(b) == 0 || b[len(b)-1] != '{' {
 		b = append(b, ',')
 	}
-	b = appendJSONString(b, key)
+	b = jsonstring.AppendHTML(b, key)
 	return append(b, ':')
-}
-
-const hexDigits = "0123456789abcdef"
-
-// appendJSONString appends s as a JSON string: control characters, quote
-// and backslash escaped, invalid UTF-8 replaced by U+FFFD, and <, >, & and
-// U+2028/2029 escaped as encoding/json does.
-func appendJSONString(b []byte, s string) []byte {
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
-				i++
-				continue
-			}
-			b = append(b, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				b = append(b, '\\', c)
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			case '\b':
-				b = append(b, '\\', 'b')
-			case '\f':
-				b = append(b, '\\', 'f')
-			default:
-				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			b = append(b, s[start:i]...)
-			b = append(b, `\ufffd`...)
-			i += size
-			start = i
-			continue
-		}
-		if r == '\u2028' || r == '\u2029' {
-			b = append(b, s[start:i]...)
-			b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xf])
-			i += size
-			start = i
-			continue
-		}
-		i += size
-	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
 }

@@ -47,18 +47,6 @@ func TestAuditHandlerMatchesJSONHandler(t *testing.T) {
 	}
 }
 
-func FuzzAuditString(f *testing.F) {
-	f.Add("plain")
-	f.Add("quote\" back\\ nl\n ctl\x01 html<>& ls\u2028 bad\xff é")
-	f.Fuzz(func(t *testing.T, s string) {
-		got := appendJSONString(nil, s)
-		want, _ := json.Marshal(s)
-		if !bytes.Equal(got, want) {
-			t.Fatalf("appendJSONString(%q) = %s, encoding/json %s", s, got, want)
-		}
-	})
-}
-
 func TestAuditHandlerGroups(t *testing.T) {
 	var fast, std bytes.Buffer
 	for _, h := range []slog.Handler{NewAuditHandler(&fast), slog.NewJSONHandler(&std, nil)} {

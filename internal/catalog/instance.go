@@ -4,8 +4,8 @@ import (
 	"strconv"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
+	"github.com/sextant-mesh/sextant/internal/jsonstring"
 	"github.com/sextant-mesh/sextant/internal/label"
 )
 
@@ -119,19 +119,19 @@ func (in *Instance) AppendJSON(b []byte) []byte {
 
 func (in *Instance) encodeJSON(b []byte) []byte {
 	b = append(b, `{"id":`...)
-	b = AppendJSONString(b, in.ID)
+	b = jsonstring.Append(b, in.ID)
 	b = append(b, `,"namespace":`...)
-	b = AppendJSONString(b, in.Namespace)
+	b = jsonstring.Append(b, in.Namespace)
 	b = append(b, `,"service":`...)
-	b = AppendJSONString(b, in.Service)
+	b = jsonstring.Append(b, in.Service)
 	b = append(b, `,"host":`...)
-	b = AppendJSONString(b, in.Host)
+	b = jsonstring.Append(b, in.Host)
 	b = append(b, `,"port":`...)
 	b = strconv.AppendInt(b, int64(in.Port), 10)
 	b = append(b, `,"protocol":`...)
-	b = AppendJSONString(b, in.Protocol)
+	b = jsonstring.Append(b, in.Protocol)
 	b = append(b, `,"version":`...)
-	b = AppendJSONString(b, in.Version)
+	b = jsonstring.Append(b, in.Version)
 	b = append(b, `,"weight":`...)
 	b = strconv.AppendInt(b, int64(in.Weight), 10)
 	b = append(b, `,"isolated":`...)
@@ -142,9 +142,9 @@ func (in *Instance) encodeJSON(b []byte) []byte {
 			b = append(b, ',')
 		}
 		k, v := in.Metadata.At(i)
-		b = AppendJSONString(b, k)
+		b = jsonstring.Append(b, k)
 		b = append(b, ':')
-		b = AppendJSONString(b, v)
+		b = jsonstring.Append(b, v)
 	}
 	b = append(b, `},"ttl_seconds":`...)
 	b = strconv.AppendInt(b, int64(in.TTLSeconds), 10)
@@ -163,57 +163,4 @@ func (in *Instance) encodeJSON(b []byte) []byte {
 	b = append(b, `","updated_at":"`...)
 	b = in.UpdatedAt.UTC().AppendFormat(b, time.RFC3339Nano)
 	return append(b, `"}`...)
-}
-
-const hexDigits = "0123456789abcdef"
-
-// AppendJSONString appends s as a JSON string, as encoding/json would
-// (without HTML escaping). Invalid UTF-8 becomes U+FFFD; validation keeps it
-// out of the catalog anyway. Every encoder of instance data uses this one.
-func AppendJSONString(b []byte, s string) []byte {
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' {
-				i++
-				continue
-			}
-			b = append(b, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				b = append(b, '\\', c)
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			default:
-				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			b = append(b, s[start:i]...)
-			b = append(b, `\ufffd`...)
-			i += size
-			start = i
-			continue
-		}
-		if r == '\u2028' || r == '\u2029' {
-			b = append(b, s[start:i]...)
-			b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xf])
-			i += size
-			start = i
-			continue
-		}
-		i += size
-	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
 }

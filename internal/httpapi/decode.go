@@ -2,12 +2,12 @@ package httpapi
 
 import (
 	"bytes"
+	"errors"
 	"slices"
 	"strconv"
-	"unicode/utf16"
-	"unicode/utf8"
 
 	"github.com/sextant-mesh/sextant/internal/catalog"
+	"github.com/sextant-mesh/sextant/internal/jsonstring"
 	"github.com/sextant-mesh/sextant/internal/label"
 	"github.com/sextant-mesh/sextant/internal/registry"
 )
@@ -92,139 +92,24 @@ func (d *decodeState) literal(lit string) bool {
 	return false
 }
 
-// strBytes reads a JSON string: escapes resolved, invalid UTF-8 and lone
-// surrogates replaced by U+FFFD, as encoding/json does. The bytes are a view
-// of the body when the string has no escapes, else a decoded copy: valid
-// until the body is reused.
+// strBytes reads a JSON string (jsonstring.Parse): a view of the body
+// when the string has no escapes, else a decoded copy: valid until the
+// body is reused.
 func (d *decodeState) strBytes() ([]byte, error) {
 	if d.peek() != '"' {
 		return nil, d.syntax("a string")
 	}
-	// Most strings are plain ASCII: then the string needs neither
-	// unescaping nor UTF-8 validation.
-	if s, end, ok := plainString(d.b, d.i); ok {
-		d.i = end
-		return s, nil
-	}
-	d.i++
-	start := d.i
-	for d.i < len(d.b) {
-		c := d.b[d.i]
-		switch {
-		case c == '"':
-			s := d.b[start:d.i]
-			d.i++
-			if utf8.Valid(s) {
-				return s, nil
-			}
-			return []byte(string([]rune(string(s)))), nil // invalid bytes become U+FFFD
-		case c == '\\':
-			s, err := d.strSlow(start)
-			return []byte(s), err
-		case c < 0x20:
-			return nil, badRequest("", "malformed JSON at byte %d: control character in string", d.i)
+	s, end, err := jsonstring.Parse(d.b, d.i)
+	if err != nil {
+		var se *jsonstring.SyntaxError
+		if errors.As(err, &se) && !se.Truncated {
+			return nil, badRequest("", "malformed JSON at byte %d: %s", se.Offset, se.Msg)
 		}
-		d.i++
+		d.i = len(d.b)
+		return nil, d.syntax("the end of a string")
 	}
-	return nil, d.syntax("the end of a string")
-}
-
-// strStop marks the bytes that end strBytes' fast scan: the quote, the
-// backslash, control characters and every non-ASCII byte.
-var strStop = func() (t [256]bool) {
-	for c := range t {
-		t[c] = c == '"' || c == '\\' || c < 0x20 || c >= utf8.RuneSelf
-	}
-	return t
-}()
-
-func (d *decodeState) strSlow(start int) (string, error) {
-	out := append([]byte(nil), d.b[start:d.i]...)
-	for d.i < len(d.b) {
-		c := d.b[d.i]
-		switch {
-		case c == '"':
-			d.i++
-			if utf8.Valid(out) {
-				return string(out), nil
-			}
-			return string([]rune(string(out))), nil
-		case c < 0x20:
-			return "", badRequest("", "malformed JSON at byte %d: control character in string", d.i)
-		case c != '\\':
-			out = append(out, c)
-			d.i++
-			continue
-		}
-		d.i++
-		if d.i >= len(d.b) {
-			break
-		}
-		e := d.b[d.i]
-		d.i++
-		switch e {
-		case '"', '\\', '/':
-			out = append(out, e)
-		case 'b':
-			out = append(out, '\b')
-		case 'f':
-			out = append(out, '\f')
-		case 'n':
-			out = append(out, '\n')
-		case 'r':
-			out = append(out, '\r')
-		case 't':
-			out = append(out, '\t')
-		case 'u':
-			r, ok := d.hex4()
-			if !ok {
-				return "", badRequest("", "malformed JSON at byte %d: bad \\u escape", d.i)
-			}
-			if utf16.IsSurrogate(r) {
-				r2 := rune(-1)
-				if len(d.b)-d.i >= 6 && d.b[d.i] == '\\' && d.b[d.i+1] == 'u' {
-					save := d.i
-					d.i += 2
-					if x, ok := d.hex4(); ok {
-						r2 = x
-					}
-					if dec := utf16.DecodeRune(r, r2); dec != utf8.RuneError {
-						r = dec
-					} else {
-						d.i = save
-						r = utf8.RuneError
-					}
-				} else {
-					r = utf8.RuneError
-				}
-			}
-			out = utf8.AppendRune(out, r)
-		default:
-			return "", badRequest("", "malformed JSON at byte %d: bad escape \\%c", d.i-1, e)
-		}
-	}
-	return "", d.syntax("the end of a string")
-}
-
-func (d *decodeState) hex4() (rune, bool) {
-	if len(d.b)-d.i < 4 {
-		return 0, false
-	}
-	var r rune
-	for _, c := range d.b[d.i : d.i+4] {
-		switch {
-		case c >= '0' && c <= '9':
-			r = r<<4 | rune(c-'0')
-		case c >= 'a' && c <= 'f':
-			r = r<<4 | rune(c-'a'+10)
-		case c >= 'A' && c <= 'F':
-			r = r<<4 | rune(c-'A'+10)
-		default:
-			return 0, false
-		}
-	}
-	d.i += 4
-	return r, true
+	d.i = end
+	return s, nil
 }
 
 // number reads a JSON number and returns its text.
@@ -421,11 +306,11 @@ func (d *decodeState) compactPairs(pairs []pair) ([]pair, bool) {
 	}
 	i++
 	for {
-		k, j, ok := plainString(b, i)
+		k, j, ok := jsonstring.Plain(b, i)
 		if !ok || j >= len(b) || b[j] != ':' {
 			return pairs[:n], false
 		}
-		v, j, ok := plainString(b, j+1)
+		v, j, ok := jsonstring.Plain(b, j+1)
 		if !ok || j >= len(b) {
 			return pairs[:n], false
 		}
@@ -440,27 +325,6 @@ func (d *decodeState) compactPairs(pairs []pair) ([]pair, bool) {
 			return pairs[:n], false
 		}
 	}
-}
-
-// plainString reads the string starting at b[i] if it has no strStop byte
-// before its closing quote, and returns it and the index after the quote.
-// The loop ranges over a local slice: one on d.b[d.i] reloaded both through
-// d at every byte (12 instructions a byte, against 8; IndexByte and a
-// word-at-a-time check cost more on 10-byte strings).
-func plainString(b []byte, i int) ([]byte, int, bool) {
-	if i >= len(b) || b[i] != '"' {
-		return nil, 0, false
-	}
-	rest := b[i+1:]
-	for j, c := range rest {
-		if strStop[c] {
-			if c != '"' {
-				return nil, 0, false
-			}
-			return rest[:j:j], i + 2 + j, true
-		}
-	}
-	return nil, 0, false
 }
 
 func (d *decodeState) metadata(in *catalog.Instance) error {

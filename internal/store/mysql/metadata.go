@@ -4,11 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
-	"unicode/utf16"
-	"unicode/utf8"
 
-	"github.com/sextant-mesh/sextant/internal/catalog"
+	"github.com/sextant-mesh/sextant/internal/jsonstring"
 	"github.com/sextant-mesh/sextant/internal/label"
 )
 
@@ -26,15 +23,13 @@ func appendMetadata(b []byte, l label.Labels) []byte {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = catalog.AppendJSONString(b, k)
+		b = jsonstring.Append(b, k)
 		b = append(b, ':')
-		b = catalog.AppendJSONString(b, v)
+		b = jsonstring.Append(b, v)
 		i++
 	}
 	return append(b, '}')
 }
-
-const hexDigits = "0123456789abcdef"
 
 var errMetadata = errors.New("mysql: bad metadata column")
 
@@ -139,95 +134,21 @@ func (p *jsonParser) eat(c byte) bool {
 	return false
 }
 
-// str reads a JSON string.
+// str reads a JSON string (stored: it must be UTF-8).
 func (p *jsonParser) str() (string, error) {
-	if !p.eat('"') {
-		return "", p.fail("want a string")
-	}
-	start := p.i
-	// Fast path: no escapes.
-	for p.i < len(p.s) {
-		c := p.s[p.i]
-		if c == '"' {
-			s := string(p.s[start:p.i])
-			p.i++
-			if !utf8.ValidString(s) {
-				return "", p.fail("string is not UTF-8")
-			}
-			return s, nil
-		}
-		if c == '\\' || c < 0x20 {
-			break
-		}
-		p.i++
-	}
-	b := append([]byte(nil), p.s[start:p.i]...)
-	for p.i < len(p.s) {
-		c := p.s[p.i]
-		switch {
-		case c == '"':
-			p.i++
-			if !utf8.Valid(b) {
-				return "", p.fail("string is not UTF-8")
-			}
-			return string(b), nil
-		case c < 0x20:
-			return "", p.fail("control character in a string")
-		case c != '\\':
-			b = append(b, c)
-			p.i++
-			continue
-		}
-		p.i++
-		if p.i >= len(p.s) {
-			break
-		}
-		e := p.s[p.i]
-		p.i++
-		switch e {
-		case '"', '\\', '/':
-			b = append(b, e)
-		case 'b':
-			b = append(b, '\b')
-		case 'f':
-			b = append(b, '\f')
-		case 'n':
-			b = append(b, '\n')
-		case 'r':
-			b = append(b, '\r')
-		case 't':
-			b = append(b, '\t')
-		case 'u':
-			r, ok := p.hex4()
-			if !ok {
-				return "", p.fail("bad \\u escape")
-			}
-			if utf16.IsSurrogate(r) {
-				r2 := rune(-1)
-				if p.i+1 < len(p.s) && p.s[p.i] == '\\' && p.s[p.i+1] == 'u' {
-					p.i += 2
-					if r2, ok = p.hex4(); !ok {
-						return "", p.fail("bad \\u escape")
-					}
-				}
-				r = utf16.DecodeRune(r, r2)
-			}
-			b = utf8.AppendRune(b, r)
-		default:
-			return "", p.fail("bad escape")
-		}
-	}
-	return "", p.fail("unterminated string")
-}
-
-func (p *jsonParser) hex4() (rune, bool) {
-	if p.i+4 > len(p.s) {
-		return 0, false
-	}
-	v, err := strconv.ParseUint(string(p.s[p.i:p.i+4]), 16, 32)
+	v, end, err := jsonstring.ParseStrict(p.s, p.i)
 	if err != nil {
-		return 0, false
+		var se *jsonstring.SyntaxError
+		if errors.As(err, &se) && se.Truncated {
+			p.i = len(p.s)
+			return "", p.fail("unterminated string")
+		}
+		if errors.As(err, &se) {
+			p.i = se.Offset
+			return "", p.fail(se.Msg)
+		}
+		return "", err
 	}
-	p.i += 4
-	return rune(v), true
+	p.i = end
+	return string(v), nil
 }
