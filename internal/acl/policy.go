@@ -8,11 +8,13 @@ import (
 	"io"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/sextant-mesh/sextant/internal/naming"
 )
 
 // Limits of policy documents.
 const (
-	MaxNameLen        = 128
+	MaxNameLen        = naming.MaxNameLen
 	MaxDescriptionLen = 256
 	MaxRules          = 256
 	MaxPolicies       = 64 // policies linked to one token
@@ -126,22 +128,6 @@ func prefixed(prefix string, err error) error {
 	return &FieldError{Field: prefix, Msg: err.Error()}
 }
 
-// ValidName reports whether s is a policy name: 1..128 chars of
-// [a-z0-9-._], starting and ending with a letter or digit.
-func ValidName(s string) bool {
-	if len(s) == 0 || len(s) > MaxNameLen || !alnum(s[0]) || !alnum(s[len(s)-1]) {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; !alnum(c) && c != '-' && c != '.' && c != '_' {
-			return false
-		}
-	}
-	return true
-}
-
-func alnum(c byte) bool { return c >= 'a' && c <= 'z' || c >= '0' && c <= '9' }
-
 // checkPattern validates a rule's namespace pattern.
 func checkPattern(p string) error {
 	if p == "*" {
@@ -149,17 +135,17 @@ func checkPattern(p string) error {
 	}
 	name, prefix := strings.CutSuffix(p, "*")
 	if prefix {
-		if name == "" || len(name) >= MaxNameLen || !alnum(name[0]) || strings.ContainsAny(name, "*") {
+		if name == "" || len(name) >= MaxNameLen || !naming.Alnum(name[0]) || strings.ContainsAny(name, "*") {
 			return fmt.Errorf("%q is not a namespace pattern: want a name, a prefix ending in * (team-a-*) or * for every namespace", p)
 		}
 		for i := 0; i < len(name); i++ {
-			if c := name[i]; !alnum(c) && c != '-' && c != '.' && c != '_' {
+			if c := name[i]; !naming.Alnum(c) && c != '-' && c != '.' && c != '_' {
 				return fmt.Errorf("%q is not a namespace prefix: only [a-z0-9-._] before the *", p)
 			}
 		}
 		return nil
 	}
-	if !ValidName(name) {
+	if !naming.ValidName(name) {
 		return fmt.Errorf("%q is not a namespace: 1..128 chars of [a-z0-9-._] starting and ending with a letter or digit (or a prefix ending in *, or *)", p)
 	}
 	return nil
@@ -192,7 +178,7 @@ func (r Rule) Validate() error {
 // Validate checks the policy as a user wrote it.
 func (p *Policy) Validate() error {
 	switch {
-	case !ValidName(p.Name):
+	case !naming.ValidName(p.Name):
 		return fieldErr("name", "%q is not a policy name: 1..%d chars of [a-z0-9-._], starting and ending with a letter or digit", p.Name, MaxNameLen)
 	case p.Name == BuiltinAdmin:
 		return fieldErr("name", "%q is the built-in policy and cannot be written", BuiltinAdmin)

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 
 	"github.com/sextant-mesh/sextant/internal/catalog"
+	"github.com/sextant-mesh/sextant/internal/naming"
 	"github.com/sextant-mesh/sextant/internal/store"
 )
 
@@ -17,8 +18,8 @@ import (
 // Each kind is one group, so a blocking read of a listing wakes on any
 // change of the kind.
 var (
-	tokensGroup   = catalog.ServiceKey{Name: "tokens"}
-	policiesGroup = catalog.ServiceKey{Name: "policies"}
+	tokensGroup   = naming.ServiceKey{Name: "tokens"}
+	policiesGroup = naming.ServiceKey{Name: "policies"}
 )
 
 type tokenTable struct {
@@ -28,7 +29,7 @@ type tokenTable struct {
 
 var _ catalog.Table = (*tokenTable)(nil)
 
-func (t *tokenTable) Decode(rec store.Record) (any, catalog.ServiceKey, error) {
+func (t *tokenTable) Decode(rec store.Record) (any, naming.ServiceKey, error) {
 	tok, err := decodeToken(rec.Value, rec.Revision)
 	if err != nil {
 		return nil, tokensGroup, err
@@ -39,7 +40,7 @@ func (t *tokenTable) Decode(rec store.Record) (any, catalog.ServiceKey, error) {
 	return tok, tokensGroup, nil
 }
 
-func (t *tokenTable) Adopt(obj any, rev int64) (catalog.ServiceKey, error) {
+func (t *tokenTable) Adopt(obj any, rev int64) (naming.ServiceKey, error) {
 	tok, ok := obj.(*Token)
 	if !ok {
 		return tokensGroup, fmt.Errorf("acl: token record carries a %T", obj)
@@ -48,7 +49,7 @@ func (t *tokenTable) Adopt(obj any, rev int64) (catalog.ServiceKey, error) {
 	return tokensGroup, nil
 }
 
-func (t *tokenTable) Group(id string) (catalog.ServiceKey, bool) {
+func (t *tokenTable) Group(id string) (naming.ServiceKey, bool) {
 	_, ok := (*t.m.Load())[id]
 	return tokensGroup, ok
 }
@@ -91,7 +92,7 @@ type policyTable struct {
 
 var _ catalog.Table = (*policyTable)(nil)
 
-func (t *policyTable) Decode(rec store.Record) (any, catalog.ServiceKey, error) {
+func (t *policyTable) Decode(rec store.Record) (any, naming.ServiceKey, error) {
 	p, err := decodePolicy(rec.Value, rec.Revision)
 	if err != nil {
 		return nil, policiesGroup, err
@@ -102,7 +103,7 @@ func (t *policyTable) Decode(rec store.Record) (any, catalog.ServiceKey, error) 
 	return p, policiesGroup, nil
 }
 
-func (t *policyTable) Adopt(obj any, rev int64) (catalog.ServiceKey, error) {
+func (t *policyTable) Adopt(obj any, rev int64) (naming.ServiceKey, error) {
 	p, ok := obj.(*Policy)
 	if !ok {
 		return policiesGroup, fmt.Errorf("acl: policy record carries a %T", obj)
@@ -111,7 +112,7 @@ func (t *policyTable) Adopt(obj any, rev int64) (catalog.ServiceKey, error) {
 	return policiesGroup, nil
 }
 
-func (t *policyTable) Group(id string) (catalog.ServiceKey, bool) {
+func (t *policyTable) Group(id string) (naming.ServiceKey, bool) {
 	_, ok := (*t.m.Load())[id]
 	return policiesGroup, ok
 }

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/sextant-mesh/sextant/internal/naming"
 )
 
 // A token's secret reads sxt_<accessor>_<secret>: the accessor (12 random
@@ -148,7 +150,7 @@ func (r *TokenRequest) Validate() error {
 	}
 	seen := make(map[string]bool, len(r.Policies))
 	for i, p := range r.Policies {
-		if !ValidName(p) {
+		if !naming.ValidName(p) {
 			return fieldErr(fmt.Sprintf("policies[%d]", i), "%q is not a policy name", p)
 		}
 		if seen[p] {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sextant-mesh/sextant/internal/catalog"
+	"github.com/sextant-mesh/sextant/internal/naming"
 	"github.com/sextant-mesh/sextant/internal/registry"
 	"github.com/sextant-mesh/sextant/internal/store"
 )
@@ -187,7 +188,7 @@ func (g *Guard) DeletePolicy(ctx context.Context, sub Submitter, name string) (i
 	if name == BuiltinAdmin {
 		return 0, &Error{Code: "invalid_argument", Msg: fmt.Sprintf("%q is the built-in policy and cannot be deleted", name)}
 	}
-	if !ValidName(name) {
+	if !naming.ValidName(name) {
 		return 0, fieldErr("name", "%q is not a policy name", name)
 	}
 	return sub.Submit(ctx, &deletePolicyWrite{name: name})

@@ -27,42 +27,17 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/sextant-mesh/sextant/internal/naming"
 	"github.com/sextant-mesh/sextant/internal/store"
 )
-
-// ServiceKey names a group of records: the service of an instance, or the
-// namespace and name of any namespaced record. Waiters wait per group.
-type ServiceKey struct {
-	Namespace string
-	Name      string
-}
-
-func (k ServiceKey) String() string { return k.Namespace + "/" + k.Name }
-
-func (k ServiceKey) less(o ServiceKey) bool {
-	if k.Namespace != o.Namespace {
-		return k.Namespace < o.Namespace
-	}
-	return k.Name < o.Name
-}
-
-func cmpKey(a, b ServiceKey) int {
-	if a.less(b) {
-		return -1
-	}
-	if b.less(a) {
-		return 1
-	}
-	return 0
-}
 
 // Change is one committed change of a record of any kind.
 type Change struct {
 	Revision int64
 	Kind     store.Kind
-	Key      ServiceKey // the record's group (an instance's service)
-	ID       string     // the record's key within its kind
-	Value    any        // the new version (*Instance for instances); nil for a delete
+	Key      naming.ServiceKey // the record's group (an instance's service)
+	ID       string            // the record's key within its kind
+	Value    any               // the new version (*Instance for instances); nil for a delete
 	// Committed is when the store committed it, in unix nanoseconds.
 	Committed int64
 	// Created is set when the record was not in its group before the
@@ -79,13 +54,13 @@ func (c Change) Instance() *Instance { in, _ := c.Value.(*Instance); return in }
 type Table interface {
 	// Decode builds the value of a stored record (from another process, or
 	// at load) and returns it with its group.
-	Decode(rec store.Record) (value any, group ServiceKey, err error)
+	Decode(rec store.Record) (value any, group naming.ServiceKey, err error)
 	// Adopt takes a writer's own decoded object (store.Op.Object) committed
 	// at rev and returns its group. The object is not shared yet, so the
 	// table may complete it (its revision).
-	Adopt(obj any, rev int64) (group ServiceKey, err error)
+	Adopt(obj any, rev int64) (group naming.ServiceKey, err error)
 	// Group returns the group of record id as the table now holds it.
-	Group(id string) (ServiceKey, bool)
+	Group(id string) (naming.ServiceKey, bool)
 	// Load replaces the table's state with values (from Decode) at rev.
 	Load(rev int64, values []any)
 	// Apply publishes this kind's changes of one commit batch, in order;
@@ -290,13 +265,13 @@ func (c *Catalog) Apply(changes []store.Change) error {
 		id   string
 	}
 	type group struct {
-		key  ServiceKey
+		key  naming.ServiceKey
 		gone bool
 	}
 	// It is built from out when first needed: a batch of creations the
 	// writer vouched for (Absent) never looks a group up.
 	var pending map[pk]group
-	groupOf := func(t Table, k store.Kind, id string) (ServiceKey, bool) {
+	groupOf := func(t Table, k store.Kind, id string) (naming.ServiceKey, bool) {
 		if pending == nil && len(out) > 0 {
 			pending = make(map[pk]group, nops)
 			for _, ch := range out {
@@ -319,7 +294,7 @@ func (c *Catalog) Apply(changes []store.Change) error {
 			if t == nil {
 				return fmt.Errorf("%w %v (revision %d)", ErrUnknownKind, op.Kind, sc.Revision)
 			}
-			var prev ServiceKey
+			var prev naming.ServiceKey
 			had := false
 			if !op.Absent || op.Object == nil {
 				prev, had = groupOf(t, op.Kind, op.Key)
@@ -333,7 +308,7 @@ func (c *Catalog) Apply(changes []store.Change) error {
 			}
 			var (
 				v   any
-				g   ServiceKey
+				g   naming.ServiceKey
 				err error
 			)
 			if op.Object != nil {
@@ -421,7 +396,7 @@ func (c *Catalog) Changes(since int64, limit int, kinds ...store.Kind) ([]Change
 
 // WaitGroup blocks until ready reports true or ctx ends, checking again
 // after every change to group g of kind k. It reports ready's last answer.
-func (c *Catalog) WaitGroup(ctx context.Context, k store.Kind, g ServiceKey, ready func() bool) bool {
+func (c *Catalog) WaitGroup(ctx context.Context, k store.Kind, g naming.ServiceKey, ready func() bool) bool {
 	c.waiters.active.Add(1)
 	defer c.waiters.active.Add(-1)
 	wk := waitKey{k, g}

@@ -11,6 +11,7 @@ import (
 	"unsafe"
 
 	"github.com/sextant-mesh/sextant/internal/label"
+	"github.com/sextant-mesh/sextant/internal/naming"
 	"github.com/sextant-mesh/sextant/internal/store"
 )
 
@@ -28,7 +29,7 @@ func loadInstances(c *Catalog, rev int64, all []*Instance) {
 // model is the brute-force reference: the instances by id.
 type model map[string]*Instance
 
-func (m model) selectService(k ServiceKey, sel label.Selector, healthyOnly bool) []string {
+func (m model) selectService(k naming.ServiceKey, sel label.Selector, healthyOnly bool) []string {
 	var out []string
 	for _, in := range m {
 		if in.Key() != k || (healthyOnly && (!in.Healthy || in.Isolated)) || !sel.Matches(in.Metadata) {
@@ -55,7 +56,7 @@ func TestSelectAgainstReference(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	keys := []string{"zone", "env", "ver"}
 	vals := []string{"a", "b", "c"}
-	services := []ServiceKey{{"default", "s0"}, {"default", "s1"}, {"other", "s0"}}
+	services := []naming.ServiceKey{{Namespace: "default", Name: "s0"}, {Namespace: "default", Name: "s1"}, {Namespace: "other", Name: "s0"}}
 	randMeta := func() map[string]string {
 		m := map[string]string{}
 		for _, k := range keys {
@@ -356,7 +357,7 @@ func BenchmarkSelect(b *testing.B) {
 		all = append(all, benchInstance(i, "s"))
 	}
 	loadInstances(c, 1, all)
-	svc := c.Instances().Service(ServiceKey{"default", "s"})
+	svc := c.Instances().Service(naming.ServiceKey{Namespace: "default", Name: "s"})
 	sel, _ := label.Parse("meta-key01=v01-000001,meta-key02!=x")
 	b.ReportAllocs()
 	for b.Loop() {
@@ -461,7 +462,7 @@ func swapGoFold(f func(folder)) (restore func()) {
 // after each commit.
 func largeSetVersions(t *testing.T, between func()) {
 	rng := rand.New(rand.NewPCG(5, 6))
-	k := ServiceKey{"default", "big"}
+	k := naming.ServiceKey{Namespace: "default", Name: "big"}
 	meta := func() label.Labels {
 		return label.FromMap(map[string]string{
 			"zone": fmt.Sprint("z", rng.IntN(3)),    // dense

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sextant-mesh/sextant/internal/label"
+	"github.com/sextant-mesh/sextant/internal/naming"
 	"github.com/sextant-mesh/sextant/internal/store"
 )
 
@@ -120,8 +121,8 @@ func TestApplyStoreChanges(t *testing.T) {
 	}
 	checkChanges(t, c, 2, "[1 default/s1 a true 1 default/s1 b true 2 default/s1 a false 2 default/s2 a true 2 default/s1 b false]")
 	inst := c.Instances()
-	if inst.Len() != 1 || inst.Get("a").Service != "s2" || inst.Service(ServiceKey{"default", "s1"}).Len() != 0 ||
-		inst.Service(ServiceKey{"default", "s1"}).Revision != 2 || c.Revision() != 2 {
+	if inst.Len() != 1 || inst.Get("a").Service != "s2" || inst.Service(naming.ServiceKey{Namespace: "default", Name: "s1"}).Len() != 0 ||
+		inst.Service(naming.ServiceKey{Namespace: "default", Name: "s1"}).Revision != 2 || c.Revision() != 2 {
 		t.Fatalf("state after apply: %d instances, a=%+v", inst.Len(), inst.Get("a"))
 	}
 }
@@ -151,7 +152,7 @@ func TestApplyIsAtomic(t *testing.T) {
 func TestWaitWakesOnItsGroupOnly(t *testing.T) {
 	c := New(Options{})
 	inst := c.Instances()
-	k := ServiceKey{"default", "s"}
+	k := naming.ServiceKey{Namespace: "default", Name: "s"}
 	res := make(chan *Service, 1)
 	go func() { res <- inst.Wait(context.Background(), k, 0) }()
 	waitFor(t, func() bool { return c.Waiters() == 1 })
@@ -249,7 +250,7 @@ func TestWaitersForgetGroupsNobodyWaitsOn(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	for i := range 1000 {
-		g := ServiceKey{Namespace: "default", Name: fmt.Sprintf("nobody-%d", i)}
+		g := naming.ServiceKey{Namespace: "default", Name: fmt.Sprintf("nobody-%d", i)}
 		if c.WaitGroup(ctx, store.Instances, g, func() bool { return false }) {
 			t.Fatal("ready on a group that never changes")
 		}
@@ -262,7 +263,7 @@ func TestWaitersForgetGroupsNobodyWaitsOn(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		c.WaitGroup(wctx, store.Instances, ServiceKey{Namespace: "default", Name: "waited"}, func() bool { return false })
+		c.WaitGroup(wctx, store.Instances, naming.ServiceKey{Namespace: "default", Name: "waited"}, func() bool { return false })
 	}()
 	for deadline := time.Now().Add(10 * time.Second); c.Waiters() == 0; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {

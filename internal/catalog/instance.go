@@ -7,6 +7,7 @@ import (
 
 	"github.com/sextant-mesh/sextant/internal/jsonstring"
 	"github.com/sextant-mesh/sextant/internal/label"
+	"github.com/sextant-mesh/sextant/internal/naming"
 )
 
 // Instance is one registered endpoint. Once handed to the catalog it is
@@ -74,7 +75,9 @@ func (in *Instance) ItemLabels() label.Labels { return in.Labels() }
 func (in *Instance) ItemReady() bool { return in.Healthy && !in.Isolated }
 
 // Key returns the instance's service key.
-func (in *Instance) Key() ServiceKey { return ServiceKey{in.Namespace, in.Service} }
+func (in *Instance) Key() naming.ServiceKey {
+	return naming.ServiceKey{Namespace: in.Namespace, Name: in.Service}
+}
 
 // Clone returns a mutable copy sharing Metadata, without the cached
 // encoding and labels.

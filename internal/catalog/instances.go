@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/sextant-mesh/sextant/internal/naming"
 	"github.com/sextant-mesh/sextant/internal/store"
 )
 
@@ -23,15 +24,15 @@ type Instances struct {
 // root is one immutable version of the whole table.
 type root struct {
 	rev       int64
-	services  map[ServiceKey]*Service // includes emptied services, so their revision survives
-	keys      []ServiceKey            // sorted
+	services  map[naming.ServiceKey]*Service // includes emptied services, so their revision survives
+	keys      []naming.ServiceKey            // sorted
 	instances int
 }
 
 // Service is an immutable version of one service: its instances (a Set),
 // its revision, and the answers encoded from this version.
 type Service struct {
-	Key      ServiceKey
+	Key      naming.ServiceKey
 	Revision int64 // the last revision that changed any of its instances
 	Set[*Instance]
 
@@ -50,40 +51,40 @@ func (s *Service) HealthyLen() int { return s.ReadyLen() }
 
 func newInstances(c *Catalog) *Instances {
 	t := &Instances{c: c, ids: newIDIndex()}
-	t.root.Store(&root{services: map[ServiceKey]*Service{}})
+	t.root.Store(&root{services: map[naming.ServiceKey]*Service{}})
 	return t
 }
 
 var _ Table = (*Instances)(nil)
 
 // Decode implements Table.
-func (t *Instances) Decode(rec store.Record) (any, ServiceKey, error) {
+func (t *Instances) Decode(rec store.Record) (any, naming.ServiceKey, error) {
 	in, err := DecodeInstance(rec.Value, rec.Revision)
 	if err != nil {
-		return nil, ServiceKey{}, err
+		return nil, naming.ServiceKey{}, err
 	}
 	if in.ID != rec.Key {
-		return nil, ServiceKey{}, fmt.Errorf("%w: record %q holds instance %q", ErrCorrupt, rec.Key, in.ID)
+		return nil, naming.ServiceKey{}, fmt.Errorf("%w: record %q holds instance %q", ErrCorrupt, rec.Key, in.ID)
 	}
 	return in, in.Key(), nil
 }
 
 // Adopt implements Table.
-func (t *Instances) Adopt(obj any, rev int64) (ServiceKey, error) {
+func (t *Instances) Adopt(obj any, rev int64) (naming.ServiceKey, error) {
 	in, ok := obj.(*Instance)
 	if !ok {
-		return ServiceKey{}, fmt.Errorf("catalog: instance record carries a %T", obj)
+		return naming.ServiceKey{}, fmt.Errorf("catalog: instance record carries a %T", obj)
 	}
 	in.Revision = rev
 	return in.Key(), nil
 }
 
 // Group implements Table.
-func (t *Instances) Group(id string) (ServiceKey, bool) {
+func (t *Instances) Group(id string) (naming.ServiceKey, bool) {
 	if in := t.Get(id); in != nil {
 		return in.Key(), true
 	}
-	return ServiceKey{}, false
+	return naming.ServiceKey{}, false
 }
 
 // Record implements Table.
@@ -97,7 +98,7 @@ func (t *Instances) Record(id string) (any, int64, bool) {
 // Load implements Table: it replaces every instance, building services on
 // every core.
 func (t *Instances) Load(rev int64, values []any) {
-	byService := map[ServiceKey][]*Instance{}
+	byService := map[naming.ServiceKey][]*Instance{}
 	for _, v := range values {
 		in := v.(*Instance)
 		if !t.c.opts.KeepHealthAtLoad {
@@ -120,18 +121,18 @@ func (t *Instances) Load(rev int64, values []any) {
 		}()
 	}
 	wg.Wait()
-	services := make(map[ServiceKey]*Service, len(byService))
+	services := make(map[naming.ServiceKey]*Service, len(byService))
 	for i, k := range keys {
 		services[k] = built[i]
 	}
-	t.root.Store(&root{rev: rev, services: services, keys: slices.SortedFunc(maps.Keys(services), cmpKey), instances: len(values)})
+	t.root.Store(&root{rev: rev, services: services, keys: slices.SortedFunc(maps.Keys(services), naming.ServiceKey.Compare), instances: len(values)})
 }
 
 // Apply implements Table.
 func (t *Instances) Apply(rev int64, changes []Change) {
 	old := t.root.Load()
-	edits := make(map[ServiceKey]*setEdit[*Instance])
-	revs := make(map[ServiceKey]int64)
+	edits := make(map[naming.ServiceKey]*setEdit[*Instance])
+	revs := make(map[naming.ServiceKey]int64)
 	count := old.instances
 	for _, ch := range changes {
 		e := edits[ch.Key]
@@ -171,7 +172,7 @@ func (t *Instances) Apply(rev int64, changes []Change) {
 		n.services[k] = &Service{Key: k, Revision: revs[k], Set: e.finish()}
 	}
 	if added {
-		n.keys = slices.SortedFunc(maps.Keys(n.services), cmpKey)
+		n.keys = slices.SortedFunc(maps.Keys(n.services), naming.ServiceKey.Compare)
 	}
 	t.root.Store(n)
 }
@@ -186,11 +187,11 @@ func (t *Instances) Get(id string) *Instance {
 
 // Service returns the current version of a service, or nil if it never had
 // an instance. An emptied service stays, with no instances.
-func (t *Instances) Service(k ServiceKey) *Service { return t.root.Load().services[k] }
+func (t *Instances) Service(k naming.ServiceKey) *Service { return t.root.Load().services[k] }
 
 // Wait blocks until service k's revision is greater than index or ctx ends,
 // and returns the service as it then is (nil if it never existed).
-func (t *Instances) Wait(ctx context.Context, k ServiceKey, index int64) *Service {
+func (t *Instances) Wait(ctx context.Context, k naming.ServiceKey, index int64) *Service {
 	var s *Service
 	t.c.WaitGroup(ctx, store.Instances, k, func() bool {
 		s = t.Service(k)
@@ -213,7 +214,7 @@ func (s Snapshot) Revision() int64 { return s.r.rev }
 func (s Snapshot) Services(ns string) []*Service {
 	keys := s.r.keys
 	if ns != "" {
-		lo, _ := slices.BinarySearchFunc(keys, ServiceKey{Namespace: ns}, cmpKey)
+		lo, _ := slices.BinarySearchFunc(keys, naming.ServiceKey{Namespace: ns}, naming.ServiceKey.Compare)
 		hi := lo
 		for hi < len(keys) && keys[hi].Namespace == ns {
 			hi++
@@ -231,9 +232,9 @@ func (s Snapshot) Services(ns string) []*Service {
 
 // ServicesFrom returns the services with instances, in order, starting at
 // the first key >= from, in namespace ns ("" for all). For paging.
-func (s Snapshot) ServicesFrom(ns string, from ServiceKey) []*Service {
+func (s Snapshot) ServicesFrom(ns string, from naming.ServiceKey) []*Service {
 	all := s.Services(ns)
-	i, _ := slices.BinarySearchFunc(all, from, func(svc *Service, k ServiceKey) int { return cmpKey(svc.Key, k) })
+	i, _ := slices.BinarySearchFunc(all, from, func(svc *Service, k naming.ServiceKey) int { return svc.Key.Compare(k) })
 	return all[i:]
 }
 

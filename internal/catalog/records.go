@@ -5,6 +5,7 @@ import (
 	"maps"
 	"sync/atomic"
 
+	"github.com/sextant-mesh/sextant/internal/naming"
 	"github.com/sextant-mesh/sextant/internal/store"
 )
 
@@ -35,24 +36,24 @@ func NewRecords() *Records {
 var _ Table = (*Records)(nil)
 
 // Decode implements Table.
-func (t *Records) Decode(rec store.Record) (any, ServiceKey, error) {
-	return &Blob{Key: rec.Key, Value: append([]byte(nil), rec.Value...), Revision: rec.Revision}, ServiceKey{Name: rec.Key}, nil
+func (t *Records) Decode(rec store.Record) (any, naming.ServiceKey, error) {
+	return &Blob{Key: rec.Key, Value: append([]byte(nil), rec.Value...), Revision: rec.Revision}, naming.ServiceKey{Name: rec.Key}, nil
 }
 
 // Adopt implements Table: the writer's object is a *Blob.
-func (t *Records) Adopt(obj any, rev int64) (ServiceKey, error) {
+func (t *Records) Adopt(obj any, rev int64) (naming.ServiceKey, error) {
 	b, ok := obj.(*Blob)
 	if !ok {
-		return ServiceKey{}, fmt.Errorf("catalog: a record's object must be a *Blob, not %T", obj)
+		return naming.ServiceKey{}, fmt.Errorf("catalog: a record's object must be a *Blob, not %T", obj)
 	}
 	b.Revision = rev
-	return ServiceKey{Name: b.Key}, nil
+	return naming.ServiceKey{Name: b.Key}, nil
 }
 
 // Group implements Table.
-func (t *Records) Group(id string) (ServiceKey, bool) {
+func (t *Records) Group(id string) (naming.ServiceKey, bool) {
 	_, ok := (*t.m.Load())[id]
-	return ServiceKey{Name: id}, ok
+	return naming.ServiceKey{Name: id}, ok
 }
 
 // Load implements Table.

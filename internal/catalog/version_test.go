@@ -9,6 +9,7 @@ import (
 	"unsafe"
 
 	"github.com/sextant-mesh/sextant/internal/label"
+	"github.com/sextant-mesh/sextant/internal/naming"
 	"github.com/sextant-mesh/sextant/internal/store"
 )
 
@@ -46,7 +47,7 @@ func TestVersionLabel(t *testing.T) {
 	if err := c.Apply([]store.Change{{Revision: 2, Ops: []store.Op{{Kind: store.Instances, Key: in.ID, Value: []byte{}, Object: in}}}}); err != nil {
 		t.Fatal(err)
 	}
-	svc := c.Instances().Service(ServiceKey{"default", "orders"})
+	svc := c.Instances().Service(naming.ServiceKey{Namespace: "default", Name: "orders"})
 	for _, tc := range []struct{ sel, want string }{
 		{"version=v2", "a b c g h"},
 		{"version=v1", "d"},

@@ -4,12 +4,13 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/sextant-mesh/sextant/internal/naming"
 	"github.com/sextant-mesh/sextant/internal/store"
 )
 
 type waitKey struct {
 	kind  store.Kind
-	group ServiceKey
+	group naming.ServiceKey
 }
 
 // waiters holds one channel per group being waited on, closed on its next

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/sextant-mesh/sextant/internal/naming"
 	"github.com/sextant-mesh/sextant/internal/registry"
 	"github.com/sextant-mesh/sextant/internal/store"
 )
@@ -45,7 +46,7 @@ type ApplyWrite struct {
 	// a service; a host naming a service it has none of gets a warning.
 	// Called from Plan (the registry's committer, or a dry run's caller):
 	// it must not block.
-	Registered func(ServiceKey) bool
+	Registered func(naming.ServiceKey) bool
 
 	Results []Result // filled by Plan
 }
@@ -88,7 +89,7 @@ func (w *ApplyWrite) Plan(tx *registry.Tx) error {
 // unregisteredHosts warns about each host of o that names a service with no
 // instances: a typo, or a service not registered yet. Either way nothing
 // routes there until it has instances (docs/controlplane.md).
-func unregisteredHosts(o *Object, registered func(ServiceKey) bool) []string {
+func unregisteredHosts(o *Object, registered func(naming.ServiceKey) bool) []string {
 	var out []string
 	check := func(path, host string) {
 		k, err := ResolveHost(host, o.Namespace)

@@ -11,6 +11,7 @@ import (
 	networking "istio.io/api/networking/v1"
 
 	"github.com/sextant-mesh/sextant/internal/manifest"
+	"github.com/sextant-mesh/sextant/internal/naming"
 )
 
 // MaxDocumentBytes bounds one document of a stream.
@@ -219,13 +220,13 @@ func decodeMeta(c errs, path string, v any, o *Object) {
 		switch {
 		case k == "name":
 			s, _ := m[k].(string)
-			if !validName(s) || len(s) > 128 {
+			if !naming.ValidName(s) || len(s) > 128 {
 				c.add(p, ErrInvalid, "%v: want 1..128 of [a-z0-9._-], starting and ending with a letter or digit", m[k])
 			}
 			o.Name = s
 		case k == "namespace":
 			s, _ := m[k].(string)
-			if !validNamespace(s) {
+			if !naming.ValidName(s) {
 				c.add(p, ErrInvalid, "%v: want 1..128 of [a-z0-9._-], starting and ending with a letter or digit", m[k])
 			}
 			o.Namespace = s

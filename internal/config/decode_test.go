@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/sextant-mesh/sextant/internal/naming"
 	networking "istio.io/api/networking/v1"
 )
 
@@ -227,20 +228,20 @@ func TestDecodeList(t *testing.T) {
 func TestResolveHost(t *testing.T) {
 	tests := []struct {
 		host, ns string
-		want     ServiceKey
+		want     naming.ServiceKey
 		bad      bool
 	}{
-		{"orders", "prod", ServiceKey{"prod", "orders"}, false},
-		{"orders.default", "prod", ServiceKey{"default", "orders"}, false},
-		{"orders.default.svc", "prod", ServiceKey{"default", "orders"}, false},
-		{"orders.default.svc.cluster.local", "prod", ServiceKey{"default", "orders"}, false},
-		{"a.b.default", "prod", ServiceKey{"default", "a.b"}, false},
-		{"orders.svc", "prod", ServiceKey{}, true},
-		{"*", "prod", ServiceKey{}, true},
-		{"*.default.svc.cluster.local", "prod", ServiceKey{}, true},
-		{"10.0.0.1", "prod", ServiceKey{}, true},
-		{"Orders", "prod", ServiceKey{}, true},
-		{"", "prod", ServiceKey{}, true},
+		{"orders", "prod", naming.ServiceKey{Namespace: "prod", Name: "orders"}, false},
+		{"orders.default", "prod", naming.ServiceKey{Namespace: "default", Name: "orders"}, false},
+		{"orders.default.svc", "prod", naming.ServiceKey{Namespace: "default", Name: "orders"}, false},
+		{"orders.default.svc.cluster.local", "prod", naming.ServiceKey{Namespace: "default", Name: "orders"}, false},
+		{"a.b.default", "prod", naming.ServiceKey{Namespace: "default", Name: "a.b"}, false},
+		{"orders.svc", "prod", naming.ServiceKey{}, true},
+		{"*", "prod", naming.ServiceKey{}, true},
+		{"*.default.svc.cluster.local", "prod", naming.ServiceKey{}, true},
+		{"10.0.0.1", "prod", naming.ServiceKey{}, true},
+		{"Orders", "prod", naming.ServiceKey{}, true},
+		{"", "prod", naming.ServiceKey{}, true},
 	}
 	for _, tc := range tests {
 		got, err := ResolveHost(tc.host, tc.ns)

@@ -5,24 +5,9 @@ import (
 	"fmt"
 	"net"
 	"strings"
+
+	"github.com/sextant-mesh/sextant/internal/naming"
 )
-
-// ServiceKey names a registry service (namespace and name), the thing a
-// config host stands for.
-type ServiceKey struct {
-	Namespace string
-	Name      string
-}
-
-func (k ServiceKey) String() string { return k.Namespace + "/" + k.Name }
-
-// Compare orders keys by namespace, then name.
-func (k ServiceKey) Compare(o ServiceKey) int {
-	if c := strings.Compare(k.Namespace, o.Namespace); c != 0 {
-		return c
-	}
-	return strings.Compare(k.Name, o.Name)
-}
 
 // ClusterDomain is the DNS suffix Kubernetes gives services; Sextant accepts
 // it so that Istio configs paste in unchanged.
@@ -45,15 +30,15 @@ var ErrBadHost = errors.New("config: host does not name a registry service")
 // names from configs in that namespace. Wildcards ("*", "*.example.com"),
 // IP addresses and upper-case letters are not registry services and are
 // rejected.
-func ResolveHost(host, ns string) (ServiceKey, error) {
+func ResolveHost(host, ns string) (naming.ServiceKey, error) {
 	if host == "" {
-		return ServiceKey{}, fmt.Errorf("%w: empty", ErrBadHost)
+		return naming.ServiceKey{}, fmt.Errorf("%w: empty", ErrBadHost)
 	}
 	if net.ParseIP(host) != nil {
-		return ServiceKey{}, fmt.Errorf("%w: %q: IP addresses are not supported", ErrBadHost, host)
+		return naming.ServiceKey{}, fmt.Errorf("%w: %q: IP addresses are not supported", ErrBadHost, host)
 	}
 	if strings.Contains(host, "*") {
-		return ServiceKey{}, fmt.Errorf("%w: %q: wildcard hosts are not supported", ErrBadHost, host)
+		return naming.ServiceKey{}, fmt.Errorf("%w: %q: wildcard hosts are not supported", ErrBadHost, host)
 	}
 	h := host
 	qualified := false
@@ -65,16 +50,16 @@ func ResolveHost(host, ns string) (ServiceKey, error) {
 	i := strings.LastIndexByte(h, '.')
 	if i < 0 {
 		if qualified {
-			return ServiceKey{}, fmt.Errorf("%w: %q: want name.namespace.svc", ErrBadHost, host)
+			return naming.ServiceKey{}, fmt.Errorf("%w: %q: want name.namespace.svc", ErrBadHost, host)
 		}
-		if !validName(h) {
-			return ServiceKey{}, fmt.Errorf("%w: %q: not a service name", ErrBadHost, host)
+		if !naming.ValidName(h) {
+			return naming.ServiceKey{}, fmt.Errorf("%w: %q: not a service name", ErrBadHost, host)
 		}
-		return ServiceKey{Namespace: ns, Name: h}, nil
+		return naming.ServiceKey{Namespace: ns, Name: h}, nil
 	}
-	k := ServiceKey{Namespace: h[i+1:], Name: h[:i]}
-	if !validNamespace(k.Namespace) || !validName(k.Name) {
-		return ServiceKey{}, fmt.Errorf("%w: %q: want name, name.namespace or name.namespace.svc[.%s]", ErrBadHost, host, ClusterDomain)
+	k := naming.ServiceKey{Namespace: h[i+1:], Name: h[:i]}
+	if !naming.ValidName(k.Namespace) || !naming.ValidName(k.Name) {
+		return naming.ServiceKey{}, fmt.Errorf("%w: %q: want name, name.namespace or name.namespace.svc[.%s]", ErrBadHost, host, ClusterDomain)
 	}
 	return k, nil
 }
@@ -82,39 +67,20 @@ func ResolveHost(host, ns string) (ServiceKey, error) {
 // Hostnames returns the names under which clients may reach k, shortest
 // first: name.namespace, name.namespace.svc, name.namespace.svc.cluster.local
 // (and the bare name, valid only inside k's namespace, is not included).
-func Hostnames(k ServiceKey) []string {
+func Hostnames(k naming.ServiceKey) []string {
 	q := k.Name + "." + k.Namespace
 	return []string{q, q + ".svc", q + ".svc." + ClusterDomain}
 }
 
-// validName holds a registry service name: 1..128 of [a-z0-9._-], starting
-// and ending with a letter or digit (docs/api.md).
-func validName(s string) bool {
-	if len(s) == 0 || len(s) > 128 || !alnum(s[0]) || !alnum(s[len(s)-1]) {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; !alnum(c) && c != '-' && c != '.' && c != '_' {
-			return false
-		}
-	}
-	return true
-}
-
-// validNamespace is validName: namespaces follow the same rule.
-func validNamespace(s string) bool { return validName(s) }
-
 // validLabel holds a DNS-1123 label: a subset name.
 func validLabel(s string) bool {
-	if len(s) == 0 || len(s) > 63 || !alnum(s[0]) || !alnum(s[len(s)-1]) {
+	if len(s) == 0 || len(s) > 63 || !naming.Alnum(s[0]) || !naming.Alnum(s[len(s)-1]) {
 		return false
 	}
 	for i := 0; i < len(s); i++ {
-		if c := s[i]; !alnum(c) && c != '-' {
+		if c := s[i]; !naming.Alnum(c) && c != '-' {
 			return false
 		}
 	}
 	return true
 }
-
-func alnum(c byte) bool { return c >= 'a' && c <= 'z' || c >= '0' && c <= '9' }

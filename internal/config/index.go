@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+
+	"github.com/sextant-mesh/sextant/internal/naming"
 )
 
 // Index holds every config object and answers, per registry service, the
@@ -18,10 +20,10 @@ import (
 // goroutine (the push engine's config worker) owns it.
 type Index struct {
 	objects map[Key]*Object
-	derived map[Key]derived      // hosts and destinations resolved once per object
-	vs      map[ServiceKey][]Key // VirtualServices naming the host, sorted
-	dr      map[ServiceKey][]Key // DestinationRules naming the host, sorted
-	dest    map[ServiceKey]map[Key]bool
+	derived map[Key]derived             // hosts and destinations resolved once per object
+	vs      map[naming.ServiceKey][]Key // VirtualServices naming the host, sorted
+	dr      map[naming.ServiceKey][]Key // DestinationRules naming the host, sorted
+	dest    map[naming.ServiceKey]map[Key]bool
 }
 
 // NewIndex returns an empty index.
@@ -29,9 +31,9 @@ func NewIndex() *Index {
 	return &Index{
 		objects: map[Key]*Object{},
 		derived: map[Key]derived{},
-		vs:      map[ServiceKey][]Key{},
-		dr:      map[ServiceKey][]Key{},
-		dest:    map[ServiceKey]map[Key]bool{},
+		vs:      map[naming.ServiceKey][]Key{},
+		dr:      map[naming.ServiceKey][]Key{},
+		dest:    map[naming.ServiceKey]map[Key]bool{},
 	}
 }
 
@@ -52,11 +54,11 @@ func (ix *Index) All() []*Object {
 }
 
 type derived struct {
-	hosts []ServiceKey
+	hosts []naming.ServiceKey
 	dests []Destination
 }
 
-func (ix *Index) hosts(o *Object) []ServiceKey {
+func (ix *Index) hosts(o *Object) []naming.ServiceKey {
 	if d, ok := ix.derived[o.Key]; ok && ix.objects[o.Key] == o {
 		return d.hosts
 	}
@@ -73,7 +75,7 @@ func (ix *Index) dests(o *Object) []Destination {
 // Hosts returns the services o names as hosts: a VirtualService's hosts, a
 // DestinationRule's host. Unresolvable hosts (never in a validated object)
 // are skipped.
-func Hosts(o *Object) []ServiceKey {
+func Hosts(o *Object) []naming.ServiceKey {
 	if o == nil {
 		return nil
 	}
@@ -82,9 +84,9 @@ func Hosts(o *Object) []ServiceKey {
 		if err != nil {
 			return nil
 		}
-		return []ServiceKey{k}
+		return []naming.ServiceKey{k}
 	}
-	out := make([]ServiceKey, 0, len(o.VirtualService.Hosts))
+	out := make([]naming.ServiceKey, 0, len(o.VirtualService.Hosts))
 	for _, h := range o.VirtualService.Hosts {
 		if k, err := ResolveHost(h, o.Namespace); err == nil {
 			out = append(out, k)
@@ -95,7 +97,7 @@ func Hosts(o *Object) []ServiceKey {
 
 // Destination is one place a VirtualService sends traffic.
 type Destination struct {
-	Service ServiceKey
+	Service naming.ServiceKey
 	Subset  string // "" for the whole service
 	Port    uint32 // 0 for any port
 }
@@ -127,7 +129,7 @@ func Destinations(o *Object) []Destination {
 // Put adds or replaces o and returns the services whose routes or clusters
 // may have changed: the hosts and destinations of the old and new versions,
 // and for a DestinationRule the services whose routes name its subsets.
-func (ix *Index) Put(o *Object) []ServiceKey {
+func (ix *Index) Put(o *Object) []naming.ServiceKey {
 	old := ix.objects[o.Key]
 	touched := ix.touched(old)
 	if old != nil {
@@ -141,7 +143,7 @@ func (ix *Index) Put(o *Object) []ServiceKey {
 
 // Delete removes the object under k and returns the services it touched,
 // or nil if there was none.
-func (ix *Index) Delete(k Key) []ServiceKey {
+func (ix *Index) Delete(k Key) []naming.ServiceKey {
 	old := ix.objects[k]
 	if old == nil {
 		return nil
@@ -153,7 +155,7 @@ func (ix *Index) Delete(k Key) []ServiceKey {
 	return dedupe(touched)
 }
 
-func (ix *Index) touched(o *Object) []ServiceKey {
+func (ix *Index) touched(o *Object) []naming.ServiceKey {
 	if o == nil {
 		return nil
 	}
@@ -217,7 +219,7 @@ func (ix *Index) unlink(o *Object) {
 }
 
 // VirtualService returns the VirtualService in force for s, or nil.
-func (ix *Index) VirtualService(s ServiceKey) *Object {
+func (ix *Index) VirtualService(s naming.ServiceKey) *Object {
 	if keys := ix.vs[s]; len(keys) > 0 {
 		return ix.objects[keys[0]]
 	}
@@ -225,7 +227,7 @@ func (ix *Index) VirtualService(s ServiceKey) *Object {
 }
 
 // DestinationRule returns the DestinationRule in force for s, or nil.
-func (ix *Index) DestinationRule(s ServiceKey) *Object {
+func (ix *Index) DestinationRule(s naming.ServiceKey) *Object {
 	if keys := ix.dr[s]; len(keys) > 0 {
 		return ix.objects[keys[0]]
 	}
@@ -234,8 +236,8 @@ func (ix *Index) DestinationRule(s ServiceKey) *Object {
 
 // RoutesTo returns the hosts whose VirtualService in force sends traffic to
 // s, sorted.
-func (ix *Index) RoutesTo(s ServiceKey) []ServiceKey {
-	var out []ServiceKey
+func (ix *Index) RoutesTo(s naming.ServiceKey) []naming.ServiceKey {
+	var out []naming.ServiceKey
 	for k := range ix.dest[s] {
 		o := ix.objects[k]
 		for _, h := range ix.hosts(o) {
@@ -249,7 +251,7 @@ func (ix *Index) RoutesTo(s ServiceKey) []ServiceKey {
 
 // DestinationsOf returns the distinct destinations in s named by the
 // VirtualServices in force (for any host), sorted by subset then port.
-func (ix *Index) DestinationsOf(s ServiceKey) []Destination {
+func (ix *Index) DestinationsOf(s naming.ServiceKey) []Destination {
 	var out []Destination
 	seen := map[Destination]bool{}
 	for k := range ix.dest[s] {
@@ -285,8 +287,8 @@ func (ix *Index) DestinationsOf(s ServiceKey) []Destination {
 
 // Services returns every service some object names as a host or
 // destination, sorted.
-func (ix *Index) Services() []ServiceKey {
-	var out []ServiceKey
+func (ix *Index) Services() []naming.ServiceKey {
+	var out []naming.ServiceKey
 	for k := range ix.vs {
 		out = append(out, k)
 	}
@@ -343,7 +345,7 @@ func (ix *Index) Warnings(o *Object, also ...*Object) []string {
 	return out
 }
 
-func alsoHasSubset(objs []*Object, k ServiceKey, subset string) bool {
+func alsoHasSubset(objs []*Object, k naming.ServiceKey, subset string) bool {
 	for _, o := range objs {
 		if o.DestinationRule == nil || !HasSubset(o, subset) {
 			continue
@@ -368,7 +370,7 @@ func HasSubset(dr *Object, name string) bool {
 	return false
 }
 
-func dedupe(keys []ServiceKey) []ServiceKey {
-	slices.SortFunc(keys, ServiceKey.Compare)
+func dedupe(keys []naming.ServiceKey) []naming.ServiceKey {
+	slices.SortFunc(keys, naming.ServiceKey.Compare)
 	return slices.Compact(keys)
 }

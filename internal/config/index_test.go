@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/sextant-mesh/sextant/internal/naming"
 )
 
 func mustDecode(t testing.TB, s string) *Object {
@@ -38,12 +39,12 @@ func drYAML(ns, name, host string, subsets ...string) string {
 
 func TestIndex(t *testing.T) {
 	ix := NewIndex()
-	sk := func(ns, n string) ServiceKey { return ServiceKey{ns, n} }
+	sk := func(ns, n string) naming.ServiceKey { return naming.ServiceKey{Namespace: ns, Name: n} }
 	front := mustDecode(t, vsYAML("shop", "front", "front", "orders.default/v1", "orders.default"))
-	if got := ix.Put(front); !cmp.Equal(got, []ServiceKey{sk("default", "orders"), sk("shop", "front")}) {
+	if got := ix.Put(front); !cmp.Equal(got, []naming.ServiceKey{sk("default", "orders"), sk("shop", "front")}) {
 		t.Fatalf("put front touched %v", got)
 	}
-	if got := ix.RoutesTo(sk("default", "orders")); !cmp.Equal(got, []ServiceKey{sk("shop", "front")}) {
+	if got := ix.RoutesTo(sk("default", "orders")); !cmp.Equal(got, []naming.ServiceKey{sk("shop", "front")}) {
 		t.Fatalf("routes to orders: %v", got)
 	}
 	if got := ix.DestinationsOf(sk("default", "orders")); len(got) != 2 || got[0].Subset != "" || got[1].Subset != "v1" {
@@ -54,7 +55,7 @@ func TestIndex(t *testing.T) {
 	}
 	// A DestinationRule for orders touches orders and the hosts routing there.
 	dr := mustDecode(t, drYAML("default", "orders", "orders", "v1"))
-	if got := ix.Put(dr); !cmp.Equal(got, []ServiceKey{sk("default", "orders"), sk("shop", "front")}) {
+	if got := ix.Put(dr); !cmp.Equal(got, []naming.ServiceKey{sk("default", "orders"), sk("shop", "front")}) {
 		t.Fatalf("put dr touched %v", got)
 	}
 	if ix.DestinationRule(sk("default", "orders")) != dr || len(ix.Warnings(front)) != 0 {
@@ -71,13 +72,13 @@ func TestIndex(t *testing.T) {
 	}
 	// Replacing front so it no longer routes to orders touches orders too.
 	front2 := mustDecode(t, vsYAML("shop", "front", "front", "front"))
-	if got := ix.Put(front2); !cmp.Equal(got, []ServiceKey{sk("default", "orders"), sk("shop", "front")}) {
+	if got := ix.Put(front2); !cmp.Equal(got, []naming.ServiceKey{sk("default", "orders"), sk("shop", "front")}) {
 		t.Fatalf("replace touched %v", got)
 	}
 	if got := ix.RoutesTo(sk("default", "orders")); len(got) != 0 {
 		t.Fatalf("routes to orders after replace: %v", got)
 	}
-	if got := ix.Delete(front2.Key); !cmp.Equal(got, []ServiceKey{sk("shop", "front")}) {
+	if got := ix.Delete(front2.Key); !cmp.Equal(got, []naming.ServiceKey{sk("shop", "front")}) {
 		t.Fatalf("delete touched %v", got)
 	}
 	if ix.VirtualService(sk("shop", "front")) != other {

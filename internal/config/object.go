@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/sextant-mesh/sextant/internal/naming"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	networking "istio.io/api/networking/v1"
@@ -58,7 +59,7 @@ var ErrBadKey = errors.New("config: malformed key")
 func ParseKey(s string) (Key, error) {
 	parts := strings.Split(s, "/")
 	if len(parts) != 3 || (parts[0] != KindVirtualService && parts[0] != KindDestinationRule) ||
-		!validNamespace(parts[1]) || !validName(parts[2]) {
+		!naming.ValidName(parts[1]) || !naming.ValidName(parts[2]) {
 		return Key{}, fmt.Errorf("%w %q (want Kind/namespace/name)", ErrBadKey, s)
 	}
 	return Key{Kind: parts[0], Namespace: parts[1], Name: parts[2]}, nil

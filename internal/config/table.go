@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 
 	"github.com/sextant-mesh/sextant/internal/catalog"
+	"github.com/sextant-mesh/sextant/internal/naming"
 	"github.com/sextant-mesh/sextant/internal/store"
 )
 
@@ -39,7 +40,7 @@ type tableRoot struct {
 }
 
 // Group is the catalog group every config change is in.
-var CatalogGroup = catalog.ServiceKey{}
+var CatalogGroup = naming.ServiceKey{}
 
 // NewTable returns an empty table; register it with the registry
 // (registry.Options.Tables[store.Config]) and give it the catalog with
@@ -56,7 +57,7 @@ func (t *Table) Attach(c *catalog.Catalog) { t.c = c }
 var _ catalog.Table = (*Table)(nil)
 
 // Decode implements catalog.Table.
-func (t *Table) Decode(rec store.Record) (any, catalog.ServiceKey, error) {
+func (t *Table) Decode(rec store.Record) (any, naming.ServiceKey, error) {
 	o, err := DecodeRecord(rec.Value)
 	if err != nil {
 		return nil, CatalogGroup, err
@@ -68,7 +69,7 @@ func (t *Table) Decode(rec store.Record) (any, catalog.ServiceKey, error) {
 }
 
 // Adopt implements catalog.Table.
-func (t *Table) Adopt(obj any, rev int64) (catalog.ServiceKey, error) {
+func (t *Table) Adopt(obj any, rev int64) (naming.ServiceKey, error) {
 	e, ok := obj.(*Entry)
 	if !ok {
 		return CatalogGroup, fmt.Errorf("config: record carries a %T", obj)
@@ -78,7 +79,7 @@ func (t *Table) Adopt(obj any, rev int64) (catalog.ServiceKey, error) {
 }
 
 // Group implements catalog.Table.
-func (t *Table) Group(id string) (catalog.ServiceKey, bool) {
+func (t *Table) Group(id string) (naming.ServiceKey, bool) {
 	k, err := ParseKey(id)
 	if err != nil {
 		return CatalogGroup, false
@@ -203,7 +204,7 @@ func (t *Table) emptySubsets(o *Object) []string {
 	if err != nil {
 		return nil
 	}
-	svc := t.c.Instances().Service(catalog.ServiceKey{Namespace: k.Namespace, Name: k.Name})
+	svc := t.c.Instances().Service(naming.ServiceKey{Namespace: k.Namespace, Name: k.Name})
 	if svc == nil || svc.Len() == 0 {
 		return nil
 	}

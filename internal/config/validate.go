@@ -9,6 +9,7 @@ import (
 	networking "istio.io/api/networking/v1"
 
 	"github.com/sextant-mesh/sextant/internal/label"
+	"github.com/sextant-mesh/sextant/internal/naming"
 )
 
 // AnnotationLoadBalancer chooses one of Sextant's own load-balancing
@@ -76,7 +77,7 @@ func validateVS(c errs, path, ns string, vs *networking.VirtualService) {
 	if len(vs.Hosts) == 0 {
 		c.add(join(path, "hosts"), ErrInvalid, "at least one host is required")
 	}
-	seen := map[ServiceKey]string{}
+	seen := map[naming.ServiceKey]string{}
 	for i, h := range vs.Hosts {
 		p := index(join(path, "hosts"), i)
 		k, err := ResolveHost(h, ns)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sextant-mesh/sextant/internal/balancer"
 	"github.com/sextant-mesh/sextant/internal/config"
+	"github.com/sextant-mesh/sextant/internal/naming"
 	"github.com/sextant-mesh/sextant/internal/xds"
 )
 
@@ -62,7 +63,7 @@ func TestControlPlaneDefaults(t *testing.T) {
 		t.Fatalf("consecutive5xxErrors: 0 read as %+v", s.eject)
 	}
 
-	vh := xds.VirtualHost("orders", []string{"*"}, config.ServiceKey{Namespace: "default", Name: "orders"}, nil,
+	vh := xds.VirtualHost("orders", []string{"*"}, naming.ServiceKey{Namespace: "default", Name: "orders"}, nil,
 		func(config.Destination) (string, bool) { return "default/orders", true })
 	rs, err := decodeRetry(vh.GetRoutes()[0].GetRoute().GetRetryPolicy(), "retry_policy")
 	if err != nil {

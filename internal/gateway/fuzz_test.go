@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sextant-mesh/sextant/internal/config"
+	"github.com/sextant-mesh/sextant/internal/naming"
 	"github.com/sextant-mesh/sextant/internal/xds"
 )
 
@@ -42,7 +43,7 @@ func fuzzSeeds(t testing.TB) [][]byte {
 	}
 	// What Sextant's control plane publishes: default retry policy and
 	// outlier detection, load_balancing_policy lists, cluster metadata.
-	svc := config.ServiceKey{Namespace: "default", Name: "orders"}
+	svc := naming.ServiceKey{Namespace: "default", Name: "orders"}
 	vh := xds.VirtualHost("orders", []string{"*"}, svc, nil, func(config.Destination) (string, bool) { return "default/orders/v1", true })
 	msgs = append(msgs, xds.RouteConfiguration("default/orders", vh),
 		xds.Cluster("default/orders/v1", config.Policy{LoadBalancer: config.PolicyLeastRequest}))

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/sextant-mesh/sextant/internal/acl"
-	"github.com/sextant-mesh/sextant/internal/catalog"
 	"github.com/sextant-mesh/sextant/internal/config"
+	"github.com/sextant-mesh/sextant/internal/naming"
 	"github.com/sextant-mesh/sextant/internal/registry"
 	"github.com/sextant-mesh/sextant/internal/store"
 	"github.com/sextant-mesh/sextant/internal/xds"
@@ -238,10 +238,10 @@ func (a *API) writeConfig(w http.ResponseWriter, r *http.Request, reg *registry.
 
 // registered reports whether reg's catalog has instances of a service (the
 // warning of a config host that names none).
-func registered(reg *registry.Registry) func(config.ServiceKey) bool {
+func registered(reg *registry.Registry) func(naming.ServiceKey) bool {
 	ins := reg.Catalog().Instances()
-	return func(k config.ServiceKey) bool {
-		svc := ins.Service(catalog.ServiceKey{Namespace: k.Namespace, Name: k.Name})
+	return func(k naming.ServiceKey) bool {
+		svc := ins.Service(naming.ServiceKey{Namespace: k.Namespace, Name: k.Name})
 		return svc != nil && svc.Len() > 0
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/sextant-mesh/sextant/internal/acl"
 	"github.com/sextant-mesh/sextant/internal/catalog"
 	"github.com/sextant-mesh/sextant/internal/label"
+	"github.com/sextant-mesh/sextant/internal/naming"
 	"github.com/sextant-mesh/sextant/internal/registry"
 	"github.com/sextant-mesh/sextant/internal/store"
 )
@@ -68,7 +69,7 @@ func parseQuery(v url.Values) (query, error) {
 }
 
 func checkName(field, s string) error {
-	if !registry.ValidName(s) {
+	if !naming.ValidName(s) {
 		return badRequest(field, "%q is not a valid name: 1..128 chars of [a-z0-9-._], starting and ending with a letter or digit", s)
 	}
 	return nil
@@ -86,7 +87,7 @@ func appendInstances(b []byte, ins []*catalog.Instance) []byte {
 }
 
 func (a *API) queryService(w http.ResponseWriter, r *http.Request, reg *registry.Registry) error {
-	key := catalog.ServiceKey{Namespace: r.PathValue("ns"), Name: r.PathValue("service")}
+	key := naming.ServiceKey{Namespace: r.PathValue("ns"), Name: r.PathValue("service")}
 	if err := checkName("namespace", key.Namespace); err != nil {
 		return err
 	}
@@ -186,13 +187,13 @@ func encodeToken(in *catalog.Instance) string {
 	return base64.RawURLEncoding.EncodeToString([]byte(in.Namespace + "\x00" + in.Service + "\x00" + in.ID))
 }
 
-func decodeToken(s string) (catalog.ServiceKey, string, error) {
+func decodeToken(s string) (naming.ServiceKey, string, error) {
 	b, err := base64.RawURLEncoding.DecodeString(s)
 	parts := strings.Split(string(b), "\x00")
-	if err != nil || len(parts) != 3 || !registry.ValidName(parts[0]) || !registry.ValidName(parts[1]) || !registry.ValidID(parts[2]) {
-		return catalog.ServiceKey{}, "", badRequest("page_token", "malformed page token; pass next_page_token from the previous answer unchanged")
+	if err != nil || len(parts) != 3 || !naming.ValidName(parts[0]) || !naming.ValidName(parts[1]) || !registry.ValidID(parts[2]) {
+		return naming.ServiceKey{}, "", badRequest("page_token", "malformed page token; pass next_page_token from the previous answer unchanged")
 	}
-	return catalog.ServiceKey{Namespace: parts[0], Name: parts[1]}, parts[2], nil
+	return naming.ServiceKey{Namespace: parts[0], Name: parts[1]}, parts[2], nil
 }
 
 func (a *API) listInstances(w http.ResponseWriter, r *http.Request, reg *registry.Registry) error {
@@ -222,7 +223,7 @@ func (a *API) listInstances(w http.ResponseWriter, r *http.Request, reg *registr
 			return badRequest("limit", "%q is not an integer in 1..%d", s, maxLimit)
 		}
 	}
-	var from catalog.ServiceKey
+	var from naming.ServiceKey
 	var afterID string
 	if s := v.Get("page_token"); s != "" {
 		if from, afterID, err = decodeToken(s); err != nil {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/sextant-mesh/sextant/internal/catalog"
+	"github.com/sextant-mesh/sextant/internal/naming"
 	"github.com/sextant-mesh/sextant/internal/store"
 )
 
@@ -15,7 +16,7 @@ import (
 // commit returns, and come back through Apply like another server's.
 
 // CatalogGroup is the catalog group of every node and placement change.
-var CatalogGroup = catalog.ServiceKey{}
+var CatalogGroup = naming.ServiceKey{}
 
 // Table is the catalog table of one of the scheduler's kinds, store.Nodes
 // or store.Placements. The catalog's writer (the registry's follower)
@@ -50,7 +51,7 @@ func Of(c *catalog.Catalog) *Scheduler {
 
 // Decode implements catalog.Table: a *Node or a *Placement, with the
 // record's revision.
-func (t *Table) Decode(rec store.Record) (any, catalog.ServiceKey, error) {
+func (t *Table) Decode(rec store.Record) (any, naming.ServiceKey, error) {
 	if t.kind == store.Nodes {
 		n := new(Node)
 		if err := n.UnmarshalBinary(rec.Value); err != nil {
@@ -75,7 +76,7 @@ func (t *Table) Decode(rec store.Record) (any, catalog.ServiceKey, error) {
 
 // Adopt implements catalog.Table: the writer's *Node or *Placement (the
 // one its Txn decided with) gets its revision.
-func (t *Table) Adopt(obj any, rev int64) (catalog.ServiceKey, error) {
+func (t *Table) Adopt(obj any, rev int64) (naming.ServiceKey, error) {
 	switch o := obj.(type) {
 	case *Node:
 		if t.kind == store.Nodes {
@@ -92,7 +93,7 @@ func (t *Table) Adopt(obj any, rev int64) (catalog.ServiceKey, error) {
 }
 
 // Group implements catalog.Table: whether the record exists.
-func (t *Table) Group(id string) (catalog.ServiceKey, bool) {
+func (t *Table) Group(id string) (naming.ServiceKey, bool) {
 	_, _, ok := t.Record(id)
 	return CatalogGroup, ok
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/sextant-mesh/sextant/internal/catalog"
 	"github.com/sextant-mesh/sextant/internal/config"
 	"github.com/sextant-mesh/sextant/internal/label"
+	"github.com/sextant-mesh/sextant/internal/naming"
 	"github.com/sextant-mesh/sextant/internal/store"
 )
 
@@ -33,7 +34,7 @@ func (s *CatalogSource) Snapshot(context.Context) (Snapshot, error) {
 	rev := s.cat.Revision()
 	snap := Snapshot{Revision: rev}
 	for _, svc := range s.cat.Instances().Snapshot().Services("") {
-		snap.Services = append(snap.Services, config.ServiceKey{Namespace: svc.Key.Namespace, Name: svc.Key.Name})
+		snap.Services = append(snap.Services, naming.ServiceKey{Namespace: svc.Key.Namespace, Name: svc.Key.Name})
 	}
 	entries, _ := s.cfg.List("", "")
 	for _, e := range entries {
@@ -55,8 +56,8 @@ func (s *CatalogSource) Follow(_ context.Context, since int64) (Changes, error) 
 }
 
 // Instances implements Source.
-func (s *CatalogSource) Instances(svc config.ServiceKey, sel label.Selector, fn func(*Instance)) {
-	v := s.cat.Instances().Service(catalog.ServiceKey{Namespace: svc.Namespace, Name: svc.Name})
+func (s *CatalogSource) Instances(svc naming.ServiceKey, sel label.Selector, fn func(*Instance)) {
+	v := s.cat.Instances().Service(naming.ServiceKey{Namespace: svc.Namespace, Name: svc.Name})
 	if v == nil {
 		return
 	}
@@ -86,7 +87,7 @@ func (c *catalogChanges) Next(ctx context.Context) ([]Change, error) {
 		}
 		switch ch.Kind {
 		case store.Instances:
-			pc.Service = config.ServiceKey{Namespace: ch.Key.Namespace, Name: ch.Key.Name}
+			pc.Service = naming.ServiceKey{Namespace: ch.Key.Namespace, Name: ch.Key.Name}
 			pc.ID = ch.ID
 			pc.Op = InstanceDelete
 			if in := ch.Instance(); in != nil {

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/sextant-mesh/sextant/internal/config"
+	"github.com/sextant-mesh/sextant/internal/naming"
 	"github.com/sextant-mesh/sextant/internal/xds"
 )
 
@@ -22,8 +23,8 @@ import (
 type configQueue struct {
 	mu       sync.Mutex
 	changes  []Change
-	services map[config.ServiceKey]bool
-	emptied  map[config.ServiceKey]bool
+	services map[naming.ServiceKey]bool
+	emptied  map[naming.ServiceKey]bool
 	snap     *Snapshot
 	origin   time.Time // commit time of the oldest queued item
 	first    time.Time // arrival of the first and last queued config change (debounce)
@@ -32,8 +33,8 @@ type configQueue struct {
 }
 
 func (q *configQueue) init() {
-	q.services = map[config.ServiceKey]bool{}
-	q.emptied = map[config.ServiceKey]bool{}
+	q.services = map[naming.ServiceKey]bool{}
+	q.emptied = map[naming.ServiceKey]bool{}
 	q.wake = make(chan struct{}, 1)
 }
 
@@ -61,11 +62,11 @@ func (q *configQueue) change(ch Change, origin time.Time) {
 	})
 }
 
-func (q *configQueue) service(s config.ServiceKey, origin time.Time) {
+func (q *configQueue) service(s naming.ServiceKey, origin time.Time) {
 	q.add(origin, func() { q.services[s] = true })
 }
 
-func (q *configQueue) emptiness(s config.ServiceKey, origin time.Time) {
+func (q *configQueue) emptiness(s naming.ServiceKey, origin time.Time) {
 	q.add(origin, func() { q.emptied[s] = true })
 }
 
@@ -86,8 +87,8 @@ func (q *configQueue) reset(snap Snapshot) {
 
 type configBatch struct {
 	changes  []Change
-	services map[config.ServiceKey]bool
-	emptied  map[config.ServiceKey]bool
+	services map[naming.ServiceKey]bool
+	emptied  map[naming.ServiceKey]bool
 	snap     *Snapshot
 	origin   time.Time
 }
@@ -97,8 +98,8 @@ func (q *configQueue) take() configBatch {
 	defer q.mu.Unlock()
 	b := configBatch{changes: q.changes, services: q.services, emptied: q.emptied, snap: q.snap, origin: q.origin}
 	q.changes, q.snap, q.origin = nil, nil, time.Time{}
-	q.services = map[config.ServiceKey]bool{}
-	q.emptied = map[config.ServiceKey]bool{}
+	q.services = map[naming.ServiceKey]bool{}
+	q.emptied = map[naming.ServiceKey]bool{}
 	return b
 }
 
@@ -128,12 +129,12 @@ func (q *configQueue) deadline(after, most time.Duration) time.Time {
 type configWorker struct {
 	e         *Engine
 	ix        *config.Index
-	known     map[config.ServiceKey]bool
-	sorted    []config.ServiceKey // known, sorted (the proxy's virtual hosts)
-	clusters  map[config.ServiceKey][]string
-	vhosts    map[config.ServiceKey][]byte
-	specSigs  map[config.ServiceKey]string
-	dirty     map[config.ServiceKey]bool
+	known     map[naming.ServiceKey]bool
+	sorted    []naming.ServiceKey // known, sorted (the proxy's virtual hosts)
+	clusters  map[naming.ServiceKey][]string
+	vhosts    map[naming.ServiceKey][]byte
+	specSigs  map[naming.ServiceKey]string
+	dirty     map[naming.ServiceKey]bool
 	origin    time.Time
 	proxyDirt bool
 	// retiring holds clusters no route names, with when to remove them.
@@ -142,20 +143,20 @@ type configWorker struct {
 
 func newConfigWorker(e *Engine) *configWorker {
 	return &configWorker{
-		e: e, ix: config.NewIndex(), known: map[config.ServiceKey]bool{},
-		clusters: map[config.ServiceKey][]string{}, vhosts: map[config.ServiceKey][]byte{},
-		specSigs: map[config.ServiceKey]string{}, dirty: map[config.ServiceKey]bool{},
+		e: e, ix: config.NewIndex(), known: map[naming.ServiceKey]bool{},
+		clusters: map[naming.ServiceKey][]string{}, vhosts: map[naming.ServiceKey][]byte{},
+		specSigs: map[naming.ServiceKey]string{}, dirty: map[naming.ServiceKey]bool{},
 		retiring: map[string]time.Time{},
 	}
 }
 
-func (w *configWorker) services() []config.ServiceKey { return w.sorted }
+func (w *configWorker) services() []naming.ServiceKey { return w.sorted }
 
-func (w *configWorker) touch(s config.ServiceKey) {
+func (w *configWorker) touch(s naming.ServiceKey) {
 	w.dirty[s] = true
 	if !w.known[s] {
 		w.known[s] = true
-		i, _ := slices.BinarySearchFunc(w.sorted, s, config.ServiceKey.Compare)
+		i, _ := slices.BinarySearchFunc(w.sorted, s, naming.ServiceKey.Compare)
 		w.sorted = slices.Insert(w.sorted, i, s)
 	}
 }
@@ -183,7 +184,7 @@ func (w *configWorker) apply(b configBatch) {
 		w.reset(*b.snap)
 	}
 	for _, ch := range b.changes {
-		var touched []config.ServiceKey
+		var touched []naming.ServiceKey
 		switch ch.Op {
 		case ConfigUpsert:
 			touched = w.ix.Put(ch.Config)
@@ -274,11 +275,11 @@ func (w *configWorker) round(ctx context.Context) {
 	if origin.IsZero() {
 		origin = start
 	}
-	dirty := make([]config.ServiceKey, 0, len(w.dirty))
+	dirty := make([]naming.ServiceKey, 0, len(w.dirty))
 	for s := range w.dirty {
 		dirty = append(dirty, s)
 	}
-	slices.SortFunc(dirty, config.ServiceKey.Compare)
+	slices.SortFunc(dirty, naming.ServiceKey.Compare)
 	clear(w.dirty)
 	w.origin = time.Time{}
 
@@ -391,7 +392,7 @@ type builtService struct {
 
 // build computes the clusters and routes of s. Called from several
 // goroutines at once; it only reads the worker's state.
-func (w *configWorker) build(s config.ServiceKey, dests []config.Destination, version string) builtService {
+func (w *configWorker) build(s naming.ServiceKey, dests []config.Destination, version string) builtService {
 	var b builtService
 	dr := w.ix.DestinationRule(s)
 	for _, c := range w.publishedClusters(s, dests) {
@@ -433,7 +434,7 @@ func (w *configWorker) publish(t xds.Type, set []xds.Resource, removed []string,
 // specFor lists the clusters of s whose endpoints are computed: the whole
 // service, each subset of its DestinationRule, and the port-restricted
 // variants that routes name.
-func (w *configWorker) specFor(s config.ServiceKey, dests []config.Destination) (*serviceSpec, string) {
+func (w *configWorker) specFor(s naming.ServiceKey, dests []config.Destination) (*serviceSpec, string) {
 	dr := w.ix.DestinationRule(s)
 	whole := w.ix.VirtualService(s) == nil || slices.Contains(dests, config.Destination{Service: s})
 	spec := &serviceSpec{clusters: []clusterSpec{{name: xds.ClusterName(s, "", 0), publish: whole}}}
@@ -470,7 +471,7 @@ func (w *configWorker) specFor(s config.ServiceKey, dests []config.Destination) 
 // service (and its port variants) when some route sends traffic there, a
 // subset (and its port variants) only while it has a usable endpoint. So no
 // empty subset cluster exists for traffic to be routed to (seed fix 2).
-func (w *configWorker) publishedClusters(s config.ServiceKey, dests []config.Destination) []clusterSpec {
+func (w *configWorker) publishedClusters(s naming.ServiceKey, dests []config.Destination) []clusterSpec {
 	var out []clusterSpec
 	for _, c := range w.e.spec(s).clusters {
 		ref := slices.Contains(dests, config.Destination{Service: s, Subset: c.subset, Port: c.port})
@@ -514,7 +515,7 @@ func (w *configWorker) clusterFor(d config.Destination) (string, bool) {
 // proxyDomains are the names a proxy matches for s: name.namespace,
 // name.namespace.svc, name.namespace.svc.cluster.local, and the bare name
 // for services in namespace "default".
-func proxyDomains(s config.ServiceKey) []string {
+func proxyDomains(s naming.ServiceKey) []string {
 	d := config.Hostnames(s)
 	if s.Namespace == "default" {
 		d = append([]string{s.Name}, d...)

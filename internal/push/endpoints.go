@@ -5,8 +5,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sextant-mesh/sextant/internal/config"
 	"github.com/sextant-mesh/sextant/internal/label"
+	"github.com/sextant-mesh/sextant/internal/naming"
 	"github.com/sextant-mesh/sextant/internal/xds"
 )
 
@@ -15,17 +15,17 @@ import (
 // of its oldest unprocessed change. Marking never blocks.
 type endpointQueue struct {
 	mu    sync.Mutex
-	order []config.ServiceKey
-	dirty map[config.ServiceKey]time.Time
+	order []naming.ServiceKey
+	dirty map[naming.ServiceKey]time.Time
 	wake  chan struct{}
 }
 
 func (q *endpointQueue) init() {
-	q.dirty = map[config.ServiceKey]time.Time{}
+	q.dirty = map[naming.ServiceKey]time.Time{}
 	q.wake = make(chan struct{}, 1)
 }
 
-func (q *endpointQueue) mark(s config.ServiceKey, origin time.Time) {
+func (q *endpointQueue) mark(s naming.ServiceKey, origin time.Time) {
 	q.mu.Lock()
 	if _, ok := q.dirty[s]; !ok {
 		q.dirty[s] = origin
@@ -38,11 +38,11 @@ func (q *endpointQueue) mark(s config.ServiceKey, origin time.Time) {
 	}
 }
 
-func (q *endpointQueue) take() (config.ServiceKey, time.Time, bool) {
+func (q *endpointQueue) take() (naming.ServiceKey, time.Time, bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if len(q.order) == 0 {
-		return config.ServiceKey{}, time.Time{}, false
+		return naming.ServiceKey{}, time.Time{}, false
 	}
 	s := q.order[0]
 	q.order = q.order[1:]
@@ -95,11 +95,11 @@ type clusterSpec struct {
 	publish bool
 }
 
-func defaultSpec(s config.ServiceKey) *serviceSpec {
+func defaultSpec(s naming.ServiceKey) *serviceSpec {
 	return &serviceSpec{clusters: []clusterSpec{{name: xds.ClusterName(s, "", 0), publish: true}}}
 }
 
-func (e *Engine) spec(s config.ServiceKey) *serviceSpec {
+func (e *Engine) spec(s naming.ServiceKey) *serviceSpec {
 	if v, ok := e.specs.Load(s); ok {
 		return v.(*serviceSpec)
 	}
@@ -109,7 +109,7 @@ func (e *Engine) spec(s config.ServiceKey) *serviceSpec {
 // recomputeEndpoints publishes the endpoint sets of every cluster of s and
 // tells the config path when a subset cluster gained its first usable
 // endpoint or lost its last (routes to it change).
-func (e *Engine) recomputeEndpoints(s config.ServiceKey, version string, origin time.Time) {
+func (e *Engine) recomputeEndpoints(s naming.ServiceKey, version string, origin time.Time) {
 	start := time.Now()
 	if origin.IsZero() {
 		origin = start
@@ -143,7 +143,7 @@ func (e *Engine) recomputeEndpoints(s config.ServiceKey, version string, origin 
 
 // endpoints reads the instances of cluster c of s through the source's
 // label index, and counts the usable ones.
-func (e *Engine) endpoints(s config.ServiceKey, c clusterSpec) ([]xds.Endpoint, bool) {
+func (e *Engine) endpoints(s naming.ServiceKey, c clusterSpec) ([]xds.Endpoint, bool) {
 	var eps []xds.Endpoint
 	usable := false
 	e.src.Instances(s, c.sel, func(in *Instance) {
@@ -163,7 +163,7 @@ func (e *Engine) endpoints(s config.ServiceKey, c clusterSpec) ([]xds.Endpoint, 
 // hasUsable answers whether cluster c of s has a usable endpoint, for the
 // config worker: the endpoint worker's answer if it gave one, else counted
 // now and remembered unless the endpoint worker answered meanwhile.
-func (e *Engine) hasUsable(s config.ServiceKey, c clusterSpec) bool {
+func (e *Engine) hasUsable(s naming.ServiceKey, c clusterSpec) bool {
 	if v, ok := e.usable.Load(c.name); ok {
 		return v.(bool)
 	}

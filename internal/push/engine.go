@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sextant-mesh/sextant/internal/config"
+	"github.com/sextant-mesh/sextant/internal/naming"
 	"github.com/sextant-mesh/sextant/internal/xds"
 )
 
@@ -154,7 +155,7 @@ func (e *Engine) Resync(ctx context.Context) error {
 // waiting for either.
 func (e *Engine) follow(ctx context.Context, since int64) error {
 	e.seen.Store(since)
-	known := map[config.ServiceKey]bool{}
+	known := map[naming.ServiceKey]bool{}
 	changes, err := e.src.Follow(ctx, since)
 	if err != nil {
 		return fmt.Errorf("push: follow: %w", err)

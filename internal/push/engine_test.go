@@ -13,12 +13,13 @@ import (
 
 	"github.com/sextant-mesh/sextant/internal/config"
 	"github.com/sextant-mesh/sextant/internal/label"
+	"github.com/sextant-mesh/sextant/internal/naming"
 	"github.com/sextant-mesh/sextant/internal/push"
 	"github.com/sextant-mesh/sextant/internal/push/pushtest"
 	"github.com/sextant-mesh/sextant/internal/xds"
 )
 
-var orders = config.ServiceKey{Namespace: "default", Name: "orders"}
+var orders = naming.ServiceKey{Namespace: "default", Name: "orders"}
 
 func inst(id, color string) push.Instance {
 	return push.Instance{ID: id, Namespace: "default", Service: "orders", Host: "10.0.0." + id[len(id)-1:], Port: 80,

@@ -24,6 +24,7 @@ import (
 
 	"github.com/sextant-mesh/sextant/internal/config"
 	"github.com/sextant-mesh/sextant/internal/label"
+	"github.com/sextant-mesh/sextant/internal/naming"
 	"github.com/sextant-mesh/sextant/internal/push"
 	"github.com/sextant-mesh/sextant/internal/push/pushtest"
 	"github.com/sextant-mesh/sextant/internal/xds"
@@ -265,7 +266,7 @@ func TestGRPCXDSClient(t *testing.T) {
 
 	// A cluster grpc-go rejects is NACKed: the NACK shows the node and the
 	// client's error, and the previous version stays in force.
-	bad := xds.Cluster(xds.ClusterName(config.ServiceKey{Namespace: "default", Name: "orders"}, "blue", 0), config.Policy{})
+	bad := xds.Cluster(xds.ClusterName(naming.ServiceKey{Namespace: "default", Name: "orders"}, "blue", 0), config.Policy{})
 	bad.LbPolicy = clusterv3.Cluster_MAGLEV
 	if _, err := cp.cache.Apply(xds.TypeCluster, []xds.Resource{{Name: bad.Name, Version: "bad", Message: bad}}, nil, "bad", time.Now()); err != nil {
 		t.Fatal(err)
@@ -292,7 +293,7 @@ func TestGRPCXDSClient(t *testing.T) {
 func moveOff(t *testing.T, client testgrpc.TestServiceClient, reg *pushtest.Registry, b *backend) time.Duration {
 	t.Helper()
 	start := time.Now()
-	reg.Delete(config.ServiceKey{Namespace: "default", Name: "orders"}, b.name)
+	reg.Delete(naming.ServiceKey{Namespace: "default", Name: "orders"}, b.name)
 	last := time.Duration(0)
 	deadline := start.Add(3 * time.Second)
 	for time.Now().Before(deadline) {

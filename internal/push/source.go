@@ -7,6 +7,7 @@ import (
 
 	"github.com/sextant-mesh/sextant/internal/config"
 	"github.com/sextant-mesh/sextant/internal/label"
+	"github.com/sextant-mesh/sextant/internal/naming"
 )
 
 // Instance is one registry instance as the engine reads it.
@@ -45,7 +46,7 @@ type Change struct {
 	// Instance changes: the service and id of the instance, and for an
 	// upsert its new fields (the engine re-reads the service through
 	// Source.Instances, so Instance may be nil).
-	Service  config.ServiceKey
+	Service  naming.ServiceKey
 	ID       string
 	Instance *Instance
 
@@ -58,7 +59,7 @@ type Change struct {
 // and every config object.
 type Snapshot struct {
 	Revision int64
-	Services []config.ServiceKey
+	Services []naming.ServiceKey
 	Configs  []*config.Object
 }
 
@@ -81,7 +82,7 @@ type Source interface {
 	// recent as every change Follow has delivered. Called from the engine's
 	// endpoint and config goroutines, concurrently; must not wait for
 	// writers. The Instance is only valid during the call.
-	Instances(svc config.ServiceKey, sel label.Selector, fn func(*Instance))
+	Instances(svc naming.ServiceKey, sel label.Selector, fn func(*Instance))
 }
 
 // Changes is a stream of committed changes in revision order.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sextant-mesh/sextant/internal/catalog"
 	"github.com/sextant-mesh/sextant/internal/label"
+	"github.com/sextant-mesh/sextant/internal/naming"
 	"github.com/sextant-mesh/sextant/internal/store/embedded"
 )
 
@@ -79,7 +80,7 @@ func TestTTLHealth(t *testing.T) {
 	if r.cat.Revision() != rev+1 || r.cat.Instances().Get("b").Revision != rev+1 {
 		t.Fatalf("expiry must take a new revision: catalog %d, b %d, before %d", r.cat.Revision(), r.cat.Instances().Get("b").Revision, rev)
 	}
-	if got := r.cat.Instances().Service(catalog.ServiceKey{Namespace: "default", Name: "s"}).HealthyLen(); got != 2 {
+	if got := r.cat.Instances().Service(naming.ServiceKey{Namespace: "default", Name: "s"}).HealthyLen(); got != 2 {
 		t.Fatalf("healthy count %d, want 2", got)
 	}
 	// Expiring again changes nothing.

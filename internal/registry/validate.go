@@ -11,12 +11,13 @@ import (
 
 	"github.com/sextant-mesh/sextant/internal/catalog"
 	"github.com/sextant-mesh/sextant/internal/label"
+	"github.com/sextant-mesh/sextant/internal/naming"
 )
 
 // Limits of the API contract.
 const (
 	MaxBatch      = 10000
-	MaxNameLen    = 128
+	MaxNameLen    = naming.MaxNameLen
 	MaxIDLen      = 128
 	MaxHostLen    = 253
 	MaxShortField = 64
@@ -55,22 +56,6 @@ func fieldErr(i int, field, format string, args ...any) error {
 	return &FieldError{Index: i, Field: field, Msg: fmt.Sprintf(format, args...)}
 }
 
-func alnum(c byte) bool { return c >= 'a' && c <= 'z' || c >= '0' && c <= '9' }
-
-// ValidName reports whether s is a namespace or service name: 1..128 chars
-// of [a-z0-9-._], starting and ending with a letter or digit.
-func ValidName(s string) bool {
-	if len(s) == 0 || len(s) > MaxNameLen || !alnum(s[0]) || !alnum(s[len(s)-1]) {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; !alnum(c) && c != '-' && c != '.' && c != '_' {
-			return false
-		}
-	}
-	return true
-}
-
 // ValidID reports whether s is an instance id: 1..128 chars of [A-Za-z0-9._:-].
 func ValidID(s string) bool {
 	if len(s) == 0 || len(s) > MaxIDLen {
@@ -78,7 +63,7 @@ func ValidID(s string) bool {
 	}
 	for i := 0; i < len(s); i++ {
 		c := s[i]
-		if !alnum(c) && !(c >= 'A' && c <= 'Z') && c != '.' && c != '_' && c != ':' && c != '-' {
+		if !naming.Alnum(c) && !(c >= 'A' && c <= 'Z') && c != '.' && c != '_' && c != ':' && c != '-' {
 			return false
 		}
 	}
@@ -107,7 +92,7 @@ func validHost(s string) bool {
 			continue
 		}
 		c := s[i]
-		if !alnum(c) && !(c >= 'A' && c <= 'Z') && c != '-' && c != '_' {
+		if !naming.Alnum(c) && !(c >= 'A' && c <= 'Z') && c != '-' && c != '_' {
 			return false
 		}
 		labelLen++
@@ -129,13 +114,13 @@ func Prepare(i int, in *catalog.Instance) error {
 	if in.Namespace == "" {
 		in.Namespace = DefaultNS
 	}
-	if !ValidName(in.Namespace) {
+	if !naming.ValidName(in.Namespace) {
 		return fieldErr(i, "namespace", "%q is not a valid name: 1..128 chars of [a-z0-9-._], starting and ending with a letter or digit", in.Namespace)
 	}
 	if in.Service == "" {
 		return fieldErr(i, "service", "required")
 	}
-	if !ValidName(in.Service) {
+	if !naming.ValidName(in.Service) {
 		return fieldErr(i, "service", "%q is not a valid name: 1..128 chars of [a-z0-9-._], starting and ending with a letter or digit", in.Service)
 	}
 	if in.Host == "" {

@@ -32,12 +32,13 @@ import (
 	"github.com/sextant-mesh/sextant/internal/balancer"
 	"github.com/sextant-mesh/sextant/internal/config"
 	"github.com/sextant-mesh/sextant/internal/label"
+	"github.com/sextant-mesh/sextant/internal/naming"
 )
 
 // ClusterName names the cluster of a service ("default/orders"), of one of
 // its subsets ("default/orders/v1"), optionally restricted to one port
 // ("default/orders/v1:8080"). EDS resources carry the same names.
-func ClusterName(svc config.ServiceKey, subset string, port uint32) string {
+func ClusterName(svc naming.ServiceKey, subset string, port uint32) string {
 	n := svc.Namespace + "/" + svc.Name
 	if subset != "" {
 		n += "/" + subset
@@ -62,7 +63,7 @@ func clusterService(name string) (service, subset string, ok bool) {
 }
 
 // RouteName names the route configuration of a service: "default/orders".
-func RouteName(svc config.ServiceKey) string { return svc.Namespace + "/" + svc.Name }
+func RouteName(svc naming.ServiceKey) string { return svc.Namespace + "/" + svc.Name }
 
 // ProxyName is the name of the HTTP listener and route configuration for a
 // proxy (Envoy, Sextant's gateway): one virtual host per service.
@@ -329,7 +330,7 @@ type ClusterFor func(d config.Destination) (name string, ok bool)
 // fall through to the next matching route (usually the VirtualService's
 // catch-all default). Only a destination without subset is kept when empty:
 // there is nowhere else to send its traffic.
-func VirtualHost(name string, domains []string, svc config.ServiceKey, vs *config.Object, clusterFor ClusterFor) *routev3.VirtualHost {
+func VirtualHost(name string, domains []string, svc naming.ServiceKey, vs *config.Object, clusterFor ClusterFor) *routev3.VirtualHost {
 	vh := &routev3.VirtualHost{Name: name, Domains: domains}
 	if vs == nil {
 		c, _ := clusterFor(config.Destination{Service: svc})

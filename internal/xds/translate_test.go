@@ -12,6 +12,7 @@ import (
 	networking "istio.io/api/networking/v1"
 
 	"github.com/sextant-mesh/sextant/internal/config"
+	"github.com/sextant-mesh/sextant/internal/naming"
 )
 
 // TestClusterPolicy: every policy but round robin is published as a
@@ -91,7 +92,7 @@ spec:
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc := config.ServiceKey{Namespace: "default", Name: "orders"}
+	svc := naming.ServiceKey{Namespace: "default", Name: "orders"}
 	clusterFor := func(d config.Destination) (string, bool) { return ClusterName(d.Service, d.Subset, d.Port), true }
 	type want struct {
 		on      string
@@ -178,7 +179,7 @@ spec:
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc := config.ServiceKey{Namespace: "default", Name: "orders"}
+	svc := naming.ServiceKey{Namespace: "default", Name: "orders"}
 	for _, tc := range []struct {
 		name   string
 		usable map[string]bool // subset -> a usable endpoint; absent: undefined

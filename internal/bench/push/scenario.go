@@ -16,6 +16,7 @@ import (
 
 	"github.com/sextant-mesh/sextant/internal/config"
 	"github.com/sextant-mesh/sextant/internal/label"
+	"github.com/sextant-mesh/sextant/internal/naming"
 	engine "github.com/sextant-mesh/sextant/internal/push"
 	"github.com/sextant-mesh/sextant/internal/push/pushtest"
 	"github.com/sextant-mesh/sextant/internal/xds"
@@ -27,8 +28,8 @@ var colors = []string{"blue", "green", "gray", "stable"}
 
 func serviceName(i int) string { return fmt.Sprintf("svc-%04d", i) }
 
-func serviceKey(i int) config.ServiceKey {
-	return config.ServiceKey{Namespace: "default", Name: serviceName(i)}
+func serviceKey(i int) naming.ServiceKey {
+	return naming.ServiceKey{Namespace: "default", Name: serviceName(i)}
 }
 
 // destinationRule of service i; gen varies its outlier detection, so that
@@ -141,7 +142,7 @@ func (c *churner) endpointChange(commit func(name string, f func())) {
 		if up {
 			c.reg.Upsert(in)
 		} else {
-			c.reg.Delete(config.ServiceKey{Namespace: "default", Name: in.Service}, in.ID)
+			c.reg.Delete(naming.ServiceKey{Namespace: "default", Name: in.Service}, in.ID)
 		}
 	})
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sextant-mesh/sextant/internal/config"
 	"github.com/sextant-mesh/sextant/internal/label"
+	"github.com/sextant-mesh/sextant/internal/naming"
 	"github.com/sextant-mesh/sextant/internal/push"
 )
 
@@ -21,7 +22,7 @@ import (
 type Registry struct {
 	mu       sync.RWMutex
 	rev      int64
-	services map[config.ServiceKey]map[string]*push.Instance
+	services map[naming.ServiceKey]map[string]*push.Instance
 	configs  map[config.Key]*config.Object
 	log      []push.Change // changes after logStart
 	logStart int64         // revision before log[0]
@@ -36,7 +37,7 @@ func New(logSize int) *Registry {
 		logSize = 1 << 16
 	}
 	return &Registry{
-		services: map[config.ServiceKey]map[string]*push.Instance{},
+		services: map[naming.ServiceKey]map[string]*push.Instance{},
 		configs:  map[config.Key]*config.Object{},
 		logSize:  logSize, changed: make(chan struct{}),
 	}
@@ -66,7 +67,7 @@ func (r *Registry) Upsert(ins ...push.Instance) int64 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, in := range ins {
-		k := config.ServiceKey{Namespace: in.Namespace, Name: in.Service}
+		k := naming.ServiceKey{Namespace: in.Namespace, Name: in.Service}
 		m := r.services[k]
 		if m == nil {
 			m = map[string]*push.Instance{}
@@ -81,7 +82,7 @@ func (r *Registry) Upsert(ins ...push.Instance) int64 {
 
 // Delete removes an instance; it returns the revision, or 0 if there was
 // no such instance.
-func (r *Registry) Delete(svc config.ServiceKey, id string) int64 {
+func (r *Registry) Delete(svc naming.ServiceKey, id string) int64 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if _, ok := r.services[svc][id]; !ok {
@@ -127,7 +128,7 @@ func (r *Registry) Snapshot(context.Context) (push.Snapshot, error) {
 			s.Services = append(s.Services, k)
 		}
 	}
-	slices.SortFunc(s.Services, config.ServiceKey.Compare)
+	slices.SortFunc(s.Services, naming.ServiceKey.Compare)
 	for _, o := range r.configs {
 		s.Configs = append(s.Configs, o)
 	}
@@ -141,7 +142,7 @@ func (r *Registry) Follow(_ context.Context, since int64) (push.Changes, error) 
 }
 
 // Instances implements push.Source.
-func (r *Registry) Instances(svc config.ServiceKey, sel label.Selector, fn func(*push.Instance)) {
+func (r *Registry) Instances(svc naming.ServiceKey, sel label.Selector, fn func(*push.Instance)) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	for _, in := range r.services[svc] {
