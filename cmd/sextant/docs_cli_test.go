@@ -15,9 +15,10 @@ import (
 
 // TestDocsCommandLines is the cheap check of every page's commands that
 // TestReadme does not run: each sextant command in a code block of README.md,
-// examples/README.md and docs/*.md (a ```sh line, or a "$ " line of another
-// block) names a real subcommand, and its flags exist and take the values
-// given, checked against the binary's own command tree without running it.
+// examples/README.md, docs/*.md and docs/perf/*.md (a ```sh line, or a "$ "
+// line of another block) names a real subcommand, and its flags exist and
+// take the values given, checked against the binary's own command tree
+// without running it.
 func TestDocsCommandLines(t *testing.T) {
 	// The check itself: what it must refuse, and a line's parsing.
 	for _, bad := range []string{
@@ -32,9 +33,16 @@ func TestDocsCommandLines(t *testing.T) {
 			t.Errorf("%q: %q passed the check", bad, inv)
 		}
 	}
-	pages, err := filepath.Glob("../../docs/*.md")
-	if err != nil {
-		t.Fatal(err)
+	var pages []string
+	for _, glob := range []string{"../../docs/*.md", "../../docs/perf/*.md"} {
+		found, err := filepath.Glob(glob)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(found) == 0 {
+			t.Fatalf("no page matches %s", glob)
+		}
+		pages = append(pages, found...)
 	}
 	pages = append(pages, "../../README.md", "../../examples/README.md")
 	checked := 0

@@ -12,7 +12,7 @@ const idShards = 64
 // idIndex maps instance ids to their current version for lookups by id
 // (heartbeats, the registry's planning of every write). It is plain maps in
 // shards under read-write locks: with a million ids a sync.Map lookup chases
-// a pointer per trie level, 2.5-3x the cost of a map shard (docs/benchmarks.md,
+// a pointer per trie level, 2.5-3x the cost of a map shard (docs/perf/registry.md,
 // issue 16 second pass). One writer, the table's Apply and Load.
 //
 // A shard's map is keyed by the id's 64-bit hash, not by the id: a map that

@@ -11,7 +11,7 @@ import (
 // fills, then the rest of the body straight from the handler's slice. Each
 // write runs the TCP path and wakes the reader again: under the query bench
 // (36 KB answers) the first, 4 KiB write cost nearly as much CPU as the
-// 32 KiB one (pprof; docs/benchmarks.md). Connections accepted through
+// 32 KiB one (pprof; docs/perf/registry.md). Connections accepted through
 // JoinWrites' listener can hold the first write back and send it with the second in one
 // writev. Handlers arm that only around the Write of a large body they have
 // in hand (send), and whatever is held when the Write returns leaves at

@@ -15,7 +15,7 @@ import (
 // same bodies decoded strictly (decodeStrict, DisallowUnknownFields) into
 // the reference types FuzzDecodeRegisterMatchesEncodingJSON holds the
 // decoder to, then built into the same catalog instances. decode.go is
-// worth keeping only if it is much faster than this (docs/benchmarks.md).
+// worth keeping only if it is much faster than this (docs/perf/registry.md).
 
 // decodeRegisterEncodingJSON is decodeRegister done the plain way.
 func decodeRegisterEncodingJSON(body []byte) ([]*catalog.Instance, error) {

@@ -14,7 +14,7 @@ import (
 // bitset is no larger than a list), and a sorted list below that, so a key
 // with thousands of rare values stays small while low-cardinality postings
 // intersect at memory speed (80x roaring on the subset build; see
-// docs/benchmarks.md).
+// docs/perf/subset.md).
 //
 // A Postings is owned by one writer and must not change once shared; Edit
 // derives the next version, copying only what it then changes.

@@ -24,7 +24,7 @@ import (
 // its next commit takes them all. At 64, single registers were committed
 // about 3 to a commit instead of ~30, and every commit costs the catalog a
 // version: 86 against 69 us of server CPU per register, batches unchanged
-// (docs/benchmarks.md, issue 16 third pass).
+// (docs/perf/registry.md, issue 16 third pass).
 const maxInFlight = 2
 
 // inflight is one committed batch's writes, until the catalog applies rev.

@@ -298,7 +298,7 @@ func TestFullPipelineGroupsQueuedWrites(t *testing.T) {
 	select {
 	case <-g.committed:
 		// A deeper pipeline commits single registers a few at a time
-		// (docs/benchmarks.md, issue 16 third pass).
+		// (docs/perf/registry.md, issue 16 third pass).
 		t.Fatalf("%d commits with none applied: more than 2 batches wait for the answerer", sent)
 	case <-time.After(time.Second):
 	}

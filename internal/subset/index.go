@@ -10,7 +10,7 @@ import (
 
 // index builds the inverted index of the configured keys over hosts (slot i
 // is hosts[i]) in one pass over the hosts, which also checks them. It bounds
-// New: see docs/benchmarks.md for what it costs and why.
+// New: see docs/perf/subset.md for what it costs and why.
 func (lb *LB) index(hosts []Host) (*label.Postings, error) {
 	c := lb.cfg
 	t := newPairTable(&c.kt, uint32(len(hosts)))

@@ -6,7 +6,7 @@ import (
 	"unsafe"
 )
 
-// Reading every host's labels bounds the build (docs/benchmarks.md), so the
+// Reading every host's labels bounds the build (docs/perf/subset.md), so the
 // two lookups it makes per label, which key and which value, avoid hashing
 // whole strings, map lookups and memequal calls, and have few
 // data-dependent branches: a string is known by its fingerprint, which for

@@ -73,7 +73,7 @@ func OpenWith(dir string, opts Options) (*Store, error) {
 // except that L0 and L1 are not compressed: what a flush writes there is
 // soon read and rewritten by a compaction, so compressing it spent CPU twice
 // (the batch register bench: ~10% less server CPU per instance, ~20% more
-// disk while the data is recent; docs/benchmarks.md). Blocks are 32 KiB, not
+// disk while the data is recent; docs/perf/registry.md). Blocks are 32 KiB, not
 // 4: a table is written through a 4 KiB buffer, one write(2) per block, and
 // those syscalls were ~8% of the server's CPU under batch registers. The
 // registry reads the store by scans; a point read (a conditional write's
