@@ -238,17 +238,9 @@ func clusterRegister(ctx context.Context, cfg ClusterConfig, runs []*run) (*Thro
 	res := &Throughput{Unit: "instances", Conns: conns, PerRequest: 1, Seconds: report.Round3(elapsed.Seconds()), Target: 10_000}
 	var all []time.Duration
 	for i := range gs {
-		st := &gs[i]
-		all = append(all, st.lat...)
-		res.Requests += st.requests
-		res.Items += st.items
-		res.Errors += st.errors
-		if st.firstErr != nil && res.FirstError == "" {
-			res.FirstError = st.firstErr.Error()
-		}
+		all = res.add(all, &gs[i].loaderStats)
 	}
-	res.PerSecond = report.Round3(float64(res.Items) / elapsed.Seconds())
-	res.P50Ms, res.P99Ms, res.MaxMs = percentiles(all)
+	res.summarize(all, elapsed)
 	res.LoaderCPUSeconds = report.Round3(report.ProcessCPU() - loader0)
 	cc := &ClusterCPU{LoaderCPUSeconds: res.LoaderCPUSeconds}
 	if db1, ok := databaseCPU(); ok && dbOK {
