@@ -58,41 +58,14 @@ var hopHeaders = []string{"Keep-Alive", "Proxy-Connection", "Proxy-Authenticate"
 // fasthttp calls it on the connection's goroutine.
 func (g *Gateway) serve(ctx *fasthttp.RequestCtx) {
 	start := time.Now()
-	req := &ctx.Request
 	t := g.table.Load()
 	if t == nil {
 		g.localReply(ctx, fasthttp.StatusServiceUnavailable, "", reasonNoRoute, "no configuration received from the control plane yet")
 		return
 	}
-	if req.Header.IsConnect() {
-		// As Envoy without a connect_matcher: tunnels are not proxied.
-		g.localReply(ctx, fasthttp.StatusNotFound, "", reasonNoRoute, "CONNECT is not proxied")
-		return
-	}
-	if u := req.Header.RequestURI(); len(u) > 0 && u[0] != '/' {
-		if err := originForm(&req.Header); err != nil {
-			g.localReply(ctx, fasthttp.StatusBadRequest, "", "bad_request", err.Error())
-			return
-		}
-	}
 	var hostBuf [256]byte
-	host := lower(hostBuf[:0], req.Header.Host())
-	uri := req.Header.RequestURI()
-	path := uri
-	if i := bytes.IndexByte(uri, '?'); i >= 0 {
-		path = uri[:i]
-	}
-	vh := t.vhost(host)
-	var r *routeRT
-	if vh != nil {
-		r = vh.route(path, &req.Header)
-	}
+	r, host := g.route(ctx, t, hostBuf[:0])
 	if r == nil {
-		msg := "no route for host " + strconv.Quote(string(host)) + " path " + strconv.Quote(string(path))
-		if vh != nil && vh.dropped != "" {
-			msg += "; routes left out by the control plane: " + vh.dropped
-		}
-		g.localReply(ctx, fasthttp.StatusNotFound, "", reasonNoRoute, msg)
 		return
 	}
 	if d := r.spec.direct; d != nil {
@@ -104,158 +77,246 @@ func (g *Gateway) serve(ctx *fasthttp.RequestCtx) {
 		redirect(ctx, rd, r.spec.match.value, host)
 		return
 	}
+	c, md, mdKey := g.target(ctx, t, r)
+	if c == nil {
+		return
+	}
+	g.prepareRequest(ctx, r)
+	k := call{c: c, retry: &r.spec.retry, md: md}
+	if r.spec.timeout > 0 {
+		k.deadline = start.Add(r.spec.timeout)
+	}
+	k.forward(&ctx.Request, &ctx.Response)
+	g.answer(ctx, &k)
+	lat := time.Since(start)
+	c.m.observe(k.status, lat)
+	if g.rec != nil {
+		g.record(ctx, &k, r, mdKey, start, lat)
+	}
+}
+
+// route finds the request's route, after bringing an absolute-form target
+// to origin form. host is the request's host in lower case, in hostBuf
+// when it fits. With no route it answers the request and returns nil.
+func (g *Gateway) route(ctx *fasthttp.RequestCtx, t *table, hostBuf []byte) (r *routeRT, host []byte) {
+	h := &ctx.Request.Header
+	if h.IsConnect() {
+		// As Envoy without a connect_matcher: tunnels are not proxied.
+		g.localReply(ctx, fasthttp.StatusNotFound, "", reasonNoRoute, "CONNECT is not proxied")
+		return nil, nil
+	}
+	if u := h.RequestURI(); len(u) > 0 && u[0] != '/' {
+		if err := originForm(h); err != nil {
+			g.localReply(ctx, fasthttp.StatusBadRequest, "", "bad_request", err.Error())
+			return nil, nil
+		}
+	}
+	host = lower(hostBuf, h.Host())
+	uri := h.RequestURI()
+	path := uri
+	if i := bytes.IndexByte(uri, '?'); i >= 0 {
+		path = uri[:i]
+	}
+	vh := t.vhost(host)
+	if vh != nil {
+		r = vh.route(path, h)
+	}
+	if r == nil {
+		msg := "no route for host " + strconv.Quote(string(host)) + " path " + strconv.Quote(string(path))
+		if vh != nil && vh.dropped != "" {
+			msg += "; routes left out by the control plane: " + vh.dropped
+		}
+		g.localReply(ctx, fasthttp.StatusNotFound, "", reasonNoRoute, msg)
+		return nil, nil
+	}
+	return r, host
+}
+
+// target picks the route's weighted target and returns its cluster with
+// the metadata to pick its endpoints by (the route's, overlaid by the
+// SubsetHeader, which it removes; none if the cluster has no subsets).
+// With no usable cluster it answers the request and returns nil.
+func (g *Gateway) target(ctx *fasthttp.RequestCtx, t *table, r *routeRT) (c *clusterRT, md map[string]string, mdKey string) {
 	tg := r.pick()
-	c := tg.cluster
+	c = tg.cluster
 	if c == nil {
 		msg := "cluster " + strconv.Quote(tg.name) + " is not in the configuration"
 		if why, ok := t.unsupported[tg.name]; ok {
 			msg = "cluster " + strconv.Quote(tg.name) + ": " + why
 		}
 		g.localReply(ctx, fasthttp.StatusServiceUnavailable, tg.name, reasonNoCluster, msg)
-		return
+		return nil, nil, ""
 	}
-	md, mdKey := tg.md, tg.mdKey
-	if hv := req.Header.Peek(SubsetHeader); hv != nil {
+	md, mdKey = tg.md, tg.mdKey
+	h := &ctx.Request.Header
+	if hv := h.Peek(SubsetHeader); hv != nil {
 		var err error
 		if md, mdKey, err = overlaySubset(md, hv); err != nil {
 			g.localReply(ctx, fasthttp.StatusBadRequest, c.name, reasonBadSubsetHeader, err.Error())
-			return
+			return nil, nil, ""
 		}
-		req.Header.Del(SubsetHeader)
+		h.Del(SubsetHeader)
 	}
 	if !c.useMD {
 		md, mdKey = nil, ""
 	}
-	g.prepareRequest(ctx, r)
-	var deadline time.Time
-	if r.spec.timeout > 0 {
-		deadline = start.Add(r.spec.timeout)
-	}
+	return c, md, mdKey
+}
 
+// call is the state of one call across its attempts at a cluster; it
+// lives on serve's stack.
+type call struct {
+	c        *clusterRT
+	retry    *retrySpec
+	md       map[string]string
+	deadline time.Time // zero: none
+
+	retries  int
+	status   int        // of the last answer; 0 if it got none
+	reason   string     // why the last attempt got no usable answer
+	endpoint string     // address of the last endpoint tried
+	err      error      // of the last attempt; nil: the response is upstream's
+	permit   bool       // a retry-budget permit is held for this attempt
+	tried    [11]string // endpoints tried (num_retries is at most 10)
+}
+
+// forward sends the request upstream, and again while the route's retry
+// policy, its deadline and the cluster's retry budget allow.
+func (k *call) forward(req *fasthttp.Request, resp *fasthttp.Response) {
+	c := k.c
 	c.active.Add(1)
-	resp := &ctx.Response
-	var (
-		retries  int
-		status   int
-		reason   string
-		endpoint string
-		lastErr  error
-		permit   bool       // a retry-budget permit is held for this attempt
-		tried    [11]string // endpoints tried (num_retries is at most 10)
-	)
-	release := func() {
-		if permit {
-			c.retries.Add(-1)
-			permit = false
-		}
-	}
-	for {
-		res, err := c.lb.Pick(md)
-		if err == nil && retries > 0 && r.spec.retry.otherHost {
-			res, err = pickAgain(c, md, res, tried[:retries], r.spec.retry.hostPicks)
-		}
-		if err != nil {
-			release()
-			reason = pickReason(err)
-			lastErr = err
-			if reason == reasonShed {
-				c.m.shed.Inc()
-			}
-			break
-		}
-		ep := c.endpointFor(res.Host.ID)
-		if ep == nil { // removed between the pick and now
-			release()
-			res.Done(0, balancer.Canceled)
-			reason, lastErr = reasonNoHealthy, subset.ErrNoHealthyHost
-			break
-		}
-		endpoint = ep.addr
-		tried[retries] = res.Host.ID
-		try := deadline
-		if pt := r.spec.retry.perTry; pt > 0 {
-			if d := time.Now().Add(pt); try.IsZero() || d.Before(try) {
-				try = d
-			}
-		}
-		if retries > 0 {
-			resp.Reset()
-		}
-		t0 := time.Now()
-		err = ep.up.do(req, resp, try)
-		lat := time.Since(t0)
-		release()
-		var outcome balancer.Outcome
-		outcome, reason = classify(err, resp.StatusCode())
-		res.Done(lat, outcome)
-		lastErr = err
-		status = resp.StatusCode()
-		if err != nil {
-			status = 0
-		}
-		ep.m.observe(status, lat)
-		if !r.spec.retry.retriable(reason, status) || retries >= r.spec.retry.num ||
-			(!deadline.IsZero() && !time.Now().Before(deadline)) || !c.allowRetry() {
-			break
-		}
-		permit = true
-		retries++
+	for k.attempt(req, resp) && k.mayRetry() {
+		k.permit = true
+		k.retries++
 		c.m.retries.Inc()
 	}
 	c.active.Add(-1)
+}
 
-	if lastErr != nil {
-		code, msg := replyFor(reason, c.name, lastErr)
-		resp.Reset()
-		g.localReply(ctx, code, c.name, reason, msg)
-		status = code
-	} else {
-		cleanResponse(resp)
-		resp.Header.Set("Via", viaValue)
-		reason = ""
+// mayRetry reports whether the attempt that just ended may be retried,
+// taking a retry-budget permit if so.
+func (k *call) mayRetry() bool {
+	return k.retry.retriable(k.reason, k.status) && k.retries < k.retry.num &&
+		(k.deadline.IsZero() || time.Now().Before(k.deadline)) && k.c.allowRetry()
+}
+
+// attempt picks an endpoint and sends the request to it once; false if no
+// endpoint could be picked.
+func (k *call) attempt(req *fasthttp.Request, resp *fasthttp.Response) bool {
+	res, ep := k.pick()
+	if ep == nil {
+		return false
 	}
-	resp.Header.SetBytesV("X-Request-Id", req.Header.Peek("X-Request-Id"))
-	lat := time.Since(start)
-	c.m.observe(status, lat)
-	if g.rec != nil {
-		if mdKey == "" {
-			// A control plane that makes one cluster per subset (Sextant's,
-			// Istio's) routes with no metadata match: the cluster names it.
-			mdKey = c.spec.subsetName
+	k.endpoint = ep.addr
+	k.tried[k.retries] = res.Host.ID
+	try := k.deadline
+	if pt := k.retry.perTry; pt > 0 {
+		if d := time.Now().Add(pt); try.IsZero() || d.Before(try) {
+			try = d
 		}
-		g.rec.Record(calllog.Record{
-			Start:    start.UnixNano(),
-			Latency:  lat,
-			Service:  c.spec.service,
-			Cluster:  c.name,
-			Route:    r.name,
-			Subset:   mdKey,
-			Endpoint: endpoint,
-			Status:   uint16(status),
-			Retries:  uint8(min(retries, 255)),
-			Reason:   calllog.ReasonCode(reason),
-			BytesIn:  uint32(min(len(req.Body()), 1<<32-1)),
-			BytesOut: uint32(min(len(resp.Body()), 1<<32-1)),
-		})
 	}
+	if k.retries > 0 {
+		resp.Reset()
+	}
+	t0 := time.Now()
+	err := ep.up.do(req, resp, try)
+	lat := time.Since(t0)
+	k.release()
+	var outcome balancer.Outcome
+	outcome, k.reason = classify(err, resp.StatusCode())
+	res.Done(lat, outcome)
+	k.err = err
+	k.status = resp.StatusCode()
+	if err != nil {
+		k.status = 0
+	}
+	ep.m.observe(k.status, lat)
+	return true
+}
+
+// pick picks the attempt's endpoint, avoiding those tried if the route
+// says so. With none it returns the permit, sets the call's reason and
+// error, and returns a nil endpoint.
+func (k *call) pick() (subset.Result, *endpoint) {
+	c := k.c
+	res, err := c.lb.Pick(k.md)
+	if err == nil && k.retries > 0 && k.retry.otherHost {
+		res, err = pickAgain(c, k.md, res, k.tried[:k.retries], k.retry.hostPicks)
+	}
+	if err != nil {
+		k.release()
+		k.reason, k.err = pickReason(err), err
+		if k.reason == reasonShed {
+			c.m.shed.Inc()
+		}
+		return res, nil
+	}
+	ep := c.endpointFor(res.Host.ID)
+	if ep == nil { // removed between the pick and now
+		k.release()
+		res.Done(0, balancer.Canceled)
+		k.reason, k.err = reasonNoHealthy, subset.ErrNoHealthyHost
+		return res, nil
+	}
+	return res, ep
+}
+
+// release returns the retry-budget permit, if one is held.
+func (k *call) release() {
+	if k.permit {
+		k.c.retries.Add(-1)
+		k.permit = false
+	}
+}
+
+// answer completes the downstream response: the upstream's without its
+// hop-by-hop headers, or the gateway's own if the call got no answer.
+func (g *Gateway) answer(ctx *fasthttp.RequestCtx, k *call) {
+	resp := &ctx.Response
+	if k.err != nil {
+		code, msg := replyFor(k.reason, k.c.name, k.err)
+		resp.Reset()
+		g.localReply(ctx, code, k.c.name, k.reason, msg)
+		k.status = code
+	} else {
+		// Dropping Connection keeps the downstream connection open
+		// whatever the upstream said.
+		dropHopHeaders(&resp.Header)
+		resp.Header.Set("Via", viaValue)
+		k.reason = ""
+	}
+	resp.Header.SetBytesV("X-Request-Id", ctx.Request.Header.Peek("X-Request-Id"))
+}
+
+// record hands the call to the recorder.
+func (g *Gateway) record(ctx *fasthttp.RequestCtx, k *call, r *routeRT, mdKey string, start time.Time, lat time.Duration) {
+	c := k.c
+	if mdKey == "" {
+		// A control plane that makes one cluster per subset (Sextant's,
+		// Istio's) routes with no metadata match: the cluster names it.
+		mdKey = c.spec.subsetName
+	}
+	g.rec.Record(calllog.Record{
+		Start:    start.UnixNano(),
+		Latency:  lat,
+		Service:  c.spec.service,
+		Cluster:  c.name,
+		Route:    r.name,
+		Subset:   mdKey,
+		Endpoint: k.endpoint,
+		Status:   uint16(k.status),
+		Retries:  uint8(min(k.retries, 255)),
+		Reason:   calllog.ReasonCode(k.reason),
+		BytesIn:  uint32(min(len(ctx.Request.Body()), 1<<32-1)),
+		BytesOut: uint32(min(len(ctx.Response.Body()), 1<<32-1)),
+	})
 }
 
 // prepareRequest turns the downstream request into the upstream one, in
 // place: hop-by-hop headers out, forwarding headers in, prefix rewrite.
 func (g *Gateway) prepareRequest(ctx *fasthttp.RequestCtx, r *routeRT) {
 	h := &ctx.Request.Header
-	if v := h.Peek("Connection"); len(v) > 0 {
-		for _, tok := range bytes.Split(v, []byte{','}) {
-			tok = bytes.TrimSpace(tok)
-			if len(tok) > 0 && !bytes.EqualFold(tok, []byte("close")) && !bytes.EqualFold(tok, []byte("keep-alive")) {
-				h.DelBytes(tok)
-			}
-		}
-	}
-	h.Del("Connection") // also keeps the upstream connection open
-	for _, k := range hopHeaders {
-		h.Del(k)
-	}
+	dropHopHeaders(h) // dropping Connection also keeps the upstream connection open
 	var ipBuf [64]byte
 	clientIP, _ := ctx.RemoteIP().AppendText(ipBuf[:0])
 	if prior := h.Peek("X-Forwarded-For"); len(prior) > 0 {
@@ -290,10 +351,23 @@ func (g *Gateway) prepareRequest(ctx *fasthttp.RequestCtx, r *routeRT) {
 	}
 }
 
-// cleanResponse removes hop-by-hop headers from the upstream's answer and
-// keeps the downstream connection open whatever the upstream said.
-func cleanResponse(resp *fasthttp.Response) {
-	h := &resp.Header
+// header is what dropHopHeaders needs of a request's or a response's
+// header.
+type header interface {
+	Peek(key string) []byte
+	Del(key string)
+	DelBytes(key []byte)
+}
+
+var (
+	_ header = (*fasthttp.RequestHeader)(nil)
+	_ header = (*fasthttp.ResponseHeader)(nil)
+)
+
+// dropHopHeaders removes the hop-by-hop headers: those the Connection
+// header names (but close and keep-alive), Connection itself and
+// hopHeaders.
+func dropHopHeaders(h header) {
 	if v := h.Peek("Connection"); len(v) > 0 {
 		for _, tok := range bytes.Split(v, []byte{','}) {
 			tok = bytes.TrimSpace(tok)

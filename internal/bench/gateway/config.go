@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/sextant-mesh/sextant/internal/bench/report"
 )
 
 // ConfigResult is how long a new route takes to serve after the control
@@ -85,5 +87,5 @@ func RunConfigLatency(ctx context.Context, n int) (*ConfigResult, error) {
 	slices.Sort(lats)
 	ms := func(d time.Duration) float64 { return round3(float64(d.Microseconds()) / 1000) }
 	return &ConfigResult{Scenario: "config_push_to_serve", Updates: len(lats), P50Ms: ms(lats[len(lats)/2]),
-		P99Ms: ms(lats[min(len(lats)*99/100, len(lats)-1)]), MaxMs: ms(lats[len(lats)-1]), LoadAvg: loadAvg()}, nil
+		P99Ms: ms(lats[min(len(lats)*99/100, len(lats)-1)]), MaxMs: ms(lats[len(lats)-1]), LoadAvg: report.LoadAvg()}, nil
 }

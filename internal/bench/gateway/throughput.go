@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"text/template"
 	"time"
+
+	"github.com/sextant-mesh/sextant/internal/bench/report"
 )
 
 //go:embed configs/*.tmpl
@@ -237,7 +239,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			res.Latency = append(res.Latency, lr)
 		}
 	}
-	res.LoadAvg = loadAvg()
+	res.LoadAvg = report.LoadAvg()
 	return res, nil
 }
 
@@ -512,17 +514,4 @@ func wrkMs(s string) float64 {
 		}
 	}
 	return 0
-}
-
-func loadAvg() [3]float64 {
-	var l [3]float64
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return l
-	}
-	f := strings.Fields(string(b))
-	for i := range min(3, len(f)) {
-		l[i], _ = strconv.ParseFloat(f[i], 64)
-	}
-	return l
 }

@@ -7,17 +7,16 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
-	"os"
 	"runtime"
 	"runtime/pprof"
 	"slices"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/schollz/progressbar/v3"
 
+	"github.com/sextant-mesh/sextant/internal/bench/report"
 	engine "github.com/sextant-mesh/sextant/internal/push"
 	"github.com/sextant-mesh/sextant/internal/push/pushtest"
 	"github.com/sextant-mesh/sextant/internal/xds"
@@ -116,18 +115,6 @@ func (c *Config) defaults() {
 	}
 }
 
-func loadavg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return ""
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return ""
-	}
-	return strings.Join(f[:3], " ")
-}
-
 func cpuSeconds() float64 {
 	var ru syscall.Rusage
 	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
@@ -178,7 +165,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Result, error) {
 	res := Result{
 		Scenario: fmt.Sprintf("seed001_%d_services_%d_endpoints", cfg.Services, cfg.Endpoints), Protocol: "sotw",
 		Services: cfg.Services, Clusters: cfg.Services * len(colors), Endpoints: cfg.Endpoints, Subscribers: cfg.Subscribers,
-		LoadAvgStart: loadavg(),
+		LoadAvgStart: report.LoadAvgText(),
 	}
 	if cfg.Delta {
 		res.Protocol = "delta"
@@ -330,7 +317,7 @@ churn:
 	var ru syscall.Rusage
 	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	res.MaxRSSBytes = ru.Maxrss * 1024
-	res.LoadAvgEnd = loadavg()
+	res.LoadAvgEnd = report.LoadAvgText()
 	enc := json.NewEncoder(out)
 	enc.SetIndent("", "  ")
 	return res, enc.Encode(res)

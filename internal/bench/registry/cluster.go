@@ -238,17 +238,9 @@ func clusterRegister(ctx context.Context, cfg ClusterConfig, runs []*run) (*Thro
 	res := &Throughput{Unit: "instances", Conns: conns, PerRequest: 1, Seconds: report.Round3(elapsed.Seconds()), Target: 10_000}
 	var all []time.Duration
 	for i := range gs {
-		st := &gs[i]
-		all = append(all, st.lat...)
-		res.Requests += st.requests
-		res.Items += st.items
-		res.Errors += st.errors
-		if st.firstErr != nil && res.FirstError == "" {
-			res.FirstError = st.firstErr.Error()
-		}
+		all = res.add(all, &gs[i].loaderStats)
 	}
-	res.PerSecond = report.Round3(float64(res.Items) / elapsed.Seconds())
-	res.P50Ms, res.P99Ms, res.MaxMs = percentiles(all)
+	res.summarize(all, elapsed)
 	res.LoaderCPUSeconds = report.Round3(report.ProcessCPU() - loader0)
 	cc := &ClusterCPU{LoaderCPUSeconds: res.LoaderCPUSeconds}
 	if db1, ok := databaseCPU(); ok && dbOK {
@@ -376,46 +368,20 @@ func clusterWatch(ctx context.Context, cfg ClusterConfig, runs []*run) (*Latency
 	bar := report.NewBar(r0.cfg.Progress, "crosswatch", int64(cfg.WatchRounds))
 	defer bar.Finish()
 	var lat, fromSend []time.Duration
-	type answer struct {
-		at  time.Time
-		rev uint64
-		err error
-	}
-	got := make(chan answer, 1)
 	cpu := clusterCPU(ctx, runs)
 	loader0 := report.ProcessCPU()
 	for i := range cfg.WatchRounds {
 		writer, reader := i%len(runs), (i+1)%len(runs)
-		w := watchers[reader]
-		target := qpath + "?wait=10s&index=" + strconv.FormatUint(index, 10)
-		go func() {
-			_, err := w.send(ctx, http.MethodGet, target, nil)
-			at := time.Now()
-			var a struct {
-				Revision uint64 `json:"revision"`
-			}
-			if err == nil {
-				err = json.Unmarshal(w.buf, &a)
-			}
-			got <- answer{at, a.Revision, err}
-		}()
-		time.Sleep(3 * time.Millisecond) // let the query park first
 		putDigits(t.body[round:round+6], uint64(i+1)%1_000_000)
-		sent := time.Now()
-		_, err := regs[writer].send(ctx, http.MethodPost, "/v1/instances", t.body)
-		done := time.Now()
-		a := <-got
+		a, err := wake(ctx, watchers[reader], qpath+"?wait=10s&index="+strconv.FormatUint(index, 10), regs[writer], "/v1/instances", t.body)
 		if err != nil {
 			return nil, err
-		}
-		if a.err != nil {
-			return nil, a.err
 		}
 		if a.rev <= index {
 			return nil, fmt.Errorf("round %d: the blocking query on server %d answered revision %d, not newer than %d", i, reader, a.rev, index)
 		}
-		lat = append(lat, max(0, a.at.Sub(done)))
-		fromSend = append(fromSend, a.at.Sub(sent))
+		lat = append(lat, a.afterAnswer)
+		fromSend = append(fromSend, a.afterSend)
 		index = a.rev
 		bar.Add(1)
 	}

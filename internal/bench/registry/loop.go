@@ -22,6 +22,26 @@ type loaderStats struct {
 	firstErr error
 }
 
+// add counts one loader goroutine's requests, items and errors into t
+// (the first error seen stands) and returns lat with its latencies added.
+func (t *Throughput) add(lat []time.Duration, st *loaderStats) []time.Duration {
+	t.Requests += st.requests
+	t.Items += st.items
+	t.Errors += st.errors
+	if st.firstErr != nil && t.FirstError == "" {
+		t.FirstError = st.firstErr.Error()
+	}
+	return append(lat, st.lat...)
+}
+
+// summarize sets t's rate of items over elapsed and the percentiles of
+// lat, which it sorts.
+func (t *Throughput) summarize(lat []time.Duration, elapsed time.Duration) {
+	t.PerSecond = report.Round3(float64(t.Items) / elapsed.Seconds())
+	s := report.Summarize(lat)
+	t.P50Ms, t.P99Ms, t.MaxMs = s.P50Ms, s.P99Ms, s.MaxMs
+}
+
 // step sends one request on c for loader goroutine g and returns how many
 // items it carried, or done when the scenario has nothing left to send.
 type step func(ctx context.Context, g int, c *caller) (items int, done bool, err error)
@@ -77,18 +97,9 @@ func (r *run) loop(ctx context.Context, name string, conns int, step step) (*Thr
 	res := &Throughput{Conns: conns, Seconds: report.Round3(elapsed.Seconds()), CPU: cpu.Stop(ctx)}
 	var all []time.Duration
 	for i := range stats {
-		st := &stats[i]
-		all = append(all, st.lat...)
-		res.Requests += st.requests
-		res.Items += st.items
-		res.Errors += st.errors
-		if st.firstErr != nil && res.FirstError == "" {
-			res.FirstError = st.firstErr.Error()
-		}
+		all = res.add(all, &stats[i])
 	}
-	res.PerSecond = report.Round3(float64(res.Items) / elapsed.Seconds())
-	s := report.Summarize(all)
-	res.P50Ms, res.P99Ms, res.MaxMs = s.P50Ms, s.P99Ms, s.MaxMs
+	res.summarize(all, elapsed)
 	if res.Requests == 0 {
 		return res, fmt.Errorf("no request succeeded: %s", res.FirstError)
 	}

@@ -45,46 +45,18 @@ func (r *run) watch(ctx context.Context) (*Latency, error) {
 	defer bar.Finish()
 	lat := make([]time.Duration, 0, r.cfg.WatchRounds)
 	fromSend := make([]time.Duration, 0, r.cfg.WatchRounds)
-	type answer struct {
-		at  time.Time
-		rev uint64
-		err error
-	}
-	got := make(chan answer, 1)
 	cpu := r.startCPU(ctx)
 	for i := range r.cfg.WatchRounds {
-		target := qbase + strconv.FormatUint(index, 10)
-		// The watcher goroutine lives for one round; the round waits for it.
-		go func() {
-			_, err := w.send(ctx, http.MethodGet, target, nil)
-			at := time.Now()
-			var a struct {
-				Revision uint64 `json:"revision"`
-			}
-			if err == nil {
-				err = json.Unmarshal(w.buf, &a)
-			}
-			got <- answer{at, a.Revision, err}
-		}()
-		// Give the blocking query time to park on the server; registering
-		// first would answer it at once and flatter the figure.
-		time.Sleep(3 * time.Millisecond)
 		putDigits(t.body[round:round+6], uint64(i+1)%1_000_000)
-		sent := time.Now()
-		_, err := reg.send(ctx, http.MethodPost, r.base+"/v1/instances", t.body)
-		done := time.Now()
-		a := <-got
+		a, err := wake(ctx, w, qbase+strconv.FormatUint(index, 10), reg, r.base+"/v1/instances", t.body)
 		if err != nil {
 			return nil, err
-		}
-		if a.err != nil {
-			return nil, a.err
 		}
 		if a.rev <= index {
 			return nil, fmt.Errorf("round %d: blocking query answered revision %d, not newer than %d", i, a.rev, index)
 		}
-		lat = append(lat, max(0, a.at.Sub(done)))
-		fromSend = append(fromSend, a.at.Sub(sent))
+		lat = append(lat, a.afterAnswer)
+		fromSend = append(fromSend, a.afterSend)
 		index = a.rev
 		bar.Add(1)
 	}
@@ -94,4 +66,49 @@ func (r *run) watch(ctx context.Context) (*Latency, error) {
 	res.FromSendP50Ms, res.FromSendP99Ms = fromSum.P50Ms, fromSum.P99Ms
 	res.Note = "p50/p99: from the register's 200 answer to the blocking query's answer (0 when the watcher was answered first); from_send: from sending the register (includes its durable commit)"
 	return res, nil
+}
+
+// wakeup is how a blocking query answered a register: with which
+// revision, how long after the register's answer (0 if before it) and
+// how long after its sending.
+type wakeup struct {
+	rev                    uint64
+	afterAnswer, afterSend time.Duration
+}
+
+// wake parks a blocking query, GET target on w, then sends body as a
+// register through reg to path, and waits for both answers. The query's
+// goroutine lives for the call.
+func wake(ctx context.Context, w *caller, target string, reg *caller, path string, body []byte) (wakeup, error) {
+	type answer struct {
+		at  time.Time
+		rev uint64
+		err error
+	}
+	got := make(chan answer, 1)
+	go func() {
+		_, err := w.send(ctx, http.MethodGet, target, nil)
+		at := time.Now()
+		var a struct {
+			Revision uint64 `json:"revision"`
+		}
+		if err == nil {
+			err = json.Unmarshal(w.buf, &a)
+		}
+		got <- answer{at, a.Revision, err}
+	}()
+	// Give the blocking query time to park on the server; registering
+	// first would answer it at once and flatter the figure.
+	time.Sleep(3 * time.Millisecond)
+	sent := time.Now()
+	_, err := reg.send(ctx, http.MethodPost, path, body)
+	done := time.Now()
+	a := <-got
+	if err != nil {
+		return wakeup{}, err
+	}
+	if a.err != nil {
+		return wakeup{}, a.err
+	}
+	return wakeup{rev: a.rev, afterAnswer: max(0, a.at.Sub(done)), afterSend: a.at.Sub(sent)}, nil
 }

@@ -119,13 +119,29 @@ func MaxRSS() int64 {
 // as the machine was.
 func LoadAvg() [3]float64 {
 	var l [3]float64
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return l
-	}
-	f := strings.Fields(string(b))
-	for i := range min(3, len(f)) {
-		l[i], _ = strconv.ParseFloat(f[i], 64)
+	for i, f := range loadAvgFields() {
+		l[i], _ = strconv.ParseFloat(f, 64)
 	}
 	return l
+}
+
+// LoadAvgText is LoadAvg as /proc/loadavg writes it ("0.52 0.58 0.59"),
+// or "" where it is missing.
+func LoadAvgText() string {
+	f := loadAvgFields()
+	if len(f) < 3 {
+		return ""
+	}
+	return strings.Join(f, " ")
+}
+
+// loadAvgFields is the first three fields of /proc/loadavg, or fewer
+// where it is missing or short.
+func loadAvgFields() []string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return nil
+	}
+	f := strings.Fields(string(b))
+	return f[:min(3, len(f))]
 }

@@ -141,6 +141,9 @@ func TestProcessFigures(t *testing.T) {
 			t.Errorf("load average %v < 0", l)
 		}
 	}
+	if s := LoadAvgText(); s != "" && len(strings.Fields(s)) != 3 {
+		t.Errorf("LoadAvgText() = %q, want three figures", s)
+	}
 }
 
 func TestBars(t *testing.T) {

@@ -27,6 +27,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/sextant-mesh/sextant/internal/bench/report"
 	"github.com/sextant-mesh/sextant/internal/placement"
 )
 
@@ -301,7 +302,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Result, error) {
 	if cfg.Batch <= 0 {
 		cfg.Batch = 1
 	}
-	res := &Result{GOMAXPROCS: runtime.GOMAXPROCS(0), LoadAvgStart: loadavg(), Scenarios: map[string]*Figures{}}
+	res := &Result{GOMAXPROCS: runtime.GOMAXPROCS(0), LoadAvgStart: report.LoadAvgText(), Scenarios: map[string]*Figures{}}
 	for _, sc := range cfg.Scenarios {
 		switch sc {
 		case "server_startup":
@@ -378,7 +379,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Result, error) {
 			res.Scenarios[fmt.Sprintf("%s_%d_nodes", sc, n)] = f
 		}
 	}
-	res.LoadAvgEnd = loadavg()
+	res.LoadAvgEnd = report.LoadAvgText()
 	enc := json.NewEncoder(out)
 	enc.SetIndent("", "  ")
 	return res, enc.Encode(res)

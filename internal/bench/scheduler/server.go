@@ -213,11 +213,3 @@ func gauge(text, name string) int {
 	}
 	return -1
 }
-
-func loadavg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return ""
-	}
-	return strings.Join(strings.Fields(string(b))[:3], " ")
-}
