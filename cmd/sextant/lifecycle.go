@@ -49,8 +49,8 @@ func (l *lifecycle) add(name string, stop func() error) {
 }
 
 // start runs run on a goroutine of its own, with a context that the part's
-// stop cancels before it waits for run to return. run should return nil
-// once its context ends.
+// stop cancels before it waits for run to return. What run returns once
+// the shutdown began is ignored.
 //
 // An essential part is one the command cannot serve without: run returning
 // before the shutdown began (with nil or an error) makes wait return its
