@@ -103,6 +103,11 @@ func runGateway(ctx context.Context, f gatewayFlags) error {
 		return fmt.Errorf("--listen %q: %w", f.listen, err)
 	}
 	port, _ := strconv.Atoi(portStr)
+	// Every part started below is handed to lc, which stops them in the
+	// reverse order: the registration first, the call log last. An early
+	// return stops those already running.
+	lc := newLifecycle(log)
+	defer lc.stop() // on an early return; the shutdown below stops everything otherwise
 	var lg *calllog.Log
 	var rec gateway.Recorder
 	if !f.noRecords {
@@ -110,16 +115,9 @@ func runGateway(ctx context.Context, f gatewayFlags) error {
 			MaxBytes: f.retainBytes, Logger: log.With("component", "calllog")}); err != nil {
 			return err
 		}
+		lc.add("call log", lg.Close) // its error is the gateway's
 		rec = lg
 	}
-	// Until the gateway serves, a failed step closes the call log (its
-	// writer goroutine and directory lock); after that, shutdown does.
-	opened := lg
-	defer func() {
-		if opened != nil {
-			opened.Close()
-		}
-	}()
 	g := gateway.New(gateway.Options{Listener: f.listener, ListenPort: uint32(port), MaxRequestBytes: f.maxBody,
 		Recorder: rec, Logger: log.With("component", "gateway")})
 
@@ -152,7 +150,7 @@ func runGateway(ctx context.Context, f gatewayFlags) error {
 	if err != nil {
 		return fmt.Errorf("--xds %q: %w", f.xds, err)
 	}
-	defer conn.Close()
+	lc.add("xds connection", func() error { conn.Close(); return nil })
 	xc, err := xdsclient.New(conn, xdsclient.Options{
 		Node:    &core.Node{Id: f.node, Cluster: "sextant-gateway", UserAgentName: "sextant-gateway"},
 		Types:   gateway.XDSTypes(),
@@ -175,49 +173,39 @@ func runGateway(ctx context.Context, f gatewayFlags) error {
 	}
 	asrv := &http.Server{Handler: g.AdminHandlerWith(lg, authorize), ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
-	go func() { _ = asrv.Serve(aln) }()
-
-	opened = nil // closed by the shutdown below
-	xctx, stopXDS := context.WithCancel(context.Background())
-	xdone := make(chan struct{})
-	go func() { defer close(xdone); _ = xc.Run(xctx) }()
-	served := make(chan error, 1)
-	go func() { served <- g.Serve(ln) }()
+	lc.serve("admin server", false, func() error { return asrv.Serve(aln) }, func() error { asrv.Close(); return nil })
+	lc.start("xds client", false, xc.Run)
+	lc.serve("proxy", true, func() error { return g.Serve(ln) }, func() error {
+		sctx, cancel := context.WithTimeout(context.Background(), f.drain)
+		defer cancel()
+		if err := g.Shutdown(sctx); err != nil {
+			log.Warn("drain incomplete", "err", err)
+		}
+		ln.Close() // Shutdown closes it only once Serve has begun
+		return nil
+	})
 	log.Info("gateway listening", "proxy", ln.Addr().String(), "admin", aln.Addr().String(), "xds", f.xds, "node", f.node)
 
-	deregister := func() {}
 	if f.registry != "" {
-		var rerr error
-		if deregister, rerr = registerGateway(ctx, f, aln.Addr().String(), ln.Addr().String(), log); rerr != nil {
-			log.Warn("could not register in the registry; serving anyway", "err", rerr)
+		deregister, err := registerGateway(ctx, f, aln.Addr().String(), ln.Addr().String(), log)
+		if err != nil {
+			log.Warn("could not register in the registry; serving anyway", "err", err)
+		} else {
+			lc.add("registration", func() error { deregister(); return nil })
 		}
 	}
 
-	select {
-	case <-ctx.Done():
+	failure := lc.wait(ctx)
+	if failure != nil {
+		log.Error("shutting down: a part stopped on its own", "err", failure)
+	} else {
 		log.Info("shutting down: draining calls", "drain", f.drain)
-	case err = <-served:
-		log.Error("proxy stopped", "err", err)
 	}
-	deregister()
-	sctx, cancel := context.WithTimeout(context.Background(), f.drain)
-	defer cancel()
-	if serr := g.Shutdown(sctx); serr != nil {
-		log.Warn("drain incomplete", "err", serr)
-	}
-	stopXDS()
-	<-xdone
-	_ = asrv.Close()
-	if lg != nil {
-		if cerr := lg.Close(); cerr != nil {
-			return cerr
-		}
-	}
-	log.Info("stopped")
-	if err != nil && !errors.Is(err, net.ErrClosed) {
+	if err := lc.stop(); err != nil {
 		return err
 	}
-	return nil
+	log.Info("stopped")
+	return failure
 }
 
 // registryClient is a client of the server at --registry with the

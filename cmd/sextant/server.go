@@ -14,7 +14,6 @@ import (
 	"runtime"
 	"runtime/debug"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -148,6 +147,9 @@ func runServer(ctx context.Context, f serverFlags) error {
 	if err != nil {
 		return err
 	}
+	if err := f.validate(); err != nil {
+		return err
+	}
 	memLimit, err := applyMemoryLimit(f.memoryLimit)
 	if err != nil {
 		return err
@@ -156,26 +158,22 @@ func runServer(ctx context.Context, f serverFlags) error {
 		if err := os.MkdirAll(f.data, 0o755); err != nil {
 			return fmt.Errorf("create data directory: %w", err)
 		}
-	} else if len(f.clusterID) > 64 {
-		return fmt.Errorf("--cluster-id %q: at most 64 bytes", f.clusterID)
-	} else if f.clusterLease < 2*time.Second {
-		return fmt.Errorf("--cluster-lease %v: at least 2s (the lease is renewed every second)", f.clusterLease)
-	}
-	if f.deregisterAfter < 0 {
-		return fmt.Errorf("--deregister-after %v: must not be negative (0: never)", f.deregisterAfter)
 	}
 	tlsCfg, err := serverTLS(f.tlsCert, f.tlsKey, f.tlsClientCA)
 	if err != nil {
 		return err
 	}
-	if f.aclAnonRead && !f.acl {
-		return fmt.Errorf("--acl-anonymous-read needs --acl")
-	}
+
+	// Every part started below is handed to lc, which stops them in the
+	// reverse order: the API's requests drained first, the store closed
+	// last. An early return stops those already running.
+	lc := newLifecycle(log)
+	defer lc.stop() // on an early return; the shutdown below stops everything otherwise
 	audit, closeAudit, err := openAudit(f, log)
 	if err != nil {
 		return err
 	}
-	defer closeAudit()
+	lc.add("audit log", func() error { closeAudit(); return nil })
 	guard := acl.New(acl.Options{
 		Enabled: f.acl, AnonymousRead: f.aclAnonRead, Audit: audit,
 		WriteRate: acl.Rate{PerSecond: f.writeRate, Burst: f.writeBurst},
@@ -184,76 +182,42 @@ func runServer(ctx context.Context, f serverFlags) error {
 	metrics := prometheus.NewRegistry()
 	metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	api := httpapi.New(httpapi.Options{Logger: log.With("component", "httpapi"), Metrics: metrics, Gatherer: metrics, ACL: guard})
-	mux := http.NewServeMux()
-	mux.Handle("/", api)
-	// The web console: static files only, every call it makes goes through
-	// the API above (docs/console.md).
-	mux.Handle("/ui/", http.StripPrefix("/ui", console.Handler()))
-	mux.Handle("GET /{$}", http.RedirectHandler("/ui/", http.StatusFound))
-	if f.pprof {
-		// Profiles show the server's memory: admin only when ACLs are on.
-		admin := func(h http.HandlerFunc) http.Handler {
-			return guard.Wrap("", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				if err := acl.Require(r, acl.Admin); err != nil {
-					acl.WriteError(w, err)
-					return
-				}
-				h(w, r)
-			}))
-		}
-		mux.Handle("/debug/pprof/", admin(pprof.Index))
-		mux.Handle("/debug/pprof/profile", admin(pprof.Profile))
-		mux.Handle("/debug/pprof/symbol", admin(pprof.Symbol))
-		mux.Handle("/debug/pprof/trace", admin(pprof.Trace))
-	}
 
 	// Listen first so /healthz and /readyz answer while the catalog loads,
 	// and so an address in use fails before the store opens: a cluster
 	// server has then joined nothing it must leave.
-	ln, err := net.Listen("tcp", f.http)
+	ln, xln, err := listenServer(f)
 	if err != nil {
-		return fmt.Errorf("listen on %s: %w", f.http, err)
+		return err
 	}
-	xln := f.xdsListener
-	if f.xds != "" && xln == nil {
-		if xln, err = net.Listen("tcp", f.xds); err != nil {
-			ln.Close()
-			return fmt.Errorf("listen on %s: %w", f.xds, err)
-		}
-		defer xln.Close() // on an early return; the ADS server closes it otherwise
+	if f.xds != "" && f.xdsListener == nil {
+		// The ADS server closes it once it serves; this, on an early return.
+		lc.add("xds listener", func() error { xln.Close(); return nil })
 	}
-	srv := &http.Server{
-		Handler:           mux,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
+	srv, ln := newHTTPServer(ln, serverMux(api, guard, f.pprof), tlsCfg, log)
 	srv.RegisterOnShutdown(api.Shutdown)
-	if tlsCfg != nil {
-		srv.TLSConfig = tlsCfg
-		ln = tls.NewListener(ln, tlsCfg)
-	} else {
-		ln = httpapi.JoinWrites(srv, ln) // large answers in one write
-	}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
+	// Closed last: by then the drain below has let its requests finish.
+	lc.serve("http server", true, func() error { return srv.Serve(ln) }, func() error { srv.Close(); return nil })
 	log.Info("listening", "http", ln.Addr().String(), "tls", tlsCfg != nil, "mtls", f.tlsClientCA != "", "acl", f.acl, "data", f.data, "store", storeName(f.store))
 	warnExposed(log, ln.Addr().String(), tlsCfg != nil, f)
 
 	st, member, err := openStore(ctx, f, ln.Addr().String(), log, metrics)
 	if err != nil {
-		srv.Close()
 		return err
 	}
+	lc.add("store", st.Close) // its error is the server's
 	cfg := config.NewTable()
 	// The scheduler is the catalog table of nodes and placements: loaded
 	// with the rest, fed by the registry's follower, decided in its
 	// committer (docs/placement.md, "Wiring").
 	sched := placement.New(placement.Config{Log: log.With("component", "placement"), Workers: f.workers})
-	defer sched.Close()
+	lc.add("scheduler", func() error { sched.Close(); return nil })
 	tables := guard.Tables() // tokens and policies
 	maps.Copy(tables, sched.Tables())
 	tables[store.Config] = cfg
+
+	// The registry, in one step: opened over st, closed after the parts
+	// that write through it have stopped.
 	regOpts := registry.Options{
 		Catalog:         catalog.Options{LogSize: f.logSize},
 		Tables:          tables,
@@ -269,111 +233,174 @@ func runServer(ctx context.Context, f serverFlags) error {
 	}
 	reg, err := registry.Open(st, regOpts)
 	if err != nil {
-		srv.Close()
-		st.Close()
 		return err
 	}
+	lc.add("registry", reg.Close)
+
 	cfg.Attach(reg.Catalog())
-	memberCtx, memberStop := context.WithCancel(context.Background())
-	memberDone := make(chan struct{})
 	if member != nil {
-		go func() { defer close(memberDone); member.Run(memberCtx, reg) }()
-	} else {
-		close(memberDone)
+		// Stopped after the control plane, it leaves the cluster: the
+		// others judge this server's instances at once.
+		lc.start("cluster member", false, func(ctx context.Context) error { member.Run(ctx, reg); return nil })
 	}
-	defer func() { memberStop(); <-memberDone }()
-	metrics.MustRegister(
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sextant_scheduler_nodes", Help: "Nodes the placement scheduler holds."},
-			func() float64 { n, _ := sched.Len(); return float64(n) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sextant_scheduler_placements", Help: "Placements the scheduler holds."},
-			func() float64 { _, p := sched.Len(); return float64(p) }),
-	)
+	registerSchedulerGauges(metrics, sched)
 
 	// The control plane: the push engine follows the catalog into the xDS
-	// cache, the ADS server serves it. Both stop with cpCtx. Either one
-	// stopping on its own is reported on cpFailed and stops the server with
-	// its error: serving stale xDS while /readyz says ready would hide it.
-	cpCtx, cpStop := context.WithCancel(context.Background())
-	var cpDone sync.WaitGroup
-	cpFailed := make(chan error, 2)
-	essential := func(name string, run func(context.Context) error) {
-		cpDone.Add(1)
-		go func() {
-			defer cpDone.Done()
-			err := run(cpCtx)
-			if cpCtx.Err() != nil {
-				return // stopped by the shutdown
-			}
-			if err == nil {
-				err = errors.New("stopped")
-			}
-			cpFailed <- fmt.Errorf("%s: %w", name, err)
-		}()
-	}
-	defer func() { cpStop(); cpDone.Wait() }()
+	// cache, the ADS server serves it.
 	cache := xds.NewCache()
 	engine := push.New(push.NewCatalogSource(reg.Catalog(), cfg), cache, push.Options{
 		Logger: log.With("component", "push"), Registerer: metrics,
 	})
-	// xDS streams pass the guard (a token in the "authorization" metadata,
-	// push:read on every namespace) and, with --tls-cert, TLS.
-	grpcOpts := []grpc.ServerOption{
-		grpc.ChainUnaryInterceptor(guard.UnaryInterceptor()),
-		grpc.ChainStreamInterceptor(guard.StreamInterceptor(), acl.StreamPermission(acl.Permission{Resource: acl.Push, Access: acl.Read})),
-	}
-	if tlsCfg != nil {
-		grpcOpts = append(grpcOpts, grpc.Creds(credentials.NewTLS(tlsCfg)))
-	}
-	ads := xds.NewServer(cache, xds.ServerOptions{Logger: log.With("component", "xds"), Metrics: xds.NewMetrics(metrics), GRPC: grpcOpts})
+	ads := xds.NewServer(cache, xds.ServerOptions{Logger: log.With("component", "xds"), Metrics: xds.NewMetrics(metrics), GRPC: xdsServerOptions(guard, tlsCfg)})
 	if f.xds != "" {
 		// Without an xDS listener nothing consumes what the engine pushes.
-		essential("push engine", engine.Run)
-		essential("xds server", func(ctx context.Context) error { return ads.Serve(ctx, xln) })
+		lc.start("push engine", true, engine.Run)
+		lc.start("xds server", true, func(ctx context.Context) error { return ads.Serve(ctx, xln) })
 		log.Info("serving xDS", "addr", xln.Addr().String(), "tls", tlsCfg != nil)
 		warnExposed(log.With("listener", "xds"), xln.Addr().String(), tlsCfg != nil, f)
 		api.SetPushStatus(push.StatusHandler(engine, ads))
 	}
+
+	// From here on the API serves the registry: at the shutdown its
+	// requests are drained first, while everything they use still runs.
 	api.SetRegistry(reg)
+	lc.add("http requests", func() error { drainHTTP(srv, f.drain, log); return nil })
 	// The load's garbage (raw records, decode buffers) is as large as the
 	// catalog: hand it back to the OS now rather than over many GC cycles.
 	// The server already answers meanwhile, on its own goroutines.
 	debug.FreeOSMemory()
 	// From here on, hand a burst's garbage back once the server goes quiet
 	// (started after the load, which the release above already covered).
-	relCtx, relStop := context.WithCancel(context.Background())
-	relDone := make(chan struct{})
-	go func() { defer close(relDone); releaseWhenQuiet(relCtx, log.With("component", "memory")) }()
-	defer func() { relStop(); <-relDone }()
+	lc.start("memory releaser", false, func(ctx context.Context) error {
+		releaseWhenQuiet(ctx, log.With("component", "memory"))
+		return nil
+	})
 	nodes, placements := sched.Len()
 	log.Info("ready", "instances", reg.Catalog().Instances().Len(), "nodes", nodes, "placements", placements, "revision", reg.Catalog().Revision(), "memory_limit", memoryLimitName(memLimit))
 
-	select {
-	case <-ctx.Done():
+	// The http server or the control plane stopping on its own stops the
+	// server with its error: serving stale xDS while /readyz says ready
+	// would hide it.
+	failure := lc.wait(ctx)
+	if failure != nil {
+		log.Error("shutting down: a part stopped on its own", "err", failure)
+	} else {
 		log.Info("shutting down: draining requests", "drain", f.drain)
-	case err = <-served:
-		log.Error("http server stopped", "err", err)
-	case err = <-cpFailed:
-		log.Error("control plane failed: shutting down", "err", err)
 	}
-	sctx, cancel := context.WithTimeout(context.Background(), f.drain)
-	defer cancel()
-	if serr := srv.Shutdown(sctx); serr != nil && !errors.Is(serr, http.ErrServerClosed) {
-		log.Warn("drain incomplete", "err", serr)
-		srv.Close()
-	}
-	cpStop()
-	cpDone.Wait()
-	memberStop() // leave the cluster: the others judge this server's instances at once
-	<-memberDone
-	reg.Close()
-	if cerr := st.Close(); cerr != nil {
-		return cerr
-	}
-	log.Info("stopped")
-	if err != nil && !errors.Is(err, http.ErrServerClosed) {
+	if err := lc.stop(); err != nil {
 		return err
 	}
+	log.Info("stopped")
+	return failure
+}
+
+// newHTTPServer is the API's server, with its timeouts, on ln wrapped for
+// TLS, or for joined writes without it: serve it on the listener returned.
+func newHTTPServer(ln net.Listener, h http.Handler, tlsCfg *tls.Config, log *slog.Logger) (*http.Server, net.Listener) {
+	srv := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	if tlsCfg != nil {
+		srv.TLSConfig = tlsCfg
+		return srv, tls.NewListener(ln, tlsCfg)
+	}
+	return srv, httpapi.JoinWrites(srv, ln) // large answers in one write
+}
+
+// drainHTTP stops srv accepting, lets its requests finish for up to d,
+// then closes what is left.
+func drainHTTP(srv *http.Server, d time.Duration, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	if err := srv.Shutdown(ctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		log.Warn("drain incomplete", "err", err)
+		srv.Close()
+	}
+}
+
+// registerSchedulerGauges exports the sizes of sched.
+func registerSchedulerGauges(metrics prometheus.Registerer, sched *placement.Scheduler) {
+	metrics.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sextant_scheduler_nodes", Help: "Nodes the placement scheduler holds."},
+			func() float64 { n, _ := sched.Len(); return float64(n) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sextant_scheduler_placements", Help: "Placements the scheduler holds."},
+			func() float64 { _, p := sched.Len(); return float64(p) }),
+	)
+}
+
+// validate checks the flags that need nothing opened.
+func (f serverFlags) validate() error {
+	switch {
+	case f.store != "" && len(f.clusterID) > 64:
+		return fmt.Errorf("--cluster-id %q: at most 64 bytes", f.clusterID)
+	case f.store != "" && f.clusterLease < 2*time.Second:
+		return fmt.Errorf("--cluster-lease %v: at least 2s (the lease is renewed every second)", f.clusterLease)
+	case f.deregisterAfter < 0:
+		return fmt.Errorf("--deregister-after %v: must not be negative (0: never)", f.deregisterAfter)
+	case f.aclAnonRead && !f.acl:
+		return fmt.Errorf("--acl-anonymous-read needs --acl")
+	}
 	return nil
+}
+
+// listenServer listens on --http and on --xds (unless empty, or the tests
+// gave a listener), on both or neither.
+func listenServer(f serverFlags) (ln, xln net.Listener, err error) {
+	if ln, err = net.Listen("tcp", f.http); err != nil {
+		return nil, nil, fmt.Errorf("listen on %s: %w", f.http, err)
+	}
+	xln = f.xdsListener
+	if f.xds != "" && xln == nil {
+		if xln, err = net.Listen("tcp", f.xds); err != nil {
+			ln.Close()
+			return nil, nil, fmt.Errorf("listen on %s: %w", f.xds, err)
+		}
+	}
+	return ln, xln, nil
+}
+
+// xdsServerOptions make xDS streams pass the guard (a token in the
+// "authorization" metadata, push:read on every namespace) and, with
+// --tls-cert, TLS.
+func xdsServerOptions(guard *acl.Guard, tlsCfg *tls.Config) []grpc.ServerOption {
+	opts := []grpc.ServerOption{
+		grpc.ChainUnaryInterceptor(guard.UnaryInterceptor()),
+		grpc.ChainStreamInterceptor(guard.StreamInterceptor(), acl.StreamPermission(acl.Permission{Resource: acl.Push, Access: acl.Read})),
+	}
+	if tlsCfg != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(tlsCfg)))
+	}
+	return opts
+}
+
+// serverMux routes the API, the web console and, with --pprof, profiles.
+func serverMux(api *httpapi.API, guard *acl.Guard, withPprof bool) *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.Handle("/", api)
+	// The web console: static files only, every call it makes goes through
+	// the API above (docs/console.md).
+	mux.Handle("/ui/", http.StripPrefix("/ui", console.Handler()))
+	mux.Handle("GET /{$}", http.RedirectHandler("/ui/", http.StatusFound))
+	if withPprof {
+		// Profiles show the server's memory: admin only when ACLs are on.
+		admin := func(h http.HandlerFunc) http.Handler {
+			return guard.Wrap("", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if err := acl.Require(r, acl.Admin); err != nil {
+					acl.WriteError(w, err)
+					return
+				}
+				h(w, r)
+			}))
+		}
+		mux.Handle("/debug/pprof/", admin(pprof.Index))
+		mux.Handle("/debug/pprof/profile", admin(pprof.Profile))
+		mux.Handle("/debug/pprof/symbol", admin(pprof.Symbol))
+		mux.Handle("/debug/pprof/trace", admin(pprof.Trace))
+	}
+	return mux
 }
 
 // warnExposed warns when the server listens beyond this machine without
