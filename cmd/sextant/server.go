@@ -28,6 +28,7 @@ import (
 	"github.com/sextant-mesh/sextant/internal/config"
 	"github.com/sextant-mesh/sextant/internal/console"
 	"github.com/sextant-mesh/sextant/internal/httpapi"
+	"github.com/sextant-mesh/sextant/internal/instance"
 	"github.com/sextant-mesh/sextant/internal/placement"
 	"github.com/sextant-mesh/sextant/internal/push"
 	"github.com/sextant-mesh/sextant/internal/registry"
@@ -437,7 +438,8 @@ func openStore(ctx context.Context, f serverFlags, addr string, log *slog.Logger
 	if !strings.HasPrefix(f.store, "mysql://") {
 		return nil, nil, fmt.Errorf("--store %q: want mysql://user:password@tcp(host:3306)/database", storeName(f.store))
 	}
-	st, err := mysql.Open(ctx, f.store, mysql.Options{Logger: log.With("component", "store"), Metrics: metrics})
+	st, err := mysql.Open(ctx, f.store, mysql.Options{Logger: log.With("component", "store"), Metrics: metrics,
+		Rows: map[store.Kind]mysql.Columns{store.Instances: instance.Columns{}}})
 	if err != nil {
 		return nil, nil, err
 	}

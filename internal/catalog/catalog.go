@@ -27,6 +27,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/sextant-mesh/sextant/internal/instance"
 	"github.com/sextant-mesh/sextant/internal/naming"
 	"github.com/sextant-mesh/sextant/internal/store"
 )
@@ -37,7 +38,7 @@ type Change struct {
 	Kind     store.Kind
 	Key      naming.ServiceKey // the record's group (an instance's service)
 	ID       string            // the record's key within its kind
-	Value    any               // the new version (*Instance for instances); nil for a delete
+	Value    any               // the new version (*instance.Instance for instances); nil for a delete
 	// Committed is when the store committed it, in unix nanoseconds.
 	Committed int64
 	// Created is set when the record was not in its group before the
@@ -45,8 +46,8 @@ type Change struct {
 	Created bool
 }
 
-// Instance returns the change's instance, or nil (a delete, or another kind).
-func (c Change) Instance() *Instance { in, _ := c.Value.(*Instance); return in }
+// instance.Instance returns the change's instance, or nil (a delete, or another kind).
+func (c Change) Instance() *instance.Instance { in, _ := c.Value.(*instance.Instance); return in }
 
 // Table is one kind's in-memory state. The catalog's writer calls every
 // method but Record, one call at a time; Record is called by writers

@@ -1,22 +1,19 @@
 package catalog
 
 import (
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"strings"
 	"testing"
-	"time"
-	"unsafe"
 
+	"github.com/sextant-mesh/sextant/internal/instance"
 	"github.com/sextant-mesh/sextant/internal/label"
 	"github.com/sextant-mesh/sextant/internal/naming"
 	"github.com/sextant-mesh/sextant/internal/store"
 )
 
 // loadInstances loads instances at rev as a store load would.
-func loadInstances(c *Catalog, rev int64, all []*Instance) {
+func loadInstances(c *Catalog, rev int64, all []*instance.Instance) {
 	vals := make([]any, len(all))
 	for i, in := range all {
 		vals[i] = in
@@ -27,7 +24,7 @@ func loadInstances(c *Catalog, rev int64, all []*Instance) {
 }
 
 // model is the brute-force reference: the instances by id.
-type model map[string]*Instance
+type model map[string]*instance.Instance
 
 func (m model) selectService(k naming.ServiceKey, sel label.Selector, healthyOnly bool) []string {
 	var out []string
@@ -41,7 +38,7 @@ func (m model) selectService(k naming.ServiceKey, sel label.Selector, healthyOnl
 	return out
 }
 
-func idsOf(ins []*Instance) []string {
+func idsOf(ins []*instance.Instance) []string {
 	out := make([]string, len(ins))
 	for i, in := range ins {
 		out[i] = in.ID
@@ -114,7 +111,7 @@ func TestSelectAgainstReference(t *testing.T) {
 				m[id] = n
 			default:
 				k := services[rng.IntN(len(services))]
-				n := &Instance{ID: id, Namespace: k.Namespace, Service: k.Name, Host: "h", Port: 1, Metadata: label.FromMap(randMeta()),
+				n := &instance.Instance{ID: id, Namespace: k.Namespace, Service: k.Name, Host: "h", Port: 1, Metadata: label.FromMap(randMeta()),
 					Healthy: rng.IntN(5) > 0, Isolated: rng.IntN(8) == 0, Revision: rev}
 				if cur != nil && cur.Key() != k {
 					changes = append(changes, Change{Revision: rev, Kind: store.Instances, Key: cur.Key(), ID: id})
@@ -165,137 +162,12 @@ func TestSelectAgainstReference(t *testing.T) {
 	}
 }
 
-func TestInstanceJSON(t *testing.T) {
-	in := &Instance{ID: "a:b", Namespace: "ns", Service: "s", Host: "::1", Port: 80, Protocol: "grpc", Version: "v\"1",
-		Weight: 0, Isolated: true, TTLSeconds: 5, Healthy: true, Revision: 7,
-		Metadata:  label.FromMap(map[string]string{"z": "last", "a": "ctl\x01\n\t\\ \u2028 é \xff"}),
-		CreatedAt: time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC), UpdatedAt: time.Date(2026, 1, 2, 3, 4, 5, 7, time.FixedZone("x", 3600)),
-	}
-	b := in.AppendJSON(nil)
-	if !json.Valid(b) {
-		t.Fatalf("invalid JSON: %s", b)
-	}
-	var got map[string]any
-	if err := json.Unmarshal(b, &got); err != nil {
-		t.Fatal(err)
-	}
-	want := map[string]any{
-		"id": "a:b", "namespace": "ns", "service": "s", "host": "::1", "port": 80.0, "protocol": "grpc", "version": "v\"1",
-		"weight": 0.0, "isolated": true, "ttl_seconds": 5.0, "healthy": true, "revision": 7.0,
-		"metadata":   map[string]any{"z": "last", "a": "ctl\x01\n\t\\ \u2028 é \ufffd"},
-		"created_at": "2026-01-02T03:04:05.000000006Z", "updated_at": "2026-01-02T02:04:05.000000007Z",
-	}
-	if fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Fatalf("got  %v\nwant %v", got, want)
-	}
-	if !strings.Contains(string(b), `"metadata":{"a":`) {
-		t.Fatalf("metadata keys not sorted: %s", b)
-	}
-	if string(in.AppendJSON(nil)) != string(b) {
-		t.Fatal("cached encoding differs")
-	}
-}
-
-func TestCodecRoundTrip(t *testing.T) {
-	in := &Instance{ID: "x", Namespace: "ns", Service: "s", Host: "h", Port: 65535, Protocol: "p", Version: "v",
-		Weight: 65535, Isolated: true, TTLSeconds: 3600, Metadata: label.FromMap(map[string]string{"k": "v", "e": ""}),
-		CreatedAt: time.Unix(0, 123).UTC(), UpdatedAt: time.Unix(5, 0).UTC(), Healthy: true}
-	got, err := DecodeInstance(in.AppendBinary(nil), 9)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !got.SameSpec(in) || got.Revision != 9 || !got.Healthy || !got.CreatedAt.Equal(in.CreatedAt) || !got.UpdatedAt.Equal(in.UpdatedAt) {
-		t.Fatalf("round trip: %+v", got)
-	}
-	// Health is durable: an unhealthy instance decodes unhealthy.
-	sick := in.Clone()
-	sick.Healthy = false
-	if got, err := DecodeInstance(sick.AppendBinary(nil), 9); err != nil || got.Healthy || !got.SameSpec(in) {
-		t.Fatalf("unhealthy round trip: %+v %v", got, err)
-	}
-	b := in.AppendBinary(nil)
-	for i := range b {
-		if _, err := DecodeInstance(b[:i], 1); err == nil {
-			t.Fatalf("truncated record of %d/%d bytes decoded", i, len(b))
-		}
-	}
-}
-
-// TestDecodeSharesStrings: instances of one service decoded one after
-// another share their namespace, service, protocol and version strings;
-// each keeps its own id and host; more distinct values than the table has
-// slots still decode right.
-func TestDecodeSharesStrings(t *testing.T) {
-	var prev *Instance
-	for i := range 1000 {
-		in := benchInstance(i, fmt.Sprintf("svc-%d", i/100))
-		in.Protocol, in.Version = "grpc", fmt.Sprintf("v%d", i%3)
-		if i >= 600 {
-			in.Service = fmt.Sprintf("many-%d", i) // a value per instance: the slots thrash
-		}
-		got, err := DecodeInstance(in.AppendBinary(nil), 1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !got.SameSpec(in) {
-			t.Fatalf("instance %d decoded as %+v, want %+v", i, got, in)
-		}
-		if prev != nil && i%100 != 0 && i < 600 {
-			if unsafe.StringData(got.Service) != unsafe.StringData(prev.Service) ||
-				unsafe.StringData(got.Namespace) != unsafe.StringData(prev.Namespace) ||
-				unsafe.StringData(got.Protocol) != unsafe.StringData(prev.Protocol) {
-				t.Fatalf("instance %d: namespace, service or protocol not shared with the one before", i)
-			}
-		}
-		if prev != nil && unsafe.StringData(got.ID) == unsafe.StringData(prev.ID) {
-			t.Fatalf("instance %d shares its id's storage", i)
-		}
-		prev = got
-	}
-}
-
-// BenchmarkDecodeInstance: one stored record of a service's instance, as a
-// restart reads them.
-func BenchmarkDecodeInstance(b *testing.B) {
-	recs := make([][]byte, 512)
-	for i := range recs {
-		recs[i] = benchInstance(i, "orders").AppendBinary(nil)
-	}
-	b.ReportAllocs()
-	for i := 0; b.Loop(); i++ {
-		if _, err := DecodeInstance(recs[i%len(recs)], 1); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
-// FuzzDecodeInstance: records read from disk never panic the decoder, and
-// what decodes re-encodes to the same bytes up to metadata order.
-func FuzzDecodeInstance(f *testing.F) {
-	in := &Instance{ID: "x", Namespace: "ns", Service: "s", Host: "h", Port: 1, Metadata: label.FromMap(map[string]string{"k": "v"})}
-	f.Add(in.AppendBinary(nil))
-	in.TTLSeconds, in.DeregisterAfterSeconds = 5, 60
-	f.Add(in.AppendBinary(nil))
-	f.Add([]byte{1})
-	f.Add([]byte{})
-	f.Fuzz(func(t *testing.T, b []byte) {
-		got, err := DecodeInstance(b, 1)
-		if err != nil {
-			return
-		}
-		again, err := DecodeInstance(got.AppendBinary(nil), 1)
-		if err != nil || !again.SameSpec(got) {
-			t.Fatalf("re-encoding of %+v does not decode back: %v", got, err)
-		}
-	})
-}
-
-func benchInstance(i int, svc string) *Instance {
+func benchInstance(i int, svc string) *instance.Instance {
 	md := make(map[string]string, 16)
 	for j := 1; j <= 16; j++ {
 		md[fmt.Sprintf("meta-key%02d", j)] = fmt.Sprintf("v%02d-%06d", j, i%(1<<j))
 	}
-	return &Instance{ID: fmt.Sprintf("id-%08d", i), Namespace: "default", Service: svc, Host: "10.0.0.1", Port: 8080,
+	return &instance.Instance{ID: fmt.Sprintf("id-%08d", i), Namespace: "default", Service: svc, Host: "10.0.0.1", Port: 8080,
 		Weight: 100, Metadata: label.FromMap(md), Healthy: true}
 }
 
@@ -304,7 +176,7 @@ func BenchmarkApply(b *testing.B) {
 	for _, n := range []int{100, 10000, 100000} {
 		b.Run(fmt.Sprintf("service=%d", n), func(b *testing.B) {
 			c := New(Options{})
-			var all []*Instance
+			var all []*instance.Instance
 			for i := range n {
 				all = append(all, benchInstance(i, "s"))
 			}
@@ -329,7 +201,7 @@ func BenchmarkApplyAmong(b *testing.B) {
 	for _, n := range []int{4000, 100000} {
 		b.Run(fmt.Sprintf("service=%d", n), func(b *testing.B) {
 			c := New(Options{})
-			all := make([]*Instance, n)
+			all := make([]*instance.Instance, n)
 			for i := range all {
 				all[i] = benchInstance(i, "s")
 				all[i].ID = fmt.Sprintf("id-%09d", 2*i)
@@ -352,7 +224,7 @@ func BenchmarkApplyAmong(b *testing.B) {
 // BenchmarkSelect: a 2-term selector over a service of 100 instances.
 func BenchmarkSelect(b *testing.B) {
 	c := New(Options{})
-	var all []*Instance
+	var all []*instance.Instance
 	for i := range 100 {
 		all = append(all, benchInstance(i, "s"))
 	}
@@ -367,28 +239,19 @@ func BenchmarkSelect(b *testing.B) {
 	}
 }
 
-func BenchmarkAppendJSON(b *testing.B) {
-	in := benchInstance(1, "s")
-	buf := make([]byte, 0, 4096)
-	b.ReportAllocs()
-	for b.Loop() {
-		buf = in.encodeJSON(buf[:0])
-	}
-}
-
 // BenchmarkApplyBatch: commits of 1,000 new instances into a service that
 // starts at 200,000 and grows, the shape of `sextant bench registry`'s batch
 // scenario (metadata of each instance by its place in a 500-instance body,
 // so the high-cardinality keys have 500 values). Reported per instance.
 func BenchmarkApplyBatch(b *testing.B) {
 	const start, per = 200_000, 1000
-	mk := func(i int) *Instance {
+	mk := func(i int) *instance.Instance {
 		in := benchInstance(i%500, "s")
 		in.ID = fmt.Sprintf("id-%09d", i)
 		return in
 	}
 	c := New(Options{})
-	all := make([]*Instance, start)
+	all := make([]*instance.Instance, start)
 	for i := range all {
 		all[i] = mk(i)
 	}
@@ -483,9 +346,9 @@ func largeSetVersions(t *testing.T, between func()) {
 	var ids []string
 	// Loaded first, to a size off a 64-slot word: the index holds the
 	// slots of the last, partial word, which compaction leaves dirty.
-	var loaded []*Instance
+	var loaded []*instance.Instance
 	for i := range alignFrom + 37 {
-		in := &Instance{ID: fmt.Sprintf("i%07d", i), Namespace: k.Namespace, Service: k.Name, Host: "h", Port: 1, Metadata: meta(), Healthy: true, Revision: 1}
+		in := &instance.Instance{ID: fmt.Sprintf("i%07d", i), Namespace: k.Namespace, Service: k.Name, Host: "h", Port: 1, Metadata: meta(), Healthy: true, Revision: 1}
 		loaded = append(loaded, in)
 		m[in.ID] = in
 		ids = append(ids, in.ID)
@@ -524,7 +387,7 @@ func largeSetVersions(t *testing.T, between func()) {
 				changes = append(changes, Change{Revision: rev, Kind: store.Instances, Key: k, ID: id, Value: n})
 				m[id] = n
 			default:
-				n := &Instance{ID: id, Namespace: k.Namespace, Service: k.Name, Host: "h", Port: 1, Metadata: meta(),
+				n := &instance.Instance{ID: id, Namespace: k.Namespace, Service: k.Name, Host: "h", Port: 1, Metadata: meta(),
 					Healthy: rng.IntN(6) > 0, Revision: rev}
 				changes = append(changes, Change{Revision: rev, Kind: store.Instances, Key: k, ID: id, Value: n})
 				m[id] = n
@@ -557,12 +420,12 @@ func largeSetVersions(t *testing.T, between func()) {
 // TestSetEditedTwice: two edits of one version (which the catalog never
 // makes, but Set allows) each append ids; neither disturbs the other.
 func TestSetEditedTwice(t *testing.T) {
-	var items []*Instance
+	var items []*instance.Instance
 	for i := range 100 {
 		items = append(items, benchInstance(i, "s"))
 	}
 	base := buildSet(items)
-	grow := func(from, n int) (Set[*Instance], []string) {
+	grow := func(from, n int) (Set[*instance.Instance], []string) {
 		e := base.edit()
 		for i := from; i < from+n; i++ {
 			e.upsert(benchInstance(i, "s"))
@@ -571,7 +434,7 @@ func TestSetEditedTwice(t *testing.T) {
 		return s, idsOf(s.Items())
 	}
 	base, _ = grow(100, 1) // id order now has room to append in place
-	grow = func(from, n int) (Set[*Instance], []string) {
+	grow = func(from, n int) (Set[*instance.Instance], []string) {
 		e := base.edit()
 		for i := from + n - 1; i >= from; i-- { // slots in reverse id order
 			e.upsert(benchInstance(i, "s"))
@@ -594,7 +457,7 @@ func TestSetEditedTwice(t *testing.T) {
 // list of new ids).
 func TestAddedAndRemovedInOneEdit(t *testing.T) {
 	c := New(Options{})
-	loadInstances(c, 1, []*Instance{benchInstance(1, "s")})
+	loadInstances(c, 1, []*instance.Instance{benchInstance(1, "s")})
 	in := benchInstance(2, "s")
 	k := in.Key()
 	c.applyChanges(2, []Change{
@@ -605,16 +468,4 @@ func TestAddedAndRemovedInOneEdit(t *testing.T) {
 	if got := idsOf(svc.Instances()); len(got) != 1 || got[0] != benchInstance(1, "s").ID || c.Instances().Len() != 1 {
 		t.Fatalf("after add and remove in one apply: %v (%d)", got, c.Instances().Len())
 	}
-}
-
-// BenchmarkAppendBinary is the record encoding of one instance with 16
-// metadata pairs, as the registry writes it to the store.
-func BenchmarkAppendBinary(b *testing.B) {
-	in := benchInstance(1, "s")
-	buf := make([]byte, 0, 4096)
-	b.ReportAllocs()
-	for b.Loop() {
-		buf = in.AppendBinary(buf[:0])
-	}
-	b.SetBytes(int64(len(buf)))
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sextant-mesh/sextant/internal/instance"
 	"github.com/sextant-mesh/sextant/internal/label"
 	"github.com/sextant-mesh/sextant/internal/naming"
 	"github.com/sextant-mesh/sextant/internal/store"
@@ -88,11 +89,11 @@ func TestChangeLogChunksAndCompaction(t *testing.T) {
 	}
 }
 
-func testInstance(id, svc string, md map[string]string) *Instance {
-	return &Instance{ID: id, Namespace: "default", Service: svc, Host: "h", Port: 1, Metadata: label.FromMap(md), Healthy: true}
+func testInstance(id, svc string, md map[string]string) *instance.Instance {
+	return &instance.Instance{ID: id, Namespace: "default", Service: svc, Host: "h", Port: 1, Metadata: label.FromMap(md), Healthy: true}
 }
 
-func putOp(in *Instance, encoded bool) store.Op {
+func putOp(in *instance.Instance, encoded bool) store.Op {
 	op := store.Op{Kind: store.Instances, Key: in.ID, Value: in.AppendBinary(nil)}
 	if !encoded {
 		op.Object = in
@@ -285,7 +286,7 @@ func TestWaitersForgetGroupsNobodyWaitsOn(t *testing.T) {
 // of earlier ops is built only when a later op needs it.
 func TestApplyAbsentThenChanged(t *testing.T) {
 	c := New(Options{})
-	created := func(in *Instance) store.Op { op := putOp(in, false); op.Absent = true; return op }
+	created := func(in *instance.Instance) store.Op { op := putOp(in, false); op.Absent = true; return op }
 	err := c.Apply([]store.Change{
 		{Revision: 1, Ops: []store.Op{created(testInstance("a", "s1", nil)), created(testInstance("b", "s1", nil))}},
 		{Revision: 2, Ops: []store.Op{putOp(testInstance("a", "s2", nil), false)}},

@@ -3,6 +3,8 @@ package catalog
 import (
 	"hash/maphash"
 	"sync"
+
+	"github.com/sextant-mesh/sextant/internal/instance"
 )
 
 // idShards is a power of two, enough that readers on every core rarely
@@ -33,12 +35,12 @@ type idIndex struct {
 
 type idShard struct {
 	mu     sync.RWMutex
-	m      map[uint64]*Instance // by hash of the id
-	over   map[string]*Instance // ids whose hash m holds for another id; usually nil
-	filter []uint64             // a set bit for the hash of every id held (and of some deleted)
-	peak   int32                // the most entries m has held: Go maps never shrink
-	set    int32                // bits set in filter
-	_      [56]byte             // whole cache lines: readers of neighbours do not share one
+	m      map[uint64]*instance.Instance // by hash of the id
+	over   map[string]*instance.Instance // ids whose hash m holds for another id; usually nil
+	filter []uint64                      // a set bit for the hash of every id held (and of some deleted)
+	peak   int32                         // the most entries m has held: Go maps never shrink
+	set    int32                         // bits set in filter
+	_      [56]byte                      // whole cache lines: readers of neighbours do not share one
 }
 
 // Filter sizing: at least filterBits bits per entry of m (doubled when m
@@ -53,7 +55,7 @@ const (
 func newIDIndex() *idIndex {
 	x := &idIndex{seed: maphash.MakeSeed(), hash: maphash.String}
 	for i := range x.shards {
-		x.shards[i].m = make(map[uint64]*Instance)
+		x.shards[i].m = make(map[uint64]*instance.Instance)
 		x.shards[i].refilter(0)
 	}
 	return x
@@ -90,7 +92,7 @@ func (x *idIndex) locate(id string) (uint64, *idShard) {
 	return h, &x.shards[h&(idShards-1)]
 }
 
-func (x *idIndex) get(id string) *Instance {
+func (x *idIndex) get(id string) *instance.Instance {
 	h, s := x.locate(id)
 	s.mu.RLock()
 	in := s.lookup(h, id)
@@ -100,7 +102,7 @@ func (x *idIndex) get(id string) *Instance {
 
 // lookup relies on over holding only ids whose hash m holds for another id:
 // a hash m does not hold is no id's.
-func (s *idShard) lookup(h uint64, id string) *Instance {
+func (s *idShard) lookup(h uint64, id string) *instance.Instance {
 	if w, m := s.bit(h); s.filter[w]&m == 0 {
 		return nil
 	}
@@ -111,7 +113,7 @@ func (s *idShard) lookup(h uint64, id string) *Instance {
 	return s.over[id]
 }
 
-func (x *idIndex) store(id string, in *Instance) {
+func (x *idIndex) store(id string, in *instance.Instance) {
 	h, s := x.locate(id)
 	s.mu.Lock()
 	s.put(h, id, in)
@@ -119,10 +121,10 @@ func (x *idIndex) store(id string, in *Instance) {
 	s.mu.Unlock()
 }
 
-func (s *idShard) put(h uint64, id string, in *Instance) {
+func (s *idShard) put(h uint64, id string, in *instance.Instance) {
 	// A clear bit says no id with this hash is held: a new id (the common
 	// case) is stored without looking first, one probe of m instead of two.
-	var cur *Instance
+	var cur *instance.Instance
 	if w, m := s.bit(h); s.filter[w]&m != 0 {
 		cur = s.m[h]
 	}
@@ -135,13 +137,13 @@ func (s *idShard) put(h uint64, id string, in *Instance) {
 		return
 	}
 	if s.over == nil {
-		s.over = make(map[string]*Instance)
+		s.over = make(map[string]*instance.Instance)
 	}
 	s.over[id] = in
 }
 
 // deleteIf removes id if it still maps to prev.
-func (x *idIndex) deleteIf(id string, prev *Instance) {
+func (x *idIndex) deleteIf(id string, prev *instance.Instance) {
 	h, s := x.locate(id)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -164,7 +166,7 @@ func (x *idIndex) deleteIf(id string, prev *Instance) {
 		// Mostly emptied (a mass deregister): a map sized for its peak
 		// would be scanned by every GC cycle. Copy it to its size; the
 		// copy is paid by the deletes that emptied it.
-		m := make(map[uint64]*Instance, len(s.m))
+		m := make(map[uint64]*instance.Instance, len(s.m))
 		for k, v := range s.m {
 			m[k] = v
 		}
@@ -176,17 +178,17 @@ func (x *idIndex) deleteIf(id string, prev *Instance) {
 // reset replaces every entry with the instances of all, sharded first so
 // that each shard is locked once and its map made at its size.
 func (x *idIndex) reset(all []any) {
-	var parts [idShards][]*Instance
+	var parts [idShards][]*instance.Instance
 	var hashes [idShards][]uint64
 	for _, v := range all {
-		in := v.(*Instance)
+		in := v.(*instance.Instance)
 		h := x.hash(x.seed, in.ID)
 		i := h & (idShards - 1)
 		parts[i] = append(parts[i], in)
 		hashes[i] = append(hashes[i], h)
 	}
 	for i := range x.shards {
-		n := idShard{m: make(map[uint64]*Instance, len(parts[i]))}
+		n := idShard{m: make(map[uint64]*instance.Instance, len(parts[i]))}
 		n.refilter(len(parts[i]))
 		for j, in := range parts[i] {
 			n.put(hashes[i][j], in.ID, in)

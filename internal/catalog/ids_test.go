@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"unsafe"
+
+	"github.com/sextant-mesh/sextant/internal/instance"
 )
 
 // TestIDIndexShrinks: after most ids are deleted the shards are rebuilt
@@ -17,9 +19,9 @@ func TestIDIndexShrinks(t *testing.T) {
 	}
 	x := newIDIndex()
 	const n = 100_000
-	ins := make([]*Instance, n)
+	ins := make([]*instance.Instance, n)
 	for i := range ins {
-		ins[i] = &Instance{ID: fmt.Sprintf("id-%06d", i)}
+		ins[i] = &instance.Instance{ID: fmt.Sprintf("id-%06d", i)}
 		x.store(ins[i].ID, ins[i])
 	}
 	x.deleteIf(ins[0].ID, ins[1]) // not the current version: kept
@@ -47,7 +49,7 @@ func TestIDIndexShrinks(t *testing.T) {
 func TestIDIndexCollisions(t *testing.T) {
 	x := newIDIndex()
 	x.hash = func(_ maphash.Seed, id string) uint64 { return uint64(len(id)) % 3 }
-	want := map[string]*Instance{}
+	want := map[string]*instance.Instance{}
 	check := func(step string) {
 		t.Helper()
 		for id, in := range want {
@@ -66,14 +68,14 @@ func TestIDIndexCollisions(t *testing.T) {
 		ids[i] = "id-" + strings.Repeat("x", i%5) + strconv.Itoa(i)
 	}
 	for _, id := range ids {
-		in := &Instance{ID: id}
+		in := &instance.Instance{ID: id}
 		x.store(id, in)
 		want[id] = in
 	}
 	check("stored")
 	for i, id := range ids {
 		if i%4 == 0 { // a new version of the same id
-			in := &Instance{ID: id}
+			in := &instance.Instance{ID: id}
 			x.store(id, in)
 			stale := want[id]
 			want[id] = in
@@ -98,7 +100,7 @@ func TestIDIndexCollisions(t *testing.T) {
 	for id, in := range want {
 		x.deleteIf(id, in)
 	}
-	want = map[string]*Instance{}
+	want = map[string]*instance.Instance{}
 	check("emptied")
 	for i := range x.shards {
 		if s := &x.shards[i]; len(s.m) != 0 || len(s.over) != 0 {
@@ -113,9 +115,9 @@ func TestIDIndexCollisions(t *testing.T) {
 func TestIDIndexFilter(t *testing.T) {
 	x := newIDIndex()
 	const total, window = 60_000, 3_000
-	ins := make([]*Instance, total)
+	ins := make([]*instance.Instance, total)
 	for i := range ins {
-		ins[i] = &Instance{ID: "churn-" + strconv.Itoa(i)}
+		ins[i] = &instance.Instance{ID: "churn-" + strconv.Itoa(i)}
 		x.store(ins[i].ID, ins[i])
 		if i >= window {
 			old := ins[i-window]

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/sextant-mesh/sextant/internal/instance"
 	"github.com/sextant-mesh/sextant/internal/naming"
 	"github.com/sextant-mesh/sextant/internal/store"
 )
@@ -34,7 +35,7 @@ type root struct {
 type Service struct {
 	Key      naming.ServiceKey
 	Revision int64 // the last revision that changed any of its instances
-	Set[*Instance]
+	Set[*instance.Instance]
 
 	memo Memo
 }
@@ -44,7 +45,7 @@ type Service struct {
 func (s *Service) Memo(key string, build func() []byte) []byte { return s.memo.Get(key, build) }
 
 // Instances returns the instances sorted by id.
-func (s *Service) Instances() []*Instance { return s.Items() }
+func (s *Service) Instances() []*instance.Instance { return s.Items() }
 
 // HealthyLen is the number of healthy, non-isolated instances.
 func (s *Service) HealthyLen() int { return s.ReadyLen() }
@@ -59,19 +60,19 @@ var _ Table = (*Instances)(nil)
 
 // Decode implements Table.
 func (t *Instances) Decode(rec store.Record) (any, naming.ServiceKey, error) {
-	in, err := DecodeInstance(rec.Value, rec.Revision)
+	in, err := instance.Decode(rec.Value, rec.Revision)
 	if err != nil {
 		return nil, naming.ServiceKey{}, err
 	}
 	if in.ID != rec.Key {
-		return nil, naming.ServiceKey{}, fmt.Errorf("%w: record %q holds instance %q", ErrCorrupt, rec.Key, in.ID)
+		return nil, naming.ServiceKey{}, fmt.Errorf("%w: record %q holds instance %q", instance.ErrCorrupt, rec.Key, in.ID)
 	}
 	return in, in.Key(), nil
 }
 
 // Adopt implements Table.
 func (t *Instances) Adopt(obj any, rev int64) (naming.ServiceKey, error) {
-	in, ok := obj.(*Instance)
+	in, ok := obj.(*instance.Instance)
 	if !ok {
 		return naming.ServiceKey{}, fmt.Errorf("catalog: instance record carries a %T", obj)
 	}
@@ -98,9 +99,9 @@ func (t *Instances) Record(id string) (any, int64, bool) {
 // Load implements Table: it replaces every instance, building services on
 // every core.
 func (t *Instances) Load(rev int64, values []any) {
-	byService := map[naming.ServiceKey][]*Instance{}
+	byService := map[naming.ServiceKey][]*instance.Instance{}
 	for _, v := range values {
-		in := v.(*Instance)
+		in := v.(*instance.Instance)
 		if !t.c.opts.KeepHealthAtLoad {
 			in.Healthy = true
 		}
@@ -131,7 +132,7 @@ func (t *Instances) Load(rev int64, values []any) {
 // Apply implements Table.
 func (t *Instances) Apply(rev int64, changes []Change) {
 	old := t.root.Load()
-	edits := make(map[naming.ServiceKey]*setEdit[*Instance])
+	edits := make(map[naming.ServiceKey]*setEdit[*instance.Instance])
 	revs := make(map[naming.ServiceKey]int64)
 	count := old.instances
 	for _, ch := range changes {
@@ -139,7 +140,7 @@ func (t *Instances) Apply(rev int64, changes []Change) {
 		if e == nil {
 			s := old.services[ch.Key]
 			if s == nil {
-				s = &Service{Key: ch.Key, Set: emptySet[*Instance]()}
+				s = &Service{Key: ch.Key, Set: emptySet[*instance.Instance]()}
 			}
 			e = s.edit()
 			edits[ch.Key] = e
@@ -181,7 +182,7 @@ func (t *Instances) Apply(rev int64, changes []Change) {
 func (t *Instances) Len() int { return t.root.Load().instances }
 
 // Get returns the current version of instance id, or nil.
-func (t *Instances) Get(id string) *Instance {
+func (t *Instances) Get(id string) *instance.Instance {
 	return t.ids.get(id)
 }
 

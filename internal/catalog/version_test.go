@@ -8,6 +8,7 @@ import (
 	"testing"
 	"unsafe"
 
+	"github.com/sextant-mesh/sextant/internal/instance"
 	"github.com/sextant-mesh/sextant/internal/label"
 	"github.com/sextant-mesh/sextant/internal/naming"
 	"github.com/sextant-mesh/sextant/internal/store"
@@ -20,7 +21,7 @@ import (
 // version share one label set, as they share their metadata.
 func TestVersionLabel(t *testing.T) {
 	mk := func(id, version string, md map[string]string) []byte {
-		in := &Instance{ID: id, Namespace: "default", Service: "orders", Host: "10.0.0.1", Port: 8080,
+		in := &instance.Instance{ID: id, Namespace: "default", Service: "orders", Host: "10.0.0.1", Port: 8080,
 			Version: version, Weight: 100, Metadata: label.FromMap(md), Healthy: true}
 		return in.AppendBinary(nil)
 	}
@@ -32,9 +33,9 @@ func TestVersionLabel(t *testing.T) {
 		mk("f", "", app),
 		mk("g", "v2", map[string]string{"app": "orders", "version": "v2"}),
 	}
-	var all []*Instance
+	var all []*instance.Instance
 	for _, r := range recs {
-		in, err := DecodeInstance(r, 1)
+		in, err := instance.Decode(r, 1)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -42,7 +43,7 @@ func TestVersionLabel(t *testing.T) {
 	}
 	c := New(Options{})
 	loadInstances(c, 1, all)
-	in := &Instance{ID: "h", Namespace: "default", Service: "orders", Host: "10.0.0.2", Port: 8080,
+	in := &instance.Instance{ID: "h", Namespace: "default", Service: "orders", Host: "10.0.0.2", Port: 8080,
 		Version: "v2", Weight: 100, Metadata: label.FromMap(app), Healthy: true}
 	if err := c.Apply([]store.Change{{Revision: 2, Ops: []store.Op{{Kind: store.Instances, Key: in.ID, Value: []byte{}, Object: in}}}}); err != nil {
 		t.Fatal(err)
@@ -116,9 +117,9 @@ func BenchmarkBuildSet(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				b.StopTimer()
-				items := make([]*Instance, len(recs))
+				items := make([]*instance.Instance, len(recs))
 				for i, r := range recs {
-					in, err := DecodeInstance(r, 1)
+					in, err := instance.Decode(r, 1)
 					if err != nil {
 						b.Fatal(err)
 					}

@@ -134,7 +134,15 @@ func TestQueryGzip(t *testing.T) {
 // BenchmarkGzipAnswer is the compression of one 100-instance answer, paid
 // once per service version by the first gzip reader.
 func BenchmarkGzipAnswer(b *testing.B) {
-	body := registerBodies()["batch500"][:36<<10]
+	var items []string
+	for i := range 500 {
+		md := map[string]string{}
+		for j := 1; j <= 16; j++ {
+			md[fmt.Sprintf("meta-key%02d", j)] = fmt.Sprintf("v%02d-%06d", j, i%(1<<j))
+		}
+		items = append(items, inst("svc", "10.0.0.1", 8000+i, md))
+	}
+	body := []byte(batch(items...))[:36<<10]
 	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()
 	for b.Loop() {

@@ -23,6 +23,7 @@ import (
 
 	"github.com/sextant-mesh/sextant/internal/acl"
 	"github.com/sextant-mesh/sextant/internal/catalog"
+	"github.com/sextant-mesh/sextant/internal/instance"
 	"github.com/sextant-mesh/sextant/internal/registry"
 	"github.com/sextant-mesh/sextant/internal/store"
 )
@@ -330,7 +331,7 @@ func badRequest(field, format string, args ...any) error {
 
 func (a *API) toAPIError(err error) *apiError {
 	var ae *apiError
-	var fe *registry.FieldError
+	var fe *instance.FieldError
 	var mbe *http.MaxBytesError
 	var refusal *acl.Error
 	var afe *acl.FieldError

@@ -13,6 +13,7 @@ import (
 
 	"github.com/sextant-mesh/sextant/internal/acl"
 	"github.com/sextant-mesh/sextant/internal/catalog"
+	"github.com/sextant-mesh/sextant/internal/instance"
 	"github.com/sextant-mesh/sextant/internal/label"
 	"github.com/sextant-mesh/sextant/internal/naming"
 	"github.com/sextant-mesh/sextant/internal/registry"
@@ -28,7 +29,7 @@ const (
 
 func (a *API) getInstance(w http.ResponseWriter, r *http.Request, reg *registry.Registry) error {
 	id := r.PathValue("id")
-	if !registry.ValidID(id) {
+	if !instance.ValidID(id) {
 		return badRequest("id", "%q is not a valid id: 1..128 chars of [A-Za-z0-9._:-]", id)
 	}
 	rev := reg.Catalog().Revision()
@@ -75,7 +76,7 @@ func checkName(field, s string) error {
 	return nil
 }
 
-func appendInstances(b []byte, ins []*catalog.Instance) []byte {
+func appendInstances(b []byte, ins []*instance.Instance) []byte {
 	b = append(b, `"instances":[`...)
 	for i, in := range ins {
 		if i > 0 {
@@ -183,14 +184,14 @@ func (a *API) queryService(w http.ResponseWriter, r *http.Request, reg *registry
 }
 
 // pageToken is where a listing resumes: after (namespace, service, id).
-func encodeToken(in *catalog.Instance) string {
+func encodeToken(in *instance.Instance) string {
 	return base64.RawURLEncoding.EncodeToString([]byte(in.Namespace + "\x00" + in.Service + "\x00" + in.ID))
 }
 
 func decodeToken(s string) (naming.ServiceKey, string, error) {
 	b, err := base64.RawURLEncoding.DecodeString(s)
 	parts := strings.Split(string(b), "\x00")
-	if err != nil || len(parts) != 3 || !naming.ValidName(parts[0]) || !naming.ValidName(parts[1]) || !registry.ValidID(parts[2]) {
+	if err != nil || len(parts) != 3 || !naming.ValidName(parts[0]) || !naming.ValidName(parts[1]) || !instance.ValidID(parts[2]) {
 		return naming.ServiceKey{}, "", badRequest("page_token", "malformed page token; pass next_page_token from the previous answer unchanged")
 	}
 	return naming.ServiceKey{Namespace: parts[0], Name: parts[1]}, parts[2], nil
@@ -231,7 +232,7 @@ func (a *API) listInstances(w http.ResponseWriter, r *http.Request, reg *registr
 		}
 	}
 	snap := reg.Catalog().Instances().Snapshot()
-	var out []*catalog.Instance
+	var out []*instance.Instance
 	next := ""
 	for _, svc := range snap.ServicesFrom(ns, from) {
 		if name != "" && svc.Key.Name != name {

@@ -12,7 +12,7 @@ import (
 	"sync"
 
 	"github.com/sextant-mesh/sextant/internal/acl"
-	"github.com/sextant-mesh/sextant/internal/catalog"
+	"github.com/sextant-mesh/sextant/internal/instance"
 	"github.com/sextant-mesh/sextant/internal/registry"
 )
 
@@ -173,17 +173,21 @@ func (a *API) register(w http.ResponseWriter, r *http.Request, reg *registry.Reg
 // parseRegister decodes and validates a register body: either
 // {"instances": [...]} or one bare instance. Errors are 400s naming the
 // field, e.g. instances[3].port.
-func parseRegister(raw []byte) ([]*catalog.Instance, error) {
-	ins, batch, err := decodeRegister(raw)
+func parseRegister(raw []byte) ([]*instance.Instance, error) {
+	ins, batch, err := instance.DecodeRegister(raw)
 	if err != nil {
+		var fe *instance.FieldError
+		if errors.As(err, &fe) {
+			return nil, badRequest(fe.Field, "%s", fe.Msg)
+		}
 		return nil, err
 	}
-	if len(ins) == 0 || len(ins) > registry.MaxBatch {
-		return nil, badRequest("instances", "%d instances, want 1..%d", len(ins), registry.MaxBatch)
+	if len(ins) == 0 || len(ins) > instance.MaxBatch {
+		return nil, badRequest("instances", "%d instances, want 1..%d", len(ins), instance.MaxBatch)
 	}
 	for i, in := range ins {
-		if err := registry.Prepare(i, in); err != nil {
-			fe := err.(*registry.FieldError)
+		if err := instance.Prepare(i, in); err != nil {
+			fe := err.(*instance.FieldError)
 			if batch {
 				return nil, badRequest(prefixField("instances["+strconv.Itoa(i)+"]", fe.Field), "%s", fe.Msg)
 			}
@@ -229,7 +233,7 @@ func (a *API) deregisterBatch(w http.ResponseWriter, r *http.Request, reg *regis
 
 func (a *API) deregisterOne(w http.ResponseWriter, r *http.Request, reg *registry.Registry) error {
 	id := r.PathValue("id")
-	if !registry.ValidID(id) {
+	if !instance.ValidID(id) {
 		return badRequest("id", "%q is not a valid id: 1..128 chars of [A-Za-z0-9._:-]", id)
 	}
 	rev, notFound, err := reg.DeregisterGuarded(r.Context(), []string{id}, a.writeGuard(r))
@@ -294,7 +298,7 @@ func (a *API) writeGuard(r *http.Request) registry.Guard {
 		return nil
 	}
 	ctx := r.Context()
-	return func(cur *catalog.Instance) error {
+	return func(cur *instance.Instance) error {
 		return acl.RequireContext(ctx, instancesWrite(cur.Namespace))
 	}
 }

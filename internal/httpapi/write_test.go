@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sextant-mesh/sextant/internal/instance"
 	"github.com/sextant-mesh/sextant/internal/registry"
 )
 
@@ -13,7 +14,7 @@ func TestRegisterBareAndBatch(t *testing.T) {
 	s := newTestServer(t, registry.Options{})
 	var a registerAnswer
 	s.must("POST", "/v1/instances", inst("orders", "10.0.0.1", 8080, map[string]string{"zone": "z1"}), &a)
-	if a.Revision != 1 || len(a.IDs) != 1 || a.IDs[0] != registry.DefaultID("default", "orders", "10.0.0.1", 8080) {
+	if a.Revision != 1 || len(a.IDs) != 1 || a.IDs[0] != instance.DefaultID("default", "orders", "10.0.0.1", 8080) {
 		t.Fatalf("bare register answer %+v", a)
 	}
 	if len(a.IDs[0]) != 32 {
@@ -35,7 +36,7 @@ func TestRegisterBareAndBatch(t *testing.T) {
 		t.Fatalf("X-Sextant-Revision = %q, want 2", r.header.Get("X-Sextant-Revision"))
 	}
 	s.must("GET", "/v1/instances/b", "", &got)
-	if got.Weight != registry.DefaultWeight || got.Namespace != "default" {
+	if got.Weight != instance.DefaultWeight || got.Namespace != "default" {
 		t.Fatalf("defaults not applied: %+v", got)
 	}
 }
@@ -108,14 +109,14 @@ func TestRegisterValidation(t *testing.T) {
 
 func TestRegisterLimits(t *testing.T) {
 	s := newTestServer(t, registry.Options{})
-	items := make([]string, registry.MaxBatch+1)
+	items := make([]string, instance.MaxBatch+1)
 	for i := range items {
 		items[i] = inst("s", "h", i%65535+1, nil)
 	}
 	s.expectError(s.do("POST", "/v1/instances", batch(items...)), 400, "invalid_argument", "instances")
 	var a registerAnswer
-	s.must("POST", "/v1/instances", batch(items[:registry.MaxBatch]...), &a) // exactly the limit
-	if len(a.IDs) != registry.MaxBatch {
+	s.must("POST", "/v1/instances", batch(items[:instance.MaxBatch]...), &a) // exactly the limit
+	if len(a.IDs) != instance.MaxBatch {
 		t.Fatalf("%d ids", len(a.IDs))
 	}
 	huge := `{"service":"s","host":"h","port":1,"metadata":{"k":"` + strings.Repeat("x", MaxBody) + `"}}`
@@ -179,7 +180,7 @@ func TestDeregister(t *testing.T) {
 	s.expectError(s.do("POST", "/v1/instances:deregister", `{"ids":[]}`), 400, "invalid_argument", "ids")
 	s.expectError(s.do("POST", "/v1/instances:deregister", `{"ids":["ok","bad/id"]}`), 400, "invalid_argument", "ids[1]")
 	s.expectError(s.do("POST", "/v1/instances:deregister", `{"id":["a"]}`), 400, "invalid_argument", "id")
-	many := `{"ids":["` + strings.Repeat(`a","`, registry.MaxBatch) + `a"]}`
+	many := `{"ids":["` + strings.Repeat(`a","`, instance.MaxBatch) + `a"]}`
 	s.expectError(s.do("POST", "/v1/instances:deregister", many), 400, "invalid_argument", "ids")
 }
 

@@ -20,7 +20,7 @@ type Instance struct {
 	Weight    int
 	Healthy   bool
 	Isolated  bool
-	// Metadata are the instance's labels (catalog.Instance.Labels: its
+	// Metadata are the instance's labels (instance.Instance.Labels: its
 	// metadata and version), what subsets select and EDS carries.
 	Metadata label.Labels
 }

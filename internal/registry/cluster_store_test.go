@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sextant-mesh/sextant/internal/catalog"
+	"github.com/sextant-mesh/sextant/internal/instance"
 	"github.com/sextant-mesh/sextant/internal/store"
 	"github.com/sextant-mesh/sextant/internal/store/mysql"
 	"github.com/sextant-mesh/sextant/internal/store/mysql/mysqltest"
@@ -82,12 +83,12 @@ func openClusterPair(t *testing.T) (a, b *Registry, lag *laggingStore) {
 		t.Cleanup(func() { r.Close() })
 		return r
 	}
-	sa, err := mysql.Open(context.Background(), url, mysql.Options{})
+	sa, err := mysql.Open(context.Background(), url, mysql.Options{Rows: map[store.Kind]mysql.Columns{store.Instances: instance.Columns{}}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { sa.Close() })
-	sb, err := mysql.Open(context.Background(), url, mysql.Options{})
+	sb, err := mysql.Open(context.Background(), url, mysql.Options{Rows: map[store.Kind]mysql.Columns{store.Instances: instance.Columns{}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +135,7 @@ func answerOrRelease[T any](t *testing.T, lag *laggingStore, ch <-chan T) T {
 func TestClusterDeleteDecidedOnTheStore(t *testing.T) {
 	ctx := context.Background()
 	a, b, lag := openClusterPair(t)
-	rev, err := a.Register(ctx, []*catalog.Instance{instance("x", "s", 0)})
+	rev, err := a.Register(ctx, []*instance.Instance{testInstance("x", "s", 0)})
 	if err != nil {
 		t.Fatal(err)
 	}

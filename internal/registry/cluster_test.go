@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sextant-mesh/sextant/internal/catalog"
+	"github.com/sextant-mesh/sextant/internal/instance"
 	"github.com/sextant-mesh/sextant/internal/store"
 	"github.com/sextant-mesh/sextant/internal/store/embedded"
 )
@@ -61,7 +61,7 @@ func TestClusterNewTermGrace(t *testing.T) {
 	t0 := clk.Now()
 	j := &judge{term: 1, moved: make(chan struct{}, 1)}
 	r := openOn(t, storeWith(t), Options{Now: clk.Now, Cluster: j})
-	if _, err := r.Register(ctx, []*catalog.Instance{instance("a", "s", 1)}); err != nil {
+	if _, err := r.Register(ctx, []*instance.Instance{testInstance("a", "s", 1)}); err != nil {
 		t.Fatal(err)
 	}
 	healthy := func() bool { return r.cat.Instances().Get("a").Healthy }
@@ -138,15 +138,15 @@ func TestClusterUnchangedNeedsACurrentCatalog(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	if _, err := r.Register(ctx, []*catalog.Instance{instance("a", "s", 1)}); err != nil {
+	if _, err := r.Register(ctx, []*instance.Instance{testInstance("a", "s", 1)}); err != nil {
 		t.Fatal(err)
 	}
-	rev, err := r.Register(ctx, []*catalog.Instance{instance("a", "s", 1)})
+	rev, err := r.Register(ctx, []*instance.Instance{testInstance("a", "s", 1)})
 	if !errors.Is(err, store.ErrUnavailable) {
 		t.Fatalf("unchanged register with an unreadable head: revision %d, err %v; want ErrUnavailable", rev, err)
 	}
 	// A write that changes something commits as usual.
-	if _, err := r.Register(ctx, []*catalog.Instance{instance("a", "s", 2)}); err != nil {
+	if _, err := r.Register(ctx, []*instance.Instance{testInstance("a", "s", 2)}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -165,7 +165,7 @@ func TestClusterExpiryWaitsForRelayedHeartbeats(t *testing.T) {
 	j.heard.Store(t0.UnixNano())
 	r := openOn(t, storeWith(t), Options{Now: clk.Now, Cluster: j})
 	for _, id := range []string{"beating", "silent"} {
-		if _, err := r.Register(ctx, []*catalog.Instance{instance(id, "s", 1)}); err != nil {
+		if _, err := r.Register(ctx, []*instance.Instance{testInstance(id, "s", 1)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -216,7 +216,7 @@ func TestClusterExpiryWaitsForRelayedHeartbeats(t *testing.T) {
 // unanswered, to be planned on what this batch committed.
 func TestClusterCarriesWhatRestsOnAFailedCondition(t *testing.T) {
 	ctx := context.Background()
-	r, g := openGatedWith(t, Options{Cluster: &judge{term: 1, moved: make(chan struct{}, 1)}}, instance("x", "s", 0))
+	r, g := openGatedWith(t, Options{Cluster: &judge{term: 1, moved: make(chan struct{}, 1)}}, testInstance("x", "s", 0))
 	replaceBehind(t, g, "x")
 	first := &request{w: &deregisterWrite{ids: []string{"x"}}, done: make(chan struct{})}
 	second := &request{w: &deregisterWrite{ids: []string{"x"}}, done: make(chan struct{})}
@@ -243,7 +243,7 @@ func TestClusterCarriesWhatRestsOnAFailedCondition(t *testing.T) {
 // API does not give for a DELETE).
 func TestClusterConflictWithoutHeadIsUnavailable(t *testing.T) {
 	ctx := context.Background()
-	g := &gatedStore{Store: storeWith(t, instance("x", "s", 0)), gate: make(chan struct{}), committed: make(chan struct{}, 8)}
+	g := &gatedStore{Store: storeWith(t, testInstance("x", "s", 0)), gate: make(chan struct{}), committed: make(chan struct{}, 8)}
 	r := openOn(t, headlessGated{g}, Options{Cluster: &judge{term: 1, moved: make(chan struct{}, 1)}})
 	replaceBehind(t, g, "x")
 	_, _, err := r.Deregister(ctx, []string{"x"})
@@ -256,7 +256,7 @@ func TestClusterConflictWithoutHeadIsUnavailable(t *testing.T) {
 // would: in the store, not in the catalog of g's registry (its feed held).
 func replaceBehind(t *testing.T, g *gatedStore, id string) {
 	t.Helper()
-	in := instance(id, "s", 0)
+	in := testInstance(id, "s", 0)
 	in.Port = 99
 	if _, err := g.Store.Commit([]store.Txn{{Ops: []store.Op{{Kind: store.Instances, Key: id, Value: in.AppendBinary(nil)}}}}, true); err != nil {
 		t.Fatal(err)

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sextant-mesh/sextant/internal/catalog"
+	"github.com/sextant-mesh/sextant/internal/instance"
 	"github.com/sextant-mesh/sextant/internal/store"
 	"github.com/sextant-mesh/sextant/internal/store/embedded"
 )
@@ -86,7 +86,7 @@ func TestFailedCommitFailsItsWholeBatch(t *testing.T) {
 	st.mu.Unlock()
 	first := make(chan error, 1)
 	go func() {
-		_, err := r.Register(ctx, []*catalog.Instance{instance("first", "s", 0)})
+		_, err := r.Register(ctx, []*instance.Instance{testInstance("first", "s", 0)})
 		first <- err
 	}()
 	<-held
@@ -94,7 +94,7 @@ func TestFailedCommitFailsItsWholeBatch(t *testing.T) {
 	errs := make(chan error, n)
 	for i := range n {
 		go func() {
-			_, err := r.Register(ctx, []*catalog.Instance{instance(fmt.Sprintf("b%d", i), "s", 0)})
+			_, err := r.Register(ctx, []*instance.Instance{testInstance(fmt.Sprintf("b%d", i), "s", 0)})
 			errs <- err
 		}()
 	}
@@ -121,7 +121,7 @@ func TestFailedCommitFailsItsWholeBatch(t *testing.T) {
 	if commits > 3 {
 		t.Fatalf("%d commits for 21 requests queued together", commits)
 	}
-	rev, err := r.Register(ctx, []*catalog.Instance{instance("after", "s", 0)})
+	rev, err := r.Register(ctx, []*instance.Instance{testInstance("after", "s", 0)})
 	if err != nil || rev != 1 || r.cat.Instances().Get("after") == nil {
 		t.Fatalf("after the failure: rev %d err %v", rev, err)
 	}
@@ -151,11 +151,11 @@ func TestConflictFailsOnlyItsWrite(t *testing.T) {
 	ctx := context.Background()
 	r, closeAll := open(t, t.TempDir(), nil)
 	defer closeAll()
-	if _, err := r.Register(ctx, []*catalog.Instance{instance("a", "s", 5)}); err != nil {
+	if _, err := r.Register(ctx, []*instance.Instance{testInstance("a", "s", 5)}); err != nil {
 		t.Fatal(err)
 	}
 	stale := r.cat.Instances().Get("a")
-	if _, err := r.Register(ctx, []*catalog.Instance{instance("a", "s2", 5)}); err != nil {
+	if _, err := r.Register(ctx, []*instance.Instance{testInstance("a", "s2", 5)}); err != nil {
 		t.Fatal(err)
 	}
 	// A health flip planned against the replaced version is skipped by the
@@ -175,7 +175,7 @@ type conditional struct{ rev int64 }
 
 func (w *conditional) Plan(tx *Tx) error {
 	v, _ := tx.Get(store.Instances, "a")
-	n := v.(*catalog.Instance).Clone()
+	n := v.(*instance.Instance).Clone()
 	n.Port = 9
 	tx.PutIf(store.Instances, "a", n.AppendBinary(nil), n, w.rev)
 	return nil
@@ -197,7 +197,7 @@ func TestFailedExpiryIsJudgedAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	if _, err := r.Register(ctx, []*catalog.Instance{instance("a", "s", 1)}); err != nil {
+	if _, err := r.Register(ctx, []*instance.Instance{testInstance("a", "s", 1)}); err != nil {
 		t.Fatal(err)
 	}
 	st.mu.Lock()

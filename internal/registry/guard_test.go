@@ -5,7 +5,7 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/sextant-mesh/sextant/internal/catalog"
+	"github.com/sextant-mesh/sextant/internal/instance"
 )
 
 // TestGuardedWrites: a guard refusal fails the whole write and nothing of
@@ -14,19 +14,19 @@ func TestGuardedWrites(t *testing.T) {
 	r, closeAll := open(t, t.TempDir(), nil)
 	defer closeAll()
 	ctx := context.Background()
-	mk := func(id, ns string) *catalog.Instance {
-		in := &catalog.Instance{ID: id, Namespace: ns, Service: "s", Host: "10.0.0.1", Port: 80}
-		if err := Prepare(0, in); err != nil {
+	mk := func(id, ns string) *instance.Instance {
+		in := &instance.Instance{ID: id, Namespace: ns, Service: "s", Host: "10.0.0.1", Port: 80}
+		if err := instance.Prepare(0, in); err != nil {
 			t.Fatal(err)
 		}
 		return in
 	}
-	if _, err := r.Register(ctx, []*catalog.Instance{mk("x", "b")}); err != nil {
+	if _, err := r.Register(ctx, []*instance.Instance{mk("x", "b")}); err != nil {
 		t.Fatal(err)
 	}
 	refused := errors.New("not in b")
 	var seen []string
-	onlyA := func(cur *catalog.Instance) error {
+	onlyA := func(cur *instance.Instance) error {
 		seen = append(seen, cur.ID+"@"+cur.Namespace)
 		if cur.Namespace != "a" {
 			return refused
@@ -34,7 +34,7 @@ func TestGuardedWrites(t *testing.T) {
 		return nil
 	}
 	// x lives in b: moving it to a is refused, and y of the same batch is not written.
-	if _, err := r.RegisterGuarded(ctx, []*catalog.Instance{mk("y", "a"), mk("x", "a")}, onlyA); !errors.Is(err, refused) {
+	if _, err := r.RegisterGuarded(ctx, []*instance.Instance{mk("y", "a"), mk("x", "a")}, onlyA); !errors.Is(err, refused) {
 		t.Fatalf("register over b's instance: %v", err)
 	}
 	if r.Catalog().Instances().Get("y") != nil || r.Catalog().Instances().Get("x").Namespace != "b" {
@@ -46,7 +46,7 @@ func TestGuardedWrites(t *testing.T) {
 	if r.Catalog().Instances().Get("x") == nil {
 		t.Fatal("a refused deregister deleted")
 	}
-	if _, err := r.RegisterGuarded(ctx, []*catalog.Instance{mk("y", "a")}, onlyA); err != nil {
+	if _, err := r.RegisterGuarded(ctx, []*instance.Instance{mk("y", "a")}, onlyA); err != nil {
 		t.Fatal(err)
 	}
 	if _, nf, err := r.DeregisterGuarded(ctx, []string{"y", "nope"}, onlyA); err != nil || len(nf) != 1 {

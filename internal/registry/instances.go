@@ -5,18 +5,18 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/sextant-mesh/sextant/internal/catalog"
+	"github.com/sextant-mesh/sextant/internal/instance"
 	"github.com/sextant-mesh/sextant/internal/store"
 )
 
 // The appliers of the instance kind: register, deregister and health.
 
-func currentInstance(tx *Tx, id string) (*catalog.Instance, int64) {
+func currentInstance(tx *Tx, id string) (*instance.Instance, int64) {
 	v, rev := tx.Get(store.Instances, id)
 	if v == nil {
 		return nil, 0
 	}
-	return v.(*catalog.Instance), rev
+	return v.(*instance.Instance), rev
 }
 
 // Guard is asked, on the committer goroutine, about the current version
@@ -24,12 +24,12 @@ func currentInstance(tx *Tx, id string) (*catalog.Instance, int64) {
 // whole write and nothing of it is written. It must not block. Callers use
 // it for checks that depend on what is stored (may this caller touch the
 // namespace the instance is in now?).
-type Guard func(cur *catalog.Instance) error
+type Guard func(cur *instance.Instance) error
 
-// registerWrite upserts instances (validated with Prepare).
+// registerWrite upserts instances (validated with instance.Prepare).
 type registerWrite struct {
 	r         *Registry
-	instances []*catalog.Instance
+	instances []*instance.Instance
 	guard     Guard
 }
 
@@ -48,7 +48,7 @@ func (w *registerWrite) Plan(tx *Tx) error {
 			}
 		}
 	}
-	var same []*catalog.Instance // unchanged from a version not applied yet
+	var same []*instance.Instance // unchanged from a version not applied yet
 	for _, in := range w.instances {
 		cur, rev := currentInstance(tx, in.ID)
 		// A Pending version counts on a single server only: it is
@@ -136,7 +136,7 @@ func (w *deregisterWrite) Plan(tx *Tx) error {
 
 // flip asks to set one instance's health, if it is still the version seen.
 type flip struct {
-	inst    *catalog.Instance
+	inst    *instance.Instance
 	healthy bool
 }
 
@@ -168,18 +168,18 @@ func (w *healthWrite) Plan(tx *Tx) error {
 	return nil
 }
 
-// Register upserts instances (validated with Prepare) atomically and
+// Register upserts instances (validated with instance.Prepare) atomically and
 // durably. It answers the request's revision (the instances' current
 // revision if nothing changed).
-func (r *Registry) Register(ctx context.Context, instances []*catalog.Instance) (int64, error) {
+func (r *Registry) Register(ctx context.Context, instances []*instance.Instance) (int64, error) {
 	return r.RegisterGuarded(ctx, instances, nil)
 }
 
 // RegisterGuarded is Register with guard asked about every instance the
 // write would replace, at commit time (see Guard).
-func (r *Registry) RegisterGuarded(ctx context.Context, instances []*catalog.Instance, guard Guard) (int64, error) {
-	if len(instances) == 0 || len(instances) > MaxBatch {
-		return 0, fieldErr(-1, "instances", "%d instances, want 1..%d", len(instances), MaxBatch)
+func (r *Registry) RegisterGuarded(ctx context.Context, instances []*instance.Instance, guard Guard) (int64, error) {
+	if len(instances) == 0 || len(instances) > instance.MaxBatch {
+		return 0, instance.NewFieldError(-1, "instances", "%d instances, want 1..%d", len(instances), instance.MaxBatch)
 	}
 	// An upsert in a cluster is not conditional: a server whose catalog
 	// trails may take an identical re-register for a change and write it
@@ -196,7 +196,7 @@ func (r *Registry) Deregister(ctx context.Context, ids []string) (int64, []strin
 // DeregisterGuarded is Deregister with guard asked about every instance
 // it would delete, at commit time (see Guard).
 func (r *Registry) DeregisterGuarded(ctx context.Context, ids []string, guard Guard) (int64, []string, error) {
-	if err := checkIDs(ids); err != nil {
+	if err := instance.CheckIDs(ids); err != nil {
 		return 0, nil, err
 	}
 	w := &deregisterWrite{ids: ids, guard: guard}
@@ -211,7 +211,7 @@ func (r *Registry) DeregisterGuarded(ctx context.Context, ids []string, guard Gu
 // did not find. An unhealthy instance turns healthy, with a new revision.
 // Heartbeats are not durable.
 func (r *Registry) Heartbeat(ctx context.Context, ids []string) ([]string, error) {
-	if err := checkIDs(ids); err != nil {
+	if err := instance.CheckIDs(ids); err != nil {
 		return nil, err
 	}
 	now := r.opts.Now()

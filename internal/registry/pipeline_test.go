@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sextant-mesh/sextant/internal/catalog"
+	"github.com/sextant-mesh/sextant/internal/instance"
 	"github.com/sextant-mesh/sextant/internal/label"
 	"github.com/sextant-mesh/sextant/internal/store"
 	"github.com/sextant-mesh/sextant/internal/store/embedded"
@@ -43,7 +43,7 @@ func TestPipelinedWrites(t *testing.T) {
 			rng := rand.New(rand.NewPCG(uint64(w), 9))
 			m := models[w]
 			for round := range rounds {
-				var batch []*catalog.Instance
+				var batch []*instance.Instance
 				var gone []string
 				for i := range 1 + rng.IntN(4) {
 					id := fmt.Sprintf("w%d-%d", w, rng.IntN(ids))
@@ -54,10 +54,10 @@ func TestPipelinedWrites(t *testing.T) {
 						gone = append(gone, id)
 						continue
 					}
-					in := &catalog.Instance{ID: id, Service: fmt.Sprintf("s%d", rng.IntN(3)), Host: "10.0.0.1",
-						Port: 1 + rng.IntN(3), Weight: DefaultWeight,
+					in := &instance.Instance{ID: id, Service: fmt.Sprintf("s%d", rng.IntN(3)), Host: "10.0.0.1",
+						Port: 1 + rng.IntN(3), Weight: instance.DefaultWeight,
 						Metadata: label.FromMap(map[string]string{"round": fmt.Sprint(round % 2)})}
-					if err := Prepare(-1, in); err != nil {
+					if err := instance.Prepare(-1, in); err != nil {
 						t.Error(err)
 						return
 					}
@@ -139,7 +139,7 @@ func contains(ids []string, id string) bool {
 	return false
 }
 
-func containsID(ins []*catalog.Instance, id string) bool {
+func containsID(ins []*instance.Instance, id string) bool {
 	for _, in := range ins {
 		if in.ID == id {
 			return true
@@ -240,7 +240,7 @@ func TestPlanSeesCommittedUnappliedWrites(t *testing.T) {
 		}
 	}
 	go func() {
-		_, err := r.Register(ctx, []*catalog.Instance{instance("a", "s", 0), instance("b", "s", 0)})
+		_, err := r.Register(ctx, []*instance.Instance{testInstance("a", "s", 0), testInstance("b", "s", 0)})
 		answered <- err
 	}()
 	committed("the first register") // committed, held from the catalog
@@ -253,9 +253,9 @@ func TestPlanSeesCommittedUnappliedWrites(t *testing.T) {
 		answered <- err
 	}()
 	committed("the deregister")
-	b2 := instance("b", "s", 0)
+	b2 := testInstance("b", "s", 0)
 	b2.Port = 81
-	go func() { _, err := r.Register(ctx, []*catalog.Instance{b2}); answered <- err }()
+	go func() { _, err := r.Register(ctx, []*instance.Instance{b2}); answered <- err }()
 	committed("the second register")
 	if r.cat.Instances().Get("a") != nil || r.cat.Instances().Len() != 0 {
 		t.Fatal("the follower applied while held: the test no longer holds commits in flight")
@@ -280,7 +280,7 @@ func TestFullPipelineGroupsQueuedWrites(t *testing.T) {
 	r, g := openGated(t, Options{})
 	answered := make(chan error, 128)
 	register := func(id string) {
-		go func() { _, err := r.Register(ctx, []*catalog.Instance{instance(id, "s", 0)}); answered <- err }()
+		go func() { _, err := r.Register(ctx, []*instance.Instance{testInstance(id, "s", 0)}); answered <- err }()
 	}
 	// One batch being answered, two waiting (maxInFlight), one committed
 	// whose hand-off waits: then the committer waits too.
@@ -420,9 +420,9 @@ func TestEncodingChunksReusedAfterApply(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for round := range 40 {
-				var batch []*catalog.Instance
+				var batch []*instance.Instance
 				for i := range 50 {
-					in := instance(fmt.Sprintf("w%d-%d", w, i), fmt.Sprint("s", w), 0)
+					in := testInstance(fmt.Sprintf("w%d-%d", w, i), fmt.Sprint("s", w), 0)
 					in.Port = 1 + round
 					batch = append(batch, in)
 				}
@@ -456,7 +456,7 @@ func TestEncodingChunksReusedAfterApply(t *testing.T) {
 
 // storeWith returns an embedded store, closed when the test ends, that
 // holds instances registered and applied by a registry closed since.
-func storeWith(t *testing.T, instances ...*catalog.Instance) *embedded.Store {
+func storeWith(t *testing.T, instances ...*instance.Instance) *embedded.Store {
 	t.Helper()
 	st, err := embedded.Open(t.TempDir())
 	if err != nil {
@@ -490,7 +490,7 @@ func openOn(t *testing.T, st Store, opts Options) *Registry {
 
 // openGatedWith is openGated over a store that already holds instances,
 // registered and applied before the follower is held.
-func openGatedWith(t *testing.T, opts Options, instances ...*catalog.Instance) (*Registry, *gatedStore) {
+func openGatedWith(t *testing.T, opts Options, instances ...*instance.Instance) (*Registry, *gatedStore) {
 	t.Helper()
 	g := &gatedStore{Store: storeWith(t, instances...), gate: make(chan struct{}), committed: make(chan struct{}, 128)}
 	return openOn(t, g, opts), g
@@ -527,7 +527,7 @@ func handedOrAnswered(t *testing.T, handed <-chan struct{}, answered <-chan erro
 // after a crash.
 func TestNotFoundWaitsForTheDeleteInFlight(t *testing.T) {
 	ctx := context.Background()
-	r, g := openGatedWith(t, Options{}, instance("x", "s", 0))
+	r, g := openGatedWith(t, Options{}, testInstance("x", "s", 0))
 	handed := idleHandOffs(r)
 	first := make(chan error, 1)
 	go func() { _, _, err := r.Deregister(ctx, []string{"x"}); first <- err }()
@@ -556,7 +556,7 @@ func TestNotFoundWaitsForTheDeleteInFlight(t *testing.T) {
 // answers the first one's revision.
 func TestUnchangedOverInFlightRegister(t *testing.T) {
 	ctx := context.Background()
-	r, g := openGatedWith(t, Options{}, instance("other", "s", 0))
+	r, g := openGatedWith(t, Options{}, testInstance("other", "s", 0))
 	handed := idleHandOffs(r)
 	type answer struct {
 		rev int64
@@ -564,13 +564,13 @@ func TestUnchangedOverInFlightRegister(t *testing.T) {
 	}
 	first, second := make(chan answer, 1), make(chan answer, 1)
 	go func() {
-		rev, err := r.Register(ctx, []*catalog.Instance{instance("y", "s", 0)})
+		rev, err := r.Register(ctx, []*instance.Instance{testInstance("y", "s", 0)})
 		first <- answer{rev, err}
 	}()
 	<-g.committed
 	errs := make(chan error, 1)
 	go func() {
-		rev, err := r.Register(ctx, []*catalog.Instance{instance("y", "s", 0)})
+		rev, err := r.Register(ctx, []*instance.Instance{testInstance("y", "s", 0)})
 		second <- answer{rev, err}
 		errs <- err
 	}()
@@ -609,7 +609,7 @@ func (s *syncFailStore) CommitAsync(txns []store.Txn, sync bool) ([]store.Result
 // durable.
 func TestNotFoundFailsWithTheDeleteItRestsOn(t *testing.T) {
 	ctx := context.Background()
-	s := &syncFailStore{Store: storeWith(t, instance("x", "s", 0)), committed: make(chan struct{}, 8), release: make(chan struct{})}
+	s := &syncFailStore{Store: storeWith(t, testInstance("x", "s", 0)), committed: make(chan struct{}, 8), release: make(chan struct{})}
 	r := openOn(t, s, Options{})
 	handed := idleHandOffs(r)
 	release := sync.OnceFunc(func() { close(s.release) })

@@ -10,7 +10,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/sextant-mesh/sextant/internal/catalog"
+	"github.com/sextant-mesh/sextant/internal/instance"
 	"github.com/sextant-mesh/sextant/internal/label"
 	"github.com/sextant-mesh/sextant/internal/naming"
 	"github.com/sextant-mesh/sextant/internal/store/embedded"
@@ -44,10 +44,10 @@ func open(t *testing.T, dir string, now func() time.Time) (*Registry, func()) {
 	return r, func() { r.Close(); st.Close() }
 }
 
-func instance(id, service string, ttl int) *catalog.Instance {
-	in := &catalog.Instance{ID: id, Service: service, Host: "10.0.0.1", Port: 80, Weight: DefaultWeight, TTLSeconds: ttl,
+func testInstance(id, service string, ttl int) *instance.Instance {
+	in := &instance.Instance{ID: id, Service: service, Host: "10.0.0.1", Port: 80, Weight: instance.DefaultWeight, TTLSeconds: ttl,
 		Metadata: label.FromMap(map[string]string{"zone": "z1"})}
-	if err := Prepare(-1, in); err != nil {
+	if err := instance.Prepare(-1, in); err != nil {
 		panic(err)
 	}
 	return in
@@ -58,7 +58,7 @@ func TestTTLHealth(t *testing.T) {
 	clk := newClock()
 	r, closeAll := open(t, t.TempDir(), clk.Now)
 	defer closeAll()
-	if _, err := r.Register(ctx, []*catalog.Instance{instance("a", "s", 5), instance("b", "s", 5), instance("c", "s", 0)}); err != nil {
+	if _, err := r.Register(ctx, []*instance.Instance{testInstance("a", "s", 5), testInstance("b", "s", 5), testInstance("c", "s", 0)}); err != nil {
 		t.Fatal(err)
 	}
 	healthy := func(id string) bool { return r.cat.Instances().Get(id).Healthy }
@@ -107,7 +107,7 @@ func TestTTLHealth(t *testing.T) {
 		t.Fatal("revived b did not expire again")
 	}
 	// A register counts as a heartbeat and revives too.
-	if _, err := r.Register(ctx, []*catalog.Instance{instance("b", "s", 5)}); err != nil {
+	if _, err := r.Register(ctx, []*instance.Instance{testInstance("b", "s", 5)}); err != nil {
 		t.Fatal(err)
 	}
 	if !healthy("b") {
@@ -120,7 +120,7 @@ func TestRestartGrace(t *testing.T) {
 	dir := t.TempDir()
 	clk := newClock()
 	r, closeAll := open(t, dir, clk.Now)
-	if _, err := r.Register(ctx, []*catalog.Instance{instance("a", "s", 1), instance("b", "s", 0)}); err != nil {
+	if _, err := r.Register(ctx, []*instance.Instance{testInstance("a", "s", 1), testInstance("b", "s", 0)}); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, err := r.Deregister(ctx, []string{"b"}); err != nil {
@@ -172,7 +172,7 @@ func TestGroupCommit(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			rev, err := r.Register(ctx, []*catalog.Instance{instance(fmt.Sprintf("i%d", i), fmt.Sprintf("s%d", i%7), 0)})
+			rev, err := r.Register(ctx, []*instance.Instance{testInstance(fmt.Sprintf("i%d", i), fmt.Sprintf("s%d", i%7), 0)})
 			if err != nil {
 				t.Error(err)
 			}
@@ -198,19 +198,7 @@ func TestGroupCommit(t *testing.T) {
 func TestClosedRegistry(t *testing.T) {
 	r, closeAll := open(t, t.TempDir(), nil)
 	closeAll()
-	if _, err := r.Register(context.Background(), []*catalog.Instance{instance("a", "s", 0)}); err != ErrClosed {
+	if _, err := r.Register(context.Background(), []*instance.Instance{testInstance("a", "s", 0)}); err != ErrClosed {
 		t.Fatalf("register after close: %v, want ErrClosed", err)
-	}
-}
-
-func TestValidHost(t *testing.T) {
-	for host, want := range map[string]bool{
-		"10.0.0.1": true, "::1": true, "fe80::1%eth0": true, "a.example.com": true, "a.example.com.": true,
-		"my_host-1": true, "": false, "-a.com": false, "a-.com": false, "a..com": false, "a b": false,
-		"x.": true, ".": false, string(make([]byte, 254)): false,
-	} {
-		if got := validHost(host); got != want {
-			t.Errorf("validHost(%q) = %v, want %v", host, got, want)
-		}
 	}
 }

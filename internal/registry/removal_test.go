@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sextant-mesh/sextant/internal/catalog"
+	"github.com/sextant-mesh/sextant/internal/instance"
 	"github.com/sextant-mesh/sextant/internal/store/embedded"
 )
 
@@ -60,15 +60,15 @@ func TestRemovalDelay(t *testing.T) {
 	clk := newClock()
 	dir := t.TempDir()
 	r, closeAll := openWith(t, dir, Options{Now: clk.Now})
-	withDelay := func(id string) *catalog.Instance {
-		in := instance(id, "s", 5)
+	withDelay := func(id string) *instance.Instance {
+		in := testInstance(id, "s", 5)
 		in.DeregisterAfterSeconds = 30
 		return in
 	}
-	if _, err := r.Register(ctx, []*catalog.Instance{withDelay("a"), instance("b", "s", 5), withDelay("c"), instance("d", "s", 0)}); err != nil {
+	if _, err := r.Register(ctx, []*instance.Instance{withDelay("a"), testInstance("b", "s", 5), withDelay("c"), testInstance("d", "s", 0)}); err != nil {
 		t.Fatal(err)
 	}
-	get := func(id string) *catalog.Instance { return r.cat.Instances().Get(id) }
+	get := func(id string) *instance.Instance { return r.cat.Instances().Get(id) }
 
 	clk.Advance(16 * time.Second) // past 3 x 5s: all unhealthy since 15s
 	settled(t, r)
@@ -142,12 +142,12 @@ func TestClusterRemovalByJudge(t *testing.T) {
 	j := &judge{term: 1, moved: make(chan struct{}, 1)}
 	r, closeAll := openWith(t, t.TempDir(), Options{Now: clk.Now, Cluster: j})
 	defer closeAll()
-	in := instance("a", "s", 1)
+	in := testInstance("a", "s", 1)
 	in.DeregisterAfterSeconds = 5
-	if _, err := r.Register(ctx, []*catalog.Instance{in}); err != nil {
+	if _, err := r.Register(ctx, []*instance.Instance{in}); err != nil {
 		t.Fatal(err)
 	}
-	get := func() *catalog.Instance { return r.cat.Instances().Get("a") }
+	get := func() *instance.Instance { return r.cat.Instances().Get("a") }
 	clk.Advance(4 * time.Second) // unhealthy since 3s
 	for i := 0; get().Healthy; i++ {
 		if i == 500 {

@@ -7,7 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/sextant-mesh/sextant/internal/catalog"
+	"github.com/sextant-mesh/sextant/internal/instance"
 	"github.com/sextant-mesh/sextant/internal/store"
 )
 
@@ -26,6 +26,10 @@ type liveness struct {
 	term atomic.Uint64
 }
 
+// ttlGraceFactor: an instance turns unhealthy once 3 x its TTL passed
+// without a heartbeat.
+const ttlGraceFactor = 3
+
 func ttlDeadline(now time.Time, ttlSeconds int) int64 {
 	return now.Add(time.Duration(ttlGraceFactor*ttlSeconds) * time.Second).UnixNano()
 }
@@ -42,7 +46,7 @@ func (r *Registry) track(changes []store.Change) {
 			if op.Kind != store.Instances {
 				continue
 			}
-			if in, ok := op.Object.(*catalog.Instance); ok && op.Absent && in.TTLSeconds == 0 {
+			if in, ok := op.Object.(*instance.Instance); ok && op.Absent && in.TTLSeconds == 0 {
 				continue // new, without a TTL: it has no liveness to make or drop
 			}
 			in := r.cat.Instances().Get(op.Key)
@@ -62,7 +66,7 @@ func (r *Registry) track(changes []store.Change) {
 	}
 }
 
-func (r *Registry) trackInstance(in *catalog.Instance, now time.Time) {
+func (r *Registry) trackInstance(in *instance.Instance, now time.Time) {
 	if in.TTLSeconds == 0 {
 		r.live.Delete(in.ID)
 		return
@@ -82,7 +86,7 @@ func (r *Registry) trackInstance(in *catalog.Instance, now time.Time) {
 // schedule gives instance in the heap entry its state asks for: a healthy
 // one at its deadline, an unhealthy one at its removal (deadline + removal
 // delay), if it has a delay.
-func (r *Registry) schedule(in *catalog.Instance, l *liveness) {
+func (r *Registry) schedule(in *instance.Instance, l *liveness) {
 	if in.Healthy {
 		r.ttl.push(in.ID, l, l.deadline.Load())
 	} else if delay := r.removalDelay(in); delay > 0 {
@@ -96,7 +100,7 @@ func (r *Registry) schedule(in *catalog.Instance, l *liveness) {
 // lives in memory: after a restart, or when another server of a cluster
 // takes over its judgement, the deadline is a full 3 x TTL from then, so
 // the delay starts again (a removal is late, never early).
-func (r *Registry) removalDelay(in *catalog.Instance) int64 {
+func (r *Registry) removalDelay(in *instance.Instance) int64 {
 	if in.TTLSeconds == 0 {
 		return 0
 	}
@@ -120,7 +124,7 @@ func (r *Registry) armAll() {
 }
 
 // heartbeat moves the deadline of instance in, if it has a TTL.
-func (r *Registry) heartbeat(in *catalog.Instance, now time.Time) {
+func (r *Registry) heartbeat(in *instance.Instance, now time.Time) {
 	if in.TTLSeconds == 0 {
 		return
 	}
@@ -240,7 +244,7 @@ func (r *Registry) expireDue(ctx context.Context) int64 {
 	now := r.opts.Now().UnixNano()
 	due, next := r.ttl.due(now)
 	var flips []flip
-	var removals []*catalog.Instance
+	var removals []*instance.Instance
 	for _, e := range due {
 		if v, ok := r.live.Load(e.id); !ok || v.(*liveness) != e.live {
 			continue // deleted, or no TTL any more
@@ -313,7 +317,7 @@ func (r *Registry) expireDue(ctx context.Context) int64 {
 			} else {
 				r.log.Info("ttl expiry not committed; judging again", "instances", len(flips), "err", err)
 			}
-			insts := make([]*catalog.Instance, len(flips))
+			insts := make([]*instance.Instance, len(flips))
 			for i, f := range flips {
 				insts[i] = f.inst
 			}
@@ -325,7 +329,7 @@ func (r *Registry) expireDue(ctx context.Context) int64 {
 
 // judgeAgain schedules instances whose expiry or removal was not committed
 // to be judged again shortly, and returns the next deadline to wake at.
-func (r *Registry) judgeAgain(insts []*catalog.Instance, next int64) int64 {
+func (r *Registry) judgeAgain(insts []*instance.Instance, next int64) int64 {
 	again := r.opts.Now().Add(retryExpiry).UnixNano()
 	for _, in := range insts {
 		if v, ok := r.live.Load(in.ID); ok {
@@ -344,7 +348,7 @@ func (r *Registry) judgeAgain(insts []*catalog.Instance, next int64) int64 {
 // delete with its revision, as a deregister.
 type removeWrite struct {
 	r         *Registry
-	instances []*catalog.Instance
+	instances []*instance.Instance
 }
 
 func (w *removeWrite) Plan(tx *Tx) error {

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sextant-mesh/sextant/internal/catalog"
+	"github.com/sextant-mesh/sextant/internal/instance"
 	"github.com/sextant-mesh/sextant/internal/label"
 	"github.com/sextant-mesh/sextant/internal/store"
 	"github.com/sextant-mesh/sextant/internal/store/mysql/mysqltest"
@@ -13,12 +13,12 @@ import (
 
 // benchInstance is an instance as the registry benchmark registers it: 16
 // metadata pairs of 10-byte keys and values.
-func benchInstance(i int) *catalog.Instance {
+func benchInstance(i int) *instance.Instance {
 	md := map[string]string{}
 	for k := range 16 {
 		md[fmt.Sprintf("key%07d", k)] = fmt.Sprintf("val%07d", (i+k)%1000)
 	}
-	return &catalog.Instance{ID: fmt.Sprintf("inst-%09d", i), Namespace: "bench", Service: fmt.Sprintf("svc%d", i%100),
+	return &instance.Instance{ID: fmt.Sprintf("inst-%09d", i), Namespace: "bench", Service: fmt.Sprintf("svc%d", i%100),
 		Host: "10.0.0.1", Port: 1 + i%60000, Weight: 100, Healthy: true, Metadata: label.FromMap(md),
 		CreatedAt: time.Unix(0, int64(i)), UpdatedAt: time.Unix(0, int64(i))}
 }

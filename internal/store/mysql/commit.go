@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sextant-mesh/sextant/internal/catalog"
 	"github.com/sextant-mesh/sextant/internal/store"
 )
 
@@ -82,7 +81,7 @@ func (s *Store) Commit(txns []store.Txn, _ bool) ([]store.Result, error) {
 		if err := conn.QueryRowContext(ctx, "SELECT revision FROM sx_sequence WHERE id = 1 FOR UPDATE").Scan(&head); err != nil {
 			return nil, unavailable("lock the revision sequence", err)
 		}
-		if stored, err = readChecked(ctx, conn, txns); err != nil {
+		if stored, err = readChecked(ctx, conn, txns, s.opts.Rows); err != nil {
 			return nil, err
 		}
 		if err := sc.add("SET @sx_base = ?", 8, head); err != nil {
@@ -139,7 +138,7 @@ func (s *Store) Commit(txns []store.Txn, _ bool) ([]store.Result, error) {
 	if err := writeChanges(sc, changes, now); err != nil {
 		return nil, err
 	}
-	if err := writeFinals(sc, order); err != nil {
+	if err := writeFinals(sc, order, s.opts.Rows); err != nil {
 		return nil, err
 	}
 	if err := sc.add("UPDATE sx_sequence SET revision = @sx_base + ? WHERE id = 1", 8, k); err != nil {
@@ -190,8 +189,7 @@ type querier interface {
 
 // readChecked reads, FOR UPDATE, the stored revision of every record a
 // check names; nil if no txn has checks.
-func readChecked(ctx context.Context, tx querier, txns []store.Txn) (map[recKey]int64, error) {
-	var ids []any
+func readChecked(ctx context.Context, tx querier, txns []store.Txn, tables map[store.Kind]Columns) (map[recKey]int64, error) {
 	byKind := map[store.Kind][]any{}
 	seen := map[recKey]bool{}
 	for _, t := range txns {
@@ -201,11 +199,7 @@ func readChecked(ctx context.Context, tx querier, txns []store.Txn) (map[recKey]
 				continue
 			}
 			seen[k] = true
-			if op.Kind == store.Instances {
-				ids = append(ids, op.Key)
-			} else {
-				byKind[op.Kind] = append(byKind[op.Kind], []byte(op.Key))
-			}
+			byKind[op.Kind] = append(byKind[op.Kind], []byte(op.Key))
 		}
 	}
 	if len(seen) == 0 {
@@ -228,17 +222,18 @@ func readChecked(ctx context.Context, tx querier, txns []store.Txn) (map[recKey]
 		}
 		return unavailable("read checked records", rows.Err())
 	}
-	for start := 0; start < len(ids); start += 1000 {
-		chunk := ids[start:min(start+1000, len(ids))]
-		if err := read(store.Instances, "SELECT id, revision FROM sx_instance WHERE id IN ("+placeholders(len(chunk))+") FOR UPDATE", chunk); err != nil {
-			return nil, err
-		}
-	}
 	for kind, keys := range byKind {
 		for start := 0; start < len(keys); start += 1000 {
 			chunk := keys[start:min(start+1000, len(keys))]
-			args := append([]any{string(byte(kind))}, chunk...)
-			if err := read(kind, "SELECT rkey, revision FROM sx_record WHERE kind = ? AND rkey IN ("+placeholders(len(chunk))+") FOR UPDATE", args); err != nil {
+			var err error
+			if cols := tables[kind]; cols != nil {
+				key := cols.Names()[0]
+				err = read(kind, "SELECT "+key+", revision FROM "+cols.Table()+" WHERE "+key+" IN ("+placeholders(len(chunk))+") FOR UPDATE", chunk)
+			} else {
+				args := append([]any{string(byte(kind))}, chunk...)
+				err = read(kind, "SELECT rkey, revision FROM sx_record WHERE kind = ? AND rkey IN ("+placeholders(len(chunk))+") FOR UPDATE", args)
+			}
+			if err != nil {
 				return nil, err
 			}
 		}
@@ -378,47 +373,41 @@ func writeChanges(sc *script, changes []store.Change, now int64) error {
 	return b.flush()
 }
 
-const instanceColumns = "id, namespace, service, host, port, protocol, version, weight, isolated, healthy, ttl_seconds, deregister_after_seconds, metadata, created_ns, updated_ns, revision"
-
 // writeFinals leaves every record the commit touched in its last state:
-// instances as rows of sx_instance, other kinds in sx_record. Revisions are
-// relative to @sx_base.
-func writeFinals(sc *script, order []final) error {
-	inst := &bulk{sc: sc,
-		prefix: "INSERT INTO sx_instance (" + instanceColumns + ") VALUES ", row: "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,@sx_base+?)",
-		suffix: ` ON DUPLICATE KEY UPDATE namespace = VALUES(namespace), service = VALUES(service), host = VALUES(host),
-port = VALUES(port), protocol = VALUES(protocol), version = VALUES(version), weight = VALUES(weight),
-isolated = VALUES(isolated), healthy = VALUES(healthy), ttl_seconds = VALUES(ttl_seconds),
-deregister_after_seconds = VALUES(deregister_after_seconds), metadata = VALUES(metadata),
-created_ns = VALUES(created_ns), updated_ns = VALUES(updated_ns), revision = VALUES(revision)`}
+// kinds laid out as rows in their tables (Columns), other kinds in
+// sx_record. Revisions are relative to @sx_base.
+func writeFinals(sc *script, order []final, tables map[store.Kind]Columns) error {
 	recs := &bulk{sc: sc,
 		prefix: "INSERT INTO sx_record (kind, rkey, revision, value) VALUES ", row: "(?,?,@sx_base+?,?)",
 		suffix: " ON DUPLICATE KEY UPDATE revision = VALUES(revision), value = VALUES(value)"}
-	var delInst []any
-	delRecs := map[store.Kind][]any{}
-	var meta []byte
+	puts := map[store.Kind]*bulk{}
+	dels := map[store.Kind][]any{}
+	var kinds []store.Kind // in order of first appearance, so statements are deterministic
+	var vals []any
 	for _, f := range order {
 		op := f.op
+		cols := tables[op.Kind]
+		if _, ok := dels[op.Kind]; !ok {
+			dels[op.Kind] = nil
+			kinds = append(kinds, op.Kind)
+		}
 		switch {
-		case op.Value == nil && op.Kind == store.Instances:
-			delInst = append(delInst, op.Key)
+		case op.Value == nil && cols != nil:
+			dels[op.Kind] = append(dels[op.Kind], op.Key)
 		case op.Value == nil:
-			delRecs[op.Kind] = append(delRecs[op.Kind], []byte(op.Key))
-		case op.Kind == store.Instances:
-			in, ok := op.Object.(*catalog.Instance)
-			if !ok {
-				var err error
-				if in, err = catalog.DecodeInstance(op.Value, 0); err != nil {
-					return fmt.Errorf("mysql: instance %q: %w", op.Key, err)
-				}
+			dels[op.Kind] = append(dels[op.Kind], []byte(op.Key))
+		case cols != nil:
+			b := puts[op.Kind]
+			if b == nil {
+				b = rowsBulk(sc, cols)
+				puts[op.Kind] = b
 			}
-			if in.ID != op.Key {
-				return fmt.Errorf("mysql: instance record %q holds instance %q", op.Key, in.ID)
+			var size int
+			var err error
+			if vals, size, err = cols.Values(vals[:0], op.Key, op.Value, op.Object); err != nil {
+				return fmt.Errorf("mysql: %w", err)
 			}
-			meta = appendMetadata(meta[:0], in.Metadata)
-			if err := inst.add(len(op.Value)+len(meta), in.ID, in.Namespace, in.Service, in.Host, in.Port,
-				[]byte(in.Protocol), []byte(in.Version), in.Weight, in.Isolated, in.Healthy, in.TTLSeconds,
-				in.DeregisterAfterSeconds, string(meta), in.CreatedAt.UnixNano(), in.UpdatedAt.UnixNano(), f.rev); err != nil {
+			if err := b.add(size, append(vals, f.rev)...); err != nil {
 				return err
 			}
 		default:
@@ -427,26 +416,52 @@ created_ns = VALUES(created_ns), updated_ns = VALUES(updated_ns), revision = VAL
 			}
 		}
 	}
-	if err := inst.flush(); err != nil {
-		return err
+	for _, k := range kinds {
+		if b := puts[k]; b != nil {
+			if err := b.flush(); err != nil {
+				return err
+			}
+		}
 	}
 	if err := recs.flush(); err != nil {
 		return err
 	}
-	for start := 0; start < len(delInst); start += maxRows {
-		chunk := delInst[start:min(start+maxRows, len(delInst))]
-		if err := sc.add("DELETE FROM sx_instance WHERE id IN ("+placeholders(len(chunk))+")", 64*len(chunk), chunk...); err != nil {
-			return err
-		}
-	}
-	for kind, keys := range delRecs {
+	for _, kind := range kinds {
+		keys := dels[kind]
+		cols := tables[kind]
 		for start := 0; start < len(keys); start += maxRows {
 			chunk := keys[start:min(start+maxRows, len(keys))]
-			args := append([]any{string(byte(kind))}, chunk...)
-			if err := sc.add("DELETE FROM sx_record WHERE kind = ? AND rkey IN ("+placeholders(len(chunk))+")", 64*len(chunk), args...); err != nil {
+			var err error
+			if cols != nil {
+				err = sc.add("DELETE FROM "+cols.Table()+" WHERE "+cols.Names()[0]+" IN ("+placeholders(len(chunk))+")", 64*len(chunk), chunk...)
+			} else {
+				args := append([]any{string(byte(kind))}, chunk...)
+				err = sc.add("DELETE FROM sx_record WHERE kind = ? AND rkey IN ("+placeholders(len(chunk))+")", 64*len(chunk), args...)
+			}
+			if err != nil {
 				return err
 			}
 		}
 	}
 	return nil
+}
+
+// rowsBulk is the upsert of a kind laid out as rows: every column but the
+// key is replaced, with the revision.
+func rowsBulk(sc *script, cols Columns) *bulk {
+	names := cols.Names()
+	var row, update strings.Builder
+	row.WriteString("(")
+	for i, n := range names {
+		row.WriteString("?,")
+		if i > 0 {
+			update.WriteString(n + " = VALUES(" + n + "), ")
+		}
+	}
+	row.WriteString("@sx_base+?)")
+	update.WriteString("revision = VALUES(revision)")
+	return &bulk{sc: sc,
+		prefix: "INSERT INTO " + cols.Table() + " (" + strings.Join(names, ", ") + ", revision) VALUES ",
+		row:    row.String(),
+		suffix: " ON DUPLICATE KEY UPDATE " + update.String()}
 }

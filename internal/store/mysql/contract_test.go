@@ -4,13 +4,20 @@ import (
 	"context"
 	"testing"
 
+	"github.com/sextant-mesh/sextant/internal/instance"
+	"github.com/sextant-mesh/sextant/internal/store"
 	"github.com/sextant-mesh/sextant/internal/store/mysql/mysqltest"
 	"github.com/sextant-mesh/sextant/internal/store/storetest"
 )
 
-// open opens a store on url, closed when t ends.
+// open opens a store on url, closed when t ends, with the server's layout:
+// instances as rows of sx_instance (instance.Columns), which the tests of
+// that table need. The store itself imports no kind.
 func open(t testing.TB, url string, opts Options) *Store {
 	t.Helper()
+	if opts.Rows == nil {
+		opts.Rows = map[store.Kind]Columns{store.Instances: instance.Columns{}}
+	}
 	s, err := Open(context.Background(), url, opts)
 	if err != nil {
 		t.Fatal(err)

@@ -7,7 +7,7 @@ import (
 
 	mysqldrv "github.com/go-sql-driver/mysql"
 
-	"github.com/sextant-mesh/sextant/internal/catalog"
+	"github.com/sextant-mesh/sextant/internal/instance"
 	"github.com/sextant-mesh/sextant/internal/store"
 	"github.com/sextant-mesh/sextant/internal/store/mysql/mysqltest"
 )
@@ -79,7 +79,7 @@ VALUES ('old', 'default', 'orders', '10.0.0.1', 8080, 'http', ?, 100, false, tru
 	if r := got["instances/new"]; !bytes.Equal(r.Value, enc) {
 		t.Fatalf("loads as %q, want %q", r.Value, enc)
 	}
-	back, err := catalog.DecodeInstance(got["instances/new"].Value, 1)
+	back, err := instance.Decode(got["instances/new"].Value, 1)
 	if err != nil || back.DeregisterAfterSeconds != 90 {
 		t.Fatalf("decoded %+v %v", back, err)
 	}

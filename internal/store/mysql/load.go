@@ -4,17 +4,18 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"strings"
 	"time"
 
-	"github.com/sextant-mesh/sextant/internal/catalog"
 	"github.com/sextant-mesh/sextant/internal/store"
 )
 
 // Load calls fn for every stored record of kinds, kind by kind in the
 // order given and in key order (bytewise) within a kind, all from one
 // consistent snapshot (a REPEATABLE READ transaction whose first read is
-// the sequence row), and returns the revision of that snapshot. Instances
-// are read from their columns and handed over in the catalog's encoding.
+// the sequence row), and returns the revision of that snapshot. Kinds
+// laid out as rows (Options.Rows) are read from their columns and handed
+// over in the kind's own encoding.
 // The record's slices are only valid during the call.
 func (s *Store) Load(kinds []store.Kind, fn func(store.Record) error) (int64, error) {
 	if s.closed.Load() {
@@ -35,8 +36,8 @@ func (s *Store) Load(kinds []store.Kind, fn func(store.Record) error) (int64, er
 		if !k.Valid() {
 			return 0, fmt.Errorf("mysql: load of unknown %v", k)
 		}
-		if k == store.Instances {
-			err = loadInstances(ctx, tx, fn)
+		if cols := s.opts.Rows[k]; cols != nil {
+			err = loadRows(ctx, tx, k, cols, fn)
 		} else {
 			err = loadRecords(ctx, tx, k, fn)
 		}
@@ -67,54 +68,31 @@ func loadRecords(ctx context.Context, tx *sql.Tx, k store.Kind, fn func(store.Re
 	return unavailable(fmt.Sprintf("load %v", k), rows.Err())
 }
 
-func loadInstances(ctx context.Context, tx *sql.Tx, fn func(store.Record) error) error {
-	rows, err := tx.QueryContext(ctx, "SELECT "+instanceColumns+" FROM sx_instance ORDER BY id")
+// loadRows reads a kind laid out as rows (Columns) and hands each over in
+// the kind's own encoding.
+func loadRows(ctx context.Context, tx *sql.Tx, k store.Kind, cols Columns, fn func(store.Record) error) error {
+	names := cols.Names()
+	rows, err := tx.QueryContext(ctx, "SELECT "+strings.Join(names, ", ")+", revision FROM "+cols.Table()+" ORDER BY "+names[0])
 	if err != nil {
-		return unavailable("load instances", err)
+		return unavailable(fmt.Sprintf("load %v", k), err)
 	}
 	defer rows.Close()
-	var (
-		r   instanceRow
-		buf []byte
-	)
+	dest, record := cols.NewRow()
+	var rev int64
+	dest = append(dest, &rev)
+	var buf []byte
 	for rows.Next() {
-		if err := rows.Scan(r.dest()...); err != nil {
-			return fmt.Errorf("mysql: load instances: %w", err)
+		if err := rows.Scan(dest...); err != nil {
+			return fmt.Errorf("mysql: load %v: %w", k, err)
 		}
-		in, err := r.instance()
+		key, value, err := record(buf[:0])
 		if err != nil {
-			return err
+			return fmt.Errorf("mysql: load %v: %w", k, err)
 		}
-		buf = in.AppendBinary(buf[:0])
-		if err := fn(store.Record{Kind: store.Instances, Key: in.ID, Revision: in.Revision, Value: buf}); err != nil {
+		buf = value
+		if err := fn(store.Record{Kind: k, Key: key, Revision: rev, Value: value}); err != nil {
 			return err
 		}
 	}
-	return unavailable("load instances", rows.Err())
-}
-
-// instanceRow is one row of sx_instance as scanned.
-type instanceRow struct {
-	id, ns, svc, host, proto, version, meta sql.RawBytes
-	port, weight, ttl, deregisterAfter      int
-	isolated, healthy                       bool
-	created, updated, rev                   int64
-}
-
-func (r *instanceRow) dest() []any {
-	return []any{&r.id, &r.ns, &r.svc, &r.host, &r.port, &r.proto, &r.version, &r.weight, &r.isolated,
-		&r.healthy, &r.ttl, &r.deregisterAfter, &r.meta, &r.created, &r.updated, &r.rev}
-}
-
-func (r *instanceRow) instance() (*catalog.Instance, error) {
-	md, err := parseMetadata(r.meta)
-	if err != nil {
-		return nil, fmt.Errorf("mysql: instance %q: %w", r.id, err)
-	}
-	return &catalog.Instance{
-		ID: string(r.id), Namespace: string(r.ns), Service: string(r.svc), Host: string(r.host), Port: r.port,
-		Protocol: string(r.proto), Version: string(r.version), Weight: r.weight, Isolated: r.isolated,
-		Healthy: r.healthy, TTLSeconds: r.ttl, DeregisterAfterSeconds: int32(r.deregisterAfter), Metadata: md, Revision: r.rev,
-		CreatedAt: time.Unix(0, r.created).UTC(), UpdatedAt: time.Unix(0, r.updated).UTC(),
-	}, nil
+	return unavailable(fmt.Sprintf("load %v", k), rows.Err())
 }

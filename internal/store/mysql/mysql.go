@@ -54,6 +54,32 @@ type Options struct {
 	Logger *slog.Logger
 	// Metrics, if set, receives the database round-trip latency.
 	Metrics prometheus.Registerer
+	// Rows lays the records of some kinds out as rows of tables of their
+	// own (the instance kind's sx_instance); every other kind is opaque
+	// values in sx_record. A server passes the same layout every time:
+	// records written one way are not found the other.
+	Rows map[store.Kind]Columns
+}
+
+// Columns lays out the records of one kind as rows of a table of their
+// own, one column per field, so that an operator can read and query them,
+// instead of opaque values in sx_record. The kind's package implements it
+// (instance.Columns); the store knows only the names of its table and
+// columns, which its schema migrations create. Called from the committer
+// and the loader; must not block.
+type Columns interface {
+	// Table names the table. Its columns are Names, then revision.
+	Table() string
+	// Names lists the columns before revision; the first is the key.
+	Names() []string
+	// Values appends to dst the values of Names for a put of record key
+	// (from the writer's decoded obj when set, else from value), and
+	// returns an estimate of their size in bytes.
+	Values(dst []any, key string, value []byte, obj any) ([]any, int, error)
+	// NewRow returns scan destinations for one row's Names and a function
+	// that appends the record of the row last scanned to buf (the kind's
+	// encoding) and returns its key and the record.
+	NewRow() (dest []any, record func(buf []byte) (key string, value []byte, err error))
 }
 
 // Store is the MySQL/MariaDB store. Commit is called by one goroutine at a

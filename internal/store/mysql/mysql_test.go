@@ -12,7 +12,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/sextant-mesh/sextant/internal/catalog"
+	"github.com/sextant-mesh/sextant/internal/instance"
 	"github.com/sextant-mesh/sextant/internal/label"
 	"github.com/sextant-mesh/sextant/internal/store"
 	"github.com/sextant-mesh/sextant/internal/store/mysql/mysqltest"
@@ -93,8 +93,8 @@ func loadAll(t *testing.T, s *Store) (map[string]store.Record, int64) {
 	return got, rev
 }
 
-func testInstance(id string, md map[string]string) *catalog.Instance {
-	return &catalog.Instance{
+func testInstance(id string, md map[string]string) *instance.Instance {
+	return &instance.Instance{
 		ID: id, Namespace: "default", Service: "orders", Host: "10.0.0.1", Port: 8080, Protocol: "http", Version: "v1 ✓",
 		Weight: 100, TTLSeconds: 5, Healthy: true, Metadata: label.FromMap(md),
 		CreatedAt: time.Unix(1700000000, 123456789).UTC(), UpdatedAt: time.Unix(1700000001, 987654321).UTC(),
@@ -142,7 +142,7 @@ func TestInstanceRows(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, _ = loadAll(t, s)
-	in, err := catalog.DecodeInstance(got["instances/b"].Value, 1)
+	in, err := instance.Decode(got["instances/b"].Value, 1)
 	if err != nil || fmt.Sprint(in.Metadata.Map()) != "map[a:2 z:1]" {
 		t.Fatalf("hand-edited metadata: %v %v", in, err)
 	}

@@ -1,4 +1,11 @@
-package catalog
+// Package instance owns the instance record, the registry's unit: its type
+// and the labels selectors see, its validation and the API's limits, its
+// JSON (encoded once per version, and the register body's strict decoder),
+// its durable binary codec, and its columns in a SQL store (Columns). A
+// field of an instance is defined here and nowhere else: the catalog, the
+// registry, the API, the stores and the push engine read it through this
+// package. It imports nothing of Sextant's above label and naming.
+package instance
 
 import (
 	"strconv"
@@ -26,7 +33,7 @@ type Instance struct {
 	Healthy   bool // set by the server, as Revision and the times below
 	// DeregisterAfterSeconds is how long the instance may stay unhealthy
 	// (its TTL expired) before the server deregisters it; 0: the server's
-	// default (registry.Options.DeregisterAfter). An int32 beside the
+	// default (the server's --deregister-after). An int32 beside the
 	// flags: the struct stays in the 240-byte size class.
 	DeregisterAfterSeconds int32
 	Metadata               label.Labels

@@ -1,4 +1,4 @@
-package registry
+package instance
 
 import (
 	"crypto/sha256"
@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"unicode/utf8"
 
-	"github.com/sextant-mesh/sextant/internal/catalog"
 	"github.com/sextant-mesh/sextant/internal/label"
 	"github.com/sextant-mesh/sextant/internal/naming"
 )
@@ -28,12 +27,11 @@ const (
 	MaxDeregisterAfter = 30 * 24 * 3600
 	MaxWeight          = 65535
 	DefaultWeight      = 100
-	DefaultNS          = "default"
-	ttlGraceFactor     = 3
+	DefaultNS          = naming.DefaultNamespace
 )
 
 // ErrInvalid is wrapped by every validation error.
-var ErrInvalid = errors.New("registry: invalid argument")
+var ErrInvalid = errors.New("instance: invalid argument")
 
 // FieldError names the field of a request that is wrong. Index is the
 // position of the instance or id in its batch, or -1.
@@ -44,15 +42,19 @@ type FieldError struct {
 }
 
 func (e *FieldError) Error() string {
-	if e.Index >= 0 {
-		return fmt.Sprintf("registry: [%d].%s: %s", e.Index, e.Field, e.Msg)
+	if e.Field == "" {
+		return "instance: " + e.Msg
 	}
-	return fmt.Sprintf("registry: %s: %s", e.Field, e.Msg)
+	if e.Index >= 0 {
+		return fmt.Sprintf("instance: [%d].%s: %s", e.Index, e.Field, e.Msg)
+	}
+	return fmt.Sprintf("instance: %s: %s", e.Field, e.Msg)
 }
 
 func (e *FieldError) Unwrap() error { return ErrInvalid }
 
-func fieldErr(i int, field, format string, args ...any) error {
+// NewFieldError is the error of field of instance i of a batch (-1: none).
+func NewFieldError(i int, field, format string, args ...any) error {
 	return &FieldError{Index: i, Field: field, Msg: fmt.Sprintf(format, args...)}
 }
 
@@ -110,59 +112,59 @@ func DefaultID(ns, service, host string, port int) string {
 // Prepare validates an instance given to Register, fills defaults (namespace,
 // id) and returns the first error. i is its index in the batch (-1 if none).
 // The weight default (100) is the caller's: it alone knows if weight was sent.
-func Prepare(i int, in *catalog.Instance) error {
+func Prepare(i int, in *Instance) error {
 	if in.Namespace == "" {
 		in.Namespace = DefaultNS
 	}
 	if !naming.ValidName(in.Namespace) {
-		return fieldErr(i, "namespace", "%q is not a valid name: 1..128 chars of [a-z0-9-._], starting and ending with a letter or digit", in.Namespace)
+		return NewFieldError(i, "namespace", "%q is not a valid name: 1..128 chars of [a-z0-9-._], starting and ending with a letter or digit", in.Namespace)
 	}
 	if in.Service == "" {
-		return fieldErr(i, "service", "required")
+		return NewFieldError(i, "service", "required")
 	}
 	if !naming.ValidName(in.Service) {
-		return fieldErr(i, "service", "%q is not a valid name: 1..128 chars of [a-z0-9-._], starting and ending with a letter or digit", in.Service)
+		return NewFieldError(i, "service", "%q is not a valid name: 1..128 chars of [a-z0-9-._], starting and ending with a letter or digit", in.Service)
 	}
 	if in.Host == "" {
-		return fieldErr(i, "host", "required")
+		return NewFieldError(i, "host", "required")
 	}
 	if !validHost(in.Host) {
-		return fieldErr(i, "host", "%q is not an IP address or DNS name of at most 253 bytes", in.Host)
+		return NewFieldError(i, "host", "%q is not an IP address or DNS name of at most 253 bytes", in.Host)
 	}
 	if in.Port < 1 || in.Port > 65535 {
-		return fieldErr(i, "port", "%d is out of range 1..65535", in.Port)
+		return NewFieldError(i, "port", "%d is out of range 1..65535", in.Port)
 	}
 	if in.ID == "" {
 		in.ID = DefaultID(in.Namespace, in.Service, in.Host, in.Port)
 	} else if !ValidID(in.ID) {
-		return fieldErr(i, "id", "%q is not a valid id: 1..128 chars of [A-Za-z0-9._:-]", in.ID)
+		return NewFieldError(i, "id", "%q is not a valid id: 1..128 chars of [A-Za-z0-9._:-]", in.ID)
 	}
 	if len(in.Protocol) > MaxShortField || !utf8.ValidString(in.Protocol) {
-		return fieldErr(i, "protocol", "must be at most %d bytes of UTF-8", MaxShortField)
+		return NewFieldError(i, "protocol", "must be at most %d bytes of UTF-8", MaxShortField)
 	}
 	if len(in.Version) > MaxShortField || !utf8.ValidString(in.Version) {
-		return fieldErr(i, "version", "must be at most %d bytes of UTF-8", MaxShortField)
+		return NewFieldError(i, "version", "must be at most %d bytes of UTF-8", MaxShortField)
 	}
 	if in.Weight < 0 || in.Weight > MaxWeight {
-		return fieldErr(i, "weight", "%d is out of range 0..%d", in.Weight, MaxWeight)
+		return NewFieldError(i, "weight", "%d is out of range 0..%d", in.Weight, MaxWeight)
 	}
 	if err := prepareMetadata(i, in.Metadata); err != nil {
 		return err
 	}
-	// The version is the label "version" (catalog.Instance.Labels): a
+	// The version is the label "version" (Instance.Labels): a
 	// metadata "version" saying otherwise would make selectors and the
 	// VERSION column disagree.
-	if v, ok := in.Metadata.Get(catalog.VersionLabel); ok && in.Version != "" && v != in.Version {
-		return fieldErr(i, "metadata."+catalog.VersionLabel, "%q differs from version %q: the version is selectable as the label %q, so metadata may repeat it but not contradict it", v, in.Version, catalog.VersionLabel)
+	if v, ok := in.Metadata.Get(VersionLabel); ok && in.Version != "" && v != in.Version {
+		return NewFieldError(i, "metadata."+VersionLabel, "%q differs from version %q: the version is selectable as the label %q, so metadata may repeat it but not contradict it", v, in.Version, VersionLabel)
 	}
 	if in.TTLSeconds < 0 || in.TTLSeconds > MaxTTLSeconds {
-		return fieldErr(i, "ttl_seconds", "%d is out of range: 0 (no heartbeat) or 1..%d", in.TTLSeconds, MaxTTLSeconds)
+		return NewFieldError(i, "ttl_seconds", "%d is out of range: 0 (no heartbeat) or 1..%d", in.TTLSeconds, MaxTTLSeconds)
 	}
 	if in.DeregisterAfterSeconds < 0 || in.DeregisterAfterSeconds > MaxDeregisterAfter {
-		return fieldErr(i, "deregister_after_seconds", "%d is out of range: 0 (the server's default) or 1..%d", in.DeregisterAfterSeconds, MaxDeregisterAfter)
+		return NewFieldError(i, "deregister_after_seconds", "%d is out of range: 0 (the server's default) or 1..%d", in.DeregisterAfterSeconds, MaxDeregisterAfter)
 	}
 	if in.DeregisterAfterSeconds > 0 && in.TTLSeconds == 0 {
-		return fieldErr(i, "deregister_after_seconds", "needs ttl_seconds: an instance without a TTL never turns unhealthy, so it would never be removed")
+		return NewFieldError(i, "deregister_after_seconds", "needs ttl_seconds: an instance without a TTL never turns unhealthy, so it would never be removed")
 	}
 	return nil
 }
@@ -178,15 +180,15 @@ func prepareMetadata(i int, md label.Labels) error {
 		return nil
 	}
 	if md.Len() > MaxMetadata {
-		return fieldErr(i, "metadata", "%d entries, at most %d allowed", md.Len(), MaxMetadata)
+		return NewFieldError(i, "metadata", "%d entries, at most %d allowed", md.Len(), MaxMetadata)
 	}
 	for j := range md.Len() {
 		k, v := md.At(j)
 		if !label.ValidKey(k) {
-			return fieldErr(i, "metadata", "key %q must be 1..128 bytes of [A-Za-z0-9._/-]", k)
+			return NewFieldError(i, "metadata", "key %q must be 1..128 bytes of [A-Za-z0-9._/-]", k)
 		}
 		if len(v) > MaxValueLen {
-			return fieldErr(i, "metadata."+k, "value must be at most %d bytes of UTF-8", MaxValueLen)
+			return NewFieldError(i, "metadata."+k, "value must be at most %d bytes of UTF-8", MaxValueLen)
 		}
 	}
 	// The keys are ASCII: the values are valid UTF-8 if all the pairs'
@@ -195,7 +197,7 @@ func prepareMetadata(i int, md label.Labels) error {
 	if !md.ValidUTF8() {
 		for j := range md.Len() {
 			if k, v := md.At(j); !utf8.ValidString(v) {
-				return fieldErr(i, "metadata."+k, "value must be at most %d bytes of UTF-8", MaxValueLen)
+				return NewFieldError(i, "metadata."+k, "value must be at most %d bytes of UTF-8", MaxValueLen)
 			}
 		}
 	}
@@ -203,10 +205,10 @@ func prepareMetadata(i int, md label.Labels) error {
 	return nil
 }
 
-// checkIDs validates a batch of ids for deregister or heartbeat.
-func checkIDs(ids []string) error {
+// CheckIDs validates a batch of ids for deregister or heartbeat.
+func CheckIDs(ids []string) error {
 	if len(ids) == 0 || len(ids) > MaxBatch {
-		return fieldErr(-1, "ids", "%d ids, want 1..%d", len(ids), MaxBatch)
+		return NewFieldError(-1, "ids", "%d ids, want 1..%d", len(ids), MaxBatch)
 	}
 	for i, id := range ids {
 		if !ValidID(id) {

@@ -1,4 +1,4 @@
-package catalog
+package instance
 
 import (
 	"bytes"
@@ -32,7 +32,7 @@ func TestCodecDeregisterAfter(t *testing.T) {
 	if v2[0] != 2 || bytes.Equal(v1[1:], v2[1:]) {
 		t.Fatalf("record %x", v2)
 	}
-	got, err := DecodeInstance(v2, 3)
+	got, err := Decode(v2, 3)
 	if err != nil || got.DeregisterAfterSeconds != 90 || !got.SameSpec(d) {
 		t.Fatalf("round trip: %+v %v", got, err)
 	}
@@ -40,13 +40,13 @@ func TestCodecDeregisterAfter(t *testing.T) {
 		t.Fatalf("JSON: %s", d.JSON())
 	}
 	for i := range v2 {
-		if _, err := DecodeInstance(v2[:i], 1); err == nil {
+		if _, err := Decode(v2[:i], 1); err == nil {
 			t.Fatalf("truncated record of %d/%d bytes decoded", i, len(v2))
 		}
 	}
 	// A version 1 record relabelled version 2 does not decode.
 	bad := append([]byte{2}, v1[1:]...)
-	if _, err := DecodeInstance(bad, 1); err == nil {
+	if _, err := Decode(bad, 1); err == nil {
 		t.Fatal("a version 2 record read as version 1's layout decoded")
 	}
 }

@@ -1,19 +1,18 @@
-package httpapi
+package instance
 
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 
-	"github.com/sextant-mesh/sextant/internal/catalog"
 	"github.com/sextant-mesh/sextant/internal/jsonstring"
 	"github.com/sextant-mesh/sextant/internal/label"
-	"github.com/sextant-mesh/sextant/internal/registry"
 )
 
 // The register body is the hot request of the registry, so it has its own
-// strict decoder: it builds catalog instances and their label.Labels
+// strict decoder: it builds instances and their label.Labels
 // directly, with none of encoding/json's reflection or intermediate maps.
 // It accepts exactly what encoding/json with DisallowUnknownFields accepts
 // into the API's types, except that field names must match in case
@@ -38,7 +37,7 @@ type decodeState struct {
 // cycle) fewer per instance counts in a batch.
 type idHost struct{ id, host []byte }
 
-func (v *idHost) set(in *catalog.Instance) {
+func (v *idHost) set(in *Instance) {
 	s := string(v.id) + string(v.host)
 	in.ID, in.Host = s[:len(v.id)], s[len(v.id):]
 }
@@ -47,14 +46,14 @@ func (d *decodeState) field(name string) string {
 	if d.item < 0 {
 		return name
 	}
-	return prefixField("instances["+strconv.Itoa(d.item)+"]", name)
+	return joinField("instances["+strconv.Itoa(d.item)+"]", name)
 }
 
 func (d *decodeState) syntax(what string) error {
 	if d.i >= len(d.b) {
-		return badRequest("", "truncated JSON body: expected %s", what)
+		return invalid("", "truncated JSON body: expected %s", what)
 	}
-	return badRequest("", "malformed JSON at byte %d: expected %s, found %q", d.i, what, d.b[d.i])
+	return invalid("", "malformed JSON at byte %d: expected %s, found %q", d.i, what, d.b[d.i])
 }
 
 func (d *decodeState) ws() {
@@ -103,7 +102,7 @@ func (d *decodeState) strBytes() ([]byte, error) {
 	if err != nil {
 		var se *jsonstring.SyntaxError
 		if errors.As(err, &se) && !se.Truncated {
-			return nil, badRequest("", "malformed JSON at byte %d: %s", se.Offset, se.Msg)
+			return nil, invalid("", "malformed JSON at byte %d: %s", se.Offset, se.Msg)
 		}
 		d.i = len(d.b)
 		return nil, d.syntax("the end of a string")
@@ -176,7 +175,7 @@ func (d *decodeState) typeErr(name, want string) error {
 			got = "number " + string(n)
 		}
 	}
-	return badRequest(f, "%s: expected %s, got JSON %s", name, want, got)
+	return invalid(f, "%s: expected %s, got JSON %s", name, want, got)
 }
 
 // null consumes a JSON null, which leaves any field at its zero value.
@@ -199,7 +198,7 @@ func (d *decodeState) intField(name string, bits int) (int64, error) {
 	}
 	v, perr := strconv.ParseInt(string(n), 10, bits)
 	if perr != nil {
-		return 0, badRequest(d.field(name), "%s: expected int, got JSON number %s", name, n)
+		return 0, invalid(d.field(name), "%s: expected int, got JSON number %s", name, n)
 	}
 	return v, nil
 }
@@ -327,7 +326,7 @@ func (d *decodeState) compactPairs(pairs []pair) ([]pair, bool) {
 	}
 }
 
-func (d *decodeState) metadata(in *catalog.Instance) error {
+func (d *decodeState) metadata(in *Instance) error {
 	if d.null() {
 		in.Metadata = label.Labels{}
 		return nil
@@ -386,13 +385,13 @@ func (d *decodeState) metadata(in *catalog.Instance) error {
 
 // instanceMember decodes one member of an instance object into in.
 // weightSet reports whether "weight" was given (0 is a valid weight).
-func (d *decodeState) instanceMember(kb []byte, in *catalog.Instance, weightSet *bool, ih *idHost) error {
+func (d *decodeState) instanceMember(kb []byte, in *Instance, weightSet *bool, ih *idHost) error {
 	if string(kb) == "metadata" {
 		return d.metadata(in)
 	}
 	key, known := knownName(kb)
 	if !known {
-		return badRequest(d.field(string(kb)), "unknown field %q", string(kb))
+		return invalid(d.field(string(kb)), "unknown field %q", string(kb))
 	}
 	if d.null() {
 		switch key {
@@ -482,44 +481,44 @@ func knownName(kb []byte) (string, bool) {
 	return "", false
 }
 
-func (d *decodeState) instance() (*catalog.Instance, error) {
-	in := &catalog.Instance{}
+func (d *decodeState) instance() (*Instance, error) {
+	in := &Instance{}
 	weightSet := false
 	var ih idHost
 	if err := d.object(func(key []byte) error { return d.instanceMember(key, in, &weightSet, &ih) }); err != nil {
 		return nil, err
 	}
 	if !weightSet {
-		in.Weight = registry.DefaultWeight
+		in.Weight = DefaultWeight
 	}
 	ih.set(in)
 	return in, nil
 }
 
-// decodeRegister decodes a register body: {"instances": [...]} or one bare
+// DecodeRegister decodes a register body: {"instances": [...]} or one bare
 // instance. It reports whether the body was the batch form.
-func decodeRegister(body []byte) ([]*catalog.Instance, bool, error) {
+func DecodeRegister(body []byte) ([]*Instance, bool, error) {
 	d := &decodeState{b: body, item: -1}
 	switch d.peek() {
 	case 0:
-		return nil, false, badRequest("", "empty body: a JSON object is required")
+		return nil, false, invalid("", "empty body: a JSON object is required")
 	case '{':
 	case '[', '"', 't', 'f', 'n', '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
 		if d.null() {
 			d.ws()
 			if d.i == len(d.b) { // encoding/json accepts a bare null as "nothing set"
-				return []*catalog.Instance{{Weight: registry.DefaultWeight}}, false, nil
+				return []*Instance{{Weight: DefaultWeight}}, false, nil
 			}
-			return nil, false, badRequest("", "unexpected data after the JSON object")
+			return nil, false, invalid("", "unexpected data after the JSON object")
 		}
-		return nil, false, badRequest("", "expected a JSON object, got JSON %s", d.kind())
+		return nil, false, invalid("", "expected a JSON object, got JSON %s", d.kind())
 	default:
 		return nil, false, d.syntax("a JSON object")
 	}
-	bare := &catalog.Instance{}
+	bare := &Instance{}
 	weightSet := false
 	var bareIH idHost
-	var batch []*catalog.Instance
+	var batch []*Instance
 	sawBatch := false
 	err := d.object(func(key []byte) error {
 		if string(key) != "instances" {
@@ -538,12 +537,12 @@ func decodeRegister(body []byte) ([]*catalog.Instance, bool, error) {
 			return nil
 		}
 		for {
-			if len(batch) > registry.MaxBatch {
-				return badRequest("instances", "more than %d instances", registry.MaxBatch)
+			if len(batch) > MaxBatch {
+				return invalid("instances", "more than %d instances", MaxBatch)
 			}
 			d.item = len(batch)
 			if d.null() {
-				batch = append(batch, &catalog.Instance{Weight: registry.DefaultWeight})
+				batch = append(batch, &Instance{Weight: DefaultWeight})
 			} else {
 				if d.peek() != '{' {
 					return d.typeErr("", "an instance object")
@@ -569,17 +568,29 @@ func decodeRegister(body []byte) ([]*catalog.Instance, bool, error) {
 	}
 	d.ws()
 	if d.i != len(d.b) {
-		return nil, false, badRequest("", "unexpected data after the JSON object")
+		return nil, false, invalid("", "unexpected data after the JSON object")
 	}
 	bareIH.set(bare)
 	if sawBatch {
 		if bare.Service != "" || bare.Host != "" || bare.Port != 0 || bare.ID != "" {
-			return nil, true, badRequest("instances", "send either {\"instances\": [...]} or one bare instance, not both")
+			return nil, true, invalid("instances", "send either {\"instances\": [...]} or one bare instance, not both")
 		}
 		return batch, true, nil
 	}
 	if !weightSet {
-		bare.Weight = registry.DefaultWeight
+		bare.Weight = DefaultWeight
 	}
-	return []*catalog.Instance{bare}, false, nil
+	return []*Instance{bare}, false, nil
+}
+
+// invalid is a decoding error naming the field at fault ("" for the body).
+func invalid(field, format string, args ...any) error {
+	return &FieldError{Index: -1, Field: field, Msg: fmt.Sprintf(format, args...)}
+}
+
+func joinField(prefix, field string) string {
+	if field == "" {
+		return prefix
+	}
+	return prefix + "." + field
 }

@@ -1,4 +1,4 @@
-package catalog
+package instance
 
 import (
 	"encoding/binary"
@@ -30,7 +30,7 @@ const (
 )
 
 // ErrCorrupt is wrapped by every decoding error.
-var ErrCorrupt = errors.New("catalog: corrupt instance record")
+var ErrCorrupt = errors.New("instance: corrupt record")
 
 // AppendBinary appends the durable encoding of in to b.
 func (in *Instance) AppendBinary(b []byte) []byte {
@@ -148,8 +148,8 @@ func (r *recentStrings) get(b []byte) string {
 	return s
 }
 
-// DecodeInstance decodes a record written by AppendBinary, at revision rev.
-func DecodeInstance(b []byte, rev int64) (*Instance, error) {
+// Decode decodes a record written by AppendBinary, at revision rev.
+func Decode(b []byte, rev int64) (*Instance, error) {
 	if len(b) == 0 || b[0] != codecVersion && b[0] != codecVersion2 {
 		return nil, fmt.Errorf("%w: unknown version", ErrCorrupt)
 	}

@@ -1,16 +1,15 @@
-package registry
+package instance
 
 import (
 	"errors"
 	"strings"
 	"testing"
 
-	"github.com/sextant-mesh/sextant/internal/catalog"
 	"github.com/sextant-mesh/sextant/internal/label"
 )
 
-func validInstance(md map[string]string) *catalog.Instance {
-	return &catalog.Instance{ID: "i-1", Service: "svc", Host: "10.0.0.1", Port: 8080, Weight: 100,
+func validInstance(md map[string]string) *Instance {
+	return &Instance{ID: "i-1", Service: "svc", Host: "10.0.0.1", Port: 8080, Weight: 100,
 		Metadata: label.FromMap(md)}
 }
 
@@ -72,7 +71,7 @@ func BenchmarkPrepare(b *testing.B) {
 		}
 	})
 	b.Run("own", func(b *testing.B) {
-		ins := make([]*catalog.Instance, 4096)
+		ins := make([]*Instance, 4096)
 		for i := range ins {
 			ins[i] = validInstance(md)
 		}
@@ -116,5 +115,17 @@ func TestPrepareVersionLabel(t *testing.T) {
 				t.Fatalf("error %v, want a FieldError for [3].metadata.version containing %q", err, tc.want)
 			}
 		})
+	}
+}
+
+func TestValidHost(t *testing.T) {
+	for host, want := range map[string]bool{
+		"10.0.0.1": true, "::1": true, "fe80::1%eth0": true, "a.example.com": true, "a.example.com.": true,
+		"my_host-1": true, "": false, "-a.com": false, "a-.com": false, "a..com": false, "a b": false,
+		"x.": true, ".": false, string(make([]byte, 254)): false,
+	} {
+		if got := validHost(host); got != want {
+			t.Errorf("validHost(%q) = %v, want %v", host, got, want)
+		}
 	}
 }

@@ -1,4 +1,4 @@
-package mysql
+package instance
 
 import (
 	"encoding/json"
