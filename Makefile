@@ -8,7 +8,7 @@ COMMIT ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null)
 .PHONY: build run test vet fmt bench clean console screenshots chromium
 
 build:
-	$(GO) build -ldflags "-X main.version=$(VERSION) -X main.commit=$(COMMIT)" -o $(BIN) ./cmd/sextant
+	$(GO) build -ldflags "-X main.version=$(VERSION) -X main.gitCommit=$(COMMIT)" -o $(BIN) ./cmd/sextant
 
 # Starts the server on the embedded default store in ./data.
 run: build

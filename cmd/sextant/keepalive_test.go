@@ -100,8 +100,8 @@ func TestVersion(t *testing.T) {
 	if bi.Version == "" || bi.Commit == "" || !strings.HasPrefix(bi.GoVersion, "go") {
 		t.Errorf("version %+v", bi)
 	}
-	version, commit = "v9.9.9", "abc123"
-	defer func() { version, commit = "", "" }()
+	version, gitCommit = "v9.9.9", "abc123"
+	defer func() { version, gitCommit = "", "" }()
 	if s := readBuildInfo().String(); !strings.HasPrefix(s, "sextant v9.9.9, commit abc123") {
 		t.Errorf("with -ldflags values: %q", s)
 	}

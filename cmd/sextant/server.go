@@ -25,6 +25,7 @@ import (
 	"github.com/sextant-mesh/sextant/internal/acl"
 	"github.com/sextant-mesh/sextant/internal/catalog"
 	"github.com/sextant-mesh/sextant/internal/cluster"
+	"github.com/sextant-mesh/sextant/internal/commit"
 	"github.com/sextant-mesh/sextant/internal/config"
 	"github.com/sextant-mesh/sextant/internal/console"
 	"github.com/sextant-mesh/sextant/internal/httpapi"
@@ -213,32 +214,47 @@ func runServer(ctx context.Context, f serverFlags) error {
 	// committer (docs/placement.md, "Wiring").
 	sched := placement.New(placement.Config{Log: log.With("component", "placement"), Workers: f.workers})
 	lc.add("scheduler", func() error { sched.Close(); return nil })
-	tables := guard.Tables() // tokens and policies
-	maps.Copy(tables, sched.Tables())
-	tables[store.Config] = cfg
-
-	// The registry, in one step: opened over st, closed after the parts
-	// that write through it have stopped.
+	// Every kind registers its catalog table with the write engine: the
+	// instance kind (registry), tokens and policies (acl), nodes and
+	// placements (the scheduler), routing config.
 	regOpts := registry.Options{
-		Catalog:         catalog.Options{LogSize: f.logSize},
-		Tables:          tables,
 		Logger:          log.With("component", "registry"),
 		Metrics:         metrics,
 		DeregisterAfter: f.deregisterAfter,
 	}
 	if member != nil {
 		// Servers of a cluster share the health judgement and keep it.
-		regOpts.Catalog.KeepHealthAtLoad = true
+		regOpts.KeepHealthAtLoad = true
 		regOpts.Cluster = member
 		api.SetSync(member)
 	}
-	reg, err := registry.Open(st, regOpts)
+	reg := registry.New(regOpts)
+	tables := guard.Tables() // tokens and policies
+	maps.Copy(tables, sched.Tables())
+	tables[store.Config] = cfg
+	tables[store.Instances] = reg.Table()
+
+	// The write engine, opened over st, closed after the parts that write
+	// through it have stopped; the registry's TTL timer stops before it.
+	eng, err := commit.Open(st, commit.Options{
+		Catalog:   catalog.Options{LogSize: f.logSize},
+		Tables:    tables,
+		Trackers:  []commit.Tracker{reg},
+		Pipelined: registry.Pipelined,
+		Shared:    member != nil,
+		Logger:    log.With("component", "commit"),
+		Metrics:   metrics,
+	})
 	if err != nil {
+		return err
+	}
+	lc.add("write engine", eng.Close)
+	if err := reg.Start(eng); err != nil {
 		return err
 	}
 	lc.add("registry", reg.Close)
 
-	cfg.Attach(reg.Catalog())
+	cfg.Attach(eng.Catalog())
 	if member != nil {
 		// Stopped after the control plane, it leaves the cluster: the
 		// others judge this server's instances at once.
@@ -249,7 +265,11 @@ func runServer(ctx context.Context, f serverFlags) error {
 	// The control plane: the push engine follows the catalog into the xDS
 	// cache, the ADS server serves it.
 	cache := xds.NewCache()
-	engine := push.New(push.NewCatalogSource(reg.Catalog(), cfg), cache, push.Options{
+	src, err := push.NewCatalogSource(eng.Catalog(), cfg)
+	if err != nil {
+		return err
+	}
+	engine := push.New(src, cache, push.Options{
 		Logger: log.With("component", "push"), Registerer: metrics,
 	})
 	ads := xds.NewServer(cache, xds.ServerOptions{Logger: log.With("component", "xds"), Metrics: xds.NewMetrics(metrics), GRPC: xdsServerOptions(guard, tlsCfg)})
@@ -277,7 +297,7 @@ func runServer(ctx context.Context, f serverFlags) error {
 		return nil
 	})
 	nodes, placements := sched.Len()
-	log.Info("ready", "instances", reg.Catalog().Instances().Len(), "nodes", nodes, "placements", placements, "revision", reg.Catalog().Revision(), "memory_limit", memoryLimitName(memLimit))
+	log.Info("ready", "instances", reg.Instances().Len(), "nodes", nodes, "placements", placements, "revision", eng.Revision(), "memory_limit", memoryLimitName(memLimit))
 
 	// The http server or the control plane stopping on its own stops the
 	// server with its error: serving stale xDS while /readyz says ready
@@ -424,7 +444,7 @@ func warnExposed(log *slog.Logger, addr string, tls bool, f serverFlags) {
 
 // serverStore is the store the registry writes through, and closes.
 type serverStore interface {
-	registry.Store
+	commit.Store
 	Close() error
 }
 

@@ -9,11 +9,11 @@ import (
 )
 
 // Set at build time, e.g. go build -ldflags "-X main.version=v0.3.0
-// -X main.commit=$(git rev-parse --short HEAD)" (the Makefile does).
+// -X main.gitCommit=$(git rev-parse --short HEAD)" (the Makefile does).
 // Otherwise they come from the module and VCS data Go embeds.
 var (
-	version = ""
-	commit  = ""
+	version   = ""
+	gitCommit = ""
 )
 
 // buildInfo is what "sextant version" prints.
@@ -26,7 +26,7 @@ type buildInfo struct {
 }
 
 func readBuildInfo() buildInfo {
-	bi := buildInfo{Version: version, Commit: commit, GoVersion: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH}
+	bi := buildInfo{Version: version, Commit: gitCommit, GoVersion: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH}
 	info, ok := debug.ReadBuildInfo()
 	if ok {
 		if bi.Version == "" && info.Main.Version != "" && info.Main.Version != "(devel)" {

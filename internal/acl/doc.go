@@ -6,7 +6,7 @@
 // and the audit log of writes and denials.
 //
 // Tokens and policies are records of the store's Tokens and Policies kinds,
-// written through the registry's group commit by the appliers in write.go
+// written through the write engine's group commit by the appliers in write.go
 // and held in memory by the catalog tables in table.go; every change
 // rebuilds one immutable snapshot of compiled permissions that the checks
 // read with one atomic load. A deleted token is gone from the snapshot

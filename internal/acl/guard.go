@@ -74,7 +74,7 @@ func New(opts Options) *Guard {
 }
 
 // Tables returns the catalog tables of the token and policy kinds, for
-// registry.Options.Tables.
+// commit.Options.Tables.
 func (g *Guard) Tables() map[store.Kind]catalog.Table {
 	return map[store.Kind]catalog.Table{store.Tokens: g.tokens, store.Policies: g.policies}
 }

@@ -16,7 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/sextant-mesh/sextant/internal/catalog"
-	"github.com/sextant-mesh/sextant/internal/registry"
+	"github.com/sextant-mesh/sextant/internal/commit"
 	"github.com/sextant-mesh/sextant/internal/store"
 	"github.com/sextant-mesh/sextant/internal/store/embedded"
 )
@@ -28,14 +28,14 @@ func TestMain(m *testing.M) {
 
 // newTestGuard runs a guard over a real registry on a pebble store in a
 // temp dir.
-func newTestGuard(t testing.TB, opts Options) (*Guard, *registry.Registry) {
+func newTestGuard(t testing.TB, opts Options) (*Guard, *commit.Engine) {
 	t.Helper()
 	st, err := embedded.Open(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
 	g := New(opts)
-	reg, err := registry.Open(st, registry.Options{Tables: g.Tables()})
+	reg, err := commit.Open(st, commit.Options{Tables: g.Tables()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,16 +10,16 @@ import (
 	"time"
 
 	"github.com/sextant-mesh/sextant/internal/catalog"
+	"github.com/sextant-mesh/sextant/internal/commit"
 	"github.com/sextant-mesh/sextant/internal/naming"
-	"github.com/sextant-mesh/sextant/internal/registry"
 	"github.com/sextant-mesh/sextant/internal/store"
 )
 
-// Submitter queues a write on the registry's group commit and waits until
-// it is durable and applied (registry.Registry.Submit). Called from the
+// Submitter queues a write on the write engine's group commit and waits until
+// it is durable and applied (commit.Engine.Submit). Called from the
 // request's goroutine; blocks.
 type Submitter interface {
-	Submit(ctx context.Context, w registry.Write) (int64, error)
+	Submit(ctx context.Context, w commit.Write) (int64, error)
 }
 
 // BootstrapKey is the System record that marks ACLs as bootstrapped. It
@@ -27,7 +27,7 @@ type Submitter interface {
 // bootstrap wins across every server of a cluster.
 const BootstrapKey = "acl-bootstrap"
 
-// The appliers: one registry.Write per request shape. Each plans against
+// The appliers: one commit.Write per request shape. Each plans against
 // the batch's view (tx.Get) and states what it depends on as commit-time
 // conditions (PutIf, DeleteIf), so that a concurrent write on another
 // server fails it instead of being overwritten.
@@ -37,7 +37,7 @@ type bootstrapWrite struct {
 	marker *catalog.Blob
 }
 
-func (w *bootstrapWrite) Plan(tx *registry.Tx) error {
+func (w *bootstrapWrite) Plan(tx *commit.Tx) error {
 	if v, _ := tx.Get(store.System, BootstrapKey); v != nil {
 		return errBootstrapped(v)
 	}
@@ -64,7 +64,7 @@ type createTokenWrite struct {
 	tok *Token
 }
 
-func (w *createTokenWrite) Plan(tx *registry.Tx) error {
+func (w *createTokenWrite) Plan(tx *commit.Tx) error {
 	for i, name := range w.tok.Policies {
 		if name == BuiltinAdmin {
 			continue
@@ -81,7 +81,7 @@ type deleteTokenWrite struct {
 	accessor string
 }
 
-func (w *deleteTokenWrite) Plan(tx *registry.Tx) error {
+func (w *deleteTokenWrite) Plan(tx *commit.Tx) error {
 	v, rev := tx.Get(store.Tokens, w.accessor)
 	if v == nil {
 		return &Error{Code: "not_found", Msg: fmt.Sprintf("no token with accessor %q", w.accessor), err: ErrNotFound}
@@ -95,7 +95,7 @@ type putPolicyWrite struct {
 	create bool // create only; else replace only
 }
 
-func (w *putPolicyWrite) Plan(tx *registry.Tx) error {
+func (w *putPolicyWrite) Plan(tx *commit.Tx) error {
 	v, rev := tx.Get(store.Policies, w.p.Name)
 	switch {
 	case w.create && v != nil:
@@ -111,7 +111,7 @@ type deletePolicyWrite struct {
 	name string
 }
 
-func (w *deletePolicyWrite) Plan(tx *registry.Tx) error {
+func (w *deletePolicyWrite) Plan(tx *commit.Tx) error {
 	v, rev := tx.Get(store.Policies, w.name)
 	if v == nil {
 		return &Error{Code: "not_found", Msg: fmt.Sprintf("no policy named %q", w.name), err: ErrNotFound}

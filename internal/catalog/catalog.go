@@ -1,9 +1,11 @@
 // Package catalog owns Sextant's in-memory truth, which every read is served
-// from. Its core is kind-agnostic: the revision, the change log, the waiters
-// of blocking reads, subscriptions to every change, and memos of encoded
-// answers. Each record kind has a table beside it (instances here; config,
-// nodes and others register theirs), holding that kind's immutable versions
-// and indexes.
+// from. It is kind-agnostic: the revision, the change log, the waiters of
+// blocking reads, subscriptions to every change, and memos of encoded
+// answers; and tables that kinds build theirs from: Groups (labelled items
+// in groups, each group a Set with a bitmap label index: the instances of
+// each service) and Records (a few opaque records: the System kind). Each
+// kind registers its table (the instance kind, config, nodes, placements,
+// tokens, policies), holding that kind's immutable versions and indexes.
 //
 // One writer (the registry's follower of the store) applies committed
 // changes in revision order; readers load immutable versions and never wait
@@ -27,7 +29,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/sextant-mesh/sextant/internal/instance"
 	"github.com/sextant-mesh/sextant/internal/naming"
 	"github.com/sextant-mesh/sextant/internal/store"
 )
@@ -38,16 +39,13 @@ type Change struct {
 	Kind     store.Kind
 	Key      naming.ServiceKey // the record's group (an instance's service)
 	ID       string            // the record's key within its kind
-	Value    any               // the new version (*instance.Instance for instances); nil for a delete
+	Value    any               // the new version (the table's decoded record); nil for a delete
 	// Committed is when the store committed it, in unix nanoseconds.
 	Committed int64
 	// Created is set when the record was not in its group before the
 	// change, so a table need not look for it (false is always safe).
 	Created bool
 }
-
-// instance.Instance returns the change's instance, or nil (a delete, or another kind).
-func (c Change) Instance() *instance.Instance { in, _ := c.Value.(*instance.Instance); return in }
 
 // Table is one kind's in-memory state. The catalog's writer calls every
 // method but Record, one call at a time; Record is called by writers
@@ -73,13 +71,12 @@ type Table interface {
 
 // Catalog is the in-memory state of every kind.
 type Catalog struct {
-	opts      Options
-	rev       atomic.Int64
-	tables    map[store.Kind]Table // fixed once loaded
-	instances *Instances
-	log       changeLog
-	waiters   waiters
-	advanced  atomic.Pointer[chan struct{}] // closed at each Apply and Load
+	opts     Options
+	rev      atomic.Int64
+	tables   map[store.Kind]Table // fixed once loaded
+	log      changeLog
+	waiters  waiters
+	advanced atomic.Pointer[chan struct{}] // closed at each Apply and Load
 	// publishing is odd while the writer publishes a revision, and moves
 	// to the next even number once it is whole (Settle).
 	publishing atomic.Uint64
@@ -92,18 +89,13 @@ type Options struct {
 	// LogSize is how many changes the change log keeps before compacting
 	// the oldest (default 262144).
 	LogSize int
-	// KeepHealthAtLoad keeps the health each loaded instance's record says.
-	// By default a load starts every instance healthy: a single server
-	// judges health afresh after a restart, with a grace period; servers of
-	// a cluster share the judgement and keep it.
-	KeepHealthAtLoad bool
 }
 
 // ErrUnknownKind is returned for a change of a kind with no table.
 var ErrUnknownKind = errors.New("catalog: no table for kind")
 
-// New returns an empty catalog at revision 0 with the instance table and
-// the System kind's Records table.
+// New returns an empty catalog at revision 0 with the System kind's
+// Records table; every other kind registers its own (Register).
 func New(opts Options) *Catalog {
 	if opts.LogSize <= 0 {
 		opts.LogSize = 1 << 18
@@ -113,14 +105,23 @@ func New(opts Options) *Catalog {
 	c.waiters.m = make(map[waitKey]*waitEntry)
 	ch := make(chan struct{})
 	c.advanced.Store(&ch)
-	c.instances = newInstances(c)
-	c.tables[store.Instances] = c.instances
 	c.tables[store.System] = NewRecords()
 	return c
 }
 
 // Register adds the table of kind k. Before Load or Apply only.
-func (c *Catalog) Register(k store.Kind, t Table) { c.tables[k] = t }
+func (c *Catalog) Register(k store.Kind, t Table) {
+	if b, ok := t.(binder); ok {
+		b.bind(c, k)
+	}
+	c.tables[k] = t
+}
+
+// binder is a table of this package that waits through the catalog it is
+// registered with (Groups).
+type binder interface {
+	bind(c *Catalog, k store.Kind)
+}
 
 // Table returns the table of kind k, or nil.
 func (c *Catalog) Table(k store.Kind) Table { return c.tables[k] }
@@ -135,9 +136,6 @@ func (c *Catalog) Kinds() []store.Kind {
 	}
 	return out
 }
-
-// Instances is the instance table.
-func (c *Catalog) Instances() *Instances { return c.instances }
 
 // Revision is the revision of the last applied change.
 func (c *Catalog) Revision() int64 { return c.rev.Load() }

@@ -12,13 +12,37 @@ import (
 	"github.com/sextant-mesh/sextant/internal/store"
 )
 
+// The catalog's tests use instances as their items, in an instance table
+// registered as the registry registers it (registry.New), since the
+// catalog knows no kind of its own.
+
+// newCatalog is New with an instance table.
+func newCatalog(opts Options) *Catalog {
+	c := New(opts)
+	c.Register(store.Instances, NewGroups(Codec[*instance.Instance]{
+		Decode: func(rec store.Record) (*instance.Instance, error) { return instance.Decode(rec.Value, rec.Revision) },
+		Adopt: func(obj any, rev int64) (*instance.Instance, error) {
+			in := obj.(*instance.Instance)
+			in.Revision = rev
+			return in, nil
+		},
+		Loaded: func(in *instance.Instance) { in.Healthy = true },
+	}))
+	return c
+}
+
+// instancesTable is c's instance table.
+func (c *Catalog) instancesTable() *Groups[*instance.Instance] {
+	return c.tables[store.Instances].(*Groups[*instance.Instance])
+}
+
 // loadInstances loads instances at rev as a store load would.
 func loadInstances(c *Catalog, rev int64, all []*instance.Instance) {
 	vals := make([]any, len(all))
 	for i, in := range all {
 		vals[i] = in
 	}
-	c.instances.Load(rev, vals)
+	c.instancesTable().Load(rev, vals)
 	c.rev.Store(rev)
 	c.log.reset(rev)
 }
@@ -79,13 +103,13 @@ func TestSelectAgainstReference(t *testing.T) {
 		return s
 	}
 	type past struct {
-		svc  *Service
+		svc  *Group[*instance.Instance]
 		sel  label.Selector
 		hlth bool
 		want []string
 	}
 	var history []past
-	c := New(Options{})
+	c := newCatalog(Options{})
 	m := model{}
 	rev := int64(0)
 	for round := range 300 {
@@ -121,15 +145,15 @@ func TestSelectAgainstReference(t *testing.T) {
 			}
 		}
 		c.applyChanges(rev, changes)
-		if c.Instances().Len() != len(m) {
-			t.Fatalf("round %d: Len %d, model %d", round, c.Instances().Len(), len(m))
+		if c.instancesTable().Len() != len(m) {
+			t.Fatalf("round %d: Len %d, model %d", round, c.instancesTable().Len(), len(m))
 		}
 		for _, k := range services {
-			svc := c.Instances().Service(k)
+			svc := c.instancesTable().Lookup(k)
 			if svc == nil {
 				continue
 			}
-			if got, want := idsOf(svc.Instances()), m.selectService(k, nil, false); !slices.Equal(got, want) {
+			if got, want := idsOf(svc.Items()), m.selectService(k, nil, false); !slices.Equal(got, want) {
 				t.Fatalf("round %d %v: instances %v, want %v", round, k, got, want)
 			}
 			for id, in := range m {
@@ -149,7 +173,7 @@ func TestSelectAgainstReference(t *testing.T) {
 			}
 		}
 		for id, in := range m {
-			if got := c.Instances().Get(id); got != in {
+			if got := c.instancesTable().Get(id); got != in {
 				t.Fatalf("round %d: Get(%s) = %v, want %v", round, id, got, in)
 			}
 		}
@@ -175,7 +199,7 @@ func benchInstance(i int, svc string) *instance.Instance {
 func BenchmarkApply(b *testing.B) {
 	for _, n := range []int{100, 10000, 100000} {
 		b.Run(fmt.Sprintf("service=%d", n), func(b *testing.B) {
-			c := New(Options{})
+			c := newCatalog(Options{})
 			var all []*instance.Instance
 			for i := range n {
 				all = append(all, benchInstance(i, "s"))
@@ -200,7 +224,7 @@ func BenchmarkApply(b *testing.B) {
 func BenchmarkApplyAmong(b *testing.B) {
 	for _, n := range []int{4000, 100000} {
 		b.Run(fmt.Sprintf("service=%d", n), func(b *testing.B) {
-			c := New(Options{})
+			c := newCatalog(Options{})
 			all := make([]*instance.Instance, n)
 			for i := range all {
 				all[i] = benchInstance(i, "s")
@@ -223,13 +247,13 @@ func BenchmarkApplyAmong(b *testing.B) {
 
 // BenchmarkSelect: a 2-term selector over a service of 100 instances.
 func BenchmarkSelect(b *testing.B) {
-	c := New(Options{})
+	c := newCatalog(Options{})
 	var all []*instance.Instance
 	for i := range 100 {
 		all = append(all, benchInstance(i, "s"))
 	}
 	loadInstances(c, 1, all)
-	svc := c.Instances().Service(naming.ServiceKey{Namespace: "default", Name: "s"})
+	svc := c.instancesTable().Lookup(naming.ServiceKey{Namespace: "default", Name: "s"})
 	sel, _ := label.Parse("meta-key01=v01-000001,meta-key02!=x")
 	b.ReportAllocs()
 	for b.Loop() {
@@ -250,7 +274,7 @@ func BenchmarkApplyBatch(b *testing.B) {
 		in.ID = fmt.Sprintf("id-%09d", i)
 		return in
 	}
-	c := New(Options{})
+	c := newCatalog(Options{})
 	all := make([]*instance.Instance, start)
 	for i := range all {
 		all[i] = mk(i)
@@ -336,12 +360,12 @@ func largeSetVersions(t *testing.T, between func()) {
 	}
 	sels := []string{"zone=z1", "zone=z2,rack in (r1,r2,r3)", "odd=y,zone!=z0", "pod=p7", "rack=r5,!missing"}
 	type past struct {
-		svc  *Service
+		svc  *Group[*instance.Instance]
 		sel  int
 		want []string
 	}
 	var history []past
-	c := New(Options{})
+	c := newCatalog(Options{})
 	m := model{}
 	var ids []string
 	// Loaded first, to a size off a 64-slot word: the index holds the
@@ -355,7 +379,7 @@ func largeSetVersions(t *testing.T, between func()) {
 	}
 	loadInstances(c, 1, slices.Clone(loaded))
 	rev, next := int64(1), len(loaded)
-	for c.Instances().Len() < 3*alignFrom {
+	for c.instancesTable().Len() < 3*alignFrom {
 		rev++
 		var changes []Change
 		touched := map[string]bool{}
@@ -397,7 +421,7 @@ func largeSetVersions(t *testing.T, between func()) {
 		if between != nil {
 			between()
 		}
-		svc := c.Instances().Service(k)
+		svc := c.instancesTable().Lookup(k)
 		i := rng.IntN(len(sels))
 		sel, err := label.Parse(sels[i])
 		if err != nil {
@@ -456,7 +480,7 @@ func TestSetEditedTwice(t *testing.T) {
 // apply leave id order as it was (the append path once indexed an empty
 // list of new ids).
 func TestAddedAndRemovedInOneEdit(t *testing.T) {
-	c := New(Options{})
+	c := newCatalog(Options{})
 	loadInstances(c, 1, []*instance.Instance{benchInstance(1, "s")})
 	in := benchInstance(2, "s")
 	k := in.Key()
@@ -464,8 +488,8 @@ func TestAddedAndRemovedInOneEdit(t *testing.T) {
 		{Revision: 2, Kind: store.Instances, Key: k, ID: in.ID, Value: in, Created: true},
 		{Revision: 2, Kind: store.Instances, Key: k, ID: in.ID},
 	})
-	svc := c.Instances().Service(k)
-	if got := idsOf(svc.Instances()); len(got) != 1 || got[0] != benchInstance(1, "s").ID || c.Instances().Len() != 1 {
-		t.Fatalf("after add and remove in one apply: %v (%d)", got, c.Instances().Len())
+	svc := c.instancesTable().Lookup(k)
+	if got := idsOf(svc.Items()); len(got) != 1 || got[0] != benchInstance(1, "s").ID || c.instancesTable().Len() != 1 {
+		t.Fatalf("after add and remove in one apply: %v (%d)", got, c.instancesTable().Len())
 	}
 }

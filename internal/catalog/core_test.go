@@ -107,7 +107,7 @@ func putOp(in *instance.Instance, encoded bool) store.Op {
 // upsert, a delete carries the group it had, and ops on unknown records
 // are nothing.
 func TestApplyStoreChanges(t *testing.T) {
-	c := New(Options{})
+	c := newCatalog(Options{})
 	a := testInstance("a", "s1", map[string]string{"zone": "z1"})
 	b := testInstance("b", "s1", nil)
 	err := c.Apply([]store.Change{
@@ -121,9 +121,9 @@ func TestApplyStoreChanges(t *testing.T) {
 		t.Fatalf("adopted object at revision %d, want 1", a.Revision)
 	}
 	checkChanges(t, c, 2, "[1 default/s1 a true 1 default/s1 b true 2 default/s1 a false 2 default/s2 a true 2 default/s1 b false]")
-	inst := c.Instances()
-	if inst.Len() != 1 || inst.Get("a").Service != "s2" || inst.Service(naming.ServiceKey{Namespace: "default", Name: "s1"}).Len() != 0 ||
-		inst.Service(naming.ServiceKey{Namespace: "default", Name: "s1"}).Revision != 2 || c.Revision() != 2 {
+	inst := c.instancesTable()
+	if inst.Len() != 1 || inst.Get("a").Service != "s2" || inst.Lookup(naming.ServiceKey{Namespace: "default", Name: "s1"}).Len() != 0 ||
+		inst.Lookup(naming.ServiceKey{Namespace: "default", Name: "s1"}).Revision != 2 || c.Revision() != 2 {
 		t.Fatalf("state after apply: %d instances, a=%+v", inst.Len(), inst.Get("a"))
 	}
 }
@@ -131,7 +131,7 @@ func TestApplyStoreChanges(t *testing.T) {
 // TestApplyIsAtomic: a corrupt record or an unknown kind fails the whole
 // call and changes nothing.
 func TestApplyIsAtomic(t *testing.T) {
-	c := New(Options{})
+	c := newCatalog(Options{})
 	good := putOp(testInstance("a", "s", nil), true)
 	for name, bad := range map[string]store.Op{
 		"corrupt":      {Kind: store.Instances, Key: "b", Value: []byte{1, 200}},
@@ -142,8 +142,8 @@ func TestApplyIsAtomic(t *testing.T) {
 		if err == nil {
 			t.Fatalf("%s: applied", name)
 		}
-		if c.Revision() != 0 || c.Instances().Len() != 0 {
-			t.Fatalf("%s: half applied: revision %d, %d instances", name, c.Revision(), c.Instances().Len())
+		if c.Revision() != 0 || c.instancesTable().Len() != 0 {
+			t.Fatalf("%s: half applied: revision %d, %d instances", name, c.Revision(), c.instancesTable().Len())
 		}
 	}
 }
@@ -151,10 +151,10 @@ func TestApplyIsAtomic(t *testing.T) {
 // TestWaitWakesOnItsGroupOnly: a waiter wakes on a change of its service,
 // not of another, and answers the current version on timeout.
 func TestWaitWakesOnItsGroupOnly(t *testing.T) {
-	c := New(Options{})
-	inst := c.Instances()
+	c := newCatalog(Options{})
+	inst := c.instancesTable()
 	k := naming.ServiceKey{Namespace: "default", Name: "s"}
-	res := make(chan *Service, 1)
+	res := make(chan *Group[*instance.Instance], 1)
 	go func() { res <- inst.Wait(context.Background(), k, 0) }()
 	waitFor(t, func() bool { return c.Waiters() == 1 })
 	if err := c.Apply([]store.Change{{Revision: 1, Ops: []store.Op{putOp(testInstance("o", "other", nil), false)}}}); err != nil {
@@ -185,7 +185,7 @@ func TestWaitWakesOnItsGroupOnly(t *testing.T) {
 // waits for the next, is never waited for by the writer, and one that falls
 // behind the log's history gets ErrCompacted.
 func TestSubscribe(t *testing.T) {
-	c := New(Options{LogSize: 8})
+	c := newCatalog(Options{LogSize: 8})
 	sub, err := c.Subscribe(0, store.Instances)
 	if err != nil {
 		t.Fatal(err)
@@ -247,7 +247,7 @@ func waitFor(t *testing.T, cond func() bool) {
 // change (any name a client sends) leave nothing behind once they end, so
 // the waiter table is bounded by what is being waited on now.
 func TestWaitersForgetGroupsNobodyWaitsOn(t *testing.T) {
-	c := New(Options{})
+	c := newCatalog(Options{})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	for i := range 1000 {
@@ -285,7 +285,7 @@ func TestWaitersForgetGroupsNobodyWaitsOn(t *testing.T) {
 // moved and deleted later in the same call, keep their groups: the lookup
 // of earlier ops is built only when a later op needs it.
 func TestApplyAbsentThenChanged(t *testing.T) {
-	c := New(Options{})
+	c := newCatalog(Options{})
 	created := func(in *instance.Instance) store.Op { op := putOp(in, false); op.Absent = true; return op }
 	err := c.Apply([]store.Change{
 		{Revision: 1, Ops: []store.Op{created(testInstance("a", "s1", nil)), created(testInstance("b", "s1", nil))}},
@@ -296,7 +296,7 @@ func TestApplyAbsentThenChanged(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkChanges(t, c, 3, "[1 default/s1 a true 1 default/s1 b true 2 default/s1 a false 2 default/s2 a true 3 default/s1 b false 3 default/s2 a false]")
-	if n := c.Instances().Len(); n != 0 {
+	if n := c.instancesTable().Len(); n != 0 {
 		t.Fatalf("%d instances left", n)
 	}
 }

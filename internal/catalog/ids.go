@@ -3,15 +3,13 @@ package catalog
 import (
 	"hash/maphash"
 	"sync"
-
-	"github.com/sextant-mesh/sextant/internal/instance"
 )
 
 // idShards is a power of two, enough that readers on every core rarely
 // share a shard's lock.
 const idShards = 64
 
-// idIndex maps instance ids to their current version for lookups by id
+// idIndex maps item ids (an instance's) to their current version for lookups by id
 // (heartbeats, the registry's planning of every write). It is plain maps in
 // shards under read-write locks: with a million ids a sync.Map lookup chases
 // a pointer per trie level, 2.5-3x the cost of a map shard (docs/perf/registry.md,
@@ -27,20 +25,20 @@ const idShards = 64
 // for a million): the registry looks up every id it is asked to register,
 // and for a new one the map's answer was a cache miss into tens of
 // megabytes; a clear bit answers without it.
-type idIndex struct {
+type idIndex[T Item] struct {
 	seed   maphash.Seed
 	hash   func(seed maphash.Seed, id string) uint64 // maphash.String; tests force collisions
-	shards [idShards]idShard
+	shards [idShards]idShard[T]
 }
 
-type idShard struct {
+type idShard[T Item] struct {
 	mu     sync.RWMutex
-	m      map[uint64]*instance.Instance // by hash of the id
-	over   map[string]*instance.Instance // ids whose hash m holds for another id; usually nil
-	filter []uint64                      // a set bit for the hash of every id held (and of some deleted)
-	peak   int32                         // the most entries m has held: Go maps never shrink
-	set    int32                         // bits set in filter
-	_      [56]byte                      // whole cache lines: readers of neighbours do not share one
+	m      map[uint64]T // by hash of the id
+	over   map[string]T // ids whose hash m holds for another id; usually nil
+	filter []uint64     // a set bit for the hash of every id held (and of some deleted)
+	peak   int32        // the most entries m has held: Go maps never shrink
+	set    int32        // bits set in filter
+	_      [56]byte     // whole cache lines: readers of neighbours do not share one
 }
 
 // Filter sizing: at least filterBits bits per entry of m (doubled when m
@@ -52,22 +50,22 @@ const (
 	filterMin   = 1024
 )
 
-func newIDIndex() *idIndex {
-	x := &idIndex{seed: maphash.MakeSeed(), hash: maphash.String}
+func newIDIndex[T Item]() *idIndex[T] {
+	x := &idIndex[T]{seed: maphash.MakeSeed(), hash: maphash.String}
 	for i := range x.shards {
-		x.shards[i].m = make(map[uint64]*instance.Instance)
+		x.shards[i].m = make(map[uint64]T)
 		x.shards[i].refilter(0)
 	}
 	return x
 }
 
 // bit is h's place in the filter; the shard took h's low bits.
-func (s *idShard) bit(h uint64) (word int, mask uint64) {
+func (s *idShard[T]) bit(h uint64) (word int, mask uint64) {
 	b := (h >> 6) & uint64(len(s.filter)*64-1)
 	return int(b >> 6), 1 << (b & 63)
 }
 
-func (s *idShard) mark(h uint64) {
+func (s *idShard[T]) mark(h uint64) {
 	w, m := s.bit(h)
 	if s.filter[w]&m == 0 {
 		s.filter[w] |= m
@@ -76,7 +74,7 @@ func (s *idShard) mark(h uint64) {
 }
 
 // refilter rebuilds the filter from m at the size for n entries.
-func (s *idShard) refilter(n int) {
+func (s *idShard[T]) refilter(n int) {
 	size := filterMin
 	for size < filterBits*n {
 		size *= 2
@@ -87,12 +85,12 @@ func (s *idShard) refilter(n int) {
 	}
 }
 
-func (x *idIndex) locate(id string) (uint64, *idShard) {
+func (x *idIndex[T]) locate(id string) (uint64, *idShard[T]) {
 	h := x.hash(x.seed, id)
 	return h, &x.shards[h&(idShards-1)]
 }
 
-func (x *idIndex) get(id string) *instance.Instance {
+func (x *idIndex[T]) get(id string) T {
 	h, s := x.locate(id)
 	s.mu.RLock()
 	in := s.lookup(h, id)
@@ -102,18 +100,19 @@ func (x *idIndex) get(id string) *instance.Instance {
 
 // lookup relies on over holding only ids whose hash m holds for another id:
 // a hash m does not hold is no id's.
-func (s *idShard) lookup(h uint64, id string) *instance.Instance {
+func (s *idShard[T]) lookup(h uint64, id string) T {
+	var zero T
 	if w, m := s.bit(h); s.filter[w]&m == 0 {
-		return nil
+		return zero
 	}
 	in := s.m[h]
-	if in == nil || in.ID == id {
+	if in == zero || in.ItemID() == id {
 		return in
 	}
 	return s.over[id]
 }
 
-func (x *idIndex) store(id string, in *instance.Instance) {
+func (x *idIndex[T]) store(id string, in T) {
 	h, s := x.locate(id)
 	s.mu.Lock()
 	s.put(h, id, in)
@@ -121,14 +120,14 @@ func (x *idIndex) store(id string, in *instance.Instance) {
 	s.mu.Unlock()
 }
 
-func (s *idShard) put(h uint64, id string, in *instance.Instance) {
+func (s *idShard[T]) put(h uint64, id string, in T) {
 	// A clear bit says no id with this hash is held: a new id (the common
 	// case) is stored without looking first, one probe of m instead of two.
-	var cur *instance.Instance
+	var cur, zero T
 	if w, m := s.bit(h); s.filter[w]&m != 0 {
 		cur = s.m[h]
 	}
-	if cur == nil || cur.ID == id {
+	if cur == zero || cur.ItemID() == id {
 		s.m[h] = in
 		s.mark(h)
 		if n := len(s.m); filterBits*n > len(s.filter)*64 || int(s.set)*filterStale > len(s.filter)*64 {
@@ -137,17 +136,18 @@ func (s *idShard) put(h uint64, id string, in *instance.Instance) {
 		return
 	}
 	if s.over == nil {
-		s.over = make(map[string]*instance.Instance)
+		s.over = make(map[string]T)
 	}
 	s.over[id] = in
 }
 
 // deleteIf removes id if it still maps to prev.
-func (x *idIndex) deleteIf(id string, prev *instance.Instance) {
+func (x *idIndex[T]) deleteIf(id string, prev T) {
 	h, s := x.locate(id)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if cur := s.m[h]; cur == nil || cur != prev || cur.ID != id {
+	var zero T
+	if cur := s.m[h]; cur == zero || cur != prev || cur.ItemID() != id {
 		if s.over[id] == prev {
 			delete(s.over, id)
 		}
@@ -166,7 +166,7 @@ func (x *idIndex) deleteIf(id string, prev *instance.Instance) {
 		// Mostly emptied (a mass deregister): a map sized for its peak
 		// would be scanned by every GC cycle. Copy it to its size; the
 		// copy is paid by the deletes that emptied it.
-		m := make(map[uint64]*instance.Instance, len(s.m))
+		m := make(map[uint64]T, len(s.m))
 		for k, v := range s.m {
 			m[k] = v
 		}
@@ -177,21 +177,21 @@ func (x *idIndex) deleteIf(id string, prev *instance.Instance) {
 
 // reset replaces every entry with the instances of all, sharded first so
 // that each shard is locked once and its map made at its size.
-func (x *idIndex) reset(all []any) {
-	var parts [idShards][]*instance.Instance
+func (x *idIndex[T]) reset(all []any) {
+	var parts [idShards][]T
 	var hashes [idShards][]uint64
 	for _, v := range all {
-		in := v.(*instance.Instance)
-		h := x.hash(x.seed, in.ID)
+		in := v.(T)
+		h := x.hash(x.seed, in.ItemID())
 		i := h & (idShards - 1)
 		parts[i] = append(parts[i], in)
 		hashes[i] = append(hashes[i], h)
 	}
 	for i := range x.shards {
-		n := idShard{m: make(map[uint64]*instance.Instance, len(parts[i]))}
+		n := idShard[T]{m: make(map[uint64]T, len(parts[i]))}
 		n.refilter(len(parts[i]))
 		for j, in := range parts[i] {
-			n.put(hashes[i][j], in.ID, in)
+			n.put(hashes[i][j], in.ItemID(), in)
 		}
 		s := &x.shards[i]
 		s.mu.Lock()

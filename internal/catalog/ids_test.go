@@ -14,10 +14,10 @@ import (
 // TestIDIndexShrinks: after most ids are deleted the shards are rebuilt
 // to their size, and every id still answers as before.
 func TestIDIndexShrinks(t *testing.T) {
-	if s := unsafe.Sizeof(idShard{}); s%64 != 0 {
+	if s := unsafe.Sizeof(idShard[*instance.Instance]{}); s%64 != 0 {
 		t.Fatalf("idShard is %d bytes, want whole cache lines of 64", s)
 	}
-	x := newIDIndex()
+	x := newIDIndex[*instance.Instance]()
 	const n = 100_000
 	ins := make([]*instance.Instance, n)
 	for i := range ins {
@@ -47,7 +47,7 @@ func TestIDIndexShrinks(t *testing.T) {
 // index still answers every id as a plain map would, through stores,
 // updates, stale and current deletes, and a reset.
 func TestIDIndexCollisions(t *testing.T) {
-	x := newIDIndex()
+	x := newIDIndex[*instance.Instance]()
 	x.hash = func(_ maphash.Seed, id string) uint64 { return uint64(len(id)) % 3 }
 	want := map[string]*instance.Instance{}
 	check := func(step string) {
@@ -113,7 +113,7 @@ func TestIDIndexCollisions(t *testing.T) {
 // window) every held id is found, the filter holds a bit for each, and the
 // bits of deleted ids are dropped by rebuilds instead of filling it.
 func TestIDIndexFilter(t *testing.T) {
-	x := newIDIndex()
+	x := newIDIndex[*instance.Instance]()
 	const total, window = 60_000, 3_000
 	ins := make([]*instance.Instance, total)
 	for i := range ins {

@@ -16,7 +16,7 @@ import (
 func TestPublishOrder(t *testing.T) {
 	for _, stop := range []string{"tables", "log", "revision"} {
 		t.Run(stop, func(t *testing.T) {
-			c := New(Options{})
+			c := newCatalog(Options{})
 			if err := c.Apply([]store.Change{{Revision: 1, Ops: []store.Op{putOp(testInstance("a", "s", nil), false)}}}); err != nil {
 				t.Fatal(err)
 			}
@@ -33,7 +33,7 @@ func TestPublishOrder(t *testing.T) {
 			}()
 			<-paused
 
-			inTable := c.Instances().Get("b") != nil
+			inTable := c.instancesTable().Get("b") != nil
 			changes, _, _, err := c.Changes(1, 10)
 			if err != nil {
 				t.Fatal(err)
@@ -79,7 +79,7 @@ func TestPublishOrder(t *testing.T) {
 // TestSettleIdle: with no publication under way Settle returns at once,
 // and it does across a Load.
 func TestSettleIdle(t *testing.T) {
-	c := New(Options{})
+	c := newCatalog(Options{})
 	c.Settle()
 	if err := c.Apply([]store.Change{{Revision: 1, Ops: []store.Op{putOp(testInstance("a", "s", nil), false)}}}); err != nil {
 		t.Fatal(err)

@@ -41,14 +41,14 @@ func TestVersionLabel(t *testing.T) {
 		}
 		all = append(all, in)
 	}
-	c := New(Options{})
+	c := newCatalog(Options{})
 	loadInstances(c, 1, all)
 	in := &instance.Instance{ID: "h", Namespace: "default", Service: "orders", Host: "10.0.0.2", Port: 8080,
 		Version: "v2", Weight: 100, Metadata: label.FromMap(app), Healthy: true}
 	if err := c.Apply([]store.Change{{Revision: 2, Ops: []store.Op{{Kind: store.Instances, Key: in.ID, Value: []byte{}, Object: in}}}}); err != nil {
 		t.Fatal(err)
 	}
-	svc := c.Instances().Service(naming.ServiceKey{Namespace: "default", Name: "orders"})
+	svc := c.instancesTable().Lookup(naming.ServiceKey{Namespace: "default", Name: "orders"})
 	for _, tc := range []struct{ sel, want string }{
 		{"version=v2", "a b c g h"},
 		{"version=v1", "d"},
@@ -69,7 +69,7 @@ func TestVersionLabel(t *testing.T) {
 			t.Errorf("%s: got %v, want %s", tc.sel, got, tc.want)
 		}
 	}
-	a, h := c.Instances().Get("a"), c.Instances().Get("h")
+	a, h := c.instancesTable().Get("a"), c.instancesTable().Get("h")
 	if _, ok := a.Metadata.Get("version"); ok {
 		t.Fatalf("the version was copied into the metadata: %v", a.Metadata.Map())
 	}
@@ -79,7 +79,7 @@ func TestVersionLabel(t *testing.T) {
 	}
 	// The decoder holds a set from its second sighting: b's and c's
 	// metadata are one set.
-	b, cc := c.Instances().Get("b"), c.Instances().Get("c")
+	b, cc := c.instancesTable().Get("b"), c.instancesTable().Get("c")
 	la, lb := a.Labels(), b.Labels()
 	if !la.Equal(label.FromMap(map[string]string{"app": "orders", "version": "v2"})) {
 		t.Fatalf("labels of a: %v", la.Map())
@@ -90,7 +90,7 @@ func TestVersionLabel(t *testing.T) {
 	if lh := h.Labels(); !lh.Equal(la) {
 		t.Fatalf("labels of h: %v", lh.Map())
 	}
-	if g := c.Instances().Get("g"); !sameStorage(g.Labels(), g.Metadata) {
+	if g := c.instancesTable().Get("g"); !sameStorage(g.Labels(), g.Metadata) {
 		t.Fatal("metadata already holding the version was copied")
 	}
 }

@@ -5,8 +5,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/sextant-mesh/sextant/internal/commit"
 	"github.com/sextant-mesh/sextant/internal/naming"
-	"github.com/sextant-mesh/sextant/internal/registry"
 	"github.com/sextant-mesh/sextant/internal/store"
 )
 
@@ -36,7 +36,7 @@ var ErrStale = errors.New("config: revision mismatch")
 // ApplyWrite creates or replaces objects, atomically and idempotently: an
 // object whose canonical encoding is already stored is unchanged and
 // written not at all. With IfRevision set (single object), the stored
-// object must be at that revision (0: absent). It is a registry.Write.
+// object must be at that revision (0: absent). It is a commit.Write.
 type ApplyWrite struct {
 	Objects    []*Object
 	IfRevision *int64
@@ -51,8 +51,8 @@ type ApplyWrite struct {
 	Results []Result // filled by Plan
 }
 
-// Plan implements registry.Write.
-func (w *ApplyWrite) Plan(tx *registry.Tx) error {
+// Plan implements commit.Write.
+func (w *ApplyWrite) Plan(tx *commit.Tx) error {
 	w.Results = w.Results[:0]
 	seen := map[Key]bool{}
 	for i, o := range w.Objects {
@@ -62,7 +62,7 @@ func (w *ApplyWrite) Plan(tx *registry.Tx) error {
 		seen[o.Key] = true
 		enc := o.Encode()
 		cur, rev := tx.Get(store.Config, o.Key.String())
-		if w.IfRevision != nil && rev != *w.IfRevision && rev != registry.Pending {
+		if w.IfRevision != nil && rev != *w.IfRevision && rev != commit.Pending {
 			return fmt.Errorf("%w: %s is at revision %d, not %d", ErrStale, o.Key, rev, *w.IfRevision)
 		}
 		res := Result{Key: o.Key, Action: Created, Revision: rev, Warnings: w.Table.Warnings(o, w.Objects...)}
@@ -122,13 +122,13 @@ type DeleteWrite struct {
 	IfRevision *int64
 }
 
-// Plan implements registry.Write.
-func (w *DeleteWrite) Plan(tx *registry.Tx) error {
+// Plan implements commit.Write.
+func (w *DeleteWrite) Plan(tx *commit.Tx) error {
 	cur, rev := tx.Get(store.Config, w.Key.String())
 	if cur == nil {
 		return fmt.Errorf("%w: %s", ErrNotFound, w.Key)
 	}
-	if w.IfRevision != nil && rev != *w.IfRevision && rev != registry.Pending {
+	if w.IfRevision != nil && rev != *w.IfRevision && rev != commit.Pending {
 		return fmt.Errorf("%w: %s is at revision %d, not %d", ErrStale, w.Key, rev, *w.IfRevision)
 	}
 	tx.DeleteIf(store.Config, w.Key.String(), rev)

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 
 	"github.com/sextant-mesh/sextant/internal/catalog"
+	"github.com/sextant-mesh/sextant/internal/instance"
 	"github.com/sextant-mesh/sextant/internal/naming"
 	"github.com/sextant-mesh/sextant/internal/store"
 )
@@ -43,7 +44,7 @@ type tableRoot struct {
 var CatalogGroup = naming.ServiceKey{}
 
 // NewTable returns an empty table; register it with the registry
-// (registry.Options.Tables[store.Config]) and give it the catalog with
+// (commit.Options.Tables[store.Config]) and give it the catalog with
 // Attach once the registry is open.
 func NewTable() *Table {
 	t := &Table{ix: NewIndex()}
@@ -204,7 +205,12 @@ func (t *Table) emptySubsets(o *Object) []string {
 	if err != nil {
 		return nil
 	}
-	svc := t.c.Instances().Service(naming.ServiceKey{Namespace: k.Namespace, Name: k.Name})
+	// The instance kind's table (registry.Instances).
+	inst, ok := t.c.Table(store.Instances).(*catalog.Groups[*instance.Instance])
+	if !ok {
+		return nil
+	}
+	svc := inst.Lookup(k)
 	if svc == nil || svc.Len() == 0 {
 		return nil
 	}

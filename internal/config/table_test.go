@@ -5,20 +5,20 @@ import (
 	"testing"
 
 	"github.com/sextant-mesh/sextant/internal/catalog"
+	"github.com/sextant-mesh/sextant/internal/commit"
 	"github.com/sextant-mesh/sextant/internal/config"
-	"github.com/sextant-mesh/sextant/internal/registry"
 	"github.com/sextant-mesh/sextant/internal/store"
 	"github.com/sextant-mesh/sextant/internal/store/embedded"
 )
 
-func openRegistry(t *testing.T, dir string) (*registry.Registry, *config.Table, func()) {
+func openRegistry(t *testing.T, dir string) (*commit.Engine, *config.Table, func()) {
 	t.Helper()
 	st, err := embedded.Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	tbl := config.NewTable()
-	reg, err := registry.Open(st, registry.Options{Tables: map[store.Kind]catalog.Table{store.Config: tbl}})
+	reg, err := commit.Open(st, commit.Options{Tables: map[store.Kind]catalog.Table{store.Config: tbl}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,6 @@ import (
 	"strconv"
 
 	"github.com/sextant-mesh/sextant/internal/acl"
-	"github.com/sextant-mesh/sextant/internal/registry"
 	"github.com/sextant-mesh/sextant/internal/store"
 )
 
@@ -31,7 +30,7 @@ func (a *API) aclRoutes() {
 // admin guards h with the admin permission and checks that the guard's
 // tables follow this registry's store (else token writes could not apply).
 func (a *API) admin(h handler) handler {
-	return func(w http.ResponseWriter, r *http.Request, reg *registry.Registry) error {
+	return func(w http.ResponseWriter, r *http.Request, reg *backend) error {
 		if err := a.aclReady(reg); err != nil {
 			return err
 		}
@@ -42,9 +41,9 @@ func (a *API) admin(h handler) handler {
 	}
 }
 
-func (a *API) aclReady(reg *registry.Registry) error {
+func (a *API) aclReady(reg *backend) error {
 	if reg.Catalog().Table(store.Tokens) != a.acl.Tables()[store.Tokens] {
-		return &apiError{http.StatusInternalServerError, "internal", "the ACL tables are not registered with the registry (registry.Options.Tables)", ""}
+		return &apiError{http.StatusInternalServerError, "internal", "the ACL tables are not registered with the registry (commit.Options.Tables)", ""}
 	}
 	return nil
 }
@@ -64,7 +63,7 @@ func writeValue(w http.ResponseWriter, rev int64, v any) error {
 	return nil
 }
 
-func (a *API) aclBootstrap(w http.ResponseWriter, r *http.Request, reg *registry.Registry) error {
+func (a *API) aclBootstrap(w http.ResponseWriter, r *http.Request, reg *backend) error {
 	if err := a.aclReady(reg); err != nil {
 		return err
 	}
@@ -87,7 +86,7 @@ func (a *API) aclBootstrap(w http.ResponseWriter, r *http.Request, reg *registry
 	return writeValue(w, tok.Revision, tokenOut{tok, secret})
 }
 
-func (a *API) aclSelf(w http.ResponseWriter, r *http.Request, reg *registry.Registry) error {
+func (a *API) aclSelf(w http.ResponseWriter, r *http.Request, reg *backend) error {
 	tok, err := acl.Self(r.Context())
 	if err != nil {
 		return err
@@ -100,7 +99,7 @@ func (a *API) aclSelf(w http.ResponseWriter, r *http.Request, reg *registry.Regi
 	return writeValue(w, reg.Catalog().Revision(), out)
 }
 
-func (a *API) aclCreateToken(w http.ResponseWriter, r *http.Request, reg *registry.Registry) error {
+func (a *API) aclCreateToken(w http.ResponseWriter, r *http.Request, reg *backend) error {
 	body, err := readBody(w, r)
 	if err != nil {
 		return err
@@ -116,7 +115,7 @@ func (a *API) aclCreateToken(w http.ResponseWriter, r *http.Request, reg *regist
 	return writeValue(w, tok.Revision, tokenOut{tok, secret})
 }
 
-func (a *API) aclListTokens(w http.ResponseWriter, r *http.Request, reg *registry.Registry) error {
+func (a *API) aclListTokens(w http.ResponseWriter, r *http.Request, reg *backend) error {
 	rev := reg.Catalog().Revision()
 	return writeValue(w, rev, struct {
 		Revision int64        `json:"revision"`
@@ -124,7 +123,7 @@ func (a *API) aclListTokens(w http.ResponseWriter, r *http.Request, reg *registr
 	}{rev, a.acl.Tokens()})
 }
 
-func (a *API) aclGetToken(w http.ResponseWriter, r *http.Request, reg *registry.Registry) error {
+func (a *API) aclGetToken(w http.ResponseWriter, r *http.Request, reg *backend) error {
 	acc := r.PathValue("accessor")
 	tok, ok := a.acl.Token(acc)
 	if !ok {
@@ -133,7 +132,7 @@ func (a *API) aclGetToken(w http.ResponseWriter, r *http.Request, reg *registry.
 	return writeValue(w, tok.Revision, tok)
 }
 
-func (a *API) aclDeleteToken(w http.ResponseWriter, r *http.Request, reg *registry.Registry) error {
+func (a *API) aclDeleteToken(w http.ResponseWriter, r *http.Request, reg *backend) error {
 	rev, err := a.acl.DeleteToken(r.Context(), reg, r.PathValue("accessor"))
 	if err != nil {
 		return err
@@ -141,15 +140,15 @@ func (a *API) aclDeleteToken(w http.ResponseWriter, r *http.Request, reg *regist
 	return writeValue(w, rev, map[string]int64{"revision": rev})
 }
 
-func (a *API) aclCreatePolicy(w http.ResponseWriter, r *http.Request, reg *registry.Registry) error {
+func (a *API) aclCreatePolicy(w http.ResponseWriter, r *http.Request, reg *backend) error {
 	return a.putPolicy(w, r, reg, "", true)
 }
 
-func (a *API) aclReplacePolicy(w http.ResponseWriter, r *http.Request, reg *registry.Registry) error {
+func (a *API) aclReplacePolicy(w http.ResponseWriter, r *http.Request, reg *backend) error {
 	return a.putPolicy(w, r, reg, r.PathValue("name"), false)
 }
 
-func (a *API) putPolicy(w http.ResponseWriter, r *http.Request, reg *registry.Registry, name string, create bool) error {
+func (a *API) putPolicy(w http.ResponseWriter, r *http.Request, reg *backend, name string, create bool) error {
 	body, err := readBody(w, r)
 	if err != nil {
 		return err
@@ -185,7 +184,7 @@ func (a *API) putPolicy(w http.ResponseWriter, r *http.Request, reg *registry.Re
 	}{rev, stored})
 }
 
-func (a *API) aclListPolicies(w http.ResponseWriter, r *http.Request, reg *registry.Registry) error {
+func (a *API) aclListPolicies(w http.ResponseWriter, r *http.Request, reg *backend) error {
 	rev := reg.Catalog().Revision()
 	return writeValue(w, rev, struct {
 		Revision int64         `json:"revision"`
@@ -193,7 +192,7 @@ func (a *API) aclListPolicies(w http.ResponseWriter, r *http.Request, reg *regis
 	}{rev, a.acl.Policies()})
 }
 
-func (a *API) aclGetPolicy(w http.ResponseWriter, r *http.Request, reg *registry.Registry) error {
+func (a *API) aclGetPolicy(w http.ResponseWriter, r *http.Request, reg *backend) error {
 	name := r.PathValue("name")
 	p, ok := a.acl.Policy(name)
 	if !ok {
@@ -202,7 +201,7 @@ func (a *API) aclGetPolicy(w http.ResponseWriter, r *http.Request, reg *registry
 	return writeValue(w, p.Revision, p)
 }
 
-func (a *API) aclDeletePolicy(w http.ResponseWriter, r *http.Request, reg *registry.Registry) error {
+func (a *API) aclDeletePolicy(w http.ResponseWriter, r *http.Request, reg *backend) error {
 	rev, err := a.acl.DeletePolicy(r.Context(), reg, r.PathValue("name"))
 	if err != nil {
 		return err

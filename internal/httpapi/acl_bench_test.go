@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/sextant-mesh/sextant/internal/acl"
+	"github.com/sextant-mesh/sextant/internal/commit"
 	"github.com/sextant-mesh/sextant/internal/registry"
 	"github.com/sextant-mesh/sextant/internal/store/embedded"
 )
@@ -87,7 +88,7 @@ func benchAPI(b *testing.B, opts acl.Options) (*API, string) {
 		b.Fatal(err)
 	}
 	g := acl.New(opts)
-	reg, err := registry.Open(st, registry.Options{Tables: g.Tables()})
+	reg, err := registry.Open(st, registry.Options{Engine: commit.Options{Tables: g.Tables()}})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -98,10 +99,10 @@ func benchAPI(b *testing.B, opts acl.Options) (*API, string) {
 		return api, ""
 	}
 	ctx := context.Background()
-	if _, err := g.PutPolicy(ctx, reg, &acl.Policy{Name: "w", Rules: []acl.Rule{mustRule(b, "orders:instances=write"), mustRule(b, "team-*:config=read")}}, true); err != nil {
+	if _, err := g.PutPolicy(ctx, reg.Engine(), &acl.Policy{Name: "w", Rules: []acl.Rule{mustRule(b, "orders:instances=write"), mustRule(b, "team-*:config=read")}}, true); err != nil {
 		b.Fatal(err)
 	}
-	_, secret, err := g.CreateToken(ctx, reg, &acl.TokenRequest{Policies: []string{"w"}})
+	_, secret, err := g.CreateToken(ctx, reg.Engine(), &acl.TokenRequest{Policies: []string{"w"}})
 	if err != nil {
 		b.Fatal(err)
 	}

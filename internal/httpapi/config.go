@@ -14,7 +14,6 @@ import (
 	"github.com/sextant-mesh/sextant/internal/acl"
 	"github.com/sextant-mesh/sextant/internal/config"
 	"github.com/sextant-mesh/sextant/internal/naming"
-	"github.com/sextant-mesh/sextant/internal/registry"
 	"github.com/sextant-mesh/sextant/internal/store"
 	"github.com/sextant-mesh/sextant/internal/xds"
 )
@@ -22,7 +21,7 @@ import (
 // Routing config (docs/api.md, "Routing config"): Istio VirtualServices and
 // DestinationRules as records of the store's config kind.
 
-func configTable(reg *registry.Registry) (*config.Table, error) {
+func configTable(reg *backend) (*config.Table, error) {
 	t, _ := reg.Catalog().Table(store.Config).(*config.Table)
 	if t == nil {
 		return nil, &apiError{http.StatusNotFound, "not_found", "routing config is not enabled on this server", ""}
@@ -182,7 +181,7 @@ func affectedResources(t *config.Table, objs []*config.Object, results []config.
 	return out
 }
 
-func (a *API) applyConfig(w http.ResponseWriter, r *http.Request, reg *registry.Registry) error {
+func (a *API) applyConfig(w http.ResponseWriter, r *http.Request, reg *backend) error {
 	t, err := configTable(reg)
 	if err != nil {
 		return err
@@ -210,7 +209,7 @@ func (a *API) applyConfig(w http.ResponseWriter, r *http.Request, reg *registry.
 	return a.writeConfig(w, r, reg, t, &config.ApplyWrite{Objects: objs, Table: t, DryRun: dry, Registered: registered(reg)})
 }
 
-func (a *API) writeConfig(w http.ResponseWriter, r *http.Request, reg *registry.Registry, t *config.Table, aw *config.ApplyWrite) error {
+func (a *API) writeConfig(w http.ResponseWriter, r *http.Request, reg *backend, t *config.Table, aw *config.ApplyWrite) error {
 	var rev int64
 	var err error
 	if aw.DryRun {
@@ -238,15 +237,15 @@ func (a *API) writeConfig(w http.ResponseWriter, r *http.Request, reg *registry.
 
 // registered reports whether reg's catalog has instances of a service (the
 // warning of a config host that names none).
-func registered(reg *registry.Registry) func(naming.ServiceKey) bool {
-	ins := reg.Catalog().Instances()
+func registered(reg *backend) func(naming.ServiceKey) bool {
+	ins := reg.inst.Instances()
 	return func(k naming.ServiceKey) bool {
-		svc := ins.Service(naming.ServiceKey{Namespace: k.Namespace, Name: k.Name})
+		svc := ins.Lookup(naming.ServiceKey{Namespace: k.Namespace, Name: k.Name})
 		return svc != nil && svc.Len() > 0
 	}
 }
 
-func (a *API) putConfig(w http.ResponseWriter, r *http.Request, reg *registry.Registry) error {
+func (a *API) putConfig(w http.ResponseWriter, r *http.Request, reg *backend) error {
 	t, err := configTable(reg)
 	if err != nil {
 		return err
@@ -279,7 +278,7 @@ func (a *API) putConfig(w http.ResponseWriter, r *http.Request, reg *registry.Re
 	return a.writeConfig(w, r, reg, t, &config.ApplyWrite{Objects: objs, Table: t, IfRevision: ifRev, Registered: registered(reg)})
 }
 
-func (a *API) getConfig(w http.ResponseWriter, r *http.Request, reg *registry.Registry) error {
+func (a *API) getConfig(w http.ResponseWriter, r *http.Request, reg *backend) error {
 	t, err := configTable(reg)
 	if err != nil {
 		return err
@@ -299,7 +298,7 @@ func (a *API) getConfig(w http.ResponseWriter, r *http.Request, reg *registry.Re
 	return nil
 }
 
-func (a *API) deleteConfig(w http.ResponseWriter, r *http.Request, reg *registry.Registry) error {
+func (a *API) deleteConfig(w http.ResponseWriter, r *http.Request, reg *backend) error {
 	t, err := configTable(reg)
 	if err != nil {
 		return err
@@ -329,7 +328,7 @@ func (a *API) deleteConfig(w http.ResponseWriter, r *http.Request, reg *registry
 
 // listConfig lists objects, optionally of one kind and namespace, and
 // blocks like an instance query with index and wait.
-func (a *API) listConfig(w http.ResponseWriter, r *http.Request, reg *registry.Registry) error {
+func (a *API) listConfig(w http.ResponseWriter, r *http.Request, reg *backend) error {
 	t, err := configTable(reg)
 	if err != nil {
 		return err

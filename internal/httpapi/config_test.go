@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sextant-mesh/sextant/internal/catalog"
+	"github.com/sextant-mesh/sextant/internal/commit"
 	"github.com/sextant-mesh/sextant/internal/config"
 	"github.com/sextant-mesh/sextant/internal/registry"
 	"github.com/sextant-mesh/sextant/internal/store"
@@ -15,7 +16,7 @@ import (
 func newConfigServer(t *testing.T) *testServer {
 	t.Helper()
 	cfg := config.NewTable()
-	s := newTestServer(t, registry.Options{Tables: map[store.Kind]catalog.Table{store.Config: cfg}})
+	s := newTestServer(t, registry.Options{Engine: commit.Options{Tables: map[store.Kind]catalog.Table{store.Config: cfg}}})
 	cfg.Attach(s.reg.Catalog())
 	return s
 }

@@ -23,6 +23,7 @@ import (
 
 	"github.com/sextant-mesh/sextant/internal/acl"
 	"github.com/sextant-mesh/sextant/internal/catalog"
+	"github.com/sextant-mesh/sextant/internal/commit"
 	"github.com/sextant-mesh/sextant/internal/instance"
 	"github.com/sextant-mesh/sextant/internal/registry"
 	"github.com/sextant-mesh/sextant/internal/store"
@@ -44,7 +45,7 @@ type Options struct {
 	Gatherer prometheus.Gatherer
 	// ACL guards every route but /healthz and /readyz (nil: ACLs off and
 	// no /v1/acl routes). Its tables must be registered with the registry
-	// (registry.Options.Tables = ACL.Tables()).
+	// (commit.Options.Tables = ACL.Tables()).
 	ACL *acl.Guard
 }
 
@@ -71,8 +72,8 @@ const AppliedHeader = "X-Sextant-Applied"
 
 // API is the HTTP handler of the registry.
 type API struct {
-	reg  atomic.Pointer[registry.Registry] // nil until ready
-	sync atomic.Pointer[syncBox]           // nil: a single server
+	reg  atomic.Pointer[backend] // nil until ready
+	sync atomic.Pointer[syncBox] // nil: a single server
 	// pushStatus serves /v1/push/status; nil: no control plane.
 	pushStatus atomic.Pointer[http.Handler]
 	opts       Options
@@ -144,12 +145,23 @@ func (a *API) stale() time.Duration {
 	return 0
 }
 
-// SetRegistry makes the API ready, serving reg.
-func (a *API) SetRegistry(reg *registry.Registry) { a.reg.Store(reg) }
+// backend is what the API serves from once the server is ready: the write
+// engine every kind's writes go through (embedded: Submit, SubmitChecked,
+// DryRun, Catalog, Revision) and the instance kind.
+type backend struct {
+	*commit.Engine
+	inst *registry.Registry
+}
+
+// SetRegistry makes the API ready, serving reg and the write engine it
+// writes through.
+func (a *API) SetRegistry(reg *registry.Registry) {
+	a.reg.Store(&backend{Engine: reg.Engine(), inst: reg})
+}
 
 func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) { a.mux.ServeHTTP(w, r) }
 
-type handler func(w http.ResponseWriter, r *http.Request, reg *registry.Registry) error
+type handler func(w http.ResponseWriter, r *http.Request, reg *backend) error
 
 func (a *API) routes() {
 	a.handle("POST", "/v1/instances", a.register)
@@ -162,7 +174,7 @@ func (a *API) routes() {
 	a.handle("GET", "/v1/namespaces/{ns}/services", a.services)
 	a.handle("GET", "/v1/namespaces/{ns}/services/{service}/instances", a.queryService)
 	a.handle("GET", "/v1/changes", a.changes)
-	a.handle("GET", "/v1/push/status", func(w http.ResponseWriter, r *http.Request, _ *registry.Registry) error {
+	a.handle("GET", "/v1/push/status", func(w http.ResponseWriter, r *http.Request, _ *backend) error {
 		// Push status names every subscriber and resource: every namespace.
 		if err := acl.Require(r, acl.Permission{Resource: acl.Push, Access: acl.Read}); err != nil {
 			return err
@@ -354,7 +366,7 @@ func (a *API) toAPIError(err error) *apiError {
 	case errors.Is(err, store.ErrUnavailable):
 		return &apiError{http.StatusServiceUnavailable, "unavailable",
 			"the shared store is unreachable, so this write is not acknowledged (it may or may not have been stored; retry it once the store is back): " + err.Error(), ""}
-	case errors.Is(err, registry.ErrClosed):
+	case errors.Is(err, commit.ErrClosed):
 		return &apiError{http.StatusServiceUnavailable, "unavailable", "the server is shutting down", ""}
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return &apiError{http.StatusServiceUnavailable, "unavailable", "request cancelled before it was queued: " + err.Error(), ""}

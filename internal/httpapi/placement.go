@@ -16,7 +16,6 @@ import (
 	"github.com/sextant-mesh/sextant/internal/acl"
 	"github.com/sextant-mesh/sextant/internal/label"
 	"github.com/sextant-mesh/sextant/internal/placement"
-	"github.com/sextant-mesh/sextant/internal/registry"
 )
 
 // The placement scheduler (docs/api.md, "Placement"): nodes
@@ -37,14 +36,14 @@ func (a *API) placementRoutes() {
 
 // schedulerFor checks that the caller holds perm, then returns the
 // registry's scheduler: the start of every placement handler.
-func schedulerFor(r *http.Request, reg *registry.Registry, perm acl.Permission) (*placement.Scheduler, error) {
+func schedulerFor(r *http.Request, reg *backend, perm acl.Permission) (*placement.Scheduler, error) {
 	if err := acl.Require(r, perm); err != nil {
 		return nil, err
 	}
 	return schedulerOf(reg)
 }
 
-func schedulerOf(reg *registry.Registry) (*placement.Scheduler, error) {
+func schedulerOf(reg *backend) (*placement.Scheduler, error) {
 	s := placement.Of(reg.Catalog())
 	if s == nil {
 		return nil, &apiError{http.StatusNotFound, "not_found", "the placement scheduler is not enabled on this server", ""}
@@ -198,7 +197,7 @@ func writeAnswer(w http.ResponseWriter, rev int64, v any) {
 	writeBody(w, rev, append(b, '\n'))
 }
 
-func (a *API) putNode(w http.ResponseWriter, r *http.Request, reg *registry.Registry) error {
+func (a *API) putNode(w http.ResponseWriter, r *http.Request, reg *backend) error {
 	s, err := schedulerFor(r, reg, acl.Permission{Resource: acl.Placements, Access: acl.Write})
 	if err != nil {
 		return err
@@ -224,7 +223,7 @@ func (a *API) putNode(w http.ResponseWriter, r *http.Request, reg *registry.Regi
 	return nil
 }
 
-func (a *API) applyNodes(w http.ResponseWriter, r *http.Request, reg *registry.Registry) error {
+func (a *API) applyNodes(w http.ResponseWriter, r *http.Request, reg *backend) error {
 	s, err := schedulerFor(r, reg, acl.Permission{Resource: acl.Placements, Access: acl.Write})
 	if err != nil {
 		return err
@@ -258,7 +257,7 @@ func (a *API) applyNodes(w http.ResponseWriter, r *http.Request, reg *registry.R
 	return nil
 }
 
-func (a *API) getNode(w http.ResponseWriter, r *http.Request, reg *registry.Registry) error {
+func (a *API) getNode(w http.ResponseWriter, r *http.Request, reg *backend) error {
 	s, err := schedulerFor(r, reg, acl.Permission{Resource: acl.Placements, Access: acl.Read})
 	if err != nil {
 		return err
@@ -272,7 +271,7 @@ func (a *API) getNode(w http.ResponseWriter, r *http.Request, reg *registry.Regi
 	return nil
 }
 
-func (a *API) listNodes(w http.ResponseWriter, r *http.Request, reg *registry.Registry) error {
+func (a *API) listNodes(w http.ResponseWriter, r *http.Request, reg *backend) error {
 	s, err := schedulerFor(r, reg, acl.Permission{Resource: acl.Placements, Access: acl.Read})
 	if err != nil {
 		return err
@@ -298,7 +297,7 @@ func (a *API) listNodes(w http.ResponseWriter, r *http.Request, reg *registry.Re
 	return nil
 }
 
-func (a *API) deleteNode(w http.ResponseWriter, r *http.Request, reg *registry.Registry) error {
+func (a *API) deleteNode(w http.ResponseWriter, r *http.Request, reg *backend) error {
 	s, err := schedulerFor(r, reg, acl.Permission{Resource: acl.Placements, Access: acl.Write})
 	if err != nil {
 		return err
@@ -326,7 +325,7 @@ type resultJSON struct {
 	Unschedulable string `json:"unschedulable,omitempty"`
 }
 
-func (a *API) place(w http.ResponseWriter, r *http.Request, reg *registry.Registry) error {
+func (a *API) place(w http.ResponseWriter, r *http.Request, reg *backend) error {
 	s, err := schedulerOf(reg)
 	if err != nil {
 		return err
@@ -384,7 +383,7 @@ func (a *API) place(w http.ResponseWriter, r *http.Request, reg *registry.Regist
 	return nil
 }
 
-func (a *API) listPlacements(w http.ResponseWriter, r *http.Request, reg *registry.Registry) error {
+func (a *API) listPlacements(w http.ResponseWriter, r *http.Request, reg *backend) error {
 	s, err := schedulerOf(reg)
 	if err != nil {
 		return err
@@ -469,7 +468,7 @@ func writePage[T, V any](w http.ResponseWriter, rev int64, items []T, view func(
 	})
 }
 
-func (a *API) getPlacement(w http.ResponseWriter, r *http.Request, reg *registry.Registry) error {
+func (a *API) getPlacement(w http.ResponseWriter, r *http.Request, reg *backend) error {
 	s, err := schedulerFor(r, reg, acl.Permission{Resource: acl.Placements, Access: acl.Read, Namespace: r.PathValue("namespace")})
 	if err != nil {
 		return err
@@ -483,7 +482,7 @@ func (a *API) getPlacement(w http.ResponseWriter, r *http.Request, reg *registry
 	return nil
 }
 
-func (a *API) deletePlacement(w http.ResponseWriter, r *http.Request, reg *registry.Registry) error {
+func (a *API) deletePlacement(w http.ResponseWriter, r *http.Request, reg *backend) error {
 	s, err := schedulerFor(r, reg, acl.Permission{Resource: acl.Placements, Access: acl.Write, Namespace: r.PathValue("namespace")})
 	if err != nil {
 		return err

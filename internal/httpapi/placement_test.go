@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/sextant-mesh/sextant/internal/commit"
 	"github.com/sextant-mesh/sextant/internal/placement"
 	"github.com/sextant-mesh/sextant/internal/registry"
 )
@@ -20,7 +21,7 @@ func newPlacementServer(t *testing.T) *testServer {
 	t.Helper()
 	s := placement.New(placement.Config{Workers: 2})
 	t.Cleanup(s.Close) // after the server's cleanup, which runs first
-	return newTestServer(t, registry.Options{Tables: s.Tables()})
+	return newTestServer(t, registry.Options{Engine: commit.Options{Tables: s.Tables()}})
 }
 
 // send is do with a Content-Type.

@@ -16,7 +16,6 @@ import (
 	"github.com/sextant-mesh/sextant/internal/instance"
 	"github.com/sextant-mesh/sextant/internal/label"
 	"github.com/sextant-mesh/sextant/internal/naming"
-	"github.com/sextant-mesh/sextant/internal/registry"
 	"github.com/sextant-mesh/sextant/internal/store"
 )
 
@@ -27,13 +26,13 @@ const (
 	maxLimit     = 10000
 )
 
-func (a *API) getInstance(w http.ResponseWriter, r *http.Request, reg *registry.Registry) error {
+func (a *API) getInstance(w http.ResponseWriter, r *http.Request, reg *backend) error {
 	id := r.PathValue("id")
 	if !instance.ValidID(id) {
 		return badRequest("id", "%q is not a valid id: 1..128 chars of [A-Za-z0-9._:-]", id)
 	}
 	rev := reg.Catalog().Revision()
-	in := reg.Catalog().Instances().Get(id)
+	in := reg.inst.Instances().Get(id)
 	if in == nil {
 		return &apiError{http.StatusNotFound, "not_found", "instance " + strconv.Quote(id) + " not found", "id"}
 	}
@@ -87,7 +86,7 @@ func appendInstances(b []byte, ins []*instance.Instance) []byte {
 	return append(b, ']')
 }
 
-func (a *API) queryService(w http.ResponseWriter, r *http.Request, reg *registry.Registry) error {
+func (a *API) queryService(w http.ResponseWriter, r *http.Request, reg *backend) error {
 	key := naming.ServiceKey{Namespace: r.PathValue("ns"), Name: r.PathValue("service")}
 	if err := checkName("namespace", key.Namespace); err != nil {
 		return err
@@ -103,8 +102,8 @@ func (a *API) queryService(w http.ResponseWriter, r *http.Request, reg *registry
 	if err != nil {
 		return err
 	}
-	cat := reg.Catalog().Instances()
-	svc := cat.Service(key)
+	cat := reg.inst.Instances()
+	svc := cat.Lookup(key)
 	if s := v.Get("index"); s != "" {
 		index, err := strconv.ParseInt(s, 10, 64)
 		if err != nil || index < 0 {
@@ -197,7 +196,7 @@ func decodeToken(s string) (naming.ServiceKey, string, error) {
 	return naming.ServiceKey{Namespace: parts[0], Name: parts[1]}, parts[2], nil
 }
 
-func (a *API) listInstances(w http.ResponseWriter, r *http.Request, reg *registry.Registry) error {
+func (a *API) listInstances(w http.ResponseWriter, r *http.Request, reg *backend) error {
 	v := r.URL.Query()
 	ns, name := v.Get("namespace"), v.Get("service")
 	if ns != "" {
@@ -231,10 +230,10 @@ func (a *API) listInstances(w http.ResponseWriter, r *http.Request, reg *registr
 			return err
 		}
 	}
-	snap := reg.Catalog().Instances().Snapshot()
+	snap := reg.inst.Instances().Snapshot()
 	var out []*instance.Instance
 	next := ""
-	for _, svc := range snap.ServicesFrom(ns, from) {
+	for _, svc := range snap.GroupsFrom(ns, from) {
 		if name != "" && svc.Key.Name != name {
 			continue
 		}
@@ -278,12 +277,12 @@ func (a *API) listInstances(w http.ResponseWriter, r *http.Request, reg *registr
 	return nil
 }
 
-func (a *API) namespaces(w http.ResponseWriter, r *http.Request, reg *registry.Registry) error {
+func (a *API) namespaces(w http.ResponseWriter, r *http.Request, reg *backend) error {
 	readable, err := readableFilter(r, "")
 	if err != nil {
 		return err
 	}
-	snap := reg.Catalog().Instances().Snapshot()
+	snap := reg.inst.Instances().Snapshot()
 	rev := snap.Revision()
 	names := snap.Namespaces()
 	if readable != nil {
@@ -304,7 +303,7 @@ func (a *API) namespaces(w http.ResponseWriter, r *http.Request, reg *registry.R
 	return nil
 }
 
-func (a *API) services(w http.ResponseWriter, r *http.Request, reg *registry.Registry) error {
+func (a *API) services(w http.ResponseWriter, r *http.Request, reg *backend) error {
 	ns := r.PathValue("ns")
 	if err := checkName("namespace", ns); err != nil {
 		return err
@@ -312,9 +311,9 @@ func (a *API) services(w http.ResponseWriter, r *http.Request, reg *registry.Reg
 	if err := acl.Require(r, instancesRead(ns)); err != nil {
 		return err
 	}
-	snap := reg.Catalog().Instances().Snapshot()
+	snap := reg.inst.Instances().Snapshot()
 	rev := snap.Revision()
-	svcs := snap.Services(ns)
+	svcs := snap.Groups(ns)
 	writeJSON(w, rev, func(b []byte) []byte {
 		b = append(b, `{"revision":`...)
 		b = strconv.AppendInt(b, rev, 10)
@@ -330,7 +329,7 @@ func (a *API) services(w http.ResponseWriter, r *http.Request, reg *registry.Reg
 			b = append(b, `,"instances":`...)
 			b = strconv.AppendInt(b, int64(s.Len()), 10)
 			b = append(b, `,"healthy":`...)
-			b = strconv.AppendInt(b, int64(s.HealthyLen()), 10)
+			b = strconv.AppendInt(b, int64(s.ReadyLen()), 10)
 			b = append(b, `,"revision":`...)
 			b = strconv.AppendInt(b, s.Revision, 10)
 			b = append(b, '}')
@@ -340,7 +339,7 @@ func (a *API) services(w http.ResponseWriter, r *http.Request, reg *registry.Reg
 	return nil
 }
 
-func (a *API) changes(w http.ResponseWriter, r *http.Request, reg *registry.Registry) error {
+func (a *API) changes(w http.ResponseWriter, r *http.Request, reg *backend) error {
 	v := r.URL.Query()
 	var since int64
 	var err error
@@ -380,7 +379,7 @@ func (a *API) changes(w http.ResponseWriter, r *http.Request, reg *registry.Regi
 			bw.WriteString(`{"revision":`)
 			num = strconv.AppendInt(num[:0], ch.Revision, 10)
 			bw.Write(num)
-			if in := ch.Instance(); in != nil {
+			if in, ok := ch.Value.(*instance.Instance); ok {
 				bw.WriteString(`,"op":"upsert","instance":`)
 				bw.Write(in.JSON())
 			} else {

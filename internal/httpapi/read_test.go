@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/sextant-mesh/sextant/internal/catalog"
+	"github.com/sextant-mesh/sextant/internal/commit"
 	"github.com/sextant-mesh/sextant/internal/registry"
 )
 
@@ -327,7 +328,7 @@ func TestChangesReproduceRegistry(t *testing.T) {
 }
 
 func TestChangesPagingAndCompaction(t *testing.T) {
-	s := newTestServer(t, registry.Options{Catalog: catalog.Options{LogSize: 10}})
+	s := newTestServer(t, registry.Options{Engine: commit.Options{Catalog: catalog.Options{LogSize: 10}}})
 	// Revision 1 has 6 changes: a page never splits a revision.
 	s.must("POST", "/v1/instances", batch(inst("s", "h", 1, nil), inst("s", "h", 2, nil), inst("s", "h", 3, nil), inst("s", "h", 4, nil), inst("s", "h", 5, nil), inst("s", "h", 6, nil)), nil)
 	s.must("POST", "/v1/instances", inst("s", "h", 7, nil), nil)

@@ -124,7 +124,7 @@ func readBodyInto(w http.ResponseWriter, r *http.Request, buf *[]byte) ([]byte, 
 	return b, nil
 }
 
-func (a *API) register(w http.ResponseWriter, r *http.Request, reg *registry.Registry) error {
+func (a *API) register(w http.ResponseWriter, r *http.Request, reg *backend) error {
 	buf := bodyPool.Get().(*[]byte)
 	body, err := readBodyInto(w, r, buf)
 	if err != nil {
@@ -146,7 +146,7 @@ func (a *API) register(w http.ResponseWriter, r *http.Request, reg *registry.Reg
 			last = in.Namespace
 		}
 	}
-	rev, err := reg.RegisterGuarded(r.Context(), ins, a.writeGuard(r))
+	rev, err := reg.inst.RegisterGuarded(r.Context(), ins, a.writeGuard(r))
 	if err != nil {
 		return err
 	}
@@ -212,12 +212,12 @@ func appendIDs(b []byte, key string, ids []string) []byte {
 	return append(b, ']')
 }
 
-func (a *API) deregisterBatch(w http.ResponseWriter, r *http.Request, reg *registry.Registry) error {
+func (a *API) deregisterBatch(w http.ResponseWriter, r *http.Request, reg *backend) error {
 	var body idsBody
 	if err := decode(w, r, &body); err != nil {
 		return err
 	}
-	rev, notFound, err := reg.DeregisterGuarded(r.Context(), body.IDs, a.writeGuard(r))
+	rev, notFound, err := reg.inst.DeregisterGuarded(r.Context(), body.IDs, a.writeGuard(r))
 	if err != nil {
 		return err
 	}
@@ -231,12 +231,12 @@ func (a *API) deregisterBatch(w http.ResponseWriter, r *http.Request, reg *regis
 	return nil
 }
 
-func (a *API) deregisterOne(w http.ResponseWriter, r *http.Request, reg *registry.Registry) error {
+func (a *API) deregisterOne(w http.ResponseWriter, r *http.Request, reg *backend) error {
 	id := r.PathValue("id")
 	if !instance.ValidID(id) {
 		return badRequest("id", "%q is not a valid id: 1..128 chars of [A-Za-z0-9._:-]", id)
 	}
-	rev, notFound, err := reg.DeregisterGuarded(r.Context(), []string{id}, a.writeGuard(r))
+	rev, notFound, err := reg.inst.DeregisterGuarded(r.Context(), []string{id}, a.writeGuard(r))
 	if err != nil {
 		return err
 	}
@@ -251,7 +251,7 @@ func (a *API) deregisterOne(w http.ResponseWriter, r *http.Request, reg *registr
 	return nil
 }
 
-func (a *API) heartbeat(w http.ResponseWriter, r *http.Request, reg *registry.Registry) error {
+func (a *API) heartbeat(w http.ResponseWriter, r *http.Request, reg *backend) error {
 	var body idsBody
 	if err := decode(w, r, &body); err != nil {
 		return err
@@ -259,7 +259,7 @@ func (a *API) heartbeat(w http.ResponseWriter, r *http.Request, reg *registry.Re
 	if a.acl.Enabled() {
 		// Heartbeats renew the instances as they are now; a change of
 		// namespace in between is harmless (a heartbeat writes no record).
-		inst := reg.Catalog().Instances()
+		inst := reg.inst.Instances()
 		last := ""
 		for _, id := range body.IDs {
 			if in := inst.Get(id); in != nil && in.Namespace != last {
@@ -270,7 +270,7 @@ func (a *API) heartbeat(w http.ResponseWriter, r *http.Request, reg *registry.Re
 			}
 		}
 	}
-	notFound, err := reg.Heartbeat(r.Context(), body.IDs)
+	notFound, err := reg.inst.Heartbeat(r.Context(), body.IDs)
 	if err != nil {
 		return err
 	}

@@ -72,13 +72,19 @@ func (in *Instance) Labels() label.Labels {
 	return *p
 }
 
-// ItemID implements Item.
+// ItemID implements catalog.Item.
 func (in *Instance) ItemID() string { return in.ID }
 
-// ItemLabels implements Item: selectors match Labels.
+// ItemLabels implements catalog.Item: selectors match Labels.
 func (in *Instance) ItemLabels() label.Labels { return in.Labels() }
 
-// ItemReady implements Item: healthy and not isolated.
+// ItemGroup implements catalog.GroupItem: the instance's service.
+func (in *Instance) ItemGroup() naming.ServiceKey { return in.Key() }
+
+// ItemRevision implements catalog.GroupItem.
+func (in *Instance) ItemRevision() int64 { return in.Revision }
+
+// ItemReady implements catalog.Item: healthy and not isolated.
 func (in *Instance) ItemReady() bool { return in.Healthy && !in.Isolated }
 
 // Key returns the instance's service key.

@@ -30,7 +30,7 @@ type Table struct {
 var _ catalog.Table = (*Table)(nil)
 
 // Tables returns the catalog tables of store.Nodes and store.Placements,
-// both over s: register them with registry.Options.Tables.
+// both over s: register them with commit.Options.Tables.
 func (s *Scheduler) Tables() map[store.Kind]catalog.Table {
 	return map[store.Kind]catalog.Table{
 		store.Nodes:      &Table{s: s, kind: store.Nodes},

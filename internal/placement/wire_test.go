@@ -10,7 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/sextant-mesh/sextant/internal/registry"
+	"github.com/sextant-mesh/sextant/internal/commit"
 	"github.com/sextant-mesh/sextant/internal/store"
 	"github.com/sextant-mesh/sextant/internal/store/embedded"
 )
@@ -27,11 +27,11 @@ type heldStore struct {
 	hold    chan struct{} // if set, the next Commit waits for it to close
 	held    chan struct{} // closed when a Commit waits on hold
 	failing bool
-	queued  chan registry.Write // if set, receives each write Submit queues
+	queued  chan commit.Write // if set, receives each write Submit queues
 }
 
 // noteQueued is the registry's Queued hook.
-func (s *heldStore) noteQueued(w registry.Write) {
+func (s *heldStore) noteQueued(w commit.Write) {
 	s.mu.Lock()
 	q := s.queued
 	s.mu.Unlock()
@@ -87,7 +87,7 @@ type durable struct {
 	t   *testing.T
 	dir string
 	st  *heldStore
-	reg *registry.Registry
+	reg *commit.Engine
 	s   *Scheduler
 }
 
@@ -99,7 +99,7 @@ func openDurable(t *testing.T, dir string) *durable {
 	}
 	s := New(Config{Workers: 2})
 	st := &heldStore{Store: es}
-	reg, err := registry.Open(st, registry.Options{Tables: s.Tables(), Queued: st.noteQueued})
+	reg, err := commit.Open(st, commit.Options{Tables: s.Tables(), Queued: st.noteQueued})
 	if err != nil {
 		es.Close()
 		s.Close()
@@ -125,7 +125,7 @@ func (d *durable) reopen() *durable {
 	return openDurable(d.t, d.dir)
 }
 
-func (d *durable) submit(w registry.Write) int64 {
+func (d *durable) submit(w commit.Write) int64 {
 	d.t.Helper()
 	rev, err := d.reg.Submit(context.Background(), w)
 	if err != nil {
@@ -263,7 +263,7 @@ func TestUnchangedNodesTakeNoRevision(t *testing.T) {
 // them were queued while the committer was held, so they are planned in
 // one batch, in order; the test fails if the Tx each planned with says
 // otherwise.
-func queueBatch(t *testing.T, d *durable, writes ...registry.Write) []error {
+func queueBatch(t *testing.T, d *durable, writes ...commit.Write) []error {
 	t.Helper()
 	held, hold := d.st.holdNext()
 	var once sync.Once
@@ -275,7 +275,7 @@ func queueBatch(t *testing.T, d *durable, writes ...registry.Write) []error {
 		first <- err
 	}()
 	<-held
-	queued := make(chan registry.Write, len(writes))
+	queued := make(chan commit.Write, len(writes))
 	d.st.mu.Lock()
 	d.st.queued = queued
 	d.st.mu.Unlock()
@@ -296,9 +296,9 @@ func queueBatch(t *testing.T, d *durable, writes ...registry.Write) []error {
 		t.Fatal(err)
 	}
 	wg.Wait()
-	var tx *registry.Tx
+	var tx *commit.Tx
 	for i, w := range writes {
-		var wtx *registry.Tx
+		var wtx *commit.Tx
 		switch w := w.(type) {
 		case *PlaceWrite:
 			wtx = w.tx
@@ -328,7 +328,7 @@ func queueBatch(t *testing.T, d *durable, writes ...registry.Write) []error {
 func TestBatchNeverOvercommits(t *testing.T) {
 	d := openDurable(t, t.TempDir())
 	d.nodes(mkNode("a", "1", "1Gi", "110"), mkNode("b", "1", "1Gi", "110"))
-	var writes []registry.Write
+	var writes []commit.Write
 	for i := range 12 {
 		writes = append(writes, &PlaceWrite{Scheduler: d.s, Workloads: compile(t, mkPod(fmt.Sprintf("p%d", i), rl("cpu", "300m")))})
 	}

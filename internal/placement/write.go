@@ -4,11 +4,11 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/sextant-mesh/sextant/internal/registry"
+	"github.com/sextant-mesh/sextant/internal/commit"
 	"github.com/sextant-mesh/sextant/internal/store"
 )
 
-// The appliers of the scheduler's requests (registry.Write). The registry's
+// The appliers of the scheduler's requests (commit.Write). The registry's
 // committer plans every request of a commit batch in order; the first of
 // them that is the scheduler's opens one Txn, kept in the Scheduler, that
 // every later one of the same batch reuses, so a request decides seeing
@@ -22,18 +22,18 @@ import (
 // and Table.Apply, exactly as another server's would.
 
 // batch is the Txn of the commit batch being planned. The committer's Plans
-// and Finishes run on one goroutine; a registry.DryRun plans on another and
+// and Finishes run on one goroutine; a commit.Engine.DryRun plans on another and
 // has its own Tx, so it waits in Begin for the writer lock until the
 // committer's batch is finished, and the other way round.
 type batch struct {
 	mu    sync.Mutex // guards owner and txn; never held while waiting for the writer lock
-	owner *registry.Tx
+	owner *commit.Tx
 	txn   *Txn
 }
 
 // batchTxn returns the Txn of tx's batch, beginning it (and waiting for the
 // writer lock) on the batch's first scheduler request.
-func (s *Scheduler) batchTxn(tx *registry.Tx) *Txn {
+func (s *Scheduler) batchTxn(tx *commit.Tx) *Txn {
 	b := &s.batch
 	b.mu.Lock()
 	if b.owner == tx && b.txn != nil {
@@ -55,7 +55,7 @@ func (s *Scheduler) batchTxn(tx *registry.Tx) *Txn {
 // rests on that one's tentative state, which the registry cannot see. It
 // reports false, and the registry carries the write to the next batch,
 // when an earlier write of the batch planned anything.
-func (s *Scheduler) soleTxn(tx *registry.Tx) (*Txn, bool) {
+func (s *Scheduler) soleTxn(tx *commit.Tx) (*Txn, bool) {
 	t := s.batchTxn(tx)
 	if tx.Shared() && len(t.Ops()) > 0 {
 		tx.Depend()
@@ -65,7 +65,7 @@ func (s *Scheduler) soleTxn(tx *registry.Tx) (*Txn, bool) {
 }
 
 // finishBatch aborts tx's batch Txn, if it still has one.
-func (s *Scheduler) finishBatch(tx *registry.Tx) {
+func (s *Scheduler) finishBatch(tx *commit.Tx) {
 	if tx == nil {
 		return
 	}
@@ -83,7 +83,7 @@ func (s *Scheduler) finishBatch(tx *registry.Tx) {
 
 // stage turns ops, the share of the batch Txn's ops one request made, into
 // that request's store ops.
-func stage(tx *registry.Tx, ops []Op) {
+func stage(tx *commit.Tx, ops []Op) {
 	for i := range ops {
 		op := &ops[i]
 		switch {
@@ -122,7 +122,7 @@ func (e *PlacedError) Error() string {
 func (e *PlacedError) Unwrap() error { return ErrConflict }
 
 // PlaceWrite places Workloads in order, each seeing the ones before it, and
-// reserves their resources durably: a registry.Write. A workload that is
+// reserves their resources durably: a commit.Write. A workload that is
 // already placed fails the whole request with a *PlacedError and places
 // nothing; one that fits nowhere is answered as unschedulable.
 type PlaceWrite struct {
@@ -130,11 +130,11 @@ type PlaceWrite struct {
 	Workloads []*Workload
 
 	Results []Result // filled by Plan, in request order
-	tx      *registry.Tx
+	tx      *commit.Tx
 }
 
-// Plan implements registry.Write.
-func (w *PlaceWrite) Plan(tx *registry.Tx) error {
+// Plan implements commit.Write.
+func (w *PlaceWrite) Plan(tx *commit.Tx) error {
 	w.tx = tx
 	t, ok := w.Scheduler.soleTxn(tx)
 	if !ok {
@@ -167,9 +167,9 @@ func (w *PlaceWrite) Plan(tx *registry.Tx) error {
 // node at once would both see its free capacity, and the placement
 // records alone (keyed by pod) never conflict. The node's revision does:
 // the second commit fails and is planned again on the first one's state
-// (registry.SubmitChecked). A node deleted or replaced meanwhile conflicts
+// (commit.Engine.SubmitChecked). A node deleted or replaced meanwhile conflicts
 // the same way.
-func claimNodes(tx *registry.Tx, ops []Op) {
+func claimNodes(tx *commit.Tx, ops []Op) {
 	claimed := map[string]bool{}
 	for i := range ops {
 		p := ops[i].Placement
@@ -186,10 +186,10 @@ func claimNodes(tx *registry.Tx, ops []Op) {
 	}
 }
 
-// Finish implements registry.Finisher.
+// Finish implements commit.Finisher.
 func (w *PlaceWrite) Finish() { w.Scheduler.finishBatch(w.tx) }
 
-// NodesWrite creates or replaces Nodes atomically: a registry.Write. A node
+// NodesWrite creates or replaces Nodes atomically: a commit.Write. A node
 // stored with exactly these fields is left as it is (no revision, no
 // write); a replaced node keeps its place in the tie-break order (Seq) and
 // its placements.
@@ -198,11 +198,11 @@ type NodesWrite struct {
 	Nodes     []*Node
 
 	Changed []string // filled by Plan: the names written
-	tx      *registry.Tx
+	tx      *commit.Tx
 }
 
-// Plan implements registry.Write.
-func (w *NodesWrite) Plan(tx *registry.Tx) error {
+// Plan implements commit.Write.
+func (w *NodesWrite) Plan(tx *commit.Tx) error {
 	w.tx = tx
 	t, ok := w.Scheduler.soleTxn(tx)
 	if !ok {
@@ -227,7 +227,7 @@ func (w *NodesWrite) Plan(tx *registry.Tx) error {
 	return nil
 }
 
-// Finish implements registry.Finisher.
+// Finish implements commit.Finisher.
 func (w *NodesWrite) Finish() { w.Scheduler.finishBatch(w.tx) }
 
 // sameNode reports whether stored cur already holds what n says.
@@ -240,17 +240,17 @@ func sameNode(cur, n *Node) bool {
 }
 
 // DeleteNodeWrite deletes a node and releases its placements: a
-// registry.Write. ErrNotFound if there is no such node.
+// commit.Write. ErrNotFound if there is no such node.
 type DeleteNodeWrite struct {
 	Scheduler *Scheduler
 	Name      string
 
 	Released []Key // filled by Plan, sorted
-	tx       *registry.Tx
+	tx       *commit.Tx
 }
 
-// Plan implements registry.Write.
-func (w *DeleteNodeWrite) Plan(tx *registry.Tx) error {
+// Plan implements commit.Write.
+func (w *DeleteNodeWrite) Plan(tx *commit.Tx) error {
 	w.tx = tx
 	t, ok := w.Scheduler.soleTxn(tx)
 	if !ok {
@@ -266,21 +266,21 @@ func (w *DeleteNodeWrite) Plan(tx *registry.Tx) error {
 	return nil
 }
 
-// Finish implements registry.Finisher.
+// Finish implements commit.Finisher.
 func (w *DeleteNodeWrite) Finish() { w.Scheduler.finishBatch(w.tx) }
 
-// DeletePlacementWrite frees a placement's resources: a registry.Write.
+// DeletePlacementWrite frees a placement's resources: a commit.Write.
 // ErrNotFound if it is not placed.
 type DeletePlacementWrite struct {
 	Scheduler *Scheduler
 	Key       Key
 
 	Node string // filled by Plan: the node it was on
-	tx   *registry.Tx
+	tx   *commit.Tx
 }
 
-// Plan implements registry.Write.
-func (w *DeletePlacementWrite) Plan(tx *registry.Tx) error {
+// Plan implements commit.Write.
+func (w *DeletePlacementWrite) Plan(tx *commit.Tx) error {
 	w.tx = tx
 	t, ok := w.Scheduler.soleTxn(tx)
 	if !ok {
@@ -297,5 +297,5 @@ func (w *DeletePlacementWrite) Plan(tx *registry.Tx) error {
 	return nil
 }
 
-// Finish implements registry.Finisher.
+// Finish implements commit.Finisher.
 func (w *DeletePlacementWrite) Finish() { w.Scheduler.finishBatch(w.tx) }

@@ -3,10 +3,12 @@ package push
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/sextant-mesh/sextant/internal/catalog"
 	"github.com/sextant-mesh/sextant/internal/config"
+	"github.com/sextant-mesh/sextant/internal/instance"
 	"github.com/sextant-mesh/sextant/internal/label"
 	"github.com/sextant-mesh/sextant/internal/naming"
 	"github.com/sextant-mesh/sextant/internal/store"
@@ -16,15 +18,21 @@ import (
 // the config table, followed through a catalog subscription, so a slow
 // engine never slows the registry and catches up from the change log.
 type CatalogSource struct {
-	cat *catalog.Catalog
-	cfg *config.Table
+	cat  *catalog.Catalog
+	inst *catalog.Groups[*instance.Instance] // the instance kind's table (registry.Instances)
+	cfg  *config.Table
 }
 
 var _ Source = (*CatalogSource)(nil)
 
-// NewCatalogSource returns the Source over cat and its config table.
-func NewCatalogSource(cat *catalog.Catalog, cfg *config.Table) *CatalogSource {
-	return &CatalogSource{cat: cat, cfg: cfg}
+// NewCatalogSource returns the Source over cat, its instance table and its
+// config table.
+func NewCatalogSource(cat *catalog.Catalog, cfg *config.Table) (*CatalogSource, error) {
+	inst, ok := cat.Table(store.Instances).(*catalog.Groups[*instance.Instance])
+	if !ok {
+		return nil, fmt.Errorf("push: the catalog has no instance table (it has a %T)", cat.Table(store.Instances))
+	}
+	return &CatalogSource{cat: cat, inst: inst, cfg: cfg}, nil
 }
 
 // Snapshot implements Source. The state read may be newer than the
@@ -33,8 +41,8 @@ func NewCatalogSource(cat *catalog.Catalog, cfg *config.Table) *CatalogSource {
 func (s *CatalogSource) Snapshot(context.Context) (Snapshot, error) {
 	rev := s.cat.Revision()
 	snap := Snapshot{Revision: rev}
-	for _, svc := range s.cat.Instances().Snapshot().Services("") {
-		snap.Services = append(snap.Services, naming.ServiceKey{Namespace: svc.Key.Namespace, Name: svc.Key.Name})
+	for _, svc := range s.inst.Snapshot().Groups("") {
+		snap.Services = append(snap.Services, svc.Key)
 	}
 	entries, _ := s.cfg.List("", "")
 	for _, e := range entries {
@@ -56,16 +64,13 @@ func (s *CatalogSource) Follow(_ context.Context, since int64) (Changes, error) 
 }
 
 // Instances implements Source.
-func (s *CatalogSource) Instances(svc naming.ServiceKey, sel label.Selector, fn func(*Instance)) {
-	v := s.cat.Instances().Service(naming.ServiceKey{Namespace: svc.Namespace, Name: svc.Name})
+func (s *CatalogSource) Instances(svc naming.ServiceKey, sel label.Selector, fn func(*instance.Instance)) {
+	v := s.inst.Lookup(svc)
 	if v == nil {
 		return
 	}
-	var pi Instance
 	for _, in := range v.Select(sel, false) {
-		pi = Instance{ID: in.ID, Namespace: in.Namespace, Service: in.Service, Host: in.Host, Port: in.Port,
-			Weight: in.Weight, Healthy: in.Healthy, Isolated: in.Isolated, Metadata: in.Labels()}
-		fn(&pi)
+		fn(in)
 	}
 }
 
@@ -87,13 +92,11 @@ func (c *catalogChanges) Next(ctx context.Context) ([]Change, error) {
 		}
 		switch ch.Kind {
 		case store.Instances:
-			pc.Service = naming.ServiceKey{Namespace: ch.Key.Namespace, Name: ch.Key.Name}
+			pc.Service = ch.Key
 			pc.ID = ch.ID
 			pc.Op = InstanceDelete
-			if in := ch.Instance(); in != nil {
+			if ch.Value != nil {
 				pc.Op = InstanceUpsert
-				pc.Instance = &Instance{ID: in.ID, Namespace: in.Namespace, Service: in.Service, Host: in.Host, Port: in.Port,
-					Weight: in.Weight, Healthy: in.Healthy, Isolated: in.Isolated, Metadata: in.Labels()}
 			}
 		case store.Config:
 			k, err := config.ParseKey(ch.ID)

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sextant-mesh/sextant/internal/instance"
 	"github.com/sextant-mesh/sextant/internal/label"
 	"github.com/sextant-mesh/sextant/internal/naming"
 	"github.com/sextant-mesh/sextant/internal/xds"
@@ -146,13 +147,13 @@ func (e *Engine) recomputeEndpoints(s naming.ServiceKey, version string, origin 
 func (e *Engine) endpoints(s naming.ServiceKey, c clusterSpec) ([]xds.Endpoint, bool) {
 	var eps []xds.Endpoint
 	usable := false
-	e.src.Instances(s, c.sel, func(in *Instance) {
+	e.src.Instances(s, c.sel, func(in *instance.Instance) {
 		if c.port != 0 && in.Port != int(c.port) {
 			return
 		}
 		ep := xds.Endpoint{
 			ID: in.ID, Host: in.Host, Port: uint32(in.Port), Weight: uint32(min(max(in.Weight, 0), 1<<16)),
-			Healthy: in.Healthy, Isolated: in.Isolated, Metadata: in.Metadata,
+			Healthy: in.Healthy, Isolated: in.Isolated, Metadata: in.Labels(),
 		}
 		usable = usable || ep.Usable()
 		eps = append(eps, ep)

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/sextant-mesh/sextant/internal/config"
+	"github.com/sextant-mesh/sextant/internal/instance"
 	"github.com/sextant-mesh/sextant/internal/label"
 	"github.com/sextant-mesh/sextant/internal/naming"
 	"github.com/sextant-mesh/sextant/internal/push"
@@ -21,8 +22,8 @@ import (
 
 var orders = naming.ServiceKey{Namespace: "default", Name: "orders"}
 
-func inst(id, color string) push.Instance {
-	return push.Instance{ID: id, Namespace: "default", Service: "orders", Host: "10.0.0." + id[len(id)-1:], Port: 80,
+func inst(id, color string) *instance.Instance {
+	return &instance.Instance{ID: id, Namespace: "default", Service: "orders", Host: "10.0.0." + id[len(id)-1:], Port: 80,
 		Weight: 1, Healthy: true, Metadata: label.FromMap(map[string]string{"color": color})}
 }
 
@@ -144,7 +145,7 @@ func TestCompactedStartsAgainFromSnapshot(t *testing.T) {
 func TestRunStopsDuringARound(t *testing.T) {
 	reg := pushtest.New(0)
 	for _, svc := range []string{"a", "b", "c"} {
-		reg.Upsert(push.Instance{ID: svc + "1", Namespace: "default", Service: svc, Host: "10.0.0.1", Port: 80, Weight: 1, Healthy: true})
+		reg.Upsert(&instance.Instance{ID: svc + "1", Namespace: "default", Service: svc, Host: "10.0.0.1", Port: 80, Weight: 1, Healthy: true})
 	}
 	cache := xds.NewCache()
 	e := push.New(reg, cache, push.Options{})

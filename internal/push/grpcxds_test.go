@@ -23,6 +23,7 @@ import (
 	grpcxds "google.golang.org/grpc/xds"
 
 	"github.com/sextant-mesh/sextant/internal/config"
+	"github.com/sextant-mesh/sextant/internal/instance"
 	"github.com/sextant-mesh/sextant/internal/label"
 	"github.com/sextant-mesh/sextant/internal/naming"
 	"github.com/sextant-mesh/sextant/internal/push"
@@ -57,8 +58,8 @@ func startBackend(t *testing.T, name string) *backend {
 	return b
 }
 
-func (b *backend) instance(color string) push.Instance {
-	return push.Instance{
+func (b *backend) instance(color string) *instance.Instance {
+	return &instance.Instance{
 		ID: b.name, Namespace: "default", Service: "orders", Host: "127.0.0.1", Port: b.addr.Port,
 		Weight: 100, Healthy: true, Metadata: label.FromMap(map[string]string{"color": color, "zone": "z1"}),
 	}

@@ -6,24 +6,10 @@ import (
 	"time"
 
 	"github.com/sextant-mesh/sextant/internal/config"
+	"github.com/sextant-mesh/sextant/internal/instance"
 	"github.com/sextant-mesh/sextant/internal/label"
 	"github.com/sextant-mesh/sextant/internal/naming"
 )
-
-// Instance is one registry instance as the engine reads it.
-type Instance struct {
-	ID        string
-	Namespace string
-	Service   string
-	Host      string
-	Port      int
-	Weight    int
-	Healthy   bool
-	Isolated  bool
-	// Metadata are the instance's labels (instance.Instance.Labels: its
-	// metadata and version), what subsets select and EDS carries.
-	Metadata label.Labels
-}
 
 // Op says what a Change did.
 type Op uint8
@@ -43,12 +29,10 @@ type Change struct {
 	Committed time.Time
 	Op        Op
 
-	// Instance changes: the service and id of the instance, and for an
-	// upsert its new fields (the engine re-reads the service through
-	// Source.Instances, so Instance may be nil).
-	Service  naming.ServiceKey
-	ID       string
-	Instance *Instance
+	// Instance changes: the service and id of the instance (the engine
+	// reads the service's instances again through Source.Instances).
+	Service naming.ServiceKey
+	ID      string
 
 	// Config changes: the object's key, and for an upsert the object.
 	ConfigKey config.Key
@@ -81,8 +65,9 @@ type Source interface {
 	// sel (nil: every instance), healthy or not, with a state at least as
 	// recent as every change Follow has delivered. Called from the engine's
 	// endpoint and config goroutines, concurrently; must not wait for
-	// writers. The Instance is only valid during the call.
-	Instances(svc naming.ServiceKey, sel label.Selector, fn func(*Instance))
+	// writers. The instance is immutable; fn must not keep it past the call
+	// (its next version may be read instead).
+	Instances(svc naming.ServiceKey, sel label.Selector, fn func(*instance.Instance))
 }
 
 // Changes is a stream of committed changes in revision order.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sextant-mesh/sextant/client"
 	"github.com/sextant-mesh/sextant/internal/catalog"
+	"github.com/sextant-mesh/sextant/internal/commit"
 	"github.com/sextant-mesh/sextant/internal/config"
 	"github.com/sextant-mesh/sextant/internal/httpapi"
 	"github.com/sextant-mesh/sextant/internal/push"
@@ -36,14 +37,18 @@ func startServerStack(t *testing.T) *serverStack {
 		t.Fatal(err)
 	}
 	cfg := config.NewTable()
-	reg, err := registry.Open(st, registry.Options{Tables: map[store.Kind]catalog.Table{store.Config: cfg}})
+	reg, err := registry.Open(st, registry.Options{Engine: commit.Options{Tables: map[store.Kind]catalog.Table{store.Config: cfg}}})
 	if err != nil {
 		st.Close()
 		t.Fatal(err)
 	}
 	cfg.Attach(reg.Catalog())
 	cache := xds.NewCache()
-	engine := push.New(push.NewCatalogSource(reg.Catalog(), cfg), cache, push.Options{})
+	src, err := push.NewCatalogSource(reg.Catalog(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	engine := push.New(src, cache, push.Options{})
 	ads := xds.NewServer(cache, xds.ServerOptions{})
 	api := httpapi.New(httpapi.Options{})
 	api.SetPushStatus(push.StatusHandler(engine, ads))

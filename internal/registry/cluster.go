@@ -1,12 +1,7 @@
 package registry
 
 import (
-	"context"
-	"errors"
-	"fmt"
 	"time"
-
-	"github.com/sextant-mesh/sextant/internal/store"
 )
 
 // Cluster is this server's share of TTL judgement among several servers
@@ -46,7 +41,7 @@ func (r *Registry) Beat(id string, at int64) {
 	if !ok {
 		return
 	}
-	in := r.cat.Instances().Get(id)
+	in := r.table.Get(id)
 	if in == nil || in.TTLSeconds == 0 {
 		return
 	}
@@ -110,7 +105,7 @@ func (r *Registry) judged(id string, l *liveness, now time.Time) int {
 		}
 		return judgedKept
 	}
-	in := r.cat.Instances().Get(id)
+	in := r.table.Get(id)
 	if in == nil || in.TTLSeconds == 0 {
 		return judgedNot
 	}
@@ -124,52 +119,4 @@ func (r *Registry) judged(id string, l *liveness, now time.Time) int {
 // wherever they were made. Follower goroutine.
 func (r *Registry) trackCluster(l *liveness, ttlSeconds int, commit int64) {
 	extend(l, ttlDeadline(time.Unix(0, commit), ttlSeconds))
-}
-
-// conflictRevision is the stored revision a conflict found, 0 if err is
-// not a conflict.
-func conflictRevision(err error) int64 {
-	var ce *store.ConflictError
-	if errors.As(err, &ce) {
-		return max(ce.Have, 1)
-	}
-	return 0
-}
-
-// Revision is the revision the catalog has applied.
-func (r *Registry) Revision() int64 { return r.cat.Revision() }
-
-// headReader is a store shared with other servers: Head is the newest
-// revision committed by any of them (the MySQL store).
-type headReader interface {
-	Head(ctx context.Context, after int64) (head, nextCommitted int64, err error)
-}
-
-// catchUp waits until the catalog has applied every revision the store
-// had committed when it was called. It reports whether the catalog moved,
-// and an error when it cannot tell it is current (the store did not
-// answer, or the follower did not get there in time). Called by the
-// committer and by submitters re-planning a write (SubmitChecked).
-func (r *Registry) catchUp(ctx context.Context, within time.Duration) (bool, error) {
-	hr, ok := r.st.(headReader)
-	if !ok {
-		return false, nil
-	}
-	cctx, cancel := context.WithTimeout(ctx, within)
-	defer cancel()
-	from := r.cat.Revision()
-	head, _, err := hr.Head(cctx, from)
-	if err != nil {
-		return false, fmt.Errorf("registry: read the store's head: %w", err)
-	}
-	if head <= from {
-		return false, nil
-	}
-	if err := r.waitApplied(cctx, head); err != nil {
-		if cctx.Err() != nil && ctx.Err() == nil {
-			err = fmt.Errorf("not applied within %v (from %d)", within, from)
-		}
-		return false, fmt.Errorf("registry: catch up to revision %d: %w", head, err)
-	}
-	return true, nil
 }

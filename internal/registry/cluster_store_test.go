@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sextant-mesh/sextant/internal/catalog"
+	"github.com/sextant-mesh/sextant/internal/commit"
 	"github.com/sextant-mesh/sextant/internal/instance"
 	"github.com/sextant-mesh/sextant/internal/store"
 	"github.com/sextant-mesh/sextant/internal/store/mysql"
@@ -75,8 +75,8 @@ func (f laggingFeed) Next(ctx context.Context) ([]store.Change, error) {
 func openClusterPair(t *testing.T) (a, b *Registry, lag *laggingStore) {
 	t.Helper()
 	url := mysqltest.URL(t, "")
-	open := func(st Store) *Registry {
-		r, err := Open(st, Options{Cluster: &judge{moved: make(chan struct{})}, Catalog: catalog.Options{KeepHealthAtLoad: true}})
+	open := func(st commit.Store) *Registry {
+		r, err := Open(st, Options{Cluster: &judge{moved: make(chan struct{})}, KeepHealthAtLoad: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -102,7 +102,7 @@ func openClusterPair(t *testing.T) (a, b *Registry, lag *laggingStore) {
 func awaitInstance(t *testing.T, r *Registry, id string, rev int64) {
 	t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
-		in := r.cat.Instances().Get(id)
+		in := r.Instances().Get(id)
 		if (rev == 0 && in == nil) || (rev > 0 && in != nil && in.Revision >= rev) {
 			return
 		}
@@ -156,7 +156,7 @@ func TestClusterDeleteDecidedOnTheStore(t *testing.T) {
 	if got.err != nil || len(got.notFound) != 1 {
 		t.Fatalf("B's deregister of what A deleted at %d: revision %d, not found %v, err %v; want not found", delRev, got.rev, got.notFound, got.err)
 	}
-	if b.cat.Instances().Get("x") != nil {
+	if b.Instances().Get("x") != nil {
 		t.Fatal("B answered not found while its catalog still holds x")
 	}
 }

@@ -64,7 +64,7 @@ func TestClusterNewTermGrace(t *testing.T) {
 	if _, err := r.Register(ctx, []*instance.Instance{testInstance("a", "s", 1)}); err != nil {
 		t.Fatal(err)
 	}
-	healthy := func() bool { return r.cat.Instances().Get("a").Healthy }
+	healthy := func() bool { return r.Instances().Get("a").Healthy }
 	var l *liveness
 	for i := 0; l == nil; i++ { // the follower tracks it just after applying it
 		if i == 500 {
@@ -180,7 +180,7 @@ func TestClusterExpiryWaitsForRelayedHeartbeats(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	healthy := func(id string) bool { return r.cat.Instances().Get(id).Healthy }
+	healthy := func(id string) bool { return r.Instances().Get(id).Healthy }
 	// Both deadlines (3 x 1 s) pass; the collection is stuck at t0.
 	clk.Advance(5 * time.Second)
 	for range 3 {
@@ -203,37 +203,6 @@ func TestClusterExpiryWaitsForRelayedHeartbeats(t *testing.T) {
 	}
 	if !healthy("beating") {
 		t.Fatal("beating expired at 6 s though a relayed heartbeat at 4 s moved its deadline to 7 s")
-	}
-}
-
-// TestClusterCarriesWhatRestsOnAFailedCondition: in a cluster a write of a
-// batch may fail its condition at commit (another server changed the
-// record), so a later write of the same batch must not be decided on what
-// the earlier one would have done: two DELETEs of an instance another
-// server has just replaced, in one batch. The first conflicts; the second,
-// which found the instance deleted by the first, would have been answered
-// "not found" while it is there. It is carried to the next batch instead,
-// unanswered, to be planned on what this batch committed.
-func TestClusterCarriesWhatRestsOnAFailedCondition(t *testing.T) {
-	ctx := context.Background()
-	r, g := openGatedWith(t, Options{Cluster: &judge{term: 1, moved: make(chan struct{}, 1)}}, testInstance("x", "s", 0))
-	replaceBehind(t, g, "x")
-	first := &request{w: &deregisterWrite{ids: []string{"x"}}, done: make(chan struct{})}
-	second := &request{w: &deregisterWrite{ids: []string{"x"}}, done: make(chan struct{})}
-	// The committer goroutine is idle (nothing queued): this goroutine
-	// plays it for one batch.
-	carried := r.commit(ctx, []*request{first, second})
-	if conflictRevision(first.err) == 0 {
-		t.Fatalf("first DELETE of a replaced instance: %v, want a conflict", first.err)
-	}
-	select {
-	case <-second.done:
-		w := second.w.(*deregisterWrite)
-		t.Fatalf("second DELETE answered (not found %v, err %v) on the first's delete, which failed", w.notFound, second.err)
-	default:
-	}
-	if len(carried) != 1 || carried[0] != second {
-		t.Fatalf("carried %d requests, want the second DELETE", len(carried))
 	}
 }
 

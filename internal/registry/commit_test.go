@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sextant-mesh/sextant/internal/commit"
 	"github.com/sextant-mesh/sextant/internal/instance"
 	"github.com/sextant-mesh/sextant/internal/store"
 	"github.com/sextant-mesh/sextant/internal/store/embedded"
@@ -111,8 +112,8 @@ func TestFailedCommitFailsItsWholeBatch(t *testing.T) {
 			t.Fatalf("a request of the failed batch answered %v", err)
 		}
 	}
-	if r.cat.Instances().Len() != 0 || r.cat.Revision() != 0 {
-		t.Fatalf("failed commits reached the catalog: %d instances at %d", r.cat.Instances().Len(), r.cat.Revision())
+	if r.Instances().Len() != 0 || r.cat.Revision() != 0 {
+		t.Fatalf("failed commits reached the catalog: %d instances at %d", r.Instances().Len(), r.cat.Revision())
 	}
 	st.mu.Lock()
 	st.failing = false
@@ -122,7 +123,7 @@ func TestFailedCommitFailsItsWholeBatch(t *testing.T) {
 		t.Fatalf("%d commits for 21 requests queued together", commits)
 	}
 	rev, err := r.Register(ctx, []*instance.Instance{testInstance("after", "s", 0)})
-	if err != nil || rev != 1 || r.cat.Instances().Get("after") == nil {
+	if err != nil || rev != 1 || r.Instances().Get("after") == nil {
 		t.Fatalf("after the failure: rev %d err %v", rev, err)
 	}
 	var keys []string
@@ -137,9 +138,9 @@ func TestFailedCommitFailsItsWholeBatch(t *testing.T) {
 func waitQueued(t *testing.T, r *Registry, n int) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
-	for len(r.reqs) < n {
+	for r.eng.Queued() < n {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d requests queued, want %d", len(r.reqs), n)
+			t.Fatalf("%d requests queued, want %d", r.eng.Queued(), n)
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -154,18 +155,18 @@ func TestConflictFailsOnlyItsWrite(t *testing.T) {
 	if _, err := r.Register(ctx, []*instance.Instance{testInstance("a", "s", 5)}); err != nil {
 		t.Fatal(err)
 	}
-	stale := r.cat.Instances().Get("a")
+	stale := r.Instances().Get("a")
 	if _, err := r.Register(ctx, []*instance.Instance{testInstance("a", "s2", 5)}); err != nil {
 		t.Fatal(err)
 	}
 	// A health flip planned against the replaced version is skipped by the
 	// planner; one whose condition names a stale revision fails in the store.
 	w := &conditional{rev: stale.Revision}
-	if _, err := r.Submit(ctx, w); !errors.Is(err, store.ErrConflict) {
+	if _, err := r.eng.Submit(ctx, w); !errors.Is(err, store.ErrConflict) {
 		t.Fatalf("stale conditional write: %v, want a conflict", err)
 	}
-	w = &conditional{rev: r.cat.Instances().Get("a").Revision}
-	if rev, err := r.Submit(ctx, w); err != nil || r.cat.Instances().Get("a").Port != 9 || r.cat.Instances().Get("a").Revision != rev {
+	w = &conditional{rev: r.Instances().Get("a").Revision}
+	if rev, err := r.eng.Submit(ctx, w); err != nil || r.Instances().Get("a").Port != 9 || r.Instances().Get("a").Revision != rev {
 		t.Fatalf("current conditional write: rev %d err %v", rev, err)
 	}
 }
@@ -173,7 +174,7 @@ func TestConflictFailsOnlyItsWrite(t *testing.T) {
 // conditional replaces instance a with port 9 if it is still at rev.
 type conditional struct{ rev int64 }
 
-func (w *conditional) Plan(tx *Tx) error {
+func (w *conditional) Plan(tx *commit.Tx) error {
 	v, _ := tx.Get(store.Instances, "a")
 	n := v.(*instance.Instance).Clone()
 	n.Port = 9
@@ -205,7 +206,7 @@ func TestFailedExpiryIsJudgedAgain(t *testing.T) {
 	st.mu.Unlock()
 	clk.Advance(4 * time.Second)
 	r.expireDue(ctx)
-	if !r.cat.Instances().Get("a").Healthy {
+	if !r.Instances().Get("a").Healthy {
 		t.Fatal("a failed commit flipped the instance")
 	}
 	st.mu.Lock()
@@ -213,7 +214,7 @@ func TestFailedExpiryIsJudgedAgain(t *testing.T) {
 	st.mu.Unlock()
 	clk.Advance(time.Second)
 	r.expireDue(ctx)
-	if r.cat.Instances().Get("a").Healthy {
+	if r.Instances().Get("a").Healthy {
 		t.Fatal("the expiry whose commit failed was never judged again")
 	}
 }

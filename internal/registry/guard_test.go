@@ -37,13 +37,13 @@ func TestGuardedWrites(t *testing.T) {
 	if _, err := r.RegisterGuarded(ctx, []*instance.Instance{mk("y", "a"), mk("x", "a")}, onlyA); !errors.Is(err, refused) {
 		t.Fatalf("register over b's instance: %v", err)
 	}
-	if r.Catalog().Instances().Get("y") != nil || r.Catalog().Instances().Get("x").Namespace != "b" {
+	if r.Instances().Get("y") != nil || r.Instances().Get("x").Namespace != "b" {
 		t.Fatal("a refused write was partly applied")
 	}
 	if _, _, err := r.DeregisterGuarded(ctx, []string{"x", "nope"}, onlyA); !errors.Is(err, refused) {
 		t.Fatalf("deregister of b's instance: %v", err)
 	}
-	if r.Catalog().Instances().Get("x") == nil {
+	if r.Instances().Get("x") == nil {
 		t.Fatal("a refused deregister deleted")
 	}
 	if _, err := r.RegisterGuarded(ctx, []*instance.Instance{mk("y", "a")}, onlyA); err != nil {

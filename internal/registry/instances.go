@@ -2,16 +2,15 @@ package registry
 
 import (
 	"context"
-	"fmt"
-	"time"
 
+	"github.com/sextant-mesh/sextant/internal/commit"
 	"github.com/sextant-mesh/sextant/internal/instance"
 	"github.com/sextant-mesh/sextant/internal/store"
 )
 
 // The appliers of the instance kind: register, deregister and health.
 
-func currentInstance(tx *Tx, id string) (*instance.Instance, int64) {
+func currentInstance(tx *commit.Tx, id string) (*instance.Instance, int64) {
 	v, rev := tx.Get(store.Instances, id)
 	if v == nil {
 		return nil, 0
@@ -35,7 +34,7 @@ type registerWrite struct {
 
 func (w *registerWrite) records() int { return len(w.instances) }
 
-func (w *registerWrite) Plan(tx *Tx) error {
+func (w *registerWrite) Plan(tx *commit.Tx) error {
 	now := tx.Now()
 	var unchanged int64
 	tx.Reserve(len(w.instances))
@@ -51,13 +50,13 @@ func (w *registerWrite) Plan(tx *Tx) error {
 	var same []*instance.Instance // unchanged from a version not applied yet
 	for _, in := range w.instances {
 		cur, rev := currentInstance(tx, in.ID)
-		// A Pending version counts on a single server only: it is
+		// A commit.Pending version counts on a single server only: it is
 		// committed, or commits with this batch. In a cluster it may be an
 		// earlier write of this batch whose condition fails.
-		if cur != nil && (rev != Pending || w.r.cluster == nil) && cur.Healthy && cur.SameSpec(in) {
+		if cur != nil && (rev != commit.Pending || w.r.cluster == nil) && cur.Healthy && cur.SameSpec(in) {
 			// Unchanged: counts as a heartbeat, wakes no one.
 			w.r.heartbeat(cur, now)
-			if rev == Pending {
+			if rev == commit.Pending {
 				same = append(same, cur) // its revision is set when applied
 			} else {
 				unchanged = max(unchanged, cur.Revision)
@@ -79,7 +78,7 @@ func (w *registerWrite) Plan(tx *Tx) error {
 	}
 	tx.Answer(unchanged)
 	if len(same) > 0 {
-		inst := w.r.cat.Instances()
+		inst := w.r.table
 		tx.AnswerLater(func() int64 {
 			var last int64
 			for _, in := range same {
@@ -107,7 +106,7 @@ type deregisterWrite struct {
 	guard    Guard
 }
 
-func (w *deregisterWrite) Plan(tx *Tx) error {
+func (w *deregisterWrite) Plan(tx *commit.Tx) error {
 	w.notFound = w.notFound[:0]
 	tx.Reserve(len(w.ids))
 	for _, id := range w.ids {
@@ -123,7 +122,7 @@ func (w *deregisterWrite) Plan(tx *Tx) error {
 				return err
 			}
 		}
-		if tx.r.cluster != nil {
+		if tx.Shared() {
 			// Another server may have deleted it since this catalog saw it.
 			tx.DeleteIf(store.Instances, id, rev)
 		} else {
@@ -147,7 +146,7 @@ type healthWrite struct {
 	flips []flip
 }
 
-func (w *healthWrite) Plan(tx *Tx) error {
+func (w *healthWrite) Plan(tx *commit.Tx) error {
 	now := tx.Now().UnixNano()
 	for _, f := range w.flips {
 		cur, rev := currentInstance(tx, f.inst.ID)
@@ -184,7 +183,7 @@ func (r *Registry) RegisterGuarded(ctx context.Context, instances []*instance.In
 	// An upsert in a cluster is not conditional: a server whose catalog
 	// trails may take an identical re-register for a change and write it
 	// again (docs/cluster.md says why).
-	return r.Submit(ctx, &registerWrite{r: r, instances: instances, guard: guard})
+	return r.submit(ctx, &registerWrite{r: r, instances: instances, guard: guard})
 }
 
 // Deregister deletes the instances with ids atomically and durably, and
@@ -200,7 +199,7 @@ func (r *Registry) DeregisterGuarded(ctx context.Context, ids []string, guard Gu
 		return 0, nil, err
 	}
 	w := &deregisterWrite{ids: ids, guard: guard}
-	rev, err := r.SubmitChecked(ctx, w)
+	rev, err := r.eng.SubmitChecked(ctx, w)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -215,7 +214,7 @@ func (r *Registry) Heartbeat(ctx context.Context, ids []string) ([]string, error
 		return nil, err
 	}
 	now := r.opts.Now()
-	inst := r.cat.Instances()
+	inst := r.table
 	var notFound []string
 	var revive []flip
 	for _, id := range ids {
@@ -237,53 +236,20 @@ func (r *Registry) Heartbeat(ctx context.Context, ids []string) ([]string, error
 	return notFound, nil
 }
 
-// maxReplans bounds how often a write that lost a race with another
-// server is planned again. Each lost race is another server's commit, so
-// a write is planned again at most about as often as there are writers
-// racing it; past the bound it fails with the conflict (HTTP 409).
-const maxReplans = 16
-
-// SubmitChecked is Submit for writes decided on state other servers may
-// change. In a cluster, a write whose condition failed (another server
-// changed a record since this catalog saw it) is planned again once the
-// catalog has caught up with the store, so it is decided on what is
-// stored: a delete of what another server deleted is "not found", a
-// placement onto a node another server filled meanwhile goes elsewhere.
-func (r *Registry) SubmitChecked(ctx context.Context, w Write) (int64, error) {
-	for attempt := 0; ; attempt++ {
-		rev, err := r.Submit(ctx, w)
-		if r.cluster == nil || conflictRevision(err) == 0 {
-			return rev, err
-		}
-		if attempt == maxReplans {
-			// Nothing of it was written: unavailable (503, retry), not a
-			// conflict the caller did not ask for.
-			return 0, fmt.Errorf("%w: still losing races to other servers after %d tries: %v", store.ErrUnavailable, maxReplans+1, err)
-		}
-		// The submitter's own goroutine waits: as long as its caller lets
-		// it, within a bound.
-		if _, cerr := r.catchUp(ctx, 30*time.Second); cerr != nil {
-			// Nothing of it was written, and it cannot be decided again
-			// now: unavailable (503, retry), not the conflict (409).
-			return 0, fmt.Errorf("%w: %w (after %v)", store.ErrUnavailable, cerr, err)
-		}
-	}
-}
-
 // revive turns instances healthy again. In a cluster another server may
 // have changed one of them first (the catalog was behind): then it waits
 // until the catalog has that change and judges again, a few times.
 func (r *Registry) revive(ctx context.Context, flips []flip) error {
 	for attempt := 0; ; attempt++ {
-		_, err := r.Submit(ctx, &healthWrite{r: r, flips: flips})
-		have := conflictRevision(err)
+		_, err := r.submit(ctx, &healthWrite{r: r, flips: flips})
+		have := commit.ConflictRevision(err)
 		if err == nil || r.cluster == nil || have == 0 || attempt == 3 {
 			return err
 		}
-		if err := r.waitApplied(ctx, have); err != nil {
+		if err := r.eng.WaitApplied(ctx, have); err != nil {
 			return err
 		}
-		inst := r.cat.Instances()
+		inst := r.table
 		old := flips
 		flips = nil
 		for _, f := range old {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sextant-mesh/sextant/internal/commit"
 	"github.com/sextant-mesh/sextant/internal/instance"
 	"github.com/sextant-mesh/sextant/internal/label"
 	"github.com/sextant-mesh/sextant/internal/store"
@@ -70,7 +71,7 @@ func TestPipelinedWrites(t *testing.T) {
 					}
 					for _, id := range gone {
 						delete(m, id)
-						if r.cat.Instances().Get(id) != nil {
+						if r.Instances().Get(id) != nil {
 							t.Errorf("%s still in the catalog after its deregister was answered", id)
 							return
 						}
@@ -85,7 +86,7 @@ func TestPipelinedWrites(t *testing.T) {
 					return
 				}
 				for _, in := range batch {
-					got := r.cat.Instances().Get(in.ID)
+					got := r.Instances().Get(in.ID)
 					if got == nil || got.Port != in.Port || got.Revision > rev {
 						t.Errorf("%s after its register (revision %d) was answered: %+v", in.ID, rev, got)
 						return
@@ -106,7 +107,7 @@ func TestPipelinedWrites(t *testing.T) {
 	for _, m := range models {
 		live += len(m)
 	}
-	if got := r.cat.Instances().Len(); got != live {
+	if got := r.Instances().Len(); got != live {
 		t.Errorf("catalog holds %d instances, want %d", got, live)
 	}
 	closeAll()
@@ -119,14 +120,14 @@ func TestPipelinedWrites(t *testing.T) {
 	for _, m := range models {
 		for id, w := range m {
 			n++
-			got := r.cat.Instances().Get(id)
+			got := r.Instances().Get(id)
 			if got == nil || got.Port != w.port || got.CreatedAt.UnixNano() != w.created {
 				t.Fatalf("after restart %s = %+v, want port %d created %d", id, got, w.port, w.created)
 			}
 		}
 	}
-	if r.cat.Instances().Len() != n {
-		t.Fatalf("after restart %d instances, want %d", r.cat.Instances().Len(), n)
+	if r.Instances().Len() != n {
+		t.Fatalf("after restart %d instances, want %d", r.Instances().Len(), n)
 	}
 }
 
@@ -257,15 +258,15 @@ func TestPlanSeesCommittedUnappliedWrites(t *testing.T) {
 	b2.Port = 81
 	go func() { _, err := r.Register(ctx, []*instance.Instance{b2}); answered <- err }()
 	committed("the second register")
-	if r.cat.Instances().Get("a") != nil || r.cat.Instances().Len() != 0 {
+	if r.Instances().Get("a") != nil || r.Instances().Len() != 0 {
 		t.Fatal("the follower applied while held: the test no longer holds commits in flight")
 	}
 	close(g.gate)
 	awaitAnswers(t, answered, 3)
-	if len(notFound) != 0 || r.cat.Instances().Get("a") != nil {
-		t.Fatalf("deregister planned against an unapplied register: not found %v, a = %+v", notFound, r.cat.Instances().Get("a"))
+	if len(notFound) != 0 || r.Instances().Get("a") != nil {
+		t.Fatalf("deregister planned against an unapplied register: not found %v, a = %+v", notFound, r.Instances().Get("a"))
 	}
-	b := r.cat.Instances().Get("b")
+	b := r.Instances().Get("b")
 	if b == nil || b.Port != 81 || !b.CreatedAt.Equal(created) {
 		t.Fatalf("b = %+v, want port 81 and CreatedAt %v (from the unapplied first register)", b, created)
 	}
@@ -306,9 +307,9 @@ func TestFullPipelineGroupsQueuedWrites(t *testing.T) {
 		register(fmt.Sprintf("queued-%d", i))
 	}
 	sent += 20
-	for deadline := time.Now().Add(10 * time.Second); len(r.reqs) < 21; {
+	for deadline := time.Now().Add(10 * time.Second); r.eng.Queued() < 21; {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d requests queued, want 21", len(r.reqs))
+			t.Fatalf("%d requests queued, want 21", r.eng.Queued())
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -317,7 +318,7 @@ func TestFullPipelineGroupsQueuedWrites(t *testing.T) {
 	if late := len(g.committed); late != 1 {
 		t.Fatalf("the 21 queued writes took %d commits, want 1", late)
 	}
-	if n := r.cat.Instances().Len(); n != sent {
+	if n := r.Instances().Len(); n != sent {
 		t.Fatalf("%d instances, want %d", n, sent)
 	}
 }
@@ -447,7 +448,7 @@ func TestEncodingChunksReusedAfterApply(t *testing.T) {
 	for w := range 4 {
 		for i := range 50 {
 			id := fmt.Sprintf("w%d-%d", w, i)
-			if got := r.cat.Instances().Get(id); got == nil || got.Port != 40 {
+			if got := r.Instances().Get(id); got == nil || got.Port != 40 {
 				t.Fatalf("after restart %s = %+v, want port 40", id, got)
 			}
 		}
@@ -478,7 +479,7 @@ func storeWith(t *testing.T, instances ...*instance.Instance) *embedded.Store {
 }
 
 // openOn opens a registry on st, closed when the test ends.
-func openOn(t *testing.T, st Store, opts Options) *Registry {
+func openOn(t *testing.T, st commit.Store, opts Options) *Registry {
 	t.Helper()
 	r, err := Open(st, opts)
 	if err != nil {
@@ -496,12 +497,12 @@ func openGatedWith(t *testing.T, opts Options, instances ...*instance.Instance) 
 	return openOn(t, g, opts), g
 }
 
-// idleHandOffs has r's committer report each batch that wrote nothing
-// and was handed to the answerer behind batches in flight. Call it before
-// the first write.
-func idleHandOffs(r *Registry) <-chan struct{} {
+// idleHandOffs has the committer of a registry opened with opts report
+// each batch that wrote nothing and was handed to the answerer behind
+// batches in flight.
+func idleHandOffs(opts *Options) <-chan struct{} {
 	ch := make(chan struct{}, 16)
-	r.idleHanded = func() { ch <- struct{}{} }
+	opts.Engine.IdleHanded = func() { ch <- struct{}{} }
 	return ch
 }
 
@@ -527,8 +528,9 @@ func handedOrAnswered(t *testing.T, handed <-chan struct{}, answered <-chan erro
 // after a crash.
 func TestNotFoundWaitsForTheDeleteInFlight(t *testing.T) {
 	ctx := context.Background()
-	r, g := openGatedWith(t, Options{}, testInstance("x", "s", 0))
-	handed := idleHandOffs(r)
+	var opts Options
+	handed := idleHandOffs(&opts)
+	r, g := openGatedWith(t, opts, testInstance("x", "s", 0))
 	first := make(chan error, 1)
 	go func() { _, _, err := r.Deregister(ctx, []string{"x"}); first <- err }()
 	<-g.committed
@@ -542,7 +544,7 @@ func TestNotFoundWaitsForTheDeleteInFlight(t *testing.T) {
 	handedOrAnswered(t, handed, second, "the second deregister")
 	close(g.gate)
 	awaitAnswers(t, second, 1)
-	if r.cat.Instances().Get("x") != nil {
+	if r.Instances().Get("x") != nil {
 		t.Fatal("x still in the catalog when the second deregister was answered not found")
 	}
 	if len(notFound) != 1 {
@@ -556,8 +558,9 @@ func TestNotFoundWaitsForTheDeleteInFlight(t *testing.T) {
 // answers the first one's revision.
 func TestUnchangedOverInFlightRegister(t *testing.T) {
 	ctx := context.Background()
-	r, g := openGatedWith(t, Options{}, testInstance("other", "s", 0))
-	handed := idleHandOffs(r)
+	var opts Options
+	handed := idleHandOffs(&opts)
+	r, g := openGatedWith(t, opts, testInstance("other", "s", 0))
 	type answer struct {
 		rev int64
 		err error
@@ -583,7 +586,7 @@ func TestUnchangedOverInFlightRegister(t *testing.T) {
 	if len(g.committed) != 0 {
 		t.Fatalf("the identical register was committed again (%d more commits)", len(g.committed))
 	}
-	if y := r.cat.Instances().Get("y"); a1.rev == 0 || a2.rev != a1.rev || y == nil || y.Revision != a1.rev {
+	if y := r.Instances().Get("y"); a1.rev == 0 || a2.rev != a1.rev || y == nil || y.Revision != a1.rev {
 		t.Fatalf("first register at %d, the identical one answered %d, y = %+v: want both at y's revision", a1.rev, a2.rev, y)
 	}
 }
@@ -610,8 +613,9 @@ func (s *syncFailStore) CommitAsync(txns []store.Txn, sync bool) ([]store.Result
 func TestNotFoundFailsWithTheDeleteItRestsOn(t *testing.T) {
 	ctx := context.Background()
 	s := &syncFailStore{Store: storeWith(t, testInstance("x", "s", 0)), committed: make(chan struct{}, 8), release: make(chan struct{})}
-	r := openOn(t, s, Options{})
-	handed := idleHandOffs(r)
+	var opts Options
+	handed := idleHandOffs(&opts)
+	r := openOn(t, s, opts)
 	release := sync.OnceFunc(func() { close(s.release) })
 	t.Cleanup(release) // before r closes, also when the test fails early
 	first, second := make(chan error, 1), make(chan error, 1)

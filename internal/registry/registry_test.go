@@ -10,6 +10,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/sextant-mesh/sextant/internal/commit"
 	"github.com/sextant-mesh/sextant/internal/instance"
 	"github.com/sextant-mesh/sextant/internal/label"
 	"github.com/sextant-mesh/sextant/internal/naming"
@@ -61,7 +62,7 @@ func TestTTLHealth(t *testing.T) {
 	if _, err := r.Register(ctx, []*instance.Instance{testInstance("a", "s", 5), testInstance("b", "s", 5), testInstance("c", "s", 0)}); err != nil {
 		t.Fatal(err)
 	}
-	healthy := func(id string) bool { return r.cat.Instances().Get(id).Healthy }
+	healthy := func(id string) bool { return r.Instances().Get(id).Healthy }
 
 	clk.Advance(14 * time.Second) // under 3 x 5s
 	r.expireDue(ctx)
@@ -77,10 +78,10 @@ func TestTTLHealth(t *testing.T) {
 	if !healthy("a") || healthy("b") || !healthy("c") {
 		t.Fatalf("after 16s: a=%v b=%v c=%v, want true false true", healthy("a"), healthy("b"), healthy("c"))
 	}
-	if r.cat.Revision() != rev+1 || r.cat.Instances().Get("b").Revision != rev+1 {
-		t.Fatalf("expiry must take a new revision: catalog %d, b %d, before %d", r.cat.Revision(), r.cat.Instances().Get("b").Revision, rev)
+	if r.cat.Revision() != rev+1 || r.Instances().Get("b").Revision != rev+1 {
+		t.Fatalf("expiry must take a new revision: catalog %d, b %d, before %d", r.cat.Revision(), r.Instances().Get("b").Revision, rev)
 	}
-	if got := r.cat.Instances().Service(naming.ServiceKey{Namespace: "default", Name: "s"}).HealthyLen(); got != 2 {
+	if got := r.Instances().Lookup(naming.ServiceKey{Namespace: "default", Name: "s"}).ReadyLen(); got != 2 {
 		t.Fatalf("healthy count %d, want 2", got)
 	}
 	// Expiring again changes nothing.
@@ -128,33 +129,33 @@ func TestRestartGrace(t *testing.T) {
 	}
 	clk.Advance(10 * time.Second)
 	r.expireDue(ctx)
-	if r.cat.Instances().Get("a").Healthy {
+	if r.Instances().Get("a").Healthy {
 		t.Fatal("a should be unhealthy before the restart")
 	}
-	before := r.cat.Instances().Get("a")
+	before := r.Instances().Get("a")
 	closeAll()
 
 	clk.Advance(time.Hour)
 	r, closeAll = open(t, dir, clk.Now)
 	defer closeAll()
-	a := r.cat.Instances().Get("a")
-	if a == nil || !a.Healthy || r.cat.Instances().Get("b") != nil {
-		t.Fatalf("after restart: a=%+v b=%v", a, r.cat.Instances().Get("b"))
+	a := r.Instances().Get("a")
+	if a == nil || !a.Healthy || r.Instances().Get("b") != nil {
+		t.Fatalf("after restart: a=%+v b=%v", a, r.Instances().Get("b"))
 	}
 	if !a.CreatedAt.Equal(before.CreatedAt) || a.Host != before.Host || !a.Metadata.Equal(label.FromMap(map[string]string{"zone": "z1"})) {
 		t.Fatalf("a changed across restart: %+v vs %+v", a, before)
 	}
-	if got := r.cat.Instances().Service(a.Key()).Revision; got < r.cat.Revision() {
+	if got := r.Instances().Lookup(a.Key()).Revision; got < r.cat.Revision() {
 		t.Fatalf("service revision %d after restart, want the store revision %d so old watchers wake", got, r.cat.Revision())
 	}
 	clk.Advance(2900 * time.Millisecond) // inside the 3 x 1s grace
 	r.expireDue(ctx)
-	if !r.cat.Instances().Get("a").Healthy {
+	if !r.Instances().Get("a").Healthy {
 		t.Fatal("expired inside the grace period")
 	}
 	clk.Advance(200 * time.Millisecond)
 	r.expireDue(ctx)
-	if r.cat.Instances().Get("a").Healthy {
+	if r.Instances().Get("a").Healthy {
 		t.Fatal("not expired after the grace period")
 	}
 }
@@ -186,19 +187,19 @@ func TestGroupCommit(t *testing.T) {
 			t.Fatalf("request %d got revision %d (duplicate or out of 1..%d)", i, rev, n)
 		}
 		seen[rev] = true
-		if got := r.cat.Instances().Get(fmt.Sprintf("i%d", i)); got == nil || got.Revision != rev {
+		if got := r.Instances().Get(fmt.Sprintf("i%d", i)); got == nil || got.Revision != rev {
 			t.Fatalf("instance i%d carries %v, want revision %d", i, got, rev)
 		}
 	}
-	if r.cat.Revision() != n || r.cat.Instances().Len() != n {
-		t.Fatalf("catalog revision %d, %d instances; want %d", r.cat.Revision(), r.cat.Instances().Len(), n)
+	if r.cat.Revision() != n || r.Instances().Len() != n {
+		t.Fatalf("catalog revision %d, %d instances; want %d", r.cat.Revision(), r.Instances().Len(), n)
 	}
 }
 
 func TestClosedRegistry(t *testing.T) {
 	r, closeAll := open(t, t.TempDir(), nil)
 	closeAll()
-	if _, err := r.Register(context.Background(), []*instance.Instance{testInstance("a", "s", 0)}); err != ErrClosed {
-		t.Fatalf("register after close: %v, want ErrClosed", err)
+	if _, err := r.Register(context.Background(), []*instance.Instance{testInstance("a", "s", 0)}); err != commit.ErrClosed {
+		t.Fatalf("register after close: %v, want commit.ErrClosed", err)
 	}
 }

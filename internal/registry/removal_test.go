@@ -28,9 +28,9 @@ func openWith(t *testing.T, dir string, opts Options) (*Registry, func()) {
 func settled(t *testing.T, r *Registry) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
-	for r.tracked.Load() < r.cat.Revision() {
+	for r.eng.Tracked() < r.cat.Revision() {
 		if time.Now().After(deadline) {
-			t.Fatalf("follower stuck at %d, catalog at %d", r.tracked.Load(), r.cat.Revision())
+			t.Fatalf("follower stuck at %d, catalog at %d", r.eng.Tracked(), r.cat.Revision())
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -42,7 +42,7 @@ func settled(t *testing.T, r *Registry) {
 func gone(t *testing.T, r *Registry, id string) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
-	for r.cat.Instances().Get(id) != nil {
+	for r.Instances().Get(id) != nil {
 		if time.Now().After(deadline) {
 			t.Fatalf("%s not removed", id)
 		}
@@ -68,7 +68,7 @@ func TestRemovalDelay(t *testing.T) {
 	if _, err := r.Register(ctx, []*instance.Instance{withDelay("a"), testInstance("b", "s", 5), withDelay("c"), testInstance("d", "s", 0)}); err != nil {
 		t.Fatal(err)
 	}
-	get := func(id string) *instance.Instance { return r.cat.Instances().Get(id) }
+	get := func(id string) *instance.Instance { return r.Instances().Get(id) }
 
 	clk.Advance(16 * time.Second) // past 3 x 5s: all unhealthy since 15s
 	settled(t, r)
@@ -92,7 +92,7 @@ func TestRemovalDelay(t *testing.T) {
 		t.Fatal("the removal took no revision")
 	}
 	changes, _, _, err := r.cat.Changes(rev, 100)
-	if err != nil || len(changes) == 0 || changes[len(changes)-1].ID != "a" || changes[len(changes)-1].Instance() != nil {
+	if err != nil || len(changes) == 0 || changes[len(changes)-1].ID != "a" || changes[len(changes)-1].Value != nil {
 		t.Fatalf("change feed after %d: %+v %v", rev, changes, err)
 	}
 	if c := get("c"); c == nil || !c.Healthy {
@@ -147,7 +147,7 @@ func TestClusterRemovalByJudge(t *testing.T) {
 	if _, err := r.Register(ctx, []*instance.Instance{in}); err != nil {
 		t.Fatal(err)
 	}
-	get := func() *instance.Instance { return r.cat.Instances().Get("a") }
+	get := func() *instance.Instance { return r.Instances().Get("a") }
 	clk.Advance(4 * time.Second) // unhealthy since 3s
 	for i := 0; get().Healthy; i++ {
 		if i == 500 {

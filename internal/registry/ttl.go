@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sextant-mesh/sextant/internal/commit"
 	"github.com/sextant-mesh/sextant/internal/instance"
 	"github.com/sextant-mesh/sextant/internal/store"
 )
@@ -49,7 +50,7 @@ func (r *Registry) track(changes []store.Change) {
 			if in, ok := op.Object.(*instance.Instance); ok && op.Absent && in.TTLSeconds == 0 {
 				continue // new, without a TTL: it has no liveness to make or drop
 			}
-			in := r.cat.Instances().Get(op.Key)
+			in := r.table.Get(op.Key)
 			if in == nil || in.Revision != sc.Revision {
 				if in == nil {
 					r.live.Delete(op.Key)
@@ -116,8 +117,8 @@ func (r *Registry) armAll() {
 	now := r.opts.Now()
 	r.live.Clear()
 	r.ttl.reset()
-	for _, svc := range r.cat.Instances().Snapshot().Services("") {
-		for _, in := range svc.Instances() {
+	for _, svc := range r.table.Snapshot().Groups("") {
+		for _, in := range svc.Items() {
 			r.trackInstance(in, now)
 		}
 	}
@@ -249,7 +250,7 @@ func (r *Registry) expireDue(ctx context.Context) int64 {
 		if v, ok := r.live.Load(e.id); !ok || v.(*liveness) != e.live {
 			continue // deleted, or no TTL any more
 		}
-		in := r.cat.Instances().Get(e.id)
+		in := r.table.Get(e.id)
 		if in == nil || in.TTLSeconds == 0 {
 			continue
 		}
@@ -300,7 +301,7 @@ func (r *Registry) expireDue(ctx context.Context) int64 {
 		removals = append(removals, in)
 	}
 	if len(removals) > 0 {
-		if _, err := r.Submit(ctx, &removeWrite{r: r, instances: removals}); err != nil && ctx.Err() == nil {
+		if _, err := r.submit(ctx, &removeWrite{r: r, instances: removals}); err != nil && ctx.Err() == nil {
 			r.log.Info("removal of expired instances not committed; judging again", "instances", len(removals), "err", err)
 			next = r.judgeAgain(removals, next)
 		} else if err == nil {
@@ -308,7 +309,7 @@ func (r *Registry) expireDue(ctx context.Context) int64 {
 		}
 	}
 	if len(flips) > 0 {
-		if _, err := r.Submit(ctx, &healthWrite{r: r, flips: flips}); err != nil && ctx.Err() == nil {
+		if _, err := r.submit(ctx, &healthWrite{r: r, flips: flips}); err != nil && ctx.Err() == nil {
 			// A failed commit, another server changing one of them first,
 			// or the store away: judge them again shortly, on a newer
 			// catalog, never drop them (they left the heap when due).
@@ -351,7 +352,7 @@ type removeWrite struct {
 	instances []*instance.Instance
 }
 
-func (w *removeWrite) Plan(tx *Tx) error {
+func (w *removeWrite) Plan(tx *commit.Tx) error {
 	now := tx.Now().UnixNano()
 	for _, in := range w.instances {
 		cur, rev := currentInstance(tx, in.ID)

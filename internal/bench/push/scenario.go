@@ -15,9 +15,9 @@ import (
 	networking "istio.io/api/networking/v1"
 
 	"github.com/sextant-mesh/sextant/internal/config"
+	"github.com/sextant-mesh/sextant/internal/instance"
 	"github.com/sextant-mesh/sextant/internal/label"
 	"github.com/sextant-mesh/sextant/internal/naming"
-	engine "github.com/sextant-mesh/sextant/internal/push"
 	"github.com/sextant-mesh/sextant/internal/push/pushtest"
 	"github.com/sextant-mesh/sextant/internal/xds"
 )
@@ -71,9 +71,9 @@ func virtualService(i, gen int) *config.Object {
 
 // instance j of the scenario: service j mod services, its color cycling
 // with j / services, a distinct loopback-free private address.
-func instance(j, services int) engine.Instance {
+func newInstance(j, services int) *instance.Instance {
 	svc := j % services
-	return engine.Instance{
+	return &instance.Instance{
 		ID: fmt.Sprintf("i-%06d", j), Namespace: "default", Service: serviceName(svc),
 		Host: fmt.Sprintf("10.%d.%d.%d", j>>16&255, j>>8&255, j&255), Port: 8080, Weight: 100, Healthy: true,
 		Metadata: label.FromMap(map[string]string{"color": colors[(j/services)%len(colors)], "zone": fmt.Sprintf("z%d", j%3)}),
@@ -91,9 +91,9 @@ func Load(reg *pushtest.Registry, services, endpoints int) error {
 			reg.ApplyConfig(o)
 		}
 	}
-	batch := make([]engine.Instance, 0, 1000)
+	batch := make([]*instance.Instance, 0, 1000)
 	for j := range endpoints {
-		batch = append(batch, instance(j, services))
+		batch = append(batch, newInstance(j, services))
 		if len(batch) == cap(batch) || j == endpoints-1 {
 			reg.Upsert(batch...)
 			batch = batch[:0]
@@ -136,7 +136,7 @@ func (c *churner) endpointChange(commit func(name string, f func())) {
 		c.down[j] = true
 		c.downList = append(c.downList, j)
 	}
-	in := instance(j, c.services)
+	in := newInstance(j, c.services)
 	color, _ := in.Metadata.Get("color")
 	commit(xds.ClusterName(serviceKey(j%c.services), color, 0), func() {
 		if up {

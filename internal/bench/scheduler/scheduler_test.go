@@ -8,6 +8,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/sextant-mesh/sextant/internal/commit"
 	"github.com/sextant-mesh/sextant/internal/placement"
 	"github.com/sextant-mesh/sextant/internal/registry"
 	"github.com/sextant-mesh/sextant/internal/store/embedded"
@@ -109,7 +110,7 @@ func BenchmarkRegistryOpen(b *testing.B) {
 		}
 		s := placement.New(placement.Config{Workers: runtime.GOMAXPROCS(0)})
 		t0 := time.Now()
-		reg, err := registry.Open(st, registry.Options{Tables: s.Tables()})
+		reg, err := registry.Open(st, registry.Options{Engine: commit.Options{Tables: s.Tables()}})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -17,6 +17,7 @@ import (
 	"testing"
 
 	"github.com/sextant-mesh/sextant/internal/acl"
+	"github.com/sextant-mesh/sextant/internal/commit"
 	"github.com/sextant-mesh/sextant/internal/config"
 	"github.com/sextant-mesh/sextant/internal/httpapi"
 	"github.com/sextant-mesh/sextant/internal/placement"
@@ -72,7 +73,7 @@ func StartWith(t testing.TB, opts Options) *Server {
 	tables[store.Config] = cfg
 	sched := placement.New(placement.Config{})
 	maps.Copy(tables, sched.Tables())
-	reg, err := registry.Open(st, registry.Options{Tables: tables})
+	reg, err := registry.Open(st, registry.Options{Engine: commit.Options{Tables: tables}})
 	if err != nil {
 		st.Close()
 		t.Fatal(err)
@@ -159,7 +160,7 @@ func (s *Stack) Start() error {
 		return err
 	}
 	sched := placement.New(placement.Config{})
-	reg, err := registry.Open(st, registry.Options{Tables: sched.Tables()})
+	reg, err := registry.Open(st, registry.Options{Engine: commit.Options{Tables: sched.Tables()}})
 	if err != nil {
 		st.Close()
 		return err

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sextant-mesh/sextant/internal/config"
+	"github.com/sextant-mesh/sextant/internal/instance"
 	"github.com/sextant-mesh/sextant/internal/label"
 	"github.com/sextant-mesh/sextant/internal/naming"
 	"github.com/sextant-mesh/sextant/internal/push"
@@ -22,7 +23,7 @@ import (
 type Registry struct {
 	mu       sync.RWMutex
 	rev      int64
-	services map[naming.ServiceKey]map[string]*push.Instance
+	services map[naming.ServiceKey]map[string]*instance.Instance
 	configs  map[config.Key]*config.Object
 	log      []push.Change // changes after logStart
 	logStart int64         // revision before log[0]
@@ -37,7 +38,7 @@ func New(logSize int) *Registry {
 		logSize = 1 << 16
 	}
 	return &Registry{
-		services: map[naming.ServiceKey]map[string]*push.Instance{},
+		services: map[naming.ServiceKey]map[string]*instance.Instance{},
 		configs:  map[config.Key]*config.Object{},
 		logSize:  logSize, changed: make(chan struct{}),
 	}
@@ -63,19 +64,19 @@ func (r *Registry) commit(ch push.Change) int64 {
 
 // Upsert registers or replaces instances, one revision each, and returns
 // the last revision.
-func (r *Registry) Upsert(ins ...push.Instance) int64 {
+func (r *Registry) Upsert(ins ...*instance.Instance) int64 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, in := range ins {
 		k := naming.ServiceKey{Namespace: in.Namespace, Name: in.Service}
 		m := r.services[k]
 		if m == nil {
-			m = map[string]*push.Instance{}
+			m = map[string]*instance.Instance{}
 			r.services[k] = m
 		}
-		c := in
-		m[in.ID] = &c
-		r.commit(push.Change{Op: push.InstanceUpsert, Service: k, ID: in.ID, Instance: &c})
+		c := in.Clone() // fresh: an instance's cached labels are its own
+		m[in.ID] = c
+		r.commit(push.Change{Op: push.InstanceUpsert, Service: k, ID: in.ID})
 	}
 	return r.rev
 }
@@ -142,11 +143,11 @@ func (r *Registry) Follow(_ context.Context, since int64) (push.Changes, error) 
 }
 
 // Instances implements push.Source.
-func (r *Registry) Instances(svc naming.ServiceKey, sel label.Selector, fn func(*push.Instance)) {
+func (r *Registry) Instances(svc naming.ServiceKey, sel label.Selector, fn func(*instance.Instance)) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	for _, in := range r.services[svc] {
-		if len(sel) == 0 || sel.Matches(in.Metadata) {
+		if len(sel) == 0 || sel.Matches(in.Labels()) {
 			fn(in)
 		}
 	}

@@ -1,4 +1,4 @@
-package registry
+package commit
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 )
 
 // Write is one write request of any kind. Each kind has its appliers: Write
-// implementations that turn a request into store ops (instances.go here;
+// implementations that turn a request into store ops (the instance kind's in internal/registry;
 // other kinds in their own files or packages). A new kind adds a Write, not
 // a branch in the committer.
 type Write interface {
@@ -36,18 +36,18 @@ type Finisher interface {
 // commitLoop owns the write path. It takes every request queued while the
 // previous commit ran and writes them as one durable commit: no timer holds
 // a lone request back, and concurrent requests share one fsync.
-func (r *Registry) commitLoop(ctx context.Context) {
-	batch := make([]*request, 0, r.opts.MaxCommit)
+func (e *Engine) commitLoop(ctx context.Context) {
+	batch := make([]*request, 0, e.opts.MaxCommit)
 	var carried []*request
 	for {
 		// Requests carried from the last batch go first, and need no wait.
 		batch = append(batch[:0], carried...)
 		if len(batch) == 0 {
 			select {
-			case req := <-r.reqs:
+			case req := <-e.reqs:
 				batch = append(batch, req)
 			case <-ctx.Done():
-				r.failQueued()
+				e.failQueued()
 				return
 			}
 		} else if ctx.Err() != nil {
@@ -55,27 +55,27 @@ func (r *Registry) commitLoop(ctx context.Context) {
 				req.err = ErrClosed
 				close(req.done)
 			}
-			r.failQueued()
+			e.failQueued()
 			return
 		}
 	drain:
-		for len(batch) < r.opts.MaxCommit {
+		for len(batch) < e.opts.MaxCommit {
 			select {
-			case req := <-r.reqs:
+			case req := <-e.reqs:
 				batch = append(batch, req)
 			default:
 				break drain
 			}
 		}
-		carried = r.commit(ctx, batch)
+		carried = e.commit(ctx, batch)
 	}
 }
 
-func (r *Registry) failQueued() {
-	close(r.stopped)
+func (e *Engine) failQueued() {
+	close(e.stopped)
 	for {
 		select {
-		case req := <-r.reqs:
+		case req := <-e.reqs:
 			req.err = ErrClosed
 			close(req.done)
 		default:
@@ -89,30 +89,30 @@ func (r *Registry) failQueued() {
 // answers. A failed commit fails every request of the batch, and nothing of
 // it reaches the catalog. It returns the requests carried to the next
 // batch, unanswered (see plan).
-func (r *Registry) commit(ctx context.Context, batch []*request) (carried []*request) {
+func (e *Engine) commit(ctx context.Context, batch []*request) (carried []*request) {
 	handed := false
 	planned := batch // every request, carried ones included, for finish
 	defer func() {
-		r.commitSize.Observe(float64(len(batch)))
+		e.commitSize.Observe(float64(len(batch)))
 		if !handed {
 			for _, req := range batch {
 				close(req.done)
 			}
 		}
 	}()
-	r.pruneInFlight()
-	tx := newTx(r, r.opts.Now())
+	e.pruneInFlight()
+	tx := newTx(e, e.opts.Now())
 	tx.inflight = true
 	if n := batchRecords(batch); n > bigBatch {
 		// Sized once (grown step by step they were rehashed and copied ~10
 		// times), or taken from a batch the catalog holds.
-		if tx.over = r.spare.view(); tx.over == nil {
+		if tx.over = e.spare.view(); tx.over == nil {
 			tx.over = make(map[recKey]pending, n)
 		}
-		if tx.undo = r.spare.undoFor(n); tx.undo == nil {
+		if tx.undo = e.spare.undoFor(n); tx.undo == nil {
 			tx.undo = make([]undoEntry, 0, n)
 		}
-		defer func() { r.spare.keepUndo(tx.undo) }()
+		defer func() { e.spare.keepUndo(tx.undo) }()
 	}
 	var (
 		txns   []store.Txn
@@ -150,7 +150,7 @@ func (r *Registry) commit(ctx context.Context, batch []*request) (carried []*req
 	for _, req := range batch {
 		plan(req)
 	}
-	if r.cluster != nil && len(idle) > 0 {
+	if e.shared && len(idle) > 0 {
 		// Another server may have changed what these decided on (an
 		// instance deregistered there, re-registered here unchanged): plan
 		// them again once the catalog has every commit up to now.
@@ -162,7 +162,7 @@ func (r *Registry) commit(ctx context.Context, batch []*request) (carried []*req
 		// needs it to apply node and placement changes, and the ops this
 		// batch planned are conditional on what they decided on.
 		finish(planned)
-		moved, err := r.catchUp(ctx, 5*time.Second) // the committer waits meanwhile
+		moved, err := e.catchUp(ctx, 5*time.Second) // the committer waits meanwhile
 		for _, req := range again {
 			if _, ok := req.w.(Finisher); ok {
 				continue
@@ -181,36 +181,36 @@ func (r *Registry) commit(ctx context.Context, batch []*request) (carried []*req
 	}
 	if len(txns) == 0 {
 		finish(planned)
-		if answered := r.answeredSeq.Load(); answered < r.handedSeq {
+		if answered := e.answeredSeq.Load(); answered < e.handedSeq {
 			// Batches handed to the answerer are committed but may not be
 			// durable or applied yet, and these answers may rest on them
 			// (an instance another request is deleting is "not found"):
 			// they are sent after those, never before. One load: from and
 			// rev must describe the same batches.
-			r.answerq <- answers{batch: slices.Clone(batch), rev: r.handedRev, from: answered + 1, idle: true, onDisk: noWait}
+			e.answerq <- answers{batch: slices.Clone(batch), rev: e.handedRev, from: answered + 1, idle: true, onDisk: noWait}
 			handed = true
-			if r.idleHanded != nil {
-				r.idleHanded()
+			if e.opts.IdleHanded != nil {
+				e.opts.IdleHanded()
 			}
 		}
 		return
 	}
 	start := time.Now()
-	results, durable, err := r.storeCommit(txns, sync)
+	results, durable, err := e.storeCommit(txns, sync)
 	finish(planned)
 	if err != nil {
-		r.log.Error("commit failed", "requests", len(batch), "err", err)
+		e.log.Error("commit failed", "requests", len(batch), "err", err)
 		for _, req := range batch {
-			req.rev, req.err = 0, fmt.Errorf("registry: commit: %w", err)
+			req.rev, req.err = 0, fmt.Errorf("commit: commit: %w", err)
 		}
 		return
 	}
 	onDisk := func() error {
 		err := durable()
-		r.commitLatency.Observe(time.Since(start).Seconds())
+		e.commitLatency.Observe(time.Since(start).Seconds())
 		if err != nil {
-			r.log.Error("commit failed", "requests", len(batch), "err", err)
-			return fmt.Errorf("registry: commit: %w", err)
+			e.log.Error("commit failed", "requests", len(batch), "err", err)
+			return fmt.Errorf("commit: commit: %w", err)
 		}
 		return nil
 	}
@@ -223,18 +223,18 @@ func (r *Registry) commit(ctx context.Context, batch []*request) (carried []*req
 		_ = onDisk() // nothing written (every write conflicted); a failure is logged
 		return
 	}
-	if f := r.pipelined(txns, results, last, tx); f != nil {
-		r.inflight = append(r.inflight, f)
-		r.handedSeq++
-		r.handedRev = last
-		r.answerq <- answers{batch: slices.Clone(batch), owners: owners, rev: last, seq: r.handedSeq, onDisk: onDisk} // the loop reuses batch
+	if f := e.pipelined(txns, results, last, tx); f != nil {
+		e.inflight = append(e.inflight, f)
+		e.handedSeq++
+		e.handedRev = last
+		e.answerq <- answers{batch: slices.Clone(batch), owners: owners, rev: last, seq: e.handedSeq, onDisk: onDisk} // the loop reuses batch
 		handed = true
 		return
 	}
 	// Read-your-writes: answer once the catalog holds the commit.
 	err = onDisk()
 	if err == nil {
-		err = r.waitApplied(ctx, last)
+		err = e.WaitApplied(ctx, last)
 	}
 	if err != nil {
 		for _, req := range owners {
@@ -255,11 +255,11 @@ type asyncStore interface {
 func noWait() error { return nil }
 
 // storeCommit commits txns, asynchronously when the store can.
-func (r *Registry) storeCommit(txns []store.Txn, sync bool) ([]store.Result, func() error, error) {
-	if a, ok := r.st.(asyncStore); ok {
+func (e *Engine) storeCommit(txns []store.Txn, sync bool) ([]store.Result, func() error, error) {
+	if a, ok := e.st.(asyncStore); ok {
 		return a.CommitAsync(txns, sync)
 	}
-	res, err := r.st.Commit(txns, sync)
+	res, err := e.st.Commit(txns, sync)
 	return res, noWait, err
 }
 
@@ -268,8 +268,8 @@ func (r *Registry) storeCommit(txns []store.Txn, sync bool) ([]store.Result, fun
 // has no effect but its ops, or whose Finish undoes it; called from any
 // goroutine, so a Finisher's Plan must serialise itself against the
 // committer's.
-func (r *Registry) DryRun(w Write) (int64, error) {
-	tx := newTx(r, r.opts.Now())
+func (e *Engine) DryRun(w Write) (int64, error) {
+	tx := newTx(e, e.opts.Now())
 	tx.begin()
 	err := w.Plan(tx)
 	if f, ok := w.(Finisher); ok {
@@ -278,7 +278,7 @@ func (r *Registry) DryRun(w Write) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	return r.cat.Revision(), nil
+	return e.cat.Revision(), nil
 }
 
 // recordCounter is a Write that knows how many records it will write.
@@ -303,23 +303,23 @@ func finish(batch []*request) {
 	}
 }
 
-// waitApplied blocks until the follower has applied revision rev.
+// WaitApplied blocks until the follower has applied revision rev.
 // It fails when the follower fails after the wait began (an error from
 // before it, such as a store outage the commit itself outlived, does not
 // count).
-func (r *Registry) waitApplied(ctx context.Context, rev int64) error {
-	r.appliedMu.Lock()
-	errs0 := r.followErrs
-	r.appliedMu.Unlock()
+func (e *Engine) WaitApplied(ctx context.Context, rev int64) error {
+	e.appliedMu.Lock()
+	errs0 := e.followErrs
+	e.appliedMu.Unlock()
 	for {
-		r.appliedMu.Lock()
-		ch, ferr, errs, done := r.appliedCh, r.followErr, r.followErrs, r.followDone
-		r.appliedMu.Unlock()
-		if r.cat.Revision() >= rev {
+		e.appliedMu.Lock()
+		ch, ferr, errs, done := e.appliedCh, e.followErr, e.followErrs, e.followDone
+		e.appliedMu.Unlock()
+		if e.cat.Revision() >= rev {
 			return nil
 		}
 		if ferr != nil && errs != errs0 {
-			return fmt.Errorf("registry: revision %d committed but not applied: %w", rev, ferr)
+			return fmt.Errorf("commit: revision %d committed but not applied: %w", rev, ferr)
 		}
 		if done {
 			return ErrClosed
@@ -337,7 +337,7 @@ func (r *Registry) waitApplied(ctx context.Context, rev int64) error {
 // sees the catalog plus the batch's earlier writes; Put and Delete add ops
 // to the current write. Used on the committer goroutine only.
 type Tx struct {
-	r   *Registry
+	e   *Engine
 	now time.Time
 
 	over     map[recKey]pending // the batch's writes so far
@@ -371,8 +371,8 @@ type undoEntry struct {
 	p   pending
 }
 
-func newTx(r *Registry, now time.Time) *Tx {
-	return &Tx{r: r, now: now, over: make(map[recKey]pending)}
+func newTx(e *Engine, now time.Time) *Tx {
+	return &Tx{e: e, now: now, over: make(map[recKey]pending)}
 }
 
 // bigBatch is how many records make a batch big: its view and undo log are
@@ -420,7 +420,7 @@ func (t *Tx) add(op store.Op, obj any) {
 // (the committer's goroutine owns it), and none for any other Tx (DryRun).
 func (t *Tx) spare() *spares {
 	if t.inflight {
-		return &t.r.spare
+		return &t.e.spare
 	}
 	return &spares{}
 }
@@ -438,14 +438,14 @@ const Pending int64 = -1
 // committed but not yet applied (pipeline.go).
 func (t *Tx) Get(k store.Kind, id string) (any, int64) {
 	p, ok := t.over[recKey{k, id}]
-	if ok && p.by != t.cur && t.r.cluster != nil {
+	if ok && p.by != t.cur && t.e.shared {
 		// In a cluster an earlier write of the batch may fail its
 		// condition at commit: what this write decides on it cannot be
 		// known now (see carry).
 		t.dep = true
 	}
 	if !ok && t.inflight {
-		p, ok = t.r.lookInFlight(recKey{k, id})
+		p, ok = t.e.lookInFlight(recKey{k, id})
 	}
 	if ok {
 		if p.value == nil {
@@ -453,7 +453,7 @@ func (t *Tx) Get(k store.Kind, id string) (any, int64) {
 		}
 		return p.value, Pending
 	}
-	tbl := t.r.cat.Table(k)
+	tbl := t.e.cat.Table(k)
 	if tbl == nil {
 		return nil, 0
 	}
@@ -481,7 +481,7 @@ func (t *Tx) Put(k store.Kind, id string, value []byte, obj any) {
 // where the committer is the only writer and Get sees every earlier commit,
 // the catalog is told so and does not look for it (store.Op.Absent).
 func (t *Tx) PutNew(k store.Kind, id string, value []byte, obj any) {
-	t.add(store.Op{Kind: k, Key: id, Value: value, Object: obj, Absent: t.r.cluster == nil && t.inflight}, obj)
+	t.add(store.Op{Kind: k, Key: id, Value: value, Object: obj, Absent: !t.e.shared && t.inflight}, obj)
 }
 
 // PutIf is Put on condition that the record's revision is still rev (0:
@@ -531,7 +531,7 @@ func (t *Tx) Answer(rev int64) { t.answer = rev }
 // does not see): in a cluster, where that write may fail its condition,
 // it is carried to the next batch (commit). Elsewhere it does nothing.
 func (t *Tx) Depend() {
-	if t.r.cluster != nil {
+	if t.e.shared {
 		t.dep = true
 	}
 }
@@ -548,10 +548,10 @@ func (t *Tx) AnswerLater(fn func() int64) { t.later = fn }
 func (t *Tx) Volatile() { t.volatile = true }
 
 // Revision is the catalog's revision.
-func (t *Tx) Revision() int64 { return t.r.cat.Revision() }
+func (t *Tx) Revision() int64 { return t.e.cat.Revision() }
 
 // Shared reports whether other servers write the same store (a cluster):
 // then what Get reports may be behind what is stored, and a write whose
 // outcome depends on it must be conditional (PutIf, DeleteIf) and go
 // through SubmitChecked.
-func (t *Tx) Shared() bool { return t.r.cluster != nil }
+func (t *Tx) Shared() bool { return t.e.shared }

@@ -1,4 +1,4 @@
-package registry
+package commit
 
 import "github.com/sextant-mesh/sextant/internal/store"
 

@@ -1,4 +1,4 @@
-package registry
+package commit
 
 import (
 	"context"
@@ -7,17 +7,17 @@ import (
 	"github.com/sextant-mesh/sextant/internal/store"
 )
 
-// The committer does not wait for the follower after a batch of instance
+// The committer does not wait for the follower after a batch of pipelined
 // writes: it hands the batch's answers to the answerer, which sends them
 // once the catalog holds the commit (read-your-writes, as before), and plans
 // the next batch at once. That batch must see the writes the catalog does
 // not hold yet: they stay in an in-flight overlay until it does. The
 // overlay's values are the objects the follower adopts (it sets their
 // revision), so Get reports them as Pending and appliers read no revision
-// from a Pending value. Only instance writes are pipelined, and only on a
-// single server (in a cluster another server may write in between, and the
-// conditions Pending drops would be needed); any other batch waits as
-// before.
+// from a Pending value. Only batches of Options.Pipelined kinds (instances)
+// are pipelined, and only on a single server (in a cluster another server
+// may write in between, and the conditions Pending drops would be needed);
+// any other batch waits as before.
 
 // maxInFlight bounds the batches committed but not yet answered. It is
 // small on purpose: while the committer waits for room, requests queue and
@@ -54,15 +54,15 @@ type answers struct {
 // pipelined returns the overlay of a committed batch that may be answered
 // without holding the committer, or nil. tx's view of the batch's writes is
 // taken as the overlay when every txn committed.
-func (r *Registry) pipelined(txns []store.Txn, results []store.Result, last int64, tx *Tx) *inflight {
-	if r.cluster != nil {
+func (e *Engine) pipelined(txns []store.Txn, results []store.Result, last int64, tx *Tx) *inflight {
+	if e.shared {
 		return nil
 	}
 	failed := false
 	for i, t := range txns {
 		failed = failed || results[i].Err != nil
 		for _, op := range t.Ops {
-			if op.Kind != store.Instances || (op.Value != nil && op.Object == nil) {
+			if !e.pipelines[op.Kind] || (op.Value != nil && op.Object == nil) {
 				return nil
 			}
 		}
@@ -88,21 +88,21 @@ func (r *Registry) pipelined(txns []store.Txn, results []store.Result, last int6
 
 // pruneInFlight drops the overlays the catalog now holds, once the
 // follower is done with their ops (then their memory is spare).
-func (r *Registry) pruneInFlight() {
-	applied := min(r.cat.Revision(), r.tracked.Load())
+func (e *Engine) pruneInFlight() {
+	applied := min(e.cat.Revision(), e.tracked.Load())
 	n := 0
-	for n < len(r.inflight) && r.inflight[n].rev <= applied {
-		r.spare.keep(r.inflight[n])
-		r.inflight[n] = nil
+	for n < len(e.inflight) && e.inflight[n].rev <= applied {
+		e.spare.keep(e.inflight[n])
+		e.inflight[n] = nil
 		n++
 	}
-	r.inflight = r.inflight[n:]
+	e.inflight = e.inflight[n:]
 }
 
 // lookInFlight finds record k in the overlays, newest first.
-func (r *Registry) lookInFlight(k recKey) (pending, bool) {
-	for i := len(r.inflight) - 1; i >= 0; i-- {
-		if p, ok := r.inflight[i].recs[k]; ok {
+func (e *Engine) lookInFlight(k recKey) (pending, bool) {
+	for i := len(e.inflight) - 1; i >= 0; i-- {
+		if p, ok := e.inflight[i].recs[k]; ok {
 			return p, true
 		}
 	}
@@ -111,24 +111,24 @@ func (r *Registry) lookInFlight(k recKey) (pending, bool) {
 
 // answerLoop answers handed-off batches in commit order, each once it is
 // on disk and the follower has applied it. It ends when the committer closes the channel.
-func (r *Registry) answerLoop(ctx context.Context) {
+func (e *Engine) answerLoop(ctx context.Context) {
 	var (
 		failedSeq int64 // the last handed batch that failed
 		failed    error
 	)
-	for a := range r.answerq {
+	for a := range e.answerq {
 		var err error
 		owners := a.owners
 		if a.idle {
 			owners = a.batch
 			if failedSeq >= a.from {
 				// Its revision may never be applied: do not wait for it.
-				err = fmt.Errorf("registry: answered from a commit that failed: %w", failed)
+				err = fmt.Errorf("commit: answered from a commit that failed: %w", failed)
 			}
 		}
 		if err == nil {
 			if err = a.onDisk(); err == nil {
-				err = r.waitApplied(ctx, a.rev)
+				err = e.WaitApplied(ctx, a.rev)
 			}
 			if err != nil && !a.idle {
 				failedSeq, failed = a.seq, err
@@ -145,7 +145,7 @@ func (r *Registry) answerLoop(ctx context.Context) {
 			close(req.done)
 		}
 		if !a.idle {
-			r.answeredSeq.Store(a.seq)
+			e.answeredSeq.Store(a.seq)
 		}
 	}
 }
