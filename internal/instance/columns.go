@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/sextant-mesh/sextant/internal/jsonstring"
@@ -157,15 +158,7 @@ func parseMetadata(s []byte) (label.Labels, error) {
 		return label.Labels{}, p.fail("trailing bytes")
 	}
 	if !sorted {
-		slices.SortStableFunc(pairs, func(a, b pair) int {
-			switch {
-			case a.k < b.k:
-				return -1
-			case a.k > b.k:
-				return 1
-			}
-			return 0
-		})
+		slices.SortStableFunc(pairs, func(a, b pair) int { return strings.Compare(a.k, b.k) })
 	}
 	var lb label.LabelsBuilder
 	size := 0
@@ -192,16 +185,7 @@ func (p *jsonParser) fail(msg string) error {
 	return fmt.Errorf("%w: %s at byte %d", errMetadata, msg, p.i)
 }
 
-func (p *jsonParser) space() {
-	for p.i < len(p.s) {
-		switch p.s[p.i] {
-		case ' ', '\t', '\n', '\r':
-			p.i++
-		default:
-			return
-		}
-	}
-}
+func (p *jsonParser) space() { p.i = skipSpace(p.s, p.i) }
 
 func (p *jsonParser) eat(c byte) bool {
 	if p.i < len(p.s) && p.s[p.i] == c {

@@ -56,15 +56,20 @@ func (d *decodeState) syntax(what string) error {
 	return invalid("", "malformed JSON at byte %d: expected %s, found %q", d.i, what, d.b[d.i])
 }
 
-func (d *decodeState) ws() {
-	for d.i < len(d.b) {
-		switch d.b[d.i] {
+func (d *decodeState) ws() { d.i = skipSpace(d.b, d.i) }
+
+// skipSpace returns the index of the first byte of b at or after i that is
+// not JSON whitespace.
+func skipSpace(b []byte, i int) int {
+	for i < len(b) {
+		switch b[i] {
 		case ' ', '\t', '\n', '\r':
-			d.i++
+			i++
 		default:
-			return
+			return i
 		}
 	}
+	return i
 }
 
 func (d *decodeState) peek() byte {
