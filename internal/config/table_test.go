@@ -11,19 +11,19 @@ import (
 	"github.com/sextant-mesh/sextant/internal/store/embedded"
 )
 
-func openRegistry(t *testing.T, dir string) (*commit.Engine, *config.Table, func()) {
+func openEngine(t *testing.T, dir string) (*commit.Engine, *config.Table, func()) {
 	t.Helper()
 	st, err := embedded.Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	tbl := config.NewTable()
-	reg, err := commit.Open(st, commit.Options{Tables: map[store.Kind]catalog.Table{store.Config: tbl}})
+	eng, err := commit.Open(st, commit.Options{Tables: map[store.Kind]catalog.Table{store.Config: tbl}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	tbl.Attach(reg.Catalog())
-	return reg, tbl, func() { reg.Close(); st.Close() }
+	tbl.Attach(eng.Catalog())
+	return eng, tbl, func() { eng.Close(); st.Close() }
 }
 
 // TestConfigIsDurable: applied objects are records of the store: they come
@@ -31,7 +31,7 @@ func openRegistry(t *testing.T, dir string) (*commit.Engine, *config.Table, func
 // shared with instances.
 func TestConfigIsDurable(t *testing.T) {
 	dir := t.TempDir()
-	reg, tbl, closeAll := openRegistry(t, dir)
+	eng, tbl, closeAll := openEngine(t, dir)
 	objs, err := config.Decode([]byte(`apiVersion: networking.istio.io/v1
 kind: DestinationRule
 metadata: {name: orders, namespace: prod}
@@ -40,7 +40,7 @@ spec: {host: orders, subsets: [{name: v1, labels: {version: v1}}]}
 	if err != nil {
 		t.Fatal(err)
 	}
-	rev, err := reg.Submit(context.Background(), &config.ApplyWrite{Objects: objs, Table: tbl})
+	rev, err := eng.Submit(context.Background(), &config.ApplyWrite{Objects: objs, Table: tbl})
 	if err != nil || rev != 1 {
 		t.Fatalf("apply: rev %d err %v", rev, err)
 	}
@@ -50,10 +50,10 @@ spec: {host: orders, subsets: [{name: v1, labels: {version: v1}}]}
 	}
 	closeAll()
 
-	reg, tbl, closeAll = openRegistry(t, dir)
+	eng, tbl, closeAll = openEngine(t, dir)
 	defer closeAll()
 	got := tbl.Get(objs[0].Key)
-	if got == nil || got.Revision != 1 || string(got.Encoded) != string(want.Encoded) || reg.Catalog().Revision() != 1 {
+	if got == nil || got.Revision != 1 || string(got.Encoded) != string(want.Encoded) || eng.Catalog().Revision() != 1 {
 		t.Fatalf("after restart: %+v", got)
 	}
 	if es, rev := tbl.List("", "prod"); len(es) != 1 || rev != 1 {

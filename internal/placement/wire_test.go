@@ -87,7 +87,7 @@ type durable struct {
 	t   *testing.T
 	dir string
 	st  *heldStore
-	reg *commit.Engine
+	eng *commit.Engine
 	s   *Scheduler
 }
 
@@ -99,25 +99,25 @@ func openDurable(t *testing.T, dir string) *durable {
 	}
 	s := New(Config{Workers: 2})
 	st := &heldStore{Store: es}
-	reg, err := commit.Open(st, commit.Options{Tables: s.Tables(), Queued: st.noteQueued})
+	eng, err := commit.Open(st, commit.Options{Tables: s.Tables(), Queued: st.noteQueued})
 	if err != nil {
 		es.Close()
 		s.Close()
 		t.Fatal(err)
 	}
-	d := &durable{t: t, dir: dir, st: st, reg: reg, s: s}
+	d := &durable{t: t, dir: dir, st: st, eng: eng, s: s}
 	t.Cleanup(d.close)
 	return d
 }
 
 func (d *durable) close() {
-	if d.reg == nil {
+	if d.eng == nil {
 		return
 	}
-	d.reg.Close()
+	d.eng.Close()
 	d.st.Close()
 	d.s.Close()
-	d.reg = nil
+	d.eng = nil
 }
 
 func (d *durable) reopen() *durable {
@@ -127,7 +127,7 @@ func (d *durable) reopen() *durable {
 
 func (d *durable) submit(w commit.Write) int64 {
 	d.t.Helper()
-	rev, err := d.reg.Submit(context.Background(), w)
+	rev, err := d.eng.Submit(context.Background(), w)
 	if err != nil {
 		d.t.Fatalf("%T: %v", w, err)
 	}
@@ -190,7 +190,7 @@ func TestDurableRestartKeepsEverything(t *testing.T) {
 		t.Fatalf("node a %+v, want revision %d seq 2", info.Node, revA)
 	}
 	probe := &PlaceWrite{Scheduler: d.s, Workloads: compile(t, mkPod("probe", rl("cpu", "100m")))}
-	if _, err := d.reg.DryRun(probe); err != nil {
+	if _, err := d.eng.DryRun(probe); err != nil {
 		t.Fatal(err)
 	}
 	before := listing(d.s)
@@ -200,7 +200,7 @@ func TestDurableRestartKeepsEverything(t *testing.T) {
 		t.Fatalf("after restart:\n%s\nbefore:\n%s", after, before)
 	}
 	probe2 := &PlaceWrite{Scheduler: d.s, Workloads: compile(t, mkPod("probe", rl("cpu", "100m")))}
-	if _, err := d.reg.DryRun(probe2); err != nil {
+	if _, err := d.eng.DryRun(probe2); err != nil {
 		t.Fatal(err)
 	}
 	if fmt.Sprint(probe2.Results) != fmt.Sprint(probe.Results) {
@@ -226,10 +226,10 @@ func TestDurableRestartKeepsEverything(t *testing.T) {
 	if after := listing(d.s); after != before {
 		t.Fatalf("after restart:\n%s\nbefore:\n%s", after, before)
 	}
-	if _, err := d.reg.Submit(context.Background(), &DeleteNodeWrite{Scheduler: d.s, Name: "a"}); !errors.Is(err, ErrNotFound) {
+	if _, err := d.eng.Submit(context.Background(), &DeleteNodeWrite{Scheduler: d.s, Name: "a"}); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("deleting a deleted node: %v", err)
 	}
-	if _, err := d.reg.Submit(context.Background(), &DeletePlacementWrite{Scheduler: d.s, Key: Key{"default", "p1"}}); !errors.Is(err, ErrNotFound) {
+	if _, err := d.eng.Submit(context.Background(), &DeletePlacementWrite{Scheduler: d.s, Key: Key{"default", "p1"}}); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("deleting a deleted placement: %v", err)
 	}
 }
@@ -271,7 +271,7 @@ func queueBatch(t *testing.T, d *durable, writes ...commit.Write) []error {
 	defer release() // a Fatal below must not leave the committer held
 	first := make(chan error, 1)
 	go func() {
-		_, err := d.reg.Submit(context.Background(), &NodesWrite{Scheduler: d.s, Nodes: []*Node{{Name: "holder", Unschedulable: true}}})
+		_, err := d.eng.Submit(context.Background(), &NodesWrite{Scheduler: d.s, Nodes: []*Node{{Name: "holder", Unschedulable: true}}})
 		first <- err
 	}()
 	<-held
@@ -283,7 +283,7 @@ func queueBatch(t *testing.T, d *durable, writes ...commit.Write) []error {
 	var wg sync.WaitGroup
 	for i, w := range writes {
 		wg.Add(1)
-		go func() { defer wg.Done(); _, errs[i] = d.reg.Submit(context.Background(), w) }()
+		go func() { defer wg.Done(); _, errs[i] = d.eng.Submit(context.Background(), w) }()
 		if got := <-queued; got != w {
 			t.Fatalf("queued %T, want write %d (%T)", got, i, w)
 		}
@@ -399,7 +399,7 @@ func TestFailedCommitPlacesNothing(t *testing.T) {
 	d.st.failing = true
 	d.st.mu.Unlock()
 	w := &PlaceWrite{Scheduler: d.s, Workloads: compile(t, mkPod("p", rl("cpu", "500m")))}
-	if _, err := d.reg.Submit(context.Background(), w); !errors.Is(err, errDisk) {
+	if _, err := d.eng.Submit(context.Background(), w); !errors.Is(err, errDisk) {
 		t.Fatalf("err = %v", err)
 	}
 	if after := fingerprint(d.s); after != before {
@@ -431,7 +431,7 @@ func TestAnotherWritersRecordsApply(t *testing.T) {
 		t.Fatal(err, res)
 	}
 	deadline := time.Now().Add(10 * time.Second)
-	for d.reg.Catalog().Revision() < res[0].Revision {
+	for d.eng.Catalog().Revision() < res[0].Revision {
 		if time.Now().After(deadline) {
 			t.Fatal("the follower did not apply the change")
 		}
@@ -500,9 +500,9 @@ func TestDryRunsBesideCommits(t *testing.T) {
 				w := &PlaceWrite{Scheduler: d.s, Workloads: compile(t, pod)}
 				var err error
 				if g%2 == 0 {
-					_, err = d.reg.DryRun(w)
+					_, err = d.eng.DryRun(w)
 				} else {
-					_, err = d.reg.Submit(context.Background(), w)
+					_, err = d.eng.Submit(context.Background(), w)
 					if err == nil && w.Results[0].Node != "" {
 						mu.Lock()
 						placed++
