@@ -210,7 +210,7 @@ func runServer(ctx context.Context, f serverFlags) error {
 	lc.add("store", st.Close) // its error is the server's
 	cfg := config.NewTable()
 	// The scheduler is the catalog table of nodes and placements: loaded
-	// with the rest, fed by the registry's follower, decided in its
+	// with the rest, fed by the write engine's follower, decided in its
 	// committer (docs/placement.md, "Wiring").
 	sched := placement.New(placement.Config{Log: log.With("component", "placement"), Workers: f.workers})
 	lc.add("scheduler", func() error { sched.Close(); return nil })

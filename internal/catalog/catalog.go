@@ -7,7 +7,7 @@
 // kind registers its table (the instance kind, config, nodes, placements,
 // tokens, policies), holding that kind's immutable versions and indexes.
 //
-// One writer (the registry's follower of the store) applies committed
+// One writer (the write engine's follower of the store) applies committed
 // changes in revision order; readers load immutable versions and never wait
 // for the writer, and the writer never waits for a reader. The catalog does
 // not validate, persist or expire anything: that is the registry's job.

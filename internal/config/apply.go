@@ -44,7 +44,7 @@ type ApplyWrite struct {
 	DryRun     bool
 	// Registered, when set, reports whether the registry has instances of
 	// a service; a host naming a service it has none of gets a warning.
-	// Called from Plan (the registry's committer, or a dry run's caller):
+	// Called from Plan (the write engine's committer, or a dry run's caller):
 	// it must not block.
 	Registered func(naming.ServiceKey) bool
 

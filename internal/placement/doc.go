@@ -6,7 +6,7 @@
 // It does not own durability or HTTP: a Txn returns the records (kinds
 // "nodes" and "placements") its changes produce. In the server the
 // scheduler is the catalog table of both kinds (Tables, table.go): the
-// registry's follower is the only path by which stored records become its
+// write engine's follower is the only path by which stored records become its
 // state (Load at start, Apply after each commit, whoever wrote them), and
 // requests are registry writes (PlaceWrite, NodesWrite, DeleteNodeWrite,
 // DeletePlacementWrite, write.go) that decide a whole commit batch in one

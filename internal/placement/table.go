@@ -10,7 +10,7 @@ import (
 
 // The scheduler is the catalog table of both its kinds (docs/registry.md,
 // "Adding a record kind"): Tables returns one adapter per kind over the
-// same Scheduler. The registry's follower is then the only path by which
+// same Scheduler. The write engine's follower is then the only path by which
 // records become the scheduler's committed state, whoever wrote them: this
 // server's writes (write.go) decide in a Txn that is aborted once the store
 // commit returns, and come back through Apply like another server's.
@@ -19,7 +19,7 @@ import (
 var CatalogGroup = naming.ServiceKey{}
 
 // Table is the catalog table of one of the scheduler's kinds, store.Nodes
-// or store.Placements. The catalog's writer (the registry's follower)
+// or store.Placements. The catalog's writer (the write engine's follower)
 // calls Decode, Adopt, Group, Load and Apply; Record is called by
 // planners on any goroutine and reads the readers' view only.
 type Table struct {

@@ -50,10 +50,10 @@ func (w *registerWrite) Plan(tx *commit.Tx) error {
 	var same []*instance.Instance // unchanged from a version not applied yet
 	for _, in := range w.instances {
 		cur, rev := currentInstance(tx, in.ID)
-		// A commit.Pending version counts on a single server only: it is
+		// A pending version (commit.Pending) counts on a single server only: it is
 		// committed, or commits with this batch. In a cluster it may be an
 		// earlier write of this batch whose condition fails.
-		if cur != nil && (rev != commit.Pending || w.r.cluster == nil) && cur.Healthy && cur.SameSpec(in) {
+		if cur != nil && (rev != commit.Pending || !tx.Shared()) && cur.Healthy && cur.SameSpec(in) {
 			// Unchanged: counts as a heartbeat, wakes no one.
 			w.r.heartbeat(cur, now)
 			if rev == commit.Pending {
@@ -243,7 +243,7 @@ func (r *Registry) revive(ctx context.Context, flips []flip) error {
 	for attempt := 0; ; attempt++ {
 		_, err := r.submit(ctx, &healthWrite{r: r, flips: flips})
 		have := commit.ConflictRevision(err)
-		if err == nil || r.cluster == nil || have == 0 || attempt == 3 {
+		if err == nil || !r.eng.Shared() || have == 0 || attempt == 3 {
 			return err
 		}
 		if err := r.eng.WaitApplied(ctx, have); err != nil {

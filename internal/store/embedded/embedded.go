@@ -35,7 +35,7 @@ type Options struct {
 }
 
 // Store is a pebble-backed store. Commit is called by one goroutine at a
-// time (the registry's committer); Load and Follow from any goroutine.
+// time (the write engine's committer); Load and Follow from any goroutine.
 type Store struct {
 	mu   sync.Mutex // guards db against Close during Commit and Load
 	db   *pebble.DB

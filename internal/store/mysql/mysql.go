@@ -83,7 +83,7 @@ type Columns interface {
 }
 
 // Store is the MySQL/MariaDB store. Commit is called by one goroutine at a
-// time (the registry's committer); Load, Follow and the cluster methods
+// time (the write engine's committer); Load, Follow and the cluster methods
 // from any goroutine.
 type Store struct {
 	db   *sql.DB
