@@ -55,11 +55,12 @@ const (
 	ReasonOverflow
 	ReasonBadRequest
 	ReasonOther
+	ReasonUpgradeFailed
 )
 
 var reasonNames = [...]string{"", "no_route", "cluster_not_found", "no_healthy_endpoint", "no_subset", "shed",
 	"upstream_timeout", "connect_failure", "upstream_reset", "response_too_large", "pool_overflow",
-	"bad_subset_header", "other"}
+	"bad_subset_header", "other", "upgrade_failed"}
 
 // ReasonCode maps the gateway's reason names to their codes.
 func ReasonCode(s string) Reason {

@@ -78,6 +78,8 @@ type Gateway struct {
 	srv   *fasthttp.Server
 	h2    *http.Server
 	ln    net.Listener
+
+	tunnels tunnels // upgraded connections (upgrade.go)
 }
 
 // appliedConfig is what /v1/config shows.
@@ -197,6 +199,9 @@ func (g *Gateway) Update(s xdsclient.State) (map[string][]string, error) {
 	}
 	tb := newTable(rc, next)
 	tb.unsupported = unsupported
+	if ls != nil {
+		tb.upgrades = ls.upgrades
+	}
 	g.table.Store(tb)
 	for _, rt := range retire {
 		for addr := range rt.hosts {

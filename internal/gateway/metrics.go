@@ -21,6 +21,7 @@ type metricsSet struct {
 	epLatency  *prometheus.HistogramVec // cluster, endpoint
 	retries    *prometheus.CounterVec   // cluster
 	shed       *prometheus.CounterVec   // cluster
+	upgrades   *prometheus.CounterVec   // cluster
 	config     *prometheus.GaugeVec     // type, version
 
 	ejections *prometheus.Desc
@@ -46,6 +47,7 @@ type clusterMetrics struct {
 	latency  prometheus.Observer
 	retries  prometheus.Counter
 	shed     prometheus.Counter
+	upgrades prometheus.Counter
 }
 
 func (m *clusterMetrics) observe(status int, d time.Duration) {
@@ -80,12 +82,14 @@ func newMetrics() *metricsSet {
 			Help: "Retries per cluster."}, []string{"cluster"}),
 		shed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sextant_gateway_shed_total",
 			Help: "Calls shed by the balancer (every endpoint at capacity) per cluster."}, []string{"cluster"}),
+		upgrades: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sextant_gateway_upgrades_total",
+			Help: "Upgrade requests (WebSocket) per cluster, whatever their answer; requests_total counts them by status."}, []string{"cluster"}),
 		config: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sextant_gateway_config_info",
 			Help: "1 for the xDS version applied per resource type."}, []string{"type", "version"}),
 		clusters:  map[string]*clusterMetrics{},
 		endpoints: map[[2]string]*endpointMetrics{},
 	}
-	m.reg.MustRegister(m.requests, m.latency, m.epRequests, m.epLatency, m.retries, m.shed, m.config)
+	m.reg.MustRegister(m.requests, m.latency, m.epRequests, m.epLatency, m.retries, m.shed, m.upgrades, m.config)
 	m.ejections = prometheus.NewDesc("sextant_gateway_ejections_total",
 		"Outlier ejections per cluster (since the cluster's policy was built).", []string{"cluster"}, nil)
 	m.ejected = prometheus.NewDesc("sextant_gateway_endpoint_ejected",
@@ -100,7 +104,7 @@ func (m *metricsSet) cluster(name string) *clusterMetrics {
 		return c
 	}
 	c := &clusterMetrics{latency: m.latency.WithLabelValues(name),
-		retries: m.retries.WithLabelValues(name), shed: m.shed.WithLabelValues(name)}
+		retries: m.retries.WithLabelValues(name), shed: m.shed.WithLabelValues(name), upgrades: m.upgrades.WithLabelValues(name)}
 	for i, cl := range classes {
 		c.requests[i] = m.requests.WithLabelValues(name, cl)
 	}

@@ -81,6 +81,10 @@ func (g *Gateway) serve(ctx *fasthttp.RequestCtx) {
 	if c == nil {
 		return
 	}
+	if typ := upgradeType(&ctx.Request.Header); typ != "" {
+		g.serveUpgrade(ctx, t, r, typ, c, md, mdKey, start)
+		return
+	}
 	g.prepareRequest(ctx, r)
 	k := call{c: c, retry: &r.spec.retry, md: md}
 	if r.spec.timeout > 0 {

@@ -41,6 +41,9 @@ type routeSpec struct {
 	rewrite  string            // prefix_rewrite
 	direct   *directSpec
 	redirect *redirectSpec
+	// upgrades are the route's upgrade_configs: each type enabled or
+	// disabled here, overriding the listener's (Envoy semantics).
+	upgrades map[string]bool
 }
 
 // redirectSpec is a route's redirect action.
@@ -321,6 +324,19 @@ func decodeRouteAction(rs *routeSpec, ra *route.RouteAction, path string, vhRetr
 		if rs.retry, err = decodeRetry(ra.GetRetryPolicy(), path+".retry_policy"); err != nil {
 			return err
 		}
+	}
+	for i, uc := range ra.GetUpgradeConfigs() {
+		typ := strings.ToLower(uc.GetUpgradeType())
+		if typ == "" {
+			return fieldErr(fmt.Sprintf("%s.upgrade_configs[%d].upgrade_type", path, i), "empty")
+		}
+		if uc.GetConnectConfig() != nil || typ == "connect" {
+			return fieldErr(fmt.Sprintf("%s.upgrade_configs[%d]", path, i), "CONNECT: %v", errUnsupported)
+		}
+		if rs.upgrades == nil {
+			rs.upgrades = map[string]bool{}
+		}
+		rs.upgrades[typ] = uc.GetEnabled() == nil || uc.GetEnabled().GetValue()
 	}
 	rs.rewrite = ra.GetPrefixRewrite()
 	if rs.rewrite != "" && rs.match.kind != matchPrefix {

@@ -107,7 +107,8 @@ func (g *Gateway) dispatch(c net.Conn, fastLn, h2Ln *connListener) {
 
 // Shutdown closes the listener given to Serve, lets calls in flight finish
 // (until ctx ends; idle connections are closed at once, busy ones after
-// their answer) and closes idle upstream connections.
+// their answer), closes upgraded connections (WebSocket tunnels) and idle
+// upstream connections.
 func (g *Gateway) Shutdown(ctx context.Context) error {
 	g.srvMu.Lock()
 	srv, h2, ln := g.srv, g.h2, g.ln
@@ -116,6 +117,9 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	if ln != nil {
 		ln.Close()
 	}
+	// Upgraded connections last as long as their two ends want, and the
+	// server would wait for them: they are closed first.
+	g.tunnels.closeAll()
 	if srv != nil {
 		err = srv.ShutdownWithContext(ctx)
 	}

@@ -21,6 +21,8 @@ type table struct {
 	clusters map[string]*clusterRT
 	// unsupported: clusters accepted from CDS that calls cannot use, and why.
 	unsupported map[string]string
+	// upgrades are the listener's upgrade types (listenerSpec.upgrades).
+	upgrades map[string]bool
 }
 
 type wildcard struct {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"regexp"
 	"strconv"
+	"strings"
 	"time"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -65,6 +66,9 @@ type listenerSpec struct {
 	inline *routeConfigSpec // an inline route_config
 	raw    proto.Message
 	noHTTP string // why the listener cannot serve HTTP ("" if it can)
+	// upgrades are the HCM's upgrade_configs: each type, enabled or not
+	// by default (a route may override it); a type not listed is refused.
+	upgrades map[string]bool
 }
 
 func decodeListener(a *anypb.Any) (string, any, error) {
@@ -91,6 +95,19 @@ func decodeListener(a *anypb.Any) (string, any, error) {
 			m := new(hcm.HttpConnectionManager)
 			if err := f.GetTypedConfig().UnmarshalTo(m); err != nil {
 				return name, nil, fieldErr(path+".typed_config", "%v", err)
+			}
+			for k, uc := range m.GetUpgradeConfigs() {
+				typ := strings.ToLower(uc.GetUpgradeType())
+				if typ == "" {
+					return name, nil, fieldErr(fmt.Sprintf("%s.upgrade_configs[%d].upgrade_type", path, k), "empty")
+				}
+				if typ == "connect" {
+					continue // CONNECT is not proxied, as without a connect_matcher
+				}
+				if ls.upgrades == nil {
+					ls.upgrades = map[string]bool{}
+				}
+				ls.upgrades[typ] = uc.GetEnabled() == nil || uc.GetEnabled().GetValue()
 			}
 			switch rs := m.GetRouteSpecifier().(type) {
 			case *hcm.HttpConnectionManager_Rds:

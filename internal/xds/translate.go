@@ -569,9 +569,12 @@ func APIListener(name, routeName string) *listenerv3.Listener {
 }
 
 // HTTPListener builds the listener of a proxy: plain HTTP on port of every
-// address, routes from RDS resource routeName (ProxyName).
+// address, routes from RDS resource routeName (ProxyName), WebSocket
+// upgrades enabled, as Istio's proxies have them.
 func HTTPListener(name string, port uint32, routeName string) *listenerv3.Listener {
-	a, _ := anypb.New(hcm(routeName, true))
+	h := hcm(routeName, true)
+	h.UpgradeConfigs = []*hcmv3.HttpConnectionManager_UpgradeConfig{{UpgradeType: "websocket"}}
+	a, _ := anypb.New(h)
 	return &listenerv3.Listener{
 		Name: name,
 		Address: &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{
