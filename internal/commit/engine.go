@@ -43,8 +43,9 @@ type Store interface {
 
 // Tracker is a kind that keeps state beside its catalog table, which the
 // catalog's changes move (the instance kind's TTL deadlines). Its methods
-// are called on the follower goroutine, after the catalog has applied what
-// they name, and must not block.
+// are called one at a time, after the catalog has applied what they name:
+// Loaded first on Open's goroutine, then on the follower goroutine. They
+// must not block.
 type Tracker interface {
 	// Loaded is called after the catalog loaded the whole state (at Open,
 	// and after a reload when the stream broke).

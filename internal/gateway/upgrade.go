@@ -156,18 +156,27 @@ func (g *Gateway) upgrade(ctx *fasthttp.RequestCtx, c *clusterRT, md map[string]
 		g.finishUpgrade(&k, r, mdKey, start, 0, 0)
 		return
 	}
-	up.SetDeadline(time.Time{})
 	// The 101 head goes out as the endpoint wrote it (its Upgrade and
 	// Connection headers are the switch itself), then the tunnel. The
-	// hijack handler runs once this handler returned: it keeps nothing
-	// of ctx.
+	// hijack handler runs once this handler returned (it keeps nothing
+	// of ctx), unless the server cannot finish the exchange: up is
+	// pending in tunnels until then, so Shutdown closes it either way,
+	// and keeps its deadline.
+	if !g.tunnels.pending(up) {
+		up.Close() // shutting down
+		k.reason, k.err = reasonReset, errors.New("the gateway is shutting down")
+		resp.Reset()
+		g.answer(ctx, &k)
+		g.finishUpgrade(&k, r, mdKey, start, 0, 0)
+		return
+	}
 	ctx.HijackSetNoResponse(true)
 	ctx.Hijack(func(down net.Conn) {
-		if !g.tunnels.add(down, up) {
-			up.Close() // shutting down
-			return
+		if !g.tunnels.attach(up, down) {
+			return // shutting down: closeAll closed up
 		}
-		defer g.tunnels.done(down)
+		defer g.tunnels.done(up)
+		up.SetDeadline(time.Time{})
 		c.active.Add(1)
 		defer c.active.Add(-1)
 		in, out := tunnel(down, up, br, head)
@@ -175,17 +184,19 @@ func (g *Gateway) upgrade(ctx *fasthttp.RequestCtx, c *clusterRT, md map[string]
 	})
 }
 
-// tunnels are the upgraded connections being proxied, each downstream
-// connection with its upstream one, so that Shutdown can end them.
+// tunnels are the upgraded connections: each upstream connection with its
+// downstream one (nil while the hijack is pending), so that Shutdown can
+// end them.
 type tunnels struct {
 	mu     sync.Mutex
 	m      map[net.Conn]net.Conn
 	closed bool
-	wg     sync.WaitGroup
+	wg     sync.WaitGroup // the tunnels copying
 }
 
-// add notes a tunnel; false once closeAll was called.
-func (s *tunnels) add(down, up net.Conn) bool {
+// pending notes an upstream connection whose tunnel is about to start;
+// false once closeAll was called.
+func (s *tunnels) pending(up net.Conn) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -194,30 +205,44 @@ func (s *tunnels) add(down, up net.Conn) bool {
 	if s.m == nil {
 		s.m = map[net.Conn]net.Conn{}
 	}
-	s.m[down] = up
+	s.m[up] = nil
+	return true
+}
+
+// attach starts the tunnel of up with down; false once closeAll was
+// called (which closed up).
+func (s *tunnels) attach(up, down net.Conn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	s.m[up] = down
 	s.wg.Add(1)
 	return true
 }
 
 // done forgets a tunnel that ended.
-func (s *tunnels) done(down net.Conn) {
+func (s *tunnels) done(up net.Conn) {
 	s.mu.Lock()
-	delete(s.m, down)
+	delete(s.m, up)
 	s.mu.Unlock()
 	s.wg.Done()
 }
 
-// closeAll closes every tunnel's connections, refuses new ones, and waits
-// until their copies have ended.
+// closeAll closes every tunnel's connections (and pending ones), refuses
+// new ones, and waits until their copies have ended.
 func (s *tunnels) closeAll() {
 	s.mu.Lock()
 	s.closed = true
-	for down, up := range s.m {
-		// The server owns the downstream connection (it closes it once
-		// the hijack handler returns, and its Close does nothing before):
-		// a deadline ends the copy reading it.
-		down.SetDeadline(time.Now())
+	for up, down := range s.m {
 		up.Close()
+		if down != nil {
+			// The server owns the downstream connection (it closes it
+			// once the hijack handler returns, and its Close does
+			// nothing before): a deadline ends the copy reading it.
+			down.SetDeadline(time.Now())
+		}
 	}
 	s.mu.Unlock()
 	s.wg.Wait()
@@ -266,7 +291,8 @@ func (g *Gateway) sendUpgrade(ctx *fasthttp.RequestCtx, r *routeRT, up net.Conn)
 
 // tunnel copies bytes both ways, and returns how many went up (in) and
 // down (out). When the client ends its side, the endpoint's is
-// half-closed, so that it sees the end and may still answer; when the
+// half-closed, so that it sees the end and may still answer (if the
+// client's connection broke instead, the endpoint's is closed); when the
 // endpoint's side ends, the tunnel ends (the server closes the client's
 // connection once the hijack handler returns: it cannot be half-closed).
 func tunnel(down, up net.Conn, upBuf *bufio.Reader, head []byte) (in, out int64) {
@@ -278,10 +304,14 @@ func tunnel(down, up net.Conn, upBuf *bufio.Reader, head []byte) (in, out int64)
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		in, _ = io.Copy(up, down)
-		if tc, ok := up.(*net.TCPConn); ok {
+		var err error
+		in, err = io.Copy(up, down)
+		if tc, ok := up.(*net.TCPConn); ok && err == nil {
 			_ = tc.CloseWrite()
 		} else {
+			// The client's connection broke (reset, or the deadline
+			// of a shutdown): the endpoint's is reset too, as Envoy
+			// does, not left half open.
 			_ = up.Close()
 		}
 	}()

@@ -199,7 +199,7 @@ func (r *Registry) DeregisterGuarded(ctx context.Context, ids []string, guard Gu
 		return 0, nil, err
 	}
 	w := &deregisterWrite{ids: ids, guard: guard}
-	rev, err := r.eng.SubmitChecked(ctx, w)
+	rev, err := r.submitChecked(ctx, w)
 	if err != nil {
 		return 0, nil, err
 	}

@@ -132,6 +132,12 @@ func (r *Registry) Instances() *Instances { return r.table }
 // Start takes the write engine the registry's table was registered with
 // and starts the TTL timer. Close stops it.
 func (r *Registry) Start(eng *commit.Engine) error {
+	if eng.Shared() != (r.cluster != nil) {
+		// Writes over a shared store are conditional and re-planned; TTL
+		// judgement is shared through Cluster: one without the other
+		// would judge, or write, as a single server among several.
+		return fmt.Errorf("registry: the engine's store is shared (%v) but a cluster is set (%v): they must agree", eng.Shared(), r.cluster != nil)
+	}
 	r.eng, r.cat = eng, eng.Catalog()
 	if r.opts.Metrics != nil {
 		g := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sextant_registry_instances", Help: "Registered instances."},
@@ -203,12 +209,23 @@ func (r *Registry) Close() error {
 	return nil
 }
 
+// errNotStarted is returned by writes before Start.
+var errNotStarted = errors.New("registry: not started")
+
 // submit is the engine's Submit.
 func (r *Registry) submit(ctx context.Context, w commit.Write) (int64, error) {
 	if r.eng == nil {
-		return 0, errors.New("registry: not started")
+		return 0, errNotStarted
 	}
 	return r.eng.Submit(ctx, w)
+}
+
+// submitChecked is the engine's SubmitChecked.
+func (r *Registry) submitChecked(ctx context.Context, w commit.Write) (int64, error) {
+	if r.eng == nil {
+		return 0, errNotStarted
+	}
+	return r.eng.SubmitChecked(ctx, w)
 }
 
 // Revision is the revision the catalog has applied (cluster.Sink).

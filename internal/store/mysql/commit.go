@@ -199,7 +199,11 @@ func readChecked(ctx context.Context, tx querier, txns []store.Txn, tables map[s
 				continue
 			}
 			seen[k] = true
-			byKind[op.Kind] = append(byKind[op.Kind], []byte(op.Key))
+			if tables[op.Kind] != nil {
+				byKind[op.Kind] = append(byKind[op.Kind], op.Key) // the key column is text
+			} else {
+				byKind[op.Kind] = append(byKind[op.Kind], []byte(op.Key))
+			}
 		}
 	}
 	if len(seen) == 0 {
