@@ -47,11 +47,12 @@ func freeAddr(t *testing.T) string {
 	return ln.Addr().String()
 }
 
-// startServer runs the real binary on dir and waits until it is ready. No
-// xDS: its default address is shared by every server on the machine.
-func startServer(t *testing.T, bin, dir, addr string) *exec.Cmd {
+// startServer runs the real binary on dir, with the extra flags, and waits
+// until it is ready. No xDS: its default address is shared by every server
+// on the machine.
+func startServer(t *testing.T, bin, dir, addr string, extra ...string) *exec.Cmd {
 	t.Helper()
-	cmd := exec.Command(bin, "server", "--data", dir, "--http", addr, "--xds", "", "--log-level", "warn")
+	cmd := exec.Command(bin, append([]string{"server", "--data", dir, "--http", addr, "--xds", "", "--log-level", "warn"}, extra...)...)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

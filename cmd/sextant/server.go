@@ -28,6 +28,7 @@ import (
 	"github.com/sextant-mesh/sextant/internal/commit"
 	"github.com/sextant-mesh/sextant/internal/config"
 	"github.com/sextant-mesh/sextant/internal/console"
+	"github.com/sextant-mesh/sextant/internal/dnsapi"
 	"github.com/sextant-mesh/sextant/internal/httpapi"
 	"github.com/sextant-mesh/sextant/internal/instance"
 	"github.com/sextant-mesh/sextant/internal/placement"
@@ -67,6 +68,12 @@ type serverFlags struct {
 	workers     int
 	memoryLimit string
 
+	// DNS (docs/dns.md): off when dns is empty.
+	dns                string
+	dnsTTL             time.Duration
+	dnsDatacenter      string
+	dnsConsulNamespace string
+
 	xdsListener net.Listener // tests: serve xDS on it instead of listening on --xds
 }
 
@@ -92,12 +99,18 @@ Security (docs/security.md): --acl requires a token on every request but
 --tls-cert and --tls-key serve HTTPS, --tls-client-ca requires client
 certificates; --rate-limit-* bound each caller. Writes and refusals are
 audited (--audit-log). Serving a non-loopback address without TLS or
-without ACLs logs a warning.`,
+without ACLs logs a warning.
+
+With --dns, the server also answers DNS over UDP and TCP (docs/dns.md): the
+healthy instances of a service as A, AAAA and SRV records, under its own
+names (orders.prod.svc.sextant) and Consul's (orders.service.consul). DNS
+carries no token: whoever reaches --dns reads those addresses.`,
 		Example: `  sextant server
   sextant server --store 'mysql://sextant:secret@tcp(db:3306)/sextant' --http 0.0.0.0:7400
   sextant server --data /var/lib/sextant --http 0.0.0.0:7400 --log-format json \
       --acl --tls-cert server.pem --tls-key server-key.pem --rate-limit-write 200 \
-      --audit-log /var/log/sextant/audit.json`,
+      --audit-log /var/log/sextant/audit.json
+  sextant server --dns 127.0.0.1:8600 --dns-consul-namespace prod`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runServer(cmd.Context(), f) },
 	}
@@ -125,6 +138,10 @@ without ACLs logs a warning.`,
 	fl.Float64Var(&f.readRate, "rate-limit-read", 0, "reads per second per caller; 0: no limit")
 	fl.IntVar(&f.readBurst, "rate-limit-read-burst", 0, "reads a caller may send at once (default: the rate, at least 1)")
 	fl.IntVar(&f.workers, "scheduler-workers", runtime.GOMAXPROCS(0), "goroutines that split one placement decision on clusters of 8,192+ nodes (1: the committer alone)")
+	fl.StringVar(&f.dns, "dns", "", "address to answer DNS on, over UDP and TCP (e.g. 127.0.0.1:8600): healthy instances as A, AAAA and SRV records of NAME.NAMESPACE.svc.sextant and Consul's NAME.service.consul (docs/dns.md); no ACLs apply; empty: no DNS")
+	fl.DurationVar(&f.dnsTTL, "dns-ttl", 5*time.Second, "with --dns: how long resolvers may cache an answer, and an answer that the name does not exist (whole seconds; 0: not at all)")
+	fl.StringVar(&f.dnsDatacenter, "dns-datacenter", dnsapi.DefaultDatacenter, "with --dns: the datacenter name Consul names may carry (NAME.service.DC.consul), besides dc1")
+	fl.StringVar(&f.dnsConsulNamespace, "dns-consul-namespace", "default", "with --dns: the namespace whose services Consul names (NAME.service.consul) answer with")
 	fl.StringVar(&f.memoryLimit, "memory-limit", "", "soft limit of the Go heap and runtime (e.g. 450MiB, 2GiB, off): the GC works harder near it (docs/registry.md, \"Memory\"); default: GOMEMLIMIT, else none")
 	rootCmd.AddCommand(cmd)
 }
@@ -202,6 +219,14 @@ func runServer(ctx context.Context, f serverFlags) error {
 	lc.serve("http server", true, func() error { return srv.Serve(ln) }, func() error { srv.Close(); return nil })
 	log.Info("listening", "http", ln.Addr().String(), "tls", tlsCfg != nil, "mtls", f.tlsClientCA != "", "acl", f.acl, "data", f.data, "store", storeName(f.store))
 	warnExposed(log, ln.Addr().String(), tlsCfg != nil, f)
+	// DNS listens now too, and serves once the registry is loaded.
+	var dnsSrv *dnsapi.Server
+	if f.dns != "" {
+		if dnsSrv, err = dnsapi.Listen(f.dns); err != nil {
+			return fmt.Errorf("--dns %s: %w", f.dns, err)
+		}
+		lc.add("dns listener", dnsSrv.Shutdown) // on an early return; nothing once served
+	}
 
 	st, member, err := openStore(ctx, f, ln.Addr().String(), log, metrics)
 	if err != nil {
@@ -280,6 +305,17 @@ func runServer(ctx context.Context, f serverFlags) error {
 		log.Info("serving xDS", "addr", xln.Addr().String(), "tls", tlsCfg != nil)
 		warnExposed(log.With("listener", "xds"), xln.Addr().String(), tlsCfg != nil, f)
 		api.SetPushStatus(push.StatusHandler(engine, ads))
+	}
+	if dnsSrv != nil {
+		// Reads the instance table as it is at each query: stopped before
+		// the registry and the write engine.
+		h, err := dnsapi.New(reg.Instances(), dnsOptions(f, log))
+		if err != nil {
+			return err
+		}
+		lc.serve("dns server", true, func() error { return dnsSrv.Serve(h) }, dnsSrv.Shutdown)
+		log.Info("serving DNS", "addr", dnsSrv.Addr(), "ttl", f.dnsTTL, "datacenter", f.dnsDatacenter, "consul_namespace", f.dnsConsulNamespace)
+		warnDNSExposed(log, dnsSrv.Addr(), f.acl)
 	}
 
 	// From here on the API serves the registry: at the shutdown its
@@ -364,7 +400,28 @@ func (f serverFlags) validate() error {
 	case f.aclAnonRead && !f.acl:
 		return fmt.Errorf("--acl-anonymous-read needs --acl")
 	}
+	// Each DNS option on its own, so that the error names its flag.
+	for _, o := range []struct {
+		flag string
+		opts dnsapi.Options
+	}{
+		{"--dns-ttl", dnsapi.Options{TTL: f.dnsTTL}},
+		{"--dns-datacenter", dnsapi.Options{Datacenter: f.dnsDatacenter}},
+		{"--dns-consul-namespace", dnsapi.Options{ConsulNamespace: f.dnsConsulNamespace}},
+	} {
+		if err := o.opts.Validate(); err != nil {
+			return fmt.Errorf("%s: %w", o.flag, err)
+		}
+	}
 	return nil
+}
+
+// dnsOptions are the DNS flags as the DNS handler's options.
+func dnsOptions(f serverFlags, log *slog.Logger) dnsapi.Options {
+	return dnsapi.Options{
+		TTL: f.dnsTTL, Datacenter: f.dnsDatacenter, ConsulNamespace: f.dnsConsulNamespace,
+		Logger: log.With("component", "dns"),
+	}
 }
 
 // listenServer listens on --http and on --xds (unless empty, or the tests
@@ -440,6 +497,19 @@ func warnExposed(log *slog.Logger, addr string, tls bool, f serverFlags) {
 	if f.acl && f.writeRate <= 0 {
 		log.Warn("no rate limit on writes: one caller can take the whole server; consider --rate-limit-write", "http", addr)
 	}
+}
+
+// warnDNSExposed warns when DNS answers beyond this machine: DNS carries
+// no token, so ACLs do not apply to it.
+func warnDNSExposed(log *slog.Logger, addr string, acl bool) {
+	if loopback(addr) {
+		return
+	}
+	msg := "serving DNS on a non-loopback address: anyone who reaches it reads the addresses of the healthy instances of every namespace; DNS has no ACLs"
+	if acl {
+		msg += ", --acl does not apply to it"
+	}
+	log.Warn(msg, "dns", addr)
 }
 
 // serverStore is the store the registry writes through, and closes.
