@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"math"
 	"net"
+	"slices"
 	"strings"
 	"time"
 
@@ -276,6 +277,9 @@ func (h *Handler) service(b *builder, z zone, lk lookup) bool {
 			return false
 		}
 	}
+	// Weight 0 is drained: never picked by the gateway, left out of EDS,
+	// and so left out here (Select's slice is this call's own).
+	ready = slices.DeleteFunc(ready, func(in *instance.Instance) bool { return in.Weight == 0 })
 	// An IP's SRV target is a name of the queried zone that answers it,
 	// in the queried datacenter: <hex>.addr.dc1.consul. as Consul's.
 	suffix := "addr.sextant."

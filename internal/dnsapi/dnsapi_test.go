@@ -324,7 +324,7 @@ func TestNegativeAnswers(t *testing.T) {
 
 func TestRecordTypes(t *testing.T) {
 	tb := newTable(
-		with(inst("default", "mixed", "10.0.0.1", 8080), func(in *instance.Instance) { in.Weight = 0 }),
+		with(inst("default", "mixed", "10.0.0.1", 8080), func(in *instance.Instance) { in.Weight = 0 }), // drained: left out
 		with(inst("default", "mixed", "2001:db8::1", 8081), func(in *instance.Instance) { in.Weight = 300 }),
 		inst("default", "mixed", "::ffff:10.0.0.9", 8082),
 		inst("default", "mixed", "fe80::2%eth0", 8083),
@@ -384,7 +384,6 @@ func TestRecordTypes(t *testing.T) {
 		bySRV := func(a, b srv) int { return cmp.Or(cmp.Compare(a.port, b.port), cmp.Compare(a.target, b.target)) }
 		slices.SortFunc(got, bySRV)
 		want := []srv{
-			{"0a000001" + tc.suffix, 1, 8080, "10.0.0.1", "A"}, // weight 0: 1
 			{"0a000001" + tc.suffix, 100, 8081, "10.0.0.1", "A"},
 			{"20010db8000000000000000000000001" + tc.suffix, 300, 8081, "2001:db8::1", "AAAA"},
 			{"0a000009" + tc.suffix, 100, 8082, "10.0.0.9", "A"},
