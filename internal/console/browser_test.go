@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -365,4 +366,30 @@ func TestConsoleTokenGivenMidRequest(t *testing.T) {
 		t.Errorf("requests (path:token) %q", tokens)
 	}
 	b.NoProblems(t, "token race", "/v1/t/", "/favicon.ico") // a text file has no icon link
+}
+
+// A server still loading its catalog answers 503 to every API route: the
+// header's identity asks again until it has loaded, rather than saying
+// "not signed in" until the page is reloaded.
+func TestConsoleIdentityWhileTheServerLoads(t *testing.T) {
+	var loaded atomic.Bool
+	mux := http.NewServeMux()
+	mux.Handle("/ui/", http.StripPrefix("/ui", console.Handler()))
+	mux.HandleFunc("GET /v1/acl/self", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		if !loaded.Load() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			w.Write([]byte(`{"error":{"code":"unavailable","message":"the registry is still loading"}}`))
+			return
+		}
+		w.Write([]byte(`{"acl_enabled":true,"anonymous":false,"accessor_id":"0123456789","description":"console test"}`))
+	})
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	b := browsertest.Start(t)
+	b.Navigate(t, srv.URL+"/ui/#/no-such-page") // no page's own requests
+	b.WaitTrue(t, 10*time.Second, "loading said", `(document.querySelector('.who') || {}).textContent === 'server loading…'`)
+	loaded.Store(true)
+	b.WaitTrue(t, 10*time.Second, "signed in once loaded", `(document.querySelector('.who') || {}).textContent?.includes('console test')`)
+	b.NoProblems(t, "identity", "/v1/acl/self") // the 503s
 }
