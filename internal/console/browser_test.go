@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -296,4 +297,99 @@ func TestPlacementPage(t *testing.T) {
 		t.Errorf("an unschedulable pod is shown in a %q box, want error", cls)
 	}
 	b.NoProblems(t, "try a placement")
+}
+
+// A 401 that answers a token the user has since replaced (another
+// request's prompt was answered while this one was on its way) is retried
+// with the new token, not taken for a refusal of it: asking again would
+// leave the request, and the page waiting on it, on a prompt nobody
+// answers (TestConsoleACL hung at "Loading…" that way on a loaded
+// machine). The server here answers "slow" only once "fast" has come back
+// with the token the prompt gave, so the race goes the same way each run.
+func TestConsoleTokenGivenMidRequest(t *testing.T) {
+	const good = "sxt_good"
+	var mu sync.Mutex
+	var tokens []string             // per request: path and the token it carried
+	answered := make(chan struct{}) // "fast" came with the good token
+	var once sync.Once
+	mux := http.NewServeMux()
+	mux.Handle("/ui/", http.StripPrefix("/ui", console.Handler()))
+	mux.HandleFunc("GET /v1/t/{name}", func(w http.ResponseWriter, r *http.Request) {
+		name, auth := r.PathValue("name"), strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
+		mu.Lock()
+		tokens = append(tokens, name+":"+auth)
+		mu.Unlock()
+		if name == "fast" && auth == good {
+			once.Do(func() { close(answered) })
+		}
+		if name == "slow" && auth != good {
+			select {
+			case <-answered:
+			case <-time.After(10 * time.Second):
+			}
+		}
+		w.Header().Set("Content-Type", "application/json")
+		if auth != good {
+			w.WriteHeader(http.StatusUnauthorized)
+			w.Write([]byte(`{"error":{"code":"unauthenticated","message":"the token is not valid"}}`))
+			return
+		}
+		w.Write([]byte(`{"name":"` + name + `"}`))
+	})
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	b := browsertest.Start(t)
+	b.Navigate(t, srv.URL+"/ui/vendor/LICENSES.txt") // same origin, no app
+	type result struct {
+		Prompts []string `json:"prompts"`
+		Answers []string `json:"answers"`
+	}
+	// The user first pastes a wrong token, then the right one.
+	got := browsertest.Eval[result](t, b, `(async () => {
+		const api = await import('/ui/js/api.js');
+		sessionStorage.clear();
+		const prompts = [];
+		api.setTokenPrompt(async msg => { prompts.push(msg); return prompts.length === 1 ? 'sxt_wrong' : '`+good+`'; });
+		const answers = await Promise.all(['fast', 'slow'].map(n => api.get('/v1/t/' + n).then(a => a.name, e => 'failed: ' + e.message)));
+		return {prompts, answers};
+	})()`)
+	if strings.Join(got.Answers, ",") != "fast,slow" {
+		t.Errorf("answers %q, want fast and slow", got.Answers)
+	}
+	if len(got.Prompts) != 2 || !strings.Contains(got.Prompts[1], "refused") {
+		t.Errorf("prompts %q, want two: the first token, then the refused one's", got.Prompts)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if strings.Join(tokens, " ") != "fast: slow: fast:sxt_wrong fast:"+good+" slow:"+good &&
+		strings.Join(tokens, " ") != "slow: fast: fast:sxt_wrong fast:"+good+" slow:"+good {
+		t.Errorf("requests (path:token) %q", tokens)
+	}
+	b.NoProblems(t, "token race", "/v1/t/", "/favicon.ico") // a text file has no icon link
+}
+
+// A server still loading its catalog answers 503 to every API route: the
+// header's identity asks again until it has loaded, rather than saying
+// "not signed in" until the page is reloaded.
+func TestConsoleIdentityWhileTheServerLoads(t *testing.T) {
+	var loaded atomic.Bool
+	mux := http.NewServeMux()
+	mux.Handle("/ui/", http.StripPrefix("/ui", console.Handler()))
+	mux.HandleFunc("GET /v1/acl/self", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		if !loaded.Load() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			w.Write([]byte(`{"error":{"code":"unavailable","message":"the registry is still loading"}}`))
+			return
+		}
+		w.Write([]byte(`{"acl_enabled":true,"anonymous":false,"accessor_id":"0123456789","description":"console test"}`))
+	})
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	b := browsertest.Start(t)
+	b.Navigate(t, srv.URL+"/ui/#/no-such-page") // no page's own requests
+	b.WaitTrue(t, 10*time.Second, "loading said", `(document.querySelector('.who') || {}).textContent === 'server loading…'`)
+	loaded.Store(true)
+	b.WaitTrue(t, 10*time.Second, "signed in once loaded", `(document.querySelector('.who') || {}).textContent?.includes('console test')`)
+	b.NoProblems(t, "identity", "/v1/acl/self") // the 503s
 }

@@ -175,6 +175,12 @@ func (b *Browser) WaitTrue(t testing.TB, d time.Duration, what, cond string) {
 		select {
 		case <-ctx.Done():
 			text, _ := chromedp.Run(b.ctx, chromedp.Evaluate[string](`(document.querySelector('main') || document.body).innerText.slice(0, 1500)`))
+			// A dialog is outside main: say so when one is open (a page
+			// waiting on a prompt looks stuck otherwise).
+			dialogs, _ := chromedp.Run(b.ctx, chromedp.Evaluate[string](`[...document.querySelectorAll('[role=dialog]')].map(e => e.innerText.slice(0, 500)).join('\n---\n')`))
+			if dialogs != "" {
+				text += "\nopen dialogs:\n" + dialogs
+			}
 			t.Fatalf("%s: %s did not hold in %v (last error %v)\npage text:\n%s\nproblems: %v", what, cond, d, err, text, b.Problems())
 		case <-time.After(25 * time.Millisecond):
 		}

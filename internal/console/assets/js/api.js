@@ -48,9 +48,13 @@ export function query(params) {
 
 // request calls the registry API and returns the decoded JSON answer (or,
 // with text: true, {text, revision}). A 401 asks the user for a token and
-// tries again with it.
+// tries again with it, up to three times. A 401 to a token that is no
+// longer the one stored (another request's prompt was answered while this
+// one was on its way) is retried with the stored one, without asking: it
+// says nothing about that token, and asking again would leave this request
+// waiting on a prompt for a token the user has already given.
 export async function request(method, path, opts = {}) {
-  for (let attempt = 0; ; attempt++) {
+  for (let asked = 0; ;) {
     const headers = { ...(opts.headers || {}) };
     const t = token();
     if (t) headers['Authorization'] = 'Bearer ' + t;
@@ -65,7 +69,8 @@ export async function request(method, path, opts = {}) {
     if (!opts.text) {
       try { data = text ? JSON.parse(text) : null; } catch { data = null; }
     }
-    if (res.status === 401 && attempt < 3) {
+    if (res.status === 401 && token() !== t) continue;
+    if (res.status === 401 && asked++ < 3) {
       const msg = (data && data.error && data.error.message) || 'this server needs an ACL token';
       await askToken(t ? 'The token was refused: ' + msg : msg);
       continue;

@@ -54,8 +54,21 @@ setTokenPrompt(message => openModal('This server needs a token', close => html`<
 function Identity() {
   const [self, setSelf] = useState(null);
   const [err, setErr] = useState(null);
-  const load = () => get('/v1/acl/self').then(s => { setSelf(s); setErr(null); }, setErr);
-  useEffect(() => { load(); }, []);
+  useEffect(() => {
+    // A server still loading its catalog answers 503 (to every route but
+    // /healthz and /readyz): ask again until it has loaded, as the pages'
+    // polls do, rather than say "not signed in" until a reload.
+    let timer = 0;
+    let live = true;
+    const load = () => get('/v1/acl/self').then(s => { if (live) { setSelf(s); setErr(null); } }, e => {
+      if (!live) return;
+      setErr(e);
+      if (e.status === 503) timer = setTimeout(load, 2000);
+    });
+    load();
+    return () => { live = false; clearTimeout(timer); };
+  }, []);
+  if (err && err.status === 503) return html`<span class="who muted" title=${err.message}>server loading…</span>`;
   if (err) return html`<span class="who muted" title=${err.message}>not signed in</span>`;
   if (!self) return null;
   if (!self.acl_enabled) return html`<span class="who muted">ACLs off</span>`;
