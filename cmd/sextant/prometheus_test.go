@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
 )
 
 // prometheusPath is Debian's Prometheus; SEXTANT_PROMETHEUS overrides it.
@@ -73,7 +75,8 @@ type promTarget struct {
 // targets from a real sextant server through http_sd_configs: exactly the
 // healthy instances, across namespaces, IPv6 included, with their
 // __meta_sextant_* labels; a second job with healthy_only=false sees the
-// isolated and the expired ones labelled unhealthy; a deregistered
+// isolated and the expired ones labelled unhealthy; the job of
+// docs/compat.md, as written, scrapes what it says; a deregistered
 // instance leaves.
 func TestPrometheusHTTPSD(t *testing.T) {
 	if testing.Short() {
@@ -113,14 +116,15 @@ func TestPrometheusHTTPSD(t *testing.T) {
 		{"id":"w3","namespace":"shop","service":"web","host":"127.0.0.1","port":19003,"isolated":true},
 		{"id":"a1","namespace":"shop","service":"api","host":"127.0.0.1","port":19004,"ttl_seconds":1},
 		{"id":"a2","namespace":"shop","service":"api","host":"127.0.0.1","port":19005},
-		{"id":"d1","namespace":"data","service":"db","host":"127.0.0.1","port":19006,"metadata":{"role":"primary"}}]}`)
+		{"id":"d1","namespace":"data","service":"db","host":"127.0.0.1","port":19006,"metadata":{"role":"primary"}},
+		{"id":"m1","namespace":"shop","service":"pay","host":"127.0.0.1","port":19007,"version":"v3","metadata":{"prometheus.io/scrape":"true","prometheus.io/port":"19107","zone":"z1","env":"prod","team":"t"}}]}`)
 
 	promAddr := freeAddr(t)
 	dir := t.TempDir()
 	cfg := fmt.Sprintf(`global:
   scrape_interval: 1m
 scrape_configs:
-  - job_name: sextant
+  - job_name: healthy
     http_sd_configs:
       - url: %[1]s/v1/sd/prometheus
         refresh_interval: 1s
@@ -128,7 +132,7 @@ scrape_configs:
     http_sd_configs:
       - url: %[1]s/v1/sd/prometheus?namespace=shop&healthy_only=false
         refresh_interval: 1s
-`, base)
+%[2]s`, base, docsPrometheusJob(t, base))
 	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -204,7 +208,7 @@ scrape_configs:
 
 	// a1 (ttl 1 s, no heartbeat) turns unhealthy 3 s after its register
 	// and leaves the default job.
-	got := await("sextant", "w1", "w2", "a2", "d1")
+	got := await("healthy", "w1", "w2", "a2", "d1", "m1")
 	wantLabels := map[string]string{
 		"__address__":                                    "127.0.0.1:19001",
 		"__meta_sextant_namespace":                       "shop",
@@ -233,7 +237,16 @@ scrape_configs:
 		t.Errorf("w1: instance label %q", inst)
 	}
 
-	all := await("shop-all", "w1", "w2", "w3", "a1", "a2")
+	// The job of docs/compat.md: only m1 asks to be scraped, on the port
+	// its metadata names, with the labels the relabelling keeps.
+	docs := await("sextant", "m1")
+	wantTarget := map[string]string{"job": "sextant", "instance": "127.0.0.1:19107", "namespace": "shop",
+		"service": "pay", "version": "v3", "zone": "z1", "env": "prod"}
+	if diff := cmp.Diff(wantTarget, docs["m1"].Labels); diff != "" {
+		t.Errorf("docs/compat.md's job: m1's target labels (-want +got):\n%s", diff)
+	}
+
+	all := await("shop-all", "w1", "w2", "w3", "a1", "a2", "m1")
 	if w3 := all["w3"].DiscoveredLabels; w3["__meta_sextant_isolated"] != "true" {
 		t.Errorf("w3: discovered %v", w3)
 	}
@@ -248,7 +261,7 @@ scrape_configs:
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	await("sextant", "w1", "w2", "a2", "d1")
+	await("healthy", "w1", "w2", "a2", "d1", "m1")
 
 	req, _ := http.NewRequest("DELETE", base+"/v1/instances/w1", nil)
 	resp, err := http.DefaultClient.Do(req)
@@ -259,9 +272,37 @@ scrape_configs:
 	if resp.StatusCode != 200 {
 		t.Fatalf("deregister w1: %d", resp.StatusCode)
 	}
-	got = await("sextant", "w2", "a2", "d1")
+	got = await("healthy", "w2", "a2", "d1", "m1")
 	if a := got["w2"].DiscoveredLabels["__address__"]; a != "[::1]:19002" {
 		t.Errorf("w2 after w1 left: __address__ %q", a)
 	}
-	await("shop-all", "w2", "w3", "a1", "a2")
+	await("shop-all", "w2", "w3", "a1", "a2", "m1")
+}
+
+// docsPrometheusJob is the prometheus.yml of docs/compat.md's Prometheus
+// section, its jobs only, pointed at the server at base and refreshed
+// every second: the page's config is run as written.
+func docsPrometheusJob(t *testing.T, base string) string {
+	t.Helper()
+	page := string(readRepoFile(t, "docs/compat.md"))
+	_, section, ok := strings.Cut(page, "\n## Prometheus\n")
+	if !ok {
+		t.Fatal("docs/compat.md has no Prometheus section")
+	}
+	_, block, ok := strings.Cut(section, "```yaml\n")
+	if !ok {
+		t.Fatal("docs/compat.md's Prometheus section has no yaml block")
+	}
+	block, _, _ = strings.Cut(block, "```")
+	jobs, ok := strings.CutPrefix(block, "scrape_configs:\n")
+	if !ok {
+		t.Fatalf("docs/compat.md's prometheus.yml does not start with scrape_configs:\n%s", block)
+	}
+	for _, r := range [][2]string{{"http://127.0.0.1:7400", base}, {"refresh_interval: 30s", "refresh_interval: 1s"}} {
+		if !strings.Contains(jobs, r[0]) {
+			t.Fatalf("docs/compat.md's prometheus.yml has no %q to replace:\n%s", r[0], jobs)
+		}
+		jobs = strings.ReplaceAll(jobs, r[0], r[1])
+	}
+	return jobs
 }
