@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -151,6 +152,8 @@ func TestEndpointPermissions(t *testing.T) {
 		{"GET", "/v1/namespaces/a/services/s/instances", "", [6]int{401, 401, 403, 200, 200, 200}},
 		{"GET", "/v1/namespaces/a/services/s/instances?index=1&wait=1ms", "", [6]int{401, 401, 403, 200, 200, 200}},
 		{"GET", "/v1/changes", "", [6]int{401, 401, 200, 200, 200, 200}},
+		{"GET", "/v1/sd/prometheus", "", [6]int{401, 401, 200, 200, 200, 200}},
+		{"GET", "/v1/sd/prometheus?namespace=a", "", [6]int{401, 401, 403, 200, 200, 200}},
 		{"GET", "/metrics", "", [6]int{401, 401, 200, 200, 200, 200}},
 		{"POST", "/v1/config:apply", vsIn("a", "orders", "orders"), [6]int{401, 401, 403, 403, 200, 200}},
 		{"POST", "/v1/config:apply?dry_run=true", vsIn("a", "orders", "orders"), [6]int{401, 401, 403, 403, 200, 200}},
@@ -237,6 +240,23 @@ func TestEndpointPermissions(t *testing.T) {
 		if in.Namespace != "b" {
 			t.Fatalf("token of namespace b lists %s/%s", in.Namespace, in.ID)
 		}
+	}
+	// Prometheus service discovery too: a reader of a discovers a's
+	// instances, and asking for b by name is refused.
+	var groups []struct{ Labels map[string]string }
+	w.must("GET", "/v1/sd/prometheus?healthy_only=false", "", w.readA.Secret, &groups)
+	var sd []string
+	for _, g := range groups {
+		sd = append(sd, g.Labels["__meta_sextant_namespace"]+"/"+g.Labels["__meta_sextant_instance_id"])
+		if g.Labels["__meta_sextant_namespace"] != "a" {
+			t.Fatalf("prometheus SD for a reader of a: %v", sd)
+		}
+	}
+	if !slices.Contains(sd, "a/ia") {
+		t.Fatalf("prometheus SD for a reader of a misses a/ia: %v", sd)
+	}
+	if a := w.do("GET", "/v1/sd/prometheus?namespace=b", "", w.readA.Secret); a.status != 403 || !strings.Contains(a.body, `instances:read on namespace \"b\"`) {
+		t.Fatalf("prometheus SD of b for a reader of a: %d %s", a.status, a.body)
 	}
 	var nss struct{ Namespaces []string }
 	w.must("GET", "/v1/namespaces", "", w.readA.Secret, &nss)

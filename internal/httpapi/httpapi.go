@@ -174,6 +174,7 @@ func (a *API) routes() {
 	a.handle("GET", "/v1/namespaces/{ns}/services", a.services)
 	a.handle("GET", "/v1/namespaces/{ns}/services/{service}/instances", a.queryService)
 	a.handle("GET", "/v1/changes", a.changes)
+	a.handle("GET", "/v1/sd/prometheus", a.prometheusSD)
 	a.handle("GET", "/v1/push/status", func(w http.ResponseWriter, r *http.Request, _ *backend) error {
 		// Push status names every subscriber and resource: every namespace.
 		if err := acl.Require(r, acl.Permission{Resource: acl.Push, Access: acl.Read}); err != nil {
