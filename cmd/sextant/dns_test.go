@@ -245,7 +245,10 @@ func ensureDig(t *testing.T) string {
 		return path // another test binary installed it meanwhile
 	}
 	env := append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
-	for _, args := range [][]string{{"update", "-qq"}, {"install", "-y", "-qq", "dnsutils"}} {
+	// Lock::Timeout: apt's own lock is shared with the other packages'
+	// installs (chromium, prometheus), which the lock file above does not
+	// order.
+	for _, args := range [][]string{{"-o", "DPkg::Lock::Timeout=300", "update", "-qq"}, {"-o", "DPkg::Lock::Timeout=300", "install", "-y", "-qq", "dnsutils"}} {
 		ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 		cmd := exec.CommandContext(ctx, "apt-get", args...)
 		cmd.Env = env

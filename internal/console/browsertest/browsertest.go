@@ -347,7 +347,9 @@ func ensureChromium() error {
 		return nil // another test binary installed it meanwhile
 	}
 	env := append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
-	for _, args := range [][]string{{"update", "-qq"}, {"install", "-y", "-qq", "chromium", "chromium-driver"}} {
+	// Lock::Timeout: apt's own lock is shared with other packages' test
+	// installs (dnsutils, prometheus), which the lock file does not order.
+	for _, args := range [][]string{{"-o", "DPkg::Lock::Timeout=300", "update", "-qq"}, {"-o", "DPkg::Lock::Timeout=300", "install", "-y", "-qq", "chromium", "chromium-driver"}} {
 		ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 		cmd := exec.CommandContext(ctx, "apt-get", args...)
 		cmd.Env = env
