@@ -71,16 +71,3 @@ func Hostnames(k naming.ServiceKey) []string {
 	q := k.Name + "." + k.Namespace
 	return []string{q, q + ".svc", q + ".svc." + ClusterDomain}
 }
-
-// validLabel holds a DNS-1123 label: a subset name.
-func validLabel(s string) bool {
-	if len(s) == 0 || len(s) > 63 || !naming.Alnum(s[0]) || !naming.Alnum(s[len(s)-1]) {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; !naming.Alnum(c) && c != '-' {
-			return false
-		}
-	}
-	return true
-}

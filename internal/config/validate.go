@@ -140,7 +140,7 @@ func validateRoute(c errs, path, ns string, r *networking.HTTPRoute) {
 		if _, err := ResolveHost(d.Destination.Host, ns); err != nil {
 			c.add(join(dp, "host"), ErrInvalid, "%v", strings.TrimPrefix(err.Error(), "config: "))
 		}
-		if s := d.Destination.Subset; s != "" && !validLabel(s) {
+		if s := d.Destination.Subset; s != "" && !naming.ValidLabel(s) {
 			c.add(join(dp, "subset"), ErrInvalid, "%q: want a DNS label (1..63 of [a-z0-9-])", s)
 		}
 		if port := d.Destination.Port; port != nil && (port.Number == 0 || port.Number > 65535) {
@@ -216,7 +216,7 @@ func validateDR(c errs, path string, o *Object) {
 	names := map[string]bool{}
 	for i, s := range dr.Subsets {
 		p := index(join(path, "subsets"), i)
-		if !validLabel(s.Name) {
+		if !naming.ValidLabel(s.Name) {
 			c.add(join(p, "name"), ErrInvalid, "%q: want a DNS label (1..63 of [a-z0-9-])", s.Name)
 		} else if names[s.Name] {
 			c.add(join(p, "name"), ErrInvalid, "%q: another subset has this name", s.Name)

@@ -74,25 +74,12 @@ func (o Options) Validate() error {
 		return fmt.Errorf("%w: TTL %v is out of range 0..%v", ErrInvalid, o.TTL, MaxTTL)
 	case o.TTL%time.Second != 0:
 		return fmt.Errorf("%w: TTL %v is not whole seconds", ErrInvalid, o.TTL)
-	case o.Datacenter != "" && !validLabel(o.Datacenter):
+	case o.Datacenter != "" && !naming.ValidLabel(o.Datacenter):
 		return fmt.Errorf("%w: datacenter %q is not a DNS label: 1..63 chars of [a-z0-9-], starting and ending with a letter or digit", ErrInvalid, o.Datacenter)
 	case o.ConsulNamespace != "" && !naming.ValidName(o.ConsulNamespace):
 		return fmt.Errorf("%w: namespace %q is not a valid name: 1..128 chars of [a-z0-9-._], starting and ending with a letter or digit", ErrInvalid, o.ConsulNamespace)
 	}
 	return nil
-}
-
-// validLabel reports whether s is a lower-case DNS label (a datacenter).
-func validLabel(s string) bool {
-	if len(s) == 0 || len(s) > 63 || !naming.Alnum(s[0]) || !naming.Alnum(s[len(s)-1]) {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; !naming.Alnum(c) && c != '-' {
-			return false
-		}
-	}
-	return true
 }
 
 // Handler answers queries (a dns.Handler). It holds only its options and

@@ -17,16 +17,9 @@ import (
 // __meta_sextant_* labels. Sorted by namespace, service and id.
 func (a *API) prometheusSD(w http.ResponseWriter, r *http.Request, reg *backend) error {
 	v := r.URL.Query()
-	ns, name := v.Get("namespace"), v.Get("service")
-	if ns != "" {
-		if err := checkName("namespace", ns); err != nil {
-			return err
-		}
-	}
-	if name != "" {
-		if err := checkName("service", name); err != nil {
-			return err
-		}
+	ns, name, err := namespaceAndService(v)
+	if err != nil {
+		return err
 	}
 	q, err := parseQuery(v)
 	if err != nil {

@@ -196,18 +196,28 @@ func decodeToken(s string) (naming.ServiceKey, string, error) {
 	return naming.ServiceKey{Namespace: parts[0], Name: parts[1]}, parts[2], nil
 }
 
-func (a *API) listInstances(w http.ResponseWriter, r *http.Request, reg *backend) error {
-	v := r.URL.Query()
-	ns, name := v.Get("namespace"), v.Get("service")
+// namespaceAndService reads the optional namespace and service parameters
+// of a listing.
+func namespaceAndService(v url.Values) (ns, name string, err error) {
+	ns, name = v.Get("namespace"), v.Get("service")
 	if ns != "" {
 		if err := checkName("namespace", ns); err != nil {
-			return err
+			return "", "", err
 		}
 	}
 	if name != "" {
 		if err := checkName("service", name); err != nil {
-			return err
+			return "", "", err
 		}
+	}
+	return ns, name, nil
+}
+
+func (a *API) listInstances(w http.ResponseWriter, r *http.Request, reg *backend) error {
+	v := r.URL.Query()
+	ns, name, err := namespaceAndService(v)
+	if err != nil {
+		return err
 	}
 	q, err := parseQuery(v)
 	if err != nil {

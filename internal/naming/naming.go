@@ -1,7 +1,7 @@
 // Package naming owns the names records share: ServiceKey, the namespace
 // and name that group records (a service and its instances, a config
-// object's service, any namespaced record in the catalog), and the rule
-// every namespace, service and policy name follows.
+// object's service, any namespaced record in the catalog), the rule every
+// namespace, service and policy name follows, and the DNS label rule.
 package naming
 
 import "strings"
@@ -37,6 +37,21 @@ func ValidName(s string) bool {
 	}
 	for i := 0; i < len(s); i++ {
 		if c := s[i]; !Alnum(c) && c != '-' && c != '.' && c != '_' {
+			return false
+		}
+	}
+	return true
+}
+
+// ValidLabel reports whether s is a DNS label as Kubernetes names them
+// (RFC 1123): 1..63 chars of [a-z0-9-], starting and ending with a letter
+// or digit (a subset name, a datacenter).
+func ValidLabel(s string) bool {
+	if len(s) == 0 || len(s) > 63 || !Alnum(s[0]) || !Alnum(s[len(s)-1]) {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !Alnum(c) && c != '-' {
 			return false
 		}
 	}

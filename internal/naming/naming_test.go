@@ -32,3 +32,17 @@ func TestServiceKeyOrder(t *testing.T) {
 		t.Fatalf("String = %q", s)
 	}
 }
+
+func TestValidLabel(t *testing.T) {
+	for _, tc := range []struct {
+		s    string
+		want bool
+	}{
+		{"v1", true}, {"dc1", true}, {"a-b", true}, {strings.Repeat("a", 63), true},
+		{"", false}, {"-a", false}, {"a-", false}, {"a.b", false}, {"a_b", false}, {"V1", false}, {strings.Repeat("a", 64), false},
+	} {
+		if got := ValidLabel(tc.s); got != tc.want {
+			t.Errorf("ValidLabel(%q) = %v, want %v", tc.s, got, tc.want)
+		}
+	}
+}
