@@ -16,19 +16,30 @@ const hexDigits = "0123456789abcdef"
 // Append appends s as a JSON string, as encoding/json does with HTML
 // escaping off: invalid UTF-8 becomes U+FFFD, U+2028 and U+2029 are
 // escaped.
-func Append(b []byte, s string) []byte { return appendString(b, s, false) }
+func Append(b []byte, s string) []byte { return appendString(b, s, &plainSafe) }
 
 // AppendHTML is Append with <, > and & escaped as well, as json.Marshal
 // and log/slog's JSON handler write them.
-func AppendHTML(b []byte, s string) []byte { return appendString(b, s, true) }
+func AppendHTML(b []byte, s string) []byte { return appendString(b, s, &htmlSafe) }
 
-func appendString(b []byte, s string, html bool) []byte {
+// plainSafe and htmlSafe mark the ASCII bytes written as they are: one
+// load per byte, where a flag tested in the loop cost Append 15% of an
+// instance's JSON.
+var plainSafe, htmlSafe = func() (p, h [utf8.RuneSelf]bool) {
+	for c := range utf8.RuneSelf {
+		p[c] = c >= 0x20 && c != '"' && c != '\\'
+		h[c] = p[c] && c != '<' && c != '>' && c != '&'
+	}
+	return p, h
+}()
+
+func appendString(b []byte, s string, safe *[utf8.RuneSelf]bool) []byte {
 	b = append(b, '"')
 	start := 0
 	for i := 0; i < len(s); {
 		c := s[i]
 		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' && (!html || c != '<' && c != '>' && c != '&') {
+			if safe[c] {
 				i++
 				continue
 			}
