@@ -51,7 +51,7 @@ type Guard struct {
 }
 
 // New returns a guard with empty token and policy tables; register them
-// with the registry (Tables) so that they follow the store.
+// with the write engine (Tables) so that they follow the store.
 func New(opts Options) *Guard {
 	if opts.Now == nil {
 		opts.Now = time.Now

@@ -43,9 +43,9 @@ type tableRoot struct {
 // Group is the catalog group every config change is in.
 var CatalogGroup = naming.ServiceKey{}
 
-// NewTable returns an empty table; register it with the registry
+// NewTable returns an empty table; register it with the write engine
 // (commit.Options.Tables[store.Config]) and give it the catalog with
-// Attach once the registry is open.
+// Attach once the write engine is open.
 func NewTable() *Table {
 	t := &Table{ix: NewIndex()}
 	t.root.Store(&tableRoot{entries: map[Key]*Entry{}})

@@ -43,7 +43,7 @@ func (a *API) admin(h handler) handler {
 
 func (a *API) aclReady(reg *backend) error {
 	if reg.Catalog().Table(store.Tokens) != a.acl.Tables()[store.Tokens] {
-		return &apiError{http.StatusInternalServerError, "internal", "the ACL tables are not registered with the registry (commit.Options.Tables)", ""}
+		return &apiError{http.StatusInternalServerError, "internal", "the ACL tables are not registered with the write engine (commit.Options.Tables)", ""}
 	}
 	return nil
 }

@@ -44,7 +44,7 @@ type Options struct {
 	Metrics  prometheus.Registerer
 	Gatherer prometheus.Gatherer
 	// ACL guards every route but /healthz and /readyz (nil: ACLs off and
-	// no /v1/acl routes). Its tables must be registered with the registry
+	// no /v1/acl routes). Its tables must be registered with the write engine
 	// (commit.Options.Tables = ACL.Tables()).
 	ACL *acl.Guard
 }
