@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sextant-mesh/sextant/internal/debian"
 	"github.com/sextant-mesh/sextant/internal/dnsapi"
 )
 
@@ -218,52 +219,13 @@ func runDig(t *testing.T, dig string, args ...string) string {
 }
 
 // ensureDig returns dig's path, installing Debian's dnsutils when dig is
-// missing and this process may (root, apt-get present); otherwise the
-// test fails, saying what to install. Test binaries of several packages
-// run at once: a lock file makes them take turns.
+// missing and this process may (package debian); otherwise the test fails,
+// saying what to install.
 func ensureDig(t *testing.T) string {
 	t.Helper()
-	if path, err := exec.LookPath("dig"); err == nil {
-		return path
-	}
-	if os.Geteuid() != 0 {
-		t.Fatal("dig is missing and installing it needs root: apt-get install dnsutils")
-	}
-	if _, err := exec.LookPath("apt-get"); err != nil {
-		t.Fatal("dig is missing and there is no apt-get to install dnsutils with")
-	}
-	f, err := os.OpenFile(filepath.Join(os.TempDir(), "sextant-dnsutils-install.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	path, err := debian.Ensure("dig", "dnsutils")
 	if err != nil {
 		t.Fatal(err)
-	}
-	defer f.Close()
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
-		t.Fatal(err)
-	}
-	defer syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
-	if path, err := exec.LookPath("dig"); err == nil {
-		return path // another test binary installed it meanwhile
-	}
-	env := append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
-	// Lock::Timeout: apt's own lock is shared with the other packages'
-	// installs (chromium, prometheus), which the lock file above does not
-	// order.
-	for _, args := range [][]string{{"-o", "DPkg::Lock::Timeout=300", "update", "-qq"}, {"-o", "DPkg::Lock::Timeout=300", "install", "-y", "-qq", "dnsutils"}} {
-		ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
-		cmd := exec.CommandContext(ctx, "apt-get", args...)
-		cmd.Env = env
-		out, err := cmd.CombinedOutput()
-		cancel()
-		if err != nil {
-			if len(out) > 2000 {
-				out = out[len(out)-2000:]
-			}
-			t.Fatalf("apt-get %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-	}
-	path, err := exec.LookPath("dig")
-	if err != nil {
-		t.Fatal("apt-get installed dnsutils but dig is missing")
 	}
 	return path
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -15,6 +14,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/sextant-mesh/sextant/internal/debian"
 )
 
 // prometheusPath is Debian's Prometheus; SEXTANT_PROMETHEUS overrides it.
@@ -26,41 +26,10 @@ func prometheusPath() string {
 }
 
 // ensurePrometheus installs Debian's prometheus package when it is missing
-// and the test runs as root, once per test binary; otherwise it says what
-// is missing.
+// and the test runs as root (package debian), once per test binary.
 var ensurePrometheus = sync.OnceValue(func() error {
-	if _, err := os.Stat(prometheusPath()); err == nil {
-		return nil
-	}
-	if os.Geteuid() != 0 {
-		return fmt.Errorf("%s is missing and installing it needs root", prometheusPath())
-	}
-	if _, err := exec.LookPath("apt-get"); err != nil {
-		return fmt.Errorf("%s is missing and there is no apt-get", prometheusPath())
-	}
-	env := append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
-	// Lock::Timeout: wait for another apt (a browser test installing
-	// Chromium) rather than fail at once.
-	for _, args := range [][]string{
-		{"-o", "DPkg::Lock::Timeout=300", "update", "-qq"},
-		{"-o", "DPkg::Lock::Timeout=300", "install", "-y", "-qq", "--no-install-recommends", "prometheus"},
-	} {
-		ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
-		cmd := exec.CommandContext(ctx, "apt-get", args...)
-		cmd.Env = env
-		out, err := cmd.CombinedOutput()
-		cancel()
-		if err != nil {
-			if len(out) > 2000 {
-				out = out[len(out)-2000:]
-			}
-			return fmt.Errorf("apt-get %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-	}
-	if _, err := os.Stat(prometheusPath()); err != nil {
-		return fmt.Errorf("apt-get installed prometheus but %s is missing", prometheusPath())
-	}
-	return nil
+	_, err := debian.Ensure(prometheusPath(), "--no-install-recommends", "prometheus")
+	return err
 })
 
 // promTarget is one active target of Prometheus' /api/v1/targets.

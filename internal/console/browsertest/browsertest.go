@@ -9,7 +9,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -17,6 +16,7 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/sextant-mesh/sextant/internal/debian"
 )
 
 // ChromiumPath is Debian's Chromium; SEXTANT_CHROMIUM overrides it.
@@ -325,51 +325,10 @@ func short(s string) string {
 }
 
 // ensureChromium installs Debian's chromium and chromium-driver when
-// Chromium is missing and this process may (root, apt-get present). Test
-// binaries of several packages run at once: a lock file makes them take
-// turns, and the second finds it installed.
+// Chromium is missing and this process may (package debian).
 func ensureChromium() error {
-	if _, err := os.Stat(ChromiumPath()); err == nil {
-		return nil
-	}
-	if os.Geteuid() != 0 {
-		return fmt.Errorf("%s is missing and installing it needs root", ChromiumPath())
-	}
-	if _, err := exec.LookPath("apt-get"); err != nil {
-		return fmt.Errorf("%s is missing and there is no apt-get", ChromiumPath())
-	}
-	unlock, err := lock(filepath.Join(os.TempDir(), "sextant-browsertest-install.lock"))
-	if err != nil {
-		return err
-	}
-	defer unlock()
-	if _, err := os.Stat(ChromiumPath()); err == nil {
-		return nil // another test binary installed it meanwhile
-	}
-	env := append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
-	// Lock::Timeout: apt's own lock is shared with other packages' test
-	// installs (dnsutils, prometheus), which the lock file does not order.
-	for _, args := range [][]string{{"-o", "DPkg::Lock::Timeout=300", "update", "-qq"}, {"-o", "DPkg::Lock::Timeout=300", "install", "-y", "-qq", "chromium", "chromium-driver"}} {
-		ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
-		cmd := exec.CommandContext(ctx, "apt-get", args...)
-		cmd.Env = env
-		out, err := cmd.CombinedOutput()
-		cancel()
-		if err != nil {
-			return fmt.Errorf("apt-get %s: %v\n%s", strings.Join(args, " "), err, tail(out))
-		}
-	}
-	if _, err := os.Stat(ChromiumPath()); err != nil {
-		return fmt.Errorf("apt-get installed chromium but %s is missing", ChromiumPath())
-	}
-	return nil
-}
-
-func tail(b []byte) string {
-	if len(b) > 2000 {
-		b = b[len(b)-2000:]
-	}
-	return string(b)
+	_, err := debian.Ensure(ChromiumPath(), "chromium", "chromium-driver")
+	return err
 }
 
 // Eval0 evaluates a JavaScript expression for its effect.

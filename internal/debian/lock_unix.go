@@ -1,6 +1,6 @@
 //go:build unix
 
-package browsertest
+package debian
 
 import (
 	"os"
