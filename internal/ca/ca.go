@@ -76,9 +76,24 @@ type Authority struct {
 // signer is the certificate that signs workloads and its issuers up to a
 // self-signed root.
 type signer struct {
-	chain    []*x509.Certificate // signer first, root last
-	chainPEM []byte              // the signer and its intermediates: appended to every leaf
-	key      crypto.Signer
+	chain []*x509.Certificate // signer first, root last
+	inter []byte              // PEM of the intermediates between the signer and its root
+	key   crypto.Signer
+	// cross is the signer cross-signed by the previous root during a
+	// rotation: appended to every leaf, it lets a peer that trusts only
+	// the previous root verify the new certificates too.
+	cross    *x509.Certificate
+	chainPEM []byte // inter, then cross: appended to every leaf
+}
+
+func (s *signer) withCross(cross *x509.Certificate) *signer {
+	n := *s
+	n.cross = cross
+	n.chainPEM = append([]byte(nil), s.inter...)
+	if cross != nil {
+		n.chainPEM = append(n.chainPEM, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cross.Raw})...)
+	}
+	return &n
 }
 
 func (s *signer) root() *x509.Certificate { return s.chain[len(s.chain)-1] }
@@ -147,7 +162,7 @@ func newRoot(td string, now time.Time) (*signer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ca: parse new root: %w", err)
 	}
-	return &signer{chain: []*x509.Certificate{cert}, key: key}, nil
+	return (&signer{chain: []*x509.Certificate{cert}, key: key}).withCross(nil), nil
 }
 
 // parseSigner reads a signing chain and key, naming what is wrong with
@@ -208,7 +223,7 @@ func parseSigner(chainPEM, keyPEM []byte, now time.Time) (*signer, error) {
 			_ = pem.Encode(&chainOut, &pem.Block{Type: "CERTIFICATE", Bytes: c.Raw})
 		}
 	}
-	return &signer{chain: chain, chainPEM: chainOut.Bytes(), key: key}, nil
+	return (&signer{chain: chain, inter: chainOut.Bytes(), key: key}).withCross(nil), nil
 }
 
 // ParseKey reads a PEM private key (PKCS #8, SEC 1 EC or PKCS #1 RSA).
@@ -282,8 +297,11 @@ func (a *Authority) rebundle() {
 
 // Rotate makes a new signer: the given chain and key (as FromPEM reads
 // them), or a newly generated root when chainPEM is nil. The old root stays
-// in the bundle until Prune finds every certificate it signed expired, so
-// workloads holding old and new certificates keep trusting each other.
+// in the bundle until Prune finds every certificate it signed expired, and
+// when the old signer is a root, the new signer is cross-signed by it and
+// the cross certificate sent with every new certificate: a peer holding
+// the old bundle verifies new certificates, a peer holding the new bundle
+// old ones, so no handshake fails while workloads pick up the new bundle.
 func (a *Authority) Rotate(chainPEM, keyPEM []byte) error {
 	now := a.opts.Now()
 	var s *signer
@@ -298,10 +316,20 @@ func (a *Authority) Rotate(chainPEM, keyPEM []byte) error {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	old := a.signer.root()
-	if !old.Equal(s.root()) {
-		a.retired = append([]retired{{root: old, retiredAt: now}}, a.retired...)
+	old := a.signer
+	if old.root().Equal(s.root()) {
+		a.signer = s
+		a.rebundle()
+		return nil
 	}
+	if len(old.chain) == 1 {
+		cross, err := crossSign(s.chain[0], old, now)
+		if err != nil {
+			return err
+		}
+		s = s.withCross(cross)
+	}
+	a.retired = append([]retired{{root: old.root(), retiredAt: now}}, a.retired...)
 	a.signer = s
 	a.rebundle()
 	return nil
@@ -325,8 +353,34 @@ func (a *Authority) Prune() bool {
 	}
 	clear(a.retired[len(keep):])
 	a.retired = keep
+	if len(keep) == 0 {
+		a.signer = a.signer.withCross(nil) // no peer trusts only the old root any more
+	}
 	a.rebundle()
 	return true
+}
+
+// crossSign certifies c's subject and key under the old root.
+func crossSign(c *x509.Certificate, old *signer, now time.Time) (*x509.Certificate, error) {
+	serial, err := newSerial()
+	if err != nil {
+		return nil, err
+	}
+	notAfter := c.NotAfter
+	if old.chain[0].NotAfter.Before(notAfter) {
+		notAfter = old.chain[0].NotAfter
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: serial, Subject: c.Subject, SubjectKeyId: c.SubjectKeyId, URIs: c.URIs,
+		NotBefore: now.Add(-time.Hour), NotAfter: notAfter,
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
+		BasicConstraintsValid: true, IsCA: true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, old.chain[0], c.PublicKey, old.key)
+	if err != nil {
+		return nil, fmt.Errorf("ca: cross-sign the new root: %w", err)
+	}
+	return x509.ParseCertificate(der)
 }
 
 // Issued is a signed workload certificate.

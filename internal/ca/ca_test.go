@@ -174,6 +174,7 @@ func TestRotationTrustsOldAndNewUntilPruned(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	oldBundle := a.Bundle()
 	if err := a.Rotate(nil, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -188,12 +189,35 @@ func TestRotationTrustsOldAndNewUntilPruned(t *testing.T) {
 	// this is what a TLS peer with the new bundle checks.
 	verify(t, before.ChainPEM, a.Bundle(), id)
 	verify(t, after.ChainPEM, a.Bundle(), id)
+	// A peer that has not picked up the new bundle yet verifies the new
+	// certificate through the cross certificate sent with it.
+	verify(t, after.ChainPEM, oldBundle, id)
+	st, err := a.State()
+	if err != nil {
+		t.Fatal(err)
+	}
+	restored, err := Restore(Options{TrustDomain: "cluster.local", MaxTTL: 48 * time.Hour, Now: func() time.Time { return now }}, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := restored.Sign(csrFor(t, p256(t)), id, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	verify(t, again.ChainPEM, oldBundle, id)
 	if a.Prune() {
 		t.Fatal("pruned a root whose certificates may still be in use")
 	}
 	now = now.Add(49 * time.Hour)
 	if !a.Prune() || len(a.Roots()) != 1 {
 		t.Fatalf("after the longest lifetime the old root is still trusted: %d roots", len(a.Roots()))
+	}
+	pruned, err := a.Sign(csrFor(t, p256(t)), id, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(pruned.ChainPEM), "BEGIN CERTIFICATE"); n != 1 {
+		t.Fatalf("after the prune a certificate comes with %d certificates, want the leaf alone (no cross certificate)", n)
 	}
 }
 

@@ -12,8 +12,9 @@ import (
 // authority: the signer with its key, and the retired roots still trusted.
 type State struct {
 	TrustDomain string         `json:"trustDomain"`
-	Chain       string         `json:"chain"` // PEM: the signer, then its issuers up to the root
-	Key         string         `json:"key"`   // PEM PKCS #8
+	Chain       string         `json:"chain"`           // PEM: the signer, then its issuers up to the root
+	Key         string         `json:"key"`             // PEM PKCS #8
+	Cross       string         `json:"cross,omitempty"` // PEM: the signer cross-signed by the previous root
 	Retired     []RetiredState `json:"retired,omitempty"`
 }
 
@@ -38,6 +39,9 @@ func (a *Authority) State() (State, error) {
 	}
 	st := State{TrustDomain: a.opts.TrustDomain, Chain: chain.String(),
 		Key: string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}))}
+	if s.cross != nil {
+		st.Cross = string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: s.cross.Raw}))
+	}
 	for _, r := range ret {
 		st.Retired = append(st.Retired, RetiredState{
 			Root:      string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: r.root.Raw})),
@@ -59,6 +63,17 @@ func Restore(opts Options, st State) (*Authority, error) {
 	s, err := parseSigner([]byte(st.Chain), []byte(st.Key), opts.Now())
 	if err != nil {
 		return nil, fmt.Errorf("ca: stored signer: %w", err)
+	}
+	if st.Cross != "" {
+		b, _ := pem.Decode([]byte(st.Cross))
+		if b == nil {
+			return nil, fmt.Errorf("ca: %w: the stored cross certificate is not PEM", ErrInvalid)
+		}
+		c, err := x509.ParseCertificate(b.Bytes)
+		if err != nil {
+			return nil, fmt.Errorf("ca: %w: the stored cross certificate: %w", ErrInvalid, err)
+		}
+		s = s.withCross(c)
 	}
 	a := &Authority{opts: opts, signer: s}
 	for i, r := range st.Retired {

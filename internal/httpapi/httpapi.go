@@ -76,6 +76,8 @@ type API struct {
 	sync atomic.Pointer[syncBox] // nil: a single server
 	// pushStatus serves /v1/push/status; nil: no control plane.
 	pushStatus atomic.Pointer[http.Handler]
+	// issuer serves /v1/identity; nil: no certificate authority.
+	issuer atomic.Pointer[issuerBox]
 	opts       Options
 	acl        *acl.Guard
 	log        *slog.Logger
@@ -196,6 +198,7 @@ func (a *API) routes() {
 		a.aclRoutes()
 	}
 	a.placementRoutes()
+	a.identityRoutes()
 	a.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		w.Write([]byte(`{"status":"ok"}` + "\n"))

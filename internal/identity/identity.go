@@ -150,7 +150,7 @@ func (s *Service) Start(ctx context.Context, eng *commit.Engine) error {
 		if err != nil {
 			return fmt.Errorf("identity: %w", err)
 		}
-		if err := s.write(ctx, a, 0); err != nil && !errors.Is(err, store.ErrConflict) {
+		if err := s.write(ctx, a, 0); err != nil && !errors.Is(err, errCreated) {
 			return err
 		}
 		s.reload() // ours, or the server's that created it first
@@ -191,7 +191,16 @@ type caWrite struct {
 	ifRev int64
 }
 
+// errCreated: another server created the authority first.
+var errCreated = errors.New("identity: the certificate authority exists")
+
 func (w *caWrite) Plan(tx *commit.Tx) error {
+	if v, rev := tx.Get(store.System, Key); v != nil && rev != w.ifRev {
+		if w.ifRev == 0 {
+			return errCreated
+		}
+		return fmt.Errorf("identity: the certificate authority changed (revision %d, not %d) while this rotation was decided: %w", rev, w.ifRev, store.ErrConflict)
+	}
 	tx.PutIf(store.System, Key, w.value, &catalog.Blob{Key: Key, Value: w.value}, w.ifRev)
 	return nil
 }
@@ -205,7 +214,9 @@ func (s *Service) write(ctx context.Context, a *ca.Authority, ifRev int64) error
 	if err != nil {
 		return fmt.Errorf("identity: %w", err)
 	}
-	if _, err := s.eng.Load().Submit(ctx, &caWrite{value: value, ifRev: ifRev}); err != nil {
+	// Checked: in a cluster, a write that lost to another server's is
+	// planned again on the catalog that holds the winner's.
+	if _, err := s.eng.Load().SubmitChecked(ctx, &caWrite{value: value, ifRev: ifRev}); err != nil {
 		return fmt.Errorf("identity: store the certificate authority: %w", err)
 	}
 	return nil
