@@ -77,13 +77,13 @@ type API struct {
 	// pushStatus serves /v1/push/status; nil: no control plane.
 	pushStatus atomic.Pointer[http.Handler]
 	// issuer serves /v1/identity; nil: no certificate authority.
-	issuer atomic.Pointer[issuerBox]
-	opts       Options
-	acl        *acl.Guard
-	log        *slog.Logger
-	mux        *http.ServeMux
-	waiting    atomic.Int64
-	allowed    map[string]string // path -> its methods, for 405 answers
+	issuer  atomic.Pointer[issuerBox]
+	opts    Options
+	acl     *acl.Guard
+	log     *slog.Logger
+	mux     *http.ServeMux
+	waiting atomic.Int64
+	allowed map[string]string // path -> its methods, for 405 answers
 
 	// stopping ends every blocking query at shutdown: they answer the
 	// current state at once instead of holding the drain.
