@@ -12,6 +12,9 @@ import (
 	"github.com/sextant-mesh/sextant/internal/identity"
 )
 
+// defaultTrustDomain is Istio's default, so SPIFFE IDs read the same.
+const defaultTrustDomain = "cluster.local"
+
 // identityFlags configure the server's certificate authority
 // (docs/security.md, "Workload identity").
 type identityFlags struct {
@@ -23,7 +26,7 @@ type identityFlags struct {
 }
 
 func (f *identityFlags) register(fl *pflag.FlagSet) {
-	fl.StringVar(&f.trustDomain, "trust-domain", "cluster.local", "trust domain of workload identities (spiffe://TRUST_DOMAIN/ns/NAMESPACE/sa/NAME); it cannot change once the authority is created")
+	fl.StringVar(&f.trustDomain, "trust-domain", defaultTrustDomain, "trust domain of workload identities (spiffe://TRUST_DOMAIN/ns/NAMESPACE/sa/NAME); it cannot change once the authority is created")
 	fl.StringVar(&f.caCert, "ca-cert", "", "PEM certificate of your own CA to sign workload certificates with (a root, or an intermediate followed by its issuers up to the root); empty: the server generates a root at its first start")
 	fl.StringVar(&f.caKey, "ca-key", "", "PEM private key of --ca-cert")
 	fl.DurationVar(&f.certTTL, "cert-ttl", ca.DefaultTTL, "lifetime of a workload certificate when the request names none")
@@ -33,6 +36,16 @@ func (f *identityFlags) register(fl *pflag.FlagSet) {
 // newIdentity reads the CA files and returns the service to register with
 // the write engine as a tracker and start after it.
 func newIdentity(f identityFlags, log *slog.Logger) (*identity.Service, error) {
+	// Zero values (flags built in code, as tests do) are the defaults.
+	if f.trustDomain == "" {
+		f.trustDomain = defaultTrustDomain
+	}
+	if f.certTTL == 0 {
+		f.certTTL = ca.DefaultTTL
+	}
+	if f.certMaxTTL == 0 {
+		f.certMaxTTL = ca.DefaultMaxTTL
+	}
 	opts := identity.Options{
 		CA:     ca.Options{TrustDomain: f.trustDomain, TTL: f.certTTL, MaxTTL: f.certMaxTTL},
 		Logger: log.With("component", "identity"),

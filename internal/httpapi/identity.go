@@ -17,8 +17,9 @@ import (
 // Issuer signs workload certificates with the server's authority
 // (internal/identity implements it).
 type Issuer interface {
-	Sign(csrPEM []byte, id ca.ID, ttl time.Duration) (*ca.Issued, error)
-	Authority() *ca.Authority
+	// Authority is the authority signing now, created if there is none.
+	Authority(ctx context.Context) (*ca.Authority, error)
+	Sign(ctx context.Context, csrPEM []byte, id ca.ID, ttl time.Duration) (*ca.Issued, error)
 	Rotate(ctx context.Context, chainPEM, keyPEM []byte) (*ca.Authority, error)
 }
 
@@ -36,7 +37,7 @@ func (a *API) identityRoutes() {
 
 func (a *API) issuerOf() (Issuer, error) {
 	b := a.issuer.Load()
-	if b == nil || b.i.Authority() == nil {
+	if b == nil {
 		return nil, &apiError{http.StatusNotFound, "not_found", "this server issues no workload identities", ""}
 	}
 	return b.i, nil
@@ -89,9 +90,12 @@ func (a *API) signCertificate(w http.ResponseWriter, r *http.Request, reg *backe
 	if err != nil {
 		return err
 	}
-	auth := iss.Authority()
+	auth, err := iss.Authority(r.Context())
+	if err != nil {
+		return err
+	}
 	id := ca.ID{TrustDomain: auth.TrustDomain(), Namespace: req.Namespace, Account: req.ServiceAccount}
-	is, err := iss.Sign([]byte(req.CSR), id, ttl)
+	is, err := iss.Sign(r.Context(), []byte(req.CSR), id, ttl)
 	if err != nil {
 		return caError(err)
 	}
@@ -151,7 +155,11 @@ func (a *API) identityBundle(w http.ResponseWriter, r *http.Request, reg *backen
 	if err != nil {
 		return err
 	}
-	return writeValue(w, reg.Revision(), bundleOf(iss.Authority()))
+	auth, err := iss.Authority(r.Context())
+	if err != nil {
+		return err
+	}
+	return writeValue(w, reg.Revision(), bundleOf(auth))
 }
 
 type rotateRequest struct {

@@ -47,6 +47,8 @@ type Service struct {
 	eng  atomic.Pointer[commit.Engine]
 	mu   sync.Mutex // serialises reloads
 	cur  atomic.Pointer[loaded]
+	// create serialises this server's creation of the first authority.
+	create sync.Mutex
 }
 
 // loaded is the authority as restored from the record of revision rev.
@@ -133,39 +135,64 @@ func (s *Service) restore(value []byte) (*ca.Authority, error) {
 	return ca.Restore(s.opts.CA, st)
 }
 
-// Start loads the stored authority, or creates it at the first start (one
-// server of a cluster wins; the others load the winner's), and rotates to
-// the user's CA files when they name another signer.
+// Start follows the stored authority. A server creates none until it is
+// first needed (Authority), so that a mesh that never asks for an
+// identity never writes one; given the user's CA files, it stores them at
+// once (or rotates to them when they name another signer than the stored
+// one).
 func (s *Service) Start(ctx context.Context, eng *commit.Engine) error {
 	s.eng.Store(eng)
 	s.reload()
-	if s.cur.Load() == nil {
-		var a *ca.Authority
-		var err error
-		if s.opts.CertPEM != nil {
-			a, err = ca.FromPEM(s.opts.CA, s.opts.CertPEM, s.opts.KeyPEM)
-		} else {
-			a, err = ca.Generate(s.opts.CA)
-		}
-		if err != nil {
-			return fmt.Errorf("identity: %w", err)
-		}
-		if err := s.write(ctx, a, 0); err != nil && !errors.Is(err, errCreated) {
-			return err
-		}
-		s.reload() // ours, or the server's that created it first
-		if s.cur.Load() == nil {
-			return errors.New("identity: the certificate authority was written but cannot be read back")
-		}
+	if s.opts.CertPEM == nil {
 		return nil
 	}
-	if s.opts.CertPEM != nil && !s.signsWith(s.opts.CertPEM) {
+	if s.cur.Load() == nil {
+		_, err := s.Authority(ctx)
+		return err
+	}
+	if !s.signsWith(s.opts.CertPEM) {
 		s.log.Info("rotating to the certificate authority given on the command line")
 		if _, err := s.Rotate(ctx, s.opts.CertPEM, s.opts.KeyPEM); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// Authority is the authority signing now, created and stored if there is
+// none yet: the user's CA files, or a new generated root. In a cluster one
+// server's creation wins and the others load it.
+func (s *Service) Authority(ctx context.Context) (*ca.Authority, error) {
+	if l := s.cur.Load(); l != nil {
+		return l.auth, nil
+	}
+	if s.eng.Load() == nil {
+		return nil, ErrNotStarted
+	}
+	s.create.Lock() // one creation per server at a time
+	defer s.create.Unlock()
+	if l := s.cur.Load(); l != nil {
+		return l.auth, nil
+	}
+	var a *ca.Authority
+	var err error
+	if s.opts.CertPEM != nil {
+		a, err = ca.FromPEM(s.opts.CA, s.opts.CertPEM, s.opts.KeyPEM)
+	} else {
+		a, err = ca.Generate(s.opts.CA)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("identity: %w", err)
+	}
+	if err := s.write(ctx, a, 0); err != nil && !errors.Is(err, errCreated) {
+		return nil, err
+	}
+	s.reload() // ours, or the server's that created it first
+	if l := s.cur.Load(); l != nil {
+		s.log.Info("certificate authority created", "root", l.auth.Roots()[0].Subject.CommonName, "trust_domain", s.opts.CA.TrustDomain)
+		return l.auth, nil
+	}
+	return nil, errors.New("identity: the certificate authority was written but cannot be read back")
 }
 
 // signsWith reports whether certPEM's first certificate is the signer's.
@@ -222,22 +249,14 @@ func (s *Service) write(ctx context.Context, a *ca.Authority, ifRev int64) error
 	return nil
 }
 
-// ErrNotStarted is returned before Start has loaded an authority.
+// ErrNotStarted is returned before Start.
 var ErrNotStarted = errors.New("identity: the certificate authority is not loaded yet")
 
-// Authority is the authority signing now (nil before Start).
-func (s *Service) Authority() *ca.Authority {
-	if l := s.cur.Load(); l != nil {
-		return l.auth
-	}
-	return nil
-}
-
 // Sign issues a certificate for id from a PEM CSR (see ca.Authority.Sign).
-func (s *Service) Sign(csrPEM []byte, id ca.ID, ttl time.Duration) (*ca.Issued, error) {
-	a := s.Authority()
-	if a == nil {
-		return nil, ErrNotStarted
+func (s *Service) Sign(ctx context.Context, csrPEM []byte, id ca.ID, ttl time.Duration) (*ca.Issued, error) {
+	a, err := s.Authority(ctx)
+	if err != nil {
+		return nil, err
 	}
 	return a.Sign(csrPEM, id, ttl)
 }
@@ -248,10 +267,10 @@ func (s *Service) Sign(csrPEM []byte, id ca.ID, ttl time.Duration) (*ca.Issued, 
 // stored and applied. A concurrent rotation on another server fails it
 // with a conflict (store.ErrConflict): the caller may look and try again.
 func (s *Service) Rotate(ctx context.Context, chainPEM, keyPEM []byte) (*ca.Authority, error) {
-	l := s.cur.Load()
-	if l == nil {
-		return nil, ErrNotStarted
+	if _, err := s.Authority(ctx); err != nil {
+		return nil, err
 	}
+	l := s.cur.Load()
 	// Rotate a copy: the live authority changes only when the record does.
 	st, err := l.auth.State()
 	if err != nil {
@@ -269,5 +288,5 @@ func (s *Service) Rotate(ctx context.Context, chainPEM, keyPEM []byte) (*ca.Auth
 		return nil, err
 	}
 	s.reload()
-	return s.Authority(), nil
+	return s.cur.Load().auth, nil
 }

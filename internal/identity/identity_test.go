@@ -57,8 +57,11 @@ var api = ca.ID{TrustDomain: "cluster.local", Namespace: "orders", Account: "api
 func TestTheAuthorityIsCreatedOnceAndSurvivesARestart(t *testing.T) {
 	dir := t.TempDir()
 	s, stop := start(t, dir, Options{CA: td})
-	root := s.Authority().Roots()[0]
-	before, err := s.Sign(csr(t), api, 0)
+	if rev := s.eng.Load().Revision(); rev != 0 {
+		t.Fatalf("a server that was asked for no identity wrote revision %d at start", rev)
+	}
+	root := mustAuthority(t, s).Roots()[0]
+	before, err := s.Sign(context.Background(), csr(t), api, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,15 +69,15 @@ func TestTheAuthorityIsCreatedOnceAndSurvivesARestart(t *testing.T) {
 
 	s, stop = start(t, dir, Options{CA: td})
 	defer stop()
-	if got := s.Authority().Roots(); len(got) != 1 || !got[0].Equal(root) {
+	if got := mustAuthority(t, s).Roots(); len(got) != 1 || !got[0].Equal(root) {
 		t.Fatal("a restarted server made a new root: every certificate it issued stopped verifying")
 	}
-	after, err := s.Sign(csr(t), api, 0)
+	after, err := s.Sign(context.Background(), csr(t), api, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(s.Authority().Bundle())
+	pool.AppendCertsFromPEM(mustAuthority(t, s).Bundle())
 	for _, is := range []*ca.Issued{before, after} {
 		if _, err := is.Leaf.Verify(x509.VerifyOptions{Roots: pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
 			t.Fatal(err)
@@ -85,24 +88,24 @@ func TestTheAuthorityIsCreatedOnceAndSurvivesARestart(t *testing.T) {
 func TestRotationIsStoredAndKeepsTheOldRootTrusted(t *testing.T) {
 	dir := t.TempDir()
 	s, stop := start(t, dir, Options{CA: td})
-	old, err := s.Sign(csr(t), api, 0)
+	old, err := s.Sign(context.Background(), csr(t), api, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Rotate(context.Background(), nil, nil); err != nil {
 		t.Fatal(err)
 	}
-	if n := len(s.Authority().Roots()); n != 2 {
+	if n := len(mustAuthority(t, s).Roots()); n != 2 {
 		t.Fatalf("%d trusted roots after a rotation, want 2", n)
 	}
 	stop()
 	s, stop = start(t, dir, Options{CA: td})
 	defer stop()
-	if n := len(s.Authority().Roots()); n != 2 {
+	if n := len(mustAuthority(t, s).Roots()); n != 2 {
 		t.Fatalf("%d trusted roots after a restart, want the rotation's 2", n)
 	}
 	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(s.Authority().Bundle())
+	pool.AppendCertsFromPEM(mustAuthority(t, s).Bundle())
 	if _, err := old.Leaf.Verify(x509.VerifyOptions{Roots: pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
 		t.Fatalf("a certificate of the old root no longer verifies: %v", err)
 	}
@@ -112,20 +115,20 @@ func TestTheUsersCAIsUsedAndRotatedTo(t *testing.T) {
 	certPEM, keyPEM := userRoot(t, "user root 1")
 	dir := t.TempDir()
 	s, stop := start(t, dir, Options{CA: td, CertPEM: certPEM, KeyPEM: keyPEM})
-	if cn := s.Authority().Roots()[0].Subject.CommonName; cn != "user root 1" {
+	if cn := mustAuthority(t, s).Roots()[0].Subject.CommonName; cn != "user root 1" {
 		t.Fatalf("signing root %q, want the user's", cn)
 	}
 	stop()
 	// The same files again: nothing changes.
 	s, stop = start(t, dir, Options{CA: td, CertPEM: certPEM, KeyPEM: keyPEM})
-	if n := len(s.Authority().Roots()); n != 1 {
+	if n := len(mustAuthority(t, s).Roots()); n != 1 {
 		t.Fatalf("%d roots after a restart with the same files", n)
 	}
 	stop()
 	cert2, key2 := userRoot(t, "user root 2")
 	s, stop = start(t, dir, Options{CA: td, CertPEM: cert2, KeyPEM: key2})
 	defer stop()
-	roots := s.Authority().Roots()
+	roots := mustAuthority(t, s).Roots()
 	if len(roots) != 2 || roots[0].Subject.CommonName != "user root 2" || roots[1].Subject.CommonName != "user root 1" {
 		t.Fatalf("roots after new files: %v", roots)
 	}
@@ -158,4 +161,13 @@ func userRoot(t *testing.T, cn string) (certPEM, keyPEM []byte) {
 	}
 	kder, _ := x509.MarshalPKCS8PrivateKey(k)
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kder})
+}
+
+func mustAuthority(t *testing.T, s *Service) *ca.Authority {
+	t.Helper()
+	a, err := s.Authority(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
 }
