@@ -29,6 +29,7 @@ import (
 	"github.com/sextant-mesh/sextant/internal/config"
 	"github.com/sextant-mesh/sextant/internal/console"
 	"github.com/sextant-mesh/sextant/internal/dnsapi"
+	"github.com/sextant-mesh/sextant/internal/healthcheck"
 	"github.com/sextant-mesh/sextant/internal/httpapi"
 	"github.com/sextant-mesh/sextant/internal/instance"
 	"github.com/sextant-mesh/sextant/internal/placement"
@@ -54,6 +55,8 @@ type serverFlags struct {
 	drain        time.Duration
 	// deregisterAfter: the removal delay of instances that set none.
 	deregisterAfter time.Duration
+	// checkWorkers: active health checks' probes in flight at most.
+	checkWorkers int
 
 	acl         bool
 	aclAnonRead bool
@@ -139,6 +142,7 @@ carries no token: whoever reaches --dns reads those addresses.`,
 	fl.IntVar(&f.writeBurst, "rate-limit-write-burst", 0, "writes a caller may send at once (default: the rate, at least 1)")
 	fl.Float64Var(&f.readRate, "rate-limit-read", 0, "reads per second per caller; 0: no limit")
 	fl.IntVar(&f.readBurst, "rate-limit-read-burst", 0, "reads a caller may send at once (default: the rate, at least 1)")
+	fl.IntVar(&f.checkWorkers, "check-workers", 64, "probes of active health checks in flight at most: a slow target holds one for its check's timeout (docs/health.md)")
 	fl.IntVar(&f.workers, "scheduler-workers", runtime.GOMAXPROCS(0), "goroutines that split one placement decision on clusters of 8,192+ nodes (1: the committer alone)")
 	fl.StringVar(&f.dns, "dns", "", "address to answer DNS on, over UDP and TCP (e.g. 127.0.0.1:8600): healthy instances as A, AAAA and SRV records of NAME.NAMESPACE.svc.sextant and Consul's NAME.service.consul (docs/dns.md); no ACLs apply; empty: no DNS")
 	fl.DurationVar(&f.dnsTTL, "dns-ttl", 5*time.Second, "with --dns: how long resolvers may cache an answer, and an answer that the name does not exist (whole seconds; 0: not at all)")
@@ -261,6 +265,9 @@ func runServer(ctx context.Context, f serverFlags) error {
 	if err != nil {
 		return err
 	}
+	// The active health checks: told of instance changes by the follower,
+	// run once the registry has started (docs/health.md).
+	checks := healthcheck.New(reg, healthcheck.Options{Workers: f.checkWorkers, Logger: log.With("component", "healthcheck"), Metrics: metrics})
 	tables := guard.Tables() // tokens and policies
 	maps.Copy(tables, sched.Tables())
 	tables[store.Config] = cfg
@@ -271,7 +278,7 @@ func runServer(ctx context.Context, f serverFlags) error {
 	eng, err := commit.Open(st, commit.Options{
 		Catalog:   catalog.Options{LogSize: f.logSize},
 		Tables:    tables,
-		Trackers:  []commit.Tracker{reg, ident},
+		Trackers:  []commit.Tracker{reg, ident, checks},
 		Pipelined: registry.Pipelined,
 		Shared:    member != nil,
 		Logger:    log.With("component", "commit"),
@@ -289,6 +296,8 @@ func runServer(ctx context.Context, f serverFlags) error {
 		return err
 	}
 	api.SetIssuer(ident)
+	// Stopped before the registry: its workers write through it.
+	lc.start("health checks", false, checks.Run)
 
 	cfg.Attach(eng.Catalog())
 	if member != nil {
@@ -406,6 +415,8 @@ func (f serverFlags) validate() error {
 		return fmt.Errorf("--cluster-id %q: at most 64 bytes", f.clusterID)
 	case f.store != "" && f.clusterLease < 2*time.Second:
 		return fmt.Errorf("--cluster-lease %v: at least 2s (the lease is renewed every second)", f.clusterLease)
+	case f.checkWorkers < 1:
+		return fmt.Errorf("--check-workers %d: at least 1", f.checkWorkers)
 	case f.deregisterAfter < 0:
 		return fmt.Errorf("--deregister-after %v: must not be negative (0: never)", f.deregisterAfter)
 	case f.aclAnonRead && !f.acl:
