@@ -169,6 +169,7 @@ func (a *API) routes() {
 	a.handle("POST", "/v1/instances:deregister", a.deregisterBatch)
 	a.handle("GET", "/v1/instances/{id}", a.getInstance)
 	a.handle("DELETE", "/v1/instances/{id}", a.deregisterOne)
+	a.handle("PUT", "/v1/instances/{id}/checks/{check}", a.setCheck)
 	a.handle("POST", "/v1/heartbeats", a.heartbeat)
 	a.handle("GET", "/v1/namespaces", a.namespaces)
 	a.handle("GET", "/v1/namespaces/{ns}/services", a.services)
@@ -360,6 +361,8 @@ func (a *API) toAPIError(err error) *apiError {
 	case errors.As(err, &mbe):
 		return &apiError{http.StatusRequestEntityTooLarge, "payload_too_large",
 			"request body exceeds " + strconv.FormatInt(mbe.Limit, 10) + " bytes", ""}
+	case errors.Is(err, registry.ErrNotFound):
+		return &apiError{http.StatusNotFound, "not_found", strings.TrimPrefix(err.Error(), "registry: not found: "), "id"}
 	case errors.Is(err, store.ErrConflict):
 		return &apiError{http.StatusConflict, "conflict", strings.TrimPrefix(err.Error(), "store: "), ""}
 	case errors.Is(err, catalog.ErrCompacted):
