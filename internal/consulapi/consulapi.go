@@ -46,6 +46,8 @@ type Registry interface {
 	Catalog() *catalog.Catalog
 	RegisterGuarded(ctx context.Context, ins []*instance.Instance, guard registry.Guard) (int64, error)
 	DeregisterGuarded(ctx context.Context, ids []string, guard registry.Guard) (int64, []string, error)
+	// SetCheck sets a check's status (a TTL check's update).
+	SetCheck(ctx context.Context, instanceID, checkID, status, output string) (int64, error)
 }
 
 // Defaults of Options.

@@ -552,3 +552,133 @@ func TestFilterParameter(t *testing.T) {
 		t.Error("unknown selector on an empty service: no error")
 	}
 }
+
+// TestChecks: Consul's checks become the instance's checks, with Consul's
+// default ids; a TTL check starts critical and is passed, warned and
+// failed through the client; health answers carry each check's status
+// and output, and passing leaves out warning and critical instances.
+func TestChecks(t *testing.T) {
+	s := newStack(t, acl.Options{}, "default")
+	c := s.client(t, "")
+	agent := c.Agent()
+	err := agent.ServiceRegister(&capi.AgentServiceRegistration{ID: "w1", Name: "web", Address: "127.0.0.1", Port: 8080,
+		Check: &capi.AgentServiceCheck{TTL: "30s", DeregisterCriticalServiceAfter: "10m"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = agent.ServiceRegister(&capi.AgentServiceRegistration{ID: "w2", Name: "web", Address: "127.0.0.1", Port: 8081,
+		Checks: capi.AgentServiceChecks{
+			{HTTP: "http://127.0.0.1:8081/health", Interval: "10s", Timeout: "2s", Status: capi.HealthPassing, Header: map[string][]string{"X-Probe": {"1"}}},
+			{TCP: "127.0.0.1:8081", Interval: "10s", Status: capi.HealthPassing, SuccessBeforePassing: 2, FailuresBeforeCritical: 3},
+			{CheckID: "w2-grpc", Name: "grpc health", GRPC: "127.0.0.1:9090/orders.Orders", Interval: "5s", Status: capi.HealthPassing},
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w1 := s.Registry.Instances().Get("w1")
+	if len(w1.Checks) != 1 || w1.Checks[0].ID != "service:w1" || w1.Checks[0].Type != instance.CheckTTL || w1.Checks[0].TTL != 30*time.Second ||
+		w1.Checks[0].DeregisterCriticalServiceAfter != 10*time.Minute || w1.Healthy {
+		t.Fatalf("w1: %+v healthy %v", w1.Checks, w1.Healthy)
+	}
+	w2 := s.Registry.Instances().Get("w2")
+	var got []string
+	for _, ch := range w2.Checks {
+		got = append(got, ch.ID+" "+ch.Type+" "+ch.Target+" "+ch.GRPCService)
+	}
+	want := []string{"service:w2:1 http http://127.0.0.1:8081/health ", "service:w2:2 tcp 127.0.0.1:8081 ", "w2-grpc grpc 127.0.0.1:9090 orders.Orders"}
+	if !slices.Equal(got, want) || w2.Checks[1].SuccessBeforePassing != 2 || w2.Checks[1].FailuresBeforeCritical != 3 {
+		t.Fatalf("w2 checks: %q, want %q", got, want)
+	}
+
+	passingIDs := func() []string {
+		t.Helper()
+		entries, _, err := c.Health().Service("web", "", true, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, e := range entries {
+			ids = append(ids, e.Service.ID)
+		}
+		slices.Sort(ids)
+		return ids
+	}
+	if ids := passingIDs(); !slices.Equal(ids, []string{"w2"}) {
+		t.Errorf("passing before the TTL check passed: %v, want [w2]", ids)
+	}
+	if err := agent.PassTTL("service:w1", "all good"); err != nil {
+		t.Fatal(err)
+	}
+	if ids := passingIDs(); !slices.Equal(ids, []string{"w1", "w2"}) {
+		t.Errorf("passing after PassTTL: %v", ids)
+	}
+	checks, _, err := c.Health().Checks("web", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ttl *capi.HealthCheck
+	for _, ch := range checks {
+		if ch.CheckID == "service:w1" {
+			ttl = ch
+		}
+	}
+	if ttl == nil || ttl.Status != capi.HealthPassing || ttl.Output != "all good" || ttl.ServiceID != "w1" || ttl.Type != "ttl" {
+		t.Errorf("health checks: service:w1 is %+v", ttl)
+	}
+	if err := agent.UpdateTTL("service:w1", "slow", capi.HealthWarning); err != nil {
+		t.Fatal(err)
+	}
+	if ids := passingIDs(); !slices.Equal(ids, []string{"w2"}) {
+		t.Errorf("passing with w1 warning: %v", ids)
+	}
+	if in := s.Registry.Instances().Get("w1"); !in.Healthy {
+		t.Error("w1 warning: not healthy in Sextant (warning counts as healthy)")
+	}
+	if err := agent.FailTTL("service:w1", "down"); err != nil {
+		t.Fatal(err)
+	}
+	if in := s.Registry.Instances().Get("w1"); in.Healthy {
+		t.Error("w1 failed: still healthy in Sextant")
+	}
+	all, err := agent.Checks()
+	if err != nil || len(all) != 4 || all["service:w1"].Status != capi.HealthCritical || all["service:w1"].Output != "down" {
+		t.Errorf("agent checks: %v %v", all, err)
+	}
+	// Only TTL checks are updated; an unknown check is a 404.
+	if err := agent.PassTTL("service:w2:1", ""); err == nil || !strings.Contains(err.Error(), "400") {
+		t.Errorf("pass of an http check: %v, want 400", err)
+	}
+	if err := agent.PassTTL("nosuch", ""); err == nil || !strings.Contains(err.Error(), "404") {
+		t.Errorf("pass of an unknown check: %v, want 404", err)
+	}
+	// A check id of the user's is found in the namespace.
+	err = agent.ServiceRegister(&capi.AgentServiceRegistration{ID: "w3", Name: "web", Address: "127.0.0.1", Port: 8082,
+		Check: &capi.AgentServiceCheck{CheckID: "w3-alive", TTL: "30s"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := agent.PassTTL("w3-alive", ""); err != nil {
+		t.Errorf("pass of w3-alive: %v", err)
+	}
+	// Re-registering the same definition keeps the check's state.
+	err = agent.ServiceRegister(&capi.AgentServiceRegistration{ID: "w3", Name: "web", Address: "127.0.0.1", Port: 8082,
+		Check: &capi.AgentServiceCheck{CheckID: "w3-alive", TTL: "30s"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in := s.Registry.Instances().Get("w3"); in.Checks[0].Status != instance.StatusPassing {
+		t.Errorf("w3 after re-register: %s, want passing kept", in.Checks[0].Status)
+	}
+	// Values the instance's checks refuse are 400s naming the Consul field.
+	for body, want := range map[string]string{
+		`{"Name":"web","Port":80,"Check":{"TTL":"10ms"}}`:                                            "Checks[0].ttl",
+		`{"Name":"web","Port":80,"Check":{"HTTP":"ftp://x/","Interval":"10s"}}`:                      "scheme",
+		`{"Name":"web","Port":80,"Check":{"TCP":"127.0.0.1:80","Interval":"10s","TCPUseTLS":true}}`:  "TCPUseTLS",
+		`{"Name":"web","Port":80,"Check":{"HTTP":"http://x/","Interval":"10s","Body":"{}"}}`:         "Body",
+		`{"Name":"web","Port":80,"Check":{"HTTP":"http://x/","Interval":"10s","TLSServerName":"x"}}`: "TLSServerName",
+	} {
+		if code, msg, _ := s.raw(t, "PUT", "/v1/agent/service/register", body); code != 400 || !strings.Contains(msg, want) {
+			t.Errorf("%s: %d %q, want 400 naming %s", body, code, msg, want)
+		}
+	}
+}

@@ -177,7 +177,7 @@ func (a *API) baseChecks(in *instance.Instance, tags []string) []healthCheck {
 		c := healthCheck{Node: in.Host, CheckID: heartbeatPrefix + in.ID, Name: "Sextant TTL heartbeat",
 			Status: "passing", ServiceID: in.ID, ServiceName: in.Service, ServiceTags: tags, Type: "ttl",
 			CreateIndex: in.Revision, ModifyIndex: in.Revision}
-		if !in.Healthy {
+		if in.TTLExpired {
 			c.Status = "critical"
 			c.Output = fmt.Sprintf("no heartbeat for 3 x ttl_seconds (%ds)", in.TTLSeconds)
 		}

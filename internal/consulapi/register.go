@@ -335,6 +335,9 @@ func (reg *Registration) Instance(ns, host string) (*instance.Instance, error) {
 	in := &instance.Instance{
 		ID: id, Namespace: ns, Service: reg.Name, Host: host, Port: reg.Port, Weight: weight, Metadata: md,
 	}
+	if err := applyChecks(in, reg.Checks); err != nil {
+		return nil, err
+	}
 	if err := instance.Prepare(-1, in); err != nil {
 		var fe *instance.FieldError
 		if errors.As(err, &fe) {
@@ -362,6 +365,9 @@ func consulField(f string) string {
 		return "namespace (--consul-namespace)"
 	case strings.HasPrefix(f, "metadata"):
 		return "Meta"
+	case strings.HasPrefix(f, "checks["):
+		// Check, then Checks, in order.
+		return "Checks[" + strings.TrimPrefix(f, "checks[")
 	}
 	return f
 }
@@ -421,9 +427,6 @@ func (a *API) register(w http.ResponseWriter, r *http.Request) error {
 	}
 	in, err := reg.Instance(ns, clientHost(r))
 	if err != nil {
-		return err
-	}
-	if err := a.applyChecks(in, reg.Checks); err != nil {
 		return err
 	}
 	_, err = a.reg.RegisterGuarded(r.Context(), []*instance.Instance{in}, a.sameNamespace(r, in.ID))
