@@ -381,6 +381,14 @@ func (a *API) toAPIError(err error) *apiError {
 	return &apiError{http.StatusInternalServerError, "internal", err.Error(), ""}
 }
 
+// StatusOf is the HTTP status and message this API answers err with, for
+// the other HTTP front doors over the same kinds (the Consul-compatible
+// API), so that an error means the same status everywhere.
+func StatusOf(err error) (status int, msg string) {
+	e := (*API)(nil).toAPIError(err)
+	return e.status, e.msg
+}
+
 func writeError(w http.ResponseWriter, e *apiError) {
 	body := struct {
 		Error struct {
