@@ -15,6 +15,7 @@ const (
 	Placements                     // scheduler nodes and placements
 	Push                           // push status and xDS subscriptions
 	ACL                            // tokens and policies: admin only
+	Identity                       // workload certificates: write signs them for the namespace's identities
 	Secrets                        // TLS secrets (metadata; keys go only to xDS)
 )
 
@@ -23,9 +24,9 @@ const numResources = int(Secrets) + 1
 
 // ruleResources are the resources a policy rule may grant, in the order
 // they are written.
-var ruleResources = []Resource{Instances, Config, Placements, Push, Secrets}
+var ruleResources = []Resource{Instances, Config, Placements, Push, Identity, Secrets}
 
-var resourceNames = [...]string{Instances: "instances", Config: "config", Placements: "placements", Push: "push", ACL: "acl", Secrets: "secret"}
+var resourceNames = [...]string{Instances: "instances", Config: "config", Placements: "placements", Push: "push", ACL: "acl", Identity: "identity", Secrets: "secret"}
 
 func (r Resource) String() string {
 	if int(r) < len(resourceNames) && resourceNames[r] != "" {

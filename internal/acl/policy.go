@@ -53,6 +53,7 @@ type ruleJSON struct {
 	Config     string `json:"config,omitempty"`
 	Placements string `json:"placements,omitempty"`
 	Push       string `json:"push,omitempty"`
+	Identity   string `json:"identity,omitempty"`
 	Secret     string `json:"secret,omitempty"`
 }
 
@@ -66,6 +67,8 @@ func (r *ruleJSON) field(res Resource) *string {
 		return &r.Placements
 	case Push:
 		return &r.Push
+	case Identity:
+		return &r.Identity
 	case Secrets:
 		return &r.Secret
 	}
@@ -307,7 +310,7 @@ func ParseRule(s string) (Rule, error) {
 		}
 		rr, ok := parseResource(res)
 		if !ok {
-			return Rule{}, fmt.Errorf("acl: rule %q: %q is not a resource: want instances, config, placements, push, secret or *", s, res)
+			return Rule{}, fmt.Errorf("acl: rule %q: %q is not a resource: want instances, config, placements, push, identity, secret or *", s, res)
 		}
 		r.Grants[rr] = max(r.Grants[rr], a)
 	}
