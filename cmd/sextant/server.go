@@ -37,6 +37,7 @@ import (
 	"github.com/sextant-mesh/sextant/internal/placement"
 	"github.com/sextant-mesh/sextant/internal/push"
 	"github.com/sextant-mesh/sextant/internal/registry"
+	"github.com/sextant-mesh/sextant/internal/secret"
 	"github.com/sextant-mesh/sextant/internal/store"
 	"github.com/sextant-mesh/sextant/internal/store/embedded"
 	"github.com/sextant-mesh/sextant/internal/store/mysql"
@@ -292,6 +293,8 @@ func runServer(ctx context.Context, f serverFlags) error {
 	tables := guard.Tables() // tokens and policies
 	maps.Copy(tables, sched.Tables())
 	tables[store.Config] = cfg
+	secrets := secret.NewTable()
+	tables[store.Secrets] = secrets
 	tables[store.Instances] = reg.Table()
 
 	// The write engine, opened over st, closed after the parts that write

@@ -195,6 +195,10 @@ func (a *API) routes() {
 	a.handle("GET", "/v1/config/{kind}/{ns}/{name}", a.getConfig)
 	a.handle("PUT", "/v1/config/{kind}/{ns}/{name}", a.putConfig)
 	a.handle("DELETE", "/v1/config/{kind}/{ns}/{name}", a.deleteConfig)
+	a.handle("POST", "/v1/secrets", a.putSecret)
+	a.handle("GET", "/v1/secrets", a.listSecrets)
+	a.handle("GET", "/v1/secrets/{ns}/{name}", a.getSecret)
+	a.handle("DELETE", "/v1/secrets/{ns}/{name}", a.deleteSecret)
 	if a.opts.ACL != nil {
 		a.aclRoutes()
 	}
