@@ -11,6 +11,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/mem"
@@ -239,7 +240,14 @@ type subscriber struct {
 func dialSubscriber(addr string) (*grpc.ClientConn, error) {
 	// Fixed windows, as Envoy's: no BDP pings after every response read
 	// (grpc-go's default), and a bound on what a lagging subscriber buffers.
+	// The clients share the process, and its CPU, with the server: on a
+	// loaded machine a connection's goroutines may wait more than gRPC's
+	// 20 s connect timeout to run, and the client then gave up dialling
+	// ("i/o timeout", "error reading server preface") though the server
+	// had answered; a generous timeout keeps those failures the bench's own
+	// out of the figures (docs/perf/push.md).
 	return grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.DefaultConfig, MinConnectTimeout: 3 * time.Minute}),
 		grpc.WithInitialWindowSize(4<<20), grpc.WithInitialConnWindowSize(4<<20),
 		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(rawCodec{proto: encoding.GetCodecV2("proto")}), grpc.MaxCallRecvMsgSize(256<<20)))
 }
