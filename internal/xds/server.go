@@ -269,6 +269,9 @@ func (s *Server) sendLoop(ctx context.Context, sub *subscriber, stream sender) e
 	retry.Stop()
 	defer retry.Stop()
 	var retryC <-chan time.Time
+	holdTimer := time.NewTimer(time.Hour)
+	holdTimer.Stop()
+	defer holdTimer.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -280,8 +283,10 @@ func (s *Server) sendLoop(ctx context.Context, sub *subscriber, stream sender) e
 		// routes that name them; endpoints go first and again between the
 		// others, so an endpoint change waits behind at most one response of
 		// another type (a state-of-the-world cluster list is megabytes).
+		// Before a config response the loop gives way to other subscribers'
+		// endpoint responses (yieldToEndpoints).
 		now := time.Now() // refreshed after each send; a round's checks share it
-		for _, t := range []Type{TypeEndpoint, TypeCluster, TypeEndpoint, TypeListener, TypeEndpoint, TypeRoute, TypeEndpoint} {
+		send := func(t Type) error {
 			for {
 				ok, err := s.sendOne(sub, stream, t, now)
 				if err != nil {
@@ -292,6 +297,25 @@ func (s *Server) sendLoop(ctx context.Context, sub *subscriber, stream sender) e
 				}
 				now = time.Now()
 			}
+			if t == TypeEndpoint {
+				sub.endpointsServed()
+			}
+			return nil
+		}
+		for _, t := range []Type{TypeEndpoint, TypeCluster, TypeEndpoint, TypeListener, TypeEndpoint, TypeRoute, TypeEndpoint} {
+			if t != TypeEndpoint && sub.ready(t, now) {
+				if held, own := s.yieldToEndpoints(ctx, sub, holdTimer); held {
+					now = time.Now()
+					if own {
+						if err := send(TypeEndpoint); err != nil {
+							return err
+						}
+					}
+				}
+			}
+			if err := send(t); err != nil {
+				return err
+			}
 		}
 		retryC = nil
 		if at, ok := sub.retryAt(); ok {
@@ -301,15 +325,58 @@ func (s *Server) sendLoop(ctx context.Context, sub *subscriber, stream sender) e
 	}
 }
 
+// maxHold is the longest a config response waits for other subscribers'
+// endpoint responses: endpoint changes go first across subscribers, and
+// config still moves under endless endpoint churn.
+const maxHold = 20 * time.Millisecond
+
+// yieldToEndpoints holds a config response of sub back while another
+// subscriber has an endpoint change to send, at most maxHold. It reports
+// whether it waited, and whether sub itself got an endpoint change
+// meanwhile (to send first; its wake signal is kept for the next round).
+func (s *Server) yieldToEndpoints(ctx context.Context, sub *subscriber, t *time.Timer) (held, own bool) {
+	idle := s.cache.endpointsIdle()
+	select {
+	case <-idle:
+		return false, false
+	default:
+	}
+	if sub.endpointQueued() {
+		return true, true
+	}
+	t.Reset(maxHold)
+	select {
+	case <-idle:
+	case <-t.C:
+	case <-ctx.Done():
+	case <-sub.wake:
+		sub.poke()
+		own = sub.endpointQueued()
+	}
+	t.Stop()
+	return true, own
+}
+
 // sendOne sends the next response of type t, if any.
 func (s *Server) sendOne(sub *subscriber, stream sender, t Type, now time.Time) (bool, error) {
 	sub.mu.Lock()
 	r, ok := sub.build(t, now)
+	if ok {
+		sub.sending = true
+		if sub.epQueued && t != TypeEndpoint {
+			sub.epQueued = false
+			sub.c.endpointServed()
+		}
+	}
 	sub.mu.Unlock()
 	if !ok {
 		return false, nil
 	}
-	if err := stream.SendMsg(r.msg); err != nil {
+	err := stream.SendMsg(r.msg)
+	sub.mu.Lock()
+	sub.sending = false
+	sub.mu.Unlock()
+	if err != nil {
 		return false, err
 	}
 	if !r.origin.IsZero() {

@@ -240,3 +240,52 @@ func TestStalledSubscriber(t *testing.T) {
 		t.Fatal("stream still open")
 	})
 }
+
+// TestConfigGivesWayToEndpoints: while some subscriber has an endpoint
+// change to send, another's config response waits (up to maxHold), and its
+// own endpoint responses do not.
+func TestConfigGivesWayToEndpoints(t *testing.T) {
+	c := NewCache()
+	c.Apply(TypeCluster, []Resource{cluster("a", config.Policy{})}, nil, "1", time.Now())
+	c.Apply(TypeEndpoint, []Resource{endpoints("a", 80)}, nil, "1", time.Now())
+	_, conn := startADS(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s, err := discoverygrpc.NewAggregatedDiscoveryServiceClient(conn).DeltaAggregatedResources(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recvType := func(want Type) {
+		t.Helper()
+		r, err := s.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.TypeUrl != want.URL() {
+			t.Fatalf("got %s, want %s", r.TypeUrl, want.URL())
+		}
+		s.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: r.TypeUrl, ResponseNonce: r.Nonce})
+	}
+	s.Send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "b"}, TypeUrl: TypeEndpoint.URL(), ResourceNamesSubscribe: []string{"*"}})
+	recvType(TypeEndpoint)
+	s.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: TypeCluster.URL(), ResourceNamesSubscribe: []string{"*"}})
+	recvType(TypeCluster)
+
+	c.endpointQueued() // as if another subscriber had endpoints to send
+	start := time.Now()
+	c.Apply(TypeCluster, []Resource{cluster("a", config.Policy{LoadBalancer: config.PolicyRandom})}, nil, "2", time.Now())
+	recvType(TypeCluster)
+	if took := time.Since(start); took < maxHold {
+		t.Fatalf("the config response went after %v, while another subscriber had endpoints to send (hold %v)", took, maxHold)
+	}
+	recvType(TypeEndpoint) // warming
+	// Endpoint changes are never held.
+	c.Apply(TypeEndpoint, []Resource{endpoints("a", 81)}, nil, "3", time.Now())
+	recvType(TypeEndpoint)
+	c.endpointServed()
+	select {
+	case <-c.endpointsIdle():
+	default:
+		t.Fatal("the endpoint count did not return to zero")
+	}
+}

@@ -335,7 +335,8 @@ func fullState(typeURL []byte) bool {
 
 // event is one change whose arrival at every subscriber is awaited.
 type event struct {
-	kind      int // 0 endpoint, 1 config
+	kind      int  // 0 endpoint, 1 config
+	during    bool // an endpoint change committed while a config change was on its way
 	rev       int64
 	at        time.Time
 	remaining int
@@ -350,6 +351,10 @@ type tracker struct {
 	perSub [2][]time.Duration // endpoint, config: every (event, subscriber) latency
 	all    [2][]time.Duration // endpoint, config: per event, the last subscriber's
 	open   int
+	// Endpoint changes committed while a config change had not reached
+	// every subscriber yet (configOpen > 0): their latencies again.
+	configOpen              int
+	duringAll, duringPerSub []time.Duration
 }
 
 func newTracker(subs int) *tracker {
@@ -364,9 +369,20 @@ func newTracker(subs int) *tracker {
 func (t *tracker) expect(kind int, typ xds.Type, name string, rev int64, at time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	e := &event{kind: kind, rev: rev, at: at, remaining: t.subs}
+	e := &event{kind: kind, rev: rev, at: at, remaining: t.subs, during: kind == 0 && t.configOpen > 0}
 	t.active[typ][name] = append(t.active[typ][name], e)
 	t.open++
+	if kind == 1 {
+		t.configOpen++
+	}
+}
+
+// configPending reports whether a config change has not reached every
+// subscriber yet.
+func (t *tracker) configPending() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.configOpen > 0
 }
 
 func (t *tracker) received(s *subscriber, typ xds.Type, r *response, full bool, now time.Time) {
@@ -387,8 +403,17 @@ func (t *tracker) received(s *subscriber, typ xds.Type, r *response, full bool, 
 				e.got.Set(uint(s.id))
 				lat := now.Sub(e.at)
 				t.perSub[e.kind] = append(t.perSub[e.kind], lat)
+				if e.during {
+					t.duringPerSub = append(t.duringPerSub, lat)
+				}
 				if e.remaining--; e.remaining == 0 {
 					t.all[e.kind] = append(t.all[e.kind], lat)
+					if e.during {
+						t.duringAll = append(t.duringAll, lat)
+					}
+					if e.kind == 1 {
+						t.configOpen--
+					}
 					t.open--
 					continue
 				}
