@@ -38,8 +38,8 @@ type Config struct {
 	// recomputing, encoding or sending), so that every endpoint figure is
 	// one under config work.
 	ChurnOnlyDuringConfig bool
-	Progress    io.Writer     // progress bars; nil: none
-	Profile     io.Writer     // CPU profile of the churn phase; nil: none
+	Progress              io.Writer // progress bars; nil: none
+	Profile               io.Writer // CPU profile of the churn phase; nil: none
 }
 
 // Result is the JSON object "sextant bench push" prints.
