@@ -158,7 +158,9 @@ func TestBadChecks(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var e struct{ Error struct{ Field, Message string } }
+		var e struct {
+			Error struct{ Field, Message string }
+		}
 		json.Unmarshal(a.body, &e)
 		if a.status != 400 || e.Error.Field != tc.field {
 			t.Fatalf("%v: %d %s, want 400 naming %s", tc.check, a.status, a.body, tc.field)
@@ -245,7 +247,7 @@ func TestClusterChecks(t *testing.T) {
 	moved := owners["s2"]
 	for _, id := range moved {
 		for end := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-			if len(target.since(killed.Add(2*time.Second))[id]) > 0 {
+			if len(target.since(killed.Add(2 * time.Second))[id]) > 0 {
 				break
 			}
 			if time.Now().After(end) {
