@@ -236,6 +236,42 @@ func TestWorkloadIdentityEndToEnd(t *testing.T) {
 		t.Fatalf("new client certificate to old server certificate: %v", err)
 	}
 
+	// The certificates the server signed, as the console lists them: the
+	// orders token sees orders' only, the admin every namespace's.
+	recent := func(token string) map[string]int {
+		t.Helper()
+		req, _ := http.NewRequest("GET", "http://"+addr+"/v1/identity/certificates", nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var out struct {
+			Certificates []struct {
+				Identity string    `json:"identity"`
+				NotAfter time.Time `json:"notAfter"`
+			} `json:"certificates"`
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != 200 {
+			t.Fatalf("GET /v1/identity/certificates: %d %v", resp.StatusCode, err)
+		}
+		got := map[string]int{}
+		for _, c := range out.Certificates {
+			if c.NotAfter.Before(time.Now()) {
+				t.Fatalf("listed an expired certificate %+v", c)
+			}
+			got[c.Identity]++
+		}
+		return got
+	}
+	if got := recent(orders); len(got) != 1 || got["spiffe://cluster.local/ns/orders/sa/api"] != 1 {
+		t.Fatalf("the orders token lists %v", got)
+	}
+	if got := recent(admin); got["spiffe://cluster.local/ns/web/sa/frontend"] < 3 || got["spiffe://cluster.local/ns/orders/sa/api"] != 1 {
+		t.Fatalf("the admin lists %v (web/frontend: the cert, the agent's first and its renewal)", got)
+	}
+
 	// A revoked token gets no more certificates.
 	var tokens struct {
 		Tokens []struct {
