@@ -258,7 +258,7 @@ func (s *Server) sendLoop(ctx context.Context, sub *subscriber, stream sender) e
 		// others, so an endpoint change waits behind at most one response of
 		// another type (a state-of-the-world cluster list is megabytes).
 		now := time.Now() // refreshed after each send; a round's checks share it
-		for _, t := range []Type{TypeEndpoint, TypeCluster, TypeEndpoint, TypeListener, TypeEndpoint, TypeRoute, TypeEndpoint} {
+		for _, t := range []Type{TypeEndpoint, TypeCluster, TypeEndpoint, TypeSecret, TypeListener, TypeEndpoint, TypeRoute, TypeEndpoint} {
 			for {
 				ok, err := s.sendOne(sub, stream, t, now)
 				if err != nil {
