@@ -203,7 +203,7 @@ func (a *API) applyConfig(w http.ResponseWriter, r *http.Request, reg *backend) 
 		return configError(err)
 	}
 	if len(objs) == 0 {
-		return badRequest("", "no config object in the body: send VirtualService or DestinationRule documents")
+		return badRequest("", "no config object in the body: send VirtualService, DestinationRule or Gateway documents")
 	}
 	if err := requireConfigWrite(r, t, objs...); err != nil {
 		return err

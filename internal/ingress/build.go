@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
@@ -216,6 +217,10 @@ func tlsListener(name string, p *port, secretOf func(ns, name string) *secret.Se
 			warns = append(warns, fmt.Sprintf("%s: credentialName %q: no such secret in namespace %s (sextant secret create tls); its handshakes fail until it exists", sv.path, t.GetCredentialName(), sv.gw.Namespace))
 		} else {
 			secrets[cert] = certSecret(cert, sec)
+			if na := sec.Info().NotAfter; time.Now().After(na) {
+				warns = append(warns, fmt.Sprintf("%s: the certificate of secret %s expired at %s (rotate it: sextant secret create tls %s --replace)",
+					sv.path, cert, na.Format(time.RFC3339), t.GetCredentialName()))
+			}
 		}
 		if t.GetMode() == networking.ServerTLSSettings_MUTUAL {
 			d.RequireClientCertificate = wrapperspb.Bool(true)

@@ -1,16 +1,11 @@
 package ingress
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sextant-mesh/sextant/internal/secret/secrettest"
 
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
@@ -23,17 +18,12 @@ import (
 
 func testSecret(t *testing.T, ns, name string, withCA bool) *secret.Secret {
 	t.Helper()
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "a"}, DNSNames: []string{"a.example.com"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true}
-	der, _ := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	kder, _ := x509.MarshalECPrivateKey(key)
-	c := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	c, k := secrettest.Pair(t, time.Now().Add(time.Hour), "a.example.com")
 	var ca []byte
 	if withCA {
 		ca = c
 	}
-	s, err := secret.New(ns, name, c, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), ca, time.Now())
+	s, err := secret.New(ns, name, c, k, ca, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,5 +117,28 @@ spec:
 	redirect := out[2][ListenerName(8080)].(*routev3.RouteConfiguration)
 	if len(redirect.VirtualHosts) != 1 || !redirect.VirtualHosts[0].Routes[0].GetRedirect().GetHttpsRedirect() {
 		t.Errorf("routes of 8080: %v", redirect)
+	}
+}
+
+// An expired certificate is still published (rotating it is the fix) and
+// warned about.
+func TestBuildWarnsOfExpiredCertificate(t *testing.T) {
+	gws, vss := entries(t, `apiVersion: networking.istio.io/v1
+kind: Gateway
+metadata: {name: gw}
+spec:
+  servers:
+  - port: {number: 443, protocol: HTTPS}
+    hosts: ["*"]
+    tls: {mode: SIMPLE, credentialName: old}
+`)
+	c, k := secrettest.Pair(t, time.Now().Add(-time.Hour), "a.example.com")
+	old, err := secret.New("default", "old", c, k, nil, time.Now().Add(-2*time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, warns := Build(gws, vss, func(string, string) *secret.Secret { return old })
+	if out[0]["default/old"] == nil || len(warns) != 1 || !strings.Contains(warns[0], "secret default/old expired at") {
+		t.Errorf("warnings %q, secrets %v", warns, out[0])
 	}
 }
