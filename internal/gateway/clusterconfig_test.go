@@ -70,7 +70,9 @@ func TestControlPlaneDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	if rs.num != 2 || !rs.otherHost || rs.hostPicks != 5 || !slices.Equal(rs.codes, []int{503}) ||
-		!rs.retriable(reasonConnect, 0) || !rs.retriable("", 503) || rs.retriable("", 500) {
+		!rs.retriable(reasonConnect, 0, -1) || !rs.retriable("", 503, -1) || rs.retriable("", 500, -1) ||
+		!rs.retriable("", 200, grpcUnavailable) || !rs.retriable("", 200, grpcCancelled) || rs.retriable("", 200, grpcInternal) ||
+		rs.retriable("", 200, grpcOK) {
 		t.Fatalf("default retry policy read as %+v", rs)
 	}
 }

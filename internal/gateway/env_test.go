@@ -132,13 +132,20 @@ func startGateway(t *testing.T, cpAddr string) *gw { return startGatewayTB(t, cp
 
 func startGatewayB(b *testing.B, cpAddr string) *gw { return startGatewayTB(b, cpAddr) }
 
-func startGatewayTB(t testing.TB, cpAddr string) *gw {
+// startGatewayTB starts a gateway of cpAddr, with opts if given (its
+// Recorder is the gateway's call log whatever opts say).
+func startGatewayTB(t testing.TB, cpAddr string, opts ...gateway.Options) *gw {
 	t.Helper()
 	lg, err := calllog.Open(calllog.Options{Dir: t.TempDir(), FlushInterval: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := gateway.New(gateway.Options{Recorder: lg})
+	var o gateway.Options
+	if len(opts) > 0 {
+		o = opts[0]
+	}
+	o.Recorder = lg
+	g := gateway.New(o)
 	conn, err := grpc.NewClient(cpAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -358,3 +365,20 @@ func assignment(name string, eps ...ep) *endpoint.ClusterLoadAssignment {
 }
 
 type typesResource = types.Resource
+
+// calls returns the call records of service, oldest first.
+func (w *gw) calls(t *testing.T, service string) []calllog.Call {
+	t.Helper()
+	resp, err := w.client.Get(w.admin + "/v1/calls?from=0&service=" + service)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out struct {
+		Calls []calllog.Call `json:"calls"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		t.Fatal(err)
+	}
+	return out.Calls
+}
