@@ -18,6 +18,9 @@ type Policy struct {
 	LoadBalancer   string
 	ConnectTimeout time.Duration // 0: the data plane's default
 	IdleTimeout    time.Duration // 0: the data plane's default
+	// HTTP2: the endpoints speak HTTP/2 (gRPC): connectionPool.http.
+	// h2UpgradePolicy UPGRADE, as Istio reads it.
+	HTTP2 bool
 	// Outlier is the outlier detection in force, nil for none.
 	Outlier *networking.OutlierDetection
 }
@@ -64,6 +67,7 @@ func EffectivePolicy(dr *Object, subset string) Policy {
 	if d := cp.GetHttp().GetIdleTimeout(); d != nil {
 		p.IdleTimeout = d.AsDuration()
 	}
+	p.HTTP2 = cp.GetHttp().GetH2UpgradePolicy() == networking.ConnectionPoolSettings_HTTPSettings_UPGRADE
 	p.Outlier = top.GetOutlierDetection()
 	if sub.GetOutlierDetection() != nil {
 		p.Outlier = sub.GetOutlierDetection()

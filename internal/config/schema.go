@@ -47,7 +47,7 @@ func init() {
 	allow(&networking.LoadBalancerSettings{}, "simple")
 	allow(&networking.ConnectionPoolSettings{}, "tcp", "http")
 	allow(&networking.ConnectionPoolSettings_TCPSettings{}, "connect_timeout")
-	allow(&networking.ConnectionPoolSettings_HTTPSettings{}, "idle_timeout")
+	allow(&networking.ConnectionPoolSettings_HTTPSettings{}, "idle_timeout", "h2_upgrade_policy")
 	allow(&networking.OutlierDetection{}, "consecutive_5xx_errors", "consecutive_gateway_errors",
 		"interval", "base_ejection_time", "max_ejection_percent")
 }

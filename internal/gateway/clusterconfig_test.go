@@ -121,3 +121,17 @@ func TestRetryPicksAnotherHost(t *testing.T) {
 		t.Fatalf("plain picks reached the tried host %d of 40 times, want 30", same)
 	}
 }
+
+// A DestinationRule's h2UpgradePolicy UPGRADE, as Sextant's control plane
+// publishes it, makes the gateway speak HTTP/2 to the cluster (gRPC).
+func TestHTTP2FromDestinationRule(t *testing.T) {
+	for _, h2 := range []bool{false, true} {
+		s, err := decodeCluster(xds.Cluster("default/orders", config.Policy{HTTP2: h2}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.h2c != h2 {
+			t.Fatalf("HTTP2 %v read as h2c %v", h2, s.h2c)
+		}
+	}
+}
