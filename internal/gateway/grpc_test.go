@@ -42,7 +42,9 @@ type grpcServer struct {
 	srv       *grpc.Server
 }
 
-func startGRPCServer(t *testing.T, name string) *grpcServer {
+func startGRPCServer(t *testing.T, name string) *grpcServer { return startGRPCServerTB(t, name) }
+
+func startGRPCServerTB(t testing.TB, name string) *grpcServer {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -83,6 +85,9 @@ func (s *grpcServer) UnaryCall(ctx context.Context, req *testgrpc.SimpleRequest)
 	}
 	grpc.SetHeader(ctx, metadata.Pairs("x-hdr", s.name))
 	grpc.SetTrailer(ctx, metadata.Pairs("x-trl", "end of "+s.name))
+	if n := req.GetResponseSize(); n > 0 {
+		return &testgrpc.SimpleResponse{Payload: &testgrpc.Payload{Body: make([]byte, n)}}, nil
+	}
 	return &testgrpc.SimpleResponse{Payload: &testgrpc.Payload{Body: append([]byte(s.name+":"), req.GetPayload().GetBody()...)}}, nil
 }
 

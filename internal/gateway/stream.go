@@ -85,6 +85,40 @@ func (b *reqBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// WriteTo copies the body to w in 64 KiB reads (fasthttp's own copy
+// reads 4 KiB at a time: a system call each way per 4 KiB).
+func (b *reqBody) WriteTo(w io.Writer) (int64, error) { return copyLarge(w, b) }
+
+// SupportsBodyWriteTo lets fasthttp use WriteTo (fasthttp.BodyWriterTo).
+func (b *reqBody) SupportsBodyWriteTo() bool { return true }
+
+var _ fasthttp.BodyWriterTo = (*reqBody)(nil)
+
+var largeBufs = sync.Pool{New: func() any { b := make([]byte, 64<<10); return &b }}
+
+// copyLarge copies r to w through a pooled 64 KiB buffer.
+func copyLarge(w io.Writer, r io.Reader) (int64, error) {
+	bp := largeBufs.Get().(*[]byte)
+	defer largeBufs.Put(bp)
+	var n int64
+	for {
+		m, err := r.Read(*bp)
+		if m > 0 {
+			wm, werr := w.Write((*bp)[:m])
+			n += int64(wm)
+			if werr != nil {
+				return n, werr
+			}
+		}
+		if err == io.EOF {
+			return n, nil
+		}
+		if err != nil {
+			return n, err
+		}
+	}
+}
+
 // reason is how the client's body ended the call ("" if it did not).
 func (b *reqBody) reason() string {
 	switch {

@@ -152,6 +152,14 @@ func (b *upBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// WriteTo copies the body to w in 64 KiB reads (fasthttp.BodyWriterTo).
+func (b *upBody) WriteTo(w io.Writer) (int64, error) { return copyLarge(w, b) }
+
+// SupportsBodyWriteTo: a body of known length is copied in large reads; a
+// chunked one is read and flushed chunk by chunk by the server, so that a
+// stream's events (SSE) go out as they come.
+func (b *upBody) SupportsBodyWriteTo() bool { return !b.chunked }
+
 // CloseWithError ends the body: called by the server once it wrote the
 // answer, or failed to (werr).
 func (b *upBody) CloseWithError(werr error) error {
@@ -163,4 +171,7 @@ func (b *upBody) CloseWithError(werr error) error {
 	return nil
 }
 
-var _ fasthttp.ReadCloserWithError = (*upBody)(nil)
+var (
+	_ fasthttp.ReadCloserWithError = (*upBody)(nil)
+	_ fasthttp.BodyWriterTo        = (*upBody)(nil)
+)

@@ -156,7 +156,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		}
 	}()
 	for _, name := range cfg.Proxies {
-		p, err := startProxy(ctx, name, cfg.Binary, up, cp, tmp)
+		p, err := startProxy(ctx, name, cfg.Binary, up, cp, tmp, false)
 		if err != nil {
 			return nil, fmt.Errorf("bench: start %s: %w", name, err)
 		}
@@ -246,7 +246,8 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 func round3(x float64) float64 { return float64(int64(x*1000+0.5)) / 1000 }
 
 // startProxy starts proxy name in front of up.
-func startProxy(ctx context.Context, name, bin string, up *process, cp *controlPlane, tmp string) (*process, error) {
+// stream configures nginx for the stream scenario (no body buffering).
+func startProxy(ctx context.Context, name, bin string, up *process, cp *controlPlane, tmp string, stream bool) (*process, error) {
 	switch name {
 	case "direct":
 		return &process{name: "direct", addr: up.addr, cmd: up.cmd, shared: true}, nil
@@ -268,7 +269,7 @@ func startProxy(ctx context.Context, name, bin string, up *process, cp *controlP
 		if err != nil {
 			return nil, err
 		}
-		err = t.Execute(f, map[string]string{"Dir": dir, "Listen": "127.0.0.1:" + strconv.Itoa(port), "Upstream": up.addr})
+		err = t.Execute(f, map[string]any{"Dir": dir, "Listen": "127.0.0.1:" + strconv.Itoa(port), "Upstream": up.addr, "Stream": stream})
 		f.Close()
 		if err != nil {
 			return nil, err
@@ -298,7 +299,7 @@ func startProxy(ctx context.Context, name, bin string, up *process, cp *controlP
 		if err != nil {
 			return nil, err
 		}
-		if err := waitRouted("http://" + addr + "/"); err != nil {
+		if err := waitRouted("http://" + addr + "/probe"); err != nil {
 			p.stop()
 			return nil, err
 		}
