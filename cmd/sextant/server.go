@@ -74,6 +74,8 @@ type serverFlags struct {
 	dnsDatacenter      string
 	dnsConsulNamespace string
 
+	identity identityFlags // the certificate authority (identity_server.go)
+
 	xdsListener net.Listener // tests: serve xDS on it instead of listening on --xds
 }
 
@@ -142,6 +144,7 @@ carries no token: whoever reaches --dns reads those addresses.`,
 	fl.DurationVar(&f.dnsTTL, "dns-ttl", 5*time.Second, "with --dns: how long resolvers may cache an answer, and an answer that the name does not exist (whole seconds; 0: not at all)")
 	fl.StringVar(&f.dnsDatacenter, "dns-datacenter", dnsapi.DefaultDatacenter, "with --dns: the datacenter name Consul names may carry (NAME.service.DC.consul), besides dc1")
 	fl.StringVar(&f.dnsConsulNamespace, "dns-consul-namespace", "default", "with --dns: the namespace whose services Consul names (NAME.service.consul) answer with")
+	f.identity.register(fl)
 	fl.StringVar(&f.memoryLimit, "memory-limit", "", "soft limit of the Go heap and runtime (e.g. 450MiB, 2GiB, off): the GC works harder near it (docs/registry.md, \"Memory\"); default: GOMEMLIMIT, else none")
 	rootCmd.AddCommand(cmd)
 }
@@ -254,6 +257,10 @@ func runServer(ctx context.Context, f serverFlags) error {
 		api.SetSync(member)
 	}
 	reg := registry.New(regOpts)
+	ident, err := newIdentity(f.identity, log)
+	if err != nil {
+		return err
+	}
 	tables := guard.Tables() // tokens and policies
 	maps.Copy(tables, sched.Tables())
 	tables[store.Config] = cfg
@@ -264,7 +271,7 @@ func runServer(ctx context.Context, f serverFlags) error {
 	eng, err := commit.Open(st, commit.Options{
 		Catalog:   catalog.Options{LogSize: f.logSize},
 		Tables:    tables,
-		Trackers:  []commit.Tracker{reg},
+		Trackers:  []commit.Tracker{reg, ident},
 		Pipelined: registry.Pipelined,
 		Shared:    member != nil,
 		Logger:    log.With("component", "commit"),
@@ -278,6 +285,10 @@ func runServer(ctx context.Context, f serverFlags) error {
 		return err
 	}
 	lc.add("registry", reg.Close)
+	if err := ident.Start(ctx, eng); err != nil {
+		return err
+	}
+	api.SetIssuer(ident)
 
 	cfg.Attach(eng.Catalog())
 	if member != nil {

@@ -53,6 +53,7 @@ type ruleJSON struct {
 	Config     string `json:"config,omitempty"`
 	Placements string `json:"placements,omitempty"`
 	Push       string `json:"push,omitempty"`
+	Identity   string `json:"identity,omitempty"`
 }
 
 func (r *ruleJSON) field(res Resource) *string {
@@ -65,6 +66,8 @@ func (r *ruleJSON) field(res Resource) *string {
 		return &r.Placements
 	case Push:
 		return &r.Push
+	case Identity:
+		return &r.Identity
 	}
 	return nil
 }

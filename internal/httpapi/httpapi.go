@@ -76,12 +76,14 @@ type API struct {
 	sync atomic.Pointer[syncBox] // nil: a single server
 	// pushStatus serves /v1/push/status; nil: no control plane.
 	pushStatus atomic.Pointer[http.Handler]
-	opts       Options
-	acl        *acl.Guard
-	log        *slog.Logger
-	mux        *http.ServeMux
-	waiting    atomic.Int64
-	allowed    map[string]string // path -> its methods, for 405 answers
+	// issuer serves /v1/identity; nil: no certificate authority.
+	issuer  atomic.Pointer[issuerBox]
+	opts    Options
+	acl     *acl.Guard
+	log     *slog.Logger
+	mux     *http.ServeMux
+	waiting atomic.Int64
+	allowed map[string]string // path -> its methods, for 405 answers
 
 	// stopping ends every blocking query at shutdown: they answer the
 	// current state at once instead of holding the drain.
@@ -196,6 +198,7 @@ func (a *API) routes() {
 		a.aclRoutes()
 	}
 	a.placementRoutes()
+	a.identityRoutes()
 	a.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		w.Write([]byte(`{"status":"ok"}` + "\n"))
