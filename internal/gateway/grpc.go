@@ -39,6 +39,10 @@ const (
 // years, would overflow a time.Duration.
 const maxGRPCTimeout = time.Duration(math.MaxInt64)
 
+// grpcTimeoutUnits are grpc-timeout's units.
+var grpcTimeoutUnits = [256]time.Duration{'H': time.Hour, 'M': time.Minute, 'S': time.Second,
+	'm': time.Millisecond, 'u': time.Microsecond, 'n': time.Nanosecond}
+
 // parseGRPCTimeout reads a grpc-timeout header value: at most 8 ASCII
 // digits and a unit (H hours, M minutes, S seconds, m milliseconds, u
 // microseconds, n nanoseconds), as the gRPC over HTTP/2 spec defines it.
@@ -46,21 +50,8 @@ func parseGRPCTimeout(v []byte) (time.Duration, error) {
 	if len(v) < 2 || len(v) > 9 {
 		return 0, errors.New("grpc-timeout: want 1 to 8 digits and a unit (H, M, S, m, u, n), got " + strconv.Quote(string(v)))
 	}
-	var unit time.Duration
-	switch v[len(v)-1] {
-	case 'H':
-		unit = time.Hour
-	case 'M':
-		unit = time.Minute
-	case 'S':
-		unit = time.Second
-	case 'm':
-		unit = time.Millisecond
-	case 'u':
-		unit = time.Microsecond
-	case 'n':
-		unit = time.Nanosecond
-	default:
+	unit := grpcTimeoutUnits[v[len(v)-1]]
+	if unit == 0 {
 		return 0, errors.New("grpc-timeout: unknown unit in " + strconv.Quote(string(v)))
 	}
 	var n int64
@@ -100,23 +91,13 @@ func parseGRPCStatus(v string) int {
 // grpcRetriable reports whether a grpc-status is one the route's retry_on
 // names.
 func (s *retrySpec) grpcRetriable(code int) bool {
-	var bit retryOn
-	switch code {
-	case grpcCancelled:
-		bit = retryCancelled
-	case grpcDeadlineExceeded:
-		bit = retryDeadlineExceeded
-	case grpcResourceExhausted:
-		bit = retryResourceExhausted
-	case grpcInternal:
-		bit = retryInternal
-	case grpcUnavailable:
-		bit = retryUnavailable
-	default:
-		return false
-	}
-	return s.on&bit != 0
+	return code >= 0 && code < len(grpcRetryOn) && grpcRetryOn[code] != 0 && s.on&grpcRetryOn[code] != 0
 }
+
+// grpcRetryOn maps the gRPC statuses Envoy's retry_on names to their
+// conditions.
+var grpcRetryOn = [...]retryOn{grpcCancelled: retryCancelled, grpcDeadlineExceeded: retryDeadlineExceeded,
+	grpcResourceExhausted: retryResourceExhausted, grpcInternal: retryInternal, grpcUnavailable: retryUnavailable}
 
 // grpcOutcome is what an answer's grpc-status teaches the balancer: an
 // endpoint out of capacity or unavailable is a refusal (as a 503), an

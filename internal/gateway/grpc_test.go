@@ -120,6 +120,8 @@ func h2cCluster(name string) *cluster.Cluster {
 	})
 }
 
+// grpcClient is a grpc-go client of the gateway, returned once a call
+// through it succeeds (the gateway has its config).
 func grpcClient(t *testing.T, g *gw) testgrpc.TestServiceClient {
 	t.Helper()
 	cc, err := grpc.NewClient("passthrough:///"+strings.TrimPrefix(g.url, "http://"), grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -127,7 +129,12 @@ func grpcClient(t *testing.T, g *gw) testgrpc.TestServiceClient {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cc.Close() })
-	return testgrpc.NewTestServiceClient(cc)
+	c := testgrpc.NewTestServiceClient(cc)
+	waitFor(t, "a gRPC call through the gateway", func() bool {
+		_, err := c.UnaryCall(callCtx(t, ""), &testgrpc.SimpleRequest{})
+		return err == nil
+	})
+	return c
 }
 
 func callCtx(t *testing.T, mode string) context.Context {
@@ -150,10 +157,6 @@ func TestGRPCThroughGateway(t *testing.T) {
 	g := startGateway(t, cp.addr)
 	g.waitEndpoints(t, 1)
 	c := grpcClient(t, g)
-	waitFor(t, "a gRPC call through the gateway", func() bool {
-		_, err := c.UnaryCall(callCtx(t, ""), &testgrpc.SimpleRequest{})
-		return err == nil
-	})
 
 	var hdr, trl metadata.MD
 	res, err := c.UnaryCall(callCtx(t, ""), &testgrpc.SimpleRequest{Payload: &testgrpc.Payload{Body: []byte("hi")}},
@@ -270,10 +273,6 @@ func TestGRPCTimeoutHonoured(t *testing.T) {
 	g := startGateway(t, cp.addr)
 	g.waitEndpoints(t, 1)
 	c := grpcClient(t, g)
-	waitFor(t, "a gRPC call through the gateway", func() bool {
-		_, err := c.UnaryCall(callCtx(t, ""), &testgrpc.SimpleRequest{})
-		return err == nil
-	})
 
 	// A raw HTTP/2 call with no deadline of its own: only the gateway can
 	// end it, as the grpc-timeout says.

@@ -140,6 +140,10 @@ type retrySpec struct {
 	hostPicks int
 }
 
+// grpcConditions are Envoy's retry_on conditions on a gRPC status.
+var grpcConditions = map[string]retryOn{"cancelled": retryCancelled, "deadline-exceeded": retryDeadlineExceeded,
+	"resource-exhausted": retryResourceExhausted, "internal": retryInternal, "unavailable": retryUnavailable}
+
 // Envoy's retry host predicate that avoids the hosts a call already tried,
 // by name or by type; other predicates are ignored.
 const (
@@ -411,16 +415,8 @@ func decodeRetry(rp *route.RetryPolicy, path string) (retrySpec, error) {
 			// matches here (retriable).
 		case "retriable-4xx":
 			s.on |= retryRetriable4xx
-		case "cancelled":
-			s.on |= retryCancelled
-		case "deadline-exceeded":
-			s.on |= retryDeadlineExceeded
-		case "resource-exhausted":
-			s.on |= retryResourceExhausted
-		case "internal":
-			s.on |= retryInternal
-		case "unavailable":
-			s.on |= retryUnavailable
+		case "cancelled", "deadline-exceeded", "resource-exhausted", "internal", "unavailable":
+			s.on |= grpcConditions[strings.TrimSpace(c)]
 		case "retriable-headers", "envoy-ratelimited", "http3-post-connect-failure":
 			// Envoy's header-driven conditions: accepted so that a control
 			// plane's policy applies; they never match here.

@@ -65,49 +65,21 @@ func RunStream(ctx context.Context, cfg StreamConfig) (*StreamResult, error) {
 	if len(cfg.Proxies) == 0 {
 		cfg.Proxies = []string{"direct", "nginx", "sextant"}
 	}
-	progress := func(format string, args ...any) {
-		if cfg.Progress != nil {
-			fmt.Fprintf(cfg.Progress, format+"\n", args...)
-		}
-	}
-	tmp, err := os.MkdirTemp("", "sextant-bench-stream-")
-	if err != nil {
-		return nil, err
-	}
-	defer os.RemoveAll(tmp)
-	up, err := startProcess(ctx, "upstream", cfg.Binary, "bench", "gateway-serve", "--mode", "upstream",
-		"--listen", "127.0.0.1:0", "--body", strconv.FormatInt(cfg.Size, 10))
-	if err != nil {
-		return nil, err
-	}
-	defer up.stop()
-	cp, err := startControlPlane()
-	if err != nil {
-		return nil, err
-	}
-	defer cp.stop()
-	// No route timeout: a slow run must not be cut (Envoy's rule for streams).
-	if err := cp.set(proxyConfig{policy: "round_robin", endpoints: []string{up.addr}}); err != nil {
-		return nil, err
-	}
-	procs := map[string]*process{}
-	defer func() {
-		for _, p := range procs {
-			p.stop()
-		}
-	}()
 	for _, name := range cfg.Proxies {
 		switch name {
 		case "direct", "nginx", "sextant":
 		default:
 			return nil, fmt.Errorf("bench: stream: unknown proxy %q (direct, nginx, sextant)", name)
 		}
-		p, err := startProxy(ctx, name, cfg.Binary, up, cp, tmp, true)
-		if err != nil {
-			return nil, fmt.Errorf("bench: start %s: %w", name, err)
-		}
-		procs[name] = p
 	}
+	progress := progressf(cfg.Progress)
+	// No route timeout: a slow run must not be cut (Envoy's rule for streams).
+	env, err := startEnv(ctx, cfg.Binary, cfg.Size, 0, cfg.Proxies, true)
+	if err != nil {
+		return nil, err
+	}
+	defer env.stop()
+	procs := env.procs
 	client := &http.Client{Transport: &http.Transport{DisableCompression: true, MaxIdleConnsPerHost: 4}}
 	rounds := map[string][]StreamProxyResult{}
 	for r := range cfg.Rounds {
@@ -155,19 +127,6 @@ func RunStream(ctx context.Context, cfg StreamConfig) (*StreamResult, error) {
 	return out, nil
 }
 
-// zeroBody reads n bytes of zeros without holding them.
-type zeroBody struct{ n int64 }
-
-func (z *zeroBody) Read(p []byte) (int, error) {
-	if z.n <= 0 {
-		return 0, io.EOF
-	}
-	m := min(int64(len(p)), z.n)
-	clear(p[:m])
-	z.n -= m
-	return int(m), nil
-}
-
 // streamRound uploads and downloads size bytes through p, sampling the
 // RSS of its process (for "direct", the upstream's).
 func streamRound(ctx context.Context, client *http.Client, p *process, size int64) (StreamProxyResult, error) {
@@ -199,7 +158,12 @@ func streamRound(ctx context.Context, client *http.Client, p *process, size int6
 		}
 		<-done
 	}()
-	req, err := http.NewRequestWithContext(ctx, "POST", "http://"+p.addr+"/upload", &zeroBody{n: size})
+	zero, err := os.Open("/dev/zero") // a body of size bytes, never held
+	if err != nil {
+		return res, err
+	}
+	defer zero.Close()
+	req, err := http.NewRequestWithContext(ctx, "POST", "http://"+p.addr+"/upload", io.LimitReader(zero, size))
 	if err != nil {
 		return res, err
 	}

@@ -120,48 +120,16 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if _, err := exec.LookPath("wrk"); err != nil {
 		return nil, errors.New("bench: wrk not found (apt-get install -y wrk nginx haproxy)")
 	}
-	progress := func(format string, args ...any) {
-		if cfg.Progress != nil {
-			fmt.Fprintf(cfg.Progress, format+"\n", args...)
-		}
-	}
-	tmp, err := os.MkdirTemp("", "sextant-bench-gateway-")
+	progress := progressf(cfg.Progress)
+	env, err := startEnv(ctx, cfg.Binary, int64(cfg.Body), 15*time.Second, cfg.Proxies, false)
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(tmp)
-
-	up, err := startProcess(ctx, "upstream", cfg.Binary, "bench", "gateway-serve", "--mode", "upstream",
-		"--listen", "127.0.0.1:0", "--body", strconv.Itoa(cfg.Body))
-	if err != nil {
-		return nil, err
-	}
-	defer up.stop()
-	cp, err := startControlPlane()
-	if err != nil {
-		return nil, err
-	}
-	defer cp.stop()
-	if err := cp.set(proxyConfig{policy: "round_robin", endpoints: []string{up.addr}, timeout: 15 * time.Second}); err != nil {
-		return nil, err
-	}
-
+	defer env.stop()
+	procs := env.procs
 	res := &Result{Scenario: "throughput", Connections: cfg.Connections, Threads: cfg.Threads, BodyBytes: cfg.Body,
 		Seconds: cfg.Duration.Seconds(), Rounds: cfg.Rounds, Nproc: nprocs()}
 	rounds := map[string][]ProxyResult{}
-	procs := map[string]*process{}
-	defer func() {
-		for _, p := range procs {
-			p.stop()
-		}
-	}()
-	for _, name := range cfg.Proxies {
-		p, err := startProxy(ctx, name, cfg.Binary, up, cp, tmp, false)
-		if err != nil {
-			return nil, fmt.Errorf("bench: start %s: %w", name, err)
-		}
-		procs[name] = p
-	}
 	for r := range cfg.Rounds {
 		for _, name := range cfg.Proxies {
 			p := procs[name]
@@ -244,6 +212,74 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 }
 
 func round3(x float64) float64 { return float64(int64(x*1000+0.5)) / 1000 }
+
+// progressf prints one line per call to w (nil: nowhere).
+func progressf(w io.Writer) func(format string, args ...any) {
+	return func(format string, args ...any) {
+		if w != nil {
+			fmt.Fprintf(w, format+"\n", args...)
+		}
+	}
+}
+
+// env is what a scenario's proxies run in: a temporary directory, the
+// upstream process answering body bytes, the control plane routing every
+// path to it (with timeout; 0: none), and the proxies, started.
+type env struct {
+	tmp   string
+	up    *process
+	cp    *controlPlane
+	procs map[string]*process
+}
+
+// startEnv starts an env and the named proxies (stream: nginx configured
+// not to buffer bodies).
+func startEnv(ctx context.Context, bin string, body int64, timeout time.Duration, proxies []string, stream bool) (*env, error) {
+	e := &env{procs: map[string]*process{}}
+	var err error
+	if e.tmp, err = os.MkdirTemp("", "sextant-bench-gateway-"); err != nil {
+		return nil, err
+	}
+	if e.up, err = startProcess(ctx, "upstream", bin, "bench", "gateway-serve", "--mode", "upstream",
+		"--listen", "127.0.0.1:0", "--body", strconv.FormatInt(body, 10)); err != nil {
+		e.stop()
+		return nil, err
+	}
+	if e.cp, err = startControlPlane(); err != nil {
+		e.stop()
+		return nil, err
+	}
+	if err := e.cp.set(proxyConfig{policy: "round_robin", endpoints: []string{e.up.addr}, timeout: timeout}); err != nil {
+		e.stop()
+		return nil, err
+	}
+	for _, name := range proxies {
+		p, err := startProxy(ctx, name, bin, e.up, e.cp, e.tmp, stream)
+		if err != nil {
+			e.stop()
+			return nil, fmt.Errorf("bench: start %s: %w", name, err)
+		}
+		e.procs[name] = p
+	}
+	return e, nil
+}
+
+// stop stops what startEnv started, once.
+func (e *env) stop() {
+	for _, p := range e.procs {
+		p.stop()
+	}
+	e.procs = nil
+	if e.cp != nil {
+		e.cp.stop()
+		e.cp = nil
+	}
+	if e.up != nil {
+		e.up.stop()
+		e.up = nil
+	}
+	os.RemoveAll(e.tmp)
+}
 
 // startProxy starts proxy name in front of up.
 // stream configures nginx for the stream scenario (no body buffering).
