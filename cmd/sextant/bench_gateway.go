@@ -42,6 +42,11 @@ Scenario "stream" moves one --body-size upload and one download (default
 1 GiB each) through nginx (proxy_request_buffering and proxy_buffering off)
 and the gateway, reporting MB/s each way and each proxy's peak RSS growth.
 
+Over HTTPS (name them in --proxies): nginx-tls (nginx with ssl and http2)
+and sextant-tls (the gateway's --tls-listen, its certificate by SDS), with one
+ECDSA P-256 certificate, TLS 1.3 AES-128-GCM, keep-alive connections; the
+answer adds their ratio and sextant-tls against plaintext sextant.
+
 Scenario "config" publishes --updates route changes through go-control-plane's
 ADS server and times each until the new route serves.
 
@@ -52,6 +57,7 @@ whose capacity changes every phase) through a real gateway per policy
 Everything shares this machine's cores: compare figures within one run.`,
 		Example: `  sextant bench gateway
   sextant bench gateway --proxies direct,nginx,haproxy,sextant --duration 10s --rounds 3
+  sextant bench gateway --proxies nginx,sextant,nginx-tls,sextant-tls --rounds 3
   sextant bench gateway --scenario race
   sextant bench gateway --scenario stream --body-size 268435456`,
 		Args: cobra.NoArgs,

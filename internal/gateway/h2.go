@@ -25,9 +25,15 @@ import (
 // streaming), with trailers; to an HTTP/1.1 cluster it goes through the
 // HTTP/1.1 path's client, its answer streamed back.
 
-// serveH2 serves one HTTP/2 request. net/http calls it on the stream's
-// goroutine.
+// serveH2 serves one HTTP/2 request of the plaintext listener (h2c).
+// net/http calls it on the stream's goroutine.
 func (g *Gateway) serveH2(w http.ResponseWriter, hr *http.Request) {
+	g.serveH2On(w, hr, g.table.Load())
+}
+
+// serveH2On serves an HTTP/2 request (h2c, or over TLS when hr.TLS is set)
+// with routing table t.
+func (g *Gateway) serveH2On(w http.ResponseWriter, hr *http.Request, t *table) {
 	start := time.Now()
 	var ctx fasthttp.RequestCtx
 	// Build apart, then Init copies it into ctx (Init on ctx.Request itself
@@ -43,9 +49,14 @@ func (g *Gateway) serveH2(w http.ResponseWriter, hr *http.Request) {
 		}
 	}
 	addr, _ := net.ResolveTCPAddr("tcp", hr.RemoteAddr)
-	ctx.Init(req, addr, nil)
+	if hr.TLS != nil {
+		ctx.Init2(&h2TLSConn{remote: addr, state: hr.TLS}, discardLogger{}, true)
+		req.CopyTo(&ctx.Request)
+	} else {
+		ctx.Init(req, addr, nil)
+	}
 	grpc := isGRPC(ctx.Request.Header.ContentType())
-	_, r, c, md, mdKey := g.routeCall(&ctx)
+	r, c, md, mdKey := g.routeCall(&ctx, t)
 	if c == nil {
 		writeFast(w, &ctx.Response, grpc)
 		return

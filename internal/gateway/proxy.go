@@ -55,9 +55,13 @@ var hopHeaders = []string{"Keep-Alive", "Proxy-Connection", "Proxy-Authenticate"
 
 // serve is the data path: route, pick, forward with retries, record.
 // fasthttp calls it on the connection's goroutine.
-func (g *Gateway) serve(ctx *fasthttp.RequestCtx) {
+func (g *Gateway) serve(ctx *fasthttp.RequestCtx) { g.serveOn(ctx, g.table.Load()) }
+
+// serveOn serves a call with routing table t (a TLS filter chain's, or the
+// plaintext listener's); nil: no configuration yet.
+func (g *Gateway) serveOn(ctx *fasthttp.RequestCtx, t *table) {
 	start := time.Now()
-	t, r, c, md, mdKey := g.routeCall(ctx)
+	r, c, md, mdKey := g.routeCall(ctx, t)
 	if c == nil {
 		return
 	}
@@ -97,32 +101,32 @@ func (g *Gateway) finish(ctx *fasthttp.RequestCtx, k *call, r *routeRT, mdKey st
 	}
 }
 
-// routeCall finds the request's route and cluster, with the metadata to
+// routeCall finds the request's route in table t (nil: no configuration
+// yet) and its cluster, with the metadata to
 // pick its endpoint by. With no cluster to call (no route, a redirect, a
 // direct response, a bad subset header) it answers the request and
 // returns a nil cluster.
-func (g *Gateway) routeCall(ctx *fasthttp.RequestCtx) (t *table, r *routeRT, c *clusterRT, md map[string]string, mdKey string) {
-	t = g.table.Load()
+func (g *Gateway) routeCall(ctx *fasthttp.RequestCtx, t *table) (r *routeRT, c *clusterRT, md map[string]string, mdKey string) {
 	if t == nil {
 		g.localReply(ctx, fasthttp.StatusServiceUnavailable, "", reasonNoRoute, "no configuration received from the control plane yet")
-		return nil, nil, nil, nil, ""
+		return nil, nil, nil, ""
 	}
 	var hostBuf [256]byte
 	r, host := g.route(ctx, t, hostBuf[:0])
 	if r == nil {
-		return nil, nil, nil, nil, ""
+		return nil, nil, nil, ""
 	}
 	if d := r.spec.direct; d != nil {
 		ctx.SetStatusCode(d.status)
 		ctx.SetBodyString(d.body)
-		return nil, nil, nil, nil, ""
+		return nil, nil, nil, ""
 	}
 	if rd := r.spec.redirect; rd != nil {
 		redirect(ctx, rd, r.spec.match.value, host)
-		return nil, nil, nil, nil, ""
+		return nil, nil, nil, ""
 	}
 	c, md, mdKey = g.target(ctx, t, r)
-	return t, r, c, md, mdKey
+	return r, c, md, mdKey
 }
 
 // route finds the request's route, after bringing an absolute-form target
@@ -348,7 +352,12 @@ func (g *Gateway) prepareRequest(ctx *fasthttp.RequestCtx, r *routeRT) {
 	} else {
 		h.SetBytesV("X-Forwarded-For", clientIP)
 	}
-	h.Set("X-Forwarded-Proto", "http")
+	if ctx.IsTLS() {
+		h.Set("X-Forwarded-Proto", "https")
+		ctx.Request.URI().SetScheme("http") // the upstream leg is plaintext
+	} else {
+		h.Set("X-Forwarded-Proto", "http")
+	}
 	if len(h.Peek("X-Request-Id")) == 0 {
 		var id [16]byte
 		var hx [32]byte

@@ -267,7 +267,7 @@ func TestRequestBodiesAndLimit(t *testing.T) {
 	cp := startControlPlane(t, "")
 	cp.set(rdsListener("gw", "r"), routeConfig("r", vhost("all", []string{"*"}, prefixRoute("/", "echo"))),
 		edsCluster("echo"), assignment("echo", ep{u: echo}))
-	g := startGatewayTB(t, cp.addr, gateway.Options{MaxRequestBytes: 8 << 20})
+	g := startGatewayWith(t, cp.addr, gateway.Options{MaxRequestBytes: 8 << 20})
 	g.waitServes(t, "/", "GET")
 	resp, err := g.client.Post(g.url+"/", "text/plain", strings.NewReader("hello body"))
 	if err != nil {

@@ -201,7 +201,7 @@ func TestBadRequestBodies(t *testing.T) {
 	cp := startControlPlane(t, "")
 	cp.set(rdsListener("gw", "r"), routeConfig("r", vhost("all", []string{"*"}, prefixRoute("/", "u"))),
 		edsCluster("u"), assignment("u", ep{u: u}))
-	g := startGatewayTB(t, cp.addr, gateway.Options{MaxRequestBytes: 2 << 20})
+	g := startGatewayWith(t, cp.addr, gateway.Options{MaxRequestBytes: 2 << 20})
 	g.waitServes(t, "/", "n=0")
 	addr := strings.TrimPrefix(g.url, "http://")
 

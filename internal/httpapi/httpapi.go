@@ -171,6 +171,7 @@ func (a *API) routes() {
 	a.handle("POST", "/v1/instances:deregister", a.deregisterBatch)
 	a.handle("GET", "/v1/instances/{id}", a.getInstance)
 	a.handle("DELETE", "/v1/instances/{id}", a.deregisterOne)
+	a.handle("PUT", "/v1/instances/{id}/checks/{check}", a.setCheck)
 	a.handle("POST", "/v1/heartbeats", a.heartbeat)
 	a.handle("GET", "/v1/namespaces", a.namespaces)
 	a.handle("GET", "/v1/namespaces/{ns}/services", a.services)
@@ -194,6 +195,10 @@ func (a *API) routes() {
 	a.handle("GET", "/v1/config/{kind}/{ns}/{name}", a.getConfig)
 	a.handle("PUT", "/v1/config/{kind}/{ns}/{name}", a.putConfig)
 	a.handle("DELETE", "/v1/config/{kind}/{ns}/{name}", a.deleteConfig)
+	a.handle("POST", "/v1/secrets", a.putSecret)
+	a.handle("GET", "/v1/secrets", a.listSecrets)
+	a.handle("GET", "/v1/secrets/{ns}/{name}", a.getSecret)
+	a.handle("DELETE", "/v1/secrets/{ns}/{name}", a.deleteSecret)
 	if a.opts.ACL != nil {
 		a.aclRoutes()
 	}
@@ -363,6 +368,8 @@ func (a *API) toAPIError(err error) *apiError {
 	case errors.As(err, &mbe):
 		return &apiError{http.StatusRequestEntityTooLarge, "payload_too_large",
 			"request body exceeds " + strconv.FormatInt(mbe.Limit, 10) + " bytes", ""}
+	case errors.Is(err, registry.ErrNotFound):
+		return &apiError{http.StatusNotFound, "not_found", strings.TrimPrefix(err.Error(), "registry: not found: "), ""}
 	case errors.Is(err, store.ErrConflict):
 		return &apiError{http.StatusConflict, "conflict", strings.TrimPrefix(err.Error(), "store: "), ""}
 	case errors.Is(err, catalog.ErrCompacted):
@@ -376,6 +383,14 @@ func (a *API) toAPIError(err error) *apiError {
 		return &apiError{http.StatusServiceUnavailable, "unavailable", "request cancelled before it was queued: " + err.Error(), ""}
 	}
 	return &apiError{http.StatusInternalServerError, "internal", err.Error(), ""}
+}
+
+// StatusOf is the HTTP status and message this API answers err with, for
+// the other HTTP front doors over the same kinds (the Consul-compatible
+// API), so that an error means the same status everywhere.
+func StatusOf(err error) (status int, msg string) {
+	e := (*API)(nil).toAPIError(err)
+	return e.status, e.msg
 }
 
 func writeError(w http.ResponseWriter, e *apiError) {

@@ -202,3 +202,71 @@ func streamRound(ctx context.Context, client *http.Client, p *process, size int6
 	res.RSSGrowth = max(peak.Load()-base, 0)
 	return res, nil
 }
+
+// progressf prints one line per call to w (nil: nowhere).
+func progressf(w io.Writer) func(format string, args ...any) {
+	return func(format string, args ...any) {
+		if w != nil {
+			fmt.Fprintf(w, format+"\n", args...)
+		}
+	}
+}
+
+// env is what the stream scenario's proxies run in: a temporary
+// directory, the upstream process answering body bytes, the control plane
+// routing every path to it (with timeout; 0: none), and the proxies.
+type env struct {
+	tmp   string
+	up    *process
+	cp    *controlPlane
+	procs map[string]*process
+}
+
+// startEnv starts an env and the named proxies (stream: nginx configured
+// not to buffer bodies).
+func startEnv(ctx context.Context, bin string, body int64, timeout time.Duration, proxies []string, stream bool) (*env, error) {
+	e := &env{procs: map[string]*process{}}
+	var err error
+	if e.tmp, err = os.MkdirTemp("", "sextant-bench-gateway-"); err != nil {
+		return nil, err
+	}
+	if e.up, err = startProcess(ctx, "upstream", bin, "bench", "gateway-serve", "--mode", "upstream",
+		"--listen", "127.0.0.1:0", "--body", strconv.FormatInt(body, 10)); err != nil {
+		e.stop()
+		return nil, err
+	}
+	if e.cp, err = startControlPlane(); err != nil {
+		e.stop()
+		return nil, err
+	}
+	if err := e.cp.set(proxyConfig{policy: "round_robin", endpoints: []string{e.up.addr}, timeout: timeout}); err != nil {
+		e.stop()
+		return nil, err
+	}
+	for _, name := range proxies {
+		p, err := startProxy(ctx, name, bin, e.up, e.cp, e.tmp, nil, "", stream)
+		if err != nil {
+			e.stop()
+			return nil, fmt.Errorf("bench: start %s: %w", name, err)
+		}
+		e.procs[name] = p
+	}
+	return e, nil
+}
+
+// stop stops what startEnv started.
+func (e *env) stop() {
+	for _, p := range e.procs {
+		p.stop()
+	}
+	e.procs = nil
+	if e.cp != nil {
+		e.cp.stop()
+		e.cp = nil
+	}
+	if e.up != nil {
+		e.up.stop()
+		e.up = nil
+	}
+	os.RemoveAll(e.tmp)
+}

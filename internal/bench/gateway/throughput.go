@@ -53,6 +53,14 @@ type Config struct {
 // AllProxies is the default list.
 var AllProxies = []string{"direct", "nginx", "haproxy", "sextant", "sextant-norecord", "sextant-1cpu", "reverseproxy", "nethttp-fastclient", "fasthttp-bare"}
 
+// TLSProxies are the proxies measured over HTTPS (wrk with TLS, keep-alive):
+// nginx and the gateway with the same certificate, TLS 1.3 AES-128-GCM.
+// Not in the default list; name them with --proxies.
+var TLSProxies = []string{"nginx-tls", "sextant-tls"}
+
+// isTLS reports whether proxy name is measured over HTTPS.
+func isTLS(name string) bool { return slices.Contains(TLSProxies, name) }
+
 // ProxyResult is one proxy's throughput run.
 type ProxyResult struct {
 	Name        string  `json:"name"`
@@ -89,9 +97,12 @@ type Result struct {
 	SextantVsNginx     float64         `json:"sextant_vs_nginx_rps_ratio,omitempty"`
 	Sextant1CPUVsNginx float64         `json:"sextant_1cpu_vs_nginx_rps_ratio,omitempty"`
 	SextantVsHAProxy   float64         `json:"sextant_vs_haproxy_rps_ratio,omitempty"`
-	RecordingCostFrac  float64         `json:"recording_rps_loss_fraction,omitempty"`
-	LoadAvg            [3]float64      `json:"load_avg"`
-	Nproc              int             `json:"nproc"`
+	// Over HTTPS: the gateway against nginx, and against itself in plaintext.
+	SextantTLSVsNginxTLS float64    `json:"sextant_tls_vs_nginx_tls_rps_ratio,omitempty"`
+	SextantTLSVsPlain    float64    `json:"sextant_tls_vs_sextant_plain_rps_ratio,omitempty"`
+	RecordingCostFrac    float64    `json:"recording_rps_loss_fraction,omitempty"`
+	LoadAvg              [3]float64 `json:"load_avg"`
+	Nproc                int        `json:"nproc"`
 }
 
 // Run measures every proxy in cfg.Proxies in front of one upstream process.
@@ -120,21 +131,69 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if _, err := exec.LookPath("wrk"); err != nil {
 		return nil, errors.New("bench: wrk not found (apt-get install -y wrk nginx haproxy)")
 	}
-	progress := progressf(cfg.Progress)
-	env, err := startEnv(ctx, cfg.Binary, int64(cfg.Body), 15*time.Second, cfg.Proxies, false)
+	progress := func(format string, args ...any) {
+		if cfg.Progress != nil {
+			fmt.Fprintf(cfg.Progress, format+"\n", args...)
+		}
+	}
+	tmp, err := os.MkdirTemp("", "sextant-bench-gateway-")
 	if err != nil {
 		return nil, err
 	}
-	defer env.stop()
-	procs := env.procs
+	defer os.RemoveAll(tmp)
+
+	up, err := startProcess(ctx, "upstream", cfg.Binary, "bench", "gateway-serve", "--mode", "upstream",
+		"--listen", "127.0.0.1:0", "--body", strconv.Itoa(cfg.Body))
+	if err != nil {
+		return nil, err
+	}
+	defer up.stop()
+	cp, err := startControlPlane()
+	if err != nil {
+		return nil, err
+	}
+	defer cp.stop()
+	pc := proxyConfig{policy: "round_robin", endpoints: []string{up.addr}, timeout: 15 * time.Second}
+	var tlsAddr string
+	if slices.ContainsFunc(cfg.Proxies, isTLS) {
+		if pc.cert, err = newBenchCert(tmp); err != nil {
+			return nil, err
+		}
+		port, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		pc.tlsPort, tlsAddr = uint32(port), "127.0.0.1:"+strconv.Itoa(port)
+	}
+	if err := cp.set(pc); err != nil {
+		return nil, err
+	}
+
 	res := &Result{Scenario: "throughput", Connections: cfg.Connections, Threads: cfg.Threads, BodyBytes: cfg.Body,
 		Seconds: cfg.Duration.Seconds(), Rounds: cfg.Rounds, Nproc: nprocs()}
 	rounds := map[string][]ProxyResult{}
+	procs := map[string]*process{}
+	defer func() {
+		for _, p := range procs {
+			p.stop()
+		}
+	}()
+	for _, name := range cfg.Proxies {
+		p, err := startProxy(ctx, name, cfg.Binary, up, cp, tmp, pc.cert, tlsAddr, false)
+		if err != nil {
+			return nil, fmt.Errorf("bench: start %s: %w", name, err)
+		}
+		procs[name] = p
+	}
 	for r := range cfg.Rounds {
 		for _, name := range cfg.Proxies {
 			p := procs[name]
 			cpu0 := p.cpu()
-			w, err := runWrk(ctx, "http://"+p.addr+"/", cfg)
+			scheme := "http://"
+			if isTLS(name) {
+				scheme = "https://"
+			}
+			w, err := runWrk(ctx, scheme+p.addr+"/", cfg)
 			if err != nil {
 				return nil, fmt.Errorf("bench: wrk against %s: %w", name, err)
 			}
@@ -176,6 +235,8 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	res.SextantVsNginx = ratio("sextant", "nginx")
 	res.Sextant1CPUVsNginx = ratio("sextant-1cpu", "nginx")
 	res.SextantVsHAProxy = ratio("sextant", "haproxy")
+	res.SextantTLSVsNginxTLS = ratio("sextant-tls", "nginx-tls")
+	res.SextantTLSVsPlain = ratio("sextant-tls", "sextant")
 	if r := ratio("sextant", "sextant-norecord"); r > 0 {
 		res.RecordingCostFrac = round3(1 - r)
 	}
@@ -213,81 +274,29 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 
 func round3(x float64) float64 { return float64(int64(x*1000+0.5)) / 1000 }
 
-// progressf prints one line per call to w (nil: nowhere).
-func progressf(w io.Writer) func(format string, args ...any) {
-	return func(format string, args ...any) {
-		if w != nil {
-			fmt.Fprintf(w, format+"\n", args...)
-		}
-	}
-}
-
-// env is what a scenario's proxies run in: a temporary directory, the
-// upstream process answering body bytes, the control plane routing every
-// path to it (with timeout; 0: none), and the proxies, started.
-type env struct {
-	tmp   string
-	up    *process
-	cp    *controlPlane
-	procs map[string]*process
-}
-
-// startEnv starts an env and the named proxies (stream: nginx configured
-// not to buffer bodies).
-func startEnv(ctx context.Context, bin string, body int64, timeout time.Duration, proxies []string, stream bool) (*env, error) {
-	e := &env{procs: map[string]*process{}}
-	var err error
-	if e.tmp, err = os.MkdirTemp("", "sextant-bench-gateway-"); err != nil {
-		return nil, err
-	}
-	if e.up, err = startProcess(ctx, "upstream", bin, "bench", "gateway-serve", "--mode", "upstream",
-		"--listen", "127.0.0.1:0", "--body", strconv.FormatInt(body, 10)); err != nil {
-		e.stop()
-		return nil, err
-	}
-	if e.cp, err = startControlPlane(); err != nil {
-		e.stop()
-		return nil, err
-	}
-	if err := e.cp.set(proxyConfig{policy: "round_robin", endpoints: []string{e.up.addr}, timeout: timeout}); err != nil {
-		e.stop()
-		return nil, err
-	}
-	for _, name := range proxies {
-		p, err := startProxy(ctx, name, bin, e.up, e.cp, e.tmp, stream)
-		if err != nil {
-			e.stop()
-			return nil, fmt.Errorf("bench: start %s: %w", name, err)
-		}
-		e.procs[name] = p
-	}
-	return e, nil
-}
-
-// stop stops what startEnv started, once.
-func (e *env) stop() {
-	for _, p := range e.procs {
-		p.stop()
-	}
-	e.procs = nil
-	if e.cp != nil {
-		e.cp.stop()
-		e.cp = nil
-	}
-	if e.up != nil {
-		e.up.stop()
-		e.up = nil
-	}
-	os.RemoveAll(e.tmp)
-}
-
 // startProxy starts proxy name in front of up.
 // stream configures nginx for the stream scenario (no body buffering).
-func startProxy(ctx context.Context, name, bin string, up *process, cp *controlPlane, tmp string, stream bool) (*process, error) {
+func startProxy(ctx context.Context, name, bin string, up *process, cp *controlPlane, tmp string, cert *benchCert, tlsAddr string, stream bool) (*process, error) {
 	switch name {
 	case "direct":
 		return &process{name: "direct", addr: up.addr, cmd: up.cmd, shared: true}, nil
-	case "nginx", "haproxy":
+	case "sextant-tls":
+		port, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		plain := "127.0.0.1:" + strconv.Itoa(port)
+		p, err := startKnown(ctx, name, tlsAddr, bin, "gateway", "--xds", cp.addr, "--listen", plain, "--tls-listen", tlsAddr,
+			"--admin", "127.0.0.1:0", "--data", filepath.Join(tmp, name), "--node-id", NodeID, "--log-level", "warn")
+		if err != nil {
+			return nil, err
+		}
+		if err := waitRoutedTLS("https://" + tlsAddr + "/"); err != nil {
+			p.stop()
+			return nil, err
+		}
+		return p, nil
+	case "nginx", "haproxy", "nginx-tls":
 		port, err := freePort()
 		if err != nil {
 			return nil, err
@@ -296,7 +305,7 @@ func startProxy(ctx context.Context, name, bin string, up *process, cp *controlP
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return nil, err
 		}
-		file := map[string]string{"nginx": "nginx.conf", "haproxy": "haproxy.cfg"}[name]
+		file := map[string]string{"nginx": "nginx.conf", "haproxy": "haproxy.cfg", "nginx-tls": "nginx-tls.conf"}[name]
 		t, err := template.ParseFS(configs, "configs/"+file+".tmpl")
 		if err != nil {
 			return nil, err
@@ -305,13 +314,20 @@ func startProxy(ctx context.Context, name, bin string, up *process, cp *controlP
 		if err != nil {
 			return nil, err
 		}
-		err = t.Execute(f, map[string]any{"Dir": dir, "Listen": "127.0.0.1:" + strconv.Itoa(port), "Upstream": up.addr, "Stream": stream})
+		vars := map[string]string{"Dir": dir, "Listen": "127.0.0.1:" + strconv.Itoa(port), "Upstream": up.addr}
+		if cert != nil {
+			vars["Cert"], vars["Key"] = cert.certFile, cert.keyFile
+		}
+		if stream {
+			vars["Stream"] = "on"
+		}
+		err = t.Execute(f, vars)
 		f.Close()
 		if err != nil {
 			return nil, err
 		}
 		var args []string
-		if name == "nginx" {
+		if name != "haproxy" {
 			args = []string{"nginx", "-p", dir, "-c", filepath.Join(dir, file)}
 		} else {
 			args = []string{"haproxy", "-db", "-f", filepath.Join(dir, file)}
