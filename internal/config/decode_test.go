@@ -308,3 +308,37 @@ func TestDecodeGateway(t *testing.T) {
 		t.Errorf("ParseKey: %v %v", k, err)
 	}
 }
+
+// h2UpgradePolicy UPGRADE asks for HTTP/2 to the endpoints (gRPC), as in
+// Istio; a subset's connectionPool replaces the rule's.
+func TestHTTP2Policy(t *testing.T) {
+	objs, err := Decode([]byte(`apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: greeter, namespace: default}
+spec:
+  host: greeter
+  trafficPolicy:
+    connectionPool:
+      http: {h2UpgradePolicy: UPGRADE}
+  subsets:
+  - name: v1
+    labels: {version: v1}
+  - name: v2
+    labels: {version: v2}
+    trafficPolicy:
+      connectionPool:
+        http: {h2UpgradePolicy: DO_NOT_UPGRADE}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := EffectivePolicy(objs[0], ""); !p.HTTP2 {
+		t.Errorf("service: %+v", p)
+	}
+	if p := EffectivePolicy(objs[0], "v1"); !p.HTTP2 {
+		t.Errorf("v1: %+v", p)
+	}
+	if p := EffectivePolicy(objs[0], "v2"); p.HTTP2 {
+		t.Errorf("v2: %+v", p)
+	}
+}

@@ -48,7 +48,7 @@ func init() {
 	allow(&networking.LoadBalancerSettings{}, "simple")
 	allow(&networking.ConnectionPoolSettings{}, "tcp", "http")
 	allow(&networking.ConnectionPoolSettings_TCPSettings{}, "connect_timeout")
-	allow(&networking.ConnectionPoolSettings_HTTPSettings{}, "idle_timeout")
+	allow(&networking.ConnectionPoolSettings_HTTPSettings{}, "idle_timeout", "h2_upgrade_policy")
 	allow(&networking.Gateway{}, "servers", "selector")
 	allow(&networking.Server{}, "port", "hosts", "tls", "name")
 	allow(&networking.Port{}, "number", "protocol", "name")
