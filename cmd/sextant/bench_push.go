@@ -63,6 +63,7 @@ heap per subscriber. The bench and the control plane share the machine.`,
 	fl.DurationVar(&cfg.ConfigEvery, "config-every", 0, "one VirtualService or DestinationRule change every (default 100ms)")
 	fl.StringVar(&cpuprofile, "cpuprofile", "", "write a CPU profile of the churn phase to this file")
 	fl.IntVar(&cfg.Resyncs, "resyncs", 3, "full recomputations to time before the subscribers connect")
+	fl.BoolVar(&cfg.ChurnOnlyDuringConfig, "churn-only-during-config", false, "change instances only while a config change is on its way to the subscribers (endpoint_during_config_* is then every endpoint change)")
 	return cmd
 }
 

@@ -30,12 +30,14 @@ import (
 	"github.com/sextant-mesh/sextant/internal/console"
 	"github.com/sextant-mesh/sextant/internal/consulapi"
 	"github.com/sextant-mesh/sextant/internal/dnsapi"
+	"github.com/sextant-mesh/sextant/internal/healthcheck"
 	"github.com/sextant-mesh/sextant/internal/httpapi"
 	"github.com/sextant-mesh/sextant/internal/instance"
 	"github.com/sextant-mesh/sextant/internal/naming"
 	"github.com/sextant-mesh/sextant/internal/placement"
 	"github.com/sextant-mesh/sextant/internal/push"
 	"github.com/sextant-mesh/sextant/internal/registry"
+	"github.com/sextant-mesh/sextant/internal/secret"
 	"github.com/sextant-mesh/sextant/internal/store"
 	"github.com/sextant-mesh/sextant/internal/store/embedded"
 	"github.com/sextant-mesh/sextant/internal/store/mysql"
@@ -56,6 +58,8 @@ type serverFlags struct {
 	drain        time.Duration
 	// deregisterAfter: the removal delay of instances that set none.
 	deregisterAfter time.Duration
+	// checkWorkers: active health checks' probes in flight at most.
+	checkWorkers int
 
 	acl         bool
 	aclAnonRead bool
@@ -76,6 +80,7 @@ type serverFlags struct {
 	dnsDatacenter      string
 	dnsConsulNamespace string
 
+	identity identityFlags // the certificate authority (identity_server.go)
 	// The Consul-compatible API (docs/compat.md): off when consulAPI is empty.
 	consulAPI       string
 	consulNamespace string
@@ -149,11 +154,13 @@ consul_sd: Consul's services are the services of --consul-namespace.`,
 	fl.IntVar(&f.writeBurst, "rate-limit-write-burst", 0, "writes a caller may send at once (default: the rate, at least 1)")
 	fl.Float64Var(&f.readRate, "rate-limit-read", 0, "reads per second per caller; 0: no limit")
 	fl.IntVar(&f.readBurst, "rate-limit-read-burst", 0, "reads a caller may send at once (default: the rate, at least 1)")
+	fl.IntVar(&f.checkWorkers, "check-workers", 64, "probes of active health checks in flight at most: a slow target holds one for its check's timeout (docs/health.md)")
 	fl.IntVar(&f.workers, "scheduler-workers", runtime.GOMAXPROCS(0), "goroutines that split one placement decision on clusters of 8,192+ nodes (1: the committer alone)")
 	fl.StringVar(&f.dns, "dns", "", "address to answer DNS on, over UDP and TCP (e.g. 127.0.0.1:8600): healthy instances as A, AAAA and SRV records of NAME.NAMESPACE.svc.sextant and Consul's NAME.service.consul (docs/dns.md); no ACLs apply; empty: no DNS")
 	fl.DurationVar(&f.dnsTTL, "dns-ttl", 5*time.Second, "with --dns: how long resolvers may cache an answer, and an answer that the name does not exist (whole seconds; 0: not at all)")
 	fl.StringVar(&f.dnsDatacenter, "dns-datacenter", dnsapi.DefaultDatacenter, "with --dns: the datacenter name Consul names may carry (NAME.service.DC.consul), besides dc1")
 	fl.StringVar(&f.dnsConsulNamespace, "dns-consul-namespace", "default", "with --dns: the namespace whose services Consul names (NAME.service.consul) answer with")
+	f.identity.register(fl)
 	fl.StringVar(&f.consulAPI, "consul-api", "", "address to serve Consul's HTTP API on (e.g. 127.0.0.1:8500): register, discover and check services with Consul's clients over the same registry and ACL tokens (docs/compat.md); empty: off")
 	fl.StringVar(&f.consulNamespace, "consul-namespace", "default", "with --consul-api: the namespace Consul's services live in")
 	fl.StringVar(&f.memoryLimit, "memory-limit", "", "soft limit of the Go heap and runtime (e.g. 450MiB, 2GiB, off): the GC works harder near it (docs/registry.md, \"Memory\"); default: GOMEMLIMIT, else none")
@@ -276,9 +283,18 @@ func runServer(ctx context.Context, f serverFlags) error {
 		api.SetSync(member)
 	}
 	reg := registry.New(regOpts)
+	ident, err := newIdentity(f.identity, log)
+	if err != nil {
+		return err
+	}
+	// The active health checks: told of instance changes by the follower,
+	// run once the registry has started (docs/health.md).
+	checks := healthcheck.New(reg, healthcheck.Options{Workers: f.checkWorkers, Logger: log.With("component", "healthcheck"), Metrics: metrics})
 	tables := guard.Tables() // tokens and policies
 	maps.Copy(tables, sched.Tables())
 	tables[store.Config] = cfg
+	secrets := secret.NewTable()
+	tables[store.Secrets] = secrets
 	tables[store.Instances] = reg.Table()
 
 	// The write engine, opened over st, closed after the parts that write
@@ -286,7 +302,7 @@ func runServer(ctx context.Context, f serverFlags) error {
 	eng, err := commit.Open(st, commit.Options{
 		Catalog:   catalog.Options{LogSize: f.logSize},
 		Tables:    tables,
-		Trackers:  []commit.Tracker{reg},
+		Trackers:  []commit.Tracker{reg, ident, checks},
 		Pipelined: registry.Pipelined,
 		Shared:    member != nil,
 		Logger:    log.With("component", "commit"),
@@ -300,6 +316,12 @@ func runServer(ctx context.Context, f serverFlags) error {
 		return err
 	}
 	lc.add("registry", reg.Close)
+	if err := ident.Start(ctx, eng); err != nil {
+		return err
+	}
+	api.SetIssuer(ident)
+	// Stopped before the registry: its workers write through it.
+	lc.start("health checks", false, checks.Run)
 
 	cfg.Attach(eng.Catalog())
 	if member != nil {
@@ -423,6 +445,8 @@ func (f serverFlags) validate() error {
 		return fmt.Errorf("--cluster-id %q: at most 64 bytes", f.clusterID)
 	case f.store != "" && f.clusterLease < 2*time.Second:
 		return fmt.Errorf("--cluster-lease %v: at least 2s (the lease is renewed every second)", f.clusterLease)
+	case f.checkWorkers < 1:
+		return fmt.Errorf("--check-workers %d: at least 1", f.checkWorkers)
 	case f.deregisterAfter < 0:
 		return fmt.Errorf("--deregister-after %v: must not be negative (0: never)", f.deregisterAfter)
 	case f.aclAnonRead && !f.acl:

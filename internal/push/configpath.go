@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -295,18 +296,29 @@ func (w *configWorker) round(ctx context.Context) {
 			w.e.ep.mark(s, origin)
 		}
 	}
-	// 2. Clusters and routes of each service, built on every core: the
-	// index is only read meanwhile.
+	// 2. Clusters and routes of each service, built and encoded on
+	// ConfigWorkers goroutines (the index is only read meanwhile). Endpoint
+	// work goes first: before each service a worker waits while endpoint
+	// work is queued (up to maxPause at a time, and pauseBudget in all per
+	// round, so that config work is slowed, never stopped), and after each
+	// it yields.
 	built := make([]builtService, len(dirty))
-	parallel(len(dirty), func(lo, hi int) {
+	var paused atomic.Int64
+	parallel(len(dirty), w.e.opts.ConfigWorkers, func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			if ctx.Err() != nil {
 				return
+			}
+			if paused.Load() < int64(pauseBudget) {
+				t := time.Now()
+				w.e.ep.waitIdle(ctx, maxPause)
+				paused.Add(int64(time.Since(t)))
 			}
 			if w.e.slowBuild != nil {
 				w.e.slowBuild()
 			}
 			built[i] = w.build(dirty[i], dests[i], version)
+			runtime.Gosched()
 		}
 	})
 	if ctx.Err() != nil {
@@ -397,18 +409,36 @@ func (w *configWorker) build(s naming.ServiceKey, dests []config.Destination, ve
 	dr := w.ix.DestinationRule(s)
 	for _, c := range w.publishedClusters(s, dests) {
 		b.names = append(b.names, c.name)
-		b.clusters = append(b.clusters, xds.Resource{Name: c.name, Version: version, Message: xds.Cluster(c.name, config.EffectivePolicy(dr, c.subset))})
+		b.clusters = append(b.clusters, encoded(xds.Resource{Name: c.name, Version: version, Message: xds.Cluster(c.name, config.EffectivePolicy(dr, c.subset))}))
 	}
 	vh := xds.VirtualHost(s.String(), proxyDomains(s), s, w.ix.VirtualService(s), w.clusterFor)
 	b.vhost, _ = (proto.MarshalOptions{Deterministic: true}).Marshal(vh)
 	vh.Domains = []string{"*"}
-	b.route = xds.Resource{Name: xds.RouteName(s), Version: version, Message: xds.RouteConfiguration(xds.RouteName(s), vh)}
+	b.route = encoded(xds.Resource{Name: xds.RouteName(s), Version: version, Message: xds.RouteConfiguration(xds.RouteName(s), vh)})
 	return b
 }
 
-// parallel runs f over [0, n) split across the cores.
-func parallel(n int, f func(lo, hi int)) {
-	procs := runtime.GOMAXPROCS(0)
+// encoded encodes r's Message on the calling worker, so that the encoding
+// is within the config budget rather than on every core in Cache.Apply;
+// on an error Apply encodes it again and reports it.
+func encoded(r xds.Resource) xds.Resource {
+	if v, err := xds.Encode(r.Message); err == nil {
+		r.Value = v
+	}
+	return r
+}
+
+// maxPause is the longest a config worker waits for endpoint work at a
+// time, pauseBudget the longest a round waits in all: an endpoint service
+// takes well under a millisecond.
+const (
+	maxPause    = 5 * time.Millisecond
+	pauseBudget = 100 * time.Millisecond
+)
+
+// parallel runs f over [0, n) split across workers goroutines.
+func parallel(n, workers int, f func(lo, hi int)) {
+	procs := workers
 	if n < 256 || procs < 2 {
 		f(0, n)
 		return

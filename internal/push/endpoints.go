@@ -19,11 +19,18 @@ type endpointQueue struct {
 	order []naming.ServiceKey
 	dirty map[naming.ServiceKey]time.Time
 	wake  chan struct{}
+	// idle is closed while nothing is queued or being computed (quiet);
+	// config work waits on it (waitIdle).
+	idle  chan struct{}
+	quiet bool
 }
 
 func (q *endpointQueue) init() {
 	q.dirty = map[naming.ServiceKey]time.Time{}
 	q.wake = make(chan struct{}, 1)
+	q.idle = make(chan struct{})
+	close(q.idle)
+	q.quiet = true
 }
 
 func (q *endpointQueue) mark(s naming.ServiceKey, origin time.Time) {
@@ -32,6 +39,10 @@ func (q *endpointQueue) mark(s naming.ServiceKey, origin time.Time) {
 		q.dirty[s] = origin
 		q.order = append(q.order, s)
 	}
+	if q.quiet {
+		q.quiet = false
+		q.idle = make(chan struct{})
+	}
 	q.mu.Unlock()
 	select {
 	case q.wake <- struct{}{}:
@@ -39,10 +50,16 @@ func (q *endpointQueue) mark(s naming.ServiceKey, origin time.Time) {
 	}
 }
 
+// take returns the next service to compute. The queue stays busy until a
+// take finds it empty: the worker takes until then.
 func (q *endpointQueue) take() (naming.ServiceKey, time.Time, bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if len(q.order) == 0 {
+		if !q.quiet {
+			q.quiet = true
+			close(q.idle)
+		}
 		return naming.ServiceKey{}, time.Time{}, false
 	}
 	s := q.order[0]
@@ -50,6 +67,26 @@ func (q *endpointQueue) take() (naming.ServiceKey, time.Time, bool) {
 	origin := q.dirty[s]
 	delete(q.dirty, s)
 	return s, origin, true
+}
+
+// waitIdle waits until no endpoint work is queued or running, at most
+// most: config work gives way to endpoint work.
+func (q *endpointQueue) waitIdle(ctx context.Context, most time.Duration) {
+	q.mu.Lock()
+	idle := q.idle
+	q.mu.Unlock()
+	select {
+	case <-idle:
+		return
+	default:
+	}
+	t := time.NewTimer(most)
+	defer t.Stop()
+	select {
+	case <-idle:
+	case <-t.C:
+	case <-ctx.Done():
+	}
 }
 
 func (q *endpointQueue) len() int {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -36,6 +37,11 @@ type Options struct {
 	ClusterGrace time.Duration
 	// ProxyPort is the port of the HTTP listener for proxies (default 15001).
 	ProxyPort uint32
+	// ConfigWorkers is how many goroutines a config round builds and
+	// encodes on (default GOMAXPROCS-1, at least 1): config work leaves a
+	// core to endpoint work, yields between services and pauses while
+	// endpoint work is queued.
+	ConfigWorkers int
 }
 
 // Engine keeps an xds.Cache current with a Source. Create it with New and
@@ -82,6 +88,9 @@ func New(src Source, cache *xds.Cache, opts Options) *Engine {
 	}
 	if opts.ProxyPort == 0 {
 		opts.ProxyPort = 15001
+	}
+	if opts.ConfigWorkers <= 0 {
+		opts.ConfigWorkers = max(1, runtime.GOMAXPROCS(0)-1)
 	}
 	e := &Engine{src: src, cache: cache, opts: opts, log: opts.Logger, m: newMetrics(opts.Registerer)}
 	e.ep.init()

@@ -137,6 +137,15 @@ type Cache struct {
 
 	// listenerFor builds an on-demand listener; see SetListenerFunc.
 	listenerFor atomic.Pointer[ListenerFunc]
+
+	// epMu guards the subscribers with an endpoint change to send
+	// (epWaiting) and epIdle, closed while there are none: every
+	// subscriber's send loop holds its config responses back while another
+	// has endpoints to send (Server.sendLoop), so that endpoint responses go
+	// out first across subscribers, not only within each one.
+	epMu      sync.Mutex
+	epWaiting int
+	epIdle    chan struct{}
 }
 
 // ListenerFunc returns the listener a client in namespace ns gets for the
@@ -150,7 +159,37 @@ func NewCache() *Cache {
 		c.types[t] = &typeCache{typ: Type(t), ids: map[string]uint32{}}
 	}
 	c.subs.Store(&[]*subscriber{})
+	c.epIdle = make(chan struct{})
+	close(c.epIdle)
 	return c
+}
+
+// endpointQueued counts a subscriber that has an endpoint change to send.
+func (c *Cache) endpointQueued() {
+	c.epMu.Lock()
+	if c.epWaiting == 0 {
+		c.epIdle = make(chan struct{})
+	}
+	c.epWaiting++
+	c.epMu.Unlock()
+}
+
+// endpointServed uncounts it once its send loop has sent its endpoints
+// (or found them waiting for the client's answer).
+func (c *Cache) endpointServed() {
+	c.epMu.Lock()
+	if c.epWaiting--; c.epWaiting == 0 {
+		close(c.epIdle)
+	}
+	c.epMu.Unlock()
+}
+
+// endpointsIdle returns a channel closed when no subscriber has an
+// endpoint change to send.
+func (c *Cache) endpointsIdle() <-chan struct{} {
+	c.epMu.Lock()
+	defer c.epMu.Unlock()
+	return c.epIdle
 }
 
 // SetListenerFunc installs how listeners a client names but nobody
@@ -165,6 +204,13 @@ var marshal = proto.MarshalOptions{Deterministic: true}
 // The resources translate.go builds hold no maps, so field order alone
 // makes the vtprotobuf encoding deterministic.
 func encodeMessage(m proto.Message) ([]byte, error) {
+	return Encode(m)
+}
+
+// Encode is the encoding Apply gives a Resource's Message, for callers
+// that encode on their own goroutines and publish Resource.Value (the push
+// engine's config workers, within their CPU budget).
+func Encode(m proto.Message) ([]byte, error) {
 	if vt, ok := m.(interface{ MarshalVTStrict() ([]byte, error) }); ok {
 		return vt.MarshalVTStrict()
 	}
@@ -380,6 +426,7 @@ func (c *Cache) addSubscriber(s *subscriber) {
 }
 
 func (c *Cache) removeSubscriber(s *subscriber) {
+	s.endpointsServed()
 	c.subsMu.Lock()
 	defer c.subsMu.Unlock()
 	old := *c.subs.Load()

@@ -15,6 +15,7 @@ import (
 	"github.com/bits-and-blooms/bitset"
 	discoverygrpc "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/peer"
 )
 
@@ -31,6 +32,7 @@ type Server struct {
 	metrics  *Metrics
 	grpcOpts []grpc.ServerOption
 	ackWait  time.Duration
+	stall    time.Duration
 	ids      atomic.Uint64
 
 	mu   sync.Mutex
@@ -50,7 +52,22 @@ type ServerOptions struct {
 	// AckWait is how long a type's next response waits for the client to
 	// answer the previous one (see ackWait); zero: one second.
 	AckWait time.Duration
+	// StallTimeout is how long data Serve's server wrote may stay
+	// unacknowledged by a client's TCP (it is gone, or its window stays
+	// shut because it reads nothing) before the connection is dropped: the
+	// connections' TCP_USER_TIMEOUT and the wait for a keepalive ping's
+	// answer. Zero: DefaultStallTimeout.
+	StallTimeout time.Duration
 }
+
+// DefaultStallTimeout is ServerOptions.StallTimeout's default. gRPC's own,
+// 20 s, dropped subscribers that were alive but slow to read: at 1,000
+// subscribers syncing 4.6 GB on a loaded machine, clients went more than
+// 20 s without reading, the kernel aborted the server's end and the client
+// read "connection reset by peer" (docs/perf/push.md). A subscriber that
+// falls behind catches up (its pending sets coalesce); one that is gone
+// costs its memory for this long.
+const DefaultStallTimeout = 5 * time.Minute
 
 // NewServer returns an ADS server over c. Register it on a grpc.Server made
 // with ServerOption, or call Serve.
@@ -64,7 +81,10 @@ func NewServer(c *Cache, opts ServerOptions) *Server {
 	if opts.AckWait <= 0 {
 		opts.AckWait = defaultAckWait
 	}
-	return &Server{cache: c, log: opts.Logger, metrics: opts.Metrics, subs: map[uint64]*subscriber{}, grpcOpts: opts.GRPC, ackWait: opts.AckWait}
+	if opts.StallTimeout <= 0 {
+		opts.StallTimeout = DefaultStallTimeout
+	}
+	return &Server{cache: c, log: opts.Logger, metrics: opts.Metrics, subs: map[uint64]*subscriber{}, grpcOpts: opts.GRPC, ackWait: opts.AckWait, stall: opts.StallTimeout}
 }
 
 // Register adds the ADS service to g, which must have been created with
@@ -79,9 +99,12 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	// Fixed flow-control windows turn off gRPC's BDP estimation, which
 	// otherwise pings a client after nearly every ACK it reads when ACKs
 	// are spaced out: a frame and a write each way per request. Requests
-	// are small; 1 MiB is ample.
+	// are small; 1 MiB is ample. gRPC sets each connection's
+	// TCP_USER_TIMEOUT to the keepalive Timeout (20 s unless set): the
+	// stall timeout replaces it.
 	g := grpc.NewServer(append([]grpc.ServerOption{ServerOption(), grpc.MaxRecvMsgSize(16 << 20),
-		grpc.InitialWindowSize(1 << 20), grpc.InitialConnWindowSize(1 << 20)}, s.grpcOpts...)...)
+		grpc.InitialWindowSize(1 << 20), grpc.InitialConnWindowSize(1 << 20),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Timeout: s.stall})}, s.grpcOpts...)...)
 	s.Register(g)
 	// The stopper ends with ctx, or when Serve fails on its own (a broken
 	// listener): then nothing is left to stop and the error is returned now.
@@ -246,6 +269,9 @@ func (s *Server) sendLoop(ctx context.Context, sub *subscriber, stream sender) e
 	retry.Stop()
 	defer retry.Stop()
 	var retryC <-chan time.Time
+	holdTimer := time.NewTimer(time.Hour)
+	holdTimer.Stop()
+	defer holdTimer.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -257,8 +283,10 @@ func (s *Server) sendLoop(ctx context.Context, sub *subscriber, stream sender) e
 		// routes that name them; endpoints go first and again between the
 		// others, so an endpoint change waits behind at most one response of
 		// another type (a state-of-the-world cluster list is megabytes).
+		// Before a config response the loop gives way to other subscribers'
+		// endpoint responses (yieldToEndpoints).
 		now := time.Now() // refreshed after each send; a round's checks share it
-		for _, t := range []Type{TypeEndpoint, TypeCluster, TypeEndpoint, TypeListener, TypeEndpoint, TypeRoute, TypeEndpoint} {
+		send := func(t Type) error {
 			for {
 				ok, err := s.sendOne(sub, stream, t, now)
 				if err != nil {
@@ -269,6 +297,25 @@ func (s *Server) sendLoop(ctx context.Context, sub *subscriber, stream sender) e
 				}
 				now = time.Now()
 			}
+			if t == TypeEndpoint {
+				sub.endpointsServed()
+			}
+			return nil
+		}
+		for _, t := range []Type{TypeEndpoint, TypeCluster, TypeEndpoint, TypeListener, TypeEndpoint, TypeRoute, TypeEndpoint} {
+			if t != TypeEndpoint && sub.ready(t, now) {
+				if held, own := s.yieldToEndpoints(ctx, sub, holdTimer); held {
+					now = time.Now()
+					if own {
+						if err := send(TypeEndpoint); err != nil {
+							return err
+						}
+					}
+				}
+			}
+			if err := send(t); err != nil {
+				return err
+			}
 		}
 		retryC = nil
 		if at, ok := sub.retryAt(); ok {
@@ -278,15 +325,58 @@ func (s *Server) sendLoop(ctx context.Context, sub *subscriber, stream sender) e
 	}
 }
 
+// maxHold is the longest a config response waits for other subscribers'
+// endpoint responses: endpoint changes go first across subscribers, and
+// config still moves under endless endpoint churn.
+const maxHold = 20 * time.Millisecond
+
+// yieldToEndpoints holds a config response of sub back while another
+// subscriber has an endpoint change to send, at most maxHold. It reports
+// whether it waited, and whether sub itself got an endpoint change
+// meanwhile (to send first; its wake signal is kept for the next round).
+func (s *Server) yieldToEndpoints(ctx context.Context, sub *subscriber, t *time.Timer) (held, own bool) {
+	idle := s.cache.endpointsIdle()
+	select {
+	case <-idle:
+		return false, false
+	default:
+	}
+	if sub.endpointQueued() {
+		return true, true
+	}
+	t.Reset(maxHold)
+	select {
+	case <-idle:
+	case <-t.C:
+	case <-ctx.Done():
+	case <-sub.wake:
+		sub.poke()
+		own = sub.endpointQueued()
+	}
+	t.Stop()
+	return true, own
+}
+
 // sendOne sends the next response of type t, if any.
 func (s *Server) sendOne(sub *subscriber, stream sender, t Type, now time.Time) (bool, error) {
 	sub.mu.Lock()
 	r, ok := sub.build(t, now)
+	if ok {
+		sub.sending = true
+		if sub.epQueued && t != TypeEndpoint {
+			sub.epQueued = false
+			sub.c.endpointServed()
+		}
+	}
 	sub.mu.Unlock()
 	if !ok {
 		return false, nil
 	}
-	if err := stream.SendMsg(r.msg); err != nil {
+	err := stream.SendMsg(r.msg)
+	sub.mu.Lock()
+	sub.sending = false
+	sub.mu.Unlock()
+	if err != nil {
 		return false, err
 	}
 	if !r.origin.IsZero() {

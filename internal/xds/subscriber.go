@@ -48,6 +48,13 @@ type subscriber struct {
 	nonce uint64
 	now   time.Time // when the response being built was asked for
 	t     [numTypes]subType
+	// epQueued: counted in the cache's epWaiting (an endpoint change to
+	// send, which other subscribers' config responses give way to). A
+	// subscriber whose send loop is in the middle of a send (sending) is
+	// not counted: it may be blocked on a client that reads nothing, and
+	// the others would wait for it.
+	epQueued bool
+	sending  bool
 }
 
 type subType struct {
@@ -121,11 +128,43 @@ func (s *subscriber) notify(t Type, changed []change, origin time.Time) {
 		if any && st.origin.IsZero() {
 			st.origin = origin
 		}
+		if any && t == TypeEndpoint && !s.epQueued && !s.sending {
+			s.epQueued = true
+			s.c.endpointQueued()
+		}
 	}
 	s.mu.Unlock()
 	if any {
 		s.poke()
 	}
+}
+
+// endpointsServed uncounts s from the subscribers with an endpoint change
+// to send: its send loop has sent them, or they wait for the client's
+// answer.
+func (s *subscriber) endpointsServed() {
+	s.mu.Lock()
+	if s.epQueued {
+		s.epQueued = false
+		s.c.endpointServed()
+	}
+	s.mu.Unlock()
+}
+
+// endpointQueued reports whether s has an endpoint change to send.
+func (s *subscriber) endpointQueued() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.epQueued
+}
+
+// ready reports whether type t has a response to build now (it may still
+// turn out empty).
+func (s *subscriber) ready(t Type, now time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := &s.t[t]
+	return st.requested && !st.gated(now, s.ackWait) && (st.full || st.dirty)
 }
 
 // clustersSent releases the endpoints held back until their clusters were

@@ -33,8 +33,13 @@ type Config struct {
 	ChurnPerSec int           // instance changes per second, default 100
 	ConfigEvery time.Duration // a VirtualService or DestinationRule change every, default 100ms
 	Resyncs     int           // full recomputations timed after loading, default 3
-	Progress    io.Writer     // progress bars; nil: none
-	Profile     io.Writer     // CPU profile of the churn phase; nil: none
+	// ChurnOnlyDuringConfig commits endpoint changes only while a config
+	// change has not reached every subscriber yet (the config path is
+	// recomputing, encoding or sending), so that every endpoint figure is
+	// one under config work.
+	ChurnOnlyDuringConfig bool
+	Progress              io.Writer // progress bars; nil: none
+	Profile               io.Writer // CPU profile of the churn phase; nil: none
 }
 
 // Result is the JSON object "sextant bench push" prints.
@@ -61,6 +66,12 @@ type Result struct {
 	EndpointAllMaxMS  float64 `json:"endpoint_all_max_ms"`
 	EndpointEachP50MS float64 `json:"endpoint_each_p50_ms"`
 	EndpointEachP99MS float64 `json:"endpoint_each_p99_ms"`
+	// Endpoint changes committed while a config change had not reached
+	// every subscriber yet (all of them with ChurnOnlyDuringConfig).
+	EndpointDuringConfigChanges   int     `json:"endpoint_during_config_changes"`
+	EndpointDuringConfigAllP50MS  float64 `json:"endpoint_during_config_all_p50_ms"`
+	EndpointDuringConfigAllP99MS  float64 `json:"endpoint_during_config_all_p99_ms"`
+	EndpointDuringConfigEachP99MS float64 `json:"endpoint_during_config_each_p99_ms"`
 	// Config changes, the same way.
 	ConfigChanges   int     `json:"config_changes"`
 	ConfigAllP50MS  float64 `json:"config_all_p50_ms"`
@@ -276,6 +287,9 @@ churn:
 	for {
 		select {
 		case <-epTick.C:
+			if cfg.ChurnOnlyDuringConfig && !tr.configPending() {
+				continue
+			}
 			ch.endpointChange(func(name string, f func()) { commit(0, xds.TypeEndpoint, name, f) })
 			res.EndpointChanges++
 		case <-cfgTick.C:
@@ -311,6 +325,9 @@ churn:
 	res.Undelivered = tr.open
 	res.EndpointAllP50MS, res.EndpointAllP99MS, res.EndpointAllMaxMS = ms(pct(tr.all[0], 0.5)), ms(pct(tr.all[0], 0.99)), ms(pct(tr.all[0], 1))
 	res.EndpointEachP50MS, res.EndpointEachP99MS = ms(pct(tr.perSub[0], 0.5)), ms(pct(tr.perSub[0], 0.99))
+	res.EndpointDuringConfigChanges = len(tr.duringAll)
+	res.EndpointDuringConfigAllP50MS, res.EndpointDuringConfigAllP99MS = ms(pct(tr.duringAll, 0.5)), ms(pct(tr.duringAll, 0.99))
+	res.EndpointDuringConfigEachP99MS = ms(pct(tr.duringPerSub, 0.99))
 	res.ConfigAllP50MS, res.ConfigAllP99MS, res.ConfigAllMaxMS = ms(pct(tr.all[1], 0.5)), ms(pct(tr.all[1], 0.99)), ms(pct(tr.all[1], 1))
 	res.ConfigEachP50MS, res.ConfigEachP99MS = ms(pct(tr.perSub[1], 0.5)), ms(pct(tr.perSub[1], 0.99))
 	tr.mu.Unlock()

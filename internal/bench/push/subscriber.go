@@ -11,6 +11,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/mem"
@@ -239,7 +240,14 @@ type subscriber struct {
 func dialSubscriber(addr string) (*grpc.ClientConn, error) {
 	// Fixed windows, as Envoy's: no BDP pings after every response read
 	// (grpc-go's default), and a bound on what a lagging subscriber buffers.
+	// The clients share the process, and its CPU, with the server: on a
+	// loaded machine a connection's goroutines may wait more than gRPC's
+	// 20 s connect timeout to run, and the client then gave up dialling
+	// ("i/o timeout", "error reading server preface") though the server
+	// had answered; a generous timeout keeps those failures the bench's own
+	// out of the figures (docs/perf/push.md).
 	return grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.DefaultConfig, MinConnectTimeout: 3 * time.Minute}),
 		grpc.WithInitialWindowSize(4<<20), grpc.WithInitialConnWindowSize(4<<20),
 		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(rawCodec{proto: encoding.GetCodecV2("proto")}), grpc.MaxCallRecvMsgSize(256<<20)))
 }
@@ -327,7 +335,8 @@ func fullState(typeURL []byte) bool {
 
 // event is one change whose arrival at every subscriber is awaited.
 type event struct {
-	kind      int // 0 endpoint, 1 config
+	kind      int  // 0 endpoint, 1 config
+	during    bool // an endpoint change committed while a config change was on its way
 	rev       int64
 	at        time.Time
 	remaining int
@@ -342,6 +351,10 @@ type tracker struct {
 	perSub [2][]time.Duration // endpoint, config: every (event, subscriber) latency
 	all    [2][]time.Duration // endpoint, config: per event, the last subscriber's
 	open   int
+	// Endpoint changes committed while a config change had not reached
+	// every subscriber yet (configOpen > 0): their latencies again.
+	configOpen              int
+	duringAll, duringPerSub []time.Duration
 }
 
 func newTracker(subs int) *tracker {
@@ -356,9 +369,20 @@ func newTracker(subs int) *tracker {
 func (t *tracker) expect(kind int, typ xds.Type, name string, rev int64, at time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	e := &event{kind: kind, rev: rev, at: at, remaining: t.subs}
+	e := &event{kind: kind, rev: rev, at: at, remaining: t.subs, during: kind == 0 && t.configOpen > 0}
 	t.active[typ][name] = append(t.active[typ][name], e)
 	t.open++
+	if kind == 1 {
+		t.configOpen++
+	}
+}
+
+// configPending reports whether a config change has not reached every
+// subscriber yet.
+func (t *tracker) configPending() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.configOpen > 0
 }
 
 func (t *tracker) received(s *subscriber, typ xds.Type, r *response, full bool, now time.Time) {
@@ -379,8 +403,17 @@ func (t *tracker) received(s *subscriber, typ xds.Type, r *response, full bool, 
 				e.got.Set(uint(s.id))
 				lat := now.Sub(e.at)
 				t.perSub[e.kind] = append(t.perSub[e.kind], lat)
+				if e.during {
+					t.duringPerSub = append(t.duringPerSub, lat)
+				}
 				if e.remaining--; e.remaining == 0 {
 					t.all[e.kind] = append(t.all[e.kind], lat)
+					if e.during {
+						t.duringAll = append(t.duringAll, lat)
+					}
+					if e.kind == 1 {
+						t.configOpen--
+					}
 					t.open--
 					continue
 				}
