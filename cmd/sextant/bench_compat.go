@@ -27,10 +27,13 @@ and prints one JSON object of medians and, with a peer, Sextant's advantage
   blocking_wake_p50/p99_ms   from a register's answer to the answer of the
                              blocking query (index) it wakes
 
+With --metrics (Sextant's /metrics URL), the server's CPU per register and
+per health read too, steadier than throughput on a shared machine.
+
 The load generator shares the machine with the servers. What it registers is
 deregistered at the end.`,
 		Example: `  sextant server --consul-api 127.0.0.1:8501 &
-  sextant bench compat --server 127.0.0.1:8501 --duration 5s --rounds 3
+  sextant bench compat --server 127.0.0.1:8501 --metrics http://127.0.0.1:7400/metrics --rounds 3
   sextant bench compat --server 127.0.0.1:8501 --peer 127.0.0.1:8500 --clients 64`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -44,6 +47,7 @@ deregistered at the end.`,
 	fl := cmd.Flags()
 	fl.StringVar(&cfg.Server, "server", "127.0.0.1:8500", "Sextant's --consul-api address")
 	fl.StringVar(&cfg.Peer, "peer", "", "another Consul API to measure the same way (a Consul agent's HTTP address); empty: none")
+	fl.StringVar(&cfg.Metrics, "metrics", "", "Sextant's /metrics URL (e.g. http://127.0.0.1:7400/metrics): report the server's CPU per request")
 	fl.StringVar(&cfg.Token, "token", "", "sent as X-Consul-Token to both (a Sextant token with instances:write on --consul-namespace)")
 	fl.IntVar(&cfg.Clients, "clients", 64, "concurrent clients")
 	fl.DurationVar(&cfg.Duration, "duration", 5e9, "how long each throughput scenario runs per round")

@@ -608,7 +608,13 @@ var contentTypeJSON = []string{"application/json"}
 // writeBytes answers body. A failed write (the client left) is not
 // reported: the answer is committed, there is nothing else to send.
 func writeBytes(w http.ResponseWriter, body []byte) error {
-	w.Header()["Content-Type"] = contentTypeJSON
+	h := w.Header()
+	h["Content-Type"] = contentTypeJSON
+	if len(body) >= 2048 {
+		// Said, not chunked: a large answer goes out in one write
+		// (net/http computes a small one's itself).
+		h["Content-Length"] = []string{strconv.Itoa(len(body))}
+	}
 	w.WriteHeader(http.StatusOK)
 	w.Write(body)
 	return nil

@@ -11,6 +11,7 @@ package compat
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -32,6 +33,10 @@ type Config struct {
 	Server, Peer string
 	// Token is sent as X-Consul-Token to both (empty: none).
 	Token string
+	// Metrics, if set, is Sextant's /metrics URL (on --http): the server's
+	// CPU per request is read from it, steadier than throughput on a
+	// shared machine.
+	Metrics string
 	// Clients is the number of concurrent clients (default 64).
 	Clients int
 	// Duration is how long each throughput scenario runs per round
@@ -80,7 +85,11 @@ type ServerResult struct {
 	HealthPassingPerS      Figure `json:"health_passing_per_s"`
 	WakeP50Ms              Figure `json:"blocking_wake_p50_ms"`
 	WakeP99Ms              Figure `json:"blocking_wake_p99_ms"`
-	Errors                 int64  `json:"errors"`
+	// Server CPU per register+deregister pair and per health read, in
+	// microseconds (Sextant with Config.Metrics only).
+	RegisterCPUus *Figure `json:"server_cpu_us_per_register_deregister,omitempty"`
+	HealthCPUus   *Figure `json:"server_cpu_us_per_health_read,omitempty"`
+	Errors        int64   `json:"errors"`
 }
 
 // Result is what Run prints.
@@ -105,6 +114,10 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Result, error) {
 	res := Result{Sextant: ServerResult{Addr: cfg.Server}, Clients: cfg.Clients, Instances: cfg.Instances, Rounds: cfg.Rounds,
 		Note: "the load generator and the servers share this machine (" + report.LoadAvgText() + "); medians of alternating rounds"}
 	targets := []*target{newTarget(cfg.Server, cfg.Token, cfg.Clients, &res.Sextant)}
+	if cfg.Metrics != "" {
+		targets[0].cpu = report.MetricsCPU(&http.Client{Timeout: 10 * time.Second}, cfg.Metrics)
+		res.Sextant.RegisterCPUus, res.Sextant.HealthCPUus = &Figure{}, &Figure{}
+	}
 	if cfg.Peer != "" {
 		res.Peer = &ServerResult{Addr: cfg.Peer}
 		targets = append(targets, newTarget(cfg.Peer, cfg.Token, cfg.Clients, res.Peer))
@@ -127,8 +140,10 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Result, error) {
 		}
 	}
 	for _, t := range targets {
-		for _, f := range []*Figure{&t.res.RegisterDeregisterPerS, &t.res.HealthPassingPerS, &t.res.WakeP50Ms, &t.res.WakeP99Ms} {
-			f.Median = report.Round3(median(f.PerRound))
+		for _, f := range []*Figure{&t.res.RegisterDeregisterPerS, &t.res.HealthPassingPerS, &t.res.WakeP50Ms, &t.res.WakeP99Ms, t.res.RegisterCPUus, t.res.HealthCPUus} {
+			if f != nil {
+				f.Median = report.Round3(median(f.PerRound))
+			}
 		}
 		t.res.Errors = t.errors.Load()
 	}
@@ -166,6 +181,7 @@ type target struct {
 	token  string
 	hc     *http.Client
 	res    *ServerResult
+	cpu    report.ServerCPU // nil: the server's CPU is not read
 	errors atomic.Int64
 	// lastErr is the first error seen, for the message of a run that
 	// fails as a whole.
@@ -186,28 +202,42 @@ func newTarget(addr, token string, clients int, res *ServerResult) *target {
 // do sends one request; an answer other than 200 is an error. It returns
 // the X-Consul-Index of the answer.
 func (t *target) do(ctx context.Context, method, path string, body []byte) (uint64, error) {
+	idx, _, err := t.call(ctx, method, path, body)
+	return idx, err
+}
+
+// get reads path's answer.
+func (t *target) get(ctx context.Context, path string) ([]byte, error) {
+	_, b, err := t.call(ctx, "GET", path, nil)
+	return b, err
+}
+
+func (t *target) call(ctx context.Context, method, path string, body []byte) (uint64, []byte, error) {
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, t.base+path, rd)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	if t.token != "" {
 		req.Header.Set("X-Consul-Token", t.token)
 	}
 	resp, err := t.hc.Do(req)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
-	b, _ := io.ReadAll(resp.Body)
+	b, err := io.ReadAll(resp.Body)
 	resp.Body.Close()
+	if err != nil {
+		return 0, nil, err
+	}
 	if resp.StatusCode != http.StatusOK {
-		return 0, fmt.Errorf("compat: %s %s%s: %s: %s", method, t.base, path, resp.Status, bytes.TrimSpace(b))
+		return 0, nil, fmt.Errorf("compat: %s %s%s: %s: %s", method, t.base, path, resp.Status, bytes.TrimSpace(b))
 	}
 	idx, _ := strconv.ParseUint(resp.Header.Get("X-Consul-Index"), 10, 64)
-	return idx, nil
+	return idx, b, nil
 }
 
 func (t *target) fail(err error) {
@@ -244,11 +274,19 @@ func (t *target) prepare(ctx context.Context, instances int) error {
 	return err
 }
 
-// cleanup deregisters what prepare registered (best effort: the run's
+// cleanup deregisters what prepare registered, and the instances of
+// register pairs the end of a round cut in half (best effort: the run's
 // figures are printed whatever this answers).
 func (t *target) cleanup(instances int) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	if body, err := t.get(ctx, "/v1/catalog/service/"+registerService); err == nil {
+		var left []struct{ ServiceID string }
+		json.Unmarshal(body, &left)
+		for _, s := range left {
+			t.do(ctx, "PUT", "/v1/agent/service/deregister/"+s.ServiceID, nil)
+		}
+	}
 	for i := range instances {
 		t.do(ctx, "PUT", "/v1/agent/service/deregister/"+readService+"-"+strconv.Itoa(i), nil)
 	}
@@ -259,28 +297,31 @@ func (t *target) cleanup(instances int) {
 func (t *target) round(ctx context.Context, cfg Config, round int) error {
 	bar := report.NewTimeBar(ctx, cfg.Progress, fmt.Sprintf("round %d %s", round+1, t.base), 2*cfg.Duration)
 	defer bar.Finish()
-	// Each client registers and deregisters its own ids; the last id of
-	// each is deregistered again after the loop, in case the end of the
-	// round cut a pair in half.
-	last := make([]string, cfg.Clients)
+	// Each client registers and deregisters its own ids. A pair the end
+	// of the round cut in half leaves its instance: cleanup removes it.
+	meter := report.StartCPU(ctx, t.cpu)
 	regs := t.loop(ctx, cfg, func(ctx context.Context, client, i int) error {
 		id := registerService + "-" + strconv.Itoa(round) + "-" + strconv.Itoa(client) + "-" + strconv.Itoa(i)
-		last[client] = id
 		if _, err := t.do(ctx, "PUT", "/v1/agent/service/register", registerBody(id, registerService, 40000+client, "0")); err != nil {
 			return err
 		}
 		_, err := t.do(ctx, "PUT", "/v1/agent/service/deregister/"+id, nil)
 		return err
 	})
-	for _, id := range last {
-		if id != "" {
-			t.do(context.WithoutCancel(ctx), "PUT", "/v1/agent/service/deregister/"+id, nil) // 404 when the pair completed
-		}
-	}
+	regCPU := meter.Stop(ctx)
+	meter = report.StartCPU(ctx, t.cpu)
 	reads := t.loop(ctx, cfg, func(ctx context.Context, _, _ int) error {
 		_, err := t.do(ctx, "GET", "/v1/health/service/"+readService+"?passing", nil)
 		return err
 	})
+	readCPU := meter.Stop(ctx)
+	perOp := func(f *Figure, c report.CPU, n float64) {
+		if f != nil && c.ServerCPUSeconds != nil && n > 0 {
+			f.PerRound = append(f.PerRound, report.Round3(*c.ServerCPUSeconds*1e6/n))
+		}
+	}
+	perOp(t.res.RegisterCPUus, regCPU, regs)
+	perOp(t.res.HealthCPUus, readCPU, reads)
 	bar.Finish()
 	p50, p99, err := t.wakes(ctx, cfg.Wakes, round)
 	if err != nil {

@@ -27,7 +27,7 @@ func TestRun(t *testing.T) {
 	addr := strings.TrimPrefix(srv.URL, "http://")
 
 	var out bytes.Buffer
-	res, err := Run(context.Background(), Config{Server: addr, Peer: addr, Clients: 4, Duration: 300 * time.Millisecond,
+	res, err := Run(context.Background(), Config{Server: addr, Peer: addr, Metrics: s.URL + "/metrics", Clients: 4, Duration: 300 * time.Millisecond,
 		Instances: 10, Wakes: 5, Rounds: 2}, &out)
 	if err != nil {
 		t.Fatal(err)
