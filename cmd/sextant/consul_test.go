@@ -18,6 +18,24 @@ import (
 	"github.com/sextant-mesh/sextant/internal/debian"
 )
 
+// startConsulServer runs the real binary with --consul-api on a free
+// address and the extra flags until the test ends (skipped with -short),
+// and returns the addresses of its API and of its Consul API.
+func startConsulServer(t *testing.T, extra ...string) (addr, consulAddr string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds and runs a real server")
+	}
+	bin, err := buildBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, consulAddr = freeAddr(t), freeAddr(t)
+	srv := startServer(t, bin, t.TempDir(), addr, append([]string{"--consul-api", consulAddr}, extra...)...)
+	t.Cleanup(func() { stopServer(t, srv) })
+	return addr, consulAddr
+}
+
 // consulClient is hashicorp's client of a server's --consul-api address.
 func consulClient(t *testing.T, addr, token string) *capi.Client {
 	t.Helper()
@@ -38,22 +56,13 @@ func consulClient(t *testing.T, addr, token string) *capi.Client {
 // services with their tags, deregister; the instances are Sextant's, in
 // --consul-namespace.
 func TestConsulAPIEndToEnd(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs a real server")
-	}
-	bin, err := buildBinary()
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr, consulAddr := freeAddr(t), freeAddr(t)
-	srv := startServer(t, bin, t.TempDir(), addr, "--consul-api", consulAddr, "--consul-namespace", "shop")
-	defer stopServer(t, srv)
+	addr, consulAddr := startConsulServer(t, "--consul-namespace", "shop")
 	health := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok")) }))
 	defer health.Close()
 
 	c := consulClient(t, consulAddr, "")
 	agent := c.Agent()
-	err = agent.ServiceRegister(&capi.AgentServiceRegistration{
+	err := agent.ServiceRegister(&capi.AgentServiceRegistration{
 		ID: "web-1", Name: "web", Tags: []string{"primary", "v1"}, Address: "127.0.0.1", Port: 8080,
 		Meta: map[string]string{"env": "prod"},
 		Checks: capi.AgentServiceChecks{
@@ -200,16 +209,7 @@ func awaitWatchers(t *testing.T, addr string, n int) {
 // same permissions: a read token reads and gets 403 on a register through
 // the client; a write token registers.
 func TestConsulAPITokens(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs a real server")
-	}
-	bin, err := buildBinary()
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr, consulAddr := freeAddr(t), freeAddr(t)
-	srv := startServer(t, bin, t.TempDir(), addr, "--acl", "--audit-log", "off", "--consul-api", consulAddr)
-	defer stopServer(t, srv)
+	addr, consulAddr := startConsulServer(t, "--acl", "--audit-log", "off")
 	post := func(path, body, token string, v any) {
 		t.Helper()
 		req, _ := http.NewRequest("POST", "http://"+addr+path, strings.NewReader(body))
@@ -236,7 +236,7 @@ func TestConsulAPITokens(t *testing.T) {
 	post("/v1/acl/tokens", `{"policies":["write"]}`, admin.Secret, &writer)
 
 	svc := &capi.AgentServiceRegistration{ID: "w1", Name: "web", Address: "127.0.0.1", Port: 80}
-	err = consulClient(t, consulAddr, reader.Secret).Agent().ServiceRegister(svc)
+	err := consulClient(t, consulAddr, reader.Secret).Agent().ServiceRegister(svc)
 	if err == nil || !strings.Contains(err.Error(), "403") || !strings.Contains(err.Error(), "instances:write") {
 		t.Errorf("register with a read token: %v, want 403 naming instances:write", err)
 	}
@@ -267,17 +267,7 @@ func TestConsulDocsCommands(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	page := string(readRepoFile(t, "docs/compat.md"))
-	_, section, ok := strings.Cut(page, "\n## Consul\n")
-	if !ok {
-		t.Fatal("docs/compat.md has no Consul section")
-	}
-	_, block, ok := strings.Cut(section, "```sh\n")
-	if !ok {
-		t.Fatal("docs/compat.md's Consul section has no sh block")
-	}
-	block, _, _ = strings.Cut(block, "```")
-	lines := strings.Split(strings.TrimSpace(block), "\n")
+	lines := strings.Split(strings.TrimSpace(docsBlock(t, "Consul", "sh")), "\n")
 	const docAddr = "127.0.0.1:8500"
 	serverArgs, ok := strings.CutPrefix(lines[0], "sextant server ")
 	if !ok || !strings.Contains(serverArgs, docAddr) {

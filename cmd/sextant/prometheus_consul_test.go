@@ -30,16 +30,7 @@ import (
 // instance are not among them, a TTL check passed brings one in, a
 // deregistered one leaves.
 func TestPrometheusConsulSD(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs a real server")
-	}
-	bin, err := buildBinary()
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr, consulAddr := freeAddr(t), freeAddr(t)
-	srv := startServer(t, bin, t.TempDir(), addr, "--consul-api", consulAddr, "--consul-namespace", "shop")
-	defer stopServer(t, srv)
+	addr, consulAddr := startConsulServer(t, "--consul-namespace", "shop")
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
 	defer up.Close()
 

@@ -260,54 +260,46 @@ scrape_configs:
 // section, its jobs only, pointed at the server at base and refreshed
 // every second: the page's config is run as written.
 func docsPrometheusJob(t *testing.T, base string) string {
+	return docsJobs(t, "Prometheus", [2]string{"http://127.0.0.1:7400", base})
+}
+
+// docsConsulJob is the consul_sd job of docs/compat.md's Consul section,
+// pointed at the Consul API at addr and refreshed every second.
+func docsConsulJob(t *testing.T, addr string) string {
+	return docsJobs(t, "Consul", [2]string{"127.0.0.1:8500", addr})
+}
+
+// docsJobs is the scrape jobs of the yaml block of docs/compat.md's
+// section, with addr's replacement made and refreshed every second.
+func docsJobs(t *testing.T, section string, addr [2]string) string {
 	t.Helper()
-	page := string(readRepoFile(t, "docs/compat.md"))
-	_, section, ok := strings.Cut(page, "\n## Prometheus\n")
-	if !ok {
-		t.Fatal("docs/compat.md has no Prometheus section")
-	}
-	_, block, ok := strings.Cut(section, "```yaml\n")
-	if !ok {
-		t.Fatal("docs/compat.md's Prometheus section has no yaml block")
-	}
-	block, _, _ = strings.Cut(block, "```")
+	block := docsBlock(t, section, "yaml")
 	jobs, ok := strings.CutPrefix(block, "scrape_configs:\n")
 	if !ok {
-		t.Fatalf("docs/compat.md's prometheus.yml does not start with scrape_configs:\n%s", block)
+		t.Fatalf("docs/compat.md's %s yaml block does not start with scrape_configs:\n%s", section, block)
 	}
-	for _, r := range [][2]string{{"http://127.0.0.1:7400", base}, {"refresh_interval: 30s", "refresh_interval: 1s"}} {
+	for _, r := range [][2]string{addr, {"refresh_interval: 30s", "refresh_interval: 1s"}} {
 		if !strings.Contains(jobs, r[0]) {
-			t.Fatalf("docs/compat.md's prometheus.yml has no %q to replace:\n%s", r[0], jobs)
+			t.Fatalf("docs/compat.md's %s yaml block has no %q to replace:\n%s", section, r[0], jobs)
 		}
 		jobs = strings.ReplaceAll(jobs, r[0], r[1])
 	}
 	return jobs
 }
 
-// docsConsulJob is the consul_sd job of docs/compat.md's Consul section
-// (its yaml block, the jobs only), pointed at the Consul API at addr and
-// refreshed every second: the page's config is run as written.
-func docsConsulJob(t *testing.T, addr string) string {
+// docsBlock is the first fenced block of lang in docs/compat.md's
+// section ("## section").
+func docsBlock(t *testing.T, section, lang string) string {
 	t.Helper()
 	page := string(readRepoFile(t, "docs/compat.md"))
-	_, section, ok := strings.Cut(page, "\n## Consul\n")
+	_, text, ok := strings.Cut(page, "\n## "+section+"\n")
 	if !ok {
-		t.Fatal("docs/compat.md has no Consul section")
+		t.Fatalf("docs/compat.md has no %s section", section)
 	}
-	_, block, ok := strings.Cut(section, "```yaml\n")
+	_, block, ok := strings.Cut(text, "```"+lang+"\n")
 	if !ok {
-		t.Fatal("docs/compat.md's Consul section has no yaml block")
+		t.Fatalf("docs/compat.md's %s section has no %s block", section, lang)
 	}
 	block, _, _ = strings.Cut(block, "```")
-	jobs, ok := strings.CutPrefix(block, "scrape_configs:\n")
-	if !ok {
-		t.Fatalf("docs/compat.md's consul_sd job does not start with scrape_configs:\n%s", block)
-	}
-	for _, r := range [][2]string{{"127.0.0.1:8500", addr}, {"refresh_interval: 30s", "refresh_interval: 1s"}} {
-		if !strings.Contains(jobs, r[0]) {
-			t.Fatalf("docs/compat.md's consul_sd job has no %q to replace:\n%s", r[0], jobs)
-		}
-		jobs = strings.ReplaceAll(jobs, r[0], r[1])
-	}
-	return jobs
+	return block
 }
