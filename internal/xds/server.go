@@ -328,7 +328,7 @@ func (s *Server) sendLoop(ctx context.Context, sub *subscriber, stream sender) e
 // maxHold is the longest a config response waits for other subscribers'
 // endpoint responses: endpoint changes go first across subscribers, and
 // config still moves under endless endpoint churn.
-const maxHold = 20 * time.Millisecond
+const maxHold = 5 * time.Millisecond
 
 // yieldToEndpoints holds a config response of sub back while another
 // subscriber has an endpoint change to send, at most maxHold. It reports
