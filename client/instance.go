@@ -69,6 +69,9 @@ type Instance struct {
 	// instance once it has been unhealthy this long; 0: the server's
 	// default (sextant server --deregister-after, never unless set).
 	DeregisterAfterSeconds int `json:"deregister_after_seconds,omitempty"`
+	// Checks are health checks the server runs itself (docs/health.md);
+	// with checks, the instance is unhealthy while one is critical.
+	Checks []Check `json:"checks,omitempty"`
 
 	Healthy   bool      `json:"healthy"`
 	Revision  uint64    `json:"revision,omitzero"`
@@ -135,7 +138,8 @@ type registerForm struct {
 	Metadata   map[string]string `json:"metadata,omitempty"`
 	TTLSeconds int               `json:"ttl_seconds,omitempty"`
 	// DeregisterAfterSeconds is the removal delay.
-	DeregisterAfterSeconds int `json:"deregister_after_seconds,omitempty"`
+	DeregisterAfterSeconds int     `json:"deregister_after_seconds,omitempty"`
+	Checks                 []Check `json:"checks,omitempty"`
 }
 
 func formOf(in *Instance) registerForm {
@@ -143,6 +147,7 @@ func formOf(in *Instance) registerForm {
 		ID: in.ID, Namespace: in.Namespace, Service: in.Service, Host: in.Host, Port: in.Port,
 		Protocol: in.Protocol, Version: in.Version, Weight: in.Weight, Isolated: in.Isolated,
 		Metadata: in.Metadata, TTLSeconds: in.TTLSeconds, DeregisterAfterSeconds: in.DeregisterAfterSeconds,
+		Checks: in.Checks,
 	}
 }
 

@@ -37,6 +37,11 @@ microseconds per request of each proxy process, and the added latency over a
 direct call at half of nginx's peak rate (open-loop loader). nginx, haproxy
 and wrk come from Debian: apt-get install -y nginx haproxy wrk.
 
+Over HTTPS (name them in --proxies): nginx-tls (nginx with ssl and http2)
+and sextant-tls (the gateway's --tls-listen, its certificate by SDS), with one
+ECDSA P-256 certificate, TLS 1.3 AES-128-GCM, keep-alive connections; the
+answer adds their ratio and sextant-tls against plaintext sextant.
+
 Scenario "config" publishes --updates route changes through go-control-plane's
 ADS server and times each until the new route serves.
 
@@ -47,6 +52,7 @@ whose capacity changes every phase) through a real gateway per policy
 Everything shares this machine's cores: compare figures within one run.`,
 		Example: `  sextant bench gateway
   sextant bench gateway --proxies direct,nginx,haproxy,sextant --duration 10s --rounds 3
+  sextant bench gateway --proxies nginx,sextant,nginx-tls,sextant-tls --rounds 3
   sextant bench gateway --scenario race`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

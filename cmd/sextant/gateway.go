@@ -31,6 +31,7 @@ import (
 
 type gatewayFlags struct {
 	xds, listen, admin, data string
+	tlsListen                []string
 	node, listener           string
 	registry, service        string
 	token, caFile            string
@@ -51,22 +52,26 @@ func init() {
 		Use:   "gateway",
 		Short: "Run the Sextant gateway: the data plane, configured by the control plane over xDS",
 		Long: `Run the gateway: an HTTP/1.1 and h2c reverse proxy that takes its whole
-configuration (listener, routes, clusters, endpoints) from a control plane over
-ADS, like Envoy or MOSN, and records every call in a call log under --data.
+configuration (listener, routes, clusters, endpoints, TLS secrets) from a control
+plane over ADS, like Envoy or MOSN, and records every call in a call log under --data.
 
-The proxy listens on --listen; the admin API (/metrics, /v1/config, /v1/calls,
+The proxy listens on --listen, and serves TLS (HTTP/1.1 and HTTP/2 by ALPN, the
+certificate chosen by SNI, certificates by SDS) on each --tls-listen, with the TLS
+listener on that port; the admin API (/metrics, /v1/config, /v1/calls,
 /v1/calls/stats) on --admin. Until the first config arrives every call is
 answered 503; while the control plane is unreachable the last good config keeps
 serving. On SIGINT or SIGTERM the gateway stops accepting, lets calls in flight
 finish (up to --drain), then flushes the call log. See docs/gateway.md.`,
 		Example: `  sextant gateway --xds 127.0.0.1:7402 --listen 127.0.0.1:8080 --admin 127.0.0.1:7403 --data ./gateway-data
-  sextant gateway --xds cp:7402 --registry http://127.0.0.1:7400   # register as service sextant-gateway`,
+  sextant gateway --xds cp:7402 --registry http://127.0.0.1:7400   # register as service sextant-gateway
+  sextant gateway --xds cp:7402 --listen 0.0.0.0:8080 --tls-listen 0.0.0.0:8443   # an Istio Gateway's servers on 8080 and 8443`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runGateway(cmd.Context(), f) },
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.xds, "xds", "127.0.0.1:7402", "control plane's ADS address (gRPC, plaintext)")
 	fl.StringVar(&f.listen, "listen", "127.0.0.1:8080", "address the proxy listens on")
+	fl.StringArrayVar(&f.tlsListen, "tls-listen", nil, "address the proxy serves TLS on (repeatable): each serves the TLS listener (filter chains with a DownstreamTlsContext) whose port is its port")
 	fl.StringVar(&f.admin, "admin", "127.0.0.1:7403", "address of the admin API")
 	fl.StringVar(&f.data, "data", "./gateway-data", "directory of the call log (created if missing)")
 	host, _ := os.Hostname()
@@ -103,6 +108,15 @@ func runGateway(ctx context.Context, f gatewayFlags) error {
 		return fmt.Errorf("--listen %q: %w", f.listen, err)
 	}
 	port, _ := strconv.Atoi(portStr)
+	var tlsPorts []uint32
+	for _, a := range f.tlsListen {
+		_, ps, err := net.SplitHostPort(a)
+		p, perr := strconv.ParseUint(ps, 10, 16)
+		if err != nil || perr != nil || p == 0 {
+			return fmt.Errorf("--tls-listen %q: want host:port with a port", a)
+		}
+		tlsPorts = append(tlsPorts, uint32(p))
+	}
 	// Every part started below is handed to lc, which stops them in the
 	// reverse order: the registration first, the call log last. An early
 	// return stops those already running.
@@ -118,7 +132,7 @@ func runGateway(ctx context.Context, f gatewayFlags) error {
 		lc.add("call log", lg.Close) // its error is the gateway's
 		rec = lg
 	}
-	g := gateway.New(gateway.Options{Listener: f.listener, ListenPort: uint32(port), MaxRequestBytes: f.maxBody,
+	g := gateway.New(gateway.Options{Listener: f.listener, ListenPort: uint32(port), TLSListenPorts: tlsPorts, MaxRequestBytes: f.maxBody,
 		Recorder: rec, Logger: log.With("component", "gateway")})
 
 	tlsCfg, err := clientTLS(f.caFile, f.certFile, f.keyFile)
@@ -184,6 +198,16 @@ func runGateway(ctx context.Context, f gatewayFlags) error {
 		ln.Close() // Shutdown closes it only once Serve has begun
 		return nil
 	})
+	for _, a := range f.tlsListen {
+		tln, err := net.Listen("tcp", a)
+		if err != nil {
+			return fmt.Errorf("--tls-listen %s: %w", a, err)
+		}
+		// The proxy's stop (g.Shutdown) drains the TLS servers too; this
+		// stop only closes the listener, started later and so stopped first.
+		lc.serve("tls proxy "+a, true, func() error { return g.ServeTLS(tln) }, func() error { tln.Close(); return nil })
+		log.Info("gateway serving TLS", "address", tln.Addr().String())
+	}
 	log.Info("gateway listening", "proxy", ln.Addr().String(), "admin", aln.Addr().String(), "xds", f.xds, "node", f.node)
 
 	if f.registry != "" {

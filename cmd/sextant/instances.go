@@ -42,7 +42,7 @@ http://127.0.0.1:7400, or $SEXTANT_SERVER) and prints an aligned table, or
 JSON with -o json.`,
 	}
 	f := addClientFlags(cmd)
-	cmd.AddCommand(newRegisterCmd(f), newDeregisterCmd(f), newGetCmd(f), newListCmd(f))
+	cmd.AddCommand(newRegisterCmd(f), newDeregisterCmd(f), newGetCmd(f), newListCmd(f), newCheckCmd(f))
 	return cmd
 }
 
@@ -56,7 +56,8 @@ func newRegisterCmd(f *clientFlags) *cobra.Command {
 		deregisterAfter string
 		file            string
 		keepalive       bool
-		instFlag        = []string{"namespace", "service", "host", "port", "id", "protocol", "version", "weight", "isolated", "meta", "ttl", "deregister-after"}
+		checks          []string
+		instFlag        = []string{"namespace", "service", "host", "port", "id", "protocol", "version", "weight", "isolated", "meta", "ttl", "deregister-after", "check"}
 	)
 	cmd := &cobra.Command{
 		Use:   "register",
@@ -89,6 +90,10 @@ names the field, e.g. instances[3].port.`,
 
   # register, heartbeat until Ctrl-C, then deregister
   sextant register --service orders --host 10.0.0.1 --port 8080 --keepalive
+
+  # healthy while the server's HTTP probe of it passes (every 10s)
+  sextant instances register --service orders --host 10.0.0.1 --port 8080 \
+      --check http=http://10.0.0.1:8080/health,interval=10s
 
   # drain an instance: weight 0 keeps it registered but never picked
   sextant instances register --service orders --host 10.0.0.1 --port 8080 --weight 0
@@ -135,6 +140,13 @@ names the field, e.g. instances[3].port.`,
 				if in.DeregisterAfterSeconds, err = parseSeconds("deregister-after", deregisterAfter); err != nil {
 					return err
 				}
+				for _, spec := range checks {
+					c, err := parseCheck(spec)
+					if err != nil {
+						return err
+					}
+					in.Checks = append(in.Checks, c)
+				}
 				batch = []client.Instance{in}
 			}
 			if keepalive {
@@ -170,6 +182,7 @@ names the field, e.g. instances[3].port.`,
 	fl.StringVar(&ttl, "ttl", "", "heartbeat TTL, e.g. 5s or 5 (seconds): unhealthy after 3 x TTL without a heartbeat; empty or 0: no heartbeat needed")
 	fl.StringVar(&deregisterAfter, "deregister-after", "", "with --ttl: deregister once unhealthy this long, e.g. 5m or 300 (seconds); empty or 0: the server's --deregister-after")
 	fl.StringVarP(&file, "file", "f", "", `read instances from a JSON file ("-": standard input)`)
+	fl.StringArrayVar(&checks, "check", nil, checkFlagHelp)
 	fl.BoolVar(&keepalive, "keepalive", false, "stay in the foreground heartbeating until Ctrl-C, then deregister")
 	return cmd
 }
@@ -418,6 +431,7 @@ func newGetCmd(f *clientFlags) *cobra.Command {
 			if in.DeregisterAfterSeconds > 0 {
 				rows = slices.Insert(rows, 9, [2]string{"Deregister after", (time.Duration(in.DeregisterAfterSeconds) * time.Second).String()})
 			}
+			rows = append(rows, checkRows(&in)...)
 			for _, r := range rows {
 				fmt.Fprintf(tw, "%s:\t%s\n", r[0], r[1])
 			}

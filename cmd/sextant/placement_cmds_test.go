@@ -17,7 +17,7 @@ import (
 func runOn(t *testing.T, url, stdin string, args ...string) (string, error) {
 	t.Helper()
 	root := &cobra.Command{Use: "sextant", SilenceUsage: true, SilenceErrors: true}
-	root.AddCommand(newNodesCmd(), newPlaceCmd(), newPlacementsCmd(), newConfigCmd())
+	root.AddCommand(newNodesCmd(), newPlaceCmd(), newPlacementsCmd(), newConfigCmd(), newSecretCmd())
 	var out bytes.Buffer
 	root.SetOut(&out)
 	root.SetErr(&out)

@@ -28,12 +28,16 @@ import (
 	"github.com/sextant-mesh/sextant/internal/commit"
 	"github.com/sextant-mesh/sextant/internal/config"
 	"github.com/sextant-mesh/sextant/internal/console"
+	"github.com/sextant-mesh/sextant/internal/consulapi"
 	"github.com/sextant-mesh/sextant/internal/dnsapi"
+	"github.com/sextant-mesh/sextant/internal/healthcheck"
 	"github.com/sextant-mesh/sextant/internal/httpapi"
 	"github.com/sextant-mesh/sextant/internal/instance"
+	"github.com/sextant-mesh/sextant/internal/naming"
 	"github.com/sextant-mesh/sextant/internal/placement"
 	"github.com/sextant-mesh/sextant/internal/push"
 	"github.com/sextant-mesh/sextant/internal/registry"
+	"github.com/sextant-mesh/sextant/internal/secret"
 	"github.com/sextant-mesh/sextant/internal/store"
 	"github.com/sextant-mesh/sextant/internal/store/embedded"
 	"github.com/sextant-mesh/sextant/internal/store/mysql"
@@ -54,6 +58,8 @@ type serverFlags struct {
 	drain        time.Duration
 	// deregisterAfter: the removal delay of instances that set none.
 	deregisterAfter time.Duration
+	// checkWorkers: active health checks' probes in flight at most.
+	checkWorkers int
 
 	acl         bool
 	aclAnonRead bool
@@ -73,6 +79,11 @@ type serverFlags struct {
 	dnsTTL             time.Duration
 	dnsDatacenter      string
 	dnsConsulNamespace string
+
+	identity identityFlags // the certificate authority (identity_server.go)
+	// The Consul-compatible API (docs/compat.md): off when consulAPI is empty.
+	consulAPI       string
+	consulNamespace string
 
 	xdsListener net.Listener // tests: serve xDS on it instead of listening on --xds
 }
@@ -104,13 +115,19 @@ without ACLs logs a warning.
 With --dns, the server also answers DNS over UDP and TCP (docs/dns.md): the
 healthy instances of a service as A, AAAA and SRV records, under its own
 names (orders.prod.svc.sextant) and Consul's (orders.service.consul). DNS
-carries no token: whoever reaches --dns reads those addresses.`,
+carries no token: whoever reaches --dns reads those addresses.
+
+With --consul-api, the server also serves Consul's HTTP API (agent, catalog,
+health, status; docs/compat.md) on its own listener, over the same registry
+and ACL tokens, for Consul clients such as consul/api and Prometheus'
+consul_sd: Consul's services are the services of --consul-namespace.`,
 		Example: `  sextant server
   sextant server --store 'mysql://sextant:secret@tcp(db:3306)/sextant' --http 0.0.0.0:7400
   sextant server --data /var/lib/sextant --http 0.0.0.0:7400 --log-format json \
       --acl --tls-cert server.pem --tls-key server-key.pem --rate-limit-write 200 \
       --audit-log /var/log/sextant/audit.json
-  sextant server --dns 127.0.0.1:8600 --dns-consul-namespace prod`,
+  sextant server --dns 127.0.0.1:8600 --dns-consul-namespace prod
+  sextant server --consul-api 127.0.0.1:8500 --consul-namespace prod`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runServer(cmd.Context(), f) },
 	}
@@ -137,11 +154,15 @@ carries no token: whoever reaches --dns reads those addresses.`,
 	fl.IntVar(&f.writeBurst, "rate-limit-write-burst", 0, "writes a caller may send at once (default: the rate, at least 1)")
 	fl.Float64Var(&f.readRate, "rate-limit-read", 0, "reads per second per caller; 0: no limit")
 	fl.IntVar(&f.readBurst, "rate-limit-read-burst", 0, "reads a caller may send at once (default: the rate, at least 1)")
+	fl.IntVar(&f.checkWorkers, "check-workers", 64, "probes of active health checks in flight at most: a slow target holds one for its check's timeout (docs/health.md)")
 	fl.IntVar(&f.workers, "scheduler-workers", runtime.GOMAXPROCS(0), "goroutines that split one placement decision on clusters of 8,192+ nodes (1: the committer alone)")
 	fl.StringVar(&f.dns, "dns", "", "address to answer DNS on, over UDP and TCP (e.g. 127.0.0.1:8600): healthy instances as A, AAAA and SRV records of NAME.NAMESPACE.svc.sextant and Consul's NAME.service.consul (docs/dns.md); no ACLs apply; empty: no DNS")
 	fl.DurationVar(&f.dnsTTL, "dns-ttl", 5*time.Second, "with --dns: how long resolvers may cache an answer, and an answer that the name does not exist (whole seconds; 0: not at all)")
 	fl.StringVar(&f.dnsDatacenter, "dns-datacenter", dnsapi.DefaultDatacenter, "with --dns: the datacenter name Consul names may carry (NAME.service.DC.consul), besides dc1")
 	fl.StringVar(&f.dnsConsulNamespace, "dns-consul-namespace", "default", "with --dns: the namespace whose services Consul names (NAME.service.consul) answer with")
+	f.identity.register(fl)
+	fl.StringVar(&f.consulAPI, "consul-api", "", "address to serve Consul's HTTP API on (e.g. 127.0.0.1:8500): register, discover and check services with Consul's clients over the same registry and ACL tokens (docs/compat.md); empty: off")
+	fl.StringVar(&f.consulNamespace, "consul-namespace", "default", "with --consul-api: the namespace Consul's services live in")
 	fl.StringVar(&f.memoryLimit, "memory-limit", "", "soft limit of the Go heap and runtime (e.g. 450MiB, 2GiB, off): the GC works harder near it (docs/registry.md, \"Memory\"); default: GOMEMLIMIT, else none")
 	rootCmd.AddCommand(cmd)
 }
@@ -227,6 +248,14 @@ func runServer(ctx context.Context, f serverFlags) error {
 		}
 		lc.add("dns listener", dnsSrv.Shutdown) // on an early return; nothing once served
 	}
+	// So does the Consul API: an address in use fails before the store opens.
+	var consulLn net.Listener
+	if f.consulAPI != "" {
+		if consulLn, err = net.Listen("tcp", f.consulAPI); err != nil {
+			return fmt.Errorf("--consul-api %s: %w", f.consulAPI, err)
+		}
+		lc.add("consul api listener", func() error { consulLn.Close(); return nil }) // on an early return
+	}
 
 	st, member, err := openStore(ctx, f, ln.Addr().String(), log, metrics)
 	if err != nil {
@@ -254,9 +283,18 @@ func runServer(ctx context.Context, f serverFlags) error {
 		api.SetSync(member)
 	}
 	reg := registry.New(regOpts)
+	ident, err := newIdentity(f.identity, log)
+	if err != nil {
+		return err
+	}
+	// The active health checks: told of instance changes by the follower,
+	// run once the registry has started (docs/health.md).
+	checks := healthcheck.New(reg, healthcheck.Options{Workers: f.checkWorkers, Logger: log.With("component", "healthcheck"), Metrics: metrics})
 	tables := guard.Tables() // tokens and policies
 	maps.Copy(tables, sched.Tables())
 	tables[store.Config] = cfg
+	secrets := secret.NewTable()
+	tables[store.Secrets] = secrets
 	tables[store.Instances] = reg.Table()
 
 	// The write engine, opened over st, closed after the parts that write
@@ -264,7 +302,7 @@ func runServer(ctx context.Context, f serverFlags) error {
 	eng, err := commit.Open(st, commit.Options{
 		Catalog:   catalog.Options{LogSize: f.logSize},
 		Tables:    tables,
-		Trackers:  []commit.Tracker{reg},
+		Trackers:  []commit.Tracker{reg, ident, checks},
 		Pipelined: registry.Pipelined,
 		Shared:    member != nil,
 		Logger:    log.With("component", "commit"),
@@ -278,6 +316,12 @@ func runServer(ctx context.Context, f serverFlags) error {
 		return err
 	}
 	lc.add("registry", reg.Close)
+	if err := ident.Start(ctx, eng); err != nil {
+		return err
+	}
+	api.SetIssuer(ident)
+	// Stopped before the registry: its workers write through it.
+	lc.start("health checks", false, checks.Run)
 
 	cfg.Attach(eng.Catalog())
 	if member != nil {
@@ -316,6 +360,12 @@ func runServer(ctx context.Context, f serverFlags) error {
 		lc.serve("dns server", true, func() error { return dnsSrv.Serve(h) }, dnsSrv.Shutdown)
 		log.Info("serving DNS", "addr", dnsSrv.Addr(), "ttl", f.dnsTTL, "datacenter", f.dnsDatacenter, "consul_namespace", f.dnsConsulNamespace)
 		warnDNSExposed(log, dnsSrv.Addr(), f.acl)
+	}
+
+	if consulLn != nil {
+		if err := serveConsulAPI(lc, f, consulLn, reg, guard, member, tlsCfg, log); err != nil {
+			return err
+		}
 	}
 
 	// From here on the API serves the registry: at the shutdown its
@@ -395,10 +445,14 @@ func (f serverFlags) validate() error {
 		return fmt.Errorf("--cluster-id %q: at most 64 bytes", f.clusterID)
 	case f.store != "" && f.clusterLease < 2*time.Second:
 		return fmt.Errorf("--cluster-lease %v: at least 2s (the lease is renewed every second)", f.clusterLease)
+	case f.checkWorkers < 1:
+		return fmt.Errorf("--check-workers %d: at least 1", f.checkWorkers)
 	case f.deregisterAfter < 0:
 		return fmt.Errorf("--deregister-after %v: must not be negative (0: never)", f.deregisterAfter)
 	case f.aclAnonRead && !f.acl:
 		return fmt.Errorf("--acl-anonymous-read needs --acl")
+	case f.consulNamespace != "" && !naming.ValidName(f.consulNamespace):
+		return fmt.Errorf("--consul-namespace %q: not a valid namespace: 1..128 chars of [a-z0-9-._], starting and ending with a letter or digit", f.consulNamespace)
 	}
 	// Each DNS option on its own, so that the error names its flag.
 	for _, o := range []struct {
@@ -558,4 +612,26 @@ func storeName(url string) string {
 		return scheme + user + ":***" + rest
 	}
 	return url
+}
+
+// serveConsulAPI serves the Consul-compatible API on ln once the registry
+// is loaded; at the shutdown its requests drain before the registry stops.
+func serveConsulAPI(lc *lifecycle, f serverFlags, ln net.Listener, reg *registry.Registry, guard *acl.Guard, member *cluster.Member, tlsCfg *tls.Config, log *slog.Logger) error {
+	opts := consulapi.Options{
+		Namespace: f.consulNamespace, Addr: ln.Addr().String(), Version: readBuildInfo().Version,
+		ACL: guard, Logger: log.With("component", "consulapi"),
+	}
+	if member != nil {
+		opts.Stale = member.Stale
+	}
+	api, err := consulapi.New(reg, opts)
+	if err != nil {
+		return err
+	}
+	srv, sln := newHTTPServer(ln, api, tlsCfg, log)
+	srv.RegisterOnShutdown(api.Shutdown)
+	lc.serve("consul api", true, func() error { return srv.Serve(sln) }, func() error { drainHTTP(srv, f.drain, log); return nil })
+	log.Info("serving the Consul API", "addr", ln.Addr().String(), "namespace", f.consulNamespace, "tls", tlsCfg != nil)
+	warnExposed(log.With("listener", "consul-api"), ln.Addr().String(), tlsCfg != nil, f)
+	return nil
 }

@@ -15,16 +15,18 @@ const (
 	Placements                     // scheduler nodes and placements
 	Push                           // push status and xDS subscriptions
 	ACL                            // tokens and policies: admin only
+	Identity                       // workload certificates: write signs them for the namespace's identities
+	Secrets                        // TLS secrets (metadata; keys go only to xDS)
 )
 
 // numResources bounds the per-namespace grant arrays (index by Resource).
-const numResources = int(ACL) + 1
+const numResources = int(Secrets) + 1
 
 // ruleResources are the resources a policy rule may grant, in the order
 // they are written.
-var ruleResources = []Resource{Instances, Config, Placements, Push}
+var ruleResources = []Resource{Instances, Config, Placements, Push, Identity, Secrets}
 
-var resourceNames = [...]string{Instances: "instances", Config: "config", Placements: "placements", Push: "push", ACL: "acl"}
+var resourceNames = [...]string{Instances: "instances", Config: "config", Placements: "placements", Push: "push", ACL: "acl", Identity: "identity", Secrets: "secret"}
 
 func (r Resource) String() string {
 	if int(r) < len(resourceNames) && resourceNames[r] != "" {

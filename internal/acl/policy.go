@@ -53,6 +53,8 @@ type ruleJSON struct {
 	Config     string `json:"config,omitempty"`
 	Placements string `json:"placements,omitempty"`
 	Push       string `json:"push,omitempty"`
+	Identity   string `json:"identity,omitempty"`
+	Secret     string `json:"secret,omitempty"`
 }
 
 func (r *ruleJSON) field(res Resource) *string {
@@ -65,6 +67,10 @@ func (r *ruleJSON) field(res Resource) *string {
 		return &r.Placements
 	case Push:
 		return &r.Push
+	case Identity:
+		return &r.Identity
+	case Secrets:
+		return &r.Secret
 	}
 	return nil
 }
@@ -293,14 +299,18 @@ func ParseRule(s string) (Rule, error) {
 			return Rule{}, fmt.Errorf("acl: rule %q: %q is not an access level: want read or write", s, acc)
 		}
 		if res == "*" {
+			// Not secrets: a wildcard written before they existed must not
+			// start granting the gateway's certificates.
 			for _, rr := range ruleResources {
-				r.Grants[rr] = max(r.Grants[rr], a)
+				if rr != Secrets {
+					r.Grants[rr] = max(r.Grants[rr], a)
+				}
 			}
 			continue
 		}
 		rr, ok := parseResource(res)
 		if !ok {
-			return Rule{}, fmt.Errorf("acl: rule %q: %q is not a resource: want instances, config, placements, push or *", s, res)
+			return Rule{}, fmt.Errorf("acl: rule %q: %q is not a resource: want instances, config, placements, push, identity, secret or *", s, res)
 		}
 		r.Grants[rr] = max(r.Grants[rr], a)
 	}

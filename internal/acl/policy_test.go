@@ -72,9 +72,9 @@ func TestParseRule(t *testing.T) {
 	good := map[string]string{
 		"orders:instances=write":             "orders:instances=write",
 		"orders:instances=write,config=read": "orders:instances=write,config=read",
-		"team-a-*:*=read":                    "team-a-*:instances=read,config=read,placements=read,push=read",
+		"team-a-*:*=read":                    "team-a-*:instances=read,config=read,placements=read,push=read,identity=read",
 		"*:push=read,push=write":             "*:push=write",
-		"*:*=read,instances=write":           "*:instances=write,config=read,placements=read,push=read",
+		"*:*=read,instances=write":           "*:instances=write,config=read,placements=read,push=read,identity=read",
 		"a.b_c:placements=read":              "a.b_c:placements=read",
 	}
 	for in, want := range good {

@@ -20,6 +20,9 @@ type Policy struct {
 	IdleTimeout    time.Duration // 0: the data plane's default
 	// Outlier is the outlier detection in force, nil for none.
 	Outlier *networking.OutlierDetection
+	// TLS is how clients reach the service, nil for plaintext (a
+	// trafficPolicy.tls of mode ISTIO_MUTUAL: the mesh's mutual TLS).
+	TLS *networking.ClientTLSSettings
 }
 
 // EffectivePolicy returns the policy of subset ("" for the whole service)
@@ -67,6 +70,13 @@ func EffectivePolicy(dr *Object, subset string) Policy {
 	p.Outlier = top.GetOutlierDetection()
 	if sub.GetOutlierDetection() != nil {
 		p.Outlier = sub.GetOutlierDetection()
+	}
+	p.TLS = top.GetTls()
+	if sub.GetTls() != nil {
+		p.TLS = sub.GetTls()
+	}
+	if p.TLS.GetMode() == networking.ClientTLSSettings_DISABLE {
+		p.TLS = nil
 	}
 	return p
 }

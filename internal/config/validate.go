@@ -254,6 +254,9 @@ func validatePolicy(c errs, path string, tp *networking.TrafficPolicy) {
 			validateDuration(c, join(path, "connectionPool.http.idleTimeout"), d, true)
 		}
 	}
+	if t := tp.Tls; t != nil {
+		validateClientTLS(c, join(path, "tls"), t)
+	}
 	if od := tp.OutlierDetection; od != nil {
 		p := join(path, "outlierDetection")
 		if od.Interval != nil {
@@ -264,6 +267,36 @@ func validatePolicy(c errs, path string, tp *networking.TrafficPolicy) {
 		}
 		if od.MaxEjectionPercent < 0 || od.MaxEjectionPercent > 100 {
 			c.add(join(p, "maxEjectionPercent"), ErrInvalid, "%d: want 0..100", od.MaxEjectionPercent)
+		}
+	}
+}
+
+// validateClientTLS accepts the mesh's mutual TLS (ISTIO_MUTUAL, with
+// optional subjectAltNames: SPIFFE IDs of the servers to accept) and
+// DISABLE; what it cannot publish yet is refused, never ignored: a client
+// told to use TLS must not silently send plaintext.
+func validateClientTLS(c errs, path string, t *networking.ClientTLSSettings) {
+	switch t.Mode {
+	case networking.ClientTLSSettings_DISABLE:
+		return
+	case networking.ClientTLSSettings_ISTIO_MUTUAL:
+	default:
+		c.add(join(path, "mode"), ErrNotSupported, "%s: not supported yet (ISTIO_MUTUAL, DISABLE)", t.Mode)
+		return
+	}
+	for i, san := range t.SubjectAltNames {
+		if !strings.HasPrefix(san, "spiffe://") {
+			c.add(index(join(path, "subjectAltNames"), i), ErrInvalid, "%q: want a SPIFFE ID (spiffe://TRUST_DOMAIN/ns/NAMESPACE/sa/NAME)", san)
+		}
+	}
+	for _, f := range []struct {
+		name string
+		set  bool
+	}{{"clientCertificate", t.ClientCertificate != ""}, {"privateKey", t.PrivateKey != ""}, {"caCertificates", t.CaCertificates != ""},
+		{"credentialName", t.CredentialName != ""}, {"sni", t.Sni != ""}, {"caCrl", t.CaCrl != ""},
+		{"insecureSkipVerify", t.InsecureSkipVerify.GetValue()}} {
+		if f.set {
+			c.add(join(path, f.name), ErrNotSupported, "not used with ISTIO_MUTUAL: the mesh's certificates and roots come from its certificate authority (docs/security.md)")
 		}
 	}
 }

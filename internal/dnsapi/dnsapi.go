@@ -302,7 +302,7 @@ func tagged(all []*instance.Instance, tag string) ([]*instance.Instance, bool) {
 	ready := all[:0]
 	any := false
 	for _, in := range all {
-		if !hasTag(in, tag) {
+		if !HasTag(in, tag) {
 			continue
 		}
 		any = true
@@ -313,7 +313,9 @@ func tagged(all []*instance.Instance, tag string) ([]*instance.Instance, bool) {
 	return ready, any
 }
 
-func hasTag(in *instance.Instance, tag string) bool {
+// HasTag reports whether in carries the Consul tag tag (the metadata key
+// TagPrefix+tag), compared without regard to case as Consul compares tags.
+func HasTag(in *instance.Instance, tag string) bool {
 	n := len(TagPrefix) + len(tag)
 	for i := range in.Metadata.Len() {
 		k, _ := in.Metadata.At(i)

@@ -19,6 +19,7 @@ import (
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	discoverygrpc "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
@@ -104,6 +105,8 @@ func (cp *controlPlane) set(res ...types.Resource) {
 			typ = resource.ClusterType
 		case *endpoint.ClusterLoadAssignment:
 			typ = resource.EndpointType
+		case *tlsv3.Secret:
+			typ = resource.SecretType
 		default:
 			cp.t.Fatalf("resource %T", r)
 		}
@@ -124,6 +127,7 @@ type gw struct {
 	xds    *xdsclient.Client
 	log    *calllog.Log
 	url    string // proxy base URL
+	tls    string // TLS listener's host:port (startTLSGateway)
 	admin  string // admin base URL
 	client *http.Client
 }
@@ -132,13 +136,28 @@ func startGateway(t *testing.T, cpAddr string) *gw { return startGatewayTB(t, cp
 
 func startGatewayB(b *testing.B, cpAddr string) *gw { return startGatewayTB(b, cpAddr) }
 
-func startGatewayTB(t testing.TB, cpAddr string) *gw {
+func startGatewayTB(t testing.TB, cpAddr string) *gw { return startGatewayOpts(t, cpAddr, false) }
+
+// startTLSGateway is startGateway with a TLS listener too (gw.tls).
+func startTLSGateway(t testing.TB, cpAddr string) *gw { return startGatewayOpts(t, cpAddr, true) }
+
+func startGatewayOpts(t testing.TB, cpAddr string, withTLS bool) *gw {
 	t.Helper()
+	var opts gateway.Options
+	var tln net.Listener
+	if withTLS {
+		var err error
+		if tln, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+			t.Fatal(err)
+		}
+		opts.TLSListenPorts = []uint32{uint32(tln.Addr().(*net.TCPAddr).Port)}
+	}
 	lg, err := calllog.Open(calllog.Options{Dir: t.TempDir(), FlushInterval: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := gateway.New(gateway.Options{Recorder: lg})
+	opts.Recorder = lg
+	g := gateway.New(opts)
 	conn, err := grpc.NewClient(cpAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -158,6 +177,12 @@ func startGatewayTB(t testing.TB, cpAddr string) *gw {
 	}
 	sdone := make(chan struct{})
 	go func() { defer close(sdone); _ = g.Serve(ln) }()
+	tdone := make(chan struct{})
+	if tln != nil {
+		go func() { defer close(tdone); _ = g.ServeTLS(tln) }()
+	} else {
+		close(tdone)
+	}
 	aln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -171,6 +196,7 @@ func startGatewayTB(t testing.TB, cpAddr string) *gw {
 		defer c()
 		_ = g.Shutdown(sctx)
 		<-sdone
+		<-tdone
 		_ = asrv.Close()
 		cancel()
 		<-xdone
@@ -179,8 +205,12 @@ func startGatewayTB(t testing.TB, cpAddr string) *gw {
 			t.Errorf("close call log: %v", err)
 		}
 	})
-	return &gw{g: g, xds: xc, log: lg, url: "http://" + ln.Addr().String(), admin: "http://" + aln.Addr().String(),
+	w := &gw{g: g, xds: xc, log: lg, url: "http://" + ln.Addr().String(), admin: "http://" + aln.Addr().String(),
 		client: &http.Client{Transport: tr, Timeout: 10 * time.Second}}
+	if tln != nil {
+		w.tls = tln.Addr().String()
+	}
+	return w
 }
 
 // get sends one request and returns status, body and headers.

@@ -41,6 +41,7 @@ func fuzzSeeds(t testing.TB) [][]byte {
 				SocketAddress: &core.SocketAddress{Address: "10.0.0.1", PortSpecifier: &core.SocketAddress_PortValue{PortValue: 80}}}}}},
 			Metadata: &core.Metadata{FilterMetadata: map[string]*structpb.Struct{"envoy.lb": md}}}}}}},
 	}
+	msgs = append(msgs, fuzzTLSSeeds(t)...)
 	// What Sextant's control plane publishes: default retry policy and
 	// outlier detection, load_balancing_policy lists, cluster metadata.
 	svc := naming.ServiceKey{Namespace: "default", Name: "orders"}
@@ -63,7 +64,7 @@ func fuzzSeeds(t testing.TB) [][]byte {
 // panic, and what they accept must build a routing table.
 func FuzzDecodeResources(f *testing.F) {
 	for _, s := range fuzzSeeds(f) {
-		for typ := range uint8(4) {
+		for typ := range uint8(len(XDSTypes())) {
 			f.Add(s, typ)
 		}
 	}
@@ -79,6 +80,16 @@ func FuzzDecodeResources(f *testing.F) {
 			tb := newTable(s, map[string]*clusterRT{})
 			for _, vh := range tb.exact {
 				_ = vh.name
+			}
+		case *listenerSpec:
+			for _, c := range s.chains {
+				if c.tls != nil {
+					chainConfig(c.tls, map[string]any{})
+				}
+			}
+		case *secretSpec:
+			if s.cert == nil && s.ca == nil {
+				t.Fatal("accepted secret holds neither a certificate nor a CA")
 			}
 		case *clusterSpec:
 			if s.name != name {

@@ -51,6 +51,9 @@ type Options struct {
 	// from its first byte (a client trickling headers is cut off after
 	// it); default 30s. Waiting between requests is the idle timeout.
 	RequestReadTimeout time.Duration
+	// TLSListenPorts are the ports ServeTLS serves: each serves the TLS
+	// listener (filter chains with a DownstreamTlsContext) on that port.
+	TLSListenPorts []uint32
 	// Recorder receives call records; nil records nothing.
 	Recorder Recorder
 	// Logger: nil discards.
@@ -65,6 +68,7 @@ type Gateway struct {
 	rec     Recorder
 	metrics *metricsSet
 	table   atomic.Pointer[table]
+	tls     atomic.Pointer[tlsState] // the TLS listeners (tls.go)
 	pools   pools
 
 	// mu serializes Update (one config goroutine, but tests call it too)
@@ -78,6 +82,8 @@ type Gateway struct {
 	srv   *fasthttp.Server
 	h2    *http.Server
 	ln    net.Listener
+	// tlsServers are ServeTLS's, one per TLS listener.
+	tlsServers []servers
 
 	tunnels tunnels // upgraded connections (upgrade.go)
 }
@@ -112,6 +118,7 @@ func XDSTypes() []xdsclient.Type {
 		{URL: ClusterType, Wildcard: true, Decode: decodeClusterAny},
 		{URL: RouteType, Decode: decodeRouteAny},
 		{URL: EndpointType, Decode: decodeEndpointsAny},
+		{URL: SecretType, Decode: decodeSecretAny},
 	}
 }
 
@@ -202,7 +209,19 @@ func (g *Gateway) Update(s xdsclient.State) (map[string][]string, error) {
 	if ls != nil {
 		tb.upgrades = ls.upgrades
 	}
+	ts, err := g.buildTLS(s, next, want)
+	if err != nil {
+		return nil, err
+	}
 	g.table.Store(tb)
+	if ts != nil {
+		for _, l := range ts {
+			for _, c := range l.chains() {
+				c.table.unsupported = unsupported
+			}
+		}
+		g.tls.Store(&ts)
+	}
 	for _, rt := range retire {
 		for addr := range rt.hosts {
 			if n := next[rt.name]; n == nil || !hasHost(n, addr) {
@@ -223,10 +242,20 @@ func (g *Gateway) Update(s xdsclient.State) (map[string][]string, error) {
 }
 
 // chooseListener picks the listener the gateway serves.
-func (g *Gateway) chooseListener(m map[string]any) (*listenerSpec, error) {
+func (g *Gateway) chooseListener(all map[string]any) (*listenerSpec, error) {
 	if g.opts.Listener != "" {
-		l, _ := m[g.opts.Listener].(*listenerSpec)
+		l, _ := all[g.opts.Listener].(*listenerSpec)
+		if l != nil && l.tls {
+			return nil, fmt.Errorf("gateway: listener %q has TLS filter chains: serve it on a --tls-listen port", l.name)
+		}
 		return l, nil // not (yet) there: serve nothing rather than refuse
+	}
+	// TLS listeners are served by ServeTLS on their ports, never in plaintext.
+	m := make(map[string]any, len(all))
+	for n, v := range all {
+		if !v.(*listenerSpec).tls {
+			m[n] = v
+		}
 	}
 	var byPort []*listenerSpec
 	for _, v := range m {
@@ -279,6 +308,8 @@ func rawResources(s xdsclient.State) map[string][]any {
 			case *clusterSpec:
 				raw = v.raw
 			case *assignmentSpec:
+				raw = v.raw
+			case *secretSpec:
 				raw = v.raw
 			}
 			out[url] = append(out[url], raw)

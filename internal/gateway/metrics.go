@@ -23,6 +23,8 @@ type metricsSet struct {
 	shed       *prometheus.CounterVec   // cluster
 	upgrades   *prometheus.CounterVec   // cluster
 	config     *prometheus.GaugeVec     // type, version
+	// tlsHandshakeErrors counts failed TLS handshakes (tls.go).
+	tlsHandshakeErrors prometheus.Counter
 
 	ejections *prometheus.Desc
 	ejected   *prometheus.Desc
@@ -89,7 +91,9 @@ func newMetrics() *metricsSet {
 		clusters:  map[string]*clusterMetrics{},
 		endpoints: map[[2]string]*endpointMetrics{},
 	}
-	m.reg.MustRegister(m.requests, m.latency, m.epRequests, m.epLatency, m.retries, m.shed, m.upgrades, m.config)
+	m.tlsHandshakeErrors = prometheus.NewCounter(prometheus.CounterOpts{Name: "sextant_gateway_tls_handshake_errors_total",
+		Help: "TLS handshakes that failed (no filter chain or certificate for the server name, no client certificate, not TLS)."})
+	m.reg.MustRegister(m.requests, m.latency, m.epRequests, m.epLatency, m.retries, m.shed, m.upgrades, m.config, m.tlsHandshakeErrors)
 	m.ejections = prometheus.NewDesc("sextant_gateway_ejections_total",
 		"Outlier ejections per cluster (since the cluster's policy was built).", []string{"cluster"}, nil)
 	m.ejected = prometheus.NewDesc("sextant_gateway_endpoint_ejected",

@@ -56,9 +56,12 @@ var hopHeaders = []string{"Keep-Alive", "Proxy-Connection", "Proxy-Authenticate"
 
 // serve is the data path: route, pick, forward with retries, record.
 // fasthttp calls it on the connection's goroutine.
-func (g *Gateway) serve(ctx *fasthttp.RequestCtx) {
+func (g *Gateway) serve(ctx *fasthttp.RequestCtx) { g.serveOn(ctx, g.table.Load()) }
+
+// serveOn serves a call with routing table t (a TLS filter chain's, or the
+// plaintext listener's); nil: no configuration yet.
+func (g *Gateway) serveOn(ctx *fasthttp.RequestCtx, t *table) {
 	start := time.Now()
-	t := g.table.Load()
 	if t == nil {
 		g.localReply(ctx, fasthttp.StatusServiceUnavailable, "", reasonNoRoute, "no configuration received from the control plane yet")
 		return
@@ -330,7 +333,12 @@ func (g *Gateway) prepareRequest(ctx *fasthttp.RequestCtx, r *routeRT) {
 	} else {
 		h.SetBytesV("X-Forwarded-For", clientIP)
 	}
-	h.Set("X-Forwarded-Proto", "http")
+	if ctx.IsTLS() {
+		h.Set("X-Forwarded-Proto", "https")
+		ctx.Request.URI().SetScheme("http") // the upstream leg is plaintext
+	} else {
+		h.Set("X-Forwarded-Proto", "http")
+	}
 	if len(h.Peek("X-Request-Id")) == 0 {
 		var id [16]byte
 		var hx [32]byte

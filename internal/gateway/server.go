@@ -25,8 +25,36 @@ func (g *Gateway) Serve(ln net.Listener) error {
 	h2Ln := newConnListener(ln.Addr())
 	var p http.Protocols
 	p.SetUnencryptedHTTP2(true)
-	srv := &fasthttp.Server{
-		Handler:                       g.serve,
+	srv := g.newFastServer(g.serve)
+	h2 := g.newH2Server(g.serveH2, &p)
+	g.srvMu.Lock()
+	g.srv, g.h2 = srv, h2
+	g.ln = ln
+	g.srvMu.Unlock()
+
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); _ = srv.Serve(fastLn) }()
+	go func() { defer wg.Done(); _ = h2.Serve(h2Ln) }()
+	var sniffers sync.WaitGroup
+	err := acceptLoop(ln, func(c net.Conn) {
+		sniffers.Add(1)
+		go func() {
+			defer sniffers.Done()
+			g.dispatch(c, fastLn, h2Ln)
+		}()
+	})
+	sniffers.Wait()
+	fastLn.Close()
+	h2Ln.Close()
+	wg.Wait()
+	return err
+}
+
+// newFastServer returns the HTTP/1.1 server of a listener.
+func (g *Gateway) newFastServer(h fasthttp.RequestHandler) *fasthttp.Server {
+	return &fasthttp.Server{
+		Handler:                       h,
 		Name:                          "sextant",
 		NoDefaultServerHeader:         true,
 		NoDefaultContentType:          true,
@@ -40,43 +68,19 @@ func (g *Gateway) Serve(ln net.Listener) error {
 		Logger:                        discardLogger{},
 		ErrorHandler:                  g.requestError,
 	}
-	h2 := &http.Server{Handler: http.HandlerFunc(g.serveH2), Protocols: &p,
-		ReadHeaderTimeout: 30 * time.Second, IdleTimeout: 5 * time.Minute, ErrorLog: nil}
-	g.srvMu.Lock()
-	g.srv, g.h2 = srv, h2
-	g.ln = ln
-	g.srvMu.Unlock()
+}
 
-	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() { defer wg.Done(); _ = srv.Serve(fastLn) }()
-	go func() { defer wg.Done(); _ = h2.Serve(h2Ln) }()
-	var sniffers sync.WaitGroup
-	var err error
-	for {
-		c, aerr := ln.Accept()
-		if aerr != nil {
-			var ne net.Error
-			if errors.As(aerr, &ne) && ne.Timeout() {
-				time.Sleep(5 * time.Millisecond)
-				continue
-			}
-			if !errors.Is(aerr, net.ErrClosed) {
-				err = aerr
-			}
-			break
-		}
-		sniffers.Add(1)
-		go func() {
-			defer sniffers.Done()
-			g.dispatch(c, fastLn, h2Ln)
-		}()
-	}
-	sniffers.Wait()
-	fastLn.Close()
-	h2Ln.Close()
-	wg.Wait()
-	return err
+// newH2Server returns the HTTP/2 server of a listener.
+func (g *Gateway) newH2Server(h http.HandlerFunc, p *http.Protocols) *http.Server {
+	return &http.Server{Handler: h, Protocols: p,
+		ReadHeaderTimeout: 30 * time.Second, IdleTimeout: 5 * time.Minute, ErrorLog: nil}
+}
+
+// servers are one listener's: Shutdown stops them.
+type servers struct {
+	fast *fasthttp.Server
+	h2   *http.Server
+	ln   net.Listener
 }
 
 // dispatch reads the first bytes of c and hands it to the HTTP/1.1 or the
@@ -111,21 +115,27 @@ func (g *Gateway) dispatch(c net.Conn, fastLn, h2Ln *connListener) {
 // upstream connections.
 func (g *Gateway) Shutdown(ctx context.Context) error {
 	g.srvMu.Lock()
-	srv, h2, ln := g.srv, g.h2, g.ln
+	all := append([]servers{{fast: g.srv, h2: g.h2, ln: g.ln}}, g.tlsServers...)
 	g.srvMu.Unlock()
 	var err error
-	if ln != nil {
-		ln.Close()
+	for _, s := range all {
+		if s.ln != nil {
+			s.ln.Close()
+		}
 	}
 	// Upgraded connections last as long as their two ends want, and the
 	// server would wait for them: they are closed first.
 	g.tunnels.closeAll()
-	if srv != nil {
-		err = srv.ShutdownWithContext(ctx)
-	}
-	if h2 != nil {
-		if e := h2.Shutdown(ctx); e != nil && err == nil {
-			err = e
+	for _, s := range all {
+		if s.fast != nil {
+			if e := s.fast.ShutdownWithContext(ctx); e != nil && err == nil {
+				err = e
+			}
+		}
+		if s.h2 != nil {
+			if e := s.h2.Shutdown(ctx); e != nil && err == nil {
+				err = e
+			}
 		}
 	}
 	g.pools.closeAll()
@@ -134,6 +144,12 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 
 // serveH2 adapts an h2c request to the proxy's fasthttp data path.
 func (g *Gateway) serveH2(w http.ResponseWriter, r *http.Request) {
+	g.serveH2On(w, r, g.table.Load())
+}
+
+// serveH2On serves an HTTP/2 request (h2c, or over TLS when r.TLS is set)
+// through the data path with routing table t.
+func (g *Gateway) serveH2On(w http.ResponseWriter, r *http.Request, t *table) {
 	var ctx fasthttp.RequestCtx
 	// Build apart, then Init copies it into ctx (Init on ctx.Request itself
 	// would reset its own source).
@@ -158,8 +174,13 @@ func (g *Gateway) serveH2(w http.ResponseWriter, r *http.Request) {
 	}
 	req.SetBody(body)
 	addr, _ := net.ResolveTCPAddr("tcp", r.RemoteAddr)
-	ctx.Init(req, addr, nil)
-	g.serve(&ctx)
+	if r.TLS != nil {
+		ctx.Init2(&h2TLSConn{remote: addr, state: r.TLS}, discardLogger{}, true)
+		req.CopyTo(&ctx.Request)
+	} else {
+		ctx.Init(req, addr, nil)
+	}
+	g.serveOn(&ctx, t)
 	resp := &ctx.Response
 	h := w.Header()
 	for k, v := range resp.Header.All() {

@@ -66,6 +66,11 @@ type listenerSpec struct {
 	inline *routeConfigSpec // an inline route_config
 	raw    proto.Message
 	noHTTP string // why the listener cannot serve HTTP ("" if it can)
+	// chains are the filter chains with an HTTP connection manager, the
+	// default_filter_chain last; tls is set when they carry TLS (then all
+	// do, and the gateway serves the listener on a --tls-listen port).
+	chains []*chainSpec
+	tls    bool
 	// upgrades are the HCM's upgrade_configs: each type, enabled or not
 	// by default (a route may override it); a type not listed is refused.
 	upgrades map[string]bool
@@ -81,55 +86,105 @@ func decodeListener(a *anypb.Any) (string, any, error) {
 		return "", nil, fieldErr("name", "empty")
 	}
 	ls := &listenerSpec{name: name, raw: l, port: l.GetAddress().GetSocketAddress().GetPortValue()}
-	found := false
-	for i, fc := range l.GetFilterChains() {
+	fcs := l.GetFilterChains()
+	if d := l.GetDefaultFilterChain(); d != nil {
+		fcs = append(fcs[:len(fcs):len(fcs)], d)
+	}
+	plain := false
+	for i, fc := range fcs {
+		path := fmt.Sprintf("filter_chains[%d]", i)
+		isDefault := i == len(l.GetFilterChains())
+		if isDefault {
+			path = "default_filter_chain"
+		}
+		cs := &chainSpec{isDefault: isDefault}
+		found := false
 		for j, f := range fc.GetFilters() {
-			path := fmt.Sprintf("filter_chains[%d].filters[%d]", i, j)
+			fpath := fmt.Sprintf("%s.filters[%d]", path, j)
 			if f.GetName() != hcmFilterName && f.GetTypedConfig().GetTypeUrl() != "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager" {
 				continue
 			}
 			if found {
-				continue // filter chains are not matched (no TLS/SNI): the first HTTP one serves
+				continue // the first HTTP filter of a chain serves
 			}
 			found = true
-			m := new(hcm.HttpConnectionManager)
-			if err := f.GetTypedConfig().UnmarshalTo(m); err != nil {
-				return name, nil, fieldErr(path+".typed_config", "%v", err)
-			}
-			for k, uc := range m.GetUpgradeConfigs() {
-				typ := strings.ToLower(uc.GetUpgradeType())
-				if typ == "" {
-					return name, nil, fieldErr(fmt.Sprintf("%s.upgrade_configs[%d].upgrade_type", path, k), "empty")
-				}
-				if typ == "connect" {
-					continue // CONNECT is not proxied, as without a connect_matcher
-				}
-				if ls.upgrades == nil {
-					ls.upgrades = map[string]bool{}
-				}
-				ls.upgrades[typ] = uc.GetEnabled() == nil || uc.GetEnabled().GetValue()
-			}
-			switch rs := m.GetRouteSpecifier().(type) {
-			case *hcm.HttpConnectionManager_Rds:
-				ls.rds = rs.Rds.GetRouteConfigName()
-				if ls.rds == "" {
-					return name, nil, fieldErr(path+".rds.route_config_name", "empty")
-				}
-			case *hcm.HttpConnectionManager_RouteConfig:
-				rc, err := decodeRouteConfig(rs.RouteConfig)
-				if err != nil {
-					return name, nil, fmt.Errorf("%s.route_config.%w", path, err)
-				}
-				ls.inline = rc
-			default:
-				return name, nil, fieldErr(path, "route specifier %T: %v (use rds or route_config)", rs, errUnsupported)
+			if err := decodeHCM(fpath, f, cs); err != nil {
+				return name, nil, err
 			}
 		}
+		if !found {
+			continue // a TCP proxy chain: not the gateway's
+		}
+		if err := decodeChainMatch(path+".filter_chain_match", fc.GetFilterChainMatch(), cs); err != nil {
+			return name, nil, err
+		}
+		if ts := fc.GetTransportSocket(); ts != nil {
+			t, err := decodeDownstreamTLS(path+".transport_socket", ts)
+			if err != nil {
+				return name, nil, err
+			}
+			cs.tls = t
+		} else {
+			plain = true
+		}
+		ls.chains = append(ls.chains, cs)
 	}
-	if !found {
+	if len(ls.chains) == 0 {
 		ls.noHTTP = "no " + hcmFilterName + " filter" // fine unless it is the one to serve
+		return name, ls, nil
 	}
+	for _, c := range ls.chains {
+		ls.tls = ls.tls || c.tls != nil
+	}
+	if ls.tls {
+		if plain {
+			return name, nil, fieldErr("filter_chains", "%v", errMixedChains)
+		}
+		if err := checkChainNames(ls.chains); err != nil {
+			return name, nil, err
+		}
+	}
+	// A plaintext listener's chains are not matched: the first HTTP one serves.
+	first := ls.chains[0]
+	ls.rds, ls.inline, ls.upgrades = first.rds, first.inline, first.upgrades
 	return name, ls, nil
+}
+
+// decodeHCM reads an HTTP connection manager filter into cs.
+func decodeHCM(path string, f *listener.Filter, cs *chainSpec) error {
+	m := new(hcm.HttpConnectionManager)
+	if err := f.GetTypedConfig().UnmarshalTo(m); err != nil {
+		return fieldErr(path+".typed_config", "%v", err)
+	}
+	for k, uc := range m.GetUpgradeConfigs() {
+		typ := strings.ToLower(uc.GetUpgradeType())
+		if typ == "" {
+			return fieldErr(fmt.Sprintf("%s.upgrade_configs[%d].upgrade_type", path, k), "empty")
+		}
+		if typ == "connect" {
+			continue // CONNECT is not proxied, as without a connect_matcher
+		}
+		if cs.upgrades == nil {
+			cs.upgrades = map[string]bool{}
+		}
+		cs.upgrades[typ] = uc.GetEnabled() == nil || uc.GetEnabled().GetValue()
+	}
+	switch rs := m.GetRouteSpecifier().(type) {
+	case *hcm.HttpConnectionManager_Rds:
+		cs.rds = rs.Rds.GetRouteConfigName()
+		if cs.rds == "" {
+			return fieldErr(path+".rds.route_config_name", "empty")
+		}
+	case *hcm.HttpConnectionManager_RouteConfig:
+		rc, err := decodeRouteConfig(rs.RouteConfig)
+		if err != nil {
+			return fmt.Errorf("%s.route_config.%w", path, err)
+		}
+		cs.inline = rc
+	default:
+		return fieldErr(path, "route specifier %T: %v (use rds or route_config)", rs, errUnsupported)
+	}
+	return nil
 }
 
 // compileRegex compiles an RE2 expression (Go's regexp is RE2) that must

@@ -76,12 +76,14 @@ type API struct {
 	sync atomic.Pointer[syncBox] // nil: a single server
 	// pushStatus serves /v1/push/status; nil: no control plane.
 	pushStatus atomic.Pointer[http.Handler]
-	opts       Options
-	acl        *acl.Guard
-	log        *slog.Logger
-	mux        *http.ServeMux
-	waiting    atomic.Int64
-	allowed    map[string]string // path -> its methods, for 405 answers
+	// issuer serves /v1/identity; nil: no certificate authority.
+	issuer  atomic.Pointer[issuerBox]
+	opts    Options
+	acl     *acl.Guard
+	log     *slog.Logger
+	mux     *http.ServeMux
+	waiting atomic.Int64
+	allowed map[string]string // path -> its methods, for 405 answers
 
 	// stopping ends every blocking query at shutdown: they answer the
 	// current state at once instead of holding the drain.
@@ -169,6 +171,7 @@ func (a *API) routes() {
 	a.handle("POST", "/v1/instances:deregister", a.deregisterBatch)
 	a.handle("GET", "/v1/instances/{id}", a.getInstance)
 	a.handle("DELETE", "/v1/instances/{id}", a.deregisterOne)
+	a.handle("PUT", "/v1/instances/{id}/checks/{check}", a.setCheck)
 	a.handle("POST", "/v1/heartbeats", a.heartbeat)
 	a.handle("GET", "/v1/namespaces", a.namespaces)
 	a.handle("GET", "/v1/namespaces/{ns}/services", a.services)
@@ -192,10 +195,15 @@ func (a *API) routes() {
 	a.handle("GET", "/v1/config/{kind}/{ns}/{name}", a.getConfig)
 	a.handle("PUT", "/v1/config/{kind}/{ns}/{name}", a.putConfig)
 	a.handle("DELETE", "/v1/config/{kind}/{ns}/{name}", a.deleteConfig)
+	a.handle("POST", "/v1/secrets", a.putSecret)
+	a.handle("GET", "/v1/secrets", a.listSecrets)
+	a.handle("GET", "/v1/secrets/{ns}/{name}", a.getSecret)
+	a.handle("DELETE", "/v1/secrets/{ns}/{name}", a.deleteSecret)
 	if a.opts.ACL != nil {
 		a.aclRoutes()
 	}
 	a.placementRoutes()
+	a.identityRoutes()
 	a.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		w.Write([]byte(`{"status":"ok"}` + "\n"))
@@ -360,6 +368,8 @@ func (a *API) toAPIError(err error) *apiError {
 	case errors.As(err, &mbe):
 		return &apiError{http.StatusRequestEntityTooLarge, "payload_too_large",
 			"request body exceeds " + strconv.FormatInt(mbe.Limit, 10) + " bytes", ""}
+	case errors.Is(err, registry.ErrNotFound):
+		return &apiError{http.StatusNotFound, "not_found", strings.TrimPrefix(err.Error(), "registry: not found: "), ""}
 	case errors.Is(err, store.ErrConflict):
 		return &apiError{http.StatusConflict, "conflict", strings.TrimPrefix(err.Error(), "store: "), ""}
 	case errors.Is(err, catalog.ErrCompacted):
@@ -373,6 +383,14 @@ func (a *API) toAPIError(err error) *apiError {
 		return &apiError{http.StatusServiceUnavailable, "unavailable", "request cancelled before it was queued: " + err.Error(), ""}
 	}
 	return &apiError{http.StatusInternalServerError, "internal", err.Error(), ""}
+}
+
+// StatusOf is the HTTP status and message this API answers err with, for
+// the other HTTP front doors over the same kinds (the Consul-compatible
+// API), so that an error means the same status everywhere.
+func StatusOf(err error) (status int, msg string) {
+	e := (*API)(nil).toAPIError(err)
+	return e.status, e.msg
 }
 
 func writeError(w http.ResponseWriter, e *apiError) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"math"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -19,14 +20,20 @@ import (
 // period: Options.HealthyAtLoad). Version 2 adds the removal delay after
 // the TTL; it is written only for instances that set one, so every other
 // record keeps version 1's bytes (and an older binary reads them).
+// Version 3 adds health checks (after the metadata) and the TTLExpired
+// flag; it is written only for instances with checks, so every other
+// record keeps its version 1 or 2 bytes. In versions 1 and 2 an unhealthy
+// instance is one whose TTL expired.
 const (
 	codecVersion  = 1
 	codecVersion2 = 2
+	codecVersion3 = 3
 )
 
 const (
-	flagIsolated  = 1 << 0
-	flagUnhealthy = 1 << 1
+	flagIsolated   = 1 << 0
+	flagUnhealthy  = 1 << 1
+	flagTTLExpired = 1 << 2 // version 3 only
 )
 
 // ErrCorrupt is wrapped by every decoding error.
@@ -35,7 +42,10 @@ var ErrCorrupt = errors.New("instance: corrupt record")
 // AppendBinary appends the durable encoding of in to b.
 func (in *Instance) AppendBinary(b []byte) []byte {
 	version := byte(codecVersion)
-	if in.DeregisterAfterSeconds != 0 {
+	switch {
+	case len(in.Checks) > 0:
+		version = codecVersion3
+	case in.DeregisterAfterSeconds != 0:
 		version = codecVersion2
 	}
 	b = append(b, version)
@@ -52,15 +62,122 @@ func (in *Instance) AppendBinary(b []byte) []byte {
 	if !in.Healthy {
 		flags |= flagUnhealthy
 	}
+	if version == codecVersion3 && in.TTLExpired {
+		flags |= flagTTLExpired
+	}
 	b = append(b, flags)
 	b = binary.AppendUvarint(b, uint64(in.TTLSeconds))
-	if version == codecVersion2 {
+	if version >= codecVersion2 {
 		b = binary.AppendUvarint(b, uint64(in.DeregisterAfterSeconds))
 	}
 	b = binary.AppendVarint(b, in.CreatedAt.UnixNano())
 	b = binary.AppendVarint(b, in.UpdatedAt.UnixNano())
 	b = binary.AppendUvarint(b, uint64(in.Metadata.Len()))
-	return in.Metadata.AppendLengthPrefixed(b)
+	b = in.Metadata.AppendLengthPrefixed(b)
+	if version == codecVersion3 {
+		b = appendChecksBinary(b, in.Checks)
+	}
+	return b
+}
+
+// appendChecksBinary appends checks: a count, then each check's strings,
+// headers, flags, durations, thresholds and state.
+func appendChecksBinary(b []byte, checks []Check) []byte {
+	appendString := func(b []byte, s string) []byte {
+		b = binary.AppendUvarint(b, uint64(len(s)))
+		return append(b, s...)
+	}
+	b = binary.AppendUvarint(b, uint64(len(checks)))
+	for i := range checks {
+		c := &checks[i]
+		for _, s := range [...]string{c.ID, c.Name, c.Type, c.Target, c.GRPCService, c.Method} {
+			b = appendString(b, s)
+		}
+		names := make([]string, 0, len(c.Header))
+		for n := range c.Header {
+			names = append(names, n)
+		}
+		slices.Sort(names)
+		b = binary.AppendUvarint(b, uint64(len(names)))
+		for _, n := range names {
+			b = appendString(b, n)
+			b = binary.AppendUvarint(b, uint64(len(c.Header[n])))
+			for _, v := range c.Header[n] {
+				b = appendString(b, v)
+			}
+		}
+		var flags byte
+		if c.TLSSkipVerify {
+			flags |= 1
+		}
+		b = append(b, flags)
+		for _, d := range [...]time.Duration{c.Interval, c.Timeout, c.TTL, c.DeregisterCriticalServiceAfter} {
+			b = binary.AppendUvarint(b, uint64(d))
+		}
+		b = binary.AppendUvarint(b, uint64(c.SuccessBeforePassing))
+		b = binary.AppendUvarint(b, uint64(c.FailuresBeforeCritical))
+		b = appendString(b, c.Status)
+		b = appendString(b, c.Output)
+		b = binary.AppendVarint(b, c.ChangedAt.UnixNano())
+	}
+	return b
+}
+
+// checks decodes appendChecksBinary's encoding.
+func (d *decoder) checks() []Check {
+	n := d.uvarint("check count", MaxChecks)
+	if d.err != nil || n == 0 {
+		if d.err == nil {
+			d.err = fmt.Errorf("%w: version 3 without checks", ErrCorrupt)
+		}
+		return nil
+	}
+	out := make([]Check, n)
+	for i := range out {
+		c := &out[i]
+		c.ID = string(d.bytes("check id"))
+		c.Name = string(d.bytes("check name"))
+		c.Type = storedStrings.get(d.bytes("check type"))
+		c.Target = string(d.bytes("check target"))
+		c.GRPCService = string(d.bytes("check grpc service"))
+		c.Method = storedStrings.get(d.bytes("check method"))
+		if h := d.uvarint("check header count", MaxCheckHeaders); h > 0 {
+			c.Header = make(map[string][]string, h)
+			for range h {
+				name := string(d.bytes("check header name"))
+				nv := d.uvarint("check header values", 1<<16)
+				if nv > uint64(len(d.b)) {
+					d.err = fmt.Errorf("%w: check header values past the end", ErrCorrupt)
+					return nil
+				}
+				vs := make([]string, nv)
+				for j := range vs {
+					vs[j] = string(d.bytes("check header value"))
+				}
+				c.Header[name] = vs
+			}
+		}
+		if d.err == nil {
+			if len(d.b) == 0 || d.b[0]&^1 != 0 {
+				d.err = fmt.Errorf("%w: bad check flags", ErrCorrupt)
+			} else {
+				c.TLSSkipVerify = d.b[0]&1 != 0
+				d.b = d.b[1:]
+			}
+		}
+		for _, p := range [...]*time.Duration{&c.Interval, &c.Timeout, &c.TTL, &c.DeregisterCriticalServiceAfter} {
+			*p = time.Duration(d.uvarint("check duration", math.MaxInt64))
+		}
+		c.SuccessBeforePassing = int(d.uvarint("check threshold", MaxThreshold))
+		c.FailuresBeforeCritical = int(d.uvarint("check threshold", MaxThreshold))
+		c.Status = storedStrings.get(d.bytes("check status"))
+		c.Output = string(d.bytes("check output"))
+		c.ChangedAt = time.Unix(0, d.varint("check changed_at")).UTC()
+		if d.err != nil {
+			return nil
+		}
+	}
+	return out
 }
 
 type decoder struct {
@@ -150,7 +267,7 @@ func (r *recentStrings) get(b []byte) string {
 
 // Decode decodes a record written by AppendBinary, at revision rev.
 func Decode(b []byte, rev int64) (*Instance, error) {
-	if len(b) == 0 || b[0] != codecVersion && b[0] != codecVersion2 {
+	if len(b) == 0 || b[0] < codecVersion || b[0] > codecVersion3 {
 		return nil, fmt.Errorf("%w: unknown version", ErrCorrupt)
 	}
 	version := b[0]
@@ -168,18 +285,26 @@ func Decode(b []byte, rev int64) (*Instance, error) {
 	in.Port = int(d.uvarint("port", 65535))
 	in.Weight = int(d.uvarint("weight", 65535))
 	if d.err == nil {
-		if len(d.b) == 0 || d.b[0]&^(flagIsolated|flagUnhealthy) != 0 {
+		known := byte(flagIsolated | flagUnhealthy)
+		if version == codecVersion3 {
+			known |= flagTTLExpired
+		}
+		if len(d.b) == 0 || d.b[0]&^known != 0 {
 			d.err = fmt.Errorf("%w: bad flags", ErrCorrupt)
 		} else {
 			in.Isolated = d.b[0]&flagIsolated != 0
 			in.Healthy = d.b[0]&flagUnhealthy == 0
+			in.TTLExpired = !in.Healthy // versions 1 and 2
+			if version == codecVersion3 {
+				in.TTLExpired = d.b[0]&flagTTLExpired != 0
+			}
 			d.b = d.b[1:]
 		}
 	}
 	in.TTLSeconds = int(d.uvarint("ttl", 1<<31))
-	if version == codecVersion2 {
+	if version >= codecVersion2 {
 		in.DeregisterAfterSeconds = int32(d.uvarint("deregister_after", math.MaxInt32))
-		if d.err == nil && in.DeregisterAfterSeconds == 0 {
+		if d.err == nil && in.DeregisterAfterSeconds == 0 && version == codecVersion2 {
 			d.err = fmt.Errorf("%w: version 2 without a removal delay", ErrCorrupt)
 		}
 	}
@@ -209,6 +334,9 @@ func Decode(b []byte, rev int64) (*Instance, error) {
 				d.err = fmt.Errorf("%w: metadata keys not in ascending order", ErrCorrupt)
 			}
 		}
+	}
+	if version == codecVersion3 {
+		in.Checks = d.checks()
 	}
 	if d.err == nil && len(d.b) != 0 {
 		d.err = fmt.Errorf("%w: %d trailing bytes", ErrCorrupt, len(d.b))

@@ -23,7 +23,7 @@ type Columns struct{}
 // columnNames are sx_instance's columns in Values' and Dest's order; the
 // store adds revision.
 var columnNames = []string{"id", "namespace", "service", "host", "port", "protocol", "version", "weight", "isolated",
-	"healthy", "ttl_seconds", "deregister_after_seconds", "metadata", "created_ns", "updated_ns"}
+	"healthy", "ttl_seconds", "deregister_after_seconds", "metadata", "created_ns", "updated_ns", "ttl_expired", "checks"}
 
 // Table implements mysql.Columns.
 func (Columns) Table() string { return "sx_instance" }
@@ -45,9 +45,14 @@ func (Columns) Values(dst []any, key string, value []byte, obj any) ([]any, int,
 		return dst, 0, fmt.Errorf("instance record %q holds instance %q", key, in.ID)
 	}
 	meta := string(appendMetadata(make([]byte, 0, 16+32*in.Metadata.Len()), in.Metadata))
+	var checks any // NULL without checks
+	if len(in.Checks) > 0 {
+		checks = string(appendChecksJSON(nil, in.Checks))
+	}
 	dst = append(dst, in.ID, in.Namespace, in.Service, in.Host, in.Port,
 		[]byte(in.Protocol), []byte(in.Version), in.Weight, in.Isolated, in.Healthy, in.TTLSeconds,
-		in.DeregisterAfterSeconds, meta, in.CreatedAt.UnixNano(), in.UpdatedAt.UnixNano())
+		in.DeregisterAfterSeconds, meta, in.CreatedAt.UnixNano(), in.UpdatedAt.UnixNano(),
+		in.TTLExpired && len(in.Checks) > 0, checks)
 	return dst, len(value) + len(meta), nil
 }
 
@@ -60,15 +65,15 @@ func (Columns) NewRow() ([]any, func(buf []byte) (string, []byte, error)) {
 
 // row is one row of sx_instance as scanned.
 type row struct {
-	id, ns, svc, host, proto, version, meta sql.RawBytes
-	port, weight, ttl, deregisterAfter      int
-	isolated, healthy                       bool
-	created, updated                        int64
+	id, ns, svc, host, proto, version, meta, checks sql.RawBytes
+	port, weight, ttl, deregisterAfter              int
+	isolated, healthy, ttlExpired                   bool
+	created, updated                                int64
 }
 
 func (r *row) dest() []any {
 	return []any{&r.id, &r.ns, &r.svc, &r.host, &r.port, &r.proto, &r.version, &r.weight, &r.isolated,
-		&r.healthy, &r.ttl, &r.deregisterAfter, &r.meta, &r.created, &r.updated}
+		&r.healthy, &r.ttl, &r.deregisterAfter, &r.meta, &r.created, &r.updated, &r.ttlExpired, &r.checks}
 }
 
 // appendRecord appends the row last scanned to buf as an instance record
@@ -83,6 +88,14 @@ func (r *row) appendRecord(buf []byte) (string, []byte, error) {
 		Protocol: string(r.proto), Version: string(r.version), Weight: r.weight, Isolated: r.isolated,
 		Healthy: r.healthy, TTLSeconds: r.ttl, DeregisterAfterSeconds: int32(r.deregisterAfter), Metadata: md,
 		CreatedAt: time.Unix(0, r.created).UTC(), UpdatedAt: time.Unix(0, r.updated).UTC(),
+	}
+	if in.Checks, err = parseChecksColumn(r.checks); err != nil {
+		return "", buf, fmt.Errorf("instance %q: %w", r.id, err)
+	}
+	// Without checks, unhealthy is a TTL expired (as codec versions 1, 2).
+	in.TTLExpired = !r.healthy
+	if len(in.Checks) > 0 {
+		in.TTLExpired = r.ttlExpired
 	}
 	return in.ID, in.AppendBinary(buf), nil
 }

@@ -391,8 +391,11 @@ func (d *decodeState) metadata(in *Instance) error {
 // instanceMember decodes one member of an instance object into in.
 // weightSet reports whether "weight" was given (0 is a valid weight).
 func (d *decodeState) instanceMember(kb []byte, in *Instance, weightSet *bool, ih *idHost) error {
-	if string(kb) == "metadata" {
+	switch string(kb) {
+	case "metadata":
 		return d.metadata(in)
+	case "checks":
+		return d.checks(in)
 	}
 	key, known := knownName(kb)
 	if !known {

@@ -150,11 +150,12 @@ type referenceInstance struct {
 	Metadata   map[string]string `json:"metadata"`
 	TTLSeconds int               `json:"ttl_seconds"`
 	// DeregisterAfterSeconds is the removal delay.
-	DeregisterAfterSeconds int32   `json:"deregister_after_seconds"`
-	Healthy                *bool   `json:"healthy"`
-	Revision               *int64  `json:"revision"`
-	CreatedAt              *string `json:"created_at"`
-	UpdatedAt              *string `json:"updated_at"`
+	DeregisterAfterSeconds int32        `json:"deregister_after_seconds"`
+	Healthy                *bool        `json:"healthy"`
+	Revision               *int64       `json:"revision"`
+	CreatedAt              *string      `json:"created_at"`
+	UpdatedAt              *string      `json:"updated_at"`
+	Checks                 []*checkJSON `json:"checks"`
 }
 
 type referenceBody struct {
@@ -170,7 +171,27 @@ func (r referenceInstance) same(in *Instance) bool {
 	return r.ID == in.ID && r.Namespace == in.Namespace && r.Service == in.Service && r.Host == in.Host &&
 		r.Port == in.Port && r.Protocol == in.Protocol && r.Version == in.Version && w == in.Weight &&
 		r.Isolated == in.Isolated && r.TTLSeconds == in.TTLSeconds &&
-		r.DeregisterAfterSeconds == in.DeregisterAfterSeconds && label.FromMap(r.Metadata).Equal(in.Metadata)
+		r.DeregisterAfterSeconds == in.DeregisterAfterSeconds && label.FromMap(r.Metadata).Equal(in.Metadata) &&
+		r.sameChecks(in.Checks)
+}
+
+// sameChecks compares the checks encoding/json decoded with the decoder's.
+func (r referenceInstance) sameChecks(checks []Check) bool {
+	if len(r.Checks) != len(checks) {
+		return false
+	}
+	for i, w := range r.Checks {
+		var c Check
+		if w != nil {
+			if err := w.definition(&c); err != nil {
+				return false
+			}
+		}
+		if !c.SameDefinition(&checks[i]) || c.Status != checks[i].Status {
+			return false
+		}
+	}
+	return true
 }
 
 // FuzzDecodeRegisterMatchesEncodingJSON: whatever decodeRegister accepts,
@@ -191,6 +212,12 @@ func FuzzDecodeRegisterMatchesEncodingJSON(f *testing.F) {
 		`{"metadata":{"a":"1","b":"x\"y"}}`, `{"metadata":{"a":"1","b":"é"}}`, `{"metadata":{"a":"1","b":null}}`,
 		`{"metadata":{"a":"1","b":2}}`, `{"metadata":{"a":"1","b"}}`, `{"metadata":{"a":"1"x}`, `{"metadata":{"a":"1",`,
 		"{\"metadata\":{\"a\":\"x\x01}}", "{\"metadata\":{\"a\x7f\":\"1\"}}",
+		// checks: decoded by encoding/json inside the hand-written decoder
+		`{"checks":[{"type":"http","target":"http://h/x","interval":"10s","header":{"A":["1"]},"tls_skip_verify":true}]}`,
+		`{"checks":[{"type":"ttl","ttl":"30s","status":"passing","output":"x","changed_at":"y"},null]}`,
+		`{"checks":null}`, `{"checks":[]}`, `{"checks":{}}`, `{"checks":[{"interval":10}]}`, `{"checks":[{"Type":"tcp"}]}`,
+		`{"checks":[{"type":"tcp","interval":"1x"}]}`, `{"checks":[{"nope":1}]}`, `{"checks":[{"type":"tcp"}] , "port":1}`,
+		`{"checks":[{"type":"tcp"}]x}`, `{"checks":[{"type":"tcp"`, `{"checks":[{"header":{"a":null}}]}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -205,8 +232,9 @@ func FuzzDecodeRegisterMatchesEncodingJSON(f *testing.F) {
 			return
 		}
 		if err != nil {
-			if strings.Contains(err.Error(), "unknown field") || strings.Contains(err.Error(), "not both") || strings.Contains(err.Error(), "more than") {
-				return // case-sensitive names; the batch-and-bare and size checks run here too
+			if strings.Contains(err.Error(), "unknown field") || strings.Contains(err.Error(), "not both") || strings.Contains(err.Error(), "more than") ||
+				strings.Contains(err.Error(), "is not a duration") {
+				return // case-sensitive names; the batch-and-bare and size checks run here too; checks' durations are parsed here
 			}
 			t.Fatalf("decodeRegister rejected what encoding/json accepts: %v: %q", err, body)
 		}

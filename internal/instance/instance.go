@@ -31,6 +31,10 @@ type Instance struct {
 	Weight    int
 	Isolated  bool
 	Healthy   bool // set by the server, as Revision and the times below
+	// TTLExpired is the server's: the instance has a TTL and no heartbeat
+	// came within it. Healthy is !TTLExpired and no critical check
+	// (SetHealthy). A bool in the bools' padding: free.
+	TTLExpired bool
 	// DeregisterAfterSeconds is how long the instance may stay unhealthy
 	// (its TTL expired) before the server deregisters it; 0: the server's
 	// default (the server's --deregister-after). An int32 beside the
@@ -38,13 +42,40 @@ type Instance struct {
 	DeregisterAfterSeconds int32
 	Metadata               label.Labels
 	TTLSeconds             int
+	// Checks are the health checks the server runs (check.go); nil for
+	// most instances.
+	Checks []Check
 
 	Revision  int64
 	CreatedAt time.Time
 	UpdatedAt time.Time
 
-	enc    atomic.Pointer[[]byte]       // cached JSON encoding; instances are immutable
-	labels atomic.Pointer[label.Labels] // cached Labels when Version is set
+	// cache holds what is computed once per version (instances are
+	// immutable): one pointer for both, so that Checks fit in the
+	// 256-byte size class.
+	cache atomic.Pointer[cached]
+}
+
+// cached is what an instance version computed of itself: its JSON
+// encoding, and its Labels when Version is set.
+type cached struct {
+	enc    []byte
+	labels *label.Labels
+}
+
+// setCache stores fn(a copy of the cache) as the instance's cache.
+func (in *Instance) setCache(fn func(c *cached)) {
+	for {
+		old := in.cache.Load()
+		c := new(cached)
+		if old != nil {
+			*c = *old
+		}
+		fn(c)
+		if in.cache.CompareAndSwap(old, c) {
+			return
+		}
+	}
 }
 
 // VersionLabel is the label an instance's version is selectable as.
@@ -64,11 +95,11 @@ func (in *Instance) Labels() label.Labels {
 	if in.Version == "" {
 		return in.Metadata
 	}
-	if p := in.labels.Load(); p != nil {
-		return *p
+	if c := in.cache.Load(); c != nil && c.labels != nil {
+		return *c.labels
 	}
 	p := versionSets.With(in.Metadata, VersionLabel, in.Version)
-	in.labels.Store(p)
+	in.setCache(func(c *cached) { c.labels = p })
 	return *p
 }
 
@@ -92,14 +123,17 @@ func (in *Instance) Key() naming.ServiceKey {
 	return naming.ServiceKey{Namespace: in.Namespace, Name: in.Service}
 }
 
-// Clone returns a mutable copy sharing Metadata, without the cached
-// encoding and labels.
+// Clone returns a mutable copy sharing Metadata and Checks (replace
+// Checks, never modify them), without the cached encoding and labels and
+// without the revision: a new version gets its own when applied (and a
+// version committed but not applied yet may have it set meanwhile, by
+// the follower).
 func (in *Instance) Clone() *Instance {
 	c := &Instance{
 		ID: in.ID, Namespace: in.Namespace, Service: in.Service, Host: in.Host, Port: in.Port,
 		Protocol: in.Protocol, Version: in.Version, Weight: in.Weight, Isolated: in.Isolated,
 		Metadata: in.Metadata, TTLSeconds: in.TTLSeconds, DeregisterAfterSeconds: in.DeregisterAfterSeconds,
-		Healthy: in.Healthy, Revision: in.Revision,
+		Healthy: in.Healthy, TTLExpired: in.TTLExpired, Checks: in.Checks,
 		CreatedAt: in.CreatedAt, UpdatedAt: in.UpdatedAt,
 	}
 	return c
@@ -113,17 +147,25 @@ func (in *Instance) SameSpec(o *Instance) bool {
 		in.Isolated != o.Isolated || in.TTLSeconds != o.TTLSeconds || in.DeregisterAfterSeconds != o.DeregisterAfterSeconds {
 		return false
 	}
+	if len(in.Checks) != len(o.Checks) {
+		return false
+	}
+	for i := range in.Checks {
+		if !in.Checks[i].SameDefinition(&o.Checks[i]) {
+			return false
+		}
+	}
 	return in.Metadata.Equal(o.Metadata)
 }
 
 // JSON returns the instance's JSON encoding, computed once per instance
 // version. The bytes must not be modified.
 func (in *Instance) JSON() []byte {
-	if p := in.enc.Load(); p != nil {
-		return *p
+	if c := in.cache.Load(); c != nil && c.enc != nil {
+		return c.enc
 	}
 	enc := in.encodeJSON(make([]byte, 0, 320+32*in.Metadata.Len()))
-	in.enc.Store(&enc)
+	in.setCache(func(c *cached) { c.enc = enc })
 	return enc
 }
 
@@ -169,6 +211,11 @@ func (in *Instance) encodeJSON(b []byte) []byte {
 		// their bytes.
 		b = append(b, `,"deregister_after_seconds":`...)
 		b = strconv.AppendInt(b, int64(in.DeregisterAfterSeconds), 10)
+	}
+	if len(in.Checks) > 0 {
+		// Only when set, as above.
+		b = append(b, `,"checks":`...)
+		b = appendChecksJSON(b, in.Checks)
 	}
 	b = append(b, `,"healthy":`...)
 	b = strconv.AppendBool(b, in.Healthy)

@@ -164,9 +164,9 @@ func Prepare(i int, in *Instance) error {
 		return NewFieldError(i, "deregister_after_seconds", "%d is out of range: 0 (the server's default) or 1..%d", in.DeregisterAfterSeconds, MaxDeregisterAfter)
 	}
 	if in.DeregisterAfterSeconds > 0 && in.TTLSeconds == 0 {
-		return NewFieldError(i, "deregister_after_seconds", "needs ttl_seconds: an instance without a TTL never turns unhealthy, so it would never be removed")
+		return NewFieldError(i, "deregister_after_seconds", "needs ttl_seconds: an instance without a TTL never turns unhealthy, so it would never be removed (a check removes its instance with deregister_critical_service_after)")
 	}
-	return nil
+	return prepareChecks(i, in)
 }
 
 // checkedMetadata holds metadata sets that passed prepareMetadata: the

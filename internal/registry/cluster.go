@@ -35,8 +35,12 @@ type Cluster interface {
 
 // Beat records a heartbeat another server received at at (unix ns) for
 // instance id and relayed here, its owner: the deadline moves to at + 3 x
-// ttl, never back. Called from any goroutine; does not block.
+// ttl, never back. An id "instance\x00check" is an update of a ttl check
+// (SetCheck). Called from any goroutine; does not block.
 func (r *Registry) Beat(id string, at int64) {
+	if r.beatCheck(id, at) {
+		return
+	}
 	v, ok := r.live.Load(id)
 	if !ok {
 		return

@@ -53,7 +53,7 @@ func (w *registerWrite) Plan(tx *commit.Tx) error {
 		// A pending version (commit.Pending) counts on a single server only: it is
 		// committed, or commits with this batch. In a cluster it may be an
 		// earlier write of this batch whose condition fails.
-		if cur != nil && (rev != commit.Pending || !tx.Shared()) && cur.Healthy && cur.SameSpec(in) {
+		if cur != nil && (rev != commit.Pending || !tx.Shared()) && !cur.TTLExpired && cur.SameSpec(in) {
 			// Unchanged: counts as a heartbeat, wakes no one.
 			w.r.heartbeat(cur, now)
 			if rev == commit.Pending {
@@ -63,7 +63,11 @@ func (w *registerWrite) Plan(tx *commit.Tx) error {
 			}
 			continue
 		}
-		in.Healthy = true
+		// A register is a heartbeat; checks keep the state of their
+		// unchanged definitions.
+		in.TTLExpired = false
+		in.KeepChecks(cur, now)
+		in.SetHealthy()
 		in.UpdatedAt = now
 		in.CreatedAt = now
 		if cur != nil {
@@ -133,14 +137,16 @@ func (w *deregisterWrite) Plan(tx *commit.Tx) error {
 	return nil
 }
 
-// flip asks to set one instance's health, if it is still the version seen.
+// flip asks to set one instance's heartbeat liveness (healthy: its TTL
+// has not expired), if it is still the version seen.
 type flip struct {
 	inst    *instance.Instance
 	healthy bool
 }
 
-// healthWrite flips instances' health: each only if it is still the version
-// that was judged, and (to unhealthy) only if no heartbeat came since.
+// healthWrite flips instances' TTL liveness (and so their health, with
+// their checks): each only if it is still the version that was judged,
+// and (to expired) only if no heartbeat came since.
 type healthWrite struct {
 	r     *Registry
 	flips []flip
@@ -150,7 +156,7 @@ func (w *healthWrite) Plan(tx *commit.Tx) error {
 	now := tx.Now().UnixNano()
 	for _, f := range w.flips {
 		cur, rev := currentInstance(tx, f.inst.ID)
-		if cur != f.inst || cur.Healthy == f.healthy {
+		if cur != f.inst || cur.TTLExpired != f.healthy {
 			continue // replaced or already flipped since it was seen
 		}
 		if !f.healthy && cur.TTLSeconds > 0 {
@@ -159,7 +165,8 @@ func (w *healthWrite) Plan(tx *commit.Tx) error {
 			}
 		}
 		n := cur.Clone()
-		n.Healthy = f.healthy
+		n.TTLExpired = !f.healthy
+		n.SetHealthy()
 		tx.PutIf(store.Instances, n.ID, tx.Encode(n.AppendBinary), n, rev)
 	}
 	// Health is judged again after a restart: no fsync for it.
@@ -207,7 +214,8 @@ func (r *Registry) DeregisterGuarded(ctx context.Context, ids []string, guard Gu
 }
 
 // Heartbeat renews the TTL of the instances with ids and returns the ids it
-// did not find. An unhealthy instance turns healthy, with a new revision.
+// did not find. An instance whose TTL expired turns healthy (unless a
+// check is critical), with a new revision.
 // Heartbeats are not durable.
 func (r *Registry) Heartbeat(ctx context.Context, ids []string) ([]string, error) {
 	if err := instance.CheckIDs(ids); err != nil {
@@ -224,7 +232,7 @@ func (r *Registry) Heartbeat(ctx context.Context, ids []string) ([]string, error
 			continue
 		}
 		r.heartbeat(in, now)
-		if !in.Healthy {
+		if in.TTLExpired {
 			revive = append(revive, flip{inst: in, healthy: true})
 		}
 	}
@@ -253,7 +261,7 @@ func (r *Registry) revive(ctx context.Context, flips []flip) error {
 		old := flips
 		flips = nil
 		for _, f := range old {
-			if in := inst.Get(f.inst.ID); in != nil && !in.Healthy {
+			if in := inst.Get(f.inst.ID); in != nil && in.TTLExpired {
 				flips = append(flips, flip{inst: in, healthy: true})
 			}
 		}

@@ -88,6 +88,9 @@ type Registry struct {
 
 	ttl  *ttlHeap
 	live sync.Map // instance id -> *liveness, for instances with a TTL
+	// checkTTL: instance id -> *checkDeadlines, for instances with ttl
+	// checks (checks.go).
+	checkTTL sync.Map
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -117,7 +120,8 @@ func New(opts Options) *Registry {
 		},
 	}
 	if !opts.KeepHealthAtLoad {
-		codec.Loaded = func(in *instance.Instance) { in.Healthy = true }
+		// The heartbeat is judged afresh; the checks' state is durable.
+		codec.Loaded = func(in *instance.Instance) { in.TTLExpired = false; in.SetHealthy() }
 	}
 	r.table = catalog.NewGroups(codec)
 	return r

@@ -54,11 +54,12 @@ func (r *Registry) track(changes []store.Change) {
 			if in == nil || in.Revision != sc.Revision {
 				if in == nil {
 					r.live.Delete(op.Key)
+					r.forgetChecks(op.Key)
 				}
 				continue // gone, or changed again later in this stream
 			}
 			r.trackInstance(in, now)
-			if r.cluster != nil && in.Healthy && in.TTLSeconds > 0 {
+			if r.cluster != nil && !in.TTLExpired && in.TTLSeconds > 0 {
 				if v, ok := r.live.Load(in.ID); ok {
 					r.trackCluster(v.(*liveness), in.TTLSeconds, sc.Time)
 				}
@@ -84,11 +85,11 @@ func (r *Registry) trackInstance(in *instance.Instance, now time.Time) {
 	r.schedule(in, v.(*liveness))
 }
 
-// schedule gives instance in the heap entry its state asks for: a healthy
-// one at its deadline, an unhealthy one at its removal (deadline + removal
+// schedule gives instance in the heap entry its state asks for: a live
+// one at its deadline, an expired one at its removal (deadline + removal
 // delay), if it has a delay.
 func (r *Registry) schedule(in *instance.Instance, l *liveness) {
-	if in.Healthy {
+	if !in.TTLExpired {
 		r.ttl.push(in.ID, l, l.deadline.Load())
 	} else if delay := r.removalDelay(in); delay > 0 {
 		r.ttl.push(in.ID, l, l.deadline.Load()+delay)
@@ -282,7 +283,7 @@ func (r *Registry) expireDue(ctx context.Context) int64 {
 			}
 			continue
 		}
-		if in.Healthy {
+		if !in.TTLExpired {
 			flips = append(flips, flip{inst: in, healthy: false})
 			continue
 		}
@@ -356,7 +357,7 @@ func (w *removeWrite) Plan(tx *commit.Tx) error {
 	now := tx.Now().UnixNano()
 	for _, in := range w.instances {
 		cur, rev := currentInstance(tx, in.ID)
-		if cur != in || cur.Healthy {
+		if cur != in || !cur.TTLExpired {
 			continue
 		}
 		if v, ok := w.r.live.Load(cur.ID); ok && v.(*liveness).deadline.Load()+w.r.removalDelay(cur) > now {

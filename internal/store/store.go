@@ -31,12 +31,13 @@ const (
 	Tokens     Kind = 't' // ACL tokens, keyed by accessor
 	Policies   Kind = 'o' // ACL policies, keyed by name
 	System     Kind = 's' // one-off server records (ACL bootstrap, ...)
+	Secrets    Kind = 'x' // TLS secrets (internal/secret), keyed by namespace/name
 )
 
 // kindNames is indexed by kind: Valid is asked for every op of a commit.
 var kindNames = [256]string{
 	Instances: "instances", Config: "config", Nodes: "nodes", Placements: "placements",
-	Tokens: "tokens", Policies: "policies", System: "system",
+	Tokens: "tokens", Policies: "policies", System: "system", Secrets: "secrets",
 }
 
 func (k Kind) String() string {
@@ -51,7 +52,7 @@ func (k Kind) Valid() bool { return kindNames[k] != "" }
 
 // Kinds lists every known kind.
 func Kinds() []Kind {
-	return []Kind{Instances, Config, Nodes, Placements, Tokens, Policies, System}
+	return []Kind{Instances, Config, Nodes, Placements, Tokens, Policies, System, Secrets}
 }
 
 // Op is one change to a record: a put when Value is non-nil, else a delete.

@@ -90,6 +90,10 @@ type proxyConfig struct {
 	endpoints []string // host:port
 	timeout   time.Duration
 	prefix    string // route prefix; "" is "/"
+	// tlsPort and cert, when set, add the TLS listener on tlsPort and its
+	// certificate (SDS), for the sextant-tls proxy.
+	tlsPort uint32
+	cert    *benchCert
 }
 
 func (cp *controlPlane) set(pc proxyConfig) error {
@@ -99,6 +103,10 @@ func (cp *controlPlane) set(pc proxyConfig) error {
 		resource.RouteType:    {benchRoutes(pc.timeout, pc.prefix)},
 		resource.ClusterType:  {benchCluster(pc.policy)},
 		resource.EndpointType: {benchEndpoints(pc.endpoints)},
+	}
+	if pc.tlsPort != 0 {
+		res[resource.ListenerType] = append(res[resource.ListenerType], benchTLSListener(pc.tlsPort))
+		res[resource.SecretType] = []types.Resource{benchSecret(pc.cert)}
 	}
 	snap, err := cache.NewSnapshot(strconv.Itoa(cp.ver), res)
 	if err != nil {

@@ -6,6 +6,10 @@ import (
 	"testing"
 	"time"
 
+	gw "github.com/sextant-mesh/sextant/internal/gateway"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+
 	"go.uber.org/goleak"
 
 	benchbal "github.com/sextant-mesh/sextant/internal/bench/balancer"
@@ -84,4 +88,28 @@ func TestMain(m *testing.M) {
 		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*HostClient).connsCleaner"),
 		goleak.IgnoreAnyFunction("google.golang.org/grpc/internal/grpcsync.NewCallbackSerializer.func1"),
 	)
+}
+
+// The TLS listener and certificate the bench publishes for sextant-tls are
+// ones the gateway accepts.
+func TestTLSConfigAccepted(t *testing.T) {
+	cert, err := newBenchCert(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []proto.Message{benchTLSListener(8443), benchSecret(cert)} {
+		a, _ := anypb.New(m)
+		decoded := false
+		for _, typ := range gw.XDSTypes() {
+			if typ.URL == a.TypeUrl {
+				if _, _, err := typ.Decode(a); err != nil {
+					t.Errorf("%s refused: %v", a.TypeUrl, err)
+				}
+				decoded = true
+			}
+		}
+		if !decoded {
+			t.Errorf("the gateway follows no %s", a.TypeUrl)
+		}
+	}
 }

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"net/http"
@@ -127,9 +128,17 @@ func attachRecording(cp *controlPlane, record bool) (*inProcess, error) {
 
 // waitRouted waits until the gateway has a route (any answer but the
 // gateway's own "no config" 503/404).
-func waitRouted(url string) error {
+func waitRouted(url string) error { return waitRoutedWith(&http.Client{Timeout: 2 * time.Second}, url) }
+
+// waitRoutedTLS is waitRouted over HTTPS with the bench's self-signed
+// certificate.
+func waitRoutedTLS(url string) error {
+	return waitRoutedWith(&http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}, url) // the bench's own certificate
+}
+
+func waitRoutedWith(c *http.Client, url string) error {
 	deadline := time.Now().Add(10 * time.Second)
-	c := &http.Client{Timeout: 2 * time.Second}
 	for time.Now().Before(deadline) {
 		resp, err := c.Get(url)
 		if err == nil {

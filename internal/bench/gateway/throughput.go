@@ -53,6 +53,14 @@ type Config struct {
 // AllProxies is the default list.
 var AllProxies = []string{"direct", "nginx", "haproxy", "sextant", "sextant-norecord", "sextant-1cpu", "reverseproxy", "nethttp-fastclient", "fasthttp-bare"}
 
+// TLSProxies are the proxies measured over HTTPS (wrk with TLS, keep-alive):
+// nginx and the gateway with the same certificate, TLS 1.3 AES-128-GCM.
+// Not in the default list; name them with --proxies.
+var TLSProxies = []string{"nginx-tls", "sextant-tls"}
+
+// isTLS reports whether proxy name is measured over HTTPS.
+func isTLS(name string) bool { return slices.Contains(TLSProxies, name) }
+
 // ProxyResult is one proxy's throughput run.
 type ProxyResult struct {
 	Name        string  `json:"name"`
@@ -89,9 +97,12 @@ type Result struct {
 	SextantVsNginx     float64         `json:"sextant_vs_nginx_rps_ratio,omitempty"`
 	Sextant1CPUVsNginx float64         `json:"sextant_1cpu_vs_nginx_rps_ratio,omitempty"`
 	SextantVsHAProxy   float64         `json:"sextant_vs_haproxy_rps_ratio,omitempty"`
-	RecordingCostFrac  float64         `json:"recording_rps_loss_fraction,omitempty"`
-	LoadAvg            [3]float64      `json:"load_avg"`
-	Nproc              int             `json:"nproc"`
+	// Over HTTPS: the gateway against nginx, and against itself in plaintext.
+	SextantTLSVsNginxTLS float64    `json:"sextant_tls_vs_nginx_tls_rps_ratio,omitempty"`
+	SextantTLSVsPlain    float64    `json:"sextant_tls_vs_sextant_plain_rps_ratio,omitempty"`
+	RecordingCostFrac    float64    `json:"recording_rps_loss_fraction,omitempty"`
+	LoadAvg              [3]float64 `json:"load_avg"`
+	Nproc                int        `json:"nproc"`
 }
 
 // Run measures every proxy in cfg.Proxies in front of one upstream process.
@@ -142,7 +153,19 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, err
 	}
 	defer cp.stop()
-	if err := cp.set(proxyConfig{policy: "round_robin", endpoints: []string{up.addr}, timeout: 15 * time.Second}); err != nil {
+	pc := proxyConfig{policy: "round_robin", endpoints: []string{up.addr}, timeout: 15 * time.Second}
+	var tlsAddr string
+	if slices.ContainsFunc(cfg.Proxies, isTLS) {
+		if pc.cert, err = newBenchCert(tmp); err != nil {
+			return nil, err
+		}
+		port, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		pc.tlsPort, tlsAddr = uint32(port), "127.0.0.1:"+strconv.Itoa(port)
+	}
+	if err := cp.set(pc); err != nil {
 		return nil, err
 	}
 
@@ -156,7 +179,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		}
 	}()
 	for _, name := range cfg.Proxies {
-		p, err := startProxy(ctx, name, cfg.Binary, up, cp, tmp)
+		p, err := startProxy(ctx, name, cfg.Binary, up, cp, tmp, pc.cert, tlsAddr)
 		if err != nil {
 			return nil, fmt.Errorf("bench: start %s: %w", name, err)
 		}
@@ -166,7 +189,11 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		for _, name := range cfg.Proxies {
 			p := procs[name]
 			cpu0 := p.cpu()
-			w, err := runWrk(ctx, "http://"+p.addr+"/", cfg)
+			scheme := "http://"
+			if isTLS(name) {
+				scheme = "https://"
+			}
+			w, err := runWrk(ctx, scheme+p.addr+"/", cfg)
 			if err != nil {
 				return nil, fmt.Errorf("bench: wrk against %s: %w", name, err)
 			}
@@ -208,6 +235,8 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	res.SextantVsNginx = ratio("sextant", "nginx")
 	res.Sextant1CPUVsNginx = ratio("sextant-1cpu", "nginx")
 	res.SextantVsHAProxy = ratio("sextant", "haproxy")
+	res.SextantTLSVsNginxTLS = ratio("sextant-tls", "nginx-tls")
+	res.SextantTLSVsPlain = ratio("sextant-tls", "sextant")
 	if r := ratio("sextant", "sextant-norecord"); r > 0 {
 		res.RecordingCostFrac = round3(1 - r)
 	}
@@ -246,11 +275,27 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 func round3(x float64) float64 { return float64(int64(x*1000+0.5)) / 1000 }
 
 // startProxy starts proxy name in front of up.
-func startProxy(ctx context.Context, name, bin string, up *process, cp *controlPlane, tmp string) (*process, error) {
+func startProxy(ctx context.Context, name, bin string, up *process, cp *controlPlane, tmp string, cert *benchCert, tlsAddr string) (*process, error) {
 	switch name {
 	case "direct":
 		return &process{name: "direct", addr: up.addr, cmd: up.cmd, shared: true}, nil
-	case "nginx", "haproxy":
+	case "sextant-tls":
+		port, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		plain := "127.0.0.1:" + strconv.Itoa(port)
+		p, err := startKnown(ctx, name, tlsAddr, bin, "gateway", "--xds", cp.addr, "--listen", plain, "--tls-listen", tlsAddr,
+			"--admin", "127.0.0.1:0", "--data", filepath.Join(tmp, name), "--node-id", NodeID, "--log-level", "warn")
+		if err != nil {
+			return nil, err
+		}
+		if err := waitRoutedTLS("https://" + tlsAddr + "/"); err != nil {
+			p.stop()
+			return nil, err
+		}
+		return p, nil
+	case "nginx", "haproxy", "nginx-tls":
 		port, err := freePort()
 		if err != nil {
 			return nil, err
@@ -259,7 +304,7 @@ func startProxy(ctx context.Context, name, bin string, up *process, cp *controlP
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return nil, err
 		}
-		file := map[string]string{"nginx": "nginx.conf", "haproxy": "haproxy.cfg"}[name]
+		file := map[string]string{"nginx": "nginx.conf", "haproxy": "haproxy.cfg", "nginx-tls": "nginx-tls.conf"}[name]
 		t, err := template.ParseFS(configs, "configs/"+file+".tmpl")
 		if err != nil {
 			return nil, err
@@ -268,13 +313,17 @@ func startProxy(ctx context.Context, name, bin string, up *process, cp *controlP
 		if err != nil {
 			return nil, err
 		}
-		err = t.Execute(f, map[string]string{"Dir": dir, "Listen": "127.0.0.1:" + strconv.Itoa(port), "Upstream": up.addr})
+		vars := map[string]string{"Dir": dir, "Listen": "127.0.0.1:" + strconv.Itoa(port), "Upstream": up.addr}
+		if cert != nil {
+			vars["Cert"], vars["Key"] = cert.certFile, cert.keyFile
+		}
+		err = t.Execute(f, vars)
 		f.Close()
 		if err != nil {
 			return nil, err
 		}
 		var args []string
-		if name == "nginx" {
+		if name != "haproxy" {
 			args = []string{"nginx", "-p", dir, "-c", filepath.Join(dir, file)}
 		} else {
 			args = []string{"haproxy", "-db", "-f", filepath.Join(dir, file)}

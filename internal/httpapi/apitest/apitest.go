@@ -22,6 +22,7 @@ import (
 	"github.com/sextant-mesh/sextant/internal/httpapi"
 	"github.com/sextant-mesh/sextant/internal/placement"
 	"github.com/sextant-mesh/sextant/internal/registry"
+	"github.com/sextant-mesh/sextant/internal/secret"
 	"github.com/sextant-mesh/sextant/internal/store"
 	"github.com/sextant-mesh/sextant/internal/store/embedded"
 )
@@ -71,6 +72,7 @@ func StartWith(t testing.TB, opts Options) *Server {
 	tables := guard.Tables()
 	cfg := config.NewTable()
 	tables[store.Config] = cfg
+	tables[store.Secrets] = secret.NewTable()
 	sched := placement.New(placement.Config{})
 	maps.Copy(tables, sched.Tables())
 	reg, err := registry.Open(st, registry.Options{Engine: commit.Options{Tables: tables}})

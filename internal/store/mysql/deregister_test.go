@@ -57,8 +57,8 @@ VALUES ('old', 'default', 'orders', '10.0.0.1', 8080, 'http', ?, 100, false, tru
 
 	s := open(t, url, Options{})
 	var version int
-	if err := s.DB().QueryRow("SELECT version FROM sx_schema WHERE id = 1").Scan(&version); err != nil || version != 2 {
-		t.Fatalf("schema version %d (%v), want 2", version, err)
+	if err := s.DB().QueryRow("SELECT version FROM sx_schema WHERE id = 1").Scan(&version); err != nil || version != SchemaVersion() {
+		t.Fatalf("schema version %d (%v), want %d", version, err, SchemaVersion())
 	}
 	got, _ := loadAll(t, s)
 	if r := got["instances/old"]; !bytes.Equal(r.Value, old.AppendBinary(nil)) {

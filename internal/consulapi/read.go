@@ -1,0 +1,544 @@
+package consulapi
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/sextant-mesh/sextant/internal/acl"
+	"github.com/sextant-mesh/sextant/internal/dnsapi"
+	"github.com/sextant-mesh/sextant/internal/instance"
+	"github.com/sextant-mesh/sextant/internal/naming"
+)
+
+// The answers' shapes, as Consul's API writes them (field names are
+// Consul's JSON names).
+
+type weights struct {
+	Passing int
+	Warning int
+}
+
+// agentService is Consul's AgentService: a service instance.
+type agentService struct {
+	ID                string
+	Service           string
+	Tags              []string
+	Meta              map[string]string
+	Port              int
+	Address           string
+	Weights           weights
+	EnableTagOverride bool
+	Datacenter        string
+	ContentHash       string `json:",omitempty"`
+	CreateIndex       int64  `json:",omitempty"`
+	ModifyIndex       int64  `json:",omitempty"`
+}
+
+// node is Consul's Node. Sextant has no nodes: each address is a node of
+// its own, named by it.
+type node struct {
+	ID              string
+	Node            string
+	Address         string
+	Datacenter      string
+	TaggedAddresses map[string]string
+	Meta            map[string]string
+	CreateIndex     int64
+	ModifyIndex     int64
+}
+
+// catalogService is Consul's CatalogService (a ServiceNode).
+type catalogService struct {
+	ID                       string
+	Node                     string
+	Address                  string
+	Datacenter               string
+	TaggedAddresses          map[string]string
+	NodeMeta                 map[string]string
+	ServiceKind              string
+	ServiceID                string
+	ServiceName              string
+	ServiceTags              []string
+	ServiceAddress           string
+	ServiceMeta              map[string]string
+	ServicePort              int
+	ServiceWeights           weights
+	ServiceEnableTagOverride bool
+	CreateIndex              int64
+	ModifyIndex              int64
+}
+
+// healthCheck is Consul's HealthCheck.
+type healthCheck struct {
+	Node        string
+	CheckID     string
+	Name        string
+	Status      string
+	Notes       string
+	Output      string
+	ServiceID   string
+	ServiceName string
+	ServiceTags []string
+	Type        string
+	CreateIndex int64
+	ModifyIndex int64
+}
+
+// serviceEntry is Consul's ServiceEntry, an answer of /v1/health/service.
+type serviceEntry struct {
+	Node    node
+	Service agentService
+	Checks  []healthCheck
+}
+
+// tagsAndMeta splits an instance's labels into Consul's tags (metadata
+// keys under tag/, in key order) and Meta (the other labels, the version
+// among them).
+func tagsAndMeta(in *instance.Instance) ([]string, map[string]string) {
+	tags := []string{}
+	meta := map[string]string{}
+	for k, v := range in.Labels().All() {
+		if t, ok := strings.CutPrefix(k, dnsapi.TagPrefix); ok {
+			tags = append(tags, t)
+			continue
+		}
+		meta[k] = v
+	}
+	return tags, meta
+}
+
+func (a *API) toAgentService(in *instance.Instance, tags []string, meta map[string]string) agentService {
+	return agentService{
+		ID: in.ID, Service: in.Service, Tags: tags, Meta: meta, Port: in.Port, Address: in.Host,
+		Weights: weights{Passing: in.Weight, Warning: in.Weight}, Datacenter: a.opts.Datacenter,
+	}
+}
+
+func (a *API) toNode(in *instance.Instance) node {
+	return node{Node: in.Host, Address: in.Host, Datacenter: a.opts.Datacenter,
+		TaggedAddresses: map[string]string{}, Meta: map[string]string{}, CreateIndex: in.Revision, ModifyIndex: in.Revision}
+}
+
+func (a *API) toCatalogService(in *instance.Instance) catalogService {
+	tags, meta := tagsAndMeta(in)
+	return catalogService{
+		Node: in.Host, Address: in.Host, Datacenter: a.opts.Datacenter,
+		TaggedAddresses: map[string]string{}, NodeMeta: map[string]string{},
+		ServiceID: in.ID, ServiceName: in.Service, ServiceTags: tags, ServiceAddress: in.Host,
+		ServiceMeta: meta, ServicePort: in.Port, ServiceWeights: weights{Passing: in.Weight, Warning: in.Weight},
+		CreateIndex: in.Revision, ModifyIndex: in.Revision,
+	}
+}
+
+func (a *API) toEntry(in *instance.Instance) serviceEntry {
+	tags, meta := tagsAndMeta(in)
+	s := a.toAgentService(in, tags, meta)
+	s.CreateIndex, s.ModifyIndex = in.Revision, in.Revision
+	return serviceEntry{Node: a.toNode(in), Service: s, Checks: a.checksOf(in, tags)}
+}
+
+// aggregate is Consul's aggregated status of checks: maintenance, then
+// critical, then warning, else passing (no checks: passing).
+func aggregate(checks []healthCheck) string {
+	status := "passing"
+	for _, c := range checks {
+		switch {
+		case strings.HasPrefix(c.CheckID, maintenancePrefix):
+			return "maintenance"
+		case c.Status == "critical":
+			status = "critical"
+		case c.Status == "warning" && status == "passing":
+			status = "warning"
+		}
+	}
+	return status
+}
+
+// maintenancePrefix starts the id of the check Consul shows for a service
+// in maintenance, which is an isolated instance here.
+const maintenancePrefix = "_service_maintenance:"
+
+// baseChecks are the checks Sextant's own health shows as: isolation
+// (Consul's maintenance mode) and the TTL heartbeat of Sextant's API.
+func (a *API) baseChecks(in *instance.Instance, tags []string) []healthCheck {
+	out := []healthCheck{}
+	if in.Isolated {
+		out = append(out, healthCheck{Node: in.Host, CheckID: maintenancePrefix + in.ID, Name: "Service Maintenance Mode",
+			Status: "critical", Notes: "isolated in Sextant (maintenance mode)", ServiceID: in.ID, ServiceName: in.Service,
+			ServiceTags: tags, Type: "maintenance", CreateIndex: in.Revision, ModifyIndex: in.Revision})
+	}
+	if in.TTLSeconds > 0 {
+		c := healthCheck{Node: in.Host, CheckID: heartbeatPrefix + in.ID, Name: "Sextant TTL heartbeat",
+			Status: "passing", ServiceID: in.ID, ServiceName: in.Service, ServiceTags: tags, Type: "ttl",
+			CreateIndex: in.Revision, ModifyIndex: in.Revision}
+		if in.TTLExpired {
+			c.Status = "critical"
+			c.Output = fmt.Sprintf("no heartbeat for 3 x ttl_seconds (%ds)", in.TTLSeconds)
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// heartbeatPrefix starts the id of the check that shows an instance's
+// TTL heartbeat (Sextant's API, ttl_seconds).
+const heartbeatPrefix = "sextant-heartbeat:"
+
+// readQuery is what every read of the served namespace checks first: the
+// caller may read it, the scope is the served one, the blocking and
+// filter parameters parse.
+func (a *API) readQuery(r *http.Request, proto any) (url.Values, blocking, *filter, error) {
+	if err := acl.Require(r, instancesRead(a.opts.Namespace)); err != nil {
+		return nil, blocking{}, nil, err
+	}
+	if err := a.checkScope(r); err != nil {
+		return nil, blocking{}, nil, err
+	}
+	q := r.URL.Query()
+	b, err := parseBlocking(q)
+	if err != nil {
+		return nil, b, nil, err
+	}
+	f, err := parseFilter(q.Get("filter"))
+	if err == nil {
+		err = f.check(proto)
+	}
+	if err != nil {
+		return nil, b, nil, err
+	}
+	return q, b, f, nil
+}
+
+// serviceName reads the {name} of a path: a Sextant service name (any
+// other cannot exist, so it is a 400 rather than an empty answer).
+func serviceName(r *http.Request) (string, error) {
+	name := r.PathValue("name")
+	if !naming.ValidName(name) {
+		return "", badRequest(fmt.Sprintf("%q is not a valid Sextant service name: 1..128 chars of [a-z0-9-._], starting and ending with a letter or digit", name))
+	}
+	return name, nil
+}
+
+// tagged reports whether in carries every tag of tags.
+func tagged(in *instance.Instance, tags []string) bool {
+	for _, t := range tags {
+		if !dnsapi.HasTag(in, t) {
+			return false
+		}
+	}
+	return true
+}
+
+// boolParam reads a Consul flag parameter: present without a value is
+// true ("?passing").
+func boolParam(q url.Values, name string) (bool, error) {
+	vs, ok := q[name]
+	if !ok {
+		return false, nil
+	}
+	if len(vs) == 0 || vs[0] == "" {
+		return true, nil
+	}
+	b, err := strconv.ParseBool(vs[0])
+	if err != nil {
+		return false, badRequest(fmt.Sprintf("%s: %q is not a boolean", name, vs[0]))
+	}
+	return b, nil
+}
+
+// GET /v1/catalog/service/{name}?tag=&filter=
+func (a *API) catalogService(w http.ResponseWriter, r *http.Request) error {
+	name, err := serviceName(r)
+	if err != nil {
+		return err
+	}
+	q, b, f, err := a.readQuery(r, &catalogService{})
+	if err != nil {
+		return err
+	}
+	svc, err := a.service(r, name, b)
+	if err != nil {
+		return err
+	}
+	out := []catalogService{}
+	if svc != nil {
+		for _, in := range svc.Items() {
+			if !tagged(in, q["tag"]) {
+				continue
+			}
+			cs := a.toCatalogService(in)
+			ok, err := f.match(&cs)
+			if err != nil {
+				return err
+			}
+			if ok {
+				out = append(out, cs)
+			}
+		}
+	}
+	a.setMeta(w, serviceIndex(svc))
+	return writeJSON(w, out)
+}
+
+// GET /v1/health/service/{name}?passing&tag=&filter=
+func (a *API) healthService(w http.ResponseWriter, r *http.Request) error {
+	name, err := serviceName(r)
+	if err != nil {
+		return err
+	}
+	q, b, f, err := a.readQuery(r, &serviceEntry{})
+	if err != nil {
+		return err
+	}
+	passing, err := boolParam(q, "passing")
+	if err != nil {
+		return err
+	}
+	svc, err := a.service(r, name, b)
+	if err != nil {
+		return err
+	}
+	out := []serviceEntry{}
+	if svc != nil {
+		for _, in := range svc.Items() {
+			if !tagged(in, q["tag"]) || passing && !in.ItemReady() {
+				continue
+			}
+			e := a.toEntry(in)
+			if passing && aggregate(e.Checks) != "passing" {
+				continue
+			}
+			ok, err := f.match(&e)
+			if err != nil {
+				return err
+			}
+			if ok {
+				out = append(out, e)
+			}
+		}
+	}
+	a.setMeta(w, serviceIndex(svc))
+	return writeJSON(w, out)
+}
+
+// GET /v1/health/checks/{name}?filter=
+func (a *API) healthChecks(w http.ResponseWriter, r *http.Request) error {
+	name, err := serviceName(r)
+	if err != nil {
+		return err
+	}
+	_, b, f, err := a.readQuery(r, &healthCheck{})
+	if err != nil {
+		return err
+	}
+	svc, err := a.service(r, name, b)
+	if err != nil {
+		return err
+	}
+	out := []healthCheck{}
+	if svc != nil {
+		for _, in := range svc.Items() {
+			tags, _ := tagsAndMeta(in)
+			for _, c := range a.checksOf(in, tags) {
+				ok, err := f.match(&c)
+				if err != nil {
+					return err
+				}
+				if ok {
+					out = append(out, c)
+				}
+			}
+		}
+	}
+	a.setMeta(w, serviceIndex(svc))
+	return writeJSON(w, out)
+}
+
+// GET /v1/catalog/services?filter=: each service of the namespace with
+// the union of its instances' tags.
+func (a *API) catalogServices(w http.ResponseWriter, r *http.Request) error {
+	_, b, f, err := a.readQuery(r, &catalogService{})
+	if err != nil {
+		return err
+	}
+	index, err := a.namespace(r, b)
+	if err != nil {
+		return err
+	}
+	snap := a.reg.Instances().Snapshot()
+	out := map[string][]string{}
+	for _, svc := range snap.Groups(a.opts.Namespace) {
+		var tags []string
+		matched := f == nil
+		for _, in := range svc.Items() {
+			if f != nil {
+				cs := a.toCatalogService(in)
+				ok, err := f.match(&cs)
+				if err != nil {
+					return err
+				}
+				if !ok {
+					continue
+				}
+				matched = true
+			}
+			for k := range in.Metadata.All() {
+				if t, ok := strings.CutPrefix(k, dnsapi.TagPrefix); ok && !slices.Contains(tags, t) {
+					tags = append(tags, t)
+				}
+			}
+		}
+		if matched {
+			slices.Sort(tags)
+			if tags == nil {
+				tags = []string{}
+			}
+			out[svc.Key.Name] = tags
+		}
+	}
+	a.setMeta(w, index)
+	return writeJSON(w, out)
+}
+
+// GET /v1/agent/services?filter=: every instance of the namespace (the
+// whole registry is this "agent"), by id.
+func (a *API) agentServices(w http.ResponseWriter, r *http.Request) error {
+	_, b, f, err := a.readQuery(r, &agentService{})
+	if err != nil {
+		return err
+	}
+	index, err := a.namespace(r, b)
+	if err != nil {
+		return err
+	}
+	out := map[string]agentService{}
+	for _, svc := range a.reg.Instances().Snapshot().Groups(a.opts.Namespace) {
+		for _, in := range svc.Items() {
+			tags, meta := tagsAndMeta(in)
+			s := a.toAgentService(in, tags, meta)
+			ok, err := f.match(&s)
+			if err != nil {
+				return err
+			}
+			if ok {
+				out[in.ID] = s
+			}
+		}
+	}
+	a.setMeta(w, index)
+	return writeJSON(w, out)
+}
+
+// GET /v1/agent/checks?filter=: every check of the namespace, by id.
+func (a *API) agentChecks(w http.ResponseWriter, r *http.Request) error {
+	_, b, f, err := a.readQuery(r, &healthCheck{})
+	if err != nil {
+		return err
+	}
+	index, err := a.namespace(r, b)
+	if err != nil {
+		return err
+	}
+	out := map[string]healthCheck{}
+	for _, svc := range a.reg.Instances().Snapshot().Groups(a.opts.Namespace) {
+		for _, in := range svc.Items() {
+			tags, _ := tagsAndMeta(in)
+			for _, c := range a.checksOf(in, tags) {
+				ok, err := f.match(&c)
+				if err != nil {
+					return err
+				}
+				if ok {
+					out[c.CheckID] = c
+				}
+			}
+		}
+	}
+	a.setMeta(w, index)
+	return writeJSON(w, out)
+}
+
+// GET /v1/agent/service/{id}: one instance of the namespace. Blocking
+// with index (its service's revision) or Consul's hash (the same, in hex).
+func (a *API) agentService(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("id")
+	q, b, _, err := a.readQuery(r, &agentService{})
+	if err != nil {
+		return err
+	}
+	if h := q.Get("hash"); h != "" {
+		v, err := strconv.ParseUint(h, 16, 63)
+		if err != nil {
+			return badRequest(fmt.Sprintf("hash: %q is not a hash this API answered", h))
+		}
+		b.index = int64(v)
+	}
+	in := a.reg.Instances().Get(id)
+	if in == nil || in.Namespace != a.opts.Namespace {
+		return notFound(fmt.Sprintf("unknown service ID: %s", id))
+	}
+	if b.index > 0 {
+		// Wait on its service; answer once the instance itself changed or
+		// left, or the wait passed.
+		svc, err := a.service(r, in.Service, b)
+		if err != nil {
+			return err
+		}
+		in = nil
+		if svc != nil {
+			in, _ = svc.Get(id)
+		}
+		if in == nil {
+			return notFound(fmt.Sprintf("unknown service ID: %s", id))
+		}
+	}
+	tags, meta := tagsAndMeta(in)
+	s := a.toAgentService(in, tags, meta)
+	s.ContentHash = strconv.FormatInt(in.Revision, 16)
+	w.Header().Set("X-Consul-Contenthash", s.ContentHash)
+	a.setMeta(w, in.Revision)
+	return writeJSON(w, s)
+}
+
+// GET /v1/agent/self: the agent's configuration as Consul's clients read
+// it (Prometheus' consul_sd reads Config.Datacenter).
+func (a *API) agentSelf(w http.ResponseWriter, r *http.Request) error {
+	if err := acl.Authenticated(r.Context()); err != nil {
+		return err
+	}
+	self := map[string]any{
+		"Config": map[string]any{
+			"Datacenter": a.opts.Datacenter, "NodeName": a.opts.Node, "NodeID": "", "Server": true,
+			"Revision": "", "Version": "sextant " + a.opts.Version, "PrimaryDatacenter": a.opts.Datacenter,
+		},
+		"Member": map[string]any{"Name": a.opts.Node, "Addr": a.opts.Addr, "Status": 1, "Tags": map[string]string{"dc": a.opts.Datacenter}},
+		"Meta":   map[string]string{"sextant_namespace": a.opts.Namespace},
+		"Stats":  map[string]any{"runtime": map[string]string{"version": runtime.Version()}},
+		"xDS":    nil,
+	}
+	return writeJSON(w, self)
+}
+
+func writeJSON(w http.ResponseWriter, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return writeValue(w, string(b))
+}
+
+// writeValue answers a JSON value already encoded ("" for Consul's empty
+// 200 answers to writes).
+func writeValue(w http.ResponseWriter, body string) error {
+	h := w.Header()
+	h["Content-Type"] = []string{"application/json"}
+	w.WriteHeader(http.StatusOK)
+	_, err := w.Write([]byte(body))
+	return err
+}

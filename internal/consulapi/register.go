@@ -1,0 +1,547 @@
+package consulapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/sextant-mesh/sextant/internal/acl"
+	"github.com/sextant-mesh/sextant/internal/dnsapi"
+	"github.com/sextant-mesh/sextant/internal/instance"
+	"github.com/sextant-mesh/sextant/internal/label"
+	"github.com/sextant-mesh/sextant/internal/naming"
+	"github.com/sextant-mesh/sextant/internal/store"
+)
+
+// MaxBody is the largest register body accepted (Consul's agent accepts
+// far less in practice: one service and its checks).
+const MaxBody = 1 << 20
+
+// Registration is a decoded /v1/agent/service/register body: what Sextant
+// keeps of it.
+type Registration struct {
+	ID, Name, Address string
+	Port              int
+	Tags              []string
+	Meta              map[string]string
+	Weight            int // Weights.Passing; 0: not given
+	Checks            []CheckDefinition
+}
+
+// field is how a member of a Consul object is read: its name as Consul
+// spells it (for errors), and what to do with its value.
+type field struct {
+	name string
+	set  func(raw json.RawMessage) error
+}
+
+// normalize is how member names are matched, as Consul matches them:
+// without regard to case or underscores (Go's decoder and Consul's
+// snake_case aliases: "Name", "name", "enable_tag_override").
+func normalize(k string) string {
+	return strings.ToLower(strings.ReplaceAll(k, "_", ""))
+}
+
+// decodeObject reads raw as a JSON object and hands each member to its
+// field; a member no field knows is an error naming it, as Sextant's own
+// API rejects unknown fields (a typo is caught, not ignored).
+func decodeObject(raw json.RawMessage, path string, fields []field) error {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return typeError(path, "an object", raw, err)
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys) // the first error is the same at every call
+	seen := map[string]string{}
+	for _, k := range keys {
+		n := normalize(k)
+		if prev, ok := seen[n]; ok {
+			return badRequest(fmt.Sprintf("%s: members %q and %q are the same field", orBody(path), prev, k))
+		}
+		seen[n] = k
+		i := slices.IndexFunc(fields, func(f field) bool { return normalize(f.name) == n })
+		if i < 0 {
+			return badRequest(fmt.Sprintf("%s: unknown field %q", orBody(path), k))
+		}
+		if err := fields[i].set(m[k]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func orBody(path string) string {
+	if path == "" {
+		return "body"
+	}
+	return path
+}
+
+func join(path, name string) string {
+	if path == "" {
+		return name
+	}
+	return path + "." + name
+}
+
+// typeError is the 400 of a value of the wrong JSON type.
+func typeError(path, want string, raw json.RawMessage, err error) error {
+	var se *json.SyntaxError
+	if errors.As(err, &se) {
+		return badRequest(fmt.Sprintf("%s: malformed JSON: %v", orBody(path), err))
+	}
+	return badRequest(fmt.Sprintf("%s: expected %s, got %s", orBody(path), want, jsonKind(raw)))
+}
+
+func jsonKind(raw json.RawMessage) string {
+	b := bytes.TrimSpace(raw)
+	if len(b) == 0 {
+		return "nothing"
+	}
+	switch b[0] {
+	case '{':
+		return "an object"
+	case '[':
+		return "an array"
+	case '"':
+		return "a string"
+	case 't', 'f':
+		return "a boolean"
+	case 'n':
+		return "null"
+	}
+	return "a number"
+}
+
+func isNull(raw json.RawMessage) bool { return string(bytes.TrimSpace(raw)) == "null" }
+
+func str(path string, dst *string) func(json.RawMessage) error {
+	return func(raw json.RawMessage) error {
+		if isNull(raw) {
+			return nil
+		}
+		if err := json.Unmarshal(raw, dst); err != nil {
+			return typeError(path, "a string", raw, err)
+		}
+		return nil
+	}
+}
+
+func integer(path string, dst *int) func(json.RawMessage) error {
+	return func(raw json.RawMessage) error {
+		if isNull(raw) {
+			return nil
+		}
+		var n json.Number
+		if jsonKind(raw) != "a number" {
+			return badRequest(fmt.Sprintf("%s: expected an integer, got %s", path, jsonKind(raw)))
+		}
+		if err := json.Unmarshal(raw, &n); err != nil {
+			return typeError(path, "an integer", raw, err)
+		}
+		v, err := strconv.ParseInt(string(n), 10, 32)
+		if err != nil {
+			return badRequest(fmt.Sprintf("%s: %s is not an integer of 32 bits", path, n))
+		}
+		*dst = int(v)
+		return nil
+	}
+}
+
+func boolean(path string, dst *bool) func(json.RawMessage) error {
+	return func(raw json.RawMessage) error {
+		if isNull(raw) {
+			return nil
+		}
+		if err := json.Unmarshal(raw, dst); err != nil {
+			return typeError(path, "a boolean", raw, err)
+		}
+		return nil
+	}
+}
+
+// ignored accepts a member Sextant has no use for, of its Consul type.
+func ignored(path, want string) func(json.RawMessage) error {
+	return func(raw json.RawMessage) error {
+		if isNull(raw) || jsonKind(raw) == want {
+			return nil
+		}
+		return badRequest(fmt.Sprintf("%s: expected %s, got %s", path, want, jsonKind(raw)))
+	}
+}
+
+// refused is a member Consul knows and Sextant does not serve: accepted
+// only empty (as Consul's clients send it), else a 400 naming it.
+func refused(path, what string, empty ...string) func(json.RawMessage) error {
+	return func(raw json.RawMessage) error {
+		b := string(bytes.TrimSpace(raw))
+		if b == "null" || b == `""` || b == "{}" || b == "[]" || b == "false" || b == "0" || slices.Contains(empty, b) {
+			return nil
+		}
+		return badRequest(fmt.Sprintf("%s: %s is not supported by Sextant's Consul-compatible API", path, what))
+	}
+}
+
+// DecodeRegister decodes a /v1/agent/service/register body strictly:
+// malformed JSON, a member of the wrong type, an unknown member and a
+// Consul feature Sextant does not serve are 400s naming the field. It
+// checks types only; Instance checks the values.
+func DecodeRegister(body []byte) (*Registration, error) {
+	reg := &Registration{}
+	if len(bytes.TrimSpace(body)) == 0 {
+		return nil, badRequest("empty body: a service definition (a JSON object) is required")
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	var raw json.RawMessage
+	if err := dec.Decode(&raw); err != nil {
+		return nil, badRequest("malformed JSON: " + strings.TrimPrefix(err.Error(), "json: "))
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, badRequest("unexpected data after the JSON object")
+	}
+	var weights, enableTagOverride bool
+	err := decodeObject(raw, "", []field{
+		{"ID", str("ID", &reg.ID)},
+		{"Name", str("Name", &reg.Name)},
+		{"Address", str("Address", &reg.Address)},
+		{"Port", integer("Port", &reg.Port)},
+		{"Tags", func(raw json.RawMessage) error {
+			if isNull(raw) {
+				return nil
+			}
+			if err := json.Unmarshal(raw, &reg.Tags); err != nil {
+				return typeError("Tags", "an array of strings", raw, err)
+			}
+			return nil
+		}},
+		{"Meta", func(raw json.RawMessage) error {
+			if isNull(raw) {
+				return nil
+			}
+			if err := json.Unmarshal(raw, &reg.Meta); err != nil {
+				return typeError("Meta", "an object of strings", raw, err)
+			}
+			return nil
+		}},
+		{"Weights", func(raw json.RawMessage) error {
+			if isNull(raw) {
+				return nil
+			}
+			weights = true
+			var warning int
+			return decodeObject(raw, "Weights", []field{
+				{"Passing", integer("Weights.Passing", &reg.Weight)},
+				{"Warning", integer("Weights.Warning", &warning)},
+			})
+		}},
+		{"EnableTagOverride", boolean("EnableTagOverride", &enableTagOverride)},
+		{"Check", func(raw json.RawMessage) error {
+			if isNull(raw) {
+				return nil
+			}
+			c, err := decodeCheck(raw, "Check")
+			if err != nil {
+				return err
+			}
+			reg.Checks = append(reg.Checks, c)
+			return nil
+		}},
+		{"Checks", func(raw json.RawMessage) error {
+			if isNull(raw) {
+				return nil
+			}
+			var list []json.RawMessage
+			if err := json.Unmarshal(raw, &list); err != nil {
+				return typeError("Checks", "an array of checks", raw, err)
+			}
+			for i, c := range list {
+				if isNull(c) {
+					continue
+				}
+				d, err := decodeCheck(c, "Checks["+strconv.Itoa(i)+"]")
+				if err != nil {
+					return err
+				}
+				reg.Checks = append(reg.Checks, d)
+			}
+			return nil
+		}},
+		{"Kind", refused("Kind", "a service kind other than a typical service (Connect proxies and gateways)")},
+		{"Namespace", refused("Namespace", "a Consul Enterprise namespace (this API serves one Sextant namespace, --consul-namespace)", `"default"`)},
+		{"Partition", refused("Partition", "an admin partition (Consul Enterprise)", `"default"`)},
+		{"Ports", refused("Ports", "several named ports")},
+		{"SocketPath", refused("SocketPath", "a Unix socket service")},
+		{"TaggedAddresses", refused("TaggedAddresses", "tagged addresses")},
+		{"Proxy", refused("Proxy", "Connect proxies")},
+		{"Connect", refused("Connect", "Connect")},
+		{"AI", refused("AI", "AI service metadata")},
+		{"Locality", refused("Locality", "locality")},
+		{"PeerName", refused("PeerName", "cluster peering")},
+		{"Datacenter", refused("Datacenter", "a datacenter in the body")},
+	})
+	if err != nil {
+		return nil, err
+	}
+	if weights && reg.Weight < 1 {
+		return nil, badRequest(fmt.Sprintf("Weights.Passing: %d must be at least 1", reg.Weight))
+	}
+	return reg, nil
+}
+
+// Instance is the instance reg registers in namespace ns: ID defaults to
+// Name, as in Consul; Address to host (the client's address, as Consul
+// takes its agent's). Every value is checked against the instance's
+// rules, and an error names the Consul field.
+func (reg *Registration) Instance(ns, host string) (*instance.Instance, error) {
+	if reg.Name == "" {
+		return nil, badRequest("Name: missing service name")
+	}
+	if !naming.ValidName(reg.Name) {
+		return nil, badRequest(fmt.Sprintf("Name: %q is not a valid Sextant service name: 1..128 chars of [a-z0-9-._], starting and ending with a letter or digit", reg.Name))
+	}
+	id := reg.ID
+	if id == "" {
+		id = reg.Name
+	}
+	if !instance.ValidID(id) {
+		return nil, badRequest(fmt.Sprintf("ID: %q is not a valid Sextant instance id: 1..128 chars of [A-Za-z0-9._:-]", id))
+	}
+	if reg.Address != "" {
+		host = reg.Address
+	}
+	if reg.Port < 1 || reg.Port > 65535 {
+		return nil, badRequest(fmt.Sprintf("Port: %d is out of range 1..65535 (Sextant needs a port to answer with)", reg.Port))
+	}
+	weight := instance.DefaultWeight
+	if reg.Weight != 0 {
+		if reg.Weight > instance.MaxWeight {
+			return nil, badRequest(fmt.Sprintf("Weights.Passing: %d is out of range 1..%d", reg.Weight, instance.MaxWeight))
+		}
+		weight = reg.Weight
+	}
+	md, err := metadata(reg.Tags, reg.Meta)
+	if err != nil {
+		return nil, err
+	}
+	in := &instance.Instance{
+		ID: id, Namespace: ns, Service: reg.Name, Host: host, Port: reg.Port, Weight: weight, Metadata: md,
+	}
+	if err := applyChecks(in, reg.Checks); err != nil {
+		return nil, err
+	}
+	if err := instance.Prepare(-1, in); err != nil {
+		var fe *instance.FieldError
+		if errors.As(err, &fe) {
+			return nil, badRequest(consulField(fe.Field) + ": " + fe.Msg)
+		}
+		return nil, err
+	}
+	return in, nil
+}
+
+// consulField names an instance field as the Consul body spells it.
+func consulField(f string) string {
+	switch {
+	case f == "host":
+		return "Address"
+	case f == "port":
+		return "Port"
+	case f == "id":
+		return "ID"
+	case f == "service":
+		return "Name"
+	case f == "weight":
+		return "Weights.Passing"
+	case f == "namespace":
+		return "namespace (--consul-namespace)"
+	case strings.HasPrefix(f, "metadata"):
+		return "Meta"
+	case strings.HasPrefix(f, "checks["):
+		// Check, then Checks, in order.
+		return "Checks[" + strings.TrimPrefix(f, "checks[")
+	}
+	return f
+}
+
+// metadata is the instance metadata of Consul's tags and Meta: tag T is
+// the key tag/T (empty value), each Meta key itself. Keys follow Sextant's
+// label rule; a Meta key under tag/ would read back as a tag and is
+// refused.
+func metadata(tags []string, meta map[string]string) (label.Labels, error) {
+	if n := len(tags) + len(meta); n > instance.MaxMetadata {
+		return label.Labels{}, badRequest(fmt.Sprintf("Meta and Tags: %d entries (%d tags, %d Meta keys), at most %d together (each tag is a metadata entry in Sextant)",
+			n, len(tags), len(meta), instance.MaxMetadata))
+	}
+	m := make(map[string]string, len(tags)+len(meta))
+	for i, t := range tags {
+		if t == "" || !label.ValidKey(dnsapi.TagPrefix+t) {
+			return label.Labels{}, badRequest(fmt.Sprintf("Tags[%d]: %q is not a tag Sextant can keep: a tag T is the metadata key %sT, so T must be 1..%d bytes of [A-Za-z0-9._/-]",
+				i, t, dnsapi.TagPrefix, 128-len(dnsapi.TagPrefix)))
+		}
+		m[dnsapi.TagPrefix+t] = ""
+	}
+	for k, v := range meta {
+		if !label.ValidKey(k) {
+			return label.Labels{}, badRequest(fmt.Sprintf("Meta: key %q is not a valid Sextant metadata key: 1..128 bytes of [A-Za-z0-9._/-]", k))
+		}
+		if strings.HasPrefix(strings.ToLower(k), dnsapi.TagPrefix) {
+			return label.Labels{}, badRequest(fmt.Sprintf("Meta: key %q is under %s, where Sextant keeps tags: send it in Tags", k, dnsapi.TagPrefix))
+		}
+		if len(v) > instance.MaxValueLen {
+			return label.Labels{}, badRequest(fmt.Sprintf("Meta[%q]: value of %d bytes, at most %d", k, len(v), instance.MaxValueLen))
+		}
+		m[k] = v
+	}
+	return label.FromMap(m), nil
+}
+
+// register is PUT /v1/agent/service/register.
+func (a *API) register(w http.ResponseWriter, r *http.Request) error {
+	ns := a.opts.Namespace
+	if err := acl.Require(r, instancesWrite(ns)); err != nil {
+		return err
+	}
+	if err := a.checkScope(r); err != nil {
+		return err
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBody))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return &httpError{http.StatusRequestEntityTooLarge, fmt.Sprintf("request body exceeds %d bytes", MaxBody)}
+		}
+		return badRequest("reading body: " + err.Error())
+	}
+	reg, err := DecodeRegister(body)
+	if err != nil {
+		return err
+	}
+	in, err := reg.Instance(ns, clientHost(r))
+	if err != nil {
+		return err
+	}
+	_, err = a.reg.RegisterGuarded(r.Context(), []*instance.Instance{in}, a.sameNamespace(r, in.ID))
+	if err != nil {
+		return err
+	}
+	return writeValue(w, "")
+}
+
+// sameNamespace guards a write of id (at commit time): the instance it
+// replaces or deletes must be in this API's namespace (an id is global in
+// Sextant, so an id of another namespace is not this API's to touch), and
+// the caller must be allowed to write it.
+func (a *API) sameNamespace(r *http.Request, id string) func(cur *instance.Instance) error {
+	ctx := r.Context()
+	ns := a.opts.Namespace
+	return func(cur *instance.Instance) error {
+		if cur.Namespace != ns {
+			return fmt.Errorf("consulapi: id %q is an instance of namespace %q, not of %q served here: %w", id, cur.Namespace, ns, store.ErrConflict)
+		}
+		if a.acl.Enabled() {
+			return acl.RequireContext(ctx, instancesWrite(cur.Namespace))
+		}
+		return nil
+	}
+}
+
+// deregister is PUT /v1/agent/service/deregister/{id}.
+func (a *API) deregister(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("id")
+	if err := acl.Require(r, instancesWrite(a.opts.Namespace)); err != nil {
+		return err
+	}
+	if err := a.checkScope(r); err != nil {
+		return err
+	}
+	if !instance.ValidID(id) {
+		return notFound(fmt.Sprintf("Unknown service ID %q", id))
+	}
+	if in := a.reg.Instances().Get(id); in == nil || in.Namespace != a.opts.Namespace {
+		return notFound(fmt.Sprintf("Unknown service ID %q", id))
+	}
+	_, missing, err := a.reg.DeregisterGuarded(r.Context(), []string{id}, a.sameNamespace(r, id))
+	if err != nil {
+		return err
+	}
+	if len(missing) > 0 {
+		return notFound(fmt.Sprintf("Unknown service ID %q", id))
+	}
+	return writeValue(w, "")
+}
+
+// maintenance is PUT /v1/agent/service/maintenance/{id}?enable=&reason=:
+// Consul's maintenance mode is Sextant's isolation (kept, never answered
+// as healthy).
+func (a *API) maintenance(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("id")
+	if err := acl.Require(r, instancesWrite(a.opts.Namespace)); err != nil {
+		return err
+	}
+	q := r.URL.Query()
+	enable, err := strconv.ParseBool(q.Get("enable"))
+	if err != nil {
+		return badRequest(fmt.Sprintf("enable: %q is not a boolean (true or false)", q.Get("enable")))
+	}
+	cur := a.reg.Instances().Get(id)
+	if cur == nil || cur.Namespace != a.opts.Namespace {
+		return notFound(fmt.Sprintf("Unknown service ID %q", id))
+	}
+	if cur.Isolated == enable {
+		return writeValue(w, "")
+	}
+	in := cur.Clone()
+	in.Isolated = enable
+	guard := a.sameNamespace(r, id)
+	if _, err := a.reg.RegisterGuarded(r.Context(), []*instance.Instance{in}, func(now *instance.Instance) error {
+		if now.Revision != cur.Revision {
+			return fmt.Errorf("consulapi: service %q changed while its maintenance was set; retry: %w", id, store.ErrConflict)
+		}
+		return guard(now)
+	}); err != nil {
+		return err
+	}
+	return writeValue(w, "")
+}
+
+// checkScope refuses the query parameters that would name another scope
+// than the one served: a datacenter, an Enterprise namespace or
+// partition, a peer.
+func (a *API) checkScope(r *http.Request) error {
+	if r.URL.RawQuery == "" {
+		return nil
+	}
+	q := r.URL.Query()
+	if dc := q.Get("dc"); dc != "" && dc != a.opts.Datacenter {
+		return badRequest(fmt.Sprintf("dc: no path to datacenter %q: this API serves %q", dc, a.opts.Datacenter))
+	}
+	for _, p := range []string{"ns", "partition"} {
+		if v := q.Get(p); v != "" && v != "default" {
+			return badRequest(fmt.Sprintf("%s: %q is not served: Consul Enterprise namespaces and partitions are not supported (this API serves the Sextant namespace %q, --consul-namespace)", p, v, a.opts.Namespace))
+		}
+	}
+	if v := q.Get("peer"); v != "" {
+		return badRequest("peer: cluster peering is not supported")
+	}
+	if v := q.Get("node-meta"); v != "" {
+		return badRequest("node-meta: node metadata filters are not supported (Sextant has no nodes)")
+	}
+	return nil
+}
+
+func instancesWrite(ns string) acl.Permission {
+	return acl.Permission{Resource: acl.Instances, Access: acl.Write, Namespace: ns}
+}
+
+func instancesRead(ns string) acl.Permission {
+	return acl.Permission{Resource: acl.Instances, Access: acl.Read, Namespace: ns}
+}

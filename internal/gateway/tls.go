@@ -1,0 +1,346 @@
+package gateway
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/sextant-mesh/sextant/internal/gateway/xdsclient"
+)
+
+// tlsHandshakeTimeout bounds a client's TLS handshake.
+const tlsHandshakeTimeout = 10 * time.Second
+
+// tlsListenerRT is the run-time form of the TLS listener served on one
+// port: its filter chains by the server names they match. Immutable; a
+// config update or a rotated secret builds a new one and swaps it in, so
+// handshakes after the swap see the new certificates and connections
+// already open keep theirs.
+type tlsListenerRT struct {
+	name  string
+	exact map[string]*tlsChainRT
+	wild  map[string]*tlsChainRT // "*.example.com" under "example.com"
+	any   *tlsChainRT            // a chain with no server_names
+	def   *tlsChainRT            // default_filter_chain
+}
+
+// tlsChainRT is one filter chain: its handshake config and routing table.
+type tlsChainRT struct {
+	conf       *tls.Config // nil while a secret it names has not arrived
+	notReady   string      // why conf is nil
+	requireSNI bool
+	table      *table
+}
+
+// match picks the chain for a server name as Envoy does: the exact name,
+// then the longest wildcard suffix, then a chain without server names,
+// then the default chain.
+func (l *tlsListenerRT) match(sni string) *tlsChainRT {
+	if l == nil {
+		return nil
+	}
+	if len(sni) > 0 {
+		sni = strings.ToLower(strings.TrimSuffix(sni, "."))
+		if c := l.exact[sni]; c != nil {
+			return c
+		}
+		for rest := sni; ; {
+			i := strings.IndexByte(rest, '.')
+			if i < 0 {
+				break
+			}
+			rest = rest[i+1:]
+			if c := l.wild[rest]; c != nil {
+				return c
+			}
+		}
+	}
+	if l.any != nil {
+		return l.any
+	}
+	return l.def
+}
+
+// tlsState maps each TLS port to its listener (nil: no listener yet).
+type tlsState map[uint32]*tlsListenerRT
+
+// chains returns every distinct chain of l.
+func (l *tlsListenerRT) chains() []*tlsChainRT {
+	if l == nil {
+		return nil
+	}
+	var out []*tlsChainRT
+	add := func(c *tlsChainRT) {
+		if c != nil && !slices.Contains(out, c) {
+			out = append(out, c)
+		}
+	}
+	for _, c := range l.exact {
+		add(c)
+	}
+	for _, c := range l.wild {
+		add(c)
+	}
+	add(l.any)
+	add(l.def)
+	return out
+}
+
+// buildTLS builds the TLS listeners of the ports the gateway serves TLS on
+// from an xDS state and the clusters of the update, and adds the route
+// configs and secrets they name to want.
+func (g *Gateway) buildTLS(s xdsclient.State, clusters map[string]*clusterRT, want map[string][]string) (tlsState, error) {
+	if len(g.opts.TLSListenPorts) == 0 {
+		return nil, nil
+	}
+	out := tlsState{}
+	for _, port := range g.opts.TLSListenPorts {
+		var ls *listenerSpec
+		for _, v := range s[ListenerType] {
+			l := v.(*listenerSpec)
+			if !l.tls || l.port != port {
+				continue
+			}
+			if ls != nil {
+				return nil, fmt.Errorf("gateway: TLS listeners %q and %q both on port %d", ls.name, l.name, port)
+			}
+			ls = l
+		}
+		if ls == nil {
+			out[port] = nil
+			continue
+		}
+		rt := &tlsListenerRT{name: ls.name, exact: map[string]*tlsChainRT{}, wild: map[string]*tlsChainRT{}}
+		for _, cs := range ls.chains {
+			rc := cs.inline
+			if cs.rds != "" {
+				want[RouteType] = append(want[RouteType], cs.rds)
+				rc, _ = s[RouteType][cs.rds].(*routeConfigSpec)
+			}
+			tb := newTable(rc, clusters)
+			tb.upgrades = cs.upgrades
+			c := &tlsChainRT{table: tb, requireSNI: cs.tls.requireSNI}
+			c.conf, c.notReady = chainConfig(cs.tls, s[SecretType])
+			want[SecretType] = append(want[SecretType], cs.tls.certSecrets...)
+			if cs.tls.caSecret != "" {
+				want[SecretType] = append(want[SecretType], cs.tls.caSecret)
+			}
+			if c.notReady != "" {
+				g.log.Info("gateway: TLS filter chain waits for its secrets", "listener", ls.name, "server_names", cs.serverNames, "reason", c.notReady)
+			}
+			switch {
+			case cs.isDefault:
+				rt.def = c
+			case len(cs.serverNames) == 0:
+				rt.any = c
+			}
+			for _, n := range cs.serverNames {
+				if suffix, ok := strings.CutPrefix(n, "*."); ok {
+					rt.wild[suffix] = c
+				} else {
+					rt.exact[n] = c
+				}
+			}
+		}
+		out[port] = rt
+	}
+	return out, nil
+}
+
+// chainConfig builds a chain's handshake config from its context and the
+// secrets received; a secret not (yet) received leaves it not ready.
+func chainConfig(t *tlsContextSpec, secrets map[string]any) (*tls.Config, string) {
+	conf := &tls.Config{MinVersion: t.minVer, MaxVersion: t.maxVer, NextProtos: slices.Clone(t.alpn),
+		Certificates: slices.Clone(t.certs)}
+	for _, n := range t.certSecrets {
+		sec, ok := secrets[n].(*secretSpec)
+		switch {
+		case !ok:
+			return nil, fmt.Sprintf("secret %q not received", n)
+		case sec.cert == nil:
+			return nil, fmt.Sprintf("secret %q holds no tls_certificate", n)
+		}
+		conf.Certificates = append(conf.Certificates, *sec.cert)
+	}
+	ca := t.ca
+	if t.caSecret != "" {
+		sec, ok := secrets[t.caSecret].(*secretSpec)
+		switch {
+		case !ok:
+			return nil, fmt.Sprintf("secret %q not received", t.caSecret)
+		case sec.ca == nil:
+			return nil, fmt.Sprintf("secret %q holds no validation_context", t.caSecret)
+		}
+		ca = sec.ca
+	}
+	if ca != nil {
+		conf.ClientCAs = ca
+		conf.ClientAuth = tls.VerifyClientCertIfGiven
+		if t.requireCert {
+			conf.ClientAuth = tls.RequireAndVerifyClientCert
+		}
+	}
+	return conf, ""
+}
+
+// configForClient is the handshake's GetConfigForClient on port: the
+// config of the filter chain the client's server name selects.
+func (g *Gateway) configForClient(port uint32, h *tls.ClientHelloInfo) (*tls.Config, error) {
+	st := g.tls.Load()
+	var l *tlsListenerRT
+	if st != nil {
+		l = (*st)[port]
+	}
+	c := l.match(h.ServerName)
+	switch {
+	case l == nil:
+		return nil, fmt.Errorf("gateway: no TLS listener on port %d", port)
+	case c == nil:
+		return nil, fmt.Errorf("gateway: listener %q: no filter chain for server name %q", l.name, h.ServerName)
+	case c.requireSNI && h.ServerName == "":
+		return nil, fmt.Errorf("gateway: listener %q: the filter chain requires SNI", l.name)
+	case c.conf == nil:
+		return nil, fmt.Errorf("gateway: listener %q: filter chain for %q: %s", l.name, h.ServerName, c.notReady)
+	}
+	return c.conf, nil
+}
+
+// tlsTable returns the routing table of the chain a connection's server
+// name selects now (nil: none; the call is answered 503).
+func (g *Gateway) tlsTable(port uint32, sni string) *table {
+	st := g.tls.Load()
+	if st == nil {
+		return nil
+	}
+	if c := (*st)[port].match(sni); c != nil {
+		return c.table
+	}
+	return nil
+}
+
+// tlsServerConn is a handshaken client connection handed to fasthttp, with
+// what selects its routing table.
+type tlsServerConn struct {
+	*tls.Conn
+	port uint32
+	sni  string
+}
+
+// ServeTLS serves TLS on ln until Shutdown, with the filter chains of the
+// TLS listener whose port is ln's (Options.TLSListenPorts must name it):
+// the certificate by the client's server name (SNI), client certificates
+// for mutual TLS, then HTTP/2 when ALPN chose h2 (net/http's server) and
+// HTTP/1.1 otherwise (fasthttp). A handshake that fails closes its
+// connection only. It returns nil after Shutdown.
+func (g *Gateway) ServeTLS(ln net.Listener) error {
+	ta, ok := ln.Addr().(*net.TCPAddr)
+	if !ok {
+		return fmt.Errorf("gateway: TLS listener address %v is not TCP", ln.Addr())
+	}
+	port := uint32(ta.Port)
+	if !slices.Contains(g.opts.TLSListenPorts, port) {
+		return fmt.Errorf("gateway: port %d is not in Options.TLSListenPorts", port)
+	}
+	base := &tls.Config{GetConfigForClient: func(h *tls.ClientHelloInfo) (*tls.Config, error) {
+		return g.configForClient(port, h)
+	}}
+	fastLn := newConnListener(ln.Addr())
+	h2Ln := newConnListener(ln.Addr())
+	srv := g.newFastServer(func(ctx *fasthttp.RequestCtx) {
+		var sni string
+		if c, ok := ctx.Conn().(*tlsServerConn); ok {
+			sni = c.sni
+		}
+		g.serveOn(ctx, g.tlsTable(port, sni))
+	})
+	var p http.Protocols
+	p.SetHTTP2(true)
+	h2 := g.newH2Server(func(w http.ResponseWriter, r *http.Request) {
+		g.serveH2On(w, r, g.tlsTable(port, r.TLS.ServerName))
+	}, &p)
+	g.srvMu.Lock()
+	g.tlsServers = append(g.tlsServers, servers{fast: srv, h2: h2, ln: ln})
+	g.srvMu.Unlock()
+
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); _ = srv.Serve(fastLn) }()
+	go func() { defer wg.Done(); _ = h2.Serve(h2Ln) }()
+	var handshakes sync.WaitGroup
+	err := acceptLoop(ln, func(c net.Conn) {
+		handshakes.Add(1)
+		go func() {
+			defer handshakes.Done()
+			g.handshake(c, base, port, fastLn, h2Ln)
+		}()
+	})
+	handshakes.Wait()
+	fastLn.Close()
+	h2Ln.Close()
+	wg.Wait()
+	return err
+}
+
+// handshake runs the TLS handshake of c and hands the connection to the
+// server of the protocol ALPN chose.
+func (g *Gateway) handshake(c net.Conn, base *tls.Config, port uint32, fastLn, h2Ln *connListener) {
+	tc := tls.Server(c, base)
+	_ = c.SetDeadline(time.Now().Add(tlsHandshakeTimeout))
+	if err := tc.Handshake(); err != nil {
+		g.metrics.tlsHandshakeErrors.Inc()
+		g.log.Debug("gateway: TLS handshake failed", "remote", c.RemoteAddr().String(), "err", err)
+		c.Close()
+		return
+	}
+	_ = c.SetDeadline(time.Time{})
+	st := tc.ConnectionState()
+	if st.NegotiatedProtocol == "h2" {
+		h2Ln.push(tc) // net/http serves h2 on a *tls.Conn itself
+		return
+	}
+	fastLn.push(&tlsServerConn{Conn: tc, port: port, sni: st.ServerName})
+}
+
+// acceptLoop accepts from ln, handing each connection to handle, until ln
+// is closed (nil) or fails (the error).
+func acceptLoop(ln net.Listener, handle func(net.Conn)) error {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				time.Sleep(5 * time.Millisecond)
+				continue
+			}
+			if errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			return err
+		}
+		handle(c)
+	}
+}
+
+// h2TLSConn stands for an HTTP/2 stream's TLS connection in the fasthttp
+// context the data path gets, so that it sees the call as TLS
+// (RequestCtx.IsTLS, X-Forwarded-Proto: https).
+type h2TLSConn struct {
+	net.Conn // nil: only the methods below are called
+	remote   net.Addr
+	state    *tls.ConnectionState
+}
+
+func (c *h2TLSConn) RemoteAddr() net.Addr                 { return c.remote }
+func (c *h2TLSConn) LocalAddr() net.Addr                  { return zeroAddr }
+func (c *h2TLSConn) Handshake() error                     { return nil }
+func (c *h2TLSConn) ConnectionState() tls.ConnectionState { return *c.state }
+
+var zeroAddr = &net.TCPAddr{IP: net.IPv4zero}

@@ -1,0 +1,56 @@
+package gateway
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"testing"
+	"time"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+)
+
+// fuzzTLSSeeds are a TLS listener (SNI chains, SDS certificates, a CA for
+// mutual TLS) and the secrets it names.
+func fuzzTLSSeeds(t testing.TB) []proto.Message {
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "a.test"}, DNSNames: []string{"a.test"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, _ := x509.MarshalECPrivateKey(key)
+	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	keyPEM := pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder})
+	ads := &core.ConfigSource{ConfigSourceSpecifier: &core.ConfigSource_Ads{Ads: &core.AggregatedConfigSource{}}}
+	m, _ := anypb.New(&hcm.HttpConnectionManager{RouteSpecifier: &hcm.HttpConnectionManager_Rds{Rds: &hcm.Rds{RouteConfigName: "r", ConfigSource: ads}}})
+	d, _ := anypb.New(&tlsv3.DownstreamTlsContext{RequireClientCertificate: wrapperspb.Bool(true), CommonTlsContext: &tlsv3.CommonTlsContext{
+		AlpnProtocols:                  []string{"h2", "http/1.1"},
+		TlsCertificateSdsSecretConfigs: []*tlsv3.SdsSecretConfig{{Name: "a", SdsConfig: ads}},
+		ValidationContextType: &tlsv3.CommonTlsContext_ValidationContextSdsSecretConfig{
+			ValidationContextSdsSecretConfig: &tlsv3.SdsSecretConfig{Name: "a-cacert", SdsConfig: ads}},
+	}})
+	return []proto.Message{
+		&listener.Listener{Name: "l", FilterChains: []*listener.FilterChain{{
+			FilterChainMatch: &listener.FilterChainMatch{ServerNames: []string{"a.test", "*.b.test"}},
+			Filters:          []*listener.Filter{{Name: hcmFilterName, ConfigType: &listener.Filter_TypedConfig{TypedConfig: m}}},
+			TransportSocket:  &core.TransportSocket{Name: tlsSocketName, ConfigType: &core.TransportSocket_TypedConfig{TypedConfig: d}},
+		}}},
+		&tlsv3.Secret{Name: "a", Type: &tlsv3.Secret_TlsCertificate{TlsCertificate: &tlsv3.TlsCertificate{
+			CertificateChain: &core.DataSource{Specifier: &core.DataSource_InlineBytes{InlineBytes: certPEM}},
+			PrivateKey:       &core.DataSource{Specifier: &core.DataSource_InlineBytes{InlineBytes: keyPEM}}}}},
+		&tlsv3.Secret{Name: "a-cacert", Type: &tlsv3.Secret_ValidationContext{ValidationContext: &tlsv3.CertificateValidationContext{
+			TrustedCa: &core.DataSource{Specifier: &core.DataSource_InlineString{InlineString: string(certPEM)}}}}},
+	}
+}

@@ -1,0 +1,258 @@
+// Package secret owns the secret record kind: TLS certificates with their
+// private keys (and, for mutual TLS, the CA that verifies clients), stored
+// by the server as records of store.Secrets and handed to gateways over SDS,
+// as Istio reads a Gateway's credentialName from a Kubernetes TLS secret.
+// It decodes and validates secrets (the PEM parses, the key matches the
+// certificate, the certificate is not expired), keeps them in a catalog
+// table and writes them through the write engine.
+//
+// It does not own who may read them (the API checks the ACL resource
+// "secret"; only metadata is ever answered) nor their translation into
+// Envoy resources (internal/xds).
+package secret
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/sextant-mesh/sextant/internal/naming"
+)
+
+// TypeTLS is the only secret type: a certificate chain and its key (and an
+// optional CA), as Kubernetes' kubernetes.io/tls.
+const TypeTLS = "tls"
+
+// MaxPEMBytes bounds each PEM field.
+const MaxPEMBytes = 64 << 10
+
+// Sentinels the package's errors wrap; the API branches on them.
+var (
+	ErrInvalid  = errors.New("invalid secret")
+	ErrNotFound = errors.New("no such secret")
+	ErrExists   = errors.New("secret exists")
+	ErrStale    = errors.New("secret changed")
+)
+
+// FieldError names the field of a refused secret.
+type FieldError struct {
+	Field, Msg string
+}
+
+func (e *FieldError) Error() string { return "secret: " + e.Field + ": " + e.Msg }
+func (e *FieldError) Unwrap() error { return ErrInvalid }
+
+func fieldErr(field, format string, args ...any) error {
+	return &FieldError{Field: field, Msg: fmt.Sprintf(format, args...)}
+}
+
+// Secret is one stored secret. Immutable once decoded.
+type Secret struct {
+	Namespace string
+	Name      string
+	Type      string
+	Cert      []byte // PEM: the leaf first, then intermediates
+	Key       []byte // PEM private key
+	CA        []byte // PEM: CAs that verify client certificates (ca.crt); may be empty
+	Revision  int64
+
+	info Info
+}
+
+// Info is what may be shown of a secret: never the key, never the PEM.
+type Info struct {
+	Namespace   string    `json:"namespace"`
+	Name        string    `json:"name"`
+	Type        string    `json:"type"`
+	Subject     string    `json:"subject"`
+	Issuer      string    `json:"issuer"`
+	DNSNames    []string  `json:"dns_names"`
+	IPAddresses []string  `json:"ip_addresses,omitempty"`
+	NotBefore   time.Time `json:"not_before"`
+	NotAfter    time.Time `json:"not_after"`
+	// Fingerprint is the SHA-256 of the leaf certificate's DER, in hex.
+	Fingerprint string `json:"fingerprint_sha256"`
+	KeyType     string `json:"key_type"`
+	Chain       int    `json:"chain_certificates"`
+	// CA: certificates in ca.crt (0: no mutual TLS with this secret).
+	CA       int   `json:"ca_certificates"`
+	Revision int64 `json:"revision"`
+}
+
+// ID is the secret's record key: "namespace/name".
+func (s *Secret) ID() string { return s.Namespace + "/" + s.Name }
+
+// Info returns the secret's metadata.
+func (s *Secret) Info() Info {
+	i := s.info
+	i.Revision = s.Revision
+	return i
+}
+
+// New checks a secret's names and PEM and returns it with its metadata:
+// the certificate chain and the key parse, the key matches the leaf, the
+// leaf is valid at now, the CA (optional) parses.
+func New(namespace, name string, certPEM, keyPEM, caPEM []byte, now time.Time) (*Secret, error) {
+	if !naming.ValidName(namespace) {
+		return nil, fieldErr("namespace", "%q is not a valid name (lower case letters, digits and '-', at most 63)", namespace)
+	}
+	if !naming.ValidName(name) {
+		return nil, fieldErr("name", "%q is not a valid name (lower case letters, digits and '-', at most 63)", name)
+	}
+	s := &Secret{Namespace: namespace, Name: name, Type: TypeTLS, Cert: certPEM, Key: keyPEM, CA: caPEM}
+	if err := s.check(now); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Secret) check(now time.Time) error {
+	for f, b := range map[string][]byte{"cert": s.Cert, "key": s.Key, "ca": s.CA} {
+		if len(b) > MaxPEMBytes {
+			return fieldErr(f, "%d bytes, more than %d", len(b), MaxPEMBytes)
+		}
+	}
+	chain, err := certificates("cert", s.Cert)
+	if err != nil {
+		return err
+	}
+	if len(chain) == 0 {
+		return fieldErr("cert", "no PEM CERTIFICATE block")
+	}
+	if err := keyBlock(s.Key); err != nil {
+		return err
+	}
+	pair, err := tls.X509KeyPair(s.Cert, s.Key)
+	if err != nil {
+		msg := err.Error()
+		msg = strings.TrimPrefix(msg, "tls: ")
+		if strings.Contains(msg, "does not match") {
+			return fieldErr("key", "the private key does not match the certificate's public key")
+		}
+		return fieldErr("key", "%s", msg)
+	}
+	leaf := chain[0]
+	if now.After(leaf.NotAfter) {
+		return fieldErr("cert", "the certificate expired at %s", leaf.NotAfter.UTC().Format(time.RFC3339))
+	}
+	if now.Before(leaf.NotBefore) {
+		return fieldErr("cert", "the certificate is not valid before %s", leaf.NotBefore.UTC().Format(time.RFC3339))
+	}
+	var cas []*x509.Certificate
+	if len(bytes.TrimSpace(s.CA)) > 0 {
+		if cas, err = certificates("ca", s.CA); err != nil {
+			return err
+		}
+		if len(cas) == 0 {
+			return fieldErr("ca", "no PEM CERTIFICATE block")
+		}
+	}
+	sum := sha256.Sum256(leaf.Raw)
+	s.info = Info{Namespace: s.Namespace, Name: s.Name, Type: s.Type, Subject: leaf.Subject.String(), Issuer: leaf.Issuer.String(),
+		DNSNames: slices.Clone(leaf.DNSNames), NotBefore: leaf.NotBefore.UTC(), NotAfter: leaf.NotAfter.UTC(),
+		Fingerprint: hex.EncodeToString(sum[:]), KeyType: keyType(pair), Chain: len(chain), CA: len(cas)}
+	if s.info.DNSNames == nil {
+		s.info.DNSNames = []string{}
+	}
+	for _, ip := range leaf.IPAddresses {
+		s.info.IPAddresses = append(s.info.IPAddresses, ip.String())
+	}
+	return nil
+}
+
+// certificates parses every PEM block of b, which must all be
+// certificates.
+func certificates(field string, b []byte) ([]*x509.Certificate, error) {
+	var out []*x509.Certificate
+	rest := b
+	for i := 0; ; i++ {
+		var blk *pem.Block
+		blk, rest = pem.Decode(rest)
+		if blk == nil {
+			if len(bytes.TrimSpace(rest)) > 0 && len(out) == 0 {
+				return nil, fieldErr(field, "not PEM")
+			}
+			return out, nil
+		}
+		if blk.Type != "CERTIFICATE" {
+			return nil, fieldErr(field, "PEM block %d is a %q, want CERTIFICATE", i+1, blk.Type)
+		}
+		c, err := x509.ParseCertificate(blk.Bytes)
+		if err != nil {
+			return nil, fieldErr(field, "certificate %d: %v", i+1, strings.TrimPrefix(err.Error(), "x509: "))
+		}
+		out = append(out, c)
+	}
+}
+
+func keyBlock(b []byte) error {
+	blk, _ := pem.Decode(b)
+	if blk == nil {
+		return fieldErr("key", "not PEM")
+	}
+	if !strings.HasSuffix(blk.Type, "PRIVATE KEY") {
+		return fieldErr("key", "PEM block is a %q, want a PRIVATE KEY", blk.Type)
+	}
+	return nil
+}
+
+func keyType(c tls.Certificate) string {
+	leaf := c.Leaf
+	if leaf == nil {
+		return ""
+	}
+	switch leaf.PublicKeyAlgorithm {
+	case x509.ECDSA:
+		return "ECDSA"
+	case x509.RSA:
+		return "RSA"
+	case x509.Ed25519:
+		return "Ed25519"
+	}
+	return leaf.PublicKeyAlgorithm.String()
+}
+
+// record is a secret's stored encoding.
+type record struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	Type      string `json:"type"`
+	Cert      string `json:"cert"`
+	Key       string `json:"key"`
+	CA        string `json:"ca,omitempty"`
+}
+
+// Encode returns the secret's stored form.
+func (s *Secret) Encode() []byte {
+	b, _ := json.Marshal(record{s.Namespace, s.Name, s.Type, string(s.Cert), string(s.Key), string(s.CA)})
+	return b
+}
+
+// Decode reads a stored secret. A stored secret is not refused for having
+// expired since it was written: it is kept, and its expiry shown.
+func Decode(b []byte, rev int64) (*Secret, error) {
+	var r record
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, fmt.Errorf("secret: decode record: %w", err)
+	}
+	if r.Type != TypeTLS {
+		return nil, fmt.Errorf("secret: record %s/%s: type %q", r.Namespace, r.Name, r.Type)
+	}
+	s := &Secret{Namespace: r.Namespace, Name: r.Name, Type: r.Type, Cert: []byte(r.Cert), Key: []byte(r.Key), CA: []byte(r.CA), Revision: rev}
+	// Checked at the certificate's own start, so an expired one still loads.
+	if c, err := certificates("cert", s.Cert); err != nil || len(c) == 0 {
+		return nil, fmt.Errorf("secret: record %s: certificate: %v", s.ID(), err)
+	} else if err := s.check(c[0].NotBefore); err != nil {
+		return nil, fmt.Errorf("secret: record %s: %w", s.ID(), err)
+	}
+	return s, nil
+}
