@@ -202,7 +202,8 @@ func TestConsole(t *testing.T) {
 		// Registered through the API: on the page without a reload.
 		before := browsertest.Eval[float64](t, b, `performance.getEntriesByType('navigation').length`)
 		if _, err := s.api.Register(context.Background(), client.Instance{ID: "orders-live", Service: "orders", Host: "127.0.0.1",
-			Port: s.up2.addr.Port, Version: "v2", Metadata: map[string]string{"version": "v2", "zone": "z3"}}); err != nil {
+			Port: s.up2.addr.Port, Version: "v2", Metadata: map[string]string{"version": "v2", "zone": "z3"},
+			Checks: []client.Check{{ID: "beat", Type: "ttl", TTL: client.Duration(time.Hour), Status: "passing"}}}); err != nil {
 			t.Fatal(err)
 		}
 		b.WaitTrue(t, 5*time.Second, "live instance", `document.querySelector('.instances [data-id="orders-live"]')`)
@@ -229,6 +230,11 @@ func TestConsole(t *testing.T) {
 		// Isolate, then weight 0, through the page; the API shows it.
 		b.Click(t, `.instances [data-id="orders-live"]`)
 		b.WaitTrue(t, 5*time.Second, "record", `document.querySelector('#instance-panel') && document.querySelector('#instance-panel').textContent.includes('orders-live')`)
+		// Its checks, with their status and last output.
+		if _, err := s.api.SetCheck(context.Background(), "orders-live", "beat", "warning", "queue depth 40"); err != nil {
+			t.Fatal(err)
+		}
+		b.WaitTrue(t, 10*time.Second, "check", `(e => e && e.querySelector('.badge').textContent === 'warning' && e.textContent.includes('queue depth 40'))(document.querySelector('#instance-checks [data-check="beat"]'))`)
 		b.Click(t, "#act-isolate")
 		b.Click(t, "#confirm-ok")
 		b.WaitTrue(t, 5*time.Second, "isolated", `document.querySelector('.instances [data-id="orders-live"] .badge').textContent === 'isolated'`)
@@ -248,6 +254,10 @@ func TestConsole(t *testing.T) {
 		b.WaitTrue(t, 5*time.Second, "metadata", `document.querySelector('#instance-panel').textContent.includes('owner=team-a')`)
 		if in := s.instance(t, "orders-live"); in.Metadata["owner"] != "team-a" || in.Metadata["zone"] != "z4" {
 			t.Errorf("after metadata: %+v", in.Metadata)
+		}
+		// The page's re-registers keep the check and its state.
+		if in := s.instance(t, "orders-live"); len(in.Checks) != 1 || in.Checks[0].Status != "warning" || in.Checks[0].Output != "queue depth 40" {
+			t.Errorf("after the page's edits, checks %+v", in.Checks)
 		}
 		// The record's dates are in the console's one format.
 		if d := browsertest.Eval[string](t, b, `[...document.querySelectorAll('#instance-panel dt')].find(e => e.textContent === 'created').nextElementSibling.textContent`); !dateRE.MatchString(d) {

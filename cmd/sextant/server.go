@@ -445,8 +445,8 @@ func (f serverFlags) validate() error {
 		return fmt.Errorf("--cluster-id %q: at most 64 bytes", f.clusterID)
 	case f.store != "" && f.clusterLease < 2*time.Second:
 		return fmt.Errorf("--cluster-lease %v: at least 2s (the lease is renewed every second)", f.clusterLease)
-	case f.checkWorkers < 1:
-		return fmt.Errorf("--check-workers %d: at least 1", f.checkWorkers)
+	case f.checkWorkers < 0:
+		return fmt.Errorf("--check-workers %d: must not be negative (0: the default, 64)", f.checkWorkers)
 	case f.deregisterAfter < 0:
 		return fmt.Errorf("--deregister-after %v: must not be negative (0: never)", f.deregisterAfter)
 	case f.aclAnonRead && !f.acl:

@@ -70,8 +70,9 @@ type Options struct {
 
 // Runner runs the checks. Goroutines: Run's scheduler, which owns the
 // tasks and their heap, and its workers, each holding one task at a time
-// (its counters are then the worker's) and handing it back on done. The
-// follower only notes changed instance ids, under mu.
+// (its counters are then the worker's) and handing it back through
+// returned, under mu. The follower only notes changed instance ids, under
+// mu.
 type Runner struct {
 	reg    Registry
 	opts   Options
@@ -83,10 +84,14 @@ type Runner struct {
 	changed map[string]struct{} // instance ids changed since the scheduler last looked
 	rescan  bool                // the catalog (re)loaded: look at every instance
 	wake    chan struct{}
+	// returned are the tasks workers finished, for the scheduler to take
+	// back (takeBack).
+	returned []*task
 
 	// The scheduler's.
 	tasks map[string][]*task // instance id -> its checks' tasks
 	queue taskHeap
+	inRun int // tasks with workers
 }
 
 var _ commit.Tracker = (*Runner)(nil)
@@ -165,7 +170,6 @@ func (r *Runner) signal() {
 // workers' probes (cut short by ctx) and closes the prober.
 func (r *Runner) Run(ctx context.Context) error {
 	jobs := make(chan *task, r.opts.Workers)
-	done := make(chan *task, r.opts.Workers*2)
 	var wg sync.WaitGroup
 	for range r.opts.Workers {
 		wg.Add(1)
@@ -173,7 +177,9 @@ func (r *Runner) Run(ctx context.Context) error {
 			defer wg.Done()
 			for t := range jobs {
 				r.run(ctx, t)
-				done <- t
+				r.mu.Lock()
+				r.returned = append(r.returned, t)
+				r.mu.Unlock()
 			}
 		}()
 	}
@@ -189,23 +195,49 @@ func (r *Runner) Run(ctx context.Context) error {
 	for {
 		now := time.Now()
 		r.refresh(now)
+		r.takeBack()
 		r.dispatch(now, jobs)
+		// Wake for the next due check, but batched: at most every
+		// minWake (thousands of checks a second cost a wake-up each
+		// otherwise), and while checks are with workers at least every
+		// maxWake to take them back (a worker never wakes the scheduler).
 		wait := time.Hour
 		if len(r.queue) > 0 {
-			wait = max(time.Until(r.queue[0].due), time.Millisecond)
+			wait = time.Until(r.queue[0].due)
 		}
+		if r.inRun > 0 {
+			wait = min(wait, maxWake)
+		}
+		wait = max(wait, minWake-time.Since(now), time.Millisecond)
 		timer.Reset(wait)
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-r.wake:
 		case <-timer.C:
-		case t := <-done:
-			r.finished(t)
 		case now := <-sweep.C:
 			r.prober.Sweep(now)
 		}
 	}
+}
+
+// The scheduler's wake-ups: at most one per minWake, at least one per
+// maxWake while checks are with workers.
+const (
+	minWake = 20 * time.Millisecond
+	maxWake = 250 * time.Millisecond
+)
+
+// takeBack requeues the tasks workers finished.
+func (r *Runner) takeBack() {
+	r.mu.Lock()
+	back := r.returned
+	r.returned = nil
+	r.mu.Unlock()
+	for _, t := range back {
+		r.finished(t)
+	}
+	r.inRun -= len(back)
 }
 
 // refresh brings the tasks in line with the instances that changed.
@@ -329,6 +361,7 @@ func (r *Runner) dispatch(now time.Time, jobs chan<- *task) {
 		select {
 		case jobs <- t:
 			t.inRun = true
+			r.inRun++
 		default:
 			r.m.deferred.Inc()
 			t.due = now.Add(min(period(&t.check)/4, 250*time.Millisecond))
@@ -389,7 +422,7 @@ func (r *Runner) run(ctx context.Context, t *task) {
 	if ctx.Err() != nil {
 		return // stopping: the result may be the cancellation's
 	}
-	r.m.probes.WithLabelValues(cur.Type, res.Status.String()).Inc()
+	r.m.result(cur.Type, res.Status.String()).Inc()
 	want := ""
 	if res.Status == probe.Passing {
 		t.successes, t.failures = t.successes+1, 0
@@ -426,7 +459,7 @@ func (r *Runner) runTTL(ctx context.Context, t *task, in *instance.Instance, cur
 	}
 	if cur.Status != instance.StatusCritical {
 		r.write(ctx, t.id, cur.ID, instance.StatusCritical, "TTL expired: no update within "+cur.TTL.String())
-		r.m.probes.WithLabelValues(cur.Type, instance.StatusCritical).Inc()
+		r.m.result(cur.Type, instance.StatusCritical).Inc()
 	}
 	t.next = now.Add(cur.TTL)
 	if d := cur.DeregisterCriticalServiceAfter; d > 0 && d < cur.TTL {
@@ -477,6 +510,7 @@ func (h *taskHeap) Pop() any {
 type metrics struct {
 	checks       prometheus.Gauge
 	probes       *prometheus.CounterVec
+	results      map[[2]string]prometheus.Counter // probes' children, resolved once
 	writes       *prometheus.CounterVec
 	deferred     prometheus.Counter
 	deregistered prometheus.Counter
@@ -495,5 +529,19 @@ func newMetrics(reg prometheus.Registerer) metrics {
 	if reg != nil {
 		reg.MustRegister(m.checks, m.probes, m.writes, m.deferred, m.deregistered)
 	}
+	m.results = map[[2]string]prometheus.Counter{}
+	for _, t := range []string{instance.CheckHTTP, instance.CheckTCP, instance.CheckGRPC, instance.CheckTTL} {
+		for _, st := range []string{instance.StatusPassing, instance.StatusWarning, instance.StatusCritical} {
+			m.results[[2]string{t, st}] = m.probes.WithLabelValues(t, st)
+		}
+	}
 	return m
+}
+
+// result is the counter of results of type t and status st.
+func (m *metrics) result(t, st string) prometheus.Counter {
+	if c, ok := m.results[[2]string{t, st}]; ok {
+		return c
+	}
+	return m.probes.WithLabelValues(t, st)
 }

@@ -64,11 +64,13 @@ type HTTP struct {
 // (Consul keeps 4 KiB); the rest is discarded unread.
 const maxBody = 512
 
-// Prober runs probes. Its HTTP transports do not keep connections alive
-// (as Consul's checks): thousands of targets probed every few seconds
-// would otherwise hold a connection each, here and there. gRPC
-// connections are kept per target and closed when unused for idleConn.
-// Safe for concurrent use; Close releases what it holds.
+// Prober runs probes. It keeps connections alive between probes of a
+// target (as Envoy's health checks, reuse_connection): a new connection
+// per probe cost 9x the CPU of a reused one (BenchmarkHTTP, with and
+// without keep-alive: docs/perf/health.md), which Consul pays (its HTTP
+// checks disable keep-alive). Up to maxIdleConns HTTP connections and one
+// gRPC connection per target are kept, each closed once unused for
+// idleConn. Safe for concurrent use; Close releases what it holds.
 type Prober struct {
 	verify, skip *http.Client
 	dialer       net.Dialer
@@ -87,16 +89,23 @@ type grpcConn struct {
 	used time.Time
 }
 
-// idleConn is how long a gRPC connection may stay unused before Sweep
-// closes it.
-const idleConn = 5 * time.Minute
+// idleConn is how long a connection may stay unused before it is closed
+// (HTTP: by the transport; gRPC: by Sweep): a target probed less often
+// than this gets a new connection per probe.
+const idleConn = 2 * time.Minute
+
+// maxIdleConns bounds the HTTP connections kept between probes, so that
+// file descriptors stay bounded however many targets there are.
+const maxIdleConns = 16384
 
 // New returns a Prober.
 func New() *Prober {
 	transport := func(skip bool) *http.Client {
 		t := &http.Transport{
 			Proxy:               nil, // a check probes the target itself, never through a proxy
-			DisableKeepAlives:   true,
+			MaxIdleConns:        maxIdleConns,
+			MaxIdleConnsPerHost: 8, // a target's checks probed at once by several workers
+			IdleConnTimeout:     idleConn,
 			TLSHandshakeTimeout: 10 * time.Second,
 			DisableCompression:  true,
 			TLSClientConfig:     &tls.Config{InsecureSkipVerify: skip}, //nolint:gosec // the check's own choice

@@ -193,7 +193,22 @@ function registration(i) {
   if (i.protocol) r.protocol = i.protocol;
   if (i.version) r.version = i.version;
   if (i.ttl_seconds) r.ttl_seconds = i.ttl_seconds;
+  if (i.deregister_after_seconds) r.deregister_after_seconds = i.deregister_after_seconds;
+  // Checks go back as they are: unchanged definitions keep their state.
+  if (i.checks) r.checks = i.checks;
   return r;
+}
+
+const checkBadge = { passing: 'ok', warning: 'warn', critical: 'bad' };
+
+// Checks lists an instance's health checks: status, what is probed, since
+// when, and the output of the result that set the status.
+function Checks({ checks }) {
+  if (!checks || !checks.length) return html`<span class="muted">none</span>`;
+  return html`<ul class="checks">${checks.map(c => html`<li data-check=${c.id}>
+    <${Badge} kind=${checkBadge[c.status] || ''}>${c.status}</${Badge}> <span class="mono">${c.id}</span>
+    <span class="muted">${c.type}${c.target ? ' ' + c.target : ''}${c.grpc_service ? '/' + c.grpc_service : ''}${c.interval ? ' every ' + c.interval : ''}${c.ttl ? ' ttl ' + c.ttl : ''}, since ${ago(c.changed_at)}</span>
+    ${c.output ? html`<pre class="check-output">${c.output}</pre>` : ''}</li>`)}</ul>`;
 }
 
 async function reRegister(next, what) {
@@ -234,6 +249,7 @@ function InstancePanel({ id, live, onClose }) {
       <dt>created</dt><dd>${when(rec.created_at)}</dd>
       <dt>updated</dt><dd>${when(rec.updated_at)} <span class="ago">(${ago(rec.updated_at)})</span></dd>
       <dt>metadata</dt><dd><${KV} map=${rec.metadata} /></dd>
+      <dt>checks</dt><dd id="instance-checks"><${Checks} checks=${rec.checks} /></dd>
     </dl>
     <details><summary>JSON</summary><pre class="json">${JSON.stringify(rec, null, 2)}</pre></details>
     <div class="actions wrap">
