@@ -2,6 +2,7 @@ package push
 
 import (
 	"context"
+	"errors"
 	"runtime"
 	"slices"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
@@ -140,6 +142,7 @@ type configWorker struct {
 	proxyDirt bool
 	// retiring holds clusters no route names, with when to remove them.
 	retiring map[string]time.Time
+	workers  int // goroutines a round builds on (Options.ConfigWorkers)
 }
 
 func newConfigWorker(e *Engine) *configWorker {
@@ -147,7 +150,7 @@ func newConfigWorker(e *Engine) *configWorker {
 		e: e, ix: config.NewIndex(), known: map[naming.ServiceKey]bool{},
 		clusters: map[naming.ServiceKey][]string{}, vhosts: map[naming.ServiceKey][]byte{},
 		specSigs: map[naming.ServiceKey]string{}, dirty: map[naming.ServiceKey]bool{},
-		retiring: map[string]time.Time{},
+		retiring: map[string]time.Time{}, workers: e.opts.ConfigWorkers,
 	}
 }
 
@@ -304,7 +307,7 @@ func (w *configWorker) round(ctx context.Context) {
 	// it yields.
 	built := make([]builtService, len(dirty))
 	var paused atomic.Int64
-	parallel(len(dirty), w.e.opts.ConfigWorkers, func(lo, hi int) {
+	parallel(len(dirty), w.workers, func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			if ctx.Err() != nil {
 				return
@@ -411,11 +414,71 @@ func (w *configWorker) build(s naming.ServiceKey, dests []config.Destination, ve
 		b.names = append(b.names, c.name)
 		b.clusters = append(b.clusters, encoded(xds.Resource{Name: c.name, Version: version, Message: xds.Cluster(c.name, config.EffectivePolicy(dr, c.subset))}))
 	}
-	vh := xds.VirtualHost(s.String(), proxyDomains(s), s, w.ix.VirtualService(s), w.clusterFor)
-	b.vhost, _ = (proto.MarshalOptions{Deterministic: true}).Marshal(vh)
-	vh.Domains = []string{"*"}
-	b.route = encoded(xds.Resource{Name: xds.RouteName(s), Version: version, Message: xds.RouteConfiguration(xds.RouteName(s), vh)})
+	vh := xds.VirtualHost(s.String(), nil, s, w.ix.VirtualService(s), w.clusterFor)
+	name := xds.RouteName(s)
+	head, rest, err := splitName(vh)
+	if err != nil {
+		// Not expected; encode the two the long way.
+		vh.Domains = proxyDomains(s)
+		b.vhost, _ = (proto.MarshalOptions{Deterministic: true}).Marshal(vh)
+		vh.Domains = []string{"*"}
+		b.route = encoded(xds.Resource{Name: name, Version: version, Message: xds.RouteConfiguration(name, vh)})
+		return b
+	}
+	// The virtual host is encoded once: the proxy's copy and the service's
+	// route configuration differ only in their domains (field 2, right
+	// after the name).
+	b.vhost = withDomains(head, rest, proxyDomains(s))
+	b.route = xds.Resource{Name: name, Version: version, Value: routeConfiguration(name, withDomains(head, rest, []string{"*"}))}
 	return b
+}
+
+// routeConfiguration encodes a RouteConfiguration of one encoded virtual
+// host.
+func routeConfiguration(name string, vhost []byte) []byte {
+	out := make([]byte, 0, len(name)+len(vhost)+16)
+	out = protowire.AppendTag(out, 1, protowire.BytesType) // RouteConfiguration.name
+	out = protowire.AppendString(out, name)
+	out = protowire.AppendTag(out, 2, protowire.BytesType) // .virtual_hosts
+	return protowire.AppendBytes(out, vhost)
+}
+
+// splitName encodes vh (without domains) and splits it after its first
+// field, the name: the deterministic encoding writes fields in number
+// order.
+func splitName(vh *routev3.VirtualHost) (head, rest []byte, err error) {
+	if len(vh.Domains) != 0 || vh.Name == "" {
+		return nil, nil, errors.New("push: virtual host with domains or without a name")
+	}
+	b, err := xds.Encode(vh)
+	if err != nil {
+		return nil, nil, err
+	}
+	num, typ, n := protowire.ConsumeTag(b)
+	if n < 0 || num != 1 || typ != protowire.BytesType {
+		return nil, nil, errors.New("push: virtual host encoding does not start with its name")
+	}
+	m := protowire.ConsumeFieldValue(num, typ, b[n:])
+	if m < 0 {
+		return nil, nil, protowire.ParseError(m)
+	}
+	return b[:n+m], b[n+m:], nil
+}
+
+// withDomains is a virtual host's encoding from its split encoding and
+// domains.
+func withDomains(head, rest []byte, domains []string) []byte {
+	size := len(head) + len(rest)
+	for _, d := range domains {
+		size += len(d) + 3
+	}
+	out := make([]byte, 0, size)
+	out = append(out, head...)
+	for _, d := range domains {
+		out = protowire.AppendTag(out, 2, protowire.BytesType) // VirtualHost.domains
+		out = protowire.AppendString(out, d)
+	}
+	return append(out, rest...)
 }
 
 // encoded encodes r's Message on the calling worker, so that the encoding

@@ -120,7 +120,11 @@ func (e *Engine) Run(ctx context.Context) error {
 	cw := newConfigWorker(e)
 	cw.reset(snap)
 	start := time.Now()
+	// The first round has the machine to itself (no endpoint worker runs
+	// yet, no subscriber has anything): every core, so a restart is short.
+	cw.workers = runtime.GOMAXPROCS(0)
 	cw.round(ctx)
+	cw.workers = e.opts.ConfigWorkers
 	if ctx.Err() != nil {
 		return nil // stopped during the first round
 	}

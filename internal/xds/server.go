@@ -303,7 +303,13 @@ func (s *Server) sendLoop(ctx context.Context, sub *subscriber, stream sender) e
 			return nil
 		}
 		for _, t := range []Type{TypeEndpoint, TypeCluster, TypeEndpoint, TypeSecret, TypeListener, TypeEndpoint, TypeRoute, TypeEndpoint} {
-			if t != TypeEndpoint && sub.ready(t, now) {
+			if t != TypeEndpoint {
+				// Checked, then held, then sent: a change of t marked after
+				// the check goes in the next round (its notify wakes one),
+				// held like any other.
+				if !sub.ready(t, now) {
+					continue
+				}
 				if held, own := s.yieldToEndpoints(ctx, sub, holdTimer); held {
 					now = time.Now()
 					if own {
@@ -328,7 +334,7 @@ func (s *Server) sendLoop(ctx context.Context, sub *subscriber, stream sender) e
 // maxHold is the longest a config response waits for other subscribers'
 // endpoint responses: endpoint changes go first across subscribers, and
 // config still moves under endless endpoint churn.
-const maxHold = 20 * time.Millisecond
+const maxHold = 5 * time.Millisecond
 
 // yieldToEndpoints holds a config response of sub back while another
 // subscriber has an endpoint change to send, at most maxHold. It reports
@@ -345,16 +351,30 @@ func (s *Server) yieldToEndpoints(ctx context.Context, sub *subscriber, t *time.
 		return true, true
 	}
 	t.Reset(maxHold)
-	select {
-	case <-idle:
-	case <-t.C:
-	case <-ctx.Done():
-	case <-sub.wake:
-		sub.poke()
-		own = sub.endpointQueued()
+	defer t.Stop()
+	woke := false
+	defer func() {
+		if woke {
+			sub.poke() // for the next round: something else may have come
+		}
+	}()
+	for {
+		select {
+		case <-idle:
+			return true, false
+		case <-t.C:
+			return true, false
+		case <-ctx.Done():
+			return true, false
+		case <-sub.wake:
+			// An ACK or a change: only an endpoint change of sub's own
+			// ends the wait.
+			woke = true
+			if sub.endpointQueued() {
+				return true, true
+			}
+		}
 	}
-	t.Stop()
-	return true, own
 }
 
 // sendOne sends the next response of type t, if any.

@@ -361,7 +361,10 @@ func TestSlowSubscriber(t *testing.T) {
 	for v := 1; v <= changes; v++ {
 		c.Apply(TypeCluster, big(v), nil, "v"+string(rune('0'+v%10))+"-"+time.Now().String(), time.Now())
 	}
-	if took := time.Since(start); took > 10*time.Second {
+	// Publishing never waits for the stuck subscriber: were it to, it would
+	// never end. The bound is generous for a loaded machine (13.8 s seen at
+	// load 31 under -race).
+	if took := time.Since(start); took > time.Minute {
 		t.Fatalf("publishing %d changes took %v", changes, took)
 	}
 	// The fast subscriber reads up to the last version.

@@ -483,11 +483,13 @@ const DefaultRetryOn = "connect-failure,refused-stream,unavailable,cancelled,ret
 // host: Envoy's previous_hosts predicate, up to 5 picks); attempts 0 is no
 // retries; otherwise the default with the route's attempts, per-try timeout
 // and retryOn, whose numbers are status codes to retry.
+var previousHostsURL = "type.googleapis.com/" + string((&previoushostsv3.PreviousHostsPredicate{}).ProtoReflect().Descriptor().FullName())
+
 func retryPolicy(r *networking.HTTPRetry) *routev3.RetryPolicy {
 	if r != nil && r.Attempts <= 0 {
 		return nil
 	}
-	prev, _ := anypb.New(&previoushostsv3.PreviousHostsPredicate{})
+	prev := &anypb.Any{TypeUrl: previousHostsURL} // the predicate has no fields
 	rp := &routev3.RetryPolicy{
 		RetryOn:              DefaultRetryOn,
 		NumRetries:           wrapperspb.UInt32(2),
