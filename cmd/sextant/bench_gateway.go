@@ -24,6 +24,7 @@ func newBenchGatewayCmd() *cobra.Command {
 		cfg                                    benchgw.Config
 		race                                   benchbal.Config
 		updates                                int
+		stream                                 benchgw.StreamConfig
 	)
 	cmd := &cobra.Command{
 		Use:   "gateway",
@@ -36,6 +37,10 @@ loopback, and drives each with wrk -t2 -c64. It reports requests/s, CPU
 microseconds per request of each proxy process, and the added latency over a
 direct call at half of nginx's peak rate (open-loop loader). nginx, haproxy
 and wrk come from Debian: apt-get install -y nginx haproxy wrk.
+
+Scenario "stream" moves one --body-size upload and one download (default
+1 GiB each) through nginx (proxy_request_buffering and proxy_buffering off)
+and the gateway, reporting MB/s each way and each proxy's peak RSS growth.
 
 Over HTTPS (name them in --proxies): nginx-tls (nginx with ssl and http2)
 and sextant-tls (the gateway's --tls-listen, its certificate by SDS), with one
@@ -53,7 +58,8 @@ Everything shares this machine's cores: compare figures within one run.`,
 		Example: `  sextant bench gateway
   sextant bench gateway --proxies direct,nginx,haproxy,sextant --duration 10s --rounds 3
   sextant bench gateway --proxies nginx,sextant,nginx-tls,sextant-tls --rounds 3
-  sextant bench gateway --scenario race`,
+  sextant bench gateway --scenario race
+  sextant bench gateway --scenario stream --body-size 268435456`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			enc := json.NewEncoder(cmd.OutOrStdout())
@@ -69,6 +75,20 @@ Everything shares this machine's cores: compare figures within one run.`,
 				}
 				cfg.Progress = cmd.ErrOrStderr()
 				res, err := benchgw.Run(cmd.Context(), cfg)
+				if err != nil {
+					return err
+				}
+				return enc.Encode(res)
+			case "stream":
+				bin, err := os.Executable()
+				if err != nil {
+					return err
+				}
+				stream.Binary, stream.Rounds, stream.Progress = bin, cfg.Rounds, cmd.ErrOrStderr()
+				if proxies != "" {
+					stream.Proxies = strings.Split(proxies, ",")
+				}
+				res, err := benchgw.RunStream(cmd.Context(), stream)
 				if err != nil {
 					return err
 				}
@@ -113,11 +133,12 @@ Everything shares this machine's cores: compare figures within one run.`,
 				}
 				return enc.Encode(out)
 			}
-			return fmt.Errorf("unknown --scenario %q: throughput, race or config", scenario)
+			return fmt.Errorf("unknown --scenario %q: throughput, stream, race or config", scenario)
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&scenario, "scenario", "throughput", "throughput, race or config")
+	fl.StringVar(&scenario, "scenario", "throughput", "throughput, stream, race or config")
+	fl.Int64Var(&stream.Size, "body-size", 1<<30, "stream: bytes uploaded and downloaded through each proxy")
 	fl.IntVar(&updates, "updates", 200, "config: route changes published")
 	fl.StringVar(&proxies, "proxies", "", "comma-separated proxies (default: "+strings.Join(benchgw.AllProxies, ",")+")")
 	fl.DurationVar(&cfg.Duration, "duration", 10*time.Second, "length of each wrk run")

@@ -84,7 +84,7 @@ finish (up to --drain), then flushes the call log. See docs/gateway.md.`,
 	fl.StringVar(&f.certFile, "cert-file", "", "client certificate (PEM) for mutual TLS")
 	fl.StringVar(&f.keyFile, "key-file", "", "client key (PEM) for mutual TLS")
 	fl.BoolVar(&f.adminACL, "admin-acl", false, "check every admin request's bearer token with the server at --registry (calls need instances:read on their namespace; config and metrics need push:read)")
-	fl.IntVar(&f.maxBody, "max-request-bytes", 8<<20, "largest request body accepted (413 beyond)")
+	fl.IntVar(&f.maxBody, "max-request-bytes", 0, "largest request body accepted (413 beyond); 0: no limit (bodies stream)")
 	fl.BoolVar(&f.noRecords, "no-call-log", false, "do not record calls")
 	fl.DurationVar(&f.retainAge, "retain", 7*24*time.Hour, "delete call records older than this")
 	fl.Int64Var(&f.retainBytes, "retain-bytes", 10<<30, "delete the oldest call records beyond this many bytes")

@@ -37,7 +37,7 @@ func open(t *testing.T, dir string, mod func(*Options)) *Log {
 
 func rec(svc string, start time.Time, lat time.Duration, ep string, status uint16) Record {
 	return Record{Start: start.UnixNano(), Latency: lat, Service: svc, Cluster: svc, Endpoint: ep, Status: status,
-		Subset: "version=v1", Route: "r", BytesIn: 3, BytesOut: 5}
+		Subset: "version=v1", Route: "r", BytesIn: 3, BytesOut: 5, GRPCStatus: 14 + 1}
 }
 
 func TestRecordsPerServiceLateCallsAndReopen(t *testing.T) {
@@ -71,7 +71,7 @@ func TestRecordsPerServiceLateCallsAndReopen(t *testing.T) {
 			}
 		}
 		c := calls[1]
-		if c.Subset != "version=v1" || c.Route != "r" || c.Cluster != "orders" || c.BytesIn != 3 || c.BytesOut != 5 {
+		if c.Subset != "version=v1" || c.Route != "r" || c.Cluster != "orders" || c.BytesIn != 3 || c.BytesOut != 5 || c.GRPCStatus == nil || *c.GRPCStatus != 14 {
 			t.Fatalf("record fields: %+v", c)
 		}
 		calls, _, _ = l.Calls(Query{Service: "orders", From: base, To: base.Add(time.Hour), MinLatency: 50 * time.Millisecond,
@@ -263,7 +263,7 @@ func FuzzOpenDict(f *testing.F) {
 }
 
 func TestBodyRoundTrip(t *testing.T) {
-	b := body{reason: ReasonShed, status: 503, retries: 2, endpoint: 1, subset: 2, cluster: 3, route: 4, bytesIn: 5, bytesOut: 1 << 31}
+	b := body{reason: ReasonShed, status: 503, retries: 2, grpc: 15, endpoint: 1, subset: 2, cluster: 3, route: 4, bytesIn: 5, bytesOut: 1 << 31}
 	enc := b.encode()
 	if got := decodeBody(&enc); got != b {
 		t.Fatalf("%+v != %+v", got, b)

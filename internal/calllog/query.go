@@ -39,8 +39,11 @@ type Call struct {
 	Status    int           `json:"status"`
 	Retries   int           `json:"retries"`
 	Reason    string        `json:"reason,omitempty"`
-	BytesIn   uint32        `json:"bytes_in"`
-	BytesOut  uint32        `json:"bytes_out"`
+	// GRPCStatus is the answer's grpc-status; nil for an answer that is
+	// not gRPC.
+	GRPCStatus *int   `json:"grpc_status,omitempty"`
+	BytesIn    uint32 `json:"bytes_in"`
+	BytesOut   uint32 `json:"bytes_out"`
 }
 
 func (q *Query) check() error {
@@ -184,7 +187,7 @@ func (l *Log) Calls(q Query) ([]Call, bool, error) {
 			Start: time.Unix(0, m.T).UTC(), Latency: time.Duration(m.A) * time.Microsecond, LatencyUs: m.A,
 			Service: q.Service, Cluster: d.name(b.cluster), Route: d.name(b.route), Subset: d.name(b.subset),
 			Endpoint: d.name(b.endpoint), Status: int(b.status), Retries: int(b.retries), Reason: b.reason.String(),
-			BytesIn: b.bytesIn, BytesOut: b.bytesOut,
+			BytesIn: b.bytesIn, BytesOut: b.bytesOut, GRPCStatus: grpcStatus(b.grpc),
 		})
 	}
 	return out, truncated, nil
@@ -345,4 +348,13 @@ func (l *Log) Endpoints(q StatsQuery) ([]EndpointStats, error) {
 	}
 	slices.SortFunc(out, func(a, b EndpointStats) int { return strings.Compare(a.Endpoint, b.Endpoint) })
 	return out, nil
+}
+
+// grpcStatus decodes the stored grpc-status (+1; 0 is none).
+func grpcStatus(v uint8) *int {
+	if v == 0 {
+		return nil
+	}
+	s := int(v) - 1
+	return &s
 }

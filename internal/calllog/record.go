@@ -35,6 +35,9 @@ type Record struct {
 	Reason   Reason // why the gateway answered itself; 0 for an upstream answer
 	BytesIn  uint32 // request body bytes
 	BytesOut uint32 // response body bytes
+	// GRPCStatus is the call's grpc-status plus one (the answer's trailers,
+	// or its headers in a trailers-only answer); 0: not a gRPC answer.
+	GRPCStatus uint8
 }
 
 // Reason says why a call got no upstream answer.
@@ -56,11 +59,13 @@ const (
 	ReasonBadRequest
 	ReasonOther
 	ReasonUpgradeFailed
+	ReasonRequestTooLarge // the client's body was over the limit
+	ReasonBadRequestBody  // the client's body could not be read (truncated, malformed chunks)
 )
 
 var reasonNames = [...]string{"", "no_route", "cluster_not_found", "no_healthy_endpoint", "no_subset", "shed",
 	"upstream_timeout", "connect_failure", "upstream_reset", "response_too_large", "pool_overflow",
-	"bad_subset_header", "other", "upgrade_failed"}
+	"bad_subset_header", "other", "upgrade_failed", "request_too_large", "bad_request"}
 
 // ReasonCode maps the gateway's reason names to their codes.
 func ReasonCode(s string) Reason {
@@ -91,7 +96,7 @@ func (r Reason) String() string {
 //	1      1    reason
 //	2      2    status
 //	4      1    retries
-//	5      1    reserved (0)
+//	5      1    grpc-status + 1 (0: none; 0 in records written before it)
 //	6      4    endpoint id
 //	10     4    subset id
 //	14     4    cluster id
@@ -105,6 +110,7 @@ type body struct {
 	reason                    Reason
 	status                    uint16
 	retries                   uint8
+	grpc                      uint8 // grpc-status + 1; 0: none
 	endpoint, subset, cluster uint32
 	route, bytesIn, bytesOut  uint32
 }
@@ -114,6 +120,7 @@ func (b *body) encode() (out [callstore.BodySize]byte) {
 	out[1] = byte(b.reason)
 	binary.LittleEndian.PutUint16(out[2:], b.status)
 	out[4] = b.retries
+	out[5] = b.grpc
 	binary.LittleEndian.PutUint32(out[6:], b.endpoint)
 	binary.LittleEndian.PutUint32(out[10:], b.subset)
 	binary.LittleEndian.PutUint32(out[14:], b.cluster)
@@ -128,6 +135,7 @@ func decodeBody(in *[callstore.BodySize]byte) body {
 		reason:   Reason(in[1]),
 		status:   binary.LittleEndian.Uint16(in[2:]),
 		retries:  in[4],
+		grpc:     in[5],
 		endpoint: binary.LittleEndian.Uint32(in[6:]),
 		subset:   binary.LittleEndian.Uint32(in[10:]),
 		cluster:  binary.LittleEndian.Uint32(in[14:]),

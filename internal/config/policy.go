@@ -18,6 +18,9 @@ type Policy struct {
 	LoadBalancer   string
 	ConnectTimeout time.Duration // 0: the data plane's default
 	IdleTimeout    time.Duration // 0: the data plane's default
+	// HTTP2: the endpoints speak HTTP/2 (gRPC): connectionPool.http.
+	// h2UpgradePolicy UPGRADE, as Istio reads it.
+	HTTP2 bool
 	// Outlier is the outlier detection in force, nil for none.
 	Outlier *networking.OutlierDetection
 	// TLS is how clients reach the service, nil for plaintext (a
@@ -67,6 +70,7 @@ func EffectivePolicy(dr *Object, subset string) Policy {
 	if d := cp.GetHttp().GetIdleTimeout(); d != nil {
 		p.IdleTimeout = d.AsDuration()
 	}
+	p.HTTP2 = cp.GetHttp().GetH2UpgradePolicy() == networking.ConnectionPoolSettings_HTTPSettings_UPGRADE
 	p.Outlier = top.GetOutlierDetection()
 	if sub.GetOutlierDetection() != nil {
 		p.Outlier = sub.GetOutlierDetection()

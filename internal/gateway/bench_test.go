@@ -1,11 +1,16 @@
 package gateway_test
 
 import (
+	"context"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/valyala/fasthttp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 )
 
 // BenchmarkProxy is one call through the gateway over loopback (client ->
@@ -63,4 +68,54 @@ func BenchmarkProxy(b *testing.B) {
 	})
 	b.StopTimer()
 	hc.CloseIdleConnections()
+}
+
+// BenchmarkGRPCUnary is one grpc-go unary call (empty request, 1 KiB
+// answer) directly to the server and through the gateway (h2c both ways),
+// from parallel callers over one client connection each way: the ratio
+// of the two is the gateway's cost per gRPC call.
+func BenchmarkGRPCUnary(b *testing.B) {
+	s := startGRPCServerTB(b, "bench")
+	cp := startControlPlaneB(b)
+	cp.set(rdsListener("gw", "r"), routeConfig("r", vhost("all", []string{"*"}, prefixRoute("/", "grpc"))),
+		h2cCluster("grpc"), assignment("grpc", ep{u: s.up}))
+	g := startGatewayB(b, cp.addr)
+	for _, tc := range []struct{ name, addr string }{
+		{"direct", s.up.addr},
+		{"gateway", strings.TrimPrefix(g.url, "http://")},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			cc, err := grpc.NewClient("passthrough:///"+tc.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer cc.Close()
+			c := testgrpc.NewTestServiceClient(cc)
+			req := &testgrpc.SimpleRequest{ResponseSize: 1024}
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				_, err := c.UnaryCall(ctx, req)
+				cancel()
+				if err == nil {
+					break
+				}
+				if time.Now().After(deadline) {
+					b.Fatalf("no answer: %v", err)
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			b.ReportAllocs()
+			b.SetParallelism(8)
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if _, err := c.UnaryCall(context.Background(), req); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
 }

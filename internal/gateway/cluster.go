@@ -2,10 +2,12 @@ package gateway
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"net"
 	"net/http"
 	"slices"
@@ -28,10 +30,10 @@ type upstream interface {
 	closeIdle()
 }
 
-// h1Upstream is HTTP/1.1 with keep-alive connections: fasthttp's HostClient,
-// which reads and writes on the calling goroutine (no per-connection
-// goroutines, no channel hand-offs: the cost that makes net/http's Transport
-// slow as a proxy client).
+// h1Upstream is HTTP/1.1 with keep-alive connections: fasthttp's HostClient's
+// pool with roundTrip (upstream.go), which reads and writes on the calling
+// goroutine (no per-connection goroutines, no channel hand-offs: the cost
+// that makes net/http's Transport slow as a proxy client).
 type h1Upstream struct{ hc *fasthttp.HostClient }
 
 func newH1Upstream(addr string, connect time.Duration, maxResp int) *h1Upstream {
@@ -41,24 +43,27 @@ func newH1Upstream(addr string, connect time.Duration, maxResp int) *h1Upstream 
 		MaxConns:                      4096,
 		MaxConnWaitTimeout:            time.Second,
 		MaxIdleConnDuration:           60 * time.Second,
-		MaxResponseBodySize:           maxResp,
 		NoDefaultUserAgentHeader:      true,
 		DisableHeaderNamesNormalizing: true,
 		DisablePathNormalizing:        true,
-		// One more try only for an idempotent request that met a pooled
-		// connection the upstream had closed (nothing was received): the
-		// race every keep-alive client has. Other failures go to the
-		// route's retry policy.
-		MaxIdemponentCallAttempts: 2,
-		RetryIfErr: func(req *fasthttp.Request, attempts int, err error) (bool, bool) {
-			idem := req.Header.IsGet() || req.Header.IsHead() || req.Header.IsPut()
-			return false, idem && attempts < 2 && (errors.Is(err, fasthttp.ErrConnectionClosed) || errors.Is(err, io.EOF))
-		},
 	}}
 }
 
 func (u *h1Upstream) do(req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time) error {
-	return u.hc.DoDeadline(req, resp, deadline)
+	retry, err := roundTrip(u.hc, req, resp, deadline)
+	// One more try only for an idempotent request (and a body that can be
+	// sent again) that met a pooled connection the upstream had closed
+	// (nothing was received): the race every keep-alive client has. Other
+	// failures go to the route's retry policy.
+	if err != nil && retry && !req.IsBodyStream() && (req.Header.IsGet() || req.Header.IsHead() || req.Header.IsPut()) &&
+		(errors.Is(err, io.EOF) || errors.Is(err, fasthttp.ErrConnectionClosed)) {
+		resp.Reset()
+		_, err = roundTrip(u.hc, req, resp, deadline)
+	}
+	if errors.Is(err, io.EOF) {
+		err = fasthttp.ErrConnectionClosed
+	}
+	return err
 }
 
 func (u *h1Upstream) closeIdle() { u.hc.CloseIdleConnections() }
@@ -84,8 +89,21 @@ func newH2CUpstream(addr string, connect time.Duration, maxResp int) *h2cUpstrea
 }
 
 func (u *h2cUpstream) do(req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time) error {
-	hr, err := http.NewRequest(string(req.Header.Method()), "http://"+u.addr+string(req.Header.RequestURI()), bytes.NewReader(req.Body()))
+	var body io.Reader = http.NoBody
+	cl := int64(0)
+	if req.IsBodyStream() {
+		body, cl = req.BodyStream(), int64(req.Header.ContentLength())
+	} else if b := req.Body(); len(b) > 0 {
+		body, cl = bytes.NewReader(b), int64(len(b))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	if !deadline.IsZero() {
+		cancel()
+		ctx, cancel = context.WithDeadline(context.Background(), deadline)
+	}
+	hr, err := http.NewRequestWithContext(ctx, string(req.Header.Method()), "http://"+u.addr+string(req.Header.RequestURI()), body)
 	if err != nil {
+		cancel()
 		return err
 	}
 	hr.Host = string(req.Header.Host())
@@ -96,39 +114,85 @@ func (u *h2cUpstream) do(req *fasthttp.Request, resp *fasthttp.Response, deadlin
 		}
 		hr.Header.Add(string(k), string(v))
 	}
-	hr.ContentLength = int64(len(req.Body()))
-	cancel := func() {}
-	if !deadline.IsZero() {
-		ctx, c := contextWithDeadline(deadline)
-		hr, cancel = hr.WithContext(ctx), c
-	}
-	defer cancel()
+	hr.ContentLength = cl // -1: unknown (a chunked body)
 	hres, err := u.tr.RoundTrip(hr)
 	if err != nil {
+		cancel()
 		if !deadline.IsZero() && !time.Now().Before(deadline) {
 			return fasthttp.ErrTimeout
 		}
 		return err
 	}
-	defer hres.Body.Close()
 	resp.SetStatusCode(hres.StatusCode)
 	for k, vs := range hres.Header {
 		for _, v := range vs {
 			resp.Header.Add(k, v)
 		}
 	}
-	body, err := io.ReadAll(io.LimitReader(hres.Body, int64(u.maxResp)+1))
-	if err != nil {
-		if !deadline.IsZero() && !time.Now().Before(deadline) {
-			return fasthttp.ErrTimeout
+	if cl := hres.ContentLength; cl >= 0 && cl <= bufferedResponseMax && len(hres.Trailer) == 0 {
+		// Small and of known length: read whole (the stream ends at once).
+		defer cancel()
+		defer hres.Body.Close()
+		buf := bodyBufs.Get().(*[]byte)
+		defer bodyBufs.Put(buf)
+		if int64(cap(*buf)) < cl {
+			*buf = make([]byte, cl)
 		}
-		return fmt.Errorf("read body: %w", err)
+		b := (*buf)[:cl]
+		if _, err := io.ReadFull(hres.Body, b); err != nil {
+			if !deadline.IsZero() && !time.Now().Before(deadline) {
+				return fasthttp.ErrTimeout
+			}
+			return fmt.Errorf("read body: %w", err)
+		}
+		resp.SetBody(b)
+		return nil
 	}
-	if len(body) > u.maxResp {
-		return fasthttp.ErrBodyTooLarge
+	n := -1
+	if hres.ContentLength >= 0 && hres.ContentLength <= math.MaxInt32 {
+		n = int(hres.ContentLength)
 	}
-	resp.SetBody(body)
+	resp.SetBodyStream(&h2Body{res: hres, cancel: cancel, dst: &resp.Header, deadline: deadline}, n)
 	return nil
+}
+
+// h2Body is an HTTP/2 answer's body read into a fasthttp response: its
+// trailers join the response's at the end; closing it ends the stream.
+type h2Body struct {
+	res      *http.Response
+	cancel   context.CancelFunc
+	dst      *fasthttp.ResponseHeader
+	deadline time.Time
+	tail     streamTail
+}
+
+func (b *h2Body) Read(p []byte) (int, error) {
+	n, err := b.res.Body.Read(p)
+	if err == io.EOF {
+		for k, vs := range b.res.Trailer {
+			if b.dst.AddTrailer(k) != nil {
+				continue
+			}
+			for _, v := range vs {
+				b.dst.Add(k, v)
+			}
+		}
+	} else if err != nil && !b.deadline.IsZero() && !time.Now().Before(b.deadline) {
+		err = fasthttp.ErrTimeout
+	}
+	b.tail.read(n, err)
+	return n, err
+}
+
+func (b *h2Body) CloseWithError(error) error {
+	if b.cancel == nil {
+		return nil
+	}
+	err := b.res.Body.Close()
+	b.cancel()
+	b.cancel = nil
+	b.tail.end(b.dst)
+	return err
 }
 
 func (u *h2cUpstream) closeIdle() { u.tr.CloseIdleConnections() }

@@ -70,7 +70,9 @@ func TestControlPlaneDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	if rs.num != 2 || !rs.otherHost || rs.hostPicks != 5 || !slices.Equal(rs.codes, []int{503}) ||
-		!rs.retriable(reasonConnect, 0) || !rs.retriable("", 503) || rs.retriable("", 500) {
+		!rs.retriable(reasonConnect, 0, -1) || !rs.retriable("", 503, -1) || rs.retriable("", 500, -1) ||
+		!rs.retriable("", 200, grpcUnavailable) || !rs.retriable("", 200, grpcCancelled) || rs.retriable("", 200, grpcInternal) ||
+		rs.retriable("", 200, grpcOK) {
 		t.Fatalf("default retry policy read as %+v", rs)
 	}
 }
@@ -117,5 +119,19 @@ func TestRetryPicksAnotherHost(t *testing.T) {
 	}
 	if same != 30 {
 		t.Fatalf("plain picks reached the tried host %d of 40 times, want 30", same)
+	}
+}
+
+// A DestinationRule's h2UpgradePolicy UPGRADE, as Sextant's control plane
+// publishes it, makes the gateway speak HTTP/2 to the cluster (gRPC).
+func TestHTTP2FromDestinationRule(t *testing.T) {
+	for _, h2 := range []bool{false, true} {
+		s, err := decodeCluster(xds.Cluster("default/orders", config.Policy{HTTP2: h2}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.h2c != h2 {
+			t.Fatalf("HTTP2 %v read as h2c %v", h2, s.h2c)
+		}
 	}
 }

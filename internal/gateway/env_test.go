@@ -141,9 +141,18 @@ func startGatewayTB(t testing.TB, cpAddr string) *gw { return startGatewayOpts(t
 // startTLSGateway is startGateway with a TLS listener too (gw.tls).
 func startTLSGateway(t testing.TB, cpAddr string) *gw { return startGatewayOpts(t, cpAddr, true) }
 
-func startGatewayOpts(t testing.TB, cpAddr string, withTLS bool) *gw {
+// startGatewayWith starts a gateway of cpAddr with opts (its Recorder is
+// the gateway's call log whatever opts say).
+func startGatewayWith(t testing.TB, cpAddr string, opts gateway.Options) *gw {
+	return startGatewayOpts(t, cpAddr, false, opts)
+}
+
+func startGatewayOpts(t testing.TB, cpAddr string, withTLS bool, base ...gateway.Options) *gw {
 	t.Helper()
 	var opts gateway.Options
+	if len(base) > 0 {
+		opts = base[0]
+	}
 	var tln net.Listener
 	if withTLS {
 		var err error
@@ -388,3 +397,20 @@ func assignment(name string, eps ...ep) *endpoint.ClusterLoadAssignment {
 }
 
 type typesResource = types.Resource
+
+// calls returns the call records of service, oldest first.
+func (w *gw) calls(t *testing.T, service string) []calllog.Call {
+	t.Helper()
+	resp, err := w.client.Get(w.admin + "/v1/calls?from=0&service=" + service)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out struct {
+		Calls []calllog.Call `json:"calls"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		t.Fatal(err)
+	}
+	return out.Calls
+}

@@ -45,7 +45,8 @@ type Options struct {
 	// ProxyListener (Sextant's control plane's), else the only one.
 	Listener   string
 	ListenPort uint32
-	// MaxRequestBytes limits request bodies (413 beyond); default 8 MiB.
+	// MaxRequestBytes limits request bodies (413 beyond); 0: no limit
+	// (bodies stream in bounded memory, as in Envoy).
 	MaxRequestBytes int
 	// RequestReadTimeout bounds reading one request, headers and body,
 	// from its first byte (a client trickling headers is cut off after
@@ -102,9 +103,7 @@ func New(opts Options) *Gateway {
 	if opts.RequestReadTimeout <= 0 {
 		opts.RequestReadTimeout = 30 * time.Second
 	}
-	if opts.MaxRequestBytes <= 0 {
-		opts.MaxRequestBytes = 8 << 20
-	}
+	opts.MaxRequestBytes = max(opts.MaxRequestBytes, 0)
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}

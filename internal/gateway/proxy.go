@@ -17,7 +17,6 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/sextant-mesh/sextant/internal/balancer"
-	"github.com/sextant-mesh/sextant/internal/calllog"
 	"github.com/sextant-mesh/sextant/internal/subset"
 )
 
@@ -62,25 +61,7 @@ func (g *Gateway) serve(ctx *fasthttp.RequestCtx) { g.serveOn(ctx, g.table.Load(
 // plaintext listener's); nil: no configuration yet.
 func (g *Gateway) serveOn(ctx *fasthttp.RequestCtx, t *table) {
 	start := time.Now()
-	if t == nil {
-		g.localReply(ctx, fasthttp.StatusServiceUnavailable, "", reasonNoRoute, "no configuration received from the control plane yet")
-		return
-	}
-	var hostBuf [256]byte
-	r, host := g.route(ctx, t, hostBuf[:0])
-	if r == nil {
-		return
-	}
-	if d := r.spec.direct; d != nil {
-		ctx.SetStatusCode(d.status)
-		ctx.SetBodyString(d.body)
-		return
-	}
-	if rd := r.spec.redirect; rd != nil {
-		redirect(ctx, rd, r.spec.match.value, host)
-		return
-	}
-	c, md, mdKey := g.target(ctx, t, r)
+	r, c, md, mdKey := g.routeCall(ctx, t)
 	if c == nil {
 		return
 	}
@@ -89,17 +70,63 @@ func (g *Gateway) serveOn(ctx *fasthttp.RequestCtx, t *table) {
 		return
 	}
 	g.prepareRequest(ctx, r)
-	k := call{c: c, retry: &r.spec.retry, md: md}
+	k := call{c: c, retry: &r.spec.retry, md: md, grpc: -1}
 	if r.spec.timeout > 0 {
 		k.deadline = start.Add(r.spec.timeout)
 	}
+	if ctx.Request.IsBodyStream() && !g.readyBody(ctx, r, &k, ctx.RequestBodyStream(), ctx.Request.Header.ContentLength(), ctx.Conn()) {
+		g.finish(ctx, &k, r, mdKey, start)
+		return
+	}
 	k.forward(&ctx.Request, &ctx.Response)
 	g.answer(ctx, &k)
-	lat := time.Since(start)
-	c.m.observe(k.status, lat)
-	if g.rec != nil {
-		g.record(ctx, &k, r, mdKey, start, lat)
+	if t := tailOf(&ctx.Response); t != nil {
+		// The answer streams: the server writes it once this returns, and
+		// its end counts and records the call.
+		t.arm(g, &k, r, mdKey, start)
+		return
 	}
+	g.finish(ctx, &k, r, mdKey, start)
+}
+
+// finish counts and records a call whose answer is ready.
+func (g *Gateway) finish(ctx *fasthttp.RequestCtx, k *call, r *routeRT, mdKey string, start time.Time) {
+	lat := time.Since(start)
+	k.c.m.observe(k.status, lat)
+	if g.rec != nil {
+		if k.body == nil && !ctx.Request.IsBodyStream() { // (a stream refused unread stays unread)
+			k.bytesIn = int64(len(ctx.Request.Body()))
+		}
+		g.recordCall(k, r, mdKey, start, lat, int64(len(ctx.Response.Body())))
+	}
+}
+
+// routeCall finds the request's route in table t (nil: no configuration
+// yet) and its cluster, with the metadata to
+// pick its endpoint by. With no cluster to call (no route, a redirect, a
+// direct response, a bad subset header) it answers the request and
+// returns a nil cluster.
+func (g *Gateway) routeCall(ctx *fasthttp.RequestCtx, t *table) (r *routeRT, c *clusterRT, md map[string]string, mdKey string) {
+	if t == nil {
+		g.localReply(ctx, fasthttp.StatusServiceUnavailable, "", reasonNoRoute, "no configuration received from the control plane yet")
+		return nil, nil, nil, ""
+	}
+	var hostBuf [256]byte
+	r, host := g.route(ctx, t, hostBuf[:0])
+	if r == nil {
+		return nil, nil, nil, ""
+	}
+	if d := r.spec.direct; d != nil {
+		ctx.SetStatusCode(d.status)
+		ctx.SetBodyString(d.body)
+		return nil, nil, nil, ""
+	}
+	if rd := r.spec.redirect; rd != nil {
+		redirect(ctx, rd, r.spec.match.value, host)
+		return nil, nil, nil, ""
+	}
+	c, md, mdKey = g.target(ctx, t, r)
+	return r, c, md, mdKey
 }
 
 // route finds the request's route, after bringing an absolute-form target
@@ -178,6 +205,10 @@ type call struct {
 	md       map[string]string
 	deadline time.Time // zero: none
 
+	body    *reqBody // the request body, when it streams (not retriable)
+	bytesIn int64    // the request body's bytes, when buffered
+	grpc    int      // grpc-status of the last answer; -1: none
+
 	retries  int
 	status   int        // of the last answer; 0 if it got none
 	reason   string     // why the last attempt got no usable answer
@@ -203,7 +234,7 @@ func (k *call) forward(req *fasthttp.Request, resp *fasthttp.Response) {
 // mayRetry reports whether the attempt that just ended may be retried,
 // taking a retry-budget permit if so.
 func (k *call) mayRetry() bool {
-	return k.retry.retriable(k.reason, k.status) && k.retries < k.retry.num &&
+	return k.body == nil && k.retry.retriable(k.reason, k.status, k.grpc) && k.retries < k.retry.num &&
 		(k.deadline.IsZero() || time.Now().Before(k.deadline)) && k.c.allowRetry()
 }
 
@@ -231,6 +262,15 @@ func (k *call) attempt(req *fasthttp.Request, resp *fasthttp.Response) bool {
 	k.release()
 	var outcome balancer.Outcome
 	outcome, k.reason = classify(err, resp.StatusCode())
+	if err == nil {
+		k.grpc = parseGRPCStatus(string(resp.Header.Peek("Grpc-Status")))
+		if k.grpc >= 0 && outcome == balancer.Success {
+			outcome = grpcOutcome(k.grpc)
+		}
+	} else if why := k.body.reason(); k.body != nil && why != "" {
+		// The client's body broke the call, not the endpoint.
+		outcome, k.reason, err = balancer.Canceled, why, k.body.err
+	}
 	res.Done(lat, outcome)
 	k.err = err
 	k.status = resp.StatusCode()
@@ -282,6 +322,9 @@ func (g *Gateway) answer(ctx *fasthttp.RequestCtx, k *call) {
 	resp := &ctx.Response
 	if k.err != nil {
 		code, msg := replyFor(k.reason, k.c.name, k.err)
+		if k.reason == reasonTooLargeIn || k.reason == reasonBadRequest {
+			ctx.SetConnectionClose() // what is left of the body is not read
+		}
 		resp.Reset()
 		g.localReply(ctx, code, k.c.name, k.reason, msg)
 		k.status = code
@@ -293,30 +336,6 @@ func (g *Gateway) answer(ctx *fasthttp.RequestCtx, k *call) {
 		k.reason = ""
 	}
 	resp.Header.SetBytesV("X-Request-Id", ctx.Request.Header.Peek("X-Request-Id"))
-}
-
-// record hands the call to the recorder.
-func (g *Gateway) record(ctx *fasthttp.RequestCtx, k *call, r *routeRT, mdKey string, start time.Time, lat time.Duration) {
-	c := k.c
-	if mdKey == "" {
-		// A control plane that makes one cluster per subset (Sextant's,
-		// Istio's) routes with no metadata match: the cluster names it.
-		mdKey = c.spec.subsetName
-	}
-	g.rec.Record(calllog.Record{
-		Start:    start.UnixNano(),
-		Latency:  lat,
-		Service:  c.spec.service,
-		Cluster:  c.name,
-		Route:    r.name,
-		Subset:   mdKey,
-		Endpoint: k.endpoint,
-		Status:   uint16(k.status),
-		Retries:  uint8(min(k.retries, 255)),
-		Reason:   calllog.ReasonCode(k.reason),
-		BytesIn:  uint32(min(len(ctx.Request.Body()), 1<<32-1)),
-		BytesOut: uint32(min(len(ctx.Response.Body()), 1<<32-1)),
-	})
 }
 
 // prepareRequest turns the downstream request into the upstream one, in
@@ -438,9 +457,12 @@ func classify(err error, status int) (balancer.Outcome, string) {
 }
 
 // retriable reports whether an attempt that ended so may be retried.
-func (s *retrySpec) retriable(reason string, status int) bool {
+func (s *retrySpec) retriable(reason string, status, grpc int) bool {
 	if !s.defined || s.num == 0 {
 		return false
+	}
+	if reason == "" && grpc >= 0 && s.grpcRetriable(grpc) {
+		return true
 	}
 	switch reason {
 	case "":
@@ -504,6 +526,10 @@ func replyFor(reason, cluster string, err error) (int, string) {
 		return fasthttp.StatusBadGateway, "cluster " + q + ": connect failure: " + err.Error()
 	case reasonTooLarge:
 		return fasthttp.StatusBadGateway, "cluster " + q + ": upstream response larger than the limit"
+	case reasonTooLargeIn:
+		return fasthttp.StatusRequestEntityTooLarge, "request body larger than the limit"
+	case reasonBadRequest:
+		return fasthttp.StatusBadRequest, "cannot read the request body: " + err.Error()
 	}
 	return fasthttp.StatusBadGateway, "cluster " + q + ": upstream reset before a complete answer: " + err.Error()
 }

@@ -13,6 +13,7 @@ import (
 	matcher "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
 // routeConfigSpec is a decoded RouteConfiguration.
@@ -44,6 +45,10 @@ type routeSpec struct {
 	// upgrades are the route's upgrade_configs: each type enabled or
 	// disabled here, overriding the listener's (Envoy semantics).
 	upgrades map[string]bool
+	// bufferLimit is per_request_buffer_limit_bytes (the route's, else its
+	// virtual host's, else defaultBufferLimit): a request body up to it is
+	// buffered and may be retried; a longer one streams and is not.
+	bufferLimit int64
 }
 
 // redirectSpec is a route's redirect action.
@@ -113,6 +118,13 @@ const (
 	retryReset
 	retryRetriableCodes
 	retryRetriable4xx // 409
+	// gRPC conditions: the grpc-status of an answer's headers (a
+	// trailers-only answer, as Envoy reads it).
+	retryCancelled         // 1
+	retryDeadlineExceeded  // 4
+	retryResourceExhausted // 8
+	retryInternal          // 13
+	retryUnavailable       // 14
 )
 
 type retrySpec struct {
@@ -127,6 +139,10 @@ type retrySpec struct {
 	otherHost bool
 	hostPicks int
 }
+
+// grpcConditions are Envoy's retry_on conditions on a gRPC status.
+var grpcConditions = map[string]retryOn{"cancelled": retryCancelled, "deadline-exceeded": retryDeadlineExceeded,
+	"resource-exhausted": retryResourceExhausted, "internal": retryInternal, "unavailable": retryUnavailable}
 
 // Envoy's retry host predicate that avoids the hosts a call already tried,
 // by name or by type; other predicates are ignored.
@@ -173,11 +189,13 @@ func decodeRouteConfig(rc *route.RouteConfiguration) (*routeConfigSpec, error) {
 		if err != nil {
 			return nil, err
 		}
+		vhLimit := bufferLimit(vh.GetRequestBodyBufferLimit(), vh.GetPerRequestBufferLimitBytes(), defaultBufferLimit)
 		for j, r := range vh.GetRoutes() {
 			rs, err := decodeRoute(r, fmt.Sprintf("%s.routes[%d]", path, j), vhRetry)
 			if err != nil {
 				return nil, err
 			}
+			rs.bufferLimit = bufferLimit(r.GetRequestBodyBufferLimit(), r.GetPerRequestBufferLimitBytes(), vhLimit)
 			v.routes = append(v.routes, rs)
 		}
 		s.vhosts = append(s.vhosts, v)
@@ -345,6 +363,19 @@ func decodeRouteAction(rs *routeSpec, ra *route.RouteAction, path string, vhRetr
 	return nil
 }
 
+// bufferLimit is a route's or virtual host's request body buffer limit:
+// request_body_buffer_limit, which Envoy prefers, else the older
+// per_request_buffer_limit_bytes, else def.
+func bufferLimit(body *wrapperspb.UInt64Value, perRequest *wrapperspb.UInt32Value, def int64) int64 {
+	switch {
+	case body != nil:
+		return int64(min(body.GetValue(), 1<<62))
+	case perRequest != nil:
+		return int64(perRequest.GetValue())
+	}
+	return def
+}
+
 func decodeRetry(rp *route.RetryPolicy, path string) (retrySpec, error) {
 	var s retrySpec
 	if rp == nil {
@@ -379,16 +410,16 @@ func decodeRetry(rp *route.RetryPolicy, path string) (retrySpec, error) {
 		case "retriable-status-codes":
 			s.on |= retryRetriableCodes
 		case "refused-stream":
-			// An HTTP/2 REFUSED_STREAM: the gateway's upstream connections
-			// are HTTP/1, which cannot send one, so it is accepted and
-			// never matches (retriable).
+			// An HTTP/2 REFUSED_STREAM: Go's HTTP/2 transport resends a
+			// refused stream itself, so the condition is accepted and never
+			// matches here (retriable).
 		case "retriable-4xx":
 			s.on |= retryRetriable4xx
-		case "cancelled", "deadline-exceeded", "internal", "resource-exhausted", "unavailable",
-			"retriable-headers", "envoy-ratelimited", "http3-post-connect-failure":
-			// Envoy's gRPC-status and header-driven conditions: accepted so
-			// that a control plane's usual policy (Istio's retry_on includes
-			// "unavailable,cancelled") applies; they never match here.
+		case "cancelled", "deadline-exceeded", "resource-exhausted", "internal", "unavailable":
+			s.on |= grpcConditions[strings.TrimSpace(c)]
+		case "retriable-headers", "envoy-ratelimited", "http3-post-connect-failure":
+			// Envoy's header-driven conditions: accepted so that a control
+			// plane's policy applies; they never match here.
 		default:
 			return s, fieldErr(path+".retry_on", "unknown condition %q", c)
 		}

@@ -18,6 +18,8 @@ import (
 	"go.uber.org/goleak"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/sextant-mesh/sextant/internal/gateway"
 )
 
 func TestMain(m *testing.M) {
@@ -265,7 +267,7 @@ func TestRequestBodiesAndLimit(t *testing.T) {
 	cp := startControlPlane(t, "")
 	cp.set(rdsListener("gw", "r"), routeConfig("r", vhost("all", []string{"*"}, prefixRoute("/", "echo"))),
 		edsCluster("echo"), assignment("echo", ep{u: echo}))
-	g := startGateway(t, cp.addr)
+	g := startGatewayWith(t, cp.addr, gateway.Options{MaxRequestBytes: 8 << 20})
 	g.waitServes(t, "/", "GET")
 	resp, err := g.client.Post(g.url+"/", "text/plain", strings.NewReader("hello body"))
 	if err != nil {
@@ -276,7 +278,7 @@ func TestRequestBodiesAndLimit(t *testing.T) {
 	if resp.StatusCode != 200 || string(b) != "POST hello body" {
 		t.Fatalf("POST: %d %q", resp.StatusCode, b)
 	}
-	// Above the 8 MiB default limit: 413, and nothing reaches the upstream.
+	// Above the 8 MiB limit: 413, and nothing reaches the upstream.
 	before := echo.calls.Load()
 	resp, err = g.client.Post(g.url+"/", "text/plain", bytes.NewReader(make([]byte, 9<<20)))
 	if err == nil {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"io"
 	"net"
 	"net/http"
 	"strconv"
@@ -60,7 +59,9 @@ func (g *Gateway) newFastServer(h fasthttp.RequestHandler) *fasthttp.Server {
 		NoDefaultContentType:          true,
 		NoDefaultDate:                 true,
 		DisableHeaderNamesNormalizing: false,
-		MaxRequestBodySize:            g.opts.MaxRequestBytes,
+		StreamRequestBody:             true, // stream.go; fasthttp reads the first MaxRequestBodySize
+		MaxRequestBodySize:            8 << 10,
+		DisablePreParseMultipartForm:  true,
 		ReadTimeout:                   g.opts.RequestReadTimeout,
 		IdleTimeout:                   5 * time.Minute,
 		CloseOnShutdown:               true,
@@ -140,61 +141,6 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	}
 	g.pools.closeAll()
 	return err
-}
-
-// serveH2 adapts an h2c request to the proxy's fasthttp data path.
-func (g *Gateway) serveH2(w http.ResponseWriter, r *http.Request) {
-	g.serveH2On(w, r, g.table.Load())
-}
-
-// serveH2On serves an HTTP/2 request (h2c, or over TLS when r.TLS is set)
-// through the data path with routing table t.
-func (g *Gateway) serveH2On(w http.ResponseWriter, r *http.Request, t *table) {
-	var ctx fasthttp.RequestCtx
-	// Build apart, then Init copies it into ctx (Init on ctx.Request itself
-	// would reset its own source).
-	req := fasthttp.AcquireRequest()
-	defer fasthttp.ReleaseRequest(req)
-	req.Header.SetMethod(r.Method)
-	req.Header.SetRequestURI(r.URL.RequestURI())
-	req.Header.SetHost(r.Host)
-	for k, vs := range r.Header {
-		for _, v := range vs {
-			req.Header.Add(k, v)
-		}
-	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, int64(g.opts.MaxRequestBytes)+1))
-	if err != nil {
-		http.Error(w, "gateway: read request body: "+err.Error(), http.StatusBadRequest)
-		return
-	}
-	if len(body) > g.opts.MaxRequestBytes {
-		http.Error(w, "gateway: request body larger than the limit", http.StatusRequestEntityTooLarge)
-		return
-	}
-	req.SetBody(body)
-	addr, _ := net.ResolveTCPAddr("tcp", r.RemoteAddr)
-	if r.TLS != nil {
-		ctx.Init2(&h2TLSConn{remote: addr, state: r.TLS}, discardLogger{}, true)
-		req.CopyTo(&ctx.Request)
-	} else {
-		ctx.Init(req, addr, nil)
-	}
-	g.serveOn(&ctx, t)
-	resp := &ctx.Response
-	h := w.Header()
-	for k, v := range resp.Header.All() {
-		switch string(k) {
-		case "Content-Length", "Connection", "Transfer-Encoding":
-			continue
-		}
-		h.Add(string(k), string(v))
-	}
-	if ct := resp.Header.ContentType(); len(ct) > 0 {
-		h.Set("Content-Type", string(ct))
-	}
-	w.WriteHeader(resp.StatusCode())
-	_, _ = w.Write(resp.Body())
 }
 
 // connListener is a net.Listener fed by dispatch.

@@ -21,6 +21,7 @@ import (
 	roundrobinv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/load_balancing_policies/round_robin/v3"
 	wrrlocalityv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/load_balancing_policies/wrr_locality/v3"
 	previoushostsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/retry/host/previous_hosts/v3"
+	upstreamhttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -217,6 +218,22 @@ func wrrLocalityRoundRobin() *corev3.TypedExtensionConfig {
 	return typed(&wrrlocalityv3.WrrLocality{EndpointPickingPolicy: lbPolicy(typed(&roundrobinv3.RoundRobin{}))})
 }
 
+// HTTPProtocolOptionsKey is the typed_extension_protocol_options key of a
+// cluster's upstream HTTP options.
+const HTTPProtocolOptionsKey = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
+
+// http2Options asks for HTTP/2 to a cluster's endpoints.
+var http2Options = func() *anypb.Any {
+	a, err := anypb.New(&upstreamhttpv3.HttpProtocolOptions{UpstreamProtocolOptions: &upstreamhttpv3.HttpProtocolOptions_ExplicitHttpConfig_{
+		ExplicitHttpConfig: &upstreamhttpv3.HttpProtocolOptions_ExplicitHttpConfig{
+			ProtocolConfig: &upstreamhttpv3.HttpProtocolOptions_ExplicitHttpConfig_Http2ProtocolOptions{
+				Http2ProtocolOptions: &corev3.Http2ProtocolOptions{}}}}})
+	if err != nil {
+		panic(err)
+	}
+	return a
+}()
+
 // Cluster builds the CDS resource of one cluster: endpoints from EDS over
 // ADS, the load-balancing policy, connect timeout and outlier detection of p.
 func Cluster(name string, p config.Policy) *clusterv3.Cluster {
@@ -258,6 +275,11 @@ func Cluster(name string, p config.Policy) *clusterv3.Cluster {
 	}
 	if p.IdleTimeout > 0 {
 		c.CommonHttpProtocolOptions = &corev3.HttpProtocolOptions{IdleTimeout: durationpb.New(p.IdleTimeout)}
+	}
+	if p.HTTP2 {
+		// HTTP/2 to the endpoints (gRPC), as Istio publishes h2UpgradePolicy
+		// UPGRADE; the gateway and Envoy read it, grpc-go speaks HTTP/2 anyway.
+		c.TypedExtensionProtocolOptions = map[string]*anypb.Any{HTTPProtocolOptionsKey: http2Options}
 	}
 	c.OutlierDetection = DefaultOutlierDetection()
 	if od := p.Outlier; od != nil {

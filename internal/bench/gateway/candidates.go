@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"strconv"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -19,11 +20,26 @@ import (
 // with body bytes (the DESIGN.md reference upstream). It serves ln until ctx
 // ends.
 func ServeUpstream(ctx context.Context, ln net.Listener, body int) error {
-	payload := bytes.Repeat([]byte("x"), body)
+	payload := bytes.Repeat([]byte("x"), min(body, 64<<10))
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
+		n, _ := io.Copy(io.Discard, r.Body)
+		if r.Method == http.MethodPost {
+			// An upload (the stream scenario): its size back.
+			_, _ = io.WriteString(w, "n="+strconv.FormatInt(n, 10))
+			return
+		}
 		w.Header().Set("Content-Type", "text/plain")
-		_, _ = w.Write(payload)
+		if body <= len(payload) || r.URL.Path == "/probe" {
+			_, _ = w.Write(payload)
+			return
+		}
+		// A large answer (the stream scenario) is written from one chunk.
+		w.Header().Set("Content-Length", strconv.Itoa(body))
+		for left := body; left > 0; left -= len(payload) {
+			if _, err := w.Write(payload[:min(left, len(payload))]); err != nil {
+				return
+			}
+		}
 	}), ReadHeaderTimeout: 10 * time.Second}
 	go func() { <-ctx.Done(); _ = srv.Close() }()
 	if err := srv.Serve(ln); err != http.ErrServerClosed {

@@ -179,7 +179,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		}
 	}()
 	for _, name := range cfg.Proxies {
-		p, err := startProxy(ctx, name, cfg.Binary, up, cp, tmp, pc.cert, tlsAddr)
+		p, err := startProxy(ctx, name, cfg.Binary, up, cp, tmp, pc.cert, tlsAddr, false)
 		if err != nil {
 			return nil, fmt.Errorf("bench: start %s: %w", name, err)
 		}
@@ -275,7 +275,8 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 func round3(x float64) float64 { return float64(int64(x*1000+0.5)) / 1000 }
 
 // startProxy starts proxy name in front of up.
-func startProxy(ctx context.Context, name, bin string, up *process, cp *controlPlane, tmp string, cert *benchCert, tlsAddr string) (*process, error) {
+// stream configures nginx for the stream scenario (no body buffering).
+func startProxy(ctx context.Context, name, bin string, up *process, cp *controlPlane, tmp string, cert *benchCert, tlsAddr string, stream bool) (*process, error) {
 	switch name {
 	case "direct":
 		return &process{name: "direct", addr: up.addr, cmd: up.cmd, shared: true}, nil
@@ -317,6 +318,9 @@ func startProxy(ctx context.Context, name, bin string, up *process, cp *controlP
 		if cert != nil {
 			vars["Cert"], vars["Key"] = cert.certFile, cert.keyFile
 		}
+		if stream {
+			vars["Stream"] = "on"
+		}
 		err = t.Execute(f, vars)
 		f.Close()
 		if err != nil {
@@ -347,7 +351,7 @@ func startProxy(ctx context.Context, name, bin string, up *process, cp *controlP
 		if err != nil {
 			return nil, err
 		}
-		if err := waitRouted("http://" + addr + "/"); err != nil {
+		if err := waitRouted("http://" + addr + "/probe"); err != nil {
 			p.stop()
 			return nil, err
 		}

@@ -1,0 +1,557 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/sextant-mesh/sextant/internal/balancer"
+)
+
+// The HTTP/2 data path (h2c, and h2 over TLS): net/http's server serves the
+// stream, and the gateway routes it with the same table, balancer, retries
+// and records as the HTTP/1.1 path. To an HTTP/2 cluster (gRPC) the stream
+// goes over net/http's HTTP/2 transport both ways at once (bidirectional
+// streaming), with trailers; to an HTTP/1.1 cluster it goes through the
+// HTTP/1.1 path's client, its answer streamed back.
+
+// serveH2 serves one HTTP/2 request of the plaintext listener (h2c).
+// net/http calls it on the stream's goroutine.
+func (g *Gateway) serveH2(w http.ResponseWriter, hr *http.Request) {
+	g.serveH2On(w, hr, g.table.Load())
+}
+
+// serveH2On serves an HTTP/2 request (h2c, or over TLS when hr.TLS is set)
+// with routing table t.
+func (g *Gateway) serveH2On(w http.ResponseWriter, hr *http.Request, t *table) {
+	start := time.Now()
+	var ctx fasthttp.RequestCtx
+	// Build apart, then Init copies it into ctx (Init on ctx.Request itself
+	// would reset its own source).
+	req := fasthttp.AcquireRequest()
+	defer fasthttp.ReleaseRequest(req)
+	req.Header.SetMethod(hr.Method)
+	req.Header.SetRequestURI(hr.URL.RequestURI())
+	req.Header.SetHost(hr.Host)
+	for k, vs := range hr.Header {
+		for _, v := range vs {
+			req.Header.Add(k, v)
+		}
+	}
+	addr, _ := net.ResolveTCPAddr("tcp", hr.RemoteAddr)
+	if hr.TLS != nil {
+		ctx.Init2(&h2TLSConn{remote: addr, state: hr.TLS}, discardLogger{}, true)
+		req.CopyTo(&ctx.Request)
+	} else {
+		ctx.Init(req, addr, nil)
+	}
+	grpc := isGRPC(ctx.Request.Header.ContentType())
+	r, c, md, mdKey := g.routeCall(&ctx, t)
+	if c == nil {
+		writeFast(w, &ctx.Response, grpc)
+		return
+	}
+	g.prepareRequest(&ctx, r)
+	k := call{c: c, retry: &r.spec.retry, md: md, grpc: -1}
+	if r.spec.timeout > 0 {
+		k.deadline = start.Add(r.spec.timeout)
+	}
+	if grpc {
+		if v := ctx.Request.Header.Peek("Grpc-Timeout"); len(v) > 0 {
+			d, err := parseGRPCTimeout(v)
+			if err != nil {
+				g.localReply(&ctx, fasthttp.StatusBadRequest, c.name, reasonBadRequest, err.Error())
+				k.status, k.reason = fasthttp.StatusBadRequest, reasonBadRequest
+				writeFast(w, &ctx.Response, grpc)
+				g.finishH2(&k, r, mdKey, start, 0)
+				return
+			}
+			if dl := start.Add(d); k.deadline.IsZero() || dl.Before(k.deadline) {
+				k.deadline = dl
+			}
+		}
+	}
+	if c.spec.h2c {
+		g.proxyH2(w, hr, &ctx, &k, r, mdKey, start, grpc)
+		return
+	}
+	g.proxyH2ToH1(w, hr, &ctx, &k, r, mdKey, start, grpc)
+}
+
+// proxyH2 sends an HTTP/2 request to an HTTP/2 cluster: request and answer
+// stream at once, trailers pass, and attempts whose answer's headers (a
+// trailers-only answer) or failure the route retries on are retried while
+// the request body is within the route's buffer limit (replayBody).
+func (g *Gateway) proxyH2(w http.ResponseWriter, hr *http.Request, ctx *fasthttp.RequestCtx, k *call, r *routeRT, mdKey string, start time.Time, grpc bool) {
+	c := k.c
+	var body *replayBody
+	if hr.Body != nil && hr.Body != http.NoBody && hr.ContentLength != 0 {
+		body = &replayBody{src: hr.Body, limit: r.spec.bufferLimit, max: int64(g.opts.MaxRequestBytes)}
+	}
+	if max := g.opts.MaxRequestBytes; max > 0 && hr.ContentLength > int64(max) {
+		k.reason, k.err = reasonTooLargeIn, errRequestTooLarge
+		g.replyH2(w, ctx, k, grpc, r, mdKey, start)
+		return
+	}
+	hdr := make(http.Header, ctx.Request.Header.Len())
+	for key, v := range ctx.Request.Header.All() {
+		switch string(key) {
+		case "Host", "Content-Length", "Connection", "Transfer-Encoding":
+			continue
+		}
+		hdr.Add(string(key), string(v))
+	}
+	uri := string(ctx.Request.Header.RequestURI())
+	host := string(ctx.Request.Header.Host())
+
+	var res *http.Response
+	var cancel context.CancelFunc = func() {}
+	c.active.Add(1)
+	for {
+		pick, ep := k.pick()
+		if ep == nil {
+			break
+		}
+		h2, ok := ep.up.(*h2cUpstream)
+		if !ok { // the cluster changed protocol between the pick and now
+			k.release()
+			pick.Done(0, balancer.Canceled)
+			k.reason, k.err = reasonNoHealthy, errors.New("endpoint is not HTTP/2")
+			break
+		}
+		k.endpoint = ep.addr
+		k.tried[k.retries] = pick.Host.ID
+		try := k.deadline
+		if pt := k.retry.perTry; pt > 0 {
+			if d := time.Now().Add(pt); try.IsZero() || d.Before(try) {
+				try = d
+			}
+		}
+		actx := context.Background()
+		if !try.IsZero() {
+			actx, cancel = context.WithDeadline(actx, try)
+		} else {
+			actx, cancel = context.WithCancel(actx)
+		}
+		out := &http.Request{Method: hr.Method, URL: &url.URL{Scheme: "http", Host: ep.addr, Opaque: uri},
+			Header: hdr, Host: host, ContentLength: hr.ContentLength, Body: http.NoBody}
+		if body != nil {
+			out.Body = body.attempt()
+		}
+		out = out.WithContext(actx)
+		t0 := time.Now()
+		var err error
+		res, err = h2.tr.RoundTrip(out)
+		lat := time.Since(t0)
+		k.release()
+		status := 0
+		if err == nil {
+			status = res.StatusCode
+		} else if !try.IsZero() && !time.Now().Before(try) {
+			err = fasthttp.ErrTimeout
+		}
+		outcome, reason := classify(err, status)
+		k.reason, k.err, k.status = reason, err, status
+		k.grpc = -1
+		if err == nil {
+			k.grpc = parseGRPCStatus(res.Header.Get("Grpc-Status"))
+			if k.grpc >= 0 && outcome == balancer.Success {
+				outcome = grpcOutcome(k.grpc)
+			}
+		} else if why := body.reason(); why != "" {
+			outcome, k.reason, k.err = balancer.Canceled, why, body.failure()
+		}
+		pick.Done(lat, outcome)
+		ep.m.observe(status, lat)
+		if !k.retry.retriable(k.reason, k.status, k.grpc) || !body.replayable() || k.retries >= k.retry.num ||
+			(!k.deadline.IsZero() && !time.Now().Before(k.deadline)) || !c.allowRetry() {
+			break
+		}
+		if res != nil {
+			res.Body.Close()
+			res = nil
+		}
+		cancel()
+		k.permit = true
+		k.retries++
+		c.m.retries.Inc()
+	}
+	c.active.Add(-1)
+	defer cancel()
+	if k.err != nil || res == nil {
+		if k.err == nil {
+			k.err = errors.New("no answer")
+		}
+		g.replyH2(w, ctx, k, grpc, r, mdKey, start)
+		return
+	}
+	defer res.Body.Close()
+	wh := w.Header()
+	for key, vs := range res.Header {
+		if isHopHeader(key, res.Header) {
+			continue
+		}
+		wh[key] = vs
+	}
+	wh.Set("Via", viaValue)
+	wh.Set("X-Request-Id", string(ctx.Request.Header.Peek("X-Request-Id")))
+	w.WriteHeader(res.StatusCode)
+	trailersOnly := k.grpc >= 0
+	if !trailersOnly && (grpc || isEventStream(res.Header.Get("Content-Type"))) {
+		flush(w) // a stream's headers go at once: the client may wait on them
+	}
+	n, rerr, werr := copyFlushing(w, res.Body)
+	if rerr == nil {
+		for key, vs := range res.Trailer {
+			wh[http.TrailerPrefix+key] = vs
+			if http.CanonicalHeaderKey(key) == "Grpc-Status" && len(vs) > 0 {
+				k.grpc = parseGRPCStatus(vs[0])
+			}
+		}
+	} else if werr == nil {
+		// The answer broke mid-body (reset, or the deadline passed).
+		k.reason = reasonReset
+		if errors.Is(rerr, context.DeadlineExceeded) {
+			k.reason = reasonTimeout
+		}
+		if !grpc {
+			g.finishH2(k, r, mdKey, start, n)
+			panic(http.ErrAbortHandler) // resets the client's stream, as Envoy does
+		}
+		code := grpcUnavailable
+		if k.reason == reasonTimeout {
+			code = grpcDeadlineExceeded
+		}
+		k.grpc = code
+		wh[http.TrailerPrefix+"Grpc-Status"] = []string{strconv.Itoa(code)}
+		wh[http.TrailerPrefix+"Grpc-Message"] = []string{grpcMessageEscape("gateway: upstream " + k.reason + ": " + rerr.Error())}
+	}
+	if body != nil {
+		k.bytesIn = body.read()
+	}
+	g.finishH2(k, r, mdKey, start, n)
+}
+
+// proxyH2ToH1 sends an HTTP/2 request to an HTTP/1.1 cluster through the
+// HTTP/1.1 path's client (readyBody, forward) and streams the answer back.
+func (g *Gateway) proxyH2ToH1(w http.ResponseWriter, hr *http.Request, ctx *fasthttp.RequestCtx, k *call, r *routeRT, mdKey string, start time.Time, grpc bool) {
+	if hr.Body != nil && hr.Body != http.NoBody && hr.ContentLength != 0 {
+		if !g.readyBody(ctx, r, k, hr.Body, int(max(hr.ContentLength, -1)), nil) {
+			writeFast(w, &ctx.Response, grpc)
+			g.finishH2(k, r, mdKey, start, 0)
+			return
+		}
+	}
+	resp := &ctx.Response
+	k.forward(&ctx.Request, resp)
+	g.answer(ctx, k)
+	if k.err != nil {
+		writeFast(w, resp, grpc)
+		g.finishH2(k, r, mdKey, start, 0)
+		return
+	}
+	var n int64
+	if resp.IsBodyStream() {
+		// Counted and recorded here: the tail is not armed.
+		writeHead(w, resp, resp.Header.ContentLength())
+		var rerr error
+		n, rerr, _ = copyFlushing(w, resp.BodyStream())
+		if rerr != nil {
+			k.reason = reasonReset
+		} else {
+			eachTrailer(&resp.Header, func(key, v []byte) {
+				w.Header()[http.TrailerPrefix+string(key)] = []string{string(v)}
+				if bytes.EqualFold(key, []byte("grpc-status")) {
+					k.grpc = parseGRPCStatus(string(v))
+				}
+			})
+		}
+		if c, ok := resp.BodyStream().(fasthttp.ReadCloserWithError); ok {
+			_ = c.CloseWithError(rerr)
+		}
+	} else {
+		writeHead(w, resp, len(resp.Body()))
+		m, _ := w.Write(resp.Body())
+		n = int64(m)
+	}
+	g.finishH2(k, r, mdKey, start, n)
+}
+
+// replyH2 answers a call that got no answer: a JSON error, or, for gRPC,
+// a trailers-only answer with the status.
+func (g *Gateway) replyH2(w http.ResponseWriter, ctx *fasthttp.RequestCtx, k *call, grpc bool, r *routeRT, mdKey string, start time.Time) {
+	code, msg := replyFor(k.reason, k.c.name, k.err)
+	g.localReply(ctx, code, k.c.name, k.reason, msg)
+	ctx.Response.Header.Set("X-Request-Id", string(ctx.Request.Header.Peek("X-Request-Id")))
+	k.status = code
+	if grpc {
+		k.grpc = grpcStatusFor(code, k.reason)
+	}
+	writeFast(w, &ctx.Response, grpc)
+	g.finishH2(k, r, mdKey, start, int64(len(ctx.Response.Body())))
+}
+
+// finishH2 counts and records an HTTP/2 call.
+func (g *Gateway) finishH2(k *call, r *routeRT, mdKey string, start time.Time, out int64) {
+	lat := time.Since(start)
+	k.c.m.observe(k.status, lat)
+	if g.rec != nil {
+		g.recordCall(k, r, mdKey, start, lat, out)
+	}
+}
+
+// writeFast writes an answer the fasthttp path built (a local reply, a
+// redirect, a direct response) to an HTTP/2 client. A gRPC client gets a
+// reply of the gateway's own as a trailers-only answer: HTTP 200 with the
+// grpc-status and grpc-message the HTTP status maps to.
+func writeFast(w http.ResponseWriter, resp *fasthttp.Response, grpc bool) {
+	if grpc && len(resp.Header.Peek(ErrorHeader)) > 0 {
+		h := w.Header()
+		h.Set("Content-Type", "application/grpc")
+		h.Set(ErrorHeader, string(resp.Header.Peek(ErrorHeader)))
+		h.Set("Via", viaValue)
+		if id := resp.Header.Peek("X-Request-Id"); len(id) > 0 {
+			h.Set("X-Request-Id", string(id))
+		}
+		h.Set("Grpc-Status", strconv.Itoa(grpcStatusFor(resp.StatusCode(), string(resp.Header.Peek(ErrorHeader)))))
+		h.Set("Grpc-Message", grpcMessageEscape(string(resp.Body())))
+		w.WriteHeader(http.StatusOK)
+		return
+	}
+	writeHead(w, resp, len(resp.Body()))
+	_, _ = w.Write(resp.Body())
+}
+
+// writeHead writes a fasthttp answer's status and headers, with its body's
+// length (-1: unknown).
+func writeHead(w http.ResponseWriter, resp *fasthttp.Response, cl int) {
+	h := w.Header()
+	for k, v := range resp.Header.All() {
+		switch string(k) {
+		case "Content-Length", "Connection", "Transfer-Encoding", "Trailer":
+			continue
+		}
+		h.Add(string(k), string(v))
+	}
+	if ct := resp.Header.ContentType(); len(ct) > 0 {
+		h.Set("Content-Type", string(ct))
+	}
+	if cl >= 0 {
+		h.Set("Content-Length", strconv.Itoa(cl))
+	}
+	w.WriteHeader(resp.StatusCode())
+}
+
+// isHopHeader reports whether an answer's header is hop-by-hop.
+func isHopHeader(key string, h http.Header) bool {
+	switch key {
+	case "Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authenticate", "Proxy-Authorization", "Te", "Trailer",
+		"Transfer-Encoding", "Upgrade":
+		return true
+	}
+	for _, v := range h.Values("Connection") {
+		for tok := range strings.SplitSeq(v, ",") {
+			if http.CanonicalHeaderKey(strings.TrimSpace(tok)) == key {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func isEventStream(ct string) bool {
+	return len(ct) >= 17 && (ct[:17] == "text/event-stream")
+}
+
+var copyBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+// copyFlushing copies src to w, flushing after each write so that a
+// stream's messages (gRPC, server-sent events) go out as they come. It
+// returns the bytes copied, the error that ended the read (nil at EOF) and
+// the error of a write (the client went away).
+func copyFlushing(w http.ResponseWriter, src io.Reader) (n int64, rerr, werr error) {
+	bp := copyBufs.Get().(*[]byte)
+	defer copyBufs.Put(bp)
+	buf := *bp
+	rc := http.NewResponseController(w)
+	for {
+		m, err := src.Read(buf)
+		if m > 0 {
+			if _, werr = w.Write(buf[:m]); werr != nil {
+				return n, nil, werr
+			}
+			n += int64(m)
+			if werr = rc.Flush(); werr != nil {
+				return n, nil, werr
+			}
+		}
+		if err == io.EOF {
+			return n, nil, nil
+		}
+		if err != nil {
+			return n, err, nil
+		}
+	}
+}
+
+func flush(w http.ResponseWriter) { _ = http.NewResponseController(w).Flush() }
+
+// replayBody is an HTTP/2 request body read while it is sent (a stream may
+// be bidirectional: the client may wait for answers before it sends more)
+// and kept, up to the route's buffer limit, so that a retry can send it
+// again from its start. Past the limit it is dropped and the call is not
+// retried (Envoy's semantics). Each attempt reads through its own reader;
+// a reader of an attempt given up on stops reading, and what it read is
+// kept for the next attempt. The transports' goroutines read it.
+type replayBody struct {
+	src   io.Reader
+	limit int64
+	max   int64 // the gateway's request size limit; 0: none
+
+	srcMu sync.Mutex // one read of src at a time
+
+	mu   sync.Mutex // guards the fields below
+	buf  []byte     // src[0:len(buf)] while not over
+	over bool       // past the limit: no replay
+	n    int64      // bytes read from src
+	eof  bool
+	err  error // src's, or errRequestTooLarge
+	gen  int   // the current attempt
+}
+
+var errStaleAttempt = errors.New("gateway: attempt given up")
+
+// attempt starts the next attempt's reader.
+func (b *replayBody) attempt() io.ReadCloser {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.gen++
+	return &replayReader{b: b, gen: b.gen}
+}
+
+// replayable reports whether another attempt may send the body again.
+func (b *replayBody) replayable() bool {
+	if b == nil {
+		return true
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return !b.over && b.err == nil
+}
+
+// reason is how the client's body ended the call ("" if it did not).
+func (b *replayBody) reason() string {
+	if b == nil {
+		return ""
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch {
+	case b.err == nil:
+		return ""
+	case errors.Is(b.err, errRequestTooLarge):
+		return reasonTooLargeIn
+	}
+	return reasonBadRequest
+}
+
+func (b *replayBody) failure() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.err
+}
+
+func (b *replayBody) read() int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.n
+}
+
+type replayReader struct {
+	b   *replayBody
+	gen int
+	pos int64
+}
+
+// fromBuf serves a read from what was kept, if it can; b.mu is held.
+func (r *replayReader) fromBuf(p []byte) (int, error, bool) {
+	b := r.b
+	switch {
+	case r.gen != b.gen:
+		return 0, errStaleAttempt, true
+	case r.pos < int64(len(b.buf)):
+		n := copy(p, b.buf[r.pos:])
+		r.pos += int64(n)
+		return n, nil, true
+	case r.pos < b.n:
+		// Read by an attempt before this one and dropped (past the
+		// limit): this attempt cannot send the whole body.
+		return 0, errors.New("gateway: request body past the retry buffer limit"), true
+	case b.eof:
+		return 0, io.EOF, true
+	case b.err != nil:
+		return 0, b.err, true
+	}
+	return 0, nil, false
+}
+
+func (r *replayReader) Read(p []byte) (int, error) {
+	b := r.b
+	b.mu.Lock()
+	n, err, ok := r.fromBuf(p)
+	b.mu.Unlock()
+	if ok {
+		return n, err
+	}
+	b.srcMu.Lock()
+	defer b.srcMu.Unlock()
+	b.mu.Lock()
+	if n, err, ok := r.fromBuf(p); ok { // another attempt read meanwhile
+		b.mu.Unlock()
+		return n, err
+	}
+	b.mu.Unlock()
+	n, err = b.src.Read(p)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.n += int64(n)
+	if b.max > 0 && b.n > b.max {
+		err = errRequestTooLarge
+	}
+	stale := r.gen != b.gen
+	if !b.over {
+		if int64(len(b.buf))+int64(n) > b.limit && !stale {
+			b.over, b.buf = true, nil
+		} else {
+			// A stale reader's bytes are kept even past the limit: the
+			// current attempt needs them.
+			b.buf = append(b.buf, p[:n]...)
+			b.over = int64(len(b.buf)) > b.limit
+		}
+	}
+	switch {
+	case err == io.EOF:
+		b.eof = true
+	case err != nil:
+		b.err = err
+	}
+	if stale {
+		return 0, errStaleAttempt
+	}
+	r.pos += int64(n)
+	return n, err
+}
+
+// Close is the transport's: the client's body stays open for the next
+// attempt (net/http's server closes it).
+func (r *replayReader) Close() error { return nil }

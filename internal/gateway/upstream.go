@@ -1,0 +1,177 @@
+package gateway
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"net/http/httputil"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// roundTrip is one HTTP/1.1 exchange with an endpoint over a connection of
+// hc's pool: fasthttp's own (the request written and the answer's head read
+// on the calling goroutine; no goroutine hand-off), except for the answer's
+// body, which it reads whole only when its length is known and at most
+// bufferedResponseMax (no allocation: the fast path); any other body
+// becomes an upBody, which the server streams to the client.
+// (fasthttp's StreamResponseBody streams every body, at four allocations a
+// call.) retry says whether nothing of an answer was read.
+func roundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time) (retry bool, err error) {
+	var wait time.Duration
+	if !deadline.IsZero() {
+		if wait = time.Until(deadline); wait <= 0 {
+			return false, fasthttp.ErrTimeout
+		}
+	}
+	cc, err := hc.AcquireConn(wait, req.ConnectionClose())
+	if err != nil {
+		return false, err
+	}
+	conn := cc.Conn()
+	resp.ParseNetConn(conn)
+	if err = conn.SetDeadline(deadline); err != nil {
+		hc.CloseConn(cc)
+		return true, err
+	}
+	bw := hc.AcquireWriter(conn)
+	err = req.Write(bw)
+	if err == nil {
+		err = bw.Flush()
+	}
+	hc.ReleaseWriter(bw)
+	if err != nil {
+		hc.CloseConn(cc)
+		return true, timeoutErr(err)
+	}
+	resp.Header.DisableNormalizing()
+	resp.Header.SetNoDefaultContentType(true)
+	br := hc.AcquireReader(conn)
+	for {
+		if err = resp.Header.Read(br); err != nil {
+			hc.ReleaseReader(br)
+			hc.CloseConn(cc)
+			return true, timeoutErr(err)
+		}
+		if s := resp.StatusCode(); s < 100 || s > 199 || s == fasthttp.StatusSwitchingProtocols {
+			break
+		}
+	}
+	closeConn := req.ConnectionClose() || resp.ConnectionClose()
+	s, cl := resp.StatusCode(), resp.Header.ContentLength()
+	switch {
+	case req.Header.IsHead() || s < 200 || s == fasthttp.StatusNoContent || s == fasthttp.StatusNotModified:
+		resp.SkipBody = true
+	case cl >= 0 && cl <= bufferedResponseMax:
+		if err = resp.ReadBody(br, 0); err != nil {
+			hc.ReleaseReader(br)
+			hc.CloseConn(cc)
+			return false, timeoutErr(err)
+		}
+	default:
+		b := &upBody{h: &resp.Header, left: int64(cl)}
+		switch {
+		case cl >= 0:
+			b.r = io.LimitReader(br, int64(cl))
+		case cl == -1:
+			b.r, b.chunked, b.br = httputil.NewChunkedReader(br), true, br
+		default: // no length: the body ends with the connection
+			b.r, b.left, closeConn, cl = br, -1, true, -1
+		}
+		b.release = func(reuse bool) {
+			hc.ReleaseReader(br)
+			if reuse && !closeConn {
+				hc.ReleaseConn(cc)
+			} else {
+				hc.CloseConn(cc)
+			}
+		}
+		resp.SetBodyStream(b, cl)
+		return false, nil
+	}
+	hc.ReleaseReader(br)
+	if closeConn {
+		hc.CloseConn(cc)
+	} else {
+		hc.ReleaseConn(cc)
+	}
+	return false, nil
+}
+
+func timeoutErr(err error) error {
+	var te interface{ Timeout() bool }
+	if errors.As(err, &te) && te.Timeout() {
+		return fasthttp.ErrTimeout
+	}
+	return err
+}
+
+// upBody is an HTTP/1.1 answer's body read from its upstream connection
+// while the server writes it to the client. At its end the upstream's
+// trailers join the answer's (h) and the connection goes back to its pool;
+// closed before its end, the connection is closed. The server reads and
+// closes it on the client connection's goroutine.
+type upBody struct {
+	r       io.Reader
+	br      *bufio.Reader // of a chunked body: its trailers follow it
+	h       *fasthttp.ResponseHeader
+	left    int64 // bytes of a body of known length still to read; -1: unknown
+	chunked bool
+	release func(reuse bool)
+	ended   bool // read to its end
+	tail    streamTail
+}
+
+func (b *upBody) Read(p []byte) (int, error) {
+	if b.ended {
+		return 0, io.EOF
+	}
+	n, err := b.r.Read(p)
+	if b.left > 0 {
+		b.left -= int64(n)
+	}
+	switch {
+	case err == io.EOF && b.left > 0:
+		err = io.ErrUnexpectedEOF // the upstream ended before its Content-Length
+	case err == io.EOF && b.chunked:
+		if terr := b.h.ReadTrailer(b.br); terr != nil {
+			err = terr
+			break
+		}
+		b.ended = true
+	case err == io.EOF:
+		b.ended = true
+	case err == nil && b.left == 0 && !b.chunked:
+		b.ended, err = true, io.EOF
+	}
+	if err != nil && err != io.EOF {
+		err = timeoutErr(err)
+	}
+	b.tail.read(n, err)
+	return n, err
+}
+
+// WriteTo copies the body to w in 64 KiB reads (fasthttp.BodyWriterTo).
+func (b *upBody) WriteTo(w io.Writer) (int64, error) { return copyLarge(w, b) }
+
+// SupportsBodyWriteTo: a body of known length is copied in large reads; a
+// chunked one is read and flushed chunk by chunk by the server, so that a
+// stream's events (SSE) go out as they come.
+func (b *upBody) SupportsBodyWriteTo() bool { return !b.chunked }
+
+// CloseWithError ends the body: called by the server once it wrote the
+// answer, or failed to (werr).
+func (b *upBody) CloseWithError(werr error) error {
+	if b.release != nil {
+		b.release(b.ended && werr == nil)
+		b.release = nil
+		b.tail.end(b.h)
+	}
+	return nil
+}
+
+var (
+	_ fasthttp.ReadCloserWithError = (*upBody)(nil)
+	_ fasthttp.BodyWriterTo        = (*upBody)(nil)
+)
