@@ -107,6 +107,7 @@ type task struct {
 	// results, and the judging term they were counted in.
 	successes, failures int
 	term                uint64
+	seen                bool      // dispatched before: a new term is a regained judgement
 	next                time.Time // set by the worker: when to run again
 }
 
@@ -342,6 +343,8 @@ func (r *Runner) dispatch(now time.Time, jobs chan<- *task) {
 			continue
 		}
 		term := r.reg.Judges(t.id)
+		seen := t.seen
+		t.seen = true
 		if term == 0 {
 			// Another server judges it: look again a period later (its
 			// judgement may move here when that server dies).
@@ -353,8 +356,10 @@ func (r *Runner) dispatch(now time.Time, jobs chan<- *task) {
 		if term != t.term {
 			// Judged here afresh: counters start again, a ttl gets its
 			// grace period (updates may have gone to the former judge).
+			// A check this server has just seen already got a full TTL
+			// (first).
 			t.term, t.successes, t.failures = term, 0, 0
-			if t.check.Type == instance.CheckTTL && t.due.Before(now) {
+			if seen && t.check.Type == instance.CheckTTL {
 				r.reg.GraceTTL(t.id, &t.check)
 			}
 		}
