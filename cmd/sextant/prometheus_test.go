@@ -45,7 +45,10 @@ type promTarget struct {
 // __meta_sextant_* labels; a second job with healthy_only=false sees the
 // isolated and the expired ones labelled unhealthy; the job of
 // docs/compat.md, as written, scrapes what it says; a deregistered
-// instance leaves.
+// instance leaves. One instance is registered through --consul-api: the
+// same registry, so Prometheus finds it too. (Debian's Prometheus is built
+// without consul_sd_configs; TestPrometheusConsulSD runs Prometheus'
+// own consul discovery instead.)
 func TestPrometheusHTTPSD(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a real sextant server and a real Prometheus")
@@ -60,7 +63,8 @@ func TestPrometheusHTTPSD(t *testing.T) {
 		t.Fatal(err)
 	}
 	addr := freeAddr(t)
-	srv := startServer(t, bin, t.TempDir(), addr)
+	consulAddr := freeAddr(t)
+	srv := startServer(t, bin, t.TempDir(), addr, "--consul-api", consulAddr, "--consul-namespace", "shop")
 	t.Cleanup(func() { srv.Process.Kill(); srv.Wait() })
 	base := "http://" + addr
 
@@ -85,6 +89,12 @@ func TestPrometheusHTTPSD(t *testing.T) {
 		{"id":"a2","namespace":"shop","service":"api","host":"127.0.0.1","port":19005},
 		{"id":"d1","namespace":"data","service":"db","host":"127.0.0.1","port":19006,"metadata":{"role":"primary"}},
 		{"id":"m1","namespace":"shop","service":"pay","host":"127.0.0.1","port":19007,"version":"v3","metadata":{"prometheus.io/scrape":"true","prometheus.io/port":"19107","zone":"z1","env":"prod","team":"t"}}]}`)
+	// One registered through the Consul API: in --consul-namespace (shop).
+	req, _ := http.NewRequest("PUT", "http://"+consulAddr+"/v1/agent/service/register",
+		strings.NewReader(`{"ID":"c1","Name":"web","Tags":["canary"],"Address":"127.0.0.1","Port":19008,"Meta":{"zone":"z3"}}`))
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("register c1 through the Consul API: %v %v", resp, err)
+	}
 
 	promAddr := freeAddr(t)
 	dir := t.TempDir()
@@ -175,7 +185,7 @@ scrape_configs:
 
 	// a1 (ttl 1 s, no heartbeat) turns unhealthy 3 s after its register
 	// and leaves the default job.
-	got := await("healthy", "w1", "w2", "a2", "d1", "m1")
+	got := await("healthy", "w1", "w2", "a2", "d1", "m1", "c1")
 	wantLabels := map[string]string{
 		"__address__":                                    "127.0.0.1:19001",
 		"__meta_sextant_namespace":                       "shop",
@@ -213,7 +223,7 @@ scrape_configs:
 		t.Errorf("docs/compat.md's job: m1's target labels (-want +got):\n%s", diff)
 	}
 
-	all := await("shop-all", "w1", "w2", "w3", "a1", "a2", "m1")
+	all := await("shop-all", "w1", "w2", "w3", "a1", "a2", "m1", "c1")
 	if w3 := all["w3"].DiscoveredLabels; w3["__meta_sextant_isolated"] != "true" {
 		t.Errorf("w3: discovered %v", w3)
 	}
@@ -228,9 +238,9 @@ scrape_configs:
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	await("healthy", "w1", "w2", "a2", "d1", "m1")
+	await("healthy", "w1", "w2", "a2", "d1", "m1", "c1")
 
-	req, _ := http.NewRequest("DELETE", base+"/v1/instances/w1", nil)
+	req, _ = http.NewRequest("DELETE", base+"/v1/instances/w1", nil)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -239,37 +249,57 @@ scrape_configs:
 	if resp.StatusCode != 200 {
 		t.Fatalf("deregister w1: %d", resp.StatusCode)
 	}
-	got = await("healthy", "w2", "a2", "d1", "m1")
+	got = await("healthy", "w2", "a2", "d1", "m1", "c1")
 	if a := got["w2"].DiscoveredLabels["__address__"]; a != "[::1]:19002" {
 		t.Errorf("w2 after w1 left: __address__ %q", a)
 	}
-	await("shop-all", "w2", "w3", "a1", "a2", "m1")
+	await("shop-all", "w2", "w3", "a1", "a2", "m1", "c1")
 }
 
 // docsPrometheusJob is the prometheus.yml of docs/compat.md's Prometheus
 // section, its jobs only, pointed at the server at base and refreshed
 // every second: the page's config is run as written.
 func docsPrometheusJob(t *testing.T, base string) string {
+	return docsJobs(t, "Prometheus", [2]string{"http://127.0.0.1:7400", base})
+}
+
+// docsConsulJob is the consul_sd job of docs/compat.md's Consul section,
+// pointed at the Consul API at addr and refreshed every second.
+func docsConsulJob(t *testing.T, addr string) string {
+	return docsJobs(t, "Consul", [2]string{"127.0.0.1:8500", addr})
+}
+
+// docsJobs is the scrape jobs of the yaml block of docs/compat.md's
+// section, with addr's replacement made and refreshed every second.
+func docsJobs(t *testing.T, section string, addr [2]string) string {
 	t.Helper()
-	page := string(readRepoFile(t, "docs/compat.md"))
-	_, section, ok := strings.Cut(page, "\n## Prometheus\n")
-	if !ok {
-		t.Fatal("docs/compat.md has no Prometheus section")
-	}
-	_, block, ok := strings.Cut(section, "```yaml\n")
-	if !ok {
-		t.Fatal("docs/compat.md's Prometheus section has no yaml block")
-	}
-	block, _, _ = strings.Cut(block, "```")
+	block := docsBlock(t, section, "yaml")
 	jobs, ok := strings.CutPrefix(block, "scrape_configs:\n")
 	if !ok {
-		t.Fatalf("docs/compat.md's prometheus.yml does not start with scrape_configs:\n%s", block)
+		t.Fatalf("docs/compat.md's %s yaml block does not start with scrape_configs:\n%s", section, block)
 	}
-	for _, r := range [][2]string{{"http://127.0.0.1:7400", base}, {"refresh_interval: 30s", "refresh_interval: 1s"}} {
+	for _, r := range [][2]string{addr, {"refresh_interval: 30s", "refresh_interval: 1s"}} {
 		if !strings.Contains(jobs, r[0]) {
-			t.Fatalf("docs/compat.md's prometheus.yml has no %q to replace:\n%s", r[0], jobs)
+			t.Fatalf("docs/compat.md's %s yaml block has no %q to replace:\n%s", section, r[0], jobs)
 		}
 		jobs = strings.ReplaceAll(jobs, r[0], r[1])
 	}
 	return jobs
+}
+
+// docsBlock is the first fenced block of lang in docs/compat.md's
+// section ("## section").
+func docsBlock(t *testing.T, section, lang string) string {
+	t.Helper()
+	page := string(readRepoFile(t, "docs/compat.md"))
+	_, text, ok := strings.Cut(page, "\n## "+section+"\n")
+	if !ok {
+		t.Fatalf("docs/compat.md has no %s section", section)
+	}
+	_, block, ok := strings.Cut(text, "```"+lang+"\n")
+	if !ok {
+		t.Fatalf("docs/compat.md's %s section has no %s block", section, lang)
+	}
+	block, _, _ = strings.Cut(block, "```")
+	return block
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/sextant-mesh/sextant/internal/dnsapi"
 	"github.com/sextant-mesh/sextant/internal/instance"
 	"github.com/sextant-mesh/sextant/internal/naming"
+	"github.com/sextant-mesh/sextant/internal/registry"
 )
 
 // The answers' shapes, as Consul's API writes them (field names are
@@ -266,8 +267,8 @@ func (a *API) catalogService(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	out := []catalogService{}
-	if svc != nil {
+	body, err := memoJSON(svc, memoKey("c", false, q), func() (any, error) {
+		out := []catalogService{}
 		for _, in := range svc.Items() {
 			if !tagged(in, q["tag"]) {
 				continue
@@ -275,15 +276,72 @@ func (a *API) catalogService(w http.ResponseWriter, r *http.Request) error {
 			cs := a.toCatalogService(in)
 			ok, err := f.match(&cs)
 			if err != nil {
-				return err
+				return nil, err
 			}
 			if ok {
 				out = append(out, cs)
 			}
 		}
+		return out, nil
+	})
+	if err != nil {
+		return err
 	}
 	a.setMeta(w, serviceIndex(svc))
-	return writeJSON(w, out)
+	return writeBytes(w, body)
+}
+
+// memoJSON is the JSON of what build answers for service svc (nil: an
+// empty list), built once per version of the service and key: the many
+// readers a change wakes, or that poll one query, encode it once.
+func memoJSON(svc *registry.Service, key string, build func() (any, error)) ([]byte, error) {
+	if svc == nil {
+		return emptyList, nil
+	}
+	var berr error
+	encode := func() []byte {
+		v, err := build()
+		if err != nil {
+			berr = err
+			return nil
+		}
+		b, err := json.Marshal(v)
+		if err != nil {
+			berr = err
+			return nil
+		}
+		return b
+	}
+	b := svc.Memo(key, encode)
+	if b == nil && berr == nil {
+		b = encode() // an earlier build of this key failed: its error is this one's
+	}
+	if berr != nil {
+		return nil, berr
+	}
+	return b, nil
+}
+
+var emptyList = []byte("[]")
+
+// memoKey names an answer of a service's version: the endpoint, passing,
+// the tags and the filter.
+func memoKey(endpoint string, passing bool, q url.Values) string {
+	var sb strings.Builder
+	sb.WriteString("consul/")
+	sb.WriteString(endpoint)
+	if passing {
+		sb.WriteString("/passing")
+	}
+	for _, t := range q["tag"] {
+		sb.WriteString("\x00t:")
+		sb.WriteString(strings.ToLower(t))
+	}
+	if f := q.Get("filter"); f != "" {
+		sb.WriteString("\x00f:")
+		sb.WriteString(f)
+	}
+	return sb.String()
 }
 
 // GET /v1/health/service/{name}?passing&tag=&filter=
@@ -304,8 +362,8 @@ func (a *API) healthService(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	out := []serviceEntry{}
-	if svc != nil {
+	body, err := memoJSON(svc, memoKey("h", passing, q), func() (any, error) {
+		out := []serviceEntry{}
 		for _, in := range svc.Items() {
 			if !tagged(in, q["tag"]) || passing && !in.ItemReady() {
 				continue
@@ -316,15 +374,19 @@ func (a *API) healthService(w http.ResponseWriter, r *http.Request) error {
 			}
 			ok, err := f.match(&e)
 			if err != nil {
-				return err
+				return nil, err
 			}
 			if ok {
 				out = append(out, e)
 			}
 		}
+		return out, nil
+	})
+	if err != nil {
+		return err
 	}
 	a.setMeta(w, serviceIndex(svc))
-	return writeJSON(w, out)
+	return writeBytes(w, body)
 }
 
 // GET /v1/health/checks/{name}?filter=
@@ -333,7 +395,7 @@ func (a *API) healthChecks(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	_, b, f, err := a.readQuery(r, &healthCheck{})
+	q, b, f, err := a.readQuery(r, &healthCheck{})
 	if err != nil {
 		return err
 	}
@@ -341,23 +403,27 @@ func (a *API) healthChecks(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	out := []healthCheck{}
-	if svc != nil {
+	body, err := memoJSON(svc, memoKey("k", false, q), func() (any, error) {
+		out := []healthCheck{}
 		for _, in := range svc.Items() {
 			tags, _ := tagsAndMeta(in)
 			for _, c := range a.checksOf(in, tags) {
 				ok, err := f.match(&c)
 				if err != nil {
-					return err
+					return nil, err
 				}
 				if ok {
 					out = append(out, c)
 				}
 			}
 		}
+		return out, nil
+	})
+	if err != nil {
+		return err
 	}
 	a.setMeta(w, serviceIndex(svc))
-	return writeJSON(w, out)
+	return writeBytes(w, body)
 }
 
 // GET /v1/catalog/services?filter=: each service of the namespace with
@@ -530,15 +596,26 @@ func writeJSON(w http.ResponseWriter, v any) error {
 	if err != nil {
 		return err
 	}
-	return writeValue(w, string(b))
+	return writeBytes(w, b)
 }
 
 // writeValue answers a JSON value already encoded ("" for Consul's empty
 // 200 answers to writes).
-func writeValue(w http.ResponseWriter, body string) error {
+func writeValue(w http.ResponseWriter, body string) error { return writeBytes(w, []byte(body)) }
+
+var contentTypeJSON = []string{"application/json"}
+
+// writeBytes answers body. A failed write (the client left) is not
+// reported: the answer is committed, there is nothing else to send.
+func writeBytes(w http.ResponseWriter, body []byte) error {
 	h := w.Header()
-	h["Content-Type"] = []string{"application/json"}
+	h["Content-Type"] = contentTypeJSON
+	if len(body) >= 2048 {
+		// Said, not chunked: a large answer goes out in one write
+		// (net/http computes a small one's itself).
+		h["Content-Length"] = []string{strconv.Itoa(len(body))}
+	}
 	w.WriteHeader(http.StatusOK)
-	_, err := w.Write([]byte(body))
-	return err
+	w.Write(body)
+	return nil
 }
