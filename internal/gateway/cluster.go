@@ -36,7 +36,7 @@ type upstream interface {
 // that makes net/http's Transport slow as a proxy client).
 type h1Upstream struct{ hc *fasthttp.HostClient }
 
-func newH1Upstream(addr string, connect time.Duration, maxResp int) *h1Upstream {
+func newH1Upstream(addr string, connect time.Duration) *h1Upstream {
 	return &h1Upstream{hc: &fasthttp.HostClient{
 		Addr:                          addr,
 		Dial:                          func(a string) (net.Conn, error) { return fasthttp.DialTimeout(a, connect) },
@@ -71,12 +71,11 @@ func (u *h1Upstream) closeIdle() { u.hc.CloseIdleConnections() }
 // h2cUpstream is HTTP/2 over cleartext (prior knowledge) through net/http's
 // transport, for clusters that ask for it.
 type h2cUpstream struct {
-	addr    string
-	tr      *http.Transport
-	maxResp int
+	addr string
+	tr   *http.Transport
 }
 
-func newH2CUpstream(addr string, connect time.Duration, maxResp int) *h2cUpstream {
+func newH2CUpstream(addr string, connect time.Duration) *h2cUpstream {
 	var p http.Protocols
 	p.SetUnencryptedHTTP2(true)
 	tr := &http.Transport{
@@ -85,7 +84,7 @@ func newH2CUpstream(addr string, connect time.Duration, maxResp int) *h2cUpstrea
 		DisableCompression: true,
 		IdleConnTimeout:    60 * time.Second,
 	}
-	return &h2cUpstream{addr: addr, tr: tr, maxResp: maxResp}
+	return &h2cUpstream{addr: addr, tr: tr}
 }
 
 func (u *h2cUpstream) do(req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time) error {
@@ -215,7 +214,7 @@ type poolRef struct {
 	refs int
 }
 
-func (p *pools) acquire(addr string, h2c bool, connect time.Duration, maxResp int) upstream {
+func (p *pools) acquire(addr string, h2c bool, connect time.Duration) upstream {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.m == nil {
@@ -226,9 +225,9 @@ func (p *pools) acquire(addr string, h2c bool, connect time.Duration, maxResp in
 	if r == nil {
 		r = &poolRef{}
 		if h2c {
-			r.up = newH2CUpstream(addr, connect, maxResp)
+			r.up = newH2CUpstream(addr, connect)
 		} else {
-			r.up = newH1Upstream(addr, connect, maxResp)
+			r.up = newH1Upstream(addr, connect)
 		}
 		p.m[k] = r
 	}
@@ -333,7 +332,7 @@ func (c *clusterRT) setHosts(hosts []hostSpec, p *pools, mf *metricsSet) error {
 		if had {
 			eps[addr] = old[addr]
 		} else {
-			eps[addr] = &endpoint{addr: addr, up: p.acquire(addr, c.spec.h2c, c.spec.connect, maxResponseBytes),
+			eps[addr] = &endpoint{addr: addr, up: p.acquire(addr, c.spec.h2c, c.spec.connect),
 				m: mf.endpoint(c.name, addr)}
 		}
 		if !had || prev.weight != h.weight || !prev.labels.Equal(h.labels) || !listsEqual(prev.lists, h.lists) {

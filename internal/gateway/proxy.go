@@ -29,7 +29,9 @@ const SubsetHeader = "X-Sextant-Subset"
 const ErrorHeader = "X-Sextant-Error"
 
 const (
-	viaValue         = "1.1 sextant"
+	viaValue = "1.1 sextant"
+	// maxResponseBytes bounds the answer of an endpoint that refused an
+	// upgrade (upgrade.go); other answers stream.
 	maxResponseBytes = 64 << 20
 )
 
@@ -648,10 +650,6 @@ func lower(dst, s []byte) []byte {
 		dst = append(dst, c)
 	}
 	return dst
-}
-
-func contextWithDeadline(d time.Time) (context.Context, context.CancelFunc) {
-	return context.WithDeadline(context.Background(), d)
 }
 
 // redirect answers a route's redirect action with its Location.
