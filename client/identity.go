@@ -89,9 +89,10 @@ const (
 
 // WriteIdentity writes cert's chain, key and bundle into dir (created
 // 0700), each file replaced atomically (written aside, then renamed) so a
-// reader such as grpc-go's file_watcher never sees half a file. The key
-// is written before the chain: a reader that sees a new chain finds its
-// key already there.
+// reader never sees half a file. A reader of two files may still pair a
+// new chain with the old key for a moment: readers such as grpc-go's
+// file_watcher then keep their previous pair and read again at their next
+// refresh.
 func WriteIdentity(dir string, cert Certificate) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("client: %w", err)

@@ -39,7 +39,9 @@ func startConsoleStack(t *testing.T) *consoleStack {
 			logLevel: "error", logSize: 1 << 16, drain: 5 * time.Second})
 	}()
 	s := &consoleStack{base: "http://" + httpAddr, proxy: proxy, admin: admin, gatewayNode: "console-test-gateway"}
-	waitTrue(t, 10*time.Second, func() bool {
+	// Generous: under -race on a loaded 2-core machine the start alone
+	// has taken more than 10 s.
+	waitTrue(t, 60*time.Second, func() bool {
 		resp, err := http.Get(s.base + "/readyz")
 		if err != nil {
 			return false
@@ -459,6 +461,26 @@ func TestConsole(t *testing.T) {
 		b.Click(t, "#try-run")
 		b.WaitTrue(t, 10*time.Second, "unschedulable", `document.querySelector('#try-result.error #try-reasons') && document.querySelector('#try-reasons').textContent.includes('Insufficient cpu')`)
 		b.NoProblems(t, "placement")
+	})
+
+	t.Run("identity", func(t *testing.T) {
+		// A workload's certificate, signed through the SDK as the agent
+		// gets one: the page shows the signing root and the certificate.
+		cert, err := s.api.Certificate(context.Background(), "default", "orders", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Navigate(t, ui+"#/identity")
+		b.WaitTrue(t, 10*time.Second, "roots and certificates", `document.querySelector('#trust-domain')
+			&& document.querySelector('#trust-domain').textContent === 'cluster.local'
+			&& document.querySelectorAll('#root-list tr[data-signing="true"]').length === 1
+			&& document.querySelector('#cert-list tr[data-identity="spiffe://cluster.local/ns/default/sa/orders"]')`)
+		row := browsertest.Eval[string](t, b, `document.querySelector('#cert-list tr[data-identity="spiffe://cluster.local/ns/default/sa/orders"]').innerText`)
+		if !strings.Contains(row, "valid") || !strings.Contains(row, cert.Serial) {
+			t.Errorf("the certificate's row %q lacks its state or serial %s", row, cert.Serial)
+		}
+		b.Layout(t, "identity.png")
+		b.NoProblems(t, "identity")
 	})
 
 	t.Run("10000 instances", func(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"net"
 	"net/http"
 	"os"
@@ -40,19 +41,37 @@ func identityCLI(ctx context.Context, args ...string) (string, error) {
 // pool of the bundle's roots.
 func loadIdentity(t *testing.T, dir string) (tls.Certificate, *x509.CertPool) {
 	t.Helper()
-	c, err := tls.LoadX509KeyPair(filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem"))
+	c, pool, err := readIdentity(dir)
 	if err != nil {
 		t.Fatal(err)
-	}
-	b, err := os.ReadFile(filepath.Join(dir, "ca.pem"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(b) {
-		t.Fatal("ca.pem holds no certificate")
 	}
 	return c, pool
+}
+
+// readIdentity reads cert.pem, key.pem and ca.pem. While an agent
+// replaces them, a reader may see the new certificate with the old key
+// (each file is replaced atomically, but two reads are two moments):
+// like grpc-go's file_watcher, which keeps its previous pair and reads
+// again at its next refresh, it tries again a few times.
+func readIdentity(dir string) (tls.Certificate, *x509.CertPool, error) {
+	var err error
+	for range 20 {
+		var c tls.Certificate
+		if c, err = tls.LoadX509KeyPair(filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")); err != nil {
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		b, rerr := os.ReadFile(filepath.Join(dir, "ca.pem"))
+		if rerr != nil {
+			return c, nil, rerr
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(b) {
+			return c, nil, errors.New("ca.pem holds no certificate")
+		}
+		return c, pool, nil
+	}
+	return tls.Certificate{}, nil, err
 }
 
 // spiffeTLS is what a SPIFFE workload checks of its peer: the chain up to
@@ -158,8 +177,12 @@ func TestWorkloadIdentityEndToEnd(t *testing.T) {
 	go gs.Serve(ln)
 	defer gs.Stop()
 
+	// call never calls t.Fatal: it runs on the calls' goroutine too.
 	call := func(certDir string) error {
-		cert, pool := loadIdentity(t, certDir)
+		cert, pool, err := readIdentity(certDir)
+		if err != nil {
+			return err
+		}
 		cc, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{
 			Certificates: []tls.Certificate{cert}, InsecureSkipVerify: true,
 			VerifyPeerCertificate: spiffeVerify(func() *x509.CertPool { return pool }, x509.ExtKeyUsageServerAuth),
@@ -203,8 +226,9 @@ func TestWorkloadIdentityEndToEnd(t *testing.T) {
 	stopCalls := make(chan struct{})
 	callErrs := make(chan error, 1)
 	go func() {
-		n := 0
-		for {
+		// Bounded in count and time; stopped once the rotation is seen.
+		deadline := time.Now().Add(2 * time.Minute)
+		for n := 0; n < 2000 && time.Now().Before(deadline); n++ {
 			select {
 			case <-stopCalls:
 				callErrs <- nil
@@ -215,11 +239,8 @@ func TestWorkloadIdentityEndToEnd(t *testing.T) {
 				callErrs <- err
 				return
 			}
-			if n++; n > 2000 {
-				callErrs <- nil
-				return
-			}
 		}
+		callErrs <- nil
 	}()
 	if out, err := run("identity", "rotate", "--token", admin); err != nil || !strings.Contains(out, "signing") {
 		t.Fatalf("rotate: %v\n%s", err, out)
@@ -234,6 +255,42 @@ func TestWorkloadIdentityEndToEnd(t *testing.T) {
 	}
 	if err := call(agentDir); err != nil {
 		t.Fatalf("new client certificate to old server certificate: %v", err)
+	}
+
+	// The certificates the server signed, as the console lists them: the
+	// orders token sees orders' only, the admin every namespace's.
+	recent := func(token string) map[string]int {
+		t.Helper()
+		req, _ := http.NewRequest("GET", "http://"+addr+"/v1/identity/certificates", nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var out struct {
+			Certificates []struct {
+				Identity string    `json:"identity"`
+				NotAfter time.Time `json:"notAfter"`
+			} `json:"certificates"`
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != 200 {
+			t.Fatalf("GET /v1/identity/certificates: %d %v", resp.StatusCode, err)
+		}
+		got := map[string]int{}
+		for _, c := range out.Certificates {
+			if c.NotAfter.Before(time.Now()) {
+				t.Fatalf("listed an expired certificate %+v", c)
+			}
+			got[c.Identity]++
+		}
+		return got
+	}
+	if got := recent(orders); len(got) != 1 || got["spiffe://cluster.local/ns/orders/sa/api"] != 1 {
+		t.Fatalf("the orders token lists %v", got)
+	}
+	if got := recent(admin); got["spiffe://cluster.local/ns/web/sa/frontend"] < 3 || got["spiffe://cluster.local/ns/orders/sa/api"] != 1 {
+		t.Fatalf("the admin lists %v (web/frontend: the cert, the agent's first and its renewal)", got)
 	}
 
 	// A revoked token gets no more certificates.

@@ -152,7 +152,7 @@ func readConfigFiles(stdin io.Reader, files []string) (stream []byte, docs []str
 	}
 	for _, d := range read {
 		if d.kind != "" && d.kind != "List" && !strings.HasPrefix(d.apiVersion, "networking.istio.io/") {
-			return nil, nil, fmt.Errorf("config apply: %s: %s", d.where(), manifest.Mismatch(d.apiVersion, d.kind, "a VirtualService or DestinationRule"))
+			return nil, nil, fmt.Errorf("config apply: %s: %s", d.where(), manifest.Mismatch(d.apiVersion, d.kind, "a VirtualService, DestinationRule or Gateway"))
 		}
 	}
 	all := make([][]byte, len(contents))

@@ -49,6 +49,14 @@ func startUpstream(t *testing.T, name string) *upstream {
 // runs them, until the test ends.
 func startMesh(t *testing.T) (api *client.Client, proxy, admin string) {
 	t.Helper()
+	api, proxy, admin, _ = startMeshTLS(t, "")
+	return api, proxy, admin
+}
+
+// startMeshTLS is startMesh with the gateway serving TLS on tlsAddr too
+// (none if empty); server is the registry's base URL.
+func startMeshTLS(t *testing.T, tlsAddr string) (api *client.Client, proxy, admin, server string) {
+	t.Helper()
 	httpAddr, xdsAddr := freeAddr(t), freeAddr(t)
 	proxy, admin = freeAddr(t), freeAddr(t)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -61,7 +69,7 @@ func startMesh(t *testing.T) (api *client.Client, proxy, admin string) {
 	gctx, gcancel := context.WithCancel(context.Background())
 	go func() {
 		gatewayDone <- runGateway(gctx, gatewayFlags{xds: xdsAddr, listen: proxy, admin: admin,
-			data: filepath.Join(t.TempDir(), "gw"), node: "mesh-test-gateway", service: "sextant-gateway",
+			data: filepath.Join(t.TempDir(), "gw"), node: "mesh-test-gateway", service: "sextant-gateway", tlsListen: tlsListen(tlsAddr),
 			maxBody: 1 << 20, retainAge: time.Hour, retainBytes: 1 << 30, drain: 5 * time.Second,
 			logFormat: "text", logLevel: "error"})
 	}()
@@ -87,7 +95,14 @@ func startMesh(t *testing.T) (api *client.Client, proxy, admin string) {
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK
 	})
-	return c, proxy, admin
+	return c, proxy, admin, "http://" + httpAddr
+}
+
+func tlsListen(addr string) []string {
+	if addr == "" {
+		return nil
+	}
+	return []string{addr}
 }
 
 func waitTrue(t *testing.T, d time.Duration, cond func() bool) {

@@ -1,19 +1,14 @@
 package main
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
-	"math/big"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sextant-mesh/sextant/internal/secret/secrettest"
 
 	"github.com/sextant-mesh/sextant/internal/httpapi/apitest"
 )
@@ -22,17 +17,14 @@ import (
 // dir and returns their paths.
 func testCert(t *testing.T, dir, base string, notAfter time.Time, names ...string) (certFile, keyFile string) {
 	t.Helper()
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: names[0]}, DNSNames: names,
-		NotBefore: notAfter.Add(-48 * time.Hour), NotAfter: notAfter, IsCA: true, BasicConstraintsValid: true}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
+	c, k := secrettest.Pair(t, notAfter, names...)
+	certFile, keyFile = filepath.Join(dir, base+".crt"), filepath.Join(dir, base+".key")
+	if err := os.WriteFile(certFile, c, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	kder, _ := x509.MarshalECPrivateKey(key)
-	certFile, keyFile = filepath.Join(dir, base+".crt"), filepath.Join(dir, base+".key")
-	os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600)
-	os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600)
+	if err := os.WriteFile(keyFile, k, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	return certFile, keyFile
 }
 

@@ -32,6 +32,7 @@ import (
 	"github.com/sextant-mesh/sextant/internal/dnsapi"
 	"github.com/sextant-mesh/sextant/internal/healthcheck"
 	"github.com/sextant-mesh/sextant/internal/httpapi"
+	"github.com/sextant-mesh/sextant/internal/ingress"
 	"github.com/sextant-mesh/sextant/internal/instance"
 	"github.com/sextant-mesh/sextant/internal/naming"
 	"github.com/sextant-mesh/sextant/internal/placement"
@@ -345,6 +346,8 @@ func runServer(ctx context.Context, f serverFlags) error {
 	if f.xds != "" {
 		// Without an xDS listener nothing consumes what the engine pushes.
 		lc.start("push engine", true, engine.Run)
+		// Istio Gateways: listeners, routes and SDS secrets for gateways.
+		lc.start("ingress publisher", true, ingress.New(eng.Catalog(), cfg, secrets, cache, log.With("component", "ingress")).Run)
 		lc.start("xds server", true, func(ctx context.Context) error { return ads.Serve(ctx, xln) })
 		log.Info("serving xDS", "addr", xln.Addr().String(), "tls", tlsCfg != nil)
 		warnExposed(log.With("listener", "xds"), xln.Addr().String(), tlsCfg != nil, f)

@@ -99,7 +99,9 @@ func unregisteredHosts(o *Object, registered func(naming.ServiceKey) bool) []str
 	}
 	if vs := o.VirtualService; vs != nil {
 		for i, h := range vs.Hosts {
-			check(index("spec.hosts", i), h)
+			if InMesh(vs) { // a gateway's hosts are names at the gateway
+				check(index("spec.hosts", i), h)
+			}
 		}
 		for i, r := range vs.Http {
 			for j, d := range r.Route {

@@ -90,9 +90,9 @@ func decodeItem(c errs, path string, v any) []*Object {
 	}
 	// An object of another API group (a Pod, a Node) is named as such,
 	// rather than blamed field by field for not being a VirtualService.
-	if apiVersion, _ := obj["apiVersion"].(string); kind != "" && kind != KindVirtualService && kind != KindDestinationRule &&
+	if apiVersion, _ := obj["apiVersion"].(string); kind != "" && kind != KindVirtualService && kind != KindDestinationRule && kind != KindGateway &&
 		!strings.HasPrefix(apiVersion, Group+"/") {
-		c.add(join(path, "kind"), ErrInvalid, "%s", manifest.Mismatch(apiVersion, kind, "a VirtualService or DestinationRule"))
+		c.add(join(path, "kind"), ErrInvalid, "%s", manifest.Mismatch(apiVersion, kind, "a VirtualService, DestinationRule or Gateway"))
 		return nil
 	}
 	n := len(*c.list)
@@ -107,12 +107,12 @@ func decodeItem(c errs, path string, v any) []*Object {
 		case "kind":
 			s, _ := obj[k].(string)
 			switch s {
-			case KindVirtualService, KindDestinationRule:
+			case KindVirtualService, KindDestinationRule, KindGateway:
 				o.Kind = s
-			case "Gateway", "ServiceEntry", "Sidecar", "WorkloadEntry", "WorkloadGroup", "EnvoyFilter", "ProxyConfig":
-				c.add(p, ErrNotSupported, "%s: not supported (Sextant reads VirtualService and DestinationRule)", s)
+			case "ServiceEntry", "Sidecar", "WorkloadEntry", "WorkloadGroup", "EnvoyFilter", "ProxyConfig":
+				c.add(p, ErrNotSupported, "%s: not supported (Sextant reads VirtualService, DestinationRule and Gateway)", s)
 			default:
-				c.add(p, ErrInvalid, "%v: want VirtualService or DestinationRule", obj[k])
+				c.add(p, ErrInvalid, "%v: want VirtualService, DestinationRule or Gateway", obj[k])
 			}
 		case "metadata":
 			decodeMeta(c, p, obj[k], o)
@@ -146,10 +146,14 @@ func decodeItem(c errs, path string, v any) []*Object {
 		return nil
 	}
 	var msg proto.Message
-	if o.Kind == KindVirtualService {
+	switch o.Kind {
+	case KindVirtualService:
 		o.VirtualService = &networking.VirtualService{}
 		msg = o.VirtualService
-	} else {
+	case KindGateway:
+		o.Gateway = &networking.Gateway{}
+		msg = o.Gateway
+	default:
 		o.DestinationRule = &networking.DestinationRule{}
 		msg = o.DestinationRule
 	}

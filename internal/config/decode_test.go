@@ -88,6 +88,8 @@ func TestEncodeRoundTrip(t *testing.T) {
 
 const vsHead = "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata:\n  name: orders\nspec:\n  hosts: [orders]\n  http:\n"
 
+const gwHead = "apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {name: gw}\nspec:\n  servers:\n"
+
 func TestDecodeErrors(t *testing.T) {
 	tests := []struct {
 		name, in string
@@ -99,8 +101,22 @@ func TestDecodeErrors(t *testing.T) {
 			"spec.http[0].mirror", ErrNotSupported, "not supported"},
 		{"typo", vsHead + "  - route: [{destination: {host: orders}}]\n    retries: {attempts: 2, perTryTimout: 1s}\n",
 			"spec.http[0].retries.perTryTimout", ErrUnknownField, `did you mean "perTryTimeout"`},
-		{"gateways not supported", strings.Replace(vsHead, "  hosts:", "  gateways: [mesh]\n  hosts:", 1) + "  - route: [{destination: {host: orders}}]\n",
-			"spec.gateways", ErrNotSupported, "not supported"},
+		{"bad gateway ref", strings.Replace(vsHead, "  hosts:", "  gateways: [mesh, a/b/c]\n  hosts:", 1) + "  - route: [{destination: {host: orders}}]\n",
+			"spec.gateways[1]", ErrInvalid, "want a Gateway name"},
+		{"gateway passthrough", gwHead + "  - port: {number: 443, protocol: HTTPS}\n    hosts: [a.example.com]\n    tls: {mode: PASSTHROUGH}\n",
+			"spec.servers[0].tls.mode", ErrNotSupported, "PASSTHROUGH"},
+		{"gateway unknown tls mode", gwHead + "  - port: {number: 443, protocol: HTTPS}\n    hosts: [a.example.com]\n    tls: {mode: STRICT, credentialName: c}\n",
+			"spec.servers[0].tls.mode", ErrInvalid, `"STRICT" is not one of`},
+		{"gateway unknown tls field", gwHead + "  - port: {number: 443, protocol: HTTPS}\n    hosts: [a.example.com]\n    tls: {mode: SIMPLE, credentialName: c, credential: d}\n",
+			"spec.servers[0].tls.credential", ErrUnknownField, "unknown field"},
+		{"gateway https without credential", gwHead + "  - port: {number: 443, protocol: HTTPS}\n    hosts: [a.example.com]\n    tls: {mode: SIMPLE}\n",
+			"spec.servers[0].tls.credentialName", ErrInvalid, "required"},
+		{"gateway tcp", gwHead + "  - port: {number: 5432, protocol: TCP}\n    hosts: [a.example.com]\n",
+			"spec.servers[0].port.protocol", ErrNotSupported, "HTTP, HTTPS and HTTP2"},
+		{"gateway cipher suites", gwHead + "  - port: {number: 443, protocol: HTTPS}\n    hosts: [a.example.com]\n    tls: {mode: SIMPLE, credentialName: c, cipherSuites: [x]}\n",
+			"spec.servers[0].tls.cipherSuites", ErrNotSupported, "not supported"},
+		{"gateway-only VirtualService host", "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: x}\nspec:\n  hosts: [Shop.example.com]\n  gateways: [gw]\n  http:\n  - route: [{destination: {host: orders}}]\n",
+			"spec.hosts[0]", ErrInvalid, "want a host name"},
 		{"weight type", vsHead + "  - route: [{destination: {host: orders}, weight: heavy}]\n",
 			"spec.http[0].route[0].weight", ErrInvalid, "not an integer"},
 		{"negative weight", vsHead + "  - route: [{destination: {host: orders}, weight: -1}]\n",
@@ -125,7 +141,7 @@ func TestDecodeErrors(t *testing.T) {
 			"spec.http[0].match[0].queryParams", ErrNotSupported, "not supported"},
 		{"unknown top-level", "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetdata: {name: x}\nspec: {}\n",
 			"metdata", ErrUnknownField, "unknown field"},
-		{"other kind", "apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {name: x}\nspec: {}\n",
+		{"other kind", "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: x}\nspec: {}\n",
 			"kind", ErrNotSupported, "not supported"},
 		{"bad apiVersion", "apiVersion: v1\nkind: VirtualService\nmetadata: {name: x}\nspec: {hosts: [x], http: [{route: [{destination: {host: x}}]}]}\n",
 			"apiVersion", ErrInvalid, "want networking.istio.io/v1"},
@@ -157,11 +173,11 @@ func TestDecodeErrors(t *testing.T) {
 			"spec.subsets[0].labels[a b]", ErrInvalid, "metadata key"},
 		{"not yaml", "a: [b\n", "", ErrInvalid, "not YAML"},
 		{"a Pod", "apiVersion: v1\nkind: Pod\nmetadata: {name: web-0}\nspec: {containers: [{name: c}]}\n",
-			"kind", ErrInvalid, `this is a Pod (v1), not a VirtualService or DestinationRule: Pods go to "sextant place"`},
+			"kind", ErrInvalid, `this is a Pod (v1), not a VirtualService, DestinationRule or Gateway: Pods go to "sextant place"`},
 		{"a Node in a List", `{"apiVersion":"v1","kind":"List","items":[{"apiVersion":"v1","kind":"Node","metadata":{"name":"n"},"status":{}}]}`,
-			"items[0].kind", ErrInvalid, `this is a Node (v1), not a VirtualService or DestinationRule: Nodes go to "sextant nodes apply"`},
+			"items[0].kind", ErrInvalid, `this is a Node (v1), not a VirtualService, DestinationRule or Gateway: Nodes go to "sextant nodes apply"`},
 		{"another kind", "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\nspec: {}\n",
-			"kind", ErrInvalid, `this is a Deployment (apps/v1), not a VirtualService or DestinationRule`},
+			"kind", ErrInvalid, `this is a Deployment (apps/v1), not a VirtualService, DestinationRule or Gateway`},
 		{"empty", "# nothing\n", "", ErrInvalid, "no objects"},
 	}
 	for _, tc := range tests {
@@ -261,7 +277,7 @@ func TestParseKey(t *testing.T) {
 	if err != nil || got != k {
 		t.Fatalf("ParseKey(%q) = %v, %v", k, got, err)
 	}
-	for _, bad := range []string{"", "VirtualService/a", "Gateway/a/b", "VirtualService/A/b", "VirtualService/a/b/c"} {
+	for _, bad := range []string{"", "VirtualService/a", "Sidecar/a/b", "VirtualService/A/b", "VirtualService/a/b/c"} {
 		if _, err := ParseKey(bad); !errors.Is(err, ErrBadKey) {
 			t.Errorf("ParseKey(%q): %v", bad, err)
 		}
@@ -269,3 +285,26 @@ func TestParseKey(t *testing.T) {
 }
 
 var _ = networking.VirtualService{}
+
+// A Gateway and a VirtualService bound to it decode; the VirtualService's
+// hosts are names at the gateway, not services, so the mesh's index sees
+// none of them.
+func TestDecodeGateway(t *testing.T) {
+	b, err := os.ReadFile("testdata/gateway.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := Decode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(objs) != 2 || objs[0].Gateway == nil || objs[0].Key.String() != "Gateway/edge/shop-gw" || objs[1].VirtualService == nil {
+		t.Fatalf("%+v", objs)
+	}
+	if InMesh(objs[1].VirtualService) || Hosts(objs[1]) != nil || Destinations(objs[1]) != nil || len(VirtualServiceDestinations(objs[1])) != 1 {
+		t.Errorf("a gateway-only VirtualService is in the mesh's view")
+	}
+	if k, err := ParseKey("Gateway/edge/shop-gw"); err != nil || k != objs[0].Key {
+		t.Errorf("ParseKey: %v %v", k, err)
+	}
+}

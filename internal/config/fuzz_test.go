@@ -9,8 +9,10 @@ import (
 // encodes canonically: its encoding decodes to an object with the same
 // encoding.
 func FuzzDecode(f *testing.F) {
-	if b, err := os.ReadFile("testdata/orders.yaml"); err == nil {
-		f.Add(b)
+	for _, name := range []string{"testdata/orders.yaml", "testdata/gateway.yaml"} {
+		if b, err := os.ReadFile(name); err == nil {
+			f.Add(b)
+		}
 	}
 	f.Add([]byte(vsHead + "  - route: [{destination: {host: orders}}]\n    mirror: {host: x}\n"))
 	f.Add([]byte(`{"apiVersion":"v1","kind":"List","items":[{"apiVersion":"networking.istio.io/v1","kind":"DestinationRule","metadata":{"name":"a"},"spec":{"host":"a","subsets":[{"name":"v1","labels":{"v":"1"}}]}}]}`))

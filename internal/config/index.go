@@ -86,6 +86,9 @@ func Hosts(o *Object) []naming.ServiceKey {
 		}
 		return []naming.ServiceKey{k}
 	}
+	if o.VirtualService == nil || !InMesh(o.VirtualService) {
+		return nil // a Gateway, or a VirtualService of gateways only: no service's routes
+	}
 	out := make([]naming.ServiceKey, 0, len(o.VirtualService.Hosts))
 	for _, h := range o.VirtualService.Hosts {
 		if k, err := ResolveHost(h, o.Namespace); err == nil {
@@ -105,9 +108,15 @@ type Destination struct {
 // Destinations returns the distinct destinations of a VirtualService, in
 // the order its routes name them.
 func Destinations(o *Object) []Destination {
-	if o == nil || o.VirtualService == nil {
+	if o == nil || o.VirtualService == nil || !InMesh(o.VirtualService) {
 		return nil
 	}
+	return VirtualServiceDestinations(o)
+}
+
+// VirtualServiceDestinations is Destinations whatever gateways the
+// VirtualService is bound to.
+func VirtualServiceDestinations(o *Object) []Destination {
 	var out []Destination
 	seen := map[Destination]bool{}
 	for _, r := range o.VirtualService.Http {

@@ -25,6 +25,7 @@ const (
 const (
 	KindVirtualService  = "VirtualService"
 	KindDestinationRule = "DestinationRule"
+	KindGateway         = "Gateway"
 )
 
 // RecordKind is the store's record kind for routing config objects.
@@ -58,7 +59,7 @@ var ErrBadKey = errors.New("config: malformed key")
 // ParseKey parses a record key written by Key.String.
 func ParseKey(s string) (Key, error) {
 	parts := strings.Split(s, "/")
-	if len(parts) != 3 || (parts[0] != KindVirtualService && parts[0] != KindDestinationRule) ||
+	if len(parts) != 3 || (parts[0] != KindVirtualService && parts[0] != KindDestinationRule && parts[0] != KindGateway) ||
 		!naming.ValidName(parts[1]) || !naming.ValidName(parts[2]) {
 		return Key{}, fmt.Errorf("%w %q (want Kind/namespace/name)", ErrBadKey, s)
 	}
@@ -66,7 +67,7 @@ func ParseKey(s string) (Key, error) {
 }
 
 // Object is one decoded, validated config object. Exactly one of
-// VirtualService and DestinationRule is set, by Kind. Objects are immutable
+// VirtualService, DestinationRule and Gateway is set, by Kind. Objects are immutable
 // once decoded: a change is a new Object.
 type Object struct {
 	Key
@@ -75,12 +76,16 @@ type Object struct {
 
 	VirtualService  *networking.VirtualService
 	DestinationRule *networking.DestinationRule
+	Gateway         *networking.Gateway
 }
 
 // Spec returns the object's spec message.
 func (o *Object) Spec() proto.Message {
-	if o.VirtualService != nil {
+	switch {
+	case o.VirtualService != nil:
 		return o.VirtualService
+	case o.Gateway != nil:
+		return o.Gateway
 	}
 	return o.DestinationRule
 }

@@ -32,7 +32,7 @@ func allow(m proto.Message, fields ...protoreflect.Name) {
 }
 
 func init() {
-	allow(&networking.VirtualService{}, "hosts", "http")
+	allow(&networking.VirtualService{}, "hosts", "gateways", "http")
 	allow(&networking.HTTPRoute{}, "name", "match", "route", "timeout", "retries")
 	allow(&networking.HTTPMatchRequest{}, "name", "uri", "headers", "method")
 	allow(&networking.StringMatch{}, "exact", "prefix", "regex")
@@ -49,6 +49,10 @@ func init() {
 	allow(&networking.ConnectionPoolSettings{}, "tcp", "http")
 	allow(&networking.ConnectionPoolSettings_TCPSettings{}, "connect_timeout")
 	allow(&networking.ConnectionPoolSettings_HTTPSettings{}, "idle_timeout")
+	allow(&networking.Gateway{}, "servers", "selector")
+	allow(&networking.Server{}, "port", "hosts", "tls", "name")
+	allow(&networking.Port{}, "number", "protocol", "name")
+	allow(&networking.ServerTLSSettings{}, "https_redirect", "mode", "credential_name", "min_protocol_version", "max_protocol_version")
 	allow(&networking.OutlierDetection{}, "consecutive_5xx_errors", "consecutive_gateway_errors",
 		"interval", "base_ejection_time", "max_ejection_percent")
 }

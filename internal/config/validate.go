@@ -66,9 +66,12 @@ func validate(c errs, path string, o *Object) {
 		}
 	}
 	spec := join(path, "spec")
-	if o.VirtualService != nil {
+	switch {
+	case o.VirtualService != nil:
 		validateVS(c, spec, o.Namespace, o.VirtualService)
-	} else {
+	case o.Gateway != nil:
+		validateGateway(c, spec, o.Gateway)
+	default:
 		validateDR(c, spec, o)
 	}
 }
@@ -76,6 +79,13 @@ func validate(c errs, path string, o *Object) {
 func validateVS(c errs, path, ns string, vs *networking.VirtualService) {
 	if len(vs.Hosts) == 0 {
 		c.add(join(path, "hosts"), ErrInvalid, "at least one host is required")
+	}
+	validateGatewayRefs(c, join(path, "gateways"), vs.Gateways)
+	if !InMesh(vs) {
+		// Bound to gateways only: hosts are the names clients use at the
+		// gateway (shop.example.com), not registry services.
+		validateGatewayHosts(c, join(path, "hosts"), vs.Hosts)
+		vs = &networking.VirtualService{Http: vs.Http}
 	}
 	seen := map[naming.ServiceKey]string{}
 	for i, h := range vs.Hosts {

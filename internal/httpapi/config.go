@@ -37,8 +37,10 @@ func configKind(s string) (string, error) {
 		return config.KindVirtualService, nil
 	case "destinationrule", "destinationrules", "dr":
 		return config.KindDestinationRule, nil
+	case "gateway", "gateways", "gw":
+		return config.KindGateway, nil
 	}
-	return "", badRequest("kind", "%q is not a config kind: VirtualService or DestinationRule", s)
+	return "", badRequest("kind", "%q is not a config kind: VirtualService, DestinationRule or Gateway", s)
 }
 
 func configKeyOf(r *http.Request) (config.Key, error) {
@@ -201,7 +203,7 @@ func (a *API) applyConfig(w http.ResponseWriter, r *http.Request, reg *backend) 
 		return configError(err)
 	}
 	if len(objs) == 0 {
-		return badRequest("", "no config object in the body: send VirtualService or DestinationRule documents")
+		return badRequest("", "no config object in the body: send VirtualService, DestinationRule or Gateway documents")
 	}
 	if err := requireConfigWrite(r, t, objs...); err != nil {
 		return err
@@ -419,7 +421,7 @@ func requireConfigWrite(r *http.Request, t *config.Table, objs ...*config.Object
 			versions = append(versions, cur.Object)
 		}
 		for _, v := range versions {
-			if v.VirtualService == nil && v.DestinationRule == nil {
+			if v.VirtualService == nil && v.DestinationRule == nil && v.Gateway == nil {
 				continue // a key only (a delete)
 			}
 			for _, h := range config.Hosts(v) {

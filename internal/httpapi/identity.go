@@ -11,6 +11,7 @@ import (
 
 	"github.com/sextant-mesh/sextant/internal/acl"
 	"github.com/sextant-mesh/sextant/internal/ca"
+	"github.com/sextant-mesh/sextant/internal/identity"
 	"github.com/sextant-mesh/sextant/internal/naming"
 )
 
@@ -21,6 +22,8 @@ type Issuer interface {
 	Authority(ctx context.Context) (*ca.Authority, error)
 	Sign(ctx context.Context, csrPEM []byte, id ca.ID, ttl time.Duration) (*ca.Issued, error)
 	Rotate(ctx context.Context, chainPEM, keyPEM []byte) (*ca.Authority, error)
+	// Recent are the certificates this server signed lately, newest first.
+	Recent() []identity.Issued
 }
 
 type issuerBox struct{ i Issuer }
@@ -33,6 +36,48 @@ func (a *API) identityRoutes() {
 	a.handle("POST", "/v1/identity/certificates", a.signCertificate)
 	a.handle("GET", "/v1/identity/bundle", a.identityBundle)
 	a.handle("POST", "/v1/identity/rotate", a.rotateRoot)
+	a.handle("GET", "/v1/identity/certificates", a.recentCertificates)
+}
+
+type issuedOut struct {
+	Identity       string    `json:"identity"`
+	Namespace      string    `json:"namespace"`
+	ServiceAccount string    `json:"serviceAccount"`
+	Serial         string    `json:"serial"`
+	IssuedAt       time.Time `json:"issuedAt"`
+	NotAfter       time.Time `json:"notAfter"`
+}
+
+// recentCertificates lists the certificates this server signed lately, of
+// the namespaces the caller may read identities of (?namespace= one).
+func (a *API) recentCertificates(w http.ResponseWriter, r *http.Request, reg *backend) error {
+	ns := r.URL.Query().Get("namespace")
+	var f *acl.Filter
+	if ns != "" {
+		if err := acl.Require(r, acl.Permission{Resource: acl.Identity, Access: acl.Read, Namespace: ns}); err != nil {
+			return err
+		}
+	} else if rf := acl.Readable(r.Context(), acl.Identity); !rf.All() {
+		if !rf.Any() {
+			return acl.Require(r, acl.Permission{Resource: acl.Identity, Access: acl.Read})
+		}
+		f = &rf
+	}
+	iss, err := a.issuerOf()
+	if err != nil {
+		return err
+	}
+	out := struct {
+		Certificates []issuedOut `json:"certificates"`
+	}{Certificates: []issuedOut{}}
+	for _, c := range iss.Recent() {
+		if (ns != "" && c.ID.Namespace != ns) || (f != nil && !f.Allows(c.ID.Namespace)) {
+			continue
+		}
+		out.Certificates = append(out.Certificates, issuedOut{Identity: c.ID.String(), Namespace: c.ID.Namespace,
+			ServiceAccount: c.ID.Account, Serial: c.Serial, IssuedAt: c.IssuedAt.UTC(), NotAfter: c.NotAfter.UTC()})
+	}
+	return writeValue(w, reg.Revision(), out)
 }
 
 func (a *API) issuerOf() (Issuer, error) {

@@ -1,34 +1,23 @@
 package httpapi_test
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
-	"math/big"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sextant-mesh/sextant/internal/secret/secrettest"
 
 	"github.com/sextant-mesh/sextant/internal/acl"
 )
 
 func secretBody(t *testing.T, ns, name string, mismatch bool) string {
 	t.Helper()
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "a.test"}, DNSNames: []string{"a.test"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
-	der, _ := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	cert, key := secrettest.Pair(t, time.Now().Add(time.Hour), "a.test")
 	if mismatch {
-		key, _ = ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		_, key = secrettest.Pair(t, time.Now().Add(time.Hour), "a.test")
 	}
-	kder, _ := x509.MarshalECPrivateKey(key)
-	b, _ := json.Marshal(map[string]string{"namespace": ns, "name": name, "type": "tls",
-		"cert": string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})),
-		"key":  string(pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}))})
+	b, _ := json.Marshal(map[string]string{"namespace": ns, "name": name, "type": "tls", "cert": string(cert), "key": string(key)})
 	return string(b)
 }
 

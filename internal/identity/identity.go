@@ -49,6 +49,10 @@ type Service struct {
 	cur  atomic.Pointer[loaded]
 	// create serialises this server's creation of the first authority.
 	create sync.Mutex
+
+	issuedMu sync.Mutex
+	issued   []Issued // the last MaxIssued, oldest first
+	next     int      // where the next goes once issued is full
 }
 
 // loaded is the authority as restored from the record of revision rev.
@@ -258,7 +262,48 @@ func (s *Service) Sign(ctx context.Context, csrPEM []byte, id ca.ID, ttl time.Du
 	if err != nil {
 		return nil, err
 	}
-	return a.Sign(csrPEM, id, ttl)
+	is, err := a.Sign(csrPEM, id, ttl)
+	if err == nil {
+		s.remember(Issued{ID: id, Serial: is.Leaf.SerialNumber.Text(16), IssuedAt: time.Now(), NotAfter: is.Leaf.NotAfter})
+	}
+	return is, err
+}
+
+// MaxIssued is how many issued certificates a server remembers.
+const MaxIssued = 1000
+
+// Issued is a certificate this server signed, as operators see it: who
+// holds it and until when. The certificate itself is not kept.
+type Issued struct {
+	ID       ca.ID
+	Serial   string
+	IssuedAt time.Time
+	NotAfter time.Time
+}
+
+func (s *Service) remember(is Issued) {
+	s.issuedMu.Lock()
+	defer s.issuedMu.Unlock()
+	if len(s.issued) < MaxIssued {
+		s.issued = append(s.issued, is)
+		return
+	}
+	s.issued[s.next] = is
+	s.next = (s.next + 1) % MaxIssued
+}
+
+// Recent returns the certificates this server signed lately (at most
+// MaxIssued, since it started), newest first. Other servers of a cluster
+// keep their own.
+func (s *Service) Recent() []Issued {
+	s.issuedMu.Lock()
+	defer s.issuedMu.Unlock()
+	out := make([]Issued, 0, len(s.issued))
+	for i := range s.issued {
+		j := (s.next - 1 - i + 2*len(s.issued)) % len(s.issued)
+		out = append(out, s.issued[j])
+	}
+	return out
 }
 
 // Rotate makes chainPEM/keyPEM (or, when nil, a new generated root) the

@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"fmt"
 	"math/big"
 	"testing"
 	"time"
@@ -170,4 +171,29 @@ func mustAuthority(t *testing.T, s *Service) *ca.Authority {
 		t.Fatal(err)
 	}
 	return a
+}
+
+func TestRecentListsTheLastIssuedNewestFirst(t *testing.T) {
+	s, stop := start(t, t.TempDir(), Options{CA: td})
+	defer stop()
+	c := csr(t)
+	for i := range MaxIssued + 3 {
+		id := api
+		id.Account = fmt.Sprintf("sa-%d", i)
+		if _, err := s.Sign(context.Background(), c, id, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := s.Recent()
+	if len(got) != MaxIssued {
+		t.Fatalf("%d remembered, want %d", len(got), MaxIssued)
+	}
+	if got[0].ID.Account != fmt.Sprintf("sa-%d", MaxIssued+2) || got[MaxIssued-1].ID.Account != "sa-3" {
+		t.Fatalf("newest %s, oldest %s", got[0].ID.Account, got[MaxIssued-1].ID.Account)
+	}
+	for i := 1; i < len(got); i++ {
+		if got[i].IssuedAt.After(got[i-1].IssuedAt) {
+			t.Fatalf("not newest first at %d", i)
+		}
+	}
 }

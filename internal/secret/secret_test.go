@@ -1,30 +1,16 @@
 package secret
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
-	"math/big"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sextant-mesh/sextant/internal/secret/secrettest"
 )
 
 func pair(t testing.TB, notAfter time.Time, names ...string) (certPEM, keyPEM []byte) {
-	t.Helper()
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(7), Subject: pkix.Name{CommonName: names[0]}, DNSNames: names,
-		NotBefore: notAfter.Add(-48 * time.Hour), NotAfter: notAfter}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, _ := x509.MarshalECPrivateKey(key)
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder})
+	return secrettest.Pair(t, notAfter, names...)
 }
 
 func TestNewValidates(t *testing.T) {

@@ -302,7 +302,7 @@ func (s *Server) sendLoop(ctx context.Context, sub *subscriber, stream sender) e
 			}
 			return nil
 		}
-		for _, t := range []Type{TypeEndpoint, TypeCluster, TypeEndpoint, TypeListener, TypeEndpoint, TypeRoute, TypeEndpoint} {
+		for _, t := range []Type{TypeEndpoint, TypeCluster, TypeEndpoint, TypeSecret, TypeListener, TypeEndpoint, TypeRoute, TypeEndpoint} {
 			if t != TypeEndpoint {
 				// Checked, then held, then sent: a change of t marked after
 				// the check goes in the next round (its notify wakes one),

@@ -14,6 +14,9 @@ const (
 	TypeEndpoint
 	TypeListener
 	TypeRoute
+	// TypeSecret is SDS: a gateway's TLS certificates, asked for by name
+	// on the ADS stream.
+	TypeSecret
 	numTypes
 )
 
@@ -22,9 +25,10 @@ var typeURLs = [numTypes]string{
 	TypeEndpoint: "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment",
 	TypeListener: "type.googleapis.com/envoy.config.listener.v3.Listener",
 	TypeRoute:    "type.googleapis.com/envoy.config.route.v3.RouteConfiguration",
+	TypeSecret:   "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret",
 }
 
-var typeNames = [numTypes]string{"clusters", "endpoints", "listeners", "routes"}
+var typeNames = [numTypes]string{"clusters", "endpoints", "listeners", "routes", "secrets"}
 
 // URL returns the type's type URL.
 func (t Type) URL() string { return typeURLs[t] }

@@ -9,6 +9,7 @@ import { ConfigPage } from './config.js';
 import { PushPage } from './push.js';
 import { CallsPage } from './calls.js';
 import { PlacementPage } from './placement.js';
+import { IdentityPage } from './identity.js';
 
 // parseRoute reads "#/services/default/orders?selector=a%3Db" into
 // {parts: ['services', 'default', 'orders'], params: URLSearchParams}.
@@ -30,7 +31,7 @@ function useRoute() {
 
 const pages = [
   ['', 'Overview'], ['services', 'Services'], ['config', 'Routing config'],
-  ['push', 'Push status'], ['calls', 'Calls'], ['placement', 'Placement'],
+  ['push', 'Push status'], ['calls', 'Calls'], ['placement', 'Placement'], ['identity', 'Identity'],
 ];
 
 function TokenForm({ message, close }) {
@@ -88,6 +89,7 @@ function Page({ route }) {
     case 'push': return html`<${PushPage} />`;
     case 'calls': return html`<${CallsPage} params=${route.params} />`;
     case 'placement': return html`<${PlacementPage} />`;
+    case 'identity': return html`<${IdentityPage} />`;
   }
   return html`<p class="empty">No page here. <a href="#/">Overview</a></p>`;
 }

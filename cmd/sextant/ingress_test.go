@@ -1,0 +1,140 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sextant-mesh/sextant/client"
+	"github.com/sextant-mesh/sextant/internal/debian"
+)
+
+const istioGateway = `apiVersion: networking.istio.io/v1
+kind: Gateway
+metadata: {name: shop-gw}
+spec:
+  selector: {istio: ingressgateway}
+  servers:
+  - port: {number: %[1]d, name: https, protocol: HTTPS}
+    hosts: [shop.example.com]
+    tls: {mode: SIMPLE, credentialName: shop-cert, minProtocolVersion: TLSV1_2}
+  - port: {number: %[2]d, name: http, protocol: HTTP}
+    hosts: [shop.example.com]
+    tls: {httpsRedirect: true}
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: shop}
+spec:
+  hosts: [shop.example.com]
+  gateways: [shop-gw]
+  http:
+  - route: [{destination: {host: orders}}]
+`
+
+// TestIstioGatewayEndToEnd: a TLS secret (sextant secret create tls), an
+// Istio Gateway with an HTTPS server and an HTTP one redirecting to it, and
+// a VirtualService bound to the Gateway, applied to a real server, make a
+// real gateway serve HTTPS for the host (curl, HTTP/2) with the secret's
+// certificate by SDS, redirect plain HTTP with 301, and serve a rotated
+// certificate to new connections.
+func TestIstioGatewayEndToEnd(t *testing.T) {
+	tlsAddr := freeAddr(t)
+	api, proxy, _, server := startMeshTLS(t, tlsAddr)
+	ctx := context.Background()
+	up := startUpstream(t, "orders-1")
+	if _, err := api.Register(ctx, client.Instance{ID: "o1", Service: "orders", Host: "127.0.0.1", Port: up.addr.Port}); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	cert, key := testCert(t, dir, "shop", time.Now().Add(24*time.Hour), "shop.example.com")
+	if out, err := runOn(t, server, "", "secret", "create", "tls", "shop-cert", "--cert", cert, "--key", key); err != nil {
+		t.Fatalf("secret create: %v\n%s", err, out)
+	}
+	_, tlsPort, _ := net.SplitHostPort(tlsAddr)
+	_, plainPort, _ := net.SplitHostPort(proxy)
+	var tp, pp int
+	fmt.Sscan(tlsPort, &tp)
+	fmt.Sscan(plainPort, &pp)
+	if out, err := runOn(t, server, fmt.Sprintf(istioGateway, tp, pp), "config", "apply", "-f", "-"); err != nil {
+		t.Fatalf("config apply: %v\n%s", err, out)
+	}
+
+	pool := x509.NewCertPool()
+	pemBytes, _ := os.ReadFile(cert)
+	pool.AppendCertsFromPEM(pemBytes)
+	newClient := func() *http.Client {
+		return &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{ForceAttemptHTTP2: true,
+			TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: "shop.example.com"},
+			DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+				var d net.Dialer
+				return d.DialContext(ctx, network, tlsAddr)
+			}}}
+	}
+	var body string
+	waitTrue(t, 15*time.Second, func() bool {
+		resp, err := newClient().Get("https://shop.example.com/buy")
+		if err != nil {
+			return false
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		body = string(b)
+		return resp.StatusCode == 200 && resp.ProtoMajor == 2
+	})
+	if body != "orders-1" {
+		t.Fatalf("https: %q", body)
+	}
+	if curl, err := debian.Ensure("curl", "curl"); err == nil {
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		out, err := exec.CommandContext(cctx, curl, "-sS", "--http2", "--cacert", cert, "--resolve", "shop.example.com:"+tlsPort+":127.0.0.1",
+			"-w", " %{http_version}", "https://shop.example.com:"+tlsPort+"/").CombinedOutput()
+		cancel()
+		if err != nil || string(out) != "orders-1 2" {
+			t.Errorf("curl: %v: %q", err, out)
+		}
+	}
+
+	// httpsRedirect on the plaintext server.
+	req, _ := http.NewRequest("GET", "http://"+proxy+"/buy?x=1", nil)
+	req.Host = "shop.example.com"
+	resp, err := (&http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusMovedPermanently || resp.Header.Get("Location") != "https://shop.example.com/buy?x=1" {
+		t.Errorf("redirect: %d %q", resp.StatusCode, resp.Header.Get("Location"))
+	}
+
+	// Rotation: the secret replaced, a new connection sees the new certificate.
+	cert2, key2 := testCert(t, dir, "shop2", time.Now().Add(48*time.Hour), "shop.example.com")
+	if out, err := runOn(t, server, "", "secret", "create", "tls", "shop-cert", "--cert", cert2, "--key", key2, "--replace"); err != nil {
+		t.Fatalf("secret rotate: %v\n%s", err, out)
+	}
+	pem2, _ := os.ReadFile(cert2)
+	pool.AppendCertsFromPEM(pem2)
+	waitTrue(t, 15*time.Second, func() bool {
+		resp, err := newClient().Get("https://shop.example.com/")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.TLS.PeerCertificates[0].NotAfter.After(time.Now().Add(47 * time.Hour))
+	})
+
+	// A Gateway the gateway cannot serve is refused at apply, naming the field.
+	bad := strings.Replace(fmt.Sprintf(istioGateway, tp, pp), "mode: SIMPLE", "mode: PASSTHROUGH", 1)
+	if out, err := runOn(t, server, bad, "config", "apply", "-f", "-"); err == nil || !strings.Contains(out+err.Error(), "spec.servers[0].tls.mode") {
+		t.Errorf("PASSTHROUGH: %v\n%s", err, out)
+	}
+}

@@ -1,0 +1,287 @@
+package ingress
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+	networking "istio.io/api/networking/v1"
+
+	"github.com/sextant-mesh/sextant/internal/config"
+	"github.com/sextant-mesh/sextant/internal/naming"
+	"github.com/sextant-mesh/sextant/internal/secret"
+	"github.com/sextant-mesh/sextant/internal/xds"
+)
+
+// ListenerName names the Listener and RouteConfiguration of a Gateway
+// port: "sextant-gateway-8443". A gateway serves it on the flag whose port
+// is the port (--listen, or --tls-listen for HTTPS).
+func ListenerName(port uint32) string {
+	return "sextant-gateway-" + strconv.FormatUint(uint64(port), 10)
+}
+
+// SecretName names the SDS Secret of credentialName in namespace ns
+// ("default/shop-cert"); its CA, for MUTUAL, is SecretName + "-cacert", as
+// Istio names a Kubernetes secret's ca.crt.
+func SecretName(ns, credential string) string { return ns + "/" + credential }
+
+// CASuffix ends the name of a credential's CA secret.
+const CASuffix = "-cacert"
+
+// server is one Gateway server with what selects and binds it.
+type server struct {
+	gw    config.Key
+	path  string // spec.servers[i] of gw, for warnings
+	s     *networking.Server
+	hosts []config.ServerHost
+}
+
+// port is every server on one port number, of one protocol.
+type port struct {
+	number  uint32
+	tls     bool
+	servers []server
+}
+
+var ads = &corev3.ConfigSource{ConfigSourceSpecifier: &corev3.ConfigSource_Ads{Ads: &corev3.AggregatedConfigSource{}},
+	ResourceApiVersion: corev3.ApiVersion_V3}
+
+// Build translates Gateways and the VirtualServices bound to them into
+// Secrets, Listeners and RouteConfigurations (in that order, name ->
+// resource), with a warning for what it left out (a port two Gateways use
+// with different protocols, a server name already served on its port, a
+// secret that does not exist).
+func Build(gws, vss []*config.Entry, secretOf func(ns, name string) *secret.Secret) ([3]map[string]proto.Message, []string) {
+	out := [3]map[string]proto.Message{{}, {}, {}}
+	var warns []string
+	ports := map[uint32]*port{}
+	var order []uint32
+	for _, e := range gws {
+		for i, s := range e.Object.Gateway.Servers {
+			n := s.GetPort().GetNumber()
+			isTLS := strings.EqualFold(s.GetPort().GetProtocol(), "HTTPS")
+			p := ports[n]
+			if p == nil {
+				p = &port{number: n, tls: isTLS}
+				ports[n] = p
+				order = append(order, n)
+			} else if p.tls != isTLS {
+				warns = append(warns, fmt.Sprintf("%s spec.servers[%d]: port %d is already %s by an earlier Gateway; server left out", e.Object.Key, i, n, map[bool]string{true: "TLS", false: "plaintext"}[p.tls]))
+				continue
+			}
+			sv := server{gw: e.Object.Key, path: fmt.Sprintf("%s spec.servers[%d]", e.Object.Key, i), s: s}
+			for _, h := range s.Hosts {
+				if sh, ok := config.ParseServerHost(h, e.Object.Namespace); ok {
+					sv.hosts = append(sv.hosts, sh)
+				}
+			}
+			p.servers = append(p.servers, sv)
+		}
+	}
+	slices.Sort(order)
+	for _, n := range order {
+		p := ports[n]
+		name := ListenerName(n)
+		out[2][name] = routes(name, p, vss)
+		if !p.tls {
+			out[1][name] = xds.HTTPListener(name, n, name)
+			continue
+		}
+		l, w := tlsListener(name, p, secretOf, out[0])
+		out[1][name] = l
+		warns = append(warns, w...)
+	}
+	return out, warns
+}
+
+// bound reports whether VirtualService vs is bound to Gateway gw.
+func bound(vs *config.Object, gw config.Key) bool {
+	for _, ref := range vs.VirtualService.Gateways {
+		if k, ok := config.GatewayRef(ref, vs.Namespace); ok && k == gw {
+			return true
+		}
+	}
+	return false
+}
+
+// routes builds the port's RouteConfiguration: a virtual host per bound
+// VirtualService with the hosts its servers serve, or, for a server with
+// httpsRedirect, a redirect to https for the server's hosts.
+func routes(name string, p *port, vss []*config.Entry) *routev3.RouteConfiguration {
+	rc := &routev3.RouteConfiguration{Name: name}
+	claimed := map[string]bool{}
+	clusterFor := func(d config.Destination) (string, bool) {
+		// The push engine publishes every service's cluster and its
+		// subsets' (not per-port clusters): the gateway routes by those.
+		return xds.ClusterName(d.Service, d.Subset, 0), true
+	}
+	for _, sv := range p.servers {
+		if sv.s.GetTls().GetHttpsRedirect() {
+			var domains []string
+			for _, h := range sv.hosts {
+				if !claimed[h.Host] {
+					claimed[h.Host] = true
+					domains = append(domains, h.Host)
+				}
+			}
+			if len(domains) > 0 {
+				rc.VirtualHosts = append(rc.VirtualHosts, &routev3.VirtualHost{Name: sv.path + " (https redirect)", Domains: domains,
+					Routes: []*routev3.Route{{Match: &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}},
+						Action: &routev3.Route_Redirect{Redirect: &routev3.RedirectAction{
+							SchemeRewriteSpecifier: &routev3.RedirectAction_HttpsRedirect{HttpsRedirect: true},
+							ResponseCode:           routev3.RedirectAction_MOVED_PERMANENTLY}}}}})
+			}
+		}
+	}
+	// One virtual host per bound VirtualService, with the hosts of it that
+	// the port's servers serve (a name claimed once, first server first).
+	for _, e := range vss {
+		vs := e.Object
+		var domains []string
+		for _, sv := range p.servers {
+			if sv.s.GetTls().GetHttpsRedirect() || !bound(vs, sv.gw) {
+				continue
+			}
+			for _, h := range vs.VirtualService.Hosts {
+				for _, sh := range sv.hosts {
+					if (sh.Namespace == "*" || sh.Namespace == vs.Namespace) && config.MatchHost(sh.Host, h) && !claimed[h] {
+						claimed[h] = true
+						domains = append(domains, h)
+					}
+				}
+			}
+		}
+		if len(domains) > 0 {
+			rc.VirtualHosts = append(rc.VirtualHosts, xds.VirtualHost(vs.Key.String(), domains, naming.ServiceKey{Namespace: vs.Namespace}, vs, clusterFor))
+		}
+	}
+	return rc
+}
+
+// tlsListener builds an HTTPS port's listener: one filter chain per server
+// (its hosts as server_names, "*" as the chain without any), each
+// terminating TLS with the server's credential by SDS, and the secrets it
+// names into secrets.
+func tlsListener(name string, p *port, secretOf func(ns, name string) *secret.Secret, secrets map[string]proto.Message) (*listenerv3.Listener, []string) {
+	var warns []string
+	l := &listenerv3.Listener{Name: name, Address: &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{
+		Address: "0.0.0.0", PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: p.number}}}}}
+	claimed := map[string]bool{}
+	anyClaimed := false
+	for _, sv := range p.servers {
+		t := sv.s.GetTls()
+		var names []string
+		catchAll := false
+		for _, h := range sv.hosts {
+			switch {
+			case h.Host == "*":
+				catchAll = true
+			case claimed[h.Host]:
+				warns = append(warns, fmt.Sprintf("%s: host %q is already served on port %d by another server; left out", sv.path, h.Host, p.number))
+			default:
+				claimed[h.Host] = true
+				names = append(names, h.Host)
+			}
+		}
+		if catchAll {
+			if anyClaimed {
+				warns = append(warns, fmt.Sprintf("%s: host \"*\" is already served on port %d by another server; left out", sv.path, p.number))
+				catchAll = false
+			}
+			anyClaimed = true
+			names = nil // any server name
+		}
+		if len(names) == 0 && !catchAll {
+			continue
+		}
+		cert := SecretName(sv.gw.Namespace, t.GetCredentialName())
+		common := &tlsv3.CommonTlsContext{
+			TlsParams:                      &tlsv3.TlsParameters{TlsMinimumProtocolVersion: tlsVersion(t.GetMinProtocolVersion(), tlsv3.TlsParameters_TLSv1_2), TlsMaximumProtocolVersion: tlsVersion(t.GetMaxProtocolVersion(), tlsv3.TlsParameters_TLSv1_3)},
+			AlpnProtocols:                  []string{"h2", "http/1.1"},
+			TlsCertificateSdsSecretConfigs: []*tlsv3.SdsSecretConfig{{Name: cert, SdsConfig: ads}},
+		}
+		d := &tlsv3.DownstreamTlsContext{CommonTlsContext: common}
+		sec := secretOf(sv.gw.Namespace, t.GetCredentialName())
+		if sec == nil {
+			warns = append(warns, fmt.Sprintf("%s: credentialName %q: no such secret in namespace %s (sextant secret create tls); its handshakes fail until it exists", sv.path, t.GetCredentialName(), sv.gw.Namespace))
+		} else {
+			secrets[cert] = certSecret(cert, sec)
+			if na := sec.Info().NotAfter; time.Now().After(na) {
+				warns = append(warns, fmt.Sprintf("%s: the certificate of secret %s expired at %s (rotate it: sextant secret create tls %s --replace)",
+					sv.path, cert, na.Format(time.RFC3339), t.GetCredentialName()))
+			}
+		}
+		if t.GetMode() == networking.ServerTLSSettings_MUTUAL {
+			d.RequireClientCertificate = wrapperspb.Bool(true)
+			common.ValidationContextType = &tlsv3.CommonTlsContext_CombinedValidationContext{
+				CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{
+					DefaultValidationContext:         &tlsv3.CertificateValidationContext{},
+					ValidationContextSdsSecretConfig: &tlsv3.SdsSecretConfig{Name: cert + CASuffix, SdsConfig: ads}}}
+			switch {
+			case sec != nil && len(sec.CA) == 0:
+				warns = append(warns, fmt.Sprintf("%s: mode MUTUAL: secret %s has no CA (create it with --ca); its handshakes fail until it has one", sv.path, cert))
+			case sec != nil:
+				secrets[cert+CASuffix] = &tlsv3.Secret{Name: cert + CASuffix, Type: &tlsv3.Secret_ValidationContext{ValidationContext: &tlsv3.CertificateValidationContext{
+					TrustedCa: &corev3.DataSource{Specifier: &corev3.DataSource_InlineBytes{InlineBytes: sec.CA}}}}}
+			}
+		}
+		da, _ := anypb.New(d)
+		fc := &listenerv3.FilterChain{
+			Filters: []*listenerv3.Filter{httpFilter(name)},
+			TransportSocket: &corev3.TransportSocket{Name: "envoy.transport_sockets.tls",
+				ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: da}},
+		}
+		if len(names) > 0 {
+			fc.FilterChainMatch = &listenerv3.FilterChainMatch{ServerNames: names}
+		}
+		l.FilterChains = append(l.FilterChains, fc)
+	}
+	return l, warns
+}
+
+func certSecret(name string, s *secret.Secret) *tlsv3.Secret {
+	return &tlsv3.Secret{Name: name, Type: &tlsv3.Secret_TlsCertificate{TlsCertificate: &tlsv3.TlsCertificate{
+		CertificateChain: &corev3.DataSource{Specifier: &corev3.DataSource_InlineBytes{InlineBytes: s.Cert}},
+		PrivateKey:       &corev3.DataSource{Specifier: &corev3.DataSource_InlineBytes{InlineBytes: s.Key}},
+	}}}
+}
+
+// httpFilter is the HTTP connection manager of a Gateway port: routes by
+// RDS over ADS, WebSocket upgrades on, the port stripped from Host.
+func httpFilter(routeName string) *listenerv3.Filter {
+	router, _ := anypb.New(&routerv3.Router{})
+	h := &hcmv3.HttpConnectionManager{
+		StatPrefix:     routeName,
+		RouteSpecifier: &hcmv3.HttpConnectionManager_Rds{Rds: &hcmv3.Rds{ConfigSource: ads, RouteConfigName: routeName}},
+		HttpFilters:    []*hcmv3.HttpFilter{{Name: "envoy.filters.http.router", ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: router}}},
+		UpgradeConfigs: []*hcmv3.HttpConnectionManager_UpgradeConfig{{UpgradeType: "websocket"}},
+		StripPortMode:  &hcmv3.HttpConnectionManager_StripAnyHostPort{StripAnyHostPort: true},
+	}
+	a, _ := anypb.New(h)
+	return &listenerv3.Filter{Name: "envoy.filters.network.http_connection_manager", ConfigType: &listenerv3.Filter_TypedConfig{TypedConfig: a}}
+}
+
+func tlsVersion(v networking.ServerTLSSettings_TLSProtocol, def tlsv3.TlsParameters_TlsProtocol) tlsv3.TlsParameters_TlsProtocol {
+	switch v {
+	case networking.ServerTLSSettings_TLSV1_0:
+		return tlsv3.TlsParameters_TLSv1_0
+	case networking.ServerTLSSettings_TLSV1_1:
+		return tlsv3.TlsParameters_TLSv1_1
+	case networking.ServerTLSSettings_TLSV1_2:
+		return tlsv3.TlsParameters_TLSv1_2
+	case networking.ServerTLSSettings_TLSV1_3:
+		return tlsv3.TlsParameters_TLSv1_3
+	}
+	return def
+}

@@ -1,0 +1,144 @@
+package ingress
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sextant-mesh/sextant/internal/secret/secrettest"
+
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/sextant-mesh/sextant/internal/config"
+	"github.com/sextant-mesh/sextant/internal/gateway"
+	"github.com/sextant-mesh/sextant/internal/secret"
+)
+
+func testSecret(t *testing.T, ns, name string, withCA bool) *secret.Secret {
+	t.Helper()
+	c, k := secrettest.Pair(t, time.Now().Add(time.Hour), "a.example.com")
+	var ca []byte
+	if withCA {
+		ca = c
+	}
+	s, err := secret.New(ns, name, c, k, ca, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func entries(t *testing.T, yaml string) (gws, vss []*config.Entry) {
+	t.Helper()
+	objs, err := config.Decode([]byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range objs {
+		e := &config.Entry{Object: o}
+		if o.Gateway != nil {
+			gws = append(gws, e)
+		} else {
+			vss = append(vss, e)
+		}
+	}
+	return gws, vss
+}
+
+// TestBuildIsServedByTheGateway: what Build publishes for a Gateway with a
+// MUTUAL and a SIMPLE HTTPS server on one port and a redirecting HTTP
+// server is accepted by the gateway's decoders; a missing secret and a
+// port two Gateways use differently are warned about.
+func TestBuildIsServedByTheGateway(t *testing.T) {
+	gws, vss := entries(t, `apiVersion: networking.istio.io/v1
+kind: Gateway
+metadata: {name: gw, namespace: edge}
+spec:
+  servers:
+  - port: {number: 8443, protocol: HTTPS}
+    hosts: [a.example.com]
+    tls: {mode: MUTUAL, credentialName: a-cert}
+  - port: {number: 8443, protocol: HTTPS}
+    hosts: ["*.b.example.com"]
+    tls: {mode: SIMPLE, credentialName: missing}
+  - port: {number: 8080, protocol: HTTP}
+    hosts: ["*"]
+    tls: {httpsRedirect: true}
+---
+apiVersion: networking.istio.io/v1
+kind: Gateway
+metadata: {name: other, namespace: edge}
+spec:
+  servers:
+  - port: {number: 8080, protocol: HTTPS}
+    hosts: [c.example.com]
+    tls: {mode: SIMPLE, credentialName: a-cert}
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: shop, namespace: edge}
+spec:
+  hosts: [a.example.com, x.b.example.com, elsewhere.example.com]
+  gateways: [gw]
+  http:
+  - route: [{destination: {host: orders.default, subset: v1}}]
+`)
+	secrets := map[string]*secret.Secret{"edge/a-cert": testSecret(t, "edge", "a-cert", true)}
+	out, warns := Build(gws, vss, func(ns, name string) *secret.Secret { return secrets[ns+"/"+name] })
+	w := strings.Join(warns, "\n")
+	if !strings.Contains(w, `credentialName "missing": no such secret`) || !strings.Contains(w, "port 8080 is already plaintext") {
+		t.Errorf("warnings: %s", w)
+	}
+	if len(out[0]) != 2 || out[0]["edge/a-cert"] == nil || out[0]["edge/a-cert-cacert"] == nil {
+		t.Errorf("secrets: %v", out[0])
+	}
+	decode := map[string]func(*anypb.Any) (string, any, error){}
+	for _, typ := range gateway.XDSTypes() {
+		decode[typ.URL] = typ.Decode
+	}
+	for _, m := range out {
+		for name, r := range m {
+			a, _ := anypb.New(r)
+			if _, _, err := decode[a.TypeUrl](a); err != nil {
+				t.Errorf("%s %s refused by the gateway: %v", a.TypeUrl, name, err)
+			}
+		}
+	}
+	if s := out[0]["edge/a-cert-cacert"].(*tlsv3.Secret); s.GetValidationContext() == nil {
+		t.Error("the CA secret holds no validation context")
+	}
+	rc := out[2][ListenerName(8443)].(*routev3.RouteConfiguration)
+	if len(rc.VirtualHosts) != 1 || strings.Join(rc.VirtualHosts[0].Domains, ",") != "a.example.com,x.b.example.com" ||
+		rc.VirtualHosts[0].Routes[0].GetRoute().GetCluster() != "default/orders/v1" {
+		t.Errorf("routes of 8443: %v", rc)
+	}
+	redirect := out[2][ListenerName(8080)].(*routev3.RouteConfiguration)
+	if len(redirect.VirtualHosts) != 1 || !redirect.VirtualHosts[0].Routes[0].GetRedirect().GetHttpsRedirect() {
+		t.Errorf("routes of 8080: %v", redirect)
+	}
+}
+
+// An expired certificate is still published (rotating it is the fix) and
+// warned about.
+func TestBuildWarnsOfExpiredCertificate(t *testing.T) {
+	gws, vss := entries(t, `apiVersion: networking.istio.io/v1
+kind: Gateway
+metadata: {name: gw}
+spec:
+  servers:
+  - port: {number: 443, protocol: HTTPS}
+    hosts: ["*"]
+    tls: {mode: SIMPLE, credentialName: old}
+`)
+	c, k := secrettest.Pair(t, time.Now().Add(-time.Hour), "a.example.com")
+	old, err := secret.New("default", "old", c, k, nil, time.Now().Add(-2*time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, warns := Build(gws, vss, func(string, string) *secret.Secret { return old })
+	if out[0]["default/old"] == nil || len(warns) != 1 || !strings.Contains(warns[0], "secret default/old expired at") {
+		t.Errorf("warnings %q, secrets %v", warns, out[0])
+	}
+}

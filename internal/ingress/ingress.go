@@ -1,0 +1,138 @@
+// Package ingress owns the translation of Istio Gateways into what a
+// gateway serves: for each Gateway server port a Listener (plaintext, or TLS
+// with one filter chain per server matched by SNI and a DownstreamTlsContext
+// whose certificates come by SDS), a RouteConfiguration of the
+// VirtualServices bound to the Gateway (spec.gateways), and the SDS Secrets
+// of the servers' credentialNames, published into the xDS cache beside the
+// push engine's resources. Gateways and the secrets are few and change
+// rarely: every change recomputes the whole set and publishes what differs.
+//
+// It does not own the clusters and endpoints routes name (the push engine
+// publishes those for every service), the config kinds (internal/config)
+// or the secrets (internal/secret).
+package ingress
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/sextant-mesh/sextant/internal/catalog"
+	"github.com/sextant-mesh/sextant/internal/config"
+	"github.com/sextant-mesh/sextant/internal/secret"
+	"github.com/sextant-mesh/sextant/internal/store"
+	"github.com/sextant-mesh/sextant/internal/xds"
+)
+
+// Publisher keeps the cache's Gateway resources current. Run owns its
+// goroutine.
+type Publisher struct {
+	cat     *catalog.Catalog
+	cfg     *config.Table
+	secrets *secret.Table
+	cache   *xds.Cache
+	log     *slog.Logger
+
+	// Run's goroutine only: what was published per type, name -> encoding.
+	published [3]map[string][]byte
+}
+
+// New returns a publisher of the Gateways in cfg and the secrets they name
+// into cache, following cat's changes. log nil discards.
+func New(cat *catalog.Catalog, cfg *config.Table, secrets *secret.Table, cache *xds.Cache, log *slog.Logger) *Publisher {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	p := &Publisher{cat: cat, cfg: cfg, secrets: secrets, cache: cache, log: log}
+	for i := range p.published {
+		p.published[i] = map[string][]byte{}
+	}
+	return p
+}
+
+var types = [3]xds.Type{xds.TypeSecret, xds.TypeListener, xds.TypeRoute}
+
+// Run publishes the current Gateways, then follows config and secret
+// changes until ctx ends (nil) or the catalog fails.
+func (p *Publisher) Run(ctx context.Context) error {
+	for ctx.Err() == nil {
+		rev := p.cat.Revision()
+		sub, err := p.cat.Subscribe(rev, store.Config, store.Secrets)
+		if err != nil {
+			return fmt.Errorf("ingress: subscribe: %w", err)
+		}
+		p.publish(rev)
+		for {
+			if _, err := sub.Next(ctx, 1024); err != nil {
+				if errors.Is(err, catalog.ErrCompacted) {
+					break // read the whole state again
+				}
+				if ctx.Err() != nil {
+					return nil
+				}
+				return fmt.Errorf("ingress: follow: %w", err)
+			}
+			p.publish(sub.Revision())
+		}
+	}
+	return nil
+}
+
+// publish computes every Gateway resource and applies what changed.
+func (p *Publisher) publish(rev int64) {
+	gws, _ := p.cfg.List(config.KindGateway, "")
+	vss, _ := p.cfg.List(config.KindVirtualService, "")
+	out, warnings := Build(gws, vss, p.secrets.Get)
+	for _, w := range warnings {
+		p.log.Warn("ingress: " + w)
+	}
+	version := strconv.FormatInt(rev, 10)
+	now := time.Now()
+	for i, t := range types {
+		var set []xds.Resource
+		var remove []string
+		next := map[string][]byte{}
+		for name, m := range out[i] {
+			b, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
+			if err != nil {
+				p.log.Error("ingress: encode", "name", name, "err", err)
+				continue
+			}
+			next[name] = b
+			if old, ok := p.published[i][name]; !ok || string(old) != string(b) {
+				set = append(set, xds.Resource{Name: name, Version: version, Value: b})
+			}
+		}
+		for name := range p.published[i] {
+			if _, ok := next[name]; !ok {
+				remove = append(remove, name)
+			}
+		}
+		if len(set)+len(remove) == 0 {
+			continue
+		}
+		slices.SortFunc(set, func(a, b xds.Resource) int { return compare(a.Name, b.Name) })
+		slices.Sort(remove)
+		if _, err := p.cache.Apply(t, set, remove, version, now); err != nil {
+			p.log.Error("ingress: publish", "type", t, "err", err)
+			continue
+		}
+		p.published[i] = next
+	}
+}
+
+func compare(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
