@@ -103,6 +103,14 @@ func decodeCluster(c *cluster.Cluster) (*clusterSpec, error) {
 		s.unsupported = fmt.Sprintf("type %v is not supported by the gateway (EDS, STATIC)", c.GetType())
 		return s, nil
 	}
+	if ts := c.GetTransportSocket(); ts != nil {
+		// TLS to the endpoints (a DestinationRule's ISTIO_MUTUAL): the
+		// gateway has no client certificate of the mesh yet. Its calls get
+		// 503 saying so rather than going out in plaintext.
+		s.unsupported = fmt.Sprintf("transport socket %q (TLS to the endpoints, a DestinationRule's tls mode) is not supported by the gateway yet: calls are not sent in plaintext instead", ts.GetName())
+		s.eds, s.static = "", nil // its endpoints are never used
+		return s, nil
+	}
 	if d := c.GetConnectTimeout(); d != nil {
 		t, err := duration(d, "connect_timeout")
 		if err != nil {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	upstreamhttp "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	matcher "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
@@ -87,6 +88,29 @@ func TestUnsupportedClusterDoesNotRefuseTheRest(t *testing.T) {
 	}
 	if g.xds.Status().NACKs != 0 {
 		t.Fatalf("NACKed: %s", g.xds.Status().LastNACK)
+	}
+}
+
+// A cluster asking for TLS to its endpoints (the mesh's ISTIO_MUTUAL) is
+// refused with a 503 naming it, never served in plaintext.
+func TestClusterWithTLSIsNotServedInPlaintext(t *testing.T) {
+	a := startUpstream(t, "a", nil)
+	cp := startControlPlane(t, "")
+	// STATIC, with the same endpoint as a: the test's snapshot cache would
+	// hold EDS back for a name the gateway does not ask for.
+	mtls := &cluster.Cluster{Name: "m", ClusterDiscoveryType: &cluster.Cluster_Type{Type: cluster.Cluster_STATIC},
+		LoadAssignment: assignment("m", ep{u: a}), TransportSocket: &core.TransportSocket{Name: "envoy.transport_sockets.tls"}}
+	cp.set(rdsListener("gw", "r"), routeConfig("r", vhost("all", []string{"*"}, prefixRoute("/m", "m"), prefixRoute("/", "a"))),
+		edsCluster("a"), mtls, assignment("a", ep{u: a}))
+	g := startGateway(t, cp.addr)
+	g.waitServes(t, "/", "upstream=a")
+	before := a.calls.Load()
+	code, body, _ := g.get(t, "/m")
+	if code != 503 || !strings.Contains(body, "envoy.transport_sockets.tls") || !strings.Contains(body, "not sent in plaintext") {
+		t.Fatalf("a TLS cluster: %d %q", code, body)
+	}
+	if a.calls.Load() != before {
+		t.Fatal("the endpoint of a TLS cluster got a plaintext call")
 	}
 }
 
