@@ -218,7 +218,7 @@ func TestWorkloadIdentityEndToEnd(t *testing.T) {
 		agentDone <- err
 	}()
 	defer func() { acancel(); <-agentDone }()
-	waitFor(t, 30*time.Second, "the agent's first certificate", func() bool {
+	waitTrue(t, 30*time.Second, func() bool { // the agent's first certificate
 		_, err := os.Stat(filepath.Join(agentDir, "ca.pem"))
 		return err == nil
 	})
@@ -245,7 +245,7 @@ func TestWorkloadIdentityEndToEnd(t *testing.T) {
 	if out, err := run("identity", "rotate", "--token", admin); err != nil || !strings.Contains(out, "signing") {
 		t.Fatalf("rotate: %v\n%s", err, out)
 	}
-	waitFor(t, 30*time.Second, "the agent's certificate of the new root", func() bool { return issuerOf(t, agentDir) != firstIssuer })
+	waitTrue(t, 30*time.Second, func() bool { return issuerOf(t, agentDir) != firstIssuer }) // the new root's
 	if b, _ := os.ReadFile(filepath.Join(agentDir, "ca.pem")); bytes.Count(b, []byte("BEGIN CERTIFICATE")) != 2 {
 		t.Fatalf("the bundle after a rotation holds %d roots, want the new and the old", bytes.Count(b, []byte("BEGIN CERTIFICATE")))
 	}
@@ -371,15 +371,4 @@ func issuerOf(t *testing.T, dir string) string {
 		t.Fatal(err)
 	}
 	return string(c.AuthorityKeyId)
-}
-
-func waitFor(t *testing.T, d time.Duration, what string, ok func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("no %s in %v", what, d)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }

@@ -348,7 +348,7 @@ func (a *API) listConfig(w http.ResponseWriter, r *http.Request, reg *backend) e
 			return err
 		}
 	}
-	readable, err := configReadable(r, ns)
+	readable, err := readableFilter(r, acl.Config, ns)
 	if err != nil {
 		return err
 	}
@@ -375,7 +375,7 @@ func (a *API) listConfig(w http.ResponseWriter, r *http.Request, reg *backend) e
 			cancel()
 			a.waiting.Add(-1)
 			// The token may have been revoked while the query waited.
-			if _, err := configReadable(r, ns); err != nil {
+			if _, err := readableFilter(r, acl.Config, ns); err != nil {
 				return err
 			}
 		}
@@ -432,20 +432,4 @@ func requireConfigWrite(r *http.Request, t *config.Table, objs ...*config.Object
 		}
 	}
 	return nil
-}
-
-// configReadable is nil when the caller may read config in namespace ns
-// ("" for every namespace), or the filter of a listing across namespaces.
-func configReadable(r *http.Request, ns string) (*acl.Filter, error) {
-	if ns != "" {
-		return nil, acl.Require(r, acl.Permission{Resource: acl.Config, Access: acl.Read, Namespace: ns})
-	}
-	f := acl.Readable(r.Context(), acl.Config)
-	if f.All() {
-		return nil, nil
-	}
-	if !f.Any() {
-		return nil, acl.Require(r, acl.Permission{Resource: acl.Config, Access: acl.Read})
-	}
-	return &f, nil
 }

@@ -52,16 +52,9 @@ type issuedOut struct {
 // the namespaces the caller may read identities of (?namespace= one).
 func (a *API) recentCertificates(w http.ResponseWriter, r *http.Request, reg *backend) error {
 	ns := r.URL.Query().Get("namespace")
-	var f *acl.Filter
-	if ns != "" {
-		if err := acl.Require(r, acl.Permission{Resource: acl.Identity, Access: acl.Read, Namespace: ns}); err != nil {
-			return err
-		}
-	} else if rf := acl.Readable(r.Context(), acl.Identity); !rf.All() {
-		if !rf.Any() {
-			return acl.Require(r, acl.Permission{Resource: acl.Identity, Access: acl.Read})
-		}
-		f = &rf
+	f, err := readableFilter(r, acl.Identity, ns)
+	if err != nil {
+		return err
 	}
 	iss, err := a.issuerOf()
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/sextant-mesh/sextant/internal/acl"
 	"github.com/sextant-mesh/sextant/internal/instance"
 	"github.com/sextant-mesh/sextant/internal/jsonstring"
 	"github.com/sextant-mesh/sextant/internal/label"
@@ -28,7 +29,7 @@ func (a *API) prometheusSD(w http.ResponseWriter, r *http.Request, reg *backend)
 	if v.Get("healthy_only") == "" {
 		q.healthyOnly = true // scrape what serves, unless asked otherwise
 	}
-	readable, err := readableFilter(r, ns)
+	readable, err := readableFilter(r, acl.Instances, ns)
 	if err != nil {
 		return err
 	}

@@ -223,7 +223,7 @@ func (a *API) listInstances(w http.ResponseWriter, r *http.Request, reg *backend
 	if err != nil {
 		return err
 	}
-	readable, err := readableFilter(r, ns)
+	readable, err := readableFilter(r, acl.Instances, ns)
 	if err != nil {
 		return err
 	}
@@ -288,7 +288,7 @@ func (a *API) listInstances(w http.ResponseWriter, r *http.Request, reg *backend
 }
 
 func (a *API) namespaces(w http.ResponseWriter, r *http.Request, reg *backend) error {
-	readable, err := readableFilter(r, "")
+	readable, err := readableFilter(r, acl.Instances, "")
 	if err != nil {
 		return err
 	}
@@ -364,7 +364,7 @@ func (a *API) changes(w http.ResponseWriter, r *http.Request, reg *backend) erro
 			return badRequest("limit", "%q is not an integer in 1..%d", s, maxLimit)
 		}
 	}
-	readable, err := readableFilter(r, "")
+	readable, err := readableFilter(r, acl.Instances, "")
 	if err != nil {
 		return err
 	}
@@ -405,19 +405,19 @@ func (a *API) changes(w http.ResponseWriter, r *http.Request, reg *backend) erro
 	return nil
 }
 
-// readableFilter is nil when the caller may read instances of namespace ns
+// readableFilter is nil when the caller may read res in namespace ns
 // ("" for every namespace), or the filter to apply to a listing across
-// namespaces. A caller who may read no namespace at all is refused.
-func readableFilter(r *http.Request, ns string) (*acl.Filter, error) {
+// namespaces. A caller who may read res in no namespace at all is refused.
+func readableFilter(r *http.Request, res acl.Resource, ns string) (*acl.Filter, error) {
 	if ns != "" {
-		return nil, acl.Require(r, instancesRead(ns))
+		return nil, acl.Require(r, acl.Permission{Resource: res, Access: acl.Read, Namespace: ns})
 	}
-	f := acl.Readable(r.Context(), acl.Instances)
+	f := acl.Readable(r.Context(), res)
 	if f.All() {
 		return nil, nil
 	}
 	if !f.Any() {
-		return nil, acl.Require(r, instancesRead(""))
+		return nil, acl.Require(r, acl.Permission{Resource: res, Access: acl.Read})
 	}
 	return &f, nil
 }

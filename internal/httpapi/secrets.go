@@ -139,19 +139,14 @@ func (a *API) listSecrets(w http.ResponseWriter, r *http.Request, reg *backend) 
 		return err
 	}
 	ns := r.URL.Query().Get("namespace")
-	var readable *acl.Filter
 	if ns != "" {
 		if err := checkName("namespace", ns); err != nil {
 			return err
 		}
-		if err := acl.Require(r, acl.Permission{Resource: acl.Secrets, Access: acl.Read, Namespace: ns}); err != nil {
-			return err
-		}
-	} else if f := acl.Readable(r.Context(), acl.Secrets); !f.All() {
-		if !f.Any() {
-			return acl.Require(r, acl.Permission{Resource: acl.Secrets, Access: acl.Read})
-		}
-		readable = &f
+	}
+	readable, err := readableFilter(r, acl.Secrets, ns)
+	if err != nil {
+		return err
 	}
 	rev := reg.Catalog().Revision()
 	list := t.List(ns)
