@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -137,4 +138,90 @@ func TestIstioGatewayEndToEnd(t *testing.T) {
 	if out, err := runOn(t, server, bad, "config", "apply", "-f", "-"); err == nil || !strings.Contains(out+err.Error(), "spec.servers[0].tls.mode") {
 		t.Errorf("PASSTHROUGH: %v\n%s", err, out)
 	}
+}
+
+// TestGatewayCertificateExpiryWarns: a Gateway's certificate that expires
+// while nothing else changes shows in push status (its JSON and `sextant
+// push status`) when it expires, and the gateway's admin API marks it
+// expired: the operator learns it from the control plane, not from
+// clients' failed handshakes.
+func TestGatewayCertificateExpiryWarns(t *testing.T) {
+	tlsAddr := freeAddr(t)
+	_, proxy, admin, server := startMeshTLS(t, tlsAddr)
+	dir := t.TempDir()
+	// Valid for a few seconds: secret create refuses a certificate that
+	// has already expired.
+	expires := time.Now().Add(4 * time.Second)
+	cert, key := testCert(t, dir, "shop", expires, "shop.example.com")
+	if out, err := runOn(t, server, "", "secret", "create", "tls", "shop-cert", "--cert", cert, "--key", key); err != nil {
+		t.Fatalf("secret create: %v\n%s", err, out)
+	}
+	_, tlsPort, _ := net.SplitHostPort(tlsAddr)
+	_, plainPort, _ := net.SplitHostPort(proxy)
+	var tp, pp int
+	fmt.Sscan(tlsPort, &tp)
+	fmt.Sscan(plainPort, &pp)
+	if out, err := runOn(t, server, fmt.Sprintf(istioGateway, tp, pp), "config", "apply", "-f", "-"); err != nil {
+		t.Fatalf("config apply: %v\n%s", err, out)
+	}
+	var st struct {
+		Warnings []string `json:"warnings"`
+	}
+	if err := getJSONInto(server+"/v1/push/status", &st); err != nil {
+		t.Fatal(err)
+	}
+	if time.Now().Before(expires) && len(st.Warnings) != 0 {
+		t.Fatalf("warnings before expiry: %q", st.Warnings)
+	}
+	// The gateway shows the chain's certificate and, once past its
+	// not-after, marks it expired.
+	waitTrue(t, 30*time.Second, func() bool {
+		var conf struct {
+			TLS []struct {
+				Port   int
+				Chains []struct {
+					Certificates []struct {
+						Secret  string
+						Expired bool
+					}
+				}
+			}
+		}
+		if getJSONInto("http://"+admin+"/v1/config", &conf) != nil {
+			return false
+		}
+		for _, p := range conf.TLS {
+			for _, c := range p.Chains {
+				for _, crt := range c.Certificates {
+					if p.Port == tp && crt.Secret == "default/shop-cert" && crt.Expired {
+						return true
+					}
+				}
+			}
+		}
+		return false
+	})
+	var out string
+	waitTrue(t, 30*time.Second, func() bool {
+		o, err := runOn(t, server, "", "push", "status")
+		out = o
+		return err == nil && strings.Contains(o, "warning: ") && strings.Contains(o, "secret default/shop-cert expired")
+	})
+	if !strings.Contains(out, "sextant secret create tls shop-cert --replace") {
+		t.Errorf("the warning does not say how to rotate:\n%s", out)
+	}
+}
+
+// getJSONInto decodes the JSON answer of a GET of url into v; a status
+// other than 200 is an error.
+func getJSONInto(url string, v any) error {
+	resp, err := http.Get(url)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: status %d", url, resp.StatusCode)
+	}
+	return json.NewDecoder(resp.Body).Decode(v)
 }

@@ -38,6 +38,7 @@ type tlsChainRT struct {
 	notReady   string      // why conf is nil
 	requireSNI bool
 	table      *table
+	spec       *chainSpec // what the admin API's /v1/config shows under "tls"
 }
 
 // match picks the chain for a server name as Envoy does: the exact name,
@@ -127,7 +128,7 @@ func (g *Gateway) buildTLS(s xdsclient.State, clusters map[string]*clusterRT, wa
 			}
 			tb := newTable(rc, clusters)
 			tb.upgrades = cs.upgrades
-			c := &tlsChainRT{table: tb, requireSNI: cs.tls.requireSNI}
+			c := &tlsChainRT{table: tb, requireSNI: cs.tls.requireSNI, spec: cs}
 			c.conf, c.notReady = chainConfig(cs.tls, s[SecretType])
 			want[SecretType] = append(want[SecretType], cs.tls.certSecrets...)
 			if cs.tls.caSecret != "" {
