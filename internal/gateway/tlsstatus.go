@@ -28,6 +28,9 @@ type tlsChainStatus struct {
 	ClientCertificate string       `json:"client_certificate"`
 	ClientCA          string       `json:"client_ca_secret,omitempty"`
 	Certificates      []certStatus `json:"certificates"`
+	// Passthrough names the clusters a TLS passthrough chain forwards to
+	// (it has no certificate: the endpoint does the handshake).
+	Passthrough []string `json:"passthrough_clusters,omitempty"`
 }
 
 type certStatus struct {
@@ -73,6 +76,13 @@ func chainStatus(c *tlsChainRT, now time.Time) tlsChainStatus {
 		cs.ServerNames = []string{}
 	}
 	cs.Default = c.spec.isDefault
+	if c.tcp != nil {
+		cs.Ready, cs.NotReady = true, ""
+		for _, cw := range c.tcp.spec.clusters {
+			cs.Passthrough = append(cs.Passthrough, cw.name)
+		}
+		return cs
+	}
 	t := c.spec.tls
 	if t == nil {
 		return cs

@@ -70,7 +70,7 @@ func Build(gws, vss []*config.Entry, secretOf func(ns, name string) *secret.Secr
 	for _, e := range gws {
 		for i, s := range e.Object.Gateway.Servers {
 			n := s.GetPort().GetNumber()
-			isTLS := strings.EqualFold(s.GetPort().GetProtocol(), "HTTPS")
+			isTLS := strings.EqualFold(s.GetPort().GetProtocol(), "HTTPS") || strings.EqualFold(s.GetPort().GetProtocol(), "TLS")
 			p := ports[n]
 			if p == nil {
 				p = &port{number: n, tls: isTLS}
@@ -98,7 +98,7 @@ func Build(gws, vss []*config.Entry, secretOf func(ns, name string) *secret.Secr
 			out[1][name] = xds.HTTPListener(name, n, name)
 			continue
 		}
-		l, w := tlsListener(name, p, secretOf, out[0])
+		l, w := tlsListener(name, p, vss, secretOf, out[0])
 		out[1][name] = l
 		warns = append(warns, w...)
 	}
@@ -127,6 +127,9 @@ func routes(name string, p *port, vss []*config.Entry) *routev3.RouteConfigurati
 		return xds.ClusterName(d.Service, d.Subset, 0), true
 	}
 	for _, sv := range p.servers {
+		if passthrough(sv) {
+			continue // no HTTP: its TLS goes through unopened
+		}
 		if sv.s.GetTls().GetHttpsRedirect() {
 			var domains []string
 			for _, h := range sv.hosts {
@@ -150,7 +153,7 @@ func routes(name string, p *port, vss []*config.Entry) *routev3.RouteConfigurati
 		vs := e.Object
 		var domains []string
 		for _, sv := range p.servers {
-			if sv.s.GetTls().GetHttpsRedirect() || !bound(vs, sv.gw) {
+			if sv.s.GetTls().GetHttpsRedirect() || passthrough(sv) || !bound(vs, sv.gw) {
 				continue
 			}
 			for _, h := range vs.VirtualService.Hosts {
@@ -173,13 +176,19 @@ func routes(name string, p *port, vss []*config.Entry) *routev3.RouteConfigurati
 // (its hosts as server_names, "*" as the chain without any), each
 // terminating TLS with the server's credential by SDS, and the secrets it
 // names into secrets.
-func tlsListener(name string, p *port, secretOf func(ns, name string) *secret.Secret, secrets map[string]proto.Message) (*listenerv3.Listener, []string) {
+func tlsListener(name string, p *port, vss []*config.Entry, secretOf func(ns, name string) *secret.Secret, secrets map[string]proto.Message) (*listenerv3.Listener, []string) {
 	var warns []string
 	l := &listenerv3.Listener{Name: name, Address: &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{
 		Address: "0.0.0.0", PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: p.number}}}}}
 	claimed := map[string]bool{}
 	anyClaimed := false
 	for _, sv := range p.servers {
+		if passthrough(sv) {
+			chains, w := passthroughChains(p, sv, vss, claimed)
+			l.FilterChains = append(l.FilterChains, chains...)
+			warns = append(warns, w...)
+			continue
+		}
 		t := sv.s.GetTls()
 		var names []string
 		catchAll := false
