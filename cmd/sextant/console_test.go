@@ -486,10 +486,10 @@ func TestConsole(t *testing.T) {
 	})
 
 	t.Run("gateways", func(t *testing.T) {
-		// An Istio Gateway with two HTTPS servers: one whose certificate
-		// expires in 2 days, one naming a secret that does not exist. The
-		// page shows both, the control plane's warning, and what the
-		// running gateway serves on its TLS port.
+		// An Istio Gateway with two HTTPS servers (one whose certificate
+		// expires in 2 days, one naming a secret that does not exist) and a
+		// TLS passthrough one. The page shows them, the control plane's
+		// warning, and what the running gateway serves on its TLS port.
 		c := context.Background()
 		certPEM, keyPEM := secrettest.Pair(t, time.Now().Add(36*time.Hour), "shop.example.com")
 		if _, err := s.api.PutSecret(c, client.TLSSecret{Namespace: "default", Name: "shop-cert", Type: "tls",
@@ -509,6 +509,19 @@ spec:
   - port: {number: %[1]s, name: https-admin, protocol: HTTPS}
     hosts: [admin.example.com]
     tls: {mode: SIMPLE, credentialName: admin-cert}
+  - port: {number: %[1]s, name: tls-db, protocol: TLS}
+    hosts: [db.example.com]
+    tls: {mode: PASSTHROUGH}
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: db}
+spec:
+  hosts: [db.example.com]
+  gateways: [edge]
+  tls:
+  - match: [{sniHosts: [db.example.com]}]
+    route: [{destination: {host: orders}}]
 ---
 apiVersion: networking.istio.io/v1
 kind: VirtualService
@@ -524,11 +537,11 @@ spec:
 		}
 		b.Navigate(t, ui+"#/gateways")
 		b.WaitTrue(t, 15*time.Second, "gateway object", `document.querySelector('.gateway-object[data-gateway="default/edge"]')
-			&& document.querySelectorAll('.gateway-object[data-gateway="default/edge"] .gateway-servers tbody tr').length === 2
+			&& document.querySelectorAll('.gateway-object[data-gateway="default/edge"] .gateway-servers tbody tr').length === 3
 			&& document.querySelector('.gateway-object[data-gateway="default/edge"]').textContent.includes('default/shop')
 			&& document.querySelectorAll('.gateway-object[data-gateway="default/edge"] .gateway-servers td.cert .badge').length === 2`)
 		servers := browsertest.Eval[string](t, b, `document.querySelector('.gateway-object[data-gateway="default/edge"] .gateway-servers').innerText`)
-		for _, want := range []string{"shop-cert", "expires in 2 d", "admin-cert", "no such secret"} {
+		for _, want := range []string{"shop-cert", "expires in 2 d", "admin-cert", "no such secret", "PASSTHROUGH"} {
 			if !strings.Contains(servers, want) {
 				t.Errorf("the Gateway's servers lack %q:\n%s", want, servers)
 			}
@@ -541,8 +554,10 @@ spec:
 			const r = document.querySelector('.gateway-running[data-node="console-test-gateway"] .tls-chains');
 			if (!r) return false;
 			const shop = r.querySelector('tr[data-secret="default/shop-cert"]');
+			const db = [...r.querySelectorAll('tr')].find(tr => tr.textContent.includes('db.example.com'));
 			return shop && shop.textContent.includes('shop.example.com') && shop.textContent.includes('expires in 2 d')
-				&& r.textContent.includes('admin.example.com') && r.textContent.includes('not ready');
+				&& r.textContent.includes('admin.example.com') && r.textContent.includes('not ready')
+				&& db && db.textContent.includes('passthrough') && db.textContent.includes('default/orders');
 		})()`)
 		b.WaitTrue(t, 10*time.Second, "secrets", `document.querySelector('#secret-list tr[data-secret="default/shop-cert"]')`)
 		b.Layout(t, "gateways.png")

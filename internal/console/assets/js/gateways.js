@@ -49,12 +49,16 @@ function GatewayObject({ gw, vss, secrets }) {
       <tbody>${servers.map(s => {
         const tls = s.tls || {};
         const cred = tls.credentialName;
+        // PASSTHROUGH is the mode's zero value: JSON leaves it out.
+        const secure = ['HTTPS', 'TLS'].includes((s.port.protocol || '').toUpperCase());
+        const mode = tls.mode || (secure ? 'PASSTHROUGH' : '');
         const sec = cred ? secrets.get(ns + '/' + cred) : null;
         return html`<tr data-port=${s.port.number}>
           <td>${s.port.number} <span class="muted">${s.port.name}</span></td><td>${s.port.protocol}</td>
           <td>${(s.hosts || []).map(h => html`<code>${h}</code> `)}</td>
-          <td>${tls.mode || (tls.httpsRedirect ? 'redirect to HTTPS' : html`<span class="muted">plaintext</span>`)}</td>
-          <td class="cert">${cred ? html`<code>${cred}</code> ${secrets.readable ? html`<${CertCell} secret=${sec} />` : ''}` : html`<span class="muted">–</span>`}</td>
+          <td>${mode || (tls.httpsRedirect ? 'redirect to HTTPS' : html`<span class="muted">plaintext</span>`)}</td>
+          <td class="cert">${cred ? html`<code>${cred}</code> ${secrets.readable ? html`<${CertCell} secret=${sec} />` : ''}`
+            : html`<span class="muted">${mode === 'PASSTHROUGH' ? "the endpoint's" : '–'}</span>`}</td>
         </tr>`;
       })}</tbody></table>
     ${bound.length > 0 && html`<p class="muted">Bound: ${bound.map(v => html`<a href=${`#/config/VirtualService/${nsOf(v)}/${v.metadata.name}`}>${nsOf(v)}/${v.metadata.name}</a> `)}</p>`}
@@ -81,12 +85,15 @@ function Running({ g }) {
         : p.chains.map(ch => {
           const certs = ch.certificates.length ? ch.certificates : [null];
           return certs.map(crt => {
-            const [kind, label] = !ch.ready ? ['bad', 'not ready'] : certState(crt && crt.not_after);
+            const through = ch.passthrough_clusters;
+            const [kind, label] = !ch.ready ? ['bad', 'not ready'] : through ? ['', 'passthrough'] : certState(crt && crt.not_after);
             return html`<tr data-port=${p.port} data-secret=${crt ? crt.secret : ''}>
               <td title=${'listener ' + p.listener}>${p.port}</td>
               <td>${ch.server_names.length ? ch.server_names.map(n => html`<code>${n}</code> `) : html`<span class="muted">${ch.default ? 'default' : 'any'}</span>`}</td>
-              <td>${ch.client_certificate}</td>
-              <td>${crt ? html`<code title=${crt.subject}>${crt.secret || 'inline'}</code>` : html`<span class="muted" title=${ch.not_ready}>no certificate</span>`}</td>
+              <td>${through ? '–' : ch.client_certificate}</td>
+              <td>${crt ? html`<code title=${crt.subject}>${crt.secret || 'inline'}</code>`
+                : through ? html`<span class="muted">the endpoint's, of</span> ${through.map(c => html`<code>${c}</code> `)}`
+                : html`<span class="muted" title=${ch.not_ready}>no certificate</span>`}</td>
               <td>${crt ? when(crt.not_after) : '–'}</td>
               <td><${Badge} kind=${kind}>${label}</${Badge}></td></tr>`;
           });
