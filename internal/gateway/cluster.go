@@ -25,7 +25,9 @@ import (
 type upstream interface {
 	// do sends req and fills resp, giving up at deadline. Any goroutine;
 	// blocks for the call.
-	do(req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time) error
+	// do sends req and reads the answer into resp, by deadline (zero:
+	// none), giving up when the stream moves no byte for idle (0: never).
+	do(req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time, idle time.Duration) error
 	// closeIdle closes the pooled idle connections (the endpoint left).
 	closeIdle()
 }
@@ -49,8 +51,8 @@ func newH1Upstream(addr string, connect time.Duration) *h1Upstream {
 	}}
 }
 
-func (u *h1Upstream) do(req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time) error {
-	retry, err := roundTrip(u.hc, req, resp, deadline)
+func (u *h1Upstream) do(req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time, idle time.Duration) error {
+	retry, err := roundTrip(u.hc, req, resp, deadline, idle)
 	// One more try only for an idempotent request (and a body that can be
 	// sent again) that met a pooled connection the upstream had closed
 	// (nothing was received): the race every keep-alive client has. Other
@@ -58,7 +60,7 @@ func (u *h1Upstream) do(req *fasthttp.Request, resp *fasthttp.Response, deadline
 	if err != nil && retry && !req.IsBodyStream() && (req.Header.IsGet() || req.Header.IsHead() || req.Header.IsPut()) &&
 		(errors.Is(err, io.EOF) || errors.Is(err, fasthttp.ErrConnectionClosed)) {
 		resp.Reset()
-		_, err = roundTrip(u.hc, req, resp, deadline)
+		_, err = roundTrip(u.hc, req, resp, deadline, idle)
 	}
 	if errors.Is(err, io.EOF) {
 		err = fasthttp.ErrConnectionClosed
@@ -87,7 +89,7 @@ func newH2CUpstream(addr string, connect time.Duration) *h2cUpstream {
 	return &h2cUpstream{addr: addr, tr: tr}
 }
 
-func (u *h2cUpstream) do(req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time) error {
+func (u *h2cUpstream) do(req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time, idle time.Duration) error {
 	var body io.Reader = http.NoBody
 	cl := int64(0)
 	if req.IsBodyStream() {
@@ -100,8 +102,19 @@ func (u *h2cUpstream) do(req *fasthttp.Request, resp *fasthttp.Response, deadlin
 		cancel()
 		ctx, cancel = context.WithDeadline(context.Background(), deadline)
 	}
+	// The stream idle timeout cancels the stream once no byte moved for
+	// idle: armed until the answer's head, then re-armed by each read of
+	// its body (h2Body).
+	var watch *idleWatch
+	if idle > 0 {
+		watch = newIdleWatch(idle, cancel)
+		if req.IsBodyStream() {
+			body = touchReader{r: body, w: watch}
+		}
+	}
 	hr, err := http.NewRequestWithContext(ctx, string(req.Header.Method()), "http://"+u.addr+string(req.Header.RequestURI()), body)
 	if err != nil {
+		watch.stop()
 		cancel()
 		return err
 	}
@@ -116,12 +129,14 @@ func (u *h2cUpstream) do(req *fasthttp.Request, resp *fasthttp.Response, deadlin
 	hr.ContentLength = cl // -1: unknown (a chunked body)
 	hres, err := u.tr.RoundTrip(hr)
 	if err != nil {
+		watch.stop()
 		cancel()
-		if !deadline.IsZero() && !time.Now().Before(deadline) {
+		if (!deadline.IsZero() && !time.Now().Before(deadline)) || watch.hasFired() {
 			return fasthttp.ErrTimeout
 		}
 		return err
 	}
+	watch.touch()
 	resp.SetStatusCode(hres.StatusCode)
 	for k, vs := range hres.Header {
 		for _, v := range vs {
@@ -131,6 +146,7 @@ func (u *h2cUpstream) do(req *fasthttp.Request, resp *fasthttp.Response, deadlin
 	if cl := hres.ContentLength; cl >= 0 && cl <= bufferedResponseMax && len(hres.Trailer) == 0 {
 		// Small and of known length: read whole (the stream ends at once).
 		defer cancel()
+		defer watch.stop()
 		defer hres.Body.Close()
 		buf := bodyBufs.Get().(*[]byte)
 		defer bodyBufs.Put(buf)
@@ -139,7 +155,7 @@ func (u *h2cUpstream) do(req *fasthttp.Request, resp *fasthttp.Response, deadlin
 		}
 		b := (*buf)[:cl]
 		if _, err := io.ReadFull(hres.Body, b); err != nil {
-			if !deadline.IsZero() && !time.Now().Before(deadline) {
+			if (!deadline.IsZero() && !time.Now().Before(deadline)) || watch.hasFired() {
 				return fasthttp.ErrTimeout
 			}
 			return fmt.Errorf("read body: %w", err)
@@ -151,7 +167,7 @@ func (u *h2cUpstream) do(req *fasthttp.Request, resp *fasthttp.Response, deadlin
 	if hres.ContentLength >= 0 && hres.ContentLength <= math.MaxInt32 {
 		n = int(hres.ContentLength)
 	}
-	resp.SetBodyStream(&h2Body{res: hres, cancel: cancel, dst: &resp.Header, deadline: deadline}, n)
+	resp.SetBodyStream(&h2Body{res: hres, cancel: cancel, dst: &resp.Header, deadline: deadline, watch: watch}, n)
 	return nil
 }
 
@@ -162,11 +178,15 @@ type h2Body struct {
 	cancel   context.CancelFunc
 	dst      *fasthttp.ResponseHeader
 	deadline time.Time
+	watch    *idleWatch // nil: no stream idle timeout
 	tail     streamTail
 }
 
 func (b *h2Body) Read(p []byte) (int, error) {
 	n, err := b.res.Body.Read(p)
+	if n > 0 {
+		b.watch.touch()
+	}
 	if err == io.EOF {
 		for k, vs := range b.res.Trailer {
 			if b.dst.AddTrailer(k) != nil {
@@ -176,7 +196,7 @@ func (b *h2Body) Read(p []byte) (int, error) {
 				b.dst.Add(k, v)
 			}
 		}
-	} else if err != nil && !b.deadline.IsZero() && !time.Now().Before(b.deadline) {
+	} else if err != nil && ((!b.deadline.IsZero() && !time.Now().Before(b.deadline)) || b.watch.hasFired()) {
 		err = fasthttp.ErrTimeout
 	}
 	b.tail.read(n, err)
@@ -188,6 +208,7 @@ func (b *h2Body) CloseWithError(error) error {
 		return nil
 	}
 	err := b.res.Body.Close()
+	b.watch.stop()
 	b.cancel()
 	b.cancel = nil
 	b.tail.end(b.dst)

@@ -206,7 +206,7 @@ func (g *Gateway) Update(s xdsclient.State) (map[string][]string, error) {
 	tb := newTable(rc, next)
 	tb.unsupported = unsupported
 	if ls != nil {
-		tb.upgrades = ls.upgrades
+		tb.upgrades, tb.streamIdle = ls.upgrades, ls.streamIdle
 	}
 	ts, err := g.buildTLS(s, next, want)
 	if err != nil {

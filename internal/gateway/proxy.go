@@ -76,6 +76,7 @@ func (g *Gateway) serveOn(ctx *fasthttp.RequestCtx, t *table) {
 	if r.spec.timeout > 0 {
 		k.deadline = start.Add(r.spec.timeout)
 	}
+	k.idle = streamIdle(t, r)
 	if ctx.Request.IsBodyStream() && !g.readyBody(ctx, r, &k, ctx.RequestBodyStream(), ctx.Request.Header.ContentLength(), ctx.Conn()) {
 		g.finish(ctx, &k, r, mdKey, start)
 		return
@@ -199,13 +200,23 @@ func (g *Gateway) target(ctx *fasthttp.RequestCtx, t *table, r *routeRT) (c *clu
 	return c, md, mdKey
 }
 
+// streamIdle is the stream idle timeout of a call on route r of table t:
+// the route's idle_timeout, else the listener's stream_idle_timeout.
+func streamIdle(t *table, r *routeRT) time.Duration {
+	if r.spec.idle != nil {
+		return *r.spec.idle
+	}
+	return t.streamIdle
+}
+
 // call is the state of one call across its attempts at a cluster; it
 // lives on serve's stack.
 type call struct {
 	c        *clusterRT
 	retry    *retrySpec
 	md       map[string]string
-	deadline time.Time // zero: none
+	deadline time.Time     // zero: none
+	idle     time.Duration // the stream idle timeout; 0: none
 
 	body    *reqBody // the request body, when it streams (not retriable)
 	bytesIn int64    // the request body's bytes, when buffered
@@ -259,7 +270,7 @@ func (k *call) attempt(req *fasthttp.Request, resp *fasthttp.Response) bool {
 		resp.Reset()
 	}
 	t0 := time.Now()
-	err := ep.up.do(req, resp, try)
+	err := ep.up.do(req, resp, try, k.idle)
 	lat := time.Since(t0)
 	k.release()
 	var outcome balancer.Outcome

@@ -135,7 +135,7 @@ func (g *Gateway) buildTLS(s xdsclient.State, clusters map[string]*clusterRT, wa
 				rc, _ = s[RouteType][cs.rds].(*routeConfigSpec)
 			}
 			tb := newTable(rc, clusters)
-			tb.upgrades = cs.upgrades
+			tb.upgrades, tb.streamIdle = cs.upgrades, cs.streamIdle
 			c := &tlsChainRT{table: tb, requireSNI: cs.tls.requireSNI, spec: cs}
 			c.conf, c.notReady = chainConfig(cs.tls, s[SecretType])
 			want[SecretType] = append(want[SecretType], cs.tls.certSecrets...)

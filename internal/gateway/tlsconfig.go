@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
@@ -266,6 +267,7 @@ type chainSpec struct {
 	isDefault   bool // the listener's default_filter_chain
 	tls         *tlsContextSpec
 	tcp         *tcpProxySpec // TLS passthrough: no tls, no HTTP
+	streamIdle  time.Duration // the HCM's stream_idle_timeout; 0: none
 	rds         string
 	inline      *routeConfigSpec
 	upgrades    map[string]bool
