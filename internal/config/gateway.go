@@ -193,7 +193,7 @@ func validateServerTLS(c errs, path string, t *networking.ServerTLSSettings, isT
 		c.add(join(path, "httpsRedirect"), ErrInvalid, "on an HTTPS server: set it on the plaintext server that redirects")
 	}
 	switch t.Mode {
-	case networking.ServerTLSSettings_SIMPLE, networking.ServerTLSSettings_MUTUAL:
+	case networking.ServerTLSSettings_SIMPLE, networking.ServerTLSSettings_MUTUAL, networking.ServerTLSSettings_OPTIONAL_MUTUAL:
 	case networking.ServerTLSSettings_PASSTHROUGH:
 		// The endpoint does the handshake with its own certificate.
 		if t.CredentialName != "" {
@@ -204,7 +204,7 @@ func validateServerTLS(c errs, path string, t *networking.ServerTLSSettings, isT
 		}
 		return
 	default:
-		c.add(join(path, "mode"), ErrNotSupported, "%s: want SIMPLE or MUTUAL (Istio's mTLS modes need Istio's certificates)", t.Mode)
+		c.add(join(path, "mode"), ErrNotSupported, "%s: want SIMPLE, MUTUAL, OPTIONAL_MUTUAL or PASSTHROUGH", t.Mode)
 	}
 	if t.CredentialName == "" {
 		c.add(join(path, "credentialName"), ErrInvalid, "required: the name of a TLS secret (sextant secret create tls NAME ...)")

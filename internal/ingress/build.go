@@ -231,15 +231,17 @@ func tlsListener(name string, p *port, vss []*config.Entry, secretOf func(ns, na
 					sv.path, cert, na.Format(time.RFC3339), t.GetCredentialName()))
 			}
 		}
-		if t.GetMode() == networking.ServerTLSSettings_MUTUAL {
-			d.RequireClientCertificate = wrapperspb.Bool(true)
+		if mode := t.GetMode(); mode == networking.ServerTLSSettings_MUTUAL || mode == networking.ServerTLSSettings_OPTIONAL_MUTUAL {
+			// OPTIONAL_MUTUAL: a client certificate is verified when given
+			// (an RBAC filter may then require a principal).
+			d.RequireClientCertificate = wrapperspb.Bool(mode == networking.ServerTLSSettings_MUTUAL)
 			common.ValidationContextType = &tlsv3.CommonTlsContext_CombinedValidationContext{
 				CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{
 					DefaultValidationContext:         &tlsv3.CertificateValidationContext{},
 					ValidationContextSdsSecretConfig: &tlsv3.SdsSecretConfig{Name: cert + CASuffix, SdsConfig: ads}}}
 			switch {
 			case sec != nil && len(sec.CA) == 0:
-				warns = append(warns, fmt.Sprintf("%s: mode MUTUAL: secret %s has no CA (create it with --ca); its handshakes fail until it has one", sv.path, cert))
+				warns = append(warns, fmt.Sprintf("%s: mode %s: secret %s has no CA (create it with --ca); its handshakes fail until it has one", sv.path, mode, cert))
 			case sec != nil:
 				secrets[cert+CASuffix] = &tlsv3.Secret{Name: cert + CASuffix, Type: &tlsv3.Secret_ValidationContext{ValidationContext: &tlsv3.CertificateValidationContext{
 					TrustedCa: &corev3.DataSource{Specifier: &corev3.DataSource_InlineBytes{InlineBytes: sec.CA}}}}}
