@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
+	"os/exec"
 	"slices"
 	"strings"
 	"sync"
@@ -398,4 +399,53 @@ spec:
 		f.mu.Unlock()
 	}
 	t.Log(buf.String())
+}
+
+// TestBenchPushServers runs "sextant bench push --servers 3" at a tiny
+// scale over a fresh database: three real servers, subscribers spread over
+// them, endpoint changes written to the first; every change reaches every
+// subscriber and the figures are filled in.
+func TestBenchPushServers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs three servers over MariaDB")
+	}
+	bin, err := buildBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := mysqltest.URL(t, "")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "bench", "push", "--servers", "3", "--store", url, "--subscribers", "9",
+		"--services", "5", "--endpoints", "60", "--duration", "1s", "--churn", "30")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr.String())
+	}
+	var res struct {
+		Servers         int     `json:"servers"`
+		Clusters        int     `json:"clusters"`
+		EndpointChanges int     `json:"endpoint_changes"`
+		Undelivered     int     `json:"undelivered"`
+		AllP99          float64 `json:"endpoint_all_p99_ms"`
+		PerServer       []struct {
+			Subscribers int     `json:"subscribers"`
+			AllP99      float64 `json:"all_p99_ms"`
+		} `json:"per_server"`
+		ServerCPU []float64 `json:"server_cpu_s"`
+	}
+	if err := json.Unmarshal(out, &res); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if res.Servers != 3 || res.Clusters != 20 || res.EndpointChanges == 0 || res.Undelivered != 0 || res.AllP99 <= 0 ||
+		len(res.PerServer) != 3 || len(res.ServerCPU) != 3 {
+		t.Fatalf("%s", out)
+	}
+	for i, s := range res.PerServer {
+		if s.Subscribers != 3 || s.AllP99 <= 0 {
+			t.Fatalf("server %d: %+v\n%s", i+1, s, out)
+		}
+	}
 }
