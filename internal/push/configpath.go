@@ -308,6 +308,7 @@ func (w *configWorker) round(ctx context.Context) {
 	built := make([]builtService, len(dirty))
 	var paused atomic.Int64
 	parallel(len(dirty), w.workers, func(lo, hi int) {
+		var ce xds.ClusterEncoder // this goroutine's
 		for i := lo; i < hi; i++ {
 			if ctx.Err() != nil {
 				return
@@ -320,7 +321,7 @@ func (w *configWorker) round(ctx context.Context) {
 			if w.e.slowBuild != nil {
 				w.e.slowBuild()
 			}
-			built[i] = w.build(dirty[i], dests[i], version)
+			built[i] = w.build(&ce, dirty[i], dests[i], version)
 			runtime.Gosched()
 		}
 	})
@@ -407,12 +408,19 @@ type builtService struct {
 
 // build computes the clusters and routes of s. Called from several
 // goroutines at once; it only reads the worker's state.
-func (w *configWorker) build(s naming.ServiceKey, dests []config.Destination, version string) builtService {
+func (w *configWorker) build(ce *xds.ClusterEncoder, s naming.ServiceKey, dests []config.Destination, version string) builtService {
 	var b builtService
 	dr := w.ix.DestinationRule(s)
 	for _, c := range w.publishedClusters(s, dests) {
 		b.names = append(b.names, c.name)
-		b.clusters = append(b.clusters, encoded(xds.Resource{Name: c.name, Version: version, Message: xds.Cluster(c.name, config.EffectivePolicy(dr, c.subset))}))
+		r := xds.Resource{Name: c.name, Version: version}
+		p := config.EffectivePolicy(dr, c.subset)
+		if v, err := ce.Encode(c.name, p); err == nil {
+			r.Value = v
+		} else {
+			r.Message = xds.Cluster(c.name, p) // Apply encodes it again and reports the error
+		}
+		b.clusters = append(b.clusters, r)
 	}
 	vh := xds.VirtualHost(s.String(), nil, s, w.ix.VirtualService(s), w.clusterFor)
 	name := xds.RouteName(s)
