@@ -598,17 +598,17 @@ func (w *configWorker) publishedClusters(s naming.ServiceKey, dests []config.Des
 // whether it may receive traffic (a subset cluster needs its subset defined
 // and a usable endpoint).
 func (w *configWorker) clusterFor(d config.Destination) (string, bool) {
-	name := xds.ClusterName(d.Service, d.Subset, d.Port)
-	if d.Subset == "" {
-		return name, true
-	}
-	if !config.HasSubset(w.ix.DestinationRule(d.Service), d.Subset) {
+	if d.Subset != "" && !config.HasSubset(w.ix.DestinationRule(d.Service), d.Subset) {
 		return "", false
 	}
+	// The spec's name, rather than a new string per route.
 	for _, c := range w.e.spec(d.Service).clusters {
-		if c.name == name {
-			return name, w.e.hasUsable(d.Service, c)
+		if c.subset == d.Subset && c.port == d.Port {
+			return c.name, d.Subset == "" || w.e.hasUsable(d.Service, c)
 		}
+	}
+	if d.Subset == "" {
+		return xds.ClusterName(d.Service, "", d.Port), true
 	}
 	return "", false // a port variant no route of the index names (never)
 }
