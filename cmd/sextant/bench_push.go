@@ -19,6 +19,7 @@ func newBenchPushCmd() *cobra.Command {
 	var servers int
 	var logs bool
 	var extra []string
+	var serverBin string
 	cmd := &cobra.Command{
 		Use:   "push",
 		Short: "Measure how fast the control plane delivers changes to many xDS subscribers",
@@ -42,8 +43,11 @@ the first server (A) over its HTTP API; the subscribers are spread round
 robin over the servers' xDS ports; instances go down and up at --churn per
 second, each written to A only, and the figures are the time from before
 the write until every subscriber on every server had it, also per server
-(per_server, A first). No config churn in this mode. Each server serves ADS
-from its own catalog, which follows the database (docs/cluster.md).`,
+(per_server, A first). --subscribers defaults to 100 per server here; there
+is no config churn in this mode. Each server serves ADS from its own
+catalog, which follows the database (docs/cluster.md); --server-bin runs
+the servers from another sextant binary, to compare two versions in one
+run.`,
 		Example: `  sextant bench push --subscribers 100 --duration 20s
   sextant bench push --subscribers 1000 --protocol delta
   sextant bench push --subscribers 100 --protocol sotw
@@ -65,7 +69,7 @@ from its own catalog, which follows the database (docs/cluster.md).`,
 				if cpuprofile != "" || cfg.ChurnOnlyDuringConfig {
 					return fmt.Errorf("--cpuprofile and --churn-only-during-config are for the in-process mode, not --servers (profile a server with --server-arg=--pprof)")
 				}
-				return benchPushServers(cmd, cfg, servers, storeURL, logs, extra)
+				return benchPushServers(cmd, cfg, servers, storeURL, serverBin, logs, extra)
 			}
 			if cpuprofile != "" {
 				f, err := os.Create(cpuprofile)
@@ -93,16 +97,19 @@ from its own catalog, which follows the database (docs/cluster.md).`,
 	fl.IntVar(&servers, "servers", 0, "start this many servers in cluster mode over --store and push through them (see above)")
 	fl.StringVar(&storeURL, "store", "", "with --servers: the database the servers share, mysql://user:pass@tcp(host:3306)/database (a fresh one)")
 	fl.BoolVar(&logs, "server-logs", false, "with --servers: pass the servers' logs to stderr")
+	fl.StringVar(&serverBin, "server-bin", "", "with --servers: run the servers from this sextant binary (another version, to compare in one run) instead of this one")
 	fl.StringArrayVar(&extra, "server-arg", nil, "with --servers: an extra argument for every server started (repeat)")
 	return cmd
 }
 
 // benchPushServers starts n servers over storeURL, each with its own API and
 // xDS address, and runs the scenario through them.
-func benchPushServers(cmd *cobra.Command, cfg benchpush.Config, n int, storeURL string, logs bool, extra []string) error {
-	bin, err := os.Executable()
-	if err != nil {
-		return err
+func benchPushServers(cmd *cobra.Command, cfg benchpush.Config, n int, storeURL, bin string, logs bool, extra []string) error {
+	if bin == "" {
+		var err error
+		if bin, err = os.Executable(); err != nil {
+			return err
+		}
 	}
 	ctx := cmd.Context()
 	sc := benchpush.ServersConfig{Services: cfg.Services, Endpoints: cfg.Endpoints, Delta: cfg.Delta,
@@ -142,7 +149,7 @@ func benchPushServers(cmd *cobra.Command, cfg benchpush.Config, n int, storeURL 
 		sc.HTTP, sc.XDS = append(sc.HTTP, u), append(sc.XDS, xaddr)
 		fmt.Fprintf(os.Stderr, "server bench-push-s%d: %s, xDS %s\n", i+1, u, xaddr)
 	}
-	_, err = benchpush.RunServers(ctx, sc, cmd.OutOrStdout())
+	_, err := benchpush.RunServers(ctx, sc, cmd.OutOrStdout())
 	return err
 }
 
