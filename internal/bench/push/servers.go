@@ -62,6 +62,9 @@ type ServersResult struct {
 	EndpointEachP99MS float64 `json:"endpoint_each_p99_ms"`
 	// The same per server (A first): the last of its subscribers.
 	PerServer []ServerFigures `json:"per_server"`
+	// Ticks skipped because maxInFlight writes were still out: the rate
+	// written is endpoint_changes / duration_s.
+	SkippedTicks int `json:"skipped_ticks"`
 	// The write's own round trip (commit in the database, A's catalog).
 	WriteP50MS float64 `json:"write_p50_ms"`
 	WriteP99MS float64 `json:"write_p99_ms"`
@@ -320,7 +323,39 @@ func RunServers(ctx context.Context, cfg ServersConfig, out io.Writer) (ServersR
 		resp0 += r
 	}
 	ch := &churner{rng: rand.New(rand.NewPCG(1, 2)), services: cfg.Services, endpoints: cfg.Endpoints, down: map[int]bool{}}
-	var writes []time.Duration
+	// Open loop: a write every tick, up to maxInFlight at once, so that the
+	// rate offered does not fall when A answers slowly (a tick finding
+	// maxInFlight writes out is skipped and counted).
+	const maxInFlight = 16
+	var (
+		wmu    sync.Mutex
+		writes []time.Duration
+		werr   error
+		wwg    sync.WaitGroup
+	)
+	slots := make(chan struct{}, maxInFlight)
+	write := func(in *instance.Instance, up bool, name string, e *event, at time.Time) {
+		defer wwg.Done()
+		defer func() { <-slots }()
+		var r revisionAnswer
+		var err error
+		if up {
+			b, _ := json.Marshal(wireInstance(in))
+			err = post(ctx, "POST", cfg.HTTP[0]+"/v1/instances", "application/json", b, &r)
+		} else {
+			err = post(ctx, "DELETE", cfg.HTTP[0]+"/v1/instances/"+in.ID, "", nil, &r)
+		}
+		wmu.Lock()
+		defer wmu.Unlock()
+		if err != nil {
+			if werr == nil {
+				werr = err
+			}
+			return
+		}
+		writes = append(writes, time.Since(at))
+		tr.resolve(xds.TypeEndpoint, name, e, r.Revision)
+	}
 	tick := time.NewTicker(time.Second / time.Duration(cfg.ChurnPerSec))
 	defer tick.Stop()
 	end := time.After(cfg.Duration)
@@ -332,28 +367,29 @@ churn:
 		case <-end:
 			break churn
 		case err := <-errs:
+			wwg.Wait()
 			return res, err
 		case <-ctx.Done():
+			wwg.Wait()
 			return res, ctx.Err()
+		}
+		select {
+		case slots <- struct{}{}:
+		default:
+			res.SkippedTicks++
+			continue
 		}
 		in, up := ch.next()
 		name := endpointSet(in)
 		at := time.Now()
 		e := tr.expectLater(0, xds.TypeEndpoint, name, at)
-		var r revisionAnswer
-		var err error
-		if up {
-			b, _ := json.Marshal(wireInstance(in))
-			err = post(ctx, "POST", cfg.HTTP[0]+"/v1/instances", "application/json", b, &r)
-		} else {
-			err = post(ctx, "DELETE", cfg.HTTP[0]+"/v1/instances/"+in.ID, "", nil, &r)
-		}
-		if err != nil {
-			return res, err
-		}
-		writes = append(writes, time.Since(at))
-		tr.resolve(xds.TypeEndpoint, name, e, r.Revision)
+		wwg.Add(1)
+		go write(in, up, name, e, at)
 		res.EndpointChanges++
+	}
+	wwg.Wait()
+	if werr != nil {
+		return res, werr
 	}
 	cbar.Finish()
 	res.DurationS = cfg.Duration.Seconds()
