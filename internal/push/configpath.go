@@ -422,11 +422,18 @@ func (w *configWorker) build(ce *xds.ClusterEncoder, s naming.ServiceKey, dests 
 		}
 		b.clusters = append(b.clusters, r)
 	}
-	vh := xds.VirtualHost(s.String(), nil, s, w.ix.VirtualService(s), w.clusterFor)
+	vs := w.ix.VirtualService(s)
 	name := xds.RouteName(s)
-	head, rest, err := splitName(vh)
+	// The virtual host is written directly (xds.EncodeVirtualHost: the
+	// bytes of the marshalled VirtualHost, without building it).
+	enc, err := xds.EncodeVirtualHost(s.String(), s, vs, w.clusterFor)
+	var head, rest []byte
+	if err == nil {
+		head, rest, err = splitEncoded(enc)
+	}
 	if err != nil {
 		// Not expected; encode the two the long way.
+		vh := xds.VirtualHost(s.String(), nil, s, vs, w.clusterFor)
 		vh.Domains = proxyDomains(s)
 		b.vhost, _ = (proto.MarshalOptions{Deterministic: true}).Marshal(vh)
 		vh.Domains = []string{"*"}
@@ -462,6 +469,12 @@ func splitName(vh *routev3.VirtualHost) (head, rest []byte, err error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	return splitEncoded(b)
+}
+
+// splitEncoded splits an encoded virtual host without domains after its
+// name.
+func splitEncoded(b []byte) (head, rest []byte, err error) {
 	num, typ, n := protowire.ConsumeTag(b)
 	if n < 0 || num != 1 || typ != protowire.BytesType {
 		return nil, nil, errors.New("push: virtual host encoding does not start with its name")
