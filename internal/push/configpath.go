@@ -552,10 +552,21 @@ func (w *configWorker) specFor(s naming.ServiceKey, dests []config.Destination) 
 	dr := w.ix.DestinationRule(s)
 	whole := w.ix.VirtualService(s) == nil || slices.Contains(dests, config.Destination{Service: s})
 	spec := &serviceSpec{clusters: []clusterSpec{{name: xds.ClusterName(s, "", 0), publish: whole}}}
+	// A cluster keeps its usable flag from the previous spec.
+	prev := w.e.spec(s)
+	flag := func(name string) *usableFlag {
+		for _, c := range prev.clusters {
+			if c.name == name && c.usable != nil {
+				return c.usable
+			}
+		}
+		return &usableFlag{}
+	}
 	if dr != nil {
 		for _, sub := range dr.DestinationRule.Subsets {
 			sel, _ := config.SubsetSelector(dr, sub.Name)
-			spec.clusters = append(spec.clusters, clusterSpec{name: xds.ClusterName(s, sub.Name, 0), subset: sub.Name, sel: sel, publish: true})
+			name := xds.ClusterName(s, sub.Name, 0)
+			spec.clusters = append(spec.clusters, clusterSpec{name: name, subset: sub.Name, sel: sel, publish: true, usable: flag(name)})
 		}
 	}
 	for _, d := range dests {
@@ -566,7 +577,8 @@ func (w *configWorker) specFor(s naming.ServiceKey, dests []config.Destination) 
 		if d.Subset != "" && !ok {
 			continue
 		}
-		spec.clusters = append(spec.clusters, clusterSpec{name: xds.ClusterName(s, d.Subset, d.Port), subset: d.Subset, port: d.Port, sel: sel, publish: true})
+		name := xds.ClusterName(s, d.Subset, d.Port)
+		spec.clusters = append(spec.clusters, clusterSpec{name: name, subset: d.Subset, port: d.Port, sel: sel, publish: true, usable: flag(name)})
 	}
 	var sig strings.Builder
 	for _, c := range spec.clusters {
