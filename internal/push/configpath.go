@@ -5,7 +5,6 @@ import (
 	"errors"
 	"runtime"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,6 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/sextant-mesh/sextant/internal/config"
+	"github.com/sextant-mesh/sextant/internal/label"
 	"github.com/sextant-mesh/sextant/internal/naming"
 	"github.com/sextant-mesh/sextant/internal/xds"
 )
@@ -136,7 +136,6 @@ type configWorker struct {
 	sorted    []naming.ServiceKey // known, sorted (the proxy's virtual hosts)
 	clusters  map[naming.ServiceKey][]string
 	vhosts    map[naming.ServiceKey][]byte
-	specSigs  map[naming.ServiceKey]string
 	dirty     map[naming.ServiceKey]bool
 	origin    time.Time
 	proxyDirt bool
@@ -149,7 +148,7 @@ func newConfigWorker(e *Engine) *configWorker {
 	return &configWorker{
 		e: e, ix: config.NewIndex(), known: map[naming.ServiceKey]bool{},
 		clusters: map[naming.ServiceKey][]string{}, vhosts: map[naming.ServiceKey][]byte{},
-		specSigs: map[naming.ServiceKey]string{}, dirty: map[naming.ServiceKey]bool{},
+		dirty:    map[naming.ServiceKey]bool{},
 		retiring: map[string]time.Time{}, workers: e.opts.ConfigWorkers,
 	}
 }
@@ -292,9 +291,8 @@ func (w *configWorker) round(ctx context.Context) {
 	dests := make([][]config.Destination, len(dirty))
 	for i, s := range dirty {
 		dests[i] = w.ix.DestinationsOf(s)
-		spec, sig := w.specFor(s, dests[i])
-		if sig != w.specSigs[s] {
-			w.specSigs[s] = sig
+		spec := w.specFor(s, dests[i])
+		if old, ok := w.e.specs.Load(s); !ok || !spec.equal(old.(*serviceSpec)) {
 			w.e.specs.Store(s, spec)
 			w.e.ep.mark(s, origin)
 		}
@@ -548,7 +546,7 @@ func (w *configWorker) publish(t xds.Type, set []xds.Resource, removed []string,
 // specFor lists the clusters of s whose endpoints are computed: the whole
 // service, each subset of its DestinationRule, and the port-restricted
 // variants that routes name.
-func (w *configWorker) specFor(s naming.ServiceKey, dests []config.Destination) (*serviceSpec, string) {
+func (w *configWorker) specFor(s naming.ServiceKey, dests []config.Destination) *serviceSpec {
 	dr := w.ix.DestinationRule(s)
 	whole := w.ix.VirtualService(s) == nil || slices.Contains(dests, config.Destination{Service: s})
 	spec := &serviceSpec{clusters: []clusterSpec{{name: xds.ClusterName(s, "", 0), publish: whole}}}
@@ -580,17 +578,18 @@ func (w *configWorker) specFor(s naming.ServiceKey, dests []config.Destination) 
 		name := xds.ClusterName(s, d.Subset, d.Port)
 		spec.clusters = append(spec.clusters, clusterSpec{name: name, subset: d.Subset, port: d.Port, sel: sel, publish: true, usable: flag(name)})
 	}
-	var sig strings.Builder
-	for _, c := range spec.clusters {
-		sig.WriteString(c.name)
-		if c.publish {
-			sig.WriteByte('+')
-		}
-		sig.WriteByte('=')
-		sig.WriteString(c.sel.String())
-		sig.WriteByte(';')
-	}
-	return spec, sig.String()
+	return spec
+}
+
+// equal reports whether two specs list the same clusters with the same
+// selectors and publication (the usable flags are carried, not compared).
+func (a *serviceSpec) equal(b *serviceSpec) bool {
+	return slices.EqualFunc(a.clusters, b.clusters, func(x, y clusterSpec) bool {
+		return x.name == y.name && x.subset == y.subset && x.port == y.port && x.publish == y.publish &&
+			slices.EqualFunc(x.sel, y.sel, func(p, q label.Requirement) bool {
+				return p.Key == q.Key && p.Op == q.Op && slices.Equal(p.Values, q.Values)
+			})
+	})
 }
 
 // publishedClusters are the clusters of s that CDS carries: the whole
