@@ -352,10 +352,9 @@ spec:
 		f.mu.Unlock()
 	}
 	// Nothing changed meanwhile: the resumed streams must not have been
-	// sent anything. (A resend would follow the subscription at once: the
-	// status above lists a stream only after its first request, and the
-	// server builds the response from that request; give it a moment.)
-	time.Sleep(200 * time.Millisecond)
+	// sent anything. A resend goes out right after the first request;
+	// should it come later than this check, it still comes before the next
+	// change's, and step 3 finds it.
 	for _, f := range moved {
 		f.mu.Lock()
 		got := slices.Clone(f.perConn[1])
