@@ -322,7 +322,14 @@ func RunServers(ctx context.Context, cfg ServersConfig, out io.Writer) (ServersR
 		}
 		resp0 += r
 	}
-	ch := &churner{rng: rand.New(rand.NewPCG(1, 2)), services: cfg.Services, endpoints: cfg.Endpoints, down: map[int]bool{}}
+	// An instance comes back only once its down was answered a second ago
+	// (pushed everywhere by then, at any latency this bench reports well).
+	var downAt sync.Map // instance index -> time its down was answered
+	ch := &churner{rng: rand.New(rand.NewPCG(1, 2)), services: cfg.Services, endpoints: cfg.Endpoints, down: map[int]bool{},
+		settled: func(j int) bool {
+			at, ok := downAt.Load(j)
+			return ok && time.Since(at.(time.Time)) > time.Second
+		}}
 	// Open loop: a write every tick, up to maxInFlight at once, so that the
 	// rate offered does not fall when A answers slowly (a tick finding
 	// maxInFlight writes out is skipped and counted).
@@ -334,7 +341,7 @@ func RunServers(ctx context.Context, cfg ServersConfig, out io.Writer) (ServersR
 		wwg    sync.WaitGroup
 	)
 	slots := make(chan struct{}, maxInFlight)
-	write := func(in *instance.Instance, up bool, name string, e *event, at time.Time) {
+	write := func(j int, in *instance.Instance, up bool, name string, e *event, at time.Time) {
 		defer wwg.Done()
 		defer func() { <-slots }()
 		var r revisionAnswer
@@ -355,6 +362,11 @@ func RunServers(ctx context.Context, cfg ServersConfig, out io.Writer) (ServersR
 		}
 		writes = append(writes, time.Since(at))
 		tr.resolve(xds.TypeEndpoint, name, e, r.Revision)
+		if up {
+			downAt.Delete(j)
+		} else {
+			downAt.Store(j, time.Now())
+		}
 	}
 	tick := time.NewTicker(time.Second / time.Duration(cfg.ChurnPerSec))
 	defer tick.Stop()
@@ -379,12 +391,12 @@ churn:
 			res.SkippedTicks++
 			continue
 		}
-		in, up := ch.next()
+		j, in, up := ch.next()
 		name := endpointSet(in)
 		at := time.Now()
 		e := tr.expectLater(0, xds.TypeEndpoint, name, at)
 		wwg.Add(1)
-		go write(in, up, name, e, at)
+		go write(j, in, up, name, e, at)
 		res.EndpointChanges++
 	}
 	wwg.Wait()
