@@ -305,9 +305,12 @@ func (c *Cache) Apply(t Type, set []Resource, remove []string, version string, o
 		}
 		h := xxhash.Sum64(e.value)
 		ver := contentVersion(e.r.Version, h)
+		anyField := encodeAny(respResources, t.URL(), e.value)
 		ne := &entry{
-			name: e.r.Name, version: ver, id: id, seq: c.seq.Add(1), value: e.value, hash: h,
-			anyField: encodeAny(respResources, t.URL(), e.value),
+			// The value is kept as the tail of its Any (which ends with it),
+			// not as a third copy.
+			name: e.r.Name, version: ver, id: id, seq: c.seq.Add(1), value: anyField[len(anyField)-len(e.value):], hash: h,
+			anyField: anyField,
 			resField: encodeResource(deltaResources, e.r.Name, ver, t.URL(), e.value),
 			origin:   origin, hidden: e.r.Hidden,
 		}
