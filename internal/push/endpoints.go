@@ -225,13 +225,25 @@ func (e *Engine) endpoints(s naming.ServiceKey, c clusterSpec) ([]xds.Endpoint, 
 // now and remembered unless the endpoint worker answered meanwhile.
 func (e *Engine) hasUsable(s naming.ServiceKey, c clusterSpec) bool {
 	if c.usable == nil {
-		_, usable := e.endpoints(s, c)
-		return usable
+		return e.anyUsable(s, c)
 	}
 	if v := c.usable.v.Load(); v != usableUnknown {
 		return v == usableYes
 	}
-	_, usable := e.endpoints(s, c)
-	c.usable.v.CompareAndSwap(usableUnknown, usableValue(usable))
+	c.usable.v.CompareAndSwap(usableUnknown, usableValue(e.anyUsable(s, c)))
 	return c.usable.v.Load() == usableYes
+}
+
+// anyUsable reports whether cluster c of s has a usable endpoint, as
+// endpoints counts them, without building them.
+func (e *Engine) anyUsable(s naming.ServiceKey, c clusterSpec) bool {
+	usable := false
+	e.src.Instances(s, c.sel, func(in *instance.Instance) {
+		if usable || (c.port != 0 && in.Port != int(c.port)) {
+			return
+		}
+		ep := xds.Endpoint{Host: in.Host, Weight: uint32(min(max(in.Weight, 0), 1<<16)), Healthy: in.Healthy, Isolated: in.Isolated}
+		usable = ep.Usable()
+	})
+	return usable
 }
