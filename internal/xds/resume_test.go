@@ -3,6 +3,7 @@ package xds
 import (
 	"context"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -115,4 +116,26 @@ func TestDeltaResumeOnAnotherServer(t *testing.T) {
 	if slices.Contains(got[TypeEndpoint], "a") {
 		t.Fatalf("endpoints sent %v: a was held at the same bytes", got[TypeEndpoint])
 	}
+}
+
+// FuzzSameContent: a client's version string (initial_resource_versions,
+// outside input) never panics the comparison, and matches only the
+// entry's own version or its hash.
+func FuzzSameContent(f *testing.F) {
+	for _, v := range []string{"", "-", "1", "1-", "17-b", "17-3k2x9f0w1q7pa", "a-b-c", "-zzzzzzzzzzzzz", "1-+1", "9-18446744073709551615"} {
+		f.Add(v)
+	}
+	e := &entry{version: "5-b", hash: 11}
+	f.Fuzz(func(t *testing.T, v string) {
+		if !e.sameContent(v) || v == e.version {
+			return
+		}
+		i := strings.LastIndexByte(v, '-')
+		if i < 0 {
+			t.Fatalf("%q matched without a hash", v)
+		}
+		if h, err := strconv.ParseUint(v[i+1:], 36, 64); err != nil || h != e.hash {
+			t.Fatalf("%q matched hash %d", v, e.hash)
+		}
+	})
 }
