@@ -28,7 +28,7 @@ type ClusterEncoder struct {
 const maxTemplates = 8
 
 type clusterTemplate struct {
-	ns    string // the namespace, for policies whose encoding depends on it (TLS)
+	scope string // the service, for policies whose encoding may depend on it (TLS)
 	p     config.Policy
 	bytes []byte // Encode(Cluster) without name, eds_cluster_config, metadata
 }
@@ -63,13 +63,15 @@ func (ce *ClusterEncoder) Encode(name string, p config.Policy) ([]byte, error) {
 	if !ok {
 		return Encode(Cluster(name, p))
 	}
-	ns := ""
+	// A cluster's TLS settings may depend on where it is (its namespace's
+	// identity, its service's name): such templates are per service.
+	scope := ""
 	if p.TLS != nil {
-		ns, _, _ = cutSlash(name)
+		scope = svc
 	}
 	var tmpl []byte
 	for i := range ce.templates {
-		if t := &ce.templates[i]; t.p == p && t.ns == ns {
+		if t := &ce.templates[i]; t.p == p && t.scope == scope {
 			tmpl = t.bytes
 			break
 		}
@@ -84,7 +86,7 @@ func (ce *ClusterEncoder) Encode(name string, p config.Policy) ([]byte, error) {
 			return nil, err
 		}
 		tmpl = b
-		t := clusterTemplate{ns: ns, p: p, bytes: b}
+		t := clusterTemplate{scope: scope, p: p, bytes: b}
 		if len(ce.templates) < maxTemplates {
 			ce.templates = append(ce.templates, t)
 		} else {
@@ -93,15 +95,6 @@ func (ce *ClusterEncoder) Encode(name string, p config.Policy) ([]byte, error) {
 		}
 	}
 	return spliceCluster(tmpl, name, svc, subset)
-}
-
-func cutSlash(s string) (string, string, bool) {
-	for i := 0; i < len(s); i++ {
-		if s[i] == '/' {
-			return s[:i], s[i+1:], true
-		}
-	}
-	return s, "", false
 }
 
 // spliceCluster inserts a cluster's name, eds_cluster_config and metadata
