@@ -1,8 +1,10 @@
 package xds
 
 import (
+	"bytes"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"google.golang.org/protobuf/encoding/protowire"
 	networking "istio.io/api/networking/v1"
@@ -18,8 +20,37 @@ import (
 // by number, then oneof fields), which TestEncodeVirtualHost checks against
 // the marshalled message for every kind of route. The rare parts (a route
 // left out, a VirtualService's own retries, timeouts) are encoded from
-// their messages.
+// their messages. One call in vhostCheckEvery is also marshalled and
+// compared; a difference turns the writer off for good.
 func EncodeVirtualHost(name string, svc naming.ServiceKey, vs *config.Object, clusterFor ClusterFor) ([]byte, error) {
+	if vhostDrift.Load() {
+		return Encode(VirtualHost(name, nil, svc, vs, clusterFor))
+	}
+	b, err := encodeVirtualHost(name, svc, vs, clusterFor)
+	if err != nil || vhostChecks.Add(1)%vhostCheckEvery != 1 {
+		return b, err
+	}
+	// A sample is checked against the marshalled message: should
+	// VirtualHost change without this writer, the messages are used from
+	// then on.
+	want, werr := Encode(VirtualHost(name, nil, svc, vs, clusterFor))
+	if werr == nil && !bytes.Equal(b, want) {
+		vhostDrift.Store(true)
+		return want, nil
+	}
+	return b, nil
+}
+
+var (
+	vhostDrift  atomic.Bool   // the writer disagreed with the marshalled message once
+	vhostChecks atomic.Uint64 // calls, for sampling
+)
+
+// vhostCheckEvery: one virtual host in this many (the first included) is
+// also marshalled and compared.
+const vhostCheckEvery = 256
+
+func encodeVirtualHost(name string, svc naming.ServiceKey, vs *config.Object, clusterFor ClusterFor) ([]byte, error) {
 	e := vhEncoders.Get().(*vhEncoder)
 	defer vhEncoders.Put(e)
 	if vs == nil {

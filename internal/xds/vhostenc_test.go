@@ -40,12 +40,16 @@ func TestEncodeVirtualHost(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := EncodeVirtualHost("default/orders", svc, vs, clusterFor)
+		got, err := encodeVirtualHost("default/orders", svc, vs, clusterFor)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if !bytes.Equal(got, want) {
 			t.Fatalf("%s:\nwritten    %x\nmarshalled %x", what, got, want)
+		}
+		// The exported path, whose first call is a sampled check.
+		if got, err := EncodeVirtualHost("default/orders", svc, vs, clusterFor); err != nil || !bytes.Equal(got, want) || vhostDrift.Load() {
+			t.Fatalf("%s: EncodeVirtualHost %v, drift %v", what, err, vhostDrift.Load())
 		}
 	}
 	check("no VirtualService", nil)
@@ -88,7 +92,7 @@ spec:
 	b.Run("written", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, err := EncodeVirtualHost("default/orders", svc, objs[0], clusterFor); err != nil {
+			if _, err := encodeVirtualHost("default/orders", svc, objs[0], clusterFor); err != nil {
 				b.Fatal(err)
 			}
 		}
