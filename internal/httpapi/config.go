@@ -39,8 +39,12 @@ func configKind(s string) (string, error) {
 		return config.KindDestinationRule, nil
 	case "gateway", "gateways", "gw":
 		return config.KindGateway, nil
+	case "peerauthentication", "peerauthentications", "pa":
+		return config.KindPeerAuthentication, nil
+	case "authorizationpolicy", "authorizationpolicies", "ap":
+		return config.KindAuthorizationPolicy, nil
 	}
-	return "", badRequest("kind", "%q is not a config kind: VirtualService, DestinationRule or Gateway", s)
+	return "", badRequest("kind", "%q is not a config kind: VirtualService, DestinationRule, Gateway, PeerAuthentication or AuthorizationPolicy", s)
 }
 
 func configKeyOf(r *http.Request) (config.Key, error) {
@@ -203,7 +207,7 @@ func (a *API) applyConfig(w http.ResponseWriter, r *http.Request, reg *backend) 
 		return configError(err)
 	}
 	if len(objs) == 0 {
-		return badRequest("", "no config object in the body: send VirtualService, DestinationRule or Gateway documents")
+		return badRequest("", "no config object in the body: send VirtualService, DestinationRule, Gateway, PeerAuthentication or AuthorizationPolicy documents")
 	}
 	if err := requireConfigWrite(r, t, objs...); err != nil {
 		return err
