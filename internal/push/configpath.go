@@ -29,10 +29,13 @@ type configQueue struct {
 	services map[naming.ServiceKey]bool
 	emptied  map[naming.ServiceKey]bool
 	snap     *Snapshot
-	origin   time.Time // commit time of the oldest queued item
-	first    time.Time // arrival of the first and last queued config change (debounce)
-	last     time.Time
-	wake     chan struct{}
+	// workloads: a server listener's workload may have changed (an
+	// instance change of its service, or a new server listener).
+	workloads bool
+	origin    time.Time // commit time of the oldest queued item
+	first     time.Time // arrival of the first and last queued config change (debounce)
+	last      time.Time
+	wake      chan struct{}
 }
 
 func (q *configQueue) init() {
@@ -69,6 +72,10 @@ func (q *configQueue) service(s naming.ServiceKey, origin time.Time) {
 	q.add(origin, func() { q.services[s] = true })
 }
 
+func (q *configQueue) workloadsChanged(origin time.Time) {
+	q.add(origin, func() { q.workloads = true })
+}
+
 func (q *configQueue) emptiness(s naming.ServiceKey, origin time.Time) {
 	q.add(origin, func() { q.emptied[s] = true })
 }
@@ -89,18 +96,19 @@ func (q *configQueue) reset(snap Snapshot) {
 }
 
 type configBatch struct {
-	changes  []Change
-	services map[naming.ServiceKey]bool
-	emptied  map[naming.ServiceKey]bool
-	snap     *Snapshot
-	origin   time.Time
+	changes   []Change
+	services  map[naming.ServiceKey]bool
+	emptied   map[naming.ServiceKey]bool
+	snap      *Snapshot
+	workloads bool
+	origin    time.Time
 }
 
 func (q *configQueue) take() configBatch {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	b := configBatch{changes: q.changes, services: q.services, emptied: q.emptied, snap: q.snap, origin: q.origin}
-	q.changes, q.snap, q.origin = nil, nil, time.Time{}
+	b := configBatch{changes: q.changes, services: q.services, emptied: q.emptied, snap: q.snap, workloads: q.workloads, origin: q.origin}
+	q.changes, q.snap, q.origin, q.workloads = nil, nil, time.Time{}, false
 	q.services = map[naming.ServiceKey]bool{}
 	q.emptied = map[naming.ServiceKey]bool{}
 	return b
@@ -109,7 +117,11 @@ func (q *configQueue) take() configBatch {
 func (q *configQueue) len() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return len(q.changes) + len(q.services) + len(q.emptied)
+	n := len(q.changes) + len(q.services) + len(q.emptied)
+	if q.workloads {
+		n++
+	}
+	return n
 }
 
 // deadline is when a debounced round may start; zero when no config change
@@ -143,6 +155,9 @@ type configWorker struct {
 	// retiring holds clusters no route names, with when to remove them.
 	retiring map[string]time.Time
 	workers  int // goroutines a round builds on (Options.ConfigWorkers)
+	// sec holds the security objects (PeerAuthentication,
+	// AuthorizationPolicy) in force; they configure server listeners.
+	sec map[config.Key]*config.Object
 }
 
 func newConfigWorker(e *Engine) *configWorker {
@@ -150,7 +165,7 @@ func newConfigWorker(e *Engine) *configWorker {
 		e: e, ix: config.NewIndex(), known: map[naming.ServiceKey]bool{},
 		clusters: map[naming.ServiceKey][]string{}, vhosts: map[naming.ServiceKey][]byte{},
 		specSigs: map[naming.ServiceKey]string{}, dirty: map[naming.ServiceKey]bool{},
-		retiring: map[string]time.Time{}, workers: e.opts.ConfigWorkers,
+		retiring: map[string]time.Time{}, workers: e.opts.ConfigWorkers, sec: map[config.Key]*config.Object{},
 	}
 }
 
@@ -252,7 +267,9 @@ func (w *configWorker) loop(ctx context.Context) {
 				}
 			}
 		}
-		w.apply(q.take())
+		b := q.take()
+		w.apply(b)
+		w.servers(b)
 		w.round(ctx)
 	}
 }
