@@ -195,9 +195,10 @@ spec:
 		return err
 	}
 	frontend, intruder := client("web-frontend", frontendDir), client("web-intruder", intruderDir)
-	if err := call(frontend); err != nil {
-		t.Fatalf("web/frontend, allowed, over mutual TLS: %v", err)
-	}
+	// The server may have asked for its listener before the engine had
+	// taken the apply in (a few milliseconds): the first one it got is then
+	// PERMISSIVE (plaintext), replaced by the STRICT one at once.
+	waitTrue(t, 20*time.Second, func() bool { return call(frontend) == nil })
 	if err := call(intruder); status.Code(err) != codes.PermissionDenied {
 		t.Fatalf("web/intruder: %v, want PermissionDenied from grpc-go's RBAC", err)
 	}
@@ -211,16 +212,31 @@ spec:
 		t.Fatalf("a plaintext client under STRICT: %v, want Unavailable", err)
 	}
 
-	// A policy change is enforced within a bound.
-	start := time.Now()
-	run("config", "apply", "-f", write("allow-intruder.yaml", `apiVersion: security.istio.io/v1
+	// The dry run names the server listener a change reaches; a selector
+	// matching no instance is warned about.
+	allowIntruder := write("allow-intruder.yaml", `apiVersion: security.istio.io/v1
 kind: AuthorizationPolicy
 metadata: {name: orders, namespace: default}
 spec:
   selector: {matchLabels: {app: orders}}
   rules:
   - from: [{source: {principals: [cluster.local/ns/web/sa/frontend, cluster.local/ns/web/sa/intruder]}}]
-`))
+`)
+	if out := run("config", "apply", "-f", allowIntruder, "--dry-run"); !strings.Contains(out, "authorizationpolicy default/orders configured (dry run)") ||
+		!strings.Contains(out, "Listener grpc/server?xds.resource.listening_address=127.0.0.1:"+port) {
+		t.Fatalf("dry run:\n%s", out)
+	}
+	if out := run("config", "apply", "-f", write("typo.yaml", `apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: typo, namespace: default}
+spec:
+  selector: {matchLabels: {app: order}}
+`), "--dry-run"); !strings.Contains(out, "warning: spec.selector: matches no registered instance") {
+		t.Fatalf("dry run of a selector matching nothing:\n%s", out)
+	}
+	// A policy change is enforced within a bound.
+	start := time.Now()
+	run("config", "apply", "-f", allowIntruder)
 	waitTrue(t, 20*time.Second, func() bool { return call(intruder) == nil })
 	t.Logf("apply -> enforced by grpc-go's RBAC: %v", time.Since(start))
 

@@ -54,9 +54,12 @@ var securitySteps = map[string]func(r *docRun, cmd string){
 		})
 	},
 	"GRPC_XDS_BOOTSTRAP=frontend.json go run ./examples/grpcmtls --call xds:///inventory.default    # SERVING: over mutual TLS, allowed": func(r *docRun, cmd string) {
-		if out := r.ok(cmd); strings.TrimSpace(out) != "SERVING" {
-			r.t.Fatalf("frontend's call printed %q", out)
-		}
+		// Eventually: the server may have been given its listener a moment
+		// before the engine took in the policies (docs/security.md).
+		r.eventually(30*time.Second, "frontend's call answers SERVING", func() (bool, string) {
+			res := r.sh(cmd)
+			return res.code == 0 && strings.TrimSpace(res.out) == "SERVING", res.out + res.errs
+		})
 	},
 	"GRPC_XDS_BOOTSTRAP=intruder.json go run ./examples/grpcmtls --call xds:///inventory.default    # PermissionDenied: incoming RPC did not match an allow policy (grpc-go's RBAC)": func(r *docRun, cmd string) {
 		if res := r.sh(cmd); res.code != 1 || !strings.Contains(res.errs, "PermissionDenied: incoming RPC did not match an allow policy") {

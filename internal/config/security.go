@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"net"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -9,7 +10,10 @@ import (
 
 	security "istio.io/api/security/v1beta1"
 
+	"github.com/sextant-mesh/sextant/internal/catalog"
+	"github.com/sextant-mesh/sextant/internal/instance"
 	"github.com/sextant-mesh/sextant/internal/label"
+	"github.com/sextant-mesh/sextant/internal/store"
 )
 
 // DefaultRootNamespace is the namespace whose policies without a selector
@@ -353,4 +357,61 @@ func Principal(p string) string {
 		return p
 	}
 	return "spiffe://" + p
+}
+
+// SelectedWorkloads returns the addresses (host:port) of the registered
+// instances security object o applies to: those its selector matches in
+// its namespace (the root namespace's: in every namespace), sorted. The
+// dry run of an apply names their server listeners.
+func (t *Table) SelectedWorkloads(o *Object) []string {
+	var sel map[string]string
+	switch {
+	case o.PeerAuthentication != nil:
+		sel = o.PeerAuthentication.GetSelector().GetMatchLabels()
+	case o.AuthorizationPolicy != nil:
+		sel = o.AuthorizationPolicy.GetSelector().GetMatchLabels()
+	default:
+		return nil
+	}
+	if t.c == nil {
+		return nil
+	}
+	inst, ok := t.c.Table(store.Instances).(*catalog.Groups[*instance.Instance])
+	if !ok {
+		return nil
+	}
+	s := NewSecurity("", nil)
+	ns := o.Namespace
+	if ns == s.root {
+		ns = ""
+	}
+	var out []string
+	for _, g := range inst.Snapshot().Groups(ns) {
+		for _, in := range g.Items() {
+			if s.selects(o.Namespace, sel, Workload{Namespace: in.Namespace, Labels: in.Labels()}) {
+				out = append(out, net.JoinHostPort(in.Host, strconv.Itoa(in.Port)))
+			}
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// securityWarnings warns about a selector that matches no registered
+// instance: the policy applies to nothing until one registers (a typo in
+// a label?).
+func (t *Table) securityWarnings(o *Object) []string {
+	if !IsSecurity(o.Kind) || t.c == nil {
+		return nil
+	}
+	var sel map[string]string
+	if o.PeerAuthentication != nil {
+		sel = o.PeerAuthentication.GetSelector().GetMatchLabels()
+	} else {
+		sel = o.AuthorizationPolicy.GetSelector().GetMatchLabels()
+	}
+	if len(sel) == 0 || len(t.SelectedWorkloads(o)) > 0 {
+		return nil
+	}
+	return []string{fmt.Sprintf("spec.selector: matches no registered instance of namespace %s: the policy applies to no workload until one registers with these labels", o.Namespace)}
 }

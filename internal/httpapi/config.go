@@ -146,7 +146,8 @@ type applyAnswer struct {
 // affectedResources names the xDS resources an apply changes: the route
 // configuration (and listener) of every host a VirtualService names, the
 // clusters and endpoints of every host and subset a DestinationRule names,
-// before and after.
+// the server listeners of the workloads a PeerAuthentication or
+// AuthorizationPolicy selects, before and after.
 func affectedResources(t *config.Table, objs []*config.Object, results []config.Result) []xdsResource {
 	seen := map[xdsResource]bool{}
 	add := func(typ, name string) { seen[xdsResource{typ, name}] = true }
@@ -159,6 +160,11 @@ func affectedResources(t *config.Table, objs []*config.Object, results []config.
 			versions = append(versions, cur.Object)
 		}
 		for _, v := range versions {
+			// A security policy changes the inbound listeners of the
+			// workloads it selects (those registered now).
+			for _, a := range t.SelectedWorkloads(v) {
+				add("Listener", xds.ServerListenerPrefix+a)
+			}
 			for _, h := range config.Hosts(v) {
 				if v.VirtualService != nil {
 					add("RouteConfiguration", xds.RouteName(h))
