@@ -13,6 +13,7 @@ func init() { benchCmd.AddCommand(newBenchPushCmd()) }
 func newBenchPushCmd() *cobra.Command {
 	var cfg benchpush.Config
 	var protocol, cpuprofile string
+	var policy bool
 	cmd := &cobra.Command{
 		Use:   "push",
 		Short: "Measure how fast the control plane delivers changes to many xDS subscribers",
@@ -30,9 +31,15 @@ time, the time from each change's commit until every subscriber had it, and
 heap per subscriber. The bench and the control plane share the machine.`,
 		Example: `  sextant bench push --subscribers 100 --duration 20s
   sextant bench push --subscribers 1000 --protocol delta
-  sextant bench push --subscribers 100 --protocol sotw`,
+  sextant bench push --subscribers 100 --protocol sotw
+  sextant bench push --policy --subscribers 1000 --duration 10s`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if policy {
+				_, err := benchpush.RunPolicy(cmd.Context(), benchpush.PolicyConfig{Subscribers: cfg.Subscribers,
+					Duration: cfg.Duration, ConfigEvery: cfg.ConfigEvery, Progress: os.Stderr}, cmd.OutOrStdout())
+				return err
+			}
 			switch protocol {
 			case "delta":
 				cfg.Delta = true
@@ -63,6 +70,7 @@ heap per subscriber. The bench and the control plane share the machine.`,
 	fl.DurationVar(&cfg.ConfigEvery, "config-every", 0, "one VirtualService or DestinationRule change every (default 100ms)")
 	fl.StringVar(&cpuprofile, "cpuprofile", "", "write a CPU profile of the churn phase to this file")
 	fl.IntVar(&cfg.Resyncs, "resyncs", 3, "full recomputations to time before the subscribers connect")
+	fl.BoolVar(&policy, "policy", false, "the policy scenario instead: --subscribers proxyless gRPC servers (state of the world) each watching its server listener and its service's cluster, one AuthorizationPolicy selecting all of them; AuthorizationPolicy and DestinationRule changes alternate every --config-every (default 200ms) for --duration (default 10s): policy_all_p99_ms is commit to enforced-at-every-server, cluster_all_p99_ms the same streams' cluster delivery")
 	fl.BoolVar(&cfg.ChurnOnlyDuringConfig, "churn-only-during-config", false, "change instances only while a config change is on its way to the subscribers (endpoint_during_config_* is then every endpoint change)")
 	return cmd
 }

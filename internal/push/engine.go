@@ -250,7 +250,7 @@ func (e *Engine) listenerFor(name, ns string) (xds.Resource, bool) {
 			return xds.Resource{Name: name, Key: key}, true
 		}
 		r := serverReq{name: name, ns: ns, addr: addr}
-		res, _ := e.serverListener(key, r)
+		res := e.serverListener(key, r, resolve(r, e.finder()), e.security(), nil)
 		if e.servers.add(key, r) {
 			e.cfg.workloadsChanged(time.Now())
 		}

@@ -30,15 +30,23 @@ type serverReq struct {
 	addr     netip.AddrPort
 }
 
-// servers records the server listeners subscribers asked for, so that a
-// policy or workload change republishes them. Its mutex is taken alone.
+// servers records the server listeners subscribers asked for and the
+// workload each was resolved to, so that a policy change republishes them
+// without resolving again, and an instance change of their services
+// resolves them again. Its mutex is taken alone.
 type servers struct {
 	any  atomic.Bool // some listener was asked for: instance changes are checked
 	mu   sync.Mutex
-	reqs map[string]serverReq         // by cache key
-	svcs map[naming.ServiceKey]bool   // services of the workloads found
-	open bool                         // some request found no workload
-	seen map[string]naming.ServiceKey // cache key -> its workload's service
+	reqs map[string]serverReq       // by cache key
+	wl   map[string]workload        // by cache key: the last resolution
+	svcs map[naming.ServiceKey]bool // services of the workloads found
+	open bool                       // some request at a specific address found no workload
+}
+
+// workload is what a server listener was built for.
+type workload struct {
+	w   config.Workload
+	svc naming.ServiceKey // zero: no instance found at the address
 }
 
 // add records a request; it reports whether the key is new.
@@ -47,8 +55,8 @@ func (s *servers) add(key string, r serverReq) bool {
 	defer s.mu.Unlock()
 	if s.reqs == nil {
 		s.reqs = map[string]serverReq{}
+		s.wl = map[string]workload{}
 		s.svcs = map[naming.ServiceKey]bool{}
-		s.seen = map[string]naming.ServiceKey{}
 	}
 	_, had := s.reqs[key]
 	s.reqs[key] = r
@@ -56,28 +64,29 @@ func (s *servers) add(key string, r serverReq) bool {
 	return !had
 }
 
-func (s *servers) all() map[string]serverReq {
+// all returns the requests and their last resolutions.
+func (s *servers) all() (map[string]serverReq, map[string]workload) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return maps.Clone(s.reqs)
+	return maps.Clone(s.reqs), maps.Clone(s.wl)
 }
 
-// resolved records which service each listener's workload is in (zero: not
-// found), for watches.
-func (s *servers) resolved(svcs map[string]naming.ServiceKey) {
+// resolved records each listener's workload, for watches and for the next
+// policy change.
+func (s *servers) resolved(wl map[string]workload) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.wl = wl
 	clear(s.svcs)
 	s.open = false
-	for k, svc := range svcs {
-		s.seen[k] = svc
-		if svc == (naming.ServiceKey{}) {
+	for k, w := range wl {
+		if w.svc == (naming.ServiceKey{}) {
 			if a := s.reqs[k].addr.Addr(); !a.IsUnspecified() {
 				s.open = true
 			}
 			continue
 		}
-		s.svcs[svc] = true
+		s.svcs[w.svc] = true
 	}
 }
 
@@ -90,26 +99,65 @@ func (s *servers) watches(svc naming.ServiceKey) bool {
 	return s.open || s.svcs[svc]
 }
 
-// serverListener builds the listener of a server request with the
-// security policies in force now, and the service of the workload it found
-// (zero when none).
-func (e *Engine) serverListener(key string, r serverReq) (xds.Resource, naming.ServiceKey) {
-	w := config.Workload{Namespace: r.ns, Port: uint32(r.addr.Port())}
-	if w.Namespace == "" {
-		w.Namespace = "default"
+// resolve finds the workload of a request with find (nil: none found). An
+// unspecified address (0.0.0.0, [::]) names no instance: the workload is
+// then the node's namespace, without labels.
+func resolve(r serverReq, find func(netip.AddrPort) *instance.Instance) workload {
+	w := workload{w: config.Workload{Namespace: r.ns, Port: uint32(r.addr.Port())}}
+	if w.w.Namespace == "" {
+		w.w.Namespace = "default"
 	}
-	var svc naming.ServiceKey
-	// An unspecified address (0.0.0.0, [::]) names no instance: the
-	// workload is then the node's namespace, without labels.
-	if f, ok := e.src.(AddressFinder); ok && !r.addr.Addr().IsUnspecified() {
-		if in := f.InstanceAt(r.addr); in != nil {
-			w.Namespace, w.Labels = in.Namespace, in.Labels()
-			svc = naming.ServiceKey{Namespace: in.Namespace, Name: in.Service}
+	if find == nil || r.addr.Addr().IsUnspecified() {
+		return w
+	}
+	if in := find(r.addr); in != nil {
+		w.w.Namespace, w.w.Labels = in.Namespace, in.Labels()
+		w.svc = naming.ServiceKey{Namespace: in.Namespace, Name: in.Service}
+	}
+	return w
+}
+
+// finder is the Source's InstanceAt, or nil.
+func (e *Engine) finder() func(netip.AddrPort) *instance.Instance {
+	if f, ok := e.src.(AddressFinder); ok {
+		return f.InstanceAt
+	}
+	return nil
+}
+
+// chainMemo holds the encoded filter chains of each distinct (mode,
+// policies) within one publication: workloads selected by the same
+// policies share them, so a policy change builds its RBAC filters once,
+// not once per server.
+type chainMemo map[string][]byte
+
+// serverListener builds the listener of a request for workload wl with the
+// security policies sec.
+func (e *Engine) serverListener(key string, r serverReq, wl workload, sec *config.Security, memo chainMemo) xds.Resource {
+	mode, policies := sec.MTLSMode(wl.w), sec.Authorization(wl.w)
+	res := xds.Resource{Name: r.name, Key: key, Version: e.version(), Hidden: true}
+	mk := mode.String()
+	for _, o := range policies {
+		mk += "\x00" + o.Key.String()
+	}
+	chains, ok := memo[mk]
+	if !ok {
+		var err error
+		if chains, err = xds.InboundChains(mode, policies); err != nil {
+			res.Message = xds.ServerListener(r.name, r.addr, mode, policies) // Apply reports the error
+			return res
+		}
+		if memo != nil {
+			memo[mk] = chains
 		}
 	}
-	sec := e.security()
-	msg := xds.ServerListener(r.name, r.addr, sec.MTLSMode(w), sec.Authorization(w))
-	return encoded(xds.Resource{Name: r.name, Key: key, Version: e.version(), Hidden: true, Message: msg}), svc
+	b, err := xds.ServerListenerBytes(r.name, r.addr, chains)
+	if err != nil {
+		res.Message = xds.ServerListener(r.name, r.addr, mode, policies)
+		return res
+	}
+	res.Value = b
+	return res
 }
 
 // security is the security policies in force.
@@ -121,23 +169,52 @@ func (e *Engine) security() *config.Security {
 }
 
 // publishServers rebuilds every server listener subscribers asked for and
-// publishes those that changed. Called from the config goroutine.
-func (e *Engine) publishServers(origin time.Time) {
-	reqs := e.servers.all()
+// publishes those that changed. With find, each workload is resolved
+// again; without, the last resolution is kept (a policy change). Called
+// from the config goroutine.
+func (e *Engine) publishServers(origin time.Time, find func(netip.AddrPort) *instance.Instance) {
+	reqs, last := e.servers.all()
 	if len(reqs) == 0 {
 		return
 	}
 	keys := slices.Sorted(maps.Keys(reqs))
 	set := make([]xds.Resource, 0, len(keys))
-	svcs := make(map[string]naming.ServiceKey, len(keys))
+	wls := make(map[string]workload, len(keys))
+	sec, memo := e.security(), chainMemo{}
 	for _, k := range keys {
-		r, svc := e.serverListener(k, reqs[k])
-		set = append(set, r)
-		svcs[k] = svc
+		wl, ok := last[k]
+		if find != nil || !ok {
+			if find == nil {
+				find = e.finder()
+			}
+			wl = resolve(reqs[k], find)
+		}
+		wls[k] = wl
+		set = append(set, e.serverListener(k, reqs[k], wl, sec, memo))
 	}
-	e.servers.resolved(svcs)
+	e.servers.resolved(wls)
 	if _, err := e.cache.Apply(xds.TypeListener, set, nil, e.version(), origin); err != nil {
 		e.log.Error("push: publish server listeners", "error", err)
+	}
+}
+
+// addressIndex maps the address of every instance of the known services
+// to its instance, so that resolving every server listener again is one
+// pass over the registry, not one per listener.
+func (w *configWorker) addressIndex() func(netip.AddrPort) *instance.Instance {
+	idx := map[netip.AddrPort]*instance.Instance{}
+	for _, s := range w.sorted {
+		w.e.src.Instances(s, nil, func(in *instance.Instance) {
+			if a, err := netip.ParseAddr(in.Host); err == nil && in.Port > 0 && in.Port < 65536 {
+				ap := netip.AddrPortFrom(a.Unmap(), uint16(in.Port))
+				if _, dup := idx[ap]; !dup {
+					idx[ap] = in
+				}
+			}
+		})
+	}
+	return func(ap netip.AddrPort) *instance.Instance {
+		return idx[netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())]
 	}
 }
 
@@ -184,5 +261,9 @@ func (w *configWorker) servers(b configBatch) {
 	if origin.IsZero() {
 		origin = time.Now()
 	}
-	w.e.publishServers(origin)
+	var find func(netip.AddrPort) *instance.Instance
+	if b.workloads || b.snap != nil {
+		find = w.addressIndex()
+	}
+	w.e.publishServers(origin, find)
 }

@@ -10,6 +10,7 @@ import (
 	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	security "istio.io/api/security/v1beta1"
@@ -61,6 +62,44 @@ const (
 //     drops chains matching any transport_protocol but "raw_buffer"), so
 //     a grpc-go server serves PERMISSIVE as plaintext.
 func ServerListener(name string, addr netip.AddrPort, mode security.PeerAuthentication_MutualTLS_Mode, policies []*config.Object) *listenerv3.Listener {
+	return &listenerv3.Listener{Name: name, Address: socketAddress(addr), FilterChains: inboundChains(mode, policies)}
+}
+
+// InboundChains encodes the filter chains ServerListener gives a workload
+// of mode and policies, as Listener fields (filter_chains, each tagged):
+// every workload with the same mode and policies shares them, and
+// ServerListenerBytes puts them behind each one's name and address.
+func InboundChains(mode security.PeerAuthentication_MutualTLS_Mode, policies []*config.Object) ([]byte, error) {
+	var out []byte
+	for _, fc := range inboundChains(mode, policies) {
+		b, err := deterministic.Marshal(fc)
+		if err != nil {
+			return nil, err
+		}
+		out = protowire.AppendTag(out, 3, protowire.BytesType) // Listener.filter_chains
+		out = protowire.AppendBytes(out, b)
+	}
+	return out, nil
+}
+
+// ServerListenerBytes encodes the listener ServerListener builds, from
+// chains InboundChains encoded: the deterministic encoding writes fields in
+// number order, and name (1) and address (2) come before filter_chains (3).
+func ServerListenerBytes(name string, addr netip.AddrPort, chains []byte) ([]byte, error) {
+	head, err := deterministic.Marshal(&listenerv3.Listener{Name: name, Address: socketAddress(addr)})
+	if err != nil {
+		return nil, err
+	}
+	return append(head, chains...), nil
+}
+
+func socketAddress(addr netip.AddrPort) *corev3.Address {
+	return &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{
+		Address: addr.Addr().String(), PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: uint32(addr.Port())},
+	}}}
+}
+
+func inboundChains(mode security.PeerAuthentication_MutualTLS_Mode, policies []*config.Object) []*listenerv3.FilterChain {
 	router := &anypb.Any{}
 	_ = anypb.MarshalFrom(router, &routerv3.Router{}, deterministic)
 	filters := append(RBACFilters(policies), &hcmv3.HttpFilter{Name: "envoy.filters.http.router", ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: router}})
@@ -86,22 +125,13 @@ func ServerListener(name string, addr netip.AddrPort, mode security.PeerAuthenti
 		}
 		return fc
 	}
-	var chains []*listenerv3.FilterChain
 	switch mode {
 	case security.PeerAuthentication_MutualTLS_STRICT:
-		chains = append(chains, chain(InboundMTLSChain, "", serverTLS(true)))
+		return []*listenerv3.FilterChain{chain(InboundMTLSChain, "", serverTLS(true))}
 	case security.PeerAuthentication_MutualTLS_DISABLE:
-		chains = append(chains, chain(InboundPlaintextChain, "", nil))
-	default:
-		chains = append(chains, chain(InboundMTLSChain, "tls", serverTLS(false)), chain(InboundPlaintextChain, "raw_buffer", nil))
+		return []*listenerv3.FilterChain{chain(InboundPlaintextChain, "", nil)}
 	}
-	return &listenerv3.Listener{
-		Name: name,
-		Address: &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{
-			Address: addr.Addr().String(), PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: uint32(addr.Port())},
-		}}},
-		FilterChains: chains,
-	}
+	return []*listenerv3.FilterChain{chain(InboundMTLSChain, "tls", serverTLS(false)), chain(InboundPlaintextChain, "raw_buffer", nil)}
 }
 
 // serverTLS is the DownstreamTlsContext of the mesh's mutual TLS: the
