@@ -35,11 +35,6 @@ heap per subscriber. The bench and the control plane share the machine.`,
   sextant bench push --policy --subscribers 1000 --duration 10s`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if policy {
-				_, err := benchpush.RunPolicy(cmd.Context(), benchpush.PolicyConfig{Subscribers: cfg.Subscribers,
-					Duration: cfg.Duration, ConfigEvery: cfg.ConfigEvery, Progress: os.Stderr}, cmd.OutOrStdout())
-				return err
-			}
 			switch protocol {
 			case "delta":
 				cfg.Delta = true
@@ -55,6 +50,11 @@ heap per subscriber. The bench and the control plane share the machine.`,
 				}
 				defer f.Close()
 				cfg.Profile = f
+			}
+			if policy {
+				_, err := benchpush.RunPolicy(cmd.Context(), benchpush.PolicyConfig{Subscribers: cfg.Subscribers,
+					Duration: cfg.Duration, ConfigEvery: cfg.ConfigEvery, Progress: os.Stderr, Profile: cfg.Profile}, cmd.OutOrStdout())
+				return err
 			}
 			_, err := benchpush.Run(cmd.Context(), cfg, cmd.OutOrStdout())
 			return err

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"runtime/pprof"
 	"strconv"
 	"sync"
 	"time"
@@ -36,6 +37,7 @@ type PolicyConfig struct {
 	Duration    time.Duration // default 10s
 	ConfigEvery time.Duration // one change every, default 200ms
 	Progress    io.Writer
+	Profile     io.Writer // CPU profile of the change phase; nil: none
 }
 
 // PolicyResult is the JSON object "sextant bench push --policy" prints.
@@ -211,6 +213,11 @@ func RunPolicy(ctx context.Context, cfg PolicyConfig, out io.Writer) (PolicyResu
 	bar.Finish()
 
 	cpu0 := cpuSeconds()
+	if cfg.Profile != nil {
+		if err := pprof.StartCPUProfile(cfg.Profile); err != nil {
+			return res, err
+		}
+	}
 	tick := time.NewTicker(cfg.ConfigEvery)
 	defer tick.Stop()
 	end := time.After(cfg.Duration)
@@ -237,6 +244,9 @@ loop:
 	}
 	for deadline := time.Now().Add(10 * time.Second); tr.pending() > 0 && time.Now().Before(deadline); {
 		time.Sleep(10 * time.Millisecond)
+	}
+	if cfg.Profile != nil {
+		pprof.StopCPUProfile()
 	}
 	res.CPUSeconds = cpuSeconds() - cpu0
 	res.DurationS = cfg.Duration.Seconds()
