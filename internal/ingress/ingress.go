@@ -88,7 +88,12 @@ func (p *Publisher) Run(ctx context.Context) error {
 func (p *Publisher) publish(rev int64) {
 	gws, _ := p.cfg.List(config.KindGateway, "")
 	vss, _ := p.cfg.List(config.KindVirtualService, "")
-	out, warnings := Build(gws, vss, p.secrets.Get)
+	aps, _ := p.cfg.List(config.KindAuthorizationPolicy, "")
+	var policies []*config.Object
+	for _, e := range aps {
+		policies = append(policies, e.Object)
+	}
+	out, warnings := BuildWithPolicies(gws, vss, config.NewSecurity("", policies), p.secrets.Get)
 	for _, w := range warnings {
 		p.log.Warn("ingress: " + w)
 	}

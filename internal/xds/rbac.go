@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	rbacconfigv3 "github.com/envoyproxy/go-control-plane/envoy/config/rbac/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	rbacv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rbac/v3"
@@ -282,4 +283,34 @@ func stringMatcher(v string) *matcherv3.StringMatcher {
 		return &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Suffix{Suffix: strings.TrimPrefix(v, "*")}}
 	}
 	return &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: v}}
+}
+
+// WithHTTPFilters puts filters first in the HTTP filters of every HTTP
+// connection manager of l (before the router): a gateway's listener gets
+// the RBAC filters of the AuthorizationPolicies selecting its gateway.
+func WithHTTPFilters(l *listenerv3.Listener, filters []*hcmv3.HttpFilter) error {
+	if len(filters) == 0 {
+		return nil
+	}
+	for _, fc := range l.FilterChains {
+		for _, f := range fc.Filters {
+			tc := f.GetTypedConfig()
+			if tc == nil {
+				continue
+			}
+			h := &hcmv3.HttpConnectionManager{}
+			if tc.MessageIs(h) {
+				if err := tc.UnmarshalTo(h); err != nil {
+					return fmt.Errorf("xds: listener %s: %w", l.Name, err)
+				}
+				h.HttpFilters = append(append([]*hcmv3.HttpFilter{}, filters...), h.HttpFilters...)
+				a := &anypb.Any{}
+				if err := anypb.MarshalFrom(a, h, deterministic); err != nil {
+					return fmt.Errorf("xds: listener %s: %w", l.Name, err)
+				}
+				f.ConfigType = &listenerv3.Filter_TypedConfig{TypedConfig: a}
+			}
+		}
+	}
+	return nil
 }
