@@ -249,7 +249,7 @@ func (e *Engine) listenerFor(name, ns string) (xds.Resource, bool) {
 			// Published: the cache keeps it (asked again at every request).
 			return xds.Resource{Name: name, Key: key}, true
 		}
-		r := serverReq{name: name, ns: ns, addr: addr}
+		r := serverReq{name: name, ns: ns, addr: addr, at: time.Now()}
 		res := e.serverListener(key, r, resolve(r, e.finder()), e.security(), nil)
 		if e.servers.add(key, r) {
 			e.cfg.workloadsChanged(time.Now())

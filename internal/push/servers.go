@@ -28,7 +28,13 @@ type AddressFinder interface {
 type serverReq struct {
 	name, ns string // ns: the subscriber's node namespace
 	addr     netip.AddrPort
+	at       time.Time // when it was first asked for
 }
+
+// serverGrace is how long a server listener is kept after it was first
+// asked for before it may be dropped for having no subscriber (the
+// subscriber names it a moment after asking).
+var serverGrace = time.Minute
 
 // servers records the server listeners subscribers asked for and the
 // workload each was resolved to, so that a policy change republishes them
@@ -58,10 +64,22 @@ func (s *servers) add(key string, r serverReq) bool {
 		s.wl = map[string]workload{}
 		s.svcs = map[naming.ServiceKey]bool{}
 	}
-	_, had := s.reqs[key]
+	if _, had := s.reqs[key]; had {
+		return false
+	}
 	s.reqs[key] = r
 	s.any.Store(true)
-	return !had
+	return true
+}
+
+// drop forgets the requests under keys.
+func (s *servers) drop(keys []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, k := range keys {
+		delete(s.reqs, k)
+		delete(s.wl, k)
+	}
 }
 
 // all returns the requests and their last resolutions.
@@ -176,6 +194,22 @@ func (e *Engine) publishServers(origin time.Time, find func(netip.AddrPort) *ins
 	reqs, last := e.servers.all()
 	if len(reqs) == 0 {
 		return
+	}
+	// Listeners of servers gone (no subscriber names them) are dropped, so
+	// that servers coming and going at new addresses cost nothing later.
+	var gone []string
+	for _, k := range e.cache.Unwanted(xds.TypeListener, slices.Collect(maps.Keys(reqs))) {
+		if time.Since(reqs[k].at) > serverGrace {
+			gone = append(gone, k)
+			delete(reqs, k)
+		}
+	}
+	if len(gone) > 0 {
+		slices.Sort(gone)
+		e.servers.drop(gone)
+		if _, err := e.cache.Apply(xds.TypeListener, nil, gone, e.version(), origin); err != nil {
+			e.log.Error("push: remove server listeners", "error", err)
+		}
 	}
 	keys := slices.Sorted(maps.Keys(reqs))
 	set := make([]xds.Resource, 0, len(keys))
