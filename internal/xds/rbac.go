@@ -60,6 +60,9 @@ func RBACFilters(policies []*config.Object) []*hcmv3.HttpFilter {
 	}
 	for _, o := range policies {
 		ap := o.AuthorizationPolicy
+		if ap == nil {
+			continue // not an AuthorizationPolicy
+		}
 		var g *group
 		switch ap.Action {
 		case security.AuthorizationPolicy_AUDIT:
