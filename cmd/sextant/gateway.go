@@ -52,13 +52,15 @@ func init() {
 		Use:   "gateway",
 		Short: "Run the Sextant gateway: the data plane, configured by the control plane over xDS",
 		Long: `Run the gateway: an HTTP/1.1 and h2c reverse proxy that takes its whole
-configuration (listener, routes, clusters, endpoints, TLS secrets) from a control
-plane over ADS, like Envoy or MOSN, and records every call in a call log under --data.
+configuration (listener, routes, clusters, endpoints, TLS secrets) from a
+control plane over ADS, like Envoy or MOSN, and records every call in a call
+log under --data.
 
-The proxy listens on --listen, and serves TLS (HTTP/1.1 and HTTP/2 by ALPN, the
-certificate chosen by SNI, certificates by SDS) on each --tls-listen, with the TLS
-listener on that port; the admin API (/metrics, /v1/config, /v1/calls,
-/v1/calls/stats) on --admin. Until the first config arrives every call is
+The proxy listens on --listen, and serves TLS (HTTP/1.1 and HTTP/2 by ALPN,
+the certificate chosen by SNI, certificates by SDS; or passed through unopened
+to an endpoint, by SNI) on each --tls-listen, with the TLS listener on that
+port; the admin API (/metrics, /v1/config, /v1/calls, /v1/calls/stats) on
+--admin. Until the first config arrives every call is
 answered 503; while the control plane is unreachable the last good config keeps
 serving. On SIGINT or SIGTERM the gateway stops accepting, lets calls in flight
 finish (up to --drain), then flushes the call log. See docs/gateway.md.`,

@@ -88,6 +88,8 @@ func TestEncodeRoundTrip(t *testing.T) {
 
 const vsHead = "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata:\n  name: orders\nspec:\n  hosts: [orders]\n  http:\n"
 
+const vsTLSHead = "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata:\n  name: orders\nspec:\n  hosts: [orders]\n"
+
 const gwHead = "apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {name: gw}\nspec:\n  servers:\n"
 
 func TestDecodeErrors(t *testing.T) {
@@ -103,8 +105,18 @@ func TestDecodeErrors(t *testing.T) {
 			"spec.http[0].retries.perTryTimout", ErrUnknownField, `did you mean "perTryTimeout"`},
 		{"bad gateway ref", strings.Replace(vsHead, "  hosts:", "  gateways: [mesh, a/b/c]\n  hosts:", 1) + "  - route: [{destination: {host: orders}}]\n",
 			"spec.gateways[1]", ErrInvalid, "want a Gateway name"},
-		{"gateway passthrough", gwHead + "  - port: {number: 443, protocol: HTTPS}\n    hosts: [a.example.com]\n    tls: {mode: PASSTHROUGH}\n",
-			"spec.servers[0].tls.mode", ErrNotSupported, "PASSTHROUGH"},
+		{"gateway passthrough with a credential", gwHead + "  - port: {number: 443, protocol: TLS}\n    hosts: [a.example.com]\n    tls: {mode: PASSTHROUGH, credentialName: c}\n",
+			"spec.servers[0].tls.credentialName", ErrInvalid, "the endpoint serves its own certificate"},
+		{"gateway TLS protocol terminated", gwHead + "  - port: {number: 443, protocol: TLS}\n    hosts: [a.example.com]\n    tls: {mode: SIMPLE, credentialName: c}\n",
+			"spec.servers[0].tls.mode", ErrNotSupported, "mode PASSTHROUGH"},
+		{"tls route in the mesh", vsTLSHead + "  tls:\n  - match: [{sniHosts: [orders]}]\n    route: [{destination: {host: orders}}]\n",
+			"spec.tls", ErrNotSupported, "gateways only"},
+		{"tls route sni not a host", vsTLSHead + "  gateways: [edge]\n  tls:\n  - match: [{sniHosts: [other.example.com]}]\n    route: [{destination: {host: orders}}]\n",
+			"spec.tls[0].match[0].sniHosts[0]", ErrInvalid, "not one of the VirtualService's hosts"},
+		{"tls route without match", vsTLSHead + "  gateways: [edge]\n  tls:\n  - route: [{destination: {host: orders}}]\n",
+			"spec.tls[0].match", ErrInvalid, "sniHosts is required"},
+		{"tls route unknown field", vsTLSHead + "  gateways: [edge]\n  tls:\n  - match: [{sniHosts: [orders], sourceLabels: {a: b}}]\n    route: [{destination: {host: orders}}]\n",
+			"spec.tls[0].match[0].sourceLabels", ErrNotSupported, ""},
 		{"gateway unknown tls mode", gwHead + "  - port: {number: 443, protocol: HTTPS}\n    hosts: [a.example.com]\n    tls: {mode: STRICT, credentialName: c}\n",
 			"spec.servers[0].tls.mode", ErrInvalid, `"STRICT" is not one of`},
 		{"gateway unknown tls field", gwHead + "  - port: {number: 443, protocol: HTTPS}\n    hosts: [a.example.com]\n    tls: {mode: SIMPLE, credentialName: c, credential: d}\n",
@@ -112,7 +124,7 @@ func TestDecodeErrors(t *testing.T) {
 		{"gateway https without credential", gwHead + "  - port: {number: 443, protocol: HTTPS}\n    hosts: [a.example.com]\n    tls: {mode: SIMPLE}\n",
 			"spec.servers[0].tls.credentialName", ErrInvalid, "required"},
 		{"gateway tcp", gwHead + "  - port: {number: 5432, protocol: TCP}\n    hosts: [a.example.com]\n",
-			"spec.servers[0].port.protocol", ErrNotSupported, "HTTP, HTTPS and HTTP2"},
+			"spec.servers[0].port.protocol", ErrNotSupported, "HTTP, HTTPS, HTTP2 and TLS (passthrough)"},
 		{"gateway cipher suites", gwHead + "  - port: {number: 443, protocol: HTTPS}\n    hosts: [a.example.com]\n    tls: {mode: SIMPLE, credentialName: c, cipherSuites: [x]}\n",
 			"spec.servers[0].tls.cipherSuites", ErrNotSupported, "not supported"},
 		{"gateway-only VirtualService host", "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: x}\nspec:\n  hosts: [Shop.example.com]\n  gateways: [gw]\n  http:\n  - route: [{destination: {host: orders}}]\n",

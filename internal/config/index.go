@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/sextant-mesh/sextant/internal/naming"
+	networking "istio.io/api/networking/v1"
 )
 
 // Index holds every config object and answers, per registry service, the
@@ -119,17 +120,25 @@ func Destinations(o *Object) []Destination {
 func VirtualServiceDestinations(o *Object) []Destination {
 	var out []Destination
 	seen := map[Destination]bool{}
+	add := func(d *networking.Destination) {
+		k, err := ResolveHost(d.GetHost(), o.Namespace)
+		if err != nil {
+			return
+		}
+		dst := Destination{Service: k, Subset: d.GetSubset(), Port: d.GetPort().GetNumber()}
+		if !seen[dst] {
+			seen[dst] = true
+			out = append(out, dst)
+		}
+	}
 	for _, r := range o.VirtualService.Http {
 		for _, d := range r.Route {
-			k, err := ResolveHost(d.GetDestination().GetHost(), o.Namespace)
-			if err != nil {
-				continue
-			}
-			dst := Destination{Service: k, Subset: d.Destination.Subset, Port: d.Destination.GetPort().GetNumber()}
-			if !seen[dst] {
-				seen[dst] = true
-				out = append(out, dst)
-			}
+			add(d.GetDestination())
+		}
+	}
+	for _, r := range o.VirtualService.Tls {
+		for _, d := range r.Route {
+			add(d.GetDestination())
 		}
 	}
 	return out

@@ -34,7 +34,10 @@ func allow(m proto.Message, fields ...protoreflect.Name) {
 }
 
 func init() {
-	allow(&networking.VirtualService{}, "hosts", "gateways", "http")
+	allow(&networking.VirtualService{}, "hosts", "gateways", "http", "tls")
+	allow(&networking.TLSRoute{}, "match", "route")
+	allow(&networking.TLSMatchAttributes{}, "sni_hosts", "port")
+	allow(&networking.RouteDestination{}, "destination", "weight")
 	allow(&networking.HTTPRoute{}, "name", "match", "route", "timeout", "retries")
 	allow(&networking.HTTPMatchRequest{}, "name", "uri", "headers", "method")
 	allow(&networking.StringMatch{}, "exact", "prefix", "regex")

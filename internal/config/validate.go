@@ -3,6 +3,7 @@ package config
 import (
 	"net/http"
 	"regexp"
+	"slices"
 	"strings"
 
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -89,7 +90,12 @@ func validateVS(c errs, path, ns string, vs *networking.VirtualService) {
 		// Bound to gateways only: hosts are the names clients use at the
 		// gateway (shop.example.com), not registry services.
 		validateGatewayHosts(c, join(path, "hosts"), vs.Hosts)
-		vs = &networking.VirtualService{Http: vs.Http}
+		for i, r := range vs.Tls {
+			validateTLSRoute(c, index(join(path, "tls"), i), ns, r, vs.Hosts)
+		}
+		vs = &networking.VirtualService{Http: vs.Http, Tls: vs.Tls}
+	} else if len(vs.Tls) > 0 {
+		c.add(join(path, "tls"), ErrNotSupported, "TLS routes are served by gateways only: bind the VirtualService to Gateways (gateways:, without mesh)")
 	}
 	seen := map[naming.ServiceKey]string{}
 	for i, h := range vs.Hosts {
@@ -104,7 +110,7 @@ func validateVS(c errs, path, ns string, vs *networking.VirtualService) {
 		}
 		seen[k] = h
 	}
-	if len(vs.Http) == 0 {
+	if len(vs.Http) == 0 && len(vs.Tls) == 0 {
 		c.add(join(path, "http"), ErrInvalid, "at least one route is required")
 	}
 	for i, r := range vs.Http {
@@ -146,20 +152,7 @@ func validateRoute(c errs, path, ns string, r *networking.HTTPRoute) {
 			c.add(join(p, "weight"), ErrInvalid, "%d: must not be negative", d.Weight)
 		}
 		total += int64(d.Weight)
-		if d.Destination == nil {
-			c.add(join(p, "destination"), ErrInvalid, "required")
-			continue
-		}
-		dp := join(p, "destination")
-		if _, err := ResolveHost(d.Destination.Host, ns); err != nil {
-			c.add(join(dp, "host"), ErrInvalid, "%v", strings.TrimPrefix(err.Error(), "config: "))
-		}
-		if s := d.Destination.Subset; s != "" && !naming.ValidLabel(s) {
-			c.add(join(dp, "subset"), ErrInvalid, "%q: want a DNS label (1..63 of [a-z0-9-])", s)
-		}
-		if port := d.Destination.Port; port != nil && (port.Number == 0 || port.Number > 65535) {
-			c.add(join(dp, "port.number"), ErrInvalid, "%d: want 1..65535", port.Number)
-		}
+		validateDestination(c, join(p, "destination"), ns, d.Destination)
 	}
 	if len(r.Route) > 1 && total == 0 {
 		c.add(join(path, "route"), ErrInvalid, "with several destinations, weights must add up to more than 0")
@@ -182,6 +175,66 @@ func validateRoute(c errs, path, ns string, r *networking.HTTPRoute) {
 				break
 			}
 		}
+	}
+}
+
+func validateDestination(c errs, dp, ns string, d *networking.Destination) {
+	if d == nil {
+		c.add(dp, ErrInvalid, "required")
+		return
+	}
+	if _, err := ResolveHost(d.Host, ns); err != nil {
+		c.add(join(dp, "host"), ErrInvalid, "%v", strings.TrimPrefix(err.Error(), "config: "))
+	}
+	if s := d.Subset; s != "" && !naming.ValidLabel(s) {
+		c.add(join(dp, "subset"), ErrInvalid, "%q: want a DNS label (1..63 of [a-z0-9-])", s)
+	}
+	if port := d.Port; port != nil && (port.Number == 0 || port.Number > 65535) {
+		c.add(join(dp, "port.number"), ErrInvalid, "%d: want 1..65535", port.Number)
+	}
+}
+
+// validateTLSRoute checks a TLS route of a VirtualService bound to
+// Gateways: the server names it matches (each one of the VirtualService's
+// hosts, as Istio requires) and its weighted destinations, to which a
+// PASSTHROUGH server forwards the TLS unopened.
+func validateTLSRoute(c errs, path, ns string, r *networking.TLSRoute, hosts []string) {
+	if len(r.Match) == 0 {
+		c.add(join(path, "match"), ErrInvalid, "at least one match with sniHosts is required")
+	}
+	for i, m := range r.Match {
+		p := index(join(path, "match"), i)
+		if len(m.SniHosts) == 0 {
+			c.add(join(p, "sniHosts"), ErrInvalid, "at least one server name is required")
+		}
+		for j, h := range m.SniHosts {
+			hp := index(join(p, "sniHosts"), j)
+			if !validHostName(h) || h == "*" {
+				c.add(hp, ErrInvalid, "%q: want a lower-case host name or *.suffix", h)
+				continue
+			}
+			if !slices.ContainsFunc(hosts, func(vh string) bool { return MatchHost(vh, h) }) {
+				c.add(hp, ErrInvalid, "%q is not one of the VirtualService's hosts %v", h, hosts)
+			}
+		}
+		if m.Port > 65535 {
+			c.add(join(p, "port"), ErrInvalid, "%d: want 1..65535", m.Port)
+		}
+	}
+	if len(r.Route) == 0 {
+		c.add(join(path, "route"), ErrInvalid, "at least one destination is required")
+	}
+	total := int64(0)
+	for i, d := range r.Route {
+		p := index(join(path, "route"), i)
+		if d.Weight < 0 {
+			c.add(join(p, "weight"), ErrInvalid, "%d: must not be negative", d.Weight)
+		}
+		total += int64(d.Weight)
+		validateDestination(c, join(p, "destination"), ns, d.Destination)
+	}
+	if len(r.Route) > 1 && total == 0 {
+		c.add(join(path, "route"), ErrInvalid, "with several destinations, weights must add up to more than 0")
 	}
 }
 

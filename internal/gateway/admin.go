@@ -211,6 +211,7 @@ func (g *Gateway) serveConfig(w http.ResponseWriter, _ *http.Request) {
 		}
 	}
 	out["resources"] = res
+	out["tls"] = g.tlsStatus(time.Now())
 	writeJSON(w, out)
 }
 

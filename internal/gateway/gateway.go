@@ -216,7 +216,9 @@ func (g *Gateway) Update(s xdsclient.State) (map[string][]string, error) {
 	if ts != nil {
 		for _, l := range ts {
 			for _, c := range l.chains() {
-				c.table.unsupported = unsupported
+				if c.table != nil { // nil: a passthrough chain
+					c.table.unsupported = unsupported
+				}
 			}
 		}
 		g.tls.Store(&ts)

@@ -265,6 +265,7 @@ type chainSpec struct {
 	serverNames []string
 	isDefault   bool // the listener's default_filter_chain
 	tls         *tlsContextSpec
+	tcp         *tcpProxySpec // TLS passthrough: no tls, no HTTP
 	rds         string
 	inline      *routeConfigSpec
 	upgrades    map[string]bool

@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	tcpproxy "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
+
 	"github.com/sextant-mesh/sextant/internal/secret/secrettest"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -12,6 +14,7 @@ import (
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
@@ -27,11 +30,22 @@ func fuzzTLSSeeds(t testing.TB) []proto.Message {
 		ValidationContextType: &tlsv3.CommonTlsContext_ValidationContextSdsSecretConfig{
 			ValidationContextSdsSecretConfig: &tlsv3.SdsSecretConfig{Name: "a-cacert", SdsConfig: ads}},
 	}})
+	tp, _ := anypb.New(&tcpproxy.TcpProxy{IdleTimeout: durationpb.New(time.Minute), ClusterSpecifier: &tcpproxy.TcpProxy_WeightedClusters{
+		WeightedClusters: &tcpproxy.TcpProxy_WeightedCluster{Clusters: []*tcpproxy.TcpProxy_WeightedCluster_ClusterWeight{{Name: "c", Weight: 1}}}}})
 	return []proto.Message{
 		&listener.Listener{Name: "l", FilterChains: []*listener.FilterChain{{
 			FilterChainMatch: &listener.FilterChainMatch{ServerNames: []string{"a.test", "*.b.test"}},
 			Filters:          []*listener.Filter{{Name: hcmFilterName, ConfigType: &listener.Filter_TypedConfig{TypedConfig: m}}},
 			TransportSocket:  &core.TransportSocket{Name: tlsSocketName, ConfigType: &core.TransportSocket_TypedConfig{TypedConfig: d}},
+		}}},
+		// A terminating chain and a passthrough one on one port.
+		&listener.Listener{Name: "p", FilterChains: []*listener.FilterChain{{
+			FilterChainMatch: &listener.FilterChainMatch{ServerNames: []string{"a.test"}},
+			Filters:          []*listener.Filter{{Name: hcmFilterName, ConfigType: &listener.Filter_TypedConfig{TypedConfig: m}}},
+			TransportSocket:  &core.TransportSocket{Name: tlsSocketName, ConfigType: &core.TransportSocket_TypedConfig{TypedConfig: d}},
+		}, {
+			FilterChainMatch: &listener.FilterChainMatch{ServerNames: []string{"p.test"}, TransportProtocol: "tls"},
+			Filters:          []*listener.Filter{{Name: tcpProxyFilterName, ConfigType: &listener.Filter_TypedConfig{TypedConfig: tp}}},
 		}}},
 		&tlsv3.Secret{Name: "a", Type: &tlsv3.Secret_TlsCertificate{TlsCertificate: &tlsv3.TlsCertificate{
 			CertificateChain: &core.DataSource{Specifier: &core.DataSource_InlineBytes{InlineBytes: certPEM}},

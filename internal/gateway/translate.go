@@ -99,8 +99,12 @@ func decodeListener(a *anypb.Any) (string, any, error) {
 		}
 		cs := &chainSpec{isDefault: isDefault}
 		found := false
+		tcpPath, tcpFilter := "", (*listener.Filter)(nil)
 		for j, f := range fc.GetFilters() {
 			fpath := fmt.Sprintf("%s.filters[%d]", path, j)
+			if isTCPProxy(f) && tcpFilter == nil {
+				tcpPath, tcpFilter = fpath, f
+			}
 			if f.GetName() != hcmFilterName && f.GetTypedConfig().GetTypeUrl() != "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager" {
 				continue
 			}
@@ -113,7 +117,22 @@ func decodeListener(a *anypb.Any) (string, any, error) {
 			}
 		}
 		if !found {
-			continue // a TCP proxy chain: not the gateway's
+			// A tcp_proxy chain matching TLS by server name, with no
+			// transport socket, is TLS passthrough (passthrough.go); other
+			// TCP proxying is not the gateway's.
+			if tcpFilter == nil || fc.GetTransportSocket() != nil || fc.GetFilterChainMatch().GetTransportProtocol() != "tls" {
+				continue
+			}
+			t, err := decodeTCPProxy(tcpPath, tcpFilter)
+			if err != nil {
+				return name, nil, err
+			}
+			cs.tcp = t
+			if err := decodeChainMatch(path+".filter_chain_match", fc.GetFilterChainMatch(), cs); err != nil {
+				return name, nil, err
+			}
+			ls.chains = append(ls.chains, cs)
+			continue
 		}
 		if err := decodeChainMatch(path+".filter_chain_match", fc.GetFilterChainMatch(), cs); err != nil {
 			return name, nil, err
@@ -134,7 +153,7 @@ func decodeListener(a *anypb.Any) (string, any, error) {
 		return name, ls, nil
 	}
 	for _, c := range ls.chains {
-		ls.tls = ls.tls || c.tls != nil
+		ls.tls = ls.tls || c.tls != nil || c.tcp != nil
 	}
 	if ls.tls {
 		if plain {

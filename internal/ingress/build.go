@@ -81,7 +81,7 @@ func BuildWithPolicies(gws, vss []*config.Entry, sec *config.Security, secretOf 
 	for _, e := range gws {
 		for i, s := range e.Object.Gateway.Servers {
 			n := s.GetPort().GetNumber()
-			isTLS := strings.EqualFold(s.GetPort().GetProtocol(), "HTTPS")
+			isTLS := strings.EqualFold(s.GetPort().GetProtocol(), "HTTPS") || strings.EqualFold(s.GetPort().GetProtocol(), "TLS")
 			p := ports[n]
 			if p == nil {
 				p = &port{number: n, tls: isTLS}
@@ -110,7 +110,7 @@ func BuildWithPolicies(gws, vss []*config.Entry, sec *config.Security, secretOf 
 			l = xds.HTTPListener(name, n, name)
 		} else {
 			var w []string
-			l, w = tlsListener(name, p, secretOf, out[0])
+			l, w = tlsListener(name, p, vss, secretOf, out[0])
 			warns = append(warns, w...)
 		}
 		if err := xds.WithHTTPFilters(l, xds.RBACFilters(portPolicies(p, gws, sec))); err != nil {
@@ -169,6 +169,9 @@ func routes(name string, p *port, vss []*config.Entry) *routev3.RouteConfigurati
 		return xds.ClusterName(d.Service, d.Subset, 0), true
 	}
 	for _, sv := range p.servers {
+		if passthrough(sv) {
+			continue // no HTTP: its TLS goes through unopened
+		}
 		if sv.s.GetTls().GetHttpsRedirect() {
 			var domains []string
 			for _, h := range sv.hosts {
@@ -192,7 +195,7 @@ func routes(name string, p *port, vss []*config.Entry) *routev3.RouteConfigurati
 		vs := e.Object
 		var domains []string
 		for _, sv := range p.servers {
-			if sv.s.GetTls().GetHttpsRedirect() || !bound(vs, sv.gw) {
+			if sv.s.GetTls().GetHttpsRedirect() || passthrough(sv) || !bound(vs, sv.gw) {
 				continue
 			}
 			for _, h := range vs.VirtualService.Hosts {
@@ -215,13 +218,19 @@ func routes(name string, p *port, vss []*config.Entry) *routev3.RouteConfigurati
 // (its hosts as server_names, "*" as the chain without any), each
 // terminating TLS with the server's credential by SDS, and the secrets it
 // names into secrets.
-func tlsListener(name string, p *port, secretOf func(ns, name string) *secret.Secret, secrets map[string]proto.Message) (*listenerv3.Listener, []string) {
+func tlsListener(name string, p *port, vss []*config.Entry, secretOf func(ns, name string) *secret.Secret, secrets map[string]proto.Message) (*listenerv3.Listener, []string) {
 	var warns []string
 	l := &listenerv3.Listener{Name: name, Address: &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{
 		Address: "0.0.0.0", PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: p.number}}}}}
 	claimed := map[string]bool{}
 	anyClaimed := false
 	for _, sv := range p.servers {
+		if passthrough(sv) {
+			chains, w := passthroughChains(p, sv, vss, claimed)
+			l.FilterChains = append(l.FilterChains, chains...)
+			warns = append(warns, w...)
+			continue
+		}
 		t := sv.s.GetTls()
 		var names []string
 		catchAll := false
