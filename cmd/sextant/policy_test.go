@@ -195,9 +195,8 @@ spec:
 		return err
 	}
 	frontend, intruder := client("web-frontend", frontendDir), client("web-intruder", intruderDir)
-	// The server may have asked for its listener before the engine had
-	// taken the apply in (a few milliseconds): the first one it got is then
-	// PERMISSIVE (plaintext), replaced by the STRICT one at once.
+	// Eventually: the server's first listener waits for the apply (0.5 s
+	// at most), which a loaded machine may exceed.
 	waitTrue(t, 20*time.Second, func() bool { return call(frontend) == nil })
 	// Eventually, as the frontend's first call: the listener may lag the
 	// apply by a moment.

@@ -74,6 +74,13 @@ type Engine struct {
 	// sec the security policies in force (the config worker stores it).
 	servers servers
 	sec     atomic.Pointer[config.Security]
+	// secPending is the revision of the last security change the follower
+	// handed on, secAt the one sec reflects; secWake is closed (and
+	// replaced) whenever sec is stored. A new server listener waits for
+	// secAt to reach secPending, so that a server starting right after an
+	// apply is not first given the policies before it.
+	secPending, secAt atomic.Int64
+	secWake           atomic.Pointer[chan struct{}]
 
 	slowConfig func() // tests: runs at the start of every config round
 	slowBuild  func() // tests: runs before each service's build in a config round
@@ -104,6 +111,8 @@ func New(src Source, cache *xds.Cache, opts Options) *Engine {
 	e := &Engine{src: src, cache: cache, opts: opts, log: opts.Logger, m: newMetrics(opts.Registerer)}
 	e.ep.init()
 	e.cfg.init()
+	wake := make(chan struct{})
+	e.secWake.Store(&wake)
 	cache.SetListenerFunc(e.listenerFor)
 	// The proxy's listener is static: published before any subscriber can
 	// connect, so that the listener type has a version from the start (an
@@ -223,6 +232,9 @@ func (e *Engine) follow(ctx context.Context, since int64) error {
 					e.cfg.service(ch.Service, origin)
 				}
 			case ConfigUpsert, ConfigDelete:
+				if config.IsSecurity(ch.ConfigKey.Kind) {
+					e.secPending.Store(ch.Revision)
+				}
 				e.cfg.change(*ch, origin)
 			}
 		}
@@ -249,6 +261,7 @@ func (e *Engine) listenerFor(name, ns string) (xds.Resource, bool) {
 			// Published: the cache keeps it (asked again at every request).
 			return xds.Resource{Name: name, Key: key}, true
 		}
+		e.waitSecurity(maxSecurityWait)
 		r := serverReq{name: name, ns: ns, addr: addr, at: time.Now()}
 		res := e.serverListener(key, r, resolve(r, e.finder()), e.security(), nil)
 		if e.servers.add(key, r) {

@@ -252,6 +252,44 @@ func (w *configWorker) addressIndex() func(netip.AddrPort) *instance.Instance {
 	}
 }
 
+// maxSecurityWait bounds how long a new server listener waits for the
+// config worker to take in security changes already committed (it takes
+// them within its debounce, DebounceMax at most, plus a round).
+const maxSecurityWait = 500 * time.Millisecond
+
+// waitSecurity waits, at most d, until the security policies in force
+// reflect every security change the follower has handed on. Called from
+// xDS server goroutines when a server listener is first asked for.
+func (e *Engine) waitSecurity(d time.Duration) {
+	var timer *time.Timer
+	for {
+		wake := e.secWake.Load()
+		if e.secAt.Load() >= e.secPending.Load() {
+			return
+		}
+		if timer == nil {
+			timer = time.NewTimer(d)
+			defer timer.Stop()
+		}
+		select {
+		case <-*wake:
+		case <-timer.C:
+			return
+		}
+	}
+}
+
+// storeSecurity makes sec, reflecting changes up to revision rev, the
+// policies in force and wakes the listeners waiting for it.
+func (e *Engine) storeSecurity(sec *config.Security, rev int64) {
+	e.sec.Store(sec)
+	if rev > e.secAt.Load() {
+		e.secAt.Store(rev)
+	}
+	next := make(chan struct{})
+	close(*e.secWake.Swap(&next))
+}
+
 // securityChanged takes the security objects of a config batch into the
 // worker's set; it reports whether any changed.
 func (w *configWorker) securityChanged(b configBatch) bool {
@@ -286,7 +324,14 @@ func (w *configWorker) securityChanged(b configBatch) bool {
 func (w *configWorker) servers(b configBatch) {
 	secChanged := w.securityChanged(b)
 	if secChanged {
-		w.e.sec.Store(config.NewSecurity(w.e.opts.RootNamespace, slices.Collect(maps.Values(w.sec))))
+		rev := int64(0)
+		if b.snap != nil {
+			rev = b.snap.Revision
+		}
+		for _, ch := range b.changes {
+			rev = max(rev, ch.Revision)
+		}
+		w.e.storeSecurity(config.NewSecurity(w.e.opts.RootNamespace, slices.Collect(maps.Values(w.sec))), rev)
 	}
 	if !secChanged && !b.workloads {
 		return

@@ -2,6 +2,7 @@ package push_test
 
 import (
 	"context"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -150,4 +151,32 @@ func mustDecode(t *testing.T, yaml string) []*config.Object {
 		t.Fatal(err)
 	}
 	return objs
+}
+
+// TestNewServerWaitsForCommittedPolicies: a server that asks for its
+// listener right after a PeerAuthentication is committed, while the
+// config worker still debounces it, gets the new mode, not the one before.
+func TestNewServerWaitsForCommittedPolicies(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	reg := registryWith(t, ordersConfig)
+	cp := &controlPlane{reg: reg, cache: xds.NewCache()}
+	cp.engine = push.New(reg, cp.cache, push.Options{Debounce: 300 * time.Millisecond, DebounceMax: 300 * time.Millisecond})
+	cp.ads = xds.NewServer(cp.cache, xds.ServerOptions{})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp.addr = lis.Addr().String()
+	done := make(chan struct{}, 2)
+	go func() { cp.engine.Run(ctx); done <- struct{}{} }()
+	go func() { cp.ads.Serve(ctx, lis); done <- struct{}{} }()
+	defer func() { cancel(); <-done; <-done }()
+	waitFor(t, func() bool { return cp.engine.Status().FullEndpointsMS > 0 })
+
+	reg.ApplyConfig(mustDecode(t, nsPolicies)[0]) // STRICT for namespace default
+	s := openServerStream(t, ctx, cp, "default", "10.0.0.9:8080")
+	if chains, _ := s.next(); strings.Join(chains, ",") != xds.InboundMTLSChain {
+		t.Fatalf("the first listener after a STRICT apply has chains %v", chains)
+	}
 }
