@@ -29,13 +29,15 @@ type configQueue struct {
 	services map[naming.ServiceKey]bool
 	emptied  map[naming.ServiceKey]bool
 	snap     *Snapshot
-	// workloads: a server listener's workload may have changed (an
-	// instance change of its service, or a new server listener).
-	workloads bool
-	origin    time.Time // commit time of the oldest queued item
-	first     time.Time // arrival of the first and last queued config change (debounce)
-	last      time.Time
-	wake      chan struct{}
+	// workloads: a server listener's workload may have changed (a new
+	// server listener, or an instance change of the services in
+	// workloadSvcs).
+	workloads    bool
+	workloadSvcs map[naming.ServiceKey]bool
+	origin       time.Time // commit time of the oldest queued item
+	first        time.Time // arrival of the first and last queued config change (debounce)
+	last         time.Time
+	wake         chan struct{}
 }
 
 func (q *configQueue) init() {
@@ -72,8 +74,18 @@ func (q *configQueue) service(s naming.ServiceKey, origin time.Time) {
 	q.add(origin, func() { q.services[s] = true })
 }
 
-func (q *configQueue) workloadsChanged(origin time.Time) {
-	q.add(origin, func() { q.workloads = true })
+// workloadsChanged queues a republication of the server listeners: svc
+// (zero: none) had an instance change.
+func (q *configQueue) workloadsChanged(svc naming.ServiceKey, origin time.Time) {
+	q.add(origin, func() {
+		q.workloads = true
+		if svc != (naming.ServiceKey{}) {
+			if q.workloadSvcs == nil {
+				q.workloadSvcs = map[naming.ServiceKey]bool{}
+			}
+			q.workloadSvcs[svc] = true
+		}
+	})
 }
 
 func (q *configQueue) emptiness(s naming.ServiceKey, origin time.Time) {
@@ -96,19 +108,21 @@ func (q *configQueue) reset(snap Snapshot) {
 }
 
 type configBatch struct {
-	changes   []Change
-	services  map[naming.ServiceKey]bool
-	emptied   map[naming.ServiceKey]bool
-	snap      *Snapshot
-	workloads bool
-	origin    time.Time
+	changes      []Change
+	services     map[naming.ServiceKey]bool
+	emptied      map[naming.ServiceKey]bool
+	snap         *Snapshot
+	workloads    bool
+	workloadSvcs map[naming.ServiceKey]bool
+	origin       time.Time
 }
 
 func (q *configQueue) take() configBatch {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	b := configBatch{changes: q.changes, services: q.services, emptied: q.emptied, snap: q.snap, workloads: q.workloads, origin: q.origin}
-	q.changes, q.snap, q.origin, q.workloads = nil, nil, time.Time{}, false
+	b := configBatch{changes: q.changes, services: q.services, emptied: q.emptied, snap: q.snap, workloads: q.workloads,
+		workloadSvcs: q.workloadSvcs, origin: q.origin}
+	q.changes, q.snap, q.origin, q.workloads, q.workloadSvcs = nil, nil, time.Time{}, false, nil
 	q.services = map[naming.ServiceKey]bool{}
 	q.emptied = map[naming.ServiceKey]bool{}
 	return b

@@ -225,7 +225,7 @@ func (e *Engine) follow(ctx context.Context, since int64) error {
 			case InstanceUpsert, InstanceDelete:
 				e.ep.mark(ch.Service, origin)
 				if e.servers.any.Load() && e.servers.watches(ch.Service) {
-					e.cfg.workloadsChanged(origin)
+					e.cfg.workloadsChanged(ch.Service, origin)
 				}
 				if !known[ch.Service] {
 					known[ch.Service] = true
@@ -265,7 +265,7 @@ func (e *Engine) listenerFor(name, ns string) (xds.Resource, bool) {
 		r := serverReq{name: name, ns: ns, addr: addr, at: time.Now()}
 		res := e.serverListener(key, r, resolve(r, e.finder()), e.security(), nil)
 		if e.servers.add(key, r) {
-			e.cfg.workloadsChanged(time.Now())
+			e.cfg.workloadsChanged(naming.ServiceKey{}, time.Now())
 		}
 		return res, true
 	}

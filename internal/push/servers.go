@@ -187,10 +187,11 @@ func (e *Engine) security() *config.Security {
 }
 
 // publishServers rebuilds every server listener subscribers asked for and
-// publishes those that changed. With find, each workload is resolved
-// again; without, the last resolution is kept (a policy change). Called
+// publishes those that changed. A listener whose last resolution recheck
+// reports (or that has none) is resolved again with find (nil: the
+// Source's InstanceAt); the others keep theirs (a policy change). Called
 // from the config goroutine.
-func (e *Engine) publishServers(origin time.Time, find func(netip.AddrPort) *instance.Instance) {
+func (e *Engine) publishServers(origin time.Time, find func(netip.AddrPort) *instance.Instance, recheck func(workload) bool) {
 	reqs, last := e.servers.all()
 	if len(reqs) == 0 {
 		return
@@ -217,11 +218,14 @@ func (e *Engine) publishServers(origin time.Time, find func(netip.AddrPort) *ins
 	sec, memo := e.security(), chainMemo{}
 	for _, k := range keys {
 		wl, ok := last[k]
-		if find != nil || !ok {
-			if find == nil {
-				find = e.finder()
+		if !ok {
+			wl = resolve(reqs[k], e.finder())
+		} else if recheck != nil && recheck(wl) {
+			f := find
+			if f == nil {
+				f = e.finder()
 			}
-			wl = resolve(reqs[k], find)
+			wl = resolve(reqs[k], f)
 		}
 		wls[k] = wl
 		set = append(set, e.serverListener(k, reqs[k], wl, sec, memo))
@@ -232,12 +236,13 @@ func (e *Engine) publishServers(origin time.Time, find func(netip.AddrPort) *ins
 	}
 }
 
-// addressIndex maps the address of every instance of the known services
-// to its instance, so that resolving every server listener again is one
-// pass over the registry, not one per listener.
-func (w *configWorker) addressIndex() func(netip.AddrPort) *instance.Instance {
+// addressIndex maps the address of every instance of services (nil: every
+// known service) to its instance, so that resolving server listeners again
+// is one pass over those services, not one scan of the registry per
+// listener.
+func (w *configWorker) addressIndex(services map[naming.ServiceKey]bool) func(netip.AddrPort) *instance.Instance {
 	idx := map[netip.AddrPort]*instance.Instance{}
-	for _, s := range w.sorted {
+	add := func(s naming.ServiceKey) {
 		w.e.src.Instances(s, nil, func(in *instance.Instance) {
 			if a, err := netip.ParseAddr(in.Host); err == nil && in.Port > 0 && in.Port < 65536 {
 				ap := netip.AddrPortFrom(a.Unmap(), uint16(in.Port))
@@ -246,6 +251,15 @@ func (w *configWorker) addressIndex() func(netip.AddrPort) *instance.Instance {
 				}
 			}
 		})
+	}
+	if services == nil {
+		for _, s := range w.sorted {
+			add(s)
+		}
+	} else {
+		for s := range services {
+			add(s)
+		}
 	}
 	return func(ap netip.AddrPort) *instance.Instance {
 		return idx[netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())]
@@ -340,9 +354,20 @@ func (w *configWorker) servers(b configBatch) {
 	if origin.IsZero() {
 		origin = time.Now()
 	}
-	var find func(netip.AddrPort) *instance.Instance
-	if b.workloads || b.snap != nil {
-		find = w.addressIndex()
+	switch {
+	case b.snap != nil:
+		// Everything again, from one index of every service.
+		w.e.publishServers(origin, w.addressIndex(nil), func(workload) bool { return true })
+	case len(b.workloadSvcs) > 0:
+		// Instance changes: the listeners whose workload is in a changed
+		// service, or was not found, are resolved against those services
+		// (an instance that appeared is in one of them; one that moved
+		// from a service leaves it changed too).
+		changed := b.workloadSvcs
+		w.e.publishServers(origin, w.addressIndex(changed), func(wl workload) bool {
+			return changed[wl.svc] || wl.svc == (naming.ServiceKey{})
+		})
+	default:
+		w.e.publishServers(origin, nil, nil)
 	}
-	w.e.publishServers(origin, find)
 }
