@@ -17,7 +17,7 @@ func newBenchPushCmd() *cobra.Command {
 	var cfg benchpush.Config
 	var protocol, cpuprofile, storeURL string
 	var servers int
-	var logs bool
+	var logs, policy bool
 	var extra []string
 	var serverBin string
 	cmd := &cobra.Command{
@@ -52,7 +52,8 @@ run.`,
 		Example: `  sextant bench push --subscribers 100 --duration 20s
   sextant bench push --subscribers 1000 --protocol delta
   sextant bench push --subscribers 100 --protocol sotw
-  sextant bench push --servers 3 --store 'mysql://root@tcp(127.0.0.1:3306)/sx_push' --subscribers 300 --services 200 --endpoints 2000`,
+  sextant bench push --servers 3 --store 'mysql://root@tcp(127.0.0.1:3306)/sx_push' --subscribers 300 --services 200 --endpoints 2000
+  sextant bench push --policy --subscribers 1000 --duration 10s`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			switch protocol {
@@ -80,6 +81,11 @@ run.`,
 				defer f.Close()
 				cfg.Profile = f
 			}
+			if policy {
+				_, err := benchpush.RunPolicy(cmd.Context(), benchpush.PolicyConfig{Subscribers: cfg.Subscribers,
+					Duration: cfg.Duration, ConfigEvery: cfg.ConfigEvery, Progress: os.Stderr, Profile: cfg.Profile}, cmd.OutOrStdout())
+				return err
+			}
 			_, err := benchpush.Run(cmd.Context(), cfg, cmd.OutOrStdout())
 			return err
 		},
@@ -94,6 +100,7 @@ run.`,
 	fl.DurationVar(&cfg.ConfigEvery, "config-every", 0, "one VirtualService or DestinationRule change every (default 100ms)")
 	fl.StringVar(&cpuprofile, "cpuprofile", "", "write a CPU profile of the churn phase to this file")
 	fl.IntVar(&cfg.Resyncs, "resyncs", 3, "full recomputations to time before the subscribers connect")
+	fl.BoolVar(&policy, "policy", false, "the policy scenario instead: --subscribers proxyless gRPC servers (state of the world) each watching its server listener and its service's cluster, one AuthorizationPolicy selecting all of them; AuthorizationPolicy and DestinationRule changes alternate every --config-every (default 200ms) for --duration (default 10s): policy_all_p99_ms is commit to enforced-at-every-server, cluster_all_p99_ms the same streams' cluster delivery")
 	fl.BoolVar(&cfg.ChurnOnlyDuringConfig, "churn-only-during-config", false, "change instances only while a config change is on its way to the subscribers (endpoint_during_config_* is then every endpoint change)")
 	fl.IntVar(&servers, "servers", 0, "start this many servers in cluster mode over --store and push through them (see above)")
 	fl.StringVar(&storeURL, "store", "", "with --servers: the database the servers share, mysql://user:pass@tcp(host:3306)/database (a fresh one)")

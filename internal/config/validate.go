@@ -72,6 +72,10 @@ func validate(c errs, path string, o *Object) {
 		validateVS(c, spec, o.Namespace, o.VirtualService)
 	case o.Gateway != nil:
 		validateGateway(c, spec, o.Gateway)
+	case o.PeerAuthentication != nil:
+		validatePeerAuthentication(c, spec, o)
+	case o.AuthorizationPolicy != nil:
+		validateAuthorizationPolicy(c, spec, o)
 	default:
 		validateDR(c, spec, o)
 	}

@@ -19,6 +19,7 @@ import (
 	networking "istio.io/api/networking/v1"
 
 	"github.com/sextant-mesh/sextant/internal/config"
+	"github.com/sextant-mesh/sextant/internal/label"
 	"github.com/sextant-mesh/sextant/internal/naming"
 	"github.com/sextant-mesh/sextant/internal/secret"
 	"github.com/sextant-mesh/sextant/internal/xds"
@@ -63,6 +64,16 @@ var ads = &corev3.ConfigSource{ConfigSourceSpecifier: &corev3.ConfigSource_Ads{A
 // with different protocols, a server name already served on its port, a
 // secret that does not exist).
 func Build(gws, vss []*config.Entry, secretOf func(ns, name string) *secret.Secret) ([3]map[string]proto.Message, []string) {
+	return BuildWithPolicies(gws, vss, nil, secretOf)
+}
+
+// BuildWithPolicies is Build with the AuthorizationPolicies of sec (nil:
+// none): a port's listener carries the RBAC filters (xds.RBACFilters) of
+// the policies that select any Gateway serving on it (a policy selects a
+// Gateway when its selector matches the Gateway's spec.selector, the
+// labels of the gateway workloads, in the Gateway's namespace or from the
+// root namespace).
+func BuildWithPolicies(gws, vss []*config.Entry, sec *config.Security, secretOf func(ns, name string) *secret.Secret) ([3]map[string]proto.Message, []string) {
 	out := [3]map[string]proto.Message{{}, {}, {}}
 	var warns []string
 	ports := map[uint32]*port{}
@@ -94,15 +105,46 @@ func Build(gws, vss []*config.Entry, secretOf func(ns, name string) *secret.Secr
 		p := ports[n]
 		name := ListenerName(n)
 		out[2][name] = routes(name, p, vss)
+		var l *listenerv3.Listener
 		if !p.tls {
-			out[1][name] = xds.HTTPListener(name, n, name)
-			continue
+			l = xds.HTTPListener(name, n, name)
+		} else {
+			var w []string
+			l, w = tlsListener(name, p, vss, secretOf, out[0])
+			warns = append(warns, w...)
 		}
-		l, w := tlsListener(name, p, vss, secretOf, out[0])
+		if err := xds.WithHTTPFilters(l, xds.RBACFilters(portPolicies(p, gws, sec))); err != nil {
+			warns = append(warns, err.Error())
+		}
 		out[1][name] = l
-		warns = append(warns, w...)
 	}
 	return out, warns
+}
+
+// portPolicies are the AuthorizationPolicies selecting a Gateway with a
+// server on p, each once, in key order.
+func portPolicies(p *port, gws []*config.Entry, sec *config.Security) []*config.Object {
+	if sec == nil {
+		return nil
+	}
+	seen := map[config.Key]bool{}
+	var out []*config.Object
+	for _, sv := range p.servers {
+		for _, e := range gws {
+			if e.Object.Key != sv.gw {
+				continue
+			}
+			w := config.Workload{Namespace: e.Object.Namespace, Labels: label.FromMap(e.Object.Gateway.Selector), Port: p.number}
+			for _, o := range sec.Authorization(w) {
+				if !seen[o.Key] {
+					seen[o.Key] = true
+					out = append(out, o)
+				}
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b *config.Object) int { return a.Key.Compare(b.Key) })
+	return out
 }
 
 // bound reports whether VirtualService vs is bound to Gateway gw.

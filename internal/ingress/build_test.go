@@ -11,6 +11,7 @@ import (
 
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	tcpproxyv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -18,6 +19,7 @@ import (
 	"github.com/sextant-mesh/sextant/internal/config"
 	"github.com/sextant-mesh/sextant/internal/gateway"
 	"github.com/sextant-mesh/sextant/internal/secret"
+	"github.com/sextant-mesh/sextant/internal/xds"
 )
 
 func testSecret(t *testing.T, ns, name string, withCA bool) *secret.Secret {
@@ -144,6 +146,72 @@ spec:
 	out, warns := Build(gws, vss, func(string, string) *secret.Secret { return old })
 	if out[0]["default/old"] == nil || len(warns) != 1 || !strings.Contains(warns[0], "secret default/old expired at") {
 		t.Errorf("warnings %q, secrets %v", warns, out[0])
+	}
+}
+
+// TestBuildGatewayRBAC: an AuthorizationPolicy selecting a Gateway's
+// workloads (its spec.selector) puts its RBAC filters before the router
+// of every listener the Gateway serves on; another Gateway's port gets
+// none; the gateway's decoder still accepts the listener.
+func TestBuildGatewayRBAC(t *testing.T) {
+	gws, vss := entries(t, `apiVersion: networking.istio.io/v1
+kind: Gateway
+metadata: {name: public, namespace: edge}
+spec:
+  selector: {istio: ingressgateway}
+  servers:
+  - port: {number: 8080, protocol: HTTP}
+    hosts: ["*"]
+---
+apiVersion: networking.istio.io/v1
+kind: Gateway
+metadata: {name: internal, namespace: edge}
+spec:
+  selector: {istio: internal}
+  servers:
+  - port: {number: 9090, protocol: HTTP}
+    hosts: ["*"]
+`)
+	objs, err := config.Decode([]byte(`apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: block-admin, namespace: edge}
+spec:
+  selector: {matchLabels: {istio: ingressgateway}}
+  action: DENY
+  rules: [{to: [{operation: {paths: [/admin*]}}]}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, warns := BuildWithPolicies(gws, vss, config.NewSecurity("", objs), func(string, string) *secret.Secret { return nil })
+	if len(warns) != 0 {
+		t.Fatalf("warnings: %v", warns)
+	}
+	filters := func(port uint32) []string {
+		l := out[1][ListenerName(port)].(*listenerv3.Listener)
+		h := &hcmv3.HttpConnectionManager{}
+		if err := l.FilterChains[0].Filters[0].GetTypedConfig().UnmarshalTo(h); err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, f := range h.HttpFilters {
+			names = append(names, f.Name)
+		}
+		a, _ := anypb.New(l)
+		for _, typ := range gateway.XDSTypes() {
+			if typ.URL == a.TypeUrl {
+				if _, _, err := typ.Decode(a); err != nil {
+					t.Errorf("the gateway refuses listener %d: %v", port, err)
+				}
+			}
+		}
+		return names
+	}
+	if got := strings.Join(filters(8080), ","); got != xds.RBACDenyFilter+",envoy.filters.http.router" {
+		t.Errorf("port 8080 filters: %s", got)
+	}
+	if got := strings.Join(filters(9090), ","); got != "envoy.filters.http.router" {
+		t.Errorf("port 9090 filters: %s", got)
 	}
 }
 

@@ -115,9 +115,14 @@ func (p *Publisher) Run(ctx context.Context) error {
 func (p *Publisher) publish(rev int64) time.Time {
 	gws, _ := p.cfg.List(config.KindGateway, "")
 	vss, _ := p.cfg.List(config.KindVirtualService, "")
+	aps, _ := p.cfg.List(config.KindAuthorizationPolicy, "")
+	var policies []*config.Object
+	for _, e := range aps {
+		policies = append(policies, e.Object)
+	}
 	var expiry time.Time
 	start := time.Now()
-	out, warnings := Build(gws, vss, func(ns, name string) *secret.Secret {
+	out, warnings := BuildWithPolicies(gws, vss, config.NewSecurity("", policies), func(ns, name string) *secret.Secret {
 		s := p.secrets.Get(ns, name)
 		if s != nil {
 			if na := s.Info().NotAfter; na.After(start) && (expiry.IsZero() || na.Before(expiry)) {

@@ -29,10 +29,15 @@ type configQueue struct {
 	services map[naming.ServiceKey]bool
 	emptied  map[naming.ServiceKey]bool
 	snap     *Snapshot
-	origin   time.Time // commit time of the oldest queued item
-	first    time.Time // arrival of the first and last queued config change (debounce)
-	last     time.Time
-	wake     chan struct{}
+	// workloads: a server listener's workload may have changed (a new
+	// server listener, or an instance change of the services in
+	// workloadSvcs).
+	workloads    bool
+	workloadSvcs map[naming.ServiceKey]bool
+	origin       time.Time // commit time of the oldest queued item
+	first        time.Time // arrival of the first and last queued config change (debounce)
+	last         time.Time
+	wake         chan struct{}
 }
 
 func (q *configQueue) init() {
@@ -69,6 +74,20 @@ func (q *configQueue) service(s naming.ServiceKey, origin time.Time) {
 	q.add(origin, func() { q.services[s] = true })
 }
 
+// workloadsChanged queues a republication of the server listeners: svc
+// (zero: none) had an instance change.
+func (q *configQueue) workloadsChanged(svc naming.ServiceKey, origin time.Time) {
+	q.add(origin, func() {
+		q.workloads = true
+		if svc != (naming.ServiceKey{}) {
+			if q.workloadSvcs == nil {
+				q.workloadSvcs = map[naming.ServiceKey]bool{}
+			}
+			q.workloadSvcs[svc] = true
+		}
+	})
+}
+
 func (q *configQueue) emptiness(s naming.ServiceKey, origin time.Time) {
 	q.add(origin, func() { q.emptied[s] = true })
 }
@@ -89,18 +108,21 @@ func (q *configQueue) reset(snap Snapshot) {
 }
 
 type configBatch struct {
-	changes  []Change
-	services map[naming.ServiceKey]bool
-	emptied  map[naming.ServiceKey]bool
-	snap     *Snapshot
-	origin   time.Time
+	changes      []Change
+	services     map[naming.ServiceKey]bool
+	emptied      map[naming.ServiceKey]bool
+	snap         *Snapshot
+	workloads    bool
+	workloadSvcs map[naming.ServiceKey]bool
+	origin       time.Time
 }
 
 func (q *configQueue) take() configBatch {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	b := configBatch{changes: q.changes, services: q.services, emptied: q.emptied, snap: q.snap, origin: q.origin}
-	q.changes, q.snap, q.origin = nil, nil, time.Time{}
+	b := configBatch{changes: q.changes, services: q.services, emptied: q.emptied, snap: q.snap, workloads: q.workloads,
+		workloadSvcs: q.workloadSvcs, origin: q.origin}
+	q.changes, q.snap, q.origin, q.workloads, q.workloadSvcs = nil, nil, time.Time{}, false, nil
 	q.services = map[naming.ServiceKey]bool{}
 	q.emptied = map[naming.ServiceKey]bool{}
 	return b
@@ -109,7 +131,11 @@ func (q *configQueue) take() configBatch {
 func (q *configQueue) len() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return len(q.changes) + len(q.services) + len(q.emptied)
+	n := len(q.changes) + len(q.services) + len(q.emptied)
+	if q.workloads {
+		n++
+	}
+	return n
 }
 
 // deadline is when a debounced round may start; zero when no config change
@@ -142,6 +168,9 @@ type configWorker struct {
 	// retiring holds clusters no route names, with when to remove them.
 	retiring map[string]time.Time
 	workers  int // goroutines a round builds on (Options.ConfigWorkers)
+	// sec holds the security objects (PeerAuthentication,
+	// AuthorizationPolicy) in force; they configure server listeners.
+	sec map[config.Key]*config.Object
 }
 
 func newConfigWorker(e *Engine) *configWorker {
@@ -149,7 +178,7 @@ func newConfigWorker(e *Engine) *configWorker {
 		e: e, ix: config.NewIndex(), known: map[naming.ServiceKey]bool{},
 		clusters: map[naming.ServiceKey][]string{}, vhosts: map[naming.ServiceKey][]byte{},
 		dirty:    map[naming.ServiceKey]bool{},
-		retiring: map[string]time.Time{}, workers: e.opts.ConfigWorkers,
+		retiring: map[string]time.Time{}, workers: e.opts.ConfigWorkers, sec: map[config.Key]*config.Object{},
 	}
 }
 
@@ -251,7 +280,9 @@ func (w *configWorker) loop(ctx context.Context) {
 				}
 			}
 		}
-		w.apply(q.take())
+		b := q.take()
+		w.apply(b)
+		w.servers(b)
 		w.round(ctx)
 	}
 }
