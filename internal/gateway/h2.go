@@ -117,6 +117,7 @@ func (g *Gateway) proxyH2(w http.ResponseWriter, hr *http.Request, ctx *fasthttp
 	var res *http.Response
 	var cancel context.CancelFunc = func() {}
 	c.active.Add(1)
+	c.noteCall()
 	for {
 		pick, ep := k.pick()
 		if ep == nil {

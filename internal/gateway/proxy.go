@@ -225,6 +225,7 @@ type call struct {
 func (k *call) forward(req *fasthttp.Request, resp *fasthttp.Response) {
 	c := k.c
 	c.active.Add(1)
+	c.noteCall()
 	for k.attempt(req, resp) && k.mayRetry() {
 		k.permit = true
 		k.retries++
