@@ -60,6 +60,12 @@ type hcHost struct {
 	output                   string
 }
 
+// unejecter is outlier ejection that an active health check can end
+// (balancer's ejection policy). Called on a check's goroutine.
+type unejecter interface {
+	Uneject(id string) bool
+}
+
 // probeRunner is the gateway's share of probing: one Prober (connections
 // kept between probes of an endpoint) and a bound on probes in flight.
 type probeRunner struct {
@@ -331,6 +337,13 @@ func (hc *healthChecker) apply(h *hcHost, ok, network bool, out string) {
 			if h.numUnhealthy++; !network || h.numUnhealthy >= s.unhealthyThreshold {
 				h.failed, h.numUnhealthy = true, 0
 			}
+		}
+	}
+	if ok {
+		// A passing check ends an outlier ejection, as Envoy's
+		// successful_active_health_check_uneject_host (default true).
+		if u, isU := hc.c.policy.(unejecter); isU {
+			u.Uneject(h.addr)
 		}
 	}
 	h.edge = was != h.failed
