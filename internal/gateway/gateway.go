@@ -223,7 +223,7 @@ func (g *Gateway) Update(s xdsclient.State) (map[string][]string, error) {
 	tb := newTable(rc, next)
 	tb.unsupported = unsupported
 	if ls != nil {
-		tb.upgrades = ls.upgrades
+		tb.upgrades, tb.rbac = ls.upgrades, ls.rbac
 	}
 	ts, err := g.buildTLS(s, next, want)
 	if err != nil {

@@ -62,7 +62,7 @@ func (g *Gateway) serveH2On(w http.ResponseWriter, hr *http.Request, t *table) {
 		return
 	}
 	g.prepareRequest(&ctx, r)
-	k := call{c: c, retry: &r.spec.retry, md: md, grpc: -1}
+	k := call{c: c, retry: &r.spec.retry, md: md, grpc: -1, detail: rbacShadow(&ctx)}
 	if r.spec.timeout > 0 {
 		k.deadline = start.Add(r.spec.timeout)
 	}

@@ -25,6 +25,8 @@ type metricsSet struct {
 	config     *prometheus.GaugeVec     // type, version
 	// tlsHandshakeErrors counts failed TLS handshakes (tls.go).
 	tlsHandshakeErrors prometheus.Counter
+	// rbac counts RBAC decisions by result (rbac.go).
+	rbac [rbacResults]prometheus.Counter
 
 	ejections *prometheus.Desc
 	ejected   *prometheus.Desc
@@ -93,6 +95,12 @@ func newMetrics() *metricsSet {
 	}
 	m.tlsHandshakeErrors = prometheus.NewCounter(prometheus.CounterOpts{Name: "sextant_gateway_tls_handshake_errors_total",
 		Help: "TLS handshakes that failed (no filter chain or certificate for the server name, no client certificate, not TLS)."})
+	rbac := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sextant_gateway_rbac_total",
+		Help: "RBAC filter decisions by result (allowed, denied, shadow_allowed, shadow_denied: shadow rules, not enforced; logged: a LOG policy matched)."}, []string{"result"})
+	for i, n := range rbacResultNames {
+		m.rbac[i] = rbac.WithLabelValues(n)
+	}
+	m.reg.MustRegister(rbac)
 	m.reg.MustRegister(m.requests, m.latency, m.epRequests, m.epLatency, m.retries, m.shed, m.upgrades, m.config, m.tlsHandshakeErrors)
 	m.ejections = prometheus.NewDesc("sextant_gateway_ejections_total",
 		"Outlier ejections per cluster (since the cluster's policy was built).", []string{"cluster"}, nil)

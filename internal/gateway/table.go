@@ -23,6 +23,8 @@ type table struct {
 	unsupported map[string]string
 	// upgrades are the listener's upgrade types (listenerSpec.upgrades).
 	upgrades map[string]bool
+	// rbac are the listener's RBAC filters (rbac.go), run on every call.
+	rbac []*rbacFilter
 }
 
 type wildcard struct {

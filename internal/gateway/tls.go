@@ -126,7 +126,7 @@ func (g *Gateway) buildTLS(s xdsclient.State, clusters map[string]*clusterRT, wa
 				rc, _ = s[RouteType][cs.rds].(*routeConfigSpec)
 			}
 			tb := newTable(rc, clusters)
-			tb.upgrades = cs.upgrades
+			tb.upgrades, tb.rbac = cs.upgrades, cs.rbac
 			c := &tlsChainRT{table: tb, requireSNI: cs.tls.requireSNI}
 			c.conf, c.notReady = chainConfig(cs.tls, s[SecretType])
 			want[SecretType] = append(want[SecretType], cs.tls.certSecrets...)

@@ -74,6 +74,8 @@ type listenerSpec struct {
 	// upgrades are the HCM's upgrade_configs: each type, enabled or not
 	// by default (a route may override it); a type not listed is refused.
 	upgrades map[string]bool
+	// rbac are the HCM's RBAC filters, in order (rbac.go).
+	rbac []*rbacFilter
 }
 
 func decodeListener(a *anypb.Any) (string, any, error) {
@@ -146,7 +148,7 @@ func decodeListener(a *anypb.Any) (string, any, error) {
 	}
 	// A plaintext listener's chains are not matched: the first HTTP one serves.
 	first := ls.chains[0]
-	ls.rds, ls.inline, ls.upgrades = first.rds, first.inline, first.upgrades
+	ls.rds, ls.inline, ls.upgrades, ls.rbac = first.rds, first.inline, first.upgrades, first.rbac
 	return name, ls, nil
 }
 
@@ -169,6 +171,11 @@ func decodeHCM(path string, f *listener.Filter, cs *chainSpec) error {
 		}
 		cs.upgrades[typ] = uc.GetEnabled() == nil || uc.GetEnabled().GetValue()
 	}
+	rf, err := decodeHTTPFilters(m.GetHttpFilters(), path+".typed_config")
+	if err != nil {
+		return err
+	}
+	cs.rbac = rf
 	switch rs := m.GetRouteSpecifier().(type) {
 	case *hcm.HttpConnectionManager_Rds:
 		cs.rds = rs.Rds.GetRouteConfigName()
