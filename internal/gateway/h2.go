@@ -49,12 +49,18 @@ func (g *Gateway) serveH2On(w http.ResponseWriter, hr *http.Request, t *table) {
 		}
 	}
 	addr, _ := net.ResolveTCPAddr("tcp", hr.RemoteAddr)
-	if hr.TLS != nil {
-		ctx.Init2(&h2TLSConn{remote: addr, state: hr.TLS}, discardLogger{}, true)
-		req.CopyTo(&ctx.Request)
-	} else {
-		ctx.Init(req, addr, nil)
+	// The local address too: RBAC's destination_port and destination_ip
+	// read it.
+	local, _ := hr.Context().Value(http.LocalAddrContextKey).(net.Addr)
+	if local == nil {
+		local = zeroAddr
 	}
+	if hr.TLS != nil {
+		ctx.Init2(&h2TLSConn{remote: addr, local: local, state: hr.TLS}, discardLogger{}, true)
+	} else {
+		ctx.Init2(&h2Conn{remote: addr, local: local}, discardLogger{}, true)
+	}
+	req.CopyTo(&ctx.Request)
 	grpc := isGRPC(ctx.Request.Header.ContentType())
 	r, c, md, mdKey := g.routeCall(&ctx, t)
 	if c == nil {

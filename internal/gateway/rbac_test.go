@@ -213,3 +213,36 @@ func TestRBACConfigRefused(t *testing.T) {
 		t.Errorf("old config: %d", code)
 	}
 }
+
+// TestRBACDestinationPortAllProtocols: a DENY of the listener's port holds
+// for HTTP/1.1 and h2c calls alike (the h2 path sees the local address).
+func TestRBACDestinationPortAllProtocols(t *testing.T) {
+	u := startUpstream(t, "up", nil)
+	cp := startControlPlane(t, "")
+	rs := []typesResource{routeConfig("r", vhost("all", []string{"*"}, prefixRoute("/", "up"))), edsCluster("up"), assignment("up", ep{u: u})}
+	cp.set(append(rs, rdsListener("gw", "r"))...)
+	g := startGateway(t, cp.addr)
+	g.waitServes(t, "/", "upstream=up")
+	_, port, _ := strings.Cut(strings.TrimPrefix(g.url, "http://"), ":")
+	var p uint32
+	for _, c := range port {
+		p = p*10 + uint32(c-'0')
+	}
+	denyPort := rbacHTTPFilter(t, "envoy.filters.http.rbac", &rbachttp.RBAC{Rules: &rbacpb.RBAC{Action: rbacpb.RBAC_DENY,
+		Policies: map[string]*rbacpb.Policy{"no-port": {Permissions: []*rbacpb.Permission{{Rule: &rbacpb.Permission_DestinationPort{DestinationPort: p}}},
+			Principals: []*rbacpb.Principal{rbacAnyone}}}}})
+	cp.set(append(rs, withHTTPFilters(t, rdsListener("gw", "r"), denyPort))...)
+	waitFor(t, "the DENY to apply", func() bool { code, _, _ := g.get(t, "/"); return code == 403 })
+	var protos http.Protocols
+	protos.SetUnencryptedHTTP2(true)
+	h2c := &http.Client{Transport: &http.Transport{Protocols: &protos}, Timeout: 10 * time.Second}
+	resp, err := h2c.Get(g.url + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.ProtoMajor != 2 || resp.StatusCode != 403 || string(b) != "RBAC: access denied" {
+		t.Errorf("h2c: %s %d %q", resp.Proto, resp.StatusCode, b)
+	}
+}

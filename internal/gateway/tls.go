@@ -333,14 +333,24 @@ func acceptLoop(ln net.Listener, handle func(net.Conn)) error {
 // context the data path gets, so that it sees the call as TLS
 // (RequestCtx.IsTLS, X-Forwarded-Proto: https).
 type h2TLSConn struct {
-	net.Conn // nil: only the methods below are called
-	remote   net.Addr
-	state    *tls.ConnectionState
+	net.Conn      // nil: only the methods below are called
+	remote, local net.Addr
+	state         *tls.ConnectionState
 }
 
 func (c *h2TLSConn) RemoteAddr() net.Addr                 { return c.remote }
-func (c *h2TLSConn) LocalAddr() net.Addr                  { return zeroAddr }
+func (c *h2TLSConn) LocalAddr() net.Addr                  { return c.local }
 func (c *h2TLSConn) Handshake() error                     { return nil }
 func (c *h2TLSConn) ConnectionState() tls.ConnectionState { return *c.state }
+
+// h2Conn stands for an h2c stream's connection in the fasthttp context:
+// its two addresses.
+type h2Conn struct {
+	net.Conn      // nil: only the methods below are called
+	remote, local net.Addr
+}
+
+func (c *h2Conn) RemoteAddr() net.Addr { return c.remote }
+func (c *h2Conn) LocalAddr() net.Addr  { return c.local }
 
 var zeroAddr = &net.TCPAddr{IP: net.IPv4zero}
