@@ -161,6 +161,7 @@ Everything shares this machine's cores: compare figures within one run.`,
 	fl.StringVar(&scenario, "scenario", "throughput", "throughput, stream, tls, race or config")
 	fl.IntVar(&tlsCfg.H2Clients, "h2-clients", 4, "tls: h2load connections")
 	fl.IntVar(&tlsCfg.H2Streams, "h2-streams", 100, "tls: h2load concurrent streams per connection")
+	fl.StringVar(&tlsCfg.ProfileDir, "profile-dir", "", "tls: write a CPU profile of the gateway during each of its runs here")
 	fl.Int64Var(&stream.Size, "body-size", 1<<30, "stream: bytes uploaded and downloaded through each proxy")
 	fl.IntVar(&updates, "updates", 200, "config: route changes published")
 	fl.StringVar(&proxies, "proxies", "", "comma-separated proxies (default: "+strings.Join(benchgw.AllProxies, ",")+")")

@@ -3,7 +3,6 @@ package gateway
 import (
 	"bytes"
 	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"net"
 	"net/netip"
@@ -75,6 +74,28 @@ type rbacReq struct {
 	local  netip.AddrPort
 	tls    *tls.ConnectionState // nil: plaintext
 	scheme []byte
+	names  *peerNames // of tls's peer certificate
+}
+
+// peerNames are the names Envoy matches an authenticated principal
+// against, as strings once per connection (not per call): the peer
+// certificate's URI SANs, DNS SANs and subject (RFC 2253).
+type peerNames struct {
+	ok            bool // a peer certificate was presented
+	uris, dnsSANs []string
+	subject       string
+}
+
+func peerNamesOf(st *tls.ConnectionState) peerNames {
+	if st == nil || len(st.PeerCertificates) == 0 {
+		return peerNames{}
+	}
+	c := st.PeerCertificates[0]
+	n := peerNames{ok: true, dnsSANs: c.DNSNames, subject: c.Subject.String()}
+	for _, u := range c.URIs {
+		n.uris = append(n.uris, u.String())
+	}
+	return n
 }
 
 var schemeHTTP, schemeHTTPS = []byte("http"), []byte("https")
@@ -199,27 +220,64 @@ func (m *matchSNI) match(r *rbacReq) bool {
 // match: Envoy's authenticated principal: the peer certificate's URI SANs,
 // then its DNS SANs, then its subject (RFC 2253) are matched in turn.
 func (m *matchPrincipal) match(r *rbacReq) bool {
-	if r.tls == nil || len(r.tls.PeerCertificates) == 0 {
+	if r.names == nil {
+		if r.tls == nil {
+			return false
+		}
+		n := peerNamesOf(r.tls) // an HTTP/2 call: its stream has no cache
+		r.names = &n
+	}
+	n := r.names
+	if !n.ok {
 		return false
 	}
 	if m.any {
 		return true
 	}
-	c := r.tls.PeerCertificates[0]
-	for _, u := range c.URIs {
-		if matchString(&m.sm, []byte(u.String())) {
+	for _, u := range n.uris {
+		if matchStr(&m.sm, u) {
 			return true
 		}
 	}
-	for _, d := range c.DNSNames {
-		if matchString(&m.sm, []byte(d)) {
+	for _, d := range n.dnsSANs {
+		if matchStr(&m.sm, d) {
 			return true
 		}
 	}
-	return matchString(&m.sm, []byte(subject(c)))
+	return matchStr(&m.sm, n.subject)
 }
 
-func subject(c *x509.Certificate) string { return c.Subject.String() }
+// matchStr is matchString of a string, without converting it.
+func matchStr(hm *headerMatch, v string) bool {
+	if hm.kind == strRegex {
+		return hm.re.MatchString(v)
+	}
+	w := hm.value
+	if hm.ignoreCase {
+		switch hm.kind {
+		case strExact:
+			return strings.EqualFold(v, w)
+		case strPrefix:
+			return len(v) >= len(w) && strings.EqualFold(v[:len(w)], w)
+		case strSuffix:
+			return len(v) >= len(w) && strings.EqualFold(v[len(v)-len(w):], w)
+		case strContains:
+			return strings.Contains(strings.ToLower(v), w)
+		}
+		return false
+	}
+	switch hm.kind {
+	case strExact:
+		return v == w
+	case strPrefix:
+		return strings.HasPrefix(v, w)
+	case strSuffix:
+		return strings.HasSuffix(v, w)
+	case strContains:
+		return strings.Contains(v, w)
+	}
+	return false
+}
 
 // Compilation.
 
@@ -612,7 +670,9 @@ func (g *Gateway) rbacCheck(ctx *fasthttp.RequestCtx, filters []*rbacFilter, r *
 		a, _ := netip.AddrFromSlice(ta.IP)
 		req.local = netip.AddrPortFrom(a.Unmap(), uint16(ta.Port))
 	}
-	if cs := ctx.TLSConnectionState(); cs != nil {
+	if tc, isTLS := ctx.Conn().(*tlsServerConn); isTLS {
+		req.tls, req.scheme, req.names = tc.state, schemeHTTPS, &tc.peer
+	} else if cs := ctx.TLSConnectionState(); cs != nil {
 		req.tls, req.scheme = cs, schemeHTTPS
 	}
 	for _, f := range filters {

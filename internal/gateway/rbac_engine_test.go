@@ -87,6 +87,8 @@ func testReq(method, uri, peer string, port uint16, spiffe string, dns ...string
 			c.URIs = []*url.URL{u}
 		}
 		r.tls, r.scheme = &tls.ConnectionState{PeerCertificates: []*x509.Certificate{c}}, schemeHTTPS
+		n := peerNamesOf(r.tls) // as a connection keeps them
+		r.names = &n
 	}
 	return r
 }

@@ -232,6 +232,10 @@ type tlsServerConn struct {
 	*tls.Conn
 	port uint32
 	sni  string
+	// state is the handshake's result, kept for RBAC (rbac.go): a call
+	// reads it without copying the connection state.
+	state *tls.ConnectionState
+	peer  peerNames // of state's peer certificate, for RBAC
 }
 
 // ServeTLS serves TLS on ln until Shutdown, with the filter chains of the
@@ -306,7 +310,7 @@ func (g *Gateway) handshake(c net.Conn, base *tls.Config, port uint32, fastLn, h
 		h2Ln.push(tc) // net/http serves h2 on a *tls.Conn itself
 		return
 	}
-	fastLn.push(&tlsServerConn{Conn: tc, port: port, sni: st.ServerName})
+	fastLn.push(&tlsServerConn{Conn: tc, port: port, sni: st.ServerName, state: &st, peer: peerNamesOf(&st)})
 }
 
 // acceptLoop accepts from ln, handing each connection to handle, until ln

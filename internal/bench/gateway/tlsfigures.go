@@ -19,6 +19,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -52,7 +53,10 @@ type TLSConfig struct {
 	H2Clients, H2Streams int
 	// Connections of the handshake and mutual-TLS loaders (default 32).
 	Connections int
-	Progress    io.Writer
+	// ProfileDir, if set, receives a CPU profile of the gateway during each
+	// of its runs (<figure>-round<n>.pprof), from its admin's /debug/pprof.
+	ProfileDir string
+	Progress   io.Writer
 }
 
 // TLSResult is the scenario's one JSON object.
@@ -148,8 +152,10 @@ func RunTLS(ctx context.Context, cfg TLSConfig) (*TLSResult, error) {
 	for r := range cfg.Rounds {
 		for _, name := range TLSProxies {
 			p := procs[name]
+			stop := profile(ctx, cfg, p, fmt.Sprintf("h2-round%d", r+1))
 			cpu0 := p.cpu()
 			w, err := runH2load(ctx, "https://"+p.addr+"/", cfg)
+			stop()
 			if err != nil {
 				return nil, fmt.Errorf("bench: h2load against %s: %w", name, err)
 			}
@@ -162,8 +168,10 @@ func RunTLS(ctx context.Context, cfg TLSConfig) (*TLSResult, error) {
 		}
 		for _, name := range TLSProxies {
 			p := procs[name]
+			stop := profile(ctx, cfg, p, fmt.Sprintf("handshakes-round%d", r+1))
 			cpu0 := p.cpu()
 			n, errs, err := handshakes(ctx, p.addr, min(cfg.Connections, handshakeLoaders), cfg.Duration)
+			stop()
 			if err != nil {
 				return nil, fmt.Errorf("bench: handshakes with %s: %w", name, err)
 			}
@@ -200,8 +208,10 @@ func RunTLS(ctx context.Context, cfg TLSConfig) (*TLSResult, error) {
 			if err := waitServedWith(ctx, gwp.addr, certs, variant == "mtls-rbac"); err != nil {
 				return nil, err
 			}
+			stop := profile(ctx, cfg, gwp, fmt.Sprintf("%s-round%d", variant, r+1))
 			cpu0 := gwp.cpu()
 			n, errs, err := keepAliveLoad(ctx, gwp.addr, certs, cfg.Connections, cfg.Duration)
+			stop()
 			if err != nil {
 				return nil, err
 			}
@@ -217,6 +227,35 @@ func RunTLS(ctx context.Context, cfg TLSConfig) (*TLSResult, error) {
 	res.RBAC, res.RBACRatio = medians(rb, names), pairedRatio(rb["sextant-mtls-rbac"], rb["sextant-tls"])
 	res.LoadAvg = report.LoadAvg()
 	return res, nil
+}
+
+// profile fetches a CPU profile of p (a gateway with a known admin) for
+// the run about to start, into cfg.ProfileDir; the returned func waits
+// for it. A no-op without ProfileDir or for other proxies.
+func profile(ctx context.Context, cfg TLSConfig, p *process, name string) (wait func()) {
+	if cfg.ProfileDir == "" || p.admin == "" {
+		return func() {}
+	}
+	secs := max(int(cfg.Duration.Seconds())-1, 1)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", p.admin, secs), nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench: profile:", err)
+			return
+		}
+		defer resp.Body.Close()
+		f, err := os.Create(filepath.Join(cfg.ProfileDir, name+".pprof"))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench: profile:", err)
+			return
+		}
+		defer f.Close()
+		_, _ = io.Copy(f, resp.Body)
+	}()
+	return func() { <-done }
 }
 
 func medians(m map[string][]ProxyResult, names []string) []ProxyResult {
@@ -310,6 +349,11 @@ func handshakes(ctx context.Context, addr string, conns int, d time.Duration) (n
 					continue
 				}
 				ok.Add(1)
+				// A reset, not a FIN: no TIME_WAIT, or thousands of
+				// handshakes a second run out of ephemeral ports.
+				if tc, isTCP := c.(*tls.Conn).NetConn().(*net.TCPConn); isTCP {
+					_ = tc.SetLinger(0)
+				}
 				c.Close()
 			}
 		}()
