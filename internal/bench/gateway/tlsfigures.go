@@ -287,10 +287,11 @@ func pairedRatio(a, b []ProxyResult) float64 {
 }
 
 // runH2load drives url with h2load over TLS (ALPN h2): H2Clients
-// connections of H2Streams concurrent streams each, for Duration.
+// connections of H2Streams concurrent streams each, for Duration, on two
+// threads (as wrk -t2 in the other figures).
 func runH2load(ctx context.Context, u string, cfg TLSConfig) (wrkResult, error) {
 	out, err := exec.CommandContext(ctx, "h2load", "-c", strconv.Itoa(cfg.H2Clients), "-m", strconv.Itoa(cfg.H2Streams),
-		"-t", "1", "-D", strconv.Itoa(int(cfg.Duration.Seconds())), u).CombinedOutput()
+		"-t", strconv.Itoa(min(2, cfg.H2Clients)), "-D", strconv.Itoa(int(cfg.Duration.Seconds())), u).CombinedOutput()
 	if err != nil {
 		return wrkResult{}, fmt.Errorf("%w: %s", err, out)
 	}
