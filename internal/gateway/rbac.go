@@ -289,8 +289,13 @@ func decodeHTTPFilters(fs []*hcm.HttpFilter, path string) ([]*rbacFilter, error)
 	for i, f := range fs {
 		p := fmt.Sprintf("%s.http_filters[%d]", path, i)
 		a := f.GetTypedConfig()
-		if a.GetTypeUrl() != rbacTypeURL && !(a == nil && f.GetName() == rbacFilterName) {
+		if a.GetTypeUrl() != rbacTypeURL && f.GetName() != rbacFilterName {
 			continue
+		}
+		if a != nil && a.GetTypeUrl() != rbacTypeURL {
+			// Named RBAC but of another type (a TypedStruct...): refused,
+			// never skipped, or its calls would pass unchecked.
+			return nil, fieldErr(p+".typed_config", "type %q: the RBAC filter needs %q", a.GetTypeUrl(), rbacTypeURL)
 		}
 		if f.GetConfigDiscovery() != nil {
 			return nil, fieldErr(p+".config_discovery", "the RBAC filter's config must be inline (typed_config)")
@@ -624,7 +629,10 @@ func decodeRBACOverrides(m map[string]*anypb.Any, path string) (map[string]rbacO
 			}
 		}
 		if a != nil && a.GetTypeUrl() != rbacRouteURL {
-			continue
+			if name == rbacFilterName {
+				return nil, fieldErr(p, "type %q: an RBAC override needs %q", a.GetTypeUrl(), rbacRouteURL)
+			}
+			continue // another filter's: the gateway runs no other
 		}
 		o := rbacOverride{disabled: disabled}
 		if a != nil && !disabled {

@@ -212,6 +212,15 @@ func TestRBACConfigRefused(t *testing.T) {
 	if code, _, _ := g.get(t, "/"); code != 200 {
 		t.Errorf("old config: %d", code)
 	}
+	// The RBAC filter's name with a config of another type is refused too.
+	n := g.xds.Status().NACKs
+	other, _ := anypb.New(&hcm.HttpConnectionManager{})
+	odd := withHTTPFilters(t, rdsListener("gw", "r"), &hcm.HttpFilter{Name: "envoy.filters.http.rbac", ConfigType: &hcm.HttpFilter_TypedConfig{TypedConfig: other}})
+	cp.set(append(rs, odd)...)
+	waitFor(t, "a second NACK", func() bool { return g.xds.Status().NACKs > n })
+	if st := g.xds.Status(); !strings.Contains(st.LastNACK, "http_filters[0].typed_config: type") {
+		t.Errorf("NACK: %q", st.LastNACK)
+	}
 }
 
 // TestRBACDestinationPortAllProtocols: a DENY of the listener's port holds
