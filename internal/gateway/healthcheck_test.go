@@ -13,6 +13,9 @@ import (
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	envoytype "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
@@ -241,4 +244,47 @@ func TestActiveHealthCheckWithEDSHealth(t *testing.T) {
 	}
 	a.status.Store(200)
 	waitFor(t, "a in rotation", func() bool { return g.drive(t, 4)["a"] > 0 })
+}
+
+// TestActiveHealthCheckGRPC: a grpc_health_check asks grpc-go's own health
+// service about service_name: NOT_SERVING fails the endpoint at its next
+// check, SERVING brings it back.
+func TestActiveHealthCheckGRPC(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	hs := health.NewServer()
+	healthpb.RegisterHealthServer(srv, hs)
+	hs.SetServingStatus("orders", healthpb.HealthCheckResponse_SERVING)
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(srv.Stop)
+	addr := ln.Addr().String()
+	u := &upstream{addr: addr, host: "127.0.0.1", port: uint32(ln.Addr().(*net.TCPAddr).Port)}
+	const interval = 100 * time.Millisecond
+	check := &core.HealthCheck{Timeout: durationpb.New(time.Second), Interval: durationpb.New(interval),
+		NoTrafficInterval:  durationpb.New(interval),
+		UnhealthyThreshold: wrapperspb.UInt32(3), HealthyThreshold: wrapperspb.UInt32(1),
+		HealthChecker: &core.HealthCheck_GrpcHealthCheck_{GrpcHealthCheck: &core.HealthCheck_GrpcHealthCheck{ServiceName: "orders"}}}
+	cp := startControlPlane(t, "")
+	cp.set(rdsListener("gw", "r"), routeConfig("r", vhost("all", []string{"*"}, prefixRoute("/", "svc"))),
+		edsCluster("svc", func(c *cluster.Cluster) { c.HealthChecks = []*core.HealthCheck{check} }),
+		assignment("svc", ep{u: u}))
+	g := startGateway(t, cp.addr)
+	waitFor(t, "the endpoint checked healthy", func() bool { return g.endpointHealth(t, "svc", addr).HealthFlags == "healthy" })
+	hs.SetServingStatus("orders", healthpb.HealthCheckResponse_NOT_SERVING)
+	start := time.Now()
+	waitFor(t, "NOT_SERVING to fail it", func() bool {
+		return strings.Contains(g.endpointHealth(t, "svc", addr).HealthFlags, "/failed_active_hc")
+	})
+	// At once (not after 3 checks): NOT_SERVING is an answer.
+	if took := time.Since(start); took > 2*interval+2*time.Second {
+		t.Errorf("failed after %v", took)
+	}
+	if e := g.endpointHealth(t, "svc", addr); !strings.Contains(e.Output, "NOT_SERVING") {
+		t.Errorf("output %q", e.Output)
+	}
+	hs.SetServingStatus("orders", healthpb.HealthCheckResponse_SERVING)
+	waitFor(t, "SERVING to bring it back", func() bool { return g.endpointHealth(t, "svc", addr).HealthFlags == "healthy" })
 }
