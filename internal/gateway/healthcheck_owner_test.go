@@ -74,3 +74,49 @@ func waitStopped(t *testing.T, hc *healthChecker) {
 		t.Fatal("check goroutines still running")
 	}
 }
+
+// TestHealthCheckThresholds: Envoy's session rules, result by result.
+func TestHealthCheckThresholds(t *testing.T) {
+	spec := &clusterSpec{name: "c", policy: policySpec{name: "round_robin", bias: 1, decay: time.Second}}
+	pol, err := newPolicy(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := newClusterRT(spec, pol, newMetrics().cluster("c"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.setHosts([]hostSpec{{addr: "10.0.0.1:80", weight: 1, healthy: true}}, &pools{}, newMetrics()); err != nil {
+		t.Fatal(err)
+	}
+	hc := newHealthChecker(&healthCheckSpec{unhealthyThreshold: 3, healthyThreshold: 2}, c, nil)
+	defer hc.stop()
+	if _, err := hc.setEDS("10.0.0.1:80", true); err != nil {
+		t.Fatal(err)
+	}
+	h := hc.hosts["10.0.0.1:80"]
+	const pass, network, answer = 0, 1, 2
+	step := func(r int, wantFailed bool) {
+		t.Helper()
+		hc.apply(h, r == pass, r == network, "")
+		if h.failed != wantFailed {
+			t.Fatalf("after result %d: failed=%v, want %v", r, h.failed, wantFailed)
+		}
+		if _, err := c.lb.Pick(nil); (err == nil) == wantFailed {
+			t.Fatalf("after result %d: pick err %v with failed=%v", r, err, wantFailed)
+		}
+	}
+	if !h.failed || !h.pending {
+		t.Fatal("a new host is failed and pending")
+	}
+	step(pass, false)    // the first check bypasses healthy_threshold
+	step(network, false) // 1 of 3
+	step(network, false) // 2 of 3
+	step(pass, false)    // resets the count
+	step(network, false)
+	step(network, false)
+	step(network, true) // 3 in a row
+	step(pass, true)    // 1 of 2
+	step(pass, false)   // 2 of 2
+	step(answer, true)  // an answer that is not healthy: at once
+}

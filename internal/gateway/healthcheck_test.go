@@ -287,4 +287,13 @@ func TestActiveHealthCheckGRPC(t *testing.T) {
 	}
 	hs.SetServingStatus("orders", healthpb.HealthCheckResponse_SERVING)
 	waitFor(t, "SERVING to bring it back", func() bool { return g.endpointHealth(t, "svc", addr).HealthFlags == "healthy" })
+	// An unknown service: NOT_FOUND is an answer too.
+	check.GetGrpcHealthCheck().ServiceName = "unknown"
+	cp.set(rdsListener("gw", "r"), routeConfig("r", vhost("all", []string{"*"}, prefixRoute("/", "svc"))),
+		edsCluster("svc", func(c *cluster.Cluster) { c.HealthChecks = []*core.HealthCheck{check} }),
+		assignment("svc", ep{u: u}))
+	waitFor(t, "NOT_FOUND to fail it", func() bool {
+		e := g.endpointHealth(t, "svc", addr)
+		return strings.Contains(e.HealthFlags, "/failed_active_hc") && strings.Contains(e.Output, "NotFound")
+	})
 }

@@ -188,10 +188,15 @@ func (p *Prober) GRPC(ctx context.Context, addr, service string, useTLS bool) Re
 	}
 	resp, err := healthpb.NewHealthClient(cc).Check(ctx, &healthpb.HealthCheckRequest{Service: service})
 	if err != nil {
-		if s, ok := status.FromError(err); ok && s.Code() == codes.Unimplemented {
-			return Result{Status: Critical, Output: fmt.Sprintf("gRPC %s: no grpc.health.v1 service: %v", addr, s.Message())}
+		// A status the server sent (NOT_FOUND for an unknown service...)
+		// is an answer; UNAVAILABLE, DEADLINE_EXCEEDED and CANCELED are
+		// the transport's (no answer).
+		s, _ := status.FromError(err)
+		answered := s.Code() != codes.Unavailable && s.Code() != codes.DeadlineExceeded && s.Code() != codes.Canceled
+		if s.Code() == codes.Unimplemented {
+			return Result{Status: Critical, Output: fmt.Sprintf("gRPC %s: no grpc.health.v1 service: %v", addr, s.Message()), Answered: answered}
 		}
-		return Result{Status: Critical, Output: fmt.Sprintf("gRPC %s service %q: %v", addr, service, err)}
+		return Result{Status: Critical, Output: fmt.Sprintf("gRPC %s service %q: %v", addr, service, err), Answered: answered}
 	}
 	if st := resp.GetStatus(); st != healthpb.HealthCheckResponse_SERVING {
 		return Result{Status: Critical, Output: fmt.Sprintf("gRPC %s service %q: %s", addr, service, st), Answered: true}
