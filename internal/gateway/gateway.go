@@ -187,7 +187,7 @@ func (g *Gateway) Update(s xdsclient.State) (map[string][]string, error) {
 				retire = append(retire, rt)
 			}
 			if spec.hc != nil {
-				nrt.hc = newHealthChecker(spec.hc, nrt, g.probeRunner())
+				nrt.hc = newHealthChecker(spec.hc, nrt, g.probeRunner(), g.metrics)
 			}
 			rt = nrt
 		}

@@ -26,6 +26,8 @@ type healthChecker struct {
 	cluster string
 	c       *clusterRT
 	probes  *probeRunner
+	// passed and failed count the checks (sextant_gateway_health_checks_total).
+	passed, failed prometheus.Counter
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -93,9 +95,10 @@ func (r *probeRunner) sweep(now time.Time) {
 	r.p.Sweep(now)
 }
 
-func newHealthChecker(spec *healthCheckSpec, c *clusterRT, probes *probeRunner) *healthChecker {
+func newHealthChecker(spec *healthCheckSpec, c *clusterRT, probes *probeRunner, m *metricsSet) *healthChecker {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &healthChecker{spec: spec, cluster: c.name, c: c, probes: probes, ctx: ctx, cancel: cancel,
+		passed: m.hcChecks.WithLabelValues(c.name, "success"), failed: m.hcChecks.WithLabelValues(c.name, "failure"),
 		traffic: make(chan struct{}), hosts: map[string]*hcHost{}}
 }
 
@@ -321,6 +324,11 @@ func (hc *healthChecker) apply(h *hcHost, ok, network bool, out string) {
 	}
 	h.checks++
 	h.last, h.output = time.Now(), out
+	if ok {
+		hc.passed.Inc()
+	} else {
+		hc.failed.Inc()
+	}
 	was := h.failed
 	if ok {
 		h.numUnhealthy = 0
@@ -505,34 +513,22 @@ func (g *Gateway) clustersHealth() []clusterHealth {
 // healthCollector exposes the checks' state at scrape time.
 type healthCollector struct{ g *Gateway }
 
-var (
-	descHCFailed = prometheus.NewDesc("sextant_gateway_endpoint_health_check_failed",
-		"1 while the cluster's active health check keeps the endpoint out (failed or not yet checked), else 0.", []string{"cluster", "endpoint"}, nil)
-	descHCChecks = prometheus.NewDesc("sextant_gateway_health_checks_total",
-		"Active health checks per cluster by result (success, failure), of the endpoints present.", []string{"cluster", "result"}, nil)
-)
+var descHCFailed = prometheus.NewDesc("sextant_gateway_endpoint_health_check_failed",
+	"1 while the cluster's active health check keeps the endpoint out (failed or not yet checked), else 0.", []string{"cluster", "endpoint"}, nil)
 
-func (c healthCollector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- descHCFailed
-	ch <- descHCChecks
-}
+func (c healthCollector) Describe(ch chan<- *prometheus.Desc) { ch <- descHCFailed }
 
 func (c healthCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, cl := range c.g.clustersHealth() {
 		if cl.HealthCheck == "" {
 			continue
 		}
-		var checks, failures uint64
 		for _, e := range cl.Endpoints {
 			v := 0.0
 			if strings.Contains(e.HealthFlags, "active_hc") {
 				v = 1
 			}
 			ch <- prometheus.MustNewConstMetric(descHCFailed, prometheus.GaugeValue, v, cl.Name, e.Address)
-			checks += e.Checks
-			failures += e.Failures
 		}
-		ch <- prometheus.MustNewConstMetric(descHCChecks, prometheus.CounterValue, float64(checks-failures), cl.Name, "success")
-		ch <- prometheus.MustNewConstMetric(descHCChecks, prometheus.CounterValue, float64(failures), cl.Name, "failure")
 	}
 }

@@ -89,7 +89,7 @@ func TestHealthCheckThresholds(t *testing.T) {
 	if err := c.setHosts([]hostSpec{{addr: "10.0.0.1:80", weight: 1, healthy: true}}, &pools{}, newMetrics()); err != nil {
 		t.Fatal(err)
 	}
-	hc := newHealthChecker(&healthCheckSpec{unhealthyThreshold: 3, healthyThreshold: 2}, c, nil)
+	hc := newHealthChecker(&healthCheckSpec{unhealthyThreshold: 3, healthyThreshold: 2}, c, nil, newMetrics())
 	defer hc.stop()
 	if _, err := hc.setEDS("10.0.0.1:80", true); err != nil {
 		t.Fatal(err)

@@ -151,6 +151,12 @@ func TestActiveHealthCheckHTTP(t *testing.T) {
 	if e := g.endpointHealth(t, "svc", a.addr); !strings.Contains(e.Output, "503") {
 		t.Errorf("a's last check output: %q", e.Output)
 	}
+	if v := metric(t, g, `sextant_gateway_endpoint_health_check_failed{cluster="svc",endpoint="`+a.addr+`"}`); v != 1 {
+		t.Errorf("a's health_check_failed gauge: %v", v)
+	}
+	if v := metric(t, g, `sextant_gateway_health_checks_total{cluster="svc",result="failure"}`); v < 1 {
+		t.Errorf("failed checks counted: %v", v)
+	}
 
 	a.status.Store(200)
 	waitFor(t, "a back in rotation", func() bool { return g.drive(t, 4)["a"] > 0 })

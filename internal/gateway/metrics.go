@@ -27,6 +27,8 @@ type metricsSet struct {
 	tlsHandshakeErrors prometheus.Counter
 	// rbac counts RBAC decisions by result (rbac.go).
 	rbac [rbacResults]prometheus.Counter
+	// hcChecks counts active health checks by cluster and result.
+	hcChecks *prometheus.CounterVec
 
 	ejections *prometheus.Desc
 	ejected   *prometheus.Desc
@@ -100,7 +102,9 @@ func newMetrics() *metricsSet {
 	for i, n := range rbacResultNames {
 		m.rbac[i] = rbac.WithLabelValues(n)
 	}
-	m.reg.MustRegister(rbac)
+	m.hcChecks = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sextant_gateway_health_checks_total",
+		Help: "Active health checks per cluster by result (success, failure)."}, []string{"cluster", "result"})
+	m.reg.MustRegister(rbac, m.hcChecks)
 	m.reg.MustRegister(m.requests, m.latency, m.epRequests, m.epLatency, m.retries, m.shed, m.upgrades, m.config, m.tlsHandshakeErrors)
 	m.ejections = prometheus.NewDesc("sextant_gateway_ejections_total",
 		"Outlier ejections per cluster (since the cluster's policy was built).", []string{"cluster"}, nil)
