@@ -44,6 +44,8 @@ type Call struct {
 	GRPCStatus *int   `json:"grpc_status,omitempty"`
 	BytesIn    uint32 `json:"bytes_in"`
 	BytesOut   uint32 `json:"bytes_out"`
+	// Detail: the RBAC policy of an rbac_denied call.
+	Detail string `json:"detail,omitempty"`
 }
 
 func (q *Query) check() error {
@@ -187,7 +189,7 @@ func (l *Log) Calls(q Query) ([]Call, bool, error) {
 			Start: time.Unix(0, m.T).UTC(), Latency: time.Duration(m.A) * time.Microsecond, LatencyUs: m.A,
 			Service: q.Service, Cluster: d.name(b.cluster), Route: d.name(b.route), Subset: d.name(b.subset),
 			Endpoint: d.name(b.endpoint), Status: int(b.status), Retries: int(b.retries), Reason: b.reason.String(),
-			BytesIn: b.bytesIn, BytesOut: b.bytesOut, GRPCStatus: grpcStatus(b.grpc),
+			BytesIn: b.bytesIn, BytesOut: b.bytesOut, GRPCStatus: grpcStatus(b.grpc), Detail: d.name(b.detail),
 		})
 	}
 	return out, truncated, nil

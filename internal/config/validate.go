@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"net/http"
 	"regexp"
 	"slices"
@@ -60,6 +61,18 @@ func validate(c errs, path string, o *Object) {
 			case k == AnnotationLoadBalancer && o.Kind == KindDestinationRule:
 				if !annotationPolicies[v] {
 					c.add(p, ErrInvalid, "%q: want adaptive, peak_ewma, round_robin, least_request or random", v)
+				}
+			case k == AnnotationHealthCheck && o.Kind == KindDestinationRule:
+				if _, err := ParseHealthCheck(v); err != nil {
+					msg := err.Error()
+					var he *HealthCheckError
+					if errors.As(err, &he) {
+						if he.Field != "" {
+							p += "." + he.Field
+						}
+						msg = he.Msg
+					}
+					c.add(p, ErrInvalid, "%s", msg)
 				}
 			default:
 				c.add(p, ErrUnknownField, "unknown Sextant annotation %q", rest)

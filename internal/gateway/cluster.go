@@ -300,6 +300,10 @@ type clusterRT struct {
 	active  atomic.Int64 // calls in flight, for the retry budget
 	retries atomic.Int64 // retries in flight
 
+	// hc runs the cluster's active health check (nil: none); it owns the
+	// health written to lb for its hosts (healthcheck.go).
+	hc *healthChecker
+
 	// Config goroutine only.
 	hosts map[string]hostSpec
 }
@@ -386,12 +390,32 @@ func (c *clusterRT) setHosts(hosts []hostSpec, p *pools, mf *metricsSet) error {
 			return fmt.Errorf("gateway: cluster %q: %w", c.name, err)
 		}
 	}
+	var checks []string
 	for _, h := range health {
+		if c.hc != nil {
+			// EDS health and the active check's, together.
+			isNew, err := c.hc.setEDS(h.addr, h.healthy)
+			if err != nil {
+				return fmt.Errorf("gateway: cluster %q: %w", c.name, err)
+			}
+			if isNew {
+				checks = append(checks, h.addr)
+			}
+			continue
+		}
 		if err := c.lb.SetHealth(h.addr, h.healthy); err != nil {
 			return fmt.Errorf("gateway: cluster %q: %w", c.name, err)
 		}
 	}
+	for _, addr := range checks {
+		c.hc.start(addr)
+	}
 	if len(gone) > 0 {
+		if c.hc != nil {
+			for _, addr := range gone {
+				c.hc.remove(addr)
+			}
+		}
 		c.lb.Remove(gone...)
 		for _, addr := range gone {
 			p.release(addr, c.spec.h2c)
@@ -404,6 +428,9 @@ func (c *clusterRT) setHosts(hosts []hostSpec, p *pools, mf *metricsSet) error {
 
 // retire releases every pool of a cluster that a config change replaced.
 func (c *clusterRT) retire(p *pools) {
+	if c.hc != nil {
+		c.hc.stop()
+	}
 	for addr := range c.hosts {
 		p.release(addr, c.spec.h2c)
 	}

@@ -40,6 +40,7 @@ type clusterSpec struct {
 	connect    time.Duration
 	h2c        bool
 	budget     retryBudget
+	hc         *healthCheckSpec // active health check; nil: EDS health only
 	raw        proto.Message
 	// unsupported says why calls cannot be sent to this cluster (a type or
 	// policy the gateway does not implement); "" for a usable cluster.
@@ -205,6 +206,11 @@ func decodeCluster(c *cluster.Cluster) (*clusterSpec, error) {
 	if c.GetHttp2ProtocolOptions() != nil {
 		s.h2c = true
 	}
+	hc, err := decodeHealthChecks(c.GetHealthChecks())
+	if err != nil {
+		return nil, err
+	}
+	s.hc = hc
 	return s, nil
 }
 

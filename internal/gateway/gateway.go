@@ -71,6 +71,7 @@ type Gateway struct {
 	table   atomic.Pointer[table]
 	tls     atomic.Pointer[tlsState] // the TLS listeners (tls.go)
 	pools   pools
+	probes  *probeRunner // health checks' (healthcheck.go); under mu
 
 	// mu serializes Update (one config goroutine, but tests call it too)
 	// and guards the fields below.
@@ -146,6 +147,16 @@ func (g *Gateway) Update(s xdsclient.State) (map[string][]string, error) {
 		return nil, fmt.Errorf("gateway: listener %q: %s", ls.name, ls.noHTTP)
 	}
 	next := map[string]*clusterRT{}
+	// fresh: the checkers of new clusters, stopped if the update fails.
+	var fresh []*healthChecker
+	applied := false
+	defer func() {
+		if !applied {
+			for _, hc := range fresh {
+				hc.stop()
+			}
+		}
+	}()
 	unsupported := map[string]string{}
 	var retire []*clusterRT
 	var eds []string
@@ -175,6 +186,9 @@ func (g *Gateway) Update(s xdsclient.State) (map[string][]string, error) {
 			if rt != nil {
 				retire = append(retire, rt)
 			}
+			if spec.hc != nil {
+				nrt.hc = newHealthChecker(spec.hc, nrt, g.probeRunner(), g.metrics)
+			}
 			rt = nrt
 		}
 		hosts := spec.static
@@ -183,6 +197,9 @@ func (g *Gateway) Update(s xdsclient.State) (map[string][]string, error) {
 			if a, ok := s[EndpointType][spec.eds].(*assignmentSpec); ok {
 				hosts = a.hosts
 			}
+		}
+		if rt.hc != nil && rt != g.clusters[name] {
+			fresh = append(fresh, rt.hc)
 		}
 		if err := rt.setHosts(hosts, &g.pools, g.metrics); err != nil {
 			return nil, err
@@ -206,12 +223,14 @@ func (g *Gateway) Update(s xdsclient.State) (map[string][]string, error) {
 	tb := newTable(rc, next)
 	tb.unsupported = unsupported
 	if ls != nil {
-		tb.upgrades, tb.streamIdle = ls.upgrades, ls.streamIdle
+		tb.upgrades, tb.streamIdle, tb.rbac = ls.upgrades, ls.streamIdle, ls.rbac
 	}
 	ts, err := g.buildTLS(s, next, want)
 	if err != nil {
 		return nil, err
 	}
+	applied = true
+	warmAll(fresh) // as Envoy warms a new cluster: its hosts' first checks first
 	g.table.Store(tb)
 	if ts != nil {
 		for _, l := range ts {

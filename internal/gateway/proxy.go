@@ -72,7 +72,7 @@ func (g *Gateway) serveOn(ctx *fasthttp.RequestCtx, t *table) {
 		return
 	}
 	g.prepareRequest(ctx, r)
-	k := call{c: c, retry: &r.spec.retry, md: md, grpc: -1}
+	k := call{c: c, retry: &r.spec.retry, md: md, grpc: -1, detail: rbacShadow(ctx)}
 	if r.spec.timeout > 0 {
 		k.deadline = start.Add(r.spec.timeout)
 	}
@@ -117,6 +117,9 @@ func (g *Gateway) routeCall(ctx *fasthttp.RequestCtx, t *table) (r *routeRT, c *
 	var hostBuf [256]byte
 	r, host := g.route(ctx, t, hostBuf[:0])
 	if r == nil {
+		return nil, nil, nil, ""
+	}
+	if len(t.rbac) > 0 && !g.authorize(ctx, t, r) {
 		return nil, nil, nil, ""
 	}
 	if d := r.spec.direct; d != nil {
@@ -225,6 +228,7 @@ type call struct {
 	retries  int
 	status   int        // of the last answer; 0 if it got none
 	reason   string     // why the last attempt got no usable answer
+	detail   string     // the call record's detail (rbac.go)
 	endpoint string     // address of the last endpoint tried
 	err      error      // of the last attempt; nil: the response is upstream's
 	permit   bool       // a retry-budget permit is held for this attempt
@@ -236,6 +240,7 @@ type call struct {
 func (k *call) forward(req *fasthttp.Request, resp *fasthttp.Response) {
 	c := k.c
 	c.active.Add(1)
+	c.noteCall()
 	for k.attempt(req, resp) && k.mayRetry() {
 		k.permit = true
 		k.retries++

@@ -50,6 +50,9 @@ type routeSpec struct {
 	// virtual host's, else defaultBufferLimit): a request body up to it is
 	// buffered and may be retried; a longer one streams and is not.
 	bufferLimit int64
+	// rbac are the route's RBAC overrides by filter name (its own
+	// typed_per_filter_config over its virtual host's).
+	rbac map[string]rbacOverride
 }
 
 // redirectSpec is a route's redirect action.
@@ -191,10 +194,25 @@ func decodeRouteConfig(rc *route.RouteConfiguration) (*routeConfigSpec, error) {
 			return nil, err
 		}
 		vhLimit := bufferLimit(vh.GetRequestBodyBufferLimit(), vh.GetPerRequestBufferLimitBytes(), defaultBufferLimit)
+		vhRBAC, err := decodeRBACOverrides(vh.GetTypedPerFilterConfig(), path)
+		if err != nil {
+			return nil, err
+		}
 		for j, r := range vh.GetRoutes() {
 			rs, err := decodeRoute(r, fmt.Sprintf("%s.routes[%d]", path, j), vhRetry)
 			if err != nil {
 				return nil, err
+			}
+			if rs.rbac, err = decodeRBACOverrides(r.GetTypedPerFilterConfig(), fmt.Sprintf("%s.routes[%d]", path, j)); err != nil {
+				return nil, err
+			}
+			for name, o := range vhRBAC {
+				if _, own := rs.rbac[name]; !own {
+					if rs.rbac == nil {
+						rs.rbac = map[string]rbacOverride{}
+					}
+					rs.rbac[name] = o
+				}
 			}
 			rs.bufferLimit = bufferLimit(r.GetRequestBodyBufferLimit(), r.GetPerRequestBufferLimitBytes(), vhLimit)
 			v.routes = append(v.routes, rs)

@@ -27,6 +27,8 @@ type table struct {
 	// streamIdle is the HTTP connection manager's stream_idle_timeout
 	// (0: none).
 	streamIdle time.Duration
+	// rbac are the listener's RBAC filters (rbac.go), run on every call.
+	rbac []*rbacFilter
 }
 
 type wildcard struct {

@@ -271,6 +271,7 @@ type chainSpec struct {
 	rds         string
 	inline      *routeConfigSpec
 	upgrades    map[string]bool
+	rbac        []*rbacFilter
 }
 
 func decodeChainMatch(path string, m *listener.FilterChainMatch, cs *chainSpec) error {

@@ -79,6 +79,8 @@ type listenerSpec struct {
 	upgrades map[string]bool
 	// streamIdle is the HCM's stream_idle_timeout (0: none).
 	streamIdle time.Duration
+	// rbac are the HCM's RBAC filters, in order (rbac.go).
+	rbac []*rbacFilter
 }
 
 func decodeListener(a *anypb.Any) (string, any, error) {
@@ -170,7 +172,7 @@ func decodeListener(a *anypb.Any) (string, any, error) {
 	}
 	// A plaintext listener's chains are not matched: the first HTTP one serves.
 	first := ls.chains[0]
-	ls.rds, ls.inline, ls.upgrades, ls.streamIdle = first.rds, first.inline, first.upgrades, first.streamIdle
+	ls.rds, ls.inline, ls.upgrades, ls.streamIdle, ls.rbac = first.rds, first.inline, first.upgrades, first.streamIdle, first.rbac
 	return name, ls, nil
 }
 
@@ -201,6 +203,11 @@ func decodeHCM(path string, f *listener.Filter, cs *chainSpec) error {
 		}
 		cs.upgrades[typ] = uc.GetEnabled() == nil || uc.GetEnabled().GetValue()
 	}
+	rf, err := decodeHTTPFilters(m.GetHttpFilters(), path+".typed_config")
+	if err != nil {
+		return err
+	}
+	cs.rbac = rf
 	switch rs := m.GetRouteSpecifier().(type) {
 	case *hcm.HttpConnectionManager_Rds:
 		cs.rds = rs.Rds.GetRouteConfigName()

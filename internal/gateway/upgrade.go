@@ -178,6 +178,7 @@ func (g *Gateway) upgrade(ctx *fasthttp.RequestCtx, c *clusterRT, md map[string]
 		defer g.tunnels.done(up)
 		up.SetDeadline(time.Time{})
 		c.active.Add(1)
+		c.noteCall()
 		defer c.active.Add(-1)
 		in, out := tunnel(down, up, br, head)
 		g.finishUpgrade(&k, r, mdKey, start, in, out)

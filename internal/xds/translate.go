@@ -286,6 +286,7 @@ func Cluster(name string, p config.Policy) *clusterv3.Cluster {
 		c.OutlierDetection = outlier(od)
 	}
 	setClusterTLS(c, p.TLS)
+	c.HealthChecks = healthChecks(p.HealthCheck)
 	return c
 }
 
