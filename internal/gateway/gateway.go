@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/sextant-mesh/sextant/internal/balancer"
 	"github.com/sextant-mesh/sextant/internal/calllog"
@@ -203,6 +204,16 @@ func (g *Gateway) Update(s xdsclient.State) (map[string][]string, error) {
 			rc, _ = s[RouteType][ls.rds].(*routeConfigSpec)
 		}
 	}
+	for _, name := range names {
+		if rt := next[name]; rt != nil && rt.tls != nil {
+			want[SecretType] = append(want[SecretType], rt.spec.tls.secrets()...)
+			conf, why := rt.spec.tls.config(s[SecretType], rt.spec.h2c)
+			rt.tls.set(conf, why)
+			if why != "" {
+				g.log.Info("gateway: TLS cluster waits for its secrets", "cluster", name, "reason", why)
+			}
+		}
+	}
 	tb := newTable(rc, next)
 	tb.unsupported = unsupported
 	if ls != nil {
@@ -288,6 +299,12 @@ func (g *Gateway) chooseListener(all map[string]any) (*listenerSpec, error) {
 func sameCluster(a, b *clusterSpec) bool {
 	x, y := *a, *b
 	x.raw, y.raw, x.static, y.static = nil, nil, nil, nil
+	// Decoded certificates and pools do not compare (x509.CertPool holds
+	// funcs): TLS contexts compare as sent.
+	if (x.tls == nil) != (y.tls == nil) || x.tls != nil && !proto.Equal(x.tls.raw, y.tls.raw) {
+		return false
+	}
+	x.tls, y.tls = nil, nil
 	return reflect.DeepEqual(x, y)
 }
 

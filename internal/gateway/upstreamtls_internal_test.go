@@ -1,0 +1,114 @@
+package gateway
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	matcher "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/sextant-mesh/sextant/internal/config"
+	"github.com/sextant-mesh/sextant/internal/secret/secrettest"
+	"github.com/sextant-mesh/sextant/internal/xds"
+	networking "istio.io/api/networking/v1"
+)
+
+func upstreamSocket(t *testing.T, u *tlsv3.UpstreamTlsContext) *core.TransportSocket {
+	a, err := anypb.New(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &core.TransportSocket{Name: tlsSocketName, ConfigType: &core.TransportSocket_TypedConfig{TypedConfig: a}}
+}
+
+var testADS = &core.ConfigSource{ConfigSourceSpecifier: &core.ConfigSource_Ads{Ads: &core.AggregatedConfigSource{}}}
+
+// TestUpstreamTLSTranslation: what an UpstreamTlsContext becomes, and what
+// is refused naming the field.
+func TestUpstreamTLSTranslation(t *testing.T) {
+	certPEM, keyPEM := secrettest.Pair(t, time.Now().Add(time.Hour), "a.test")
+	inline := func(b []byte) *core.DataSource {
+		return &core.DataSource{Specifier: &core.DataSource_InlineBytes{InlineBytes: b}}
+	}
+	ok := &tlsv3.UpstreamTlsContext{Sni: "a.test", CommonTlsContext: &tlsv3.CommonTlsContext{
+		AlpnProtocols:   []string{"istio-peer-exchange", "h2", "http/1.1"},
+		TlsParams:       &tlsv3.TlsParameters{TlsMinimumProtocolVersion: tlsv3.TlsParameters_TLSv1_3},
+		TlsCertificates: []*tlsv3.TlsCertificate{{CertificateChain: inline(certPEM), PrivateKey: inline(keyPEM)}},
+		ValidationContextType: &tlsv3.CommonTlsContext_ValidationContext{ValidationContext: &tlsv3.CertificateValidationContext{
+			TrustedCa: inline(certPEM),
+			MatchTypedSubjectAltNames: []*tlsv3.SubjectAltNameMatcher{{SanType: tlsv3.SubjectAltNameMatcher_URI,
+				Matcher: &matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_Prefix{Prefix: "spiffe://td/ns/a/"}}}}}}}}
+	s, err := decodeUpstreamTLS("transport_socket", upstreamSocket(t, ok))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.sni != "a.test" || !slices.Equal(s.alpn, []string{"h2", "http/1.1"}) || s.minVer != 0x0304 || len(s.certs) != 1 || s.ca == nil || !s.verify || len(s.sans) != 1 {
+		t.Fatalf("decoded %+v", s)
+	}
+	conf, why := s.config(nil, false)
+	if why != "" || !slices.Equal(conf.NextProtos, []string{"http/1.1"}) || conf.ServerName != "a.test" || conf.VerifyConnection == nil {
+		t.Fatalf("config: %q %+v", why, conf)
+	}
+	if conf, _ := s.config(nil, true); !slices.Equal(conf.NextProtos, []string{"h2"}) {
+		t.Fatalf("an HTTP/2 cluster offers %v", conf.NextProtos)
+	}
+
+	// Sextant's ISTIO_MUTUAL cluster: certificate provider instances read as
+	// Istio's SDS names.
+	c := xds.Cluster("default/orders/v1", config.Policy{TLS: &networking.ClientTLSSettings{Mode: networking.ClientTLSSettings_ISTIO_MUTUAL}})
+	spec, err := decodeCluster(c)
+	if err != nil || spec.tls == nil {
+		t.Fatalf("ISTIO_MUTUAL cluster: %v %+v", err, spec)
+	}
+	if got := spec.tls.secrets(); !slices.Equal(got, []string{"default", "ROOTCA"}) {
+		t.Fatalf("ISTIO_MUTUAL secrets %v", got)
+	}
+	if _, why := spec.tls.config(map[string]any{}, true); !strings.Contains(why, `secret "default" not received`) {
+		t.Fatalf("not ready: %q", why)
+	}
+
+	for _, tc := range []struct {
+		mod  func(*tlsv3.UpstreamTlsContext)
+		want string
+	}{
+		{func(u *tlsv3.UpstreamTlsContext) {
+			u.CommonTlsContext.TlsParams = &tlsv3.TlsParameters{TlsMinimumProtocolVersion: tlsv3.TlsParameters_TLSv1_3, TlsMaximumProtocolVersion: tlsv3.TlsParameters_TLSv1_2}
+		}, "tls_params"},
+		{func(u *tlsv3.UpstreamTlsContext) {
+			u.CommonTlsContext.TlsParams = &tlsv3.TlsParameters{CipherSuites: []string{"x"}}
+		}, "cipher_suites"},
+		{func(u *tlsv3.UpstreamTlsContext) {
+			u.CommonTlsContext.ValidationContextType = &tlsv3.CommonTlsContext_ValidationContext{ValidationContext: &tlsv3.CertificateValidationContext{
+				MatchTypedSubjectAltNames: []*tlsv3.SubjectAltNameMatcher{{SanType: tlsv3.SubjectAltNameMatcher_DNS,
+					Matcher: &matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_Exact{Exact: "a"}}}}}}
+		}, "without trusted_ca"},
+		{func(u *tlsv3.UpstreamTlsContext) {
+			u.CommonTlsContext.GetValidationContext().MatchTypedSubjectAltNames[0].SanType = tlsv3.SubjectAltNameMatcher_OTHER_NAME
+		}, "san_type"},
+		{func(u *tlsv3.UpstreamTlsContext) {
+			u.CommonTlsContext.ValidationContextType = &tlsv3.CommonTlsContext_ValidationContextSdsSecretConfig{
+				ValidationContextSdsSecretConfig: &tlsv3.SdsSecretConfig{Name: "ca"}}
+		}, "sds_config"},
+		{func(u *tlsv3.UpstreamTlsContext) {
+			u.CommonTlsContext.GetValidationContext().TrustedCa = inline([]byte("junk"))
+		}, "no PEM certificate"},
+		{func(u *tlsv3.UpstreamTlsContext) {
+			u.CommonTlsContext.TlsCertificateSdsSecretConfigs = []*tlsv3.SdsSecretConfig{{Name: "c", SdsConfig: testADS}}
+		}, "at most one"},
+		{func(u *tlsv3.UpstreamTlsContext) { u.AllowRenegotiation = true }, "allow_renegotiation"},
+		{func(u *tlsv3.UpstreamTlsContext) {
+			u.CommonTlsContext.GetValidationContext().AllowExpiredCertificate = true
+		}, "allow_expired_certificate"},
+	} {
+		u := proto.Clone(ok).(*tlsv3.UpstreamTlsContext)
+		tc.mod(u)
+		if _, err := decodeUpstreamTLS("transport_socket", upstreamSocket(t, u)); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("want an error naming %q, got %v", tc.want, err)
+		}
+	}
+}
