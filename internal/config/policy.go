@@ -26,6 +26,9 @@ type Policy struct {
 	// TLS is how clients reach the service, nil for plaintext (a
 	// trafficPolicy.tls of mode ISTIO_MUTUAL: the mesh's mutual TLS).
 	TLS *networking.ClientTLSSettings
+	// TLSNamespace is where TLS's credentialName is (the DestinationRule's
+	// namespace).
+	TLSNamespace string
 }
 
 // EffectivePolicy returns the policy of subset ("" for the whole service)
@@ -81,6 +84,9 @@ func EffectivePolicy(dr *Object, subset string) Policy {
 	}
 	if p.TLS.GetMode() == networking.ClientTLSSettings_DISABLE {
 		p.TLS = nil
+	}
+	if p.TLS != nil {
+		p.TLSNamespace = dr.Namespace
 	}
 	return p
 }
