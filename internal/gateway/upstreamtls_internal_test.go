@@ -11,6 +11,7 @@ import (
 	matcher "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sextant-mesh/sextant/internal/config"
 	"github.com/sextant-mesh/sextant/internal/secret/secrettest"
@@ -109,6 +110,46 @@ func TestUpstreamTLSTranslation(t *testing.T) {
 		tc.mod(u)
 		if _, err := decodeUpstreamTLS("transport_socket", upstreamSocket(t, u)); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("want an error naming %q, got %v", tc.want, err)
+		}
+	}
+}
+
+// TestControlPlaneUpstreamTLS: the gateway reads what Sextant's control
+// plane publishes for DestinationRule tls SIMPLE and MUTUAL.
+func TestControlPlaneUpstreamTLS(t *testing.T) {
+	for _, tc := range []struct {
+		tls     *networking.ClientTLSSettings
+		http2   bool
+		secrets []string
+		sans    int
+		verify  bool
+		alpn    string
+	}{
+		{&networking.ClientTLSSettings{Mode: networking.ClientTLSSettings_SIMPLE, CredentialName: "orders-ca", Sni: "orders.internal"}, false,
+			[]string{"shop/orders-ca-cacert"}, 1, true, "http/1.1"},
+		{&networking.ClientTLSSettings{Mode: networking.ClientTLSSettings_MUTUAL, CredentialName: "client",
+			SubjectAltNames: []string{"spiffe://td/ns/shop/sa/billing", "billing.internal"}}, true,
+			[]string{"shop/client", "shop/client-cacert"}, 2, true, "h2"},
+		{&networking.ClientTLSSettings{Mode: networking.ClientTLSSettings_SIMPLE, InsecureSkipVerify: wrapperspb.Bool(true)}, false,
+			nil, 0, false, "http/1.1"},
+		{&networking.ClientTLSSettings{Mode: networking.ClientTLSSettings_SIMPLE}, false, nil, 0, true, "http/1.1"}, // system roots
+	} {
+		spec, err := decodeCluster(xds.Cluster("default/orders", config.Policy{TLS: tc.tls, TLSNamespace: "shop", HTTP2: tc.http2}))
+		if err != nil || spec.tls == nil || spec.unsupported != "" {
+			t.Fatalf("%v: %v %+v", tc.tls, err, spec)
+		}
+		if got := spec.tls.secrets(); !slices.Equal(got, tc.secrets) || len(spec.tls.sans) != tc.sans || spec.tls.verify != tc.verify {
+			t.Errorf("%v: secrets %v sans %d verify %v", tc.tls, got, len(spec.tls.sans), spec.tls.verify)
+		}
+		if spec.tls.sni != tc.tls.Sni || spec.h2c != tc.http2 {
+			t.Errorf("%v: sni %q h2 %v", tc.tls, spec.tls.sni, spec.h2c)
+		}
+		if len(spec.tls.sans) == 2 && (spec.tls.sans[0].typ != "URI" || spec.tls.sans[1].typ != "DNS") {
+			t.Errorf("SAN types %q %q", spec.tls.sans[0].typ, spec.tls.sans[1].typ)
+		}
+		conf, _ := spec.tls.config(map[string]any{}, spec.h2c)
+		if conf != nil && conf.NextProtos[0] != tc.alpn {
+			t.Errorf("%v: ALPN %v", tc.tls, conf.NextProtos)
 		}
 	}
 }
