@@ -37,6 +37,7 @@ type gatewayFlags struct {
 	token, caFile            string
 	certFile, keyFile        string
 	adminACL                 bool
+	identityNS, identitySA   string
 	maxBody                  int
 	noRecords                bool
 	retainAge                time.Duration
@@ -86,6 +87,8 @@ finish (up to --drain), then flushes the call log. See docs/gateway.md.`,
 	fl.StringVar(&f.certFile, "cert-file", "", "client certificate (PEM) for mutual TLS")
 	fl.StringVar(&f.keyFile, "key-file", "", "client key (PEM) for mutual TLS")
 	fl.BoolVar(&f.adminACL, "admin-acl", false, "check every admin request's bearer token with the server at --registry (calls need instances:read on their namespace; config and metrics need push:read)")
+	fl.StringVar(&f.identityNS, "identity-namespace", "", "get this gateway's workload identity (for DestinationRules' tls ISTIO_MUTUAL) for this namespace from the server at --registry; the token needs identity:write on it")
+	fl.StringVar(&f.identitySA, "identity-service-account", "sextant-gateway", "the service account of --identity-namespace's identity")
 	fl.IntVar(&f.maxBody, "max-request-bytes", 0, "largest request body accepted (413 beyond); 0: no limit (bodies stream)")
 	fl.BoolVar(&f.noRecords, "no-call-log", false, "do not record calls")
 	fl.DurationVar(&f.retainAge, "retain", 7*24*time.Hour, "delete call records older than this")
@@ -162,6 +165,18 @@ func runGateway(ctx context.Context, f gatewayFlags) error {
 		}
 		authorize = newServerAuthorizer(rc, 5*time.Second).authorize
 	}
+	if f.identityNS != "" {
+		if f.registry == "" {
+			return errors.New("--identity-namespace gets the identity from the server at --registry: set --registry")
+		}
+		rc, err := f.registryClient(tlsCfg)
+		if err != nil {
+			return err
+		}
+		dir := filepath.Join(f.data, "identity")
+		ilog := log.With("component", "identity")
+		lc.start("identity", false, func(ctx context.Context) error { return keepGatewayIdentity(ctx, rc, g, f, dir, ilog) })
+	}
 	conn, err := grpc.NewClient(f.xds, dialOpts...)
 	if err != nil {
 		return fmt.Errorf("--xds %q: %w", f.xds, err)
@@ -232,6 +247,33 @@ func runGateway(ctx context.Context, f gatewayFlags) error {
 	}
 	log.Info("stopped")
 	return failure
+}
+
+// keepGatewayIdentity keeps the gateway's workload identity fresh (as
+// "sextant identity agent" does: a new certificate at half its lifetime and
+// when the authority's roots change; the key made here, kept in dir) until
+// ctx ends, retrying with backoff while the server cannot give one.
+func keepGatewayIdentity(ctx context.Context, rc *client.Client, g *gateway.Gateway, f gatewayFlags, dir string, log *slog.Logger) error {
+	backoff := time.Second
+	for {
+		err := rc.KeepIdentity(ctx, f.identityNS, f.identitySA, dir, 0, 0, func(c client.Certificate) {
+			if err := g.SetIdentity([]byte(c.CertificateChain), []byte(c.KeyPEM), []byte(c.Bundle)); err != nil {
+				log.Error("identity not applied", "err", err)
+				return
+			}
+			log.Info("identity", "id", c.Identity, "not_after", c.NotAfter)
+		}, func(err error) { log.Warn("identity renewal failed (retrying)", "err", err) })
+		if ctx.Err() != nil {
+			return nil
+		}
+		log.Warn("no identity yet (retrying)", "err", err, "in", backoff)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 30*time.Second)
+	}
 }
 
 // registryClient is a client of the server at --registry with the

@@ -77,8 +77,12 @@ type Gateway struct {
 	// and guards the fields below.
 	mu       sync.Mutex
 	clusters map[string]*clusterRT
-	applied  appliedConfig
-	xds      func() xdsclient.Status
+	// The secrets TLS clusters read: SDS's, and the gateway's identity
+	// (identity.go). Under mu.
+	sdsSecrets map[string]any
+	identity   map[string]any
+	applied    appliedConfig
+	xds        func() xdsclient.Status
 
 	srvMu sync.Mutex
 	srv   *fasthttp.Server
@@ -207,13 +211,11 @@ func (g *Gateway) Update(s xdsclient.State) (map[string][]string, error) {
 	for _, name := range names {
 		if rt := next[name]; rt != nil && rt.tls != nil {
 			want[SecretType] = append(want[SecretType], rt.spec.tls.secrets()...)
-			conf, why := rt.spec.tls.config(s[SecretType], rt.spec.h2c)
-			rt.tls.set(conf, why)
-			if why != "" {
-				g.log.Info("gateway: TLS cluster waits for its secrets", "cluster", name, "reason", why)
-			}
 		}
 	}
+	// Before the table that routes to them is swapped in.
+	g.sdsSecrets = s[SecretType]
+	g.refreshUpstreamTLS(next)
 	tb := newTable(rc, next)
 	tb.unsupported = unsupported
 	if ls != nil {

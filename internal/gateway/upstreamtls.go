@@ -114,11 +114,11 @@ func decodeUpstreamTLS(path string, ts *core.TransportSocket) (*upstreamTLSSpec,
 		spec.certSecrets = append(spec.certSecrets, n)
 	}
 	// A certificate provider instance (what Sextant's control plane names
-	// for proxyless clients, gRFC A29) is read as the SDS secret of its
-	// certificate name: Istio's "default" and "ROOTCA", which a control
-	// plane sends a gateway on its ADS stream.
+	// for the mesh's mutual TLS, gRFC A29) is the gateway's own identity
+	// (identity.go): its certificate "default" and roots "ROOTCA", as
+	// Istio names them.
 	if pi := c.GetTlsCertificateProviderInstance(); pi != nil {
-		spec.certSecrets = append(spec.certSecrets, providerSecret(pi, "default"))
+		spec.certSecrets = append(spec.certSecrets, providerPrefix+providerSecret(pi, "default"))
 	}
 	if len(spec.certs)+len(spec.certSecrets) > 1 {
 		return nil, fieldErr(cp+".tls_certificates", "%d client certificates: at most one", len(spec.certs)+len(spec.certSecrets))
@@ -134,7 +134,7 @@ func decodeUpstreamTLS(path string, ts *core.TransportSocket) (*upstreamTLSSpec,
 		p := cp + ".validation_context"
 		switch {
 		case dv.GetCaCertificateProviderInstance() != nil:
-			spec.caSecret = providerSecret(dv.GetCaCertificateProviderInstance(), "ROOTCA")
+			spec.caSecret = providerPrefix + providerSecret(dv.GetCaCertificateProviderInstance(), "ROOTCA")
 		case dv.GetTrustedCa() != nil:
 			pool, err := upstreamCA(p+".trusted_ca", dv.GetTrustedCa())
 			if err != nil {
@@ -325,7 +325,7 @@ func (t *upstreamTLSSpec) config(secrets map[string]any, h2 bool) (*tls.Config, 
 		sec, ok := secrets[n].(*secretSpec)
 		switch {
 		case !ok:
-			return nil, fmt.Sprintf("secret %q not received", n)
+			return nil, secretLabel(n)
 		case sec.cert == nil:
 			return nil, fmt.Sprintf("secret %q holds no tls_certificate", n)
 		}
@@ -336,7 +336,7 @@ func (t *upstreamTLSSpec) config(secrets map[string]any, h2 bool) (*tls.Config, 
 		sec, ok := secrets[t.caSecret].(*secretSpec)
 		switch {
 		case !ok:
-			return nil, fmt.Sprintf("secret %q not received", t.caSecret)
+			return nil, secretLabel(t.caSecret)
 		case sec.ca == nil:
 			return nil, fmt.Sprintf("secret %q holds no validation_context", t.caSecret)
 		}
@@ -444,11 +444,13 @@ func handshakeErr(err error) error {
 	return err
 }
 
-// secrets names the SDS secrets the context needs.
+// secrets names the SDS secrets the context needs (not the identity's).
 func (t *upstreamTLSSpec) secrets() []string {
-	out := slices.Clone(t.certSecrets)
-	if t.caSecret != "" {
-		out = append(out, t.caSecret)
+	var out []string
+	for _, n := range append(slices.Clone(t.certSecrets), t.caSecret) {
+		if n != "" && !strings.HasPrefix(n, providerPrefix) {
+			out = append(out, n)
+		}
 	}
 	return out
 }

@@ -66,10 +66,10 @@ func TestUpstreamTLSTranslation(t *testing.T) {
 	if err != nil || spec.tls == nil {
 		t.Fatalf("ISTIO_MUTUAL cluster: %v %+v", err, spec)
 	}
-	if got := spec.tls.secrets(); !slices.Equal(got, []string{"default", "ROOTCA"}) {
-		t.Fatalf("ISTIO_MUTUAL secrets %v", got)
+	if got := spec.tls.secrets(); len(got) != 0 || !slices.Equal(spec.tls.certSecrets, []string{"provider:default"}) || spec.tls.caSecret != "provider:ROOTCA" {
+		t.Fatalf("ISTIO_MUTUAL: SDS secrets %v, identity %v %q", got, spec.tls.certSecrets, spec.tls.caSecret)
 	}
-	if _, why := spec.tls.config(map[string]any{}, true); !strings.Contains(why, `secret "default" not received`) {
+	if _, why := spec.tls.config(map[string]any{}, true); !strings.Contains(why, "the gateway's identity (default) not set") {
 		t.Fatalf("not ready: %q", why)
 	}
 
