@@ -115,6 +115,9 @@ func decodeCluster(c *cluster.Cluster) (*clusterSpec, error) {
 			return s, nil
 		}
 		s.tls = t
+		if len(t.certs) > 0 {
+			s.raw = redactClusterKeys(c)
+		}
 	}
 	if d := c.GetConnectTimeout(); d != nil {
 		t, err := duration(d, "connect_timeout")

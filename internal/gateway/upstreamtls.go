@@ -14,11 +14,13 @@ import (
 	"sync/atomic"
 	"time"
 
+	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	matcher "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
 )
 
 const upstreamTLSTypeURL = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext"
@@ -453,4 +455,23 @@ func (t *upstreamTLSSpec) secrets() []string {
 		}
 	}
 	return out
+}
+
+// redactClusterKeys returns c with the private keys of its inline client
+// certificates redacted, for /v1/config (as secrets are).
+func redactClusterKeys(c *cluster.Cluster) *cluster.Cluster {
+	red := proto.Clone(c).(*cluster.Cluster)
+	u := new(tlsv3.UpstreamTlsContext)
+	if err := red.GetTransportSocket().GetTypedConfig().UnmarshalTo(u); err != nil {
+		return red
+	}
+	for _, tc := range u.GetCommonTlsContext().GetTlsCertificates() {
+		tc.PrivateKey = &core.DataSource{Specifier: &core.DataSource_InlineString{InlineString: "[redacted]"}}
+	}
+	a, err := anypb.New(u)
+	if err != nil {
+		return red
+	}
+	red.TransportSocket.ConfigType = &core.TransportSocket_TypedConfig{TypedConfig: a}
+	return red
 }

@@ -6,9 +6,11 @@ import (
 	"testing"
 	"time"
 
+	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	matcher "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -50,6 +52,10 @@ func TestUpstreamTLSTranslation(t *testing.T) {
 	}
 	if s.sni != "a.test" || !slices.Equal(s.alpn, []string{"h2", "http/1.1"}) || s.minVer != 0x0304 || len(s.certs) != 1 || s.ca == nil || !s.verify || len(s.sans) != 1 {
 		t.Fatalf("decoded %+v", s)
+	}
+	cl := &cluster.Cluster{Name: "c", ClusterDiscoveryType: &cluster.Cluster_Type{Type: cluster.Cluster_STATIC}, TransportSocket: upstreamSocket(t, ok)}
+	if cs, err := decodeCluster(cl); err != nil || strings.Contains(protojson.Format(cs.raw), "PRIVATE KEY") || !strings.Contains(protojson.Format(cs.raw), "[redacted]") {
+		t.Fatalf("an inline client key is shown in /v1/config: %v", err)
 	}
 	conf, why := s.config(nil, false)
 	if why != "" || !slices.Equal(conf.NextProtos, []string{"http/1.1"}) || conf.ServerName != "a.test" || conf.VerifyConnection == nil {

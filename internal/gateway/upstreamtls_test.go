@@ -22,12 +22,15 @@ import (
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	matcher "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sextant-mesh/sextant/internal/gateway"
 )
@@ -284,5 +287,51 @@ func TestUpstreamTLSH2(t *testing.T) {
 	resp, err := c.UnaryCall(callCtx(t, ""), &testgrpc.SimpleRequest{Payload: &testgrpc.Payload{Body: []byte("hi")}})
 	if err != nil || string(resp.GetPayload().GetBody()) != "tls-grpc:hi" {
 		t.Fatalf("a gRPC call over TLS: %v %q", err, resp.GetPayload().GetBody())
+	}
+}
+
+// TestUpstreamTLSFailureRetriedAndEjected: an endpoint whose certificate
+// fails verification is a connect failure: the route's retry policy
+// (connect-failure, another host) sends the call to the good endpoint, and
+// outlier detection (local-origin failures) ejects the bad one.
+func TestUpstreamTLSFailureRetriedAndEjected(t *testing.T) {
+	ca, other := newPKI(t), newPKI(t)
+	gc, gk := ca.issue(t, false, "orders.internal")
+	bc, bk := other.issue(t, false, "orders.internal")
+	good := startTLSUpstream(t, "good", keyPair(t, gc, gk), nil, false)
+	bad := startTLSUpstream(t, "bad", keyPair(t, bc, bk), nil, false)
+	r := prefixRoute("/", "orders")
+	r.GetRoute().RetryPolicy = &route.RetryPolicy{RetryOn: "connect-failure", NumRetries: wrapperspb.UInt32(2),
+		RetryHostPredicate:            []*route.RetryPolicy_RetryHostPredicate{{Name: "envoy.retry_host_predicates.previous_hosts"}},
+		HostSelectionRetryMaxAttempts: 5}
+	c := tlsCluster(edsCluster("orders"), &tlsv3.UpstreamTlsContext{CommonTlsContext: &tlsv3.CommonTlsContext{
+		ValidationContextType: sdsValidation("ca")}})
+	c.OutlierDetection = &cluster.OutlierDetection{SplitExternalLocalOriginErrors: true, ConsecutiveLocalOriginFailure: wrapperspb.UInt32(2),
+		BaseEjectionTime: durationpb.New(time.Minute), MaxEjectionPercent: wrapperspb.UInt32(50)}
+	cp := startControlPlane(t, "")
+	cp.set(rdsListener("gw", "r"), routeConfig("r", vhost("all", []string{"*"}, r)), c,
+		assignment("orders", ep{u: good}, ep{u: bad}), caSecret("ca", ca.pem))
+	g := startGateway(t, cp.addr)
+	g.waitServes(t, "/", "upstream=good")
+	for i := range 20 {
+		if code, body, _ := g.get(t, "/"); code != 200 || !strings.HasPrefix(body, "upstream=good") {
+			t.Fatalf("call %d: %d %q", i, code, body)
+		}
+	}
+	if bad.calls.Load() != 0 {
+		t.Fatalf("the endpoint with an untrusted certificate got %d calls", bad.calls.Load())
+	}
+	waitFor(t, "the bad endpoint ejected", func() bool {
+		return metric(t, g, `sextant_gateway_endpoint_ejected{cluster="orders",endpoint="`+bad.addr+`"}`) == 1
+	})
+	retried := 0
+	waitFor(t, "the call records", func() bool { return len(g.calls(t, "orders")) >= 20 })
+	for _, c := range g.calls(t, "orders") {
+		if c.Retries > 0 && c.Status == 200 {
+			retried++
+		}
+	}
+	if retried == 0 {
+		t.Fatal("no call was retried after a TLS failure")
 	}
 }
