@@ -45,3 +45,23 @@ func TestCASecret(t *testing.T) {
 		t.Fatalf("an expired stored CA: %v", err)
 	}
 }
+
+// FuzzNewCA: a CA bundle from users is outside input; NewCA never panics,
+// and what it accepts round-trips through the store's encoding.
+func FuzzNewCA(f *testing.F) {
+	cert, key := pair(f, time.Now().Add(time.Hour), "ca.test")
+	f.Add(cert)
+	f.Add(append(append([]byte{}, cert...), cert...))
+	f.Add(key)
+	f.Add([]byte("-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n"))
+	f.Fuzz(func(t *testing.T, ca []byte) {
+		s, err := NewCA("default", "f", ca, time.Now())
+		if err != nil {
+			return
+		}
+		back, err := Decode(s.Encode(), 1)
+		if err != nil || back.Info().Fingerprint != s.Info().Fingerprint || back.Type != TypeCA {
+			t.Fatalf("accepted CA secret does not round-trip: %v", err)
+		}
+	})
+}
