@@ -47,6 +47,11 @@ and sextant-tls (the gateway's --tls-listen, its certificate by SDS), with one
 ECDSA P-256 certificate, TLS 1.3 AES-128-GCM, keep-alive connections; the
 answer adds their ratio and sextant-tls against plaintext sextant.
 
+Scenario "upstream-tls" puts nginx (proxy_ssl: the CA verified, sessions
+reused, upstream keep-alive) and the gateway (a cluster with an
+UpstreamTlsContext, the CA by SDS) in front of one Go HTTPS upstream, TLS 1.3
+AES-128-GCM, and drives each in plaintext with wrk in alternating rounds.
+
 Scenario "config" publishes --updates route changes through go-control-plane's
 ADS server and times each until the new route serves.
 
@@ -59,7 +64,8 @@ Everything shares this machine's cores: compare figures within one run.`,
   sextant bench gateway --proxies direct,nginx,haproxy,sextant --duration 10s --rounds 3
   sextant bench gateway --proxies nginx,sextant,nginx-tls,sextant-tls --rounds 3
   sextant bench gateway --scenario race
-  sextant bench gateway --scenario stream --body-size 268435456`,
+  sextant bench gateway --scenario stream --body-size 268435456
+  sextant bench gateway --scenario upstream-tls --duration 5s --rounds 3`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			enc := json.NewEncoder(cmd.OutOrStdout())
@@ -75,6 +81,17 @@ Everything shares this machine's cores: compare figures within one run.`,
 				}
 				cfg.Progress = cmd.ErrOrStderr()
 				res, err := benchgw.Run(cmd.Context(), cfg)
+				if err != nil {
+					return err
+				}
+				return enc.Encode(res)
+			case "upstream-tls":
+				bin, err := os.Executable()
+				if err != nil {
+					return err
+				}
+				cfg.Binary, cfg.Progress = bin, cmd.ErrOrStderr()
+				res, err := benchgw.RunUpstreamTLS(cmd.Context(), cfg)
 				if err != nil {
 					return err
 				}
@@ -133,11 +150,11 @@ Everything shares this machine's cores: compare figures within one run.`,
 				}
 				return enc.Encode(out)
 			}
-			return fmt.Errorf("unknown --scenario %q: throughput, stream, race or config", scenario)
+			return fmt.Errorf("unknown --scenario %q: throughput, stream, upstream-tls, race or config", scenario)
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&scenario, "scenario", "throughput", "throughput, stream, race or config")
+	fl.StringVar(&scenario, "scenario", "throughput", "throughput, stream, upstream-tls, race or config")
 	fl.Int64Var(&stream.Size, "body-size", 1<<30, "stream: bytes uploaded and downloaded through each proxy")
 	fl.IntVar(&updates, "updates", 200, "config: route changes published")
 	fl.StringVar(&proxies, "proxies", "", "comma-separated proxies (default: "+strings.Join(benchgw.AllProxies, ",")+")")
