@@ -61,13 +61,18 @@ The proxy listens on --listen, and serves TLS (HTTP/1.1 and HTTP/2 by ALPN,
 the certificate chosen by SNI, certificates by SDS; or passed through unopened
 to an endpoint, by SNI) on each --tls-listen, with the TLS listener on that
 port; the admin API (/metrics, /v1/config, /v1/calls, /v1/calls/stats) on
---admin. Until the first config arrives every call is
-answered 503; while the control plane is unreachable the last good config keeps
-serving. On SIGINT or SIGTERM the gateway stops accepting, lets calls in flight
-finish (up to --drain), then flushes the call log. See docs/gateway.md.`,
+--admin. Clusters with a TLS transport socket (a DestinationRule's tls SIMPLE,
+MUTUAL or ISTIO_MUTUAL) are called over TLS; for ISTIO_MUTUAL the gateway
+needs its own workload identity: --identity-namespace gets it from the
+server at --registry and keeps it fresh. Until the first config arrives every
+call is answered 503; while the control plane is unreachable the last good
+config keeps serving. On SIGINT or SIGTERM the gateway stops accepting, lets
+calls in flight finish (up to --drain), then flushes the call log. See
+docs/gateway.md.`,
 		Example: `  sextant gateway --xds 127.0.0.1:7402 --listen 127.0.0.1:8080 --admin 127.0.0.1:7403 --data ./gateway-data
   sextant gateway --xds cp:7402 --registry http://127.0.0.1:7400   # register as service sextant-gateway
-  sextant gateway --xds cp:7402 --listen 0.0.0.0:8080 --tls-listen 0.0.0.0:8443   # an Istio Gateway's servers on 8080 and 8443`,
+  sextant gateway --xds cp:7402 --listen 0.0.0.0:8080 --tls-listen 0.0.0.0:8443   # an Istio Gateway's servers on 8080 and 8443
+  sextant gateway --xds cp:7402 --registry http://cp:7400 --identity-namespace edge   # mesh identity for ISTIO_MUTUAL`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runGateway(cmd.Context(), f) },
 	}
