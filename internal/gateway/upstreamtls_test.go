@@ -31,8 +31,11 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+	networking "istio.io/api/networking/v1"
 
+	"github.com/sextant-mesh/sextant/internal/config"
 	"github.com/sextant-mesh/sextant/internal/gateway"
+	"github.com/sextant-mesh/sextant/internal/xds"
 )
 
 // issueURI returns a certificate (PEM) and key for a SPIFFE-style URI SAN
@@ -333,5 +336,38 @@ func TestUpstreamTLSFailureRetriedAndEjected(t *testing.T) {
 	}
 	if retried == 0 {
 		t.Fatal("no call was retried after a TLS failure")
+	}
+}
+
+// TestUpstreamTLSIdentity: Sextant's ISTIO_MUTUAL cluster (certificate
+// provider instances) uses the gateway's identity: 503 naming it until
+// SetIdentity, then the endpoint, which requires a mesh client
+// certificate, answers; a new identity reaches new connections.
+func TestUpstreamTLSIdentity(t *testing.T) {
+	ca := newPKI(t)
+	sc, sk := ca.issueURI(t, "spiffe://td/ns/default/sa/orders")
+	u := startTLSUpstream(t, "mesh", keyPair(t, sc, sk), ca.pool, false)
+	c := edsCluster("m")
+	c.TransportSocket = xds.Cluster("default/orders", config.Policy{TLS: &networking.ClientTLSSettings{Mode: networking.ClientTLSSettings_ISTIO_MUTUAL}}).TransportSocket
+	cp := startControlPlane(t, "")
+	cp.set(rdsListener("gw", "r"), routeConfig("r", vhost("all", []string{"*"}, prefixRoute("/", "m"))), c, assignment("m", ep{u: u}))
+	g := startGateway(t, cp.addr)
+	g.waitEndpoints(t, 1)
+	code, body, h := g.get(t, "/")
+	if code != 503 || h.Get(gateway.ErrorHeader) != "tls_failure" || !strings.Contains(body, "the gateway's identity (default) not set") {
+		t.Fatalf("without an identity: %d %q", code, body)
+	}
+	gc, gk := ca.issueURI(t, "spiffe://td/ns/edge/sa/gateway")
+	if err := g.g.SetIdentity(gc, gk, ca.pem); err != nil {
+		t.Fatal(err)
+	}
+	g.waitServes(t, "/", "client="+keyPair(t, gc, gk).Leaf.SerialNumber.String())
+	gc2, gk2 := ca.issueURI(t, "spiffe://td/ns/edge/sa/gateway")
+	if err := g.g.SetIdentity(gc2, gk2, ca.pem); err != nil {
+		t.Fatal(err)
+	}
+	g.waitServes(t, "/", "client="+keyPair(t, gc2, gk2).Leaf.SerialNumber.String()) // the upstream closes every 10th connection
+	if err := g.g.SetIdentity(gc2, gc2, ca.pem); err == nil {
+		t.Fatal("a certificate as its own key was accepted")
 	}
 }
