@@ -150,7 +150,7 @@ func (g *Gateway) proxyH2(w http.ResponseWriter, hr *http.Request, ctx *fasthttp
 		} else {
 			actx, cancel = context.WithCancel(actx)
 		}
-		out := &http.Request{Method: hr.Method, URL: &url.URL{Scheme: "http", Host: ep.addr, Opaque: uri},
+		out := &http.Request{Method: hr.Method, URL: &url.URL{Scheme: h2.scheme, Host: ep.addr, Opaque: uri},
 			Header: hdr, Host: host, ContentLength: hr.ContentLength, Body: http.NoBody}
 		if body != nil {
 			out.Body = body.attempt()

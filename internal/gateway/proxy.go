@@ -45,6 +45,7 @@ const (
 	reasonShed            = "shed"
 	reasonTimeout         = "upstream_timeout"
 	reasonConnect         = "connect_failure"
+	reasonTLS             = "tls_failure" // the TLS handshake with an endpoint failed
 	reasonReset           = "upstream_reset"
 	reasonTooLarge        = "response_too_large"
 	reasonOverflow        = "pool_overflow"
@@ -461,7 +462,10 @@ func classify(err error, status int) (balancer.Outcome, string) {
 		return balancer.Success, ""
 	}
 	var op *net.OpError
+	var te *tlsError
 	switch {
+	case errors.As(err, &te):
+		return balancer.Unreachable, reasonTLS
 	case errors.Is(err, fasthttp.ErrTimeout), errors.Is(err, os.ErrDeadlineExceeded), errors.Is(err, context.DeadlineExceeded):
 		return balancer.Timeout, reasonTimeout
 	case errors.Is(err, fasthttp.ErrDialTimeout), errors.As(err, &op) && op.Op == "dial":
@@ -484,7 +488,7 @@ func (s *retrySpec) retriable(reason string, status, grpc int) bool {
 	}
 	switch reason {
 	case "":
-	case reasonConnect:
+	case reasonConnect, reasonTLS:
 		return s.on&(retry5xx|retryGatewayError|retryConnectFailure|retryReset) != 0
 	case reasonReset, reasonTimeout:
 		// The upstream may have acted on the request: only the conditions
@@ -542,6 +546,9 @@ func replyFor(reason, cluster string, err error) (int, string) {
 		return fasthttp.StatusGatewayTimeout, "cluster " + q + ": upstream timeout"
 	case reasonConnect:
 		return fasthttp.StatusBadGateway, "cluster " + q + ": connect failure: " + err.Error()
+	case reasonTLS:
+		// 503 as Envoy answers a failed upstream TLS handshake.
+		return fasthttp.StatusServiceUnavailable, "cluster " + q + ": TLS handshake failed: " + err.Error()
 	case reasonTooLarge:
 		return fasthttp.StatusBadGateway, "cluster " + q + ": upstream response larger than the limit"
 	case reasonTooLargeIn:

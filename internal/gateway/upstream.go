@@ -91,6 +91,9 @@ func roundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Re
 			b.r, b.chunked, b.br = httputil.NewChunkedReader(br), true, br
 		default: // no length: the body ends with the connection
 			b.r, b.left, closeConn, cl = br, -1, true, -1
+			if !resp.Header.IsHTTP11() {
+				asHTTP11(&resp.Header)
+			}
 		}
 		b.release = func(reuse bool) {
 			hc.ReleaseReader(br)
@@ -110,6 +113,27 @@ func roundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Re
 		hc.ReleaseConn(cc)
 	}
 	return false, nil
+}
+
+// asHTTP11 makes an HTTP/1.0 answer's head an HTTP/1.1 one: the server
+// sends a body of unknown length to the client chunked, which an HTTP/1.0
+// head would leave without its Transfer-Encoding (the client then waits
+// for a close that never comes on a keep-alive connection). Go's TLS server
+// answers a plaintext request so ("HTTP/1.0 400 ... to an HTTPS server").
+func asHTTP11(h *fasthttp.ResponseHeader) {
+	code, msg := h.StatusCode(), append([]byte(nil), h.StatusMessage()...)
+	var kv [][2][]byte
+	for k, v := range h.All() {
+		kv = append(kv, [2][]byte{append([]byte(nil), k...), append([]byte(nil), v...)})
+	}
+	h.Reset()
+	h.DisableNormalizing()
+	h.SetNoDefaultContentType(true)
+	h.SetStatusCode(code)
+	h.SetStatusMessage(msg)
+	for _, p := range kv {
+		h.AddBytesKV(p[0], p[1])
+	}
 }
 
 func timeoutErr(err error) error {

@@ -266,6 +266,8 @@ func tlsListener(name string, p *port, vss []*config.Entry, secretOf func(ns, na
 		sec := secretOf(sv.gw.Namespace, t.GetCredentialName())
 		if sec == nil {
 			warns = append(warns, fmt.Sprintf("%s: credentialName %q: no such secret in namespace %s (sextant secret create tls); its handshakes fail until it exists", sv.path, t.GetCredentialName(), sv.gw.Namespace))
+		} else if sec.Type != secret.TypeTLS {
+			warns = append(warns, fmt.Sprintf("%s: credentialName %q: a %s secret; a server needs a certificate and key (sextant secret create tls); its handshakes fail until it has one", sv.path, t.GetCredentialName(), sec.Type))
 		} else {
 			secrets[cert] = certSecret(cert, sec)
 			if na := sec.Info().NotAfter; time.Now().After(na) {
@@ -281,12 +283,12 @@ func tlsListener(name string, p *port, vss []*config.Entry, secretOf func(ns, na
 				CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{
 					DefaultValidationContext:         &tlsv3.CertificateValidationContext{},
 					ValidationContextSdsSecretConfig: &tlsv3.SdsSecretConfig{Name: cert + CASuffix, SdsConfig: ads}}}
-			switch {
-			case sec != nil && len(sec.CA) == 0:
-				warns = append(warns, fmt.Sprintf("%s: mode %s: secret %s has no CA (create it with --ca); its handshakes fail until it has one", sv.path, mode, cert))
+			// The secret's ca.crt, else the secret NAME-cacert's (Istio's).
+			switch ca := caOf(secretOf, sv.gw.Namespace, t.GetCredentialName()); {
+			case ca != nil:
+				secrets[cert+CASuffix] = caSecret(cert+CASuffix, ca)
 			case sec != nil:
-				secrets[cert+CASuffix] = &tlsv3.Secret{Name: cert + CASuffix, Type: &tlsv3.Secret_ValidationContext{ValidationContext: &tlsv3.CertificateValidationContext{
-					TrustedCa: &corev3.DataSource{Specifier: &corev3.DataSource_InlineBytes{InlineBytes: sec.CA}}}}}
+				warns = append(warns, fmt.Sprintf("%s: mode %s: secret %s has no CA (create it with --ca, or a ca secret %s%s); its handshakes fail until it has one", sv.path, mode, cert, t.GetCredentialName(), CASuffix))
 			}
 		}
 		da, _ := anypb.New(d)

@@ -285,7 +285,7 @@ func Cluster(name string, p config.Policy) *clusterv3.Cluster {
 	if od := p.Outlier; od != nil {
 		c.OutlierDetection = outlier(od)
 	}
-	setClusterTLS(c, p.TLS)
+	setClusterTLS(c, p.TLS, p.TLSNamespace)
 	c.HealthChecks = healthChecks(p.HealthCheck)
 	return c
 }
