@@ -42,8 +42,8 @@ a fresh database: it must hold no instances). The scenario is written to
 the first server (A) over its HTTP API; the subscribers are spread round
 robin over the servers' xDS ports; instances go down and up at --churn per
 second (open loop, up to 16 writes in flight; skipped_ticks counts the ticks
-that found 16 out), each written to A only, and the figures are the time from before
-the write until every subscriber on every server had it, also per server
+that found 16 out), each written to A only, and the figures are the time from
+before the write until every subscriber on every server had it, also per server
 (per_server, A first). --subscribers defaults to 100 per server here; there
 is no config churn in this mode. Each server serves ADS from its own
 catalog, which follows the database (docs/cluster.md); --server-bin runs

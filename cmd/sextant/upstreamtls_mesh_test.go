@@ -21,6 +21,13 @@ import (
 // and getting its workload identity (--identity-namespace edge).
 func startMeshIdentity(t *testing.T) (api *client.Client, proxy string) {
 	t.Helper()
+	return startMeshIdentityTLS(t, "")
+}
+
+// startMeshIdentityTLS is startMeshIdentity with the gateway also serving
+// TLS on tlsAddr ("": none).
+func startMeshIdentityTLS(t *testing.T, tlsAddr string) (api *client.Client, proxy string) {
+	t.Helper()
 	httpAddr, xdsAddr := freeAddr(t), freeAddr(t)
 	proxy, admin := freeAddr(t), freeAddr(t)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -33,7 +40,7 @@ func startMeshIdentity(t *testing.T) (api *client.Client, proxy string) {
 	gctx, gcancel := context.WithCancel(context.Background())
 	go func() {
 		gatewayDone <- runGateway(gctx, gatewayFlags{xds: xdsAddr, listen: proxy, admin: admin, registry: "http://" + httpAddr,
-			identityNS: "edge", identitySA: "sextant-gateway",
+			identityNS: "edge", identitySA: "sextant-gateway", tlsListen: tlsListen(tlsAddr),
 			data: filepath.Join(t.TempDir(), "gw"), node: "mesh-identity-gateway", service: "sextant-gateway",
 			maxBody: 1 << 20, retainAge: time.Hour, retainBytes: 1 << 30, drain: 5 * time.Second,
 			logFormat: "text", logLevel: "error"})
@@ -52,6 +59,14 @@ func startMeshIdentity(t *testing.T) (api *client.Client, proxy string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	waitTrue(t, 30*time.Second, func() bool {
+		resp, err := http.Get("http://" + httpAddr + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
 	return c, proxy
 }
 

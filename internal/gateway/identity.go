@@ -8,10 +8,10 @@ import (
 	"strings"
 )
 
-// The gateway's own workload identity (a DestinationRule's ISTIO_MUTUAL):
-// a cluster's certificate provider instance (gRFC A29, what Sextant's
-// control plane names for the mesh's mutual TLS) is the gateway's
-// identity, which its owner keeps fresh with SetIdentity (sextant gateway
+// The gateway's own workload identity (a DestinationRule's ISTIO_MUTUAL,
+// a Gateway server's ISTIO_MUTUAL): a cluster's or a TLS filter chain's
+// certificate provider instance (gRFC A29, what Sextant's control plane
+// names for the mesh's mutual TLS) is the gateway's identity, which its owner keeps fresh with SetIdentity (sextant gateway
 // --identity-namespace/--identity-service-account get it from the
 // server's certificate authority, as "sextant identity agent" does).
 
@@ -40,6 +40,7 @@ func (g *Gateway) SetIdentity(certPEM, keyPEM, bundlePEM []byte) error {
 		providerPrefix + "ROOTCA":  &secretSpec{name: "ROOTCA", ca: pool},
 	}
 	g.refreshUpstreamTLS(g.clusters)
+	g.refreshDownstreamIdentity()
 	return nil
 }
 

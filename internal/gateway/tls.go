@@ -137,10 +137,14 @@ func (g *Gateway) buildTLS(s xdsclient.State, clusters map[string]*clusterRT, wa
 			tb := newTable(rc, clusters)
 			tb.upgrades, tb.streamIdle, tb.rbac = cs.upgrades, cs.streamIdle, cs.rbac
 			c := &tlsChainRT{table: tb, requireSNI: cs.tls.requireSNI, spec: cs}
-			c.conf, c.notReady = chainConfig(cs.tls, s[SecretType])
-			want[SecretType] = append(want[SecretType], cs.tls.certSecrets...)
-			if cs.tls.caSecret != "" {
-				want[SecretType] = append(want[SecretType], cs.tls.caSecret)
+			c.conf, c.notReady = chainConfig(cs.tls, g.tlsSecrets(s[SecretType]))
+			for _, n := range cs.tls.certSecrets {
+				if !strings.HasPrefix(n, providerPrefix) { // the identity is not SDS's
+					want[SecretType] = append(want[SecretType], n)
+				}
+			}
+			if n := cs.tls.caSecret; n != "" && !strings.HasPrefix(n, providerPrefix) {
+				want[SecretType] = append(want[SecretType], n)
 			}
 			if c.notReady != "" {
 				g.log.Info("gateway: TLS filter chain waits for its secrets", "listener", ls.name, "server_names", cs.serverNames, "reason", c.notReady)
@@ -178,7 +182,7 @@ func chainConfig(t *tlsContextSpec, secrets map[string]any) (*tls.Config, string
 		sec, ok := secrets[n].(*secretSpec)
 		switch {
 		case !ok:
-			return nil, fmt.Sprintf("secret %q not received", n)
+			return nil, secretLabel(n)
 		case sec.cert == nil:
 			return nil, fmt.Sprintf("secret %q holds no tls_certificate", n)
 		}
@@ -189,7 +193,7 @@ func chainConfig(t *tlsContextSpec, secrets map[string]any) (*tls.Config, string
 		sec, ok := secrets[t.caSecret].(*secretSpec)
 		switch {
 		case !ok:
-			return nil, fmt.Sprintf("secret %q not received", t.caSecret)
+			return nil, secretLabel(t.caSecret)
 		case sec.ca == nil:
 			return nil, fmt.Sprintf("secret %q holds no validation_context", t.caSecret)
 		}

@@ -42,7 +42,16 @@ func fuzzTLSSeeds(t testing.TB) []proto.Message {
 				SanType: tlsv3.SubjectAltNameMatcher_URI, Matcher: &matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_Exact{Exact: "spiffe://td/ns/a/sa/b"}}}}},
 			ValidationContextSdsSecretConfig: &tlsv3.SdsSecretConfig{Name: "a-cacert", SdsConfig: ads}}},
 	}})
+	mesh, _ := anypb.New(&tlsv3.DownstreamTlsContext{RequireClientCertificate: wrapperspb.Bool(true), CommonTlsContext: &tlsv3.CommonTlsContext{
+		TlsCertificateProviderInstance: &tlsv3.CertificateProviderPluginInstance{InstanceName: "sextant", CertificateName: "default"},
+		ValidationContextType: &tlsv3.CommonTlsContext_ValidationContext{ValidationContext: &tlsv3.CertificateValidationContext{
+			CaCertificateProviderInstance: &tlsv3.CertificateProviderPluginInstance{InstanceName: "sextant", CertificateName: "ROOTCA"}}}}})
 	return []proto.Message{
+		// The mesh's mutual TLS on the gateway's identity (ISTIO_MUTUAL).
+		&listener.Listener{Name: "m", FilterChains: []*listener.FilterChain{{
+			Filters:         []*listener.Filter{{Name: hcmFilterName, ConfigType: &listener.Filter_TypedConfig{TypedConfig: m}}},
+			TransportSocket: &core.TransportSocket{Name: tlsSocketName, ConfigType: &core.TransportSocket_TypedConfig{TypedConfig: mesh}},
+		}}},
 		&cluster.Cluster{Name: "up", ClusterDiscoveryType: &cluster.Cluster_Type{Type: cluster.Cluster_EDS},
 			TransportSocket: &core.TransportSocket{Name: tlsSocketName, ConfigType: &core.TransportSocket_TypedConfig{TypedConfig: u}}},
 		&listener.Listener{Name: "l", FilterChains: []*listener.FilterChain{{

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	security "istio.io/api/security/v1beta1"
+
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
@@ -110,7 +112,7 @@ func BuildWithPolicies(gws, vss []*config.Entry, sec *config.Security, secretOf 
 			l = xds.HTTPListener(name, n, name)
 		} else {
 			var w []string
-			l, w = tlsListener(name, p, vss, secretOf, out[0])
+			l, w = tlsListener(name, p, vss, gatewayMTLS(gws, sec, n), secretOf, out[0])
 			warns = append(warns, w...)
 		}
 		if err := xds.WithHTTPFilters(l, xds.RBACFilters(portPolicies(p, gws, sec))); err != nil {
@@ -218,7 +220,8 @@ func routes(name string, p *port, vss []*config.Entry) *routev3.RouteConfigurati
 // (its hosts as server_names, "*" as the chain without any), each
 // terminating TLS with the server's credential by SDS, and the secrets it
 // names into secrets.
-func tlsListener(name string, p *port, vss []*config.Entry, secretOf func(ns, name string) *secret.Secret, secrets map[string]proto.Message) (*listenerv3.Listener, []string) {
+func tlsListener(name string, p *port, vss []*config.Entry, mtls func(config.Key) security.PeerAuthentication_MutualTLS_Mode,
+	secretOf func(ns, name string) *secret.Secret, secrets map[string]proto.Message) (*listenerv3.Listener, []string) {
 	var warns []string
 	l := &listenerv3.Listener{Name: name, Address: &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{
 		Address: "0.0.0.0", PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: p.number}}}}}
@@ -254,6 +257,10 @@ func tlsListener(name string, p *port, vss []*config.Entry, secretOf func(ns, na
 			names = nil // any server name
 		}
 		if len(names) == 0 && !catchAll {
+			continue
+		}
+		if t.GetMode() == networking.ServerTLSSettings_ISTIO_MUTUAL {
+			l.FilterChains = append(l.FilterChains, meshChain(name, names, t, mtls(sv.gw) != security.PeerAuthentication_MutualTLS_PERMISSIVE))
 			continue
 		}
 		cert := SecretName(sv.gw.Namespace, t.GetCredentialName())

@@ -117,8 +117,9 @@ func (p *Publisher) publish(rev int64) time.Time {
 	gws, _ := p.cfg.List(config.KindGateway, "")
 	vss, _ := p.cfg.List(config.KindVirtualService, "")
 	aps, _ := p.cfg.List(config.KindAuthorizationPolicy, "")
+	pas, _ := p.cfg.List(config.KindPeerAuthentication, "")
 	var policies []*config.Object
-	for _, e := range aps {
+	for _, e := range append(aps, pas...) {
 		policies = append(policies, e.Object)
 	}
 	var expiry time.Time
