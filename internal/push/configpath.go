@@ -579,7 +579,10 @@ func (w *configWorker) publish(t xds.Type, set []xds.Resource, removed []string,
 // variants that routes name.
 func (w *configWorker) specFor(s naming.ServiceKey, dests []config.Destination) *serviceSpec {
 	dr := w.ix.DestinationRule(s)
-	whole := w.ix.VirtualService(s) == nil || slices.Contains(dests, config.Destination{Service: s})
+	// The whole service's cluster when a route names it: the default
+	// route, a mesh VirtualService, or one of Gateways (ingress routes by
+	// the push engine's clusters).
+	whole := w.ix.VirtualService(s) == nil || slices.Contains(dests, config.Destination{Service: s}) || w.ix.GatewayRoutesToWhole(s)
 	spec := &serviceSpec{clusters: []clusterSpec{{name: xds.ClusterName(s, "", 0), publish: whole}}}
 	// A cluster keeps its usable flag from the previous spec.
 	prev := w.e.spec(s)
