@@ -298,16 +298,7 @@ func tlsListener(name string, p *port, vss []*config.Entry, mtls func(config.Key
 				warns = append(warns, fmt.Sprintf("%s: mode %s: secret %s has no CA (create it with --ca, or a ca secret %s%s); its handshakes fail until it has one", sv.path, mode, cert, t.GetCredentialName(), CASuffix))
 			}
 		}
-		da, _ := anypb.New(d)
-		fc := &listenerv3.FilterChain{
-			Filters: []*listenerv3.Filter{httpFilter(name)},
-			TransportSocket: &corev3.TransportSocket{Name: "envoy.transport_sockets.tls",
-				ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: da}},
-		}
-		if len(names) > 0 {
-			fc.FilterChainMatch = &listenerv3.FilterChainMatch{ServerNames: names}
-		}
-		l.FilterChains = append(l.FilterChains, fc)
+		l.FilterChains = append(l.FilterChains, terminating(name, names, d))
 	}
 	return l, warns
 }

@@ -38,6 +38,12 @@ func meshChain(routeName string, names []string, t *networking.ServerTLSSettings
 		},
 		RequireClientCertificate: wrapperspb.Bool(requireClient),
 	}
+	return terminating(routeName, names, d)
+}
+
+// terminating is a filter chain that terminates TLS with d for the server
+// names (none: any) and serves HTTP by the port's routes.
+func terminating(routeName string, names []string, d *tlsv3.DownstreamTlsContext) *listenerv3.FilterChain {
 	da, _ := anypb.New(d)
 	fc := &listenerv3.FilterChain{
 		Filters: []*listenerv3.Filter{httpFilter(routeName)},
