@@ -25,6 +25,7 @@ func newBenchGatewayCmd() *cobra.Command {
 		race                                   benchbal.Config
 		updates                                int
 		stream                                 benchgw.StreamConfig
+		tlsCfg                                 benchgw.TLSConfig
 	)
 	cmd := &cobra.Command{
 		Use:   "gateway",
@@ -47,6 +48,18 @@ and sextant-tls (the gateway's --tls-listen, its certificate by SDS), with one
 ECDSA P-256 certificate, TLS 1.3 AES-128-GCM, keep-alive connections; the
 answer adds their ratio and sextant-tls against plaintext sextant.
 
+Scenario "tls" measures, against nginx (http2, the same ECDSA P-256
+certificate): HTTP/2 over TLS with h2load (--h2-clients connections of
+--h2-streams streams, 1 KiB answers), new TLS 1.3 handshakes/s (X25519, no
+resumption, --connections loaders); then the gateway with mutual TLS and an
+RBAC filter of 10 policies against plain TLS (HTTP/1.1 keep-alive, a Go
+loader). h2load: apt-get install -y nghttp2-client.
+
+Scenario "upstream-tls" puts nginx (proxy_ssl: the CA verified, sessions
+reused, upstream keep-alive) and the gateway (a cluster with an
+UpstreamTlsContext, the CA by SDS) in front of one Go HTTPS upstream, TLS 1.3
+AES-128-GCM, and drives each in plaintext with wrk in alternating rounds.
+
 Scenario "config" publishes --updates route changes through go-control-plane's
 ADS server and times each until the new route serves.
 
@@ -59,7 +72,9 @@ Everything shares this machine's cores: compare figures within one run.`,
   sextant bench gateway --proxies direct,nginx,haproxy,sextant --duration 10s --rounds 3
   sextant bench gateway --proxies nginx,sextant,nginx-tls,sextant-tls --rounds 3
   sextant bench gateway --scenario race
-  sextant bench gateway --scenario stream --body-size 268435456`,
+  sextant bench gateway --scenario tls --duration 10s --rounds 3
+  sextant bench gateway --scenario stream --body-size 268435456
+  sextant bench gateway --scenario upstream-tls --duration 5s --rounds 3`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			enc := json.NewEncoder(cmd.OutOrStdout())
@@ -79,6 +94,17 @@ Everything shares this machine's cores: compare figures within one run.`,
 					return err
 				}
 				return enc.Encode(res)
+			case "upstream-tls":
+				bin, err := os.Executable()
+				if err != nil {
+					return err
+				}
+				cfg.Binary, cfg.Progress = bin, cmd.ErrOrStderr()
+				res, err := benchgw.RunUpstreamTLS(cmd.Context(), cfg)
+				if err != nil {
+					return err
+				}
+				return enc.Encode(res)
 			case "stream":
 				bin, err := os.Executable()
 				if err != nil {
@@ -89,6 +115,18 @@ Everything shares this machine's cores: compare figures within one run.`,
 					stream.Proxies = strings.Split(proxies, ",")
 				}
 				res, err := benchgw.RunStream(cmd.Context(), stream)
+				if err != nil {
+					return err
+				}
+				return enc.Encode(res)
+			case "tls":
+				bin, err := os.Executable()
+				if err != nil {
+					return err
+				}
+				tlsCfg.Binary, tlsCfg.Duration, tlsCfg.Rounds, tlsCfg.Progress = bin, cfg.Duration, cfg.Rounds, cmd.ErrOrStderr()
+				tlsCfg.Connections = cfg.Connections
+				res, err := benchgw.RunTLS(cmd.Context(), tlsCfg)
 				if err != nil {
 					return err
 				}
@@ -133,11 +171,14 @@ Everything shares this machine's cores: compare figures within one run.`,
 				}
 				return enc.Encode(out)
 			}
-			return fmt.Errorf("unknown --scenario %q: throughput, stream, race or config", scenario)
+			return fmt.Errorf("unknown --scenario %q: throughput, stream, tls, upstream-tls, race or config", scenario)
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&scenario, "scenario", "throughput", "throughput, stream, race or config")
+	fl.StringVar(&scenario, "scenario", "throughput", "throughput, stream, tls, upstream-tls, race or config")
+	fl.IntVar(&tlsCfg.H2Clients, "h2-clients", 4, "tls: h2load connections")
+	fl.IntVar(&tlsCfg.H2Streams, "h2-streams", 100, "tls: h2load concurrent streams per connection")
+	fl.StringVar(&tlsCfg.ProfileDir, "profile-dir", "", "tls: write a CPU profile of the gateway during each of its runs here")
 	fl.Int64Var(&stream.Size, "body-size", 1<<30, "stream: bytes uploaded and downloaded through each proxy")
 	fl.IntVar(&updates, "updates", 200, "config: route changes published")
 	fl.StringVar(&proxies, "proxies", "", "comma-separated proxies (default: "+strings.Join(benchgw.AllProxies, ",")+")")

@@ -2,6 +2,9 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -562,6 +565,54 @@ spec:
 		b.WaitTrue(t, 10*time.Second, "secrets", `document.querySelector('#secret-list tr[data-secret="default/shop-cert"]')`)
 		b.Layout(t, "gateways.png")
 		b.NoProblems(t, "gateways")
+	})
+
+	t.Run("denied calls", func(t *testing.T) {
+		// An AuthorizationPolicy selecting the Gateway of the previous
+		// subtest denies /admin on its TLS port: the Identity page lists
+		// the denied call with the policy that denied it.
+		c := context.Background()
+		policy := `apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: no-admin}
+spec:
+  selector: {matchLabels: {istio: ingressgateway}}
+  action: DENY
+  rules:
+  - to: [{operation: {paths: ["/admin"]}}]
+`
+		if _, err := s.api.ApplyConfig(c, []byte(policy), false); err != nil {
+			t.Fatal(err)
+		}
+		info, err := s.api.GetSecret(c, "default", "shop-cert")
+		if err != nil {
+			t.Fatal(err)
+		}
+		hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+			TLSClientConfig: &tls.Config{ServerName: "shop.example.com", InsecureSkipVerify: true,
+				// The secret's own certificate, by its fingerprint.
+				VerifyConnection: func(cs tls.ConnectionState) error {
+					if sum := sha256.Sum256(cs.PeerCertificates[0].Raw); hex.EncodeToString(sum[:]) != info.Fingerprint {
+						return fmt.Errorf("not the secret's certificate")
+					}
+					return nil
+				}},
+			DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+				var d net.Dialer
+				return d.DialContext(ctx, network, s.tls)
+			}}}
+		waitTrue(t, 20*time.Second, func() bool {
+			resp, err := hc.Get("https://shop.example.com/admin")
+			if err != nil {
+				return false
+			}
+			resp.Body.Close()
+			return resp.StatusCode == http.StatusForbidden
+		})
+		b.Navigate(t, ui+"#/identity")
+		b.WaitTrue(t, 20*time.Second, "denied call listed", `document.querySelector('#denied-calls tr[data-service="default/orders"]')
+			&& document.querySelector('#denied-calls tr[data-service="default/orders"]').textContent.includes('no-admin')`)
+		b.NoProblems(t, "denied calls")
 	})
 
 	t.Run("10000 instances", func(t *testing.T) {

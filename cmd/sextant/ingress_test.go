@@ -134,9 +134,54 @@ func TestIstioGatewayEndToEnd(t *testing.T) {
 	})
 
 	// A Gateway the gateway cannot serve is refused at apply, naming the field.
-	bad := strings.Replace(fmt.Sprintf(istioGateway, tp, pp), "mode: SIMPLE", "mode: OPTIONAL_MUTUAL", 1)
+	bad := strings.Replace(fmt.Sprintf(istioGateway, tp, pp), "mode: SIMPLE", "mode: AUTO_PASSTHROUGH", 1)
 	if out, err := runOn(t, server, bad, "config", "apply", "-f", "-"); err == nil || !strings.Contains(out+err.Error(), "spec.servers[0].tls.mode") {
-		t.Errorf("OPTIONAL_MUTUAL: %v\n%s", err, out)
+		t.Errorf("AUTO_PASSTHROUGH: %v\n%s", err, out)
+	}
+
+	// OPTIONAL_MUTUAL: a client certificate is verified when given: none
+	// passes, the CA's passes, another CA's fails the handshake.
+	caCert, caKey := testCert(t, dir, "clients", time.Now().Add(24*time.Hour), "client")
+	cert3, key3 := testCert(t, dir, "shop3", time.Now().Add(24*time.Hour), "shop.example.com")
+	if out, err := runOn(t, server, "", "secret", "create", "tls", "shop-cert", "--cert", cert3, "--key", key3, "--ca", caCert, "--replace"); err != nil {
+		t.Fatalf("secret with a CA: %v\n%s", err, out)
+	}
+	pem3, _ := os.ReadFile(cert3)
+	pool.AppendCertsFromPEM(pem3)
+	optional := strings.Replace(fmt.Sprintf(istioGateway, tp, pp), "mode: SIMPLE", "mode: OPTIONAL_MUTUAL", 1)
+	if out, err := runOn(t, server, optional, "config", "apply", "-f", "-"); err != nil {
+		t.Fatalf("OPTIONAL_MUTUAL: %v\n%s", err, out)
+	}
+	withCert := func(certFile, keyFile string) *http.Client {
+		c := newClient()
+		if certFile != "" {
+			pair, err := tls.LoadX509KeyPair(certFile, keyFile)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.Transport.(*http.Transport).TLSClientConfig.Certificates = []tls.Certificate{pair}
+		}
+		return c
+	}
+	status := func(c *http.Client) (int, error) {
+		resp, err := c.Get("https://shop.example.com/")
+		if err != nil {
+			return 0, err
+		}
+		resp.Body.Close()
+		return resp.StatusCode, nil
+	}
+	otherCert, otherKey := testCert(t, dir, "other", time.Now().Add(24*time.Hour), "client")
+	// The CA's client certificate is accepted once the chain asks for one.
+	waitTrue(t, 15*time.Second, func() bool {
+		code, err := status(withCert(otherCert, otherKey))
+		return err != nil && code == 0
+	})
+	if code, err := status(withCert(caCert, caKey)); err != nil || code != 200 {
+		t.Errorf("OPTIONAL_MUTUAL, the CA's own certificate: %d %v", code, err)
+	}
+	if code, err := status(withCert("", "")); err != nil || code != 200 {
+		t.Errorf("OPTIONAL_MUTUAL, no client certificate: %d %v", code, err)
 	}
 }
 

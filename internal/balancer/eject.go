@@ -240,3 +240,28 @@ func (e *ejectPicker) eject(st *ejState) {
 		e.p.until.Store(end)
 	}
 }
+
+// Uneject ends id's ejection now, if it is ejected, and clears its failure
+// counts; it reports whether id was ejected. Envoy's
+// successful_active_health_check_uneject_host: the gateway calls it when an
+// active health check of the endpoint passes. Any goroutine.
+func (p *ejectPolicy) Uneject(id string) bool {
+	now := p.now().UnixNano()
+	if now >= p.until.Load() {
+		return false // nothing is ejected
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	was := false
+	p.states.each(func(i string, st *ejState) {
+		if i != id || st.ejectedUntil.Load() <= now {
+			return
+		}
+		was = true
+		st.ejectedUntil.Store(now)
+		st.lastEnd = now
+		st.consecutive.Store(0)
+		st.local.Store(0)
+	})
+	return was
+}

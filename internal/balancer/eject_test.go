@@ -190,3 +190,29 @@ func TestEjectionNeverEmptiesASetOfOne(t *testing.T) {
 		t.Fatalf("ejected endpoint beside another: picks %v, want all 10 to the other", got)
 	}
 }
+
+// TestUneject: a passing active health check ends an ejection at once.
+func TestUneject(t *testing.T) {
+	now := time.Unix(1000, 0)
+	p := Eject(NewRoundRobin(), EjectionConfig{ConsecutiveFailures: 1, MaxEjectedPercent: 100}, func() time.Time { return now })
+	pk := p.Build([]Endpoint{{ID: "a"}, {ID: "b"}})
+	pk.Done(0, 0, Failed)
+	if got := p.(EjectedLister).Ejected(); len(got) != 1 || got[0] != "a" {
+		t.Fatalf("ejected %v", got)
+	}
+	u := p.(interface{ Uneject(string) bool })
+	if u.Uneject("b") {
+		t.Error("b was not ejected")
+	}
+	if !u.Uneject("a") {
+		t.Fatal("a was ejected")
+	}
+	if got := p.(EjectedLister).Ejected(); len(got) != 0 {
+		t.Fatalf("after uneject: %v", got)
+	}
+	for range 4 {
+		if i, err := pk.Pick(); err != nil || i < 0 {
+			t.Fatalf("pick %d %v", i, err)
+		}
+	}
+}

@@ -411,6 +411,11 @@ func (l *Log) put(p *partition, w *callstore.Writer, r Record) error {
 	if b.route, err = p.dict.id(r.Route); err != nil {
 		return err
 	}
+	if r.Detail != "" {
+		if b.detail, err = p.dict.id(r.Detail); err != nil {
+			return err
+		}
+	}
 	a := r.Latency.Microseconds()
 	if err := w.Put(r.Start, a, b.encode()); err != nil {
 		return fmt.Errorf("calllog: %s: %w", p.service, err)

@@ -24,6 +24,9 @@ type Query struct {
 	MinLatency, MaxLatency time.Duration
 	// Limit caps the calls returned (default 1000, at most 100000).
 	Limit int
+	// Reason keeps only the calls of that reason ("": every call), e.g.
+	// "rbac_denied" for the calls an RBAC filter denied.
+	Reason string
 }
 
 // Call is one recorded call.
@@ -44,6 +47,8 @@ type Call struct {
 	GRPCStatus *int   `json:"grpc_status,omitempty"`
 	BytesIn    uint32 `json:"bytes_in"`
 	BytesOut   uint32 `json:"bytes_out"`
+	// Detail: the RBAC policy of an rbac_denied call.
+	Detail string `json:"detail,omitempty"`
 }
 
 func (q *Query) check() error {
@@ -58,6 +63,9 @@ func (q *Query) check() error {
 	}
 	if q.MinLatency < 0 || q.MaxLatency < 0 || (q.MaxLatency > 0 && q.MaxLatency < q.MinLatency) {
 		return fmt.Errorf("%w: latency bounds", ErrBadQuery)
+	}
+	if q.Reason != "" && ReasonCode(q.Reason) == ReasonOther && q.Reason != "other" {
+		return fmt.Errorf("%w: reason %q is not a call record reason (%s)", ErrBadQuery, q.Reason, strings.Join(reasonNames[1:], ", "))
 	}
 	switch {
 	case q.Limit == 0:
@@ -154,7 +162,11 @@ func (l *Log) Calls(q Query) ([]Call, bool, error) {
 	truncated := false
 	var bodies []body
 	var msgs []callstore.Message
+	want := ReasonCode(q.Reason)
 	d, err := l.scan(&q, func(m *callstore.Message, b *body) bool {
+		if q.Reason != "" && b.reason != want {
+			return true // not one of these: read on
+		}
 		if len(msgs) == q.Limit {
 			truncated = true
 			return false
@@ -187,7 +199,7 @@ func (l *Log) Calls(q Query) ([]Call, bool, error) {
 			Start: time.Unix(0, m.T).UTC(), Latency: time.Duration(m.A) * time.Microsecond, LatencyUs: m.A,
 			Service: q.Service, Cluster: d.name(b.cluster), Route: d.name(b.route), Subset: d.name(b.subset),
 			Endpoint: d.name(b.endpoint), Status: int(b.status), Retries: int(b.retries), Reason: b.reason.String(),
-			BytesIn: b.bytesIn, BytesOut: b.bytesOut, GRPCStatus: grpcStatus(b.grpc),
+			BytesIn: b.bytesIn, BytesOut: b.bytesOut, GRPCStatus: grpcStatus(b.grpc), Detail: d.name(b.detail),
 		})
 	}
 	return out, truncated, nil

@@ -38,6 +38,9 @@ type Record struct {
 	// GRPCStatus is the call's grpc-status plus one (the answer's trailers,
 	// or its headers in a trailers-only answer); 0: not a gRPC answer.
 	GRPCStatus uint8
+	// Detail names what decided a local reply when the reason needs it:
+	// the RBAC policy that denied a call (rbac_denied). "" otherwise.
+	Detail string
 }
 
 // Reason says why a call got no upstream answer.
@@ -61,11 +64,13 @@ const (
 	ReasonUpgradeFailed
 	ReasonRequestTooLarge // the client's body was over the limit
 	ReasonBadRequestBody  // the client's body could not be read (truncated, malformed chunks)
+	ReasonRBACDenied      // an RBAC filter denied the call (Record.Detail: the policy)
+	ReasonTLS             // the TLS handshake with the endpoint failed
 )
 
 var reasonNames = [...]string{"", "no_route", "cluster_not_found", "no_healthy_endpoint", "no_subset", "shed",
 	"upstream_timeout", "connect_failure", "upstream_reset", "response_too_large", "pool_overflow",
-	"bad_subset_header", "other", "upgrade_failed", "request_too_large", "bad_request"}
+	"bad_subset_header", "other", "upgrade_failed", "request_too_large", "bad_request", "rbac_denied", "tls_failure"}
 
 // ReasonCode maps the gateway's reason names to their codes.
 func ReasonCode(s string) Reason {
@@ -103,7 +108,7 @@ func (r Reason) String() string {
 //	18     4    route id
 //	22     4    request body bytes
 //	26     4    response body bytes
-//	30     4    reserved (0)
+//	30     4    detail id (0: none; 0 in records written before it)
 const layoutVersion = 1
 
 type body struct {
@@ -113,6 +118,7 @@ type body struct {
 	grpc                      uint8 // grpc-status + 1; 0: none
 	endpoint, subset, cluster uint32
 	route, bytesIn, bytesOut  uint32
+	detail                    uint32
 }
 
 func (b *body) encode() (out [callstore.BodySize]byte) {
@@ -127,6 +133,7 @@ func (b *body) encode() (out [callstore.BodySize]byte) {
 	binary.LittleEndian.PutUint32(out[18:], b.route)
 	binary.LittleEndian.PutUint32(out[22:], b.bytesIn)
 	binary.LittleEndian.PutUint32(out[26:], b.bytesOut)
+	binary.LittleEndian.PutUint32(out[30:], b.detail)
 	return out
 }
 
@@ -142,6 +149,7 @@ func decodeBody(in *[callstore.BodySize]byte) body {
 		route:    binary.LittleEndian.Uint32(in[18:]),
 		bytesIn:  binary.LittleEndian.Uint32(in[22:]),
 		bytesOut: binary.LittleEndian.Uint32(in[26:]),
+		detail:   binary.LittleEndian.Uint32(in[30:]),
 	}
 }
 

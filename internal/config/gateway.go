@@ -193,7 +193,14 @@ func validateServerTLS(c errs, path string, t *networking.ServerTLSSettings, isT
 		c.add(join(path, "httpsRedirect"), ErrInvalid, "on an HTTPS server: set it on the plaintext server that redirects")
 	}
 	switch t.Mode {
-	case networking.ServerTLSSettings_SIMPLE, networking.ServerTLSSettings_MUTUAL:
+	case networking.ServerTLSSettings_ISTIO_MUTUAL:
+		// The gateway's own workload certificate and the mesh's roots.
+		if t.CredentialName != "" {
+			c.add(join(path, "credentialName"), ErrInvalid, "not used with ISTIO_MUTUAL: the gateway presents its workload identity (sextant gateway --identity-namespace) and trusts the mesh's roots")
+		}
+		checkVersions(c, path, t)
+		return
+	case networking.ServerTLSSettings_SIMPLE, networking.ServerTLSSettings_MUTUAL, networking.ServerTLSSettings_OPTIONAL_MUTUAL:
 	case networking.ServerTLSSettings_PASSTHROUGH:
 		// The endpoint does the handshake with its own certificate.
 		if t.CredentialName != "" {
@@ -204,13 +211,17 @@ func validateServerTLS(c errs, path string, t *networking.ServerTLSSettings, isT
 		}
 		return
 	default:
-		c.add(join(path, "mode"), ErrNotSupported, "%s: want SIMPLE or MUTUAL (Istio's mTLS modes need Istio's certificates)", t.Mode)
+		c.add(join(path, "mode"), ErrNotSupported, "%s: want SIMPLE, MUTUAL, OPTIONAL_MUTUAL, ISTIO_MUTUAL or PASSTHROUGH", t.Mode)
 	}
 	if t.CredentialName == "" {
 		c.add(join(path, "credentialName"), ErrInvalid, "required: the name of a TLS secret (sextant secret create tls NAME ...)")
 	} else if !naming.ValidName(t.CredentialName) {
 		c.add(join(path, "credentialName"), ErrInvalid, "%q is not a secret name", t.CredentialName)
 	}
+	checkVersions(c, path, t)
+}
+
+func checkVersions(c errs, path string, t *networking.ServerTLSSettings) {
 	lo, hi := t.MinProtocolVersion, t.MaxProtocolVersion
 	if lo != networking.ServerTLSSettings_TLS_AUTO && hi != networking.ServerTLSSettings_TLS_AUTO && lo > hi {
 		c.add(join(path, "minProtocolVersion"), ErrInvalid, "%s is above maxProtocolVersion %s", lo, hi)

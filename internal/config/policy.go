@@ -26,6 +26,12 @@ type Policy struct {
 	// TLS is how clients reach the service, nil for plaintext (a
 	// trafficPolicy.tls of mode ISTIO_MUTUAL: the mesh's mutual TLS).
 	TLS *networking.ClientTLSSettings
+	// HealthCheck is the active health check of the rule's clusters
+	// (AnnotationHealthCheck), nil for none; its HTTP host is filled.
+	HealthCheck *HealthCheck
+	// TLSNamespace is where TLS's credentialName is (the DestinationRule's
+	// namespace).
+	TLSNamespace string
 }
 
 // EffectivePolicy returns the policy of subset ("" for the whole service)
@@ -81,6 +87,17 @@ func EffectivePolicy(dr *Object, subset string) Policy {
 	}
 	if p.TLS.GetMode() == networking.ClientTLSSettings_DISABLE {
 		p.TLS = nil
+	}
+	if a, ok := dr.Annotations[AnnotationHealthCheck]; ok {
+		if hc, err := ParseHealthCheck(a); err == nil { // validated at apply
+			if hc.HTTP != nil && hc.HTTP.Host == "" {
+				hc.HTTP.Host = dr.DestinationRule.Host
+			}
+			p.HealthCheck = hc
+		}
+	}
+	if p.TLS != nil {
+		p.TLSNamespace = dr.Namespace
 	}
 	return p
 }

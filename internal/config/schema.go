@@ -49,7 +49,7 @@ func init() {
 	allow(&networking.DestinationRule{}, "host", "traffic_policy", "subsets")
 	allow(&networking.Subset{}, "name", "labels", "traffic_policy")
 	allow(&networking.TrafficPolicy{}, "load_balancer", "connection_pool", "outlier_detection", "tls")
-	allow(&networking.ClientTLSSettings{}, "mode", "subject_alt_names")
+	allow(&networking.ClientTLSSettings{}, "mode", "subject_alt_names", "credential_name", "sni", "insecure_skip_verify")
 	allow(&networking.LoadBalancerSettings{}, "simple")
 	allow(&networking.ConnectionPoolSettings{}, "tcp", "http")
 	allow(&networking.ConnectionPoolSettings_TCPSettings{}, "connect_timeout")

@@ -338,6 +338,25 @@ func (s *Security) MTLSMode(w Workload) security.PeerAuthentication_MutualTLS_Mo
 	return security.PeerAuthentication_MutualTLS_PERMISSIVE
 }
 
+// SelectedMTLSMode is the mode of the PeerAuthentication that selects w
+// by its labels (a port-level mode for w.Port first), UNSET when none does:
+// what a gateway reads, whose edge listeners namespace- and mesh-wide
+// policies do not govern (as in Istio).
+func (s *Security) SelectedMTLSMode(w Workload) security.PeerAuthentication_MutualTLS_Mode {
+	for _, o := range s.peer {
+		pa := o.PeerAuthentication
+		sel := pa.GetSelector().GetMatchLabels()
+		if len(sel) == 0 || o.Namespace != w.Namespace || !s.selects(o.Namespace, sel, w) {
+			continue
+		}
+		if m := pa.GetPortLevelMtls()[w.Port]; m != nil && m.Mode != security.PeerAuthentication_MutualTLS_UNSET {
+			return m.Mode
+		}
+		return pa.GetMtls().GetMode()
+	}
+	return security.PeerAuthentication_MutualTLS_UNSET
+}
+
 // Authorization returns the AuthorizationPolicies that apply to w, in key
 // order.
 func (s *Security) Authorization(w Workload) []*Object {

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"net/http"
 	"regexp"
 	"slices"
@@ -60,6 +61,18 @@ func validate(c errs, path string, o *Object) {
 			case k == AnnotationLoadBalancer && o.Kind == KindDestinationRule:
 				if !annotationPolicies[v] {
 					c.add(p, ErrInvalid, "%q: want adaptive, peak_ewma, round_robin, least_request or random", v)
+				}
+			case k == AnnotationHealthCheck && o.Kind == KindDestinationRule:
+				if _, err := ParseHealthCheck(v); err != nil {
+					msg := err.Error()
+					var he *HealthCheckError
+					if errors.As(err, &he) {
+						if he.Field != "" {
+							p += "." + he.Field
+						}
+						msg = he.Msg
+					}
+					c.add(p, ErrInvalid, "%s", msg)
 				}
 			default:
 				c.add(p, ErrUnknownField, "unknown Sextant annotation %q", rest)
@@ -339,31 +352,48 @@ func validatePolicy(c errs, path string, tp *networking.TrafficPolicy) {
 }
 
 // validateClientTLS accepts the mesh's mutual TLS (ISTIO_MUTUAL, with
-// optional subjectAltNames: SPIFFE IDs of the servers to accept) and
-// DISABLE; what it cannot publish yet is refused, never ignored: a client
-// told to use TLS must not silently send plaintext.
+// optional subjectAltNames: SPIFFE IDs of the servers to accept), TLS to
+// the endpoints with a CA from a secret (SIMPLE) and with a client
+// certificate from a secret (MUTUAL, credentialName), and DISABLE; what it
+// cannot publish is refused, never ignored: a client told to use TLS must
+// not silently send plaintext.
 func validateClientTLS(c errs, path string, t *networking.ClientTLSSettings) {
+	type field struct {
+		name string
+		set  bool
+	}
+	files := []field{{"clientCertificate", t.ClientCertificate != ""}, {"privateKey", t.PrivateKey != ""},
+		{"caCertificates", t.CaCertificates != ""}, {"caCrl", t.CaCrl != ""}}
 	switch t.Mode {
 	case networking.ClientTLSSettings_DISABLE:
 		return
 	case networking.ClientTLSSettings_ISTIO_MUTUAL:
+		for i, san := range t.SubjectAltNames {
+			if !strings.HasPrefix(san, "spiffe://") {
+				c.add(index(join(path, "subjectAltNames"), i), ErrInvalid, "%q: want a SPIFFE ID (spiffe://TRUST_DOMAIN/ns/NAMESPACE/sa/NAME)", san)
+			}
+		}
+		for _, f := range append(files, field{"credentialName", t.CredentialName != ""}, field{"sni", t.Sni != ""},
+			field{"insecureSkipVerify", t.InsecureSkipVerify.GetValue()}) {
+			if f.set {
+				c.add(join(path, f.name), ErrNotSupported, "not used with ISTIO_MUTUAL: the mesh's certificates and roots come from its certificate authority (docs/security.md)")
+			}
+		}
+		return
+	case networking.ClientTLSSettings_SIMPLE, networking.ClientTLSSettings_MUTUAL:
 	default:
-		c.add(join(path, "mode"), ErrNotSupported, "%s: not supported yet (ISTIO_MUTUAL, DISABLE)", t.Mode)
+		c.add(join(path, "mode"), ErrNotSupported, "%s: not supported (SIMPLE, MUTUAL, ISTIO_MUTUAL, DISABLE)", t.Mode)
 		return
 	}
-	for i, san := range t.SubjectAltNames {
-		if !strings.HasPrefix(san, "spiffe://") {
-			c.add(index(join(path, "subjectAltNames"), i), ErrInvalid, "%q: want a SPIFFE ID (spiffe://TRUST_DOMAIN/ns/NAMESPACE/sa/NAME)", san)
-		}
+	if t.CredentialName != "" && !naming.ValidName(t.CredentialName) {
+		c.add(join(path, "credentialName"), ErrInvalid, "%q is not a secret name", t.CredentialName)
 	}
-	for _, f := range []struct {
-		name string
-		set  bool
-	}{{"clientCertificate", t.ClientCertificate != ""}, {"privateKey", t.PrivateKey != ""}, {"caCertificates", t.CaCertificates != ""},
-		{"credentialName", t.CredentialName != ""}, {"sni", t.Sni != ""}, {"caCrl", t.CaCrl != ""},
-		{"insecureSkipVerify", t.InsecureSkipVerify.GetValue()}} {
-		if f.set {
-			c.add(join(path, f.name), ErrNotSupported, "not used with ISTIO_MUTUAL: the mesh's certificates and roots come from its certificate authority (docs/security.md)")
+	if t.Mode == networking.ClientTLSSettings_MUTUAL && t.CredentialName == "" {
+		c.add(join(path, "credentialName"), ErrInvalid, "required with MUTUAL: a TLS secret with the client certificate and key (sextant secret create tls NAME --cert F --key F [--ca F])")
+	}
+	for i, san := range t.SubjectAltNames {
+		if san == "" {
+			c.add(index(join(path, "subjectAltNames"), i), ErrInvalid, "empty")
 		}
 	}
 }

@@ -95,6 +95,9 @@ func (g *Gateway) adminRoutes(mux *http.ServeMux, log *calllog.Log) http.Handler
 		prom.ServeHTTP(w, r)
 	})
 	mux.HandleFunc("GET /v1/config", g.serveConfig)
+	mux.HandleFunc("GET /v1/clusters", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, map[string]any{"clusters": g.clustersHealth()})
+	})
 	if log != nil {
 		mux.HandleFunc("GET /v1/calls", func(w http.ResponseWriter, r *http.Request) { serveCalls(w, r, log) })
 		mux.HandleFunc("GET /v1/calls/stats", func(w http.ResponseWriter, r *http.Request) { serveStats(w, r, log) })
@@ -167,7 +170,7 @@ func (g *Gateway) registerFuncs(log *calllog.Log) {
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sextant_gateway_call_log_bytes", Help: "Size of the call log on disk."},
 				func() float64 { return float64(log.Bytes()) }))
 	}
-	cs = append(cs, ejectionCollector{g})
+	cs = append(cs, ejectionCollector{g}, healthCollector{g})
 	for _, c := range cs {
 		_ = g.metrics.reg.Register(c) // a second AdminHandler keeps the first's
 	}
@@ -223,7 +226,7 @@ func serveCalls(w http.ResponseWriter, r *http.Request, log *calllog.Log) {
 	p := params{q: r.URL.Query()}
 	cq := calllog.Query{Service: p.service(log), Endpoint: p.q.Get("endpoint"),
 		From: p.time("from"), To: p.time("to"), MinLatency: p.latency("min_latency"),
-		MaxLatency: p.latency("max_latency"), Limit: p.int("limit")}
+		MaxLatency: p.latency("max_latency"), Limit: p.int("limit"), Reason: p.q.Get("reason")}
 	if !p.ok(w) {
 		return
 	}

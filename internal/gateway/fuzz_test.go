@@ -35,7 +35,11 @@ func fuzzSeeds(t testing.TB) [][]byte {
 						Clusters: []*route.WeightedCluster_ClusterWeight{{Name: "c", Weight: wrapperspb.UInt32(1)}}}}}}}}}}},
 		&cluster.Cluster{Name: "c", ClusterDiscoveryType: &cluster.Cluster_Type{Type: cluster.Cluster_EDS},
 			LbSubsetConfig:   &cluster.Cluster_LbSubsetConfig{SubsetSelectors: []*cluster.Cluster_LbSubsetConfig_LbSubsetSelector{{Keys: []string{"version"}}}},
-			OutlierDetection: &cluster.OutlierDetection{Consecutive_5Xx: wrapperspb.UInt32(3)}},
+			OutlierDetection: &cluster.OutlierDetection{Consecutive_5Xx: wrapperspb.UInt32(3)},
+			HealthChecks: []*core.HealthCheck{{Timeout: durationpb.New(time.Second), Interval: durationpb.New(time.Second),
+				UnhealthyThreshold: wrapperspb.UInt32(2), HealthyThreshold: wrapperspb.UInt32(1),
+				HealthChecker: &core.HealthCheck_HttpHealthCheck_{HttpHealthCheck: &core.HealthCheck_HttpHealthCheck{Path: "/healthz",
+					RequestHeadersToAdd: []*core.HeaderValueOption{{Header: &core.HeaderValue{Key: "x", Value: "y"}}}}}}}},
 		&endpointpb.ClusterLoadAssignment{ClusterName: "c", Endpoints: []*endpointpb.LocalityLbEndpoints{{LbEndpoints: []*endpointpb.LbEndpoint{{
 			HostIdentifier: &endpointpb.LbEndpoint_Endpoint{Endpoint: &endpointpb.Endpoint{Address: &core.Address{Address: &core.Address_SocketAddress{
 				SocketAddress: &core.SocketAddress{Address: "10.0.0.1", PortSpecifier: &core.SocketAddress_PortValue{PortValue: 80}}}}}},

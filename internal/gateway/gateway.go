@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/sextant-mesh/sextant/internal/balancer"
 	"github.com/sextant-mesh/sextant/internal/calllog"
@@ -71,13 +72,18 @@ type Gateway struct {
 	table   atomic.Pointer[table]
 	tls     atomic.Pointer[tlsState] // the TLS listeners (tls.go)
 	pools   pools
+	probes  *probeRunner // health checks' (healthcheck.go); under mu
 
 	// mu serializes Update (one config goroutine, but tests call it too)
 	// and guards the fields below.
 	mu       sync.Mutex
 	clusters map[string]*clusterRT
-	applied  appliedConfig
-	xds      func() xdsclient.Status
+	// The secrets TLS clusters read: SDS's, and the gateway's identity
+	// (identity.go). Under mu.
+	sdsSecrets map[string]any
+	identity   map[string]any
+	applied    appliedConfig
+	xds        func() xdsclient.Status
 
 	srvMu sync.Mutex
 	srv   *fasthttp.Server
@@ -146,6 +152,16 @@ func (g *Gateway) Update(s xdsclient.State) (map[string][]string, error) {
 		return nil, fmt.Errorf("gateway: listener %q: %s", ls.name, ls.noHTTP)
 	}
 	next := map[string]*clusterRT{}
+	// fresh: the checkers of new clusters, stopped if the update fails.
+	var fresh []*healthChecker
+	applied := false
+	defer func() {
+		if !applied {
+			for _, hc := range fresh {
+				hc.stop()
+			}
+		}
+	}()
 	unsupported := map[string]string{}
 	var retire []*clusterRT
 	var eds []string
@@ -175,6 +191,9 @@ func (g *Gateway) Update(s xdsclient.State) (map[string][]string, error) {
 			if rt != nil {
 				retire = append(retire, rt)
 			}
+			if spec.hc != nil {
+				nrt.hc = newHealthChecker(spec.hc, nrt, g.probeRunner(), g.metrics)
+			}
 			rt = nrt
 		}
 		hosts := spec.static
@@ -183,6 +202,9 @@ func (g *Gateway) Update(s xdsclient.State) (map[string][]string, error) {
 			if a, ok := s[EndpointType][spec.eds].(*assignmentSpec); ok {
 				hosts = a.hosts
 			}
+		}
+		if rt.hc != nil && rt != g.clusters[name] {
+			fresh = append(fresh, rt.hc)
 		}
 		if err := rt.setHosts(hosts, &g.pools, g.metrics); err != nil {
 			return nil, err
@@ -203,15 +225,25 @@ func (g *Gateway) Update(s xdsclient.State) (map[string][]string, error) {
 			rc, _ = s[RouteType][ls.rds].(*routeConfigSpec)
 		}
 	}
+	for _, name := range names {
+		if rt := next[name]; rt != nil && rt.tls != nil {
+			want[SecretType] = append(want[SecretType], rt.spec.tls.secrets()...)
+		}
+	}
+	// Before the table that routes to them is swapped in.
+	g.sdsSecrets = s[SecretType]
+	g.refreshUpstreamTLS(next)
 	tb := newTable(rc, next)
 	tb.unsupported = unsupported
 	if ls != nil {
-		tb.upgrades = ls.upgrades
+		tb.upgrades, tb.streamIdle, tb.rbac = ls.upgrades, ls.streamIdle, ls.rbac
 	}
 	ts, err := g.buildTLS(s, next, want)
 	if err != nil {
 		return nil, err
 	}
+	applied = true
+	warmAll(fresh) // as Envoy warms a new cluster: its hosts' first checks first
 	g.table.Store(tb)
 	if ts != nil {
 		for _, l := range ts {
@@ -288,6 +320,12 @@ func (g *Gateway) chooseListener(all map[string]any) (*listenerSpec, error) {
 func sameCluster(a, b *clusterSpec) bool {
 	x, y := *a, *b
 	x.raw, y.raw, x.static, y.static = nil, nil, nil, nil
+	// Decoded certificates and pools do not compare (x509.CertPool holds
+	// funcs): TLS contexts compare as sent.
+	if (x.tls == nil) != (y.tls == nil) || x.tls != nil && !proto.Equal(x.tls.raw, y.tls.raw) {
+		return false
+	}
+	x.tls, y.tls = nil, nil
 	return reflect.DeepEqual(x, y)
 }
 

@@ -49,12 +49,18 @@ func (g *Gateway) serveH2On(w http.ResponseWriter, hr *http.Request, t *table) {
 		}
 	}
 	addr, _ := net.ResolveTCPAddr("tcp", hr.RemoteAddr)
-	if hr.TLS != nil {
-		ctx.Init2(&h2TLSConn{remote: addr, state: hr.TLS}, discardLogger{}, true)
-		req.CopyTo(&ctx.Request)
-	} else {
-		ctx.Init(req, addr, nil)
+	// The local address too: RBAC's destination_port and destination_ip
+	// read it.
+	local, _ := hr.Context().Value(http.LocalAddrContextKey).(net.Addr)
+	if local == nil {
+		local = zeroAddr
 	}
+	if hr.TLS != nil {
+		ctx.Init2(&h2TLSConn{remote: addr, local: local, state: hr.TLS}, discardLogger{}, true)
+	} else {
+		ctx.Init2(&h2Conn{remote: addr, local: local}, discardLogger{}, true)
+	}
+	req.CopyTo(&ctx.Request)
 	grpc := isGRPC(ctx.Request.Header.ContentType())
 	r, c, md, mdKey := g.routeCall(&ctx, t)
 	if c == nil {
@@ -62,7 +68,7 @@ func (g *Gateway) serveH2On(w http.ResponseWriter, hr *http.Request, t *table) {
 		return
 	}
 	g.prepareRequest(&ctx, r)
-	k := call{c: c, retry: &r.spec.retry, md: md, grpc: -1}
+	k := call{c: c, retry: &r.spec.retry, md: md, grpc: -1, idle: streamIdle(t, r), detail: rbacShadow(&ctx)}
 	if r.spec.timeout > 0 {
 		k.deadline = start.Add(r.spec.timeout)
 	}
@@ -117,6 +123,7 @@ func (g *Gateway) proxyH2(w http.ResponseWriter, hr *http.Request, ctx *fasthttp
 	var res *http.Response
 	var cancel context.CancelFunc = func() {}
 	c.active.Add(1)
+	c.noteCall()
 	for {
 		pick, ep := k.pick()
 		if ep == nil {
@@ -143,7 +150,7 @@ func (g *Gateway) proxyH2(w http.ResponseWriter, hr *http.Request, ctx *fasthttp
 		} else {
 			actx, cancel = context.WithCancel(actx)
 		}
-		out := &http.Request{Method: hr.Method, URL: &url.URL{Scheme: "http", Host: ep.addr, Opaque: uri},
+		out := &http.Request{Method: hr.Method, URL: &url.URL{Scheme: h2.scheme, Host: ep.addr, Opaque: uri},
 			Header: hdr, Host: host, ContentLength: hr.ContentLength, Body: http.NoBody}
 		if body != nil {
 			out.Body = body.attempt()

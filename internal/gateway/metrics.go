@@ -27,6 +27,10 @@ type metricsSet struct {
 	tlsHandshakeErrors prometheus.Counter
 	// passthrough counts TLS passthrough connections (passthrough.go).
 	passthrough *prometheus.CounterVec // cluster, result
+	// rbac counts RBAC decisions by result (rbac.go).
+	rbac [rbacResults]prometheus.Counter
+	// hcChecks counts active health checks by cluster and result.
+	hcChecks *prometheus.CounterVec
 
 	ejections *prometheus.Desc
 	ejected   *prometheus.Desc
@@ -95,6 +99,14 @@ func newMetrics() *metricsSet {
 	}
 	m.tlsHandshakeErrors = prometheus.NewCounter(prometheus.CounterOpts{Name: "sextant_gateway_tls_handshake_errors_total",
 		Help: "TLS handshakes that failed (no filter chain or certificate for the server name, no client certificate, not TLS)."})
+	rbac := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sextant_gateway_rbac_total",
+		Help: "RBAC filter decisions by result (allowed, denied, shadow_allowed, shadow_denied: shadow rules, not enforced; logged: a LOG policy matched)."}, []string{"result"})
+	for i, n := range rbacResultNames {
+		m.rbac[i] = rbac.WithLabelValues(n)
+	}
+	m.hcChecks = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sextant_gateway_health_checks_total",
+		Help: "Active health checks per cluster by result (success, failure)."}, []string{"cluster", "result"})
+	m.reg.MustRegister(rbac, m.hcChecks)
 	m.reg.MustRegister(m.requests, m.latency, m.epRequests, m.epLatency, m.retries, m.shed, m.upgrades, m.config, m.tlsHandshakeErrors)
 	m.passthrough = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sextant_gateway_tls_passthrough_total",
 		Help: "TLS passthrough connections per cluster by result: connected, connect_failure, no_healthy_endpoint, cluster_not_found."}, []string{"cluster", "result"})

@@ -17,9 +17,9 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
-// startTLSUpstream is an HTTPS server with a certificate of ca for names:
+// startPassthroughEndpoint is an HTTPS server with a certificate of ca for names:
 // what a TLS passthrough chain forwards to.
-func startTLSUpstream(t *testing.T, ca *pki, name string, names ...string) *upstream {
+func startPassthroughEndpoint(t *testing.T, ca *pki, name string, names ...string) *upstream {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -67,7 +67,7 @@ func passthroughChain(cluster string, idle time.Duration, names ...string) *list
 func TestTLSPassthrough(t *testing.T) {
 	ca, backCA := newPKI(t), newPKI(t)
 	u := startUpstream(t, "up", protoEcho)
-	back := startTLSUpstream(t, backCA, "back", "p.test")
+	back := startPassthroughEndpoint(t, backCA, "back", "p.test")
 	cp := startControlPlane(t, "")
 	g := startTLSGateway(t, cp.addr)
 	aCert, aKey := ca.issue(t, false, "a.test")

@@ -37,6 +37,7 @@ type routeSpec struct {
 	match    matchSpec
 	clusters []clusterWeight // one without weighted_clusters
 	timeout  time.Duration   // 0: none
+	idle     *time.Duration  // idle_timeout, overriding the listener's stream_idle_timeout; nil: not set
 	retry    retrySpec
 	md       map[string]string // metadata_match filter_metadata["envoy.lb"]
 	rewrite  string            // prefix_rewrite
@@ -49,6 +50,9 @@ type routeSpec struct {
 	// virtual host's, else defaultBufferLimit): a request body up to it is
 	// buffered and may be retried; a longer one streams and is not.
 	bufferLimit int64
+	// rbac are the route's RBAC overrides by filter name (its own
+	// typed_per_filter_config over its virtual host's).
+	rbac map[string]rbacOverride
 }
 
 // redirectSpec is a route's redirect action.
@@ -190,10 +194,25 @@ func decodeRouteConfig(rc *route.RouteConfiguration) (*routeConfigSpec, error) {
 			return nil, err
 		}
 		vhLimit := bufferLimit(vh.GetRequestBodyBufferLimit(), vh.GetPerRequestBufferLimitBytes(), defaultBufferLimit)
+		vhRBAC, err := decodeRBACOverrides(vh.GetTypedPerFilterConfig(), path)
+		if err != nil {
+			return nil, err
+		}
 		for j, r := range vh.GetRoutes() {
 			rs, err := decodeRoute(r, fmt.Sprintf("%s.routes[%d]", path, j), vhRetry)
 			if err != nil {
 				return nil, err
+			}
+			if rs.rbac, err = decodeRBACOverrides(r.GetTypedPerFilterConfig(), fmt.Sprintf("%s.routes[%d]", path, j)); err != nil {
+				return nil, err
+			}
+			for name, o := range vhRBAC {
+				if _, own := rs.rbac[name]; !own {
+					if rs.rbac == nil {
+						rs.rbac = map[string]rbacOverride{}
+					}
+					rs.rbac[name] = o
+				}
 			}
 			rs.bufferLimit = bufferLimit(r.GetRequestBodyBufferLimit(), r.GetPerRequestBufferLimitBytes(), vhLimit)
 			v.routes = append(v.routes, rs)
@@ -327,6 +346,13 @@ func decodeRouteAction(rs *routeSpec, ra *route.RouteAction, path string, vhRetr
 		}
 	default:
 		return fieldErr(path, "cluster specifier %T: %v (cluster, weighted_clusters)", c, errUnsupported)
+	}
+	if d := ra.GetIdleTimeout(); d != nil {
+		t, err := duration(d, path+".idle_timeout")
+		if err != nil {
+			return err
+		}
+		rs.idle = &t
 	}
 	if d := ra.GetTimeout(); d != nil {
 		t, err := duration(d, path+".timeout")

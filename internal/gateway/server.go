@@ -127,6 +127,7 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	// Upgraded connections last as long as their two ends want, and the
 	// server would wait for them: they are closed first.
 	g.tunnels.closeAll()
+	g.stopHealthChecks()
 	for _, s := range all {
 		if s.fast != nil {
 			if e := s.fast.ShutdownWithContext(ctx); e != nil && err == nil {

@@ -325,5 +325,6 @@ func (g *Gateway) recordCall(k *call, r *routeRT, mdKey string, start time.Time,
 		BytesIn:    uint32(min(in, 1<<32-1)),
 		BytesOut:   uint32(min(out, 1<<32-1)),
 		GRPCStatus: grpcRecord(k.grpc),
+		Detail:     k.detail,
 	})
 }

@@ -135,12 +135,16 @@ func (g *Gateway) buildTLS(s xdsclient.State, clusters map[string]*clusterRT, wa
 				rc, _ = s[RouteType][cs.rds].(*routeConfigSpec)
 			}
 			tb := newTable(rc, clusters)
-			tb.upgrades = cs.upgrades
+			tb.upgrades, tb.streamIdle, tb.rbac = cs.upgrades, cs.streamIdle, cs.rbac
 			c := &tlsChainRT{table: tb, requireSNI: cs.tls.requireSNI, spec: cs}
-			c.conf, c.notReady = chainConfig(cs.tls, s[SecretType])
-			want[SecretType] = append(want[SecretType], cs.tls.certSecrets...)
-			if cs.tls.caSecret != "" {
-				want[SecretType] = append(want[SecretType], cs.tls.caSecret)
+			c.conf, c.notReady = chainConfig(cs.tls, g.tlsSecrets(s[SecretType]))
+			for _, n := range cs.tls.certSecrets {
+				if !strings.HasPrefix(n, providerPrefix) { // the identity is not SDS's
+					want[SecretType] = append(want[SecretType], n)
+				}
+			}
+			if n := cs.tls.caSecret; n != "" && !strings.HasPrefix(n, providerPrefix) {
+				want[SecretType] = append(want[SecretType], n)
 			}
 			if c.notReady != "" {
 				g.log.Info("gateway: TLS filter chain waits for its secrets", "listener", ls.name, "server_names", cs.serverNames, "reason", c.notReady)
@@ -178,7 +182,7 @@ func chainConfig(t *tlsContextSpec, secrets map[string]any) (*tls.Config, string
 		sec, ok := secrets[n].(*secretSpec)
 		switch {
 		case !ok:
-			return nil, fmt.Sprintf("secret %q not received", n)
+			return nil, secretLabel(n)
 		case sec.cert == nil:
 			return nil, fmt.Sprintf("secret %q holds no tls_certificate", n)
 		}
@@ -189,7 +193,7 @@ func chainConfig(t *tlsContextSpec, secrets map[string]any) (*tls.Config, string
 		sec, ok := secrets[t.caSecret].(*secretSpec)
 		switch {
 		case !ok:
-			return nil, fmt.Sprintf("secret %q not received", t.caSecret)
+			return nil, secretLabel(t.caSecret)
 		case sec.ca == nil:
 			return nil, fmt.Sprintf("secret %q holds no validation_context", t.caSecret)
 		}
@@ -246,6 +250,10 @@ type tlsServerConn struct {
 	*tls.Conn
 	port uint32
 	sni  string
+	// state is the handshake's result, kept for RBAC (rbac.go): a call
+	// reads it without copying the connection state.
+	state *tls.ConnectionState
+	peer  peerNames // of state's peer certificate, for RBAC
 }
 
 // ServeTLS serves TLS on ln until Shutdown, with the filter chains of the
@@ -336,7 +344,7 @@ func (g *Gateway) handshake(c net.Conn, base *tls.Config, port uint32, fastLn, h
 		h2Ln.push(tc) // net/http serves h2 on a *tls.Conn itself
 		return
 	}
-	fastLn.push(&tlsServerConn{Conn: tc, port: port, sni: st.ServerName})
+	fastLn.push(&tlsServerConn{Conn: tc, port: port, sni: st.ServerName, state: &st, peer: peerNamesOf(&st)})
 }
 
 // acceptLoop accepts from ln, handing each connection to handle, until ln
@@ -363,14 +371,24 @@ func acceptLoop(ln net.Listener, handle func(net.Conn)) error {
 // context the data path gets, so that it sees the call as TLS
 // (RequestCtx.IsTLS, X-Forwarded-Proto: https).
 type h2TLSConn struct {
-	net.Conn // nil: only the methods below are called
-	remote   net.Addr
-	state    *tls.ConnectionState
+	net.Conn      // nil: only the methods below are called
+	remote, local net.Addr
+	state         *tls.ConnectionState
 }
 
 func (c *h2TLSConn) RemoteAddr() net.Addr                 { return c.remote }
-func (c *h2TLSConn) LocalAddr() net.Addr                  { return zeroAddr }
+func (c *h2TLSConn) LocalAddr() net.Addr                  { return c.local }
 func (c *h2TLSConn) Handshake() error                     { return nil }
 func (c *h2TLSConn) ConnectionState() tls.ConnectionState { return *c.state }
+
+// h2Conn stands for an h2c stream's connection in the fasthttp context:
+// its two addresses.
+type h2Conn struct {
+	net.Conn      // nil: only the methods below are called
+	remote, local net.Addr
+}
+
+func (c *h2Conn) RemoteAddr() net.Addr { return c.remote }
+func (c *h2Conn) LocalAddr() net.Addr  { return c.local }
 
 var zeroAddr = &net.TCPAddr{IP: net.IPv4zero}

@@ -30,6 +30,9 @@ const (
 // Names the gateway reads from xDS resources (documented in docs/gateway.md).
 const (
 	hcmFilterName = "envoy.filters.network.http_connection_manager"
+	// defaultStreamIdle is the HCM's stream_idle_timeout when unset
+	// (Envoy's).
+	defaultStreamIdle = 5 * time.Minute
 	// LBMetadataKey is the filter_metadata key of endpoint metadata and of
 	// a route's metadata_match, as in Envoy.
 	LBMetadataKey = "envoy.lb"
@@ -74,6 +77,10 @@ type listenerSpec struct {
 	// upgrades are the HCM's upgrade_configs: each type, enabled or not
 	// by default (a route may override it); a type not listed is refused.
 	upgrades map[string]bool
+	// streamIdle is the HCM's stream_idle_timeout (0: none).
+	streamIdle time.Duration
+	// rbac are the HCM's RBAC filters, in order (rbac.go).
+	rbac []*rbacFilter
 }
 
 func decodeListener(a *anypb.Any) (string, any, error) {
@@ -165,7 +172,7 @@ func decodeListener(a *anypb.Any) (string, any, error) {
 	}
 	// A plaintext listener's chains are not matched: the first HTTP one serves.
 	first := ls.chains[0]
-	ls.rds, ls.inline, ls.upgrades = first.rds, first.inline, first.upgrades
+	ls.rds, ls.inline, ls.upgrades, ls.streamIdle, ls.rbac = first.rds, first.inline, first.upgrades, first.streamIdle, first.rbac
 	return name, ls, nil
 }
 
@@ -174,6 +181,14 @@ func decodeHCM(path string, f *listener.Filter, cs *chainSpec) error {
 	m := new(hcm.HttpConnectionManager)
 	if err := f.GetTypedConfig().UnmarshalTo(m); err != nil {
 		return fieldErr(path+".typed_config", "%v", err)
+	}
+	cs.streamIdle = defaultStreamIdle
+	if d := m.GetStreamIdleTimeout(); d != nil {
+		t, err := duration(d, path+".stream_idle_timeout")
+		if err != nil {
+			return err
+		}
+		cs.streamIdle = t
 	}
 	for k, uc := range m.GetUpgradeConfigs() {
 		typ := strings.ToLower(uc.GetUpgradeType())
@@ -188,6 +203,11 @@ func decodeHCM(path string, f *listener.Filter, cs *chainSpec) error {
 		}
 		cs.upgrades[typ] = uc.GetEnabled() == nil || uc.GetEnabled().GetValue()
 	}
+	rf, err := decodeHTTPFilters(m.GetHttpFilters(), path+".typed_config")
+	if err != nil {
+		return err
+	}
+	cs.rbac = rf
 	switch rs := m.GetRouteSpecifier().(type) {
 	case *hcm.HttpConnectionManager_Rds:
 		cs.rds = rs.Rds.GetRouteConfigName()

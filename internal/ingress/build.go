@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	security "istio.io/api/security/v1beta1"
+
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
@@ -110,7 +112,7 @@ func BuildWithPolicies(gws, vss []*config.Entry, sec *config.Security, secretOf 
 			l = xds.HTTPListener(name, n, name)
 		} else {
 			var w []string
-			l, w = tlsListener(name, p, vss, secretOf, out[0])
+			l, w = tlsListener(name, p, vss, gatewayMTLS(gws, sec, n), secretOf, out[0])
 			warns = append(warns, w...)
 		}
 		if err := xds.WithHTTPFilters(l, xds.RBACFilters(portPolicies(p, gws, sec))); err != nil {
@@ -218,7 +220,8 @@ func routes(name string, p *port, vss []*config.Entry) *routev3.RouteConfigurati
 // (its hosts as server_names, "*" as the chain without any), each
 // terminating TLS with the server's credential by SDS, and the secrets it
 // names into secrets.
-func tlsListener(name string, p *port, vss []*config.Entry, secretOf func(ns, name string) *secret.Secret, secrets map[string]proto.Message) (*listenerv3.Listener, []string) {
+func tlsListener(name string, p *port, vss []*config.Entry, mtls func(config.Key) security.PeerAuthentication_MutualTLS_Mode,
+	secretOf func(ns, name string) *secret.Secret, secrets map[string]proto.Message) (*listenerv3.Listener, []string) {
 	var warns []string
 	l := &listenerv3.Listener{Name: name, Address: &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{
 		Address: "0.0.0.0", PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: p.number}}}}}
@@ -256,6 +259,10 @@ func tlsListener(name string, p *port, vss []*config.Entry, secretOf func(ns, na
 		if len(names) == 0 && !catchAll {
 			continue
 		}
+		if t.GetMode() == networking.ServerTLSSettings_ISTIO_MUTUAL {
+			l.FilterChains = append(l.FilterChains, meshChain(name, names, t, mtls(sv.gw) != security.PeerAuthentication_MutualTLS_PERMISSIVE))
+			continue
+		}
 		cert := SecretName(sv.gw.Namespace, t.GetCredentialName())
 		common := &tlsv3.CommonTlsContext{
 			TlsParams:                      &tlsv3.TlsParameters{TlsMinimumProtocolVersion: tlsVersion(t.GetMinProtocolVersion(), tlsv3.TlsParameters_TLSv1_2), TlsMaximumProtocolVersion: tlsVersion(t.GetMaxProtocolVersion(), tlsv3.TlsParameters_TLSv1_3)},
@@ -266,6 +273,8 @@ func tlsListener(name string, p *port, vss []*config.Entry, secretOf func(ns, na
 		sec := secretOf(sv.gw.Namespace, t.GetCredentialName())
 		if sec == nil {
 			warns = append(warns, fmt.Sprintf("%s: credentialName %q: no such secret in namespace %s (sextant secret create tls); its handshakes fail until it exists", sv.path, t.GetCredentialName(), sv.gw.Namespace))
+		} else if sec.Type != secret.TypeTLS {
+			warns = append(warns, fmt.Sprintf("%s: credentialName %q: a %s secret; a server needs a certificate and key (sextant secret create tls); its handshakes fail until it has one", sv.path, t.GetCredentialName(), sec.Type))
 		} else {
 			secrets[cert] = certSecret(cert, sec)
 			if na := sec.Info().NotAfter; time.Now().After(na) {
@@ -273,18 +282,20 @@ func tlsListener(name string, p *port, vss []*config.Entry, secretOf func(ns, na
 					sv.path, cert, na.Format(time.RFC3339), t.GetCredentialName()))
 			}
 		}
-		if t.GetMode() == networking.ServerTLSSettings_MUTUAL {
-			d.RequireClientCertificate = wrapperspb.Bool(true)
+		if mode := t.GetMode(); mode == networking.ServerTLSSettings_MUTUAL || mode == networking.ServerTLSSettings_OPTIONAL_MUTUAL {
+			// OPTIONAL_MUTUAL: a client certificate is verified when given
+			// (an RBAC filter may then require a principal).
+			d.RequireClientCertificate = wrapperspb.Bool(mode == networking.ServerTLSSettings_MUTUAL)
 			common.ValidationContextType = &tlsv3.CommonTlsContext_CombinedValidationContext{
 				CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{
 					DefaultValidationContext:         &tlsv3.CertificateValidationContext{},
 					ValidationContextSdsSecretConfig: &tlsv3.SdsSecretConfig{Name: cert + CASuffix, SdsConfig: ads}}}
-			switch {
-			case sec != nil && len(sec.CA) == 0:
-				warns = append(warns, fmt.Sprintf("%s: mode MUTUAL: secret %s has no CA (create it with --ca); its handshakes fail until it has one", sv.path, cert))
+			// The secret's ca.crt, else the secret NAME-cacert's (Istio's).
+			switch ca := caOf(secretOf, sv.gw.Namespace, t.GetCredentialName()); {
+			case ca != nil:
+				secrets[cert+CASuffix] = caSecret(cert+CASuffix, ca)
 			case sec != nil:
-				secrets[cert+CASuffix] = &tlsv3.Secret{Name: cert + CASuffix, Type: &tlsv3.Secret_ValidationContext{ValidationContext: &tlsv3.CertificateValidationContext{
-					TrustedCa: &corev3.DataSource{Specifier: &corev3.DataSource_InlineBytes{InlineBytes: sec.CA}}}}}
+				warns = append(warns, fmt.Sprintf("%s: mode %s: secret %s has no CA (create it with --ca, or a ca secret %s%s); its handshakes fail until it has one", sv.path, mode, cert, t.GetCredentialName(), CASuffix))
 			}
 		}
 		da, _ := anypb.New(d)

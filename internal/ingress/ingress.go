@@ -3,7 +3,8 @@
 // with one filter chain per server matched by SNI and a DownstreamTlsContext
 // whose certificates come by SDS), a RouteConfiguration of the
 // VirtualServices bound to the Gateway (spec.gateways), and the SDS Secrets
-// of the servers' credentialNames, published into the xDS cache beside the
+// of the servers' credentialNames and of DestinationRules' tls
+// credentialNames (TLS to the endpoints), published into the xDS cache beside the
 // push engine's resources. Gateways and the secrets are few and change
 // rarely: every change recomputes the whole set and publishes what differs.
 //
@@ -116,13 +117,14 @@ func (p *Publisher) publish(rev int64) time.Time {
 	gws, _ := p.cfg.List(config.KindGateway, "")
 	vss, _ := p.cfg.List(config.KindVirtualService, "")
 	aps, _ := p.cfg.List(config.KindAuthorizationPolicy, "")
+	pas, _ := p.cfg.List(config.KindPeerAuthentication, "")
 	var policies []*config.Object
-	for _, e := range aps {
+	for _, e := range append(aps, pas...) {
 		policies = append(policies, e.Object)
 	}
 	var expiry time.Time
 	start := time.Now()
-	out, warnings := BuildWithPolicies(gws, vss, config.NewSecurity("", policies), func(ns, name string) *secret.Secret {
+	secretOf := func(ns, name string) *secret.Secret {
 		s := p.secrets.Get(ns, name)
 		if s != nil {
 			if na := s.Info().NotAfter; na.After(start) && (expiry.IsZero() || na.Before(expiry)) {
@@ -130,7 +132,10 @@ func (p *Publisher) publish(rev int64) time.Time {
 			}
 		}
 		return s
-	})
+	}
+	out, warnings := BuildWithPolicies(gws, vss, config.NewSecurity("", policies), secretOf)
+	drs, _ := p.cfg.List(config.KindDestinationRule, "")
+	warnings = append(warnings, UpstreamSecrets(drs, secretOf, out[0])...)
 	for _, w := range warnings {
 		p.log.Warn("ingress: " + w)
 	}

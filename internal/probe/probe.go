@@ -50,6 +50,12 @@ func (s Status) String() string {
 type Result struct {
 	Status Status
 	Output string // a short human account: what was asked and answered
+	// Answered: the target answered the question (HTTP: a status line;
+	// gRPC: a health status), as opposed to a connect failure, a reset or
+	// a timeout. Envoy's health checks judge the two apart.
+	Answered bool
+	// Code is an HTTP answer's status code (0 for other probes).
+	Code int
 }
 
 // HTTP is an HTTP probe's request.
@@ -126,7 +132,7 @@ func (p *Prober) HTTP(ctx context.Context, req HTTP) Result {
 	}
 	r, err := http.NewRequestWithContext(ctx, method, req.URL, nil)
 	if err != nil {
-		return Result{Critical, fmt.Sprintf("HTTP %s %s: %v", method, req.URL, err)}
+		return Result{Status: Critical, Output: fmt.Sprintf("HTTP %s %s: %v", method, req.URL, err)}
 	}
 	for name, values := range req.Header {
 		if strings.EqualFold(name, "Host") && len(values) > 0 {
@@ -144,19 +150,20 @@ func (p *Prober) HTTP(ctx context.Context, req HTTP) Result {
 	}
 	resp, err := c.Do(r)
 	if err != nil {
-		return Result{Critical, fmt.Sprintf("HTTP %s %s: %v", method, req.URL, err)}
+		return Result{Status: Critical, Output: fmt.Sprintf("HTTP %s %s: %v", method, req.URL, err)}
 	}
 	defer resp.Body.Close()
 	var buf [maxBody]byte
 	n, _ := io.ReadFull(resp.Body, buf[:])
 	out := fmt.Sprintf("HTTP %s %s: %s Output: %s", method, req.URL, resp.Status, buf[:n])
+	res := Result{Status: Critical, Output: out, Answered: true, Code: resp.StatusCode}
 	switch {
 	case resp.StatusCode >= 200 && resp.StatusCode <= 299:
-		return Result{Passing, out}
+		res.Status = Passing
 	case resp.StatusCode == http.StatusTooManyRequests:
-		return Result{Warning, out}
+		res.Status = Warning
 	}
-	return Result{Critical, out}
+	return res
 }
 
 // TCP connects to addr (host:port) and closes the connection: passing if
@@ -164,10 +171,10 @@ func (p *Prober) HTTP(ctx context.Context, req HTTP) Result {
 func (p *Prober) TCP(ctx context.Context, addr string) Result {
 	conn, err := p.dialer.DialContext(ctx, "tcp", addr)
 	if err != nil {
-		return Result{Critical, fmt.Sprintf("TCP connect %s: %v", addr, err)}
+		return Result{Status: Critical, Output: fmt.Sprintf("TCP connect %s: %v", addr, err)}
 	}
 	conn.Close()
-	return Result{Passing, fmt.Sprintf("TCP connect %s: Success", addr)}
+	return Result{Status: Passing, Output: fmt.Sprintf("TCP connect %s: Success", addr)}
 }
 
 // GRPC asks addr's grpc.health.v1.Health service about service ("": the
@@ -177,19 +184,24 @@ func (p *Prober) TCP(ctx context.Context, addr string) Result {
 func (p *Prober) GRPC(ctx context.Context, addr, service string, useTLS bool) Result {
 	cc, err := p.grpcConn(addr, useTLS)
 	if err != nil {
-		return Result{Critical, fmt.Sprintf("gRPC %s: %v", addr, err)}
+		return Result{Status: Critical, Output: fmt.Sprintf("gRPC %s: %v", addr, err)}
 	}
 	resp, err := healthpb.NewHealthClient(cc).Check(ctx, &healthpb.HealthCheckRequest{Service: service})
 	if err != nil {
-		if s, ok := status.FromError(err); ok && s.Code() == codes.Unimplemented {
-			return Result{Critical, fmt.Sprintf("gRPC %s: no grpc.health.v1 service: %v", addr, s.Message())}
+		// A status the server sent (NOT_FOUND for an unknown service...)
+		// is an answer; UNAVAILABLE, DEADLINE_EXCEEDED and CANCELED are
+		// the transport's (no answer).
+		s, _ := status.FromError(err)
+		answered := s.Code() != codes.Unavailable && s.Code() != codes.DeadlineExceeded && s.Code() != codes.Canceled
+		if s.Code() == codes.Unimplemented {
+			return Result{Status: Critical, Output: fmt.Sprintf("gRPC %s: no grpc.health.v1 service: %v", addr, s.Message()), Answered: answered}
 		}
-		return Result{Critical, fmt.Sprintf("gRPC %s service %q: %v", addr, service, err)}
+		return Result{Status: Critical, Output: fmt.Sprintf("gRPC %s service %q: %v", addr, service, err), Answered: answered}
 	}
 	if st := resp.GetStatus(); st != healthpb.HealthCheckResponse_SERVING {
-		return Result{Critical, fmt.Sprintf("gRPC %s service %q: %s", addr, service, st)}
+		return Result{Status: Critical, Output: fmt.Sprintf("gRPC %s service %q: %s", addr, service, st), Answered: true}
 	}
-	return Result{Passing, fmt.Sprintf("gRPC %s service %q: SERVING", addr, service)}
+	return Result{Status: Passing, Output: fmt.Sprintf("gRPC %s service %q: SERVING", addr, service), Answered: true}
 }
 
 func (p *Prober) grpcConn(addr string, useTLS bool) (*grpc.ClientConn, error) {

@@ -61,10 +61,6 @@ type Engine struct {
 	// specs holds each service's clusters (*serviceSpec); the config
 	// worker writes, the endpoint worker reads.
 	specs sync.Map
-	// usable holds whether each subset cluster has a usable endpoint
-	// (bool). The endpoint worker overwrites it; the config worker fills in
-	// values it needs that are missing.
-	usable sync.Map
 
 	// servers are the server listeners proxyless gRPC servers asked for;
 	// sec the security policies in force (the config worker stores it).

@@ -94,6 +94,9 @@ type proxyConfig struct {
 	// certificate (SDS), for the sextant-tls proxy.
 	tlsPort uint32
 	cert    *benchCert
+	// mtls, with tlsPort, requires client certificates there and adds an
+	// RBAC filter (tlsfigures.go).
+	mtls *benchMTLS
 }
 
 func (cp *controlPlane) set(pc proxyConfig) error {
@@ -104,7 +107,10 @@ func (cp *controlPlane) set(pc proxyConfig) error {
 		resource.ClusterType:  {benchCluster(pc.policy)},
 		resource.EndpointType: {benchEndpoints(pc.endpoints)},
 	}
-	if pc.tlsPort != 0 {
+	if pc.tlsPort != 0 && pc.mtls != nil {
+		res[resource.ListenerType] = append(res[resource.ListenerType], benchMTLSListener(pc.tlsPort, pc.mtls))
+		res[resource.SecretType] = []types.Resource{benchSecret(pc.cert), benchCASecret(pc.mtls.caPEM)}
+	} else if pc.tlsPort != 0 {
 		res[resource.ListenerType] = append(res[resource.ListenerType], benchTLSListener(pc.tlsPort))
 		res[resource.SecretType] = []types.Resource{benchSecret(pc.cert)}
 	}

@@ -113,3 +113,27 @@ func TestTLSConfigAccepted(t *testing.T) {
 		}
 	}
 }
+
+func TestParseH2load(t *testing.T) {
+	out := `starting benchmark...
+spawning thread #0: 4 total client(s). Timing-based test with 0s of warm-up time and 10s of main duration for measurements.
+Warm-up phase is over for thread #0.
+Main benchmark duration is over for thread #0. Stopping all clients.
+Stopped all clients for thread #0
+
+finished in 10.00s, 14619.50 req/s, 16.03MB/s
+requests: 146195 total, 146595 started, 146195 done, 146190 succeeded, 5 failed, 0 errored, 0 timeout
+status codes: 146190 2xx, 0 3xx, 5 4xx, 0 5xx
+traffic: 160.33MB (168115335) total, 1.26MB (1318251) headers (space savings 90.45%), 142.77MB (149703680) data
+`
+	r, err := parseH2load(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.rps != 14619.5 || r.requests != 146190 || r.errors != 5 {
+		t.Errorf("%+v", r)
+	}
+	if _, err := parseH2load("h2load: connection refused\n"); err == nil {
+		t.Error("no figures read from a failure")
+	}
+}

@@ -286,11 +286,17 @@ func startProxy(ctx context.Context, name, bin string, up *process, cp *controlP
 			return nil, err
 		}
 		plain := "127.0.0.1:" + strconv.Itoa(port)
-		p, err := startKnown(ctx, name, tlsAddr, bin, "gateway", "--xds", cp.addr, "--listen", plain, "--tls-listen", tlsAddr,
-			"--admin", "127.0.0.1:0", "--data", filepath.Join(tmp, name), "--node-id", NodeID, "--log-level", "warn")
+		aport, err := freePort()
 		if err != nil {
 			return nil, err
 		}
+		admin := "127.0.0.1:" + strconv.Itoa(aport)
+		p, err := startKnown(ctx, name, tlsAddr, bin, "gateway", "--xds", cp.addr, "--listen", plain, "--tls-listen", tlsAddr,
+			"--admin", admin, "--data", filepath.Join(tmp, name), "--node-id", NodeID, "--log-level", "warn")
+		if err != nil {
+			return nil, err
+		}
+		p.admin = admin
 		if err := waitRoutedTLS("https://" + tlsAddr + "/"); err != nil {
 			p.stop()
 			return nil, err
@@ -369,7 +375,8 @@ type process struct {
 	name   string
 	addr   string
 	cmd    *exec.Cmd
-	shared bool // "direct" reuses the upstream's process: never stop it twice
+	shared bool   // "direct" reuses the upstream's process: never stop it twice
+	admin  string // the gateway's admin address, when the bench knows it (sextant-tls)
 }
 
 // startProcess runs a sextant hidden serve command, which prints its

@@ -86,7 +86,7 @@ export function ConfigPage({ parts }) {
       <aside class="split-list">
         <div class="toolbar">
           <select value=${kindFilter} onChange=${e => setKindFilter(e.currentTarget.value)} aria-label="kind">
-            <option value="">all kinds</option><option>VirtualService</option><option>DestinationRule</option><option>Gateway</option>
+            <option value="">all kinds</option><option>VirtualService</option><option>DestinationRule</option><option>Gateway</option><option>PeerAuthentication</option><option>AuthorizationPolicy</option>
           </select>
           <a class="button" href="#/config/new/VirtualService" id="config-new-vs">New VS</a>
           <a class="button" href="#/config/new/DestinationRule" id="config-new-dr">New DR</a>

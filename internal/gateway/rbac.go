@@ -1,0 +1,793 @@
+package gateway
+
+import (
+	"bytes"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"net/netip"
+	"sort"
+	"strings"
+	"time"
+
+	rbacpb "github.com/envoyproxy/go-control-plane/envoy/config/rbac/v3"
+	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	rbachttp "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rbac/v3"
+	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	matcher "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+	"github.com/valyala/fasthttp"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/known/anypb"
+)
+
+// RBAC: Envoy's envoy.filters.http.rbac, compiled once per config into
+// matcher trees and evaluated per call on the call's goroutine with no
+// allocation (BenchmarkRBAC). What the gateway cannot evaluate is refused
+// at config time, never treated as a match or a miss.
+
+const (
+	rbacFilterName  = "envoy.filters.http.rbac"
+	rbacTypeURL     = "type.googleapis.com/envoy.extensions.filters.http.rbac.v3.RBAC"
+	rbacRouteURL    = "type.googleapis.com/envoy.extensions.filters.http.rbac.v3.RBACPerRoute"
+	filterConfigURL = "type.googleapis.com/envoy.config.route.v3.FilterConfig"
+	// rbacDeniedBody is Envoy's answer to a denied call.
+	rbacDeniedBody = "RBAC: access denied"
+	reasonRBAC     = "rbac_denied"
+)
+
+type rbacAction uint8
+
+const (
+	rbacAllow rbacAction = iota
+	rbacDeny
+	rbacLog
+)
+
+// rbacFilter is one RBAC filter of an HTTP connection manager (or a
+// route's override of it).
+type rbacFilter struct {
+	name string // the filter's name: the key of per-route overrides
+	// disabled: the HCM filter's disabled, so only routes that configure
+	// it (typed_per_filter_config) run it.
+	disabled bool
+	rules    *rbacEngine // nil: nothing enforced
+	shadow   *rbacEngine // nil: none; evaluated, counted, never enforced
+}
+
+// rbacEngine is one compiled config.rbac.v3.RBAC.
+type rbacEngine struct {
+	action   rbacAction
+	policies []rbacPolicy // by name, as Envoy's map is ordered
+}
+
+type rbacPolicy struct {
+	name       string
+	perms      []rbacMatcher // any of them
+	principals []rbacMatcher // any of them
+}
+
+// rbacReq is what matchers read of a call.
+type rbacReq struct {
+	h      *fasthttp.RequestHeader
+	path   []byte // without the query
+	peer   netip.Addr
+	local  netip.AddrPort
+	tls    *tls.ConnectionState // nil: plaintext
+	scheme []byte
+	names  *peerNames // of tls's peer certificate
+}
+
+// peerNames are the names Envoy matches an authenticated principal
+// against, as strings once per connection (not per call): the peer
+// certificate's URI SANs, DNS SANs and subject (RFC 2253).
+type peerNames struct {
+	ok            bool // a peer certificate was presented
+	uris, dnsSANs []string
+	subject       string
+}
+
+func peerNamesOf(st *tls.ConnectionState) peerNames {
+	if st == nil || len(st.PeerCertificates) == 0 {
+		return peerNames{}
+	}
+	c := st.PeerCertificates[0]
+	n := peerNames{ok: true, dnsSANs: c.DNSNames, subject: c.Subject.String()}
+	for _, u := range c.URIs {
+		n.uris = append(n.uris, u.String())
+	}
+	return n
+}
+
+var schemeHTTP, schemeHTTPS = []byte("http"), []byte("https")
+
+// rbacMatcher is a compiled permission or principal.
+type rbacMatcher interface {
+	match(r *rbacReq) bool
+}
+
+// evaluate returns whether the call is allowed and the policy that decided
+// it ("" when an ALLOW engine matched none).
+func (e *rbacEngine) evaluate(r *rbacReq) (allowed bool, policy string) {
+	for i := range e.policies {
+		p := &e.policies[i]
+		if anyMatch(p.perms, r) && anyMatch(p.principals, r) {
+			return e.action != rbacDeny, p.name
+		}
+	}
+	return e.action != rbacAllow, ""
+}
+
+func anyMatch(ms []rbacMatcher, r *rbacReq) bool {
+	for _, m := range ms {
+		if m.match(r) {
+			return true
+		}
+	}
+	return false
+}
+
+// The matchers.
+
+type (
+	matchAny  struct{}
+	matchAnd  []rbacMatcher
+	matchOr   []rbacMatcher
+	matchNot  struct{ m rbacMatcher }
+	matchPort struct{ lo, hi uint32 } // [lo, hi]
+	matchCIDR struct {
+		p      netip.Prefix
+		remote bool // the peer's address, else the local (destination) one
+	}
+	matchHeader struct {
+		hm     headerMatch
+		pseudo string // ":method", ":path", ":authority", ":scheme"; "" for a header
+	}
+	matchURLPath   struct{ sm headerMatch }
+	matchSNI       struct{ sm headerMatch }
+	matchPrincipal struct {
+		sm  headerMatch
+		any bool // no principal_name: any authenticated peer
+	}
+)
+
+func (matchAny) match(*rbacReq) bool { return true }
+
+func (m matchAnd) match(r *rbacReq) bool {
+	for _, c := range m {
+		if !c.match(r) {
+			return false
+		}
+	}
+	return true
+}
+
+func (m matchOr) match(r *rbacReq) bool { return anyMatch(m, r) }
+
+func (m matchNot) match(r *rbacReq) bool { return !m.m.match(r) }
+
+func (m matchPort) match(r *rbacReq) bool {
+	p := uint32(r.local.Port())
+	return p >= m.lo && p <= m.hi
+}
+
+func (m matchCIDR) match(r *rbacReq) bool {
+	a := r.local.Addr()
+	if m.remote {
+		a = r.peer
+	}
+	return a.IsValid() && m.p.Contains(a.Unmap())
+}
+
+func (m *matchHeader) match(r *rbacReq) bool {
+	var v []byte
+	switch m.pseudo {
+	case "":
+		v = r.h.Peek(m.hm.name)
+	case ":method":
+		v = r.h.Method()
+	case ":path":
+		v = r.h.RequestURI()
+	case ":authority":
+		v = r.h.Host()
+	case ":scheme":
+		v = r.scheme
+	}
+	present := v != nil
+	if m.pseudo != "" {
+		present = len(v) > 0
+	}
+	var ok bool
+	if m.hm.kind == strPresent {
+		ok = present
+	} else {
+		if !present {
+			return false // as a route's header matcher: absent never matches
+		}
+		ok = matchString(&m.hm, v)
+	}
+	return ok != m.hm.invert
+}
+
+func (m *matchURLPath) match(r *rbacReq) bool { return matchString(&m.sm, r.path) }
+
+func (m *matchSNI) match(r *rbacReq) bool {
+	if r.tls == nil {
+		return matchString(&m.sm, nil)
+	}
+	return matchString(&m.sm, []byte(r.tls.ServerName))
+}
+
+// match: Envoy's authenticated principal: the peer certificate's URI SANs,
+// then its DNS SANs, then its subject (RFC 2253) are matched in turn.
+func (m *matchPrincipal) match(r *rbacReq) bool {
+	if r.names == nil {
+		if r.tls == nil {
+			return false
+		}
+		n := peerNamesOf(r.tls) // an HTTP/2 call: its stream has no cache
+		r.names = &n
+	}
+	n := r.names
+	if !n.ok {
+		return false
+	}
+	if m.any {
+		return true
+	}
+	for _, u := range n.uris {
+		if matchStr(&m.sm, u) {
+			return true
+		}
+	}
+	for _, d := range n.dnsSANs {
+		if matchStr(&m.sm, d) {
+			return true
+		}
+	}
+	return matchStr(&m.sm, n.subject)
+}
+
+// matchStr is matchString of a string, without converting it.
+func matchStr(hm *headerMatch, v string) bool {
+	if hm.kind == strRegex {
+		return hm.re.MatchString(v)
+	}
+	w := hm.value
+	if hm.ignoreCase {
+		switch hm.kind {
+		case strExact:
+			return strings.EqualFold(v, w)
+		case strPrefix:
+			return len(v) >= len(w) && strings.EqualFold(v[:len(w)], w)
+		case strSuffix:
+			return len(v) >= len(w) && strings.EqualFold(v[len(v)-len(w):], w)
+		case strContains:
+			return strings.Contains(strings.ToLower(v), w)
+		}
+		return false
+	}
+	switch hm.kind {
+	case strExact:
+		return v == w
+	case strPrefix:
+		return strings.HasPrefix(v, w)
+	case strSuffix:
+		return strings.HasSuffix(v, w)
+	case strContains:
+		return strings.Contains(v, w)
+	}
+	return false
+}
+
+// Compilation.
+
+// decodeHTTPFilters reads an HCM's http_filters: the RBAC filters, in
+// order. The others (the router, and filters Envoy would run) are not the
+// gateway's to run; an RBAC filter it cannot read is refused.
+func decodeHTTPFilters(fs []*hcm.HttpFilter, path string) ([]*rbacFilter, error) {
+	var out []*rbacFilter
+	for i, f := range fs {
+		p := fmt.Sprintf("%s.http_filters[%d]", path, i)
+		a := f.GetTypedConfig()
+		if a.GetTypeUrl() != rbacTypeURL && f.GetName() != rbacFilterName {
+			continue
+		}
+		if a != nil && a.GetTypeUrl() != rbacTypeURL {
+			// Named RBAC but of another type (a TypedStruct...): refused,
+			// never skipped, or its calls would pass unchecked.
+			return nil, fieldErr(p+".typed_config", "type %q: the RBAC filter needs %q", a.GetTypeUrl(), rbacTypeURL)
+		}
+		if f.GetConfigDiscovery() != nil {
+			return nil, fieldErr(p+".config_discovery", "the RBAC filter's config must be inline (typed_config)")
+		}
+		cfg := new(rbachttp.RBAC)
+		if a != nil {
+			if err := a.UnmarshalTo(cfg); err != nil {
+				return nil, fieldErr(p+".typed_config", "%v", err)
+			}
+		}
+		rf, err := compileRBACFilter(f.GetName(), cfg, p+".typed_config")
+		if err != nil {
+			return nil, err
+		}
+		rf.disabled = f.GetDisabled()
+		out = append(out, rf)
+	}
+	return out, nil
+}
+
+func compileRBACFilter(name string, cfg *rbachttp.RBAC, path string) (*rbacFilter, error) {
+	f := &rbacFilter{name: name}
+	switch {
+	case cfg.GetMatcher() != nil:
+		return nil, fieldErr(path+".matcher", "the matcher API is not supported by the gateway (use rules)")
+	case cfg.GetShadowMatcher() != nil:
+		return nil, fieldErr(path+".shadow_matcher", "the matcher API is not supported by the gateway (use shadow_rules)")
+	}
+	var err error
+	if r := cfg.GetRules(); r != nil {
+		if f.rules, err = compileRBAC(r, path+".rules"); err != nil {
+			return nil, err
+		}
+	}
+	if r := cfg.GetShadowRules(); r != nil {
+		if f.shadow, err = compileRBAC(r, path+".shadow_rules"); err != nil {
+			return nil, err
+		}
+	}
+	return f, nil
+}
+
+func compileRBAC(r *rbacpb.RBAC, path string) (*rbacEngine, error) {
+	e := &rbacEngine{}
+	switch r.GetAction() {
+	case rbacpb.RBAC_ALLOW:
+		e.action = rbacAllow
+	case rbacpb.RBAC_DENY:
+		e.action = rbacDeny
+	case rbacpb.RBAC_LOG:
+		e.action = rbacLog
+	default:
+		return nil, fieldErr(path+".action", "%v is not supported by the gateway (ALLOW, DENY, LOG)", r.GetAction())
+	}
+	if r.GetAuditLoggingOptions() != nil {
+		return nil, fieldErr(path+".audit_logging_options", "not supported by the gateway (denials are in the call log)")
+	}
+	names := make([]string, 0, len(r.GetPolicies()))
+	for n := range r.GetPolicies() {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		p := r.GetPolicies()[n]
+		pp := fmt.Sprintf("%s.policies[%q]", path, n)
+		switch {
+		case p.GetCondition() != nil:
+			return nil, fieldErr(pp+".condition", "CEL conditions are not supported by the gateway")
+		case p.GetCheckedCondition() != nil:
+			return nil, fieldErr(pp+".checked_condition", "CEL conditions are not supported by the gateway")
+		case len(p.GetPermissions()) == 0:
+			return nil, fieldErr(pp+".permissions", "empty")
+		case len(p.GetPrincipals()) == 0:
+			return nil, fieldErr(pp+".principals", "empty")
+		}
+		cp := rbacPolicy{name: n}
+		for i, perm := range p.GetPermissions() {
+			m, err := compilePermission(perm, fmt.Sprintf("%s.permissions[%d]", pp, i), 0)
+			if err != nil {
+				return nil, err
+			}
+			cp.perms = append(cp.perms, m)
+		}
+		for i, pr := range p.GetPrincipals() {
+			m, err := compilePrincipal(pr, fmt.Sprintf("%s.principals[%d]", pp, i), 0)
+			if err != nil {
+				return nil, err
+			}
+			cp.principals = append(cp.principals, m)
+		}
+		e.policies = append(e.policies, cp)
+	}
+	return e, nil
+}
+
+// maxRBACDepth bounds and/or/not nesting (a hostile config cannot make
+// evaluation recurse without end).
+const maxRBACDepth = 32
+
+func compilePermission(p *rbacpb.Permission, path string, depth int) (rbacMatcher, error) {
+	if depth > maxRBACDepth {
+		return nil, fieldErr(path, "nested deeper than %d", maxRBACDepth)
+	}
+	set := func(rules []*rbacpb.Permission, field string) ([]rbacMatcher, error) {
+		if len(rules) == 0 {
+			return nil, fieldErr(path+"."+field+".rules", "empty")
+		}
+		out := make([]rbacMatcher, 0, len(rules))
+		for i, c := range rules {
+			m, err := compilePermission(c, fmt.Sprintf("%s.%s.rules[%d]", path, field, i), depth+1)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, m)
+		}
+		return out, nil
+	}
+	switch r := p.GetRule().(type) {
+	case *rbacpb.Permission_Any:
+		if !r.Any {
+			return nil, fieldErr(path+".any", "must be true")
+		}
+		return matchAny{}, nil
+	case *rbacpb.Permission_AndRules:
+		ms, err := set(r.AndRules.GetRules(), "and_rules")
+		return matchAnd(ms), err
+	case *rbacpb.Permission_OrRules:
+		ms, err := set(r.OrRules.GetRules(), "or_rules")
+		return matchOr(ms), err
+	case *rbacpb.Permission_NotRule:
+		m, err := compilePermission(r.NotRule, path+".not_rule", depth+1)
+		return matchNot{m}, err
+	case *rbacpb.Permission_Header:
+		return compileRBACHeader(r.Header, path+".header")
+	case *rbacpb.Permission_UrlPath:
+		return compileURLPath(r.UrlPath, path+".url_path")
+	case *rbacpb.Permission_DestinationPort:
+		if r.DestinationPort > 65535 {
+			return nil, fieldErr(path+".destination_port", "%d above 65535", r.DestinationPort)
+		}
+		return matchPort{r.DestinationPort, r.DestinationPort}, nil
+	case *rbacpb.Permission_DestinationPortRange:
+		lo, hi := r.DestinationPortRange.GetStart(), r.DestinationPortRange.GetEnd()
+		if lo < 0 || hi > 65536 || lo >= hi {
+			return nil, fieldErr(path+".destination_port_range", "[%d, %d): want 0 <= start < end <= 65536", lo, hi)
+		}
+		return matchPort{uint32(lo), uint32(hi - 1)}, nil
+	case *rbacpb.Permission_DestinationIp:
+		pfx, err := cidr(r.DestinationIp.GetAddressPrefix(), r.DestinationIp.GetPrefixLen().GetValue(), path+".destination_ip")
+		return matchCIDR{p: pfx}, err
+	case *rbacpb.Permission_RequestedServerName:
+		sm, err := decodeStringMatcher(r.RequestedServerName, path+".requested_server_name")
+		return &matchSNI{sm}, err
+	case nil:
+		return nil, fieldErr(path+".rule", "required")
+	default:
+		return nil, fieldErr(path+"."+ruleField(p.ProtoReflect()), "not supported by the gateway")
+	}
+}
+
+func compilePrincipal(p *rbacpb.Principal, path string, depth int) (rbacMatcher, error) {
+	if depth > maxRBACDepth {
+		return nil, fieldErr(path, "nested deeper than %d", maxRBACDepth)
+	}
+	set := func(ids []*rbacpb.Principal, field string) ([]rbacMatcher, error) {
+		if len(ids) == 0 {
+			return nil, fieldErr(path+"."+field+".ids", "empty")
+		}
+		out := make([]rbacMatcher, 0, len(ids))
+		for i, c := range ids {
+			m, err := compilePrincipal(c, fmt.Sprintf("%s.%s.ids[%d]", path, field, i), depth+1)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, m)
+		}
+		return out, nil
+	}
+	remote := func(c interface {
+		GetAddressPrefix() string
+	}, plen uint32, field string) (rbacMatcher, error) {
+		pfx, err := cidr(c.GetAddressPrefix(), plen, path+"."+field)
+		return matchCIDR{p: pfx, remote: true}, err
+	}
+	switch id := p.GetIdentifier().(type) {
+	case *rbacpb.Principal_Any:
+		if !id.Any {
+			return nil, fieldErr(path+".any", "must be true")
+		}
+		return matchAny{}, nil
+	case *rbacpb.Principal_AndIds:
+		ms, err := set(id.AndIds.GetIds(), "and_ids")
+		return matchAnd(ms), err
+	case *rbacpb.Principal_OrIds:
+		ms, err := set(id.OrIds.GetIds(), "or_ids")
+		return matchOr(ms), err
+	case *rbacpb.Principal_NotId:
+		m, err := compilePrincipal(id.NotId, path+".not_id", depth+1)
+		return matchNot{m}, err
+	case *rbacpb.Principal_Authenticated_:
+		if id.Authenticated.GetPrincipalName() == nil {
+			return &matchPrincipal{any: true}, nil
+		}
+		sm, err := decodeStringMatcher(id.Authenticated.GetPrincipalName(), path+".authenticated.principal_name")
+		return &matchPrincipal{sm: sm}, err
+	case *rbacpb.Principal_SourceIp:
+		return remote(id.SourceIp, id.SourceIp.GetPrefixLen().GetValue(), "source_ip")
+	case *rbacpb.Principal_DirectRemoteIp:
+		return remote(id.DirectRemoteIp, id.DirectRemoteIp.GetPrefixLen().GetValue(), "direct_remote_ip")
+	case *rbacpb.Principal_RemoteIp:
+		// The gateway trusts no X-Forwarded-For: the remote address is the
+		// peer's, as Envoy's with xff_num_trusted_hops 0.
+		return remote(id.RemoteIp, id.RemoteIp.GetPrefixLen().GetValue(), "remote_ip")
+	case *rbacpb.Principal_Header:
+		return compileRBACHeader(id.Header, path+".header")
+	case *rbacpb.Principal_UrlPath:
+		return compileURLPath(id.UrlPath, path+".url_path")
+	case nil:
+		return nil, fieldErr(path+".identifier", "required")
+	default:
+		return nil, fieldErr(path+"."+ruleField(p.ProtoReflect()), "not supported by the gateway")
+	}
+}
+
+func compileRBACHeader(h *route.HeaderMatcher, path string) (rbacMatcher, error) {
+	hm, err := decodeHeaderMatcher(h, path)
+	if err != nil {
+		return nil, err
+	}
+	m := &matchHeader{hm: hm}
+	if strings.HasPrefix(hm.name, ":") {
+		switch hm.name {
+		case ":method", ":path", ":authority", ":scheme":
+			m.pseudo = hm.name
+		default:
+			return nil, fieldErr(path+".name", "pseudo-header %q: want :method, :path, :authority or :scheme", hm.name)
+		}
+	} else if hm.name == "host" {
+		m.pseudo = ":authority" // Envoy reads Host as :authority
+	}
+	return m, nil
+}
+
+func compileURLPath(p *matcher.PathMatcher, path string) (rbacMatcher, error) {
+	sm := p.GetPath()
+	if sm == nil {
+		return nil, fieldErr(path+".path", "required")
+	}
+	m, err := decodeStringMatcher(sm, path+".path")
+	return &matchURLPath{m}, err
+}
+
+// decodeStringMatcher reads an Envoy StringMatcher into a headerMatch's
+// string part (matchString evaluates it).
+func decodeStringMatcher(sm *matcher.StringMatcher, path string) (headerMatch, error) {
+	hm := headerMatch{ignoreCase: sm.GetIgnoreCase()}
+	switch p := sm.GetMatchPattern().(type) {
+	case *matcher.StringMatcher_Exact:
+		hm.kind, hm.value = strExact, p.Exact
+	case *matcher.StringMatcher_Prefix:
+		hm.kind, hm.value = strPrefix, p.Prefix
+	case *matcher.StringMatcher_Suffix:
+		hm.kind, hm.value = strSuffix, p.Suffix
+	case *matcher.StringMatcher_Contains:
+		hm.kind, hm.value = strContains, p.Contains
+	case *matcher.StringMatcher_SafeRegex:
+		re, err := compileRegex(p.SafeRegex.GetRegex(), hm.ignoreCase)
+		if err != nil {
+			return hm, fieldErr(path+".safe_regex.regex", "%v", err)
+		}
+		hm.kind, hm.re = strRegex, re
+	case nil:
+		return hm, fieldErr(path+".match_pattern", "required")
+	default:
+		return hm, fieldErr(path, "pattern %T: %v", p, errUnsupported)
+	}
+	if hm.ignoreCase {
+		hm.value = strings.ToLower(hm.value)
+	}
+	return hm, nil
+}
+
+func cidr(addr string, plen uint32, path string) (netip.Prefix, error) {
+	a, err := netip.ParseAddr(addr)
+	if err != nil {
+		return netip.Prefix{}, fieldErr(path+".address_prefix", "%q is not an IP address", addr)
+	}
+	a = a.Unmap()
+	if int(plen) > a.BitLen() {
+		return netip.Prefix{}, fieldErr(path+".prefix_len", "%d longer than the address", plen)
+	}
+	return netip.PrefixFrom(a, int(plen)).Masked(), nil
+}
+
+// ruleField names the oneof member set in a Permission or Principal (for
+// the refusal of the ones the gateway does not evaluate).
+func ruleField(m protoreflect.Message) string {
+	if ods := m.Descriptor().Oneofs(); ods.Len() > 0 {
+		if fd := m.WhichOneof(ods.Get(0)); fd != nil {
+			return string(fd.Name())
+		}
+	}
+	return "rule"
+}
+
+// Per-route overrides.
+
+// rbacOverride is a route's (or virtual host's) typed_per_filter_config
+// for an RBAC filter: a replacement filter, or disabled.
+type rbacOverride struct {
+	filter   *rbacFilter // nil with disabled
+	disabled bool
+}
+
+// decodeRBACOverrides reads the RBAC entries of a typed_per_filter_config.
+// Entries of other filters are ignored: the gateway runs no other filter.
+func decodeRBACOverrides(m map[string]*anypb.Any, path string) (map[string]rbacOverride, error) {
+	var out map[string]rbacOverride
+	for name, a := range m {
+		p := fmt.Sprintf("%s.typed_per_filter_config[%q]", path, name)
+		disabled := false
+		if a.GetTypeUrl() == filterConfigURL {
+			fc := new(route.FilterConfig)
+			if err := a.UnmarshalTo(fc); err != nil {
+				return nil, fieldErr(p, "%v", err)
+			}
+			disabled, a = fc.GetDisabled(), fc.GetConfig()
+			p += ".config"
+			if a == nil && !disabled {
+				continue
+			}
+		}
+		if a != nil && a.GetTypeUrl() != rbacRouteURL {
+			if name == rbacFilterName {
+				return nil, fieldErr(p, "type %q: an RBAC override needs %q", a.GetTypeUrl(), rbacRouteURL)
+			}
+			continue // another filter's: the gateway runs no other
+		}
+		o := rbacOverride{disabled: disabled}
+		if a != nil && !disabled {
+			pr := new(rbachttp.RBACPerRoute)
+			if err := a.UnmarshalTo(pr); err != nil {
+				return nil, fieldErr(p, "%v", err)
+			}
+			if pr.GetRbac() == nil {
+				o.disabled = true // Envoy: an override without rbac disables the filter here
+			} else {
+				f, err := compileRBACFilter(name, pr.GetRbac(), p+".rbac")
+				if err != nil {
+					return nil, err
+				}
+				o.filter = f
+			}
+		}
+		if out == nil {
+			out = map[string]rbacOverride{}
+		}
+		out[name] = o
+	}
+	return out, nil
+}
+
+// Enforcement.
+
+// rbacCheck runs the listener's RBAC filters, with the route's overrides,
+// over a call. It returns false, with the policy that denied it (or why no
+// policy allowed it), when a filter denies the call; shadow names the
+// first shadow engine's denial, for the call record. Call's goroutine.
+func (g *Gateway) rbacCheck(ctx *fasthttp.RequestCtx, filters []*rbacFilter, r *routeRT) (ok bool, policy, shadow string) {
+	req := rbacReq{h: &ctx.Request.Header, scheme: schemeHTTP}
+	uri := req.h.RequestURI()
+	req.path = uri
+	if i := bytes.IndexByte(uri, '?'); i >= 0 {
+		req.path = uri[:i]
+	}
+	if ta, isTCP := ctx.RemoteAddr().(*net.TCPAddr); isTCP {
+		req.peer, _ = netip.AddrFromSlice(ta.IP)
+	}
+	if ta, isTCP := ctx.LocalAddr().(*net.TCPAddr); isTCP {
+		a, _ := netip.AddrFromSlice(ta.IP)
+		req.local = netip.AddrPortFrom(a.Unmap(), uint16(ta.Port))
+	}
+	if tc, isTLS := ctx.Conn().(*tlsServerConn); isTLS {
+		req.tls, req.scheme, req.names = tc.state, schemeHTTPS, &tc.peer
+	} else if cs := ctx.TLSConnectionState(); cs != nil {
+		req.tls, req.scheme = cs, schemeHTTPS
+	}
+	for _, f := range filters {
+		if o, has := r.spec.rbac[f.name]; has {
+			if o.disabled {
+				continue
+			}
+			if o.filter != nil {
+				f = o.filter
+			}
+		} else if f.disabled {
+			continue
+		}
+		if e := f.shadow; e != nil {
+			allowed, p := e.evaluate(&req)
+			if allowed {
+				g.metrics.rbac[rbacShadowAllowed].Inc()
+			} else {
+				g.metrics.rbac[rbacShadowDenied].Inc()
+				if shadow == "" {
+					shadow = "shadow denied: " + denial(f, p)
+				}
+			}
+		}
+		e := f.rules
+		if e == nil {
+			continue
+		}
+		allowed, p := e.evaluate(&req)
+		switch {
+		case e.action == rbacLog:
+			if p != "" {
+				g.metrics.rbac[rbacLogged].Inc()
+			}
+		case allowed:
+			g.metrics.rbac[rbacAllowed].Inc()
+		default:
+			g.metrics.rbac[rbacDenied].Inc()
+			return false, denial(f, p), shadow
+		}
+	}
+	return true, "", shadow
+}
+
+// denial names what denied a call: the policy, or, for an ALLOW engine
+// that matched none, the filter.
+func denial(f *rbacFilter, policy string) string {
+	if policy != "" {
+		return policy
+	}
+	return f.name + ": no policy allowed the call"
+}
+
+// RBAC results counted by metricsSet.rbac.
+const (
+	rbacAllowed = iota
+	rbacDenied
+	rbacShadowAllowed
+	rbacShadowDenied
+	rbacLogged
+	rbacResults
+)
+
+var rbacResultNames = [rbacResults]string{"allowed", "denied", "shadow_allowed", "shadow_denied", "logged"}
+
+// rbacShadowKey is the request's user value naming a shadow denial.
+const rbacShadowKey = "sextant.rbac.shadow"
+
+// authorize runs the RBAC filters of t over a call routed to r. A denied
+// call is answered 403 "RBAC: access denied" (Envoy's answer) and recorded
+// with reason rbac_denied and the policy; it returns false then. A shadow
+// denial is kept for the call's record. Call's goroutine.
+func (g *Gateway) authorize(ctx *fasthttp.RequestCtx, t *table, r *routeRT) bool {
+	ok, policy, shadow := g.rbacCheck(ctx, t.rbac, r)
+	if shadow != "" {
+		ctx.SetUserValue(rbacShadowKey, shadow)
+	}
+	if ok {
+		return true
+	}
+	start := time.Now()
+	ctx.Response.Reset()
+	ctx.SetStatusCode(fasthttp.StatusForbidden)
+	ctx.SetContentType("text/plain")
+	ctx.Response.Header.Set(ErrorHeader, reasonRBAC)
+	ctx.Response.Header.Set("Via", viaValue)
+	ctx.SetBodyString(rbacDeniedBody)
+	if len(r.targets) == 0 {
+		return false
+	}
+	tg := r.pick()
+	if tg.cluster == nil {
+		return false
+	}
+	k := call{c: tg.cluster, status: fasthttp.StatusForbidden, reason: reasonRBAC, detail: policy, grpc: -1}
+	lat := time.Since(start)
+	k.c.m.observe(k.status, lat)
+	if g.rec != nil {
+		g.recordCall(&k, r, tg.mdKey, start, lat, int64(len(rbacDeniedBody)))
+	}
+	return false
+}
+
+// rbacShadow is the shadow denial authorize kept for the call ("": none).
+func rbacShadow(ctx *fasthttp.RequestCtx) string {
+	if v, ok := ctx.UserValue(rbacShadowKey).(string); ok {
+		return v
+	}
+	return ""
+}
