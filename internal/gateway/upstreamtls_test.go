@@ -68,11 +68,11 @@ func keyPair(t testing.TB, certPEM, keyPEM []byte) tls.Certificate {
 	return c
 }
 
-// startTLSUpstream is a Go net/http HTTPS server with cert; clientCAs
+// startHTTPSUpstream is a Go net/http HTTPS server with cert; clientCAs
 // set requires a client certificate from them; h2 serves HTTP/2 (ALPN).
 // Its answers name the protocol, the server name the client asked for and
 // the client certificate's serial number.
-func startTLSUpstream(t *testing.T, name string, cert tls.Certificate, clientCAs *x509.CertPool, h2 bool) *upstream {
+func startHTTPSUpstream(t *testing.T, name string, cert tls.Certificate, clientCAs *x509.CertPool, h2 bool) *upstream {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -136,7 +136,7 @@ func exactSAN(typ tlsv3.SubjectAltNameMatcher_SanType, v string) *tlsv3.SubjectA
 func TestUpstreamTLSSimple(t *testing.T) {
 	ca, other := newPKI(t), newPKI(t)
 	sc, sk := ca.issue(t, false, "orders.example.com")
-	u := startTLSUpstream(t, "secure", keyPair(t, sc, sk), nil, false)
+	u := startHTTPSUpstream(t, "secure", keyPair(t, sc, sk), nil, false)
 	cp := startControlPlane(t, "")
 	ctx := func(san string) *tlsv3.UpstreamTlsContext {
 		return &tlsv3.UpstreamTlsContext{Sni: "orders.example.com", CommonTlsContext: &tlsv3.CommonTlsContext{
@@ -193,7 +193,7 @@ func TestUpstreamTLSMutual(t *testing.T) {
 	ca := newPKI(t)
 	const id = "spiffe://cluster.local/ns/default/sa/orders"
 	sc, sk := ca.issueURI(t, id)
-	u := startTLSUpstream(t, "mtls", keyPair(t, sc, sk), ca.pool, false)
+	u := startHTTPSUpstream(t, "mtls", keyPair(t, sc, sk), ca.pool, false)
 	cc, ck := ca.issueURI(t, "spiffe://cluster.local/ns/edge/sa/gateway")
 	cp := startControlPlane(t, "")
 	ctx := func(cert string) *tlsv3.UpstreamTlsContext {
@@ -262,7 +262,7 @@ func TestUpstreamTLSMutual(t *testing.T) {
 func TestUpstreamTLSH2(t *testing.T) {
 	ca := newPKI(t)
 	sc, sk := ca.issue(t, false, "grpc.internal")
-	u := startTLSUpstream(t, "h2", keyPair(t, sc, sk), nil, true)
+	u := startHTTPSUpstream(t, "h2", keyPair(t, sc, sk), nil, true)
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -301,8 +301,8 @@ func TestUpstreamTLSFailureRetriedAndEjected(t *testing.T) {
 	ca, other := newPKI(t), newPKI(t)
 	gc, gk := ca.issue(t, false, "orders.internal")
 	bc, bk := other.issue(t, false, "orders.internal")
-	good := startTLSUpstream(t, "good", keyPair(t, gc, gk), nil, false)
-	bad := startTLSUpstream(t, "bad", keyPair(t, bc, bk), nil, false)
+	good := startHTTPSUpstream(t, "good", keyPair(t, gc, gk), nil, false)
+	bad := startHTTPSUpstream(t, "bad", keyPair(t, bc, bk), nil, false)
 	r := prefixRoute("/", "orders")
 	r.GetRoute().RetryPolicy = &route.RetryPolicy{RetryOn: "connect-failure", NumRetries: wrapperspb.UInt32(2),
 		RetryHostPredicate:            []*route.RetryPolicy_RetryHostPredicate{{Name: "envoy.retry_host_predicates.previous_hosts"}},
@@ -346,7 +346,7 @@ func TestUpstreamTLSFailureRetriedAndEjected(t *testing.T) {
 func TestUpstreamTLSIdentity(t *testing.T) {
 	ca := newPKI(t)
 	sc, sk := ca.issueURI(t, "spiffe://td/ns/default/sa/orders")
-	u := startTLSUpstream(t, "mesh", keyPair(t, sc, sk), ca.pool, false)
+	u := startHTTPSUpstream(t, "mesh", keyPair(t, sc, sk), ca.pool, false)
 	c := edsCluster("m")
 	c.TransportSocket = xds.Cluster("default/orders", config.Policy{TLS: &networking.ClientTLSSettings{Mode: networking.ClientTLSSettings_ISTIO_MUTUAL}}).TransportSocket
 	cp := startControlPlane(t, "")

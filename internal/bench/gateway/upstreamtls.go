@@ -15,6 +15,7 @@ import (
 	"text/template"
 	"time"
 
+	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	matcher "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
@@ -201,17 +202,7 @@ func startUpstreamTLSProxy(ctx context.Context, name, bin, up string, cp *contro
 // SIMPLE with credentialName).
 func (cp *controlPlane) setUpstreamTLS(up string, cert *benchCert) error {
 	cp.ver++
-	ads := &core.ConfigSource{ConfigSourceSpecifier: &core.ConfigSource_Ads{Ads: &core.AggregatedConfigSource{}}, ResourceApiVersion: core.ApiVersion_V3}
-	u, _ := anypb.New(&tlsv3.UpstreamTlsContext{Sni: "localhost", CommonTlsContext: &tlsv3.CommonTlsContext{
-		AlpnProtocols: []string{"http/1.1"},
-		ValidationContextType: &tlsv3.CommonTlsContext_CombinedValidationContext{CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{
-			DefaultValidationContext: &tlsv3.CertificateValidationContext{MatchTypedSubjectAltNames: []*tlsv3.SubjectAltNameMatcher{{
-				SanType: tlsv3.SubjectAltNameMatcher_DNS, Matcher: &matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_Exact{Exact: "localhost"}}}}},
-			ValidationContextSdsSecretConfig: &tlsv3.SdsSecretConfig{Name: "bench-ca", SdsConfig: ads}}}}})
-	c := benchCluster("round_robin")
-	c.TransportSocket = &core.TransportSocket{Name: "envoy.transport_sockets.tls", ConfigType: &core.TransportSocket_TypedConfig{TypedConfig: u}}
-	ca := &tlsv3.Secret{Name: "bench-ca", Type: &tlsv3.Secret_ValidationContext{ValidationContext: &tlsv3.CertificateValidationContext{
-		TrustedCa: &core.DataSource{Specifier: &core.DataSource_InlineBytes{InlineBytes: cert.certPEM}}}}}
+	c, ca := upstreamTLSCluster(cert)
 	snap, err := cache.NewSnapshot(strconv.Itoa(cp.ver), map[resource.Type][]types.Resource{
 		resource.ListenerType: {benchListener()},
 		resource.RouteType:    {benchRoutes(15*time.Second, "")},
@@ -223,4 +214,21 @@ func (cp *controlPlane) setUpstreamTLS(up string, cert *benchCert) error {
 		return fmt.Errorf("bench: snapshot: %w", err)
 	}
 	return cp.cache.SetSnapshot(context.Background(), NodeID, snap)
+}
+
+// upstreamTLSCluster is the bench cluster with TLS to its endpoints and
+// the CA secret it names.
+func upstreamTLSCluster(cert *benchCert) (*cluster.Cluster, *tlsv3.Secret) {
+	ads := &core.ConfigSource{ConfigSourceSpecifier: &core.ConfigSource_Ads{Ads: &core.AggregatedConfigSource{}}, ResourceApiVersion: core.ApiVersion_V3}
+	u, _ := anypb.New(&tlsv3.UpstreamTlsContext{Sni: "localhost", CommonTlsContext: &tlsv3.CommonTlsContext{
+		AlpnProtocols: []string{"http/1.1"},
+		ValidationContextType: &tlsv3.CommonTlsContext_CombinedValidationContext{CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{
+			DefaultValidationContext: &tlsv3.CertificateValidationContext{MatchTypedSubjectAltNames: []*tlsv3.SubjectAltNameMatcher{{
+				SanType: tlsv3.SubjectAltNameMatcher_DNS, Matcher: &matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_Exact{Exact: "localhost"}}}}},
+			ValidationContextSdsSecretConfig: &tlsv3.SdsSecretConfig{Name: "bench-ca", SdsConfig: ads}}}}})
+	c := benchCluster("round_robin")
+	c.TransportSocket = &core.TransportSocket{Name: "envoy.transport_sockets.tls", ConfigType: &core.TransportSocket_TypedConfig{TypedConfig: u}}
+	ca := &tlsv3.Secret{Name: "bench-ca", Type: &tlsv3.Secret_ValidationContext{ValidationContext: &tlsv3.CertificateValidationContext{
+		TrustedCa: &core.DataSource{Specifier: &core.DataSource_InlineBytes{InlineBytes: cert.certPEM}}}}}
+	return c, ca
 }
