@@ -42,10 +42,6 @@ type Options struct {
 	// core to endpoint work, yields between services and pauses while
 	// endpoint work is queued.
 	ConfigWorkers int
-	// RootNamespace is the namespace whose PeerAuthentication and
-	// AuthorizationPolicy objects without a selector apply to the whole
-	// mesh (default istio-system, as Istio's).
-	RootNamespace string
 }
 
 // Engine keeps an xds.Cache current with a Source. Create it with New and

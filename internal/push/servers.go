@@ -183,15 +183,15 @@ func (e *Engine) security() *config.Security {
 	if s := e.sec.Load(); s != nil {
 		return s
 	}
-	return config.NewSecurity(e.opts.RootNamespace, nil)
+	return config.NewSecurity("", nil)
 }
 
-// publishServers rebuilds every server listener subscribers asked for and
-// publishes those that changed. A listener whose last resolution recheck
-// reports (or that has none) is resolved again with find (nil: the
-// Source's InstanceAt); the others keep theirs (a policy change). Called
-// from the config goroutine.
-func (e *Engine) publishServers(origin time.Time, find func(netip.AddrPort) *instance.Instance, recheck func(workload) bool) {
+// publishServers rebuilds the server listeners subscribers asked for and
+// publishes those that changed: all of them (a policy change), or those
+// whose workload changed. A listener whose last resolution recheck reports
+// (or that has none) is resolved again with find (nil: the Source's
+// InstanceAt); the others keep theirs. Called from the config goroutine.
+func (e *Engine) publishServers(origin time.Time, all bool, find func(netip.AddrPort) *instance.Instance, recheck func(workload) bool) {
 	reqs, last := e.servers.all()
 	if len(reqs) == 0 {
 		return
@@ -218,6 +218,7 @@ func (e *Engine) publishServers(origin time.Time, find func(netip.AddrPort) *ins
 	sec, memo := e.security(), chainMemo{}
 	for _, k := range keys {
 		wl, ok := last[k]
+		rebuild := all || !ok
 		if !ok {
 			wl = resolve(reqs[k], e.finder())
 		} else if recheck != nil && recheck(wl) {
@@ -225,15 +226,27 @@ func (e *Engine) publishServers(origin time.Time, find func(netip.AddrPort) *ins
 			if f == nil {
 				f = e.finder()
 			}
-			wl = resolve(reqs[k], f)
+			if again := resolve(reqs[k], f); !sameWorkload(again, wl) {
+				wl, rebuild = again, true
+			}
 		}
 		wls[k] = wl
-		set = append(set, e.serverListener(k, reqs[k], wl, sec, memo))
+		if rebuild {
+			set = append(set, e.serverListener(k, reqs[k], wl, sec, memo))
+		}
 	}
 	e.servers.resolved(wls)
+	if len(set) == 0 {
+		return
+	}
 	if _, err := e.cache.Apply(xds.TypeListener, set, nil, e.version(), origin); err != nil {
 		e.log.Error("push: publish server listeners", "error", err)
 	}
+}
+
+// sameWorkload reports whether a and b select the same policies.
+func sameWorkload(a, b workload) bool {
+	return a.svc == b.svc && a.w.Namespace == b.w.Namespace && a.w.Port == b.w.Port && a.w.Labels.Equal(b.w.Labels)
 }
 
 // addressIndex maps the address of every instance of services (nil: every
@@ -345,7 +358,7 @@ func (w *configWorker) servers(b configBatch) {
 		for _, ch := range b.changes {
 			rev = max(rev, ch.Revision)
 		}
-		w.e.storeSecurity(config.NewSecurity(w.e.opts.RootNamespace, slices.Collect(maps.Values(w.sec))), rev)
+		w.e.storeSecurity(config.NewSecurity("", slices.Collect(maps.Values(w.sec))), rev)
 	}
 	if !secChanged && !b.workloads {
 		return
@@ -357,17 +370,17 @@ func (w *configWorker) servers(b configBatch) {
 	switch {
 	case b.snap != nil:
 		// Everything again, from one index of every service.
-		w.e.publishServers(origin, w.addressIndex(nil), func(workload) bool { return true })
+		w.e.publishServers(origin, true, w.addressIndex(nil), func(workload) bool { return true })
 	case len(b.workloadSvcs) > 0:
 		// Instance changes: the listeners whose workload is in a changed
 		// service, or was not found, are resolved against those services
 		// (an instance that appeared is in one of them; one that moved
 		// from a service leaves it changed too).
 		changed := b.workloadSvcs
-		w.e.publishServers(origin, w.addressIndex(changed), func(wl workload) bool {
+		w.e.publishServers(origin, secChanged, w.addressIndex(changed), func(wl workload) bool {
 			return changed[wl.svc] || wl.svc == (naming.ServiceKey{})
 		})
 	default:
-		w.e.publishServers(origin, nil, nil)
+		w.e.publishServers(origin, secChanged, nil, nil)
 	}
 }

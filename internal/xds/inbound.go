@@ -57,10 +57,12 @@ const (
 //     required;
 //   - DISABLE: plaintext;
 //   - PERMISSIVE (and UNSET): a TLS chain matched by transport_protocol
-//     "tls" and a plaintext one matched by "raw_buffer", as Envoy reads
-//     them. grpc-go cannot tell TLS from plaintext on one port (gRFC A36
-//     drops chains matching any transport_protocol but "raw_buffer"), so
-//     a grpc-go server serves PERMISSIVE as plaintext.
+//     "tls" and a plaintext one matched by "raw_buffer", Istio's shape.
+//     grpc-go cannot tell TLS from plaintext on one port (gRFC A36 drops
+//     chains matching any transport_protocol but "raw_buffer", and it
+//     refuses the listener filters, such as Envoy's TLS inspector, that
+//     would tell them apart), so a grpc-go server serves PERMISSIVE as
+//     plaintext.
 func ServerListener(name string, addr netip.AddrPort, mode security.PeerAuthentication_MutualTLS_Mode, policies []*config.Object) *listenerv3.Listener {
 	return &listenerv3.Listener{Name: name, Address: socketAddress(addr), FilterChains: inboundChains(mode, policies)}
 }

@@ -37,3 +37,24 @@ func FuzzServerListener(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParseServerListener: a listener name from a client never panics the
+// parser, and an address it accepts names the listener it came from.
+func FuzzParseServerListener(f *testing.F) {
+	for _, s := range []string{"grpc/server?xds.resource.listening_address=127.0.0.1:50051", "grpc/server?xds.resource.listening_address=[::]:1",
+		"grpc/server?xds.resource.listening_address=[fe80::1%eth0]:80", "orders:8080", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, name string) {
+		ap, ok := ParseServerListener(name)
+		if !ok {
+			return
+		}
+		if ap.Port() == 0 || !ap.IsValid() {
+			t.Fatalf("%q: accepted %v", name, ap)
+		}
+		if back, ok := ParseServerListener(ServerListenerPrefix + ap.String()); !ok || back != ap {
+			t.Fatalf("%q: %v does not round-trip (%v)", name, ap, back)
+		}
+	})
+}
