@@ -26,7 +26,8 @@ type SecretInfo struct {
 }
 
 // TLSSecret is a secret to create: PEM certificate chain, key and the
-// optional CA (ca.crt) that verifies client certificates.
+// optional CA (ca.crt) that verifies client certificates; or, with Type
+// "ca", CA certificates only (CA).
 type TLSSecret struct {
 	Namespace string `json:"namespace"`
 	Name      string `json:"name"`
@@ -45,7 +46,9 @@ type SecretResult struct {
 
 // PutSecret creates s, or replaces it when replace is set.
 func (c *Client) PutSecret(ctx context.Context, s TLSSecret, replace bool) (*SecretResult, error) {
-	s.Type = "tls"
+	if s.Type == "" {
+		s.Type = "tls"
+	}
 	body, _ := json.Marshal(s)
 	path := "/v1/secrets"
 	if replace {

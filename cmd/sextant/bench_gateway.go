@@ -55,6 +55,11 @@ resumption, --connections loaders); then the gateway with mutual TLS and an
 RBAC filter of 10 policies against plain TLS (HTTP/1.1 keep-alive, a Go
 loader). h2load: apt-get install -y nghttp2-client.
 
+Scenario "upstream-tls" puts nginx (proxy_ssl: the CA verified, sessions
+reused, upstream keep-alive) and the gateway (a cluster with an
+UpstreamTlsContext, the CA by SDS) in front of one Go HTTPS upstream, TLS 1.3
+AES-128-GCM, and drives each in plaintext with wrk in alternating rounds.
+
 Scenario "config" publishes --updates route changes through go-control-plane's
 ADS server and times each until the new route serves.
 
@@ -68,7 +73,8 @@ Everything shares this machine's cores: compare figures within one run.`,
   sextant bench gateway --proxies nginx,sextant,nginx-tls,sextant-tls --rounds 3
   sextant bench gateway --scenario race
   sextant bench gateway --scenario tls --duration 10s --rounds 3
-  sextant bench gateway --scenario stream --body-size 268435456`,
+  sextant bench gateway --scenario stream --body-size 268435456
+  sextant bench gateway --scenario upstream-tls --duration 5s --rounds 3`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			enc := json.NewEncoder(cmd.OutOrStdout())
@@ -84,6 +90,17 @@ Everything shares this machine's cores: compare figures within one run.`,
 				}
 				cfg.Progress = cmd.ErrOrStderr()
 				res, err := benchgw.Run(cmd.Context(), cfg)
+				if err != nil {
+					return err
+				}
+				return enc.Encode(res)
+			case "upstream-tls":
+				bin, err := os.Executable()
+				if err != nil {
+					return err
+				}
+				cfg.Binary, cfg.Progress = bin, cmd.ErrOrStderr()
+				res, err := benchgw.RunUpstreamTLS(cmd.Context(), cfg)
 				if err != nil {
 					return err
 				}
@@ -154,11 +171,11 @@ Everything shares this machine's cores: compare figures within one run.`,
 				}
 				return enc.Encode(out)
 			}
-			return fmt.Errorf("unknown --scenario %q: throughput, stream, tls, race or config", scenario)
+			return fmt.Errorf("unknown --scenario %q: throughput, stream, tls, upstream-tls, race or config", scenario)
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&scenario, "scenario", "throughput", "throughput, stream, tls, race or config")
+	fl.StringVar(&scenario, "scenario", "throughput", "throughput, stream, tls, upstream-tls, race or config")
 	fl.IntVar(&tlsCfg.H2Clients, "h2-clients", 4, "tls: h2load connections")
 	fl.IntVar(&tlsCfg.H2Streams, "h2-streams", 100, "tls: h2load concurrent streams per connection")
 	fl.StringVar(&tlsCfg.ProfileDir, "profile-dir", "", "tls: write a CPU profile of the gateway during each of its runs here")

@@ -1,7 +1,10 @@
 package main
 
 import (
+	"fmt"
 	"os"
+	"os/exec"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -12,7 +15,11 @@ func init() { benchCmd.AddCommand(newBenchPushCmd()) }
 
 func newBenchPushCmd() *cobra.Command {
 	var cfg benchpush.Config
-	var protocol, cpuprofile string
+	var protocol, cpuprofile, storeURL string
+	var servers int
+	var logs, policy bool
+	var extra []string
+	var serverBin string
 	cmd := &cobra.Command{
 		Use:   "push",
 		Short: "Measure how fast the control plane delivers changes to many xDS subscribers",
@@ -27,10 +34,26 @@ subscribing to every resource, ACKing every response), then changes
 instances at --churn per second while a VirtualService or DestinationRule
 changes every --config-every, and prints one JSON object: full recomputation
 time, the time from each change's commit until every subscriber had it, and
-heap per subscriber. The bench and the control plane share the machine.`,
+heap per subscriber. The bench and the control plane share the machine.
+
+With --servers N and --store, the control plane is N real "sextant server"
+processes of this binary in cluster mode over the database of --store (use
+a fresh database: it must hold no instances). The scenario is written to
+the first server (A) over its HTTP API; the subscribers are spread round
+robin over the servers' xDS ports; instances go down and up at --churn per
+second (open loop, up to 16 writes in flight; skipped_ticks counts the ticks
+that found 16 out), each written to A only, and the figures are the time from
+before the write until every subscriber on every server had it, also per server
+(per_server, A first). --subscribers defaults to 100 per server here; there
+is no config churn in this mode. Each server serves ADS from its own
+catalog, which follows the database (docs/cluster.md); --server-bin runs
+the servers from another sextant binary, to compare two versions in one
+run.`,
 		Example: `  sextant bench push --subscribers 100 --duration 20s
   sextant bench push --subscribers 1000 --protocol delta
-  sextant bench push --subscribers 100 --protocol sotw`,
+  sextant bench push --subscribers 100 --protocol sotw
+  sextant bench push --servers 3 --store 'mysql://root@tcp(127.0.0.1:3306)/sx_push' --subscribers 300 --services 200 --endpoints 2000
+  sextant bench push --policy --subscribers 1000 --duration 10s`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			switch protocol {
@@ -41,6 +64,15 @@ heap per subscriber. The bench and the control plane share the machine.`,
 				return errBadProtocol(protocol)
 			}
 			cfg.Progress = os.Stderr
+			if servers > 0 || storeURL != "" {
+				if storeURL == "" || servers < 1 {
+					return fmt.Errorf("--servers and --store go together: --servers %d, --store %q", servers, storeURL)
+				}
+				if cpuprofile != "" || cfg.ChurnOnlyDuringConfig {
+					return fmt.Errorf("--cpuprofile and --churn-only-during-config are for the in-process mode, not --servers (profile a server with --server-arg=--pprof)")
+				}
+				return benchPushServers(cmd, cfg, servers, storeURL, serverBin, logs, extra)
+			}
 			if cpuprofile != "" {
 				f, err := os.Create(cpuprofile)
 				if err != nil {
@@ -48,6 +80,11 @@ heap per subscriber. The bench and the control plane share the machine.`,
 				}
 				defer f.Close()
 				cfg.Profile = f
+			}
+			if policy {
+				_, err := benchpush.RunPolicy(cmd.Context(), benchpush.PolicyConfig{Subscribers: cfg.Subscribers,
+					Duration: cfg.Duration, ConfigEvery: cfg.ConfigEvery, Progress: os.Stderr, Profile: cfg.Profile}, cmd.OutOrStdout())
+				return err
 			}
 			_, err := benchpush.Run(cmd.Context(), cfg, cmd.OutOrStdout())
 			return err
@@ -63,8 +100,65 @@ heap per subscriber. The bench and the control plane share the machine.`,
 	fl.DurationVar(&cfg.ConfigEvery, "config-every", 0, "one VirtualService or DestinationRule change every (default 100ms)")
 	fl.StringVar(&cpuprofile, "cpuprofile", "", "write a CPU profile of the churn phase to this file")
 	fl.IntVar(&cfg.Resyncs, "resyncs", 3, "full recomputations to time before the subscribers connect")
+	fl.BoolVar(&policy, "policy", false, "the policy scenario instead: --subscribers proxyless gRPC servers (state of the world) each watching its server listener and its service's cluster, one AuthorizationPolicy selecting all of them; AuthorizationPolicy and DestinationRule changes alternate every --config-every (default 200ms) for --duration (default 10s): policy_all_p99_ms is commit to enforced-at-every-server, cluster_all_p99_ms the same streams' cluster delivery")
 	fl.BoolVar(&cfg.ChurnOnlyDuringConfig, "churn-only-during-config", false, "change instances only while a config change is on its way to the subscribers (endpoint_during_config_* is then every endpoint change)")
+	fl.IntVar(&servers, "servers", 0, "start this many servers in cluster mode over --store and push through them (see above)")
+	fl.StringVar(&storeURL, "store", "", "with --servers: the database the servers share, mysql://user:pass@tcp(host:3306)/database (a fresh one)")
+	fl.BoolVar(&logs, "server-logs", false, "with --servers: pass the servers' logs to stderr")
+	fl.StringVar(&serverBin, "server-bin", "", "with --servers: run the servers from this sextant binary (another version, to compare in one run) instead of this one")
+	fl.StringArrayVar(&extra, "server-arg", nil, "with --servers: an extra argument for every server started (repeat)")
 	return cmd
+}
+
+// benchPushServers starts n servers over storeURL, each with its own API and
+// xDS address, and runs the scenario through them.
+func benchPushServers(cmd *cobra.Command, cfg benchpush.Config, n int, storeURL, bin string, logs bool, extra []string) error {
+	if bin == "" {
+		var err error
+		if bin, err = os.Executable(); err != nil {
+			return err
+		}
+	}
+	ctx := cmd.Context()
+	sc := benchpush.ServersConfig{Services: cfg.Services, Endpoints: cfg.Endpoints, Delta: cfg.Delta,
+		Duration: cfg.Duration, ChurnPerSec: cfg.ChurnPerSec, Progress: os.Stderr}
+	if cmd.Flags().Changed("subscribers") {
+		sc.Subscribers = cfg.Subscribers
+	}
+	var procs []*exec.Cmd
+	defer func() {
+		for _, p := range procs {
+			stopProcess(p)
+		}
+	}()
+	for i := range n {
+		addr, err := freeLoopbackAddr()
+		if err != nil {
+			return err
+		}
+		xaddr, err := freeLoopbackAddr()
+		if err != nil {
+			return err
+		}
+		args := append([]string{"server", "--store", storeURL, "--http", addr, "--xds", xaddr,
+			"--cluster-id", fmt.Sprintf("bench-push-s%d", i+1), "--log-level", "warn"}, extra...)
+		p := exec.Command(bin, args...)
+		if logs {
+			p.Stderr = os.Stderr
+		}
+		if err := p.Start(); err != nil {
+			return err
+		}
+		procs = append(procs, p)
+		u := "http://" + addr
+		if err := waitReady(ctx, u, time.Minute); err != nil {
+			return err
+		}
+		sc.HTTP, sc.XDS = append(sc.HTTP, u), append(sc.XDS, xaddr)
+		fmt.Fprintf(os.Stderr, "server bench-push-s%d: %s, xDS %s\n", i+1, u, xaddr)
+	}
+	_, err := benchpush.RunServers(ctx, sc, cmd.OutOrStdout())
+	return err
 }
 
 type errBadProtocol string

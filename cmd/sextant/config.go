@@ -17,12 +17,13 @@ func init() { rootCmd.AddCommand(newConfigCmd()) }
 func newConfigCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "config",
-		Short: "Apply, list, show and delete routing config (VirtualService, DestinationRule)",
-		Long: `Routing config is Istio's own VirtualService and DestinationRule
-(networking.istio.io/v1), in YAML or JSON, stored by the server and pushed to
-every xDS subscriber. Sextant supports a subset of their fields; a field
-outside it is refused with its path ("not supported"), never ignored
-(docs/controlplane.md).`,
+		Short: "Apply, list, show and delete config (Istio's routing and security kinds)",
+		Long: `Config is Istio's own VirtualService, DestinationRule and Gateway
+(networking.istio.io/v1) and PeerAuthentication and AuthorizationPolicy
+(security.istio.io/v1, docs/security.md), in YAML or JSON, stored by the
+server and pushed to every xDS subscriber. Sextant supports a subset of
+their fields; a field outside it is refused with its path ("not
+supported"), never ignored (docs/controlplane.md).`,
 	}
 	f := addClientFlags(cmd)
 

@@ -2,6 +2,9 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -14,6 +17,7 @@ import (
 
 	"github.com/sextant-mesh/sextant/client"
 	"github.com/sextant-mesh/sextant/internal/console/browsertest"
+	"github.com/sextant-mesh/sextant/internal/secret/secrettest"
 )
 
 // consoleStack is the server and a gateway that registers itself in it, as
@@ -23,6 +27,7 @@ type consoleStack struct {
 	base        string // http://server
 	proxy       string
 	admin       string
+	tls         string // the gateway's --tls-listen
 	up1, up2    *upstream
 	failing     *upstream // the only instance of default/stock: every call fails
 	gatewayNode string
@@ -30,7 +35,7 @@ type consoleStack struct {
 
 func startConsoleStack(t *testing.T) *consoleStack {
 	t.Helper()
-	httpAddr, xdsAddr, proxy, admin := freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t)
+	httpAddr, xdsAddr, proxy, admin, tlsAddr := freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	serverDone, gatewayDone := make(chan error, 1), make(chan error, 1)
 	data := t.TempDir() // here: its removal must come after the server's stop below
@@ -38,7 +43,7 @@ func startConsoleStack(t *testing.T) *consoleStack {
 		serverDone <- runServer(ctx, serverFlags{data: data, http: httpAddr, xds: xdsAddr, logFormat: "text",
 			logLevel: "error", logSize: 1 << 16, drain: 5 * time.Second})
 	}()
-	s := &consoleStack{base: "http://" + httpAddr, proxy: proxy, admin: admin, gatewayNode: "console-test-gateway"}
+	s := &consoleStack{base: "http://" + httpAddr, proxy: proxy, admin: admin, tls: tlsAddr, gatewayNode: "console-test-gateway"}
 	// Generous: under -race on a loaded 2-core machine the start alone
 	// has taken more than 10 s.
 	waitTrue(t, 60*time.Second, func() bool {
@@ -53,7 +58,7 @@ func startConsoleStack(t *testing.T) *consoleStack {
 	go func() {
 		gatewayDone <- runGateway(gctx, gatewayFlags{xds: xdsAddr, listen: proxy, admin: admin,
 			data: filepath.Join(t.TempDir(), "gw"), node: s.gatewayNode, registry: s.base, service: "sextant-gateway",
-			maxBody: 1 << 20, retainAge: time.Hour, retainBytes: 1 << 30, drain: 5 * time.Second,
+			tlsListen: []string{tlsAddr}, maxBody: 1 << 20, retainAge: time.Hour, retainBytes: 1 << 30, drain: 5 * time.Second,
 			logFormat: "text", logLevel: "error"})
 	}()
 	t.Cleanup(func() {
@@ -481,6 +486,133 @@ func TestConsole(t *testing.T) {
 		}
 		b.Layout(t, "identity.png")
 		b.NoProblems(t, "identity")
+	})
+
+	t.Run("gateways", func(t *testing.T) {
+		// An Istio Gateway with two HTTPS servers (one whose certificate
+		// expires in 2 days, one naming a secret that does not exist) and a
+		// TLS passthrough one. The page shows them, the control plane's
+		// warning, and what the running gateway serves on its TLS port.
+		c := context.Background()
+		certPEM, keyPEM := secrettest.Pair(t, time.Now().Add(36*time.Hour), "shop.example.com")
+		if _, err := s.api.PutSecret(c, client.TLSSecret{Namespace: "default", Name: "shop-cert", Type: "tls",
+			Cert: string(certPEM), Key: string(keyPEM)}, false); err != nil {
+			t.Fatal(err)
+		}
+		_, port, _ := net.SplitHostPort(s.tls)
+		gw := fmt.Sprintf(`apiVersion: networking.istio.io/v1
+kind: Gateway
+metadata: {name: edge}
+spec:
+  selector: {istio: ingressgateway}
+  servers:
+  - port: {number: %[1]s, name: https, protocol: HTTPS}
+    hosts: [shop.example.com]
+    tls: {mode: SIMPLE, credentialName: shop-cert}
+  - port: {number: %[1]s, name: https-admin, protocol: HTTPS}
+    hosts: [admin.example.com]
+    tls: {mode: SIMPLE, credentialName: admin-cert}
+  - port: {number: %[1]s, name: tls-db, protocol: TLS}
+    hosts: [db.example.com]
+    tls: {mode: PASSTHROUGH}
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: db}
+spec:
+  hosts: [db.example.com]
+  gateways: [edge]
+  tls:
+  - match: [{sniHosts: [db.example.com]}]
+    route: [{destination: {host: orders}}]
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: shop}
+spec:
+  hosts: [shop.example.com]
+  gateways: [edge]
+  http:
+  - route: [{destination: {host: orders}}]
+`, port)
+		if _, err := s.api.ApplyConfig(c, []byte(gw), false); err != nil {
+			t.Fatal(err)
+		}
+		b.Navigate(t, ui+"#/gateways")
+		b.WaitTrue(t, 15*time.Second, "gateway object", `document.querySelector('.gateway-object[data-gateway="default/edge"]')
+			&& document.querySelectorAll('.gateway-object[data-gateway="default/edge"] .gateway-servers tbody tr').length === 3
+			&& document.querySelector('.gateway-object[data-gateway="default/edge"]').textContent.includes('default/shop')
+			&& document.querySelectorAll('.gateway-object[data-gateway="default/edge"] .gateway-servers td.cert .badge').length === 2`)
+		servers := browsertest.Eval[string](t, b, `document.querySelector('.gateway-object[data-gateway="default/edge"] .gateway-servers').innerText`)
+		for _, want := range []string{"shop-cert", "expires in 2 d", "admin-cert", "no such secret", "PASSTHROUGH"} {
+			if !strings.Contains(servers, want) {
+				t.Errorf("the Gateway's servers lack %q:\n%s", want, servers)
+			}
+		}
+		b.WaitTrue(t, 15*time.Second, "warning", `document.querySelector('#gateway-warnings') && document.querySelector('#gateway-warnings').textContent.includes('"admin-cert": no such secret')`)
+		// The running gateway serves the port: its chain for
+		// shop.example.com with the secret's certificate, and the one for
+		// admin.example.com not ready (no certificate).
+		b.WaitTrue(t, 20*time.Second, "running gateway's TLS", `(() => {
+			const r = document.querySelector('.gateway-running[data-node="console-test-gateway"] .tls-chains');
+			if (!r) return false;
+			const shop = r.querySelector('tr[data-secret="default/shop-cert"]');
+			const db = [...r.querySelectorAll('tr')].find(tr => tr.textContent.includes('db.example.com'));
+			return shop && shop.textContent.includes('shop.example.com') && shop.textContent.includes('expires in 2 d')
+				&& r.textContent.includes('admin.example.com') && r.textContent.includes('not ready')
+				&& db && db.textContent.includes('passthrough') && db.textContent.includes('default/orders');
+		})()`)
+		b.WaitTrue(t, 10*time.Second, "secrets", `document.querySelector('#secret-list tr[data-secret="default/shop-cert"]')`)
+		b.Layout(t, "gateways.png")
+		b.NoProblems(t, "gateways")
+	})
+
+	t.Run("denied calls", func(t *testing.T) {
+		// An AuthorizationPolicy selecting the Gateway of the previous
+		// subtest denies /admin on its TLS port: the Identity page lists
+		// the denied call with the policy that denied it.
+		c := context.Background()
+		policy := `apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: no-admin}
+spec:
+  selector: {matchLabels: {istio: ingressgateway}}
+  action: DENY
+  rules:
+  - to: [{operation: {paths: ["/admin"]}}]
+`
+		if _, err := s.api.ApplyConfig(c, []byte(policy), false); err != nil {
+			t.Fatal(err)
+		}
+		info, err := s.api.GetSecret(c, "default", "shop-cert")
+		if err != nil {
+			t.Fatal(err)
+		}
+		hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+			TLSClientConfig: &tls.Config{ServerName: "shop.example.com", InsecureSkipVerify: true,
+				// The secret's own certificate, by its fingerprint.
+				VerifyConnection: func(cs tls.ConnectionState) error {
+					if sum := sha256.Sum256(cs.PeerCertificates[0].Raw); hex.EncodeToString(sum[:]) != info.Fingerprint {
+						return fmt.Errorf("not the secret's certificate")
+					}
+					return nil
+				}},
+			DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+				var d net.Dialer
+				return d.DialContext(ctx, network, s.tls)
+			}}}
+		waitTrue(t, 20*time.Second, func() bool {
+			resp, err := hc.Get("https://shop.example.com/admin")
+			if err != nil {
+				return false
+			}
+			resp.Body.Close()
+			return resp.StatusCode == http.StatusForbidden
+		})
+		b.Navigate(t, ui+"#/identity")
+		b.WaitTrue(t, 20*time.Second, "denied call listed", `document.querySelector('#denied-calls tr[data-service="default/orders"]')
+			&& document.querySelector('#denied-calls tr[data-service="default/orders"]').textContent.includes('no-admin')`)
+		b.NoProblems(t, "denied calls")
 	})
 
 	t.Run("10000 instances", func(t *testing.T) {

@@ -51,8 +51,9 @@ type docRun struct {
 }
 
 // docAddrs are the docs' addresses: the server's HTTP API and xDS, the
-// gateway's proxy and admin API, and two instances of examples/keepalive.
-var docAddrs = []string{"7400", "7402", "7403", "8080", "9001", "9002"}
+// gateway's proxy and admin API, two instances of examples/keepalive, and
+// examples/grpcmtls's server (docs/security.md's walkthrough).
+var docAddrs = []string{"7400", "7402", "7403", "8080", "9001", "9002", "50051"}
 
 type bgProc struct {
 	cmd       *exec.Cmd
@@ -99,7 +100,7 @@ func newDocRun(t *testing.T) *docRun {
 		r.addr[port] = a
 		_, p, _ := net.SplitHostPort(a)
 		pairs = append(pairs, "127.0.0.1:"+port, a, "localhost:"+port, "localhost:"+p)
-		if port == "9001" || port == "9002" { // examples/keepalive's flag
+		if port == "9001" || port == "9002" || port == "50051" { // examples/keepalive's flag, instances register's
 			pairs = append(pairs, "--port "+port, "--port "+p)
 		}
 	}

@@ -389,4 +389,4 @@ func TestDocSteps(t *testing.T) {
 }
 
 // docPages are the pages whose commands docSteps follows.
-var docPages = []string{"README.md", "examples/README.md"}
+var docPages = []string{"README.md", "examples/README.md", "docs/security.md"}

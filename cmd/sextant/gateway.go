@@ -37,6 +37,7 @@ type gatewayFlags struct {
 	token, caFile            string
 	certFile, keyFile        string
 	adminACL                 bool
+	identityNS, identitySA   string
 	maxBody                  int
 	noRecords                bool
 	retainAge                time.Duration
@@ -52,19 +53,26 @@ func init() {
 		Use:   "gateway",
 		Short: "Run the Sextant gateway: the data plane, configured by the control plane over xDS",
 		Long: `Run the gateway: an HTTP/1.1 and h2c reverse proxy that takes its whole
-configuration (listener, routes, clusters, endpoints, TLS secrets) from a control
-plane over ADS, like Envoy or MOSN, and records every call in a call log under --data.
+configuration (listener, routes, clusters, endpoints, TLS secrets) from a
+control plane over ADS, like Envoy or MOSN, and records every call in a call
+log under --data.
 
-The proxy listens on --listen, and serves TLS (HTTP/1.1 and HTTP/2 by ALPN, the
-certificate chosen by SNI, certificates by SDS) on each --tls-listen, with the TLS
-listener on that port; the admin API (/metrics, /v1/config, /v1/calls,
-/v1/calls/stats) on --admin. Until the first config arrives every call is
-answered 503; while the control plane is unreachable the last good config keeps
-serving. On SIGINT or SIGTERM the gateway stops accepting, lets calls in flight
-finish (up to --drain), then flushes the call log. See docs/gateway.md.`,
+The proxy listens on --listen, and serves TLS (HTTP/1.1 and HTTP/2 by ALPN,
+the certificate chosen by SNI, certificates by SDS; or passed through unopened
+to an endpoint, by SNI) on each --tls-listen, with the TLS listener on that
+port; the admin API (/metrics, /v1/config, /v1/calls, /v1/calls/stats) on
+--admin. Clusters with a TLS transport socket (a DestinationRule's tls SIMPLE,
+MUTUAL or ISTIO_MUTUAL) are called over TLS; for ISTIO_MUTUAL the gateway
+needs its own workload identity: --identity-namespace gets it from the
+server at --registry and keeps it fresh. Until the first config arrives every
+call is answered 503; while the control plane is unreachable the last good
+config keeps serving. On SIGINT or SIGTERM the gateway stops accepting, lets
+calls in flight finish (up to --drain), then flushes the call log. See
+docs/gateway.md.`,
 		Example: `  sextant gateway --xds 127.0.0.1:7402 --listen 127.0.0.1:8080 --admin 127.0.0.1:7403 --data ./gateway-data
   sextant gateway --xds cp:7402 --registry http://127.0.0.1:7400   # register as service sextant-gateway
-  sextant gateway --xds cp:7402 --listen 0.0.0.0:8080 --tls-listen 0.0.0.0:8443   # an Istio Gateway's servers on 8080 and 8443`,
+  sextant gateway --xds cp:7402 --listen 0.0.0.0:8080 --tls-listen 0.0.0.0:8443   # an Istio Gateway's servers on 8080 and 8443
+  sextant gateway --xds cp:7402 --registry http://cp:7400 --identity-namespace edge   # mesh identity for ISTIO_MUTUAL`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runGateway(cmd.Context(), f) },
 	}
@@ -84,6 +92,8 @@ finish (up to --drain), then flushes the call log. See docs/gateway.md.`,
 	fl.StringVar(&f.certFile, "cert-file", "", "client certificate (PEM) for mutual TLS")
 	fl.StringVar(&f.keyFile, "key-file", "", "client key (PEM) for mutual TLS")
 	fl.BoolVar(&f.adminACL, "admin-acl", false, "check every admin request's bearer token with the server at --registry (calls need instances:read on their namespace; config and metrics need push:read)")
+	fl.StringVar(&f.identityNS, "identity-namespace", "", "get this gateway's workload identity (for DestinationRules' tls ISTIO_MUTUAL) for this namespace from the server at --registry; the token needs identity:write on it")
+	fl.StringVar(&f.identitySA, "identity-service-account", "sextant-gateway", "the service account of --identity-namespace's identity")
 	fl.IntVar(&f.maxBody, "max-request-bytes", 0, "largest request body accepted (413 beyond); 0: no limit (bodies stream)")
 	fl.BoolVar(&f.noRecords, "no-call-log", false, "do not record calls")
 	fl.DurationVar(&f.retainAge, "retain", 7*24*time.Hour, "delete call records older than this")
@@ -160,6 +170,18 @@ func runGateway(ctx context.Context, f gatewayFlags) error {
 		}
 		authorize = newServerAuthorizer(rc, 5*time.Second).authorize
 	}
+	if f.identityNS != "" {
+		if f.registry == "" {
+			return errors.New("--identity-namespace gets the identity from the server at --registry: set --registry")
+		}
+		rc, err := f.registryClient(tlsCfg)
+		if err != nil {
+			return err
+		}
+		dir := filepath.Join(f.data, "identity")
+		ilog := log.With("component", "identity")
+		lc.start("identity", false, func(ctx context.Context) error { return keepGatewayIdentity(ctx, rc, g, f, dir, ilog) })
+	}
 	conn, err := grpc.NewClient(f.xds, dialOpts...)
 	if err != nil {
 		return fmt.Errorf("--xds %q: %w", f.xds, err)
@@ -230,6 +252,33 @@ func runGateway(ctx context.Context, f gatewayFlags) error {
 	}
 	log.Info("stopped")
 	return failure
+}
+
+// keepGatewayIdentity keeps the gateway's workload identity fresh (as
+// "sextant identity agent" does: a new certificate at half its lifetime and
+// when the authority's roots change; the key made here, kept in dir) until
+// ctx ends, retrying with backoff while the server cannot give one.
+func keepGatewayIdentity(ctx context.Context, rc *client.Client, g *gateway.Gateway, f gatewayFlags, dir string, log *slog.Logger) error {
+	backoff := time.Second
+	for {
+		err := rc.KeepIdentity(ctx, f.identityNS, f.identitySA, dir, 0, 0, func(c client.Certificate) {
+			if err := g.SetIdentity([]byte(c.CertificateChain), []byte(c.KeyPEM), []byte(c.Bundle)); err != nil {
+				log.Error("identity not applied", "err", err)
+				return
+			}
+			log.Info("identity", "id", c.Identity, "not_after", c.NotAfter)
+		}, func(err error) { log.Warn("identity renewal failed (retrying)", "err", err) })
+		if ctx.Err() != nil {
+			return nil
+		}
+		log.Warn("no identity yet (retrying)", "err", err, "in", backoff)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 30*time.Second)
+	}
 }
 
 // registryClient is a client of the server at --registry with the

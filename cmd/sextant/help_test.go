@@ -2,7 +2,9 @@ package main
 
 import (
 	"regexp"
+	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -35,4 +37,23 @@ func TestHelpHasNoInsiderWords(t *testing.T) {
 	if n < 30 {
 		t.Fatalf("walked only %d commands", n)
 	}
+}
+
+// TestHelpFitsATerminal: every prose line of every command's long help
+// fits 80 columns (cobra prints it as written: a long line wraps in the
+// reader's terminal mid-word). Indented lines (commands, tables) may be
+// longer, as kubectl's examples are.
+func TestHelpFitsATerminal(t *testing.T) {
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		for _, line := range strings.Split(c.Long, "\n") {
+			if n := utf8.RuneCountInString(line); n > 80 && !strings.HasPrefix(line, " ") {
+				t.Errorf("%q: a help line of %d columns: %q", c.CommandPath(), n, line)
+			}
+		}
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(rootCmd)
 }

@@ -30,7 +30,7 @@ when the authority's root rotates): point grpc-go's file_watcher
 certificate provider, or any TLS server, at them.`,
 	}
 	f := addClientFlags(cmd)
-	cmd.AddCommand(newIdentityCertCmd(f), newIdentityAgentCmd(f), newIdentityBundleCmd(f), newIdentityRotateCmd(f))
+	cmd.AddCommand(newIdentityCertCmd(f), newIdentityAgentCmd(f), newIdentityBundleCmd(f), newIdentityRotateCmd(f), newIdentityBootstrapCmd())
 	return cmd
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -133,8 +134,236 @@ func TestIstioGatewayEndToEnd(t *testing.T) {
 	})
 
 	// A Gateway the gateway cannot serve is refused at apply, naming the field.
-	bad := strings.Replace(fmt.Sprintf(istioGateway, tp, pp), "mode: SIMPLE", "mode: PASSTHROUGH", 1)
+	bad := strings.Replace(fmt.Sprintf(istioGateway, tp, pp), "mode: SIMPLE", "mode: AUTO_PASSTHROUGH", 1)
 	if out, err := runOn(t, server, bad, "config", "apply", "-f", "-"); err == nil || !strings.Contains(out+err.Error(), "spec.servers[0].tls.mode") {
-		t.Errorf("PASSTHROUGH: %v\n%s", err, out)
+		t.Errorf("AUTO_PASSTHROUGH: %v\n%s", err, out)
+	}
+
+	// OPTIONAL_MUTUAL: a client certificate is verified when given: none
+	// passes, the CA's passes, another CA's fails the handshake.
+	caCert, caKey := testCert(t, dir, "clients", time.Now().Add(24*time.Hour), "client")
+	cert3, key3 := testCert(t, dir, "shop3", time.Now().Add(24*time.Hour), "shop.example.com")
+	if out, err := runOn(t, server, "", "secret", "create", "tls", "shop-cert", "--cert", cert3, "--key", key3, "--ca", caCert, "--replace"); err != nil {
+		t.Fatalf("secret with a CA: %v\n%s", err, out)
+	}
+	pem3, _ := os.ReadFile(cert3)
+	pool.AppendCertsFromPEM(pem3)
+	optional := strings.Replace(fmt.Sprintf(istioGateway, tp, pp), "mode: SIMPLE", "mode: OPTIONAL_MUTUAL", 1)
+	if out, err := runOn(t, server, optional, "config", "apply", "-f", "-"); err != nil {
+		t.Fatalf("OPTIONAL_MUTUAL: %v\n%s", err, out)
+	}
+	withCert := func(certFile, keyFile string) *http.Client {
+		c := newClient()
+		if certFile != "" {
+			pair, err := tls.LoadX509KeyPair(certFile, keyFile)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.Transport.(*http.Transport).TLSClientConfig.Certificates = []tls.Certificate{pair}
+		}
+		return c
+	}
+	status := func(c *http.Client) (int, error) {
+		resp, err := c.Get("https://shop.example.com/")
+		if err != nil {
+			return 0, err
+		}
+		resp.Body.Close()
+		return resp.StatusCode, nil
+	}
+	otherCert, otherKey := testCert(t, dir, "other", time.Now().Add(24*time.Hour), "client")
+	// The CA's client certificate is accepted once the chain asks for one.
+	waitTrue(t, 15*time.Second, func() bool {
+		code, err := status(withCert(otherCert, otherKey))
+		return err != nil && code == 0
+	})
+	if code, err := status(withCert(caCert, caKey)); err != nil || code != 200 {
+		t.Errorf("OPTIONAL_MUTUAL, the CA's own certificate: %d %v", code, err)
+	}
+	if code, err := status(withCert("", "")); err != nil || code != 200 {
+		t.Errorf("OPTIONAL_MUTUAL, no client certificate: %d %v", code, err)
+	}
+}
+
+// TestGatewayCertificateExpiryWarns: a Gateway's certificate that expires
+// while nothing else changes shows in push status (its JSON and `sextant
+// push status`) when it expires, and the gateway's admin API marks it
+// expired: the operator learns it from the control plane, not from
+// clients' failed handshakes.
+func TestGatewayCertificateExpiryWarns(t *testing.T) {
+	tlsAddr := freeAddr(t)
+	_, proxy, admin, server := startMeshTLS(t, tlsAddr)
+	dir := t.TempDir()
+	// Valid for a few seconds: secret create refuses a certificate that
+	// has already expired.
+	expires := time.Now().Add(4 * time.Second)
+	cert, key := testCert(t, dir, "shop", expires, "shop.example.com")
+	if out, err := runOn(t, server, "", "secret", "create", "tls", "shop-cert", "--cert", cert, "--key", key); err != nil {
+		t.Fatalf("secret create: %v\n%s", err, out)
+	}
+	_, tlsPort, _ := net.SplitHostPort(tlsAddr)
+	_, plainPort, _ := net.SplitHostPort(proxy)
+	var tp, pp int
+	fmt.Sscan(tlsPort, &tp)
+	fmt.Sscan(plainPort, &pp)
+	if out, err := runOn(t, server, fmt.Sprintf(istioGateway, tp, pp), "config", "apply", "-f", "-"); err != nil {
+		t.Fatalf("config apply: %v\n%s", err, out)
+	}
+	var st struct {
+		Warnings []string `json:"warnings"`
+	}
+	if err := getJSONInto(server+"/v1/push/status", &st); err != nil {
+		t.Fatal(err)
+	}
+	if time.Now().Before(expires) && len(st.Warnings) != 0 {
+		t.Fatalf("warnings before expiry: %q", st.Warnings)
+	}
+	// The gateway shows the chain's certificate and, once past its
+	// not-after, marks it expired.
+	waitTrue(t, 30*time.Second, func() bool {
+		var conf struct {
+			TLS []struct {
+				Port   int
+				Chains []struct {
+					Certificates []struct {
+						Secret  string
+						Expired bool
+					}
+				}
+			}
+		}
+		if getJSONInto("http://"+admin+"/v1/config", &conf) != nil {
+			return false
+		}
+		for _, p := range conf.TLS {
+			for _, c := range p.Chains {
+				for _, crt := range c.Certificates {
+					if p.Port == tp && crt.Secret == "default/shop-cert" && crt.Expired {
+						return true
+					}
+				}
+			}
+		}
+		return false
+	})
+	var out string
+	waitTrue(t, 30*time.Second, func() bool {
+		o, err := runOn(t, server, "", "push", "status")
+		out = o
+		return err == nil && strings.Contains(o, "warning: ") && strings.Contains(o, "secret default/shop-cert expired")
+	})
+	if !strings.Contains(out, "sextant secret create tls shop-cert --replace") {
+		t.Errorf("the warning does not say how to rotate:\n%s", out)
+	}
+}
+
+// getJSONInto decodes the JSON answer of a GET of url into v; a status
+// other than 200 is an error.
+func getJSONInto(url string, v any) error {
+	resp, err := http.Get(url)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: status %d", url, resp.StatusCode)
+	}
+	return json.NewDecoder(resp.Body).Decode(v)
+}
+
+const passthroughGateway = `apiVersion: networking.istio.io/v1
+kind: Gateway
+metadata: {name: edge}
+spec:
+  servers:
+  - port: {number: %[1]d, name: tls, protocol: TLS}
+    hosts: [vault.example.com]
+    tls: {mode: PASSTHROUGH}
+  - port: {number: %[1]d, name: https, protocol: HTTPS}
+    hosts: [shop.example.com]
+    tls: {mode: SIMPLE, credentialName: shop-cert}
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: vault}
+spec:
+  hosts: [vault.example.com]
+  gateways: [edge]
+  tls:
+  - match: [{sniHosts: [vault.example.com]}]
+    route: [{destination: {host: vault}}]
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: shop}
+spec:
+  hosts: [shop.example.com]
+  gateways: [edge]
+  http:
+  - route: [{destination: {host: orders}}]
+`
+
+// TestIstioGatewayPassthrough: an Istio Gateway server in tls.mode
+// PASSTHROUGH and a VirtualService TLS route by sniHosts make a real
+// gateway forward the TLS of vault.example.com unopened to the service's
+// endpoint (curl sees the endpoint's own certificate, HTTP/2 end to end),
+// while the same port terminates shop.example.com with the gateway's.
+func TestIstioGatewayPassthrough(t *testing.T) {
+	tlsAddr := freeAddr(t)
+	api, _, _, server := startMeshTLS(t, tlsAddr)
+	ctx := context.Background()
+	dir := t.TempDir()
+	// The endpoint: HTTPS with its own certificate, which the gateway never has.
+	vaultCert, vaultKey := testCert(t, dir, "vault", time.Now().Add(24*time.Hour), "vault.example.com")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "vault %s", r.Proto)
+	})}
+	go func() { _ = srv.ServeTLS(ln, vaultCert, vaultKey) }()
+	t.Cleanup(func() { srv.Close() })
+	vaultPort := ln.Addr().(*net.TCPAddr).Port
+	up := startUpstream(t, "orders-1")
+	if _, err := api.Register(ctx, client.Instance{ID: "v1", Service: "vault", Host: "127.0.0.1", Port: vaultPort},
+		client.Instance{ID: "o1", Service: "orders", Host: "127.0.0.1", Port: up.addr.Port}); err != nil {
+		t.Fatal(err)
+	}
+	shopCert, shopKey := testCert(t, dir, "shop", time.Now().Add(24*time.Hour), "shop.example.com")
+	if out, err := runOn(t, server, "", "secret", "create", "tls", "shop-cert", "--cert", shopCert, "--key", shopKey); err != nil {
+		t.Fatalf("secret create: %v\n%s", err, out)
+	}
+	_, tlsPort, _ := net.SplitHostPort(tlsAddr)
+	var tp int
+	fmt.Sscan(tlsPort, &tp)
+	if out, err := runOn(t, server, fmt.Sprintf(passthroughGateway, tp), "config", "apply", "-f", "-"); err != nil {
+		t.Fatalf("config apply: %v\n%s", err, out)
+	}
+	curl, err := debian.Ensure("curl", "curl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	call := func(host, ca string) (string, error) {
+		cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		out, err := exec.CommandContext(cctx, curl, "-sS", "--http2", "--cacert", ca, "--resolve", host+":"+tlsPort+":127.0.0.1",
+			"-w", " %{http_version}", "https://"+host+":"+tlsPort+"/").CombinedOutput()
+		return string(out), err
+	}
+	var out string
+	waitTrue(t, 20*time.Second, func() bool {
+		out, err = call("vault.example.com", vaultCert)
+		return err == nil && out == "vault HTTP/2.0 2"
+	})
+	// The gateway's own certificate would fail curl's check against the
+	// endpoint's: passing it shows the TLS is the endpoint's.
+	if out, err := call("shop.example.com", shopCert); err != nil || out != "orders-1 2" {
+		t.Errorf("shop.example.com on the same port: %v: %q", err, out)
+	}
+	// A route to a host the server does not serve is refused at apply.
+	bad := strings.Replace(fmt.Sprintf(passthroughGateway, tp), "sniHosts: [vault.example.com]", "sniHosts: [other.example.com]", 1)
+	if out, err := runOn(t, server, bad, "config", "apply", "-f", "-"); err == nil || !strings.Contains(out+err.Error(), "spec.tls[0].match[0].sniHosts[0]") {
+		t.Errorf("sniHosts not among hosts: %v\n%s", err, out)
 	}
 }

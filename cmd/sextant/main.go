@@ -26,13 +26,14 @@ scheduler and a web console.
                                http://127.0.0.1:7400, xDS on 127.0.0.1:7402
   sextant register ...         register a service's instance (--keepalive)
   sextant config apply -f ...  routing config (Istio VirtualService,
-                               DestinationRule)
+                               DestinationRule, Gateway)
   sextant gateway              the data plane, configured by the server
   sextant calls stats ...      what the gateway's calls to a service did
 
 The client commands talk to --server (default http://127.0.0.1:7400, or
-$SEXTANT_SERVER); "calls" to a gateway's admin API. A service is named NAMESPACE/NAME, or NAME in namespace
-"default". "sextant bench" measures a part of Sextant.`,
+$SEXTANT_SERVER); "calls" talks to a gateway's admin API. A service is
+named NAMESPACE/NAME, or NAME in namespace "default". "sextant bench"
+measures a part of Sextant.`,
 	SilenceUsage:  true,
 	SilenceErrors: true,
 }

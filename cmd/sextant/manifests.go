@@ -151,8 +151,8 @@ func readConfigFiles(stdin io.Reader, files []string) (stream []byte, docs []str
 		return nil, nil, err
 	}
 	for _, d := range read {
-		if d.kind != "" && d.kind != "List" && !strings.HasPrefix(d.apiVersion, "networking.istio.io/") {
-			return nil, nil, fmt.Errorf("config apply: %s: %s", d.where(), manifest.Mismatch(d.apiVersion, d.kind, "a VirtualService, DestinationRule or Gateway"))
+		if d.kind != "" && d.kind != "List" && !strings.HasPrefix(d.apiVersion, "networking.istio.io/") && !strings.HasPrefix(d.apiVersion, "security.istio.io/") {
+			return nil, nil, fmt.Errorf("config apply: %s: %s", d.where(), manifest.Mismatch(d.apiVersion, d.kind, "a VirtualService, DestinationRule, Gateway, PeerAuthentication or AuthorizationPolicy"))
 		}
 	}
 	all := make([][]byte, len(contents))

@@ -13,11 +13,11 @@ import (
 )
 
 // runOn runs a fresh command tree of the scheduler's and the routing
-// config's commands with args against the server at url.
+// config's, secrets' and push status' commands with args against the server at url.
 func runOn(t *testing.T, url, stdin string, args ...string) (string, error) {
 	t.Helper()
 	root := &cobra.Command{Use: "sextant", SilenceUsage: true, SilenceErrors: true}
-	root.AddCommand(newNodesCmd(), newPlaceCmd(), newPlacementsCmd(), newConfigCmd(), newSecretCmd())
+	root.AddCommand(newNodesCmd(), newPlaceCmd(), newPlacementsCmd(), newConfigCmd(), newSecretCmd(), newPushCmd())
 	var out bytes.Buffer
 	root.SetOut(&out)
 	root.SetErr(&out)

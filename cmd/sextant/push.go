@@ -62,6 +62,9 @@ func writePushStatus(out io.Writer, st push.Status) error {
 	fmt.Fprintf(out, "revision %d, %d clusters, %d endpoint sets, %d routes; queues: endpoints %d, config %d\n",
 		st.Revision, st.Engine.Resources["clusters"], st.Engine.Resources["endpoints"], st.Engine.Resources["routes"],
 		st.Engine.EndpointQueue, st.Engine.ConfigQueue)
+	for _, w := range st.Warnings {
+		fmt.Fprintln(out, "warning:", w)
+	}
 	if len(st.Subscribers) == 0 {
 		fmt.Fprintln(out, "no subscribers")
 		return nil

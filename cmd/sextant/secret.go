@@ -20,13 +20,18 @@ func newSecretCmd() *cobra.Command {
 		Use:   "secret",
 		Short: "Create, list, show and delete TLS secrets (certificates for gateways)",
 		Long: `A TLS secret holds a certificate chain, its private key and, for mutual TLS,
-the CA that verifies clients (Istio's ca.crt). An Istio Gateway server names it
-by tls.credentialName; the control plane sends it to gateways over SDS. The
-server checks it when it is written (the PEM parses, the key matches the
-certificate, the certificate has not expired) and never shows the key or the
-PEM back: list and get show names, subject alternative names, expiry and the
-SHA-256 fingerprint. Writing needs the ACL permission secret:write on the
-namespace, reading secret:read (docs/controlplane.md).`,
+the CA that verifies the other side (Istio's ca.crt). A CA secret holds CA
+certificates only (a Kubernetes generic secret with just ca.crt). An Istio
+Gateway server names a TLS secret by tls.credentialName; a DestinationRule's
+trafficPolicy.tls names one for mode MUTUAL (the gateway's client certificate)
+and a TLS or CA secret for mode SIMPLE (the CA that verifies the endpoints; a
+CA secret NAME-cacert beside a TLS secret NAME is read as its CA, as in
+Istio). The control plane sends them to gateways over SDS. The server checks
+a secret when it is written (the PEM parses, the key matches the certificate,
+no certificate has expired) and never shows the key or the PEM back: list and
+get show names, subject alternative names, expiry and the SHA-256
+fingerprint. Writing needs the ACL permission secret:write on the namespace,
+reading secret:read (docs/controlplane.md).`,
 	}
 	f := addClientFlags(cmd)
 	var namespace string
@@ -35,20 +40,27 @@ namespace, reading secret:read (docs/controlplane.md).`,
 	var certFile, keyFile, caFile string
 	var replace bool
 	create := &cobra.Command{
-		Use:   "create tls NAME --cert FILE --key FILE [--ca FILE]",
-		Short: "Create (or with --replace, rotate) a TLS secret from PEM files",
+		Use:   "create tls|ca NAME [--cert FILE --key FILE] [--ca FILE]",
+		Short: "Create (or with --replace, rotate) a TLS or CA secret from PEM files",
 		Example: `  sextant secret create tls shop-cert --cert shop.crt --key shop.key
   sextant secret create tls shop-cert --cert new.crt --key new.key --replace   # rotate
-  sextant secret create tls mtls-cert --cert s.crt --key s.key --ca clients-ca.crt`,
+  sextant secret create tls mtls-cert --cert s.crt --key s.key --ca clients-ca.crt
+  sextant secret create ca backend-ca --ca backend-ca.crt   # CA only: DestinationRule tls SIMPLE`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if args[0] != "tls" {
-				return fmt.Errorf("secret create: %q: the only secret type is tls (secret create tls NAME ...)", args[0])
+			switch args[0] {
+			case "tls":
+				if certFile == "" || keyFile == "" {
+					return fmt.Errorf("secret create tls: --cert and --key are required")
+				}
+			case "ca":
+				if caFile == "" || certFile != "" || keyFile != "" {
+					return fmt.Errorf("secret create ca: --ca is required, --cert and --key are not used (a CA secret holds CA certificates only)")
+				}
+			default:
+				return fmt.Errorf("secret create: %q: want tls (a certificate and key) or ca (CA certificates only)", args[0])
 			}
-			if certFile == "" || keyFile == "" {
-				return fmt.Errorf("secret create tls: --cert and --key are required")
-			}
-			s := client.TLSSecret{Namespace: namespace, Name: args[1]}
+			s := client.TLSSecret{Namespace: namespace, Name: args[1], Type: args[0]}
 			for _, x := range []struct {
 				flag, file string
 				to         *string
@@ -58,7 +70,7 @@ namespace, reading secret:read (docs/controlplane.md).`,
 				}
 				b, err := os.ReadFile(x.file)
 				if err != nil {
-					return fmt.Errorf("secret create tls: %s: %w", x.flag, err)
+					return fmt.Errorf("secret create %s: %s: %w", args[0], x.flag, err)
 				}
 				*x.to = string(b)
 			}
@@ -68,7 +80,7 @@ namespace, reading secret:read (docs/controlplane.md).`,
 			}
 			res, err := c.PutSecret(cmd.Context(), s, replace)
 			if err != nil {
-				return failed("secret create tls "+args[1], err)
+				return failed("secret create "+args[0]+" "+args[1], err)
 			}
 			if f.json() {
 				return writeJSON(cmd.OutOrStdout(), res)
@@ -81,7 +93,7 @@ namespace, reading secret:read (docs/controlplane.md).`,
 	}
 	create.Flags().StringVar(&certFile, "cert", "", "PEM certificate chain (leaf first)")
 	create.Flags().StringVar(&keyFile, "key", "", "PEM private key of the leaf")
-	create.Flags().StringVar(&caFile, "ca", "", "PEM CA certificates that verify client certificates (for tls.mode MUTUAL)")
+	create.Flags().StringVar(&caFile, "ca", "", "PEM CA certificates (ca.crt): of a Gateway's MUTUAL clients, or of the endpoints a DestinationRule's tls trusts")
 	create.Flags().BoolVar(&replace, "replace", false, "replace the secret if it exists (rotation)")
 
 	var all bool

@@ -347,11 +347,12 @@ func runServer(ctx context.Context, f serverFlags) error {
 		// Without an xDS listener nothing consumes what the engine pushes.
 		lc.start("push engine", true, engine.Run)
 		// Istio Gateways: listeners, routes and SDS secrets for gateways.
-		lc.start("ingress publisher", true, ingress.New(eng.Catalog(), cfg, secrets, cache, log.With("component", "ingress")).Run)
+		gateways := ingress.New(eng.Catalog(), cfg, secrets, cache, log.With("component", "ingress"))
+		lc.start("ingress publisher", true, gateways.Run)
 		lc.start("xds server", true, func(ctx context.Context) error { return ads.Serve(ctx, xln) })
 		log.Info("serving xDS", "addr", xln.Addr().String(), "tls", tlsCfg != nil)
 		warnExposed(log.With("listener", "xds"), xln.Addr().String(), tlsCfg != nil, f)
-		api.SetPushStatus(push.StatusHandler(engine, ads))
+		api.SetPushStatus(push.StatusHandler(engine, ads, gateways))
 	}
 	if dnsSrv != nil {
 		// Reads the instance table as it is at each query: stopped before

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -350,5 +351,43 @@ func TestEndpoints(t *testing.T) {
 		if _, err := l.Endpoints(q); !errors.Is(err, ErrBadQuery) {
 			t.Errorf("%+v: %v, want ErrBadQuery", q, err)
 		}
+	}
+}
+
+// TestCallsByReason: a query for one reason keeps only its calls (the
+// denied calls of an RBAC filter, with the policy), and its limit counts
+// those; an unknown reason is a bad query naming the known ones.
+func TestCallsByReason(t *testing.T) {
+	l := open(t, t.TempDir(), nil)
+	defer l.Close()
+	base := time.Unix(1_800_000_000, 0)
+	for i := range 30 {
+		r := rec("orders", base.Add(time.Duration(i)*time.Millisecond), time.Millisecond, "10.0.0.1:80", 200)
+		if i%3 == 0 {
+			r.Status, r.Reason, r.Detail = 403, ReasonRBACDenied, "ns[default]-policy[edge]-rule[0]"
+		}
+		l.Record(r)
+	}
+	if err := l.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	calls, _, err := l.Calls(Query{Service: "orders", Reason: "rbac_denied"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(calls) != 10 {
+		t.Fatalf("%d denied calls, want 10", len(calls))
+	}
+	for _, c := range calls {
+		if c.Reason != "rbac_denied" || c.Status != 403 || c.Detail != "ns[default]-policy[edge]-rule[0]" {
+			t.Fatalf("%+v", c)
+		}
+	}
+	calls, truncated, _ := l.Calls(Query{Service: "orders", Reason: "rbac_denied", Limit: 4})
+	if len(calls) != 4 || !truncated {
+		t.Fatalf("limit 4: %d calls, truncated %v", len(calls), truncated)
+	}
+	if _, _, err := l.Calls(Query{Service: "orders", Reason: "nope"}); !errors.Is(err, ErrBadQuery) || !strings.Contains(err.Error(), "rbac_denied") {
+		t.Fatalf("unknown reason: %v", err)
 	}
 }

@@ -24,6 +24,9 @@ type Query struct {
 	MinLatency, MaxLatency time.Duration
 	// Limit caps the calls returned (default 1000, at most 100000).
 	Limit int
+	// Reason keeps only the calls of that reason ("": every call), e.g.
+	// "rbac_denied" for the calls an RBAC filter denied.
+	Reason string
 }
 
 // Call is one recorded call.
@@ -60,6 +63,9 @@ func (q *Query) check() error {
 	}
 	if q.MinLatency < 0 || q.MaxLatency < 0 || (q.MaxLatency > 0 && q.MaxLatency < q.MinLatency) {
 		return fmt.Errorf("%w: latency bounds", ErrBadQuery)
+	}
+	if q.Reason != "" && ReasonCode(q.Reason) == ReasonOther && q.Reason != "other" {
+		return fmt.Errorf("%w: reason %q is not a call record reason (%s)", ErrBadQuery, q.Reason, strings.Join(reasonNames[1:], ", "))
 	}
 	switch {
 	case q.Limit == 0:
@@ -156,7 +162,11 @@ func (l *Log) Calls(q Query) ([]Call, bool, error) {
 	truncated := false
 	var bodies []body
 	var msgs []callstore.Message
+	want := ReasonCode(q.Reason)
 	d, err := l.scan(&q, func(m *callstore.Message, b *body) bool {
+		if q.Reason != "" && b.reason != want {
+			return true // not one of these: read on
+		}
 		if len(msgs) == q.Limit {
 			truncated = true
 			return false

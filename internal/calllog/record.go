@@ -65,11 +65,12 @@ const (
 	ReasonRequestTooLarge // the client's body was over the limit
 	ReasonBadRequestBody  // the client's body could not be read (truncated, malformed chunks)
 	ReasonRBACDenied      // an RBAC filter denied the call (Record.Detail: the policy)
+	ReasonTLS             // the TLS handshake with the endpoint failed
 )
 
 var reasonNames = [...]string{"", "no_route", "cluster_not_found", "no_healthy_endpoint", "no_subset", "shed",
 	"upstream_timeout", "connect_failure", "upstream_reset", "response_too_large", "pool_overflow",
-	"bad_subset_header", "other", "upgrade_failed", "request_too_large", "bad_request", "rbac_denied"}
+	"bad_subset_header", "other", "upgrade_failed", "request_too_large", "bad_request", "rbac_denied", "tls_failure"}
 
 // ReasonCode maps the gateway's reason names to their codes.
 func ReasonCode(s string) Reason {

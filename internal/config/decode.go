@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	networking "istio.io/api/networking/v1"
+	security "istio.io/api/security/v1beta1"
 
 	"github.com/sextant-mesh/sextant/internal/manifest"
 	"github.com/sextant-mesh/sextant/internal/naming"
@@ -18,8 +19,9 @@ import (
 const MaxDocumentBytes = 1 << 20
 
 // Decode reads a stream of config objects: one JSON object, or YAML with
-// any number of documents separated by "---" lines, each a VirtualService or
-// DestinationRule in Kubernetes' shape (apiVersion, kind, metadata, spec), or
+// any number of documents separated by "---" lines, each a VirtualService,
+// DestinationRule, Gateway, PeerAuthentication or AuthorizationPolicy in
+// Kubernetes' shape (apiVersion, kind, metadata, spec), or
 // a "kind: List" holding such items. Every object is checked against Istio's
 // schema and Sextant's subset and validated (Validate); on any problem
 // nothing is returned and the error is an Errors naming each field. A
@@ -73,9 +75,13 @@ func Decode(data []byte) ([]*Object, error) {
 	return out, nil
 }
 
-var apiVersions = map[string]bool{
-	Group + "/v1": true, Group + "/v1beta1": true, Group + "/v1alpha3": true,
+// apiVersions are the versions read, per group; all share v1's schema.
+var apiVersions = map[string]map[string]bool{
+	Group:         {Group + "/v1": true, Group + "/v1beta1": true, Group + "/v1alpha3": true},
+	SecurityGroup: {SecurityGroup + "/v1": true, SecurityGroup + "/v1beta1": true},
 }
+
+const kindList = "VirtualService, DestinationRule, Gateway, PeerAuthentication or AuthorizationPolicy"
 
 // decodeItem decodes one object, or each item of a List, at path.
 func decodeItem(c errs, path string, v any) []*Object {
@@ -90,9 +96,9 @@ func decodeItem(c errs, path string, v any) []*Object {
 	}
 	// An object of another API group (a Pod, a Node) is named as such,
 	// rather than blamed field by field for not being a VirtualService.
-	if apiVersion, _ := obj["apiVersion"].(string); kind != "" && kind != KindVirtualService && kind != KindDestinationRule && kind != KindGateway &&
-		!strings.HasPrefix(apiVersion, Group+"/") {
-		c.add(join(path, "kind"), ErrInvalid, "%s", manifest.Mismatch(apiVersion, kind, "a VirtualService, DestinationRule or Gateway"))
+	if apiVersion, _ := obj["apiVersion"].(string); kind != "" && kindGroups[kind] == "" &&
+		!strings.HasPrefix(apiVersion, Group+"/") && !strings.HasPrefix(apiVersion, SecurityGroup+"/") {
+		c.add(join(path, "kind"), ErrInvalid, "%s", manifest.Mismatch(apiVersion, kind, "a "+kindList))
 		return nil
 	}
 	n := len(*c.list)
@@ -101,18 +107,28 @@ func decodeItem(c errs, path string, v any) []*Object {
 		p := join(path, k)
 		switch k {
 		case "apiVersion":
-			if s, _ := obj[k].(string); !apiVersions[s] {
-				c.add(p, ErrInvalid, "%v: want %s (v1beta1 and v1alpha3 are read as v1)", obj[k], APIVersion)
+			s, _ := obj[k].(string)
+			kind, _ := obj["kind"].(string)
+			group := kindGroups[kind]
+			if group == "" {
+				group, _, _ = strings.Cut(s, "/")
+			}
+			if versions, ok := apiVersions[group]; !ok || !versions[s] {
+				if group != SecurityGroup {
+					group = Group
+				}
+				c.add(p, ErrInvalid, "%v: want %s/v1 (%s)", obj[k], group, versionsNote[group])
 			}
 		case "kind":
 			s, _ := obj[k].(string)
-			switch s {
-			case KindVirtualService, KindDestinationRule, KindGateway:
+			switch {
+			case kindGroups[s] != "":
 				o.Kind = s
-			case "ServiceEntry", "Sidecar", "WorkloadEntry", "WorkloadGroup", "EnvoyFilter", "ProxyConfig":
-				c.add(p, ErrNotSupported, "%s: not supported (Sextant reads VirtualService, DestinationRule and Gateway)", s)
+			case s == "ServiceEntry" || s == "Sidecar" || s == "WorkloadEntry" || s == "WorkloadGroup" || s == "EnvoyFilter" ||
+				s == "ProxyConfig" || s == "RequestAuthentication":
+				c.add(p, ErrNotSupported, "%s: not supported (Sextant reads %s)", s, strings.Replace(kindList, " or ", " and ", 1))
 			default:
-				c.add(p, ErrInvalid, "%v: want VirtualService, DestinationRule or Gateway", obj[k])
+				c.add(p, ErrInvalid, "%v: want %s", obj[k], kindList)
 			}
 		case "metadata":
 			decodeMeta(c, p, obj[k], o)
@@ -153,6 +169,12 @@ func decodeItem(c errs, path string, v any) []*Object {
 	case KindGateway:
 		o.Gateway = &networking.Gateway{}
 		msg = o.Gateway
+	case KindPeerAuthentication:
+		o.PeerAuthentication = &security.PeerAuthentication{}
+		msg = o.PeerAuthentication
+	case KindAuthorizationPolicy:
+		o.AuthorizationPolicy = &security.AuthorizationPolicy{}
+		msg = o.AuthorizationPolicy
 	default:
 		o.DestinationRule = &networking.DestinationRule{}
 		msg = o.DestinationRule
@@ -176,6 +198,11 @@ func decodeItem(c errs, path string, v any) []*Object {
 		return nil
 	}
 	return []*Object{o}
+}
+
+var versionsNote = map[string]string{
+	Group:         "v1beta1 and v1alpha3 are read as v1",
+	SecurityGroup: "v1beta1 is read as v1",
 }
 
 func decodeList(c errs, path string, obj map[string]any) []*Object {

@@ -88,6 +88,8 @@ func TestEncodeRoundTrip(t *testing.T) {
 
 const vsHead = "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata:\n  name: orders\nspec:\n  hosts: [orders]\n  http:\n"
 
+const vsTLSHead = "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata:\n  name: orders\nspec:\n  hosts: [orders]\n"
+
 const gwHead = "apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {name: gw}\nspec:\n  servers:\n"
 
 func TestDecodeErrors(t *testing.T) {
@@ -103,8 +105,18 @@ func TestDecodeErrors(t *testing.T) {
 			"spec.http[0].retries.perTryTimout", ErrUnknownField, `did you mean "perTryTimeout"`},
 		{"bad gateway ref", strings.Replace(vsHead, "  hosts:", "  gateways: [mesh, a/b/c]\n  hosts:", 1) + "  - route: [{destination: {host: orders}}]\n",
 			"spec.gateways[1]", ErrInvalid, "want a Gateway name"},
-		{"gateway passthrough", gwHead + "  - port: {number: 443, protocol: HTTPS}\n    hosts: [a.example.com]\n    tls: {mode: PASSTHROUGH}\n",
-			"spec.servers[0].tls.mode", ErrNotSupported, "PASSTHROUGH"},
+		{"gateway passthrough with a credential", gwHead + "  - port: {number: 443, protocol: TLS}\n    hosts: [a.example.com]\n    tls: {mode: PASSTHROUGH, credentialName: c}\n",
+			"spec.servers[0].tls.credentialName", ErrInvalid, "the endpoint serves its own certificate"},
+		{"gateway TLS protocol terminated", gwHead + "  - port: {number: 443, protocol: TLS}\n    hosts: [a.example.com]\n    tls: {mode: SIMPLE, credentialName: c}\n",
+			"spec.servers[0].tls.mode", ErrNotSupported, "mode PASSTHROUGH"},
+		{"tls route in the mesh", vsTLSHead + "  tls:\n  - match: [{sniHosts: [orders]}]\n    route: [{destination: {host: orders}}]\n",
+			"spec.tls", ErrNotSupported, "gateways only"},
+		{"tls route sni not a host", vsTLSHead + "  gateways: [edge]\n  tls:\n  - match: [{sniHosts: [other.example.com]}]\n    route: [{destination: {host: orders}}]\n",
+			"spec.tls[0].match[0].sniHosts[0]", ErrInvalid, "not one of the VirtualService's hosts"},
+		{"tls route without match", vsTLSHead + "  gateways: [edge]\n  tls:\n  - route: [{destination: {host: orders}}]\n",
+			"spec.tls[0].match", ErrInvalid, "sniHosts is required"},
+		{"tls route unknown field", vsTLSHead + "  gateways: [edge]\n  tls:\n  - match: [{sniHosts: [orders], sourceLabels: {a: b}}]\n    route: [{destination: {host: orders}}]\n",
+			"spec.tls[0].match[0].sourceLabels", ErrNotSupported, ""},
 		{"gateway unknown tls mode", gwHead + "  - port: {number: 443, protocol: HTTPS}\n    hosts: [a.example.com]\n    tls: {mode: STRICT, credentialName: c}\n",
 			"spec.servers[0].tls.mode", ErrInvalid, `"STRICT" is not one of`},
 		{"gateway unknown tls field", gwHead + "  - port: {number: 443, protocol: HTTPS}\n    hosts: [a.example.com]\n    tls: {mode: SIMPLE, credentialName: c, credential: d}\n",
@@ -112,7 +124,7 @@ func TestDecodeErrors(t *testing.T) {
 		{"gateway https without credential", gwHead + "  - port: {number: 443, protocol: HTTPS}\n    hosts: [a.example.com]\n    tls: {mode: SIMPLE}\n",
 			"spec.servers[0].tls.credentialName", ErrInvalid, "required"},
 		{"gateway tcp", gwHead + "  - port: {number: 5432, protocol: TCP}\n    hosts: [a.example.com]\n",
-			"spec.servers[0].port.protocol", ErrNotSupported, "HTTP, HTTPS and HTTP2"},
+			"spec.servers[0].port.protocol", ErrNotSupported, "HTTP, HTTPS, HTTP2 and TLS (passthrough)"},
 		{"gateway cipher suites", gwHead + "  - port: {number: 443, protocol: HTTPS}\n    hosts: [a.example.com]\n    tls: {mode: SIMPLE, credentialName: c, cipherSuites: [x]}\n",
 			"spec.servers[0].tls.cipherSuites", ErrNotSupported, "not supported"},
 		{"gateway-only VirtualService host", "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: x}\nspec:\n  hosts: [Shop.example.com]\n  gateways: [gw]\n  http:\n  - route: [{destination: {host: orders}}]\n",
@@ -161,10 +173,12 @@ func TestDecodeErrors(t *testing.T) {
 			"spec.trafficPolicy.loadBalancer", ErrInvalid, "annotation"},
 		{"dr bad annotation", "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: x, annotations: {sextant.io/load-balancer: fastest}}\nspec: {host: x}\n",
 			"metadata.annotations[sextant.io/load-balancer]", ErrInvalid, "adaptive"},
-		{"dr tls simple", "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: x}\nspec: {host: x, trafficPolicy: {tls: {mode: SIMPLE}}}\n",
-			"spec.trafficPolicy.tls.mode", ErrNotSupported, "not supported yet (ISTIO_MUTUAL, DISABLE)"},
+		{"dr tls mutual without credential", "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: x}\nspec: {host: x, trafficPolicy: {tls: {mode: MUTUAL}}}\n",
+			"spec.trafficPolicy.tls.credentialName", ErrInvalid, "required with MUTUAL"},
+		{"dr tls simple ca file", "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: x}\nspec: {host: x, trafficPolicy: {tls: {mode: SIMPLE, caCertificates: /etc/ca.pem}}}\n",
+			"spec.trafficPolicy.tls.caCertificates", ErrNotSupported, "not supported"},
 		{"dr tls sni", "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: x}\nspec: {host: x, trafficPolicy: {tls: {mode: ISTIO_MUTUAL, sni: x.example}}}\n",
-			"spec.trafficPolicy.tls.sni", ErrNotSupported, "not supported"},
+			"spec.trafficPolicy.tls.sni", ErrNotSupported, "not used with ISTIO_MUTUAL"},
 		{"dr tls san", "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: x}\nspec: {host: x, trafficPolicy: {tls: {mode: ISTIO_MUTUAL, subjectAltNames: [orders.example]}}}\n",
 			"spec.trafficPolicy.tls.subjectAltNames[0]", ErrInvalid, "want a SPIFFE ID"},
 		{"dr ejection percent", "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: x}\nspec: {host: x, trafficPolicy: {outlierDetection: {maxEjectionPercent: 101}}}\n",
@@ -173,11 +187,11 @@ func TestDecodeErrors(t *testing.T) {
 			"spec.subsets[0].labels[a b]", ErrInvalid, "metadata key"},
 		{"not yaml", "a: [b\n", "", ErrInvalid, "not YAML"},
 		{"a Pod", "apiVersion: v1\nkind: Pod\nmetadata: {name: web-0}\nspec: {containers: [{name: c}]}\n",
-			"kind", ErrInvalid, `this is a Pod (v1), not a VirtualService, DestinationRule or Gateway: Pods go to "sextant place"`},
+			"kind", ErrInvalid, `this is a Pod (v1), not a VirtualService, DestinationRule, Gateway, PeerAuthentication or AuthorizationPolicy: Pods go to "sextant place"`},
 		{"a Node in a List", `{"apiVersion":"v1","kind":"List","items":[{"apiVersion":"v1","kind":"Node","metadata":{"name":"n"},"status":{}}]}`,
-			"items[0].kind", ErrInvalid, `this is a Node (v1), not a VirtualService, DestinationRule or Gateway: Nodes go to "sextant nodes apply"`},
+			"items[0].kind", ErrInvalid, `this is a Node (v1), not a VirtualService, DestinationRule, Gateway, PeerAuthentication or AuthorizationPolicy: Nodes go to "sextant nodes apply"`},
 		{"another kind", "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\nspec: {}\n",
-			"kind", ErrInvalid, `this is a Deployment (apps/v1), not a VirtualService, DestinationRule or Gateway`},
+			"kind", ErrInvalid, `this is a Deployment (apps/v1), not a VirtualService, DestinationRule, Gateway, PeerAuthentication or AuthorizationPolicy`},
 		{"empty", "# nothing\n", "", ErrInvalid, "no objects"},
 	}
 	for _, tc := range tests {

@@ -9,7 +9,7 @@ import (
 // encodes canonically: its encoding decodes to an object with the same
 // encoding.
 func FuzzDecode(f *testing.F) {
-	for _, name := range []string{"testdata/orders.yaml", "testdata/gateway.yaml"} {
+	for _, name := range []string{"testdata/orders.yaml", "testdata/gateway.yaml", "testdata/security.yaml"} {
 		if b, err := os.ReadFile(name); err == nil {
 			f.Add(b)
 		}
@@ -17,6 +17,8 @@ func FuzzDecode(f *testing.F) {
 	f.Add([]byte(vsHead + "  - route: [{destination: {host: orders}}]\n    mirror: {host: x}\n"))
 	f.Add([]byte(`{"apiVersion":"v1","kind":"List","items":[{"apiVersion":"networking.istio.io/v1","kind":"DestinationRule","metadata":{"name":"a"},"spec":{"host":"a","subsets":[{"name":"v1","labels":{"v":"1"}}]}}]}`))
 	f.Add([]byte("---\n---\n"))
+	f.Add([]byte("apiVersion: security.istio.io/v1beta1\nkind: AuthorizationPolicy\nmetadata: {name: p}\nspec:\n  rules: [{when: [{key: 'request.headers[x-a]', notValues: ['*b']}], from: [{source: {notNamespaces: ['te*']}}]}]\n"))
+	f.Add([]byte(`{"apiVersion":"security.istio.io/v1","kind":"PeerAuthentication","metadata":{"name":"p"},"spec":{"selector":{"matchLabels":{"a":"b"}},"portLevelMtls":{"80":{"mode":"STRICT"}}}}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		objs, err := Decode(data)
 		if err != nil {

@@ -120,7 +120,7 @@ func validateGatewayHosts(c errs, path string, hosts []string) {
 }
 
 // Gateway server protocols Sextant's gateway serves.
-var gatewayProtocols = map[string]bool{"HTTP": true, "HTTPS": true, "HTTP2": true}
+var gatewayProtocols = map[string]bool{"HTTP": true, "HTTPS": true, "HTTP2": true, "TLS": true}
 
 func validateGateway(c errs, path string, gw *networking.Gateway) {
 	if len(gw.Servers) == 0 {
@@ -143,7 +143,7 @@ func validateGateway(c errs, path string, gw *networking.Gateway) {
 		}
 		proto := strings.ToUpper(port.Protocol)
 		if !gatewayProtocols[proto] {
-			c.add(join(p, "port.protocol"), ErrNotSupported, "%q: the gateway serves HTTP, HTTPS and HTTP2 (TCP, TLS passthrough and others are not supported)", port.Protocol)
+			c.add(join(p, "port.protocol"), ErrNotSupported, "%q: the gateway serves HTTP, HTTPS, HTTP2 and TLS (passthrough); TCP and others are not supported", port.Protocol)
 			continue
 		}
 		if len(s.Hosts) == 0 {
@@ -154,8 +154,11 @@ func validateGateway(c errs, path string, gw *networking.Gateway) {
 				c.add(index(join(p, "hosts"), j), ErrInvalid, "%q: want [namespace/]host, the host a lower-case name, *.suffix or *", h)
 			}
 		}
-		isTLS := proto == "HTTPS"
+		isTLS := proto == "HTTPS" || proto == "TLS"
 		validateServerTLS(c, join(p, "tls"), s.Tls, isTLS)
+		if proto == "TLS" && s.Tls.GetMode() != networking.ServerTLSSettings_PASSTHROUGH {
+			c.add(join(p, "tls.mode"), ErrNotSupported, "protocol TLS: the gateway forwards TLS unopened only: mode PASSTHROUGH (to terminate TLS, use protocol HTTPS)")
+		}
 		use := ports[port.Number]
 		if use == nil {
 			use = &portUse{tls: isTLS, hosts: map[string]string{}}
@@ -190,17 +193,35 @@ func validateServerTLS(c errs, path string, t *networking.ServerTLSSettings, isT
 		c.add(join(path, "httpsRedirect"), ErrInvalid, "on an HTTPS server: set it on the plaintext server that redirects")
 	}
 	switch t.Mode {
-	case networking.ServerTLSSettings_SIMPLE, networking.ServerTLSSettings_MUTUAL:
+	case networking.ServerTLSSettings_ISTIO_MUTUAL:
+		// The gateway's own workload certificate and the mesh's roots.
+		if t.CredentialName != "" {
+			c.add(join(path, "credentialName"), ErrInvalid, "not used with ISTIO_MUTUAL: the gateway presents its workload identity (sextant gateway --identity-namespace) and trusts the mesh's roots")
+		}
+		checkVersions(c, path, t)
+		return
+	case networking.ServerTLSSettings_SIMPLE, networking.ServerTLSSettings_MUTUAL, networking.ServerTLSSettings_OPTIONAL_MUTUAL:
 	case networking.ServerTLSSettings_PASSTHROUGH:
-		c.add(join(path, "mode"), ErrNotSupported, "PASSTHROUGH: the gateway terminates TLS; it does not forward TLS by SNI (use SIMPLE or MUTUAL)")
+		// The endpoint does the handshake with its own certificate.
+		if t.CredentialName != "" {
+			c.add(join(path, "credentialName"), ErrInvalid, "not used with PASSTHROUGH (the default mode): the endpoint serves its own certificate; set mode SIMPLE or MUTUAL to terminate TLS with this one")
+		}
+		if t.MinProtocolVersion != 0 || t.MaxProtocolVersion != 0 {
+			c.add(join(path, "minProtocolVersion"), ErrInvalid, "not used with PASSTHROUGH: the endpoint chooses")
+		}
+		return
 	default:
-		c.add(join(path, "mode"), ErrNotSupported, "%s: want SIMPLE or MUTUAL (Istio's mTLS modes need Istio's certificates)", t.Mode)
+		c.add(join(path, "mode"), ErrNotSupported, "%s: want SIMPLE, MUTUAL, OPTIONAL_MUTUAL, ISTIO_MUTUAL or PASSTHROUGH", t.Mode)
 	}
 	if t.CredentialName == "" {
 		c.add(join(path, "credentialName"), ErrInvalid, "required: the name of a TLS secret (sextant secret create tls NAME ...)")
 	} else if !naming.ValidName(t.CredentialName) {
 		c.add(join(path, "credentialName"), ErrInvalid, "%q is not a secret name", t.CredentialName)
 	}
+	checkVersions(c, path, t)
+}
+
+func checkVersions(c errs, path string, t *networking.ServerTLSSettings) {
 	lo, hi := t.MinProtocolVersion, t.MaxProtocolVersion
 	if lo != networking.ServerTLSSettings_TLS_AUTO && hi != networking.ServerTLSSettings_TLS_AUTO && lo > hi {
 		c.add(join(path, "minProtocolVersion"), ErrInvalid, "%s is above maxProtocolVersion %s", lo, hi)

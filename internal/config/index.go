@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/sextant-mesh/sextant/internal/naming"
+	networking "istio.io/api/networking/v1"
 )
 
 // Index holds every config object and answers, per registry service, the
@@ -24,6 +25,10 @@ type Index struct {
 	vs      map[naming.ServiceKey][]Key // VirtualServices naming the host, sorted
 	dr      map[naming.ServiceKey][]Key // DestinationRules naming the host, sorted
 	dest    map[naming.ServiceKey]map[Key]bool
+	// whole counts, per service, the VirtualServices bound to Gateways
+	// only that route to the whole service (a cluster the mesh's routes may
+	// not name, which the push engine must publish for the gateways).
+	whole map[naming.ServiceKey]map[Key]bool
 }
 
 // NewIndex returns an empty index.
@@ -34,6 +39,7 @@ func NewIndex() *Index {
 		vs:      map[naming.ServiceKey][]Key{},
 		dr:      map[naming.ServiceKey][]Key{},
 		dest:    map[naming.ServiceKey]map[Key]bool{},
+		whole:   map[naming.ServiceKey]map[Key]bool{},
 	}
 }
 
@@ -56,13 +62,43 @@ func (ix *Index) All() []*Object {
 type derived struct {
 	hosts []naming.ServiceKey
 	dests []Destination
+	// gateway are the services a VirtualService of Gateways only routes to
+	// as a whole (gatewayWhole).
+	gateway []naming.ServiceKey
 }
+
+// gatewayWhole returns the services a VirtualService bound to Gateways
+// only routes to as a whole (no subset): its routes name those services'
+// own clusters, which the mesh's routes may not.
+func gatewayWhole(o *Object) []naming.ServiceKey {
+	if o == nil || o.VirtualService == nil || InMesh(o.VirtualService) {
+		return nil
+	}
+	var out []naming.ServiceKey
+	for _, d := range VirtualServiceDestinations(o) {
+		if d.Subset == "" && !slices.Contains(out, d.Service) {
+			out = append(out, d.Service)
+		}
+	}
+	return out
+}
+
+// GatewayRoutesToWhole reports whether a VirtualService bound to Gateways
+// only routes to service s as a whole.
+func (ix *Index) GatewayRoutesToWhole(s naming.ServiceKey) bool { return len(ix.whole[s]) > 0 }
 
 func (ix *Index) hosts(o *Object) []naming.ServiceKey {
 	if d, ok := ix.derived[o.Key]; ok && ix.objects[o.Key] == o {
 		return d.hosts
 	}
 	return Hosts(o)
+}
+
+func (ix *Index) gatewayOf(o *Object) []naming.ServiceKey {
+	if d, ok := ix.derived[o.Key]; ok && ix.objects[o.Key] == o {
+		return d.gateway
+	}
+	return gatewayWhole(o)
 }
 
 func (ix *Index) dests(o *Object) []Destination {
@@ -119,17 +155,25 @@ func Destinations(o *Object) []Destination {
 func VirtualServiceDestinations(o *Object) []Destination {
 	var out []Destination
 	seen := map[Destination]bool{}
+	add := func(d *networking.Destination) {
+		k, err := ResolveHost(d.GetHost(), o.Namespace)
+		if err != nil {
+			return
+		}
+		dst := Destination{Service: k, Subset: d.GetSubset(), Port: d.GetPort().GetNumber()}
+		if !seen[dst] {
+			seen[dst] = true
+			out = append(out, dst)
+		}
+	}
 	for _, r := range o.VirtualService.Http {
 		for _, d := range r.Route {
-			k, err := ResolveHost(d.GetDestination().GetHost(), o.Namespace)
-			if err != nil {
-				continue
-			}
-			dst := Destination{Service: k, Subset: d.Destination.Subset, Port: d.Destination.GetPort().GetNumber()}
-			if !seen[dst] {
-				seen[dst] = true
-				out = append(out, dst)
-			}
+			add(d.GetDestination())
+		}
+	}
+	for _, r := range o.VirtualService.Tls {
+		for _, d := range r.Route {
+			add(d.GetDestination())
 		}
 	}
 	return out
@@ -145,7 +189,7 @@ func (ix *Index) Put(o *Object) []naming.ServiceKey {
 		ix.unlink(old)
 	}
 	ix.objects[o.Key] = o
-	ix.derived[o.Key] = derived{hosts: Hosts(o), dests: Destinations(o)}
+	ix.derived[o.Key] = derived{hosts: Hosts(o), dests: Destinations(o), gateway: gatewayWhole(o)}
 	ix.link(o)
 	return dedupe(append(touched, ix.touched(o)...))
 }
@@ -173,7 +217,7 @@ func (ix *Index) touched(o *Object) []naming.ServiceKey {
 		for _, d := range ix.dests(o) {
 			out = append(out, d.Service)
 		}
-		return out
+		return append(out, ix.gatewayOf(o)...)
 	}
 	for _, h := range ix.hosts(o) {
 		out = append(out, ix.RoutesTo(h)...)
@@ -190,6 +234,14 @@ func (ix *Index) link(o *Object) {
 			if set == nil {
 				set = map[Key]bool{}
 				ix.dest[d.Service] = set
+			}
+			set[o.Key] = true
+		}
+		for _, s := range ix.gatewayOf(o) {
+			set := ix.whole[s]
+			if set == nil {
+				set = map[Key]bool{}
+				ix.whole[s] = set
 			}
 			set[o.Key] = true
 		}
@@ -210,6 +262,14 @@ func (ix *Index) unlink(o *Object) {
 				delete(set, o.Key)
 				if len(set) == 0 {
 					delete(ix.dest, d.Service)
+				}
+			}
+		}
+		for _, s := range ix.gatewayOf(o) {
+			if set := ix.whole[s]; set != nil {
+				delete(set, o.Key)
+				if len(set) == 0 {
+					delete(ix.whole, s)
 				}
 			}
 		}

@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -101,5 +102,42 @@ func BenchmarkIndexPut(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		ix.Put(o)
+	}
+}
+
+// TestIndexGatewayRoutesToWhole: a VirtualService bound to Gateways only
+// that routes to a service as a whole makes the index say so (the push
+// engine then publishes the service's own cluster, which the mesh's routes
+// to subsets do not name), and touches that service on put and delete.
+func TestIndexGatewayRoutesToWhole(t *testing.T) {
+	ix := NewIndex()
+	orders := naming.ServiceKey{Namespace: "default", Name: "orders"}
+	mesh := mustDecode(t, `apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: orders}
+spec:
+  hosts: [orders]
+  http: [{route: [{destination: {host: orders, subset: v1}}]}]
+`)
+	ix.Put(mesh)
+	if ix.GatewayRoutesToWhole(orders) {
+		t.Fatal("a mesh route to a subset counted")
+	}
+	edge := mustDecode(t, `apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: shop}
+spec:
+  hosts: [shop.example.com]
+  gateways: [edge]
+  http: [{route: [{destination: {host: orders}}]}]
+`)
+	if touched := ix.Put(edge); !slices.Contains(touched, orders) {
+		t.Errorf("put touched %v, want %v", touched, orders)
+	}
+	if !ix.GatewayRoutesToWhole(orders) {
+		t.Fatal("the gateway's route to the whole service is not seen")
+	}
+	if touched := ix.Delete(edge.Key); !slices.Contains(touched, orders) || ix.GatewayRoutesToWhole(orders) {
+		t.Errorf("delete touched %v; still routed: %v", touched, ix.GatewayRoutesToWhole(orders))
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	networking "istio.io/api/networking/v1"
+	security "istio.io/api/security/v1beta1"
 )
 
 // Group is the API group of every kind this package reads; APIVersion is
@@ -21,12 +22,29 @@ const (
 	APIVersion = Group + "/v1"
 )
 
+// SecurityGroup is the API group of the security kinds; Encode writes
+// them as SecurityGroup/v1 (Decode also accepts v1beta1, the same schema).
+const SecurityGroup = "security.istio.io"
+
 // The kinds Sextant reads.
 const (
-	KindVirtualService  = "VirtualService"
-	KindDestinationRule = "DestinationRule"
-	KindGateway         = "Gateway"
+	KindVirtualService      = "VirtualService"
+	KindDestinationRule     = "DestinationRule"
+	KindGateway             = "Gateway"
+	KindPeerAuthentication  = "PeerAuthentication"
+	KindAuthorizationPolicy = "AuthorizationPolicy"
 )
+
+// kindGroups maps every kind Sextant reads to its API group.
+var kindGroups = map[string]string{
+	KindVirtualService: Group, KindDestinationRule: Group, KindGateway: Group,
+	KindPeerAuthentication: SecurityGroup, KindAuthorizationPolicy: SecurityGroup,
+}
+
+// IsSecurity reports whether kind is one of the security kinds
+// (PeerAuthentication, AuthorizationPolicy): they configure workloads'
+// inbound listeners, not services' routes.
+func IsSecurity(kind string) bool { return kindGroups[kind] == SecurityGroup }
 
 // RecordKind is the store's record kind for routing config objects.
 const RecordKind = "config"
@@ -59,7 +77,7 @@ var ErrBadKey = errors.New("config: malformed key")
 // ParseKey parses a record key written by Key.String.
 func ParseKey(s string) (Key, error) {
 	parts := strings.Split(s, "/")
-	if len(parts) != 3 || (parts[0] != KindVirtualService && parts[0] != KindDestinationRule && parts[0] != KindGateway) ||
+	if len(parts) != 3 || kindGroups[parts[0]] == "" ||
 		!naming.ValidName(parts[1]) || !naming.ValidName(parts[2]) {
 		return Key{}, fmt.Errorf("%w %q (want Kind/namespace/name)", ErrBadKey, s)
 	}
@@ -67,7 +85,8 @@ func ParseKey(s string) (Key, error) {
 }
 
 // Object is one decoded, validated config object. Exactly one of
-// VirtualService, DestinationRule and Gateway is set, by Kind. Objects are immutable
+// VirtualService, DestinationRule, Gateway, PeerAuthentication and
+// AuthorizationPolicy is set, by Kind. Objects are immutable
 // once decoded: a change is a new Object.
 type Object struct {
 	Key
@@ -77,6 +96,9 @@ type Object struct {
 	VirtualService  *networking.VirtualService
 	DestinationRule *networking.DestinationRule
 	Gateway         *networking.Gateway
+
+	PeerAuthentication  *security.PeerAuthentication
+	AuthorizationPolicy *security.AuthorizationPolicy
 }
 
 // Spec returns the object's spec message.
@@ -86,6 +108,10 @@ func (o *Object) Spec() proto.Message {
 		return o.VirtualService
 	case o.Gateway != nil:
 		return o.Gateway
+	case o.PeerAuthentication != nil:
+		return o.PeerAuthentication
+	case o.AuthorizationPolicy != nil:
+		return o.AuthorizationPolicy
 	}
 	return o.DestinationRule
 }
@@ -106,7 +132,8 @@ type meta struct {
 }
 
 // Encode returns the object's canonical encoding: compact JSON in the
-// Kubernetes shape (apiVersion networking.istio.io/v1, kind, metadata with
+// Kubernetes shape (apiVersion networking.istio.io/v1 or
+// security.istio.io/v1, kind, metadata with
 // name, namespace, labels and annotations, spec), fields in a fixed order and
 // map keys sorted, so that two objects are equal exactly when their encodings
 // are. Decode reads it back. This is what the store keeps.
@@ -122,7 +149,7 @@ func (o *Object) Encode() []byte {
 		panic(fmt.Sprintf("config: encode %s: %v", o.Key, err))
 	}
 	b, err := json.Marshal(envelope{
-		APIVersion: APIVersion, Kind: o.Kind,
+		APIVersion: kindGroups[o.Kind] + "/v1", Kind: o.Kind,
 		Metadata: meta{Name: o.Name, Namespace: o.Namespace, Labels: o.Labels, Annotations: o.Annotations},
 		Spec:     compact.Bytes(),
 	})

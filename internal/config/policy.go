@@ -29,6 +29,9 @@ type Policy struct {
 	// HealthCheck is the active health check of the rule's clusters
 	// (AnnotationHealthCheck), nil for none; its HTTP host is filled.
 	HealthCheck *HealthCheck
+	// TLSNamespace is where TLS's credentialName is (the DestinationRule's
+	// namespace).
+	TLSNamespace string
 }
 
 // EffectivePolicy returns the policy of subset ("" for the whole service)
@@ -92,6 +95,9 @@ func EffectivePolicy(dr *Object, subset string) Policy {
 			}
 			p.HealthCheck = hc
 		}
+	}
+	if p.TLS != nil {
+		p.TLSNamespace = dr.Namespace
 	}
 	return p
 }

@@ -12,6 +12,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	networking "istio.io/api/networking/v1"
+	security "istio.io/api/security/v1beta1"
+	istiotype "istio.io/api/type/v1beta1"
 )
 
 // supported lists, per message, the fields Sextant implements (proto field
@@ -32,7 +34,10 @@ func allow(m proto.Message, fields ...protoreflect.Name) {
 }
 
 func init() {
-	allow(&networking.VirtualService{}, "hosts", "gateways", "http")
+	allow(&networking.VirtualService{}, "hosts", "gateways", "http", "tls")
+	allow(&networking.TLSRoute{}, "match", "route")
+	allow(&networking.TLSMatchAttributes{}, "sni_hosts", "port")
+	allow(&networking.RouteDestination{}, "destination", "weight")
 	allow(&networking.HTTPRoute{}, "name", "match", "route", "timeout", "retries")
 	allow(&networking.HTTPMatchRequest{}, "name", "uri", "headers", "method")
 	allow(&networking.StringMatch{}, "exact", "prefix", "regex")
@@ -44,7 +49,7 @@ func init() {
 	allow(&networking.DestinationRule{}, "host", "traffic_policy", "subsets")
 	allow(&networking.Subset{}, "name", "labels", "traffic_policy")
 	allow(&networking.TrafficPolicy{}, "load_balancer", "connection_pool", "outlier_detection", "tls")
-	allow(&networking.ClientTLSSettings{}, "mode", "subject_alt_names")
+	allow(&networking.ClientTLSSettings{}, "mode", "subject_alt_names", "credential_name", "sni", "insecure_skip_verify")
 	allow(&networking.LoadBalancerSettings{}, "simple")
 	allow(&networking.ConnectionPoolSettings{}, "tcp", "http")
 	allow(&networking.ConnectionPoolSettings_TCPSettings{}, "connect_timeout")
@@ -55,6 +60,19 @@ func init() {
 	allow(&networking.ServerTLSSettings{}, "https_redirect", "mode", "credential_name", "min_protocol_version", "max_protocol_version")
 	allow(&networking.OutlierDetection{}, "consecutive_5xx_errors", "consecutive_gateway_errors",
 		"interval", "base_ejection_time", "max_ejection_percent")
+
+	// security.istio.io (security.go): what proxyless gRPC's RBAC and the
+	// gateway can enforce.
+	allow(&istiotype.WorkloadSelector{}, "match_labels")
+	allow(&security.PeerAuthentication{}, "selector", "mtls", "port_level_mtls")
+	allow(&security.PeerAuthentication_MutualTLS{}, "mode")
+	allow(&security.AuthorizationPolicy{}, "selector", "rules", "action")
+	allow(&security.Rule{}, "from", "to", "when")
+	allow(&security.Rule_From{}, "source")
+	allow(&security.Rule_To{}, "operation")
+	allow(&security.Source{}, "principals", "not_principals", "namespaces", "not_namespaces", "ip_blocks", "not_ip_blocks")
+	allow(&security.Operation{}, "hosts", "not_hosts", "ports", "not_ports", "methods", "not_methods", "paths", "not_paths")
+	allow(&security.Condition{}, "key", "values", "not_values")
 }
 
 // walker checks a generic JSON tree (from encoding/json with UseNumber)
@@ -120,6 +138,12 @@ func (w walker) field(path string, v any, fd protoreflect.FieldDescriptor) any {
 			return v
 		}
 		for _, k := range sortedKeys(obj) {
+			if kd := fd.MapKey().Kind(); kd == protoreflect.Uint32Kind || kd == protoreflect.Int32Kind {
+				if n, err := strconv.ParseUint(k, 10, 32); err != nil || (kd == protoreflect.Int32Kind && n > math.MaxInt32) {
+					w.errs.add(mapKey(path, k), ErrInvalid, "%q: the key must be a number", k)
+					continue
+				}
+			}
 			obj[k] = w.single(mapKey(path, k), obj[k], fd.MapValue())
 		}
 		return obj

@@ -187,6 +187,7 @@ func (t *Table) Warnings(o *Object, also ...*Object) []string {
 	t.mu.RLock()
 	w := t.ix.Warnings(o, also...)
 	t.mu.RUnlock()
+	w = append(w, t.securityWarnings(o)...)
 	return append(w, t.emptySubsets(o)...)
 }
 

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/http"
 	"regexp"
+	"slices"
 	"strings"
 
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -84,6 +85,10 @@ func validate(c errs, path string, o *Object) {
 		validateVS(c, spec, o.Namespace, o.VirtualService)
 	case o.Gateway != nil:
 		validateGateway(c, spec, o.Gateway)
+	case o.PeerAuthentication != nil:
+		validatePeerAuthentication(c, spec, o)
+	case o.AuthorizationPolicy != nil:
+		validateAuthorizationPolicy(c, spec, o)
 	default:
 		validateDR(c, spec, o)
 	}
@@ -98,7 +103,12 @@ func validateVS(c errs, path, ns string, vs *networking.VirtualService) {
 		// Bound to gateways only: hosts are the names clients use at the
 		// gateway (shop.example.com), not registry services.
 		validateGatewayHosts(c, join(path, "hosts"), vs.Hosts)
-		vs = &networking.VirtualService{Http: vs.Http}
+		for i, r := range vs.Tls {
+			validateTLSRoute(c, index(join(path, "tls"), i), ns, r, vs.Hosts)
+		}
+		vs = &networking.VirtualService{Http: vs.Http, Tls: vs.Tls}
+	} else if len(vs.Tls) > 0 {
+		c.add(join(path, "tls"), ErrNotSupported, "TLS routes are served by gateways only: bind the VirtualService to Gateways (gateways:, without mesh)")
 	}
 	seen := map[naming.ServiceKey]string{}
 	for i, h := range vs.Hosts {
@@ -113,7 +123,7 @@ func validateVS(c errs, path, ns string, vs *networking.VirtualService) {
 		}
 		seen[k] = h
 	}
-	if len(vs.Http) == 0 {
+	if len(vs.Http) == 0 && len(vs.Tls) == 0 {
 		c.add(join(path, "http"), ErrInvalid, "at least one route is required")
 	}
 	for i, r := range vs.Http {
@@ -155,20 +165,7 @@ func validateRoute(c errs, path, ns string, r *networking.HTTPRoute) {
 			c.add(join(p, "weight"), ErrInvalid, "%d: must not be negative", d.Weight)
 		}
 		total += int64(d.Weight)
-		if d.Destination == nil {
-			c.add(join(p, "destination"), ErrInvalid, "required")
-			continue
-		}
-		dp := join(p, "destination")
-		if _, err := ResolveHost(d.Destination.Host, ns); err != nil {
-			c.add(join(dp, "host"), ErrInvalid, "%v", strings.TrimPrefix(err.Error(), "config: "))
-		}
-		if s := d.Destination.Subset; s != "" && !naming.ValidLabel(s) {
-			c.add(join(dp, "subset"), ErrInvalid, "%q: want a DNS label (1..63 of [a-z0-9-])", s)
-		}
-		if port := d.Destination.Port; port != nil && (port.Number == 0 || port.Number > 65535) {
-			c.add(join(dp, "port.number"), ErrInvalid, "%d: want 1..65535", port.Number)
-		}
+		validateDestination(c, join(p, "destination"), ns, d.Destination)
 	}
 	if len(r.Route) > 1 && total == 0 {
 		c.add(join(path, "route"), ErrInvalid, "with several destinations, weights must add up to more than 0")
@@ -191,6 +188,66 @@ func validateRoute(c errs, path, ns string, r *networking.HTTPRoute) {
 				break
 			}
 		}
+	}
+}
+
+func validateDestination(c errs, dp, ns string, d *networking.Destination) {
+	if d == nil {
+		c.add(dp, ErrInvalid, "required")
+		return
+	}
+	if _, err := ResolveHost(d.Host, ns); err != nil {
+		c.add(join(dp, "host"), ErrInvalid, "%v", strings.TrimPrefix(err.Error(), "config: "))
+	}
+	if s := d.Subset; s != "" && !naming.ValidLabel(s) {
+		c.add(join(dp, "subset"), ErrInvalid, "%q: want a DNS label (1..63 of [a-z0-9-])", s)
+	}
+	if port := d.Port; port != nil && (port.Number == 0 || port.Number > 65535) {
+		c.add(join(dp, "port.number"), ErrInvalid, "%d: want 1..65535", port.Number)
+	}
+}
+
+// validateTLSRoute checks a TLS route of a VirtualService bound to
+// Gateways: the server names it matches (each one of the VirtualService's
+// hosts, as Istio requires) and its weighted destinations, to which a
+// PASSTHROUGH server forwards the TLS unopened.
+func validateTLSRoute(c errs, path, ns string, r *networking.TLSRoute, hosts []string) {
+	if len(r.Match) == 0 {
+		c.add(join(path, "match"), ErrInvalid, "at least one match with sniHosts is required")
+	}
+	for i, m := range r.Match {
+		p := index(join(path, "match"), i)
+		if len(m.SniHosts) == 0 {
+			c.add(join(p, "sniHosts"), ErrInvalid, "at least one server name is required")
+		}
+		for j, h := range m.SniHosts {
+			hp := index(join(p, "sniHosts"), j)
+			if !validHostName(h) || h == "*" {
+				c.add(hp, ErrInvalid, "%q: want a lower-case host name or *.suffix", h)
+				continue
+			}
+			if !slices.ContainsFunc(hosts, func(vh string) bool { return MatchHost(vh, h) }) {
+				c.add(hp, ErrInvalid, "%q is not one of the VirtualService's hosts %v", h, hosts)
+			}
+		}
+		if m.Port > 65535 {
+			c.add(join(p, "port"), ErrInvalid, "%d: want 1..65535", m.Port)
+		}
+	}
+	if len(r.Route) == 0 {
+		c.add(join(path, "route"), ErrInvalid, "at least one destination is required")
+	}
+	total := int64(0)
+	for i, d := range r.Route {
+		p := index(join(path, "route"), i)
+		if d.Weight < 0 {
+			c.add(join(p, "weight"), ErrInvalid, "%d: must not be negative", d.Weight)
+		}
+		total += int64(d.Weight)
+		validateDestination(c, join(p, "destination"), ns, d.Destination)
+	}
+	if len(r.Route) > 1 && total == 0 {
+		c.add(join(path, "route"), ErrInvalid, "with several destinations, weights must add up to more than 0")
 	}
 }
 
@@ -295,31 +352,48 @@ func validatePolicy(c errs, path string, tp *networking.TrafficPolicy) {
 }
 
 // validateClientTLS accepts the mesh's mutual TLS (ISTIO_MUTUAL, with
-// optional subjectAltNames: SPIFFE IDs of the servers to accept) and
-// DISABLE; what it cannot publish yet is refused, never ignored: a client
-// told to use TLS must not silently send plaintext.
+// optional subjectAltNames: SPIFFE IDs of the servers to accept), TLS to
+// the endpoints with a CA from a secret (SIMPLE) and with a client
+// certificate from a secret (MUTUAL, credentialName), and DISABLE; what it
+// cannot publish is refused, never ignored: a client told to use TLS must
+// not silently send plaintext.
 func validateClientTLS(c errs, path string, t *networking.ClientTLSSettings) {
+	type field struct {
+		name string
+		set  bool
+	}
+	files := []field{{"clientCertificate", t.ClientCertificate != ""}, {"privateKey", t.PrivateKey != ""},
+		{"caCertificates", t.CaCertificates != ""}, {"caCrl", t.CaCrl != ""}}
 	switch t.Mode {
 	case networking.ClientTLSSettings_DISABLE:
 		return
 	case networking.ClientTLSSettings_ISTIO_MUTUAL:
+		for i, san := range t.SubjectAltNames {
+			if !strings.HasPrefix(san, "spiffe://") {
+				c.add(index(join(path, "subjectAltNames"), i), ErrInvalid, "%q: want a SPIFFE ID (spiffe://TRUST_DOMAIN/ns/NAMESPACE/sa/NAME)", san)
+			}
+		}
+		for _, f := range append(files, field{"credentialName", t.CredentialName != ""}, field{"sni", t.Sni != ""},
+			field{"insecureSkipVerify", t.InsecureSkipVerify.GetValue()}) {
+			if f.set {
+				c.add(join(path, f.name), ErrNotSupported, "not used with ISTIO_MUTUAL: the mesh's certificates and roots come from its certificate authority (docs/security.md)")
+			}
+		}
+		return
+	case networking.ClientTLSSettings_SIMPLE, networking.ClientTLSSettings_MUTUAL:
 	default:
-		c.add(join(path, "mode"), ErrNotSupported, "%s: not supported yet (ISTIO_MUTUAL, DISABLE)", t.Mode)
+		c.add(join(path, "mode"), ErrNotSupported, "%s: not supported (SIMPLE, MUTUAL, ISTIO_MUTUAL, DISABLE)", t.Mode)
 		return
 	}
-	for i, san := range t.SubjectAltNames {
-		if !strings.HasPrefix(san, "spiffe://") {
-			c.add(index(join(path, "subjectAltNames"), i), ErrInvalid, "%q: want a SPIFFE ID (spiffe://TRUST_DOMAIN/ns/NAMESPACE/sa/NAME)", san)
-		}
+	if t.CredentialName != "" && !naming.ValidName(t.CredentialName) {
+		c.add(join(path, "credentialName"), ErrInvalid, "%q is not a secret name", t.CredentialName)
 	}
-	for _, f := range []struct {
-		name string
-		set  bool
-	}{{"clientCertificate", t.ClientCertificate != ""}, {"privateKey", t.PrivateKey != ""}, {"caCertificates", t.CaCertificates != ""},
-		{"credentialName", t.CredentialName != ""}, {"sni", t.Sni != ""}, {"caCrl", t.CaCrl != ""},
-		{"insecureSkipVerify", t.InsecureSkipVerify.GetValue()}} {
-		if f.set {
-			c.add(join(path, f.name), ErrNotSupported, "not used with ISTIO_MUTUAL: the mesh's certificates and roots come from its certificate authority (docs/security.md)")
+	if t.Mode == networking.ClientTLSSettings_MUTUAL && t.CredentialName == "" {
+		c.add(join(path, "credentialName"), ErrInvalid, "required with MUTUAL: a TLS secret with the client certificate and key (sextant secret create tls NAME --cert F --key F [--ca F])")
+	}
+	for i, san := range t.SubjectAltNames {
+		if san == "" {
+			c.add(index(join(path, "subjectAltNames"), i), ErrInvalid, "empty")
 		}
 	}
 }

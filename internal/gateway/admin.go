@@ -214,6 +214,7 @@ func (g *Gateway) serveConfig(w http.ResponseWriter, _ *http.Request) {
 		}
 	}
 	out["resources"] = res
+	out["tls"] = g.tlsStatus(time.Now())
 	writeJSON(w, out)
 }
 
@@ -225,7 +226,7 @@ func serveCalls(w http.ResponseWriter, r *http.Request, log *calllog.Log) {
 	p := params{q: r.URL.Query()}
 	cq := calllog.Query{Service: p.service(log), Endpoint: p.q.Get("endpoint"),
 		From: p.time("from"), To: p.time("to"), MinLatency: p.latency("min_latency"),
-		MaxLatency: p.latency("max_latency"), Limit: p.int("limit")}
+		MaxLatency: p.latency("max_latency"), Limit: p.int("limit"), Reason: p.q.Get("reason")}
 	if !p.ok(w) {
 		return
 	}

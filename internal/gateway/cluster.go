@@ -25,7 +25,9 @@ import (
 type upstream interface {
 	// do sends req and fills resp, giving up at deadline. Any goroutine;
 	// blocks for the call.
-	do(req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time) error
+	// do sends req and reads the answer into resp, by deadline (zero:
+	// none), giving up when the stream moves no byte for idle (0: never).
+	do(req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time, idle time.Duration) error
 	// closeIdle closes the pooled idle connections (the endpoint left).
 	closeIdle()
 }
@@ -36,10 +38,14 @@ type upstream interface {
 // that makes net/http's Transport slow as a proxy client).
 type h1Upstream struct{ hc *fasthttp.HostClient }
 
-func newH1Upstream(addr string, connect time.Duration) *h1Upstream {
+func newH1Upstream(addr string, connect time.Duration, ut *upstreamTLS) *h1Upstream {
+	dial := func(a string) (net.Conn, error) { return fasthttp.DialTimeout(a, connect) }
+	if ut != nil {
+		dial = func(a string) (net.Conn, error) { return ut.dial(context.Background(), a, connect, false) }
+	}
 	return &h1Upstream{hc: &fasthttp.HostClient{
 		Addr:                          addr,
-		Dial:                          func(a string) (net.Conn, error) { return fasthttp.DialTimeout(a, connect) },
+		Dial:                          dial,
 		MaxConns:                      4096,
 		MaxConnWaitTimeout:            time.Second,
 		MaxIdleConnDuration:           60 * time.Second,
@@ -49,8 +55,8 @@ func newH1Upstream(addr string, connect time.Duration) *h1Upstream {
 	}}
 }
 
-func (u *h1Upstream) do(req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time) error {
-	retry, err := roundTrip(u.hc, req, resp, deadline)
+func (u *h1Upstream) do(req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time, idle time.Duration) error {
+	retry, err := roundTrip(u.hc, req, resp, deadline, idle)
 	// One more try only for an idempotent request (and a body that can be
 	// sent again) that met a pooled connection the upstream had closed
 	// (nothing was received): the race every keep-alive client has. Other
@@ -58,7 +64,7 @@ func (u *h1Upstream) do(req *fasthttp.Request, resp *fasthttp.Response, deadline
 	if err != nil && retry && !req.IsBodyStream() && (req.Header.IsGet() || req.Header.IsHead() || req.Header.IsPut()) &&
 		(errors.Is(err, io.EOF) || errors.Is(err, fasthttp.ErrConnectionClosed)) {
 		resp.Reset()
-		_, err = roundTrip(u.hc, req, resp, deadline)
+		_, err = roundTrip(u.hc, req, resp, deadline, idle)
 	}
 	if errors.Is(err, io.EOF) {
 		err = fasthttp.ErrConnectionClosed
@@ -68,26 +74,35 @@ func (u *h1Upstream) do(req *fasthttp.Request, resp *fasthttp.Response, deadline
 
 func (u *h1Upstream) closeIdle() { u.hc.CloseIdleConnections() }
 
-// h2cUpstream is HTTP/2 over cleartext (prior knowledge) through net/http's
-// transport, for clusters that ask for it.
+// h2cUpstream is HTTP/2 through net/http's transport, for clusters that
+// ask for it: over cleartext (prior knowledge), or over TLS (ALPN h2) for
+// a cluster with a TLS transport socket.
 type h2cUpstream struct {
-	addr string
-	tr   *http.Transport
+	addr   string
+	scheme string // "http" (h2c) or "https"
+	tr     *http.Transport
 }
 
-func newH2CUpstream(addr string, connect time.Duration) *h2cUpstream {
+func newH2CUpstream(addr string, connect time.Duration, ut *upstreamTLS) *h2cUpstream {
 	var p http.Protocols
-	p.SetUnencryptedHTTP2(true)
 	tr := &http.Transport{
 		Protocols:          &p,
-		DialContext:        (&net.Dialer{Timeout: connect}).DialContext,
 		DisableCompression: true,
 		IdleConnTimeout:    60 * time.Second,
 	}
-	return &h2cUpstream{addr: addr, tr: tr}
+	if ut == nil {
+		p.SetUnencryptedHTTP2(true)
+		tr.DialContext = (&net.Dialer{Timeout: connect}).DialContext
+		return &h2cUpstream{addr: addr, scheme: "http", tr: tr}
+	}
+	p.SetHTTP2(true)
+	// The handshake is the gateway's own, with the cluster's current
+	// config (rotated secrets apply to new connections).
+	tr.DialTLSContext = func(ctx context.Context, _, a string) (net.Conn, error) { return ut.dial(ctx, a, connect, true) }
+	return &h2cUpstream{addr: addr, scheme: "https", tr: tr}
 }
 
-func (u *h2cUpstream) do(req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time) error {
+func (u *h2cUpstream) do(req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time, idle time.Duration) error {
 	var body io.Reader = http.NoBody
 	cl := int64(0)
 	if req.IsBodyStream() {
@@ -100,8 +115,19 @@ func (u *h2cUpstream) do(req *fasthttp.Request, resp *fasthttp.Response, deadlin
 		cancel()
 		ctx, cancel = context.WithDeadline(context.Background(), deadline)
 	}
-	hr, err := http.NewRequestWithContext(ctx, string(req.Header.Method()), "http://"+u.addr+string(req.Header.RequestURI()), body)
+	// The stream idle timeout cancels the stream once no byte moved for
+	// idle: armed until the answer's head, then re-armed by each read of
+	// its body (h2Body).
+	var watch *idleWatch
+	if idle > 0 {
+		watch = newIdleWatch(idle, cancel)
+		if req.IsBodyStream() {
+			body = touchReader{r: body, w: watch}
+		}
+	}
+	hr, err := http.NewRequestWithContext(ctx, string(req.Header.Method()), u.scheme+"://"+u.addr+string(req.Header.RequestURI()), body)
 	if err != nil {
+		watch.stop()
 		cancel()
 		return err
 	}
@@ -116,12 +142,14 @@ func (u *h2cUpstream) do(req *fasthttp.Request, resp *fasthttp.Response, deadlin
 	hr.ContentLength = cl // -1: unknown (a chunked body)
 	hres, err := u.tr.RoundTrip(hr)
 	if err != nil {
+		watch.stop()
 		cancel()
-		if !deadline.IsZero() && !time.Now().Before(deadline) {
+		if (!deadline.IsZero() && !time.Now().Before(deadline)) || watch.hasFired() {
 			return fasthttp.ErrTimeout
 		}
 		return err
 	}
+	watch.touch()
 	resp.SetStatusCode(hres.StatusCode)
 	for k, vs := range hres.Header {
 		for _, v := range vs {
@@ -131,6 +159,7 @@ func (u *h2cUpstream) do(req *fasthttp.Request, resp *fasthttp.Response, deadlin
 	if cl := hres.ContentLength; cl >= 0 && cl <= bufferedResponseMax && len(hres.Trailer) == 0 {
 		// Small and of known length: read whole (the stream ends at once).
 		defer cancel()
+		defer watch.stop()
 		defer hres.Body.Close()
 		buf := bodyBufs.Get().(*[]byte)
 		defer bodyBufs.Put(buf)
@@ -139,7 +168,7 @@ func (u *h2cUpstream) do(req *fasthttp.Request, resp *fasthttp.Response, deadlin
 		}
 		b := (*buf)[:cl]
 		if _, err := io.ReadFull(hres.Body, b); err != nil {
-			if !deadline.IsZero() && !time.Now().Before(deadline) {
+			if (!deadline.IsZero() && !time.Now().Before(deadline)) || watch.hasFired() {
 				return fasthttp.ErrTimeout
 			}
 			return fmt.Errorf("read body: %w", err)
@@ -151,7 +180,7 @@ func (u *h2cUpstream) do(req *fasthttp.Request, resp *fasthttp.Response, deadlin
 	if hres.ContentLength >= 0 && hres.ContentLength <= math.MaxInt32 {
 		n = int(hres.ContentLength)
 	}
-	resp.SetBodyStream(&h2Body{res: hres, cancel: cancel, dst: &resp.Header, deadline: deadline}, n)
+	resp.SetBodyStream(&h2Body{res: hres, cancel: cancel, dst: &resp.Header, deadline: deadline, watch: watch}, n)
 	return nil
 }
 
@@ -162,11 +191,15 @@ type h2Body struct {
 	cancel   context.CancelFunc
 	dst      *fasthttp.ResponseHeader
 	deadline time.Time
+	watch    *idleWatch // nil: no stream idle timeout
 	tail     streamTail
 }
 
 func (b *h2Body) Read(p []byte) (int, error) {
 	n, err := b.res.Body.Read(p)
+	if n > 0 {
+		b.watch.touch()
+	}
 	if err == io.EOF {
 		for k, vs := range b.res.Trailer {
 			if b.dst.AddTrailer(k) != nil {
@@ -176,7 +209,7 @@ func (b *h2Body) Read(p []byte) (int, error) {
 				b.dst.Add(k, v)
 			}
 		}
-	} else if err != nil && !b.deadline.IsZero() && !time.Now().Before(b.deadline) {
+	} else if err != nil && ((!b.deadline.IsZero() && !time.Now().Before(b.deadline)) || b.watch.hasFired()) {
 		err = fasthttp.ErrTimeout
 	}
 	b.tail.read(n, err)
@@ -188,6 +221,7 @@ func (b *h2Body) CloseWithError(error) error {
 		return nil
 	}
 	err := b.res.Body.Close()
+	b.watch.stop()
 	b.cancel()
 	b.cancel = nil
 	b.tail.end(b.dst)
@@ -207,6 +241,7 @@ type pools struct {
 type poolKey struct {
 	addr string
 	h2c  bool
+	tls  *upstreamTLS // a TLS cluster's connections are its own
 }
 
 type poolRef struct {
@@ -214,20 +249,20 @@ type poolRef struct {
 	refs int
 }
 
-func (p *pools) acquire(addr string, h2c bool, connect time.Duration) upstream {
+func (p *pools) acquire(addr string, h2c bool, connect time.Duration, ut *upstreamTLS) upstream {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.m == nil {
 		p.m = map[poolKey]*poolRef{}
 	}
-	k := poolKey{addr, h2c}
+	k := poolKey{addr, h2c, ut}
 	r := p.m[k]
 	if r == nil {
 		r = &poolRef{}
 		if h2c {
-			r.up = newH2CUpstream(addr, connect)
+			r.up = newH2CUpstream(addr, connect, ut)
 		} else {
-			r.up = newH1Upstream(addr, connect)
+			r.up = newH1Upstream(addr, connect, ut)
 		}
 		p.m[k] = r
 	}
@@ -237,10 +272,10 @@ func (p *pools) acquire(addr string, h2c bool, connect time.Duration) upstream {
 
 // release drops one reference; the last one closes the idle connections
 // (calls in flight finish on theirs).
-func (p *pools) release(addr string, h2c bool) {
+func (p *pools) release(addr string, h2c bool, ut *upstreamTLS) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	k := poolKey{addr, h2c}
+	k := poolKey{addr, h2c, ut}
 	if r := p.m[k]; r != nil {
 		if r.refs--; r.refs <= 0 {
 			delete(p.m, k)
@@ -275,6 +310,9 @@ type clusterRT struct {
 	useMD  bool // the cluster has subset selectors: pass request metadata
 	eps    atomic.Pointer[map[string]*endpoint]
 	m      *clusterMetrics
+	// tls is the cluster's handshake config (nil: plaintext), swapped when
+	// its secrets change.
+	tls *upstreamTLS
 
 	active  atomic.Int64 // calls in flight, for the retry budget
 	retries atomic.Int64 // retries in flight
@@ -301,6 +339,9 @@ func newClusterRT(spec *clusterSpec, policy balancer.Policy, m *clusterMetrics) 
 		return nil, fmt.Errorf("gateway: cluster %q: %w", spec.name, err)
 	}
 	c := &clusterRT{spec: spec, name: spec.name, policy: policy, lb: lb, useMD: useMD, m: m, hosts: map[string]hostSpec{}}
+	if spec.tls != nil {
+		c.tls = &upstreamTLS{}
+	}
 	empty := map[string]*endpoint{}
 	c.eps.Store(&empty)
 	return c, nil
@@ -336,7 +377,7 @@ func (c *clusterRT) setHosts(hosts []hostSpec, p *pools, mf *metricsSet) error {
 		if had {
 			eps[addr] = old[addr]
 		} else {
-			eps[addr] = &endpoint{addr: addr, up: p.acquire(addr, c.spec.h2c, c.spec.connect),
+			eps[addr] = &endpoint{addr: addr, up: p.acquire(addr, c.spec.h2c, c.spec.connect, c.tls),
 				m: mf.endpoint(c.name, addr)}
 		}
 		if !had || prev.weight != h.weight || !prev.labels.Equal(h.labels) || !listsEqual(prev.lists, h.lists) {
@@ -397,7 +438,7 @@ func (c *clusterRT) setHosts(hosts []hostSpec, p *pools, mf *metricsSet) error {
 		}
 		c.lb.Remove(gone...)
 		for _, addr := range gone {
-			p.release(addr, c.spec.h2c)
+			p.release(addr, c.spec.h2c, c.tls)
 			mf.forgetEndpoint(c.name, addr)
 		}
 	}
@@ -411,7 +452,7 @@ func (c *clusterRT) retire(p *pools) {
 		c.hc.stop()
 	}
 	for addr := range c.hosts {
-		p.release(addr, c.spec.h2c)
+		p.release(addr, c.spec.h2c, c.tls)
 	}
 	c.hosts = nil
 }

@@ -39,6 +39,7 @@ type clusterSpec struct {
 	eject      *balancer.EjectionConfig
 	connect    time.Duration
 	h2c        bool
+	tls        *upstreamTLSSpec // nil: plaintext
 	budget     retryBudget
 	hc         *healthCheckSpec // active health check; nil: EDS health only
 	raw        proto.Message
@@ -105,12 +106,19 @@ func decodeCluster(c *cluster.Cluster) (*clusterSpec, error) {
 		return s, nil
 	}
 	if ts := c.GetTransportSocket(); ts != nil {
-		// TLS to the endpoints (a DestinationRule's ISTIO_MUTUAL): the
-		// gateway has no client certificate of the mesh yet. Its calls get
-		// 503 saying so rather than going out in plaintext.
-		s.unsupported = fmt.Sprintf("transport socket %q (TLS to the endpoints, a DestinationRule's tls mode) is not supported by the gateway yet: calls are not sent in plaintext instead", ts.GetName())
-		s.eds, s.static = "", nil // its endpoints are never used
-		return s, nil
+		t, err := decodeUpstreamTLS("transport_socket", ts)
+		if err != nil {
+			// Accepted, so that one such cluster does not refuse the whole
+			// CDS update; its calls get 503 saying why rather than going
+			// out in plaintext.
+			s.unsupported = fmt.Sprintf("transport socket %q: %v: calls are not sent in plaintext instead", ts.GetName(), err)
+			s.eds, s.static = "", nil // its endpoints are never used
+			return s, nil
+		}
+		s.tls = t
+		if len(t.certs) > 0 {
+			s.raw = redactClusterKeys(c)
+		}
 	}
 	if d := c.GetConnectTimeout(); d != nil {
 		t, err := duration(d, "connect_timeout")

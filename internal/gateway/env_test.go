@@ -414,3 +414,19 @@ func (w *gw) calls(t *testing.T, service string) []calllog.Call {
 	}
 	return out.Calls
 }
+
+// adminJSON decodes the answer of the gateway's admin API at path into v.
+func (w *gw) adminJSON(t *testing.T, path string, v any) {
+	t.Helper()
+	resp, err := w.client.Get(w.admin + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: status %d", path, resp.StatusCode)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		t.Fatalf("GET %s: %v", path, err)
+	}
+}

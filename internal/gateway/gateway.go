@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/sextant-mesh/sextant/internal/balancer"
 	"github.com/sextant-mesh/sextant/internal/calllog"
@@ -77,8 +78,12 @@ type Gateway struct {
 	// and guards the fields below.
 	mu       sync.Mutex
 	clusters map[string]*clusterRT
-	applied  appliedConfig
-	xds      func() xdsclient.Status
+	// The secrets TLS clusters read: SDS's, and the gateway's identity
+	// (identity.go). Under mu.
+	sdsSecrets map[string]any
+	identity   map[string]any
+	applied    appliedConfig
+	xds        func() xdsclient.Status
 
 	srvMu sync.Mutex
 	srv   *fasthttp.Server
@@ -220,10 +225,18 @@ func (g *Gateway) Update(s xdsclient.State) (map[string][]string, error) {
 			rc, _ = s[RouteType][ls.rds].(*routeConfigSpec)
 		}
 	}
+	for _, name := range names {
+		if rt := next[name]; rt != nil && rt.tls != nil {
+			want[SecretType] = append(want[SecretType], rt.spec.tls.secrets()...)
+		}
+	}
+	// Before the table that routes to them is swapped in.
+	g.sdsSecrets = s[SecretType]
+	g.refreshUpstreamTLS(next)
 	tb := newTable(rc, next)
 	tb.unsupported = unsupported
 	if ls != nil {
-		tb.upgrades, tb.rbac = ls.upgrades, ls.rbac
+		tb.upgrades, tb.streamIdle, tb.rbac = ls.upgrades, ls.streamIdle, ls.rbac
 	}
 	ts, err := g.buildTLS(s, next, want)
 	if err != nil {
@@ -235,7 +248,9 @@ func (g *Gateway) Update(s xdsclient.State) (map[string][]string, error) {
 	if ts != nil {
 		for _, l := range ts {
 			for _, c := range l.chains() {
-				c.table.unsupported = unsupported
+				if c.table != nil { // nil: a passthrough chain
+					c.table.unsupported = unsupported
+				}
 			}
 		}
 		g.tls.Store(&ts)
@@ -305,6 +320,12 @@ func (g *Gateway) chooseListener(all map[string]any) (*listenerSpec, error) {
 func sameCluster(a, b *clusterSpec) bool {
 	x, y := *a, *b
 	x.raw, y.raw, x.static, y.static = nil, nil, nil, nil
+	// Decoded certificates and pools do not compare (x509.CertPool holds
+	// funcs): TLS contexts compare as sent.
+	if (x.tls == nil) != (y.tls == nil) || x.tls != nil && !proto.Equal(x.tls.raw, y.tls.raw) {
+		return false
+	}
+	x.tls, y.tls = nil, nil
 	return reflect.DeepEqual(x, y)
 }
 

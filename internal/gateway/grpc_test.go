@@ -312,13 +312,23 @@ func TestGRPCTimeoutHonoured(t *testing.T) {
 	if _, err := c.UnaryCall(ctx, &testgrpc.SimpleRequest{}); grpcstatus.Code(err) != codes.DeadlineExceeded {
 		t.Fatalf("grpc-go call past its deadline: %v", err)
 	}
-	var timedOut int
-	for _, rec := range g.calls(t, "grpc") {
-		if rec.GRPCStatus != nil && *rec.GRPCStatus == int(codes.DeadlineExceeded) && rec.Reason == "upstream_timeout" {
-			timedOut++
+	// A call is recorded once its stream ended, which may be just after
+	// the client saw its trailers.
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		var timedOut int
+		recs := g.calls(t, "grpc")
+		for _, rec := range recs {
+			if rec.GRPCStatus != nil && *rec.GRPCStatus == int(codes.DeadlineExceeded) && rec.Reason == "upstream_timeout" {
+				timedOut++
+			}
 		}
-	}
-	if timedOut == 0 {
-		t.Fatalf("no call record of a call ended by its grpc-timeout: %+v", g.calls(t, "grpc"))
+		if timedOut > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no call record of a call ended by its grpc-timeout: %+v", recs)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

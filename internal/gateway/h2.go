@@ -68,7 +68,7 @@ func (g *Gateway) serveH2On(w http.ResponseWriter, hr *http.Request, t *table) {
 		return
 	}
 	g.prepareRequest(&ctx, r)
-	k := call{c: c, retry: &r.spec.retry, md: md, grpc: -1, detail: rbacShadow(&ctx)}
+	k := call{c: c, retry: &r.spec.retry, md: md, grpc: -1, idle: streamIdle(t, r), detail: rbacShadow(&ctx)}
 	if r.spec.timeout > 0 {
 		k.deadline = start.Add(r.spec.timeout)
 	}
@@ -150,7 +150,7 @@ func (g *Gateway) proxyH2(w http.ResponseWriter, hr *http.Request, ctx *fasthttp
 		} else {
 			actx, cancel = context.WithCancel(actx)
 		}
-		out := &http.Request{Method: hr.Method, URL: &url.URL{Scheme: "http", Host: ep.addr, Opaque: uri},
+		out := &http.Request{Method: hr.Method, URL: &url.URL{Scheme: h2.scheme, Host: ep.addr, Opaque: uri},
 			Header: hdr, Host: host, ContentLength: hr.ContentLength, Body: http.NoBody}
 		if body != nil {
 			out.Body = body.attempt()

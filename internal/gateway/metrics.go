@@ -25,6 +25,8 @@ type metricsSet struct {
 	config     *prometheus.GaugeVec     // type, version
 	// tlsHandshakeErrors counts failed TLS handshakes (tls.go).
 	tlsHandshakeErrors prometheus.Counter
+	// passthrough counts TLS passthrough connections (passthrough.go).
+	passthrough *prometheus.CounterVec // cluster, result
 	// rbac counts RBAC decisions by result (rbac.go).
 	rbac [rbacResults]prometheus.Counter
 	// hcChecks counts active health checks by cluster and result.
@@ -106,6 +108,9 @@ func newMetrics() *metricsSet {
 		Help: "Active health checks per cluster by result (success, failure)."}, []string{"cluster", "result"})
 	m.reg.MustRegister(rbac, m.hcChecks)
 	m.reg.MustRegister(m.requests, m.latency, m.epRequests, m.epLatency, m.retries, m.shed, m.upgrades, m.config, m.tlsHandshakeErrors)
+	m.passthrough = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sextant_gateway_tls_passthrough_total",
+		Help: "TLS passthrough connections per cluster by result: connected, connect_failure, no_healthy_endpoint, cluster_not_found."}, []string{"cluster", "result"})
+	m.reg.MustRegister(m.passthrough)
 	m.ejections = prometheus.NewDesc("sextant_gateway_ejections_total",
 		"Outlier ejections per cluster (since the cluster's policy was built).", []string{"cluster"}, nil)
 	m.ejected = prometheus.NewDesc("sextant_gateway_endpoint_ejected",

@@ -45,6 +45,7 @@ const (
 	reasonShed            = "shed"
 	reasonTimeout         = "upstream_timeout"
 	reasonConnect         = "connect_failure"
+	reasonTLS             = "tls_failure" // the TLS handshake with an endpoint failed
 	reasonReset           = "upstream_reset"
 	reasonTooLarge        = "response_too_large"
 	reasonOverflow        = "pool_overflow"
@@ -76,6 +77,7 @@ func (g *Gateway) serveOn(ctx *fasthttp.RequestCtx, t *table) {
 	if r.spec.timeout > 0 {
 		k.deadline = start.Add(r.spec.timeout)
 	}
+	k.idle = streamIdle(t, r)
 	if ctx.Request.IsBodyStream() && !g.readyBody(ctx, r, &k, ctx.RequestBodyStream(), ctx.Request.Header.ContentLength(), ctx.Conn()) {
 		g.finish(ctx, &k, r, mdKey, start)
 		return
@@ -202,13 +204,23 @@ func (g *Gateway) target(ctx *fasthttp.RequestCtx, t *table, r *routeRT) (c *clu
 	return c, md, mdKey
 }
 
+// streamIdle is the stream idle timeout of a call on route r of table t:
+// the route's idle_timeout, else the listener's stream_idle_timeout.
+func streamIdle(t *table, r *routeRT) time.Duration {
+	if r.spec.idle != nil {
+		return *r.spec.idle
+	}
+	return t.streamIdle
+}
+
 // call is the state of one call across its attempts at a cluster; it
 // lives on serve's stack.
 type call struct {
 	c        *clusterRT
 	retry    *retrySpec
 	md       map[string]string
-	deadline time.Time // zero: none
+	deadline time.Time     // zero: none
+	idle     time.Duration // the stream idle timeout; 0: none
 
 	body    *reqBody // the request body, when it streams (not retriable)
 	bytesIn int64    // the request body's bytes, when buffered
@@ -264,7 +276,7 @@ func (k *call) attempt(req *fasthttp.Request, resp *fasthttp.Response) bool {
 		resp.Reset()
 	}
 	t0 := time.Now()
-	err := ep.up.do(req, resp, try)
+	err := ep.up.do(req, resp, try, k.idle)
 	lat := time.Since(t0)
 	k.release()
 	var outcome balancer.Outcome
@@ -450,7 +462,10 @@ func classify(err error, status int) (balancer.Outcome, string) {
 		return balancer.Success, ""
 	}
 	var op *net.OpError
+	var te *tlsError
 	switch {
+	case errors.As(err, &te):
+		return balancer.Unreachable, reasonTLS
 	case errors.Is(err, fasthttp.ErrTimeout), errors.Is(err, os.ErrDeadlineExceeded), errors.Is(err, context.DeadlineExceeded):
 		return balancer.Timeout, reasonTimeout
 	case errors.Is(err, fasthttp.ErrDialTimeout), errors.As(err, &op) && op.Op == "dial":
@@ -473,7 +488,7 @@ func (s *retrySpec) retriable(reason string, status, grpc int) bool {
 	}
 	switch reason {
 	case "":
-	case reasonConnect:
+	case reasonConnect, reasonTLS:
 		return s.on&(retry5xx|retryGatewayError|retryConnectFailure|retryReset) != 0
 	case reasonReset, reasonTimeout:
 		// The upstream may have acted on the request: only the conditions
@@ -531,6 +546,9 @@ func replyFor(reason, cluster string, err error) (int, string) {
 		return fasthttp.StatusGatewayTimeout, "cluster " + q + ": upstream timeout"
 	case reasonConnect:
 		return fasthttp.StatusBadGateway, "cluster " + q + ": connect failure: " + err.Error()
+	case reasonTLS:
+		// 503 as Envoy answers a failed upstream TLS handshake.
+		return fasthttp.StatusServiceUnavailable, "cluster " + q + ": TLS handshake failed: " + err.Error()
 	case reasonTooLarge:
 		return fasthttp.StatusBadGateway, "cluster " + q + ": upstream response larger than the limit"
 	case reasonTooLargeIn:

@@ -37,6 +37,7 @@ type routeSpec struct {
 	match    matchSpec
 	clusters []clusterWeight // one without weighted_clusters
 	timeout  time.Duration   // 0: none
+	idle     *time.Duration  // idle_timeout, overriding the listener's stream_idle_timeout; nil: not set
 	retry    retrySpec
 	md       map[string]string // metadata_match filter_metadata["envoy.lb"]
 	rewrite  string            // prefix_rewrite
@@ -345,6 +346,13 @@ func decodeRouteAction(rs *routeSpec, ra *route.RouteAction, path string, vhRetr
 		}
 	default:
 		return fieldErr(path, "cluster specifier %T: %v (cluster, weighted_clusters)", c, errUnsupported)
+	}
+	if d := ra.GetIdleTimeout(); d != nil {
+		t, err := duration(d, path+".idle_timeout")
+		if err != nil {
+			return err
+		}
+		rs.idle = &t
 	}
 	if d := ra.GetTimeout(); d != nil {
 		t, err := duration(d, path+".timeout")

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/valyala/fasthttp"
 )
@@ -23,6 +24,9 @@ type table struct {
 	unsupported map[string]string
 	// upgrades are the listener's upgrade types (listenerSpec.upgrades).
 	upgrades map[string]bool
+	// streamIdle is the HTTP connection manager's stream_idle_timeout
+	// (0: none).
+	streamIdle time.Duration
 	// rbac are the listener's RBAC filters (rbac.go), run on every call.
 	rbac []*rbacFilter
 }

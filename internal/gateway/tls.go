@@ -25,11 +25,12 @@ const tlsHandshakeTimeout = 10 * time.Second
 // handshakes after the swap see the new certificates and connections
 // already open keep theirs.
 type tlsListenerRT struct {
-	name  string
-	exact map[string]*tlsChainRT
-	wild  map[string]*tlsChainRT // "*.example.com" under "example.com"
-	any   *tlsChainRT            // a chain with no server_names
-	def   *tlsChainRT            // default_filter_chain
+	name        string
+	passthrough bool // a chain forwards TLS unopened: read the ClientHello first
+	exact       map[string]*tlsChainRT
+	wild        map[string]*tlsChainRT // "*.example.com" under "example.com"
+	any         *tlsChainRT            // a chain with no server_names
+	def         *tlsChainRT            // default_filter_chain
 }
 
 // tlsChainRT is one filter chain: its handshake config and routing table.
@@ -38,6 +39,8 @@ type tlsChainRT struct {
 	notReady   string      // why conf is nil
 	requireSNI bool
 	table      *table
+	tcp        *tcpProxyRT // TLS passthrough (no conf, no table)
+	spec       *chainSpec  // what the admin API's /v1/config shows under "tls"
 }
 
 // match picks the chain for a server name as Envoy does: the exact name,
@@ -120,39 +123,54 @@ func (g *Gateway) buildTLS(s xdsclient.State, clusters map[string]*clusterRT, wa
 		}
 		rt := &tlsListenerRT{name: ls.name, exact: map[string]*tlsChainRT{}, wild: map[string]*tlsChainRT{}}
 		for _, cs := range ls.chains {
+			if cs.tcp != nil {
+				c := &tlsChainRT{tcp: newTCPProxyRT(cs.tcp, clusters), notReady: "a TLS passthrough chain", spec: cs}
+				rt.passthrough = true
+				rt.add(cs, c)
+				continue
+			}
 			rc := cs.inline
 			if cs.rds != "" {
 				want[RouteType] = append(want[RouteType], cs.rds)
 				rc, _ = s[RouteType][cs.rds].(*routeConfigSpec)
 			}
 			tb := newTable(rc, clusters)
-			tb.upgrades, tb.rbac = cs.upgrades, cs.rbac
-			c := &tlsChainRT{table: tb, requireSNI: cs.tls.requireSNI}
-			c.conf, c.notReady = chainConfig(cs.tls, s[SecretType])
-			want[SecretType] = append(want[SecretType], cs.tls.certSecrets...)
-			if cs.tls.caSecret != "" {
-				want[SecretType] = append(want[SecretType], cs.tls.caSecret)
+			tb.upgrades, tb.streamIdle, tb.rbac = cs.upgrades, cs.streamIdle, cs.rbac
+			c := &tlsChainRT{table: tb, requireSNI: cs.tls.requireSNI, spec: cs}
+			c.conf, c.notReady = chainConfig(cs.tls, g.tlsSecrets(s[SecretType]))
+			for _, n := range cs.tls.certSecrets {
+				if !strings.HasPrefix(n, providerPrefix) { // the identity is not SDS's
+					want[SecretType] = append(want[SecretType], n)
+				}
+			}
+			if n := cs.tls.caSecret; n != "" && !strings.HasPrefix(n, providerPrefix) {
+				want[SecretType] = append(want[SecretType], n)
 			}
 			if c.notReady != "" {
 				g.log.Info("gateway: TLS filter chain waits for its secrets", "listener", ls.name, "server_names", cs.serverNames, "reason", c.notReady)
 			}
-			switch {
-			case cs.isDefault:
-				rt.def = c
-			case len(cs.serverNames) == 0:
-				rt.any = c
-			}
-			for _, n := range cs.serverNames {
-				if suffix, ok := strings.CutPrefix(n, "*."); ok {
-					rt.wild[suffix] = c
-				} else {
-					rt.exact[n] = c
-				}
-			}
+			rt.add(cs, c)
 		}
 		out[port] = rt
 	}
 	return out, nil
+}
+
+// add makes c the chain of the server names cs matches.
+func (l *tlsListenerRT) add(cs *chainSpec, c *tlsChainRT) {
+	switch {
+	case cs.isDefault:
+		l.def = c
+	case len(cs.serverNames) == 0:
+		l.any = c
+	}
+	for _, n := range cs.serverNames {
+		if suffix, ok := strings.CutPrefix(n, "*."); ok {
+			l.wild[suffix] = c
+		} else {
+			l.exact[n] = c
+		}
+	}
 }
 
 // chainConfig builds a chain's handshake config from its context and the
@@ -164,7 +182,7 @@ func chainConfig(t *tlsContextSpec, secrets map[string]any) (*tls.Config, string
 		sec, ok := secrets[n].(*secretSpec)
 		switch {
 		case !ok:
-			return nil, fmt.Sprintf("secret %q not received", n)
+			return nil, secretLabel(n)
 		case sec.cert == nil:
 			return nil, fmt.Sprintf("secret %q holds no tls_certificate", n)
 		}
@@ -175,7 +193,7 @@ func chainConfig(t *tlsContextSpec, secrets map[string]any) (*tls.Config, string
 		sec, ok := secrets[t.caSecret].(*secretSpec)
 		switch {
 		case !ok:
-			return nil, fmt.Sprintf("secret %q not received", t.caSecret)
+			return nil, secretLabel(t.caSecret)
 		case sec.ca == nil:
 			return nil, fmt.Sprintf("secret %q holds no validation_context", t.caSecret)
 		}
@@ -296,8 +314,24 @@ func (g *Gateway) ServeTLS(ln net.Listener) error {
 // handshake runs the TLS handshake of c and hands the connection to the
 // server of the protocol ALPN chose.
 func (g *Gateway) handshake(c net.Conn, base *tls.Config, port uint32, fastLn, h2Ln *connListener) {
-	tc := tls.Server(c, base)
 	_ = c.SetDeadline(time.Now().Add(tlsHandshakeTimeout))
+	if st := g.tls.Load(); st != nil && (*st)[port] != nil && (*st)[port].passthrough {
+		// The server name picks between terminating here and passing
+		// the TLS through: read it first, then replay what was read.
+		hello, sni, err := peekHello(c)
+		if err != nil {
+			g.metrics.tlsHandshakeErrors.Inc()
+			g.log.Debug("gateway: TLS handshake failed", "remote", c.RemoteAddr().String(), "err", err)
+			c.Close()
+			return
+		}
+		if ch := (*st)[port].match(sni); ch != nil && ch.tcp != nil {
+			g.passThrough(c, hello, ch.tcp, sni)
+			return
+		}
+		c = &prefixConn{Conn: c, prefix: hello}
+	}
+	tc := tls.Server(c, base)
 	if err := tc.Handshake(); err != nil {
 		g.metrics.tlsHandshakeErrors.Inc()
 		g.log.Debug("gateway: TLS handshake failed", "remote", c.RemoteAddr().String(), "err", err)

@@ -19,6 +19,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -299,6 +300,36 @@ func TestTLSMutual(t *testing.T) {
 	if resp, err := g.tlsClient(ca.pool, true).Get("https://m.test/"); err == nil {
 		resp.Body.Close()
 		t.Fatalf("no client certificate: served %d", resp.StatusCode)
+	}
+	// The admin API says what a handshake on this port gets: the chain,
+	// its certificate's secret and expiry, client certificates required.
+	var conf struct {
+		TLS []struct {
+			Port     uint32
+			Listener string
+			Chains   []struct {
+				ServerNames       []string `json:"server_names"`
+				Ready             bool
+				ClientCertificate string `json:"client_certificate"`
+				ClientCA          string `json:"client_ca_secret"`
+				Certificates      []struct {
+					Secret   string
+					DNSNames []string  `json:"dns_names"`
+					NotAfter time.Time `json:"not_after"`
+					Expired  bool
+				}
+			}
+		}
+	}
+	g.adminJSON(t, "/v1/config", &conf)
+	if len(conf.TLS) != 1 || conf.TLS[0].Port != g.tlsPort() || conf.TLS[0].Listener != "gw-tls" || len(conf.TLS[0].Chains) != 1 {
+		t.Fatalf("admin /v1/config tls: %+v", conf.TLS)
+	}
+	ch := conf.TLS[0].Chains[0]
+	if !ch.Ready || ch.ClientCertificate != "required" || ch.ClientCA != "m-cacert" || !slices.Equal(ch.ServerNames, []string{"m.test"}) ||
+		len(ch.Certificates) != 1 || ch.Certificates[0].Secret != "m" || ch.Certificates[0].Expired ||
+		!slices.Equal(ch.Certificates[0].DNSNames, []string{"m.test"}) || time.Until(ch.Certificates[0].NotAfter) < 23*time.Hour {
+		t.Errorf("admin /v1/config tls chain: %+v", ch)
 	}
 	// A certificate of another CA is refused too.
 	oc, ok := ca.issue(t, true, "other")

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
@@ -221,16 +222,34 @@ func decodeDownstreamTLS(path string, ts *core.TransportSocket) (*tlsContextSpec
 		}
 		spec.certSecrets = append(spec.certSecrets, n)
 	}
-	if len(spec.certs)+len(spec.certSecrets) == 0 {
-		return nil, fieldErr(cp, "no tls_certificates or tls_certificate_sds_secret_configs")
+	// A certificate provider instance is the gateway's own workload
+	// identity (identity.go): the mesh's mutual TLS, Istio's ISTIO_MUTUAL.
+	if pi := c.GetTlsCertificateProviderInstance(); pi != nil {
+		spec.certSecrets = append(spec.certSecrets, providerPrefix+providerSecret(pi, "default"))
 	}
-	if c.GetTlsCertificateProviderInstance() != nil || c.GetCustomHandshaker() != nil || c.GetKeyLog() != nil {
-		return nil, fieldErr(cp, "certificate provider, custom handshaker, key log: %v", errUnsupported)
+	if len(spec.certs)+len(spec.certSecrets) == 0 {
+		return nil, fieldErr(cp, "no tls_certificates, tls_certificate_sds_secret_configs or tls_certificate_provider_instance")
+	}
+	if c.GetCustomHandshaker() != nil || c.GetKeyLog() != nil {
+		return nil, fieldErr(cp, "custom handshaker, key log: %v", errUnsupported)
 	}
 	var err error
 	switch v := c.GetValidationContextType().(type) {
 	case nil:
 	case *tlsv3.CommonTlsContext_ValidationContext:
+		if pi := v.ValidationContext.GetCaCertificateProviderInstance(); pi != nil {
+			// The mesh's roots: clients' workload certificates.
+			rest := proto.Clone(v.ValidationContext).(*tlsv3.CertificateValidationContext)
+			rest.CaCertificateProviderInstance = nil
+			if rest.GetTrustedCa() != nil {
+				return nil, fieldErr(cp+".validation_context.trusted_ca", "%v beside a certificate provider instance", errUnsupported)
+			}
+			if err := checkValidation(cp+".validation_context", rest); err != nil {
+				return nil, err
+			}
+			spec.caSecret = providerPrefix + providerSecret(pi, "ROOTCA")
+			break
+		}
 		spec.ca, err = decodeValidation(cp+".validation_context", v.ValidationContext)
 	case *tlsv3.CommonTlsContext_ValidationContextSdsSecretConfig:
 		spec.caSecret, err = sdsName(cp+".validation_context_sds_secret_config", v.ValidationContextSdsSecretConfig)
@@ -265,6 +284,8 @@ type chainSpec struct {
 	serverNames []string
 	isDefault   bool // the listener's default_filter_chain
 	tls         *tlsContextSpec
+	tcp         *tcpProxySpec // TLS passthrough: no tls, no HTTP
+	streamIdle  time.Duration // the HCM's stream_idle_timeout; 0: none
 	rds         string
 	inline      *routeConfigSpec
 	upgrades    map[string]bool

@@ -30,6 +30,9 @@ const (
 // Names the gateway reads from xDS resources (documented in docs/gateway.md).
 const (
 	hcmFilterName = "envoy.filters.network.http_connection_manager"
+	// defaultStreamIdle is the HCM's stream_idle_timeout when unset
+	// (Envoy's).
+	defaultStreamIdle = 5 * time.Minute
 	// LBMetadataKey is the filter_metadata key of endpoint metadata and of
 	// a route's metadata_match, as in Envoy.
 	LBMetadataKey = "envoy.lb"
@@ -74,6 +77,8 @@ type listenerSpec struct {
 	// upgrades are the HCM's upgrade_configs: each type, enabled or not
 	// by default (a route may override it); a type not listed is refused.
 	upgrades map[string]bool
+	// streamIdle is the HCM's stream_idle_timeout (0: none).
+	streamIdle time.Duration
 	// rbac are the HCM's RBAC filters, in order (rbac.go).
 	rbac []*rbacFilter
 }
@@ -101,8 +106,12 @@ func decodeListener(a *anypb.Any) (string, any, error) {
 		}
 		cs := &chainSpec{isDefault: isDefault}
 		found := false
+		tcpPath, tcpFilter := "", (*listener.Filter)(nil)
 		for j, f := range fc.GetFilters() {
 			fpath := fmt.Sprintf("%s.filters[%d]", path, j)
+			if isTCPProxy(f) && tcpFilter == nil {
+				tcpPath, tcpFilter = fpath, f
+			}
 			if f.GetName() != hcmFilterName && f.GetTypedConfig().GetTypeUrl() != "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager" {
 				continue
 			}
@@ -115,7 +124,22 @@ func decodeListener(a *anypb.Any) (string, any, error) {
 			}
 		}
 		if !found {
-			continue // a TCP proxy chain: not the gateway's
+			// A tcp_proxy chain matching TLS by server name, with no
+			// transport socket, is TLS passthrough (passthrough.go); other
+			// TCP proxying is not the gateway's.
+			if tcpFilter == nil || fc.GetTransportSocket() != nil || fc.GetFilterChainMatch().GetTransportProtocol() != "tls" {
+				continue
+			}
+			t, err := decodeTCPProxy(tcpPath, tcpFilter)
+			if err != nil {
+				return name, nil, err
+			}
+			cs.tcp = t
+			if err := decodeChainMatch(path+".filter_chain_match", fc.GetFilterChainMatch(), cs); err != nil {
+				return name, nil, err
+			}
+			ls.chains = append(ls.chains, cs)
+			continue
 		}
 		if err := decodeChainMatch(path+".filter_chain_match", fc.GetFilterChainMatch(), cs); err != nil {
 			return name, nil, err
@@ -136,7 +160,7 @@ func decodeListener(a *anypb.Any) (string, any, error) {
 		return name, ls, nil
 	}
 	for _, c := range ls.chains {
-		ls.tls = ls.tls || c.tls != nil
+		ls.tls = ls.tls || c.tls != nil || c.tcp != nil
 	}
 	if ls.tls {
 		if plain {
@@ -148,7 +172,7 @@ func decodeListener(a *anypb.Any) (string, any, error) {
 	}
 	// A plaintext listener's chains are not matched: the first HTTP one serves.
 	first := ls.chains[0]
-	ls.rds, ls.inline, ls.upgrades, ls.rbac = first.rds, first.inline, first.upgrades, first.rbac
+	ls.rds, ls.inline, ls.upgrades, ls.streamIdle, ls.rbac = first.rds, first.inline, first.upgrades, first.streamIdle, first.rbac
 	return name, ls, nil
 }
 
@@ -157,6 +181,14 @@ func decodeHCM(path string, f *listener.Filter, cs *chainSpec) error {
 	m := new(hcm.HttpConnectionManager)
 	if err := f.GetTypedConfig().UnmarshalTo(m); err != nil {
 		return fieldErr(path+".typed_config", "%v", err)
+	}
+	cs.streamIdle = defaultStreamIdle
+	if d := m.GetStreamIdleTimeout(); d != nil {
+		t, err := duration(d, path+".stream_idle_timeout")
+		if err != nil {
+			return err
+		}
+		cs.streamIdle = t
 	}
 	for k, uc := range m.GetUpgradeConfigs() {
 		typ := strings.ToLower(uc.GetUpgradeType())

@@ -3,6 +3,7 @@ package gateway
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -103,7 +104,13 @@ func (g *Gateway) upgrade(ctx *fasthttp.RequestCtx, c *clusterRT, md map[string]
 		return
 	}
 	k.endpoint = ep.addr
-	up, err := net.DialTimeout("tcp", ep.addr, c.spec.connect)
+	var up net.Conn
+	var err error
+	if c.tls != nil {
+		up, err = c.tls.dial(context.Background(), ep.addr, c.spec.connect, false)
+	} else {
+		up, err = net.DialTimeout("tcp", ep.addr, c.spec.connect)
+	}
 	if err != nil {
 		outcome, reason := classify(err, 0)
 		res.Done(time.Since(start), outcome)

@@ -2,9 +2,12 @@ package gateway
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http/httputil"
+	"sync/atomic"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -18,7 +21,7 @@ import (
 // becomes an upBody, which the server streams to the client.
 // (fasthttp's StreamResponseBody streams every body, at four allocations a
 // call.) retry says whether nothing of an answer was read.
-func roundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time) (retry bool, err error) {
+func roundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time, idle time.Duration) (retry bool, err error) {
 	var wait time.Duration
 	if !deadline.IsZero() {
 		if wait = time.Until(deadline); wait <= 0 {
@@ -45,6 +48,16 @@ func roundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Re
 		hc.CloseConn(cc)
 		return true, timeoutErr(err)
 	}
+	// Waiting for the answer's head is bounded by the stream idle timeout
+	// (Envoy's stream_idle_timeout) too, and so is each read of its body
+	// (upBody). Sending is not: a streamed request body that stalls meets
+	// the client side's read timeout.
+	if idle > 0 {
+		if err = conn.SetReadDeadline(idleDeadline(deadline, idle)); err != nil {
+			hc.CloseConn(cc)
+			return true, err
+		}
+	}
 	resp.Header.DisableNormalizing()
 	resp.Header.SetNoDefaultContentType(true)
 	br := hc.AcquireReader(conn)
@@ -70,7 +83,7 @@ func roundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Re
 			return false, timeoutErr(err)
 		}
 	default:
-		b := &upBody{h: &resp.Header, left: int64(cl)}
+		b := &upBody{h: &resp.Header, left: int64(cl), conn: conn, deadline: deadline, idle: idle}
 		switch {
 		case cl >= 0:
 			b.r = io.LimitReader(br, int64(cl))
@@ -78,6 +91,9 @@ func roundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Re
 			b.r, b.chunked, b.br = httputil.NewChunkedReader(br), true, br
 		default: // no length: the body ends with the connection
 			b.r, b.left, closeConn, cl = br, -1, true, -1
+			if !resp.Header.IsHTTP11() {
+				asHTTP11(&resp.Header)
+			}
 		}
 		b.release = func(reuse bool) {
 			hc.ReleaseReader(br)
@@ -97,6 +113,27 @@ func roundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Re
 		hc.ReleaseConn(cc)
 	}
 	return false, nil
+}
+
+// asHTTP11 makes an HTTP/1.0 answer's head an HTTP/1.1 one: the server
+// sends a body of unknown length to the client chunked, which an HTTP/1.0
+// head would leave without its Transfer-Encoding (the client then waits
+// for a close that never comes on a keep-alive connection). Go's TLS server
+// answers a plaintext request so ("HTTP/1.0 400 ... to an HTTPS server").
+func asHTTP11(h *fasthttp.ResponseHeader) {
+	code, msg := h.StatusCode(), append([]byte(nil), h.StatusMessage()...)
+	var kv [][2][]byte
+	for k, v := range h.All() {
+		kv = append(kv, [2][]byte{append([]byte(nil), k...), append([]byte(nil), v...)})
+	}
+	h.Reset()
+	h.DisableNormalizing()
+	h.SetNoDefaultContentType(true)
+	h.SetStatusCode(code)
+	h.SetStatusMessage(msg)
+	for _, p := range kv {
+		h.AddBytesKV(p[0], p[1])
+	}
 }
 
 func timeoutErr(err error) error {
@@ -121,11 +158,19 @@ type upBody struct {
 	release func(reuse bool)
 	ended   bool // read to its end
 	tail    streamTail
+	// conn is the upstream connection, whose read deadline each read
+	// moves when idle (the stream idle timeout) is set.
+	conn     net.Conn
+	deadline time.Time
+	idle     time.Duration
 }
 
 func (b *upBody) Read(p []byte) (int, error) {
 	if b.ended {
 		return 0, io.EOF
+	}
+	if b.idle > 0 {
+		_ = b.conn.SetReadDeadline(idleDeadline(b.deadline, b.idle))
 	}
 	n, err := b.r.Read(p)
 	if b.left > 0 {
@@ -175,3 +220,63 @@ var (
 	_ fasthttp.ReadCloserWithError = (*upBody)(nil)
 	_ fasthttp.BodyWriterTo        = (*upBody)(nil)
 )
+
+// idleDeadline is the earlier of deadline (zero: none) and idle from now
+// (0: none); zero when neither bounds.
+func idleDeadline(deadline time.Time, idle time.Duration) time.Time {
+	if idle <= 0 {
+		return deadline
+	}
+	if d := time.Now().Add(idle); deadline.IsZero() || d.Before(deadline) {
+		return d
+	}
+	return deadline
+}
+
+// idleWatch cancels an HTTP/2 stream that moved no byte either way for
+// its idle time: touch re-arms it, stop disarms it. Its methods accept nil
+// (no stream idle timeout).
+type idleWatch struct {
+	t     *time.Timer
+	idle  time.Duration
+	fired atomic.Bool
+}
+
+func newIdleWatch(idle time.Duration, cancel context.CancelFunc) *idleWatch {
+	w := &idleWatch{idle: idle}
+	w.t = time.AfterFunc(idle, func() {
+		w.fired.Store(true)
+		cancel()
+	})
+	return w
+}
+
+func (w *idleWatch) touch() {
+	if w != nil {
+		w.t.Reset(w.idle)
+	}
+}
+
+func (w *idleWatch) stop() {
+	if w != nil {
+		w.t.Stop()
+	}
+}
+
+// fired reports whether the watch cancelled its stream.
+func (w *idleWatch) hasFired() bool { return w != nil && w.fired.Load() }
+
+// touchReader re-arms an idle watch at each read of a request body sent
+// up, so that a long upload is not idle.
+type touchReader struct {
+	r io.Reader
+	w *idleWatch
+}
+
+func (t touchReader) Read(p []byte) (int, error) {
+	n, err := t.r.Read(p)
+	if n > 0 {
+		t.w.touch()
+	}
+	return n, err
+}

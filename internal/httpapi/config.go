@@ -39,8 +39,12 @@ func configKind(s string) (string, error) {
 		return config.KindDestinationRule, nil
 	case "gateway", "gateways", "gw":
 		return config.KindGateway, nil
+	case "peerauthentication", "peerauthentications", "pa":
+		return config.KindPeerAuthentication, nil
+	case "authorizationpolicy", "authorizationpolicies", "ap":
+		return config.KindAuthorizationPolicy, nil
 	}
-	return "", badRequest("kind", "%q is not a config kind: VirtualService, DestinationRule or Gateway", s)
+	return "", badRequest("kind", "%q is not a config kind: VirtualService, DestinationRule, Gateway, PeerAuthentication or AuthorizationPolicy", s)
 }
 
 func configKeyOf(r *http.Request) (config.Key, error) {
@@ -142,7 +146,8 @@ type applyAnswer struct {
 // affectedResources names the xDS resources an apply changes: the route
 // configuration (and listener) of every host a VirtualService names, the
 // clusters and endpoints of every host and subset a DestinationRule names,
-// before and after.
+// the server listeners of the workloads a PeerAuthentication or
+// AuthorizationPolicy selects, before and after.
 func affectedResources(t *config.Table, objs []*config.Object, results []config.Result) []xdsResource {
 	seen := map[xdsResource]bool{}
 	add := func(typ, name string) { seen[xdsResource{typ, name}] = true }
@@ -155,6 +160,11 @@ func affectedResources(t *config.Table, objs []*config.Object, results []config.
 			versions = append(versions, cur.Object)
 		}
 		for _, v := range versions {
+			// A security policy changes the inbound listeners of the
+			// workloads it selects (those registered now).
+			for _, a := range t.SelectedWorkloads(v) {
+				add("Listener", xds.ServerListenerPrefix+a)
+			}
 			for _, h := range config.Hosts(v) {
 				if v.VirtualService != nil {
 					add("RouteConfiguration", xds.RouteName(h))
@@ -203,7 +213,7 @@ func (a *API) applyConfig(w http.ResponseWriter, r *http.Request, reg *backend) 
 		return configError(err)
 	}
 	if len(objs) == 0 {
-		return badRequest("", "no config object in the body: send VirtualService, DestinationRule or Gateway documents")
+		return badRequest("", "no config object in the body: send VirtualService, DestinationRule, Gateway, PeerAuthentication or AuthorizationPolicy documents")
 	}
 	if err := requireConfigWrite(r, t, objs...); err != nil {
 		return err

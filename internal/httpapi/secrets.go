@@ -88,8 +88,8 @@ func (a *API) putSecret(w http.ResponseWriter, r *http.Request, reg *backend) er
 		}
 		return badRequest("", "the body is not a secret: %v", err)
 	}
-	if b.Type != "" && b.Type != secret.TypeTLS {
-		return badRequest("type", "%q: only %q secrets are supported", b.Type, secret.TypeTLS)
+	if b.Type != "" && b.Type != secret.TypeTLS && b.Type != secret.TypeCA {
+		return badRequest("type", "%q: want %q (certificate and key) or %q (CA certificates only)", b.Type, secret.TypeTLS, secret.TypeCA)
 	}
 	if b.Namespace == "" {
 		b.Namespace = "default"
@@ -97,7 +97,15 @@ func (a *API) putSecret(w http.ResponseWriter, r *http.Request, reg *backend) er
 	if err := acl.Require(r, acl.Permission{Resource: acl.Secrets, Access: acl.Write, Namespace: b.Namespace}); err != nil {
 		return err
 	}
-	s, err := secret.New(b.Namespace, b.Name, []byte(b.Cert), []byte(b.Key), []byte(b.CA), time.Now())
+	var s *secret.Secret
+	if b.Type == secret.TypeCA {
+		s, err = secret.NewCA(b.Namespace, b.Name, []byte(b.CA), time.Now())
+		if err == nil && b.Cert+b.Key != "" {
+			err = &secret.FieldError{Field: "cert", Msg: "a ca secret holds CA certificates only (create a tls secret for a certificate and key)"}
+		}
+	} else {
+		s, err = secret.New(b.Namespace, b.Name, []byte(b.Cert), []byte(b.Key), []byte(b.CA), time.Now())
+	}
 	if err != nil {
 		return secretError(err)
 	}

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	security "istio.io/api/security/v1beta1"
+
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
@@ -19,6 +21,7 @@ import (
 	networking "istio.io/api/networking/v1"
 
 	"github.com/sextant-mesh/sextant/internal/config"
+	"github.com/sextant-mesh/sextant/internal/label"
 	"github.com/sextant-mesh/sextant/internal/naming"
 	"github.com/sextant-mesh/sextant/internal/secret"
 	"github.com/sextant-mesh/sextant/internal/xds"
@@ -63,6 +66,16 @@ var ads = &corev3.ConfigSource{ConfigSourceSpecifier: &corev3.ConfigSource_Ads{A
 // with different protocols, a server name already served on its port, a
 // secret that does not exist).
 func Build(gws, vss []*config.Entry, secretOf func(ns, name string) *secret.Secret) ([3]map[string]proto.Message, []string) {
+	return BuildWithPolicies(gws, vss, nil, secretOf)
+}
+
+// BuildWithPolicies is Build with the AuthorizationPolicies of sec (nil:
+// none): a port's listener carries the RBAC filters (xds.RBACFilters) of
+// the policies that select any Gateway serving on it (a policy selects a
+// Gateway when its selector matches the Gateway's spec.selector, the
+// labels of the gateway workloads, in the Gateway's namespace or from the
+// root namespace).
+func BuildWithPolicies(gws, vss []*config.Entry, sec *config.Security, secretOf func(ns, name string) *secret.Secret) ([3]map[string]proto.Message, []string) {
 	out := [3]map[string]proto.Message{{}, {}, {}}
 	var warns []string
 	ports := map[uint32]*port{}
@@ -70,7 +83,7 @@ func Build(gws, vss []*config.Entry, secretOf func(ns, name string) *secret.Secr
 	for _, e := range gws {
 		for i, s := range e.Object.Gateway.Servers {
 			n := s.GetPort().GetNumber()
-			isTLS := strings.EqualFold(s.GetPort().GetProtocol(), "HTTPS")
+			isTLS := strings.EqualFold(s.GetPort().GetProtocol(), "HTTPS") || strings.EqualFold(s.GetPort().GetProtocol(), "TLS")
 			p := ports[n]
 			if p == nil {
 				p = &port{number: n, tls: isTLS}
@@ -94,15 +107,46 @@ func Build(gws, vss []*config.Entry, secretOf func(ns, name string) *secret.Secr
 		p := ports[n]
 		name := ListenerName(n)
 		out[2][name] = routes(name, p, vss)
+		var l *listenerv3.Listener
 		if !p.tls {
-			out[1][name] = xds.HTTPListener(name, n, name)
-			continue
+			l = xds.HTTPListener(name, n, name)
+		} else {
+			var w []string
+			l, w = tlsListener(name, p, vss, gatewayMTLS(gws, sec, n), secretOf, out[0])
+			warns = append(warns, w...)
 		}
-		l, w := tlsListener(name, p, secretOf, out[0])
+		if err := xds.WithHTTPFilters(l, xds.RBACFilters(portPolicies(p, gws, sec))); err != nil {
+			warns = append(warns, err.Error())
+		}
 		out[1][name] = l
-		warns = append(warns, w...)
 	}
 	return out, warns
+}
+
+// portPolicies are the AuthorizationPolicies selecting a Gateway with a
+// server on p, each once, in key order.
+func portPolicies(p *port, gws []*config.Entry, sec *config.Security) []*config.Object {
+	if sec == nil {
+		return nil
+	}
+	seen := map[config.Key]bool{}
+	var out []*config.Object
+	for _, sv := range p.servers {
+		for _, e := range gws {
+			if e.Object.Key != sv.gw {
+				continue
+			}
+			w := config.Workload{Namespace: e.Object.Namespace, Labels: label.FromMap(e.Object.Gateway.Selector), Port: p.number}
+			for _, o := range sec.Authorization(w) {
+				if !seen[o.Key] {
+					seen[o.Key] = true
+					out = append(out, o)
+				}
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b *config.Object) int { return a.Key.Compare(b.Key) })
+	return out
 }
 
 // bound reports whether VirtualService vs is bound to Gateway gw.
@@ -127,6 +171,9 @@ func routes(name string, p *port, vss []*config.Entry) *routev3.RouteConfigurati
 		return xds.ClusterName(d.Service, d.Subset, 0), true
 	}
 	for _, sv := range p.servers {
+		if passthrough(sv) {
+			continue // no HTTP: its TLS goes through unopened
+		}
 		if sv.s.GetTls().GetHttpsRedirect() {
 			var domains []string
 			for _, h := range sv.hosts {
@@ -150,7 +197,7 @@ func routes(name string, p *port, vss []*config.Entry) *routev3.RouteConfigurati
 		vs := e.Object
 		var domains []string
 		for _, sv := range p.servers {
-			if sv.s.GetTls().GetHttpsRedirect() || !bound(vs, sv.gw) {
+			if sv.s.GetTls().GetHttpsRedirect() || passthrough(sv) || !bound(vs, sv.gw) {
 				continue
 			}
 			for _, h := range vs.VirtualService.Hosts {
@@ -173,13 +220,20 @@ func routes(name string, p *port, vss []*config.Entry) *routev3.RouteConfigurati
 // (its hosts as server_names, "*" as the chain without any), each
 // terminating TLS with the server's credential by SDS, and the secrets it
 // names into secrets.
-func tlsListener(name string, p *port, secretOf func(ns, name string) *secret.Secret, secrets map[string]proto.Message) (*listenerv3.Listener, []string) {
+func tlsListener(name string, p *port, vss []*config.Entry, mtls func(config.Key) security.PeerAuthentication_MutualTLS_Mode,
+	secretOf func(ns, name string) *secret.Secret, secrets map[string]proto.Message) (*listenerv3.Listener, []string) {
 	var warns []string
 	l := &listenerv3.Listener{Name: name, Address: &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{
 		Address: "0.0.0.0", PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: p.number}}}}}
 	claimed := map[string]bool{}
 	anyClaimed := false
 	for _, sv := range p.servers {
+		if passthrough(sv) {
+			chains, w := passthroughChains(p, sv, vss, claimed)
+			l.FilterChains = append(l.FilterChains, chains...)
+			warns = append(warns, w...)
+			continue
+		}
 		t := sv.s.GetTls()
 		var names []string
 		catchAll := false
@@ -205,6 +259,10 @@ func tlsListener(name string, p *port, secretOf func(ns, name string) *secret.Se
 		if len(names) == 0 && !catchAll {
 			continue
 		}
+		if t.GetMode() == networking.ServerTLSSettings_ISTIO_MUTUAL {
+			l.FilterChains = append(l.FilterChains, meshChain(name, names, t, mtls(sv.gw) != security.PeerAuthentication_MutualTLS_PERMISSIVE))
+			continue
+		}
 		cert := SecretName(sv.gw.Namespace, t.GetCredentialName())
 		common := &tlsv3.CommonTlsContext{
 			TlsParams:                      &tlsv3.TlsParameters{TlsMinimumProtocolVersion: tlsVersion(t.GetMinProtocolVersion(), tlsv3.TlsParameters_TLSv1_2), TlsMaximumProtocolVersion: tlsVersion(t.GetMaxProtocolVersion(), tlsv3.TlsParameters_TLSv1_3)},
@@ -215,6 +273,8 @@ func tlsListener(name string, p *port, secretOf func(ns, name string) *secret.Se
 		sec := secretOf(sv.gw.Namespace, t.GetCredentialName())
 		if sec == nil {
 			warns = append(warns, fmt.Sprintf("%s: credentialName %q: no such secret in namespace %s (sextant secret create tls); its handshakes fail until it exists", sv.path, t.GetCredentialName(), sv.gw.Namespace))
+		} else if sec.Type != secret.TypeTLS {
+			warns = append(warns, fmt.Sprintf("%s: credentialName %q: a %s secret; a server needs a certificate and key (sextant secret create tls); its handshakes fail until it has one", sv.path, t.GetCredentialName(), sec.Type))
 		} else {
 			secrets[cert] = certSecret(cert, sec)
 			if na := sec.Info().NotAfter; time.Now().After(na) {
@@ -222,18 +282,20 @@ func tlsListener(name string, p *port, secretOf func(ns, name string) *secret.Se
 					sv.path, cert, na.Format(time.RFC3339), t.GetCredentialName()))
 			}
 		}
-		if t.GetMode() == networking.ServerTLSSettings_MUTUAL {
-			d.RequireClientCertificate = wrapperspb.Bool(true)
+		if mode := t.GetMode(); mode == networking.ServerTLSSettings_MUTUAL || mode == networking.ServerTLSSettings_OPTIONAL_MUTUAL {
+			// OPTIONAL_MUTUAL: a client certificate is verified when given
+			// (an RBAC filter may then require a principal).
+			d.RequireClientCertificate = wrapperspb.Bool(mode == networking.ServerTLSSettings_MUTUAL)
 			common.ValidationContextType = &tlsv3.CommonTlsContext_CombinedValidationContext{
 				CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{
 					DefaultValidationContext:         &tlsv3.CertificateValidationContext{},
 					ValidationContextSdsSecretConfig: &tlsv3.SdsSecretConfig{Name: cert + CASuffix, SdsConfig: ads}}}
-			switch {
-			case sec != nil && len(sec.CA) == 0:
-				warns = append(warns, fmt.Sprintf("%s: mode MUTUAL: secret %s has no CA (create it with --ca); its handshakes fail until it has one", sv.path, cert))
+			// The secret's ca.crt, else the secret NAME-cacert's (Istio's).
+			switch ca := caOf(secretOf, sv.gw.Namespace, t.GetCredentialName()); {
+			case ca != nil:
+				secrets[cert+CASuffix] = caSecret(cert+CASuffix, ca)
 			case sec != nil:
-				secrets[cert+CASuffix] = &tlsv3.Secret{Name: cert + CASuffix, Type: &tlsv3.Secret_ValidationContext{ValidationContext: &tlsv3.CertificateValidationContext{
-					TrustedCa: &corev3.DataSource{Specifier: &corev3.DataSource_InlineBytes{InlineBytes: sec.CA}}}}}
+				warns = append(warns, fmt.Sprintf("%s: mode %s: secret %s has no CA (create it with --ca, or a ca secret %s%s); its handshakes fail until it has one", sv.path, mode, cert, t.GetCredentialName(), CASuffix))
 			}
 		}
 		da, _ := anypb.New(d)

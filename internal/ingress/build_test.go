@@ -1,19 +1,25 @@
 package ingress
 
 import (
+	"fmt"
+	"maps"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/sextant-mesh/sextant/internal/secret/secrettest"
 
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	tcpproxyv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/sextant-mesh/sextant/internal/config"
 	"github.com/sextant-mesh/sextant/internal/gateway"
 	"github.com/sextant-mesh/sextant/internal/secret"
+	"github.com/sextant-mesh/sextant/internal/xds"
 )
 
 func testSecret(t *testing.T, ns, name string, withCA bool) *secret.Secret {
@@ -140,5 +146,149 @@ spec:
 	out, warns := Build(gws, vss, func(string, string) *secret.Secret { return old })
 	if out[0]["default/old"] == nil || len(warns) != 1 || !strings.Contains(warns[0], "secret default/old expired at") {
 		t.Errorf("warnings %q, secrets %v", warns, out[0])
+	}
+}
+
+// TestBuildGatewayRBAC: an AuthorizationPolicy selecting a Gateway's
+// workloads (its spec.selector) puts its RBAC filters before the router
+// of every listener the Gateway serves on; another Gateway's port gets
+// none; the gateway's decoder still accepts the listener.
+func TestBuildGatewayRBAC(t *testing.T) {
+	gws, vss := entries(t, `apiVersion: networking.istio.io/v1
+kind: Gateway
+metadata: {name: public, namespace: edge}
+spec:
+  selector: {istio: ingressgateway}
+  servers:
+  - port: {number: 8080, protocol: HTTP}
+    hosts: ["*"]
+---
+apiVersion: networking.istio.io/v1
+kind: Gateway
+metadata: {name: internal, namespace: edge}
+spec:
+  selector: {istio: internal}
+  servers:
+  - port: {number: 9090, protocol: HTTP}
+    hosts: ["*"]
+`)
+	objs, err := config.Decode([]byte(`apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: block-admin, namespace: edge}
+spec:
+  selector: {matchLabels: {istio: ingressgateway}}
+  action: DENY
+  rules: [{to: [{operation: {paths: [/admin*]}}]}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, warns := BuildWithPolicies(gws, vss, config.NewSecurity("", objs), func(string, string) *secret.Secret { return nil })
+	if len(warns) != 0 {
+		t.Fatalf("warnings: %v", warns)
+	}
+	filters := func(port uint32) []string {
+		l := out[1][ListenerName(port)].(*listenerv3.Listener)
+		h := &hcmv3.HttpConnectionManager{}
+		if err := l.FilterChains[0].Filters[0].GetTypedConfig().UnmarshalTo(h); err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, f := range h.HttpFilters {
+			names = append(names, f.Name)
+		}
+		a, _ := anypb.New(l)
+		for _, typ := range gateway.XDSTypes() {
+			if typ.URL == a.TypeUrl {
+				if _, _, err := typ.Decode(a); err != nil {
+					t.Errorf("the gateway refuses listener %d: %v", port, err)
+				}
+			}
+		}
+		return names
+	}
+	if got := strings.Join(filters(8080), ","); got != xds.RBACDenyFilter+",envoy.filters.http.router" {
+		t.Errorf("port 8080 filters: %s", got)
+	}
+	if got := strings.Join(filters(9090), ","); got != "envoy.filters.http.router" {
+		t.Errorf("port 9090 filters: %s", got)
+	}
+}
+
+// TestBuildPassthrough: a PASSTHROUGH server and the TLS routes bound to it
+// become filter chains matching the routes' sniHosts on a TLS ClientHello,
+// each a tcp_proxy to the destination's cluster (weighted when several),
+// beside the port's terminating chain; the gateway's decoder takes them.
+// A sniHost served twice is warned about and kept once.
+func TestBuildPassthrough(t *testing.T) {
+	gws, vss := entries(t, `apiVersion: networking.istio.io/v1
+kind: Gateway
+metadata: {name: gw}
+spec:
+  servers:
+  - port: {number: 443, protocol: TLS}
+    hosts: ["*.example.com"]
+    tls: {mode: PASSTHROUGH}
+  - port: {number: 443, protocol: HTTPS}
+    hosts: [a.example.org]
+    tls: {mode: SIMPLE, credentialName: a-cert}
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: db}
+spec:
+  hosts: ["*.example.com"]
+  gateways: [gw]
+  tls:
+  - match: [{sniHosts: [db.example.com]}]
+    route:
+    - {destination: {host: db, subset: v1}, weight: 90}
+    - {destination: {host: db, subset: v2}, weight: 10}
+  - match: [{sniHosts: [vault.example.com, db.example.com]}]
+    route: [{destination: {host: vault}}]
+`)
+	out, warns := Build(gws, vss, func(ns, name string) *secret.Secret { return testSecret(t, ns, name, false) })
+	if w := strings.Join(warns, "\n"); !strings.Contains(w, `server name "db.example.com" is already served on port 443`) {
+		t.Errorf("warnings: %s", w)
+	}
+	l := out[1][ListenerName(443)].(*listenerv3.Listener)
+	a, _ := anypb.New(l)
+	var decode func(*anypb.Any) (string, any, error)
+	for _, typ := range gateway.XDSTypes() {
+		if typ.URL == a.TypeUrl {
+			decode = typ.Decode
+		}
+	}
+	if _, _, err := decode(a); err != nil {
+		t.Fatalf("refused by the gateway: %v", err)
+	}
+	want := map[string]string{"db.example.com": "default/db/v1:90,default/db/v2:10", "vault.example.com": "default/vault"}
+	got := map[string]string{}
+	terminating := 0
+	for _, fc := range l.FilterChains {
+		if fc.TransportSocket != nil {
+			terminating++
+			continue
+		}
+		if fc.FilterChainMatch.GetTransportProtocol() != "tls" {
+			t.Errorf("chain %v: not matched on TLS", fc.FilterChainMatch)
+		}
+		p := new(tcpproxyv3.TcpProxy)
+		if err := fc.Filters[0].GetTypedConfig().UnmarshalTo(p); err != nil {
+			t.Fatal(err)
+		}
+		var dst []string
+		if c := p.GetCluster(); c != "" {
+			dst = append(dst, c)
+		}
+		for _, w := range p.GetWeightedClusters().GetClusters() {
+			dst = append(dst, fmt.Sprintf("%s:%d", w.Name, w.Weight))
+		}
+		for _, n := range fc.FilterChainMatch.ServerNames {
+			got[n] = strings.Join(dst, ",")
+		}
+	}
+	if terminating != 1 || !maps.Equal(got, want) {
+		t.Errorf("chains: %d terminating, passthrough %v; want %v", terminating, got, want)
 	}
 }

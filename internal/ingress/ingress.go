@@ -3,7 +3,8 @@
 // with one filter chain per server matched by SNI and a DownstreamTlsContext
 // whose certificates come by SDS), a RouteConfiguration of the
 // VirtualServices bound to the Gateway (spec.gateways), and the SDS Secrets
-// of the servers' credentialNames, published into the xDS cache beside the
+// of the servers' credentialNames and of DestinationRules' tls
+// credentialNames (TLS to the endpoints), published into the xDS cache beside the
 // push engine's resources. Gateways and the secrets are few and change
 // rarely: every change recomputes the whole set and publishes what differs.
 //
@@ -19,6 +20,7 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -41,6 +43,18 @@ type Publisher struct {
 
 	// Run's goroutine only: what was published per type, name -> encoding.
 	published [3]map[string][]byte
+	// warnings of the last publish, for push status.
+	warnings atomic.Pointer[[]string]
+}
+
+// Warnings returns what the last recomputation left out or found wrong
+// (see Build), and each certificate that has expired. Safe from any
+// goroutine.
+func (p *Publisher) Warnings() []string {
+	if w := p.warnings.Load(); w != nil {
+		return slices.Clone(*w)
+	}
+	return nil
 }
 
 // New returns a publisher of the Gateways in cfg and the secrets they name
@@ -59,7 +73,9 @@ func New(cat *catalog.Catalog, cfg *config.Table, secrets *secret.Table, cache *
 var types = [3]xds.Type{xds.TypeSecret, xds.TypeListener, xds.TypeRoute}
 
 // Run publishes the current Gateways, then follows config and secret
-// changes until ctx ends (nil) or the catalog fails.
+// changes until ctx ends (nil) or the catalog fails. It also recomputes when
+// a certificate a Gateway names expires, so the warning (push status) comes
+// then, not at the next change.
 func (p *Publisher) Run(ctx context.Context) error {
 	for ctx.Err() == nil {
 		rev := p.cat.Revision()
@@ -67,31 +83,63 @@ func (p *Publisher) Run(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("ingress: subscribe: %w", err)
 		}
-		p.publish(rev)
+		expiry := p.publish(rev)
 		for {
-			if _, err := sub.Next(ctx, 1024); err != nil {
+			wait, cancel := ctx, context.CancelFunc(func() {})
+			if !expiry.IsZero() {
+				wait, cancel = context.WithDeadline(ctx, expiry.Add(time.Second))
+			}
+			_, err := sub.Next(wait, 1024)
+			cancel()
+			if err != nil {
 				if errors.Is(err, catalog.ErrCompacted) {
 					break // read the whole state again
 				}
 				if ctx.Err() != nil {
 					return nil
 				}
+				if errors.Is(err, context.DeadlineExceeded) {
+					expiry = p.publish(sub.Revision())
+					continue
+				}
 				return fmt.Errorf("ingress: follow: %w", err)
 			}
-			p.publish(sub.Revision())
+			expiry = p.publish(sub.Revision())
 		}
 	}
 	return nil
 }
 
-// publish computes every Gateway resource and applies what changed.
-func (p *Publisher) publish(rev int64) {
+// publish computes every Gateway resource and applies what changed. It
+// returns when the next certificate a Gateway names expires (zero: none
+// will).
+func (p *Publisher) publish(rev int64) time.Time {
 	gws, _ := p.cfg.List(config.KindGateway, "")
 	vss, _ := p.cfg.List(config.KindVirtualService, "")
-	out, warnings := Build(gws, vss, p.secrets.Get)
+	aps, _ := p.cfg.List(config.KindAuthorizationPolicy, "")
+	pas, _ := p.cfg.List(config.KindPeerAuthentication, "")
+	var policies []*config.Object
+	for _, e := range append(aps, pas...) {
+		policies = append(policies, e.Object)
+	}
+	var expiry time.Time
+	start := time.Now()
+	secretOf := func(ns, name string) *secret.Secret {
+		s := p.secrets.Get(ns, name)
+		if s != nil {
+			if na := s.Info().NotAfter; na.After(start) && (expiry.IsZero() || na.Before(expiry)) {
+				expiry = na
+			}
+		}
+		return s
+	}
+	out, warnings := BuildWithPolicies(gws, vss, config.NewSecurity("", policies), secretOf)
+	drs, _ := p.cfg.List(config.KindDestinationRule, "")
+	warnings = append(warnings, UpstreamSecrets(drs, secretOf, out[0])...)
 	for _, w := range warnings {
 		p.log.Warn("ingress: " + w)
 	}
+	p.warnings.Store(&warnings)
 	version := strconv.FormatInt(rev, 10)
 	now := time.Now()
 	for i, t := range types {
@@ -125,6 +173,7 @@ func (p *Publisher) publish(rev int64) {
 		}
 		p.published[i] = next
 	}
+	return expiry
 }
 
 func compare(a, b string) int {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"time"
 
 	"github.com/sextant-mesh/sextant/internal/catalog"
@@ -115,4 +116,30 @@ func (c *catalogChanges) Next(ctx context.Context) ([]Change, error) {
 		out = append(out, pc)
 	}
 	return out, nil
+}
+
+var _ AddressFinder = (*CatalogSource)(nil)
+
+// InstanceAt implements AddressFinder by scanning the instances of every
+// service (the catalog has no address index): it runs once per server
+// listener a subscriber asks for and once per change of its workload's
+// service, not per request.
+func (s *CatalogSource) InstanceAt(ap netip.AddrPort) *instance.Instance {
+	for _, g := range s.inst.Snapshot().Groups("") {
+		for _, in := range g.Items() {
+			if instanceAt(in, ap) {
+				return in
+			}
+		}
+	}
+	return nil
+}
+
+// instanceAt reports whether in listens at ap.
+func instanceAt(in *instance.Instance, ap netip.AddrPort) bool {
+	if in.Port != int(ap.Port()) {
+		return false
+	}
+	a, err := netip.ParseAddr(in.Host)
+	return err == nil && a.Unmap() == ap.Addr().Unmap()
 }

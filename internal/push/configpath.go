@@ -5,7 +5,6 @@ import (
 	"errors"
 	"runtime"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,6 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/sextant-mesh/sextant/internal/config"
+	"github.com/sextant-mesh/sextant/internal/label"
 	"github.com/sextant-mesh/sextant/internal/naming"
 	"github.com/sextant-mesh/sextant/internal/xds"
 )
@@ -29,10 +29,15 @@ type configQueue struct {
 	services map[naming.ServiceKey]bool
 	emptied  map[naming.ServiceKey]bool
 	snap     *Snapshot
-	origin   time.Time // commit time of the oldest queued item
-	first    time.Time // arrival of the first and last queued config change (debounce)
-	last     time.Time
-	wake     chan struct{}
+	// workloads: a server listener's workload may have changed (a new
+	// server listener, or an instance change of the services in
+	// workloadSvcs).
+	workloads    bool
+	workloadSvcs map[naming.ServiceKey]bool
+	origin       time.Time // commit time of the oldest queued item
+	first        time.Time // arrival of the first and last queued config change (debounce)
+	last         time.Time
+	wake         chan struct{}
 }
 
 func (q *configQueue) init() {
@@ -69,6 +74,20 @@ func (q *configQueue) service(s naming.ServiceKey, origin time.Time) {
 	q.add(origin, func() { q.services[s] = true })
 }
 
+// workloadsChanged queues a republication of the server listeners: svc
+// (zero: none) had an instance change.
+func (q *configQueue) workloadsChanged(svc naming.ServiceKey, origin time.Time) {
+	q.add(origin, func() {
+		q.workloads = true
+		if svc != (naming.ServiceKey{}) {
+			if q.workloadSvcs == nil {
+				q.workloadSvcs = map[naming.ServiceKey]bool{}
+			}
+			q.workloadSvcs[svc] = true
+		}
+	})
+}
+
 func (q *configQueue) emptiness(s naming.ServiceKey, origin time.Time) {
 	q.add(origin, func() { q.emptied[s] = true })
 }
@@ -89,18 +108,21 @@ func (q *configQueue) reset(snap Snapshot) {
 }
 
 type configBatch struct {
-	changes  []Change
-	services map[naming.ServiceKey]bool
-	emptied  map[naming.ServiceKey]bool
-	snap     *Snapshot
-	origin   time.Time
+	changes      []Change
+	services     map[naming.ServiceKey]bool
+	emptied      map[naming.ServiceKey]bool
+	snap         *Snapshot
+	workloads    bool
+	workloadSvcs map[naming.ServiceKey]bool
+	origin       time.Time
 }
 
 func (q *configQueue) take() configBatch {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	b := configBatch{changes: q.changes, services: q.services, emptied: q.emptied, snap: q.snap, origin: q.origin}
-	q.changes, q.snap, q.origin = nil, nil, time.Time{}
+	b := configBatch{changes: q.changes, services: q.services, emptied: q.emptied, snap: q.snap, workloads: q.workloads,
+		workloadSvcs: q.workloadSvcs, origin: q.origin}
+	q.changes, q.snap, q.origin, q.workloads, q.workloadSvcs = nil, nil, time.Time{}, false, nil
 	q.services = map[naming.ServiceKey]bool{}
 	q.emptied = map[naming.ServiceKey]bool{}
 	return b
@@ -109,7 +131,11 @@ func (q *configQueue) take() configBatch {
 func (q *configQueue) len() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return len(q.changes) + len(q.services) + len(q.emptied)
+	n := len(q.changes) + len(q.services) + len(q.emptied)
+	if q.workloads {
+		n++
+	}
+	return n
 }
 
 // deadline is when a debounced round may start; zero when no config change
@@ -136,21 +162,23 @@ type configWorker struct {
 	sorted    []naming.ServiceKey // known, sorted (the proxy's virtual hosts)
 	clusters  map[naming.ServiceKey][]string
 	vhosts    map[naming.ServiceKey][]byte
-	specSigs  map[naming.ServiceKey]string
 	dirty     map[naming.ServiceKey]bool
 	origin    time.Time
 	proxyDirt bool
 	// retiring holds clusters no route names, with when to remove them.
 	retiring map[string]time.Time
 	workers  int // goroutines a round builds on (Options.ConfigWorkers)
+	// sec holds the security objects (PeerAuthentication,
+	// AuthorizationPolicy) in force; they configure server listeners.
+	sec map[config.Key]*config.Object
 }
 
 func newConfigWorker(e *Engine) *configWorker {
 	return &configWorker{
 		e: e, ix: config.NewIndex(), known: map[naming.ServiceKey]bool{},
 		clusters: map[naming.ServiceKey][]string{}, vhosts: map[naming.ServiceKey][]byte{},
-		specSigs: map[naming.ServiceKey]string{}, dirty: map[naming.ServiceKey]bool{},
-		retiring: map[string]time.Time{}, workers: e.opts.ConfigWorkers,
+		dirty:    map[naming.ServiceKey]bool{},
+		retiring: map[string]time.Time{}, workers: e.opts.ConfigWorkers, sec: map[config.Key]*config.Object{},
 	}
 }
 
@@ -252,7 +280,9 @@ func (w *configWorker) loop(ctx context.Context) {
 				}
 			}
 		}
-		w.apply(q.take())
+		b := q.take()
+		w.apply(b)
+		w.servers(b)
 		w.round(ctx)
 	}
 }
@@ -292,9 +322,8 @@ func (w *configWorker) round(ctx context.Context) {
 	dests := make([][]config.Destination, len(dirty))
 	for i, s := range dirty {
 		dests[i] = w.ix.DestinationsOf(s)
-		spec, sig := w.specFor(s, dests[i])
-		if sig != w.specSigs[s] {
-			w.specSigs[s] = sig
+		spec := w.specFor(s, dests[i])
+		if old, ok := w.e.specs.Load(s); !ok || !spec.equal(old.(*serviceSpec)) {
 			w.e.specs.Store(s, spec)
 			w.e.ep.mark(s, origin)
 		}
@@ -308,6 +337,7 @@ func (w *configWorker) round(ctx context.Context) {
 	built := make([]builtService, len(dirty))
 	var paused atomic.Int64
 	parallel(len(dirty), w.workers, func(lo, hi int) {
+		var ce xds.ClusterEncoder // this goroutine's
 		for i := lo; i < hi; i++ {
 			if ctx.Err() != nil {
 				return
@@ -320,7 +350,7 @@ func (w *configWorker) round(ctx context.Context) {
 			if w.e.slowBuild != nil {
 				w.e.slowBuild()
 			}
-			built[i] = w.build(dirty[i], dests[i], version)
+			built[i] = w.build(&ce, dirty[i], dests[i], version)
 			runtime.Gosched()
 		}
 	})
@@ -407,18 +437,32 @@ type builtService struct {
 
 // build computes the clusters and routes of s. Called from several
 // goroutines at once; it only reads the worker's state.
-func (w *configWorker) build(s naming.ServiceKey, dests []config.Destination, version string) builtService {
+func (w *configWorker) build(ce *xds.ClusterEncoder, s naming.ServiceKey, dests []config.Destination, version string) builtService {
 	var b builtService
 	dr := w.ix.DestinationRule(s)
 	for _, c := range w.publishedClusters(s, dests) {
 		b.names = append(b.names, c.name)
-		b.clusters = append(b.clusters, encoded(xds.Resource{Name: c.name, Version: version, Message: xds.Cluster(c.name, config.EffectivePolicy(dr, c.subset))}))
+		r := xds.Resource{Name: c.name, Version: version}
+		p := config.EffectivePolicy(dr, c.subset)
+		if v, err := ce.Encode(c.name, p); err == nil {
+			r.Value = v
+		} else {
+			r.Message = xds.Cluster(c.name, p) // Apply encodes it again and reports the error
+		}
+		b.clusters = append(b.clusters, r)
 	}
-	vh := xds.VirtualHost(s.String(), nil, s, w.ix.VirtualService(s), w.clusterFor)
+	vs := w.ix.VirtualService(s)
 	name := xds.RouteName(s)
-	head, rest, err := splitName(vh)
+	// The virtual host is written directly (xds.EncodeVirtualHost: the
+	// bytes of the marshalled VirtualHost, without building it).
+	enc, err := xds.EncodeVirtualHost(s.String(), s, vs, w.clusterFor)
+	var head, rest []byte
+	if err == nil {
+		head, rest, err = splitEncoded(enc)
+	}
 	if err != nil {
 		// Not expected; encode the two the long way.
+		vh := xds.VirtualHost(s.String(), nil, s, vs, w.clusterFor)
 		vh.Domains = proxyDomains(s)
 		b.vhost, _ = (proto.MarshalOptions{Deterministic: true}).Marshal(vh)
 		vh.Domains = []string{"*"}
@@ -454,6 +498,12 @@ func splitName(vh *routev3.VirtualHost) (head, rest []byte, err error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	return splitEncoded(b)
+}
+
+// splitEncoded splits an encoded virtual host without domains after its
+// name.
+func splitEncoded(b []byte) (head, rest []byte, err error) {
 	num, typ, n := protowire.ConsumeTag(b)
 	if n < 0 || num != 1 || typ != protowire.BytesType {
 		return nil, nil, errors.New("push: virtual host encoding does not start with its name")
@@ -527,14 +577,28 @@ func (w *configWorker) publish(t xds.Type, set []xds.Resource, removed []string,
 // specFor lists the clusters of s whose endpoints are computed: the whole
 // service, each subset of its DestinationRule, and the port-restricted
 // variants that routes name.
-func (w *configWorker) specFor(s naming.ServiceKey, dests []config.Destination) (*serviceSpec, string) {
+func (w *configWorker) specFor(s naming.ServiceKey, dests []config.Destination) *serviceSpec {
 	dr := w.ix.DestinationRule(s)
-	whole := w.ix.VirtualService(s) == nil || slices.Contains(dests, config.Destination{Service: s})
+	// The whole service's cluster when a route names it: the default
+	// route, a mesh VirtualService, or one of Gateways (ingress routes by
+	// the push engine's clusters).
+	whole := w.ix.VirtualService(s) == nil || slices.Contains(dests, config.Destination{Service: s}) || w.ix.GatewayRoutesToWhole(s)
 	spec := &serviceSpec{clusters: []clusterSpec{{name: xds.ClusterName(s, "", 0), publish: whole}}}
+	// A cluster keeps its usable flag from the previous spec.
+	prev := w.e.spec(s)
+	flag := func(name string) *usableFlag {
+		for _, c := range prev.clusters {
+			if c.name == name && c.usable != nil {
+				return c.usable
+			}
+		}
+		return &usableFlag{}
+	}
 	if dr != nil {
 		for _, sub := range dr.DestinationRule.Subsets {
 			sel, _ := config.SubsetSelector(dr, sub.Name)
-			spec.clusters = append(spec.clusters, clusterSpec{name: xds.ClusterName(s, sub.Name, 0), subset: sub.Name, sel: sel, publish: true})
+			name := xds.ClusterName(s, sub.Name, 0)
+			spec.clusters = append(spec.clusters, clusterSpec{name: name, subset: sub.Name, sel: sel, publish: true, usable: flag(name)})
 		}
 	}
 	for _, d := range dests {
@@ -545,19 +609,21 @@ func (w *configWorker) specFor(s naming.ServiceKey, dests []config.Destination) 
 		if d.Subset != "" && !ok {
 			continue
 		}
-		spec.clusters = append(spec.clusters, clusterSpec{name: xds.ClusterName(s, d.Subset, d.Port), subset: d.Subset, port: d.Port, sel: sel, publish: true})
+		name := xds.ClusterName(s, d.Subset, d.Port)
+		spec.clusters = append(spec.clusters, clusterSpec{name: name, subset: d.Subset, port: d.Port, sel: sel, publish: true, usable: flag(name)})
 	}
-	var sig strings.Builder
-	for _, c := range spec.clusters {
-		sig.WriteString(c.name)
-		if c.publish {
-			sig.WriteByte('+')
-		}
-		sig.WriteByte('=')
-		sig.WriteString(c.sel.String())
-		sig.WriteByte(';')
-	}
-	return spec, sig.String()
+	return spec
+}
+
+// equal reports whether two specs list the same clusters with the same
+// selectors and publication (the usable flags are carried, not compared).
+func (a *serviceSpec) equal(b *serviceSpec) bool {
+	return slices.EqualFunc(a.clusters, b.clusters, func(x, y clusterSpec) bool {
+		return x.name == y.name && x.subset == y.subset && x.port == y.port && x.publish == y.publish &&
+			slices.EqualFunc(x.sel, y.sel, func(p, q label.Requirement) bool {
+				return p.Key == q.Key && p.Op == q.Op && slices.Equal(p.Values, q.Values)
+			})
+	})
 }
 
 // publishedClusters are the clusters of s that CDS carries: the whole
@@ -590,17 +656,17 @@ func (w *configWorker) publishedClusters(s naming.ServiceKey, dests []config.Des
 // whether it may receive traffic (a subset cluster needs its subset defined
 // and a usable endpoint).
 func (w *configWorker) clusterFor(d config.Destination) (string, bool) {
-	name := xds.ClusterName(d.Service, d.Subset, d.Port)
-	if d.Subset == "" {
-		return name, true
-	}
-	if !config.HasSubset(w.ix.DestinationRule(d.Service), d.Subset) {
+	if d.Subset != "" && !config.HasSubset(w.ix.DestinationRule(d.Service), d.Subset) {
 		return "", false
 	}
+	// The spec's name, rather than a new string per route.
 	for _, c := range w.e.spec(d.Service).clusters {
-		if c.name == name {
-			return name, w.e.hasUsable(d.Service, c)
+		if c.subset == d.Subset && c.port == d.Port {
+			return c.name, d.Subset == "" || w.e.hasUsable(d.Service, c)
 		}
+	}
+	if d.Subset == "" {
+		return xds.ClusterName(d.Service, "", d.Port), true
 	}
 	return "", false // a port variant no route of the index names (never)
 }

@@ -3,6 +3,7 @@ package push
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sextant-mesh/sextant/internal/instance"
@@ -131,6 +132,27 @@ type clusterSpec struct {
 	// always are (CDS carries them only while they have usable endpoints);
 	// the whole service's only when something routes to it.
 	publish bool
+	// usable: whether a subset or port cluster has a usable endpoint, kept
+	// by the endpoint worker (and filled in by the config worker when
+	// unknown); carried from a service's previous spec to the next for the
+	// same cluster name. Nil for the whole service.
+	usable *usableFlag
+}
+
+// usableFlag is a cluster's "has a usable endpoint": unknown, no or yes.
+type usableFlag struct{ v atomic.Int32 }
+
+const (
+	usableUnknown int32 = iota
+	usableNo
+	usableYes
+)
+
+func usableValue(b bool) int32 {
+	if b {
+		return usableYes
+	}
+	return usableNo
 }
 
 func defaultSpec(s naming.ServiceKey) *serviceSpec {
@@ -163,8 +185,8 @@ func (e *Engine) recomputeEndpoints(s naming.ServiceKey, version string, origin 
 		}
 		eps, usable := e.endpoints(s, c)
 		res = append(res, xds.Resource{Name: c.name, Version: version, Message: xds.LoadAssignment(c.name, eps)})
-		if c.subset != "" || c.port != 0 {
-			if old, loaded := e.usable.Swap(c.name, usable); loaded && old.(bool) != usable {
+		if c.usable != nil {
+			if old := c.usable.v.Swap(usableValue(usable)); old != usableUnknown && old != usableValue(usable) {
 				flipped = true
 			}
 		}
@@ -202,10 +224,26 @@ func (e *Engine) endpoints(s naming.ServiceKey, c clusterSpec) ([]xds.Endpoint, 
 // config worker: the endpoint worker's answer if it gave one, else counted
 // now and remembered unless the endpoint worker answered meanwhile.
 func (e *Engine) hasUsable(s naming.ServiceKey, c clusterSpec) bool {
-	if v, ok := e.usable.Load(c.name); ok {
-		return v.(bool)
+	if c.usable == nil {
+		return e.anyUsable(s, c)
 	}
-	_, usable := e.endpoints(s, c)
-	v, _ := e.usable.LoadOrStore(c.name, usable)
-	return v.(bool)
+	if v := c.usable.v.Load(); v != usableUnknown {
+		return v == usableYes
+	}
+	c.usable.v.CompareAndSwap(usableUnknown, usableValue(e.anyUsable(s, c)))
+	return c.usable.v.Load() == usableYes
+}
+
+// anyUsable reports whether cluster c of s has a usable endpoint, as
+// endpoints counts them, without building them.
+func (e *Engine) anyUsable(s naming.ServiceKey, c clusterSpec) bool {
+	usable := false
+	e.src.Instances(s, c.sel, func(in *instance.Instance) {
+		if usable || (c.port != 0 && in.Port != int(c.port)) {
+			return
+		}
+		ep := xds.Endpoint{Host: in.Host, Weight: uint32(min(max(in.Weight, 0), 1<<16)), Healthy: in.Healthy, Isolated: in.Isolated}
+		usable = ep.Usable()
+	})
+	return usable
 }

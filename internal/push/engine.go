@@ -42,6 +42,10 @@ type Options struct {
 	// core to endpoint work, yields between services and pauses while
 	// endpoint work is queued.
 	ConfigWorkers int
+	// RootNamespace is the namespace whose PeerAuthentication and
+	// AuthorizationPolicy objects without a selector apply to the whole
+	// mesh (default istio-system, as Istio's).
+	RootNamespace string
 }
 
 // Engine keeps an xds.Cache current with a Source. Create it with New and
@@ -61,10 +65,18 @@ type Engine struct {
 	// specs holds each service's clusters (*serviceSpec); the config
 	// worker writes, the endpoint worker reads.
 	specs sync.Map
-	// usable holds whether each subset cluster has a usable endpoint
-	// (bool). The endpoint worker overwrites it; the config worker fills in
-	// values it needs that are missing.
-	usable sync.Map
+
+	// servers are the server listeners proxyless gRPC servers asked for;
+	// sec the security policies in force (the config worker stores it).
+	servers servers
+	sec     atomic.Pointer[config.Security]
+	// secPending is the revision of the last security change the follower
+	// handed on, secAt the one sec reflects; secWake is closed (and
+	// replaced) whenever sec is stored. A new server listener waits for
+	// secAt to reach secPending, so that a server starting right after an
+	// apply is not first given the policies before it.
+	secPending, secAt atomic.Int64
+	secWake           atomic.Pointer[chan struct{}]
 
 	slowConfig func() // tests: runs at the start of every config round
 	slowBuild  func() // tests: runs before each service's build in a config round
@@ -95,6 +107,8 @@ func New(src Source, cache *xds.Cache, opts Options) *Engine {
 	e := &Engine{src: src, cache: cache, opts: opts, log: opts.Logger, m: newMetrics(opts.Registerer)}
 	e.ep.init()
 	e.cfg.init()
+	wake := make(chan struct{})
+	e.secWake.Store(&wake)
 	cache.SetListenerFunc(e.listenerFor)
 	// The proxy's listener is static: published before any subscriber can
 	// connect, so that the listener type has a version from the start (an
@@ -119,6 +133,7 @@ func (e *Engine) Run(ctx context.Context) error {
 	}
 	cw := newConfigWorker(e)
 	cw.reset(snap)
+	cw.servers(configBatch{snap: &snap})
 	start := time.Now()
 	// The first round has the machine to itself (no endpoint worker runs
 	// yet, no subscriber has anything): every core, so a restart is short.
@@ -205,11 +220,17 @@ func (e *Engine) follow(ctx context.Context, since int64) error {
 			switch ch.Op {
 			case InstanceUpsert, InstanceDelete:
 				e.ep.mark(ch.Service, origin)
+				if e.servers.any.Load() && e.servers.watches(ch.Service) {
+					e.cfg.workloadsChanged(ch.Service, origin)
+				}
 				if !known[ch.Service] {
 					known[ch.Service] = true
 					e.cfg.service(ch.Service, origin)
 				}
 			case ConfigUpsert, ConfigDelete:
+				if config.IsSecurity(ch.ConfigKey.Kind) {
+					e.secPending.Store(ch.Revision)
+				}
 				e.cfg.change(*ch, origin)
 			}
 		}
@@ -226,6 +247,24 @@ func (e *Engine) version() string { return strconv.FormatInt(e.seen.Load(), 10) 
 // with the named service's route configuration, resolved in the client's
 // namespace.
 func (e *Engine) listenerFor(name, ns string) (xds.Resource, bool) {
+	if addr, ok := xds.ParseServerListener(name); ok {
+		// A proxyless gRPC server's own listener. Built now from the
+		// policies in force, and again by the config worker (which may
+		// have published newer ones meanwhile), so that the listener a
+		// subscriber keeps is never older than the policies.
+		key := name + "\x00" + ns
+		if _, _, ok := e.cache.Get(xds.TypeListener, key); ok {
+			// Published: the cache keeps it (asked again at every request).
+			return xds.Resource{Name: name, Key: key}, true
+		}
+		e.waitSecurity(maxSecurityWait)
+		r := serverReq{name: name, ns: ns, addr: addr, at: time.Now()}
+		res := e.serverListener(key, r, resolve(r, e.finder()), e.security(), nil)
+		if e.servers.add(key, r) {
+			e.cfg.workloadsChanged(naming.ServiceKey{}, time.Now())
+		}
+		return res, true
+	}
 	host := name
 	if i := lastColon(host); i >= 0 {
 		host = host[:i]

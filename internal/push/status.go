@@ -52,14 +52,23 @@ type Status struct {
 	Revision    int64                  `json:"revision"`
 	Engine      EngineStatus           `json:"engine"`
 	Subscribers []xds.SubscriberStatus `json:"subscribers"`
+	// Warnings are problems in what is published that no write refused:
+	// a Gateway server left out, a certificate missing or expired.
+	Warnings []string `json:"warnings"`
+}
+
+// Warner is a publisher beside the engine whose problems push status
+// shows (the ingress publisher).
+type Warner interface {
+	Warnings() []string
 }
 
 // StatusHandler serves push status as JSON (GET; ?node=ID keeps one
 // node's streams): the engine's queues and timings, and every subscriber
 // with its resources, versions sent and ACKed per type, pending updates and
-// NACKs with the client's error text. The server mounts it at
-// /v1/push/status.
-func StatusHandler(e *Engine, ads *xds.Server) http.Handler {
+// NACKs with the client's error text, and the warnings of each of warners.
+// The server mounts it at /v1/push/status.
+func StatusHandler(e *Engine, ads *xds.Server, warners ...Warner) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			w.Header().Set("Allow", "GET, HEAD")
@@ -79,6 +88,10 @@ func StatusHandler(e *Engine, ads *xds.Server) http.Handler {
 		}
 		if st.Subscribers == nil {
 			st.Subscribers = []xds.SubscriberStatus{}
+		}
+		st.Warnings = []string{}
+		for _, wr := range warners {
+			st.Warnings = append(st.Warnings, wr.Warnings()...)
 		}
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("X-Sextant-Revision", itoa(st.Revision))

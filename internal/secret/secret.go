@@ -28,9 +28,14 @@ import (
 	"github.com/sextant-mesh/sextant/internal/naming"
 )
 
-// TypeTLS is the only secret type: a certificate chain and its key (and an
-// optional CA), as Kubernetes' kubernetes.io/tls.
-const TypeTLS = "tls"
+// The secret types. TypeTLS is a certificate chain and its key (and an
+// optional CA), as Kubernetes' kubernetes.io/tls; TypeCA is CA
+// certificates only, as a Kubernetes generic secret with just ca.crt (what
+// a DestinationRule's credentialName names for tls.mode SIMPLE).
+const (
+	TypeTLS = "tls"
+	TypeCA  = "ca"
+)
 
 // MaxPEMBytes bounds each PEM field.
 const MaxPEMBytes = 64 << 10
@@ -115,11 +120,30 @@ func New(namespace, name string, certPEM, keyPEM, caPEM []byte, now time.Time) (
 	return s, nil
 }
 
+// NewCA checks a CA-only secret's names and PEM: at least one
+// certificate, each one valid at now.
+func NewCA(namespace, name string, caPEM []byte, now time.Time) (*Secret, error) {
+	if !naming.ValidName(namespace) {
+		return nil, fieldErr("namespace", "%q is not a valid name (lower case letters, digits and '-', at most 63)", namespace)
+	}
+	if !naming.ValidName(name) {
+		return nil, fieldErr("name", "%q is not a valid name (lower case letters, digits and '-', at most 63)", name)
+	}
+	s := &Secret{Namespace: namespace, Name: name, Type: TypeCA, CA: caPEM}
+	if err := s.check(now); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
 func (s *Secret) check(now time.Time) error {
 	for f, b := range map[string][]byte{"cert": s.Cert, "key": s.Key, "ca": s.CA} {
 		if len(b) > MaxPEMBytes {
 			return fieldErr(f, "%d bytes, more than %d", len(b), MaxPEMBytes)
 		}
+	}
+	if s.Type == TypeCA {
+		return s.checkCA(now)
 	}
 	chain, err := certificates("cert", s.Cert)
 	if err != nil {
@@ -166,6 +190,36 @@ func (s *Secret) check(now time.Time) error {
 	for _, ip := range leaf.IPAddresses {
 		s.info.IPAddresses = append(s.info.IPAddresses, ip.String())
 	}
+	return nil
+}
+
+// checkCA checks a CA-only secret (each certificate valid at now, unless
+// now is zero); its metadata is its first certificate's.
+func (s *Secret) checkCA(now time.Time) error {
+	if len(s.Cert)+len(s.Key) > 0 {
+		return fieldErr("cert", "a ca secret holds CA certificates only (create a tls secret for a certificate and key)")
+	}
+	cas, err := certificates("ca", s.CA)
+	if err != nil {
+		return err
+	}
+	if len(cas) == 0 {
+		return fieldErr("ca", "no PEM CERTIFICATE block")
+	}
+	for i, c := range cas {
+		switch {
+		case now.IsZero():
+		case now.After(c.NotAfter):
+			return fieldErr("ca", "certificate %d (%s) expired at %s", i+1, c.Subject, c.NotAfter.UTC().Format(time.RFC3339))
+		case now.Before(c.NotBefore):
+			return fieldErr("ca", "certificate %d (%s) is not valid before %s", i+1, c.Subject, c.NotBefore.UTC().Format(time.RFC3339))
+		}
+	}
+	c := cas[0]
+	sum := sha256.Sum256(c.Raw)
+	s.info = Info{Namespace: s.Namespace, Name: s.Name, Type: s.Type, Subject: c.Subject.String(), Issuer: c.Issuer.String(),
+		DNSNames: []string{}, NotBefore: c.NotBefore.UTC(), NotAfter: c.NotAfter.UTC(),
+		Fingerprint: hex.EncodeToString(sum[:]), CA: len(cas)}
 	return nil
 }
 
@@ -244,10 +298,18 @@ func Decode(b []byte, rev int64) (*Secret, error) {
 	if err := json.Unmarshal(b, &r); err != nil {
 		return nil, fmt.Errorf("secret: decode record: %w", err)
 	}
-	if r.Type != TypeTLS {
+	s := &Secret{Namespace: r.Namespace, Name: r.Name, Type: r.Type, Cert: []byte(r.Cert), Key: []byte(r.Key), CA: []byte(r.CA), Revision: rev}
+	switch r.Type {
+	case TypeTLS:
+	case TypeCA:
+		// Not checked against the clock, so an expired one still loads.
+		if err := s.checkCA(time.Time{}); err != nil {
+			return nil, fmt.Errorf("secret: record %s: %w", s.ID(), err)
+		}
+		return s, nil
+	default:
 		return nil, fmt.Errorf("secret: record %s/%s: type %q", r.Namespace, r.Name, r.Type)
 	}
-	s := &Secret{Namespace: r.Namespace, Name: r.Name, Type: r.Type, Cert: []byte(r.Cert), Key: []byte(r.Key), CA: []byte(r.CA), Revision: rev}
 	// Checked at the certificate's own start, so an expired one still loads.
 	if c, err := certificates("cert", s.Cert); err != nil || len(c) == 0 {
 		return nil, fmt.Errorf("secret: record %s: certificate: %v", s.ID(), err)

@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"fmt"
 	"runtime"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/cespare/xxhash/v2"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -38,6 +41,7 @@ type entry struct {
 	id            uint32
 	seq           uint64 // global change sequence; a delta subscriber remembers the seq it has
 	value         []byte
+	hash          uint64 // of value: the version's suffix (contentVersion)
 	anyField      []byte
 	resField      []byte
 	origin        time.Time // commit time of the oldest change this version reflects
@@ -50,7 +54,7 @@ type typeCache struct {
 
 	mu      sync.RWMutex
 	ids     map[string]uint32 // key -> id; ids are never reused
-	names   []string          // id -> name last published (for delta removals)
+	names   []string          // id -> name last published, or the key's (for delta removals)
 	entries []*entry          // id -> current entry, nil when absent
 	live    int               // non-nil entries
 	visible int               // non-nil, non-hidden entries
@@ -78,7 +82,10 @@ func (tc *typeCache) intern(key string) uint32 {
 	id := uint32(len(tc.entries))
 	tc.ids[key] = id
 	tc.entries = append(tc.entries, nil)
-	tc.names = append(tc.names, "")
+	// The name the key stands for until one is published: a delta client
+	// may hold (initial_resource_versions) or name what was never here.
+	name, _, _ := strings.Cut(key, "\x00")
+	tc.names = append(tc.names, name)
 	return id
 }
 
@@ -296,13 +303,14 @@ func (c *Cache) Apply(t Type, set []Resource, remove []string, version string, o
 		if old != nil && old.hidden == e.r.Hidden && old.name == e.r.Name && bytes.Equal(old.value, e.value) {
 			continue
 		}
-		ver := e.r.Version
-		if old != nil && old.version == ver {
-			ver += "+" // same version, new bytes: clients must see a new version
-		}
+		h := xxhash.Sum64(e.value)
+		ver := contentVersion(e.r.Version, h)
+		anyField := encodeAny(respResources, t.URL(), e.value)
 		ne := &entry{
-			name: e.r.Name, version: ver, id: id, seq: c.seq.Add(1), value: e.value,
-			anyField: encodeAny(respResources, t.URL(), e.value),
+			// The value is kept as the tail of its Any (which ends with it),
+			// not as a third copy.
+			name: e.r.Name, version: ver, id: id, seq: c.seq.Add(1), value: anyField[len(anyField)-len(e.value):], hash: h,
+			anyField: anyField,
 			resField: encodeResource(deltaResources, e.r.Name, ver, t.URL(), e.value),
 			origin:   origin, hidden: e.r.Hidden,
 		}
@@ -345,6 +353,31 @@ func (c *Cache) Apply(t Type, set []Resource, remove []string, version string, o
 		s.notify(t, changed, origin)
 	}
 	return len(changed), nil
+}
+
+// contentVersion is the version clients see: the publisher's version (the
+// push engine's revision), '-', and a hash of the resource's encoding in
+// base 36. The same bytes carry the same suffix on every server of a
+// cluster and after a restart, so a delta client that reconnects elsewhere
+// with its initial_resource_versions is not sent again what it holds
+// (sameContent); and new bytes always make a new version.
+func contentVersion(version string, hash uint64) string {
+	return version + "-" + strconv.FormatUint(hash, 36)
+}
+
+// sameContent reports whether a client holding version v of a resource
+// holds e's bytes: v's hash suffix is e's (v may come from another
+// server), or v is e's version exactly.
+func (e *entry) sameContent(v string) bool {
+	if v == e.version {
+		return true
+	}
+	i := strings.LastIndexByte(v, '-')
+	if i < 0 {
+		return false
+	}
+	h, err := strconv.ParseUint(v[i+1:], 36, 64)
+	return err == nil && h == e.hash
 }
 
 type change struct {

@@ -59,11 +59,17 @@ func clusterTLS(ns string, tls *networking.ClientTLSSettings) *corev3.TransportS
 }
 
 // setClusterTLS adds the transport socket of tls to c, a cluster named by
-// ClusterName.
-func setClusterTLS(c *clusterv3.Cluster, tls *networking.ClientTLSSettings) {
-	if tls == nil || tls.Mode != networking.ClientTLSSettings_ISTIO_MUTUAL {
-		return
-	}
+// ClusterName; credentials (SIMPLE, MUTUAL) are secrets of namespace
+// credNS.
+func setClusterTLS(c *clusterv3.Cluster, tls *networking.ClientTLSSettings, credNS string) {
 	ns, _, _ := strings.Cut(c.Name, "/")
-	c.TransportSocket = clusterTLS(ns, tls)
+	switch tls.GetMode() {
+	case networking.ClientTLSSettings_ISTIO_MUTUAL:
+		c.TransportSocket = clusterTLS(ns, tls)
+	case networking.ClientTLSSettings_SIMPLE, networking.ClientTLSSettings_MUTUAL:
+		if credNS == "" {
+			credNS = ns
+		}
+		c.TransportSocket = credentialTLS(credNS, tls, c.TypedExtensionProtocolOptions[HTTPProtocolOptionsKey] != nil)
+	}
 }

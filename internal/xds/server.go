@@ -475,7 +475,7 @@ func (s *Server) onRequest(sub *subscriber, req request) {
 			for n, v := range req.initial {
 				id := tc.lookup(key(n))
 				st.growSent(int(id) + 1)
-				if val := tc.current(id); val != nil && val.version == v {
+				if val := tc.current(id); val != nil && val.sameContent(v) {
 					st.sent[id] = val.seq
 				} else {
 					st.sent[id] = math.MaxUint64 // held at another version, or gone

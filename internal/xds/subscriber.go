@@ -2,7 +2,6 @@ package xds
 
 import (
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -333,7 +332,7 @@ func (s *subscriber) buildDelta(t Type, st *subType) (response, bool) {
 			r.count++
 		case st.missing.Test(id):
 			// Named but absent: say so once, so the client need not wait.
-			removed = appendString(removed, deltaRemoved, tc.keyName(uint32(id)))
+			removed = appendString(removed, deltaRemoved, tc.names[id])
 			r.count++
 		}
 		st.missing.Clear(id)
@@ -351,21 +350,6 @@ func (s *subscriber) buildDelta(t Type, st *subType) (response, bool) {
 	r.nonce = s.nextNonce()
 	s.header(&r, deltaSystemVersion, deltaTypeURL, deltaNonce)
 	return r, true
-}
-
-// keyName is the name a client asked for under id when nothing was ever
-// published there. Called with tc.mu held.
-func (tc *typeCache) keyName(id uint32) string {
-	if n := tc.names[id]; n != "" {
-		return n
-	}
-	for k, i := range tc.ids {
-		if i == id {
-			name, _, _ := strings.Cut(k, "\x00")
-			return name
-		}
-	}
-	return ""
 }
 
 // header puts version, type URL and nonce in front of the resources, and

@@ -285,7 +285,7 @@ func Cluster(name string, p config.Policy) *clusterv3.Cluster {
 	if od := p.Outlier; od != nil {
 		c.OutlierDetection = outlier(od)
 	}
-	setClusterTLS(c, p.TLS)
+	setClusterTLS(c, p.TLS, p.TLSNamespace)
 	c.HealthChecks = healthChecks(p.HealthCheck)
 	return c
 }
@@ -487,9 +487,21 @@ const DefaultRetryOn = "connect-failure,refused-stream,unavailable,cancelled,ret
 var previousHostsURL = "type.googleapis.com/" + string((&previoushostsv3.PreviousHostsPredicate{}).ProtoReflect().Descriptor().FullName())
 
 func retryPolicy(r *networking.HTTPRetry) *routev3.RetryPolicy {
-	if r != nil && r.Attempts <= 0 {
+	if r == nil {
+		return defaultRetryPolicy
+	}
+	if r.Attempts <= 0 {
 		return nil
 	}
+	return newRetryPolicy(r)
+}
+
+// defaultRetryPolicy is shared by every route without retries of its own
+// (most): messages being marshalled are only read, so one serves all.
+// Nothing may change it.
+var defaultRetryPolicy = newRetryPolicy(nil)
+
+func newRetryPolicy(r *networking.HTTPRetry) *routev3.RetryPolicy {
 	prev := &anypb.Any{TypeUrl: previousHostsURL} // the predicate has no fields
 	rp := &routev3.RetryPolicy{
 		RetryOn:              DefaultRetryOn,

@@ -2,7 +2,9 @@ package gateway
 
 import (
 	"context"
+	"fmt"
 	"io"
+	"strings"
 	"testing"
 	"time"
 
@@ -135,5 +137,30 @@ traffic: 160.33MB (168115335) total, 1.26MB (1318251) headers (space savings 90.
 	}
 	if _, err := parseH2load("h2load: connection refused\n"); err == nil {
 		t.Error("no figures read from a failure")
+	}
+}
+
+// The cluster with TLS to its endpoints and the CA secret the upstream-tls
+// scenario publishes are ones the gateway accepts and can use.
+func TestUpstreamTLSConfigAccepted(t *testing.T) {
+	cert, err := newBenchCert(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, ca := upstreamTLSCluster(cert)
+	for _, m := range []proto.Message{c, ca} {
+		a, _ := anypb.New(m)
+		for _, typ := range gw.XDSTypes() {
+			if typ.URL != a.TypeUrl {
+				continue
+			}
+			_, v, err := typ.Decode(a)
+			if err != nil {
+				t.Fatalf("%s refused: %v", a.TypeUrl, err)
+			}
+			if s := fmt.Sprintf("%+v", v); strings.Contains(s, "not sent in plaintext") {
+				t.Fatalf("the cluster is unusable: %s", s)
+			}
+		}
 	}
 }

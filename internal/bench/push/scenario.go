@@ -112,14 +112,39 @@ type churner struct {
 	down      map[int]bool
 	downList  []int
 	gen       int
+	// settled, when set, says whether instance j's down has been written
+	// long enough ago to bring it back (bench push --servers writes in
+	// parallel: a down and an up of one instance both in flight could
+	// cancel out before a server reads them, changing nothing to push).
+	settled func(j int) bool
 }
 
 // endpointChange takes a random instance down, or brings one back when 50
 // (or 1%) are down; commit is given the EDS resource that must change and the
 // change, which it commits.
 func (c *churner) endpointChange(commit func(name string, f func())) {
-	var j int
-	up := len(c.downList) >= min(50, max(1, c.endpoints/100))
+	_, in, up := c.next()
+	commit(endpointSet(in), func() {
+		if up {
+			c.reg.Upsert(in)
+		} else {
+			c.reg.Delete(naming.ServiceKey{Namespace: "default", Name: in.Service}, in.ID)
+		}
+	})
+}
+
+// endpointSet is the EDS resource a change of in changes: its subset's.
+func endpointSet(in *instance.Instance) string {
+	color, _ := in.Metadata.Get("color")
+	return xds.ClusterName(naming.ServiceKey{Namespace: in.Namespace, Name: in.Service}, color, 0)
+}
+
+// next picks the instance to take down, or to bring back (up).
+func (c *churner) next() (j int, in *instance.Instance, up bool) {
+	up = len(c.downList) >= min(50, max(1, c.endpoints/100)) && (c.settled == nil || c.settled(c.downList[0]))
+	if len(c.down) >= c.endpoints {
+		up = true // all down (a tiny scenario): the longest down comes back anyway
+	}
 	if up {
 		// The longest down comes back: a quick down and up of one instance
 		// could cancel out before the engine reads it, changing nothing.
@@ -136,15 +161,7 @@ func (c *churner) endpointChange(commit func(name string, f func())) {
 		c.down[j] = true
 		c.downList = append(c.downList, j)
 	}
-	in := newInstance(j, c.services)
-	color, _ := in.Metadata.Get("color")
-	commit(xds.ClusterName(serviceKey(j%c.services), color, 0), func() {
-		if up {
-			c.reg.Upsert(in)
-		} else {
-			c.reg.Delete(naming.ServiceKey{Namespace: "default", Name: in.Service}, in.ID)
-		}
-	})
+	return j, newInstance(j, c.services), up
 }
 
 // configChange alternates a VirtualService and a DestinationRule change of

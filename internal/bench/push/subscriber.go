@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -341,6 +342,21 @@ type event struct {
 	at        time.Time
 	remaining int
 	got       bitset.BitSet // subscribers that have it
+	// groupLeft counts, per group (the server a subscriber streams from),
+	// the subscribers that do not have it yet; nil without groups.
+	groupLeft []int
+	// early: what subscribers received before the revision was known
+	// (expectLater): the write's answer may come after its push.
+	early []sighting
+}
+
+// unknownRev is an event's revision until resolve: no version reaches it.
+const unknownRev = int64(1<<63 - 1)
+
+type sighting struct {
+	sub int
+	rev int64
+	at  time.Time
 }
 
 // tracker matches what subscribers receive with the changes committed.
@@ -355,6 +371,12 @@ type tracker struct {
 	// every subscriber yet (configOpen > 0): their latencies again.
 	configOpen              int
 	duringAll, duringPerSub []time.Duration
+	// groups maps a subscriber to its group (the server it streams from,
+	// in bench push --servers); groupAll[g] is, per endpoint event, the
+	// last subscriber of group g's latency, groupPerSub[g] every one.
+	groups      []int
+	groupAll    [][]time.Duration
+	groupPerSub [][]time.Duration
 }
 
 func newTracker(subs int) *tracker {
@@ -365,11 +387,92 @@ func newTracker(subs int) *tracker {
 	return t
 }
 
+// group puts subscriber i in group groups[i], of n groups.
+func (t *tracker) group(groups []int, n int) {
+	t.groups = groups
+	t.groupAll = make([][]time.Duration, n)
+	t.groupPerSub = make([][]time.Duration, n)
+}
+
+func (t *tracker) newEvent(kind int, rev int64, at time.Time) *event {
+	e := &event{kind: kind, rev: rev, at: at, remaining: t.subs, during: kind == 0 && t.configOpen > 0}
+	if t.groups != nil {
+		e.groupLeft = make([]int, len(t.groupAll))
+		for _, g := range t.groups {
+			e.groupLeft[g]++
+		}
+	}
+	return e
+}
+
+// expectLater registers a change about to be written whose revision is
+// known only from the write's answer (resolve): an HTTP write to a server.
+func (t *tracker) expectLater(kind int, typ xds.Type, name string, at time.Time) *event {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	e := t.newEvent(kind, unknownRev, at)
+	t.active[typ][name] = append(t.active[typ][name], e)
+	t.open++
+	return e
+}
+
+// resolve gives e its revision, crediting the subscribers that received
+// it before the write's answer came.
+func (t *tracker) resolve(typ xds.Type, name string, e *event, rev int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	e.rev = rev
+	for _, s := range e.early {
+		if s.rev >= rev && !e.got.Test(uint(s.sub)) {
+			t.credit(e, s.sub, s.at)
+		}
+	}
+	e.early = nil
+	if e.remaining == 0 {
+		evs := slices.DeleteFunc(t.active[typ][name], func(x *event) bool { return x == e })
+		if len(evs) == 0 {
+			delete(t.active[typ], name)
+		} else {
+			t.active[typ][name] = evs
+		}
+	}
+}
+
+// credit records that subscriber sub received e at now; it reports whether
+// every subscriber has it. Called with t.mu held.
+func (t *tracker) credit(e *event, sub int, now time.Time) bool {
+	e.got.Set(uint(sub))
+	lat := now.Sub(e.at)
+	t.perSub[e.kind] = append(t.perSub[e.kind], lat)
+	if e.during {
+		t.duringPerSub = append(t.duringPerSub, lat)
+	}
+	if e.groupLeft != nil {
+		g := t.groups[sub]
+		t.groupPerSub[g] = append(t.groupPerSub[g], lat)
+		if e.groupLeft[g]--; e.groupLeft[g] == 0 {
+			t.groupAll[g] = append(t.groupAll[g], lat)
+		}
+	}
+	if e.remaining--; e.remaining > 0 {
+		return false
+	}
+	t.all[e.kind] = append(t.all[e.kind], lat)
+	if e.during {
+		t.duringAll = append(t.duringAll, lat)
+	}
+	if e.kind == 1 {
+		t.configOpen--
+	}
+	t.open--
+	return true
+}
+
 // expect registers a change before it is committed at rev.
 func (t *tracker) expect(kind int, typ xds.Type, name string, rev int64, at time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	e := &event{kind: kind, rev: rev, at: at, remaining: t.subs, during: kind == 0 && t.configOpen > 0}
+	e := t.newEvent(kind, rev, at)
 	t.active[typ][name] = append(t.active[typ][name], e)
 	t.open++
 	if kind == 1 {
@@ -399,24 +502,10 @@ func (t *tracker) received(s *subscriber, typ xds.Type, r *response, full bool, 
 		}
 		kept := evs[:0]
 		for _, e := range evs {
-			if e.rev <= v && !e.got.Test(uint(s.id)) {
-				e.got.Set(uint(s.id))
-				lat := now.Sub(e.at)
-				t.perSub[e.kind] = append(t.perSub[e.kind], lat)
-				if e.during {
-					t.duringPerSub = append(t.duringPerSub, lat)
-				}
-				if e.remaining--; e.remaining == 0 {
-					t.all[e.kind] = append(t.all[e.kind], lat)
-					if e.during {
-						t.duringAll = append(t.duringAll, lat)
-					}
-					if e.kind == 1 {
-						t.configOpen--
-					}
-					t.open--
-					continue
-				}
+			if e.rev == unknownRev {
+				e.early = append(e.early, sighting{sub: s.id, rev: v, at: now})
+			} else if e.rev <= v && !e.got.Test(uint(s.id)) && t.credit(e, s.id, now) {
+				continue
 			}
 			kept = append(kept, e)
 		}

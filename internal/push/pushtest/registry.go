@@ -8,6 +8,7 @@ package pushtest
 
 import (
 	"context"
+	"net/netip"
 	"slices"
 	"sync"
 	"time"
@@ -186,3 +187,20 @@ func (f *follower) Next(ctx context.Context) ([]push.Change, error) {
 }
 
 var _ push.Source = (*Registry)(nil)
+
+// InstanceAt implements push.AddressFinder.
+func (r *Registry) InstanceAt(ap netip.AddrPort) *instance.Instance {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	for _, svc := range r.services {
+		for _, in := range svc {
+			if in.Port != int(ap.Port()) {
+				continue
+			}
+			if a, err := netip.ParseAddr(in.Host); err == nil && a.Unmap() == ap.Addr().Unmap() {
+				return in
+			}
+		}
+	}
+	return nil
+}

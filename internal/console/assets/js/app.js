@@ -10,6 +10,7 @@ import { PushPage } from './push.js';
 import { CallsPage } from './calls.js';
 import { PlacementPage } from './placement.js';
 import { IdentityPage } from './identity.js';
+import { GatewaysPage } from './gateways.js';
 
 // parseRoute reads "#/services/default/orders?selector=a%3Db" into
 // {parts: ['services', 'default', 'orders'], params: URLSearchParams}.
@@ -30,7 +31,7 @@ function useRoute() {
 }
 
 const pages = [
-  ['', 'Overview'], ['services', 'Services'], ['config', 'Routing config'],
+  ['', 'Overview'], ['services', 'Services'], ['config', 'Routing config'], ['gateways', 'Gateways'],
   ['push', 'Push status'], ['calls', 'Calls'], ['placement', 'Placement'], ['identity', 'Identity'],
 ];
 
@@ -90,6 +91,7 @@ function Page({ route }) {
     case 'calls': return html`<${CallsPage} params=${route.params} />`;
     case 'placement': return html`<${PlacementPage} />`;
     case 'identity': return html`<${IdentityPage} />`;
+    case 'gateways': return html`<${GatewaysPage} />`;
   }
   return html`<p class="empty">No page here. <a href="#/">Overview</a></p>`;
 }

@@ -41,6 +41,21 @@ spec:
   - name: v2
     labels: {version: v2}
 `,
+  Gateway: `apiVersion: networking.istio.io/v1
+kind: Gateway
+metadata:
+  name: edge
+  namespace: default
+spec:
+  selector: {istio: ingressgateway}
+  servers:
+  - port: {number: 8443, name: https, protocol: HTTPS}
+    hosts: [shop.example.com]
+    tls: {mode: SIMPLE, credentialName: shop-cert}
+  - port: {number: 8080, name: http, protocol: HTTP}
+    hosts: [shop.example.com]
+    tls: {httpsRedirect: true}
+`,
 };
 
 // toYAML shows a stored object as a user would write it: without the
@@ -71,10 +86,11 @@ export function ConfigPage({ parts }) {
       <aside class="split-list">
         <div class="toolbar">
           <select value=${kindFilter} onChange=${e => setKindFilter(e.currentTarget.value)} aria-label="kind">
-            <option value="">all kinds</option><option>VirtualService</option><option>DestinationRule</option>
+            <option value="">all kinds</option><option>VirtualService</option><option>DestinationRule</option><option>Gateway</option><option>PeerAuthentication</option><option>AuthorizationPolicy</option>
           </select>
           <a class="button" href="#/config/new/VirtualService" id="config-new-vs">New VS</a>
           <a class="button" href="#/config/new/DestinationRule" id="config-new-dr">New DR</a>
+          <a class="button" href="#/config/new/Gateway" id="config-new-gw">New Gateway</a>
         </div>
         <ul class="objects" id="config-list">${items.map(o => {
           const k = keyOf(o);

@@ -1,8 +1,9 @@
 // identity.js: workload identity: the certificate authority's trust
-// domain and roots (which signs, until when), and the certificates this
-// server signed lately, with their expiry (docs/security.md).
+// domain and roots (which signs, until when), the certificates this server
+// signed lately, with their expiry, and the calls the gateways' RBAC
+// filters denied in the last hour (docs/security.md).
 import { html } from '../vendor/lib.js';
-import { get } from './api.js';
+import { get, gateways, gatewayAddr, gateway } from './api.js';
 import { usePoll, ErrorBox, Badge, Empty, when, ago, count } from './ui.js';
 
 // expiry is a certificate's state as a person reads it: expired, expiring
@@ -12,6 +13,47 @@ export function expiry(notAfter, now = Date.now()) {
   if (left <= 0) return ['bad', 'expired'];
   if (left < 2.4 * 3600 * 1000) return ['warn', 'expiring'];
   return ['ok', 'valid'];
+}
+
+// deniedCalls reads the calls each registered gateway's RBAC filters
+// denied in the last hour (reason rbac_denied), newest first: at most 20
+// services a gateway, 50 calls a service, 100 in all.
+async function deniedCalls(signal) {
+  const gws = await gateways(signal);
+  const calls = [];
+  const failed = [];
+  const from = Date.now() - 3600 * 1000;
+  for (const g of gws.slice(0, 10)) {
+    const base = gatewayAddr(g);
+    if (!base) continue;
+    const node = g.metadata['sextant.node'] || g.id;
+    try {
+      const { services } = await gateway(base, '/v1/calls/services', {}, signal);
+      for (const svc of services.slice(0, 20)) {
+        const r = await gateway(base, '/v1/calls', { service: svc, reason: 'rbac_denied', from, limit: 50 }, signal);
+        for (const c of r.calls) calls.push({ ...c, gateway: node });
+      }
+    } catch (e) {
+      if (e.name === 'AbortError') throw e;
+      failed.push(`${node}: ${e.message}`);
+    }
+  }
+  calls.sort((a, b) => new Date(b.start) - new Date(a.start));
+  return { calls: calls.slice(0, 100), gateways: gws.length, failed };
+}
+
+function DeniedCalls() {
+  const { data, error } = usePoll(deniedCalls, 10000);
+  return html`<section><h2>Calls denied by authorization policies <span class="muted">(last hour, the gateways' RBAC filters)</span></h2>
+    <${ErrorBox} error=${error} />
+    ${data && data.failed.map(f => html`<div class="error" role="alert">Gateway admin API ${f}</div>`)}
+    ${data && !data.gateways && html`<${Empty}>No gateway is registered: denied calls are read from each gateway's call log.</${Empty}>`}
+    ${data && data.gateways > 0 && !data.calls.length && html`<${Empty}>No call was denied in the last hour.</${Empty}>`}
+    ${data && data.calls.length > 0 && html`<table id="denied-calls"><thead><tr><th>when</th><th>gateway</th><th>service</th><th>route</th><th>status</th><th>policy</th></tr></thead>
+      <tbody>${data.calls.map(c => html`<tr data-service=${c.service}>
+        <td title=${when(c.start)}>${ago(c.start)}</td><td>${c.gateway}</td><td class="strong">${c.service}</td><td><code>${c.route || '–'}</code></td>
+        <td><${Badge} kind="bad">${c.status}</${Badge}></td><td><code>${c.detail || '–'}</code></td></tr>`)}</tbody></table>`}
+  </section>`;
 }
 
 export function IdentityPage() {
@@ -40,5 +82,6 @@ export function IdentityPage() {
             <td><code>${c.identity}</code></td><td><${Badge} kind=${kind}>${label}</${Badge}></td>
             <td title=${when(c.issuedAt)}>${ago(c.issuedAt)}</td><td>${when(c.notAfter)}</td><td><code>${c.serial}</code></td></tr>`;
         })}</tbody></table>`}
-    </section>`;
+    </section>
+    <${DeniedCalls} />`;
 }

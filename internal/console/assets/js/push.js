@@ -14,6 +14,14 @@ export function pushState(t) {
   return 'STALE';
 }
 
+// shortVersion keeps a version readable in a cell: the push engine's
+// revision and the start of the content hash ("11-1sb0…"); the cell's
+// title has it whole.
+export function shortVersion(v) {
+  if (!v) return '–';
+  return v.length > 9 ? v.slice(0, 8) + '…' : v;
+}
+
 const stateKind = { NACKED: 'bad', 'NOT SENT': '', SYNCED: 'ok', STALE: 'warn' };
 const types = ['clusters', 'endpoints', 'listeners', 'routes'];
 
@@ -156,7 +164,8 @@ export function PushPage() {
             const st = pushState(t);
             return html`<td data-type=${ty} data-sent=${t.version_sent} data-acked=${t.version_acked}>
               <${Badge} kind=${stateKind[st]}>${st}</${Badge}> <span class="muted nowrap">${t.resources} res</span><br/>
-              <span class="mono small nowrap">sent ${t.version_sent || '–'} · acked ${t.version_acked || '–'}</span></td>`;
+              <span class="mono small nowrap" title=${`sent ${t.version_sent || '–'}, acked ${t.version_acked || '–'}`}>${t.version_sent && t.version_sent === t.version_acked
+                ? `version ${shortVersion(t.version_sent)} acked` : `sent ${shortVersion(t.version_sent)} · acked ${shortVersion(t.version_acked)}`}</span></td>`;
           })}
           <td>${pending}${nacks.length > 0 && html` <button type="button" class="link" onClick=${() => setOpen({ ...open, [s.id]: !open[s.id] })}>${count(nacks.length, 'NACK')}</button>`}</td></tr>
           ${(open[s.id] || nacks.some(n => by[n.type] && pushState(by[n.type]) === 'NACKED')) && nacks.length > 0 && html`<tr class="nacks"><td colspan="6">
