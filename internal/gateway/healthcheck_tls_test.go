@@ -15,6 +15,10 @@ import (
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
@@ -73,3 +77,39 @@ func TestActiveHealthCheckOverUpstreamTLS(t *testing.T) {
 	status.Store(200)
 	g.waitServes(t, "/x", "upstream=secure")
 }
+
+// TestActiveHealthCheckGRPCOverUpstreamTLS: a gRPC check of an HTTP/2 TLS
+// cluster runs over the cluster's handshake (ALPN h2, CA, SAN).
+func TestActiveHealthCheckGRPCOverUpstreamTLS(t *testing.T) {
+	ca := newPKI(t)
+	sc, sk := ca.issue(t, false, "orders.example.com")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer(grpc.Creds(credentials.NewServerTLSFromCert(ptr(keyPair(t, sc, sk)))))
+	hs := health.NewServer()
+	healthpb.RegisterHealthServer(srv, hs)
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(srv.Stop)
+	tcp := ln.Addr().(*net.TCPAddr)
+	u := &upstream{addr: ln.Addr().String(), host: tcp.IP.String(), port: uint32(tcp.Port)}
+	up := &tlsv3.UpstreamTlsContext{Sni: "orders.example.com", CommonTlsContext: &tlsv3.CommonTlsContext{
+		ValidationContextType: sdsValidation("ca", exactSAN(tlsv3.SubjectAltNameMatcher_DNS, "orders.example.com"))}}
+	check := &core.HealthCheck{Timeout: durationpb.New(time.Second), Interval: durationpb.New(100 * time.Millisecond),
+		NoTrafficInterval: durationpb.New(100 * time.Millisecond), UnhealthyThreshold: wrapperspb.UInt32(2), HealthyThreshold: wrapperspb.UInt32(1),
+		HealthChecker: &core.HealthCheck_GrpcHealthCheck_{GrpcHealthCheck: &core.HealthCheck_GrpcHealthCheck{}}}
+	c := tlsCluster(h2cCluster("grpcs"), up)
+	c.HealthChecks = []*core.HealthCheck{check}
+	cp := startControlPlane(t, "")
+	cp.set(rdsListener("gw", "r"), routeConfig("r", vhost("all", []string{"*"}, prefixRoute("/", "grpcs"))),
+		c, assignment("grpcs", ep{u: u}), caSecret("ca", ca.pem))
+	g := startGateway(t, cp.addr)
+	waitFor(t, "the gRPC check over TLS to pass", func() bool { return g.endpointHealth(t, "grpcs", u.addr).HealthFlags == "healthy" })
+	hs.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+	waitFor(t, "NOT_SERVING to fail it", func() bool {
+		return strings.Contains(g.endpointHealth(t, "grpcs", u.addr).HealthFlags, "/failed_active_hc")
+	})
+}
+
+func ptr[T any](v T) *T { return &v }
