@@ -2,7 +2,9 @@ package gateway
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"sort"
 	"strings"
@@ -37,6 +39,10 @@ type healthChecker struct {
 	// no_traffic_interval to interval (a wait in progress is cut short).
 	traffic     chan struct{}
 	trafficOnce sync.Once
+
+	// https is the TLS cluster's HTTP check client (tlsClient).
+	tlsOnce sync.Once
+	https   *http.Client
 
 	// mu guards hosts and every hcHost's fields, and serializes the writes
 	// of health to the subset balancer. Lock order: mu, then the
@@ -166,6 +172,9 @@ func (hc *healthChecker) remove(addr string) {
 func (hc *healthChecker) stop() {
 	hc.cancel()
 	hc.wg.Wait()
+	if hc.https != nil {
+		hc.https.CloseIdleConnections()
+	}
 }
 
 // warm waits, until t fires, for every host to have had its first check, as Envoy warms a new cluster before it takes
@@ -279,12 +288,20 @@ func (hc *healthChecker) check(ctx context.Context, addr string) (ok, network bo
 	s := hc.spec
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
+	ut := hc.c.tls // a TLS cluster: checks use its handshake, as Envoy's use its transport socket
 	switch s.kind {
 	case hcTCP:
 		r := hc.probes.p.TCP(ctx, addr)
 		return r.Status == probe.Passing, true, r.Output
 	case hcGRPC:
-		r := hc.probes.p.GRPC(ctx, addr, s.service, false)
+		var r probe.Result
+		if ut != nil {
+			r = hc.probes.p.GRPCVia(ctx, addr, s.service, fmt.Sprintf("%p", ut), func(ctx context.Context, a string) (net.Conn, error) {
+				return ut.dial(ctx, a, hc.c.spec.connect, true)
+			})
+		} else {
+			r = hc.probes.p.GRPC(ctx, addr, s.service, false)
+		}
 		return r.Status == probe.Passing, !r.Answered, r.Output
 	}
 	host := s.host
@@ -303,7 +320,11 @@ func (hc *healthChecker) check(ctx context.Context, addr string) (ok, network bo
 	for _, k := range s.remove {
 		hdr.Del(k)
 	}
-	r := hc.probes.p.HTTP(ctx, probe.HTTP{URL: "http://" + addr + s.path, Method: s.method, Header: hdr})
+	req := probe.HTTP{URL: "http://" + addr + s.path, Method: s.method, Header: hdr}
+	if ut != nil {
+		req.URL, req.Client = "https://"+addr+s.path, hc.tlsClient()
+	}
+	r := hc.probes.p.HTTP(ctx, req)
 	if !r.Answered {
 		return false, true, r.Output
 	}
@@ -311,6 +332,27 @@ func (hc *healthChecker) check(ctx context.Context, addr string) (ok, network bo
 		return true, false, r.Output
 	}
 	return false, inRanges(s.retriable, r.Code), r.Output
+}
+
+// tlsClient is the HTTP client of a TLS cluster's checks: its connections
+// made with the cluster's own handshake (SNI, CA, client certificate),
+// kept alive between checks, closed when the checker stops.
+func (hc *healthChecker) tlsClient() *http.Client {
+	hc.tlsOnce.Do(func() {
+		ut, connect := hc.c.tls, hc.c.spec.connect
+		hc.https = &http.Client{
+			Transport: &http.Transport{
+				DialTLSContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
+					return ut.dial(ctx, addr, connect, false)
+				},
+				MaxIdleConnsPerHost: 2,
+				IdleConnTimeout:     2 * time.Minute,
+				DisableCompression:  true,
+			},
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		}
+	})
+	return hc.https
 }
 
 // apply moves h's state by one result as Envoy's health check sessions do,

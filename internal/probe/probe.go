@@ -64,6 +64,10 @@ type HTTP struct {
 	Method        string // default GET
 	Header        map[string][]string
 	TLSSkipVerify bool
+	// Client, if set, sends the request instead of the Prober's own (the
+	// gateway's checks of a TLS cluster dial with the cluster's handshake);
+	// it keeps its own connections.
+	Client *http.Client
 }
 
 // maxBody is how much of an answer's body a probe reads into its output
@@ -88,6 +92,7 @@ type Prober struct {
 type grpcKey struct {
 	target string
 	tls    bool
+	via    string // GRPCVia's key: connections of one dialer only
 }
 
 type grpcConn struct {
@@ -148,6 +153,9 @@ func (p *Prober) HTTP(ctx context.Context, req HTTP) Result {
 	if req.TLSSkipVerify {
 		c = p.skip
 	}
+	if req.Client != nil {
+		c = req.Client
+	}
 	resp, err := c.Do(r)
 	if err != nil {
 		return Result{Status: Critical, Output: fmt.Sprintf("HTTP %s %s: %v", method, req.URL, err)}
@@ -182,7 +190,18 @@ func (p *Prober) TCP(ctx context.Context, addr string) Result {
 // within ctx) critical. With useTLS the connection is TLS without
 // certificate checks, as Consul's grpc_use_tls.
 func (p *Prober) GRPC(ctx context.Context, addr, service string, useTLS bool) Result {
-	cc, err := p.grpcConn(addr, useTLS)
+	return p.grpc(ctx, addr, service, grpcKey{target: addr, tls: useTLS}, nil)
+}
+
+// GRPCVia is GRPC over connections dial makes (already secured, e.g. a TLS
+// handshake with a cluster's own config); via names the dialer, so that
+// connections are shared only among probes of the same one.
+func (p *Prober) GRPCVia(ctx context.Context, addr, service, via string, dial func(context.Context, string) (net.Conn, error)) Result {
+	return p.grpc(ctx, addr, service, grpcKey{target: addr, via: via}, dial)
+}
+
+func (p *Prober) grpc(ctx context.Context, addr, service string, k grpcKey, dial func(context.Context, string) (net.Conn, error)) Result {
+	cc, err := p.grpcConn(k, dial)
 	if err != nil {
 		return Result{Status: Critical, Output: fmt.Sprintf("gRPC %s: %v", addr, err)}
 	}
@@ -204,8 +223,7 @@ func (p *Prober) GRPC(ctx context.Context, addr, service string, useTLS bool) Re
 	return Result{Status: Passing, Output: fmt.Sprintf("gRPC %s service %q: SERVING", addr, service), Answered: true}
 }
 
-func (p *Prober) grpcConn(addr string, useTLS bool) (*grpc.ClientConn, error) {
-	k := grpcKey{addr, useTLS}
+func (p *Prober) grpcConn(k grpcKey, dial func(context.Context, string) (net.Conn, error)) (*grpc.ClientConn, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.conns == nil {
@@ -215,11 +233,15 @@ func (p *Prober) grpcConn(addr string, useTLS bool) (*grpc.ClientConn, error) {
 		c.used = time.Now()
 		return c.cc, nil
 	}
-	creds := insecure.NewCredentials()
-	if useTLS {
+	creds := insecure.NewCredentials() // with dial: the connection is secured already
+	if k.tls {
 		creds = credentials.NewTLS(&tls.Config{InsecureSkipVerify: true}) //nolint:gosec // as Consul's grpc_use_tls
 	}
-	cc, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(creds))
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
+	if dial != nil {
+		opts = append(opts, grpc.WithContextDialer(dial))
+	}
+	cc, err := grpc.NewClient("passthrough:///"+k.target, opts...)
 	if err != nil {
 		return nil, err
 	}
