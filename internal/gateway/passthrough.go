@@ -215,8 +215,10 @@ func (g *Gateway) passThrough(c net.Conn, hello []byte, t *tcpProxyRT, sni strin
 		res.Done(time.Since(start), balancer.Unreachable)
 		return
 	}
-	splice(c, up, t.spec.idle)
+	// The balancer learns the connect, not the tunnel's life (hours, for
+	// some): a latency it would otherwise count against the endpoint.
 	res.Done(time.Since(start), balancer.Success)
+	splice(c, up, t.spec.idle)
 }
 
 // splice copies bytes both ways until both directions have ended, or
