@@ -177,9 +177,9 @@ func (hc *healthChecker) stop() {
 	}
 }
 
-// warm waits, until t fires, for every host to have had its first check, as Envoy warms a new cluster before it takes
-// calls: a cluster replaced by a config change does not answer 503 while
-// its hosts are pending.
+// warm waits, until t fires, for every host to have had its first check,
+// as Envoy warms a new cluster before it takes calls: a cluster replaced by
+// a config change does not answer 503 while its hosts are pending.
 func (hc *healthChecker) warm(t <-chan time.Time) bool {
 	hc.mu.Lock()
 	var waits []chan struct{}
