@@ -47,13 +47,7 @@ func (g *Gateway) SetIdentity(certPEM, keyPEM, bundlePEM []byte) error {
 // refreshUpstreamTLS rebuilds the handshake config of every TLS cluster of
 // clusters from the secrets received and the identity. Caller holds g.mu.
 func (g *Gateway) refreshUpstreamTLS(clusters map[string]*clusterRT) {
-	secrets := make(map[string]any, len(g.sdsSecrets)+len(g.identity))
-	for k, v := range g.sdsSecrets {
-		secrets[k] = v
-	}
-	for k, v := range g.identity {
-		secrets[k] = v
-	}
+	secrets := g.tlsSecrets(g.sdsSecrets)
 	for name, rt := range clusters {
 		if rt.tls == nil {
 			continue
@@ -73,4 +67,70 @@ func secretLabel(n string) string {
 		return fmt.Sprintf("the gateway's identity (%s) not set (run it with --identity-namespace and --identity-service-account)", c)
 	}
 	return fmt.Sprintf("secret %q not received", n)
+}
+
+// tlsSecrets is what TLS listeners' chains and TLS clusters may name: the
+// SDS secrets received (sds), and the gateway's identity. Caller holds g.mu.
+func (g *Gateway) tlsSecrets(sds map[string]any) map[string]any {
+	if len(g.identity) == 0 {
+		return sds
+	}
+	out := make(map[string]any, len(sds)+len(g.identity))
+	for k, v := range sds {
+		out[k] = v
+	}
+	for k, v := range g.identity {
+		out[k] = v
+	}
+	return out
+}
+
+// refreshDownstreamIdentity rebuilds the handshake config of every TLS
+// chain (the identity changed): new handshakes present the new
+// certificate and trust the new roots; connections open keep theirs.
+// Caller holds g.mu.
+func (g *Gateway) refreshDownstreamIdentity() {
+	st := g.tls.Load()
+	if st == nil {
+		return
+	}
+	secrets := g.tlsSecrets(g.sdsSecrets)
+	next := make(tlsState, len(*st))
+	for port, l := range *st {
+		next[port] = l.withSecrets(secrets)
+	}
+	g.tls.Store(&next)
+}
+
+// withSecrets returns a copy of l whose chains' handshake configs are
+// rebuilt from secrets (chains shared between server names stay shared).
+func (l *tlsListenerRT) withSecrets(secrets map[string]any) *tlsListenerRT {
+	if l == nil {
+		return nil
+	}
+	n := &tlsListenerRT{name: l.name, passthrough: l.passthrough, exact: make(map[string]*tlsChainRT, len(l.exact)),
+		wild: make(map[string]*tlsChainRT, len(l.wild))}
+	done := map[*tlsChainRT]*tlsChainRT{}
+	re := func(c *tlsChainRT) *tlsChainRT {
+		if c == nil {
+			return nil
+		}
+		if x, ok := done[c]; ok {
+			return x
+		}
+		x := *c
+		if c.spec != nil && c.spec.tls != nil {
+			x.conf, x.notReady = chainConfig(c.spec.tls, secrets)
+		}
+		done[c] = &x
+		return &x
+	}
+	for k, c := range l.exact {
+		n.exact[k] = re(c)
+	}
+	for k, c := range l.wild {
+		n.wild[k] = re(c)
+	}
+	n.any, n.def = re(l.any), re(l.def)
+	return n
 }

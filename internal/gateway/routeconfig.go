@@ -10,7 +10,6 @@ import (
 	"time"
 
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
-	matcher "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -496,29 +495,12 @@ func decodeHeaderMatcher(h *route.HeaderMatcher, path string) (headerMatch, erro
 		}
 		hm.kind, hm.re = strRegex, re
 	case *route.HeaderMatcher_StringMatch:
-		sm := s.StringMatch
-		hm.ignoreCase = sm.GetIgnoreCase()
-		switch p := sm.GetMatchPattern().(type) {
-		case *matcher.StringMatcher_Exact:
-			hm.kind, hm.value = strExact, p.Exact
-		case *matcher.StringMatcher_Prefix:
-			hm.kind, hm.value = strPrefix, p.Prefix
-		case *matcher.StringMatcher_Suffix:
-			hm.kind, hm.value = strSuffix, p.Suffix
-		case *matcher.StringMatcher_Contains:
-			hm.kind, hm.value = strContains, p.Contains
-		case *matcher.StringMatcher_SafeRegex:
-			re, err := compileRegex(p.SafeRegex.GetRegex(), hm.ignoreCase)
-			if err != nil {
-				return hm, fieldErr(path+".string_match.safe_regex.regex", "%v", err)
-			}
-			hm.kind, hm.re = strRegex, re
-		default:
-			return hm, fieldErr(path+".string_match", "pattern %T: %v", p, errUnsupported)
+		sm, err := decodeStringMatcher(s.StringMatch, path+".string_match")
+		if err != nil {
+			return hm, err
 		}
-		if hm.ignoreCase {
-			hm.value = strings.ToLower(hm.value)
-		}
+		sm.name, sm.invert = hm.name, hm.invert
+		hm = sm
 	default:
 		return hm, fieldErr(path, "header match %T: %v", s, errUnsupported)
 	}

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -176,28 +177,11 @@ func (l *tlsListenerRT) add(cs *chainSpec, c *tlsChainRT) {
 // chainConfig builds a chain's handshake config from its context and the
 // secrets received; a secret not (yet) received leaves it not ready.
 func chainConfig(t *tlsContextSpec, secrets map[string]any) (*tls.Config, string) {
-	conf := &tls.Config{MinVersion: t.minVer, MaxVersion: t.maxVer, NextProtos: slices.Clone(t.alpn),
-		Certificates: slices.Clone(t.certs)}
-	for _, n := range t.certSecrets {
-		sec, ok := secrets[n].(*secretSpec)
-		switch {
-		case !ok:
-			return nil, secretLabel(n)
-		case sec.cert == nil:
-			return nil, fmt.Sprintf("secret %q holds no tls_certificate", n)
-		}
-		conf.Certificates = append(conf.Certificates, *sec.cert)
-	}
-	ca := t.ca
-	if t.caSecret != "" {
-		sec, ok := secrets[t.caSecret].(*secretSpec)
-		switch {
-		case !ok:
-			return nil, secretLabel(t.caSecret)
-		case sec.ca == nil:
-			return nil, fmt.Sprintf("secret %q holds no validation_context", t.caSecret)
-		}
-		ca = sec.ca
+	conf := &tls.Config{MinVersion: t.minVer, MaxVersion: t.maxVer, NextProtos: slices.Clone(t.alpn)}
+	var why string
+	var ca *x509.CertPool
+	if conf.Certificates, ca, why = resolveSecrets(t.certs, t.certSecrets, t.ca, t.caSecret, secrets); why != "" {
+		return nil, why
 	}
 	if ca != nil {
 		conf.ClientCAs = ca
@@ -207,6 +191,35 @@ func chainConfig(t *tlsContextSpec, secrets map[string]any) (*tls.Config, string
 		}
 	}
 	return conf, ""
+}
+
+// resolveSecrets completes a TLS context's certificates (inline certs, then
+// one per secret named in certSecrets) and its CA (inline ca, else the
+// secret caSecret) from the secrets received, or says which is missing.
+func resolveSecrets(certs []tls.Certificate, certSecrets []string, ca *x509.CertPool, caSecret string,
+	secrets map[string]any) ([]tls.Certificate, *x509.CertPool, string) {
+	out := slices.Clone(certs)
+	for _, n := range certSecrets {
+		sec, ok := secrets[n].(*secretSpec)
+		switch {
+		case !ok:
+			return nil, nil, secretLabel(n)
+		case sec.cert == nil:
+			return nil, nil, fmt.Sprintf("secret %q holds no tls_certificate", n)
+		}
+		out = append(out, *sec.cert)
+	}
+	if caSecret != "" {
+		sec, ok := secrets[caSecret].(*secretSpec)
+		switch {
+		case !ok:
+			return nil, nil, secretLabel(caSecret)
+		case sec.ca == nil:
+			return nil, nil, fmt.Sprintf("secret %q holds no validation_context", caSecret)
+		}
+		ca = sec.ca
+	}
+	return out, ca, ""
 }
 
 // configForClient is the handshake's GetConfigForClient on port: the

@@ -172,6 +172,34 @@ func sdsName(path string, c *tlsv3.SdsSecretConfig) (string, error) {
 	return c.GetName(), nil
 }
 
+// decodeCertSources reads where a TLS context's own certificates come
+// from: inline tls_certificates, SDS secrets by name, and a certificate
+// provider instance, which is the gateway's own workload identity
+// (identity.go; the mesh's mutual TLS, Istio's ISTIO_MUTUAL), named among
+// the secrets with providerPrefix.
+func decodeCertSources(cp string, c *tlsv3.CommonTlsContext) ([]tls.Certificate, []string, error) {
+	var certs []tls.Certificate
+	var secrets []string
+	for i, tc := range c.GetTlsCertificates() {
+		cert, err := decodeCertificate(fmt.Sprintf("%s.tls_certificates[%d]", cp, i), tc)
+		if err != nil {
+			return nil, nil, err
+		}
+		certs = append(certs, *cert)
+	}
+	for i, sc := range c.GetTlsCertificateSdsSecretConfigs() {
+		n, err := sdsName(fmt.Sprintf("%s.tls_certificate_sds_secret_configs[%d]", cp, i), sc)
+		if err != nil {
+			return nil, nil, err
+		}
+		secrets = append(secrets, n)
+	}
+	if pi := c.GetTlsCertificateProviderInstance(); pi != nil {
+		secrets = append(secrets, providerPrefix+providerSecret(pi, "default"))
+	}
+	return certs, secrets, nil
+}
+
 func decodeDownstreamTLS(path string, ts *core.TransportSocket) (*tlsContextSpec, error) {
 	if ts.GetName() != tlsSocketName && ts.GetTypedConfig().GetTypeUrl() != downstreamTLSTypeURL {
 		return nil, fieldErr(path, "transport socket %q: %v (envoy.transport_sockets.tls only)", ts.GetName(), errUnsupported)
@@ -208,24 +236,9 @@ func decodeDownstreamTLS(path string, ts *core.TransportSocket) (*tlsContextSpec
 		}
 		spec.alpn = append(spec.alpn, a)
 	}
-	for i, tc := range c.GetTlsCertificates() {
-		cert, err := decodeCertificate(fmt.Sprintf("%s.tls_certificates[%d]", cp, i), tc)
-		if err != nil {
-			return nil, err
-		}
-		spec.certs = append(spec.certs, *cert)
-	}
-	for i, sc := range c.GetTlsCertificateSdsSecretConfigs() {
-		n, err := sdsName(fmt.Sprintf("%s.tls_certificate_sds_secret_configs[%d]", cp, i), sc)
-		if err != nil {
-			return nil, err
-		}
-		spec.certSecrets = append(spec.certSecrets, n)
-	}
-	// A certificate provider instance is the gateway's own workload
-	// identity (identity.go): the mesh's mutual TLS, Istio's ISTIO_MUTUAL.
-	if pi := c.GetTlsCertificateProviderInstance(); pi != nil {
-		spec.certSecrets = append(spec.certSecrets, providerPrefix+providerSecret(pi, "default"))
+	var err error
+	if spec.certs, spec.certSecrets, err = decodeCertSources(cp, c); err != nil {
+		return nil, err
 	}
 	if len(spec.certs)+len(spec.certSecrets) == 0 {
 		return nil, fieldErr(cp, "no tls_certificates, tls_certificate_sds_secret_configs or tls_certificate_provider_instance")
@@ -233,7 +246,6 @@ func decodeDownstreamTLS(path string, ts *core.TransportSocket) (*tlsContextSpec
 	if c.GetCustomHandshaker() != nil || c.GetKeyLog() != nil {
 		return nil, fieldErr(cp, "custom handshaker, key log: %v", errUnsupported)
 	}
-	var err error
 	switch v := c.GetValidationContextType().(type) {
 	case nil:
 	case *tlsv3.CommonTlsContext_ValidationContext:

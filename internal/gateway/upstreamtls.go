@@ -101,26 +101,12 @@ func decodeUpstreamTLS(path string, ts *core.TransportSocket) (*upstreamTLSSpec,
 			spec.alpn = append(spec.alpn, a)
 		}
 	}
-	for i, t := range c.GetTlsCertificates() {
-		cert, err := decodeCertificate(fmt.Sprintf("%s.tls_certificates[%d]", cp, i), t)
-		if err != nil {
-			return nil, err
-		}
-		spec.certs = append(spec.certs, *cert)
-	}
-	for i, sc := range c.GetTlsCertificateSdsSecretConfigs() {
-		n, err := sdsName(fmt.Sprintf("%s.tls_certificate_sds_secret_configs[%d]", cp, i), sc)
-		if err != nil {
-			return nil, err
-		}
-		spec.certSecrets = append(spec.certSecrets, n)
-	}
 	// A certificate provider instance (what Sextant's control plane names
-	// for the mesh's mutual TLS, gRFC A29) is the gateway's own identity
-	// (identity.go): its certificate "default" and roots "ROOTCA", as
-	// Istio names them.
-	if pi := c.GetTlsCertificateProviderInstance(); pi != nil {
-		spec.certSecrets = append(spec.certSecrets, providerPrefix+providerSecret(pi, "default"))
+	// for the mesh's mutual TLS, gRFC A29) is the gateway's own identity:
+	// its certificate "default" and roots "ROOTCA", as Istio names them.
+	var err error
+	if spec.certs, spec.certSecrets, err = decodeCertSources(cp, c); err != nil {
+		return nil, err
 	}
 	if len(spec.certs)+len(spec.certSecrets) > 1 {
 		return nil, fieldErr(cp+".tls_certificates", "%d client certificates: at most one", len(spec.certs)+len(spec.certSecrets))
@@ -171,7 +157,6 @@ func decodeUpstreamTLS(path string, ts *core.TransportSocket) (*upstreamTLSSpec,
 	default:
 		return nil, fieldErr(cp, "validation context %T: %v", v, errUnsupported)
 	}
-	var err error
 	if spec.sans, err = decodeSANs(cp+".validation_context", dv); err != nil {
 		return nil, err
 	}
@@ -316,33 +301,17 @@ var errSANMismatch = errors.New("subject alt name mismatch")
 // http/1.1 when the spec lists it.
 func (t *upstreamTLSSpec) config(secrets map[string]any, h2 bool) (*tls.Config, string) {
 	conf := &tls.Config{MinVersion: t.minVer, MaxVersion: t.maxVer, ServerName: t.sni,
-		Certificates: slices.Clone(t.certs), ClientSessionCache: tls.NewLRUClientSessionCache(256)}
+		ClientSessionCache: tls.NewLRUClientSessionCache(256)}
 	switch {
 	case h2:
 		conf.NextProtos = []string{"h2"}
 	case slices.Contains(t.alpn, "http/1.1"):
 		conf.NextProtos = []string{"http/1.1"}
 	}
-	for _, n := range t.certSecrets {
-		sec, ok := secrets[n].(*secretSpec)
-		switch {
-		case !ok:
-			return nil, secretLabel(n)
-		case sec.cert == nil:
-			return nil, fmt.Sprintf("secret %q holds no tls_certificate", n)
-		}
-		conf.Certificates = append(conf.Certificates, *sec.cert)
-	}
-	roots := t.ca
-	if t.caSecret != "" {
-		sec, ok := secrets[t.caSecret].(*secretSpec)
-		switch {
-		case !ok:
-			return nil, secretLabel(t.caSecret)
-		case sec.ca == nil:
-			return nil, fmt.Sprintf("secret %q holds no validation_context", t.caSecret)
-		}
-		roots = sec.ca
+	var why string
+	var roots *x509.CertPool
+	if conf.Certificates, roots, why = resolveSecrets(t.certs, t.certSecrets, t.ca, t.caSecret, secrets); why != "" {
+		return nil, why
 	}
 	// Envoy checks the chain and then the SAN matchers, not the host name
 	// (auto_sni_san_validation aside): Go's own check would compare the
