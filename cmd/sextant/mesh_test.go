@@ -57,8 +57,17 @@ func startMesh(t *testing.T) (api *client.Client, proxy, admin string) {
 // (none if empty); server is the registry's base URL.
 func startMeshTLS(t *testing.T, tlsAddr string) (api *client.Client, proxy, admin, server string) {
 	t.Helper()
+	return startMeshWith(t, tlsAddr, 10*time.Second, nil)
+}
+
+// startMeshWith runs the server and a gateway (TLS on tlsAddr unless
+// empty), gw changing the gateway's flags first (given the server's base
+// URL), and waits up to ready for the server to be ready.
+func startMeshWith(t *testing.T, tlsAddr string, ready time.Duration, gw func(f *gatewayFlags, server string)) (api *client.Client, proxy, admin, server string) {
+	t.Helper()
 	httpAddr, xdsAddr := freeAddr(t), freeAddr(t)
 	proxy, admin = freeAddr(t), freeAddr(t)
+	server = "http://" + httpAddr
 	ctx, cancel := context.WithCancel(context.Background())
 	serverDone, gatewayDone := make(chan error, 1), make(chan error, 1)
 	data := t.TempDir() // here: its removal must come after the server's stop below
@@ -66,13 +75,15 @@ func startMeshTLS(t *testing.T, tlsAddr string) (api *client.Client, proxy, admi
 		serverDone <- runServer(ctx, serverFlags{data: data, http: httpAddr, xds: xdsAddr, logFormat: "text",
 			logLevel: "error", logSize: 1 << 16, drain: 5 * time.Second})
 	}()
+	f := gatewayFlags{xds: xdsAddr, listen: proxy, admin: admin,
+		data: filepath.Join(t.TempDir(), "gw"), node: "mesh-test-gateway", service: "sextant-gateway", tlsListen: tlsListen(tlsAddr),
+		maxBody: 1 << 20, retainAge: time.Hour, retainBytes: 1 << 30, drain: 5 * time.Second,
+		logFormat: "text", logLevel: "error"}
+	if gw != nil {
+		gw(&f, server)
+	}
 	gctx, gcancel := context.WithCancel(context.Background())
-	go func() {
-		gatewayDone <- runGateway(gctx, gatewayFlags{xds: xdsAddr, listen: proxy, admin: admin,
-			data: filepath.Join(t.TempDir(), "gw"), node: "mesh-test-gateway", service: "sextant-gateway", tlsListen: tlsListen(tlsAddr),
-			maxBody: 1 << 20, retainAge: time.Hour, retainBytes: 1 << 30, drain: 5 * time.Second,
-			logFormat: "text", logLevel: "error"})
-	}()
+	go func() { gatewayDone <- runGateway(gctx, f) }()
 	t.Cleanup(func() {
 		gcancel()
 		if err := <-gatewayDone; err != nil {
@@ -83,19 +94,19 @@ func startMeshTLS(t *testing.T, tlsAddr string) (api *client.Client, proxy, admi
 			t.Errorf("server: %v", err)
 		}
 	})
-	c, err := client.New("http://" + httpAddr)
+	c, err := client.New(server)
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitTrue(t, 10*time.Second, func() bool {
-		resp, err := http.Get("http://" + httpAddr + "/readyz")
+	waitTrue(t, ready, func() bool {
+		resp, err := http.Get(server + "/readyz")
 		if err != nil {
 			return false
 		}
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK
 	})
-	return c, proxy, admin, "http://" + httpAddr
+	return c, proxy, admin, server
 }
 
 func tlsListen(addr string) []string {

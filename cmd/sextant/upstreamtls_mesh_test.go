@@ -9,7 +9,6 @@ import (
 	"log"
 	"net"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -28,46 +27,10 @@ func startMeshIdentity(t *testing.T) (api *client.Client, proxy string) {
 // TLS on tlsAddr ("": none).
 func startMeshIdentityTLS(t *testing.T, tlsAddr string) (api *client.Client, proxy string) {
 	t.Helper()
-	httpAddr, xdsAddr := freeAddr(t), freeAddr(t)
-	proxy, admin := freeAddr(t), freeAddr(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	serverDone, gatewayDone := make(chan error, 1), make(chan error, 1)
-	data := t.TempDir()
-	go func() {
-		serverDone <- runServer(ctx, serverFlags{data: data, http: httpAddr, xds: xdsAddr, logFormat: "text",
-			logLevel: "error", logSize: 1 << 16, drain: 5 * time.Second})
-	}()
-	gctx, gcancel := context.WithCancel(context.Background())
-	go func() {
-		gatewayDone <- runGateway(gctx, gatewayFlags{xds: xdsAddr, listen: proxy, admin: admin, registry: "http://" + httpAddr,
-			identityNS: "edge", identitySA: "sextant-gateway", tlsListen: tlsListen(tlsAddr),
-			data: filepath.Join(t.TempDir(), "gw"), node: "mesh-identity-gateway", service: "sextant-gateway",
-			maxBody: 1 << 20, retainAge: time.Hour, retainBytes: 1 << 30, drain: 5 * time.Second,
-			logFormat: "text", logLevel: "error"})
-	}()
-	t.Cleanup(func() {
-		gcancel()
-		if err := <-gatewayDone; err != nil {
-			t.Errorf("gateway: %v", err)
-		}
-		cancel()
-		if err := <-serverDone; err != nil {
-			t.Errorf("server: %v", err)
-		}
+	api, proxy, _, _ = startMeshWith(t, tlsAddr, 30*time.Second, func(f *gatewayFlags, server string) {
+		f.registry, f.identityNS, f.identitySA, f.node = server, "edge", "sextant-gateway", "mesh-identity-gateway"
 	})
-	c, err := client.New("http://" + httpAddr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitTrue(t, 30*time.Second, func() bool {
-		resp, err := http.Get("http://" + httpAddr + "/readyz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	})
-	return c, proxy
+	return api, proxy
 }
 
 const istioMutualConfig = `apiVersion: networking.istio.io/v1
