@@ -34,6 +34,7 @@ type Server struct {
 	ackWait  time.Duration
 	stall    time.Duration
 	ids      atomic.Uint64
+	turns    *turns
 
 	mu   sync.Mutex
 	subs map[uint64]*subscriber
@@ -84,7 +85,7 @@ func NewServer(c *Cache, opts ServerOptions) *Server {
 	if opts.StallTimeout <= 0 {
 		opts.StallTimeout = DefaultStallTimeout
 	}
-	return &Server{cache: c, log: opts.Logger, metrics: opts.Metrics, subs: map[uint64]*subscriber{}, grpcOpts: opts.GRPC, ackWait: opts.AckWait, stall: opts.StallTimeout}
+	return &Server{cache: c, log: opts.Logger, metrics: opts.Metrics, subs: map[uint64]*subscriber{}, grpcOpts: opts.GRPC, ackWait: opts.AckWait, stall: opts.StallTimeout, turns: newTurns()}
 }
 
 // Register adds the ADS service to g, which must have been created with
@@ -263,6 +264,7 @@ func (s *Server) serve(ctx context.Context, stream sender, delta bool, recv func
 
 // sendLoop is the stream's send goroutine.
 func (s *Server) sendLoop(ctx context.Context, sub *subscriber, stream sender) error {
+	defer s.turns.leave(sub)
 	// retry fires when a type that waits for the client's answer may send
 	// without it (sub.ackWait).
 	retry := time.NewTimer(time.Hour)
@@ -377,10 +379,29 @@ func (s *Server) yieldToEndpoints(ctx context.Context, sub *subscriber, t *time.
 	}
 }
 
-// sendOne sends the next response of type t, if any.
+// sendOne sends the next response of type t, if any. A large
+// state-of-the-world list waits for its turn (turns).
 func (s *Server) sendOne(sub *subscriber, stream sender, t Type, now time.Time) (bool, error) {
+	var tn *turn
+	if t != TypeEndpoint && sub.bigFull(t, now) {
+		// Built once its turn comes, it carries the state of then.
+		if tn = s.turns.take(sub); tn == nil {
+			return false, nil // in line: poked when granted a turn
+		}
+	}
 	sub.mu.Lock()
 	r, ok := sub.build(t, now)
+	switch {
+	case ok && tn != nil:
+		// gRPC queues a message whole and SendMsg returns at once: the
+		// transfer is over when the client answers, and the turn is held
+		// until then (or maxTurn).
+		st := &sub.t[t]
+		st.turn.release()
+		st.turn = tn
+	case tn != nil:
+		tn.release()
+	}
 	if ok {
 		sub.sending = true
 		if sub.epQueued && t != TypeEndpoint {
@@ -441,6 +462,10 @@ func (s *Server) onRequest(sub *subscriber, req request) {
 	first := !st.requested
 	st.requested = true
 	if f, found := st.ack(req.nonce, req.errMsg, now); found {
+		if st.turn != nil && st.awaiting == "" {
+			st.turn.release() // the client has the response that held it
+			st.turn = nil
+		}
 		if req.errMsg != nil {
 			s.metrics.nacks.WithLabelValues(t.String()).Inc()
 			s.log.Warn("xds: NACK", "node", sub.node, "addr", sub.addr, "type", t.String(), "version", f.version, "error", *req.errMsg)

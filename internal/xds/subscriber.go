@@ -54,6 +54,11 @@ type subscriber struct {
 	// the others would wait for it.
 	epQueued bool
 	sending  bool
+
+	// Guarded by the server's turns.mu: a turn granted while waiting in
+	// line, in line, stream ended.
+	granted      *turn
+	inLine, gone bool
 }
 
 type subType struct {
@@ -79,6 +84,9 @@ type subType struct {
 	ackedAt      time.Time
 	responses    uint64
 	nacks        []NACK
+	// turn is held by the last large response until the client answers
+	// it (turns); nil: none.
+	turn *turn
 }
 
 type inflight struct {
@@ -164,6 +172,27 @@ func (s *subscriber) ready(t Type, now time.Time) bool {
 	defer s.mu.Unlock()
 	st := &s.t[t]
 	return st.requested && !st.gated(now, s.ackWait) && (st.full || st.dirty)
+}
+
+// bigFull reports whether type t's next response is a state-of-the-world
+// list of turnBytes or more: it waits for its turn (turns) before it is
+// built.
+func (s *subscriber) bigFull(t Type, now time.Time) bool {
+	if s.delta || (t != TypeCluster && t != TypeListener) {
+		return false
+	}
+	s.mu.Lock()
+	st := &s.t[t]
+	ready := st.wildcard && st.requested && !st.gated(now, s.ackWait) && (st.full || st.dirty)
+	s.mu.Unlock()
+	if !ready {
+		return false
+	}
+	tc := s.c.types[t]
+	tc.mu.RLock()
+	n := len(tc.full().body)
+	tc.mu.RUnlock()
+	return n >= turnBytes
 }
 
 // clustersSent releases the endpoints held back until their clusters were
