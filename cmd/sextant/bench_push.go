@@ -44,8 +44,11 @@ robin over the servers' xDS ports; instances go down and up at --churn per
 second (open loop, up to 16 writes in flight; skipped_ticks counts the ticks
 that found 16 out), each written to A only, and the figures are the time from
 before the write until every subscriber on every server had it, also per server
-(per_server, A first). --subscribers defaults to 100 per server here; there
-is no config churn in this mode. Each server serves ADS from its own
+(per_server, A first). --subscribers defaults to 100 per server here.
+Config changes are written to A only with --config-every (one in flight at
+a time), which makes config_* and endpoint_during_config_* figures: with
+--servers 1 that is the control plane alone in its own process, its
+subscribers outside it. Each server serves ADS from its own
 catalog, which follows the database (docs/cluster.md); --server-bin runs
 the servers from another sextant binary, to compare two versions in one
 run.`,
@@ -53,6 +56,7 @@ run.`,
   sextant bench push --subscribers 1000 --protocol delta
   sextant bench push --subscribers 100 --protocol sotw
   sextant bench push --servers 3 --store 'mysql://root@tcp(127.0.0.1:3306)/sx_push' --subscribers 300 --services 200 --endpoints 2000
+  sextant bench push --servers 1 --store 'mysql://root@tcp(127.0.0.1:3306)/sx_push1' --subscribers 200 --protocol sotw --config-every 100ms
   sextant bench push --policy --subscribers 1000 --duration 10s`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -68,8 +72,11 @@ run.`,
 				if storeURL == "" || servers < 1 {
 					return fmt.Errorf("--servers and --store go together: --servers %d, --store %q", servers, storeURL)
 				}
-				if cpuprofile != "" || cfg.ChurnOnlyDuringConfig {
-					return fmt.Errorf("--cpuprofile and --churn-only-during-config are for the in-process mode, not --servers (profile a server with --server-arg=--pprof)")
+				if cpuprofile != "" {
+					return fmt.Errorf("--cpuprofile is for the in-process mode, not --servers (profile a server with --server-arg=--pprof)")
+				}
+				if cfg.ChurnOnlyDuringConfig && cfg.ConfigEvery <= 0 {
+					return fmt.Errorf("--churn-only-during-config with --servers needs --config-every (no config changes are written without it)")
 				}
 				return benchPushServers(cmd, cfg, servers, storeURL, serverBin, logs, extra)
 			}
@@ -121,7 +128,8 @@ func benchPushServers(cmd *cobra.Command, cfg benchpush.Config, n int, storeURL,
 	}
 	ctx := cmd.Context()
 	sc := benchpush.ServersConfig{Services: cfg.Services, Endpoints: cfg.Endpoints, Delta: cfg.Delta,
-		Duration: cfg.Duration, ChurnPerSec: cfg.ChurnPerSec, Progress: os.Stderr}
+		Duration: cfg.Duration, ChurnPerSec: cfg.ChurnPerSec, ConfigEvery: cfg.ConfigEvery,
+		ChurnOnlyDuringConfig: cfg.ChurnOnlyDuringConfig, Progress: os.Stderr}
 	if cmd.Flags().Changed("subscribers") {
 		sc.Subscribers = cfg.Subscribers
 	}

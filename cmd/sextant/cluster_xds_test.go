@@ -402,8 +402,8 @@ spec:
 
 // TestBenchPushServers runs "sextant bench push --servers 3" at a tiny
 // scale over a fresh database: three real servers, subscribers spread over
-// them, endpoint changes written to the first; every change reaches every
-// subscriber and the figures are filled in.
+// them, endpoint and config changes written to the first; every change
+// reaches every subscriber and the figures are filled in.
 func TestBenchPushServers(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs three servers over MariaDB")
@@ -416,7 +416,7 @@ func TestBenchPushServers(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, "bench", "push", "--servers", "3", "--store", url, "--subscribers", "9",
-		"--services", "5", "--endpoints", "60", "--duration", "1s", "--churn", "30")
+		"--services", "5", "--endpoints", "60", "--duration", "1s", "--churn", "30", "--config-every", "200ms")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -433,13 +433,15 @@ func TestBenchPushServers(t *testing.T) {
 			Subscribers int     `json:"subscribers"`
 			AllP99      float64 `json:"all_p99_ms"`
 		} `json:"per_server"`
-		ServerCPU []float64 `json:"server_cpu_s"`
+		ServerCPU     []float64 `json:"server_cpu_s"`
+		ConfigChanges int       `json:"config_changes"`
+		ConfigAllP99  float64   `json:"config_all_p99_ms"`
 	}
 	if err := json.Unmarshal(out, &res); err != nil {
 		t.Fatalf("%v: %s", err, out)
 	}
 	if res.Servers != 3 || res.Clusters != 20 || res.EndpointChanges == 0 || res.Undelivered != 0 || res.AllP99 <= 0 ||
-		len(res.PerServer) != 3 || len(res.ServerCPU) != 3 {
+		len(res.PerServer) != 3 || len(res.ServerCPU) != 3 || res.ConfigChanges == 0 || res.ConfigAllP99 <= 0 {
 		t.Fatalf("%s", out)
 	}
 	for i, s := range res.PerServer {

@@ -168,15 +168,20 @@ func (c *churner) next() (j int, in *instance.Instance, up bool) {
 // a random service; commit is given the type and name of a resource that
 // must change and the change, which it commits.
 func (c *churner) configChange(commit func(typ xds.Type, name string, f func())) {
+	typ, name, o := c.nextConfig()
+	commit(typ, name, func() { c.reg.ApplyConfig(o) })
+}
+
+// nextConfig is the next config change: a VirtualService or a
+// DestinationRule of a random service, in turn, and the resource whose
+// arrival shows it (a DestinationRule's: one cluster CDS carries, a subset
+// with an instance up, since an empty subset has no cluster).
+func (c *churner) nextConfig() (xds.Type, string, *config.Object) {
 	c.gen++
 	i := c.rng.IntN(c.services)
 	if c.gen%2 == 0 {
-		o := virtualService(i, c.gen)
-		commit(xds.TypeRoute, xds.RouteName(serviceKey(i)), func() { c.reg.ApplyConfig(o) })
-		return
+		return xds.TypeRoute, xds.RouteName(serviceKey(i)), virtualService(i, c.gen)
 	}
-	// Its clusters change; watch one CDS carries: a subset with an
-	// instance up (an empty subset has no cluster).
 	watch := "stable"
 	for _, color := range colors {
 		if c.hasUp(i, color) {
@@ -184,8 +189,7 @@ func (c *churner) configChange(commit func(typ xds.Type, name string, f func()))
 			break
 		}
 	}
-	o := destinationRule(i, c.gen)
-	commit(xds.TypeCluster, xds.ClusterName(serviceKey(i), watch, 0), func() { c.reg.ApplyConfig(o) })
+	return xds.TypeCluster, xds.ClusterName(serviceKey(i), watch, 0), destinationRule(i, c.gen)
 }
 
 // hasUp reports whether subset color of service i has an instance up.

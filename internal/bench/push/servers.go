@@ -35,7 +35,13 @@ type ServersConfig struct {
 	Delta       bool          // delta xDS; false: state of the world
 	Duration    time.Duration // churn time, default 20s
 	ChurnPerSec int           // instance changes per second written to A, default 100
-	Progress    io.Writer     // progress bars; nil: none
+	// ConfigEvery: a VirtualService or DestinationRule change written to A
+	// this often (one in flight at a time); 0: none.
+	ConfigEvery time.Duration
+	// ChurnOnlyDuringConfig: instance changes only while a config change
+	// is on its way to the subscribers.
+	ChurnOnlyDuringConfig bool
+	Progress              io.Writer // progress bars; nil: none
 }
 
 // ServersResult is the JSON object "sextant bench push --servers" prints.
@@ -62,6 +68,19 @@ type ServersResult struct {
 	EndpointEachP99MS float64 `json:"endpoint_each_p99_ms"`
 	// The same per server (A first): the last of its subscribers.
 	PerServer []ServerFigures `json:"per_server"`
+	// With ConfigEvery: endpoint changes written while a config change had
+	// not reached every subscriber yet, and the config changes themselves,
+	// the same way (config_skipped_ticks: ticks that found the last config
+	// write still out).
+	EndpointDuringConfigChanges   int     `json:"endpoint_during_config_changes,omitempty"`
+	EndpointDuringConfigAllP50MS  float64 `json:"endpoint_during_config_all_p50_ms,omitempty"`
+	EndpointDuringConfigAllP99MS  float64 `json:"endpoint_during_config_all_p99_ms,omitempty"`
+	EndpointDuringConfigEachP99MS float64 `json:"endpoint_during_config_each_p99_ms,omitempty"`
+	ConfigChanges                 int     `json:"config_changes,omitempty"`
+	ConfigAllP50MS                float64 `json:"config_all_p50_ms,omitempty"`
+	ConfigAllP99MS                float64 `json:"config_all_p99_ms,omitempty"`
+	ConfigEachP99MS               float64 `json:"config_each_p99_ms,omitempty"`
+	ConfigSkippedTicks            int     `json:"config_skipped_ticks,omitempty"`
 	// Ticks skipped because maxInFlight writes were still out: the rate
 	// written is endpoint_changes / duration_s.
 	SkippedTicks int `json:"skipped_ticks"`
@@ -368,6 +387,29 @@ func RunServers(ctx context.Context, cfg ServersConfig, out io.Writer) (ServersR
 			downAt.Store(j, time.Now())
 		}
 	}
+	// Config changes: one write in flight at a time.
+	var cfgTick <-chan time.Time
+	if cfg.ConfigEvery > 0 {
+		t := time.NewTicker(cfg.ConfigEvery)
+		defer t.Stop()
+		cfgTick = t.C
+	}
+	cfgBusy := make(chan struct{}, 1)
+	writeConfig := func(typ xds.Type, name string, o *config.Object, e *event) {
+		defer wwg.Done()
+		defer func() { <-cfgBusy }()
+		var r revisionAnswer
+		err := post(ctx, "POST", cfg.HTTP[0]+"/v1/config:apply", "application/yaml", o.Encode(), &r)
+		wmu.Lock()
+		defer wmu.Unlock()
+		if err != nil {
+			if werr == nil {
+				werr = err
+			}
+			return
+		}
+		tr.resolve(typ, name, e, r.Revision)
+	}
 	tick := time.NewTicker(time.Second / time.Duration(cfg.ChurnPerSec))
 	defer tick.Stop()
 	end := time.After(cfg.Duration)
@@ -376,6 +418,19 @@ churn:
 	for {
 		select {
 		case <-tick.C:
+		case <-cfgTick:
+			select {
+			case cfgBusy <- struct{}{}:
+			default:
+				res.ConfigSkippedTicks++
+				continue
+			}
+			typ, name, o := ch.nextConfig()
+			e := tr.expectLater(1, typ, name, time.Now())
+			wwg.Add(1)
+			go writeConfig(typ, name, o, e)
+			res.ConfigChanges++
+			continue
 		case <-end:
 			break churn
 		case err := <-errs:
@@ -384,6 +439,9 @@ churn:
 		case <-ctx.Done():
 			wwg.Wait()
 			return res, ctx.Err()
+		}
+		if cfg.ChurnOnlyDuringConfig && !tr.configPending() {
+			continue
 		}
 		select {
 		case slots <- struct{}{}:
@@ -421,6 +479,13 @@ churn:
 	res.Undelivered = tr.open
 	res.EndpointAllP50MS, res.EndpointAllP99MS, res.EndpointAllMaxMS = ms(pct(tr.all[0], 0.5)), ms(pct(tr.all[0], 0.99)), ms(pct(tr.all[0], 1))
 	res.EndpointEachP50MS, res.EndpointEachP99MS = ms(pct(tr.perSub[0], 0.5)), ms(pct(tr.perSub[0], 0.99))
+	if cfg.ConfigEvery > 0 {
+		res.EndpointDuringConfigChanges = len(tr.duringAll)
+		res.EndpointDuringConfigAllP50MS, res.EndpointDuringConfigAllP99MS = ms(pct(tr.duringAll, 0.5)), ms(pct(tr.duringAll, 0.99))
+		res.EndpointDuringConfigEachP99MS = ms(pct(tr.duringPerSub, 0.99))
+		res.ConfigAllP50MS, res.ConfigAllP99MS = ms(pct(tr.all[1], 0.5)), ms(pct(tr.all[1], 0.99))
+		res.ConfigEachP99MS = ms(pct(tr.perSub[1], 0.99))
+	}
 	for g := range n {
 		res.PerServer = append(res.PerServer, ServerFigures{
 			Server: strings.TrimPrefix(cfg.HTTP[g], "http://"), Subscribers: (cfg.Subscribers + n - 1 - g) / n,

@@ -413,6 +413,9 @@ func (t *tracker) expectLater(kind int, typ xds.Type, name string, at time.Time)
 	e := t.newEvent(kind, unknownRev, at)
 	t.active[typ][name] = append(t.active[typ][name], e)
 	t.open++
+	if kind == 1 {
+		t.configOpen++
+	}
 	return e
 }
 
@@ -447,7 +450,7 @@ func (t *tracker) credit(e *event, sub int, now time.Time) bool {
 	if e.during {
 		t.duringPerSub = append(t.duringPerSub, lat)
 	}
-	if e.groupLeft != nil {
+	if e.groupLeft != nil && e.kind == 0 { // per server: endpoint changes
 		g := t.groups[sub]
 		t.groupPerSub[g] = append(t.groupPerSub[g], lat)
 		if e.groupLeft[g]--; e.groupLeft[g] == 0 {
