@@ -52,6 +52,7 @@ type serverFlags struct {
 	clusterLease time.Duration
 	http         string
 	xds          string
+	xdsMaxAge    time.Duration
 	logFormat    string
 	logLevel     string
 	logSize      int
@@ -139,6 +140,7 @@ consul_sd: Consul's services are the services of --consul-namespace.`,
 	fl.StringVar(&f.clusterID, "cluster-id", "", "with --store: this server's name among the cluster's members (default: --http and a random suffix)")
 	fl.StringVar(&f.http, "http", "127.0.0.1:7400", "address the HTTP API listens on")
 	fl.StringVar(&f.xds, "xds", "127.0.0.1:7402", "address the xDS (ADS over gRPC) server listens on; empty: no xDS")
+	fl.DurationVar(&f.xdsMaxAge, "xds-max-connection-age", xds.DefaultMaxConnectionAge, "close an xDS client's connection after about this long, so that streams spread over servers that joined since (delta clients resume with nothing resent); 0: never")
 	fl.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	fl.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fl.IntVar(&f.logSize, "change-log", 1<<18, "changes kept for /v1/changes and watches before older ones are compacted")
@@ -342,7 +344,12 @@ func runServer(ctx context.Context, f serverFlags) error {
 	engine := push.New(src, cache, push.Options{
 		Logger: log.With("component", "push"), Registerer: metrics,
 	})
-	ads := xds.NewServer(cache, xds.ServerOptions{Logger: log.With("component", "xds"), Metrics: xds.NewMetrics(metrics), GRPC: xdsServerOptions(guard, tlsCfg)})
+	maxAge := f.xdsMaxAge
+	if maxAge <= 0 {
+		maxAge = -1 // never
+	}
+	ads := xds.NewServer(cache, xds.ServerOptions{Logger: log.With("component", "xds"), Metrics: xds.NewMetrics(metrics),
+		GRPC: xdsServerOptions(guard, tlsCfg), MaxConnectionAge: maxAge})
 	if f.xds != "" {
 		// Without an xDS listener nothing consumes what the engine pushes.
 		lc.start("push engine", true, engine.Run)

@@ -139,3 +139,60 @@ func FuzzSameContent(f *testing.F) {
 		}
 	})
 }
+
+// TestMaxConnectionAge: the server closes a connection past its age, the
+// client reconnects, and a delta client resumes with nothing resent.
+func TestMaxConnectionAge(t *testing.T) {
+	c := NewCache()
+	c.Apply(TypeCluster, []Resource{cluster("a", config.Policy{}), cluster("b", config.Policy{})}, nil, "1", time.Now())
+	_, conn := startADSWith(t, c, ServerOptions{MaxConnectionAge: 300 * time.Millisecond, MaxConnectionAgeGrace: 200 * time.Millisecond})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	client := discoverygrpc.NewAggregatedDiscoveryServiceClient(conn)
+	s, err := client.DeltaAggregatedResources(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "aged"}, TypeUrl: TypeCluster.URL()})
+	r, err := s.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := map[string]string{}
+	for _, res := range r.Resources {
+		held[res.Name] = res.Version
+	}
+	if len(held) != 2 {
+		t.Fatalf("first response: %d clusters, want 2", len(held))
+	}
+	s.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: TypeCluster.URL(), ResponseNonce: r.Nonce})
+	start := time.Now()
+	if _, err := s.Recv(); err == nil {
+		t.Fatal("a response, want the stream closed by the connection's age")
+	}
+	if took := time.Since(start); took > 30*time.Second {
+		t.Fatalf("the stream ended after %v", took)
+	}
+	// The client's connection comes back and a new stream resumes: only
+	// what changed meanwhile is sent. (A stream may itself age out before
+	// its answer on a loaded machine: then again, a bounded number of
+	// times.)
+	c.Apply(TypeCluster, []Resource{cluster("c", config.Policy{})}, nil, "2", time.Now())
+	for attempt := 1; ; attempt++ {
+		again, err := client.DeltaAggregatedResources(ctx)
+		if err == nil {
+			err = again.Send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "aged"}, TypeUrl: TypeCluster.URL(), InitialResourceVersions: held})
+		}
+		if err == nil {
+			if r, err = again.Recv(); err == nil {
+				if len(r.Resources) != 1 || r.Resources[0].Name != "c" || len(r.RemovedResources) != 0 {
+					t.Fatalf("after reconnecting: %d resources (%v), removed %v; want only the new c", len(r.Resources), r.Resources, r.RemovedResources)
+				}
+				return
+			}
+		}
+		if attempt == 10 {
+			t.Fatalf("no answer on a new stream after %d attempts: %v", attempt, err)
+		}
+	}
+}

@@ -32,7 +32,7 @@ type Server struct {
 	metrics  *Metrics
 	grpcOpts []grpc.ServerOption
 	ackWait  time.Duration
-	stall    time.Duration
+	age      keepalive.ServerParameters // MaxConnectionAge and its grace
 	ids      atomic.Uint64
 	turns    *turns
 
@@ -59,7 +59,21 @@ type ServerOptions struct {
 	// connections' TCP_USER_TIMEOUT and the wait for a keepalive ping's
 	// answer. Zero: DefaultStallTimeout.
 	StallTimeout time.Duration
+	// MaxConnectionAge closes a client's connection after about this long
+	// (gRPC adds 10% jitter), so that its streams move: a client
+	// reconnects through its DNS name or load balancer, perhaps to a
+	// server that joined since, and a delta client resumes with nothing
+	// resent. Zero: DefaultMaxConnectionAge; negative: never.
+	MaxConnectionAge time.Duration
+	// MaxConnectionAgeGrace is how long streams may run on after the
+	// connection is told to go; then it is cut. Zero: 10 s.
+	MaxConnectionAgeGrace time.Duration
 }
+
+// DefaultMaxConnectionAge is ServerOptions.MaxConnectionAge's default,
+// istiod's: streams rebalance over the servers within about half an hour
+// of a server joining.
+const DefaultMaxConnectionAge = 30 * time.Minute
 
 // DefaultStallTimeout is ServerOptions.StallTimeout's default. gRPC's own,
 // 20 s, dropped subscribers that were alive but slow to read: at 1,000
@@ -85,7 +99,17 @@ func NewServer(c *Cache, opts ServerOptions) *Server {
 	if opts.StallTimeout <= 0 {
 		opts.StallTimeout = DefaultStallTimeout
 	}
-	return &Server{cache: c, log: opts.Logger, metrics: opts.Metrics, subs: map[uint64]*subscriber{}, grpcOpts: opts.GRPC, ackWait: opts.AckWait, stall: opts.StallTimeout, turns: newTurns()}
+	age := keepalive.ServerParameters{Timeout: opts.StallTimeout, MaxConnectionAge: opts.MaxConnectionAge, MaxConnectionAgeGrace: opts.MaxConnectionAgeGrace}
+	switch {
+	case age.MaxConnectionAge == 0:
+		age.MaxConnectionAge = DefaultMaxConnectionAge
+	case age.MaxConnectionAge < 0:
+		age.MaxConnectionAge = 0 // gRPC: infinity
+	}
+	if age.MaxConnectionAgeGrace <= 0 {
+		age.MaxConnectionAgeGrace = 10 * time.Second
+	}
+	return &Server{age: age, cache: c, log: opts.Logger, metrics: opts.Metrics, subs: map[uint64]*subscriber{}, grpcOpts: opts.GRPC, ackWait: opts.AckWait, turns: newTurns()}
 }
 
 // Register adds the ADS service to g, which must have been created with
@@ -102,10 +126,10 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	// are spaced out: a frame and a write each way per request. Requests
 	// are small; 1 MiB is ample. gRPC sets each connection's
 	// TCP_USER_TIMEOUT to the keepalive Timeout (20 s unless set): the
-	// stall timeout replaces it.
+	// stall timeout replaces it (s.age.Timeout).
 	g := grpc.NewServer(append([]grpc.ServerOption{ServerOption(), grpc.MaxRecvMsgSize(16 << 20),
 		grpc.InitialWindowSize(1 << 20), grpc.InitialConnWindowSize(1 << 20),
-		grpc.KeepaliveParams(keepalive.ServerParameters{Timeout: s.stall})}, s.grpcOpts...)...)
+		grpc.KeepaliveParams(s.age)}, s.grpcOpts...)...)
 	s.Register(g)
 	// The stopper ends with ctx, or when Serve fails on its own (a broken
 	// listener): then nothing is left to stop and the error is returned now.
