@@ -359,6 +359,13 @@ func RunServers(ctx context.Context, cfg ServersConfig, out io.Writer) (ServersR
 		werr   error
 		wwg    sync.WaitGroup
 	)
+	// failed keeps the first write error (the run's); called with wmu held.
+	failed := func(err error) bool {
+		if err != nil && werr == nil {
+			werr = err
+		}
+		return err != nil
+	}
 	slots := make(chan struct{}, maxInFlight)
 	write := func(j int, in *instance.Instance, up bool, name string, e *event, at time.Time) {
 		defer wwg.Done()
@@ -373,10 +380,7 @@ func RunServers(ctx context.Context, cfg ServersConfig, out io.Writer) (ServersR
 		}
 		wmu.Lock()
 		defer wmu.Unlock()
-		if err != nil {
-			if werr == nil {
-				werr = err
-			}
+		if failed(err) {
 			return
 		}
 		writes = append(writes, time.Since(at))
@@ -402,10 +406,7 @@ func RunServers(ctx context.Context, cfg ServersConfig, out io.Writer) (ServersR
 		err := post(ctx, "POST", cfg.HTTP[0]+"/v1/config:apply", "application/yaml", o.Encode(), &r)
 		wmu.Lock()
 		defer wmu.Unlock()
-		if err != nil {
-			if werr == nil {
-				werr = err
-			}
+		if failed(err) {
 			return
 		}
 		tr.resolve(typ, name, e, r.Revision)
