@@ -53,6 +53,7 @@ type serverFlags struct {
 	http         string
 	xds          string
 	xdsMaxAge    time.Duration
+	meshRoot     string
 	logFormat    string
 	logLevel     string
 	logSize      int
@@ -140,6 +141,7 @@ consul_sd: Consul's services are the services of --consul-namespace.`,
 	fl.StringVar(&f.clusterID, "cluster-id", "", "with --store: this server's name among the cluster's members (default: --http and a random suffix)")
 	fl.StringVar(&f.http, "http", "127.0.0.1:7400", "address the HTTP API listens on")
 	fl.StringVar(&f.xds, "xds", "127.0.0.1:7402", "address the xDS (ADS over gRPC) server listens on; empty: no xDS")
+	fl.StringVar(&f.meshRoot, "mesh-root-namespace", config.DefaultRootNamespace, "the namespace whose PeerAuthentication and AuthorizationPolicy apply to the whole mesh (Istio's rootNamespace)")
 	fl.DurationVar(&f.xdsMaxAge, "xds-max-connection-age", xds.DefaultMaxConnectionAge, "close an xDS client's connection after about this long, so that streams spread over servers that joined since (delta clients resume with nothing resent); 0: never")
 	fl.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	fl.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
@@ -265,7 +267,11 @@ func runServer(ctx context.Context, f serverFlags) error {
 		return err
 	}
 	lc.add("store", st.Close) // its error is the server's
+	if !naming.ValidName(f.meshRoot) {
+		return fmt.Errorf("--mesh-root-namespace %q is not a namespace name (lowercase letters, digits and '-')", f.meshRoot)
+	}
 	cfg := config.NewTable()
+	cfg.SetRootNamespace(f.meshRoot)
 	// The scheduler is the catalog table of nodes and placements: loaded
 	// with the rest, fed by the write engine's follower, decided in its
 	// committer (docs/placement.md, "Wiring").
@@ -342,7 +348,7 @@ func runServer(ctx context.Context, f serverFlags) error {
 		return err
 	}
 	engine := push.New(src, cache, push.Options{
-		Logger: log.With("component", "push"), Registerer: metrics,
+		Logger: log.With("component", "push"), Registerer: metrics, RootNamespace: f.meshRoot,
 	})
 	maxAge := f.xdsMaxAge
 	if maxAge <= 0 {

@@ -399,7 +399,7 @@ func (t *Table) SelectedWorkloads(o *Object) []string {
 	if !ok {
 		return nil
 	}
-	s := NewSecurity("", nil)
+	s := NewSecurity(t.RootNamespace(), nil)
 	ns := o.Namespace
 	if ns == s.root {
 		ns = ""

@@ -27,8 +27,9 @@ type Entry struct {
 // warnings an apply answers. Every config change is in one catalog group,
 // so a blocking read of config wakes on any config change.
 type Table struct {
-	c    *catalog.Catalog
-	root atomic.Pointer[tableRoot]
+	c        *catalog.Catalog
+	meshRoot string // SetRootNamespace; "": DefaultRootNamespace
+	root     atomic.Pointer[tableRoot]
 
 	mu  sync.RWMutex // guards ix; taken alone
 	ix  *Index
@@ -50,6 +51,19 @@ func NewTable() *Table {
 	t := &Table{ix: NewIndex()}
 	t.root.Store(&tableRoot{entries: map[Key]*Entry{}})
 	return t
+}
+
+// SetRootNamespace names the mesh's root namespace (Istio's
+// meshConfig.rootNamespace), whose security policies apply mesh-wide. Call
+// it before the table is shared; "" is DefaultRootNamespace.
+func (t *Table) SetRootNamespace(ns string) { t.meshRoot = ns }
+
+// RootNamespace is the mesh's root namespace.
+func (t *Table) RootNamespace() string {
+	if t.meshRoot == "" {
+		return DefaultRootNamespace
+	}
+	return t.meshRoot
 }
 
 // Attach gives the table its catalog, for blocking reads.

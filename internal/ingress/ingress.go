@@ -133,7 +133,7 @@ func (p *Publisher) publish(rev int64) time.Time {
 		}
 		return s
 	}
-	out, warnings := BuildWithPolicies(gws, vss, config.NewSecurity("", policies), secretOf)
+	out, warnings := BuildWithPolicies(gws, vss, config.NewSecurity(p.cfg.RootNamespace(), policies), secretOf)
 	drs, _ := p.cfg.List(config.KindDestinationRule, "")
 	warnings = append(warnings, UpstreamSecrets(drs, secretOf, out[0])...)
 	for _, w := range warnings {

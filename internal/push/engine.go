@@ -42,6 +42,9 @@ type Options struct {
 	// core to endpoint work, yields between services and pauses while
 	// endpoint work is queued.
 	ConfigWorkers int
+	// RootNamespace is the mesh's root namespace, whose security policies
+	// apply mesh-wide; "": config.DefaultRootNamespace.
+	RootNamespace string
 }
 
 // Engine keeps an xds.Cache current with a Source. Create it with New and

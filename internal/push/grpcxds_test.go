@@ -102,8 +102,13 @@ type controlPlane struct {
 
 func startControlPlane(t *testing.T, ctx context.Context, reg *pushtest.Registry, tweak func(*push.Engine)) *controlPlane {
 	t.Helper()
+	return startControlPlaneWith(t, ctx, reg, push.Options{}, tweak)
+}
+
+func startControlPlaneWith(t *testing.T, ctx context.Context, reg *pushtest.Registry, opts push.Options, tweak func(*push.Engine)) *controlPlane {
+	t.Helper()
 	cp := &controlPlane{reg: reg, cache: xds.NewCache()}
-	cp.engine = push.New(reg, cp.cache, push.Options{})
+	cp.engine = push.New(reg, cp.cache, opts)
 	if tweak != nil {
 		tweak(cp.engine)
 	}

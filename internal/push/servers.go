@@ -183,7 +183,7 @@ func (e *Engine) security() *config.Security {
 	if s := e.sec.Load(); s != nil {
 		return s
 	}
-	return config.NewSecurity("", nil)
+	return config.NewSecurity(e.opts.RootNamespace, nil)
 }
 
 // publishServers rebuilds the server listeners subscribers asked for and
@@ -358,7 +358,7 @@ func (w *configWorker) servers(b configBatch) {
 		for _, ch := range b.changes {
 			rev = max(rev, ch.Revision)
 		}
-		w.e.storeSecurity(config.NewSecurity("", slices.Collect(maps.Values(w.sec))), rev)
+		w.e.storeSecurity(config.NewSecurity(w.e.opts.RootNamespace, slices.Collect(maps.Values(w.sec))), rev)
 	}
 	if !secChanged && !b.workloads {
 		return

@@ -144,6 +144,35 @@ func TestServerListenerFollowsWorkload(t *testing.T) {
 	}
 }
 
+// TestRootNamespace: a PeerAuthentication in the mesh's root namespace
+// applies to every namespace's servers, and the root is the engine's
+// RootNamespace (sextant server --mesh-root-namespace), not istio-system
+// then.
+func TestRootNamespace(t *testing.T) {
+	const meshWide = `
+apiVersion: security.istio.io/v1
+kind: PeerAuthentication
+metadata: {name: default, namespace: mesh-config}
+spec: {mtls: {mode: STRICT}}
+`
+	for _, tc := range []struct {
+		root, chains string
+	}{
+		{"mesh-config", xds.InboundMTLSChain},
+		{"", xds.InboundMTLSChain + "," + xds.InboundPlaintextChain}, // istio-system: the policy is mesh-config's own
+	} {
+		t.Run("root="+tc.root, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			reg := registryWith(t, meshWide)
+			cp := startControlPlaneWith(t, ctx, reg, push.Options{RootNamespace: tc.root}, nil)
+			if chains, _ := openServerStream(t, ctx, cp, "default", "0.0.0.0:9090").next(); strings.Join(chains, ",") != tc.chains {
+				t.Fatalf("chains %v, want %s", chains, tc.chains)
+			}
+		})
+	}
+}
+
 func mustDecode(t *testing.T, yaml string) []*config.Object {
 	t.Helper()
 	objs, err := config.Decode([]byte(yaml))
