@@ -38,6 +38,15 @@ type Options struct {
 	// QueueSize bounds the calls waiting for the writer (default 65536);
 	// Record drops calls beyond it rather than slow the proxy.
 	QueueSize int
+	// DictLimit bounds a partition's dictionary (default 65536 names): a
+	// record's path, host, method and principal (high-cardinality, from
+	// the caller) get a new name only while the dictionary holds fewer;
+	// beyond it they are recorded as not kept (Call.NotKept), never as
+	// empty. The dictionary lives as long as its partition, so once full
+	// only values it already holds are kept. The other strings (cluster,
+	// route, endpoint, subset, detail) come from the config and are
+	// always kept.
+	DictLimit int
 	// Store tunes each segment's callstore (default: 16384-record chunks,
 	// 1024-record buckets, 1024-record writer batches).
 	Store callstore.Options
@@ -71,6 +80,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.QueueSize <= 0 {
 		o.QueueSize = 1 << 16
+	}
+	if o.DictLimit <= 0 {
+		o.DictLimit = 1 << 16
 	}
 	if o.Store.ChunkRecords == 0 {
 		o.Store.ChunkRecords = 1 << 14
@@ -415,6 +427,18 @@ func (l *Log) put(p *partition, w *callstore.Writer, r Record) error {
 		if b.detail, err = p.dict.id(r.Detail); err != nil {
 			return err
 		}
+	}
+	for _, f := range [...]struct {
+		s  string
+		id *uint32
+	}{{r.Principal, &b.principal}, {r.Method, &b.method}, {r.Path, &b.path}, {r.Host, &b.host}} {
+		if *f.id, err = p.dict.idCapped(f.s, l.opts.DictLimit); err != nil {
+			return err
+		}
+	}
+	b.port, b.conn = r.Port, r.Conn
+	if r.PeerIP.IsValid() {
+		b.peer = r.PeerIP.As16()
 	}
 	a := r.Latency.Microseconds()
 	if err := w.Put(r.Start, a, b.encode()); err != nil {
