@@ -20,7 +20,7 @@ func TestRecordV2RoundTrip(t *testing.T) {
 	l := open(t, dir, nil)
 	base := time.Unix(1_800_000_000, 0)
 	r := rec("orders", base, time.Millisecond, "10.0.0.1:80", 200)
-	r.Principal, r.Method, r.Path, r.Host = "spiffe://td/ns/a/sa/b", "POST", "/orders/7", "orders.example"
+	r.Principal, r.Subject, r.Method, r.Path, r.Host = "spiffe://td/ns/a/sa/b", "O=td", "POST", "/orders/7", "orders.example"
 	r.Port, r.PeerIP, r.Conn = 8443, netip.MustParseAddr("192.0.2.9"), ConnTLS|ConnPeerCert|ConnOtherNames
 	l.Record(r)
 	plain := rec("orders", base.Add(time.Millisecond), time.Millisecond, "10.0.0.1:80", 200)
@@ -33,7 +33,7 @@ func TestRecordV2RoundTrip(t *testing.T) {
 			t.Fatalf("calls %v %v", calls, err)
 		}
 		c := calls[0]
-		if c.Layout != 2 || c.Principal != r.Principal || c.Method != "POST" || c.Path != "/orders/7" || c.Host != "orders.example" ||
+		if c.Layout != 2 || c.Principal != r.Principal || c.Subject != "O=td" || c.Method != "POST" || c.Path != "/orders/7" || c.Host != "orders.example" ||
 			c.Port != 8443 || c.PeerIP != "192.0.2.9" || !c.TLS || !c.PeerCert || !c.OtherNames || c.NotKept != nil {
 			t.Fatalf("v2 call %+v", c)
 		}

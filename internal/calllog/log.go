@@ -39,7 +39,7 @@ type Options struct {
 	// Record drops calls beyond it rather than slow the proxy.
 	QueueSize int
 	// DictLimit bounds a partition's dictionary (default 65536 names): a
-	// record's path, host, method and principal (high-cardinality, from
+	// record's path, host, method, principal and subject (high-cardinality, from
 	// the caller) get a new name only while the dictionary holds fewer;
 	// beyond it they are recorded as not kept (Call.NotKept), never as
 	// empty. The dictionary lives as long as its partition, so once full
@@ -431,7 +431,7 @@ func (l *Log) put(p *partition, w *callstore.Writer, r Record) error {
 	for _, f := range [...]struct {
 		s  string
 		id *uint32
-	}{{r.Principal, &b.principal}, {r.Method, &b.method}, {r.Path, &b.path}, {r.Host, &b.host}} {
+	}{{r.Principal, &b.principal}, {r.Subject, &b.subject}, {r.Method, &b.method}, {r.Path, &b.path}, {r.Host, &b.host}} {
 		if *f.id, err = p.dict.idCapped(f.s, l.opts.DictLimit); err != nil {
 			return err
 		}

@@ -53,6 +53,7 @@ type Call struct {
 	// fields below.
 	Layout    int    `json:"layout"`
 	Principal string `json:"principal,omitempty"`
+	Subject   string `json:"subject,omitempty"`
 	Method    string `json:"method,omitempty"`
 	Path      string `json:"path,omitempty"`
 	Host      string `json:"host,omitempty"`
@@ -60,9 +61,10 @@ type Call struct {
 	PeerIP    string `json:"peer_ip,omitempty"`
 	TLS       bool   `json:"tls,omitempty"`
 	PeerCert  bool   `json:"peer_cert,omitempty"`
-	// OtherNames: the peer certificate has names besides Principal.
+	// OtherNames: the peer certificate has names the record does not keep
+	// (URI SANs after the first, DNS SANs).
 	OtherNames bool `json:"other_names,omitempty"`
-	// NotKept names the fields (principal, method, path, host) whose
+	// NotKept names the fields (principal, subject, method, path, host) whose
 	// value the partition's dictionary had no room for (Options.DictLimit):
 	// unknown, not empty.
 	NotKept []string `json:"not_kept,omitempty"`
@@ -78,7 +80,7 @@ func (c *Call) fill(b *body, d *dict) {
 		name string
 		id   uint32
 		dst  *string
-	}{{"principal", b.principal, &c.Principal}, {"method", b.method, &c.Method}, {"path", b.path, &c.Path}, {"host", b.host, &c.Host}} {
+	}{{"principal", b.principal, &c.Principal}, {"subject", b.subject, &c.Subject}, {"method", b.method, &c.Method}, {"path", b.path, &c.Path}, {"host", b.host, &c.Host}} {
 		if f.id == notKept {
 			c.NotKept = append(c.NotKept, f.name)
 			continue

@@ -49,6 +49,7 @@ type Record struct {
 	// are kept only while the partition's dictionary has room
 	// (Options.DictLimit); beyond it a new value is recorded as not kept.
 	Principal string // the peer certificate's first URI SAN (a SPIFFE ID); "" for none
+	Subject   string // the peer certificate's subject (RFC 2253), which RBAC principals match too
 	Method    string
 	Path      string // without the query
 	Host      string // :authority (Host)
@@ -63,9 +64,9 @@ type ConnFlags uint8
 const (
 	ConnTLS      ConnFlags = 1 << iota // the call came over TLS
 	ConnPeerCert                       // the client presented a certificate
-	// ConnOtherNames: the certificate has names besides Principal (more
-	// URI SANs, DNS SANs, a subject), which an RBAC principal match reads
-	// too and the record does not keep.
+	// ConnOtherNames: the certificate has names the record does not keep
+	// (URI SANs after the first, DNS SANs), which an RBAC principal match
+	// reads too.
 	ConnOtherNames
 )
 
@@ -146,7 +147,8 @@ func (r Reason) String() string {
 //	50     2    listener port
 //	52     16   peer IP (IPv4 as IPv4-mapped IPv6; all zeros: none)
 //	68     1    connection flags (ConnFlags)
-//	69     3    zero
+//	69     4    subject id   (notKept too)
+//	73     7    zero
 const layoutVersion = 2
 
 // notKept is the id of a string the dictionary had no room for (distinct
@@ -164,6 +166,7 @@ type body struct {
 	detail                    uint32
 	// v2
 	principal, method, path, host uint32
+	subject                       uint32
 	port                          uint16
 	peer                          [16]byte
 	conn                          ConnFlags
@@ -189,6 +192,7 @@ func (b *body) encode() (out [callstore.BodySize]byte) {
 	binary.LittleEndian.PutUint16(out[50:], b.port)
 	copy(out[52:68], b.peer[:])
 	out[68] = byte(b.conn)
+	binary.LittleEndian.PutUint32(out[69:], b.subject)
 	return out
 }
 
@@ -217,6 +221,7 @@ func decodeBody(in *[callstore.BodySize]byte) body {
 	b.port = binary.LittleEndian.Uint16(in[50:])
 	b.peer = [16]byte(in[52:68])
 	b.conn = ConnFlags(in[68])
+	b.subject = binary.LittleEndian.Uint32(in[69:])
 	return b
 }
 

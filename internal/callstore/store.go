@@ -16,7 +16,7 @@ import (
 // the index header records it (format.go). A store created by an earlier
 // version keeps its own, smaller body size (v1Body, 34 bytes): its bodies
 // read back zero-padded to BodySize and bodies put into it are cut to it.
-const BodySize = 72
+const BodySize = 80
 
 // Message is one record.
 type Message struct {
