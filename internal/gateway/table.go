@@ -29,6 +29,8 @@ type table struct {
 	streamIdle time.Duration
 	// rbac are the listener's RBAC filters (rbac.go), run on every call.
 	rbac []*rbacFilter
+	// port is the listener's port (0: none yet), for dry runs (dryrun.go).
+	port uint32
 }
 
 type wildcard struct {
