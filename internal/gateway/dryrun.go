@@ -268,7 +268,7 @@ func (p *replay) header(m *matchHeader) bool {
 	case "":
 		return p.miss("header " + m.hm.name)
 	case ":method":
-		if p.methodNotKept {
+		if p.methodNotKept || p.c.Method == "" {
 			return p.miss("method (not kept)")
 		}
 	case ":path":
@@ -349,7 +349,9 @@ func decide(filters []*rbacFilter, ov map[string]rbacOverride, r *rbacReq) (bool
 }
 
 // routesByName indexes a table's routes by name, first virtual host (by
-// name) first, for the overrides of a recorded route.
+// name) first, for the overrides of a recorded route. A name several
+// routes share when any of them has RBAC overrides maps to ambiguousRoute:
+// the record does not say which one the call took.
 func routesByName(t *table) map[string]*routeRT {
 	out := map[string]*routeRT{}
 	if t == nil {
@@ -371,13 +373,20 @@ func routesByName(t *table) map[string]*routeRT {
 	slices.SortStableFunc(vhs, func(a, b *vhostRT) int { return strings.Compare(a.name, b.name) })
 	for _, v := range vhs {
 		for _, r := range v.routes {
-			if _, ok := out[r.name]; !ok {
+			prev, ok := out[r.name]
+			switch {
+			case !ok:
 				out[r.name] = r
+			case prev != r && (len(prev.spec.rbac) > 0 || len(r.spec.rbac) > 0):
+				out[r.name] = ambiguousRoute
 			}
 		}
 	}
 	return out
 }
+
+// ambiguousRoute stands for routes of one name with RBAC overrides.
+var ambiguousRoute = &routeRT{spec: &routeSpec{}}
 
 // dryRun evaluates d over the calls of log.
 func (g *Gateway) dryRun(log *calllog.Log, d *dryRun) DryRunResult {
@@ -466,6 +475,9 @@ services:
 				candOv = o
 			}
 			req := replayOf(c, &h, &rp)
+			if r := routes[tb][c.Route]; tb != nil && r == ambiguousRoute {
+				rp.miss(fmt.Sprintf("route (several routes named %q have RBAC overrides)", c.Route))
+			}
 			wasOK, _ := decide(cur, curOv, &req)
 			nowOK, policy := decide(cand.filters, candOv, &req)
 			if rp.unknown != "" {

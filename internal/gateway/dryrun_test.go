@@ -206,6 +206,15 @@ func TestDryRunEvaluation(t *testing.T) {
 	res = run(req(8443, onlyA, fmt.Sprintf(`,"route_overrides":{"orders-route":{"sextant.rbac.allow":%s}}`, pr)))
 	check("route override", res, 8, 3, 3, 0, map[string]int{v1: 1, otherNames: 1})
 
+	// Two routes of the recorded name, one with overrides: which one a
+	// call took is not recorded.
+	disabled := map[string]rbacOverride{"sextant.rbac.allow": {disabled: true}}
+	g.table.Store(&table{port: 8443, exact: map[string]*vhostRT{
+		"orders.example": {name: "a", routes: []*routeRT{{name: "orders-route", spec: &routeSpec{rbac: disabled}}}},
+		"other.example":  {name: "b", routes: []*routeRT{{name: "orders-route", spec: &routeSpec{}}}}}})
+	res = run(req(8443, onlyA, ""))
+	check("ambiguous route", res, 8, 0, 0, 0, map[string]int{v1: 1, `route (several routes named "orders-route" have RBAC overrides)`: 7})
+
 	// A port the candidate does not cover.
 	setCurrent(nil, nil)
 	res = run(req(7000, onlyA, ""))
