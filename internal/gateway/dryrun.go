@@ -388,6 +388,41 @@ func routesByName(t *table) map[string]*routeRT {
 // ambiguousRoute stands for routes of one name with RBAC overrides.
 var ambiguousRoute = &routeRT{spec: &routeSpec{}}
 
+// replayRoute finds the route a recorded call took when several share its
+// name (routes are often unnamed): in its host's virtual host, the first
+// route whose match the call's path meets. It misses, and returns nil,
+// when that takes what the record does not keep (a path not kept, a
+// route's header or query matchers) or finds a route of another name (the
+// config changed since).
+func replayRoute(t *table, c *calllog.Call, rp *replay) *routeRT {
+	if rp.pathNotKept {
+		rp.miss("path (not kept), to tell same-named routes apart")
+		return nil
+	}
+	vh := t.vhost([]byte(strings.ToLower(c.Host)))
+	if vh == nil {
+		rp.miss("route (the call's host has no virtual host now)")
+		return nil
+	}
+	for _, r := range vh.routes {
+		m := &r.spec.match
+		if !m.matchesPath([]byte(c.Path)) {
+			continue
+		}
+		if len(m.headers) > 0 || len(m.query) > 0 {
+			rp.miss("route (a route matches on headers or the query)")
+			return nil
+		}
+		if r.name != c.Route {
+			rp.miss("route (the call's path now takes another route)")
+			return nil
+		}
+		return r
+	}
+	rp.miss("route (no route takes the call's path now)")
+	return nil
+}
+
 // dryRun evaluates d over the calls of log.
 func (g *Gateway) dryRun(log *calllog.Log, d *dryRun) DryRunResult {
 	res := DryRunResult{From: d.from.UTC(), To: d.to.UTC(), UndeterminedBy: map[string]int{}, Denied: []DryRunGroup{},
@@ -457,6 +492,7 @@ services:
 				continue
 			}
 			res.Evaluated++
+			req := replayOf(c, &h, &rp)
 			var cur []*rbacFilter
 			var curOv map[string]rbacOverride
 			if tb != nil {
@@ -466,17 +502,17 @@ services:
 					byName = routesByName(tb)
 					routes[tb] = byName
 				}
-				if r := byName[c.Route]; r != nil {
+				r := byName[c.Route]
+				if r == ambiguousRoute {
+					r = replayRoute(tb, c, &rp)
+				}
+				if r != nil {
 					curOv = r.spec.rbac
 				}
 			}
 			candOv := curOv
 			if o, ok := cand.routes[c.Route]; ok {
 				candOv = o
-			}
-			req := replayOf(c, &h, &rp)
-			if r := routes[tb][c.Route]; tb != nil && r == ambiguousRoute {
-				rp.miss(fmt.Sprintf("route (several routes named %q have RBAC overrides)", c.Route))
 			}
 			wasOK, _ := decide(cur, curOv, &req)
 			nowOK, policy := decide(cand.filters, candOv, &req)

@@ -206,14 +206,24 @@ func TestDryRunEvaluation(t *testing.T) {
 	res = run(req(8443, onlyA, fmt.Sprintf(`,"route_overrides":{"orders-route":{"sextant.rbac.allow":%s}}`, pr)))
 	check("route override", res, 8, 3, 3, 0, map[string]int{v1: 1, otherNames: 1})
 
-	// Two routes of the recorded name, one with overrides: which one a
-	// call took is not recorded.
+	// Two routes of the recorded name, one with overrides: the call's
+	// host and path tell which it took, as the data path routes...
 	disabled := map[string]rbacOverride{"sextant.rbac.allow": {disabled: true}}
-	g.table.Store(&table{port: 8443, exact: map[string]*vhostRT{
-		"orders.example": {name: "a", routes: []*routeRT{{name: "orders-route", spec: &routeSpec{rbac: disabled}}}},
-		"other.example":  {name: "b", routes: []*routeRT{{name: "orders-route", spec: &routeSpec{}}}}}})
+	twoRoutes := func(first matchSpec) {
+		g.table.Store(&table{port: 8443, exact: map[string]*vhostRT{"orders.example": {name: "a", routes: []*routeRT{
+			{name: "orders-route", spec: &routeSpec{match: first, rbac: disabled}},
+			{name: "orders-route", spec: &routeSpec{match: matchSpec{kind: matchPrefix, value: "/"}}}}}}})
+	}
+	twoRoutes(matchSpec{kind: matchPrefix, value: "/admin"})
 	res = run(req(8443, onlyA, ""))
-	check("ambiguous route", res, 8, 0, 0, 0, map[string]int{v1: 1, `route (several routes named "orders-route" have RBAC overrides)`: 7})
+	check("same-named routes, told apart by path", res, 8, 3, 3, 0, map[string]int{v1: 1, otherNames: 1})
+	twoRoutes(matchSpec{kind: matchPrefix, value: "/orders"})
+	res = run(req(8443, onlyA, ""))
+	check("same-named routes, the overriding one taken", res, 8, 7, 0, 0, map[string]int{v1: 1})
+	// ... unless a route matches on what the record does not keep.
+	twoRoutes(matchSpec{kind: matchPrefix, value: "/", headers: []headerMatch{{name: "x-canary", kind: strPresent}}})
+	res = run(req(8443, onlyA, ""))
+	check("same-named routes, a header matcher", res, 8, 0, 0, 0, map[string]int{v1: 1, "route (a route matches on headers or the query)": 7})
 
 	// A port the candidate does not cover.
 	setCurrent(nil, nil)
