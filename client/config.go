@@ -69,6 +69,7 @@ type DryRunResult struct {
 	Samples         []DryRunCall   `json:"samples"`
 	Truncated       bool           `json:"truncated"`
 	TruncatedBy     string         `json:"truncated_by,omitempty"`
+	Errors          []string       `json:"errors,omitempty"` // services whose calls could not be read
 	Note            string         `json:"note"`
 }
 

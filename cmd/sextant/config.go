@@ -273,5 +273,8 @@ func printCallsDryRun(out io.Writer, c *client.CallsDryRun) {
 		if r.Truncated {
 			fmt.Fprintf(out, "    scan cut (%s): the counts cover the calls read\n", r.TruncatedBy)
 		}
+		for _, e := range r.Errors {
+			fmt.Fprintf(out, "    not read (not counted): %s\n", e)
+		}
 	}
 }

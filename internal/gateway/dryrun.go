@@ -211,7 +211,9 @@ type DryRunResult struct {
 	// (TruncatedBy); the counts cover the calls read.
 	Truncated   bool   `json:"truncated"`
 	TruncatedBy string `json:"truncated_by,omitempty"`
-	Note        string `json:"note"`
+	// Errors are services whose calls could not be read (not counted).
+	Errors []string `json:"errors,omitempty"`
+	Note   string   `json:"note"`
 }
 
 // DryRunGroup counts newly denied calls alike.
@@ -453,7 +455,7 @@ services:
 		}
 		calls, truncated, err := log.Calls(calllog.Query{Service: svc, From: d.from, To: d.to, Limit: left})
 		if err != nil {
-			res.UndeterminedBy["unreadable call log: "+err.Error()]++
+			res.Errors = append(res.Errors, err.Error()) // that service's calls are not in the counts
 			continue
 		}
 		for i := range calls {
