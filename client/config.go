@@ -39,7 +39,8 @@ type ApplyResult struct {
 // CallsDryRun is the server's ask of every registered gateway.
 type CallsDryRun struct {
 	Note     string          `json:"note"`
-	Ports    []uint32        `json:"ports"` // the Gateway listener ports evaluated
+	Ports    []uint32        `json:"ports"`               // the Gateway listener ports evaluated
+	NotAsked string          `json:"not_asked,omitempty"` // why no gateway was asked
 	Gateways []GatewayDryRun `json:"gateways"`
 }
 

@@ -238,6 +238,10 @@ func printCallsDryRun(out io.Writer, c *client.CallsDryRun) {
 		fmt.Fprintln(out, "  no Gateway listener: the gateways enforce nothing of it")
 		return
 	}
+	if c.NotAsked != "" {
+		fmt.Fprintf(out, "  no gateway asked: %s\n", c.NotAsked)
+		return
+	}
 	if len(c.Gateways) == 0 {
 		fmt.Fprintln(out, "  no gateway is registered")
 		return

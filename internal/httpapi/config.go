@@ -242,7 +242,7 @@ func (a *API) writeConfig(w http.ResponseWriter, r *http.Request, reg *backend, 
 	if aw.DryRun {
 		// Bad input was refused above (DryRun plans it): what is left is
 		// what the gateways answer.
-		if ans.Calls, err = dryRunCalls(r.Context(), reg, t, aw.Objects); err != nil {
+		if ans.Calls, err = dryRunCalls(r, reg, t, aw.Objects); err != nil {
 			return err
 		}
 	}

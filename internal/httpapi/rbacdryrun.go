@@ -15,6 +15,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/sextant-mesh/sextant/internal/acl"
 	"github.com/sextant-mesh/sextant/internal/config"
 	"github.com/sextant-mesh/sextant/internal/ingress"
 	"github.com/sextant-mesh/sextant/internal/instance"
@@ -49,8 +50,11 @@ const (
 
 // callsDryRun is the calls part of a dry run's answer.
 type callsDryRun struct {
-	Note     string          `json:"note"`
-	Ports    []uint32        `json:"ports"`
+	Note  string   `json:"note"`
+	Ports []uint32 `json:"ports"`
+	// NotAsked says why no gateway was asked (the caller may not read
+	// every service's calls).
+	NotAsked string          `json:"not_asked,omitempty"`
 	Gateways []gatewayDryRun `json:"gateways"`
 }
 
@@ -165,10 +169,11 @@ func registeredGateways(reg *backend) []*instance.Instance {
 // apply changes no Gateway RBAC (no AuthorizationPolicy or Gateway in it).
 // The goroutines are the request's: each ends by ctx or gatewayDryRunWait
 // and dryRunCalls waits for them.
-func dryRunCalls(ctx context.Context, reg *backend, t *config.Table, objs []*config.Object) (*callsDryRun, error) {
+func dryRunCalls(r *http.Request, reg *backend, t *config.Table, objs []*config.Object) (*callsDryRun, error) {
 	if !touchesGatewayRBAC(objs) {
 		return nil, nil
 	}
+	ctx := r.Context()
 	body, ports, err := candidateRBAC(t, objs)
 	if err != nil {
 		return nil, err
@@ -176,6 +181,13 @@ func dryRunCalls(ctx context.Context, reg *backend, t *config.Table, objs []*con
 	out := &callsDryRun{Note: DryRunCallsNote, Ports: ports, Gateways: []gatewayDryRun{}}
 	if len(ports) == 0 {
 		return out, nil // no Gateway listener: nothing a gateway enforces
+	}
+	// The answers show every service's calls (callers, paths): what a
+	// gateway's admin asks for its own dry run (push:read on every
+	// namespace), not just the config write the apply needs.
+	if err := acl.Require(r, acl.Permission{Resource: acl.Push, Access: acl.Read}); err != nil {
+		out.NotAsked = "the recorded calls of every service need push:read on every namespace: " + err.Error()
+		return out, nil
 	}
 	gws := registeredGateways(reg)
 	out.Gateways = make([]gatewayDryRun, len(gws))
