@@ -283,3 +283,61 @@ func TestSourceOfAllocatesOnce(t *testing.T) {
 		t.Errorf("source %+v", src)
 	}
 }
+
+// TestDryRunPathNotKept: a call whose path the call log's dictionary had
+// no room for is undetermined for a rule on the path, determined for one
+// that does not read it, and shown as not kept.
+func TestDryRunPathNotKept(t *testing.T) {
+	l, err := calllog.Open(calllog.Options{Dir: t.TempDir(), FlushInterval: time.Hour, DictLimit: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	now := time.Now()
+	for i := range 20 {
+		l.Record(calllog.Record{Start: now.Add(-time.Minute + time.Duration(i)*time.Millisecond).UnixNano(), Service: "s", Cluster: "s",
+			Route: "r", Status: 200, Method: "GET", Path: fmt.Sprintf("/items/%d", i), Host: "h", Port: 8080, Conn: 0})
+	}
+	if err := l.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	calls, _, _ := l.Calls(calllog.Query{Service: "s"})
+	notKept := 0
+	for _, c := range calls {
+		if slices.Contains(c.NotKept, "path") {
+			notKept++
+		}
+	}
+	if notKept == 0 || notKept == len(calls) {
+		t.Fatalf("%d of %d paths not kept: the test needs some of each", notKept, len(calls))
+	}
+	g := New(Options{})
+	g.table.Store(&table{port: 8080})
+	run := func(r *rbacpb.RBAC) DryRunResult {
+		t.Helper()
+		d, err := decodeDryRun([]byte(fmt.Sprintf(`{"listeners":[{"port":8080,"http_filters":[%s]}]}`, filterJSON(t, "f", r))), now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return g.dryRun(l, d)
+	}
+	byPath := allowRBAC(map[string]*rbacpb.Policy{"items-1": {Permissions: []*rbacpb.Permission{permPath(prefix("/items/1"))}, Principals: []*rbacpb.Principal{anyone}}})
+	res := run(byPath)
+	if res.Undetermined != notKept || res.UndeterminedBy["path (not kept)"] != notKept || res.NewlyDenied+res.Unchanged != len(calls)-notKept {
+		t.Fatalf("a path rule: %+v", res)
+	}
+	byMethod := allowRBAC(map[string]*rbacpb.Policy{"posts": {Permissions: []*rbacpb.Permission{permHeader(":method", exact("POST"))}, Principals: []*rbacpb.Principal{anyone}}})
+	res = run(byMethod)
+	if res.Undetermined != 0 || res.NewlyDenied != len(calls) {
+		t.Fatalf("a method rule: %+v", res)
+	}
+	paths := 0
+	for _, grp := range res.Denied {
+		if grp.Path == notKeptValue {
+			paths += grp.Count
+		}
+	}
+	if paths != notKept {
+		t.Fatalf("groups show %d calls' path as not kept, want %d: %+v", paths, notKept, res.Denied)
+	}
+}
