@@ -428,13 +428,22 @@ func (l *Log) put(p *partition, w *callstore.Writer, r Record) error {
 			return err
 		}
 	}
-	for _, f := range [...]struct {
-		s  string
-		id *uint32
-	}{{r.Principal, &b.principal}, {r.Subject, &b.subject}, {r.Method, &b.method}, {r.Path, &b.path}, {r.Host, &b.host}} {
-		if *f.id, err = p.dict.idCapped(f.s, l.opts.DictLimit); err != nil {
-			return err
-		}
+	// One by one: a loop over pointers into b would move b to the heap.
+	lim := l.opts.DictLimit
+	if b.principal, err = p.dict.idCapped(r.Principal, lim); err != nil {
+		return err
+	}
+	if b.subject, err = p.dict.idCapped(r.Subject, lim); err != nil {
+		return err
+	}
+	if b.method, err = p.dict.idCapped(r.Method, lim); err != nil {
+		return err
+	}
+	if b.path, err = p.dict.idCapped(r.Path, lim); err != nil {
+		return err
+	}
+	if b.host, err = p.dict.idCapped(r.Host, lim); err != nil {
+		return err
 	}
 	b.port, b.conn = r.Port, r.Conn
 	if r.PeerIP.IsValid() {
