@@ -10,6 +10,12 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/sextant-mesh/sextant/internal/catalog"
+	"github.com/sextant-mesh/sextant/internal/commit"
+	"github.com/sextant-mesh/sextant/internal/config"
+	"github.com/sextant-mesh/sextant/internal/registry"
+	"github.com/sextant-mesh/sextant/internal/store"
 )
 
 const dryRunGateway = `apiVersion: networking.istio.io/v1
@@ -114,5 +120,30 @@ func TestApplyDryRunAsksGateways(t *testing.T) {
 	defer mu.Unlock()
 	if len(sent) != 1 {
 		t.Errorf("the gateway was asked %d times", len(sent))
+	}
+}
+
+// TestDryRunCandidateRootNamespace: the candidate filters take the mesh's
+// root namespace the server was given (--mesh-root-namespace): a policy
+// there without a selector reaches every Gateway port.
+func TestDryRunCandidateRootNamespace(t *testing.T) {
+	cfg := config.NewTable()
+	cfg.SetRootNamespace("mesh-root")
+	s := newTestServer(t, registry.Options{Engine: commit.Options{Tables: map[store.Kind]catalog.Table{store.Config: cfg}}})
+	cfg.Attach(s.reg.Catalog())
+	s.must("POST", "/v1/config:apply", dryRunGateway, nil)
+	objs, err := config.Decode([]byte(`apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: deny-admin, namespace: mesh-root}
+spec:
+  action: DENY
+  rules: [{to: [{operation: {paths: ["/admin"]}}]}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, ports, err := candidateRBAC(cfg, objs)
+	if err != nil || len(ports) != 2 || strings.Count(string(body), `"sextant.rbac.deny"`) != 2 {
+		t.Fatalf("candidate %s %v %v", body, ports, err)
 	}
 }
