@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/url"
 	"strings"
+	"time"
 )
 
 // ConfigResult is what an apply did (or would do) to one config object.
@@ -29,6 +30,74 @@ type ApplyResult struct {
 	DryRun    bool           `json:"dry_run,omitempty"`
 	Results   []ConfigResult `json:"results"`
 	Resources []XDSResource  `json:"resources"`
+	// Calls: with dryRun, for an apply of AuthorizationPolicies or
+	// Gateways, the calls each registered gateway recorded in the last
+	// hour that the change would start denying; nil otherwise.
+	Calls *CallsDryRun `json:"calls,omitempty"`
+}
+
+// CallsDryRun is the server's ask of every registered gateway.
+type CallsDryRun struct {
+	Note     string          `json:"note"`
+	Ports    []uint32        `json:"ports"`               // the Gateway listener ports evaluated
+	NotAsked string          `json:"not_asked,omitempty"` // why no gateway was asked
+	Gateways []GatewayDryRun `json:"gateways"`
+}
+
+// GatewayDryRun is one gateway's answer, or why it could not be asked.
+type GatewayDryRun struct {
+	ID      string        `json:"id"`
+	Service string        `json:"service"`
+	Admin   string        `json:"admin"`
+	Error   string        `json:"error,omitempty"`
+	Result  *DryRunResult `json:"result,omitempty"`
+}
+
+// DryRunResult is a gateway's POST /v1/rbac:dry-run answer.
+type DryRunResult struct {
+	From            time.Time      `json:"from"`
+	To              time.Time      `json:"to"`
+	Scanned         int            `json:"scanned"`
+	Evaluated       int            `json:"evaluated"`
+	OtherPorts      int            `json:"other_ports"`
+	Unchanged       int            `json:"unchanged"`
+	NewlyDenied     int            `json:"newly_denied"`
+	NewlyAllowed    int            `json:"newly_allowed"`
+	Undetermined    int            `json:"undetermined"`
+	UndeterminedBy  map[string]int `json:"undetermined_by"`
+	Denied          []DryRunGroup  `json:"denied"`
+	GroupsTruncated bool           `json:"groups_truncated,omitempty"`
+	Samples         []DryRunCall   `json:"samples"`
+	Truncated       bool           `json:"truncated"`
+	TruncatedBy     string         `json:"truncated_by,omitempty"`
+	Errors          []string       `json:"errors,omitempty"` // services whose calls could not be read
+	Note            string         `json:"note"`
+}
+
+// DryRunGroup counts newly denied calls alike.
+type DryRunGroup struct {
+	Port      int    `json:"port"`
+	Service   string `json:"service"`
+	Route     string `json:"route"`
+	Principal string `json:"principal"`
+	Method    string `json:"method"`
+	Path      string `json:"path"`
+	Policy    string `json:"policy"`
+	Count     int    `json:"count"`
+}
+
+// DryRunCall is one newly denied call.
+type DryRunCall struct {
+	Start     time.Time `json:"start"`
+	Port      int       `json:"port"`
+	Service   string    `json:"service"`
+	Route     string    `json:"route"`
+	Principal string    `json:"principal"`
+	Method    string    `json:"method"`
+	Path      string    `json:"path"`
+	Host      string    `json:"host"`
+	PeerIP    string    `json:"peer_ip,omitempty"`
+	Policy    string    `json:"policy"`
 }
 
 // ApplyConfig creates or replaces routing config: docs holds one or more

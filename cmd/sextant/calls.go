@@ -84,10 +84,11 @@ the window is the last --since (default 15m) up to now.`,
 				return err
 			}
 			tw := newTable(w)
-			fmt.Fprintln(tw, "START\tLATENCY\tSTATUS\tENDPOINT\tSUBSET\tRETRIES\tBYTES\tREASON")
+			fmt.Fprintln(tw, "START\tLATENCY\tSTATUS\tENDPOINT\tSUBSET\tRETRIES\tBYTES\tREASON\tMETHOD\tPATH\tPRINCIPAL")
 			for _, c := range out.Calls {
-				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%d\t%d\t%s\n", c.Start.Local().Format("15:04:05.000"),
-					time.Duration(c.LatencyUs)*time.Microsecond, c.Status, orDash(c.Endpoint), orDash(c.Subset), c.Retries, c.BytesOut, orDash(c.Reason))
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", c.Start.Local().Format("15:04:05.000"),
+					time.Duration(c.LatencyUs)*time.Microsecond, c.Status, orDash(c.Endpoint), orDash(c.Subset), c.Retries, c.BytesOut, orDash(c.Reason),
+					orDash(c.Method), orDash(c.Path), orDash(c.Principal))
 			}
 			if err := tw.Flush(); err != nil {
 				return err

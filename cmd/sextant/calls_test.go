@@ -183,7 +183,8 @@ func TestCallsTablesMatchJSON(t *testing.T) {
 	}
 	for i, c := range list.Calls {
 		lat := (time.Duration(key(c, "latency_us").(float64)) * time.Microsecond).String()
-		want := []string{lat, num(c, "status"), orDash(c, "endpoint"), orDash(c, "subset"), num(c, "retries"), num(c, "bytes_out"), orDash(c, "reason")}
+		want := []string{lat, num(c, "status"), orDash(c, "endpoint"), orDash(c, "subset"), num(c, "retries"), num(c, "bytes_out"), orDash(c, "reason"),
+			orDash(c, "method"), orDash(c, "path"), orDash(c, "principal")}
 		if got := table[i][1:]; !slices.Equal(got, want) {
 			t.Errorf("call %d: table %v, JSON %v", i, got, want)
 		}

@@ -4,10 +4,14 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
 	"sigs.k8s.io/yaml"
+
+	"github.com/sextant-mesh/sextant/client"
 )
 
 func init() { rootCmd.AddCommand(newConfigCmd()) }
@@ -82,6 +86,9 @@ are printed under their object; they do not stop the apply.`,
 				for _, x := range res.Resources {
 					fmt.Fprintf(out, "  %s %s\n", x.Type, x.Name)
 				}
+			}
+			if dryRun && res.Calls != nil {
+				printCallsDryRun(out, res.Calls)
 			}
 			return nil
 		},
@@ -221,4 +228,57 @@ func splitConfigRef(s string) (kind, ns, name string, err error) {
 		return parts[0], parts[1], parts[2], nil
 	}
 	return "", "", "", fmt.Errorf("%q: want KIND/NAMESPACE/NAME, e.g. vs/default/orders", s)
+}
+
+// printCallsDryRun prints, per gateway, the recorded calls an apply would
+// start denying, grouped, and what could not be told.
+func printCallsDryRun(out io.Writer, c *client.CallsDryRun) {
+	fmt.Fprintf(out, "Recorded calls the change would start denying (%s):\n", c.Note)
+	if len(c.Ports) == 0 {
+		fmt.Fprintln(out, "  no Gateway listener: the gateways enforce nothing of it")
+		return
+	}
+	if c.NotAsked != "" {
+		fmt.Fprintf(out, "  no gateway asked: %s\n", c.NotAsked)
+		return
+	}
+	if len(c.Gateways) == 0 {
+		fmt.Fprintln(out, "  no gateway is registered")
+		return
+	}
+	for _, g := range c.Gateways {
+		if g.Error != "" || g.Result == nil {
+			fmt.Fprintf(out, "  gateway %s (%s, %s): could not be asked: %s\n", g.ID, g.Service, g.Admin, g.Error)
+			continue
+		}
+		r := g.Result
+		fmt.Fprintf(out, "  gateway %s (%s, %s): %d calls read, %d newly denied, %d newly allowed, %d undetermined\n",
+			g.ID, g.Service, g.Admin, r.Scanned, r.NewlyDenied, r.NewlyAllowed, r.Undetermined)
+		if len(r.Denied) > 0 {
+			tw := newTable(out)
+			fmt.Fprintln(tw, "    CALLS\tSERVICE\tROUTE\tPRINCIPAL\tMETHOD\tPATH\tPORT\tPOLICY")
+			for _, d := range r.Denied {
+				fmt.Fprintf(tw, "    %d\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", d.Count, d.Service, orDash(d.Route), orDash(d.Principal),
+					orDash(d.Method), orDash(d.Path), d.Port, d.Policy)
+			}
+			tw.Flush()
+			if r.GroupsTruncated {
+				fmt.Fprintln(out, "    (more groups than listed; the counts cover every call)")
+			}
+		}
+		attrs := make([]string, 0, len(r.UndeterminedBy))
+		for a := range r.UndeterminedBy {
+			attrs = append(attrs, a)
+		}
+		slices.Sort(attrs)
+		for _, a := range attrs {
+			fmt.Fprintf(out, "    undetermined: %d calls: a rule reads %s\n", r.UndeterminedBy[a], a)
+		}
+		if r.Truncated {
+			fmt.Fprintf(out, "    scan cut (%s): the counts cover the calls read\n", r.TruncatedBy)
+		}
+		for _, e := range r.Errors {
+			fmt.Fprintf(out, "    not read (not counted): %s\n", e)
+		}
+	}
 }

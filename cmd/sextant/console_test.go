@@ -611,7 +611,8 @@ spec:
 		})
 		b.Navigate(t, ui+"#/identity")
 		b.WaitTrue(t, 20*time.Second, "denied call listed", `document.querySelector('#denied-calls tr[data-service="default/orders"]')
-			&& document.querySelector('#denied-calls tr[data-service="default/orders"]').textContent.includes('no-admin')`)
+			&& document.querySelector('#denied-calls tr[data-service="default/orders"]').textContent.includes('no-admin')
+			&& document.querySelector('#denied-calls tr[data-service="default/orders"]').textContent.includes('GET /admin')`)
 		b.NoProblems(t, "denied calls")
 	})
 

@@ -316,25 +316,45 @@ func registerGateway(ctx context.Context, f gatewayFlags, admin, proxy string, l
 	}
 	in := client.Instance{Service: f.service, Host: host, Port: port, Protocol: "http", TTLSeconds: 10,
 		Metadata: map[string]string{"sextant.role": "gateway", "sextant.admin": admin, "sextant.node": f.node}}
-	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	res, err := c.Register(rctx, in)
-	cancel()
-	if err != nil {
-		return func() {}, err
+	register := func(ctx context.Context) (string, error) {
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		res, err := c.Register(rctx, in)
+		if err != nil {
+			return "", err
+		}
+		log.Info("registered", "registry", f.registry, "service", f.service, "id", res.IDs[0])
+		return res.IDs[0], nil
 	}
-	id := res.IDs[0]
-	log.Info("registered", "registry", f.registry, "service", f.service, "id", id)
+	// A registry still starting (or unreachable) is retried every second
+	// by the loop below rather than never registered: the console and dry
+	// runs find gateways in the registry.
+	id, err := register(ctx)
+	if err != nil {
+		log.Warn("could not register in the registry yet; retrying", "err", err)
+	}
 	hctx, stop := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		t := time.NewTicker(5 * time.Second)
+		t := time.NewTicker(time.Second)
 		defer t.Stop()
+		beat := 0
 		for {
 			select {
 			case <-hctx.Done():
 				return
 			case <-t.C:
+				if id == "" {
+					if id, err = register(hctx); err != nil && hctx.Err() == nil && beat%30 == 0 {
+						log.Warn("register failed", "err", err)
+					}
+					beat++
+					continue
+				}
+				if beat++; beat%5 != 0 {
+					continue // a heartbeat every 5 s
+				}
 				if nf, err := c.Heartbeat(hctx, id); err != nil || len(nf) > 0 {
 					// Gone (registry restarted without it, or expired): register again.
 					if _, err := c.Register(hctx, in); err != nil && hctx.Err() == nil {
@@ -347,6 +367,9 @@ func registerGateway(ctx context.Context, f gatewayFlags, admin, proxy string, l
 	return func() {
 		stop()
 		<-done
+		if id == "" {
+			return // never registered
+		}
 		dctx, c2 := context.WithTimeout(context.Background(), 3*time.Second)
 		defer c2()
 		if _, err := c.DeregisterOne(dctx, id); err != nil {

@@ -267,6 +267,9 @@ func runServer(ctx context.Context, f serverFlags) error {
 		return err
 	}
 	lc.add("store", st.Close) // its error is the server's
+	if f.meshRoot == "" {
+		f.meshRoot = config.DefaultRootNamespace // serverFlags built in code (tests) leave it unset
+	}
 	if !naming.ValidName(f.meshRoot) {
 		return fmt.Errorf("--mesh-root-namespace %q is not a namespace name (lowercase letters, digits and '-')", f.meshRoot)
 	}

@@ -112,6 +112,23 @@ func (d *dict) id(s string) (uint32, error) {
 	return id, nil
 }
 
+// idCapped is id for a high-cardinality field (path, host, method,
+// principal): a new s is taken only while the dictionary holds fewer than
+// limit names, else it is notKept. Known strings keep their id. Writer
+// goroutine.
+func (d *dict) idCapped(s string, limit int) (uint32, error) {
+	if id, ok := d.lookup(s); ok {
+		return id, nil
+	}
+	d.mu.RLock()
+	full := len(d.names) >= limit
+	d.mu.RUnlock()
+	if full {
+		return notKept, nil
+	}
+	return d.id(s)
+}
+
 // cut removes a partly written line, so that the next append starts on a
 // line of its own; if it cannot, the dictionary takes no more names.
 func (d *dict) cut() {

@@ -38,6 +38,15 @@ type Options struct {
 	// QueueSize bounds the calls waiting for the writer (default 65536);
 	// Record drops calls beyond it rather than slow the proxy.
 	QueueSize int
+	// DictLimit bounds a partition's dictionary (default 65536 names): a
+	// record's path, host, method, principal and subject (high-cardinality, from
+	// the caller) get a new name only while the dictionary holds fewer;
+	// beyond it they are recorded as not kept (Call.NotKept), never as
+	// empty. The dictionary lives as long as its partition, so once full
+	// only values it already holds are kept. The other strings (cluster,
+	// route, endpoint, subset, detail) come from the config and are
+	// always kept.
+	DictLimit int
 	// Store tunes each segment's callstore (default: 16384-record chunks,
 	// 1024-record buckets, 1024-record writer batches).
 	Store callstore.Options
@@ -71,6 +80,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.QueueSize <= 0 {
 		o.QueueSize = 1 << 16
+	}
+	if o.DictLimit <= 0 {
+		o.DictLimit = 1 << 16
 	}
 	if o.Store.ChunkRecords == 0 {
 		o.Store.ChunkRecords = 1 << 14
@@ -415,6 +427,27 @@ func (l *Log) put(p *partition, w *callstore.Writer, r Record) error {
 		if b.detail, err = p.dict.id(r.Detail); err != nil {
 			return err
 		}
+	}
+	// One by one: a loop over pointers into b would move b to the heap.
+	lim := l.opts.DictLimit
+	if b.principal, err = p.dict.idCapped(r.Principal, lim); err != nil {
+		return err
+	}
+	if b.subject, err = p.dict.idCapped(r.Subject, lim); err != nil {
+		return err
+	}
+	if b.method, err = p.dict.idCapped(r.Method, lim); err != nil {
+		return err
+	}
+	if b.path, err = p.dict.idCapped(r.Path, lim); err != nil {
+		return err
+	}
+	if b.host, err = p.dict.idCapped(r.Host, lim); err != nil {
+		return err
+	}
+	b.port, b.conn = r.Port, r.Conn
+	if r.PeerIP.IsValid() {
+		b.peer = r.PeerIP.As16()
 	}
 	a := r.Latency.Microseconds()
 	if err := w.Put(r.Start, a, b.encode()); err != nil {

@@ -2,6 +2,7 @@ package calllog
 
 import (
 	"errors"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -264,7 +265,8 @@ func FuzzOpenDict(f *testing.F) {
 }
 
 func TestBodyRoundTrip(t *testing.T) {
-	b := body{reason: ReasonShed, status: 503, retries: 2, grpc: 15, endpoint: 1, subset: 2, cluster: 3, route: 4, bytesIn: 5, bytesOut: 1 << 31}
+	b := body{version: layoutVersion, reason: ReasonShed, status: 503, retries: 2, grpc: 15, endpoint: 1, subset: 2, cluster: 3, route: 4, bytesIn: 5, bytesOut: 1 << 31,
+		principal: 6, method: 7, path: notKept, host: 8, port: 8443, peer: netip.MustParseAddr("10.1.2.3").As16(), conn: ConnTLS | ConnPeerCert, subject: 9}
 	enc := b.encode()
 	if got := decodeBody(&enc); got != b {
 		t.Fatalf("%+v != %+v", got, b)

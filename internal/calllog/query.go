@@ -49,6 +49,49 @@ type Call struct {
 	BytesOut   uint32 `json:"bytes_out"`
 	// Detail: the RBAC policy of an rbac_denied call.
 	Detail string `json:"detail,omitempty"`
+	// Layout is the record's layout version: 1 records have none of the
+	// fields below.
+	Layout    int    `json:"layout"`
+	Principal string `json:"principal,omitempty"`
+	Subject   string `json:"subject,omitempty"`
+	Method    string `json:"method,omitempty"`
+	Path      string `json:"path,omitempty"`
+	Host      string `json:"host,omitempty"`
+	Port      int    `json:"port,omitempty"`
+	PeerIP    string `json:"peer_ip,omitempty"`
+	TLS       bool   `json:"tls,omitempty"`
+	PeerCert  bool   `json:"peer_cert,omitempty"`
+	// OtherNames: the peer certificate has names the record does not keep
+	// (URI SANs after the first, DNS SANs).
+	OtherNames bool `json:"other_names,omitempty"`
+	// NotKept names the fields (principal, subject, method, path, host) whose
+	// value the partition's dictionary had no room for (Options.DictLimit):
+	// unknown, not empty.
+	NotKept []string `json:"not_kept,omitempty"`
+}
+
+// fill sets c's layout v2 fields from b.
+func (c *Call) fill(b *body, d *dict) {
+	c.Layout = int(b.version)
+	if b.version < 2 {
+		return
+	}
+	for _, f := range [...]struct {
+		name string
+		id   uint32
+		dst  *string
+	}{{"principal", b.principal, &c.Principal}, {"subject", b.subject, &c.Subject}, {"method", b.method, &c.Method}, {"path", b.path, &c.Path}, {"host", b.host, &c.Host}} {
+		if f.id == notKept {
+			c.NotKept = append(c.NotKept, f.name)
+			continue
+		}
+		*f.dst = d.name(f.id)
+	}
+	c.Port = int(b.port)
+	if a := b.peerAddr(); a.IsValid() {
+		c.PeerIP = a.String()
+	}
+	c.TLS, c.PeerCert, c.OtherNames = b.conn&ConnTLS != 0, b.conn&ConnPeerCert != 0, b.conn&ConnOtherNames != 0
 }
 
 func (q *Query) check() error {
@@ -201,6 +244,7 @@ func (l *Log) Calls(q Query) ([]Call, bool, error) {
 			Endpoint: d.name(b.endpoint), Status: int(b.status), Retries: int(b.retries), Reason: b.reason.String(),
 			BytesIn: b.bytesIn, BytesOut: b.bytesOut, GRPCStatus: grpcStatus(b.grpc), Detail: d.name(b.detail),
 		})
+		out[len(out)-1].fill(b, d)
 	}
 	return out, truncated, nil
 }

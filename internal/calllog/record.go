@@ -16,6 +16,8 @@ package calllog
 
 import (
 	"encoding/binary"
+	"math"
+	"net/netip"
 	"time"
 
 	"github.com/sextant-mesh/sextant/internal/callstore"
@@ -41,7 +43,32 @@ type Record struct {
 	// Detail names what decided a local reply when the reason needs it:
 	// the RBAC policy that denied a call (rbac_denied). "" otherwise.
 	Detail string
+
+	// What the call was, for replaying it against another RBAC policy
+	// (layout v2; empty in v1 records). Method, Path, Host and Principal
+	// are kept only while the partition's dictionary has room
+	// (Options.DictLimit); beyond it a new value is recorded as not kept.
+	Principal string // the peer certificate's first URI SAN (a SPIFFE ID); "" for none
+	Subject   string // the peer certificate's subject (RFC 2253), which RBAC principals match too
+	Method    string
+	Path      string // without the query
+	Host      string // :authority (Host)
+	Port      uint16 // the local port the call came in on (the listener's)
+	PeerIP    netip.Addr
+	Conn      ConnFlags
 }
+
+// ConnFlags say what the call's connection was (layout v2).
+type ConnFlags uint8
+
+const (
+	ConnTLS      ConnFlags = 1 << iota // the call came over TLS
+	ConnPeerCert                       // the client presented a certificate
+	// ConnOtherNames: the certificate has names the record does not keep
+	// (URI SANs after the first, DNS SANs), which an RBAC principal match
+	// reads too.
+	ConnOtherNames
+)
 
 // Reason says why a call got no upstream answer.
 type Reason uint8
@@ -93,11 +120,14 @@ func (r Reason) String() string {
 	return "other"
 }
 
-// The 34-byte body (little endian). The service is the partition, so it is
-// not in the body; strings are ids into the partition's dictionary.
+// The body (little endian), callstore.BodySize bytes. The service is the
+// partition, so it is not in the body; strings are ids into the
+// partition's dictionary. Layout v1 is the first 34 bytes (a v1 record, or
+// any record of a store an earlier version created, reads zeros after
+// them).
 //
 //	offset size field
-//	0      1    layout version (1)
+//	0      1    layout version (1 or 2)
 //	1      1    reason
 //	2      2    status
 //	4      1    retries
@@ -109,9 +139,24 @@ func (r Reason) String() string {
 //	22     4    request body bytes
 //	26     4    response body bytes
 //	30     4    detail id (0: none; 0 in records written before it)
-const layoutVersion = 1
+//	           v2:
+//	34     4    principal id
+//	38     4    method id
+//	42     4    path id
+//	46     4    host id      (ids: notKept when the dictionary was full)
+//	50     2    listener port
+//	52     16   peer IP (IPv4 as IPv4-mapped IPv6; all zeros: none)
+//	68     1    connection flags (ConnFlags)
+//	69     4    subject id   (notKept too)
+//	73     7    zero
+const layoutVersion = 2
+
+// notKept is the id of a string the dictionary had no room for (distinct
+// from 0, "").
+const notKept = math.MaxUint32
 
 type body struct {
+	version                   uint8
 	reason                    Reason
 	status                    uint16
 	retries                   uint8
@@ -119,6 +164,12 @@ type body struct {
 	endpoint, subset, cluster uint32
 	route, bytesIn, bytesOut  uint32
 	detail                    uint32
+	// v2
+	principal, method, path, host uint32
+	subject                       uint32
+	port                          uint16
+	peer                          [16]byte
+	conn                          ConnFlags
 }
 
 func (b *body) encode() (out [callstore.BodySize]byte) {
@@ -134,11 +185,20 @@ func (b *body) encode() (out [callstore.BodySize]byte) {
 	binary.LittleEndian.PutUint32(out[22:], b.bytesIn)
 	binary.LittleEndian.PutUint32(out[26:], b.bytesOut)
 	binary.LittleEndian.PutUint32(out[30:], b.detail)
+	binary.LittleEndian.PutUint32(out[34:], b.principal)
+	binary.LittleEndian.PutUint32(out[38:], b.method)
+	binary.LittleEndian.PutUint32(out[42:], b.path)
+	binary.LittleEndian.PutUint32(out[46:], b.host)
+	binary.LittleEndian.PutUint16(out[50:], b.port)
+	copy(out[52:68], b.peer[:])
+	out[68] = byte(b.conn)
+	binary.LittleEndian.PutUint32(out[69:], b.subject)
 	return out
 }
 
 func decodeBody(in *[callstore.BodySize]byte) body {
-	return body{
+	b := body{
+		version:  in[0],
 		reason:   Reason(in[1]),
 		status:   binary.LittleEndian.Uint16(in[2:]),
 		retries:  in[4],
@@ -151,6 +211,26 @@ func decodeBody(in *[callstore.BodySize]byte) body {
 		bytesOut: binary.LittleEndian.Uint32(in[26:]),
 		detail:   binary.LittleEndian.Uint32(in[30:]),
 	}
+	if b.version < 2 {
+		return b // the v2 bytes are not the record's
+	}
+	b.principal = binary.LittleEndian.Uint32(in[34:])
+	b.method = binary.LittleEndian.Uint32(in[38:])
+	b.path = binary.LittleEndian.Uint32(in[42:])
+	b.host = binary.LittleEndian.Uint32(in[46:])
+	b.port = binary.LittleEndian.Uint16(in[50:])
+	b.peer = [16]byte(in[52:68])
+	b.conn = ConnFlags(in[68])
+	b.subject = binary.LittleEndian.Uint32(in[69:])
+	return b
+}
+
+// peerAddr is the stored peer IP (invalid for none).
+func (b *body) peerAddr() netip.Addr {
+	if b.peer == ([16]byte{}) {
+		return netip.Addr{}
+	}
+	return netip.AddrFrom16(b.peer).Unmap()
 }
 
 // isError: the call failed from the caller's point of view (5xx or no

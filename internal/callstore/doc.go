@@ -1,5 +1,5 @@
 // Package callstore owns the call-log store: an in-process, persistent,
-// append-only store of one record per proxied call (t, a, 34-byte body) that
+// append-only store of one record per proxied call (t, a, a BodySize-byte body) that
 // answers time-and-value window queries and averages.
 //
 // Many writers put concurrently, each in non-decreasing t. A merger goroutine

@@ -119,7 +119,8 @@ func (s *Store) writeChunk(recs []record) error {
 	order, bounds := e.partition(recs, s.opts.BucketRecords)
 	n := len(recs)
 	e.ta = slices.Grow(e.ta[:0], 16*n+8)[:16*n+8]
-	e.body = slices.Grow(e.body[:0], BodySize*n)[:BodySize*n]
+	bs := s.bodySize
+	e.body = slices.Grow(e.body[:0], bs*n)[:bs*n]
 	nb := len(bounds) - 1
 	e.idx = slices.Grow(e.idx[:0], entrySize*nb)[:entrySize*nb]
 	c := &chunkMeta{lo: recs[0].t, hi: recs[n-1].t, buckets: make([]bucket, 0, nb)}
@@ -154,8 +155,8 @@ func (s *Store) writeChunk(recs []record) error {
 		b.crcTA = crc32.Checksum(e.ta[start:taPos], castagnoli)
 		bstart := bodyPos
 		for _, i := range idx {
-			copy(e.body[bodyPos:bodyPos+BodySize], recs[i].body[:])
-			bodyPos += BodySize
+			copy(e.body[bodyPos:bodyPos+bs], recs[i].body[:bs])
+			bodyPos += bs
 		}
 		en := entry{kind: kindBucket, tWidth: b.tWidth, aWidth: b.aWidth, count: b.count,
 			tMin: b.tMin, tMax: b.tMax, aMin: b.aMin, aMax: b.aMax, sum: b.sum,

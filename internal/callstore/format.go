@@ -12,7 +12,12 @@ import (
 //	           entry after every completed Sync.
 //	ta.dat     per bucket: n t-deltas (tWidth bytes each, from tMin), then
 //	           n a-deltas (aWidth bytes each, from aMin), little endian.
-//	body.dat   per bucket: n bodies of BodySize bytes, in the same order.
+//	body.dat   per bucket: n bodies of the header's body size, in the same order.
+//
+// The header (16 bytes): magic "SXCALLS2", the entry size (uint16), the body
+// size (uint16), a CRC-32C of the 12 bytes before it. A store of the first
+// version has magic "SXCALLS1", the entry size as a uint32 and 34-byte
+// bodies (v1Body); it is read and written as it is, never rewritten.
 //
 // Data files are only appended; an entry is written after the data it
 // describes. Entries before the last sync entry describe fsynced data; the
@@ -32,9 +37,13 @@ const (
 	flagChunkEnd = 1
 )
 
+// v1Body is the body size of stores with the first header.
+const v1Body = 34
+
 var (
-	headerMagic = [8]byte{'S', 'X', 'C', 'A', 'L', 'L', 'S', '1'}
-	castagnoli  = crc32.MakeTable(crc32.Castagnoli)
+	headerMagicV1 = [8]byte{'S', 'X', 'C', 'A', 'L', 'L', 'S', '1'}
+	headerMagic   = [8]byte{'S', 'X', 'C', 'A', 'L', 'L', 'S', '2'}
+	castagnoli    = crc32.MakeTable(crc32.Castagnoli)
 )
 
 // entry is one index entry. For kindSync only taOff and bodyOff (the data
@@ -57,26 +66,53 @@ type entry struct {
 	chunk   uint64
 }
 
-func (e *entry) taLen() uint64   { return uint64(e.count) * uint64(e.tWidth+e.aWidth) }
-func (e *entry) bodyLen() uint64 { return uint64(e.count) * BodySize }
+func (e *entry) taLen() uint64               { return uint64(e.count) * uint64(e.tWidth+e.aWidth) }
+func (e *entry) bodyLen(bodySize int) uint64 { return uint64(e.count) * uint64(bodySize) }
 
-func encodeHeader(b []byte) {
+// encodeHeader writes the current header, for bodies of bodySize bytes.
+func encodeHeader(b []byte, bodySize int) {
 	copy(b, headerMagic[:])
+	binary.LittleEndian.PutUint16(b[8:], entrySize)
+	binary.LittleEndian.PutUint16(b[10:], uint16(bodySize))
+	binary.LittleEndian.PutUint32(b[12:], crc32.Checksum(b[:12], castagnoli))
+}
+
+// encodeHeaderV1 writes the first version's header (tests make old stores
+// with it).
+func encodeHeaderV1(b []byte) {
+	copy(b, headerMagicV1[:])
 	binary.LittleEndian.PutUint32(b[8:], entrySize)
 	binary.LittleEndian.PutUint32(b[12:], crc32.Checksum(b[:12], castagnoli))
 }
 
-func checkHeader(b []byte) error {
-	if len(b) < headerSize || [8]byte(b[:8]) != headerMagic {
-		return fmt.Errorf("%w: bad index header", ErrCorrupt)
+// checkHeader checks either header version and returns the body size.
+func checkHeader(b []byte) (int, error) {
+	if len(b) < headerSize {
+		return 0, fmt.Errorf("%w: bad index header", ErrCorrupt)
+	}
+	v1 := [8]byte(b[:8]) == headerMagicV1
+	if !v1 && [8]byte(b[:8]) != headerMagic {
+		return 0, fmt.Errorf("%w: bad index header", ErrCorrupt)
 	}
 	if binary.LittleEndian.Uint32(b[12:]) != crc32.Checksum(b[:12], castagnoli) {
-		return fmt.Errorf("%w: index header checksum", ErrCorrupt)
+		return 0, fmt.Errorf("%w: index header checksum", ErrCorrupt)
 	}
-	if n := binary.LittleEndian.Uint32(b[8:]); n != entrySize {
-		return fmt.Errorf("%w: index entry size %d, want %d", ErrCorrupt, n, entrySize)
+	if v1 {
+		if n := binary.LittleEndian.Uint32(b[8:]); n != entrySize {
+			return 0, fmt.Errorf("%w: index entry size %d, want %d", ErrCorrupt, n, entrySize)
+		}
+		return v1Body, nil
 	}
-	return nil
+	if n := binary.LittleEndian.Uint16(b[8:]); n != entrySize {
+		return 0, fmt.Errorf("%w: index entry size %d, want %d", ErrCorrupt, n, entrySize)
+	}
+	bs := int(binary.LittleEndian.Uint16(b[10:]))
+	if bs < 1 || bs > BodySize {
+		// A later version's larger bodies would be cut: refuse, never
+		// silently drop their tails.
+		return 0, fmt.Errorf("%w: body size %d, this version reads 1..%d", ErrCorrupt, bs, BodySize)
+	}
+	return bs, nil
 }
 
 func (e *entry) encode(b []byte) {

@@ -90,6 +90,7 @@ type slot struct {
 	ta, body []byte
 	idx      []int32 // matching record indices, ascending (t order)
 	first    int     // index of the record at body[0]
+	bodySize int     // of the store's bodies
 	ts       []int64 // t of each match, for merging
 	pos      int     // merge cursor into idx
 }
@@ -164,7 +165,7 @@ func (sl *slot) fill(out []Message) {
 		m := &out[j]
 		m.T = sl.ts[j]
 		m.A = b.aMin + int64(load(acol, int(i), aw, amask))
-		m.Body = [BodySize]byte(sl.body[(int(i)-sl.first)*BodySize:])
+		m.Body = sl.bodyAt(int(i) - sl.first)
 	}
 }
 
@@ -174,7 +175,17 @@ func (sl *slot) fill1(m *Message, j int) {
 	i := int(sl.idx[j])
 	m.T = sl.ts[j]
 	m.A = b.aMin + int64(load(sl.ta[int(b.count)*int(b.tWidth):], i, b.aWidth, maskFor(b.aWidth)))
-	m.Body = [BodySize]byte(sl.body[(i-sl.first)*BodySize:])
+	m.Body = sl.bodyAt(i - sl.first)
+}
+
+// bodyAt is the i-th body read, zero-padded when the store's bodies are
+// shorter than BodySize (a store of an earlier version).
+func (sl *slot) bodyAt(i int) (out [BodySize]byte) {
+	if sl.bodySize == BodySize {
+		return [BodySize]byte(sl.body[i*BodySize:])
+	}
+	copy(out[:], sl.body[i*sl.bodySize:(i+1)*sl.bodySize])
+	return out
 }
 
 // gather finds a bucket's matches and reads their bodies into sl; it
@@ -213,9 +224,10 @@ func (s *Store) gather(b *bucket, q *query, sl *slot) (bool, error) {
 		}
 	}
 	sl.first = int(sl.idx[0])
-	nb := (int(sl.idx[len(sl.idx)-1]) - sl.first + 1) * BodySize
+	sl.bodySize = s.bodySize
+	nb := (int(sl.idx[len(sl.idx)-1]) - sl.first + 1) * s.bodySize
 	sl.body = slices.Grow(sl.body[:0], nb)[:nb]
-	if _, err := s.bodyF.ReadAt(sl.body, int64(b.bodyOff)+int64(sl.first*BodySize)); err != nil {
+	if _, err := s.bodyF.ReadAt(sl.body, int64(b.bodyOff)+int64(sl.first*s.bodySize)); err != nil {
 		return false, fmt.Errorf("callstore: read: %w", err)
 	}
 	return true, nil

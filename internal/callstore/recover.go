@@ -20,7 +20,7 @@ func (s *Store) recover() error {
 		// New store, or a crash while creating it: nothing was ever indexed.
 		return s.initFiles()
 	}
-	if err := checkHeader(idx); err != nil {
+	if s.bodySize, err = checkHeader(idx); err != nil {
 		return err
 	}
 	taSize, err := fileSize(s.taF)
@@ -31,7 +31,7 @@ func (s *Store) recover() error {
 	if err != nil {
 		return err
 	}
-	entries, err := parseIndex(idx[headerSize:])
+	entries, err := parseIndex(idx[headerSize:], s.bodySize)
 	if err != nil {
 		return err
 	}
@@ -43,7 +43,7 @@ func (s *Store) recover() error {
 	}
 	// Entries up to the last sync describe fsynced data: it must all be there.
 	for _, en := range entries[:lastSync+1] {
-		if en.taOff+en.taLen() > taSize || en.bodyOff+en.bodyLen() > bodySize {
+		if en.taOff+en.taLen() > taSize || en.bodyOff+en.bodyLen(s.bodySize) > bodySize {
 			return fmt.Errorf("%w: synced data missing from data files", ErrCorrupt)
 		}
 	}
@@ -81,7 +81,7 @@ func (s *Store) recover() error {
 			sum: en.sum, count: en.count, tWidth: en.tWidth, aWidth: en.aWidth, crcTA: en.crcTA,
 			taOff: en.taOff, bodyOff: en.bodyOff})
 		e.taOff = en.taOff + en.taLen()
-		e.bodyOff = en.bodyOff + en.bodyLen()
+		e.bodyOff = en.bodyOff + en.bodyLen(s.bodySize)
 		e.nextChunk = en.chunk + 1
 		records += uint64(en.count)
 		if en.flags&flagChunkEnd != 0 {
@@ -98,7 +98,7 @@ func (s *Store) recover() error {
 // parseIndex decodes the entries after the header up to the first torn or
 // invalid one. Corruption followed by a valid sync entry is not a torn tail
 // but damage to synced data: that is an error, not something to cut.
-func parseIndex(b []byte) ([]entry, error) {
+func parseIndex(b []byte, bodySize int) ([]entry, error) {
 	var entries []entry
 	var taOff, bodyOff, chunk uint64
 	chunkOpen := false
@@ -118,7 +118,7 @@ func parseIndex(b []byte) ([]entry, error) {
 		}
 		entries = append(entries, en)
 		if en.kind == kindBucket {
-			taOff, bodyOff = en.taOff+en.taLen(), en.bodyOff+en.bodyLen()
+			taOff, bodyOff = en.taOff+en.taLen(), en.bodyOff+en.bodyLen(bodySize)
 			chunk = en.chunk
 			chunkOpen = en.flags&flagChunkEnd == 0
 			if !chunkOpen {
@@ -147,7 +147,7 @@ func checkSequence(en *entry, taOff, bodyOff, chunk uint64, chunkOpen bool) erro
 // checkData reports whether the bucket's data is on disk and matches its
 // checksums.
 func (s *Store) checkData(en *entry, taSize, bodySize uint64, buf *[]byte) bool {
-	if en.taOff+en.taLen() > taSize || en.bodyOff+en.bodyLen() > bodySize {
+	if en.taOff+en.taLen() > taSize || en.bodyOff+en.bodyLen(s.bodySize) > bodySize {
 		return false
 	}
 	read := func(f *os.File, off, n uint64) []byte {
@@ -164,13 +164,14 @@ func (s *Store) checkData(en *entry, taSize, bodySize uint64, buf *[]byte) bool 
 	if b == nil || crc32.Checksum(b, castagnoli) != en.crcTA {
 		return false
 	}
-	b = read(s.bodyF, en.bodyOff, en.bodyLen())
+	b = read(s.bodyF, en.bodyOff, en.bodyLen(s.bodySize))
 	return b != nil && crc32.Checksum(b, castagnoli) == en.crcBody
 }
 
 func (s *Store) initFiles() error {
 	var h [headerSize]byte
-	encodeHeader(h[:])
+	s.bodySize = BodySize
+	encodeHeader(h[:], s.bodySize)
 	for _, f := range []*os.File{s.idxF, s.taF, s.bodyF} {
 		if err := f.Truncate(0); err != nil {
 			return fmt.Errorf("callstore: init: %w", err)

@@ -12,8 +12,11 @@ import (
 	"time"
 )
 
-// BodySize is the size of every record body.
-const BodySize = 34
+// BodySize is the size of a record body in stores this version creates;
+// the index header records it (format.go). A store created by an earlier
+// version keeps its own, smaller body size (v1Body, 34 bytes): its bodies
+// read back zero-padded to BodySize and bodies put into it are cut to it.
+const BodySize = 80
 
 // Message is one record.
 type Message struct {
@@ -47,6 +50,9 @@ type Store struct {
 	log  *slog.Logger
 
 	idxF, taF, bodyF *os.File
+	// bodySize is the body size of this store's files (the header's): set
+	// by recover in Open, never changed after.
+	bodySize int
 
 	closeMu sync.RWMutex
 	closed  atomic.Bool
@@ -144,6 +150,11 @@ func (s *Store) openFiles() error {
 	}
 	return nil
 }
+
+// BodySize is the body size of this store's files: BodySize, or a smaller
+// one for a store an earlier version created (the rest of a body put into it
+// is not kept; the rest of a body read from it is zeros).
+func (s *Store) BodySize() int { return s.bodySize }
 
 func (s *Store) closeFiles() {
 	for _, f := range []*os.File{s.idxF, s.taF, s.bodyF} {

@@ -23,8 +23,8 @@ import (
 )
 
 // AdminHandler serves the admin API (docs/gateway.md, "Admin API"): health,
-// /metrics, /v1/config and, with a call log, /v1/calls, /v1/calls/stats and
-// /v1/calls/endpoints.
+// /metrics, /v1/config and, with a call log, /v1/calls, /v1/calls/stats,
+// /v1/calls/endpoints and POST /v1/rbac:dry-run (dryrun.go).
 func (g *Gateway) AdminHandler(log *calllog.Log) http.Handler {
 	return g.AdminHandlerWith(log, nil)
 }
@@ -57,6 +57,9 @@ func (g *Gateway) AdminHandlerWith(log *calllog.Log, authorize AdminAuthorizer) 
 			return
 		}
 		a := AdminAccess{}
+		if r.URL.Path == "/v1/rbac:dry-run" {
+			a = AdminAccess{Calls: true, Namespace: "*"} // it reads every service's calls
+		}
 		if strings.HasPrefix(r.URL.Path, "/v1/calls") {
 			a = AdminAccess{Calls: true, Namespace: "*"}
 			if svc := r.URL.Query().Get("service"); svc != "" {
@@ -105,6 +108,7 @@ func (g *Gateway) adminRoutes(mux *http.ServeMux, log *calllog.Log) http.Handler
 		mux.HandleFunc("GET /v1/calls/services", func(w http.ResponseWriter, _ *http.Request) {
 			writeJSON(w, map[string]any{"services": log.Services()})
 		})
+		mux.HandleFunc("POST /v1/rbac:dry-run", func(w http.ResponseWriter, r *http.Request) { g.serveDryRun(w, r, log) })
 	}
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)

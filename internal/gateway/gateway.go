@@ -236,7 +236,7 @@ func (g *Gateway) Update(s xdsclient.State) (map[string][]string, error) {
 	tb := newTable(rc, next)
 	tb.unsupported = unsupported
 	if ls != nil {
-		tb.upgrades, tb.streamIdle, tb.rbac = ls.upgrades, ls.streamIdle, ls.rbac
+		tb.upgrades, tb.streamIdle, tb.rbac, tb.port = ls.upgrades, ls.streamIdle, ls.rbac, ls.port
 	}
 	ts, err := g.buildTLS(s, next, want)
 	if err != nil {

@@ -67,8 +67,11 @@ func (g *Gateway) serveH2On(w http.ResponseWriter, hr *http.Request, t *table) {
 		writeFast(w, &ctx.Response, grpc)
 		return
 	}
-	g.prepareRequest(&ctx, r)
 	k := call{c: c, retry: &r.spec.retry, md: md, grpc: -1, idle: streamIdle(t, r), detail: rbacShadow(&ctx)}
+	if g.rec != nil {
+		k.src = sourceOf(&ctx) // before prepareRequest rewrites the request
+	}
+	g.prepareRequest(&ctx, r)
 	if r.spec.timeout > 0 {
 		k.deadline = start.Add(r.spec.timeout)
 	}

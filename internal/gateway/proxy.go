@@ -72,8 +72,11 @@ func (g *Gateway) serveOn(ctx *fasthttp.RequestCtx, t *table) {
 		g.serveUpgrade(ctx, t, r, typ, c, md, mdKey, start)
 		return
 	}
-	g.prepareRequest(ctx, r)
 	k := call{c: c, retry: &r.spec.retry, md: md, grpc: -1, detail: rbacShadow(ctx)}
+	if g.rec != nil {
+		k.src = sourceOf(ctx) // before prepareRequest rewrites the request
+	}
+	g.prepareRequest(ctx, r)
 	if r.spec.timeout > 0 {
 		k.deadline = start.Add(r.spec.timeout)
 	}
@@ -230,6 +233,7 @@ type call struct {
 	status   int        // of the last answer; 0 if it got none
 	reason   string     // why the last attempt got no usable answer
 	detail   string     // the call record's detail (rbac.go)
+	src      callSource // the call record's request and connection (rbac.go); with a Recorder only
 	endpoint string     // address of the last endpoint tried
 	err      error      // of the last attempt; nil: the response is upstream's
 	permit   bool       // a retry-budget permit is held for this attempt

@@ -18,6 +18,8 @@ import (
 	"github.com/valyala/fasthttp"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/sextant-mesh/sextant/internal/calllog"
 )
 
 // RBAC: Envoy's envoy.filters.http.rbac, compiled once per config into
@@ -75,6 +77,10 @@ type rbacReq struct {
 	tls    *tls.ConnectionState // nil: plaintext
 	scheme []byte
 	names  *peerNames // of tls's peer certificate
+	// rp is set when the request is a call record replayed by a dry run
+	// (dryrun.go): matchers reading what the record does not keep say so
+	// there instead of matching. nil on the data path.
+	rp *replay
 }
 
 // peerNames are the names Envoy matches an authenticated principal
@@ -171,6 +177,9 @@ func (m matchPort) match(r *rbacReq) bool {
 }
 
 func (m matchCIDR) match(r *rbacReq) bool {
+	if r.rp != nil && !m.remote {
+		return r.rp.miss("destination_ip")
+	}
 	a := r.local.Addr()
 	if m.remote {
 		a = r.peer
@@ -179,6 +188,9 @@ func (m matchCIDR) match(r *rbacReq) bool {
 }
 
 func (m *matchHeader) match(r *rbacReq) bool {
+	if r.rp != nil && !r.rp.header(m) {
+		return false
+	}
 	var v []byte
 	switch m.pseudo {
 	case "":
@@ -208,9 +220,17 @@ func (m *matchHeader) match(r *rbacReq) bool {
 	return ok != m.hm.invert
 }
 
-func (m *matchURLPath) match(r *rbacReq) bool { return matchString(&m.sm, r.path) }
+func (m *matchURLPath) match(r *rbacReq) bool {
+	if r.rp != nil && r.rp.pathNotKept {
+		return r.rp.miss("path (not kept)")
+	}
+	return matchString(&m.sm, r.path)
+}
 
 func (m *matchSNI) match(r *rbacReq) bool {
+	if r.rp != nil {
+		return r.rp.miss("requested_server_name")
+	}
 	if r.tls == nil {
 		return matchString(&m.sm, nil)
 	}
@@ -220,6 +240,9 @@ func (m *matchSNI) match(r *rbacReq) bool {
 // match: Envoy's authenticated principal: the peer certificate's URI SANs,
 // then its DNS SANs, then its subject (RFC 2253) are matched in turn.
 func (m *matchPrincipal) match(r *rbacReq) bool {
+	if r.rp != nil {
+		return r.rp.principal(m)
+	}
 	if r.names == nil {
 		if r.tls == nil {
 			return false
@@ -665,33 +688,10 @@ func decodeRBACOverrides(m map[string]*anypb.Any, path string) (map[string]rbacO
 // policy allowed it), when a filter denies the call; shadow names the
 // first shadow engine's denial, for the call record. Call's goroutine.
 func (g *Gateway) rbacCheck(ctx *fasthttp.RequestCtx, filters []*rbacFilter, r *routeRT) (ok bool, policy, shadow string) {
-	req := rbacReq{h: &ctx.Request.Header, scheme: schemeHTTP}
-	uri := req.h.RequestURI()
-	req.path = uri
-	if i := bytes.IndexByte(uri, '?'); i >= 0 {
-		req.path = uri[:i]
-	}
-	if ta, isTCP := ctx.RemoteAddr().(*net.TCPAddr); isTCP {
-		req.peer, _ = netip.AddrFromSlice(ta.IP)
-	}
-	if ta, isTCP := ctx.LocalAddr().(*net.TCPAddr); isTCP {
-		a, _ := netip.AddrFromSlice(ta.IP)
-		req.local = netip.AddrPortFrom(a.Unmap(), uint16(ta.Port))
-	}
-	if tc, isTLS := ctx.Conn().(*tlsServerConn); isTLS {
-		req.tls, req.scheme, req.names = tc.state, schemeHTTPS, &tc.peer
-	} else if cs := ctx.TLSConnectionState(); cs != nil {
-		req.tls, req.scheme = cs, schemeHTTPS
-	}
+	var req rbacReq
+	req.of(ctx)
 	for _, f := range filters {
-		if o, has := r.spec.rbac[f.name]; has {
-			if o.disabled {
-				continue
-			}
-			if o.filter != nil {
-				f = o.filter
-			}
-		} else if f.disabled {
+		if f = effective(f, r.spec.rbac); f == nil {
 			continue
 		}
 		if e := f.shadow; e != nil {
@@ -723,6 +723,94 @@ func (g *Gateway) rbacCheck(ctx *fasthttp.RequestCtx, filters []*rbacFilter, r *
 		}
 	}
 	return true, "", shadow
+}
+
+// of fills r from a call: its header, path and connection. It allocates
+// nothing (an HTTP/2 call over TLS has no names yet: matchPrincipal or
+// sourceOf derive them).
+func (r *rbacReq) of(ctx *fasthttp.RequestCtx) {
+	*r = rbacReq{h: &ctx.Request.Header, scheme: schemeHTTP}
+	uri := r.h.RequestURI()
+	r.path = uri
+	if i := bytes.IndexByte(uri, '?'); i >= 0 {
+		r.path = uri[:i]
+	}
+	if ta, isTCP := ctx.RemoteAddr().(*net.TCPAddr); isTCP {
+		r.peer, _ = netip.AddrFromSlice(ta.IP)
+	}
+	if ta, isTCP := ctx.LocalAddr().(*net.TCPAddr); isTCP {
+		a, _ := netip.AddrFromSlice(ta.IP)
+		r.local = netip.AddrPortFrom(a.Unmap(), uint16(ta.Port))
+	}
+	if tc, isTLS := ctx.Conn().(*tlsServerConn); isTLS {
+		r.tls, r.scheme, r.names = tc.state, schemeHTTPS, &tc.peer
+	} else if cs := ctx.TLSConnectionState(); cs != nil {
+		r.tls, r.scheme = cs, schemeHTTPS
+	}
+}
+
+// callSource is what a call record keeps of the request and its
+// connection, so that a dry run (dryrun.go) can replay the call against
+// another RBAC policy: what rbacReq reads, less the headers.
+type callSource struct {
+	principal, subject string
+	method, path, host string
+	port               uint16
+	peer               netip.Addr
+	conn               calllog.ConnFlags
+}
+
+// sourceOf reads a call's source from the request and its connection
+// (rbacReq.of, the names RBAC matches); before the request is rewritten
+// for the upstream. One allocation: the method, path and host share one
+// string. Call's goroutine.
+func sourceOf(ctx *fasthttp.RequestCtx) callSource {
+	var r rbacReq
+	r.of(ctx)
+	h := r.h
+	m, host := h.Method(), h.Host()
+	all := make([]byte, 0, len(m)+len(r.path)+len(host))
+	all = append(append(append(all, m...), r.path...), host...)
+	s := string(all)
+	src := callSource{method: s[:len(m)], path: s[len(m) : len(m)+len(r.path)], host: s[len(m)+len(r.path):],
+		port: r.local.Port(), peer: r.peer.Unmap()}
+	if r.tls == nil {
+		return src
+	}
+	src.conn |= calllog.ConnTLS
+	if r.names == nil {
+		n := peerNamesOf(r.tls)
+		r.names = &n
+	}
+	if n := r.names; n.ok {
+		src.conn |= calllog.ConnPeerCert
+		src.subject = n.subject
+		if len(n.uris) > 0 {
+			src.principal = n.uris[0]
+		}
+		if len(n.uris) > 1 || len(n.dnsSANs) > 0 {
+			src.conn |= calllog.ConnOtherNames
+		}
+	}
+	return src
+}
+
+// effective is the filter f runs as on a route with overrides ov: its
+// override, f itself, or nil when the route or the listener disables it.
+func effective(f *rbacFilter, ov map[string]rbacOverride) *rbacFilter {
+	if o, has := ov[f.name]; has {
+		if o.disabled {
+			return nil
+		}
+		if o.filter != nil {
+			return o.filter
+		}
+		return f
+	}
+	if f.disabled {
+		return nil
+	}
+	return f
 }
 
 // denial names what denied a call: the policy, or, for an ALLOW engine
@@ -779,6 +867,7 @@ func (g *Gateway) authorize(ctx *fasthttp.RequestCtx, t *table, r *routeRT) bool
 	lat := time.Since(start)
 	k.c.m.observe(k.status, lat)
 	if g.rec != nil {
+		k.src = sourceOf(ctx)
 		g.recordCall(&k, r, tg.mdKey, start, lat, int64(len(rbacDeniedBody)))
 	}
 	return false

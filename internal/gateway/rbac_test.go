@@ -7,7 +7,9 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/json"
 	"encoding/pem"
+	"fmt"
 	"io"
 	"math/big"
 	"net/http"
@@ -22,6 +24,7 @@ import (
 	rbachttp "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rbac/v3"
 	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	matcher "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/anypb"
 )
 
@@ -189,6 +192,54 @@ func TestRBACFilterOverXDS(t *testing.T) {
 		if !strings.Contains(joined, want) {
 			t.Errorf("records lack %q:\n%s", want, joined)
 		}
+	}
+	// The records keep who called and what, over HTTP/2 (web) and
+	// HTTP/1.1 (evil) alike: what a dry run replays.
+	seen := map[string]bool{}
+	for _, c := range g.calls(t, "up") {
+		if c.Layout != 2 || !c.TLS || c.Port != int(g.tlsPort()) || c.PeerIP != "127.0.0.1" || c.Host != "shop.test" {
+			t.Errorf("record %+v", c)
+		}
+		seen[fmt.Sprintf("%s %s %s %v %d", c.Principal, c.Method, c.Path, c.PeerCert, c.Status)] = true
+	}
+	for _, want := range []string{web + " POST /orders/1 true 403", "spiffe://test.local/ns/default/sa/evil GET /orders/1 true 403",
+		" GET /orders/1 false 403", " GET /healthz false 200"} {
+		if !seen[want] {
+			t.Errorf("no record %q in %v", want, seen)
+		}
+	}
+
+	// A dry run on those records: the candidate drops the DENY filter
+	// and allows web whatever it asks; the route that turns the filter
+	// off keeps it off.
+	onlyWeb := rbacHTTPFilter(t, "envoy.filters.http.rbac", &rbachttp.RBAC{Rules: &rbacpb.RBAC{Action: rbacpb.RBAC_ALLOW,
+		Policies: map[string]*rbacpb.Policy{"web": {Permissions: []*rbacpb.Permission{{Rule: &rbacpb.Permission_Any{Any: true}}},
+			Principals: []*rbacpb.Principal{rbacPrincipal(web)}}}}})
+	fj, err := protojson.Marshal(onlyWeb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Post(g.admin+"/v1/rbac:dry-run", "application/json",
+		strings.NewReader(fmt.Sprintf(`{"listeners":[{"port":%d,"http_filters":[%s]}]}`, g.tlsPort(), fj)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var dry struct {
+		NewlyDenied  int `json:"newly_denied"`
+		NewlyAllowed int `json:"newly_allowed"`
+		Undetermined int `json:"undetermined"`
+		Denied       []struct{ Principal, Method, Path, Policy string }
+	}
+	body, _ := io.ReadAll(resp.Body)
+	if err := json.Unmarshal(body, &dry); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("dry run: %d %s", resp.StatusCode, body)
+	}
+	// Newly denied: anon's /healthz; newly allowed: web's POST and web's
+	// /admin/x; evil and anon on /orders were denied and stay so.
+	if dry.NewlyDenied != 1 || dry.NewlyAllowed != 2 || dry.Undetermined != 0 || len(dry.Denied) != 1 ||
+		dry.Denied[0].Principal != "" || dry.Denied[0].Path != "/healthz" || dry.Denied[0].Policy != "envoy.filters.http.rbac: no policy allowed the call" {
+		t.Errorf("dry run: %s", body)
 	}
 }
 

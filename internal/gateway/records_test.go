@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -51,6 +52,14 @@ func TestCallRecordsAndStatsAnswerWhatWasSent(t *testing.T) {
 			Cluster   string `json:"cluster"`
 			Reason    string `json:"reason"`
 			BytesOut  int    `json:"bytes_out"`
+			Layout    int    `json:"layout"`
+			Method    string `json:"method"`
+			Path      string `json:"path"`
+			Host      string `json:"host"`
+			Port      int    `json:"port"`
+			PeerIP    string `json:"peer_ip"`
+			TLS       bool   `json:"tls"`
+			Principal string `json:"principal"`
 		} `json:"calls"`
 	}
 	q := func(path string, params url.Values, out any) {
@@ -91,6 +100,13 @@ func TestCallRecordsAndStatsAnswerWhatWasSent(t *testing.T) {
 		perEP[c.Endpoint]++
 		if c.Status != 200 || c.Cluster != "orders" || c.BytesOut == 0 {
 			t.Fatalf("record %+v", c)
+		}
+		// What a dry run replays: the request as the client sent it, and
+		// its connection (plaintext, no principal).
+		gwURL, _ := url.Parse(g.url)
+		if c.Layout != 2 || c.Method != "GET" || c.Path != "/orders" || c.Host != gwURL.Host || strconv.Itoa(c.Port) != gwURL.Port() ||
+			c.PeerIP != "127.0.0.1" || c.TLS || c.Principal != "" {
+			t.Fatalf("record's request %+v, gateway at %s", c, g.url)
 		}
 		if c.Endpoint == slow.addr && c.LatencyUs < 30000 {
 			t.Fatalf("a slow call recorded %d us, under its upstream's 30 ms", c.LatencyUs)

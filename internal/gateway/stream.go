@@ -326,5 +326,13 @@ func (g *Gateway) recordCall(k *call, r *routeRT, mdKey string, start time.Time,
 		BytesOut:   uint32(min(out, 1<<32-1)),
 		GRPCStatus: grpcRecord(k.grpc),
 		Detail:     k.detail,
+		Principal:  k.src.principal,
+		Subject:    k.src.subject,
+		Method:     k.src.method,
+		Path:       k.src.path,
+		Host:       k.src.host,
+		Port:       k.src.port,
+		PeerIP:     k.src.peer,
+		Conn:       k.src.conn,
 	})
 }

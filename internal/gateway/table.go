@@ -29,6 +29,8 @@ type table struct {
 	streamIdle time.Duration
 	// rbac are the listener's RBAC filters (rbac.go), run on every call.
 	rbac []*rbacFilter
+	// port is the listener's port (0: none yet), for dry runs (dryrun.go).
+	port uint32
 }
 
 type wildcard struct {
@@ -150,6 +152,22 @@ func (vh *vhostRT) route(path []byte, h *fasthttp.RequestHeader) *routeRT {
 }
 
 func (m *matchSpec) matches(path []byte, h *fasthttp.RequestHeader) bool {
+	if !m.matchesPath(path) {
+		return false
+	}
+	for i := range m.headers {
+		if !m.headers[i].matches(h) {
+			return false
+		}
+	}
+	if len(m.query) > 0 {
+		return m.matchQuery(h.RequestURI())
+	}
+	return true
+}
+
+// matchesPath is the path part of matches.
+func (m *matchSpec) matchesPath(path []byte) bool {
 	switch m.kind {
 	case matchPrefix:
 		if len(path) < len(m.value) {
@@ -175,14 +193,6 @@ func (m *matchSpec) matches(path []byte, h *fasthttp.RequestHeader) bool {
 		if !m.re.Match(path) {
 			return false
 		}
-	}
-	for i := range m.headers {
-		if !m.headers[i].matches(h) {
-			return false
-		}
-	}
-	if len(m.query) > 0 {
-		return m.matchQuery(h.RequestURI())
 	}
 	return true
 }

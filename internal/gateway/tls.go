@@ -136,7 +136,7 @@ func (g *Gateway) buildTLS(s xdsclient.State, clusters map[string]*clusterRT, wa
 				rc, _ = s[RouteType][cs.rds].(*routeConfigSpec)
 			}
 			tb := newTable(rc, clusters)
-			tb.upgrades, tb.streamIdle, tb.rbac = cs.upgrades, cs.streamIdle, cs.rbac
+			tb.upgrades, tb.streamIdle, tb.rbac, tb.port = cs.upgrades, cs.streamIdle, cs.rbac, ls.port
 			c := &tlsChainRT{table: tb, requireSNI: cs.tls.requireSNI, spec: cs}
 			c.conf, c.notReady = chainConfig(cs.tls, g.tlsSecrets(s[SecretType]))
 			for _, n := range cs.tls.certSecrets {

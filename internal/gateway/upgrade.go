@@ -83,6 +83,9 @@ func (g *Gateway) serveUpgrade(ctx *fasthttp.RequestCtx, t *table, r *routeRT, t
 		g.localReply(ctx, fasthttp.StatusForbidden, c.name, reasonUpgradeFailed,
 			"upgrade to "+strconv.Quote(typ)+" is not enabled for this route (the listener's or route's upgrade_configs)")
 		k := call{c: c, status: fasthttp.StatusForbidden, reason: reasonUpgradeFailed}
+		if g.rec != nil {
+			k.src = sourceOf(ctx)
+		}
 		g.finishUpgrade(&k, r, mdKey, start, 0, 0)
 		return
 	}
@@ -97,6 +100,9 @@ const upgradeIdle = 15 * time.Second
 // request itself, or hijacks the downstream connection for the tunnel.
 func (g *Gateway) upgrade(ctx *fasthttp.RequestCtx, c *clusterRT, md map[string]string, r *routeRT, mdKey string, start time.Time) {
 	k := call{c: c, retry: &r.spec.retry, md: md}
+	if g.rec != nil {
+		k.src = sourceOf(ctx)
+	}
 	res, ep := k.pick()
 	if ep == nil {
 		g.answer(ctx, &k)
@@ -342,16 +348,18 @@ func (g *Gateway) finishUpgrade(k *call, r *routeRT, mdKey string, start time.Ti
 		mdKey = k.c.spec.subsetName
 	}
 	g.rec.Record(calllog.Record{
-		Start:    start.UnixNano(),
-		Latency:  lat,
-		Service:  k.c.spec.service,
-		Cluster:  k.c.name,
-		Route:    r.name,
-		Subset:   mdKey,
-		Endpoint: k.endpoint,
-		Status:   uint16(k.status),
-		Reason:   calllog.ReasonCode(k.reason),
-		BytesIn:  uint32(min(in, 1<<32-1)),
-		BytesOut: uint32(min(out, 1<<32-1)),
+		Start:     start.UnixNano(),
+		Latency:   lat,
+		Service:   k.c.spec.service,
+		Cluster:   k.c.name,
+		Route:     r.name,
+		Subset:    mdKey,
+		Endpoint:  k.endpoint,
+		Status:    uint16(k.status),
+		Reason:    calllog.ReasonCode(k.reason),
+		BytesIn:   uint32(min(in, 1<<32-1)),
+		BytesOut:  uint32(min(out, 1<<32-1)),
+		Principal: k.src.principal, Subject: k.src.subject, Method: k.src.method, Path: k.src.path, Host: k.src.host,
+		Port: k.src.port, PeerIP: k.src.peer, Conn: k.src.conn,
 	})
 }

@@ -141,6 +141,10 @@ type applyAnswer struct {
 	DryRun    bool          `json:"dry_run,omitempty"`
 	Results   []applyResult `json:"results"`
 	Resources []xdsResource `json:"resources"`
+	// Calls: with dry_run, the recorded calls the change would start
+	// denying, per gateway (rbacdryrun.go); nil when it changes no
+	// Gateway RBAC.
+	Calls *callsDryRun `json:"calls,omitempty"`
 }
 
 // affectedResources names the xDS resources an apply changes: the route
@@ -235,6 +239,13 @@ func (a *API) writeConfig(w http.ResponseWriter, r *http.Request, reg *backend, 
 	}
 	ans := applyAnswer{Revision: rev, DryRun: aw.DryRun, Results: make([]applyResult, len(aw.Results)),
 		Resources: affectedResources(t, aw.Objects, aw.Results)}
+	if aw.DryRun {
+		// Bad input was refused above (DryRun plans it): what is left is
+		// what the gateways answer.
+		if ans.Calls, err = dryRunCalls(r, reg, t, aw.Objects); err != nil {
+			return err
+		}
+	}
 	for i, res := range aw.Results {
 		if res.Action != config.Unchanged && !aw.DryRun {
 			res.Revision = rev

@@ -77,6 +77,42 @@ func Build(gws, vss []*config.Entry, secretOf func(ns, name string) *secret.Secr
 // root namespace).
 func BuildWithPolicies(gws, vss []*config.Entry, sec *config.Security, secretOf func(ns, name string) *secret.Secret) ([3]map[string]proto.Message, []string) {
 	out := [3]map[string]proto.Message{{}, {}, {}}
+	ports, order, warns := gatewayPorts(gws)
+	for _, n := range order {
+		p := ports[n]
+		name := ListenerName(n)
+		out[2][name] = routes(name, p, vss)
+		var l *listenerv3.Listener
+		if !p.tls {
+			l = xds.HTTPListener(name, n, name)
+		} else {
+			var w []string
+			l, w = tlsListener(name, p, vss, gatewayMTLS(gws, sec, n), secretOf, out[0])
+			warns = append(warns, w...)
+		}
+		if err := xds.WithHTTPFilters(l, xds.RBACFilters(portPolicies(p, gws, sec))); err != nil {
+			warns = append(warns, err.Error())
+		}
+		out[1][name] = l
+	}
+	return out, warns
+}
+
+// GatewayRBAC is the RBAC HTTP filters BuildWithPolicies puts on each
+// Gateway listener, by port (an empty list: none), for a dry run of a
+// policy change against the calls the gateways recorded.
+func GatewayRBAC(gws []*config.Entry, sec *config.Security) map[uint32][]*hcmv3.HttpFilter {
+	ports, order, _ := gatewayPorts(gws)
+	out := make(map[uint32][]*hcmv3.HttpFilter, len(order))
+	for _, n := range order {
+		out[n] = xds.RBACFilters(portPolicies(ports[n], gws, sec))
+	}
+	return out
+}
+
+// gatewayPorts groups the Gateways' servers by port, in port order, with
+// a warning for each server left out.
+func gatewayPorts(gws []*config.Entry) (map[uint32]*port, []uint32, []string) {
 	var warns []string
 	ports := map[uint32]*port{}
 	var order []uint32
@@ -103,24 +139,7 @@ func BuildWithPolicies(gws, vss []*config.Entry, sec *config.Security, secretOf 
 		}
 	}
 	slices.Sort(order)
-	for _, n := range order {
-		p := ports[n]
-		name := ListenerName(n)
-		out[2][name] = routes(name, p, vss)
-		var l *listenerv3.Listener
-		if !p.tls {
-			l = xds.HTTPListener(name, n, name)
-		} else {
-			var w []string
-			l, w = tlsListener(name, p, vss, gatewayMTLS(gws, sec, n), secretOf, out[0])
-			warns = append(warns, w...)
-		}
-		if err := xds.WithHTTPFilters(l, xds.RBACFilters(portPolicies(p, gws, sec))); err != nil {
-			warns = append(warns, err.Error())
-		}
-		out[1][name] = l
-	}
-	return out, warns
+	return ports, order, warns
 }
 
 // portPolicies are the AuthorizationPolicies selecting a Gateway with a

@@ -213,6 +213,11 @@ spec:
 	if got := strings.Join(filters(9090), ","); got != "envoy.filters.http.router" {
 		t.Errorf("port 9090 filters: %s", got)
 	}
+	// GatewayRBAC names the same filters per port, for a dry run.
+	byPort := GatewayRBAC(gws, config.NewSecurity("", objs))
+	if len(byPort) != 2 || len(byPort[8080]) != 1 || byPort[8080][0].Name != xds.RBACDenyFilter || len(byPort[9090]) != 0 {
+		t.Errorf("GatewayRBAC: %v", byPort)
+	}
 }
 
 // TestBuildPassthrough: a PASSTHROUGH server and the TLS routes bound to it

@@ -49,9 +49,10 @@ function DeniedCalls() {
     ${data && data.failed.map(f => html`<div class="error" role="alert">Gateway admin API ${f}</div>`)}
     ${data && !data.gateways && html`<${Empty}>No gateway is registered: denied calls are read from each gateway's call log.</${Empty}>`}
     ${data && data.gateways > 0 && !data.calls.length && html`<${Empty}>No call was denied in the last hour.</${Empty}>`}
-    ${data && data.calls.length > 0 && html`<table id="denied-calls"><thead><tr><th>when</th><th>gateway</th><th>service</th><th>route</th><th>status</th><th>policy</th></tr></thead>
+    ${data && data.calls.length > 0 && html`<table id="denied-calls"><thead><tr><th>when</th><th>gateway</th><th>service</th><th>route</th><th>caller</th><th>request</th><th>status</th><th>policy</th></tr></thead>
       <tbody>${data.calls.map(c => html`<tr data-service=${c.service}>
         <td title=${when(c.start)}>${ago(c.start)}</td><td>${c.gateway}</td><td class="strong">${c.service}</td><td><code>${c.route || '–'}</code></td>
+        <td><code>${c.principal || (c.peer_ip ? c.peer_ip : '–')}</code></td><td><code>${c.method ? `${c.method} ${c.path || ''}` : '–'}</code></td>
         <td><${Badge} kind="bad">${c.status}</${Badge}></td><td><code>${c.detail || '–'}</code></td></tr>`)}</tbody></table>`}
   </section>`;
 }
