@@ -112,21 +112,19 @@ func (d *dict) id(s string) (uint32, error) {
 	return id, nil
 }
 
-// idCapped is id for a high-cardinality field (path, host, method,
-// principal): a new s is taken only while the dictionary holds fewer than
-// limit names, else it is notKept. Known strings keep their id. Writer
-// goroutine.
-func (d *dict) idCapped(s string, limit int) (uint32, error) {
-	if id, ok := d.lookup(s); ok {
-		return id, nil
-	}
+// lookupBytes is lookup without making a string of b. Any goroutine.
+func (d *dict) lookupBytes(b []byte) (uint32, bool) {
 	d.mu.RLock()
-	full := len(d.names) >= limit
-	d.mu.RUnlock()
-	if full {
-		return notKept, nil
-	}
-	return d.id(s)
+	defer d.mu.RUnlock()
+	id, ok := d.ids[string(b)]
+	return id, ok
+}
+
+// len is how many names the dictionary holds. Any goroutine.
+func (d *dict) len() int {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	return len(d.names)
 }
 
 // cut removes a partly written line, so that the next append starts on a

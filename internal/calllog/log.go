@@ -139,6 +139,7 @@ type partition struct {
 	lastT    int64
 	pending  []Record
 	unsynced bool
+	reqBuf   []byte // requestID's
 }
 
 // Open opens (or creates) the log in opts.Dir and starts its writer.
@@ -423,37 +424,49 @@ func (l *Log) put(p *partition, w *callstore.Writer, r Record) error {
 	if b.route, err = p.dict.id(r.Route); err != nil {
 		return err
 	}
-	if r.Detail != "" {
-		if b.detail, err = p.dict.id(r.Detail); err != nil {
-			return err
-		}
-	}
-	// One by one: a loop over pointers into b would move b to the heap.
-	lim := l.opts.DictLimit
-	if b.principal, err = p.dict.idCapped(r.Principal, lim); err != nil {
+	q := request{detail: r.Detail, principal: r.Principal, subject: r.Subject, method: r.Method, path: r.Path,
+		host: r.Host, port: r.Port, peer: r.PeerIP, conn: r.Conn}
+	if b.detail, err = p.requestID(&q, l.opts.DictLimit); err != nil {
 		return err
-	}
-	if b.subject, err = p.dict.idCapped(r.Subject, lim); err != nil {
-		return err
-	}
-	if b.method, err = p.dict.idCapped(r.Method, lim); err != nil {
-		return err
-	}
-	if b.path, err = p.dict.idCapped(r.Path, lim); err != nil {
-		return err
-	}
-	if b.host, err = p.dict.idCapped(r.Host, lim); err != nil {
-		return err
-	}
-	b.port, b.conn = r.Port, r.Conn
-	if r.PeerIP.IsValid() {
-		b.peer = r.PeerIP.As16()
 	}
 	a := r.Latency.Microseconds()
 	if err := w.Put(r.Start, a, b.encode()); err != nil {
 		return fmt.Errorf("calllog: %s: %w", p.service, err)
 	}
 	return nil
+}
+
+// requestID is q's dictionary id. A string the dictionary does not hold
+// is taken only below limit names; else less of the call is kept, a step
+// at a time (request), down to what is always kept: the detail, port and
+// connection flags (few, and set by Sextant, not by callers) and a
+// standard method. Writer goroutine.
+func (p *partition) requestID(q *request, limit int) (uint32, error) {
+	for _, m := range [...]dropMask{0, dropPeer, dropPath, dropPrincipal | dropSubject | dropHost} {
+		q.drop(m)
+		p.reqBuf = q.encode(p.reqBuf[:0])
+		if id, ok := p.dict.lookupBytes(p.reqBuf); ok {
+			return id, nil
+		}
+		if p.dict.len() < limit {
+			return p.dict.id(string(p.reqBuf))
+		}
+	}
+	if !standardMethod(q.method) {
+		q.drop(dropMethod)
+		p.reqBuf = q.encode(p.reqBuf[:0])
+	}
+	return p.dict.id(string(p.reqBuf))
+}
+
+// standardMethod: RFC 9110's methods and PATCH, the ones a request string
+// stripped of every caller-chosen value may keep beyond the limit.
+func standardMethod(m string) bool {
+	switch m {
+	case "", "GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH":
+		return true
+	}
+	return false
 }
 
 // Services lists the services with records, sorted.

@@ -265,11 +265,18 @@ func FuzzOpenDict(f *testing.F) {
 }
 
 func TestBodyRoundTrip(t *testing.T) {
-	b := body{version: layoutVersion, reason: ReasonShed, status: 503, retries: 2, grpc: 15, endpoint: 1, subset: 2, cluster: 3, route: 4, bytesIn: 5, bytesOut: 1 << 31,
-		principal: 6, method: 7, path: notKept, host: 8, port: 8443, peer: netip.MustParseAddr("10.1.2.3").As16(), conn: ConnTLS | ConnPeerCert, subject: 9}
+	b := body{version: layoutVersion, reason: ReasonShed, status: 503, retries: 2, grpc: 15, endpoint: 1, subset: 2, cluster: 3, route: 4, bytesIn: 5, bytesOut: 1 << 31, detail: 6}
 	enc := b.encode()
 	if got := decodeBody(&enc); got != b {
 		t.Fatalf("%+v != %+v", got, b)
+	}
+	q := request{detail: "ns/deny", principal: "spiffe://td/ns/a/sa/b", subject: "O=td", method: "GET", path: "/a",
+		host: "h", port: 8443, peer: netip.MustParseAddr("10.1.2.3"), conn: ConnTLS | ConnPeerCert, dropped: dropHost}
+	if got, ok := parseRequest(string(q.encode(nil))); !ok || got != q {
+		t.Fatalf("request %+v != %+v", got, q)
+	}
+	if _, ok := parseRequest("ns/deny"); ok {
+		t.Fatal("a v1 detail parsed as a request")
 	}
 	if enc[0] != layoutVersion {
 		t.Fatal("layout version")

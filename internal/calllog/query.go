@@ -70,28 +70,26 @@ type Call struct {
 	NotKept []string `json:"not_kept,omitempty"`
 }
 
-// fill sets c's layout v2 fields from b.
+// fill sets c's detail and, in layout v2, its request fields from b.
 func (c *Call) fill(b *body, d *dict) {
 	c.Layout = int(b.version)
 	if b.version < 2 {
+		if b.detail != 0 {
+			c.Detail = d.name(b.detail)
+		}
 		return
 	}
-	for _, f := range [...]struct {
-		name string
-		id   uint32
-		dst  *string
-	}{{"principal", b.principal, &c.Principal}, {"subject", b.subject, &c.Subject}, {"method", b.method, &c.Method}, {"path", b.path, &c.Path}, {"host", b.host, &c.Host}} {
-		if f.id == notKept {
-			c.NotKept = append(c.NotKept, f.name)
-			continue
-		}
-		*f.dst = d.name(f.id)
+	q, ok := parseRequest(d.name(b.detail))
+	if !ok {
+		return
 	}
-	c.Port = int(b.port)
-	if a := b.peerAddr(); a.IsValid() {
-		c.PeerIP = a.String()
+	c.Detail, c.Principal, c.Subject, c.Method, c.Path, c.Host = q.detail, q.principal, q.subject, q.method, q.path, q.host
+	c.Port = int(q.port)
+	if q.peer.IsValid() {
+		c.PeerIP = q.peer.String()
 	}
-	c.TLS, c.PeerCert, c.OtherNames = b.conn&ConnTLS != 0, b.conn&ConnPeerCert != 0, b.conn&ConnOtherNames != 0
+	c.TLS, c.PeerCert, c.OtherNames = q.conn&ConnTLS != 0, q.conn&ConnPeerCert != 0, q.conn&ConnOtherNames != 0
+	c.NotKept = q.dropped.names()
 }
 
 func (q *Query) check() error {
@@ -242,7 +240,7 @@ func (l *Log) Calls(q Query) ([]Call, bool, error) {
 			Start: time.Unix(0, m.T).UTC(), Latency: time.Duration(m.A) * time.Microsecond, LatencyUs: m.A,
 			Service: q.Service, Cluster: d.name(b.cluster), Route: d.name(b.route), Subset: d.name(b.subset),
 			Endpoint: d.name(b.endpoint), Status: int(b.status), Retries: int(b.retries), Reason: b.reason.String(),
-			BytesIn: b.bytesIn, BytesOut: b.bytesOut, GRPCStatus: grpcStatus(b.grpc), Detail: d.name(b.detail),
+			BytesIn: b.bytesIn, BytesOut: b.bytesOut, GRPCStatus: grpcStatus(b.grpc),
 		})
 		out[len(out)-1].fill(b, d)
 	}

@@ -18,6 +18,8 @@ import (
 	"encoding/binary"
 	"math"
 	"net/netip"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/sextant-mesh/sextant/internal/callstore"
@@ -120,11 +122,10 @@ func (r Reason) String() string {
 	return "other"
 }
 
-// The body (little endian), callstore.BodySize bytes. The service is the
+// The body (little endian), callstore.BodySize (34) bytes, the race's
+// record size (seed 003; bench callstore measures it). The service is the
 // partition, so it is not in the body; strings are ids into the
-// partition's dictionary. Layout v1 is the first 34 bytes (a v1 record, or
-// any record of a store an earlier version created, reads zeros after
-// them).
+// partition's dictionary.
 //
 //	offset size field
 //	0      1    layout version (1 or 2)
@@ -138,17 +139,8 @@ func (r Reason) String() string {
 //	18     4    route id
 //	22     4    request body bytes
 //	26     4    response body bytes
-//	30     4    detail id (0: none; 0 in records written before it)
-//	           v2:
-//	34     4    principal id
-//	38     4    method id
-//	42     4    path id
-//	46     4    host id      (ids: notKept when the dictionary was full)
-//	50     2    listener port
-//	52     16   peer IP (IPv4 as IPv4-mapped IPv6; all zeros: none)
-//	68     1    connection flags (ConnFlags)
-//	69     4    subject id   (notKept too)
-//	73     7    zero
+//	30     4    v1: detail id (0: none); v2: request id, one dictionary
+//	            string of the detail and the request (request.encode)
 const layoutVersion = 2
 
 // notKept is the id of a string the dictionary had no room for (distinct
@@ -163,13 +155,7 @@ type body struct {
 	grpc                      uint8 // grpc-status + 1; 0: none
 	endpoint, subset, cluster uint32
 	route, bytesIn, bytesOut  uint32
-	detail                    uint32
-	// v2
-	principal, method, path, host uint32
-	subject                       uint32
-	port                          uint16
-	peer                          [16]byte
-	conn                          ConnFlags
+	detail                    uint32 // v2: the request id
 }
 
 func (b *body) encode() (out [callstore.BodySize]byte) {
@@ -185,19 +171,11 @@ func (b *body) encode() (out [callstore.BodySize]byte) {
 	binary.LittleEndian.PutUint32(out[22:], b.bytesIn)
 	binary.LittleEndian.PutUint32(out[26:], b.bytesOut)
 	binary.LittleEndian.PutUint32(out[30:], b.detail)
-	binary.LittleEndian.PutUint32(out[34:], b.principal)
-	binary.LittleEndian.PutUint32(out[38:], b.method)
-	binary.LittleEndian.PutUint32(out[42:], b.path)
-	binary.LittleEndian.PutUint32(out[46:], b.host)
-	binary.LittleEndian.PutUint16(out[50:], b.port)
-	copy(out[52:68], b.peer[:])
-	out[68] = byte(b.conn)
-	binary.LittleEndian.PutUint32(out[69:], b.subject)
 	return out
 }
 
 func decodeBody(in *[callstore.BodySize]byte) body {
-	b := body{
+	return body{
 		version:  in[0],
 		reason:   Reason(in[1]),
 		status:   binary.LittleEndian.Uint16(in[2:]),
@@ -211,26 +189,111 @@ func decodeBody(in *[callstore.BodySize]byte) body {
 		bytesOut: binary.LittleEndian.Uint32(in[26:]),
 		detail:   binary.LittleEndian.Uint32(in[30:]),
 	}
-	if b.version < 2 {
-		return b // the v2 bytes are not the record's
-	}
-	b.principal = binary.LittleEndian.Uint32(in[34:])
-	b.method = binary.LittleEndian.Uint32(in[38:])
-	b.path = binary.LittleEndian.Uint32(in[42:])
-	b.host = binary.LittleEndian.Uint32(in[46:])
-	b.port = binary.LittleEndian.Uint16(in[50:])
-	b.peer = [16]byte(in[52:68])
-	b.conn = ConnFlags(in[68])
-	b.subject = binary.LittleEndian.Uint32(in[69:])
-	return b
 }
 
-// peerAddr is the stored peer IP (invalid for none).
-func (b *body) peerAddr() netip.Addr {
-	if b.peer == ([16]byte{}) {
-		return netip.Addr{}
+// request is what a layout v2 record keeps of the call besides the v1
+// fields: one dictionary string, so that the record stays 34 bytes. Its
+// cardinality is the service's callers x paths, so the dictionary takes
+// new ones only below Options.DictLimit, dropping first the peer IP, then
+// the path, then the names, then the method (dropped, in the string's
+// mask); the detail, port and connection flags are always kept.
+type request struct {
+	detail, principal, subject string
+	method, path, host         string
+	port                       uint16
+	peer                       netip.Addr
+	conn                       ConnFlags
+	dropped                    dropMask
+}
+
+// dropMask names the fields a record has a value for but did not keep.
+type dropMask uint8
+
+const (
+	dropPeer dropMask = 1 << iota
+	dropPath
+	dropPrincipal
+	dropSubject
+	dropHost
+	dropMethod
+)
+
+var dropNames = [...]string{"peer_ip", "path", "principal", "subject", "host", "method"}
+
+// names lists m's fields by name, in the order of dropNames.
+func (m dropMask) names() []string {
+	var out []string
+	for i, n := range dropNames {
+		if m&(1<<i) != 0 {
+			out = append(out, n)
+		}
 	}
-	return netip.AddrFrom16(b.peer).Unmap()
+	return out
+}
+
+// encode appends q as its dictionary string: the fields joined by NUL (a
+// NUL inside a value drops it), the mask last.
+func (q *request) encode(b []byte) []byte {
+	str := func(s string, bit dropMask) {
+		if strings.IndexByte(s, 0) >= 0 {
+			q.dropped |= bit
+			s = ""
+		}
+		b = append(b, s...)
+		b = append(b, 0)
+	}
+	str(q.detail, 0)
+	str(q.principal, dropPrincipal)
+	str(q.subject, dropSubject)
+	str(q.method, dropMethod)
+	str(q.path, dropPath)
+	str(q.host, dropHost)
+	b = strconv.AppendUint(b, uint64(q.port), 10)
+	b = append(b, 0)
+	if q.peer.IsValid() {
+		b = q.peer.AppendTo(b)
+	}
+	b = append(b, 0)
+	b = strconv.AppendUint(b, uint64(q.conn), 10)
+	b = append(b, 0)
+	return strconv.AppendUint(b, uint64(q.dropped), 10)
+}
+
+// drop removes the fields of m that have a value, and says so in the mask.
+func (q *request) drop(m dropMask) {
+	for _, f := range []struct {
+		bit dropMask
+		s   *string
+	}{{dropPath, &q.path}, {dropPrincipal, &q.principal}, {dropSubject, &q.subject}, {dropHost, &q.host}, {dropMethod, &q.method}} {
+		if m&f.bit != 0 && *f.s != "" {
+			*f.s = ""
+			q.dropped |= f.bit
+		}
+	}
+	if m&dropPeer != 0 && q.peer.IsValid() {
+		q.peer = netip.Addr{}
+		q.dropped |= dropPeer
+	}
+}
+
+// parseRequest reads a request's dictionary string; false if it is not one.
+func parseRequest(s string) (request, bool) {
+	f := strings.Split(s, "\x00")
+	if len(f) != 10 {
+		return request{}, false
+	}
+	port, err1 := strconv.ParseUint(f[6], 10, 16)
+	conn, err2 := strconv.ParseUint(f[8], 10, 8)
+	dropped, err3 := strconv.ParseUint(f[9], 10, 8)
+	if err1 != nil || err2 != nil || err3 != nil {
+		return request{}, false
+	}
+	q := request{detail: f[0], principal: f[1], subject: f[2], method: f[3], path: f[4], host: f[5],
+		port: uint16(port), conn: ConnFlags(conn), dropped: dropMask(dropped)}
+	if f[7] != "" {
+		q.peer, _ = netip.ParseAddr(f[7])
+	}
+	return q, true
 }
 
 // isError: the call failed from the caller's point of view (5xx or no

@@ -12,11 +12,12 @@ import (
 	"time"
 )
 
-// BodySize is the size of a record body in stores this version creates;
-// the index header records it (format.go). A store created by an earlier
-// version keeps its own, smaller body size (v1Body, 34 bytes): its bodies
-// read back zero-padded to BodySize and bodies put into it are cut to it.
-const BodySize = 80
+// BodySize is the size of a record body in stores this version creates,
+// the race's (seed 003); the index header records it (format.go), so that
+// a later version may grow it and still read these. A store with smaller
+// bodies reads back zero-padded to BodySize, and bodies put into it are
+// cut to its size.
+const BodySize = 34
 
 // Message is one record.
 type Message struct {

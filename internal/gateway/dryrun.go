@@ -252,6 +252,7 @@ type replay struct {
 	methodNotKept, pathNotKept       bool
 	hostNotKept                      bool
 	principalNotKept, subjectNotKept bool
+	peerNotKept                      bool
 	unknown                          string // the first attribute missed
 }
 
@@ -321,6 +322,8 @@ func replayOf(c *calllog.Call, h *fasthttp.RequestHeader, rp *replay) rbacReq {
 			rp.principalNotKept = true
 		case "subject":
 			rp.subjectNotKept = true
+		case "peer_ip":
+			rp.peerNotKept = true
 		}
 	}
 	h.Reset()

@@ -180,6 +180,9 @@ func (m matchCIDR) match(r *rbacReq) bool {
 	if r.rp != nil && !m.remote {
 		return r.rp.miss("destination_ip")
 	}
+	if r.rp != nil && r.rp.peerNotKept {
+		return r.rp.miss("source IP (not kept)")
+	}
 	a := r.local.Addr()
 	if m.remote {
 		a = r.peer
