@@ -195,6 +195,9 @@ func runServer(ctx context.Context, f serverFlags) error {
 	if err := f.validate(); err != nil {
 		return err
 	}
+	if f.meshRoot == "" {
+		f.meshRoot = config.DefaultRootNamespace // serverFlags built in code (tests) leave it unset
+	}
 	memLimit, err := applyMemoryLimit(f.memoryLimit)
 	if err != nil {
 		return err
@@ -267,12 +270,6 @@ func runServer(ctx context.Context, f serverFlags) error {
 		return err
 	}
 	lc.add("store", st.Close) // its error is the server's
-	if f.meshRoot == "" {
-		f.meshRoot = config.DefaultRootNamespace // serverFlags built in code (tests) leave it unset
-	}
-	if !naming.ValidName(f.meshRoot) {
-		return fmt.Errorf("--mesh-root-namespace %q is not a namespace name (lowercase letters, digits and '-')", f.meshRoot)
-	}
 	cfg := config.NewTable()
 	cfg.SetRootNamespace(f.meshRoot)
 	// The scheduler is the catalog table of nodes and placements: loaded
@@ -461,6 +458,8 @@ func registerSchedulerGauges(metrics prometheus.Registerer, sched *placement.Sch
 // validate checks the flags that need nothing opened.
 func (f serverFlags) validate() error {
 	switch {
+	case f.meshRoot != "" && !naming.ValidName(f.meshRoot):
+		return fmt.Errorf("--mesh-root-namespace %q is not a namespace name (lowercase letters, digits and '-')", f.meshRoot)
 	case f.store != "" && len(f.clusterID) > 64:
 		return fmt.Errorf("--cluster-id %q: at most 64 bytes", f.clusterID)
 	case f.store != "" && f.clusterLease < 2*time.Second:

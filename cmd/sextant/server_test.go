@@ -64,3 +64,16 @@ func TestServerStopsWhenXDSFails(t *testing.T) {
 		})
 	}
 }
+
+// TestMeshRootNamespaceFlag: a root namespace that is not a namespace name
+// is refused before anything starts, naming the flag; unset is the default.
+func TestMeshRootNamespaceFlag(t *testing.T) {
+	if err := (serverFlags{meshRoot: "Bad_NS"}).validate(); err == nil || !strings.Contains(err.Error(), "--mesh-root-namespace") {
+		t.Fatalf("Bad_NS: %v", err)
+	}
+	for _, ns := range []string{"", "mesh-config"} {
+		if err := (serverFlags{meshRoot: ns}).validate(); err != nil {
+			t.Fatalf("%q: %v", ns, err)
+		}
+	}
+}
