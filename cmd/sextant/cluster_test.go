@@ -34,41 +34,74 @@ import (
 // shared MariaDB would disturb everyone else using it.
 
 type clusterServer struct {
-	t    *testing.T
-	bin  string
-	id   string
-	addr string
-	url  string
-	args []string
-	cmd  *exec.Cmd
-	log  *bytes.Buffer
+	t       *testing.T
+	bin     string
+	id      string
+	addr    string
+	xdsAddr string // "": no xDS
+	url     string
+	args    []string
+	cmd     *exec.Cmd
+	log     *bytes.Buffer
+	logw    *lockedWriter
+	started bool // once: a restart keeps its addresses
 }
 
 func (s *clusterServer) base() string { return "http://" + s.addr }
 
-// start runs the server and waits until /readyz answers 200.
+// start runs the server and waits until /readyz answers 200. A port
+// freeAddr found free may be taken before the server binds it (another
+// test's listener, an outgoing connection's local port, on a busy
+// machine): the first start then takes new addresses, up to three times.
 func (s *clusterServer) start() {
 	t := s.t
 	t.Helper()
-	args := append([]string{"server", "--store", s.url, "--http", s.addr, "--xds", "", "--cluster-id", s.id,
-		"--log-level", "warn", "--cluster-lease", "2s"}, s.args...)
-	s.cmd = exec.Command(s.bin, args...)
+	for attempt := 1; ; attempt++ {
+		inUse, err := s.tryStart()
+		if err == nil {
+			s.started = true
+			return
+		}
+		if !inUse || s.started || attempt == 3 {
+			t.Fatal(err)
+		}
+		s.addr = freeAddr(t)
+		if s.xdsAddr != "" {
+			s.xdsAddr = freeAddr(t)
+		}
+	}
+}
+
+// readyProbe bounds each readiness probe: a port another process took may
+// accept and never answer.
+var readyProbe = &http.Client{Timeout: 2 * time.Second}
+
+// tryStart starts the server once; inUse: it could not bind its address.
+func (s *clusterServer) tryStart() (inUse bool, err error) {
+	args := []string{"server", "--store", s.url, "--http", s.addr, "--xds", s.xdsAddr, "--cluster-id", s.id,
+		"--log-level", "warn", "--cluster-lease", "2s"}
+	s.cmd = exec.Command(s.bin, append(args, s.args...)...)
 	s.log = &bytes.Buffer{}
-	s.cmd.Stderr = &lockedWriter{w: s.log}
+	s.logw = &lockedWriter{w: s.log}
+	s.cmd.Stderr = s.logw
 	if err := s.cmd.Start(); err != nil {
-		t.Fatal(err)
+		return false, err
 	}
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		resp, err := http.Get(s.base() + "/readyz")
+		resp, err := readyProbe.Get(s.base() + "/readyz")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == 200 {
-				return
+				return false, nil
 			}
+		}
+		if s.logw.contains("address already in use") {
+			s.kill()
+			return true, fmt.Errorf("server %s:\n%s", s.id, s.logw.String())
 		}
 	}
 	s.kill()
-	t.Fatalf("server %s not ready in 30s:\n%s", s.id, s.log)
+	return false, fmt.Errorf("server %s not ready in 30s:\n%s", s.id, s.logw.String())
 }
 
 func (s *clusterServer) kill() {
@@ -88,6 +121,19 @@ func (s *clusterServer) stop() {
 type lockedWriter struct {
 	mu sync.Mutex
 	w  io.Writer
+}
+
+func (l *lockedWriter) contains(sub string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	b, ok := l.w.(*bytes.Buffer)
+	return ok && bytes.Contains(b.Bytes(), []byte(sub))
+}
+
+func (l *lockedWriter) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return fmt.Sprint(l.w)
 }
 
 func (l *lockedWriter) Write(p []byte) (int, error) {
@@ -828,5 +874,32 @@ func TestClusterXDSAddressInUse(t *testing.T) {
 	}
 	if tables != 0 {
 		t.Fatalf("the failed start opened the store (%d tables) before it found its --xds address taken\n%s", tables, out)
+	}
+}
+
+// TestClusterServerTakesAnotherPort: a first start whose port was taken
+// meanwhile (as freeAddr's can be on a busy machine) starts on new
+// addresses instead of failing.
+func TestClusterServerTakesAnotherPort(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a server over MariaDB")
+	}
+	bin, err := buildBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	s := &clusterServer{t: t, bin: bin, id: "s1", addr: taken.Addr().String(), url: mysqltest.URL(t, "")}
+	s.start()
+	defer s.stop()
+	if s.addr == taken.Addr().String() {
+		t.Fatal("started on the taken address")
+	}
+	if resp, err := readyProbe.Get(s.base() + "/readyz"); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("readyz: %v", err)
 	}
 }

@@ -229,12 +229,11 @@ func TestClusterXDSScaleOut(t *testing.T) {
 	var servers []*clusterServer
 	var xdsAddrs []string
 	for i := range 3 {
-		x := freeAddr(t)
-		s := &clusterServer{t: t, bin: bin, id: fmt.Sprintf("s%d", i+1), addr: freeAddr(t), url: url, args: []string{"--xds", x}}
+		s := &clusterServer{t: t, bin: bin, id: fmt.Sprintf("s%d", i+1), addr: freeAddr(t), xdsAddr: freeAddr(t), url: url}
 		s.start()
 		t.Cleanup(s.stop)
 		servers = append(servers, s)
-		xdsAddrs = append(xdsAddrs, x)
+		xdsAddrs = append(xdsAddrs, s.xdsAddr)
 	}
 	a := servers[0]
 
