@@ -42,9 +42,8 @@ type clusterServer struct {
 	url     string
 	args    []string
 	cmd     *exec.Cmd
-	log     *bytes.Buffer
-	logw    *lockedWriter
-	started bool // once: a restart keeps its addresses
+	logw    *lockedWriter // the server's stderr
+	started bool          // once: a restart keeps its addresses
 }
 
 func (s *clusterServer) base() string { return "http://" + s.addr }
@@ -81,8 +80,7 @@ func (s *clusterServer) tryStart() (inUse bool, err error) {
 	args := []string{"server", "--store", s.url, "--http", s.addr, "--xds", s.xdsAddr, "--cluster-id", s.id,
 		"--log-level", "warn", "--cluster-lease", "2s"}
 	s.cmd = exec.Command(s.bin, append(args, s.args...)...)
-	s.log = &bytes.Buffer{}
-	s.logw = &lockedWriter{w: s.log}
+	s.logw = &lockedWriter{w: &bytes.Buffer{}}
 	s.cmd.Stderr = s.logw
 	if err := s.cmd.Start(); err != nil {
 		return false, err

@@ -22,8 +22,8 @@ import (
 
 // ServersConfig is one run of "sextant bench push --servers N": the
 // scenario loaded into real servers sharing one database (cluster mode),
-// subscribers spread over the servers' xDS ports, endpoint changes written
-// to the first server only.
+// subscribers spread over the servers' xDS ports, endpoint (and, with
+// ConfigEvery, config) changes written to the first server only.
 type ServersConfig struct {
 	// HTTP are the servers' API base URLs (http://host:port); every write
 	// goes to the first, A. XDS are their ADS addresses, in the same order;
@@ -322,8 +322,8 @@ func RunServers(ctx context.Context, cfg ServersConfig, out io.Writer) (ServersR
 	bar.Finish()
 	res.SyncS = time.Since(start).Seconds()
 
-	// Churn: endpoint changes written to A, one at a time, at most
-	// ChurnPerSec.
+	// Churn: endpoint changes written to A at ChurnPerSec (up to
+	// maxInFlight at once), and config changes every ConfigEvery.
 	cpus := make([]report.ServerCPU, n)
 	for i, u := range cfg.HTTP {
 		cpus[i] = report.MetricsCPU(benchHTTP, u+"/metrics")
