@@ -39,13 +39,14 @@ type Options struct {
 	// Record drops calls beyond it rather than slow the proxy.
 	QueueSize int
 	// DictLimit bounds a partition's dictionary (default 65536 names): a
-	// record's path, host, method, principal and subject (high-cardinality, from
-	// the caller) get a new name only while the dictionary holds fewer;
-	// beyond it they are recorded as not kept (Call.NotKept), never as
-	// empty. The dictionary lives as long as its partition, so once full
-	// only values it already holds are kept. The other strings (cluster,
-	// route, endpoint, subset, detail) come from the config and are
-	// always kept.
+	// record's request string (its path, host, method, principal, subject
+	// and peer IP come from the caller) is a new name only while the
+	// dictionary holds fewer; beyond it less of the request is kept
+	// (partition.requestID), the dropped fields recorded as not kept
+	// (Call.NotKept), never as empty. The dictionary lives as long as its
+	// partition, so once full only requests it already holds are kept
+	// whole. The config's strings (cluster, route, endpoint, subset,
+	// detail) are always kept.
 	DictLimit int
 	// Store tunes each segment's callstore (default: 16384-record chunks,
 	// 1024-record buckets, 1024-record writer batches).
