@@ -98,14 +98,22 @@ func startMeshWith(t *testing.T, tlsAddr string, ready time.Duration, gw func(f 
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitTrue(t, ready, func() bool {
-		resp, err := http.Get(server + "/readyz")
-		if err != nil {
-			return false
+	answers := func(url string) func() bool {
+		return func() bool {
+			resp, err := http.Get(url)
+			if err != nil {
+				return false
+			}
+			resp.Body.Close()
+			return resp.StatusCode == http.StatusOK
 		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	})
+	}
+	waitTrue(t, ready, answers(server+"/readyz"))
+	// The gateway starts beside the server: a test asking its admin API at
+	// once found nothing listening yet on a loaded machine.
+	if f.admin != "" {
+		waitTrue(t, ready, answers("http://"+f.admin+"/healthz"))
+	}
 	return c, proxy, admin, server
 }
 
