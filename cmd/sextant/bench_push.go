@@ -38,7 +38,8 @@ heap per subscriber. The bench and the control plane share the machine.
 
 With --servers N and --store, the control plane is N real "sextant server"
 processes of this binary in cluster mode over the database of --store (use
-a fresh database: it must hold no instances). The scenario is written to
+a fresh database: it must hold no instances); --servers 1 without --store
+is one server on the embedded store, in a temporary directory. The scenario is written to
 the first server (A) over its HTTP API; the subscribers are spread round
 robin over the servers' xDS ports; instances go down and up at --churn per
 second (open loop, up to 16 writes in flight; skipped_ticks counts the ticks
@@ -56,7 +57,7 @@ run.`,
   sextant bench push --subscribers 1000 --protocol delta
   sextant bench push --subscribers 100 --protocol sotw
   sextant bench push --servers 3 --store 'mysql://root@tcp(127.0.0.1:3306)/sx_push' --subscribers 300 --services 200 --endpoints 2000
-  sextant bench push --servers 1 --store 'mysql://root@tcp(127.0.0.1:3306)/sx_push1' --subscribers 200 --protocol sotw --config-every 100ms
+  sextant bench push --servers 1 --subscribers 200 --protocol sotw --config-every 100ms
   sextant bench push --policy --subscribers 1000 --duration 10s`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -69,8 +70,10 @@ run.`,
 			}
 			cfg.Progress = os.Stderr
 			if servers > 0 || storeURL != "" {
-				if storeURL == "" || servers < 1 {
-					return fmt.Errorf("--servers and --store go together: --servers %d, --store %q", servers, storeURL)
+				// One server may run on the embedded store (README's
+				// server); several share a database.
+				if servers < 1 || (storeURL == "" && servers > 1) {
+					return fmt.Errorf("--servers %d needs --store (several servers share one database; --servers 1 alone runs on the embedded store), got --servers %d, --store %q", servers, servers, storeURL)
 				}
 				if cpuprofile != "" {
 					return fmt.Errorf("--cpuprofile is for the in-process mode, not --servers (profile a server with --server-arg=--pprof)")
@@ -109,7 +112,7 @@ run.`,
 	fl.IntVar(&cfg.Resyncs, "resyncs", 3, "full recomputations to time before the subscribers connect")
 	fl.BoolVar(&policy, "policy", false, "the policy scenario instead: --subscribers proxyless gRPC servers (state of the world) each watching its server listener and its service's cluster, one AuthorizationPolicy selecting all of them; AuthorizationPolicy and DestinationRule changes alternate every --config-every (default 200ms) for --duration (default 10s): policy_all_p99_ms is commit to enforced-at-every-server, cluster_all_p99_ms the same streams' cluster delivery")
 	fl.BoolVar(&cfg.ChurnOnlyDuringConfig, "churn-only-during-config", false, "change instances only while a config change is on its way to the subscribers (endpoint_during_config_* is then every endpoint change)")
-	fl.IntVar(&servers, "servers", 0, "start this many servers in cluster mode over --store and push through them (see above)")
+	fl.IntVar(&servers, "servers", 0, "start this many servers (in cluster mode over --store; one may run on the embedded store) and push through them (see above)")
 	fl.StringVar(&storeURL, "store", "", "with --servers: the database the servers share, mysql://user:pass@tcp(host:3306)/database (a fresh one)")
 	fl.BoolVar(&logs, "server-logs", false, "with --servers: pass the servers' logs to stderr")
 	fl.StringVar(&serverBin, "server-bin", "", "with --servers: run the servers from this sextant binary (another version, to compare in one run) instead of this one")
@@ -133,6 +136,15 @@ func benchPushServers(cmd *cobra.Command, cfg benchpush.Config, n int, storeURL,
 	if cmd.Flags().Changed("subscribers") {
 		sc.Subscribers = cfg.Subscribers
 	}
+	var dataDir string
+	if storeURL == "" {
+		// Removed after the server stops (defers run in reverse).
+		var err error
+		if dataDir, err = os.MkdirTemp("", "sextant-bench-push-"); err != nil {
+			return err
+		}
+		defer os.RemoveAll(dataDir)
+	}
 	var procs []*exec.Cmd
 	defer func() {
 		for _, p := range procs {
@@ -148,8 +160,13 @@ func benchPushServers(cmd *cobra.Command, cfg benchpush.Config, n int, storeURL,
 		if err != nil {
 			return err
 		}
-		args := append([]string{"server", "--store", storeURL, "--http", addr, "--xds", xaddr,
-			"--cluster-id", fmt.Sprintf("bench-push-s%d", i+1), "--log-level", "warn"}, extra...)
+		args := []string{"server", "--http", addr, "--xds", xaddr, "--log-level", "warn"}
+		if storeURL != "" {
+			args = append(args, "--store", storeURL, "--cluster-id", fmt.Sprintf("bench-push-s%d", i+1))
+		} else {
+			args = append(args, "--data", dataDir)
+		}
+		args = append(args, extra...)
 		p := exec.Command(bin, args...)
 		if logs {
 			p.Stderr = os.Stderr

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
+	"os"
 	"os/exec"
 	"slices"
 	"strings"
@@ -447,5 +448,53 @@ func TestBenchPushServers(t *testing.T) {
 		if s.Subscribers != 3 || s.AllP99 <= 0 {
 			t.Fatalf("server %d: %+v\n%s", i+1, s, out)
 		}
+	}
+}
+
+// TestBenchPushOneServerEmbedded runs "sextant bench push --servers 1"
+// without --store: the control plane alone in its own process on the
+// embedded store (README's server), its subscribers outside it. The
+// temporary store is removed afterwards; two servers need a database.
+func TestBenchPushOneServerEmbedded(t *testing.T) {
+	bin, err := buildBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmp := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "bench", "push", "--servers", "1", "--subscribers", "4", "--protocol", "sotw",
+		"--services", "5", "--endpoints", "60", "--duration", "1s", "--churn", "30", "--config-every", "200ms")
+	cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr.String())
+	}
+	var res struct {
+		Servers         int       `json:"servers"`
+		Subscribers     int       `json:"subscribers"`
+		EndpointChanges int       `json:"endpoint_changes"`
+		Undelivered     int       `json:"undelivered"`
+		AllP99          float64   `json:"endpoint_all_p99_ms"`
+		ConfigChanges   int       `json:"config_changes"`
+		ServerCPU       []float64 `json:"server_cpu_s"`
+	}
+	if err := json.Unmarshal(out, &res); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if res.Servers != 1 || res.Subscribers != 4 || res.EndpointChanges == 0 || res.Undelivered != 0 || res.AllP99 <= 0 ||
+		res.ConfigChanges == 0 || len(res.ServerCPU) != 1 || res.ServerCPU[0] <= 0 {
+		t.Fatalf("%s", out)
+	}
+	if left, _ := os.ReadDir(tmp); len(left) != 0 {
+		t.Fatalf("the bench left %d entries in TMPDIR (%s...): its store is not removed", len(left), left[0].Name())
+	}
+
+	two := exec.CommandContext(ctx, bin, "bench", "push", "--servers", "2")
+	msg, err := two.CombinedOutput()
+	if err == nil || !strings.Contains(string(msg), "--servers 2 needs --store") {
+		t.Fatalf("--servers 2 without --store: %v: %s", err, msg)
 	}
 }

@@ -25,22 +25,23 @@ func UpstreamSecrets(drs []*config.Entry, secretOf func(ns, name string) *secret
 	var warns []string
 	for _, e := range drs {
 		dr := e.Object.DestinationRule
-		type use struct {
-			path string
-			tls  *networking.ClientTLSSettings
-		}
-		uses := []use{{"spec.trafficPolicy.tls", dr.GetTrafficPolicy().GetTls()}}
-		for i, s := range dr.GetSubsets() {
-			uses = append(uses, use{fmt.Sprintf("spec.subsets[%d].trafficPolicy.tls", i), s.GetTrafficPolicy().GetTls()})
-		}
 		ns := e.Object.Namespace
-		for _, u := range uses {
-			t := u.tls
+		// i is the subset, -1 the rule's own traffic policy. Runs on every
+		// config change over every rule: nothing is formatted for the
+		// rules without a credential.
+		for i := -1; i < len(dr.GetSubsets()); i++ {
+			t := dr.GetTrafficPolicy().GetTls()
+			if i >= 0 {
+				t = dr.GetSubsets()[i].GetTrafficPolicy().GetTls()
+			}
 			mode := t.GetMode()
 			if (mode != networking.ClientTLSSettings_SIMPLE && mode != networking.ClientTLSSettings_MUTUAL) || t.GetCredentialName() == "" {
 				continue
 			}
-			where := fmt.Sprintf("%s %s", e.Object.Key, u.path)
+			where := fmt.Sprintf("%s spec.trafficPolicy.tls", e.Object.Key)
+			if i >= 0 {
+				where = fmt.Sprintf("%s spec.subsets[%d].trafficPolicy.tls", e.Object.Key, i)
+			}
 			name := xds.CredentialSecret(ns, t.GetCredentialName())
 			sec := secretOf(ns, t.GetCredentialName())
 			if mode == networking.ClientTLSSettings_MUTUAL {
