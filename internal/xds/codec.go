@@ -15,12 +15,6 @@ type wireMsg struct {
 	size int
 }
 
-// newWireMsg returns an empty message with bufs[0] reserved for the
-// header, which is written last.
-func newWireMsg() *wireMsg {
-	return &wireMsg{bufs: make([][]byte, 1, 8)}
-}
-
 func (w *wireMsg) add(b []byte) {
 	if len(b) > 0 {
 		w.bufs = append(w.bufs, b)

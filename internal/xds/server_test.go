@@ -1,8 +1,10 @@
 package xds
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"slices"
@@ -516,4 +518,71 @@ func TestStreamEndsWhenSendFails(t *testing.T) {
 	if n != 0 {
 		t.Fatalf("%d subscribers left", n)
 	}
+}
+
+// TestResponsePartsOutliveNextBuild: the send goroutine reuses one parts
+// list and one header buffer per subscriber, but gRPC still holds a large
+// response's parts (header included) until it has written them, after
+// SendMsg returns: building the next response must not change them. A
+// small response is copied by codec.Marshal, so its header may be reused.
+func TestResponsePartsOutliveNextBuild(t *testing.T) {
+	c := NewCache()
+	var big []Resource
+	for i := range 200 { // ~30 KB of clusters: above flatMax
+		big = append(big, cluster(fmt.Sprintf("c%03d", i), config.Policy{}))
+	}
+	c.Apply(TypeCluster, big, nil, "1", time.Now())
+	c.Apply(TypeEndpoint, []Resource{endpoints("c000", 80)}, nil, "2", time.Now())
+	srv := NewServer(c, ServerOptions{})
+	sub := &subscriber{c: c, wake: make(chan struct{}, 1), ackWait: srv.ackWait}
+	c.addSubscriber(sub)
+	defer c.removeSubscriber(sub)
+	srv.onRequest(sub, request{typeURL: TypeCluster.URL()})
+	srv.onRequest(sub, request{typeURL: TypeEndpoint.URL(), names: []string{"c000"}})
+	build := func(typ Type) response {
+		sub.mu.Lock()
+		defer sub.mu.Unlock()
+		r, ok := sub.build(typ, time.Now())
+		if !ok {
+			t.Fatalf("no %v response", typ)
+		}
+		return r
+	}
+	r := build(TypeCluster)
+	if r.msg.size <= flatMax {
+		t.Fatalf("cluster response %d bytes: the test needs one above %d", r.msg.size, flatMax)
+	}
+	out, err := codec{}.Marshal(r.msg) // what gRPC holds
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := out.Materialize()
+	if _, err := decodeDiscoveryResponse(want); err != nil {
+		t.Fatal(err)
+	}
+	small := build(TypeEndpoint)
+	if small.msg.size > flatMax {
+		t.Fatalf("endpoint response %d bytes", small.msg.size)
+	}
+	if got := out.Materialize(); !bytes.Equal(got, want) {
+		t.Fatal("building the next response changed the large response gRPC still holds")
+	}
+	var m discoveryv3.DiscoveryResponse
+	if err := proto.Unmarshal(marshalled(t, small), &m); err != nil || m.TypeUrl != TypeEndpoint.URL() || len(m.Resources) != 1 || m.Nonce != small.nonce {
+		t.Fatalf("small response: %v %v", &m, err)
+	}
+}
+
+func marshalled(t *testing.T, r response) []byte {
+	t.Helper()
+	out, err := codec{}.Marshal(r.msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out.Materialize()
+}
+
+func decodeDiscoveryResponse(b []byte) (*discoveryv3.DiscoveryResponse, error) {
+	var m discoveryv3.DiscoveryResponse
+	return &m, proto.Unmarshal(b, &m)
 }

@@ -46,7 +46,11 @@ type subscriber struct {
 	mu    sync.Mutex
 	nonce uint64
 	now   time.Time // when the response being built was asked for
-	t     [numTypes]subType
+	// msg and hdr are reused by each response the send goroutine builds,
+	// once the previous one's SendMsg has returned (see newMsg, header).
+	msg wireMsg
+	hdr []byte
+	t   [numTypes]subType
 	// epQueued: counted in the cache's epWaiting (an endpoint change to
 	// send, which other subscribers' config responses give way to). A
 	// subscriber whose send loop is in the middle of a send (sending) is
@@ -267,7 +271,7 @@ func (s *subscriber) buildFull(t Type, st *subType) (response, bool) {
 	st.pending.ClearAll()
 	st.dirty = false
 	tc := s.c.types[t]
-	r := response{t: t, msg: newWireMsg(), nonce: s.nextNonce(), origin: st.origin}
+	r := response{t: t, msg: s.newMsg(), nonce: s.nextNonce(), origin: st.origin}
 	st.origin = time.Time{}
 	tc.mu.RLock()
 	r.version = tc.version
@@ -297,7 +301,7 @@ func (s *subscriber) buildPartial(t Type, st *subType) (response, bool) {
 		return response{}, false
 	}
 	tc := s.c.types[t]
-	r := response{t: t, msg: newWireMsg()}
+	r := response{t: t, msg: s.newMsg()}
 	var maxSeq uint64
 	tc.mu.RLock()
 	id, ok := st.pending.NextSet(0)
@@ -335,7 +339,7 @@ func (s *subscriber) buildDelta(t Type, st *subType) (response, bool) {
 		return response{}, false
 	}
 	tc := s.c.types[t]
-	r := response{t: t, msg: newWireMsg()}
+	r := response{t: t, msg: s.newMsg()}
 	var removed []byte
 	tc.mu.RLock()
 	if len(st.sent) < len(tc.entries) {
@@ -381,14 +385,46 @@ func (s *subscriber) buildDelta(t Type, st *subType) (response, bool) {
 	return r, true
 }
 
+// newMsg returns s.msg emptied, for the next response: the previous one's
+// SendMsg has returned, and gRPC keeps no reference to the parts list (a
+// small response was copied; a large one's parts are referenced one by
+// one). A list grown by a large response is let go rather than kept per
+// subscriber.
+func (s *subscriber) newMsg() *wireMsg {
+	m := &s.msg
+	if cap(m.bufs) > maxKeptParts {
+		m.bufs = nil
+	}
+	clear(m.bufs) // no old version's bytes kept alive
+	if m.bufs == nil {
+		m.bufs = make([][]byte, 0, 8)
+	}
+	m.bufs, m.size = append(m.bufs[:0], nil), 0 // bufs[0]: the header, written last
+	return m
+}
+
+// maxKeptParts bounds the parts list kept between responses.
+const maxKeptParts = 64
+
 // header puts version, type URL and nonce in front of the resources, and
-// records the response as in flight.
+// records the response as in flight. A small response's header is built
+// in s.hdr, which codec.Marshal copies before SendMsg returns; a large
+// one's is referenced until gRPC has written it, so it gets its own.
 func (s *subscriber) header(r *response, versionField, typeField, nonceField protowire.Number) {
-	h := make([]byte, 0, 32+len(r.version)+len(r.t.URL()))
+	n := 32 + len(r.version) + len(r.t.URL())
+	var h []byte
+	if r.msg.size+n <= flatMax {
+		h = s.hdr[:0]
+	} else {
+		h = make([]byte, 0, n)
+	}
 	h = appendString(h, versionField, r.version)
 	h = appendString(h, typeField, r.t.URL())
 	h = appendString(h, nonceField, r.nonce)
-	r.msg.bufs[0] = h // reserved by newWireMsg
+	if r.msg.size+n <= flatMax {
+		s.hdr = h
+	}
+	r.msg.bufs[0] = h // reserved by newMsg
 	r.msg.size += len(h)
 	st := &s.t[r.t]
 	st.inflight[st.next%len(st.inflight)] = inflight{nonce: r.nonce, version: r.version, origin: r.origin}
