@@ -438,6 +438,11 @@ func (s *Server) sendOne(sub *subscriber, stream sender, t Type, now time.Time) 
 		return false, nil
 	}
 	err := stream.SendMsg(r.msg)
+	size := r.msg.size
+	// The parts list is the subscriber's, reused by the next build: let
+	// go of this version's bytes now rather than then (only this
+	// goroutine builds, so no lock).
+	clear(r.msg.bufs)
 	sub.mu.Lock()
 	sub.sending = false
 	sub.mu.Unlock()
@@ -447,7 +452,7 @@ func (s *Server) sendOne(sub *subscriber, stream sender, t Type, now time.Time) 
 	if !r.origin.IsZero() {
 		s.metrics.sentT[t].Observe(time.Since(r.origin).Seconds())
 	}
-	s.metrics.bytesT[t].Add(float64(r.msg.size))
+	s.metrics.bytesT[t].Add(float64(size))
 	if t == TypeCluster {
 		sub.clustersSent()
 	}

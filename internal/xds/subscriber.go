@@ -388,14 +388,13 @@ func (s *subscriber) buildDelta(t Type, st *subType) (response, bool) {
 // newMsg returns s.msg emptied, for the next response: the previous one's
 // SendMsg has returned, and gRPC keeps no reference to the parts list (a
 // small response was copied; a large one's parts are referenced one by
-// one). A list grown by a large response is let go rather than kept per
-// subscriber.
+// one), and sendOne has cleared it. A list grown by a large response is
+// let go rather than kept per subscriber.
 func (s *subscriber) newMsg() *wireMsg {
 	m := &s.msg
 	if cap(m.bufs) > maxKeptParts {
 		m.bufs = nil
 	}
-	clear(m.bufs) // no old version's bytes kept alive
 	if m.bufs == nil {
 		m.bufs = make([][]byte, 0, 8)
 	}
