@@ -415,31 +415,8 @@ func TestBenchPushServers(t *testing.T) {
 	url := mysqltest.URL(t, "")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "bench", "push", "--servers", "3", "--store", url, "--subscribers", "9",
+	out, res := runBenchPush(t, ctx, bin, nil, "--servers", "3", "--store", url, "--subscribers", "9",
 		"--services", "5", "--endpoints", "60", "--duration", "1s", "--churn", "30", "--config-every", "200ms")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("%v\n%s", err, stderr.String())
-	}
-	var res struct {
-		Servers         int     `json:"servers"`
-		Clusters        int     `json:"clusters"`
-		EndpointChanges int     `json:"endpoint_changes"`
-		Undelivered     int     `json:"undelivered"`
-		AllP99          float64 `json:"endpoint_all_p99_ms"`
-		PerServer       []struct {
-			Subscribers int     `json:"subscribers"`
-			AllP99      float64 `json:"all_p99_ms"`
-		} `json:"per_server"`
-		ServerCPU     []float64 `json:"server_cpu_s"`
-		ConfigChanges int       `json:"config_changes"`
-		ConfigAllP99  float64   `json:"config_all_p99_ms"`
-	}
-	if err := json.Unmarshal(out, &res); err != nil {
-		t.Fatalf("%v: %s", err, out)
-	}
 	if res.Servers != 3 || res.Clusters != 20 || res.EndpointChanges == 0 || res.Undelivered != 0 || res.AllP99 <= 0 ||
 		len(res.PerServer) != 3 || len(res.ServerCPU) != 3 || res.ConfigChanges == 0 || res.ConfigAllP99 <= 0 {
 		t.Fatalf("%s", out)
@@ -463,27 +440,8 @@ func TestBenchPushOneServerEmbedded(t *testing.T) {
 	tmp := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "bench", "push", "--servers", "1", "--subscribers", "4", "--protocol", "sotw",
+	out, res := runBenchPush(t, ctx, bin, []string{"TMPDIR=" + tmp}, "--servers", "1", "--subscribers", "4", "--protocol", "sotw",
 		"--services", "5", "--endpoints", "60", "--duration", "1s", "--churn", "30", "--config-every", "200ms")
-	cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("%v\n%s", err, stderr.String())
-	}
-	var res struct {
-		Servers         int       `json:"servers"`
-		Subscribers     int       `json:"subscribers"`
-		EndpointChanges int       `json:"endpoint_changes"`
-		Undelivered     int       `json:"undelivered"`
-		AllP99          float64   `json:"endpoint_all_p99_ms"`
-		ConfigChanges   int       `json:"config_changes"`
-		ServerCPU       []float64 `json:"server_cpu_s"`
-	}
-	if err := json.Unmarshal(out, &res); err != nil {
-		t.Fatalf("%v: %s", err, out)
-	}
 	if res.Servers != 1 || res.Subscribers != 4 || res.EndpointChanges == 0 || res.Undelivered != 0 || res.AllP99 <= 0 ||
 		res.ConfigChanges == 0 || len(res.ServerCPU) != 1 || res.ServerCPU[0] <= 0 {
 		t.Fatalf("%s", out)
@@ -497,4 +455,40 @@ func TestBenchPushOneServerEmbedded(t *testing.T) {
 	if err == nil || !strings.Contains(string(msg), "--servers 2 needs --store") {
 		t.Fatalf("--servers 2 without --store: %v: %s", err, msg)
 	}
+}
+
+// benchPushResult is what the bench push tests read of its output.
+type benchPushResult struct {
+	Servers         int     `json:"servers"`
+	Subscribers     int     `json:"subscribers"`
+	Clusters        int     `json:"clusters"`
+	EndpointChanges int     `json:"endpoint_changes"`
+	Undelivered     int     `json:"undelivered"`
+	AllP99          float64 `json:"endpoint_all_p99_ms"`
+	PerServer       []struct {
+		Subscribers int     `json:"subscribers"`
+		AllP99      float64 `json:"all_p99_ms"`
+	} `json:"per_server"`
+	ServerCPU     []float64 `json:"server_cpu_s"`
+	ConfigChanges int       `json:"config_changes"`
+	ConfigAllP99  float64   `json:"config_all_p99_ms"`
+}
+
+// runBenchPush runs "sextant bench push" with args (and env added to
+// this process's), and returns its output and what it says.
+func runBenchPush(t *testing.T, ctx context.Context, bin string, env []string, args ...string) ([]byte, benchPushResult) {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, bin, append([]string{"bench", "push"}, args...)...)
+	cmd.Env = append(os.Environ(), env...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr.String())
+	}
+	var res benchPushResult
+	if err := json.Unmarshal(out, &res); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	return out, res
 }
