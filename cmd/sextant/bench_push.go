@@ -39,20 +39,20 @@ heap per subscriber. The bench and the control plane share the machine.
 With --servers N and --store, the control plane is N real "sextant server"
 processes of this binary in cluster mode over the database of --store (use
 a fresh database: it must hold no instances); --servers 1 without --store
-is one server on the embedded store, in a temporary directory. The scenario is written to
-the first server (A) over its HTTP API; the subscribers are spread round
-robin over the servers' xDS ports; instances go down and up at --churn per
-second (open loop, up to 16 writes in flight; skipped_ticks counts the ticks
-that found 16 out), each written to A only, and the figures are the time from
-before the write until every subscriber on every server had it, also per server
-(per_server, A first). --subscribers defaults to 100 per server here.
-Config changes are written to A only with --config-every (one in flight at
-a time), which makes config_* and endpoint_during_config_* figures: with
---servers 1 that is the control plane alone in its own process, its
-subscribers outside it. Each server serves ADS from its own
-catalog, which follows the database (docs/cluster.md); --server-bin runs
-the servers from another sextant binary, to compare two versions in one
-run.`,
+is one server on the embedded store, in a temporary directory. The
+scenario is written to the first server (A) over its HTTP API; the
+subscribers are spread round robin over the servers' xDS ports; instances
+go down and up at --churn per second (open loop, up to 16 writes in
+flight; skipped_ticks counts the ticks that found 16 out), each written to
+A only, and the figures are the time from before the write until every
+subscriber on every server had it, also per server (per_server, A first).
+--subscribers defaults to 100 per server here. Config changes are written
+to A only with --config-every (one in flight at a time), which makes
+config_* and endpoint_during_config_* figures: with --servers 1 that is
+the control plane alone in its own process, its subscribers outside it.
+Each server serves ADS from its own catalog, which follows the database
+(docs/cluster.md); --server-bin runs the servers from another sextant
+binary, to compare two versions in one run.`,
 		Example: `  sextant bench push --subscribers 100 --duration 20s
   sextant bench push --subscribers 1000 --protocol delta
   sextant bench push --subscribers 100 --protocol sotw
