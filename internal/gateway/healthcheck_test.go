@@ -230,6 +230,8 @@ func TestActiveHealthCheckWithEDSHealth(t *testing.T) {
 	cp.set(append(rs, assignment("svc", ep{u: a.upstream, healthy: core.HealthStatus_UNHEALTHY}, ep{u: b.upstream}))...)
 	g := startGateway(t, cp.addr)
 	g.waitServes(t, "/", "upstream=b")
+	// b may serve before a's first check has ended (a loaded machine).
+	waitFor(t, "a's first check", func() bool { return g.endpointHealth(t, "svc", a.addr).Checks > 0 })
 	if e := g.endpointHealth(t, "svc", a.addr); e.HealthFlags != "/failed_eds_health" || e.Checks == 0 {
 		t.Fatalf("a: %+v (checked, passing, but EDS says unhealthy)", e)
 	}

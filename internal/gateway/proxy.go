@@ -468,6 +468,8 @@ func classify(err error, status int) (balancer.Outcome, string) {
 	var op *net.OpError
 	var te *tlsError
 	switch {
+	case errors.As(err, &te) && te.local:
+		return balancer.Canceled, reasonTLS // nothing learned of the endpoint
 	case errors.As(err, &te):
 		return balancer.Unreachable, reasonTLS
 	case errors.Is(err, fasthttp.ErrTimeout), errors.Is(err, os.ErrDeadlineExceeded), errors.Is(err, context.DeadlineExceeded):

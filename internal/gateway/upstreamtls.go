@@ -362,10 +362,14 @@ func (u *upstreamTLS) set(conf *tls.Config, notReady string) {
 
 // tlsError is a failed TLS connection to an endpoint: a connect failure
 // (retried and counted by outlier detection as one) that the call's answer
-// and record name.
+// and record name. A local one was never tried: the gateway's own TLS
+// config for the cluster is not ready (a secret or its identity has not
+// come), which is not the endpoint's fault and must not eject it; Envoy
+// keeps such a cluster warming.
 type tlsError struct {
-	addr string
-	err  error
+	addr  string
+	err   error
+	local bool
 }
 
 func (e *tlsError) Error() string { return "TLS to " + e.addr + ": " + e.err.Error() }
@@ -380,7 +384,7 @@ func (u *upstreamTLS) dial(ctx context.Context, addr string, connect time.Durati
 		if st != nil {
 			why = st.notReady
 		}
-		return nil, &tlsError{addr: addr, err: errors.New(why)}
+		return nil, &tlsError{addr: addr, err: errors.New(why), local: true}
 	}
 	ctx, cancel := context.WithTimeout(ctx, connect)
 	defer cancel()

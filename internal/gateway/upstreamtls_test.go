@@ -339,6 +339,41 @@ func TestUpstreamTLSFailureRetriedAndEjected(t *testing.T) {
 	}
 }
 
+// TestUpstreamTLSNotReadyEjectsNothing: calls made while a TLS cluster's
+// CA secret has not come yet fail as tls_failure, but no connection was
+// tried, so outlier detection learns nothing of the endpoint: once the
+// secret comes, the endpoint serves at once. (Counting them ejected the
+// only good endpoint for a minute when the secret came a little after the
+// endpoints, as on a loaded machine.)
+func TestUpstreamTLSNotReadyEjectsNothing(t *testing.T) {
+	ca := newPKI(t)
+	gc, gk := ca.issue(t, false, "orders.internal")
+	good := startHTTPSUpstream(t, "good", keyPair(t, gc, gk), nil, false)
+	c := tlsCluster(edsCluster("orders"), &tlsv3.UpstreamTlsContext{CommonTlsContext: &tlsv3.CommonTlsContext{
+		ValidationContextType: sdsValidation("ca")}})
+	c.OutlierDetection = &cluster.OutlierDetection{SplitExternalLocalOriginErrors: true, ConsecutiveLocalOriginFailure: wrapperspb.UInt32(2),
+		BaseEjectionTime: durationpb.New(time.Minute), MaxEjectionPercent: wrapperspb.UInt32(100)}
+	cp := startControlPlane(t, "")
+	cp.set(rdsListener("gw", "r"), routeConfig("r", vhost("all", []string{"*"}, prefixRoute("/", "orders"))), c,
+		assignment("orders", ep{u: good})) // no CA secret yet
+	g := startGateway(t, cp.addr)
+	g.waitEndpoints(t, 1)
+	for i := range 5 {
+		if code, _, h := g.get(t, "/"); code != 503 || h.Get(gateway.ErrorHeader) != "tls_failure" {
+			t.Fatalf("call %d without the CA: %d %q", i, code, h.Get(gateway.ErrorHeader))
+		}
+	}
+	if n := metric(t, g, `sextant_gateway_endpoint_ejected{cluster="orders",endpoint="`+good.addr+`"}`); n != 0 {
+		t.Fatalf("the endpoint was ejected (%v) for the gateway's own missing secret", n)
+	}
+	cp.set(rdsListener("gw", "r"), routeConfig("r", vhost("all", []string{"*"}, prefixRoute("/", "orders"))), c,
+		assignment("orders", ep{u: good}), caSecret("ca", ca.pem))
+	g.waitServes(t, "/", "upstream=good")
+	if good.calls.Load() == 0 {
+		t.Fatal("the endpoint served without a call reaching it")
+	}
+}
+
 // TestUpstreamTLSIdentity: Sextant's ISTIO_MUTUAL cluster (certificate
 // provider instances) uses the gateway's identity: 503 naming it until
 // SetIdentity, then the endpoint, which requires a mesh client
