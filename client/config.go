@@ -55,23 +55,31 @@ type GatewayDryRun struct {
 
 // DryRunResult is a gateway's POST /v1/rbac:dry-run answer.
 type DryRunResult struct {
-	From            time.Time      `json:"from"`
-	To              time.Time      `json:"to"`
-	Scanned         int            `json:"scanned"`
-	Evaluated       int            `json:"evaluated"`
-	OtherPorts      int            `json:"other_ports"`
-	Unchanged       int            `json:"unchanged"`
-	NewlyDenied     int            `json:"newly_denied"`
-	NewlyAllowed    int            `json:"newly_allowed"`
-	Undetermined    int            `json:"undetermined"`
-	UndeterminedBy  map[string]int `json:"undetermined_by"`
-	Denied          []DryRunGroup  `json:"denied"`
-	GroupsTruncated bool           `json:"groups_truncated,omitempty"`
-	Samples         []DryRunCall   `json:"samples"`
-	Truncated       bool           `json:"truncated"`
-	TruncatedBy     string         `json:"truncated_by,omitempty"`
-	Errors          []string       `json:"errors,omitempty"` // services whose calls could not be read
-	Note            string         `json:"note"`
+	From time.Time `json:"from"`
+	To   time.Time `json:"to"`
+	// Scanned calls were read; Evaluated of them came in on a port with
+	// candidate filters (OtherPorts did not).
+	Scanned      int `json:"scanned"`
+	Evaluated    int `json:"evaluated"`
+	OtherPorts   int `json:"other_ports"`
+	Unchanged    int `json:"unchanged"`
+	NewlyDenied  int `json:"newly_denied"`
+	NewlyAllowed int `json:"newly_allowed"`
+	// Undetermined calls read something the record does not keep, counted
+	// by that attribute.
+	Undetermined   int            `json:"undetermined"`
+	UndeterminedBy map[string]int `json:"undetermined_by"`
+	// Denied groups the newly denied calls, most first.
+	Denied          []DryRunGroup `json:"denied"`
+	GroupsTruncated bool          `json:"groups_truncated,omitempty"`
+	Samples         []DryRunCall  `json:"samples"`
+	// Truncated: the scan stopped at max_calls or the timeout
+	// (TruncatedBy); the counts cover the calls read.
+	Truncated   bool   `json:"truncated"`
+	TruncatedBy string `json:"truncated_by,omitempty"`
+	// Errors are services whose calls could not be read (not counted).
+	Errors []string `json:"errors,omitempty"`
+	Note   string   `json:"note"`
 }
 
 // DryRunGroup counts newly denied calls alike.

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/anypb"
 
+	"github.com/sextant-mesh/sextant/client"
 	"github.com/sextant-mesh/sextant/internal/calllog"
 )
 
@@ -187,60 +188,13 @@ func decodeDryRun(body []byte, now time.Time) (*dryRun, error) {
 	return d, nil
 }
 
-// DryRunResult is the answer of POST /v1/rbac:dry-run.
-type DryRunResult struct {
-	From time.Time `json:"from"`
-	To   time.Time `json:"to"`
-	// Scanned calls were read; Evaluated of them came in on a port with
-	// candidate filters (OtherPorts did not).
-	Scanned      int `json:"scanned"`
-	Evaluated    int `json:"evaluated"`
-	OtherPorts   int `json:"other_ports"`
-	Unchanged    int `json:"unchanged"`
-	NewlyDenied  int `json:"newly_denied"`
-	NewlyAllowed int `json:"newly_allowed"`
-	// Undetermined calls read something the record does not keep, counted
-	// by that attribute.
-	Undetermined   int            `json:"undetermined"`
-	UndeterminedBy map[string]int `json:"undetermined_by"`
-	// Denied groups the newly denied calls, most first.
-	Denied          []DryRunGroup `json:"denied"`
-	GroupsTruncated bool          `json:"groups_truncated,omitempty"`
-	Samples         []DryRunCall  `json:"samples"`
-	// Truncated: the scan stopped at max_calls or the timeout
-	// (TruncatedBy); the counts cover the calls read.
-	Truncated   bool   `json:"truncated"`
-	TruncatedBy string `json:"truncated_by,omitempty"`
-	// Errors are services whose calls could not be read (not counted).
-	Errors []string `json:"errors,omitempty"`
-	Note   string   `json:"note"`
-}
-
-// DryRunGroup counts newly denied calls alike.
-type DryRunGroup struct {
-	Port      int    `json:"port"`
-	Service   string `json:"service"`
-	Route     string `json:"route"`
-	Principal string `json:"principal"`
-	Method    string `json:"method"`
-	Path      string `json:"path"`
-	Policy    string `json:"policy"`
-	Count     int    `json:"count"`
-}
-
-// DryRunCall is one newly denied call.
-type DryRunCall struct {
-	Start     time.Time `json:"start"`
-	Port      int       `json:"port"`
-	Service   string    `json:"service"`
-	Route     string    `json:"route"`
-	Principal string    `json:"principal"`
-	Method    string    `json:"method"`
-	Path      string    `json:"path"`
-	Host      string    `json:"host"`
-	PeerIP    string    `json:"peer_ip,omitempty"`
-	Policy    string    `json:"policy"`
-}
+// The answer of POST /v1/rbac:dry-run is the SDK's, which the server and
+// the CLI read: one definition of the wire form.
+type (
+	DryRunResult = client.DryRunResult
+	DryRunGroup  = client.DryRunGroup
+	DryRunCall   = client.DryRunCall
+)
 
 // notKeptValue shows a field the call log had no room for.
 const notKeptValue = "(not kept)"
