@@ -58,24 +58,7 @@ func TestGatewayMeshTLSWithAuthorization(t *testing.T) {
 	tlsAddr := freeAddr(t)
 	api, _ := startMeshIdentityTLS(t, tlsAddr)
 	ctx := context.Background()
-	up := startUpstream(t, "orders-1")
-	if _, err := api.Register(ctx, client.Instance{ID: "o1", Service: "orders", Host: "127.0.0.1", Port: up.addr.Port}); err != nil {
-		t.Fatal(err)
-	}
-	var frontend, batch client.Certificate
-	waitTrue(t, 15*time.Second, func() bool {
-		var err error
-		frontend, err = api.Certificate(ctx, "default", "frontend", 0)
-		return err == nil
-	})
-	batch, err := api.Certificate(ctx, "default", "batch", 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	td := strings.TrimPrefix(strings.Split(frontend.Identity, "/ns/")[0], "spiffe://")
-	_, port, _ := net.SplitHostPort(tlsAddr)
-	var tp int
-	fmt.Sscan(port, &tp)
+	frontend, batch, td, tp := meshWorkloads(t, api, tlsAddr)
 	if _, err := api.ApplyConfig(ctx, []byte(fmt.Sprintf(meshGateway, tp, td)), false); err != nil {
 		t.Fatal(err)
 	}
@@ -116,6 +99,7 @@ func TestGatewayMeshTLSWithAuthorization(t *testing.T) {
 	}
 	var code int
 	var body string
+	var err error
 	waitTrue(t, 30*time.Second, func() bool {
 		code, body, err = call(&frontend)
 		return err == nil && code == 200 && body == "orders-1"
@@ -156,4 +140,29 @@ spec:
 	if code, _, err = call(&batch); err != nil || code != 200 {
 		t.Errorf("PERMISSIVE, a mesh certificate: %d %v", code, err)
 	}
+}
+
+// meshWorkloads registers orders (a real upstream) and issues the
+// certificates of two workloads, frontend and batch; it returns them, the
+// trust domain and the gateway's TLS port (of tlsAddr).
+func meshWorkloads(t *testing.T, api *client.Client, tlsAddr string) (frontend, batch client.Certificate, td string, tp int) {
+	t.Helper()
+	ctx := context.Background()
+	up := startUpstream(t, "orders-1")
+	if _, err := api.Register(ctx, client.Instance{ID: "o1", Service: "orders", Host: "127.0.0.1", Port: up.addr.Port}); err != nil {
+		t.Fatal(err)
+	}
+	waitTrue(t, 15*time.Second, func() bool {
+		var err error
+		frontend, err = api.Certificate(ctx, "default", "frontend", 0)
+		return err == nil
+	})
+	batch, err := api.Certificate(ctx, "default", "batch", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	td = strings.TrimPrefix(strings.Split(frontend.Identity, "/ns/")[0], "spiffe://")
+	_, port, _ := net.SplitHostPort(tlsAddr)
+	fmt.Sscan(port, &tp)
+	return frontend, batch, td, tp
 }

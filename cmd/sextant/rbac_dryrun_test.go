@@ -32,24 +32,7 @@ func TestConfigApplyDryRunRecordedCalls(t *testing.T) {
 		f.registry, f.identityNS, f.identitySA, f.node = server, "edge", "sextant-gateway", "dry-run-gateway"
 	})
 	ctx := context.Background()
-	up := startUpstream(t, "orders-1")
-	if _, err := api.Register(ctx, client.Instance{ID: "o1", Service: "orders", Host: "127.0.0.1", Port: up.addr.Port}); err != nil {
-		t.Fatal(err)
-	}
-	var frontend, batch client.Certificate
-	waitTrue(t, 15*time.Second, func() bool {
-		var err error
-		frontend, err = api.Certificate(ctx, "default", "frontend", 0)
-		return err == nil
-	})
-	batch, err := api.Certificate(ctx, "default", "batch", 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	td := strings.TrimPrefix(strings.Split(frontend.Identity, "/ns/")[0], "spiffe://")
-	_, port, _ := net.SplitHostPort(tlsAddr)
-	var tp int
-	fmt.Sscan(port, &tp)
+	frontend, batch, td, tp := meshWorkloads(t, api, tlsAddr)
 	// The Gateway and its route, without the policy.
 	noPolicy, _, _ := strings.Cut(meshGateway, "---\napiVersion: security.istio.io/v1")
 	if _, err := api.ApplyConfig(ctx, []byte(fmt.Sprintf(noPolicy, tp)), false); err != nil {
@@ -130,7 +113,7 @@ spec:
 	}
 	// Exactly one group: batch's calls (the path without its query).
 	group := regexp.MustCompile(`(?m)^\s+` + fmt.Sprint(batchCalls) + `\s+default/orders\s+\S+\s+` + regexp.QuoteMeta(batchID) +
-		`\s+GET\s+/buy\s+` + port + `\s+sextant\.rbac\.allow: no policy allowed the call$`)
+		`\s+GET\s+/buy\s+` + fmt.Sprint(tp) + `\s+sextant\.rbac\.allow: no policy allowed the call$`)
 	if !group.MatchString(out) || strings.Contains(out, frontendID) || strings.Count(out, "sextant.rbac.allow:") != 1 ||
 		strings.Contains(out, "could not be asked") {
 		t.Fatalf("want exactly batch's %d calls as newly denied, frontend's not at all:\n%s", batchCalls, out)
