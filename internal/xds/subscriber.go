@@ -411,16 +411,15 @@ const maxKeptParts = 64
 // one's is referenced until gRPC has written it, so it gets its own.
 func (s *subscriber) header(r *response, versionField, typeField, nonceField protowire.Number) {
 	n := 32 + len(r.version) + len(r.t.URL())
-	var h []byte
-	if r.msg.size+n <= flatMax {
-		h = s.hdr[:0]
-	} else {
+	small := r.msg.size+n <= flatMax
+	h := s.hdr[:0]
+	if !small {
 		h = make([]byte, 0, n)
 	}
 	h = appendString(h, versionField, r.version)
 	h = appendString(h, typeField, r.t.URL())
 	h = appendString(h, nonceField, r.nonce)
-	if r.msg.size+n <= flatMax {
+	if small {
 		s.hdr = h
 	}
 	r.msg.bufs[0] = h // reserved by newMsg
