@@ -355,7 +355,9 @@ func runServer(ctx context.Context, f serverFlags) error {
 		maxAge = -1 // never
 	}
 	ads := xds.NewServer(cache, xds.ServerOptions{Logger: log.With("component", "xds"), Metrics: xds.NewMetrics(metrics),
-		GRPC: xdsServerOptions(guard, tlsCfg), MaxConnectionAge: maxAge})
+		GRPC: xdsServerOptions(guard, tlsCfg), MaxConnectionAge: maxAge,
+		// A Secret (a private key) goes only to secret:read on its namespace, audited.
+		SecretAccess: func(ctx context.Context) xds.SecretAccess { return acl.SDS(ctx) }})
 	if f.xds != "" {
 		// Without an xDS listener nothing consumes what the engine pushes.
 		lc.start("push engine", true, engine.Run)

@@ -22,8 +22,8 @@ type Options struct {
 	// anonymous reads when AnonymousRead is set.
 	Enabled bool
 	// AnonymousRead lets callers without a token read instances, config,
-	// placements and push status in every namespace (never tokens or
-	// policies).
+	// placements and push status in every namespace (never tokens,
+	// policies or secrets).
 	AnonymousRead bool
 	// WriteRate and ReadRate limit each caller (a token, or the client
 	// address of an anonymous caller); zero: no limit. Requests other than
@@ -48,6 +48,7 @@ type Guard struct {
 	writes, reads *limiter
 	audit         *slog.Logger
 	changed       atomic.Pointer[chan struct{}] // closed at every ACL change
+	sds           sdsAudit                      // secrets sent over SDS, for their audit records (sds.go)
 }
 
 // New returns a guard with empty token and policy tables; register them
@@ -428,8 +429,13 @@ func (g *Guard) check(st *state, p Permission) error {
 		return nil
 	}
 	if st.accessor == "" {
-		if g.opts.AnonymousRead && p.Access <= Read && p.Resource != ACL {
+		// Anonymous reads never reach secrets: their metadata (HTTP) nor
+		// their keys (SDS).
+		if g.opts.AnonymousRead && p.Access <= Read && p.Resource != ACL && p.Resource != Secrets {
 			return nil
+		}
+		if g.opts.AnonymousRead && p.Resource == Secrets {
+			return unauthenticated("a token is required for " + p.String() + " (anonymous callers never read secrets)")
 		}
 		if g.opts.AnonymousRead {
 			return unauthenticated("a token is required for " + p.String() + " (anonymous callers may only read)")

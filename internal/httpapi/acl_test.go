@@ -312,6 +312,10 @@ func TestAnonymousRead(t *testing.T) {
 		{"POST", "/v1/instances", `{"namespace":"a","service":"s","host":"10.0.0.9","port":80}`, 401},
 		{"DELETE", "/v1/instances/ia", "", 401},
 		{"GET", "/v1/acl/tokens", "", 401},
+		// Not even secrets' metadata.
+		{"GET", "/v1/secrets", "", 401},
+		{"GET", "/v1/secrets?namespace=a", "", 401},
+		{"GET", "/v1/secrets/a/x", "", 401},
 	} {
 		if a := w.do(r.method, r.path, r.body, ""); a.status != r.want {
 			t.Errorf("anonymous %s %s: %d, want %d: %s", r.method, r.path, a.status, r.want, a.body)

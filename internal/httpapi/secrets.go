@@ -17,7 +17,8 @@ import (
 
 // TLS secrets (docs/api.md, "Secrets"): written whole, answered as
 // metadata only. The private key and the PEM never leave the server but
-// over xDS (SDS), to gateways that hold push:read.
+// over xDS (SDS), to streams whose token holds secret:read on the
+// secret's namespace (acl.SDS).
 
 func secretTable(reg *backend) (*secret.Table, error) {
 	t, _ := reg.Catalog().Table(store.Secrets).(*secret.Table)

@@ -35,6 +35,8 @@ type Server struct {
 	age      keepalive.ServerParameters // MaxConnectionAge and its grace
 	ids      atomic.Uint64
 	turns    *turns
+	// secretAccess makes each stream's SecretAccess (secretacl.go).
+	secretAccess func(context.Context) SecretAccess
 
 	mu   sync.Mutex
 	subs map[uint64]*subscriber
@@ -68,6 +70,10 @@ type ServerOptions struct {
 	// MaxConnectionAgeGrace is how long streams may run on after the
 	// connection is told to go; then it is cut. Zero: 10 s.
 	MaxConnectionAgeGrace time.Duration
+	// SecretAccess returns a stream's right to SDS secrets from its
+	// context (acl.SDS: secret:read on the secret's namespace), asked
+	// once per stream; nil: every stream receives every secret, unaudited.
+	SecretAccess func(context.Context) SecretAccess
 }
 
 // DefaultMaxConnectionAge is ServerOptions.MaxConnectionAge's default,
@@ -109,7 +115,8 @@ func NewServer(c *Cache, opts ServerOptions) *Server {
 	if age.MaxConnectionAgeGrace <= 0 {
 		age.MaxConnectionAgeGrace = 10 * time.Second
 	}
-	return &Server{age: age, cache: c, log: opts.Logger, metrics: opts.Metrics, subs: map[uint64]*subscriber{}, grpcOpts: opts.GRPC, ackWait: opts.AckWait, turns: newTurns()}
+	return &Server{age: age, cache: c, log: opts.Logger, metrics: opts.Metrics, subs: map[uint64]*subscriber{}, grpcOpts: opts.GRPC, ackWait: opts.AckWait, turns: newTurns(),
+		secretAccess: opts.SecretAccess}
 }
 
 // Register adds the ADS service to g, which must have been created with
@@ -211,6 +218,7 @@ func (s *Server) serve(ctx context.Context, stream sender, delta bool, recv func
 	if p, ok := peer.FromContext(ctx); ok {
 		sub.addr = p.Addr.String()
 	}
+	sub.secrets = s.secretAccessOf(ctx)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	sendErr := make(chan error, 1)
@@ -295,6 +303,10 @@ func (s *Server) sendLoop(ctx context.Context, sub *subscriber, stream sender) e
 	retry.Stop()
 	defer retry.Stop()
 	var retryC <-chan time.Time
+	var secretsChanged <-chan struct{} // the stream's rights to secrets may have changed
+	if sub.secrets != nil {
+		secretsChanged = sub.secrets.Changed()
+	}
 	holdTimer := time.NewTimer(time.Hour)
 	holdTimer.Stop()
 	defer holdTimer.Stop()
@@ -304,6 +316,9 @@ func (s *Server) sendLoop(ctx context.Context, sub *subscriber, stream sender) e
 			return nil
 		case <-sub.wake:
 		case <-retryC:
+		case <-secretsChanged:
+			secretsChanged = sub.secrets.Changed()
+			sub.recheckSecrets()
 		}
 		// A round sends each type once, clusters before the listeners and
 		// routes that name them; endpoints go first and again between the
@@ -426,7 +441,9 @@ func (s *Server) sendOne(sub *subscriber, stream sender, t Type, now time.Time) 
 	case tn != nil:
 		tn.release()
 	}
+	var secrets []sentSecret
 	if ok {
+		secrets, sub.sentSecrets = sub.sentSecrets, nil
 		sub.sending = true
 		if sub.epQueued && t != TypeEndpoint {
 			sub.epQueued = false
@@ -448,6 +465,9 @@ func (s *Server) sendOne(sub *subscriber, stream sender, t Type, now time.Time) 
 	sub.mu.Unlock()
 	if err != nil {
 		return false, err
+	}
+	if len(secrets) > 0 {
+		sub.reportSecrets(secrets)
 	}
 	if !r.origin.IsZero() {
 		s.metrics.sentT[t].Observe(time.Since(r.origin).Seconds())
@@ -531,6 +551,9 @@ func (s *Server) onRequest(sub *subscriber, req request) {
 				st.growSent(int(id) + 1)
 				if val := tc.current(id); val != nil && val.sameContent(v) {
 					st.sent[id] = val.seq
+					if sub.secrets != nil && t == TypeSecret {
+						st.pending.Set(uint(id)) // held: removed if it may not be
+					}
 				} else {
 					st.sent[id] = math.MaxUint64 // held at another version, or gone
 					st.pending.Set(uint(id))

@@ -42,6 +42,7 @@ type subscriber struct {
 	wake  chan struct{} // capacity 1: "something is pending"
 
 	ackWait time.Duration // ServerOptions.AckWait
+	secrets SecretAccess  // nil: every secret allowed (secretacl.go)
 
 	mu    sync.Mutex
 	nonce uint64
@@ -58,6 +59,9 @@ type subscriber struct {
 	// the others would wait for it.
 	epQueued bool
 	sending  bool
+	// sentSecrets are the secrets of the response being built, reported
+	// once it is sent.
+	sentSecrets []sentSecret
 
 	// Guarded by the server's turns.mu: a turn granted while waiting in
 	// line, in line, stream ended.
@@ -310,8 +314,9 @@ func (s *subscriber) buildPartial(t Type, st *subType) (response, bool) {
 		if int(id) >= len(tc.entries) {
 			continue
 		}
-		if e := tc.entries[id]; e != nil && st.wants(uint32(id), e.hidden) {
+		if e := tc.entries[id]; e != nil && st.wants(uint32(id), e.hidden) && s.secretAllowed(tc, uint32(id)) {
 			r.msg.add(e.anyField)
+			s.noteSecret(tc, e)
 			r.count++
 			if e.seq > maxSeq {
 				maxSeq, r.version = e.seq, e.version
@@ -353,9 +358,10 @@ func (s *subscriber) buildDelta(t Type, st *subType) (response, bool) {
 		}
 		e := tc.entries[id]
 		switch {
-		case e != nil && st.wants(uint32(id), e.hidden):
+		case e != nil && st.wants(uint32(id), e.hidden) && s.secretAllowed(tc, uint32(id)):
 			if st.sent[id] != e.seq {
 				r.msg.add(e.resField)
+				s.noteSecret(tc, e)
 				st.sent[id] = e.seq
 				r.count++
 			}

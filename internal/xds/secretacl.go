@@ -1,0 +1,102 @@
+package xds
+
+import (
+	"context"
+	"strings"
+)
+
+// Who receives which SDS Secret. A Secret carries a TLS private key (or a
+// CA): a stream receives it only if its SecretAccess allows the secret's
+// namespace, and each one sent is reported to it (the audit log). A
+// secret the stream may not have is treated as absent: never in a
+// response, and reported removed to a delta client that holds it (its
+// grant was taken away) or named it. Envoy keeps a listener or cluster
+// whose secret is absent warming, as for one not created yet.
+
+// SecretAccess is one stream's right to secrets (acl.SecretStream).
+type SecretAccess interface {
+	// Allows reports whether the stream may receive the secrets of
+	// namespace ns; asked at every send, so it follows policy changes.
+	Allows(ns string) bool
+	// Sent reports the secret name (of namespace ns) at version sent to
+	// the stream's node.
+	Sent(ns, name, version, node string)
+	// Changed returns a channel closed when Allows' answers may change
+	// (nil: never).
+	Changed() <-chan struct{}
+}
+
+// SecretNamespace returns the namespace of an SDS secret's name: what
+// precedes its first "/" (CredentialSecret). A name without one has none.
+func SecretNamespace(name string) (string, bool) {
+	ns, _, ok := strings.Cut(name, "/")
+	return ns, ok && ns != ""
+}
+
+type sentSecret struct {
+	ns, name, version string
+}
+
+// secretAllowed reports whether the stream may receive secret id of tc
+// (true for other types, and for every secret without a SecretAccess).
+// Called with s.mu and tc.mu held: Allows must not block (the guard's
+// check is an atomic load and a map lookup).
+func (s *subscriber) secretAllowed(tc *typeCache, id uint32) bool {
+	if tc.typ != TypeSecret || s.secrets == nil {
+		return true
+	}
+	ns, ok := SecretNamespace(tc.names[id])
+	return ok && s.secrets.Allows(ns)
+}
+
+// noteSecret remembers a secret put in the response being built, to
+// report once it is sent.
+func (s *subscriber) noteSecret(tc *typeCache, e *entry) {
+	if tc.typ != TypeSecret || s.secrets == nil {
+		return
+	}
+	ns, _ := SecretNamespace(e.name)
+	s.sentSecrets = append(s.sentSecrets, sentSecret{ns: ns, name: e.name, version: e.version})
+}
+
+// reportSecrets reports the secrets of the response just sent. Called by
+// the send goroutine without s.mu.
+func (s *subscriber) reportSecrets(list []sentSecret) {
+	for _, x := range list {
+		s.secrets.Sent(x.ns, x.name, x.version, s.node)
+	}
+}
+
+// recheckSecrets marks every secret the stream subscribes to or holds
+// pending, after a change of its rights: a secret now allowed is sent, and
+// one no longer allowed is reported removed to a delta client.
+func (s *subscriber) recheckSecrets() {
+	tc := s.c.types[TypeSecret]
+	s.mu.Lock()
+	st := &s.t[TypeSecret]
+	if !st.requested {
+		s.mu.Unlock()
+		return
+	}
+	st.pending.InPlaceUnion(&st.subs)
+	if st.wildcard {
+		tc.markVisible(&st.pending)
+	}
+	for id, seq := range st.sent {
+		if seq != 0 {
+			st.pending.Set(uint(id))
+		}
+	}
+	st.dirty = true
+	s.mu.Unlock()
+	s.poke()
+}
+
+// secretAccessOf returns the stream's SecretAccess, or nil when every
+// stream receives every secret.
+func (s *Server) secretAccessOf(ctx context.Context) SecretAccess {
+	if s.secretAccess == nil {
+		return nil
+	}
+	return s.secretAccess(ctx)
+}
