@@ -203,8 +203,8 @@ func runServer(ctx context.Context, f serverFlags) error {
 		return err
 	}
 	if f.store == "" {
-		if err := os.MkdirAll(f.data, 0o755); err != nil {
-			return fmt.Errorf("create data directory: %w", err)
+		if err := prepareDataDir(f.data, log); err != nil {
+			return err
 		}
 	}
 	tlsCfg, err := serverTLS(f.tlsCert, f.tlsKey, f.tlsClientCA)

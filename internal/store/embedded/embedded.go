@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble"
+	"github.com/cockroachdb/pebble/vfs"
 
 	"github.com/sextant-mesh/sextant/internal/store"
 )
@@ -55,7 +56,8 @@ func OpenWith(dir string, opts Options) (*Store, error) {
 	if opts.FeedOps <= 0 {
 		opts.FeedOps = 1 << 20
 	}
-	db, err := pebble.Open(dir, &pebble.Options{Logger: quietLogger{}, MemTableSize: 64 << 20, Levels: levels()})
+	db, err := pebble.Open(dir, &pebble.Options{Logger: quietLogger{}, MemTableSize: 64 << 20, Levels: levels(),
+		FS: privateFS{vfs.Default}})
 	if err != nil {
 		return nil, fmt.Errorf("embedded: open %s: %w", dir, err)
 	}
