@@ -89,6 +89,10 @@ type serverFlags struct {
 	consulNamespace string
 
 	xdsListener net.Listener // tests: serve xDS on it instead of listening on --xds
+
+	// storePasswordFile holds --store's password (storepass.go);
+	// storePassword is what it or $SEXTANT_STORE_PASSWORD gave.
+	storePasswordFile, storePassword string
 }
 
 func init() {
@@ -137,6 +141,7 @@ consul_sd: Consul's services are the services of --consul-namespace.`,
 	fl := cmd.Flags()
 	fl.StringVar(&f.data, "data", "./data", "directory of the embedded store (created if missing); unused with --store")
 	fl.StringVar(&f.store, "store", "", "shared store of a cluster: 'mysql://user:pass@tcp(host:3306)/database' (MySQL 8 or MariaDB 10.11; the database and its schema are created); empty: the embedded store in --data")
+	fl.StringVar(&f.storePasswordFile, "store-password-file", "", "file holding --store's database password (else $"+storePasswordEnv+"); keeps it out of --store, which ps shows")
 	fl.DurationVar(&f.clusterLease, "cluster-lease", 5*time.Second, "with --store: how long a server that stops renewing stays a member; its instances move to the others after it")
 	fl.StringVar(&f.clusterID, "cluster-id", "", "with --store: this server's name among the cluster's members (default: --http and a random suffix)")
 	fl.StringVar(&f.http, "http", "127.0.0.1:7400", "address the HTTP API listens on")
@@ -200,6 +205,9 @@ func runServer(ctx context.Context, f serverFlags) error {
 	}
 	memLimit, err := applyMemoryLimit(f.memoryLimit)
 	if err != nil {
+		return err
+	}
+	if f.storePassword, err = storePassword(f, log); err != nil {
 		return err
 	}
 	if f.store == "" {
@@ -603,7 +611,7 @@ func openStore(ctx context.Context, f serverFlags, addr string, log *slog.Logger
 	if !strings.HasPrefix(f.store, "mysql://") {
 		return nil, nil, fmt.Errorf("--store %q: want mysql://user:password@tcp(host:3306)/database", storeName(f.store))
 	}
-	st, err := mysql.Open(ctx, f.store, mysql.Options{Logger: log.With("component", "store"), Metrics: metrics,
+	st, err := mysql.Open(ctx, f.store, mysql.Options{Logger: log.With("component", "store"), Metrics: metrics, Password: f.storePassword,
 		Rows: map[store.Kind]mysql.Columns{store.Instances: instance.Columns{}}})
 	if err != nil {
 		return nil, nil, err

@@ -54,6 +54,10 @@ type Options struct {
 	Logger *slog.Logger
 	// Metrics, if set, receives the database round-trip latency.
 	Metrics prometheus.Registerer
+	// Password, if set, is the database password, given apart from the
+	// URL (which then has none): from a file or the environment, not the
+	// command line.
+	Password string
 	// Rows lays the records of some kinds out as rows of tables of their
 	// own (the instance kind's sx_instance); every other kind is opaque
 	// values in sx_record. A server passes the same layout every time:
@@ -115,6 +119,12 @@ func ParseURL(url string) (*mysqldrv.Config, error) {
 	return cfg, nil
 }
 
+// HasPassword reports whether the store URL carries a password.
+func HasPassword(url string) bool {
+	cfg, err := mysqldrv.ParseDSN(strings.TrimPrefix(url, "mysql://"))
+	return err == nil && cfg.Passwd != ""
+}
+
 // redact hides the password of a store URL for messages.
 func redact(url string) string {
 	at := strings.LastIndex(url, "@")
@@ -152,6 +162,9 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	cfg, err := ParseURL(url)
 	if err != nil {
 		return nil, err
+	}
+	if opts.Password != "" {
+		cfg.Passwd = opts.Password
 	}
 	// One round trip per statement: arguments are interpolated by the
 	// driver rather than prepared (3 round trips).
