@@ -65,7 +65,7 @@ func openDict(path string) (*dict, error) {
 		d.names = append(d.names, s)
 		good += nl + 1
 	}
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("calllog: open %s: %w", path, err)
 	}

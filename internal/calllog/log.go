@@ -149,7 +149,7 @@ func Open(opts Options) (*Log, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
+	if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("calllog: %w", err)
 	}
 	l := &Log{opts: opts, in: make(chan Record, opts.QueueSize), req: make(chan chan error),
@@ -166,7 +166,7 @@ func Open(opts Options) (*Log, error) {
 // openPartition creates or opens a service's directory and dictionary.
 func (l *Log) openPartition(service string) (*partition, error) {
 	dir := filepath.Join(l.opts.Dir, url.PathEscape(service))
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("calllog: %w", err)
 	}
 	d, err := openDict(filepath.Join(dir, "names.log"))

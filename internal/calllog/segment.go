@@ -121,7 +121,7 @@ func (l *Log) seal(p *partition) error {
 		sg.minT, sg.maxT = sg.start, sg.start
 	}
 	b := fmt.Sprintf("%d %d\n", sg.minT, sg.maxT)
-	if err := os.WriteFile(filepath.Join(sg.dir, "bounds"), []byte(b), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(sg.dir, "bounds"), []byte(b), 0o600); err != nil {
 		return fmt.Errorf("calllog: %w", err)
 	}
 	sg.bytes.Store(dirBytes(sg.dir))

@@ -96,7 +96,7 @@ func Open(dir string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("callstore: open: %w", err)
 	}
 	s := &Store{
@@ -131,7 +131,7 @@ func (s *Store) openFiles() error {
 			return nil
 		}
 		var f *os.File
-		f, err = os.OpenFile(filepath.Join(s.dir, name), os.O_RDWR|os.O_CREATE, 0o644)
+		f, err = os.OpenFile(filepath.Join(s.dir, name), os.O_RDWR|os.O_CREATE, 0o600)
 		if err != nil {
 			err = fmt.Errorf("callstore: open %s: %w", name, err)
 		}
