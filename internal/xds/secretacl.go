@@ -37,16 +37,21 @@ type sentSecret struct {
 	ns, name, version string
 }
 
-// secretAllowed reports whether the stream may receive secret id of tc
-// (true for other types, and for every secret without a SecretAccess).
-// Called with s.mu and tc.mu held: Allows must not block (the guard's
-// check is an atomic load and a map lookup).
+// secretAllowed reports whether the stream may receive secret id of tc,
+// which it wants (true for other types, and for every secret without a
+// SecretAccess). A secret refused is remembered (withheld) to be tried
+// again when the stream's rights change. Called with s.mu and tc.mu held:
+// Allows must not block (the guard's check is an atomic load and a map
+// lookup).
 func (s *subscriber) secretAllowed(tc *typeCache, id uint32) bool {
 	if tc.typ != TypeSecret || s.secrets == nil {
 		return true
 	}
-	ns, ok := SecretNamespace(tc.names[id])
-	return ok && s.secrets.Allows(ns)
+	if ns, ok := SecretNamespace(tc.names[id]); ok && s.secrets.Allows(ns) {
+		return true
+	}
+	s.withheld.Set(uint(id))
+	return false
 }
 
 // noteSecret remembers a secret put in the response being built, to
@@ -67,29 +72,36 @@ func (s *subscriber) reportSecrets(list []sentSecret) {
 	}
 }
 
-// recheckSecrets marks every secret the stream subscribes to or holds
-// pending, after a change of its rights: a secret now allowed is sent, and
-// one no longer allowed is reported removed to a delta client.
+// recheckSecrets, after a change of the stream's rights, marks pending the
+// secrets it was refused (sent if now allowed) and, for a delta client,
+// those it holds (reported removed if no longer allowed; one it may still
+// have is not sent again). A state-of-the-world client cannot be told to
+// drop a secret: it gets no new version of it.
 func (s *subscriber) recheckSecrets() {
-	tc := s.c.types[TypeSecret]
 	s.mu.Lock()
 	st := &s.t[TypeSecret]
 	if !st.requested {
 		s.mu.Unlock()
 		return
 	}
-	st.pending.InPlaceUnion(&st.subs)
-	if st.wildcard {
-		tc.markVisible(&st.pending)
-	}
-	for id, seq := range st.sent {
-		if seq != 0 {
-			st.pending.Set(uint(id))
+	any := s.withheld.Any()
+	st.pending.InPlaceUnion(&s.withheld)
+	s.withheld.ClearAll()
+	if s.delta {
+		for id, seq := range st.sent {
+			if seq != 0 {
+				st.pending.Set(uint(id))
+				any = true
+			}
 		}
 	}
-	st.dirty = true
+	if any {
+		st.dirty = true
+	}
 	s.mu.Unlock()
-	s.poke()
+	if any {
+		s.poke()
+	}
 }
 
 // secretAccessOf returns the stream's SecretAccess, or nil when every

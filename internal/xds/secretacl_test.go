@@ -106,6 +106,40 @@ func TestSecretsFollowGrants(t *testing.T) {
 	}
 }
 
+// TestSecretsFollowGrantsSotW: a state-of-the-world stream gets a secret
+// once it is granted, and a change of rights does not send again what it
+// already has.
+func TestSecretsFollowGrantsSotW(t *testing.T) {
+	c := NewCache()
+	c.Apply(TypeSecret, []Resource{tlsSecret("a/x"), tlsSecret("b/y")}, nil, "1", time.Now())
+	g := &grants{allowed: map[string]bool{"a": true}, changed: make(chan struct{})}
+	_, conn := startADSWith(t, c, ServerOptions{SecretAccess: func(context.Context) SecretAccess { return g }})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s, err := discoverygrpc.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ask := func(nonce string) {
+		s.Send(&discoveryv3.DiscoveryRequest{Node: &corev3.Node{Id: "gw"}, TypeUrl: TypeSecret.URL(), ResourceNames: []string{"a/x", "b/y"}, ResponseNonce: nonce})
+	}
+	ask("")
+	r := recv(t, s)
+	if got := names(t, r); !slices.Equal(got, []string{"a/x"}) {
+		t.Fatalf("first response: %v, want a/x only", got)
+	}
+	ask(r.Nonce)
+	g.set("c", true) // nothing of c is wanted: nothing to send
+	g.set("b", true)
+	r = recv(t, s)
+	if got := names(t, r); !slices.Equal(got, []string{"b/y"}) {
+		t.Fatalf("after granting c, then b: %v, want b/y alone (a/x is held already)", got)
+	}
+	if got := g.sentList(); !slices.Equal(got, []string{"gw:a/x", "gw:b/y"}) {
+		t.Fatalf("reported sent: %v", got)
+	}
+}
+
 // TestSecretsWithoutAccessGoToAll: without a SecretAccess (ACLs off) a
 // state-of-the-world stream gets every secret it names, as before.
 func TestSecretsWithoutAccessGoToAll(t *testing.T) {

@@ -60,8 +60,10 @@ type subscriber struct {
 	epQueued bool
 	sending  bool
 	// sentSecrets are the secrets of the response being built, reported
-	// once it is sent.
+	// once it is sent; withheld, the secrets it wanted and was refused
+	// (secretacl.go).
 	sentSecrets []sentSecret
+	withheld    bitset.BitSet
 
 	// Guarded by the server's turns.mu: a turn granted while waiting in
 	// line, in line, stream ended.
