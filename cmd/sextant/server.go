@@ -155,7 +155,7 @@ consul_sd: Consul's services are the services of --consul-namespace.`,
 	fl.DurationVar(&f.drain, "drain", 30*time.Second, "how long to wait for in-flight requests on shutdown")
 	fl.DurationVar(&f.deregisterAfter, "deregister-after", 0, "deregister an instance with a TTL once it has been unhealthy this long (its TTL expired, no heartbeat since), unless it sets its own deregister_after_seconds; 0: never (docs/registry.md)")
 	fl.BoolVar(&f.acl, "acl", false, "require an ACL token on every request but /healthz and /readyz")
-	fl.BoolVar(&f.aclAnonRead, "acl-anonymous-read", false, "with --acl: callers without a token may read instances, config, placements and push status")
+	fl.BoolVar(&f.aclAnonRead, "acl-anonymous-read", false, "with --acl: callers without a token may read instances, config, placements and push status (never secrets)")
 	fl.StringVar(&f.auditLog, "audit-log", "", `where audit records go: a file (JSON lines, appended), "stderr" or "off" (default: stderr with --acl, off without)`)
 	fl.StringVar(&f.tlsCert, "tls-cert", "", "PEM certificate (chain) to serve HTTPS with")
 	fl.StringVar(&f.tlsKey, "tls-key", "", "PEM private key of --tls-cert")
