@@ -45,20 +45,20 @@ func (s *SecretStream) Changed() <-chan struct{} {
 }
 
 // sdsAuditWindow is how long after a record of a secret's version sent to
-// a caller the same version sent to the same caller again is counted
-// rather than recorded: a reconnecting gateway is sent its secrets again
-// on every stream, and a reconnect storm must not become a storm of
-// records. A new version, another secret or another caller is recorded at
-// once.
+// a caller's node the same version sent to the same caller and node again
+// is counted rather than recorded: a reconnecting gateway is sent its
+// secrets again on every stream, and a reconnect storm must not become a
+// storm of records. A new version, another secret, caller or node is
+// recorded at once.
 const sdsAuditWindow = time.Minute
 
-// maxSDSAuditKeys bounds the remembered (caller, secret, version) keys;
+// maxSDSAuditKeys bounds the remembered (caller, node, secret, version) keys;
 // past it, expired keys are dropped, and if none has expired a send is
 // recorded without being remembered (more records, never fewer).
 const maxSDSAuditKeys = 1 << 16
 
 type sdsAuditKey struct {
-	caller, ns, name, version string
+	caller, node, ns, name, version string
 }
 
 type sdsAuditSeen struct {
@@ -74,8 +74,9 @@ type sdsAudit struct {
 // Sent records that the secret name (of namespace ns) at version was sent
 // to the caller's xDS node: one audit record, msg=audit, result=sent,
 // naming the caller (accessor, remote address, node) and the secret. The
-// same version sent to the same caller within sdsAuditWindow of its record
-// is counted, and the next record says how many (resent_since_last_record).
+// same version sent to the same caller and node within sdsAuditWindow of
+// its record is counted, and the next record says how many
+// (resent_since_last_record).
 func (s *SecretStream) Sent(ns, name, version, node string) {
 	if s.st == nil || s.st.g.audit == nil {
 		return
@@ -86,7 +87,7 @@ func (s *SecretStream) Sent(ns, name, version, node string) {
 		caller = "@" + s.st.remote // without ACLs: the client address
 	}
 	now := g.opts.Now()
-	resends, record := g.sds.note(sdsAuditKey{caller, ns, name, version}, now)
+	resends, record := g.sds.note(sdsAuditKey{caller, node, ns, name, version}, now)
 	if !record {
 		return
 	}
