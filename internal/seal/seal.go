@@ -230,3 +230,13 @@ func validID(id string) bool {
 	}
 	return true
 }
+
+// EnvelopeKeyID is the id of the key envelope names, "" when it is not an
+// envelope.
+func EnvelopeKeyID(envelope string) string {
+	e, err := Parse(envelope)
+	if err != nil {
+		return ""
+	}
+	return e.KeyID
+}
