@@ -136,7 +136,7 @@ func (s *Service) reload() error {
 	}
 	st, sealedWith, err := decode(b.Value, s.opts.Keys)
 	if err != nil {
-		return fmt.Errorf("%w (revision %d)", err, rev)
+		return fmt.Errorf("identity: the stored certificate authority (record %v/%s, revision %d): %w", store.System, Key, rev, err)
 	}
 	a, err := ca.Restore(s.opts.CA, st)
 	if err != nil {

@@ -39,21 +39,22 @@ func encode(st ca.State, keys *seal.Keyring) ([]byte, string, error) {
 }
 
 // decode reads a stored record, opening its key with keys, and returns the
-// state and the id of the key it was sealed with ("" when plain).
+// state and the id of the key it was sealed with ("" when plain). Its
+// errors are the caller's to prefix with the record.
 func decode(value []byte, keys *seal.Keyring) (ca.State, string, error) {
 	var v stored
 	if err := json.Unmarshal(value, &v); err != nil {
-		return ca.State{}, "", fmt.Errorf("identity: stored authority: %w", err)
+		return ca.State{}, "", fmt.Errorf("decode: %w", err)
 	}
 	if v.KeySealed == "" {
 		return v.State, "", nil
 	}
 	if v.Key != "" {
-		return ca.State{}, "", errors.New("identity: stored authority: both a plain and a sealed key")
+		return ca.State{}, "", errors.New("both a plain and a sealed key")
 	}
 	key, err := keys.Open(v.KeySealed, sealContext)
 	if err != nil {
-		return ca.State{}, "", fmt.Errorf("identity: the stored certificate authority's key (record %s/%s): %w", store.System, Key, err)
+		return ca.State{}, "", fmt.Errorf("its signing key: %w", err)
 	}
 	v.Key = string(key)
 	return v.State, seal.EnvelopeKeyID(v.KeySealed), nil

@@ -155,7 +155,7 @@ func (k *Keyring) Open(envelope, context string) ([]byte, error) {
 		if ids := k.IDs(); len(ids) > 0 {
 			given = strings.Join(ids, ", ")
 		}
-		return nil, fmt.Errorf("%w: sealed with key %s; keys given: %s", ErrUnknownKey, e.KeyID, given)
+		return nil, fmt.Errorf("%w: key %s (keys given: %s)", ErrUnknownKey, e.KeyID, given)
 	}
 	if len(e.Nonce) != kk.aead.NonceSize() {
 		return nil, fmt.Errorf("%w: a nonce of %d bytes, want %d", ErrEnvelope, len(e.Nonce), kk.aead.NonceSize())
