@@ -41,3 +41,24 @@ func FuzzOpen(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParseKey feeds a key file's or variable's text to ParseKey: it
+// returns KeySize bytes that New accepts, or refuses, never panics.
+func FuzzParseKey(f *testing.F) {
+	f.Add([]byte("AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE=\n"))
+	f.Add([]byte("AQEBAQEBAQEBAQEBAQEBAQ==")) // 16 bytes
+	f.Add([]byte("not a key"))
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, in []byte) {
+		k, err := ParseKey(in)
+		if err != nil {
+			return
+		}
+		if len(k) != KeySize {
+			t.Fatalf("a key of %d bytes", len(k))
+		}
+		if _, err := New(k); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
