@@ -25,7 +25,8 @@ import (
 )
 
 // Key is the System record holding the authority's state (ca.State as
-// JSON, the signing key included: the store is as secret as the CA).
+// JSON, the signing key included: sealed when the server was given a key,
+// Options.Keys; else the store is as secret as the CA).
 const Key = "ca"
 
 // Options configure the service.

@@ -4,7 +4,8 @@
 // as Istio reads a Gateway's credentialName from a Kubernetes TLS secret.
 // It decodes and validates secrets (the PEM parses, the key matches the
 // certificate, the certificate is not expired), keeps them in a catalog
-// table and writes them through the write engine.
+// table and writes them through the write engine, their private keys
+// sealed as stored (internal/seal) when the table was given a key.
 //
 // It does not own who may read them (the API checks the ACL resource
 // "secret"; only metadata is ever answered) nor their translation into
