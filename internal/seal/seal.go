@@ -54,6 +54,7 @@ type Keyring struct {
 
 type key struct {
 	id   string
+	sum  [sha256.Size]byte // tells two keys with one id apart
 	aead cipher.AEAD
 }
 
@@ -75,8 +76,11 @@ func New(seal []byte, open ...[]byte) (*Keyring, error) {
 		if len(b) != KeySize {
 			return nil, fmt.Errorf("seal: a key is %d bytes, want %d", len(b), KeySize)
 		}
-		id := KeyID(b)
+		id, sum := KeyID(b), sha256.Sum256(b)
 		if have, ok := k.keys[id]; ok {
+			if have.sum != sum {
+				return nil, fmt.Errorf("seal: two different keys have the id %s: make another one", id)
+			}
 			return have, nil // the same key given twice
 		}
 		blk, err := aes.NewCipher(b)
@@ -87,7 +91,7 @@ func New(seal []byte, open ...[]byte) (*Keyring, error) {
 		if err != nil {
 			return nil, fmt.Errorf("seal: %w", err)
 		}
-		kk := &key{id: id, aead: aead}
+		kk := &key{id: id, sum: sum, aead: aead}
 		k.keys[id] = kk
 		k.ids = append(k.ids, id)
 		return kk, nil
@@ -131,9 +135,7 @@ func (k *Keyring) IDs() []string {
 // open). It panics without a sealing key: callers ask ID first.
 func (k *Keyring) Seal(plain []byte, context string) string {
 	e := Envelope{KeyID: k.enc.id, Nonce: make([]byte, k.enc.aead.NonceSize())}
-	if _, err := rand.Read(e.Nonce); err != nil {
-		panic(fmt.Sprintf("seal: no randomness: %v", err)) // crypto/rand does not fail on Linux
-	}
+	rand.Read(e.Nonce) // never fails (crypto/rand since Go 1.24)
 	e.Sealed = k.enc.aead.Seal(nil, e.Nonce, plain, e.aad(context))
 	return e.String()
 }
@@ -156,9 +158,6 @@ func (k *Keyring) Open(envelope, context string) ([]byte, error) {
 			given = strings.Join(ids, ", ")
 		}
 		return nil, fmt.Errorf("%w: key %s (keys given: %s)", ErrUnknownKey, e.KeyID, given)
-	}
-	if len(e.Nonce) != kk.aead.NonceSize() {
-		return nil, fmt.Errorf("%w: a nonce of %d bytes, want %d", ErrEnvelope, len(e.Nonce), kk.aead.NonceSize())
 	}
 	plain, err := kk.aead.Open(nil, e.Nonce, e.Sealed, e.aad(context))
 	if err != nil {
