@@ -10,6 +10,7 @@ import (
 
 	"github.com/sextant-mesh/sextant/internal/ca"
 	"github.com/sextant-mesh/sextant/internal/identity"
+	"github.com/sextant-mesh/sextant/internal/seal"
 )
 
 // defaultTrustDomain is Istio's default, so SPIFFE IDs read the same.
@@ -35,7 +36,7 @@ func (f *identityFlags) register(fl *pflag.FlagSet) {
 
 // newIdentity reads the CA files and returns the service to register with
 // the write engine as a tracker and start after it.
-func newIdentity(f identityFlags, log *slog.Logger) (*identity.Service, error) {
+func newIdentity(f identityFlags, keys *seal.Keyring, log *slog.Logger) (*identity.Service, error) {
 	// Zero values (flags built in code, as tests do) are the defaults.
 	if f.trustDomain == "" {
 		f.trustDomain = defaultTrustDomain
@@ -48,6 +49,7 @@ func newIdentity(f identityFlags, log *slog.Logger) (*identity.Service, error) {
 	}
 	opts := identity.Options{
 		CA:     ca.Options{TrustDomain: f.trustDomain, TTL: f.certTTL, MaxTTL: f.certMaxTTL},
+		Keys:   keys,
 		Logger: log.With("component", "identity"),
 	}
 	if (f.caCert == "") != (f.caKey == "") {

@@ -84,6 +84,7 @@ type serverFlags struct {
 	dnsConsulNamespace string
 
 	identity identityFlags // the certificate authority (identity_server.go)
+	atRest   atRestFlags   // keys sealing private keys in the store (atrest.go)
 	// The Consul-compatible API (docs/compat.md): off when consulAPI is empty.
 	consulAPI       string
 	consulNamespace string
@@ -171,6 +172,7 @@ consul_sd: Consul's services are the services of --consul-namespace.`,
 	fl.StringVar(&f.dnsDatacenter, "dns-datacenter", dnsapi.DefaultDatacenter, "with --dns: the datacenter name Consul names may carry (NAME.service.DC.consul), besides dc1")
 	fl.StringVar(&f.dnsConsulNamespace, "dns-consul-namespace", "default", "with --dns: the namespace whose services Consul names (NAME.service.consul) answer with")
 	f.identity.register(fl)
+	f.atRest.register(fl)
 	fl.StringVar(&f.consulAPI, "consul-api", "", "address to serve Consul's HTTP API on (e.g. 127.0.0.1:8500): register, discover and check services with Consul's clients over the same registry and ACL tokens (docs/compat.md); empty: off")
 	fl.StringVar(&f.consulNamespace, "consul-namespace", "default", "with --consul-api: the namespace Consul's services live in")
 	fl.StringVar(&f.memoryLimit, "memory-limit", "", "soft limit of the Go heap and runtime (e.g. 450MiB, 2GiB, off): the GC works harder near it (docs/registry.md, \"Memory\"); default: GOMEMLIMIT, else none")
@@ -216,6 +218,10 @@ func runServer(ctx context.Context, f serverFlags) error {
 		}
 	}
 	tlsCfg, err := serverTLS(f.tlsCert, f.tlsKey, f.tlsClientCA)
+	if err != nil {
+		return err
+	}
+	keys, err := f.atRest.keyring(os.Getenv)
 	if err != nil {
 		return err
 	}
@@ -300,7 +306,7 @@ func runServer(ctx context.Context, f serverFlags) error {
 		api.SetSync(member)
 	}
 	reg := registry.New(regOpts)
-	ident, err := newIdentity(f.identity, log)
+	ident, err := newIdentity(f.identity, keys, log)
 	if err != nil {
 		return err
 	}
@@ -310,7 +316,7 @@ func runServer(ctx context.Context, f serverFlags) error {
 	tables := guard.Tables() // tokens and policies
 	maps.Copy(tables, sched.Tables())
 	tables[store.Config] = cfg
-	secrets := secret.NewTable()
+	secrets := secret.NewSealedTable(keys)
 	tables[store.Secrets] = secrets
 	tables[store.Instances] = reg.Table()
 
@@ -326,7 +332,7 @@ func runServer(ctx context.Context, f serverFlags) error {
 		Metrics:   metrics,
 	})
 	if err != nil {
-		return err
+		return atRestHint(err)
 	}
 	lc.add("write engine", eng.Close)
 	if err := reg.Start(eng); err != nil {
@@ -334,6 +340,9 @@ func runServer(ctx context.Context, f serverFlags) error {
 	}
 	lc.add("registry", reg.Close)
 	if err := ident.Start(ctx, eng); err != nil {
+		return atRestHint(err)
+	}
+	if err := resealAtStart(ctx, eng, secrets, ident, keys, log); err != nil {
 		return err
 	}
 	api.SetIssuer(ident)

@@ -110,7 +110,7 @@ func (a *API) putSecret(w http.ResponseWriter, r *http.Request, reg *backend) er
 	if err != nil {
 		return secretError(err)
 	}
-	pw := &secret.PutWrite{Secret: s, Create: !replace, IfRevision: ifRev}
+	pw := &secret.PutWrite{Secret: s, Create: !replace, IfRevision: ifRev, Keys: t.Keys()}
 	rev, err := reg.Submit(r.Context(), pw)
 	if err != nil {
 		return secretError(err)

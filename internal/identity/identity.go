@@ -10,7 +10,6 @@ package identity
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -21,11 +20,13 @@ import (
 	"github.com/sextant-mesh/sextant/internal/ca"
 	"github.com/sextant-mesh/sextant/internal/catalog"
 	"github.com/sextant-mesh/sextant/internal/commit"
+	"github.com/sextant-mesh/sextant/internal/seal"
 	"github.com/sextant-mesh/sextant/internal/store"
 )
 
 // Key is the System record holding the authority's state (ca.State as
-// JSON, the signing key included: the store is as secret as the CA).
+// JSON, the signing key included: sealed when the server was given a key,
+// Options.Keys; else the store is as secret as the CA).
 const Key = "ca"
 
 // Options configure the service.
@@ -36,7 +37,10 @@ type Options struct {
 	// first start, the authority signs with it; given later and different
 	// from the stored signer, the authority rotates to it.
 	CertPEM, KeyPEM []byte
-	Logger          *slog.Logger
+	// Keys open the stored signing key and seal it as it is written (nil:
+	// stored plain; docs/security.md, "Encryption at rest").
+	Keys   *seal.Keyring
+	Logger *slog.Logger
 }
 
 // Service is the authority a server signs with. It implements
@@ -57,8 +61,9 @@ type Service struct {
 
 // loaded is the authority as restored from the record of revision rev.
 type loaded struct {
-	auth *ca.Authority
-	rev  int64
+	auth       *ca.Authority
+	rev        int64
+	sealedWith string // the id of the key the record's key is sealed with; "": plain
 }
 
 // New returns a service that holds no authority until Start.
@@ -80,7 +85,7 @@ var _ commit.Tracker = (*Service)(nil)
 // Loaded implements commit.Tracker: the catalog was (re)loaded.
 func (s *Service) Loaded() {
 	if s.eng.Load() != nil {
-		s.reload()
+		s.reloadLogged()
 	}
 }
 
@@ -93,7 +98,7 @@ func (s *Service) Applied(changes []store.Change) {
 	for _, ch := range changes {
 		for _, op := range ch.Ops {
 			if op.Kind == store.System && op.Key == Key {
-				s.reload()
+				s.reloadLogged()
 				return
 			}
 		}
@@ -113,30 +118,34 @@ func (s *Service) record() (*catalog.Blob, int64) {
 	return v.(*catalog.Blob), rev
 }
 
-func (s *Service) reload() {
+// reloadLogged reloads, keeping the authority it has if the record
+// cannot be read: the bad record is reported, and the next good one
+// replaces it.
+func (s *Service) reloadLogged() {
+	if err := s.reload(); err != nil {
+		s.log.Error("the stored certificate authority cannot be read; still signing with the previous one", "err", err)
+	}
+}
+
+// reload restores the stored authority if it changed.
+func (s *Service) reload() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	b, rev := s.record()
 	if b == nil || (s.cur.Load() != nil && s.cur.Load().rev == rev) {
-		return
+		return nil
 	}
-	a, err := s.restore(b.Value)
+	st, sealedWith, err := decode(b.Value, s.opts.Keys)
 	if err != nil {
-		// Keep signing with the authority it has: the bad record is
-		// reported, and the next good one replaces it.
-		s.log.Error("the stored certificate authority cannot be read; still signing with the previous one", "revision", rev, "err", err)
-		return
+		return fmt.Errorf("identity: the stored certificate authority (record %v/%s, revision %d): %w", store.System, Key, rev, err)
 	}
-	s.cur.Store(&loaded{auth: a, rev: rev})
+	a, err := ca.Restore(s.opts.CA, st)
+	if err != nil {
+		return fmt.Errorf("identity: stored authority (revision %d): %w", rev, err)
+	}
+	s.cur.Store(&loaded{auth: a, rev: rev, sealedWith: sealedWith})
 	s.log.Info("certificate authority loaded", "revision", rev, "root", a.Roots()[0].Subject.CommonName, "trusted_roots", len(a.Roots()))
-}
-
-func (s *Service) restore(value []byte) (*ca.Authority, error) {
-	var st ca.State
-	if err := json.Unmarshal(value, &st); err != nil {
-		return nil, fmt.Errorf("identity: stored authority: %w", err)
-	}
-	return ca.Restore(s.opts.CA, st)
+	return nil
 }
 
 // Start follows the stored authority. A server creates none until it is
@@ -146,7 +155,12 @@ func (s *Service) restore(value []byte) (*ca.Authority, error) {
 // one).
 func (s *Service) Start(ctx context.Context, eng *commit.Engine) error {
 	s.eng.Store(eng)
-	s.reload()
+	// A stored authority this server cannot read (its key sealed with a
+	// key it was not given) stops the start: serving without it would
+	// sign nothing, or make a second root.
+	if err := s.reload(); err != nil {
+		return err
+	}
 	if s.opts.CertPEM == nil {
 		return nil
 	}
@@ -191,7 +205,9 @@ func (s *Service) Authority(ctx context.Context) (*ca.Authority, error) {
 	if err := s.write(ctx, a, 0); err != nil && !errors.Is(err, errCreated) {
 		return nil, err
 	}
-	s.reload() // ours, or the server's that created it first
+	if err := s.reload(); err != nil { // ours, or the server's that created it first
+		return nil, err
+	}
 	if l := s.cur.Load(); l != nil {
 		s.log.Info("certificate authority created", "root", l.auth.Roots()[0].Subject.CommonName, "trust_domain", s.opts.CA.TrustDomain)
 		return l.auth, nil
@@ -241,9 +257,9 @@ func (s *Service) write(ctx context.Context, a *ca.Authority, ifRev int64) error
 	if err != nil {
 		return fmt.Errorf("identity: %w", err)
 	}
-	value, err := json.Marshal(st)
+	value, _, err := encode(st, s.opts.Keys)
 	if err != nil {
-		return fmt.Errorf("identity: %w", err)
+		return err
 	}
 	// Checked: in a cluster, a write that lost to another server's is
 	// planned again on the catalog that holds the winner's.
@@ -332,6 +348,8 @@ func (s *Service) Rotate(ctx context.Context, chainPEM, keyPEM []byte) (*ca.Auth
 	if err := s.write(ctx, next, l.rev); err != nil {
 		return nil, err
 	}
-	s.reload()
+	if err := s.reload(); err != nil {
+		return nil, err
+	}
 	return s.cur.Load().auth, nil
 }

@@ -4,7 +4,8 @@
 // as Istio reads a Gateway's credentialName from a Kubernetes TLS secret.
 // It decodes and validates secrets (the PEM parses, the key matches the
 // certificate, the certificate is not expired), keeps them in a catalog
-// table and writes them through the write engine.
+// table and writes them through the write engine, their private keys
+// sealed as stored (internal/seal) when the table was given a key.
 //
 // It does not own who may read them (the API checks the ACL resource
 // "secret"; only metadata is ever answered) nor their translation into
@@ -26,6 +27,7 @@ import (
 	"time"
 
 	"github.com/sextant-mesh/sextant/internal/naming"
+	"github.com/sextant-mesh/sextant/internal/seal"
 )
 
 // The secret types. TypeTLS is a certificate chain and its key (and an
@@ -71,6 +73,9 @@ type Secret struct {
 	Revision  int64
 
 	info Info
+	// sealedWith is the id of the key the stored record's private key is
+	// sealed with (internal/seal), "" when it is stored plain.
+	sealedWith string
 }
 
 // Info is what may be shown of a secret: never the key, never the PEM.
@@ -283,22 +288,38 @@ type record struct {
 	Cert      string `json:"cert"`
 	Key       string `json:"key"`
 	CA        string `json:"ca,omitempty"`
+	// KeySealed is Key sealed (internal/seal), Key then empty.
+	KeySealed string `json:"key_sealed,omitempty"`
 }
 
-// Encode returns the secret's stored form.
+// Encode returns the secret's stored form, its key plain: what two
+// versions are compared by.
 func (s *Secret) Encode() []byte {
-	b, _ := json.Marshal(record{s.Namespace, s.Name, s.Type, string(s.Cert), string(s.Key), string(s.CA)})
+	b, _ := json.Marshal(record{Namespace: s.Namespace, Name: s.Name, Type: s.Type, Cert: string(s.Cert), Key: string(s.Key), CA: string(s.CA)})
 	return b
 }
 
 // Decode reads a stored secret. A stored secret is not refused for having
 // expired since it was written: it is kept, and its expiry shown.
-func Decode(b []byte, rev int64) (*Secret, error) {
+func Decode(b []byte, rev int64) (*Secret, error) { return decode(b, rev, nil) }
+
+// decode reads a stored secret, opening its sealed key with keys.
+func decode(b []byte, rev int64, keys *seal.Keyring) (*Secret, error) {
 	var r record
 	if err := json.Unmarshal(b, &r); err != nil {
 		return nil, fmt.Errorf("secret: decode record: %w", err)
 	}
 	s := &Secret{Namespace: r.Namespace, Name: r.Name, Type: r.Type, Cert: []byte(r.Cert), Key: []byte(r.Key), CA: []byte(r.CA), Revision: rev}
+	if r.KeySealed != "" {
+		if r.Key != "" {
+			return nil, fmt.Errorf("secret: record %s: both a plain and a sealed key", s.ID())
+		}
+		key, err := keys.Open(r.KeySealed, sealContext(s.Namespace, s.Name))
+		if err != nil {
+			return nil, fmt.Errorf("secret: record %s: its private key: %w", s.ID(), err)
+		}
+		s.Key, s.sealedWith = key, seal.EnvelopeKeyID(r.KeySealed)
+	}
 	switch r.Type {
 	case TypeTLS:
 	case TypeCA:

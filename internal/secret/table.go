@@ -9,6 +9,7 @@ import (
 
 	"github.com/sextant-mesh/sextant/internal/catalog"
 	"github.com/sextant-mesh/sextant/internal/naming"
+	"github.com/sextant-mesh/sextant/internal/seal"
 	"github.com/sextant-mesh/sextant/internal/store"
 )
 
@@ -19,21 +20,32 @@ var group = naming.ServiceKey{Name: "secrets"}
 // (secrets are few and change rarely). The catalog's writer calls Load and
 // Apply; readers call Get and List from any goroutine.
 type Table struct {
-	m atomic.Pointer[map[string]*Secret]
+	m    atomic.Pointer[map[string]*Secret]
+	keys *seal.Keyring // opens stored keys; its sealing key seals new ones
 }
 
 var _ catalog.Table = (*Table)(nil)
 
-// NewTable returns an empty table.
-func NewTable() *Table {
-	t := &Table{}
+// NewTable returns an empty table whose records' private keys are stored
+// plain (and that refuses sealed ones).
+func NewTable() *Table { return NewSealedTable(nil) }
+
+// NewSealedTable returns an empty table that opens stored private keys
+// with keys and seals them with its sealing key (docs/security.md,
+// "Encryption at rest"). A record sealed with a key keys lacks fails to
+// decode, so the catalog's load fails naming it.
+func NewSealedTable(keys *seal.Keyring) *Table {
+	t := &Table{keys: keys}
 	m := map[string]*Secret{}
 	t.m.Store(&m)
 	return t
 }
 
+// Keys is the keyring the table seals and opens with (nil: none).
+func (t *Table) Keys() *seal.Keyring { return t.keys }
+
 func (t *Table) Decode(rec store.Record) (any, naming.ServiceKey, error) {
-	s, err := Decode(rec.Value, rec.Revision)
+	s, err := decode(rec.Value, rec.Revision, t.keys)
 	if err != nil {
 		return nil, group, err
 	}

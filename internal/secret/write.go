@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/sextant-mesh/sextant/internal/commit"
+	"github.com/sextant-mesh/sextant/internal/seal"
 	"github.com/sextant-mesh/sextant/internal/store"
 )
 
@@ -14,6 +15,9 @@ type PutWrite struct {
 	Secret     *Secret
 	Create     bool
 	IfRevision *int64
+	// Keys seal the private key as it is stored (the table's, Table.Keys;
+	// nil: stored plain).
+	Keys *seal.Keyring
 	// Action is set by Plan: "created", "replaced" or "unchanged".
 	Action string
 }
@@ -35,7 +39,9 @@ func (w *PutWrite) Plan(tx *commit.Tx) error {
 	if v != nil {
 		w.Action = "replaced"
 	}
-	tx.PutIf(store.Secrets, id, w.Secret.Encode(), w.Secret, rev)
+	b, sealedWith := w.Secret.encodeSealed(w.Keys)
+	w.Secret.sealedWith = sealedWith // not shared before the commit
+	tx.PutIf(store.Secrets, id, b, w.Secret, rev)
 	return nil
 }
 
