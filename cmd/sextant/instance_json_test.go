@@ -101,3 +101,36 @@ func TestInstancesJSONIsTheAPIShape(t *testing.T) {
 		same("watch -o json, instance "+id, byID[id], in)
 	}
 }
+
+// An instance registered with only the label version=v1 (as
+// examples/keepalive registers) has version v1: in the API's answer, the
+// CLI's VERSION column and the selector alike.
+func TestVersionLabelIsTheVersion(t *testing.T) {
+	url := apitest.Start(t).URL
+	if out, errOut, err := cliAt(t, "instances", "register", "--service", "orders", "--id", "k1", "--host", "10.0.0.1",
+		"--port", "9001", "--meta", "version=v1", "--server", url); err != nil {
+		t.Fatalf("register: %v\n%s%s", err, out, errOut)
+	}
+	resp, err := http.Get(url + "/v1/instances/k1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var in struct{ Version string }
+	err = json.NewDecoder(resp.Body).Decode(&in)
+	resp.Body.Close()
+	if err != nil || in.Version != "v1" {
+		t.Fatalf("the API answers version %q (%v), want v1", in.Version, err)
+	}
+	out, _, err := cliAt(t, "instances", "list", "--selector", "version=v1", "--server", url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("list:\n%s", out)
+	}
+	col := strings.Index(lines[0], "VERSION")
+	if col < 0 || !strings.HasPrefix(lines[1][col:], "v1 ") {
+		t.Fatalf("the VERSION column is not v1:\n%s", out)
+	}
+}
