@@ -17,11 +17,13 @@ import (
 
 // A service page opened with an invalid selector in its URL shows the
 // parser's error and says nothing is listed, at 1400 and 1000 px: not
-// "Loading…" at revision 0 forever. Fixing the selector lists.
+// "Loading…" at revision 0 forever. Fixing the selector lists; the
+// instance, registered with only the label version=v1 (as
+// examples/keepalive does), shows v1 in the version column.
 func TestServicePageInvalidSelectorInURL(t *testing.T) {
 	api := apitest.Start(t)
 	resp, err := http.Post(api.URL+"/v1/instances", "application/json", strings.NewReader(
-		`{"instances":[{"id":"o1","service":"orders","host":"10.0.0.1","port":80,"metadata":{"zone":"a"}}]}`))
+		`{"instances":[{"id":"o1","service":"orders","host":"10.0.0.1","port":80,"metadata":{"zone":"a","version":"v1"}}]}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,6 +47,10 @@ func TestServicePageInvalidSelectorInURL(t *testing.T) {
 	b.SetInput(t, "#selector-input", "zone=a")
 	b.WaitTrue(t, 10*time.Second, "listed once fixed", `document.querySelector('#instance-count').textContent.startsWith('1 instance matches')
 		&& document.querySelector('#service-revision') && !document.querySelector('#service-revision').textContent.includes('revision 0')`)
+	if v := browsertest.Eval[string](t, b, `(() => { const cols = [...document.querySelectorAll('.thead.inst-row span')].map(s => s.textContent);
+		return document.querySelector('.inst-row[data-id="o1"]').children[cols.indexOf('version')].textContent; })()`); v != "v1" {
+		t.Errorf("the version column shows %q, want v1", v)
+	}
 	b.NoProblems(t, "invalid selector", "/instances")
 }
 
