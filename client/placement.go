@@ -74,12 +74,14 @@ type NodeListOptions struct {
 	PageToken string // NextPageToken of the previous page
 }
 
-// NodesResult is the answer of ApplyNodes: every node named, and those the
-// write changed (the others were stored as given already).
+// NodesResult is the answer of ApplyNodes: every node named, those the
+// write changed (the others were stored as given already), and of those
+// the ones it created (not stored before).
 type NodesResult struct {
 	Revision int64    `json:"revision"`
 	Names    []string `json:"names"`
 	Changed  []string `json:"changed"`
+	Created  []string `json:"created"`
 }
 
 // PlacementKey names a workload.

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -104,8 +105,14 @@ the window is the last --since (default 15m) up to now.`,
 	list.Flags().IntVar(&f.limit, "limit", 0, "at most this many calls (default 1000)")
 
 	stats := &cobra.Command{
-		Use:     "stats",
-		Short:   "Count, errors and latency percentiles of a service per step",
+		Use:   "stats",
+		Short: "Count, errors and latency percentiles of a service per step",
+		Long: `Count, errors and latency percentiles of a service's calls per step of
+the window. The table starts at the first step with a call (a window
+reaching back before the gateway started opens with no rows of zeros);
+-o json is the gateway's answer, every step included. A service the
+gateway never recorded a call of is an error ("no calls recorded for
+default/nosuch"), not a table of zeros.`,
 		Example: `  sextant calls stats --service orders --since 1h --step 1m`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -115,13 +122,23 @@ the window is the last --since (default 15m) up to now.`,
 			}
 			set(q, "step", f.step)
 			var out struct {
-				Count  int64             `json:"count"`
-				Errors int64             `json:"errors"`
-				Steps  []client.CallStep `json:"steps"`
+				Service string            `json:"service"`
+				Count   int64             `json:"count"`
+				Errors  int64             `json:"errors"`
+				Steps   []client.CallStep `json:"steps"`
 			}
 			raw, err := f.get("/v1/calls/stats", q, &out)
 			if err != nil {
 				return err
+			}
+			if out.Count == 0 {
+				// A misspelt service answers zeros like an idle one: tell
+				// them apart by whether the gateway ever recorded a call.
+				// A gateway that cannot list its services (an older one)
+				// leaves the zeros as they are.
+				if known, err := f.recorded(out.Service); err == nil && !known {
+					return fmt.Errorf("no calls recorded for %s", out.Service)
+				}
 			}
 			w := cmd.OutOrStdout()
 			if f.output == "json" {
@@ -130,17 +147,47 @@ the window is the last --since (default 15m) up to now.`,
 			}
 			tw := newTable(w)
 			fmt.Fprintln(tw, "STEP\tCOUNT\tERRORS\tAVG_MS\tP50_MS\tP90_MS\tP99_MS")
-			for _, s := range out.Steps {
+			for _, s := range trimLeadingSteps(out.Steps) {
 				fmt.Fprintf(tw, "%s\t%d\t%d\t%.2f\t%.2f\t%.2f\t%.2f\n", s.Start.Local().Format("01-02 15:04:05"),
 					s.Count, s.Errors, s.AvgMs, s.P50Ms, s.P90Ms, s.P99Ms)
 			}
 			fmt.Fprintf(tw, "total\t%d\t%d\t\t\t\t\n", out.Count, out.Errors)
-			return tw.Flush()
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			if out.Count == 0 {
+				fmt.Fprintf(cmd.ErrOrStderr(), "(no calls to %s in the window)\n", out.Service)
+			}
+			return nil
 		},
 	}
 	stats.Flags().StringVar(&f.step, "step", "", "step length (default: the window / 60)")
 	cmd.AddCommand(list, stats)
 	return cmd
+}
+
+// trimLeadingSteps drops the steps before the first with a call: a window
+// reaching back before the gateway started (or the service's first call)
+// would otherwise open with rows of zeros.
+func trimLeadingSteps(steps []client.CallStep) []client.CallStep {
+	for i, s := range steps {
+		if s.Count > 0 {
+			return steps[i:]
+		}
+	}
+	return nil
+}
+
+// recorded tells whether the gateway's call log holds any call of service
+// (as the gateway named it in its answer), at any time.
+func (f *callsFlags) recorded(service string) (bool, error) {
+	var out struct {
+		Services []string `json:"services"`
+	}
+	if _, err := f.get("/v1/calls/services", url.Values{}, &out); err != nil {
+		return false, err
+	}
+	return slices.Contains(out.Services, service), nil
 }
 
 func (f *callsFlags) window() (url.Values, error) {

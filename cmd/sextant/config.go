@@ -151,9 +151,13 @@ are printed under their object; they do not stop the apply.`,
 	list.Flags().StringVar(&namespace, "namespace", "", "only this namespace")
 
 	get := &cobra.Command{
-		Use:   "get KIND/NAMESPACE/NAME",
+		Use:   "get KIND/NAMESPACE/NAME | KIND/NAME",
 		Short: "Show one config object (YAML; -o json for JSON)",
+		Long: `Show one config object. KIND/NAME is in namespace default. KIND is the
+kind's name in any case (virtualservice, DestinationRule) or its short
+name: vs, dr, gw, pa, ap.`,
 		Example: `  sextant config get vs/default/orders
+  sextant config get vs/orders                  # namespace default
   sextant config get DestinationRule/default/orders -o json`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -189,10 +193,13 @@ are printed under their object; they do not stop the apply.`,
 	}
 
 	del := &cobra.Command{
-		Use:     "delete KIND/NAMESPACE/NAME",
-		Short:   "Delete one config object",
-		Example: `  sextant config delete vs/default/orders`,
-		Args:    cobra.ExactArgs(1),
+		Use:   "delete KIND/NAMESPACE/NAME | KIND/NAME",
+		Short: "Delete one config object",
+		Long: `Delete one config object. KIND/NAME is in namespace default; the answer
+names the namespace the object was deleted from.`,
+		Example: `  sextant config delete vs/prod/orders
+  sextant config delete vs/orders               # namespace default`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			k, ns, name, err := splitConfigRef(args[0])
 			if err != nil {
@@ -209,12 +216,33 @@ are printed under their object; they do not stop the apply.`,
 			if f.json() {
 				return writeJSON(cmd.OutOrStdout(), map[string]int64{"revision": rev})
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "deleted %s (revision %d)\n", args[0], rev)
+			// As placements delete names its object: the namespace said
+			// even when the reference left it out, the kind as apply prints it.
+			fmt.Fprintf(cmd.OutOrStdout(), "deleted %s %s/%s (revision %d)\n", configKindName(k), ns, name, rev)
 			return nil
 		},
 	}
 	cmd.AddCommand(apply, list, get, del)
 	return cmd
+}
+
+// configKindName is a kind as config apply prints it (virtualservice),
+// from any of the forms the server reads (vs, VirtualServices); one it
+// does not know stays as given.
+func configKindName(k string) string {
+	switch strings.ToLower(k) {
+	case "virtualservice", "virtualservices", "vs":
+		return "virtualservice"
+	case "destinationrule", "destinationrules", "dr":
+		return "destinationrule"
+	case "gateway", "gateways", "gw":
+		return "gateway"
+	case "peerauthentication", "peerauthentications", "pa":
+		return "peerauthentication"
+	case "authorizationpolicy", "authorizationpolicies", "ap":
+		return "authorizationpolicy"
+	}
+	return k
 }
 
 // splitConfigRef reads KIND/NAMESPACE/NAME, or KIND/NAME in namespace
@@ -227,7 +255,7 @@ func splitConfigRef(s string) (kind, ns, name string, err error) {
 	case 3:
 		return parts[0], parts[1], parts[2], nil
 	}
-	return "", "", "", fmt.Errorf("%q: want KIND/NAMESPACE/NAME, e.g. vs/default/orders", s)
+	return "", "", "", fmt.Errorf("%q: want KIND/NAMESPACE/NAME or KIND/NAME (namespace default), e.g. vs/default/orders", s)
 }
 
 // printCallsDryRun prints, per gateway, the recorded calls an apply would

@@ -484,6 +484,10 @@ func TestConsole(t *testing.T) {
 		if !strings.Contains(row, "valid") || !strings.Contains(row, cert.Serial) {
 			t.Errorf("the certificate's row %q lacks its state or serial %s", row, cert.Serial)
 		}
+		// The count says what it counts: a restart empties the list.
+		if c := browsertest.Eval[string](t, b, `document.querySelector('#cert-count').textContent`); !regexp.MustCompile(`^\(\d+ certificates? since it started at \d{4}-\d\d-\d\d \d\d:\d\d:\d\d, newest first\)$`).MatchString(c) {
+			t.Errorf("the certificates' count says %q", c)
+		}
 		b.Layout(t, "identity.png")
 		b.NoProblems(t, "identity")
 	})

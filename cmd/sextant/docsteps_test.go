@@ -251,7 +251,7 @@ var docSteps = map[string]func(r *docRun, cmd string){
 	"bin/sextant nodes apply -f examples/nodes.yaml": func(r *docRun, cmd string) {
 		out := r.ok(cmd)
 		for _, n := range exampleNodes {
-			if !strings.Contains(out, "node/"+n+" configured") {
+			if !strings.Contains(out, "node/"+n+" created") {
 				r.t.Fatalf("nodes apply printed:\n%s", out)
 			}
 		}

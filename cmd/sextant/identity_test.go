@@ -271,11 +271,21 @@ func TestWorkloadIdentityEndToEnd(t *testing.T) {
 		var out struct {
 			Certificates []struct {
 				Identity string    `json:"identity"`
+				IssuedAt time.Time `json:"issuedAt"`
 				NotAfter time.Time `json:"notAfter"`
 			} `json:"certificates"`
+			Since time.Time `json:"since"` // the list's start: the server's
 		}
 		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != 200 {
 			t.Fatalf("GET /v1/identity/certificates: %d %v", resp.StatusCode, err)
+		}
+		if out.Since.IsZero() || out.Since.After(time.Now()) {
+			t.Fatalf("the list says it started at %v", out.Since)
+		}
+		for _, c := range out.Certificates {
+			if c.IssuedAt.Before(out.Since) {
+				t.Fatalf("%s issued at %v, before the list's start %v", c.Identity, c.IssuedAt, out.Since)
+			}
 		}
 		got := map[string]int{}
 		for _, c := range out.Certificates {

@@ -417,7 +417,7 @@ func newGetCmd(f *clientFlags) *cobra.Command {
 			}
 			out := cmd.OutOrStdout()
 			if f.json() {
-				return writeJSON(out, in)
+				return writeJSON(out, toAPIInstance(&in))
 			}
 			tw := newTable(out)
 			rows := [][2]string{
@@ -486,9 +486,9 @@ k notin (a,b), k, !k; comma-separated terms must all hold.`,
 			out := cmd.OutOrStdout()
 			if f.json() {
 				return writeJSON(out, struct {
-					Revision  uint64            `json:"revision"`
-					Instances []client.Instance `json:"instances"`
-				}{rev, all})
+					Revision  uint64        `json:"revision"`
+					Instances []apiInstance `json:"instances"`
+				}{rev, toAPIInstances(all)})
 			}
 			if len(all) == 0 {
 				fmt.Fprintln(out, "no instances")

@@ -34,10 +34,11 @@ resources), and ignores the other Kubernetes fields (docs/placement.md).`,
 		Short: "Create or replace nodes from files (atomic: all or none)",
 		Long: `Apply every Node of the given files (YAML or JSON; a document may be a
 Node or a List of Nodes; a directory: its *.yaml, *.yml and *.json files in
-name order; -: standard input) in one atomic request. A node stored with the
-same fields is unchanged; a replaced node keeps its placements, even if they
-no longer fit, as Kubernetes does. An error's field path (items[3]...)
-counts the nodes of all documents in order.`,
+name order; -: standard input) in one atomic request. Each node is printed as
+kubectl does: created (new), configured (replaced) or unchanged (stored with
+the same fields). A replaced node keeps its placements, even if they no
+longer fit, as Kubernetes does. An error's field path (items[3]...) counts
+the nodes of all documents in order.`,
 		Example: `  sextant nodes apply -f nodes.yaml
   kubectl get nodes -o yaml | sextant nodes apply -f -`,
 		Args: cobra.NoArgs,
@@ -58,14 +59,19 @@ counts the nodes of all documents in order.`,
 			if f.json() {
 				return writeJSON(out, res)
 			}
-			changed := map[string]bool{}
+			// kubectl's words: created (new), configured (replaced),
+			// unchanged (stored as given already).
+			action := map[string]string{}
 			for _, n := range res.Changed {
-				changed[n] = true
+				action[n] = "configured"
+			}
+			for _, n := range res.Created {
+				action[n] = "created"
 			}
 			for _, n := range res.Names {
-				action := "unchanged"
-				if changed[n] {
-					action = "configured"
+				action := action[n]
+				if action == "" {
+					action = "unchanged"
 				}
 				fmt.Fprintf(out, "node/%s %s\n", n, action)
 			}

@@ -113,4 +113,10 @@ func TestPlacementCLI(t *testing.T) {
 	step("", "", "404 not_found", "placements", "delete", "web-1")
 	step("nodes_delete", "", "", "nodes", "delete", "node-a")
 	step("", "", "404 not_found", "nodes", "get", "node-a")
+
+	// kubectl's words: a new node (node-a again, node-d) is created, one
+	// stored as given unchanged, a replaced one configured.
+	nodeD := "apiVersion: v1\nkind: Node\nmetadata: {name: node-d}\nstatus: {allocatable: {cpu: \"1\", pods: \"10\"}}\n"
+	step("nodes_apply_created", cliNodes+"---\n"+nodeD, "", "nodes", "apply", "-f", "-")
+	step("nodes_apply_configured", strings.Replace(nodeD, `cpu: "1"`, `cpu: "2"`, 1), "", "nodes", "apply", "-f", "-")
 }

@@ -169,21 +169,16 @@ func writeDiffText(w io.Writer, name string, rev uint64, n int, d stateDiff) err
 }
 
 func writeDiffJSON(w io.Writer, rev uint64, d stateDiff) error {
-	nonNil := func(s []client.Instance) []client.Instance {
-		if s == nil {
-			return []client.Instance{}
-		}
-		return s
-	}
+	nonNil := func(s []client.Instance) []apiInstance { return toAPIInstances(s) }
 	removed := d.removed
 	if removed == nil {
 		removed = []string{}
 	}
 	// One compact object per line, so the output can be streamed into jq.
 	return writeJSONLine(w, struct {
-		Revision uint64            `json:"revision"`
-		Added    []client.Instance `json:"added"`
-		Removed  []string          `json:"removed"`
-		Changed  []client.Instance `json:"changed"`
+		Revision uint64        `json:"revision"`
+		Added    []apiInstance `json:"added"`
+		Removed  []string      `json:"removed"`
+		Changed  []apiInstance `json:"changed"`
 	}{rev, nonNil(d.added), removed, nonNil(d.changed)})
 }

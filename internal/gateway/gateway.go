@@ -82,6 +82,9 @@ type Gateway struct {
 	// (identity.go). Under mu.
 	sdsSecrets map[string]any
 	identity   map[string]any
+	// chainWaits: why each TLS filter chain (by listener and server
+	// names) waited at the last update, so a wait is logged once. Under mu.
+	chainWaits map[string]string
 	applied    appliedConfig
 	xds        func() xdsclient.Status
 

@@ -53,9 +53,13 @@ func (g *Gateway) refreshUpstreamTLS(clusters map[string]*clusterRT) {
 			continue
 		}
 		conf, why := rt.spec.tls.config(secrets, rt.spec.h2c)
-		rt.tls.set(conf, why)
-		if why != "" {
+		// Every xDS response (clusters, endpoints, each secret) comes
+		// here: say a change of the cluster's state once, not per update.
+		switch was, seen := rt.tls.set(conf, why); {
+		case why != "" && (!seen || was != why):
 			g.log.Info("gateway: TLS cluster waits for its secrets", "cluster", name, "reason", why)
+		case why == "" && seen && was != "":
+			g.log.Info("gateway: TLS cluster has its secrets", "cluster", name)
 		}
 	}
 }

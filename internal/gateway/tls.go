@@ -106,6 +106,7 @@ func (g *Gateway) buildTLS(s xdsclient.State, clusters map[string]*clusterRT, wa
 		return nil, nil
 	}
 	out := tlsState{}
+	waits := map[string]string{}
 	for _, port := range g.opts.TLSListenPorts {
 		var ls *listenerSpec
 		for _, v := range s[ListenerType] {
@@ -148,12 +149,17 @@ func (g *Gateway) buildTLS(s xdsclient.State, clusters map[string]*clusterRT, wa
 				want[SecretType] = append(want[SecretType], n)
 			}
 			if c.notReady != "" {
-				g.log.Info("gateway: TLS filter chain waits for its secrets", "listener", ls.name, "server_names", cs.serverNames, "reason", c.notReady)
+				key := ls.name + " " + strings.Join(cs.serverNames, ",")
+				if g.chainWaits[key] != c.notReady {
+					g.log.Info("gateway: TLS filter chain waits for its secrets", "listener", ls.name, "server_names", cs.serverNames, "reason", c.notReady)
+				}
+				waits[key] = c.notReady
 			}
 			rt.add(cs, c)
 		}
 		out[port] = rt
 	}
+	g.chainWaits = waits
 	return out, nil
 }
 

@@ -356,8 +356,15 @@ type upstreamTLSState struct {
 	notReady string
 }
 
-func (u *upstreamTLS) set(conf *tls.Config, notReady string) {
-	u.p.Store(&upstreamTLSState{conf: conf, notReady: notReady})
+// set swaps in a handshake config, or why there is none, and returns the
+// reason it replaced (seen: whether there was a state before). Callers
+// hold the gateway's mu.
+func (u *upstreamTLS) set(conf *tls.Config, notReady string) (was string, seen bool) {
+	old := u.p.Swap(&upstreamTLSState{conf: conf, notReady: notReady})
+	if old == nil {
+		return "", false
+	}
+	return old.notReady, true
 }
 
 // tlsError is a failed TLS connection to an endpoint: a connect failure

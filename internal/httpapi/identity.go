@@ -26,11 +26,16 @@ type Issuer interface {
 	Recent() []identity.Issued
 }
 
-type issuerBox struct{ i Issuer }
+// issuerBox holds the issuer and when it was set: Recent lists what was
+// signed since then (the server's start), which the answer says.
+type issuerBox struct {
+	i     Issuer
+	since time.Time
+}
 
 // SetIssuer serves workload identities (/v1/identity/...). Before
 // SetRegistry.
-func (a *API) SetIssuer(i Issuer) { a.issuer.Store(&issuerBox{i}) }
+func (a *API) SetIssuer(i Issuer) { a.issuer.Store(&issuerBox{i, time.Now()}) }
 
 func (a *API) identityRoutes() {
 	a.handle("POST", "/v1/identity/certificates", a.signCertificate)
@@ -62,7 +67,11 @@ func (a *API) recentCertificates(w http.ResponseWriter, r *http.Request, reg *ba
 	}
 	out := struct {
 		Certificates []issuedOut `json:"certificates"`
+		Since        time.Time   `json:"since"`
 	}{Certificates: []issuedOut{}}
+	if b := a.issuer.Load(); b != nil {
+		out.Since = b.since.UTC()
+	}
 	for _, c := range iss.Recent() {
 		if (ns != "" && c.ID.Namespace != ns) || (f != nil && !f.Allows(c.ID.Namespace)) {
 			continue

@@ -253,7 +253,8 @@ func (a *API) applyNodes(w http.ResponseWriter, r *http.Request, reg *backend) e
 		Revision int64    `json:"revision"`
 		Names    []string `json:"names"`
 		Changed  []string `json:"changed"`
-	}{rev, names, append([]string{}, wr.Changed...)})
+		Created  []string `json:"created"`
+	}{rev, names, append([]string{}, wr.Changed...), append([]string{}, wr.Created...)})
 	return nil
 }
 

@@ -186,9 +186,10 @@ func TestApplyNodesIsAtomic(t *testing.T) {
 		Revision int64    `json:"revision"`
 		Names    []string `json:"names"`
 		Changed  []string `json:"changed"`
+		Created  []string `json:"created"`
 	}
 	s.must("POST", "/v1/nodes", list(node("a", "1", "1Gi", nil, ""), node("b", "1", "1Gi", nil, "")), &ans)
-	if ans.Revision != 1 || fmt.Sprint(ans.Names) != "[a b]" || fmt.Sprint(ans.Changed) != "[a b]" {
+	if ans.Revision != 1 || fmt.Sprint(ans.Names) != "[a b]" || fmt.Sprint(ans.Changed) != "[a b]" || fmt.Sprint(ans.Created) != "[a b]" {
 		t.Fatalf("answer %+v", ans)
 	}
 	// One bad item: the whole List is refused and nothing is written.
@@ -202,7 +203,7 @@ func TestApplyNodesIsAtomic(t *testing.T) {
 		t.Fatalf("after refused Lists: %+v", nodes)
 	}
 	s.must("POST", "/v1/nodes", list(node("a", "1", "1Gi", nil, ""), node("b", "3", "1Gi", nil, "")), &ans)
-	if ans.Revision != 2 || fmt.Sprint(ans.Changed) != "[b]" {
+	if ans.Revision != 2 || fmt.Sprint(ans.Changed) != "[b]" || ans.Created == nil || len(ans.Created) != 0 {
 		t.Fatalf("re-apply: %+v", ans)
 	}
 	yamlList := "apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: Node\n  metadata: {name: node-y}\n  status:\n    allocatable: {cpu: 1, memory: 1Gi, pods: 1x}\n"

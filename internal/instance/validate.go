@@ -153,9 +153,18 @@ func Prepare(i int, in *Instance) error {
 	}
 	// The version is the label "version" (Instance.Labels): a
 	// metadata "version" saying otherwise would make selectors and the
-	// VERSION column disagree.
-	if v, ok := in.Metadata.Get(VersionLabel); ok && in.Version != "" && v != in.Version {
-		return NewFieldError(i, "metadata."+VersionLabel, "%q differs from version %q: the version is selectable as the label %q, so metadata may repeat it but not contradict it", v, in.Version, VersionLabel)
+	// VERSION column disagree; one given alone is the version (Istio's
+	// meaning of the label), so every answer and column shows it.
+	if v, ok := in.Metadata.Get(VersionLabel); ok {
+		if in.Version != "" && v != in.Version {
+			return NewFieldError(i, "metadata."+VersionLabel, "%q differs from version %q: the version is selectable as the label %q, so metadata may repeat it but not contradict it", v, in.Version, VersionLabel)
+		}
+		if in.Version == "" {
+			if len(v) > MaxShortField {
+				return NewFieldError(i, "metadata."+VersionLabel, "must be at most %d bytes: it is the instance's version", MaxShortField)
+			}
+			in.Version = v
+		}
 	}
 	if in.TTLSeconds < 0 || in.TTLSeconds > MaxTTLSeconds {
 		return NewFieldError(i, "ttl_seconds", "%d is out of range: 0 (no heartbeat) or 1..%d", in.TTLSeconds, MaxTTLSeconds)

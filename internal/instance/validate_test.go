@@ -87,18 +87,22 @@ func BenchmarkPrepare(b *testing.B) {
 }
 
 // TestPrepareVersionLabel: metadata may repeat the version as "version",
-// or carry one when the version is unset, but not contradict it.
+// or carry one when the version is unset, which then is the version (one
+// meaning, shown everywhere), but not contradict it.
 func TestPrepareVersionLabel(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		version string
 		md      map[string]string
 		want    string // "" for valid
+		stored  string // the version of a valid one
 	}{
-		{"no metadata version", "v2", map[string]string{"zone": "z1"}, ""},
-		{"equal", "v2", map[string]string{"version": "v2"}, ""},
-		{"metadata only", "", map[string]string{"version": "v1"}, ""},
-		{"different", "v2", map[string]string{"version": "v1"}, `metadata.version: "v1" differs from version "v2"`},
+		{"no metadata version", "v2", map[string]string{"zone": "z1"}, "", "v2"},
+		{"equal", "v2", map[string]string{"version": "v2"}, "", "v2"},
+		{"metadata only", "", map[string]string{"version": "v1"}, "", "v1"},
+		{"neither", "", map[string]string{"zone": "z1"}, "", ""},
+		{"different", "v2", map[string]string{"version": "v1"}, `metadata.version: "v1" differs from version "v2"`, ""},
+		{"metadata only, too long", "", map[string]string{"version": strings.Repeat("v", MaxShortField+1)}, "metadata.version: must be at most 64 bytes", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			in := validInstance(tc.md)
@@ -107,6 +111,12 @@ func TestPrepareVersionLabel(t *testing.T) {
 			if tc.want == "" {
 				if err != nil {
 					t.Fatal(err)
+				}
+				if in.Version != tc.stored {
+					t.Fatalf("version %q, want %q", in.Version, tc.stored)
+				}
+				if v, _ := in.Labels().Get(VersionLabel); v != tc.stored {
+					t.Fatalf("label version %q, want %q", v, tc.stored)
 				}
 				return
 			}

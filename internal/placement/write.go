@@ -2,6 +2,7 @@ package placement
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/sextant-mesh/sextant/internal/commit"
@@ -198,6 +199,7 @@ type NodesWrite struct {
 	Nodes     []*Node
 
 	Changed []string // filled by Plan: the names written
+	Created []string // filled by Plan: those of Changed that were not stored before
 	tx      *commit.Tx
 }
 
@@ -208,14 +210,18 @@ func (w *NodesWrite) Plan(tx *commit.Tx) error {
 	if !ok {
 		return nil
 	}
-	w.Changed = w.Changed[:0]
+	w.Changed, w.Created = w.Changed[:0], w.Created[:0]
 	var changed []*Node
 	for _, n := range w.Nodes {
-		if v, _ := tx.Get(store.Nodes, n.Name); v != nil && sameNode(v.(*Node), n) {
+		v, _ := tx.Get(store.Nodes, n.Name)
+		if v != nil && sameNode(v.(*Node), n) {
 			continue
 		}
 		changed = append(changed, n)
 		w.Changed = append(w.Changed, n.Name)
+		if v == nil && !slices.Contains(w.Created, n.Name) {
+			w.Created = append(w.Created, n.Name)
+		}
 	}
 	tx.Answer(tx.Revision())
 	if len(changed) == 0 {

@@ -130,6 +130,7 @@ function ServiceCalls({ base, seconds, service }) {
     <table id="calls-slowest"><thead><tr><th>latency</th><th>start</th><th>endpoint</th><th>status</th><th>route</th><th>subset</th><th>retries</th><th>reason</th></tr></thead>
       <tbody>${data.slow.map(c => html`<tr><td class="strong">${fmtMs(c.latency_us / 1000)}</td><td>${when(c.start)}</td>
         <td class="mono">${c.endpoint || '–'}</td><td class=${c.status >= 500 ? 'bad-text' : ''}>${c.status}</td>
-        <td>${c.route || ''}</td><td class="mono">${c.subset || ''}</td><td>${c.retries}</td><td>${c.reason || ''}</td></tr>`)}</tbody></table>`}
+        <td>${c.route || html`<span class="muted" title="no route name: the VirtualService's http route has no name (or no route matched)">–</span>`}</td>
+        <td class="mono">${c.subset || html`<span class="muted" title="no subset: the route's destination is the whole service">–</span>`}</td><td>${c.retries}</td><td>${c.reason || ''}</td></tr>`)}</tbody></table>`}
   </section>`;
 }

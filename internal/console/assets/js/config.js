@@ -1,5 +1,5 @@
-// config.js: routing config (VirtualServices, DestinationRules) as YAML:
-// list, edit with errors at their line, dry-run diff, apply, delete.
+// config.js: config (Istio's routing and security kinds) as YAML: list,
+// edit with errors at their line, dry-run diff, apply, delete.
 import { html, useState, useEffect, useRef, stringify, parseDocument } from '../vendor/lib.js';
 import { get, request, del, enc, ApiError } from './api.js';
 import { usePoll, ErrorBox, Badge, confirm, count } from './ui.js';
@@ -56,12 +56,56 @@ spec:
     hosts: [shop.example.com]
     tls: {httpsRedirect: true}
 `,
+  PeerAuthentication: `apiVersion: security.istio.io/v1
+kind: PeerAuthentication
+metadata:
+  name: default
+  namespace: default
+spec:
+  mtls: {mode: STRICT}
+`,
+  AuthorizationPolicy: `apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata:
+  name: orders
+  namespace: default
+spec:
+  selector:
+    matchLabels: {app: orders}
+  action: ALLOW
+  rules:
+  - from:
+    - source:
+        principals: [cluster.local/ns/web/sa/frontend]
+    to:
+    - operation:
+        methods: [GET]
+`,
 };
+
+// kinds are the kinds the server stores, each with its short name (the
+// CLI's and the list's badge).
+export const kinds = [
+  ['VirtualService', 'VS'], ['DestinationRule', 'DR'], ['Gateway', 'GW'],
+  ['PeerAuthentication', 'PA'], ['AuthorizationPolicy', 'AP'],
+];
+export const shortKind = k => (kinds.find(([name]) => name === k) || [k, k])[1];
+
+// shown is an object as the console shows it: an AuthorizationPolicy says
+// its action when it was left out (or stored as the default, which the
+// server's encoding leaves out): ALLOW, Istio's default.
+export function shown(obj) {
+  if (obj && obj.kind === 'AuthorizationPolicy' && obj.spec && !obj.spec.action) {
+    const { selector, ...rest } = obj.spec;
+    obj.spec = selector ? { selector, action: 'ALLOW', ...rest } : { action: 'ALLOW', ...rest };
+  }
+  return obj;
+}
 
 // toYAML shows a stored object as a user would write it: without the
 // server's resourceVersion (ignored when applied again).
 export function toYAML(obj, sorted = false) {
-  const o = JSON.parse(JSON.stringify(obj));
+  const o = shown(JSON.parse(JSON.stringify(obj)));
   if (o.metadata) delete o.metadata.resourceVersion;
   // YAML 1.1, as the server reads it: "yes" stays a quoted string.
   return stringify(o, { sortMapEntries: sorted, lineWidth: 0, version: '1.1' });
@@ -84,19 +128,18 @@ export function ConfigPage({ parts }) {
     <${ErrorBox} error=${list.error} />
     <div class="split config">
       <aside class="split-list">
-        <div class="toolbar">
-          <select value=${kindFilter} onChange=${e => setKindFilter(e.currentTarget.value)} aria-label="kind">
-            <option value="">all kinds</option><option>VirtualService</option><option>DestinationRule</option><option>Gateway</option><option>PeerAuthentication</option><option>AuthorizationPolicy</option>
+        <div class="toolbar config-tools">
+          <select id="config-kind" value=${kindFilter} onChange=${e => setKindFilter(e.currentTarget.value)} aria-label="kind">
+            <option value="">all kinds</option>${kinds.map(([k]) => html`<option>${k}</option>`)}
           </select>
-          <a class="button" href="#/config/new/VirtualService" id="config-new-vs">New VS</a>
-          <a class="button" href="#/config/new/DestinationRule" id="config-new-dr">New DR</a>
-          <a class="button" href="#/config/new/Gateway" id="config-new-gw">New Gateway</a>
+          <div class="new-kinds" id="config-new"><span class="muted">New</span>${kinds.map(([k, s]) =>
+            html`<a class="button" href=${'#/config/new/' + k} id=${'config-new-' + s.toLowerCase()} title=${'New ' + k}>${s}</a>`)}</div>
         </div>
         <ul class="objects" id="config-list">${items.map(o => {
           const k = keyOf(o);
           const active = kind === o.kind && ns === o.metadata.namespace && name === o.metadata.name;
           return html`<li class=${active ? 'active' : ''}><a href=${`#/config/${enc(o.kind)}/${enc(o.metadata.namespace)}/${enc(o.metadata.name)}`} data-key=${k}>
-            <span class="kind">${o.kind === 'VirtualService' ? 'VS' : 'DR'}</span> ${o.metadata.namespace}/${o.metadata.name}
+            <span class=${'kind kind-' + shortKind(o.kind).toLowerCase()} title=${o.kind}>${shortKind(o.kind)}</span> ${o.metadata.namespace}/${o.metadata.name}
             <span class="muted rv">r${o.metadata.resourceVersion}</span></a></li>`;
         })}
         ${list.data && items.length === 0 && html`<li class="muted">No objects yet.</li>`}</ul>

@@ -73,9 +73,9 @@ export function IdentityPage() {
           <td>${when(r.notBefore)}</td><td>${when(r.notAfter)}</td>
           <td><code title=${r.sha256}>${r.sha256.slice(0, 16)}…</code></td></tr>`)}</tbody></table>`}
     </section>
-    <section><h2>Certificates signed by this server ${certs.data && html`<span class="muted">(${count(list.length, 'certificate')}, newest first)</span>`}</h2>
+    <section><h2>Certificates signed by this server ${certs.data && html`<span class="muted" id="cert-count">(${count(list.length, 'certificate')} since it started${certs.data.since ? ' at ' + when(certs.data.since) : ''}, newest first)</span>`}</h2>
       <${ErrorBox} error=${certs.error} />
-      ${certs.data && !list.length && html`<${Empty}>No certificate signed since this server started. Workloads get theirs with <code>sextant identity agent</code>.</${Empty}>`}
+      ${certs.data && !list.length && html`<${Empty}>No certificate signed since this server started${certs.data.since ? ' at ' + when(certs.data.since) : ''}: the list is kept in memory, so a restart empties it; certificates signed before stay valid until they expire. Workloads get theirs with <code>sextant identity agent</code>.</${Empty}>`}
       ${list.length > 0 && html`<table id="cert-list"><thead><tr><th>identity</th><th>state</th><th>signed</th><th>valid until</th><th>serial</th></tr></thead>
         <tbody>${list.map(c => {
           const [kind, label] = expiry(c.notAfter);

@@ -99,7 +99,7 @@ export function ServicePage({ ns, name, params }) {
   const current = list.find(i => i.id === selected);
   return html`
     <p class="crumbs"><a href="#/services">Services</a> / ${ns}</p>
-    <h1>${name} <span class="rev" id="service-revision">revision ${st.revision}</span> <span class="live" title="updates through blocking queries">live</span></h1>
+    <h1>${name} ${st.instances !== null && html`<span class="rev" id="service-revision">revision ${st.revision}</span> <span class="live" title="updates through blocking queries">live</span>`}</h1>
     <${ServiceLinks} ns=${ns} name=${name} />
     <${ErrorBox} error=${st.error} prefix="Watch failed, retrying: " />
     <div class="toolbar selector-bar">
@@ -111,7 +111,7 @@ export function ServicePage({ ns, name, params }) {
       <button type="button" class="primary" id="register-open" onClick=${() => registerDialog({ namespace: ns, service: name })}>Register</button>
     </div>
     <div id="selector-error" class="field-error" role="alert">${st.selectorError ? st.selectorError.message : ''}</div>
-    <p class="muted" id="instance-count">${st.instances === null ? 'Loading…' :
+    <p class="muted" id="instance-count">${st.instances === null ? (st.selectorError ? 'Nothing listed: fix the selector.' : 'Loading…') :
       `${count(list.length, 'instance')}${selector ? (list.length === 1 ? ' matches' : ' match') : ''}: ${counts.healthy} healthy, ${counts.unhealthy} unhealthy, ${counts.isolated} isolated`}</p>
     <div class="split">
       <div class="split-main">

@@ -103,7 +103,9 @@ export const color = i => palette[i % palette.length];
 // Chart draws data ([xs, ys1, ys2, ...]) with uPlot; series: [{label,
 // unit}], x in unix seconds. The chart is rebuilt when its series change
 // and given new data otherwise.
-// percent: the y axis runs from 0 to at most 100.
+// percent: the y axis runs from 0 to at most 100, at least to 5, its
+// ticks written with "%" (a rate of 0 everywhere drew 0..1, read as a
+// ratio).
 export function Chart({ title, series, data, height = 220, bars = false, xTime = true, xLabels = null, yLabel = '', percent = false, id }) {
   const box = useRef(null);
   const plot = useRef(null);
@@ -114,12 +116,13 @@ export function Chart({ title, series, data, height = 220, bars = false, xTime =
     const el = box.current;
     const opts = {
       width: Math.max(el.clientWidth, 300), height,
-      scales: { x: { time: xTime }, ...(percent ? { y: { range: (u, lo, hi) => [0, Math.min(100, Math.max(1, (hi || 0) * 1.1))] } } : {}) },
+      scales: { x: { time: xTime }, ...(percent ? { y: { range: (u, lo, hi) => [0, Math.min(100, Math.max(5, (hi || 0) * 1.1))] } } : {}) },
       legend: { live: true },
       hooks: { draw: [u => { el.dataset.yMax = u.scales.y.max; }] }, // for the browser tests
       cursor: { drag: { x: false, y: false } },
       axes: [{ stroke: '#4b5563', grid: { stroke: '#e5e7eb' }, ...(xTime ? { values: timeTicks, incrs: timeIncrs, space: 70 } : {}) },
-             { stroke: '#4b5563', grid: { stroke: '#e5e7eb' }, label: yLabel, size: 60 }],
+             { stroke: '#4b5563', grid: { stroke: '#e5e7eb' }, label: yLabel, size: 60,
+               ...(percent ? { values: (u, vals) => { const l = vals.map(v => fmtNum(v) + '%'); el.dataset.yTicks = l.join('|'); return l; } } : {}) }],
       series: [{ label: xTime ? 'time' : 'x', value: xTime ? (u, v) => v == null ? '–' : when(v * 1000) : undefined }, ...series.map((s, i) => ({
         label: s.label, stroke: s.color || color(i), width: 2,
         fill: bars ? (s.color || color(i)) + '99' : undefined,
