@@ -1,7 +1,9 @@
 package ingress
 
 import (
+	"cmp"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -111,12 +113,14 @@ func GatewayRBAC(gws []*config.Entry, sec *config.Security) map[uint32][]*hcmv3.
 }
 
 // gatewayPorts groups the Gateways' servers by port, in port order, with
-// a warning for each server left out.
+// a warning for each server left out. The Gateway stored first comes first
+// and keeps what two claim (an apply refuses the second since
+// config.ErrClaimed; a store written before that may hold both).
 func gatewayPorts(gws []*config.Entry) (map[uint32]*port, []uint32, []string) {
 	var warns []string
 	ports := map[uint32]*port{}
 	var order []uint32
-	for _, e := range gws {
+	for _, e := range byAge(gws) {
 		for i, s := range e.Object.Gateway.Servers {
 			n := s.GetPort().GetNumber()
 			isTLS := strings.EqualFold(s.GetPort().GetProtocol(), "HTTPS") || strings.EqualFold(s.GetPort().GetProtocol(), "TLS")
@@ -140,6 +144,25 @@ func gatewayPorts(gws []*config.Entry) (map[uint32]*port, []uint32, []string) {
 	}
 	slices.Sort(order)
 	return ports, order, warns
+}
+
+// byAge orders Gateways by the revision they were stored at, then by key;
+// one not stored yet (revision 0: a dry run's candidate) comes last.
+func byAge(gws []*config.Entry) []*config.Entry {
+	out := slices.Clone(gws)
+	age := func(e *config.Entry) int64 {
+		if e.Revision == 0 {
+			return math.MaxInt64
+		}
+		return e.Revision
+	}
+	slices.SortStableFunc(out, func(a, b *config.Entry) int {
+		if c := cmp.Compare(age(a), age(b)); c != 0 {
+			return c
+		}
+		return a.Object.Key.Compare(b.Object.Key)
+	})
+	return out
 }
 
 // portPolicies are the AuthorizationPolicies selecting a Gateway with a
