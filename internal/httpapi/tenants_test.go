@@ -72,7 +72,9 @@ func TestGatewayClaimAcrossTenants(t *testing.T) {
 	for _, q := range []string{"?dry_run=true", ""} {
 		for _, host := range []string{"shop.example.com", "a/shop.example.com", "*/shop.example.com"} {
 			a := w.do("POST", "/v1/config:apply"+q, gatewayIn("a", "shop", 8443, host), w.writeA.Secret)
-			var ans struct{ Error struct{ Code, Message, Field string } }
+			var ans struct {
+				Error struct{ Code, Message, Field string }
+			}
 			json.Unmarshal([]byte(a.body), &ans)
 			e := ans.Error
 			if a.status != 409 || e.Code != "conflict" || e.Field != "spec.servers[0].hosts[0]" ||
