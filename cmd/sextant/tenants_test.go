@@ -26,6 +26,7 @@ type tenants struct {
 	server, tlsAddr, proxy string
 	tlsPort                int
 	a, b                   string // team-a's and team-b's tokens
+	admin                  string // the bootstrap token
 	certs                  map[string]string
 	dir                    string
 	pool                   *x509.CertPool
@@ -64,6 +65,7 @@ func startTenants(t *testing.T) *tenants {
 		t.Fatalf("bootstrap: %v", err)
 	}
 	adm := anon.WithBearer(boot.Secret)
+	tn.admin = boot.Secret
 	for _, team := range []string{"team-a", "team-b"} {
 		policy := fmt.Sprintf(`{"name":"%s-writer","rules":[{"namespace":"%s","instances":"write","config":"write","secret":"write"}]}`, team, team)
 		if err := adm.Do(ctx, "POST", "/v1/acl/policies", []byte(policy), nil); err != nil {
@@ -127,6 +129,11 @@ func (tn *tenants) secret(t *testing.T, token, ns, name, host string) {
 // sni, and returns the status, the body and the certificate served (DER):
 // which team answered, and whose certificate the gateway served.
 func (tn *tenants) call(sni, host string, header map[string]string) (int, string, []byte, error) {
+	return tn.callPath(sni, host, "/", header)
+}
+
+// callPath is call for path.
+func (tn *tenants) callPath(sni, host, path string, header map[string]string) (int, string, []byte, error) {
 	c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
 		TLSClientConfig: &tls.Config{RootCAs: tn.pool, ServerName: sni},
 		DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
@@ -134,7 +141,7 @@ func (tn *tenants) call(sni, host string, header map[string]string) (int, string
 			return d.DialContext(ctx, network, tn.tlsAddr)
 		}}}
 	defer c.CloseIdleConnections()
-	req, _ := http.NewRequest("GET", "https://"+sni+"/", nil)
+	req, _ := http.NewRequest("GET", "https://"+sni+path, nil)
 	req.Host = host
 	for k, v := range header {
 		req.Header.Set(k, v)
@@ -228,4 +235,131 @@ func TestTenantVirtualServiceBinding(t *testing.T) {
 		t.Fatalf("delete: %v\n%s", err, out)
 	}
 	waitTrue(t, 15*time.Second, func() bool { code, _ := answer("shop.example.com"); return code == 404 })
+}
+
+// TestTenantGatewayClaim: team b's Gateway serves shop.example.com on the
+// TLS port with team b's certificate. Team a's writer applying a Gateway
+// for the same port and host with its own certificate is refused, by
+// `config apply` and its --dry-run, naming team b's Gateway, the port and
+// the host; the gateway keeps serving team b's certificate and service.
+func TestTenantGatewayClaim(t *testing.T) {
+	tn := startTenants(t)
+	tn.secret(t, tn.b, "team-b", "shop-cert", "shop.example.com")
+	tn.secret(t, tn.a, "team-a", "shop-cert", "shop.example.com")
+	if out, err := tn.apply(t, tn.b, gatewayDoc("team-b", "shop-gw", tn.tlsPort, `[shop.example.com]`, "shop-cert")+"---\n"+
+		vsDoc("team-b", "shop", "[shop.example.com]", "shop-gw"), false); err != nil {
+		t.Fatalf("team b's apply: %v\n%s", err, out)
+	}
+	waitTrue(t, 15*time.Second, func() bool {
+		code, body, _, err := tn.call("shop.example.com", "shop.example.com", nil)
+		return err == nil && code == 200 && body == "team-b"
+	})
+	theirs := gatewayDoc("team-a", "shop-gw", tn.tlsPort, `[shop.example.com]`, "shop-cert") + "---\n" +
+		vsDoc("team-a", "shop", "[shop.example.com]", "shop-gw")
+	want := fmt.Sprintf(`port %d host "shop.example.com" is already served by Gateway team-b/shop-gw (spec.servers[0])`, tn.tlsPort)
+	for _, dry := range []bool{true, false} {
+		out, err := tn.apply(t, tn.a, theirs, dry)
+		if err == nil || !strings.Contains(err.Error()+out, want) || !strings.Contains(err.Error()+out, "documents[0].spec.servers[0].hosts[0]") {
+			t.Fatalf("team a's Gateway for team b's host (dry run %v): %v\n%s", dry, err, out)
+		}
+	}
+	// Nothing of the refused apply was written: the VirtualService of the
+	// same apply neither.
+	if out, err := runOn(t, tn.server, "", "config", "list", "--namespace", "team-a", "--token", tn.a); err != nil || !strings.Contains(out, "no config objects") {
+		t.Fatalf("team a's config after the refusal: %v\n%s", err, out)
+	}
+	code, body, leaf, err := tn.call("shop.example.com", "shop.example.com", nil)
+	if err != nil || code != 200 || body != "team-b" || !tn.served(t, leaf, "team-b/shop-cert") {
+		t.Fatalf("shop.example.com after team a's attempt: %d %q %v (team b's certificate: %v)", code, body, err, err == nil && tn.served(t, leaf, "team-b/shop-cert"))
+	}
+}
+
+// TestTenantAuthorizationPolicyScope: team a and team b each have a
+// Gateway on the shared TLS port (both selecting istio: ingressgateway).
+// Team a's AuthorizationPolicies selecting istio: ingressgateway judge
+// team a's host only: a DENY of every call denies a.example.com and not
+// team b's shop.example.com; an ALLOW requiring a header lets team b's
+// calls through without it. A policy of the root namespace judges both.
+func TestTenantAuthorizationPolicyScope(t *testing.T) {
+	tn := startTenants(t)
+	tn.secret(t, tn.b, "team-b", "shop-cert", "shop.example.com")
+	tn.secret(t, tn.a, "team-a", "a-cert", "a.example.com")
+	if out, err := tn.apply(t, tn.b, gatewayDoc("team-b", "shop-gw", tn.tlsPort, `[shop.example.com]`, "shop-cert")+"---\n"+
+		vsDoc("team-b", "shop", "[shop.example.com]", "shop-gw"), false); err != nil {
+		t.Fatalf("team b's apply: %v\n%s", err, out)
+	}
+	if out, err := tn.apply(t, tn.a, gatewayDoc("team-a", "a-gw", tn.tlsPort, `[a.example.com]`, "a-cert")+"---\n"+
+		vsDoc("team-a", "a", "[a.example.com]", "a-gw"), false); err != nil {
+		t.Fatalf("team a's apply: %v\n%s", err, out)
+	}
+	status := func(host string, header map[string]string) int {
+		code, _, _, err := tn.call(host, host, header)
+		if err != nil {
+			return 0
+		}
+		return code
+	}
+	waitTrue(t, 15*time.Second, func() bool { return status("a.example.com", nil) == 200 && status("shop.example.com", nil) == 200 })
+
+	deny := `apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: lockdown, namespace: team-a}
+spec:
+  selector: {matchLabels: {istio: ingressgateway}}
+  action: DENY
+  rules: [{}]
+`
+	if out, err := tn.apply(t, tn.a, deny, false); err != nil {
+		t.Fatalf("team a's DENY: %v\n%s", err, out)
+	}
+	waitTrue(t, 15*time.Second, func() bool { return status("a.example.com", nil) == 403 })
+	if code := status("shop.example.com", nil); code != 200 {
+		t.Fatalf("team b's host under team a's DENY policy: %d, want 200", code)
+	}
+
+	allow := `apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: lockdown, namespace: team-a}
+spec:
+  selector: {matchLabels: {istio: ingressgateway}}
+  action: ALLOW
+  rules: [{when: [{key: "request.headers[x-team]", values: [a]}]}]
+`
+	if out, err := tn.apply(t, tn.a, allow, false); err != nil {
+		t.Fatalf("team a's ALLOW: %v\n%s", err, out)
+	}
+	waitTrue(t, 15*time.Second, func() bool {
+		return status("a.example.com", map[string]string{"x-team": "a"}) == 200 && status("a.example.com", nil) == 403
+	})
+	if code := status("shop.example.com", nil); code != 200 {
+		t.Fatalf("team b's host under team a's ALLOW policy: %d, want 200", code)
+	}
+
+	// The root namespace's policy selecting the same labels judges every
+	// namespace's Gateways (team a's ALLOW still judges team a's host).
+	root := `apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: no-admin, namespace: istio-system}
+spec:
+  selector: {matchLabels: {istio: ingressgateway}}
+  action: DENY
+  rules: [{to: [{operation: {paths: [/admin]}}]}]
+`
+	if out, err := tn.apply(t, tn.admin, root, false); err != nil {
+		t.Fatalf("the root namespace's DENY: %v\n%s", err, out)
+	}
+	pathStatus := func(host, path string, header map[string]string) int {
+		code, _, _, err := tn.callPath(host, host, path, header)
+		if err != nil {
+			return 0
+		}
+		return code
+	}
+	waitTrue(t, 15*time.Second, func() bool { return pathStatus("shop.example.com", "/admin", nil) == 403 })
+	if code := pathStatus("a.example.com", "/admin", map[string]string{"x-team": "a"}); code != 403 {
+		t.Fatalf("team a's host under the root namespace's DENY: %d, want 403", code)
+	}
+	if code := pathStatus("shop.example.com", "/", nil); code != 200 {
+		t.Fatalf("team b's host outside the root namespace's DENY: %d, want 200", code)
+	}
 }
