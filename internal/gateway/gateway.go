@@ -224,6 +224,10 @@ func (g *Gateway) Update(s xdsclient.State) (map[string][]string, error) {
 			want[RouteType] = []string{ls.rds}
 			rc, _ = s[RouteType][ls.rds].(*routeConfigSpec)
 		}
+		if mesh := g.meshBeside(ls, s[ListenerType]); mesh != nil {
+			want[RouteType] = append(want[RouteType], mesh.rds)
+			rc = withMesh(rc, s[RouteType][mesh.rds])
+		}
 	}
 	for _, name := range names {
 		if rt := next[name]; rt != nil && rt.tls != nil {
