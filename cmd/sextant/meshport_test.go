@@ -47,7 +47,10 @@ spec:
 	if out, err := runOn(t, server, gw, "config", "apply", "-f", "-"); err != nil {
 		t.Fatalf("config apply: %v\n%s", err, out)
 	}
-	waitTrue(t, 15*time.Second, func() bool { body, code := get(t, proxy, "shop.example.com", "/", nil); return code == 200 && body == "shop" })
+	waitTrue(t, 15*time.Second, func() bool {
+		body, code := get(t, proxy, "shop.example.com", "/", nil)
+		return code == 200 && body == "shop"
+	})
 	for _, c := range []struct {
 		host, body string
 		code       int
