@@ -274,8 +274,9 @@ func TestTenantGatewayClaim(t *testing.T) {
 	}
 }
 
-// TestTenantAuthorizationPolicyScope: team a and team b each have a
-// Gateway on the shared TLS port (both selecting istio: ingressgateway).
+// TestTenantAuthorizationPolicyScope: team a (*.example.com) and team b
+// (shop.example.com) each have a Gateway on the shared TLS port (both
+// selecting istio: ingressgateway).
 // Team a's AuthorizationPolicies selecting istio: ingressgateway judge
 // team a's host only: a DENY of every call denies a.example.com and not
 // team b's shop.example.com; an ALLOW requiring a header lets team b's
@@ -283,13 +284,15 @@ func TestTenantGatewayClaim(t *testing.T) {
 func TestTenantAuthorizationPolicyScope(t *testing.T) {
 	tn := startTenants(t)
 	tn.secret(t, tn.b, "team-b", "shop-cert", "shop.example.com")
-	tn.secret(t, tn.a, "team-a", "a-cert", "a.example.com")
+	tn.secret(t, tn.a, "team-a", "a-cert", "*.example.com")
 	if out, err := tn.apply(t, tn.b, gatewayDoc("team-b", "shop-gw", tn.tlsPort, `[shop.example.com]`, "shop-cert")+"---\n"+
 		vsDoc("team-b", "shop", "[shop.example.com]", "shop-gw"), false); err != nil {
 		t.Fatalf("team b's apply: %v\n%s", err, out)
 	}
-	if out, err := tn.apply(t, tn.a, gatewayDoc("team-a", "a-gw", tn.tlsPort, `[a.example.com]`, "a-cert")+"---\n"+
-		vsDoc("team-a", "a", "[a.example.com]", "a-gw"), false); err != nil {
+	// Team a's wildcard covers shop.example.com too: team b's exact name
+	// is routed (and judged) as team b's.
+	if out, err := tn.apply(t, tn.a, gatewayDoc("team-a", "a-gw", tn.tlsPort, `["*.example.com"]`, "a-cert")+"---\n"+
+		vsDoc("team-a", "a", `["*.example.com"]`, "a-gw"), false); err != nil {
 		t.Fatalf("team a's apply: %v\n%s", err, out)
 	}
 	status := func(host string, header map[string]string) int {
@@ -300,6 +303,9 @@ func TestTenantAuthorizationPolicyScope(t *testing.T) {
 		return code
 	}
 	waitTrue(t, 15*time.Second, func() bool { return status("a.example.com", nil) == 200 && status("shop.example.com", nil) == 200 })
+	if _, body, leaf, err := tn.call("shop.example.com", "shop.example.com", nil); err != nil || body != "team-b" || !tn.served(t, leaf, "team-b/shop-cert") {
+		t.Fatalf("shop.example.com beside team a's *.example.com: %q %v", body, err)
+	}
 
 	deny := `apiVersion: security.istio.io/v1
 kind: AuthorizationPolicy
