@@ -2,7 +2,6 @@ package config
 
 import (
 	"fmt"
-	"strings"
 
 	networking "istio.io/api/networking/v1"
 )
@@ -31,7 +30,6 @@ func (t *Table) bindingWarnings(o *Object, also []*Object) []string {
 			out = append(out, fmt.Sprintf("spec.gateways[%d]: Gateway %s/%s does not exist: nothing binds until it does", i, k.Namespace, k.Name))
 			continue
 		}
-		var served []string
 		exposed := false
 		for _, s := range gw.Servers {
 			for _, h := range s.Hosts {
@@ -39,7 +37,6 @@ func (t *Table) bindingWarnings(o *Object, also []*Object) []string {
 				if !ok {
 					continue
 				}
-				served = append(served, sh.Namespace+"/"+sh.Host)
 				for _, vh := range o.VirtualService.Hosts {
 					if (sh.Namespace == "*" || sh.Namespace == o.Namespace) && MatchHost(sh.Host, vh) {
 						exposed = true
@@ -48,8 +45,10 @@ func (t *Table) bindingWarnings(o *Object, also []*Object) []string {
 			}
 		}
 		if !exposed {
-			out = append(out, fmt.Sprintf("spec.gateways[%d]: Gateway %s/%s serves none of this VirtualService's hosts to namespace %s (its servers' hosts: %s): it does not bind there and the gateway routes none of them",
-				i, k.Namespace, k.Name, o.Namespace, strings.Join(served, ", ")))
+			// The Gateway's hosts are not named: it may be another
+			// namespace's, which the writer may not read.
+			out = append(out, fmt.Sprintf("spec.gateways[%d]: Gateway %s/%s serves none of this VirtualService's hosts to namespace %s (a server host ./h or ns/h serves h to one namespace only): it does not bind there and the gateway routes none of them",
+				i, k.Namespace, k.Name, o.Namespace))
 		}
 	}
 	return out
