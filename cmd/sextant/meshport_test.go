@@ -2,8 +2,11 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"testing"
 	"time"
 
@@ -17,7 +20,7 @@ import (
 // Gateway's VirtualService, orders still by the mesh's routes, and a host
 // neither names gets 404; without the Gateway the mesh alone again.
 func TestGatewayServerBesideMesh(t *testing.T) {
-	api, proxy, _, server := startMeshTLS(t, "")
+	api, proxy, admin, server := startMeshTLS(t, "")
 	ctx := context.Background()
 	for _, svc := range []string{"orders", "shop"} {
 		up := startUpstream(t, svc)
@@ -59,6 +62,26 @@ spec:
 		if code != c.code || c.code == 200 && body != c.body {
 			t.Errorf("Host: %s beside the Gateway: %d %q, want %d %q", c.host, code, body, c.code, c.body)
 		}
+	}
+	// The gateway's admin API says the port serves both.
+	resp, err := http.Get("http://" + admin + "/v1/config")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg struct {
+		Listener, RouteConfig, MeshRouteConfig string
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err := json.Unmarshal(b, &struct {
+		Listener        *string `json:"listener"`
+		RouteConfig     *string `json:"route_config"`
+		MeshRouteConfig *string `json:"mesh_route_config"`
+	}{&cfg.Listener, &cfg.RouteConfig, &cfg.MeshRouteConfig}); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Listener != "sextant-gateway-"+port || cfg.RouteConfig != cfg.Listener || cfg.MeshRouteConfig != "sextant-http" {
+		t.Errorf("admin /v1/config: %+v", cfg)
 	}
 	if out, err := runOn(t, server, "", "config", "delete", "gateway/default/shop-gw"); err != nil {
 		t.Fatalf("delete: %v\n%s", err, out)
