@@ -117,9 +117,10 @@ func GatewayRBAC(gws, vss []*config.Entry, sec *config.Security) map[uint32][]*h
 }
 
 // gatewayPorts groups the Gateways' servers by port, in port order, with
-// a warning for each server left out. The Gateway stored first comes first
-// and keeps what two claim (an apply refuses the second since
-// config.ErrClaimed; a store written before that may hold both).
+// a warning for each server left out. The Gateway whose last change is
+// older comes first and keeps what two claim (an apply refuses the second
+// since config.ErrClaimed; a store written before that, or two servers of
+// a cluster in the same instant, may hold both).
 func gatewayPorts(gws []*config.Entry) (map[uint32]*port, []uint32, []string) {
 	var warns []string
 	ports := map[uint32]*port{}
@@ -150,7 +151,7 @@ func gatewayPorts(gws []*config.Entry) (map[uint32]*port, []uint32, []string) {
 	return ports, order, warns
 }
 
-// byAge orders Gateways by the revision they were stored at, then by key;
+// byAge orders Gateways by the revision of their last change, then by key;
 // one not stored yet (revision 0: a dry run's candidate) comes last.
 func byAge(gws []*config.Entry) []*config.Entry {
 	out := slices.Clone(gws)
