@@ -1,8 +1,10 @@
 package ingress
 
 import (
+	"maps"
 	"regexp"
 	"slices"
+	"strings"
 	"testing"
 
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
@@ -213,4 +215,41 @@ func hostMatches(t *testing.T, p *rbacconfigv3.Permission, host string) bool {
 	}
 	t.Fatalf("not a host permission: %v", p)
 	return false
+}
+
+// TestBuildOlderGatewayKeepsItsHost: two Gateways a store holds for one
+// port and host (written before applies refused the second): the one whose
+// last change is older serves the host with its certificate, though the
+// other's key sorts first; the other's server is warned about.
+func TestBuildOlderGatewayKeepsItsHost(t *testing.T) {
+	gws, vss := entries(t, `apiVersion: networking.istio.io/v1
+kind: Gateway
+metadata: {name: shop-gw, namespace: team-a}
+spec:
+  servers:
+  - port: {number: 8443, protocol: HTTPS}
+    hosts: [shop.example.com]
+    tls: {mode: SIMPLE, credentialName: a-cert}
+---
+apiVersion: networking.istio.io/v1
+kind: Gateway
+metadata: {name: shop-gw, namespace: team-b}
+spec:
+  servers:
+  - port: {number: 8443, protocol: HTTPS}
+    hosts: [shop.example.com]
+    tls: {mode: SIMPLE, credentialName: b-cert}
+`)
+	gws[0].Revision, gws[1].Revision = 9, 5 // team b's is older
+	out, warns := Build(gws, vss, func(ns, name string) *secret.Secret { return testSecret(t, ns, name, false) })
+	l := out[1][ListenerName(8443)].(*listenerv3.Listener)
+	if len(l.FilterChains) != 1 {
+		t.Fatalf("%d filter chains", len(l.FilterChains))
+	}
+	if _, ok := out[0][SecretName("team-b", "b-cert")]; !ok || len(out[0]) != 1 {
+		t.Errorf("secrets published: %v, want team b's only", slices.Collect(maps.Keys(out[0])))
+	}
+	if len(warns) != 1 || !strings.Contains(warns[0], "Gateway/team-a/shop-gw spec.servers[0]: host \"shop.example.com\" is already served") {
+		t.Errorf("warnings: %v", warns)
+	}
 }
