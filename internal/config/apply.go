@@ -55,6 +55,7 @@ type ApplyWrite struct {
 func (w *ApplyWrite) Plan(tx *commit.Tx) error {
 	w.Results = w.Results[:0]
 	seen := map[Key]bool{}
+	var gws map[Key]*Object // every Gateway as planned so far; read once one is applied
 	for i, o := range w.Objects {
 		if seen[o.Key] {
 			return fmt.Errorf("%w: documents[%d]: %s appears twice", ErrInvalid, i, o.Key)
@@ -76,6 +77,18 @@ func (w *ApplyWrite) Plan(tx *commit.Tx) error {
 				w.Results = append(w.Results, res)
 				continue
 			}
+		}
+		if o.Gateway != nil {
+			// Checked against every Gateway as this plan sees it (the
+			// batch's earlier writes too): of two applies claiming one
+			// port and host, the one planned first wins.
+			if gws == nil {
+				gws = planGateways(tx, w.Table)
+			}
+			if err := checkClaims(o, i, len(w.Objects), gws); err != nil {
+				return err
+			}
+			gws[o.Key] = o
 		}
 		if !w.DryRun {
 			tx.PutIf(store.Config, o.Key.String(), enc, &Entry{Object: o, Encoded: enc}, rev)

@@ -202,6 +202,7 @@ func (t *Table) Warnings(o *Object, also ...*Object) []string {
 	w := t.ix.Warnings(o, also...)
 	t.mu.RUnlock()
 	w = append(w, t.securityWarnings(o)...)
+	w = append(w, t.bindingWarnings(o, also)...)
 	return append(w, t.emptySubsets(o)...)
 }
 

@@ -195,6 +195,9 @@ func (g *Gateway) serveConfig(w http.ResponseWriter, _ *http.Request) {
 	f := g.xds
 	g.mu.Unlock()
 	out := map[string]any{"listener": a.Listener, "route_config": a.Routes}
+	if a.Mesh != "" {
+		out["mesh_route_config"] = a.Mesh // served beside route_config on the listener's port
+	}
 	if !a.At.IsZero() {
 		out["applied_at"] = a.At.UTC()
 	}

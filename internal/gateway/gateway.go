@@ -102,6 +102,7 @@ type Gateway struct {
 type appliedConfig struct {
 	Listener  string
 	Routes    string
+	Mesh      string // the mesh's route config served beside Routes (meshport.go)
 	At        time.Time
 	Resources map[string][]any // type URL -> decoded protos
 }
@@ -220,12 +221,18 @@ func (g *Gateway) Update(s xdsclient.State) (map[string][]string, error) {
 		}
 	}
 	var rc *routeConfigSpec
+	meshRoutes := ""
 	want := map[string][]string{EndpointType: eds}
 	if ls != nil {
 		rc = ls.inline
 		if ls.rds != "" {
 			want[RouteType] = []string{ls.rds}
 			rc, _ = s[RouteType][ls.rds].(*routeConfigSpec)
+		}
+		if mesh := g.meshBeside(ls, s[ListenerType]); mesh != nil {
+			want[RouteType] = append(want[RouteType], mesh.rds)
+			rc = withMesh(rc, s[RouteType][mesh.rds])
+			meshRoutes = mesh.rds
 		}
 	}
 	for _, name := range names {
@@ -270,6 +277,7 @@ func (g *Gateway) Update(s xdsclient.State) (map[string][]string, error) {
 	g.applied = appliedConfig{At: time.Now(), Resources: rawResources(s)}
 	if ls != nil {
 		g.applied.Listener = ls.name
+		g.applied.Mesh = meshRoutes
 		if rc != nil {
 			g.applied.Routes = rc.name
 		}

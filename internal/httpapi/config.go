@@ -76,7 +76,10 @@ func optRevision(r *http.Request) (*int64, error) {
 func configError(err error) error {
 	var fes config.Errors
 	var fe *config.FieldError
+	var ce *config.ClaimError
 	switch {
+	case errors.As(err, &ce):
+		return &apiError{http.StatusConflict, "conflict", strings.TrimPrefix(err.Error(), "config: "), ce.Path}
 	case errors.As(err, &fes) && len(fes) > 0:
 		return badRequest(fieldPath(fes[0]), "%s", strings.TrimPrefix(err.Error(), "config: "))
 	case errors.As(err, &fe):

@@ -106,7 +106,8 @@ func candidateRBAC(t *config.Table, objs []*config.Object) ([]byte, []uint32, er
 			policies = append(policies, e.Object)
 		}
 	}
-	byPort := ingress.GatewayRBAC(gws, config.NewSecurity(t.RootNamespace(), policies)) // as the ingress publisher does
+	vss := candidateEntries(t, objs, config.KindVirtualService)
+	byPort := ingress.GatewayRBAC(gws, vss, config.NewSecurity(t.RootNamespace(), policies)) // as the ingress publisher does
 	type listener struct {
 		Port        uint32            `json:"port"`
 		HTTPFilters []json.RawMessage `json:"http_filters"`

@@ -1,7 +1,9 @@
 package ingress
 
 import (
+	"cmp"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -81,7 +83,8 @@ func BuildWithPolicies(gws, vss []*config.Entry, sec *config.Security, secretOf 
 	for _, n := range order {
 		p := ports[n]
 		name := ListenerName(n)
-		out[2][name] = routes(name, p, vss)
+		var owners map[string]config.Key
+		out[2][name], owners = routes(name, p, vss)
 		var l *listenerv3.Listener
 		if !p.tls {
 			l = xds.HTTPListener(name, n, name)
@@ -90,7 +93,7 @@ func BuildWithPolicies(gws, vss []*config.Entry, sec *config.Security, secretOf 
 			l, w = tlsListener(name, p, vss, gatewayMTLS(gws, sec, n), secretOf, out[0])
 			warns = append(warns, w...)
 		}
-		if err := xds.WithHTTPFilters(l, xds.RBACFilters(portPolicies(p, gws, sec))); err != nil {
+		if err := xds.WithHTTPFilters(l, portFilters(p, gws, sec, owners)); err != nil {
 			warns = append(warns, err.Error())
 		}
 		out[1][name] = l
@@ -100,23 +103,29 @@ func BuildWithPolicies(gws, vss []*config.Entry, sec *config.Security, secretOf 
 
 // GatewayRBAC is the RBAC HTTP filters BuildWithPolicies puts on each
 // Gateway listener, by port (an empty list: none), for a dry run of a
-// policy change against the calls the gateways recorded.
-func GatewayRBAC(gws []*config.Entry, sec *config.Security) map[uint32][]*hcmv3.HttpFilter {
+// policy change against the calls the gateways recorded. vss are the
+// VirtualServices: a policy of one namespace is scoped to the hosts its
+// Gateways route on a port shared with another namespace's (scope.go).
+func GatewayRBAC(gws, vss []*config.Entry, sec *config.Security) map[uint32][]*hcmv3.HttpFilter {
 	ports, order, _ := gatewayPorts(gws)
 	out := make(map[uint32][]*hcmv3.HttpFilter, len(order))
 	for _, n := range order {
-		out[n] = xds.RBACFilters(portPolicies(ports[n], gws, sec))
+		_, owners := routes(ListenerName(n), ports[n], vss)
+		out[n] = portFilters(ports[n], gws, sec, owners)
 	}
 	return out
 }
 
 // gatewayPorts groups the Gateways' servers by port, in port order, with
-// a warning for each server left out.
+// a warning for each server left out. The Gateway whose last change is
+// older comes first and keeps what two claim (an apply refuses the second
+// since config.ErrClaimed; a store written before that, or two servers of
+// a cluster in the same instant, may hold both).
 func gatewayPorts(gws []*config.Entry) (map[uint32]*port, []uint32, []string) {
 	var warns []string
 	ports := map[uint32]*port{}
 	var order []uint32
-	for _, e := range gws {
+	for _, e := range byAge(gws) {
 		for i, s := range e.Object.Gateway.Servers {
 			n := s.GetPort().GetNumber()
 			isTLS := strings.EqualFold(s.GetPort().GetProtocol(), "HTTPS") || strings.EqualFold(s.GetPort().GetProtocol(), "TLS")
@@ -140,6 +149,25 @@ func gatewayPorts(gws []*config.Entry) (map[uint32]*port, []uint32, []string) {
 	}
 	slices.Sort(order)
 	return ports, order, warns
+}
+
+// byAge orders Gateways by the revision of their last change, then by key;
+// one not stored yet (revision 0: a dry run's candidate) comes last.
+func byAge(gws []*config.Entry) []*config.Entry {
+	out := slices.Clone(gws)
+	age := func(e *config.Entry) int64 {
+		if e.Revision == 0 {
+			return math.MaxInt64
+		}
+		return e.Revision
+	}
+	slices.SortStableFunc(out, func(a, b *config.Entry) int {
+		if c := cmp.Compare(age(a), age(b)); c != 0 {
+			return c
+		}
+		return a.Object.Key.Compare(b.Object.Key)
+	})
+	return out
 }
 
 // portPolicies are the AuthorizationPolicies selecting a Gateway with a
@@ -180,10 +208,12 @@ func bound(vs *config.Object, gw config.Key) bool {
 
 // routes builds the port's RouteConfiguration: a virtual host per bound
 // VirtualService with the hosts its servers serve, or, for a server with
-// httpsRedirect, a redirect to https for the server's hosts.
-func routes(name string, p *port, vss []*config.Entry) *routev3.RouteConfiguration {
+// httpsRedirect, a redirect to https for the server's hosts; and, for each
+// domain of its virtual hosts, the Gateway whose server claimed it.
+func routes(name string, p *port, vss []*config.Entry) (*routev3.RouteConfiguration, map[string]config.Key) {
 	rc := &routev3.RouteConfiguration{Name: name}
 	claimed := map[string]bool{}
+	owners := map[string]config.Key{}
 	clusterFor := func(d config.Destination) (string, bool) {
 		// The push engine publishes every service's cluster and its
 		// subsets' (not per-port clusters): the gateway routes by those.
@@ -198,6 +228,7 @@ func routes(name string, p *port, vss []*config.Entry) *routev3.RouteConfigurati
 			for _, h := range sv.hosts {
 				if !claimed[h.Host] {
 					claimed[h.Host] = true
+					owners[h.Host] = sv.gw
 					domains = append(domains, h.Host)
 				}
 			}
@@ -211,28 +242,38 @@ func routes(name string, p *port, vss []*config.Entry) *routev3.RouteConfigurati
 		}
 	}
 	// One virtual host per bound VirtualService, with the hosts of it that
-	// the port's servers serve (a name claimed once, first server first).
-	for _, e := range vss {
-		vs := e.Object
-		var domains []string
-		for _, sv := range p.servers {
-			if sv.s.GetTls().GetHttpsRedirect() || passthrough(sv) || !bound(vs, sv.gw) {
-				continue
-			}
-			for _, h := range vs.VirtualService.Hosts {
-				for _, sh := range sv.hosts {
-					if (sh.Namespace == "*" || sh.Namespace == vs.Namespace) && config.MatchHost(sh.Host, h) && !claimed[h] {
-						claimed[h] = true
-						domains = append(domains, h)
+	// the port's servers serve to its namespace (a name claimed once, first
+	// server first). A Gateway's own namespace's VirtualServices claim
+	// first: a server open to any namespace ("*") lets another namespace's
+	// VirtualService bind a host the Gateway's owner does not route, never
+	// take one it does.
+	domainsOf := map[config.Key][]string{}
+	for _, own := range []bool{true, false} {
+		for _, e := range vss {
+			vs := e.Object
+			for _, sv := range p.servers {
+				if sv.s.GetTls().GetHttpsRedirect() || passthrough(sv) || !bound(vs, sv.gw) || (sv.gw.Namespace == vs.Namespace) != own {
+					continue
+				}
+				for _, h := range vs.VirtualService.Hosts {
+					for _, sh := range sv.hosts {
+						if (sh.Namespace == "*" || sh.Namespace == vs.Namespace) && config.MatchHost(sh.Host, h) && !claimed[h] {
+							claimed[h] = true
+							owners[h] = sv.gw
+							domainsOf[vs.Key] = append(domainsOf[vs.Key], h)
+						}
 					}
 				}
 			}
 		}
-		if len(domains) > 0 {
+	}
+	for _, e := range vss {
+		vs := e.Object
+		if domains := domainsOf[vs.Key]; len(domains) > 0 {
 			rc.VirtualHosts = append(rc.VirtualHosts, xds.VirtualHost(vs.Key.String(), domains, naming.ServiceKey{Namespace: vs.Namespace}, vs, clusterFor))
 		}
 	}
-	return rc
+	return rc, owners
 }
 
 // tlsListener builds an HTTPS port's listener: one filter chain per server

@@ -214,7 +214,7 @@ spec:
 		t.Errorf("port 9090 filters: %s", got)
 	}
 	// GatewayRBAC names the same filters per port, for a dry run.
-	byPort := GatewayRBAC(gws, config.NewSecurity("", objs))
+	byPort := GatewayRBAC(gws, vss, config.NewSecurity("", objs))
 	if len(byPort) != 2 || len(byPort[8080]) != 1 || byPort[8080][0].Name != xds.RBACDenyFilter || len(byPort[9090]) != 0 {
 		t.Errorf("GatewayRBAC: %v", byPort)
 	}
