@@ -33,8 +33,10 @@ type Codec[T GroupItem] struct {
 	// committed at rev, and completes it (its revision).
 	Adopt func(obj any, rev int64) (T, error)
 	// Loaded, if set, sees every item a Load decodes before it is shared
-	// (a single server starts every instance healthy after a restart).
-	Loaded func(T)
+	// (a single server starts every instance healthy after a restart), and
+	// reports whether it changed it: its group's revision is then the
+	// loaded revision, so that a watcher of the group sees the change.
+	Loaded func(T) bool
 }
 
 // Groups is a table of labelled items in groups (a kind's records by
@@ -121,15 +123,23 @@ func (t *Groups[T]) Record(id string) (any, int64, bool) {
 }
 
 // Load implements Table: it replaces every item, building groups on
-// every core.
+// every core. A group's revision is the highest of its items' (the
+// revision of its last stored change), not the loaded revision: a restart
+// keeps each group's index, so a blocking query holding it does not wake
+// for nothing. A group whose last change was a removal comes back with an
+// older revision (removals leave no record), never a newer one.
 func (t *Groups[T]) Load(rev int64, values []any) {
 	byGroup := map[naming.ServiceKey][]T{}
+	revs := map[naming.ServiceKey]int64{}
 	for _, v := range values {
 		it := v.(T)
-		if t.codec.Loaded != nil {
-			t.codec.Loaded(it)
+		k := it.ItemGroup()
+		r := it.ItemRevision()
+		if t.codec.Loaded != nil && t.codec.Loaded(it) {
+			r = rev
 		}
-		byGroup[it.ItemGroup()] = append(byGroup[it.ItemGroup()], it)
+		revs[k] = max(revs[k], r)
+		byGroup[k] = append(byGroup[k], it)
 	}
 	t.ids.reset(values)
 	keys := slices.Collect(maps.Keys(byGroup))
@@ -141,7 +151,7 @@ func (t *Groups[T]) Load(rev int64, values []any) {
 		go func() {
 			defer wg.Done()
 			for i := int(next.Add(1) - 1); i < len(keys); i = int(next.Add(1) - 1) {
-				built[i] = &Group[T]{Key: keys[i], Revision: rev, Set: buildSet(byGroup[keys[i]])}
+				built[i] = &Group[T]{Key: keys[i], Revision: revs[keys[i]], Set: buildSet(byGroup[keys[i]])}
 			}
 		}()
 	}
