@@ -522,7 +522,8 @@ func (a *API) checkScope(r *http.Request) error {
 	}
 	q := r.URL.Query()
 	if dc := q.Get("dc"); dc != "" && dc != a.opts.Datacenter {
-		return badRequest(fmt.Sprintf("dc: no path to datacenter %q: this API serves %q", dc, a.opts.Datacenter))
+		// Consul's words, which its tools look for.
+		return badRequest(fmt.Sprintf("No path to datacenter: dc %q (this API serves %q)", dc, a.opts.Datacenter))
 	}
 	for _, p := range []string{"ns", "partition"} {
 		if v := q.Get(p); v != "" && v != "default" {
