@@ -163,7 +163,7 @@ func formatMetadata(md map[string]string) string {
 		}
 		sb.WriteString(k)
 		sb.WriteByte('=')
-		sb.WriteString(md[k])
+		sb.WriteString(printable(md[k]))
 	}
 	return sb.String()
 }
