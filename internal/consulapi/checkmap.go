@@ -137,6 +137,9 @@ func (a *API) checkUpdate(fixed string) handler {
 			if err := dec.Decode(&body); err != nil {
 				return badRequest("body: want {\"Status\": \"passing|warning|critical\", \"Output\": \"...\"}: " + strings.TrimPrefix(err.Error(), "json: "))
 			}
+			if err := duplicateKeys(b); err != nil {
+				return err
+			}
 			if !instance.ValidStatus(body.Status) {
 				return badRequest(fmt.Sprintf("Status: %q is not passing, warning or critical", body.Status))
 			}

@@ -250,3 +250,30 @@ func TestKeepSelf(t *testing.T) {
 		t.Errorf("service consul after the stop: %d entries (%v), want none", len(entries), err)
 	}
 }
+
+// TestDuplicateKeys: a register or check update body that gives a key
+// twice in one object is a 400 naming it and its line, and writes nothing
+// (before, {"Name":"a","Name":"b"} registered b).
+func TestDuplicateKeys(t *testing.T) {
+	s := newStack(t, acl.Options{}, "default")
+	for _, tc := range []struct{ path, body, want string }{
+		{"/v1/agent/service/register", `{"Name":"a","Port":80,"Name":"b"}`, `Name: key "Name" given twice (line 1)`},
+		{"/v1/agent/service/register", "{\"Name\":\"a\",\"Port\":80,\n\"Meta\":{\"env\":\"prod\",\n\"env\":\"dev\"}}", `Meta.env: key "env" given twice (line 3)`},
+		{"/v1/agent/service/register", `{"Name":"a","Port":80,"Check":{"TTL":"10s","TTL":"20s"}}`, `Check.TTL: key "TTL" given twice`},
+	} {
+		code, body, _ := s.raw(t, "PUT", tc.path, tc.body)
+		if code != 400 || !strings.Contains(body, tc.want) {
+			t.Errorf("%s: %d %q, want 400 containing %q", tc.body, code, body, tc.want)
+		}
+	}
+	if n := s.Registry.Instances().Len(); n != 0 {
+		t.Errorf("%d instances written", n)
+	}
+	if code, _, _ := s.raw(t, "PUT", "/v1/agent/service/register", `{"ID":"w","Name":"web","Port":80,"Check":{"CheckID":"c","TTL":"1m"}}`); code != 200 {
+		t.Fatalf("register: %d", code)
+	}
+	code, body, _ := s.raw(t, "PUT", "/v1/agent/check/update/c", `{"Status":"passing","Status":"critical"}`)
+	if code != 400 || !strings.Contains(body, `key "Status" given twice`) {
+		t.Errorf("check update: %d %q", code, body)
+	}
+}
