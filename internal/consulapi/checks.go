@@ -132,9 +132,9 @@ func decodeCheck(raw json.RawMessage, path string) (CheckDefinition, error) {
 		return c, badRequest(path + ": several check types: give one of TTL, HTTP, TCP or GRPC")
 	case c.Type != "ttl" && c.Interval <= 0 && interval != "":
 		// Given, but zero: Consul's words (Interval must be > 0).
-		return c, badRequest(fmt.Sprintf("%s.Interval: must be > 0 for an %s check, got %q", path, strings.ToUpper(c.Type), interval))
+		return c, badRequest(fmt.Sprintf("%s.Interval: must be > 0 for %s check, got %q", path, checkKind(c.Type), interval))
 	case c.Type != "ttl" && c.Interval <= 0:
-		return c, badRequest(path + ".Interval: required for an " + strings.ToUpper(c.Type) + " check (a duration > 0, e.g. \"10s\")")
+		return c, badRequest(fmt.Sprintf("%s.Interval: required for %s check (a duration > 0, e.g. \"10s\")", path, checkKind(c.Type)))
 	case c.SuccessBeforePassing < 0 || c.FailuresBeforeWarning < 0 || c.FailuresBeforeCritical < 0:
 		return c, badRequest(path + ": SuccessBeforePassing, FailuresBeforeWarning and FailuresBeforeCritical must not be negative")
 	}
@@ -145,4 +145,12 @@ func decodeCheck(raw json.RawMessage, path string) (CheckDefinition, error) {
 		return c, badRequest(fmt.Sprintf("%s.Status: %q is not passing, warning or critical", path, status))
 	}
 	return c, nil
+}
+
+// checkKind names a check type with its article: "an HTTP", "a TCP".
+func checkKind(typ string) string {
+	if typ == "http" {
+		return "an HTTP"
+	}
+	return "a " + strings.ToUpper(typ)
 }

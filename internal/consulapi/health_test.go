@@ -202,7 +202,7 @@ func TestScopeAndMethods(t *testing.T) {
 
 	for _, tc := range []struct{ body, want string }{
 		{`{"Name":"web","Port":80,"Check":{"HTTP":"http://x/","Interval":"0s"}}`, `Check.Interval: must be > 0 for an HTTP check, got "0s"`},
-		{`{"Name":"web","Port":80,"Check":{"TCP":"x:1"}}`, `Check.Interval: required for an TCP check`},
+		{`{"Name":"web","Port":80,"Check":{"TCP":"x:1"}}`, `Check.Interval: required for a TCP check`},
 	} {
 		code, body, _ := s.raw(t, "PUT", "/v1/agent/service/register", tc.body)
 		if code != 400 || !strings.Contains(body, tc.want) {
