@@ -29,3 +29,16 @@ func TestPrepareRefusesControlCharacters(t *testing.T) {
 		}
 	}
 }
+
+// TestPrepareRefusesControlCharactersInShortFields: the version (a label
+// too) and the protocol are text without control characters as well.
+func TestPrepareRefusesControlCharactersInShortFields(t *testing.T) {
+	for _, tc := range []struct{ field, protocol, version string }{{"version", "", "v1\x00"}, {"protocol", "http\x1b", ""}} {
+		in := &Instance{ID: "i", Namespace: "default", Service: "s", Host: "10.0.0.1", Port: 80, Weight: 1, Protocol: tc.protocol, Version: tc.version}
+		err := Prepare(-1, in)
+		var fe *FieldError
+		if !errors.As(err, &fe) || fe.Field != tc.field || !strings.Contains(fe.Msg, "control character") {
+			t.Errorf("%+v: %v, want a control character error on %s", tc, err, tc.field)
+		}
+	}
+}

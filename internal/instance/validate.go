@@ -145,6 +145,11 @@ func Prepare(i int, in *Instance) error {
 	if len(in.Version) > MaxShortField || !utf8.ValidString(in.Version) {
 		return NewFieldError(i, "version", "must be at most %d bytes of UTF-8", MaxShortField)
 	}
+	for _, f := range [...]struct{ name, v string }{{"protocol", in.Protocol}, {"version", in.Version}} {
+		if at := controlAt(f.v); at >= 0 {
+			return NewFieldError(i, f.name, "holds a control character (%q at byte %d): text without control characters", f.v[at:at+1+int(f.v[at]>>7)], at)
+		}
+	}
 	if in.Weight < 0 || in.Weight > MaxWeight {
 		return NewFieldError(i, "weight", "%d is out of range 0..%d", in.Weight, MaxWeight)
 	}
