@@ -62,9 +62,7 @@ func (a *API) KeepSelf(ctx context.Context, host string, port int) error {
 	for {
 		select {
 		case <-ctx.Done():
-			if !registered {
-				return nil
-			}
+			// Even if no register was answered: one may have been written.
 			// The registry still runs: it stops after this part.
 			dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
