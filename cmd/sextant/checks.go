@@ -163,7 +163,7 @@ func checkRows(in *client.Instance) [][2]string {
 			if len(out) > 120 {
 				out = out[:120] + "..."
 			}
-			line += ": " + strings.ReplaceAll(out, "\n", " ")
+			line += ": " + printable(strings.ReplaceAll(out, "\n", " "))
 		}
 		rows = append(rows, [2]string{"Check", line})
 	}

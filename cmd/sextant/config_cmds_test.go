@@ -127,6 +127,9 @@ func TestManifestErrorsNameFileAndKind(t *testing.T) {
 	nodes := write("nodes.yaml", cliNodes)
 	more := write("more.yaml", strings.ReplaceAll(strings.Replace(cliRouting, "  - route:\n", "  - mirror: {host: orders}\n    route:\n", 1), "name: orders", "name: other"))
 	dupKey := write("dup.yaml", "apiVersion: v1\nkind: Node\nmetadata:\n  name: a\n  name: b\n")
+	dupPod := write("duppod.yaml", "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\n  labels: {app: a}\n  labels: {app: b}\n")
+	// A second metadata: would have named another object.
+	dupMeta := write("dupmeta.yaml", "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: orders}\nspec:\n  hosts: [orders]\n  http:\n  - route: [{destination: {host: orders}}]\nmetadata: {name: other}\n")
 	broken := write("broken.yaml", "# a comment\n---\n"+strings.Replace(cliRouting, "  host: orders\n", "  host: orders\n bad: 1\n", 1))
 	run := func(args ...string) error {
 		t.Helper()
@@ -150,7 +153,11 @@ func TestManifestErrorsNameFileAndKind(t *testing.T) {
 		{[]string{"config", "apply", "-f", routing, "-f", more},
 			`config apply: server answered 400 invalid_argument: document 4: spec.http[0].mirror: not supported (field documents[3].spec.http[0].mirror), in ` + more + ` (document 2)`},
 		{[]string{"nodes", "apply", "-f", dupKey},
-			`nodes apply: ` + dupKey + `: not YAML or JSON: unmarshal errors: line 5: key "name" already set in map`},
+			`nodes apply: ` + dupKey + `: a key given twice: unmarshal errors: line 5: key "name" already set in map`},
+		{[]string{"place", "-f", dupPod},
+			`place: ` + dupPod + `: a key given twice: unmarshal errors: line 6: key "labels" already set in map`},
+		{[]string{"config", "apply", "-f", routing, "-f", dupMeta},
+			`config apply: ` + dupMeta + `: a key given twice: unmarshal errors: line 8: key "metadata" already set in map`},
 		{[]string{"place", "-f", broken},
 			`place: ` + broken + `: not YAML or JSON: line 8: did not find expected key`},
 	} {

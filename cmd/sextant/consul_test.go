@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os/exec"
@@ -165,8 +166,14 @@ func TestConsulAPIEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := svcs["web"]; len(svcs) != 1 || !slices.Equal(got, []string{"primary", "v1"}) {
-		t.Errorf("catalog services: %v", svcs)
+	if got := svcs["web"]; len(svcs) != 2 || !slices.Equal(got, []string{"primary", "v1"}) || svcs["consul"] == nil {
+		t.Errorf("catalog services: %v, want web and consul", svcs)
+	}
+	// The server lists itself as service consul, at its Consul API's
+	// address, as Consul's servers do.
+	servers, _, err := c.Health().Service("consul", "", true, nil)
+	if err != nil || len(servers) != 1 || net.JoinHostPort(servers[0].Service.Address, strconv.Itoa(servers[0].Service.Port)) != consulAddr {
+		t.Errorf("service consul: %v (%v), want one passing instance at %s", servers, err, consulAddr)
 	}
 	if err := agent.ServiceDeregister("web-1"); err != nil {
 		t.Fatal(err)
@@ -244,8 +251,8 @@ func TestConsulAPITokens(t *testing.T) {
 		t.Fatalf("register with a write token: %v", err)
 	}
 	svcs, _, err := consulClient(t, consulAddr, reader.Secret).Catalog().Services(nil)
-	if err != nil || len(svcs) != 1 {
-		t.Errorf("catalog services with a read token: %v %v", svcs, err)
+	if _, ok := svcs["web"]; err != nil || len(svcs) != 2 || !ok {
+		t.Errorf("catalog services with a read token: %v %v, want web and consul", svcs, err)
 	}
 	if _, _, err := consulClient(t, consulAddr, "").Catalog().Services(nil); err == nil || !strings.Contains(err.Error(), "403") {
 		t.Errorf("catalog services without a token: %v, want 403", err)

@@ -422,7 +422,7 @@ func newGetCmd(f *clientFlags) *cobra.Command {
 			tw := newTable(out)
 			rows := [][2]string{
 				{"ID", in.ID}, {"Namespace", in.Namespace}, {"Service", in.Service},
-				{"Address", address(&in)}, {"Protocol", orDash(in.Protocol)}, {"Version", orDash(in.Version)},
+				{"Address", address(&in)}, {"Protocol", orDash(printable(in.Protocol))}, {"Version", orDash(printable(in.Version))},
 				{"Weight", strconv.Itoa(in.EffectiveWeight())}, {"Status", healthWord(&in)},
 				{"TTL", ttlWord(in.TTLSeconds)}, {"Revision", strconv.FormatUint(in.Revision, 10)},
 				{"Created", in.CreatedAt.Format(time.RFC3339Nano)}, {"Updated", in.UpdatedAt.Format(time.RFC3339Nano)},

@@ -104,8 +104,7 @@ func (d *fileDoc) where() string {
 }
 
 // readDocs reads every document of the files as JSON; a syntax error names
-// its file and line. strict refuses a key given twice, as the scheduler's
-// API does for YAML.
+// its file and line. strict refuses a key given twice, as the server does.
 func readDocs(op string, contents []namedFile, strict bool) ([]fileDoc, error) {
 	var out []fileDoc
 	for _, f := range contents {
@@ -117,6 +116,9 @@ func readDocs(op string, contents []namedFile, strict bool) ([]fileDoc, error) {
 			}
 			j, err := convert()
 			if err != nil {
+				if strings.Contains(err.Error(), "already set in map") {
+					return nil, fmt.Errorf("%s: %s: a key given twice: %w", op, f.name, err)
+				}
 				return nil, fmt.Errorf("%s: %s: not YAML or JSON: %w", op, f.name, err)
 			}
 			if t := bytes.TrimSpace(j); len(t) == 0 || string(t) == "null" {
@@ -146,7 +148,7 @@ func readConfigFiles(stdin io.Reader, files []string) (stream []byte, docs []str
 	if err != nil {
 		return nil, nil, err
 	}
-	read, err := readDocs("config apply", contents, false)
+	read, err := readDocs("config apply", contents, true)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -163,7 +163,7 @@ func formatMetadata(md map[string]string) string {
 		}
 		sb.WriteString(k)
 		sb.WriteByte('=')
-		sb.WriteString(md[k])
+		sb.WriteString(printable(md[k]))
 	}
 	return sb.String()
 }
@@ -206,7 +206,7 @@ const instanceHeader = "NAMESPACE\tSERVICE\tID\tADDRESS\tPROTOCOL\tVERSION\tWEIG
 
 func instanceRow(w io.Writer, in *client.Instance) {
 	fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%d\t%s\n",
-		in.Namespace, in.Service, in.ID, address(in), orDash(in.Protocol), orDash(in.Version),
+		in.Namespace, in.Service, in.ID, address(in), orDash(printable(in.Protocol)), orDash(printable(in.Version)),
 		in.EffectiveWeight(), healthWord(in), ttlWord(in.TTLSeconds), in.Revision, formatMetadata(in.Metadata))
 }
 

@@ -65,6 +65,8 @@ func TestPrometheusHTTPSD(t *testing.T) {
 	addr := freeAddr(t)
 	consulAddr := freeAddr(t)
 	srv := startServer(t, bin, t.TempDir(), addr, "--consul-api", consulAddr, "--consul-namespace", "shop")
+	// The server itself, listed as Consul's service consul in shop.
+	self := "consul:" + consulAddr
 	t.Cleanup(func() { srv.Process.Kill(); srv.Wait() })
 	base := "http://" + addr
 
@@ -185,7 +187,7 @@ scrape_configs:
 
 	// a1 (ttl 1 s, no heartbeat) turns unhealthy 3 s after its register
 	// and leaves the default job.
-	got := await("healthy", "w1", "w2", "a2", "d1", "m1", "c1")
+	got := await("healthy", "w1", "w2", "a2", "d1", "m1", "c1", self)
 	wantLabels := map[string]string{
 		"__address__":                                    "127.0.0.1:19001",
 		"__meta_sextant_namespace":                       "shop",
@@ -223,7 +225,7 @@ scrape_configs:
 		t.Errorf("docs/compat.md's job: m1's target labels (-want +got):\n%s", diff)
 	}
 
-	all := await("shop-all", "w1", "w2", "w3", "a1", "a2", "m1", "c1")
+	all := await("shop-all", "w1", "w2", "w3", "a1", "a2", "m1", "c1", self)
 	if w3 := all["w3"].DiscoveredLabels; w3["__meta_sextant_isolated"] != "true" {
 		t.Errorf("w3: discovered %v", w3)
 	}
@@ -238,7 +240,7 @@ scrape_configs:
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	await("healthy", "w1", "w2", "a2", "d1", "m1", "c1")
+	await("healthy", "w1", "w2", "a2", "d1", "m1", "c1", self)
 
 	req, _ = http.NewRequest("DELETE", base+"/v1/instances/w1", nil)
 	resp, err := http.DefaultClient.Do(req)
@@ -249,11 +251,11 @@ scrape_configs:
 	if resp.StatusCode != 200 {
 		t.Fatalf("deregister w1: %d", resp.StatusCode)
 	}
-	got = await("healthy", "w2", "a2", "d1", "m1", "c1")
+	got = await("healthy", "w2", "a2", "d1", "m1", "c1", self)
 	if a := got["w2"].DiscoveredLabels["__address__"]; a != "[::1]:19002" {
 		t.Errorf("w2 after w1 left: __address__ %q", a)
 	}
-	await("shop-all", "w2", "w3", "a1", "a2", "m1", "c1")
+	await("shop-all", "w2", "w3", "a1", "a2", "m1", "c1", self)
 }
 
 // docsPrometheusJob is the prometheus.yml of docs/compat.md's Prometheus

@@ -669,6 +669,9 @@ func serveConsulAPI(lc *lifecycle, f serverFlags, ln net.Listener, reg *registry
 	srv, sln := newHTTPServer(ln, api, tlsCfg, log)
 	srv.RegisterOnShutdown(api.Shutdown)
 	lc.serve("consul api", true, func() error { return srv.Serve(sln) }, func() error { drainHTTP(srv, f.drain, log); return nil })
+	// Listed as Consul's service consul while it serves, as Consul servers are.
+	host, port := consulSelfAddr(ln.Addr())
+	lc.start("consul self registration", false, func(ctx context.Context) error { return api.KeepSelf(ctx, host, port) })
 	log.Info("serving the Consul API", "addr", ln.Addr().String(), "namespace", f.consulNamespace, "tls", tlsCfg != nil)
 	warnExposed(log.With("listener", "consul-api"), ln.Addr().String(), tlsCfg != nil, f)
 	return nil

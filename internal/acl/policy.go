@@ -9,6 +9,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/sextant-mesh/sextant/internal/jsonkeys"
 	"github.com/sextant-mesh/sextant/internal/naming"
 )
 
@@ -247,6 +248,11 @@ func strictJSON(b []byte, v any) error {
 	}
 	if _, err := dec.Token(); err != io.EOF {
 		return fieldErr("", "unexpected data after the JSON object")
+	}
+	// encoding/json keeps the last of a key given twice: refuse it.
+	var de *jsonkeys.DuplicateError
+	if errors.As(jsonkeys.Check(b), &de) {
+		return fieldErr(de.Field(), "key %q given twice (line %d): give each key once", de.Key, de.Line)
 	}
 	return nil
 }

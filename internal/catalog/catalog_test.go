@@ -26,7 +26,11 @@ func newCatalog(opts Options) *Catalog {
 			in.Revision = rev
 			return in, nil
 		},
-		Loaded: func(in *instance.Instance) { in.Healthy = true },
+		Loaded: func(in *instance.Instance) bool {
+			was := in.Healthy
+			in.Healthy = true
+			return !was
+		},
 	}))
 	return c
 }

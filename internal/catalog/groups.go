@@ -33,8 +33,10 @@ type Codec[T GroupItem] struct {
 	// committed at rev, and completes it (its revision).
 	Adopt func(obj any, rev int64) (T, error)
 	// Loaded, if set, sees every item a Load decodes before it is shared
-	// (a single server starts every instance healthy after a restart).
-	Loaded func(T)
+	// (a single server starts every instance healthy after a restart), and
+	// reports whether it changed it: its group's revision is then the
+	// loaded revision, so that a watcher of the group sees the change.
+	Loaded func(T) bool
 }
 
 // Groups is a table of labelled items in groups (a kind's records by
@@ -121,15 +123,28 @@ func (t *Groups[T]) Record(id string) (any, int64, bool) {
 }
 
 // Load implements Table: it replaces every item, building groups on
-// every core.
+// every core. A group's revision is the highest of its items' (the
+// revision of its last stored change), not the loaded revision: a restart
+// keeps each group's index, so a blocking query holding it does not wake
+// for nothing. A group whose last change was a removal comes back with an
+// older revision (removals leave no record), never a newer one. A reload
+// of a running table (a follower that fell behind the store's history)
+// also compares each group with the version it replaces: one that
+// changed, or lost all its items, takes the loaded revision, so that its
+// watchers see what they missed.
 func (t *Groups[T]) Load(rev int64, values []any) {
+	old := t.root.Load()
 	byGroup := map[naming.ServiceKey][]T{}
+	revs := map[naming.ServiceKey]int64{}
 	for _, v := range values {
 		it := v.(T)
-		if t.codec.Loaded != nil {
-			t.codec.Loaded(it)
+		k := it.ItemGroup()
+		r := it.ItemRevision()
+		if t.codec.Loaded != nil && t.codec.Loaded(it) {
+			r = rev
 		}
-		byGroup[it.ItemGroup()] = append(byGroup[it.ItemGroup()], it)
+		revs[k] = max(revs[k], r)
+		byGroup[k] = append(byGroup[k], it)
 	}
 	t.ids.reset(values)
 	keys := slices.Collect(maps.Keys(byGroup))
@@ -141,16 +156,45 @@ func (t *Groups[T]) Load(rev int64, values []any) {
 		go func() {
 			defer wg.Done()
 			for i := int(next.Add(1) - 1); i < len(keys); i = int(next.Add(1) - 1) {
-				built[i] = &Group[T]{Key: keys[i], Revision: rev, Set: buildSet(byGroup[keys[i]])}
+				built[i] = &Group[T]{Key: keys[i], Revision: revs[keys[i]], Set: buildSet(byGroup[keys[i]])}
 			}
 		}()
 	}
 	wg.Wait()
 	groups := make(map[naming.ServiceKey]*Group[T], len(byGroup))
 	for i, k := range keys {
+		if og := old.groups[k]; og != nil {
+			if sameItems(&og.Set, byGroup[k]) {
+				built[i].Revision = max(built[i].Revision, og.Revision)
+			} else if built[i].Revision <= og.Revision {
+				built[i].Revision = rev
+			}
+		}
 		groups[k] = built[i]
 	}
+	for k, og := range old.groups {
+		switch _, ok := groups[k]; {
+		case ok:
+		case og.Len() > 0:
+			groups[k] = &Group[T]{Key: k, Revision: rev, Set: emptySet[T]()} // emptied meanwhile
+		default:
+			groups[k] = og // emptied before: its revision survives
+		}
+	}
 	t.root.Store(&groupsRoot[T]{rev: rev, groups: groups, keys: slices.SortedFunc(maps.Keys(groups), naming.ServiceKey.Compare), items: len(values)})
+}
+
+// sameItems reports whether set holds exactly items, each at its revision.
+func sameItems[T GroupItem](set *Set[T], items []T) bool {
+	if set.Len() != len(items) {
+		return false
+	}
+	for _, it := range items {
+		if cur, ok := set.Get(it.ItemID()); !ok || cur.ItemRevision() != it.ItemRevision() {
+			return false
+		}
+	}
+	return true
 }
 
 // Apply implements Table.

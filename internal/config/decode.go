@@ -38,10 +38,16 @@ func Decode(data []byte) ([]*Object, error) {
 			c.add("", ErrInvalid, "document is %d bytes, more than %d", len(doc.Data), MaxDocumentBytes)
 			continue
 		}
-		// The error names the line of data, not of the document.
-		js, err := doc.JSON()
+		// The error names the line of data, not of the document. Strict:
+		// a key given twice in one mapping (a second metadata: would name
+		// another object) is refused, not kept last.
+		js, err := doc.StrictJSON()
 		if err != nil {
-			c.add("", ErrInvalid, "not YAML or JSON: %v", err)
+			if strings.Contains(err.Error(), "already set in map") {
+				c.add("", ErrInvalid, "a key given twice: %v", err)
+			} else {
+				c.add("", ErrInvalid, "not YAML or JSON: %v", err)
+			}
 			continue
 		}
 		dec := json.NewDecoder(bytes.NewReader(js))

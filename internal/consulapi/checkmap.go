@@ -115,8 +115,10 @@ func (a *API) checkOwner(checkID string) (*instance.Instance, error) {
 // checkUpdate serves /v1/agent/check/pass|warn|fail/{id}?note= and, with
 // status "", /v1/agent/check/update/{id} (body {"Status","Output"}): the
 // status of a TTL check, which also renews it unless critical.
-func (a *API) checkUpdate(status string) handler {
+func (a *API) checkUpdate(fixed string) handler {
 	return func(w http.ResponseWriter, r *http.Request) error {
+		// Each request's own: the update endpoint reads it from the body.
+		status := fixed
 		checkID := r.PathValue("id")
 		if err := acl.Require(r, instancesWrite(a.opts.Namespace)); err != nil {
 			return err
@@ -134,6 +136,9 @@ func (a *API) checkUpdate(status string) handler {
 			dec.DisallowUnknownFields()
 			if err := dec.Decode(&body); err != nil {
 				return badRequest("body: want {\"Status\": \"passing|warning|critical\", \"Output\": \"...\"}: " + strings.TrimPrefix(err.Error(), "json: "))
+			}
+			if err := duplicateKeys(b); err != nil {
+				return err
 			}
 			if !instance.ValidStatus(body.Status) {
 				return badRequest(fmt.Sprintf("Status: %q is not passing, warning or critical", body.Status))

@@ -56,7 +56,7 @@ func duration(path string, dst *time.Duration) func(json.RawMessage) error {
 // ("Check", "Checks[2]").
 func decodeCheck(raw json.RawMessage, path string) (CheckDefinition, error) {
 	var c CheckDefinition
-	var http, tcp, grpc, serviceID, status string
+	var http, tcp, grpc, serviceID, status, interval string
 	var tcpTLS, grpcTLS bool
 	p := func(name string) string { return path + "." + name }
 	err := decodeObject(raw, path, []field{
@@ -66,7 +66,10 @@ func decodeCheck(raw json.RawMessage, path string) (CheckDefinition, error) {
 		{"Notes", str(p("Notes"), &c.Notes)},
 		{"ServiceID", str(p("ServiceID"), &serviceID)},
 		{"Status", str(p("Status"), &status)},
-		{"Interval", duration(p("Interval"), &c.Interval)},
+		{"Interval", func(raw json.RawMessage) error {
+			json.Unmarshal(raw, &interval) // the text, for the error below; duration checks it
+			return duration(p("Interval"), &c.Interval)(raw)
+		}},
 		{"Timeout", duration(p("Timeout"), &c.Timeout)},
 		{"TTL", duration(p("TTL"), &c.TTL)},
 		{"DeregisterCriticalServiceAfter", duration(p("DeregisterCriticalServiceAfter"), &c.DeregisterCriticalServiceAfter)},
@@ -127,8 +130,11 @@ func decodeCheck(raw json.RawMessage, path string) (CheckDefinition, error) {
 		return c, badRequest(path + ": no check type: give one of TTL, HTTP, TCP or GRPC")
 	case kinds > 1:
 		return c, badRequest(path + ": several check types: give one of TTL, HTTP, TCP or GRPC")
+	case c.Type != "ttl" && c.Interval <= 0 && interval != "":
+		// Given, but zero: Consul's words (Interval must be > 0).
+		return c, badRequest(fmt.Sprintf("%s.Interval: must be > 0 for %s check, got %q", path, checkKind(c.Type), interval))
 	case c.Type != "ttl" && c.Interval <= 0:
-		return c, badRequest(path + ".Interval: required for an " + strings.ToUpper(c.Type) + " check")
+		return c, badRequest(fmt.Sprintf("%s.Interval: required for %s check (a duration > 0, e.g. \"10s\")", path, checkKind(c.Type)))
 	case c.SuccessBeforePassing < 0 || c.FailuresBeforeWarning < 0 || c.FailuresBeforeCritical < 0:
 		return c, badRequest(path + ": SuccessBeforePassing, FailuresBeforeWarning and FailuresBeforeCritical must not be negative")
 	}
@@ -139,4 +145,12 @@ func decodeCheck(raw json.RawMessage, path string) (CheckDefinition, error) {
 		return c, badRequest(fmt.Sprintf("%s.Status: %q is not passing, warning or critical", path, status))
 	}
 	return c, nil
+}
+
+// checkKind names a check type with its article: "an HTTP", "a TCP".
+func checkKind(typ string) string {
+	if typ == "http" {
+		return "an HTTP"
+	}
+	return "a " + strings.ToUpper(typ)
 }

@@ -48,6 +48,9 @@ type Registry interface {
 	DeregisterGuarded(ctx context.Context, ids []string, guard registry.Guard) (int64, []string, error)
 	// SetCheck sets a check's status (a TTL check's update).
 	SetCheck(ctx context.Context, instanceID, checkID, status, output string) (int64, error)
+	// Heartbeat renews the TTL of instances (the server's own, KeepSelf)
+	// and returns the ids it did not find.
+	Heartbeat(ctx context.Context, ids []string) ([]string, error)
 }
 
 // Defaults of Options.
@@ -158,6 +161,12 @@ func (a *API) routes() {
 	a.handle("GET /v1/catalog/datacenters", a.datacenters)
 	a.handle("GET /v1/health/service/{name}", a.healthService)
 	a.handle("GET /v1/health/checks/{name}", a.healthChecks)
+	a.handle("GET /v1/health/state/{state}", a.healthState)
+	a.handle("GET /v1/agent/health/service/id/{id}", a.agentHealthByID)
+	a.handle("GET /v1/agent/health/service/name/{name}", a.agentHealthByName)
+	// A literal path beside a GET {id} route: without this, a GET of it
+	// would read "register" as an id (404) rather than answer 405.
+	a.mux.HandleFunc("GET /v1/agent/service/register", a.noRoute)
 	a.handleOpen("GET /v1/status/leader", a.leader)
 	a.handleOpen("GET /v1/status/peers", a.peers)
 	for _, u := range unsupported {
@@ -165,20 +174,28 @@ func (a *API) routes() {
 			writeText(w, http.StatusNotImplemented, "Sextant's Consul-compatible API does not serve "+u.what+" ("+r.Method+" "+r.URL.Path+"); docs/compat.md lists what it serves")
 		})
 	}
-	a.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		// A route's path with another method: 405 naming the one it takes
-		// (the mux prefers this catch-all to its own 405).
-		for _, m := range []string{http.MethodGet, http.MethodPut} {
-			probe := r.Clone(r.Context())
-			probe.Method = m
-			if _, pat := a.mux.Handler(probe); strings.HasPrefix(pat, m+" ") {
-				w.Header().Set("Allow", m)
-				writeText(w, http.StatusMethodNotAllowed, "method "+r.Method+" not allowed on "+r.URL.Path+"; allowed: "+m)
-				return
-			}
+	a.mux.HandleFunc("/", a.noRoute)
+}
+
+// noRoute answers a request no route takes: 405 with Allow when its path
+// is a route's with another method (the mux prefers this catch-all to its
+// own 405), else 404.
+func (a *API) noRoute(w http.ResponseWriter, r *http.Request) {
+	// PUT first: GET /v1/agent/service/register is a route of this
+	// handler's, whose path takes PUT.
+	for _, m := range []string{http.MethodPut, http.MethodGet} {
+		if m == r.Method || m == http.MethodGet && r.Method == http.MethodHead {
+			continue
 		}
-		writeText(w, http.StatusNotFound, "no endpoint "+r.Method+" "+r.URL.Path+" in Sextant's Consul-compatible API; docs/compat.md lists what it serves")
-	})
+		probe := r.Clone(r.Context())
+		probe.Method = m
+		if _, pat := a.mux.Handler(probe); strings.HasPrefix(pat, m+" ") {
+			w.Header().Set("Allow", m)
+			writeText(w, http.StatusMethodNotAllowed, "method "+r.Method+" not allowed on "+r.URL.Path+"; allowed: "+m)
+			return
+		}
+	}
+	writeText(w, http.StatusNotFound, "no endpoint "+r.Method+" "+r.URL.Path+" in Sextant's Consul-compatible API; docs/compat.md lists what it serves")
 }
 
 // unsupported are the parts of Consul's API Sextant does not serve: each
@@ -224,7 +241,6 @@ var unsupported = []struct{ prefix, what string }{
 	{"/v1/agent/token/", "agent tokens"},
 	{"/v1/agent/check/register", "check registers outside a service (register checks with the service)"},
 	{"/v1/agent/check/deregister/", "check deregisters (re-register the service without the check)"},
-	{"/v1/agent/health/", "the agent's local health endpoints"},
 	{"/v1/agent/metrics", "Consul's agent metrics (Sextant's are /metrics on --http)"},
 	{"/v1/agent/monitor", "log streaming"},
 	{"/v1/agent/host", "host information"},
@@ -348,15 +364,24 @@ func writeText(w http.ResponseWriter, status int, msg string) {
 // leader answers the API's own address: every Sextant server answers
 // Consul's API itself, so each is its own leader.
 func (a *API) leader(w http.ResponseWriter, r *http.Request) error {
+	if err := a.checkScope(r); err != nil {
+		return err
+	}
 	return writeValue(w, strconv.Quote(a.opts.Addr))
 }
 
 func (a *API) peers(w http.ResponseWriter, r *http.Request) error {
+	if err := a.checkScope(r); err != nil {
+		return err
+	}
 	return writeValue(w, "["+strconv.Quote(a.opts.Addr)+"]")
 }
 
 func (a *API) datacenters(w http.ResponseWriter, r *http.Request) error {
 	if err := acl.Authenticated(r.Context()); err != nil {
+		return err
+	}
+	if err := a.checkScope(r); err != nil {
 		return err
 	}
 	return writeValue(w, "["+strconv.Quote(a.opts.Datacenter)+"]")

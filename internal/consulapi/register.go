@@ -14,6 +14,7 @@ import (
 	"github.com/sextant-mesh/sextant/internal/acl"
 	"github.com/sextant-mesh/sextant/internal/dnsapi"
 	"github.com/sextant-mesh/sextant/internal/instance"
+	"github.com/sextant-mesh/sextant/internal/jsonkeys"
 	"github.com/sextant-mesh/sextant/internal/label"
 	"github.com/sextant-mesh/sextant/internal/naming"
 	"github.com/sextant-mesh/sextant/internal/store"
@@ -192,7 +193,8 @@ func refused(path, what string, empty ...string) func(json.RawMessage) error {
 }
 
 // DecodeRegister decodes a /v1/agent/service/register body strictly:
-// malformed JSON, a member of the wrong type, an unknown member and a
+// malformed JSON, a key given twice in one object, a member of the wrong
+// type, an unknown member and a
 // Consul feature Sextant does not serve are 400s naming the field. It
 // checks types only; Instance checks the values.
 func DecodeRegister(body []byte) (*Registration, error) {
@@ -207,6 +209,9 @@ func DecodeRegister(body []byte) (*Registration, error) {
 	}
 	if _, err := dec.Token(); err != io.EOF {
 		return nil, badRequest("unexpected data after the JSON object")
+	}
+	if err := duplicateKeys(body); err != nil {
+		return nil, err
 	}
 	var weights, enableTagOverride bool
 	err := decodeObject(raw, "", []field{
@@ -522,7 +527,8 @@ func (a *API) checkScope(r *http.Request) error {
 	}
 	q := r.URL.Query()
 	if dc := q.Get("dc"); dc != "" && dc != a.opts.Datacenter {
-		return badRequest(fmt.Sprintf("dc: no path to datacenter %q: this API serves %q", dc, a.opts.Datacenter))
+		// Consul's words, which its tools look for.
+		return badRequest(fmt.Sprintf("No path to datacenter: dc %q (this API serves %q)", dc, a.opts.Datacenter))
 	}
 	for _, p := range []string{"ns", "partition"} {
 		if v := q.Get(p); v != "" && v != "default" {
@@ -544,4 +550,15 @@ func instancesWrite(ns string) acl.Permission {
 
 func instancesRead(ns string) acl.Permission {
 	return acl.Permission{Resource: acl.Instances, Access: acl.Read, Namespace: ns}
+}
+
+// duplicateKeys is the 400 of a body that gives a key twice in one object
+// ({"Name":"a","Name":"b"} would register b, a Meta key its last value),
+// naming the key and its line; nil if it gives none.
+func duplicateKeys(body []byte) error {
+	var de *jsonkeys.DuplicateError
+	if errors.As(jsonkeys.Check(body), &de) {
+		return badRequest(fmt.Sprintf("%s: key %q given twice (line %d): give each key once", de.Field(), de.Key, de.Line))
+	}
+	return nil
 }

@@ -153,6 +153,10 @@ func (a *API) putPolicy(w http.ResponseWriter, r *http.Request, reg *backend, na
 	if err != nil {
 		return err
 	}
+	// Before the body is rewritten below, which would keep the last.
+	if err := duplicateKeys(body); err != nil {
+		return err
+	}
 	if !create {
 		// The name is in the path; the body may repeat it or leave it out.
 		var probe struct {

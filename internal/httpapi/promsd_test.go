@@ -170,7 +170,7 @@ func TestPrometheusSDLabelNames(t *testing.T) {
 	s := newTestServer(t, registry.Options{})
 	s.must("POST", "/v1/instances", `{"id":"x","service":"s","host":"10.0.0.1","port":80,"protocol":"http","weight":7,"metadata":{
 		"app.kubernetes.io/name":"shop","prometheus.io-port":"9102","a.b":"dot","a_b":"underscore","a-b":"dash",
-		"Upper9":"ok","quote":"say \"hi\"\n","utf8":"größe ✓"}}`, nil)
+		"Upper9":"ok","quote":"say \"hi\" \\ <b>","utf8":"größe ✓"}}`, nil)
 	groups, _ := s.sdTargets("")
 	want := map[string]string{
 		"__meta_sextant_namespace":                       "default",
@@ -185,7 +185,7 @@ func TestPrometheusSDLabelNames(t *testing.T) {
 		"__meta_sextant_metadata_prometheus_io_port":     "9102",
 		"__meta_sextant_metadata_a_b":                    "dash", // "a-b" < "a.b" < "a_b"
 		"__meta_sextant_metadata_Upper9":                 "ok",
-		"__meta_sextant_metadata_quote":                  "say \"hi\"\n",
+		"__meta_sextant_metadata_quote":                  "say \"hi\" \\ <b>",
 		"__meta_sextant_metadata_utf8":                   "größe ✓",
 	}
 	if diff := cmp.Diff(want, groups[0].Labels); diff != "" {

@@ -89,6 +89,9 @@ func (a *API) putSecret(w http.ResponseWriter, r *http.Request, reg *backend) er
 		}
 		return badRequest("", "the body is not a secret: %v", err)
 	}
+	if err := duplicateKeys(body); err != nil {
+		return err
+	}
 	if b.Type != "" && b.Type != secret.TypeTLS && b.Type != secret.TypeCA {
 		return badRequest("type", "%q: want %q (certificate and key) or %q (CA certificates only)", b.Type, secret.TypeTLS, secret.TypeCA)
 	}

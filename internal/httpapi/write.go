@@ -51,7 +51,7 @@ func decodeStrict(body []byte, v any) error {
 	if _, err := dec.Token(); err != io.EOF {
 		return badRequest("", "unexpected data after the JSON object")
 	}
-	return nil
+	return duplicateKeys(body)
 }
 
 // jsonError turns a decoding error into a 400 naming the field.

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sextant-mesh/sextant/internal/jsonkeys"
 	"github.com/sextant-mesh/sextant/internal/jsonstring"
 )
 
@@ -136,6 +137,9 @@ func (d *decodeState) checks(in *Instance) error {
 	n, err := decodeJSONValue(d.b[d.i:], &wire)
 	if err != nil {
 		return invalid(d.field("checks"), "%s", err.Error())
+	}
+	if jsonkeys.Check(d.b[d.i:d.i+n]) != nil {
+		return d.duplicate()
 	}
 	d.i += n
 	in.Checks = nil

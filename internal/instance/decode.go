@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/sextant-mesh/sextant/internal/jsonkeys"
 	"github.com/sextant-mesh/sextant/internal/jsonstring"
 	"github.com/sextant-mesh/sextant/internal/label"
 )
@@ -375,16 +376,14 @@ func (d *decodeState) metadata(in *Instance) error {
 	if in.Metadata, ok = label.FromBytePairs(pairs); ok {
 		return nil
 	}
-	// Sort by key keeping the last of repeated keys, as a map would.
+	// Sort by key; a key given twice is refused (a map would keep the last).
 	slices.SortStableFunc(pairs, func(a, b pair) int { return bytes.Compare(a.Key, b.Key) })
-	kept := pairs[:0]
-	for i, p := range pairs {
-		if i+1 < len(pairs) && bytes.Equal(pairs[i+1].Key, p.Key) {
-			continue
+	for i := 1; i < len(pairs); i++ {
+		if bytes.Equal(pairs[i-1].Key, pairs[i].Key) {
+			return d.duplicate()
 		}
-		kept = append(kept, p)
 	}
-	in.Metadata, _ = label.FromBytePairs(kept)
+	in.Metadata, _ = label.FromBytePairs(pairs)
 	return nil
 }
 
@@ -489,11 +488,83 @@ func knownName(kb []byte) (string, bool) {
 	return "", false
 }
 
+// memberBit is the bit of an instance member (or the body's "instances")
+// in a set of the members an object gave, 0 for an unknown name.
+func memberBit(kb []byte) uint32 {
+	switch string(kb) {
+	case "metadata":
+		return 1 << 0
+	case "checks":
+		return 1 << 1
+	case "instances":
+		return 1 << 2
+	case "id":
+		return 1 << 3
+	case "namespace":
+		return 1 << 4
+	case "service":
+		return 1 << 5
+	case "host":
+		return 1 << 6
+	case "protocol":
+		return 1 << 7
+	case "version":
+		return 1 << 8
+	case "port":
+		return 1 << 9
+	case "weight":
+		return 1 << 10
+	case "ttl_seconds":
+		return 1 << 11
+	case "deregister_after_seconds":
+		return 1 << 12
+	case "isolated":
+		return 1 << 13
+	case "healthy":
+		return 1 << 14
+	case "revision":
+		return 1 << 15
+	case "created_at":
+		return 1 << 16
+	case "updated_at":
+		return 1 << 17
+	}
+	return 0
+}
+
+// once refuses a member an object already gave (encoding/json would keep
+// the last without a word): seen is the object's set of members.
+func (d *decodeState) once(kb []byte, seen *uint32) error {
+	bit := memberBit(kb)
+	if *seen&bit != 0 {
+		return d.duplicate()
+	}
+	*seen |= bit
+	return nil
+}
+
+// duplicate is the error of a key the body gives twice in one object,
+// naming the first such key and its line (only on this error path is the
+// body walked again).
+func (d *decodeState) duplicate() error {
+	var de *jsonkeys.DuplicateError
+	if errors.As(jsonkeys.Check(d.b), &de) {
+		return &FieldError{Index: -1, Field: de.Field(), Msg: fmt.Sprintf("key %q given twice (line %d): give each key once", de.Key, de.Line)}
+	}
+	return invalid("", "a key given twice in one object")
+}
+
 func (d *decodeState) instance() (*Instance, error) {
 	in := &Instance{}
 	weightSet := false
 	var ih idHost
-	if err := d.object(func(key []byte) error { return d.instanceMember(key, in, &weightSet, &ih) }); err != nil {
+	var seen uint32
+	if err := d.object(func(key []byte) error {
+		if err := d.once(key, &seen); err != nil {
+			return err
+		}
+		return d.instanceMember(key, in, &weightSet, &ih)
+	}); err != nil {
 		return nil, err
 	}
 	if !weightSet {
@@ -528,7 +599,11 @@ func DecodeRegister(body []byte) ([]*Instance, bool, error) {
 	var bareIH idHost
 	var batch []*Instance
 	sawBatch := false
+	var seen uint32
 	err := d.object(func(key []byte) error {
+		if err := d.once(key, &seen); err != nil {
+			return err
+		}
 		if string(key) != "instances" {
 			return d.instanceMember(key, bare, &weightSet, &bareIH)
 		}

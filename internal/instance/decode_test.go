@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sextant-mesh/sextant/internal/jsonkeys"
 	"github.com/sextant-mesh/sextant/internal/label"
 )
 
@@ -195,7 +196,7 @@ func (r referenceInstance) sameChecks(checks []Check) bool {
 }
 
 // FuzzDecodeRegisterMatchesEncodingJSON: whatever decodeRegister accepts,
-// encoding/json (strict) accepts too, with the same instances; whatever
+// encoding/json (strict, and refusing a key given twice: jsonkeys) accepts too, with the same instances; whatever
 // encoding/json rejects, decodeRegister rejects. decodeRegister may reject
 // more: it matches field names case-sensitively.
 func FuzzDecodeRegisterMatchesEncodingJSON(f *testing.F) {
@@ -210,7 +211,9 @@ func FuzzDecodeRegisterMatchesEncodingJSON(f *testing.F) {
 		// metadata in compact form (the fast path), and each way out of it
 		`{"metadata":{"b":"2","a":"1","b":"3"}}`, `{"metadata":{}}`, `{"metadata":{"a":"1", "b":"2"}}`,
 		`{"metadata":{"a":"1","b":"x\"y"}}`, `{"metadata":{"a":"1","b":"é"}}`, `{"metadata":{"a":"1","b":null}}`,
-		`{"metadata":{"a":"1","b":2}}`, `{"metadata":{"a":"1","b"}}`, `{"metadata":{"a":"1"x}`, `{"metadata":{"a":"1",`,
+		`{"metadata":{"a":"1","b":2}}`, `{"metadata":{"a":"1","b"}}`, `{"service":"a","service":"b"}`,
+		`{"instances":[{"port":1},{"port":1,"port":2}]}`, `{"instances":[],"instances":[]}`, `{"metadata":null,"metadata":{}}`,
+		`{"metadata":{"a":"1", "a":"1"}}`, `{"checks":[{"type":"tcp","type":"ttl"}]}`, `{"checks":[{"header":{"A":["1"],"A":["2"]}}]}`, `{"metadata":{"a":"1"x}`, `{"metadata":{"a":"1",`,
 		"{\"metadata\":{\"a\":\"x\x01}}", "{\"metadata\":{\"a\x7f\":\"1\"}}",
 		// checks: decoded by encoding/json inside the hand-written decoder
 		`{"checks":[{"type":"http","target":"http://h/x","interval":"10s","header":{"A":["1"]},"tls_skip_verify":true}]}`,
@@ -225,6 +228,11 @@ func FuzzDecodeRegisterMatchesEncodingJSON(f *testing.F) {
 		got, batch, err := DecodeRegister(body)
 		var ref referenceBody
 		refErr := decodeStrict(body, &ref)
+		if refErr == nil {
+			// encoding/json keeps the last of a key given twice; Sextant
+			// refuses the body.
+			refErr = jsonkeys.Check(body)
+		}
 		if refErr != nil {
 			if err == nil {
 				t.Fatalf("decodeRegister accepted what encoding/json rejects (%v): %q", refErr, body)

@@ -145,6 +145,11 @@ func Prepare(i int, in *Instance) error {
 	if len(in.Version) > MaxShortField || !utf8.ValidString(in.Version) {
 		return NewFieldError(i, "version", "must be at most %d bytes of UTF-8", MaxShortField)
 	}
+	for _, f := range [...]struct{ name, v string }{{"protocol", in.Protocol}, {"version", in.Version}} {
+		if at := controlAt(f.v); at >= 0 {
+			return NewFieldError(i, f.name, "holds a control character (%q at byte %d): text without control characters", f.v[at:at+1+int(f.v[at]>>7)], at)
+		}
+	}
 	if in.Weight < 0 || in.Weight > MaxWeight {
 		return NewFieldError(i, "weight", "%d is out of range 0..%d", in.Weight, MaxWeight)
 	}
@@ -199,6 +204,9 @@ func prepareMetadata(i int, md label.Labels) error {
 		if len(v) > MaxValueLen {
 			return NewFieldError(i, "metadata."+k, "value must be at most %d bytes of UTF-8", MaxValueLen)
 		}
+		if at := controlAt(v); at >= 0 {
+			return NewFieldError(i, "metadata."+k, "value holds a control character (%q at byte %d): values are text without control characters", v[at:at+1+int(v[at]>>7)], at)
+		}
 	}
 	// The keys are ASCII: the values are valid UTF-8 if all the pairs'
 	// bytes are, checked at once (a call per value was ~1,000 instructions
@@ -225,4 +233,19 @@ func CheckIDs(ids []string) error {
 		}
 	}
 	return nil
+}
+
+// controlAt is the offset of the first control character of s (C0, DEL,
+// or C1 in UTF-8: 0xC2 0x80..0x9F), or -1. A NUL or an escape sequence in
+// a value would reach terminals, logs and the DNS answers that print it.
+func controlAt(s string) int {
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c < 0x20 || c == 0x7f:
+			return i
+		case c == 0xc2 && i+1 < len(s) && s[i+1] >= 0x80 && s[i+1] <= 0x9f:
+			return i
+		}
+	}
+	return -1
 }

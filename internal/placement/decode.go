@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	strictjson "sigs.k8s.io/json"
 
+	"github.com/sextant-mesh/sextant/internal/jsonkeys"
 	"github.com/sextant-mesh/sextant/internal/manifest"
 )
 
@@ -277,6 +278,10 @@ func strictDecode(j []byte, v any) error {
 			msg := "unknown field"
 			if strings.HasPrefix(fe.Error(), "duplicate") {
 				msg = "duplicate field"
+				var de *jsonkeys.DuplicateError
+				if errors.As(jsonkeys.Check(j), &de) {
+					msg = fmt.Sprintf("duplicate field: key %q given twice (line %d)", de.Key, de.Line)
+				}
 			}
 			return fieldErr(fe.FieldPath(), "%s", msg)
 		}

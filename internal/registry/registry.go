@@ -121,7 +121,12 @@ func New(opts Options) *Registry {
 	}
 	if !opts.KeepHealthAtLoad {
 		// The heartbeat is judged afresh; the checks' state is durable.
-		codec.Loaded = func(in *instance.Instance) { in.TTLExpired = false; in.SetHealthy() }
+		codec.Loaded = func(in *instance.Instance) bool {
+			changed, was := in.TTLExpired, in.Healthy
+			in.TTLExpired = false
+			in.SetHealthy()
+			return changed || in.Healthy != was
+		}
 	}
 	r.table = catalog.NewGroups(codec)
 	return r
