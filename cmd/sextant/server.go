@@ -27,6 +27,7 @@ import (
 	"github.com/sextant-mesh/sextant/internal/cluster"
 	"github.com/sextant-mesh/sextant/internal/commit"
 	"github.com/sextant-mesh/sextant/internal/config"
+	"github.com/sextant-mesh/sextant/internal/connlimit"
 	"github.com/sextant-mesh/sextant/internal/console"
 	"github.com/sextant-mesh/sextant/internal/consulapi"
 	"github.com/sextant-mesh/sextant/internal/dnsapi"
@@ -53,6 +54,10 @@ type serverFlags struct {
 	http         string
 	xds          string
 	xdsMaxAge    time.Duration
+	// The xDS port's door (xdsdoor.go): 0 is the default of each.
+	xdsHandshake time.Duration
+	xdsPerSource int
+	xdsMaxConns  int
 	meshRoot     string
 	logFormat    string
 	logLevel     string
@@ -143,6 +148,9 @@ consul_sd: Consul's services are the services of --consul-namespace.`,
 	fl.StringVar(&f.xds, "xds", "127.0.0.1:7402", "address the xDS (ADS over gRPC) server listens on; empty: no xDS")
 	fl.StringVar(&f.meshRoot, "mesh-root-namespace", config.DefaultRootNamespace, "the namespace whose PeerAuthentication and AuthorizationPolicy apply to the whole mesh (Istio's rootNamespace)")
 	fl.DurationVar(&f.xdsMaxAge, "xds-max-connection-age", xds.DefaultMaxConnectionAge, "close an xDS client's connection after about this long, so that streams spread over servers that joined since (delta clients resume with nothing resent); 0: never")
+	fl.DurationVar(&f.xdsHandshake, "xds-handshake-timeout", defaultXDSHandshake, "close an xDS connection that has not finished its TLS and HTTP/2 handshake within this long")
+	fl.IntVar(&f.xdsPerSource, "xds-max-connections-per-source", connlimit.DefaultPerSource, "xDS connections one IP address may hold open; more are closed at once (-1: no cap)")
+	fl.IntVar(&f.xdsMaxConns, "xds-max-connections", 0, "xDS connections open at most; more are closed at once (0: half the open-file limit; -1: no cap)")
 	fl.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	fl.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fl.IntVar(&f.logSize, "change-log", 1<<18, "changes kept for /v1/changes and watches before older ones are compacted")
@@ -355,13 +363,14 @@ func runServer(ctx context.Context, f serverFlags) error {
 		maxAge = -1 // never
 	}
 	ads := xds.NewServer(cache, xds.ServerOptions{Logger: log.With("component", "xds"), Metrics: xds.NewMetrics(metrics),
-		GRPC: xdsServerOptions(guard, tlsCfg), MaxConnectionAge: maxAge})
+		GRPC: append(xdsServerOptions(guard, tlsCfg), xdsHandshake(f)), MaxConnectionAge: maxAge})
 	if f.xds != "" {
 		// Without an xDS listener nothing consumes what the engine pushes.
 		lc.start("push engine", true, engine.Run)
 		// Istio Gateways: listeners, routes and SDS secrets for gateways.
 		gateways := ingress.New(eng.Catalog(), cfg, secrets, cache, log.With("component", "ingress"))
 		lc.start("ingress publisher", true, gateways.Run)
+		xln := limitXDS(xln, f, metrics)
 		lc.start("xds server", true, func(ctx context.Context) error { return ads.Serve(ctx, xln) })
 		log.Info("serving xDS", "addr", xln.Addr().String(), "tls", tlsCfg != nil)
 		warnExposed(log.With("listener", "xds"), xln.Addr().String(), tlsCfg != nil, f)
