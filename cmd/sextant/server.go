@@ -94,6 +94,8 @@ type serverFlags struct {
 	consulNamespace string
 
 	xdsListener net.Listener // tests: serve xDS on it instead of listening on --xds
+	// allowedHosts: more names a loopback listener answers to (httpapi.BrowserGuard).
+	allowedHosts []string
 }
 
 func init() {
@@ -151,6 +153,7 @@ consul_sd: Consul's services are the services of --consul-namespace.`,
 	fl.DurationVar(&f.xdsHandshake, "xds-handshake-timeout", defaultXDSHandshake, "close an xDS connection that has not finished its TLS and HTTP/2 handshake within this long")
 	fl.IntVar(&f.xdsPerSource, "xds-max-connections-per-source", connlimit.DefaultPerSource, "xDS connections one IP address may hold open; more are closed at once (-1: no cap)")
 	fl.IntVar(&f.xdsMaxConns, "xds-max-connections", 0, "xDS connections open at most; more are closed at once (0: half the open-file limit; -1: no cap)")
+	fl.StringSliceVar(&f.allowedHosts, "allowed-hosts", nil, "more host names the HTTP and Consul APIs answer to on a loopback address, besides localhost and IP addresses (those a local reverse proxy sends in Host); *: any (docs/security.md)")
 	fl.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	fl.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fl.IntVar(&f.logSize, "change-log", 1<<18, "changes kept for /v1/changes and watches before older ones are compacted")
@@ -250,7 +253,7 @@ func runServer(ctx context.Context, f serverFlags) error {
 		// The ADS server closes it once it serves; this, on an early return.
 		lc.add("xds listener", func() error { xln.Close(); return nil })
 	}
-	srv, ln := newHTTPServer(ln, serverMux(api, guard, f.pprof), tlsCfg, log)
+	srv, ln := newHTTPServer(ln, browserGuard(serverMux(api, guard, f.pprof), ln, f), tlsCfg, log)
 	srv.RegisterOnShutdown(api.Shutdown)
 	// Closed last: by then the drain below has let its requests finish.
 	lc.serve("http server", true, func() error { return srv.Serve(ln) }, func() error { srv.Close(); return nil })
@@ -479,6 +482,9 @@ func (f serverFlags) validate() error {
 		return fmt.Errorf("--deregister-after %v: must not be negative (0: never)", f.deregisterAfter)
 	case f.aclAnonRead && !f.acl:
 		return fmt.Errorf("--acl-anonymous-read needs --acl")
+	case !validHosts(f.allowedHosts):
+		_, err := httpapi.BrowserGuard(http.NotFoundHandler(), httpapi.BrowserOptions{AllowedHosts: f.allowedHosts})
+		return fmt.Errorf("--allowed-hosts: %w", err)
 	case f.consulNamespace != "" && !naming.ValidName(f.consulNamespace):
 		return fmt.Errorf("--consul-namespace %q: not a valid namespace: 1..128 chars of [a-z0-9-._], starting and ending with a letter or digit", f.consulNamespace)
 	}
@@ -656,7 +662,7 @@ func serveConsulAPI(lc *lifecycle, f serverFlags, ln net.Listener, reg *registry
 	if err != nil {
 		return err
 	}
-	srv, sln := newHTTPServer(ln, api, tlsCfg, log)
+	srv, sln := newHTTPServer(ln, browserGuard(api, ln, f), tlsCfg, log)
 	srv.RegisterOnShutdown(api.Shutdown)
 	lc.serve("consul api", true, func() error { return srv.Serve(sln) }, func() error { drainHTTP(srv, f.drain, log); return nil })
 	log.Info("serving the Consul API", "addr", ln.Addr().String(), "namespace", f.consulNamespace, "tls", tlsCfg != nil)
