@@ -15,6 +15,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/sextant-mesh/sextant/internal/gateway/xdsclient"
+	"github.com/sextant-mesh/sextant/internal/tlspolicy"
 )
 
 // tlsHandshakeTimeout bounds a client's TLS handshake.
@@ -177,7 +178,9 @@ func (l *tlsListenerRT) add(cs *chainSpec, c *tlsChainRT) {
 // chainConfig builds a chain's handshake config from its context and the
 // secrets received; a secret not (yet) received leaves it not ready.
 func chainConfig(t *tlsContextSpec, secrets map[string]any) (*tls.Config, string) {
-	conf := &tls.Config{MinVersion: t.minVer, MaxVersion: t.maxVer, NextProtos: slices.Clone(t.alpn)}
+	// Mozilla's intermediate suites whatever the context asks (tls_params'
+	// cipher_suites are refused, tlsconfig.go), TLS 1.2 at least.
+	conf := tlspolicy.Server(&tls.Config{MinVersion: t.minVer, MaxVersion: t.maxVer, NextProtos: slices.Clone(t.alpn)})
 	var why string
 	var ca *x509.CertPool
 	if conf.Certificates, ca, why = resolveSecrets(t.certs, t.certSecrets, t.ca, t.caSecret, secrets); why != "" {
