@@ -270,6 +270,7 @@ type tlsServerConn struct {
 	// reads it without copying the connection state.
 	state *tls.ConnectionState
 	peer  peerNames // of state's peer certificate, for RBAC
+	lf    lfGuard   // edges.go
 }
 
 // ServeTLS serves TLS on ln until Shutdown, with the filter chains of the
@@ -337,6 +338,7 @@ func (g *Gateway) handshake(c net.Conn, base *tls.Config, port uint32, fastLn, h
 		hello, sni, err := peekHello(c)
 		if err != nil {
 			g.metrics.tlsHandshakeErrors.Inc()
+			plainOnTLS(c, err)
 			g.log.Debug("gateway: TLS handshake failed", "remote", c.RemoteAddr().String(), "err", err)
 			c.Close()
 			return
@@ -350,6 +352,7 @@ func (g *Gateway) handshake(c net.Conn, base *tls.Config, port uint32, fastLn, h
 	tc := tls.Server(c, base)
 	if err := tc.Handshake(); err != nil {
 		g.metrics.tlsHandshakeErrors.Inc()
+		plainOnTLS(c, err)
 		g.log.Debug("gateway: TLS handshake failed", "remote", c.RemoteAddr().String(), "err", err)
 		c.Close()
 		return
