@@ -27,11 +27,12 @@ func adminOrigins(f gatewayFlags) ([]string, error) {
 	if err != nil || u.Host == "" {
 		return out, nil // --registry's own check names it
 	}
-	out = append(out, u.Scheme+"://"+u.Host)
+	own := u.Scheme + "://" + u.Host
+	out = append(out, own)
 	host, port := u.Hostname(), u.Port()
 	if ip := net.ParseIP(host); host == "localhost" || (ip != nil && ip.IsLoopback()) {
 		for _, n := range []string{"localhost", "127.0.0.1", "[::1]"} {
-			if o := u.Scheme + "://" + n + portSuffix(port); !strings.EqualFold(o, out[len(out)-1]) {
+			if o := u.Scheme + "://" + n + portSuffix(port); !strings.EqualFold(o, own) {
 				out = append(out, o)
 			}
 		}
