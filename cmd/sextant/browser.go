@@ -4,6 +4,7 @@ import (
 	"net"
 	"net/http"
 
+	"github.com/sextant-mesh/sextant/internal/browserguard"
 	"github.com/sextant-mesh/sextant/internal/httpapi"
 )
 
@@ -11,15 +12,15 @@ import (
 // loopback address, Hosts that are not this machine's (docs/security.md,
 // "Threat model"). --allowed-hosts was checked by validate.
 func browserGuard(h http.Handler, ln net.Listener, f serverFlags) http.Handler {
-	g, err := httpapi.BrowserGuard(h, httpapi.BrowserOptions{Addr: ln.Addr().String(), AllowedHosts: f.allowedHosts})
+	g, err := browserguard.New(browserguard.Options{Addr: ln.Addr().String(), AllowedHosts: f.allowedHosts, HostsFlag: "--allowed-hosts"})
 	if err != nil {
 		panic(err) // validate refused it before anything listened
 	}
-	return g
+	return httpapi.BrowserGuard(h, g)
 }
 
-// validHosts reports whether --allowed-hosts are host names BrowserGuard takes.
-func validHosts(hosts []string) bool {
-	_, err := httpapi.BrowserGuard(http.NotFoundHandler(), httpapi.BrowserOptions{AllowedHosts: hosts})
-	return err == nil
+// validHosts checks --allowed-hosts.
+func validHosts(hosts []string) error {
+	_, err := browserguard.New(browserguard.Options{AllowedHosts: hosts})
+	return err
 }

@@ -482,9 +482,8 @@ func (f serverFlags) validate() error {
 		return fmt.Errorf("--deregister-after %v: must not be negative (0: never)", f.deregisterAfter)
 	case f.aclAnonRead && !f.acl:
 		return fmt.Errorf("--acl-anonymous-read needs --acl")
-	case !validHosts(f.allowedHosts):
-		_, err := httpapi.BrowserGuard(http.NotFoundHandler(), httpapi.BrowserOptions{AllowedHosts: f.allowedHosts})
-		return fmt.Errorf("--allowed-hosts: %w", err)
+	case validHosts(f.allowedHosts) != nil:
+		return fmt.Errorf("--allowed-hosts: %w", validHosts(f.allowedHosts))
 	case f.consulNamespace != "" && !naming.ValidName(f.consulNamespace):
 		return fmt.Errorf("--consul-namespace %q: not a valid namespace: 1..128 chars of [a-z0-9-._], starting and ending with a letter or digit", f.consulNamespace)
 	}

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/sextant-mesh/sextant/client"
+	"github.com/sextant-mesh/sextant/internal/browserguard"
 	"github.com/sextant-mesh/sextant/internal/calllog"
 	"github.com/sextant-mesh/sextant/internal/gateway/xdsclient"
 )
@@ -63,16 +64,33 @@ type AdminOptions struct {
 	// Pprof serves /debug/pprof/: the process's memory, open to whoever
 	// reaches the admin unless Authorize is set.
 	Pprof bool
+	// Browser, when set, refuses what it refuses (a web page's
+	// cross-origin write; on loopback, a Host not this machine's: DNS
+	// rebinding would let a page read the calls) before anything else.
+	Browser *browserguard.Guard
 }
 
 // AdminHandlerOptions is the admin API with o.
 func (g *Gateway) AdminHandlerOptions(log *calllog.Log, o AdminOptions) http.Handler {
 	mux := http.NewServeMux()
 	h := g.adminRoutes(mux, log, o)
-	authorize := o.Authorize
-	if authorize == nil {
+	if o.Authorize != nil {
+		h = authorized(h, o.Authorize)
+	}
+	if o.Browser == nil {
 		return h
 	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := o.Browser.Check(r); err != nil {
+			writeError(w, http.StatusForbidden, "permission_denied", err.Error())
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// authorized serves h the requests authorize lets through.
+func authorized(h http.Handler, authorize AdminAuthorizer) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/healthz" || r.URL.Path == "/readyz" {
 			h.ServeHTTP(w, r)

@@ -3,7 +3,10 @@ package gateway
 import (
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
+
+	"github.com/sextant-mesh/sextant/internal/browserguard"
 )
 
 // TestAdminReadableByConsoleOnly: the web console, served by a registry
@@ -75,3 +78,38 @@ var errTestDenied = errorString("no token")
 type errorString string
 
 func (e errorString) Error() string { return string(e) }
+
+// TestAdminBrowserGuard: on a loopback admin, a page that rebinds its own
+// name to 127.0.0.1 cannot read the calls (403), nor can another site's
+// page post to it; the console's reads, at the admin's IP address, pass.
+func TestAdminBrowserGuard(t *testing.T) {
+	console := "http://127.0.0.1:7400"
+	bg, err := browserguard.New(browserguard.Options{Addr: "127.0.0.1:7403"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := New(Options{}).AdminHandlerOptions(nil, AdminOptions{Origins: []string{console}, Browser: bg})
+	for _, c := range []struct {
+		method, path, host, origin string
+		want                       int
+	}{
+		{"GET", "/v1/config", "127.0.0.1:7403", console, http.StatusOK},
+		{"GET", "/healthz", "localhost:7403", "", http.StatusOK},
+		{"GET", "/v1/config", "evil.example:7403", "", http.StatusForbidden},
+		{"POST", "/v1/rbac:dry-run", "127.0.0.1:7403", "http://evil.example", http.StatusForbidden},
+	} {
+		r := httptest.NewRequest(c.method, c.path, nil)
+		r.Host = c.host
+		if c.origin != "" {
+			r.Header.Set("Origin", c.origin)
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code != c.want {
+			t.Errorf("%s %s Host %s Origin %q: %d %s, want %d", c.method, c.path, c.host, c.origin, w.Code, w.Body, c.want)
+		}
+		if c.want == http.StatusForbidden && !strings.Contains(w.Body.String(), "permission_denied") {
+			t.Errorf("%s %s: %s", c.method, c.path, w.Body)
+		}
+	}
+}
