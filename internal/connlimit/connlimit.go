@@ -6,9 +6,11 @@
 package connlimit
 
 import (
+	"errors"
 	"net"
 	"net/netip"
 	"sync"
+	"syscall"
 )
 
 // DefaultPerSource is the cap per source address when Options.PerSource is
@@ -131,6 +133,20 @@ type conn struct {
 	src  netip.Addr
 	once sync.Once
 }
+
+// SyscallConn reaches the connection's socket (a server setting socket
+// options, as gRPC's TCP_USER_TIMEOUT, sees the wrapper, not a
+// *net.TCPConn).
+func (c *conn) SyscallConn() (syscall.RawConn, error) {
+	sc, ok := c.Conn.(syscall.Conn)
+	if !ok {
+		return nil, errNoSocket
+	}
+	return sc.SyscallConn()
+}
+
+// errNoSocket: the wrapped connection has no socket to reach.
+var errNoSocket = errors.New("connlimit: the connection has no socket")
 
 func (c *conn) Close() error {
 	err := c.Conn.Close()
