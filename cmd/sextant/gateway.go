@@ -24,6 +24,7 @@ import (
 
 	"github.com/sextant-mesh/sextant/client"
 	"github.com/sextant-mesh/sextant/internal/acl"
+	"github.com/sextant-mesh/sextant/internal/browserguard"
 	"github.com/sextant-mesh/sextant/internal/calllog"
 	"github.com/sextant-mesh/sextant/internal/gateway"
 	"github.com/sextant-mesh/sextant/internal/gateway/xdsclient"
@@ -37,6 +38,9 @@ type gatewayFlags struct {
 	token, caFile            string
 	certFile, keyFile        string
 	adminACL                 bool
+	adminPprof               bool
+	adminOrigins             []string
+	adminHosts               []string
 	identityNS, identitySA   string
 	maxBody                  int
 	noRecords                bool
@@ -92,6 +96,9 @@ docs/gateway.md.`,
 	fl.StringVar(&f.certFile, "cert-file", "", "client certificate (PEM) for mutual TLS")
 	fl.StringVar(&f.keyFile, "key-file", "", "client key (PEM) for mutual TLS")
 	fl.BoolVar(&f.adminACL, "admin-acl", false, "check every admin request's bearer token with the server at --registry (calls need instances:read on their namespace; config and metrics need push:read)")
+	fl.BoolVar(&f.adminPprof, "admin-pprof", false, "serve Go profiles (/debug/pprof/) on the admin API without --admin-acl (with it they are served to tokens with push:read)")
+	fl.StringArrayVar(&f.adminOrigins, "admin-cors-origin", nil, "a web origin (scheme://host:port) whose pages may read the admin API besides the web console of --registry (repeatable)")
+	fl.StringSliceVar(&f.adminHosts, "admin-allowed-hosts", nil, "more host names the admin API answers to on a loopback --admin, besides localhost and IP addresses; *: any (docs/security.md)")
 	fl.StringVar(&f.identityNS, "identity-namespace", "", "get this gateway's workload identity (for DestinationRules' tls ISTIO_MUTUAL) for this namespace from the server at --registry; the token needs identity:write on it")
 	fl.StringVar(&f.identitySA, "identity-service-account", "sextant-gateway", "the service account of --identity-namespace's identity")
 	fl.IntVar(&f.maxBody, "max-request-bytes", 0, "largest request body accepted (413 beyond); 0: no limit (bodies stream)")
@@ -170,6 +177,13 @@ func runGateway(ctx context.Context, f gatewayFlags) error {
 		}
 		authorize = newServerAuthorizer(rc, 5*time.Second).authorize
 	}
+	origins, err := adminOrigins(f)
+	if err != nil {
+		return err
+	}
+	if _, err := browserguard.New(browserguard.Options{AllowedHosts: f.adminHosts}); err != nil {
+		return fmt.Errorf("--admin-allowed-hosts: %w", err)
+	}
 	if f.identityNS != "" {
 		if f.registry == "" {
 			return errors.New("--identity-namespace gets the identity from the server at --registry: set --registry")
@@ -207,8 +221,10 @@ func runGateway(ctx context.Context, f gatewayFlags) error {
 		ln.Close()
 		return fmt.Errorf("admin listen on %s: %w", f.admin, err)
 	}
-	asrv := &http.Server{Handler: g.AdminHandlerWith(lg, authorize), ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	bg, _ := browserguard.New(browserguard.Options{Addr: aln.Addr().String(), AllowedHosts: f.adminHosts, HostsFlag: "--admin-allowed-hosts"}) // checked above
+	asrv := &http.Server{Handler: g.AdminHandlerOptions(lg, gateway.AdminOptions{Authorize: authorize, Origins: origins, Pprof: f.adminPprof || authorize != nil, Browser: bg}),
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	lc.serve("admin server", false, func() error { return asrv.Serve(aln) }, func() error { asrv.Close(); return nil })
 	lc.start("xds client", false, xc.Run)
 	lc.serve("proxy", true, func() error { return g.Serve(ln) }, func() error {

@@ -27,6 +27,7 @@ import (
 	"github.com/sextant-mesh/sextant/internal/cluster"
 	"github.com/sextant-mesh/sextant/internal/commit"
 	"github.com/sextant-mesh/sextant/internal/config"
+	"github.com/sextant-mesh/sextant/internal/connlimit"
 	"github.com/sextant-mesh/sextant/internal/console"
 	"github.com/sextant-mesh/sextant/internal/consulapi"
 	"github.com/sextant-mesh/sextant/internal/dnsapi"
@@ -53,6 +54,10 @@ type serverFlags struct {
 	http         string
 	xds          string
 	xdsMaxAge    time.Duration
+	// The xDS port's door (xdsdoor.go): 0 is the default of each.
+	xdsHandshake time.Duration
+	xdsPerSource int
+	xdsMaxConns  int
 	meshRoot     string
 	logFormat    string
 	logLevel     string
@@ -94,6 +99,8 @@ type serverFlags struct {
 	// storePasswordFile holds --store's password (storepass.go);
 	// storePassword is what it or $SEXTANT_STORE_PASSWORD gave.
 	storePasswordFile, storePassword string
+	// allowedHosts: more names a loopback listener answers to (browserguard).
+	allowedHosts []string
 }
 
 func init() {
@@ -149,6 +156,10 @@ consul_sd: Consul's services are the services of --consul-namespace.`,
 	fl.StringVar(&f.xds, "xds", "127.0.0.1:7402", "address the xDS (ADS over gRPC) server listens on; empty: no xDS")
 	fl.StringVar(&f.meshRoot, "mesh-root-namespace", config.DefaultRootNamespace, "the namespace whose PeerAuthentication and AuthorizationPolicy apply to the whole mesh (Istio's rootNamespace)")
 	fl.DurationVar(&f.xdsMaxAge, "xds-max-connection-age", xds.DefaultMaxConnectionAge, "close an xDS client's connection after about this long, so that streams spread over servers that joined since (delta clients resume with nothing resent); 0: never")
+	fl.DurationVar(&f.xdsHandshake, "xds-handshake-timeout", defaultXDSHandshake, "close an xDS connection that has not finished its TLS and HTTP/2 handshake within this long")
+	fl.IntVar(&f.xdsPerSource, "xds-max-connections-per-source", connlimit.DefaultPerSource, "xDS connections one IP address may hold open; more are closed at once (-1: no cap)")
+	fl.IntVar(&f.xdsMaxConns, "xds-max-connections", 0, "xDS connections open at most; more are closed at once (0: half the open-file limit; -1: no cap)")
+	fl.StringSliceVar(&f.allowedHosts, "allowed-hosts", nil, "more host names the HTTP and Consul APIs answer to on a loopback address, besides localhost and IP addresses (those a local reverse proxy sends in Host); *: any (docs/security.md)")
 	fl.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	fl.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fl.IntVar(&f.logSize, "change-log", 1<<18, "changes kept for /v1/changes and watches before older ones are compacted")
@@ -256,7 +267,7 @@ func runServer(ctx context.Context, f serverFlags) error {
 		// The ADS server closes it once it serves; this, on an early return.
 		lc.add("xds listener", func() error { xln.Close(); return nil })
 	}
-	srv, ln := newHTTPServer(ln, serverMux(api, guard, f.pprof), tlsCfg, log)
+	srv, ln := newHTTPServer(ln, browserGuard(serverMux(api, guard, f.pprof), ln, f), tlsCfg, log)
 	srv.RegisterOnShutdown(api.Shutdown)
 	// Closed last: by then the drain below has let its requests finish.
 	lc.serve("http server", true, func() error { return srv.Serve(ln) }, func() error { srv.Close(); return nil })
@@ -372,7 +383,7 @@ func runServer(ctx context.Context, f serverFlags) error {
 		maxAge = -1 // never
 	}
 	ads := xds.NewServer(cache, xds.ServerOptions{Logger: log.With("component", "xds"), Metrics: xds.NewMetrics(metrics),
-		GRPC: xdsServerOptions(guard, tlsCfg), MaxConnectionAge: maxAge,
+		GRPC: append(xdsServerOptions(guard, tlsCfg), xdsHandshake(f)), MaxConnectionAge: maxAge,
 		// A Secret (a private key) goes only to secret:read on its namespace, audited.
 		SecretAccess: func(ctx context.Context) xds.SecretAccess { return acl.SDS(ctx) }})
 	if f.xds != "" {
@@ -381,6 +392,7 @@ func runServer(ctx context.Context, f serverFlags) error {
 		// Istio Gateways: listeners, routes and SDS secrets for gateways.
 		gateways := ingress.New(eng.Catalog(), cfg, secrets, cache, log.With("component", "ingress"))
 		lc.start("ingress publisher", true, gateways.Run)
+		xln := limitXDS(xln, f, metrics)
 		lc.start("xds server", true, func(ctx context.Context) error { return ads.Serve(ctx, xln) })
 		log.Info("serving xDS", "addr", xln.Addr().String(), "tls", tlsCfg != nil)
 		warnExposed(log.With("listener", "xds"), xln.Addr().String(), tlsCfg != nil, f)
@@ -489,6 +501,8 @@ func (f serverFlags) validate() error {
 		return fmt.Errorf("--deregister-after %v: must not be negative (0: never)", f.deregisterAfter)
 	case f.aclAnonRead && !f.acl:
 		return fmt.Errorf("--acl-anonymous-read needs --acl")
+	case validHosts(f.allowedHosts) != nil:
+		return fmt.Errorf("--allowed-hosts: %w", validHosts(f.allowedHosts))
 	case f.consulNamespace != "" && !naming.ValidName(f.consulNamespace):
 		return fmt.Errorf("--consul-namespace %q: not a valid namespace: 1..128 chars of [a-z0-9-._], starting and ending with a letter or digit", f.consulNamespace)
 	}
@@ -666,7 +680,7 @@ func serveConsulAPI(lc *lifecycle, f serverFlags, ln net.Listener, reg *registry
 	if err != nil {
 		return err
 	}
-	srv, sln := newHTTPServer(ln, api, tlsCfg, log)
+	srv, sln := newHTTPServer(ln, browserGuard(api, ln, f), tlsCfg, log)
 	srv.RegisterOnShutdown(api.Shutdown)
 	lc.serve("consul api", true, func() error { return srv.Serve(sln) }, func() error { drainHTTP(srv, f.drain, log); return nil })
 	// Listed as Consul's service consul while it serves, as Consul servers are.

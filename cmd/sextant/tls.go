@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"net"
 	"os"
+
+	"github.com/sextant-mesh/sextant/internal/tlspolicy"
 )
 
 // serverTLS builds the server's TLS config from a certificate and key, and
@@ -29,7 +31,8 @@ func serverTLS(certFile, keyFile, clientCA string) (*tls.Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load --tls-cert/--tls-key: %w", err)
 	}
-	cfg := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	// Mozilla's intermediate suites, for the HTTP API, xDS and the Consul API.
+	cfg := tlspolicy.Server(&tls.Config{Certificates: []tls.Certificate{cert}})
 	if clientCA != "" {
 		pool, err := loadPool(clientCA, "--tls-client-ca")
 		if err != nil {

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/sextant-mesh/sextant/client"
+	"github.com/sextant-mesh/sextant/internal/browserguard"
 	"github.com/sextant-mesh/sextant/internal/calllog"
 	"github.com/sextant-mesh/sextant/internal/gateway/xdsclient"
 )
@@ -44,13 +45,52 @@ type AdminAccess struct {
 type AdminAuthorizer func(r *http.Request, a AdminAccess) (status int, err error)
 
 // AdminHandlerWith is AdminHandler with every route but /healthz and
-// /readyz checked by authorize (nil: open, for loopback-only admins).
+// /readyz checked by authorize (nil: open, for loopback-only admins), and
+// with profiles when authorize is set.
 func (g *Gateway) AdminHandlerWith(log *calllog.Log, authorize AdminAuthorizer) http.Handler {
+	return g.AdminHandlerOptions(log, AdminOptions{Authorize: authorize, Pprof: authorize != nil})
+}
+
+// AdminOptions configure the admin API.
+type AdminOptions struct {
+	// Authorize checks every route but /healthz and /readyz (nil: open,
+	// for loopback-only admins).
+	Authorize AdminAuthorizer
+	// Origins are the web origins (scheme://host:port) whose pages may
+	// read the GET answers through a browser (CORS): the web console's,
+	// the registry server's. Others' pages may not: they would read the
+	// calls of whoever visits them from a machine that reaches the admin.
+	Origins []string
+	// Pprof serves /debug/pprof/: the process's memory, open to whoever
+	// reaches the admin unless Authorize is set.
+	Pprof bool
+	// Browser, when set, refuses what it refuses (a web page's
+	// cross-origin write; on loopback, a Host not this machine's: DNS
+	// rebinding would let a page read the calls) before anything else.
+	Browser *browserguard.Guard
+}
+
+// AdminHandlerOptions is the admin API with o.
+func (g *Gateway) AdminHandlerOptions(log *calllog.Log, o AdminOptions) http.Handler {
 	mux := http.NewServeMux()
-	h := g.adminRoutes(mux, log)
-	if authorize == nil {
+	h := g.adminRoutes(mux, log, o)
+	if o.Authorize != nil {
+		h = authorized(h, o.Authorize)
+	}
+	if o.Browser == nil {
 		return h
 	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := o.Browser.Check(r); err != nil {
+			writeError(w, http.StatusForbidden, "permission_denied", err.Error())
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// authorized serves h the requests authorize lets through.
+func authorized(h http.Handler, authorize AdminAuthorizer) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/healthz" || r.URL.Path == "/readyz" {
 			h.ServeHTTP(w, r)
@@ -82,7 +122,7 @@ func (g *Gateway) AdminHandlerWith(log *calllog.Log, authorize AdminAuthorizer) 
 	})
 }
 
-func (g *Gateway) adminRoutes(mux *http.ServeMux, log *calllog.Log) http.Handler {
+func (g *Gateway) adminRoutes(mux *http.ServeMux, log *calllog.Log, o AdminOptions) http.Handler {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if g.table.Load() == nil {
@@ -110,21 +150,34 @@ func (g *Gateway) adminRoutes(mux *http.ServeMux, log *calllog.Log) http.Handler
 		})
 		mux.HandleFunc("POST /v1/rbac:dry-run", func(w http.ResponseWriter, r *http.Request) { g.serveDryRun(w, r, log) })
 	}
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	return readableAnywhere(mux)
+	if o.Pprof {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
+	return readableBy(mux, o.Origins)
 }
 
-// readableAnywhere lets the web console, served by a registry server of
-// another origin, read the admin API's GET answers (CORS). The admin API
-// has no credentials to protect: whoever reaches it reads it already; the
-// header only lets a browser page do so too. Profiles stay same-origin.
-func readableAnywhere(h http.Handler) http.Handler {
+// readableBy lets pages of origins (the web console, served by a registry
+// server of another origin) read the admin API's GET answers (CORS), and
+// no other page: "*" would let any site a user visits read the calls
+// through the user's browser from wherever the admin is reachable.
+// Profiles stay same-origin.
+func readableBy(h http.Handler, origins []string) http.Handler {
+	if len(origins) == 0 {
+		return h
+	}
+	ok := map[string]bool{}
+	for _, o := range origins {
+		ok[strings.ToLower(strings.TrimSuffix(o, "/"))] = true
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if (r.Method == http.MethodGet || r.Method == http.MethodHead) && !strings.HasPrefix(r.URL.Path, "/debug/") {
-			w.Header().Set("Access-Control-Allow-Origin", "*")
+			w.Header().Add("Vary", "Origin")
+			if o := r.Header.Get("Origin"); o != "" && ok[strings.ToLower(o)] {
+				w.Header().Set("Access-Control-Allow-Origin", o)
+			}
 		}
 		h.ServeHTTP(w, r)
 	})

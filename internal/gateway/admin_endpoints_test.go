@@ -61,9 +61,13 @@ func TestAdminCallEndpoints(t *testing.T) {
 			t.Errorf("%s: %d %s, want 400", path, code, body)
 		}
 	}
+	// The console (another origin, named in AdminOptions.Origins) reads it.
+	console := "http://127.0.0.1:7400"
 	w := httptest.NewRecorder()
-	h.ServeHTTP(w, httptest.NewRequest("GET", "/v1/calls/endpoints?service=x", nil))
-	if w.Header().Get("Access-Control-Allow-Origin") != "*" {
+	r := httptest.NewRequest("GET", "/v1/calls/endpoints?service=x", nil)
+	r.Header.Set("Origin", console)
+	New(Options{}).AdminHandlerOptions(lg, AdminOptions{Origins: []string{console}}).ServeHTTP(w, r)
+	if w.Header().Get("Access-Control-Allow-Origin") != console {
 		t.Error("the console cannot read it: no Access-Control-Allow-Origin")
 	}
 }

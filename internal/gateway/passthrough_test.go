@@ -112,6 +112,19 @@ func TestTLSPassthrough(t *testing.T) {
 	if err != nil || !strings.Contains(body, "xfp=https") || st.PeerCertificates[0].VerifyHostname("a.test") != nil {
 		t.Fatalf("a.test: %q %v", body, err)
 	}
+	// Plain HTTP to a port that passes TLS through is told so too
+	// (the ClientHello is read before a chain is picked).
+	raw, err := net.DialTimeout("tcp", g.tls, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw.SetDeadline(time.Now().Add(10 * time.Second))
+	io.WriteString(raw, "GET /x HTTP/1.1\r\nHost: p.test\r\n\r\n")
+	plain, _ := io.ReadAll(raw)
+	raw.Close()
+	if !strings.HasPrefix(string(plain), "HTTP/1.1 400 ") || !strings.Contains(string(plain), "HTTP request to an HTTPS port") {
+		t.Errorf("plain HTTP to a passthrough port: %q", plain)
+	}
 	// No endpoint: the connection is closed, the handshake fails.
 	if _, _, err := get(g.tlsClient(backCA.pool, false), "https://e.test/"); err == nil {
 		t.Error("e.test: a cluster without endpoints answered")

@@ -63,6 +63,10 @@ func (g *Gateway) serve(ctx *fasthttp.RequestCtx) { g.serveOn(ctx, g.table.Load(
 // serveOn serves a call with routing table t (a TLS filter chain's, or the
 // plaintext listener's); nil: no configuration yet.
 func (g *Gateway) serveOn(ctx *fasthttp.RequestCtx, t *table) {
+	if !versionSupported(ctx) {
+		g.refuseVersion(ctx)
+		return
+	}
 	start := time.Now()
 	r, c, md, mdKey := g.routeCall(ctx, t)
 	if c == nil {
@@ -596,7 +600,7 @@ func errorCode(status int) string {
 		return "deadline_exceeded"
 	case 413:
 		return "payload_too_large"
-	case 431:
+	case 431, 505:
 		return "invalid_argument"
 	case 503:
 		return "unavailable"

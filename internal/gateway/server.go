@@ -106,7 +106,7 @@ func (g *Gateway) dispatch(c net.Conn, fastLn, h2Ln *connListener) {
 	if n == len(buf) && bytes.Equal(buf[:], h2Preface) {
 		h2Ln.push(pc)
 	} else {
-		fastLn.push(pc)
+		fastLn.push(&lfConn{Conn: pc})
 	}
 }
 
@@ -208,6 +208,8 @@ func (g *Gateway) requestError(ctx *fasthttp.RequestCtx, err error) {
 	case errors.Is(err, fasthttp.ErrBodyTooLarge):
 		g.localReply(ctx, fasthttp.StatusRequestEntityTooLarge, "", "request_too_large",
 			"request body larger than "+strconv.Itoa(g.opts.MaxRequestBytes)+" bytes")
+	case errors.Is(err, errBareLF):
+		g.localReply(ctx, fasthttp.StatusBadRequest, "", "bad_request", errBareLF.Error()[len("gateway: "):])
 	case errors.As(err, &small):
 		g.localReply(ctx, fasthttp.StatusRequestHeaderFieldsTooLarge, "", "bad_request", "request headers too large")
 	case errors.As(err, &ne) && ne.Timeout():

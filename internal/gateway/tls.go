@@ -15,6 +15,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/sextant-mesh/sextant/internal/gateway/xdsclient"
+	"github.com/sextant-mesh/sextant/internal/tlspolicy"
 )
 
 // tlsHandshakeTimeout bounds a client's TLS handshake.
@@ -183,7 +184,9 @@ func (l *tlsListenerRT) add(cs *chainSpec, c *tlsChainRT) {
 // chainConfig builds a chain's handshake config from its context and the
 // secrets received; a secret not (yet) received leaves it not ready.
 func chainConfig(t *tlsContextSpec, secrets map[string]any) (*tls.Config, string) {
-	conf := &tls.Config{MinVersion: t.minVer, MaxVersion: t.maxVer, NextProtos: slices.Clone(t.alpn)}
+	// Mozilla's intermediate suites whatever the context asks (tls_params'
+	// cipher_suites are refused, tlsconfig.go), TLS 1.2 at least.
+	conf := tlspolicy.Server(&tls.Config{MinVersion: t.minVer, MaxVersion: t.maxVer, NextProtos: slices.Clone(t.alpn)})
 	var why string
 	var ca *x509.CertPool
 	if conf.Certificates, ca, why = resolveSecrets(t.certs, t.certSecrets, t.ca, t.caSecret, secrets); why != "" {
@@ -273,6 +276,7 @@ type tlsServerConn struct {
 	// reads it without copying the connection state.
 	state *tls.ConnectionState
 	peer  peerNames // of state's peer certificate, for RBAC
+	lf    lfGuard   // edges.go
 }
 
 // ServeTLS serves TLS on ln until Shutdown, with the filter chains of the
@@ -340,6 +344,7 @@ func (g *Gateway) handshake(c net.Conn, base *tls.Config, port uint32, fastLn, h
 		hello, sni, err := peekHello(c)
 		if err != nil {
 			g.metrics.tlsHandshakeErrors.Inc()
+			plainOnTLS(c, err)
 			g.log.Debug("gateway: TLS handshake failed", "remote", c.RemoteAddr().String(), "err", err)
 			c.Close()
 			return
@@ -353,6 +358,7 @@ func (g *Gateway) handshake(c net.Conn, base *tls.Config, port uint32, fastLn, h
 	tc := tls.Server(c, base)
 	if err := tc.Handshake(); err != nil {
 		g.metrics.tlsHandshakeErrors.Inc()
+		plainOnTLS(c, err)
 		g.log.Debug("gateway: TLS handshake failed", "remote", c.RemoteAddr().String(), "err", err)
 		c.Close()
 		return

@@ -457,8 +457,9 @@ func TestTLSCertificateRotation(t *testing.T) {
 }
 
 // TestTLSBadInput: bytes that are not TLS, a malformed ClientHello, and a
-// client that stops in the middle close their own connections only; the
-// gateway keeps serving and counts the failed handshakes.
+// client that stops in the middle close their own connections only (plain
+// HTTP after a 400 saying so); the gateway keeps serving and counts the
+// failed handshakes.
 func TestTLSBadInput(t *testing.T) {
 	ca := newPKI(t)
 	u := startUpstream(t, "up", protoEcho)
@@ -498,7 +499,14 @@ func TestTLSBadInput(t *testing.T) {
 		if err != nil && (!errorsAs(err, &ne) || ne.Timeout()) {
 			t.Errorf("%s: the connection was not closed: %v", name, err)
 		}
-		if bytes.Contains(got, []byte("HTTP/1.1")) {
+		// Plain HTTP is told what it did, as nginx and net/http tell it
+		// (issue 50: it used to be closed in silence); nothing else is
+		// answered in plaintext.
+		if name == "plain HTTP" {
+			if !bytes.HasPrefix(got, []byte("HTTP/1.1 400 ")) || !bytes.Contains(got, []byte("HTTP request to an HTTPS port")) {
+				t.Errorf("%s: answered %q, want 400 HTTP request to an HTTPS port", name, got)
+			}
+		} else if bytes.Contains(got, []byte("HTTP/1.1")) {
 			t.Errorf("%s: answered in plaintext: %q", name, got)
 		}
 		if !ok() {

@@ -153,7 +153,7 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 		g.GracefulStop()
 		t.Stop()
 	}()
-	err := g.Serve(lis)
+	err := g.Serve(userTimeoutListener{Listener: lis, d: s.age.Timeout})
 	close(failed)
 	<-done
 	if errors.Is(err, grpc.ErrServerStopped) || ctx.Err() != nil {
