@@ -1,0 +1,186 @@
+package embedded
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/sextant-mesh/sextant/internal/store"
+)
+
+// tmpfs mounts a tmpfs of size bytes for the test and unmounts it after.
+// It needs root (CI runs as root): it fails, never skips, without.
+func tmpfs(t *testing.T, size int) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatalf("the disk-full tests mount a tmpfs and need root (euid %d)", os.Geteuid())
+	}
+	dir := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", fmt.Sprintf("size=%d", size), "tmpfs", dir).CombinedOutput(); err != nil {
+		t.Fatalf("mount a tmpfs on %s: %v: %s", dir, err, out)
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
+			t.Errorf("umount %s: %v: %s", dir, err, out)
+		}
+	})
+	return dir
+}
+
+// fill writes a file of about all but leave bytes of dir's file system.
+func fill(t *testing.T, dir string, leave uint64) string {
+	t.Helper()
+	free, err := freeSpace(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := filepath.Join(dir, "filler")
+	f, err := os.Create(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if free > leave {
+		if _, err := f.Write(make([]byte, free-leave)); err != nil {
+			t.Fatalf("fill %s: %v", dir, err)
+		}
+	}
+	return name
+}
+
+func putBig(s *Store, key string) ([]store.Result, error) {
+	return s.Commit([]store.Txn{{Ops: []store.Op{put(store.Instances, key, strings.Repeat("v", 256<<10))}}}, true)
+}
+
+// TestDiskFull: on a nearly full file system writes are refused with a
+// SpaceError naming the directory, nothing written, reads go on; once
+// space is freed they resume by themselves. Opened again on a nearly full
+// disk the store opens read-only with everything, and turns writable at
+// the first write that finds room.
+func TestDiskFull(t *testing.T) {
+	const reserve = 4 << 20
+	mnt := tmpfs(t, 32<<20)
+	dir := filepath.Join(mnt, "data")
+	s, err := OpenWith(dir, Options{Reserve: reserve})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() }) // before the unmount
+	filler := fill(t, mnt, 12<<20)
+	var (
+		acked int
+		space *store.SpaceError
+	)
+	for i := 0; ; i++ {
+		if i == 100 {
+			t.Fatal("100 writes of 256 KiB into 8 MiB were all accepted")
+		}
+		_, err = putBig(s, fmt.Sprintf("k%03d", i))
+		if errors.As(err, &space) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("write %d: %v, want a SpaceError", i, err)
+		}
+		acked++
+	}
+	if !errors.Is(err, store.ErrNoSpace) || space.Dir != dir || !strings.Contains(space.Error(), dir) || space.Free >= reserve {
+		t.Fatalf("refusal %v (%+v), want ErrNoSpace naming %s below %d", space, space, dir, reserve)
+	}
+	t.Logf("after %d writes: %v", acked, space)
+	// Refused again, and reads go on.
+	if _, err := putBig(s, "again"); !errors.Is(err, store.ErrNoSpace) {
+		t.Fatalf("write on a full disk: %v", err)
+	}
+	if got, rev := load(t, s); len(got) != acked || rev != int64(acked) {
+		t.Fatalf("read %d records at %d, want the %d acknowledged", len(got), rev, acked)
+	}
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := putBig(s, "resumed"); err != nil || res[0].Revision != int64(acked+1) {
+		t.Fatalf("write once space is freed: %v %v", res, err)
+	}
+	acked++
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Nearly full at open: read-only, everything there.
+	filler = fill(t, mnt, reserve/2)
+	s, err = OpenWith(dir, Options{Reserve: reserve})
+	if err != nil {
+		t.Fatalf("open on a nearly full disk: %v", err)
+	}
+	if !s.ReadOnly() {
+		t.Fatal("opened on a nearly full disk, and not read-only")
+	}
+	if got, rev := load(t, s); len(got) != acked || rev != int64(acked) {
+		t.Fatalf("read-only: %d records at %d, want %d", len(got), rev, acked)
+	}
+	if _, err := putBig(s, "ro"); !errors.As(err, &space) || !space.ReadOnly {
+		t.Fatalf("write to the read-only store: %v, want a SpaceError", err)
+	}
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := putBig(s, "writable"); err != nil || res[0].Revision != int64(acked+1) {
+		t.Fatalf("write once space is freed: %v %v", res, err)
+	}
+	if s.ReadOnly() {
+		t.Fatal("still read-only after a write")
+	}
+}
+
+// TestDiskFullWithoutReserve: with the check off, pebble itself meets the
+// full disk. The store fails its writes (ErrWriteFailed, naming the
+// directory) and refuses the next ones; it does not panic, and reads go on.
+func TestDiskFullWithoutReserve(t *testing.T) {
+	mnt := tmpfs(t, 16<<20)
+	dir := filepath.Join(mnt, "data")
+	s, err := OpenWith(dir, Options{Reserve: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	filler := fill(t, mnt, 4<<20)
+	acked := 0
+	for i := 0; ; i++ {
+		if i == 100 {
+			t.Fatal("100 writes of 256 KiB into 4 MiB were all accepted")
+		}
+		_, err = putBig(s, fmt.Sprintf("k%03d", i))
+		if err != nil {
+			break
+		}
+		acked++
+	}
+	if !errors.Is(err, store.ErrWriteFailed) || !strings.Contains(err.Error(), dir) {
+		t.Fatalf("write on a full disk: %v, want ErrWriteFailed naming %s", err, dir)
+	}
+	t.Logf("after %d writes: %v", acked, err)
+	if _, err := putBig(s, "next"); !errors.Is(err, store.ErrWriteFailed) {
+		t.Fatalf("write after the failure: %v", err)
+	}
+	if err := s.Close(); err == nil {
+		t.Fatal("close of a store that failed a write reported nothing")
+	}
+	// Restarted once space is freed, with every acknowledged write.
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	s, err = OpenWith(dir, Options{Reserve: 1 << 20})
+	if err != nil {
+		t.Fatalf("reopen once space is freed: %v", err)
+	}
+	if got, rev := load(t, s); len(got) < acked || rev < int64(acked) {
+		t.Fatalf("reopened: %d records at %d, want the %d acknowledged", len(got), rev, acked)
+	}
+	if _, err := putBig(s, "after"); err != nil {
+		t.Fatalf("write after the restart: %v", err)
+	}
+}
