@@ -40,13 +40,14 @@ import (
 	"github.com/sextant-mesh/sextant/internal/registry"
 	"github.com/sextant-mesh/sextant/internal/secret"
 	"github.com/sextant-mesh/sextant/internal/store"
-	"github.com/sextant-mesh/sextant/internal/store/embedded"
 	"github.com/sextant-mesh/sextant/internal/store/mysql"
 	"github.com/sextant-mesh/sextant/internal/xds"
 )
 
 type serverFlags struct {
 	data         string
+	dataReserve  string // storeflags.go
+	repair       bool
 	store        string
 	clusterID    string
 	clusterLease time.Duration
@@ -136,6 +137,7 @@ consul_sd: Consul's services are the services of --consul-namespace.`,
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.data, "data", "./data", "directory of the embedded store (created if missing); unused with --store")
+	registerStoreFlags(fl, &f)
 	fl.StringVar(&f.store, "store", "", "shared store of a cluster: 'mysql://user:pass@tcp(host:3306)/database' (MySQL 8 or MariaDB 10.11; the database and its schema are created); empty: the embedded store in --data")
 	fl.DurationVar(&f.clusterLease, "cluster-lease", 5*time.Second, "with --store: how long a server that stops renewing stays a member; its instances move to the others after it")
 	fl.StringVar(&f.clusterID, "cluster-id", "", "with --store: this server's name among the cluster's members (default: --http and a random suffix)")
@@ -595,7 +597,7 @@ type serverStore interface {
 // --store and this server's membership of its cluster.
 func openStore(ctx context.Context, f serverFlags, addr string, log *slog.Logger, metrics prometheus.Registerer) (serverStore, *cluster.Member, error) {
 	if f.store == "" {
-		st, err := embedded.Open(f.data)
+		st, err := openEmbedded(f, log)
 		return st, nil, err
 	}
 	if !strings.HasPrefix(f.store, "mysql://") {
