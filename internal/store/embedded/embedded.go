@@ -57,6 +57,7 @@ type Store struct {
 	pending []*commitWait // committed in order, not yet in the feed
 
 	reserve  uint64
+	dirFile  *os.File   // the directory, for its free space (space.go)
 	readOnly bool       // opened read-only for lack of space (space.go)
 	panicked bool       // pebble panicked in a commit: its locks may be held
 	repaired *WALRepair // what Open's repair dropped
@@ -111,6 +112,12 @@ func OpenWith(dir string, opts Options) (*Store, error) {
 	if err != nil {
 		db.Close()
 		return nil, err
+	}
+	if s.reserve > 0 {
+		if s.dirFile, err = os.Open(dir); err != nil {
+			db.Close()
+			return nil, fmt.Errorf("embedded: open %s: %w", dir, err)
+		}
 	}
 	s.db, s.rev = db, rev
 	s.feed.init(rev, opts.FeedOps)
@@ -464,6 +471,10 @@ func (s *Store) Follow(since int64) (store.Feed, error) {
 func (s *Store) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.dirFile != nil {
+		s.dirFile.Close()
+		s.dirFile = nil
+	}
 	if s.db == nil {
 		return s.failure()
 	}
