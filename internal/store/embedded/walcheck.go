@@ -71,7 +71,7 @@ func readRecords(data []byte, p int, logNum uint32, resync bool) ([]walRecord, i
 	var (
 		recs  []walRecord
 		open  bool
-		start int
+		start int // of the open record
 		buf   []byte
 	)
 	for p < len(data) {
@@ -103,10 +103,7 @@ func readRecords(data []byte, p int, logNum uint32, resync bool) ([]walRecord, i
 			open = false
 		}
 	}
-	if open && !resync {
-		return recs, start // a record whose last chunk is missing: the tail
-	}
-	return recs, len(data)
+	return recs, len(data) // a record still open at the end is a torn tail
 }
 
 // batchRevision is the revision a commit's batch sets (0 if it sets none,
@@ -177,26 +174,44 @@ func checkWAL(dir string, repair bool) (*WALRepair, error) {
 	if err != nil {
 		return nil, fmt.Errorf("embedded: read write-ahead log: %w", err)
 	}
+	damage := inspectWAL(data, logNum)
+	if damage == nil {
+		return nil, nil
+	}
+	damage.File = file
+	if !repair {
+		return nil, damage
+	}
+	if err := truncateSync(file, damage.Cut); err != nil {
+		return nil, err
+	}
+	return &WALRepair{File: file, Offset: damage.Offset, Cut: damage.Cut, Bytes: int64(len(data)) - damage.Cut,
+		Lost: damage.Lost, FirstLost: damage.FirstLost, LastLost: damage.LastLost}, nil
+}
+
+// inspectWAL reads the log numbered logNum held in data: nil if it is whole
+// or only its tail is torn, else the damage (without its File).
+func inspectWAL(data []byte, logNum uint32) *WALDamageError {
 	good, stop := readRecords(data, 0, logNum, false)
 	if stop >= len(data) {
-		return nil, nil
+		return nil
 	}
 	// Whatever follows the stop is the tail unless a chunk of this log
 	// parses there. A recycled file's older content carries another log
 	// number, preallocated space is zeros.
-	later, _ := readRecords(data, stop+1, logNum, true)
 	tailValid := false
 	for q := stop + 1; q+walHeader <= len(data) && !tailValid; q++ {
 		_, _, _, tailValid = chunkAt(data, q, logNum)
 	}
 	if !tailValid {
-		return nil, nil
+		return nil
 	}
+	later, _ := readRecords(data, stop+1, logNum, true)
 	var cut int64
 	if len(good) > 0 {
 		cut = good[len(good)-1].end
 	}
-	damage := &WALDamageError{File: file, Offset: int64(stop), Cut: cut, Lost: len(later)}
+	damage := &WALDamageError{Offset: int64(stop), Cut: cut, Lost: len(later)}
 	for _, r := range later {
 		if r.rev == 0 {
 			continue
@@ -206,14 +221,7 @@ func checkWAL(dir string, repair bool) (*WALRepair, error) {
 		}
 		damage.LastLost = r.rev
 	}
-	if !repair {
-		return nil, damage
-	}
-	if err := truncateSync(file, cut); err != nil {
-		return nil, err
-	}
-	return &WALRepair{File: file, Offset: damage.Offset, Cut: cut, Bytes: int64(len(data)) - cut,
-		Lost: damage.Lost, FirstLost: damage.FirstLost, LastLost: damage.LastLost}, nil
+	return damage
 }
 
 // newestWAL is the path and number of the highest-numbered log of dir ("" if

@@ -17,6 +17,13 @@ import (
 // a table. It returns the copy and the log's path in it.
 func crashImage(t *testing.T, n int) (string, string) {
 	t.Helper()
+	return crashImageWith(t, n, 0)
+}
+
+// crashImageWith is crashImage whose last commit holds big bytes more (a
+// record of several chunks when over a block).
+func crashImageWith(t *testing.T, n, big int) (string, string) {
+	t.Helper()
 	live := t.TempDir()
 	s, err := Open(live)
 	if err != nil {
@@ -25,6 +32,9 @@ func crashImage(t *testing.T, n int) (string, string) {
 	defer s.Close()
 	for i := 1; i <= n; i++ {
 		v := fmt.Sprintf("%0200d", i)
+		if i == n {
+			v += strings.Repeat("b", big)
+		}
 		res, err := s.Commit([]store.Txn{{Ops: []store.Op{put(store.Instances, fmt.Sprintf("i%04d", i), v)}}}, true)
 		if err != nil || res[0].Revision != int64(i) {
 			t.Fatalf("commit %d: %v %v", i, res, err)
@@ -145,5 +155,36 @@ func TestWALIntact(t *testing.T) {
 	s := reopen(t, dir)
 	if got, rev := load(t, s); rev != n || len(got) != n {
 		t.Fatalf("revision %d with %d records, want %d", rev, len(got), n)
+	}
+}
+
+// TestWALTornTailOfSeveralChunks: a last record of several chunks whose
+// last chunk a crash cut short, or never wrote, is a torn tail too: its
+// first chunks, whole, are not "valid data after the damage".
+func TestWALTornTailOfSeveralChunks(t *testing.T) {
+	const n = 50
+	for _, cut := range []string{"in its last chunk", "before its last chunk"} {
+		t.Run(cut, func(t *testing.T) {
+			dir, wal := crashImageWith(t, n, 100<<10)
+			fi, err := os.Stat(wal)
+			if err != nil {
+				t.Fatal(err)
+			}
+			size := fi.Size() - 100
+			if cut == "before its last chunk" {
+				size = (fi.Size() - 1) / walBlock * walBlock // chunks never cross a block
+			}
+			if err := os.Truncate(wal, size); err != nil {
+				t.Fatal(err)
+			}
+			s, err := Open(dir)
+			if err != nil {
+				t.Fatalf("open with a torn record of several chunks: %v", err)
+			}
+			defer s.Close()
+			if got, rev := load(t, s); rev != n-1 || len(got) != n-1 {
+				t.Fatalf("torn tail: revision %d with %d records, want %d", rev, len(got), n-1)
+			}
+		})
 	}
 }
