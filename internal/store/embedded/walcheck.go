@@ -61,7 +61,7 @@ func chunkAt(data []byte, p int, logNum uint32) (typ byte, payload []byte, n int
 type walRecord struct {
 	off int64 // of its first chunk
 	end int64 // after its last chunk
-	rev int64 // the Sextant revision it writes, 0 if none
+	rev int64 // the Sextant revision it writes, 0 if none (or not read)
 }
 
 // readRecords reads the records of data from p. With resync it skips what
@@ -99,7 +99,11 @@ func readRecords(data []byte, p int, logNum uint32, resync bool) ([]walRecord, i
 		buf = append(buf, payload...)
 		p += n
 		if typ == 1 || typ == 4 {
-			recs = append(recs, walRecord{off: int64(start), end: int64(p), rev: batchRevision(buf)})
+			r := walRecord{off: int64(start), end: int64(p)}
+			if resync {
+				r.rev = batchRevision(buf) // only the lost ones are reported
+			}
+			recs = append(recs, r)
 			open = false
 		}
 	}
