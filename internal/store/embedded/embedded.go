@@ -211,7 +211,7 @@ func (s *Store) CommitAsync(txns []store.Txn, sync bool) ([]store.Result, func()
 	if s.db == nil {
 		return nil, nil, s.closed()
 	}
-	if err := s.roomLocked(); err != nil {
+	if err := s.roomLocked(sync); err != nil {
 		return nil, nil, err
 	}
 	b := s.db.NewBatchWithSize(batchSize(txns))

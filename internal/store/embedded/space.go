@@ -82,8 +82,11 @@ func hasDB(dir string) bool {
 
 // roomLocked checks, before a commit, that the store may write: it has not
 // failed, and the disk has room (reopening for writing a store opened
-// read-only once it has). Called with s.mu held.
-func (s *Store) roomLocked() error {
+// read-only once it has). A commit without fsync (health changes, judged
+// again after a crash) may go on into half the reserve: small, and what
+// keeps xDS from sending calls to instances whose TTL expired. Called with
+// s.mu held.
+func (s *Store) roomLocked(sync bool) error {
 	if err := s.failure(); err != nil {
 		return err
 	}
@@ -95,8 +98,11 @@ func (s *Store) roomLocked() error {
 		return err
 	}
 	need := s.reserve
-	if s.readOnly {
+	switch {
+	case s.readOnly:
 		need = s.openNeeds()
+	case !sync:
+		need = s.reserve / 2
 	}
 	if free < need {
 		return &store.SpaceError{Dir: s.dir, Free: free, Reserve: need, ReadOnly: s.readOnly}

@@ -31,7 +31,8 @@ func tmpfs(t *testing.T, size int) string {
 	return dir
 }
 
-// fill writes a file of about all but leave bytes of dir's file system.
+// fill writes a file (filler, filler2, ...) of about all but leave bytes of
+// dir's file system.
 func fill(t *testing.T, dir string, leave uint64) string {
 	t.Helper()
 	free, err := freeSpace(dir)
@@ -39,6 +40,12 @@ func fill(t *testing.T, dir string, leave uint64) string {
 		t.Fatal(err)
 	}
 	name := filepath.Join(dir, "filler")
+	for i := 2; ; i++ {
+		if _, err := os.Stat(name); err != nil {
+			break
+		}
+		name = filepath.Join(dir, fmt.Sprintf("filler%d", i))
+	}
 	f, err := os.Create(name)
 	if err != nil {
 		t.Fatal(err)
@@ -96,16 +103,30 @@ func TestDiskFull(t *testing.T) {
 	if _, err := putBig(s, "again"); !errors.Is(err, store.ErrNoSpace) {
 		t.Fatalf("write on a full disk: %v", err)
 	}
-	if got, rev := load(t, s); len(got) != acked || rev != int64(acked) {
+	// A small commit without fsync (a health change) still goes into
+	// half the reserve.
+	if res, err := s.Commit([]store.Txn{{Ops: []store.Op{put(store.Instances, "k000", "critical")}}}, false); err != nil || res[0].Revision != int64(acked+1) {
+		t.Fatalf("health change on a nearly full disk: %v %v", res, err)
+	}
+	acked++
+	fill(t, mnt, reserve/4) // a second filler: below half the reserve
+	if _, err := s.Commit([]store.Txn{{Ops: []store.Op{put(store.Instances, "k000", "passing")}}}, false); !errors.Is(err, store.ErrNoSpace) {
+		t.Fatalf("health change below half the reserve: %v", err)
+	}
+	if got, rev := load(t, s); len(got) != acked-1 || rev != int64(acked) {
 		t.Fatalf("read %d records at %d, want the %d acknowledged", len(got), rev, acked)
 	}
 	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filler + "2"); err != nil {
 		t.Fatal(err)
 	}
 	if res, err := putBig(s, "resumed"); err != nil || res[0].Revision != int64(acked+1) {
 		t.Fatalf("write once space is freed: %v %v", res, err)
 	}
 	acked++
+	records := acked - 1 // k000 written twice
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -119,8 +140,8 @@ func TestDiskFull(t *testing.T) {
 	if !s.ReadOnly() {
 		t.Fatal("opened on a nearly full disk, and not read-only")
 	}
-	if got, rev := load(t, s); len(got) != acked || rev != int64(acked) {
-		t.Fatalf("read-only: %d records at %d, want %d", len(got), rev, acked)
+	if got, rev := load(t, s); len(got) != records || rev != int64(acked) {
+		t.Fatalf("read-only: %d records at %d, want %d at %d", len(got), rev, records, acked)
 	}
 	if _, err := putBig(s, "ro"); !errors.As(err, &space) || !space.ReadOnly {
 		t.Fatalf("write to the read-only store: %v, want a SpaceError", err)
