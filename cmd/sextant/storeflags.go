@@ -7,7 +7,6 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/sextant-mesh/sextant/internal/store"
 	"github.com/sextant-mesh/sextant/internal/store/embedded"
 )
 
@@ -19,8 +18,12 @@ func registerStoreFlags(fl *pflag.FlagSet, f *serverFlags) {
 }
 
 // parseDataReserve reads --data-reserve: a size (parseMemoryLimit's units)
-// or off (-1, the check turned off).
+// or off (-1, the check turned off); empty (serverFlags built in code) is
+// the store's default (0).
 func parseDataReserve(s string) (int64, error) {
+	if s == "" {
+		return 0, nil
+	}
 	n, err := parseMemoryLimit(s)
 	if err != nil {
 		return 0, fmt.Errorf("--data-reserve %q: want a positive size such as 256MiB or 1GiB, or off", s)
@@ -48,7 +51,7 @@ func openEmbedded(f serverFlags, log *slog.Logger) (*embedded.Store, error) {
 	}
 	if st.ReadOnly() {
 		log.Warn("not enough free space to replay the store's log: the store is open read-only; reads and xDS are served, writes answer 507 until space is freed, then the store reopens for writing by itself",
-			"data", f.data, "reserve", store.Bytes(uint64(max(reserve, 0))))
+			"data", f.data, "reserve", f.dataReserve)
 	}
 	return st, nil
 }
