@@ -42,7 +42,7 @@ func freeSpace(dir string) (uint64, error) {
 
 // free is the space free on the store's file system, through the
 // directory it holds open: fstatfs costs a third of a statfs by path
-// (0.75 against 2.3 us here), once per commit.
+// (0.75 against 2.3 us here; BenchmarkFree), once per commit.
 func (s *Store) free() (uint64, error) {
 	if s.dirFile == nil {
 		return freeSpace(s.dir)

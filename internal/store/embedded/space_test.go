@@ -205,3 +205,18 @@ func TestDiskFullWithoutReserve(t *testing.T) {
 		t.Fatalf("write after the restart: %v", err)
 	}
 }
+
+// BenchmarkFree: the free-space check each commit pays (fstatfs on the
+// directory held open).
+func BenchmarkFree(b *testing.B) {
+	s, err := Open(b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	for b.Loop() {
+		if _, err := s.free(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
