@@ -374,3 +374,81 @@ func TestServerOnDamagedLog(t *testing.T) {
 		t.Fatalf("register after --repair: %d %s", code, body)
 	}
 }
+
+// registerBatch registers 10 instances of service disk with 24 KiB of
+// metadata each and returns the status and body.
+func registerBatch(t *testing.T, base string, n int) (int, string) {
+	t.Helper()
+	var insts []map[string]any
+	for i := range 10 {
+		md := map[string]string{}
+		for k := range 8 {
+			md[fmt.Sprintf("k%d", k)] = strings.Repeat(string(rune('a'+k)), 3000)
+		}
+		insts = append(insts, map[string]any{"id": fmt.Sprintf("b%04d-%d", n, i), "service": "disk", "host": "10.9.0.3",
+			"port": 1000 + nextPort.Add(1), "metadata": md})
+	}
+	body, _ := json.Marshal(map[string]any{"instances": insts})
+	resp, err := http.Post(base+"/v1/instances", "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatalf("register batch %d: %v (the server is down?)", n, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// TestServerOnFullDiskWithoutReserve: with --data-reserve off pebble meets
+// the full disk itself, as in the issue, where the server answered a few
+// 500s and then panicked inside pebble's commit. Now the write that meets
+// it answers 503 (outcome unknown), the next ones 503 at once, the server
+// stays up and serves reads, and restarted once space is freed it has
+// every acknowledged write.
+func TestServerOnFullDiskWithoutReserve(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds a real server and mounts a tmpfs")
+	}
+	bin, err := buildBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mnt := mountTmpfs(t, 24<<20)
+	data := filepath.Join(mnt, "data")
+	addr := freeAddr(t)
+	base := "http://" + addr
+	srv := startServer(t, bin, data, addr, "--data-reserve", "off")
+	t.Cleanup(func() { srv.Process.Kill(); srv.Wait() }) // before the unmount
+	filler := fillTo(t, mnt, 2<<20)
+	acked, code, body := 0, 0, ""
+	for n := 0; ; n++ {
+		if n == 200 {
+			t.Fatal("200 batches of 240 KiB into 2 MiB were all acknowledged")
+		}
+		if code, body = registerBatch(t, base, n); code != 200 {
+			break
+		}
+		acked += 10
+	}
+	if code != http.StatusServiceUnavailable || !strings.Contains(body, "may or may not") || !strings.Contains(body, data) {
+		t.Fatalf("write that met the full disk: %d %s; want 503, outcome unknown, naming %s", code, body, data)
+	}
+	t.Logf("after %d acknowledged: %d %s", acked, code, body)
+	if code, _, body := register(t, base, "next"); code != http.StatusServiceUnavailable {
+		t.Fatalf("write after the failure: %d %s", code, body)
+	}
+	if n := countInstances(t, base); n < acked {
+		t.Fatalf("read after the failure: %d instances, want the %d acknowledged", n, acked)
+	}
+	srv.Process.Kill()
+	srv.Wait()
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	srv = startServer(t, bin, data, addr, "--data-reserve", "1MiB")
+	if n := countInstances(t, base); n < acked {
+		t.Fatalf("restarted once space is freed: %d instances, want the %d acknowledged", n, acked)
+	}
+	if code, _, body := register(t, base, "after"); code != 200 {
+		t.Fatalf("write after the restart: %d %s", code, body)
+	}
+}
