@@ -472,6 +472,8 @@ func (f serverFlags) validate() error {
 		return fmt.Errorf("--deregister-after %v: must not be negative (0: never)", f.deregisterAfter)
 	case f.aclAnonRead && !f.acl:
 		return fmt.Errorf("--acl-anonymous-read needs --acl")
+	case f.repair && f.store != "":
+		return fmt.Errorf("--repair repairs the embedded store in --data; with --store the database is its own")
 	case f.consulNamespace != "" && !naming.ValidName(f.consulNamespace):
 		return fmt.Errorf("--consul-namespace %q: not a valid namespace: 1..128 chars of [a-z0-9-._], starting and ending with a letter or digit", f.consulNamespace)
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestParseDataReserve: sizes, off, and empty (serverFlags built in code:
@@ -17,5 +18,14 @@ func TestParseDataReserve(t *testing.T) {
 		if _, err := parseDataReserve(in); err == nil || !strings.Contains(err.Error(), "--data-reserve") {
 			t.Errorf("parseDataReserve(%q): %v, want an error naming --data-reserve", in, err)
 		}
+	}
+}
+
+// TestRepairNeedsTheEmbeddedStore: --repair with --store is refused before
+// anything starts, naming the flag.
+func TestRepairNeedsTheEmbeddedStore(t *testing.T) {
+	err := serverFlags{store: "mysql://root@tcp(127.0.0.1:3306)/test", repair: true, clusterLease: 5 * time.Second}.validate()
+	if err == nil || !strings.Contains(err.Error(), "--repair") {
+		t.Fatalf("validate: %v, want an error naming --repair", err)
 	}
 }
