@@ -102,6 +102,24 @@ func countInstances(t *testing.T, base string) int {
 	return len(body.Instances)
 }
 
+// metric is the value of the server's metric name (no labels) in /metrics.
+func metric(t *testing.T, base, name string) string {
+	t.Helper()
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			return v
+		}
+	}
+	t.Fatalf("no metric %s in /metrics", name)
+	return ""
+}
+
 // edsEndpoints asks the xDS server (SotW ADS, a real gRPC client) for the
 // endpoints of service disk and returns how many it answers.
 func edsEndpoints(t *testing.T, xdsAddr string) int {
@@ -200,11 +218,20 @@ func TestServerOnFullDisk(t *testing.T) {
 	if code, _, body := register(t, base, "ro"); code != http.StatusInsufficientStorage || !strings.Contains(body, "read-only") {
 		t.Fatalf("register after a start on a nearly full disk: %d %s; want 507, read-only", code, body)
 	}
+	if v := metric(t, base, "sextant_store_read_only"); v != "1" {
+		t.Fatalf("sextant_store_read_only %q on a read-only start, want 1", v)
+	}
+	if v, err := strconv.ParseFloat(metric(t, base, "sextant_store_disk_free_bytes"), 64); err != nil || v <= 0 || v >= reserve {
+		t.Fatalf("sextant_store_disk_free_bytes %v (%v), want between 0 and the reserve", v, err)
+	}
 	if err := os.Remove(filler); err != nil {
 		t.Fatal(err)
 	}
 	if code, _, body := register(t, base, "writable"); code != 200 {
 		t.Fatalf("register once space is freed after a read-only start: %d %s", code, body)
+	}
+	if v := metric(t, base, "sextant_store_read_only"); v != "0" {
+		t.Fatalf("sextant_store_read_only %q once writable again, want 0", v)
 	}
 	if n := countInstances(t, base); n != before+2 {
 		t.Fatalf("%d instances, want %d", n, before+2)

@@ -599,7 +599,7 @@ type serverStore interface {
 // --store and this server's membership of its cluster.
 func openStore(ctx context.Context, f serverFlags, addr string, log *slog.Logger, metrics prometheus.Registerer) (serverStore, *cluster.Member, error) {
 	if f.store == "" {
-		st, err := openEmbedded(f, log)
+		st, err := openEmbedded(f, log, metrics)
 		return st, nil, err
 	}
 	if !strings.HasPrefix(f.store, "mysql://") {

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"math"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/pflag"
 
 	"github.com/sextant-mesh/sextant/internal/store/embedded"
@@ -34,9 +35,10 @@ func parseDataReserve(s string) (int64, error) {
 	return n, nil
 }
 
-// openEmbedded opens the embedded store in --data and says what a repair
-// dropped, or that it opened read-only for lack of space.
-func openEmbedded(f serverFlags, log *slog.Logger) (*embedded.Store, error) {
+// openEmbedded opens the embedded store in --data, says what a repair
+// dropped, or that it opened read-only for lack of space, and exports its
+// disk's state.
+func openEmbedded(f serverFlags, log *slog.Logger, metrics prometheus.Registerer) (*embedded.Store, error) {
 	reserve, err := parseDataReserve(f.dataReserve)
 	if err != nil {
 		return nil, err
@@ -53,5 +55,25 @@ func openEmbedded(f serverFlags, log *slog.Logger) (*embedded.Store, error) {
 		log.Warn("not enough free space to replay the store's log: the store is open read-only; reads and xDS are served, writes answer 507 until space is freed, then the store reopens for writing by itself",
 			"data", f.data, "reserve", f.dataReserve)
 	}
+	for _, c := range []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sextant_store_disk_free_bytes",
+			Help: "Free space of the file system of --data; writes are refused below --data-reserve."},
+			func() float64 { n, _ := st.FreeBytes(); return float64(n) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sextant_store_read_only",
+			Help: "1 while the store is open read-only for lack of space to replay its log."},
+			func() float64 { return boolGauge(st.ReadOnly()) }),
+	} {
+		if err := metrics.Register(c); err != nil {
+			st.Close()
+			return nil, fmt.Errorf("register store metrics: %w", err)
+		}
+	}
 	return st, nil
+}
+
+func boolGauge(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }

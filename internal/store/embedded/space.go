@@ -143,6 +143,13 @@ func (s *Store) reopenLocked() error {
 	return nil
 }
 
+// FreeBytes is the free space of the store's file system (for metrics).
+func (s *Store) FreeBytes() (uint64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.free()
+}
+
 // ReadOnly reports whether the store is open read-only for lack of space.
 func (s *Store) ReadOnly() bool {
 	s.mu.Lock()
