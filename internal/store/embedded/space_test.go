@@ -16,6 +16,13 @@ import (
 // It needs root (CI runs as root): it fails, never skips, without.
 func tmpfs(t *testing.T, size int) string {
 	t.Helper()
+	return mountTmpfs(t, size, false)
+}
+
+// mountTmpfs is tmpfs; lazy detaches it at the end even while files on it
+// are open (a store left open on purpose).
+func mountTmpfs(t *testing.T, size int, lazy bool) string {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Fatalf("the disk-full tests mount a tmpfs and need root (euid %d)", os.Geteuid())
 	}
@@ -24,7 +31,11 @@ func tmpfs(t *testing.T, size int) string {
 		t.Fatalf("mount a tmpfs on %s: %v: %s", dir, err, out)
 	}
 	t.Cleanup(func() {
-		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
+		args := []string{dir}
+		if lazy {
+			args = []string{"-l", dir}
+		}
+		if out, err := exec.Command("umount", args...).CombinedOutput(); err != nil {
 			t.Errorf("umount %s: %v: %s", dir, err, out)
 		}
 	})
@@ -218,5 +229,40 @@ func BenchmarkFree(b *testing.B) {
 		if _, err := s.free(); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestDiskFullUnsynced: commits without fsync (health changes) learn of no
+// failed write: pebble, not the store, meets the full disk first, and
+// panics in its commit (a new log it cannot start). The panic is the
+// store's failure (ErrWriteFailed), not the process's; pebble, whose locks
+// the panic may hold, is then left open, so the tmpfs is detached lazily.
+func TestDiskFullUnsynced(t *testing.T) {
+	mnt := mountTmpfs(t, 16<<20, true)
+	dir := filepath.Join(mnt, "data")
+	s, err := OpenWith(dir, Options{Reserve: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	fill(t, mnt, 4<<20)
+	for i := 0; ; i++ {
+		if i == 200 {
+			t.Fatal("200 unsynced writes of 256 KiB into 4 MiB were all accepted")
+		}
+		_, err = s.Commit([]store.Txn{{Ops: []store.Op{put(store.Instances, fmt.Sprintf("k%03d", i), strings.Repeat("v", 256<<10))}}}, false)
+		if err != nil {
+			break
+		}
+	}
+	if !errors.Is(err, store.ErrWriteFailed) || !strings.Contains(err.Error(), dir) {
+		t.Fatalf("unsynced write on a full disk: %v, want ErrWriteFailed naming %s", err, dir)
+	}
+	t.Logf("%v", err)
+	if _, err := s.Commit([]store.Txn{{Ops: []store.Op{put(store.Instances, "next", "x")}}}, false); !errors.Is(err, store.ErrWriteFailed) {
+		t.Fatalf("write after the failure: %v", err)
+	}
+	if err := s.Close(); !errors.Is(err, store.ErrWriteFailed) {
+		t.Fatalf("close after a panic in pebble: %v, want the failure", err)
 	}
 }
