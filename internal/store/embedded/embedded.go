@@ -418,6 +418,10 @@ func (s *Store) Load(kinds []store.Kind, fn func(store.Record) error) (int64, er
 		s.mu.Unlock()
 		return 0, store.ErrClosed
 	}
+	if s.panicked {
+		s.mu.Unlock() // pebble's own locks may be held: its snapshot could hang
+		return 0, s.failure()
+	}
 	// Commits still syncing are in pebble but not yet in the feed: the
 	// snapshot must not see past what a follower from its revision gets.
 	if err := s.waitFor(nil)(); err != nil {

@@ -262,6 +262,9 @@ func TestDiskFullUnsynced(t *testing.T) {
 	if _, err := s.Commit([]store.Txn{{Ops: []store.Op{put(store.Instances, "next", "x")}}}, false); !errors.Is(err, store.ErrWriteFailed) {
 		t.Fatalf("write after the failure: %v", err)
 	}
+	if _, err := s.Load([]store.Kind{store.Instances}, func(store.Record) error { return nil }); !errors.Is(err, store.ErrWriteFailed) {
+		t.Fatalf("load after a panic in pebble: %v, want the failure", err)
+	}
 	if err := s.Close(); !errors.Is(err, store.ErrWriteFailed) {
 		t.Fatalf("close after a panic in pebble: %v, want the failure", err)
 	}
