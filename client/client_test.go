@@ -262,6 +262,14 @@ func TestErrors(t *testing.T) {
 			transien: true,
 		},
 		{
+			name:   "disk full",
+			status: 507,
+			body:   `{"error":{"code":"insufficient_storage","message":"the write was refused and nothing was written"}}`,
+			want:   Error{Status: 507, Code: "insufficient_storage", Message: "the write was refused and nothing was written"},
+			is:     ErrInsufficientStorage,
+			text:   "client: insufficient_storage: the write was refused and nothing was written",
+		},
+		{
 			name:     "proxy page falls back to status",
 			status:   502,
 			body:     "<html>bad gateway</html>",

@@ -64,19 +64,24 @@ var (
 	ErrResourceExhausted = errors.New("client: resource exhausted")
 	ErrInternal          = errors.New("client: internal server error")
 	ErrUnavailable       = errors.New("client: unavailable")
+	// ErrInsufficientStorage: a write refused because the server's disk is
+	// nearly full; nothing was written, and writes resume once space is
+	// freed (docs/robustness.md).
+	ErrInsufficientStorage = errors.New("client: insufficient storage")
 )
 
 var codeSentinel = map[string]error{
-	"invalid_argument":   ErrInvalidArgument,
-	"unauthenticated":    ErrUnauthenticated,
-	"permission_denied":  ErrPermissionDenied,
-	"not_found":          ErrNotFound,
-	"conflict":           ErrConflict,
-	"compacted":          ErrCompacted,
-	"payload_too_large":  ErrPayloadTooLarge,
-	"resource_exhausted": ErrResourceExhausted,
-	"internal":           ErrInternal,
-	"unavailable":        ErrUnavailable,
+	"invalid_argument":     ErrInvalidArgument,
+	"unauthenticated":      ErrUnauthenticated,
+	"permission_denied":    ErrPermissionDenied,
+	"not_found":            ErrNotFound,
+	"conflict":             ErrConflict,
+	"compacted":            ErrCompacted,
+	"payload_too_large":    ErrPayloadTooLarge,
+	"resource_exhausted":   ErrResourceExhausted,
+	"internal":             ErrInternal,
+	"unavailable":          ErrUnavailable,
+	"insufficient_storage": ErrInsufficientStorage,
 }
 
 var statusSentinel = map[int]error{
@@ -92,6 +97,7 @@ var statusSentinel = map[int]error{
 	http.StatusBadGateway:            ErrUnavailable,
 	http.StatusServiceUnavailable:    ErrUnavailable,
 	http.StatusGatewayTimeout:        ErrUnavailable,
+	http.StatusInsufficientStorage:   ErrInsufficientStorage,
 }
 
 // parseError turns a non-2xx answer into an *Error. A body that is not the

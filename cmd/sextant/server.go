@@ -41,13 +41,14 @@ import (
 	"github.com/sextant-mesh/sextant/internal/registry"
 	"github.com/sextant-mesh/sextant/internal/secret"
 	"github.com/sextant-mesh/sextant/internal/store"
-	"github.com/sextant-mesh/sextant/internal/store/embedded"
 	"github.com/sextant-mesh/sextant/internal/store/mysql"
 	"github.com/sextant-mesh/sextant/internal/xds"
 )
 
 type serverFlags struct {
 	data         string
+	dataReserve  string // storeflags.go
+	repair       bool
 	store        string
 	clusterID    string
 	clusterLease time.Duration
@@ -148,6 +149,7 @@ consul_sd: Consul's services are the services of --consul-namespace.`,
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.data, "data", "./data", "directory of the embedded store (created if missing); unused with --store")
+	registerStoreFlags(fl, &f)
 	fl.StringVar(&f.store, "store", "", "shared store of a cluster: 'mysql://user:pass@tcp(host:3306)/database' (MySQL 8 or MariaDB 10.11; the database and its schema are created); empty: the embedded store in --data")
 	fl.StringVar(&f.storePasswordFile, "store-password-file", "", "file holding --store's database password (else $"+storePasswordEnv+"); keeps it out of --store, which ps shows")
 	fl.DurationVar(&f.clusterLease, "cluster-lease", 5*time.Second, "with --store: how long a server that stops renewing stays a member; its instances move to the others after it")
@@ -503,6 +505,8 @@ func (f serverFlags) validate() error {
 		return fmt.Errorf("--acl-anonymous-read needs --acl")
 	case validHosts(f.allowedHosts) != nil:
 		return fmt.Errorf("--allowed-hosts: %w", validHosts(f.allowedHosts))
+	case f.repair && f.store != "":
+		return fmt.Errorf("--repair repairs the embedded store in --data; with --store the database is its own")
 	case f.consulNamespace != "" && !naming.ValidName(f.consulNamespace):
 		return fmt.Errorf("--consul-namespace %q: not a valid namespace: 1..128 chars of [a-z0-9-._], starting and ending with a letter or digit", f.consulNamespace)
 	}
@@ -628,7 +632,7 @@ type serverStore interface {
 // --store and this server's membership of its cluster.
 func openStore(ctx context.Context, f serverFlags, addr string, log *slog.Logger, metrics prometheus.Registerer) (serverStore, *cluster.Member, error) {
 	if f.store == "" {
-		st, err := embedded.Open(f.data)
+		st, err := openEmbedded(f, log, metrics)
 		return st, nil, err
 	}
 	if !strings.HasPrefix(f.store, "mysql://") {

@@ -330,8 +330,11 @@ func (l *Log) flushAll(durable bool) error {
 	l.mu.Unlock()
 	var first error
 	for _, p := range parts {
-		if err := l.flush(p, durable); err != nil && first == nil {
-			first = err
+		if err := l.flush(p, durable); err != nil {
+			l.failed(p)
+			if first == nil {
+				first = err
+			}
 		}
 	}
 	return first
@@ -349,7 +352,6 @@ func (l *Log) flush(p *partition, durable bool) error {
 	}
 	if p.active == nil && len(p.pending) > 0 {
 		if err := l.startSegment(p, now); err != nil {
-			p.pending = p.pending[:0]
 			return err
 		}
 	}
@@ -391,7 +393,6 @@ func (l *Log) flush(p *partition, durable bool) error {
 		}
 		p.unsynced = true
 	}
-	p.pending = recs[:0]
 	if err := p.dict.sync(); err != nil {
 		return err
 	}
@@ -405,6 +406,7 @@ func (l *Log) flush(p *partition, durable bool) error {
 	if err != nil {
 		return fmt.Errorf("calllog: %s: %w", p.service, err)
 	}
+	p.pending = recs[:0] // kept until here: a failed flush counts them dropped (failed)
 	l.written.Add(uint64(len(recs)))
 	seg.bytes.Store(dirBytes(seg.dir))
 	return nil

@@ -89,11 +89,13 @@ func (l *Log) startSegment(p *partition, now time.Time) error {
 		minT: math.MaxInt64, maxT: math.MaxInt64}
 	st, err := callstore.Open(sg.dir, l.opts.Store)
 	if err != nil {
+		os.RemoveAll(sg.dir) // what it made of it (a full disk: tried again at each flush)
 		return fmt.Errorf("calllog: %s: %w", p.service, err)
 	}
 	w, err := st.Writer()
 	if err != nil {
 		st.Close()
+		os.RemoveAll(sg.dir)
 		return fmt.Errorf("calllog: %s: %w", p.service, err)
 	}
 	sg.store = st
@@ -107,14 +109,14 @@ func (l *Log) startSegment(p *partition, now time.Time) error {
 // seal closes the active segment for writing and records its bounds.
 func (l *Log) seal(p *partition) error {
 	sg := p.active
-	p.active = nil
 	if err := p.w.Close(); err != nil {
 		return fmt.Errorf("calllog: %w", err)
 	}
 	p.w = nil
 	if err := sg.store.Sync(); err != nil {
-		return fmt.Errorf("calllog: %w", err)
+		return fmt.Errorf("calllog: %w", err) // still active: failed retires it
 	}
+	p.active = nil
 	p.unsynced = false
 	sg.maxT = p.lastT
 	if sg.minT == math.MaxInt64 {

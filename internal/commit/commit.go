@@ -206,8 +206,9 @@ func (e *Engine) commit(ctx context.Context, batch []*request) (carried []*reque
 	start := time.Now()
 	results, durable, err := e.storeCommit(txns, sync)
 	finish(planned)
+	e.noteSpace(err)
 	if err != nil {
-		e.log.Error("commit failed", "requests", len(batch), "err", err)
+		e.logCommitErr(len(batch), err)
 		for _, req := range batch {
 			req.rev, req.err = 0, fmt.Errorf("commit: commit: %w", err)
 		}

@@ -133,6 +133,8 @@ type Engine struct {
 	handedSeq   int64
 	handedRev   int64
 	answeredSeq atomic.Int64
+
+	noSpace bool // the last commit was refused for lack of space (committer only)
 }
 
 // request is one write waiting for the committer.

@@ -298,12 +298,15 @@ func (a *API) handleWith(method, path string, h handler, open bool) {
 		}
 		if err != nil {
 			ae := a.toAPIError(err)
-			if ae.status >= 500 {
+			if ae.status >= 500 && ae.status != http.StatusInsufficientStorage { // the engine logs a full disk once
 				a.log.Error("request failed", "route", route, "err", err)
 			}
 			var refusal *acl.Error
 			if errors.As(err, &refusal) && refusal.RetryAfter > 0 {
 				sw.Header().Set("Retry-After", strconv.FormatInt(int64(refusal.RetryAfter/time.Second), 10))
+			}
+			if ae.status == http.StatusInsufficientStorage {
+				sw.Header().Set("Retry-After", noSpaceRetryAfter)
 			}
 			writeError(sw, ae)
 		}
@@ -374,6 +377,12 @@ func (a *API) toAPIError(err error) *apiError {
 		return &apiError{http.StatusConflict, "conflict", strings.TrimPrefix(err.Error(), "store: "), ""}
 	case errors.Is(err, catalog.ErrCompacted):
 		return &apiError{http.StatusGone, "compacted", strings.TrimPrefix(err.Error(), "catalog: "), "since"}
+	case errors.Is(err, store.ErrNoSpace):
+		return &apiError{http.StatusInsufficientStorage, "insufficient_storage",
+			"the write was refused and nothing was written: " + strings.TrimPrefix(err.Error(), "commit: commit: "), ""}
+	case errors.Is(err, store.ErrWriteFailed):
+		return &apiError{http.StatusServiceUnavailable, "unavailable",
+			"the store failed to write, so this write is not acknowledged (it may or may not have been stored): " + strings.TrimPrefix(err.Error(), "commit: commit: "), ""}
 	case errors.Is(err, store.ErrUnavailable):
 		return &apiError{http.StatusServiceUnavailable, "unavailable",
 			"the shared store is unreachable, so this write is not acknowledged (it may or may not have been stored; retry it once the store is back): " + err.Error(), ""}

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,6 +34,14 @@ type Options struct {
 	// FeedOps bounds the ops kept in memory for Follow (default 1<<20);
 	// a follower further behind gets ErrCompacted.
 	FeedOps int
+	// Reserve is the free space, in bytes, the store keeps on its file
+	// system (space.go): a commit that finds less is refused. 0 is
+	// DefaultReserve; negative turns the check off.
+	Reserve int64
+	// Repair truncates the newest write-ahead log at damage before its
+	// tail, dropping what follows (Repaired says what), instead of
+	// refusing to open (walcheck.go).
+	Repair bool
 }
 
 // Store is a pebble-backed store. Commit is called by one goroutine at a
@@ -46,6 +55,15 @@ type Store struct {
 
 	pubMu   sync.Mutex
 	pending []*commitWait // committed in order, not yet in the feed
+
+	reserve  uint64
+	dirFile  *os.File   // the directory, for its free space (space.go)
+	readOnly bool       // opened read-only for lack of space (space.go)
+	panicked bool       // pebble panicked in a commit: its locks may be held
+	repaired *WALRepair // what Open's repair dropped
+
+	failMu sync.Mutex // not s.mu: set by durable, which Load calls under s.mu
+	failed error      // a write pebble failed: no more commits
 }
 
 // Open creates or opens the store in dir.
@@ -56,8 +74,37 @@ func OpenWith(dir string, opts Options) (*Store, error) {
 	if opts.FeedOps <= 0 {
 		opts.FeedOps = 1 << 20
 	}
-	db, err := pebble.Open(dir, &pebble.Options{Logger: quietLogger{}, MemTableSize: 64 << 20, Levels: levels(),
-		FS: privateFS{vfs.Default}})
+	s := &Store{dir: dir}
+	switch {
+	case opts.Reserve == 0:
+		s.reserve = DefaultReserve
+	case opts.Reserve > 0:
+		s.reserve = uint64(opts.Reserve)
+	}
+	if hasDB(dir) {
+		// Checked under the directory's lock, so that a repair never cuts
+		// the log of a store another process has open.
+		lock, err := privateFS{vfs.Default}.Lock(filepath.Join(dir, "LOCK"))
+		if err != nil {
+			return nil, fmt.Errorf("embedded: lock %s: %w", dir, err)
+		}
+		s.repaired, err = checkWAL(dir, opts.Repair)
+		lock.Close()
+		if err != nil {
+			return nil, err
+		}
+		if s.reserve > 0 {
+			free, err := freeSpace(dir)
+			if err != nil {
+				return nil, err
+			}
+			// Without room to replay the log, replaying it would fail
+			// half-way and leave tables behind: read-only, it is
+			// replayed in memory only.
+			s.readOnly = free < s.openNeeds()
+		}
+	}
+	db, err := pebble.Open(dir, s.pebbleOptions(s.readOnly))
 	if err != nil {
 		return nil, fmt.Errorf("embedded: open %s: %w", dir, err)
 	}
@@ -66,10 +113,25 @@ func OpenWith(dir string, opts Options) (*Store, error) {
 		db.Close()
 		return nil, err
 	}
-	s := &Store{db: db, dir: dir, rev: rev}
+	if s.reserve > 0 {
+		if s.dirFile, err = os.Open(dir); err != nil {
+			db.Close()
+			return nil, fmt.Errorf("embedded: open %s: %w", dir, err)
+		}
+	}
+	s.db, s.rev = db, rev
 	s.feed.init(rev, opts.FeedOps)
 	return s, nil
 }
+
+func (s *Store) pebbleOptions(readOnly bool) *pebble.Options {
+	return &pebble.Options{Logger: quietLogger{}, MemTableSize: 64 << 20, Levels: levels(), ReadOnly: readOnly,
+		FS: privateFS{vfs.Default}}
+}
+
+// Repaired is what opening the store repaired in its newest log (nil:
+// nothing).
+func (s *Store) Repaired() *WALRepair { return s.repaired }
 
 // levels are pebble's defaults (files of 2 MB doubling per level, snappy)
 // except that L0 and L1 are not compressed: what a flush writes there is
@@ -148,7 +210,10 @@ func (s *Store) CommitAsync(txns []store.Txn, sync bool) ([]store.Result, func()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.db == nil {
-		return nil, nil, store.ErrClosed
+		return nil, nil, s.closed()
+	}
+	if err := s.roomLocked(sync); err != nil {
+		return nil, nil, err
 	}
 	b := s.db.NewBatchWithSize(batchSize(txns))
 	queued := false
@@ -223,15 +288,18 @@ scan:
 		return nil, nil, fmt.Errorf("embedded: set revision: %w", err)
 	}
 	cw := &commitWait{changes: changes}
-	if sync {
-		err := s.db.ApplyNoSyncWait(b, pebble.Sync)
-		if err != nil {
-			_ = b.SyncWait() // a batch handed to the log must be waited for before Close
-			return nil, nil, fmt.Errorf("embedded: commit: %w", err)
+	if err := s.applyLocked(b, sync); err != nil {
+		if s.panicked {
+			queued = true // in pebble's hands, in a state unknown
+			return nil, nil, err
 		}
+		if sync {
+			_ = b.SyncWait() // a batch handed to the log must be waited for before Close
+		}
+		return nil, nil, s.fail(fmt.Errorf("commit: %w", err))
+	}
+	if sync {
 		cw.b, queued = b, true
-	} else if err := b.Commit(pebble.NoSync); err != nil {
-		return nil, nil, fmt.Errorf("embedded: commit: %w", err)
 	}
 	s.rev = rev
 	now := time.Now().UnixNano()
@@ -303,7 +371,7 @@ func (s *Store) waitFor(cw *commitWait) func() error {
 		}
 		for _, p := range prefix {
 			if p.err != nil {
-				return fmt.Errorf("embedded: sync: %w", p.err)
+				return s.fail(fmt.Errorf("sync the log: %w", p.err))
 			}
 		}
 		return nil
@@ -350,6 +418,10 @@ func (s *Store) Load(kinds []store.Kind, fn func(store.Record) error) (int64, er
 	if s.db == nil {
 		s.mu.Unlock()
 		return 0, store.ErrClosed
+	}
+	if s.panicked {
+		s.mu.Unlock() // pebble's own locks may be held: its snapshot could hang
+		return 0, s.failure()
 	}
 	// Commits still syncing are in pebble but not yet in the feed: the
 	// snapshot must not see past what a follower from its revision gets.
@@ -404,8 +476,18 @@ func (s *Store) Follow(since int64) (store.Feed, error) {
 func (s *Store) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.dirFile != nil {
+		s.dirFile.Close()
+		s.dirFile = nil
+	}
 	if s.db == nil {
-		return nil
+		return s.failure()
+	}
+	if s.panicked {
+		// Pebble may hold its own locks: closing it could hang. The
+		// process is on its way out; the log is replayed at the next open.
+		s.db = nil
+		return fmt.Errorf("embedded: close: not closed after a failed write: %w", s.failure())
 	}
 	s.pubMu.Lock()
 	for _, p := range s.pending {
@@ -420,8 +502,10 @@ func (s *Store) Close() error {
 	// crash Open replays as before. Not when the directory is gone: pebble
 	// takes a missing log file on flush as fatal, and a close must not
 	// bring the process down (the log it would flush is gone too).
+	// Nor when it is read-only or failed a write (a flush could not
+	// succeed; the next open replays the log).
 	var err error
-	if _, statErr := os.Stat(s.dir); statErr == nil {
+	if _, statErr := os.Stat(s.dir); statErr == nil && !s.readOnly && s.failure() == nil {
 		err = s.db.Flush()
 	}
 	err = errors.Join(err, s.db.Close())
