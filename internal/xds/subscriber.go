@@ -79,6 +79,12 @@ type subType struct {
 	origin    time.Time     // commit time of the oldest change not yet sent
 	awaiting  string        // nonce of the last response until the client answers it
 	awaitAt   time.Time     // when that response was built
+	// unsentFrom (clusters only) is the seq of the oldest cluster change
+	// not yet sent to the client, 1 when the whole list is due (a new
+	// subscription), 0 when none is: routes and listeners published after
+	// it may name those clusters and wait until they have gone (make
+	// before break).
+	unsentFrom uint64
 
 	inflight     [8]inflight // last responses, by nonce, awaiting ACK
 	next         int
@@ -128,6 +134,9 @@ func (s *subscriber) notify(t Type, changed []change, origin time.Time) {
 			st.pending.Set(uint(ch.id))
 			st.dirty = true
 			any = true
+			if t == TypeCluster && (st.unsentFrom == 0 || ch.seq < st.unsentFrom) {
+				st.unsentFrom = ch.seq
+			}
 			// The cluster's endpoints go again once the cluster is sent.
 			if ch.eds != noEDS && se.requested && se.wants(ch.eds, false) {
 				se.after.Set(uint(ch.eds))
@@ -251,13 +260,32 @@ func (s *subscriber) build(t Type, now time.Time) (response, bool) {
 		}()
 	}
 	s.now = now
-	if s.delta {
-		return s.buildDelta(t, st)
+	var r response
+	var ok bool
+	switch {
+	case s.delta:
+		r, ok = s.buildDelta(t, st)
+	case t == TypeCluster || t == TypeListener:
+		r, ok = s.buildFull(t, st)
+	default:
+		r, ok = s.buildPartial(t, st)
 	}
-	if t == TypeCluster || t == TypeListener {
-		return s.buildFull(t, st)
+	if t == TypeCluster && !st.full && !st.pending.Any() {
+		st.unsentFrom = 0 // every cluster change is in this response
 	}
-	return s.buildPartial(t, st)
+	return r, ok
+}
+
+// heldFrom returns the seq from which resources of type t wait for the
+// clusters not yet sent (0: none wait). Routes and listeners name
+// clusters: one published after a cluster change may name that cluster,
+// and a client must have the cluster first (grpc-go fails calls routed to
+// a cluster it does not know; Envoy drops them). Called with s.mu held.
+func (s *subscriber) heldFrom(t Type) uint64 {
+	if t != TypeRoute && t != TypeListener {
+		return 0
+	}
+	return s.t[TypeCluster].unsentFrom
 }
 
 // buildFull: clusters and listeners in state of the world go whole, as the
@@ -267,10 +295,18 @@ func (s *subscriber) buildFull(t Type, st *subType) (response, bool) {
 		st.dirty = false
 		return response{}, false
 	}
+	tc := s.c.types[t]
+	if h := s.heldFrom(t); h != 0 {
+		tc.mu.RLock()
+		last := tc.lastSeq
+		tc.mu.RUnlock()
+		if last >= h {
+			return response{}, false // the whole list waits for the clusters
+		}
+	}
 	st.full = false
 	st.pending.ClearAll()
 	st.dirty = false
-	tc := s.c.types[t]
 	r := response{t: t, msg: s.newMsg(), nonce: s.nextNonce(), origin: st.origin}
 	st.origin = time.Time{}
 	tc.mu.RLock()
@@ -303,6 +339,8 @@ func (s *subscriber) buildPartial(t Type, st *subType) (response, bool) {
 	tc := s.c.types[t]
 	r := response{t: t, msg: s.newMsg()}
 	var maxSeq uint64
+	hold := s.heldFrom(t)
+	var held []uint
 	tc.mu.RLock()
 	id, ok := st.pending.NextSet(0)
 	for ; ok && r.msg.size < maxResponseBytes; id, ok = st.pending.NextSet(id + 1) {
@@ -311,6 +349,10 @@ func (s *subscriber) buildPartial(t Type, st *subType) (response, bool) {
 			continue
 		}
 		if e := tc.entries[id]; e != nil && st.wants(uint32(id), e.hidden) {
+			if hold != 0 && e.seq >= hold {
+				held = append(held, id)
+				continue
+			}
 			r.msg.add(e.anyField)
 			r.count++
 			if e.seq > maxSeq {
@@ -319,6 +361,9 @@ func (s *subscriber) buildPartial(t Type, st *subType) (response, bool) {
 		}
 	}
 	tc.mu.RUnlock()
+	for _, id := range held {
+		st.pending.Set(id)
+	}
 	r.origin = st.origin
 	if st.dirty = st.pending.Any(); !st.dirty {
 		st.origin = time.Time{}
@@ -341,6 +386,8 @@ func (s *subscriber) buildDelta(t Type, st *subType) (response, bool) {
 	tc := s.c.types[t]
 	r := response{t: t, msg: s.newMsg()}
 	var removed []byte
+	hold := s.heldFrom(t)
+	var held []uint
 	tc.mu.RLock()
 	if len(st.sent) < len(tc.entries) {
 		st.sent = append(st.sent, make([]uint64, len(tc.entries)-len(st.sent))...)
@@ -353,6 +400,9 @@ func (s *subscriber) buildDelta(t Type, st *subType) (response, bool) {
 		}
 		e := tc.entries[id]
 		switch {
+		case e != nil && hold != 0 && e.seq >= hold && st.wants(uint32(id), e.hidden) && st.sent[id] != e.seq:
+			held = append(held, id) // waits for the clusters
+			continue
 		case e != nil && st.wants(uint32(id), e.hidden):
 			if st.sent[id] != e.seq {
 				r.msg.add(e.resField)
@@ -372,6 +422,9 @@ func (s *subscriber) buildDelta(t Type, st *subType) (response, bool) {
 	}
 	r.version = tc.version
 	tc.mu.RUnlock()
+	for _, id := range held {
+		st.pending.Set(id)
+	}
 	r.origin = st.origin
 	if st.dirty = st.pending.Any(); !st.dirty {
 		st.origin = time.Time{}
