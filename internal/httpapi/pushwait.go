@@ -1,0 +1,42 @@
+package httpapi
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// PushWaiter is the control plane as config writes see it: a write is
+// answered once the push engine has published its revision, so that a
+// subscriber connecting after the answer gets that config or newer.
+type PushWaiter interface {
+	WaitPublished(ctx context.Context, rev int64) error
+}
+
+// SetPushWaiter makes config writes wait (at most pushWaitMax) for w to
+// publish their revision. Before SetRegistry.
+func (a *API) SetPushWaiter(w PushWaiter) { a.pushWait.Store(&w) }
+
+// pushWaitMax bounds the wait: a config round takes milliseconds to a few
+// hundred (a full recomputation of thousands of services); past this the
+// write is answered anyway, saying so.
+const pushWaitMax = 10 * time.Second
+
+// waitPublished waits for the control plane to publish rev. It answers
+// nil when there is no control plane, else whether it did and, if not, why.
+func (a *API) waitPublished(ctx context.Context, rev int64) (published *bool, warning string) {
+	wp := a.pushWait.Load()
+	if wp == nil {
+		return nil, ""
+	}
+	ctx, cancel := context.WithTimeout(ctx, pushWaitMax)
+	defer cancel()
+	ok := true
+	if err := (*wp).WaitPublished(ctx, rev); err != nil {
+		ok = false
+		warning = fmt.Sprintf("written at revision %d, but the control plane has not published it within %v: "+
+			"xDS subscribers may still get the previous config for a while (see sextant push status)", rev, pushWaitMax)
+		a.log.Warn("httpapi: config written but not published in time", "revision", rev, "err", err)
+	}
+	return &ok, warning
+}

@@ -1,0 +1,65 @@
+package push_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sextant-mesh/sextant/internal/config"
+	"github.com/sextant-mesh/sextant/internal/push"
+	"github.com/sextant-mesh/sextant/internal/push/pushtest"
+)
+
+// TestWaitPublished: WaitPublished returns once the config a revision
+// wrote is in the cache, not before: held while the config round is held,
+// and the routes are there the moment it returns (no polling).
+func TestWaitPublished(t *testing.T) {
+	reg := pushtest.New(0)
+	reg.Upsert(inst("b1", "blue"), inst("s2", "stable"))
+	var hold atomic.Bool
+	release := make(chan struct{})
+	var released sync.Once
+	unhold := func() { released.Do(func() { close(release) }) }
+	cp := startControlPlane(t, context.Background(), reg, func(e *push.Engine) {
+		push.SetSlowConfig(e, func() {
+			if hold.Load() {
+				<-release
+			}
+		})
+	})
+	t.Cleanup(unhold) // runs before the control plane's: a failure must not leave the round held
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := cp.engine.WaitPublished(ctx, reg.Revision()); err != nil {
+		t.Fatal(err)
+	}
+	if got := routeClusters(t, cp.cache); !slices.Equal(got, []string{"default/orders"}) {
+		t.Fatalf("routes before the config: %v", got)
+	}
+	objs, err := config.Decode([]byte(ordersConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hold.Store(true)
+	var rev int64
+	for _, o := range objs {
+		rev = reg.ApplyConfig(o)
+	}
+	short, cancelShort := context.WithTimeout(ctx, 200*time.Millisecond)
+	err = cp.engine.WaitPublished(short, rev)
+	cancelShort()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("WaitPublished while the round is held: %v, want a deadline error", err)
+	}
+	unhold()
+	if err := cp.engine.WaitPublished(ctx, rev); err != nil {
+		t.Fatal(err)
+	}
+	if got := routeClusters(t, cp.cache); !slices.Equal(got, []string{"default/orders/blue", "default/orders/stable"}) {
+		t.Fatalf("routes when WaitPublished returned: %v", got)
+	}
+}
