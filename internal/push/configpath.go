@@ -312,6 +312,9 @@ func (w *configWorker) loop(ctx context.Context) {
 // worker that stops with ctx may leave behind.
 func (w *configWorker) round(ctx context.Context) {
 	if len(w.dirty) == 0 {
+		// Nothing to publish: the batch's commit time (a security policy,
+		// a Gateway) is no origin of a later round's push.
+		w.origin = time.Time{}
 		return
 	}
 	if w.e.slowConfig != nil {

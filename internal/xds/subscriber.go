@@ -100,9 +100,10 @@ type subType struct {
 }
 
 type inflight struct {
-	nonce   string
-	version string
-	origin  time.Time
+	nonce    string
+	version  string
+	origin   time.Time
+	answered bool // a later request carrying the nonce again is no new answer
 }
 
 // NACK is a response a client rejected.
@@ -515,10 +516,12 @@ func (st *subType) ack(nonce string, errMsg *string, now time.Time) (inflight, b
 	if nonce != "" && nonce == st.awaiting {
 		st.awaiting = "" // answered: the next response may go
 	}
-	for _, f := range st.inflight {
-		if f.nonce != nonce || nonce == "" {
+	for i := range st.inflight {
+		f := &st.inflight[i]
+		if f.nonce != nonce || nonce == "" || f.answered {
 			continue
 		}
+		f.answered = true
 		if errMsg != nil {
 			if len(st.nacks) == maxNACKs {
 				st.nacks = st.nacks[1:]
@@ -528,7 +531,7 @@ func (st *subType) ack(nonce string, errMsg *string, now time.Time) (inflight, b
 			st.versionAcked = f.version
 			st.ackedAt = now
 		}
-		return f, true
+		return *f, true
 	}
 	return inflight{}, false
 }
