@@ -4,9 +4,12 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discoverygrpc "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
@@ -45,6 +48,13 @@ spec:
 // client and xDS address.
 func startServerXDS(t *testing.T) (*client.Client, string) {
 	t.Helper()
+	api, _, xdsAddr := startServerXDSURL(t)
+	return api, xdsAddr
+}
+
+// startServerXDSURL is startServerXDS with the server's base URL too.
+func startServerXDSURL(t *testing.T) (*client.Client, string, string) {
+	t.Helper()
 	httpAddr, xdsAddr := freeAddr(t), freeAddr(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -71,7 +81,7 @@ func startServerXDS(t *testing.T) (*client.Client, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return api, xdsAddr
+	return api, "http://" + httpAddr, xdsAddr
 }
 
 // dialXDS is grpc-go's own xDS client for xds:///target, with a bootstrap
@@ -141,5 +151,76 @@ func TestGRPCClientRightAfterApply(t *testing.T) {
 			}
 		}
 		conn.Close()
+	}
+}
+
+// TestConfigApplyWait: "config apply --wait" returns once every connected
+// subscriber (here grpc-go's xDS client) has ACKed the applied config; a
+// subscriber that never answers makes it print who is behind and fail at
+// --timeout.
+func TestConfigApplyWait(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end to end: server, grpc-go over xDS, the CLI")
+	}
+	ctx := context.Background()
+	api, url, xdsAddr := startServerXDSURL(t)
+	for _, v := range []string{"v1", "v2"} {
+		_, port := startGreeter(t, "shop-"+v, false)
+		if _, err := api.Register(ctx, client.Instance{ID: "shop-" + v, Service: "shop", Host: "127.0.0.1", Port: port,
+			Protocol: "grpc", Metadata: map[string]string{"version": v}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	conn := dialXDS(t, xdsAddr, "waited-client", "shop")
+	defer conn.Close()
+	cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	if _, err := testgrpc.NewTestServiceClient(conn).UnaryCall(cctx, &testgrpc.SimpleRequest{}, grpc.WaitForReady(true)); err != nil {
+		t.Fatal(err)
+	}
+	out, err := runOn(t, url, subsetsConfig("shop"), "config", "apply", "-f", "-", "--wait", "--timeout", "20s")
+	if err != nil {
+		t.Fatalf("apply --wait: %v\n%s", err, out)
+	}
+	if !strings.Contains(out, "ACKed by all 1 subscribers") {
+		t.Fatalf("apply --wait printed:\n%s", out)
+	}
+	// The routes the client ACKed send x-version: v2 to v2.
+	md := metadata.AppendToOutgoingContext(cctx, "x-version", "v2")
+	resp, err := testgrpc.NewTestServiceClient(conn).UnaryCall(md, &testgrpc.SimpleRequest{}, grpc.WaitForReady(true))
+	if err != nil || string(resp.GetPayload().GetBody()) != "shop-v2" {
+		t.Fatalf("after apply --wait: %v %v, want shop-v2", resp, err)
+	}
+
+	// A subscriber that asks for every cluster and never ACKs.
+	xc, err := grpc.NewClient(xdsAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer xc.Close()
+	sctx, scancel := context.WithCancel(ctx)
+	defer scancel()
+	stream, err := discoverygrpc.NewAggregatedDiscoveryServiceClient(xc).StreamAggregatedResources(sctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&discoverygrpc.DiscoveryRequest{Node: &corev3.Node{Id: "silent"},
+		TypeUrl: "type.googleapis.com/envoy.config.cluster.v3.Cluster"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	out, err = runOn(t, url, strings.ReplaceAll(subsetsConfig("shop"), "exact: v2", "exact: two"), "config", "apply", "-f", "-", "--wait", "--timeout", "1s")
+	if err == nil || !strings.Contains(err.Error(), "not ACKed by every subscriber within 1s") {
+		t.Fatalf("apply --wait with a silent subscriber: %v\n%s", err, out)
+	}
+	if !strings.Contains(out, "behind: silent (") || strings.Contains(out, "behind: waited-client") {
+		t.Fatalf("apply --wait should name the silent subscriber alone:\n%s", out)
+	}
+	t.Logf("apply --wait with a silent subscriber:\n%s", out)
+	if took := time.Since(start); took > 15*time.Second {
+		t.Fatalf("apply --wait --timeout 1s took %v", took)
 	}
 }
