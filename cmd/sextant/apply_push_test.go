@@ -192,6 +192,18 @@ func TestConfigApplyWait(t *testing.T) {
 		t.Fatalf("after apply --wait: %v %v, want shop-v2", resp, err)
 	}
 
+	// The same config again after a write of a kind the control plane does
+	// not follow (a node): unchanged, nothing to publish, answered at once.
+	if _, err := api.ApplyNodes(ctx, []byte(`{"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"},
+		"status": {"allocatable": {"cpu": "1", "memory": "1Gi", "pods": "10"}}}`)); err != nil {
+		t.Fatal(err)
+	}
+	again := time.Now()
+	res, err := api.ApplyConfig(ctx, []byte(subsetsConfig("shop")), false)
+	if err != nil || res.Published == nil || !*res.Published || time.Since(again) > 5*time.Second {
+		t.Fatalf("unchanged apply: %+v %v after %v", res, err, time.Since(again))
+	}
+
 	// A subscriber that asks for every cluster and never ACKs.
 	xc, err := grpc.NewClient(xdsAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {

@@ -252,7 +252,10 @@ func (a *API) writeConfig(w http.ResponseWriter, r *http.Request, reg *backend, 
 		}
 	}
 	if !aw.DryRun {
-		ans.Published, ans.Warning = a.waitPublished(r.Context(), rev)
+		// Nothing changed: nothing to publish (and rev may be a revision of
+		// a kind the control plane does not follow).
+		changed := slices.ContainsFunc(aw.Results, func(res config.Result) bool { return res.Action != config.Unchanged })
+		ans.Published, ans.Warning = a.waitPublished(r.Context(), rev, changed)
 	}
 	for i, res := range aw.Results {
 		if res.Action != config.Unchanged && !aw.DryRun {
@@ -349,7 +352,7 @@ func (a *API) deleteConfig(w http.ResponseWriter, r *http.Request, reg *backend)
 	if err != nil {
 		return configError(err)
 	}
-	a.waitPublished(r.Context(), rev)
+	a.waitPublished(r.Context(), rev, true)
 	writeJSON(w, rev, func(b []byte) []byte {
 		b = append(b, `{"revision":`...)
 		b = strconv.AppendInt(b, rev, 10)

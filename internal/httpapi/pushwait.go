@@ -22,16 +22,21 @@ func (a *API) SetPushWaiter(w PushWaiter) { a.pushWait.Store(&w) }
 // write is answered anyway, saying so.
 const pushWaitMax = 10 * time.Second
 
-// waitPublished waits for the control plane to publish rev. It answers
-// nil when there is no control plane, else whether it did and, if not, why.
-func (a *API) waitPublished(ctx context.Context, rev int64) (published *bool, warning string) {
+// waitPublished waits for the control plane to publish rev, the revision
+// of a write that changed config (changed false: nothing to wait for). It
+// answers nil when there is no control plane, else whether it did and, if
+// not, why.
+func (a *API) waitPublished(ctx context.Context, rev int64, changed bool) (published *bool, warning string) {
 	wp := a.pushWait.Load()
 	if wp == nil {
 		return nil, ""
 	}
+	ok := true
+	if !changed {
+		return &ok, ""
+	}
 	ctx, cancel := context.WithTimeout(ctx, pushWaitMax)
 	defer cancel()
-	ok := true
 	if err := (*wp).WaitPublished(ctx, rev); err != nil {
 		ok = false
 		warning = fmt.Sprintf("written at revision %d, but the control plane has not published it within %v: "+
