@@ -87,6 +87,7 @@ type Engine struct {
 
 	slowConfig func() // tests: runs at the start of every config round
 	slowBuild  func() // tests: runs before each service's build in a config round
+	slowEP     func() // tests: runs before each service's endpoint recomputation by the endpoint worker
 
 	stats engineStats
 }
@@ -113,6 +114,7 @@ func New(src Source, cache *xds.Cache, opts Options) *Engine {
 	}
 	e := &Engine{src: src, cache: cache, opts: opts, log: opts.Logger, m: newMetrics(opts.Registerer)}
 	e.ep.init()
+	e.ep.progress = e.advanced
 	e.cfg.init()
 	wake := make(chan struct{})
 	e.secWake.Store(&wake)

@@ -14,22 +14,26 @@ import (
 // every config item queued by then is done.
 
 // WaitPublished waits until every change up to revision rev has been
-// published into the xDS cache by the config path (clusters, routes,
-// listeners), or ctx ends. Endpoint changes are not waited for: they are
-// published at once, whatever config work is in flight. Safe from any
-// goroutine.
+// published into the xDS cache, or ctx ends: the config path's clusters,
+// routes and listeners, then the endpoint sets those rounds asked for (a
+// new subset's cluster and its endpoints). It only waits; the endpoint
+// path never waits for config work. Safe from any goroutine.
 func (e *Engine) WaitPublished(ctx context.Context, rev int64) error {
 	e.waiters.Add(1)
 	defer e.waiters.Add(-1)
-	var want uint64
-	handed := false
+	var want, epWant uint64
+	handed, configDone := false, false
 	for {
 		// Loaded before the checks: an advance after them closes it.
 		ch := *e.progress.Load()
 		if !handed && e.handed.Load() >= rev {
 			handed, want = true, e.cfg.queuedCount()
 		}
-		if handed && e.cfg.done.Load() >= want {
+		if handed && !configDone && e.cfg.done.Load() >= want {
+			// The rounds marked the services whose clusters changed.
+			configDone, epWant = true, e.ep.markCount()
+		}
+		if configDone && e.ep.doneThrough() >= epWant {
 			return nil
 		}
 		select {

@@ -12,6 +12,7 @@ import (
 	"github.com/sextant-mesh/sextant/internal/config"
 	"github.com/sextant-mesh/sextant/internal/push"
 	"github.com/sextant-mesh/sextant/internal/push/pushtest"
+	"github.com/sextant-mesh/sextant/internal/xds"
 )
 
 // TestWaitPublished: WaitPublished returns once the config a revision
@@ -61,5 +62,55 @@ func TestWaitPublished(t *testing.T) {
 	}
 	if got := routeClusters(t, cp.cache); !slices.Equal(got, []string{"default/orders/blue", "default/orders/stable"}) {
 		t.Fatalf("routes when WaitPublished returned: %v", got)
+	}
+}
+
+// TestWaitPublishedEndpoints: the endpoint sets of the clusters an apply
+// creates (a DestinationRule's subsets) are in the cache when
+// WaitPublished returns, so a client asking for them right after gets
+// them, not "resource does not exist".
+func TestWaitPublishedEndpoints(t *testing.T) {
+	reg := pushtest.New(0)
+	reg.Upsert(inst("b1", "blue"), inst("s2", "stable"))
+	var hold atomic.Bool
+	release := make(chan struct{})
+	var released sync.Once
+	unhold := func() { released.Do(func() { close(release) }) }
+	cp := startControlPlane(t, context.Background(), reg, func(e *push.Engine) {
+		push.SetSlowEndpoints(e, func() {
+			if hold.Load() {
+				<-release
+			}
+		})
+	})
+	t.Cleanup(unhold) // runs before the control plane's: a failure must not leave the worker held
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := cp.engine.WaitPublished(ctx, reg.Revision()); err != nil {
+		t.Fatal(err)
+	}
+	objs, err := config.Decode([]byte(ordersConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hold.Store(true)
+	var rev int64
+	for _, o := range objs {
+		rev = reg.ApplyConfig(o)
+	}
+	short, cancelShort := context.WithTimeout(ctx, 300*time.Millisecond)
+	err = cp.engine.WaitPublished(short, rev)
+	cancelShort()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("WaitPublished while the subsets' endpoints are held: %v, want a deadline error", err)
+	}
+	unhold()
+	if err := cp.engine.WaitPublished(ctx, rev); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"default/orders/blue", "default/orders/stable"} {
+		if _, _, ok := cp.cache.Get(xds.TypeEndpoint, name); !ok {
+			t.Errorf("endpoints of %s not published when WaitPublished returned", name)
+		}
 	}
 }
