@@ -366,8 +366,9 @@ func runServer(ctx context.Context, f serverFlags) error {
 		log.Info("serving xDS", "addr", xln.Addr().String(), "tls", tlsCfg != nil)
 		warnExposed(log.With("listener", "xds"), xln.Addr().String(), tlsCfg != nil, f)
 		api.SetPushStatus(push.StatusHandler(engine, ads, gateways))
-		// A config write is answered once the engine has published it.
-		api.SetPushWaiter(engine)
+		// A config write is answered once the engine and the Gateways'
+		// publisher have published it.
+		api.SetPushWaiter(engine, gateways)
 	}
 	if dnsSrv != nil {
 		// Reads the instance table as it is at each query: stopped before

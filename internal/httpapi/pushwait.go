@@ -13,9 +13,10 @@ type PushWaiter interface {
 	WaitPublished(ctx context.Context, rev int64) error
 }
 
-// SetPushWaiter makes config writes wait (at most pushWaitMax) for w to
-// publish their revision. Before SetRegistry.
-func (a *API) SetPushWaiter(w PushWaiter) { a.pushWait.Store(&w) }
+// SetPushWaiter makes config writes wait (at most pushWaitMax in all) for
+// each of ws (the push engine, the Gateways' publisher) to publish their
+// revision. Before SetRegistry.
+func (a *API) SetPushWaiter(ws ...PushWaiter) { a.pushWait.Store(&ws) }
 
 // pushWaitMax bounds the wait: a config round takes milliseconds to a few
 // hundred (a full recomputation of thousands of services); past this the
@@ -37,7 +38,13 @@ func (a *API) waitPublished(ctx context.Context, rev int64, changed bool) (publi
 	}
 	ctx, cancel := context.WithTimeout(ctx, pushWaitMax)
 	defer cancel()
-	if err := (*wp).WaitPublished(ctx, rev); err != nil {
+	var err error
+	for _, w := range *wp {
+		if err = w.WaitPublished(ctx, rev); err != nil {
+			break
+		}
+	}
+	if err != nil {
 		ok = false
 		warning = fmt.Sprintf("written at revision %d, but the control plane has not published it within %v: "+
 			"xDS subscribers may still get the previous config for a while (see sextant push status)", rev, pushWaitMax)
