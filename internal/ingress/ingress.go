@@ -130,7 +130,9 @@ func (p *Publisher) Run(ctx context.Context) error {
 					return nil
 				}
 				if errors.Is(err, context.DeadlineExceeded) {
-					expiry = p.publish(sub.Revision())
+					rev = sub.Revision()
+					expiry = p.publish(rev)
+					p.publishedUpTo(rev)
 					continue
 				}
 				return fmt.Errorf("ingress: follow: %w", err)
