@@ -116,6 +116,27 @@ func TestGRPCClientRightAfterApply(t *testing.T) {
 	}
 	ctx := context.Background()
 	api, xdsAddr := startServerXDS(t)
+	// Registry churn beside the applies: another service's instances come
+	// and go all along (bounded in count), so that the endpoint path and
+	// new services' config rounds are busy while each apply is answered.
+	churnCtx, stopChurn := context.WithCancel(ctx)
+	churned := make(chan int, 1)
+	go func() {
+		n := 0
+		defer func() { churned <- n }()
+		for ; n < 5000 && churnCtx.Err() == nil; n++ {
+			in := client.Instance{ID: fmt.Sprintf("churn-%d", n%20), Service: fmt.Sprintf("churn%d", n%7), Host: "127.0.0.1", Port: 9000 + n%20}
+			if n%40 >= 20 {
+				api.Deregister(churnCtx, in.ID)
+				continue
+			}
+			api.Register(churnCtx, in)
+		}
+	}()
+	defer func() {
+		stopChurn()
+		t.Logf("%d registry changes beside the applies", <-churned)
+	}()
 	const iterations, calls = 10, 8
 	for i := range iterations {
 		svc := fmt.Sprintf("orders%d", i)
