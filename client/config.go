@@ -34,6 +34,12 @@ type ApplyResult struct {
 	// Gateways, the calls each registered gateway recorded in the last
 	// hour that the change would start denying; nil otherwise.
 	Calls *CallsDryRun `json:"calls,omitempty"`
+	// Published: the server's control plane published the revision to its
+	// xDS cache before answering, so that a subscriber connecting now gets
+	// this config or newer; false (with Warning) when it did not in time;
+	// nil without a control plane or for a dry run.
+	Published *bool  `json:"published,omitempty"`
+	Warning   string `json:"warning,omitempty"`
 }
 
 // CallsDryRun is the server's ask of every registered gateway.

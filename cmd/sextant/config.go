@@ -7,6 +7,7 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"sigs.k8s.io/yaml"
@@ -32,7 +33,8 @@ supported"), never ignored (docs/controlplane.md).`,
 	f := addClientFlags(cmd)
 
 	var files []string
-	var dryRun bool
+	var dryRun, wait bool
+	var waitTimeout time.Duration
 	apply := &cobra.Command{
 		Use:   "apply -f FILE|DIR|-",
 		Short: "Create or replace config objects from files (idempotent, atomic)",
@@ -46,14 +48,27 @@ Each document is checked here first: a YAML syntax error names its file and
 line, an object of another kind (a Pod, a Node) what it is. Warnings (a
 host naming a service with no instances, a route to a subset no
 DestinationRule defines, an object shadowed by another for the same host)
-are printed under their object; they do not stop the apply.`,
+are printed under their object; they do not stop the apply.
+
+The server answers once its control plane has published the new config, so
+an xDS client connecting after the answer gets it. With --wait the command
+then waits until every connected xDS subscriber has been sent it and ACKed it
+(like istioctl --wait), and on --timeout prints who is still behind and exits
+non-zero.`,
 		Example: `  sextant config apply -f routing.yaml
   sextant config apply -f ./config/ --dry-run
+  sextant config apply -f routing.yaml --wait --timeout 30s
   cat vs.yaml | sextant config apply -f -`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if len(files) == 0 {
 				return fmt.Errorf("config apply: name what to apply with -f FILE, -f DIR or -f -")
+			}
+			if wait && dryRun {
+				return fmt.Errorf("config apply: --wait and --dry-run: a dry run publishes nothing to wait for")
+			}
+			if waitTimeout <= 0 {
+				return fmt.Errorf("config apply: --timeout %v: must be positive", waitTimeout)
 			}
 			body, docs, err := readConfigFiles(cmd.InOrStdin(), files)
 			if err != nil {
@@ -69,7 +84,10 @@ are printed under their object; they do not stop the apply.`,
 			}
 			out := cmd.OutOrStdout()
 			if f.json() {
-				return writeJSON(out, res)
+				if err := writeJSON(out, res); err != nil || !wait {
+					return err
+				}
+				return waitApplied(cmd.Context(), cmd.ErrOrStderr(), c, res, waitTimeout)
 			}
 			suffix := ""
 			if dryRun {
@@ -90,11 +108,19 @@ are printed under their object; they do not stop the apply.`,
 			if dryRun && res.Calls != nil {
 				printCallsDryRun(out, res.Calls)
 			}
+			if res.Warning != "" {
+				fmt.Fprintln(cmd.ErrOrStderr(), "warning:", res.Warning)
+			}
+			if wait {
+				return waitApplied(cmd.Context(), out, c, res, waitTimeout)
+			}
 			return nil
 		},
 	}
 	apply.Flags().StringSliceVarP(&files, "filename", "f", nil, "file, directory or - (standard input); repeatable")
 	apply.Flags().BoolVar(&dryRun, "dry-run", false, "write nothing; print what would change")
+	apply.Flags().BoolVar(&wait, "wait", false, "wait until every connected xDS subscriber has ACKed the applied config")
+	apply.Flags().DurationVar(&waitTimeout, "timeout", 30*time.Second, "with --wait: how long to wait before printing who is behind and failing")
 
 	var kind, namespace string
 	list := &cobra.Command{

@@ -399,6 +399,9 @@ func runServer(ctx context.Context, f serverFlags) error {
 		log.Info("serving xDS", "addr", xln.Addr().String(), "tls", tlsCfg != nil)
 		warnExposed(log.With("listener", "xds"), xln.Addr().String(), tlsCfg != nil, f)
 		api.SetPushStatus(push.StatusHandler(engine, ads, gateways))
+		// A config write is answered once the engine and the Gateways'
+		// publisher have published it.
+		api.SetPushWaiter(engine, gateways)
 	}
 	if dnsSrv != nil {
 		// Reads the instance table as it is at each query: stopped before

@@ -148,6 +148,11 @@ type applyAnswer struct {
 	// denying, per gateway (rbacdryrun.go); nil when it changes no
 	// Gateway RBAC.
 	Calls *callsDryRun `json:"calls,omitempty"`
+	// Published: the control plane published the revision before the
+	// answer (absent without a control plane, and for a dry run); false
+	// with Warning saying so when it did not in time.
+	Published *bool  `json:"published,omitempty"`
+	Warning   string `json:"warning,omitempty"`
 }
 
 // affectedResources names the xDS resources an apply changes: the route
@@ -249,6 +254,12 @@ func (a *API) writeConfig(w http.ResponseWriter, r *http.Request, reg *backend, 
 			return err
 		}
 	}
+	if !aw.DryRun {
+		// Nothing changed: nothing to publish (and rev may be a revision of
+		// a kind the control plane does not follow).
+		changed := slices.ContainsFunc(aw.Results, func(res config.Result) bool { return res.Action != config.Unchanged })
+		ans.Published, ans.Warning = a.waitPublished(r.Context(), rev, changed)
+	}
 	for i, res := range aw.Results {
 		if res.Action != config.Unchanged && !aw.DryRun {
 			res.Revision = rev
@@ -344,6 +355,7 @@ func (a *API) deleteConfig(w http.ResponseWriter, r *http.Request, reg *backend)
 	if err != nil {
 		return configError(err)
 	}
+	a.waitPublished(r.Context(), rev, true)
 	writeJSON(w, rev, func(b []byte) []byte {
 		b = append(b, `{"revision":`...)
 		b = strconv.AppendInt(b, rev, 10)

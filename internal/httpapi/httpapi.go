@@ -76,6 +76,8 @@ type API struct {
 	sync atomic.Pointer[syncBox] // nil: a single server
 	// pushStatus serves /v1/push/status; nil: no control plane.
 	pushStatus atomic.Pointer[http.Handler]
+	// pushWait: config writes wait for these to publish them; nil: no control plane.
+	pushWait atomic.Pointer[[]PushWaiter]
 	// issuer serves /v1/identity; nil: no certificate authority.
 	issuer  atomic.Pointer[issuerBox]
 	opts    Options

@@ -45,6 +45,10 @@ type Publisher struct {
 	published [3]map[string][]byte
 	// warnings of the last publish, for push status.
 	warnings atomic.Pointer[[]string]
+	// done is the catalog revision up to which Gateways are published;
+	// wake is closed and replaced at each publish (WaitPublished).
+	done atomic.Int64
+	wake atomic.Pointer[chan struct{}]
 }
 
 // Warnings returns what the last recomputation left out or found wrong
@@ -67,7 +71,33 @@ func New(cat *catalog.Catalog, cfg *config.Table, secrets *secret.Table, cache *
 	for i := range p.published {
 		p.published[i] = map[string][]byte{}
 	}
+	wake := make(chan struct{})
+	p.wake.Store(&wake)
 	return p
+}
+
+// WaitPublished waits until the Gateways' resources reflect every change
+// up to catalog revision rev (config apply answers then), or ctx ends.
+// Safe from any goroutine.
+func (p *Publisher) WaitPublished(ctx context.Context, rev int64) error {
+	for {
+		ch := *p.wake.Load() // before the check: a publish after it closes it
+		if p.done.Load() >= rev {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("ingress: revision %d not published yet: %w", rev, ctx.Err())
+		}
+	}
+}
+
+// publishedUpTo records that everything up to rev is published.
+func (p *Publisher) publishedUpTo(rev int64) {
+	p.done.Store(rev)
+	ch := make(chan struct{})
+	close(*p.wake.Swap(&ch))
 }
 
 var types = [3]xds.Type{xds.TypeSecret, xds.TypeListener, xds.TypeRoute}
@@ -84,6 +114,7 @@ func (p *Publisher) Run(ctx context.Context) error {
 			return fmt.Errorf("ingress: subscribe: %w", err)
 		}
 		expiry := p.publish(rev)
+		p.publishedUpTo(rev)
 		for {
 			wait, cancel := ctx, context.CancelFunc(func() {})
 			if !expiry.IsZero() {
@@ -99,12 +130,16 @@ func (p *Publisher) Run(ctx context.Context) error {
 					return nil
 				}
 				if errors.Is(err, context.DeadlineExceeded) {
-					expiry = p.publish(sub.Revision())
+					rev = sub.Revision()
+					expiry = p.publish(rev)
+					p.publishedUpTo(rev)
 					continue
 				}
 				return fmt.Errorf("ingress: follow: %w", err)
 			}
-			expiry = p.publish(sub.Revision())
+			rev = sub.Revision()
+			expiry = p.publish(rev)
+			p.publishedUpTo(rev)
 		}
 	}
 	return nil

@@ -38,6 +38,10 @@ type configQueue struct {
 	first        time.Time // arrival of the first and last queued config change (debounce)
 	last         time.Time
 	wake         chan struct{}
+	// queued counts the items ever queued; done is queued as taken by the
+	// last round that finished publishing (WaitPublished).
+	queued uint64
+	done   atomic.Uint64
 }
 
 func (q *configQueue) init() {
@@ -49,6 +53,7 @@ func (q *configQueue) init() {
 func (q *configQueue) add(origin time.Time, f func()) {
 	q.mu.Lock()
 	f()
+	q.queued++
 	if q.origin.IsZero() || origin.Before(q.origin) {
 		q.origin = origin
 	}
@@ -115,17 +120,25 @@ type configBatch struct {
 	workloads    bool
 	workloadSvcs map[naming.ServiceKey]bool
 	origin       time.Time
+	queued       uint64 // configQueue.queued when taken
 }
 
 func (q *configQueue) take() configBatch {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	b := configBatch{changes: q.changes, services: q.services, emptied: q.emptied, snap: q.snap, workloads: q.workloads,
-		workloadSvcs: q.workloadSvcs, origin: q.origin}
+		workloadSvcs: q.workloadSvcs, origin: q.origin, queued: q.queued}
 	q.changes, q.snap, q.origin, q.workloads, q.workloadSvcs = nil, nil, time.Time{}, false, nil
 	q.services = map[naming.ServiceKey]bool{}
 	q.emptied = map[naming.ServiceKey]bool{}
 	return b
+}
+
+// queuedCount returns how many items were ever queued.
+func (q *configQueue) queuedCount() uint64 {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.queued
 }
 
 func (q *configQueue) len() int {
@@ -284,6 +297,10 @@ func (w *configWorker) loop(ctx context.Context) {
 		w.apply(b)
 		w.servers(b)
 		w.round(ctx)
+		if ctx.Err() == nil {
+			q.done.Store(b.queued)
+			w.e.advanced()
+		}
 	}
 }
 
@@ -295,6 +312,9 @@ func (w *configWorker) loop(ctx context.Context) {
 // worker that stops with ctx may leave behind.
 func (w *configWorker) round(ctx context.Context) {
 	if len(w.dirty) == 0 {
+		// Nothing to publish: the batch's commit time (a security policy,
+		// a Gateway) is no origin of a later round's push.
+		w.origin = time.Time{}
 		return
 	}
 	if w.e.slowConfig != nil {

@@ -18,16 +18,29 @@ import (
 type endpointQueue struct {
 	mu    sync.Mutex
 	order []naming.ServiceKey
-	dirty map[naming.ServiceKey]time.Time
+	dirty map[naming.ServiceKey]epMark
 	wake  chan struct{}
 	// idle is closed while nothing is queued or being computed (quiet);
 	// config work waits on it (waitIdle).
 	idle  chan struct{}
 	quiet bool
+	// marks counts the marks ever made; taken is the first mark of the
+	// service being computed (0: none). Every mark up to doneThrough has
+	// been published (WaitPublished). progress is called after each take.
+	marks    uint64
+	taken    uint64
+	progress func()
+}
+
+// epMark is a queued service's oldest unprocessed change: its commit time
+// and the mark's number.
+type epMark struct {
+	origin time.Time
+	seq    uint64
 }
 
 func (q *endpointQueue) init() {
-	q.dirty = map[naming.ServiceKey]time.Time{}
+	q.dirty = map[naming.ServiceKey]epMark{}
 	q.wake = make(chan struct{}, 1)
 	q.idle = make(chan struct{})
 	close(q.idle)
@@ -36,8 +49,9 @@ func (q *endpointQueue) init() {
 
 func (q *endpointQueue) mark(s naming.ServiceKey, origin time.Time) {
 	q.mu.Lock()
+	q.marks++
 	if _, ok := q.dirty[s]; !ok {
-		q.dirty[s] = origin
+		q.dirty[s] = epMark{origin, q.marks}
 		q.order = append(q.order, s)
 	}
 	if q.quiet {
@@ -54,6 +68,9 @@ func (q *endpointQueue) mark(s naming.ServiceKey, origin time.Time) {
 // take returns the next service to compute. The queue stays busy until a
 // take finds it empty: the worker takes until then.
 func (q *endpointQueue) take() (naming.ServiceKey, time.Time, bool) {
+	if q.progress != nil {
+		defer q.progress() // the previous take's service is published
+	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if len(q.order) == 0 {
@@ -61,13 +78,38 @@ func (q *endpointQueue) take() (naming.ServiceKey, time.Time, bool) {
 			q.quiet = true
 			close(q.idle)
 		}
+		q.taken = 0
 		return naming.ServiceKey{}, time.Time{}, false
 	}
 	s := q.order[0]
 	q.order = q.order[1:]
-	origin := q.dirty[s]
+	m := q.dirty[s]
 	delete(q.dirty, s)
-	return s, origin, true
+	q.taken = m.seq
+	return s, m.origin, true
+}
+
+// markCount returns how many marks were ever made.
+func (q *endpointQueue) markCount() uint64 {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.marks
+}
+
+// doneThrough returns the number up to which every mark has been
+// computed and published: the queue is in order of first marks, and the
+// service being computed covers every mark of it before it was taken.
+func (q *endpointQueue) doneThrough() uint64 {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	w := q.marks
+	if len(q.order) > 0 {
+		w = min(w, q.dirty[q.order[0]].seq-1)
+	}
+	if q.taken != 0 {
+		w = min(w, q.taken-1)
+	}
+	return w
 }
 
 // waitIdle waits until no endpoint work is queued or running, at most
@@ -110,6 +152,9 @@ func (e *Engine) endpointLoop(ctx context.Context) {
 			s, origin, ok := e.ep.take()
 			if !ok {
 				break
+			}
+			if e.slowEP != nil {
+				e.slowEP()
 			}
 			e.recomputeEndpoints(s, e.version(), origin)
 		}

@@ -58,6 +58,14 @@ type Engine struct {
 
 	seen atomic.Int64 // revision of the last change handed to the workers
 
+	// handed is the revision up to which every change is in a path's queue
+	// (set once a batch is queued whole; 0 until the first computation is
+	// published); progress is closed and replaced when it or the config
+	// path advances while WaitPublished has waiters (published.go).
+	handed   atomic.Int64
+	progress atomic.Pointer[chan struct{}]
+	waiters  atomic.Int32
+
 	ep  endpointQueue
 	cfg configQueue
 
@@ -79,6 +87,7 @@ type Engine struct {
 
 	slowConfig func() // tests: runs at the start of every config round
 	slowBuild  func() // tests: runs before each service's build in a config round
+	slowEP     func() // tests: runs before each service's endpoint recomputation by the endpoint worker
 
 	stats engineStats
 }
@@ -105,9 +114,12 @@ func New(src Source, cache *xds.Cache, opts Options) *Engine {
 	}
 	e := &Engine{src: src, cache: cache, opts: opts, log: opts.Logger, m: newMetrics(opts.Registerer)}
 	e.ep.init()
+	e.ep.progress = e.advanced
 	e.cfg.init()
 	wake := make(chan struct{})
 	e.secWake.Store(&wake)
+	progress := make(chan struct{})
+	e.progress.Store(&progress)
 	cache.SetListenerFunc(e.listenerFor)
 	// The proxy's listener is static: published before any subscriber can
 	// connect, so that the listener type has a version from the start (an
@@ -149,6 +161,8 @@ func (e *Engine) Run(ctx context.Context) error {
 		e.recomputeEndpoints(s, strconv.FormatInt(snap.Revision, 10), time.Time{})
 	}
 	e.stats.fullEndpoints.Store(int64(time.Since(start)))
+	e.handed.Store(snap.Revision)
+	e.advanced()
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -200,6 +214,8 @@ func (e *Engine) follow(ctx context.Context, since int64) error {
 			for _, s := range snap.Services {
 				e.ep.mark(s, time.Now())
 			}
+			e.handed.Store(snap.Revision)
+			e.advanced()
 			if changes, err = e.src.Follow(ctx, snap.Revision); err != nil {
 				return fmt.Errorf("push: follow: %w", err)
 			}
@@ -234,6 +250,10 @@ func (e *Engine) follow(ctx context.Context, since int64) error {
 			}
 		}
 		e.stats.changes.Add(int64(len(batch)))
+		if len(batch) > 0 {
+			e.handed.Store(batch[len(batch)-1].Revision)
+			e.advanced()
+		}
 	}
 }
 

@@ -60,6 +60,7 @@ type typeCache struct {
 	visible int               // non-nil, non-hidden entries
 	gen     uint64            // bumped by every change
 	version string            // version of the last change
+	lastSeq uint64            // seq of the last change (a removal takes one too)
 
 	memoMu sync.Mutex
 	memo   atomic.Pointer[fullBody]
@@ -315,7 +316,8 @@ func (c *Cache) Apply(t Type, set []Resource, remove []string, version string, o
 			origin:   origin, hidden: e.r.Hidden,
 		}
 		tc.put(id, old, ne)
-		changed = append(changed, change{id: id, hidden: ne.hidden || (old != nil && old.hidden)})
+		tc.lastSeq = ne.seq
+		changed = append(changed, change{id: id, seq: ne.seq, hidden: ne.hidden || (old != nil && old.hidden)})
 	}
 	for _, key := range remove {
 		id, ok := tc.ids[key]
@@ -324,7 +326,8 @@ func (c *Cache) Apply(t Type, set []Resource, remove []string, version string, o
 		}
 		old := tc.entries[id]
 		tc.put(id, old, nil)
-		changed = append(changed, change{id: id, hidden: old.hidden})
+		tc.lastSeq = c.seq.Add(1)
+		changed = append(changed, change{id: id, seq: tc.lastSeq, hidden: old.hidden})
 	}
 	if len(changed) > 0 {
 		tc.gen++
@@ -382,6 +385,7 @@ func (e *entry) sameContent(v string) bool {
 
 type change struct {
 	id     uint32
+	seq    uint64 // the change's place in the cache's global order
 	hidden bool
 	eds    uint32 // a cluster's endpoint resource, or noEDS
 }

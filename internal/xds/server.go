@@ -541,6 +541,9 @@ func (s *Server) onRequest(sub *subscriber, req request) {
 		st.subs, st.wildcard = next, wildcard
 		if fullType {
 			st.full = st.full || first || changed
+			if t == TypeCluster && (first || changed) {
+				st.unsentFrom = 1 // the whole list is due
+			}
 		} else {
 			st.pending.InPlaceUnion(added)
 		}
@@ -591,6 +594,9 @@ func (s *Server) onRequest(sub *subscriber, req request) {
 				st.sent[id] = 0 // the client dropped it
 			}
 		}
+	}
+	if sub.delta && t == TypeCluster && st.pending.Any() && (first || len(req.subscribe) > 0) {
+		st.unsentFrom = 1 // clusters the request asked for are due
 	}
 	st.dirty = true // requests above may have marked pending ids
 	sub.mu.Unlock()

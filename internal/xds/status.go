@@ -29,7 +29,10 @@ type TypeStatus struct {
 	SentAt       time.Time `json:"sent_at,omitzero"`
 	VersionAcked string    `json:"version_acked"`
 	AckedAt      time.Time `json:"acked_at,omitzero"`
-	NACKs        []NACK    `json:"nacks,omitempty"`
+	// AwaitingAnswer: the last response has not been answered (ACK or NACK)
+	// yet.
+	AwaitingAnswer bool   `json:"awaiting_answer,omitempty"`
+	NACKs          []NACK `json:"nacks,omitempty"`
 }
 
 // Status returns every open stream, oldest first.
@@ -61,11 +64,15 @@ func (s *subscriber) status() SubscriberStatus {
 		if !ts.requested {
 			continue
 		}
+		pending := int(ts.pending.Count())
+		if ts.full && pending == 0 {
+			pending = 1 // the whole list is due (a new subscription)
+		}
 		st.Types = append(st.Types, TypeStatus{
 			Type: t.String(), Wildcard: ts.wildcard, Resources: s.c.types[t].count(ts),
-			Pending: int(ts.pending.Count()), Responses: ts.responses,
+			Pending: pending, Responses: ts.responses,
 			VersionSent: ts.versionSent, SentAt: ts.sentAt, VersionAcked: ts.versionAcked, AckedAt: ts.ackedAt,
-			NACKs: slices.Clone(ts.nacks),
+			AwaitingAnswer: ts.awaiting != "", NACKs: slices.Clone(ts.nacks),
 		})
 	}
 	return st

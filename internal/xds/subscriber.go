@@ -85,6 +85,12 @@ type subType struct {
 	origin    time.Time     // commit time of the oldest change not yet sent
 	awaiting  string        // nonce of the last response until the client answers it
 	awaitAt   time.Time     // when that response was built
+	// unsentFrom (clusters only) is the seq of the oldest cluster change
+	// not yet sent to the client, 1 when the whole list is due (a new
+	// subscription), 0 when none is: routes and listeners published after
+	// it may name those clusters and wait until they have gone (make
+	// before break).
+	unsentFrom uint64
 
 	inflight     [8]inflight // last responses, by nonce, awaiting ACK
 	next         int
@@ -100,9 +106,10 @@ type subType struct {
 }
 
 type inflight struct {
-	nonce   string
-	version string
-	origin  time.Time
+	nonce    string
+	version  string
+	origin   time.Time
+	answered bool // a later request carrying the nonce again is no new answer
 }
 
 // NACK is a response a client rejected.
@@ -134,6 +141,9 @@ func (s *subscriber) notify(t Type, changed []change, origin time.Time) {
 			st.pending.Set(uint(ch.id))
 			st.dirty = true
 			any = true
+			if t == TypeCluster && (st.unsentFrom == 0 || ch.seq < st.unsentFrom) {
+				st.unsentFrom = ch.seq
+			}
 			// The cluster's endpoints go again once the cluster is sent.
 			if ch.eds != noEDS && se.requested && se.wants(ch.eds, false) {
 				se.after.Set(uint(ch.eds))
@@ -257,13 +267,32 @@ func (s *subscriber) build(t Type, now time.Time) (response, bool) {
 		}()
 	}
 	s.now = now
-	if s.delta {
-		return s.buildDelta(t, st)
+	var r response
+	var ok bool
+	switch {
+	case s.delta:
+		r, ok = s.buildDelta(t, st)
+	case t == TypeCluster || t == TypeListener:
+		r, ok = s.buildFull(t, st)
+	default:
+		r, ok = s.buildPartial(t, st)
 	}
-	if t == TypeCluster || t == TypeListener {
-		return s.buildFull(t, st)
+	if t == TypeCluster && !st.full && !st.pending.Any() {
+		st.unsentFrom = 0 // every cluster change is in this response
 	}
-	return s.buildPartial(t, st)
+	return r, ok
+}
+
+// heldFrom returns the seq from which resources of type t wait for the
+// clusters not yet sent (0: none wait). Routes and listeners name
+// clusters: one published after a cluster change may name that cluster,
+// and a client must have the cluster first (grpc-go fails calls routed to
+// a cluster it does not know; Envoy drops them). Called with s.mu held.
+func (s *subscriber) heldFrom(t Type) uint64 {
+	if t != TypeRoute && t != TypeListener {
+		return 0
+	}
+	return s.t[TypeCluster].unsentFrom
 }
 
 // buildFull: clusters and listeners in state of the world go whole, as the
@@ -273,10 +302,18 @@ func (s *subscriber) buildFull(t Type, st *subType) (response, bool) {
 		st.dirty = false
 		return response{}, false
 	}
+	tc := s.c.types[t]
+	if h := s.heldFrom(t); h != 0 {
+		tc.mu.RLock()
+		last := tc.lastSeq
+		tc.mu.RUnlock()
+		if last >= h {
+			return response{}, false // the whole list waits for the clusters
+		}
+	}
 	st.full = false
 	st.pending.ClearAll()
 	st.dirty = false
-	tc := s.c.types[t]
 	r := response{t: t, msg: s.newMsg(), nonce: s.nextNonce(), origin: st.origin}
 	st.origin = time.Time{}
 	tc.mu.RLock()
@@ -309,6 +346,8 @@ func (s *subscriber) buildPartial(t Type, st *subType) (response, bool) {
 	tc := s.c.types[t]
 	r := response{t: t, msg: s.newMsg()}
 	var maxSeq uint64
+	hold := s.heldFrom(t)
+	var held []uint
 	tc.mu.RLock()
 	id, ok := st.pending.NextSet(0)
 	for ; ok && r.msg.size < maxResponseBytes; id, ok = st.pending.NextSet(id + 1) {
@@ -317,6 +356,10 @@ func (s *subscriber) buildPartial(t Type, st *subType) (response, bool) {
 			continue
 		}
 		if e := tc.entries[id]; e != nil && st.wants(uint32(id), e.hidden) && s.secretAllowed(tc, uint32(id)) {
+			if hold != 0 && e.seq >= hold {
+				held = append(held, id)
+				continue
+			}
 			r.msg.add(e.anyField)
 			s.noteSecret(tc, e)
 			r.count++
@@ -326,6 +369,9 @@ func (s *subscriber) buildPartial(t Type, st *subType) (response, bool) {
 		}
 	}
 	tc.mu.RUnlock()
+	for _, id := range held {
+		st.pending.Set(id)
+	}
 	r.origin = st.origin
 	if st.dirty = st.pending.Any(); !st.dirty {
 		st.origin = time.Time{}
@@ -348,6 +394,8 @@ func (s *subscriber) buildDelta(t Type, st *subType) (response, bool) {
 	tc := s.c.types[t]
 	r := response{t: t, msg: s.newMsg()}
 	var removed []byte
+	hold := s.heldFrom(t)
+	var held []uint
 	tc.mu.RLock()
 	if len(st.sent) < len(tc.entries) {
 		st.sent = append(st.sent, make([]uint64, len(tc.entries)-len(st.sent))...)
@@ -360,6 +408,9 @@ func (s *subscriber) buildDelta(t Type, st *subType) (response, bool) {
 		}
 		e := tc.entries[id]
 		switch {
+		case e != nil && hold != 0 && e.seq >= hold && st.wants(uint32(id), e.hidden) && st.sent[id] != e.seq:
+			held = append(held, id) // waits for the clusters
+			continue
 		case e != nil && st.wants(uint32(id), e.hidden) && s.secretAllowed(tc, uint32(id)):
 			if st.sent[id] != e.seq {
 				r.msg.add(e.resField)
@@ -380,6 +431,9 @@ func (s *subscriber) buildDelta(t Type, st *subType) (response, bool) {
 	}
 	r.version = tc.version
 	tc.mu.RUnlock()
+	for _, id := range held {
+		st.pending.Set(id)
+	}
 	r.origin = st.origin
 	if st.dirty = st.pending.Any(); !st.dirty {
 		st.origin = time.Time{}
@@ -470,10 +524,12 @@ func (st *subType) ack(nonce string, errMsg *string, now time.Time) (inflight, b
 	if nonce != "" && nonce == st.awaiting {
 		st.awaiting = "" // answered: the next response may go
 	}
-	for _, f := range st.inflight {
-		if f.nonce != nonce || nonce == "" {
+	for i := range st.inflight {
+		f := &st.inflight[i]
+		if f.nonce != nonce || nonce == "" || f.answered {
 			continue
 		}
+		f.answered = true
 		if errMsg != nil {
 			if len(st.nacks) == maxNACKs {
 				st.nacks = st.nacks[1:]
@@ -483,7 +539,7 @@ func (st *subType) ack(nonce string, errMsg *string, now time.Time) (inflight, b
 			st.versionAcked = f.version
 			st.ackedAt = now
 		}
-		return f, true
+		return *f, true
 	}
 	return inflight{}, false
 }

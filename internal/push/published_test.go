@@ -1,0 +1,116 @@
+package push_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sextant-mesh/sextant/internal/config"
+	"github.com/sextant-mesh/sextant/internal/push"
+	"github.com/sextant-mesh/sextant/internal/push/pushtest"
+	"github.com/sextant-mesh/sextant/internal/xds"
+)
+
+// TestWaitPublished: WaitPublished returns once the config a revision
+// wrote is in the cache, not before: held while the config round is held,
+// and the routes are there the moment it returns (no polling).
+func TestWaitPublished(t *testing.T) {
+	reg := pushtest.New(0)
+	reg.Upsert(inst("b1", "blue"), inst("s2", "stable"))
+	var hold atomic.Bool
+	release := make(chan struct{})
+	var released sync.Once
+	unhold := func() { released.Do(func() { close(release) }) }
+	cp := startControlPlane(t, context.Background(), reg, func(e *push.Engine) {
+		push.SetSlowConfig(e, func() {
+			if hold.Load() {
+				<-release
+			}
+		})
+	})
+	t.Cleanup(unhold) // runs before the control plane's: a failure must not leave the round held
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := cp.engine.WaitPublished(ctx, reg.Revision()); err != nil {
+		t.Fatal(err)
+	}
+	if got := routeClusters(t, cp.cache); !slices.Equal(got, []string{"default/orders"}) {
+		t.Fatalf("routes before the config: %v", got)
+	}
+	objs, err := config.Decode([]byte(ordersConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hold.Store(true)
+	var rev int64
+	for _, o := range objs {
+		rev = reg.ApplyConfig(o)
+	}
+	short, cancelShort := context.WithTimeout(ctx, 200*time.Millisecond)
+	err = cp.engine.WaitPublished(short, rev)
+	cancelShort()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("WaitPublished while the round is held: %v, want a deadline error", err)
+	}
+	unhold()
+	if err := cp.engine.WaitPublished(ctx, rev); err != nil {
+		t.Fatal(err)
+	}
+	if got := routeClusters(t, cp.cache); !slices.Equal(got, []string{"default/orders/blue", "default/orders/stable"}) {
+		t.Fatalf("routes when WaitPublished returned: %v", got)
+	}
+}
+
+// TestWaitPublishedEndpoints: the endpoint sets of the clusters an apply
+// creates (a DestinationRule's subsets) are in the cache when
+// WaitPublished returns, so a client asking for them right after gets
+// them, not "resource does not exist".
+func TestWaitPublishedEndpoints(t *testing.T) {
+	reg := pushtest.New(0)
+	reg.Upsert(inst("b1", "blue"), inst("s2", "stable"))
+	var hold atomic.Bool
+	release := make(chan struct{})
+	var released sync.Once
+	unhold := func() { released.Do(func() { close(release) }) }
+	cp := startControlPlane(t, context.Background(), reg, func(e *push.Engine) {
+		push.SetSlowEndpoints(e, func() {
+			if hold.Load() {
+				<-release
+			}
+		})
+	})
+	t.Cleanup(unhold) // runs before the control plane's: a failure must not leave the worker held
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := cp.engine.WaitPublished(ctx, reg.Revision()); err != nil {
+		t.Fatal(err)
+	}
+	objs, err := config.Decode([]byte(ordersConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hold.Store(true)
+	var rev int64
+	for _, o := range objs {
+		rev = reg.ApplyConfig(o)
+	}
+	short, cancelShort := context.WithTimeout(ctx, 300*time.Millisecond)
+	err = cp.engine.WaitPublished(short, rev)
+	cancelShort()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("WaitPublished while the subsets' endpoints are held: %v, want a deadline error", err)
+	}
+	unhold()
+	if err := cp.engine.WaitPublished(ctx, rev); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"default/orders/blue", "default/orders/stable"} {
+		if _, _, ok := cp.cache.Get(xds.TypeEndpoint, name); !ok {
+			t.Errorf("endpoints of %s not published when WaitPublished returned", name)
+		}
+	}
+}
