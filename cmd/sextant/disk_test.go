@@ -15,7 +15,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -25,45 +24,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/sextant-mesh/sextant/internal/disktest"
 	"github.com/sextant-mesh/sextant/internal/xds"
 )
-
-// mountTmpfs mounts a tmpfs of size bytes for the test, unmounted after
-// it. It needs root (CI runs as root): it fails, never skips, without.
-func mountTmpfs(t *testing.T, size int) string {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Fatalf("the disk-full tests mount a tmpfs and need root (euid %d)", os.Geteuid())
-	}
-	dir := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", fmt.Sprintf("size=%d", size), "tmpfs", dir).CombinedOutput(); err != nil {
-		t.Fatalf("mount a tmpfs on %s: %v: %s", dir, err, out)
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
-			t.Errorf("umount %s: %v: %s", dir, err, out)
-		}
-	})
-	return dir
-}
-
-// fillTo writes a file that leaves about leave bytes free on dir's file
-// system, and returns its path.
-func fillTo(t *testing.T, dir string, leave int64) string {
-	t.Helper()
-	var st syscall.Statfs_t
-	if err := syscall.Statfs(dir, &st); err != nil {
-		t.Fatal(err)
-	}
-	free := int64(st.Bavail) * st.Bsize
-	name := filepath.Join(dir, "filler")
-	if free > leave {
-		if err := os.WriteFile(name, make([]byte, free-leave), 0o644); err != nil {
-			t.Fatalf("fill %s: %v", dir, err)
-		}
-	}
-	return name
-}
 
 var nextPort atomic.Int64
 
@@ -171,7 +134,7 @@ func TestServerOnFullDisk(t *testing.T) {
 		t.Fatal(err)
 	}
 	const reserve = 8 << 20
-	mnt := mountTmpfs(t, 48<<20)
+	mnt := disktest.Tmpfs(t, 48<<20, false)
 	data := filepath.Join(mnt, "data")
 	addr, xdsAddr := freeAddr(t), freeAddr(t)
 	base := "http://" + addr
@@ -185,7 +148,7 @@ func TestServerOnFullDisk(t *testing.T) {
 		}
 	}
 
-	filler := fillTo(t, mnt, reserve/2)
+	filler := disktest.Fill(t, mnt, reserve/2)
 	code, retry, body := register(t, base, "full")
 	if code != http.StatusInsufficientStorage || retry == "" || !strings.Contains(body, "insufficient_storage") || !strings.Contains(body, data) {
 		t.Fatalf("register on a full disk: %d Retry-After %q %s; want 507 with Retry-After naming %s", code, retry, body, data)
@@ -207,7 +170,7 @@ func TestServerOnFullDisk(t *testing.T) {
 	// kill -9 leaves the log to replay; the disk fills meanwhile.
 	srv.Process.Kill()
 	srv.Wait()
-	filler = fillTo(t, mnt, reserve/2)
+	filler = disktest.Fill(t, mnt, reserve/2)
 	srv = startServer(t, bin, data, addr, flags...)
 	if n := countInstances(t, base); n != before+1 {
 		t.Fatalf("started on a nearly full disk: %d instances, want %d", n, before+1)
@@ -439,13 +402,13 @@ func TestServerOnFullDiskWithoutReserve(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mnt := mountTmpfs(t, 24<<20)
+	mnt := disktest.Tmpfs(t, 24<<20, false)
 	data := filepath.Join(mnt, "data")
 	addr := freeAddr(t)
 	base := "http://" + addr
 	srv := startServer(t, bin, data, addr, "--data-reserve", "off")
 	t.Cleanup(func() { srv.Process.Kill(); srv.Wait() }) // before the unmount
-	filler := fillTo(t, mnt, 2<<20)
+	filler := disktest.Fill(t, mnt, 2<<20)
 	acked, code, body := 0, 0, ""
 	for n := 0; ; n++ {
 		if n == 200 {

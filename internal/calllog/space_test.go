@@ -3,11 +3,11 @@ package calllog
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sextant-mesh/sextant/internal/disktest"
 )
 
 // TestFullDisk: on a full disk the log neither stops nor keeps the calls it
@@ -17,26 +17,8 @@ import (
 // flush stayed pending and grew with every flush (80,000 after 16 failed
 // flushes here), none counted as dropped.
 func TestFullDisk(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Fatalf("the disk-full test mounts a tmpfs and needs root (euid %d)", os.Geteuid())
-	}
-	mnt := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", mnt).CombinedOutput(); err != nil {
-		t.Fatalf("mount a tmpfs: %v: %s", err, out)
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("umount", mnt).CombinedOutput(); err != nil {
-			t.Errorf("umount %s: %v: %s", mnt, err, out)
-		}
-	})
-	var st syscall.Statfs_t
-	if err := syscall.Statfs(mnt, &st); err != nil {
-		t.Fatal(err)
-	}
-	filler := filepath.Join(mnt, "filler")
-	if err := os.WriteFile(filler, make([]byte, int64(st.Bavail)*st.Bsize-(1<<20)), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	mnt := disktest.Tmpfs(t, 8<<20, false)
+	filler := disktest.Fill(t, mnt, 1<<20)
 	l := open(t, filepath.Join(mnt, "log"), nil)
 	defer l.Close()
 	start := time.Now()

@@ -5,15 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/sextant-mesh/sextant/internal/catalog"
+	"github.com/sextant-mesh/sextant/internal/disktest"
 	"github.com/sextant-mesh/sextant/internal/store"
 	"github.com/sextant-mesh/sextant/internal/store/embedded"
 )
@@ -27,31 +26,9 @@ func (w putBlob) Plan(tx *Tx) error {
 	return nil
 }
 
-// tmpfs mounts a tmpfs of size bytes for the test, unmounted after it;
-// it needs root (CI runs as root) and fails without.
-func tmpfs(t *testing.T, size int) string {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Fatalf("the disk-full tests mount a tmpfs and need root (euid %d)", os.Geteuid())
-	}
-	dir := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", fmt.Sprintf("size=%d", size), "tmpfs", dir).CombinedOutput(); err != nil {
-		t.Fatalf("mount a tmpfs on %s: %v: %s", dir, err, out)
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
-			t.Errorf("umount %s: %v: %s", dir, err, out)
-		}
-	})
-	return dir
-}
-
-// openOnTmpfs opens an engine over an embedded store on a tmpfs of size
-// bytes, of which about leave are left free, and returns it with the
-// filler file.
 func openOnTmpfs(t *testing.T, size int, leave uint64, opts embedded.Options) (*Engine, string) {
 	t.Helper()
-	mnt := tmpfs(t, size)
+	mnt := disktest.Tmpfs(t, size, false)
 	st, err := embedded.OpenWith(filepath.Join(mnt, "data"), opts)
 	if err != nil {
 		t.Fatal(err)
@@ -61,17 +38,7 @@ func openOnTmpfs(t *testing.T, size int, leave uint64, opts embedded.Options) (*
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { e.Close(); st.Close() }) // before the unmount
-	var sfs syscall.Statfs_t
-	if err := syscall.Statfs(mnt, &sfs); err != nil {
-		t.Fatal(err)
-	}
-	filler := filepath.Join(mnt, "filler")
-	if free := sfs.Bavail * uint64(sfs.Bsize); free > leave {
-		if err := os.WriteFile(filler, make([]byte, free-leave), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return e, filler
+	return e, disktest.Fill(t, mnt, leave)
 }
 
 // submitAll submits n writes from 8 goroutines at once (pipelined batches)

@@ -4,71 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/sextant-mesh/sextant/internal/disktest"
 	"github.com/sextant-mesh/sextant/internal/store"
 )
-
-// tmpfs mounts a tmpfs of size bytes for the test and unmounts it after.
-// It needs root (CI runs as root): it fails, never skips, without.
-func tmpfs(t *testing.T, size int) string {
-	t.Helper()
-	return mountTmpfs(t, size, false)
-}
-
-// mountTmpfs is tmpfs; lazy detaches it at the end even while files on it
-// are open (a store left open on purpose).
-func mountTmpfs(t *testing.T, size int, lazy bool) string {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Fatalf("the disk-full tests mount a tmpfs and need root (euid %d)", os.Geteuid())
-	}
-	dir := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", fmt.Sprintf("size=%d", size), "tmpfs", dir).CombinedOutput(); err != nil {
-		t.Fatalf("mount a tmpfs on %s: %v: %s", dir, err, out)
-	}
-	t.Cleanup(func() {
-		args := []string{dir}
-		if lazy {
-			args = []string{"-l", dir}
-		}
-		if out, err := exec.Command("umount", args...).CombinedOutput(); err != nil {
-			t.Errorf("umount %s: %v: %s", dir, err, out)
-		}
-	})
-	return dir
-}
-
-// fill writes a file (filler, filler2, ...) of about all but leave bytes of
-// dir's file system.
-func fill(t *testing.T, dir string, leave uint64) string {
-	t.Helper()
-	free, err := freeSpace(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	name := filepath.Join(dir, "filler")
-	for i := 2; ; i++ {
-		if _, err := os.Stat(name); err != nil {
-			break
-		}
-		name = filepath.Join(dir, fmt.Sprintf("filler%d", i))
-	}
-	f, err := os.Create(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if free > leave {
-		if _, err := f.Write(make([]byte, free-leave)); err != nil {
-			t.Fatalf("fill %s: %v", dir, err)
-		}
-	}
-	return name
-}
 
 func putBig(s *Store, key string) ([]store.Result, error) {
 	return s.Commit([]store.Txn{{Ops: []store.Op{put(store.Instances, key, strings.Repeat("v", 256<<10))}}}, true)
@@ -81,14 +23,14 @@ func putBig(s *Store, key string) ([]store.Result, error) {
 // the first write that finds room.
 func TestDiskFull(t *testing.T) {
 	const reserve = 4 << 20
-	mnt := tmpfs(t, 32<<20)
+	mnt := disktest.Tmpfs(t, 32<<20, false)
 	dir := filepath.Join(mnt, "data")
 	s, err := OpenWith(dir, Options{Reserve: reserve})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() }) // before the unmount
-	filler := fill(t, mnt, 12<<20)
+	filler := disktest.Fill(t, mnt, 12<<20)
 	var (
 		acked int
 		space *store.SpaceError
@@ -120,7 +62,7 @@ func TestDiskFull(t *testing.T) {
 		t.Fatalf("health change on a nearly full disk: %v %v", res, err)
 	}
 	acked++
-	fill(t, mnt, reserve/4) // a second filler: below half the reserve
+	disktest.Fill(t, mnt, reserve/4) // a second filler: below half the reserve
 	if _, err := s.Commit([]store.Txn{{Ops: []store.Op{put(store.Instances, "k000", "passing")}}}, false); !errors.Is(err, store.ErrNoSpace) {
 		t.Fatalf("health change below half the reserve: %v", err)
 	}
@@ -143,7 +85,7 @@ func TestDiskFull(t *testing.T) {
 	}
 
 	// Nearly full at open: read-only, everything there.
-	filler = fill(t, mnt, reserve/2)
+	filler = disktest.Fill(t, mnt, reserve/2)
 	s, err = OpenWith(dir, Options{Reserve: reserve})
 	if err != nil {
 		t.Fatalf("open on a nearly full disk: %v", err)
@@ -172,14 +114,14 @@ func TestDiskFull(t *testing.T) {
 // full disk. The store fails its writes (ErrWriteFailed, naming the
 // directory) and refuses the next ones; it does not panic, and reads go on.
 func TestDiskFullWithoutReserve(t *testing.T) {
-	mnt := tmpfs(t, 16<<20)
+	mnt := disktest.Tmpfs(t, 16<<20, false)
 	dir := filepath.Join(mnt, "data")
 	s, err := OpenWith(dir, Options{Reserve: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
-	filler := fill(t, mnt, 4<<20)
+	filler := disktest.Fill(t, mnt, 4<<20)
 	acked := 0
 	for i := 0; ; i++ {
 		if i == 100 {
@@ -238,14 +180,14 @@ func BenchmarkFree(b *testing.B) {
 // store's failure (ErrWriteFailed), not the process's; pebble, whose locks
 // the panic may hold, is then left open, so the tmpfs is detached lazily.
 func TestDiskFullUnsynced(t *testing.T) {
-	mnt := mountTmpfs(t, 16<<20, true)
+	mnt := disktest.Tmpfs(t, 16<<20, true)
 	dir := filepath.Join(mnt, "data")
 	s, err := OpenWith(dir, Options{Reserve: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
-	fill(t, mnt, 4<<20)
+	disktest.Fill(t, mnt, 4<<20)
 	for i := 0; ; i++ {
 		if i == 200 {
 			t.Fatal("200 unsynced writes of 256 KiB into 4 MiB were all accepted")
