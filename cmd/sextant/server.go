@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/sextant-mesh/sextant/internal/acl"
+	"github.com/sextant-mesh/sextant/internal/browserguard"
 	"github.com/sextant-mesh/sextant/internal/catalog"
 	"github.com/sextant-mesh/sextant/internal/cluster"
 	"github.com/sextant-mesh/sextant/internal/commit"
@@ -598,7 +599,7 @@ func serverMux(api *httpapi.API, guard *acl.Guard, withPprof bool) *http.ServeMu
 // TLS or without ACLs: anyone who can reach it could then read and rewrite
 // the registry, or read tokens off the wire.
 func warnExposed(log *slog.Logger, addr string, tls bool, f serverFlags) {
-	if loopback(addr) {
+	if browserguard.Loopback(addr) {
 		return
 	}
 	if !tls {
@@ -615,7 +616,7 @@ func warnExposed(log *slog.Logger, addr string, tls bool, f serverFlags) {
 // warnDNSExposed warns when DNS answers beyond this machine: DNS carries
 // no token, so ACLs do not apply to it.
 func warnDNSExposed(log *slog.Logger, addr string, acl bool) {
-	if loopback(addr) {
+	if browserguard.Loopback(addr) {
 		return
 	}
 	msg := "serving DNS on a non-loopback address: anyone who reaches it reads the addresses of the healthy instances of every namespace; DNS has no ACLs"

@@ -8,7 +8,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
-	"net"
 	"os"
 
 	"github.com/sextant-mesh/sextant/internal/tlspolicy"
@@ -89,18 +88,4 @@ func loadPool(file, flag string) (*x509.CertPool, error) {
 		return nil, fmt.Errorf("%s %s holds no PEM certificate", flag, file)
 	}
 	return pool, nil
-}
-
-// loopback reports whether addr (host:port as listened on) is reachable
-// only from this machine.
-func loopback(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }

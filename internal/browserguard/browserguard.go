@@ -57,7 +57,7 @@ type Guard struct {
 // New builds a Guard, or says which entry of o.AllowedHosts is not a
 // host name.
 func New(o Options) (*Guard, error) {
-	g := &Guard{hosts: map[string]bool{}, anyHost: !loopback(o.Addr), flag: o.HostsFlag, cop: http.NewCrossOriginProtection()}
+	g := &Guard{hosts: map[string]bool{}, anyHost: !Loopback(o.Addr), flag: o.HostsFlag, cop: http.NewCrossOriginProtection()}
 	if g.flag == "" {
 		g.flag = "the allowed hosts"
 	}
@@ -109,9 +109,9 @@ func (g *Guard) knownHost(hostport string) bool {
 	return g.hosts[host]
 }
 
-// loopback reports whether addr (host:port as listened on) is reachable
+// Loopback reports whether addr (host:port as listened on) is reachable
 // only from this machine.
-func loopback(addr string) bool {
+func Loopback(addr string) bool {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		return false
