@@ -11,8 +11,8 @@ import (
 // prepareDataDir creates the server's data directory 0700, or makes an
 // existing one private: it holds the store, TLS private keys and the mesh
 // CA's key among its records. A directory (or a file in it) that other
-// users could read, as the server made them before, is tightened and the
-// log says so.
+// users could read, as the server made them before, is tightened; the log
+// says so when files were exposed (an empty directory exposed nothing).
 func prepareDataDir(dir string, log *slog.Logger) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("create data directory: %w", err)
@@ -43,7 +43,7 @@ func prepareDataDir(dir string, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("make data directory %s private: %w", dir, err)
 	}
-	if dirs+files > 0 {
+	if files > 0 {
 		log.Warn("the data directory was readable by other users: made it private (directories 0700, files 0600)",
 			"data", dir, "directories", dirs, "files", files)
 	}
