@@ -86,6 +86,8 @@ type Options struct {
 	MaxWaiting int64
 	// Logger receives internal errors (nil: discard).
 	Logger *slog.Logger
+	// KV serves /v1/kv (kv.go); nil: answered 501.
+	KV KV
 }
 
 // API is the Consul-compatible HTTP handler over a registry.
@@ -160,7 +162,11 @@ func (a *API) routes() {
 	a.handle("GET /v1/health/checks/{name}", a.healthChecks)
 	a.handleOpen("GET /v1/status/leader", a.leader)
 	a.handleOpen("GET /v1/status/peers", a.peers)
+	a.kvRoutes()
 	for _, u := range unsupported {
+		if u.prefix == "/v1/kv/" && a.opts.KV != nil {
+			continue // served: another method answers 405
+		}
 		a.mux.HandleFunc(u.prefix, func(w http.ResponseWriter, r *http.Request) {
 			writeText(w, http.StatusNotImplemented, "Sextant's Consul-compatible API does not serve "+u.what+" ("+r.Method+" "+r.URL.Path+"); docs/compat.md lists what it serves")
 		})
