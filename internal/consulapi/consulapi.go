@@ -11,9 +11,10 @@
 // blocking-query indexes, and Consul tokens are Sextant's ACL tokens, checked
 // by the same guard with the same permissions as Sextant's own API. It keeps
 // no state of its own: every answer reads the instance table as it then is,
-// every write goes through the registry. What it does not serve (KV,
-// sessions, Consul's ACL endpoints, prepared queries, Connect, nodes, ...)
-// answers an error naming it, never an empty success.
+// every write goes through the registry. Consul's KV store is served over
+// the KV kind (kv.go, Options.KV). What it does not serve (sessions,
+// Consul's ACL endpoints, prepared queries, Connect, nodes, ...) answers an
+// error naming it, never an empty success.
 package consulapi
 
 import (
