@@ -4,12 +4,15 @@ import (
 	"bytes"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	capi "github.com/hashicorp/consul/api"
 
+	"github.com/sextant-mesh/sextant/internal/kv"
+	"github.com/sextant-mesh/sextant/internal/naming"
 	"github.com/sextant-mesh/sextant/internal/store/mysql/mysqltest"
 )
 
@@ -77,6 +80,8 @@ func TestConsulKVRestart(t *testing.T) {
 	}
 }
 
+var longNamespace = strings.Repeat("n", naming.MaxNameLen)
+
 func keysOfPairs(ps capi.KVPairs) []string {
 	var out []string
 	for _, p := range ps {
@@ -104,13 +109,30 @@ func TestConsulKVMariaDB(t *testing.T) {
 	var clients []*capi.KV
 	for i := range 2 {
 		consulAddr := freeAddr(t)
-		s := &clusterServer{t: t, bin: bin, id: fmt.Sprintf("s%d", i+1), addr: freeAddr(t), url: url, args: []string{"--consul-api", consulAddr}}
+		// The longest namespace: namespace/key of the longest key fills
+		// the store's 512-byte key column.
+		s := &clusterServer{t: t, bin: bin, id: fmt.Sprintf("s%d", i+1), addr: freeAddr(t), url: url,
+			args: []string{"--consul-api", consulAddr, "--consul-namespace", longNamespace}}
 		s.start()
 		t.Cleanup(s.stop)
 		servers = append(servers, s)
 		clients = append(clients, consulClient(t, consulAddr, "").KV())
 	}
 	a, b := clients[0], clients[1]
+
+	// The limits fit MariaDB's columns: the longest key in the longest
+	// namespace, the largest value.
+	longKey := strings.Repeat("k", kv.MaxKeyLen)
+	big := bytes.Repeat([]byte{0xab}, kv.MaxValueSize)
+	if _, err := a.Put(&capi.KVPair{Key: longKey, Value: big}, nil); err != nil {
+		t.Fatalf("put of the longest key with the largest value: %v", err)
+	}
+	if p, _, err := a.Get(longKey, nil); err != nil || p == nil || !bytes.Equal(p.Value, big) {
+		t.Fatalf("get of the longest key: %v", err)
+	}
+	if _, err := a.Put(&capi.KVPair{Key: longKey + "k", Value: []byte("x")}, nil); err == nil || !strings.Contains(err.Error(), "400") {
+		t.Fatalf("put of a key one byte over: %v; want 400", err)
+	}
 
 	if _, err := a.Put(&capi.KVPair{Key: "n", Value: []byte("0")}, nil); err != nil {
 		t.Fatal(err)
