@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+
+	"github.com/sextant-mesh/sextant/internal/catalog"
+	"github.com/sextant-mesh/sextant/internal/store"
 )
 
 // TestCodecRoundTrip: every field survives encode and decode; a create
@@ -81,4 +84,42 @@ func FuzzDecode(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestLogElidesValues: the catalog's change log keeps a KV put's key but
+// not its value (up to 512 KiB, kept for LogSize changes otherwise); the
+// table holds the value, and a delete is still a nil Value.
+func TestLogElidesValues(t *testing.T) {
+	c := catalog.New(catalog.Options{})
+	tbl := NewTable()
+	c.Register(store.KV, tbl)
+	e := &Entry{Namespace: "default", Key: "a/b", Value: bytes.Repeat([]byte("v"), 1024)}
+	if err := c.Apply([]store.Change{
+		{Revision: 1, Ops: []store.Op{{Kind: store.KV, Key: e.ID(), Value: e.encode(), Object: e}}},
+		{Revision: 2, Ops: []store.Op{{Kind: store.KV, Key: "default/gone", Value: (&Entry{Namespace: "default", Key: "gone"}).encode()}}},
+		{Revision: 3, Ops: []store.Op{{Kind: store.KV, Key: "default/gone"}}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	changes, _, _, err := c.Changes(0, 100, store.KV)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(changes) != 3 {
+		t.Fatalf("%d changes, want 3", len(changes))
+	}
+	for i, want := range []any{catalog.Elided, catalog.Elided, nil} {
+		if changes[i].Value != want {
+			t.Errorf("change %d (%s) holds %T, want %v", i, changes[i].ID, changes[i].Value, want)
+		}
+	}
+	if changes[0].Key != Group("default", "a/b") {
+		t.Errorf("change 0's group %v", changes[0].Key)
+	}
+	if got := tbl.Get("default", "a/b"); got == nil || !bytes.Equal(got.Value, e.Value) || got.ModifyIndex != 1 {
+		t.Errorf("the table: %+v", got)
+	}
+	if tbl.Get("default", "gone") != nil || tbl.Revision() != 3 {
+		t.Errorf("after the delete: %+v, revision %d", tbl.Get("default", "gone"), tbl.Revision())
+	}
 }
