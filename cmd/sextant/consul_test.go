@@ -182,8 +182,8 @@ func TestConsulAPIEndToEnd(t *testing.T) {
 		t.Errorf("passing after deregistering web-1: %v", got)
 	}
 	// What Sextant does not serve is an error through the client too.
-	if _, _, err := c.KV().Get("config", nil); err == nil || !strings.Contains(err.Error(), "501") {
-		t.Errorf("KV get: %v, want 501", err)
+	if _, _, err := c.Session().Create(&capi.SessionEntry{}, nil); err == nil || !strings.Contains(err.Error(), "501") {
+		t.Errorf("session create: %v, want 501", err)
 	}
 }
 
@@ -290,7 +290,9 @@ func TestConsulDocsCommands(t *testing.T) {
 		"curl -sf 127.0.0.1:8500/v1/catalog/services":                           {`"web":["primary","v1"]`},
 		"curl -sf '127.0.0.1:8500/v1/catalog/service/web?filter=":               {`"ServiceID":"web-1"`, `"ServiceMeta":{"env":"prod"}`},
 		"curl -sf -D - -o /dev/null":                                            {"X-Consul-Index: ", "X-Consul-Knownleader: true", "X-Consul-Lastcontact: 0"},
-		"curl -s -o /dev/null -w '%{http_code}\\n' 127.0.0.1:8500/v1/kv/config": {"501"},
+		"curl -sf -X PUT --data-binary 'postgres://db:5432' '127.0.0.1:8500/v1": {"true"},
+		"curl -sf '127.0.0.1:8500/v1/kv/app/config/db?raw'":                     {"postgres://db:5432"},
+		"curl -sf '127.0.0.1:8500/v1/kv/app/?keys&separator=/'":                 {`["app/config/"]`},
 	}
 	checked := 0
 	for _, line := range lines[1:] {

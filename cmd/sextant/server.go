@@ -36,6 +36,7 @@ import (
 	"github.com/sextant-mesh/sextant/internal/httpapi"
 	"github.com/sextant-mesh/sextant/internal/ingress"
 	"github.com/sextant-mesh/sextant/internal/instance"
+	"github.com/sextant-mesh/sextant/internal/kv"
 	"github.com/sextant-mesh/sextant/internal/naming"
 	"github.com/sextant-mesh/sextant/internal/placement"
 	"github.com/sextant-mesh/sextant/internal/push"
@@ -333,6 +334,8 @@ func runServer(ctx context.Context, f serverFlags) error {
 	secrets := secret.NewSealedTable(keys)
 	tables[store.Secrets] = secrets
 	tables[store.Instances] = reg.Table()
+	kvs := kv.New() // Consul's KV store (served with --consul-api)
+	tables[store.KV] = kvs.Table()
 
 	// The write engine, opened over st, closed after the parts that write
 	// through it have stopped; the registry's TTL timer stops before it.
@@ -349,6 +352,7 @@ func runServer(ctx context.Context, f serverFlags) error {
 		return atRestHint(err)
 	}
 	lc.add("write engine", eng.Close)
+	kvs.Start(eng)
 	if err := reg.Start(eng); err != nil {
 		return err
 	}
@@ -417,7 +421,7 @@ func runServer(ctx context.Context, f serverFlags) error {
 	}
 
 	if consulLn != nil {
-		if err := serveConsulAPI(lc, f, consulLn, reg, guard, member, tlsCfg, log); err != nil {
+		if err := serveConsulAPI(lc, f, consulLn, reg, kvs, guard, member, tlsCfg, log); err != nil {
 			return err
 		}
 	}
@@ -676,10 +680,10 @@ func storeName(url string) string {
 
 // serveConsulAPI serves the Consul-compatible API on ln once the registry
 // is loaded; at the shutdown its requests drain before the registry stops.
-func serveConsulAPI(lc *lifecycle, f serverFlags, ln net.Listener, reg *registry.Registry, guard *acl.Guard, member *cluster.Member, tlsCfg *tls.Config, log *slog.Logger) error {
+func serveConsulAPI(lc *lifecycle, f serverFlags, ln net.Listener, reg *registry.Registry, kvs *kv.Store, guard *acl.Guard, member *cluster.Member, tlsCfg *tls.Config, log *slog.Logger) error {
 	opts := consulapi.Options{
 		Namespace: f.consulNamespace, Addr: ln.Addr().String(), Version: readBuildInfo().Version,
-		ACL: guard, Logger: log.With("component", "consulapi"),
+		ACL: guard, Logger: log.With("component", "consulapi"), KV: kvs,
 	}
 	if member != nil {
 		opts.Stale = member.Stale

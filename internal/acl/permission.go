@@ -17,16 +17,17 @@ const (
 	ACL                            // tokens and policies: admin only
 	Identity                       // workload certificates: write signs them for the namespace's identities
 	Secrets                        // TLS secrets (metadata; keys go only to xDS)
+	KV                             // Consul KV entries (the Consul API's key:read, key:write)
 )
 
 // numResources bounds the per-namespace grant arrays (index by Resource).
-const numResources = int(Secrets) + 1
+const numResources = int(KV) + 1
 
 // ruleResources are the resources a policy rule may grant, in the order
 // they are written.
-var ruleResources = []Resource{Instances, Config, Placements, Push, Identity, Secrets}
+var ruleResources = []Resource{Instances, Config, Placements, Push, Identity, Secrets, KV}
 
-var resourceNames = [...]string{Instances: "instances", Config: "config", Placements: "placements", Push: "push", ACL: "acl", Identity: "identity", Secrets: "secret"}
+var resourceNames = [...]string{Instances: "instances", Config: "config", Placements: "placements", Push: "push", ACL: "acl", Identity: "identity", Secrets: "secret", KV: "kv"}
 
 func (r Resource) String() string {
 	if int(r) < len(resourceNames) && resourceNames[r] != "" {

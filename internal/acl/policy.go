@@ -56,6 +56,7 @@ type ruleJSON struct {
 	Push       string `json:"push,omitempty"`
 	Identity   string `json:"identity,omitempty"`
 	Secret     string `json:"secret,omitempty"`
+	KV         string `json:"kv,omitempty"`
 }
 
 func (r *ruleJSON) field(res Resource) *string {
@@ -72,6 +73,8 @@ func (r *ruleJSON) field(res Resource) *string {
 		return &r.Identity
 	case Secrets:
 		return &r.Secret
+	case KV:
+		return &r.KV
 	}
 	return nil
 }
@@ -305,10 +308,11 @@ func ParseRule(s string) (Rule, error) {
 			return Rule{}, fmt.Errorf("acl: rule %q: %q is not an access level: want read or write", s, acc)
 		}
 		if res == "*" {
-			// Not secrets: a wildcard written before they existed must not
-			// start granting the gateway's certificates.
+			// Not secrets nor KV: a wildcard written before they existed
+			// must not start granting the gateway's certificates or what
+			// Consul's clients keep in KV (Vault's storage, ...).
 			for _, rr := range ruleResources {
-				if rr != Secrets {
+				if rr != Secrets && rr != KV {
 					r.Grants[rr] = max(r.Grants[rr], a)
 				}
 			}
@@ -316,7 +320,7 @@ func ParseRule(s string) (Rule, error) {
 		}
 		rr, ok := parseResource(res)
 		if !ok {
-			return Rule{}, fmt.Errorf("acl: rule %q: %q is not a resource: want instances, config, placements, push, identity, secret or *", s, res)
+			return Rule{}, fmt.Errorf("acl: rule %q: %q is not a resource: want instances, config, placements, push, identity, secret, kv or *", s, res)
 		}
 		r.Grants[rr] = max(r.Grants[rr], a)
 	}

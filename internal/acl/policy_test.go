@@ -76,6 +76,8 @@ func TestParseRule(t *testing.T) {
 		"*:push=read,push=write":             "*:push=write",
 		"*:*=read,instances=write":           "*:instances=write,config=read,placements=read,push=read,identity=read",
 		"a.b_c:placements=read":              "a.b_c:placements=read",
+		"shop:kv=write,secret=read":          "shop:secret=read,kv=write",
+		"shop:*=write,kv=read":               "shop:instances=write,config=write,placements=write,push=write,identity=write,kv=read",
 	}
 	for in, want := range good {
 		r, err := ParseRule(in)
@@ -152,5 +154,36 @@ func TestPolicyJSONRoundTrip(t *testing.T) {
 	}
 	if string(b) != `{"name":"x","description":"d","rules":[{"namespace":"a-*","instances":"write","push":"read"}]}` {
 		t.Fatalf("marshal = %s", b)
+	}
+}
+
+// TestKVRule: the kv resource (Consul's key:read and key:write) is
+// written and read in a policy's JSON, and granted per namespace.
+func TestKVRule(t *testing.T) {
+	var r Rule
+	if err := json.Unmarshal([]byte(`{"namespace":"shop","kv":"write"}`), &r); err != nil {
+		t.Fatal(err)
+	}
+	b, err := json.Marshal(r)
+	if err != nil || string(b) != `{"namespace":"shop","kv":"write"}` {
+		t.Fatalf("marshal: %s %v", b, err)
+	}
+	var g grants
+	g.add(&Policy{Name: "p", Rules: []Rule{r}})
+	for _, tc := range []struct {
+		p    Permission
+		want bool
+	}{
+		{Permission{Resource: KV, Access: Write, Namespace: "shop"}, true},
+		{Permission{Resource: KV, Access: Read, Namespace: "shop"}, true},
+		{Permission{Resource: KV, Access: Read, Namespace: "other"}, false},
+		{Permission{Resource: Instances, Access: Read, Namespace: "shop"}, false},
+	} {
+		if got := g.allows(tc.p); got != tc.want {
+			t.Errorf("%v: %v, want %v", tc.p, got, tc.want)
+		}
+	}
+	if got := KV.String(); got != "kv" {
+		t.Errorf("KV.String() = %q", got)
 	}
 }

@@ -26,6 +26,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -69,11 +70,27 @@ type Table interface {
 	Record(id string) (value any, rev int64, ok bool)
 }
 
+// Elider is a Table whose changes the change log keeps without their
+// values: a put's Value there is Elided. A kind of large values (Consul
+// KV's, up to 512 KiB each) would otherwise keep the last LogSize of
+// them reachable. Its subscribers read what they need from the table.
+type Elider interface {
+	Table
+	ElideInLog()
+}
+
+// Elided is the Value, in the change log, of a put of a kind whose table
+// is an Elider (a delete's is nil, as for every kind).
+var Elided any = elided{}
+
+type elided struct{}
+
 // Catalog is the in-memory state of every kind.
 type Catalog struct {
 	opts     Options
 	rev      atomic.Int64
 	tables   map[store.Kind]Table // fixed once loaded
+	elide    [256]bool            // kinds whose table is an Elider, fixed once loaded
 	log      changeLog
 	waiters  waiters
 	advanced atomic.Pointer[chan struct{}] // closed at each Apply and Load
@@ -114,6 +131,7 @@ func (c *Catalog) Register(k store.Kind, t Table) {
 	if b, ok := t.(binder); ok {
 		b.bind(c, k)
 	}
+	_, c.elide[k] = t.(Elider)
 	c.tables[k] = t
 }
 
@@ -350,13 +368,28 @@ func (c *Catalog) applyChanges(rev int64, out []Change) {
 		start = end
 	}
 	c.step("tables")
-	c.log.append(rev, out)
+	c.log.append(rev, c.elided(out))
 	c.step("log")
 	c.rev.Store(rev)
 	c.step("revision")
 	c.publishing.Add(1)
 	c.waiters.notify(out)
 	c.advance()
+}
+
+// elided is out as the change log keeps it: the values of the kinds
+// whose table is an Elider left out (a copy, if any is).
+func (c *Catalog) elided(out []Change) []Change {
+	logged := out
+	for i := range out {
+		if c.elide[out[i].Kind] && out[i].Value != nil {
+			if &logged[0] == &out[0] {
+				logged = slices.Clone(out)
+			}
+			logged[i].Value = Elided
+		}
+	}
+	return logged
 }
 
 func (c *Catalog) step(name string) {

@@ -11,9 +11,10 @@
 // blocking-query indexes, and Consul tokens are Sextant's ACL tokens, checked
 // by the same guard with the same permissions as Sextant's own API. It keeps
 // no state of its own: every answer reads the instance table as it then is,
-// every write goes through the registry. What it does not serve (KV,
-// sessions, Consul's ACL endpoints, prepared queries, Connect, nodes, ...)
-// answers an error naming it, never an empty success.
+// every write goes through the registry. Consul's KV store is served over
+// the KV kind (kv.go, Options.KV). What it does not serve (sessions,
+// Consul's ACL endpoints, prepared queries, Connect, nodes, ...) answers an
+// error naming it, never an empty success.
 package consulapi
 
 import (
@@ -89,6 +90,8 @@ type Options struct {
 	MaxWaiting int64
 	// Logger receives internal errors (nil: discard).
 	Logger *slog.Logger
+	// KV serves /v1/kv (kv.go); nil: answered 501.
+	KV KV
 }
 
 // API is the Consul-compatible HTTP handler over a registry.
@@ -169,7 +172,11 @@ func (a *API) routes() {
 	a.mux.HandleFunc("GET /v1/agent/service/register", a.noRoute)
 	a.handleOpen("GET /v1/status/leader", a.leader)
 	a.handleOpen("GET /v1/status/peers", a.peers)
+	a.kvRoutes()
 	for _, u := range unsupported {
+		if u.prefix == "/v1/kv/" && a.opts.KV != nil {
+			continue // served: another method answers 405
+		}
 		a.mux.HandleFunc(u.prefix, func(w http.ResponseWriter, r *http.Request) {
 			writeText(w, http.StatusNotImplemented, "Sextant's Consul-compatible API does not serve "+u.what+" ("+r.Method+" "+r.URL.Path+"); docs/compat.md lists what it serves")
 		})

@@ -32,12 +32,13 @@ const (
 	Policies   Kind = 'o' // ACL policies, keyed by name
 	System     Kind = 's' // one-off server records (ACL bootstrap, ...)
 	Secrets    Kind = 'x' // TLS secrets (internal/secret), keyed by namespace/name
+	KV         Kind = 'k' // Consul KV entries (internal/kv), keyed by namespace/key
 )
 
 // kindNames is indexed by kind: Valid is asked for every op of a commit.
 var kindNames = [256]string{
 	Instances: "instances", Config: "config", Nodes: "nodes", Placements: "placements",
-	Tokens: "tokens", Policies: "policies", System: "system", Secrets: "secrets",
+	Tokens: "tokens", Policies: "policies", System: "system", Secrets: "secrets", KV: "kv",
 }
 
 func (k Kind) String() string {
@@ -52,7 +53,7 @@ func (k Kind) Valid() bool { return kindNames[k] != "" }
 
 // Kinds lists every known kind.
 func Kinds() []Kind {
-	return []Kind{Instances, Config, Nodes, Placements, Tokens, Policies, System, Secrets}
+	return []Kind{Instances, Config, Nodes, Placements, Tokens, Policies, System, Secrets, KV}
 }
 
 // Op is one change to a record: a put when Value is non-nil, else a delete.

@@ -20,6 +20,7 @@ import (
 	"github.com/sextant-mesh/sextant/internal/commit"
 	"github.com/sextant-mesh/sextant/internal/config"
 	"github.com/sextant-mesh/sextant/internal/httpapi"
+	"github.com/sextant-mesh/sextant/internal/kv"
 	"github.com/sextant-mesh/sextant/internal/placement"
 	"github.com/sextant-mesh/sextant/internal/registry"
 	"github.com/sextant-mesh/sextant/internal/secret"
@@ -45,6 +46,7 @@ type Server struct {
 	*httptest.Server
 	Guard    *acl.Guard
 	Registry *registry.Registry
+	KV       *kv.Store // the KV kind (Consul's /v1/kv)
 	Dir      string
 
 	api   *httpapi.API
@@ -73,6 +75,8 @@ func StartWith(t testing.TB, opts Options) *Server {
 	cfg := config.NewTable()
 	tables[store.Config] = cfg
 	tables[store.Secrets] = secret.NewTable()
+	kvs := kv.New()
+	tables[store.KV] = kvs.Table()
 	sched := placement.New(placement.Config{})
 	maps.Copy(tables, sched.Tables())
 	reg, err := registry.Open(st, registry.Options{Engine: commit.Options{Tables: tables}})
@@ -80,6 +84,7 @@ func StartWith(t testing.TB, opts Options) *Server {
 		st.Close()
 		t.Fatal(err)
 	}
+	kvs.Start(reg.Engine())
 	cfg.Attach(reg.Catalog())
 	api := httpapi.New(httpapi.Options{ACL: guard})
 	api.SetRegistry(reg)
@@ -94,7 +99,7 @@ func StartWith(t testing.TB, opts Options) *Server {
 		srv.Listener = httpapi.JoinWrites(srv.Config, srv.Listener)
 		srv.Start()
 	}
-	s := &Server{Server: srv, Guard: guard, Registry: reg, Dir: opts.Dir, api: api, st: st}
+	s := &Server{Server: srv, Guard: guard, Registry: reg, KV: kvs, Dir: opts.Dir, api: api, st: st}
 	closed := false
 	s.close = func() {
 		if closed {
