@@ -3,13 +3,16 @@ package gateway
 import (
 	"strings"
 	"testing"
+	"time"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	faultcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/common/fault/v3"
 	faultv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/fault/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
@@ -94,4 +97,28 @@ func TestNoFilterNoChain(t *testing.T) {
 	if err != nil || len(rc.vhosts[0].routes[0].filters) != 1 {
 		t.Fatalf("a header change: %v %v", rc, err)
 	}
+}
+
+// fuzzFilterSeeds are route configs using the filter chain (FuzzDecodeResources).
+func fuzzFilterSeeds() []proto.Message {
+	withFilters := filterRoute(func(r *route.Route) {
+		r.TypedPerFilterConfig = faultAny(&faultv3.HTTPFault{
+			Delay: &faultcommon.FaultDelay{FaultDelaySecifier: &faultcommon.FaultDelay_FixedDelay{FixedDelay: durationpb.New(time.Millisecond)},
+				Percentage: &typev3.FractionalPercent{Numerator: 5, Denominator: typev3.FractionalPercent_TEN_THOUSAND}},
+			Abort: &faultv3.FaultAbort{ErrorType: &faultv3.FaultAbort_GrpcStatus{GrpcStatus: 14},
+				Percentage: &typev3.FractionalPercent{Numerator: 1}}})
+		r.RequestHeadersToAdd = []*core.HeaderValueOption{{Header: &core.HeaderValue{Key: "x-a", Value: "b"},
+			AppendAction: core.HeaderValueOption_ADD_IF_ABSENT}, {Header: &core.HeaderValue{Key: "x-c", Value: "d"}, Append: wrapperspb.Bool(false)}}
+		r.ResponseHeadersToRemove = []string{"server"}
+		r.Action = &route.Route_Route{Route: &route.RouteAction{ClusterSpecifier: &route.RouteAction_WeightedClusters{
+			WeightedClusters: &route.WeightedCluster{Clusters: []*route.WeightedCluster_ClusterWeight{
+				{Name: "a", Weight: wrapperspb.UInt32(1), RequestHeadersToRemove: []string{"x-b"}},
+				{Name: "b", Weight: wrapperspb.UInt32(1)}}}}}}
+	})
+	direct := filterRoute(func(r *route.Route) {
+		r.Action = &route.Route_DirectResponse{DirectResponse: &route.DirectResponseAction{Status: 200,
+			Body: &core.DataSource{Specifier: &core.DataSource_InlineBytes{InlineBytes: []byte("ok")}}}}
+		r.ResponseHeadersToAdd = []*core.HeaderValueOption{{Header: &core.HeaderValue{Key: "x-a", Value: "b"}}}
+	})
+	return []proto.Message{withFilters, direct}
 }
