@@ -6,10 +6,17 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	testgrpc "google.golang.org/grpc/interop/grpc_testing"
+	"google.golang.org/grpc/metadata"
+	grpcstatus "google.golang.org/grpc/status"
+
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	faultcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/common/fault/v3"
 	faultv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/fault/v3"
+	matcher "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -153,5 +160,57 @@ func TestDirectResponseBytesAndHeaders(t *testing.T) {
 	code, body, h := g.get(t, "/direct")
 	if code != 418 || body != "short and stout" || h.Get("X-Teapot") != "yes" {
 		t.Fatalf("direct response: %d %q %v", code, body, h)
+	}
+}
+
+// headerRoute is prefixRoute("/", cluster) for calls whose header name
+// is value.
+func headerRoute(name, value, clusterName string) *route.Route {
+	r := prefixRoute("/", clusterName)
+	r.Match.Headers = []*route.HeaderMatcher{{Name: name, HeaderMatchSpecifier: &route.HeaderMatcher_StringMatch{
+		StringMatch: &matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_Exact{Exact: value}}}}}
+	return r
+}
+
+// TestGRPCFaultAndHeadersThroughGateway: grpc-go calls through the
+// gateway to an HTTP/2 cluster: a grpc_status abort fails the call with
+// that status, an HTTP 503 abort with UNAVAILABLE (gRPC's mapping), neither
+// reaching the server; the route's response header changes apply to the
+// HTTP/2 answer's headers.
+func TestGRPCFaultAndHeadersThroughGateway(t *testing.T) {
+	s := startGRPCServer(t, "g1")
+	cp := startControlPlane(t, "")
+	grpcAbort := withFault(headerRoute("x-fault", "grpc", "grpc"), &faultv3.HTTPFault{Abort: &faultv3.FaultAbort{
+		ErrorType: &faultv3.FaultAbort_GrpcStatus{GrpcStatus: uint32(codes.PermissionDenied)}, Percentage: pct(100)}})
+	httpAbort := withFault(headerRoute("x-fault", "http", "grpc"), &faultv3.HTTPFault{Abort: &faultv3.FaultAbort{
+		ErrorType: &faultv3.FaultAbort_HttpStatus{HttpStatus: 503}, Percentage: pct(100)}})
+	def := prefixRoute("/", "grpc")
+	def.ResponseHeadersToAdd = []*core.HeaderValueOption{hv("x-route", "yes", core.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD)}
+	def.ResponseHeadersToRemove = []string{"x-hdr"}
+	cp.set(rdsListener("gw", "r"), routeConfig("r", vhost("all", []string{"*"}, grpcAbort, httpAbort, def)),
+		h2cCluster("grpc"), assignment("grpc", ep{u: s.up}))
+	g := startGateway(t, cp.addr)
+	g.waitEndpoints(t, 1)
+	c := grpcClient(t, g)
+
+	var hdr metadata.MD
+	if _, err := c.UnaryCall(callCtx(t, ""), &testgrpc.SimpleRequest{}, grpc.Header(&hdr)); err != nil {
+		t.Fatal(err)
+	}
+	if got := hdr.Get("x-route"); len(got) != 1 || got[0] != "yes" || len(hdr.Get("x-hdr")) != 0 {
+		t.Fatalf("answer headers: %v", hdr)
+	}
+	before := s.calls.Load()
+	for _, tc := range []struct {
+		fault string
+		code  codes.Code
+	}{{"grpc", codes.PermissionDenied}, {"http", codes.Unavailable}} {
+		ctx := metadata.AppendToOutgoingContext(callCtx(t, ""), "x-fault", tc.fault)
+		if _, err := c.UnaryCall(ctx, &testgrpc.SimpleRequest{}); grpcstatus.Code(err) != tc.code {
+			t.Fatalf("x-fault %s: %v, want %v", tc.fault, err, tc.code)
+		}
+	}
+	if n := s.calls.Load() - before; n != 0 {
+		t.Fatalf("aborted calls reached the server %d times", n)
 	}
 }
