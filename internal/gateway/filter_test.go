@@ -175,7 +175,7 @@ func headerRoute(name, value, clusterName string) *route.Route {
 // TestGRPCFaultAndHeadersThroughGateway: grpc-go calls through the
 // gateway to an HTTP/2 cluster: a grpc_status abort fails the call with
 // that status, an HTTP 503 abort with UNAVAILABLE (gRPC's mapping), neither
-// reaching the server; the route's response header changes apply to the
+// reaching the server; a delay holds the call; the route's response header changes apply to the
 // HTTP/2 answer's headers.
 func TestGRPCFaultAndHeadersThroughGateway(t *testing.T) {
 	s := startGRPCServer(t, "g1")
@@ -184,10 +184,12 @@ func TestGRPCFaultAndHeadersThroughGateway(t *testing.T) {
 		ErrorType: &faultv3.FaultAbort_GrpcStatus{GrpcStatus: uint32(codes.PermissionDenied)}, Percentage: pct(100)}})
 	httpAbort := withFault(headerRoute("x-fault", "http", "grpc"), &faultv3.HTTPFault{Abort: &faultv3.FaultAbort{
 		ErrorType: &faultv3.FaultAbort_HttpStatus{HttpStatus: 503}, Percentage: pct(100)}})
+	delay := withFault(headerRoute("x-fault", "delay", "grpc"), &faultv3.HTTPFault{Delay: &faultcommon.FaultDelay{
+		FaultDelaySecifier: &faultcommon.FaultDelay_FixedDelay{FixedDelay: durationpb.New(200 * time.Millisecond)}, Percentage: pct(100)}})
 	def := prefixRoute("/", "grpc")
 	def.ResponseHeadersToAdd = []*core.HeaderValueOption{hv("x-route", "yes", core.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD)}
 	def.ResponseHeadersToRemove = []string{"x-hdr"}
-	cp.set(rdsListener("gw", "r"), routeConfig("r", vhost("all", []string{"*"}, grpcAbort, httpAbort, def)),
+	cp.set(rdsListener("gw", "r"), routeConfig("r", vhost("all", []string{"*"}, grpcAbort, httpAbort, delay, def)),
 		h2cCluster("grpc"), assignment("grpc", ep{u: s.up}))
 	g := startGateway(t, cp.addr)
 	g.waitEndpoints(t, 1)
@@ -212,5 +214,10 @@ func TestGRPCFaultAndHeadersThroughGateway(t *testing.T) {
 	}
 	if n := s.calls.Load() - before; n != 0 {
 		t.Fatalf("aborted calls reached the server %d times", n)
+	}
+	t0 := time.Now()
+	_, err := c.UnaryCall(metadata.AppendToOutgoingContext(callCtx(t, ""), "x-fault", "delay"), &testgrpc.SimpleRequest{})
+	if took := time.Since(t0); err != nil || took < 200*time.Millisecond {
+		t.Fatalf("delayed call: %v after %v, want an answer after at least 200ms", err, took)
 	}
 }
