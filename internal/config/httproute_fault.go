@@ -1,3 +1,5 @@
+//lint:file-ignore SA1019 Istio's deprecated fault.delay.percent is still written in configs; it is read as Istio reads it.
+
 package config
 
 import (
