@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -115,7 +116,7 @@ spec:
 // TestIstioFaultInjectionTask: Istio's fault-injection task through the
 // real server and gateway: the delayed user's call takes at least the
 // delay and is answered, the aborted user's gets 500 without reaching the
-// upstream; a directResponse is answered by the gateway; header changes
+// upstream and is in the call log; a directResponse is answered by the gateway; header changes
 // of the route and its destination are seen by the upstream and the
 // client.
 func TestIstioFaultInjectionTask(t *testing.T) {
@@ -123,7 +124,7 @@ func TestIstioFaultInjectionTask(t *testing.T) {
 		t.Skip("end to end: server, gateway and upstreams")
 	}
 	ctx := context.Background()
-	api, proxy, _ := startMesh(t)
+	api, proxy, admin := startMesh(t)
 	addr, calls := startEcho(t, "ratings-v1")
 	if _, err := api.Register(ctx, client.Instance{ID: "ratings-v1", Service: "ratings", Host: "127.0.0.1", Port: addr.Port,
 		Metadata: map[string]string{"version": "v1"}}); err != nil {
@@ -159,6 +160,29 @@ func TestIstioFaultInjectionTask(t *testing.T) {
 	if n := calls.Load() - before; n != 0 {
 		t.Fatalf("aborted calls reached the upstream %d times", n)
 	}
+	// The aborted calls are in the call log, with their reason.
+	waitTrue(t, 5*time.Second, func() bool {
+		var got struct {
+			Calls []struct {
+				Status int    `json:"status"`
+				Reason string `json:"reason"`
+			} `json:"calls"`
+		}
+		resp, err := http.Get("http://" + admin + "/v1/calls?service=default/ratings&reason=fault_abort&from=0")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		if json.NewDecoder(resp.Body).Decode(&got) != nil || len(got.Calls) != 10 {
+			return false
+		}
+		for _, c := range got.Calls {
+			if c.Status != 500 || c.Reason != "fault_abort" {
+				return false
+			}
+		}
+		return true
+	})
 
 	if code, body, _ := gwCall(t, proxy, "ratings", "/health", nil); code != 200 || body != "ratings ok" {
 		t.Fatalf("direct response: %d %q", code, body)

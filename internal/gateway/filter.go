@@ -3,6 +3,7 @@ package gateway
 import (
 	"net/http"
 	"strings"
+	"time"
 
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	"github.com/valyala/fasthttp"
@@ -130,4 +131,29 @@ func buildFilters(r *route.Route, path string) (filterChain, error) {
 		}
 	}
 	return fc, nil
+}
+
+// filterReasonKey is the RequestCtx user value by which a filter that
+// answered a call names the reason its call record gives (fault_abort).
+const filterReasonKey = "sextant.filter.reason"
+
+// recordAnswered counts and records a call a filter of route r answered,
+// as the call of its target dest (none without one: a direct response's
+// route) with the reason the filter gave; from start, before the filters
+// ran (a fault's delay included).
+func (g *Gateway) recordAnswered(ctx *fasthttp.RequestCtx, r *routeRT, dest int, start time.Time) {
+	reason, _ := ctx.UserValue(filterReasonKey).(string)
+	if dest < 0 || r.targets[dest].cluster == nil || reason == "" {
+		return
+	}
+	tg := &r.targets[dest]
+	status := ctx.Response.StatusCode()
+	k := call{c: tg.cluster, status: status, reason: reason, grpc: parseGRPCStatus(string(ctx.Response.Header.Peek("Grpc-Status"))),
+		detail: rbacShadow(ctx)}
+	lat := time.Since(start)
+	k.c.m.observe(status, lat)
+	if g.rec != nil {
+		k.src = sourceOf(ctx)
+		g.recordCall(&k, r, tg.mdKey, start, lat, int64(len(ctx.Response.Body())))
+	}
 }

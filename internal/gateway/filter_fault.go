@@ -130,6 +130,7 @@ func (f *faultFilter) request(ctx *fasthttp.RequestCtx, _ int) bool {
 	if f.abortNum == 0 || !hit(f.abortNum, f.abortDen) {
 		return false
 	}
+	ctx.SetUserValue(filterReasonKey, reasonFault)
 	resp := &ctx.Response
 	resp.Reset()
 	resp.Header.Set("Via", viaValue)

@@ -36,7 +36,8 @@ func pct(n uint32) *typev3.FractionalPercent {
 }
 
 // TestFaultAbortAndDelay: a route's fault filter aborts every call with
-// its status without calling the upstream, delays every call of another
+// its status without calling the upstream (recorded with reason
+// fault_abort), delays every call of another
 // route by at least its delay, and a fault with no percentage injects
 // nothing (Envoy's and grpc-go's reading of an unset percentage).
 func TestFaultAbortAndDelay(t *testing.T) {
@@ -64,6 +65,16 @@ func TestFaultAbortAndDelay(t *testing.T) {
 	if n := u.calls.Load() - before; n != 0 {
 		t.Fatalf("aborted calls reached the upstream %d times", n)
 	}
+	// Each aborted call is counted and recorded, as the call of its route.
+	waitFor(t, "the aborted calls' records", func() bool {
+		n := 0
+		for _, c := range g.calls(t, "a") {
+			if c.Reason == "fault_abort" && c.Status == 500 && c.Cluster == "a" {
+				n++
+			}
+		}
+		return n == 5
+	})
 	t0 := time.Now()
 	code, body, _ := g.get(t, "/delay")
 	if took := time.Since(t0); code != 200 || !strings.Contains(body, "upstream=a") || took < 300*time.Millisecond {

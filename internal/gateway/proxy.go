@@ -131,8 +131,12 @@ func (g *Gateway) routeCall(ctx *fasthttp.RequestCtx, t *table) (r *routeRT, c *
 	if len(r.targets) > 0 {
 		dest = r.pickIndex()
 	}
-	if fc := r.spec.filters; fc != nil && fc.request(ctx, dest) {
-		return nil, nil, nil, "", dest
+	if fc := r.spec.filters; fc != nil {
+		t0 := time.Now()
+		if fc.request(ctx, dest) {
+			g.recordAnswered(ctx, r, dest, t0)
+			return nil, nil, nil, "", dest
+		}
 	}
 	if d := r.spec.direct; d != nil {
 		ctx.SetStatusCode(d.status)
