@@ -232,10 +232,10 @@ func TestDecodeSyntaxErrorLine(t *testing.T) {
 }
 
 func TestDecodeStreamNamesDocument(t *testing.T) {
-	in := vsHead + "  - route: [{destination: {host: orders}}]\n---\n# second\n" + vsHead + "  - route: [{destination: {host: orders}}]\n    fault: {}\n"
+	in := vsHead + "  - route: [{destination: {host: orders}}]\n---\n# second\n" + vsHead + "  - route: [{destination: {host: orders}}]\n    mirror: {}\n"
 	in = strings.Replace(in, "name: orders\nspec", "name: other\nspec", 1)
 	_, err := Decode([]byte(in))
-	if err == nil || !strings.Contains(err.Error(), "document 2: spec.http[0].fault: not supported") {
+	if err == nil || !strings.Contains(err.Error(), "document 2: spec.http[0].mirror: not supported") {
 		t.Fatalf("got %v", err)
 	}
 	if _, err := Decode([]byte(vsHead + "  - route: [{destination: {host: orders}}]\n---\n" + vsHead + "  - route: [{destination: {host: orders}}]\n")); err == nil || !strings.Contains(err.Error(), "appears twice") {

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -21,9 +22,14 @@ import (
 // docs/controlplane.md lists the same subset for users.
 var supported = map[protoreflect.FullName]map[protoreflect.Name]bool{}
 
+// allow adds fields of m to the supported subset (each field family's file
+// allows its own).
 func allow(m proto.Message, fields ...protoreflect.Name) {
 	md := m.ProtoReflect().Descriptor()
-	set := map[protoreflect.Name]bool{}
+	set := supported[md.FullName()]
+	if set == nil {
+		set = map[protoreflect.Name]bool{}
+	}
 	for _, f := range fields {
 		if md.Fields().ByName(f) == nil {
 			panic(fmt.Sprintf("config: %s has no field %s", md.FullName(), f))
@@ -173,6 +179,13 @@ func (w walker) scalar(path string, v any, fd protoreflect.FieldDescriptor) any 
 	case protoreflect.StringKind:
 		if _, ok := v.(string); !ok {
 			w.errs.add(path, ErrInvalid, "want a string, got %s", jsonType(v))
+		}
+	case protoreflect.BytesKind:
+		s, ok := v.(string)
+		if !ok {
+			w.errs.add(path, ErrInvalid, "want base64-encoded bytes, got %s", jsonType(v))
+		} else if _, err := base64.StdEncoding.DecodeString(s); err != nil {
+			w.errs.add(path, ErrInvalid, "not base64-encoded bytes: %v", err)
 		}
 	case protoreflect.BoolKind:
 		if _, ok := v.(bool); !ok {

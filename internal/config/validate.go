@@ -155,8 +155,17 @@ func validateRoute(c errs, path, ns string, r *networking.HTTPRoute) {
 			validateStringMatch(c, hp, sm, false)
 		}
 	}
-	if len(r.Route) == 0 {
-		c.add(join(path, "route"), ErrInvalid, "at least one destination is required")
+	switch {
+	case r.DirectResponse != nil:
+		validateDirectResponse(c, path, r)
+	case len(r.Route) == 0:
+		c.add(join(path, "route"), ErrInvalid, "at least one destination is required (or a directResponse)")
+	}
+	if r.Fault != nil {
+		validateFault(c, join(path, "fault"), r.Fault)
+	}
+	if r.Headers != nil {
+		validateHeaders(c, join(path, "headers"), r.Headers)
 	}
 	total := int64(0)
 	for i, d := range r.Route {
@@ -166,6 +175,9 @@ func validateRoute(c errs, path, ns string, r *networking.HTTPRoute) {
 		}
 		total += int64(d.Weight)
 		validateDestination(c, join(p, "destination"), ns, d.Destination)
+		if d.Headers != nil {
+			validateHeaders(c, join(p, "headers"), d.Headers)
+		}
 	}
 	if len(r.Route) > 1 && total == 0 {
 		c.add(join(path, "route"), ErrInvalid, "with several destinations, weights must add up to more than 0")

@@ -46,6 +46,7 @@ func fuzzSeeds(t testing.TB) [][]byte {
 			Metadata: &core.Metadata{FilterMetadata: map[string]*structpb.Struct{"envoy.lb": md}}}}}}},
 	}
 	msgs = append(msgs, fuzzTLSSeeds(t)...)
+	msgs = append(msgs, fuzzFilterSeeds()...)
 	// What Sextant's control plane publishes: default retry policy and
 	// outlier detection, load_balancing_policy lists, cluster metadata.
 	svc := naming.ServiceKey{Namespace: "default", Name: "orders"}

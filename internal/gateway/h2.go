@@ -62,12 +62,13 @@ func (g *Gateway) serveH2On(w http.ResponseWriter, hr *http.Request, t *table) {
 	}
 	req.CopyTo(&ctx.Request)
 	grpc := isGRPC(ctx.Request.Header.ContentType())
-	r, c, md, mdKey := g.routeCall(&ctx, t)
+	r, c, md, mdKey, dest := g.routeCall(&ctx, t)
 	if c == nil {
 		writeFast(w, &ctx.Response, grpc)
 		return
 	}
-	k := call{c: c, retry: &r.spec.retry, md: md, grpc: -1, idle: streamIdle(t, r), detail: rbacShadow(&ctx)}
+	k := call{c: c, retry: &r.spec.retry, md: md, grpc: -1, idle: streamIdle(t, r), detail: rbacShadow(&ctx),
+		filters: r.spec.filters, dest: dest}
 	if g.rec != nil {
 		k.src = sourceOf(&ctx) // before prepareRequest rewrites the request
 	}
@@ -215,6 +216,7 @@ func (g *Gateway) proxyH2(w http.ResponseWriter, hr *http.Request, ctx *fasthttp
 	}
 	wh.Set("Via", viaValue)
 	wh.Set("X-Request-Id", string(ctx.Request.Header.Peek("X-Request-Id")))
+	k.filters.response(stdHeader(wh), k.dest)
 	w.WriteHeader(res.StatusCode)
 	trailersOnly := k.grpc >= 0
 	if !trailersOnly && (grpc || isEventStream(res.Header.Get("Content-Type"))) {

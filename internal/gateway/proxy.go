@@ -68,7 +68,7 @@ func (g *Gateway) serveOn(ctx *fasthttp.RequestCtx, t *table) {
 		return
 	}
 	start := time.Now()
-	r, c, md, mdKey := g.routeCall(ctx, t)
+	r, c, md, mdKey, dest := g.routeCall(ctx, t)
 	if c == nil {
 		return
 	}
@@ -76,7 +76,7 @@ func (g *Gateway) serveOn(ctx *fasthttp.RequestCtx, t *table) {
 		g.serveUpgrade(ctx, t, r, typ, c, md, mdKey, start)
 		return
 	}
-	k := call{c: c, retry: &r.spec.retry, md: md, grpc: -1, detail: rbacShadow(ctx)}
+	k := call{c: c, retry: &r.spec.retry, md: md, grpc: -1, detail: rbacShadow(ctx), filters: r.spec.filters, dest: dest}
 	if g.rec != nil {
 		k.src = sourceOf(ctx) // before prepareRequest rewrites the request
 	}
@@ -114,33 +114,46 @@ func (g *Gateway) finish(ctx *fasthttp.RequestCtx, k *call, r *routeRT, mdKey st
 
 // routeCall finds the request's route in table t (nil: no configuration
 // yet) and its cluster, with the metadata to
-// pick its endpoint by. With no cluster to call (no route, a redirect, a
-// direct response, a bad subset header) it answers the request and
-// returns a nil cluster.
-func (g *Gateway) routeCall(ctx *fasthttp.RequestCtx, t *table) (r *routeRT, c *clusterRT, md map[string]string, mdKey string) {
+// pick its endpoint by, and runs the route's filters' request hooks. With no
+// cluster to call (no route, a redirect, a direct response, a filter's
+// answer, a bad subset header) it answers the request and returns a nil
+// cluster. dest is the index of the route's target picked (-1: none).
+func (g *Gateway) routeCall(ctx *fasthttp.RequestCtx, t *table) (r *routeRT, c *clusterRT, md map[string]string, mdKey string, dest int) {
 	if t == nil {
 		g.localReply(ctx, fasthttp.StatusServiceUnavailable, "", reasonNoRoute, "no configuration received from the control plane yet")
-		return nil, nil, nil, ""
+		return nil, nil, nil, "", -1
 	}
 	var hostBuf [256]byte
 	r, host := g.route(ctx, t, hostBuf[:0])
 	if r == nil {
-		return nil, nil, nil, ""
+		return nil, nil, nil, "", -1
 	}
 	if len(t.rbac) > 0 && !g.authorize(ctx, t, r) {
-		return nil, nil, nil, ""
+		return nil, nil, nil, "", -1
+	}
+	dest = -1
+	if len(r.targets) > 0 {
+		dest = r.pickIndex()
+	}
+	if fc := r.spec.filters; fc != nil {
+		t0 := time.Now()
+		if fc.request(ctx, dest) {
+			g.recordAnswered(ctx, r, dest, t0)
+			return nil, nil, nil, "", dest
+		}
 	}
 	if d := r.spec.direct; d != nil {
 		ctx.SetStatusCode(d.status)
 		ctx.SetBodyString(d.body)
-		return nil, nil, nil, ""
+		r.spec.filters.response(fastHeader{&ctx.Response.Header}, -1)
+		return nil, nil, nil, "", -1
 	}
 	if rd := r.spec.redirect; rd != nil {
 		redirect(ctx, rd, r.spec.match.value, host)
-		return nil, nil, nil, ""
+		return nil, nil, nil, "", -1
 	}
-	c, md, mdKey = g.target(ctx, t, r)
-	return r, c, md, mdKey
+	c, md, mdKey = g.target(ctx, t, &r.targets[dest])
+	return r, c, md, mdKey, dest
 }
 
 // route finds the request's route, after bringing an absolute-form target
@@ -180,12 +193,11 @@ func (g *Gateway) route(ctx *fasthttp.RequestCtx, t *table, hostBuf []byte) (r *
 	return r, host
 }
 
-// target picks the route's weighted target and returns its cluster with
+// target returns the cluster of the route's weighted target tg with
 // the metadata to pick its endpoints by (the route's, overlaid by the
 // SubsetHeader, which it removes; none if the cluster has no subsets).
 // With no usable cluster it answers the request and returns nil.
-func (g *Gateway) target(ctx *fasthttp.RequestCtx, t *table, r *routeRT) (c *clusterRT, md map[string]string, mdKey string) {
-	tg := r.pick()
+func (g *Gateway) target(ctx *fasthttp.RequestCtx, t *table, tg *target) (c *clusterRT, md map[string]string, mdKey string) {
 	c = tg.cluster
 	if c == nil {
 		msg := "cluster " + strconv.Quote(tg.name) + " is not in the configuration"
@@ -242,6 +254,9 @@ type call struct {
 	err      error      // of the last attempt; nil: the response is upstream's
 	permit   bool       // a retry-budget permit is held for this attempt
 	tried    [11]string // endpoints tried (num_retries is at most 10)
+
+	filters filterChain // the route's (filter.go), run on the answer
+	dest    int         // the route's target picked, for the filters
 }
 
 // forward sends the request upstream, and again while the route's retry
@@ -361,6 +376,7 @@ func (g *Gateway) answer(ctx *fasthttp.RequestCtx, k *call) {
 		dropHopHeaders(&resp.Header)
 		resp.Header.Set("Via", viaValue)
 		k.reason = ""
+		k.filters.response(fastHeader{&resp.Header}, k.dest)
 	}
 	resp.Header.SetBytesV("X-Request-Id", ctx.Request.Header.Peek("X-Request-Id"))
 }

@@ -52,6 +52,8 @@ type routeSpec struct {
 	// rbac are the route's RBAC overrides by filter name (its own
 	// typed_per_filter_config over its virtual host's).
 	rbac map[string]rbacOverride
+	// filters are the route's HTTP filter chain (filter.go); nil: none.
+	filters filterChain
 }
 
 // redirectSpec is a route's redirect action.
@@ -291,11 +293,18 @@ func decodeRoute(r *route.Route, path string, vhRetry retrySpec) (*routeSpec, er
 		rs.redirect = rd
 	case *route.Route_DirectResponse:
 		rs.direct = &directSpec{status: int(a.DirectResponse.GetStatus()), body: a.DirectResponse.GetBody().GetInlineString()}
+		if b := a.DirectResponse.GetBody().GetInlineBytes(); b != nil {
+			rs.direct.body = string(b)
+		}
 		if rs.direct.status < 200 || rs.direct.status > 599 {
 			return nil, fieldErr(path+".direct_response.status", "%d not in [200, 599]", rs.direct.status)
 		}
 	default:
 		return nil, fieldErr(path, "action %T: %v (route, redirect, direct_response)", a, errUnsupported)
+	}
+	var err error
+	if rs.filters, err = buildFilters(r, path); err != nil {
+		return nil, err
 	}
 	return rs, nil
 }

@@ -272,16 +272,19 @@ func matchString(hm *headerMatch, v []byte) bool {
 }
 
 // pick chooses a weighted target.
-func (r *routeRT) pick() *target {
+func (r *routeRT) pick() *target { return &r.targets[r.pickIndex()] }
+
+// pickIndex chooses a weighted target, by its index.
+func (r *routeRT) pickIndex() int {
 	if len(r.targets) == 1 {
-		return &r.targets[0]
+		return 0
 	}
 	n := rand.Uint32N(r.total)
 	for i := range r.targets {
 		if n < r.targets[i].weight {
-			return &r.targets[i]
+			return i
 		}
 		n -= r.targets[i].weight
 	}
-	return &r.targets[len(r.targets)-1]
+	return len(r.targets) - 1
 }

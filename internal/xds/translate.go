@@ -367,8 +367,8 @@ func VirtualHost(name string, domains []string, svc naming.ServiceKey, vs *confi
 	}
 	var dropped []*structpb.Value
 	for i, hr := range vs.VirtualService.Http {
-		action := routeAction(vs.Namespace, hr, clusterFor)
-		if action == nil {
+		action, dest := routeAction(vs.Namespace, hr, clusterFor)
+		if action == nil && hr.DirectResponse == nil {
 			dropped = append(dropped, structpb.NewStringValue(droppedRoute(vs.Namespace, i, hr, clusterFor)))
 			continue
 		}
@@ -377,6 +377,10 @@ func VirtualHost(name string, domains []string, svc naming.ServiceKey, vs *confi
 			matches = []*networking.HTTPMatchRequest{nil}
 		}
 		for _, m := range matches {
+			if routeExtras(hr) {
+				vh.Routes = append(vh.Routes, httpRoute(hr, routeMatch(m), action, dest))
+				continue
+			}
 			vh.Routes = append(vh.Routes, &routev3.Route{Name: hr.Name, Match: routeMatch(m), Action: &routev3.Route_Route{Route: action}})
 		}
 	}
@@ -423,10 +427,13 @@ func droppedRoute(ns string, i int, hr *networking.HTTPRoute, clusterFor Cluster
 	return b.String()
 }
 
-func routeAction(ns string, hr *networking.HTTPRoute, clusterFor ClusterFor) *routev3.RouteAction {
+// routeAction is the action of hr's destinations; when they come down to
+// one, dest is its header changes (for the route).
+func routeAction(ns string, hr *networking.HTTPRoute, clusterFor ClusterFor) (a *routev3.RouteAction, dest *networking.Headers) {
 	type wc struct {
-		name   string
-		weight uint32
+		name    string
+		weight  uint32
+		headers *networking.Headers
 	}
 	var dests []wc
 	for _, d := range hr.Route {
@@ -438,14 +445,15 @@ func routeAction(ns string, hr *networking.HTTPRoute, clusterFor ClusterFor) *ro
 		if !ok && d.Destination.Subset != "" {
 			continue
 		}
-		dests = append(dests, wc{name, uint32(d.Weight)})
+		dests = append(dests, wc{name, uint32(d.Weight), d.Headers})
 	}
-	a := &routev3.RouteAction{}
+	a = &routev3.RouteAction{}
 	switch {
 	case len(dests) == 0:
-		return nil
+		return nil, nil
 	case len(dests) == 1:
 		a.ClusterSpecifier = &routev3.RouteAction_Cluster{Cluster: dests[0].name}
+		dest = dests[0].headers
 	default:
 		total := uint32(0)
 		for _, d := range dests {
@@ -457,7 +465,10 @@ func routeAction(ns string, hr *networking.HTTPRoute, clusterFor ClusterFor) *ro
 				d.weight = 1 // the weighted ones were dropped: share evenly
 			}
 			if d.weight > 0 {
-				w.Clusters = append(w.Clusters, &routev3.WeightedCluster_ClusterWeight{Name: d.name, Weight: wrapperspb.UInt32(d.weight)})
+				cw := &routev3.WeightedCluster_ClusterWeight{Name: d.name, Weight: wrapperspb.UInt32(d.weight)}
+				destHeaders(cw, d.headers)
+				w.Clusters = append(w.Clusters, cw)
+				dest = d.headers // (kept only when it is the one left)
 			}
 		}
 		if len(w.Clusters) == 1 {
@@ -472,7 +483,10 @@ func routeAction(ns string, hr *networking.HTTPRoute, clusterFor ClusterFor) *ro
 		a.MaxStreamDuration = &routev3.RouteAction_MaxStreamDuration{MaxStreamDuration: hr.Timeout}
 	}
 	a.RetryPolicy = retryPolicy(hr.Retries)
-	return a
+	if _, weighted := a.ClusterSpecifier.(*routev3.RouteAction_WeightedClusters); weighted {
+		dest = nil
+	}
+	return a, dest
 }
 
 // DefaultRetryOn is what a route retries on unless its VirtualService says
@@ -589,8 +603,9 @@ func hcm(routeName string, stripPort bool) *hcmv3.HttpConnectionManager {
 		RouteSpecifier: &hcmv3.HttpConnectionManager_Rds{Rds: &hcmv3.Rds{
 			ConfigSource: adsSource, RouteConfigName: routeName,
 		}},
-		// The router filter is last, as Envoy and grpc-go require.
-		HttpFilters: []*hcmv3.HttpFilter{{Name: "envoy.filters.http.router", ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: router}}},
+		// The fault filter before the router, which is last, as Envoy and
+		// grpc-go require (httproute.go).
+		HttpFilters: []*hcmv3.HttpFilter{faultFilter, {Name: "envoy.filters.http.router", ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: router}}},
 	}
 	if stripPort {
 		h.StripPortMode = &hcmv3.HttpConnectionManager_StripAnyHostPort{StripAnyHostPort: true}

@@ -65,9 +65,10 @@ func encodeVirtualHost(name string, svc naming.ServiceKey, vs *config.Object, cl
 	actions := make([]action, 0, len(vs.VirtualService.Http))
 	for _, hr := range vs.VirtualService.Http {
 		dests := routeDests(vs.Namespace, hr, clusterFor)
-		if len(dests) == 0 {
-			// A route left out: its reason goes in the metadata, as
-			// VirtualHost writes it.
+		if len(dests) == 0 || routeExtras(hr) {
+			// A route left out (its reason goes in the metadata, as
+			// VirtualHost writes it), or one with fault, direct response or
+			// header changes: written from the messages.
 			return Encode(VirtualHost(name, nil, svc, vs, clusterFor))
 		}
 		actions = append(actions, action{dests, hr})

@@ -1,0 +1,89 @@
+package config
+
+import (
+	"errors"
+	"os"
+	"strings"
+	"testing"
+)
+
+// TestDecodeTrafficFields: fault (fixed delay with percentage and with
+// the deprecated percent, HTTP and gRPC aborts), directResponse (string
+// and base64 bytes) and headers (route and destination) decode as Istio
+// reads them.
+func TestDecodeTrafficFields(t *testing.T) {
+	b, err := os.ReadFile("testdata/traffic.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := Decode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := objs[0].VirtualService.Http
+	if d := h[0].Fault.GetDelay(); d.GetFixedDelay().AsDuration().Seconds() != 7 || d.GetPercentage().GetValue() != 100 {
+		t.Fatalf("delay: %v", d)
+	}
+	if a := h[1].Fault.GetAbort(); a.GetHttpStatus() != 500 || a.GetPercentage().GetValue() != 100 {
+		t.Fatalf("abort: %v", a)
+	}
+	if f := h[2].Fault; f.GetDelay().GetPercent() != 50 || f.GetAbort().GetGrpcStatus() != "UNAVAILABLE" || GRPCStatusCode("UNAVAILABLE") != 14 {
+		t.Fatalf("grpc fault: %v", f)
+	}
+	if d := h[3].DirectResponse; d.GetStatus() != 200 || d.GetBody().GetString_() != "ok" {
+		t.Fatalf("direct: %v", d)
+	}
+	if d := h[4].DirectResponse; d.GetStatus() != 418 || string(d.GetBody().GetBytes()) != "short and stout" {
+		t.Fatalf("direct bytes: %v", d)
+	}
+	hr := h[5]
+	if hr.Headers.GetRequest().GetSet()["x-route"] != "ratings" || hr.Headers.GetResponse().GetRemove()[0] != "server" ||
+		hr.Route[0].Headers.GetRequest().GetSet()["x-version"] != "v1" {
+		t.Fatalf("headers: %v", hr)
+	}
+}
+
+// TestTrafficFieldErrors: bad fault, directResponse and headers values
+// are refused, each naming its field and what is wrong.
+func TestTrafficFieldErrors(t *testing.T) {
+	route := "    route: [{destination: {host: orders}}]\n"
+	for _, c := range []struct {
+		name, in, path, msg string
+		sentinel            error
+	}{
+		{"empty fault", "  - fault: {}\n" + route, "spec.http[0].fault", "set delay, abort or both", ErrInvalid},
+		{"delay without fixedDelay", "  - fault: {delay: {percentage: {value: 10}}}\n" + route, "spec.http[0].fault.delay.fixedDelay", "required", ErrInvalid},
+		{"delay under 1ms", "  - fault: {delay: {fixedDelay: 1us}}\n" + route, "spec.http[0].fault.delay.fixedDelay", "at least 1ms", ErrInvalid},
+		{"exponential delay", "  - fault: {delay: {exponentialDelay: 1s}}\n" + route, "spec.http[0].fault.delay.exponentialDelay", "not supported", ErrNotSupported},
+		{"percent out of range", "  - fault: {delay: {fixedDelay: 1s, percent: 101}}\n" + route, "spec.http[0].fault.delay.percent", "101 not in [0, 100]", ErrInvalid},
+		{"percent and percentage", "  - fault: {delay: {fixedDelay: 1s, percent: 10, percentage: {value: 10}}}\n" + route, "spec.http[0].fault.delay.percent", "not both", ErrInvalid},
+		{"percentage out of range", "  - fault: {abort: {httpStatus: 500, percentage: {value: 100.5}}}\n" + route, "spec.http[0].fault.abort.percentage.value", "100.5 not in [0, 100]", ErrInvalid},
+		{"abort status", "  - fault: {abort: {httpStatus: 700}}\n" + route, "spec.http[0].fault.abort.httpStatus", "700 not in [200, 599]", ErrInvalid},
+		{"abort without error", "  - fault: {abort: {percentage: {value: 1}}}\n" + route, "spec.http[0].fault.abort", "set httpStatus or grpcStatus", ErrInvalid},
+		{"grpc status name", "  - fault: {abort: {grpcStatus: Unavailable}}\n" + route, "spec.http[0].fault.abort.grpcStatus", `"Unavailable" is not a gRPC status name`, ErrInvalid},
+		{"http2 error", "  - fault: {abort: {http2Error: REFUSED_STREAM}}\n" + route, "spec.http[0].fault.abort.http2Error", "not supported", ErrNotSupported},
+		{"direct with route", "  - directResponse: {status: 200}\n" + route, "spec.http[0].directResponse", "may not be set with route", ErrInvalid},
+		{"direct status", "  - directResponse: {status: 99}\n", "spec.http[0].directResponse.status", "99 not in [200, 599]", ErrInvalid},
+		{"direct bytes", "  - directResponse: {status: 200, body: {bytes: 'not base64!'}}\n", "spec.http[0].directResponse.body.bytes", "not base64-encoded bytes", ErrInvalid},
+		{"no route", "  - name: x\n", "spec.http[0].route", "or a directResponse", ErrInvalid},
+		{"pseudo header", "  - headers: {request: {set: {':path': /x}}}\n" + route, "spec.http[0].headers.request.set[:path]", "pseudo-headers cannot be changed", ErrInvalid},
+		{"host header", "  - headers: {request: {remove: [Host]}}\n" + route, "spec.http[0].headers.request.remove[0]", "the Host header cannot be changed", ErrInvalid},
+		{"bad name", "  - headers: {response: {add: {'x a': b}}}\n" + route, "spec.http[0].headers.response.add[x a]", "is not a header name", ErrInvalid},
+		{"formatter", "  - headers: {request: {set: {x-ip: '%DOWNSTREAM_REMOTE_ADDRESS%'}}}\n" + route, "spec.http[0].headers.request.set[x-ip]", "substitution is not supported", ErrInvalid},
+		{"destination header", "  - route: [{destination: {host: orders}, headers: {request: {set: {'x(y)': b}}}}]\n", "spec.http[0].route[0].headers.request.set", "is not a header name", ErrInvalid},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := Decode([]byte(vsHead + c.in))
+			var list Errors
+			if !errors.As(err, &list) {
+				t.Fatalf("error %v, want Errors", err)
+			}
+			for _, e := range list {
+				if strings.HasPrefix(e.Path, c.path) && strings.Contains(e.Msg+e.Error(), c.msg) && errors.Is(e.Err, c.sentinel) {
+					return
+				}
+			}
+			t.Fatalf("%s\nerror %v, want %s: %s", c.in, err, c.path, c.msg)
+		})
+	}
+}
