@@ -179,8 +179,8 @@ func newPolicyCreateCmd(f *clientFlags) *cobra.Command {
 standard input). A rule reads NAMESPACE:RESOURCE=ACCESS[,RESOURCE=ACCESS...]:
 NAMESPACE is a name, a prefix ending in * (team-a-*) or * (every namespace);
 RESOURCE is instances, config, placements, push, identity, secret, kv (Consul's
-KV store) or * (all but secret and kv); ACCESS is read or write (write includes read). --admin grants
-everything, tokens and policies included.
+KV store) or * (all but secret and kv); ACCESS is read or write (write includes
+read). --admin grants everything, tokens and policies included.
 
 The document form:
   {"name": "orders-writer", "description": "...",

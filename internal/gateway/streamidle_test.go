@@ -72,7 +72,7 @@ func streamingUpstream(t *testing.T, h2c bool) *upstream {
 }
 
 // TestStreamIdleTimeout: with the route's timeout off (0s), the HTTP
-// connection manager's stream_idle_timeout (500ms) ends a call whose
+// connection manager's stream_idle_timeout (1.5 s) ends a call whose
 // endpoint sends nothing: 504 while waiting for the answer's head, the
 // stream cut once the body stops (recorded as upstream_timeout); a body
 // that keeps coming (a line every 100ms, 1 s in all) is not idle; a
@@ -86,7 +86,7 @@ func TestStreamIdleTimeout(t *testing.T) {
 			l := rdsListener("gw", "r")
 			m := new(hcm.HttpConnectionManager)
 			_ = l.FilterChains[0].Filters[0].GetTypedConfig().UnmarshalTo(m)
-			m.StreamIdleTimeout = durationpb.New(500 * time.Millisecond)
+			m.StreamIdleTimeout = durationpb.New(1500 * time.Millisecond)
 			a, _ := anypb.New(m)
 			l.FilterChains[0].Filters[0].ConfigType = &listener.Filter_TypedConfig{TypedConfig: a}
 			noTimeout := func(prefix string, idle time.Duration) *route.Route {
@@ -143,7 +143,8 @@ func TestStreamIdleTimeout(t *testing.T) {
 				t.Errorf("stall-body: %d %q %v (want the first line, then a broken stream)", resp.StatusCode, b, err)
 			}
 
-			// A line every 100ms for 1 s: never idle for 500ms.
+			// A line every 100ms for 1 s: never idle for 1.5 s (the margin is
+			// wide: a loaded machine stalled 400ms between two lines).
 			resp, err = c.Get(g.url + "/trickle?every=100ms")
 			if err != nil {
 				t.Fatal(err)
@@ -153,19 +154,19 @@ func TestStreamIdleTimeout(t *testing.T) {
 			if err != nil || !strings.HasSuffix(string(b), "line 9\n") {
 				t.Errorf("trickle every 100ms: %q %v", b, err)
 			}
-			// A line every second: idle for the listener's 500ms, not for
-			// the /patient/ route's idle_timeout of 5 s.
-			resp, err = c.Get(g.url + "/patient/trickle?every=1s&n=2")
+			// A line every 3 s: idle for the listener's 1.5 s, not for the
+			// /patient/ route's idle_timeout of 5 s.
+			resp, err = c.Get(g.url + "/patient/trickle?every=3s&n=2")
 			if err != nil {
 				t.Fatal(err)
 			}
 			b, err = io.ReadAll(resp.Body)
 			resp.Body.Close()
 			if err != nil || !strings.HasSuffix(string(b), "line 1\n") {
-				t.Errorf("route idle_timeout 5s, a line every second: %q %v", b, err)
+				t.Errorf("route idle_timeout 5s, a line every 3s: %q %v", b, err)
 			}
-			if b := readAll(t, c, g.url+"/trickle?every=1s&n=2"); strings.Contains(b, "line 1") {
-				t.Errorf("listener stream_idle_timeout 500ms, a line every second: got to the end: %q", b)
+			if b := readAll(t, c, g.url+"/trickle?every=3s&n=2"); strings.Contains(b, "line 1") {
+				t.Errorf("listener stream_idle_timeout 1.5s, a line every 3s: got to the end: %q", b)
 			}
 
 			waitFor(t, "records", func() bool {
@@ -175,7 +176,7 @@ func TestStreamIdleTimeout(t *testing.T) {
 						n++
 					}
 				}
-				return n >= 3 // stall-head, stall-body, trickle every second
+				return n >= 3 // stall-head, stall-body, trickle every 3 s
 			})
 		})
 	}
