@@ -364,6 +364,11 @@ func (m *istioMetrics) Collect(ch chan<- prometheus.Metric) {
 		req := float64(s.requests.Load())
 		for _, rep := range m.reporters {
 			vals := append([]string{rep}, s.values...)
+			if rep == "source" && s != m.overflow {
+				// As Istio's: the caller's proxy does not know how the
+				// destination's accepted the connection.
+				vals[len(vals)-1] = "unknown"
+			}
 			ch <- prometheus.MustNewConstMetric(m.requests, prometheus.CounterValue, req, vals...)
 			ch <- prometheus.MustNewConstHistogram(m.duration, dn, dsum, db, vals...)
 			ch <- prometheus.MustNewConstHistogram(m.reqBytes, qn, qsum, qb, vals...)

@@ -3,6 +3,7 @@ package gateway
 import (
 	"fmt"
 	"runtime"
+	"slices"
 	"testing"
 	"time"
 
@@ -83,6 +84,13 @@ func TestIstioLabelMapping(t *testing.T) {
 			t.Errorf("%d labels, want Istio's %d: %v", len(got), len(istioLabels), got)
 		}
 		reporters[got["reporter"]]++
+		if got["reporter"] == "source" {
+			// Istio's source reporter does not know the server side's policy.
+			if got["connection_security_policy"] != "unknown" {
+				t.Errorf("source reporter: connection_security_policy %q, want unknown", got["connection_security_policy"])
+			}
+			got["connection_security_policy"] = want[map[bool]string{true: "shop/orders", false: "echo"}[got["destination_service_name"] == "orders"]]["connection_security_policy"]
+		}
 		key := "echo"
 		if got["destination_service_name"] == "orders" {
 			key = "shop/orders"
@@ -105,6 +113,14 @@ func TestIstioLabelMapping(t *testing.T) {
 			continue
 		}
 		h := s.GetHistogram()
+		var les []float64
+		for _, b := range h.Bucket {
+			les = append(les, b.GetUpperBound())
+		}
+		// Istio's request duration buckets, in milliseconds.
+		if want := []float64{0.5, 1, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, 300000, 600000, 1800000, 3600000}; !slices.Equal(les, want) {
+			t.Errorf("duration buckets %v, want Istio's %v", les, want)
+		}
 		if h.GetSampleCount() != 1 || h.GetSampleSum() != 7 {
 			t.Errorf("duration count %d sum %v, want 1 and 7", h.GetSampleCount(), h.GetSampleSum())
 		}
@@ -121,6 +137,13 @@ func TestIstioLabelMapping(t *testing.T) {
 	for _, s := range fams["istio_response_bytes"].Metric {
 		if labelsOf(s)["destination_service_name"] != "orders" {
 			continue
+		}
+		var les []float64
+		for _, b := range s.GetHistogram().Bucket {
+			les = append(les, b.GetUpperBound())
+		}
+		if want := []float64{1, 10, 100, 1000, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9}; !slices.Equal(les, want) {
+			t.Errorf("size buckets %v, want Istio's %v", les, want)
 		}
 		for _, b := range s.GetHistogram().Bucket {
 			wantN := uint64(0)
