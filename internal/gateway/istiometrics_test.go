@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -303,4 +304,28 @@ func TestIstioMetricsMemory(t *testing.T) {
 	if n := len(fams["istio_requests_total"].Metric); n != 2*services*callers {
 		t.Errorf("%d istio_requests_total series, want %d", n, 2*services*callers)
 	}
+}
+
+// FuzzIstioLabelValues: whatever a caller's certificate or a subset
+// says, the label values are complete and the source's namespace and
+// workload are path segments of the SPIFFE id, never more.
+func FuzzIstioLabelValues(f *testing.F) {
+	f.Add("shop/orders", "version=v1,zone=z", "spiffe://cluster.local/ns/web/sa/frontend", uint16(200), uint8(0))
+	f.Add("orders", "v2", "spiffe://td/ns//sa/x", uint16(503), uint8(15))
+	f.Add("/", "", "spiffe://", uint16(0), uint8(1))
+	f.Add("a/b/c", "version=,version=v9", "spiffe://td/ns/a/sa/b/c", uint16(999), uint8(255))
+	f.Fuzz(func(t *testing.T, service, subset, principal string, code uint16, grpc uint8) {
+		vals := istioLabelValues(istioKey{service: service, subset: subset, principal: principal, code: code, grpc: grpc})
+		if len(vals) != len(istioLabels)-1 {
+			t.Fatalf("%d values, want %d", len(vals), len(istioLabels)-1)
+		}
+		if ns, sa, ok := spiffeNamespaceAccount(principal); ok {
+			if ns == "" || sa == "" || strings.Contains(ns, "/") || strings.Contains(sa, "/") {
+				t.Fatalf("%q: namespace %q account %q", principal, ns, sa)
+			}
+			if vals[0] != sa || vals[1] != ns {
+				t.Fatalf("%q: source_workload %q namespace %q", principal, vals[0], vals[1])
+			}
+		}
+	})
 }
