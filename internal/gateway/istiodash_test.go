@@ -136,9 +136,33 @@ func TestIstioDashboardsOnPrometheus(t *testing.T) {
 		c.Metadata = &core.Metadata{FilterMetadata: map[string]*structpb.Struct{gateway.SextantMetadataKey: {Fields: map[string]*structpb.Value{
 			"service": structpb.NewStringValue("shop/orders"), "subset": structpb.NewStringValue("v1")}}}}
 	})
-	cp.set(tlsListener("gw-tls", g.tlsPort(), tlsChain{names: []string{"orders.test"}, cert: "c", ca: "c-ca", require: false}),
-		certSecret("c", sc, sk), caSecret("c-ca", clients.pem),
-		routeConfig("routes", vhost("all", []string{"*"}, prefixRoute("/", "orders"))), orders, assignment("orders", ep{u: up}))
+	// orders' TLS port too, passed through unopened: Istio's TCP metrics.
+	backCA := newPKI(t)
+	back := startPassthroughEndpoint(t, backCA, "back", "tls.orders.test")
+	ordersTLS := edsCluster("orders-tls", func(c *cluster.Cluster) {
+		c.Metadata = &core.Metadata{FilterMetadata: map[string]*structpb.Struct{gateway.SextantMetadataKey: {Fields: map[string]*structpb.Value{
+			"service": structpb.NewStringValue("shop/orders"), "subset": structpb.NewStringValue("v1")}}}}
+	})
+	l := tlsListener("gw-tls", g.tlsPort(), tlsChain{names: []string{"orders.test"}, cert: "c", ca: "c-ca", require: false})
+	l.FilterChains = append(l.FilterChains, passthroughChain("orders-tls", 0, "tls.orders.test"))
+	cp.set(l, certSecret("c", sc, sk), caSecret("c-ca", clients.pem),
+		routeConfig("routes", vhost("all", []string{"*"}, prefixRoute("/", "orders"))), orders, assignment("orders", ep{u: up}),
+		ordersTLS, assignment("orders-tls", ep{u: back}))
+	// passthrough makes one TLS connection through the gateway, one
+	// request on it, and closes it.
+	passthrough := func() error {
+		c := g.tlsClient(backCA.pool, false)
+		defer c.CloseIdleConnections()
+		resp, err := c.Get("https://tls.orders.test/")
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != 200 {
+			return fmt.Errorf("passthrough: %d", resp.StatusCode)
+		}
+		return nil
+	}
 	frontend := g.tlsClient(ca.pool, false, clients.spiffeCert(t, "spiffe://cluster.local/ns/web/sa/frontend"))
 	anonymous := g.tlsClient(ca.pool, false)
 	call := func(c *http.Client, path string) error {
@@ -153,6 +177,7 @@ func TestIstioDashboardsOnPrometheus(t *testing.T) {
 		return nil
 	}
 	waitFor(t, "the gateway to serve orders over TLS", func() bool { return call(anonymous, "/ok") == nil })
+	waitFor(t, "the gateway to pass orders' TLS through", func() bool { return passthrough() == nil })
 	// Every label set exists before the measured burst (irate needs a
 	// sample before it): one more 200 and a 503 from each caller.
 	for _, c := range []*http.Client{frontend, anonymous} {
@@ -234,7 +259,7 @@ func TestIstioDashboardsOnPrometheus(t *testing.T) {
 	// The burst: nOK 200s and nFail 503s, half from each caller, meant to
 	// fall between two scrapes; checked below from the scrapes' samples,
 	// and sent again (up to three times) when it did not.
-	const nOK, nFail = 40, 10
+	const nOK, nFail, nConns = 40, 10, 3
 	var tA, tB float64
 	var burstFrom, burstTo time.Time
 	for round := 0; ; round++ {
@@ -249,7 +274,7 @@ func TestIstioDashboardsOnPrometheus(t *testing.T) {
 		}
 		burstFrom = time.Now()
 		var wg sync.WaitGroup
-		errs := make(chan error, nOK+nFail)
+		errs := make(chan error, nOK+nFail+nConns)
 		for i := range nOK + nFail {
 			c := frontend
 			if i%2 == 1 {
@@ -261,6 +286,10 @@ func TestIstioDashboardsOnPrometheus(t *testing.T) {
 			}
 			wg.Add(1)
 			go func() { defer wg.Done(); errs <- call(c, p) }()
+		}
+		for range nConns {
+			wg.Add(1)
+			go func() { defer wg.Done(); errs <- passthrough() }()
 		}
 		wg.Wait()
 		close(errs)
@@ -304,8 +333,10 @@ func TestIstioDashboardsOnPrometheus(t *testing.T) {
 	// Queries that cannot return series, and why.
 	why := func(e string) string {
 		switch {
-		case strings.Contains(e, "istio_tcp_"):
-			return "TCP metrics: the gateway keeps no istio_tcp_* (HTTP only; TLS passthrough is not counted)"
+		case strings.Contains(e, "istio_tcp_") && strings.Contains(e, `source_workload=~"$workload"`):
+			return "TCP is TLS passthrough, whose caller the gateway cannot know: source_workload unknown"
+		case strings.Contains(e, "istio_tcp_") && strings.Contains(e, `connection_security_policy="mutual_tls"`):
+			return "TLS passthrough is the endpoint's own TLS, not mutual_tls"
 		case strings.Contains(e, `destination_principal=~"spiffe.*"`):
 			return "the gateway does not know the destination's identity: destination_principal is unknown"
 		case strings.Contains(e, `reporter="source"`) && strings.Contains(e, `connection_security_policy="mutual_tls"`):
@@ -375,6 +406,20 @@ func TestIstioDashboardsOnPrometheus(t *testing.T) {
 	if want := float64(nOK+nFail) / 2 / dt; math.Abs(mtlsRate-want) > 0.002 {
 		t.Errorf("mutual_tls request rate %v, want %v", mtlsRate, want)
 	}
+	// TCP: the passthrough connections, opened and closed, with bytes
+	// both ways.
+	for _, name := range []string{"istio_tcp_connections_opened_total", "istio_tcp_connections_closed_total"} {
+		if got := one(`sum(` + name + `{reporter="destination",destination_service="orders.shop.svc.cluster.local",request_protocol="tcp"})`); got < 1+nConns {
+			t.Errorf("%s %v, want at least %d", name, got, 1+nConns)
+		}
+	}
+	for _, dir := range []string{"sent", "received"} {
+		q := grafanaVars(`sum(irate(istio_tcp_`+dir+`_bytes_total{reporter=~"$qrep", destination_service="$service"}[$__rate_interval]))`, svcVars)
+		if got := one(q); got <= 0 {
+			t.Errorf("%s: %v, want bytes moving in the burst", q, got)
+		}
+	}
+
 	// Quantiles: within the bucket of the burst's own latencies (the
 	// gateway's call records) that holds the quantile's rank.
 	var calls struct {

@@ -112,9 +112,12 @@ type istioMetrics struct {
 	series   map[istioKey]*istioSeries
 	overflow *istioSeries // label set "other", once max is reached
 	dropped  atomic.Uint64
+	tcp      map[istioKey]*istioTCPSeries // istiotcp.go; counted in max too
+	tcpOver  *istioTCPSeries
 
-	requests, duration, reqBytes, resBytes *prometheus.Desc
-	overflowDesc, seriesDesc               *prometheus.Desc
+	requests, duration, reqBytes, resBytes     *prometheus.Desc
+	tcpOpened, tcpClosed, tcpSent, tcpReceived *prometheus.Desc
+	overflowDesc, seriesDesc                   *prometheus.Desc
 }
 
 func newIstioMetrics(next Recorder, reporters []string, max int) *istioMetrics {
@@ -124,11 +127,15 @@ func newIstioMetrics(next Recorder, reporters []string, max int) *istioMetrics {
 	if max <= 0 {
 		max = DefaultIstioMaxSeries
 	}
-	return &istioMetrics{next: next, reporters: reporters, max: max, series: map[istioKey]*istioSeries{},
-		requests: prometheus.NewDesc("istio_requests_total", "Requests, as Istio counts them.", istioLabels, nil),
-		duration: prometheus.NewDesc("istio_request_duration_milliseconds", "Request duration in milliseconds, as Istio measures it.", istioLabels, nil),
-		reqBytes: prometheus.NewDesc("istio_request_bytes", "Request body sizes in bytes.", istioLabels, nil),
-		resBytes: prometheus.NewDesc("istio_response_bytes", "Response body sizes in bytes.", istioLabels, nil),
+	return &istioMetrics{next: next, reporters: reporters, max: max, series: map[istioKey]*istioSeries{}, tcp: map[istioKey]*istioTCPSeries{},
+		tcpOpened:   prometheus.NewDesc("istio_tcp_connections_opened_total", "TCP connections opened, as Istio counts them.", istioTCPLabels, nil),
+		tcpClosed:   prometheus.NewDesc("istio_tcp_connections_closed_total", "TCP connections closed.", istioTCPLabels, nil),
+		tcpSent:     prometheus.NewDesc("istio_tcp_sent_bytes_total", "Bytes sent to the client (the response direction) on TCP connections.", istioTCPLabels, nil),
+		tcpReceived: prometheus.NewDesc("istio_tcp_received_bytes_total", "Bytes received from the client (the request direction) on TCP connections.", istioTCPLabels, nil),
+		requests:    prometheus.NewDesc("istio_requests_total", "Requests, as Istio counts them.", istioLabels, nil),
+		duration:    prometheus.NewDesc("istio_request_duration_milliseconds", "Request duration in milliseconds, as Istio measures it.", istioLabels, nil),
+		reqBytes:    prometheus.NewDesc("istio_request_bytes", "Request body sizes in bytes.", istioLabels, nil),
+		resBytes:    prometheus.NewDesc("istio_response_bytes", "Response body sizes in bytes.", istioLabels, nil),
 		overflowDesc: prometheus.NewDesc("sextant_gateway_istio_metrics_overflow_total",
 			"Calls counted in the Istio metrics' label set \"other\" because the gateway already keeps --istio-metrics-max-series label sets.", nil, nil),
 		seriesDesc: prometheus.NewDesc("sextant_gateway_istio_metrics_label_sets",
@@ -168,7 +175,7 @@ func (m *istioMetrics) add(k istioKey) *istioSeries {
 	if s := m.series[k]; s != nil {
 		return s
 	}
-	if len(m.series) >= m.max {
+	if len(m.series)+len(m.tcp) >= m.max {
 		m.dropped.Add(1)
 		if m.overflow == nil {
 			vals := make([]string, len(istioLabels)-1)
@@ -337,7 +344,8 @@ func istioFlagsOf(reason calllog.Reason, status uint16, retries uint8) uint8 {
 
 // Describe implements prometheus.Collector.
 func (m *istioMetrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{m.requests, m.duration, m.reqBytes, m.resBytes, m.overflowDesc, m.seriesDesc} {
+	for _, d := range []*prometheus.Desc{m.requests, m.duration, m.reqBytes, m.resBytes, m.overflowDesc, m.seriesDesc,
+		m.tcpOpened, m.tcpClosed, m.tcpSent, m.tcpReceived} {
 		ch <- d
 	}
 }
@@ -353,8 +361,9 @@ func (m *istioMetrics) Collect(ch chan<- prometheus.Metric) {
 	if m.overflow != nil {
 		all = append(all, m.overflow)
 	}
-	n := len(m.series)
+	n := len(m.series) + len(m.tcp)
 	m.mu.RUnlock()
+	m.collectTCP(ch)
 	ch <- prometheus.MustNewConstMetric(m.overflowDesc, prometheus.CounterValue, float64(m.dropped.Load()))
 	ch <- prometheus.MustNewConstMetric(m.seriesDesc, prometheus.GaugeValue, float64(n))
 	for _, s := range all {

@@ -329,3 +329,38 @@ func FuzzIstioLabelValues(f *testing.F) {
 		}
 	})
 }
+
+// TCP label sets: Istio's TCP labels (no response_code or
+// grpc_response_status), request_protocol tcp, and the same cap.
+func TestIstioTCPSeries(t *testing.T) {
+	m := newIstioMetrics(nil, []string{"destination"}, 2)
+	a := m.tcpSeries(istioKey{service: "shop/db", subset: "v3"})
+	a.opened.Add(1)
+	a.sentBytes.Add(100)
+	m.Record(calllog.Record{Service: "shop/orders", Status: 200})
+	over := m.tcpSeries(istioKey{service: "shop/other"}) // the third label set
+	if over != m.tcpOver || m.dropped.Load() != 1 {
+		t.Fatalf("the third label set was kept (cap 2); dropped %d", m.dropped.Load())
+	}
+	fams := gatherIstio(t, m)
+	opened := fams["istio_tcp_connections_opened_total"]
+	if opened == nil || len(opened.Metric) != 2 {
+		t.Fatalf("istio_tcp_connections_opened_total: %v", opened)
+	}
+	for _, s := range opened.Metric {
+		l := labelsOf(s)
+		if len(l) != len(istioLabels)-2 {
+			t.Errorf("%d labels: %v", len(l), l)
+		}
+		if _, ok := l["response_code"]; ok {
+			t.Errorf("a TCP series with response_code: %v", l)
+		}
+		if l["destination_service_name"] == "db" && (l["request_protocol"] != "tcp" || l["destination_version"] != "v3" ||
+			l["connection_security_policy"] != "none" || s.GetCounter().GetValue() != 1) {
+			t.Errorf("db: %v = %v", l, s.GetCounter().GetValue())
+		}
+	}
+	if got := fams["istio_tcp_sent_bytes_total"]; got == nil || got.Metric[0].GetCounter().GetValue()+got.Metric[1].GetCounter().GetValue() != 100 {
+		t.Errorf("sent bytes: %v", got)
+	}
+}
