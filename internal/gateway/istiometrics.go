@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -124,6 +125,8 @@ func newIstioMetrics(next Recorder, reporters []string, max int) *istioMetrics {
 	if len(reporters) == 0 {
 		reporters = IstioReporters
 	}
+	// A reporter named twice would write every series twice: a scrape error.
+	reporters = slices.Compact(slices.Sorted(slices.Values(reporters)))
 	if max <= 0 {
 		max = DefaultIstioMaxSeries
 	}

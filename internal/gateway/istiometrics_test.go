@@ -213,7 +213,7 @@ func TestIstioSourceIdentity(t *testing.T) {
 // The cap: past max label sets, new ones count in "other", the overflow
 // counter says how many calls, and the kept sets keep counting.
 func TestIstioCardinalityCap(t *testing.T) {
-	m := newIstioMetrics(nil, []string{"source"}, 3)
+	m := newIstioMetrics(nil, []string{"source", "source"}, 3) // named twice: once
 	for i := range 10 {
 		m.Record(calllog.Record{Service: fmt.Sprintf("ns/s%d", i), Status: 200})
 	}
