@@ -205,8 +205,9 @@ func newIstioSeries(vals []string) *istioSeries {
 // its workload is the service (a Sextant service is one workload), its
 // version the subset's. The source is the client certificate's SPIFFE id
 // (spiffe://trust-domain/ns/NAMESPACE/sa/ACCOUNT): workload is the
-// service account, as Sextant issues one identity per service; without a
-// certificate Istio writes "unknown".
+// service account, the only workload name a certificate carries (Istio
+// reads the caller's from its proxy's metadata, which the gateway does
+// not get); without a certificate Istio writes "unknown".
 func istioLabelValues(k istioKey) []string {
 	const unknown = "unknown"
 	dstNS, dstName, ok := strings.Cut(k.service, "/")
