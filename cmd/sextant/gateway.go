@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"time"
 
@@ -49,6 +50,9 @@ type gatewayFlags struct {
 	procs                    int
 	drain                    time.Duration
 	logFormat, logLevel      string
+	istioMetrics             bool
+	istioReporters           []string
+	istioMaxSeries           int
 }
 
 func init() {
@@ -107,6 +111,9 @@ docs/gateway.md.`,
 	fl.Int64Var(&f.retainBytes, "retain-bytes", 10<<30, "delete the oldest call records beyond this many bytes")
 	fl.DurationVar(&f.drain, "drain", 30*time.Second, "how long to wait for calls in flight on shutdown")
 	fl.IntVar(&f.procs, "procs", 0, "cores the proxy may use at once (GOMAXPROCS; 0: all). One core costs less CPU per call on a busy shared machine")
+	fl.BoolVar(&f.istioMetrics, "istio-metrics", true, "serve Istio's standard metrics (istio_requests_total, istio_request_duration_milliseconds, istio_request_bytes, istio_response_bytes) on /metrics, for Istio's dashboards and Kiali (docs/gateway.md)")
+	fl.StringSliceVar(&f.istioReporters, "istio-metrics-reporters", gateway.IstioReporters, "reporter values the Istio metrics are written under: source, destination or both (the gateway stands for both proxies of a call)")
+	fl.IntVar(&f.istioMaxSeries, "istio-metrics-max-series", gateway.DefaultIstioMaxSeries, "most label sets the Istio metrics keep; calls of new ones beyond count under label values \"other\"")
 	fl.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	fl.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	rootCmd.AddCommand(cmd)
@@ -125,6 +132,14 @@ func runGateway(ctx context.Context, f gatewayFlags) error {
 		return fmt.Errorf("--listen %q: %w", f.listen, err)
 	}
 	port, _ := strconv.Atoi(portStr)
+	for _, r := range f.istioReporters {
+		if !slices.Contains(gateway.IstioReporters, r) {
+			return fmt.Errorf("--istio-metrics-reporters: %q is not a reporter (source, destination)", r)
+		}
+	}
+	if f.istioMaxSeries <= 0 {
+		return fmt.Errorf("--istio-metrics-max-series %d: want a positive count", f.istioMaxSeries)
+	}
 	var tlsPorts []uint32
 	for _, a := range f.tlsListen {
 		_, ps, err := net.SplitHostPort(a)
@@ -150,7 +165,8 @@ func runGateway(ctx context.Context, f gatewayFlags) error {
 		rec = lg
 	}
 	g := gateway.New(gateway.Options{Listener: f.listener, ListenPort: uint32(port), TLSListenPorts: tlsPorts, MaxRequestBytes: f.maxBody,
-		Recorder: rec, Logger: log.With("component", "gateway")})
+		Recorder: rec, Logger: log.With("component", "gateway"),
+		IstioMetrics: f.istioMetrics, IstioReporters: f.istioReporters, IstioMaxSeries: f.istioMaxSeries})
 
 	tlsCfg, err := clientTLS(f.caFile, f.certFile, f.keyFile)
 	if err != nil {

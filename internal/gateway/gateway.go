@@ -60,6 +60,13 @@ type Options struct {
 	Recorder Recorder
 	// Logger: nil discards.
 	Logger *slog.Logger
+	// IstioMetrics turns on Istio's standard metrics on /metrics
+	// (istiometrics.go), for IstioReporters (default both: the gateway
+	// stands for the caller's proxy and the destination's), keeping at
+	// most IstioMaxSeries label sets (default DefaultIstioMaxSeries).
+	IstioMetrics   bool
+	IstioReporters []string
+	IstioMaxSeries int
 }
 
 // Gateway is the proxy. Update is called by the xDS client's goroutine;
@@ -117,7 +124,13 @@ func New(opts Options) *Gateway {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Gateway{opts: opts, log: opts.Logger, rec: opts.Recorder, metrics: newMetrics(), clusters: map[string]*clusterRT{}}
+	g := &Gateway{opts: opts, log: opts.Logger, rec: opts.Recorder, metrics: newMetrics(), clusters: map[string]*clusterRT{}}
+	if opts.IstioMetrics {
+		im := newIstioMetrics(opts.Recorder, opts.IstioReporters, opts.IstioMaxSeries)
+		g.metrics.reg.MustRegister(im)
+		g.rec = im
+	}
+	return g
 }
 
 // XDSTypes are the resource types the gateway follows, for xdsclient.

@@ -218,7 +218,9 @@ func (g *Gateway) passThrough(c net.Conn, hello []byte, t *tcpProxyRT, sni strin
 	// The balancer learns the connect, not the tunnel's life (hours, for
 	// some): a latency it would otherwise count against the endpoint.
 	res.Done(time.Since(start), balancer.Success)
-	splice(c, up, t.spec.idle)
+	down, upc, closed := g.istioTCP(cl, c, up) // Istio's TCP metrics (istiotcp.go)
+	splice(down, upc, t.spec.idle)
+	closed()
 }
 
 // splice copies bytes both ways until both directions have ended, or

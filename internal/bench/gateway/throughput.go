@@ -33,7 +33,8 @@ type Config struct {
 	Binary string
 	// Proxies to measure, in order: direct, nginx, haproxy, sextant,
 	// sextant-norecord, and the candidates (reverseproxy,
-	// nethttp-fastclient). Default: all.
+	// nethttp-fastclient). Default: all. sextant-noistio (Istio's
+	// metrics off) is measured only when named.
 	Proxies []string
 	// Duration of each wrk run (default 10s); Rounds of every proxy, the
 	// median is reported (default 1).
@@ -103,6 +104,10 @@ type Result struct {
 	RecordingCostFrac    float64    `json:"recording_rps_loss_fraction,omitempty"`
 	LoadAvg              [3]float64 `json:"load_avg"`
 	Nproc                int        `json:"nproc"`
+
+	// IstioMetricsVsOff: sextant (Istio's metrics on, the default) over
+	// sextant-noistio (--istio-metrics=false), paired per round.
+	IstioMetricsVsOff float64 `json:"istio_metrics_vs_off_rps_ratio,omitempty"`
 }
 
 // Run measures every proxy in cfg.Proxies in front of one upstream process.
@@ -237,6 +242,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	res.SextantVsHAProxy = ratio("sextant", "haproxy")
 	res.SextantTLSVsNginxTLS = ratio("sextant-tls", "nginx-tls")
 	res.SextantTLSVsPlain = ratio("sextant-tls", "sextant")
+	res.IstioMetricsVsOff = ratio("sextant", "sextant-noistio")
 	if r := ratio("sextant", "sextant-norecord"); r > 0 {
 		res.RecordingCostFrac = round3(1 - r)
 	}
@@ -339,7 +345,7 @@ func startProxy(ctx context.Context, name, bin string, up *process, cp *controlP
 			args = []string{"haproxy", "-db", "-f", filepath.Join(dir, file)}
 		}
 		return startKnown(ctx, name, "127.0.0.1:"+strconv.Itoa(port), args...)
-	case "sextant", "sextant-norecord", "sextant-1cpu":
+	case "sextant", "sextant-norecord", "sextant-1cpu", "sextant-noistio":
 		port, err := freePort()
 		if err != nil {
 			return nil, err
@@ -349,6 +355,9 @@ func startProxy(ctx context.Context, name, bin string, up *process, cp *controlP
 			"--data", filepath.Join(tmp, name), "--node-id", NodeID, "--log-level", "warn"}
 		if name == "sextant-norecord" {
 			args = append(args, "--no-call-log")
+		}
+		if name == "sextant-noistio" {
+			args = append(args, "--istio-metrics=false")
 		}
 		if name == "sextant-1cpu" {
 			args = append(args, "--procs", "1") // one core, as nginx's one worker

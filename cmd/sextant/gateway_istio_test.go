@@ -1,0 +1,23 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+// Bad Istio metrics flags are refused before the gateway starts,
+// naming the flag.
+func TestGatewayIstioMetricsFlagsRefused(t *testing.T) {
+	for _, c := range []struct {
+		f    gatewayFlags
+		want string
+	}{
+		{gatewayFlags{listen: "127.0.0.1:0", logFormat: "text", logLevel: "info", istioReporters: []string{"source", "client"}, istioMaxSeries: 10}, `--istio-metrics-reporters: "client" is not a reporter`},
+		{gatewayFlags{listen: "127.0.0.1:0", logFormat: "text", logLevel: "info", istioReporters: []string{"destination"}, istioMaxSeries: 0}, "--istio-metrics-max-series 0"},
+	} {
+		err := runGateway(t.Context(), c.f)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: %v, want an error with %q", c.f, err, c.want)
+		}
+	}
+}
