@@ -262,16 +262,23 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // so one route serving says nothing of the others.
 func (w *gw) waitEndpoints(t *testing.T, n int) {
 	t.Helper()
-	waitFor(t, fmt.Sprintf("the endpoints of %d clusters", n), func() bool {
+	// And a plaintext gateway's listener and routes: a control plane sends
+	// a route only after the clusters it names, so endpoints can be
+	// applied before the routes that reach them (TestUpstreamTLSIdentity
+	// got 404 no_route so). A TLS gateway's chains are its tests' to wait for.
+	waitFor(t, fmt.Sprintf("the endpoints of %d clusters and the routes", n), func() bool {
 		resp, err := w.client.Get(w.admin + "/v1/config")
 		if err != nil {
 			return false
 		}
 		defer resp.Body.Close()
 		var cfg struct {
-			Resources map[string][]json.RawMessage `json:"resources"`
+			Listener    string                       `json:"listener"`
+			RouteConfig string                       `json:"route_config"`
+			Resources   map[string][]json.RawMessage `json:"resources"`
 		}
-		return json.NewDecoder(resp.Body).Decode(&cfg) == nil && len(cfg.Resources["ClusterLoadAssignment"]) >= n
+		return json.NewDecoder(resp.Body).Decode(&cfg) == nil && len(cfg.Resources["ClusterLoadAssignment"]) >= n &&
+			(w.tls != "" || cfg.Listener != "" && cfg.RouteConfig != "")
 	})
 }
 
