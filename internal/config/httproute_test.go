@@ -87,3 +87,72 @@ func TestTrafficFieldErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestRewriteErrors: bad rewrites are refused, each naming its field.
+func TestRewriteErrors(t *testing.T) {
+	route := "    route: [{destination: {host: orders}}]\n"
+	for _, c := range []struct{ name, in, path, msg string }{
+		{"empty", "  - rewrite: {}\n" + route, "spec.http[0].rewrite", "set uri, authority or uriRegexRewrite"},
+		{"both", "  - rewrite: {uri: /a, uriRegexRewrite: {match: a, rewrite: b}}\n" + route, "spec.http[0].rewrite.uri", "not both"},
+		{"bad regex", "  - rewrite: {uriRegexRewrite: {match: '^/(a', rewrite: /b}}\n" + route, "spec.http[0].rewrite.uriRegexRewrite.match", "not an RE2 regular expression"},
+		{"perl regex", "  - rewrite: {uriRegexRewrite: {match: '^/(?=a)', rewrite: /b}}\n" + route, "spec.http[0].rewrite.uriRegexRewrite.match", "not an RE2 regular expression"},
+		{"no match", "  - rewrite: {uriRegexRewrite: {rewrite: /b}}\n" + route, "spec.http[0].rewrite.uriRegexRewrite.match", "required"},
+		{"group", "  - rewrite: {uriRegexRewrite: {match: '^/(a)', rewrite: '/\\2'}}\n" + route, "spec.http[0].rewrite.uriRegexRewrite.rewrite", "has 1 capture groups"},
+		{"uri on regex match", "  - match: [{uri: {regex: '/a.*'}}]\n    rewrite: {uri: /b}\n" + route, "spec.http[0].rewrite.uri", "use uriRegexRewrite"},
+		{"authority", "  - rewrite: {authority: 'a/b'}\n" + route, "spec.http[0].rewrite.authority", "not a host"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := Decode([]byte(vsHead + c.in))
+			var list Errors
+			if !errors.As(err, &list) {
+				t.Fatalf("error %v, want Errors", err)
+			}
+			for _, e := range list {
+				if strings.HasPrefix(e.Path, c.path) && strings.Contains(e.Msg+e.Error(), c.msg) && errors.Is(e.Err, ErrInvalid) {
+					return
+				}
+			}
+			t.Fatalf("%s\nerror %v, want %s: %s", c.in, err, c.path, c.msg)
+		})
+	}
+	good := "  - rewrite: {uri: /v2, authority: 'new.example:8080'}\n" + route +
+		"  - rewrite: {uriRegexRewrite: {match: '^/service/([^/]+)(/.*)$', rewrite: '\\2/instance/\\1'}}\n" + route
+	if _, err := Decode([]byte(vsHead + good)); err != nil {
+		t.Fatalf("good rewrites: %v", err)
+	}
+}
+
+// TestRedirectErrors: bad redirects are refused, each naming its field.
+func TestRedirectErrors(t *testing.T) {
+	route := "    route: [{destination: {host: orders}}]\n"
+	for _, c := range []struct{ name, in, path, msg string }{
+		{"with route", "  - redirect: {uri: /a}\n" + route, "spec.http[0].redirect", "may not be set with route"},
+		{"with rewrite", "  - redirect: {uri: /a}\n    rewrite: {uri: /b}\n", "spec.http[0].redirect", "may not be set with rewrite"},
+		{"code", "  - redirect: {uri: /a, redirectCode: 304}\n", "spec.http[0].redirect.redirectCode", "304: want 301, 302, 303, 307 or 308"},
+		{"uri and prefix", "  - redirect: {uri: /a, prefixRewrite: /b}\n", "spec.http[0].redirect.prefixRewrite", "not both"},
+		{"prefix on exact", "  - match: [{uri: {exact: /x}}]\n    redirect: {prefixRewrite: /b}\n", "spec.http[0].redirect.prefixRewrite", "does not match the uri by prefix"},
+		{"relative uri", "  - redirect: {uri: a}\n", "spec.http[0].redirect.uri", "want a path starting with /"},
+		{"port", "  - redirect: {port: 70000}\n", "spec.http[0].redirect.port", "70000 not in [1, 65535]"},
+		{"scheme", "  - redirect: {scheme: ftp}\n", "spec.http[0].redirect.scheme", `"ftp": want http or https`},
+		{"authority", "  - redirect: {authority: 'a b'}\n", "spec.http[0].redirect.authority", "not a host"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := Decode([]byte(vsHead + c.in))
+			var list Errors
+			if !errors.As(err, &list) {
+				t.Fatalf("error %v, want Errors", err)
+			}
+			for _, e := range list {
+				if strings.HasPrefix(e.Path, c.path) && strings.Contains(e.Msg+e.Error(), c.msg) && errors.Is(e.Err, ErrInvalid) {
+					return
+				}
+			}
+			t.Fatalf("%s\nerror %v, want %s: %s", c.in, err, c.path, c.msg)
+		})
+	}
+	good := "  - match: [{uri: {prefix: /old/}}]\n    redirect: {prefixRewrite: /new/, authority: b.example, port: 8443, scheme: https, redirectCode: 308}\n" +
+		"  - redirect: {uri: /v2, derivePort: FROM_REQUEST_PORT}\n"
+	if _, err := Decode([]byte(vsHead + good)); err != nil {
+		t.Fatalf("good redirects: %v", err)
+	}
+}

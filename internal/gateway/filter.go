@@ -116,7 +116,7 @@ type filterBuilder func(r *route.Route, path string) (httpFilter, error)
 
 // routeFilterBuilders are the chain's filters, in Envoy's order: the fault
 // filter before the router, which changes headers.
-var routeFilterBuilders = []filterBuilder{buildFaultFilter, buildHeadersFilter}
+var routeFilterBuilders = []filterBuilder{buildFaultFilter, buildRewriteFilter, buildHeadersFilter}
 
 // buildFilters builds a route's filter chain; nil when it uses none.
 func buildFilters(r *route.Route, path string) (filterChain, error) {

@@ -368,7 +368,7 @@ func VirtualHost(name string, domains []string, svc naming.ServiceKey, vs *confi
 	var dropped []*structpb.Value
 	for i, hr := range vs.VirtualService.Http {
 		action, dest := routeAction(vs.Namespace, hr, clusterFor)
-		if action == nil && hr.DirectResponse == nil {
+		if action == nil && hr.DirectResponse == nil && hr.Redirect == nil {
 			dropped = append(dropped, structpb.NewStringValue(droppedRoute(vs.Namespace, i, hr, clusterFor)))
 			continue
 		}
