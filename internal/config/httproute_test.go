@@ -156,3 +156,34 @@ func TestRedirectErrors(t *testing.T) {
 		t.Fatalf("good redirects: %v", err)
 	}
 }
+
+// TestCORSErrors: bad corsPolicy values are refused, each naming its field.
+func TestCORSErrors(t *testing.T) {
+	route := "    route: [{destination: {host: orders}}]\n"
+	for _, c := range []struct{ name, in, path, msg string }{
+		{"origin regex", "  - corsPolicy: {allowOrigins: [{regex: '(?=x)'}]}\n" + route, "spec.http[0].corsPolicy.allowOrigins[0]", ""},
+		{"origin empty", "  - corsPolicy: {allowOrigins: [{}]}\n" + route, "spec.http[0].corsPolicy.allowOrigins[0]", "one of exact, prefix or regex"},
+		{"method", "  - corsPolicy: {allowMethods: [get]}\n" + route, "spec.http[0].corsPolicy.allowMethods[0]", `"get" is not an HTTP method`},
+		{"header", "  - corsPolicy: {allowHeaders: ['x y']}\n" + route, "spec.http[0].corsPolicy.allowHeaders[0]", "is not a header name"},
+		{"expose", "  - corsPolicy: {exposeHeaders: ['a:b']}\n" + route, "spec.http[0].corsPolicy.exposeHeaders[0]", "is not a header name"},
+		{"max age", "  - corsPolicy: {maxAge: -1s}\n" + route, "spec.http[0].corsPolicy.maxAge", "must not be negative"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := Decode([]byte(vsHead + c.in))
+			var list Errors
+			if !errors.As(err, &list) {
+				t.Fatalf("error %v, want Errors", err)
+			}
+			for _, e := range list {
+				if strings.HasPrefix(e.Path, c.path) && strings.Contains(e.Msg+e.Error(), c.msg) && errors.Is(e.Err, ErrInvalid) {
+					return
+				}
+			}
+			t.Fatalf("%s\nerror %v, want %s: %s", c.in, err, c.path, c.msg)
+		})
+	}
+	good := "  - corsPolicy: {allowOrigin: ['https://a'], allowOrigins: [{prefix: 'https://b'}], allowMethods: [GET], allowHeaders: ['*'], maxAge: 1h, allowCredentials: false, unmatchedPreflights: FORWARD}\n" + route
+	if _, err := Decode([]byte(vsHead + good)); err != nil {
+		t.Fatalf("good corsPolicy: %v", err)
+	}
+}

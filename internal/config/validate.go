@@ -172,6 +172,9 @@ func validateRoute(c errs, path, ns string, r *networking.HTTPRoute) {
 	if r.Rewrite != nil {
 		validateRewrite(c, join(path, "rewrite"), r)
 	}
+	if r.CorsPolicy != nil {
+		validateCORS(c, join(path, "corsPolicy"), r.CorsPolicy)
+	}
 	total := int64(0)
 	for i, d := range r.Route {
 		p := index(join(path, "route"), i)

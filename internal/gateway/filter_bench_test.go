@@ -62,7 +62,7 @@ func BenchmarkRouteCall(b *testing.B) {
 				if cl == nil {
 					b.Fatal("no cluster")
 				}
-				r.spec.filters.response(fastHeader{&ctx.Response.Header}, dest)
+				r.spec.filters.response(&ctx, fastHeader{&ctx.Response.Header}, dest)
 			}
 		})
 	}

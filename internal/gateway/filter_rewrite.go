@@ -100,4 +100,4 @@ func (f *rewriteFilter) request(ctx *fasthttp.RequestCtx, _ int) bool {
 	return false
 }
 
-func (f *rewriteFilter) response(responseHeader, int) {}
+func (f *rewriteFilter) response(*fasthttp.RequestCtx, responseHeader, int) {}

@@ -145,7 +145,7 @@ func (g *Gateway) routeCall(ctx *fasthttp.RequestCtx, t *table) (r *routeRT, c *
 	if d := r.spec.direct; d != nil {
 		ctx.SetStatusCode(d.status)
 		ctx.SetBodyString(d.body)
-		r.spec.filters.response(fastHeader{&ctx.Response.Header}, -1)
+		r.spec.filters.response(ctx, fastHeader{&ctx.Response.Header}, -1)
 		return nil, nil, nil, "", -1
 	}
 	if rd := r.spec.redirect; rd != nil {
@@ -376,7 +376,7 @@ func (g *Gateway) answer(ctx *fasthttp.RequestCtx, k *call) {
 		dropHopHeaders(&resp.Header)
 		resp.Header.Set("Via", viaValue)
 		k.reason = ""
-		k.filters.response(fastHeader{&resp.Header}, k.dest)
+		k.filters.response(ctx, fastHeader{&resp.Header}, k.dest)
 	}
 	resp.Header.SetBytesV("X-Request-Id", ctx.Request.Header.Peek("X-Request-Id"))
 }

@@ -37,7 +37,7 @@ var faultFilter = func() *hcmv3.HttpFilter {
 // routeExtras reports whether hr uses a field written only from messages
 // (EncodeVirtualHost falls back to VirtualHost for it).
 func routeExtras(hr *networking.HTTPRoute) bool {
-	if hr.Fault != nil || hr.DirectResponse != nil || hr.Headers != nil || hr.Rewrite != nil || hr.Redirect != nil {
+	if hr.Fault != nil || hr.DirectResponse != nil || hr.Headers != nil || hr.Rewrite != nil || hr.Redirect != nil || hr.CorsPolicy != nil {
 		return true
 	}
 	for _, d := range hr.Route {
@@ -70,6 +70,12 @@ func httpRoute(hr *networking.HTTPRoute, m *routev3.RouteMatch, a *routev3.Route
 	}
 	if f := faultConfig(hr.Fault); f != nil {
 		r.TypedPerFilterConfig = map[string]*anypb.Any{FaultFilterName: f}
+	}
+	if c := corsConfig(hr.CorsPolicy); c != nil {
+		if r.TypedPerFilterConfig == nil {
+			r.TypedPerFilterConfig = map[string]*anypb.Any{}
+		}
+		r.TypedPerFilterConfig[CORSFilterName] = c
 	}
 	// Istio: one destination's header changes join the route's.
 	r.RequestHeadersToAdd = append(headerOptions(hr.Headers.GetRequest()), headerOptions(dest.GetRequest())...)
