@@ -41,6 +41,19 @@ func TestDecodeTrafficFields(t *testing.T) {
 		hr.Route[0].Headers.GetRequest().GetSet()["x-version"] != "v1" {
 		t.Fatalf("headers: %v", hr)
 	}
+	if rw, c := h[6].Rewrite, h[6].CorsPolicy; rw.GetUri() != "/ratings" || rw.GetAuthority() != "ratings.internal" ||
+		len(c.GetAllowOrigins()) != 2 || c.GetMaxAge().AsDuration().Hours() != 24 || !c.GetAllowCredentials().GetValue() || c.GetUnmatchedPreflights().String() != "IGNORE" {
+		t.Fatalf("rewrite and cors: %v", h[6])
+	}
+	if rr := h[7].Rewrite.GetUriRegexRewrite(); rr.GetMatch() != `^/svc/([^/]+)(/.*)$` || rr.GetRewrite() != `\2/of/\1` {
+		t.Fatalf("regex rewrite: %v", h[7])
+	}
+	if rd := h[8].Redirect; rd.GetPrefixRewrite() != "/new/" || rd.GetPort() != 8443 || rd.GetRedirectCode() != 308 || rd.GetScheme() != "https" {
+		t.Fatalf("redirect: %v", h[8])
+	}
+	if rd := h[9].Redirect; rd.GetUri() != "/here" || rd.GetDerivePort().String() != "FROM_REQUEST_PORT" {
+		t.Fatalf("redirect with the request's port: %v", h[9])
+	}
 }
 
 // TestTrafficFieldErrors: bad fault, directResponse and headers values
