@@ -79,12 +79,23 @@ func buildCORSFilter(r *route.Route, path string) (httpFilter, error) {
 // allowed reports whether origin is one of the policy's (an exact "*"
 // allows any, as Envoy reads it).
 func (f *corsFilter) allowed(origin []byte) bool {
+	_, ok := f.match(origin)
+	return ok
+}
+
+// match reports whether origin is allowed, with it as a string: the
+// matcher's own for an exact match (no allocation on the common path).
+func (f *corsFilter) match(origin []byte) (string, bool) {
 	for i := range f.origins {
-		if matchString(&f.origins[i], origin) || matchString(&f.origins[i], []byte("*")) {
-			return true
+		hm := &f.origins[i]
+		if hm.kind == strExact && !hm.ignoreCase && string(origin) == hm.value {
+			return hm.value, true
+		}
+		if matchString(hm, origin) || matchString(hm, []byte("*")) {
+			return string(origin), true
 		}
 	}
-	return false
+	return "", false
 }
 
 func (f *corsFilter) request(ctx *fasthttp.RequestCtx, _ int) bool {
@@ -119,11 +130,15 @@ func (f *corsFilter) request(ctx *fasthttp.RequestCtx, _ int) bool {
 }
 
 func (f *corsFilter) response(ctx *fasthttp.RequestCtx, h responseHeader, _ int) {
-	origin := ctx.Request.Header.Peek("Origin")
-	if len(origin) == 0 || !f.allowed(origin) {
+	raw := ctx.Request.Header.Peek("Origin")
+	if len(raw) == 0 {
 		return
 	}
-	h.Set("Access-Control-Allow-Origin", string(origin))
+	origin, ok := f.match(raw)
+	if !ok {
+		return
+	}
+	h.Set("Access-Control-Allow-Origin", origin)
 	if f.credentials {
 		h.Set("Access-Control-Allow-Credentials", "true")
 	}
