@@ -41,6 +41,19 @@ func TestDecodeTrafficFields(t *testing.T) {
 		hr.Route[0].Headers.GetRequest().GetSet()["x-version"] != "v1" {
 		t.Fatalf("headers: %v", hr)
 	}
+	if rw, c := h[6].Rewrite, h[6].CorsPolicy; rw.GetUri() != "/ratings" || rw.GetAuthority() != "ratings.internal" ||
+		len(c.GetAllowOrigins()) != 2 || c.GetMaxAge().AsDuration().Hours() != 24 || !c.GetAllowCredentials().GetValue() || c.GetUnmatchedPreflights().String() != "IGNORE" {
+		t.Fatalf("rewrite and cors: %v", h[6])
+	}
+	if rr := h[7].Rewrite.GetUriRegexRewrite(); rr.GetMatch() != `^/svc/([^/]+)(/.*)$` || rr.GetRewrite() != `\2/of/\1` {
+		t.Fatalf("regex rewrite: %v", h[7])
+	}
+	if rd := h[8].Redirect; rd.GetPrefixRewrite() != "/new/" || rd.GetPort() != 8443 || rd.GetRedirectCode() != 308 || rd.GetScheme() != "https" {
+		t.Fatalf("redirect: %v", h[8])
+	}
+	if rd := h[9].Redirect; rd.GetUri() != "/here" || rd.GetDerivePort().String() != "FROM_REQUEST_PORT" {
+		t.Fatalf("redirect with the request's port: %v", h[9])
+	}
 }
 
 // TestTrafficFieldErrors: bad fault, directResponse and headers values
@@ -85,5 +98,105 @@ func TestTrafficFieldErrors(t *testing.T) {
 			}
 			t.Fatalf("%s\nerror %v, want %s: %s", c.in, err, c.path, c.msg)
 		})
+	}
+}
+
+// TestRewriteErrors: bad rewrites are refused, each naming its field.
+func TestRewriteErrors(t *testing.T) {
+	route := "    route: [{destination: {host: orders}}]\n"
+	for _, c := range []struct{ name, in, path, msg string }{
+		{"empty", "  - rewrite: {}\n" + route, "spec.http[0].rewrite", "set uri, authority or uriRegexRewrite"},
+		{"both", "  - rewrite: {uri: /a, uriRegexRewrite: {match: a, rewrite: b}}\n" + route, "spec.http[0].rewrite.uri", "not both"},
+		{"bad regex", "  - rewrite: {uriRegexRewrite: {match: '^/(a', rewrite: /b}}\n" + route, "spec.http[0].rewrite.uriRegexRewrite.match", "not an RE2 regular expression"},
+		{"perl regex", "  - rewrite: {uriRegexRewrite: {match: '^/(?=a)', rewrite: /b}}\n" + route, "spec.http[0].rewrite.uriRegexRewrite.match", "not an RE2 regular expression"},
+		{"no match", "  - rewrite: {uriRegexRewrite: {rewrite: /b}}\n" + route, "spec.http[0].rewrite.uriRegexRewrite.match", "required"},
+		{"group", "  - rewrite: {uriRegexRewrite: {match: '^/(a)', rewrite: '/\\2'}}\n" + route, "spec.http[0].rewrite.uriRegexRewrite.rewrite", "has 1 capture groups"},
+		{"uri on regex match", "  - match: [{uri: {regex: '/a.*'}}]\n    rewrite: {uri: /b}\n" + route, "spec.http[0].rewrite.uri", "use uriRegexRewrite"},
+		{"authority", "  - rewrite: {authority: 'a/b'}\n" + route, "spec.http[0].rewrite.authority", "not a host"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := Decode([]byte(vsHead + c.in))
+			var list Errors
+			if !errors.As(err, &list) {
+				t.Fatalf("error %v, want Errors", err)
+			}
+			for _, e := range list {
+				if strings.HasPrefix(e.Path, c.path) && strings.Contains(e.Msg+e.Error(), c.msg) && errors.Is(e.Err, ErrInvalid) {
+					return
+				}
+			}
+			t.Fatalf("%s\nerror %v, want %s: %s", c.in, err, c.path, c.msg)
+		})
+	}
+	good := "  - rewrite: {uri: /v2, authority: 'new.example:8080'}\n" + route +
+		"  - rewrite: {uriRegexRewrite: {match: '^/service/([^/]+)(/.*)$', rewrite: '\\2/instance/\\1'}}\n" + route
+	if _, err := Decode([]byte(vsHead + good)); err != nil {
+		t.Fatalf("good rewrites: %v", err)
+	}
+}
+
+// TestRedirectErrors: bad redirects are refused, each naming its field.
+func TestRedirectErrors(t *testing.T) {
+	route := "    route: [{destination: {host: orders}}]\n"
+	for _, c := range []struct{ name, in, path, msg string }{
+		{"with route", "  - redirect: {uri: /a}\n" + route, "spec.http[0].redirect", "may not be set with route"},
+		{"with rewrite", "  - redirect: {uri: /a}\n    rewrite: {uri: /b}\n", "spec.http[0].redirect", "may not be set with rewrite"},
+		{"code", "  - redirect: {uri: /a, redirectCode: 304}\n", "spec.http[0].redirect.redirectCode", "304: want 301, 302, 303, 307 or 308"},
+		{"uri and prefix", "  - redirect: {uri: /a, prefixRewrite: /b}\n", "spec.http[0].redirect.prefixRewrite", "not both"},
+		{"prefix on exact", "  - match: [{uri: {exact: /x}}]\n    redirect: {prefixRewrite: /b}\n", "spec.http[0].redirect.prefixRewrite", "does not match the uri by prefix"},
+		{"relative uri", "  - redirect: {uri: a}\n", "spec.http[0].redirect.uri", "want a path starting with /"},
+		{"port", "  - redirect: {port: 70000}\n", "spec.http[0].redirect.port", "70000 not in [1, 65535]"},
+		{"scheme", "  - redirect: {scheme: ftp}\n", "spec.http[0].redirect.scheme", `"ftp": want http or https`},
+		{"authority", "  - redirect: {authority: 'a b'}\n", "spec.http[0].redirect.authority", "not a host"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := Decode([]byte(vsHead + c.in))
+			var list Errors
+			if !errors.As(err, &list) {
+				t.Fatalf("error %v, want Errors", err)
+			}
+			for _, e := range list {
+				if strings.HasPrefix(e.Path, c.path) && strings.Contains(e.Msg+e.Error(), c.msg) && errors.Is(e.Err, ErrInvalid) {
+					return
+				}
+			}
+			t.Fatalf("%s\nerror %v, want %s: %s", c.in, err, c.path, c.msg)
+		})
+	}
+	good := "  - match: [{uri: {prefix: /old/}}]\n    redirect: {prefixRewrite: /new/, authority: b.example, port: 8443, scheme: https, redirectCode: 308}\n" +
+		"  - redirect: {uri: /v2, derivePort: FROM_REQUEST_PORT}\n"
+	if _, err := Decode([]byte(vsHead + good)); err != nil {
+		t.Fatalf("good redirects: %v", err)
+	}
+}
+
+// TestCORSErrors: bad corsPolicy values are refused, each naming its field.
+func TestCORSErrors(t *testing.T) {
+	route := "    route: [{destination: {host: orders}}]\n"
+	for _, c := range []struct{ name, in, path, msg string }{
+		{"origin regex", "  - corsPolicy: {allowOrigins: [{regex: '(?=x)'}]}\n" + route, "spec.http[0].corsPolicy.allowOrigins[0]", ""},
+		{"origin empty", "  - corsPolicy: {allowOrigins: [{}]}\n" + route, "spec.http[0].corsPolicy.allowOrigins[0]", "one of exact, prefix or regex"},
+		{"method", "  - corsPolicy: {allowMethods: [get]}\n" + route, "spec.http[0].corsPolicy.allowMethods[0]", `"get" is not an HTTP method`},
+		{"header", "  - corsPolicy: {allowHeaders: ['x y']}\n" + route, "spec.http[0].corsPolicy.allowHeaders[0]", "is not a header name"},
+		{"expose", "  - corsPolicy: {exposeHeaders: ['a:b']}\n" + route, "spec.http[0].corsPolicy.exposeHeaders[0]", "is not a header name"},
+		{"max age", "  - corsPolicy: {maxAge: -1s}\n" + route, "spec.http[0].corsPolicy.maxAge", "must not be negative"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := Decode([]byte(vsHead + c.in))
+			var list Errors
+			if !errors.As(err, &list) {
+				t.Fatalf("error %v, want Errors", err)
+			}
+			for _, e := range list {
+				if strings.HasPrefix(e.Path, c.path) && strings.Contains(e.Msg+e.Error(), c.msg) && errors.Is(e.Err, ErrInvalid) {
+					return
+				}
+			}
+			t.Fatalf("%s\nerror %v, want %s: %s", c.in, err, c.path, c.msg)
+		})
+	}
+	good := "  - corsPolicy: {allowOrigin: ['https://a'], allowOrigins: [{prefix: 'https://b'}], allowMethods: [GET], allowHeaders: ['*'], maxAge: 1h, allowCredentials: false, unmatchedPreflights: FORWARD}\n" + route
+	if _, err := Decode([]byte(vsHead + good)); err != nil {
+		t.Fatalf("good corsPolicy: %v", err)
 	}
 }

@@ -156,16 +156,24 @@ func validateRoute(c errs, path, ns string, r *networking.HTTPRoute) {
 		}
 	}
 	switch {
+	case r.Redirect != nil:
+		validateRedirect(c, join(path, "redirect"), r)
 	case r.DirectResponse != nil:
 		validateDirectResponse(c, path, r)
 	case len(r.Route) == 0:
-		c.add(join(path, "route"), ErrInvalid, "at least one destination is required (or a directResponse)")
+		c.add(join(path, "route"), ErrInvalid, "at least one destination is required (or a directResponse or redirect)")
 	}
 	if r.Fault != nil {
 		validateFault(c, join(path, "fault"), r.Fault)
 	}
 	if r.Headers != nil {
 		validateHeaders(c, join(path, "headers"), r.Headers)
+	}
+	if r.Rewrite != nil {
+		validateRewrite(c, join(path, "rewrite"), r)
+	}
+	if r.CorsPolicy != nil {
+		validateCORS(c, join(path, "corsPolicy"), r.CorsPolicy)
 	}
 	total := int64(0)
 	for i, d := range r.Route {

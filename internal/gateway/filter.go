@@ -23,8 +23,9 @@ type httpFilter interface {
 	// the chain and the call.
 	request(ctx *fasthttp.RequestCtx, dest int) (answered bool)
 	// response runs on the header of the upstream's answer (or of the
-	// route's direct response) before it goes downstream.
-	response(h responseHeader, dest int)
+	// route's direct response) before it goes downstream; ctx is the call's
+	// (its request as the filters left it).
+	response(ctx *fasthttp.RequestCtx, h responseHeader, dest int)
 }
 
 // responseHeader is what a filter may do to a header: an answer's,
@@ -103,9 +104,9 @@ func (fc filterChain) request(ctx *fasthttp.RequestCtx, dest int) bool {
 }
 
 // response runs the chain's response hooks.
-func (fc filterChain) response(h responseHeader, dest int) {
+func (fc filterChain) response(ctx *fasthttp.RequestCtx, h responseHeader, dest int) {
 	for _, f := range fc {
-		f.response(h, dest)
+		f.response(ctx, h, dest)
 	}
 }
 
@@ -114,9 +115,10 @@ func (fc filterChain) response(h responseHeader, dest int) {
 // the route, for the error).
 type filterBuilder func(r *route.Route, path string) (httpFilter, error)
 
-// routeFilterBuilders are the chain's filters, in Envoy's order: the fault
-// filter before the router, which changes headers.
-var routeFilterBuilders = []filterBuilder{buildFaultFilter, buildHeadersFilter}
+// routeFilterBuilders are the chain's filters, in Envoy's order: CORS
+// first (Istio lists it before fault), the fault filter before the router,
+// which rewrites and changes headers.
+var routeFilterBuilders = []filterBuilder{buildCORSFilter, buildFaultFilter, buildRewriteFilter, buildHeadersFilter}
 
 // buildFilters builds a route's filter chain; nil when it uses none.
 func buildFilters(r *route.Route, path string) (filterChain, error) {

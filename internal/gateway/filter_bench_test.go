@@ -14,7 +14,8 @@ import (
 // (route, pick the target, run the route's filter chain, the answer's
 // filter hook), without sockets: "none" is a route without filters (the
 // path every existing route takes), "headers" one with three header
-// changes on the request and one on the answer.
+// changes on the request and one on the answer, "cors" a CORS policy on
+// an actual request from an allowed origin.
 func BenchmarkRouteCall(b *testing.B) {
 	spec := &clusterSpec{name: "svc", service: "svc", policy: policySpec{name: "round_robin"}, connect: time.Second}
 	pol, err := newPolicy(spec)
@@ -40,10 +41,15 @@ func BenchmarkRouteCall(b *testing.B) {
 			{name: "x-route", value: "r", action: headerAppend}}},
 		resp: headerOps{add: []headerOp{{name: "x-served-by", value: "gw", action: headerOverwrite}}},
 	}
+	// An actual request from an allowed origin: the answer gets the
+	// allow headers.
+	cors := &corsFilter{origins: []headerMatch{{kind: strExact, value: "https://shop.example"}}, expose: "x-trace",
+		credentials: true, forwardUnmatched: true}
 	for _, tc := range []struct {
 		name    string
 		filters filterChain
-	}{{"none", nil}, {"headers", filterChain{headers}}} {
+	}{{"none", nil}, {"headers", filterChain{headers}}, {"cors", filterChain{cors}}} {
+		origin := tc.name == "cors"
 		b.Run(tc.name, func(b *testing.B) {
 			rc := &routeConfigSpec{name: "r", vhosts: []*vhostSpec{{name: "v", domains: []string{"*"}, routes: []*routeSpec{{
 				match: matchSpec{kind: matchPrefix, value: "/"}, clusters: []clusterWeight{{name: "svc", weight: 1}},
@@ -58,11 +64,14 @@ func BenchmarkRouteCall(b *testing.B) {
 				ctx.Response.Header.Reset()
 				ctx.Request.Header.SetRequestURI("/items")
 				ctx.Request.Header.SetHost("svc.example.com")
+				if origin {
+					ctx.Request.Header.Set("Origin", "https://shop.example")
+				}
 				r, cl, _, _, dest := g.routeCall(&ctx, tb)
 				if cl == nil {
 					b.Fatal("no cluster")
 				}
-				r.spec.filters.response(fastHeader{&ctx.Response.Header}, dest)
+				r.spec.filters.response(&ctx, fastHeader{&ctx.Response.Header}, dest)
 			}
 		})
 	}

@@ -120,5 +120,5 @@ func fuzzFilterSeeds() []proto.Message {
 			Body: &core.DataSource{Specifier: &core.DataSource_InlineBytes{InlineBytes: []byte("ok")}}}}
 		r.ResponseHeadersToAdd = []*core.HeaderValueOption{{Header: &core.HeaderValue{Key: "x-a", Value: "b"}}}
 	})
-	return []proto.Message{withFilters, direct}
+	return append([]proto.Message{withFilters, direct}, fuzzRewriteCORSSeeds()...)
 }

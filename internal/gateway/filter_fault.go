@@ -151,4 +151,4 @@ func (f *faultFilter) request(ctx *fasthttp.RequestCtx, _ int) bool {
 	return true
 }
 
-func (*faultFilter) response(responseHeader, int) {}
+func (*faultFilter) response(*fasthttp.RequestCtx, responseHeader, int) {}

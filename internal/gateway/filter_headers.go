@@ -179,7 +179,7 @@ func (f *headersFilter) request(ctx *fasthttp.RequestCtx, dest int) bool {
 	return false
 }
 
-func (f *headersFilter) response(h responseHeader, dest int) {
+func (f *headersFilter) response(_ *fasthttp.RequestCtx, h responseHeader, dest int) {
 	if dest >= 0 && dest < len(f.destResp) {
 		f.destResp[dest].apply(h)
 	}

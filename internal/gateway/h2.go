@@ -216,7 +216,7 @@ func (g *Gateway) proxyH2(w http.ResponseWriter, hr *http.Request, ctx *fasthttp
 	}
 	wh.Set("Via", viaValue)
 	wh.Set("X-Request-Id", string(ctx.Request.Header.Peek("X-Request-Id")))
-	k.filters.response(stdHeader(wh), k.dest)
+	k.filters.response(ctx, stdHeader(wh), k.dest)
 	w.WriteHeader(res.StatusCode)
 	trailersOnly := k.grpc >= 0
 	if !trailersOnly && (grpc || isEventStream(res.Header.Get("Content-Type"))) {

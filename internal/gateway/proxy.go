@@ -145,7 +145,7 @@ func (g *Gateway) routeCall(ctx *fasthttp.RequestCtx, t *table) (r *routeRT, c *
 	if d := r.spec.direct; d != nil {
 		ctx.SetStatusCode(d.status)
 		ctx.SetBodyString(d.body)
-		r.spec.filters.response(fastHeader{&ctx.Response.Header}, -1)
+		r.spec.filters.response(ctx, fastHeader{&ctx.Response.Header}, -1)
 		return nil, nil, nil, "", -1
 	}
 	if rd := r.spec.redirect; rd != nil {
@@ -376,7 +376,7 @@ func (g *Gateway) answer(ctx *fasthttp.RequestCtx, k *call) {
 		dropHopHeaders(&resp.Header)
 		resp.Header.Set("Via", viaValue)
 		k.reason = ""
-		k.filters.response(fastHeader{&resp.Header}, k.dest)
+		k.filters.response(ctx, fastHeader{&resp.Header}, k.dest)
 	}
 	resp.Header.SetBytesV("X-Request-Id", ctx.Request.Header.Peek("X-Request-Id"))
 }
@@ -421,7 +421,9 @@ func (g *Gateway) prepareRequest(ctx *fasthttp.RequestCtx, r *routeRT) {
 		rest := uri[min(len(r.spec.match.value), len(uri)):]
 		nu := make([]byte, 0, len(rw)+len(rest))
 		nu = append(append(nu, rw...), rest...)
-		h.SetRequestURIBytes(nu)
+		// The Request's, not the header's: a URI parsed before (the call
+		// log's, a query match's) would be written upstream instead.
+		ctx.Request.SetRequestURIBytes(nu)
 	}
 }
 
@@ -721,6 +723,8 @@ func redirect(ctx *fasthttp.RequestCtx, rd *redirectSpec, matched string, host [
 			h = hh
 		}
 		h = net.JoinHostPort(h, strconv.Itoa(int(rd.port)))
+	} else if rd.requestPort {
+		h = withRequestPort(h, host)
 	} else if rd.host != "" || rd.scheme == "https" {
 		if hh, _, err := net.SplitHostPort(h); err == nil {
 			h = hh // a new host or scheme drops the old port

@@ -63,6 +63,7 @@ type redirectSpec struct {
 	port         uint32
 	path, prefix string // path_redirect, or prefix_rewrite of the matched prefix
 	stripQuery   bool
+	requestPort  bool // Istio's derivePort FROM_REQUEST_PORT (redirectKeepsPort)
 }
 
 type directSpec struct {
@@ -290,6 +291,7 @@ func decodeRoute(r *route.Route, path string, vhRetry retrySpec) (*routeSpec, er
 		if err != nil {
 			return nil, err
 		}
+		rd.requestPort = redirectKeepsPort(r)
 		rs.redirect = rd
 	case *route.Route_DirectResponse:
 		rs.direct = &directSpec{status: int(a.DirectResponse.GetStatus()), body: a.DirectResponse.GetBody().GetInlineString()}
@@ -391,8 +393,8 @@ func decodeRouteAction(rs *routeSpec, ra *route.RouteAction, path string, vhRetr
 		rs.upgrades[typ] = uc.GetEnabled() == nil || uc.GetEnabled().GetValue()
 	}
 	rs.rewrite = ra.GetPrefixRewrite()
-	if rs.rewrite != "" && rs.match.kind != matchPrefix {
-		return fieldErr(path+".prefix_rewrite", "only with a prefix match")
+	if rs.rewrite != "" && rs.match.kind == matchRegex {
+		return fieldErr(path+".prefix_rewrite", "only with a prefix or path match")
 	}
 	return nil
 }

@@ -378,7 +378,7 @@ func httpFilter(routeName string) *listenerv3.Filter {
 		StatPrefix:     routeName,
 		RouteSpecifier: &hcmv3.HttpConnectionManager_Rds{Rds: &hcmv3.Rds{ConfigSource: ads, RouteConfigName: routeName}},
 		// The fault filter before the router, as Istio's gateways have it.
-		HttpFilters:    []*hcmv3.HttpFilter{xds.FaultHTTPFilter(), {Name: "envoy.filters.http.router", ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: router}}},
+		HttpFilters:    []*hcmv3.HttpFilter{xds.CORSHTTPFilter(), xds.FaultHTTPFilter(), {Name: "envoy.filters.http.router", ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: router}}},
 		UpgradeConfigs: []*hcmv3.HttpConnectionManager_UpgradeConfig{{UpgradeType: "websocket"}},
 		StripPortMode:  &hcmv3.HttpConnectionManager_StripAnyHostPort{StripAnyHostPort: true},
 	}

@@ -207,10 +207,10 @@ spec:
 		}
 		return names
 	}
-	if got := strings.Join(filters(8080), ","); got != xds.RBACDenyFilter+","+xds.FaultFilterName+",envoy.filters.http.router" {
+	if got := strings.Join(filters(8080), ","); got != xds.RBACDenyFilter+","+xds.CORSFilterName+","+xds.FaultFilterName+",envoy.filters.http.router" {
 		t.Errorf("port 8080 filters: %s", got)
 	}
-	if got := strings.Join(filters(9090), ","); got != xds.FaultFilterName+",envoy.filters.http.router" {
+	if got := strings.Join(filters(9090), ","); got != xds.CORSFilterName+","+xds.FaultFilterName+",envoy.filters.http.router" {
 		t.Errorf("port 9090 filters: %s", got)
 	}
 	// GatewayRBAC names the same filters per port, for a dry run.

@@ -176,7 +176,7 @@ spec:
 			t.Errorf("%s: %s lets team a's host through", c.action, allowOthers)
 		}
 		// The same filters for a dry run.
-		if byPort := GatewayRBAC(gws, vss, sec); len(byPort[8080]) != len(h.HttpFilters)-2 { // all but the fault filter and the router
+		if byPort := GatewayRBAC(gws, vss, sec); len(byPort[8080]) != len(h.HttpFilters)-3 { // all but the CORS and fault filters and the router
 			t.Errorf("%s: GatewayRBAC: %v", c.action, byPort[8080])
 		}
 	}

@@ -10,8 +10,10 @@ import (
 	faultcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/common/fault/v3"
 	faultv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/fault/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/structpb"
 	networking "istio.io/api/networking/v1"
 
 	"github.com/sextant-mesh/sextant/internal/config"
@@ -35,7 +37,7 @@ var faultFilter = func() *hcmv3.HttpFilter {
 // routeExtras reports whether hr uses a field written only from messages
 // (EncodeVirtualHost falls back to VirtualHost for it).
 func routeExtras(hr *networking.HTTPRoute) bool {
-	if hr.Fault != nil || hr.DirectResponse != nil || hr.Headers != nil {
+	if hr.Fault != nil || hr.DirectResponse != nil || hr.Headers != nil || hr.Rewrite != nil || hr.Redirect != nil || hr.CorsPolicy != nil {
 		return true
 	}
 	for _, d := range hr.Route {
@@ -60,11 +62,20 @@ func httpRoute(hr *networking.HTTPRoute, m *routev3.RouteMatch, a *routev3.Route
 			dr.Body = &corev3.DataSource{Specifier: &corev3.DataSource_InlineBytes{InlineBytes: b.Bytes}}
 		}
 		r.Action = &routev3.Route_DirectResponse{DirectResponse: dr}
+	} else if rd := hr.Redirect; rd != nil {
+		redirectAction(r, rd)
 	} else {
+		rewrite(a, hr.Rewrite)
 		r.Action = &routev3.Route_Route{Route: a}
 	}
 	if f := faultConfig(hr.Fault); f != nil {
 		r.TypedPerFilterConfig = map[string]*anypb.Any{FaultFilterName: f}
+	}
+	if c := corsConfig(hr.CorsPolicy); c != nil {
+		if r.TypedPerFilterConfig == nil {
+			r.TypedPerFilterConfig = map[string]*anypb.Any{}
+		}
+		r.TypedPerFilterConfig[CORSFilterName] = c
 	}
 	// Istio: one destination's header changes join the route's.
 	r.RequestHeadersToAdd = append(headerOptions(hr.Headers.GetRequest()), headerOptions(dest.GetRequest())...)
@@ -145,4 +156,67 @@ func faultConfig(in *networking.HTTPFaultInjection) *anypb.Any {
 
 func millionths(p *networking.Percent) *typev3.FractionalPercent {
 	return &typev3.FractionalPercent{Numerator: uint32(p.Value * 10000), Denominator: typev3.FractionalPercent_MILLION}
+}
+
+// rewrite puts a route's rewrite on its action as Istio does: the uri as
+// prefix_rewrite (Envoy swaps the matched prefix, or the whole exact
+// path), the authority as host_rewrite_literal, uriRegexRewrite as
+// regex_rewrite (RE2, \1 for a group).
+func rewrite(a *routev3.RouteAction, rw *networking.HTTPRewrite) {
+	if rw == nil {
+		return
+	}
+	a.PrefixRewrite = rw.Uri
+	if rr := rw.UriRegexRewrite; rr != nil {
+		a.PrefixRewrite = ""
+		a.RegexRewrite = &matcherv3.RegexMatchAndSubstitute{Pattern: &matcherv3.RegexMatcher{Regex: rr.Match}, Substitution: rr.Rewrite}
+	}
+	if rw.Authority != "" {
+		a.HostRewriteSpecifier = &routev3.RouteAction_HostRewriteLiteral{HostRewriteLiteral: rw.Authority}
+	}
+}
+
+// RedirectPortField is the field of a route's "sextant" filter metadata
+// that says a redirect keeps the request's port (Istio's derivePort
+// FROM_REQUEST_PORT): Envoy's RedirectAction cannot say it, and one route
+// config serves proxies listening on different ports. The gateway reads
+// it; Envoy keeps the request's port only when the authority is unchanged.
+const RedirectPortField = "redirect_port"
+
+// redirectAction makes r answer with Istio's redirect: the path replaced
+// (or the matched prefix, prefixRewrite), the authority, port and scheme,
+// the code (301 unless set).
+func redirectAction(r *routev3.Route, in *networking.HTTPRedirect) {
+	rd := &routev3.RedirectAction{HostRedirect: in.Authority}
+	switch {
+	case in.PrefixRewrite != "":
+		rd.PathRewriteSpecifier = &routev3.RedirectAction_PrefixRewrite{PrefixRewrite: in.PrefixRewrite}
+	case in.Uri != "":
+		rd.PathRewriteSpecifier = &routev3.RedirectAction_PathRedirect{PathRedirect: in.Uri}
+	}
+	if in.Scheme != "" {
+		rd.SchemeRewriteSpecifier = &routev3.RedirectAction_SchemeRedirect{SchemeRedirect: in.Scheme}
+	}
+	switch p := in.RedirectPort.(type) {
+	case *networking.HTTPRedirect_Port:
+		rd.PortRedirect = p.Port
+	case *networking.HTTPRedirect_DerivePort:
+		if p.DerivePort == networking.HTTPRedirect_FROM_REQUEST_PORT {
+			r.Metadata = &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{
+				"sextant": {Fields: map[string]*structpb.Value{RedirectPortField: structpb.NewStringValue("FROM_REQUEST_PORT")}}}}
+		}
+	}
+	switch in.RedirectCode {
+	case 302:
+		rd.ResponseCode = routev3.RedirectAction_FOUND
+	case 303:
+		rd.ResponseCode = routev3.RedirectAction_SEE_OTHER
+	case 307:
+		rd.ResponseCode = routev3.RedirectAction_TEMPORARY_REDIRECT
+	case 308:
+		rd.ResponseCode = routev3.RedirectAction_PERMANENT_REDIRECT
+	default: // 0, 301 (validated)
+		rd.ResponseCode = routev3.RedirectAction_MOVED_PERMANENTLY
+	}
+	r.Action = &routev3.Route_Redirect{Redirect: rd}
 }

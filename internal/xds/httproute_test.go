@@ -147,11 +147,12 @@ func TestListenersListFaultFilter(t *testing.T) {
 	check := func(name string, h *hcmv3.HttpConnectionManager) {
 		t.Helper()
 		fs := h.GetHttpFilters()
-		if len(fs) != 2 || fs[0].GetName() != FaultFilterName || fs[1].GetName() != "envoy.filters.http.router" {
+		if len(fs) != 3 || fs[0].GetName() != CORSFilterName || !fs[0].GetIsOptional() || fs[1].GetName() != FaultFilterName ||
+			fs[2].GetName() != "envoy.filters.http.router" {
 			t.Fatalf("%s: filters %v", name, fs)
 		}
 		f := new(faultv3.HTTPFault)
-		if err := fs[0].GetTypedConfig().UnmarshalTo(f); err != nil || f.Delay != nil || f.Abort != nil {
+		if err := fs[1].GetTypedConfig().UnmarshalTo(f); err != nil || f.Delay != nil || f.Abort != nil {
 			t.Fatalf("%s: fault filter config %v %v", name, f, err)
 		}
 		if err := h.ValidateAll(); err != nil {

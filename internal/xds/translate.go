@@ -368,7 +368,7 @@ func VirtualHost(name string, domains []string, svc naming.ServiceKey, vs *confi
 	var dropped []*structpb.Value
 	for i, hr := range vs.VirtualService.Http {
 		action, dest := routeAction(vs.Namespace, hr, clusterFor)
-		if action == nil && hr.DirectResponse == nil {
+		if action == nil && hr.DirectResponse == nil && hr.Redirect == nil {
 			dropped = append(dropped, structpb.NewStringValue(droppedRoute(vs.Namespace, i, hr, clusterFor)))
 			continue
 		}
@@ -603,9 +603,9 @@ func hcm(routeName string, stripPort bool) *hcmv3.HttpConnectionManager {
 		RouteSpecifier: &hcmv3.HttpConnectionManager_Rds{Rds: &hcmv3.Rds{
 			ConfigSource: adsSource, RouteConfigName: routeName,
 		}},
-		// The fault filter before the router, which is last, as Envoy and
-		// grpc-go require (httproute.go).
-		HttpFilters: []*hcmv3.HttpFilter{faultFilter, {Name: "envoy.filters.http.router", ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: router}}},
+		// CORS, then the fault filter, before the router, which is last, as
+		// Envoy and grpc-go require (httproute.go, httproute_cors.go).
+		HttpFilters: []*hcmv3.HttpFilter{corsFilter, faultFilter, {Name: "envoy.filters.http.router", ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: router}}},
 	}
 	if stripPort {
 		h.StripPortMode = &hcmv3.HttpConnectionManager_StripAnyHostPort{StripAnyHostPort: true}
