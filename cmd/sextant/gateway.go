@@ -137,7 +137,7 @@ func runGateway(ctx context.Context, f gatewayFlags) error {
 			return fmt.Errorf("--istio-metrics-reporters: %q is not a reporter (source, destination)", r)
 		}
 	}
-	if f.istioMaxSeries <= 0 {
+	if f.istioMetrics && f.istioMaxSeries <= 0 {
 		return fmt.Errorf("--istio-metrics-max-series %d: want a positive count", f.istioMaxSeries)
 	}
 	var tlsPorts []uint32
