@@ -24,6 +24,12 @@ type KV interface {
 	Table() *kv.Table
 	Put(ctx context.Context, p kv.Put) (bool, int64, error)
 	Delete(ctx context.Context, ns, key string, recurse bool, cas *int64) (bool, int64, error)
+	CreateSession(ctx context.Context, s kv.Session) (*kv.Session, error)
+	RenewSession(ctx context.Context, id string) (*kv.Session, error)
+	DestroySession(ctx context.Context, id string) (bool, error)
+	Session(id string) *kv.Session
+	Sessions(fn func(*kv.Session) bool)
+	SessionIndex() int64
 }
 
 // Consul's KV store: the keys of the served namespace (Options.Namespace),
@@ -282,12 +288,23 @@ func casParam(q url.Values) (*int64, error) {
 	return &c, nil
 }
 
-// sessionsParams are the parameters of the sessions to come: refused
-// rather than ignored, so that no client believes it holds a lock.
-func sessionsParams(q url.Values) error {
-	for _, p := range []string{"acquire", "release"} {
-		if has(q, p) {
-			return &httpError{http.StatusNotImplemented, p + ": sessions and locks are not served yet (docs/compat.md)"}
+// lockParams reads ?acquire and ?release (one of them, naming a session).
+func lockParams(q url.Values, p *kv.Put) error {
+	if has(q, "acquire") && has(q, "release") {
+		return badRequest("acquire and release: a put takes one of them")
+	}
+	for _, name := range []string{"acquire", "release"} {
+		if !has(q, name) {
+			continue
+		}
+		id := q.Get(name)
+		if id == "" || len(id) > kv.MaxSessionLen {
+			return badRequest(fmt.Sprintf("%s: %q is not a session id", name, id))
+		}
+		if name == "acquire" {
+			p.Acquire = id
+		} else {
+			p.Release = id
 		}
 	}
 	return nil
@@ -302,9 +319,6 @@ func (a *API) kvPut(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	q := r.URL.Query()
-	if err := sessionsParams(q); err != nil {
-		return err
-	}
 	key := r.PathValue("key")
 	if err := kv.CheckKey(key); err != nil {
 		return kvError(err)
@@ -331,9 +345,12 @@ func (a *API) kvPut(w http.ResponseWriter, r *http.Request) error {
 	if flags != nil {
 		p.Flags = *flags
 	}
+	if err := lockParams(q, &p); err != nil {
+		return err
+	}
 	ok, _, err := a.opts.KV.Put(r.Context(), p)
 	if err != nil {
-		return kvError(err)
+		return sessionError(err)
 	}
 	return writeValue(w, strconv.FormatBool(ok))
 }

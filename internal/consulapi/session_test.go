@@ -1,0 +1,401 @@
+package consulapi_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	capi "github.com/hashicorp/consul/api"
+
+	"github.com/sextant-mesh/sextant/internal/acl"
+	"github.com/sextant-mesh/sextant/internal/consulapi"
+)
+
+// newSessionStack is newKVStack with the session expiry loop running (as
+// cmd/sextant runs it), ticking every 100 ms.
+func newSessionStack(t *testing.T) *stack {
+	t.Helper()
+	s := newKVStack(t, acl.Options{}, "shop")
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); s.KV.RunSessions(ctx, 100*time.Millisecond, nil) }()
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	return s
+}
+
+// pollFor polls cond every 50 ms for up to d.
+func pollFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	for end := time.Now().Add(d); !cond(); {
+		if time.Now().After(end) {
+			t.Fatalf("after %v: %s", d, what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestSessionClient: hashicorp's client creates sessions (defaults and
+// chosen fields), reads them by id, lists them and by node, renews and
+// destroys them, in Consul's shapes.
+func TestSessionClient(t *testing.T) {
+	s := newSessionStack(t)
+	c := s.client(t, "")
+	ss := c.Session()
+
+	id, _, err := ss.Create(&capi.SessionEntry{Name: "web-lock", TTL: "30s", Behavior: capi.SessionBehaviorDelete, LockDelay: 2 * time.Second}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(id) != 36 || strings.Count(id, "-") != 4 {
+		t.Fatalf("session id %q is not a UUID", id)
+	}
+	e, meta, err := ss.Info(id, nil)
+	if err != nil || e == nil {
+		t.Fatalf("info: %+v %v", e, err)
+	}
+	if e.ID != id || e.Name != "web-lock" || e.TTL != "30s" || e.Behavior != "delete" || e.LockDelay != 2*time.Second ||
+		e.Node != consulapi.DefaultNode || e.CreateIndex == 0 || meta.LastIndex == 0 || len(e.NodeChecks) != 1 || e.NodeChecks[0] != "serfHealth" {
+		t.Fatalf("info: %+v meta %+v", e, meta)
+	}
+	plain, _, err := ss.CreateNoChecks(nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _, err := ss.Info(plain, nil)
+	if err != nil || p == nil || p.Behavior != "release" || p.LockDelay != 15*time.Second || p.TTL != "" || len(p.NodeChecks) != 0 {
+		t.Fatalf("defaults: %+v %v", p, err)
+	}
+	list, _, err := ss.List(nil)
+	if err != nil || len(list) != 2 {
+		t.Fatalf("list: %d %v", len(list), err)
+	}
+	byNode, _, err := ss.Node(consulapi.DefaultNode, nil)
+	if err != nil || len(byNode) != 2 {
+		t.Fatalf("by node: %d %v", len(byNode), err)
+	}
+	if other, _, err := ss.Node("elsewhere", nil); err != nil || len(other) != 0 {
+		t.Fatalf("another node: %d %v", len(other), err)
+	}
+	r, _, err := ss.Renew(id, nil)
+	if err != nil || r == nil || r.ID != id || r.TTL != "30s" || r.CreateIndex != e.CreateIndex {
+		t.Fatalf("renew: %+v %v (before: %+v)", r, err, e)
+	}
+	if _, err := ss.Destroy(id, nil); err != nil {
+		t.Fatal(err)
+	}
+	if e, _, err := ss.Info(id, nil); err != nil || e != nil {
+		t.Fatalf("info of a destroyed session: %+v %v", e, err)
+	}
+	if r, _, err := ss.Renew(id, nil); err != nil || r != nil {
+		t.Fatalf("renew of a destroyed session: %+v %v; want none (404)", r, err)
+	}
+	// Bad sessions are refused naming what is wrong.
+	for _, tc := range []struct {
+		e    capi.SessionEntry
+		want string
+	}{
+		{capi.SessionEntry{TTL: "5s"}, "between 10s and 24h0m0s"},
+		{capi.SessionEntry{TTL: "soon"}, "not a duration"},
+		{capi.SessionEntry{Behavior: "keep"}, "behavior"},
+		{capi.SessionEntry{NodeChecks: []string{"service:web"}}, "only check"},
+		{capi.SessionEntry{LockDelay: 2 * time.Minute}, "lock delay"},
+	} {
+		if _, _, err := ss.Create(&tc.e, nil); err == nil || !strings.Contains(err.Error(), "400") || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("create %+v: %v; want 400 naming %q", tc.e, err, tc.want)
+		}
+	}
+}
+
+// TestSessionAcquireRelease: a key is acquired by one session at a time;
+// the holder acquires again without a new LockIndex; only the holder
+// releases; an unknown session is refused.
+func TestSessionAcquireRelease(t *testing.T) {
+	s := newSessionStack(t)
+	c := s.client(t, "")
+	k := c.KV()
+	a, _, err := c.Session().CreateNoChecks(nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _, err := c.Session().CreateNoChecks(nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	acquire := func(sid, value string) bool {
+		t.Helper()
+		ok, _, err := k.Acquire(&capi.KVPair{Key: "locks/db", Value: []byte(value), Session: sid}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	if !acquire(a, "a") {
+		t.Fatal("the first acquire failed")
+	}
+	if acquire(b, "b") {
+		t.Fatal("a second session acquired a held key")
+	}
+	p, _, _ := k.Get("locks/db", nil)
+	if p == nil || p.Session != a || p.LockIndex != 1 || string(p.Value) != "a" {
+		t.Fatalf("held: %+v", p)
+	}
+	if !acquire(a, "a2") {
+		t.Fatal("the holder's second acquire failed")
+	}
+	if p, _, _ = k.Get("locks/db", nil); p.LockIndex != 1 || string(p.Value) != "a2" {
+		t.Fatalf("after the holder's acquire: %+v; want LockIndex 1, its value", p)
+	}
+	if ok, _, err := k.Release(&capi.KVPair{Key: "locks/db", Session: b}, nil); err != nil || ok {
+		t.Fatalf("release by another session: %v %v; want false", ok, err)
+	}
+	if ok, _, err := k.Release(&capi.KVPair{Key: "locks/db", Value: []byte("free"), Session: a}, nil); err != nil || !ok {
+		t.Fatalf("release by the holder: %v %v", ok, err)
+	}
+	if p, _, _ = k.Get("locks/db", nil); p.Session != "" || p.LockIndex != 1 || string(p.Value) != "free" {
+		t.Fatalf("released: %+v", p)
+	}
+	if !acquire(b, "b") {
+		t.Fatal("a released key was not acquired")
+	}
+	if p, _, _ = k.Get("locks/db", nil); p.Session != b || p.LockIndex != 2 {
+		t.Fatalf("acquired again: %+v; want LockIndex 2", p)
+	}
+	_, _, err = k.Acquire(&capi.KVPair{Key: "locks/other", Session: "6f5a3c2e-0000-4000-8000-000000000000"}, nil)
+	if err == nil || !strings.Contains(err.Error(), "400") || !strings.Contains(err.Error(), "invalid session") {
+		t.Fatalf("acquire with an unknown session: %v; want 400 naming it", err)
+	}
+	if p, _, _ := k.Get("locks/other", nil); p != nil {
+		t.Fatalf("a refused acquire wrote %+v", p)
+	}
+}
+
+// TestSessionDestroyBehaviors: destroying a session releases the keys a
+// release session holds and deletes those of a delete session, and its
+// lock delay keeps another session from acquiring them meanwhile.
+func TestSessionDestroyBehaviors(t *testing.T) {
+	s := newSessionStack(t)
+	c := s.client(t, "")
+	k := c.KV()
+	ss := c.Session()
+	rel, _, err := ss.CreateNoChecks(&capi.SessionEntry{Behavior: "release", LockDelay: time.Minute / 2}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	del, _, err := ss.CreateNoChecks(&capi.SessionEntry{Behavior: "delete", LockDelay: time.Millisecond}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, _, err := ss.CreateNoChecks(nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for key, sid := range map[string]string{"r/1": rel, "r/2": rel, "d/1": del} {
+		if ok, _, err := k.Acquire(&capi.KVPair{Key: key, Value: []byte("v"), Session: sid}, nil); err != nil || !ok {
+			t.Fatalf("acquire %s: %v %v", key, ok, err)
+		}
+	}
+	if _, err := ss.Destroy(rel, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ss.Destroy(del, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"r/1", "r/2"} {
+		p, _, err := k.Get(key, nil)
+		if err != nil || p == nil || p.Session != "" || string(p.Value) != "v" {
+			t.Fatalf("%s after its release session was destroyed: %+v %v; want kept, unheld", key, p, err)
+		}
+		// Its 30 s lock delay.
+		if ok, _, err := k.Acquire(&capi.KVPair{Key: key, Session: other}, nil); err != nil || ok {
+			t.Fatalf("acquire of %s in its lock delay: %v %v; want false", key, ok, err)
+		}
+	}
+	if p, _, err := k.Get("d/1", nil); err != nil || p != nil {
+		t.Fatalf("d/1 after its delete session was destroyed: %+v %v; want deleted", p, err)
+	}
+	// A 1 ms lock delay is over at once.
+	pollFor(t, 10*time.Second, "d/1 never acquirable after its 1 ms lock delay", func() bool {
+		ok, _, err := k.Acquire(&capi.KVPair{Key: "d/1", Session: other}, nil)
+		return err == nil && ok
+	})
+}
+
+// TestSessionTTLExpiry: a session not renewed is invalidated within twice
+// its TTL (and not before its TTL), releasing the key it holds; a renewed
+// one lives on.
+func TestSessionTTLExpiry(t *testing.T) {
+	s := newSessionStack(t)
+	c := s.client(t, "")
+	k := c.KV()
+	ss := c.Session()
+	start := time.Now()
+	dying, _, err := ss.CreateNoChecks(&capi.SessionEntry{TTL: "10s", LockDelay: time.Millisecond}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	renewed, _, err := ss.CreateNoChecks(&capi.SessionEntry{TTL: "10s"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, _, err := k.Acquire(&capi.KVPair{Key: "leader", Value: []byte("me"), Session: dying}, nil); err != nil || !ok {
+		t.Fatalf("acquire: %v %v", ok, err)
+	}
+	done := make(chan struct{})
+	renewErr := make(chan error, 1)
+	go func() { renewErr <- ss.RenewPeriodic("10s", renewed, nil, done) }()
+	defer func() { close(done); <-renewErr }()
+	pollFor(t, 60*time.Second, "the unrenewed session was never invalidated", func() bool {
+		e, _, err := ss.Info(dying, nil)
+		return err == nil && e == nil
+	})
+	if since := time.Since(start); since < 10*time.Second {
+		t.Fatalf("invalidated after %v, before its 10 s TTL", since)
+	}
+	if p, _, err := k.Get("leader", nil); err != nil || p == nil || p.Session != "" {
+		t.Fatalf("the key of the expired session: %+v %v; want released", p, err)
+	}
+	if e, _, err := ss.Info(renewed, nil); err != nil || e == nil {
+		t.Fatalf("the renewed session: %+v %v; want alive", e, err)
+	}
+}
+
+// TestConsulLock: hashicorp's api.Lock with two contenders: one holds at a
+// time, the second gets the lock once the first unlocks.
+func TestConsulLock(t *testing.T) {
+	s := newSessionStack(t)
+	c := s.client(t, "")
+	l1, err := c.LockKey("service/web/leader")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l2, err := c.LockKey("service/web/leader")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lost1, err := l1.Lock(nil)
+	if err != nil || lost1 == nil {
+		t.Fatalf("lock 1: %v", err)
+	}
+	got2 := make(chan error, 1)
+	go func() { _, err := l2.Lock(nil); got2 <- err }()
+	// The second waits while the first holds (its blocking read of the
+	// key returns on no change within this time).
+	select {
+	case err := <-got2:
+		t.Fatalf("the second contender locked while the first held: %v", err)
+	case <-time.After(time.Second):
+	}
+	select {
+	case <-lost1:
+		t.Fatal("the first holder lost its lock while holding it")
+	default:
+	}
+	if err := l1.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got2:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the second contender never locked after the first unlocked")
+	}
+	p, _, err := c.KV().Get("service/web/leader", nil)
+	if err != nil || p == nil || p.Session == "" {
+		t.Fatalf("the lock key: %+v %v; want held", p, err)
+	}
+	if err := l2.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestConsulLockSessionExpiry: the holder of an api.Lock whose session
+// is not renewed (a process killed) loses the lock after its TTL and the
+// waiting contender gets it; the holder's lost channel closes.
+func TestConsulLockSessionExpiry(t *testing.T) {
+	s := newSessionStack(t)
+	c := s.client(t, "")
+	sid, _, err := c.Session().CreateNoChecks(&capi.SessionEntry{TTL: "10s", LockDelay: time.Millisecond}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l1, err := c.LockOpts(&capi.LockOptions{Key: "jobs/leader", Session: sid})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lost1, err := l1.Lock(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l2, err := c.LockKey("jobs/leader")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got2 := make(chan error, 1)
+	go func() { _, err := l2.Lock(nil); got2 <- err }()
+	select {
+	case <-lost1:
+	case err := <-got2:
+		t.Fatalf("the second contender locked before the first lost its lock: %v", err)
+	case <-time.After(60 * time.Second):
+		t.Fatal("the first holder never lost its lock")
+	}
+	select {
+	case err := <-got2:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the second contender never locked after the first's session expired")
+	}
+	if err := l2.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// FuzzSessionCreate: any create body answers without a server error, and
+// a session created reads back with the TTL and behaviour asked.
+func FuzzSessionCreate(f *testing.F) {
+	s := newKVStack(f, acl.Options{}, "default")
+	f.Add([]byte(`{"Name":"n","TTL":"10s","Behavior":"delete","LockDelay":"1s"}`))
+	f.Add([]byte(`{"LockDelay":15,"NodeChecks":[]}`))
+	f.Add([]byte(`{"LockDelay":15000000000,"Checks":["serfHealth"]}`))
+	f.Add([]byte(`{"ServiceChecks":[{"ID":"x"}],"TTL":"9s"}`))
+	f.Add([]byte(``))
+	f.Add([]byte(`{"TTL":"-1s","LockDelay":[1]}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		w := httptest.NewRecorder()
+		s.api.ServeHTTP(w, httptest.NewRequest("PUT", "/v1/session/create", bytes.NewReader(body)))
+		if w.Code >= 500 {
+			t.Fatalf("create %q: %d %s", body, w.Code, w.Body)
+		}
+		if w.Code != 200 {
+			return
+		}
+		var created struct{ ID string }
+		if err := json.Unmarshal(w.Body.Bytes(), &created); err != nil || created.ID == "" {
+			t.Fatalf("create %q answered %s", body, w.Body)
+		}
+		w = httptest.NewRecorder()
+		s.api.ServeHTTP(w, httptest.NewRequest("GET", "/v1/session/info/"+created.ID, nil))
+		var got []capi.SessionEntry
+		if err := json.Unmarshal(w.Body.Bytes(), &got); err != nil || len(got) != 1 || got[0].ID != created.ID {
+			t.Fatalf("info of %s created from %q: %s", created.ID, body, w.Body)
+		}
+		var asked struct{ TTL, Behavior string }
+		json.Unmarshal(body, &asked)
+		if ttl, err := time.ParseDuration(asked.TTL); err == nil && ttl != 0 && got[0].TTL != ttl.String() {
+			t.Fatalf("created from %q: TTL %q", body, got[0].TTL)
+		}
+		if asked.Behavior != "" && got[0].Behavior != asked.Behavior {
+			t.Fatalf("created from %q: behavior %q", body, got[0].Behavior)
+		}
+	})
+}
