@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -52,11 +53,51 @@ func testKey() string {
 // TestConsulClientOwnKVTests runs hashicorp's own KV tests (kv_test.go of
 // the github.com/hashicorp/consul/api module this repository requires,
 // from the module cache) against a real "sextant server --consul-api".
-// Those that need sessions (?acquire) or transactions (/v1/txn), not
-// served yet, must fail naming what is missing (docs/compat.md); every
-// other one must pass.
+// The one that needs transactions (/v1/txn), not served yet, must fail
+// naming them (docs/compat.md); every other one must pass, the one of
+// sessions (?acquire, ?release) included.
 func TestConsulClientOwnKVTests(t *testing.T) {
 	_, consulAddr := startConsulServer(t)
+	got := runConsulAPITests(t, consulAddr, []string{"kv_test.go"}, "^TestAPI_")
+	result := consulTestResults(got)
+	needTxn := map[string]bool{"TestAPI_KVClientTxn": true}
+	if len(result) < 9 {
+		t.Fatalf("ran %d of consul/api's KV tests, want 9:\n%s", len(result), got)
+	}
+	for name, res := range result {
+		switch {
+		case needTxn[name] && res != "FAIL":
+			t.Errorf("%s: %s; it needs transactions, which are not served: if they are now, expect it to pass", name, res)
+		case !needTxn[name] && res != "PASS":
+			t.Errorf("%s: %s, want PASS", name, res)
+		}
+	}
+	if result["TestAPI_ClientAcquireRelease"] != "PASS" {
+		t.Errorf("TestAPI_ClientAcquireRelease (sessions, ?acquire, ?release): %q, want PASS", result["TestAPI_ClientAcquireRelease"])
+	}
+	if !strings.Contains(got, "does not serve transactions") {
+		t.Errorf("the transaction test did not fail naming transactions:\n%s", got)
+	}
+	if t.Failed() {
+		t.Logf("consul/api's output:\n%s", got)
+	}
+}
+
+// consulTestResults reads go test -v's verdicts by test name.
+func consulTestResults(out string) map[string]string {
+	result := map[string]string{}
+	for _, m := range regexp.MustCompile(`(?m)^\s*--- (PASS|FAIL|SKIP): (\S+)`).FindAllStringSubmatch(out, -1) {
+		result[m[2]] = m[1]
+	}
+	return result
+}
+
+// runConsulAPITests copies the consul/api module's sources and the test
+// files named (from the module cache) beside consulTestShim, and runs the
+// tests matching run against the Consul API at consulAddr; it returns
+// go test -v's output.
+func runConsulAPITests(t *testing.T, consulAddr string, testFiles []string, run string) string {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, "go", "list", "-m", "-f", "{{.Dir}}", "github.com/hashicorp/consul/api").Output()
@@ -71,7 +112,7 @@ func TestConsulClientOwnKVTests(t *testing.T) {
 	}
 	for _, f := range files {
 		name := filepath.Base(f)
-		if !(strings.HasSuffix(name, ".go") && !strings.HasSuffix(name, "_test.go") || name == "kv_test.go" || name == "go.mod" || name == "go.sum") {
+		if !(strings.HasSuffix(name, ".go") && !strings.HasSuffix(name, "_test.go") || slices.Contains(testFiles, name) || name == "go.mod" || name == "go.sum") {
 			continue
 		}
 		b, err := os.ReadFile(f)
@@ -85,7 +126,7 @@ func TestConsulClientOwnKVTests(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "sextant_shim_test.go"), []byte(consulTestShim), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	run := func(args ...string) (string, error) {
+	goCmd := func(args ...string) (string, error) {
 		cmd := exec.CommandContext(ctx, "go", args...)
 		cmd.Dir = dir
 		cmd.Env = append(os.Environ(), "SEXTANT_CONSUL_ADDR="+consulAddr, "GOFLAGS=-mod=mod", "GOWORK=off")
@@ -94,30 +135,9 @@ func TestConsulClientOwnKVTests(t *testing.T) {
 	}
 	// The module's test-only requirements (its sdk) go with the other
 	// test files; testify stays.
-	if out, err := run("mod", "tidy"); err != nil {
+	if out, err := goCmd("mod", "tidy"); err != nil {
 		t.Fatalf("go mod tidy of the copied consul/api module (its test dependencies come from the module proxy or cache): %v\n%s", err, out)
 	}
-	got, _ := run("test", "-count=1", "-v", "-run", "^TestAPI_", ".")
-	result := map[string]string{}
-	for _, m := range regexp.MustCompile(`(?m)^--- (PASS|FAIL|SKIP): (\S+)`).FindAllStringSubmatch(got, -1) {
-		result[m[2]] = m[1]
-	}
-	needSessions := map[string]bool{"TestAPI_ClientAcquireRelease": true, "TestAPI_KVClientTxn": true}
-	if len(result) < 9 {
-		t.Fatalf("ran %d of consul/api's KV tests, want 9:\n%s", len(result), got)
-	}
-	for name, res := range result {
-		switch {
-		case needSessions[name] && res != "FAIL":
-			t.Errorf("%s: %s; it needs sessions, which are not served: if they are now, expect it to pass", name, res)
-		case !needSessions[name] && res != "PASS":
-			t.Errorf("%s: %s, want PASS", name, res)
-		}
-	}
-	if !strings.Contains(got, "does not serve sessions") {
-		t.Errorf("the session tests did not fail naming sessions:\n%s", got)
-	}
-	if t.Failed() {
-		t.Logf("consul/api's output:\n%s", got)
-	}
+	got, _ := goCmd("test", "-count=1", "-v", "-run", run, ".")
+	return got
 }
