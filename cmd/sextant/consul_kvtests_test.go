@@ -26,7 +26,7 @@ import (
 
 // sextantServer stands for testutil.TestServer: a running Sextant
 // server's Consul API at $SEXTANT_CONSUL_ADDR.
-type sextantServer struct{}
+type sextantServer struct{ Config struct{ NodeName string } }
 
 func (sextantServer) Stop() error                   { return nil }
 func (sextantServer) WaitForSerfCheck(t *testing.T) {}
@@ -38,8 +38,14 @@ func makeClient(t *testing.T) (*Client, sextantServer) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return c, sextantServer{}
+	var s sextantServer
+	if s.Config.NodeName, err = c.Agent().NodeName(); err != nil {
+		t.Fatal(err)
+	}
+	return c, s
 }
+
+func makeClientWithoutConnect(t *testing.T) (*Client, sextantServer) { return makeClient(t) }
 
 func testKey() string {
 	buf := make([]byte, 16)

@@ -25,10 +25,9 @@ type KV interface {
 	Put(ctx context.Context, p kv.Put) (bool, int64, error)
 	Delete(ctx context.Context, ns, key string, recurse bool, cas *int64) (bool, int64, error)
 	CreateSession(ctx context.Context, s kv.Session) (*kv.Session, error)
-	RenewSession(ctx context.Context, id string) (*kv.Session, error)
-	DestroySession(ctx context.Context, id string) (bool, error)
-	Session(id string) *kv.Session
-	Sessions(fn func(*kv.Session) bool)
+	RenewSession(ctx context.Context, ns, id string) (*kv.Session, error)
+	DestroySession(ctx context.Context, ns, id string) (bool, error)
+	Sessions(ns string, fn func(*kv.Session) bool)
 	SessionIndex() int64
 }
 

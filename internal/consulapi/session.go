@@ -13,7 +13,8 @@ import (
 	"github.com/sextant-mesh/sextant/internal/kv"
 )
 
-// Consul's sessions, kept by the KV kind (internal/kv/session.go). A
+// Consul's sessions, kept by the KV kind (internal/kv/session.go), each of
+// the served namespace, locking its keys alone. A
 // session's health is its TTL alone: the only check it may name is
 // serfHealth, which is the serving server's own liveness (it passes while
 // the server answers). Sessions are guarded by the kv resource of the
@@ -79,7 +80,7 @@ func (a *API) parseSessionRequest(body []byte) (kv.Session, error) {
 			return kv.Session{}, badRequest("decoding the session: " + err.Error())
 		}
 	}
-	s := kv.Session{Name: req.Name, Node: req.Node, Behavior: req.Behavior}
+	s := kv.Session{Namespace: a.opts.Namespace, Name: req.Name, Node: req.Node, Behavior: req.Behavior}
 	if s.Node == "" {
 		s.Node = a.opts.Node
 	}
@@ -146,7 +147,7 @@ func (a *API) sessionDestroy(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	// Consul answers true for a session that does not exist too.
-	if _, err := a.opts.KV.DestroySession(r.Context(), r.PathValue("id")); err != nil {
+	if _, err := a.opts.KV.DestroySession(r.Context(), a.opts.Namespace, r.PathValue("id")); err != nil {
 		return kvError(err)
 	}
 	return writeValue(w, "true")
@@ -160,7 +161,7 @@ func (a *API) sessionRenew(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	id := r.PathValue("id")
-	s, err := a.opts.KV.RenewSession(r.Context(), id)
+	s, err := a.opts.KV.RenewSession(r.Context(), a.opts.Namespace, id)
 	if err != nil {
 		return kvError(err)
 	}
@@ -180,7 +181,7 @@ func (a *API) sessionRead(w http.ResponseWriter, r *http.Request, keep func(*kv.
 	}
 	index := a.opts.KV.SessionIndex()
 	var out []*kv.Session
-	a.opts.KV.Sessions(func(s *kv.Session) bool {
+	a.opts.KV.Sessions(a.opts.Namespace, func(s *kv.Session) bool {
 		if keep(s) {
 			out = append(out, s)
 		}

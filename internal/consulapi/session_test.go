@@ -399,3 +399,37 @@ func FuzzSessionCreate(f *testing.F) {
 		}
 	})
 }
+
+// TestSessionNamespaces: a session is of the namespace served where it was
+// created: another namespace's API neither lists, renews nor destroys it,
+// and cannot lock its keys with it.
+func TestSessionNamespaces(t *testing.T) {
+	shop := newSessionStack(t)
+	other := newKVStackOn(t, shop.Server, "billing")
+	cs, co := shop.client(t, ""), other.client(t, "")
+	id, _, err := cs.Session().CreateNoChecks(nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if list, _, err := co.Session().List(nil); err != nil || len(list) != 0 {
+		t.Fatalf("billing lists %d sessions (%v); want none of shop's", len(list), err)
+	}
+	if e, _, err := co.Session().Info(id, nil); err != nil || e != nil {
+		t.Fatalf("billing reads shop's session: %+v %v", e, err)
+	}
+	if r, _, err := co.Session().Renew(id, nil); err != nil || r != nil {
+		t.Fatalf("billing renews shop's session: %+v %v", r, err)
+	}
+	if _, err := co.Session().Destroy(id, nil); err != nil {
+		t.Fatal(err)
+	}
+	if e, _, err := cs.Session().Info(id, nil); err != nil || e == nil {
+		t.Fatalf("shop's session after billing's destroy: %+v %v; want alive", e, err)
+	}
+	if _, _, err := co.KV().Acquire(&capi.KVPair{Key: "k", Session: id}, nil); err == nil || !strings.Contains(err.Error(), "invalid session") {
+		t.Fatalf("billing acquires with shop's session: %v; want refused", err)
+	}
+	if ok, _, err := cs.KV().Acquire(&capi.KVPair{Key: "k", Session: id}, nil); err != nil || !ok {
+		t.Fatalf("shop acquires with its session: %v %v", ok, err)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/sextant-mesh/sextant/internal/commit"
@@ -21,7 +22,8 @@ import (
 // digit), so they are durable, shared by the servers of a cluster over the
 // same store, and an acquire or an invalidation decides on the session and
 // the keys it holds in one conditional transaction:
-//   - sessionNS/<id>: the session (its JSON in the entry's value);
+//   - sessionNS/<namespace>/<id>: the session (its JSON in the entry's
+//     value), of the namespace whose keys it locks;
 //   - lockDelayNS/<hash of namespace/key>: the time until which a key
 //     whose holder was invalidated cannot be acquired (8 bytes, Unix ns).
 const (
@@ -58,7 +60,8 @@ var (
 
 // Session is one Consul session.
 type Session struct {
-	ID            string
+	Namespace     string `json:"-"`
+	ID            string `json:"-"`
 	Name          string
 	Node          string
 	Behavior      string
@@ -76,7 +79,14 @@ type Session struct {
 
 func (s *Session) entry() *Entry {
 	v, _ := json.Marshal(s) // plain fields: cannot fail
-	return &Entry{Namespace: sessionNS, Key: s.ID, Value: v, created: s.CreateIndex}
+	return &Entry{Namespace: sessionNS, Key: sessionKey(s.Namespace, s.ID), Value: v, created: s.CreateIndex}
+}
+
+// sessionKey is the key, in sessionNS, of session id of namespace ns.
+func sessionKey(ns, id string) string { return ns + "/" + id }
+
+// sessionRecord is the record id of session id of namespace ns.
+func sessionRecord(ns, id string) string { return ID(sessionNS, sessionKey(ns, id))
 }
 
 // sessionOf decodes the session record e, nil if it is not one.
@@ -85,11 +95,12 @@ func sessionOf(v any) *Session {
 	if !ok || e == nil || e.Namespace != sessionNS {
 		return nil
 	}
+	ns, id, ok := strings.Cut(e.Key, "/")
 	s := &Session{}
-	if json.Unmarshal(e.Value, s) != nil {
+	if !ok || json.Unmarshal(e.Value, s) != nil {
 		return nil
 	}
-	s.ID, s.CreateIndex, s.ModifyIndex = e.Key, e.CreateIndex, e.ModifyIndex
+	s.Namespace, s.ID, s.CreateIndex, s.ModifyIndex = ns, id, e.CreateIndex, e.ModifyIndex
 	return s
 }
 
@@ -143,7 +154,7 @@ func (st *Store) CreateSession(ctx context.Context, s Session) (*Session, error)
 	if _, err := st.eng.SubmitChecked(ctx, w); err != nil {
 		return nil, err
 	}
-	return st.Session(s.ID), nil
+	return st.Session(s.Namespace, s.ID), nil
 }
 
 // sessionWrite is a write planned by fn.
@@ -151,14 +162,19 @@ type sessionWrite struct{ fn func(tx *commit.Tx) error }
 
 func (w *sessionWrite) Plan(tx *commit.Tx) error { return w.fn(tx) }
 
-// Session returns session id, or nil.
-func (st *Store) Session(id string) *Session {
-	return sessionOf(st.t.Get(sessionNS, id))
+// Session returns session id of namespace ns, or nil.
+func (st *Store) Session(ns, id string) *Session {
+	return sessionOf(st.t.Get(sessionNS, sessionKey(ns, id)))
 }
 
-// Sessions calls fn for each session, in ID order.
-func (st *Store) Sessions(fn func(*Session) bool) {
-	st.t.List(sessionNS, "", func(e *Entry) bool {
+// Sessions calls fn for each session of namespace ns (every namespace's
+// if ns is ""), in ID order.
+func (st *Store) Sessions(ns string, fn func(*Session) bool) {
+	prefix := ""
+	if ns != "" {
+		prefix = ns + "/"
+	}
+	st.t.List(sessionNS, prefix, func(e *Entry) bool {
 		if s := sessionOf(e); s != nil {
 			return fn(s)
 		}
@@ -171,7 +187,7 @@ func (st *Store) SessionIndex() int64 { return st.t.Revision() }
 
 // RenewSession moves session id's deadline to twice its TTL from now and
 // returns it, or nil if it does not exist (or has expired).
-func (st *Store) RenewSession(ctx context.Context, id string) (*Session, error) {
+func (st *Store) RenewSession(ctx context.Context, ns, id string) (*Session, error) {
 	if st.eng == nil {
 		return nil, ErrNotStarted
 	}
@@ -179,7 +195,7 @@ func (st *Store) RenewSession(ctx context.Context, id string) (*Session, error) 
 	w := &sessionWrite{fn: func(tx *commit.Tx) error {
 		found = false
 		tx.Answer(tx.Revision())
-		v, rev := tx.Get(store.KV, ID(sessionNS, id))
+		v, rev := tx.Get(store.KV, sessionRecord(ns, id))
 		s := sessionOf(v)
 		if s == nil || s.expired(tx.Now()) {
 			return nil
@@ -197,7 +213,7 @@ func (st *Store) RenewSession(ctx context.Context, id string) (*Session, error) 
 	if _, err := st.eng.SubmitChecked(ctx, w); err != nil || !found {
 		return nil, err
 	}
-	return st.Session(id), nil
+	return st.Session(ns, id), nil
 }
 
 // createdOf is the create index to store for a rewrite of v (read at rev).
@@ -212,18 +228,18 @@ func createdOf(v any, rev int64) int64 {
 // DestroySession invalidates session id: its keys are released or deleted
 // (its Behavior) and cannot be acquired for its LockDelay. It reports
 // whether the session existed.
-func (st *Store) DestroySession(ctx context.Context, id string) (bool, error) {
-	return st.invalidate(ctx, id, false)
+func (st *Store) DestroySession(ctx context.Context, ns, id string) (bool, error) {
+	return st.invalidate(ctx, ns, id, false)
 }
 
-func (st *Store) invalidate(ctx context.Context, id string, onlyExpired bool) (bool, error) {
+func (st *Store) invalidate(ctx context.Context, ns, id string, onlyExpired bool) (bool, error) {
 	if st.eng == nil {
 		return false, ErrNotStarted
 	}
 	// A session written in the batch being planned is decided once that
 	// batch is applied: a few tries, each after a commit.
 	for try := 0; ; try++ {
-		w := &invalidateWrite{t: st.t, id: id, onlyExpired: onlyExpired}
+		w := &invalidateWrite{t: st.t, ns: ns, id: id, onlyExpired: onlyExpired}
 		_, err := st.eng.SubmitChecked(ctx, w)
 		if errors.Is(err, errBusy) && try < 20 {
 			select {
@@ -239,7 +255,7 @@ func (st *Store) invalidate(ctx context.Context, id string, onlyExpired bool) (b
 
 type invalidateWrite struct {
 	t           *Table
-	id          string
+	ns, id      string
 	onlyExpired bool
 	found       bool
 }
@@ -247,7 +263,7 @@ type invalidateWrite struct {
 func (w *invalidateWrite) Plan(tx *commit.Tx) error {
 	w.found = false
 	tx.Answer(tx.Revision())
-	v, rev := tx.Get(store.KV, ID(sessionNS, w.id))
+	v, rev := tx.Get(store.KV, sessionRecord(w.ns, w.id))
 	s := sessionOf(v)
 	if s == nil {
 		return nil
@@ -259,11 +275,11 @@ func (w *invalidateWrite) Plan(tx *commit.Tx) error {
 		return nil // renewed meanwhile
 	}
 	w.found = true
-	tx.DeleteIf(store.KV, ID(sessionNS, w.id), rev)
+	tx.DeleteIf(store.KV, sessionRecord(w.ns, w.id), rev)
 	// The keys it holds, as the catalog holds them; an acquire by it in
 	// flight rewrote the session on condition, and fails on this delete.
 	var held []*Entry
-	w.t.Held(w.id, func(e *Entry) { held = append(held, e) })
+	w.t.Held(w.ns, w.id, func(e *Entry) { held = append(held, e) })
 	until := tx.Now().Add(s.LockDelay).UnixNano()
 	for _, e := range held {
 		cur, crev := tx.Get(store.KV, e.ID())
@@ -323,16 +339,16 @@ func (st *Store) RunSessions(ctx context.Context, tick time.Duration, log *slog.
 		case <-t.C:
 		}
 		now := time.Now()
-		var expired []string
-		st.Sessions(func(s *Session) bool {
+		var expired []*Session
+		st.Sessions("", func(s *Session) bool {
 			if s.expired(now) {
-				expired = append(expired, s.ID)
+				expired = append(expired, s)
 			}
 			return true
 		})
-		for _, id := range expired {
-			if _, err := st.invalidate(ctx, id, true); err != nil && ctx.Err() == nil {
-				log.Warn("invalidating an expired session", "session", id, "err", err)
+		for _, s := range expired {
+			if _, err := st.invalidate(ctx, s.Namespace, s.ID, true); err != nil && ctx.Err() == nil {
+				log.Warn("invalidating an expired session", "namespace", s.Namespace, "session", s.ID, "err", err)
 			}
 		}
 		var stale []string
@@ -358,9 +374,11 @@ func (st *Store) RunSessions(ctx context.Context, tick time.Duration, log *slog.
 	}
 }
 
-// Held calls fn for each entry held by session id (every namespace).
-func (t *Table) Held(id string, fn func(*Entry)) {
-	t.v.Load().tree.Ascend(func(e *Entry) bool {
+// Held calls fn for each entry of namespace ns held by session id. It
+// walks the namespace's keys: an invalidation costs O(keys), which a
+// per-session index would save.
+func (t *Table) Held(ns, id string, fn func(*Entry)) {
+	t.List(ns, "", func(e *Entry) bool {
 		if e.Session == id {
 			fn(e)
 		}

@@ -98,7 +98,7 @@ func (w *putWrite) Plan(tx *commit.Tx) error {
 	switch {
 	case w.p.Acquire != "":
 		sid := w.p.Acquire
-		sv, srev := tx.Get(store.KV, ID(sessionNS, sid))
+		sv, srev := tx.Get(store.KV, sessionRecord(w.p.Namespace, sid))
 		s := sessionOf(sv)
 		if s == nil || s.expired(tx.Now()) {
 			return fmt.Errorf("%w: %q (acquire)", ErrNoSession, sid)
