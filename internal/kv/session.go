@@ -86,7 +86,8 @@ func (s *Session) entry() *Entry {
 func sessionKey(ns, id string) string { return ns + "/" + id }
 
 // sessionRecord is the record id of session id of namespace ns.
-func sessionRecord(ns, id string) string { return ID(sessionNS, sessionKey(ns, id))
+func sessionRecord(ns, id string) string {
+	return ID(sessionNS, sessionKey(ns, id))
 }
 
 // sessionOf decodes the session record e, nil if it is not one.
