@@ -95,6 +95,7 @@ func (a *API) parseSessionRequest(body []byte) (kv.Session, error) {
 		if s.TTL, err = time.ParseDuration(req.TTL); err != nil {
 			return kv.Session{}, badRequest(fmt.Sprintf("TTL: %q is not a duration", req.TTL))
 		}
+		s.TTLText = req.TTL
 	}
 	checks := append(req.Checks, req.NodeChecks...)
 	if req.Checks == nil && req.NodeChecks == nil {
@@ -228,7 +229,10 @@ func appendSessions(b []byte, ss []*kv.Session) []byte {
 			j.NodeChecks = []string{}
 		}
 		if s.TTL != 0 {
-			j.TTL = s.TTL.String()
+			j.TTL = s.TTLText
+			if j.TTL == "" {
+				j.TTL = s.TTL.String()
+			}
 		}
 		out = append(out, j)
 	}

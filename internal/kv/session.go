@@ -60,12 +60,14 @@ var (
 
 // Session is one Consul session.
 type Session struct {
-	Namespace     string `json:"-"`
-	ID            string `json:"-"`
-	Name          string
-	Node          string
-	Behavior      string
-	TTL           time.Duration // 0: no TTL (invalidated only by destroy)
+	Namespace string `json:"-"`
+	ID        string `json:"-"`
+	Name      string
+	Node      string
+	Behavior  string
+	TTL       time.Duration // 0: no TTL (invalidated only by destroy)
+	// TTLText is the TTL as the client wrote it, which Consul answers.
+	TTLText       string `json:",omitempty"`
 	LockDelay     time.Duration
 	NodeChecks    []string `json:",omitempty"`
 	ServiceChecks []string `json:",omitempty"`
