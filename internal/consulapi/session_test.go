@@ -433,3 +433,42 @@ func TestSessionNamespaces(t *testing.T) {
 		t.Fatalf("shop acquires with its session: %v %v", ok, err)
 	}
 }
+
+// TestSessionACL: Consul's session:write and session:read are the kv
+// resource of the served namespace: a kv reader lists sessions but
+// cannot create, renew or destroy one; other resources grant nothing.
+func TestSessionACL(t *testing.T) {
+	s := newKVStack(t, acl.Options{Enabled: true}, "shop")
+	admin := s.do(t, "POST", "/v1/acl/bootstrap", `{}`, "")
+	token := func(name, rule string) string {
+		s.do(t, "POST", "/v1/acl/policies", `{"name":"`+name+`","rules":[`+rule+`]}`, admin)
+		return s.do(t, "POST", "/v1/acl/tokens", `{"policies":["`+name+`"]}`, admin)
+	}
+	reader := token("r", `{"namespace":"shop","kv":"read"}`)
+	writer := token("w", `{"namespace":"shop","kv":"write"}`)
+	star := token("i", `{"namespace":"*","instances":"write","config":"write"}`)
+	id, _, err := s.client(t, writer).Session().CreateNoChecks(&capi.SessionEntry{TTL: "60s"}, nil)
+	if err != nil {
+		t.Fatalf("writer: %v", err)
+	}
+	if list, _, err := s.client(t, reader).Session().List(nil); err != nil || len(list) != 1 {
+		t.Fatalf("reader list: %d %v", len(list), err)
+	}
+	for name, tok := range map[string]string{"reader": reader, "instances and config on *": star, "anonymous": ""} {
+		ss := s.client(t, tok).Session()
+		if _, _, err := ss.CreateNoChecks(nil, nil); err == nil || !strings.Contains(err.Error(), "403") {
+			t.Errorf("%s create: %v; want 403", name, err)
+		}
+		if _, _, err := ss.Renew(id, nil); err == nil || !strings.Contains(err.Error(), "403") {
+			t.Errorf("%s renew: %v; want 403", name, err)
+		}
+		if _, err := ss.Destroy(id, nil); err == nil || !strings.Contains(err.Error(), "403") {
+			t.Errorf("%s destroy: %v; want 403", name, err)
+		}
+	}
+	for name, tok := range map[string]string{"instances and config on *": star, "anonymous": ""} {
+		if _, _, err := s.client(t, tok).Session().List(nil); err == nil || !strings.Contains(err.Error(), "403") {
+			t.Errorf("%s list: %v; want 403", name, err)
+		}
+	}
+}
