@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -470,5 +472,54 @@ func TestSessionACL(t *testing.T) {
 		if _, _, err := s.client(t, tok).Session().List(nil); err == nil || !strings.Contains(err.Error(), "403") {
 			t.Errorf("%s list: %v; want 403", name, err)
 		}
+	}
+}
+
+// TestConsulSemaphore: hashicorp's api.Semaphore with a limit of 2 and
+// four contenders: every contender gets a slot, never more than two at
+// once.
+func TestConsulSemaphore(t *testing.T) {
+	s := newSessionStack(t)
+	c := s.client(t, "")
+	var holding, most atomic.Int32
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem, err := c.SemaphorePrefix("service/batch/slots", 2)
+			if err != nil {
+				errs <- err
+				return
+			}
+			lost, err := sem.Acquire(nil)
+			if err != nil || lost == nil {
+				errs <- fmt.Errorf("acquire: %v (lost channel %v)", err, lost)
+				return
+			}
+			n := holding.Add(1)
+			for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+			}
+			time.Sleep(200 * time.Millisecond)
+			holding.Add(-1)
+			errs <- sem.Release()
+		}()
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the contenders did not all get a slot within 2 minutes")
+	}
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if m := most.Load(); m > 2 || m < 1 {
+		t.Fatalf("%d contenders held a slot at once, limit 2", m)
 	}
 }
