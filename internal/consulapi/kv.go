@@ -28,7 +28,6 @@ type KV interface {
 	RenewSession(ctx context.Context, ns, id string) (*kv.Session, error)
 	DestroySession(ctx context.Context, ns, id string) (bool, error)
 	Sessions(ns string, fn func(*kv.Session) bool)
-	SessionIndex() int64
 }
 
 // Consul's KV store: the keys of the served namespace (Options.Namespace),
@@ -198,7 +197,12 @@ func (a *API) kvKey(r *http.Request, key string, b blocking) (*kv.Entry, int64, 
 // the prefix (the client sees the index it sent: nothing it reads
 // changed).
 func (a *API) kvPrefix(r *http.Request, prefix string, b blocking) (int64, error) {
-	ns := a.opts.Namespace
+	return a.kvPrefixIn(r, a.opts.Namespace, prefix, b)
+}
+
+// kvPrefixIn is kvPrefix over the table's namespace ns (the sessions'
+// is not a served one).
+func (a *API) kvPrefixIn(r *http.Request, ns, prefix string, b blocking) (int64, error) {
 	t := a.opts.KV.Table()
 	if b.index == 0 {
 		return t.Revision(), nil
@@ -228,7 +232,7 @@ func (a *API) kvPrefix(r *http.Request, prefix string, b blocking) (int64, error
 		}
 	}
 	done()
-	if err := acl.Require(r, kvRead(ns)); err != nil {
+	if err := acl.Require(r, kvRead(a.opts.Namespace)); err != nil {
 		return 0, err
 	}
 	if !changed {

@@ -180,7 +180,16 @@ func (a *API) sessionRead(w http.ResponseWriter, r *http.Request, keep func(*kv.
 	if err := a.checkScope(r); err != nil {
 		return err
 	}
-	index := a.opts.KV.SessionIndex()
+	b, err := parseBlocking(r.URL.Query())
+	if err != nil {
+		return err
+	}
+	// A blocking read waits for a change of the namespace's sessions.
+	tns, prefix := kv.SessionsWatch(a.opts.Namespace)
+	index, err := a.kvPrefixIn(r, tns, prefix, b)
+	if err != nil {
+		return err
+	}
 	var out []*kv.Session
 	a.opts.KV.Sessions(a.opts.Namespace, func(s *kv.Session) bool {
 		if keep(s) {

@@ -523,3 +523,50 @@ func TestConsulSemaphore(t *testing.T) {
 		t.Fatalf("%d contenders held a slot at once, limit 2", m)
 	}
 }
+
+// TestSessionBlockingList: a blocking session list waits for a change of
+// the namespace's sessions: a KV write does not wake it, a session
+// created does; one whose wait passes answers the index it was sent.
+func TestSessionBlockingList(t *testing.T) {
+	s := newSessionStack(t)
+	c := s.client(t, "")
+	_, meta, err := c.Session().List(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	_, meta2, err := c.Session().List(&capi.QueryOptions{WaitIndex: meta.LastIndex, WaitTime: 300 * time.Millisecond})
+	if err != nil || meta2.LastIndex != meta.LastIndex || time.Since(start) < 250*time.Millisecond {
+		t.Fatalf("an idle blocking list: index %d (sent %d) after %v, %v; want it held, the same index", meta2.LastIndex, meta.LastIndex, time.Since(start), err)
+	}
+	type res struct {
+		n   int
+		idx uint64
+		err error
+	}
+	woke := make(chan res, 1)
+	go func() {
+		list, m, err := c.Session().List(&capi.QueryOptions{WaitIndex: meta.LastIndex, WaitTime: time.Minute})
+		woke <- res{len(list), m.LastIndex, err}
+	}()
+	time.Sleep(200 * time.Millisecond)
+	if _, err := c.KV().Put(&capi.KVPair{Key: "unrelated", Value: []byte("x")}, nil); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-woke:
+		t.Fatalf("a KV put woke the session list: %+v", r)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if _, _, err := c.Session().CreateNoChecks(nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-woke:
+		if r.err != nil || r.n != 1 || r.idx <= meta.LastIndex {
+			t.Fatalf("woken list: %+v (sent index %d)", r, meta.LastIndex)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("a session created did not wake the blocking list within 30s")
+	}
+}

@@ -87,6 +87,10 @@ func (s *Session) entry() *Entry {
 // sessionKey is the key, in sessionNS, of session id of namespace ns.
 func sessionKey(ns, id string) string { return ns + "/" + id }
 
+// SessionsWatch is where the sessions of namespace ns are in the table:
+// the namespace and key prefix a watch of them follows.
+func SessionsWatch(ns string) (tableNS, prefix string) { return sessionNS, ns + "/" }
+
 // sessionRecord is the record id of session id of namespace ns.
 func sessionRecord(ns, id string) string {
 	return ID(sessionNS, sessionKey(ns, id))
@@ -184,9 +188,6 @@ func (st *Store) Sessions(ns string, fn func(*Session) bool) {
 		return true
 	})
 }
-
-// SessionIndex is the index of the sessions' last change: the table's.
-func (st *Store) SessionIndex() int64 { return st.t.Revision() }
 
 // RenewSession moves session id's deadline to twice its TTL from now and
 // returns it, or nil if it does not exist (or has expired).
