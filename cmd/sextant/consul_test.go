@@ -182,8 +182,8 @@ func TestConsulAPIEndToEnd(t *testing.T) {
 		t.Errorf("passing after deregistering web-1: %v", got)
 	}
 	// What Sextant does not serve is an error through the client too.
-	if _, _, err := c.Session().Create(&capi.SessionEntry{}, nil); err == nil || !strings.Contains(err.Error(), "501") {
-		t.Errorf("session create: %v, want 501", err)
+	if _, _, err := c.Event().Fire(&capi.UserEvent{Name: "deploy"}, nil); err == nil || !strings.Contains(err.Error(), "501") {
+		t.Errorf("event fire: %v, want 501", err)
 	}
 }
 

@@ -698,6 +698,9 @@ func serveConsulAPI(lc *lifecycle, f serverFlags, ln net.Listener, reg *registry
 	// Listed as Consul's service consul while it serves, as Consul servers are.
 	host, port := consulSelfAddr(ln.Addr())
 	lc.start("consul self registration", false, func(ctx context.Context) error { return api.KeepSelf(ctx, host, port) })
+	// Sessions past their TTL are invalidated by every server (each
+	// invalidation is conditional: one wins).
+	lc.start("consul sessions", false, func(ctx context.Context) error { return kvs.RunSessions(ctx, time.Second, log) })
 	log.Info("serving the Consul API", "addr", ln.Addr().String(), "namespace", f.consulNamespace, "tls", tlsCfg != nil)
 	warnExposed(log.With("listener", "consul-api"), ln.Addr().String(), tlsCfg != nil, f)
 	return nil

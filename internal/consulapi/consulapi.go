@@ -12,8 +12,8 @@
 // by the same guard with the same permissions as Sextant's own API. It keeps
 // no state of its own: every answer reads the instance table as it then is,
 // every write goes through the registry. Consul's KV store is served over
-// the KV kind (kv.go, Options.KV). What it does not serve (sessions,
-// Consul's ACL endpoints, prepared queries, Connect, nodes, ...) answers an
+// the KV kind (kv.go, Options.KV), and sessions with it (session.go). What
+// it does not serve (Consul's ACL endpoints, prepared queries, Connect, nodes, ...) answers an
 // error naming it, never an empty success.
 package consulapi
 
@@ -173,8 +173,9 @@ func (a *API) routes() {
 	a.handleOpen("GET /v1/status/leader", a.leader)
 	a.handleOpen("GET /v1/status/peers", a.peers)
 	a.kvRoutes()
+	a.sessionRoutes()
 	for _, u := range unsupported {
-		if u.prefix == "/v1/kv/" && a.opts.KV != nil {
+		if (u.prefix == "/v1/kv/" || u.prefix == "/v1/session/") && a.opts.KV != nil {
 			continue // served: another method answers 405
 		}
 		a.mux.HandleFunc(u.prefix, func(w http.ResponseWriter, r *http.Request) {

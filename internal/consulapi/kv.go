@@ -24,6 +24,10 @@ type KV interface {
 	Table() *kv.Table
 	Put(ctx context.Context, p kv.Put) (bool, int64, error)
 	Delete(ctx context.Context, ns, key string, recurse bool, cas *int64) (bool, int64, error)
+	CreateSession(ctx context.Context, s kv.Session) (*kv.Session, error)
+	RenewSession(ctx context.Context, ns, id string) (*kv.Session, error)
+	DestroySession(ctx context.Context, ns, id string) (bool, error)
+	Sessions(ns string, fn func(*kv.Session) bool)
 }
 
 // Consul's KV store: the keys of the served namespace (Options.Namespace),
@@ -193,7 +197,12 @@ func (a *API) kvKey(r *http.Request, key string, b blocking) (*kv.Entry, int64, 
 // the prefix (the client sees the index it sent: nothing it reads
 // changed).
 func (a *API) kvPrefix(r *http.Request, prefix string, b blocking) (int64, error) {
-	ns := a.opts.Namespace
+	return a.kvPrefixIn(r, a.opts.Namespace, prefix, b)
+}
+
+// kvPrefixIn is kvPrefix over the table's namespace ns (the sessions'
+// is not a served one).
+func (a *API) kvPrefixIn(r *http.Request, ns, prefix string, b blocking) (int64, error) {
 	t := a.opts.KV.Table()
 	if b.index == 0 {
 		return t.Revision(), nil
@@ -223,7 +232,7 @@ func (a *API) kvPrefix(r *http.Request, prefix string, b blocking) (int64, error
 		}
 	}
 	done()
-	if err := acl.Require(r, kvRead(ns)); err != nil {
+	if err := acl.Require(r, kvRead(a.opts.Namespace)); err != nil {
 		return 0, err
 	}
 	if !changed {
@@ -282,12 +291,23 @@ func casParam(q url.Values) (*int64, error) {
 	return &c, nil
 }
 
-// sessionsParams are the parameters of the sessions to come: refused
-// rather than ignored, so that no client believes it holds a lock.
-func sessionsParams(q url.Values) error {
-	for _, p := range []string{"acquire", "release"} {
-		if has(q, p) {
-			return &httpError{http.StatusNotImplemented, p + ": sessions and locks are not served yet (docs/compat.md)"}
+// lockParams reads ?acquire and ?release (one of them, naming a session).
+func lockParams(q url.Values, p *kv.Put) error {
+	if has(q, "acquire") && has(q, "release") {
+		return badRequest("acquire and release: a put takes one of them")
+	}
+	for _, name := range []string{"acquire", "release"} {
+		if !has(q, name) {
+			continue
+		}
+		id := q.Get(name)
+		if id == "" || len(id) > kv.MaxSessionLen {
+			return badRequest(fmt.Sprintf("%s: %q is not a session id", name, id))
+		}
+		if name == "acquire" {
+			p.Acquire = id
+		} else {
+			p.Release = id
 		}
 	}
 	return nil
@@ -302,9 +322,6 @@ func (a *API) kvPut(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	q := r.URL.Query()
-	if err := sessionsParams(q); err != nil {
-		return err
-	}
 	key := r.PathValue("key")
 	if err := kv.CheckKey(key); err != nil {
 		return kvError(err)
@@ -331,9 +348,12 @@ func (a *API) kvPut(w http.ResponseWriter, r *http.Request) error {
 	if flags != nil {
 		p.Flags = *flags
 	}
+	if err := lockParams(q, &p); err != nil {
+		return err
+	}
 	ok, _, err := a.opts.KV.Put(r.Context(), p)
 	if err != nil {
-		return kvError(err)
+		return sessionError(err)
 	}
 	return writeValue(w, strconv.FormatBool(ok))
 }

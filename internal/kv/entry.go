@@ -3,8 +3,9 @@
 // a key of one Sextant namespace, its value (opaque bytes), Consul's flags,
 // and the indexes Consul clients read: ModifyIndex is the store revision of
 // the entry's last write (one sequence with every other kind), CreateIndex
-// the revision that created it. LockIndex and Session are kept for the
-// sessions and locks to come (?acquire, ?release); nothing sets them yet.
+// the revision that created it. Session is the Consul session holding the
+// key (?acquire), LockIndex how often a session acquired it; the sessions
+// themselves are records of this kind too (session.go).
 package kv
 
 import (

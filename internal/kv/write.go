@@ -40,6 +40,12 @@ type Put struct {
 	// CAS, when set, makes the put conditional on the key's ModifyIndex:
 	// 0 means the key must not exist (Consul's ?cas=0).
 	CAS *int64
+	// Acquire, when set, is the session that locks the key with this put
+	// (Consul's ?acquire): written only if the key is free or held by that
+	// session already, the session is valid and the key's lock delay is
+	// over. Release is the session that unlocks it (?release): written
+	// only if it holds the key.
+	Acquire, Release string
 }
 
 // Put writes p and reports whether it was written (false: its CAS did
@@ -88,6 +94,37 @@ func (w *putWrite) Plan(tx *commit.Tx) error {
 	if old != nil {
 		// Locks are kept across a plain put, as Consul keeps them.
 		e.LockIndex, e.Session = old.LockIndex, old.Session
+	}
+	switch {
+	case w.p.Acquire != "":
+		sid := w.p.Acquire
+		sv, srev := tx.Get(store.KV, sessionRecord(w.p.Namespace, sid))
+		s := sessionOf(sv)
+		if s == nil || s.expired(tx.Now()) {
+			return fmt.Errorf("%w: %q (acquire)", ErrNoSession, sid)
+		}
+		if (old != nil && old.Session != "" && old.Session != sid) || lockDelayed(tx, w.p.Namespace, w.p.Key, tx.Now()) {
+			tx.Answer(tx.Revision())
+			return nil
+		}
+		if e.Session != sid {
+			e.Session = sid
+			e.LockIndex++
+		}
+		// The session is rewritten as it is, on condition that it is
+		// unchanged: an invalidation committed meanwhile (another server's)
+		// fails this acquire, so no key is left held by a session gone.
+		se := *sv.(*Entry)
+		se.created = createdOf(sv, srev)
+		tx.PutIf(store.KV, se.ID(), se.encode(), &se, srev)
+	case w.p.Release != "":
+		if old == nil || old.Session != w.p.Release {
+			tx.Answer(tx.Revision())
+			return nil
+		}
+		e.Session = ""
+	}
+	if old != nil {
 		// An entry not yet applied is still being completed by the
 		// follower (Adopt): read only what its writer set.
 		e.created = old.created
