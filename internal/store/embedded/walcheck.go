@@ -65,8 +65,11 @@ type walRecord struct {
 }
 
 // readRecords reads the records of data from p. With resync it skips what
-// does not parse, byte by byte, and goes on; without, it stops there and
-// returns the offset it stopped at (len(data) at a clean end).
+// does not parse and goes on: a chunk of this log out of sequence by its
+// length, anything else to the next block's start (a block always starts
+// with a chunk; between, a user's value could pose as one); without, it
+// stops there and returns the offset it stopped at (len(data) at a clean
+// end).
 func readRecords(data []byte, p int, logNum uint32, resync bool) ([]walRecord, int) {
 	var (
 		recs  []walRecord
@@ -90,7 +93,11 @@ func readRecords(data []byte, p int, logNum uint32, resync bool) ([]walRecord, i
 				return recs, p
 			}
 			open, buf = false, buf[:0]
-			p++
+			if _, _, n, parsed := chunkAt(data, p, logNum); parsed {
+				p += n // a whole chunk of this log, out of sequence
+			} else {
+				p = (p/walBlock + 1) * walBlock
+			}
 			continue
 		}
 		if typ == 1 || typ == 2 {
@@ -132,14 +139,14 @@ type WALDamageError struct {
 	File   string // the log's path
 	Offset int64  // of the first byte that does not parse
 	Cut    int64  // where the log's intact prefix ends (what --repair keeps)
-	Lost   int    // whole commits found after the damage
-	// FirstLost and LastLost are the revisions of the first and last of
-	// them (0 if none carried one).
+	Lost   int    // whole commits found from the block after the damage's on
+	// FirstLost and LastLost are the first and last revisions lost (0 if
+	// none was read).
 	FirstLost, LastLost int64
 }
 
 func (e *WALDamageError) Error() string {
-	return fmt.Sprintf("embedded: write-ahead log %s is damaged at offset %d, before its end: the commit there and %d whole later commit(s)%s would be lost; "+
+	return fmt.Sprintf("embedded: write-ahead log %s is damaged at offset %d, before its end: the commit there and at least %d whole later commit(s)%s would be lost; "+
 		"the store does not open on it (restore the data directory, or start with --repair to truncate the log at offset %d and drop them)",
 		e.File, e.Offset, e.Lost, revRange(e.FirstLost, e.LastLost), e.Cut)
 }
@@ -162,7 +169,7 @@ type WALRepair struct {
 }
 
 func (r *WALRepair) String() string {
-	return fmt.Sprintf("truncated write-ahead log %s at offset %d (damaged at %d): dropped %d bytes, the damaged commit and %d whole later commit(s)%s",
+	return fmt.Sprintf("truncated write-ahead log %s at offset %d (damaged at %d): dropped %d bytes, the damaged commit and at least %d whole later commit(s)%s",
 		r.File, r.Cut, r.Offset, r.Bytes, r.Lost, revRange(r.FirstLost, r.LastLost))
 }
 
@@ -201,21 +208,35 @@ func inspectWAL(data []byte, logNum uint32) *WALDamageError {
 		return nil
 	}
 	// Whatever follows the stop is the tail unless a chunk of this log
-	// parses there. A recycled file's older content carries another log
-	// number, preallocated space is zeros.
+	// starts a later block. Only block starts are looked at: every block
+	// starts with a chunk header, of this log or of the older one a
+	// recycled file held (another log number; preallocated space is
+	// zeros), while between them old payload, a user's values verbatim,
+	// could be made to look like chunks of any log number and refuse a
+	// healthy start. Damage with only its own block after it reads as a
+	// torn tail.
+	next := (stop/walBlock + 1) * walBlock
 	tailValid := false
-	for q := stop + 1; q+walHeader <= len(data) && !tailValid; q++ {
+	for q := next; q+walHeader <= len(data) && !tailValid; q += walBlock {
 		_, _, _, tailValid = chunkAt(data, q, logNum)
 	}
 	if !tailValid {
 		return nil
 	}
-	later, _ := readRecords(data, stop+1, logNum, true)
+	later, _ := readRecords(data, next, logNum, true)
 	var cut int64
 	if len(good) > 0 {
 		cut = good[len(good)-1].end
 	}
 	damage := &WALDamageError{Offset: int64(stop), Cut: cut, Lost: len(later)}
+	if len(good) > 0 {
+		// The commits between the damage and the next block are not read
+		// (see above): the first revision lost follows the last kept.
+		last := good[len(good)-1]
+		if kept, _ := readRecords(data[:last.end], int(last.off), logNum, true); len(kept) == 1 && kept[0].rev > 0 {
+			damage.FirstLost = kept[0].rev + 1
+		}
+	}
 	for _, r := range later {
 		if r.rev == 0 {
 			continue

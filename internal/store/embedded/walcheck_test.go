@@ -1,6 +1,7 @@
 package embedded
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -95,7 +96,7 @@ func TestWALDamageBeforeTail(t *testing.T) {
 	if damage.Offset > int64(at) || damage.Offset < int64(at)-512 || damage.Cut > damage.Offset {
 		t.Fatalf("damage reported at offset %d, bytes flipped at %d", damage.Offset, at)
 	}
-	if damage.LastLost != n || damage.Lost < n/3 || damage.FirstLost != int64(n-damage.Lost+1) {
+	if damage.LastLost != n || damage.Lost < n/4 || damage.FirstLost < 2 || damage.FirstLost > int64(n-damage.Lost+1) {
 		t.Fatalf("lost %d commits, revisions %d..%d; want the ones after the damage up to %d", damage.Lost, damage.FirstLost, damage.LastLost, n)
 	}
 	t.Logf("refused: %v", err)
@@ -111,9 +112,8 @@ func TestWALDamageBeforeTail(t *testing.T) {
 	}
 	t.Logf("repaired: %v", r)
 	got, rev := load(t, s)
-	// The revision before the first dropped commit can be lost with the
-	// damaged record itself.
-	if rev < damage.FirstLost-2 || rev >= damage.FirstLost || len(got) != int(rev) {
+	// The first revision lost follows the last one kept.
+	if rev != damage.FirstLost-1 || len(got) != int(rev) {
 		t.Fatalf("after repair: revision %d with %d records, want just below %d", rev, len(got), damage.FirstLost)
 	}
 	if _, err := s.Commit([]store.Txn{{Ops: []store.Op{put(store.Instances, "after", "x")}}}, true); err != nil {
@@ -186,5 +186,39 @@ func TestWALTornTailOfSeveralChunks(t *testing.T) {
 				t.Fatalf("torn tail: revision %d with %d records, want %d", rev, len(got), n-1)
 			}
 		})
+	}
+}
+
+// walChunk encodes one chunk of log logNum (typ 5 full ... 8 last).
+func walChunk(typ byte, logNum uint32, payload []byte) []byte {
+	b := make([]byte, walHeader+len(payload))
+	binary.LittleEndian.PutUint16(b[4:], uint16(len(payload)))
+	b[6] = typ
+	binary.LittleEndian.PutUint32(b[7:], logNum)
+	copy(b[walHeader:], payload)
+	binary.LittleEndian.PutUint32(b[0:], maskedCRC(b[6:]))
+	return b
+}
+
+// TestWALPayloadPosingAsChunks: after a torn tail, a recycled log's older
+// bytes may hold a user's value verbatim, and a value can be made of valid
+// chunks of any log number. Only a later block's start counts as proof of
+// damage before the tail, so such a value cannot refuse a healthy start;
+// a real chunk of the log at a later block's start still does.
+func TestWALPayloadPosingAsChunks(t *testing.T) {
+	const logNum = 7
+	data := make([]byte, 2*walBlock)
+	copy(data, walChunk(chunkFull, logNum, []byte("kept")))
+	// Torn after it; then, mid-block, old payload posing as chunks.
+	for p := 200; p+64 < walBlock; p += 64 {
+		copy(data[p:], walChunk(chunkFull, logNum, []byte("posing")))
+	}
+	if d := inspectWAL(data, logNum); d != nil {
+		t.Fatalf("payload posing as chunks mid-block was taken for damage: %+v", d)
+	}
+	// A chunk of this log starting the next block is real: damage.
+	copy(data[walBlock:], walChunk(chunkFull, logNum, []byte("later")))
+	if d := inspectWAL(data, logNum); d == nil || d.Lost != 1 || d.Offset != int64(walHeader+4) {
+		t.Fatalf("a later block's chunk after the damage: %+v, want damage at %d with 1 commit after it", d, walHeader+4)
 	}
 }
