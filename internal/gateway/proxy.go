@@ -173,6 +173,12 @@ func (g *Gateway) route(ctx *fasthttp.RequestCtx, t *table, hostBuf []byte) (r *
 		}
 	}
 	host = lower(hostBuf, h.Host())
+	if !validHostPort(host) {
+		// vhost drops what follows the last ':' while policies match the
+		// Host whole: a port that is not one must not reach either.
+		g.localReply(ctx, fasthttp.StatusBadRequest, "", "bad_request", "Host "+strconv.Quote(string(host))+": the part after ':' is not a port")
+		return nil, nil
+	}
 	uri := h.RequestURI()
 	path := uri
 	if i := bytes.IndexByte(uri, '?'); i >= 0 {
@@ -191,6 +197,25 @@ func (g *Gateway) route(ctx *fasthttp.RequestCtx, t *table, hostBuf []byte) (r *
 		return nil, nil
 	}
 	return r, host
+}
+
+// validHostPort reports whether a Host's port, if it has one (after the
+// last ':' outside an IPv6 literal's brackets), is 1 to 5 digits.
+func validHostPort(host []byte) bool {
+	i := bytes.LastIndexByte(host, ':')
+	if i < 0 || bytes.IndexByte(host[i:], ']') >= 0 {
+		return true
+	}
+	port := host[i+1:]
+	if len(port) == 0 || len(port) > 5 {
+		return false
+	}
+	for _, c := range port {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // target returns the cluster of the route's weighted target tg with
