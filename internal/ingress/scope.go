@@ -90,6 +90,9 @@ func portFilters(p *port, gws []*config.Entry, sec *config.Security, owners map[
 			}
 		}
 		if f.Name == xds.RBACAllowFilter && len(without) > 0 {
+			if rb.Rules.Policies == nil { // an ALLOW policy with no rules (allow-nothing) unmarshals so
+				rb.Rules.Policies = map[string]*rbacconfigv3.Policy{}
+			}
 			rb.Rules.Policies[allowOthers] = &rbacconfigv3.Policy{
 				Permissions: []*rbacconfigv3.Permission{notPerm(hostScope(withAllow, owners))},
 				Principals:  []*rbacconfigv3.Principal{{Identifier: &rbacconfigv3.Principal_Any{Any: true}}},
@@ -175,7 +178,7 @@ func hostPerm(domains []string) *rbacconfigv3.Permission {
 	for i, d := range domains {
 		switch {
 		case d == "*":
-			alts[i] = `[^:]*`
+			alts[i] = `.*` // any Host, an IPv6 literal's colons included
 		case strings.HasPrefix(d, "*."):
 			alts[i] = `[^:]+` + regexp.QuoteMeta(d[1:])
 		default:

@@ -253,3 +253,44 @@ spec:
 		t.Errorf("warnings: %v", warns)
 	}
 }
+
+// TestBuildAllowNothingPolicy: Istio's allow-nothing policy (ALLOW, no
+// rules) on team a's Gateways beside team b's unpoliced one on the port:
+// the build does not panic (its ALLOW filter's policies unmarshal as a nil
+// map), team b's hosts are let through, team a's are not.
+func TestBuildAllowNothingPolicy(t *testing.T) {
+	gws, vss := entries(t, twoTeams)
+	objs, err := config.Decode([]byte(`apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: allow-nothing, namespace: team-a}
+spec:
+  selector: {matchLabels: {istio: ingressgateway}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _ := BuildWithPolicies(gws, vss, config.NewSecurity("", objs), func(string, string) *secret.Secret { return nil })
+	l := out[1][ListenerName(8080)].(*listenerv3.Listener)
+	h := &hcmv3.HttpConnectionManager{}
+	if err := l.FilterChains[0].Filters[0].GetTypedConfig().UnmarshalTo(h); err != nil {
+		t.Fatal(err)
+	}
+	var others *rbacconfigv3.Policy
+	for _, f := range h.HttpFilters {
+		if f.Name == xds.RBACAllowFilter {
+			rb := &rbacv3.RBAC{}
+			if err := f.GetTypedConfig().UnmarshalTo(rb); err != nil {
+				t.Fatal(err)
+			}
+			others = rb.Rules.GetPolicies()[allowOthers]
+		}
+	}
+	if others == nil {
+		t.Fatalf("no %s policy in the ALLOW filter: team b's calls would be denied", allowOthers)
+	}
+	for host, want := range map[string]bool{"shop.example.com": true, "[::1]:8080": true, "a.example.com": false} {
+		if got := hostMatches(t, others.Permissions[0], host); got != want {
+			t.Errorf("%s lets %s through: %v, want %v", allowOthers, host, got, want)
+		}
+	}
+}
