@@ -355,18 +355,24 @@ func (st *Store) RunSessions(ctx context.Context, tick time.Duration, log *slog.
 				log.Warn("invalidating an expired session", "namespace", s.Namespace, "session", s.ID, "err", err)
 			}
 		}
-		var stale []string
+		type staleDelay struct {
+			key string
+			rev int64 // the delay read: a newer one is kept
+		}
+		var stale []staleDelay
 		st.t.List(lockDelayNS, "", func(e *Entry) bool {
 			if len(e.Value) != 8 || int64(binary.BigEndian.Uint64(e.Value)) <= now.UnixNano() {
-				stale = append(stale, e.Key)
+				stale = append(stale, staleDelay{e.Key, e.ModifyIndex})
 			}
 			return true
 		})
 		if len(stale) > 0 {
 			w := &sessionWrite{fn: func(tx *commit.Tx) error {
-				for _, k := range stale {
-					if v, rev := tx.Get(store.KV, ID(lockDelayNS, k)); v != nil && rev != commit.Pending {
-						tx.DeleteIf(store.KV, ID(lockDelayNS, k), rev)
+				for _, d := range stale {
+					// Only the delay listed: an invalidation may have
+					// written a fresh one since, which must hold.
+					if v, rev := tx.Get(store.KV, ID(lockDelayNS, d.key)); v != nil && rev == d.rev {
+						tx.DeleteIf(store.KV, ID(lockDelayNS, d.key), rev)
 					}
 				}
 				return nil
