@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -39,6 +40,20 @@ func goBuild(dir, name string) (string, error) {
 
 func freeAddr(t *testing.T) string {
 	t.Helper()
+	// Below the kernel's ephemeral range (32768-60999 here): a port the
+	// kernel hands out for ":0" is free only until any outgoing connection
+	// of any test takes it as its source port, before the server binds it
+	// (TestIstioCORS: bind: address already in use). Random, so the test
+	// binaries running beside this one pick other ports.
+	for range 200 {
+		port := freePortLow + rand.IntN(freePortHigh-freePortLow)
+		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			continue
+		}
+		ln.Close()
+		return ln.Addr().String()
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -46,6 +61,9 @@ func freeAddr(t *testing.T) string {
 	defer ln.Close()
 	return ln.Addr().String()
 }
+
+// freePortLow and freePortHigh bound the ports freeAddr picks from.
+const freePortLow, freePortHigh = 20000, 32000
 
 // startServer runs the real binary on dir, with the extra flags, and waits
 // until it is ready. No xDS: its default address is shared by every server
