@@ -15,24 +15,35 @@ import (
 	"github.com/sextant-mesh/sextant/internal/xds"
 )
 
+// gate holds the engine's work that passes it while closed, until opened
+// (once, for good).
+type gate struct {
+	closed  atomic.Bool
+	release chan struct{}
+	once    sync.Once
+}
+
+func newGate() *gate { return &gate{release: make(chan struct{})} }
+
+func (g *gate) close() { g.closed.Store(true) }
+
+func (g *gate) open() { g.once.Do(func() { close(g.release) }) }
+
+func (g *gate) pass() {
+	if g.closed.Load() {
+		<-g.release
+	}
+}
+
 // TestWaitPublished: WaitPublished returns once the config a revision
 // wrote is in the cache, not before: held while the config round is held,
 // and the routes are there the moment it returns (no polling).
 func TestWaitPublished(t *testing.T) {
 	reg := pushtest.New(0)
 	reg.Upsert(inst("b1", "blue"), inst("s2", "stable"))
-	var hold atomic.Bool
-	release := make(chan struct{})
-	var released sync.Once
-	unhold := func() { released.Do(func() { close(release) }) }
-	cp := startControlPlane(t, context.Background(), reg, func(e *push.Engine) {
-		push.SetSlowConfig(e, func() {
-			if hold.Load() {
-				<-release
-			}
-		})
-	})
-	t.Cleanup(unhold) // runs before the control plane's: a failure must not leave the round held
+	g := newGate()
+	cp := startControlPlane(t, context.Background(), reg, func(e *push.Engine) { push.SetSlowConfig(e, g.pass) })
+	t.Cleanup(g.open) // runs before the control plane's: a failure must not leave the round held
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := cp.engine.WaitPublished(ctx, reg.Revision()); err != nil {
@@ -45,7 +56,7 @@ func TestWaitPublished(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hold.Store(true)
+	g.close()
 	var rev int64
 	for _, o := range objs {
 		rev = reg.ApplyConfig(o)
@@ -56,7 +67,7 @@ func TestWaitPublished(t *testing.T) {
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("WaitPublished while the round is held: %v, want a deadline error", err)
 	}
-	unhold()
+	g.open()
 	if err := cp.engine.WaitPublished(ctx, rev); err != nil {
 		t.Fatal(err)
 	}
@@ -72,18 +83,9 @@ func TestWaitPublished(t *testing.T) {
 func TestWaitPublishedEndpoints(t *testing.T) {
 	reg := pushtest.New(0)
 	reg.Upsert(inst("b1", "blue"), inst("s2", "stable"))
-	var hold atomic.Bool
-	release := make(chan struct{})
-	var released sync.Once
-	unhold := func() { released.Do(func() { close(release) }) }
-	cp := startControlPlane(t, context.Background(), reg, func(e *push.Engine) {
-		push.SetSlowEndpoints(e, func() {
-			if hold.Load() {
-				<-release
-			}
-		})
-	})
-	t.Cleanup(unhold) // runs before the control plane's: a failure must not leave the worker held
+	g := newGate()
+	cp := startControlPlane(t, context.Background(), reg, func(e *push.Engine) { push.SetSlowEndpoints(e, g.pass) })
+	t.Cleanup(g.open) // runs before the control plane's: a failure must not leave the worker held
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := cp.engine.WaitPublished(ctx, reg.Revision()); err != nil {
@@ -93,7 +95,7 @@ func TestWaitPublishedEndpoints(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hold.Store(true)
+	g.close()
 	var rev int64
 	for _, o := range objs {
 		rev = reg.ApplyConfig(o)
@@ -104,7 +106,7 @@ func TestWaitPublishedEndpoints(t *testing.T) {
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("WaitPublished while the subsets' endpoints are held: %v, want a deadline error", err)
 	}
-	unhold()
+	g.open()
 	if err := cp.engine.WaitPublished(ctx, rev); err != nil {
 		t.Fatal(err)
 	}
