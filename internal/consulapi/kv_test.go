@@ -434,7 +434,9 @@ func TestKVConcurrentCAS(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for done := 0; done < each; {
+			// Bounded: a CAS that never wins fails the count below, not the
+			// test's deadline.
+			for done, tries := 0, 0; done < each && tries < 1000; tries++ {
 				p, _, err := k.Get("n", nil)
 				if err != nil {
 					errs <- err
