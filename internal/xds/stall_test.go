@@ -186,19 +186,29 @@ func TestStallTimeoutDefault(t *testing.T) {
 		t.Fatal("no connection accepted")
 	}
 	for _, c := range conns {
-		rc, err := c.(*net.TCPConn).SyscallConn()
-		if err != nil {
-			t.Fatal(err)
-		}
-		var ms int
-		var gerr error
-		if err := rc.Control(func(fd uintptr) { ms, gerr = unix.GetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_USER_TIMEOUT) }); err != nil || gerr != nil {
-			t.Fatal(err, gerr)
-		}
-		if time.Duration(ms)*time.Millisecond != DefaultStallTimeout {
-			t.Fatalf("TCP_USER_TIMEOUT %d ms, want %v", ms, DefaultStallTimeout)
+		if got := userTimeout(t, c); got != DefaultStallTimeout {
+			t.Fatalf("TCP_USER_TIMEOUT %v, want %v", got, DefaultStallTimeout)
 		}
 	}
+}
+
+// userTimeout is the TCP_USER_TIMEOUT of c's socket.
+func userTimeout(t *testing.T, c net.Conn) time.Duration {
+	t.Helper()
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		t.Fatalf("%T has no socket", c)
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ms int
+	var gerr error
+	if err := rc.Control(func(fd uintptr) { ms, gerr = unix.GetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_USER_TIMEOUT) }); err != nil || gerr != nil {
+		t.Fatal(err, gerr)
+	}
+	return time.Duration(ms) * time.Millisecond
 }
 
 // TestStalledSubscriber: a client that reads nothing for a while keeps its
