@@ -160,11 +160,26 @@ func (c *Client) GetConfig(ctx context.Context, kind, namespace, name string) (j
 
 // DeleteConfig deletes one config object and returns the revision.
 func (c *Client) DeleteConfig(ctx context.Context, kind, namespace, name string) (int64, error) {
-	var res struct {
-		Revision int64 `json:"revision"`
-	}
-	err := c.do(ctx, "DELETE", configPath(kind, namespace, name), nil, &res)
+	res, err := c.DeleteConfigPublished(ctx, kind, namespace, name)
 	return res.Revision, err
+}
+
+// DeleteResult is the answer of DeleteConfigPublished.
+type DeleteResult struct {
+	Revision int64 `json:"revision"`
+	// Published and Warning as in ApplyResult: the server answered once its
+	// control plane had published the delete (false, with Warning, when it
+	// did not in time; nil without a control plane).
+	Published *bool  `json:"published,omitempty"`
+	Warning   string `json:"warning,omitempty"`
+}
+
+// DeleteConfigPublished deletes a config object as DeleteConfig does and
+// also says whether the control plane published the delete.
+func (c *Client) DeleteConfigPublished(ctx context.Context, kind, namespace, name string) (DeleteResult, error) {
+	var res DeleteResult
+	err := c.do(ctx, "DELETE", configPath(kind, namespace, name), nil, &res)
+	return res, err
 }
 
 // Do sends one request to the server's API (path with its query) with body

@@ -175,8 +175,9 @@ func TestGRPCClientRightAfterApply(t *testing.T) {
 	}
 }
 
-// TestConfigApplyWait: "config apply --wait" returns once every connected
-// subscriber (here grpc-go's xDS client) has ACKed the applied config; a
+// TestConfigApplyWait: "config apply --wait" (and "config delete --wait")
+// returns once every connected subscriber (here grpc-go's xDS client) has
+// ACKed the applied config; a
 // subscriber that never answers makes it print who is behind and fail at
 // --timeout.
 func TestConfigApplyWait(t *testing.T) {
@@ -223,6 +224,24 @@ func TestConfigApplyWait(t *testing.T) {
 	res, err := api.ApplyConfig(ctx, []byte(subsetsConfig("shop")), false)
 	if err != nil || res.Published == nil || !*res.Published || time.Since(again) > 5*time.Second {
 		t.Fatalf("unchanged apply: %+v %v after %v", res, err, time.Since(again))
+	}
+
+	// "config delete --wait" returns once the client ACKed routes without
+	// the VirtualService: x-version: v2 no longer pins calls to v2.
+	out, err = runOn(t, url, "", "config", "delete", "vs/shop", "--wait", "--timeout", "20s")
+	if err != nil || !strings.Contains(out, "deleted virtualservice default/shop") || !strings.Contains(out, "ACKed by all 1 subscribers") {
+		t.Fatalf("delete --wait: %v\n%s", err, out)
+	}
+	servedBy := map[string]int{}
+	for range 20 {
+		resp, err := testgrpc.NewTestServiceClient(conn).UnaryCall(md, &testgrpc.SimpleRequest{}, grpc.WaitForReady(true))
+		if err != nil {
+			t.Fatalf("after delete --wait: %v", err)
+		}
+		servedBy[string(resp.GetPayload().GetBody())]++
+	}
+	if servedBy["shop-v1"] == 0 {
+		t.Fatalf("after delete --wait, x-version: v2 calls still all went to v2: %v", servedBy)
 	}
 
 	// A subscriber that asks for every cluster and never ACKs.

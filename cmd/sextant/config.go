@@ -87,7 +87,7 @@ non-zero.`,
 				if err := writeJSON(out, res); err != nil || !wait {
 					return err
 				}
-				return waitApplied(cmd.Context(), cmd.ErrOrStderr(), c, res, waitTimeout)
+				return waitApplied(cmd.Context(), cmd.ErrOrStderr(), c, "config apply", res.Revision, res.Published, res.Warning, waitTimeout)
 			}
 			suffix := ""
 			if dryRun {
@@ -112,7 +112,7 @@ non-zero.`,
 				fmt.Fprintln(cmd.ErrOrStderr(), "warning:", res.Warning)
 			}
 			if wait {
-				return waitApplied(cmd.Context(), out, c, res, waitTimeout)
+				return waitApplied(cmd.Context(), out, c, "config apply", res.Revision, res.Published, res.Warning, waitTimeout)
 			}
 			return nil
 		},
@@ -218,15 +218,24 @@ name: vs, dr, gw, pa, ap.`,
 		},
 	}
 
+	var delWait bool
+	var delTimeout time.Duration
 	del := &cobra.Command{
 		Use:   "delete KIND/NAMESPACE/NAME | KIND/NAME",
 		Short: "Delete one config object",
 		Long: `Delete one config object. KIND/NAME is in namespace default; the answer
-names the namespace the object was deleted from.`,
+names the namespace the object was deleted from. As with apply, the server
+answers once its control plane has published the delete; with --wait the
+command then waits until every connected xDS subscriber has ACKed it, and on
+--timeout prints who is still behind and exits non-zero.`,
 		Example: `  sextant config delete vs/prod/orders
-  sextant config delete vs/orders               # namespace default`,
+  sextant config delete vs/orders               # namespace default
+  sextant config delete dr/orders --wait --timeout 30s`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if delTimeout <= 0 {
+				return fmt.Errorf("config delete: --timeout %v: must be positive", delTimeout)
+			}
 			k, ns, name, err := splitConfigRef(args[0])
 			if err != nil {
 				return err
@@ -235,19 +244,32 @@ names the namespace the object was deleted from.`,
 			if err != nil {
 				return err
 			}
-			rev, err := c.DeleteConfig(cmd.Context(), k, ns, name)
+			res, err := c.DeleteConfigPublished(cmd.Context(), k, ns, name)
 			if err != nil {
 				return failed("config delete "+args[0], err)
 			}
+			out, waitOut := cmd.OutOrStdout(), cmd.OutOrStdout()
 			if f.json() {
-				return writeJSON(cmd.OutOrStdout(), map[string]int64{"revision": rev})
+				if err := writeJSON(out, res); err != nil || !delWait {
+					return err
+				}
+				waitOut = cmd.ErrOrStderr()
+			} else {
+				// As placements delete names its object: the namespace said
+				// even when the reference left it out, the kind as apply prints it.
+				fmt.Fprintf(out, "deleted %s %s/%s (revision %d)\n", configKindName(k), ns, name, res.Revision)
+				if res.Warning != "" {
+					fmt.Fprintln(cmd.ErrOrStderr(), "warning:", res.Warning)
+				}
 			}
-			// As placements delete names its object: the namespace said
-			// even when the reference left it out, the kind as apply prints it.
-			fmt.Fprintf(cmd.OutOrStdout(), "deleted %s %s/%s (revision %d)\n", configKindName(k), ns, name, rev)
-			return nil
+			if !delWait {
+				return nil
+			}
+			return waitApplied(cmd.Context(), waitOut, c, "config delete", res.Revision, res.Published, res.Warning, delTimeout)
 		},
 	}
+	del.Flags().BoolVar(&delWait, "wait", false, "wait until every connected xDS subscriber has ACKed the delete")
+	del.Flags().DurationVar(&delTimeout, "timeout", 30*time.Second, "with --wait: how long to wait before printing who is behind and failing")
 	cmd.AddCommand(apply, list, get, del)
 	return cmd
 }

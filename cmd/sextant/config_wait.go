@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -46,16 +45,17 @@ func lagging(st push.Status) []string {
 }
 
 // waitApplied waits until every connected xDS subscriber has been sent and
-// has ACKed everything the control plane published up to the apply's
-// revision (the server answered the apply once it had published it): no
+// has ACKed everything the control plane published up to the write's
+// revision (the server answered the write once it had published it): no
 // update pending, no response unanswered, none rejected. It prints who is
-// still behind when timeout passes, and fails then.
-func waitApplied(ctx context.Context, out io.Writer, c *client.Client, res client.ApplyResult, timeout time.Duration) error {
-	if res.Published == nil {
-		return errors.New("config apply --wait: the server runs no control plane (no --xds listener): nothing to wait for")
+// still behind when timeout passes, and fails then. verb names the command
+// in errors ("config apply").
+func waitApplied(ctx context.Context, out io.Writer, c *client.Client, verb string, rev int64, published *bool, warning string, timeout time.Duration) error {
+	if published == nil {
+		return fmt.Errorf("%s --wait: the server runs no control plane (no --xds listener): nothing to wait for", verb)
 	}
-	if !*res.Published {
-		return fmt.Errorf("config apply --wait: %s", res.Warning)
+	if !*published {
+		return fmt.Errorf("%s --wait: %s", verb, warning)
 	}
 	start := time.Now()
 	deadline := start.Add(timeout)
@@ -63,11 +63,11 @@ func waitApplied(ctx context.Context, out io.Writer, c *client.Client, res clien
 	for {
 		st = push.Status{}
 		if err := c.Call(ctx, http.MethodGet, "/v1/push/status", nil, &st); err != nil {
-			return failed("config apply --wait: push status", err)
+			return failed(verb+" --wait: push status", err)
 		}
 		lag := lagging(st)
 		if len(lag) == 0 {
-			fmt.Fprintf(out, "revision %d: ACKed by all %d subscribers (%v)\n", res.Revision, len(st.Subscribers),
+			fmt.Fprintf(out, "revision %d: ACKed by all %d subscribers (%v)\n", rev, len(st.Subscribers),
 				time.Since(start).Round(time.Millisecond))
 			return nil
 		}
@@ -75,8 +75,8 @@ func waitApplied(ctx context.Context, out io.Writer, c *client.Client, res clien
 			for _, l := range lag {
 				fmt.Fprintln(out, "  behind:", l)
 			}
-			return fmt.Errorf("config apply --wait: revision %d not ACKed by every subscriber within %v (%d behind, listed above)",
-				res.Revision, timeout, len(lag))
+			return fmt.Errorf("%s --wait: revision %d not ACKed by every subscriber within %v (%d behind, listed above)",
+				verb, rev, timeout, len(lag))
 		}
 		select {
 		case <-ctx.Done():

@@ -13,6 +13,7 @@ import (
 
 	"github.com/sextant-mesh/sextant/internal/acl"
 	"github.com/sextant-mesh/sextant/internal/config"
+	"github.com/sextant-mesh/sextant/internal/jsonstring"
 	"github.com/sextant-mesh/sextant/internal/naming"
 	"github.com/sextant-mesh/sextant/internal/store"
 	"github.com/sextant-mesh/sextant/internal/xds"
@@ -355,10 +356,18 @@ func (a *API) deleteConfig(w http.ResponseWriter, r *http.Request, reg *backend)
 	if err != nil {
 		return configError(err)
 	}
-	a.waitPublished(r.Context(), rev, true)
+	published, warning := a.waitPublished(r.Context(), rev, true)
 	writeJSON(w, rev, func(b []byte) []byte {
 		b = append(b, `{"revision":`...)
 		b = strconv.AppendInt(b, rev, 10)
+		if published != nil {
+			b = append(b, `,"published":`...)
+			b = strconv.AppendBool(b, *published)
+		}
+		if warning != "" {
+			b = append(b, `,"warning":`...)
+			b = jsonstring.Append(b, warning)
+		}
 		return append(b, '}')
 	})
 	return nil
