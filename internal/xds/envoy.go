@@ -1,0 +1,179 @@
+package xds
+
+import (
+	"bytes"
+	"fmt"
+
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	tlsinspectorv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/listener/tls_inspector/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+)
+
+// The Envoy variant of a resource. The translators write the mesh's mutual
+// TLS as proxyless gRPC reads it: certificate provider instances (gRFC A29),
+// which Envoy does not implement (it rejects an ISTIO_MUTUAL cluster: "SAN-
+// based verification of peer certificates without trusted CA is insecure",
+// and a listener gets no certificate). Envoy reads them by SDS, under
+// Istio's names, on the ADS stream: the workload's certificate and key
+// "default" and the roots "ROOTCA" (workload.go serves them). The cache
+// makes the variant from the encoding (Apply), once per version, so every
+// publisher (the push engine, the Gateways' publisher) gets it for free.
+
+// TLSInspector is the listener filter that reads a connection's TLS
+// ClientHello (SNI, ALPN) before a filter chain is chosen: Envoy matches a
+// chain's server_names or transport_protocol "tls" only with it.
+const TLSInspector = "envoy.filters.listener.tls_inspector"
+
+// providerMarker is how an encoded CertificateProviderPluginInstance
+// naming Sextant's instance begins (instance_name, field 1): a resource
+// without it has no variant, and is not decoded.
+var providerMarker = append([]byte{0x0a, byte(len(CertificateProvider))}, CertificateProvider...)
+
+// envoyVariant returns the Envoy variant of value, a resource of type t,
+// and false when Envoy gets value itself.
+func envoyVariant(t Type, value []byte) ([]byte, bool, error) {
+	switch t {
+	case TypeCluster:
+		if !bytes.Contains(value, providerMarker) {
+			return nil, false, nil
+		}
+		c := &clusterv3.Cluster{}
+		if err := proto.Unmarshal(value, c); err != nil {
+			return nil, false, fmt.Errorf("xds: envoy variant of cluster: %w", err)
+		}
+		changed := envoySocket(c.TransportSocket)
+		for _, m := range c.TransportSocketMatches {
+			changed = envoySocket(m.TransportSocket) || changed
+		}
+		if !changed {
+			return nil, false, nil
+		}
+		b, err := Encode(c)
+		return b, err == nil, err
+	case TypeListener:
+		hasProvider := bytes.Contains(value, providerMarker)
+		if !hasProvider && !bytes.Contains(value, []byte("tls")) {
+			return nil, false, nil // neither TLS nor a match that needs the inspector
+		}
+		l := &listenerv3.Listener{}
+		if err := proto.Unmarshal(value, l); err != nil {
+			return nil, false, fmt.Errorf("xds: envoy variant of listener: %w", err)
+		}
+		changed := false
+		if hasProvider {
+			for _, fc := range append(l.FilterChains, l.DefaultFilterChain) {
+				if fc != nil {
+					changed = envoySocket(fc.TransportSocket) || changed
+				}
+			}
+		}
+		changed = ensureTLSInspector(l) || changed
+		if !changed {
+			return nil, false, nil
+		}
+		b, err := Encode(l)
+		return b, err == nil, err
+	}
+	return nil, false, nil
+}
+
+// NeedsTLSInspector reports whether a listener's filter chains match on
+// what only the TLS inspector reads: server_names, transport_protocol
+// "tls", or application_protocols.
+func NeedsTLSInspector(l *listenerv3.Listener) bool {
+	for _, fc := range l.FilterChains {
+		m := fc.GetFilterChainMatch()
+		if len(m.GetServerNames()) > 0 || m.GetTransportProtocol() == "tls" || len(m.GetApplicationProtocols()) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// HasTLSInspector reports whether l carries the TLS inspector.
+func HasTLSInspector(l *listenerv3.Listener) bool {
+	for _, f := range l.ListenerFilters {
+		if f.GetName() == TLSInspector {
+			return true
+		}
+	}
+	return false
+}
+
+// TLSInspectorFilter is the listener filter TLSInspector.
+func TLSInspectorFilter() *listenerv3.ListenerFilter {
+	a := &anypb.Any{}
+	_ = anypb.MarshalFrom(a, &tlsinspectorv3.TlsInspector{}, deterministic)
+	return &listenerv3.ListenerFilter{Name: TLSInspector, ConfigType: &listenerv3.ListenerFilter_TypedConfig{TypedConfig: a}}
+}
+
+// ensureTLSInspector adds the TLS inspector to l if its chains need it and
+// it has none, and reports whether it did.
+func ensureTLSInspector(l *listenerv3.Listener) bool {
+	if !NeedsTLSInspector(l) || HasTLSInspector(l) {
+		return false
+	}
+	l.ListenerFilters = append([]*listenerv3.ListenerFilter{TLSInspectorFilter()}, l.ListenerFilters...)
+	return true
+}
+
+// envoySocket rewrites a TLS transport socket's certificate provider
+// instances named CertificateProvider into SDS secrets of the same
+// certificate names over ADS, and reports whether it changed anything.
+// The validation context becomes a combined one: its SAN matchers (typed,
+// URI: a SPIFFE ID) beside the roots from SDS, Istio's shape.
+func envoySocket(ts *corev3.TransportSocket) bool {
+	a := ts.GetTypedConfig()
+	if a == nil {
+		return false
+	}
+	var msg interface {
+		proto.Message
+		GetCommonTlsContext() *tlsv3.CommonTlsContext
+	}
+	switch a.GetTypeUrl() {
+	case "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext":
+		msg = &tlsv3.UpstreamTlsContext{}
+	case "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext":
+		msg = &tlsv3.DownstreamTlsContext{}
+	default:
+		return false
+	}
+	if err := a.UnmarshalTo(msg); err != nil {
+		return false
+	}
+	c := msg.GetCommonTlsContext()
+	if c == nil {
+		return false
+	}
+	changed := false
+	if pi := c.TlsCertificateProviderInstance; pi.GetInstanceName() == CertificateProvider {
+		c.TlsCertificateProviderInstance = nil
+		c.TlsCertificateSdsSecretConfigs = []*tlsv3.SdsSecretConfig{{Name: pi.GetCertificateName(), SdsConfig: adsSource}}
+		changed = true
+	}
+	if vc := c.GetValidationContext(); vc != nil && vc.CaCertificateProviderInstance.GetInstanceName() == CertificateProvider {
+		roots := vc.CaCertificateProviderInstance.GetCertificateName()
+		vc.CaCertificateProviderInstance = nil
+		for _, m := range vc.MatchSubjectAltNames { //nolint:staticcheck // grpc-go's field, read here to give Envoy the typed one
+			vc.MatchTypedSubjectAltNames = append(vc.MatchTypedSubjectAltNames, &tlsv3.SubjectAltNameMatcher{SanType: tlsv3.SubjectAltNameMatcher_URI, Matcher: m})
+		}
+		vc.MatchSubjectAltNames = nil //nolint:staticcheck // see above
+		c.ValidationContextType = &tlsv3.CommonTlsContext_CombinedValidationContext{CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{
+			DefaultValidationContext:         vc,
+			ValidationContextSdsSecretConfig: &tlsv3.SdsSecretConfig{Name: roots, SdsConfig: adsSource},
+		}}
+		changed = true
+	}
+	if !changed {
+		return false
+	}
+	if err := anypb.MarshalFrom(a, msg, deterministic); err != nil {
+		return false
+	}
+	return true
+}
