@@ -49,17 +49,18 @@ func newEnvoyBootstrapCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "bootstrap",
 		Short: "Print an Envoy bootstrap (YAML or JSON) for a node: ADS to the server's xDS",
-		Long: `Print the bootstrap an Envoy reads (envoy -c FILE) to join the mesh: the node
-(its id; an Istio sidecar id sidecar~IP~POD.NAMESPACE~NAMESPACE.svc.cluster.local
+		Long: `Print the bootstrap an Envoy reads (envoy -c FILE) to join the mesh:
+the node (its id: an Istio sidecar id, sidecar~IP~POD.NS~NS.svc.cluster.local,
 or a gateway's router~... is understood), its NAMESPACE and SERVICE_ACCOUNT
 metadata (its workload identity), clusters and listeners over ADS from the
 server's --xds, and the static cluster "xds-grpc" that reaches it over HTTP/2.
-The server serves the node the Envoy variant of its resources and its
+The server serves the node the Envoy variant of its resources, and its
 workload certificate and roots over SDS ("default", "ROOTCA";
 docs/security.md, "Envoy over SDS"). With --token, every ADS stream carries
 it (authorization: Bearer ...): the bootstrap then holds a secret, keep it
 0600. Nothing is asked of the server.`,
-		Example: `  sextant envoy bootstrap --node sidecar~10.0.0.5~web-1.shop~shop.svc.cluster.local --service-account web > envoy.yaml
+		Example: `  sextant envoy bootstrap --service-account web \
+      --node sidecar~10.0.0.5~web-1.shop~shop.svc.cluster.local > envoy.yaml
   envoy -c envoy.yaml`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
