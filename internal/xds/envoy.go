@@ -3,12 +3,14 @@ package xds
 import (
 	"bytes"
 	"fmt"
+	"sync"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	tlsinspectorv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/listener/tls_inspector/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 )
@@ -28,34 +30,144 @@ import (
 // chain's server_names or transport_protocol "tls" only with it.
 const TLSInspector = "envoy.filters.listener.tls_inspector"
 
-// providerMarker is how an encoded CertificateProviderPluginInstance
-// naming Sextant's instance begins (instance_name, field 1): a resource
-// without it has no variant, and is not decoded.
-var providerMarker = append([]byte{0x0a, byte(len(CertificateProvider))}, CertificateProvider...)
+// providerMarkers are the encodings of the CertificateProviderPluginInstances
+// the translators write (instance_name, field 1, then certificate_name,
+// field 2): a resource without one has no variant, and is not decoded.
+// (The instance name alone is no mark: every cluster's metadata is under
+// the key "sextant".)
+var providerMarkers = [][]byte{providerMarker(CertificateName), providerMarker(RootCertName)}
+
+func providerMarker(cert string) []byte {
+	b := protowire.AppendTag(nil, 1, protowire.BytesType)
+	b = protowire.AppendString(b, CertificateProvider)
+	b = protowire.AppendTag(b, 2, protowire.BytesType)
+	return protowire.AppendString(b, cert)
+}
+
+func hasProvider(value []byte) bool {
+	for _, m := range providerMarkers {
+		if bytes.Contains(value, m) {
+			return true
+		}
+	}
+	return false
+}
+
+// Field numbers of envoy.config.cluster.v3.Cluster holding transport sockets.
+const (
+	clusterTransportSocket        = 24
+	clusterTransportSocketMatches = 43
+)
+
+// socketVariants remembers the rewritten encoding of the transport
+// sockets seen last: the clusters of one namespace and policy share one
+// socket, so a full recomputation rewrites each once, not per cluster.
+var socketVariants = &socketMemo{m: map[string][]byte{}}
+
+type socketMemo struct {
+	mu sync.Mutex
+	m  map[string][]byte // field number and encoding -> rewritten encoding; empty: unchanged
+}
+
+// maxSocketVariants bounds the memo; past it, it starts again.
+const maxSocketVariants = 1024
+
+// of returns the rewritten encoding of body, a transport socket (field
+// clusterTransportSocket) or a transport socket match, or nil when Envoy
+// gets it as it is.
+func (sm *socketMemo) of(num protowire.Number, body []byte) ([]byte, error) {
+	key := string(rune(num)) + string(body)
+	sm.mu.Lock()
+	b, ok := sm.m[key]
+	sm.mu.Unlock()
+	if ok {
+		if len(b) == 0 {
+			return nil, nil
+		}
+		return b, nil
+	}
+	ts, tm := &corev3.TransportSocket{}, &clusterv3.Cluster_TransportSocketMatch{}
+	var msg proto.Message = ts
+	if num == clusterTransportSocketMatches {
+		msg = tm
+	}
+	if err := proto.Unmarshal(body, msg); err != nil {
+		return nil, err
+	}
+	if num == clusterTransportSocketMatches {
+		ts = tm.TransportSocket
+	}
+	b = []byte{}
+	if envoySocket(ts) {
+		var err error
+		if b, err = deterministic.Marshal(msg); err != nil {
+			return nil, err
+		}
+	}
+	sm.mu.Lock()
+	if len(sm.m) >= maxSocketVariants {
+		clear(sm.m)
+	}
+	sm.m[key] = b
+	sm.mu.Unlock()
+	if len(b) == 0 {
+		return nil, nil
+	}
+	return b, nil
+}
+
+// clusterVariant rewrites the transport sockets of an encoded cluster and
+// copies every other field as it is: the deterministic encoding keeps
+// fields in number order, and so does the copy.
+func clusterVariant(value []byte) ([]byte, bool, error) {
+	out := make([]byte, 0, len(value)+64)
+	changed := false
+	for rest := value; len(rest) > 0; {
+		num, typ, n := protowire.ConsumeTag(rest)
+		if n < 0 {
+			return nil, false, protowire.ParseError(n)
+		}
+		m := protowire.ConsumeFieldValue(num, typ, rest[n:])
+		if m < 0 {
+			return nil, false, protowire.ParseError(m)
+		}
+		field := rest[:n+m]
+		rest = rest[n+m:]
+		if typ != protowire.BytesType || (num != clusterTransportSocket && num != clusterTransportSocketMatches) {
+			out = append(out, field...)
+			continue
+		}
+		body, _ := protowire.ConsumeBytes(field[n:])
+		b, err := socketVariants.of(num, body)
+		if err != nil {
+			return nil, false, err
+		}
+		if b == nil {
+			out = append(out, field...)
+			continue
+		}
+		changed = true
+		out = protowire.AppendTag(out, num, protowire.BytesType)
+		out = protowire.AppendBytes(out, b)
+	}
+	return out, changed, nil
+}
 
 // envoyVariant returns the Envoy variant of value, a resource of type t,
 // and false when Envoy gets value itself.
 func envoyVariant(t Type, value []byte) ([]byte, bool, error) {
 	switch t {
 	case TypeCluster:
-		if !bytes.Contains(value, providerMarker) {
+		if !hasProvider(value) {
 			return nil, false, nil
 		}
-		c := &clusterv3.Cluster{}
-		if err := proto.Unmarshal(value, c); err != nil {
+		b, ok, err := clusterVariant(value)
+		if err != nil {
 			return nil, false, fmt.Errorf("xds: envoy variant of cluster: %w", err)
 		}
-		changed := envoySocket(c.TransportSocket)
-		for _, m := range c.TransportSocketMatches {
-			changed = envoySocket(m.TransportSocket) || changed
-		}
-		if !changed {
-			return nil, false, nil
-		}
-		b, err := Encode(c)
-		return b, err == nil, err
+		return b, ok, nil
 	case TypeListener:
-		hasProvider := bytes.Contains(value, providerMarker)
+		hasProvider := hasProvider(value)
 		if !hasProvider && !bytes.Contains(value, []byte("tls")) {
 			return nil, false, nil // neither TLS nor a match that needs the inspector
 		}
