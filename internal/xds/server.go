@@ -39,6 +39,7 @@ type Server struct {
 	// secretAccess makes each stream's SecretAccess (secretacl.go).
 	secretAccess func(context.Context) SecretAccess
 	wl           *workloads // nil: no workload certificates over SDS
+	sdsService   bool       // ServerOptions.SecretService
 
 	mu   sync.Mutex
 	subs map[uint64]*subscriber
@@ -79,6 +80,9 @@ type ServerOptions struct {
 	// Workloads issues the certificates Envoy nodes ask for as the SDS
 	// secrets "default" and "ROOTCA" (workload.go); nil: none are served.
 	Workloads WorkloadIssuer
+	// SecretService: Serve serves the Secret Discovery Service too
+	// (RegisterSecrets), as a local SDS agent does.
+	SecretService bool
 }
 
 // DefaultMaxConnectionAge is ServerOptions.MaxConnectionAge's default,
@@ -121,7 +125,7 @@ func NewServer(c *Cache, opts ServerOptions) *Server {
 		age.MaxConnectionAgeGrace = 10 * time.Second
 	}
 	s := &Server{age: age, cache: c, log: opts.Logger, metrics: opts.Metrics, subs: map[uint64]*subscriber{}, grpcOpts: opts.GRPC, ackWait: opts.AckWait, turns: newTurns(),
-		secretAccess: opts.SecretAccess}
+		secretAccess: opts.SecretAccess, sdsService: opts.SecretService}
 	if opts.Workloads != nil {
 		s.wl = newWorkloads(opts.Workloads, c, opts.Logger)
 	}
@@ -178,6 +182,9 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 		grpc.InitialWindowSize(1 << 20), grpc.InitialConnWindowSize(1 << 20),
 		grpc.KeepaliveParams(s.age)}, s.grpcOpts...)...)
 	s.Register(g)
+	if s.sdsService {
+		s.RegisterSecrets(g)
+	}
 	// The stopper ends with ctx, or when Serve fails on its own (a broken
 	// listener): then nothing is left to stop and the error is returned now.
 	failed, done := make(chan struct{}), make(chan struct{})
