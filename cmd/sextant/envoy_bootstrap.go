@@ -39,8 +39,8 @@ func newEnvoyCmd() *cobra.Command {
 
 // envoyBootstrapArgs are the bootstrap command's flags.
 type envoyBootstrapArgs struct {
-	node, xds, token, namespace, account, format string
-	admin                                        int
+	node, xds, token, namespace, account, format, sds string
+	admin                                             int
 }
 
 // newEnvoyBootstrapCmd prints an Envoy bootstrap for a node of the mesh.
@@ -58,7 +58,9 @@ The server serves the node the Envoy variant of its resources, and its
 workload certificate and roots over SDS ("default", "ROOTCA";
 docs/security.md, "Envoy over SDS"). With --token, every ADS stream carries
 it (authorization: Bearer ...): the bootstrap then holds a secret, keep it
-0600. Nothing is asked of the server.`,
+0600. With --sds unix://PATH the certificate comes from a local agent
+("sextant identity agent --sds") by the static cluster "sds-grpc", as
+Istio's sidecars read istio-agent's. Nothing is asked of the server.`,
 		Example: `  sextant envoy bootstrap --service-account web \
       --node sidecar~10.0.0.5~web-1.shop~shop.svc.cluster.local > envoy.yaml
   envoy -c envoy.yaml`,
@@ -80,6 +82,7 @@ it (authorization: Bearer ...): the bootstrap then holds a secret, keep it
 	fl.StringVar(&a.account, "service-account", "default", "the workload's service account (its SPIFFE ID's sa)")
 	fl.StringVarP(&a.format, "output", "o", "yaml", "yaml or json")
 	fl.IntVar(&a.admin, "admin-port", 15000, "Envoy's admin port on 127.0.0.1 (0: no admin interface)")
+	fl.StringVar(&a.sds, "sds", "", `read the workload certificate from a local agent's SDS socket, unix://PATH ("sextant identity agent --sds"), not from the server`)
 	_ = cmd.MarkFlagRequired("node")
 	return cmd
 }
@@ -131,7 +134,15 @@ func buildEnvoyBootstrap(a envoyBootstrapArgs) (*bootstrapv3.Bootstrap, error) {
 			ns = in.Namespace
 		}
 	}
-	md, err := structpb.NewStruct(map[string]any{"NAMESPACE": ns, "SERVICE_ACCOUNT": a.account})
+	meta := map[string]any{"NAMESPACE": ns, "SERVICE_ACCOUNT": a.account}
+	var sdsPath string
+	if a.sds != "" {
+		if sdsPath, err = parseSDSAddr(a.sds); err != nil {
+			return nil, fmt.Errorf("envoy bootstrap: %w", err)
+		}
+		meta["SEXTANT_SDS"] = "agent" // xds.FlavourEnvoyAgent
+	}
+	md, err := structpb.NewStruct(meta)
 	if err != nil {
 		return nil, fmt.Errorf("envoy bootstrap: %w", err)
 	}
@@ -167,6 +178,17 @@ func buildEnvoyBootstrap(a envoyBootstrapArgs) (*bootstrapv3.Bootstrap, error) {
 					Address: &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{
 						Address: host, PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: uint32(port)}}}}}}}}}}},
 		}}},
+	}
+	if sdsPath != "" {
+		b.StaticResources.Clusters = append(b.StaticResources.Clusters, &clusterv3.Cluster{
+			Name:                          xds.AgentSDSCluster,
+			ClusterDiscoveryType:          &clusterv3.Cluster_Type{Type: clusterv3.Cluster_STATIC},
+			ConnectTimeout:                durationpb.New(time.Second),
+			TypedExtensionProtocolOptions: map[string]*anypb.Any{xds.HTTPProtocolOptionsKey: h2},
+			LoadAssignment: &endpointv3.ClusterLoadAssignment{ClusterName: xds.AgentSDSCluster, Endpoints: []*endpointv3.LocalityLbEndpoints{{
+				LbEndpoints: []*endpointv3.LbEndpoint{{HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{
+					Address: &corev3.Address{Address: &corev3.Address_Pipe{Pipe: &corev3.Pipe{Path: sdsPath}}}}}}}}}},
+		})
 	}
 	if a.admin > 0 {
 		b.Admin = &bootstrapv3.Admin{Address: &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{

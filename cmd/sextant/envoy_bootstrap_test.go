@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/sextant-mesh/sextant/internal/envoycheck"
+	"github.com/sextant-mesh/sextant/internal/xds"
 )
 
 // TestEnvoyBootstrap runs "sextant envoy bootstrap" as users do (the
@@ -54,7 +55,30 @@ func TestEnvoyBootstrap(t *testing.T) {
 			t.Errorf("%s: xds cluster endpoint %v", format, sa)
 		}
 	}
+	// With a local agent: the sds-grpc cluster to its socket, and the
+	// metadata that makes the server name it.
+	var out bytes.Buffer
+	cmd := newEnvoyCmd()
+	cmd.SetOut(&out)
+	cmd.SetArgs([]string{"bootstrap", "--node", node, "--sds", "unix:///run/sextant/web/sds.sock", "-o", "json"})
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	b := &bootstrapv3.Bootstrap{}
+	if err := protojson.Unmarshal(out.Bytes(), b); err != nil {
+		t.Fatal(err)
+	}
+	if errs := envoycheck.Validate("bootstrap", b); len(errs) > 0 {
+		t.Error(errs)
+	}
+	cl := b.StaticResources.GetClusters()
+	if len(cl) != 2 || cl[1].Name != xds.AgentSDSCluster ||
+		cl[1].GetLoadAssignment().GetEndpoints()[0].GetLbEndpoints()[0].GetEndpoint().GetAddress().GetPipe().GetPath() != "/run/sextant/web/sds.sock" ||
+		b.Node.GetMetadata().GetFields()["SEXTANT_SDS"].GetStringValue() != "agent" {
+		t.Errorf("--sds: clusters %v, node %v", cl, b.Node)
+	}
 	for args, want := range map[string]string{
+		"--node n --sds /tmp/sds.sock":     `--sds "/tmp/sds.sock"`,
 		"--node n --xds nowhere":           `--xds "nowhere"`,
 		"--node n --xds 10.0.0.1:0":        "port in 1..65535",
 		"--node n -o toml":                 `--output "toml"`,

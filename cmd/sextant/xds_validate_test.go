@@ -178,6 +178,8 @@ func TestXDSServedPassesEnvoyChecks(t *testing.T) {
 	nodes := []xdsNode{
 		{"envoy sidecar", &corev3.Node{Id: "sidecar~127.0.0.1~web-1.shop~shop.svc.cluster.local", UserAgentName: "envoy",
 			Metadata: meta(map[string]any{"NAMESPACE": "shop", "SERVICE_ACCOUNT": "web", "ISTIO_VERSION": "1.24.0"})}, envoycheck.Rules{Envoy: true}},
+		{"envoy sidecar with agent", &corev3.Node{Id: "sidecar~127.0.0.1~web-2.shop~shop.svc.cluster.local", UserAgentName: "envoy",
+			Metadata: meta(map[string]any{"NAMESPACE": "shop", "SERVICE_ACCOUNT": "web", "SEXTANT_SDS": "agent"})}, envoycheck.Rules{Envoy: true, AgentCluster: xds.AgentSDSCluster}},
 		{"envoy gateway", &corev3.Node{Id: "router~127.0.0.1~gw-1.edge~edge.svc.cluster.local", UserAgentName: "envoy"}, envoycheck.Rules{Envoy: true}},
 		{"sextant gateway", &corev3.Node{Id: "gw", Cluster: "sextant-gateway", UserAgentName: "sextant-gateway"}, envoycheck.Rules{}},
 		{"grpc-go", &corev3.Node{Id: "web-2", UserAgentName: "gRPC Go", Metadata: meta(map[string]any{"NAMESPACE": "shop"})}, envoycheck.Rules{}},
@@ -194,7 +196,7 @@ func TestXDSServedPassesEnvoyChecks(t *testing.T) {
 			if len(served.Clusters) < 6 || len(served.Listeners) < 4 || len(served.Routes) == 0 {
 				t.Fatalf("served too little to check: %d clusters, %d listeners, %d routes", len(served.Clusters), len(served.Listeners), len(served.Routes))
 			}
-			if n.rules.Envoy && (served.Secrets[xds.CertificateName] == nil || served.Secrets[xds.RootCertName] == nil) {
+			if n.rules.Envoy && n.rules.AgentCluster == "" && (served.Secrets[xds.CertificateName] == nil || served.Secrets[xds.RootCertName] == nil) {
 				t.Errorf("an Envoy node was not served its workload certificate and roots: %v", keysOf(served.Secrets))
 			}
 			violations := envoycheck.Check(served, n.rules)

@@ -91,6 +91,9 @@ type Refs struct {
 // wherever server_names are matched (a gateway's listeners).
 type Rules struct {
 	Envoy bool
+	// AgentCluster is the bootstrap cluster of the node's local SDS agent
+	// ("sds-grpc"), "" when it has none: secrets from it are the agent's.
+	AgentCluster string
 }
 
 // Check returns every violation in s, each naming the resource, what is
@@ -149,6 +152,11 @@ func checkTLS(s *Served, tc tlsContext, rules Rules) []string {
 	}
 	var out []string
 	c := tc.common
+	for _, sc := range c.GetTlsCertificateSdsSecretConfigs() {
+		if a := agentSDS(sc); a != "" && a != rules.AgentCluster {
+			out = append(out, fmt.Sprintf("%s: certificate by SDS from cluster %q, which the node's bootstrap does not have", tc.where, a))
+		}
+	}
 	if c.GetTlsCertificateProviderInstance() != nil || c.GetTlsCertificateCertificateProvider() != nil {
 		// Envoy implements no certificate provider instance (gRFC A29's
 		// fields are proxyless gRPC's): such a certificate is absent.
@@ -164,7 +172,17 @@ func checkTLS(s *Served, tc tlsContext, rules Rules) []string {
 		vc = comb.GetDefaultValidationContext()
 		// Envoy merges the SDS validation context into the default one
 		// (source/common/tls/context_config_impl.cc): its trusted_ca counts.
-		if sec := s.Secrets[comb.GetValidationContextSdsSecretConfig().GetName()]; sec != nil && sec.GetValidationContext().GetTrustedCa() != nil {
+		sc := comb.GetValidationContextSdsSecretConfig()
+		if sec := s.Secrets[sc.GetName()]; sec != nil && sec.GetValidationContext().GetTrustedCa() != nil {
+			trusted = true
+		}
+		// From a local agent: its roots are the agent's to serve
+		// (TestIdentityAgentServesSDS), out of this check's sight, as long
+		// as the node's bootstrap has that cluster (rules.AgentCluster).
+		if c := agentSDS(sc); c != "" {
+			if c != rules.AgentCluster {
+				out = append(out, fmt.Sprintf("%s: roots by SDS from cluster %q, which the node's bootstrap does not have", tc.where, c))
+			}
 			trusted = true
 		}
 	}
@@ -318,17 +336,40 @@ func (s *Served) References() Refs {
 	}
 	for _, tc := range s.tlsContexts() {
 		for _, sc := range tc.common.GetTlsCertificateSdsSecretConfigs() {
+			if fromADS(sc) {
+				set["s"][sc.GetName()] = true
+			}
+		}
+		if sc := tc.common.GetValidationContextSdsSecretConfig(); sc != nil && fromADS(sc) {
 			set["s"][sc.GetName()] = true
 		}
-		if sc := tc.common.GetValidationContextSdsSecretConfig(); sc != nil {
-			set["s"][sc.GetName()] = true
-		}
-		if sc := tc.common.GetCombinedValidationContext().GetValidationContextSdsSecretConfig(); sc != nil {
+		if sc := tc.common.GetCombinedValidationContext().GetValidationContextSdsSecretConfig(); sc != nil && fromADS(sc) {
 			set["s"][sc.GetName()] = true
 		}
 	}
 	list := func(k string) []string { return sorted(set[k]) }
 	return Refs{Clusters: list("c"), Endpoints: list("e"), Routes: list("r"), Secrets: list("s")}
+}
+
+// fromADS reports whether a secret comes on the ADS stream (what a
+// Served holds); one from another source (a local agent's socket, by a
+// bootstrap cluster) is out of its sight.
+func fromADS(sc *tlsv3.SdsSecretConfig) bool {
+	return sc.GetSdsConfig() == nil || sc.GetSdsConfig().GetAds() != nil
+}
+
+// agentSDS returns the bootstrap cluster a secret comes from when it is
+// not ADS ("" when it is).
+func agentSDS(sc *tlsv3.SdsSecretConfig) string {
+	if fromADS(sc) {
+		return ""
+	}
+	for _, g := range sc.GetSdsConfig().GetApiConfigSource().GetGrpcServices() {
+		if c := g.GetEnvoyGrpc().GetClusterName(); c != "" {
+			return c
+		}
+	}
+	return "?"
 }
 
 func routeClusters(rc *routev3.RouteConfiguration, into map[string]bool) {

@@ -46,25 +46,26 @@ type entry struct {
 	resField      []byte
 	origin        time.Time // commit time of the oldest change this version reflects
 	hidden        bool
-	// envoy is the variant Envoy nodes get (envoy.go): same name, id,
-	// seq, origin and hidden; nil when they get this one.
-	envoy *entry
+	// variants are what nodes of the other flavours get (envoy.go), by
+	// flavour: same name, id, seq, origin and hidden; nil when they get
+	// this one.
+	variants [numFlavours]*entry
 }
 
 // of returns the variant of e nodes of flavour f get (nil for nil).
 func (e *entry) of(f Flavour) *entry {
-	if f == FlavourEnvoy && e != nil && e.envoy != nil {
-		return e.envoy
+	if e != nil && e.variants[f] != nil {
+		return e.variants[f]
 	}
 	return e
 }
 
-// variantValue is the encoding of e's Envoy variant, nil when there is none.
-func (e *entry) variantValue() []byte {
-	if e.envoy == nil {
+// variantValue is the encoding of e's variant for f, nil when there is none.
+func (e *entry) variantValue(f Flavour) []byte {
+	if e.variants[f] == nil {
 		return nil
 	}
-	return e.envoy.value
+	return e.variants[f].value
 }
 
 // typeCache holds the current version of every resource of one type.
@@ -282,10 +283,10 @@ func (g *errgroup) wait() error {
 // subscriber.
 func (c *Cache) Apply(t Type, set []Resource, remove []string, version string, origin time.Time) (int, error) {
 	type enc struct {
-		r       *Resource
-		key     string
-		value   []byte
-		variant []byte // Envoy's, nil when it gets value
+		r        *Resource
+		key      string
+		value    []byte
+		variants [numFlavours][]byte // by flavour, nil when it gets value
 	}
 	encs := make([]enc, len(set))
 	encode := func(lo, hi int) error {
@@ -298,22 +299,21 @@ func (c *Cache) Apply(t Type, set []Resource, remove []string, version string, o
 					return fmt.Errorf("xds: encode %s %q: %w", t, r.Name, err)
 				}
 			}
-			var variant []byte
-			ok, err := false, error(nil)
-			if !c.noVariants {
-				variant, ok, err = envoyVariant(t, v)
-			}
-			if err != nil {
-				return fmt.Errorf("xds: %s %q: %w", t, r.Name, err)
-			}
-			if !ok {
-				variant = nil
+			var variants [numFlavours][]byte
+			for f := FlavourEnvoy; f < numFlavours && !c.noVariants; f++ {
+				b, ok, err := envoyVariant(f, t, v)
+				if err != nil {
+					return fmt.Errorf("xds: %s %q: %w", t, r.Name, err)
+				}
+				if ok {
+					variants[f] = b
+				}
 			}
 			key := r.Key
 			if key == "" {
 				key = r.Name
 			}
-			encs[i] = enc{r, key, v, variant}
+			encs[i] = enc{r, key, v, variants}
 		}
 		return nil
 	}
@@ -336,13 +336,18 @@ func (c *Cache) Apply(t Type, set []Resource, remove []string, version string, o
 	for _, e := range encs {
 		id := tc.intern(e.key)
 		old := tc.entries[id]
-		if old != nil && old.hidden == e.r.Hidden && old.name == e.r.Name && bytes.Equal(old.value, e.value) &&
-			bytes.Equal(old.variantValue(), e.variant) {
+		if old != nil && old.hidden == e.r.Hidden && old.name == e.r.Name && bytes.Equal(old.value, e.value) && sameVariants(old, e.variants) {
 			continue
 		}
 		ne := newEntry(t, e.r, e.value, id, c.seq.Add(1), origin)
-		if e.variant != nil {
-			ne.envoy = newEntry(t, e.r, e.variant, id, ne.seq, origin)
+		for f, v := range e.variants {
+			switch {
+			case v == nil:
+			case Flavour(f) > FlavourEnvoy && bytes.Equal(v, e.variants[FlavourEnvoy]):
+				ne.variants[f] = ne.variants[FlavourEnvoy] // the same bytes: one entry
+			default:
+				ne.variants[f] = newEntry(t, e.r, v, id, ne.seq, origin)
+			}
 		}
 		tc.put(id, old, ne)
 		tc.lastSeq = ne.seq
@@ -385,6 +390,16 @@ func (c *Cache) Apply(t Type, set []Resource, remove []string, version string, o
 		s.notify(t, changed, origin)
 	}
 	return len(changed), nil
+}
+
+// sameVariants reports whether e holds the variants vs.
+func sameVariants(e *entry, vs [numFlavours][]byte) bool {
+	for f, v := range vs {
+		if !bytes.Equal(e.variantValue(Flavour(f)), v) {
+			return false
+		}
+	}
+	return true
 }
 
 // newEntry is version v of r, encoded as value.

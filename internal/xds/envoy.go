@@ -75,8 +75,8 @@ const maxSocketVariants = 1024
 // of returns the rewritten encoding of body, a transport socket (field
 // clusterTransportSocket) or a transport socket match, or nil when Envoy
 // gets it as it is.
-func (sm *socketMemo) of(num protowire.Number, body []byte) ([]byte, error) {
-	key := string(rune(num)) + string(body)
+func (sm *socketMemo) of(f Flavour, num protowire.Number, body []byte) ([]byte, error) {
+	key := string(rune(f)) + string(rune(num)) + string(body)
 	sm.mu.Lock()
 	b, ok := sm.m[key]
 	sm.mu.Unlock()
@@ -98,7 +98,7 @@ func (sm *socketMemo) of(num protowire.Number, body []byte) ([]byte, error) {
 		ts = tm.TransportSocket
 	}
 	b = []byte{}
-	if envoySocket(ts) {
+	if envoySocket(ts, sdsSource(f)) {
 		var err error
 		if b, err = deterministic.Marshal(msg); err != nil {
 			return nil, err
@@ -119,7 +119,7 @@ func (sm *socketMemo) of(num protowire.Number, body []byte) ([]byte, error) {
 // clusterVariant rewrites the transport sockets of an encoded cluster and
 // copies every other field as it is: the deterministic encoding keeps
 // fields in number order, and so does the copy.
-func clusterVariant(value []byte) ([]byte, bool, error) {
+func clusterVariant(f Flavour, value []byte) ([]byte, bool, error) {
 	out := make([]byte, 0, len(value)+64)
 	changed := false
 	for rest := value; len(rest) > 0; {
@@ -138,7 +138,7 @@ func clusterVariant(value []byte) ([]byte, bool, error) {
 			continue
 		}
 		body, _ := protowire.ConsumeBytes(field[n:])
-		b, err := socketVariants.of(num, body)
+		b, err := socketVariants.of(f, num, body)
 		if err != nil {
 			return nil, false, err
 		}
@@ -153,15 +153,34 @@ func clusterVariant(value []byte) ([]byte, bool, error) {
 	return out, changed, nil
 }
 
-// envoyVariant returns the Envoy variant of value, a resource of type t,
-// and false when Envoy gets value itself.
-func envoyVariant(t Type, value []byte) ([]byte, bool, error) {
+// agentSource is where FlavourEnvoyAgent reads its workload secrets: the
+// bootstrap's cluster of the local agent's socket.
+var agentSource = &corev3.ConfigSource{
+	ConfigSourceSpecifier: &corev3.ConfigSource_ApiConfigSource{ApiConfigSource: &corev3.ApiConfigSource{
+		ApiType: corev3.ApiConfigSource_GRPC, TransportApiVersion: corev3.ApiVersion_V3, SetNodeOnFirstMessageOnly: true,
+		GrpcServices: []*corev3.GrpcService{{TargetSpecifier: &corev3.GrpcService_EnvoyGrpc_{EnvoyGrpc: &corev3.GrpcService_EnvoyGrpc{ClusterName: AgentSDSCluster}}}},
+	}},
+	ResourceApiVersion: corev3.ApiVersion_V3,
+}
+
+// sdsSource is where nodes of flavour f read the workload secrets.
+func sdsSource(f Flavour) *corev3.ConfigSource {
+	if f == FlavourEnvoyAgent {
+		return agentSource
+	}
+	return adsSource
+}
+
+// envoyVariant returns the variant of value, a resource of type t, that
+// nodes of flavour f (an Envoy flavour) get, and false when they get
+// value itself.
+func envoyVariant(f Flavour, t Type, value []byte) ([]byte, bool, error) {
 	switch t {
 	case TypeCluster:
 		if !hasProvider(value) {
 			return nil, false, nil
 		}
-		b, ok, err := clusterVariant(value)
+		b, ok, err := clusterVariant(f, value)
 		if err != nil {
 			return nil, false, fmt.Errorf("xds: envoy variant of cluster: %w", err)
 		}
@@ -179,7 +198,7 @@ func envoyVariant(t Type, value []byte) ([]byte, bool, error) {
 		if hasProvider {
 			for _, fc := range append(l.FilterChains, l.DefaultFilterChain) {
 				if fc != nil {
-					changed = envoySocket(fc.TransportSocket) || changed
+					changed = envoySocket(fc.TransportSocket, sdsSource(f)) || changed
 				}
 			}
 		}
@@ -235,10 +254,10 @@ func ensureTLSInspector(l *listenerv3.Listener) bool {
 
 // envoySocket rewrites a TLS transport socket's certificate provider
 // instances named CertificateProvider into SDS secrets of the same
-// certificate names over ADS, and reports whether it changed anything.
+// certificate names from src, and reports whether it changed anything.
 // The validation context becomes a combined one: its SAN matchers (typed,
 // URI: a SPIFFE ID) beside the roots from SDS, Istio's shape.
-func envoySocket(ts *corev3.TransportSocket) bool {
+func envoySocket(ts *corev3.TransportSocket, src *corev3.ConfigSource) bool {
 	a := ts.GetTypedConfig()
 	if a == nil {
 		return false
@@ -265,7 +284,7 @@ func envoySocket(ts *corev3.TransportSocket) bool {
 	changed := false
 	if pi := c.TlsCertificateProviderInstance; pi.GetInstanceName() == CertificateProvider {
 		c.TlsCertificateProviderInstance = nil
-		c.TlsCertificateSdsSecretConfigs = []*tlsv3.SdsSecretConfig{{Name: pi.GetCertificateName(), SdsConfig: adsSource}}
+		c.TlsCertificateSdsSecretConfigs = []*tlsv3.SdsSecretConfig{{Name: pi.GetCertificateName(), SdsConfig: src}}
 		changed = true
 	}
 	if vc := c.GetValidationContext(); vc != nil && vc.CaCertificateProviderInstance.GetInstanceName() == CertificateProvider {
@@ -277,7 +296,7 @@ func envoySocket(ts *corev3.TransportSocket) bool {
 		vc.MatchSubjectAltNames = nil //nolint:staticcheck // see above
 		c.ValidationContextType = &tlsv3.CommonTlsContext_CombinedValidationContext{CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{
 			DefaultValidationContext:         vc,
-			ValidationContextSdsSecretConfig: &tlsv3.SdsSecretConfig{Name: roots, SdsConfig: adsSource},
+			ValidationContextSdsSecretConfig: &tlsv3.SdsSecretConfig{Name: roots, SdsConfig: src},
 		}}
 		changed = true
 	}

@@ -14,6 +14,7 @@ import (
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	discoverygrpc "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 	networking "istio.io/api/networking/v1"
 	security "istio.io/api/security/v1beta1"
@@ -45,6 +46,8 @@ func TestNodeFlavour(t *testing.T) {
 		{"istio router id", &corev3.Node{Id: "router~10.0.0.9~gw-1.edge~edge.svc.cluster.local"}, FlavourEnvoy},
 		{"istio metadata", &corev3.Node{Id: "x", Metadata: md("ISTIO_VERSION", "1.24.0")}, FlavourEnvoy},
 		{"istio proxyless", &corev3.Node{Id: "sidecar~10.0.0.5~web-1.shop~shop.svc.cluster.local", UserAgentName: "gRPC Go", Metadata: md("GENERATOR", "grpc")}, FlavourGRPC},
+		{"envoy with a local agent", &corev3.Node{Id: "sidecar~10.0.0.5~web-1.shop~shop.svc.cluster.local", Metadata: md("SEXTANT_SDS", "agent")}, FlavourEnvoyAgent},
+		{"grpc ignores the agent mark", &corev3.Node{Id: "web-1", UserAgentName: "gRPC Go", Metadata: md("SEXTANT_SDS", "agent")}, FlavourGRPC},
 		{"generator beats envoy id", &corev3.Node{Id: "sidecar~10.0.0.5~web-1.shop~shop.svc.cluster.local", Metadata: md("GENERATOR", "grpc")}, FlavourGRPC},
 	} {
 		if got := NodeFlavour(c.node); got != c.want {
@@ -321,4 +324,38 @@ func (g *identityGrants) grantIdentity(ns string) {
 	close(g.changed)
 	g.changed = make(chan struct{})
 	g.mu.Unlock()
+}
+
+// TestAgentVariant: a node reading its certificate from a local agent gets
+// clusters whose SDS secrets come by the bootstrap's cluster sds-grpc,
+// not ADS; plain clusters have no variant at all.
+func TestAgentVariant(t *testing.T) {
+	mtls, err := Encode(Cluster("shop/orders", config.Policy{TLS: &networking.ClientTLSSettings{Mode: networking.ClientTLSSettings_ISTIO_MUTUAL}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, ok, err := envoyVariant(FlavourEnvoyAgent, TypeCluster, mtls)
+	if err != nil || !ok {
+		t.Fatalf("no variant: %v", err)
+	}
+	c := &clusterv3.Cluster{}
+	if err := proto.Unmarshal(b, c); err != nil {
+		t.Fatal(err)
+	}
+	u := &tlsv3.UpstreamTlsContext{}
+	if err := c.TransportSocket.GetTypedConfig().UnmarshalTo(u); err != nil {
+		t.Fatal(err)
+	}
+	for _, sc := range []*tlsv3.SdsSecretConfig{u.CommonTlsContext.TlsCertificateSdsSecretConfigs[0], u.CommonTlsContext.GetCombinedValidationContext().GetValidationContextSdsSecretConfig()} {
+		if got := sc.GetSdsConfig().GetApiConfigSource().GetGrpcServices()[0].GetEnvoyGrpc().GetClusterName(); got != AgentSDSCluster {
+			t.Errorf("%s from %q, want %s", sc.GetName(), got, AgentSDSCluster)
+		}
+	}
+	if c.Name != "shop/orders" || c.GetEdsClusterConfig().GetServiceName() != "shop/orders" {
+		t.Errorf("the rest of the cluster changed: %v", c)
+	}
+	plain, _ := Encode(Cluster("shop/plain", config.Policy{}))
+	if _, ok, _ := envoyVariant(FlavourEnvoyAgent, TypeCluster, plain); ok {
+		t.Error("a plain cluster got a variant")
+	}
 }

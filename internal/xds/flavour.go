@@ -16,14 +16,27 @@ const (
 	// FlavourGRPC is proxyless gRPC (and Sextant's gateway, which reads
 	// the same gRFC A29 fields): the default.
 	FlavourGRPC Flavour = iota
-	// FlavourEnvoy is Envoy, as a sidecar or a gateway.
+	// FlavourEnvoy is Envoy, as a sidecar or a gateway, reading its
+	// workload certificate by SDS over ADS from the server.
 	FlavourEnvoy
+	// FlavourEnvoyAgent is Envoy reading it from a local agent ("sextant
+	// identity agent --sds"), by SDS over the bootstrap's cluster
+	// AgentSDSCluster, as Istio's sidecars read istio-agent's: its node
+	// metadata says SEXTANT_SDS: agent.
+	FlavourEnvoyAgent
 	numFlavours
 )
 
+// AgentSDSCluster is the bootstrap's cluster of the local SDS agent's
+// unix socket, Istio's name.
+const AgentSDSCluster = "sds-grpc"
+
 func (f Flavour) String() string {
-	if f == FlavourEnvoy {
+	switch f {
+	case FlavourEnvoy:
 		return "envoy"
+	case FlavourEnvoyAgent:
+		return "envoy-agent"
 	}
 	return "grpc"
 }
@@ -40,7 +53,18 @@ func (f Flavour) String() string {
 //  4. an Istio proxy node id (TYPE~IP~POD.NS~NS.svc.DOMAIN, TYPE sidecar or
 //     router) or Istio proxy metadata (ISTIO_VERSION): Envoy;
 //  5. else gRPC, what Sextant served before it knew Envoy.
+//
+// An Envoy node whose metadata says SEXTANT_SDS: agent reads its workload
+// certificate from a local agent (FlavourEnvoyAgent).
 func NodeFlavour(n *corev3.Node) Flavour {
+	f := nodeFlavour(n)
+	if f == FlavourEnvoy && n.GetMetadata().GetFields()["SEXTANT_SDS"].GetStringValue() == "agent" {
+		return FlavourEnvoyAgent
+	}
+	return f
+}
+
+func nodeFlavour(n *corev3.Node) Flavour {
 	md := n.GetMetadata().GetFields()
 	if md["GENERATOR"].GetStringValue() == "grpc" {
 		return FlavourGRPC
