@@ -295,10 +295,13 @@ func TestWorkloadCertNeedsIdentityGrant(t *testing.T) {
 	if got := names(t, r); len(got) != 1 || got[0] != CertificateName {
 		t.Fatalf("after the grant: %v", got)
 	}
-	g.mu.Lock()
-	sent := g.sent
-	g.mu.Unlock()
-	if len(sent) != 1 || sent[0] != node.Id+":"+CertificateName {
+	// Reported once SendMsg has returned, which may be after the client
+	// read it.
+	deadline := time.Now().Add(10 * time.Second)
+	for len(g.sentList()) == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if sent := g.sentList(); len(sent) != 1 || sent[0] != node.Id+":"+CertificateName {
 		t.Errorf("audited sends: %v", sent)
 	}
 }
