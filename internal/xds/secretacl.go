@@ -156,10 +156,18 @@ func (s *Server) workloadSecretKeys(sub *subscriber, req request) map[string]str
 					sub.wlKey = certKey(sub.ns, sub.wlSA)
 					sub.wlID = s.cache.types[TypeSecret].lookup(sub.wlKey)
 				}
-				keys[n] = sub.wlKey
+				key := sub.wlKey
+				keys[n] = key
 				sub.mu.Unlock()
-				s.ensureWorkloadCert(sub)
+				// Every ACK names it again: issue only what is not
+				// published (RunWorkloads renews).
+				if _, _, ok := s.cache.Get(TypeSecret, key); !ok {
+					s.ensureWorkloadCert(sub)
+				}
 			case RootCertName:
+				if _, _, ok := s.cache.Get(TypeSecret, RootCertName); ok {
+					continue
+				}
 				if err := s.wl.ensureBundle(context.Background()); err != nil {
 					s.log.Warn("xds: trust bundle for SDS", "node", sub.node, "err", err)
 				}
