@@ -89,12 +89,20 @@ func printCertificate(cmd *cobra.Command, f *clientFlags, dir string, cert clien
 func newIdentityAgentCmd(f *clientFlags) *cobra.Command {
 	var a identityArgs
 	var check time.Duration
+	var sds string
 	cmd := &cobra.Command{
 		Use:   "agent",
 		Short: "Keep a certificate, its key and the trust bundle in --dir fresh until stopped",
+		Long: `Keep the workload's certificate, key and trust bundle in --dir fresh: a new
+certificate at half of its lifetime, and at once when the root rotates.
+With --sds unix://PATH it also serves them over SDS on that unix socket
+(0600), as istio-agent does for Envoy: the secret "default" (certificate
+chain and key) and "ROOTCA" (the roots), pushed again at every renewal.`,
 		Example: `  sextant identity agent --namespace orders --service-account api --dir /var/run/sextant/orders-api
   # then, in grpc-go's xDS bootstrap: "certificate_providers": {"sextant": {"plugin_name": "file_watcher",
-  #   "config": {"certificate_file": ".../cert.pem", "private_key_file": ".../key.pem", "ca_certificate_file": ".../ca.pem"}}}`,
+  #   "config": {"certificate_file": ".../cert.pem", "private_key_file": ".../key.pem", "ca_certificate_file": ".../ca.pem"}}}
+  sextant identity agent --namespace orders --service-account api \
+      --dir /var/run/sextant/orders-api --sds unix:///var/run/sextant/orders-api/sds.sock`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := f.client()
@@ -103,8 +111,20 @@ func newIdentityAgentCmd(f *clientFlags) *cobra.Command {
 			}
 			ctx := cmd.Context() // cancelled by SIGINT and SIGTERM (main.go)
 			errOut := cmd.ErrOrStderr()
+			publish := func(client.Certificate) {}
+			if sds != "" {
+				agent, err := startSDSAgent(ctx, sds)
+				if err != nil {
+					return err
+				}
+				defer agent.stop()
+				publish = agent.publish
+			}
 			err = c.KeepIdentity(ctx, a.namespace, a.account, a.dir, a.ttl, check,
-				func(cert client.Certificate) { _ = printCertificate(cmd, f, a.dir, cert) },
+				func(cert client.Certificate) {
+					publish(cert)
+					_ = printCertificate(cmd, f, a.dir, cert)
+				},
 				func(err error) { fmt.Fprintf(errOut, "sextant identity agent: %v (retrying)\n", err) })
 			if ctx.Err() != nil {
 				return nil // stopped by a signal
@@ -114,6 +134,7 @@ func newIdentityAgentCmd(f *clientFlags) *cobra.Command {
 	}
 	a.bind(cmd)
 	cmd.Flags().DurationVar(&check, "check", time.Minute, "how often to look for a rotated root")
+	cmd.Flags().StringVar(&sds, "sds", "", "also serve the certificate over SDS on this unix socket (unix://PATH): \"default\" and \"ROOTCA\", for Envoy")
 	return cmd
 }
 

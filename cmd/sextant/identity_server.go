@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"github.com/sextant-mesh/sextant/internal/ca"
 	"github.com/sextant-mesh/sextant/internal/identity"
 	"github.com/sextant-mesh/sextant/internal/seal"
+	"github.com/sextant-mesh/sextant/internal/xds"
 )
 
 // defaultTrustDomain is Istio's default, so SPIFFE IDs read the same.
@@ -72,4 +74,29 @@ func newIdentity(f identityFlags, keys *seal.Keyring, log *slog.Logger) (*identi
 		return nil, fmt.Errorf("--trust-domain: %w", err)
 	}
 	return s, nil
+}
+
+// sdsIssuer issues the workload certificates the xDS server serves Envoy
+// nodes over SDS (docs/security.md, "Envoy over SDS").
+type sdsIssuer struct{ id *identity.Service }
+
+func (i sdsIssuer) IssueWorkload(ctx context.Context, ns, sa string) (xds.WorkloadCert, error) {
+	a, err := i.id.Authority(ctx)
+	if err != nil {
+		return xds.WorkloadCert{}, err
+	}
+	now := time.Now()
+	is, key, err := i.id.SignNewKey(ctx, ca.ID{TrustDomain: a.TrustDomain(), Namespace: ns, Account: sa}, 0)
+	if err != nil {
+		return xds.WorkloadCert{}, err
+	}
+	return xds.WorkloadCert{ID: is.ID.String(), ChainPEM: is.ChainPEM, KeyPEM: key, NotAfter: is.Leaf.NotAfter, Issued: now}, nil
+}
+
+func (i sdsIssuer) Bundle(ctx context.Context) ([]byte, error) {
+	a, err := i.id.Authority(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return a.Bundle(), nil
 }

@@ -392,7 +392,9 @@ func runServer(ctx context.Context, f serverFlags) error {
 	ads := xds.NewServer(cache, xds.ServerOptions{Logger: log.With("component", "xds"), Metrics: xds.NewMetrics(metrics),
 		GRPC: append(xdsServerOptions(guard, tlsCfg), xdsHandshake(f)), MaxConnectionAge: maxAge,
 		// A Secret (a private key) goes only to secret:read on its namespace, audited.
-		SecretAccess: func(ctx context.Context) xds.SecretAccess { return acl.SDS(ctx) }})
+		SecretAccess: func(ctx context.Context) xds.SecretAccess { return acl.SDS(ctx) },
+		// Envoy nodes' SDS "default" and "ROOTCA", from the authority.
+		Workloads: sdsIssuer{ident}})
 	if f.xds != "" {
 		// Without an xDS listener nothing consumes what the engine pushes.
 		lc.start("push engine", true, engine.Run)

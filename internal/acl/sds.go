@@ -136,3 +136,14 @@ func (g *Guard) auditRecordNS(st *state, ns, result string, extra ...slog.Attr) 
 	one.ns = append(one.nsBuf[:0], ns)
 	g.auditRecord(one, result, 0, extra...)
 }
+
+// AllowsIdentity reports whether the caller may have the workload
+// identities of namespace ns (identity:write, what the identity API asks
+// to sign one): the xDS server then serves an Envoy node the SDS secret
+// "default", its certificate and key. Read at each send, as Allows.
+func (s *SecretStream) AllowsIdentity(ns string) bool {
+	if s.st == nil || ns == "" {
+		return false
+	}
+	return s.st.g.check(s.st, Permission{Resource: Identity, Access: Write, Namespace: ns}) == nil
+}

@@ -353,3 +353,17 @@ func (s *Service) Rotate(ctx context.Context, chainPEM, keyPEM []byte) (*ca.Auth
 	}
 	return s.cur.Load().auth, nil
 }
+
+// SignNewKey makes a key and issues a certificate for id to it (see
+// ca.Authority.SignNewKey): for the xDS server's SDS secret "default".
+func (s *Service) SignNewKey(ctx context.Context, id ca.ID, ttl time.Duration) (*ca.Issued, []byte, error) {
+	a, err := s.Authority(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	is, key, err := a.SignNewKey(id, ttl)
+	if err == nil {
+		s.remember(Issued{ID: id, Serial: is.Leaf.SerialNumber.Text(16), IssuedAt: time.Now(), NotAfter: is.Leaf.NotAfter})
+	}
+	return is, key, err
+}

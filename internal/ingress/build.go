@@ -360,6 +360,11 @@ func tlsListener(name string, p *port, vss []*config.Entry, mtls func(config.Key
 		}
 		l.FilterChains = append(l.FilterChains, terminating(name, names, d))
 	}
+	if xds.NeedsTLSInspector(l) {
+		// Envoy reads SNI (server_names) only with the TLS inspector: without
+		// it no chain matching them is ever chosen.
+		l.ListenerFilters = []*listenerv3.ListenerFilter{xds.TLSInspectorFilter()}
+	}
 	return l, warns
 }
 

@@ -115,6 +115,10 @@ spec:
 	if s := out[0]["edge/a-cert-cacert"].(*tlsv3.Secret); s.GetValidationContext() == nil {
 		t.Error("the CA secret holds no validation context")
 	}
+	// Its chains match server_names: Envoy needs the TLS inspector to read them.
+	if l := out[1][ListenerName(8443)].(*listenerv3.Listener); !xds.HasTLSInspector(l) {
+		t.Errorf("listener of 8443 matches server_names without %s: %v", xds.TLSInspector, l.ListenerFilters)
+	}
 	rc := out[2][ListenerName(8443)].(*routev3.RouteConfiguration)
 	if len(rc.VirtualHosts) != 1 || strings.Join(rc.VirtualHosts[0].Domains, ",") != "a.example.com,x.b.example.com" ||
 		rc.VirtualHosts[0].Routes[0].GetRoute().GetCluster() != "default/orders/v1" {

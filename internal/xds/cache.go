@@ -46,6 +46,26 @@ type entry struct {
 	resField      []byte
 	origin        time.Time // commit time of the oldest change this version reflects
 	hidden        bool
+	// variants are what nodes of the other flavours get (envoy.go), by
+	// flavour: same name, id, seq, origin and hidden; nil when they get
+	// this one.
+	variants [numFlavours]*entry
+}
+
+// of returns the variant of e nodes of flavour f get (nil for nil).
+func (e *entry) of(f Flavour) *entry {
+	if e != nil && e.variants[f] != nil {
+		return e.variants[f]
+	}
+	return e
+}
+
+// variantValue is the encoding of e's variant for f, nil when there is none.
+func (e *entry) variantValue(f Flavour) []byte {
+	if e.variants[f] == nil {
+		return nil
+	}
+	return e.variants[f].value
 }
 
 // typeCache holds the current version of every resource of one type.
@@ -63,7 +83,7 @@ type typeCache struct {
 	lastSeq uint64            // seq of the last change (a removal takes one too)
 
 	memoMu sync.Mutex
-	memo   atomic.Pointer[fullBody]
+	memo   [numFlavours]atomic.Pointer[fullBody]
 }
 
 // fullBody is every visible resource of a type encoded as DiscoveryResponse
@@ -104,31 +124,32 @@ func (tc *typeCache) lookup(key string) uint32 {
 	return tc.intern(key)
 }
 
-// full returns the memoised encoding of every visible entry. Called with
-// tc.mu read-locked.
-func (tc *typeCache) full() *fullBody {
-	if m := tc.memo.Load(); m != nil && m.gen == tc.gen {
+// full returns the memoised encoding of every visible entry, as nodes of
+// flavour f get them. Called with tc.mu read-locked.
+func (tc *typeCache) full(f Flavour) *fullBody {
+	memo := &tc.memo[f]
+	if m := memo.Load(); m != nil && m.gen == tc.gen {
 		return m
 	}
 	tc.memoMu.Lock()
 	defer tc.memoMu.Unlock()
-	if m := tc.memo.Load(); m != nil && m.gen == tc.gen {
+	if m := memo.Load(); m != nil && m.gen == tc.gen {
 		return m
 	}
 	size := 0
 	for _, e := range tc.entries {
 		if e != nil && !e.hidden {
-			size += len(e.anyField)
+			size += len(e.of(f).anyField)
 		}
 	}
 	m := &fullBody{gen: tc.gen, body: make([]byte, 0, size), version: tc.version}
 	for _, e := range tc.entries {
 		if e != nil && !e.hidden {
-			m.body = append(m.body, e.anyField...)
+			m.body = append(m.body, e.of(f).anyField...)
 			m.count++
 		}
 	}
-	tc.memo.Store(m)
+	memo.Store(m)
 	return m
 }
 
@@ -145,6 +166,9 @@ type Cache struct {
 
 	// listenerFor builds an on-demand listener; see SetListenerFunc.
 	listenerFor atomic.Pointer[ListenerFunc]
+	// noVariants: Apply makes no Envoy variant, as before Sextant served
+	// Envoy (BenchmarkApplyVariants compares the two in one run).
+	noVariants bool
 
 	// epMu guards the subscribers with an endpoint change to send
 	// (epWaiting) and epIdle, closed while there are none: every
@@ -259,9 +283,10 @@ func (g *errgroup) wait() error {
 // subscriber.
 func (c *Cache) Apply(t Type, set []Resource, remove []string, version string, origin time.Time) (int, error) {
 	type enc struct {
-		r     *Resource
-		key   string
-		value []byte
+		r        *Resource
+		key      string
+		value    []byte
+		variants [numFlavours][]byte // by flavour, nil when it gets value
 	}
 	encs := make([]enc, len(set))
 	encode := func(lo, hi int) error {
@@ -274,11 +299,21 @@ func (c *Cache) Apply(t Type, set []Resource, remove []string, version string, o
 					return fmt.Errorf("xds: encode %s %q: %w", t, r.Name, err)
 				}
 			}
+			var variants [numFlavours][]byte
+			for f := FlavourEnvoy; f < numFlavours && !c.noVariants; f++ {
+				b, ok, err := envoyVariant(f, t, v)
+				if err != nil {
+					return fmt.Errorf("xds: %s %q: %w", t, r.Name, err)
+				}
+				if ok {
+					variants[f] = b
+				}
+			}
 			key := r.Key
 			if key == "" {
 				key = r.Name
 			}
-			encs[i] = enc{r, key, v}
+			encs[i] = enc{r, key, v, variants}
 		}
 		return nil
 	}
@@ -301,19 +336,18 @@ func (c *Cache) Apply(t Type, set []Resource, remove []string, version string, o
 	for _, e := range encs {
 		id := tc.intern(e.key)
 		old := tc.entries[id]
-		if old != nil && old.hidden == e.r.Hidden && old.name == e.r.Name && bytes.Equal(old.value, e.value) {
+		if old != nil && old.hidden == e.r.Hidden && old.name == e.r.Name && bytes.Equal(old.value, e.value) && sameVariants(old, e.variants) {
 			continue
 		}
-		h := xxhash.Sum64(e.value)
-		ver := contentVersion(e.r.Version, h)
-		anyField := encodeAny(respResources, t.URL(), e.value)
-		ne := &entry{
-			// The value is kept as the tail of its Any (which ends with it),
-			// not as a third copy.
-			name: e.r.Name, version: ver, id: id, seq: c.seq.Add(1), value: anyField[len(anyField)-len(e.value):], hash: h,
-			anyField: anyField,
-			resField: encodeResource(deltaResources, e.r.Name, ver, t.URL(), e.value),
-			origin:   origin, hidden: e.r.Hidden,
+		ne := newEntry(t, e.r, e.value, id, c.seq.Add(1), origin)
+		for f, v := range e.variants {
+			switch {
+			case v == nil:
+			case Flavour(f) > FlavourEnvoy && bytes.Equal(v, e.variants[FlavourEnvoy]):
+				ne.variants[f] = ne.variants[FlavourEnvoy] // the same bytes: one entry
+			default:
+				ne.variants[f] = newEntry(t, e.r, v, id, ne.seq, origin)
+			}
 		}
 		tc.put(id, old, ne)
 		tc.lastSeq = ne.seq
@@ -356,6 +390,31 @@ func (c *Cache) Apply(t Type, set []Resource, remove []string, version string, o
 		s.notify(t, changed, origin)
 	}
 	return len(changed), nil
+}
+
+// sameVariants reports whether e holds the variants vs.
+func sameVariants(e *entry, vs [numFlavours][]byte) bool {
+	for f, v := range vs {
+		if !bytes.Equal(e.variantValue(Flavour(f)), v) {
+			return false
+		}
+	}
+	return true
+}
+
+// newEntry is version v of r, encoded as value.
+func newEntry(t Type, r *Resource, value []byte, id uint32, seq uint64, origin time.Time) *entry {
+	h := xxhash.Sum64(value)
+	ver := contentVersion(r.Version, h)
+	anyField := encodeAny(respResources, t.URL(), value)
+	return &entry{
+		// The value is kept as the tail of its Any (which ends with it),
+		// not as a third copy.
+		name: r.Name, version: ver, id: id, seq: seq, value: anyField[len(anyField)-len(value):], hash: h,
+		anyField: anyField,
+		resField: encodeResource(deltaResources, r.Name, ver, t.URL(), value),
+		origin:   origin, hidden: r.Hidden,
+	}
 }
 
 // contentVersion is the version clients see: the publisher's version (the
@@ -427,6 +486,12 @@ func (c *Cache) Version(t Type) string {
 
 // Get returns the current encoding and version of the resource under key.
 func (c *Cache) Get(t Type, key string) (value []byte, version string, ok bool) {
+	return c.GetFor(FlavourGRPC, t, key)
+}
+
+// GetFor returns the current encoding and version of the resource under
+// key as nodes of flavour f get it.
+func (c *Cache) GetFor(f Flavour, t Type, key string) (value []byte, version string, ok bool) {
 	tc := c.types[t]
 	tc.mu.RLock()
 	defer tc.mu.RUnlock()
@@ -434,7 +499,7 @@ func (c *Cache) Get(t Type, key string) (value []byte, version string, ok bool) 
 	if !found || tc.entries[id] == nil {
 		return nil, "", false
 	}
-	e := tc.entries[id]
+	e := tc.entries[id].of(f)
 	return e.value, e.version, true
 }
 

@@ -2,6 +2,7 @@ package xds
 
 import (
 	"context"
+	"slices"
 	"strings"
 )
 
@@ -44,8 +45,18 @@ type sentSecret struct {
 // Allows must not block (the guard's check is an atomic load and a map
 // lookup).
 func (s *subscriber) secretAllowed(tc *typeCache, id uint32) bool {
-	if tc.typ != TypeSecret || s.secrets == nil {
+	if tc.typ != TypeSecret {
 		return true
+	}
+	if s.wlKey != "" && id == s.wlID {
+		if s.identityAllowed() {
+			return true
+		}
+		s.withheld.Set(uint(id))
+		return false
+	}
+	if s.secrets == nil || tc.names[id] == RootCertName {
+		return true // the trust bundle is no secret (GET /v1/identity/bundle)
 	}
 	if ns, ok := SecretNamespace(tc.names[id]); ok && s.secrets.Allows(ns) {
 		return true
@@ -61,6 +72,12 @@ func (s *subscriber) noteSecret(tc *typeCache, e *entry) {
 		return
 	}
 	ns, _ := SecretNamespace(e.name)
+	switch {
+	case s.wlKey != "" && e.id == s.wlID:
+		ns = s.ns // the workload's own key
+	case e.name == RootCertName:
+		return // the trust bundle is no secret
+	}
 	s.sentSecrets = append(s.sentSecrets, sentSecret{ns: ns, name: e.name, version: e.version})
 }
 
@@ -77,7 +94,8 @@ func (s *subscriber) reportSecrets(list []sentSecret) {
 // those it holds (reported removed if no longer allowed; one it may still
 // have is not sent again). A state-of-the-world client cannot be told to
 // drop a secret: it gets no new version of it.
-func (s *subscriber) recheckSecrets() {
+func (s *subscriber) recheckSecrets(srv *Server) {
+	srv.ensureWorkloadCert(s) // a grant given since the stream asked
 	s.mu.Lock()
 	st := &s.t[TypeSecret]
 	if !st.requested {
@@ -111,4 +129,67 @@ func (s *Server) secretAccessOf(ctx context.Context) SecretAccess {
 		return nil
 	}
 	return s.secretAccess(ctx)
+}
+
+// identityAllowed reports whether the stream may have its node's workload
+// certificate: identity:write on its namespace (IdentityAccess), what the
+// identity API asks to sign one; every stream without a SecretAccess.
+func (s *subscriber) identityAllowed() bool {
+	if s.secrets == nil {
+		return true
+	}
+	ia, ok := s.secrets.(IdentityAccess)
+	return ok && ia.AllowsIdentity(s.ns)
+}
+
+// workloadSecretKeys maps the workload secrets an Envoy node names to
+// their cache keys ("default": its identity's certificate), publishing
+// them first. Called without sub.mu: publishing notifies sub.
+func (s *Server) workloadSecretKeys(sub *subscriber, req request) map[string]string {
+	keys := map[string]string{}
+	for _, list := range [][]string{req.names, req.subscribe, req.unsub, slices.Collect(mapKeys(req.initial))} {
+		for _, n := range list {
+			switch n {
+			case CertificateName:
+				sub.mu.Lock()
+				if sub.wlKey == "" {
+					sub.wlKey = certKey(sub.ns, sub.wlSA)
+					sub.wlID = s.cache.types[TypeSecret].lookup(sub.wlKey)
+				}
+				key := sub.wlKey
+				keys[n] = key
+				sub.mu.Unlock()
+				// Every ACK names it again: issue only what is not
+				// published (RunWorkloads renews).
+				if _, _, ok := s.cache.Get(TypeSecret, key); !ok {
+					s.ensureWorkloadCert(sub)
+				}
+			case RootCertName:
+				if _, _, ok := s.cache.Get(TypeSecret, RootCertName); ok {
+					continue
+				}
+				if err := s.wl.ensureBundle(context.Background()); err != nil {
+					s.log.Warn("xds: trust bundle for SDS", "node", sub.node, "err", err)
+				}
+			}
+		}
+	}
+	return keys
+}
+
+// ensureWorkloadCert publishes the certificate of sub's identity if the
+// stream may have it and it is not published (or is due for renewal).
+func (s *Server) ensureWorkloadCert(sub *subscriber) {
+	if s.wl == nil {
+		return
+	}
+	sub.mu.Lock()
+	key, ok := sub.wlKey, sub.wlKey != "" && sub.identityAllowed()
+	sub.mu.Unlock()
+	if !ok {
+		return
+	}
+	if _, err := s.wl.ensureCert(context.Background(), sub.ns, sub.wlSA); err != nil {
+		s.log.Warn("xds: workload certificate for SDS", "node", sub.node, "key", key, "err", err)
+	}
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/bits-and-blooms/bitset"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoverygrpc "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
@@ -37,6 +38,8 @@ type Server struct {
 	turns    *turns
 	// secretAccess makes each stream's SecretAccess (secretacl.go).
 	secretAccess func(context.Context) SecretAccess
+	wl           *workloads // nil: no workload certificates over SDS
+	sdsService   bool       // ServerOptions.SecretService
 
 	mu   sync.Mutex
 	subs map[uint64]*subscriber
@@ -74,6 +77,12 @@ type ServerOptions struct {
 	// context (acl.SDS: secret:read on the secret's namespace), asked
 	// once per stream; nil: every stream receives every secret, unaudited.
 	SecretAccess func(context.Context) SecretAccess
+	// Workloads issues the certificates Envoy nodes ask for as the SDS
+	// secrets "default" and "ROOTCA" (workload.go); nil: none are served.
+	Workloads WorkloadIssuer
+	// SecretService: Serve serves the Secret Discovery Service too
+	// (RegisterSecrets), as a local SDS agent does.
+	SecretService bool
 }
 
 // DefaultMaxConnectionAge is ServerOptions.MaxConnectionAge's default,
@@ -115,8 +124,43 @@ func NewServer(c *Cache, opts ServerOptions) *Server {
 	if age.MaxConnectionAgeGrace <= 0 {
 		age.MaxConnectionAgeGrace = 10 * time.Second
 	}
-	return &Server{age: age, cache: c, log: opts.Logger, metrics: opts.Metrics, subs: map[uint64]*subscriber{}, grpcOpts: opts.GRPC, ackWait: opts.AckWait, turns: newTurns(),
-		secretAccess: opts.SecretAccess}
+	s := &Server{age: age, cache: c, log: opts.Logger, metrics: opts.Metrics, subs: map[uint64]*subscriber{}, grpcOpts: opts.GRPC, ackWait: opts.AckWait, turns: newTurns(),
+		secretAccess: opts.SecretAccess, sdsService: opts.SecretService}
+	if opts.Workloads != nil {
+		s.wl = newWorkloads(opts.Workloads, c, opts.Logger)
+	}
+	return s
+}
+
+// RunWorkloads renews the workload certificates served over SDS and
+// follows the trust bundle until ctx ends (Serve runs it; a caller that
+// registers the server on its own gRPC server runs it itself). Without
+// ServerOptions.Workloads it returns at once.
+func (s *Server) RunWorkloads(ctx context.Context) {
+	if s.wl == nil {
+		return
+	}
+	s.wl.run(ctx, s.workloadKeys)
+}
+
+// workloadKeys returns the cache keys of the workload certificates the
+// current streams hold.
+func (s *Server) workloadKeys() map[string]bool {
+	s.mu.Lock()
+	subs := make([]*subscriber, 0, len(s.subs))
+	for _, sub := range s.subs {
+		subs = append(subs, sub)
+	}
+	s.mu.Unlock()
+	keys := map[string]bool{}
+	for _, sub := range subs {
+		sub.mu.Lock()
+		if sub.wlKey != "" {
+			keys[sub.wlKey] = true
+		}
+		sub.mu.Unlock()
+	}
+	return keys
 }
 
 // Register adds the ADS service to g, which must have been created with
@@ -138,9 +182,16 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 		grpc.InitialWindowSize(1 << 20), grpc.InitialConnWindowSize(1 << 20),
 		grpc.KeepaliveParams(s.age)}, s.grpcOpts...)...)
 	s.Register(g)
+	if s.sdsService {
+		s.RegisterSecrets(g)
+	}
 	// The stopper ends with ctx, or when Serve fails on its own (a broken
 	// listener): then nothing is left to stop and the error is returned now.
 	failed, done := make(chan struct{}), make(chan struct{})
+	wlCtx, wlStop := context.WithCancel(ctx)
+	wlDone := make(chan struct{})
+	go func() { defer close(wlDone); s.RunWorkloads(wlCtx) }()
+	defer func() { wlStop(); <-wlDone }()
 	go func() {
 		defer close(done)
 		select {
@@ -171,9 +222,7 @@ type request struct {
 	subscribe []string          // delta
 	unsub     []string          // delta
 	initial   map[string]string // delta, first request
-	nodeID    string
-	cluster   string
-	ns        string
+	node      *corev3.Node      // the first request's says who the stream is
 }
 
 // StreamAggregatedResources serves one state-of-the-world stream.
@@ -184,7 +233,7 @@ func (s *Server) StreamAggregatedResources(stream discoverygrpc.AggregatedDiscov
 			return request{}, err
 		}
 		r := request{typeURL: m.TypeUrl, nonce: m.ResponseNonce, names: m.ResourceNames,
-			nodeID: m.GetNode().GetId(), cluster: m.GetNode().GetCluster(), ns: nodeNamespace(m.GetNode().GetMetadata().GetFields())}
+			node: m.GetNode()}
 		if m.ErrorDetail != nil {
 			msg := m.ErrorDetail.GetMessage()
 			r.errMsg = &msg
@@ -202,7 +251,7 @@ func (s *Server) DeltaAggregatedResources(stream discoverygrpc.AggregatedDiscove
 		}
 		r := request{typeURL: m.TypeUrl, nonce: m.ResponseNonce, subscribe: m.ResourceNamesSubscribe,
 			unsub: m.ResourceNamesUnsubscribe, initial: m.InitialResourceVersions,
-			nodeID: m.GetNode().GetId(), cluster: m.GetNode().GetCluster(), ns: nodeNamespace(m.GetNode().GetMetadata().GetFields())}
+			node: m.GetNode()}
 		if m.ErrorDetail != nil {
 			msg := m.ErrorDetail.GetMessage()
 			r.errMsg = &msg
@@ -278,10 +327,12 @@ func (s *Server) serve(ctx context.Context, stream sender, delta bool, recv func
 		}
 		if !started {
 			started = true
-			sub.node, sub.clust = req.nodeID, req.cluster
-			if req.ns != "" {
-				sub.ns = req.ns
+			sub.node, sub.clust = req.node.GetId(), req.node.GetCluster()
+			if ns := NodeNamespace(req.node); ns != "" {
+				sub.ns = ns
 			}
+			sub.flavour = NodeFlavour(req.node)
+			sub.wlSA = NodeServiceAccount(req.node)
 			s.mu.Lock()
 			s.subs[sub.id] = sub
 			s.mu.Unlock()
@@ -318,7 +369,7 @@ func (s *Server) sendLoop(ctx context.Context, sub *subscriber, stream sender) e
 		case <-retryC:
 		case <-secretsChanged:
 			secretsChanged = sub.secrets.Changed()
-			sub.recheckSecrets()
+			sub.recheckSecrets(s)
 		}
 		// A round sends each type once, clusters before the listeners and
 		// routes that name them; endpoints go first and again between the
@@ -487,7 +538,7 @@ func (s *Server) onRequest(sub *subscriber, req request) {
 	}
 	// Listener keys are resolved before taking sub.mu: making an on-demand
 	// listener notifies every subscriber, this one included.
-	var keys map[string]string // nil (read as empty) but for listeners
+	var keys map[string]string // nil (read as empty) but for listeners and workload secrets
 	if t == TypeListener {
 		keys = map[string]string{}
 		for _, list := range [][]string{req.names, req.subscribe, req.unsub, slices.Collect(mapKeys(req.initial))} {
@@ -497,6 +548,9 @@ func (s *Server) onRequest(sub *subscriber, req request) {
 				}
 			}
 		}
+	}
+	if t == TypeSecret && s.wl != nil && sub.flavour == FlavourEnvoy {
+		keys = s.workloadSecretKeys(sub, req)
 	}
 	key := func(n string) string {
 		if k, ok := keys[n]; ok {
@@ -552,7 +606,7 @@ func (s *Server) onRequest(sub *subscriber, req request) {
 			for n, v := range req.initial {
 				id := tc.lookup(key(n))
 				st.growSent(int(id) + 1)
-				if val := tc.current(id); val != nil && val.sameContent(v) {
+				if val := tc.current(id).of(sub.flavour); val != nil && val.sameContent(v) {
 					st.sent[id] = val.seq
 					if sub.secrets != nil && t == TypeSecret {
 						st.pending.Set(uint(id)) // held: removed if it may not be

@@ -494,7 +494,7 @@ func TestStreamEndsWhenSendFails(t *testing.T) {
 	recv := func() (request, error) {
 		select {
 		case <-first:
-			return request{typeURL: TypeCluster.URL(), nodeID: "n1"}, nil
+			return request{typeURL: TypeCluster.URL(), node: &corev3.Node{Id: "n1"}}, nil
 		case <-ended:
 			return request{}, io.EOF
 		}

@@ -41,6 +41,7 @@ type subscriber struct {
 	delta bool
 	wake  chan struct{} // capacity 1: "something is pending"
 
+	flavour Flavour       // which variant of each resource the node gets
 	ackWait time.Duration // ServerOptions.AckWait
 	secrets SecretAccess  // nil: every secret allowed (secretacl.go)
 
@@ -64,6 +65,11 @@ type subscriber struct {
 	// (secretacl.go).
 	sentSecrets []sentSecret
 	withheld    bitset.BitSet
+	// The node's workload certificate (workload.go): its service account,
+	// and once it names "default", the cache key and id it stands for.
+	wlSA  string
+	wlKey string
+	wlID  uint32
 
 	// Guarded by the server's turns.mu: a turn granted while waiting in
 	// line, in line, stream ended.
@@ -210,7 +216,7 @@ func (s *subscriber) bigFull(t Type, now time.Time) bool {
 	}
 	tc := s.c.types[t]
 	tc.mu.RLock()
-	n := len(tc.full().body)
+	n := len(tc.full(s.flavour).body)
 	tc.mu.RUnlock()
 	return n >= turnBytes
 }
@@ -319,13 +325,13 @@ func (s *subscriber) buildFull(t Type, st *subType) (response, bool) {
 	tc.mu.RLock()
 	r.version = tc.version
 	if st.wildcard {
-		m := tc.full()
+		m := tc.full(s.flavour)
 		r.msg.add(m.body)
 		r.count = m.count
 	}
 	for id, ok := st.subs.NextSet(0); ok; id, ok = st.subs.NextSet(id + 1) {
 		if int(id) < len(tc.entries) {
-			if e := tc.entries[id]; e != nil && !(st.wildcard && !e.hidden) {
+			if e := tc.entries[id].of(s.flavour); e != nil && !(st.wildcard && !e.hidden) {
 				r.msg.add(e.anyField)
 				r.count++
 			}
@@ -355,7 +361,7 @@ func (s *subscriber) buildPartial(t Type, st *subType) (response, bool) {
 		if int(id) >= len(tc.entries) {
 			continue
 		}
-		if e := tc.entries[id]; e != nil && st.wants(uint32(id), e.hidden) && s.secretAllowed(tc, uint32(id)) {
+		if e := tc.entries[id].of(s.flavour); e != nil && st.wants(uint32(id), e.hidden) && s.secretAllowed(tc, uint32(id)) {
 			if hold != 0 && e.seq >= hold {
 				held = append(held, id)
 				continue
@@ -406,7 +412,7 @@ func (s *subscriber) buildDelta(t Type, st *subType) (response, bool) {
 		if int(id) >= len(tc.entries) {
 			continue
 		}
-		e := tc.entries[id]
+		e := tc.entries[id].of(s.flavour)
 		switch {
 		case e != nil && hold != 0 && e.seq >= hold && st.wants(uint32(id), e.hidden) && st.sent[id] != e.seq:
 			held = append(held, id) // waits for the clusters
