@@ -91,10 +91,12 @@ func TestTurnExpires(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	client := discoverygrpc.NewAggregatedDiscoveryServiceClient(conn)
+	// start is before a asks: a's turn begins after it, however late (on
+	// a loaded machine) a's list arrives here.
+	start := time.Now()
 	a, _ := client.StreamAggregatedResources(ctx)
 	a.Send(&discoveryv3.DiscoveryRequest{Node: &corev3.Node{Id: "a"}, TypeUrl: TypeCluster.URL()})
 	recv(t, a) // never answered
-	start := time.Now()
 	b, _ := client.StreamAggregatedResources(ctx)
 	b.Send(&discoveryv3.DiscoveryRequest{Node: &corev3.Node{Id: "b"}, TypeUrl: TypeCluster.URL()})
 	r := recvTimeout(t, b, 30*time.Second)
