@@ -27,18 +27,22 @@ type weights struct {
 
 // agentService is Consul's AgentService: a service instance.
 type agentService struct {
+	Kind              string `json:",omitempty"`
 	ID                string
 	Service           string
 	Tags              []string
 	Meta              map[string]string
 	Port              int
+	Ports             []servicePort `json:",omitempty"`
 	Address           string
+	TaggedAddresses   map[string]serviceAddress `json:",omitempty"`
 	Weights           weights
 	EnableTagOverride bool
 	Datacenter        string
-	ContentHash       string `json:",omitempty"`
-	CreateIndex       int64  `json:",omitempty"`
-	ModifyIndex       int64  `json:",omitempty"`
+	ContentHash       string    `json:",omitempty"`
+	CreateIndex       int64     `json:",omitempty"`
+	ModifyIndex       int64     `json:",omitempty"`
+	Locality          *locality `json:",omitempty"`
 }
 
 // node is Consul's Node. Sextant has no nodes: each address is a node of
@@ -52,6 +56,7 @@ type node struct {
 	Meta            map[string]string
 	CreateIndex     int64
 	ModifyIndex     int64
+	Locality        *locality `json:",omitempty"`
 }
 
 // catalogService is Consul's CatalogService (a ServiceNode).
@@ -67,10 +72,13 @@ type catalogService struct {
 	ServiceName              string
 	ServiceTags              []string
 	ServiceAddress           string
+	ServiceTaggedAddresses   map[string]serviceAddress `json:",omitempty"`
 	ServiceMeta              map[string]string
 	ServicePort              int
+	ServicePorts             []servicePort `json:",omitempty"`
 	ServiceWeights           weights
 	ServiceEnableTagOverride bool
+	ServiceLocality          *locality `json:",omitempty"`
 	CreateIndex              int64
 	ModifyIndex              int64
 }
@@ -109,30 +117,46 @@ func tagsAndMeta(in *instance.Instance) ([]string, map[string]string) {
 			tags = append(tags, t)
 			continue
 		}
+		if reserved(k) {
+			continue // Consul's own fields (attrs.go)
+		}
 		meta[k] = v
 	}
 	return tags, meta
 }
 
 func (a *API) toAgentService(in *instance.Instance, tags []string, meta map[string]string) agentService {
+	at := attrsOf(in)
 	return agentService{
-		ID: in.ID, Service: in.Service, Tags: tags, Meta: meta, Port: in.Port, Address: in.Host,
-		Weights: weights{Passing: in.Weight, Warning: in.Weight}, Datacenter: a.opts.Datacenter,
+		Kind: at.Kind, ID: consulServiceID(in), Service: in.Service, Tags: tags, Meta: meta, Port: in.Port, Ports: at.Ports, Address: in.Host,
+		TaggedAddresses: at.TaggedAddresses, Weights: weights{Passing: in.Weight, Warning: in.Weight}, Datacenter: a.opts.Datacenter,
+		Locality: at.Locality,
 	}
 }
 
+// toNode is the node in is on.
 func (a *API) toNode(in *instance.Instance) node {
-	return node{Node: in.Host, Address: in.Host, Datacenter: a.opts.Datacenter,
-		TaggedAddresses: map[string]string{}, Meta: map[string]string{}, CreateIndex: in.Revision, ModifyIndex: in.Revision}
+	if name, ok := in.Metadata.Get(labelNode); ok {
+		if n, ok := a.nodeNamed(name); ok {
+			return n
+		}
+		// A node deregistered under its service (two writes): named alone.
+		return node{Node: name, Address: in.Host, Datacenter: a.opts.Datacenter,
+			TaggedAddresses: map[string]string{}, Meta: map[string]string{}, CreateIndex: in.Revision, ModifyIndex: in.Revision}
+	}
+	return a.implicitNode(in)
 }
 
 func (a *API) toCatalogService(in *instance.Instance) catalogService {
 	tags, meta := tagsAndMeta(in)
+	n := a.toNode(in)
+	at := attrsOf(in)
 	return catalogService{
-		Node: in.Host, Address: in.Host, Datacenter: a.opts.Datacenter,
-		TaggedAddresses: map[string]string{}, NodeMeta: map[string]string{},
-		ServiceID: in.ID, ServiceName: in.Service, ServiceTags: tags, ServiceAddress: in.Host,
-		ServiceMeta: meta, ServicePort: in.Port, ServiceWeights: weights{Passing: in.Weight, Warning: in.Weight},
+		ID: n.ID, Node: n.Node, Address: n.Address, Datacenter: a.opts.Datacenter,
+		TaggedAddresses: n.TaggedAddresses, NodeMeta: n.Meta, ServiceKind: at.Kind,
+		ServiceID: consulServiceID(in), ServiceName: in.Service, ServiceTags: tags, ServiceAddress: in.Host,
+		ServiceTaggedAddresses: at.TaggedAddresses, ServiceMeta: meta, ServicePort: in.Port, ServicePorts: at.Ports,
+		ServiceWeights: weights{Passing: in.Weight, Warning: in.Weight}, ServiceLocality: at.Locality,
 		CreateIndex: in.Revision, ModifyIndex: in.Revision,
 	}
 }
@@ -141,7 +165,8 @@ func (a *API) toEntry(in *instance.Instance) serviceEntry {
 	tags, meta := tagsAndMeta(in)
 	s := a.toAgentService(in, tags, meta)
 	s.CreateIndex, s.ModifyIndex = in.Revision, in.Revision
-	return serviceEntry{Node: a.toNode(in), Service: s, Checks: a.checksOf(in, tags)}
+	n := a.toNode(in)
+	return serviceEntry{Node: n, Service: s, Checks: append(a.nodeChecks(n.Node), a.checksOf(in, tags)...)}
 }
 
 // aggregate is Consul's aggregated status of checks: maintenance, then
@@ -170,13 +195,13 @@ const maintenancePrefix = "_service_maintenance:"
 func (a *API) baseChecks(in *instance.Instance, tags []string) []healthCheck {
 	out := []healthCheck{}
 	if in.Isolated {
-		out = append(out, healthCheck{Node: in.Host, CheckID: maintenancePrefix + in.ID, Name: "Service Maintenance Mode",
-			Status: "critical", Notes: "isolated in Sextant (maintenance mode)", ServiceID: in.ID, ServiceName: in.Service,
+		out = append(out, healthCheck{Node: a.nodeOf(in), CheckID: maintenancePrefix + consulServiceID(in), Name: "Service Maintenance Mode",
+			Status: "critical", Notes: "isolated in Sextant (maintenance mode)", ServiceID: consulServiceID(in), ServiceName: in.Service,
 			ServiceTags: tags, Type: "maintenance", CreateIndex: in.Revision, ModifyIndex: in.Revision})
 	}
 	if in.TTLSeconds > 0 {
-		c := healthCheck{Node: in.Host, CheckID: heartbeatPrefix + in.ID, Name: "Sextant TTL heartbeat",
-			Status: "passing", ServiceID: in.ID, ServiceName: in.Service, ServiceTags: tags, Type: "ttl",
+		c := healthCheck{Node: a.nodeOf(in), CheckID: heartbeatPrefix + in.ID, Name: "Sextant TTL heartbeat",
+			Status: "passing", ServiceID: consulServiceID(in), ServiceName: in.Service, ServiceTags: tags, Type: "ttl",
 			CreateIndex: in.Revision, ModifyIndex: in.Revision}
 		if in.TTLExpired {
 			c.Status = "critical"
@@ -263,17 +288,24 @@ func (a *API) catalogService(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	nm, err := nodeMetaFilter(r)
+	if err != nil {
+		return err
+	}
 	svc, err := a.service(r, name, b)
 	if err != nil {
 		return err
 	}
-	body, err := memoJSON(svc, memoKey("c", false, q), func() (any, error) {
+	body, err := memoJSON(svc, memoKey("c", false, q, a.nodesFingerprint()), func() (any, error) {
 		out := []catalogService{}
 		for _, in := range svc.Items() {
 			if !tagged(in, q["tag"]) {
 				continue
 			}
 			cs := a.toCatalogService(in)
+			if !metaMatches(cs.NodeMeta, nm) {
+				continue
+			}
 			ok, err := f.match(&cs)
 			if err != nil {
 				return nil, err
@@ -326,7 +358,7 @@ var emptyList = []byte("[]")
 
 // memoKey names an answer of a service's version: the endpoint, passing,
 // the tags and the filter.
-func memoKey(endpoint string, passing bool, q url.Values) string {
+func memoKey(endpoint string, passing bool, q url.Values, nodes string) string {
 	var sb strings.Builder
 	sb.WriteString("consul/")
 	sb.WriteString(endpoint)
@@ -341,6 +373,11 @@ func memoKey(endpoint string, passing bool, q url.Values) string {
 		sb.WriteString("\x00f:")
 		sb.WriteString(f)
 	}
+	for _, m := range q["node-meta"] {
+		sb.WriteString("\x00m:")
+		sb.WriteString(m)
+	}
+	sb.WriteString(nodes)
 	return sb.String()
 }
 
@@ -354,6 +391,10 @@ func (a *API) healthService(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	nm, err := nodeMetaFilter(r)
+	if err != nil {
+		return err
+	}
 	passing, err := boolParam(q, "passing")
 	if err != nil {
 		return err
@@ -362,14 +403,14 @@ func (a *API) healthService(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	body, err := memoJSON(svc, memoKey("h", passing, q), func() (any, error) {
+	body, err := memoJSON(svc, memoKey("h", passing, q, a.nodesFingerprint()), func() (any, error) {
 		out := []serviceEntry{}
 		for _, in := range svc.Items() {
 			if !tagged(in, q["tag"]) || passing && !in.ItemReady() {
 				continue
 			}
 			e := a.toEntry(in)
-			if passing && aggregate(e.Checks) != "passing" {
+			if passing && aggregate(e.Checks) != "passing" || !metaMatches(e.Node.Meta, nm) {
 				continue
 			}
 			ok, err := f.match(&e)
@@ -403,7 +444,7 @@ func (a *API) healthChecks(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	body, err := memoJSON(svc, memoKey("k", false, q), func() (any, error) {
+	body, err := memoJSON(svc, memoKey("k", false, q, a.nodesFingerprint()), func() (any, error) {
 		out := []healthCheck{}
 		for _, in := range svc.Items() {
 			tags, _ := tagsAndMeta(in)
@@ -578,13 +619,14 @@ func (a *API) agentSelf(w http.ResponseWriter, r *http.Request) error {
 	if err := acl.Authenticated(r.Context()); err != nil {
 		return err
 	}
+	n := a.selfNode()
 	self := map[string]any{
 		"Config": map[string]any{
-			"Datacenter": a.opts.Datacenter, "NodeName": a.opts.Node, "NodeID": "", "Server": true,
+			"Datacenter": a.opts.Datacenter, "NodeName": a.opts.Node, "NodeID": n.ID, "Server": true,
 			"Revision": "", "Version": "sextant " + a.opts.Version, "PrimaryDatacenter": a.opts.Datacenter,
 		},
 		"Member": map[string]any{"Name": a.opts.Node, "Addr": a.opts.Addr, "Status": 1, "Tags": map[string]string{"dc": a.opts.Datacenter}},
-		"Meta":   map[string]string{"sextant_namespace": a.opts.Namespace},
+		"Meta":   n.Meta,
 		"Stats":  map[string]any{"runtime": map[string]string{"version": runtime.Version()}},
 		"xDS":    nil,
 	}

@@ -36,7 +36,7 @@ func SelfID(host string, port int) string {
 func (a *API) KeepSelf(ctx context.Context, host string, port int) error {
 	id := SelfID(host, port)
 	in := &instance.Instance{ID: id, Namespace: a.opts.Namespace, Service: SelfService, Host: host, Port: port,
-		Weight: instance.DefaultWeight, TTLSeconds: selfTTL, Metadata: label.FromMap(map[string]string{"sextant.role": "server"})}
+		Weight: instance.DefaultWeight, TTLSeconds: selfTTL, Metadata: label.FromMap(map[string]string{"sextant.role": "server", labelNode: a.opts.Node})}
 	if err := instance.Prepare(-1, in); err != nil {
 		return fmt.Errorf("consulapi: the server's own instance %q: %w", id, err)
 	}
