@@ -146,6 +146,16 @@ func (a *API) checkUpdate(fixed string) handler {
 			status, output = body.Status, body.Output
 		}
 		in, err := a.checkOwner(checkID)
+		var he *httpError
+		if errors.As(err, &he) && he.status == http.StatusNotFound {
+			// A TTL check of the agent's node (agentcheck.go)?
+			if found, err := a.nodeCheckUpdate(r, checkID, status, output); found || err != nil {
+				if err != nil {
+					return err
+				}
+				return writeValue(w, "")
+			}
+		}
 		if err != nil {
 			return err
 		}

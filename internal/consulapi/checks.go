@@ -12,6 +12,9 @@ import (
 // alias checks are refused).
 type CheckDefinition struct {
 	ID, Name, Notes string
+	// ServiceID is the service a check registered alone is of
+	// (/v1/agent/check/register); "" for one of the node.
+	ServiceID string
 	// Type is ttl, http, tcp or grpc.
 	Type string
 	// Target is what an active check probes: the URL (http), host:port
@@ -138,6 +141,7 @@ func decodeCheck(raw json.RawMessage, path string) (CheckDefinition, error) {
 	case c.SuccessBeforePassing < 0 || c.FailuresBeforeWarning < 0 || c.FailuresBeforeCritical < 0:
 		return c, badRequest(path + ": SuccessBeforePassing, FailuresBeforeWarning and FailuresBeforeCritical must not be negative")
 	}
+	c.ServiceID = serviceID
 	switch status {
 	case "", "passing", "warning", "critical":
 		c.Status = status

@@ -180,6 +180,7 @@ func (a *API) routes() {
 	a.kvRoutes()
 	a.sessionRoutes()
 	a.nodeRoutes()
+	a.agentCheckRoutes()
 	for _, u := range unsupported {
 		if (u.prefix == "/v1/kv/" || u.prefix == "/v1/session/" || u.prefix == "/v1/txn") && a.opts.KV != nil {
 			continue // served: another method answers 405
@@ -260,10 +261,7 @@ var unsupported = []struct{ prefix, what string }{
 	{"/v1/agent/leave", "agent leaves"},
 	{"/v1/agent/force-leave/", "gossip (Sextant has no gossip pool)"},
 	{"/v1/agent/reload", "agent reloads"},
-	{"/v1/agent/maintenance", "node maintenance (Sextant has no nodes; /v1/agent/service/maintenance/{id} is served)"},
 	{"/v1/agent/token/", "agent tokens"},
-	{"/v1/agent/check/register", "check registers outside a service (register checks with the service)"},
-	{"/v1/agent/check/deregister/", "check deregisters (re-register the service without the check)"},
 	{"/v1/agent/metrics", "Consul's agent metrics (Sextant's are /metrics on --http)"},
 	{"/v1/agent/monitor", "log streaming"},
 	{"/v1/agent/host", "host information"},

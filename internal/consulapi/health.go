@@ -30,6 +30,22 @@ func (a *API) healthState(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	out := []healthCheck{}
+	var all []healthCheck
+	for _, n := range a.allNodes() {
+		all = append(all, a.nodeChecks(n.Node)...)
+	}
+	for _, c := range all {
+		if state != "any" && c.Status != state {
+			continue
+		}
+		ok, err := f.match(&c)
+		if err != nil {
+			return err
+		}
+		if ok {
+			out = append(out, c)
+		}
+	}
 	for _, svc := range a.reg.Instances().Snapshot().Groups(a.opts.Namespace) {
 		for _, in := range svc.Items() {
 			tags, _ := tagsAndMeta(in)

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/sextant-mesh/sextant/internal/acl"
 	"github.com/sextant-mesh/sextant/internal/instance"
@@ -223,7 +224,8 @@ func recordCheck(n *kv.Node, c kv.Check, tags []string) healthCheck {
 	if tags == nil {
 		tags = []string{}
 	}
-	return healthCheck{Node: n.Name, CheckID: c.CheckID, Name: c.Name, Status: c.Status, Notes: c.Notes, Output: c.Output,
+	status, output := c.Current(time.Now())
+	return healthCheck{Node: n.Name, CheckID: c.CheckID, Name: c.Name, Status: status, Notes: c.Notes, Output: output,
 		ServiceID: c.ServiceID, ServiceName: c.ServiceName, ServiceTags: tags, Type: c.Type,
 		CreateIndex: n.ModifyIndex, ModifyIndex: n.ModifyIndex}
 }

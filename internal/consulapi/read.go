@@ -175,7 +175,7 @@ func aggregate(checks []healthCheck) string {
 	status := "passing"
 	for _, c := range checks {
 		switch {
-		case strings.HasPrefix(c.CheckID, maintenancePrefix):
+		case strings.HasPrefix(c.CheckID, maintenancePrefix), c.CheckID == nodeMaintenance:
 			return "maintenance"
 		case c.Status == "critical":
 			status = "critical"
@@ -553,8 +553,23 @@ func (a *API) agentChecks(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	out := map[string]healthCheck{}
+	for _, c := range a.nodeChecks(a.opts.Node) {
+		if c.CheckID == serfHealth {
+			continue // the catalog's, not the agent's
+		}
+		ok, err := f.match(&c)
+		if err != nil {
+			return err
+		}
+		if ok {
+			out[c.CheckID] = c
+		}
+	}
 	for _, svc := range a.reg.Instances().Snapshot().Groups(a.opts.Namespace) {
 		for _, in := range svc.Items() {
+			if a.nodeOf(in) != a.opts.Node {
+				continue // the agent's checks are its node's
+			}
 			tags, _ := tagsAndMeta(in)
 			for _, c := range a.checksOf(in, tags) {
 				ok, err := f.match(&c)

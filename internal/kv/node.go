@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/sextant-mesh/sextant/internal/commit"
 	"github.com/sextant-mesh/sextant/internal/store"
@@ -55,6 +56,19 @@ type Check struct {
 	ServiceID   string `json:",omitempty"`
 	ServiceName string `json:",omitempty"`
 	Type        string `json:",omitempty"`
+	// TTL, for a TTL check registered on the agent's node: the status
+	// turns critical once Expires (Unix ns) passes without an update.
+	// Read-time: no process runs it.
+	TTL     time.Duration `json:",omitempty"`
+	Expires int64         `json:",omitempty"`
+}
+
+// Current is c's status at now: critical past a TTL's expiry.
+func (c Check) Current(now time.Time) (status, output string) {
+	if c.TTL > 0 && c.Expires != 0 && now.UnixNano() >= c.Expires {
+		return "critical", "TTL expired"
+	}
+	return c.Status, c.Output
 }
 
 // nodeKey is the key, in nodeNS, of node name of namespace ns.
