@@ -31,6 +31,11 @@ const (
 	labelTaggedAddresses = "consul-tagged-addresses"
 	labelLocality        = "consul-locality"
 	labelPorts           = "consul-ports"
+	labelConnectNative   = "consul-connect-native"
+	labelTagOverride     = "consul-enable-tag-override"
+	// labelNoAddress: registered without an Address; the instance's
+	// host is the node's (or the client's) and Consul answers "".
+	labelNoAddress = "consul-no-address"
 )
 
 // serviceAddress is Consul's ServiceAddress (a tagged address).
@@ -65,6 +70,9 @@ type attrs struct {
 	TaggedAddresses map[string]serviceAddress
 	Locality        *locality
 	Ports           []servicePort
+	ConnectNative   bool
+	TagOverride     bool
+	NoAddress       bool
 }
 
 // attrsOf reads in's reserved labels; one that does not decode (written
@@ -86,6 +94,9 @@ func attrsOf(in *instance.Instance) attrs {
 	if v, ok := md.Get(labelPorts); ok {
 		_ = json.Unmarshal([]byte(v), &a.Ports)
 	}
+	_, a.ConnectNative = md.Get(labelConnectNative)
+	_, a.TagOverride = md.Get(labelTagOverride)
+	_, a.NoAddress = md.Get(labelNoAddress)
 	return a
 }
 
@@ -109,6 +120,15 @@ func (reg *Registration) putAttrs(m map[string]string) error {
 	}
 	if reg.ConsulID != "" {
 		m[labelServiceID] = reg.ConsulID
+	}
+	if reg.ConnectNative {
+		m[labelConnectNative] = ""
+	}
+	if reg.EnableTagOverride {
+		m[labelTagOverride] = ""
+	}
+	if reg.Address == "" {
+		m[labelNoAddress] = ""
 	}
 	if reg.Port == 0 {
 		m[instance.NoPortLabel] = ""

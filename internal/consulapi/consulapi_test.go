@@ -419,7 +419,7 @@ func TestBadInput(t *testing.T) {
 		{"meta value too large", `{"Name":"web","Port":80,"Meta":{"k":"` + strings.Repeat("x", 5000) + `"}}`, `Meta["k"]: value of 5000 bytes`},
 		{"weight zero", `{"Name":"web","Port":80,"Weights":{"Passing":0}}`, "Weights.Passing: 0 must be at least 1"},
 		{"weight large", `{"Name":"web","Port":80,"Weights":{"Passing":70000}}`, "Weights.Passing: 70000 is out of range"},
-		{"connect", `{"Name":"web","Port":80,"Connect":{"Native":true}}`, "Connect: Connect is not supported"},
+		{"connect sidecar", `{"Name":"web","Port":80,"Connect":{"SidecarService":{"Port":21000}}}`, "Connect.SidecarService: a Connect sidecar service is not supported"},
 		{"kind", `{"Name":"web","Port":80,"Kind":"teapot"}`, `Kind: "teapot" is not a Consul service kind`},
 		{"script check", `{"Name":"web","Port":80,"Check":{"ScriptArgs":["/bin/true"],"Interval":"10s"}}`, "a script check"},
 		{"check without type", `{"Name":"web","Port":80,"Check":{"Interval":"10s"}}`, "Check: no check type"},

@@ -40,6 +40,11 @@ func FuzzConsulRegister(f *testing.F) {
 		if reg.Weight != 0 {
 			again["Weights"] = map[string]int{"Passing": reg.Weight}
 		}
+		again["Kind"], again["TaggedAddresses"], again["Locality"], again["Ports"] = reg.Kind, reg.TaggedAddresses, reg.Locality, reg.Ports
+		again["EnableTagOverride"] = reg.EnableTagOverride
+		if reg.ConnectNative {
+			again["Connect"] = map[string]bool{"Native": true}
+		}
 		b, err := json.Marshal(again)
 		if err != nil {
 			t.Fatal(err)

@@ -491,6 +491,8 @@ type catalogServiceDef struct {
 	Partition         string
 	Datacenter        string
 	Locality          *locality
+
+	ConnectNative bool `json:"-"`
 }
 
 // catalogCheck is Consul's HealthCheck in a catalog registration. Its
@@ -548,8 +550,16 @@ func DecodeCatalogRegister(body []byte) (*CatalogRegistration, error) {
 			return nil, badRequest("Must provide service name (Service.Service)")
 		case s.SocketPath != "":
 			return nil, badRequest("Service.SocketPath: a Unix socket service is not supported")
-		case len(bytes.TrimSpace(s.Proxy)) > 0 && !isEmptyJSON(s.Proxy), len(bytes.TrimSpace(s.Connect)) > 0 && !isEmptyJSON(s.Connect):
-			return nil, badRequest("Service.Proxy, Service.Connect: Connect is not supported")
+		case len(bytes.TrimSpace(s.Proxy)) > 0 && !isEmptyJSON(s.Proxy):
+			return nil, badRequest("Service.Proxy: Connect proxies' configuration is not supported")
+		case len(bytes.TrimSpace(s.Connect)) > 0 && !isEmptyJSON(s.Connect):
+			var c struct{ Native bool }
+			dec := json.NewDecoder(bytes.NewReader(s.Connect))
+			dec.DisallowUnknownFields()
+			if err := dec.Decode(&c); err != nil {
+				return nil, badRequest("Service.Connect: only Native is supported (a Connect sidecar is not): " + strings.TrimPrefix(err.Error(), "json: "))
+			}
+			s.ConnectNative = c.Native
 		case s.PeerName != "":
 			return nil, badRequest("Service.PeerName: cluster peering is not supported")
 		}
@@ -713,7 +723,8 @@ func (a *API) catalogInstance(reg *CatalogRegistration) (*instance.Instance, err
 		id = s.Service
 	}
 	r := &Registration{ID: a.serviceInstanceID(reg.Node, id), Name: s.Service, Address: s.Address, Port: s.Port, Tags: s.Tags,
-		Meta: s.Meta, Kind: s.Kind, TaggedAddresses: s.TaggedAddresses, Locality: s.Locality, Ports: s.Ports, Node: reg.Node}
+		Meta: s.Meta, Kind: s.Kind, TaggedAddresses: s.TaggedAddresses, Locality: s.Locality, Ports: s.Ports, Node: reg.Node,
+		ConnectNative: s.ConnectNative, EnableTagOverride: s.EnableTagOverride}
 	if s.Weights != nil {
 		r.Weight = s.Weights.Passing
 	}

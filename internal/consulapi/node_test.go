@@ -140,7 +140,7 @@ func TestCatalogRegisterRefusals(t *testing.T) {
 		{"unknown member", `{"Node":"n","Address":"a","Colour":1}`, `unknown field "Colour"`},
 		{"no service name", `{"Node":"n","Address":"10.0.0.1","Service":{"ID":"x"}}`, "Must provide service name"},
 		{"bad status", `{"Node":"n","Address":"10.0.0.1","Check":{"CheckID":"c","Status":"fine"}}`, `Status: "fine"`},
-		{"connect", `{"Node":"n","Address":"10.0.0.1","Service":{"Service":"s","Connect":{"Native":true}}}`, "Connect is not supported"},
+		{"connect sidecar", `{"Node":"n","Address":"10.0.0.1","Service":{"Service":"s","Connect":{"SidecarService":{"Port":1}}}}`, "only Native is supported"},
 		{"reserved meta", `{"Node":"n","Address":"10.0.0.1","NodeMeta":{"consul-x":"y"}}`, "reserved"},
 		{"other dc", `{"Node":"n","Address":"10.0.0.1","Datacenter":"dc9"}`, "No path to datacenter"},
 	} {

@@ -38,11 +38,26 @@ type agentService struct {
 	TaggedAddresses   map[string]serviceAddress `json:",omitempty"`
 	Weights           weights
 	EnableTagOverride bool
+	Connect           *connectInfo `json:",omitempty"`
 	Datacenter        string
 	ContentHash       string    `json:",omitempty"`
 	CreateIndex       int64     `json:",omitempty"`
 	ModifyIndex       int64     `json:",omitempty"`
 	Locality          *locality `json:",omitempty"`
+}
+
+// connectInfo is Consul's AgentServiceConnect: only Native is kept.
+type connectInfo struct {
+	Native bool `json:",omitempty"`
+}
+
+// serviceAddressOf is the ServiceAddress Consul answers: "" for a service
+// registered without one.
+func serviceAddressOf(in *instance.Instance, at attrs) string {
+	if at.NoAddress {
+		return ""
+	}
+	return in.Host
 }
 
 // node is Consul's Node. Sextant has no nodes: each address is a node of
@@ -127,11 +142,18 @@ func tagsAndMeta(in *instance.Instance) ([]string, map[string]string) {
 
 func (a *API) toAgentService(in *instance.Instance, tags []string, meta map[string]string) agentService {
 	at := attrsOf(in)
-	return agentService{
+	s := agentService{
 		Kind: at.Kind, ID: consulServiceID(in), Service: in.Service, Tags: tags, Meta: meta, Port: in.Port, Ports: at.Ports, Address: in.Host,
 		TaggedAddresses: at.TaggedAddresses, Weights: weights{Passing: in.Weight, Warning: in.Weight}, Datacenter: a.opts.Datacenter,
-		Locality: at.Locality,
+		Locality: at.Locality, EnableTagOverride: at.TagOverride,
 	}
+	if at.NoAddress {
+		s.Address = ""
+	}
+	if at.ConnectNative {
+		s.Connect = &connectInfo{Native: true}
+	}
+	return s
 }
 
 // toNode is the node in is on.
@@ -154,9 +176,9 @@ func (a *API) toCatalogService(in *instance.Instance) catalogService {
 	return catalogService{
 		ID: n.ID, Node: n.Node, Address: n.Address, Datacenter: a.opts.Datacenter,
 		TaggedAddresses: n.TaggedAddresses, NodeMeta: n.Meta, ServiceKind: at.Kind,
-		ServiceID: consulServiceID(in), ServiceName: in.Service, ServiceTags: tags, ServiceAddress: in.Host,
+		ServiceID: consulServiceID(in), ServiceName: in.Service, ServiceTags: tags, ServiceAddress: serviceAddressOf(in, at),
 		ServiceTaggedAddresses: at.TaggedAddresses, ServiceMeta: meta, ServicePort: in.Port, ServicePorts: at.Ports,
-		ServiceWeights: weights{Passing: in.Weight, Warning: in.Weight}, ServiceLocality: at.Locality,
+		ServiceWeights: weights{Passing: in.Weight, Warning: in.Weight}, ServiceLocality: at.Locality, ServiceEnableTagOverride: at.TagOverride,
 		CreateIndex: in.Revision, ModifyIndex: in.Revision,
 	}
 }
@@ -567,8 +589,8 @@ func (a *API) agentChecks(w http.ResponseWriter, r *http.Request) error {
 	}
 	for _, svc := range a.reg.Instances().Snapshot().Groups(a.opts.Namespace) {
 		for _, in := range svc.Items() {
-			if a.nodeOf(in) != a.opts.Node {
-				continue // the agent's checks are its node's
+			if a.nodeOf(in) != a.opts.Node || isSelf(in) {
+				continue // the agent's checks are its node's; the consul service has none in Consul
 			}
 			tags, _ := tagsAndMeta(in)
 			for _, c := range a.checksOf(in, tags) {

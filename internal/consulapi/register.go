@@ -44,6 +44,9 @@ type Registration struct {
 	// ConsulID is the service's Consul id when its instance id differs
 	// (a catalog node's service: node.go).
 	ConsulID string
+	// ConnectNative and EnableTagOverride are kept and answered back;
+	// Sextant acts on neither.
+	ConnectNative, EnableTagOverride bool
 }
 
 // field is how a member of a Consul object is read: its name as Consul
@@ -237,7 +240,7 @@ func DecodeRegister(body []byte) (*Registration, error) {
 	if err := duplicateKeys(body); err != nil {
 		return nil, err
 	}
-	var weights, enableTagOverride bool
+	var weights bool
 	err := decodeObject(raw, "", []field{
 		{"ID", str("ID", &reg.ID)},
 		{"Name", str("Name", &reg.Name)},
@@ -272,7 +275,7 @@ func DecodeRegister(body []byte) (*Registration, error) {
 				{"Warning", integer("Weights.Warning", &warning)},
 			})
 		}},
-		{"EnableTagOverride", boolean("EnableTagOverride", &enableTagOverride)},
+		{"EnableTagOverride", boolean("EnableTagOverride", &reg.EnableTagOverride)},
 		{"Check", func(raw json.RawMessage) error {
 			if isNull(raw) {
 				return nil
@@ -311,7 +314,15 @@ func DecodeRegister(body []byte) (*Registration, error) {
 		{"SocketPath", refused("SocketPath", "a Unix socket service")},
 		{"TaggedAddresses", jsonValue("TaggedAddresses", "an object of addresses (Address, Port)", &reg.TaggedAddresses)},
 		{"Proxy", refused("Proxy", "Connect proxies")},
-		{"Connect", refused("Connect", "Connect")},
+		{"Connect", func(raw json.RawMessage) error {
+			if isNull(raw) {
+				return nil
+			}
+			return decodeObject(raw, "Connect", []field{
+				{"Native", boolean("Connect.Native", &reg.ConnectNative)},
+				{"SidecarService", refused("Connect.SidecarService", "a Connect sidecar service")},
+			})
+		}},
 		{"AI", refused("AI", "AI service metadata")},
 		{"Locality", jsonValue("Locality", "an object (Region, Zone)", &reg.Locality)},
 		{"PeerName", refused("PeerName", "cluster peering")},
