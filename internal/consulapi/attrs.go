@@ -1,6 +1,7 @@
 package consulapi
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -36,6 +37,7 @@ const (
 	// labelNoAddress: registered without an Address; the instance's
 	// host is the node's (or the client's) and Consul answers "".
 	labelNoAddress = "consul-no-address"
+	labelProxy     = "consul-proxy"
 )
 
 // serviceAddress is Consul's ServiceAddress (a tagged address).
@@ -73,6 +75,7 @@ type attrs struct {
 	ConnectNative   bool
 	TagOverride     bool
 	NoAddress       bool
+	Proxy           json.RawMessage
 }
 
 // attrsOf reads in's reserved labels; one that does not decode (written
@@ -97,6 +100,9 @@ func attrsOf(in *instance.Instance) attrs {
 	_, a.ConnectNative = md.Get(labelConnectNative)
 	_, a.TagOverride = md.Get(labelTagOverride)
 	_, a.NoAddress = md.Get(labelNoAddress)
+	if v, ok := md.Get(labelProxy); ok && json.Valid([]byte(v)) {
+		a.Proxy = json.RawMessage(v)
+	}
 	return a
 }
 
@@ -129,6 +135,16 @@ func (reg *Registration) putAttrs(m map[string]string) error {
 	}
 	if reg.Address == "" {
 		m[labelNoAddress] = ""
+	}
+	if len(reg.Proxy) > 0 && !isEmptyJSON(reg.Proxy) {
+		var buf bytes.Buffer
+		if err := json.Compact(&buf, reg.Proxy); err != nil {
+			return badRequest("Proxy: " + err.Error())
+		}
+		if buf.Len() > instance.MaxValueLen {
+			return badRequest(fmt.Sprintf("Proxy: %d bytes of JSON, at most %d (it is kept as one metadata value)", buf.Len(), instance.MaxValueLen))
+		}
+		m[labelProxy] = buf.String()
 	}
 	if reg.Port == 0 {
 		m[instance.NoPortLabel] = ""

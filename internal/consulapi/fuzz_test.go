@@ -54,6 +54,7 @@ func FuzzConsulRegister(f *testing.F) {
 			t.Fatalf("re-encoded %s: %v", b, err)
 		}
 		reg.Checks, reg2.Checks = nil, nil
+		reg.Proxy = nil // not sent again: kept as given, compared by the tests of its answer
 		if diff := cmp.Diff(reg, reg2); diff != "" {
 			t.Fatalf("round trip of %s (-first +second):\n%s", body, diff)
 		}

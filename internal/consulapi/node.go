@@ -550,8 +550,8 @@ func DecodeCatalogRegister(body []byte) (*CatalogRegistration, error) {
 			return nil, badRequest("Must provide service name (Service.Service)")
 		case s.SocketPath != "":
 			return nil, badRequest("Service.SocketPath: a Unix socket service is not supported")
-		case len(bytes.TrimSpace(s.Proxy)) > 0 && !isEmptyJSON(s.Proxy):
-			return nil, badRequest("Service.Proxy: Connect proxies' configuration is not supported")
+		case len(bytes.TrimSpace(s.Proxy)) > 0 && !isEmptyJSON(s.Proxy) && jsonKind(s.Proxy) != "an object":
+			return nil, badRequest("Service.Proxy: expected an object, got " + jsonKind(s.Proxy))
 		case len(bytes.TrimSpace(s.Connect)) > 0 && !isEmptyJSON(s.Connect):
 			var c struct{ Native bool }
 			dec := json.NewDecoder(bytes.NewReader(s.Connect))
@@ -724,7 +724,7 @@ func (a *API) catalogInstance(reg *CatalogRegistration) (*instance.Instance, err
 	}
 	r := &Registration{ID: a.serviceInstanceID(reg.Node, id), Name: s.Service, Address: s.Address, Port: s.Port, Tags: s.Tags,
 		Meta: s.Meta, Kind: s.Kind, TaggedAddresses: s.TaggedAddresses, Locality: s.Locality, Ports: s.Ports, Node: reg.Node,
-		ConnectNative: s.ConnectNative, EnableTagOverride: s.EnableTagOverride}
+		ConnectNative: s.ConnectNative, EnableTagOverride: s.EnableTagOverride, Proxy: s.Proxy}
 	if s.Weights != nil {
 		r.Weight = s.Weights.Passing
 	}

@@ -38,7 +38,8 @@ type agentService struct {
 	TaggedAddresses   map[string]serviceAddress `json:",omitempty"`
 	Weights           weights
 	EnableTagOverride bool
-	Connect           *connectInfo `json:",omitempty"`
+	Connect           *connectInfo    `json:",omitempty"`
+	Proxy             json.RawMessage `json:",omitempty"`
 	Datacenter        string
 	ContentHash       string    `json:",omitempty"`
 	CreateIndex       int64     `json:",omitempty"`
@@ -93,7 +94,8 @@ type catalogService struct {
 	ServicePorts             []servicePort `json:",omitempty"`
 	ServiceWeights           weights
 	ServiceEnableTagOverride bool
-	ServiceLocality          *locality `json:",omitempty"`
+	ServiceProxy             json.RawMessage `json:",omitempty"`
+	ServiceLocality          *locality       `json:",omitempty"`
 	CreateIndex              int64
 	ModifyIndex              int64
 }
@@ -145,7 +147,7 @@ func (a *API) toAgentService(in *instance.Instance, tags []string, meta map[stri
 	s := agentService{
 		Kind: at.Kind, ID: consulServiceID(in), Service: in.Service, Tags: tags, Meta: meta, Port: in.Port, Ports: at.Ports, Address: in.Host,
 		TaggedAddresses: at.TaggedAddresses, Weights: weights{Passing: in.Weight, Warning: in.Weight}, Datacenter: a.opts.Datacenter,
-		Locality: at.Locality, EnableTagOverride: at.TagOverride,
+		Locality: at.Locality, EnableTagOverride: at.TagOverride, Proxy: at.Proxy,
 	}
 	if at.NoAddress {
 		s.Address = ""
@@ -178,7 +180,7 @@ func (a *API) toCatalogService(in *instance.Instance) catalogService {
 		TaggedAddresses: n.TaggedAddresses, NodeMeta: n.Meta, ServiceKind: at.Kind,
 		ServiceID: consulServiceID(in), ServiceName: in.Service, ServiceTags: tags, ServiceAddress: serviceAddressOf(in, at),
 		ServiceTaggedAddresses: at.TaggedAddresses, ServiceMeta: meta, ServicePort: in.Port, ServicePorts: at.Ports,
-		ServiceWeights: weights{Passing: in.Weight, Warning: in.Weight}, ServiceLocality: at.Locality, ServiceEnableTagOverride: at.TagOverride,
+		ServiceWeights: weights{Passing: in.Weight, Warning: in.Weight}, ServiceLocality: at.Locality, ServiceEnableTagOverride: at.TagOverride, ServiceProxy: at.Proxy,
 		CreateIndex: in.Revision, ModifyIndex: in.Revision,
 	}
 }
@@ -500,17 +502,23 @@ func (a *API) catalogServices(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	nm, err := nodeMetaFilter(r)
+	if err != nil {
+		return err
+	}
 	snap := a.reg.Instances().Snapshot()
 	out := map[string][]string{}
 	for _, svc := range snap.Groups(a.opts.Namespace) {
 		var tags []string
-		matched := f == nil
+		matched := f == nil && nm == nil
 		for _, in := range svc.Items() {
-			if f != nil {
+			if f != nil || nm != nil {
 				cs := a.toCatalogService(in)
-				ok, err := f.match(&cs)
-				if err != nil {
-					return err
+				ok := metaMatches(cs.NodeMeta, nm)
+				if ok && f != nil {
+					if ok, err = f.match(&cs); err != nil {
+						return err
+					}
 				}
 				if !ok {
 					continue

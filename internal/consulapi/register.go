@@ -47,6 +47,9 @@ type Registration struct {
 	// ConnectNative and EnableTagOverride are kept and answered back;
 	// Sextant acts on neither.
 	ConnectNative, EnableTagOverride bool
+	// Proxy is a Connect proxy's configuration (Kind connect-proxy), kept
+	// as given and answered back; Sextant configures no proxy from it.
+	Proxy json.RawMessage
 }
 
 // field is how a member of a Consul object is read: its name as Consul
@@ -313,7 +316,16 @@ func DecodeRegister(body []byte) (*Registration, error) {
 		{"Ports", jsonValue("Ports", "an array of ports (Name, Port, Default)", &reg.Ports)},
 		{"SocketPath", refused("SocketPath", "a Unix socket service")},
 		{"TaggedAddresses", jsonValue("TaggedAddresses", "an object of addresses (Address, Port)", &reg.TaggedAddresses)},
-		{"Proxy", refused("Proxy", "Connect proxies")},
+		{"Proxy", func(raw json.RawMessage) error {
+			if isNull(raw) {
+				return nil
+			}
+			if jsonKind(raw) != "an object" {
+				return badRequest("Proxy: expected an object, got " + jsonKind(raw))
+			}
+			reg.Proxy = raw
+			return nil
+		}},
 		{"Connect", func(raw json.RawMessage) error {
 			if isNull(raw) {
 				return nil
