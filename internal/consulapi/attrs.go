@@ -38,6 +38,8 @@ const (
 	// host is the node's (or the client's) and Consul answers "".
 	labelNoAddress = "consul-no-address"
 	labelProxy     = "consul-proxy"
+	// labelMaintenance is the reason given with maintenance mode.
+	labelMaintenance = "consul-maintenance-reason"
 )
 
 // serviceAddress is Consul's ServiceAddress (a tagged address).

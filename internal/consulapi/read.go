@@ -219,8 +219,12 @@ const maintenancePrefix = "_service_maintenance:"
 func (a *API) baseChecks(in *instance.Instance, tags []string) []healthCheck {
 	out := []healthCheck{}
 	if in.Isolated {
+		notes := "isolated in Sextant (maintenance mode)"
+		if reason, ok := in.Metadata.Get(labelMaintenance); ok {
+			notes = reason
+		}
 		out = append(out, healthCheck{Node: a.nodeOf(in), CheckID: maintenancePrefix + consulServiceID(in), Name: "Service Maintenance Mode",
-			Status: "critical", Notes: "isolated in Sextant (maintenance mode)", ServiceID: consulServiceID(in), ServiceName: in.Service,
+			Status: "critical", Notes: notes, ServiceID: consulServiceID(in), ServiceName: in.Service,
 			ServiceTags: tags, Type: "maintenance", CreateIndex: in.Revision, ModifyIndex: in.Revision})
 	}
 	if in.TTLSeconds > 0 {

@@ -561,11 +561,22 @@ func (a *API) maintenance(w http.ResponseWriter, r *http.Request) error {
 	if cur == nil || cur.Namespace != a.opts.Namespace {
 		return notFound(fmt.Sprintf("Unknown service ID %q", id))
 	}
-	if cur.Isolated == enable {
+	reason := q.Get("reason")
+	if old, _ := cur.Metadata.Get(labelMaintenance); cur.Isolated == enable && (!enable || old == reason) {
 		return writeValue(w, "")
 	}
 	in := cur.Clone()
 	in.Isolated = enable
+	// The reason is the maintenance check's Notes, as Consul shows it.
+	m := in.Metadata.Map()
+	delete(m, labelMaintenance)
+	if enable && reason != "" {
+		if len(reason) > instance.MaxValueLen {
+			return badRequest(fmt.Sprintf("reason: %d bytes, at most %d", len(reason), instance.MaxValueLen))
+		}
+		m[labelMaintenance] = reason
+	}
+	in.Metadata = label.FromMap(m)
 	guard := a.sameNamespace(r, id)
 	if _, err := a.reg.RegisterGuarded(r.Context(), []*instance.Instance{in}, func(now *instance.Instance) error {
 		if now.Revision != cur.Revision {
