@@ -348,7 +348,18 @@ func (a *API) catalogService(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	a.setMeta(w, serviceIndex(svc))
+	cacheHeaders(w, q)
 	return writeBytes(w, body)
+}
+
+// cacheHeaders answers a ?cached read as Consul's agent cache does: every
+// answer comes from the server's in-memory catalog, current, so it is a
+// hit of age 0.
+func cacheHeaders(w http.ResponseWriter, q url.Values) {
+	if has(q, "cached") {
+		w.Header().Set("X-Cache", "HIT")
+		w.Header().Set("Age", "0")
+	}
 }
 
 // memoJSON is the JSON of what build answers for service svc (nil: an
@@ -455,6 +466,7 @@ func (a *API) healthService(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	a.setMeta(w, serviceIndex(svc))
+	cacheHeaders(w, q)
 	return writeBytes(w, body)
 }
 
@@ -492,6 +504,7 @@ func (a *API) healthChecks(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	a.setMeta(w, serviceIndex(svc))
+	cacheHeaders(w, q)
 	return writeBytes(w, body)
 }
 
