@@ -678,9 +678,8 @@ func (a *API) catalogRegister(w http.ResponseWriter, r *http.Request) error {
 				next.Checks = slices.Clone(cur.Checks)
 			}
 			if cur == nil || !reg.SkipNodeUpdate {
-				if cur == nil && reg.Address == "" {
-					return nil, badRequest(fmt.Sprintf("node %q is not registered: give its Address (SkipNodeUpdate needs the node to exist)", reg.Node))
-				}
+				// SkipNodeUpdate of a node not there creates it, as Consul
+				// does (its address may come with a later register).
 				next.ID, next.Address, next.TaggedAddresses, next.Meta, next.Locality = reg.ID, reg.Address, reg.TaggedAddresses, reg.NodeMeta, reg.Locality
 			}
 			for _, c := range checks {
@@ -728,14 +727,17 @@ func (a *API) catalogInstance(reg *CatalogRegistration) (*instance.Instance, err
 	if s.Weights != nil {
 		r.Weight = s.Weights.Passing
 	}
-	host := reg.Address
+	host := s.Address
+	if host == "" {
+		host = reg.Address
+	}
 	if host == "" {
 		if n, ok := a.nodeNamed(reg.Node); ok {
 			host = n.Address
 		}
 	}
 	if host == "" {
-		host = "127.0.0.1"
+		return nil, badRequest(fmt.Sprintf("Service.Address: node %q has no address yet: give the service an Address, or the node one", reg.Node))
 	}
 	if r.ID != id {
 		r.ConsulID = id
