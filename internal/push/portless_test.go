@@ -30,5 +30,7 @@ func TestPortlessIsNotAnEndpoint(t *testing.T) {
 		t.Fatalf("clusters %v: the gray subset holds only a portless instance, want no cluster for it", c.Names(xds.TypeCluster))
 	}
 	reg.Upsert(inst("g4", "gray"))
-	waitFor(t, func() bool { return slices.Equal(routeClusters(t, c), []string{blue, gray, stable}) && hasCluster(c, gray) })
+	waitFor(t, func() bool {
+		return slices.Equal(routeClusters(t, c), []string{blue, gray, stable}) && hasCluster(c, gray)
+	})
 }
