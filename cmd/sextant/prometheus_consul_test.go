@@ -144,7 +144,7 @@ func TestPrometheusConsulSD(t *testing.T) {
 		"__meta_consul_tags":                  ",canary,v2,",
 		"__meta_consul_health":                "passing",
 		"__meta_consul_dc":                    "dc1",
-		"__meta_consul_node":                  "127.0.0.1",
+		"__meta_consul_node":                  "sextant", // the agent's node (--consul-node), as Consul's agent registers
 		"__meta_consul_service_metadata_zone": "z3",
 	}
 	for k, v := range wantC1 {

@@ -96,6 +96,8 @@ type serverFlags struct {
 	// The Consul-compatible API (docs/compat.md): off when consulAPI is empty.
 	consulAPI       string
 	consulNamespace string
+	consulNode      string
+	consulNodeMeta  map[string]string
 
 	xdsListener net.Listener // tests: serve xDS on it instead of listening on --xds
 
@@ -190,6 +192,8 @@ consul_sd: Consul's services are the services of --consul-namespace.`,
 	f.atRest.register(fl)
 	fl.StringVar(&f.consulAPI, "consul-api", "", "address to serve Consul's HTTP API on (e.g. 127.0.0.1:8500): register, discover and check services with Consul's clients over the same registry and ACL tokens (docs/compat.md); empty: off")
 	fl.StringVar(&f.consulNamespace, "consul-namespace", "default", "with --consul-api: the namespace Consul's services live in")
+	fl.StringVar(&f.consulNode, "consul-node", consulapi.DefaultNode, "with --consul-api: the name of the Consul node this server is (Consul's -node): the node of the services registered through its agent endpoints")
+	fl.StringToStringVar(&f.consulNodeMeta, "consul-node-meta", nil, "with --consul-api: the meta of this server's Consul node, KEY=VALUE, repeatable (Consul's -node-meta)")
 	fl.StringVar(&f.memoryLimit, "memory-limit", "", "soft limit of the Go heap and runtime (e.g. 450MiB, 2GiB, off): the GC works harder near it (docs/registry.md, \"Memory\"); default: GOMEMLIMIT, else none")
 	rootCmd.AddCommand(cmd)
 }
@@ -684,7 +688,7 @@ func storeName(url string) string {
 // is loaded; at the shutdown its requests drain before the registry stops.
 func serveConsulAPI(lc *lifecycle, f serverFlags, ln net.Listener, reg *registry.Registry, kvs *kv.Store, guard *acl.Guard, member *cluster.Member, tlsCfg *tls.Config, log *slog.Logger) error {
 	opts := consulapi.Options{
-		Namespace: f.consulNamespace, Addr: ln.Addr().String(), Version: readBuildInfo().Version,
+		Namespace: f.consulNamespace, Node: f.consulNode, NodeMeta: f.consulNodeMeta, Addr: ln.Addr().String(), Version: readBuildInfo().Version,
 		ACL: guard, Logger: log.With("component", "consulapi"), KV: kvs,
 	}
 	if member != nil {

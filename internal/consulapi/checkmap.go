@@ -74,11 +74,11 @@ func (a *API) checksOf(in *instance.Instance, tags []string) []healthCheck {
 	out := a.baseChecks(in, tags)
 	for i := range in.Checks {
 		c := &in.Checks[i]
-		out = append(out, healthCheck{Node: in.Host, CheckID: c.ID, Name: c.Name, Status: c.Status, Output: c.Output,
-			ServiceID: in.ID, ServiceName: in.Service, ServiceTags: tags, Type: c.Type,
+		out = append(out, healthCheck{Node: a.nodeOf(in), CheckID: c.ID, Name: c.Name, Status: c.Status, Output: c.Output,
+			ServiceID: consulServiceID(in), ServiceName: in.Service, ServiceTags: tags, Type: c.Type,
 			CreateIndex: in.Revision, ModifyIndex: in.Revision})
 	}
-	return out
+	return append(out, a.catalogChecks(in, tags)...)
 }
 
 // checkOwner finds the instance of the served namespace with check id:
@@ -146,6 +146,16 @@ func (a *API) checkUpdate(fixed string) handler {
 			status, output = body.Status, body.Output
 		}
 		in, err := a.checkOwner(checkID)
+		var he *httpError
+		if errors.As(err, &he) && he.status == http.StatusNotFound {
+			// A TTL check of the agent's node (agentcheck.go)?
+			if found, err := a.nodeCheckUpdate(r, checkID, status, output); found || err != nil {
+				if err != nil {
+					return err
+				}
+				return writeValue(w, "")
+			}
+		}
 		if err != nil {
 			return err
 		}

@@ -12,6 +12,9 @@ import (
 // alias checks are refused).
 type CheckDefinition struct {
 	ID, Name, Notes string
+	// ServiceID is the service a check registered alone is of
+	// (/v1/agent/check/register); "" for one of the node.
+	ServiceID string
 	// Type is ttl, http, tcp or grpc.
 	Type string
 	// Target is what an active check probes: the URL (http), host:port
@@ -45,7 +48,8 @@ func duration(path string, dst *time.Duration) func(json.RawMessage) error {
 		}
 		d, err := time.ParseDuration(s)
 		if err != nil || d < 0 {
-			return badRequest(fmt.Sprintf("%s: %q is not a duration (e.g. \"10s\", \"1m30s\")", path, s))
+			// "invalid duration": Consul's words, which its tools look for.
+			return badRequest(fmt.Sprintf("%s: %q is not a duration: invalid duration (e.g. \"10s\", \"1m30s\")", path, s))
 		}
 		*dst = d
 		return nil
@@ -58,7 +62,7 @@ func decodeCheck(raw json.RawMessage, path string) (CheckDefinition, error) {
 	var c CheckDefinition
 	var http, tcp, grpc, serviceID, status, interval string
 	var tcpTLS, grpcTLS bool
-	p := func(name string) string { return path + "." + name }
+	p := func(name string) string { return join(path, name) }
 	err := decodeObject(raw, path, []field{
 		{"CheckID", str(p("CheckID"), &c.ID)},
 		{"ID", str(p("ID"), &c.ID)},
@@ -138,6 +142,7 @@ func decodeCheck(raw json.RawMessage, path string) (CheckDefinition, error) {
 	case c.SuccessBeforePassing < 0 || c.FailuresBeforeWarning < 0 || c.FailuresBeforeCritical < 0:
 		return c, badRequest(path + ": SuccessBeforePassing, FailuresBeforeWarning and FailuresBeforeCritical must not be negative")
 	}
+	c.ServiceID = serviceID
 	switch status {
 	case "", "passing", "warning", "critical":
 		c.Status = status

@@ -71,8 +71,13 @@ type Options struct {
 	// Datacenter is the datacenter answers name (default dc1); a query
 	// for another one is refused.
 	Datacenter string
-	// Node names the agent in /v1/agent/self (default "sextant").
+	// Node names the agent in /v1/agent/self (default "sextant"): the
+	// Consul node the services registered through the agent endpoints
+	// are on.
 	Node string
+	// NodeMeta is the agent node's meta (Consul's -node-meta), beside
+	// consul-version and consul-network-segment.
+	NodeMeta map[string]string
 	// Addr is the API's own address, answered by /v1/status/leader and
 	// /v1/status/peers.
 	Addr string
@@ -174,9 +179,14 @@ func (a *API) routes() {
 	a.handleOpen("GET /v1/status/peers", a.peers)
 	a.kvRoutes()
 	a.sessionRoutes()
+	a.nodeRoutes()
+	a.agentCheckRoutes()
 	for _, u := range unsupported {
-		if (u.prefix == "/v1/kv/" || u.prefix == "/v1/session/") && a.opts.KV != nil {
+		if (u.prefix == "/v1/kv/" || u.prefix == "/v1/session/" || u.prefix == "/v1/txn") && a.opts.KV != nil {
 			continue // served: another method answers 405
+		}
+		if nodePaths[u.prefix] && a.nodeStore() != nil {
+			continue // served (node.go)
 		}
 		a.mux.HandleFunc(u.prefix, func(w http.ResponseWriter, r *http.Request) {
 			writeText(w, http.StatusNotImplemented, "Sextant's Consul-compatible API does not serve "+u.what+" ("+r.Method+" "+r.URL.Path+"); docs/compat.md lists what it serves")
@@ -208,6 +218,12 @@ func (a *API) noRoute(w http.ResponseWriter, r *http.Request) {
 
 // unsupported are the parts of Consul's API Sextant does not serve: each
 // answers 501 naming what it is.
+// nodePaths are served when the KV kind keeps the nodes (node.go).
+var nodePaths = map[string]bool{
+	"/v1/catalog/register": true, "/v1/catalog/deregister": true, "/v1/catalog/nodes": true,
+	"/v1/catalog/node/": true, "/v1/catalog/node-services/": true, "/v1/health/node/": true,
+}
+
 var unsupported = []struct{ prefix, what string }{
 	{"/v1/kv/", "Consul's KV store"},
 	{"/v1/acl/", "Consul's ACL endpoints (tokens and policies are Sextant's: sextant acl, /v1/acl on --http)"},
@@ -245,10 +261,7 @@ var unsupported = []struct{ prefix, what string }{
 	{"/v1/agent/leave", "agent leaves"},
 	{"/v1/agent/force-leave/", "gossip (Sextant has no gossip pool)"},
 	{"/v1/agent/reload", "agent reloads"},
-	{"/v1/agent/maintenance", "node maintenance (Sextant has no nodes; /v1/agent/service/maintenance/{id} is served)"},
 	{"/v1/agent/token/", "agent tokens"},
-	{"/v1/agent/check/register", "check registers outside a service (register checks with the service)"},
-	{"/v1/agent/check/deregister/", "check deregisters (re-register the service without the check)"},
 	{"/v1/agent/metrics", "Consul's agent metrics (Sextant's are /metrics on --http)"},
 	{"/v1/agent/monitor", "log streaming"},
 	{"/v1/agent/host", "host information"},

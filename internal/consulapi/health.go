@@ -30,6 +30,22 @@ func (a *API) healthState(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	out := []healthCheck{}
+	var all []healthCheck
+	for _, n := range a.allNodes() {
+		all = append(all, a.nodeChecks(n.Node)...)
+	}
+	for _, c := range all {
+		if state != "any" && c.Status != state {
+			continue
+		}
+		ok, err := f.match(&c)
+		if err != nil {
+			return err
+		}
+		if ok {
+			out = append(out, c)
+		}
+	}
 	for _, svc := range a.reg.Instances().Snapshot().Groups(a.opts.Namespace) {
 		for _, in := range svc.Items() {
 			tags, _ := tagsAndMeta(in)
@@ -117,10 +133,9 @@ func (a *API) agentHealthByID(w http.ResponseWriter, r *http.Request) error {
 // GET /v1/agent/health/service/name/{name}?format=text: the health of
 // every instance of a service; the status code is the worst of theirs.
 func (a *API) agentHealthByName(w http.ResponseWriter, r *http.Request) error {
-	name, err := serviceName(r)
-	if err != nil {
-		return err
-	}
+	// A name Sextant cannot hold is a service not found (Consul's
+	// client reads 404 as "critical, none"), not a 400.
+	name := r.PathValue("name")
 	text, err := a.agentHealthRead(r)
 	if err != nil {
 		return err

@@ -28,6 +28,10 @@ type KV interface {
 	RenewSession(ctx context.Context, ns, id string) (*kv.Session, error)
 	DestroySession(ctx context.Context, ns, id string) (bool, error)
 	Sessions(ns string, fn func(*kv.Session) bool)
+	// Txn runs KV operations all or nothing (txn.go).
+	Txn(ctx context.Context, ns string, ops []kv.TxnOp) ([]kv.TxnResult, []kv.TxnError, int64, error)
+	// The nodes registered through the catalog (node.go).
+	NodeStore
 }
 
 // Consul's KV store: the keys of the served namespace (Options.Namespace),
@@ -40,6 +44,7 @@ func (a *API) kvRoutes() {
 	a.handle("GET /v1/kv/{key...}", a.kvGet)
 	a.handle("PUT /v1/kv/{key...}", a.kvPut)
 	a.handle("DELETE /v1/kv/{key...}", a.kvDelete)
+	a.handle("PUT /v1/txn", a.txn)
 }
 
 func kvRead(ns string) acl.Permission {

@@ -27,18 +27,38 @@ type weights struct {
 
 // agentService is Consul's AgentService: a service instance.
 type agentService struct {
+	Kind              string `json:",omitempty"`
 	ID                string
 	Service           string
 	Tags              []string
 	Meta              map[string]string
 	Port              int
+	Ports             []servicePort `json:",omitempty"`
 	Address           string
+	TaggedAddresses   map[string]serviceAddress `json:",omitempty"`
 	Weights           weights
 	EnableTagOverride bool
+	Connect           *connectInfo    `json:",omitempty"`
+	Proxy             json.RawMessage `json:",omitempty"`
 	Datacenter        string
-	ContentHash       string `json:",omitempty"`
-	CreateIndex       int64  `json:",omitempty"`
-	ModifyIndex       int64  `json:",omitempty"`
+	ContentHash       string    `json:",omitempty"`
+	CreateIndex       int64     `json:",omitempty"`
+	ModifyIndex       int64     `json:",omitempty"`
+	Locality          *locality `json:",omitempty"`
+}
+
+// connectInfo is Consul's AgentServiceConnect: only Native is kept.
+type connectInfo struct {
+	Native bool `json:",omitempty"`
+}
+
+// serviceAddressOf is the ServiceAddress Consul answers: "" for a service
+// registered without one.
+func serviceAddressOf(in *instance.Instance, at attrs) string {
+	if at.NoAddress {
+		return ""
+	}
+	return in.Host
 }
 
 // node is Consul's Node. Sextant has no nodes: each address is a node of
@@ -52,6 +72,7 @@ type node struct {
 	Meta            map[string]string
 	CreateIndex     int64
 	ModifyIndex     int64
+	Locality        *locality `json:",omitempty"`
 }
 
 // catalogService is Consul's CatalogService (a ServiceNode).
@@ -67,10 +88,14 @@ type catalogService struct {
 	ServiceName              string
 	ServiceTags              []string
 	ServiceAddress           string
+	ServiceTaggedAddresses   map[string]serviceAddress `json:",omitempty"`
 	ServiceMeta              map[string]string
 	ServicePort              int
+	ServicePorts             []servicePort `json:",omitempty"`
 	ServiceWeights           weights
 	ServiceEnableTagOverride bool
+	ServiceProxy             json.RawMessage `json:",omitempty"`
+	ServiceLocality          *locality       `json:",omitempty"`
 	CreateIndex              int64
 	ModifyIndex              int64
 }
@@ -109,30 +134,53 @@ func tagsAndMeta(in *instance.Instance) ([]string, map[string]string) {
 			tags = append(tags, t)
 			continue
 		}
+		if reserved(k) {
+			continue // Consul's own fields (attrs.go)
+		}
 		meta[k] = v
 	}
 	return tags, meta
 }
 
 func (a *API) toAgentService(in *instance.Instance, tags []string, meta map[string]string) agentService {
-	return agentService{
-		ID: in.ID, Service: in.Service, Tags: tags, Meta: meta, Port: in.Port, Address: in.Host,
-		Weights: weights{Passing: in.Weight, Warning: in.Weight}, Datacenter: a.opts.Datacenter,
+	at := attrsOf(in)
+	s := agentService{
+		Kind: at.Kind, ID: consulServiceID(in), Service: in.Service, Tags: tags, Meta: meta, Port: in.Port, Ports: at.Ports, Address: in.Host,
+		TaggedAddresses: at.TaggedAddresses, Weights: weights{Passing: in.Weight, Warning: in.Weight}, Datacenter: a.opts.Datacenter,
+		Locality: at.Locality, EnableTagOverride: at.TagOverride, Proxy: at.Proxy,
 	}
+	if at.NoAddress {
+		s.Address = ""
+	}
+	if at.ConnectNative {
+		s.Connect = &connectInfo{Native: true}
+	}
+	return s
 }
 
+// toNode is the node in is on.
 func (a *API) toNode(in *instance.Instance) node {
-	return node{Node: in.Host, Address: in.Host, Datacenter: a.opts.Datacenter,
-		TaggedAddresses: map[string]string{}, Meta: map[string]string{}, CreateIndex: in.Revision, ModifyIndex: in.Revision}
+	if name, ok := in.Metadata.Get(labelNode); ok {
+		if n, ok := a.nodeNamed(name); ok {
+			return n
+		}
+		// A node deregistered under its service (two writes): named alone.
+		return node{Node: name, Address: in.Host, Datacenter: a.opts.Datacenter,
+			TaggedAddresses: map[string]string{}, Meta: map[string]string{}, CreateIndex: in.Revision, ModifyIndex: in.Revision}
+	}
+	return a.implicitNode(in)
 }
 
 func (a *API) toCatalogService(in *instance.Instance) catalogService {
 	tags, meta := tagsAndMeta(in)
+	n := a.toNode(in)
+	at := attrsOf(in)
 	return catalogService{
-		Node: in.Host, Address: in.Host, Datacenter: a.opts.Datacenter,
-		TaggedAddresses: map[string]string{}, NodeMeta: map[string]string{},
-		ServiceID: in.ID, ServiceName: in.Service, ServiceTags: tags, ServiceAddress: in.Host,
-		ServiceMeta: meta, ServicePort: in.Port, ServiceWeights: weights{Passing: in.Weight, Warning: in.Weight},
+		ID: n.ID, Node: n.Node, Address: n.Address, Datacenter: a.opts.Datacenter,
+		TaggedAddresses: n.TaggedAddresses, NodeMeta: n.Meta, ServiceKind: at.Kind,
+		ServiceID: consulServiceID(in), ServiceName: in.Service, ServiceTags: tags, ServiceAddress: serviceAddressOf(in, at),
+		ServiceTaggedAddresses: at.TaggedAddresses, ServiceMeta: meta, ServicePort: in.Port, ServicePorts: at.Ports,
+		ServiceWeights: weights{Passing: in.Weight, Warning: in.Weight}, ServiceLocality: at.Locality, ServiceEnableTagOverride: at.TagOverride, ServiceProxy: at.Proxy,
 		CreateIndex: in.Revision, ModifyIndex: in.Revision,
 	}
 }
@@ -141,7 +189,8 @@ func (a *API) toEntry(in *instance.Instance) serviceEntry {
 	tags, meta := tagsAndMeta(in)
 	s := a.toAgentService(in, tags, meta)
 	s.CreateIndex, s.ModifyIndex = in.Revision, in.Revision
-	return serviceEntry{Node: a.toNode(in), Service: s, Checks: a.checksOf(in, tags)}
+	n := a.toNode(in)
+	return serviceEntry{Node: n, Service: s, Checks: append(a.nodeChecks(n.Node), a.checksOf(in, tags)...)}
 }
 
 // aggregate is Consul's aggregated status of checks: maintenance, then
@@ -150,7 +199,7 @@ func aggregate(checks []healthCheck) string {
 	status := "passing"
 	for _, c := range checks {
 		switch {
-		case strings.HasPrefix(c.CheckID, maintenancePrefix):
+		case strings.HasPrefix(c.CheckID, maintenancePrefix), c.CheckID == nodeMaintenance:
 			return "maintenance"
 		case c.Status == "critical":
 			status = "critical"
@@ -170,13 +219,17 @@ const maintenancePrefix = "_service_maintenance:"
 func (a *API) baseChecks(in *instance.Instance, tags []string) []healthCheck {
 	out := []healthCheck{}
 	if in.Isolated {
-		out = append(out, healthCheck{Node: in.Host, CheckID: maintenancePrefix + in.ID, Name: "Service Maintenance Mode",
-			Status: "critical", Notes: "isolated in Sextant (maintenance mode)", ServiceID: in.ID, ServiceName: in.Service,
+		notes := "isolated in Sextant (maintenance mode)"
+		if reason, ok := in.Metadata.Get(labelMaintenance); ok {
+			notes = reason
+		}
+		out = append(out, healthCheck{Node: a.nodeOf(in), CheckID: maintenancePrefix + consulServiceID(in), Name: "Service Maintenance Mode",
+			Status: "critical", Notes: notes, ServiceID: consulServiceID(in), ServiceName: in.Service,
 			ServiceTags: tags, Type: "maintenance", CreateIndex: in.Revision, ModifyIndex: in.Revision})
 	}
 	if in.TTLSeconds > 0 {
-		c := healthCheck{Node: in.Host, CheckID: heartbeatPrefix + in.ID, Name: "Sextant TTL heartbeat",
-			Status: "passing", ServiceID: in.ID, ServiceName: in.Service, ServiceTags: tags, Type: "ttl",
+		c := healthCheck{Node: a.nodeOf(in), CheckID: heartbeatPrefix + in.ID, Name: "Sextant TTL heartbeat",
+			Status: "passing", ServiceID: consulServiceID(in), ServiceName: in.Service, ServiceTags: tags, Type: "ttl",
 			CreateIndex: in.Revision, ModifyIndex: in.Revision}
 		if in.TTLExpired {
 			c.Status = "critical"
@@ -263,17 +316,24 @@ func (a *API) catalogService(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	nm, err := nodeMetaFilter(r)
+	if err != nil {
+		return err
+	}
 	svc, err := a.service(r, name, b)
 	if err != nil {
 		return err
 	}
-	body, err := memoJSON(svc, memoKey("c", false, q), func() (any, error) {
+	body, err := memoJSON(svc, memoKey("c", false, q, a.nodesFingerprint()), func() (any, error) {
 		out := []catalogService{}
 		for _, in := range svc.Items() {
 			if !tagged(in, q["tag"]) {
 				continue
 			}
 			cs := a.toCatalogService(in)
+			if !metaMatches(cs.NodeMeta, nm) {
+				continue
+			}
 			ok, err := f.match(&cs)
 			if err != nil {
 				return nil, err
@@ -288,7 +348,18 @@ func (a *API) catalogService(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	a.setMeta(w, serviceIndex(svc))
+	cacheHeaders(w, q)
 	return writeBytes(w, body)
+}
+
+// cacheHeaders answers a ?cached read as Consul's agent cache does: every
+// answer comes from the server's in-memory catalog, current, so it is a
+// hit of age 0.
+func cacheHeaders(w http.ResponseWriter, q url.Values) {
+	if has(q, "cached") {
+		w.Header().Set("X-Cache", "HIT")
+		w.Header().Set("Age", "0")
+	}
 }
 
 // memoJSON is the JSON of what build answers for service svc (nil: an
@@ -326,7 +397,7 @@ var emptyList = []byte("[]")
 
 // memoKey names an answer of a service's version: the endpoint, passing,
 // the tags and the filter.
-func memoKey(endpoint string, passing bool, q url.Values) string {
+func memoKey(endpoint string, passing bool, q url.Values, nodes string) string {
 	var sb strings.Builder
 	sb.WriteString("consul/")
 	sb.WriteString(endpoint)
@@ -341,6 +412,11 @@ func memoKey(endpoint string, passing bool, q url.Values) string {
 		sb.WriteString("\x00f:")
 		sb.WriteString(f)
 	}
+	for _, m := range q["node-meta"] {
+		sb.WriteString("\x00m:")
+		sb.WriteString(m)
+	}
+	sb.WriteString(nodes)
 	return sb.String()
 }
 
@@ -354,6 +430,10 @@ func (a *API) healthService(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	nm, err := nodeMetaFilter(r)
+	if err != nil {
+		return err
+	}
 	passing, err := boolParam(q, "passing")
 	if err != nil {
 		return err
@@ -362,14 +442,14 @@ func (a *API) healthService(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	body, err := memoJSON(svc, memoKey("h", passing, q), func() (any, error) {
+	body, err := memoJSON(svc, memoKey("h", passing, q, a.nodesFingerprint()), func() (any, error) {
 		out := []serviceEntry{}
 		for _, in := range svc.Items() {
 			if !tagged(in, q["tag"]) || passing && !in.ItemReady() {
 				continue
 			}
 			e := a.toEntry(in)
-			if passing && aggregate(e.Checks) != "passing" {
+			if passing && aggregate(e.Checks) != "passing" || !metaMatches(e.Node.Meta, nm) {
 				continue
 			}
 			ok, err := f.match(&e)
@@ -386,6 +466,7 @@ func (a *API) healthService(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	a.setMeta(w, serviceIndex(svc))
+	cacheHeaders(w, q)
 	return writeBytes(w, body)
 }
 
@@ -403,7 +484,7 @@ func (a *API) healthChecks(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	body, err := memoJSON(svc, memoKey("k", false, q), func() (any, error) {
+	body, err := memoJSON(svc, memoKey("k", false, q, a.nodesFingerprint()), func() (any, error) {
 		out := []healthCheck{}
 		for _, in := range svc.Items() {
 			tags, _ := tagsAndMeta(in)
@@ -423,6 +504,7 @@ func (a *API) healthChecks(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	a.setMeta(w, serviceIndex(svc))
+	cacheHeaders(w, q)
 	return writeBytes(w, body)
 }
 
@@ -437,17 +519,23 @@ func (a *API) catalogServices(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	nm, err := nodeMetaFilter(r)
+	if err != nil {
+		return err
+	}
 	snap := a.reg.Instances().Snapshot()
 	out := map[string][]string{}
 	for _, svc := range snap.Groups(a.opts.Namespace) {
 		var tags []string
-		matched := f == nil
+		matched := f == nil && nm == nil
 		for _, in := range svc.Items() {
-			if f != nil {
+			if f != nil || nm != nil {
 				cs := a.toCatalogService(in)
-				ok, err := f.match(&cs)
-				if err != nil {
-					return err
+				ok := metaMatches(cs.NodeMeta, nm)
+				if ok && f != nil {
+					if ok, err = f.match(&cs); err != nil {
+						return err
+					}
 				}
 				if !ok {
 					continue
@@ -512,8 +600,23 @@ func (a *API) agentChecks(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	out := map[string]healthCheck{}
+	for _, c := range a.nodeChecks(a.opts.Node) {
+		if c.CheckID == serfHealth {
+			continue // the catalog's, not the agent's
+		}
+		ok, err := f.match(&c)
+		if err != nil {
+			return err
+		}
+		if ok {
+			out[c.CheckID] = c
+		}
+	}
 	for _, svc := range a.reg.Instances().Snapshot().Groups(a.opts.Namespace) {
 		for _, in := range svc.Items() {
+			if a.nodeOf(in) != a.opts.Node || isSelf(in) {
+				continue // the agent's checks are its node's; the consul service has none in Consul
+			}
 			tags, _ := tagsAndMeta(in)
 			for _, c := range a.checksOf(in, tags) {
 				ok, err := f.match(&c)
@@ -578,13 +681,14 @@ func (a *API) agentSelf(w http.ResponseWriter, r *http.Request) error {
 	if err := acl.Authenticated(r.Context()); err != nil {
 		return err
 	}
+	n := a.selfNode()
 	self := map[string]any{
 		"Config": map[string]any{
-			"Datacenter": a.opts.Datacenter, "NodeName": a.opts.Node, "NodeID": "", "Server": true,
+			"Datacenter": a.opts.Datacenter, "NodeName": a.opts.Node, "NodeID": n.ID, "Server": true,
 			"Revision": "", "Version": "sextant " + a.opts.Version, "PrimaryDatacenter": a.opts.Datacenter,
 		},
 		"Member": map[string]any{"Name": a.opts.Node, "Addr": a.opts.Addr, "Status": 1, "Tags": map[string]string{"dc": a.opts.Datacenter}},
-		"Meta":   map[string]string{"sextant_namespace": a.opts.Namespace},
+		"Meta":   n.Meta,
 		"Stats":  map[string]any{"runtime": map[string]string{"version": runtime.Version()}},
 		"xDS":    nil,
 	}

@@ -33,6 +33,23 @@ type Registration struct {
 	Meta              map[string]string
 	Weight            int // Weights.Passing; 0: not given
 	Checks            []CheckDefinition
+	// Kind, TaggedAddresses, Locality and Ports are kept as reserved
+	// labels (attrs.go); Node is the Consul node (the agent's, or a
+	// catalog registration's).
+	Kind            string
+	TaggedAddresses map[string]serviceAddress
+	Locality        *locality
+	Ports           []servicePort
+	Node            string
+	// ConsulID is the service's Consul id when its instance id differs
+	// (a catalog node's service: node.go).
+	ConsulID string
+	// ConnectNative and EnableTagOverride are kept and answered back;
+	// Sextant acts on neither.
+	ConnectNative, EnableTagOverride bool
+	// Proxy is a Connect proxy's configuration (Kind connect-proxy), kept
+	// as given and answered back; Sextant configures no proxy from it.
+	Proxy json.RawMessage
 }
 
 // field is how a member of a Consul object is read: its name as Consul
@@ -170,6 +187,19 @@ func boolean(path string, dst *bool) func(json.RawMessage) error {
 	}
 }
 
+// jsonValue decodes a member into dst with the standard decoder.
+func jsonValue(path, want string, dst any) func(json.RawMessage) error {
+	return func(raw json.RawMessage) error {
+		if isNull(raw) {
+			return nil
+		}
+		if err := json.Unmarshal(raw, dst); err != nil {
+			return typeError(path, want, raw, err)
+		}
+		return nil
+	}
+}
+
 // ignored accepts a member Sextant has no use for, of its Consul type.
 func ignored(path, want string) func(json.RawMessage) error {
 	return func(raw json.RawMessage) error {
@@ -213,7 +243,7 @@ func DecodeRegister(body []byte) (*Registration, error) {
 	if err := duplicateKeys(body); err != nil {
 		return nil, err
 	}
-	var weights, enableTagOverride bool
+	var weights bool
 	err := decodeObject(raw, "", []field{
 		{"ID", str("ID", &reg.ID)},
 		{"Name", str("Name", &reg.Name)},
@@ -248,7 +278,7 @@ func DecodeRegister(body []byte) (*Registration, error) {
 				{"Warning", integer("Weights.Warning", &warning)},
 			})
 		}},
-		{"EnableTagOverride", boolean("EnableTagOverride", &enableTagOverride)},
+		{"EnableTagOverride", boolean("EnableTagOverride", &reg.EnableTagOverride)},
 		{"Check", func(raw json.RawMessage) error {
 			if isNull(raw) {
 				return nil
@@ -280,16 +310,33 @@ func DecodeRegister(body []byte) (*Registration, error) {
 			}
 			return nil
 		}},
-		{"Kind", refused("Kind", "a service kind other than a typical service (Connect proxies and gateways)")},
+		{"Kind", str("Kind", &reg.Kind)},
 		{"Namespace", refused("Namespace", "a Consul Enterprise namespace (this API serves one Sextant namespace, --consul-namespace)", `"default"`)},
 		{"Partition", refused("Partition", "an admin partition (Consul Enterprise)", `"default"`)},
-		{"Ports", refused("Ports", "several named ports")},
+		{"Ports", jsonValue("Ports", "an array of ports (Name, Port, Default)", &reg.Ports)},
 		{"SocketPath", refused("SocketPath", "a Unix socket service")},
-		{"TaggedAddresses", refused("TaggedAddresses", "tagged addresses")},
-		{"Proxy", refused("Proxy", "Connect proxies")},
-		{"Connect", refused("Connect", "Connect")},
+		{"TaggedAddresses", jsonValue("TaggedAddresses", "an object of addresses (Address, Port)", &reg.TaggedAddresses)},
+		{"Proxy", func(raw json.RawMessage) error {
+			if isNull(raw) {
+				return nil
+			}
+			if jsonKind(raw) != "an object" {
+				return badRequest("Proxy: expected an object, got " + jsonKind(raw))
+			}
+			reg.Proxy = raw
+			return nil
+		}},
+		{"Connect", func(raw json.RawMessage) error {
+			if isNull(raw) {
+				return nil
+			}
+			return decodeObject(raw, "Connect", []field{
+				{"Native", boolean("Connect.Native", &reg.ConnectNative)},
+				{"SidecarService", refused("Connect.SidecarService", "a Connect sidecar service")},
+			})
+		}},
 		{"AI", refused("AI", "AI service metadata")},
-		{"Locality", refused("Locality", "locality")},
+		{"Locality", jsonValue("Locality", "an object (Region, Zone)", &reg.Locality)},
 		{"PeerName", refused("PeerName", "cluster peering")},
 		{"Datacenter", refused("Datacenter", "a datacenter in the body")},
 	})
@@ -323,8 +370,8 @@ func (reg *Registration) Instance(ns, host string) (*instance.Instance, error) {
 	if reg.Address != "" {
 		host = reg.Address
 	}
-	if reg.Port < 1 || reg.Port > 65535 {
-		return nil, badRequest(fmt.Sprintf("Port: %d is out of range 1..65535 (Sextant needs a port to answer with)", reg.Port))
+	if reg.Port < 0 || reg.Port > 65535 {
+		return nil, badRequest(fmt.Sprintf("Port: %d is out of range 1..65535 (or 0, none)", reg.Port))
 	}
 	weight := instance.DefaultWeight
 	if reg.Weight != 0 {
@@ -333,7 +380,7 @@ func (reg *Registration) Instance(ns, host string) (*instance.Instance, error) {
 		}
 		weight = reg.Weight
 	}
-	md, err := metadata(reg.Tags, reg.Meta)
+	md, err := metadata(reg.Tags, reg.Meta, reg.putAttrs)
 	if err != nil {
 		return nil, err
 	}
@@ -381,7 +428,7 @@ func consulField(f string) string {
 // the key tag/T (empty value), each Meta key itself. Keys follow Sextant's
 // label rule; a Meta key under tag/ would read back as a tag and is
 // refused.
-func metadata(tags []string, meta map[string]string) (label.Labels, error) {
+func metadata(tags []string, meta map[string]string, attrs func(map[string]string) error) (label.Labels, error) {
 	if n := len(tags) + len(meta); n > instance.MaxMetadata {
 		return label.Labels{}, badRequest(fmt.Sprintf("Meta and Tags: %d entries (%d tags, %d Meta keys), at most %d together (each tag is a metadata entry in Sextant)",
 			n, len(tags), len(meta), instance.MaxMetadata))
@@ -398,6 +445,9 @@ func metadata(tags []string, meta map[string]string) (label.Labels, error) {
 		if !label.ValidKey(k) {
 			return label.Labels{}, badRequest(fmt.Sprintf("Meta: key %q is not a valid Sextant metadata key: 1..128 bytes of [A-Za-z0-9._/-]", k))
 		}
+		if reserved(strings.ToLower(k)) {
+			return label.Labels{}, badRequest(fmt.Sprintf("Meta: key %q: the prefix %q is reserved (as in Consul); Sextant keeps Consul's own fields under it", k, reservedPrefix))
+		}
 		if strings.HasPrefix(strings.ToLower(k), dnsapi.TagPrefix) {
 			return label.Labels{}, badRequest(fmt.Sprintf("Meta: key %q is under %s, where Sextant keeps tags: send it in Tags", k, dnsapi.TagPrefix))
 		}
@@ -405,6 +455,15 @@ func metadata(tags []string, meta map[string]string) (label.Labels, error) {
 			return label.Labels{}, badRequest(fmt.Sprintf("Meta[%q]: value of %d bytes, at most %d", k, len(v), instance.MaxValueLen))
 		}
 		m[k] = v
+	}
+	if attrs != nil {
+		if err := attrs(m); err != nil {
+			return label.Labels{}, err
+		}
+		if len(m) > instance.MaxMetadata {
+			return label.Labels{}, badRequest(fmt.Sprintf("Meta and Tags: %d entries with the %d Sextant keeps for Consul's fields (Kind, TaggedAddresses, Locality, Ports, node), at most %d together",
+				len(m), len(m)-len(tags)-len(meta), instance.MaxMetadata))
+		}
 	}
 	return label.FromMap(m), nil
 }
@@ -430,6 +489,7 @@ func (a *API) register(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	reg.Node = a.opts.Node // the agent's node, as Consul's agent registers
 	in, err := reg.Instance(ns, clientHost(r))
 	if err != nil {
 		return err
@@ -501,11 +561,22 @@ func (a *API) maintenance(w http.ResponseWriter, r *http.Request) error {
 	if cur == nil || cur.Namespace != a.opts.Namespace {
 		return notFound(fmt.Sprintf("Unknown service ID %q", id))
 	}
-	if cur.Isolated == enable {
+	reason := q.Get("reason")
+	if old, _ := cur.Metadata.Get(labelMaintenance); cur.Isolated == enable && (!enable || old == reason) {
 		return writeValue(w, "")
 	}
 	in := cur.Clone()
 	in.Isolated = enable
+	// The reason is the maintenance check's Notes, as Consul shows it.
+	m := in.Metadata.Map()
+	delete(m, labelMaintenance)
+	if enable && reason != "" {
+		if len(reason) > instance.MaxValueLen {
+			return badRequest(fmt.Sprintf("reason: %d bytes, at most %d", len(reason), instance.MaxValueLen))
+		}
+		m[labelMaintenance] = reason
+	}
+	in.Metadata = label.FromMap(m)
 	guard := a.sameNamespace(r, id)
 	if _, err := a.reg.RegisterGuarded(r.Context(), []*instance.Instance{in}, func(now *instance.Instance) error {
 		if now.Revision != cur.Revision {
@@ -537,9 +608,6 @@ func (a *API) checkScope(r *http.Request) error {
 	}
 	if v := q.Get("peer"); v != "" {
 		return badRequest("peer: cluster peering is not supported")
-	}
-	if v := q.Get("node-meta"); v != "" {
-		return badRequest("node-meta: node metadata filters are not supported (Sextant has no nodes)")
 	}
 	return nil
 }

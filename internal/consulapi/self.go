@@ -33,10 +33,19 @@ func SelfID(host string, port int) string {
 // it. It registers at once, heartbeats every selfTTL/2 and registers
 // again if the instance went missing (removed, or the registry lost it).
 // The caller (the server's lifecycle) owns the goroutine that runs it.
+// isSelf reports whether in is a server's own instance of service consul.
+func isSelf(in *instance.Instance) bool {
+	if in.Service != SelfService {
+		return false
+	}
+	role, _ := in.Metadata.Get("sextant.role")
+	return role == "server"
+}
+
 func (a *API) KeepSelf(ctx context.Context, host string, port int) error {
 	id := SelfID(host, port)
 	in := &instance.Instance{ID: id, Namespace: a.opts.Namespace, Service: SelfService, Host: host, Port: port,
-		Weight: instance.DefaultWeight, TTLSeconds: selfTTL, Metadata: label.FromMap(map[string]string{"sextant.role": "server"})}
+		Weight: instance.DefaultWeight, TTLSeconds: selfTTL, Metadata: label.FromMap(map[string]string{"sextant.role": "server", labelNode: a.opts.Node})}
 	if err := instance.Prepare(-1, in); err != nil {
 		return fmt.Errorf("consulapi: the server's own instance %q: %w", id, err)
 	}

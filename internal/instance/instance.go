@@ -81,6 +81,14 @@ func (in *Instance) setCache(fn func(c *cached)) {
 // VersionLabel is the label an instance's version is selectable as.
 const VersionLabel = "version"
 
+// NoPortLabel marks an instance registered without a port (Consul lets a
+// service have none: a database listed for discovery by address, an
+// external service): its Port is 0, it is listed and answered in DNS and
+// the Consul API, and is never an endpoint of a cluster. Only an instance
+// carrying it may have port 0, so a port forgotten in Sextant's own API is
+// still an error.
+const NoPortLabel = "sextant.no-port"
+
 // versionSets shares the labels of instances with equal metadata (by its
 // storage: the decoders intern replicas' sets) and version, so that the
 // label index recognises them as one set, as it does their metadata.

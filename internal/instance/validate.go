@@ -132,7 +132,9 @@ func Prepare(i int, in *Instance) error {
 		return NewFieldError(i, "host", "%q is not an IP address or DNS name of at most 253 bytes", in.Host)
 	}
 	if in.Port < 1 || in.Port > 65535 {
-		return NewFieldError(i, "port", "%d is out of range 1..65535", in.Port)
+		if _, portless := in.Metadata.Get(NoPortLabel); !portless || in.Port != 0 {
+			return NewFieldError(i, "port", "%d is out of range 1..65535", in.Port)
+		}
 	}
 	if in.ID == "" {
 		in.ID = DefaultID(in.Namespace, in.Service, in.Host, in.Port)

@@ -252,8 +252,8 @@ func (e *Engine) endpoints(s naming.ServiceKey, c clusterSpec) ([]xds.Endpoint, 
 	var eps []xds.Endpoint
 	usable := false
 	e.src.Instances(s, c.sel, func(in *instance.Instance) {
-		if c.port != 0 && in.Port != int(c.port) {
-			return
+		if in.Port == 0 || c.port != 0 && in.Port != int(c.port) {
+			return // no port (instance.NoPortLabel): not an endpoint
 		}
 		ep := xds.Endpoint{
 			ID: in.ID, Host: in.Host, Port: uint32(in.Port), Weight: uint32(min(max(in.Weight, 0), 1<<16)),
@@ -284,7 +284,7 @@ func (e *Engine) hasUsable(s naming.ServiceKey, c clusterSpec) bool {
 func (e *Engine) anyUsable(s naming.ServiceKey, c clusterSpec) bool {
 	usable := false
 	e.src.Instances(s, c.sel, func(in *instance.Instance) {
-		if usable || (c.port != 0 && in.Port != int(c.port)) {
+		if usable || in.Port == 0 || (c.port != 0 && in.Port != int(c.port)) {
 			return
 		}
 		ep := xds.Endpoint{Host: in.Host, Weight: uint32(min(max(in.Weight, 0), 1<<16)), Healthy: in.Healthy, Isolated: in.Isolated}
