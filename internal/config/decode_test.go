@@ -99,6 +99,12 @@ func TestDecodeErrors(t *testing.T) {
 		sentinel error
 		msg      string
 	}{
+		{"placeholder", "apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {name: g}\nspec:\n  servers: [{port: {number: 443, name: https, protocol: HTTPS}, hosts: [a.example.com], tls: {mode: SIMPLE, credentialName: \"$CREDENTIAL_NAME\"}}]\n",
+			"spec.servers[0].tls.credentialName", ErrInvalid, "holds the placeholder $CREDENTIAL_NAME"},
+		{"template placeholder", "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: 'vs-{{.Revision}}'}\nspec: {hosts: [orders], http: [{route: [{destination: {host: orders}}]}]}\n",
+			"metadata.name", ErrInvalid, "holds the placeholder {{.Revision}}"},
+		{"envoyfilter", "apiVersion: networking.istio.io/v1alpha3\nkind: EnvoyFilter\nmetadata: {name: f}\nspec: {}\n",
+			"kind", ErrNotSupported, "EnvoyFilter: not supported: it patches Envoy's own configuration"},
 		{"mirror not supported", vsHead + "  - route: [{destination: {host: orders}}]\n    mirror: {host: other}\n",
 			"spec.http[0].mirror", ErrNotSupported, "not supported"},
 		{"typo", vsHead + "  - route: [{destination: {host: orders}}]\n    retries: {attempts: 2, perTryTimout: 1s}\n",
