@@ -95,6 +95,7 @@ func validate(c errs, path string, o *Object) {
 }
 
 func validateVS(c errs, path, ns string, vs *networking.VirtualService) {
+	gateways := vs.Gateways
 	if len(vs.Hosts) == 0 {
 		c.add(join(path, "hosts"), ErrInvalid, "at least one host is required")
 	}
@@ -128,6 +129,7 @@ func validateVS(c errs, path, ns string, vs *networking.VirtualService) {
 	}
 	for i, r := range vs.Http {
 		validateRoute(c, index(join(path, "http"), i), ns, r)
+		validateMatches(c, index(join(path, "http"), i), ns, r, gateways)
 	}
 }
 
@@ -175,6 +177,7 @@ func validateRoute(c errs, path, ns string, r *networking.HTTPRoute) {
 	if r.CorsPolicy != nil {
 		validateCORS(c, join(path, "corsPolicy"), r.CorsPolicy)
 	}
+	validateMirror(c, path, ns, r)
 	total := int64(0)
 	for i, d := range r.Route {
 		p := index(join(path, "route"), i)
