@@ -204,6 +204,7 @@ func validateRoute(c errs, path, ns string, r *networking.HTTPRoute) {
 		if rt.PerTryTimeout != nil {
 			validateDuration(c, join(p, "perTryTimeout"), rt.PerTryTimeout, true)
 		}
+		validateRetryExtras(c, p, rt)
 		for _, cond := range strings.Split(rt.RetryOn, ",") {
 			cond = strings.TrimSpace(cond)
 			if rt.RetryOn != "" && (cond == "" || strings.Trim(cond, "abcdefghijklmnopqrstuvwxyz0123456789-_") != "") {

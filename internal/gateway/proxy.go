@@ -294,6 +294,10 @@ func (k *call) forward(req *fasthttp.Request, resp *fasthttp.Response) {
 	c.active.Add(1)
 	c.noteCall()
 	for k.attempt(req, resp) && k.mayRetry() {
+		if !k.backoff(k.retries + 1) {
+			c.retries.Add(-1) // the permit mayRetry took
+			break
+		}
 		k.permit = true
 		k.retries++
 		c.m.retries.Inc()

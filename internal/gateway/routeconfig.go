@@ -161,6 +161,9 @@ type retrySpec struct {
 	// host_selection_retry_max_attempts).
 	otherHost bool
 	hostPicks int
+	// backoffBase, backoffMax: the wait before a retry (retry_back_off,
+	// retry_backoff.go).
+	backoffBase, backoffMax time.Duration
 }
 
 // grpcConditions are Envoy's retry_on conditions on a gRPC status.
@@ -499,6 +502,9 @@ func decodeRetry(rp *route.RetryPolicy, path string) (retrySpec, error) {
 			return s, fieldErr(fmt.Sprintf("%s.retriable_status_codes[%d]", path, i), "%d not an HTTP status", c)
 		}
 		s.codes = append(s.codes, int(c))
+	}
+	if err := decodeBackoff(&s, rp, path); err != nil {
+		return s, err
 	}
 	return s, nil
 }

@@ -46,7 +46,7 @@ func routeExtras(hr *networking.HTTPRoute) bool {
 			return true
 		}
 	}
-	return slices.ContainsFunc(hr.Match, matchExtras)
+	return slices.ContainsFunc(hr.Match, matchExtras) || hr.Retries.GetBackoff() != nil || hr.Retries.GetRetryIgnorePreviousHosts() != nil
 }
 
 // httpRoute is one Route of VirtualService route hr: its direct response,

@@ -538,6 +538,7 @@ func newRetryPolicy(r *networking.HTTPRetry) *routev3.RetryPolicy {
 	}
 	rp.NumRetries = wrapperspb.UInt32(uint32(r.Attempts))
 	rp.PerTryTimeout = r.PerTryTimeout
+	retryExtras(rp, r)
 	if r.RetryOn != "" {
 		var on []string
 		rp.RetriableStatusCodes = nil
