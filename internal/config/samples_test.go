@@ -32,7 +32,6 @@ var samplesNotYet = map[string]string{
 	"external/aptget.yaml":                             "ServiceEntry",
 	"external/github.yaml":                             "ServiceEntry",
 	"external/pypi.yaml":                               "ServiceEntry",
-	"multicluster/expose-istiod.yaml":                  "a TLS route's sniHosts '*'",
 	"multicluster/expose-services.yaml":                "Gateway tls mode AUTO_PASSTHROUGH",
 	"tcp-echo/tcp-echo-20-v2.yaml":                     "VirtualService tcp routes",
 	"tcp-echo/tcp-echo-all-v1.yaml":                    "VirtualService tcp routes; Gateway TCP servers",

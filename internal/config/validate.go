@@ -246,8 +246,8 @@ func validateTLSRoute(c errs, path, ns string, r *networking.TLSRoute, hosts []s
 		}
 		for j, h := range m.SniHosts {
 			hp := index(join(p, "sniHosts"), j)
-			if !validHostName(h) || h == "*" {
-				c.add(hp, ErrInvalid, "%q: want a lower-case host name or *.suffix", h)
+			if !validHostName(h) {
+				c.add(hp, ErrInvalid, "%q: want a lower-case host name, *.suffix or *", h)
 				continue
 			}
 			if !slices.ContainsFunc(hosts, func(vh string) bool { return MatchHost(vh, h) }) {
