@@ -125,7 +125,7 @@ func TestManifestErrorsNameFileAndKind(t *testing.T) {
 	routing := write("routing.yaml", cliRouting)
 	pods := write("pods.yaml", cliPods)
 	nodes := write("nodes.yaml", cliNodes)
-	more := write("more.yaml", strings.ReplaceAll(strings.Replace(cliRouting, "  - route:\n", "  - mirror: {host: orders}\n    route:\n", 1), "name: orders", "name: other"))
+	more := write("more.yaml", strings.ReplaceAll(strings.Replace(cliRouting, "  - route:\n", "  - delegate: {name: orders}\n    route:\n", 1), "name: orders", "name: other"))
 	dupKey := write("dup.yaml", "apiVersion: v1\nkind: Node\nmetadata:\n  name: a\n  name: b\n")
 	dupPod := write("duppod.yaml", "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\n  labels: {app: a}\n  labels: {app: b}\n")
 	// A second metadata: would have named another object.
@@ -151,7 +151,7 @@ func TestManifestErrorsNameFileAndKind(t *testing.T) {
 		{[]string{"config", "apply", "-f", routing, "-f", broken},
 			`config apply: ` + broken + `: not YAML or JSON: line 8: did not find expected key`},
 		{[]string{"config", "apply", "-f", routing, "-f", more},
-			`config apply: server answered 400 invalid_argument: document 4: spec.http[0].mirror: not supported (field documents[3].spec.http[0].mirror), in ` + more + ` (document 2)`},
+			`config apply: server answered 400 invalid_argument: document 4: spec.http[0].delegate: not supported (field documents[3].spec.http[0].delegate), in ` + more + ` (document 2)`},
 		{[]string{"nodes", "apply", "-f", dupKey},
 			`nodes apply: ` + dupKey + `: a key given twice: unmarshal errors: line 5: key "name" already set in map`},
 		{[]string{"place", "-f", dupPod},

@@ -302,12 +302,12 @@ func TestConsole(t *testing.T) {
 			Line int    `json:"line"`
 		}
 		e := browsertest.Eval[edit](t, b, `(() => { const ls = document.querySelector('#config-editor').value.split('\n');
-			const i = ls.findIndex(l => l.trim() === 'route:'); ls.splice(i, 0, ls[i].match(/^\s*/)[0] + 'mirror: {host: orders}');
+			const i = ls.findIndex(l => l.trim() === 'route:'); ls.splice(i, 0, ls[i].match(/^\s*/)[0] + 'delegate: {name: orders}');
 			return {text: ls.join('\n'), line: i + 1}; })()`)
 		b.SetInput(t, "#config-editor", e.Text)
 		b.Click(t, "#config-dryrun")
 		b.WaitTrue(t, 5*time.Second, "error at its line", fmt.Sprintf(`document.querySelector('#config-errors li[data-line="%d"]')
-			&& document.querySelector('#config-errors').textContent.includes('mirror')
+			&& document.querySelector('#config-errors').textContent.includes('delegate')
 			&& document.querySelectorAll('.gutter .bad-line').length === 1 && document.querySelector('.gutter .bad-line').textContent === '%d'`, e.Line, e.Line))
 		b.NoProblems(t, "invalid config", "/v1/config:apply")
 		// The fix, and a change: a dry run shows the diff, then apply.

@@ -60,6 +60,9 @@ func Decode(data []byte) ([]*Object, error) {
 		if v == nil {
 			continue // an empty document: comments only
 		}
+		if placeholders(c, "", v) {
+			continue
+		}
 		out = append(out, decodeItem(c, "", v)...)
 	}
 	for _, e := range list {
@@ -85,6 +88,19 @@ func Decode(data []byte) ([]*Object, error) {
 var apiVersions = map[string]map[string]bool{
 	Group:         {Group + "/v1": true, Group + "/v1beta1": true, Group + "/v1alpha3": true},
 	SecurityGroup: {SecurityGroup + "/v1": true, SecurityGroup + "/v1beta1": true},
+}
+
+// unservedKinds are Istio's kinds Sextant refuses, each with why.
+var unservedKinds = map[string]string{
+	"EnvoyFilter":           "it patches Envoy's own configuration, which Sextant's gateway is not; say what it does with Sextant's fields",
+	"WasmPlugin":            "it loads a Wasm module into Envoy, which Sextant's gateway does not run",
+	"ServiceEntry":          "not implemented yet",
+	"Sidecar":               "not implemented yet",
+	"WorkloadEntry":         "not implemented yet (register the instance: sextant instance register)",
+	"WorkloadGroup":         "not implemented yet",
+	"ProxyConfig":           "it tunes Envoy's bootstrap, which Sextant does not run",
+	"RequestAuthentication": "not implemented yet",
+	"Telemetry":             "not implemented yet",
 }
 
 const kindList = "VirtualService, DestinationRule, Gateway, PeerAuthentication or AuthorizationPolicy"
@@ -130,9 +146,8 @@ func decodeItem(c errs, path string, v any) []*Object {
 			switch {
 			case kindGroups[s] != "":
 				o.Kind = s
-			case s == "ServiceEntry" || s == "Sidecar" || s == "WorkloadEntry" || s == "WorkloadGroup" || s == "EnvoyFilter" ||
-				s == "ProxyConfig" || s == "RequestAuthentication":
-				c.add(p, ErrNotSupported, "%s: not supported (Sextant reads %s)", s, strings.Replace(kindList, " or ", " and ", 1))
+			case unservedKinds[s] != "":
+				c.add(p, ErrNotSupported, "%s: not supported: %s (Sextant reads %s)", s, unservedKinds[s], strings.Replace(kindList, " or ", " and ", 1))
 			default:
 				c.add(p, ErrInvalid, "%v: want %s", obj[k], kindList)
 			}

@@ -99,8 +99,30 @@ func TestDecodeErrors(t *testing.T) {
 		sentinel error
 		msg      string
 	}{
-		{"mirror not supported", vsHead + "  - route: [{destination: {host: orders}}]\n    mirror: {host: other}\n",
-			"spec.http[0].mirror", ErrNotSupported, "not supported"},
+		{"placeholder", "apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {name: g}\nspec:\n  servers: [{port: {number: 443, name: https, protocol: HTTPS}, hosts: [a.example.com], tls: {mode: SIMPLE, credentialName: \"$CREDENTIAL_NAME\"}}]\n",
+			"spec.servers[0].tls.credentialName", ErrInvalid, "holds the placeholder $CREDENTIAL_NAME"},
+		{"template placeholder", "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: 'vs-{{.Revision}}'}\nspec: {hosts: [orders], http: [{route: [{destination: {host: orders}}]}]}\n",
+			"metadata.name", ErrInvalid, "holds the placeholder {{.Revision}}"},
+		{"envoyfilter", "apiVersion: networking.istio.io/v1alpha3\nkind: EnvoyFilter\nmetadata: {name: f}\nspec: {}\n",
+			"kind", ErrNotSupported, "EnvoyFilter: not supported: it patches Envoy's own configuration"},
+		{"retry backoff negative", vsHead + "  - route: [{destination: {host: orders}}]\n    retries: {attempts: 2, backoff: -1s}\n",
+			"spec.http[0].retries.backoff", ErrInvalid, ""},
+		{"retry backoff under 1ms", vsHead + "  - route: [{destination: {host: orders}}]\n    retries: {attempts: 2, backoff: 100us}\n",
+			"spec.http[0].retries.backoff", ErrInvalid, "at least 1ms"},
+		{"delegate not supported", vsHead + "  - route: [{destination: {host: orders}}]\n    delegate: {name: other}\n",
+			"spec.http[0].delegate", ErrNotSupported, "not supported"},
+		{"mirror without host", vsHead + "  - route: [{destination: {host: orders}}]\n    mirror: {subset: v1}\n",
+			"spec.http[0].mirror.host", ErrInvalid, ""},
+		{"mirror and mirrors", vsHead + "  - route: [{destination: {host: orders}}]\n    mirror: {host: orders}\n    mirrors: [{destination: {host: orders}}]\n",
+			"spec.http[0].mirrors", ErrInvalid, "set mirror or mirrors, not both"},
+		{"mirror percentage range", vsHead + "  - route: [{destination: {host: orders}}]\n    mirror: {host: orders}\n    mirrorPercentage: {value: 101}\n",
+			"spec.http[0].mirrorPercentage.value", ErrInvalid, "101 not in [0, 100]"},
+		{"mirror percentage alone", vsHead + "  - route: [{destination: {host: orders}}]\n    mirrorPercentage: {value: 10}\n",
+			"spec.http[0].mirrorPercentage", ErrInvalid, "set without mirror"},
+		{"mirror on a direct response", vsHead + "  - directResponse: {status: 200}\n    mirror: {host: orders}\n",
+			"spec.http[0].mirror", ErrInvalid, "only with route"},
+		{"mirrors percentage range", vsHead + "  - route: [{destination: {host: orders}}]\n    mirrors: [{destination: {host: orders}, percentage: {value: -1}}]\n",
+			"spec.http[0].mirrors[0].percentage.value", ErrInvalid, "not in [0, 100]"},
 		{"typo", vsHead + "  - route: [{destination: {host: orders}}]\n    retries: {attempts: 2, perTryTimout: 1s}\n",
 			"spec.http[0].retries.perTryTimout", ErrUnknownField, `did you mean "perTryTimeout"`},
 		{"bad gateway ref", strings.Replace(vsHead, "  hosts:", "  gateways: [mesh, a/b/c]\n  hosts:", 1) + "  - route: [{destination: {host: orders}}]\n",
@@ -149,8 +171,18 @@ func TestDecodeErrors(t *testing.T) {
 			"spec.http[0].route", ErrInvalid, "at least one destination"},
 		{"bad method", vsHead + "  - match: [{method: {exact: get}}]\n    route: [{destination: {host: orders}}]\n",
 			"spec.http[0].match[0].method.exact", ErrInvalid, "not an HTTP method"},
-		{"queryParams not supported", vsHead + "  - match: [{queryParams: {a: {exact: b}}}]\n    route: [{destination: {host: orders}}]\n",
-			"spec.http[0].match[0].queryParams", ErrNotSupported, "not supported"},
+		{"sourceLabels not supported", vsHead + "  - match: [{sourceLabels: {app: a}}]\n    route: [{destination: {host: orders}}]\n",
+			"spec.http[0].match[0].sourceLabels", ErrNotSupported, "not supported"},
+		{"queryParams empty", vsHead + "  - match: [{queryParams: {a: {}}}]\n    route: [{destination: {host: orders}}]\n",
+			"spec.http[0].match[0].queryParams[a]", ErrInvalid, "one of exact, prefix or regex is required"},
+		{"withoutHeaders upper case", vsHead + "  - match: [{withoutHeaders: {X-A: {}}}]\n    route: [{destination: {host: orders}}]\n",
+			"spec.http[0].match[0].withoutHeaders[X-A]", ErrInvalid, "lower case"},
+		{"match port", vsHead + "  - match: [{port: 70000}]\n    route: [{destination: {host: orders}}]\n",
+			"spec.http[0].match[0].port", ErrInvalid, "want 1..65535"},
+		{"scheme regex", vsHead + "  - match: [{scheme: {regex: '('}}]\n    route: [{destination: {host: orders}}]\n",
+			"spec.http[0].match[0].scheme.regex", ErrInvalid, "missing closing"},
+		{"match gateway not the VirtualService's", vsHead + "  - match: [{gateways: [edge]}]\n    route: [{destination: {host: orders}}]\n",
+			"spec.http[0].match[0].gateways[0]", ErrInvalid, `"edge" is not one of the VirtualService's gateways [mesh]`},
 		{"unknown top-level", "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetdata: {name: x}\nspec: {}\n",
 			"metdata", ErrUnknownField, "unknown field"},
 		{"other kind", "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: x}\nspec: {}\n",
@@ -232,10 +264,10 @@ func TestDecodeSyntaxErrorLine(t *testing.T) {
 }
 
 func TestDecodeStreamNamesDocument(t *testing.T) {
-	in := vsHead + "  - route: [{destination: {host: orders}}]\n---\n# second\n" + vsHead + "  - route: [{destination: {host: orders}}]\n    mirror: {}\n"
+	in := vsHead + "  - route: [{destination: {host: orders}}]\n---\n# second\n" + vsHead + "  - route: [{destination: {host: orders}}]\n    delegate: {name: x}\n"
 	in = strings.Replace(in, "name: orders\nspec", "name: other\nspec", 1)
 	_, err := Decode([]byte(in))
-	if err == nil || !strings.Contains(err.Error(), "document 2: spec.http[0].mirror: not supported") {
+	if err == nil || !strings.Contains(err.Error(), "document 2: spec.http[0].delegate: not supported") {
 		t.Fatalf("got %v", err)
 	}
 	if _, err := Decode([]byte(vsHead + "  - route: [{destination: {host: orders}}]\n---\n" + vsHead + "  - route: [{destination: {host: orders}}]\n")); err == nil || !strings.Contains(err.Error(), "appears twice") {

@@ -170,6 +170,13 @@ func VirtualServiceDestinations(o *Object) []Destination {
 		for _, d := range r.Route {
 			add(d.GetDestination())
 		}
+		// A mirror's cluster is published as a route's is.
+		if r.Mirror != nil {
+			add(r.Mirror)
+		}
+		for _, m := range r.Mirrors {
+			add(m.GetDestination())
+		}
 	}
 	for _, r := range o.VirtualService.Tls {
 		for _, d := range r.Route {

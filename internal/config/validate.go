@@ -95,6 +95,7 @@ func validate(c errs, path string, o *Object) {
 }
 
 func validateVS(c errs, path, ns string, vs *networking.VirtualService) {
+	gateways := vs.Gateways
 	if len(vs.Hosts) == 0 {
 		c.add(join(path, "hosts"), ErrInvalid, "at least one host is required")
 	}
@@ -128,6 +129,7 @@ func validateVS(c errs, path, ns string, vs *networking.VirtualService) {
 	}
 	for i, r := range vs.Http {
 		validateRoute(c, index(join(path, "http"), i), ns, r)
+		validateMatches(c, index(join(path, "http"), i), ns, r, gateways)
 	}
 }
 
@@ -175,6 +177,7 @@ func validateRoute(c errs, path, ns string, r *networking.HTTPRoute) {
 	if r.CorsPolicy != nil {
 		validateCORS(c, join(path, "corsPolicy"), r.CorsPolicy)
 	}
+	validateMirror(c, path, ns, r)
 	total := int64(0)
 	for i, d := range r.Route {
 		p := index(join(path, "route"), i)
@@ -201,6 +204,7 @@ func validateRoute(c errs, path, ns string, r *networking.HTTPRoute) {
 		if rt.PerTryTimeout != nil {
 			validateDuration(c, join(p, "perTryTimeout"), rt.PerTryTimeout, true)
 		}
+		validateRetryExtras(c, p, rt)
 		for _, cond := range strings.Split(rt.RetryOn, ",") {
 			cond = strings.TrimSpace(cond)
 			if rt.RetryOn != "" && (cond == "" || strings.Trim(cond, "abcdefghijklmnopqrstuvwxyz0123456789-_") != "") {
@@ -242,8 +246,8 @@ func validateTLSRoute(c errs, path, ns string, r *networking.TLSRoute, hosts []s
 		}
 		for j, h := range m.SniHosts {
 			hp := index(join(p, "sniHosts"), j)
-			if !validHostName(h) || h == "*" {
-				c.add(hp, ErrInvalid, "%q: want a lower-case host name or *.suffix", h)
+			if !validHostName(h) {
+				c.add(hp, ErrInvalid, "%q: want a lower-case host name, *.suffix or *", h)
 				continue
 			}
 			if !slices.ContainsFunc(hosts, func(vh string) bool { return MatchHost(vh, h) }) {

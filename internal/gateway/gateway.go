@@ -103,6 +103,7 @@ type Gateway struct {
 	tlsServers []servers
 
 	tunnels tunnels // upgraded connections (upgrade.go)
+	mirrors mirrors // mirrored copies in flight (filter_mirror.go)
 }
 
 // appliedConfig is what /v1/config shows.

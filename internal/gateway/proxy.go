@@ -89,6 +89,9 @@ func (g *Gateway) serveOn(ctx *fasthttp.RequestCtx, t *table) {
 		g.finish(ctx, &k, r, mdKey, start)
 		return
 	}
+	if len(r.mirrors) > 0 {
+		g.mirror(ctx, r, r.spec.timeout)
+	}
 	k.forward(&ctx.Request, &ctx.Response)
 	g.answer(ctx, &k)
 	if t := tailOf(&ctx.Response); t != nil {
@@ -186,7 +189,7 @@ func (g *Gateway) route(ctx *fasthttp.RequestCtx, t *table, hostBuf []byte) (r *
 	}
 	vh := t.vhost(host)
 	if vh != nil {
-		r = vh.route(path, h)
+		r = vh.route(path, h, ctx.IsTLS())
 	}
 	if r == nil {
 		msg := "no route for host " + strconv.Quote(string(host)) + " path " + strconv.Quote(string(path))
@@ -291,6 +294,10 @@ func (k *call) forward(req *fasthttp.Request, resp *fasthttp.Response) {
 	c.active.Add(1)
 	c.noteCall()
 	for k.attempt(req, resp) && k.mayRetry() {
+		if !k.backoff(k.retries + 1) {
+			c.retries.Add(-1) // the permit mayRetry took
+			break
+		}
 		k.permit = true
 		k.retries++
 		c.m.retries.Inc()

@@ -54,6 +54,8 @@ type routeSpec struct {
 	rbac map[string]rbacOverride
 	// filters are the route's HTTP filter chain (filter.go); nil: none.
 	filters filterChain
+	// mirrors are the route action's request_mirror_policies (filter_mirror.go).
+	mirrors []mirrorSpec
 }
 
 // redirectSpec is a route's redirect action.
@@ -101,7 +103,22 @@ type headerMatch struct {
 	re         *regexp.Regexp
 	ignoreCase bool
 	invert     bool
+	pseudo     pseudoHeader // a route's :method, :authority, :scheme or :path (table.go)
 }
+
+// pseudoHeader is which of HTTP/2's pseudo-headers a route's header
+// matcher reads, as Envoy reads them from any request (HTTP/1.1's too).
+type pseudoHeader uint8
+
+const (
+	notPseudo pseudoHeader = iota
+	pseudoMethod
+	pseudoAuthority
+	pseudoScheme
+	pseudoPath
+)
+
+var pseudoHeaders = map[string]pseudoHeader{":method": pseudoMethod, ":authority": pseudoAuthority, ":scheme": pseudoScheme, ":path": pseudoPath}
 
 type strKind uint8
 
@@ -144,6 +161,9 @@ type retrySpec struct {
 	// host_selection_retry_max_attempts).
 	otherHost bool
 	hostPicks int
+	// backoffBase, backoffMax: the wait before a retry (retry_back_off,
+	// retry_backoff.go).
+	backoffBase, backoffMax time.Duration
 }
 
 // grpcConditions are Envoy's retry_on conditions on a gRPC status.
@@ -256,6 +276,11 @@ func decodeRoute(r *route.Route, path string, vhRetry retrySpec) (*routeSpec, er
 		hm, err := decodeHeaderMatcher(h, fmt.Sprintf("%s.match.headers[%d]", path, k))
 		if err != nil {
 			return nil, err
+		}
+		if strings.HasPrefix(hm.name, ":") {
+			if hm.pseudo = pseudoHeaders[hm.name]; hm.pseudo == notPseudo {
+				return nil, fieldErr(fmt.Sprintf("%s.match.headers[%d].name", path, k), "pseudo-header %q: want :method, :authority, :scheme or :path", hm.name)
+			}
 		}
 		rs.match.headers = append(rs.match.headers, hm)
 	}
@@ -396,6 +421,9 @@ func decodeRouteAction(rs *routeSpec, ra *route.RouteAction, path string, vhRetr
 	if rs.rewrite != "" && rs.match.kind == matchRegex {
 		return fieldErr(path+".prefix_rewrite", "only with a prefix or path match")
 	}
+	if rs.mirrors, err = decodeMirrors(ra, path); err != nil {
+		return err
+	}
 	return nil
 }
 
@@ -474,6 +502,9 @@ func decodeRetry(rp *route.RetryPolicy, path string) (retrySpec, error) {
 			return s, fieldErr(fmt.Sprintf("%s.retriable_status_codes[%d]", path, i), "%d not an HTTP status", c)
 		}
 		s.codes = append(s.codes, int(c))
+	}
+	if err := decodeBackoff(&s, rp, path); err != nil {
+		return s, err
 	}
 	return s, nil
 }

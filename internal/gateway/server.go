@@ -140,6 +140,7 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 			}
 		}
 	}
+	g.waitMirrors(ctx)
 	g.pools.closeAll()
 	return err
 }

@@ -50,6 +50,7 @@ type routeRT struct {
 	name    string
 	targets []target
 	total   uint32
+	mirrors []mirrorRT // the route's mirrors (filter_mirror.go)
 }
 
 // target is one (weighted) destination of a route.
@@ -74,6 +75,9 @@ func newTable(rc *routeConfigSpec, clusters map[string]*clusterRT) *table {
 				rt.targets = append(rt.targets, target{name: cw.name, cluster: clusters[cw.name],
 					weight: cw.weight, md: cw.md, mdKey: mdKey(cw.md)})
 				rt.total += cw.weight
+			}
+			for _, m := range r.mirrors {
+				rt.mirrors = append(rt.mirrors, mirrorRT{spec: m, cluster: clusters[m.cluster]})
 			}
 			vh.routes = append(vh.routes, rt)
 		}
@@ -142,21 +146,22 @@ func (t *table) vhost(host []byte) *vhostRT {
 }
 
 // route returns the first route of vh matching the request.
-func (vh *vhostRT) route(path []byte, h *fasthttp.RequestHeader) *routeRT {
+// tls says whether the request came over TLS (its :scheme is https).
+func (vh *vhostRT) route(path []byte, h *fasthttp.RequestHeader, tls bool) *routeRT {
 	for _, r := range vh.routes {
-		if r.spec.match.matches(path, h) {
+		if r.spec.match.matches(path, h, tls) {
 			return r
 		}
 	}
 	return nil
 }
 
-func (m *matchSpec) matches(path []byte, h *fasthttp.RequestHeader) bool {
+func (m *matchSpec) matches(path []byte, h *fasthttp.RequestHeader, tls bool) bool {
 	if !m.matchesPath(path) {
 		return false
 	}
 	for i := range m.headers {
-		if !m.headers[i].matches(h) {
+		if !m.headers[i].matches(h, tls) {
 			return false
 		}
 	}
@@ -224,8 +229,23 @@ func (m *matchSpec) matchQuery(uri []byte) bool {
 	return true
 }
 
-func (hm *headerMatch) matches(h *fasthttp.RequestHeader) bool {
-	v := h.Peek(hm.name)
+func (hm *headerMatch) matches(h *fasthttp.RequestHeader, tls bool) bool {
+	var v []byte
+	switch hm.pseudo {
+	case notPseudo:
+		v = h.Peek(hm.name)
+	case pseudoMethod:
+		v = h.Method()
+	case pseudoAuthority:
+		v = h.Host()
+	case pseudoPath:
+		v = h.RequestURI()
+	case pseudoScheme:
+		v = schemeHTTP
+		if tls {
+			v = schemeHTTPS
+		}
+	}
 	present := v != nil
 	var ok bool
 	switch hm.kind {

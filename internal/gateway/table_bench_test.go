@@ -58,7 +58,7 @@ func BenchmarkRouteAndPick(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for range b.N {
-		r := tb.vhost(host).route(path, &h)
+		r := tb.vhost(host).route(path, &h, false)
 		tg := r.pick()
 		res, err := tg.cluster.lb.Pick(tg.md)
 		if err != nil {

@@ -30,12 +30,12 @@ func TestHeaderMatchers(t *testing.T) {
 		{"absent never matches a value, even inverted", headerMatch{name: "x-other", kind: strExact, value: "a", invert: true}, false},
 		{"inverted exact", headerMatch{name: "x-env", kind: strExact, value: "x", invert: true}, true},
 	} {
-		if got := tc.m.matches(&h); got != tc.want {
+		if got := tc.m.matches(&h, false); got != tc.want {
 			t.Errorf("%s: got %v", tc.name, got)
 		}
 	}
 	re, _ := compileRegex("prod-[a-z]+", true)
-	if !(&headerMatch{name: "x-env", kind: strRegex, re: re}).matches(&h) {
+	if !(&headerMatch{name: "x-env", kind: strRegex, re: re}).matches(&h, false) {
 		t.Error("regex ignore case")
 	}
 }

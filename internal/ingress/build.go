@@ -270,7 +270,15 @@ func routes(name string, p *port, vss []*config.Entry) (*routev3.RouteConfigurat
 	for _, e := range vss {
 		vs := e.Object
 		if domains := domainsOf[vs.Key]; len(domains) > 0 {
-			rc.VirtualHosts = append(rc.VirtualHosts, xds.VirtualHost(vs.Key.String(), domains, naming.ServiceKey{Namespace: vs.Namespace}, vs, clusterFor))
+			// A match's gateways and port narrow where it applies (Istio).
+			var gws []config.Key
+			for _, sv := range p.servers {
+				if bound(vs, sv.gw) && !slices.Contains(gws, sv.gw) {
+					gws = append(gws, sv.gw)
+				}
+			}
+			on := config.OnGateway(vs, gws, p.number)
+			rc.VirtualHosts = append(rc.VirtualHosts, xds.VirtualHost(vs.Key.String(), domains, naming.ServiceKey{Namespace: vs.Namespace}, on, clusterFor))
 		}
 	}
 	return rc, owners

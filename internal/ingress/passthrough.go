@@ -2,6 +2,7 @@ package ingress
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
@@ -70,6 +71,11 @@ func passthroughChains(p *port, sv server, vss []*config.Entry, claimed map[stri
 				proxy.ClusterSpecifier = &tcpproxyv3.TcpProxy_WeightedClusters{WeightedClusters: wc}
 			}
 			a, _ := anypb.New(proxy)
+			if slices.Contains(names, "*") {
+				// sniHosts "*": any server name, as Istio writes it (a
+				// chain without server_names).
+				names = nil
+			}
 			chains = append(chains, &listenerv3.FilterChain{
 				FilterChainMatch: &listenerv3.FilterChainMatch{ServerNames: names, TransportProtocol: "tls"},
 				Filters: []*listenerv3.Filter{{Name: "envoy.filters.network.tcp_proxy",

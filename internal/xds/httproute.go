@@ -37,7 +37,8 @@ var faultFilter = func() *hcmv3.HttpFilter {
 // routeExtras reports whether hr uses a field written only from messages
 // (EncodeVirtualHost falls back to VirtualHost for it).
 func routeExtras(hr *networking.HTTPRoute) bool {
-	if hr.Fault != nil || hr.DirectResponse != nil || hr.Headers != nil || hr.Rewrite != nil || hr.Redirect != nil || hr.CorsPolicy != nil {
+	if hr.Fault != nil || hr.DirectResponse != nil || hr.Headers != nil || hr.Rewrite != nil || hr.Redirect != nil || hr.CorsPolicy != nil ||
+		hr.Mirror != nil || len(hr.Mirrors) > 0 {
 		return true
 	}
 	for _, d := range hr.Route {
@@ -45,7 +46,7 @@ func routeExtras(hr *networking.HTTPRoute) bool {
 			return true
 		}
 	}
-	return false
+	return slices.ContainsFunc(hr.Match, matchExtras) || hr.Retries.GetBackoff() != nil || hr.Retries.GetRetryIgnorePreviousHosts() != nil
 }
 
 // httpRoute is one Route of VirtualService route hr: its direct response,

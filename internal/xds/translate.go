@@ -377,6 +377,11 @@ func VirtualHost(name string, domains []string, svc naming.ServiceKey, vs *confi
 			matches = []*networking.HTTPMatchRequest{nil}
 		}
 		for _, m := range matches {
+			// A match naming gateways applies in the mesh only if it
+			// names "mesh" (a Gateway's are narrowed by config.OnGateway).
+			if !config.MatchAppliesOn(m, vs.Namespace, config.Key{}, true) {
+				continue
+			}
 			if routeExtras(hr) {
 				vh.Routes = append(vh.Routes, httpRoute(hr, routeMatch(m), action, dest))
 				continue
@@ -483,6 +488,7 @@ func routeAction(ns string, hr *networking.HTTPRoute, clusterFor ClusterFor) (a 
 		a.MaxStreamDuration = &routev3.RouteAction_MaxStreamDuration{MaxStreamDuration: hr.Timeout}
 	}
 	a.RetryPolicy = retryPolicy(hr.Retries)
+	a.RequestMirrorPolicies = mirrorPolicies(ns, hr, clusterFor)
 	if _, weighted := a.ClusterSpecifier.(*routev3.RouteAction_WeightedClusters); weighted {
 		dest = nil
 	}
@@ -532,6 +538,7 @@ func newRetryPolicy(r *networking.HTTPRetry) *routev3.RetryPolicy {
 	}
 	rp.NumRetries = wrapperspb.UInt32(uint32(r.Attempts))
 	rp.PerTryTimeout = r.PerTryTimeout
+	retryExtras(rp, r)
 	if r.RetryOn != "" {
 		var on []string
 		rp.RetriableStatusCodes = nil
@@ -574,6 +581,9 @@ func routeMatch(m *networking.HTTPMatchRequest) *routev3.RouteMatch {
 	}
 	if m.Method != nil {
 		rm.Headers = append(rm.Headers, headerMatch(":method", m.Method))
+	}
+	if matchExtras(m) {
+		routeMatchExtras(rm, m)
 	}
 	return rm
 }
