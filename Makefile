@@ -14,10 +14,16 @@ build:
 run: build
 	./$(BIN) server --data ./data --http 127.0.0.1:7400 --xds 127.0.0.1:7402
 
+# The Kubernetes tests' API server: a real kube-apiserver over an embedded
+# etcd, from test/kube, a Go module of its own so that kube-apiserver stays
+# out of go.mod. Built once, without -race (docs/kubernetes.md, "Tests").
+KUBE_TESTSERVER := $(CURDIR)/bin/kube-testserver
+
 # Every test, with the race detector, including the fuzz seed corpora in testdata/.
 test:
 	$(GO) vet ./...
-	$(GO) test -race -timeout 14m ./...
+	$(GO) -C test/kube build -o $(KUBE_TESTSERVER) ./cmd/kube-testserver
+	SEXTANT_KUBE_TESTSERVER=$(KUBE_TESTSERVER) $(GO) test -race -timeout 14m ./...
 
 # Rebuilds the console's third-party bundle (internal/console/assets/vendor/)
 # from the npm packages pinned in internal/console/web. Needs Node.js and

@@ -36,6 +36,7 @@ import (
 	"github.com/sextant-mesh/sextant/internal/httpapi"
 	"github.com/sextant-mesh/sextant/internal/ingress"
 	"github.com/sextant-mesh/sextant/internal/instance"
+	"github.com/sextant-mesh/sextant/internal/kube"
 	"github.com/sextant-mesh/sextant/internal/kv"
 	"github.com/sextant-mesh/sextant/internal/naming"
 	"github.com/sextant-mesh/sextant/internal/placement"
@@ -98,6 +99,11 @@ type serverFlags struct {
 	consulNamespace string
 	consulNode      string
 	consulNodeMeta  map[string]string
+	// Kubernetes (docs/kubernetes.md).
+	kubeconfig    string
+	kubeInCluster bool
+	kubeNS        []string
+	kubeExcludeNS []string
 
 	xdsListener net.Listener // tests: serve xDS on it instead of listening on --xds
 
@@ -194,6 +200,10 @@ consul_sd: Consul's services are the services of --consul-namespace.`,
 	fl.StringVar(&f.consulNamespace, "consul-namespace", "default", "with --consul-api: the namespace Consul's services live in")
 	fl.StringVar(&f.consulNode, "consul-node", consulapi.DefaultNode, "with --consul-api: the name of the Consul node this server is (Consul's -node): the node of the services registered through its agent endpoints")
 	fl.StringToStringVar(&f.consulNodeMeta, "consul-node-meta", nil, "with --consul-api: the meta of this server's Consul node, KEY=VALUE, repeatable (Consul's -node-meta)")
+	fl.StringVar(&f.kubeconfig, "kubeconfig", "", "sync a Kubernetes cluster's EndpointSlices into the registry, read-only, from the cluster this kubeconfig names (docs/kubernetes.md)")
+	fl.BoolVar(&f.kubeInCluster, "kube-in-cluster", false, "sync the Kubernetes cluster this server runs in (its pod's service account), as --kubeconfig does")
+	fl.StringSliceVar(&f.kubeNS, "kube-namespaces", nil, "with --kubeconfig or --kube-in-cluster: sync only these namespaces (watched one by one: a Role in each is enough); default: all")
+	fl.StringSliceVar(&f.kubeExcludeNS, "kube-exclude-namespaces", nil, "with --kubeconfig or --kube-in-cluster: never sync these namespaces")
 	fl.StringVar(&f.memoryLimit, "memory-limit", "", "soft limit of the Go heap and runtime (e.g. 450MiB, 2GiB, off): the GC works harder near it (docs/registry.md, \"Memory\"); default: GOMEMLIMIT, else none")
 	rootCmd.AddCommand(cmd)
 }
@@ -432,6 +442,12 @@ func runServer(ctx context.Context, f serverFlags) error {
 		}
 	}
 
+	if f.kubeconfig != "" || f.kubeInCluster {
+		if err := startKubeSync(lc, f, reg, log); err != nil {
+			return err
+		}
+	}
+
 	// From here on the API serves the registry: at the shutdown its
 	// requests are drained first, while everything they use still runs.
 	api.SetRegistry(reg)
@@ -521,6 +537,10 @@ func (f serverFlags) validate() error {
 		return fmt.Errorf("--allowed-hosts: %w", validHosts(f.allowedHosts))
 	case f.repair && f.store != "":
 		return fmt.Errorf("--repair repairs the embedded store in --data; with --store the database is its own")
+	case f.kubeconfig != "" && f.kubeInCluster:
+		return fmt.Errorf("--kubeconfig and --kube-in-cluster name two clusters: give one")
+	case (len(f.kubeNS) > 0 || len(f.kubeExcludeNS) > 0) && f.kubeconfig == "" && !f.kubeInCluster:
+		return fmt.Errorf("--kube-namespaces and --kube-exclude-namespaces need --kubeconfig or --kube-in-cluster")
 	case f.consulNamespace != "" && !naming.ValidName(f.consulNamespace):
 		return fmt.Errorf("--consul-namespace %q: not a valid namespace: 1..128 chars of [a-z0-9-._], starting and ending with a letter or digit", f.consulNamespace)
 	}
@@ -709,5 +729,22 @@ func serveConsulAPI(lc *lifecycle, f serverFlags, ln net.Listener, reg *registry
 	lc.start("consul sessions", false, func(ctx context.Context) error { return kvs.RunSessions(ctx, time.Second, log) })
 	log.Info("serving the Consul API", "addr", ln.Addr().String(), "namespace", f.consulNamespace, "tls", tlsCfg != nil)
 	warnExposed(log.With("listener", "consul-api"), ln.Addr().String(), tlsCfg != nil, f)
+	return nil
+}
+
+// startKubeSync starts the Kubernetes -> registry sync (docs/kubernetes.md).
+// It runs until the server stops; an unreachable API server is retried by
+// its watches, not fatal.
+func startKubeSync(lc *lifecycle, f serverFlags, reg *registry.Registry, log *slog.Logger) error {
+	cfg, err := kube.Config(f.kubeconfig)
+	if err != nil {
+		return err
+	}
+	s, err := kube.New(cfg, reg, kube.Options{Namespaces: f.kubeNS, Exclude: f.kubeExcludeNS, Logger: log.With("component", "kube")})
+	if err != nil {
+		return err
+	}
+	lc.start("kubernetes sync", false, s.Run)
+	log.Info("syncing Kubernetes", "api_server", cfg.Host, "namespaces", f.kubeNS, "exclude", f.kubeExcludeNS)
 	return nil
 }

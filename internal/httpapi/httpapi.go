@@ -361,6 +361,7 @@ func (a *API) toAPIError(err error) *apiError {
 	var mbe *http.MaxBytesError
 	var refusal *acl.Error
 	var afe *acl.FieldError
+	var owned *registry.OwnedError
 	switch {
 	case errors.As(err, &ae):
 		return ae
@@ -373,6 +374,8 @@ func (a *API) toAPIError(err error) *apiError {
 	case errors.As(err, &mbe):
 		return &apiError{http.StatusRequestEntityTooLarge, "payload_too_large",
 			"request body exceeds " + strconv.FormatInt(mbe.Limit, 10) + " bytes", ""}
+	case errors.As(err, &owned):
+		return &apiError{http.StatusConflict, "owned", strings.TrimPrefix(owned.Error(), "registry: "), ""}
 	case errors.Is(err, registry.ErrNotFound):
 		return &apiError{http.StatusNotFound, "not_found", strings.TrimPrefix(err.Error(), "registry: not found: "), ""}
 	case errors.Is(err, store.ErrConflict):

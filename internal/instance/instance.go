@@ -78,6 +78,12 @@ func (in *Instance) setCache(fn func(c *cached)) {
 	}
 }
 
+// OwnerLabel is the metadata key naming the system an instance is synced
+// from ("kubernetes"): such an instance is read-only through Sextant's
+// APIs (the registry refuses their writes, naming the owner), and the
+// server sets the key, never a client.
+const OwnerLabel = "sextant.io/owner"
+
 // VersionLabel is the label an instance's version is selectable as.
 const VersionLabel = "version"
 

@@ -62,6 +62,11 @@ func (w *checkWrite) Plan(tx *commit.Tx) error {
 	if i < 0 {
 		return fmt.Errorf("%w: instance %q has no check %q", ErrNotFound, w.id, w.check)
 	}
+	// An owned instance's check says what its source says; only a
+	// critical (a TTL check's expiry) may be set again.
+	if o := ownerOf(cur); o != "" && (w.status != instance.StatusCritical || cur.Checks[i].Status != instance.StatusCritical) {
+		return &OwnedError{ID: cur.ID, Owner: o}
+	}
 	if c := &cur.Checks[i]; c.Status == w.status && c.Output == w.output {
 		if rev == commit.Pending {
 			tx.Answer(tx.Revision())

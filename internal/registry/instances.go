@@ -30,6 +30,7 @@ type registerWrite struct {
 	r         *Registry
 	instances []*instance.Instance
 	guard     Guard
+	owner     string // "" for the APIs; a sync's owner (owner.go)
 }
 
 func (w *registerWrite) records() int { return len(w.instances) }
@@ -38,9 +39,12 @@ func (w *registerWrite) Plan(tx *commit.Tx) error {
 	now := tx.Now()
 	var unchanged int64
 	tx.Reserve(len(w.instances))
-	if w.guard != nil {
-		for _, in := range w.instances {
-			if cur, _ := currentInstance(tx, in.ID); cur != nil {
+	for _, in := range w.instances {
+		if cur, _ := currentInstance(tx, in.ID); cur != nil {
+			if err := checkOwner(w.owner, cur); err != nil {
+				return err
+			}
+			if w.guard != nil {
 				if err := w.guard(cur); err != nil {
 					return err
 				}
@@ -108,6 +112,7 @@ type deregisterWrite struct {
 	ids      []string
 	notFound []string
 	guard    Guard
+	owner    string // "" for the APIs; a sync's owner (owner.go)
 }
 
 func (w *deregisterWrite) Plan(tx *commit.Tx) error {
@@ -120,6 +125,9 @@ func (w *deregisterWrite) Plan(tx *commit.Tx) error {
 			// committer answers this after it (commit).
 			w.notFound = append(w.notFound, id)
 			continue
+		}
+		if err := checkOwner(w.owner, cur); err != nil {
+			return err
 		}
 		if w.guard != nil {
 			if err := w.guard(cur); err != nil {
@@ -186,6 +194,11 @@ func (r *Registry) Register(ctx context.Context, instances []*instance.Instance)
 func (r *Registry) RegisterGuarded(ctx context.Context, instances []*instance.Instance, guard Guard) (int64, error) {
 	if len(instances) == 0 || len(instances) > instance.MaxBatch {
 		return 0, instance.NewFieldError(-1, "instances", "%d instances, want 1..%d", len(instances), instance.MaxBatch)
+	}
+	for i, in := range instances {
+		if err := checkClaim(i, "", in); err != nil {
+			return 0, err
+		}
 	}
 	// An upsert in a cluster is not conditional: a server whose catalog
 	// trails may take an identical re-register for a change and write it
