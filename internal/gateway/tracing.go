@@ -70,19 +70,39 @@ func (g *Gateway) startTrace(ctx *fasthttp.RequestCtx, ct *callTrace, start time
 	ct.debug, ct.short, ct.formats = sc.Debug, sc.Short, sc.Formats
 	ct.start = start.UnixNano()
 	if ct.sampled || tr.Sampler.KeepErrors {
-		ct.method = string(h.Method())
+		ct.method = known(h.Method())
 		scheme := "http://"
 		if ctx.IsTLS() {
 			scheme = "https://"
 		}
 		ct.url = scheme + string(h.Host()) + string(h.RequestURI())
 		ct.state = string(sc.TraceState)
-		ct.proto = string(h.Protocol())
+		ct.proto = known(h.Protocol())
 	}
 	if inject {
 		trace.Inject(h, &trace.Outgoing{TraceID: ct.trace, Span: ct.span, Parent: ct.parent, Sampled: ct.sampled,
 			Debug: ct.debug, Formats: ct.formats, Short: ct.short})
 	}
+}
+
+// known returns b as a string, without a copy for the common methods and
+// protocols.
+func known(b []byte) string {
+	switch string(b) { // no allocation: the compiler compares in place
+	case "GET":
+		return "GET"
+	case "POST":
+		return "POST"
+	case "PUT":
+		return "PUT"
+	case "DELETE":
+		return "DELETE"
+	case "HTTP/1.1":
+		return "HTTP/1.1"
+	case "HTTP/2.0":
+		return "HTTP/2.0"
+	}
+	return string(b)
 }
 
 // noteRequestID keeps the request id (set by prepareRequest) for the span.
