@@ -1,6 +1,8 @@
 package gateway
 
 import (
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -135,9 +137,9 @@ func (k *call) endTry(id trace.SpanID, t0 time.Time, lat time.Duration, addr str
 		return
 	}
 	s := trace.Span{TraceID: ct.trace, SpanID: id, Parent: ct.span, TraceState: ct.state,
-		Name: "router " + k.c.name + " egress", Kind: trace.KindClient,
+		Name: tryName(k.c.name), Kind: trace.KindClient,
 		Start: t0.UnixNano(), End: t0.UnixNano() + int64(lat), Error: failed(k.status, k.reason), ErrorMessage: k.reason,
-		Attrs: []trace.Attr{
+		Attrs: append(make([]trace.Attr, 0, 10),
 			trace.String("component", "proxy"),
 			trace.String("node_id", ct.t.NodeID),
 			trace.String("upstream_cluster", k.c.name),
@@ -146,7 +148,7 @@ func (k *call) endTry(id trace.SpanID, t0 time.Time, lat time.Duration, addr str
 			trace.String("http.url", ct.url),
 			trace.Int("http.status_code", int64(k.status)),
 			trace.Int("retry.attempt", int64(k.retries)),
-		}}
+		)}
 	if k.reason != "" {
 		s.Attrs = append(s.Attrs, trace.String("error", "true"), trace.String("response_flags", k.reason))
 	}
@@ -164,7 +166,7 @@ func (k *call) endTrace(lat time.Duration) {
 	s := trace.Span{TraceID: ct.trace, SpanID: ct.span, Parent: ct.parent, TraceState: ct.state,
 		Name: spanName(ct.url), Kind: trace.KindServer,
 		Start: ct.start, End: ct.start + int64(lat), Error: failed(k.status, k.reason), ErrorMessage: k.reason,
-		Attrs: []trace.Attr{
+		Attrs: append(make([]trace.Attr, 0, 12),
 			trace.String("component", "proxy"),
 			trace.String("node_id", ct.t.NodeID),
 			trace.String("upstream_cluster", k.c.name),
@@ -174,7 +176,7 @@ func (k *call) endTrace(lat time.Duration) {
 			trace.Int("http.status_code", int64(k.status)),
 			trace.String("guid:x-request-id", ct.reqID),
 			trace.Int("retries", int64(k.retries)),
-		}}
+		)}
 	if k.endpoint != "" {
 		s.Attrs = append(s.Attrs, trace.String("upstream_address", k.endpoint))
 	}
@@ -182,6 +184,28 @@ func (k *call) endTrace(lat time.Duration) {
 		s.Attrs = append(s.Attrs, trace.String("error", "true"), trace.String("response_flags", k.reason))
 	}
 	ct.t.Sink.Submit(&s)
+}
+
+// tryNames caches each cluster's try span name (Envoy's "router <cluster>
+// egress"), so that a sampled try does not build it; cluster names come
+// from the config, and at most maxTryNames are kept (a config churning
+// names costs an allocation per try beyond, not memory).
+var (
+	tryNames     sync.Map // cluster name -> span name
+	tryNameCount atomic.Int64
+)
+
+const maxTryNames = 10000
+
+func tryName(cluster string) string {
+	if n, ok := tryNames.Load(cluster); ok {
+		return n.(string)
+	}
+	n := "router " + cluster + " egress"
+	if tryNameCount.Add(1) <= maxTryNames {
+		tryNames.Store(cluster, n)
+	}
+	return n
 }
 
 // spanName is Istio's operation name: the request's authority and "/*"
