@@ -138,19 +138,18 @@ func (k *call) endTry(id trace.SpanID, t0 time.Time, lat time.Duration, addr str
 	}
 	s := trace.Span{TraceID: ct.trace, SpanID: id, Parent: ct.span, TraceState: ct.state,
 		Name: tryName(k.c.name), Kind: trace.KindClient,
-		Start: t0.UnixNano(), End: t0.UnixNano() + int64(lat), Error: failed(k.status, k.reason), ErrorMessage: k.reason,
-		Attrs: append(make([]trace.Attr, 0, 10),
-			trace.String("component", "proxy"),
-			trace.String("node_id", ct.t.NodeID),
-			trace.String("upstream_cluster", k.c.name),
-			trace.String("upstream_address", addr),
-			trace.String("http.method", ct.method),
-			trace.String("http.url", ct.url),
-			trace.Int("http.status_code", int64(k.status)),
-			trace.Int("retry.attempt", int64(k.retries)),
-		)}
+		Start: t0.UnixNano(), End: t0.UnixNano() + int64(lat), Error: failed(k.status, k.reason), ErrorMessage: k.reason}
+	s.Add(trace.String("component", "proxy"))
+	s.Add(trace.String("node_id", ct.t.NodeID))
+	s.Add(trace.String("upstream_cluster", k.c.name))
+	s.Add(trace.String("upstream_address", addr))
+	s.Add(trace.String("http.method", ct.method))
+	s.Add(trace.String("http.url", ct.url))
+	s.Add(trace.Int("http.status_code", int64(k.status)))
+	s.Add(trace.Int("retry.attempt", int64(k.retries)))
 	if k.reason != "" {
-		s.Attrs = append(s.Attrs, trace.String("error", "true"), trace.String("response_flags", k.reason))
+		s.Add(trace.String("error", "true"))
+		s.Add(trace.String("response_flags", k.reason))
 	}
 	ct.t.Sink.Submit(&s)
 }
@@ -165,23 +164,22 @@ func (k *call) endTrace(lat time.Duration) {
 	ct.kept = true
 	s := trace.Span{TraceID: ct.trace, SpanID: ct.span, Parent: ct.parent, TraceState: ct.state,
 		Name: spanName(ct.url), Kind: trace.KindServer,
-		Start: ct.start, End: ct.start + int64(lat), Error: failed(k.status, k.reason), ErrorMessage: k.reason,
-		Attrs: append(make([]trace.Attr, 0, 12),
-			trace.String("component", "proxy"),
-			trace.String("node_id", ct.t.NodeID),
-			trace.String("upstream_cluster", k.c.name),
-			trace.String("http.method", ct.method),
-			trace.String("http.url", ct.url),
-			trace.String("http.protocol", ct.proto),
-			trace.Int("http.status_code", int64(k.status)),
-			trace.String("guid:x-request-id", ct.reqID),
-			trace.Int("retries", int64(k.retries)),
-		)}
+		Start: ct.start, End: ct.start + int64(lat), Error: failed(k.status, k.reason), ErrorMessage: k.reason}
+	s.Add(trace.String("component", "proxy"))
+	s.Add(trace.String("node_id", ct.t.NodeID))
+	s.Add(trace.String("upstream_cluster", k.c.name))
+	s.Add(trace.String("http.method", ct.method))
+	s.Add(trace.String("http.url", ct.url))
+	s.Add(trace.String("http.protocol", ct.proto))
+	s.Add(trace.Int("http.status_code", int64(k.status)))
+	s.Add(trace.String("guid:x-request-id", ct.reqID))
+	s.Add(trace.Int("retries", int64(k.retries)))
 	if k.endpoint != "" {
-		s.Attrs = append(s.Attrs, trace.String("upstream_address", k.endpoint))
+		s.Add(trace.String("upstream_address", k.endpoint))
 	}
 	if k.reason != "" {
-		s.Attrs = append(s.Attrs, trace.String("error", "true"), trace.String("response_flags", k.reason))
+		s.Add(trace.String("error", "true"))
+		s.Add(trace.String("response_flags", k.reason))
 	}
 	ct.t.Sink.Submit(&s)
 }

@@ -42,15 +42,14 @@ func (r *spanRecorder) of(id trace.TraceID) []trace.Span {
 }
 
 func attr(s *trace.Span, k string) string {
-	for _, a := range s.Attrs {
-		if a.Key == k {
-			if a.IsInt {
-				return itoa(a.Int)
-			}
-			return a.Str
-		}
+	a, ok := s.Attr(k)
+	switch {
+	case !ok:
+		return ""
+	case a.IsInt:
+		return itoa(a.Int)
 	}
-	return ""
+	return a.Str
 }
 
 func itoa(v int64) string { return strconv.FormatInt(v, 10) }

@@ -69,8 +69,9 @@ func BenchmarkEncodeSpan(b *testing.B) {
 	batch := make([]Span, 512)
 	for i := range batch {
 		batch[i] = testSpan(i)
-		batch[i].Attrs = append(batch[i].Attrs, String("http.url", "http://orders.default.svc:8080/v1/orders/42"),
-			String("upstream_cluster", "outbound|8080||orders.default.svc.cluster.local"), String("node_id", "gw-1"))
+		batch[i].Add(String("http.url", "http://orders.default.svc:8080/v1/orders/42"))
+		batch[i].Add(String("upstream_cluster", "outbound|8080||orders.default.svc.cluster.local"))
+		batch[i].Add(String("node_id", "gw-1"))
 	}
 	b.ReportAllocs()
 	for b.Loop() {

@@ -15,9 +15,12 @@ import (
 )
 
 func testSpan(i int) Span {
-	return Span{TraceID: NewTraceID(), SpanID: NewSpanID(), Parent: NewSpanID(), Name: "orders/*", Kind: KindServer,
-		Start: time.Now().UnixNano(), End: time.Now().UnixNano() + 1000, Error: i%2 == 0, ErrorMessage: "upstream_reset",
-		Attrs: []Attr{String("http.method", "GET"), Int("http.status_code", 503), String("component", "proxy")}}
+	s := Span{TraceID: NewTraceID(), SpanID: NewSpanID(), Parent: NewSpanID(), Name: "orders/*", Kind: KindServer,
+		Start: time.Now().UnixNano(), End: time.Now().UnixNano() + 1000, Error: i%2 == 0, ErrorMessage: "upstream_reset"}
+	s.Add(String("http.method", "GET"))
+	s.Add(Int("http.status_code", 503))
+	s.Add(String("component", "proxy"))
+	return s
 }
 
 // TestEncodeRequest reads an encoded request back field by field: the

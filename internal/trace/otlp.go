@@ -97,7 +97,10 @@ func appendSpan(b []byte, s *Span) []byte {
 	b = protowire.AppendFixed64(b, uint64(s.Start))
 	b = protowire.AppendTag(b, 8, protowire.Fixed64Type)
 	b = protowire.AppendFixed64(b, uint64(s.End))
-	for _, a := range s.Attrs {
+	for _, a := range s.fixed[:s.nFixed] {
+		b = appendKV(b, 9, a)
+	}
+	for _, a := range s.more {
 		b = appendKV(b, 9, a)
 	}
 	if s.Error {
