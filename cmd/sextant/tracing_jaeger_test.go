@@ -546,3 +546,24 @@ func TestTracingCollectorDownOrSlow(t *testing.T) {
 		})
 	}
 }
+
+// Bad tracing flags are refused before the gateway starts, naming the flag.
+func TestGatewayTracingFlagsRefused(t *testing.T) {
+	base := gatewayFlags{listen: "127.0.0.1:0", logFormat: "text", logLevel: "error", noRecords: true, tracingEndpoint: "127.0.0.1:4317", tracingProtocol: "grpc"}
+	for _, c := range []struct {
+		change func(f *gatewayFlags)
+		want   string
+	}{
+		{func(f *gatewayFlags) { f.tracingSampling = 150 }, "--tracing-sampling 150: want a percentage, 0 to 100"},
+		{func(f *gatewayFlags) { f.tracingSampling = -1 }, "--tracing-sampling -1"},
+		{func(f *gatewayFlags) { f.tracingProtocol = "thrift" }, `--tracing-otlp-protocol "thrift": trace: OTLP protocol "thrift": want grpc or http/protobuf`},
+		{func(f *gatewayFlags) { f.tracingEndpoint = "http://127.0.0.1:4317" }, "want host:port"},
+	} {
+		f := base
+		c.change(&f)
+		err := runGateway(t.Context(), f)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: %v, want an error with %q", f, err, c.want)
+		}
+	}
+}
