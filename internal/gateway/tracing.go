@@ -24,8 +24,9 @@ type Tracing struct {
 
 // SpanSink receives the gateway's finished spans; *trace.Exporter is one.
 type SpanSink interface {
-	// Submit is called on the call's goroutine; it must not block.
-	Submit(s *trace.Span)
+	// Submit is called on the call's goroutine; it must not block. The
+	// span comes by value, so that it stays on the caller's stack.
+	Submit(s trace.Span)
 }
 
 // spanStats is what a SpanSink may also tell, for /metrics.
@@ -51,10 +52,10 @@ type callTrace struct {
 }
 
 // startTrace starts the call's server span from the caller's context.
-// inject: write the context upstream now, with the server span as the
+// injectNow: write the context upstream now, with the server span as the
 // caller (the HTTP/2 upstream path, which has no per-try spans); the
 // HTTP/1.1 path writes it per try (tryTrace).
-func (g *Gateway) startTrace(ctx *fasthttp.RequestCtx, ct *callTrace, start time.Time, inject bool) {
+func (g *Gateway) startTrace(ctx *fasthttp.RequestCtx, ct *callTrace, start time.Time, injectNow bool) {
 	tr := g.opts.Tracing
 	if tr == nil {
 		return
@@ -81,8 +82,8 @@ func (g *Gateway) startTrace(ctx *fasthttp.RequestCtx, ct *callTrace, start time
 		ct.state = string(sc.TraceState)
 		ct.proto = known(h.Protocol())
 	}
-	if inject {
-		trace.Inject(h, &trace.Outgoing{TraceID: ct.trace, Span: ct.span, Parent: ct.parent, Sampled: ct.sampled,
+	if injectNow {
+		inject(h, &trace.Outgoing{TraceID: ct.trace, Span: ct.span, Parent: ct.parent, Sampled: ct.sampled,
 			Debug: ct.debug, Formats: ct.formats, Short: ct.short})
 	}
 }
@@ -121,9 +122,20 @@ func (ct *callTrace) tryTrace(h *fasthttp.RequestHeader) trace.SpanID {
 		return trace.SpanID{}
 	}
 	id := trace.NewSpanID()
-	trace.Inject(h, &trace.Outgoing{TraceID: ct.trace, Span: id, Parent: ct.span, Sampled: ct.sampled,
+	inject(h, &trace.Outgoing{TraceID: ct.trace, Span: id, Parent: ct.span, Sampled: ct.sampled,
 		Debug: ct.debug, Formats: ct.formats, Short: ct.short})
 	return id
+}
+
+// inject writes o into h: W3C alone (the common case) from a buffer on the
+// stack, which trace.Inject's Setter interface would move to the heap.
+func inject(h *fasthttp.RequestHeader, o *trace.Outgoing) {
+	if o.Formats&^trace.W3C != 0 {
+		trace.Inject(h, o)
+		return
+	}
+	var buf [64]byte
+	h.SetBytesV(trace.HeaderTraceparent, trace.AppendTraceparent(buf[:0], o))
 }
 
 // failed: the call (or try) failed from the caller's point of view.
@@ -151,7 +163,7 @@ func (k *call) endTry(id trace.SpanID, t0 time.Time, lat time.Duration, addr str
 		s.Add(trace.String("error", "true"))
 		s.Add(trace.String("response_flags", k.reason))
 	}
-	ct.t.Sink.Submit(&s)
+	ct.t.Sink.Submit(s)
 }
 
 // endTrace exports the call's server span, if sampled (or failed, with
@@ -181,7 +193,7 @@ func (k *call) endTrace(lat time.Duration) {
 		s.Add(trace.String("error", "true"))
 		s.Add(trace.String("response_flags", k.reason))
 	}
-	ct.t.Sink.Submit(&s)
+	ct.t.Sink.Submit(s)
 }
 
 // tryNames caches each cluster's try span name (Envoy's "router <cluster>

@@ -23,9 +23,9 @@ type spanRecorder struct {
 	spans []trace.Span
 }
 
-func (r *spanRecorder) Submit(s *trace.Span) {
+func (r *spanRecorder) Submit(s trace.Span) {
 	r.mu.Lock()
-	r.spans = append(r.spans, *s)
+	r.spans = append(r.spans, s)
 	r.mu.Unlock()
 }
 

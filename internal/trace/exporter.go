@@ -151,10 +151,12 @@ func httpEndpoint(ep string) (string, error) {
 }
 
 // Submit queues a finished span for export, or drops it (counted) when
-// the queue is full. It never blocks; any goroutine may call it.
-func (e *Exporter) Submit(s *Span) {
+// the queue is full. It never blocks; any goroutine may call it. The span
+// is taken by value: through an interface a pointer would move the
+// caller's span to the heap.
+func (e *Exporter) Submit(s Span) {
 	select {
-	case e.q <- *s:
+	case e.q <- s:
 	default:
 		e.droppedFull.Add(1)
 	}

@@ -129,12 +129,12 @@ func TestExporterSlowCollector(t *testing.T) {
 	s := testSpan(1)
 	deadline := time.Now().Add(10 * time.Second)
 	for got.Load() == 0 && time.Now().Before(deadline) { // until an export is held
-		e.Submit(&s)
+		e.Submit(s)
 		time.Sleep(time.Millisecond)
 	}
 	t0 := time.Now()
 	for range 10000 {
-		e.Submit(&s)
+		e.Submit(s)
 	}
 	if d := time.Since(t0); d > 2*time.Second {
 		t.Errorf("10000 submits took %v with the collector stuck", d)
@@ -168,8 +168,8 @@ func TestExporterCollectorDown(t *testing.T) {
 			}
 			defer e.Close(context.Background())
 			s := testSpan(1)
-			e.Submit(&s)
-			e.Submit(&s)
+			e.Submit(s)
+			e.Submit(s)
 			deadline := time.Now().Add(20 * time.Second)
 			for e.Stats().DroppedError < 2 && time.Now().Before(deadline) {
 				time.Sleep(10 * time.Millisecond)
@@ -209,7 +209,7 @@ func TestExporterHTTP(t *testing.T) {
 	}
 	for i := range 3 {
 		s := testSpan(i)
-		e.Submit(&s)
+		e.Submit(s)
 	}
 	if err := e.Close(context.Background()); err != nil {
 		t.Fatal(err)
