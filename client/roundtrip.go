@@ -176,6 +176,7 @@ func (rt *RoundTripper) attemptRequest(req *http.Request, addr string, attempt i
 		out.Host = req.URL.Host
 	}
 	out.URL.Host = addr
+	propagateTrace(out) // out's header is its own (Clone)
 	if attempt > 0 && req.GetBody != nil {
 		body, err := req.GetBody()
 		if err != nil {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
@@ -29,6 +30,7 @@ import (
 	"github.com/sextant-mesh/sextant/internal/calllog"
 	"github.com/sextant-mesh/sextant/internal/gateway"
 	"github.com/sextant-mesh/sextant/internal/gateway/xdsclient"
+	"github.com/sextant-mesh/sextant/internal/trace"
 )
 
 type gatewayFlags struct {
@@ -53,6 +55,11 @@ type gatewayFlags struct {
 	istioMetrics             bool
 	istioReporters           []string
 	istioMaxSeries           int
+	tracingEndpoint          string
+	tracingProtocol          string
+	tracingSampling          float64
+	tracingKeepErrors        bool
+	tracingService           string
 }
 
 func init() {
@@ -114,6 +121,11 @@ docs/gateway.md.`,
 	fl.BoolVar(&f.istioMetrics, "istio-metrics", true, "serve Istio's standard metrics (istio_requests_total, istio_request_duration_milliseconds, istio_request_bytes, istio_response_bytes) on /metrics, for Istio's dashboards and Kiali (docs/gateway.md)")
 	fl.StringSliceVar(&f.istioReporters, "istio-metrics-reporters", gateway.IstioReporters, "reporter values the Istio metrics are written under: source, destination or both (the gateway stands for both proxies of a call)")
 	fl.IntVar(&f.istioMaxSeries, "istio-metrics-max-series", gateway.DefaultIstioMaxSeries, "most label sets the Istio metrics keep; calls of new ones beyond count under label values \"other\"")
+	fl.StringVar(&f.tracingEndpoint, "tracing-otlp-endpoint", "", "send spans over OTLP to this collector (host:port; for http also a URL); empty: no tracing (docs/tracing.md)")
+	fl.StringVar(&f.tracingProtocol, "tracing-otlp-protocol", "grpc", "OTLP protocol: grpc (port 4317 by convention) or http (HTTP/protobuf, port 4318)")
+	fl.Float64Var(&f.tracingSampling, "tracing-sampling", 1, "percentage of traces sampled, 0 to 100, when the caller did not decide (Istio's sampling; default 1)")
+	fl.BoolVar(&f.tracingKeepErrors, "tracing-keep-errors", false, "also export the spans of failed calls (5xx, no answer) of traces not sampled")
+	fl.StringVar(&f.tracingService, "tracing-service-name", "sextant-gateway", "the spans' service.name (the service Jaeger lists them under)")
 	fl.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	fl.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	rootCmd.AddCommand(cmd)
@@ -164,9 +176,13 @@ func runGateway(ctx context.Context, f gatewayFlags) error {
 		lc.add("call log", lg.Close) // its error is the gateway's
 		rec = lg
 	}
+	tracing, err := startTracing(f, lc, log.With("component", "tracing"))
+	if err != nil {
+		return err
+	}
 	g := gateway.New(gateway.Options{Listener: f.listener, ListenPort: uint32(port), TLSListenPorts: tlsPorts, MaxRequestBytes: f.maxBody,
 		Recorder: rec, Logger: log.With("component", "gateway"),
-		IstioMetrics: f.istioMetrics, IstioReporters: f.istioReporters, IstioMaxSeries: f.istioMaxSeries})
+		IstioMetrics: f.istioMetrics, IstioReporters: f.istioReporters, IstioMaxSeries: f.istioMaxSeries, Tracing: tracing})
 
 	tlsCfg, err := clientTLS(f.caFile, f.certFile, f.keyFile)
 	if err != nil {
@@ -431,4 +447,36 @@ func outboundHost(registry string) (string, error) {
 	}
 	defer c.Close()
 	return c.LocalAddr().(*net.UDPAddr).IP.String(), nil
+}
+
+// startTracing builds the gateway's tracing from the --tracing-* flags and
+// hands its exporter to lc (stopped after the proxy drains, so that the
+// spans of the calls drained are sent); nil without an endpoint.
+func startTracing(f gatewayFlags, lc *lifecycle, log *slog.Logger) (*gateway.Tracing, error) {
+	if f.tracingEndpoint == "" {
+		return nil, nil
+	}
+	if math.IsNaN(f.tracingSampling) || f.tracingSampling < 0 || f.tracingSampling > 100 {
+		return nil, fmt.Errorf("--tracing-sampling %v: want a percentage, 0 to 100", f.tracingSampling)
+	}
+	sampler, err := trace.NewSampler(f.tracingSampling/100, f.tracingKeepErrors)
+	if err != nil {
+		return nil, err
+	}
+	exp, err := trace.NewExporter(trace.ExporterOptions{Endpoint: f.tracingEndpoint, Protocol: f.tracingProtocol,
+		ServiceName: f.tracingService, ResourceAttrs: []trace.Attr{trace.String("node_id", f.node)}, Logger: log})
+	if err != nil {
+		return nil, fmt.Errorf("--tracing-otlp-endpoint %q, --tracing-otlp-protocol %q: %w", f.tracingEndpoint, f.tracingProtocol, err)
+	}
+	lc.add("span exporter", func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := exp.Close(ctx); err != nil {
+			// The spans still queued are lost; the gateway stopped well.
+			log.Warn("spans not sent before shutdown", "err", err)
+		}
+		return nil
+	})
+	log.Info("tracing", "endpoint", f.tracingEndpoint, "protocol", f.tracingProtocol, "sampling_percent", f.tracingSampling)
+	return &gateway.Tracing{Sampler: sampler, Sink: exp, NodeID: f.node}, nil
 }

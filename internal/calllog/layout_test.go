@@ -14,7 +14,8 @@ import (
 )
 
 // TestRecordV2RoundTrip: every layout v2 field comes back from the store
-// through the dictionary, after a reopen too.
+// through the dictionary, after a reopen too, and so does layout v3's
+// trace id.
 func TestRecordV2RoundTrip(t *testing.T) {
 	dir := t.TempDir()
 	l := open(t, dir, nil)
@@ -22,6 +23,7 @@ func TestRecordV2RoundTrip(t *testing.T) {
 	r := rec("orders", base, time.Millisecond, "10.0.0.1:80", 200)
 	r.Principal, r.Subject, r.Method, r.Path, r.Host = "spiffe://td/ns/a/sa/b", "O=td", "POST", "/orders/7", "orders.example"
 	r.Port, r.PeerIP, r.Conn = 8443, netip.MustParseAddr("192.0.2.9"), ConnTLS|ConnPeerCert|ConnOtherNames
+	r.TraceID = [16]byte{0x4b, 0xf9, 15: 0x36}
 	l.Record(r)
 	plain := rec("orders", base.Add(time.Millisecond), time.Millisecond, "10.0.0.1:80", 200)
 	plain.Method, plain.Path, plain.Port, plain.PeerIP = "GET", "/", 8080, netip.MustParseAddr("2001:db8::1")
@@ -33,12 +35,12 @@ func TestRecordV2RoundTrip(t *testing.T) {
 			t.Fatalf("calls %v %v", calls, err)
 		}
 		c := calls[0]
-		if c.Layout != 2 || c.Principal != r.Principal || c.Subject != "O=td" || c.Method != "POST" || c.Path != "/orders/7" || c.Host != "orders.example" ||
+		if c.Layout != layoutVersion || c.TraceID != "4bf90000000000000000000000000036" || c.Principal != r.Principal || c.Subject != "O=td" || c.Method != "POST" || c.Path != "/orders/7" || c.Host != "orders.example" ||
 			c.Port != 8443 || c.PeerIP != "192.0.2.9" || !c.TLS || !c.PeerCert || !c.OtherNames || c.NotKept != nil {
 			t.Fatalf("v2 call %+v", c)
 		}
 		c = calls[1]
-		if c.Principal != "" || c.Method != "GET" || c.Path != "/" || c.Port != 8080 || c.PeerIP != "2001:db8::1" || c.TLS || c.PeerCert {
+		if c.TraceID != "" || c.Principal != "" || c.Method != "GET" || c.Path != "/" || c.Port != 8080 || c.PeerIP != "2001:db8::1" || c.TLS || c.PeerCert {
 			t.Fatalf("plaintext call %+v", c)
 		}
 	}

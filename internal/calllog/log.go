@@ -413,7 +413,7 @@ func (l *Log) flush(p *partition, durable bool) error {
 }
 
 func (l *Log) put(p *partition, w *callstore.Writer, r Record) error {
-	b := body{reason: r.Reason, status: r.Status, retries: r.Retries, grpc: r.GRPCStatus, bytesIn: r.BytesIn, bytesOut: r.BytesOut}
+	b := body{reason: r.Reason, status: r.Status, retries: r.Retries, grpc: r.GRPCStatus, bytesIn: r.BytesIn, bytesOut: r.BytesOut, trace: r.TraceID}
 	var err error
 	if b.endpoint, err = p.dict.id(r.Endpoint); err != nil {
 		return err

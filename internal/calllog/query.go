@@ -1,6 +1,7 @@
 package calllog
 
 import (
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
@@ -68,11 +69,17 @@ type Call struct {
 	// value the partition's dictionary had no room for (Options.DictLimit):
 	// unknown, not empty.
 	NotKept []string `json:"not_kept,omitempty"`
+	// TraceID is the call's trace (32 hex digits) when the gateway exported
+	// its span (layout v3); "" otherwise.
+	TraceID string `json:"trace_id,omitempty"`
 }
 
 // fill sets c's detail and, in layout v2, its request fields from b.
 func (c *Call) fill(b *body, d *dict) {
 	c.Layout = int(b.version)
+	if b.trace != [16]byte{} {
+		c.TraceID = hex.EncodeToString(b.trace[:])
+	}
 	if b.version < 2 {
 		if b.detail != 0 {
 			c.Detail = d.name(b.detail)

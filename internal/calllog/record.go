@@ -58,6 +58,10 @@ type Record struct {
 	Port      uint16 // the local port the call came in on (the listener's)
 	PeerIP    netip.Addr
 	Conn      ConnFlags
+
+	// TraceID is the call's trace when the gateway exported its span
+	// (docs/tracing.md); zero: none.
+	TraceID [16]byte
 }
 
 // ConnFlags say what the call's connection was (layout v2).
@@ -123,13 +127,14 @@ func (r Reason) String() string {
 	return "other"
 }
 
-// The body (little endian), callstore.BodySize (34) bytes, the race's
-// record size (seed 003; bench callstore measures it). The service is the
+// The body (little endian), callstore.BodySize (50) bytes: the race's
+// record size (34, seed 003; bench callstore measures it) and, from layout
+// v3, the trace id. The service is the
 // partition, so it is not in the body; strings are ids into the
 // partition's dictionary.
 //
 //	offset size field
-//	0      1    layout version (1 or 2)
+//	0      1    layout version (1, 2 or 3)
 //	1      1    reason
 //	2      2    status
 //	4      1    retries
@@ -142,7 +147,9 @@ func (r Reason) String() string {
 //	26     4    response body bytes
 //	30     4    v1: detail id (0: none); v2: request id, one dictionary
 //	            string of the detail and the request (request.encode)
-const layoutVersion = 2
+//	34     16   v3: the trace id (zeros: none; and in a store made before
+//	            v3, whose 34-byte bodies cut it off)
+const layoutVersion = 3
 
 // notKept is the id of a string the dictionary had no room for (distinct
 // from 0, "").
@@ -157,6 +164,7 @@ type body struct {
 	endpoint, subset, cluster uint32
 	route, bytesIn, bytesOut  uint32
 	detail                    uint32 // v2: the request id
+	trace                     [16]byte
 }
 
 func (b *body) encode() (out [callstore.BodySize]byte) {
@@ -172,6 +180,7 @@ func (b *body) encode() (out [callstore.BodySize]byte) {
 	binary.LittleEndian.PutUint32(out[22:], b.bytesIn)
 	binary.LittleEndian.PutUint32(out[26:], b.bytesOut)
 	binary.LittleEndian.PutUint32(out[30:], b.detail)
+	copy(out[34:], b.trace[:])
 	return out
 }
 
@@ -189,6 +198,7 @@ func decodeBody(in *[callstore.BodySize]byte) body {
 		bytesIn:  binary.LittleEndian.Uint32(in[22:]),
 		bytesOut: binary.LittleEndian.Uint32(in[26:]),
 		detail:   binary.LittleEndian.Uint32(in[30:]),
+		trace:    [16]byte(in[34:50]),
 	}
 }
 

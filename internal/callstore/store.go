@@ -12,12 +12,12 @@ import (
 	"time"
 )
 
-// BodySize is the size of a record body in stores this version creates,
-// the race's (seed 003); the index header records it (format.go), so that
-// a later version may grow it and still read these. A store with smaller
-// bodies reads back zero-padded to BodySize, and bodies put into it are
-// cut to its size.
-const BodySize = 34
+// BodySize is the size of a record body in stores this version creates:
+// the race's 34 bytes (seed 003) and a 16-byte trace id (calllog's layout
+// v3); the index header records it (format.go), so that a later version
+// may grow it and still read these. A store with smaller bodies reads back
+// zero-padded to BodySize, and bodies put into it are cut to its size.
+const BodySize = 50
 
 // Message is one record.
 type Message struct {

@@ -67,6 +67,8 @@ type Options struct {
 	IstioMetrics   bool
 	IstioReporters []string
 	IstioMaxSeries int
+	// Tracing turns on spans (tracing.go); nil: off.
+	Tracing *Tracing
 }
 
 // Gateway is the proxy. Update is called by the xDS client's goroutine;
@@ -130,6 +132,11 @@ func New(opts Options) *Gateway {
 		im := newIstioMetrics(opts.Recorder, opts.IstioReporters, opts.IstioMaxSeries)
 		g.metrics.reg.MustRegister(im)
 		g.rec = im
+	}
+	if opts.Tracing != nil {
+		if st, ok := opts.Tracing.Sink.(spanStats); ok {
+			registerTracingMetrics(g.metrics.reg, st)
+		}
 	}
 	return g
 }

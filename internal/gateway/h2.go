@@ -72,7 +72,9 @@ func (g *Gateway) serveH2On(w http.ResponseWriter, hr *http.Request, t *table) {
 	if g.rec != nil {
 		k.src = sourceOf(&ctx) // before prepareRequest rewrites the request
 	}
+	g.startTrace(&ctx, &k.tr, start, c.spec.h2c) // an HTTP/1.1 cluster's tries write their own
 	g.prepareRequest(&ctx, r)
+	k.tr.noteRequestID(&ctx.Request.Header)
 	if r.spec.timeout > 0 {
 		k.deadline = start.Add(r.spec.timeout)
 	}
@@ -317,6 +319,7 @@ func (g *Gateway) replyH2(w http.ResponseWriter, ctx *fasthttp.RequestCtx, k *ca
 func (g *Gateway) finishH2(k *call, r *routeRT, mdKey string, start time.Time, out int64) {
 	lat := time.Since(start)
 	k.c.m.observe(k.status, lat)
+	k.endTrace(lat)
 	if g.rec != nil {
 		g.recordCall(k, r, mdKey, start, lat, out)
 	}

@@ -80,7 +80,9 @@ func (g *Gateway) serveOn(ctx *fasthttp.RequestCtx, t *table) {
 	if g.rec != nil {
 		k.src = sourceOf(ctx) // before prepareRequest rewrites the request
 	}
+	g.startTrace(ctx, &k.tr, start, false)
 	g.prepareRequest(ctx, r)
+	k.tr.noteRequestID(&ctx.Request.Header)
 	if r.spec.timeout > 0 {
 		k.deadline = start.Add(r.spec.timeout)
 	}
@@ -107,6 +109,7 @@ func (g *Gateway) serveOn(ctx *fasthttp.RequestCtx, t *table) {
 func (g *Gateway) finish(ctx *fasthttp.RequestCtx, k *call, r *routeRT, mdKey string, start time.Time) {
 	lat := time.Since(start)
 	k.c.m.observe(k.status, lat)
+	k.endTrace(lat)
 	if g.rec != nil {
 		if k.body == nil && !ctx.Request.IsBodyStream() { // (a stream refused unread stays unread)
 			k.bytesIn = int64(len(ctx.Request.Body()))
@@ -285,6 +288,8 @@ type call struct {
 
 	filters filterChain // the route's (filter.go), run on the answer
 	dest    int         // the route's target picked, for the filters
+
+	tr callTrace // tracing.go
 }
 
 // forward sends the request upstream, and again while the route's retry
@@ -330,6 +335,7 @@ func (k *call) attempt(req *fasthttp.Request, resp *fasthttp.Response) bool {
 	if k.retries > 0 {
 		resp.Reset()
 	}
+	span := k.tr.tryTrace(&req.Header)
 	t0 := time.Now()
 	err := ep.up.do(req, resp, try, k.idle)
 	lat := time.Since(t0)
@@ -352,6 +358,9 @@ func (k *call) attempt(req *fasthttp.Request, resp *fasthttp.Response) bool {
 		k.status = 0
 	}
 	ep.m.observe(k.status, lat)
+	if span.IsValid() {
+		k.endTry(span, t0, lat, ep.addr)
+	}
 	return true
 }
 

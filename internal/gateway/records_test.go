@@ -104,7 +104,7 @@ func TestCallRecordsAndStatsAnswerWhatWasSent(t *testing.T) {
 		// What a dry run replays: the request as the client sent it, and
 		// its connection (plaintext, no principal).
 		gwURL, _ := url.Parse(g.url)
-		if c.Layout != 2 || c.Method != "GET" || c.Path != "/orders" || c.Host != gwURL.Host || strconv.Itoa(c.Port) != gwURL.Port() ||
+		if c.Layout < 2 || c.Method != "GET" || c.Path != "/orders" || c.Host != gwURL.Host || strconv.Itoa(c.Port) != gwURL.Port() ||
 			c.PeerIP != "127.0.0.1" || c.TLS || c.Principal != "" {
 			t.Fatalf("record's request %+v, gateway at %s", c, g.url)
 		}

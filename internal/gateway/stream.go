@@ -277,6 +277,7 @@ func (t *streamTail) end(h *fasthttp.ResponseHeader) {
 	})
 	lat := time.Since(t.start)
 	t.k.c.m.observe(t.k.status, lat)
+	t.k.endTrace(lat)
 	if t.g.rec != nil {
 		t.g.recordCall(&t.k, t.r, t.mdKey, t.start, lat, t.n)
 	}
@@ -334,5 +335,6 @@ func (g *Gateway) recordCall(k *call, r *routeRT, mdKey string, start time.Time,
 		Port:       k.src.port,
 		PeerIP:     k.src.peer,
 		Conn:       k.src.conn,
+		TraceID:    k.tr.traceID(),
 	})
 }

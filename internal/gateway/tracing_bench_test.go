@@ -1,0 +1,111 @@
+package gateway_test
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/sextant-mesh/sextant/internal/gateway"
+	"github.com/sextant-mesh/sextant/internal/trace"
+)
+
+// BenchmarkProxyTracing is BenchmarkProxy with tracing off, at 1% and at
+// 100% sampling, in one run: each traced gateway exports over OTLP/HTTP to
+// a collector on loopback that reads and discards the batches, so the
+// export's CPU (encoding, sending) is in the figure. Compare the
+// sub-benchmarks' ns/op against "off" of the same run (-count 3 to see the
+// spread); spans/op and dropped/op say what the exporter did.
+func BenchmarkProxyTracing(b *testing.B) {
+	var received atomic.Int64
+	collector := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n, _ := io.Copy(io.Discard, r.Body)
+		received.Add(n)
+	}))
+	defer collector.Close()
+	for _, mode := range []struct {
+		name string
+		rate float64 // <0: off
+	}{{"off", -1}, {"sample1pct", 0.01}, {"sample100pct", 1}} {
+		b.Run(mode.name, func(b *testing.B) {
+			var opts gateway.Options
+			var exp *trace.Exporter
+			if mode.rate >= 0 {
+				s, err := trace.NewSampler(mode.rate, false)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if exp, err = trace.NewExporter(trace.ExporterOptions{Endpoint: collector.URL, Protocol: trace.ProtocolHTTP}); err != nil {
+					b.Fatal(err)
+				}
+				defer exp.Close(context.Background())
+				opts.Tracing = &gateway.Tracing{Sampler: s, Sink: exp, NodeID: "bench"}
+			}
+			benchProxyWith(b, opts)
+			if exp != nil {
+				st := exp.Stats()
+				b.ReportMetric(float64(st.Exported+st.DroppedFull+st.DroppedError+uint64(st.Queued))/float64(b.N), "spans/op")
+				b.ReportMetric(float64(st.DroppedFull+st.DroppedError)/float64(b.N), "dropped/op")
+			}
+		})
+	}
+}
+
+// benchProxyWith runs BenchmarkProxy's calls through a gateway of opts.
+func benchProxyWith(b *testing.B, opts gateway.Options) {
+	body := make([]byte, 1024)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	up := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) { ctx.SetBody(body) }}
+	go up.Serve(ln)
+	defer up.Shutdown()
+	tcp := ln.Addr().(*net.TCPAddr)
+	u := &upstream{name: "fast", host: tcp.IP.String(), port: uint32(tcp.Port)}
+
+	cp := startControlPlaneB(b)
+	cp.set(rdsListener("gw", "r"), routeConfig("r", vhost("all", []string{"*"}, prefixRoute("/", "u"))),
+		edsCluster("u"), assignment("u", ep{u: u}))
+	g := startGatewayWith(b, cp.addr, opts)
+	addr := g.url[len("http://"):]
+	hc := &fasthttp.HostClient{Addr: addr, MaxConns: 256}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+		req.SetRequestURI("http://" + addr + "/")
+		err := hc.Do(req, resp)
+		ok := err == nil && resp.StatusCode() == 200
+		fasthttp.ReleaseRequest(req)
+		fasthttp.ReleaseResponse(resp)
+		if ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatal("gateway got no config")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+		defer fasthttp.ReleaseRequest(req)
+		defer fasthttp.ReleaseResponse(resp)
+		req.SetRequestURI("http://" + addr + "/")
+		for pb.Next() {
+			if err := hc.Do(req, resp); err != nil || resp.StatusCode() != 200 {
+				b.Errorf("call: %v %d", err, resp.StatusCode())
+				return
+			}
+		}
+	})
+	b.StopTimer()
+	hc.CloseIdleConnections()
+}
