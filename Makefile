@@ -18,12 +18,16 @@ run: build
 # etcd, from test/kube, a Go module of its own so that kube-apiserver stays
 # out of go.mod. Built once, without -race (docs/kubernetes.md, "Tests").
 KUBE_TESTSERVER := $(CURDIR)/bin/kube-testserver
+# The tracing tests' collector: Jaeger v2, pinned in tools/jaeger, a module
+# of its own for the same reason (docs/tracing.md).
+JAEGER := $(CURDIR)/bin/jaeger
 
 # Every test, with the race detector, including the fuzz seed corpora in testdata/.
 test:
 	$(GO) vet ./...
 	$(GO) -C test/kube build -o $(KUBE_TESTSERVER) ./cmd/kube-testserver
-	SEXTANT_KUBE_TESTSERVER=$(KUBE_TESTSERVER) $(GO) test -race -timeout 14m ./...
+	$(GO) -C tools/jaeger build -o $(JAEGER) github.com/jaegertracing/jaeger/cmd/jaeger
+	SEXTANT_KUBE_TESTSERVER=$(KUBE_TESTSERVER) SEXTANT_JAEGER=$(JAEGER) $(GO) test -race -timeout 14m ./...
 
 # Rebuilds the console's third-party bundle (internal/console/assets/vendor/)
 # from the npm packages pinned in internal/console/web. Needs Node.js and

@@ -22,11 +22,19 @@ import (
 	"github.com/sextant-mesh/sextant/client"
 )
 
-// jaegerBinary builds Jaeger v2 (github.com/jaegertracing/jaeger/cmd/jaeger,
+// jaegerBinary is the Jaeger v2 binary "make test" built before the tests
+// ($SEXTANT_JAEGER: the build takes minutes, outside the tests' timeout);
+// without it, it builds Jaeger (github.com/jaegertracing/jaeger/cmd/jaeger,
 // pinned in tools/jaeger, its own module so that Jaeger's dependencies stay
 // out of this module's builds) into the user's cache, once per pin.
 func jaegerBinary(t *testing.T) string {
 	t.Helper()
+	if p := os.Getenv("SEXTANT_JAEGER"); p != "" {
+		if _, err := os.Stat(p); err != nil {
+			t.Fatalf("SEXTANT_JAEGER: %v", err)
+		}
+		return p
+	}
 	src, err := filepath.Abs(filepath.Join("..", "..", "tools", "jaeger"))
 	if err != nil {
 		t.Fatal(err)
