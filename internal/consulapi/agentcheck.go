@@ -3,7 +3,6 @@ package consulapi
 import (
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"slices"
 	"strconv"
@@ -43,9 +42,9 @@ func (a *API) agentCheckRegister(w http.ResponseWriter, r *http.Request) error {
 	if err := a.checkScope(r); err != nil {
 		return err
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBody))
+	body, err := readBody(w, r, MaxBody)
 	if err != nil {
-		return badRequest("reading body: " + err.Error())
+		return err
 	}
 	if err := duplicateKeys(body); err != nil {
 		return err

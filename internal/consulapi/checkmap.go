@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -128,9 +127,9 @@ func (a *API) checkUpdate(fixed string) handler {
 			var body struct {
 				Status, Output string
 			}
-			b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBody))
+			b, err := readBody(w, r, MaxBody)
 			if err != nil {
-				return badRequest("reading body: " + err.Error())
+				return err
 			}
 			dec := json.NewDecoder(strings.NewReader(string(b)))
 			dec.DisallowUnknownFields()

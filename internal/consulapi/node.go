@@ -643,9 +643,9 @@ func (a *API) catalogRegister(w http.ResponseWriter, r *http.Request) error {
 	if st == nil {
 		return &httpError{http.StatusNotImplemented, "Sextant's Consul-compatible API does not serve catalog registers without its KV store"}
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBody))
+	body, err := readBody(w, r, MaxBody)
 	if err != nil {
-		return badRequest("reading body: " + err.Error())
+		return err
 	}
 	reg, err := DecodeCatalogRegister(body)
 	if err != nil {
@@ -767,9 +767,9 @@ func (a *API) catalogDeregister(w http.ResponseWriter, r *http.Request) error {
 	if st == nil {
 		return &httpError{http.StatusNotImplemented, "Sextant's Consul-compatible API does not serve catalog deregisters without its KV store"}
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBody))
+	body, err := readBody(w, r, MaxBody)
 	if err != nil {
-		return badRequest("reading body: " + err.Error())
+		return err
 	}
 	var d struct {
 		Node, Address, Datacenter, ServiceID, CheckID, Namespace, Partition string

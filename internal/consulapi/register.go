@@ -477,13 +477,9 @@ func (a *API) register(w http.ResponseWriter, r *http.Request) error {
 	if err := a.checkScope(r); err != nil {
 		return err
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBody))
+	body, err := readBody(w, r, MaxBody)
 	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return &httpError{http.StatusRequestEntityTooLarge, fmt.Sprintf("request body exceeds %d bytes", MaxBody)}
-		}
-		return badRequest("reading body: " + err.Error())
+		return err
 	}
 	reg, err := DecodeRegister(body)
 	if err != nil {
@@ -629,4 +625,18 @@ func duplicateKeys(body []byte) error {
 		return badRequest(fmt.Sprintf("%s: key %q given twice (line %d): give each key once", de.Field(), de.Key, de.Line))
 	}
 	return nil
+}
+
+// readBody reads a request's body up to limit bytes: a longer one is 413,
+// as Consul answers, any other read failure 400.
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, &httpError{http.StatusRequestEntityTooLarge, fmt.Sprintf("request body exceeds %d bytes", limit)}
+		}
+		return nil, badRequest("reading body: " + err.Error())
+	}
+	return body, nil
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -104,13 +103,9 @@ func (a *API) txn(w http.ResponseWriter, r *http.Request) error {
 	if err := a.checkScope(r); err != nil {
 		return err
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxTxnBody))
+	body, err := readBody(w, r, MaxTxnBody)
 	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return &httpError{http.StatusRequestEntityTooLarge, fmt.Sprintf("request body exceeds %d bytes", MaxTxnBody)}
-		}
-		return badRequest("reading body: " + err.Error())
+		return err
 	}
 	ops, err := DecodeTxn(body)
 	if err != nil {
