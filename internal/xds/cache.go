@@ -300,7 +300,8 @@ func (c *Cache) Apply(t Type, set []Resource, remove []string, version string, o
 				}
 			}
 			var variants [numFlavours][]byte
-			for f := FlavourEnvoy; f < numFlavours && !c.noVariants; f++ {
+			vary := !c.noVariants && mayVary(t, v)
+			for f := FlavourEnvoy; f < numFlavours && vary; f++ {
 				b, ok, err := envoyVariant(f, t, v)
 				if err != nil {
 					return fmt.Errorf("xds: %s %q: %w", t, r.Name, err)

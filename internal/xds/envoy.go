@@ -37,18 +37,44 @@ const TLSInspector = "envoy.filters.listener.tls_inspector"
 // the key "sextant".)
 var providerMarkers = [][]byte{providerMarker(CertificateName), providerMarker(RootCertName)}
 
-func providerMarker(cert string) []byte {
+// providerPrefix is what every marker starts with (instance_name, then the
+// certificate_name's tag): hasProvider scans a resource once for it.
+var providerPrefix = func() []byte {
 	b := protowire.AppendTag(nil, 1, protowire.BytesType)
 	b = protowire.AppendString(b, CertificateProvider)
-	b = protowire.AppendTag(b, 2, protowire.BytesType)
-	return protowire.AppendString(b, cert)
+	return protowire.AppendTag(b, 2, protowire.BytesType)
+}()
+
+func providerMarker(cert string) []byte {
+	return protowire.AppendString(bytes.Clone(providerPrefix), cert)
 }
 
+// hasProvider reports whether value holds a provider marker, in one pass
+// over it: it runs on every cluster and listener published.
 func hasProvider(value []byte) bool {
-	for _, m := range providerMarkers {
-		if bytes.Contains(value, m) {
-			return true
+	for {
+		i := bytes.Index(value, providerPrefix)
+		if i < 0 {
+			return false
 		}
+		for _, m := range providerMarkers {
+			if bytes.HasPrefix(value[i:], m) {
+				return true
+			}
+		}
+		value = value[i+1:]
+	}
+}
+
+// mayVary reports whether a resource of type t can differ for Envoy nodes
+// (envoyVariant can return one): checked once per resource, not per
+// flavour.
+func mayVary(t Type, value []byte) bool {
+	switch t {
+	case TypeCluster:
+		return hasProvider(value)
+	case TypeListener:
+		return bytes.Contains(value, []byte("tls")) || hasProvider(value)
 	}
 	return false
 }
