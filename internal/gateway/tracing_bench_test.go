@@ -57,7 +57,8 @@ func BenchmarkProxyTracing(b *testing.B) {
 	}
 }
 
-// benchProxyWith runs BenchmarkProxy's calls through a gateway of opts.
+// benchProxyWith runs BenchmarkProxy's calls (and BenchmarkProxyTracing's) through a
+// gateway of opts.
 func benchProxyWith(b *testing.B, opts gateway.Options) {
 	body := make([]byte, 1024)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
