@@ -633,17 +633,7 @@ func validNodeName(s string) bool {
 // node that is not there.
 func (a *API) catalogRegister(w http.ResponseWriter, r *http.Request) error {
 	ns := a.opts.Namespace
-	if err := acl.Require(r, instancesWrite(ns)); err != nil {
-		return err
-	}
-	if err := a.checkScope(r); err != nil {
-		return err
-	}
-	st := a.nodeStore()
-	if st == nil {
-		return &httpError{http.StatusNotImplemented, "Sextant's Consul-compatible API does not serve catalog registers without its KV store"}
-	}
-	body, err := readBody(w, r, MaxBody)
+	st, body, err := a.catalogWrite(w, r, "registers")
 	if err != nil {
 		return err
 	}
@@ -757,17 +747,7 @@ func (a *API) catalogInstance(reg *CatalogRegistration) (*instance.Instance, err
 // service and check on it.
 func (a *API) catalogDeregister(w http.ResponseWriter, r *http.Request) error {
 	ns := a.opts.Namespace
-	if err := acl.Require(r, instancesWrite(ns)); err != nil {
-		return err
-	}
-	if err := a.checkScope(r); err != nil {
-		return err
-	}
-	st := a.nodeStore()
-	if st == nil {
-		return &httpError{http.StatusNotImplemented, "Sextant's Consul-compatible API does not serve catalog deregisters without its KV store"}
-	}
-	body, err := readBody(w, r, MaxBody)
+	st, body, err := a.catalogWrite(w, r, "deregisters")
 	if err != nil {
 		return err
 	}
@@ -836,4 +816,26 @@ func nodeError(err error) error {
 		return &httpError{http.StatusRequestEntityTooLarge, strings.TrimPrefix(err.Error(), "kv: ")}
 	}
 	return err
+}
+
+// catalogWrite is what catalog register and deregister ask first: the
+// token may write instances, the request names no other scope, node
+// records can be kept (the KV store), and the body, read. what names the
+// write in the refusal.
+func (a *API) catalogWrite(w http.ResponseWriter, r *http.Request, what string) (NodeStore, []byte, error) {
+	if err := acl.Require(r, instancesWrite(a.opts.Namespace)); err != nil {
+		return nil, nil, err
+	}
+	if err := a.checkScope(r); err != nil {
+		return nil, nil, err
+	}
+	st := a.nodeStore()
+	if st == nil {
+		return nil, nil, &httpError{http.StatusNotImplemented, "Sextant's Consul-compatible API does not serve catalog " + what + " without its KV store"}
+	}
+	body, err := readBody(w, r, MaxBody)
+	if err != nil {
+		return nil, nil, err
+	}
+	return st, body, nil
 }
