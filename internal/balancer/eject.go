@@ -153,6 +153,36 @@ func (e *ejectPicker) Pick() (int, error) {
 	return -1, ErrNoEndpoint
 }
 
+// PickHash implements HashPicker when the inner picker maps hashes (any
+// other picks as Pick does). A hash that maps to an ejected endpoint moves
+// on to hashes derived from it, bounded, so that it lands where a ring
+// without that endpoint would send it most of the time, and returns to its
+// endpoint when the ejection ends (Envoy rebuilds the ring without it).
+func (e *ejectPicker) PickHash(hash uint64) (int, error) {
+	hp, ok := e.inner.(HashPicker)
+	if !ok {
+		return e.Pick()
+	}
+	if len(e.states) == 0 {
+		return -1, ErrNoEndpoint
+	}
+	now := e.p.now().UnixNano()
+	if now >= e.p.until.Load() || len(e.states) == 1 {
+		return hp.PickHash(hash)
+	}
+	for range 4*len(e.states) + 8 {
+		i, err := hp.PickHash(hash)
+		if err != nil {
+			return i, err
+		}
+		if now >= e.states[i].ejectedUntil.Load() {
+			return i, nil
+		}
+		hash = hash*0x9E3779B97F4A7C15 + 0x632BE59BD9B4E019 // next hash (a 64-bit LCG step)
+	}
+	return -1, ErrNoEndpoint
+}
+
 func (e *ejectPicker) Done(idx int, latency time.Duration, outcome Outcome) {
 	e.inner.Done(idx, latency, outcome)
 	if idx < 0 || idx >= len(e.states) {

@@ -22,6 +22,7 @@ type options struct {
 	activeRequestBias float64       // least_request
 	decay             time.Duration // peak_ewma
 	ejection          *EjectionConfig
+	ringSize          uint64 // ring_hash's minimum ring size, maglev's table size
 	now               func() time.Time
 }
 
@@ -34,6 +35,12 @@ func WithActiveRequestBias(bias float64) Option {
 // WithDecay sets peak_ewma's decay time (Finagle's decayTime). Default 10s.
 func WithDecay(d time.Duration) Option {
 	return func(o *options) { o.decay = d }
+}
+
+// WithRingSize sets ring_hash's minimum ring size or maglev's table size
+// (0: Envoy's defaults).
+func WithRingSize(n uint64) Option {
+	return func(o *options) { o.ringSize = n }
 }
 
 // WithOutlierEjection wraps the policy in outlier ejection (see Eject).
@@ -68,6 +75,8 @@ var constructors = map[string]func(options) Policy{
 	"least_request":        func(o options) Policy { return NewLeastRequest(o.activeRequestBias) },
 	"peak_ewma":            func(o options) Policy { return newPeakEWMA(o.decay, o.nanos()) },
 	"adaptive":             func(o options) Policy { return newAdaptive(o.nanos()) },
+	"ring_hash":            func(o options) Policy { return RingHash{MinRingSize: o.ringSize} },
+	"maglev":               func(o options) Policy { return Maglev{TableSize: o.ringSize} },
 }
 
 // Names lists the policies New knows, sorted.

@@ -3,13 +3,15 @@ package balancer
 import (
 	"errors"
 	"math"
+	"strconv"
 	"testing"
 )
 
 func eps(weights ...uint32) []Endpoint {
 	out := make([]Endpoint, len(weights))
 	for i, w := range weights {
-		out[i] = Endpoint{ID: string(rune('a' + i)), Addr: "127.0.0.1:1", Weight: w}
+		// Distinct addresses: the consistent-hash policies place endpoints by address.
+		out[i] = Endpoint{ID: string(rune('a' + i)), Addr: "127.0.0.1:" + strconv.Itoa(1+i), Weight: w}
 	}
 	return out
 }

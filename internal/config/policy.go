@@ -15,7 +15,13 @@ import (
 // or outlierDetection replaces the rule's whole group).
 type Policy struct {
 	// LoadBalancer is one of the Policy* names; "" means round robin.
-	LoadBalancer   string
+	LoadBalancer string
+	// RingSize is a ring_hash policy's minimum ring size, or a maglev
+	// policy's table size (0: Envoy's default).
+	RingSize uint64
+	// Hash is what a consistent-hash policy hashes of a call (routes carry
+	// it: Envoy's route hash_policy).
+	Hash           HashKey
 	ConnectTimeout time.Duration // 0: the data plane's default
 	IdleTimeout    time.Duration // 0: the data plane's default
 	// HTTP2: the endpoints speak HTTP/2 (gRPC): connectionPool.http.
@@ -56,7 +62,9 @@ func EffectivePolicy(dr *Object, subset string) Policy {
 	} else if a, ok := dr.Annotations[AnnotationLoadBalancer]; ok {
 		p.LoadBalancer = a
 	}
-	if lb != nil {
+	if ch := lb.GetConsistentHash(); ch != nil {
+		hashPolicy(&p, ch)
+	} else if lb != nil {
 		switch lb.GetSimple() {
 		case networking.LoadBalancerSettings_LEAST_REQUEST, networking.LoadBalancerSettings_LEAST_CONN:
 			p.LoadBalancer = PolicyLeastRequest

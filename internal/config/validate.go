@@ -341,7 +341,9 @@ func validateDR(c errs, path string, o *Object) {
 }
 
 func validatePolicy(c errs, path string, tp *networking.TrafficPolicy) {
-	if lb := tp.LoadBalancer; lb != nil {
+	if ch := tp.LoadBalancer.GetConsistentHash(); ch != nil {
+		validateHash(c, join(path, "loadBalancer.consistentHash"), ch)
+	} else if lb := tp.LoadBalancer; lb != nil {
 		switch lb.GetSimple() {
 		case networking.LoadBalancerSettings_UNSPECIFIED, networking.LoadBalancerSettings_ROUND_ROBIN,
 			networking.LoadBalancerSettings_LEAST_REQUEST, networking.LoadBalancerSettings_LEAST_CONN,

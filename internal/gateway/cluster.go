@@ -349,7 +349,8 @@ func newClusterRT(spec *clusterSpec, policy balancer.Policy, m *clusterMetrics) 
 
 // newPolicy builds the cluster's balancer policy with its outlier ejection.
 func newPolicy(spec *clusterSpec) (balancer.Policy, error) {
-	opts := []balancer.Option{balancer.WithActiveRequestBias(spec.policy.bias), balancer.WithDecay(spec.policy.decay)}
+	opts := []balancer.Option{balancer.WithActiveRequestBias(spec.policy.bias), balancer.WithDecay(spec.policy.decay),
+		balancer.WithRingSize(spec.policy.ring)}
 	if spec.eject != nil {
 		opts = append(opts, balancer.WithOutlierEjection(*spec.eject))
 	}

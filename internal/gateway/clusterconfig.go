@@ -13,7 +13,9 @@ import (
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpointpb "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	lbleast "github.com/envoyproxy/go-control-plane/envoy/extensions/load_balancing_policies/least_request/v3"
+	lbmaglev "github.com/envoyproxy/go-control-plane/envoy/extensions/load_balancing_policies/maglev/v3"
 	lbrandom "github.com/envoyproxy/go-control-plane/envoy/extensions/load_balancing_policies/random/v3"
+	lbring "github.com/envoyproxy/go-control-plane/envoy/extensions/load_balancing_policies/ring_hash/v3"
 	lbrr "github.com/envoyproxy/go-control-plane/envoy/extensions/load_balancing_policies/round_robin/v3"
 	upstreamhttp "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	"google.golang.org/protobuf/proto"
@@ -54,6 +56,7 @@ type policySpec struct {
 	name  string
 	bias  float64
 	decay time.Duration
+	ring  uint64 // ring_hash's minimum ring size, maglev's table size (0: default)
 }
 
 type retryBudget struct {
@@ -253,6 +256,23 @@ func decodePolicy(c *cluster.Cluster, s *clusterSpec) error {
 				if b := lr.GetActiveRequestBias(); b != nil {
 					s.policy.bias = b.GetDefaultValue()
 				}
+			case "type.googleapis.com/envoy.extensions.load_balancing_policies.ring_hash.v3.RingHash":
+				rh := new(lbring.RingHash)
+				if err := tc.UnmarshalTo(rh); err != nil {
+					return fieldErr(path, "%v", err)
+				}
+				if err := ringSpec(&s.policy, rh.GetHashFunction() == lbring.RingHash_DEFAULT_HASH || rh.GetHashFunction() == lbring.RingHash_XX_HASH,
+					rh.GetMinimumRingSize().GetValue(), path); err != nil {
+					return err
+				}
+			case "type.googleapis.com/envoy.extensions.load_balancing_policies.maglev.v3.Maglev":
+				m := new(lbmaglev.Maglev)
+				if err := tc.UnmarshalTo(m); err != nil {
+					return fieldErr(path, "%v", err)
+				}
+				if err := maglevSpec(&s.policy, m.GetTableSize().GetValue(), path+".table_size"); err != nil {
+					return err
+				}
 			case "type.googleapis.com/xds.type.v3.TypedStruct":
 				ts := new(xdstype.TypedStruct)
 				if err := tc.UnmarshalTo(ts); err != nil {
@@ -286,10 +306,51 @@ func decodePolicy(c *cluster.Cluster, s *clusterSpec) error {
 		if b := c.GetLeastRequestLbConfig().GetActiveRequestBias(); b != nil {
 			s.policy.bias = b.GetDefaultValue()
 		}
+	case cluster.Cluster_RING_HASH:
+		rc := c.GetRingHashLbConfig()
+		return ringSpec(&s.policy, rc.GetHashFunction() == cluster.Cluster_RingHashLbConfig_XX_HASH,
+			rc.GetMinimumRingSize().GetValue(), "ring_hash_lb_config")
+	case cluster.Cluster_MAGLEV:
+		return maglevSpec(&s.policy, c.GetMaglevLbConfig().GetTableSize().GetValue(), "maglev_lb_config.table_size")
 	default:
 		s.unsupported = fmt.Sprintf("lb_policy %v is not supported by the gateway (ROUND_ROBIN, RANDOM, LEAST_REQUEST, or load_balancing_policy)", c.GetLbPolicy())
 	}
 	return nil
+}
+
+// ringSpec is a ring_hash policy: xxHash only (the hash the gateway's
+// route hash policies compute, as Envoy's default), a ring up to Envoy's
+// maximum.
+func ringSpec(p *policySpec, xxHash bool, minSize uint64, path string) error {
+	if !xxHash {
+		return fieldErr(path+".hash_function", "only XX_HASH is supported (MURMUR_HASH_2 is not)")
+	}
+	if minSize > balancer.MaxRingSize {
+		return fieldErr(path+".minimum_ring_size", "%d is more than %d", minSize, balancer.MaxRingSize)
+	}
+	p.name, p.ring = "ring_hash", minSize
+	return nil
+}
+
+// maglevSpec is a maglev policy; Envoy requires a prime table size.
+func maglevSpec(p *policySpec, size uint64, path string) error {
+	if size != 0 && (size > 5000011 || !isPrime(size)) {
+		return fieldErr(path, "%d: a prime up to 5000011 is required", size)
+	}
+	p.name, p.ring = "maglev", size
+	return nil
+}
+
+func isPrime(n uint64) bool {
+	if n < 2 {
+		return false
+	}
+	for d := uint64(2); d*d <= n; d++ {
+		if n%d == 0 {
+			return false
+		}
+	}
+	return true
 }
 
 func decodeSextantPolicy(v *structpb.Struct, path string, p *policySpec) error {

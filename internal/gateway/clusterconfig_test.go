@@ -64,7 +64,7 @@ func TestControlPlaneDefaults(t *testing.T) {
 	}
 
 	vh := xds.VirtualHost("orders", []string{"*"}, naming.ServiceKey{Namespace: "default", Name: "orders"}, nil,
-		func(config.Destination) (string, bool) { return "default/orders", true })
+		func(config.Destination) (string, bool) { return "default/orders", true }, nil)
 	rs, err := decodeRetry(vh.GetRoutes()[0].GetRoute().GetRetryPolicy(), "retry_policy")
 	if err != nil {
 		t.Fatal(err)

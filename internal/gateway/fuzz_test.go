@@ -50,7 +50,7 @@ func fuzzSeeds(t testing.TB) [][]byte {
 	// What Sextant's control plane publishes: default retry policy and
 	// outlier detection, load_balancing_policy lists, cluster metadata.
 	svc := naming.ServiceKey{Namespace: "default", Name: "orders"}
-	vh := xds.VirtualHost("orders", []string{"*"}, svc, nil, func(config.Destination) (string, bool) { return "default/orders/v1", true })
+	vh := xds.VirtualHost("orders", []string{"*"}, svc, nil, func(config.Destination) (string, bool) { return "default/orders/v1", true }, nil)
 	msgs = append(msgs, xds.RouteConfiguration("default/orders", vh),
 		xds.Cluster("default/orders/v1", config.Policy{LoadBalancer: config.PolicyLeastRequest}))
 	var out [][]byte

@@ -69,6 +69,12 @@ func (g *Gateway) serveH2On(w http.ResponseWriter, hr *http.Request, t *table) {
 	}
 	k := call{c: c, retry: &r.spec.retry, md: md, grpc: -1, idle: streamIdle(t, r), detail: rbacShadow(&ctx),
 		filters: r.spec.filters, dest: dest}
+	if len(r.spec.hash) > 0 {
+		var setCookie string
+		if k.hash, k.hashed, setCookie = callHash(&ctx, r.spec.hash); setCookie != "" {
+			w.Header().Add("Set-Cookie", setCookie) // sent with the answer's headers
+		}
+	}
 	if g.rec != nil {
 		k.src = sourceOf(&ctx) // before prepareRequest rewrites the request
 	}
@@ -212,6 +218,10 @@ func (g *Gateway) proxyH2(w http.ResponseWriter, hr *http.Request, ctx *fasthttp
 	wh := w.Header()
 	for key, vs := range res.Header {
 		if isHopHeader(key, res.Header) {
+			continue
+		}
+		if key == "Set-Cookie" {
+			wh[key] = append(wh[key], vs...) // after a hash cookie the gateway set
 			continue
 		}
 		wh[key] = vs

@@ -77,6 +77,10 @@ func (g *Gateway) serveOn(ctx *fasthttp.RequestCtx, t *table) {
 		return
 	}
 	k := call{c: c, retry: &r.spec.retry, md: md, grpc: -1, detail: rbacShadow(ctx), filters: r.spec.filters, dest: dest}
+	var setCookie string
+	if len(r.spec.hash) > 0 {
+		k.hash, k.hashed, setCookie = callHash(ctx, r.spec.hash)
+	}
 	if g.rec != nil {
 		k.src = sourceOf(ctx) // before prepareRequest rewrites the request
 	}
@@ -95,6 +99,9 @@ func (g *Gateway) serveOn(ctx *fasthttp.RequestCtx, t *table) {
 		g.mirror(ctx, r, r.spec.timeout)
 	}
 	k.forward(&ctx.Request, &ctx.Response)
+	if setCookie != "" {
+		ctx.Response.Header.Add(fasthttp.HeaderSetCookie, setCookie)
+	}
 	g.answer(ctx, &k)
 	if t := tailOf(&ctx.Response); t != nil {
 		// The answer streams: the server writes it once this returns, and
@@ -289,6 +296,9 @@ type call struct {
 	filters filterChain // the route's (filter.go), run on the answer
 	dest    int         // the route's target picked, for the filters
 
+	hash   uint64 // the call's hash by the route's hash policies (hash.go)
+	hashed bool   // hash is set: a consistent-hash cluster picks by it
+
 	tr callTrace // tracing.go
 }
 
@@ -369,7 +379,13 @@ func (k *call) attempt(req *fasthttp.Request, resp *fasthttp.Response) bool {
 // error, and returns a nil endpoint.
 func (k *call) pick() (subset.Result, *endpoint) {
 	c := k.c
-	res, err := c.lb.Pick(k.md)
+	var res subset.Result
+	var err error
+	if k.hashed {
+		res, err = c.lb.PickHash(k.md, k.hash)
+	} else {
+		res, err = c.lb.Pick(k.md)
+	}
 	if err == nil && k.retries > 0 && k.retry.otherHost {
 		res, err = pickAgain(c, k.md, res, k.tried[:k.retries], k.retry.hostPicks)
 	}

@@ -56,6 +56,8 @@ type routeSpec struct {
 	filters filterChain
 	// mirrors are the route action's request_mirror_policies (filter_mirror.go).
 	mirrors []mirrorSpec
+	// hash is the route action's hash_policy (hash.go); nil: none.
+	hash []hashSpec
 }
 
 // redirectSpec is a route's redirect action.
@@ -422,6 +424,9 @@ func decodeRouteAction(rs *routeSpec, ra *route.RouteAction, path string, vhRetr
 		return fieldErr(path+".prefix_rewrite", "only with a prefix or path match")
 	}
 	if rs.mirrors, err = decodeMirrors(ra, path); err != nil {
+		return err
+	}
+	if rs.hash, err = decodeHashPolicies(ra.GetHashPolicy(), path); err != nil {
 		return err
 	}
 	return nil

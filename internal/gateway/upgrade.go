@@ -100,6 +100,11 @@ const upgradeIdle = 15 * time.Second
 // request itself, or hijacks the downstream connection for the tunnel.
 func (g *Gateway) upgrade(ctx *fasthttp.RequestCtx, c *clusterRT, md map[string]string, r *routeRT, mdKey string, start time.Time) {
 	k := call{c: c, retry: &r.spec.retry, md: md}
+	if len(r.spec.hash) > 0 {
+		// A tunnel keeps its endpoint by the hash; a cookie to generate is
+		// not set on a 101.
+		k.hash, k.hashed, _ = callHash(ctx, r.spec.hash)
+	}
 	if g.rec != nil {
 		k.src = sourceOf(ctx)
 	}

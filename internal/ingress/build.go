@@ -68,7 +68,7 @@ var ads = &corev3.ConfigSource{ConfigSourceSpecifier: &corev3.ConfigSource_Ads{A
 // with different protocols, a server name already served on its port, a
 // secret that does not exist).
 func Build(gws, vss []*config.Entry, secretOf func(ns, name string) *secret.Secret) ([3]map[string]proto.Message, []string) {
-	return BuildWithPolicies(gws, vss, nil, secretOf)
+	return BuildWithPolicies(gws, vss, nil, nil, secretOf)
 }
 
 // BuildWithPolicies is Build with the AuthorizationPolicies of sec (nil:
@@ -76,15 +76,17 @@ func Build(gws, vss []*config.Entry, secretOf func(ns, name string) *secret.Secr
 // the policies that select any Gateway serving on it (a policy selects a
 // Gateway when its selector matches the Gateway's spec.selector, the
 // labels of the gateway workloads, in the Gateway's namespace or from the
-// root namespace).
-func BuildWithPolicies(gws, vss []*config.Entry, sec *config.Security, secretOf func(ns, name string) *secret.Secret) ([3]map[string]proto.Message, []string) {
+// root namespace). The DestinationRules drs give the routes their
+// destinations' consistent-hash policies.
+func BuildWithPolicies(gws, vss, drs []*config.Entry, sec *config.Security, secretOf func(ns, name string) *secret.Secret) ([3]map[string]proto.Message, []string) {
 	out := [3]map[string]proto.Message{{}, {}, {}}
 	ports, order, warns := gatewayPorts(gws)
+	hashFor := hashes(drs)
 	for _, n := range order {
 		p := ports[n]
 		name := ListenerName(n)
 		var owners map[string]config.Key
-		out[2][name], owners = routes(name, p, vss)
+		out[2][name], owners = routes(name, p, vss, hashFor)
 		var l *listenerv3.Listener
 		if !p.tls {
 			l = xds.HTTPListener(name, n, name)
@@ -110,10 +112,26 @@ func GatewayRBAC(gws, vss []*config.Entry, sec *config.Security) map[uint32][]*h
 	ports, order, _ := gatewayPorts(gws)
 	out := make(map[uint32][]*hcmv3.HttpFilter, len(order))
 	for _, n := range order {
-		_, owners := routes(ListenerName(n), ports[n], vss)
+		_, owners := routes(ListenerName(n), ports[n], vss, nil)
 		out[n] = portFilters(ports[n], gws, sec, owners)
 	}
 	return out
+}
+
+// hashes answers the routes' hash policies from the DestinationRules drs
+// (nil when there are none), each service's rule chosen as the push
+// engine's index chooses it.
+func hashes(drs []*config.Entry) xds.HashFor {
+	if len(drs) == 0 {
+		return nil
+	}
+	ix := config.NewIndex()
+	for _, e := range drs {
+		ix.Put(e.Object)
+	}
+	return func(d config.Destination) config.HashKey {
+		return config.HashOf(ix.DestinationRule(d.Service), d.Subset)
+	}
 }
 
 // gatewayPorts groups the Gateways' servers by port, in port order, with
@@ -210,7 +228,7 @@ func bound(vs *config.Object, gw config.Key) bool {
 // VirtualService with the hosts its servers serve, or, for a server with
 // httpsRedirect, a redirect to https for the server's hosts; and, for each
 // domain of its virtual hosts, the Gateway whose server claimed it.
-func routes(name string, p *port, vss []*config.Entry) (*routev3.RouteConfiguration, map[string]config.Key) {
+func routes(name string, p *port, vss []*config.Entry, hashFor xds.HashFor) (*routev3.RouteConfiguration, map[string]config.Key) {
 	rc := &routev3.RouteConfiguration{Name: name}
 	claimed := map[string]bool{}
 	owners := map[string]config.Key{}
@@ -278,7 +296,7 @@ func routes(name string, p *port, vss []*config.Entry) (*routev3.RouteConfigurat
 				}
 			}
 			on := config.OnGateway(vs, gws, p.number)
-			rc.VirtualHosts = append(rc.VirtualHosts, xds.VirtualHost(vs.Key.String(), domains, naming.ServiceKey{Namespace: vs.Namespace}, on, clusterFor))
+			rc.VirtualHosts = append(rc.VirtualHosts, xds.VirtualHost(vs.Key.String(), domains, naming.ServiceKey{Namespace: vs.Namespace}, on, clusterFor, hashFor))
 		}
 	}
 	return rc, owners

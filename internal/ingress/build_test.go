@@ -187,7 +187,7 @@ spec:
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, warns := BuildWithPolicies(gws, vss, config.NewSecurity("", objs), func(string, string) *secret.Secret { return nil })
+	out, warns := BuildWithPolicies(gws, vss, nil, config.NewSecurity("", objs), func(string, string) *secret.Secret { return nil })
 	if len(warns) != 0 {
 		t.Fatalf("warnings: %v", warns)
 	}

@@ -168,8 +168,8 @@ func (p *Publisher) publish(rev int64) time.Time {
 		}
 		return s
 	}
-	out, warnings := BuildWithPolicies(gws, vss, config.NewSecurity(p.cfg.RootNamespace(), policies), secretOf)
 	drs, _ := p.cfg.List(config.KindDestinationRule, "")
+	out, warnings := BuildWithPolicies(gws, vss, drs, config.NewSecurity(p.cfg.RootNamespace(), policies), secretOf)
 	warnings = append(warnings, UpstreamSecrets(drs, secretOf, out[0])...)
 	for _, w := range warnings {
 		p.log.Warn("ingress: " + w)

@@ -68,7 +68,7 @@ spec:
 // sorts first; team a gets only a host team b does not route.
 func TestBuildOwnNamespaceFirst(t *testing.T) {
 	gws, vss := entries(t, twoTeams)
-	rc, owners := routes(ListenerName(8080), mustPorts(t, gws)[8080], vss)
+	rc, owners := routes(ListenerName(8080), mustPorts(t, gws)[8080], vss, nil)
 	got := map[string][]string{}
 	for _, vh := range rc.VirtualHosts {
 		got[vh.Name] = vh.Domains
@@ -121,7 +121,7 @@ spec:
 			t.Fatal(err)
 		}
 		sec := config.NewSecurity("", objs)
-		out, _ := BuildWithPolicies(gws, vss, sec, func(string, string) *secret.Secret { return nil })
+		out, _ := BuildWithPolicies(gws, vss, nil, sec, func(string, string) *secret.Secret { return nil })
 		l := out[1][ListenerName(8080)].(*listenerv3.Listener)
 		a, _ := anypb.New(l)
 		for _, typ := range gateway.XDSTypes() {
@@ -269,7 +269,7 @@ spec:
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, _ := BuildWithPolicies(gws, vss, config.NewSecurity("", objs), func(string, string) *secret.Secret { return nil })
+	out, _ := BuildWithPolicies(gws, vss, nil, config.NewSecurity("", objs), func(string, string) *secret.Secret { return nil })
 	l := out[1][ListenerName(8080)].(*listenerv3.Listener)
 	h := &hcmv3.HttpConnectionManager{}
 	if err := l.FilterChains[0].Filters[0].GetTypedConfig().UnmarshalTo(h); err != nil {

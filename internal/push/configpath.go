@@ -475,14 +475,14 @@ func (w *configWorker) build(ce *xds.ClusterEncoder, s naming.ServiceKey, dests 
 	name := xds.RouteName(s)
 	// The virtual host is written directly (xds.EncodeVirtualHost: the
 	// bytes of the marshalled VirtualHost, without building it).
-	enc, err := xds.EncodeVirtualHost(s.String(), s, vs, w.clusterFor)
+	enc, err := xds.EncodeVirtualHost(s.String(), s, vs, w.clusterFor, w.hashFor)
 	var head, rest []byte
 	if err == nil {
 		head, rest, err = splitEncoded(enc)
 	}
 	if err != nil {
 		// Not expected; encode the two the long way.
-		vh := xds.VirtualHost(s.String(), nil, s, vs, w.clusterFor)
+		vh := xds.VirtualHost(s.String(), nil, s, vs, w.clusterFor, w.hashFor)
 		vh.Domains = proxyDomains(s)
 		b.vhost, _ = (proto.MarshalOptions{Deterministic: true}).Marshal(vh)
 		vh.Domains = []string{"*"}
@@ -689,6 +689,12 @@ func (w *configWorker) clusterFor(d config.Destination) (string, bool) {
 		return xds.ClusterName(d.Service, "", d.Port), true
 	}
 	return "", false // a port variant no route of the index names (never)
+}
+
+// hashFor answers the route builder: what a destination's consistent-hash
+// policy hashes.
+func (w *configWorker) hashFor(d config.Destination) config.HashKey {
+	return config.HashOf(w.ix.DestinationRule(d.Service), d.Subset)
 }
 
 // proxyDomains are the names a proxy matches for s: name.namespace,

@@ -48,14 +48,32 @@ type reqKV struct {
 // last pick builds that subset's child picker. PickRequest is faster (no map
 // iteration) and takes a fallback list.
 func (lb *LB) Pick(md map[string]string) (Result, error) {
+	return lb.pick(md, hashOpt{})
+}
+
+// PickHash is Pick for a call that carries a hash (of what a
+// consistent-hash policy keys on): a subset whose picker maps hashes
+// (balancer.HashPicker) picks the host hash maps to; any other picks as
+// Pick does. Same concurrency and costs as Pick.
+func (lb *LB) PickHash(md map[string]string, hash uint64) (Result, error) {
+	return lb.pick(md, hashOpt{hash, true})
+}
+
+// hashOpt is a call's hash, when it has one.
+type hashOpt struct {
+	v   uint64
+	set bool
+}
+
+func (lb *LB) pick(md map[string]string, h hashOpt) (Result, error) {
 	s := lb.snap.Load()
 	var kv [MaxSelectorKeys]reqKV
 	b := reqBuf{kv: kv[:]}
 	lb.cfg.mapKV(&b, md)
 	if b.full {
-		return lb.pickMapLarge(s, md)
+		return lb.pickMapLarge(s, md, h)
 	}
-	return lb.choose(s, kv[:b.n], b.mask)
+	return lb.choose(s, kv[:b.n], b.mask, h)
 }
 
 // PickRequest is Pick for a route's Request, with its fallback list under
@@ -86,7 +104,7 @@ func (lb *LB) pickLabels(s *snapshot, md, over *label.Labels) (Result, error) {
 	if b.full {
 		return lb.pickLabelsLarge(s, md, over)
 	}
-	return lb.choose(s, kv[:b.n], b.mask)
+	return lb.choose(s, kv[:b.n], b.mask, hashOpt{})
 }
 
 // pickLabelsLarge and pickMapLarge serve a request naming more known keys
@@ -99,15 +117,15 @@ func (lb *LB) pickLabelsLarge(s *snapshot, md, over *label.Labels) (Result, erro
 	var kv [MaxKeys]reqKV
 	b := reqBuf{kv: kv[:]}
 	lb.cfg.labelsKV(&b, md, over)
-	return lb.choose(s, kv[:b.n], b.mask)
+	return lb.choose(s, kv[:b.n], b.mask, hashOpt{})
 }
 
 //go:noinline
-func (lb *LB) pickMapLarge(s *snapshot, md map[string]string) (Result, error) {
+func (lb *LB) pickMapLarge(s *snapshot, md map[string]string, h hashOpt) (Result, error) {
 	var kv [MaxKeys]reqKV
 	b := reqBuf{kv: kv[:]}
 	lb.cfg.mapKV(&b, md)
-	return lb.choose(s, kv[:b.n], b.mask)
+	return lb.choose(s, kv[:b.n], b.mask, h)
 }
 
 // reqBuf collects a request's pairs whose keys the config knows, ascending
@@ -182,7 +200,7 @@ func (c *compiled) labelsKV(b *reqBuf, md, over *label.Labels) {
 	}
 }
 
-func (lb *LB) choose(s *snapshot, kv []reqKV, mask uint64) (Result, error) {
+func (lb *LB) choose(s *snapshot, kv []reqKV, mask uint64, h hashOpt) (Result, error) {
 	c := lb.cfg
 	for mask != 0 {
 		if c.redundant {
@@ -193,16 +211,16 @@ func (lb *LB) choose(s *snapshot, kv []reqKV, mask uint64) (Result, error) {
 			break
 		}
 		if e := lb.find(s, si, kv, mask); e != nil {
-			return lb.pickIn(s, e)
+			return lb.pickIn(s, e, h)
 		}
 		sel := &c.sels[si]
 		switch sel.fb {
 		case NoFallback:
 			return Result{}, ErrNoSubset
 		case AnyEndpoint:
-			return lb.pickIn(s, s.any)
+			return lb.pickIn(s, s.any, h)
 		case DefaultSubset:
-			return lb.pickIn(s, s.def)
+			return lb.pickIn(s, s.def, h)
 		case KeysSubset:
 			mask &= sel.fbMask
 			continue
@@ -211,9 +229,9 @@ func (lb *LB) choose(s *snapshot, kv []reqKV, mask uint64) (Result, error) {
 	}
 	switch c.fallback {
 	case AnyEndpoint:
-		return lb.pickIn(s, s.any)
+		return lb.pickIn(s, s.any, h)
 	case DefaultSubset:
-		return lb.pickIn(s, s.def)
+		return lb.pickIn(s, s.def, h)
 	}
 	return Result{}, ErrNoSubset
 }
@@ -248,15 +266,15 @@ next:
 
 // pickIn picks inside e, or, in panic mode, among all hosts when e has no
 // healthy host.
-func (lb *LB) pickIn(s *snapshot, e *entry) (Result, error) {
-	r, err := lb.pickChild(s, e)
+func (lb *LB) pickIn(s *snapshot, e *entry, h hashOpt) (Result, error) {
+	r, err := lb.pickChild(s, e, h)
 	if err != nil && lb.cfg.panicAny && e != s.any && errors.Is(err, ErrNoHealthyHost) {
-		return lb.pickChild(s, s.any)
+		return lb.pickChild(s, s.any, h)
 	}
 	return r, err
 }
 
-func (lb *LB) pickChild(s *snapshot, e *entry) (Result, error) {
+func (lb *LB) pickChild(s *snapshot, e *entry, h hashOpt) (Result, error) {
 	ch := e.child.Load()
 	if ch == nil {
 		ch = lb.buildChild(s, e)
@@ -264,7 +282,13 @@ func (lb *LB) pickChild(s *snapshot, e *entry) (Result, error) {
 	if ch.picker == nil {
 		return Result{}, ErrNoHealthyHost
 	}
-	i, err := ch.picker.Pick()
+	var i int
+	var err error
+	if hp, ok := ch.picker.(balancer.HashPicker); ok && h.set {
+		i, err = hp.PickHash(h.v)
+	} else {
+		i, err = ch.picker.Pick()
+	}
 	if err != nil {
 		if errors.Is(err, balancer.ErrNoEndpoint) {
 			return Result{}, ErrNoHealthyHost

@@ -25,6 +25,8 @@ func TestClusterEncoder(t *testing.T) {
 		{LoadBalancer: config.PolicyRandom, Outlier: od},
 		{LoadBalancer: "adaptive", TLS: tls},
 		{LoadBalancer: "peak_ewma", HTTP2: true, TLS: tls, Outlier: od},
+		{LoadBalancer: config.PolicyRingHash, RingSize: 2048, Hash: config.HashKey{Header: "x-user"}},
+		{LoadBalancer: config.PolicyMaglev, Hash: config.HashKey{SourceIP: true}, Outlier: od},
 	}
 	names := []string{"default/orders", "default/orders/blue", "prod/orders/blue:8080", "prod/a.b:9090", "x/y/z-1", "noslash", "default/orders/"}
 	shared := &ClusterEncoder{}

@@ -45,7 +45,7 @@ func TestMatchAsIstio(t *testing.T) {
 	}
 	svc := naming.ServiceKey{Namespace: "default", Name: "orders"}
 	clusterFor := func(d config.Destination) (string, bool) { return ClusterName(d.Service, d.Subset, d.Port), true }
-	vh := VirtualHost("orders", []string{"orders"}, svc, objs[0], clusterFor)
+	vh := VirtualHost("orders", []string{"orders"}, svc, objs[0], clusterFor, nil)
 	if err := RouteConfiguration("r", vh).ValidateAll(); err != nil {
 		t.Fatalf("does not validate: %v", err)
 	}
@@ -66,11 +66,11 @@ func TestMatchAsIstio(t *testing.T) {
 			t.Errorf("route %d match:\n got %s\nwant %s", i, got, w)
 		}
 	}
-	enc, err := EncodeVirtualHost("orders", svc, objs[0], clusterFor)
+	enc, err := EncodeVirtualHost("orders", svc, objs[0], clusterFor, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if msg, _ := Encode(VirtualHost("orders", nil, svc, objs[0], clusterFor)); !bytes.Equal(enc, msg) {
+	if msg, _ := Encode(VirtualHost("orders", nil, svc, objs[0], clusterFor, nil)); !bytes.Equal(enc, msg) {
 		t.Fatal("EncodeVirtualHost differs from the message")
 	}
 }

@@ -45,7 +45,7 @@ func TestMirrorAsIstio(t *testing.T) {
 	}
 	svc := naming.ServiceKey{Namespace: "default", Name: "httpbin"}
 	clusterFor := func(d config.Destination) (string, bool) { return ClusterName(d.Service, d.Subset, d.Port), true }
-	vh := VirtualHost("httpbin", []string{"httpbin"}, svc, objs[0], clusterFor)
+	vh := VirtualHost("httpbin", []string{"httpbin"}, svc, objs[0], clusterFor, nil)
 	if err := RouteConfiguration("r", vh).ValidateAll(); err != nil {
 		t.Fatalf("does not validate: %v", err)
 	}
@@ -72,11 +72,11 @@ func TestMirrorAsIstio(t *testing.T) {
 			}
 		}
 	}
-	enc, err := EncodeVirtualHost("httpbin", svc, objs[0], clusterFor)
+	enc, err := EncodeVirtualHost("httpbin", svc, objs[0], clusterFor, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if msg, _ := Encode(VirtualHost("httpbin", nil, svc, objs[0], clusterFor)); !bytes.Equal(enc, msg) {
+	if msg, _ := Encode(VirtualHost("httpbin", nil, svc, objs[0], clusterFor, nil)); !bytes.Equal(enc, msg) {
 		t.Fatal("EncodeVirtualHost differs from the message")
 	}
 }

@@ -31,7 +31,7 @@ spec:
 	}
 	svc := naming.ServiceKey{Namespace: "default", Name: "ratings"}
 	clusterFor := func(d config.Destination) (string, bool) { return ClusterName(d.Service, d.Subset, d.Port), true }
-	vh := VirtualHost("ratings", []string{"ratings"}, svc, objs[0], clusterFor)
+	vh := VirtualHost("ratings", []string{"ratings"}, svc, objs[0], clusterFor, nil)
 	if err := RouteConfiguration("r", vh).ValidateAll(); err != nil {
 		t.Fatalf("does not validate: %v", err)
 	}
@@ -44,11 +44,11 @@ spec:
 	if rp.GetRetryBackOff() != nil || len(rp.GetRetryHostPredicate()) != 0 || rp.GetHostSelectionRetryMaxAttempts() != 0 || rp.GetNumRetries().GetValue() != 2 {
 		t.Fatalf("retryIgnorePreviousHosts false: %v", rp)
 	}
-	enc, err := EncodeVirtualHost("ratings", svc, objs[0], clusterFor)
+	enc, err := EncodeVirtualHost("ratings", svc, objs[0], clusterFor, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if msg, _ := Encode(VirtualHost("ratings", nil, svc, objs[0], clusterFor)); !bytes.Equal(enc, msg) {
+	if msg, _ := Encode(VirtualHost("ratings", nil, svc, objs[0], clusterFor, nil)); !bytes.Equal(enc, msg) {
 		t.Fatal("EncodeVirtualHost differs from the message")
 	}
 }

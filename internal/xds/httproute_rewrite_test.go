@@ -35,7 +35,7 @@ func TestRewriteAsIstio(t *testing.T) {
 	}
 	svc := naming.ServiceKey{Namespace: "default", Name: "ratings"}
 	clusterFor := func(d config.Destination) (string, bool) { return ClusterName(d.Service, d.Subset, d.Port), true }
-	vh := VirtualHost("ratings", []string{"ratings"}, svc, objs[0], clusterFor)
+	vh := VirtualHost("ratings", []string{"ratings"}, svc, objs[0], clusterFor, nil)
 	if err := RouteConfiguration("r", vh).ValidateAll(); err != nil {
 		t.Fatalf("does not validate: %v", err)
 	}
@@ -47,11 +47,11 @@ func TestRewriteAsIstio(t *testing.T) {
 	if rr.GetPattern().GetRegex() != `^/svc/([^/]+)(/.*)$` || rr.GetSubstitution() != `\2/of/\1` || vh.Routes[1].GetRoute().GetPrefixRewrite() != "" {
 		t.Fatalf("regex: %v", vh.Routes[1])
 	}
-	enc, err := EncodeVirtualHost("ratings", svc, objs[0], clusterFor)
+	enc, err := EncodeVirtualHost("ratings", svc, objs[0], clusterFor, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if msg, _ := Encode(VirtualHost("ratings", nil, svc, objs[0], clusterFor)); !bytes.Equal(enc, msg) {
+	if msg, _ := Encode(VirtualHost("ratings", nil, svc, objs[0], clusterFor, nil)); !bytes.Equal(enc, msg) {
 		t.Fatal("EncodeVirtualHost differs from the message")
 	}
 }
@@ -79,7 +79,7 @@ func TestRedirectAsIstio(t *testing.T) {
 	}
 	svc := naming.ServiceKey{Namespace: "default", Name: "ratings"}
 	clusterFor := func(d config.Destination) (string, bool) { return ClusterName(d.Service, d.Subset, d.Port), true }
-	vh := VirtualHost("ratings", []string{"ratings"}, svc, objs[0], clusterFor)
+	vh := VirtualHost("ratings", []string{"ratings"}, svc, objs[0], clusterFor, nil)
 	if err := RouteConfiguration("r", vh).ValidateAll(); err != nil {
 		t.Fatalf("does not validate: %v", err)
 	}
@@ -96,11 +96,11 @@ func TestRedirectAsIstio(t *testing.T) {
 		b.GetMetadata().GetFilterMetadata()["sextant"].GetFields()[RedirectPortField].GetStringValue() != "FROM_REQUEST_PORT" {
 		t.Fatalf("redirect with the request's port: %v", b)
 	}
-	enc, err := EncodeVirtualHost("ratings", svc, objs[0], clusterFor)
+	enc, err := EncodeVirtualHost("ratings", svc, objs[0], clusterFor, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if msg, _ := Encode(VirtualHost("ratings", nil, svc, objs[0], clusterFor)); !bytes.Equal(enc, msg) {
+	if msg, _ := Encode(VirtualHost("ratings", nil, svc, objs[0], clusterFor, nil)); !bytes.Equal(enc, msg) {
 		t.Fatal("EncodeVirtualHost differs from the message")
 	}
 }
@@ -134,7 +134,7 @@ func TestCORSAsIstio(t *testing.T) {
 	}
 	svc := naming.ServiceKey{Namespace: "default", Name: "ratings"}
 	clusterFor := func(d config.Destination) (string, bool) { return ClusterName(d.Service, d.Subset, d.Port), true }
-	vh := VirtualHost("ratings", []string{"ratings"}, svc, objs[0], clusterFor)
+	vh := VirtualHost("ratings", []string{"ratings"}, svc, objs[0], clusterFor, nil)
 	if err := RouteConfiguration("r", vh).ValidateAll(); err != nil {
 		t.Fatalf("does not validate: %v", err)
 	}
@@ -155,11 +155,11 @@ func TestCORSAsIstio(t *testing.T) {
 		p.ExposeHeaders != "x-c" || p.MaxAge != "90" || !p.AllowCredentials.GetValue() || p.ForwardNotMatchingPreflights.GetValue() {
 		t.Fatalf("cors policy: %v", p)
 	}
-	enc, err := EncodeVirtualHost("ratings", svc, objs[0], clusterFor)
+	enc, err := EncodeVirtualHost("ratings", svc, objs[0], clusterFor, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if msg, _ := Encode(VirtualHost("ratings", nil, svc, objs[0], clusterFor)); !bytes.Equal(enc, msg) {
+	if msg, _ := Encode(VirtualHost("ratings", nil, svc, objs[0], clusterFor, nil)); !bytes.Equal(enc, msg) {
 		t.Fatal("EncodeVirtualHost differs from the message")
 	}
 }

@@ -57,7 +57,7 @@ func TestTrafficRoutesAsIstio(t *testing.T) {
 	}
 	svc := naming.ServiceKey{Namespace: "default", Name: "ratings"}
 	clusterFor := func(d config.Destination) (string, bool) { return ClusterName(d.Service, d.Subset, d.Port), true }
-	vh := VirtualHost("ratings", []string{"ratings"}, svc, objs[0], clusterFor)
+	vh := VirtualHost("ratings", []string{"ratings"}, svc, objs[0], clusterFor, nil)
 	if err := vh.ValidateAll(); err != nil {
 		t.Fatalf("virtual host does not validate: %v", err)
 	}
@@ -115,11 +115,11 @@ func TestTrafficRoutesAsIstio(t *testing.T) {
 		cws[1].RequestHeadersToAdd != nil || w.ResponseHeadersToAdd[0].Header.Key != "cache-control" || w.RequestHeadersToAdd != nil {
 		t.Fatalf("weighted: %v", w)
 	}
-	enc, err := EncodeVirtualHost("ratings", svc, objs[0], clusterFor)
+	enc, err := EncodeVirtualHost("ratings", svc, objs[0], clusterFor, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if msg, _ := Encode(VirtualHost("ratings", nil, svc, objs[0], clusterFor)); !bytes.Equal(enc, msg) {
+	if msg, _ := Encode(VirtualHost("ratings", nil, svc, objs[0], clusterFor, nil)); !bytes.Equal(enc, msg) {
 		t.Fatal("EncodeVirtualHost differs from the message")
 	}
 }

@@ -250,6 +250,11 @@ func Cluster(name string, p config.Policy) *clusterv3.Cluster {
 		// there ("load_balancing_policy unset and unsupported lb_policy").
 		// In the list, a client without least request skips to round robin.
 		c.LoadBalancingPolicy = lbPolicy(typed(&leastrequestv3.LeastRequest{}), wrrLocalityRoundRobin())
+	case config.PolicyRingHash:
+		c.LoadBalancingPolicy = lbPolicy(typed(ringHash(p.RingSize)))
+	case config.PolicyMaglev:
+		// grpc-go has no Maglev: it skips to a ring, consistent too.
+		c.LoadBalancingPolicy = lbPolicy(typed(maglev(p.RingSize)), typed(ringHash(0)))
 	case config.PolicyRandom:
 		// grpc-go has no random policy: it skips to round robin.
 		c.LoadBalancingPolicy = lbPolicy(typed(&randomv3.Random{}), wrrLocalityRoundRobin())
@@ -354,20 +359,24 @@ type ClusterFor func(d config.Destination) (name string, ok bool)
 // fall through to the next matching route (usually the VirtualService's
 // catch-all default). Only a destination without subset is kept when empty:
 // there is nowhere else to send its traffic.
-func VirtualHost(name string, domains []string, svc naming.ServiceKey, vs *config.Object, clusterFor ClusterFor) *routev3.VirtualHost {
+func VirtualHost(name string, domains []string, svc naming.ServiceKey, vs *config.Object, clusterFor ClusterFor, hashFor HashFor) *routev3.VirtualHost {
 	vh := &routev3.VirtualHost{Name: name, Domains: domains}
 	if vs == nil {
-		c, _ := clusterFor(config.Destination{Service: svc})
+		d := config.Destination{Service: svc}
+		c, _ := clusterFor(d)
+		a := &routev3.RouteAction{ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: c}, RetryPolicy: retryPolicy(nil)}
+		if hashFor != nil {
+			setHash(a, []config.HashKey{hashFor(d)}, true)
+		}
 		vh.Routes = []*routev3.Route{{
-			Match: &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}},
-			Action: &routev3.Route_Route{Route: &routev3.RouteAction{ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: c},
-				RetryPolicy: retryPolicy(nil)}},
+			Match:  &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}},
+			Action: &routev3.Route_Route{Route: a},
 		}}
 		return vh
 	}
 	var dropped []*structpb.Value
 	for i, hr := range vs.VirtualService.Http {
-		action, dest := routeAction(vs.Namespace, hr, clusterFor)
+		action, dest := routeAction(vs.Namespace, hr, clusterFor, hashFor)
 		if action == nil && hr.DirectResponse == nil && hr.Redirect == nil {
 			dropped = append(dropped, structpb.NewStringValue(droppedRoute(vs.Namespace, i, hr, clusterFor)))
 			continue
@@ -434,11 +443,12 @@ func droppedRoute(ns string, i int, hr *networking.HTTPRoute, clusterFor Cluster
 
 // routeAction is the action of hr's destinations; when they come down to
 // one, dest is its header changes (for the route).
-func routeAction(ns string, hr *networking.HTTPRoute, clusterFor ClusterFor) (a *routev3.RouteAction, dest *networking.Headers) {
+func routeAction(ns string, hr *networking.HTTPRoute, clusterFor ClusterFor, hashFor HashFor) (a *routev3.RouteAction, dest *networking.Headers) {
 	type wc struct {
 		name    string
 		weight  uint32
 		headers *networking.Headers
+		hash    config.HashKey
 	}
 	var dests []wc
 	for _, d := range hr.Route {
@@ -446,11 +456,16 @@ func routeAction(ns string, hr *networking.HTTPRoute, clusterFor ClusterFor) (a 
 		if err != nil {
 			continue
 		}
-		name, ok := clusterFor(config.Destination{Service: k, Subset: d.Destination.Subset, Port: d.Destination.GetPort().GetNumber()})
+		cd := config.Destination{Service: k, Subset: d.Destination.Subset, Port: d.Destination.GetPort().GetNumber()}
+		name, ok := clusterFor(cd)
 		if !ok && d.Destination.Subset != "" {
 			continue
 		}
-		dests = append(dests, wc{name, uint32(d.Weight), d.Headers})
+		var hash config.HashKey
+		if hashFor != nil {
+			hash = hashFor(cd)
+		}
+		dests = append(dests, wc{name, uint32(d.Weight), d.Headers, hash})
 	}
 	a = &routev3.RouteAction{}
 	switch {
@@ -488,6 +503,14 @@ func routeAction(ns string, hr *networking.HTTPRoute, clusterFor ClusterFor) (a 
 		a.MaxStreamDuration = &routev3.RouteAction_MaxStreamDuration{MaxStreamDuration: hr.Timeout}
 	}
 	a.RetryPolicy = retryPolicy(hr.Retries)
+	keys := make([]config.HashKey, 0, len(dests))
+	weighted := slices.ContainsFunc(dests, func(d wc) bool { return d.weight > 0 })
+	for _, d := range dests {
+		if d.weight > 0 || !weighted || len(dests) == 1 {
+			keys = append(keys, d.hash)
+		}
+	}
+	setHash(a, keys, len(dests) == 1)
 	a.RequestMirrorPolicies = mirrorPolicies(ns, hr, clusterFor)
 	if _, weighted := a.ClusterSpecifier.(*routev3.RouteAction_WeightedClusters); weighted {
 		dest = nil

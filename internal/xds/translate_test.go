@@ -119,10 +119,10 @@ spec:
 		}
 	}
 	t.Run("no VirtualService", func(t *testing.T) {
-		vh := VirtualHost("orders", []string{"*"}, svc, nil, clusterFor)
+		vh := VirtualHost("orders", []string{"*"}, svc, nil, clusterFor, nil)
 		check(t, vh.GetRoutes()[0].GetRoute().GetRetryPolicy(), def)
 	})
-	vh := VirtualHost("orders", []string{"*"}, svc, objs[0], clusterFor)
+	vh := VirtualHost("orders", []string{"*"}, svc, objs[0], clusterFor, nil)
 	for _, tc := range []struct {
 		route string
 		want  *want
@@ -201,7 +201,7 @@ spec:
 				}
 				return ClusterName(d.Service, d.Subset, d.Port), usable
 			}
-			vh := VirtualHost("orders", []string{"orders"}, svc, objs[0], clusterFor)
+			vh := VirtualHost("orders", []string{"orders"}, svc, objs[0], clusterFor, nil)
 			var got []string
 			for _, v := range vh.GetMetadata().GetFilterMetadata()["sextant"].GetFields()[DroppedRoutesField].GetListValue().GetValues() {
 				got = append(got, v.GetStringValue())

@@ -14,7 +14,7 @@ import (
 )
 
 // EncodeVirtualHost returns the encoding of VirtualHost(name, nil, svc, vs,
-// clusterFor), written directly rather than built as messages and
+// clusterFor, hashFor), written directly rather than built as messages and
 // marshalled: in a full recomputation that was a third of the CPU. It
 // writes what protobuf-go's deterministic encoding writes (regular fields
 // by number, then oneof fields), which TestEncodeVirtualHost checks against
@@ -22,18 +22,18 @@ import (
 // left out, a VirtualService's own retries, timeouts) are encoded from
 // their messages. One call in vhostCheckEvery is also marshalled and
 // compared; a difference turns the writer off for good.
-func EncodeVirtualHost(name string, svc naming.ServiceKey, vs *config.Object, clusterFor ClusterFor) ([]byte, error) {
+func EncodeVirtualHost(name string, svc naming.ServiceKey, vs *config.Object, clusterFor ClusterFor, hashFor HashFor) ([]byte, error) {
 	if vhostDrift.Load() {
-		return Encode(VirtualHost(name, nil, svc, vs, clusterFor))
+		return Encode(VirtualHost(name, nil, svc, vs, clusterFor, hashFor))
 	}
-	b, err := encodeVirtualHost(name, svc, vs, clusterFor)
+	b, err := encodeVirtualHost(name, svc, vs, clusterFor, hashFor)
 	if err != nil || vhostChecks.Add(1)%vhostCheckEvery != 1 {
 		return b, err
 	}
 	// A sample is checked against the marshalled message: should
 	// VirtualHost change without this writer, the messages are used from
 	// then on.
-	want, werr := Encode(VirtualHost(name, nil, svc, vs, clusterFor))
+	want, werr := Encode(VirtualHost(name, nil, svc, vs, clusterFor, hashFor))
 	if werr == nil && !bytes.Equal(b, want) {
 		vhostDrift.Store(true)
 		return want, nil
@@ -50,11 +50,15 @@ var (
 // also marshalled and compared.
 const vhostCheckEvery = 256
 
-func encodeVirtualHost(name string, svc naming.ServiceKey, vs *config.Object, clusterFor ClusterFor) ([]byte, error) {
+func encodeVirtualHost(name string, svc naming.ServiceKey, vs *config.Object, clusterFor ClusterFor, hashFor HashFor) ([]byte, error) {
 	e := vhEncoders.Get().(*vhEncoder)
 	defer vhEncoders.Put(e)
 	if vs == nil {
-		c, _ := clusterFor(config.Destination{Service: svc})
+		d := config.Destination{Service: svc}
+		if hashFor != nil && !hashFor(d).IsZero() {
+			return Encode(VirtualHost(name, nil, svc, vs, clusterFor, hashFor)) // hash policies: from the messages
+		}
+		c, _ := clusterFor(d)
 		out := appendString(make([]byte, 0, 128+len(name)+len(c)), vhName, name)
 		return e.route(out, nil, "", c, nil, nil, nil)
 	}
@@ -64,12 +68,12 @@ func encodeVirtualHost(name string, svc naming.ServiceKey, vs *config.Object, cl
 	}
 	actions := make([]action, 0, len(vs.VirtualService.Http))
 	for _, hr := range vs.VirtualService.Http {
-		dests := routeDests(vs.Namespace, hr, clusterFor)
-		if len(dests) == 0 || routeExtras(hr) {
+		dests, hashed := routeDests(vs.Namespace, hr, clusterFor, hashFor)
+		if len(dests) == 0 || hashed || routeExtras(hr) {
 			// A route left out (its reason goes in the metadata, as
-			// VirtualHost writes it), or one with fault, direct response or
-			// header changes: written from the messages.
-			return Encode(VirtualHost(name, nil, svc, vs, clusterFor))
+			// VirtualHost writes it), or one with fault, direct response,
+			// header changes or hash policies: written from the messages.
+			return Encode(VirtualHost(name, nil, svc, vs, clusterFor, hashFor))
 		}
 		actions = append(actions, action{dests, hr})
 	}
@@ -94,21 +98,23 @@ type weightedDest struct {
 	weight uint32
 }
 
-// routeDests are the destinations of hr that routeAction keeps.
-func routeDests(ns string, hr *networking.HTTPRoute, clusterFor ClusterFor) []weightedDest {
-	var dests []weightedDest
+// routeDests are the destinations of hr that routeAction keeps, and
+// whether one of them has a consistent hash.
+func routeDests(ns string, hr *networking.HTTPRoute, clusterFor ClusterFor, hashFor HashFor) (dests []weightedDest, hashed bool) {
 	for _, d := range hr.Route {
 		k, err := config.ResolveHost(d.Destination.Host, ns)
 		if err != nil {
 			continue
 		}
-		name, ok := clusterFor(config.Destination{Service: k, Subset: d.Destination.Subset, Port: d.Destination.GetPort().GetNumber()})
+		cd := config.Destination{Service: k, Subset: d.Destination.Subset, Port: d.Destination.GetPort().GetNumber()}
+		name, ok := clusterFor(cd)
 		if !ok && d.Destination.Subset != "" {
 			continue
 		}
+		hashed = hashed || hashFor != nil && !hashFor(cd).IsZero()
 		dests = append(dests, weightedDest{name, uint32(d.Weight)})
 	}
-	return dests
+	return dests, hashed
 }
 
 // Field numbers of the route messages written by hand.

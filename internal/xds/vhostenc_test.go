@@ -36,11 +36,11 @@ func TestEncodeVirtualHost(t *testing.T) {
 	}
 	check := func(what string, vs *config.Object) {
 		t.Helper()
-		want, err := Encode(VirtualHost("default/orders", nil, svc, vs, clusterFor))
+		want, err := Encode(VirtualHost("default/orders", nil, svc, vs, clusterFor, nil))
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := encodeVirtualHost("default/orders", svc, vs, clusterFor)
+		got, err := encodeVirtualHost("default/orders", svc, vs, clusterFor, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -48,7 +48,7 @@ func TestEncodeVirtualHost(t *testing.T) {
 			t.Fatalf("%s:\nwritten    %x\nmarshalled %x", what, got, want)
 		}
 		// The exported path, whose first call is a sampled check.
-		if got, err := EncodeVirtualHost("default/orders", svc, vs, clusterFor); err != nil || !bytes.Equal(got, want) || vhostDrift.Load() {
+		if got, err := EncodeVirtualHost("default/orders", svc, vs, clusterFor, nil); err != nil || !bytes.Equal(got, want) || vhostDrift.Load() {
 			t.Fatalf("%s: EncodeVirtualHost %v, drift %v", what, err, vhostDrift.Load())
 		}
 	}
@@ -84,7 +84,7 @@ spec:
 	b.Run("marshal", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, err := Encode(VirtualHost("default/orders", nil, svc, objs[0], clusterFor)); err != nil {
+			if _, err := Encode(VirtualHost("default/orders", nil, svc, objs[0], clusterFor, nil)); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -92,7 +92,7 @@ spec:
 	b.Run("written", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, err := encodeVirtualHost("default/orders", svc, objs[0], clusterFor); err != nil {
+			if _, err := encodeVirtualHost("default/orders", svc, objs[0], clusterFor, nil); err != nil {
 				b.Fatal(err)
 			}
 		}
