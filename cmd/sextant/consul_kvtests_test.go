@@ -102,11 +102,20 @@ func makeClientWithConfig(t *testing.T, cb1 configCallback, cb2 testutil.ServerC
 			have.NodeMeta[k], _ = v.(string)
 		}
 	}
+	connectOn, _ := self["DebugConfig"]["ConnectEnabled"].(bool)
+	have.Connect = map[string]interface{}{"enabled": connectOn}
 	want := *have
+	want.Connect = map[string]interface{}{"enabled": true} // testutil's default
 	if cb2 != nil {
 		cb2(&want)
 	}
 	var flags []string
+	// Only a test that turns Connect off asks for a server without it
+	// (makeClientWithoutConnect's nil leaves it on, as it changes nothing
+	// these tests see).
+	if on, ok := want.Connect["enabled"].(bool); ok && on != connectOn {
+		flags = append(flags, fmt.Sprintf("--consul-connect=%v", on))
+	}
 	if want.NodeName != have.NodeName {
 		flags = append(flags, "--consul-node", want.NodeName)
 	}
@@ -133,7 +142,11 @@ func makeClientWithConfig(t *testing.T, cb1 configCallback, cb2 testutil.ServerC
 		fmt.Printf("sextant-server-flags: %s\n", strings.Join(flags, " "))
 		t.Fatalf("sextant-harness: restart the server with %v", flags)
 	}
-	return c, sextantServer{Config: have, HTTPAddr: conf.Address, client: c}
+	s := sextantServer{Config: have, HTTPAddr: conf.Address, client: c}
+	if connectOn {
+		s.WaitForActiveCARoot(t) // as testutil's harness does with Connect on
+	}
+	return s.client, s
 }
 
 func testKey() string {
@@ -264,22 +277,13 @@ func copyConsulAPITests(ctx context.Context, t *testing.T, testFiles []string) f
 	return goCmd
 }
 
-// consulSessionTestsNeedCatalog are consul/api's session tests that bind
-// a session to a node check or a service check registered through
-// /v1/catalog/register: a session's health is its TTL (and serfHealth),
-// so they fail naming that (docs/compat.md).
-var consulSessionTestsNeedCatalog = map[string]string{
-	"TestAPI_SessionNodeChecks":    "the only check it may name is serfHealth",
-	"TestAPI_SessionServiceChecks": "service checks are not served",
-}
-
 // TestConsulClientOwnSessionTests runs hashicorp's own session, lock and
 // semaphore tests (session_test.go, lock_test.go, semaphore_test.go of
 // consul/api), each against a fresh "sextant server --consul-api" of its
 // own, as each gets a fresh Consul in its own harness (they share key
-// names and count every session). Those that bind a session to a check
-// registered through the catalog must fail naming why; every other must
-// pass.
+// names and count every session): every one must pass, those binding a
+// session to node and service checks registered through the catalog
+// included.
 func TestConsulClientOwnSessionTests(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs real servers")
@@ -303,13 +307,7 @@ func TestConsulClientOwnSessionTests(t *testing.T) {
 			_, consulAddr := startConsulServer(t)
 			out, _ := goCmd(consulAddr, "./api.test", "-test.count=1", "-test.v", "-test.run", "^"+name+"$")
 			res := consulTestResults(out)[name]
-			reason, needCatalog := consulSessionTestsNeedCatalog[name]
-			switch {
-			case needCatalog:
-				if res != "FAIL" || !strings.Contains(out, reason) {
-					t.Errorf("%s: %s; it binds a session to a catalog check, which sessions do not take: if they do now, expect it to pass\n%s", name, res, out)
-				}
-			case res != "PASS":
+			if res != "PASS" {
 				t.Errorf("%s: %q, want PASS\n%s", name, res, out)
 			}
 		})

@@ -689,8 +689,11 @@ func (a *API) agentSelf(w http.ResponseWriter, r *http.Request) error {
 		},
 		"Member": map[string]any{"Name": a.opts.Node, "Addr": a.opts.Addr, "Status": 1, "Tags": map[string]string{"dc": a.opts.Datacenter}},
 		"Meta":   n.Meta,
-		"Stats":  map[string]any{"runtime": map[string]string{"version": runtime.Version()}},
-		"xDS":    nil,
+		// What Consul's tools read of its full configuration: whether the
+		// Connect CA endpoints answer (connect.go).
+		"DebugConfig": map[string]any{"ConnectEnabled": a.opts.CA != nil},
+		"Stats":       map[string]any{"runtime": map[string]string{"version": runtime.Version()}},
+		"xDS":         nil,
 	}
 	return writeJSON(w, self)
 }
