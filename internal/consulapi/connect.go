@@ -39,6 +39,8 @@ func (a *API) connectRoutes() {
 	a.handle("GET /v1/agent/connect/ca/roots", a.caRoots)
 	a.handle("GET /v1/connect/ca/roots", a.caRoots)
 	a.handle("GET /v1/agent/connect/ca/leaf/{name}", a.caLeaf)
+	a.handle("GET /v1/catalog/connect/{name}", a.catalogConnect)
+	a.handle("GET /v1/health/connect/{name}", a.healthConnect)
 }
 
 // caRoot is Consul's CARoot.

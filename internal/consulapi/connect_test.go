@@ -107,3 +107,45 @@ func TestConnectOff(t *testing.T) {
 		t.Fatalf("roots without a CA: %v", err)
 	}
 }
+
+// TestConnectViews: catalog/connect and health/connect list a service's
+// connect-proxies and Connect-native instances, and nothing else.
+func TestConnectViews(t *testing.T) {
+	s := newStack(t, acl.Options{}, "default")
+	c := s.client(t, "")
+	ag := c.Agent()
+	for _, reg := range []*capi.AgentServiceRegistration{
+		{ID: "web-1", Name: "web", Address: "10.0.0.1", Port: 80},
+		{ID: "web-native", Name: "web", Address: "10.0.0.2", Port: 443, Connect: &capi.AgentServiceConnect{Native: true}},
+		{ID: "web-proxy", Name: "web-sidecar-proxy", Kind: capi.ServiceKindConnectProxy, Address: "10.0.0.1", Port: 21000,
+			Proxy: &capi.AgentServiceConnectProxyConfig{DestinationServiceName: "web", DestinationServiceID: "web-1"}},
+		{ID: "db-proxy", Name: "db-sidecar-proxy", Kind: capi.ServiceKindConnectProxy, Address: "10.0.0.3", Port: 21001,
+			Proxy: &capi.AgentServiceConnectProxyConfig{DestinationServiceName: "db"}},
+	} {
+		if err := ag.ServiceRegister(reg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	list, meta, err := c.Catalog().Connect("web", "", nil)
+	if err != nil || meta.LastIndex == 0 {
+		t.Fatal(err, meta)
+	}
+	got := map[string]bool{}
+	for _, cs := range list {
+		got[cs.ServiceID] = true
+	}
+	if len(got) != 2 || !got["web-native"] || !got["web-proxy"] {
+		t.Fatalf("catalog/connect/web: %v, want web-native and web-proxy", got)
+	}
+	native, _, err := c.Catalog().Connect("web", "", &capi.QueryOptions{Filter: "ServiceConnect.Native == true"})
+	if err != nil || len(native) != 1 || native[0].ServiceID != "web-native" {
+		t.Fatalf("catalog/connect/web native only: %+v %v", native, err)
+	}
+	entries, _, err := c.Health().Connect("db", "", false, nil)
+	if err != nil || len(entries) != 1 || entries[0].Service.ID != "db-proxy" || entries[0].Service.Proxy.DestinationServiceName != "db" {
+		t.Fatalf("health/connect/db: %+v %v", entries, err)
+	}
+	if none, _, err := c.Health().Connect("nothing", "", false, nil); err != nil || len(none) != 0 {
+		t.Fatalf("health/connect/nothing: %+v %v", none, err)
+	}
+}

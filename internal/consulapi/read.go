@@ -95,7 +95,8 @@ type catalogService struct {
 	ServiceWeights           weights
 	ServiceEnableTagOverride bool
 	ServiceProxy             json.RawMessage `json:",omitempty"`
-	ServiceLocality          *locality       `json:",omitempty"`
+	ServiceConnect           connectInfo
+	ServiceLocality          *locality `json:",omitempty"`
 	CreateIndex              int64
 	ModifyIndex              int64
 }
@@ -181,7 +182,7 @@ func (a *API) toCatalogService(in *instance.Instance) catalogService {
 		ServiceID: consulServiceID(in), ServiceName: in.Service, ServiceTags: tags, ServiceAddress: serviceAddressOf(in, at),
 		ServiceTaggedAddresses: at.TaggedAddresses, ServiceMeta: meta, ServicePort: in.Port, ServicePorts: at.Ports,
 		ServiceWeights: weights{Passing: in.Weight, Warning: in.Weight}, ServiceLocality: at.Locality, ServiceEnableTagOverride: at.TagOverride, ServiceProxy: at.Proxy,
-		CreateIndex: in.Revision, ModifyIndex: in.Revision,
+		ServiceConnect: connectInfo{Native: at.ConnectNative}, CreateIndex: in.Revision, ModifyIndex: in.Revision,
 	}
 }
 
