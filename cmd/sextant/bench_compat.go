@@ -63,6 +63,7 @@ deregistered at the end, and the KV keys (under bench-compat-kv/) deleted.`,
 	fl.IntVar(&cfg.Wakes, "wakes", 200, "blocking-query wake-ups timed per round")
 	fl.IntVar(&cfg.Rounds, "rounds", 3, "rounds, alternating the servers")
 	fl.IntVar(&cfg.KVKeys, "kv-keys", 1000, "KV keys the gets read and the watch parks a blocking read on")
+	fl.StringVar(&cfg.KVWatchServer, "kv-watch-server", "", "another server of the cluster (its --consul-api) for the blocking queries (KV watchers, the health query) to wait on while the writes go to --server; empty: --server")
 	fl.BoolVar(&quiet, "quiet", false, "no progress bars on stderr")
 	return cmd
 }

@@ -53,6 +53,10 @@ type Config struct {
 	Rounds int
 	// KVKeys is the number of KV keys read and watched (default 1000).
 	KVKeys int
+	// KVWatchServer, if set, is another server of Sextant's cluster
+	// (its --consul-api) the KV watchers park on while the puts go to
+	// Server: the wake then crosses the shared store.
+	KVWatchServer string
 	// Progress receives progress bars (nil: none).
 	Progress io.Writer
 }
@@ -121,10 +125,13 @@ type Result struct {
 	// figures of the same rounds (a put against one instance write, CPU
 	// against CPU, a KV watch's wake against a health query's).
 	KVVsInstances map[string]float64 `json:"kv_vs_instances"`
-	Clients       int                `json:"clients"`
-	Instances     int                `json:"instances"`
-	Rounds        int                `json:"rounds"`
-	Note          string             `json:"note"`
+	// KVWatchServer is where the blocking queries waited, when not on Sextant's
+	// server itself.
+	KVWatchServer string `json:"kv_watch_server,omitempty"`
+	Clients       int    `json:"clients"`
+	Instances     int    `json:"instances"`
+	Rounds        int    `json:"rounds"`
+	Note          string `json:"note"`
 }
 
 // Run measures and prints the result on out as one JSON object.
@@ -136,6 +143,10 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Result, error) {
 	res := Result{Sextant: ServerResult{Addr: cfg.Server}, Clients: cfg.Clients, Instances: cfg.Instances, Rounds: cfg.Rounds,
 		Note: "the load generator and the servers share this machine (" + report.LoadAvgText() + "); medians of alternating rounds"}
 	targets := []*target{newTarget(cfg.Server, cfg.Token, cfg.Clients, &res.Sextant)}
+	if cfg.KVWatchServer != "" {
+		targets[0].watchBase = "http://" + cfg.KVWatchServer
+		res.KVWatchServer = cfg.KVWatchServer
+	}
 	if cfg.Metrics != "" {
 		targets[0].cpu = report.MetricsCPU(&http.Client{Timeout: 10 * time.Second}, cfg.Metrics)
 		res.Sextant.RegisterCPUus, res.Sextant.HealthCPUus = &Figure{}, &Figure{}
@@ -223,12 +234,13 @@ func median(v []float64) float64 {
 
 // target is one server under load.
 type target struct {
-	base   string
-	token  string
-	hc     *http.Client
-	res    *ServerResult
-	cpu    report.ServerCPU // nil: the server's CPU is not read
-	errors atomic.Int64
+	base      string
+	watchBase string // where KV watchers park ("": base)
+	token     string
+	hc        *http.Client
+	res       *ServerResult
+	cpu       report.ServerCPU // nil: the server's CPU is not read
+	errors    atomic.Int64
 	// lastErr is the first error seen, for the message of a run that
 	// fails as a whole.
 	mu      sync.Mutex
@@ -259,11 +271,24 @@ func (t *target) get(ctx context.Context, path string) ([]byte, error) {
 }
 
 func (t *target) call(ctx context.Context, method, path string, body []byte) (uint64, []byte, error) {
+	return t.callAt(ctx, t.base, method, path, body)
+}
+
+// watchAt is where blocking queries wait: Config.KVWatchServer, or the
+// server itself.
+func (t *target) watchAt() string {
+	if t.watchBase != "" {
+		return t.watchBase
+	}
+	return t.base
+}
+
+func (t *target) callAt(ctx context.Context, base, method, path string, body []byte) (uint64, []byte, error) {
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, t.base+path, rd)
+	req, err := http.NewRequestWithContext(ctx, method, base+path, rd)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -280,7 +305,7 @@ func (t *target) call(ctx context.Context, method, path string, body []byte) (ui
 		return 0, nil, err
 	}
 	if resp.StatusCode != http.StatusOK {
-		return 0, nil, fmt.Errorf("compat: %s %s%s: %s: %s", method, t.base, path, resp.Status, bytes.TrimSpace(b))
+		return 0, nil, fmt.Errorf("compat: %s %s%s: %s: %s", method, base, path, resp.Status, bytes.TrimSpace(b))
 	}
 	idx, _ := strconv.ParseUint(resp.Header.Get("X-Consul-Index"), 10, 64)
 	return idx, b, nil
@@ -409,7 +434,7 @@ func (t *target) loop(ctx context.Context, cfg Config, op func(ctx context.Conte
 // watch scenario times it.
 func (t *target) wakes(ctx context.Context, n, round int) (p50, p99 float64, err error) {
 	path := "/v1/health/service/" + wakeService
-	idx, err := t.do(ctx, "GET", path, nil)
+	idx, _, err := t.callAt(ctx, t.watchAt(), "GET", path, nil)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -422,7 +447,7 @@ func (t *target) wakes(ctx context.Context, n, round int) (p50, p99 float64, err
 		}
 		ch := make(chan answer, 1)
 		go func() {
-			got, err := t.do(ctx, "GET", path+"?index="+strconv.FormatUint(idx, 10)+"&wait=30s", nil)
+			got, _, err := t.callAt(ctx, t.watchAt(), "GET", path+"?index="+strconv.FormatUint(idx, 10)+"&wait=30s", nil)
 			ch <- answer{got, time.Now(), err}
 		}()
 		// Let the query reach the server and wait there: a change sent

@@ -29,7 +29,7 @@ func TestRun(t *testing.T) {
 
 	var out bytes.Buffer
 	res, err := Run(context.Background(), Config{Server: addr, Peer: addr, Metrics: s.URL + "/metrics", Clients: 4, Duration: 300 * time.Millisecond,
-		Instances: 10, Wakes: 5, Rounds: 2, KVKeys: 50}, &out)
+		Instances: 10, Wakes: 5, Rounds: 2, KVKeys: 50, KVWatchServer: addr}, &out)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -95,6 +95,7 @@ type kvWake struct {
 // each from the put's answer to its watcher's answer. It also counts the
 // watchers that answered without a change of their key (woken by another
 // key's write), which a consul-template would read again for nothing.
+// With Config.KVWatchServer the watchers park on that server.
 func (t *target) kvWakes(ctx context.Context, cfg Config, round int) (p50, p99 float64, others int64, err error) {
 	wctx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -107,8 +108,9 @@ func (t *target) kvWakes(ctx context.Context, cfg Config, round int) (p50, p99 f
 	defer hc.CloseIdleConnections()
 	wakes := make(chan kvWake, cfg.KVKeys)
 	var other, parked atomic.Int64
+	base := t.watchAt()
 	read := func(key int, index uint64) (uint64, uint64, error) {
-		url := t.base + "/v1/kv/" + kvKey(key) + "?index=" + strconv.FormatUint(index, 10) + "&wait=2m"
+		url := base + "/v1/kv/" + kvKey(key) + "?index=" + strconv.FormatUint(index, 10) + "&wait=2m"
 		req, err := http.NewRequestWithContext(wctx, "GET", url, nil)
 		if err != nil {
 			return 0, 0, err
@@ -123,7 +125,7 @@ func (t *target) kvWakes(ctx context.Context, cfg Config, round int) (p50, p99 f
 		defer resp.Body.Close()
 		var es []struct{ ModifyIndex uint64 }
 		if err := json.NewDecoder(resp.Body).Decode(&es); err != nil || len(es) != 1 {
-			return 0, 0, fmt.Errorf("compat: %s: key %s: %s, %v", t.base, kvKey(key), resp.Status, err)
+			return 0, 0, fmt.Errorf("compat: %s: key %s: %s, %v", base, kvKey(key), resp.Status, err)
 		}
 		idx, _ := strconv.ParseUint(resp.Header.Get("X-Consul-Index"), 10, 64)
 		return idx, es[0].ModifyIndex, nil
