@@ -26,12 +26,20 @@ and prints one JSON object of medians and, with a peer, Sextant's advantage
                              of --instances instances, --clients clients
   blocking_wake_p50/p99_ms   from a register's answer to the answer of the
                              blocking query (index) it wakes
+  kv_put_per_s, kv_get_per_s Consul KV puts (64-byte values) and gets of one
+                             of --kv-keys keys, from --clients clients
+  kv_watch_wake_p50/p99_ms   a blocking read parked on each of --kv-keys
+                             keys: from a put's answer to its watcher's
+  kv_vs_instances            the KV figures over the instance figures of
+                             the same rounds (a put against one instance
+                             write, CPU against CPU, wake against wake)
 
-With --metrics (Sextant's /metrics URL), the server's CPU per register and
-per health read too, steadier than throughput on a shared machine.
+With --metrics (Sextant's /metrics URL), the server's CPU per register, per
+health read, per KV put and per KV get too, steadier than throughput on a
+shared machine.
 
 The load generator shares the machine with the servers. What it registers is
-deregistered at the end.`,
+deregistered at the end, and the KV keys (under bench-compat-kv/) deleted.`,
 		Example: `  sextant server --consul-api 127.0.0.1:8501 &
   sextant bench compat --server 127.0.0.1:8501 --metrics http://127.0.0.1:7400/metrics --rounds 3
   sextant bench compat --server 127.0.0.1:8501 --peer 127.0.0.1:8500 --clients 64`,
@@ -54,6 +62,8 @@ deregistered at the end.`,
 	fl.IntVar(&cfg.Instances, "instances", 100, "instances of the service the health reads read")
 	fl.IntVar(&cfg.Wakes, "wakes", 200, "blocking-query wake-ups timed per round")
 	fl.IntVar(&cfg.Rounds, "rounds", 3, "rounds, alternating the servers")
+	fl.IntVar(&cfg.KVKeys, "kv-keys", 1000, "KV keys the gets read and the watch parks a blocking read on")
+	fl.StringVar(&cfg.KVWatchServer, "kv-watch-server", "", "another server of the cluster (its --consul-api) for the blocking queries (KV watchers, the health query) to wait on while the writes go to --server; empty: --server")
 	fl.BoolVar(&quiet, "quiet", false, "no progress bars on stderr")
 	return cmd
 }

@@ -34,6 +34,7 @@ import (
 	"github.com/sextant-mesh/sextant/internal/dnsapi"
 	"github.com/sextant-mesh/sextant/internal/healthcheck"
 	"github.com/sextant-mesh/sextant/internal/httpapi"
+	"github.com/sextant-mesh/sextant/internal/identity"
 	"github.com/sextant-mesh/sextant/internal/ingress"
 	"github.com/sextant-mesh/sextant/internal/instance"
 	"github.com/sextant-mesh/sextant/internal/kube"
@@ -99,6 +100,8 @@ type serverFlags struct {
 	consulNamespace string
 	consulNode      string
 	consulNodeMeta  map[string]string
+	consulConnect   bool
+	consulTTLMin    time.Duration
 	// Kubernetes (docs/kubernetes.md).
 	kubeconfig    string
 	kubeInCluster bool
@@ -200,6 +203,8 @@ consul_sd: Consul's services are the services of --consul-namespace.`,
 	fl.StringVar(&f.consulNamespace, "consul-namespace", "default", "with --consul-api: the namespace Consul's services live in")
 	fl.StringVar(&f.consulNode, "consul-node", consulapi.DefaultNode, "with --consul-api: the name of the Consul node this server is (Consul's -node): the node of the services registered through its agent endpoints")
 	fl.StringToStringVar(&f.consulNodeMeta, "consul-node-meta", nil, "with --consul-api: the meta of this server's Consul node, KEY=VALUE, repeatable (Consul's -node-meta)")
+	fl.DurationVar(&f.consulTTLMin, "consul-session-ttl-min", kv.MinSessionTTL, "with --consul-api: the shortest TTL a Consul session may have (Consul's session_ttl_min), at least 1s: a lock held by a process that died is free after twice its session's TTL")
+	fl.BoolVar(&f.consulConnect, "consul-connect", true, "with --consul-api: serve Connect's CA roots and leaf certificates from the server's certificate authority (docs/compat.md); false: they answer that Connect is not enabled")
 	fl.StringVar(&f.kubeconfig, "kubeconfig", "", "sync a Kubernetes cluster's EndpointSlices into the registry, read-only, from the cluster this kubeconfig names (docs/kubernetes.md)")
 	fl.BoolVar(&f.kubeInCluster, "kube-in-cluster", false, "sync the Kubernetes cluster this server runs in (its pod's service account), as --kubeconfig does")
 	fl.StringSliceVar(&f.kubeNS, "kube-namespaces", nil, "with --kubeconfig or --kube-in-cluster: sync only these namespaces (watched one by one: a Role in each is enough); default: all")
@@ -437,7 +442,7 @@ func runServer(ctx context.Context, f serverFlags) error {
 	}
 
 	if consulLn != nil {
-		if err := serveConsulAPI(lc, f, consulLn, reg, kvs, guard, member, tlsCfg, log); err != nil {
+		if err := serveConsulAPI(lc, f, consulLn, reg, kvs, ident, guard, member, tlsCfg, log); err != nil {
 			return err
 		}
 	}
@@ -541,6 +546,8 @@ func (f serverFlags) validate() error {
 		return fmt.Errorf("--kubeconfig and --kube-in-cluster name two clusters: give one")
 	case (len(f.kubeNS) > 0 || len(f.kubeExcludeNS) > 0) && f.kubeconfig == "" && !f.kubeInCluster:
 		return fmt.Errorf("--kube-namespaces and --kube-exclude-namespaces need --kubeconfig or --kube-in-cluster")
+	case f.consulTTLMin != 0 && (f.consulTTLMin < kv.FloorSessionTTL || f.consulTTLMin > kv.MaxSessionTTL):
+		return fmt.Errorf("--consul-session-ttl-min %v: must be between %v and %v", f.consulTTLMin, kv.FloorSessionTTL, kv.MaxSessionTTL)
 	case f.consulNamespace != "" && !naming.ValidName(f.consulNamespace):
 		return fmt.Errorf("--consul-namespace %q: not a valid namespace: 1..128 chars of [a-z0-9-._], starting and ending with a letter or digit", f.consulNamespace)
 	}
@@ -706,7 +713,7 @@ func storeName(url string) string {
 
 // serveConsulAPI serves the Consul-compatible API on ln once the registry
 // is loaded; at the shutdown its requests drain before the registry stops.
-func serveConsulAPI(lc *lifecycle, f serverFlags, ln net.Listener, reg *registry.Registry, kvs *kv.Store, guard *acl.Guard, member *cluster.Member, tlsCfg *tls.Config, log *slog.Logger) error {
+func serveConsulAPI(lc *lifecycle, f serverFlags, ln net.Listener, reg *registry.Registry, kvs *kv.Store, ident *identity.Service, guard *acl.Guard, member *cluster.Member, tlsCfg *tls.Config, log *slog.Logger) error {
 	opts := consulapi.Options{
 		Namespace: f.consulNamespace, Node: f.consulNode, NodeMeta: f.consulNodeMeta, Addr: ln.Addr().String(), Version: readBuildInfo().Version,
 		ACL: guard, Logger: log.With("component", "consulapi"), KV: kvs,
@@ -714,6 +721,10 @@ func serveConsulAPI(lc *lifecycle, f serverFlags, ln net.Listener, reg *registry
 	if member != nil {
 		opts.Stale = member.Stale
 	}
+	if f.consulConnect {
+		opts.CA = ident
+	}
+	opts.SessionTTLMin = f.consulTTLMin
 	api, err := consulapi.New(reg, opts)
 	if err != nil {
 		return err
@@ -727,6 +738,9 @@ func serveConsulAPI(lc *lifecycle, f serverFlags, ln net.Listener, reg *registry
 	// Sessions past their TTL are invalidated by every server (each
 	// invalidation is conditional: one wins).
 	lc.start("consul sessions", false, func(ctx context.Context) error { return kvs.RunSessions(ctx, time.Second, log) })
+	// Sessions bound to checks are invalidated when one fails (every
+	// server watches; a second invalidation changes nothing).
+	lc.start("consul session checks", false, func(ctx context.Context) error { return api.RunSessionChecks(ctx, time.Second) })
 	log.Info("serving the Consul API", "addr", ln.Addr().String(), "namespace", f.consulNamespace, "tls", tlsCfg != nil)
 	warnExposed(log.With("listener", "consul-api"), ln.Addr().String(), tlsCfg != nil, f)
 	return nil

@@ -1,13 +1,8 @@
 package main
 
 import (
-	"bufio"
 	"fmt"
-	"io"
-	"os"
-	"os/exec"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -177,90 +172,4 @@ func TestConsulLockMariaDB(t *testing.T) {
 	if err := l2.Unlock(); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// TestConsulLockHolderKilled: a process holding an api.Lock (its session
-// TTL 10s, renewed by the client) is killed with -9; the lock stays its
-// own until its session expires (2×TTL), then another contender gets it,
-// never while the first held it.
-func TestConsulLockHolderKilled(t *testing.T) {
-	if os.Getenv("SEXTANT_LOCK_HOLDER") != "" {
-		t.Skip("the helper's own run")
-	}
-	_, consulAddr := startConsulServer(t)
-	holder := exec.Command(os.Args[0], "-test.run", "^TestConsulLockHolderHelper$", "-test.v")
-	holder.Env = append(os.Environ(), "SEXTANT_LOCK_HOLDER="+consulAddr)
-	out, err := holder.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := holder.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { holder.Process.Kill(); holder.Wait() })
-	locked := make(chan bool, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			if sc.Text() == "LOCKED" {
-				locked <- true
-				break
-			}
-		}
-		io.Copy(io.Discard, out)
-	}()
-	select {
-	case <-locked:
-	case <-time.After(60 * time.Second):
-		t.Fatal("the holder process did not lock within 60s")
-	}
-	c := consulClient(t, consulAddr, "")
-	l2, err := c.LockOpts(&capi.LockOptions{Key: "jobs/leader", SessionTTL: "10s"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	got2 := make(chan error, 1)
-	go func() { _, err := l2.Lock(nil); got2 <- err }()
-	select {
-	case err := <-got2:
-		t.Fatalf("the contender locked while the holder process lived: %v", err)
-	case <-time.After(2 * time.Second):
-	}
-	if err := holder.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	killed := time.Now()
-	select {
-	case err := <-got2:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(2 * time.Minute):
-		t.Fatal("the contender never locked after the holder was killed")
-	}
-	// Its session was renewed until the kill: it lives at least its TTL.
-	if since := time.Since(killed); since < 10*time.Second {
-		t.Fatalf("the contender locked %v after the kill, before the holder's 10 s TTL", since)
-	}
-	if err := l2.Unlock(); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// TestConsulLockHolderHelper is TestConsulLockHolderKilled's holder
-// process: it locks jobs/leader, says LOCKED and waits to be killed.
-func TestConsulLockHolderHelper(t *testing.T) {
-	addr := os.Getenv("SEXTANT_LOCK_HOLDER")
-	if addr == "" {
-		t.Skip("run by TestConsulLockHolderKilled")
-	}
-	l, err := consulClient(t, addr, "").LockOpts(&capi.LockOptions{Key: "jobs/leader", SessionTTL: "10s"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := l.Lock(nil); err != nil {
-		t.Fatal(err)
-	}
-	fmt.Println("LOCKED")
-	time.Sleep(10 * time.Minute)
 }

@@ -414,6 +414,17 @@ func (a *Authority) Sign(csrPEM []byte, id ID, ttl time.Duration) (*Issued, erro
 	if len(csr.URIs) > 0 && (len(csr.URIs) != 1 || csr.URIs[0].String() != id.String()) {
 		return nil, fmt.Errorf("ca: %w: the CSR names %v; it may name only %s", ErrInvalid, csr.URIs, id)
 	}
+	is, err := a.issue(csr.PublicKey, id.URL(), id.TrustDomain, ttl)
+	if err != nil {
+		return nil, fmt.Errorf("ca: sign %s: %w", id, err)
+	}
+	is.ID = id
+	return is, nil
+}
+
+// issue signs a certificate for pub naming uri alone, for ttl (checked by
+// the caller), cut at the signer's own expiry.
+func (a *Authority) issue(pub any, uri *url.URL, td string, ttl time.Duration) (*Issued, error) {
 	serial, err := newSerial()
 	if err != nil {
 		return nil, err
@@ -428,26 +439,26 @@ func (a *Authority) Sign(csrPEM []byte, id ID, ttl time.Duration) (*Issued, erro
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber:          serial,
-		Subject:               pkix.Name{Organization: []string{id.TrustDomain}},
+		Subject:               pkix.Name{Organization: []string{td}},
 		NotBefore:             now.Add(-time.Minute), // clock skew between servers and workloads
 		NotAfter:              notAfter,
 		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageKeyAgreement,
 		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 		BasicConstraintsValid: true,
-		URIs:                  []*url.URL{id.URL()},
+		URIs:                  []*url.URL{uri},
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, s.chain[0], csr.PublicKey, s.key)
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, s.chain[0], pub, s.key)
 	if err != nil {
-		return nil, fmt.Errorf("ca: sign %s: %w", id, err)
+		return nil, err
 	}
 	leaf, err := x509.ParseCertificate(der)
 	if err != nil {
-		return nil, fmt.Errorf("ca: parse issued certificate: %w", err)
+		return nil, fmt.Errorf("parse the issued certificate: %w", err)
 	}
 	out := bytes.NewBuffer(make([]byte, 0, 2*len(der)+len(s.chainPEM)+64))
 	_ = pem.Encode(out, &pem.Block{Type: "CERTIFICATE", Bytes: der})
 	out.Write(s.chainPEM)
-	return &Issued{ID: id, ChainPEM: out.Bytes(), Leaf: leaf}, nil
+	return &Issued{ChainPEM: out.Bytes(), Leaf: leaf}, nil
 }
 
 // ParseCSR reads a PEM certificate request and checks its signature and

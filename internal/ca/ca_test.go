@@ -375,3 +375,33 @@ func TestIssuedCertificatesTalkMutualTLS(t *testing.T) {
 		t.Fatal("no handshake in 30s")
 	}
 }
+
+// TestSignConsulService: a Consul leaf names Consul's service URI alone,
+// verifies against the authority's roots, and a name Sextant cannot hold
+// is refused naming it.
+func TestSignConsulService(t *testing.T) {
+	a, err := Generate(Options{TrustDomain: "cluster.local"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	is, keyPEM, err := a.SignConsulService("default", "dc1", "web", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := is.Leaf.URIs; len(got) != 1 || got[0].String() != "spiffe://cluster.local/ns/default/dc/dc1/svc/web" {
+		t.Fatalf("URIs %v, want Consul's service URI alone", got)
+	}
+	if _, err := tls.X509KeyPair(is.ChainPEM, keyPEM); err != nil {
+		t.Fatalf("the key does not match the certificate: %v", err)
+	}
+	roots := x509.NewCertPool()
+	for _, r := range a.Roots() {
+		roots.AddCert(r)
+	}
+	if _, err := is.Leaf.Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+		t.Fatalf("the leaf does not chain to the authority's roots: %v", err)
+	}
+	if _, _, err := a.SignConsulService("default", "dc1", "Web!", 0); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), `service "Web!"`) {
+		t.Fatalf("a bad service name: %v, want ErrInvalid naming it", err)
+	}
+}

@@ -13,13 +13,14 @@
 // no state of its own: every answer reads the instance table as it then is,
 // every write goes through the registry. Consul's KV store is served over
 // the KV kind (kv.go, Options.KV), and sessions with it (session.go). What
-// it does not serve (Consul's ACL endpoints, prepared queries, Connect, nodes, ...) answers an
+// it does not serve (Consul's ACL endpoints, prepared queries, Connect's intentions, ...) answers an
 // error naming it, never an empty success.
 package consulapi
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -32,6 +33,7 @@ import (
 	"github.com/sextant-mesh/sextant/internal/catalog"
 	"github.com/sextant-mesh/sextant/internal/httpapi"
 	"github.com/sextant-mesh/sextant/internal/instance"
+	"github.com/sextant-mesh/sextant/internal/kv"
 	"github.com/sextant-mesh/sextant/internal/naming"
 	"github.com/sextant-mesh/sextant/internal/registry"
 )
@@ -97,6 +99,13 @@ type Options struct {
 	Logger *slog.Logger
 	// KV serves /v1/kv (kv.go); nil: answered 501.
 	KV KV
+	// SessionTTLMin is the shortest session TTL taken (Consul's
+	// session_ttl_min; default kv.MinSessionTTL, at least
+	// kv.FloorSessionTTL).
+	SessionTTLMin time.Duration
+	// CA serves Connect's CA roots and leaf certificates (connect.go);
+	// nil: they answer that Connect is not enabled, as Consul's do.
+	CA CA
 }
 
 // API is the Consul-compatible HTTP handler over a registry.
@@ -107,6 +116,7 @@ type API struct {
 	log     *slog.Logger
 	mux     *http.ServeMux
 	waiting atomic.Int64
+	leaves  leaves // Connect leaf certificates handed out (connect.go)
 
 	// stopping ends every blocking query at shutdown: they answer the
 	// current state at once instead of holding the drain.
@@ -127,6 +137,12 @@ func New(reg Registry, opts Options) (*API, error) {
 	}
 	if opts.Node == "" {
 		opts.Node = DefaultNode
+	}
+	if opts.SessionTTLMin == 0 {
+		opts.SessionTTLMin = kv.MinSessionTTL
+	}
+	if opts.SessionTTLMin < kv.FloorSessionTTL || opts.SessionTTLMin > kv.MaxSessionTTL {
+		return nil, fmt.Errorf("consulapi: the least session TTL %v must be between %v and %v", opts.SessionTTLMin, kv.FloorSessionTTL, kv.MaxSessionTTL)
 	}
 	if opts.MaxWaiting <= 0 {
 		opts.MaxWaiting = 100000
@@ -181,6 +197,7 @@ func (a *API) routes() {
 	a.sessionRoutes()
 	a.nodeRoutes()
 	a.agentCheckRoutes()
+	a.connectRoutes()
 	for _, u := range unsupported {
 		if (u.prefix == "/v1/kv/" || u.prefix == "/v1/session/" || u.prefix == "/v1/txn") && a.opts.KV != nil {
 			continue // served: another method answers 405
@@ -230,8 +247,8 @@ var unsupported = []struct{ prefix, what string }{
 	{"/v1/session/", "sessions"},
 	{"/v1/query", "prepared queries"},
 	{"/v1/query/", "prepared queries"},
-	{"/v1/connect/", "Connect (service mesh: Sextant's is xDS, docs/controlplane.md)"},
-	{"/v1/agent/connect/", "Connect (service mesh: Sextant's is xDS, docs/controlplane.md)"},
+	{"/v1/connect/", "Connect's intentions and CA configuration (service mesh: Sextant's is xDS, docs/controlplane.md; the CA roots are served)"},
+	{"/v1/agent/connect/", "Connect's authorization and intentions (Sextant's are its RBAC policies, docs/security.md; the CA roots and leaves are served)"},
 	{"/v1/event/", "events"},
 	{"/v1/txn", "transactions"},
 	{"/v1/snapshot", "snapshots"},
@@ -251,10 +268,8 @@ var unsupported = []struct{ prefix, what string }{
 	{"/v1/catalog/nodes", "nodes (Sextant has no nodes: each address is a node of its own)"},
 	{"/v1/catalog/node/", "nodes (Sextant has no nodes: each address is a node of its own)"},
 	{"/v1/catalog/node-services/", "nodes (Sextant has no nodes: each address is a node of its own)"},
-	{"/v1/catalog/connect/", "Connect (service mesh: Sextant's is xDS, docs/controlplane.md)"},
 	{"/v1/catalog/gateway-services/", "gateway services"},
 	{"/v1/health/node/", "node health (Sextant has no nodes)"},
-	{"/v1/health/connect/", "Connect (service mesh: Sextant's is xDS, docs/controlplane.md)"},
 	{"/v1/health/ingress/", "ingress gateways"},
 	{"/v1/agent/members", "gossip members (Sextant has no gossip pool)"},
 	{"/v1/agent/join/", "gossip joins (Sextant has no gossip pool)"},

@@ -452,12 +452,12 @@ func TestUnsupported(t *testing.T) {
 		t.Errorf("session create: %v, want an error naming sessions", err)
 	}
 	for path, want := range map[string]string{
-		"/v1/acl/token/self":   "ACL",
-		"/v1/query":            "prepared queries",
-		"/v1/catalog/nodes":    "nodes",
-		"/v1/agent/members":    "gossip",
-		"/v1/connect/ca/roots": "Connect",
-		"/v1/nonsense":         "no endpoint",
+		"/v1/acl/token/self":     "ACL",
+		"/v1/query":              "prepared queries",
+		"/v1/catalog/nodes":      "nodes",
+		"/v1/agent/members":      "gossip",
+		"/v1/connect/intentions": "Connect",
+		"/v1/nonsense":           "no endpoint",
 	} {
 		code, body, _ := s.raw(t, "GET", path, "")
 		if code < 400 || !strings.Contains(body, want) {

@@ -95,7 +95,8 @@ type catalogService struct {
 	ServiceWeights           weights
 	ServiceEnableTagOverride bool
 	ServiceProxy             json.RawMessage `json:",omitempty"`
-	ServiceLocality          *locality       `json:",omitempty"`
+	ServiceConnect           connectInfo
+	ServiceLocality          *locality `json:",omitempty"`
 	CreateIndex              int64
 	ModifyIndex              int64
 }
@@ -181,7 +182,7 @@ func (a *API) toCatalogService(in *instance.Instance) catalogService {
 		ServiceID: consulServiceID(in), ServiceName: in.Service, ServiceTags: tags, ServiceAddress: serviceAddressOf(in, at),
 		ServiceTaggedAddresses: at.TaggedAddresses, ServiceMeta: meta, ServicePort: in.Port, ServicePorts: at.Ports,
 		ServiceWeights: weights{Passing: in.Weight, Warning: in.Weight}, ServiceLocality: at.Locality, ServiceEnableTagOverride: at.TagOverride, ServiceProxy: at.Proxy,
-		CreateIndex: in.Revision, ModifyIndex: in.Revision,
+		ServiceConnect: connectInfo{Native: at.ConnectNative}, CreateIndex: in.Revision, ModifyIndex: in.Revision,
 	}
 }
 
@@ -689,8 +690,11 @@ func (a *API) agentSelf(w http.ResponseWriter, r *http.Request) error {
 		},
 		"Member": map[string]any{"Name": a.opts.Node, "Addr": a.opts.Addr, "Status": 1, "Tags": map[string]string{"dc": a.opts.Datacenter}},
 		"Meta":   n.Meta,
-		"Stats":  map[string]any{"runtime": map[string]string{"version": runtime.Version()}},
-		"xDS":    nil,
+		// What Consul's tools read of its full configuration: whether the
+		// Connect CA endpoints answer (connect.go).
+		"DebugConfig": map[string]any{"ConnectEnabled": a.opts.CA != nil},
+		"Stats":       map[string]any{"runtime": map[string]string{"version": runtime.Version()}},
+		"xDS":         nil,
 	}
 	return writeJSON(w, self)
 }

@@ -14,10 +14,11 @@ import (
 )
 
 // Consul's sessions, kept by the KV kind (internal/kv/session.go), each of
-// the served namespace, locking its keys alone. A
-// session's health is its TTL alone: the only check it may name is
-// serfHealth, which is the serving server's own liveness (it passes while
-// the server answers). Sessions are guarded by the kv resource of the
+// the served namespace, locking its keys alone. A session's health is its
+// TTL and the checks it is bound to (session_checks.go): serfHealth, the
+// default, is the serving server's own liveness (it passes while the
+// server answers); a node check or a service check of its node
+// invalidates it when it turns critical or is removed. Sessions are guarded by the kv resource of the
 // served namespace, as the keys they lock: Consul's session:read is kv
 // read, session:write kv write.
 func (a *API) sessionRoutes() {
@@ -44,7 +45,7 @@ type sessionRequest struct {
 	TTL           string
 	Checks        []string
 	NodeChecks    []string
-	ServiceChecks []struct{ ID, Namespace string }
+	ServiceChecks []serviceCheckJSON
 }
 
 // parseLockDelay reads Consul's LockDelay: a duration string, or a number
@@ -101,18 +102,31 @@ func (a *API) parseSessionRequest(body []byte) (kv.Session, error) {
 	if req.Checks == nil && req.NodeChecks == nil {
 		checks = []string{serfHealth} // Consul's default
 	}
+	// Bound checks must exist and not be critical, as Consul decides:
+	// a session bound to a failing check would be invalidated at once.
 	for _, c := range checks {
-		if c != serfHealth {
-			return kv.Session{}, badRequest(fmt.Sprintf("check %q: a session's health is its TTL; the only check it may name is %s (docs/compat.md)", c, serfHealth))
+		if c == serfHealth {
+			continue // the server's own liveness: passing while it answers
+		}
+		if err := boundCheckState(a.nodeChecks(s.Node), s.Node, c); err != nil {
+			return kv.Session{}, err
 		}
 	}
+	var svcChecks []healthCheck
 	if len(req.ServiceChecks) > 0 {
-		return kv.Session{}, badRequest(fmt.Sprintf("ServiceChecks %q: a session's health is its TTL; service checks are not served (docs/compat.md)", req.ServiceChecks[0].ID))
+		svcChecks = a.nodeServiceChecks(s.Node)
 	}
-	if len(checks) > 0 {
-		s.NodeChecks = []string{serfHealth}
+	for _, c := range req.ServiceChecks {
+		if c.Namespace != "" && c.Namespace != "default" {
+			return kv.Session{}, badRequest(fmt.Sprintf("ServiceChecks %q: namespace %q is not served: Consul Enterprise namespaces are not supported", c.ID, c.Namespace))
+		}
+		if err := boundCheckState(svcChecks, s.Node, c.ID); err != nil {
+			return kv.Session{}, err
+		}
+		s.ServiceChecks = append(s.ServiceChecks, c.ID)
 	}
-	if err := kv.CheckSession(&s); err != nil {
+	s.NodeChecks = dedupe(checks)
+	if err := kv.CheckSession(&s, a.opts.SessionTTLMin); err != nil {
 		return kv.Session{}, kvError(err)
 	}
 	return s, nil
@@ -224,10 +238,13 @@ type sessionJSON struct {
 	Behavior      string
 	TTL           string
 	NodeChecks    []string
-	ServiceChecks []struct{ ID, Namespace string }
+	ServiceChecks []serviceCheckJSON `json:",omitempty"`
 	CreateIndex   int64
 	ModifyIndex   int64
 }
+
+// serviceCheckJSON is Consul's api.ServiceCheck.
+type serviceCheckJSON struct{ ID, Namespace string }
 
 func appendSessions(b []byte, ss []*kv.Session) []byte {
 	out := make([]sessionJSON, 0, len(ss))
@@ -236,6 +253,9 @@ func appendSessions(b []byte, ss []*kv.Session) []byte {
 			NodeChecks: s.NodeChecks, CreateIndex: s.CreateIndex, ModifyIndex: s.ModifyIndex}
 		if j.NodeChecks == nil {
 			j.NodeChecks = []string{}
+		}
+		for _, c := range s.ServiceChecks {
+			j.ServiceChecks = append(j.ServiceChecks, serviceCheckJSON{ID: c})
 		}
 		if s.TTL != 0 {
 			j.TTL = s.TTLText

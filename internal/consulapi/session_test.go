@@ -25,8 +25,9 @@ func newSessionStack(t *testing.T) *stack {
 	s := newKVStack(t, acl.Options{}, "shop")
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	wg.Add(1)
+	wg.Add(2)
 	go func() { defer wg.Done(); s.KV.RunSessions(ctx, 100*time.Millisecond, nil) }()
+	go func() { defer wg.Done(); s.api.RunSessionChecks(ctx, 100*time.Millisecond) }()
 	t.Cleanup(func() { cancel(); wg.Wait() })
 	return s
 }
@@ -105,7 +106,7 @@ func TestSessionClient(t *testing.T) {
 		{capi.SessionEntry{TTL: "5s"}, "between 10s and 24h0m0s"},
 		{capi.SessionEntry{TTL: "soon"}, "not a duration"},
 		{capi.SessionEntry{Behavior: "keep"}, "behavior"},
-		{capi.SessionEntry{NodeChecks: []string{"service:web"}}, "only check"},
+		{capi.SessionEntry{NodeChecks: []string{"service:web"}}, "Missing check 'service:web'"},
 		{capi.SessionEntry{LockDelay: 2 * time.Minute}, "lock delay"},
 	} {
 		if _, _, err := ss.Create(&tc.e, nil); err == nil || !strings.Contains(err.Error(), "400") || !strings.Contains(err.Error(), tc.want) {
@@ -569,4 +570,74 @@ func TestSessionBlockingList(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("a session created did not wake the blocking list within 30s")
 	}
+}
+
+// TestSessionBoundChecks: a session bound to a node check or a service
+// check of its node (registered through the catalog) is refused when the
+// check is missing or critical, and invalidated, releasing its lock, when
+// the check turns critical or is removed; one bound to another check
+// keeps its lock meanwhile.
+func TestSessionBoundChecks(t *testing.T) {
+	s := newSessionStack(t)
+	c := s.client(t, "")
+	ss := c.Session()
+	if _, _, err := ss.Create(&capi.SessionEntry{NodeChecks: []string{"dne"}}, nil); err == nil || !strings.Contains(err.Error(), "Missing check 'dne'") {
+		t.Fatalf("bound to a missing check: %v", err)
+	}
+	register := func(nodeStatus string) {
+		t.Helper()
+		reg := &capi.CatalogRegistration{Node: "db1", Address: "10.0.0.9",
+			Service: &capi.AgentService{ID: "pg1", Service: "pg", Port: 5432},
+			Checks: capi.HealthChecks{
+				{Node: "db1", CheckID: "db1:alive", Name: "alive", Status: nodeStatus},
+				{Node: "db1", CheckID: "pg:alive", Name: "pg", Status: capi.HealthPassing, ServiceID: "pg1"},
+			}}
+		if _, err := c.Catalog().Register(reg, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	register(capi.HealthPassing)
+	onNode, _, err := ss.Create(&capi.SessionEntry{Node: "db1", NodeChecks: []string{"db1:alive"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	onService, _, err := ss.Create(&capi.SessionEntry{Node: "db1", ServiceChecks: []capi.ServiceCheck{{ID: "pg:alive"}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, _, err := ss.Info(onService, nil)
+	if err != nil || info == nil || len(info.ServiceChecks) != 1 || info.ServiceChecks[0].ID != "pg:alive" || len(info.NodeChecks) != 1 || info.NodeChecks[0] != "serfHealth" {
+		t.Fatalf("info of the session bound to a service check: %+v %v", info, err)
+	}
+	kvc := c.KV()
+	for key, id := range map[string]string{"lock/node": onNode, "lock/service": onService} {
+		if ok, _, err := kvc.Acquire(&capi.KVPair{Key: key, Session: id}, nil); !ok || err != nil {
+			t.Fatalf("acquire %s: %v %v", key, ok, err)
+		}
+	}
+	holder := func(key string) string {
+		p, _, err := kvc.Get(key, nil)
+		if err != nil || p == nil {
+			t.Fatalf("get %s: %+v %v", key, p, err)
+		}
+		return p.Session
+	}
+	register(capi.HealthCritical)
+	pollFor(t, 5*time.Second, "the session bound to the critical node check is invalidated", func() bool {
+		i, _, _ := ss.Info(onNode, nil)
+		return i == nil && holder("lock/node") == ""
+	})
+	if holder("lock/service") != onService {
+		t.Fatal("the session bound to a passing service check lost its lock")
+	}
+	if _, _, err := ss.Create(&capi.SessionEntry{Node: "db1", NodeChecks: []string{"db1:alive"}}, nil); err == nil || !strings.Contains(err.Error(), "Check 'db1:alive' is in critical state") {
+		t.Fatalf("bound to a critical check: %v", err)
+	}
+	if _, err := c.Catalog().Deregister(&capi.CatalogDeregistration{Node: "db1", CheckID: "pg:alive"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	pollFor(t, 5*time.Second, "the session bound to the removed service check is invalidated", func() bool {
+		i, _, _ := ss.Info(onService, nil)
+		return i == nil && holder("lock/service") == ""
+	})
 }

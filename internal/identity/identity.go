@@ -89,6 +89,16 @@ func (s *Service) Loaded() {
 	}
 }
 
+// Revision is the revision of the stored authority this server signs
+// with (0: none yet): it changes with each rotation, so Consul's clients
+// block on it for new roots (internal/consulapi).
+func (s *Service) Revision() int64 {
+	if l := s.cur.Load(); l != nil {
+		return l.rev
+	}
+	return 0
+}
+
 // Applied implements commit.Tracker: a rotation written by this or
 // another server replaces the authority.
 func (s *Service) Applied(changes []store.Change) {

@@ -33,7 +33,10 @@ const (
 
 // Session limits, as Consul's defaults.
 const (
+	// MinSessionTTL is Consul's default session_ttl_min; FloorSessionTTL
+	// the least a server may be configured to take (CheckSession's minTTL).
 	MinSessionTTL    = 10 * time.Second
+	FloorSessionTTL  = time.Second
 	MaxSessionTTL    = 86400 * time.Second
 	DefaultLockDelay = 15 * time.Second
 	// MaxLockDelay is Consul's bound on a session's lock delay.
@@ -123,11 +126,16 @@ func newSessionID() string {
 	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
 }
 
-// CheckSession reports why s cannot be created, or nil.
-func CheckSession(s *Session) error {
+// CheckSession reports why s cannot be created with a TTL of at least
+// minTTL (MinSessionTTL if 0; never under FloorSessionTTL), or nil.
+func CheckSession(s *Session, minTTL time.Duration) error {
+	if minTTL == 0 {
+		minTTL = MinSessionTTL
+	}
+	minTTL = max(minTTL, FloorSessionTTL)
 	switch {
-	case s.TTL != 0 && (s.TTL < MinSessionTTL || s.TTL > MaxSessionTTL):
-		return fmt.Errorf("%w: session TTL %v: must be between %v and %v", ErrInvalid, s.TTL, MinSessionTTL, MaxSessionTTL)
+	case s.TTL != 0 && (s.TTL < minTTL || s.TTL > MaxSessionTTL):
+		return fmt.Errorf("%w: session TTL %v: must be between %v and %v", ErrInvalid, s.TTL, minTTL, MaxSessionTTL)
 	case s.Behavior != BehaviorRelease && s.Behavior != BehaviorDelete:
 		return fmt.Errorf("%w: session behavior %q: must be %q or %q", ErrInvalid, s.Behavior, BehaviorRelease, BehaviorDelete)
 	case s.LockDelay < 0 || s.LockDelay > MaxLockDelay:
@@ -146,7 +154,8 @@ func (st *Store) CreateSession(ctx context.Context, s Session) (*Session, error)
 	if s.Behavior == "" {
 		s.Behavior = BehaviorRelease
 	}
-	if err := CheckSession(&s); err != nil {
+	// The API checked the TTL against its own minimum.
+	if err := CheckSession(&s, FloorSessionTTL); err != nil {
 		return nil, err
 	}
 	s.ID = newSessionID()

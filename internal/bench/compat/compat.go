@@ -2,7 +2,9 @@
 // against Sextant's Consul-compatible API (--consul-api) and, when given, a
 // peer that speaks Consul's API (a Consul agent), in alternating rounds:
 // registers and deregisters from many clients, health reads of a service of
-// 100 instances, and the wake-up latency of a blocking query after a change.
+// 100 instances, the wake-up latency of a blocking query after a change, and
+// the same for Consul KV: puts, gets, and a watch parked on each of 1,000
+// keys (kv.go).
 // It speaks raw HTTP as Consul's clients do (PUT bodies of Consul's shape,
 // X-Consul-Index), prints one JSON object of medians and peer/Sextant
 // ratios, and owns no server state.
@@ -49,6 +51,12 @@ type Config struct {
 	Wakes int
 	// Rounds alternate the servers: A B, B A, ... (default 3).
 	Rounds int
+	// KVKeys is the number of KV keys read and watched (default 1000).
+	KVKeys int
+	// KVWatchServer, if set, is another server of Sextant's cluster
+	// (its --consul-api) the KV watchers park on while the puts go to
+	// Server: the wake then crosses the shared store.
+	KVWatchServer string
 	// Progress receives progress bars (nil: none).
 	Progress io.Writer
 }
@@ -68,6 +76,9 @@ func (c *Config) defaults() {
 	}
 	if c.Rounds <= 0 {
 		c.Rounds = 3
+	}
+	if c.KVKeys <= 0 {
+		c.KVKeys = 1000
 	}
 }
 
@@ -89,7 +100,18 @@ type ServerResult struct {
 	// microseconds (Sextant with Config.Metrics only).
 	RegisterCPUus *Figure `json:"server_cpu_us_per_register_deregister,omitempty"`
 	HealthCPUus   *Figure `json:"server_cpu_us_per_health_read,omitempty"`
-	Errors        int64   `json:"errors"`
+	// Consul KV (kv.go): puts and gets per second, the server's CPU per
+	// op, and the wake of a watch parked on each of Config.KVKeys keys.
+	KVPutPerS   Figure  `json:"kv_put_per_s"`
+	KVGetPerS   Figure  `json:"kv_get_per_s"`
+	KVPutCPUus  *Figure `json:"server_cpu_us_per_kv_put,omitempty"`
+	KVGetCPUus  *Figure `json:"server_cpu_us_per_kv_get,omitempty"`
+	KVWakeP50Ms Figure  `json:"kv_watch_wake_p50_ms"`
+	KVWakeP99Ms Figure  `json:"kv_watch_wake_p99_ms"`
+	// KVOtherWakes counts watchers answered without a change of their
+	// own key (woken by another key's put), over every round.
+	KVOtherWakes int64 `json:"kv_watch_other_wakes"`
+	Errors       int64 `json:"errors"`
 }
 
 // Result is what Run prints.
@@ -98,11 +120,18 @@ type Result struct {
 	Peer    *ServerResult `json:"peer,omitempty"`
 	// Ratios are Sextant over the peer (throughput) and the peer over
 	// Sextant (latency): above 1, Sextant is ahead.
-	Ratios    map[string]float64 `json:"sextant_advantage,omitempty"`
-	Clients   int                `json:"clients"`
-	Instances int                `json:"instances"`
-	Rounds    int                `json:"rounds"`
-	Note      string             `json:"note"`
+	Ratios map[string]float64 `json:"sextant_advantage,omitempty"`
+	// KVVsInstances sets Sextant's KV figures beside its instance
+	// figures of the same rounds (a put against one instance write, CPU
+	// against CPU, a KV watch's wake against a health query's).
+	KVVsInstances map[string]float64 `json:"kv_vs_instances"`
+	// KVWatchServer is where the blocking queries waited, when not on Sextant's
+	// server itself.
+	KVWatchServer string `json:"kv_watch_server,omitempty"`
+	Clients       int    `json:"clients"`
+	Instances     int    `json:"instances"`
+	Rounds        int    `json:"rounds"`
+	Note          string `json:"note"`
 }
 
 // Run measures and prints the result on out as one JSON object.
@@ -114,19 +143,32 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Result, error) {
 	res := Result{Sextant: ServerResult{Addr: cfg.Server}, Clients: cfg.Clients, Instances: cfg.Instances, Rounds: cfg.Rounds,
 		Note: "the load generator and the servers share this machine (" + report.LoadAvgText() + "); medians of alternating rounds"}
 	targets := []*target{newTarget(cfg.Server, cfg.Token, cfg.Clients, &res.Sextant)}
+	if cfg.KVWatchServer != "" {
+		targets[0].watchBase = "http://" + cfg.KVWatchServer
+		res.KVWatchServer = cfg.KVWatchServer
+	}
 	if cfg.Metrics != "" {
 		targets[0].cpu = report.MetricsCPU(&http.Client{Timeout: 10 * time.Second}, cfg.Metrics)
 		res.Sextant.RegisterCPUus, res.Sextant.HealthCPUus = &Figure{}, &Figure{}
+		res.Sextant.KVPutCPUus, res.Sextant.KVGetCPUus = &Figure{}, &Figure{}
 	}
 	if cfg.Peer != "" {
 		res.Peer = &ServerResult{Addr: cfg.Peer}
 		targets = append(targets, newTarget(cfg.Peer, cfg.Token, cfg.Clients, res.Peer))
 	}
 	for _, t := range targets {
+		defer func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			t.cleanupKV(ctx)
+		}()
 		if err := t.prepare(ctx, cfg.Instances); err != nil {
 			return res, err
 		}
 		defer t.cleanup(cfg.Instances)
+		if err := t.prepareKV(ctx, cfg.KVKeys); err != nil {
+			return res, err
+		}
 	}
 	for round := range cfg.Rounds {
 		order := slices.Clone(targets)
@@ -140,25 +182,40 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Result, error) {
 		}
 	}
 	for _, t := range targets {
-		for _, f := range []*Figure{&t.res.RegisterDeregisterPerS, &t.res.HealthPassingPerS, &t.res.WakeP50Ms, &t.res.WakeP99Ms, t.res.RegisterCPUus, t.res.HealthCPUus} {
+		for _, f := range []*Figure{&t.res.RegisterDeregisterPerS, &t.res.HealthPassingPerS, &t.res.WakeP50Ms, &t.res.WakeP99Ms, t.res.RegisterCPUus, t.res.HealthCPUus,
+			&t.res.KVPutPerS, &t.res.KVGetPerS, t.res.KVPutCPUus, t.res.KVGetCPUus, &t.res.KVWakeP50Ms, &t.res.KVWakeP99Ms} {
 			if f != nil {
 				f.Median = report.Round3(median(f.PerRound))
 			}
 		}
 		t.res.Errors = t.errors.Load()
 	}
-	if res.Peer != nil {
-		ratio := func(a, b float64) float64 {
-			if b == 0 {
-				return 0
-			}
-			return report.Round3(a / b)
+	ratio := func(a, b float64) float64 {
+		if b == 0 {
+			return 0
 		}
+		return report.Round3(a / b)
+	}
+	// KV beside Sextant's own instance writes of the same rounds: a KV put
+	// is one write, a register+deregister pair two.
+	sx := res.Sextant
+	res.KVVsInstances = map[string]float64{
+		"kv_put_per_s_over_instance_writes_per_s": ratio(sx.KVPutPerS.Median, 2*sx.RegisterDeregisterPerS.Median),
+		"kv_watch_wake_p99_over_health_wake_p99":  ratio(sx.KVWakeP99Ms.Median, sx.WakeP99Ms.Median),
+	}
+	if sx.KVPutCPUus != nil {
+		res.KVVsInstances["kv_put_cpu_over_instance_write_cpu"] = ratio(sx.KVPutCPUus.Median, sx.RegisterCPUus.Median/2)
+		res.KVVsInstances["kv_get_cpu_over_health_read_cpu"] = ratio(sx.KVGetCPUus.Median, sx.HealthCPUus.Median)
+	}
+	if res.Peer != nil {
 		res.Ratios = map[string]float64{
 			"register_deregister":  ratio(res.Sextant.RegisterDeregisterPerS.Median, res.Peer.RegisterDeregisterPerS.Median),
 			"health_passing":       ratio(res.Sextant.HealthPassingPerS.Median, res.Peer.HealthPassingPerS.Median),
 			"blocking_wake_p99":    ratio(res.Peer.WakeP99Ms.Median, res.Sextant.WakeP99Ms.Median),
 			"blocking_wake_median": ratio(res.Peer.WakeP50Ms.Median, res.Sextant.WakeP50Ms.Median),
+			"kv_put":               ratio(res.Sextant.KVPutPerS.Median, res.Peer.KVPutPerS.Median),
+			"kv_get":               ratio(res.Sextant.KVGetPerS.Median, res.Peer.KVGetPerS.Median),
+			"kv_watch_wake_p99":    ratio(res.Peer.KVWakeP99Ms.Median, res.Sextant.KVWakeP99Ms.Median),
 		}
 	}
 	return res, report.Print(out, res)
@@ -177,12 +234,13 @@ func median(v []float64) float64 {
 
 // target is one server under load.
 type target struct {
-	base   string
-	token  string
-	hc     *http.Client
-	res    *ServerResult
-	cpu    report.ServerCPU // nil: the server's CPU is not read
-	errors atomic.Int64
+	base      string
+	watchBase string // where KV watchers park ("": base)
+	token     string
+	hc        *http.Client
+	res       *ServerResult
+	cpu       report.ServerCPU // nil: the server's CPU is not read
+	errors    atomic.Int64
 	// lastErr is the first error seen, for the message of a run that
 	// fails as a whole.
 	mu      sync.Mutex
@@ -213,11 +271,24 @@ func (t *target) get(ctx context.Context, path string) ([]byte, error) {
 }
 
 func (t *target) call(ctx context.Context, method, path string, body []byte) (uint64, []byte, error) {
+	return t.callAt(ctx, t.base, method, path, body)
+}
+
+// watchAt is where blocking queries wait: Config.KVWatchServer, or the
+// server itself.
+func (t *target) watchAt() string {
+	if t.watchBase != "" {
+		return t.watchBase
+	}
+	return t.base
+}
+
+func (t *target) callAt(ctx context.Context, base, method, path string, body []byte) (uint64, []byte, error) {
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, t.base+path, rd)
+	req, err := http.NewRequestWithContext(ctx, method, base+path, rd)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -234,7 +305,7 @@ func (t *target) call(ctx context.Context, method, path string, body []byte) (ui
 		return 0, nil, err
 	}
 	if resp.StatusCode != http.StatusOK {
-		return 0, nil, fmt.Errorf("compat: %s %s%s: %s: %s", method, t.base, path, resp.Status, bytes.TrimSpace(b))
+		return 0, nil, fmt.Errorf("compat: %s %s%s: %s: %s", method, base, path, resp.Status, bytes.TrimSpace(b))
 	}
 	idx, _ := strconv.ParseUint(resp.Header.Get("X-Consul-Index"), 10, 64)
 	return idx, b, nil
@@ -315,11 +386,6 @@ func (t *target) round(ctx context.Context, cfg Config, round int) error {
 		return err
 	})
 	readCPU := meter.Stop(ctx)
-	perOp := func(f *Figure, c report.CPU, n float64) {
-		if f != nil && c.ServerCPUSeconds != nil && n > 0 {
-			f.PerRound = append(f.PerRound, report.Round3(*c.ServerCPUSeconds*1e6/n))
-		}
-	}
 	perOp(t.res.RegisterCPUus, regCPU, regs)
 	perOp(t.res.HealthCPUus, readCPU, reads)
 	bar.Finish()
@@ -334,7 +400,7 @@ func (t *target) round(ctx context.Context, cfg Config, round int) error {
 	t.res.HealthPassingPerS.PerRound = append(t.res.HealthPassingPerS.PerRound, report.Round3(reads/cfg.Duration.Seconds()))
 	t.res.WakeP50Ms.PerRound = append(t.res.WakeP50Ms.PerRound, p50)
 	t.res.WakeP99Ms.PerRound = append(t.res.WakeP99Ms.PerRound, p99)
-	return nil
+	return t.roundKV(ctx, cfg, round)
 }
 
 // loop runs op from cfg.Clients goroutines for cfg.Duration and returns
@@ -368,7 +434,7 @@ func (t *target) loop(ctx context.Context, cfg Config, op func(ctx context.Conte
 // watch scenario times it.
 func (t *target) wakes(ctx context.Context, n, round int) (p50, p99 float64, err error) {
 	path := "/v1/health/service/" + wakeService
-	idx, err := t.do(ctx, "GET", path, nil)
+	idx, _, err := t.callAt(ctx, t.watchAt(), "GET", path, nil)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -381,7 +447,7 @@ func (t *target) wakes(ctx context.Context, n, round int) (p50, p99 float64, err
 		}
 		ch := make(chan answer, 1)
 		go func() {
-			got, err := t.do(ctx, "GET", path+"?index="+strconv.FormatUint(idx, 10)+"&wait=30s", nil)
+			got, _, err := t.callAt(ctx, t.watchAt(), "GET", path+"?index="+strconv.FormatUint(idx, 10)+"&wait=30s", nil)
 			ch <- answer{got, time.Now(), err}
 		}()
 		// Let the query reach the server and wait there: a change sent

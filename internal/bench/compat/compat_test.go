@@ -11,6 +11,7 @@ import (
 
 	"github.com/sextant-mesh/sextant/internal/consulapi"
 	"github.com/sextant-mesh/sextant/internal/httpapi/apitest"
+	"github.com/sextant-mesh/sextant/internal/kv"
 )
 
 // TestRun: a short run against a real registry stack's Consul API, with
@@ -18,7 +19,7 @@ import (
 // computed, and what the run registered is gone at the end.
 func TestRun(t *testing.T) {
 	s := apitest.StartWith(t, apitest.Options{})
-	api, err := consulapi.New(s.Registry, consulapi.Options{})
+	api, err := consulapi.New(s.Registry, consulapi.Options{KV: s.KV})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -28,16 +29,20 @@ func TestRun(t *testing.T) {
 
 	var out bytes.Buffer
 	res, err := Run(context.Background(), Config{Server: addr, Peer: addr, Metrics: s.URL + "/metrics", Clients: 4, Duration: 300 * time.Millisecond,
-		Instances: 10, Wakes: 5, Rounds: 2}, &out)
+		Instances: 10, Wakes: 5, Rounds: 2, KVKeys: 50, KVWatchServer: addr}, &out)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for name, r := range map[string]ServerResult{"sextant": res.Sextant, "peer": *res.Peer} {
-		if r.RegisterDeregisterPerS.Median <= 0 || r.HealthPassingPerS.Median <= 0 || len(r.WakeP99Ms.PerRound) != 2 || r.Errors != 0 {
+		if r.RegisterDeregisterPerS.Median <= 0 || r.HealthPassingPerS.Median <= 0 || len(r.WakeP99Ms.PerRound) != 2 || r.Errors != 0 ||
+			r.KVPutPerS.Median <= 0 || r.KVGetPerS.Median <= 0 || len(r.KVWakeP99Ms.PerRound) != 2 {
 			t.Errorf("%s: %+v", name, r)
 		}
 	}
-	if res.Ratios["register_deregister"] <= 0 || res.Ratios["health_passing"] <= 0 {
+	if res.KVVsInstances["kv_put_per_s_over_instance_writes_per_s"] <= 0 || res.KVVsInstances["kv_watch_wake_p99_over_health_wake_p99"] <= 0 {
+		t.Errorf("KV beside instances: %v", res.KVVsInstances)
+	}
+	if res.Ratios["register_deregister"] <= 0 || res.Ratios["health_passing"] <= 0 || res.Ratios["kv_put"] <= 0 {
 		t.Errorf("ratios %v", res.Ratios)
 	}
 	var printed map[string]any
@@ -46,5 +51,10 @@ func TestRun(t *testing.T) {
 	}
 	if n := s.Registry.Instances().Len(); n != 0 {
 		t.Errorf("%d instances left after the run", n)
+	}
+	n := 0
+	s.KV.Table().List("default", "", func(e *kv.Entry) bool { n++; return true })
+	if n != 0 {
+		t.Errorf("%d KV keys left after the run", n)
 	}
 }
