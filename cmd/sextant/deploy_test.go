@@ -107,3 +107,27 @@ func TestDeployManifestArgs(t *testing.T) {
 		t.Errorf("%d containers in deploy/kubernetes/: want the server's two forms and the gateway", containers)
 	}
 }
+
+type fixedSource bool
+
+func (f fixedSource) Synced() bool { return bool(f) }
+
+// TestBoundedSource: a Kubernetes source counts as synced for /readyz once
+// synced, or once --kube-ready-timeout has passed; with 0, never before.
+func TestBoundedSource(t *testing.T) {
+	past, future := time.Now().Add(-time.Second), time.Now().Add(time.Hour)
+	for _, c := range []struct {
+		src      fixedSource
+		deadline time.Time
+		want     bool
+	}{
+		{true, time.Time{}, true},
+		{false, time.Time{}, false},
+		{false, future, false},
+		{false, past, true},
+	} {
+		if got := (boundedSource{c.src, c.deadline}).Synced(); got != c.want {
+			t.Errorf("synced %v, deadline %v: %v, want %v", c.src, c.deadline, got, c.want)
+		}
+	}
+}
