@@ -1,8 +1,11 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -129,5 +132,63 @@ func TestBoundedSource(t *testing.T) {
 		if got := (boundedSource{c.src, c.deadline}).Synced(); got != c.want {
 			t.Errorf("synced %v, deadline %v: %v, want %v", c.src, c.deadline, got, c.want)
 		}
+	}
+}
+
+// TestReadyzWaitsForKubernetes: a server syncing a cluster whose API
+// server does not answer is live (/healthz 200) but not ready (/readyz 503
+// "syncing", naming the Kubernetes sync) until --kube-ready-timeout has
+// passed; then it serves what its store holds.
+func TestReadyzWaitsForKubernetes(t *testing.T) {
+	dead := freeAddr(t) // nothing listens there
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(kubeconfig, []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "http://`+dead+`"}}]
+contexts: [{name: c, context: {cluster: c, user: u}}]
+users: [{name: u, user: {token: x}}]
+current-context: c
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	httpAddr := freeAddr(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- runServer(ctx, serverFlags{data: t.TempDir(), http: httpAddr, logFormat: "text", logLevel: "error",
+			logSize: 1 << 16, drain: time.Second, kubeconfig: kubeconfig, kubeIstio: true, kubeReady: 5 * time.Second})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("server: %v", err)
+		}
+	})
+	get := func(path string) (int, string) {
+		resp, err := http.Get("http://" + httpAddr + path)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, strings.TrimSpace(string(b))
+	}
+	start := time.Now()
+	// Past the catalog's load: syncing, naming the source.
+	sawSyncing := false
+	waitTrue(t, 30*time.Second, func() bool {
+		code, body := get("/readyz")
+		sawSyncing = code == http.StatusServiceUnavailable && body == `{"status":"syncing","source":"kubernetes"}`
+		return sawSyncing || code == http.StatusOK
+	})
+	if !sawSyncing {
+		t.Fatalf("/readyz was 200 after %v without saying it waited for the unreachable cluster", time.Since(start))
+	}
+	if code, _ := get("/healthz"); code != http.StatusOK {
+		t.Errorf("/healthz: %d", code)
+	}
+	waitTrue(t, 30*time.Second, func() bool { code, _ := get("/readyz"); return code == http.StatusOK })
+	if d := time.Since(start); d < 5*time.Second {
+		t.Errorf("ready after %v, before --kube-ready-timeout (5s)", d)
 	}
 }
