@@ -107,6 +107,9 @@ type serverFlags struct {
 	kubeInCluster bool
 	kubeNS        []string
 	kubeExcludeNS []string
+	kubeIstio     bool
+	kubeMirror    bool
+	kubeReady     time.Duration
 
 	xdsListener net.Listener // tests: serve xDS on it instead of listening on --xds
 
@@ -209,6 +212,9 @@ consul_sd: Consul's services are the services of --consul-namespace.`,
 	fl.BoolVar(&f.kubeInCluster, "kube-in-cluster", false, "sync the Kubernetes cluster this server runs in (its pod's service account), as --kubeconfig does")
 	fl.StringSliceVar(&f.kubeNS, "kube-namespaces", nil, "with --kubeconfig or --kube-in-cluster: sync only these namespaces (watched one by one: a Role in each is enough); default: all")
 	fl.StringSliceVar(&f.kubeExcludeNS, "kube-exclude-namespaces", nil, "with --kubeconfig or --kube-in-cluster: never sync these namespaces")
+	fl.DurationVar(&f.kubeReady, "kube-ready-timeout", time.Minute, "with --kubeconfig or --kube-in-cluster: /readyz waits this long at most for the first full read of the cluster (0: for ever); past it the server serves what its store holds")
+	fl.BoolVar(&f.kubeMirror, "kube-mirror", false, "with --kubeconfig or --kube-in-cluster: write the registry's services that Kubernetes does not own (VMs, Consul API clients) into the synced namespaces as selector-less ClusterIP Services with EndpointSlices")
+	fl.BoolVar(&f.kubeIstio, "kube-istio", true, "with --kubeconfig or --kube-in-cluster: read the synced namespaces' Istio objects (VirtualService, DestinationRule, Gateway, PeerAuthentication, AuthorizationPolicy) as their config, read-only through Sextant, and write each one's result to its status")
 	fl.StringVar(&f.memoryLimit, "memory-limit", "", "soft limit of the Go heap and runtime (e.g. 450MiB, 2GiB, off): the GC works harder near it (docs/registry.md, \"Memory\"); default: GOMEMLIMIT, else none")
 	rootCmd.AddCommand(cmd)
 }
@@ -448,7 +454,7 @@ func runServer(ctx context.Context, f serverFlags) error {
 	}
 
 	if f.kubeconfig != "" || f.kubeInCluster {
-		if err := startKubeSync(lc, f, reg, log); err != nil {
+		if err := startKubeSync(lc, f, api, reg, cfg, log); err != nil {
 			return err
 		}
 	}
@@ -749,7 +755,9 @@ func serveConsulAPI(lc *lifecycle, f serverFlags, ln net.Listener, reg *registry
 // startKubeSync starts the Kubernetes -> registry sync (docs/kubernetes.md).
 // It runs until the server stops; an unreachable API server is retried by
 // its watches, not fatal.
-func startKubeSync(lc *lifecycle, f serverFlags, reg *registry.Registry, log *slog.Logger) error {
+// /readyz waits for the first full read of each (a pod's instances, its
+// routes).
+func startKubeSync(lc *lifecycle, f serverFlags, api *httpapi.API, reg *registry.Registry, table *config.Table, log *slog.Logger) error {
 	cfg, err := kube.Config(f.kubeconfig)
 	if err != nil {
 		return err
@@ -758,7 +766,45 @@ func startKubeSync(lc *lifecycle, f serverFlags, reg *registry.Registry, log *sl
 	if err != nil {
 		return err
 	}
+	// Bounded: an API server unreachable at start does not keep the
+	// server out of service for ever (its store holds the last sync).
+	var deadline time.Time
+	if f.kubeReady > 0 {
+		deadline = time.Now().Add(f.kubeReady)
+	}
+	api.AddSource("kubernetes", boundedSource{s, deadline})
 	lc.start("kubernetes sync", false, s.Run)
-	log.Info("syncing Kubernetes", "api_server", cfg.Host, "namespaces", f.kubeNS, "exclude", f.kubeExcludeNS)
+	if f.kubeIstio {
+		ins := reg.Instances()
+		registered := func(k naming.ServiceKey) bool {
+			svc := ins.Lookup(k)
+			return svc != nil && svc.Len() > 0
+		}
+		is, err := kube.NewIstio(cfg, reg.Engine(), table, registered, kube.Options{Namespaces: f.kubeNS, Exclude: f.kubeExcludeNS, Logger: log.With("component", "kube-istio")})
+		if err != nil {
+			return err
+		}
+		api.AddSource("kubernetes-istio", boundedSource{is, deadline})
+		lc.start("kubernetes istio config", false, is.Run)
+	}
+	if f.kubeMirror {
+		m, err := kube.NewMirror(cfg, reg, kube.Options{Namespaces: f.kubeNS, Exclude: f.kubeExcludeNS, Logger: log.With("component", "kube-mirror")})
+		if err != nil {
+			return err
+		}
+		lc.start("kubernetes mirror", false, m.Run)
+	}
+	log.Info("syncing Kubernetes", "api_server", cfg.Host, "namespaces", f.kubeNS, "exclude", f.kubeExcludeNS, "istio", f.kubeIstio, "mirror", f.kubeMirror)
 	return nil
+}
+
+// boundedSource is a readiness source that counts as synced once its
+// deadline has passed (zero: never).
+type boundedSource struct {
+	httpapi.Source
+	deadline time.Time
+}
+
+func (b boundedSource) Synced() bool {
+	return b.Source.Synced() || !b.deadline.IsZero() && time.Now().After(b.deadline)
 }

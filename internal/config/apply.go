@@ -47,6 +47,10 @@ type ApplyWrite struct {
 	// Called from Plan (the write engine's committer, or a dry run's caller):
 	// it must not block.
 	Registered func(naming.ServiceKey) bool
+	// Owner is the sync writing ("" for Sextant's APIs): each object
+	// must carry it as AnnotationOwner, and a stored object of the same
+	// key must be its own (owner.go).
+	Owner string
 
 	Results []Result // filled by Plan
 }
@@ -63,6 +67,13 @@ func (w *ApplyWrite) Plan(tx *commit.Tx) error {
 		seen[o.Key] = true
 		enc := o.Encode()
 		cur, rev := tx.Get(store.Config, o.Key.String())
+		var curObj *Object
+		if cur != nil {
+			curObj = cur.(*Entry).Object
+		}
+		if err := checkOwner(w.Owner, o, curObj); err != nil {
+			return err
+		}
 		if w.IfRevision != nil && rev != *w.IfRevision && rev != commit.Pending {
 			return fmt.Errorf("%w: %s is at revision %d, not %d", ErrStale, o.Key, rev, *w.IfRevision)
 		}
@@ -135,6 +146,9 @@ func unregisteredHosts(o *Object, registered func(naming.ServiceKey) bool) []str
 type DeleteWrite struct {
 	Key        Key
 	IfRevision *int64
+	// Owner is the sync deleting ("" for Sextant's APIs); the stored
+	// object must be its own.
+	Owner string
 }
 
 // Plan implements commit.Write.
@@ -142,6 +156,9 @@ func (w *DeleteWrite) Plan(tx *commit.Tx) error {
 	cur, rev := tx.Get(store.Config, w.Key.String())
 	if cur == nil {
 		return fmt.Errorf("%w: %s", ErrNotFound, w.Key)
+	}
+	if err := checkOwnerOf(w.Owner, w.Key, cur.(*Entry).Object); err != nil {
+		return err
 	}
 	if w.IfRevision != nil && rev != *w.IfRevision && rev != commit.Pending {
 		return fmt.Errorf("%w: %s is at revision %d, not %d", ErrStale, w.Key, rev, *w.IfRevision)

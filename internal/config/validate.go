@@ -62,6 +62,10 @@ func validate(c errs, path string, o *Object) {
 				if !annotationPolicies[v] {
 					c.add(p, ErrInvalid, "%q: want adaptive, peak_ewma, round_robin, least_request or random", v)
 				}
+			case k == AnnotationOwner:
+				if !naming.ValidName(v) {
+					c.add(p, ErrInvalid, "%q: want the name of the system the object is synced from", v)
+				}
 			case k == AnnotationHealthCheck && o.Kind == KindDestinationRule:
 				if _, err := ParseHealthCheck(v); err != nil {
 					msg := err.Error()

@@ -78,7 +78,10 @@ func configError(err error) error {
 	var fes config.Errors
 	var fe *config.FieldError
 	var ce *config.ClaimError
+	var oe *config.OwnedError
 	switch {
+	case errors.As(err, &oe):
+		return &apiError{http.StatusConflict, "conflict", strings.TrimPrefix(err.Error(), "config: "), "metadata.annotations[" + config.AnnotationOwner + "]"}
 	case errors.As(err, &ce):
 		return &apiError{http.StatusConflict, "conflict", strings.TrimPrefix(err.Error(), "config: "), ce.Path}
 	case errors.As(err, &fes) && len(fes) > 0:

@@ -79,7 +79,9 @@ type API struct {
 	// pushWait: config writes wait for these to publish them; nil: no control plane.
 	pushWait atomic.Pointer[[]PushWaiter]
 	// issuer serves /v1/identity; nil: no certificate authority.
-	issuer  atomic.Pointer[issuerBox]
+	issuer atomic.Pointer[issuerBox]
+	// sources are what else /readyz waits for (copy on write).
+	sources atomic.Pointer[[]namedSource]
 	opts    Options
 	acl     *acl.Guard
 	log     *slog.Logger
@@ -132,6 +134,47 @@ func (a *API) Shutdown() { a.stop() }
 // SetPushStatus mounts the control plane's push status at /v1/push/status.
 // Before SetRegistry.
 func (a *API) SetPushStatus(h http.Handler) { a.pushStatus.Store(&h) }
+
+// Source is one more condition of readiness: a source of the catalog's
+// content (the Kubernetes sync) that must have read its first full state
+// before this server's answers are the truth. Synced is called from
+// request goroutines and must not block.
+type Source interface {
+	Synced() bool
+}
+
+// AddSource makes /readyz answer 503 {"status":"syncing","source":name}
+// until src has synced. Safe while serving.
+func (a *API) AddSource(name string, src Source) {
+	for {
+		old := a.sources.Load()
+		var next []namedSource
+		if old != nil {
+			next = append(next, *old...)
+		}
+		next = append(next, namedSource{name, src})
+		if a.sources.CompareAndSwap(old, &next) {
+			return
+		}
+	}
+}
+
+type namedSource struct {
+	name string
+	src  Source
+}
+
+// unsynced is the name of the first source not synced yet, "" when all are.
+func (a *API) unsynced() string {
+	if srcs := a.sources.Load(); srcs != nil {
+		for _, s := range *srcs {
+			if !s.src.Synced() {
+				return s.name
+			}
+		}
+	}
+	return ""
+}
 
 type syncBox struct{ s Sync }
 
@@ -215,6 +258,13 @@ func (a *API) routes() {
 		if a.reg.Load() == nil {
 			w.WriteHeader(http.StatusServiceUnavailable)
 			w.Write([]byte(`{"status":"loading"}` + "\n"))
+			return
+		}
+		if name := a.unsynced(); name != "" {
+			// Its first full read is not in the catalog yet: answers
+			// would miss what it holds (a pod's instances, its routes).
+			w.WriteHeader(http.StatusServiceUnavailable)
+			w.Write([]byte(`{"status":"syncing","source":` + strconv.Quote(name) + `}` + "\n"))
 			return
 		}
 		if sb := a.sync.Load(); sb != nil {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/sextant-mesh/sextant/internal/instance"
@@ -238,4 +239,34 @@ func TestNotReady(t *testing.T) {
 		t.Fatalf("/readyz before load: %d", r.status)
 	}
 	s.expectError(s.do("GET", "/v1/namespaces", ""), 503, "unavailable", "")
+}
+
+type flagSource struct{ synced atomic.Bool }
+
+func (f *flagSource) Synced() bool { return f.synced.Load() }
+
+// TestReadyWaitsForSources: /readyz is 503 "loading" before the registry,
+// then 503 "syncing" naming a source (the Kubernetes sync) until its first
+// full read, then 200; /healthz is 200 throughout.
+func TestReadyWaitsForSources(t *testing.T) {
+	api := New(Options{})
+	srv := newHTTPTest(t, api)
+	s := &testServer{t: t, url: srv.URL, srv: srv}
+	src := &flagSource{}
+	api.AddSource("kubernetes", src)
+	check := func(path string, status int, body string) {
+		t.Helper()
+		r := s.do("GET", path, "")
+		if r.status != status || strings.TrimSpace(string(r.body)) != body {
+			t.Fatalf("%s: %d %s, want %d %s", path, r.status, r.body, status, body)
+		}
+	}
+	check("/readyz", 503, `{"status":"loading"}`)
+	check("/healthz", 200, `{"status":"ok"}`)
+	s2 := newTestServer(t, registry.Options{})
+	api.SetRegistry(s2.reg)
+	check("/readyz", 503, `{"status":"syncing","source":"kubernetes"}`)
+	check("/healthz", 200, `{"status":"ok"}`)
+	src.synced.Store(true)
+	check("/readyz", 200, `{"status":"ready"}`)
 }

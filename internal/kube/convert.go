@@ -1,8 +1,12 @@
-// Package kube is the Kubernetes source of the registry: it watches a
+// Package kube is Sextant's door to Kubernetes. Syncer watches a
 // cluster's EndpointSlices (with the Pods behind them for their labels and
 // the Nodes for their topology) and keeps one registry instance per
 // address and port in step with them, owned by "kubernetes" so that
-// Sextant's APIs treat them as read-only (registry.OwnedError).
+// Sextant's APIs treat them as read-only (registry.OwnedError). Istio reads
+// Istio's CRDs as routing config, owned likewise (config.OwnedError), and
+// writes each object's result to its status. Mirror writes the registry's
+// other services back as selector-less Services with EndpointSlices. It
+// does not own the registry, the config table or the push to clients.
 package kube
 
 import (

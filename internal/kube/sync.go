@@ -367,6 +367,10 @@ func (s *Syncer) apply(ctx context.Context, key string) error {
 			}
 		}
 	}
+	if es != nil && es.Labels[discoveryv1.LabelManagedBy] == ManagedBy {
+		// The mirror's: the registry's own instances, not Kubernetes'.
+		es = nil
+	}
 	if es != nil {
 		want = convert(es, s)
 	}

@@ -64,7 +64,9 @@ func run(dir string) error {
 	storage.Transport.ServerList = []string{etcdURL}
 	opts := kubetesting.NewDefaultTestServerOptions()
 	opts.DisableInvariantChecks = true
-	server, err := kubetesting.StartTestServer(tb, opts, []string{"--endpoint-reconciler-type=none"}, storage)
+	// RBAC, as a cluster authorizes: tests check that deploy/kubernetes'
+	// roles are what Sextant needs (the admin client is system:masters).
+	server, err := kubetesting.StartTestServer(tb, opts, []string{"--endpoint-reconciler-type=none", "--authorization-mode=RBAC"}, storage)
 	if err != nil {
 		return fmt.Errorf("start kube-apiserver: %w", err)
 	}

@@ -1,0 +1,413 @@
+package kube
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	testgrpc "google.golang.org/grpc/interop/grpc_testing"
+	"google.golang.org/grpc/metadata"
+	grpcxds "google.golang.org/grpc/xds"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/sextant-mesh/sextant/internal/catalog"
+	"github.com/sextant-mesh/sextant/internal/commit"
+	"github.com/sextant-mesh/sextant/internal/config"
+	"github.com/sextant-mesh/sextant/internal/push"
+	"github.com/sextant-mesh/sextant/internal/registry"
+	"github.com/sextant-mesh/sextant/internal/store"
+	"github.com/sextant-mesh/sextant/internal/store/embedded"
+	"github.com/sextant-mesh/sextant/internal/xds"
+)
+
+// istioModule is the istio.io/istio whose CRDs (manifests/charts/base) and
+// Bookinfo samples the tests apply, as internal/config's TestIstioSamples
+// does: read from the module cache, not a dependency of Sextant's module.
+const istioModule = "istio.io/istio@v0.0.0-20260827124520-eed52ebb66ad"
+
+var (
+	istioOnce sync.Once
+	istioDir  string
+	istioErr  error
+)
+
+// istioCRDs installs Istio's CRDs into srv (once per test process) and
+// returns the istio module's directory.
+func istioCRDs(t *testing.T, srv *apiServer) string {
+	t.Helper()
+	istioOnce.Do(func() {
+		cmd := exec.Command("go", "mod", "download", "-json", istioModule)
+		cmd.Dir = os.TempDir()
+		cmd.Env = append(os.Environ(), "GO111MODULE=on", "GOFLAGS=")
+		out, err := cmd.Output()
+		if err != nil {
+			istioErr = fmt.Errorf("go mod download %s (the module proxy or the module cache is needed): %v\n%s", istioModule, err, out)
+			return
+		}
+		var mod struct{ Dir string }
+		if err := json.Unmarshal(out, &mod); err != nil || mod.Dir == "" {
+			istioErr = fmt.Errorf("go mod download %s: %s", istioModule, out)
+			return
+		}
+		istioDir = mod.Dir
+		// Server-side: the CRDs are too large for kubectl's last-applied
+		// annotation.
+		if out, err := kubectlOut(srv, "apply", "--server-side", "-f", filepath.Join(istioDir, "manifests", "charts", "base", "files", "crd-all.gen.yaml")); err != nil {
+			istioErr = fmt.Errorf("installing Istio's CRDs: %v\n%s", err, out)
+			return
+		}
+		if out, err := kubectlOut(srv, "wait", "--for", "condition=established", "--timeout", "2m", "crd", "--all"); err != nil {
+			istioErr = fmt.Errorf("waiting for Istio's CRDs: %v\n%s", err, out)
+		}
+	})
+	if istioErr != nil {
+		t.Fatal(istioErr)
+	}
+	return istioDir
+}
+
+func kubectlOut(srv *apiServer, args ...string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	return exec.CommandContext(ctx, "kubectl", append([]string{"--kubeconfig", srv.kubeconfig}, args...)...).CombinedOutput()
+}
+
+// kubectl runs Debian's kubectl against srv and fails the test on an error.
+func kubectl(t *testing.T, srv *apiServer, args ...string) string {
+	t.Helper()
+	out, err := kubectlOut(srv, args...)
+	if err != nil {
+		t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// configStack is the server's control plane over a registry with the
+// config table: the push engine and the ADS server, as cmd/sextant wires
+// them.
+type configStack struct {
+	reg   *registry.Registry
+	table *config.Table
+	ads   string
+}
+
+func startConfigStack(t *testing.T) *configStack {
+	t.Helper()
+	st, err := embedded.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	table := config.NewTable()
+	reg, err := registry.Open(st, registry.Options{Engine: commit.Options{Tables: map[store.Kind]catalog.Table{store.Config: table}}})
+	if err != nil {
+		st.Close()
+		t.Fatal(err)
+	}
+	table.Attach(reg.Catalog())
+	cache := xds.NewCache()
+	src, err := push.NewCatalogSource(reg.Catalog(), table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	engine := push.New(src, cache, push.Options{})
+	ads := xds.NewServer(cache, xds.ServerOptions{})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{}, 2)
+	go func() { engine.Run(ctx); done <- struct{}{} }()
+	go func() { ads.Serve(ctx, lis); done <- struct{}{} }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		<-done
+		reg.Close()
+		st.Close()
+	})
+	return &configStack{reg: reg, table: table, ads: lis.Addr().String()}
+}
+
+// runIstio runs an Istio source until the test ends and waits for its
+// first read.
+func runIstio(t *testing.T, srv *apiServer, cs *configStack, opts Options) *Istio {
+	t.Helper()
+	s, err := NewIstio(srv.cfg, cs.reg.Engine(), cs.table, nil, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("istio source: %v", err)
+		}
+	})
+	wctx, wcancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer wcancel()
+	if err := s.WaitSynced(wctx); err != nil {
+		t.Fatalf("first read: %v", err)
+	}
+	return s
+}
+
+// grpcBackend is a real gRPC server on loopback answering with its name.
+type grpcBackend struct {
+	testgrpc.UnimplementedTestServiceServer
+	name string
+	port int
+}
+
+func (b *grpcBackend) UnaryCall(context.Context, *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
+	return &testgrpc.SimpleResponse{Hostname: b.name}, nil
+}
+
+// hostIP is an IPv4 address of this machine that is not loopback: an
+// EndpointSlice may not hold a loopback address.
+func hostIP(t *testing.T) string {
+	t.Helper()
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil && !n.IP.IsLoopback() && !n.IP.IsLinkLocalUnicast() {
+			return n.IP.String()
+		}
+	}
+	t.Fatal("this machine has no IPv4 address but loopback, and an EndpointSlice may not hold one")
+	return ""
+}
+
+func startGRPCBackend(t *testing.T, name, ip string) *grpcBackend {
+	t.Helper()
+	lis, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &grpcBackend{name: name, port: lis.Addr().(*net.TCPAddr).Port}
+	srv := grpc.NewServer()
+	testgrpc.RegisterTestServiceServer(srv, b)
+	go srv.Serve(lis)
+	t.Cleanup(srv.Stop)
+	return b
+}
+
+// xdsClient is grpc-go's own xDS client for xds:///target, a node of ns.
+func xdsClient(t *testing.T, ads, ns, target string) testgrpc.TestServiceClient {
+	t.Helper()
+	bootstrap := fmt.Sprintf(`{
+		"xds_servers": [{"server_uri": %q, "channel_creds": [{"type": "insecure"}], "server_features": ["xds_v3"]}],
+		"node": {"id": "bookinfo-client", "metadata": {"NAMESPACE": %q}}
+	}`, ads, ns)
+	resolver, err := grpcxds.NewXDSResolverWithConfigForTesting([]byte(bootstrap))
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient("xds:///"+target, grpc.WithResolvers(resolver), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return testgrpc.NewTestServiceClient(conn)
+}
+
+// settleOn calls (as user, "" for none) until n calls in a row reach want,
+// for at most 30 s (the push of a change, and grpc-go's switch of routes,
+// take a moment).
+func settleOn(t *testing.T, c testgrpc.TestServiceClient, user, want string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	var last string
+	var lastErr error
+	for row := 0; row < n; {
+		if time.Now().After(deadline) {
+			t.Fatalf("calls (end-user %q) did not settle on %s in 30s: last reached %q (%v)", user, want, last, lastErr)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if user != "" {
+			ctx = metadata.AppendToOutgoingContext(ctx, "end-user", user)
+		}
+		r, err := c.UnaryCall(ctx, &testgrpc.SimpleRequest{}, grpc.WaitForReady(true))
+		cancel()
+		last, lastErr = r.GetHostname(), err
+		if err == nil && last == want {
+			row++
+			continue
+		}
+		row = 0
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// istioStatus is the part of an Istio object's status the source writes.
+type istioStatus struct {
+	ObservedGeneration int64 `json:"observedGeneration"`
+	ValidationMessages []struct {
+		Type  struct{ Code, Name string }
+		Level string
+	} `json:"validationMessages"`
+	Conditions []struct {
+		Type, Status, Reason, Message string
+	} `json:"conditions"`
+}
+
+// waitStatus reads kind/name's status with kubectl until ok holds.
+func waitStatus(t *testing.T, srv *apiServer, ns, kind, name string, ok func(gen int64, st istioStatus) bool) istioStatus {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var obj struct {
+			Metadata struct{ Generation int64 }
+			Status   istioStatus
+		}
+		out := kubectl(t, srv, "get", "-n", ns, kind, name, "-o", "json")
+		if err := json.Unmarshal([]byte(out), &obj); err != nil {
+			t.Fatalf("kubectl get %s %s: %v\n%s", kind, name, err, out)
+		}
+		if ok(obj.Metadata.Generation, obj.Status) {
+			return obj.Status
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s %s/%s: status not as wanted after 30s:\n%s", kind, ns, name, out)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func accepted(gen int64, st istioStatus) bool {
+	return st.ObservedGeneration == gen && len(st.Conditions) == 1 && st.Conditions[0].Status == "True" && len(st.ValidationMessages) == 0
+}
+
+// TestIstioBookinfo: Istio's CRDs are installed in a real kube-apiserver
+// and Istio's own Bookinfo networking samples applied with kubectl; the
+// reviews service's instances come from EndpointSlices of pods labelled
+// version v1..v3. Sextant reads the samples as its config: grpc-go's xDS
+// client follows virtual-service-all-v1 to v1, virtual-service-reviews-v3
+// to v3, and virtual-service-reviews-jason-v2-v3 (applied as v1beta1) to v2
+// for end-user jason. Accepted objects get observedGeneration and an
+// Accepted condition in their status; the sample Sextant refuses
+// (egress-rule-google-apis' DestinationRule, portLevelSettings) gets its
+// problems in status.validationMessages and the condition; the objects are
+// read-only through Sextant; a deleted object goes; a namespace not synced
+// is not read.
+func TestIstioBookinfo(t *testing.T) {
+	srv := apiServerFor(t)
+	dir := istioCRDs(t, srv)
+	samples := filepath.Join(dir, "samples", "bookinfo", "networking")
+	kc := kubernetes.NewForConfigOrDie(srv.cfg)
+	ctx := context.Background()
+	const ns = "bookinfo"
+	createNamespace(t, kc, ns)
+	createNamespace(t, kc, "bookinfo-other")
+
+	// reviews v1, v2, v3: a pod each, labelled as Bookinfo's are, and an
+	// EndpointSlice each (the backends listen on ports of their own, on
+	// this machine's address).
+	ip := hostIP(t)
+	for _, v := range []string{"v1", "v2", "v3"} {
+		b := startGRPCBackend(t, "reviews-"+v, ip)
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "reviews-" + v,
+			Labels: map[string]string{"app": "reviews", "version": v}},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "reviews", Image: "reviews"}}}}
+		if _, err := kc.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		ep := endpoint(ip, "reviews-"+v, true, true, false)
+		ep.NodeName = nil
+		es := slice(ns, "reviews-"+v, "reviews", ep)
+		es.Ports = []discoveryv1.EndpointPort{{Name: ptr("grpc"), Port: ptr(int32(b.port)), Protocol: ptr(corev1.ProtocolTCP)}}
+		if _, err := kc.DiscoveryV1().EndpointSlices(ns).Create(ctx, es, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kubectl(t, srv, "apply", "-n", ns, "-f", filepath.Join(samples, "destination-rule-all.yaml"))
+	kubectl(t, srv, "apply", "-n", ns, "-f", filepath.Join(samples, "virtual-service-all-v1.yaml"))
+	kubectl(t, srv, "apply", "-n", ns, "-f", filepath.Join(samples, "egress-rule-google-apis.yaml"))
+	kubectl(t, srv, "apply", "-n", "bookinfo-other", "-f", filepath.Join(samples, "virtual-service-reviews-v3.yaml"))
+
+	cs := startConfigStack(t)
+	runSyncer(t, srv.cfg, cs.reg, Options{Namespaces: []string{ns}})
+	runIstio(t, srv, cs, Options{Namespaces: []string{ns}})
+
+	c := xdsClient(t, cs.ads, ns, "reviews")
+	settleOn(t, c, "", "reviews-v1", 10)
+	waitStatus(t, srv, ns, "virtualservice", "reviews", accepted)
+	waitStatus(t, srv, ns, "destinationrule", "reviews", accepted)
+
+	kubectl(t, srv, "apply", "-n", ns, "-f", filepath.Join(samples, "virtual-service-reviews-v3.yaml"))
+	settleOn(t, c, "", "reviews-v3", 10)
+	waitStatus(t, srv, ns, "virtualservice", "reviews", func(gen int64, st istioStatus) bool { return gen == 2 && accepted(gen, st) })
+
+	// The same kind at v1beta1 (one object, whichever version it is
+	// written as).
+	jason, err := os.ReadFile(filepath.Join(samples, "virtual-service-reviews-jason-v2-v3.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	beta := filepath.Join(t.TempDir(), "jason-v1beta1.yaml")
+	if err := os.WriteFile(beta, []byte(strings.ReplaceAll(string(jason), "networking.istio.io/v1\n", "networking.istio.io/v1beta1\n")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	kubectl(t, srv, "apply", "-n", ns, "-f", beta)
+	settleOn(t, c, "jason", "reviews-v2", 10)
+	settleOn(t, c, "", "reviews-v3", 10)
+
+	// The sample Sextant refuses: its problems in its status.
+	st := waitStatus(t, srv, ns, "destinationrule", "originate-tls-for-googleapis", func(gen int64, st istioStatus) bool {
+		return st.ObservedGeneration == gen && len(st.ValidationMessages) > 0
+	})
+	t.Logf("the refused DestinationRule's status: %+v", st)
+	for _, m := range st.ValidationMessages {
+		if m.Level != "ERROR" || m.Type.Code != "IST0106" {
+			t.Errorf("validation message %+v, want an ERROR IST0106 SchemaValidationError", m)
+		}
+	}
+	if len(st.Conditions) != 1 || st.Conditions[0].Status != "False" || !strings.Contains(st.Conditions[0].Message, "portLevelSettings") {
+		t.Errorf("refused object's condition does not name its problem: %+v", st.Conditions)
+	}
+	drKey := config.Key{Kind: config.KindDestinationRule, Namespace: ns, Name: "originate-tls-for-googleapis"}
+	if cs.table.Get(drKey) != nil {
+		t.Error("a refused object is served")
+	}
+
+	// Read-only through Sextant's APIs.
+	vsKey := config.Key{Kind: config.KindVirtualService, Namespace: ns, Name: "reviews"}
+	var owned *config.OwnedError
+	if _, err := cs.reg.Engine().Submit(ctx, &config.DeleteWrite{Key: vsKey}); !errors.As(err, &owned) || owned.Owner != Owner {
+		t.Errorf("delete through the API of an object read from Kubernetes: %v", err)
+	}
+	if e := cs.table.Get(config.Key{Kind: config.KindVirtualService, Namespace: "bookinfo-other", Name: "reviews"}); e != nil {
+		t.Error("a namespace not synced was read")
+	}
+
+	// Deleted in Kubernetes, gone from Sextant: every version reaches v1..v3.
+	kubectl(t, srv, "delete", "-n", ns, "virtualservice", "reviews")
+	deadline := time.Now().Add(30 * time.Second)
+	for cs.table.Get(vsKey) != nil {
+		if time.Now().After(deadline) {
+			t.Fatal("a VirtualService deleted in Kubernetes is still in Sextant after 30s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if e := cs.table.Get(config.Key{Kind: config.KindDestinationRule, Namespace: ns, Name: "reviews"}); e == nil || e.Object.Owner() != Owner {
+		t.Errorf("destination rule reviews: %+v", e)
+	}
+}
