@@ -226,7 +226,9 @@ func runGateway(ctx context.Context, f gatewayFlags) error {
 		}
 		dir := filepath.Join(f.data, "identity")
 		ilog := log.With("component", "identity")
-		lc.start("identity", false, func(ctx context.Context) error { return keepGatewayIdentity(ctx, rc, g, f, dir, ilog) })
+		lc.start("identity", false, func(ctx context.Context) error {
+			return keepGatewayIdentity(ctx, rc, g, f.identityNS, f.identitySA, dir, ilog)
+		})
 	}
 	conn, err := grpc.NewClient(f.xds, dialOpts...)
 	if err != nil {
@@ -306,10 +308,10 @@ func runGateway(ctx context.Context, f gatewayFlags) error {
 // "sextant identity agent" does: a new certificate at half its lifetime and
 // when the authority's roots change; the key made here, kept in dir) until
 // ctx ends, retrying with backoff while the server cannot give one.
-func keepGatewayIdentity(ctx context.Context, rc *client.Client, g *gateway.Gateway, f gatewayFlags, dir string, log *slog.Logger) error {
+func keepGatewayIdentity(ctx context.Context, rc *client.Client, g *gateway.Gateway, ns, sa, dir string, log *slog.Logger) error {
 	backoff := time.Second
 	for {
-		err := rc.KeepIdentity(ctx, f.identityNS, f.identitySA, dir, 0, 0, func(c client.Certificate) {
+		err := rc.KeepIdentity(ctx, ns, sa, dir, 0, 0, func(c client.Certificate) {
 			if err := g.SetIdentity([]byte(c.CertificateChain), []byte(c.KeyPEM), []byte(c.Bundle)); err != nil {
 				log.Error("identity not applied", "err", err)
 				return
@@ -364,6 +366,14 @@ func registerGateway(ctx context.Context, f gatewayFlags, admin, proxy string, l
 	}
 	in := client.Instance{Service: f.service, Host: host, Port: port, Protocol: "http", TTLSeconds: 10,
 		Metadata: map[string]string{"sextant.role": "gateway", "sextant.admin": admin, "sextant.node": f.node}}
+	return keepRegistered(ctx, c, in, f.registry, log), nil
+}
+
+// keepRegistered registers in (retried every second while the registry
+// cannot be reached) and keeps it alive with heartbeats, registering it
+// again when the registry lost it, until the returned function stops and
+// deregisters it.
+func keepRegistered(ctx context.Context, c *client.Client, in client.Instance, registry string, log *slog.Logger) func() {
 	register := func(ctx context.Context) (string, error) {
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
@@ -371,7 +381,7 @@ func registerGateway(ctx context.Context, f gatewayFlags, admin, proxy string, l
 		if err != nil {
 			return "", err
 		}
-		log.Info("registered", "registry", f.registry, "service", f.service, "id", res.IDs[0])
+		log.Info("registered", "registry", registry, "service", in.Service, "namespace", in.Namespace, "id", res.IDs[0])
 		return res.IDs[0], nil
 	}
 	// A registry still starting (or unreachable) is retried every second
@@ -423,7 +433,7 @@ func registerGateway(ctx context.Context, f gatewayFlags, admin, proxy string, l
 		if _, err := c.DeregisterOne(dctx, id); err != nil {
 			log.Warn("deregister failed", "err", err)
 		}
-	}, nil
+	}
 }
 
 // outboundHost is the local address this host sends from to reach the

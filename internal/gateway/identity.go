@@ -135,6 +135,6 @@ func (l *tlsListenerRT) withSecrets(secrets map[string]any) *tlsListenerRT {
 	for k, c := range l.wild {
 		n.wild[k] = re(c)
 	}
-	n.any, n.def = re(l.any), re(l.def)
+	n.any, n.def, n.plain = re(l.any), re(l.def), l.plain
 	return n
 }
