@@ -28,7 +28,7 @@ var walkthroughSteps = map[string]string{
 	"curl -s http://127.0.0.1:15006/ || echo refused    # refused: plaintext to a STRICT mesh port":                                                                                                                                                 "refused",
 	"http_proxy=http://127.0.0.1:15001 curl -s http://orders.shop:8080/    # RBAC: access denied (orders' own identity is not web)":                                                                                                                 "RBAC: access denied",
 	"bin/sextant calls list --gateway http://127.0.0.1:15000 --service shop/orders    # orders' side: PRINCIPAL spiffe://cluster.local/ns/shop/sa/web, and the denied call":                                                                         "spiffe://cluster.local/ns/shop/sa/web",
-	"bin/sextant calls list --gateway http://127.0.0.1:15100 --service shop/orders -o json    # web's side: \"upstream_principal\":\"spiffe://cluster.local/ns/shop/sa/orders\"":                                                                   `"upstream_principal":"spiffe://cluster.local/ns/shop/sa/orders"`,
+	"bin/sextant calls list --gateway http://127.0.0.1:15100 --service shop/orders -o json    # web's side: \"upstream_principal\":\"spiffe://cluster.local/ns/shop/sa/orders\"":                                                                    `"upstream_principal":"spiffe://cluster.local/ns/shop/sa/orders"`,
 }
 
 // walkthrough returns the lines of the first sh block after the page's
