@@ -37,6 +37,7 @@ type sidecarFlags struct {
 	meshListen, outbound   string
 	admin, data            string
 	labels                 []string
+	servicePorts           []string // --outbound-port NAME=PORT
 	serviceAccount         string
 	xds, registry          string
 	token, caFile          string
@@ -88,6 +89,7 @@ then flushes the call log. See docs/sidecar.md.`,
 	fl.StringVar(&f.appHost, "app-host", "127.0.0.1", "the address the app serves on")
 	fl.StringVar(&f.meshListen, "mesh-listen", "127.0.0.1:15006", "the mesh port: inbound calls, registered as the workload's instance (IP:port)")
 	fl.StringVar(&f.outbound, "outbound", "127.0.0.1:15001", "the app's HTTP proxy for its outbound calls")
+	fl.StringArrayVar(&f.servicePorts, "outbound-port", nil, "a localhost port for one service, NAME=PORT (repeatable): calls to 127.0.0.1:PORT go to NAME (orders.shop, or orders.shop:8080) without a proxy setting")
 	fl.StringVar(&f.admin, "admin", "127.0.0.1:15000", "address of the admin API (/v1/calls, /v1/config, /metrics)")
 	fl.StringVar(&f.data, "data", "./sidecar-data", "directory of the call log and the identity (created if missing)")
 	fl.StringArrayVar(&f.labels, "label", nil, "a label of the workload, key=value (repeatable): what policies' selectors and DestinationRule subsets match; version=V is the instance's version")
@@ -143,6 +145,11 @@ func (f *sidecarFlags) check() (client.Instance, error) {
 	}
 	if f.node == "" {
 		f.node = fmt.Sprintf("sextant-sidecar~%s~%s~%s", ns, name, mesh)
+	}
+	for _, sp := range f.servicePorts {
+		if _, _, err := parseServicePort(sp); err != nil {
+			return in, err
+		}
 	}
 	in = client.Instance{Namespace: ns, Service: name, Host: mesh.Addr().String(), Port: int(mesh.Port()), Protocol: "http",
 		TTLSeconds: 10, Metadata: map[string]string{}}
@@ -267,9 +274,18 @@ func runSidecar(ctx context.Context, f sidecarFlags) error {
 		ln.Close()
 		return nil
 	})
-	// g.Shutdown (above) drains the inbound server too; this stop, run
-	// first, closes its listener.
+	// g.Shutdown (above) drains the inbound server and the service ports
+	// too; their stops, run first, close their listeners.
 	lc.serve("inbound proxy", true, func() error { return g.ServeInbound(mln) }, func() error { mln.Close(); return nil })
+	for _, sp := range f.servicePorts {
+		host, port, _ := parseServicePort(sp) // checked above
+		sln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", port))
+		if err != nil {
+			return fmt.Errorf("--outbound-port %s: %w", sp, err)
+		}
+		lc.serve("outbound port "+sp, true, func() error { return g.ServeService(sln, host) }, func() error { sln.Close(); return nil })
+		log.Info("outbound port", "service", host, "address", sln.Addr().String())
+	}
 	log.Info("sidecar serving", "service", f.namespace+"/"+f.serviceName, "mesh", mln.Addr().String(),
 		"app", net.JoinHostPort(f.appHost, strconv.Itoa(f.appPort)), "outbound", ln.Addr().String(), "admin", aln.Addr().String(), "node", f.node)
 
@@ -288,4 +304,20 @@ func runSidecar(ctx context.Context, f sidecarFlags) error {
 	}
 	log.Info("stopped")
 	return failure
+}
+
+// parseServicePort reads --outbound-port NAME=PORT: the Host its calls
+// get and the localhost port.
+func parseServicePort(s string) (host, port string, err error) {
+	host, port, ok := strings.Cut(s, "=")
+	p, perr := strconv.Atoi(port)
+	switch {
+	case !ok || host == "":
+		return "", "", fmt.Errorf("--outbound-port %q: want NAME=PORT, e.g. orders.shop=9080", s)
+	case perr != nil || p <= 0 || p > 65535:
+		return "", "", fmt.Errorf("--outbound-port %q: port %q: want 1 to 65535", s, port)
+	case strings.ContainsAny(host, "/ @?#"):
+		return "", "", fmt.Errorf("--outbound-port %q: %q is not a service's host name (orders.shop, orders.shop:8080)", s, host)
+	}
+	return host, port, nil
 }

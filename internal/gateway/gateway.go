@@ -104,7 +104,8 @@ type Gateway struct {
 	srv   *fasthttp.Server
 	h2    *http.Server
 	ln    net.Listener
-	// tlsServers are ServeTLS's, one per TLS listener.
+	// tlsServers are ServeTLS's, one per TLS listener, ServeInbound's and
+	// ServeService's.
 	tlsServers []servers
 
 	// inboundPort and inboundCluster are Options.Inbound's (inbound.go).

@@ -112,7 +112,7 @@ type workload struct {
 
 // startWorkload starts a sidecar for service (NS/NAME) with labels, in
 // front of an app on appPort (0: none, a client only).
-func (m *mesh) startWorkload(t *testing.T, service string, appPort string, labels ...string) *workload {
+func (m *mesh) startWorkload(t *testing.T, service string, appPort string, labels []string, extra ...string) *workload {
 	t.Helper()
 	w := &workload{mesh: freeAddr(t), outbound: freeAddr(t), admin: freeAddr(t)}
 	if appPort == "" {
@@ -123,6 +123,7 @@ func (m *mesh) startWorkload(t *testing.T, service string, appPort string, label
 	for _, l := range labels {
 		args = append(args, "--label", l)
 	}
+	args = append(args, extra...)
 	w.sidecar = start(t, "sidecar "+service+" "+strings.Join(labels, ","), m.bin, args...)
 	waitHTTP(t, w.sidecar, "http://"+w.admin+"/readyz")
 	return w
@@ -196,10 +197,12 @@ func TestSidecarsPythonAndCurl(t *testing.T) {
 	m.sextant(t, meshConfig, "config", "apply", "-f", "-")
 	port1, _ := startApp(t, python, "orders-v1")
 	port2, app2 := startApp(t, python, "orders-v2")
-	v1 := m.startWorkload(t, "shop/orders", port1, "app=orders", "version=v1")
-	v2 := m.startWorkload(t, "shop/orders", port2, "app=orders", "version=v2")
-	web := m.startWorkload(t, "shop/web", "", "app=web")
-	batch := m.startWorkload(t, "shop/batch", "", "app=batch")
+	v1 := m.startWorkload(t, "shop/orders", port1, []string{"app=orders", "version=v1"})
+	v2 := m.startWorkload(t, "shop/orders", port2, []string{"app=orders", "version=v2"})
+	ordersPort := freeAddr(t)
+	ordersPort = ordersPort[strings.LastIndexByte(ordersPort, ':')+1:]
+	web := m.startWorkload(t, "shop/web", "", []string{"app=web"}, "--outbound-port", "orders.shop="+ordersPort)
+	batch := m.startWorkload(t, "shop/batch", "", []string{"app=batch"})
 
 	viaWeb := func(args ...string) (string, error) {
 		return curl(t, curlBin, append([]string{"-x", "http://" + web.outbound}, args...)...)
@@ -209,6 +212,15 @@ func TestSidecarsPythonAndCurl(t *testing.T) {
 		return err == nil && strings.HasPrefix(out, "orders-v")
 	})
 
+	t.Run("per-service localhost port", func(t *testing.T) {
+		// No proxy setting: 127.0.0.1:PORT stands for orders.shop, and
+		// the VirtualService still routes by header.
+		for range 5 {
+			if out, err := curl(t, curlBin, "-H", "x-canary: yes", "http://127.0.0.1:"+ordersPort+"/"); err != nil || out != "orders-v2\n" {
+				t.Fatalf("orders' localhost port with x-canary: yes: %q %v, want orders-v2", out, err)
+			}
+		}
+	})
 	t.Run("header routing", func(t *testing.T) {
 		for range 10 {
 			if out, err := viaWeb("-H", "x-canary: yes", "http://orders.shop:8080/"); err != nil || out != "orders-v2\n" {
@@ -243,7 +255,7 @@ func TestSidecarsPythonAndCurl(t *testing.T) {
 				t.Fatalf("orders-v1's record of web's call: %+v, want web's SPIFFE ID over TLS", c)
 			}
 		}
-		if !sawV1 || len(web.calls(t, "shop/orders")) < 51 {
+		if !sawV1 || len(web.calls(t, "shop/orders")) < 56 {
 			t.Fatal("calls missing from the records")
 		}
 	})
