@@ -44,6 +44,7 @@ type sidecarFlags struct {
 	certFile, keyFile      string
 	node                   string
 	noRecords              bool
+	adminPprof             bool
 	drain                  time.Duration
 	logFormat, logLevel    string
 	retainAge              time.Duration
@@ -102,6 +103,7 @@ then flushes the call log. See docs/sidecar.md.`,
 	fl.StringVar(&f.keyFile, "key-file", "", "client key (PEM) for mutual TLS with the server")
 	fl.StringVar(&f.node, "node-id", "", "xDS node id (default sextant-sidecar~NAMESPACE~NAME~MESH-ADDRESS)")
 	fl.BoolVar(&f.noRecords, "no-call-log", false, "do not record calls")
+	fl.BoolVar(&f.adminPprof, "admin-pprof", false, "serve Go profiles (/debug/pprof/) on the admin API")
 	fl.DurationVar(&f.retainAge, "retain", 7*24*time.Hour, "delete call records older than this")
 	fl.Int64Var(&f.retainBytes, "retain-bytes", 1<<30, "delete the oldest call records beyond this many bytes")
 	fl.DurationVar(&f.drain, "drain", 30*time.Second, "how long to wait for calls in flight on shutdown")
@@ -261,7 +263,7 @@ func runSidecar(ctx context.Context, f sidecarFlags) error {
 	if err != nil {
 		return err
 	}
-	asrv := &http.Server{Handler: g.AdminHandlerOptions(lg, gateway.AdminOptions{Browser: bg}),
+	asrv := &http.Server{Handler: g.AdminHandlerOptions(lg, gateway.AdminOptions{Browser: bg, Pprof: f.adminPprof}),
 		ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	lc.serve("admin server", false, func() error { return asrv.Serve(aln) }, func() error { asrv.Close(); return nil })
 	lc.start("xds client", false, xc.Run)
