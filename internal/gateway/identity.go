@@ -68,7 +68,7 @@ func (g *Gateway) refreshUpstreamTLS(clusters map[string]*clusterRT) {
 // identity as such.
 func secretLabel(n string) string {
 	if c, ok := strings.CutPrefix(n, providerPrefix); ok {
-		return fmt.Sprintf("the gateway's identity (%s) not set (run it with --identity-namespace and --identity-service-account)", c)
+		return fmt.Sprintf("the gateway's identity (%s) not set (sextant gateway: run it with --identity-namespace and --identity-service-account; sextant sidecar: not yet received from --registry)", c)
 	}
 	return fmt.Sprintf("secret %q not received", n)
 }
