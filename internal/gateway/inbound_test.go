@@ -120,9 +120,22 @@ func TestInboundModes(t *testing.T) {
 			t.Errorf("%v: mutual TLS, TLS without a certificate, plaintext served %v, want %v", c.mode, got, [3]bool{c.mtls, c.noCert, c.plain})
 		}
 	}
+	// HTTP/2 by ALPN over mutual TLS (a gRPC client's sidecar): the
+	// inbound listener's TLS context offers h2.
+	h2 := client(keyPair(t, cc, ck))
+	h2.Transport.(*http.Transport).ForceAttemptHTTP2 = true
+	resp, err := h2.Get("https://" + addr + "/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.ProtoMajor != 2 || resp.StatusCode != 200 || string(b) != "upstream=app path=/x" {
+		t.Fatalf("HTTP/2 over mutual TLS: %s %d %q", resp.Proto, resp.StatusCode, b)
+	}
 	// The app's calls are filed under the workload's service, with the
 	// client's identity when it gave one.
-	resp, err := http.Get("http://" + serveAdmin(t, g, lg) + "/v1/calls?service=shop/orders")
+	resp, err = http.Get("http://" + serveAdmin(t, g, lg) + "/v1/calls?service=shop/orders")
 	if err != nil {
 		t.Fatal(err)
 	}
