@@ -166,15 +166,9 @@ func runGateway(ctx context.Context, f gatewayFlags) error {
 	// return stops those already running.
 	lc := newLifecycle(log)
 	defer lc.stop() // on an early return; the shutdown below stops everything otherwise
-	var lg *calllog.Log
-	var rec gateway.Recorder
-	if !f.noRecords {
-		if lg, err = calllog.Open(calllog.Options{Dir: filepath.Join(f.data, "calls"), MaxAge: f.retainAge,
-			MaxBytes: f.retainBytes, Logger: log.With("component", "calllog")}); err != nil {
-			return err
-		}
-		lc.add("call log", lg.Close) // its error is the gateway's
-		rec = lg
+	lg, rec, err := openCallLog(lc, f.noRecords, f.data, f.retainAge, f.retainBytes, log)
+	if err != nil {
+		return err
 	}
 	tracing, err := startTracing(f, lc, log.With("component", "tracing"))
 	if err != nil {
@@ -187,16 +181,6 @@ func runGateway(ctx context.Context, f gatewayFlags) error {
 	tlsCfg, err := clientTLS(f.caFile, f.certFile, f.keyFile)
 	if err != nil {
 		return err
-	}
-	creds := insecure.NewCredentials()
-	if tlsCfg != nil {
-		creds = credentials.NewTLS(tlsCfg)
-	}
-	dialOpts := []grpc.DialOption{grpc.WithTransportCredentials(creds),
-		// gRPC servers refuse pings more often than every 5 minutes by default.
-		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 5 * time.Minute, Timeout: 20 * time.Second})}
-	if f.token != "" {
-		dialOpts = append(dialOpts, grpc.WithPerRPCCredentials(acl.BearerToken{Token: f.token, Insecure: tlsCfg == nil}))
 	}
 	var authorize gateway.AdminAuthorizer
 	if f.adminACL {
@@ -230,21 +214,11 @@ func runGateway(ctx context.Context, f gatewayFlags) error {
 			return keepGatewayIdentity(ctx, rc, g, f.identityNS, f.identitySA, dir, ilog)
 		})
 	}
-	conn, err := grpc.NewClient(f.xds, dialOpts...)
-	if err != nil {
-		return fmt.Errorf("--xds %q: %w", f.xds, err)
-	}
-	lc.add("xds connection", func() error { conn.Close(); return nil })
-	xc, err := xdsclient.New(conn, xdsclient.Options{
-		Node:    &core.Node{Id: f.node, Cluster: "sextant-gateway", UserAgentName: "sextant-gateway"},
-		Types:   gateway.XDSTypes(),
-		Handler: g,
-		Logger:  log.With("component", "xds"),
-	})
+	xc, err := proxyXDS(lc, f.xds, f.token, tlsCfg, g, gateway.XDSTypes(),
+		&core.Node{Id: f.node, Cluster: "sextant-gateway", UserAgentName: "sextant-gateway"}, log)
 	if err != nil {
 		return err
 	}
-	g.SetXDSStatus(xc.Status)
 
 	ln, err := net.Listen("tcp", f.listen)
 	if err != nil {
@@ -261,15 +235,7 @@ func runGateway(ctx context.Context, f gatewayFlags) error {
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	lc.serve("admin server", false, func() error { return asrv.Serve(aln) }, func() error { asrv.Close(); return nil })
 	lc.start("xds client", false, xc.Run)
-	lc.serve("proxy", true, func() error { return g.Serve(ln) }, func() error {
-		sctx, cancel := context.WithTimeout(context.Background(), f.drain)
-		defer cancel()
-		if err := g.Shutdown(sctx); err != nil {
-			log.Warn("drain incomplete", "err", err)
-		}
-		ln.Close() // Shutdown closes it only once Serve has begun
-		return nil
-	})
+	serveProxy(lc, "proxy", g, ln, f.drain, log)
 	for _, a := range f.tlsListen {
 		tln, err := net.Listen("tcp", a)
 		if err != nil {
@@ -489,4 +455,60 @@ func startTracing(f gatewayFlags, lc *lifecycle, log *slog.Logger) (*gateway.Tra
 	})
 	log.Info("tracing", "endpoint", f.tracingEndpoint, "protocol", f.tracingProtocol, "sampling_percent", f.tracingSampling)
 	return &gateway.Tracing{Sampler: sampler, Sink: exp, NodeID: f.node}, nil
+}
+
+// openCallLog opens the call log under data/calls and hands it to lc (its
+// error on close is the command's); nil and a nil Recorder with noRecords.
+func openCallLog(lc *lifecycle, noRecords bool, data string, age time.Duration, bytes int64, log *slog.Logger) (*calllog.Log, gateway.Recorder, error) {
+	if noRecords {
+		return nil, nil, nil
+	}
+	lg, err := calllog.Open(calllog.Options{Dir: filepath.Join(data, "calls"), MaxAge: age, MaxBytes: bytes,
+		Logger: log.With("component", "calllog")})
+	if err != nil {
+		return nil, nil, err
+	}
+	lc.add("call log", lg.Close)
+	return lg, lg, nil
+}
+
+// proxyXDS connects to the control plane at addr (TLS with tlsCfg, the
+// token as a bearer) and returns the xDS client feeding g, its connection
+// handed to lc; the caller starts it.
+func proxyXDS(lc *lifecycle, addr, token string, tlsCfg *tls.Config, g *gateway.Gateway, types []xdsclient.Type, node *core.Node, log *slog.Logger) (*xdsclient.Client, error) {
+	creds := insecure.NewCredentials()
+	if tlsCfg != nil {
+		creds = credentials.NewTLS(tlsCfg)
+	}
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds),
+		// gRPC servers refuse pings more often than every 5 minutes by default.
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 5 * time.Minute, Timeout: 20 * time.Second})}
+	if token != "" {
+		opts = append(opts, grpc.WithPerRPCCredentials(acl.BearerToken{Token: token, Insecure: tlsCfg == nil}))
+	}
+	conn, err := grpc.NewClient(addr, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("--xds %q: %w", addr, err)
+	}
+	lc.add("xds connection", func() error { conn.Close(); return nil })
+	xc, err := xdsclient.New(conn, xdsclient.Options{Node: node, Types: types, Handler: g, Logger: log.With("component", "xds")})
+	if err != nil {
+		return nil, err
+	}
+	g.SetXDSStatus(xc.Status)
+	return xc, nil
+}
+
+// serveProxy serves g's proxy listener on ln as an essential part of lc,
+// whose stop drains every listener of g (up to drain).
+func serveProxy(lc *lifecycle, name string, g *gateway.Gateway, ln net.Listener, drain time.Duration, log *slog.Logger) {
+	lc.serve(name, true, func() error { return g.Serve(ln) }, func() error {
+		sctx, cancel := context.WithTimeout(context.Background(), drain)
+		defer cancel()
+		if err := g.Shutdown(sctx); err != nil {
+			log.Warn("drain incomplete", "err", err)
+		}
+		ln.Close() // Shutdown closes it only once Serve has begun
+		return nil
+	})
 }

@@ -16,18 +16,11 @@ import (
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"github.com/spf13/cobra"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/keepalive"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/sextant-mesh/sextant/client"
-	"github.com/sextant-mesh/sextant/internal/acl"
 	"github.com/sextant-mesh/sextant/internal/browserguard"
-	"github.com/sextant-mesh/sextant/internal/calllog"
 	"github.com/sextant-mesh/sextant/internal/gateway"
-	"github.com/sextant-mesh/sextant/internal/gateway/xdsclient"
 )
 
 type sidecarFlags struct {
@@ -182,15 +175,9 @@ func runSidecar(ctx context.Context, f sidecarFlags) error {
 	port, _ := strconv.Atoi(outPort)
 	lc := newLifecycle(log)
 	defer lc.stop()
-	var lg *calllog.Log
-	var rec gateway.Recorder
-	if !f.noRecords {
-		if lg, err = calllog.Open(calllog.Options{Dir: filepath.Join(f.data, "calls"), MaxAge: f.retainAge,
-			MaxBytes: f.retainBytes, Logger: log.With("component", "calllog")}); err != nil {
-			return err
-		}
-		lc.add("call log", lg.Close)
-		rec = lg
+	lg, rec, err := openCallLog(lc, f.noRecords, f.data, f.retainAge, f.retainBytes, log)
+	if err != nil {
+		return err
 	}
 	meshAddr := net.JoinHostPort(in.Host, strconv.Itoa(in.Port))
 	g := gateway.New(gateway.Options{Listener: gateway.ProxyListener, ListenPort: uint32(port), Recorder: rec,
@@ -216,33 +203,14 @@ func runSidecar(ctx context.Context, f sidecarFlags) error {
 		return keepGatewayIdentity(ctx, rc, g, f.namespace, f.serviceAccount, dir, ilog)
 	})
 
-	creds := insecure.NewCredentials()
-	if tlsCfg != nil {
-		creds = credentials.NewTLS(tlsCfg)
-	}
-	dialOpts := []grpc.DialOption{grpc.WithTransportCredentials(creds),
-		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 5 * time.Minute, Timeout: 20 * time.Second})}
-	if f.token != "" {
-		dialOpts = append(dialOpts, grpc.WithPerRPCCredentials(acl.BearerToken{Token: f.token, Insecure: tlsCfg == nil}))
-	}
-	conn, err := grpc.NewClient(f.xds, dialOpts...)
-	if err != nil {
-		return fmt.Errorf("--xds %q: %w", f.xds, err)
-	}
-	lc.add("xds connection", func() error { conn.Close(); return nil })
-	// The namespace resolves short hosts (orders) and the workload's
-	// policies; the user agent keeps the node off Envoy's variants.
+	// The namespace resolves the workload's policies; the user agent keeps
+	// the node off Envoy's variants.
 	md, _ := structpb.NewStruct(map[string]any{"NAMESPACE": f.namespace, "SERVICE_ACCOUNT": f.serviceAccount})
-	xc, err := xdsclient.New(conn, xdsclient.Options{
-		Node:    &core.Node{Id: f.node, Cluster: f.namespace + "/" + f.serviceName, UserAgentName: "sextant-sidecar", Metadata: md},
-		Types:   gateway.SidecarXDSTypes(meshAddr),
-		Handler: g,
-		Logger:  log.With("component", "xds"),
-	})
+	xc, err := proxyXDS(lc, f.xds, f.token, tlsCfg, g, gateway.SidecarXDSTypes(meshAddr),
+		&core.Node{Id: f.node, Cluster: f.namespace + "/" + f.serviceName, UserAgentName: "sextant-sidecar", Metadata: md}, log)
 	if err != nil {
 		return err
 	}
-	g.SetXDSStatus(xc.Status)
 
 	ln, err := net.Listen("tcp", f.outbound)
 	if err != nil {
@@ -267,15 +235,7 @@ func runSidecar(ctx context.Context, f sidecarFlags) error {
 		ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	lc.serve("admin server", false, func() error { return asrv.Serve(aln) }, func() error { asrv.Close(); return nil })
 	lc.start("xds client", false, xc.Run)
-	lc.serve("outbound proxy", true, func() error { return g.Serve(ln) }, func() error {
-		sctx, cancel := context.WithTimeout(context.Background(), f.drain)
-		defer cancel()
-		if err := g.Shutdown(sctx); err != nil {
-			log.Warn("drain incomplete", "err", err)
-		}
-		ln.Close()
-		return nil
-	})
+	serveProxy(lc, "outbound proxy", g, ln, f.drain, log)
 	// g.Shutdown (above) drains the inbound server and the service ports
 	// too; their stops, run first, close their listeners.
 	lc.serve("inbound proxy", true, func() error { return g.ServeInbound(mln) }, func() error { mln.Close(); return nil })
