@@ -332,14 +332,18 @@ func registerGateway(ctx context.Context, f gatewayFlags, admin, proxy string, l
 	}
 	in := client.Instance{Service: f.service, Host: host, Port: port, Protocol: "http", TTLSeconds: 10,
 		Metadata: map[string]string{"sextant.role": "gateway", "sextant.admin": admin, "sextant.node": f.node}}
-	return keepRegistered(ctx, c, in, f.registry, log), nil
+	return keepRegistered(ctx, c, in, f.registry, nil, log), nil
 }
 
 // keepRegistered registers in (retried every second while the registry
-// cannot be reached) and keeps it alive with heartbeats, registering it
-// again when the registry lost it, until the returned function stops and
-// deregisters it.
-func keepRegistered(ctx context.Context, c *client.Client, in client.Instance, registry string, log *slog.Logger) func() {
+// cannot be reached) and keeps it alive with heartbeats (one per half
+// TTL), registering it again when the registry lost it, until the
+// returned function stops and deregisters it. alive, when set, is asked
+// before each heartbeat: while it says no, none is sent, and the registry
+// turns the instance unhealthy after its TTLs (a sidecar whose app
+// stopped).
+func keepRegistered(ctx context.Context, c *client.Client, in client.Instance, registry string, alive func() bool, log *slog.Logger) func() {
+	every := max(in.TTLSeconds/2, 1)
 	register := func(ctx context.Context) (string, error) {
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
@@ -363,7 +367,7 @@ func keepRegistered(ctx context.Context, c *client.Client, in client.Instance, r
 		defer close(done)
 		t := time.NewTicker(time.Second)
 		defer t.Stop()
-		beat := 0
+		beat, down := 0, false
 		for {
 			select {
 			case <-hctx.Done():
@@ -376,8 +380,19 @@ func keepRegistered(ctx context.Context, c *client.Client, in client.Instance, r
 					beat++
 					continue
 				}
-				if beat++; beat%5 != 0 {
-					continue // a heartbeat every 5 s
+				if beat++; beat%every != 0 {
+					continue
+				}
+				if alive != nil && !alive() {
+					if !down {
+						log.Warn("the app does not accept connections: no heartbeats until it does (the instance turns unhealthy)")
+					}
+					down = true
+					continue
+				}
+				if down {
+					log.Info("the app accepts connections again: heartbeats resume")
+					down = false
 				}
 				if nf, err := c.Heartbeat(hctx, id); err != nil || len(nf) > 0 {
 					// Gone (registry restarted without it, or expired): register again.

@@ -39,6 +39,7 @@ type sidecarFlags struct {
 	noRecords              bool
 	adminPprof             bool
 	drain                  time.Duration
+	ttl                    time.Duration
 	logFormat, logLevel    string
 	retainAge              time.Duration
 	retainBytes            int64
@@ -100,6 +101,7 @@ then flushes the call log. See docs/sidecar.md.`,
 	fl.DurationVar(&f.retainAge, "retain", 7*24*time.Hour, "delete call records older than this")
 	fl.Int64Var(&f.retainBytes, "retain-bytes", 1<<30, "delete the oldest call records beyond this many bytes")
 	fl.DurationVar(&f.drain, "drain", 30*time.Second, "how long to wait for calls in flight on shutdown")
+	fl.DurationVar(&f.ttl, "ttl", 10*time.Second, "the instance's TTL: a heartbeat every half of it while the app accepts connections on --app-port; unhealthy after 3 TTLs without")
 	fl.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	fl.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	rootCmd.AddCommand(cmd)
@@ -146,8 +148,11 @@ func (f *sidecarFlags) check() (client.Instance, error) {
 			return in, err
 		}
 	}
+	if f.ttl < time.Second || f.ttl%time.Second != 0 {
+		return in, fmt.Errorf("--ttl %v: want whole seconds, at least 1s", f.ttl)
+	}
 	in = client.Instance{Namespace: ns, Service: name, Host: mesh.Addr().String(), Port: int(mesh.Port()), Protocol: "http",
-		TTLSeconds: 10, Metadata: map[string]string{}}
+		TTLSeconds: int(f.ttl / time.Second), Metadata: map[string]string{}}
 	for _, kv := range f.labels {
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok || k == "" {
@@ -253,7 +258,15 @@ func runSidecar(ctx context.Context, f sidecarFlags) error {
 
 	in.Metadata["sextant.role"] = "sidecar"
 	in.Metadata["sextant.admin"] = aln.Addr().String()
-	deregister := keepRegistered(ctx, rc, in, f.registry, log)
+	app := net.JoinHostPort(f.appHost, strconv.Itoa(f.appPort))
+	deregister := keepRegistered(ctx, rc, in, f.registry, func() bool {
+		c, err := net.DialTimeout("tcp", app, time.Second)
+		if err != nil {
+			return false
+		}
+		c.Close()
+		return true
+	}, log)
 	lc.add("registration", func() error { deregister(); return nil })
 	failure := lc.wait(ctx)
 	if failure != nil {

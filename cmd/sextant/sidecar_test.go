@@ -3,13 +3,14 @@ package main
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestSidecarFlagsRefused: each bad flag of sextant sidecar is refused
 // before anything starts, naming the flag and what is wrong.
 func TestSidecarFlagsRefused(t *testing.T) {
 	good := func() sidecarFlags {
-		return sidecarFlags{service: "shop/orders", appHost: "127.0.0.1", appPort: 8080, meshListen: "127.0.0.1:15006", outbound: "127.0.0.1:15001"}
+		return sidecarFlags{service: "shop/orders", appHost: "127.0.0.1", appPort: 8080, meshListen: "127.0.0.1:15006", outbound: "127.0.0.1:15001", ttl: 10 * time.Second}
 	}
 	for _, c := range []struct {
 		name, want string
@@ -25,6 +26,7 @@ func TestSidecarFlagsRefused(t *testing.T) {
 		{"label without =", `--label "app": want key=value`, func(f *sidecarFlags) { f.labels = []string{"app"} }},
 		{"outbound port without =", `--outbound-port "orders.shop": want NAME=PORT`, func(f *sidecarFlags) { f.servicePorts = []string{"orders.shop"} }},
 		{"outbound port not a port", `port "x": want 1 to 65535`, func(f *sidecarFlags) { f.servicePorts = []string{"orders.shop=x"} }},
+		{"TTL under a second", "--ttl 500ms: want whole seconds", func(f *sidecarFlags) { f.ttl = 500 * time.Millisecond }},
 		{"outbound port a URL", "is not a service's host name", func(f *sidecarFlags) { f.servicePorts = []string{"http://orders=9080"} }},
 	} {
 		f := good()
@@ -41,7 +43,7 @@ func TestSidecarFlagsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	if in.Namespace != "shop" || in.Service != "orders" || in.Host != "127.0.0.1" || in.Port != 15006 || in.Version != "v2" ||
-		in.Metadata["app"] != "orders" || f.serviceAccount != "orders" {
+		in.Metadata["app"] != "orders" || f.serviceAccount != "orders" || in.TTLSeconds != 10 {
 		t.Errorf("instance %+v, service account %q", in, f.serviceAccount)
 	}
 }

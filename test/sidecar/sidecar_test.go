@@ -195,10 +195,10 @@ func TestSidecarsPythonAndCurl(t *testing.T) {
 	}
 	m := startServer(t)
 	m.sextant(t, meshConfig, "config", "apply", "-f", "-")
-	port1, _ := startApp(t, python, "orders-v1")
+	port1, app1 := startApp(t, python, "orders-v1")
 	port2, app2 := startApp(t, python, "orders-v2")
-	v1 := m.startWorkload(t, "shop/orders", port1, []string{"app=orders", "version=v1"})
-	v2 := m.startWorkload(t, "shop/orders", port2, []string{"app=orders", "version=v2"})
+	v1 := m.startWorkload(t, "shop/orders", port1, []string{"app=orders", "version=v1"}, "--ttl", "1s")
+	v2 := m.startWorkload(t, "shop/orders", port2, []string{"app=orders", "version=v2"}, "--ttl", "1s")
 	ordersPort := freeAddr(t)
 	ordersPort = ordersPort[strings.LastIndexByte(ordersPort, ':')+1:]
 	web := m.startWorkload(t, "shop/web", "", []string{"app=web"}, "--outbound-port", "orders.shop="+ordersPort)
@@ -305,6 +305,30 @@ spec:
 			}
 			return false
 		})
+	})
+	t.Run("an app that stops turns its instance unhealthy", func(t *testing.T) {
+		// No heartbeat while the app refuses connections: the registry
+		// turns the instance unhealthy after 3 TTLs (1 s here).
+		status := func(mesh string) string {
+			for _, l := range strings.Split(m.sextant(t, "", "instances", "list", "--namespace", "shop", "--service", "orders"), "\n") {
+				if strings.Contains(l, mesh) {
+					for _, f := range strings.Fields(l) {
+						if f == "healthy" || f == "unhealthy" {
+							return f
+						}
+					}
+				}
+			}
+			return ""
+		}
+		if st := status(v1.mesh); st != "healthy" {
+			t.Fatalf("orders-v1 before its app stops: %q", st)
+		}
+		app1.stop()
+		waitTrue(t, 15*time.Second, "orders-v1 unhealthy", func() bool { return status(v1.mesh) == "unhealthy" })
+		if st := status(v2.mesh); st != "healthy" {
+			t.Fatalf("orders-v2, whose app runs: %q", st)
+		}
 	})
 	t.Run("SIGTERM drains and deregisters", func(t *testing.T) {
 		var wg sync.WaitGroup
