@@ -60,6 +60,14 @@ reused, upstream keep-alive) and the gateway (a cluster with an
 UpstreamTlsContext, the CA by SDS) in front of one Go HTTPS upstream, TLS 1.3
 AES-128-GCM, and drives each in plaintext with wrk in alternating rounds.
 
+Scenario "sidecar" measures the latency a pair of sidecars adds over the
+direct call at a fixed rate (--latency-rate, default 1000/s; --connections
+default 16; --latency-duration per run): Sextant's pair (a sextant server,
+two "sextant sidecar" processes, mutual TLS by DestinationRule ISTIO_MUTUAL
+and PeerAuthentication STRICT) and nginx as the same pair of TLS proxies
+(mutual TLS verified on both ends), with each side's CPU per call and RSS
+idle and under the load.
+
 Scenario "config" publishes --updates route changes through go-control-plane's
 ADS server and times each until the new route serves.
 
@@ -74,7 +82,8 @@ Everything shares this machine's cores: compare figures within one run.`,
   sextant bench gateway --scenario race
   sextant bench gateway --scenario tls --duration 10s --rounds 3
   sextant bench gateway --scenario stream --body-size 268435456
-  sextant bench gateway --scenario upstream-tls --duration 5s --rounds 3`,
+  sextant bench gateway --scenario upstream-tls --duration 5s --rounds 3
+  sextant bench gateway --scenario sidecar --latency-rate 1000 --latency-duration 5s --rounds 3`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			enc := json.NewEncoder(cmd.OutOrStdout())
@@ -101,6 +110,20 @@ Everything shares this machine's cores: compare figures within one run.`,
 				}
 				cfg.Binary, cfg.Progress = bin, cmd.ErrOrStderr()
 				res, err := benchgw.RunUpstreamTLS(cmd.Context(), cfg)
+				if err != nil {
+					return err
+				}
+				return enc.Encode(res)
+			case "sidecar":
+				bin, err := os.Executable()
+				if err != nil {
+					return err
+				}
+				cfg.Binary, cfg.Progress = bin, cmd.ErrOrStderr()
+				if !cmd.Flags().Changed("connections") {
+					cfg.Connections = 16
+				}
+				res, err := benchgw.RunSidecar(cmd.Context(), cfg)
 				if err != nil {
 					return err
 				}
@@ -171,11 +194,11 @@ Everything shares this machine's cores: compare figures within one run.`,
 				}
 				return enc.Encode(out)
 			}
-			return fmt.Errorf("unknown --scenario %q: throughput, stream, tls, upstream-tls, race or config", scenario)
+			return fmt.Errorf("unknown --scenario %q: throughput, stream, tls, upstream-tls, sidecar, race or config", scenario)
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&scenario, "scenario", "throughput", "throughput, stream, tls, upstream-tls, race or config")
+	fl.StringVar(&scenario, "scenario", "throughput", "throughput, stream, tls, upstream-tls, sidecar, race or config")
 	fl.IntVar(&tlsCfg.H2Clients, "h2-clients", 4, "tls: h2load connections")
 	fl.IntVar(&tlsCfg.H2Streams, "h2-streams", 100, "tls: h2load concurrent streams per connection")
 	fl.StringVar(&tlsCfg.ProfileDir, "profile-dir", "", "tls: write a CPU profile of the gateway during each of its runs here")

@@ -166,15 +166,9 @@ func runGateway(ctx context.Context, f gatewayFlags) error {
 	// return stops those already running.
 	lc := newLifecycle(log)
 	defer lc.stop() // on an early return; the shutdown below stops everything otherwise
-	var lg *calllog.Log
-	var rec gateway.Recorder
-	if !f.noRecords {
-		if lg, err = calllog.Open(calllog.Options{Dir: filepath.Join(f.data, "calls"), MaxAge: f.retainAge,
-			MaxBytes: f.retainBytes, Logger: log.With("component", "calllog")}); err != nil {
-			return err
-		}
-		lc.add("call log", lg.Close) // its error is the gateway's
-		rec = lg
+	lg, rec, err := openCallLog(lc, f.noRecords, f.data, f.retainAge, f.retainBytes, log)
+	if err != nil {
+		return err
 	}
 	tracing, err := startTracing(f, lc, log.With("component", "tracing"))
 	if err != nil {
@@ -187,16 +181,6 @@ func runGateway(ctx context.Context, f gatewayFlags) error {
 	tlsCfg, err := clientTLS(f.caFile, f.certFile, f.keyFile)
 	if err != nil {
 		return err
-	}
-	creds := insecure.NewCredentials()
-	if tlsCfg != nil {
-		creds = credentials.NewTLS(tlsCfg)
-	}
-	dialOpts := []grpc.DialOption{grpc.WithTransportCredentials(creds),
-		// gRPC servers refuse pings more often than every 5 minutes by default.
-		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 5 * time.Minute, Timeout: 20 * time.Second})}
-	if f.token != "" {
-		dialOpts = append(dialOpts, grpc.WithPerRPCCredentials(acl.BearerToken{Token: f.token, Insecure: tlsCfg == nil}))
 	}
 	var authorize gateway.AdminAuthorizer
 	if f.adminACL {
@@ -226,23 +210,15 @@ func runGateway(ctx context.Context, f gatewayFlags) error {
 		}
 		dir := filepath.Join(f.data, "identity")
 		ilog := log.With("component", "identity")
-		lc.start("identity", false, func(ctx context.Context) error { return keepGatewayIdentity(ctx, rc, g, f, dir, ilog) })
+		lc.start("identity", false, func(ctx context.Context) error {
+			return keepGatewayIdentity(ctx, rc, g, f.identityNS, f.identitySA, dir, ilog)
+		})
 	}
-	conn, err := grpc.NewClient(f.xds, dialOpts...)
-	if err != nil {
-		return fmt.Errorf("--xds %q: %w", f.xds, err)
-	}
-	lc.add("xds connection", func() error { conn.Close(); return nil })
-	xc, err := xdsclient.New(conn, xdsclient.Options{
-		Node:    &core.Node{Id: f.node, Cluster: "sextant-gateway", UserAgentName: "sextant-gateway"},
-		Types:   gateway.XDSTypes(),
-		Handler: g,
-		Logger:  log.With("component", "xds"),
-	})
+	xc, err := proxyXDS(lc, f.xds, f.token, tlsCfg, g, gateway.XDSTypes(),
+		&core.Node{Id: f.node, Cluster: "sextant-gateway", UserAgentName: "sextant-gateway"}, log)
 	if err != nil {
 		return err
 	}
-	g.SetXDSStatus(xc.Status)
 
 	ln, err := net.Listen("tcp", f.listen)
 	if err != nil {
@@ -259,15 +235,7 @@ func runGateway(ctx context.Context, f gatewayFlags) error {
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	lc.serve("admin server", false, func() error { return asrv.Serve(aln) }, func() error { asrv.Close(); return nil })
 	lc.start("xds client", false, xc.Run)
-	lc.serve("proxy", true, func() error { return g.Serve(ln) }, func() error {
-		sctx, cancel := context.WithTimeout(context.Background(), f.drain)
-		defer cancel()
-		if err := g.Shutdown(sctx); err != nil {
-			log.Warn("drain incomplete", "err", err)
-		}
-		ln.Close() // Shutdown closes it only once Serve has begun
-		return nil
-	})
+	serveProxy(lc, "proxy", g, ln, f.drain, log)
 	for _, a := range f.tlsListen {
 		tln, err := net.Listen("tcp", a)
 		if err != nil {
@@ -306,10 +274,10 @@ func runGateway(ctx context.Context, f gatewayFlags) error {
 // "sextant identity agent" does: a new certificate at half its lifetime and
 // when the authority's roots change; the key made here, kept in dir) until
 // ctx ends, retrying with backoff while the server cannot give one.
-func keepGatewayIdentity(ctx context.Context, rc *client.Client, g *gateway.Gateway, f gatewayFlags, dir string, log *slog.Logger) error {
+func keepGatewayIdentity(ctx context.Context, rc *client.Client, g *gateway.Gateway, ns, sa, dir string, log *slog.Logger) error {
 	backoff := time.Second
 	for {
-		err := rc.KeepIdentity(ctx, f.identityNS, f.identitySA, dir, 0, 0, func(c client.Certificate) {
+		err := rc.KeepIdentity(ctx, ns, sa, dir, 0, 0, func(c client.Certificate) {
 			if err := g.SetIdentity([]byte(c.CertificateChain), []byte(c.KeyPEM), []byte(c.Bundle)); err != nil {
 				log.Error("identity not applied", "err", err)
 				return
@@ -364,6 +332,18 @@ func registerGateway(ctx context.Context, f gatewayFlags, admin, proxy string, l
 	}
 	in := client.Instance{Service: f.service, Host: host, Port: port, Protocol: "http", TTLSeconds: 10,
 		Metadata: map[string]string{"sextant.role": "gateway", "sextant.admin": admin, "sextant.node": f.node}}
+	return keepRegistered(ctx, c, in, f.registry, nil, log), nil
+}
+
+// keepRegistered registers in (retried every second while the registry
+// cannot be reached) and keeps it alive with heartbeats (one per half
+// TTL), registering it again when the registry lost it, until the
+// returned function stops and deregisters it. alive, when set, is asked
+// before each heartbeat: while it says no, none is sent, and the registry
+// turns the instance unhealthy after its TTLs (a sidecar whose app
+// stopped).
+func keepRegistered(ctx context.Context, c *client.Client, in client.Instance, registry string, alive func() bool, log *slog.Logger) func() {
+	every := max(in.TTLSeconds/2, 1)
 	register := func(ctx context.Context) (string, error) {
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
@@ -371,7 +351,7 @@ func registerGateway(ctx context.Context, f gatewayFlags, admin, proxy string, l
 		if err != nil {
 			return "", err
 		}
-		log.Info("registered", "registry", f.registry, "service", f.service, "id", res.IDs[0])
+		log.Info("registered", "registry", registry, "service", in.Service, "namespace", in.Namespace, "id", res.IDs[0])
 		return res.IDs[0], nil
 	}
 	// A registry still starting (or unreachable) is retried every second
@@ -387,7 +367,7 @@ func registerGateway(ctx context.Context, f gatewayFlags, admin, proxy string, l
 		defer close(done)
 		t := time.NewTicker(time.Second)
 		defer t.Stop()
-		beat := 0
+		beat, down := 0, false
 		for {
 			select {
 			case <-hctx.Done():
@@ -400,8 +380,19 @@ func registerGateway(ctx context.Context, f gatewayFlags, admin, proxy string, l
 					beat++
 					continue
 				}
-				if beat++; beat%5 != 0 {
-					continue // a heartbeat every 5 s
+				if beat++; beat%every != 0 {
+					continue
+				}
+				if alive != nil && !alive() {
+					if !down {
+						log.Warn("the app does not accept connections: no heartbeats until it does (the instance turns unhealthy)")
+					}
+					down = true
+					continue
+				}
+				if down {
+					log.Info("the app accepts connections again: heartbeats resume")
+					down = false
 				}
 				if nf, err := c.Heartbeat(hctx, id); err != nil || len(nf) > 0 {
 					// Gone (registry restarted without it, or expired): register again.
@@ -423,7 +414,7 @@ func registerGateway(ctx context.Context, f gatewayFlags, admin, proxy string, l
 		if _, err := c.DeregisterOne(dctx, id); err != nil {
 			log.Warn("deregister failed", "err", err)
 		}
-	}, nil
+	}
 }
 
 // outboundHost is the local address this host sends from to reach the
@@ -479,4 +470,60 @@ func startTracing(f gatewayFlags, lc *lifecycle, log *slog.Logger) (*gateway.Tra
 	})
 	log.Info("tracing", "endpoint", f.tracingEndpoint, "protocol", f.tracingProtocol, "sampling_percent", f.tracingSampling)
 	return &gateway.Tracing{Sampler: sampler, Sink: exp, NodeID: f.node}, nil
+}
+
+// openCallLog opens the call log under data/calls and hands it to lc (its
+// error on close is the command's); nil and a nil Recorder with noRecords.
+func openCallLog(lc *lifecycle, noRecords bool, data string, age time.Duration, bytes int64, log *slog.Logger) (*calllog.Log, gateway.Recorder, error) {
+	if noRecords {
+		return nil, nil, nil
+	}
+	lg, err := calllog.Open(calllog.Options{Dir: filepath.Join(data, "calls"), MaxAge: age, MaxBytes: bytes,
+		Logger: log.With("component", "calllog")})
+	if err != nil {
+		return nil, nil, err
+	}
+	lc.add("call log", lg.Close)
+	return lg, lg, nil
+}
+
+// proxyXDS connects to the control plane at addr (TLS with tlsCfg, the
+// token as a bearer) and returns the xDS client feeding g, its connection
+// handed to lc; the caller starts it.
+func proxyXDS(lc *lifecycle, addr, token string, tlsCfg *tls.Config, g *gateway.Gateway, types []xdsclient.Type, node *core.Node, log *slog.Logger) (*xdsclient.Client, error) {
+	creds := insecure.NewCredentials()
+	if tlsCfg != nil {
+		creds = credentials.NewTLS(tlsCfg)
+	}
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds),
+		// gRPC servers refuse pings more often than every 5 minutes by default.
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 5 * time.Minute, Timeout: 20 * time.Second})}
+	if token != "" {
+		opts = append(opts, grpc.WithPerRPCCredentials(acl.BearerToken{Token: token, Insecure: tlsCfg == nil}))
+	}
+	conn, err := grpc.NewClient(addr, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("--xds %q: %w", addr, err)
+	}
+	lc.add("xds connection", func() error { conn.Close(); return nil })
+	xc, err := xdsclient.New(conn, xdsclient.Options{Node: node, Types: types, Handler: g, Logger: log.With("component", "xds")})
+	if err != nil {
+		return nil, err
+	}
+	g.SetXDSStatus(xc.Status)
+	return xc, nil
+}
+
+// serveProxy serves g's proxy listener on ln as an essential part of lc,
+// whose stop drains every listener of g (up to drain).
+func serveProxy(lc *lifecycle, name string, g *gateway.Gateway, ln net.Listener, drain time.Duration, log *slog.Logger) {
+	lc.serve(name, true, func() error { return g.Serve(ln) }, func() error {
+		sctx, cancel := context.WithTimeout(context.Background(), drain)
+		defer cancel()
+		if err := g.Shutdown(sctx); err != nil {
+			log.Warn("drain incomplete", "err", err)
+		}
+		ln.Close() // Shutdown closes it only once Serve has begun
+		return nil
+	})
 }

@@ -27,6 +27,7 @@ func TestRecordV2RoundTrip(t *testing.T) {
 	l.Record(r)
 	plain := rec("orders", base.Add(time.Millisecond), time.Millisecond, "10.0.0.1:80", 200)
 	plain.Method, plain.Path, plain.Port, plain.PeerIP = "GET", "/", 8080, netip.MustParseAddr("2001:db8::1")
+	plain.Upstream = "spiffe://td/ns/shop/sa/orders" // a sidecar's outbound call: the server's identity
 	l.Record(plain)
 	check := func(l *Log) {
 		t.Helper()
@@ -40,8 +41,12 @@ func TestRecordV2RoundTrip(t *testing.T) {
 			t.Fatalf("v2 call %+v", c)
 		}
 		c = calls[1]
-		if c.TraceID != "" || c.Principal != "" || c.Method != "GET" || c.Path != "/" || c.Port != 8080 || c.PeerIP != "2001:db8::1" || c.TLS || c.PeerCert {
+		if c.TraceID != "" || c.Principal != "" || c.Method != "GET" || c.Path != "/" || c.Port != 8080 || c.PeerIP != "2001:db8::1" || c.TLS || c.PeerCert ||
+			c.UpstreamPrincipal != plain.Upstream {
 			t.Fatalf("plaintext call %+v", c)
+		}
+		if calls[0].UpstreamPrincipal != "" {
+			t.Fatalf("no upstream identity recorded, one read: %+v", calls[0])
 		}
 	}
 	if err := l.Flush(); err != nil {

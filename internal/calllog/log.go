@@ -428,7 +428,7 @@ func (l *Log) put(p *partition, w *callstore.Writer, r Record) error {
 		return err
 	}
 	q := request{detail: r.Detail, principal: r.Principal, subject: r.Subject, method: r.Method, path: r.Path,
-		host: r.Host, port: r.Port, peer: r.PeerIP, conn: r.Conn}
+		host: r.Host, port: r.Port, peer: r.PeerIP, conn: r.Conn, upstream: r.Upstream}
 	if b.detail, err = p.requestID(&q, l.opts.DictLimit); err != nil {
 		return err
 	}

@@ -69,6 +69,9 @@ type Call struct {
 	// value the partition's dictionary had no room for (Options.DictLimit):
 	// unknown, not empty.
 	NotKept []string `json:"not_kept,omitempty"`
+	// UpstreamPrincipal is the endpoint certificate's first URI SAN (the
+	// server's SPIFFE ID) of a call sent over TLS; "" otherwise.
+	UpstreamPrincipal string `json:"upstream_principal,omitempty"`
 	// TraceID is the call's trace (32 hex digits) when the gateway exported
 	// its span (layout v3); "" otherwise.
 	TraceID string `json:"trace_id,omitempty"`
@@ -91,6 +94,7 @@ func (c *Call) fill(b *body, d *dict) {
 		return
 	}
 	c.Detail, c.Principal, c.Subject, c.Method, c.Path, c.Host = q.detail, q.principal, q.subject, q.method, q.path, q.host
+	c.UpstreamPrincipal = q.upstream
 	c.Port = int(q.port)
 	if q.peer.IsValid() {
 		c.PeerIP = q.peer.String()

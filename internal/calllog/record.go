@@ -58,6 +58,10 @@ type Record struct {
 	Port      uint16 // the local port the call came in on (the listener's)
 	PeerIP    netip.Addr
 	Conn      ConnFlags
+	// Upstream is the endpoint's certificate's first URI SAN (a SPIFFE ID)
+	// when the call went over TLS to it (a sidecar's outbound call: the
+	// server's identity); "" for none. Kept as Principal is.
+	Upstream string
 
 	// TraceID is the call's trace when the gateway exported its span
 	// (docs/tracing.md); zero: none.
@@ -210,6 +214,7 @@ func decodeBody(in *[callstore.BodySize]byte) body {
 // mask); the detail, port and connection flags are always kept.
 type request struct {
 	detail, principal, subject string
+	upstream                   string // an 11th field, after the mask: absent in older records
 	method, path, host         string
 	port                       uint16
 	peer                       netip.Addr
@@ -267,7 +272,17 @@ func (q *request) encode(b []byte) []byte {
 	b = append(b, 0)
 	b = strconv.AppendUint(b, uint64(q.conn), 10)
 	b = append(b, 0)
-	return strconv.AppendUint(b, uint64(q.dropped), 10)
+	// upstream is encoded (and so dropped) with principal, its mirror.
+	up := q.upstream
+	if strings.IndexByte(up, 0) >= 0 {
+		up = ""
+		q.dropped |= dropPrincipal
+	}
+	b = strconv.AppendUint(b, uint64(q.dropped), 10)
+	if up != "" {
+		b = append(append(b, 0), up...)
+	}
+	return b
 }
 
 // drop removes the fields of m that have a value, and says so in the mask.
@@ -275,7 +290,7 @@ func (q *request) drop(m dropMask) {
 	for _, f := range []struct {
 		bit dropMask
 		s   *string
-	}{{dropPath, &q.path}, {dropPrincipal, &q.principal}, {dropSubject, &q.subject}, {dropHost, &q.host}, {dropMethod, &q.method}} {
+	}{{dropPath, &q.path}, {dropPrincipal, &q.principal}, {dropPrincipal, &q.upstream}, {dropSubject, &q.subject}, {dropHost, &q.host}, {dropMethod, &q.method}} {
 		if m&f.bit != 0 && *f.s != "" {
 			*f.s = ""
 			q.dropped |= f.bit
@@ -290,7 +305,7 @@ func (q *request) drop(m dropMask) {
 // parseRequest reads a request's dictionary string; false if it is not one.
 func parseRequest(s string) (request, bool) {
 	f := strings.Split(s, "\x00")
-	if len(f) != 10 {
+	if len(f) != 10 && len(f) != 11 {
 		return request{}, false
 	}
 	port, err1 := strconv.ParseUint(f[6], 10, 16)
@@ -303,6 +318,9 @@ func parseRequest(s string) (request, bool) {
 		port: uint16(port), conn: ConnFlags(conn), dropped: dropMask(dropped)}
 	if f[7] != "" {
 		q.peer, _ = netip.ParseAddr(f[7])
+	}
+	if len(f) == 11 {
+		q.upstream = f[10]
 	}
 	return q, true
 }

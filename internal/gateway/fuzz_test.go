@@ -3,6 +3,7 @@
 package gateway
 
 import (
+	"net/netip"
 	"testing"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+	security "istio.io/api/security/v1beta1"
 
 	"github.com/sextant-mesh/sextant/internal/config"
 	"github.com/sextant-mesh/sextant/internal/naming"
@@ -53,6 +55,13 @@ func fuzzSeeds(t testing.TB) [][]byte {
 	vh := xds.VirtualHost("orders", []string{"*"}, svc, nil, func(config.Destination) (string, bool) { return "default/orders/v1", true }, nil)
 	msgs = append(msgs, xds.RouteConfiguration("default/orders", vh),
 		xds.Cluster("default/orders/v1", config.Policy{LoadBalancer: config.PolicyLeastRequest}))
+	// A sidecar's inbound listener in each PeerAuthentication mode (mixed
+	// TLS and plaintext chains, non_forwarding_action: inbound.go).
+	ap := netip.MustParseAddrPort("10.0.0.5:15006")
+	for _, mode := range []security.PeerAuthentication_MutualTLS_Mode{security.PeerAuthentication_MutualTLS_STRICT,
+		security.PeerAuthentication_MutualTLS_PERMISSIVE, security.PeerAuthentication_MutualTLS_DISABLE} {
+		msgs = append(msgs, xds.ServerListener(InboundListenerName(ap.String()), ap, mode, nil))
+	}
 	var out [][]byte
 	for _, m := range msgs {
 		b, err := proto.Marshal(m)

@@ -69,6 +69,9 @@ type Options struct {
 	IstioMaxSeries int
 	// Tracing turns on spans (tracing.go); nil: off.
 	Tracing *Tracing
+	// Inbound makes the gateway a sidecar's too: ServeInbound serves the
+	// workload's inbound listener and forwards to its app (inbound.go).
+	Inbound *Inbound
 }
 
 // Gateway is the proxy. Update is called by the xDS client's goroutine;
@@ -101,8 +104,14 @@ type Gateway struct {
 	srv   *fasthttp.Server
 	h2    *http.Server
 	ln    net.Listener
-	// tlsServers are ServeTLS's, one per TLS listener.
+	// tlsServers are ServeTLS's, one per TLS listener, ServeInbound's and
+	// ServeService's.
 	tlsServers []servers
+
+	// inboundPort and inboundCluster are Options.Inbound's (inbound.go).
+	inboundPort    uint32
+	inboundCluster *clusterSpec
+	inboundErr     error // Options.Inbound's fault, returned by ServeInbound
 
 	tunnels tunnels // upgraded connections (upgrade.go)
 	mirrors mirrors // mirrored copies in flight (filter_mirror.go)
@@ -128,6 +137,9 @@ func New(opts Options) *Gateway {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	g := &Gateway{opts: opts, log: opts.Logger, rec: opts.Recorder, metrics: newMetrics(), clusters: map[string]*clusterRT{}}
+	if opts.Inbound != nil {
+		g.inboundPort, g.inboundCluster, g.inboundErr = opts.Inbound.compile()
+	}
 	if opts.IstioMetrics {
 		im := newIstioMetrics(opts.Recorder, opts.IstioReporters, opts.IstioMaxSeries)
 		g.metrics.reg.MustRegister(im)
@@ -187,6 +199,7 @@ func (g *Gateway) Update(s xdsclient.State) (map[string][]string, error) {
 			}
 		}
 	}()
+	s = g.withInboundCluster(s)
 	unsupported := map[string]string{}
 	var retire []*clusterRT
 	var eds []string
@@ -318,7 +331,7 @@ func (g *Gateway) chooseListener(all map[string]any) (*listenerSpec, error) {
 	// TLS listeners are served by ServeTLS on their ports, never in plaintext.
 	m := make(map[string]any, len(all))
 	for n, v := range all {
-		if !v.(*listenerSpec).tls {
+		if !v.(*listenerSpec).tls && !isInboundListener(n) {
 			m[n] = v
 		}
 	}

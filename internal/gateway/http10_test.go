@@ -1,9 +1,11 @@
 package gateway_test
 
 import (
+	"bufio"
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 )
@@ -47,6 +49,58 @@ func TestHTTP10AnswerWithoutLength(t *testing.T) {
 		resp.Body.Close()
 		if err != nil || resp.StatusCode != 400 || string(b) != "Client sent an HTTP request to an HTTPS server.\n" || resp.Header.Get("X-Up") != "raw" {
 			t.Fatalf("call %d: %d %q %v %v", i, resp.StatusCode, b, err, resp.Header)
+		}
+	}
+}
+
+// TestHTTP10AnswerGoesOutAsHTTP11: an HTTP/1.0 upstream (Python's
+// http.server) answered with a length: the client gets HTTP/1.1 and keeps
+// its connection, so a sidecar's client side keeps its TLS connection to
+// the server's side instead of a handshake per call.
+func TestHTTP10AnswerGoesOutAsHTTP11(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				buf := make([]byte, 4096)
+				_, _ = c.Read(buf)
+				_, _ = c.Write([]byte("HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok"))
+			}()
+		}
+	}()
+	tcp := ln.Addr().(*net.TCPAddr)
+	u := &upstream{name: "raw", addr: ln.Addr().String(), host: tcp.IP.String(), port: uint32(tcp.Port)}
+	cp := startControlPlane(t, "")
+	cp.set(rdsListener("gw", "r"), routeConfig("r", vhost("all", []string{"*"}, prefixRoute("/", "a"))), edsCluster("a"), assignment("a", ep{u: u}))
+	g := startGateway(t, cp.addr)
+	g.waitEndpoints(t, 1)
+	c, err := net.Dial("tcp", strings.TrimPrefix(g.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	br := bufio.NewReader(c)
+	for i := range 3 { // one connection
+		if _, err := c.Write([]byte("GET / HTTP/1.1\r\nHost: a.test\r\n\r\n")); err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.Proto != "HTTP/1.1" || resp.Close || string(b) != "ok" {
+			t.Fatalf("call %d: %s close=%v %q", i, resp.Proto, resp.Close, b)
 		}
 	}
 }

@@ -68,7 +68,7 @@ func (g *Gateway) refreshUpstreamTLS(clusters map[string]*clusterRT) {
 // identity as such.
 func secretLabel(n string) string {
 	if c, ok := strings.CutPrefix(n, providerPrefix); ok {
-		return fmt.Sprintf("the gateway's identity (%s) not set (run it with --identity-namespace and --identity-service-account)", c)
+		return fmt.Sprintf("the gateway's identity (%s) not set (sextant gateway: run it with --identity-namespace and --identity-service-account; sextant sidecar: not yet received from --registry)", c)
 	}
 	return fmt.Sprintf("secret %q not received", n)
 }
@@ -135,6 +135,6 @@ func (l *tlsListenerRT) withSecrets(secrets map[string]any) *tlsListenerRT {
 	for k, c := range l.wild {
 		n.wild[k] = re(c)
 	}
-	n.any, n.def = re(l.any), re(l.def)
+	n.any, n.def, n.plain = re(l.any), re(l.def), l.plain
 	return n
 }

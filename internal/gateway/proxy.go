@@ -54,6 +54,8 @@ const (
 
 // hopHeaders are removed in both directions (RFC 9110 7.6.1), with the
 // names a Connection header lists.
+var http11 = []byte("HTTP/1.1")
+
 var hopHeaders = []string{"Keep-Alive", "Proxy-Connection", "Proxy-Authenticate", "Proxy-Authorization", "Te", "Trailer", "Upgrade"}
 
 // serve is the data path: route, pick, forward with retries, record.
@@ -429,8 +431,15 @@ func (g *Gateway) answer(ctx *fasthttp.RequestCtx, k *call) {
 		k.status = code
 	} else {
 		// Dropping Connection keeps the downstream connection open
-		// whatever the upstream said.
+		// whatever the upstream said, and the answer goes out in the
+		// downstream's HTTP/1.1 whatever version the upstream spoke (as
+		// Envoy's codec does): an HTTP/1.0 status line would make the
+		// client close its connection after every call (for a sidecar's
+		// client, a TLS handshake per call).
 		dropHopHeaders(&resp.Header)
+		if !resp.Header.IsHTTP11() {
+			resp.Header.SetProtocol(http11)
+		}
 		resp.Header.Set("Via", viaValue)
 		k.reason = ""
 		k.filters.response(ctx, fastHeader{&resp.Header}, k.dest)

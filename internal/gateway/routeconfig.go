@@ -320,6 +320,10 @@ func decodeRoute(r *route.Route, path string, vhRetry retrySpec) (*routeSpec, er
 		}
 		rd.requestPort = redirectKeepsPort(r)
 		rs.redirect = rd
+	case *route.Route_NonForwardingAction:
+		// A workload's inbound route (the server's own handlers): to the
+		// app beside a sidecar (inbound.go), or answered 503 elsewhere.
+		rs.clusters = []clusterWeight{{name: InboundCluster, weight: 1}}
 	case *route.Route_DirectResponse:
 		rs.direct = &directSpec{status: int(a.DirectResponse.GetStatus()), body: a.DirectResponse.GetBody().GetInlineString()}
 		if b := a.DirectResponse.GetBody().GetInlineBytes(); b != nil {
@@ -329,7 +333,7 @@ func decodeRoute(r *route.Route, path string, vhRetry retrySpec) (*routeSpec, er
 			return nil, fieldErr(path+".direct_response.status", "%d not in [200, 599]", rs.direct.status)
 		}
 	default:
-		return nil, fieldErr(path, "action %T: %v (route, redirect, direct_response)", a, errUnsupported)
+		return nil, fieldErr(path, "action %T: %v (route, redirect, direct_response, non_forwarding_action)", a, errUnsupported)
 	}
 	var err error
 	if rs.filters, err = buildFilters(r, path); err != nil {

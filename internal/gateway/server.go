@@ -20,15 +20,21 @@ var h2Preface = []byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
 // and h2c (prior knowledge) through net/http, told apart by the first bytes
 // of each connection. It returns nil after Shutdown.
 func (g *Gateway) Serve(ln net.Listener) error {
+	return g.servePlain(ln, g.serve, g.serveH2, func(s servers) { g.srv, g.h2, g.ln = s.fast, s.h2, s.ln })
+}
+
+// servePlain serves HTTP/1.1 (fast) and h2c (h2) on ln, told apart by the
+// first bytes of each connection, until Shutdown; keep hands the servers
+// to Shutdown (under srvMu).
+func (g *Gateway) servePlain(ln net.Listener, fast fasthttp.RequestHandler, h2h http.HandlerFunc, keep func(servers)) error {
 	fastLn := newConnListener(ln.Addr())
 	h2Ln := newConnListener(ln.Addr())
 	var p http.Protocols
 	p.SetUnencryptedHTTP2(true)
-	srv := g.newFastServer(g.serve)
-	h2 := g.newH2Server(g.serveH2, &p)
+	srv := g.newFastServer(fast)
+	h2 := g.newH2Server(h2h, &p)
 	g.srvMu.Lock()
-	g.srv, g.h2 = srv, h2
-	g.ln = ln
+	keep(servers{fast: srv, h2: h2, ln: ln})
 	g.srvMu.Unlock()
 
 	var wg sync.WaitGroup

@@ -335,6 +335,7 @@ func (g *Gateway) recordCall(k *call, r *routeRT, mdKey string, start time.Time,
 		Port:       k.src.port,
 		PeerIP:     k.src.peer,
 		Conn:       k.src.conn,
+		Upstream:   c.tls.peer(k.endpoint),
 		TraceID:    k.tr.traceID(),
 	})
 }

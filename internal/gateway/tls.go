@@ -33,6 +33,7 @@ type tlsListenerRT struct {
 	wild        map[string]*tlsChainRT // "*.example.com" under "example.com"
 	any         *tlsChainRT            // a chain with no server_names
 	def         *tlsChainRT            // default_filter_chain
+	plain       *tlsChainRT            // an inbound listener's plaintext chain (inbound.go)
 }
 
 // tlsChainRT is one filter chain: its handshake config and routing table.
@@ -96,6 +97,7 @@ func (l *tlsListenerRT) chains() []*tlsChainRT {
 	}
 	add(l.any)
 	add(l.def)
+	add(l.plain)
 	return out
 }
 
@@ -103,16 +105,19 @@ func (l *tlsListenerRT) chains() []*tlsChainRT {
 // from an xDS state and the clusters of the update, and adds the route
 // configs and secrets they name to want.
 func (g *Gateway) buildTLS(s xdsclient.State, clusters map[string]*clusterRT, want map[string][]string) (tlsState, error) {
-	if len(g.opts.TLSListenPorts) == 0 {
+	if len(g.opts.TLSListenPorts) == 0 && g.opts.Inbound == nil {
 		return nil, nil
 	}
 	out := tlsState{}
 	waits := map[string]string{}
+	if g.opts.Inbound != nil {
+		out[g.inboundPort] = g.buildInbound(s, clusters, want, waits)
+	}
 	for _, port := range g.opts.TLSListenPorts {
 		var ls *listenerSpec
 		for _, v := range s[ListenerType] {
 			l := v.(*listenerSpec)
-			if !l.tls || l.port != port {
+			if !l.tls || l.port != port || isInboundListener(l.name) {
 				continue
 			}
 			if ls != nil {
@@ -132,36 +137,50 @@ func (g *Gateway) buildTLS(s xdsclient.State, clusters map[string]*clusterRT, wa
 				rt.add(cs, c)
 				continue
 			}
-			rc := cs.inline
-			if cs.rds != "" {
-				want[RouteType] = append(want[RouteType], cs.rds)
-				rc, _ = s[RouteType][cs.rds].(*routeConfigSpec)
-			}
-			tb := newTable(rc, clusters)
-			tb.upgrades, tb.streamIdle, tb.rbac, tb.port = cs.upgrades, cs.streamIdle, cs.rbac, ls.port
-			c := &tlsChainRT{table: tb, requireSNI: cs.tls.requireSNI, spec: cs}
-			c.conf, c.notReady = chainConfig(cs.tls, g.tlsSecrets(s[SecretType]))
-			for _, n := range cs.tls.certSecrets {
-				if !strings.HasPrefix(n, providerPrefix) { // the identity is not SDS's
-					want[SecretType] = append(want[SecretType], n)
-				}
-			}
-			if n := cs.tls.caSecret; n != "" && !strings.HasPrefix(n, providerPrefix) {
-				want[SecretType] = append(want[SecretType], n)
-			}
-			if c.notReady != "" {
-				key := ls.name + " " + strings.Join(cs.serverNames, ",")
-				if g.chainWaits[key] != c.notReady {
-					g.log.Info("gateway: TLS filter chain waits for its secrets", "listener", ls.name, "server_names", cs.serverNames, "reason", c.notReady)
-				}
-				waits[key] = c.notReady
-			}
+			c := g.buildChain(ls, cs, s, clusters, want, waits)
 			rt.add(cs, c)
 		}
 		out[port] = rt
 	}
 	g.chainWaits = waits
 	return out, nil
+}
+
+// buildChain builds the run-time form of an HTTP filter chain cs of
+// listener ls: its routing table and, for a TLS chain, its handshake
+// config from the secrets received (or why it waits); it adds the route
+// config and secrets it names to want, and a wait to waits.
+func (g *Gateway) buildChain(ls *listenerSpec, cs *chainSpec, s xdsclient.State, clusters map[string]*clusterRT,
+	want map[string][]string, waits map[string]string) *tlsChainRT {
+	rc := cs.inline
+	if cs.rds != "" {
+		want[RouteType] = append(want[RouteType], cs.rds)
+		rc, _ = s[RouteType][cs.rds].(*routeConfigSpec)
+	}
+	tb := newTable(rc, clusters)
+	tb.upgrades, tb.streamIdle, tb.rbac, tb.port = cs.upgrades, cs.streamIdle, cs.rbac, ls.port
+	c := &tlsChainRT{table: tb, spec: cs}
+	if cs.tls == nil {
+		return c // an inbound listener's plaintext chain
+	}
+	c.requireSNI = cs.tls.requireSNI
+	c.conf, c.notReady = chainConfig(cs.tls, g.tlsSecrets(s[SecretType]))
+	for _, n := range cs.tls.certSecrets {
+		if !strings.HasPrefix(n, providerPrefix) { // the identity is not SDS's
+			want[SecretType] = append(want[SecretType], n)
+		}
+	}
+	if n := cs.tls.caSecret; n != "" && !strings.HasPrefix(n, providerPrefix) {
+		want[SecretType] = append(want[SecretType], n)
+	}
+	if c.notReady != "" {
+		key := ls.name + " " + strings.Join(cs.serverNames, ",")
+		if g.chainWaits[key] != c.notReady {
+			g.log.Info("gateway: TLS filter chain waits for its secrets", "listener", ls.name, "server_names", cs.serverNames, "reason", c.notReady)
+		}
+		waits[key] = c.notReady
+	}
+	return c
 }
 
 // add makes c the chain of the server names cs matches.

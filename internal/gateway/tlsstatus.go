@@ -28,6 +28,9 @@ type tlsChainStatus struct {
 	ClientCertificate string       `json:"client_certificate"`
 	ClientCA          string       `json:"client_ca_secret,omitempty"`
 	Certificates      []certStatus `json:"certificates"`
+	// Plaintext marks an inbound listener's plaintext chain (PERMISSIVE,
+	// DISABLE: inbound.go), ready without a certificate.
+	Plaintext bool `json:"plaintext,omitempty"`
 	// Passthrough names the clusters a TLS passthrough chain forwards to
 	// (it has no certificate: the endpoint does the handshake).
 	Passthrough []string `json:"passthrough_clusters,omitempty"`
@@ -85,6 +88,7 @@ func chainStatus(c *tlsChainRT, now time.Time) tlsChainStatus {
 	}
 	t := c.spec.tls
 	if t == nil {
+		cs.Ready, cs.NotReady, cs.Plaintext = c.table != nil, "", c.table != nil
 		return cs
 	}
 	cs.ClientCA = t.caSecret

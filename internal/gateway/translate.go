@@ -162,6 +162,11 @@ func decodeListener(a *anypb.Any) (string, any, error) {
 	for _, c := range ls.chains {
 		ls.tls = ls.tls || c.tls != nil || c.tcp != nil
 	}
+	if isInboundListener(name) {
+		// A workload's inbound listener: its TLS and plaintext chains are
+		// told apart by the first byte of a connection (inbound.go).
+		return name, ls, nil
+	}
 	if ls.tls {
 		if plain {
 			return name, nil, fieldErr("filter_chains", "%v", errMixedChains)

@@ -11,6 +11,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -349,6 +350,20 @@ func (t *upstreamTLSSpec) config(secrets map[string]any, h2 bool) (*tls.Config, 
 // one, connections already open keep theirs.
 type upstreamTLS struct {
 	p atomic.Pointer[upstreamTLSState]
+	// peers: endpoint address -> the first URI SAN of the certificate of
+	// its last handshake, the server's identity a call record names.
+	peers sync.Map
+}
+
+// peer is the identity endpoint addr presented at its last handshake; ""
+// if none is known. Any goroutine.
+func (u *upstreamTLS) peer(addr string) string {
+	if u == nil {
+		return ""
+	}
+	v, _ := u.peers.Load(addr)
+	s, _ := v.(string)
+	return s
 }
 
 type upstreamTLSState struct {
@@ -404,9 +419,15 @@ func (u *upstreamTLS) dial(ctx context.Context, addr string, connect time.Durati
 		c.Close()
 		return nil, &tlsError{addr: addr, err: handshakeErr(err)}
 	}
-	if h2 && tc.ConnectionState().NegotiatedProtocol != "h2" {
+	cs := tc.ConnectionState()
+	if h2 && cs.NegotiatedProtocol != "h2" {
 		tc.Close()
 		return nil, &tlsError{addr: addr, err: errors.New("the endpoint did not choose h2 (ALPN) for an HTTP/2 cluster")}
+	}
+	if len(cs.PeerCertificates) > 0 && len(cs.PeerCertificates[0].URIs) > 0 {
+		if id := cs.PeerCertificates[0].URIs[0].String(); u.peer(addr) != id {
+			u.peers.Store(addr, id)
+		}
 	}
 	return tc, nil
 }

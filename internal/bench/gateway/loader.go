@@ -16,8 +16,9 @@ func nprocs() int { return runtime.NumCPU() }
 // connections for d, open loop: each connection's goroutine has a schedule
 // of send times, and a call's latency counts from its scheduled time, so a
 // stall shows up in the percentiles instead of slowing the sender
-// (coordinated omission).
-func fixedRate(ctx context.Context, addr string, rate float64, conns int, d time.Duration) (LatencyResult, error) {
+// (coordinated omission). host, when set, is every call's Host (a
+// sidecar's outbound proxy routes by it).
+func fixedRate(ctx context.Context, addr, host string, rate float64, conns int, d time.Duration) (LatencyResult, error) {
 	hc := &fasthttp.HostClient{Addr: addr, MaxConns: conns, NoDefaultUserAgentHeader: true, MaxIdleConnDuration: time.Minute}
 	defer hc.CloseIdleConnections()
 	interval := time.Duration(float64(conns) / rate * float64(time.Second))
@@ -35,6 +36,10 @@ func fixedRate(ctx context.Context, addr string, rate float64, conns int, d time
 			defer fasthttp.ReleaseRequest(req)
 			defer fasthttp.ReleaseResponse(resp)
 			req.SetRequestURI("http://" + addr + "/")
+			if host != "" {
+				req.UseHostHeader = true // else fasthttp writes the URI's host
+				req.Header.SetHost(host)
+			}
 			next := start.Add(time.Duration(i) * interval / time.Duration(conns))
 			for next.Before(end) && ctx.Err() == nil {
 				if w := time.Until(next); w > 0 {

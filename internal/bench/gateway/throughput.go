@@ -259,7 +259,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			if p == nil {
 				continue
 			}
-			lr, err := fixedRate(ctx, p.addr, rate, cfg.Connections, cfg.LatencyDuration)
+			lr, err := fixedRate(ctx, p.addr, "", rate, cfg.Connections, cfg.LatencyDuration)
 			if err != nil {
 				return nil, fmt.Errorf("bench: fixed rate against %s: %w", name, err)
 			}

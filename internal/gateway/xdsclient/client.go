@@ -37,6 +37,10 @@ type Type struct {
 	// Wildcard types (LDS, CDS) are subscribed to in full; the others
 	// (RDS, EDS) by the names Handler.Update asks for.
 	Wildcard bool
+	// Names are resources of a wildcard type subscribed to by name beside
+	// the wildcard ("*"): those the server makes on demand only (a
+	// sidecar's inbound listener).
+	Names []string
 	// Decode checks one resource and returns its name and decoded value,
 	// or an error naming the bad field. Called on the client's goroutine.
 	Decode func(*anypb.Any) (name string, value any, err error)
@@ -82,7 +86,7 @@ type Client struct {
 	// written by Run's goroutine.
 	mu     sync.Mutex
 	state  State
-	subs   map[string][]string // non-wildcard type -> names
+	subs   map[string][]string // non-wildcard type -> names; a wildcard type's "*" and Names
 	vers   map[string]string   // type -> last accepted version
 	nonces map[string]string   // type -> last nonce seen on this stream
 	status Status
@@ -134,6 +138,10 @@ func New(conn grpc.ClientConnInterface, opts Options) (*Client, error) {
 			return nil, fmt.Errorf("xdsclient: type %d: URL and Decode are required", i)
 		}
 		c.types[t.URL] = t
+		if t.Wildcard && len(t.Names) > 0 {
+			// Never changed by Update's wants: wildcard types are not followed.
+			c.subs[t.URL] = append([]string{"*"}, t.Names...)
+		}
 		c.state[t.URL] = map[string]any{}
 	}
 	return c, nil

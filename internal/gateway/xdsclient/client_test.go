@@ -134,3 +134,77 @@ func TestNACKOnTheWire(t *testing.T) {
 	set("3", "fine")
 	wait("version 3", func() bool { return c.Status().Versions[resource.ClusterType] == "3" })
 }
+
+// TestWildcardWithNames: a wildcard type with Names subscribes to "*" and
+// those names on every request of the stream, ACKs included (a sidecar's
+// inbound listener beside every listener). (go-control-plane's snapshot
+// cache answers such a request with the named resources only; Sextant's
+// server sends the wildcard's too: TestSidecarsPythonAndCurl.)
+func TestWildcardWithNames(t *testing.T) {
+	// Not ADS mode: it answers only names that list every resource it holds.
+	snaps := cache.NewSnapshotCache(false, cache.IDHash{}, nil)
+	var mu sync.Mutex
+	var reqs [][]string
+	cb := server.CallbackFuncs{StreamRequestFunc: func(_ int64, r *discovery.DiscoveryRequest) error {
+		mu.Lock()
+		reqs = append(reqs, r.GetResourceNames())
+		mu.Unlock()
+		return nil
+	}}
+	srv := grpc.NewServer()
+	discovery.RegisterAggregatedDiscoveryServiceServer(srv, server.NewServer(context.Background(), snaps, cb))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	defer srv.Stop()
+	s, _ := cache.NewSnapshot("1", map[resource.Type][]types.Resource{resource.ClusterType: {&cluster.Cluster{Name: "a"}, &cluster.Cluster{Name: "on-demand"}}})
+	if err := snaps.SetSnapshot(context.Background(), "n1", s); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	h := &handler{}
+	c, err := xdsclient.New(conn, xdsclient.Options{Node: &core.Node{Id: "n1"}, Handler: h,
+		Types: []xdsclient.Type{{URL: resource.ClusterType, Wildcard: true, Names: []string{"on-demand"}, Decode: func(a *anypb.Any) (string, any, error) {
+			var cl cluster.Cluster
+			if err := a.UnmarshalTo(&cl); err != nil {
+				return "", nil, err
+			}
+			return cl.GetName(), &cl, nil
+		}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = c.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		h.mu.Lock()
+		n := len(h.seen)
+		h.mu.Unlock()
+		mu.Lock()
+		acked := len(reqs) >= 2
+		mu.Unlock()
+		if n >= 1 && acked {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("handler saw %d clusters", n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for i, names := range reqs {
+		if len(names) != 2 || names[0] != "*" || names[1] != "on-demand" {
+			t.Fatalf("request %d names %q, want [* on-demand]", i, names)
+		}
+	}
+}
