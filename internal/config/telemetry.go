@@ -143,6 +143,9 @@ func NewTelemetries(root string, objs []*Object) *Telemetries {
 	return t
 }
 
+// Root is the root namespace.
+func (t *Telemetries) Root() string { return t.root }
+
 // For resolves the Telemetry of workload w as Istio does: the mesh's (the
 // root namespace's, without a selector), then w's namespace's (without a
 // selector), then the one selecting w in its namespace; each level

@@ -53,6 +53,17 @@ func fuzzSeeds(t testing.TB) [][]byte {
 	vh := xds.VirtualHost("orders", []string{"*"}, svc, nil, func(config.Destination) (string, bool) { return "default/orders/v1", true })
 	msgs = append(msgs, xds.RouteConfiguration("default/orders", vh),
 		xds.Cluster("default/orders/v1", config.Policy{LoadBalancer: config.PolicyLeastRequest}))
+	// A listener with a Telemetry's tracing and access logs (telemetry.go).
+	tl := xds.HTTPListener("sextant-http", 15001, "sextant-http")
+	lf, err := config.ParseLogFilter(`response.code != 200 || response.duration > duration("1s")`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := xds.WithTelemetry(tl, config.TelemetryPolicy{Tracing: config.TracingPolicy{Set: true, Sampling: 5, HasSampling: true},
+		AccessLogs: []config.AccessLogPolicy{{Provider: config.ProviderEnvoy, Filter: lf}, {Provider: config.ProviderEnvoyJSON}}}); err != nil {
+		t.Fatal(err)
+	}
+	msgs = append(msgs, tl)
 	var out [][]byte
 	for _, m := range msgs {
 		b, err := proto.Marshal(m)

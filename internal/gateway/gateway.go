@@ -69,6 +69,8 @@ type Options struct {
 	IstioMaxSeries int
 	// Tracing turns on spans (tracing.go); nil: off.
 	Tracing *Tracing
+	// AccessLog turns on access logs (accesslog.go); nil: off.
+	AccessLog *AccessLog
 }
 
 // Gateway is the proxy. Update is called by the xDS client's goroutine;
@@ -136,6 +138,11 @@ func New(opts Options) *Gateway {
 	if opts.Tracing != nil {
 		if st, ok := opts.Tracing.Sink.(spanStats); ok {
 			registerTracingMetrics(g.metrics.reg, st)
+		}
+	}
+	if opts.AccessLog != nil {
+		if st, ok := opts.AccessLog.Sink.(accessLogStats); ok {
+			registerAccessLogMetrics(g.metrics.reg, st)
 		}
 	}
 	return g
@@ -269,6 +276,7 @@ func (g *Gateway) Update(s xdsclient.State) (map[string][]string, error) {
 	if ls != nil {
 		tb.upgrades, tb.streamIdle, tb.rbac, tb.port = ls.upgrades, ls.streamIdle, ls.rbac, ls.port
 	}
+	tb.setTelemetry(g, ls.telemetryOf())
 	ts, err := g.buildTLS(s, next, want)
 	if err != nil {
 		return nil, err

@@ -70,17 +70,21 @@ func (g *Gateway) serveOn(ctx *fasthttp.RequestCtx, t *table) {
 	start := time.Now()
 	r, c, md, mdKey, dest := g.routeCall(ctx, t)
 	if c == nil {
+		if t != nil && len(t.logs) > 0 {
+			g.logAccess(ctx, t.logs, nil, "", start, time.Since(start), -1)
+		}
 		return
 	}
 	if typ := upgradeType(&ctx.Request.Header); typ != "" {
 		g.serveUpgrade(ctx, t, r, typ, c, md, mdKey, start)
 		return
 	}
-	k := call{c: c, retry: &r.spec.retry, md: md, grpc: -1, detail: rbacShadow(ctx), filters: r.spec.filters, dest: dest}
+	k := call{c: c, retry: &r.spec.retry, md: md, grpc: -1, detail: rbacShadow(ctx), filters: r.spec.filters, dest: dest, logs: t.logs}
 	if g.rec != nil {
 		k.src = sourceOf(ctx) // before prepareRequest rewrites the request
 	}
-	g.startTrace(ctx, &k.tr, start, false)
+	g.startTrace(ctx, t.tracing, &k.tr, start, false)
+	k.noteURI(ctx, r)
 	g.prepareRequest(ctx, r)
 	k.tr.noteRequestID(&ctx.Request.Header)
 	if r.spec.timeout > 0 {
@@ -99,6 +103,9 @@ func (g *Gateway) serveOn(ctx *fasthttp.RequestCtx, t *table) {
 	if t := tailOf(&ctx.Response); t != nil {
 		// The answer streams: the server writes it once this returns, and
 		// its end counts and records the call.
+		if len(k.logs) > 0 {
+			k.actx = ctx // still the call's while the server writes the answer
+		}
 		t.arm(g, &k, r, mdKey, start)
 		return
 	}
@@ -115,6 +122,9 @@ func (g *Gateway) finish(ctx *fasthttp.RequestCtx, k *call, r *routeRT, mdKey st
 			k.bytesIn = int64(len(ctx.Request.Body()))
 		}
 		g.recordCall(k, r, mdKey, start, lat, int64(len(ctx.Response.Body())))
+	}
+	if len(k.logs) > 0 {
+		g.logAccess(ctx, k.logs, k, r.name, start, lat, -1)
 	}
 }
 
@@ -290,6 +300,14 @@ type call struct {
 	dest    int         // the route's target picked, for the filters
 
 	tr callTrace // tracing.go
+
+	upLat time.Duration   // the last try's, until its answer (the access log's upstream service time)
+	logs  []accessLogSpec // the listener's access logs (accesslog.go)
+	uri   []byte          // the request URI before a rewrite, when logs are on and the route rewrites
+	// actx is the request of an HTTP/2 call (h2) with logs on, for the
+	// access log at its end.
+	actx *fasthttp.RequestCtx
+	h2   bool
 }
 
 // forward sends the request upstream, and again while the route's retry
@@ -354,6 +372,7 @@ func (k *call) attempt(req *fasthttp.Request, resp *fasthttp.Response) bool {
 	res.Done(lat, outcome)
 	k.err = err
 	k.status = resp.StatusCode()
+	k.upLat = lat
 	if err != nil {
 		k.status = 0
 	}

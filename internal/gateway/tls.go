@@ -139,6 +139,7 @@ func (g *Gateway) buildTLS(s xdsclient.State, clusters map[string]*clusterRT, wa
 			}
 			tb := newTable(rc, clusters)
 			tb.upgrades, tb.streamIdle, tb.rbac, tb.port = cs.upgrades, cs.streamIdle, cs.rbac, ls.port
+			tb.setTelemetry(g, cs.telemetry)
 			c := &tlsChainRT{table: tb, requireSNI: cs.tls.requireSNI, spec: cs}
 			c.conf, c.notReady = chainConfig(cs.tls, g.tlsSecrets(s[SecretType]))
 			for _, n := range cs.tls.certSecrets {
