@@ -47,6 +47,16 @@ func TestText(t *testing.T) {
 	}
 }
 
+// TestTime: the hand-written timestamp is time.AppendFormat's.
+func TestTime(t *testing.T) {
+	for _, ts := range []time.Time{time.Date(2026, 1, 2, 3, 4, 5, 6e6, time.UTC), time.Date(999, 12, 31, 23, 59, 59, 999999999, time.FixedZone("x", 3600)),
+		time.Unix(0, 0), time.Now()} {
+		if got, want := string(appendTime(nil, ts)), ts.UTC().Format("2006-01-02T15:04:05.000Z"); got != want {
+			t.Errorf("%v: %s, want %s", ts, got, want)
+		}
+	}
+}
+
 // TestJSON: Istio's default JSON keys, numbers as numbers, null for
 // empty values.
 func TestJSON(t *testing.T) {
