@@ -290,6 +290,8 @@ func configKindName(k string) string {
 		return "peerauthentication"
 	case "authorizationpolicy", "authorizationpolicies", "ap":
 		return "authorizationpolicy"
+	case "telemetry", "telemetries":
+		return "telemetry"
 	}
 	return k
 }

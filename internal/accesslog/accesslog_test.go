@@ -200,3 +200,31 @@ func BenchmarkSubmit(b *testing.B) {
 type discard struct{}
 
 func (discard) Write(p []byte) (int, error) { return len(p), nil }
+
+// TestFlushInterval: a line reaches the file within FlushInterval while
+// the writer runs, without a flush per line.
+func TestFlushInterval(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "access.log")
+	w, err := Open(Options{Path: path, FlushInterval: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { w.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	b := w.Line()
+	*b = append(*b, "one\n"...)
+	w.Submit(b)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		got, _ := os.ReadFile(path)
+		if string(got) == "one\n" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the line is not in the file after 5s: %q", got)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
