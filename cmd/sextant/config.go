@@ -25,7 +25,8 @@ func newConfigCmd() *cobra.Command {
 		Short: "Apply, list, show and delete config (Istio's routing and security kinds)",
 		Long: `Config is Istio's own VirtualService, DestinationRule and Gateway
 (networking.istio.io/v1) and PeerAuthentication and AuthorizationPolicy
-(security.istio.io/v1, docs/security.md), in YAML or JSON, stored by the
+(security.istio.io/v1, docs/security.md) and Telemetry (telemetry.istio.io/v1,
+docs/telemetry.md), in YAML or JSON, stored by the
 server and pushed to every xDS subscriber. Sextant supports a subset of
 their fields; a field outside it is refused with its path ("not
 supported"), never ignored (docs/controlplane.md).`,
@@ -289,6 +290,8 @@ func configKindName(k string) string {
 		return "peerauthentication"
 	case "authorizationpolicy", "authorizationpolicies", "ap":
 		return "authorizationpolicy"
+	case "telemetry", "telemetries":
+		return "telemetry"
 	}
 	return k
 }

@@ -25,6 +25,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/sextant-mesh/sextant/client"
+	"github.com/sextant-mesh/sextant/internal/accesslog"
 	"github.com/sextant-mesh/sextant/internal/acl"
 	"github.com/sextant-mesh/sextant/internal/browserguard"
 	"github.com/sextant-mesh/sextant/internal/calllog"
@@ -60,6 +61,11 @@ type gatewayFlags struct {
 	tracingSampling          float64
 	tracingKeepErrors        bool
 	tracingService           string
+	accessLog                string
+	accessLogFile            string
+	accessLogMaxBytes        int64
+	accessLogKeep            int
+	accessLogBuffer          int
 }
 
 func init() {
@@ -126,6 +132,11 @@ docs/gateway.md.`,
 	fl.Float64Var(&f.tracingSampling, "tracing-sampling", 1, "percentage of traces sampled, 0 to 100, when the caller did not decide (Istio's sampling; default 1)")
 	fl.BoolVar(&f.tracingKeepErrors, "tracing-keep-errors", false, "also export the spans of failed calls (5xx, no answer) of traces not sampled")
 	fl.StringVar(&f.tracingService, "tracing-service-name", "sextant-gateway", "the spans' service.name (the service Jaeger lists them under)")
+	fl.StringVar(&f.accessLog, "access-log", "", "log every call in this format: text (Envoy's default, as Istio writes it) or json (Istio's); empty: only the calls a Telemetry's accessLogging selects (docs/telemetry.md)")
+	fl.StringVar(&f.accessLogFile, "access-log-file", accesslog.Stdout, "where access logs go: a file (appended, rotated) or /dev/stdout")
+	fl.Int64Var(&f.accessLogMaxBytes, "access-log-max-bytes", accesslog.DefaultMaxBytes, "rotate --access-log-file past this size; 0: never")
+	fl.IntVar(&f.accessLogKeep, "access-log-keep", accesslog.DefaultKeep, "rotated access log files kept (FILE.1 the newest)")
+	fl.IntVar(&f.accessLogBuffer, "access-log-buffer", accesslog.DefaultBuffer, "access log lines queued for the writer; beyond, lines are dropped and counted, never waited for")
 	fl.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	fl.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	rootCmd.AddCommand(cmd)
@@ -174,9 +185,14 @@ func runGateway(ctx context.Context, f gatewayFlags) error {
 	if err != nil {
 		return err
 	}
+	accessLog, err := startAccessLog(f, lc, log.With("component", "accesslog"))
+	if err != nil {
+		return err
+	}
 	g := gateway.New(gateway.Options{Listener: f.listener, ListenPort: uint32(port), TLSListenPorts: tlsPorts, MaxRequestBytes: f.maxBody,
 		Recorder: rec, Logger: log.With("component", "gateway"),
-		IstioMetrics: f.istioMetrics, IstioReporters: f.istioReporters, IstioMaxSeries: f.istioMaxSeries, Tracing: tracing})
+		IstioMetrics: f.istioMetrics, IstioReporters: f.istioReporters, IstioMaxSeries: f.istioMaxSeries, Tracing: tracing,
+		AccessLog: accessLog})
 
 	tlsCfg, err := clientTLS(f.caFile, f.certFile, f.keyFile)
 	if err != nil {
@@ -438,6 +454,44 @@ func outboundHost(registry string) (string, error) {
 	}
 	defer c.Close()
 	return c.LocalAddr().(*net.UDPAddr).IP.String(), nil
+}
+
+// startAccessLog opens the gateway's access log from the --access-log*
+// flags and runs its writer under lc (stopped after the proxy drains, so
+// that the lines of the calls drained are written). The writer always
+// runs: a Telemetry may turn access logs on at any time.
+func startAccessLog(f gatewayFlags, lc *lifecycle, log *slog.Logger) (*gateway.AccessLog, error) {
+	al := &gateway.AccessLog{}
+	switch f.accessLog {
+	case "":
+	case "text":
+		al.All, al.Encoding = true, accesslog.Text
+	case "json":
+		al.All, al.Encoding = true, accesslog.JSON
+	default:
+		return nil, fmt.Errorf("--access-log %q: want text or json (or empty: what a Telemetry selects)", f.accessLog)
+	}
+	if f.accessLogMaxBytes < 0 {
+		return nil, fmt.Errorf("--access-log-max-bytes %d: want a size in bytes, 0 for never", f.accessLogMaxBytes)
+	}
+	if f.accessLogKeep < 0 || f.accessLogBuffer < 0 { // 0: the defaults (gatewayFlags built in code)
+		return nil, fmt.Errorf("--access-log-keep %d, --access-log-buffer %d: want positive counts", f.accessLogKeep, f.accessLogBuffer)
+	}
+	maxBytes := f.accessLogMaxBytes
+	if maxBytes == 0 {
+		maxBytes = -1 // never
+	}
+	w, err := accesslog.Open(accesslog.Options{Path: f.accessLogFile, MaxBytes: maxBytes, Keep: f.accessLogKeep,
+		Buffer: f.accessLogBuffer, Logger: log})
+	if err != nil {
+		return nil, fmt.Errorf("--access-log-file %q: %w", f.accessLogFile, err)
+	}
+	al.Sink = w
+	lc.start("access log", false, w.Run)
+	if al.All {
+		log.Info("access log", "format", al.Encoding.String(), "file", f.accessLogFile)
+	}
+	return al, nil
 }
 
 // startTracing builds the gateway's tracing from the --tracing-* flags and

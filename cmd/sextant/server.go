@@ -425,6 +425,8 @@ func runServer(ctx context.Context, f serverFlags) error {
 		lc.start("push engine", true, engine.Run)
 		// Istio Gateways: listeners, routes and SDS secrets for gateways.
 		gateways := ingress.New(eng.Catalog(), cfg, secrets, cache, log.With("component", "ingress"))
+		// The proxies' listener carries the mesh's Telemetry (docs/telemetry.md).
+		gateways.SetProxyListener(push.DefaultProxyPort)
 		lc.start("ingress publisher", true, gateways.Run)
 		xln := limitXDS(xln, f, metrics)
 		lc.start("xds server", true, func(ctx context.Context) error { return ads.Serve(ctx, xln) })

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	networking "istio.io/api/networking/v1"
 	security "istio.io/api/security/v1beta1"
+	telemetry "istio.io/api/telemetry/v1alpha1"
 
 	"github.com/sextant-mesh/sextant/internal/manifest"
 	"github.com/sextant-mesh/sextant/internal/naming"
@@ -20,7 +21,8 @@ const MaxDocumentBytes = 1 << 20
 
 // Decode reads a stream of config objects: one JSON object, or YAML with
 // any number of documents separated by "---" lines, each a VirtualService,
-// DestinationRule, Gateway, PeerAuthentication or AuthorizationPolicy in
+// DestinationRule, Gateway, PeerAuthentication, AuthorizationPolicy or
+// Telemetry in
 // Kubernetes' shape (apiVersion, kind, metadata, spec), or
 // a "kind: List" holding such items. Every object is checked against Istio's
 // schema and Sextant's subset and validated (Validate); on any problem
@@ -86,8 +88,9 @@ func Decode(data []byte) ([]*Object, error) {
 
 // apiVersions are the versions read, per group; all share v1's schema.
 var apiVersions = map[string]map[string]bool{
-	Group:         {Group + "/v1": true, Group + "/v1beta1": true, Group + "/v1alpha3": true},
-	SecurityGroup: {SecurityGroup + "/v1": true, SecurityGroup + "/v1beta1": true},
+	Group:          {Group + "/v1": true, Group + "/v1beta1": true, Group + "/v1alpha3": true},
+	SecurityGroup:  {SecurityGroup + "/v1": true, SecurityGroup + "/v1beta1": true},
+	TelemetryGroup: {TelemetryGroup + "/v1": true, TelemetryGroup + "/v1alpha1": true},
 }
 
 // unservedKinds are Istio's kinds Sextant refuses, each with why.
@@ -100,10 +103,9 @@ var unservedKinds = map[string]string{
 	"WorkloadGroup":         "not implemented yet",
 	"ProxyConfig":           "it tunes Envoy's bootstrap, which Sextant does not run",
 	"RequestAuthentication": "not implemented yet",
-	"Telemetry":             "not implemented yet",
 }
 
-const kindList = "VirtualService, DestinationRule, Gateway, PeerAuthentication or AuthorizationPolicy"
+const kindList = "VirtualService, DestinationRule, Gateway, PeerAuthentication, AuthorizationPolicy or Telemetry"
 
 // decodeItem decodes one object, or each item of a List, at path.
 func decodeItem(c errs, path string, v any) []*Object {
@@ -119,7 +121,8 @@ func decodeItem(c errs, path string, v any) []*Object {
 	// An object of another API group (a Pod, a Node) is named as such,
 	// rather than blamed field by field for not being a VirtualService.
 	if apiVersion, _ := obj["apiVersion"].(string); kind != "" && kindGroups[kind] == "" &&
-		!strings.HasPrefix(apiVersion, Group+"/") && !strings.HasPrefix(apiVersion, SecurityGroup+"/") {
+		!strings.HasPrefix(apiVersion, Group+"/") && !strings.HasPrefix(apiVersion, SecurityGroup+"/") &&
+		!strings.HasPrefix(apiVersion, TelemetryGroup+"/") {
 		c.add(join(path, "kind"), ErrInvalid, "%s", manifest.Mismatch(apiVersion, kind, "a "+kindList))
 		return nil
 	}
@@ -136,7 +139,7 @@ func decodeItem(c errs, path string, v any) []*Object {
 				group, _, _ = strings.Cut(s, "/")
 			}
 			if versions, ok := apiVersions[group]; !ok || !versions[s] {
-				if group != SecurityGroup {
+				if group != SecurityGroup && group != TelemetryGroup {
 					group = Group
 				}
 				c.add(p, ErrInvalid, "%v: want %s/v1 (%s)", obj[k], group, versionsNote[group])
@@ -196,6 +199,9 @@ func decodeItem(c errs, path string, v any) []*Object {
 	case KindAuthorizationPolicy:
 		o.AuthorizationPolicy = &security.AuthorizationPolicy{}
 		msg = o.AuthorizationPolicy
+	case KindTelemetry:
+		o.Telemetry = &telemetry.Telemetry{}
+		msg = o.Telemetry
 	default:
 		o.DestinationRule = &networking.DestinationRule{}
 		msg = o.DestinationRule
@@ -222,8 +228,9 @@ func decodeItem(c errs, path string, v any) []*Object {
 }
 
 var versionsNote = map[string]string{
-	Group:         "v1beta1 and v1alpha3 are read as v1",
-	SecurityGroup: "v1beta1 is read as v1",
+	Group:          "v1beta1 and v1alpha3 are read as v1",
+	SecurityGroup:  "v1beta1 is read as v1",
+	TelemetryGroup: "v1alpha1 is read as v1",
 }
 
 func decodeList(c errs, path string, obj map[string]any) []*Object {

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	networking "istio.io/api/networking/v1"
 	security "istio.io/api/security/v1beta1"
+	telemetry "istio.io/api/telemetry/v1alpha1"
 )
 
 // Group is the API group of every kind this package reads; APIVersion is
@@ -39,6 +40,7 @@ const (
 var kindGroups = map[string]string{
 	KindVirtualService: Group, KindDestinationRule: Group, KindGateway: Group,
 	KindPeerAuthentication: SecurityGroup, KindAuthorizationPolicy: SecurityGroup,
+	KindTelemetry: TelemetryGroup,
 }
 
 // IsSecurity reports whether kind is one of the security kinds
@@ -85,8 +87,8 @@ func ParseKey(s string) (Key, error) {
 }
 
 // Object is one decoded, validated config object. Exactly one of
-// VirtualService, DestinationRule, Gateway, PeerAuthentication and
-// AuthorizationPolicy is set, by Kind. Objects are immutable
+// VirtualService, DestinationRule, Gateway, PeerAuthentication,
+// AuthorizationPolicy and Telemetry is set, by Kind. Objects are immutable
 // once decoded: a change is a new Object.
 type Object struct {
 	Key
@@ -99,6 +101,9 @@ type Object struct {
 
 	PeerAuthentication  *security.PeerAuthentication
 	AuthorizationPolicy *security.AuthorizationPolicy
+
+	// Telemetry is read from telemetry.istio.io/v1 and v1alpha1 (one schema).
+	Telemetry *telemetry.Telemetry
 }
 
 // Spec returns the object's spec message.
@@ -112,6 +117,8 @@ func (o *Object) Spec() proto.Message {
 		return o.PeerAuthentication
 	case o.AuthorizationPolicy != nil:
 		return o.AuthorizationPolicy
+	case o.Telemetry != nil:
+		return o.Telemetry
 	}
 	return o.DestinationRule
 }

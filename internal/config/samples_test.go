@@ -33,6 +33,7 @@ var samplesNotYet = map[string]string{
 	"external/github.yaml":                             "ServiceEntry",
 	"external/pypi.yaml":                               "ServiceEntry",
 	"multicluster/expose-services.yaml":                "Gateway tls mode AUTO_PASSTHROUGH",
+	"open-telemetry/loki/telemetry.yaml":               "Telemetry access log provider otel (OpenTelemetry's log service)",
 	"tcp-echo/tcp-echo-20-v2.yaml":                     "VirtualService tcp routes",
 	"tcp-echo/tcp-echo-all-v1.yaml":                    "VirtualService tcp routes; Gateway TCP servers",
 }
@@ -43,7 +44,7 @@ var placeholder = regexp.MustCompile(`\$[A-Z_][A-Z0-9_]*|\{\{[^}]*\}\}`)
 
 // TestIstioSamples applies, through the decoder and validator that
 // "sextant config apply" uses, every file of Istio's samples/ that holds a
-// networking.istio.io or security.istio.io object (its other documents,
+// networking.istio.io, security.istio.io or telemetry.istio.io object (its other documents,
 // Deployments and Services, are Kubernetes' and left out). A file holding
 // an EnvoyFilter, or a placeholder left for the user, must be refused with
 // an error naming it; every other file must apply. Run with -v for the
@@ -123,7 +124,8 @@ func TestIstioSamples(t *testing.T) {
 }
 
 // istioDocuments returns the documents of a stream whose apiVersion is of
-// networking.istio.io or security.istio.io, as one stream, and their kinds.
+// networking.istio.io, security.istio.io or telemetry.istio.io, as one
+// stream, and their kinds.
 func istioDocuments(data []byte) ([]byte, []string) {
 	var out bytes.Buffer
 	var kinds []string
@@ -136,7 +138,8 @@ func istioDocuments(data []byte) ([]byte, []string) {
 		if json.Unmarshal(js, &head) != nil {
 			continue
 		}
-		if !strings.HasPrefix(head.APIVersion, "networking.istio.io/") && !strings.HasPrefix(head.APIVersion, "security.istio.io/") {
+		if !strings.HasPrefix(head.APIVersion, "networking.istio.io/") && !strings.HasPrefix(head.APIVersion, "security.istio.io/") &&
+			!strings.HasPrefix(head.APIVersion, "telemetry.istio.io/") {
 			continue
 		}
 		out.WriteString("---\n")

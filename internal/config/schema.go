@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	networking "istio.io/api/networking/v1"
 	security "istio.io/api/security/v1beta1"
+	telemetry "istio.io/api/telemetry/v1alpha1"
 	istiotype "istio.io/api/type/v1beta1"
 )
 
@@ -79,6 +80,17 @@ func init() {
 	allow(&security.Source{}, "principals", "not_principals", "namespaces", "not_namespaces", "ip_blocks", "not_ip_blocks")
 	allow(&security.Operation{}, "hosts", "not_hosts", "ports", "not_ports", "methods", "not_methods", "paths", "not_paths")
 	allow(&security.Condition{}, "key", "values", "not_values")
+
+	// telemetry.istio.io (telemetry.go): tracing and access logging.
+	allow(&telemetry.Telemetry{}, "selector", "tracing", "access_logging")
+	allow(&telemetry.Tracing{}, "providers", "random_sampling_percentage", "disable_span_reporting", "custom_tags")
+	allow(&telemetry.ProviderRef{}, "name")
+	allow(&telemetry.Tracing_CustomTag{}, "literal", "header", "environment")
+	allow(&telemetry.Tracing_Literal{}, "value")
+	allow(&telemetry.Tracing_RequestHeader{}, "name", "default_value")
+	allow(&telemetry.Tracing_Environment{}, "name", "default_value")
+	allow(&telemetry.AccessLogging{}, "providers", "disabled", "filter")
+	allow(&telemetry.AccessLogging_Filter{}, "expression")
 }
 
 // walker checks a generic JSON tree (from encoding/json with UseNumber)

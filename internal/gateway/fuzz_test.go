@@ -62,6 +62,17 @@ func fuzzSeeds(t testing.TB) [][]byte {
 		security.PeerAuthentication_MutualTLS_PERMISSIVE, security.PeerAuthentication_MutualTLS_DISABLE} {
 		msgs = append(msgs, xds.ServerListener(InboundListenerName(ap.String()), ap, mode, nil))
 	}
+	// A listener with a Telemetry's tracing and access logs (telemetry.go).
+	tl := xds.HTTPListener("sextant-http", 15001, "sextant-http")
+	lf, err := config.ParseLogFilter(`response.code != 200 || response.duration > duration("1s")`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := xds.WithTelemetry(tl, config.TelemetryPolicy{Tracing: config.TracingPolicy{Set: true, Sampling: 5, HasSampling: true},
+		AccessLogs: []config.AccessLogPolicy{{Provider: config.ProviderEnvoy, Filter: lf}, {Provider: config.ProviderEnvoyJSON}}}); err != nil {
+		t.Fatal(err)
+	}
+	msgs = append(msgs, tl)
 	var out [][]byte
 	for _, m := range msgs {
 		b, err := proto.Marshal(m)

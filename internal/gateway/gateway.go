@@ -72,6 +72,8 @@ type Options struct {
 	// Inbound makes the gateway a sidecar's too: ServeInbound serves the
 	// workload's inbound listener and forwards to its app (inbound.go).
 	Inbound *Inbound
+	// AccessLog turns on access logs (accesslog.go); nil: off.
+	AccessLog *AccessLog
 }
 
 // Gateway is the proxy. Update is called by the xDS client's goroutine;
@@ -148,6 +150,11 @@ func New(opts Options) *Gateway {
 	if opts.Tracing != nil {
 		if st, ok := opts.Tracing.Sink.(spanStats); ok {
 			registerTracingMetrics(g.metrics.reg, st)
+		}
+	}
+	if opts.AccessLog != nil {
+		if st, ok := opts.AccessLog.Sink.(accessLogStats); ok {
+			registerAccessLogMetrics(g.metrics.reg, st)
 		}
 	}
 	return g
@@ -282,6 +289,7 @@ func (g *Gateway) Update(s xdsclient.State) (map[string][]string, error) {
 	if ls != nil {
 		tb.upgrades, tb.streamIdle, tb.rbac, tb.port = ls.upgrades, ls.streamIdle, ls.rbac, ls.port
 	}
+	tb.setTelemetry(g, ls.telemetryOf())
 	ts, err := g.buildTLS(s, next, want)
 	if err != nil {
 		return nil, err

@@ -65,10 +65,16 @@ func (g *Gateway) serveH2On(w http.ResponseWriter, hr *http.Request, t *table) {
 	r, c, md, mdKey, dest := g.routeCall(&ctx, t)
 	if c == nil {
 		writeFast(w, &ctx.Response, grpc)
+		if t != nil && len(t.logs) > 0 {
+			g.logAccess(&ctx, t.logs, &call{h2: true, grpc: -1}, "", start, time.Since(start), -1)
+		}
 		return
 	}
 	k := call{c: c, retry: &r.spec.retry, md: md, grpc: -1, idle: streamIdle(t, r), detail: rbacShadow(&ctx),
-		filters: r.spec.filters, dest: dest}
+		filters: r.spec.filters, dest: dest, logs: t.logs, h2: true}
+	if len(k.logs) > 0 {
+		k.actx = &ctx
+	}
 	if len(r.spec.hash) > 0 {
 		var setCookie string
 		if k.hash, k.hashed, setCookie = callHash(&ctx, r.spec.hash); setCookie != "" {
@@ -78,7 +84,8 @@ func (g *Gateway) serveH2On(w http.ResponseWriter, hr *http.Request, t *table) {
 	if g.rec != nil {
 		k.src = sourceOf(&ctx) // before prepareRequest rewrites the request
 	}
-	g.startTrace(&ctx, &k.tr, start, c.spec.h2c) // an HTTP/1.1 cluster's tries write their own
+	g.startTrace(&ctx, t.tracing, &k.tr, start, c.spec.h2c) // an HTTP/1.1 cluster's tries write their own
+	k.noteURI(&ctx, r)
 	g.prepareRequest(&ctx, r)
 	k.tr.noteRequestID(&ctx.Request.Header)
 	if r.spec.timeout > 0 {
@@ -332,6 +339,9 @@ func (g *Gateway) finishH2(k *call, r *routeRT, mdKey string, start time.Time, o
 	k.endTrace(lat)
 	if g.rec != nil {
 		g.recordCall(k, r, mdKey, start, lat, out)
+	}
+	if k.actx != nil {
+		g.logAccess(k.actx, k.logs, k, r.name, start, lat, out)
 	}
 }
 

@@ -72,13 +72,16 @@ func (g *Gateway) serveOn(ctx *fasthttp.RequestCtx, t *table) {
 	start := time.Now()
 	r, c, md, mdKey, dest := g.routeCall(ctx, t)
 	if c == nil {
+		if t != nil && len(t.logs) > 0 {
+			g.logAccess(ctx, t.logs, nil, "", start, time.Since(start), -1)
+		}
 		return
 	}
 	if typ := upgradeType(&ctx.Request.Header); typ != "" {
 		g.serveUpgrade(ctx, t, r, typ, c, md, mdKey, start)
 		return
 	}
-	k := call{c: c, retry: &r.spec.retry, md: md, grpc: -1, detail: rbacShadow(ctx), filters: r.spec.filters, dest: dest}
+	k := call{c: c, retry: &r.spec.retry, md: md, grpc: -1, detail: rbacShadow(ctx), filters: r.spec.filters, dest: dest, logs: t.logs}
 	var setCookie string
 	if len(r.spec.hash) > 0 {
 		k.hash, k.hashed, setCookie = callHash(ctx, r.spec.hash)
@@ -86,7 +89,8 @@ func (g *Gateway) serveOn(ctx *fasthttp.RequestCtx, t *table) {
 	if g.rec != nil {
 		k.src = sourceOf(ctx) // before prepareRequest rewrites the request
 	}
-	g.startTrace(ctx, &k.tr, start, false)
+	g.startTrace(ctx, t.tracing, &k.tr, start, false)
+	k.noteURI(ctx, r)
 	g.prepareRequest(ctx, r)
 	k.tr.noteRequestID(&ctx.Request.Header)
 	if r.spec.timeout > 0 {
@@ -108,6 +112,9 @@ func (g *Gateway) serveOn(ctx *fasthttp.RequestCtx, t *table) {
 	if t := tailOf(&ctx.Response); t != nil {
 		// The answer streams: the server writes it once this returns, and
 		// its end counts and records the call.
+		if len(k.logs) > 0 {
+			k.actx = ctx // still the call's while the server writes the answer
+		}
 		t.arm(g, &k, r, mdKey, start)
 		return
 	}
@@ -124,6 +131,9 @@ func (g *Gateway) finish(ctx *fasthttp.RequestCtx, k *call, r *routeRT, mdKey st
 			k.bytesIn = int64(len(ctx.Request.Body()))
 		}
 		g.recordCall(k, r, mdKey, start, lat, int64(len(ctx.Response.Body())))
+	}
+	if len(k.logs) > 0 {
+		g.logAccess(ctx, k.logs, k, r.name, start, lat, -1)
 	}
 }
 
@@ -302,6 +312,14 @@ type call struct {
 	hashed bool   // hash is set: a consistent-hash cluster picks by it
 
 	tr callTrace // tracing.go
+
+	upLat time.Duration   // the last try's, until its answer (the access log's upstream service time)
+	logs  []accessLogSpec // the listener's access logs (accesslog.go)
+	uri   []byte          // the request URI before a rewrite, when logs are on and the route rewrites
+	// actx is the request of an HTTP/2 call (h2) with logs on, for the
+	// access log at its end.
+	actx *fasthttp.RequestCtx
+	h2   bool
 }
 
 // forward sends the request upstream, and again while the route's retry
@@ -366,6 +384,7 @@ func (k *call) attempt(req *fasthttp.Request, resp *fasthttp.Response) bool {
 	res.Done(lat, outcome)
 	k.err = err
 	k.status = resp.StatusCode()
+	k.upLat = lat
 	if err != nil {
 		k.status = 0
 	}

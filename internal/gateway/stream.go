@@ -281,6 +281,9 @@ func (t *streamTail) end(h *fasthttp.ResponseHeader) {
 	if t.g.rec != nil {
 		t.g.recordCall(&t.k, t.r, t.mdKey, t.start, lat, t.n)
 	}
+	if t.k.actx != nil {
+		t.g.logAccess(t.k.actx, t.k.logs, &t.k, t.r.name, t.start, lat, t.n)
+	}
 }
 
 // eachTrailer calls f with each trailer field an answer received.

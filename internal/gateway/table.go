@@ -31,6 +31,17 @@ type table struct {
 	rbac []*rbacFilter
 	// port is the listener's port (0: none yet), for dry runs (dryrun.go).
 	port uint32
+	// tracing and logs are the calls' tracing (nil: off) and access logs:
+	// the gateway's, with the listener's Telemetry over them (telemetry.go).
+	tracing *Tracing
+	logs    []accessLogSpec
+}
+
+// setTelemetry sets the table's tracing and access logs from the
+// gateway's options and the listener's lt (nil: none).
+func (t *table) setTelemetry(g *Gateway, lt *listenerTelemetry) {
+	t.tracing = effectiveTracing(g.opts.Tracing, lt)
+	t.logs = effectiveLogs(g.opts.AccessLog, lt)
 }
 
 type wildcard struct {

@@ -159,6 +159,7 @@ func (g *Gateway) buildChain(ls *listenerSpec, cs *chainSpec, s xdsclient.State,
 	}
 	tb := newTable(rc, clusters)
 	tb.upgrades, tb.streamIdle, tb.rbac, tb.port = cs.upgrades, cs.streamIdle, cs.rbac, ls.port
+	tb.setTelemetry(g, cs.telemetry)
 	c := &tlsChainRT{table: tb, spec: cs}
 	if cs.tls == nil {
 		return c // an inbound listener's plaintext chain

@@ -302,6 +302,7 @@ type chainSpec struct {
 	inline      *routeConfigSpec
 	upgrades    map[string]bool
 	rbac        []*rbacFilter
+	telemetry   *listenerTelemetry // the HCM's tracing and access logs (telemetry.go)
 }
 
 func decodeChainMatch(path string, m *listener.FilterChainMatch, cs *chainSpec) error {

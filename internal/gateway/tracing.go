@@ -20,6 +20,11 @@ type Tracing struct {
 	Sink    SpanSink
 	// NodeID is every span's node_id attribute (the xDS node id).
 	NodeID string
+
+	// A listener's Telemetry (telemetry.go): spans not exported (context
+	// still propagates), and custom tags on every span.
+	noReport bool
+	tags     []customTag
 }
 
 // SpanSink receives the gateway's finished spans; *trace.Exporter is one.
@@ -49,14 +54,14 @@ type callTrace struct {
 	start   int64
 	// What the server span describes, copied when the span may be kept.
 	method, url, reqID, state, proto string
+	tagVals                          []string // request header custom tags' values, by tag (nil: none)
 }
 
 // startTrace starts the call's server span from the caller's context.
 // injectNow: write the context upstream now, with the server span as the
 // caller (the HTTP/2 upstream path, which has no per-try spans); the
 // HTTP/1.1 path writes it per try (tryTrace).
-func (g *Gateway) startTrace(ctx *fasthttp.RequestCtx, ct *callTrace, start time.Time, injectNow bool) {
-	tr := g.opts.Tracing
+func (g *Gateway) startTrace(ctx *fasthttp.RequestCtx, tr *Tracing, ct *callTrace, start time.Time, injectNow bool) {
 	if tr == nil {
 		return
 	}
@@ -81,6 +86,9 @@ func (g *Gateway) startTrace(ctx *fasthttp.RequestCtx, ct *callTrace, start time
 		ct.url = scheme + string(h.Host()) + string(h.RequestURI())
 		ct.state = string(sc.TraceState)
 		ct.proto = known(h.Protocol())
+		if len(tr.tags) > 0 {
+			ct.noteTags(h)
+		}
 	}
 	if injectNow {
 		inject(h, &trace.Outgoing{TraceID: ct.trace, Span: ct.span, Parent: ct.parent, Sampled: ct.sampled,
@@ -106,6 +114,33 @@ func known(b []byte) string {
 		return "HTTP/2.0"
 	}
 	return string(b)
+}
+
+// addTags adds the listener's custom tags (telemetry.go) to s.
+func (ct *callTrace) addTags(s *trace.Span) {
+	for i, t := range ct.t.tags {
+		v := t.value
+		if t.header != "" && i < len(ct.tagVals) && ct.tagVals[i] != "" {
+			v = ct.tagVals[i]
+		}
+		s.Add(trace.String(t.name, v))
+	}
+}
+
+// noteTags reads the request headers custom tags name, when the span may
+// be kept.
+func (ct *callTrace) noteTags(h *fasthttp.RequestHeader) {
+	for i, t := range ct.t.tags {
+		if t.header == "" {
+			continue
+		}
+		if v := h.Peek(t.header); len(v) > 0 {
+			if ct.tagVals == nil {
+				ct.tagVals = make([]string, len(ct.t.tags))
+			}
+			ct.tagVals[i] = string(v)
+		}
+	}
 }
 
 // noteRequestID keeps the request id (set by prepareRequest) for the span.
@@ -145,7 +180,7 @@ func failed(status int, reason string) bool { return status >= 500 || status == 
 // for lat at endpoint addr.
 func (k *call) endTry(id trace.SpanID, t0 time.Time, lat time.Duration, addr string) {
 	ct := &k.tr
-	if ct.t == nil || !ct.sampled && !(ct.t.Sampler.KeepErrors && failed(k.status, k.reason)) {
+	if ct.t == nil || ct.t.noReport || !ct.sampled && !(ct.t.Sampler.KeepErrors && failed(k.status, k.reason)) {
 		return
 	}
 	s := trace.Span{TraceID: ct.trace, SpanID: id, Parent: ct.span, TraceState: ct.state,
@@ -163,6 +198,7 @@ func (k *call) endTry(id trace.SpanID, t0 time.Time, lat time.Duration, addr str
 		s.Add(trace.String("error", "true"))
 		s.Add(trace.String("response_flags", k.reason))
 	}
+	ct.addTags(&s)
 	ct.t.Sink.Submit(s)
 }
 
@@ -170,7 +206,7 @@ func (k *call) endTry(id trace.SpanID, t0 time.Time, lat time.Duration, addr str
 // KeepErrors), and notes that it did for the call record.
 func (k *call) endTrace(lat time.Duration) {
 	ct := &k.tr
-	if ct.t == nil || !ct.sampled && !(ct.t.Sampler.KeepErrors && failed(k.status, k.reason)) {
+	if ct.t == nil || ct.t.noReport || !ct.sampled && !(ct.t.Sampler.KeepErrors && failed(k.status, k.reason)) {
 		return
 	}
 	ct.kept = true
@@ -193,6 +229,7 @@ func (k *call) endTrace(lat time.Duration) {
 		s.Add(trace.String("error", "true"))
 		s.Add(trace.String("response_flags", k.reason))
 	}
+	ct.addTags(&s)
 	ct.t.Sink.Submit(s)
 }
 

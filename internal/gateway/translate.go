@@ -81,6 +81,16 @@ type listenerSpec struct {
 	streamIdle time.Duration
 	// rbac are the HCM's RBAC filters, in order (rbac.go).
 	rbac []*rbacFilter
+	// telemetry is the first HTTP chain's tracing and access logs.
+	telemetry *listenerTelemetry
+}
+
+// telemetryOf is ls's telemetry; nil for a nil ls.
+func (ls *listenerSpec) telemetryOf() *listenerTelemetry {
+	if ls == nil {
+		return nil
+	}
+	return ls.telemetry
 }
 
 func decodeListener(a *anypb.Any) (string, any, error) {
@@ -178,6 +188,7 @@ func decodeListener(a *anypb.Any) (string, any, error) {
 	// A plaintext listener's chains are not matched: the first HTTP one serves.
 	first := ls.chains[0]
 	ls.rds, ls.inline, ls.upgrades, ls.streamIdle, ls.rbac = first.rds, first.inline, first.upgrades, first.streamIdle, first.rbac
+	ls.telemetry = first.telemetry
 	return name, ls, nil
 }
 
@@ -213,6 +224,9 @@ func decodeHCM(path string, f *listener.Filter, cs *chainSpec) error {
 		return err
 	}
 	cs.rbac = rf
+	if cs.telemetry, err = decodeTelemetry(path+".typed_config", m); err != nil {
+		return err
+	}
 	switch rs := m.GetRouteSpecifier().(type) {
 	case *hcm.HttpConnectionManager_Rds:
 		cs.rds = rs.Rds.GetRouteConfigName()

@@ -44,8 +44,10 @@ func configKind(s string) (string, error) {
 		return config.KindPeerAuthentication, nil
 	case "authorizationpolicy", "authorizationpolicies", "ap":
 		return config.KindAuthorizationPolicy, nil
+	case "telemetry", "telemetries":
+		return config.KindTelemetry, nil
 	}
-	return "", badRequest("kind", "%q is not a config kind: VirtualService, DestinationRule, Gateway, PeerAuthentication or AuthorizationPolicy", s)
+	return "", badRequest("kind", "%q is not a config kind: VirtualService, DestinationRule, Gateway, PeerAuthentication, AuthorizationPolicy or Telemetry", s)
 }
 
 func configKeyOf(r *http.Request) (config.Key, error) {

@@ -40,6 +40,9 @@ type Publisher struct {
 	secrets *secret.Table
 	cache   *xds.Cache
 	log     *slog.Logger
+	// proxyPort, when set (SetProxyListener), makes the publisher also
+	// publish the proxies' listener with the mesh's Telemetry.
+	proxyPort uint32
 
 	// Run's goroutine only: what was published per type, name -> encoding.
 	published [3]map[string][]byte
@@ -75,6 +78,12 @@ func New(cat *catalog.Catalog, cfg *config.Table, secrets *secret.Table, cache *
 	p.wake.Store(&wake)
 	return p
 }
+
+// SetProxyListener makes the publisher also publish the proxies' listener
+// (xds.ProxyName, the push engine's, on port) with the mesh's Telemetry
+// written in; without a Telemetry it is the same bytes as the engine's, so
+// nobody is woken. Call before Run.
+func (p *Publisher) SetProxyListener(port uint32) { p.proxyPort = port }
 
 // WaitPublished waits until the Gateways' resources reflect every change
 // up to catalog revision rev (config apply answers then), or ctx ends.
@@ -170,6 +179,20 @@ func (p *Publisher) publish(rev int64) time.Time {
 	}
 	drs, _ := p.cfg.List(config.KindDestinationRule, "")
 	out, warnings := BuildWithPolicies(gws, vss, drs, config.NewSecurity(p.cfg.RootNamespace(), policies), secretOf)
+	tms, _ := p.cfg.List(config.KindTelemetry, "")
+	var tobjs []*config.Object
+	for _, e := range tms {
+		tobjs = append(tobjs, e.Object)
+	}
+	tel := config.NewTelemetries(p.cfg.RootNamespace(), tobjs)
+	warnings = append(warnings, WithTelemetry(out, gws, tel)...)
+	if p.proxyPort != 0 {
+		if l, err := ProxyListener(p.proxyPort, tel); err != nil {
+			warnings = append(warnings, err.Error())
+		} else {
+			out[1][xds.ProxyName] = l
+		}
+	}
 	warnings = append(warnings, UpstreamSecrets(drs, secretOf, out[0])...)
 	for _, w := range warnings {
 		p.log.Warn("ingress: " + w)
@@ -182,7 +205,13 @@ func (p *Publisher) publish(rev int64) time.Time {
 		var remove []string
 		next := map[string][]byte{}
 		for name, m := range out[i] {
-			b, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
+			var b []byte
+			var err error
+			if name == xds.ProxyName && t == xds.TypeListener {
+				b, err = xds.Encode(m) // as the push engine encodes it: the same bytes wake nobody
+			} else {
+				b, err = proto.MarshalOptions{Deterministic: true}.Marshal(m)
+			}
 			if err != nil {
 				p.log.Error("ingress: encode", "name", name, "err", err)
 				continue

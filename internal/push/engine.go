@@ -35,7 +35,8 @@ type Options struct {
 	// published, so that clients switch routes before it goes (default
 	// 1s; negative: removed with the round that stopped naming it).
 	ClusterGrace time.Duration
-	// ProxyPort is the port of the HTTP listener for proxies (default 15001).
+	// ProxyPort is the port of the HTTP listener for proxies (default
+	// DefaultProxyPort).
 	ProxyPort uint32
 	// ConfigWorkers is how many goroutines a config round builds and
 	// encodes on (default GOMAXPROCS-1, at least 1): config work leaves a
@@ -107,7 +108,7 @@ func New(src Source, cache *xds.Cache, opts Options) *Engine {
 		opts.ClusterGrace = time.Second
 	}
 	if opts.ProxyPort == 0 {
-		opts.ProxyPort = 15001
+		opts.ProxyPort = DefaultProxyPort
 	}
 	if opts.ConfigWorkers <= 0 {
 		opts.ConfigWorkers = max(1, runtime.GOMAXPROCS(0)-1)
@@ -131,6 +132,9 @@ func New(src Source, cache *xds.Cache, opts Options) *Engine {
 	}
 	return e
 }
+
+// DefaultProxyPort is the port of the proxies' HTTP listener by default.
+const DefaultProxyPort = 15001
 
 // Run loads the source's snapshot, computes every resource (the full
 // recomputation), then follows the source's changes until ctx ends. It owns
