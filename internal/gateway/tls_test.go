@@ -394,6 +394,12 @@ func TestTLSCertificateRotation(t *testing.T) {
 	run := func(h2 bool, l *loop, stop <-chan struct{}, done chan<- struct{}) {
 		defer close(done)
 		c := g.tlsClient(ca.pool, h2)
+		// One connection at most: Go's transport otherwise dials a second
+		// one when a call starts before the last call's connection is back
+		// in its idle pool (its read loop returns it), which a loaded
+		// machine makes likely; only a connection the gateway closed makes
+		// a new one then.
+		c.Transport.(*http.Transport).MaxConnsPerHost = 1
 		trace := &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) {
 			if !i.Reused {
 				l.newConns.Add(1)
