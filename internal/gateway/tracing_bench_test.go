@@ -17,7 +17,8 @@ import (
 )
 
 // BenchmarkProxyTracing is BenchmarkProxy with tracing off, at 1% and at
-// 100% sampling, in one run: each traced gateway exports over OTLP/HTTP to
+// 100% sampling, each also with Istio's standard metrics on, in one run
+// (issue 47's figure: against "off", all of it off): each traced gateway exports over OTLP/HTTP to
 // a collector on loopback that reads and discards the batches, so the
 // export's CPU (encoding, sending) is in the figure. Compare the
 // sub-benchmarks' ns/op against "off" of the same run (-count 3 to see the
@@ -30,11 +31,13 @@ func BenchmarkProxyTracing(b *testing.B) {
 	}))
 	defer collector.Close()
 	for _, mode := range []struct {
-		name string
-		rate float64 // <0: off
-	}{{"off", -1}, {"sample1pct", 0.01}, {"sample100pct", 1}} {
+		name    string
+		rate    float64 // <0: off
+		metrics bool    // Istio's standard metrics on too
+	}{{"off", -1, false}, {"sample1pct", 0.01, false}, {"sample100pct", 1, false},
+		{"metrics", -1, true}, {"sample1pct+metrics", 0.01, true}, {"sample100pct+metrics", 1, true}} {
 		b.Run(mode.name, func(b *testing.B) {
-			var opts gateway.Options
+			opts := gateway.Options{IstioMetrics: mode.metrics}
 			var exp *trace.Exporter
 			if mode.rate >= 0 {
 				s, err := trace.NewSampler(mode.rate, false)
