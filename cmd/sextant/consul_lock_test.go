@@ -31,9 +31,11 @@ func TestConsulLockHolderProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A lock delay of 1µs (0 would be the default 15s), so that the test
-	// measures the TTL: the client retries a delayed acquire after 5s.
-	l, err := c.LockOpts(&capi.LockOptions{Key: "leader", Value: []byte(fmt.Sprint(os.Getpid())), SessionTTL: "1s", LockDelay: time.Microsecond, LockWaitTime: time.Second})
+	// The least lock delay the client can ask (it sends 1ms; 0 would be
+	// the default 15s), so that the test measures the TTL. An acquire that
+	// still meets it (woken within 1ms of the invalidation) is retried by
+	// the client after 5s.
+	l, err := c.LockOpts(&capi.LockOptions{Key: "leader", Value: []byte(fmt.Sprint(os.Getpid())), SessionTTL: "1s", LockDelay: time.Millisecond, LockWaitTime: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
