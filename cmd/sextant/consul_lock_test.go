@@ -143,6 +143,11 @@ func TestConsulLockHolderKilled(t *testing.T) {
 		t.Fatal("the second process did not get the lock within 15s of the first's death")
 	}
 	took := time.Since(killed)
+	// The dead holder's session was renewed every 0.5 s until the kill and
+	// lives twice its TTL past its last renewal: at least 1.5 s more.
+	if took < time.Second {
+		t.Fatalf("the lock passed %v after the kill: before the holder's session could expire", took)
+	}
 	bSession := strings.TrimPrefix(locked, "locked ")
 	if bSession == aSession {
 		t.Fatal("the second process holds the dead one's session")
