@@ -31,9 +31,11 @@ func TestConsulLockHolderProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A lock delay of 1µs (0 would be the default 15s), so that the test
-	// measures the TTL: the client retries a delayed acquire after 5s.
-	l, err := c.LockOpts(&capi.LockOptions{Key: "leader", Value: []byte(fmt.Sprint(os.Getpid())), SessionTTL: "1s", LockDelay: time.Microsecond, LockWaitTime: time.Second})
+	// The least lock delay the client can ask (it sends 1ms; 0 would be
+	// the default 15s), so that the test measures the TTL. An acquire that
+	// still meets it (woken within 1ms of the invalidation) is retried by
+	// the client after 5s.
+	l, err := c.LockOpts(&capi.LockOptions{Key: "leader", Value: []byte(fmt.Sprint(os.Getpid())), SessionTTL: "1s", LockDelay: time.Millisecond, LockWaitTime: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,6 +143,11 @@ func TestConsulLockHolderKilled(t *testing.T) {
 		t.Fatal("the second process did not get the lock within 15s of the first's death")
 	}
 	took := time.Since(killed)
+	// The dead holder's session was renewed every 0.5 s until the kill and
+	// lives twice its TTL past its last renewal: at least 1.5 s more.
+	if took < time.Second {
+		t.Fatalf("the lock passed %v after the kill: before the holder's session could expire", took)
+	}
 	bSession := strings.TrimPrefix(locked, "locked ")
 	if bSession == aSession {
 		t.Fatal("the second process holds the dead one's session")

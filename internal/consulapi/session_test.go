@@ -641,3 +641,26 @@ func TestSessionBoundChecks(t *testing.T) {
 		return i == nil && holder("lock/service") == ""
 	})
 }
+
+// TestSessionBoundTTLCheck: a session bound to a TTL check of the agent's
+// node (registered alone) is invalidated when the check's TTL passes
+// unrenewed: no write happens then, the watch's tick finds it.
+func TestSessionBoundTTLCheck(t *testing.T) {
+	s := newSessionStack(t)
+	c := s.client(t, "")
+	ag := c.Agent()
+	if err := ag.CheckRegister(&capi.AgentCheckRegistration{ID: "deadman", Name: "deadman", AgentServiceCheck: capi.AgentServiceCheck{TTL: "1s", Status: capi.HealthPassing}}); err != nil {
+		t.Fatal(err)
+	}
+	id, _, err := c.Session().Create(&capi.SessionEntry{NodeChecks: []string{"serfHealth", "deadman"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e, _, err := c.Session().Info(id, nil); err != nil || e == nil || len(e.NodeChecks) != 2 {
+		t.Fatalf("info: %+v %v", e, err)
+	}
+	pollFor(t, 10*time.Second, "the session bound to the expired TTL check is invalidated", func() bool {
+		e, _, _ := c.Session().Info(id, nil)
+		return e == nil
+	})
+}
