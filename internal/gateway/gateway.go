@@ -81,6 +81,7 @@ type Gateway struct {
 	log     *slog.Logger
 	rec     Recorder
 	metrics *metricsSet
+	istio   *istioMetrics // nil without Options.IstioMetrics
 	table   atomic.Pointer[table]
 	tls     atomic.Pointer[tlsState] // the TLS listeners (tls.go)
 	pools   pools
@@ -142,8 +143,9 @@ func New(opts Options) *Gateway {
 	}
 	if opts.IstioMetrics {
 		im := newIstioMetrics(opts.Recorder, opts.IstioReporters, opts.IstioMaxSeries)
+		im.sidecar = opts.Inbound != nil // istiosidecar.go
 		g.metrics.reg.MustRegister(im)
-		g.rec = im
+		g.rec, g.istio = im, im
 	}
 	if opts.Tracing != nil {
 		if st, ok := opts.Tracing.Sink.(spanStats); ok {
