@@ -38,6 +38,8 @@ type sidecarFlags struct {
 	node                   string
 	noRecords              bool
 	adminPprof             bool
+	istioMetrics           bool
+	istioMaxSeries         int
 	drain                  time.Duration
 	ttl                    time.Duration
 	logFormat, logLevel    string
@@ -98,6 +100,8 @@ then flushes the call log. See docs/sidecar.md.`,
 	fl.StringVar(&f.node, "node-id", "", "xDS node id (default sextant-sidecar~NAMESPACE~NAME~MESH-ADDRESS)")
 	fl.BoolVar(&f.noRecords, "no-call-log", false, "do not record calls")
 	fl.BoolVar(&f.adminPprof, "admin-pprof", false, "serve Go profiles (/debug/pprof/) on the admin API")
+	fl.BoolVar(&f.istioMetrics, "istio-metrics", true, "serve Istio's standard metrics on /metrics, each call reported by this proxy's side of it (destination inbound, source outbound), for Istio's dashboards and Kiali")
+	fl.IntVar(&f.istioMaxSeries, "istio-metrics-max-series", gateway.DefaultIstioMaxSeries, "most label sets the Istio metrics keep")
 	fl.DurationVar(&f.retainAge, "retain", 7*24*time.Hour, "delete call records older than this")
 	fl.Int64Var(&f.retainBytes, "retain-bytes", 1<<30, "delete the oldest call records beyond this many bytes")
 	fl.DurationVar(&f.drain, "drain", 30*time.Second, "how long to wait for calls in flight on shutdown")
@@ -148,6 +152,9 @@ func (f *sidecarFlags) check() (client.Instance, error) {
 			return in, err
 		}
 	}
+	if f.istioMetrics && f.istioMaxSeries <= 0 {
+		return in, fmt.Errorf("--istio-metrics-max-series %d: want a positive count", f.istioMaxSeries)
+	}
 	if f.ttl < time.Second || f.ttl%time.Second != 0 {
 		return in, fmt.Errorf("--ttl %v: want whole seconds, at least 1s", f.ttl)
 	}
@@ -186,7 +193,7 @@ func runSidecar(ctx context.Context, f sidecarFlags) error {
 	}
 	meshAddr := net.JoinHostPort(in.Host, strconv.Itoa(in.Port))
 	g := gateway.New(gateway.Options{Listener: gateway.ProxyListener, ListenPort: uint32(port), Recorder: rec,
-		Logger: log.With("component", "sidecar"),
+		Logger: log.With("component", "sidecar"), IstioMetrics: f.istioMetrics, IstioMaxSeries: f.istioMaxSeries,
 		Inbound: &gateway.Inbound{Addr: meshAddr, App: net.JoinHostPort(f.appHost, strconv.Itoa(f.appPort)),
 			Service: f.namespace + "/" + f.serviceName}})
 

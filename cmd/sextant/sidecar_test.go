@@ -10,7 +10,8 @@ import (
 // before anything starts, naming the flag and what is wrong.
 func TestSidecarFlagsRefused(t *testing.T) {
 	good := func() sidecarFlags {
-		return sidecarFlags{service: "shop/orders", appHost: "127.0.0.1", appPort: 8080, meshListen: "127.0.0.1:15006", outbound: "127.0.0.1:15001", ttl: 10 * time.Second}
+		return sidecarFlags{service: "shop/orders", appHost: "127.0.0.1", appPort: 8080, meshListen: "127.0.0.1:15006", outbound: "127.0.0.1:15001", ttl: 10 * time.Second,
+			istioMetrics: true, istioMaxSeries: 100}
 	}
 	for _, c := range []struct {
 		name, want string
@@ -26,6 +27,7 @@ func TestSidecarFlagsRefused(t *testing.T) {
 		{"label without =", `--label "app": want key=value`, func(f *sidecarFlags) { f.labels = []string{"app"} }},
 		{"outbound port without =", `--outbound-port "orders.shop": want NAME=PORT`, func(f *sidecarFlags) { f.servicePorts = []string{"orders.shop"} }},
 		{"outbound port not a port", `port "x": want 1 to 65535`, func(f *sidecarFlags) { f.servicePorts = []string{"orders.shop=x"} }},
+		{"no Istio series", "--istio-metrics-max-series 0", func(f *sidecarFlags) { f.istioMaxSeries = 0 }},
 		{"TTL under a second", "--ttl 500ms: want whole seconds", func(f *sidecarFlags) { f.ttl = 500 * time.Millisecond }},
 		{"outbound port a URL", "is not a service's host name", func(f *sidecarFlags) { f.servicePorts = []string{"http://orders=9080"} }},
 	} {

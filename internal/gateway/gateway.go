@@ -83,6 +83,7 @@ type Gateway struct {
 	log     *slog.Logger
 	rec     Recorder
 	metrics *metricsSet
+	istio   *istioMetrics // nil without Options.IstioMetrics
 	table   atomic.Pointer[table]
 	tls     atomic.Pointer[tlsState] // the TLS listeners (tls.go)
 	pools   pools
@@ -144,8 +145,9 @@ func New(opts Options) *Gateway {
 	}
 	if opts.IstioMetrics {
 		im := newIstioMetrics(opts.Recorder, opts.IstioReporters, opts.IstioMaxSeries)
+		im.sidecar = opts.Inbound != nil // istiosidecar.go
 		g.metrics.reg.MustRegister(im)
-		g.rec = im
+		g.rec, g.istio = im, im
 	}
 	if opts.Tracing != nil {
 		if st, ok := opts.Tracing.Sink.(spanStats); ok {

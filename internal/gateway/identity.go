@@ -33,6 +33,9 @@ func (g *Gateway) SetIdentity(certPEM, keyPEM, bundlePEM []byte) error {
 	if !pool.AppendCertsFromPEM(bundlePEM) {
 		return errors.New("gateway: identity trust bundle: no PEM certificate")
 	}
+	if leaf, err := x509.ParseCertificate(cert.Certificate[0]); err == nil {
+		g.istio.setIstioSelf(leaf) // a sidecar's metrics name it
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.identity = map[string]any{

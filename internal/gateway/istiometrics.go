@@ -58,6 +58,11 @@ type istioKey struct {
 	grpc      uint8 // calllog.Record.GRPCStatus: grpc-status+1, 0 for none
 	flags     uint8 // index into istioFlagNames
 	mtls      bool
+	// A sidecar's call (istiosidecar.go): dir says which proxy of the
+	// call it is (reporter destination inbound, source outbound; 0: the
+	// gateway, both), peer the destination's SPIFFE id.
+	dir  uint8
+	peer string
 }
 
 // istioHist is a histogram in atomics: per-bucket (not cumulative)
@@ -96,6 +101,7 @@ func (h *istioHist) snapshot(bounds []float64, scale float64) (uint64, map[float
 
 type istioSeries struct {
 	values   []string // label values after reporter
+	reporter string   // the one reporter of a sidecar's series; "": every configured one
 	requests atomic.Uint64
 	duration istioHist // nanoseconds summed
 	reqBytes istioHist
@@ -115,6 +121,11 @@ type istioMetrics struct {
 	dropped  atomic.Uint64
 	tcp      map[istioKey]*istioTCPSeries // istiotcp.go; counted in max too
 	tcpOver  *istioTCPSeries
+
+	// sidecar: the records are a sidecar's (istiosidecar.go); nil for a
+	// gateway. self is the sidecar's own SPIFFE id once it has one.
+	sidecar bool
+	self    atomic.Pointer[string]
 
 	requests, duration, reqBytes, resBytes     *prometheus.Desc
 	tcpOpened, tcpClosed, tcpSent, tcpReceived *prometheus.Desc
@@ -158,6 +169,9 @@ func (m *istioMetrics) Record(r calllog.Record) {
 func (m *istioMetrics) observe(r *calllog.Record) {
 	k := istioKey{service: r.Service, subset: r.Subset, principal: r.Principal, code: r.Status, grpc: r.GRPCStatus,
 		flags: istioFlagsOf(r.Reason, r.Status, r.Retries), mtls: r.Conn&calllog.ConnPeerCert != 0}
+	if m.sidecar {
+		m.sidecarKey(&k, r)
+	}
 	m.mu.RLock()
 	s := m.series[k]
 	m.mu.RUnlock()
@@ -190,6 +204,7 @@ func (m *istioMetrics) add(k istioKey) *istioSeries {
 		return m.overflow
 	}
 	s := newIstioSeries(istioLabelValues(k))
+	s.reporter = istioReporterOf(k.dir)
 	m.series[k] = s
 	return s
 }
@@ -245,9 +260,13 @@ func istioLabelValues(k istioKey) []string {
 	if k.mtls {
 		policy = "mutual_tls"
 	}
+	dstPrincipal := unknown
+	if k.peer != "" {
+		dstPrincipal = k.peer
+	}
 	return []string{
 		srcWL, srcNS, srcPrincipal, srcWL, unknown, srcWL, srcRevision, istioCluster,
-		dstName, dstNS, unknown, dstName, version, dstSvc, dstName, dstNS, dstName, revision, istioCluster,
+		dstName, dstNS, dstPrincipal, dstName, version, dstSvc, dstName, dstNS, dstName, revision, istioCluster,
 		proto, strconv.Itoa(int(k.code)), grpc, istioFlagNames[k.flags], policy,
 	}
 }
@@ -371,11 +390,15 @@ func (m *istioMetrics) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(m.overflowDesc, prometheus.CounterValue, float64(m.dropped.Load()))
 	ch <- prometheus.MustNewConstMetric(m.seriesDesc, prometheus.GaugeValue, float64(n))
 	for _, s := range all {
+		reporters := m.reporters
+		if s.reporter != "" {
+			reporters = []string{s.reporter}
+		}
 		dn, db, dsum := s.duration.snapshot(istioDurationBuckets, 1e-6)
 		qn, qb, qsum := s.reqBytes.snapshot(istioBytesBuckets, 1)
 		rn, rb, rsum := s.resBytes.snapshot(istioBytesBuckets, 1)
 		req := float64(s.requests.Load())
-		for _, rep := range m.reporters {
+		for _, rep := range reporters {
 			vals := append([]string{rep}, s.values...)
 			if rep == "source" && s != m.overflow {
 				// As Istio's: the caller's proxy does not know how the

@@ -258,6 +258,21 @@ func TestSidecarsPythonAndCurl(t *testing.T) {
 		if !sawV1 || len(web.calls(t, "shop/orders")) < 56 {
 			t.Fatal("calls missing from the records")
 		}
+		// Istio's metrics, each side its half as Istio's sidecars: web the
+		// source, orders the destination, each naming the other.
+		for _, c := range []struct {
+			w    *workload
+			want []string
+		}{
+			{web, []string{`reporter="source"`, `source_principal="spiffe://cluster.local/ns/shop/sa/web"`,
+				`destination_principal="spiffe://cluster.local/ns/shop/sa/orders"`, `destination_service_name="orders"`}},
+			{v1, []string{`reporter="destination"`, `source_principal="spiffe://cluster.local/ns/shop/sa/web"`,
+				`destination_principal="spiffe://cluster.local/ns/shop/sa/orders"`, `connection_security_policy="mutual_tls"`}},
+		} {
+			if line := metricLine(t, c.w, "istio_requests_total{", c.want...); line == "" {
+				t.Errorf("%s's /metrics: no istio_requests_total with %v", c.w.sidecar.name, c.want)
+			}
+		}
 	})
 	t.Run("STRICT refuses plaintext", func(t *testing.T) {
 		if out, err := curl(t, curlBin, "http://"+v1.mesh+"/"); err == nil {
@@ -354,4 +369,29 @@ spec:
 			t.Fatalf("after orders-v2's sidecar stopped, the registry holds:\n%s", list)
 		}
 	})
+}
+
+// metricLine returns the first line of the sidecar's /metrics starting
+// with prefix and holding every part; "" if none.
+func metricLine(t *testing.T, w *workload, prefix string, parts ...string) string {
+	t.Helper()
+	resp, err := http.Get("http://" + w.admin + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, l := range strings.Split(string(b), "\n") {
+		if !strings.HasPrefix(l, prefix) {
+			continue
+		}
+		ok := true
+		for _, p := range parts {
+			ok = ok && strings.Contains(l, p)
+		}
+		if ok {
+			return l
+		}
+	}
+	return ""
 }
