@@ -110,6 +110,20 @@ var exampleCases = []exampleCase{
 		}
 	}},
 	{"keepalive/main.go", checkKeepalive},
+	// Run with real sidecars by test/sidecar's TestSidecarWalkthrough
+	// (docs/sidecar.md's walkthrough); here: it applies as that page says,
+	// in namespace shop, apart from the other examples.
+	{"sidecar.yaml", func(r *docRun) {
+		out := r.ok("bin/sextant config apply -f examples/sidecar.yaml")
+		for _, want := range []string{"destinationrule shop/orders", "peerauthentication shop/default", "authorizationpolicy shop/orders"} {
+			if !strings.Contains(out, want) {
+				r.t.Errorf("applying examples/sidecar.yaml: no %q in %s", want, out)
+			}
+		}
+		if !strings.Contains(string(readRepoFile(r.t, "docs/sidecar.md")), "config apply -f examples/sidecar.yaml") {
+			r.t.Error("docs/sidecar.md's walkthrough does not apply examples/sidecar.yaml")
+		}
+	}},
 }
 
 type exampleCase struct {

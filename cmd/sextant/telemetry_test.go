@@ -108,8 +108,14 @@ func TestTelemetryAccessLogs(t *testing.T) {
 		return strings.Contains(lines[len(lines)-1], `"GET /fail/1 HTTP/1.1" 503 - via_upstream`)
 	})
 	// (Lines before may be the mesh's alone: calls served while the
-	// Gateway's listener was on its way.)
+	// Gateway's listener was on its way.) The writer flushes on its own
+	// time: wait until the file stops growing before counting its lines.
 	n := len(read())
+	for quiet := time.Now(); time.Since(quiet) < 300*time.Millisecond; time.Sleep(20 * time.Millisecond) {
+		if m := len(read()); m != n {
+			n, quiet = m, time.Now()
+		}
+	}
 	c1, c2 := call("/ok"), call("/fail/2")
 	deadline := time.Now().Add(10 * time.Second)
 	for len(read()) <= n {
