@@ -147,10 +147,18 @@ func startConfigStack(t *testing.T) *configStack {
 // first read.
 func runIstio(t *testing.T, srv *apiServer, cs *configStack, opts Options) *Istio {
 	t.Helper()
+	return runIstioEvery(t, srv, cs, opts, 0)
+}
+
+// runIstioEvery is runIstio looking for newly installed CRDs every
+// rediscover (0: the default).
+func runIstioEvery(t *testing.T, srv *apiServer, cs *configStack, opts Options, rediscover time.Duration) *Istio {
+	t.Helper()
 	s, err := NewIstio(srv.cfg, cs.reg.Engine(), cs.table, nil, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
+	s.rediscover = rediscover
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx) }()
@@ -410,4 +418,36 @@ func TestIstioBookinfo(t *testing.T) {
 	if e := cs.table.Get(config.Key{Kind: config.KindDestinationRule, Namespace: ns, Name: "reviews"}); e == nil || e.Object.Owner() != Owner {
 		t.Errorf("destination rule reviews: %+v", e)
 	}
+}
+
+// TestIstioCRDInstalledLater: a CRD installed after the source started
+// (PeerAuthentication's, deleted and installed again here) is found, and
+// its objects read, without a restart.
+func TestIstioCRDInstalledLater(t *testing.T) {
+	srv := apiServerFor(t)
+	dir := istioCRDs(t, srv)
+	kc := kubernetes.NewForConfigOrDie(srv.cfg)
+	const ns = "crd-later"
+	createNamespace(t, kc, ns)
+	const crd = "peerauthentications.security.istio.io"
+	kubectl(t, srv, "delete", "crd", crd, "--wait=true")
+	cs := startConfigStack(t)
+	runIstioEvery(t, srv, cs, Options{Namespaces: []string{ns}}, 200*time.Millisecond)
+	kubectl(t, srv, "apply", "--server-side", "-f", filepath.Join(dir, "manifests", "charts", "base", "files", "crd-all.gen.yaml"))
+	kubectl(t, srv, "wait", "--for", "condition=established", "--timeout", "2m", "crd/"+crd)
+	pa := filepath.Join(t.TempDir(), "pa.yaml")
+	if err := os.WriteFile(pa, []byte("apiVersion: security.istio.io/v1\nkind: PeerAuthentication\nmetadata: {name: strict}\nspec:\n  mtls: {mode: STRICT}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The CRD may serve a moment after it is established.
+	kubectlUntil(t, srv, "a PeerAuthentication applied once its CRD serves", func(_ string, err error) bool { return err == nil }, "apply", "-n", ns, "-f", pa)
+	key := config.Key{Kind: config.KindPeerAuthentication, Namespace: ns, Name: "strict"}
+	deadline := time.Now().Add(30 * time.Second)
+	for cs.table.Get(key) == nil {
+		if time.Now().After(deadline) {
+			t.Fatal("a PeerAuthentication of a CRD installed after the start is not read after 30s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	waitStatus(t, srv, ns, "peerauthentication", "strict", accepted)
 }
