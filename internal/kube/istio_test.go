@@ -313,9 +313,10 @@ func accepted(gen int64, st istioStatus) bool {
 // for end-user jason. Accepted objects get observedGeneration and an
 // Accepted condition in their status; the sample Sextant refuses
 // (egress-rule-google-apis' DestinationRule, portLevelSettings) gets its
-// problems in status.validationMessages and the condition; the objects are
-// read-only through Sextant; a deleted object goes; a namespace not synced
-// is not read.
+// problems in status.validationMessages and the condition; one named as
+// an object written through Sextant's API is refused as a conflict, the
+// API's kept; the objects are read-only through Sextant; a deleted object
+// goes; a namespace not synced is not read.
 func TestIstioBookinfo(t *testing.T) {
 	srv := apiServerFor(t)
 	dir := istioCRDs(t, srv)
@@ -353,6 +354,15 @@ func TestIstioBookinfo(t *testing.T) {
 
 	cs := startConfigStack(t)
 	runSyncer(t, srv.cfg, cs.reg, Options{Namespaces: []string{ns}})
+	// Written through Sextant's API before: the Kubernetes object of the
+	// same name (virtual-service-all-v1's details) is refused, not fought.
+	apiVS, err := config.Decode([]byte("apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: details, namespace: " + ns + "}\nspec:\n  hosts: [details]\n  http:\n  - route: [{destination: {host: details}}]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.reg.Engine().Submit(ctx, &config.ApplyWrite{Objects: apiVS, Table: cs.table}); err != nil {
+		t.Fatal(err)
+	}
 	runIstio(t, srv, cs, Options{Namespaces: []string{ns}})
 
 	c := xdsClient(t, cs.ads, ns, "reviews")
@@ -394,6 +404,16 @@ func TestIstioBookinfo(t *testing.T) {
 	drKey := config.Key{Kind: config.KindDestinationRule, Namespace: ns, Name: "originate-tls-for-googleapis"}
 	if cs.table.Get(drKey) != nil {
 		t.Error("a refused object is served")
+	}
+
+	st = waitStatus(t, srv, ns, "virtualservice", "details", func(gen int64, st istioStatus) bool {
+		return st.ObservedGeneration == gen && len(st.Conditions) == 1 && st.Conditions[0].Reason == "Conflict"
+	})
+	if !strings.Contains(st.Conditions[0].Message, "written through Sextant's APIs") || len(st.ValidationMessages) != 1 || st.ValidationMessages[0].Type.Code != "IST0145" {
+		t.Errorf("the conflicting object's status: %+v", st)
+	}
+	if e := cs.table.Get(config.Key{Kind: config.KindVirtualService, Namespace: ns, Name: "details"}); e == nil || e.Object.Owner() != "" {
+		t.Errorf("the API's VirtualService details was replaced: %+v", e)
 	}
 
 	// Read-only through Sextant's APIs.
