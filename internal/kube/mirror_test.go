@@ -60,7 +60,8 @@ func kubectlUntil(t *testing.T, srv *apiServer, what string, ok func(out string,
 // appear in the cluster as a selector-less ClusterIP Service with an
 // EndpointSlice (kubectl get endpointslices lists their addresses), follow
 // the registry (a deregistered instance leaves the slice, the last one
-// takes the Service), and never come back into the registry through the
+// takes the Service; a slice deleted by hand is written again), and never
+// come back into the registry through the
 // sync; a service of Kubernetes' own, or a Service of that name Sextant did
 // not write, is left alone.
 func TestMirrorToKubernetes(t *testing.T) {
@@ -130,6 +131,12 @@ func TestMirrorToKubernetes(t *testing.T) {
 	if _, err := kc.CoreV1().Services(ns).Get(ctx, "cart", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("a Service was written for Kubernetes' own service cart: %v", err)
 	}
+
+	// The registry is the truth: a mirrored slice deleted by hand comes back.
+	kubectl(t, srv, "delete", "endpointslice", "billing-sextant-9090", "-n", ns)
+	kubectlUntil(t, srv, "billing's slice written again", func(out string, err error) bool {
+		return err == nil && strings.Contains(out, "10.20.0.1,10.20.0.2")
+	}, "get", "endpointslices", "-n", ns)
 
 	// Follows the registry: one goes, then the other with the Service.
 	if _, _, err := reg.Deregister(ctx, []string{"billing-1"}); err != nil {
