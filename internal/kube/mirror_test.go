@@ -3,7 +3,9 @@ package kube
 import (
 	"context"
 	"encoding/json"
+	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -11,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/sextant-mesh/sextant/internal/instance"
 	"github.com/sextant-mesh/sextant/internal/naming"
@@ -130,6 +133,39 @@ func TestMirrorToKubernetes(t *testing.T) {
 	}
 	if _, err := kc.CoreV1().Services(ns).Get(ctx, "cart", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("a Service was written for Kubernetes' own service cart: %v", err)
+	}
+
+	// A second mirror over the unchanged registry (a restart) writes
+	// nothing: what it wrote is read from its watches. (Its one attempt
+	// to create legacy's Service, refused as it exists, is no write.)
+	var writes atomic.Int64
+	counted := rest.CopyConfig(srv.cfg)
+	counted.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			resp, err := rt.RoundTrip(r)
+			if r.Method != http.MethodGet && err == nil && resp.StatusCode < 300 {
+				writes.Add(1)
+				t.Logf("the restarted mirror wrote: %s %s", r.Method, r.URL.Path)
+			}
+			return resp, err
+		})
+	}
+	second, err := NewMirror(counted, reg, Options{Namespaces: []string{ns}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sctx, scancel := context.WithTimeout(ctx, 2*time.Minute)
+	sdone := make(chan error, 1)
+	go func() { sdone <- second.Run(sctx) }()
+	if err := second.WaitSynced(sctx); err != nil {
+		t.Fatalf("the second mirror's first pass: %v", err)
+	}
+	scancel()
+	if err := <-sdone; err != nil {
+		t.Fatalf("the second mirror: %v", err)
+	}
+	if n := writes.Load(); n != 0 {
+		t.Errorf("a restarted mirror over an unchanged registry made %d writes", n)
 	}
 
 	// The registry is the truth: a mirrored slice deleted by hand comes back.
