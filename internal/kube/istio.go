@@ -197,6 +197,9 @@ func (s *Istio) Run(ctx context.Context) error {
 		case <-time.After(2 * time.Second):
 		}
 	}
+	if len(gvrs) == 0 {
+		s.log.Info("Istio's CRDs are not installed: no Istio config is read until they are (looked for every 30 s)")
+	}
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	ctx, cancel := context.WithCancel(ctx)
