@@ -27,6 +27,7 @@ import (
 	"github.com/sextant-mesh/sextant/internal/catalog"
 	"github.com/sextant-mesh/sextant/internal/commit"
 	"github.com/sextant-mesh/sextant/internal/config"
+	"github.com/sextant-mesh/sextant/internal/naming"
 	"github.com/sextant-mesh/sextant/internal/push"
 	"github.com/sextant-mesh/sextant/internal/registry"
 	"github.com/sextant-mesh/sextant/internal/store"
@@ -154,7 +155,14 @@ func runIstio(t *testing.T, srv *apiServer, cs *configStack, opts Options) *Isti
 // rediscover (0: the default).
 func runIstioEvery(t *testing.T, srv *apiServer, cs *configStack, opts Options, rediscover time.Duration) *Istio {
 	t.Helper()
-	s, err := NewIstio(srv.cfg, cs.reg.Engine(), cs.table, nil, opts)
+	// As cmd/sextant wires it: a host naming a service without instances
+	// is accepted with a warning.
+	ins := cs.reg.Instances()
+	registered := func(k naming.ServiceKey) bool {
+		g := ins.Lookup(k)
+		return g != nil && g.Len() > 0
+	}
+	s, err := NewIstio(srv.cfg, cs.reg.Engine(), cs.table, registered, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -311,7 +319,8 @@ func accepted(gen int64, st istioStatus) bool {
 // client follows virtual-service-all-v1 to v1, virtual-service-reviews-v3
 // to v3, and virtual-service-reviews-jason-v2-v3 (applied as v1beta1) to v2
 // for end-user jason. Accepted objects get observedGeneration and an
-// Accepted condition in their status; the sample Sextant refuses
+// Accepted condition in their status (one naming a service without
+// instances, a WARNING IST0101 too); the sample Sextant refuses
 // (egress-rule-google-apis' DestinationRule, portLevelSettings) gets its
 // problems in status.validationMessages and the condition; one named as
 // an object written through Sextant's API is refused as a conflict, the
@@ -369,6 +378,14 @@ func TestIstioBookinfo(t *testing.T) {
 	settleOn(t, c, "", "reviews-v1", 10)
 	waitStatus(t, srv, ns, "virtualservice", "reviews", accepted)
 	waitStatus(t, srv, ns, "destinationrule", "reviews", accepted)
+	// ratings has no instances here: served, with a warning.
+	st := waitStatus(t, srv, ns, "virtualservice", "ratings", func(gen int64, st istioStatus) bool {
+		return st.ObservedGeneration == gen && len(st.ValidationMessages) > 0
+	})
+	if m := st.ValidationMessages[0]; m.Level != "WARNING" || m.Type.Code != "IST0101" || st.Conditions[0].Status != "True" ||
+		!strings.Contains(st.Conditions[0].Message, "no registered instances") {
+		t.Errorf("a VirtualService naming a service without instances: status %+v", st)
+	}
 
 	kubectl(t, srv, "apply", "-n", ns, "-f", filepath.Join(samples, "virtual-service-reviews-v3.yaml"))
 	settleOn(t, c, "", "reviews-v3", 10)
@@ -389,7 +406,7 @@ func TestIstioBookinfo(t *testing.T) {
 	settleOn(t, c, "", "reviews-v3", 10)
 
 	// The sample Sextant refuses: its problems in its status.
-	st := waitStatus(t, srv, ns, "destinationrule", "originate-tls-for-googleapis", func(gen int64, st istioStatus) bool {
+	st = waitStatus(t, srv, ns, "destinationrule", "originate-tls-for-googleapis", func(gen int64, st istioStatus) bool {
 		return st.ObservedGeneration == gen && len(st.ValidationMessages) > 0
 	})
 	t.Logf("the refused DestinationRule's status: %+v", st)
