@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -22,6 +23,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/sextant-mesh/sextant/internal/catalog"
@@ -487,4 +491,128 @@ func TestIstioCRDInstalledLater(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	waitStatus(t, srv, ns, "peerauthentication", "strict", accepted)
+}
+
+// vsObject is VirtualService name of namespace ns routing to host.
+func vsObject(ns, name, host string) *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "networking.istio.io/v1", "kind": "VirtualService",
+		"metadata": map[string]any{"name": name, "namespace": ns},
+		"spec": map[string]any{"hosts": []any{host}, "http": []any{
+			map[string]any{"route": []any{map[string]any{"destination": map[string]any{"host": host}}}},
+		}},
+	}}
+}
+
+// TestIstioLag measures the Kubernetes door for config: 100
+// VirtualServices created one by one through the API server, each timed
+// from the start of its create to the object in Sextant's config table;
+// beside it, the same 100 objects written as "sextant config apply" writes
+// them (the write engine, in process), each timed to its answer. Run with
+// -v for the figures (docs/perf/kubernetes.md).
+func TestIstioLag(t *testing.T) {
+	srv := apiServerFor(t)
+	istioCRDs(t, srv)
+	kc := kubernetes.NewForConfigOrDie(srv.cfg)
+	ctx := context.Background()
+	const ns = "istio-lag"
+	createNamespace(t, kc, ns)
+	cs := startConfigStack(t)
+	runIstio(t, srv, cs, Options{Namespaces: []string{ns}})
+	dyn := dynamic.NewForConfigOrDie(srv.cfg)
+	vs := dyn.Resource(schema.GroupVersionResource{Group: "networking.istio.io", Version: "v1", Resource: "virtualservices"}).Namespace(ns)
+
+	const n = 100
+	started := make([]time.Time, n)
+	answered := make([]time.Duration, n) // the create's own time
+	seen := make([]time.Time, n)
+	keys := make([]config.Key, n)
+	for i := range n {
+		keys[i] = config.Key{Kind: config.KindVirtualService, Namespace: ns, Name: fmt.Sprintf("vs-%03d", i)}
+	}
+	var mu sync.Mutex
+	wctx, stop := context.WithCancel(ctx)
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		var rev int64
+		for wctx.Err() == nil {
+			cs.table.Wait(wctx, rev)
+			rev = cs.table.Revision()
+			now := time.Now()
+			mu.Lock()
+			for i, k := range keys {
+				if seen[i].IsZero() && cs.table.Get(k) != nil {
+					seen[i] = now
+				}
+			}
+			mu.Unlock()
+		}
+	}()
+	for i := range n {
+		mu.Lock()
+		started[i] = time.Now()
+		mu.Unlock()
+		if _, err := vs.Create(ctx, vsObject(ns, keys[i].Name, fmt.Sprintf("svc-%03d", i)), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		answered[i] = time.Since(started[i])
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		mu.Lock()
+		done := !slices.ContainsFunc(seen, time.Time.IsZero)
+		mu.Unlock()
+		if done {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("not every VirtualService is in Sextant's config after a minute")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	stop()
+	<-watched
+	lags := make([]time.Duration, n)
+	after := make([]time.Duration, n) // from the create's answer: Sextant's part
+	for i := range n {
+		lags[i] = seen[i].Sub(started[i])
+		after[i] = max(0, lags[i]-answered[i])
+	}
+
+	// The same objects through the write engine, as config apply writes.
+	direct := make([]time.Duration, n)
+	for i := range n {
+		objs, err := config.Decode(mustJSON(t, vsObject("direct", keys[i].Name, fmt.Sprintf("svc-%03d", i)).Object))
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		if _, err := cs.reg.Engine().Submit(ctx, &config.ApplyWrite{Objects: objs, Table: cs.table}); err != nil {
+			t.Fatal(err)
+		}
+		direct[i] = time.Since(start)
+	}
+	slices.Sort(lags)
+	slices.Sort(direct)
+	slices.Sort(answered)
+	slices.Sort(after)
+	p50, p99 := lags[n/2], lags[n*99/100]
+	d50, d99 := direct[n/2], direct[n*99/100]
+	t.Logf("Istio config lag (create through the API server -> Sextant's config table), %d VirtualServices: p50 %v, p99 %v, max %v "+
+		"(the API server's answer to the create: p50 %v, p99 %v; from that answer to the table: p50 %v, p99 %v); "+
+		"the same objects through the write engine (config apply's path, in process): p50 %v, p99 %v",
+		n, p50, p99, lags[n-1], answered[n/2], answered[n*99/100], after[n/2], after[n*99/100], d50, d99)
+	if p99 > 10*time.Second {
+		t.Errorf("Istio config lag p99 %v", p99)
+	}
+}
+
+func mustJSON(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
