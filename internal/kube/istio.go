@@ -73,8 +73,10 @@ type Istio struct {
 	dyn   dynamic.Interface
 	disc  discovery.DiscoveryInterface
 
-	// Set by Run before the informers start, read-only after.
-	informers map[string][]istioInformer // kind -> one per namespace
+	// Run's: the informers of each kind, one per namespace (added to
+	// when a CRD is installed later, found every rediscover).
+	informers  map[string][]istioInformer
+	rediscover time.Duration // 0: 30 s
 	// Registered, when set, warns of hosts naming services without
 	// instances (config.ApplyWrite.Registered).
 	registered func(naming.ServiceKey) bool
@@ -168,7 +170,7 @@ func (s *Istio) discover(ctx context.Context) (map[string]schema.GroupVersionRes
 			}
 		}
 		if _, ok := out[r.kind]; !ok {
-			s.log.Info("Istio's CRD is not installed; its kind is not read (restart once it is)", "resource", r.resource+"."+r.group)
+			s.log.Debug("Istio's CRD is not installed; its kind is read once it is", "resource", r.resource+"."+r.group)
 		}
 	}
 	return out, ctx.Err()
@@ -176,7 +178,8 @@ func (s *Istio) discover(ctx context.Context) (map[string]schema.GroupVersionRes
 
 // Run reads until ctx ends: it finds the served CRDs (retrying while the
 // API server is unreachable), writes the first full read once every watch
-// has listed, then each change as it comes.
+// has listed, then each change as it comes; every 30 s it looks for CRDs
+// installed since.
 func (s *Istio) Run(ctx context.Context) error {
 	var gvrs map[string]schema.GroupVersionResource
 	for {
@@ -194,25 +197,19 @@ func (s *Istio) Run(ctx context.Context) error {
 		case <-time.After(2 * time.Second):
 		}
 	}
-	if err := s.watch(gvrs); err != nil {
-		return err
+	if len(gvrs) == 0 {
+		s.log.Info("Istio's CRDs are not installed: no Istio config is read until they are (looked for every 30 s)")
 	}
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	var synced []cache.InformerSynced
-	for _, infs := range s.informers {
-		for _, i := range infs {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				i.inf.RunWithContext(ctx)
-			}()
-			synced = append(synced, i.inf.HasSynced)
-		}
+	s.informers = map[string][]istioInformer{}
+	started, err := s.watch(ctx, &wg, gvrs)
+	if err != nil {
+		return err
 	}
-	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
+	if !cache.WaitForCacheSync(ctx.Done(), started...) {
 		return nil
 	}
 	s.initial(ctx)
@@ -222,24 +219,43 @@ func (s *Istio) Run(ctx context.Context) error {
 	s.synced.Store(true)
 	close(s.ready)
 	s.log.Info("Istio config synced", "kinds", slices.Sorted(maps.Keys(gvrs)))
+	every := s.rediscover
+	if every == 0 {
+		every = 30 * time.Second
+	}
+	tick := time.NewTicker(every)
+	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-s.wake:
+		case <-tick.C:
+			// A CRD installed since: its objects are read from now on
+			// (their adds queue them).
+			if gvrs, err := s.discover(ctx); err == nil {
+				if _, err := s.watch(ctx, &wg, gvrs); err != nil {
+					return err
+				}
+			}
 		}
 		s.drain(ctx)
 	}
 }
 
-// watch makes an informer per served resource and synced namespace.
-func (s *Istio) watch(gvrs map[string]schema.GroupVersionResource) error {
+// watch starts an informer per served resource not watched yet and synced
+// namespace, owned by wg, and returns their HasSynced.
+func (s *Istio) watch(ctx context.Context, wg *sync.WaitGroup, gvrs map[string]schema.GroupVersionResource) ([]cache.InformerSynced, error) {
 	namespaces := s.opts.Namespaces
 	if len(namespaces) == 0 {
 		namespaces = []string{metav1.NamespaceAll}
 	}
-	s.informers = map[string][]istioInformer{}
+	var started []cache.InformerSynced
 	for kind, gvr := range gvrs {
+		if len(s.informers[kind]) > 0 {
+			continue
+		}
+		s.log.Info("reading Istio objects", "resource", gvr.Resource+"."+gvr.Group, "version", gvr.Version)
 		for _, ns := range namespaces {
 			ri := s.dyn.Resource(gvr).Namespace(ns)
 			inf := cache.NewSharedIndexInformer(&cache.ListWatch{
@@ -264,12 +280,18 @@ func (s *Istio) watch(gvrs map[string]schema.GroupVersionResource) error {
 				},
 				DeleteFunc: queue,
 			}); err != nil {
-				return fmt.Errorf("kube: %w", err)
+				return nil, fmt.Errorf("kube: %w", err)
 			}
 			s.informers[kind] = append(s.informers[kind], istioInformer{gvr: gvr, inf: inf})
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				inf.RunWithContext(ctx)
+			}()
+			started = append(started, inf.HasSynced)
 		}
 	}
-	return nil
+	return started, nil
 }
 
 func (s *Istio) queueObject(kind string, obj any) {

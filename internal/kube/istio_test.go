@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -22,11 +23,15 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/sextant-mesh/sextant/internal/catalog"
 	"github.com/sextant-mesh/sextant/internal/commit"
 	"github.com/sextant-mesh/sextant/internal/config"
+	"github.com/sextant-mesh/sextant/internal/naming"
 	"github.com/sextant-mesh/sextant/internal/push"
 	"github.com/sextant-mesh/sextant/internal/registry"
 	"github.com/sextant-mesh/sextant/internal/store"
@@ -147,10 +152,25 @@ func startConfigStack(t *testing.T) *configStack {
 // first read.
 func runIstio(t *testing.T, srv *apiServer, cs *configStack, opts Options) *Istio {
 	t.Helper()
-	s, err := NewIstio(srv.cfg, cs.reg.Engine(), cs.table, nil, opts)
+	return runIstioEvery(t, srv, cs, opts, 0)
+}
+
+// runIstioEvery is runIstio looking for newly installed CRDs every
+// rediscover (0: the default).
+func runIstioEvery(t *testing.T, srv *apiServer, cs *configStack, opts Options, rediscover time.Duration) *Istio {
+	t.Helper()
+	// As cmd/sextant wires it: a host naming a service without instances
+	// is accepted with a warning.
+	ins := cs.reg.Instances()
+	registered := func(k naming.ServiceKey) bool {
+		g := ins.Lookup(k)
+		return g != nil && g.Len() > 0
+	}
+	s, err := NewIstio(srv.cfg, cs.reg.Engine(), cs.table, registered, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
+	s.rediscover = rediscover
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx) }()
@@ -303,11 +323,13 @@ func accepted(gen int64, st istioStatus) bool {
 // client follows virtual-service-all-v1 to v1, virtual-service-reviews-v3
 // to v3, and virtual-service-reviews-jason-v2-v3 (applied as v1beta1) to v2
 // for end-user jason. Accepted objects get observedGeneration and an
-// Accepted condition in their status; the sample Sextant refuses
+// Accepted condition in their status (one naming a service without
+// instances, a WARNING IST0101 too); the sample Sextant refuses
 // (egress-rule-google-apis' DestinationRule, portLevelSettings) gets its
-// problems in status.validationMessages and the condition; the objects are
-// read-only through Sextant; a deleted object goes; a namespace not synced
-// is not read.
+// problems in status.validationMessages and the condition; one named as
+// an object written through Sextant's API is refused as a conflict, the
+// API's kept; the objects are read-only through Sextant; a deleted object
+// goes; a namespace not synced is not read.
 func TestIstioBookinfo(t *testing.T) {
 	srv := apiServerFor(t)
 	dir := istioCRDs(t, srv)
@@ -345,12 +367,29 @@ func TestIstioBookinfo(t *testing.T) {
 
 	cs := startConfigStack(t)
 	runSyncer(t, srv.cfg, cs.reg, Options{Namespaces: []string{ns}})
+	// Written through Sextant's API before: the Kubernetes object of the
+	// same name (virtual-service-all-v1's details) is refused, not fought.
+	apiVS, err := config.Decode([]byte("apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: details, namespace: " + ns + "}\nspec:\n  hosts: [details]\n  http:\n  - route: [{destination: {host: details}}]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.reg.Engine().Submit(ctx, &config.ApplyWrite{Objects: apiVS, Table: cs.table}); err != nil {
+		t.Fatal(err)
+	}
 	runIstio(t, srv, cs, Options{Namespaces: []string{ns}})
 
 	c := xdsClient(t, cs.ads, ns, "reviews")
 	settleOn(t, c, "", "reviews-v1", 10)
 	waitStatus(t, srv, ns, "virtualservice", "reviews", accepted)
 	waitStatus(t, srv, ns, "destinationrule", "reviews", accepted)
+	// ratings has no instances here: served, with a warning.
+	st := waitStatus(t, srv, ns, "virtualservice", "ratings", func(gen int64, st istioStatus) bool {
+		return st.ObservedGeneration == gen && len(st.ValidationMessages) > 0
+	})
+	if m := st.ValidationMessages[0]; m.Level != "WARNING" || m.Type.Code != "IST0101" || st.Conditions[0].Status != "True" ||
+		!strings.Contains(st.Conditions[0].Message, "no registered instances") {
+		t.Errorf("a VirtualService naming a service without instances: status %+v", st)
+	}
 
 	kubectl(t, srv, "apply", "-n", ns, "-f", filepath.Join(samples, "virtual-service-reviews-v3.yaml"))
 	settleOn(t, c, "", "reviews-v3", 10)
@@ -371,7 +410,7 @@ func TestIstioBookinfo(t *testing.T) {
 	settleOn(t, c, "", "reviews-v3", 10)
 
 	// The sample Sextant refuses: its problems in its status.
-	st := waitStatus(t, srv, ns, "destinationrule", "originate-tls-for-googleapis", func(gen int64, st istioStatus) bool {
+	st = waitStatus(t, srv, ns, "destinationrule", "originate-tls-for-googleapis", func(gen int64, st istioStatus) bool {
 		return st.ObservedGeneration == gen && len(st.ValidationMessages) > 0
 	})
 	t.Logf("the refused DestinationRule's status: %+v", st)
@@ -386,6 +425,16 @@ func TestIstioBookinfo(t *testing.T) {
 	drKey := config.Key{Kind: config.KindDestinationRule, Namespace: ns, Name: "originate-tls-for-googleapis"}
 	if cs.table.Get(drKey) != nil {
 		t.Error("a refused object is served")
+	}
+
+	st = waitStatus(t, srv, ns, "virtualservice", "details", func(gen int64, st istioStatus) bool {
+		return st.ObservedGeneration == gen && len(st.Conditions) == 1 && st.Conditions[0].Reason == "Conflict"
+	})
+	if !strings.Contains(st.Conditions[0].Message, "written through Sextant's APIs") || len(st.ValidationMessages) != 1 || st.ValidationMessages[0].Type.Code != "IST0145" {
+		t.Errorf("the conflicting object's status: %+v", st)
+	}
+	if e := cs.table.Get(config.Key{Kind: config.KindVirtualService, Namespace: ns, Name: "details"}); e == nil || e.Object.Owner() != "" {
+		t.Errorf("the API's VirtualService details was replaced: %+v", e)
 	}
 
 	// Read-only through Sextant's APIs.
@@ -410,4 +459,160 @@ func TestIstioBookinfo(t *testing.T) {
 	if e := cs.table.Get(config.Key{Kind: config.KindDestinationRule, Namespace: ns, Name: "reviews"}); e == nil || e.Object.Owner() != Owner {
 		t.Errorf("destination rule reviews: %+v", e)
 	}
+}
+
+// TestIstioCRDInstalledLater: a CRD installed after the source started
+// (PeerAuthentication's, deleted and installed again here) is found, and
+// its objects read, without a restart.
+func TestIstioCRDInstalledLater(t *testing.T) {
+	srv := apiServerFor(t)
+	dir := istioCRDs(t, srv)
+	kc := kubernetes.NewForConfigOrDie(srv.cfg)
+	const ns = "crd-later"
+	createNamespace(t, kc, ns)
+	const crd = "peerauthentications.security.istio.io"
+	kubectl(t, srv, "delete", "crd", crd, "--wait=true")
+	cs := startConfigStack(t)
+	runIstioEvery(t, srv, cs, Options{Namespaces: []string{ns}}, 200*time.Millisecond)
+	kubectl(t, srv, "apply", "--server-side", "-f", filepath.Join(dir, "manifests", "charts", "base", "files", "crd-all.gen.yaml"))
+	kubectl(t, srv, "wait", "--for", "condition=established", "--timeout", "2m", "crd/"+crd)
+	pa := filepath.Join(t.TempDir(), "pa.yaml")
+	if err := os.WriteFile(pa, []byte("apiVersion: security.istio.io/v1\nkind: PeerAuthentication\nmetadata: {name: strict}\nspec:\n  mtls: {mode: STRICT}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The CRD may serve a moment after it is established.
+	kubectlUntil(t, srv, "a PeerAuthentication applied once its CRD serves", func(_ string, err error) bool { return err == nil }, "apply", "-n", ns, "-f", pa)
+	key := config.Key{Kind: config.KindPeerAuthentication, Namespace: ns, Name: "strict"}
+	deadline := time.Now().Add(30 * time.Second)
+	for cs.table.Get(key) == nil {
+		if time.Now().After(deadline) {
+			t.Fatal("a PeerAuthentication of a CRD installed after the start is not read after 30s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	waitStatus(t, srv, ns, "peerauthentication", "strict", accepted)
+}
+
+// vsObject is VirtualService name of namespace ns routing to host.
+func vsObject(ns, name, host string) *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "networking.istio.io/v1", "kind": "VirtualService",
+		"metadata": map[string]any{"name": name, "namespace": ns},
+		"spec": map[string]any{"hosts": []any{host}, "http": []any{
+			map[string]any{"route": []any{map[string]any{"destination": map[string]any{"host": host}}}},
+		}},
+	}}
+}
+
+// TestIstioLag measures the Kubernetes door for config: 100
+// VirtualServices created one by one through the API server, each timed
+// from the start of its create to the object in Sextant's config table;
+// beside it, the same 100 objects written as "sextant config apply" writes
+// them (the write engine, in process), each timed to its answer. Run with
+// -v for the figures (docs/perf/kubernetes.md).
+func TestIstioLag(t *testing.T) {
+	srv := apiServerFor(t)
+	istioCRDs(t, srv)
+	kc := kubernetes.NewForConfigOrDie(srv.cfg)
+	ctx := context.Background()
+	const ns = "istio-lag"
+	createNamespace(t, kc, ns)
+	cs := startConfigStack(t)
+	runIstio(t, srv, cs, Options{Namespaces: []string{ns}})
+	dyn := dynamic.NewForConfigOrDie(srv.cfg)
+	vs := dyn.Resource(schema.GroupVersionResource{Group: "networking.istio.io", Version: "v1", Resource: "virtualservices"}).Namespace(ns)
+
+	const n = 100
+	started := make([]time.Time, n)
+	answered := make([]time.Duration, n) // the create's own time
+	seen := make([]time.Time, n)
+	keys := make([]config.Key, n)
+	for i := range n {
+		keys[i] = config.Key{Kind: config.KindVirtualService, Namespace: ns, Name: fmt.Sprintf("vs-%03d", i)}
+	}
+	var mu sync.Mutex
+	wctx, stop := context.WithCancel(ctx)
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		var rev int64
+		for wctx.Err() == nil {
+			cs.table.Wait(wctx, rev)
+			rev = cs.table.Revision()
+			now := time.Now()
+			mu.Lock()
+			for i, k := range keys {
+				if seen[i].IsZero() && cs.table.Get(k) != nil {
+					seen[i] = now
+				}
+			}
+			mu.Unlock()
+		}
+	}()
+	for i := range n {
+		mu.Lock()
+		started[i] = time.Now()
+		mu.Unlock()
+		if _, err := vs.Create(ctx, vsObject(ns, keys[i].Name, fmt.Sprintf("svc-%03d", i)), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		answered[i] = time.Since(started[i])
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		mu.Lock()
+		done := !slices.ContainsFunc(seen, time.Time.IsZero)
+		mu.Unlock()
+		if done {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("not every VirtualService is in Sextant's config after a minute")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	stop()
+	<-watched
+	lags := make([]time.Duration, n)
+	after := make([]time.Duration, n) // from the create's answer: Sextant's part
+	for i := range n {
+		lags[i] = seen[i].Sub(started[i])
+		after[i] = max(0, lags[i]-answered[i])
+	}
+
+	// The same objects through the write engine, as config apply writes.
+	direct := make([]time.Duration, n)
+	for i := range n {
+		objs, err := config.Decode(mustJSON(t, vsObject("direct", keys[i].Name, fmt.Sprintf("svc-%03d", i)).Object))
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		if _, err := cs.reg.Engine().Submit(ctx, &config.ApplyWrite{Objects: objs, Table: cs.table}); err != nil {
+			t.Fatal(err)
+		}
+		direct[i] = time.Since(start)
+	}
+	slices.Sort(lags)
+	slices.Sort(direct)
+	slices.Sort(answered)
+	slices.Sort(after)
+	p50, p99 := lags[n/2], lags[n*99/100]
+	d50, d99 := direct[n/2], direct[n*99/100]
+	t.Logf("Istio config lag (create through the API server -> Sextant's config table), %d VirtualServices: p50 %v, p99 %v, max %v "+
+		"(the API server's answer to the create: p50 %v, p99 %v; from that answer to the table: p50 %v, p99 %v); "+
+		"the same objects through the write engine (config apply's path, in process): p50 %v, p99 %v",
+		n, p50, p99, lags[n-1], answered[n/2], answered[n*99/100], after[n/2], after[n*99/100], d50, d99)
+	if p99 > 10*time.Second {
+		t.Errorf("Istio config lag p99 %v", p99)
+	}
+}
+
+func mustJSON(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

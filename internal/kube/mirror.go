@@ -18,10 +18,13 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/sextant-mesh/sextant/internal/catalog"
 	"github.com/sextant-mesh/sextant/internal/instance"
@@ -60,11 +63,17 @@ type Mirror struct {
 	opts Options
 	log  *slog.Logger
 
+	// What the mirror wrote, as the API server holds it: read from these
+	// caches, a pass over unchanged services makes no API call.
+	services, slices []cache.SharedIndexInformer // one per namespace
+
 	synced atomic.Bool
 	ready  chan struct{}
 
 	mu     sync.Mutex
 	warned map[naming.ServiceKey]string // the last skip logged per service
+	kicked map[naming.ServiceKey]bool   // changed in Kubernetes: redo
+	kick   chan struct{}
 }
 
 // NewMirror returns a Mirror into the cluster cfg names.
@@ -83,7 +92,97 @@ func NewMirror(cfg *rest.Config, reg MirrorRegistry, opts Options) (*Mirror, err
 	if err != nil {
 		return nil, fmt.Errorf("kube: client: %w", err)
 	}
-	return &Mirror{reg: reg, kc: kc, opts: opts, log: opts.Logger, ready: make(chan struct{}), warned: map[naming.ServiceKey]string{}}, nil
+	m := &Mirror{reg: reg, kc: kc, opts: opts, log: opts.Logger, ready: make(chan struct{}), warned: map[naming.ServiceKey]string{},
+		kicked: map[naming.ServiceKey]bool{}, kick: make(chan struct{}, 1)}
+	namespaces := opts.Namespaces
+	if len(namespaces) == 0 {
+		namespaces = []string{metav1.NamespaceAll}
+	}
+	for _, ns := range namespaces {
+		svcs := kc.CoreV1().Services(ns)
+		m.services = append(m.services, cache.NewSharedIndexInformer(&cache.ListWatch{
+			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+				o.LabelSelector = managedByService + "=" + ManagedBy
+				return svcs.List(ctx, o)
+			},
+			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				o.LabelSelector = managedByService + "=" + ManagedBy
+				return svcs.Watch(ctx, o)
+			},
+		}, &corev1.Service{}, 0, cache.Indexers{}))
+		eps := kc.DiscoveryV1().EndpointSlices(ns)
+		m.slices = append(m.slices, cache.NewSharedIndexInformer(&cache.ListWatch{
+			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+				o.LabelSelector = discoveryv1.LabelManagedBy + "=" + ManagedBy
+				return eps.List(ctx, o)
+			},
+			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				o.LabelSelector = discoveryv1.LabelManagedBy + "=" + ManagedBy
+				return eps.Watch(ctx, o)
+			},
+		}, &discoveryv1.EndpointSlice{}, 0, cache.Indexers{byService: func(obj any) ([]string, error) {
+			es := obj.(*discoveryv1.EndpointSlice)
+			return []string{es.Namespace + "/" + es.Labels[discoveryv1.LabelServiceName]}, nil
+		}}))
+	}
+	// A mirrored object changed or deleted by someone else (or ours, seen
+	// late) redoes its service: the registry is the truth.
+	for _, inf := range append(slices.Clone(m.services), m.slices...) {
+		if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    m.kickObject,
+			UpdateFunc: func(_, obj any) { m.kickObject(obj) },
+			DeleteFunc: m.kickObject,
+		}); err != nil {
+			return nil, fmt.Errorf("kube: %w", err)
+		}
+	}
+	return m, nil
+}
+
+func (m *Mirror) kickObject(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	var k naming.ServiceKey
+	switch o := obj.(type) {
+	case *corev1.Service:
+		k = naming.ServiceKey{Namespace: o.Namespace, Name: o.Name}
+	case *discoveryv1.EndpointSlice:
+		k = naming.ServiceKey{Namespace: o.Namespace, Name: o.Labels[discoveryv1.LabelServiceName]}
+	default:
+		return
+	}
+	m.mu.Lock()
+	m.kicked[k] = true
+	m.mu.Unlock()
+	select {
+	case m.kick <- struct{}{}:
+	default:
+	}
+}
+
+const byService = "service"
+
+// cachedService is the mirrored Service k as last seen, nil if none.
+func (m *Mirror) cachedService(k naming.ServiceKey) *corev1.Service {
+	for _, inf := range m.services {
+		if obj, ok, _ := inf.GetStore().GetByKey(k.Namespace + "/" + k.Name); ok {
+			return obj.(*corev1.Service)
+		}
+	}
+	return nil
+}
+
+// cachedSlices are service k's mirrored EndpointSlices as last seen.
+func (m *Mirror) cachedSlices(k naming.ServiceKey) []*discoveryv1.EndpointSlice {
+	var out []*discoveryv1.EndpointSlice
+	for _, inf := range m.slices {
+		objs, _ := inf.GetIndexer().ByIndex(byService, k.Namespace+"/"+k.Name)
+		for _, o := range objs {
+			out = append(out, o.(*discoveryv1.EndpointSlice))
+		}
+	}
+	return out
 }
 
 // Synced reports whether the first full pass is written.
@@ -110,6 +209,22 @@ func (m *Mirror) allowed(ns string) bool {
 // of mirrored Services the registry no longer has), then each changed
 // service. A service whose write fails is retried a second later.
 func (m *Mirror) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var synced []cache.InformerSynced
+	for _, inf := range append(slices.Clone(m.services), m.slices...) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			inf.RunWithContext(ctx)
+		}()
+		synced = append(synced, inf.HasSynced)
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
+		return nil
+	}
 	dirty := map[naming.ServiceKey]bool{}
 	var sub *catalog.Subscription
 	full := true
@@ -126,12 +241,12 @@ func (m *Mirror) Run(ctx context.Context) error {
 					dirty[g.Key] = true
 				}
 			}
-			if err := m.stale(ctx, dirty); err != nil {
-				m.log.Warn("listing mirrored Services failed; retrying", "err", err)
-				if !sleep(ctx, time.Second) {
-					return nil
+			// And those it wrote that the registry may no longer have.
+			for _, inf := range m.services {
+				for _, obj := range inf.GetStore().List() {
+					svc := obj.(*corev1.Service)
+					dirty[naming.ServiceKey{Namespace: svc.Namespace, Name: svc.Name}] = true
 				}
-				continue
 			}
 			full = false
 		}
@@ -149,52 +264,47 @@ func (m *Mirror) Run(ctx context.Context) error {
 			m.synced.Store(true)
 			close(m.ready)
 		}
-		wait := ctx
-		var cancel context.CancelFunc = func() {}
-		if len(dirty) > 0 {
-			wait, cancel = context.WithTimeout(ctx, time.Second)
-		}
-		changes, err := sub.Next(wait, 4096)
-		cancel()
-		switch {
-		case errors.Is(err, catalog.ErrCompacted):
+		changes, err := m.next(ctx, sub, len(dirty) > 0)
+		if errors.Is(err, catalog.ErrCompacted) {
 			full = true
-		case err != nil:
-			// The retry timer, or ctx's end.
 		}
 		for _, c := range changes {
 			dirty[c.Key] = true
 		}
+		m.mu.Lock()
+		for k := range m.kicked {
+			dirty[k] = true
+		}
+		clear(m.kicked)
+		m.mu.Unlock()
 	}
 	return nil
 }
 
-func sleep(ctx context.Context, d time.Duration) bool {
-	select {
-	case <-ctx.Done():
-		return false
-	case <-time.After(d):
-		return true
+// next waits for the registry's next changes, or a kick from Kubernetes'
+// side, or (retry) a second; its error is ErrCompacted or the wait's end.
+func (m *Mirror) next(ctx context.Context, sub *catalog.Subscription, retry bool) ([]catalog.Change, error) {
+	wait, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if retry {
+		wait, cancel = context.WithTimeout(wait, time.Second)
+		defer cancel()
 	}
-}
-
-// stale adds to dirty the services of the Services the mirror wrote that
-// the registry may no longer have.
-func (m *Mirror) stale(ctx context.Context, dirty map[naming.ServiceKey]bool) error {
-	namespaces := m.opts.Namespaces
-	if len(namespaces) == 0 {
-		namespaces = []string{metav1.NamespaceAll}
-	}
-	for _, ns := range namespaces {
-		list, err := m.kc.CoreV1().Services(ns).List(ctx, metav1.ListOptions{LabelSelector: managedByService + "=" + ManagedBy})
-		if err != nil {
-			return err
+	go func() {
+		select {
+		case <-m.kick:
+			if wait.Err() != nil {
+				// Too late for this wait: leave it to the next.
+				select {
+				case m.kick <- struct{}{}:
+				default:
+				}
+			}
+			cancel()
+		case <-wait.Done():
 		}
-		for _, s := range list.Items {
-			dirty[naming.ServiceKey{Namespace: s.Namespace, Name: s.Name}] = true
-		}
-	}
-	return nil
+	}()
+	return sub.Next(wait, 4096)
 }
 
 // skip logs, once per reason, why service k is not mirrored.
@@ -232,18 +342,7 @@ func (m *Mirror) reconcile(ctx context.Context, k naming.ServiceKey) error {
 		return nil
 	}
 	services := m.kc.CoreV1().Services(k.Namespace)
-	cur, err := services.Get(ctx, k.Name, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		cur = nil
-	case err != nil:
-		return err
-	case cur.Labels[managedByService] != ManagedBy:
-		if len(ins) > 0 {
-			m.skip(k, "a Service of that name exists, not written by Sextant")
-		}
-		return nil
-	}
+	cur := m.cachedService(k)
 	want := desiredSlices(k, ins)
 	if len(want) == 0 {
 		// Gone: the slices go with their Service (and explicitly, should
@@ -259,21 +358,36 @@ func (m *Mirror) reconcile(ctx context.Context, k naming.ServiceKey) error {
 		return nil
 	}
 	ports := servicePorts(want)
+	var err error
 	if cur == nil {
 		svc := &corev1.Service{
 			ObjectMeta: metav1.ObjectMeta{Name: k.Name, Namespace: k.Namespace, Labels: map[string]string{managedByService: ManagedBy}},
 			Spec:       corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, Ports: ports},
 		}
-		if cur, err = services.Create(ctx, svc, metav1.CreateOptions{FieldManager: "sextant"}); err != nil {
-			if apierrors.IsNotFound(err) {
-				m.skip(k, "its namespace does not exist in Kubernetes")
+		cur, err = services.Create(ctx, svc, metav1.CreateOptions{FieldManager: "sextant"})
+		switch {
+		case apierrors.IsNotFound(err):
+			m.skip(k, "its namespace does not exist in Kubernetes")
+			return nil
+		case apierrors.IsAlreadyExists(err):
+			// Not in the cache of ours: the user's (or ours, written a
+			// moment ago and not seen yet: the next pass finds it).
+			got, gerr := services.Get(ctx, k.Name, metav1.GetOptions{})
+			if gerr != nil {
+				return gerr
+			}
+			if got.Labels[managedByService] != ManagedBy {
+				m.skip(k, "a Service of that name exists, not written by Sextant")
 				return nil
 			}
+			return fmt.Errorf("kube: mirror: Service %s written a moment ago, not seen yet", k)
+		case err != nil:
 			return err
 		}
 	} else if !samePorts(cur.Spec.Ports, ports) {
-		cur.Spec.Ports = ports
-		if cur, err = services.Update(ctx, cur, metav1.UpdateOptions{FieldManager: "sextant"}); err != nil {
+		upd := cur.DeepCopy()
+		upd.Spec.Ports = ports
+		if cur, err = services.Update(ctx, upd, metav1.UpdateOptions{FieldManager: "sextant"}); err != nil {
 			return err
 		}
 	}
@@ -287,20 +401,18 @@ func (m *Mirror) reconcile(ctx context.Context, k naming.ServiceKey) error {
 // syncSlices makes service k's mirrored EndpointSlices want.
 func (m *Mirror) syncSlices(ctx context.Context, k naming.ServiceKey, want []*discoveryv1.EndpointSlice) error {
 	api := m.kc.DiscoveryV1().EndpointSlices(k.Namespace)
-	list, err := api.List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelManagedBy + "=" + ManagedBy + "," + discoveryv1.LabelServiceName + "=" + k.Name})
-	if err != nil {
-		return err
-	}
 	have := map[string]*discoveryv1.EndpointSlice{}
-	for i := range list.Items {
-		have[list.Items[i].Name] = &list.Items[i]
+	for _, es := range m.cachedSlices(k) {
+		have[es.Name] = es
 	}
+	var err error
 	// Written before the old ones go: no moment without endpoints.
 	for _, es := range want {
 		cur := have[es.Name]
 		delete(have, es.Name)
 		switch {
 		case cur == nil:
+			// A conflict (written a moment ago, not seen yet) is retried.
 			_, err = api.Create(ctx, es, metav1.CreateOptions{FieldManager: "sextant"})
 		case !reflect.DeepEqual(cur.Endpoints, es.Endpoints) || !reflect.DeepEqual(cur.Ports, es.Ports):
 			es.ResourceVersion = cur.ResourceVersion

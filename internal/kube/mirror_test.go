@@ -3,7 +3,9 @@ package kube
 import (
 	"context"
 	"encoding/json"
+	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -11,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/sextant-mesh/sextant/internal/instance"
 	"github.com/sextant-mesh/sextant/internal/naming"
@@ -60,7 +63,8 @@ func kubectlUntil(t *testing.T, srv *apiServer, what string, ok func(out string,
 // appear in the cluster as a selector-less ClusterIP Service with an
 // EndpointSlice (kubectl get endpointslices lists their addresses), follow
 // the registry (a deregistered instance leaves the slice, the last one
-// takes the Service), and never come back into the registry through the
+// takes the Service; a slice deleted by hand is written again), and never
+// come back into the registry through the
 // sync; a service of Kubernetes' own, or a Service of that name Sextant did
 // not write, is left alone.
 func TestMirrorToKubernetes(t *testing.T) {
@@ -130,6 +134,45 @@ func TestMirrorToKubernetes(t *testing.T) {
 	if _, err := kc.CoreV1().Services(ns).Get(ctx, "cart", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("a Service was written for Kubernetes' own service cart: %v", err)
 	}
+
+	// A second mirror over the unchanged registry (a restart) writes
+	// nothing: what it wrote is read from its watches. (Its one attempt
+	// to create legacy's Service, refused as it exists, is no write.)
+	var writes atomic.Int64
+	counted := rest.CopyConfig(srv.cfg)
+	counted.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			resp, err := rt.RoundTrip(r)
+			if r.Method != http.MethodGet && err == nil && resp.StatusCode < 300 {
+				writes.Add(1)
+				t.Logf("the restarted mirror wrote: %s %s", r.Method, r.URL.Path)
+			}
+			return resp, err
+		})
+	}
+	second, err := NewMirror(counted, reg, Options{Namespaces: []string{ns}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sctx, scancel := context.WithTimeout(ctx, 2*time.Minute)
+	sdone := make(chan error, 1)
+	go func() { sdone <- second.Run(sctx) }()
+	if err := second.WaitSynced(sctx); err != nil {
+		t.Fatalf("the second mirror's first pass: %v", err)
+	}
+	scancel()
+	if err := <-sdone; err != nil {
+		t.Fatalf("the second mirror: %v", err)
+	}
+	if n := writes.Load(); n != 0 {
+		t.Errorf("a restarted mirror over an unchanged registry made %d writes", n)
+	}
+
+	// The registry is the truth: a mirrored slice deleted by hand comes back.
+	kubectl(t, srv, "delete", "endpointslice", "billing-sextant-9090", "-n", ns)
+	kubectlUntil(t, srv, "billing's slice written again", func(out string, err error) bool {
+		return err == nil && strings.Contains(out, "10.20.0.1,10.20.0.2")
+	}, "get", "endpointslices", "-n", ns)
 
 	// Follows the registry: one goes, then the other with the Service.
 	if _, _, err := reg.Deregister(ctx, []string{"billing-1"}); err != nil {
