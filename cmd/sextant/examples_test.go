@@ -110,6 +110,19 @@ var exampleCases = []exampleCase{
 		}
 	}},
 	{"keepalive/main.go", checkKeepalive},
+	// What it does on a gateway's calls is TestTelemetryAccessLogs' and
+	// TestTelemetryTracing's; here: it applies, and the server keeps both.
+	{"telemetry.yaml", func(r *docRun) {
+		out := r.ok("bin/sextant config apply -f examples/telemetry.yaml")
+		for _, want := range []string{"telemetry istio-system/mesh-default", "telemetry default/shop-gw"} {
+			if !strings.Contains(out, want) {
+				r.t.Errorf("applying examples/telemetry.yaml: no %q in %s", want, out)
+			}
+		}
+		if out := r.ok("bin/sextant config get telemetry/default/shop-gw"); !strings.Contains(out, "envoy-json") {
+			r.t.Errorf("config get telemetry/default/shop-gw: %s", out)
+		}
+	}},
 	// Run with real sidecars by test/sidecar's TestSidecarWalkthrough
 	// (docs/sidecar.md's walkthrough); here: it applies as that page says,
 	// in namespace shop, apart from the other examples.

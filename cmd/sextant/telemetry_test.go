@@ -108,25 +108,28 @@ func TestTelemetryAccessLogs(t *testing.T) {
 		return strings.Contains(lines[len(lines)-1], `"GET /fail/1 HTTP/1.1" 503 - via_upstream`)
 	})
 	// (Lines before may be the mesh's alone: calls served while the
-	// Gateway's listener was on its way.) The writer flushes on its own
-	// time: wait until the file stops growing before counting its lines.
-	n := len(read())
-	for quiet := time.Now(); time.Since(quiet) < 300*time.Millisecond; time.Sleep(20 * time.Millisecond) {
-		if m := len(read()); m != n {
-			n, quiet = m, time.Now()
+	// Gateway's listener was on its way.) Lines reach the file within
+	// the writer's flush interval: wait for it to stay put.
+	settled := func() []string {
+		prev := read()
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
+			time.Sleep(300 * time.Millisecond)
+			cur := read()
+			if len(cur) == len(prev) {
+				return cur
+			}
+			prev = cur
 		}
+		t.Fatal("the access log kept growing")
+		return nil
 	}
+	n := len(settled())
 	c1, c2 := call("/ok"), call("/fail/2")
-	deadline := time.Now().Add(10 * time.Second)
-	for len(read()) <= n {
-		if time.Now().After(deadline) {
-			b, _ := os.ReadFile(logFile)
-			t.Fatalf("no line of /fail/2 (%d %d) after %d lines:\n%s", c1, c2, n, b)
-		}
-		time.Sleep(20 * time.Millisecond)
+	lines := settled()
+	if c1 != 200 || c2 != 503 || len(lines) < n {
+		t.Fatalf("calls %d %d; %d lines, were %d", c1, c2, len(lines), n)
 	}
-	time.Sleep(100 * time.Millisecond) // a line of /ok would be written by now
-	if lines := read()[n:]; len(lines) != 1 || !strings.Contains(lines[0], `"GET /fail/2 HTTP/1.1" 503 - via_upstream - "-" 0 6 `) ||
+	if lines := lines[n:]; len(lines) != 1 || !strings.Contains(lines[0], `"GET /fail/2 HTTP/1.1" 503 - via_upstream - "-" 0 6 `) ||
 		!strings.Contains(lines[0], `"Go-http-client/1.1"`) || !strings.Contains(lines[0], `"shop.example.com" "127.0.0.1:`) {
 		t.Errorf("want the 503's text line only: %q", lines)
 	}

@@ -11,6 +11,12 @@ import (
 )
 
 func TestDecodeTelemetry(t *testing.T) {
+	// docs/telemetry.md's example applies as it is.
+	if ex, err := os.ReadFile("../../examples/telemetry.yaml"); err != nil {
+		t.Fatal(err)
+	} else if objs, err := Decode(ex); err != nil || len(objs) != 2 {
+		t.Fatalf("examples/telemetry.yaml: %d objects, %v", len(objs), err)
+	}
 	data, err := os.ReadFile("testdata/telemetry.yaml")
 	if err != nil {
 		t.Fatal(err)

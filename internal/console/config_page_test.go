@@ -149,13 +149,14 @@ func TestConfigPageKinds(t *testing.T) {
 	b.Click(t, "#config-dryrun")
 	b.WaitTrue(t, 10*time.Second, "dry run", `document.querySelector('#config-diff') && document.querySelector('#config-diff').textContent.includes('unchanged')`)
 
-	// New buttons of the security kinds open templates the server takes.
-	for _, k := range []struct{ id, kind string }{{"pa", "PeerAuthentication"}, {"ap", "AuthorizationPolicy"}} {
+	// New buttons of the security kinds and Telemetry open templates the server takes.
+	for _, k := range []struct{ id, kind, ns string }{{"pa", "PeerAuthentication", "default"}, {"ap", "AuthorizationPolicy", "default"},
+		{"tm", "Telemetry", "istio-system"}} {
 		b.Click(t, "#config-new-"+k.id)
 		b.WaitTrue(t, 10*time.Second, k.kind+" template", fmt.Sprintf(`(document.querySelector('#config-editor') || {}).value?.includes('kind: %s')`, k.kind))
 		b.Click(t, "#config-dryrun")
-		b.WaitTrue(t, 10*time.Second, k.kind+" dry run", fmt.Sprintf(`(document.querySelector('#config-diff') && document.querySelector('#config-diff').textContent.includes('%s default/'))
-			|| !!document.querySelector('#config-errors') || !!document.querySelector('.error')`, k.kind))
+		b.WaitTrue(t, 10*time.Second, k.kind+" dry run", fmt.Sprintf(`(document.querySelector('#config-diff') && document.querySelector('#config-diff').textContent.includes('%s %s/'))
+			|| !!document.querySelector('#config-errors') || !!document.querySelector('.error')`, k.kind, k.ns))
 		if errs := browsertest.Eval[string](t, b, `[...document.querySelectorAll('#config-errors, .error')].map(e => e.textContent).join('; ')`); errs != "" {
 			t.Errorf("the %s template: %s", k.kind, errs)
 		}

@@ -145,6 +145,7 @@ func (g *Gateway) adminRoutes(mux *http.ServeMux, log *calllog.Log, o AdminOptio
 		mux.HandleFunc("GET /v1/calls", func(w http.ResponseWriter, r *http.Request) { serveCalls(w, r, log) })
 		mux.HandleFunc("GET /v1/calls/stats", func(w http.ResponseWriter, r *http.Request) { serveStats(w, r, log) })
 		mux.HandleFunc("GET /v1/calls/endpoints", func(w http.ResponseWriter, r *http.Request) { serveEndpoints(w, r, log) })
+		mux.HandleFunc("GET /v1/calls/graph", func(w http.ResponseWriter, r *http.Request) { serveGraph(w, r, log) })
 		mux.HandleFunc("GET /v1/calls/services", func(w http.ResponseWriter, _ *http.Request) {
 			writeJSON(w, map[string]any{"services": log.Services()})
 		})

@@ -13,6 +13,7 @@ import (
 
 	"github.com/sextant-mesh/sextant/internal/acl"
 	"github.com/sextant-mesh/sextant/internal/config"
+	"github.com/sextant-mesh/sextant/internal/ingress"
 	"github.com/sextant-mesh/sextant/internal/jsonstring"
 	"github.com/sextant-mesh/sextant/internal/naming"
 	"github.com/sextant-mesh/sextant/internal/store"
@@ -161,11 +162,43 @@ type applyAnswer struct {
 	Warning   string `json:"warning,omitempty"`
 }
 
+// telemetryListeners names the listeners a Telemetry may change: the
+// proxies' (the mesh's Telemetry, in the root namespace without a
+// selector) and those of the Gateways it may select (its namespace's, or
+// every one from the root namespace; by their spec.selector).
+func telemetryListeners(t *config.Table, o *config.Object) []string {
+	var out []string
+	sel := o.Telemetry.GetSelector().GetMatchLabels()
+	root := o.Namespace == t.RootNamespace()
+	if root && len(sel) == 0 {
+		out = append(out, xds.ProxyName)
+	}
+	gws, _ := t.List(config.KindGateway, "")
+	for _, e := range gws {
+		gw := e.Object
+		if gw.Namespace != o.Namespace && !root {
+			continue
+		}
+		matches := true
+		for k, v := range sel {
+			matches = matches && gw.Gateway.Selector[k] == v
+		}
+		if !matches {
+			continue
+		}
+		for _, srv := range gw.Gateway.Servers {
+			out = append(out, ingress.ListenerName(srv.GetPort().GetNumber()))
+		}
+	}
+	return out
+}
+
 // affectedResources names the xDS resources an apply changes: the route
 // configuration (and listener) of every host a VirtualService names, the
 // clusters and endpoints of every host and subset a DestinationRule names,
 // the server listeners of the workloads a PeerAuthentication or
-// AuthorizationPolicy selects, before and after.
+// AuthorizationPolicy selects, the listeners a Telemetry may change,
+// before and after.
 func affectedResources(t *config.Table, objs []*config.Object, results []config.Result) []xdsResource {
 	seen := map[xdsResource]bool{}
 	add := func(typ, name string) { seen[xdsResource{typ, name}] = true }
@@ -182,6 +215,11 @@ func affectedResources(t *config.Table, objs []*config.Object, results []config.
 			// workloads it selects (those registered now).
 			for _, a := range t.SelectedWorkloads(v) {
 				add("Listener", xds.ServerListenerPrefix+a)
+			}
+			if v.Telemetry != nil {
+				for _, l := range telemetryListeners(t, v) {
+					add("Listener", l)
+				}
 			}
 			for _, h := range config.Hosts(v) {
 				if v.VirtualService != nil {

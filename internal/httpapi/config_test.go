@@ -235,3 +235,40 @@ func TestConfigWarnsEmptySubset(t *testing.T) {
 		}
 	}
 }
+
+// TestConfigTelemetry: a Telemetry applies, lists by its kind's names, and
+// its dry run names the listeners it may change: the proxies' for the
+// mesh's, a Gateway's port for one selecting that Gateway.
+func TestConfigTelemetry(t *testing.T) {
+	s := newConfigServer(t)
+	const gw = `apiVersion: networking.istio.io/v1
+kind: Gateway
+metadata: {name: edge}
+spec:
+  selector: {istio: ingressgateway}
+  servers: [{port: {number: 8080, name: http, protocol: HTTP}, hosts: ["*"]}]
+`
+	var a applyOut
+	s.must("POST", "/v1/config:apply", gw, &a)
+	for _, c := range []struct{ yaml, want string }{
+		{"apiVersion: telemetry.istio.io/v1\nkind: Telemetry\nmetadata: {name: mesh, namespace: istio-system}\nspec: {accessLogging: [{}]}\n", "Listener sextant-gateway-8080,Listener sextant-http"},
+		{"apiVersion: telemetry.istio.io/v1alpha1\nkind: Telemetry\nmetadata: {name: edge}\nspec: {selector: {matchLabels: {istio: ingressgateway}}, tracing: [{randomSamplingPercentage: 5}]}\n", "Listener sextant-gateway-8080"},
+		{"apiVersion: telemetry.istio.io/v1\nkind: Telemetry\nmetadata: {name: other}\nspec: {selector: {matchLabels: {app: x}}, accessLogging: [{}]}\n", ""},
+	} {
+		var dry applyOut
+		s.must("POST", "/v1/config:apply?dry_run=true", c.yaml, &dry)
+		var got []string
+		for _, r := range dry.Resources {
+			got = append(got, r.Type+" "+r.Name)
+		}
+		if strings.Join(got, ",") != c.want {
+			t.Errorf("dry run of %s: %v, want %s", c.yaml, got, c.want)
+		}
+		s.must("POST", "/v1/config:apply", c.yaml, &a)
+	}
+	var l listOut
+	if s.must("GET", "/v1/config?kind=Telemetry", "", &l); len(l.Items) != 3 {
+		t.Fatalf("list: %+v", l)
+	}
+	s.must("GET", "/v1/config/telemetry/istio-system/mesh", "", nil)
+}

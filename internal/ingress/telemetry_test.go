@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/sextant-mesh/sextant/internal/config"
+	"github.com/sextant-mesh/sextant/internal/envoycheck"
 	"github.com/sextant-mesh/sextant/internal/gateway"
 	"github.com/sextant-mesh/sextant/internal/xds"
 )
@@ -73,6 +74,13 @@ spec:
 	}
 	if ph := hcmOf(t, pl); ph.GetTracing() != nil || len(ph.AccessLog) != 1 {
 		t.Errorf("proxy listener: tracing %v, %d access logs; want the mesh's only", ph.GetTracing(), len(ph.AccessLog))
+	}
+	// Envoy's own validation rules, into the typed configs (an Envoy
+	// takes them too).
+	for _, l := range []*listenerv3.Listener{gl, pl} {
+		if bad := envoycheck.Validate(l.Name, l); len(bad) > 0 {
+			t.Errorf("Envoy would refuse %s: %v", l.Name, bad)
+		}
 	}
 	decode := map[string]func(*anypb.Any) (string, any, error){}
 	for _, typ := range gateway.XDSTypes() {

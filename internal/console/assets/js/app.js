@@ -11,6 +11,7 @@ import { CallsPage } from './calls.js';
 import { PlacementPage } from './placement.js';
 import { IdentityPage } from './identity.js';
 import { GatewaysPage } from './gateways.js';
+import { GraphPage } from './graph.js';
 
 // parseRoute reads "#/services/default/orders?selector=a%3Db" into
 // {parts: ['services', 'default', 'orders'], params: URLSearchParams}.
@@ -89,6 +90,7 @@ function Page({ route }) {
     case 'config': return html`<${ConfigPage} parts=${rest} params=${route.params} />`;
     case 'push': return html`<${PushPage} />`;
     case 'calls': return html`<${CallsPage} params=${route.params} />`;
+    case 'graph': return html`<${GraphPage} params=${route.params} />`;
     case 'placement': return html`<${PlacementPage} />`;
     case 'identity': return html`<${IdentityPage} />`;
     case 'gateways': return html`<${GatewaysPage} />`;

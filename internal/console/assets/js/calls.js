@@ -43,6 +43,7 @@ export function CallsPage({ params }) {
       <label>Gateway <select id="calls-gateway" value=${gw ? gw.id : ''} onChange=${e => { setGw(e.currentTarget.value); setSvc(''); pick({ gateway: e.currentTarget.value, service: '' }); }}>
         ${list.map(g => html`<option value=${g.id}>${g.metadata['sextant.node'] || g.id} (${g.metadata['sextant.admin']})</option>`)}</select></label>
       ${gw && html`<${Badge} kind=${instanceState(gw)[0]}>${instanceState(gw)[1]}</${Badge}>`}
+      <a href=${'#/graph' + (gw ? '?gateway=' + encodeURIComponent(gw.id) : '')} id="calls-graph-link">Service graph</a>
       <label>Window <select id="calls-window" value=${win} onChange=${e => { setWin(e.currentTarget.value); pick({ window: e.currentTarget.value }); }}>
         ${windows.map(([w]) => html`<option value=${w}>last ${w}</option>`)}</select></label>
     </div>

@@ -81,13 +81,25 @@ spec:
     - operation:
         methods: [GET]
 `,
+  Telemetry: `apiVersion: telemetry.istio.io/v1
+kind: Telemetry
+metadata:
+  name: mesh-default
+  namespace: istio-system
+spec:
+  tracing:
+  - randomSamplingPercentage: 1
+  accessLogging:
+  - providers: [{name: envoy}]
+    filter: {expression: response.code >= 400}
+`,
 };
 
 // kinds are the kinds the server stores, each with its short name (the
 // CLI's and the list's badge).
 export const kinds = [
   ['VirtualService', 'VS'], ['DestinationRule', 'DR'], ['Gateway', 'GW'],
-  ['PeerAuthentication', 'PA'], ['AuthorizationPolicy', 'AP'],
+  ['PeerAuthentication', 'PA'], ['AuthorizationPolicy', 'AP'], ['Telemetry', 'TM'],
 ];
 export const shortKind = k => (kinds.find(([name]) => name === k) || [k, k])[1];
 
