@@ -19,6 +19,7 @@ import (
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
@@ -56,11 +57,7 @@ type gatewayFlags struct {
 	istioMetrics             bool
 	istioReporters           []string
 	istioMaxSeries           int
-	tracingEndpoint          string
-	tracingProtocol          string
-	tracingSampling          float64
-	tracingKeepErrors        bool
-	tracingService           string
+	tracingFlags
 	accessLog                string
 	accessLogFile            string
 	accessLogMaxBytes        int64
@@ -127,11 +124,7 @@ docs/gateway.md.`,
 	fl.BoolVar(&f.istioMetrics, "istio-metrics", true, "serve Istio's standard metrics (istio_requests_total, istio_request_duration_milliseconds, istio_request_bytes, istio_response_bytes) on /metrics, for Istio's dashboards and Kiali (docs/gateway.md)")
 	fl.StringSliceVar(&f.istioReporters, "istio-metrics-reporters", gateway.IstioReporters, "reporter values the Istio metrics are written under: source, destination or both (the gateway stands for both proxies of a call)")
 	fl.IntVar(&f.istioMaxSeries, "istio-metrics-max-series", gateway.DefaultIstioMaxSeries, "most label sets the Istio metrics keep; calls of new ones beyond count under label values \"other\"")
-	fl.StringVar(&f.tracingEndpoint, "tracing-otlp-endpoint", "", "send spans over OTLP to this collector (host:port; for http also a URL); empty: no tracing (docs/tracing.md)")
-	fl.StringVar(&f.tracingProtocol, "tracing-otlp-protocol", "grpc", "OTLP protocol: grpc (port 4317 by convention) or http (HTTP/protobuf, port 4318)")
-	fl.Float64Var(&f.tracingSampling, "tracing-sampling", 1, "percentage of traces sampled, 0 to 100, when the caller did not decide (Istio's sampling; default 1)")
-	fl.BoolVar(&f.tracingKeepErrors, "tracing-keep-errors", false, "also export the spans of failed calls (5xx, no answer) of traces not sampled")
-	fl.StringVar(&f.tracingService, "tracing-service-name", "sextant-gateway", "the spans' service.name (the service Jaeger lists them under)")
+	f.tracingFlags.register(fl, "sextant-gateway")
 	fl.StringVar(&f.accessLog, "access-log", "", "log every call in this format: text (Envoy's default, as Istio writes it) or json (Istio's); empty: only the calls a Telemetry's accessLogging selects (docs/telemetry.md)")
 	fl.StringVar(&f.accessLogFile, "access-log-file", accesslog.Stdout, "where access logs go: a file (appended, rotated) or /dev/stdout")
 	fl.Int64Var(&f.accessLogMaxBytes, "access-log-max-bytes", accesslog.DefaultMaxBytes, "rotate --access-log-file past this size; 0: never")
@@ -181,7 +174,7 @@ func runGateway(ctx context.Context, f gatewayFlags) error {
 	if err != nil {
 		return err
 	}
-	tracing, err := startTracing(f, lc, log.With("component", "tracing"))
+	tracing, err := startTracing(f.tracingFlags, f.node, lc, log.With("component", "tracing"))
 	if err != nil {
 		return err
 	}
@@ -494,10 +487,30 @@ func startAccessLog(f gatewayFlags, lc *lifecycle, log *slog.Logger) (*gateway.A
 	return al, nil
 }
 
-// startTracing builds the gateway's tracing from the --tracing-* flags and
-// hands its exporter to lc (stopped after the proxy drains, so that the
-// spans of the calls drained are sent); nil without an endpoint.
-func startTracing(f gatewayFlags, lc *lifecycle, log *slog.Logger) (*gateway.Tracing, error) {
+// tracingFlags are the --tracing-* flags of the gateway and the sidecar.
+type tracingFlags struct {
+	tracingEndpoint   string
+	tracingProtocol   string
+	tracingSampling   float64
+	tracingKeepErrors bool
+	tracingService    string
+}
+
+// register adds the flags to fl, service being --tracing-service-name's
+// default.
+func (f *tracingFlags) register(fl *pflag.FlagSet, service string) {
+	fl.StringVar(&f.tracingEndpoint, "tracing-otlp-endpoint", "", "send spans over OTLP to this collector (host:port; for http also a URL); empty: no tracing (docs/tracing.md)")
+	fl.StringVar(&f.tracingProtocol, "tracing-otlp-protocol", "grpc", "OTLP protocol: grpc (port 4317 by convention) or http (HTTP/protobuf, port 4318)")
+	fl.Float64Var(&f.tracingSampling, "tracing-sampling", 1, "percentage of traces sampled, 0 to 100, when the caller did not decide (Istio's sampling)")
+	fl.BoolVar(&f.tracingKeepErrors, "tracing-keep-errors", false, "also export the spans of failed calls (5xx, no answer) of traces not sampled")
+	fl.StringVar(&f.tracingService, "tracing-service-name", service, "the spans' service.name (the service Jaeger lists them under)")
+}
+
+// startTracing builds a proxy's tracing from the --tracing-* flags (node:
+// its xDS node id) and hands its exporter to lc (stopped after the proxy
+// drains, so that the spans of the calls drained are sent); nil without an
+// endpoint.
+func startTracing(f tracingFlags, node string, lc *lifecycle, log *slog.Logger) (*gateway.Tracing, error) {
 	if f.tracingEndpoint == "" {
 		return nil, nil
 	}
@@ -509,7 +522,7 @@ func startTracing(f gatewayFlags, lc *lifecycle, log *slog.Logger) (*gateway.Tra
 		return nil, err
 	}
 	exp, err := trace.NewExporter(trace.ExporterOptions{Endpoint: f.tracingEndpoint, Protocol: f.tracingProtocol,
-		ServiceName: f.tracingService, ResourceAttrs: []trace.Attr{trace.String("node_id", f.node)}, Logger: log})
+		ServiceName: f.tracingService, ResourceAttrs: []trace.Attr{trace.String("node_id", node)}, Logger: log})
 	if err != nil {
 		return nil, fmt.Errorf("--tracing-otlp-endpoint %q, --tracing-otlp-protocol %q: %w", f.tracingEndpoint, f.tracingProtocol, err)
 	}
@@ -523,7 +536,7 @@ func startTracing(f gatewayFlags, lc *lifecycle, log *slog.Logger) (*gateway.Tra
 		return nil
 	})
 	log.Info("tracing", "endpoint", f.tracingEndpoint, "protocol", f.tracingProtocol, "sampling_percent", f.tracingSampling)
-	return &gateway.Tracing{Sampler: sampler, Sink: exp, NodeID: f.node}, nil
+	return &gateway.Tracing{Sampler: sampler, Sink: exp, NodeID: node}, nil
 }
 
 // openCallLog opens the call log under data/calls and hands it to lc (its

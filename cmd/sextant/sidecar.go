@@ -45,6 +45,7 @@ type sidecarFlags struct {
 	logFormat, logLevel    string
 	retainAge              time.Duration
 	retainBytes            int64
+	tracingFlags
 	namespace, serviceName string // from service
 }
 
@@ -102,6 +103,8 @@ then flushes the call log. See docs/sidecar.md.`,
 	fl.BoolVar(&f.adminPprof, "admin-pprof", false, "serve Go profiles (/debug/pprof/) on the admin API")
 	fl.BoolVar(&f.istioMetrics, "istio-metrics", true, "serve Istio's standard metrics on /metrics, each call reported by this proxy's side of it (destination inbound, source outbound), for Istio's dashboards and Kiali")
 	fl.IntVar(&f.istioMaxSeries, "istio-metrics-max-series", gateway.DefaultIstioMaxSeries, "most label sets the Istio metrics keep")
+	f.tracingFlags.register(fl, "")
+	fl.Lookup("tracing-service-name").Usage += " (default NAME.NAMESPACE of --service, as Istio names a workload's spans)"
 	fl.DurationVar(&f.retainAge, "retain", 7*24*time.Hour, "delete call records older than this")
 	fl.Int64Var(&f.retainBytes, "retain-bytes", 1<<30, "delete the oldest call records beyond this many bytes")
 	fl.DurationVar(&f.drain, "drain", 30*time.Second, "how long to wait for calls in flight on shutdown")
@@ -143,6 +146,9 @@ func (f *sidecarFlags) check() (client.Instance, error) {
 	}
 	if f.serviceAccount == "" {
 		f.serviceAccount = name
+	}
+	if f.tracingService == "" {
+		f.tracingService = name + "." + ns // Istio's service name for a workload's spans
 	}
 	if f.node == "" {
 		f.node = fmt.Sprintf("sextant-sidecar~%s~%s~%s", ns, name, mesh)
@@ -191,8 +197,12 @@ func runSidecar(ctx context.Context, f sidecarFlags) error {
 	if err != nil {
 		return err
 	}
+	tracing, err := startTracing(f.tracingFlags, f.node, lc, log.With("component", "tracing"))
+	if err != nil {
+		return err
+	}
 	meshAddr := net.JoinHostPort(in.Host, strconv.Itoa(in.Port))
-	g := gateway.New(gateway.Options{Listener: gateway.ProxyListener, ListenPort: uint32(port), Recorder: rec,
+	g := gateway.New(gateway.Options{Listener: gateway.ProxyListener, ListenPort: uint32(port), Recorder: rec, Tracing: tracing,
 		Logger: log.With("component", "sidecar"), IstioMetrics: f.istioMetrics, IstioMaxSeries: f.istioMaxSeries,
 		Inbound: &gateway.Inbound{Addr: meshAddr, App: net.JoinHostPort(f.appHost, strconv.Itoa(f.appPort)),
 			Service: f.namespace + "/" + f.serviceName}})

@@ -557,7 +557,7 @@ func TestTracingCollectorDownOrSlow(t *testing.T) {
 
 // Bad tracing flags are refused before the gateway starts, naming the flag.
 func TestGatewayTracingFlagsRefused(t *testing.T) {
-	base := gatewayFlags{listen: "127.0.0.1:0", logFormat: "text", logLevel: "error", noRecords: true, tracingEndpoint: "127.0.0.1:4317", tracingProtocol: "grpc"}
+	base := gatewayFlags{listen: "127.0.0.1:0", logFormat: "text", logLevel: "error", noRecords: true, tracingFlags: tracingFlags{tracingEndpoint: "127.0.0.1:4317", tracingProtocol: "grpc"}}
 	for _, c := range []struct {
 		change func(f *gatewayFlags)
 		want   string
