@@ -89,6 +89,8 @@ func validate(c errs, path string, o *Object) {
 		validateVS(c, spec, o.Namespace, o.VirtualService)
 	case o.Gateway != nil:
 		validateGateway(c, spec, o.Gateway)
+	case o.ServiceEntry != nil:
+		validateServiceEntry(c, spec, o)
 	case o.PeerAuthentication != nil:
 		validatePeerAuthentication(c, spec, o)
 	case o.AuthorizationPolicy != nil:

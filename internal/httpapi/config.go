@@ -40,6 +40,8 @@ func configKind(s string) (string, error) {
 		return config.KindDestinationRule, nil
 	case "gateway", "gateways", "gw":
 		return config.KindGateway, nil
+	case "serviceentry", "serviceentries", "se":
+		return config.KindServiceEntry, nil
 	case "peerauthentication", "peerauthentications", "pa":
 		return config.KindPeerAuthentication, nil
 	case "authorizationpolicy", "authorizationpolicies", "ap":
@@ -47,7 +49,7 @@ func configKind(s string) (string, error) {
 	case "telemetry", "telemetries":
 		return config.KindTelemetry, nil
 	}
-	return "", badRequest("kind", "%q is not a config kind: VirtualService, DestinationRule, Gateway, PeerAuthentication, AuthorizationPolicy or Telemetry", s)
+	return "", badRequest("kind", "%q is not a config kind: VirtualService, DestinationRule, Gateway, ServiceEntry, PeerAuthentication, AuthorizationPolicy or Telemetry", s)
 }
 
 func configKeyOf(r *http.Request) (config.Key, error) {
