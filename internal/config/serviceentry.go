@@ -268,3 +268,9 @@ func (ep *EntryEndpoint) Matches(sel label.Selector) bool {
 func (ep *EntryEndpoint) ID(k Key) string {
 	return fmt.Sprintf("%s/%s:%s", k, ep.Address, strconv.FormatUint(uint64(ep.Port), 10))
 }
+
+// EntryStatic reports whether o is a ServiceEntry of resolution STATIC,
+// whose endpoints travel over EDS (the others' in their clusters).
+func EntryStatic(o *Object) bool {
+	return o.ServiceEntry != nil && o.ServiceEntry.Resolution == networking.ServiceEntry_STATIC
+}

@@ -192,6 +192,16 @@ func affectedResources(t *config.Table, objs []*config.Object, results []config.
 					continue
 				}
 				add("Cluster", xds.ClusterName(h, "", 0))
+				if v.ServiceEntry != nil {
+					// A new service: its route too (a DNS entry's cluster
+					// carries its endpoints, a STATIC one's EDS does).
+					add("RouteConfiguration", xds.RouteName(h))
+					add("RouteConfiguration", xds.ProxyName)
+					if config.EntryStatic(v) {
+						add("ClusterLoadAssignment", xds.ClusterName(h, "", 0))
+					}
+					continue
+				}
 				add("ClusterLoadAssignment", xds.ClusterName(h, "", 0))
 				for _, s := range v.DestinationRule.Subsets {
 					add("Cluster", xds.ClusterName(h, s.Name, 0))
@@ -473,7 +483,7 @@ func requireConfigWrite(r *http.Request, t *config.Table, objs ...*config.Object
 			versions = append(versions, cur.Object)
 		}
 		for _, v := range versions {
-			if v.VirtualService == nil && v.DestinationRule == nil && v.Gateway == nil {
+			if v.VirtualService == nil && v.DestinationRule == nil && v.Gateway == nil && v.ServiceEntry == nil {
 				continue // a key only (a delete)
 			}
 			for _, h := range config.Hosts(v) {
