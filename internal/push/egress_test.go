@@ -152,8 +152,13 @@ spec:
   - timeout: 1s
     route: [{destination: {host: localhost, port: {number: ` + strconv.Itoa(port) + `}}}]
 `
-	if _, err := s.api.ApplyConfig(ctx, []byte(vs), false); err != nil {
+	res, err := s.api.ApplyConfig(ctx, []byte(vs), false)
+	if err != nil {
 		t.Fatal(err)
+	}
+	// The host has no instances, but an entry names it: no warning.
+	if w := res.Results[0].Warnings; len(w) != 0 {
+		t.Fatalf("warnings for a VirtualService on a ServiceEntry's host: %v", w)
 	}
 	var took time.Duration
 	waitFor(t, func() bool {
