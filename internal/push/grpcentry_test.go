@@ -92,7 +92,9 @@ spec:
 		}
 		return out
 	}
-	waitFor(t, func() bool { return len(addrs(assignment("example/db.corp/v2"))) == 1 && len(addrs(assignment("example/db.corp"))) == 2 })
+	waitFor(t, func() bool {
+		return len(addrs(assignment("example/db.corp/v2"))) == 1 && len(addrs(assignment("example/db.corp"))) == 2
+	})
 	if got := fmt.Sprint(addrs(assignment("example/db.corp"))); got != "[10.1.0.2:15432@/ w5 10.1.0.1:15432@eu/eu-a w1]" {
 		t.Errorf("whole service: %s", got)
 	}
