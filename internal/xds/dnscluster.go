@@ -18,8 +18,9 @@ import (
 // one name, re-resolved for new connections; DNS_ROUND_ROBIN, and NONE in
 // Sextant), endpoints inline in load_assignment by host name. The rest (load
 // balancing, timeouts, outlier detection, TLS) is Cluster's. Envoy and
-// Sextant's gateway resolve the names themselves; grpc-go reads LOGICAL_DNS
-// only inside an aggregate cluster, so it refuses these (docs/controlplane.md).
+// Sextant's gateway resolve the names themselves; grpc-go reads a
+// LOGICAL_DNS cluster of one endpoint and refuses STRICT_DNS
+// (docs/controlplane.md).
 func DNSCluster(name string, p config.Policy, logical bool, eps []Endpoint) *clusterv3.Cluster {
 	c := Cluster(name, p)
 	c.EdsClusterConfig = nil
