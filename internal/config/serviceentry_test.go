@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
@@ -112,5 +113,42 @@ func TestDecodeServiceEntryErrors(t *testing.T) {
 			}
 			t.Fatalf("got %v; want path %q (%v) containing %q", err, c.path, c.err, c.msg)
 		})
+	}
+}
+
+// TestIndexServiceEntry: the index knows an entry's hosts as services: a
+// Put touches them and the services routing to them, the first entry in
+// key order is in force for a host, and a Delete gives the host back.
+func TestIndexServiceEntry(t *testing.T) {
+	ix := NewIndex()
+	api := naming.ServiceKey{Namespace: "com", Name: "api.example"}
+	web := naming.ServiceKey{Namespace: "default", Name: "web"}
+	entry := func(name, addr string) *Object {
+		return mustDecode(t, "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: "+name+"}\nspec:\n"+
+			"  hosts: [api.example.com]\n  ports: [{number: 443, name: https, protocol: HTTPS}]\n  resolution: STATIC\n"+
+			"  endpoints: [{address: "+addr+"}]\n")
+	}
+	ix.Put(mustDecode(t, vsYAML("default", "web", "web", "api.example.com")))
+	b := entry("b", "10.0.0.2")
+	if got := ix.Put(b); !cmp.Equal(got, []naming.ServiceKey{api, web}) {
+		t.Errorf("Put touched %v, want the entry's host and the service routing to it", got)
+	}
+	if ix.ServiceEntry(api) != b || ix.Entry(api).Endpoints[0].Address != "10.0.0.2" {
+		t.Errorf("entry in force: %v", ix.ServiceEntry(api))
+	}
+	a := entry("a", "10.0.0.1")
+	if w := ix.Warnings(a); len(w) != 1 || !strings.Contains(w[0], "shadows") {
+		t.Errorf("warnings %v, want a shadows b", w)
+	}
+	ix.Put(a)
+	if ix.Entry(api).Endpoints[0].Address != "10.0.0.1" {
+		t.Errorf("the first entry in key order is not in force")
+	}
+	if !slices.Contains(ix.Services(), api) {
+		t.Errorf("Services() %v lacks %v", ix.Services(), api)
+	}
+	ix.Delete(a.Key)
+	if got := ix.Delete(b.Key); !cmp.Equal(got, []naming.ServiceKey{api, web}) || ix.ServiceEntry(api) != nil {
+		t.Errorf("Delete touched %v, entry %v", got, ix.ServiceEntry(api))
 	}
 }
