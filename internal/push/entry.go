@@ -22,15 +22,20 @@ func (s *serviceSpec) dnsEntry() bool {
 
 // entryEndpoints are the endpoints of cluster c that spec's ServiceEntry
 // gives: those whose labels match the subset's selector, on the cluster's
-// port (0: every port).
+// port; a cluster of no port is on the entry's first port (a client calls
+// one port of an external service; a route names the others).
 func entryEndpoints(spec *serviceSpec, c clusterSpec) []xds.Endpoint {
-	if spec.entry == nil {
+	if spec.entry == nil || len(spec.entry.Endpoints) == 0 {
 		return nil
+	}
+	port := c.port
+	if port == 0 {
+		port = spec.entry.Endpoints[0].ServicePort
 	}
 	var out []xds.Endpoint
 	for i := range spec.entry.Endpoints {
 		ep := &spec.entry.Endpoints[i]
-		if c.port != 0 && ep.ServicePort != c.port || len(c.sel) > 0 && !ep.Matches(c.sel) {
+		if ep.ServicePort != port || len(c.sel) > 0 && !ep.Matches(c.sel) {
 			continue
 		}
 		out = append(out, xds.Endpoint{
@@ -70,7 +75,7 @@ func entryHTTP2(spec *serviceSpec, c clusterSpec) bool {
 	found := false
 	for i := range spec.entry.Endpoints {
 		ep := &spec.entry.Endpoints[i]
-		if c.port != 0 && ep.ServicePort != c.port {
+		if port := c.port; ep.ServicePort != port && (port != 0 || ep.ServicePort != spec.entry.Endpoints[0].ServicePort) {
 			continue
 		}
 		if !ep.HTTP2 {

@@ -66,8 +66,18 @@ kind: ServiceEntry
 metadata: {name: web}
 spec:
   hosts: [www.web.example]
-  ports: [{number: 443, name: https, protocol: HTTPS}]
+  ports: [{number: 80, name: http, protocol: HTTP}, {number: 443, name: https, protocol: HTTPS}]
   resolution: DNS
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: web}
+spec:
+  hosts: [www.web.example]
+  http:
+  - match: [{uri: {prefix: /tls}}]
+    route: [{destination: {host: www.web.example, port: {number: 443}}}]
+  - route: [{destination: {host: www.web.example}}]
 `)
 	cp := startControlPlane(t, context.Background(), reg, nil)
 	c := cp.cache
@@ -101,21 +111,27 @@ spec:
 	if got := fmt.Sprint(addrs(assignment("example/db.corp/v2"))); got != "[10.1.0.2:15432@/ w5]" {
 		t.Errorf("subset v2: %s", got)
 	}
-	var web clusterv3.Cluster
-	waitFor(t, func() bool { return hasCluster(c, "example/www.web") })
-	b, _, _ := c.Get(xds.TypeCluster, "example/www.web")
-	if err := proto.Unmarshal(b, &web); err != nil {
-		t.Fatal(err)
-	}
-	if err := web.ValidateAll(); err != nil {
-		t.Fatal(err)
-	}
-	sa := web.GetLoadAssignment().GetEndpoints()[0].GetLbEndpoints()[0].GetEndpoint().GetAddress().GetSocketAddress()
-	if web.GetType() != clusterv3.Cluster_STRICT_DNS || web.EdsClusterConfig != nil || sa.Address != "www.web.example" || sa.GetPortValue() != 443 {
-		t.Errorf("DNS entry's cluster: %v", &web)
-	}
-	if assignment("example/www.web") != nil {
-		t.Errorf("a DNS entry's cluster has an EDS resource")
+	// The whole service's cluster is on the entry's first port; a route
+	// naming the other port has its own.
+	for name, port := range map[string]uint32{"example/www.web": 80, "example/www.web:443": 443} {
+		var web clusterv3.Cluster
+		waitFor(t, func() bool { return hasCluster(c, name) })
+		b, _, _ := c.Get(xds.TypeCluster, name)
+		if err := proto.Unmarshal(b, &web); err != nil {
+			t.Fatal(err)
+		}
+		if err := web.ValidateAll(); err != nil {
+			t.Fatal(err)
+		}
+		lbs := web.GetLoadAssignment().GetEndpoints()[0].GetLbEndpoints()
+		sa := lbs[0].GetEndpoint().GetAddress().GetSocketAddress()
+		if web.GetType() != clusterv3.Cluster_STRICT_DNS || web.EdsClusterConfig != nil || len(lbs) != 1 ||
+			sa.Address != "www.web.example" || sa.GetPortValue() != port {
+			t.Errorf("DNS entry's cluster %s: %v", name, &web)
+		}
+		if assignment(name) != nil {
+			t.Errorf("a DNS entry's cluster %s has an EDS resource", name)
+		}
 	}
 }
 
