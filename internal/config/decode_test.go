@@ -41,10 +41,10 @@ func TestDecodeSubset(t *testing.T) {
 	if got := vs.VirtualService.Http[0].Match[0].Headers["x-group"].GetExact(); got != "blue" {
 		t.Errorf("header match %q", got)
 	}
-	if p := EffectivePolicy(dr, "blue"); p.LoadBalancer != PolicyPeakEWMA || p.ConnectTimeout != 250*time.Millisecond || p.Outlier.GetConsecutive_5XxErrors().GetValue() != 5 {
+	if p := EffectivePolicy(dr, "blue", 0); p.LoadBalancer != PolicyPeakEWMA || p.ConnectTimeout != 250*time.Millisecond || p.Outlier.GetConsecutive_5XxErrors().GetValue() != 5 {
 		t.Errorf("blue policy %+v", p)
 	}
-	if p := EffectivePolicy(dr, "green"); p.LoadBalancer != PolicyLeastRequest {
+	if p := EffectivePolicy(dr, "green", 0); p.LoadBalancer != PolicyLeastRequest {
 		t.Errorf("green policy %+v", p)
 	}
 	sel, ok := SubsetSelector(dr, "gray")
@@ -390,13 +390,13 @@ spec:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p := EffectivePolicy(objs[0], ""); !p.HTTP2 {
+	if p := EffectivePolicy(objs[0], "", 0); !p.HTTP2 {
 		t.Errorf("service: %+v", p)
 	}
-	if p := EffectivePolicy(objs[0], "v1"); !p.HTTP2 {
+	if p := EffectivePolicy(objs[0], "v1", 0); !p.HTTP2 {
 		t.Errorf("v1: %+v", p)
 	}
-	if p := EffectivePolicy(objs[0], "v2"); p.HTTP2 {
+	if p := EffectivePolicy(objs[0], "v2", 0); p.HTTP2 {
 		t.Errorf("v2: %+v", p)
 	}
 }

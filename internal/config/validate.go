@@ -349,6 +349,7 @@ func validateDR(c errs, path string, o *Object) {
 }
 
 func validatePolicy(c errs, path string, tp *networking.TrafficPolicy) {
+	validatePortLevel(c, path, tp)
 	if ch := tp.LoadBalancer.GetConsistentHash(); ch != nil {
 		validateHash(c, join(path, "loadBalancer.consistentHash"), ch)
 	} else if lb := tp.LoadBalancer; lb != nil {

@@ -465,7 +465,7 @@ func (w *configWorker) build(ce *xds.ClusterEncoder, s naming.ServiceKey, dests 
 	for _, c := range w.publishedClusters(s, dests) {
 		b.names = append(b.names, c.name)
 		r := xds.Resource{Name: c.name, Version: version}
-		p := config.EffectivePolicy(dr, c.subset)
+		p := config.EffectivePolicy(dr, c.subset, spec.clusterPort(c))
 		if !p.HTTP2 && entryHTTP2(spec, c) {
 			p.HTTP2 = true
 		}

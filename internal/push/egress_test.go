@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -172,6 +173,62 @@ spec:
 	}
 	if code, _ := call("localhost", "/delay/10ms"); code != 200 {
 		t.Fatalf("within the timeout: %d", code)
+	}
+	// Istio's egress TLS origination: the entry's port 443 reaches a TLS
+	// server, and a DestinationRule's portLevelSettings make the gateway
+	// originate TLS on it, for a plaintext caller.
+	var sawTLS atomic.Bool
+	tlsExt := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sawTLS.Store(r.TLS != nil)
+		fmt.Fprint(w, "external over TLS")
+	}))
+	tlsExt.Config.ErrorLog = log.New(io.Discard, "", 0) // the plaintext calls below
+	tlsExt.StartTLS()
+	defer tlsExt.Close()
+	tlsPort := tlsExt.Listener.Addr().(*net.TCPAddr).Port
+	origination := fmt.Sprintf(`
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: ext-tls}
+spec:
+  hosts: [secure.external.example]
+  ports:
+  - {number: 80, name: http, protocol: HTTP, targetPort: %d}
+  - {number: 443, name: https, protocol: HTTPS, targetPort: %d}
+  resolution: STATIC
+  endpoints: [{address: 127.0.0.1}]
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: ext-tls}
+spec:
+  hosts: [secure.external.example]
+  http:
+  - route: [{destination: {host: secure.external.example, port: {number: 443}}}]
+`, tlsPort, tlsPort)
+	if _, err := s.api.ApplyConfig(ctx, []byte(origination), false); err != nil {
+		t.Fatal(err)
+	}
+	// Plaintext to a TLS port: the server refuses it (400).
+	waitFor(t, func() bool { code, _ := call("secure.external.example", "/"); return code == http.StatusBadRequest })
+	const dr = `
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: ext-tls}
+spec:
+  host: secure.external.example
+  trafficPolicy:
+    loadBalancer: {simple: ROUND_ROBIN}
+    portLevelSettings:
+    - port: {number: 443}
+      tls: {mode: SIMPLE, insecureSkipVerify: true}
+`
+	if _, err := s.api.ApplyConfig(ctx, []byte(dr), false); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { code, _ := call("secure.external.example", "/"); return code == 200 })
+	if code, body := call("secure.external.example", "/"); code != 200 || body != "external over TLS" || !sawTLS.Load() {
+		t.Fatalf("TLS origination: %d %q (TLS %v)", code, body, sawTLS.Load())
 	}
 	// Without the entries, the calls are refused and never reach the host.
 	for _, name := range []string{"ext-static", "ext-dns"} {

@@ -85,3 +85,12 @@ func entryHTTP2(spec *serviceSpec, c clusterSpec) bool {
 	}
 	return found
 }
+
+// clusterPort is the port whose portLevelSettings apply to cluster c: the
+// route's port, or for an entry's whole-service cluster the entry's first.
+func (s *serviceSpec) clusterPort(c clusterSpec) uint32 {
+	if c.port == 0 && s.entry != nil && len(s.entry.Endpoints) > 0 {
+		return s.entry.Endpoints[0].ServicePort
+	}
+	return c.port
+}
