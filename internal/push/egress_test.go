@@ -230,6 +230,12 @@ spec:
 	if code, body := call("secure.external.example", "/"); code != 200 || body != "external over TLS" || !sawTLS.Load() {
 		t.Fatalf("TLS origination: %d %q (TLS %v)", code, body, sawTLS.Load())
 	}
+	// The API reads entries by kind name and short name.
+	for _, kind := range []string{"se", "serviceentries"} {
+		if obj, err := s.api.GetConfig(ctx, kind, "default", "ext-dns"); err != nil || !strings.Contains(string(obj), `"kind":"ServiceEntry"`) {
+			t.Fatalf("GET config %s/default/ext-dns: %s %v", kind, obj, err)
+		}
+	}
 	// Without the entries, the calls are refused and never reach the host.
 	for _, name := range []string{"ext-static", "ext-dns"} {
 		if _, err := s.api.DeleteConfig(ctx, "ServiceEntry", "default", name); err != nil {
