@@ -228,17 +228,7 @@ func (g *Gateway) dnsLoop(ctx context.Context, r *dnsResolver) {
 	defer timer.Stop()
 	for {
 		g.mu.Lock()
-		period, hosts := dnsMaxRefresh, []string(nil)
-		for _, c := range g.clusters {
-			if d := c.spec.dns; d != nil {
-				period = min(period, d.refresh)
-				for _, n := range d.names {
-					if h, _, _ := net.SplitHostPort(n.addr); !slices.Contains(hosts, h) {
-						hosts = append(hosts, h)
-					}
-				}
-			}
-		}
+		period, hosts := g.dnsNames()
 		g.mu.Unlock()
 		timer.Reset(period)
 		select {
@@ -262,8 +252,10 @@ func (g *Gateway) dnsLoop(ctx context.Context, r *dnsResolver) {
 		for h, a := range answers {
 			r.answers[h] = a
 		}
+		// The clusters as they are now: an update may have come meanwhile.
+		_, named := g.dnsNames()
 		for host := range r.answers {
-			if !slices.Contains(hosts, host) {
+			if !slices.Contains(named, host) {
 				delete(r.answers, host) // no cluster names it any more
 			}
 		}
@@ -283,6 +275,23 @@ func (g *Gateway) dnsLoop(ctx context.Context, r *dnsResolver) {
 		}
 		g.mu.Unlock()
 	}
+}
+
+// dnsNames returns the shortest refresh period of the DNS clusters in
+// force and the names they resolve. g.mu held.
+func (g *Gateway) dnsNames() (time.Duration, []string) {
+	period, hosts := dnsMaxRefresh, []string(nil)
+	for _, c := range g.clusters {
+		if d := c.spec.dns; d != nil {
+			period = min(period, d.refresh)
+			for _, n := range d.names {
+				if h, _, _ := net.SplitHostPort(n.addr); !slices.Contains(hosts, h) {
+					hosts = append(hosts, h)
+				}
+			}
+		}
+	}
+	return period, hosts
 }
 
 func sameAddrs(have map[string]hostSpec, next []hostSpec) bool {
