@@ -286,6 +286,8 @@ func configKindName(k string) string {
 		return "destinationrule"
 	case "gateway", "gateways", "gw":
 		return "gateway"
+	case "serviceentry", "serviceentries", "se":
+		return "serviceentry"
 	case "peerauthentication", "peerauthentications", "pa":
 		return "peerauthentication"
 	case "authorizationpolicy", "authorizationpolicies", "ap":

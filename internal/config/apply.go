@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/sextant-mesh/sextant/internal/commit"
 	"github.com/sextant-mesh/sextant/internal/naming"
@@ -79,7 +80,7 @@ func (w *ApplyWrite) Plan(tx *commit.Tx) error {
 		}
 		res := Result{Key: o.Key, Action: Created, Revision: rev, Warnings: w.Table.Warnings(o, w.Objects...)}
 		if w.Registered != nil {
-			res.Warnings = append(res.Warnings, unregisteredHosts(o, w.Registered)...)
+			res.Warnings = append(res.Warnings, unregisteredHosts(o, w.hasEndpoints())...)
 		}
 		if cur != nil {
 			res.Action = Configured
@@ -108,6 +109,30 @@ func (w *ApplyWrite) Plan(tx *commit.Tx) error {
 	}
 	tx.Answer(tx.Revision())
 	return nil
+}
+
+// hasEndpoints reports whether a service has registered instances or a
+// ServiceEntry (stored, or applied with this write) names it.
+func (w *ApplyWrite) hasEndpoints() func(naming.ServiceKey) bool {
+	return func(k naming.ServiceKey) bool {
+		if w.Registered(k) {
+			return true
+		}
+		for _, o := range w.Objects {
+			if slices.Contains(EntryHosts(o), k) {
+				return true
+			}
+		}
+		if w.Table != nil {
+			entries, _ := w.Table.List(KindServiceEntry, "")
+			for _, e := range entries {
+				if slices.Contains(EntryHosts(e.Object), k) {
+					return true
+				}
+			}
+		}
+		return false
+	}
 }
 
 // unregisteredHosts warns about each host of o that names a service with no

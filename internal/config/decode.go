@@ -21,8 +21,8 @@ const MaxDocumentBytes = 1 << 20
 
 // Decode reads a stream of config objects: one JSON object, or YAML with
 // any number of documents separated by "---" lines, each a VirtualService,
-// DestinationRule, Gateway, PeerAuthentication, AuthorizationPolicy or
-// Telemetry in
+// DestinationRule, Gateway, ServiceEntry, PeerAuthentication,
+// AuthorizationPolicy or Telemetry in
 // Kubernetes' shape (apiVersion, kind, metadata, spec), or
 // a "kind: List" holding such items. Every object is checked against Istio's
 // schema and Sextant's subset and validated (Validate); on any problem
@@ -97,7 +97,6 @@ var apiVersions = map[string]map[string]bool{
 var unservedKinds = map[string]string{
 	"EnvoyFilter":           "it patches Envoy's own configuration, which Sextant's gateway is not; say what it does with Sextant's fields",
 	"WasmPlugin":            "it loads a Wasm module into Envoy, which Sextant's gateway does not run",
-	"ServiceEntry":          "not implemented yet",
 	"Sidecar":               "not implemented yet",
 	"WorkloadEntry":         "not implemented yet (register the instance: sextant instance register)",
 	"WorkloadGroup":         "not implemented yet",
@@ -105,7 +104,7 @@ var unservedKinds = map[string]string{
 	"RequestAuthentication": "not implemented yet",
 }
 
-const kindList = "VirtualService, DestinationRule, Gateway, PeerAuthentication, AuthorizationPolicy or Telemetry"
+const kindList = "VirtualService, DestinationRule, Gateway, ServiceEntry, PeerAuthentication, AuthorizationPolicy or Telemetry"
 
 // decodeItem decodes one object, or each item of a List, at path.
 func decodeItem(c errs, path string, v any) []*Object {
@@ -193,6 +192,9 @@ func decodeItem(c errs, path string, v any) []*Object {
 	case KindGateway:
 		o.Gateway = &networking.Gateway{}
 		msg = o.Gateway
+	case KindServiceEntry:
+		o.ServiceEntry = &networking.ServiceEntry{}
+		msg = o.ServiceEntry
 	case KindPeerAuthentication:
 		o.PeerAuthentication = &security.PeerAuthentication{}
 		msg = o.PeerAuthentication

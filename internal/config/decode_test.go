@@ -41,10 +41,10 @@ func TestDecodeSubset(t *testing.T) {
 	if got := vs.VirtualService.Http[0].Match[0].Headers["x-group"].GetExact(); got != "blue" {
 		t.Errorf("header match %q", got)
 	}
-	if p := EffectivePolicy(dr, "blue"); p.LoadBalancer != PolicyPeakEWMA || p.ConnectTimeout != 250*time.Millisecond || p.Outlier.GetConsecutive_5XxErrors().GetValue() != 5 {
+	if p := EffectivePolicy(dr, "blue", 0); p.LoadBalancer != PolicyPeakEWMA || p.ConnectTimeout != 250*time.Millisecond || p.Outlier.GetConsecutive_5XxErrors().GetValue() != 5 {
 		t.Errorf("blue policy %+v", p)
 	}
-	if p := EffectivePolicy(dr, "green"); p.LoadBalancer != PolicyLeastRequest {
+	if p := EffectivePolicy(dr, "green", 0); p.LoadBalancer != PolicyLeastRequest {
 		t.Errorf("green policy %+v", p)
 	}
 	sel, ok := SubsetSelector(dr, "gray")
@@ -185,7 +185,7 @@ func TestDecodeErrors(t *testing.T) {
 			"spec.http[0].match[0].gateways[0]", ErrInvalid, `"edge" is not one of the VirtualService's gateways [mesh]`},
 		{"unknown top-level", "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetdata: {name: x}\nspec: {}\n",
 			"metdata", ErrUnknownField, "unknown field"},
-		{"other kind", "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: x}\nspec: {}\n",
+		{"other kind", "apiVersion: networking.istio.io/v1\nkind: WorkloadEntry\nmetadata: {name: x}\nspec: {}\n",
 			"kind", ErrNotSupported, "not supported"},
 		{"bad apiVersion", "apiVersion: v1\nkind: VirtualService\nmetadata: {name: x}\nspec: {hosts: [x], http: [{route: [{destination: {host: x}}]}]}\n",
 			"apiVersion", ErrInvalid, "want networking.istio.io/v1"},
@@ -231,11 +231,11 @@ func TestDecodeErrors(t *testing.T) {
 			"spec.subsets[0].labels[a b]", ErrInvalid, "metadata key"},
 		{"not yaml", "a: [b\n", "", ErrInvalid, "not YAML"},
 		{"a Pod", "apiVersion: v1\nkind: Pod\nmetadata: {name: web-0}\nspec: {containers: [{name: c}]}\n",
-			"kind", ErrInvalid, `this is a Pod (v1), not a VirtualService, DestinationRule, Gateway, PeerAuthentication, AuthorizationPolicy or Telemetry: Pods go to "sextant place"`},
+			"kind", ErrInvalid, `this is a Pod (v1), not a VirtualService, DestinationRule, Gateway, ServiceEntry, PeerAuthentication, AuthorizationPolicy or Telemetry: Pods go to "sextant place"`},
 		{"a Node in a List", `{"apiVersion":"v1","kind":"List","items":[{"apiVersion":"v1","kind":"Node","metadata":{"name":"n"},"status":{}}]}`,
-			"items[0].kind", ErrInvalid, `this is a Node (v1), not a VirtualService, DestinationRule, Gateway, PeerAuthentication, AuthorizationPolicy or Telemetry: Nodes go to "sextant nodes apply"`},
+			"items[0].kind", ErrInvalid, `this is a Node (v1), not a VirtualService, DestinationRule, Gateway, ServiceEntry, PeerAuthentication, AuthorizationPolicy or Telemetry: Nodes go to "sextant nodes apply"`},
 		{"another kind", "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\nspec: {}\n",
-			"kind", ErrInvalid, `this is a Deployment (apps/v1), not a VirtualService, DestinationRule, Gateway, PeerAuthentication, AuthorizationPolicy or Telemetry`},
+			"kind", ErrInvalid, `this is a Deployment (apps/v1), not a VirtualService, DestinationRule, Gateway, ServiceEntry, PeerAuthentication, AuthorizationPolicy or Telemetry`},
 		{"empty", "# nothing\n", "", ErrInvalid, "no objects"},
 	}
 	for _, tc := range tests {
@@ -390,13 +390,13 @@ spec:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p := EffectivePolicy(objs[0], ""); !p.HTTP2 {
+	if p := EffectivePolicy(objs[0], "", 0); !p.HTTP2 {
 		t.Errorf("service: %+v", p)
 	}
-	if p := EffectivePolicy(objs[0], "v1"); !p.HTTP2 {
+	if p := EffectivePolicy(objs[0], "v1", 0); !p.HTTP2 {
 		t.Errorf("v1: %+v", p)
 	}
-	if p := EffectivePolicy(objs[0], "v2"); p.HTTP2 {
+	if p := EffectivePolicy(objs[0], "v2", 0); p.HTTP2 {
 		t.Errorf("v2: %+v", p)
 	}
 }

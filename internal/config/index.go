@@ -24,6 +24,7 @@ type Index struct {
 	derived map[Key]derived             // hosts and destinations resolved once per object
 	vs      map[naming.ServiceKey][]Key // VirtualServices naming the host, sorted
 	dr      map[naming.ServiceKey][]Key // DestinationRules naming the host, sorted
+	se      map[naming.ServiceKey][]Key // ServiceEntries naming the host, sorted
 	dest    map[naming.ServiceKey]map[Key]bool
 	// whole counts, per service, the VirtualServices bound to Gateways
 	// only that route to the whole service (a cluster the mesh's routes may
@@ -38,6 +39,7 @@ func NewIndex() *Index {
 		derived: map[Key]derived{},
 		vs:      map[naming.ServiceKey][]Key{},
 		dr:      map[naming.ServiceKey][]Key{},
+		se:      map[naming.ServiceKey][]Key{},
 		dest:    map[naming.ServiceKey]map[Key]bool{},
 		whole:   map[naming.ServiceKey]map[Key]bool{},
 	}
@@ -109,11 +111,14 @@ func (ix *Index) dests(o *Object) []Destination {
 }
 
 // Hosts returns the services o names as hosts: a VirtualService's hosts, a
-// DestinationRule's host. Unresolvable hosts (never in a validated object)
-// are skipped.
+// DestinationRule's host, a ServiceEntry's hosts. Unresolvable hosts (never
+// in a validated object) are skipped.
 func Hosts(o *Object) []naming.ServiceKey {
 	if o == nil {
 		return nil
+	}
+	if o.ServiceEntry != nil {
+		return EntryHosts(o)
 	}
 	if o.DestinationRule != nil {
 		k, err := ResolveHost(o.DestinationRule.Host, o.Namespace)
@@ -232,10 +237,20 @@ func (ix *Index) touched(o *Object) []naming.ServiceKey {
 	return out
 }
 
+// byHost is the host map of o's kind.
+func (ix *Index) byHost(o *Object) map[naming.ServiceKey][]Key {
+	switch {
+	case o.VirtualService != nil:
+		return ix.vs
+	case o.ServiceEntry != nil:
+		return ix.se
+	}
+	return ix.dr
+}
+
 func (ix *Index) link(o *Object) {
-	byHost := ix.dr
+	byHost := ix.byHost(o)
 	if o.VirtualService != nil {
-		byHost = ix.vs
 		for _, d := range ix.dests(o) {
 			set := ix.dest[d.Service]
 			if set == nil {
@@ -261,9 +276,8 @@ func (ix *Index) link(o *Object) {
 }
 
 func (ix *Index) unlink(o *Object) {
-	byHost := ix.dr
+	byHost := ix.byHost(o)
 	if o.VirtualService != nil {
-		byHost = ix.vs
 		for _, d := range ix.dests(o) {
 			if set := ix.dest[d.Service]; set != nil {
 				delete(set, o.Key)
@@ -306,6 +320,22 @@ func (ix *Index) VirtualService(s naming.ServiceKey) *Object {
 func (ix *Index) DestinationRule(s naming.ServiceKey) *Object {
 	if keys := ix.dr[s]; len(keys) > 0 {
 		return ix.objects[keys[0]]
+	}
+	return nil
+}
+
+// ServiceEntry returns the ServiceEntry in force for s, or nil.
+func (ix *Index) ServiceEntry(s naming.ServiceKey) *Object {
+	if keys := ix.se[s]; len(keys) > 0 {
+		return ix.objects[keys[0]]
+	}
+	return nil
+}
+
+// Entry returns what the ServiceEntry in force for s gives it, or nil.
+func (ix *Index) Entry(s naming.ServiceKey) *EntryService {
+	if o := ix.ServiceEntry(s); o != nil {
+		return EntryFor(o, s)
 	}
 	return nil
 }
@@ -371,6 +401,9 @@ func (ix *Index) Services() []naming.ServiceKey {
 	for k := range ix.dr {
 		out = append(out, k)
 	}
+	for k := range ix.se {
+		out = append(out, k)
+	}
 	for k := range ix.dest {
 		out = append(out, k)
 	}
@@ -385,10 +418,7 @@ func (ix *Index) Services() []naming.ServiceKey {
 // Objects in also (applied together with o) count as in force for subsets.
 func (ix *Index) Warnings(o *Object, also ...*Object) []string {
 	var out []string
-	byHost := ix.dr
-	if o.VirtualService != nil {
-		byHost = ix.vs
-	}
+	byHost := ix.byHost(o)
 	for _, h := range ix.hosts(o) {
 		for _, k := range byHost[h] {
 			if k == o.Key {

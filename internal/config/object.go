@@ -87,8 +87,8 @@ func ParseKey(s string) (Key, error) {
 }
 
 // Object is one decoded, validated config object. Exactly one of
-// VirtualService, DestinationRule, Gateway, PeerAuthentication,
-// AuthorizationPolicy and Telemetry is set, by Kind. Objects are immutable
+// VirtualService, DestinationRule, Gateway, ServiceEntry,
+// PeerAuthentication, AuthorizationPolicy and Telemetry is set, by Kind. Objects are immutable
 // once decoded: a change is a new Object.
 type Object struct {
 	Key
@@ -98,6 +98,7 @@ type Object struct {
 	VirtualService  *networking.VirtualService
 	DestinationRule *networking.DestinationRule
 	Gateway         *networking.Gateway
+	ServiceEntry    *networking.ServiceEntry
 
 	PeerAuthentication  *security.PeerAuthentication
 	AuthorizationPolicy *security.AuthorizationPolicy
@@ -113,6 +114,8 @@ func (o *Object) Spec() proto.Message {
 		return o.VirtualService
 	case o.Gateway != nil:
 		return o.Gateway
+	case o.ServiceEntry != nil:
+		return o.ServiceEntry
 	case o.PeerAuthentication != nil:
 		return o.PeerAuthentication
 	case o.AuthorizationPolicy != nil:

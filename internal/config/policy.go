@@ -41,25 +41,29 @@ type Policy struct {
 }
 
 // EffectivePolicy returns the policy of subset ("" for the whole service)
-// under dr, which may be nil.
-func EffectivePolicy(dr *Object, subset string) Policy {
+// on port (0: none; portLevelSettings: portlevel.go) under dr, which may be
+// nil.
+func EffectivePolicy(dr *Object, subset string, port uint32) Policy {
 	var p Policy
 	if dr == nil {
 		return p
 	}
-	top := dr.DestinationRule.TrafficPolicy
+	top := atPort(dr.DestinationRule.TrafficPolicy, port)
 	var sub *networking.TrafficPolicy
 	if subset != "" {
 		for _, s := range dr.DestinationRule.Subsets {
 			if s.Name == subset {
 				sub = s.TrafficPolicy
+				if ps := atPort(sub, port); ps != sub {
+					top, sub = ps, nil // the subset's port settings replace all
+				}
 			}
 		}
 	}
 	lb := top.GetLoadBalancer()
 	if sub.GetLoadBalancer() != nil {
 		lb = sub.GetLoadBalancer()
-	} else if a, ok := dr.Annotations[AnnotationLoadBalancer]; ok {
+	} else if a, ok := dr.Annotations[AnnotationLoadBalancer]; ok && lb == nil {
 		p.LoadBalancer = a
 	}
 	if ch := lb.GetConsistentHash(); ch != nil {

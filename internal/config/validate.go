@@ -89,6 +89,8 @@ func validate(c errs, path string, o *Object) {
 		validateVS(c, spec, o.Namespace, o.VirtualService)
 	case o.Gateway != nil:
 		validateGateway(c, spec, o.Gateway)
+	case o.ServiceEntry != nil:
+		validateServiceEntry(c, spec, o)
 	case o.PeerAuthentication != nil:
 		validatePeerAuthentication(c, spec, o)
 	case o.AuthorizationPolicy != nil:
@@ -347,6 +349,7 @@ func validateDR(c errs, path string, o *Object) {
 }
 
 func validatePolicy(c errs, path string, tp *networking.TrafficPolicy) {
+	validatePortLevel(c, path, tp)
 	if ch := tp.LoadBalancer.GetConsistentHash(); ch != nil {
 		validateHash(c, join(path, "loadBalancer.consistentHash"), ch)
 	} else if lb := tp.LoadBalancer; lb != nil {

@@ -32,7 +32,8 @@ type clusterSpec struct {
 	name    string
 	eds     string // the ClusterLoadAssignment name (eds service_name or name); "" for STATIC
 	static  []hostSpec
-	service string // call-log partition
+	dns     *dnsSpec // a STRICT_DNS or LOGICAL_DNS cluster's names (dns.go)
+	service string   // call-log partition
 	// subsetName is the subset the call records of this cluster name when
 	// the call had no metadata match (filter_metadata["sextant"].subset).
 	subsetName string
@@ -102,10 +103,14 @@ func decodeCluster(c *cluster.Cluster) (*clusterSpec, error) {
 			return nil, err
 		}
 		s.static = hosts
+	case cluster.Cluster_STRICT_DNS, cluster.Cluster_LOGICAL_DNS:
+		if err := decodeDNS(c, s); err != nil {
+			return nil, err
+		}
 	default:
 		// Accepted, so that one such cluster does not refuse the whole CDS
 		// update as Envoy would not; calls routed to it get 503.
-		s.unsupported = fmt.Sprintf("type %v is not supported by the gateway (EDS, STATIC)", c.GetType())
+		s.unsupported = fmt.Sprintf("type %v is not supported by the gateway (EDS, STATIC, STRICT_DNS, LOGICAL_DNS)", c.GetType())
 		return s, nil
 	}
 	if ts := c.GetTransportSocket(); ts != nil {
@@ -115,7 +120,7 @@ func decodeCluster(c *cluster.Cluster) (*clusterSpec, error) {
 			// CDS update; its calls get 503 saying why rather than going
 			// out in plaintext.
 			s.unsupported = fmt.Sprintf("transport socket %q: %v: calls are not sent in plaintext instead", ts.GetName(), err)
-			s.eds, s.static = "", nil // its endpoints are never used
+			s.eds, s.static, s.dns = "", nil, nil // its endpoints are never used
 			return s, nil
 		}
 		s.tls = t

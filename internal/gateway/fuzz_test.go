@@ -54,7 +54,10 @@ func fuzzSeeds(t testing.TB) [][]byte {
 	svc := naming.ServiceKey{Namespace: "default", Name: "orders"}
 	vh := xds.VirtualHost("orders", []string{"*"}, svc, nil, func(config.Destination) (string, bool) { return "default/orders/v1", true }, nil)
 	msgs = append(msgs, xds.RouteConfiguration("default/orders", vh),
-		xds.Cluster("default/orders/v1", config.Policy{LoadBalancer: config.PolicyLeastRequest}))
+		xds.Cluster("default/orders/v1", config.Policy{LoadBalancer: config.PolicyLeastRequest}),
+		// A ServiceEntry resolved by DNS (dns.go).
+		xds.DNSCluster("com/api.example", config.Policy{}, false, []xds.Endpoint{{Host: "api.example.com", Port: 443, Weight: 1}}),
+		xds.DNSCluster("default/localhost", config.Policy{}, true, []xds.Endpoint{{Host: "localhost", Port: 80, Weight: 1}}))
 	// A sidecar's inbound listener in each PeerAuthentication mode (mixed
 	// TLS and plaintext chains, non_forwarding_action: inbound.go).
 	ap := netip.MustParseAddrPort("10.0.0.5:15006")

@@ -102,6 +102,10 @@ type Gateway struct {
 	chainWaits map[string]string
 	applied    appliedConfig
 	xds        func() xdsclient.Status
+	// dns re-resolves DNS clusters (dns.go), made on first use; lookup
+	// replaces the system resolver in tests. Under mu.
+	dns    *dnsResolver
+	lookup lookupFunc
 
 	srvMu sync.Mutex
 	srv   *fasthttp.Server
@@ -244,6 +248,9 @@ func (g *Gateway) Update(s xdsclient.State) (map[string][]string, error) {
 			rt = nrt
 		}
 		hosts := spec.static
+		if spec.dns != nil {
+			hosts = g.dnsHosts(spec.dns)
+		}
 		if spec.eds != "" {
 			eds = append(eds, spec.eds)
 			if a, ok := s[EndpointType][spec.eds].(*assignmentSpec); ok {

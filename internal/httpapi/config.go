@@ -41,6 +41,8 @@ func configKind(s string) (string, error) {
 		return config.KindDestinationRule, nil
 	case "gateway", "gateways", "gw":
 		return config.KindGateway, nil
+	case "serviceentry", "serviceentries", "se":
+		return config.KindServiceEntry, nil
 	case "peerauthentication", "peerauthentications", "pa":
 		return config.KindPeerAuthentication, nil
 	case "authorizationpolicy", "authorizationpolicies", "ap":
@@ -48,7 +50,7 @@ func configKind(s string) (string, error) {
 	case "telemetry", "telemetries":
 		return config.KindTelemetry, nil
 	}
-	return "", badRequest("kind", "%q is not a config kind: VirtualService, DestinationRule, Gateway, PeerAuthentication, AuthorizationPolicy or Telemetry", s)
+	return "", badRequest("kind", "%q is not a config kind: VirtualService, DestinationRule, Gateway, ServiceEntry, PeerAuthentication, AuthorizationPolicy or Telemetry", s)
 }
 
 func configKeyOf(r *http.Request) (config.Key, error) {
@@ -228,6 +230,16 @@ func affectedResources(t *config.Table, objs []*config.Object, results []config.
 					continue
 				}
 				add("Cluster", xds.ClusterName(h, "", 0))
+				if v.ServiceEntry != nil {
+					// A new service: its route too (a DNS entry's cluster
+					// carries its endpoints, a STATIC one's EDS does).
+					add("RouteConfiguration", xds.RouteName(h))
+					add("RouteConfiguration", xds.ProxyName)
+					if config.EntryStatic(v) {
+						add("ClusterLoadAssignment", xds.ClusterName(h, "", 0))
+					}
+					continue
+				}
 				add("ClusterLoadAssignment", xds.ClusterName(h, "", 0))
 				for _, s := range v.DestinationRule.Subsets {
 					add("Cluster", xds.ClusterName(h, s.Name, 0))
@@ -509,7 +521,7 @@ func requireConfigWrite(r *http.Request, t *config.Table, objs ...*config.Object
 			versions = append(versions, cur.Object)
 		}
 		for _, v := range versions {
-			if v.VirtualService == nil && v.DestinationRule == nil && v.Gateway == nil {
+			if v.VirtualService == nil && v.DestinationRule == nil && v.Gateway == nil && v.ServiceEntry == nil {
 				continue // a key only (a delete)
 			}
 			for _, h := range config.Hosts(v) {

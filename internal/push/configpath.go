@@ -3,6 +3,7 @@ package push
 import (
 	"context"
 	"errors"
+	"reflect"
 	"runtime"
 	"slices"
 	"sync"
@@ -460,10 +461,20 @@ type builtService struct {
 func (w *configWorker) build(ce *xds.ClusterEncoder, s naming.ServiceKey, dests []config.Destination, version string) builtService {
 	var b builtService
 	dr := w.ix.DestinationRule(s)
+	spec := w.e.spec(s)
 	for _, c := range w.publishedClusters(s, dests) {
 		b.names = append(b.names, c.name)
 		r := xds.Resource{Name: c.name, Version: version}
-		p := config.EffectivePolicy(dr, c.subset)
+		p := config.EffectivePolicy(dr, c.subset, spec.clusterPort(c))
+		if !p.HTTP2 && entryHTTP2(spec, c) {
+			p.HTTP2 = true
+		}
+		if spec.dnsEntry() {
+			logical := spec.entry.Resolution == config.ResolveLogicalDNS
+			r.Message = xds.DNSCluster(c.name, p, logical, entryEndpoints(spec, c))
+			b.clusters = append(b.clusters, encoded(r))
+			continue
+		}
 		if v, err := ce.Encode(c.name, p); err == nil {
 			r.Value = v
 		} else {
@@ -603,7 +614,7 @@ func (w *configWorker) specFor(s naming.ServiceKey, dests []config.Destination) 
 	// route, a mesh VirtualService, or one of Gateways (ingress routes by
 	// the push engine's clusters).
 	whole := w.ix.VirtualService(s) == nil || slices.Contains(dests, config.Destination{Service: s}) || w.ix.GatewayRoutesToWhole(s)
-	spec := &serviceSpec{clusters: []clusterSpec{{name: xds.ClusterName(s, "", 0), publish: whole}}}
+	spec := &serviceSpec{clusters: []clusterSpec{{name: xds.ClusterName(s, "", 0), publish: whole}}, entry: w.ix.Entry(s)}
 	// A cluster keeps its usable flag from the previous spec.
 	prev := w.e.spec(s)
 	flag := func(name string) *usableFlag {
@@ -638,7 +649,7 @@ func (w *configWorker) specFor(s naming.ServiceKey, dests []config.Destination) 
 // equal reports whether two specs list the same clusters with the same
 // selectors and publication (the usable flags are carried, not compared).
 func (a *serviceSpec) equal(b *serviceSpec) bool {
-	return slices.EqualFunc(a.clusters, b.clusters, func(x, y clusterSpec) bool {
+	return reflect.DeepEqual(a.entry, b.entry) && slices.EqualFunc(a.clusters, b.clusters, func(x, y clusterSpec) bool {
 		return x.name == y.name && x.subset == y.subset && x.port == y.port && x.publish == y.publish &&
 			slices.EqualFunc(x.sel, y.sel, func(p, q label.Requirement) bool {
 				return p.Key == q.Key && p.Op == q.Op && slices.Equal(p.Values, q.Values)

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sextant-mesh/sextant/internal/config"
 	"github.com/sextant-mesh/sextant/internal/instance"
 	"github.com/sextant-mesh/sextant/internal/label"
 	"github.com/sextant-mesh/sextant/internal/naming"
@@ -166,6 +167,9 @@ func (e *Engine) endpointLoop(ctx context.Context) {
 // variants routes name. Immutable once published.
 type serviceSpec struct {
 	clusters []clusterSpec
+	// entry is what the ServiceEntry in force for the service gives it
+	// (entry.go); nil: none.
+	entry *config.EntryService
 }
 
 type clusterSpec struct {
@@ -224,11 +228,12 @@ func (e *Engine) recomputeEndpoints(s naming.ServiceKey, version string, origin 
 	var removed []string
 	flipped := false
 	for _, c := range spec.clusters {
-		if !c.publish {
+		if !c.publish || spec.dnsEntry() {
+			// A DNS entry's clusters carry their endpoints: no EDS.
 			removed = append(removed, c.name)
 			continue
 		}
-		eps, usable := e.endpoints(s, c)
+		eps, usable := e.endpoints(s, spec, c)
 		res = append(res, xds.Resource{Name: c.name, Version: version, Message: xds.LoadAssignment(c.name, eps)})
 		if c.usable != nil {
 			if old := c.usable.v.Swap(usableValue(usable)); old != usableUnknown && old != usableValue(usable) {
@@ -248,9 +253,12 @@ func (e *Engine) recomputeEndpoints(s naming.ServiceKey, version string, origin 
 
 // endpoints reads the instances of cluster c of s through the source's
 // label index, and counts the usable ones.
-func (e *Engine) endpoints(s naming.ServiceKey, c clusterSpec) ([]xds.Endpoint, bool) {
-	var eps []xds.Endpoint
+func (e *Engine) endpoints(s naming.ServiceKey, spec *serviceSpec, c clusterSpec) ([]xds.Endpoint, bool) {
+	eps := entryEndpoints(spec, c)
 	usable := false
+	for i := range eps {
+		usable = usable || eps[i].Usable()
+	}
 	e.src.Instances(s, c.sel, func(in *instance.Instance) {
 		if in.Port == 0 || c.port != 0 && in.Port != int(c.port) {
 			return // no port (instance.NoPortLabel): not an endpoint
@@ -269,6 +277,10 @@ func (e *Engine) endpoints(s naming.ServiceKey, c clusterSpec) ([]xds.Endpoint, 
 // config worker: the endpoint worker's answer if it gave one, else counted
 // now and remembered unless the endpoint worker answered meanwhile.
 func (e *Engine) hasUsable(s naming.ServiceKey, c clusterSpec) bool {
+	if spec := e.spec(s); spec.dnsEntry() {
+		// Endpoints by name: usable once resolved, which the client does.
+		return len(entryEndpoints(spec, c)) > 0
+	}
 	if c.usable == nil {
 		return e.anyUsable(s, c)
 	}
@@ -283,6 +295,9 @@ func (e *Engine) hasUsable(s naming.ServiceKey, c clusterSpec) bool {
 // endpoints counts them, without building them.
 func (e *Engine) anyUsable(s naming.ServiceKey, c clusterSpec) bool {
 	usable := false
+	for _, ep := range entryEndpoints(e.spec(s), c) {
+		usable = usable || ep.Usable()
+	}
 	e.src.Instances(s, c.sel, func(in *instance.Instance) {
 		if usable || in.Port == 0 || (c.port != 0 && in.Port != int(c.port)) {
 			return

@@ -71,7 +71,7 @@ spec:
 	}
 	dr, vs := objs[0], objs[1]
 
-	whole := config.EffectivePolicy(dr, "")
+	whole := config.EffectivePolicy(dr, "", 0)
 	if whole.LoadBalancer != config.PolicyRingHash || whole.RingSize != 2048 || whole.Hash != (config.HashKey{Header: "x-user"}) {
 		t.Fatalf("whole service: %+v", whole)
 	}
@@ -84,7 +84,7 @@ spec:
 		rh.GetMinimumRingSize().GetValue() != 2048 {
 		t.Fatalf("ring hash cluster: %v", c.GetLoadBalancingPolicy())
 	}
-	v1 := config.EffectivePolicy(dr, "v1")
+	v1 := config.EffectivePolicy(dr, "v1", 0)
 	if v1.LoadBalancer != config.PolicyMaglev || v1.RingSize != 65537 ||
 		v1.Hash != (config.HashKey{Cookie: "affinity", CookiePath: "/", CookieTTL: time.Minute}) {
 		t.Fatalf("subset v1: %+v", v1)
