@@ -50,6 +50,7 @@ var istioResources = []istioResource{
 	{config.Group, "virtualservices", config.KindVirtualService},
 	{config.Group, "destinationrules", config.KindDestinationRule},
 	{config.Group, "gateways", config.KindGateway},
+	{config.Group, "serviceentries", config.KindServiceEntry},
 	{config.SecurityGroup, "peerauthentications", config.KindPeerAuthentication},
 	{config.SecurityGroup, "authorizationpolicies", config.KindAuthorizationPolicy},
 }

@@ -324,9 +324,9 @@ func accepted(gen int64, st istioStatus) bool {
 // to v3, and virtual-service-reviews-jason-v2-v3 (applied as v1beta1) to v2
 // for end-user jason. Accepted objects get observedGeneration and an
 // Accepted condition in their status (one naming a service without
-// instances, a WARNING IST0101 too); the sample Sextant refuses
-// (egress-rule-google-apis' DestinationRule, portLevelSettings) gets its
-// problems in status.validationMessages and the condition; one named as
+// instances, a WARNING IST0101 too); an object Sextant refuses (a
+// DestinationRule with warmupDurationSecs) gets its problems in
+// status.validationMessages and the condition; one named as
 // an object written through Sextant's API is refused as a conflict, the
 // API's kept; the objects are read-only through Sextant; a deleted object
 // goes; a namespace not synced is not read.
@@ -409,8 +409,21 @@ func TestIstioBookinfo(t *testing.T) {
 	settleOn(t, c, "jason", "reviews-v2", 10)
 	settleOn(t, c, "", "reviews-v3", 10)
 
-	// The sample Sextant refuses: its problems in its status.
-	st = waitStatus(t, srv, ns, "destinationrule", "originate-tls-for-googleapis", func(gen int64, st istioStatus) bool {
+	// An object Sextant refuses (a field it does not follow, which Istio's
+	// schema allows): its problems in its status.
+	refused := filepath.Join(t.TempDir(), "refused.yaml")
+	if err := os.WriteFile(refused, []byte(`apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: reviews-warmup}
+spec:
+  host: reviews
+  trafficPolicy:
+    loadBalancer: {simple: ROUND_ROBIN, warmupDurationSecs: 10s}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	kubectl(t, srv, "apply", "-n", ns, "-f", refused)
+	st = waitStatus(t, srv, ns, "destinationrule", "reviews-warmup", func(gen int64, st istioStatus) bool {
 		return st.ObservedGeneration == gen && len(st.ValidationMessages) > 0
 	})
 	t.Logf("the refused DestinationRule's status: %+v", st)
@@ -419,10 +432,10 @@ func TestIstioBookinfo(t *testing.T) {
 			t.Errorf("validation message %+v, want an ERROR IST0106 SchemaValidationError", m)
 		}
 	}
-	if len(st.Conditions) != 1 || st.Conditions[0].Status != "False" || !strings.Contains(st.Conditions[0].Message, "portLevelSettings") {
+	if len(st.Conditions) != 1 || st.Conditions[0].Status != "False" || !strings.Contains(st.Conditions[0].Message, "warmupDurationSecs") {
 		t.Errorf("refused object's condition does not name its problem: %+v", st.Conditions)
 	}
-	drKey := config.Key{Kind: config.KindDestinationRule, Namespace: ns, Name: "originate-tls-for-googleapis"}
+	drKey := config.Key{Kind: config.KindDestinationRule, Namespace: ns, Name: "reviews-warmup"}
 	if cs.table.Get(drKey) != nil {
 		t.Error("a refused object is served")
 	}

@@ -81,6 +81,18 @@ spec:
     - operation:
         methods: [GET]
 `,
+  ServiceEntry: `apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata:
+  name: httpbin-ext
+  namespace: default
+spec:
+  hosts: [httpbin.org]
+  location: MESH_EXTERNAL
+  ports:
+  - {number: 80, name: http, protocol: HTTP}
+  resolution: DNS
+`,
   Telemetry: `apiVersion: telemetry.istio.io/v1
 kind: Telemetry
 metadata:
@@ -100,6 +112,7 @@ spec:
 export const kinds = [
   ['VirtualService', 'VS'], ['DestinationRule', 'DR'], ['Gateway', 'GW'],
   ['PeerAuthentication', 'PA'], ['AuthorizationPolicy', 'AP'], ['Telemetry', 'TM'],
+  ['ServiceEntry', 'SE'],
 ];
 export const shortKind = k => (kinds.find(([name]) => name === k) || [k, k])[1];
 
