@@ -87,6 +87,7 @@ func StartWith(t testing.TB, opts Options) *Server {
 	kvs.Start(reg.Engine())
 	cfg.Attach(reg.Catalog())
 	api := httpapi.New(httpapi.Options{ACL: guard})
+	api.SetKV(kvs)
 	api.SetRegistry(reg)
 	srv := httptest.NewUnstartedServer(api)
 	// Handshake failures are what TLS tests provoke: keep them off stderr.
