@@ -135,7 +135,7 @@ func TestKVRoutes(t *testing.T) {
 
 	for _, c := range []struct {
 		who, token, method, path, body string
-		want                            int
+		want                           int
 	}{
 		{"instances and config writer", w.writeA.Secret, "GET", "/v1/namespaces/a/kv", "", 403},
 		{"reader writes", kvRead.Secret, "PUT", "/v1/namespaces/a/kv/x", `{}`, 403},
