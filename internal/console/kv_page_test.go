@@ -1,0 +1,135 @@
+package console_test
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sextant-mesh/sextant/internal/console/browsertest"
+	"github.com/sextant-mesh/sextant/internal/httpapi/apitest"
+	"github.com/sextant-mesh/sextant/internal/kv"
+)
+
+// kvPut writes key of namespace default through the API and returns the
+// revision it was written at.
+func kvPut(t *testing.T, api, key string, value []byte, query string) int64 {
+	t.Helper()
+	body, _ := json.Marshal(map[string]any{"value": value, "flags": 0})
+	req, _ := http.NewRequest("PUT", api+"/v1/namespaces/default/kv/"+key+query, strings.NewReader(string(body)))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 {
+		t.Fatalf("PUT %s: %d %s", key, resp.StatusCode, b)
+	}
+	var out struct{ Revision int64 }
+	if err := json.Unmarshal(b, &out); err != nil {
+		t.Fatal(err)
+	}
+	return out.Revision
+}
+
+// The KV page over the real API: keys put through the API show as a tree
+// by "/" (folders open on a click), a JSON value pretty-printed, a binary
+// one as base64 with its size, a key locked by a session as locked; a
+// key written twice shows both revisions in its history with the diff
+// between them, and a third write through the API shows without reload
+// (the page's blocking query). An edit begun before someone else's write
+// fails with the conflict message and changes nothing; an edit of the
+// latest revision is saved.
+func TestKVPage(t *testing.T) {
+	api := apitest.StartWith(t, apitest.Options{})
+	first := kvPut(t, api.URL, "app/config.json", []byte(`{"db":{"host":"db-1","port":5432},"replicas":2}`), "")
+	kvPut(t, api.URL, "app/config.json", []byte(`{"db":{"host":"db-2","port":5432},"replicas":3}`), fmt.Sprintf("?revision=%d", first))
+	kvPut(t, api.URL, "app/feature/dark-mode", []byte("on"), "")
+	kvPut(t, api.URL, "app/feature/beta", []byte("off"), "")
+	kvPut(t, api.URL, "certs/blob", []byte{0x00, 0xff, 0x10, 0x80, 0x01}, "")
+	kvPut(t, api.URL, "service/leader", []byte("node-a"), "")
+	kvPut(t, api.URL, "readme", []byte("plain text\nsecond line"), "")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	sess, err := api.KV.CreateSession(ctx, kv.Session{Namespace: "default", Name: "leader-election", TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, _, err := api.KV.Put(ctx, kv.Put{Namespace: "default", Key: "service/leader", Value: []byte("node-a"), Acquire: sess.ID}); err != nil || !ok {
+		t.Fatalf("acquire: %v %v", ok, err)
+	}
+
+	srv := consoleOn(t, api.URL)
+	b := browsertest.Start(t)
+	b.Navigate(t, srv.URL+"/ui/#/kv/default?key=app/config.json")
+	b.WaitTrue(t, 10*time.Second, "the tree", `!!document.querySelector('#kv-tree a[data-key="app/config.json"]')`)
+	tree := browsertest.Eval[[]string](t, b, `[...document.querySelectorAll('#kv-tree a')].map(a => a.dataset.folder ? 'folder ' + a.dataset.folder : 'key ' + a.dataset.key)`)
+	// The selected key's folder is open; the others closed.
+	if got, want := strings.Join(tree, ", "), "folder app/, key app/config.json, folder app/feature/, folder certs/, key readme, folder service/"; got != want {
+		t.Errorf("the tree:\n got %s\nwant %s", got, want)
+	}
+	b.Click(t, `#kv-tree a[data-folder="app/feature/"]`)
+	b.WaitTrue(t, 5*time.Second, "app/feature/ opened", `!!document.querySelector('#kv-tree a[data-key="app/feature/dark-mode"]')`)
+
+	// The JSON value, pretty-printed; its history of two revisions and their diff.
+	b.WaitTrue(t, 10*time.Second, "the value and its history", `(document.querySelector('#kv-value') || {}).dataset?.kind === 'json' &&
+		document.querySelectorAll('#kv-history tbody tr').length === 2 && !!document.querySelector('#kv-diff')`)
+	if v := browsertest.Eval[string](t, b, `document.querySelector('#kv-value pre').textContent`); !strings.Contains(v, "\"host\": \"db-2\"") || !strings.Contains(v, "\n  \"replicas\": 3") {
+		t.Errorf("the JSON value is not pretty-printed:\n%s", v)
+	}
+	diff := browsertest.Eval[string](t, b, `document.querySelector('#kv-diff').textContent`)
+	for _, want := range []string{`-     "host": "db-1",`, `+     "host": "db-2",`, `-   "replicas": 2`, `+   "replicas": 3`} {
+		if !strings.Contains(diff, want) {
+			t.Errorf("the diff lacks %q:\n%s", want, diff)
+		}
+	}
+	b.Layout(t, "kv.png")
+
+	// Begin an edit at the current revision; someone else writes; the
+	// live list shows it and saving fails, naming the revisions.
+	b.Click(t, "#kv-edit")
+	b.WaitTrue(t, 5*time.Second, "the editor", `!!document.querySelector('#kv-editor')`)
+	b.SetInput(t, "#kv-editor", `{"db":{"host":"mine"}}`)
+	theirs := kvPut(t, api.URL, "app/config.json", []byte(`{"db":{"host":"db-3","port":5432},"replicas":3}`), "")
+	b.WaitTrue(t, 10*time.Second, "the other write, live", fmt.Sprintf(`document.querySelectorAll('#kv-history tbody tr').length === 3 &&
+		(document.querySelector('#kv-modify') || {}).textContent === '%d' && !!document.querySelector('#kv-changed')`, theirs))
+	b.Click(t, "#kv-save")
+	b.WaitTrue(t, 10*time.Second, "the conflict", `!!document.querySelector('#kv-conflict')`)
+	msg := browsertest.Eval[string](t, b, `document.querySelector('#kv-conflict').textContent`)
+	if !strings.Contains(msg, "someone else changed this key since you loaded it") || !strings.Contains(msg, fmt.Sprintf("now at revision %d", theirs)) {
+		t.Errorf("the conflict message: %q", msg)
+	}
+	if got := api.KV.Table().Get("default", "app/config.json"); !strings.Contains(string(got.Value), "db-3") {
+		t.Errorf("the stale edit overwrote the key: %s", got.Value)
+	}
+	b.Screenshot(t, "kv-conflict.png")
+
+	// Discard, edit the latest, save: it is written.
+	b.Click(t, "#kv-conflict button")
+	b.Click(t, "#kv-edit")
+	b.SetInput(t, "#kv-editor", `{"db":{"host":"db-4"}}`)
+	b.Click(t, "#kv-save")
+	b.WaitTrue(t, 10*time.Second, "saved", `!!document.querySelector('#kv-saved') && document.querySelectorAll('#kv-history tbody tr').length === 4`)
+	if got := api.KV.Table().Get("default", "app/config.json"); string(got.Value) != `{"db":{"host":"db-4"}}` {
+		t.Errorf("after the save: %s", got.Value)
+	}
+
+	// A binary value, and a locked key.
+	b.Navigate(t, srv.URL+"/ui/#/kv/default?key=certs/blob")
+	b.WaitTrue(t, 10*time.Second, "the binary value", `(document.querySelector('#kv-value') || {}).dataset?.kind === 'binary'`)
+	if v := browsertest.Eval[string](t, b, `document.querySelector('#kv-value').textContent`); !strings.Contains(v, base64.StdEncoding.EncodeToString([]byte{0x00, 0xff, 0x10, 0x80, 0x01})) || !strings.Contains(v, "5 bytes") {
+		t.Errorf("the binary value: %q", v)
+	}
+	b.Navigate(t, srv.URL+"/ui/#/kv/default?key=service/leader")
+	b.WaitTrue(t, 10*time.Second, "the lock", `(document.querySelector('#kv-lock') || {}).textContent?.includes('locked')`)
+	if v := browsertest.Eval[string](t, b, `document.querySelector('#kv-lock').textContent`); !strings.Contains(v, sess.ID) || strings.Contains(v, "not locked") {
+		t.Errorf("the lock of a key held by session %s: %q", sess.ID, v)
+	}
+	b.NoProblems(t, "kv page", "/v1/namespaces/default/kv/app/config.json?revision=")
+}
