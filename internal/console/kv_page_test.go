@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -120,6 +121,33 @@ func TestKVPage(t *testing.T) {
 		t.Errorf("after the save: %s", got.Value)
 	}
 
+	// Delete it from the page: the key goes from the tree, its history
+	// stays with the delete on top.
+	b.Click(t, "#kv-delete")
+	b.Click(t, "#confirm-ok")
+	b.WaitTrue(t, 10*time.Second, "deleted", `!document.querySelector('#kv-tree a[data-key="app/config.json"]') && !!document.querySelector('#kv-gone') &&
+		document.querySelectorAll('#kv-history tbody tr').length === 5 && document.querySelector('#kv-history tbody tr').textContent.includes('deleted')`)
+
+	// A new key; creating it again is refused, saying it exists.
+	for i, want := range []string{"", "already exists"} {
+		b.Navigate(t, srv.URL+"/ui/#/kv/default?new")
+		b.WaitTrue(t, 10*time.Second, "the new key form", `!!document.querySelector('#kv-new-key')`)
+		b.SetInput(t, "#kv-new-key", "app/feature/new-flag")
+		b.SetInput(t, "#kv-new-value", fmt.Sprintf("v%d", i))
+		b.Click(t, "#kv-create")
+		if want == "" {
+			b.WaitTrue(t, 10*time.Second, "the new key shown", `(document.querySelector('#kv-value') || {}).textContent?.includes('v0') && !!document.querySelector('#kv-tree li.active a[data-key="app/feature/new-flag"]')`)
+			continue
+		}
+		b.WaitTrue(t, 10*time.Second, "the create refused", `!!document.querySelector('#kv-conflict')`)
+		if msg := browsertest.Eval[string](t, b, `document.querySelector('#kv-conflict').textContent`); !strings.Contains(msg, want) {
+			t.Errorf("creating an existing key: %q", msg)
+		}
+	}
+	if got := api.KV.Table().Get("default", "app/feature/new-flag"); got == nil || string(got.Value) != "v0" {
+		t.Errorf("the new key: %+v", got)
+	}
+
 	// A binary value, and a locked key.
 	b.Navigate(t, srv.URL+"/ui/#/kv/default?key=certs/blob")
 	b.WaitTrue(t, 10*time.Second, "the binary value", `(document.querySelector('#kv-value') || {}).dataset?.kind === 'binary'`)
@@ -131,5 +159,46 @@ func TestKVPage(t *testing.T) {
 	if v := browsertest.Eval[string](t, b, `document.querySelector('#kv-lock').textContent`); !strings.Contains(v, sess.ID) || strings.Contains(v, "not locked") {
 		t.Errorf("the lock of a key held by session %s: %q", sess.ID, v)
 	}
-	b.NoProblems(t, "kv page", "/v1/namespaces/default/kv/app/config.json?revision=")
+	b.NoProblems(t, "kv page", "/v1/namespaces/default/kv/app/config.json?revision=", "/v1/namespaces/default/kv/app/feature/new-flag?revision=0")
+}
+
+// The KV page's own logic in Chromium: how a value reads (JSON, text,
+// binary, empty) and the tree's rows.
+func TestKVScripts(t *testing.T) {
+	srv := httptest.NewServer(consoleOnly())
+	defer srv.Close()
+	b := browsertest.Start(t)
+	b.Navigate(t, srv.URL+"/ui/vendor/LICENSES.txt") // same origin, no app
+	got := browsertest.Eval[[]string](t, b, `(async () => {
+		const kv = await import('/ui/js/kv.js');
+		const b64 = s => kv.toBase64(new TextEncoder().encode(s));
+		const out = [];
+		for (const [name, v] of [['json', b64('[1,{"a":2}]')], ['brace text', b64('{not json')], ['text', b64('tab\there\n')],
+			['control byte', b64('a\u0001b')], ['not utf-8', btoa('\xff\xfe')], ['empty', '']]) {
+			const s = kv.shown(v);
+			out.push(name + ': ' + s.kind + ' ' + JSON.stringify(s.text) + ' ' + s.size);
+		}
+		const keys = ['a/b/c', 'a/b/d', 'a/e', 'a/', 'z'].sort().map(key => ({ key }));
+		for (const open of [[], ['a/'], ['a/', 'a/b/']]) {
+			out.push('open ' + open.join(',') + ': ' + kv.treeRows(keys, new Set(open)).map(r => (r.folder ? r.name + r.n : r.name)).join(' '));
+		}
+		out.push(kv.fmtSize(1) + ', ' + kv.fmtSize(2048) + ', ' + kv.fmtSize(3 << 20));
+		return out;
+	})()`)
+	want := []string{
+		`json: json "[\n  1,\n  {\n    \"a\": 2\n  }\n]" 11`,
+		`brace text: text "{not json" 9`,
+		`text: text "tab\there\n" 9`,
+		`control byte: binary "YQFi" 3`,
+		`not utf-8: binary "//4=" 2`,
+		`empty: empty "" 0`,
+		`open : a/4 z`,
+		`open a/: a/4 (the folder's own key) b/2 e z`,
+		`open a/,a/b/: a/4 (the folder's own key) b/2 c d e z`,
+		`1 byte, 2.0 KiB, 3.0 MiB`,
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("got:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	b.NoProblems(t, "kv scripts", "favicon.ico")
 }

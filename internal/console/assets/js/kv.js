@@ -180,12 +180,14 @@ function KeyView({ ns, name, modified, listed }) {
     // The key and its history, again whenever the live list says the key
     // changed (its modify revision) or went.
     Promise.all([
-      get(keyPath(ns, name), { signal: ctl.signal }).catch(e => { if (e.status === 404) return null; throw e; }),
+      // A key the list no longer has is not asked for (a 404 in the
+      // browser's console for every deleted key looked at).
+      listed && !modified ? null : get(keyPath(ns, name), { signal: ctl.signal }).catch(e => { if (e.status === 404) return null; throw e; }),
       get(keyPath(ns, name, 'kv-history'), { signal: ctl.signal }).catch(e => { if (e.status === 404) return null; throw e; }),
     ]).then(([entry, history]) => setSt({ entry, history, error: null, gone: !entry }),
       e => { if (!ctl.signal.aborted) setSt(s => ({ ...s, error: e })); });
     return () => ctl.abort();
-  }, [ns, name, modified]);
+  }, [ns, name, modified, listed]);
   const e = st.entry;
   const v = useMemo(() => e ? shown(e.value) : null, [e]);
   const save = async () => {
