@@ -150,7 +150,8 @@ func TestKVPage(t *testing.T) {
 
 	// A binary value, and a locked key.
 	b.Navigate(t, srv.URL+"/ui/#/kv/default?key=certs/blob")
-	b.WaitTrue(t, 10*time.Second, "the binary value", `(document.querySelector('#kv-value') || {}).dataset?.kind === 'binary'`)
+	b.WaitTrue(t, 10*time.Second, "the binary value, its folder opened", `(document.querySelector('#kv-value') || {}).dataset?.kind === 'binary' &&
+		!!document.querySelector('#kv-tree li.active a[data-key="certs/blob"]')`)
 	if v := browsertest.Eval[string](t, b, `document.querySelector('#kv-value').textContent`); !strings.Contains(v, base64.StdEncoding.EncodeToString([]byte{0x00, 0xff, 0x10, 0x80, 0x01})) || !strings.Contains(v, "5 bytes") {
 		t.Errorf("the binary value: %q", v)
 	}

@@ -20,6 +20,13 @@ const (
 	// DeletedHistories is how many deleted keys keep their history; past
 	// it the longest deleted lose it.
 	DeletedHistories = 4096
+	// HistoryTotalBytes bounds the memory of every key's older versions
+	// together (their values, keys and entryCost each): past it the
+	// versions superseded longest ago are dropped, whatever their key.
+	HistoryTotalBytes = 64 << 20
+	// entryCost is what an older version costs beside its value and key:
+	// the Entry, its place in a history and in the table's queue.
+	entryCost = 256
 )
 
 // Version is one revision of a key: the entry written then, or a delete.
@@ -44,6 +51,45 @@ type deletedKey struct {
 	rev int64
 }
 
+// superseded is a version that a newer one replaced, in the order they
+// were replaced (Table.superseded): the oldest go first when the older
+// versions of every key exceed HistoryTotalBytes.
+type superseded struct {
+	h    *history
+	rev  int64
+	cost int
+}
+
+// queue is a ring of superseded versions: it grows to the most it held
+// at once and is reused after, so a put allocates nothing for it.
+type queue struct {
+	buf     []superseded
+	head, n int
+	cost    int
+}
+
+func (q *queue) push(s superseded) {
+	if q.n == len(q.buf) {
+		buf := make([]superseded, max(64, 2*len(q.buf)))
+		for i := range q.n {
+			buf[i] = q.buf[(q.head+i)%len(q.buf)]
+		}
+		q.buf, q.head = buf, 0
+	}
+	q.buf[(q.head+q.n)%len(q.buf)] = s
+	q.n++
+	q.cost += s.cost
+}
+
+func (q *queue) pop() superseded {
+	s := q.buf[q.head]
+	q.buf[q.head] = superseded{}
+	q.head = (q.head + 1) % len(q.buf)
+	q.n--
+	q.cost -= s.cost
+	return s
+}
+
 // internalNS reports whether ns is one of the table's own (sessions, lock
 // delays): their writes are not user keys and keep no history.
 func internalNS(ns string) bool { return strings.HasPrefix(ns, "~") }
@@ -56,9 +102,13 @@ func (t *Table) record(id string, v Version) {
 		t.hist[id] = h
 	}
 	if n := len(h.versions); n > 0 {
-		if prev := h.versions[n-1].Entry; prev != nil {
-			h.older += len(prev.Value)
+		prev := h.versions[n-1]
+		cost := entryCost + len(id)
+		if prev.Entry != nil {
+			h.older += len(prev.Entry.Value)
+			cost += len(prev.Entry.Value)
 		}
+		t.superseded.push(superseded{h, prev.Revision, cost})
 	}
 	if len(h.versions) == HistoryLen {
 		h.drop()
@@ -66,6 +116,15 @@ func (t *Table) record(id string, v Version) {
 	h.versions = append(h.versions, v)
 	for h.older > HistoryBytes && len(h.versions) > 1 {
 		h.drop()
+	}
+	for t.superseded.cost > HistoryTotalBytes {
+		// Dropped already if its key's own bounds dropped it: then
+		// nothing to do (nor if its key was forgotten: its history is
+		// garbage once out of the queue).
+		o := t.superseded.pop()
+		for len(o.h.versions) > 1 && o.h.versions[0].Revision <= o.rev {
+			o.h.drop()
+		}
 	}
 	if v.Entry == nil {
 		t.deleted = append(t.deleted, deletedKey{id, v.Revision})

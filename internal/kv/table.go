@@ -29,6 +29,9 @@ type Table struct {
 	mu      sync.Mutex
 	hist    map[string]*history
 	deleted []deletedKey // oldest first
+	// superseded is every older version kept, oldest first, and their
+	// cost: the global bound (HistoryTotalBytes).
+	superseded queue
 }
 
 type version struct {
@@ -98,6 +101,7 @@ func (t *Table) Load(rev int64, values []any) {
 	// What happened before the load is not known: start again.
 	t.mu.Lock()
 	t.hist, t.deleted = map[string]*history{}, nil
+	t.superseded = queue{}
 	t.mu.Unlock()
 }
 

@@ -124,12 +124,17 @@ export function KVPage({ ns = 'default', params }) {
   const creating = params.has('new');
   const keys = useKeys(ns);
   const [nsInput, setNsInput] = useState(ns);
-  const [open, setOpen] = useState(() => {
-    const s = new Set();
-    let p = '';
-    for (const part of key.split('/').slice(0, -1)) { p += part + '/'; s.add(p); }
-    return s;
-  });
+  const [open, setOpen] = useState(() => new Set());
+  useEffect(() => {
+    // The folders above the key shown are open (a link or an address
+    // may name a key in a closed one).
+    setOpen(s => {
+      const n = new Set(s);
+      let p = '';
+      for (const part of key.split('/').slice(0, -1)) { p += part + '/'; n.add(p); }
+      return n.size === s.size ? s : n;
+    });
+  }, [key]);
   const rows = useMemo(() => keys.entries ? treeRows(keys.entries, open) : [], [keys.entries, open]);
   const current = keys.entries && keys.entries.find(e => e.key === key);
   const toggle = k => setOpen(s => { const n = new Set(s); if (n.has(k)) n.delete(k); else n.add(k); return n; });
