@@ -22,7 +22,7 @@ import (
 func kvPut(t *testing.T, api, key string, value []byte, query string) int64 {
 	t.Helper()
 	body, _ := json.Marshal(map[string]any{"value": value, "flags": 0})
-	req, _ := http.NewRequest("PUT", api+"/v1/namespaces/default/kv/"+key+query, strings.NewReader(string(body)))
+	req, _ := http.NewRequest("PUT", api+"/v1/namespaces/default/kv/"+strings.ReplaceAll(key, "/", "%2F")+query, strings.NewReader(string(body)))
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -56,6 +56,7 @@ func TestKVPage(t *testing.T) {
 	kvPut(t, api.URL, "certs/blob", []byte{0x00, 0xff, 0x10, 0x80, 0x01}, "")
 	kvPut(t, api.URL, "service/leader", []byte("node-a"), "")
 	kvPut(t, api.URL, "readme", []byte("plain text\nsecond line"), "")
+	kvPut(t, api.URL, "odd//key", []byte("two slashes"), "")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	sess, err := api.KV.CreateSession(ctx, kv.Session{Namespace: "default", Name: "leader-election", TTL: time.Minute})
@@ -72,7 +73,7 @@ func TestKVPage(t *testing.T) {
 	b.WaitTrue(t, 10*time.Second, "the tree", `!!document.querySelector('#kv-tree a[data-key="app/config.json"]')`)
 	tree := browsertest.Eval[[]string](t, b, `[...document.querySelectorAll('#kv-tree a')].map(a => a.dataset.folder ? 'folder ' + a.dataset.folder : 'key ' + a.dataset.key)`)
 	// The selected key's folder is open; the others closed.
-	if got, want := strings.Join(tree, ", "), "folder app/, key app/config.json, folder app/feature/, folder certs/, key readme, folder service/"; got != want {
+	if got, want := strings.Join(tree, ", "), "folder app/, key app/config.json, folder app/feature/, folder certs/, folder odd/, key readme, folder service/"; got != want {
 		t.Errorf("the tree:\n got %s\nwant %s", got, want)
 	}
 	b.Click(t, `#kv-tree a[data-folder="app/feature/"]`)
@@ -155,12 +156,24 @@ func TestKVPage(t *testing.T) {
 	if v := browsertest.Eval[string](t, b, `document.querySelector('#kv-value').textContent`); !strings.Contains(v, base64.StdEncoding.EncodeToString([]byte{0x00, 0xff, 0x10, 0x80, 0x01})) || !strings.Contains(v, "5 bytes") {
 		t.Errorf("the binary value: %q", v)
 	}
+	// A key with an empty path segment is read and written as itself
+	// (a path would be cleaned to another key).
+	b.Navigate(t, srv.URL+"/ui/#/kv/default?key=odd%2F%2Fkey")
+	b.WaitTrue(t, 10*time.Second, "odd//key", `(document.querySelector('#kv-value') || {}).textContent?.includes('two slashes')`)
+	b.Click(t, "#kv-edit")
+	b.SetInput(t, "#kv-editor", "still two")
+	b.Click(t, "#kv-save")
+	b.WaitTrue(t, 10*time.Second, "odd//key saved", `!!document.querySelector('#kv-saved')`)
+	if got := api.KV.Table().Get("default", "odd//key"); got == nil || string(got.Value) != "still two" || api.KV.Table().Get("default", "odd/key") != nil {
+		t.Errorf("odd//key after the save: %+v; odd/key %+v", got, api.KV.Table().Get("default", "odd/key"))
+	}
+
 	b.Navigate(t, srv.URL+"/ui/#/kv/default?key=service/leader")
 	b.WaitTrue(t, 10*time.Second, "the lock", `(document.querySelector('#kv-lock') || {}).textContent?.includes('locked')`)
 	if v := browsertest.Eval[string](t, b, `document.querySelector('#kv-lock').textContent`); !strings.Contains(v, sess.ID) || strings.Contains(v, "not locked") {
 		t.Errorf("the lock of a key held by session %s: %q", sess.ID, v)
 	}
-	b.NoProblems(t, "kv page", "/v1/namespaces/default/kv/app/config.json?revision=", "/v1/namespaces/default/kv/app/feature/new-flag?revision=0")
+	b.NoProblems(t, "kv page", "/v1/namespaces/default/kv/app%2Fconfig.json?revision=", "/v1/namespaces/default/kv/app%2Ffeature%2Fnew-flag?revision=0")
 }
 
 // The KV page's own logic in Chromium: how a value reads (JSON, text,

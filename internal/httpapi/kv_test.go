@@ -133,6 +133,15 @@ func TestKVRoutes(t *testing.T) {
 		t.Fatal("the blocking list did not wake on a put under its prefix")
 	}
 
+	// A key with an empty segment, its slashes escaped: itself, not a
+	// cleaned path's key.
+	w.must("PUT", "/v1/namespaces/a/kv/odd%2F%2Fkey", `{"value":"`+b64("x")+`"}`, kvA.Secret, nil)
+	var odd struct{ Key string }
+	w.must("GET", "/v1/namespaces/a/kv/odd%2F%2Fkey", "", kvRead.Secret, &odd)
+	if odd.Key != "odd//key" {
+		t.Errorf("odd%%2F%%2Fkey read as %q", odd.Key)
+	}
+
 	for _, c := range []struct {
 		who, token, method, path, body string
 		want                           int

@@ -166,7 +166,10 @@ export function KVPage({ ns = 'default', params }) {
 
 // ---- one key -------------------------------------------------------------
 
-function keyPath(ns, key, route = 'kv') { return `/v1/namespaces/${enc(ns)}/${route}/${key.split('/').map(enc).join('/')}`; }
+// keyPath escapes the key's slashes too: a key may hold "//" or start
+// with "/", which a path would lose (the server cleans it, redirecting a
+// write to another key).
+function keyPath(ns, key, route = 'kv') { return `/v1/namespaces/${enc(ns)}/${route}/${enc(key)}`; }
 
 function Value({ v, id }) {
   if (v.kind === 'empty') return html`<p class="muted" id=${id} data-kind="empty">(empty value)</p>`;
