@@ -137,7 +137,7 @@ func TestKVPage(t *testing.T) {
 		b.SetInput(t, "#kv-new-value", fmt.Sprintf("v%d", i))
 		b.Click(t, "#kv-create")
 		if want == "" {
-			b.WaitTrue(t, 10*time.Second, "the new key shown", `(document.querySelector('#kv-value') || {}).textContent?.includes('v0') && !!document.querySelector('#kv-tree li.active a[data-key="app/feature/new-flag"]')`)
+			b.WaitTrue(t, 10*time.Second, "the new key shown", `(document.querySelector('#kv-value') || {}).textContent?.includes('v0') && !!document.querySelector('#kv-tree a.active[data-key="app/feature/new-flag"]')`)
 			continue
 		}
 		b.WaitTrue(t, 10*time.Second, "the create refused", `!!document.querySelector('#kv-conflict')`)
@@ -152,7 +152,7 @@ func TestKVPage(t *testing.T) {
 	// A binary value, and a locked key.
 	b.Navigate(t, srv.URL+"/ui/#/kv/default?key=certs/blob")
 	b.WaitTrue(t, 10*time.Second, "the binary value, its folder opened", `(document.querySelector('#kv-value') || {}).dataset?.kind === 'binary' &&
-		!!document.querySelector('#kv-tree li.active a[data-key="certs/blob"]')`)
+		!!document.querySelector('#kv-tree a.active[data-key="certs/blob"]')`)
 	if v := browsertest.Eval[string](t, b, `document.querySelector('#kv-value').textContent`); !strings.Contains(v, base64.StdEncoding.EncodeToString([]byte{0x00, 0xff, 0x10, 0x80, 0x01})) || !strings.Contains(v, "5 bytes") {
 		t.Errorf("the binary value: %q", v)
 	}
@@ -215,4 +215,40 @@ func TestKVScripts(t *testing.T) {
 		t.Errorf("got:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 	b.NoProblems(t, "kv scripts", "favicon.ico")
+}
+
+// TestKVPageManyKeys: a folder of 5,000 keys opens as a virtualised list
+// (a few dozen rows in the DOM), scrolled to its end shows its last key,
+// and the live list follows a write among them.
+func TestKVPageManyKeys(t *testing.T) {
+	api := apitest.StartWith(t, apitest.Options{})
+	const n = 5000
+	ops := make([]kv.TxnOp, 0, 64)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for i := range n {
+		ops = append(ops, kv.TxnOp{Verb: kv.VerbSet, Key: fmt.Sprintf("many/key-%05d", i), Value: []byte("v")})
+		if len(ops) == cap(ops) || i == n-1 {
+			if _, errs, _, err := api.KV.Txn(ctx, "default", ops); err != nil || len(errs) > 0 {
+				t.Fatalf("txn: %v %v", err, errs)
+			}
+			ops = ops[:0]
+		}
+	}
+	srv := consoleOn(t, api.URL)
+	b := browsertest.Start(t)
+	b.Navigate(t, srv.URL+"/ui/#/kv/default")
+	b.WaitTrue(t, 10*time.Second, "the folder", `!!document.querySelector('#kv-tree a[data-folder="many/"]')`)
+	b.Click(t, `#kv-tree a[data-folder="many/"]`)
+	b.WaitTrue(t, 10*time.Second, "the folder opened", fmt.Sprintf(`document.querySelector('#kv-tree .vlist').dataset.rows === '%d'`, n+1))
+	if rows := browsertest.Eval[int](t, b, `document.querySelectorAll('#kv-tree .vrow').length`); rows > 60 {
+		t.Errorf("%d rows in the DOM for %d keys: the tree is not virtualised", rows, n)
+	}
+	b.Eval0(t, `(() => { const l = document.querySelector('#kv-tree .vlist'); l.scrollTop = l.scrollHeight; })()`)
+	b.WaitTrue(t, 5*time.Second, "the last key", fmt.Sprintf(`!!document.querySelector('#kv-tree a[data-key="many/key-%05d"]')`, n-1))
+	if _, _, err := api.KV.Put(ctx, kv.Put{Namespace: "default", Key: "many/zz-new", Value: []byte("x")}); err != nil {
+		t.Fatal(err)
+	}
+	b.WaitTrue(t, 10*time.Second, "the new key, live", `!!document.querySelector('#kv-tree a[data-key="many/zz-new"]')`)
+	b.NoProblems(t, "kv page, many keys")
 }

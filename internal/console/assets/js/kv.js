@@ -6,7 +6,7 @@
 import { html, useState, useEffect, useMemo } from '../vendor/lib.js';
 import { get, put, del, enc, ApiError } from './api.js';
 import { diffLines, hunks } from './diff.js';
-import { ErrorBox, Badge, Empty, confirm, count, when, ago } from './ui.js';
+import { ErrorBox, Badge, Empty, VirtualList, confirm, count, when, ago } from './ui.js';
 
 // ---- values --------------------------------------------------------------
 
@@ -149,12 +149,14 @@ export function KVPage({ ns = 'default', params }) {
     <${ErrorBox} error=${keys.error} />
     <div class="split config">
       <aside class="split-list">
-        <ul class="objects kv-tree" id="kv-tree">${rows.map(r => r.folder
-          ? html`<li class="kv-folder" key=${'f:' + r.key}><a href="#" data-folder=${r.key} style=${`padding-left:${10 + 14 * r.depth}px`}
-              onClick=${e => { e.preventDefault(); toggle(r.key); }}>${open.has(r.key) ? '▾' : '▸'} ${r.name} <span class="muted">${r.n}</span></a></li>`
-          : html`<li class=${r.key === key ? 'active' : ''} key=${'k:' + r.key}><a href=${keyHash(ns, r.key)} data-key=${r.key} style=${`padding-left:${24 + 14 * r.depth}px`}>
-              ${r.name}${r.entry.session && html` <${Badge} kind="warn">locked</${Badge}>`} <span class="muted rv">${fmtSize(r.entry.size)}</span></a></li>`)}
-          ${keys.entries && !keys.entries.length && html`<li class="muted">No keys in namespace ${ns}.</li>`}</ul>
+        <div id="kv-tree" class="kv-tree">
+          ${keys.entries && html`<${VirtualList} items=${rows} rowHeight=${32} height=${560} row=${r => r.folder
+            ? html`<a href="#" class="kv-folder" data-folder=${r.key} style=${`padding-left:${10 + 14 * r.depth}px`}
+                onClick=${e => { e.preventDefault(); toggle(r.key); }}>${open.has(r.key) ? '▾' : '▸'} ${r.name} <span class="muted">${r.n}</span></a>`
+            : html`<a href=${keyHash(ns, r.key)} class=${r.key === key ? 'active' : ''} data-key=${r.key} style=${`padding-left:${24 + 14 * r.depth}px`}>
+                ${r.name}${r.entry.session && html` <${Badge} kind="warn">locked</${Badge}>`} <span class="muted rv">${fmtSize(r.entry.size)}</span></a>`} />`}
+          ${keys.entries && !keys.entries.length && html`<p class="muted">No keys in namespace ${ns}.</p>`}
+        </div>
       </aside>
       <section class="split-main">
         ${creating ? html`<${NewKey} ns=${ns} />`
