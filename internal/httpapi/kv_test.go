@@ -2,6 +2,7 @@ package httpapi_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sextant-mesh/sextant/internal/acl"
+	"github.com/sextant-mesh/sextant/internal/httpapi/apitest"
 )
 
 // TestKVRoutes: the KV store through Sextant's API, as the console uses
@@ -167,3 +169,24 @@ func TestKVRoutes(t *testing.T) {
 }
 
 func b64(s string) string { b, _ := json.Marshal([]byte(s)); return strings.Trim(string(b), `"`) }
+
+// TestKVListWaitPastCompaction: a blocking list whose index is the KV
+// table's revision still waits when other kinds' changes have since
+// pushed that revision out of the catalog's change log (a registry
+// busier than its KV store): it answered at once, with the same index,
+// so a client following it spun.
+func TestKVListWaitPastCompaction(t *testing.T) {
+	s := apitest.StartWith(t, apitest.Options{LogSize: 16})
+	c := caller{t: t, base: s.URL, hc: s.Client()}
+	var p struct{ Revision int64 }
+	c.must("PUT", "/v1/namespaces/a/kv/k", `{}`, "", &p)
+	for i := range 40 {
+		c.must("POST", "/v1/instances", fmt.Sprintf(`{"id":"i%d","namespace":"a","service":"s","host":"10.0.0.9","port":80}`, i), "", nil)
+	}
+	start := time.Now()
+	var list struct{ Revision int64 }
+	c.must("GET", "/v1/namespaces/a/kv?wait=3s&index="+strconv.FormatInt(p.Revision, 10), "", "", &list)
+	if took := time.Since(start); took < 2900*time.Millisecond || list.Revision != p.Revision {
+		t.Errorf("a wait at the KV revision %d: answered %d after %v; want %d after 3s", p.Revision, list.Revision, took, p.Revision)
+	}
+}
