@@ -148,25 +148,26 @@ func (a *API) kvList(w http.ResponseWriter, r *http.Request, reg *backend) error
 // or index itself when nothing under the prefix changed.
 func (a *API) kvWait(r *http.Request, reg *backend, ns, prefix string, index int64, wait time.Duration) (int64, error) {
 	k, _ := a.kvStore()
-	// The catalog applies a change to its tables before it advances its
-	// revision: every KV change up to c is in the table's revision read
-	// next, every later one in the subscription. Subscribing from c, not
-	// from index, holds when the KV table's revision is older than the
-	// catalog's change log (other kinds wrote much since).
-	c := reg.Catalog().Revision()
-	if rev := k.Table().Revision(); rev > index {
-		// Something changed since index, maybe not under the prefix:
-		// answering at once is right, if not always needed.
-		return rev, nil
-	}
-	sub, err := reg.Catalog().Subscribe(c, store.KV)
+	sub, err := reg.Catalog().Subscribe(index, store.KV)
 	if err != nil {
-		// Reloaded meanwhile: answer soon, but never spin a client.
-		select {
-		case <-time.After(min(wait, time.Second)):
-		case <-r.Context().Done():
+		// Older than the change log. The catalog applies a change to its
+		// tables before it advances its revision, so with no KV change
+		// since index (the table's revision not past it) nothing changed
+		// up to c, and later changes come by a subscription from c: a
+		// registry busier than its KV store must not make every wait
+		// answer at once, with the same index, for ever.
+		c := reg.Catalog().Revision()
+		if rev := k.Table().Revision(); rev > index {
+			return rev, nil // something may have changed
 		}
-		return k.Table().Revision(), nil
+		if sub, err = reg.Catalog().Subscribe(c, store.KV); err != nil {
+			// Reloaded meanwhile: answer soon, but never spin a client.
+			select {
+			case <-time.After(min(wait, time.Second)):
+			case <-r.Context().Done():
+			}
+			return k.Table().Revision(), nil
+		}
 	}
 	if n := a.waiting.Add(1); n > a.opts.MaxWaiting {
 		a.waiting.Add(-1)
