@@ -48,3 +48,32 @@ func TestKVPrefixWaitPastCompaction(t *testing.T) {
 		}
 	}
 }
+
+// TestCatalogWaitPastCompaction: the same for a blocking catalog read
+// when KV writes pushed the instances' index out of the change log (a
+// KV store busier than its registry: Vault's storage beside a few
+// services).
+func TestCatalogWaitPastCompaction(t *testing.T) {
+	s := newKVStackOn(t, apitest.StartWith(t, apitest.Options{ACL: acl.Options{}, LogSize: 16}), "shop")
+	c := s.client(t, "")
+	if err := c.Agent().ServiceRegister(&capi.AgentServiceRegistration{ID: "web-1", Name: "web", Port: 80}); err != nil {
+		t.Fatal(err)
+	}
+	_, meta, err := c.Catalog().Services(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 40 {
+		if _, err := c.KV().Put(&capi.KVPair{Key: fmt.Sprint("vault/", i), Value: []byte("x")}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := time.Now()
+	_, m, err := c.Catalog().Services(&capi.QueryOptions{WaitIndex: meta.LastIndex, WaitTime: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took < 1900*time.Millisecond {
+		t.Errorf("a wait at index %d answered %d after %v; want a 2s wait", meta.LastIndex, m.LastIndex, took)
+	}
+}
