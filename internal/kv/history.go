@@ -132,7 +132,10 @@ func (t *Table) record(id string, v Version) {
 			d := t.deleted[0]
 			t.deleted = t.deleted[1:]
 			if h := t.hist[d.id]; h != nil && h.versions[len(h.versions)-1].Revision == d.rev {
-				delete(t.hist, d.id) // still deleted since: forget it
+				// Still deleted since: forget it, its values too (the
+				// queue may hold it a while longer).
+				h.versions, h.older = nil, 0
+				delete(t.hist, d.id)
 			}
 		}
 	}
