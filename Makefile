@@ -37,7 +37,7 @@ console:
 
 # The console's pictures in docs/img/, taken by its browser tests.
 screenshots:
-	SEXTANT_CONSOLE_SCREENSHOTS=$(CURDIR)/docs/img $(GO) test -count=1 -run 'TestConsole$$|TestPlacementPage' ./cmd/sextant ./internal/console
+	SEXTANT_CONSOLE_SCREENSHOTS=$(CURDIR)/docs/img $(GO) test -count=1 -run 'TestConsole$$|TestPlacementPage|TestKVPage' ./cmd/sextant ./internal/console
 
 # Debian's Chromium for the browser tests (they install it themselves when
 # run as root; this is the same step by hand).

@@ -463,6 +463,7 @@ func runServer(ctx context.Context, f serverFlags) error {
 
 	// From here on the API serves the registry: at the shutdown its
 	// requests are drained first, while everything they use still runs.
+	api.SetKV(kvs)
 	api.SetRegistry(reg)
 	lc.add("http requests", func() error { drainHTTP(srv, f.drain, log); return nil })
 	// The load's garbage (raw records, decode buffers) is as large as the

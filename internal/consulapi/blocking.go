@@ -103,8 +103,19 @@ func (a *API) namespace(r *http.Request, b blocking) (index int64, err error) {
 	}
 	sub, err := a.reg.Catalog().Subscribe(b.index, store.Instances)
 	if err != nil {
-		// Older than the change log: something may have changed.
-		return a.reg.Instances().Snapshot().Revision(), nil
+		// Older than the change log. With no instance change since
+		// b.index, nothing changed up to the catalog's revision c (it
+		// advances after its tables apply a change) and later changes
+		// come by a subscription from c: other kinds' changes (a busy KV
+		// store) must not make every watch answer at once, with the same
+		// index, for ever.
+		c := a.reg.Catalog().Revision()
+		if rev := a.reg.Instances().Snapshot().Revision(); rev > b.index {
+			return rev, nil // something may have changed
+		}
+		if sub, err = a.reg.Catalog().Subscribe(c, store.Instances); err != nil {
+			return a.reg.Instances().Snapshot().Revision(), nil
+		}
 	}
 	ctx, done, err := a.hold(r, b)
 	if err != nil {

@@ -214,7 +214,20 @@ func (a *API) kvPrefixIn(r *http.Request, ns, prefix string, b blocking) (int64,
 	}
 	sub, err := a.reg.Catalog().Subscribe(b.index, store.KV)
 	if err != nil {
-		return t.Revision(), nil // older than the change log: something may have changed
+		// Older than the change log. The catalog applies a change to its
+		// tables before it advances its revision, so with no KV change
+		// since b.index (the table's revision not past it) nothing the
+		// client saw changed up to c, and later changes come by a
+		// subscription from c: a registry busier than its KV store must
+		// not make every watch answer at once, with the same index, for
+		// ever (the client would spin).
+		c := a.reg.Catalog().Revision()
+		if rev := t.Revision(); rev > b.index {
+			return rev, nil // something may have changed
+		}
+		if sub, err = a.reg.Catalog().Subscribe(c, store.KV); err != nil {
+			return t.Revision(), nil
+		}
 	}
 	ctx, done, err := a.hold(r, b)
 	if err != nil {

@@ -76,6 +76,8 @@ type API struct {
 	sync atomic.Pointer[syncBox] // nil: a single server
 	// pushStatus serves /v1/push/status; nil: no control plane.
 	pushStatus atomic.Pointer[http.Handler]
+	// kv: the KV kind served at /v1/namespaces/{ns}/kv (kv.go); nil: none.
+	kv atomic.Pointer[KVStore]
 	// pushWait: config writes wait for these to publish them; nil: no control plane.
 	pushWait atomic.Pointer[[]PushWaiter]
 	// issuer serves /v1/identity; nil: no certificate authority.
@@ -244,6 +246,7 @@ func (a *API) routes() {
 	a.handle("GET", "/v1/secrets", a.listSecrets)
 	a.handle("GET", "/v1/secrets/{ns}/{name}", a.getSecret)
 	a.handle("DELETE", "/v1/secrets/{ns}/{name}", a.deleteSecret)
+	a.kvRoutes()
 	if a.opts.ACL != nil {
 		a.aclRoutes()
 	}

@@ -3,6 +3,7 @@ package kv
 import (
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"github.com/google/btree"
@@ -22,6 +23,15 @@ import (
 // read of one key waits on that key alone (catalog.WaitGroup).
 type Table struct {
 	v atomic.Pointer[version]
+
+	// mu guards the histories (history.go): written by Apply, read by
+	// History.
+	mu      sync.Mutex
+	hist    map[string]*history
+	deleted []deletedKey // oldest first
+	// superseded is every older version kept, oldest first, and their
+	// cost: the global bound (HistoryTotalBytes).
+	superseded queue
 }
 
 type version struct {
@@ -42,7 +52,7 @@ var _ catalog.Elider = (*Table)(nil)
 
 // NewTable returns an empty table.
 func NewTable() *Table {
-	t := &Table{}
+	t := &Table{hist: map[string]*history{}}
 	t.v.Store(&version{tree: btree.NewG(32, less)})
 	return t
 }
@@ -88,20 +98,32 @@ func (t *Table) Load(rev int64, values []any) {
 		tree.ReplaceOrInsert(v.(*Entry))
 	}
 	t.v.Store(&version{tree: tree, rev: rev})
+	// What happened before the load is not known: start again.
+	t.mu.Lock()
+	t.hist, t.deleted = map[string]*history{}, nil
+	t.superseded = queue{}
+	t.mu.Unlock()
 }
 
 func (t *Table) Apply(rev int64, changes []catalog.Change) {
 	old := t.v.Load()
 	tree := old.tree.Clone()
 	last := old.rev
+	t.mu.Lock()
 	for _, ch := range changes {
+		var e *Entry
 		if ch.Value == nil {
 			tree.Delete(&Entry{Namespace: ch.Key.Namespace, Key: ch.Key.Name})
 		} else {
-			tree.ReplaceOrInsert(ch.Value.(*Entry))
+			e = ch.Value.(*Entry)
+			tree.ReplaceOrInsert(e)
+		}
+		if !internalNS(ch.Key.Namespace) {
+			t.record(ch.ID, Version{Revision: ch.Revision, Committed: ch.Committed, Entry: e})
 		}
 		last = max(last, ch.Revision)
 	}
+	t.mu.Unlock()
 	t.v.Store(&version{tree: tree, rev: last})
 }
 

@@ -17,6 +17,7 @@ import (
 	"testing"
 
 	"github.com/sextant-mesh/sextant/internal/acl"
+	"github.com/sextant-mesh/sextant/internal/catalog"
 	"github.com/sextant-mesh/sextant/internal/commit"
 	"github.com/sextant-mesh/sextant/internal/config"
 	"github.com/sextant-mesh/sextant/internal/httpapi"
@@ -39,6 +40,9 @@ type Options struct {
 	// TLS, if set, serves HTTPS with this config (mutual TLS when it
 	// sets ClientAuth).
 	TLS *tls.Config
+	// LogSize is the catalog's change log size (catalog.Options;
+	// default its own): small, to test what follows a compaction.
+	LogSize int
 }
 
 // Server is a running stack.
@@ -79,7 +83,7 @@ func StartWith(t testing.TB, opts Options) *Server {
 	tables[store.KV] = kvs.Table()
 	sched := placement.New(placement.Config{})
 	maps.Copy(tables, sched.Tables())
-	reg, err := registry.Open(st, registry.Options{Engine: commit.Options{Tables: tables}})
+	reg, err := registry.Open(st, registry.Options{Engine: commit.Options{Tables: tables, Catalog: catalog.Options{LogSize: opts.LogSize}}})
 	if err != nil {
 		st.Close()
 		t.Fatal(err)
@@ -87,6 +91,7 @@ func StartWith(t testing.TB, opts Options) *Server {
 	kvs.Start(reg.Engine())
 	cfg.Attach(reg.Catalog())
 	api := httpapi.New(httpapi.Options{ACL: guard})
+	api.SetKV(kvs)
 	api.SetRegistry(reg)
 	srv := httptest.NewUnstartedServer(api)
 	// Handshake failures are what TLS tests provoke: keep them off stderr.

@@ -12,6 +12,7 @@ import { PlacementPage } from './placement.js';
 import { IdentityPage } from './identity.js';
 import { GatewaysPage } from './gateways.js';
 import { GraphPage } from './graph.js';
+import { KVPage } from './kv.js';
 
 // parseRoute reads "#/services/default/orders?selector=a%3Db" into
 // {parts: ['services', 'default', 'orders'], params: URLSearchParams}.
@@ -33,7 +34,7 @@ function useRoute() {
 
 const pages = [
   ['', 'Overview'], ['services', 'Services'], ['config', 'Routing config'], ['gateways', 'Gateways'],
-  ['push', 'Push status'], ['calls', 'Calls'], ['placement', 'Placement'], ['identity', 'Identity'],
+  ['push', 'Push status'], ['calls', 'Calls'], ['placement', 'Placement'], ['identity', 'Identity'], ['kv', 'KV'],
 ];
 
 function TokenForm({ message, close }) {
@@ -94,6 +95,7 @@ function Page({ route }) {
     case 'placement': return html`<${PlacementPage} />`;
     case 'identity': return html`<${IdentityPage} />`;
     case 'gateways': return html`<${GatewaysPage} />`;
+    case 'kv': return html`<${KVPage} ns=${rest[0] || 'default'} params=${route.params} />`;
   }
   return html`<p class="empty">No page here. <a href="#/">Overview</a></p>`;
 }
