@@ -44,10 +44,12 @@ func configKind(s string) (string, error) {
 		return config.KindPeerAuthentication, nil
 	case "authorizationpolicy", "authorizationpolicies", "ap":
 		return config.KindAuthorizationPolicy, nil
+	case "requestauthentication", "requestauthentications", "ra":
+		return config.KindRequestAuthentication, nil
 	case "telemetry", "telemetries":
 		return config.KindTelemetry, nil
 	}
-	return "", badRequest("kind", "%q is not a config kind: VirtualService, DestinationRule, Gateway, PeerAuthentication, AuthorizationPolicy or Telemetry", s)
+	return "", badRequest("kind", "%q is not a config kind: VirtualService, DestinationRule, Gateway, PeerAuthentication, AuthorizationPolicy, RequestAuthentication or Telemetry", s)
 }
 
 func configKeyOf(r *http.Request) (config.Key, error) {

@@ -52,6 +52,7 @@ var istioResources = []istioResource{
 	{config.Group, "gateways", config.KindGateway},
 	{config.SecurityGroup, "peerauthentications", config.KindPeerAuthentication},
 	{config.SecurityGroup, "authorizationpolicies", config.KindAuthorizationPolicy},
+	{config.SecurityGroup, "requestauthentications", config.KindRequestAuthentication},
 }
 
 var istioVersions = []string{"v1", "v1beta1"}
