@@ -152,7 +152,7 @@ type chainMemo map[string][]byte
 // serverListener builds the listener of a request for workload wl with the
 // security policies sec.
 func (e *Engine) serverListener(key string, r serverReq, wl workload, sec *config.Security, memo chainMemo) xds.Resource {
-	mode, policies := sec.MTLSMode(wl.w), sec.Authorization(wl.w)
+	mode, policies := sec.MTLSMode(wl.w), append(sec.RequestAuthentications(wl.w), sec.Authorization(wl.w)...)
 	res := xds.Resource{Name: r.name, Key: key, Version: e.version(), Hidden: true}
 	mk := mode.String()
 	for _, o := range policies {
