@@ -134,6 +134,7 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	// server would wait for them: they are closed first.
 	g.tunnels.closeAll()
 	g.stopHealthChecks()
+	g.jwks.close()
 	for _, s := range all {
 		if s.fast != nil {
 			if e := s.fast.ShutdownWithContext(ctx); e != nil && err == nil {
