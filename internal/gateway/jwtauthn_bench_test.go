@@ -1,0 +1,151 @@
+package gateway
+
+import (
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"math/big"
+	"testing"
+	"time"
+
+	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	"github.com/valyala/fasthttp"
+
+	"github.com/sextant-mesh/sextant/internal/config"
+	"github.com/sextant-mesh/sextant/internal/label"
+	"github.com/sextant-mesh/sextant/internal/xds"
+)
+
+// benchSigner signs tokens with an ES256 or RS256 key and gives its JWKS.
+type benchSigner struct {
+	alg  string
+	ec   *ecdsa.PrivateKey
+	rsa  *rsa.PrivateKey
+	jwks string
+}
+
+func newBenchSigner(b testing.TB, alg string) *benchSigner {
+	s := &benchSigner{alg: alg}
+	b64 := base64.RawURLEncoding.EncodeToString
+	var key map[string]string
+	if alg == "ES256" {
+		s.ec, _ = ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		pad := func(v []byte) []byte { return append(make([]byte, 32-len(v)), v...) }
+		key = map[string]string{"kty": "EC", "crv": "P-256", "x": b64(pad(s.ec.X.Bytes())), "y": b64(pad(s.ec.Y.Bytes()))}
+	} else {
+		s.rsa, _ = rsa.GenerateKey(rand.Reader, 2048)
+		key = map[string]string{"kty": "RSA", "n": b64(s.rsa.N.Bytes()), "e": b64(big.NewInt(int64(s.rsa.E)).Bytes())}
+	}
+	key["kid"], key["alg"] = "k", alg
+	j, _ := json.Marshal(map[string]any{"keys": []any{key}})
+	s.jwks = string(j)
+	return s
+}
+
+func (s *benchSigner) token(b testing.TB, claims map[string]any) string {
+	b64 := base64.RawURLEncoding.EncodeToString
+	h, _ := json.Marshal(map[string]string{"alg": s.alg, "kid": "k"})
+	p, _ := json.Marshal(claims)
+	signed := b64(h) + "." + b64(p)
+	sum := sha256.Sum256([]byte(signed))
+	var sig []byte
+	if s.ec != nil {
+		r, ss, err := ecdsa.Sign(rand.Reader, s.ec, sum[:])
+		if err != nil {
+			b.Fatal(err)
+		}
+		sig = make([]byte, 64)
+		r.FillBytes(sig[:32])
+		ss.FillBytes(sig[32:])
+	} else {
+		var err error
+		if sig, err = rsa.SignPKCS1v15(rand.Reader, s.rsa, crypto.SHA256, sum[:]); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return signed + "." + b64(sig)
+}
+
+// securityFilters decodes the filters Sextant's control plane publishes
+// for docs (a RequestAuthentication, AuthorizationPolicies), as the
+// gateway reads them.
+func securityFilters(b testing.TB, docs string) []*rbacFilter {
+	objs, err := config.Decode([]byte(docs))
+	if err != nil {
+		b.Fatal(err)
+	}
+	fs, err := decodeHTTPFilters(append([]*hcm.HttpFilter(nil), xds.SecurityFilters(objs)...), "")
+	if err != nil {
+		b.Fatal(err)
+	}
+	return fs
+}
+
+// BenchmarkRouteCallJWT is the gateway's per-call work in process (as
+// BenchmarkRouteCall) with the JWT filter a RequestAuthentication
+// publishes (inline JWKS): "none" no security filter (the baseline), "no
+// token" the filter on a call without one, "ES256" and "RS256" a call with
+// a valid token (2048-bit RSA), "ES256+policy" that token through an
+// AuthorizationPolicy requiring its principal and a claim.
+func BenchmarkRouteCallJWT(b *testing.B) {
+	spec := &clusterSpec{name: "svc", service: "svc", policy: policySpec{name: "round_robin"}, connect: time.Second}
+	pol, err := newPolicy(spec)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ms := newMetrics()
+	c, err := newClusterRT(spec, pol, ms.cluster("svc"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	var p pools
+	defer p.closeAll()
+	if err := c.setHosts([]hostSpec{{addr: "10.0.0.1:80", weight: 1, healthy: true, labels: label.FromMap(nil)}}, &p, ms); err != nil {
+		b.Fatal(err)
+	}
+	const ra = "apiVersion: security.istio.io/v1\nkind: RequestAuthentication\nmetadata: {name: j, namespace: d}\nspec:\n  jwtRules:\n  - issuer: iss\n    jwks: '%s'\n"
+	const ap = "---\napiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata: {name: p, namespace: d}\nspec:\n  rules:\n" +
+		"  - from: [{source: {requestPrincipals: [iss/alice]}}]\n    when: [{key: 'request.auth.claims[groups]', values: [g1]}]\n"
+	claims := map[string]any{"iss": "iss", "sub": "alice", "exp": time.Now().Add(time.Hour).Unix(), "groups": []string{"g1"}}
+	es, rs := newBenchSigner(b, "ES256"), newBenchSigner(b, "RS256")
+	for _, tc := range []struct {
+		name    string
+		filters []*rbacFilter
+		token   string
+	}{
+		{"none", nil, ""},
+		{"no token", securityFilters(b, fmt.Sprintf(ra, es.jwks)), ""},
+		{"ES256", securityFilters(b, fmt.Sprintf(ra, es.jwks)), es.token(b, claims)},
+		{"RS256", securityFilters(b, fmt.Sprintf(ra, rs.jwks)), rs.token(b, claims)},
+		{"ES256+policy", securityFilters(b, fmt.Sprintf(ra, es.jwks)+ap), es.token(b, claims)},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			rc := &routeConfigSpec{name: "r", vhosts: []*vhostSpec{{name: "v", domains: []string{"*"}, routes: []*routeSpec{{
+				match: matchSpec{kind: matchPrefix, value: "/"}, clusters: []clusterWeight{{name: "svc", weight: 1}}}}}}}
+			tb := newTable(rc, map[string]*clusterRT{"svc": c})
+			tb.rbac = tc.filters
+			g := &Gateway{metrics: ms}
+			var ctx fasthttp.RequestCtx
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				ctx.Request.Header.Reset()
+				ctx.Response.Header.Reset()
+				ctx.Request.Header.SetRequestURI("/items")
+				ctx.Request.Header.SetHost("svc.example.com")
+				if tc.token != "" {
+					ctx.Request.Header.Set("Authorization", "Bearer "+tc.token)
+				}
+				if _, cl, _, _, _ := g.routeCall(&ctx, tb); cl == nil {
+					b.Fatalf("refused: %d %s", ctx.Response.StatusCode(), ctx.Response.Body())
+				}
+			}
+		})
+	}
+}
