@@ -15,6 +15,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	jwtpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/jwt_authn/v3"
@@ -76,6 +77,49 @@ type jwtProvider struct {
 	skew      time.Duration
 	local     *jwt.KeySet // inline keys, or
 	remote    *jwksSource // fetched ones
+	cache     tokenCache  // tokens it verified
+}
+
+// tokenCache keeps the tokens a provider verified, as Envoy's jwt_cache
+// (100 by default): a client sends the same token on many calls, and its
+// signature need not be verified again while it has not expired. Bounded;
+// when full, an arbitrary entry makes room. Safe for calls' goroutines.
+type tokenCache struct {
+	mu sync.RWMutex
+	m  map[string]*jwt.Token
+}
+
+const tokenCacheSize = 100
+
+// get returns the verified token raw, if cached and still within its
+// times at now (with skew).
+func (c *tokenCache) get(raw []byte, now time.Time, skew time.Duration) *jwt.Token {
+	c.mu.RLock()
+	t := c.m[string(raw)] // no copy: a map lookup by a converted key does not allocate
+	c.mu.RUnlock()
+	if t == nil {
+		return nil
+	}
+	sec, lw := now.Unix(), int64(skew/time.Second)
+	if (t.Claims.Expiry != 0 && sec > t.Claims.Expiry+lw) || (t.Claims.NotBefore != 0 && sec+lw < t.Claims.NotBefore) {
+		return nil
+	}
+	return t
+}
+
+func (c *tokenCache) put(raw string, t *jwt.Token) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil {
+		c.m = make(map[string]*jwt.Token, tokenCacheSize)
+	}
+	if len(c.m) >= tokenCacheSize {
+		for k := range c.m {
+			delete(c.m, k)
+			break
+		}
+	}
+	c.m[raw] = t
 }
 
 type jwtHeader struct{ name, prefix string }
@@ -293,7 +337,7 @@ func compileJWTReq(r *jwtpb.JwtRequirement, index map[string]int, path string, d
 // jwtResult is one provider's outcome for a call.
 type jwtResult struct {
 	state  uint8  // jwtMissing, jwtOK, jwtFailed
-	raw    string // the token found
+	raw    []byte // the token found (the request's bytes: read before apply changes them)
 	err    error
 	tok    *jwt.Token
 	header string // the header the token came from ("": a param or cookie)
@@ -427,17 +471,17 @@ func (p *jwtProvider) extract(ctx *fasthttp.RequestCtx) jwtResult {
 			}
 		}
 		if len(v) > 0 {
-			return jwtResult{state: jwtFailed, header: l.name, raw: string(v)}
+			return jwtResult{state: jwtFailed, header: l.name, raw: v}
 		}
 	}
 	for _, q := range p.params {
 		if v := ctx.QueryArgs().Peek(q); len(v) > 0 {
-			return jwtResult{state: jwtFailed, raw: string(v)}
+			return jwtResult{state: jwtFailed, raw: v}
 		}
 	}
 	for _, c := range p.cookies {
 		if v := h.Cookie(c); len(v) > 0 {
-			return jwtResult{state: jwtFailed, raw: string(v)}
+			return jwtResult{state: jwtFailed, raw: v}
 		}
 	}
 	return jwtResult{state: jwtMissing}
@@ -446,9 +490,13 @@ func (p *jwtProvider) extract(ctx *fasthttp.RequestCtx) jwtResult {
 // check verifies a token found: its issuer, keys, signature, times and
 // audiences.
 func (p *jwtProvider) check(res jwtResult, parsed *parsedToken, ks keySource, now time.Time) jwtResult {
-	if parsed.tok == nil && parsed.err == nil || parsed.raw != res.raw {
-		parsed.raw = res.raw
-		parsed.tok, parsed.err = jwt.Parse(res.raw)
+	if tok := p.cache.get(res.raw, now, p.skew); tok != nil {
+		res.state, res.tok = jwtOK, tok
+		return res
+	}
+	if parsed.tok == nil && parsed.err == nil || parsed.raw != string(res.raw) {
+		parsed.raw = string(res.raw)
+		parsed.tok, parsed.err = jwt.Parse(parsed.raw)
 	}
 	tok, err := parsed.tok, parsed.err
 	if err != nil {
@@ -467,6 +515,7 @@ func (p *jwtProvider) check(res jwtResult, parsed *parsedToken, ks keySource, no
 		res.err = err
 		return res
 	}
+	p.cache.put(parsed.raw, tok)
 	res.state, res.tok = jwtOK, tok
 	return res
 }

@@ -72,6 +72,19 @@ func (s *benchSigner) token(b testing.TB, claims map[string]any) string {
 	return signed + "." + b64(sig)
 }
 
+// distinct signs 1000 tokens differing in a claim, as "Bearer " values.
+func distinct(b testing.TB, s *benchSigner, claims map[string]any) []string {
+	out := make([]string, 1000)
+	for i := range out {
+		c := map[string]any{"n": i}
+		for k, v := range claims {
+			c[k] = v
+		}
+		out[i] = "Bearer " + s.token(b, c)
+	}
+	return out
+}
+
 // securityFilters decodes the filters Sextant's control plane publishes
 // for docs (a RequestAuthentication, AuthorizationPolicies), as the
 // gateway reads them.
@@ -91,7 +104,10 @@ func securityFilters(b testing.TB, docs string) []*rbacFilter {
 // BenchmarkRouteCall) with the JWT filter a RequestAuthentication
 // publishes (inline JWKS): "none" no security filter (the baseline), "no
 // token" the filter on a call without one, "ES256" and "RS256" a call with
-// a valid token (2048-bit RSA), "ES256+policy" that token through an
+// the same valid token on every call (verified once, then found in the
+// provider's token cache, as Envoy's), "ES256 fresh" and "RS256 fresh" a
+// different token on each call (1000, more than the cache holds: each is
+// verified: 2048-bit RSA), "ES256+policy" the repeated token through an
 // AuthorizationPolicy requiring its principal and a claim.
 func BenchmarkRouteCallJWT(b *testing.B) {
 	spec := &clusterSpec{name: "svc", service: "svc", policy: policySpec{name: "round_robin"}, connect: time.Second}
@@ -117,13 +133,14 @@ func BenchmarkRouteCallJWT(b *testing.B) {
 	for _, tc := range []struct {
 		name    string
 		filters []*rbacFilter
-		token   string
+		tokens  []string
 	}{
-		{"none", nil, ""},
-		{"no token", securityFilters(b, fmt.Sprintf(ra, es.jwks)), ""},
-		{"ES256", securityFilters(b, fmt.Sprintf(ra, es.jwks)), es.token(b, claims)},
-		{"RS256", securityFilters(b, fmt.Sprintf(ra, rs.jwks)), rs.token(b, claims)},
-		{"ES256+policy", securityFilters(b, fmt.Sprintf(ra, es.jwks)+ap), es.token(b, claims)},
+		{"none", nil, nil},
+		{"no token", securityFilters(b, fmt.Sprintf(ra, es.jwks)), nil},
+		{"ES256", securityFilters(b, fmt.Sprintf(ra, es.jwks)), []string{"Bearer " + es.token(b, claims)}},
+		{"ES256 fresh", securityFilters(b, fmt.Sprintf(ra, es.jwks)), distinct(b, es, claims)},
+		{"RS256 fresh", securityFilters(b, fmt.Sprintf(ra, rs.jwks)), distinct(b, rs, claims)},
+		{"ES256+policy", securityFilters(b, fmt.Sprintf(ra, es.jwks)+ap), []string{"Bearer " + es.token(b, claims)}},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			rc := &routeConfigSpec{name: "r", vhosts: []*vhostSpec{{name: "v", domains: []string{"*"}, routes: []*routeSpec{{
@@ -134,13 +151,13 @@ func BenchmarkRouteCallJWT(b *testing.B) {
 			var ctx fasthttp.RequestCtx
 			b.ReportAllocs()
 			b.ResetTimer()
-			for range b.N {
+			for i := range b.N {
 				ctx.Request.Header.Reset()
 				ctx.Response.Header.Reset()
 				ctx.Request.Header.SetRequestURI("/items")
 				ctx.Request.Header.SetHost("svc.example.com")
-				if tc.token != "" {
-					ctx.Request.Header.Set("Authorization", "Bearer "+tc.token)
+				if len(tc.tokens) > 0 {
+					ctx.Request.Header.Set("Authorization", tc.tokens[i%len(tc.tokens)])
 				}
 				if _, cl, _, _, _ := g.routeCall(&ctx, tb); cl == nil {
 					b.Fatalf("refused: %d %s", ctx.Response.StatusCode(), ctx.Response.Body())
