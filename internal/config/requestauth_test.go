@@ -1,6 +1,7 @@
 package config
 
 import (
+	"os"
 	"testing"
 
 	"github.com/sextant-mesh/sextant/internal/label"
@@ -67,6 +68,11 @@ spec:
 	rules := JWTRules(s.RequestAuthentications(httpbin))
 	if len(rules) != 2 || rules[0].Timeout == nil || rules[1].Issuer != "other" {
 		t.Fatalf("rules: %v", rules)
+	}
+	if b, err := os.ReadFile("testdata/requestauth.yaml"); err != nil {
+		t.Fatal(err)
+	} else if objs, err := Decode(b); err != nil || len(objs) != 2 {
+		t.Fatalf("testdata/requestauth.yaml: %d objects, %v", len(objs), err)
 	}
 	if a, name, err := ConditionKey("request.auth.claims[nested][key]"); err != nil || a != CondRequestClaims || len(ClaimPath(name)) != 2 {
 		t.Fatalf("claims key: %q %q %v", a, name, err)
