@@ -15,6 +15,7 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -219,5 +220,29 @@ func TestInboundJWT(t *testing.T) {
 		if s, b := call(c.r); s != c.want {
 			t.Errorf("%s: %d %q, want %d", c.name, s, b, c.want)
 		}
+	}
+	// Concurrent calls share the providers' token cache: each still gets
+	// its own token's answer.
+	var wg sync.WaitGroup
+	errs := make(chan string, 160)
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range 20 {
+				tok, want := good, 200
+				if (i+j)%2 == 1 {
+					tok, want = free, 403
+				}
+				if s, b := call(req{header: tok}); s != want {
+					errs <- fmt.Sprintf("%d %q, want %d", s, b, want)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error("concurrent:", e)
 	}
 }
