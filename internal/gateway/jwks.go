@@ -46,7 +46,11 @@ type jwksEntry struct {
 // first ones fetched; the others' tokens fail.
 const maxJWKSEntries = 256
 
+// newJWKSCache returns an empty cache logging to log (nil: discard).
 func newJWKSCache(log *slog.Logger) *jwksCache {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &jwksCache{log: log, client: &http.Client{}, ctx: ctx, cancel: cancel, entries: map[string]*jwksEntry{}}
 }
