@@ -11,6 +11,7 @@ package gateway
 import (
 	"bytes"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"sort"
 	"strconv"
@@ -188,7 +189,7 @@ func compileJWTAuthn(cfg *jwtpb.JwtAuthentication, path string) (*jwtAuthn, erro
 		case m.GetPrefix() != "" || m.GetPath() != "":
 			rule.prefix, rule.path = m.GetPrefix(), m.GetPath()
 		default:
-			return nil, fieldErr(rp+".match", "only prefix and path matches are %s by the gateway", "supported")
+			return nil, fieldErr(rp+".match", "only prefix and path matches are supported by the gateway")
 		}
 		if len(m.GetHeaders()) > 0 || len(m.GetQueryParameters()) > 0 || m.GetCaseSensitive() != nil && !m.GetCaseSensitive().GetValue() {
 			return nil, fieldErr(rp+".match", "headers, query_parameters and case_sensitive false are %v by the gateway", errUnsupported)
@@ -386,7 +387,7 @@ func (a *jwtAuthn) verify(ctx *fasthttp.RequestCtx, r *rbacReq, ks keySource, no
 	ok, err := evalJWTReq(req, results, anyToken)
 	if !ok {
 		if err == nil {
-			err = jwt.ErrMalformed
+			err = errJWTNotAllowed
 		}
 		return err
 	}
@@ -448,7 +449,10 @@ func evalJWTReq(q *jwtReq, res []jwtResult, anyToken bool) (bool, error) {
 	}
 }
 
-var errJWTMissing = fmt.Errorf("jwt: missing")
+var (
+	errJWTMissing    = errors.New("jwt: missing")
+	errJWTNotAllowed = errors.New("jwt: the token does not satisfy the requirement (no provider accepts it)")
+)
 
 // extract finds the provider's token in its locations.
 func (p *jwtProvider) extract(ctx *fasthttp.RequestCtx) jwtResult {
@@ -527,7 +531,7 @@ type parsedToken struct {
 	err error
 }
 
-var errJWTIssuer = fmt.Errorf("jwt: issuer is not configured")
+var errJWTIssuer = errors.New("jwt: issuer is not configured")
 
 // apply does what a verified token's provider asks: the payload in the
 // call's metadata (RBAC), headers for the upstream, and the token's header
@@ -592,8 +596,7 @@ func lookupClaim(all map[string]any, path []string) any {
 
 // jwtDenied answers a call whose token failed: 401, as Envoy, with a
 // WWW-Authenticate challenge.
-func jwtDenied(ctx *fasthttp.RequestCtx, err error) string {
-	msg := err.Error()
+func jwtDenied(ctx *fasthttp.RequestCtx, msg string) string {
 	ctx.Response.Reset()
 	ctx.SetStatusCode(fasthttp.StatusUnauthorized)
 	ctx.SetContentType("text/plain")

@@ -206,3 +206,57 @@ func FuzzJWTAuthnConfig(f *testing.F) {
 		}
 	})
 }
+
+// TestJWTTwoIssuers: Istio's requirement for two issuers (requires_any of
+// requires_all{each provider or none} and each provider) as the gateway
+// decides it: either issuer's token passes and its payload is the
+// metadata, each read from its own locations; a token of an issuer no
+// rule names, a garbage token, a token
+// signed by the other issuer's key fail; no token passes.
+func TestJWTTwoIssuers(t *testing.T) {
+	es, rs := newBenchSigner(t, "ES256"), newBenchSigner(t, "RS256")
+	const ra = "apiVersion: security.istio.io/v1\nkind: RequestAuthentication\nmetadata: {name: j, namespace: d}\nspec:\n  jwtRules:\n" +
+		"  - {issuer: one, jwks: '%s'}\n  - {issuer: two, jwks: '%s', fromParams: [tok]}\n"
+	fs := securityFilters(t, fmt.Sprintf(ra, es.jwks, rs.jwks))
+	if len(fs) != 1 || fs[0].jwt == nil || len(fs[0].jwt.providers) != 2 {
+		t.Fatalf("filters %+v", fs)
+	}
+	exp := time.Now().Add(time.Hour).Unix()
+	claims := func(iss string) map[string]any { return map[string]any{"iss": iss, "sub": "s-" + iss, "exp": exp} }
+	for _, c := range []struct {
+		name, header, query string
+		ok                  bool
+		sub                 string
+	}{
+		{"none", "", "", true, ""},
+		{"issuer one", "Bearer " + es.token(t, claims("one")), "", true, "s-one"},
+		{"issuer two in its param", "", rs.token(t, claims("two")), true, "s-two"},
+		// Provider two reads only ?tok: in the header, provider one finds
+		// it, of another issuer (Envoy: "Jwt issuer is not configured").
+		{"issuer two in one's header", "Bearer " + rs.token(t, claims("two")), "", false, ""},
+		{"unknown issuer", "Bearer " + es.token(t, claims("three")), "", false, ""},
+		{"two signed by one's key", "Bearer " + es.token(t, claims("two")), "", false, ""},
+		{"garbage", "Bearer abc", "", false, ""},
+		{"basic auth is no token", "Basic dXNlcjpwYXNz", "", true, ""},
+	} {
+		var ctx fasthttp.RequestCtx
+		uri := "/x"
+		if c.query != "" {
+			uri += "?tok=" + c.query
+		}
+		ctx.Request.Header.SetRequestURI(uri)
+		if c.header != "" {
+			ctx.Request.Header.Set("Authorization", c.header)
+		}
+		var r rbacReq
+		r.of(&ctx)
+		err := fs[0].jwt.verify(&ctx, &r, nil, time.Now())
+		if (err == nil) != c.ok {
+			t.Errorf("%s: %v, want ok %v", c.name, err, c.ok)
+			continue
+		}
+		if sub, _ := r.jwtPayload["sub"].(string); sub != c.sub {
+			t.Errorf("%s: payload sub %q, want %q", c.name, sub, c.sub)
+		}
+	}
+}

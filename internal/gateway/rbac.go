@@ -3,7 +3,6 @@ package gateway
 import (
 	"bytes"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -885,7 +884,7 @@ func (g *Gateway) authorize(ctx *fasthttp.RequestCtx, t *table, r *routeRT) bool
 	start := time.Now()
 	reason, body := reasonRBAC, rbacDeniedBody
 	if status == fasthttp.StatusUnauthorized {
-		reason, body = reasonJWT, jwtDenied(ctx, errors.New(policy))
+		reason, body = reasonJWT, jwtDenied(ctx, policy)
 	} else {
 		ctx.Response.Reset()
 		ctx.SetStatusCode(fasthttp.StatusForbidden)
