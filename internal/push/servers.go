@@ -285,13 +285,17 @@ func (w *configWorker) addressIndex(services map[naming.ServiceKey]bool) func(ne
 const maxSecurityWait = 500 * time.Millisecond
 
 // waitSecurity waits, at most d, until the security policies in force
-// reflect every security change the follower has handed on. Called from
+// reflect the snapshot's and every security change the follower has
+// handed on. Called from
 // xDS server goroutines when a server listener is first asked for.
 func (e *Engine) waitSecurity(d time.Duration) {
 	var timer *time.Timer
 	for {
 		wake := e.secWake.Load()
-		if e.secAt.Load() >= e.secPending.Load() {
+		// Before Run has taken in the snapshot's policies there are none
+		// to read: a server asking that early would get a listener
+		// without them (PERMISSIVE, no RBAC), however briefly.
+		if e.sec.Load() != nil && e.secAt.Load() >= e.secPending.Load() {
 			return
 		}
 		if timer == nil {
