@@ -260,3 +260,14 @@ func TestJWTTwoIssuers(t *testing.T) {
 		}
 	}
 }
+
+// TestJWTCodeDetails: a 401's %RESPONSE_CODE_DETAILS% is Envoy's
+// jwt_authn_access_denied with the status, without spaces.
+func TestJWTCodeDetails(t *testing.T) {
+	if got := codeDetails(reasonJWT, &call{detail: "jwt: expired"}); got != "jwt_authn_access_denied{jwt:_expired}" {
+		t.Errorf("got %q", got)
+	}
+	if got := codeDetails(reasonJWT, nil); got != "jwt_authn_access_denied" {
+		t.Errorf("got %q", got)
+	}
+}
