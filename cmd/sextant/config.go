@@ -292,6 +292,8 @@ func configKindName(k string) string {
 		return "peerauthentication"
 	case "authorizationpolicy", "authorizationpolicies", "ap":
 		return "authorizationpolicy"
+	case "requestauthentication", "requestauthentications", "ra":
+		return "requestauthentication"
 	case "telemetry", "telemetries":
 		return "telemetry"
 	}

@@ -262,7 +262,7 @@ spec:
 kind: AuthorizationPolicy
 metadata: {name: bad, namespace: default}
 spec:
-  rules: [{when: [{key: "request.auth.claims[iss]", values: [x]}]}]
+  rules: [{when: [{key: "connection.sni", values: [x]}]}]
 `)}, conn...)...); err == nil || !strings.Contains(err.Error(), "spec.rules[0].when[0].key") || !strings.Contains(err.Error(), "not supported") {
 		t.Fatalf("an unsupported condition: %v\n%s", err, out)
 	}

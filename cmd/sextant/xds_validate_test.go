@@ -88,6 +88,25 @@ spec:
   mtls: {mode: STRICT}
   portLevelMtls: {9003: {mode: DISABLE}}
 ---
+apiVersion: security.istio.io/v1
+kind: RequestAuthentication
+metadata: {name: jwt, namespace: shop}
+spec:
+  jwtRules:
+  - issuer: testing@secure.istio.io
+    jwks: '{"keys":[{"kty":"EC","crv":"P-256","x":"f83OJ3D2xF1Bg8vub9tLe1gHMzV76e8Tus9uPHvRVEU","y":"x_FEzRu9m36HLN_tue659LNpXW6pCyStikYjKIWI5a0"}]}'
+    outputClaimToHeaders: [{header: x-jwt-sub, claim: sub}]
+---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: jwt-claims, namespace: shop}
+spec:
+  action: DENY
+  rules:
+  - from: [{source: {notRequestPrincipals: ["*"]}}]
+    to: [{operation: {paths: [/admin*]}}]
+  - when: [{key: "request.auth.claims[groups]", values: [banned]}]
+---
 apiVersion: networking.istio.io/v1
 kind: VirtualService
 metadata: {name: orders, namespace: shop}

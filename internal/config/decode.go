@@ -95,16 +95,15 @@ var apiVersions = map[string]map[string]bool{
 
 // unservedKinds are Istio's kinds Sextant refuses, each with why.
 var unservedKinds = map[string]string{
-	"EnvoyFilter":           "it patches Envoy's own configuration, which Sextant's gateway is not; say what it does with Sextant's fields",
-	"WasmPlugin":            "it loads a Wasm module into Envoy, which Sextant's gateway does not run",
-	"Sidecar":               "not implemented yet",
-	"WorkloadEntry":         "not implemented yet (register the instance: sextant instance register)",
-	"WorkloadGroup":         "not implemented yet",
-	"ProxyConfig":           "it tunes Envoy's bootstrap, which Sextant does not run",
-	"RequestAuthentication": "not implemented yet",
+	"EnvoyFilter":   "it patches Envoy's own configuration, which Sextant's gateway is not; say what it does with Sextant's fields",
+	"WasmPlugin":    "it loads a Wasm module into Envoy, which Sextant's gateway does not run",
+	"Sidecar":       "not implemented yet",
+	"WorkloadEntry": "not implemented yet (register the instance: sextant instance register)",
+	"WorkloadGroup": "not implemented yet",
+	"ProxyConfig":   "it tunes Envoy's bootstrap, which Sextant does not run",
 }
 
-const kindList = "VirtualService, DestinationRule, Gateway, ServiceEntry, PeerAuthentication, AuthorizationPolicy or Telemetry"
+const kindList = "VirtualService, DestinationRule, Gateway, ServiceEntry, PeerAuthentication, AuthorizationPolicy, RequestAuthentication or Telemetry"
 
 // decodeItem decodes one object, or each item of a List, at path.
 func decodeItem(c errs, path string, v any) []*Object {
@@ -201,6 +200,9 @@ func decodeItem(c errs, path string, v any) []*Object {
 	case KindAuthorizationPolicy:
 		o.AuthorizationPolicy = &security.AuthorizationPolicy{}
 		msg = o.AuthorizationPolicy
+	case KindRequestAuthentication:
+		o.RequestAuthentication = &security.RequestAuthentication{}
+		msg = o.RequestAuthentication
 	case KindTelemetry:
 		o.Telemetry = &telemetry.Telemetry{}
 		msg = o.Telemetry

@@ -34,17 +34,21 @@ const (
 	KindGateway             = "Gateway"
 	KindPeerAuthentication  = "PeerAuthentication"
 	KindAuthorizationPolicy = "AuthorizationPolicy"
+	// KindRequestAuthentication: end-user authentication by JWT
+	// (requestauth.go).
+	KindRequestAuthentication = "RequestAuthentication"
 )
 
 // kindGroups maps every kind Sextant reads to its API group.
 var kindGroups = map[string]string{
 	KindVirtualService: Group, KindDestinationRule: Group, KindGateway: Group,
 	KindPeerAuthentication: SecurityGroup, KindAuthorizationPolicy: SecurityGroup,
-	KindTelemetry: TelemetryGroup,
+	KindRequestAuthentication: SecurityGroup,
+	KindTelemetry:             TelemetryGroup,
 }
 
 // IsSecurity reports whether kind is one of the security kinds
-// (PeerAuthentication, AuthorizationPolicy): they configure workloads'
+// (PeerAuthentication, AuthorizationPolicy, RequestAuthentication): they configure workloads'
 // inbound listeners, not services' routes.
 func IsSecurity(kind string) bool { return kindGroups[kind] == SecurityGroup }
 
@@ -87,8 +91,8 @@ func ParseKey(s string) (Key, error) {
 }
 
 // Object is one decoded, validated config object. Exactly one of
-// VirtualService, DestinationRule, Gateway, ServiceEntry,
-// PeerAuthentication, AuthorizationPolicy and Telemetry is set, by Kind. Objects are immutable
+// VirtualService, DestinationRule, Gateway, ServiceEntry, PeerAuthentication,
+// AuthorizationPolicy, RequestAuthentication and Telemetry is set, by Kind. Objects are immutable
 // once decoded: a change is a new Object.
 type Object struct {
 	Key
@@ -102,6 +106,8 @@ type Object struct {
 
 	PeerAuthentication  *security.PeerAuthentication
 	AuthorizationPolicy *security.AuthorizationPolicy
+	// RequestAuthentication is read from security.istio.io/v1 and v1beta1.
+	RequestAuthentication *security.RequestAuthentication
 
 	// Telemetry is read from telemetry.istio.io/v1 and v1alpha1 (one schema).
 	Telemetry *telemetry.Telemetry
@@ -120,6 +126,8 @@ func (o *Object) Spec() proto.Message {
 		return o.PeerAuthentication
 	case o.AuthorizationPolicy != nil:
 		return o.AuthorizationPolicy
+	case o.RequestAuthentication != nil:
+		return o.RequestAuthentication
 	case o.Telemetry != nil:
 		return o.Telemetry
 	}

@@ -77,9 +77,15 @@ func init() {
 	allow(&security.Rule{}, "from", "to", "when")
 	allow(&security.Rule_From{}, "source")
 	allow(&security.Rule_To{}, "operation")
-	allow(&security.Source{}, "principals", "not_principals", "namespaces", "not_namespaces", "ip_blocks", "not_ip_blocks")
+	allow(&security.Source{}, "principals", "not_principals", "namespaces", "not_namespaces", "ip_blocks", "not_ip_blocks",
+		"request_principals", "not_request_principals")
 	allow(&security.Operation{}, "hosts", "not_hosts", "ports", "not_ports", "methods", "not_methods", "paths", "not_paths")
 	allow(&security.Condition{}, "key", "values", "not_values")
+	allow(&security.RequestAuthentication{}, "selector", "jwt_rules")
+	allow(&security.JWTRule{}, "issuer", "audiences", "jwks_uri", "jwks", "from_headers", "from_params", "from_cookies",
+		"output_payload_to_header", "forward_original_token", "output_claim_to_headers", "timeout")
+	allow(&security.JWTHeader{}, "name", "prefix")
+	allow(&security.ClaimToHeader{}, "header", "claim")
 
 	// telemetry.istio.io (telemetry.go): tracing and access logging.
 	allow(&telemetry.Telemetry{}, "selector", "tracing", "access_logging")
@@ -91,6 +97,14 @@ func init() {
 	allow(&telemetry.Tracing_Environment{}, "name", "default_value")
 	allow(&telemetry.AccessLogging{}, "providers", "disabled", "filter")
 	allow(&telemetry.AccessLogging_Filter{}, "expression")
+}
+
+// notSupportedNotes say why a field Istio defines is refused, where the
+// bare "not supported" would leave a user guessing.
+var notSupportedNotes = map[protoreflect.FullName]string{
+	"istio.security.v1beta1.RequestAuthentication.targetRef":  "policy attachment to a Gateway API resource is not implemented; select the workloads with selector.matchLabels",
+	"istio.security.v1beta1.RequestAuthentication.targetRefs": "policy attachment to a Gateway API resource is not implemented; select the workloads with selector.matchLabels",
+	"istio.security.v1beta1.JWTRule.space_delimited_claims":   "claims are matched as JSON strings or lists of strings only",
 }
 
 // walker checks a generic JSON tree (from encoding/json with UseNumber)
@@ -129,7 +143,11 @@ func (w walker) message(path string, v any, md protoreflect.MessageDescriptor) a
 			continue
 		}
 		if !allowed[fd.Name()] {
-			w.errs.add(p, ErrNotSupported, "")
+			if note := notSupportedNotes[md.FullName()+"."+protoreflect.FullName(fd.Name())]; note != "" {
+				w.errs.add(p, ErrNotSupported, "not supported: %s", note)
+			} else {
+				w.errs.add(p, ErrNotSupported, "")
+			}
 			continue
 		}
 		if od := fd.ContainingOneof(); od != nil && !od.IsSynthetic() && obj[k] != nil {

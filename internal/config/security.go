@@ -21,16 +21,18 @@ import (
 const DefaultRootNamespace = "istio-system"
 
 // The attributes an AuthorizationPolicy's when[].key may name: the ones
-// proxyless gRPC's RBAC (and the gateway) can evaluate. Istio's others
-// (request.auth.*, JWT claims, connection.sni, experimental.*) are refused
-// at apply time rather than published as something no data plane enforces.
+// proxyless gRPC's RBAC (and the gateway) can evaluate, and the request.auth
+// ones (requestauth.go) the gateway and Envoy evaluate. Istio's others
+// (connection.sni, experimental.*) are refused at apply time rather than
+// published as something no data plane enforces.
 const (
 	CondRequestHeader    = "request.headers" // request.headers[NAME]
 	CondSourcePrincipal  = "source.principal"
 	CondSourceNamespace  = "source.namespace"
 	CondSourceIP         = "source.ip"
 	CondDestinationPort  = "destination.port"
-	supportedConditionsM = "request.headers[NAME], source.principal, source.namespace, source.ip, destination.port"
+	supportedConditionsM = "request.headers[NAME], source.principal, source.namespace, source.ip, destination.port, " +
+		"request.auth.principal, request.auth.audiences, request.auth.presenters, request.auth.claims[NAME]"
 )
 
 // ConditionKey reads a when[].key: the attribute and, for
@@ -38,8 +40,16 @@ const (
 // carry it).
 func ConditionKey(key string) (attr, header string, err error) {
 	switch key {
-	case CondSourcePrincipal, CondSourceNamespace, CondSourceIP, CondDestinationPort:
+	case CondSourcePrincipal, CondSourceNamespace, CondSourceIP, CondDestinationPort,
+		CondRequestPrincipal, CondRequestAudiences, CondRequestPresenter:
 		return key, "", nil
+	}
+	if rest, ok := strings.CutPrefix(key, CondRequestClaims+"["); ok {
+		name, ok := claimKey(rest)
+		if !ok {
+			return "", "", fmt.Errorf("%q: want request.auth.claims[NAME] or request.auth.claims[A][B] with non-empty claim names", key)
+		}
+		return CondRequestClaims, name, nil
 	}
 	if rest, ok := strings.CutPrefix(key, CondRequestHeader+"["); ok && strings.HasSuffix(rest, "]") {
 		name := strings.ToLower(strings.TrimSuffix(rest, "]"))
@@ -121,7 +131,7 @@ func validateAuthorizationPolicy(c errs, path string, o *Object) {
 			attr, _, err := ConditionKey(w.Key)
 			if err != nil {
 				sentinel := ErrNotSupported
-				if w.Key == "" || strings.HasPrefix(w.Key, CondRequestHeader+"[") {
+				if w.Key == "" || strings.HasPrefix(w.Key, CondRequestHeader+"[") || strings.HasPrefix(w.Key, CondRequestClaims+"[") {
 					sentinel = ErrInvalid
 				}
 				c.add(join(p, "key"), sentinel, "%v", err)
@@ -151,15 +161,17 @@ func validateAuthorizationPolicy(c errs, path string, o *Object) {
 }
 
 func validateSource(c errs, path string, s *security.Source) {
-	if len(s.Principals)+len(s.NotPrincipals)+len(s.Namespaces)+len(s.NotNamespaces)+len(s.IpBlocks)+len(s.NotIpBlocks) == 0 {
-		c.add(path, ErrInvalid, "must set at least one of principals, notPrincipals, namespaces, notNamespaces, ipBlocks, notIpBlocks")
+	if len(s.Principals)+len(s.NotPrincipals)+len(s.Namespaces)+len(s.NotNamespaces)+len(s.IpBlocks)+len(s.NotIpBlocks)+
+		len(s.RequestPrincipals)+len(s.NotRequestPrincipals) == 0 {
+		c.add(path, ErrInvalid, "must set at least one of principals, notPrincipals, requestPrincipals, notRequestPrincipals, namespaces, notNamespaces, ipBlocks, notIpBlocks")
 	}
 	for _, f := range []struct {
 		name string
 		vals []string
 		ip   bool
 	}{{"principals", s.Principals, false}, {"notPrincipals", s.NotPrincipals, false}, {"namespaces", s.Namespaces, false},
-		{"notNamespaces", s.NotNamespaces, false}, {"ipBlocks", s.IpBlocks, true}, {"notIpBlocks", s.NotIpBlocks, true}} {
+		{"notNamespaces", s.NotNamespaces, false}, {"ipBlocks", s.IpBlocks, true}, {"notIpBlocks", s.NotIpBlocks, true},
+		{"requestPrincipals", s.RequestPrincipals, false}, {"notRequestPrincipals", s.NotRequestPrincipals, false}} {
 		for i, v := range f.vals {
 			if f.ip {
 				validateIPBlock(c, index(join(path, f.name), i), v)
@@ -256,9 +268,10 @@ type Workload struct {
 // which PeerAuthentication mode and which AuthorizationPolicies apply to a
 // workload. Build it with NewSecurity.
 type Security struct {
-	root  string
-	peer  []*Object // key order
-	authz []*Object // key order
+	root     string
+	peer     []*Object // key order
+	authz    []*Object // key order
+	reqAuthn []*Object // key order
 }
 
 // NewSecurity returns the view over objs (other kinds are ignored), with
@@ -274,8 +287,11 @@ func NewSecurity(root string, objs []*Object) *Security {
 			s.peer = append(s.peer, o)
 		case o.AuthorizationPolicy != nil:
 			s.authz = append(s.authz, o)
+		case o.RequestAuthentication != nil:
+			s.reqAuthn = append(s.reqAuthn, o)
 		}
 	}
+	slices.SortFunc(s.reqAuthn, func(a, b *Object) int { return a.Key.Compare(b.Key) })
 	slices.SortFunc(s.peer, func(a, b *Object) int { return a.Key.Compare(b.Key) })
 	slices.SortFunc(s.authz, func(a, b *Object) int { return a.Key.Compare(b.Key) })
 	return s
@@ -389,6 +405,8 @@ func (t *Table) SelectedWorkloads(o *Object) []string {
 		sel = o.PeerAuthentication.GetSelector().GetMatchLabels()
 	case o.AuthorizationPolicy != nil:
 		sel = o.AuthorizationPolicy.GetSelector().GetMatchLabels()
+	case o.RequestAuthentication != nil:
+		sel = o.RequestAuthentication.GetSelector().GetMatchLabels()
 	default:
 		return nil
 	}
@@ -424,9 +442,12 @@ func (t *Table) securityWarnings(o *Object) []string {
 		return nil
 	}
 	var sel map[string]string
-	if o.PeerAuthentication != nil {
+	switch {
+	case o.PeerAuthentication != nil:
 		sel = o.PeerAuthentication.GetSelector().GetMatchLabels()
-	} else {
+	case o.RequestAuthentication != nil:
+		sel = o.RequestAuthentication.GetSelector().GetMatchLabels()
+	default:
 		sel = o.AuthorizationPolicy.GetSelector().GetMatchLabels()
 	}
 	if len(sel) == 0 || len(t.SelectedWorkloads(o)) > 0 {

@@ -51,6 +51,7 @@ func TestDecodeSecurity(t *testing.T) {
 func TestDecodeSecurityErrors(t *testing.T) {
 	const ap = "apiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata: {name: p, namespace: orders}\nspec:\n"
 	const pa = "apiVersion: security.istio.io/v1\nkind: PeerAuthentication\nmetadata: {name: p, namespace: orders}\nspec:\n"
+	const ra = "apiVersion: security.istio.io/v1beta1\nkind: RequestAuthentication\nmetadata: {name: p, namespace: orders}\nspec:\n"
 	for _, c := range []struct {
 		name, yaml, path string
 		err              error
@@ -58,11 +59,12 @@ func TestDecodeSecurityErrors(t *testing.T) {
 	}{
 		{"unknown field", ap + "  rules: [{from: [{source: {principalz: [x]}}]}]\n", "spec.rules[0].from[0].source.principalz", ErrUnknownField, `did you mean "principals"`},
 		{"unknown top field", ap + "  actions: DENY\n", "spec.actions", ErrUnknownField, `did you mean "action"`},
-		{"request principals", ap + "  rules: [{from: [{source: {requestPrincipals: ['*']}}]}]\n", "spec.rules[0].from[0].source.requestPrincipals", ErrNotSupported, "not supported"},
+		{"request principals", ap + "  rules: [{from: [{source: {requestPrincipals: ['a*b*']}}]}]\n", "spec.rules[0].from[0].source.requestPrincipals[0]", ErrInvalid, "may only start or end"},
 		{"targetRef", ap + "  targetRef: {kind: Gateway, name: gw}\n", "spec.targetRef", ErrNotSupported, "not supported"},
 		{"custom", ap + "  action: CUSTOM\n", "spec.action", ErrNotSupported, "CUSTOM"},
 		{"bad action", ap + "  action: PERMIT\n", "spec.action", ErrInvalid, "ALLOW, DENY, AUDIT"},
-		{"jwt condition", ap + "  rules: [{when: [{key: 'request.auth.claims[iss]', values: [x]}]}]\n", "spec.rules[0].when[0].key", ErrNotSupported, "supported keys: request.headers[NAME]"},
+		{"jwt condition", ap + "  rules: [{when: [{key: 'request.auth.claims[]', values: [x]}]}]\n", "spec.rules[0].when[0].key", ErrInvalid, "request.auth.claims[NAME]"},
+		{"sni condition", ap + "  rules: [{when: [{key: connection.sni, values: [x]}]}]\n", "spec.rules[0].when[0].key", ErrNotSupported, "request.auth.claims[NAME]"},
 		{"grpc header", ap + "  rules: [{when: [{key: 'request.headers[grpc-timeout]', values: [x]}]}]\n", "spec.rules[0].when[0].key", ErrInvalid, "grpc-"},
 		{"condition without values", ap + "  rules: [{when: [{key: source.ip}]}]\n", "spec.rules[0].when[0]", ErrInvalid, "values or notValues"},
 		{"bad ip", ap + "  rules: [{from: [{source: {ipBlocks: [10.0.0.0/33]}}]}]\n", "spec.rules[0].from[0].source.ipBlocks[0]", ErrInvalid, "CIDR"},
@@ -79,7 +81,17 @@ func TestDecodeSecurityErrors(t *testing.T) {
 		{"port zero", pa + "  selector: {matchLabels: {app: a}}\n  portLevelMtls: {0: {mode: STRICT}}\n", "spec.portLevelMtls[0]", ErrInvalid, "1..65535"},
 		{"wrong group", "apiVersion: networking.istio.io/v1\nkind: PeerAuthentication\nmetadata: {name: p}\nspec: {}\n", "apiVersion", ErrInvalid, "security.istio.io/v1"},
 		{"v1alpha3", "apiVersion: security.istio.io/v1alpha3\nkind: AuthorizationPolicy\nmetadata: {name: p}\nspec: {}\n", "apiVersion", ErrInvalid, "v1beta1 is read as v1"},
-		{"request authentication", "apiVersion: security.istio.io/v1\nkind: RequestAuthentication\nmetadata: {name: p}\nspec: {}\n", "kind", ErrNotSupported, "not supported"},
+		{"ra targetRef", ra + "  targetRef: {kind: Gateway, name: gw}\n", "spec.targetRef", ErrNotSupported, "selector.matchLabels"},
+		{"ra no issuer", ra + "  jwtRules: [{jwksUri: 'https://x/k'}]\n", "spec.jwtRules[0].issuer", ErrInvalid, "required"},
+		{"ra no keys", ra + "  jwtRules: [{issuer: a}]\n", "spec.jwtRules[0].jwksUri", ErrInvalid, "jwksUri or jwks"},
+		{"ra both keys", ra + "  jwtRules: [{issuer: a, jwksUri: 'https://x/k', jwks: '{}'}]\n", "spec.jwtRules[0].jwks", ErrInvalid, "only one"},
+		{"ra bad uri", ra + "  jwtRules: [{issuer: a, jwksUri: 'ftp://x/k'}]\n", "spec.jwtRules[0].jwksUri", ErrInvalid, "http://"},
+		{"ra bad jwks", ra + "  jwtRules: [{issuer: a, jwks: '{\"keys\": []}'}]\n", "spec.jwtRules[0].jwks", ErrInvalid, "no usable public signing key"},
+		{"ra dup issuer", ra + "  jwtRules: [{issuer: a, jwksUri: 'https://x/k'}, {issuer: a, jwksUri: 'https://x/k'}]\n", "spec.jwtRules[1].issuer", ErrInvalid, "jwtRules[0]"},
+		{"ra bad header", ra + "  jwtRules: [{issuer: a, jwksUri: 'https://x/k', fromHeaders: [{name: 'x y'}]}]\n", "spec.jwtRules[0].fromHeaders[0].name", ErrInvalid, "header name"},
+		{"ra bad claim header", ra + "  jwtRules: [{issuer: a, jwksUri: 'https://x/k', outputClaimToHeaders: [{header: x-sub}]}]\n", "spec.jwtRules[0].outputClaimToHeaders[0].claim", ErrInvalid, "required"},
+		{"ra timeout", ra + "  jwtRules: [{issuer: a, jwksUri: 'https://x/k', timeout: 2m}]\n", "spec.jwtRules[0].timeout", ErrInvalid, "at most 1m"},
+		{"ra space delimited", ra + "  jwtRules: [{issuer: a, jwksUri: 'https://x/k', spaceDelimitedClaims: [scope]}]\n", "spec.jwtRules[0].spaceDelimitedClaims", ErrNotSupported, "lists of strings"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := Decode([]byte(c.yaml))

@@ -95,6 +95,8 @@ func validate(c errs, path string, o *Object) {
 		validatePeerAuthentication(c, spec, o)
 	case o.AuthorizationPolicy != nil:
 		validateAuthorizationPolicy(c, spec, o)
+	case o.RequestAuthentication != nil:
+		validateRequestAuthentication(c, spec, o)
 	case o.Telemetry != nil:
 		validateTelemetry(c, spec, o)
 	default:

@@ -3,6 +3,7 @@ package gateway
 import (
 	"net"
 	"net/netip"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -162,6 +163,12 @@ func codeDetails(reason string, k *call) string {
 			return "rbac_access_denied_matched_policy[" + k.detail + "]"
 		}
 		return "rbac_access_denied_matched_policy[none]"
+	case reasonJWT:
+		// Envoy's: the verification status, without spaces.
+		if k != nil && k.detail != "" {
+			return "jwt_authn_access_denied{" + strings.ReplaceAll(k.detail, " ", "_") + "}"
+		}
+		return "jwt_authn_access_denied"
 	}
 	return reason
 }

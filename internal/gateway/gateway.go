@@ -120,6 +120,9 @@ type Gateway struct {
 	inboundCluster *clusterSpec
 	inboundErr     error // Options.Inbound's fault, returned by ServeInbound
 
+	// jwks holds the remote keys of the JWT filters (jwks.go).
+	jwks *jwksCache
+
 	tunnels tunnels // upgraded connections (upgrade.go)
 	mirrors mirrors // mirrored copies in flight (filter_mirror.go)
 }
@@ -143,7 +146,8 @@ func New(opts Options) *Gateway {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	g := &Gateway{opts: opts, log: opts.Logger, rec: opts.Recorder, metrics: newMetrics(), clusters: map[string]*clusterRT{}}
+	g := &Gateway{opts: opts, log: opts.Logger, rec: opts.Recorder, metrics: newMetrics(), clusters: map[string]*clusterRT{},
+		jwks: newJWKSCache(opts.Logger)}
 	if opts.Inbound != nil {
 		g.inboundPort, g.inboundCluster, g.inboundErr = opts.Inbound.compile()
 	}
@@ -306,16 +310,19 @@ func (g *Gateway) Update(s xdsclient.State) (map[string][]string, error) {
 	applied = true
 	warmAll(fresh) // as Envoy warms a new cluster: its hosts' first checks first
 	g.table.Store(tb)
+	jwks := remoteSources(tb.rbac)
 	if ts != nil {
 		for _, l := range ts {
 			for _, c := range l.chains() {
 				if c.table != nil { // nil: a passthrough chain
 					c.table.unsupported = unsupported
+					jwks = append(jwks, remoteSources(c.table.rbac)...)
 				}
 			}
 		}
 		g.tls.Store(&ts)
 	}
+	g.jwks.prefetch(jwks)
 	for _, rt := range retire {
 		for addr := range rt.hosts {
 			if n := next[rt.name]; n == nil || !hasHost(n, addr) {

@@ -54,6 +54,9 @@ type rbacFilter struct {
 	disabled bool
 	rules    *rbacEngine // nil: nothing enforced
 	shadow   *rbacEngine // nil: none; evaluated, counted, never enforced
+	// jwt is set (and rules and shadow nil) for the JWT authentication
+	// filter (jwtauthn.go), which runs in the same chain, before RBAC.
+	jwt *jwtAuthn
 }
 
 // rbacEngine is one compiled config.rbac.v3.RBAC.
@@ -77,6 +80,10 @@ type rbacReq struct {
 	tls    *tls.ConnectionState // nil: plaintext
 	scheme []byte
 	names  *peerNames // of tls's peer certificate
+	// jwtKey and jwtPayload are the JWT filter's metadata: a verified
+	// token's payload under its payload_in_metadata key (jwtauthn.go).
+	jwtKey     string
+	jwtPayload map[string]any
 	// rp is set when the request is a call record replayed by a dry run
 	// (dryrun.go): matchers reading what the record does not keep say so
 	// there instead of matching. nil on the data path.
@@ -307,14 +314,22 @@ func matchStr(hm *headerMatch, v string) bool {
 
 // Compilation.
 
-// decodeHTTPFilters reads an HCM's http_filters: the RBAC filters, in
-// order. The others (the router, and filters Envoy would run) are not the
+// decodeHTTPFilters reads an HCM's http_filters: the RBAC filters and the
+// JWT authentication filter, in order. The others (the router, and filters Envoy would run) are not the
 // gateway's to run; an RBAC filter it cannot read is refused.
 func decodeHTTPFilters(fs []*hcm.HttpFilter, path string) ([]*rbacFilter, error) {
 	var out []*rbacFilter
 	for i, f := range fs {
 		p := fmt.Sprintf("%s.http_filters[%d]", path, i)
 		a := f.GetTypedConfig()
+		if a.GetTypeUrl() == jwtTypeURL || f.GetName() == jwtFilterName {
+			jf, err := decodeJWTFilter(f, p)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, jf)
+			continue
+		}
 		if a.GetTypeUrl() != rbacTypeURL && f.GetName() != rbacFilterName {
 			continue
 		}
@@ -475,6 +490,8 @@ func compilePermission(p *rbacpb.Permission, path string, depth int) (rbacMatche
 	case *rbacpb.Permission_RequestedServerName:
 		sm, err := decodeStringMatcher(r.RequestedServerName, path+".requested_server_name")
 		return &matchSNI{sm}, err
+	case *rbacpb.Permission_Metadata:
+		return compileMetadata(r.Metadata, path+".metadata")
 	case nil:
 		return nil, fieldErr(path+".rule", "required")
 	default:
@@ -539,6 +556,8 @@ func compilePrincipal(p *rbacpb.Principal, path string, depth int) (rbacMatcher,
 		return compileRBACHeader(id.Header, path+".header")
 	case *rbacpb.Principal_UrlPath:
 		return compileURLPath(id.UrlPath, path+".url_path")
+	case *rbacpb.Principal_Metadata:
+		return compileMetadata(id.Metadata, path+".metadata")
 	case nil:
 		return nil, fieldErr(path+".identifier", "required")
 	default:
@@ -687,14 +706,22 @@ func decodeRBACOverrides(m map[string]*anypb.Any, path string) (map[string]rbacO
 // Enforcement.
 
 // rbacCheck runs the listener's RBAC filters, with the route's overrides,
-// over a call. It returns false, with the policy that denied it (or why no
-// policy allowed it), when a filter denies the call; shadow names the
+// over a call. It returns 403, with the policy that denied it (or why no
+// policy allowed it), when a filter denies the call, 401 with why when the
+// JWT filter refuses its token, 0 when it passes; shadow names the
 // first shadow engine's denial, for the call record. Call's goroutine.
-func (g *Gateway) rbacCheck(ctx *fasthttp.RequestCtx, filters []*rbacFilter, r *routeRT) (ok bool, policy, shadow string) {
+func (g *Gateway) rbacCheck(ctx *fasthttp.RequestCtx, filters []*rbacFilter, r *routeRT) (status int, policy, shadow string) {
 	var req rbacReq
 	req.of(ctx)
 	for _, f := range filters {
 		if f = effective(f, r.spec.rbac); f == nil {
+			continue
+		}
+		if f.jwt != nil {
+			if err := f.jwt.verify(ctx, &req, g.jwks, time.Now()); err != nil {
+				g.metrics.rbac[rbacJWTFailed].Inc()
+				return fasthttp.StatusUnauthorized, err.Error(), shadow
+			}
 			continue
 		}
 		if e := f.shadow; e != nil {
@@ -722,10 +749,10 @@ func (g *Gateway) rbacCheck(ctx *fasthttp.RequestCtx, filters []*rbacFilter, r *
 			g.metrics.rbac[rbacAllowed].Inc()
 		default:
 			g.metrics.rbac[rbacDenied].Inc()
-			return false, denial(f, p), shadow
+			return fasthttp.StatusForbidden, denial(f, p), shadow
 		}
 	}
-	return true, "", shadow
+	return 0, "", shadow
 }
 
 // of fills r from a call: its header, path and connection. It allocates
@@ -832,33 +859,40 @@ const (
 	rbacShadowAllowed
 	rbacShadowDenied
 	rbacLogged
+	rbacJWTFailed
 	rbacResults
 )
 
-var rbacResultNames = [rbacResults]string{"allowed", "denied", "shadow_allowed", "shadow_denied", "logged"}
+var rbacResultNames = [rbacResults]string{"allowed", "denied", "shadow_allowed", "shadow_denied", "logged", "jwt_failed"}
 
 // rbacShadowKey is the request's user value naming a shadow denial.
 const rbacShadowKey = "sextant.rbac.shadow"
 
-// authorize runs the RBAC filters of t over a call routed to r. A denied
-// call is answered 403 "RBAC: access denied" (Envoy's answer) and recorded
-// with reason rbac_denied and the policy; it returns false then. A shadow
+// authorize runs the JWT and RBAC filters of t over a call routed to r. A
+// denied call is answered 403 "RBAC: access denied" (Envoy's answer) and
+// recorded with reason rbac_denied and the policy, a call whose token fails
+// 401 (reason jwt_authn_failed, with why); it returns false then. A shadow
 // denial is kept for the call's record. Call's goroutine.
 func (g *Gateway) authorize(ctx *fasthttp.RequestCtx, t *table, r *routeRT) bool {
-	ok, policy, shadow := g.rbacCheck(ctx, t.rbac, r)
+	status, policy, shadow := g.rbacCheck(ctx, t.rbac, r)
 	if shadow != "" {
 		ctx.SetUserValue(rbacShadowKey, shadow)
 	}
-	if ok {
+	if status == 0 {
 		return true
 	}
 	start := time.Now()
-	ctx.Response.Reset()
-	ctx.SetStatusCode(fasthttp.StatusForbidden)
-	ctx.SetContentType("text/plain")
-	ctx.Response.Header.Set(ErrorHeader, reasonRBAC)
-	ctx.Response.Header.Set("Via", viaValue)
-	ctx.SetBodyString(rbacDeniedBody)
+	reason, body := reasonRBAC, rbacDeniedBody
+	if status == fasthttp.StatusUnauthorized {
+		reason, body = reasonJWT, jwtDenied(ctx, policy)
+	} else {
+		ctx.Response.Reset()
+		ctx.SetStatusCode(fasthttp.StatusForbidden)
+		ctx.SetContentType("text/plain")
+		ctx.Response.Header.Set(ErrorHeader, reasonRBAC)
+		ctx.Response.Header.Set("Via", viaValue)
+		ctx.SetBodyString(rbacDeniedBody)
+	}
 	if len(r.targets) == 0 {
 		return false
 	}
@@ -866,12 +900,12 @@ func (g *Gateway) authorize(ctx *fasthttp.RequestCtx, t *table, r *routeRT) bool
 	if tg.cluster == nil {
 		return false
 	}
-	k := call{c: tg.cluster, status: fasthttp.StatusForbidden, reason: reasonRBAC, detail: policy, grpc: -1}
+	k := call{c: tg.cluster, status: status, reason: reason, detail: policy, grpc: -1}
 	lat := time.Since(start)
 	k.c.m.observe(k.status, lat)
 	if g.rec != nil {
 		k.src = sourceOf(ctx)
-		g.recordCall(&k, r, tg.mdKey, start, lat, int64(len(rbacDeniedBody)))
+		g.recordCall(&k, r, tg.mdKey, start, lat, int64(len(body)))
 	}
 	return false
 }

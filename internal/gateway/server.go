@@ -135,6 +135,7 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	g.tunnels.closeAll()
 	g.stopHealthChecks()
 	g.stopDNS()
+	g.jwks.close()
 	for _, s := range all {
 		if s.fast != nil {
 			if e := s.fast.ShutdownWithContext(ctx); e != nil && err == nil {

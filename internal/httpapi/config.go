@@ -47,10 +47,12 @@ func configKind(s string) (string, error) {
 		return config.KindPeerAuthentication, nil
 	case "authorizationpolicy", "authorizationpolicies", "ap":
 		return config.KindAuthorizationPolicy, nil
+	case "requestauthentication", "requestauthentications", "ra":
+		return config.KindRequestAuthentication, nil
 	case "telemetry", "telemetries":
 		return config.KindTelemetry, nil
 	}
-	return "", badRequest("kind", "%q is not a config kind: VirtualService, DestinationRule, Gateway, ServiceEntry, PeerAuthentication, AuthorizationPolicy or Telemetry", s)
+	return "", badRequest("kind", "%q is not a config kind: VirtualService, DestinationRule, Gateway, ServiceEntry, PeerAuthentication, AuthorizationPolicy, RequestAuthentication or Telemetry", s)
 }
 
 func configKeyOf(r *http.Request) (config.Key, error) {
@@ -281,7 +283,7 @@ func (a *API) applyConfig(w http.ResponseWriter, r *http.Request, reg *backend) 
 		return configError(err)
 	}
 	if len(objs) == 0 {
-		return badRequest("", "no config object in the body: send VirtualService, DestinationRule, Gateway, PeerAuthentication or AuthorizationPolicy documents")
+		return badRequest("", "no config object in the body: send VirtualService, DestinationRule, Gateway, ServiceEntry, PeerAuthentication, AuthorizationPolicy, RequestAuthentication or Telemetry documents")
 	}
 	if err := requireConfigWrite(r, t, objs...); err != nil {
 		return err

@@ -76,7 +76,8 @@ func Build(gws, vss []*config.Entry, secretOf func(ns, name string) *secret.Secr
 // the policies that select any Gateway serving on it (a policy selects a
 // Gateway when its selector matches the Gateway's spec.selector, the
 // labels of the gateway workloads, in the Gateway's namespace or from the
-// root namespace). The DestinationRules drs give the routes their
+// root namespace), behind the JWT filter (xds.JWTFilter) of the
+// RequestAuthentications selecting any of them. The DestinationRules drs give the routes their
 // destinations' consistent-hash policies.
 func BuildWithPolicies(gws, vss, drs []*config.Entry, sec *config.Security, secretOf func(ns, name string) *secret.Secret) ([3]map[string]proto.Message, []string) {
 	out := [3]map[string]proto.Message{{}, {}, {}}
@@ -95,7 +96,11 @@ func BuildWithPolicies(gws, vss, drs []*config.Entry, sec *config.Security, secr
 			l, w = tlsListener(name, p, vss, gatewayMTLS(gws, sec, n), secretOf, out[0])
 			warns = append(warns, w...)
 		}
-		if err := xds.WithHTTPFilters(l, portFilters(p, gws, sec, owners)); err != nil {
+		filters := portFilters(p, gws, sec, owners)
+		if f := xds.JWTFilter(portRequestAuthn(p, gws, sec)); f != nil {
+			filters = append([]*hcmv3.HttpFilter{f}, filters...)
+		}
+		if err := xds.WithHTTPFilters(l, filters); err != nil {
 			warns = append(warns, err.Error())
 		}
 		out[1][name] = l
@@ -203,6 +208,33 @@ func portPolicies(p *port, gws []*config.Entry, sec *config.Security) []*config.
 			}
 			w := config.Workload{Namespace: e.Object.Namespace, Labels: label.FromMap(e.Object.Gateway.Selector), Port: p.number}
 			for _, o := range sec.Authorization(w) {
+				if !seen[o.Key] {
+					seen[o.Key] = true
+					out = append(out, o)
+				}
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b *config.Object) int { return a.Key.Compare(b.Key) })
+	return out
+}
+
+// portRequestAuthn are the RequestAuthentications selecting a Gateway with
+// a server on p, each once, in key order: a port is one listener, so the
+// port's Gateways share their JWT rules.
+func portRequestAuthn(p *port, gws []*config.Entry, sec *config.Security) []*config.Object {
+	if sec == nil {
+		return nil
+	}
+	seen := map[config.Key]bool{}
+	var out []*config.Object
+	for _, sv := range p.servers {
+		for _, e := range gws {
+			if e.Object.Key != sv.gw {
+				continue
+			}
+			w := config.Workload{Namespace: e.Object.Namespace, Labels: label.FromMap(e.Object.Gateway.Selector), Port: p.number}
+			for _, o := range sec.RequestAuthentications(w) {
 				if !seen[o.Key] {
 					seen[o.Key] = true
 					out = append(out, o)

@@ -162,8 +162,9 @@ func (p *Publisher) publish(rev int64) time.Time {
 	vss, _ := p.cfg.List(config.KindVirtualService, "")
 	aps, _ := p.cfg.List(config.KindAuthorizationPolicy, "")
 	pas, _ := p.cfg.List(config.KindPeerAuthentication, "")
+	ras, _ := p.cfg.List(config.KindRequestAuthentication, "")
 	var policies []*config.Object
-	for _, e := range append(aps, pas...) {
+	for _, e := range append(append(aps, pas...), ras...) {
 		policies = append(policies, e.Object)
 	}
 	var expiry time.Time

@@ -53,6 +53,7 @@ var istioResources = []istioResource{
 	{config.Group, "serviceentries", config.KindServiceEntry},
 	{config.SecurityGroup, "peerauthentications", config.KindPeerAuthentication},
 	{config.SecurityGroup, "authorizationpolicies", config.KindAuthorizationPolicy},
+	{config.SecurityGroup, "requestauthentications", config.KindRequestAuthentication},
 }
 
 var istioVersions = []string{"v1", "v1beta1"}

@@ -228,4 +228,38 @@ spec: {mtls: {mode: PERMISSIVE}}
 	reg.DeleteConfig(config.Key{Kind: config.KindAuthorizationPolicy, Namespace: "default", Name: "orders"})
 	reg.DeleteConfig(config.Key{Kind: config.KindAuthorizationPolicy, Namespace: "default", Name: "no-unary"})
 	until("a plaintext call under PERMISSIVE", func() (bool, error) { err := unary(plainClient); return err == nil, err })
+
+	// RequestAuthentication: grpc-go does not implement jwt_authn. The
+	// filter is published optional, so grpc-go takes the listener (a NACK
+	// would keep the old one, which lets the call through) and skips it;
+	// its RBAC never matches a metadata matcher (docs/security.md): an
+	// ALLOW rule needing a request principal denies every call (closed), a
+	// DENY rule needing a claim denies none (open).
+	applyYAML(t, reg, `
+apiVersion: security.istio.io/v1
+kind: RequestAuthentication
+metadata: {name: jwt, namespace: default}
+spec:
+  jwtRules: [{issuer: iss, jwksUri: "http://127.0.0.1:1/jwks"}]
+---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: jwt-only, namespace: default}
+spec:
+  rules: [{from: [{source: {requestPrincipals: ["*"]}}]}]
+`)
+	until("requestPrincipals on grpc-go: closed", func() (bool, error) {
+		err := unary(plainClient)
+		return status.Code(err) == codes.PermissionDenied, err
+	})
+	reg.DeleteConfig(config.Key{Kind: config.KindAuthorizationPolicy, Namespace: "default", Name: "jwt-only"})
+	applyYAML(t, reg, `
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: no-free, namespace: default}
+spec:
+  action: DENY
+  rules: [{when: [{key: "request.auth.claims[tier]", values: [free]}]}]
+`)
+	until("a claim DENY on grpc-go: open", func() (bool, error) { err := unary(plainClient); return err == nil, err })
 }

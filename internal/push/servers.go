@@ -152,7 +152,7 @@ type chainMemo map[string][]byte
 // serverListener builds the listener of a request for workload wl with the
 // security policies sec.
 func (e *Engine) serverListener(key string, r serverReq, wl workload, sec *config.Security, memo chainMemo) xds.Resource {
-	mode, policies := sec.MTLSMode(wl.w), sec.Authorization(wl.w)
+	mode, policies := sec.MTLSMode(wl.w), append(sec.RequestAuthentications(wl.w), sec.Authorization(wl.w)...)
 	res := xds.Resource{Name: r.name, Key: key, Version: e.version(), Hidden: true}
 	mk := mode.String()
 	for _, o := range policies {
@@ -285,13 +285,17 @@ func (w *configWorker) addressIndex(services map[naming.ServiceKey]bool) func(ne
 const maxSecurityWait = 500 * time.Millisecond
 
 // waitSecurity waits, at most d, until the security policies in force
-// reflect every security change the follower has handed on. Called from
+// reflect the snapshot's and every security change the follower has
+// handed on. Called from
 // xDS server goroutines when a server listener is first asked for.
 func (e *Engine) waitSecurity(d time.Duration) {
 	var timer *time.Timer
 	for {
 		wake := e.secWake.Load()
-		if e.secAt.Load() >= e.secPending.Load() {
+		// Before Run has taken in the snapshot's policies there are none
+		// to read: a server asking that early would get a listener
+		// without them (PERMISSIVE, no RBAC), however briefly.
+		if e.sec.Load() != nil && e.secAt.Load() >= e.secPending.Load() {
 			return
 		}
 		if timer == nil {

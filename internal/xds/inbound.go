@@ -49,7 +49,8 @@ const (
 // xds.NewGRPCServer) gets for its listening address addr: one HTTP
 // connection manager whose inline route sends every request to the
 // server's own handlers (non_forwarding_action), behind the RBAC filters of
-// the AuthorizationPolicies in policies (RBACFilters), and a transport by
+// the AuthorizationPolicies in policies (RBACFilters) and the JWT filter of
+// the RequestAuthentications among them (JWTFilter), and a transport by
 // PeerAuthentication mode:
 //
 //   - STRICT: TLS with the server's certificate and the mesh's roots from
@@ -104,7 +105,7 @@ func socketAddress(addr netip.AddrPort) *corev3.Address {
 func inboundChains(mode security.PeerAuthentication_MutualTLS_Mode, policies []*config.Object) []*listenerv3.FilterChain {
 	router := &anypb.Any{}
 	_ = anypb.MarshalFrom(router, &routerv3.Router{}, deterministic)
-	filters := append(RBACFilters(policies), &hcmv3.HttpFilter{Name: "envoy.filters.http.router", ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: router}})
+	filters := append(SecurityFilters(policies), &hcmv3.HttpFilter{Name: "envoy.filters.http.router", ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: router}})
 	h := &hcmv3.HttpConnectionManager{
 		StatPrefix: "inbound",
 		RouteSpecifier: &hcmv3.HttpConnectionManager_RouteConfig{RouteConfig: &routev3.RouteConfiguration{

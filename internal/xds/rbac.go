@@ -133,6 +133,8 @@ func rulePolicy(r *security.Rule) *rbacconfigv3.Policy {
 			ids = appendID(ids, c.Values, c.NotValues, namespaceID)
 		case config.CondSourceIP:
 			ids = appendID(ids, c.Values, c.NotValues, ipID)
+		case config.CondRequestPrincipal, config.CondRequestAudiences, config.CondRequestPresenter, config.CondRequestClaims:
+			ids = appendID(ids, c.Values, c.NotValues, jwtConditionID(attr, header))
 		}
 	}
 	return &rbacconfigv3.Policy{
@@ -166,6 +168,7 @@ func sourcePrincipal(s *security.Source) *rbacconfigv3.Principal {
 	and = appendID(and, s.Principals, s.NotPrincipals, principalID)
 	and = appendID(and, s.Namespaces, s.NotNamespaces, namespaceID)
 	and = appendID(and, s.IpBlocks, s.NotIpBlocks, ipID)
+	and = appendID(and, s.RequestPrincipals, s.NotRequestPrincipals, requestPrincipalID)
 	return andID(and)
 }
 
@@ -286,6 +289,18 @@ func stringMatcher(v string) *matcherv3.StringMatcher {
 		return &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Suffix{Suffix: strings.TrimPrefix(v, "*")}}
 	}
 	return &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: v}}
+}
+
+// SecurityFilters are the HTTP filters of the security policies among
+// objs, in Istio's order: the JWT filter of the RequestAuthentications
+// (JWTFilter), then the RBAC filters of the AuthorizationPolicies
+// (RBACFilters).
+func SecurityFilters(objs []*config.Object) []*hcmv3.HttpFilter {
+	out := RBACFilters(objs)
+	if f := JWTFilter(objs); f != nil {
+		out = append([]*hcmv3.HttpFilter{f}, out...)
+	}
+	return out
 }
 
 // WithHTTPFilters puts filters first in the HTTP filters of every HTTP
