@@ -112,7 +112,7 @@ spec:
 export const kinds = [
   ['VirtualService', 'VS'], ['DestinationRule', 'DR'], ['Gateway', 'GW'],
   ['PeerAuthentication', 'PA'], ['AuthorizationPolicy', 'AP'], ['Telemetry', 'TM'],
-  ['ServiceEntry', 'SE'],
+  ['ServiceEntry', 'SE'], ['RequestAuthentication', 'RA'],
 ];
 export const shortKind = k => (kinds.find(([name]) => name === k) || [k, k])[1];
 
