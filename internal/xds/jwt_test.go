@@ -1,6 +1,8 @@
 package xds
 
 import (
+	"bytes"
+	"encoding/json"
 	"strings"
 	"testing"
 
@@ -72,9 +74,14 @@ func TestJWTFilter(t *testing.T) {
 	if err := rb.ValidateAll(); err != nil {
 		t.Fatal(err)
 	}
-	js := protojson.Format(rb)
-	for _, want := range []string{`"filter": "envoy.filters.http.jwt_authn"`, `"key": "payload"`, `"key": "groups"`,
-		`"exact": "https://a.example/x"`, `"exact": "testing@secure.istio.io"`, `"listMatch"`} {
+	// protojson varies its spacing from run to run on purpose: compact it.
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, []byte(protojson.Format(rb))); err != nil {
+		t.Fatal(err)
+	}
+	js := buf.String()
+	for _, want := range []string{`"filter":"envoy.filters.http.jwt_authn"`, `"key":"payload"`, `"key":"groups"`,
+		`"exact":"https://a.example/x"`, `"exact":"testing@secure.istio.io"`, `"listMatch"`} {
 		if !strings.Contains(js, want) {
 			t.Errorf("RBAC lacks %s:\n%s", want, js)
 		}
