@@ -24,27 +24,27 @@ import (
 )
 
 type sidecarFlags struct {
-	service                string
-	appHost                string
-	appPort                int
-	meshListen, outbound   string
-	admin, data            string
-	labels                 []string
-	servicePorts           []string // --outbound-port NAME=PORT
-	serviceAccount         string
-	xds, registry          string
-	token, caFile          string
-	certFile, keyFile      string
-	node                   string
-	noRecords              bool
-	adminPprof             bool
-	istioMetrics           bool
-	istioMaxSeries         int
-	drain                  time.Duration
-	ttl                    time.Duration
-	logFormat, logLevel    string
-	retainAge              time.Duration
-	retainBytes            int64
+	service              string
+	appHost              string
+	appPort              int
+	meshListen, outbound string
+	admin, data          string
+	labels               []string
+	servicePorts         []string // --outbound-port NAME=PORT
+	serviceAccount       string
+	xds, registry        string
+	token, caFile        string
+	certFile, keyFile    string
+	node                 string
+	noRecords            bool
+	adminPprof           bool
+	istioMetrics         bool
+	istioMaxSeries       int
+	drain                time.Duration
+	ttl                  time.Duration
+	logFormat, logLevel  string
+	retainAge            time.Duration
+	retainBytes          int64
 	tracingFlags
 	namespace, serviceName string // from service
 }
