@@ -111,6 +111,7 @@ then flushes the call log. See docs/sidecar.md.`,
 	fl.DurationVar(&f.ttl, "ttl", 10*time.Second, "the instance's TTL: a heartbeat every half of it while the app accepts connections on --app-port; unhealthy after 3 TTLs without")
 	fl.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	fl.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	cmd.AddCommand(newCaptureCmd())
 	rootCmd.AddCommand(cmd)
 }
 
