@@ -70,3 +70,11 @@ func propagateTrace(out *http.Request) {
 		out.Header[k] = append([]string(nil), v...)
 	}
 }
+
+// TraceContext returns the trace headers ctx carries (WithTraceContext's),
+// nil for none: for transports other than HTTP, such as gRPC's metadata
+// (grpcresolver's interceptors). The header is the caller's to read only.
+func TraceContext(ctx context.Context) http.Header {
+	h, _ := ctx.Value(traceKey{}).(http.Header)
+	return h
+}

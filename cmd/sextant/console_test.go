@@ -7,8 +7,10 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -33,6 +35,9 @@ type consoleStack struct {
 	gatewayNode string
 }
 
+// consoleTraceUI is the console stack's gateway's --tracing-ui-url.
+const consoleTraceUI = "http://jaeger.example:16686/trace/{trace_id}"
+
 func startConsoleStack(t *testing.T) *consoleStack {
 	t.Helper()
 	httpAddr, xdsAddr, proxy, admin, tlsAddr := freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t)
@@ -54,12 +59,19 @@ func startConsoleStack(t *testing.T) *consoleStack {
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK
 	})
+	// Every call traced to a collector that takes and drops the spans (a
+	// real Jaeger is TestTracingJaeger's): the call records keep trace
+	// ids, which the Calls page links to --tracing-ui-url.
+	spans := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.Copy(io.Discard, r.Body) }))
+	t.Cleanup(spans.Close)
 	gctx, gcancel := context.WithCancel(context.Background())
 	go func() {
 		gatewayDone <- runGateway(gctx, gatewayFlags{xds: xdsAddr, listen: proxy, admin: admin,
 			data: filepath.Join(t.TempDir(), "gw"), node: s.gatewayNode, registry: s.base, service: "sextant-gateway",
 			tlsListen: []string{tlsAddr}, maxBody: 1 << 20, retainAge: time.Hour, retainBytes: 1 << 30, drain: 5 * time.Second,
-			logFormat: "text", logLevel: "error"})
+			logFormat: "text", logLevel: "error",
+			tracingFlags: tracingFlags{tracingEndpoint: spans.URL, tracingProtocol: "http", tracingSampling: 100,
+				tracingService: "sextant-gateway", tracingUI: consoleTraceUI}})
 	}()
 	t.Cleanup(func() {
 		gcancel()
@@ -397,6 +409,11 @@ func TestConsole(t *testing.T) {
 			s.up1.addr.String(), s.up2.addr.String()))
 		if d := browsertest.Eval[string](t, b, `document.querySelector('#calls-slowest tbody tr').children[1].textContent`); !dateRE.MatchString(d) {
 			t.Errorf("slowest call started %q, want YYYY-MM-DD HH:MM:SS", d)
+		}
+		// Each call links to its trace in the viewer the gateway names.
+		href := browsertest.Eval[string](t, b, `(document.querySelector('#calls-slowest tbody tr a.trace-link') || {}).href || ''`)
+		if !regexp.MustCompile(`^http://jaeger\.example:16686/trace/[0-9a-f]{32}$`).MatchString(href) {
+			t.Errorf("slowest call's trace link %q, want %s with a trace id", href, consoleTraceUI)
 		}
 		// The chart's time axis: the same format's time part, on one line.
 		ticks := browsertest.Eval[string](t, b, `document.querySelector('#calls-rps .chart-box').dataset.xTicks || ''`)

@@ -15,6 +15,7 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -58,11 +59,11 @@ type gatewayFlags struct {
 	istioReporters           []string
 	istioMaxSeries           int
 	tracingFlags
-	accessLog                string
-	accessLogFile            string
-	accessLogMaxBytes        int64
-	accessLogKeep            int
-	accessLogBuffer          int
+	accessLog         string
+	accessLogFile     string
+	accessLogMaxBytes int64
+	accessLogKeep     int
+	accessLogBuffer   int
 }
 
 func init() {
@@ -155,6 +156,9 @@ func runGateway(ctx context.Context, f gatewayFlags) error {
 	}
 	if f.istioMetrics && f.istioMaxSeries <= 0 {
 		return fmt.Errorf("--istio-metrics-max-series %d: want a positive count", f.istioMaxSeries)
+	}
+	if err := checkTraceURL(f.tracingUI); err != nil {
+		return err
 	}
 	var tlsPorts []uint32
 	for _, a := range f.tlsListen {
@@ -341,6 +345,9 @@ func registerGateway(ctx context.Context, f gatewayFlags, admin, proxy string, l
 	}
 	in := client.Instance{Service: f.service, Host: host, Port: port, Protocol: "http", TTLSeconds: 10,
 		Metadata: map[string]string{"sextant.role": "gateway", "sextant.admin": admin, "sextant.node": f.node}}
+	if f.tracingUI != "" {
+		in.Metadata["sextant.trace-url"] = f.tracingUI // the console links calls to their traces
+	}
 	return keepRegistered(ctx, c, in, f.registry, nil, log), nil
 }
 
@@ -494,6 +501,7 @@ type tracingFlags struct {
 	tracingSampling   float64
 	tracingKeepErrors bool
 	tracingService    string
+	tracingUI         string
 }
 
 // register adds the flags to fl, service being --tracing-service-name's
@@ -504,6 +512,23 @@ func (f *tracingFlags) register(fl *pflag.FlagSet, service string) {
 	fl.Float64Var(&f.tracingSampling, "tracing-sampling", 1, "percentage of traces sampled, 0 to 100, when the caller did not decide (Istio's sampling)")
 	fl.BoolVar(&f.tracingKeepErrors, "tracing-keep-errors", false, "also export the spans of failed calls (5xx, no answer) of traces not sampled")
 	fl.StringVar(&f.tracingService, "tracing-service-name", service, "the spans' service.name (the service Jaeger lists them under)")
+	fl.StringVar(&f.tracingUI, "tracing-ui-url", "", "a trace viewer's page of one trace, {trace_id} standing for its id (Jaeger: http://HOST:16686/trace/{trace_id}); the console links each recorded call to it")
+}
+
+// checkTraceURL checks --tracing-ui-url: empty, or an http(s) URL that
+// names {trace_id}.
+func checkTraceURL(s string) error {
+	if s == "" {
+		return nil
+	}
+	u, err := url.Parse(strings.ReplaceAll(s, "{trace_id}", "x"))
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("--tracing-ui-url %q: want an http or https URL", s)
+	}
+	if !strings.Contains(s, "{trace_id}") {
+		return fmt.Errorf("--tracing-ui-url %q: it must name {trace_id}, where a call's trace id goes (Jaeger: http://HOST:16686/trace/{trace_id})", s)
+	}
+	return nil
 }
 
 // startTracing builds a proxy's tracing from the --tracing-* flags (node:

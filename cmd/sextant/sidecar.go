@@ -24,27 +24,27 @@ import (
 )
 
 type sidecarFlags struct {
-	service                string
-	appHost                string
-	appPort                int
-	meshListen, outbound   string
-	admin, data            string
-	labels                 []string
-	servicePorts           []string // --outbound-port NAME=PORT
-	serviceAccount         string
-	xds, registry          string
-	token, caFile          string
-	certFile, keyFile      string
-	node                   string
-	noRecords              bool
-	adminPprof             bool
-	istioMetrics           bool
-	istioMaxSeries         int
-	drain                  time.Duration
-	ttl                    time.Duration
-	logFormat, logLevel    string
-	retainAge              time.Duration
-	retainBytes            int64
+	service              string
+	appHost              string
+	appPort              int
+	meshListen, outbound string
+	admin, data          string
+	labels               []string
+	servicePorts         []string // --outbound-port NAME=PORT
+	serviceAccount       string
+	xds, registry        string
+	token, caFile        string
+	certFile, keyFile    string
+	node                 string
+	noRecords            bool
+	adminPprof           bool
+	istioMetrics         bool
+	istioMaxSeries       int
+	drain                time.Duration
+	ttl                  time.Duration
+	logFormat, logLevel  string
+	retainAge            time.Duration
+	retainBytes          int64
 	tracingFlags
 	namespace, serviceName string // from service
 }
@@ -111,6 +111,7 @@ then flushes the call log. See docs/sidecar.md.`,
 	fl.DurationVar(&f.ttl, "ttl", 10*time.Second, "the instance's TTL: a heartbeat every half of it while the app accepts connections on --app-port; unhealthy after 3 TTLs without")
 	fl.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	fl.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	cmd.AddCommand(newCaptureCmd())
 	rootCmd.AddCommand(cmd)
 }
 

@@ -566,6 +566,8 @@ func TestGatewayTracingFlagsRefused(t *testing.T) {
 		{func(f *gatewayFlags) { f.tracingSampling = -1 }, "--tracing-sampling -1"},
 		{func(f *gatewayFlags) { f.tracingProtocol = "thrift" }, `--tracing-otlp-protocol "thrift": trace: OTLP protocol "thrift": want grpc or http/protobuf`},
 		{func(f *gatewayFlags) { f.tracingEndpoint = "http://127.0.0.1:4317" }, "want host:port"},
+		{func(f *gatewayFlags) { f.tracingUI = "http://jaeger:16686/search" }, "it must name {trace_id}"},
+		{func(f *gatewayFlags) { f.tracingUI = "jaeger:16686/trace/{trace_id}" }, "want an http or https URL"},
 	} {
 		f := base
 		c.change(&f)

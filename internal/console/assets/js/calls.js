@@ -48,10 +48,10 @@ export function CallsPage({ params }) {
         ${windows.map(([w]) => html`<option value=${w}>last ${w}</option>`)}</select></label>
     </div>
     ${base && html`<${GatewayCalls} key=${base + win} base=${base} seconds=${(windows.find(w => w[0] === win) || windows[1])[1]}
-      svc=${svc} setSvc=${s => { setSvc(s); pick({ service: s }); }} />`}`;
+      svc=${svc} setSvc=${s => { setSvc(s); pick({ service: s }); }} traceURL=${gw.metadata['sextant.trace-url'] || ''} />`}`;
 }
 
-function GatewayCalls({ base, seconds, svc, setSvc }) {
+function GatewayCalls({ base, seconds, svc, setSvc, traceURL }) {
   // Every service's totals over the window: one step covering it.
   const summary = usePoll(async signal => {
     const { services } = await gateway(base, '/v1/calls/services', {}, signal);
@@ -73,10 +73,10 @@ function GatewayCalls({ base, seconds, svc, setSvc }) {
         <td class="strong">${r.service}</td><td>${r.count}</td><td>${fmtNum(r.count / seconds)}</td>
         <td class=${r.errors ? 'bad-text' : ''}>${fmtPct(r.errors, r.count)}</td>
         <td>${fmtMs(r.p50)}</td><td>${fmtMs(r.p90)}</td><td>${fmtMs(r.p99)}</td></tr>`)}</tbody></table>`}
-    ${current && html`<${ServiceCalls} key=${current} base=${base} seconds=${seconds} service=${current} />`}`;
+    ${current && html`<${ServiceCalls} key=${current} base=${base} seconds=${seconds} service=${current} traceURL=${traceURL} />`}`;
 }
 
-function ServiceCalls({ base, seconds, service }) {
+function ServiceCalls({ base, seconds, service, traceURL }) {
   const { data, error } = usePoll(async signal => {
     const to = Date.now();
     const from = to - seconds * 1000;
@@ -128,10 +128,21 @@ function ServiceCalls({ base, seconds, service }) {
         <td>${fmtMs(e.p50_ms)}</td><td>${fmtMs(e.p99_ms)}</td></tr>`)}</tbody></table>
     <h3>Slowest calls in the window</h3>
     ${data.slow.length === 0 ? html`<p class="muted">No calls in the window.</p>` : html`
-    <table id="calls-slowest"><thead><tr><th>latency</th><th>start</th><th>endpoint</th><th>status</th><th>route</th><th>subset</th><th>retries</th><th>reason</th></tr></thead>
+    <table id="calls-slowest"><thead><tr><th>latency</th><th>start</th><th>endpoint</th><th>status</th><th>route</th><th>subset</th><th>retries</th><th>reason</th><th>trace</th></tr></thead>
       <tbody>${data.slow.map(c => html`<tr><td class="strong">${fmtMs(c.latency_us / 1000)}</td><td>${when(c.start)}</td>
         <td class="mono">${c.endpoint || '–'}</td><td class=${c.status >= 500 ? 'bad-text' : ''}>${c.status}</td>
         <td>${c.route || html`<span class="muted" title="no route name: the VirtualService's http route has no name (or no route matched)">–</span>`}</td>
-        <td class="mono">${c.subset || html`<span class="muted" title="no subset: the route's destination is the whole service">–</span>`}</td><td>${c.retries}</td><td>${c.reason || ''}</td></tr>`)}</tbody></table>`}
+        <td class="mono">${c.subset || html`<span class="muted" title="no subset: the route's destination is the whole service">–</span>`}</td><td>${c.retries}</td><td>${c.reason || ''}</td>
+        <td class="mono">${traceCell(c.trace_id, traceURL)}</td></tr>`)}</tbody></table>`}
   </section>`;
+}
+
+// traceCell is a call's trace: a link to the trace viewer the gateway names
+// (its --tracing-ui-url, "{trace_id}" replaced), or the id alone; nothing
+// for a call whose spans were not exported.
+export function traceCell(id, url) {
+  if (!id) return html`<span class="muted" title="no trace: the gateway exported no span of this call">–</span>`;
+  const short = id.slice(0, 8);
+  if (!url) return html`<span title=${id}>${short}</span>`;
+  return html`<a class="trace-link" href=${url.split('{trace_id}').join(encodeURIComponent(id))} target="_blank" rel="noopener" title=${id}>${short}</a>`;
 }
