@@ -244,44 +244,34 @@ func kvError(err error) error {
 // kvPut writes a key: {"value": base64, "flags": n}, with ?revision=R as
 // a precondition.
 func (a *API) kvPut(w http.ResponseWriter, r *http.Request, reg *backend) error {
-	k, err := a.kvStore()
-	if err != nil {
-		return err
-	}
-	ns, key, err := kvTarget(r, acl.Write, true)
-	if err != nil {
-		return err
-	}
-	cas, err := kvRevision(r)
-	if err != nil {
-		return err
-	}
-	body, err := readBody(w, r)
-	if err != nil {
-		return err
-	}
-	var in struct {
-		Value []byte `json:"value"`
-		Flags uint64 `json:"flags"`
-	}
-	if err := decodeStrict(body, &in); err != nil {
-		return err
-	}
-	ok, rev, err := k.Put(r.Context(), kv.Put{Namespace: ns, Key: key, Value: in.Value, Flags: in.Flags, CAS: cas})
-	if err != nil {
-		return kvError(err)
-	}
-	if !ok {
-		return kvConflict(k.Table(), ns, key, *cas)
-	}
-	return writeValue(w, rev, struct {
-		Revision int64 `json:"revision"`
-	}{rev})
+	return a.kvWrite(w, r, func(k KVStore, ns, key string, cas *int64) (bool, int64, error) {
+		body, err := readBody(w, r)
+		if err != nil {
+			return false, 0, err
+		}
+		var in struct {
+			Value []byte `json:"value"`
+			Flags uint64 `json:"flags"`
+		}
+		if err := decodeStrict(body, &in); err != nil {
+			return false, 0, err
+		}
+		return k.Put(r.Context(), kv.Put{Namespace: ns, Key: key, Value: in.Value, Flags: in.Flags, CAS: cas})
+	})
 }
 
 // kvDelete deletes a key, with ?revision=R as a precondition; deleting a
 // missing key (without one) is not an error, as in Consul.
 func (a *API) kvDelete(w http.ResponseWriter, r *http.Request, reg *backend) error {
+	return a.kvWrite(w, r, func(k KVStore, ns, key string, cas *int64) (bool, int64, error) {
+		return k.Delete(r.Context(), ns, key, false, cas)
+	})
+}
+
+// kvWrite runs op, a put or a delete of the request's key under its
+// ?revision precondition (nil: none), and answers the new revision, or 409
+// naming both revisions when the key moved on.
+func (a *API) kvWrite(w http.ResponseWriter, r *http.Request, op func(k KVStore, ns, key string, cas *int64) (bool, int64, error)) error {
 	k, err := a.kvStore()
 	if err != nil {
 		return err
@@ -294,7 +284,7 @@ func (a *API) kvDelete(w http.ResponseWriter, r *http.Request, reg *backend) err
 	if err != nil {
 		return err
 	}
-	ok, rev, err := k.Delete(r.Context(), ns, key, false, cas)
+	ok, rev, err := op(k, ns, key, cas)
 	if err != nil {
 		return kvError(err)
 	}
