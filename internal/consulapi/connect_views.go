@@ -88,42 +88,17 @@ func (a *API) catalogConnect(w http.ResponseWriter, r *http.Request) error {
 
 // GET /v1/health/connect/{name}?passing&tag=&filter=&node-meta=
 func (a *API) healthConnect(w http.ResponseWriter, r *http.Request) error {
-	name, err := serviceName(r)
+	h, err := a.parseHealthQuery(r)
 	if err != nil {
 		return err
 	}
-	q, b, f, err := a.readQuery(r, &serviceEntry{})
+	ins, index, err := a.connectInstances(r, h.name, h.b)
 	if err != nil {
 		return err
 	}
-	nm, err := nodeMetaFilter(r)
+	out, err := a.healthEntries(h, ins)
 	if err != nil {
 		return err
-	}
-	passing, err := boolParam(q, "passing")
-	if err != nil {
-		return err
-	}
-	ins, index, err := a.connectInstances(r, name, b)
-	if err != nil {
-		return err
-	}
-	out := []serviceEntry{}
-	for _, in := range ins {
-		if !tagged(in, q["tag"]) || passing && !in.ItemReady() {
-			continue
-		}
-		e := a.toEntry(in)
-		if passing && aggregate(e.Checks) != "passing" || !metaMatches(e.Node.Meta, nm) {
-			continue
-		}
-		ok, err := f.match(&e)
-		if err != nil {
-			return err
-		}
-		if ok {
-			out = append(out, e)
-		}
 	}
 	a.setMeta(w, index)
 	return writeJSON(w, out)

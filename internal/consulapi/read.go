@@ -423,52 +423,74 @@ func memoKey(endpoint string, passing bool, q url.Values, nodes string) string {
 
 // GET /v1/health/service/{name}?passing&tag=&filter=
 func (a *API) healthService(w http.ResponseWriter, r *http.Request) error {
-	name, err := serviceName(r)
+	h, err := a.parseHealthQuery(r)
 	if err != nil {
 		return err
 	}
-	q, b, f, err := a.readQuery(r, &serviceEntry{})
+	svc, err := a.service(r, h.name, h.b)
 	if err != nil {
 		return err
 	}
-	nm, err := nodeMetaFilter(r)
-	if err != nil {
-		return err
-	}
-	passing, err := boolParam(q, "passing")
-	if err != nil {
-		return err
-	}
-	svc, err := a.service(r, name, b)
-	if err != nil {
-		return err
-	}
-	body, err := memoJSON(svc, memoKey("h", passing, q, a.nodesFingerprint()), func() (any, error) {
-		out := []serviceEntry{}
-		for _, in := range svc.Items() {
-			if !tagged(in, q["tag"]) || passing && !in.ItemReady() {
-				continue
-			}
-			e := a.toEntry(in)
-			if passing && aggregate(e.Checks) != "passing" || !metaMatches(e.Node.Meta, nm) {
-				continue
-			}
-			ok, err := f.match(&e)
-			if err != nil {
-				return nil, err
-			}
-			if ok {
-				out = append(out, e)
-			}
-		}
-		return out, nil
+	body, err := memoJSON(svc, memoKey("h", h.passing, h.q, a.nodesFingerprint()), func() (any, error) {
+		return a.healthEntries(h, svc.Items())
 	})
 	if err != nil {
 		return err
 	}
 	a.setMeta(w, serviceIndex(svc))
-	cacheHeaders(w, q)
+	cacheHeaders(w, h.q)
 	return writeBytes(w, body)
+}
+
+// healthQuery is what a health read of a service asks: its name, the
+// blocking wait, ?tag, ?passing, ?node-meta and ?filter.
+type healthQuery struct {
+	name    string
+	q       url.Values
+	b       blocking
+	f       *filter
+	nm      map[string]string
+	passing bool
+}
+
+func (a *API) parseHealthQuery(r *http.Request) (*healthQuery, error) {
+	h := &healthQuery{}
+	var err error
+	if h.name, err = serviceName(r); err != nil {
+		return nil, err
+	}
+	if h.q, h.b, h.f, err = a.readQuery(r, &serviceEntry{}); err != nil {
+		return nil, err
+	}
+	if h.nm, err = nodeMetaFilter(r); err != nil {
+		return nil, err
+	}
+	if h.passing, err = boolParam(h.q, "passing"); err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+// healthEntries are the entries of items that h selects.
+func (a *API) healthEntries(h *healthQuery, items []*instance.Instance) ([]serviceEntry, error) {
+	out := []serviceEntry{}
+	for _, in := range items {
+		if !tagged(in, h.q["tag"]) || h.passing && !in.ItemReady() {
+			continue
+		}
+		e := a.toEntry(in)
+		if h.passing && aggregate(e.Checks) != "passing" || !metaMatches(e.Node.Meta, h.nm) {
+			continue
+		}
+		ok, err := h.f.match(&e)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			out = append(out, e)
+		}
+	}
+	return out, nil
 }
 
 // GET /v1/health/checks/{name}?filter=
