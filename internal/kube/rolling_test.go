@@ -23,9 +23,52 @@ import (
 
 	"github.com/sextant-mesh/sextant/internal/gateway"
 	"github.com/sextant-mesh/sextant/internal/gateway/xdsclient"
+	"github.com/sextant-mesh/sextant/internal/instance"
 	"github.com/sextant-mesh/sextant/internal/naming"
 	"github.com/sextant-mesh/sextant/internal/registry"
 )
+
+// checkedRegistry looks at a service after each of the sync's writes: the
+// sync is its one writer and writes from one goroutine, so what Lookup
+// answers right after a Sync returns is that write's state: every state
+// the sync made, where a watcher of the change feed may see two writes as
+// one version.
+type checkedRegistry struct {
+	*registry.Registry
+	key             naming.ServiceKey
+	mu              sync.Mutex
+	armed           bool
+	writes, emptied int
+}
+
+func (c *checkedRegistry) Sync(ctx context.Context, owner string, put []*instance.Instance, del []string) (int64, error) {
+	rev, err := c.Registry.Sync(ctx, owner, put, del)
+	if err == nil {
+		g := c.Registry.Instances().Lookup(c.key)
+		c.mu.Lock()
+		if c.armed {
+			c.writes++
+			if g == nil || g.ReadyLen() == 0 {
+				c.emptied++
+			}
+		}
+		c.mu.Unlock()
+	}
+	return rev, err
+}
+
+// arm starts the checks (the first sync fills the service from empty).
+func (c *checkedRegistry) arm() {
+	c.mu.Lock()
+	c.armed = true
+	c.mu.Unlock()
+}
+
+func (c *checkedRegistry) counts() (writes, emptied int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.writes, c.emptied
+}
 
 // startGateway runs Sextant's gateway as an xDS client of ads and returns
 // its URL.
@@ -198,9 +241,11 @@ func TestRollingUpdateThroughGateway(t *testing.T) {
 	create(old)
 
 	cs := startConfigStack(t)
-	runSyncer(t, srv.cfg, cs.reg, Options{Namespaces: []string{ns}})
 	key := naming.ServiceKey{Namespace: ns, Name: "web"}
+	checked := &checkedRegistry{Registry: cs.reg, key: key}
+	runSyncer(t, srv.cfg, checked, Options{Namespaces: []string{ns}})
 	waitFor(t, cs.reg, key, "200 ready instances", func(g *registry.Service) bool { return g.ReadyLen() == pods })
+	checked.arm()
 	gw := startGateway(t, cs.ads)
 	tr := &http.Transport{MaxIdleConnsPerHost: 8}
 	t.Cleanup(tr.CloseIdleConnections)
@@ -330,8 +375,12 @@ func TestRollingUpdateThroughGateway(t *testing.T) {
 	lwg.Wait()
 	stopWatch()
 	<-watched
-	t.Logf("rolling update of %d pods in waves of %d: %v; %d calls through the gateway, %d failed; %d versions of the service seen",
-		pods, wave, took.Round(time.Millisecond), calls.Load(), failed.Load(), versions.Load())
+	writes, emptied := checked.counts()
+	t.Logf("rolling update of %d pods in waves of %d: %v; %d calls through the gateway, %d failed; %d registry writes, %d versions of the service seen by a watcher",
+		pods, wave, took.Round(time.Millisecond), calls.Load(), failed.Load(), writes, versions.Load())
+	if emptied > 0 {
+		t.Errorf("%d of the sync's %d registry writes left the service without a ready instance", emptied, writes)
+	}
 	if calls.Load() < 100 {
 		t.Errorf("only %d calls during the update", calls.Load())
 	}

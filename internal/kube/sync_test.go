@@ -65,7 +65,7 @@ func openRegistry(t *testing.T) *registry.Registry {
 
 // runSyncer runs a Syncer over cfg until the test ends and waits for its
 // first sync.
-func runSyncer(t *testing.T, cfg *rest.Config, reg *registry.Registry, opts Options) *Syncer {
+func runSyncer(t *testing.T, cfg *rest.Config, reg Registry, opts Options) *Syncer {
 	t.Helper()
 	s, err := New(cfg, reg, opts)
 	if err != nil {
