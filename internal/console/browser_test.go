@@ -126,6 +126,13 @@ func TestConsoleScriptsInBrowser(t *testing.T) {
 				want: ['2026-11-26 09:05:07', '2026-01-02 23:59:00', '–']},
 			{name: 'durations never wrap', got: [ui.fmtMs(12.5), ui.fmtMs(0.02), ui.fmtMs(2500), ui.ago(new Date(Date.now() - 5500)), ui.ago(new Date(Date.now() - 3 * 86400e3))].map(v => v.replace(/\u00a0/g, '_')),
 				want: ['12.5_ms', '20_µs', '2.5_s', '5_s_ago', '3_days_ago']},
+			{name: 'instance sources', got: [
+				ui.instanceSource({metadata: {'sextant.io/owner': 'kubernetes', app: 'web'}}),
+				ui.instanceSource({metadata: {'consul-node': 'node-1'}}),
+				ui.instanceSource({metadata: {version: 'v1'}}),
+				ui.instanceSource({}),
+				ui.sourceCounts([{metadata: {'sextant.io/owner': 'kubernetes'}}, {metadata: {}}, {metadata: {'sextant.io/owner': 'kubernetes'}}])],
+				want: ['Kubernetes', 'Consul API', 'Sextant API', 'Sextant API', 'Kubernetes 2, Sextant API 1']},
 			{name: 'percentages', got: [ui.fmtPct(1, 3), ui.fmtPct(0, 5), ui.fmtPct(0, 0), ui.fmtPct(0.05, 1)], want: ['33.3%', '0%', '–', '5%']},
 			{name: 'hosts', got: [h.serviceOfHost('orders', 'prod'), h.serviceOfHost('orders.default.svc.cluster.local', 'prod'), h.serviceOfHost('a.b.default', 'x')],
 				want: [{namespace: 'prod', name: 'orders'}, {namespace: 'default', name: 'orders'}, {namespace: 'default', name: 'a.b'}]},

@@ -51,6 +51,11 @@ func TestServicePageInvalidSelectorInURL(t *testing.T) {
 		return document.querySelector('.inst-row[data-id="o1"]').children[cols.indexOf('version')].textContent; })()`); v != "v1" {
 		t.Errorf("the version column shows %q, want v1", v)
 	}
+	// Where it comes from: registered through Sextant's API.
+	if v := browsertest.Eval[string](t, b, `(() => { const cols = [...document.querySelectorAll('.thead.inst-row span')].map(s => s.textContent);
+		return document.querySelector('.inst-row[data-id="o1"]').children[cols.indexOf('source')].textContent + ' | ' + document.querySelector('#instance-sources').textContent; })()`); v != "Sextant API | from Sextant API 1" {
+		t.Errorf("the source column and summary show %q, want Sextant API | from Sextant API 1", v)
+	}
 	b.NoProblems(t, "invalid selector", "/instances")
 }
 

@@ -2,7 +2,7 @@
 // queries), the selector box, subsets, and the instance actions.
 import { html, useState, useEffect, useMemo, useRef } from '../vendor/lib.js';
 import { get, post, del, enc, allServices, ApiError } from './api.js';
-import { usePoll, VirtualList, ErrorBox, Badge, instanceState, KV, confirm, openModal, ago, when, count } from './ui.js';
+import { usePoll, VirtualList, ErrorBox, Badge, instanceState, instanceSource, sourceCounts, KV, confirm, openModal, ago, when, count } from './ui.js';
 import { serviceOfHost } from './hosts.js';
 
 export function ServiceList({ params }) {
@@ -112,16 +112,17 @@ export function ServicePage({ ns, name, params }) {
     </div>
     <div id="selector-error" class="field-error" role="alert">${st.selectorError ? st.selectorError.message : ''}</div>
     <p class="muted" id="instance-count">${st.instances === null ? (st.selectorError ? 'Nothing listed: fix the selector.' : 'Loading…') :
-      `${count(list.length, 'instance')}${selector ? (list.length === 1 ? ' matches' : ' match') : ''}: ${counts.healthy} healthy, ${counts.unhealthy} unhealthy, ${counts.isolated} isolated`}</p>
+      `${count(list.length, 'instance')}${selector ? (list.length === 1 ? ' matches' : ' match') : ''}: ${counts.healthy} healthy, ${counts.unhealthy} unhealthy, ${counts.isolated} isolated`}
+      ${list.length > 0 && html`<span class="sep">·</span> <span id="instance-sources" title="where the instances come from">from ${sourceCounts(list)}</span>`}</p>
     <div class="split">
       <div class="split-main">
-        <div class="thead inst-row"><span>state</span><span>id</span><span>address</span><span>version</span><span>weight</span><span>metadata</span></div>
+        <div class="thead inst-row"><span>state</span><span>id</span><span>address</span><span>version</span><span>weight</span><span>source</span><span>metadata</span></div>
         <${VirtualList} items=${list} rowHeight=${34} height=${520} cls=${'instances' + (st.selectorError ? ' stale' : '')} row=${i => {
           const [k, label] = instanceState(i);
           return html`<div class=${'inst-row' + (i.id === selected ? ' selected' : '')} data-id=${i.id} onClick=${() => setSelected(i.id)}>
             <span><${Badge} kind=${k}>${label}</${Badge}></span><span class="mono">${i.id}</span>
             <span class="mono">${i.host}:${i.port}</span><span>${i.version || ''}</span><span>${i.weight}</span>
-            <span class="meta"><${KV} map=${i.metadata} /></span></div>`;
+            <span>${instanceSource(i)}</span><span class="meta"><${KV} map=${i.metadata} /></span></div>`;
         }} />
         <${Subsets} ns=${ns} name=${name} revision=${st.revision} onPick=${setText} />
       </div>

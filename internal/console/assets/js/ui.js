@@ -180,6 +180,26 @@ export function instanceState(i) {
   return ['ok', 'healthy'];
 }
 
+// instanceSource is where an instance comes from: the system that syncs
+// it (metadata sextant.io/owner, set by the server: "kubernetes"), a
+// Consul API client (the reserved consul-node label), else Sextant's own
+// API (the SDK, the CLI, curl: one door, not told apart).
+export function instanceSource(i) {
+  const m = i.metadata || {};
+  const owner = m['sextant.io/owner'];
+  if (owner) return owner === 'kubernetes' ? 'Kubernetes' : owner;
+  if (m['consul-node'] !== undefined) return 'Consul API';
+  return 'Sextant API';
+}
+
+// sourceCounts is "Kubernetes 200, Sextant API 1": instances per source,
+// most first.
+export function sourceCounts(list) {
+  const c = new Map();
+  for (const i of list) { const s = instanceSource(i); c.set(s, (c.get(s) || 0) + 1); }
+  return [...c].sort((a, b) => b[1] - a[1] || (a[0] < b[0] ? -1 : 1)).map(([s, n]) => s + ' ' + n).join(', ');
+}
+
 export function Stat({ label, value, sub, kind = '' }) {
   return html`<div class=${'stat ' + kind}><div class="stat-value">${value}</div><div class="stat-label">${label}</div>${sub && html`<div class="stat-sub">${sub}</div>`}</div>`;
 }
