@@ -46,7 +46,8 @@ type Options struct {
 	History int64
 	// Poll is how often a waiting follower asks the database for other
 	// servers' commits (default 10ms). This process's commits wake it at
-	// once.
+	// once, and so do the others' announcements with Wake set: the poll is
+	// then what catches a lost one.
 	Poll time.Duration
 	// Wake, if set, is the UDP address (host:port, port 0: any) this
 	// server listens on for the other servers' commit announcements, and
