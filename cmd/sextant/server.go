@@ -56,6 +56,7 @@ type serverFlags struct {
 	store        string
 	clusterID    string
 	clusterLease time.Duration
+	clusterWake  string
 	http         string
 	xds          string
 	xdsMaxAge    time.Duration
@@ -169,6 +170,7 @@ consul_sd: Consul's services are the services of --consul-namespace.`,
 	fl.StringVar(&f.store, "store", "", "shared store of a cluster: 'mysql://user:pass@tcp(host:3306)/database' (MySQL 8 or MariaDB 10.11; the database and its schema are created); empty: the embedded store in --data")
 	fl.StringVar(&f.storePasswordFile, "store-password-file", "", "file holding --store's database password (else $"+storePasswordEnv+"); keeps it out of --store, which ps shows")
 	fl.DurationVar(&f.clusterLease, "cluster-lease", 5*time.Second, "with --store: how long a server that stops renewing stays a member; its instances move to the others after it")
+	fl.StringVar(&f.clusterWake, "cluster-wake", "auto", "with --store: the UDP host:port this server hears the others' commit announcements on (docs/cluster.md); auto: --http's host, or the address that reaches the database when --http's is unspecified, on a free port; off: none, followers wait for their poll")
 	fl.StringVar(&f.clusterID, "cluster-id", "", "with --store: this server's name among the cluster's members (default: --http and a random suffix)")
 	fl.StringVar(&f.http, "http", "127.0.0.1:7400", "address the HTTP API listens on")
 	fl.StringVar(&f.xds, "xds", "127.0.0.1:7402", "address the xDS (ADS over gRPC) server listens on; empty: no xDS")
@@ -688,7 +690,11 @@ func openStore(ctx context.Context, f serverFlags, addr string, log *slog.Logger
 	if !strings.HasPrefix(f.store, "mysql://") {
 		return nil, nil, fmt.Errorf("--store %q: want mysql://user:password@tcp(host:3306)/database", storeName(f.store))
 	}
-	st, err := mysql.Open(ctx, f.store, mysql.Options{Logger: log.With("component", "store"), Metrics: metrics, Password: f.storePassword,
+	wake, err := wakeAddr(f.clusterWake, addr, f.store)
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err := mysql.Open(ctx, f.store, mysql.Options{Logger: log.With("component", "store"), Metrics: metrics, Password: f.storePassword, Wake: wake,
 		Rows: map[store.Kind]mysql.Columns{store.Instances: instance.Columns{}}})
 	if err != nil {
 		return nil, nil, err

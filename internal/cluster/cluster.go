@@ -8,7 +8,8 @@
 // It owns no records and writes no health: the registry judges the
 // instances this package says it owns and writes flips through the store
 // like any change. Servers talk only through the database; none needs
-// another's address.
+// another's address (the store's commit announcements, which wake other
+// servers' followers, find theirs in the database too).
 package cluster
 
 import (

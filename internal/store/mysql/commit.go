@@ -169,6 +169,9 @@ func (s *Store) Commit(txns []store.Txn, _ bool) ([]store.Result, error) {
 		changes[i].Time = now
 	}
 	s.local.publish(head, changes)
+	if s.wake != nil && len(changes) > 0 {
+		s.wake.announce(changes[len(changes)-1].Revision)
+	}
 	return res, nil
 }
 

@@ -57,6 +57,17 @@ func (l *localFeed) publish(base int64, changes []store.Change) {
 	l.wake = make(chan struct{})
 }
 
+// nudge wakes the waiting followers without a commit of this process's:
+// another server announced one, which they read from the change table.
+func (l *localFeed) nudge() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.closed {
+		close(l.wake)
+		l.wake = make(chan struct{})
+	}
+}
+
 func (l *localFeed) close() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -119,7 +130,8 @@ const fetchRows = 8192
 
 // Next returns the next committed changes: this process's own straight
 // from memory when they follow the position without a gap, others' from
-// the change table. It waits for the next local commit or the next poll.
+// the change table. It waits for the next local commit, another server's
+// announcement of one (wake.go) or the next poll.
 // An unreachable database answers an error wrapping store.ErrUnavailable;
 // the feed keeps its position, so Next may be called again.
 func (f *feed) Next(ctx context.Context) ([]store.Change, error) {

@@ -10,7 +10,8 @@
 // applied revision N has applied every change below N, whoever wrote it.
 // Followers read the change table by revision (never by modification time,
 // which misses a row that commits late), poll it at a short interval, and
-// are woken at once by this process's own commits.
+// are woken at once by this process's own commits and by the other
+// servers' announcements of theirs (wake.go).
 //
 // The package also holds what the cluster keeps in the database besides
 // records: the membership leases and the relayed heartbeats (members.go).
@@ -45,8 +46,15 @@ type Options struct {
 	History int64
 	// Poll is how often a waiting follower asks the database for other
 	// servers' commits (default 10ms). This process's commits wake it at
-	// once.
+	// once, and so do the others' announcements with Wake set: the poll is
+	// then what catches a lost one.
 	Poll time.Duration
+	// Wake, if set, is the UDP address (host:port, port 0: any) this
+	// server listens on for the other servers' commit announcements, and
+	// from which it announces its own (wake.go): a follower then wakes at
+	// once on another server's commit instead of at its next poll. The
+	// host must be one the other servers reach.
+	Wake string
 	// Timeout bounds one commit, one poll and one cluster round trip
 	// (default 10s).
 	Timeout time.Duration
@@ -99,6 +107,7 @@ type Store struct {
 	wg     sync.WaitGroup
 
 	local localFeed // this process's recent commits, for its followers
+	wake  *waker    // nil: no announcements (Options.Wake unset)
 
 	lastOK   atomic.Int64 // unix ns of the last round trip that reached the database
 	rtt      prometheus.Histogram
@@ -217,6 +226,12 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	s.local.init()
 	s.wg.Add(1)
 	go func() { defer s.wg.Done(); s.compactLoop() }()
+	if opts.Wake != "" {
+		if err := s.startWake(ctx, opts.Wake); err != nil {
+			s.Close()
+			return nil, err
+		}
+	}
 	s.log.Info("mysql store open", "database", cfg.DBName, "addr", cfg.Addr, "schema", version)
 	return s, nil
 }
@@ -265,6 +280,9 @@ func (s *Store) Close() error {
 	}
 	close(s.done)
 	s.local.close()
+	if s.wake != nil {
+		s.wake.conn.Close() // ends its listener
+	}
 	s.wg.Wait()
 	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("mysql: close: %w", err)
