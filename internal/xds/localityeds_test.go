@@ -91,4 +91,3 @@ func TestEDSLocalityPriorities(t *testing.T) {
 		})
 	}
 }
-
