@@ -224,3 +224,25 @@ func Load(levels []Level, out []uint32) []uint32 {
 	out[first] += left
 	return out
 }
+
+// Rules is a DestinationRule's localityLbSetting: Off turns locality
+// priorities off (every locality one priority); at most one of Failover
+// and Distribute is set. The zero value is Istio's default: on, no rules.
+type Rules struct {
+	Off        bool
+	Failover   []Failover
+	Distribute []Distribute
+}
+
+// Equal reports whether r and o say the same (nil is the zero Rules).
+func (r *Rules) Equal(o *Rules) bool {
+	var zero Rules
+	if r == nil {
+		r = &zero
+	}
+	if o == nil {
+		o = &zero
+	}
+	return r.Off == o.Off && slices.Equal(r.Failover, o.Failover) &&
+		slices.EqualFunc(r.Distribute, o.Distribute, func(a, b Distribute) bool { return a.From == b.From && slices.Equal(a.To, b.To) })
+}

@@ -7,6 +7,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	topo "github.com/sextant-mesh/sextant/internal/locality"
 )
@@ -62,26 +63,48 @@ func (lm *localityMemo) of(e *entry, loc topo.Locality) *entry {
 }
 
 func localityVariant(e *entry, loc topo.Locality) *entry {
+	if e.rules != nil && e.rules.Off {
+		return e
+	}
 	var cla endpointv3.ClusterLoadAssignment
 	if err := proto.Unmarshal(e.value, &cla); err != nil || len(cla.Endpoints) < 2 {
 		return e
 	}
 	locs := make([]topo.Locality, len(cla.Endpoints))
+	weights := make([]uint32, len(cla.Endpoints))
 	for i, le := range cla.Endpoints {
 		if le.GetPriority() != 0 {
 			return e // priorities of its own: kept
 		}
 		l := le.GetLocality()
 		locs[i] = topo.Locality{Region: l.GetRegion(), Zone: l.GetZone(), SubZone: l.GetSubZone()}
+		weights[i] = le.GetLoadBalancingWeight().GetValue()
 	}
-	prio := topo.Priorities(loc, locs, nil)
-	differ := false
-	for i, p := range prio {
-		cla.Endpoints[i].Priority = p
-		differ = differ || p != 0
+	var rules topo.Rules
+	if e.rules != nil {
+		rules = *e.rules
 	}
-	if !differ {
-		return e
+	// distribute: locality weights instead of priorities (Istio applies
+	// one or the other); a locality no rule sends to is left out.
+	if w, ok := topo.Weights(loc, locs, weights, rules.Distribute); ok {
+		kept := cla.Endpoints[:0]
+		for i, le := range cla.Endpoints {
+			if w[i] > 0 {
+				le.LoadBalancingWeight = wrapperspb.UInt32(w[i])
+				kept = append(kept, le)
+			}
+		}
+		cla.Endpoints = kept
+	} else {
+		prio := topo.Priorities(loc, locs, rules.Failover)
+		differ := false
+		for i, p := range prio {
+			cla.Endpoints[i].Priority = p
+			differ = differ || p != 0
+		}
+		if !differ {
+			return e
+		}
 	}
 	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(&cla)
 	if err != nil {
