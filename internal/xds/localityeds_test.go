@@ -12,6 +12,7 @@ import (
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 
 	"github.com/sextant-mesh/sextant/internal/label"
+	topo "github.com/sextant-mesh/sextant/internal/locality"
 )
 
 // A subscriber that says where it runs (Node.locality) gets Istio's
@@ -89,5 +90,57 @@ func TestEDSLocalityPriorities(t *testing.T) {
 			}
 			s.CloseSend()
 		})
+	}
+}
+
+// A cluster's localityLbSetting changing alone (the same endpoints) is a
+// new version: enabled false sends the shared assignment, failover
+// reorders the regions.
+func TestEDSLocalityRules(t *testing.T) {
+	region := func(r string) label.Labels { return label.FromMap(map[string]string{"region": r}) }
+	eps := []Endpoint{
+		{ID: "a", Host: "10.0.0.1", Port: 80, Weight: 1, Healthy: true, Metadata: region("r1")},
+		{ID: "b", Host: "10.0.0.2", Port: 80, Weight: 1, Healthy: true, Metadata: region("r2")},
+		{ID: "c", Host: "10.0.0.3", Port: 80, Weight: 1, Healthy: true, Metadata: region("r3")},
+	}
+	c := NewCache()
+	apply := func(v string, rules *topo.Rules) {
+		if _, err := c.Apply(TypeEndpoint, []Resource{{Name: "svc", Version: v, Message: LoadAssignment("svc", eps), Locality: rules}}, nil, v, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	apply("1", nil)
+	_, conn := startADS(t, c)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s, err := discoverygrpc.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Send(&discoveryv3.DiscoveryRequest{Node: &corev3.Node{Id: "n", Locality: &corev3.Locality{Region: "r1"}}, TypeUrl: TypeEndpoint.URL(), ResourceNames: []string{"svc"}})
+	next := func() map[string]uint32 {
+		t.Helper()
+		r := recv(t, s)
+		var cla endpointv3.ClusterLoadAssignment
+		if len(r.Resources) != 1 || r.Resources[0].UnmarshalTo(&cla) != nil {
+			t.Fatalf("EDS: %v", r.Resources)
+		}
+		s.Send(&discoveryv3.DiscoveryRequest{TypeUrl: TypeEndpoint.URL(), ResourceNames: []string{"svc"}, VersionInfo: r.VersionInfo, ResponseNonce: r.Nonce})
+		out := map[string]uint32{}
+		for _, le := range cla.Endpoints {
+			out[le.GetLocality().GetRegion()] = le.GetPriority()
+		}
+		return out
+	}
+	if got, want := next(), map[string]uint32{"r1": 0, "r2": 1, "r3": 1}; !maps.Equal(got, want) {
+		t.Fatalf("defaults: %v, want %v", got, want)
+	}
+	apply("2", &topo.Rules{Failover: []topo.Failover{{From: "r1", To: "r3"}}})
+	if got, want := next(), map[string]uint32{"r1": 0, "r2": 2, "r3": 1}; !maps.Equal(got, want) {
+		t.Fatalf("failover r1 -> r3: %v, want %v", got, want)
+	}
+	apply("3", &topo.Rules{Off: true})
+	if got, want := next(), map[string]uint32{"r1": 0, "r2": 0, "r3": 0}; !maps.Equal(got, want) {
+		t.Fatalf("enabled false: %v, want %v", got, want)
 	}
 }
