@@ -11,6 +11,7 @@ import (
 	discoverygrpc "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 
+	"github.com/sextant-mesh/sextant/internal/config"
 	"github.com/sextant-mesh/sextant/internal/label"
 	topo "github.com/sextant-mesh/sextant/internal/locality"
 )
@@ -142,5 +143,21 @@ func TestEDSLocalityRules(t *testing.T) {
 	apply("3", &topo.Rules{Off: true})
 	if got, want := next(), map[string]uint32{"r1": 0, "r2": 0, "r3": 0}; !maps.Equal(got, want) {
 		t.Fatalf("enabled false: %v, want %v", got, want)
+	}
+}
+
+// distribute tells Envoy to follow locality weights (lb_policy clusters);
+// failover alone does not.
+func TestClusterLocalityWeighted(t *testing.T) {
+	d := &topo.Rules{Distribute: []topo.Distribute{{From: "r1", To: []topo.Share{{Pattern: "r1", Weight: 100}}}}}
+	c := Cluster("c", config.Policy{Locality: d})
+	if err := c.ValidateAll(); err != nil {
+		t.Fatal(err)
+	}
+	if c.GetCommonLbConfig().GetLocalityWeightedLbConfig() == nil {
+		t.Fatalf("distribute: no locality_weighted_lb_config: %v", c.GetCommonLbConfig())
+	}
+	if c := Cluster("c", config.Policy{Locality: &topo.Rules{Failover: []topo.Failover{{From: "r1", To: "r2"}}}}); c.GetCommonLbConfig() != nil {
+		t.Fatalf("failover: common_lb_config %v", c.GetCommonLbConfig())
 	}
 }
