@@ -46,7 +46,10 @@ type clusterSpec struct {
 	tls        *upstreamTLSSpec // nil: plaintext
 	budget     retryBudget
 	hc         *healthCheckSpec // active health check; nil: EDS health only
-	raw        proto.Message
+	// localityWeighted: common_lb_config.locality_weighted_lb_config, the
+	// EDS localities' weights split each priority's calls (priority.go).
+	localityWeighted bool
+	raw              proto.Message
 	// unsupported says why calls cannot be sent to this cluster (a type or
 	// policy the gateway does not implement); "" for a usable cluster.
 	unsupported string
@@ -82,6 +85,7 @@ func decodeCluster(c *cluster.Cluster) (*clusterSpec, error) {
 		return nil, fieldErr("name", "empty")
 	}
 	s.service = s.name
+	s.localityWeighted = c.GetCommonLbConfig().GetLocalityWeightedLbConfig() != nil
 	md := c.GetMetadata().GetFilterMetadata()[SextantMetadataKey].GetFields()
 	if v, ok := scalar(md["service"]); ok && v != "" {
 		s.service = v
@@ -434,8 +438,10 @@ type hostSpec struct {
 	// the one the gateway gives it from its own locality (locality.go).
 	priority uint32
 	locality locality.Locality
-	labels   label.Labels // as the subset balancer reads them
-	lists    map[string][]string
+	// locWeight is the locality's load_balancing_weight (0: none).
+	locWeight uint32
+	labels    label.Labels // as the subset balancer reads them
+	lists     map[string][]string
 }
 
 // maxPriority bounds an EDS priority: each level is a balancer.
@@ -489,7 +495,8 @@ func decodeHosts(cla *endpointpb.ClusterLoadAssignment, prefix string) ([]hostSp
 				return nil, fieldErr(path+".endpoint.address.socket_address.port_value", "%d not in [1, 65535]", port)
 			}
 			h := hostSpec{addr: net.JoinHostPort(sa.GetAddress(), strconv.Itoa(int(port))), weight: 1, priority: le.GetPriority(),
-				locality: locality.Locality{Region: le.GetLocality().GetRegion(), Zone: le.GetLocality().GetZone(), SubZone: le.GetLocality().GetSubZone()}}
+				locality:  locality.Locality{Region: le.GetLocality().GetRegion(), Zone: le.GetLocality().GetZone(), SubZone: le.GetLocality().GetSubZone()},
+				locWeight: le.GetLoadBalancingWeight().GetValue()}
 			if p, dup := seen[h.addr]; dup {
 				return nil, fieldErr(path, "address %s repeats %s", h.addr, p)
 			}

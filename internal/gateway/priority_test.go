@@ -9,6 +9,7 @@ import (
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sextant-mesh/sextant/internal/gateway"
 	"github.com/sextant-mesh/sextant/internal/locality"
@@ -123,4 +124,40 @@ func TestLocalityFailover(t *testing.T) {
 	waitFor(t, "failover by the active check", func() bool { return countCalls(t, g, 5, b)[0] == 5 })
 	down.Store(false)
 	waitFor(t, "back by the active check", func() bool { return countCalls(t, g, 5, a)[0] == 5 })
+}
+
+// A cluster with locality_weighted_lb_config splits calls by the EDS
+// localities' weights (what a DestinationRule's distribute publishes):
+// 80/20 within binomial bounds; and by their healthy share: a locality
+// with one of its two hosts down takes 1.4 x 50% = 70% of its weight.
+func TestLocalityWeights(t *testing.T) {
+	a1, a2, b := startUpstream(t, "a1", nil), startUpstream(t, "a2", nil), startUpstream(t, "b", nil)
+	cp := startControlPlane(t, "")
+	routes := routeConfig("r", vhost("all", []string{"*"}, prefixRoute("/", "svc")))
+	weighted := func(c *cluster.Cluster) {
+		c.CommonLbConfig = &cluster.Cluster_CommonLbConfig{LocalityConfigSpecifier: &cluster.Cluster_CommonLbConfig_LocalityWeightedLbConfig_{
+			LocalityWeightedLbConfig: &cluster.Cluster_CommonLbConfig_LocalityWeightedLbConfig{}}}
+	}
+	set := func(ha2 core.HealthStatus) {
+		cla := zoned("svc", nil, []string{"a", "b"}, []ep{{u: a1}, {u: a2, healthy: ha2}}, []ep{{u: b}})
+		cla.Endpoints[0].LoadBalancingWeight = wrapperspb.UInt32(80)
+		cla.Endpoints[1].LoadBalancingWeight = wrapperspb.UInt32(20)
+		cp.set(rdsListener("gw", "r"), routes, edsCluster("svc", weighted), cla)
+	}
+	set(core.HealthStatus_HEALTHY)
+	g := startGateway(t, cp.addr)
+	g.waitEndpoints(t, 1)
+	const n = 1000
+	got := countCalls(t, g, n, a1, a2, b)
+	// 80% of 1,000, sd 12.6: 5 sd either side.
+	if a := got[0] + got[1]; a < 737 || a > 863 {
+		t.Fatalf("80/20: zone a got %d of %d (%v)", a, n, got)
+	}
+	// a2 down: zone a's effective weight 80 x 0.7 = 56 against 20: 73.7%.
+	set(core.HealthStatus_UNHEALTHY)
+	waitFor(t, "a2 out", func() bool { return countCalls(t, g, 20, a2)[0] == 0 })
+	got = countCalls(t, g, n, a1, a2, b)
+	if got[1] != 0 || got[0] < 667 || got[0] > 807 {
+		t.Fatalf("a2 down: zone a got %v of %d, want ~737", got, n)
+	}
 }
