@@ -264,7 +264,11 @@ func (g *Gateway) Update(s xdsclient.State) (map[string][]string, error) {
 		if spec.eds != "" {
 			eds = append(eds, spec.eds)
 			if a, ok := s[EndpointType][spec.eds].(*assignmentSpec); ok {
-				hosts = localize(g.opts.Locality, a.hosts)
+				hosts = a.hosts
+				if !spec.localityWeighted {
+					// Weights (distribute) instead of priorities, as Istio.
+					hosts = localize(g.opts.Locality, a.hosts)
+				}
 			}
 		}
 		if rt.hc != nil && rt != g.clusters[name] {
