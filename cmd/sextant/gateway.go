@@ -33,6 +33,7 @@ import (
 	"github.com/sextant-mesh/sextant/internal/calllog"
 	"github.com/sextant-mesh/sextant/internal/gateway"
 	"github.com/sextant-mesh/sextant/internal/gateway/xdsclient"
+	"github.com/sextant-mesh/sextant/internal/locality"
 	"github.com/sextant-mesh/sextant/internal/trace"
 )
 
@@ -49,6 +50,7 @@ type gatewayFlags struct {
 	adminHosts               []string
 	identityNS, identitySA   string
 	maxBody                  int
+	locality                 string
 	noRecords                bool
 	retainAge                time.Duration
 	retainBytes              int64
@@ -116,6 +118,7 @@ docs/gateway.md.`,
 	fl.StringSliceVar(&f.adminHosts, "admin-allowed-hosts", nil, "more host names the admin API answers to on a loopback --admin, besides localhost and IP addresses; *: any (docs/security.md)")
 	fl.StringVar(&f.identityNS, "identity-namespace", "", "get this gateway's workload identity (for DestinationRules' tls ISTIO_MUTUAL) for this namespace from the server at --registry; the token needs identity:write on it")
 	fl.StringVar(&f.identitySA, "identity-service-account", "sextant-gateway", "the service account of --identity-namespace's identity")
+	fl.StringVar(&f.locality, "locality", "", "where this gateway runs, region[/zone[/subzone]]: endpoints in its zone are preferred, then its region, then the rest, failing over when a zone's endpoints are down (docs/gateway.md); empty: no preference")
 	fl.IntVar(&f.maxBody, "max-request-bytes", 0, "largest request body accepted (413 beyond); 0: no limit (bodies stream)")
 	fl.BoolVar(&f.noRecords, "no-call-log", false, "do not record calls")
 	fl.DurationVar(&f.retainAge, "retain", 7*24*time.Hour, "delete call records older than this")
@@ -160,6 +163,10 @@ func runGateway(ctx context.Context, f gatewayFlags) error {
 	if err := checkTraceURL(f.tracingUI); err != nil {
 		return err
 	}
+	loc, err := locality.Parse(f.locality)
+	if err != nil {
+		return fmt.Errorf("--locality: %w", err)
+	}
 	var tlsPorts []uint32
 	for _, a := range f.tlsListen {
 		_, ps, err := net.SplitHostPort(a)
@@ -189,7 +196,7 @@ func runGateway(ctx context.Context, f gatewayFlags) error {
 	g := gateway.New(gateway.Options{Listener: f.listener, ListenPort: uint32(port), TLSListenPorts: tlsPorts, MaxRequestBytes: f.maxBody,
 		Recorder: rec, Logger: log.With("component", "gateway"),
 		IstioMetrics: f.istioMetrics, IstioReporters: f.istioReporters, IstioMaxSeries: f.istioMaxSeries, Tracing: tracing,
-		AccessLog: accessLog})
+		AccessLog: accessLog, Locality: loc})
 
 	tlsCfg, err := clientTLS(f.caFile, f.certFile, f.keyFile)
 	if err != nil {
@@ -228,7 +235,8 @@ func runGateway(ctx context.Context, f gatewayFlags) error {
 		})
 	}
 	xc, err := proxyXDS(lc, f.xds, f.token, tlsCfg, g, gateway.XDSTypes(),
-		&core.Node{Id: f.node, Cluster: "sextant-gateway", UserAgentName: "sextant-gateway"}, log)
+		&core.Node{Id: f.node, Cluster: "sextant-gateway", UserAgentName: "sextant-gateway",
+			Locality: &core.Locality{Region: loc.Region, Zone: loc.Zone, SubZone: loc.SubZone}}, log)
 	if err != nil {
 		return err
 	}

@@ -15,6 +15,7 @@ func TestGatewayIstioMetricsFlagsRefused(t *testing.T) {
 	}{
 		{gatewayFlags{listen: "127.0.0.1:0", logFormat: "text", logLevel: "info", istioMetrics: true, istioReporters: []string{"source", "client"}, istioMaxSeries: 10}, `--istio-metrics-reporters: "client" is not a reporter`},
 		{gatewayFlags{listen: "127.0.0.1:0", logFormat: "text", logLevel: "info", istioMetrics: true, istioReporters: []string{"destination"}, istioMaxSeries: 0}, "--istio-metrics-max-series 0"},
+		{gatewayFlags{listen: "127.0.0.1:0", logFormat: "text", logLevel: "info", locality: "r1//a"}, `--locality: locality: invalid: "r1//a"`},
 	} {
 		err := runGateway(t.Context(), c.f)
 		if err == nil || !strings.Contains(err.Error(), c.want) {

@@ -7,6 +7,7 @@ import (
 	networking "istio.io/api/networking/v1"
 
 	"github.com/sextant-mesh/sextant/internal/label"
+	"github.com/sextant-mesh/sextant/internal/locality"
 )
 
 // Policy is the traffic policy in force for one cluster: a
@@ -38,6 +39,10 @@ type Policy struct {
 	// TLSNamespace is where TLS's credentialName is (the DestinationRule's
 	// namespace).
 	TLSNamespace string
+	// Locality is loadBalancer.localityLbSetting (localitylb.go), nil for
+	// Istio's defaults. A pointer: policies compared with == compare it by
+	// identity, and one DestinationRule's decode gives one.
+	Locality *locality.Rules
 }
 
 // EffectivePolicy returns the policy of subset ("" for the whole service)
@@ -66,6 +71,7 @@ func EffectivePolicy(dr *Object, subset string, port uint32) Policy {
 	} else if a, ok := dr.Annotations[AnnotationLoadBalancer]; ok && lb == nil {
 		p.LoadBalancer = a
 	}
+	p.Locality = localityRules(lb.GetLocalityLbSetting())
 	if ch := lb.GetConsistentHash(); ch != nil {
 		hashPolicy(&p, ch)
 	} else if lb != nil {

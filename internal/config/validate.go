@@ -352,6 +352,9 @@ func validateDR(c errs, path string, o *Object) {
 
 func validatePolicy(c errs, path string, tp *networking.TrafficPolicy) {
 	validatePortLevel(c, path, tp)
+	if ll := tp.LoadBalancer.GetLocalityLbSetting(); ll != nil {
+		validateLocalityLb(c, join(path, "loadBalancer.localityLbSetting"), ll)
+	}
 	if ch := tp.LoadBalancer.GetConsistentHash(); ch != nil {
 		validateHash(c, join(path, "loadBalancer.consistentHash"), ch)
 	} else if lb := tp.LoadBalancer; lb != nil {

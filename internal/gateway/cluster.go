@@ -306,7 +306,7 @@ type clusterRT struct {
 	spec   *clusterSpec
 	name   string
 	policy balancer.Policy
-	lb     *subset.LB
+	lb     *levelLB
 	useMD  bool // the cluster has subset selectors: pass request metadata
 	eps    atomic.Pointer[map[string]*endpoint]
 	m      *clusterMetrics
@@ -334,7 +334,7 @@ func newClusterRT(spec *clusterSpec, policy balancer.Policy, m *clusterMetrics) 
 		cfg = *spec.subset
 		useMD = len(cfg.Selectors) > 0
 	}
-	lb, err := subset.New(cfg, policy, nil)
+	lb, err := newLevelLB(cfg, policy, spec.localityWeighted)
 	if err != nil {
 		return nil, fmt.Errorf("gateway: cluster %q: %w", spec.name, err)
 	}
@@ -372,6 +372,7 @@ func (c *clusterRT) setHosts(hosts []hostSpec, p *pools, mf *metricsSet) error {
 	old := *c.eps.Load()
 	eps := make(map[string]*endpoint, len(next))
 	var upsert []*subset.Host
+	var places []hostPlace
 	var health []hostSpec
 	for addr, h := range next {
 		prev, had := c.hosts[addr]
@@ -381,8 +382,10 @@ func (c *clusterRT) setHosts(hosts []hostSpec, p *pools, mf *metricsSet) error {
 			eps[addr] = &endpoint{addr: addr, up: p.acquire(addr, c.spec.h2c, c.spec.connect, c.tls),
 				m: mf.endpoint(c.name, addr)}
 		}
-		if !had || prev.weight != h.weight || !prev.labels.Equal(h.labels) || !listsEqual(prev.lists, h.lists) {
+		if !had || prev.weight != h.weight || prev.priority != h.priority || prev.locality != h.locality || prev.locWeight != h.locWeight ||
+			!prev.labels.Equal(h.labels) || !listsEqual(prev.lists, h.lists) {
 			upsert = append(upsert, &subset.Host{ID: addr, Addr: addr, Weight: h.weight, Labels: h.labels, Lists: h.lists})
+			places = append(places, hostPlace{level: h.priority, loc: h.locality, weight: h.locWeight})
 		}
 		if !had || prev.healthy != h.healthy {
 			health = append(health, h)
@@ -407,7 +410,7 @@ func (c *clusterRT) setHosts(hosts []hostSpec, p *pools, mf *metricsSet) error {
 	// Publish the endpoints before the balancer can pick them.
 	c.eps.Store(&eps)
 	if len(upsert) > 0 {
-		if err := c.lb.Upsert(upsert...); err != nil {
+		if err := c.lb.upsert(upsert, places); err != nil {
 			return fmt.Errorf("gateway: cluster %q: %w", c.name, err)
 		}
 	}

@@ -24,6 +24,7 @@ import (
 
 	"github.com/sextant-mesh/sextant/internal/balancer"
 	"github.com/sextant-mesh/sextant/internal/label"
+	"github.com/sextant-mesh/sextant/internal/locality"
 	"github.com/sextant-mesh/sextant/internal/subset"
 )
 
@@ -45,7 +46,10 @@ type clusterSpec struct {
 	tls        *upstreamTLSSpec // nil: plaintext
 	budget     retryBudget
 	hc         *healthCheckSpec // active health check; nil: EDS health only
-	raw        proto.Message
+	// localityWeighted: common_lb_config.locality_weighted_lb_config, the
+	// EDS localities' weights split each priority's calls (priority.go).
+	localityWeighted bool
+	raw              proto.Message
 	// unsupported says why calls cannot be sent to this cluster (a type or
 	// policy the gateway does not implement); "" for a usable cluster.
 	unsupported string
@@ -81,6 +85,7 @@ func decodeCluster(c *cluster.Cluster) (*clusterSpec, error) {
 		return nil, fieldErr("name", "empty")
 	}
 	s.service = s.name
+	s.localityWeighted = c.GetCommonLbConfig().GetLocalityWeightedLbConfig() != nil
 	md := c.GetMetadata().GetFilterMetadata()[SextantMetadataKey].GetFields()
 	if v, ok := scalar(md["service"]); ok && v != "" {
 		s.service = v
@@ -429,9 +434,18 @@ type hostSpec struct {
 	addr    string
 	weight  uint32
 	healthy bool
-	labels  label.Labels // as the subset balancer reads them
-	lists   map[string][]string
+	// priority is the EDS priority of the host's locality (0 first), or
+	// the one the gateway gives it from its own locality (locality.go).
+	priority uint32
+	locality locality.Locality
+	// locWeight is the locality's load_balancing_weight (0: none).
+	locWeight uint32
+	labels    label.Labels // as the subset balancer reads them
+	lists     map[string][]string
 }
+
+// maxPriority bounds an EDS priority: each level is a balancer.
+const maxPriority = 127
 
 // assignmentSpec is a decoded ClusterLoadAssignment.
 type assignmentSpec struct {
@@ -464,6 +478,9 @@ func decodeHosts(cla *endpointpb.ClusterLoadAssignment, prefix string) ([]hostSp
 	var hosts []hostSpec
 	seen := map[string]string{}
 	for i, le := range cla.GetEndpoints() {
+		if p := le.GetPriority(); p > maxPriority {
+			return nil, fieldErr(fmt.Sprintf("%sendpoints[%d].priority", prefix, i), "%d above %d", p, maxPriority)
+		}
 		for j, lb := range le.GetLbEndpoints() {
 			path := fmt.Sprintf("%sendpoints[%d].lb_endpoints[%d]", prefix, i, j)
 			sa := lb.GetEndpoint().GetAddress().GetSocketAddress()
@@ -477,7 +494,9 @@ func decodeHosts(cla *endpointpb.ClusterLoadAssignment, prefix string) ([]hostSp
 			if port == 0 || port > 65535 {
 				return nil, fieldErr(path+".endpoint.address.socket_address.port_value", "%d not in [1, 65535]", port)
 			}
-			h := hostSpec{addr: net.JoinHostPort(sa.GetAddress(), strconv.Itoa(int(port))), weight: 1}
+			h := hostSpec{addr: net.JoinHostPort(sa.GetAddress(), strconv.Itoa(int(port))), weight: 1, priority: le.GetPriority(),
+				locality:  locality.Locality{Region: le.GetLocality().GetRegion(), Zone: le.GetLocality().GetZone(), SubZone: le.GetLocality().GetSubZone()},
+				locWeight: le.GetLoadBalancingWeight().GetValue()}
 			if p, dup := seen[h.addr]; dup {
 				return nil, fieldErr(path, "address %s repeats %s", h.addr, p)
 			}

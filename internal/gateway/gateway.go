@@ -30,6 +30,7 @@ import (
 	"github.com/sextant-mesh/sextant/internal/balancer"
 	"github.com/sextant-mesh/sextant/internal/calllog"
 	"github.com/sextant-mesh/sextant/internal/gateway/xdsclient"
+	"github.com/sextant-mesh/sextant/internal/locality"
 )
 
 // Recorder receives one record per call.
@@ -74,6 +75,11 @@ type Options struct {
 	Inbound *Inbound
 	// AccessLog turns on access logs (accesslog.go); nil: off.
 	AccessLog *AccessLog
+	// Locality is where the gateway runs (zero: unknown). With it, an EDS
+	// assignment whose localities all have priority 0 gets Istio's
+	// priorities from here (priority.go's localize): same zone first,
+	// then the region, then the rest.
+	Locality locality.Locality
 }
 
 // Gateway is the proxy. Update is called by the xDS client's goroutine;
@@ -259,6 +265,10 @@ func (g *Gateway) Update(s xdsclient.State) (map[string][]string, error) {
 			eds = append(eds, spec.eds)
 			if a, ok := s[EndpointType][spec.eds].(*assignmentSpec); ok {
 				hosts = a.hosts
+				if !spec.localityWeighted {
+					// Weights (distribute) instead of priorities, as Istio.
+					hosts = localize(g.opts.Locality, a.hosts)
+				}
 			}
 		}
 		if rt.hc != nil && rt != g.clusters[name] {

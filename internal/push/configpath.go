@@ -16,6 +16,7 @@ import (
 
 	"github.com/sextant-mesh/sextant/internal/config"
 	"github.com/sextant-mesh/sextant/internal/label"
+	"github.com/sextant-mesh/sextant/internal/locality"
 	"github.com/sextant-mesh/sextant/internal/naming"
 	"github.com/sextant-mesh/sextant/internal/xds"
 )
@@ -614,7 +615,10 @@ func (w *configWorker) specFor(s naming.ServiceKey, dests []config.Destination) 
 	// route, a mesh VirtualService, or one of Gateways (ingress routes by
 	// the push engine's clusters).
 	whole := w.ix.VirtualService(s) == nil || slices.Contains(dests, config.Destination{Service: s}) || w.ix.GatewayRoutesToWhole(s)
-	spec := &serviceSpec{clusters: []clusterSpec{{name: xds.ClusterName(s, "", 0), publish: whole}}, entry: w.ix.Entry(s)}
+	rules := func(subset string, port uint32) *locality.Rules {
+		return config.EffectivePolicy(dr, subset, port).Locality
+	}
+	spec := &serviceSpec{clusters: []clusterSpec{{name: xds.ClusterName(s, "", 0), publish: whole, locality: rules("", 0)}}, entry: w.ix.Entry(s)}
 	// A cluster keeps its usable flag from the previous spec.
 	prev := w.e.spec(s)
 	flag := func(name string) *usableFlag {
@@ -629,7 +633,8 @@ func (w *configWorker) specFor(s naming.ServiceKey, dests []config.Destination) 
 		for _, sub := range dr.DestinationRule.Subsets {
 			sel, _ := config.SubsetSelector(dr, sub.Name)
 			name := xds.ClusterName(s, sub.Name, 0)
-			spec.clusters = append(spec.clusters, clusterSpec{name: name, subset: sub.Name, sel: sel, publish: true, usable: flag(name)})
+			spec.clusters = append(spec.clusters, clusterSpec{name: name, subset: sub.Name, sel: sel, publish: true, usable: flag(name),
+				locality: rules(sub.Name, 0)})
 		}
 	}
 	for _, d := range dests {
@@ -641,7 +646,8 @@ func (w *configWorker) specFor(s naming.ServiceKey, dests []config.Destination) 
 			continue
 		}
 		name := xds.ClusterName(s, d.Subset, d.Port)
-		spec.clusters = append(spec.clusters, clusterSpec{name: name, subset: d.Subset, port: d.Port, sel: sel, publish: true, usable: flag(name)})
+		spec.clusters = append(spec.clusters, clusterSpec{name: name, subset: d.Subset, port: d.Port, sel: sel, publish: true, usable: flag(name),
+			locality: rules(d.Subset, d.Port)})
 	}
 	return spec
 }
@@ -650,7 +656,7 @@ func (w *configWorker) specFor(s naming.ServiceKey, dests []config.Destination) 
 // selectors and publication (the usable flags are carried, not compared).
 func (a *serviceSpec) equal(b *serviceSpec) bool {
 	return reflect.DeepEqual(a.entry, b.entry) && slices.EqualFunc(a.clusters, b.clusters, func(x, y clusterSpec) bool {
-		return x.name == y.name && x.subset == y.subset && x.port == y.port && x.publish == y.publish &&
+		return x.name == y.name && x.subset == y.subset && x.port == y.port && x.publish == y.publish && x.locality.Equal(y.locality) &&
 			slices.EqualFunc(x.sel, y.sel, func(p, q label.Requirement) bool {
 				return p.Key == q.Key && p.Op == q.Op && slices.Equal(p.Values, q.Values)
 			})

@@ -9,6 +9,7 @@ import (
 	"github.com/sextant-mesh/sextant/internal/config"
 	"github.com/sextant-mesh/sextant/internal/instance"
 	"github.com/sextant-mesh/sextant/internal/label"
+	"github.com/sextant-mesh/sextant/internal/locality"
 	"github.com/sextant-mesh/sextant/internal/naming"
 	"github.com/sextant-mesh/sextant/internal/xds"
 )
@@ -177,6 +178,9 @@ type clusterSpec struct {
 	subset string
 	port   uint32
 	sel    label.Selector
+	// locality is the DestinationRule's localityLbSetting for the cluster
+	// (nil: Istio's defaults), carried with its EDS resource.
+	locality *locality.Rules
 	// publish: the endpoint set is published. Subset and port clusters
 	// always are (CDS carries them only while they have usable endpoints);
 	// the whole service's only when something routes to it.
@@ -234,7 +238,7 @@ func (e *Engine) recomputeEndpoints(s naming.ServiceKey, version string, origin 
 			continue
 		}
 		eps, usable := e.endpoints(s, spec, c)
-		res = append(res, xds.Resource{Name: c.name, Version: version, Message: xds.LoadAssignment(c.name, eps)})
+		res = append(res, xds.Resource{Name: c.name, Version: version, Message: xds.LoadAssignment(c.name, eps), Locality: c.locality})
 		if c.usable != nil {
 			if old := c.usable.v.Swap(usableValue(usable)); old != usableUnknown && old != usableValue(usable) {
 				flipped = true

@@ -12,6 +12,8 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 	"google.golang.org/protobuf/proto"
+
+	topo "github.com/sextant-mesh/sextant/internal/locality"
 )
 
 // Resource is one resource to publish.
@@ -27,6 +29,9 @@ type Resource struct {
 	Message proto.Message
 	// Value is the resource already encoded (Message is then ignored).
 	Value []byte
+	// Locality is an EDS resource's localityLbSetting, nil for Istio's
+	// defaults (localityeds.go).
+	Locality *topo.Rules
 	// Hidden resources go only to clients that name them, never to
 	// wildcard subscriptions.
 	Hidden bool
@@ -46,6 +51,7 @@ type entry struct {
 	resField      []byte
 	origin        time.Time // commit time of the oldest change this version reflects
 	hidden        bool
+	rules         *topo.Rules // Resource.Locality
 	// variants are what nodes of the other flavours get (envoy.go), by
 	// flavour: same name, id, seq, origin and hidden; nil when they get
 	// this one.
@@ -337,7 +343,8 @@ func (c *Cache) Apply(t Type, set []Resource, remove []string, version string, o
 	for _, e := range encs {
 		id := tc.intern(e.key)
 		old := tc.entries[id]
-		if old != nil && old.hidden == e.r.Hidden && old.name == e.r.Name && bytes.Equal(old.value, e.value) && sameVariants(old, e.variants) {
+		if old != nil && old.hidden == e.r.Hidden && old.name == e.r.Name && bytes.Equal(old.value, e.value) && sameVariants(old, e.variants) &&
+			old.rules.Equal(e.r.Locality) {
 			continue
 		}
 		ne := newEntry(t, e.r, e.value, id, c.seq.Add(1), origin)
@@ -414,7 +421,7 @@ func newEntry(t Type, r *Resource, value []byte, id uint32, seq uint64, origin t
 		name: r.Name, version: ver, id: id, seq: seq, value: anyField[len(anyField)-len(value):], hash: h,
 		anyField: anyField,
 		resField: encodeResource(deltaResources, r.Name, ver, t.URL(), value),
-		origin:   origin, hidden: r.Hidden,
+		origin:   origin, hidden: r.Hidden, rules: r.Locality,
 	}
 }
 

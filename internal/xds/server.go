@@ -332,6 +332,7 @@ func (s *Server) serve(ctx context.Context, stream sender, delta bool, recv func
 				sub.ns = ns
 			}
 			sub.flavour = NodeFlavour(req.node)
+			sub.locality = nodeLocality(req.node)
 			sub.wlSA = NodeServiceAccount(req.node)
 			s.mu.Lock()
 			s.subs[sub.id] = sub
@@ -606,7 +607,7 @@ func (s *Server) onRequest(sub *subscriber, req request) {
 			for n, v := range req.initial {
 				id := tc.lookup(key(n))
 				st.growSent(int(id) + 1)
-				if val := tc.current(id).of(sub.flavour); val != nil && val.sameContent(v) {
+				if val := sub.view(t, tc.current(id)); val != nil && val.sameContent(v) {
 					st.sent[id] = val.seq
 					if sub.secrets != nil && t == TypeSecret {
 						st.pending.Set(uint(id)) // held: removed if it may not be

@@ -7,6 +7,8 @@ import (
 
 	"github.com/bits-and-blooms/bitset"
 	"google.golang.org/protobuf/encoding/protowire"
+
+	topo "github.com/sextant-mesh/sextant/internal/locality"
 )
 
 // maxResponseBytes bounds one response of a type that may be split
@@ -41,9 +43,12 @@ type subscriber struct {
 	delta bool
 	wake  chan struct{} // capacity 1: "something is pending"
 
-	flavour Flavour       // which variant of each resource the node gets
-	ackWait time.Duration // ServerOptions.AckWait
-	secrets SecretAccess  // nil: every secret allowed (secretacl.go)
+	flavour Flavour // which variant of each resource the node gets
+	// locality is where the node says it runs: its EDS priorities are
+	// Istio's from there (localityeds.go).
+	locality topo.Locality
+	ackWait  time.Duration // ServerOptions.AckWait
+	secrets  SecretAccess  // nil: every secret allowed (secretacl.go)
 
 	mu    sync.Mutex
 	nonce uint64
@@ -331,7 +336,7 @@ func (s *subscriber) buildFull(t Type, st *subType) (response, bool) {
 	}
 	for id, ok := st.subs.NextSet(0); ok; id, ok = st.subs.NextSet(id + 1) {
 		if int(id) < len(tc.entries) {
-			if e := tc.entries[id].of(s.flavour); e != nil && !(st.wildcard && !e.hidden) {
+			if e := s.view(t, tc.entries[id]); e != nil && !(st.wildcard && !e.hidden) {
 				r.msg.add(e.anyField)
 				r.count++
 			}
@@ -361,7 +366,7 @@ func (s *subscriber) buildPartial(t Type, st *subType) (response, bool) {
 		if int(id) >= len(tc.entries) {
 			continue
 		}
-		if e := tc.entries[id].of(s.flavour); e != nil && st.wants(uint32(id), e.hidden) && s.secretAllowed(tc, uint32(id)) {
+		if e := s.view(t, tc.entries[id]); e != nil && st.wants(uint32(id), e.hidden) && s.secretAllowed(tc, uint32(id)) {
 			if hold != 0 && e.seq >= hold {
 				held = append(held, id)
 				continue
@@ -412,7 +417,7 @@ func (s *subscriber) buildDelta(t Type, st *subType) (response, bool) {
 		if int(id) >= len(tc.entries) {
 			continue
 		}
-		e := tc.entries[id].of(s.flavour)
+		e := s.view(t, tc.entries[id])
 		switch {
 		case e != nil && hold != 0 && e.seq >= hold && st.wants(uint32(id), e.hidden) && st.sent[id] != e.seq:
 			held = append(held, id) // waits for the clusters

@@ -286,6 +286,13 @@ func Cluster(name string, p config.Policy) *clusterv3.Cluster {
 		// UPGRADE; the gateway and Envoy read it, grpc-go speaks HTTP/2 anyway.
 		c.TypedExtensionProtocolOptions = map[string]*anypb.Any{HTTPProtocolOptionsKey: http2Options}
 	}
+	if p.Locality != nil && len(p.Locality.Distribute) > 0 && c.LoadBalancingPolicy == nil {
+		// Envoy follows EDS locality weights with lb_policy only when told
+		// (Istio sets it for distribute); load_balancing_policy's
+		// wrr_locality follows them anyway.
+		c.CommonLbConfig = &clusterv3.Cluster_CommonLbConfig{LocalityConfigSpecifier: &clusterv3.Cluster_CommonLbConfig_LocalityWeightedLbConfig_{
+			LocalityWeightedLbConfig: &clusterv3.Cluster_CommonLbConfig_LocalityWeightedLbConfig{}}}
+	}
 	c.OutlierDetection = DefaultOutlierDetection()
 	if od := p.Outlier; od != nil {
 		c.OutlierDetection = outlier(od)

@@ -1,0 +1,129 @@
+package xds
+
+import (
+	"strings"
+	"sync"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	topo "github.com/sextant-mesh/sextant/internal/locality"
+)
+
+// Per-subscriber EDS priorities. The push engine publishes one assignment
+// per cluster, every locality at priority 0; a subscriber whose node says
+// where it runs (Node.locality) is sent a variant with Istio's priorities
+// from there (same subzone 0, zone 1, region 2, the rest 3, gaps closed),
+// made on first send and remembered per (entry, locality), so Envoy and
+// grpc-go fail over zone by zone as Istio's proxies do.
+
+// nodeLocality is the node's locality, zero when it sends none.
+func nodeLocality(n *corev3.Node) topo.Locality {
+	l := n.GetLocality()
+	return topo.Locality{Region: l.GetRegion(), Zone: l.GetZone(), SubZone: l.GetSubZone()}
+}
+
+type localityKey struct {
+	e   *entry
+	loc topo.Locality
+}
+
+// localityMemo remembers variants; past maxLocalityVariants it starts
+// again (entries of replaced versions are dropped with it).
+type localityMemo struct {
+	mu sync.Mutex
+	m  map[localityKey]*entry
+}
+
+const maxLocalityVariants = 4096
+
+var localityVariants = &localityMemo{m: map[localityKey]*entry{}}
+
+// of returns e as a subscriber in loc gets it: e itself when its
+// localities all get one priority (nothing to tell apart) or it cannot be
+// read.
+func (lm *localityMemo) of(e *entry, loc topo.Locality) *entry {
+	k := localityKey{e, loc}
+	lm.mu.Lock()
+	v, ok := lm.m[k]
+	lm.mu.Unlock()
+	if ok {
+		return v
+	}
+	v = localityVariant(e, loc)
+	lm.mu.Lock()
+	if len(lm.m) >= maxLocalityVariants {
+		clear(lm.m)
+	}
+	lm.m[k] = v
+	lm.mu.Unlock()
+	return v
+}
+
+func localityVariant(e *entry, loc topo.Locality) *entry {
+	if e.rules != nil && e.rules.Off {
+		return e
+	}
+	var cla endpointv3.ClusterLoadAssignment
+	if err := proto.Unmarshal(e.value, &cla); err != nil || len(cla.Endpoints) < 2 {
+		return e
+	}
+	locs := make([]topo.Locality, len(cla.Endpoints))
+	weights := make([]uint32, len(cla.Endpoints))
+	for i, le := range cla.Endpoints {
+		if le.GetPriority() != 0 {
+			return e // priorities of its own: kept
+		}
+		l := le.GetLocality()
+		locs[i] = topo.Locality{Region: l.GetRegion(), Zone: l.GetZone(), SubZone: l.GetSubZone()}
+		weights[i] = le.GetLoadBalancingWeight().GetValue()
+	}
+	var rules topo.Rules
+	if e.rules != nil {
+		rules = *e.rules
+	}
+	// distribute: locality weights instead of priorities (Istio applies
+	// one or the other); a locality no rule sends to is left out.
+	if w, ok := topo.Weights(loc, locs, weights, rules.Distribute); ok {
+		kept := cla.Endpoints[:0]
+		for i, le := range cla.Endpoints {
+			if w[i] > 0 {
+				le.LoadBalancingWeight = wrapperspb.UInt32(w[i])
+				kept = append(kept, le)
+			}
+		}
+		cla.Endpoints = kept
+	} else {
+		prio := topo.Priorities(loc, locs, rules.Failover)
+		differ := false
+		for i, p := range prio {
+			cla.Endpoints[i].Priority = p
+			differ = differ || p != 0
+		}
+		if !differ {
+			return e
+		}
+	}
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(&cla)
+	if err != nil {
+		return e
+	}
+	// The publisher's version, with the variant's own content hash.
+	base := e.version
+	if i := strings.LastIndexByte(base, '-'); i >= 0 {
+		base = base[:i]
+	}
+	return newEntry(TypeEndpoint, &Resource{Name: e.name, Version: base, Hidden: e.hidden}, b, e.id, e.seq, e.origin)
+}
+
+// view is entry e of type t as s gets it: its flavour's variant, and for
+// EDS its locality's.
+func (s *subscriber) view(t Type, e *entry) *entry {
+	e = e.of(s.flavour)
+	if e == nil || t != TypeEndpoint || s.locality == (topo.Locality{}) {
+		return e
+	}
+	return localityVariants.of(e, s.locality)
+}
