@@ -16,4 +16,4 @@ func SetSlowEndpoints(e *Engine, f func()) { e.slowEP = f }
 
 // SetServerGrace sets how long a server listener is kept without a
 // subscriber (tests).
-func SetServerGrace(d time.Duration) { serverGrace = d }
+func SetServerGrace(d time.Duration) { serverGrace.Store(int64(d)) }

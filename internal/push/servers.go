@@ -33,8 +33,11 @@ type serverReq struct {
 
 // serverGrace is how long a server listener is kept after it was first
 // asked for before it may be dropped for having no subscriber (the
-// subscriber names it a moment after asking).
-var serverGrace = time.Minute
+// subscriber names it a moment after asking). Atomic: tests change it while
+// an engine's workers read it.
+var serverGrace atomic.Int64 // time.Duration
+
+func init() { serverGrace.Store(int64(time.Minute)) }
 
 // servers records the server listeners subscribers asked for and the
 // workload each was resolved to, so that a policy change republishes them
@@ -200,7 +203,7 @@ func (e *Engine) publishServers(origin time.Time, all bool, find func(netip.Addr
 	// that servers coming and going at new addresses cost nothing later.
 	var gone []string
 	for _, k := range e.cache.Unwanted(xds.TypeListener, slices.Collect(maps.Keys(reqs))) {
-		if time.Since(reqs[k].at) > serverGrace {
+		if time.Since(reqs[k].at) > time.Duration(serverGrace.Load()) {
 			gone = append(gone, k)
 			delete(reqs, k)
 		}
