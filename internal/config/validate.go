@@ -375,6 +375,9 @@ func validatePolicy(c errs, path string, tp *networking.TrafficPolicy) {
 		if d := cp.GetTcp().GetConnectTimeout(); d != nil {
 			validateDuration(c, join(path, "connectionPool.tcp.connectTimeout"), d, true)
 		}
+		if d := cp.GetTcp().GetIdleTimeout(); d != nil {
+			validateDuration(c, join(path, "connectionPool.tcp.idleTimeout"), d, true)
+		}
 		if d := cp.GetHttp().GetIdleTimeout(); d != nil {
 			validateDuration(c, join(path, "connectionPool.http.idleTimeout"), d, true)
 		}
