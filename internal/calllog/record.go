@@ -104,11 +104,12 @@ const (
 	ReasonRBACDenied      // an RBAC filter denied the call (Record.Detail: the policy)
 	ReasonTLS             // the TLS handshake with the endpoint failed
 	ReasonFaultAbort      // a route's fault injection answered the call
+	ReasonIdleTimeout     // a TCP connection carried no byte for its idle timeout and was closed
 )
 
 var reasonNames = [...]string{"", "no_route", "cluster_not_found", "no_healthy_endpoint", "no_subset", "shed",
 	"upstream_timeout", "connect_failure", "upstream_reset", "response_too_large", "pool_overflow",
-	"bad_subset_header", "other", "upgrade_failed", "request_too_large", "bad_request", "rbac_denied", "tls_failure", "fault_abort"}
+	"bad_subset_header", "other", "upgrade_failed", "request_too_large", "bad_request", "rbac_denied", "tls_failure", "fault_abort", "idle_timeout"}
 
 // ReasonCode maps the gateway's reason names to their codes.
 func ReasonCode(s string) Reason {
