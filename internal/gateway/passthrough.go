@@ -302,7 +302,10 @@ func splice(down, up net.Conn, idle time.Duration) (in, out int64, err error) {
 // reading gives up once neither direction (last, shared) moved a byte for
 // idle. It returns the bytes copied.
 func idleCopy(dst, src net.Conn, idle time.Duration, last *atomic.Int64) (int64, error) {
-	buf := make([]byte, 32<<10)
+	// h2.go's 32 KiB buffers: a connection's two were most of its garbage.
+	bp := copyBufs.Get().(*[]byte)
+	defer copyBufs.Put(bp)
+	buf := *bp
 	var total int64
 	for {
 		if idle > 0 {
