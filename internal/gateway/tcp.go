@@ -236,3 +236,51 @@ func addrOf(a net.Addr) netip.Addr {
 	}
 	return netip.Addr{}
 }
+
+// tcpPortStatus is one TCP port as the admin API's /v1/config shows it.
+type tcpPortStatus struct {
+	Port     uint32           `json:"port"`
+	Listener string           `json:"listener,omitempty"` // empty: no TCP listener for this port yet
+	Chains   []tcpChainStatus `json:"chains"`
+}
+
+type tcpChainStatus struct {
+	Destinations []string          `json:"destination_prefixes,omitempty"` // empty: any
+	Sources      []string          `json:"source_prefixes,omitempty"`
+	Route        string            `json:"route,omitempty"`
+	Clusters     map[string]uint32 `json:"clusters"` // name -> weight
+	IdleTimeout  string            `json:"idle_timeout,omitempty"`
+}
+
+// tcpStatus describes the TCP ports served (Options.TCPListenPorts).
+func (g *Gateway) tcpStatus() []tcpPortStatus {
+	var st tcpState
+	if p := g.tcpL.Load(); p != nil {
+		st = *p
+	}
+	out := []tcpPortStatus{}
+	for _, port := range g.opts.TCPListenPorts {
+		ps := tcpPortStatus{Port: port, Chains: []tcpChainStatus{}}
+		if l := st[port]; l != nil {
+			ps.Listener = l.name
+			for _, c := range l.chains {
+				cs := tcpChainStatus{Route: c.stat, Clusters: map[string]uint32{}}
+				for _, p := range c.dst {
+					cs.Destinations = append(cs.Destinations, p.String())
+				}
+				for _, p := range c.src {
+					cs.Sources = append(cs.Sources, p.String())
+				}
+				for _, cw := range c.tcp.clusters {
+					cs.Clusters[cw.name] += cw.weight
+				}
+				if c.tcp.idle > 0 {
+					cs.IdleTimeout = c.tcp.idle.String()
+				}
+				ps.Chains = append(ps.Chains, cs)
+			}
+		}
+		out = append(out, ps)
+	}
+	return out
+}

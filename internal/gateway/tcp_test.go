@@ -146,6 +146,24 @@ func TestTCPChains(t *testing.T) {
 	// Now only the /8 chain fits 127.0.0.1.
 	cp.set(tcpListenerOf(port, [2]string{"echo", "127.0.0.0/8"}, [2]string{"dead", "10.0.0.0/8"}),
 		edsCluster("echo"), assignment("echo", ep{u: echo}), edsCluster("dead"), assignment("dead", ep{u: deadU}))
+	var conf struct {
+		TCP []struct {
+			Port     uint32
+			Listener string
+			Chains   []struct {
+				Sources  []string          `json:"source_prefixes"`
+				Route    string            `json:"route"`
+				Clusters map[string]uint32 `json:"clusters"`
+			}
+		}
+	}
+	waitFor(t, "/v1/config's tcp", func() bool {
+		w.adminJSON(t, "/v1/config", &conf)
+		return len(conf.TCP) == 1 && len(conf.TCP[0].Chains) == 2 && conf.TCP[0].Chains[1].Sources[0] == "10.0.0.0/8"
+	})
+	if c := conf.TCP[0]; c.Port != port || c.Listener != "tcp" || c.Chains[0].Route != "tcp/echo" || c.Chains[0].Clusters["echo"] != 1 {
+		t.Errorf("/v1/config tcp: %+v", conf.TCP)
+	}
 	msg := []byte(strings.Repeat("0123456789", 10000))
 	waitFor(t, "the echo chain", func() bool { b, err := roundTrip(addr, msg); return err == nil && string(b) == string(msg) })
 	// No chain fits: closed at once.
