@@ -104,19 +104,26 @@ type tcpListenerRT struct {
 	proxy  []*tcpProxyRT
 }
 
-// match picks the chain for a connection from src to dst, nil for none.
+// match picks the chain for a connection from src to dst (-1: none), as
+// Envoy does, one criterion after the other without going back: the
+// chains with the most specific destination prefix holding dst, then of
+// those the one with the most specific source prefix holding src.
 func (l *tcpListenerRT) match(dst, src netip.Addr) int {
-	best, bestD, bestS := -1, -1, -1
+	bestD := -1
+	for _, c := range l.chains {
+		bestD = max(bestD, longest(c.dst, dst))
+	}
+	if bestD < 0 {
+		return -1
+	}
+	best, bestS := -1, -1
 	for i, c := range l.chains {
-		d := longest(c.dst, dst)
-		if d < 0 || d < bestD {
+		if longest(c.dst, dst) != bestD {
 			continue
 		}
-		s := longest(c.src, src)
-		if s < 0 || (d == bestD && s <= bestS) {
-			continue
+		if s := longest(c.src, src); s > bestS {
+			best, bestS = i, s
 		}
-		best, bestD, bestS = i, d, s
 	}
 	return best
 }
