@@ -327,5 +327,7 @@ func parseRequest(s string) (request, bool) {
 }
 
 // isError: the call failed from the caller's point of view (5xx or no
-// answer at all).
-func (b *body) isError() bool { return b.status >= 500 || b.status == 0 || b.reason != ReasonNone }
+// answer at all). A TCP connection closed idle ended as it should.
+func (b *body) isError() bool {
+	return b.status >= 500 || b.status == 0 || (b.reason != ReasonNone && b.reason != ReasonIdleTimeout)
+}

@@ -232,6 +232,17 @@ func (g *Gateway) serveTCPConn(c net.Conn, port uint32) {
 	if r.cl != nil {
 		rec.Service, rec.Subset = r.cl.spec.service, r.cl.spec.subsetName
 	}
+	// No HTTP is spoken, but the call log's status says how it went, as
+	// for a call: 200 proxied (the reason says how it ended), 503 no
+	// connection to an endpoint, 502 reset or broken.
+	switch {
+	case r.result != "connected":
+		rec.Status = 503
+	case r.ended == calllog.ReasonReset:
+		rec.Status = 502
+	default:
+		rec.Status = 200
+	}
 	g.rec.Record(rec)
 }
 

@@ -137,7 +137,7 @@ func TestTCPChains(t *testing.T) {
 			t.Fatalf("to the refusing endpoint: %q, want closed", b)
 		}
 		for _, c := range w.calls(t, "dead") {
-			if c.Reason == "connect_failure" && c.BytesIn == 0 && c.Endpoint == deadU.addr {
+			if c.Reason == "connect_failure" && c.Status == 503 && c.BytesIn == 0 && c.Endpoint == deadU.addr {
 				return true
 			}
 		}
@@ -175,7 +175,7 @@ func TestTCPChains(t *testing.T) {
 
 	waitFor(t, "the echo records", func() bool {
 		for _, c := range w.calls(t, "echo") {
-			if c.BytesIn == uint32(len(msg)) && c.BytesOut == uint32(len(msg)) && c.Reason == "" && c.Route == "tcp/echo" {
+			if c.BytesIn == uint32(len(msg)) && c.BytesOut == uint32(len(msg)) && c.Reason == "" && c.Status == 200 && c.Route == "tcp/echo" {
 				return true
 			}
 		}
