@@ -251,7 +251,15 @@ spec:
 		if err := json.Unmarshal([]byte(getJSON(t, "http://"+admin+"/v1/calls?service=default/tcp-echo&from=0&limit=100000")), &logged); err != nil {
 			t.Fatal(err)
 		}
-		return len(logged.Calls) >= n+10+wantIdle
+		idle := 0
+		for _, k := range logged.Calls {
+			if k.Reason == "idle_timeout" {
+				idle++
+			}
+		}
+		// The idle connection's record is written once the gateway has
+		// closed it: after the client saw the close.
+		return len(logged.Calls) >= n+10+wantIdle && idle >= wantIdle
 	})
 	bySubset, idle, exact := map[string]int{}, 0, 0
 	for _, k := range logged.Calls {
