@@ -163,9 +163,10 @@ func (g *Gateway) buildTCP(all map[string]any, clusters map[string]*clusterRT) (
 }
 
 // ServeTCP serves the TCP listener whose port is ln's (Options.
-// TCPListenPorts must name it) until Shutdown: each connection is
-// forwarded by the chain its addresses match, or closed when none does
-// (or the port has no listener yet). It returns nil after Shutdown.
+// TCPListenPorts must name it) until Shutdown or ln is closed: each
+// connection is forwarded by the chain its addresses match, or closed when
+// none does (or the port has no listener yet). It closes its connections
+// and returns nil once they have ended.
 func (g *Gateway) ServeTCP(ln net.Listener) error {
 	ta, ok := ln.Addr().(*net.TCPAddr)
 	if !ok {
@@ -178,14 +179,39 @@ func (g *Gateway) ServeTCP(ln net.Listener) error {
 	g.srvMu.Lock()
 	g.tlsServers = append(g.tlsServers, servers{ln: ln}) // Shutdown closes it
 	g.srvMu.Unlock()
-	var conns sync.WaitGroup
+	// A TCP connection has no request to finish: once ln is closed its
+	// connections are closed too (their records say upstream_reset), or
+	// ServeTCP would wait for them, up to the idle timeout.
+	var (
+		mu     sync.Mutex
+		open   = map[net.Conn]struct{}{}
+		closed bool
+		conns  sync.WaitGroup
+	)
 	err := acceptLoop(ln, func(c net.Conn) {
+		mu.Lock()
+		if closed {
+			mu.Unlock()
+			c.Close()
+			return
+		}
+		open[c] = struct{}{}
 		conns.Add(1)
+		mu.Unlock()
 		go func() {
 			defer conns.Done()
 			g.serveTCPConn(c, port)
+			mu.Lock()
+			delete(open, c)
+			mu.Unlock()
 		}()
 	})
+	mu.Lock()
+	closed = true
+	for c := range open {
+		c.Close()
+	}
+	mu.Unlock()
 	conns.Wait()
 	return err
 }

@@ -239,3 +239,47 @@ func (w *gw) metrics(t *testing.T) string {
 	b, _ := io.ReadAll(resp.Body)
 	return string(b)
 }
+
+// TestServeTCPStops: closing the listener ends ServeTCP at once, closing
+// an open connection rather than waiting out its idle timeout (an hour).
+func TestServeTCPStops(t *testing.T) {
+	echo := startTCPEchoServer(t)
+	cp := startControlPlane(t, "")
+	tln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := uint32(tln.Addr().(*net.TCPAddr).Port)
+	w := startGatewayWith(t, cp.addr, gateway.Options{TCPListenPorts: []uint32{port}})
+	done := make(chan error, 1)
+	go func() { done <- w.g.ServeTCP(tln) }()
+	cp.set(tcpListenerOf(port, [2]string{"echo", ""}), edsCluster("echo"), assignment("echo", ep{u: echo}))
+	var c net.Conn
+	waitFor(t, "an open connection", func() bool {
+		if c != nil {
+			c.Close()
+		}
+		if c, err = net.DialTimeout("tcp", tln.Addr().String(), 5*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+		io.WriteString(c, "x")
+		b := make([]byte, 1)
+		n, _ := c.Read(b)
+		return n == 1
+	})
+	defer c.Close()
+	tln.Close()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("ServeTCP: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("ServeTCP still waits for its open connection")
+	}
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := c.Read(make([]byte, 1)); err == nil {
+		t.Error("the connection is still open")
+	}
+}
