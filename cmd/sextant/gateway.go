@@ -40,6 +40,7 @@ import (
 type gatewayFlags struct {
 	xds, listen, admin, data string
 	tlsListen                []string
+	tcpListen                []string
 	node, listener           string
 	registry, service        string
 	token, caFile            string
@@ -81,7 +82,8 @@ log under --data.
 The proxy listens on --listen, and serves TLS (HTTP/1.1 and HTTP/2 by ALPN,
 the certificate chosen by SNI, certificates by SDS; or passed through unopened
 to an endpoint, by SNI) on each --tls-listen, with the TLS listener on that
-port; the admin API (/metrics, /v1/config, /v1/calls, /v1/calls/stats) on
+port; plain TCP (an Istio Gateway's TCP servers: tcp_proxy chains) on each
+--tcp-listen, with the TCP listener on that port; the admin API (/metrics, /v1/config, /v1/calls, /v1/calls/stats) on
 --admin. Clusters with a TLS transport socket (a DestinationRule's tls SIMPLE,
 MUTUAL or ISTIO_MUTUAL) are called over TLS; for ISTIO_MUTUAL the gateway
 needs its own workload identity: --identity-namespace gets it from the
@@ -93,6 +95,7 @@ docs/gateway.md.`,
 		Example: `  sextant gateway --xds 127.0.0.1:7402 --listen 127.0.0.1:8080 --admin 127.0.0.1:7403 --data ./gateway-data
   sextant gateway --xds cp:7402 --registry http://127.0.0.1:7400   # register as service sextant-gateway
   sextant gateway --xds cp:7402 --listen 0.0.0.0:8080 --tls-listen 0.0.0.0:8443   # an Istio Gateway's servers on 8080 and 8443
+  sextant gateway --xds cp:7402 --tcp-listen 0.0.0.0:31400   # an Istio Gateway's TCP server on 31400
   sextant gateway --xds cp:7402 --registry http://cp:7400 --identity-namespace edge   # mesh identity for ISTIO_MUTUAL`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runGateway(cmd.Context(), f) },
@@ -101,6 +104,7 @@ docs/gateway.md.`,
 	fl.StringVar(&f.xds, "xds", "127.0.0.1:7402", "control plane's ADS address (gRPC, plaintext)")
 	fl.StringVar(&f.listen, "listen", "127.0.0.1:8080", "address the proxy listens on")
 	fl.StringArrayVar(&f.tlsListen, "tls-listen", nil, "address the proxy serves TLS on (repeatable): each serves the TLS listener (filter chains with a DownstreamTlsContext) whose port is its port")
+	fl.StringArrayVar(&f.tcpListen, "tcp-listen", nil, "address the proxy serves plain TCP on (repeatable): each serves the TCP listener (tcp_proxy filter chains) whose port is its port")
 	fl.StringVar(&f.admin, "admin", "127.0.0.1:7403", "address of the admin API")
 	fl.StringVar(&f.data, "data", "./gateway-data", "directory of the call log (created if missing)")
 	host, _ := os.Hostname()
@@ -176,6 +180,15 @@ func runGateway(ctx context.Context, f gatewayFlags) error {
 		}
 		tlsPorts = append(tlsPorts, uint32(p))
 	}
+	var tcpPorts []uint32
+	for _, a := range f.tcpListen {
+		_, ps, err := net.SplitHostPort(a)
+		p, perr := strconv.ParseUint(ps, 10, 16)
+		if err != nil || perr != nil || p == 0 {
+			return fmt.Errorf("--tcp-listen %q: want host:port with a port", a)
+		}
+		tcpPorts = append(tcpPorts, uint32(p))
+	}
 	// Every part started below is handed to lc, which stops them in the
 	// reverse order: the registration first, the call log last. An early
 	// return stops those already running.
@@ -193,7 +206,7 @@ func runGateway(ctx context.Context, f gatewayFlags) error {
 	if err != nil {
 		return err
 	}
-	g := gateway.New(gateway.Options{Listener: f.listener, ListenPort: uint32(port), TLSListenPorts: tlsPorts, MaxRequestBytes: f.maxBody,
+	g := gateway.New(gateway.Options{Listener: f.listener, ListenPort: uint32(port), TLSListenPorts: tlsPorts, TCPListenPorts: tcpPorts, MaxRequestBytes: f.maxBody,
 		Recorder: rec, Logger: log.With("component", "gateway"),
 		IstioMetrics: f.istioMetrics, IstioReporters: f.istioReporters, IstioMaxSeries: f.istioMaxSeries, Tracing: tracing,
 		AccessLog: accessLog, Locality: loc})
@@ -266,6 +279,15 @@ func runGateway(ctx context.Context, f gatewayFlags) error {
 		// stop only closes the listener, started later and so stopped first.
 		lc.serve("tls proxy "+a, true, func() error { return g.ServeTLS(tln) }, func() error { tln.Close(); return nil })
 		log.Info("gateway serving TLS", "address", tln.Addr().String())
+	}
+	for _, a := range f.tcpListen {
+		tln, err := net.Listen("tcp", a)
+		if err != nil {
+			return fmt.Errorf("--tcp-listen %s: %w", a, err)
+		}
+		// As a TLS listener: g.Shutdown closes its forwarded connections.
+		lc.serve("tcp proxy "+a, true, func() error { return g.ServeTCP(tln) }, func() error { tln.Close(); return nil })
+		log.Info("gateway serving TCP", "address", tln.Addr().String())
 	}
 	log.Info("gateway listening", "proxy", ln.Addr().String(), "admin", aln.Addr().String(), "xds", f.xds, "node", f.node)
 

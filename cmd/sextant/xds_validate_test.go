@@ -14,6 +14,7 @@ import (
 
 	"github.com/sextant-mesh/sextant/client"
 	"github.com/sextant-mesh/sextant/internal/envoycheck"
+	"github.com/sextant-mesh/sextant/internal/ingress"
 	"github.com/sextant-mesh/sextant/internal/secret/secrettest"
 	"github.com/sextant-mesh/sextant/internal/xds"
 )
@@ -132,6 +133,8 @@ spec:
   - port: {number: 9443, name: https-mesh, protocol: HTTPS}
     hosts: [mesh.example.com]
     tls: {mode: ISTIO_MUTUAL}
+  - port: {number: 31400, name: tcp, protocol: TCP}
+    hosts: ["*"]
 ---
 apiVersion: networking.istio.io/v1
 kind: VirtualService
@@ -141,6 +144,20 @@ spec:
   gateways: [edge]
   http:
   - route: [{destination: {host: orders.shop.svc.cluster.local}}]
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: edge-tcp, namespace: edge}
+spec:
+  hosts: ["*"]
+  gateways: [edge]
+  tcp:
+  - match: [{port: 31400, sourceSubnet: 10.0.0.0/8}]
+    route: [{destination: {host: orders.shop.svc.cluster.local, subset: v1}}]
+  - match: [{port: 31400}]
+    route:
+    - {destination: {host: orders.shop.svc.cluster.local, subset: v1}, weight: 80}
+    - {destination: {host: plain.shop.svc.cluster.local}, weight: 20}
 `
 
 // xdsNode is one kind of subscriber of the validation check.
@@ -217,6 +234,9 @@ func TestXDSServedPassesEnvoyChecks(t *testing.T) {
 			}
 			if n.rules.Envoy && n.rules.AgentCluster == "" && (served.Secrets[xds.CertificateName] == nil || served.Secrets[xds.RootCertName] == nil) {
 				t.Errorf("an Envoy node was not served its workload certificate and roots: %v", keysOf(served.Secrets))
+			}
+			if strings.Contains(n.name, "gateway") && served.Listeners[ingress.ListenerName(31400)] == nil {
+				t.Errorf("the Gateway's TCP listener was not served: %v", keysOf(served.Listeners))
 			}
 			violations := envoycheck.Check(served, n.rules)
 			for _, v := range violations {

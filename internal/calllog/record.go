@@ -104,11 +104,12 @@ const (
 	ReasonRBACDenied      // an RBAC filter denied the call (Record.Detail: the policy)
 	ReasonTLS             // the TLS handshake with the endpoint failed
 	ReasonFaultAbort      // a route's fault injection answered the call
+	ReasonIdleTimeout     // a TCP connection carried no byte for its idle timeout and was closed
 )
 
 var reasonNames = [...]string{"", "no_route", "cluster_not_found", "no_healthy_endpoint", "no_subset", "shed",
 	"upstream_timeout", "connect_failure", "upstream_reset", "response_too_large", "pool_overflow",
-	"bad_subset_header", "other", "upgrade_failed", "request_too_large", "bad_request", "rbac_denied", "tls_failure", "fault_abort"}
+	"bad_subset_header", "other", "upgrade_failed", "request_too_large", "bad_request", "rbac_denied", "tls_failure", "fault_abort", "idle_timeout"}
 
 // ReasonCode maps the gateway's reason names to their codes.
 func ReasonCode(s string) Reason {
@@ -326,5 +327,7 @@ func parseRequest(s string) (request, bool) {
 }
 
 // isError: the call failed from the caller's point of view (5xx or no
-// answer at all).
-func (b *body) isError() bool { return b.status >= 500 || b.status == 0 || b.reason != ReasonNone }
+// answer at all). A TCP connection closed idle ended as it should.
+func (b *body) isError() bool {
+	return b.status >= 500 || b.status == 0 || (b.reason != ReasonNone && b.reason != ReasonIdleTimeout)
+}

@@ -17,6 +17,7 @@ func FuzzDecode(f *testing.F) {
 	f.Add([]byte(vsHead + "  - route: [{destination: {host: orders}}]\n    mirror: {host: x}\n"))
 	f.Add([]byte(`{"apiVersion":"v1","kind":"List","items":[{"apiVersion":"networking.istio.io/v1","kind":"DestinationRule","metadata":{"name":"a"},"spec":{"host":"a","subsets":[{"name":"v1","labels":{"v":"1"}}]}}]}`))
 	f.Add([]byte("---\n---\n"))
+	f.Add([]byte("apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: t}\nspec:\n  hosts: ['*']\n  gateways: [gw]\n  tcp:\n  - match: [{port: 31400, destinationSubnets: [10.0.0.0/8, '::1'], sourceSubnet: 192.168.0.1, gateways: [gw]}]\n    route: [{destination: {host: a, subset: v1, port: {number: 9000}}, weight: 80}, {destination: {host: a}, weight: 20}]\n"))
 	f.Add([]byte(vsHead + "  - match: [{scheme: {exact: https}, authority: {prefix: a}, queryParams: {v: {regex: x}}, withoutHeaders: {x-a: {}}, ignoreUriCase: true, port: 80}]\n    route: [{destination: {host: orders}}]\n    mirrors: [{destination: {host: orders}, percentage: {value: 5}}]\n    retries: {attempts: 2, backoff: 10ms, retryIgnorePreviousHosts: false}\n"))
 	f.Add([]byte("apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {name: '{{.Name}}'}\nspec: {servers: [{hosts: ['$HOST']}]}\n"))
 	f.Add([]byte("apiVersion: security.istio.io/v1beta1\nkind: AuthorizationPolicy\nmetadata: {name: p}\nspec:\n  rules: [{when: [{key: 'request.headers[x-a]', notValues: ['*b']}], from: [{source: {notNamespaces: ['te*']}}]}]\n"))

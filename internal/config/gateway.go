@@ -120,7 +120,7 @@ func validateGatewayHosts(c errs, path string, hosts []string) {
 }
 
 // Gateway server protocols Sextant's gateway serves.
-var gatewayProtocols = map[string]bool{"HTTP": true, "HTTPS": true, "HTTP2": true, "TLS": true}
+var gatewayProtocols = map[string]bool{"HTTP": true, "HTTPS": true, "HTTP2": true, "TLS": true, "TCP": true}
 
 func validateGateway(c errs, path string, gw *networking.Gateway) {
 	if len(gw.Servers) == 0 {
@@ -128,6 +128,7 @@ func validateGateway(c errs, path string, gw *networking.Gateway) {
 	}
 	type portUse struct {
 		tls   bool
+		tcp   bool
 		hosts map[string]string // HTTPS: host -> the server path that has it
 	}
 	ports := map[uint32]*portUse{}
@@ -142,8 +143,11 @@ func validateGateway(c errs, path string, gw *networking.Gateway) {
 			c.add(join(p, "port.number"), ErrInvalid, "%d is not a port (1-65535)", port.Number)
 		}
 		proto := strings.ToUpper(port.Protocol)
+		if tcpProtocols[proto] {
+			proto = "TCP" // Istio proxies MONGO, REDIS and MYSQL as TCP
+		}
 		if !gatewayProtocols[proto] {
-			c.add(join(p, "port.protocol"), ErrNotSupported, "%q: the gateway serves HTTP, HTTPS, HTTP2 and TLS (passthrough); TCP and others are not supported", port.Protocol)
+			c.add(join(p, "port.protocol"), ErrNotSupported, "%q: the gateway serves HTTP, HTTPS, HTTP2, TLS (passthrough) and TCP (also MONGO, REDIS, MYSQL as plain TCP)", port.Protocol)
 			continue
 		}
 		if len(s.Hosts) == 0 {
@@ -161,10 +165,12 @@ func validateGateway(c errs, path string, gw *networking.Gateway) {
 		}
 		use := ports[port.Number]
 		if use == nil {
-			use = &portUse{tls: isTLS, hosts: map[string]string{}}
+			use = &portUse{tls: isTLS, tcp: proto == "TCP", hosts: map[string]string{}}
 			ports[port.Number] = use
 		} else if use.tls != isTLS {
 			c.add(join(p, "port.number"), ErrInvalid, "port %d is both TLS (HTTPS) and plaintext in this Gateway", port.Number)
+		} else if use.tcp != (proto == "TCP") {
+			c.add(join(p, "port.number"), ErrInvalid, "port %d is both TCP and HTTP in this Gateway", port.Number)
 		}
 		if isTLS {
 			for _, h := range s.Hosts {

@@ -188,6 +188,11 @@ func VirtualServiceDestinations(o *Object) []Destination {
 			add(d.GetDestination())
 		}
 	}
+	for _, r := range o.VirtualService.Tcp {
+		for _, d := range r.Route {
+			add(d.GetDestination())
+		}
+	}
 	return out
 }
 

@@ -25,6 +25,9 @@ type Policy struct {
 	Hash           HashKey
 	ConnectTimeout time.Duration // 0: the data plane's default
 	IdleTimeout    time.Duration // 0: the data plane's default
+	// TCPIdleTimeout is connectionPool.tcp.idleTimeout: a TCP route's
+	// tcp_proxy idle_timeout (0: Envoy's default, an hour).
+	TCPIdleTimeout time.Duration
 	// HTTP2: the endpoints speak HTTP/2 (gRPC): connectionPool.http.
 	// h2UpgradePolicy UPGRADE, as Istio reads it.
 	HTTP2 bool
@@ -90,6 +93,9 @@ func EffectivePolicy(dr *Object, subset string, port uint32) Policy {
 	}
 	if d := cp.GetTcp().GetConnectTimeout(); d != nil {
 		p.ConnectTimeout = d.AsDuration()
+	}
+	if d := cp.GetTcp().GetIdleTimeout(); d != nil {
+		p.TCPIdleTimeout = d.AsDuration()
 	}
 	if d := cp.GetHttp().GetIdleTimeout(); d != nil {
 		p.IdleTimeout = d.AsDuration()

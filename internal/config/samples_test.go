@@ -29,8 +29,6 @@ const istioModule = "istio.io/istio@v0.0.0-20260827124520-eed52ebb66ad"
 var samplesNotYet = map[string]string{
 	"multicluster/expose-services.yaml":  "Gateway tls mode AUTO_PASSTHROUGH",
 	"open-telemetry/loki/telemetry.yaml": "Telemetry access log provider otel (OpenTelemetry's log service)",
-	"tcp-echo/tcp-echo-20-v2.yaml":       "VirtualService tcp routes",
-	"tcp-echo/tcp-echo-all-v1.yaml":      "VirtualService tcp routes; Gateway TCP servers",
 }
 
 // placeholder finds what a sample leaves for the user to fill in: a shell

@@ -59,7 +59,7 @@ func init() {
 	allow(&networking.ClientTLSSettings{}, "mode", "subject_alt_names", "credential_name", "sni", "insecure_skip_verify")
 	allow(&networking.LoadBalancerSettings{}, "simple")
 	allow(&networking.ConnectionPoolSettings{}, "tcp", "http")
-	allow(&networking.ConnectionPoolSettings_TCPSettings{}, "connect_timeout")
+	allow(&networking.ConnectionPoolSettings_TCPSettings{}, "connect_timeout", "idle_timeout")
 	allow(&networking.ConnectionPoolSettings_HTTPSettings{}, "idle_timeout", "h2_upgrade_policy")
 	allow(&networking.Gateway{}, "servers", "selector")
 	allow(&networking.Server{}, "port", "hosts", "tls", "name")

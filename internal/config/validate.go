@@ -117,9 +117,17 @@ func validateVS(c errs, path, ns string, vs *networking.VirtualService) {
 		for i, r := range vs.Tls {
 			validateTLSRoute(c, index(join(path, "tls"), i), ns, r, vs.Hosts)
 		}
-		vs = &networking.VirtualService{Http: vs.Http, Tls: vs.Tls}
-	} else if len(vs.Tls) > 0 {
-		c.add(join(path, "tls"), ErrNotSupported, "TLS routes are served by gateways only: bind the VirtualService to Gateways (gateways:, without mesh)")
+		for i, r := range vs.Tcp {
+			validateTCPRoute(c, index(join(path, "tcp"), i), ns, r)
+		}
+		vs = &networking.VirtualService{Http: vs.Http, Tls: vs.Tls, Tcp: vs.Tcp}
+	} else {
+		if len(vs.Tls) > 0 {
+			c.add(join(path, "tls"), ErrNotSupported, "TLS routes are served by gateways only: bind the VirtualService to Gateways (gateways:, without mesh)")
+		}
+		if len(vs.Tcp) > 0 {
+			c.add(join(path, "tcp"), ErrNotSupported, "TCP routes are served by gateways only: bind the VirtualService to Gateways (gateways:, without mesh)")
+		}
 	}
 	seen := map[naming.ServiceKey]string{}
 	for i, h := range vs.Hosts {
@@ -134,7 +142,7 @@ func validateVS(c errs, path, ns string, vs *networking.VirtualService) {
 		}
 		seen[k] = h
 	}
-	if len(vs.Http) == 0 && len(vs.Tls) == 0 {
+	if len(vs.Http) == 0 && len(vs.Tls) == 0 && len(vs.Tcp) == 0 {
 		c.add(join(path, "http"), ErrInvalid, "at least one route is required")
 	}
 	for i, r := range vs.Http {
@@ -369,6 +377,9 @@ func validatePolicy(c errs, path string, tp *networking.TrafficPolicy) {
 	if cp := tp.ConnectionPool; cp != nil {
 		if d := cp.GetTcp().GetConnectTimeout(); d != nil {
 			validateDuration(c, join(path, "connectionPool.tcp.connectTimeout"), d, true)
+		}
+		if d := cp.GetTcp().GetIdleTimeout(); d != nil {
+			validateDuration(c, join(path, "connectionPool.tcp.idleTimeout"), d, true)
 		}
 		if d := cp.GetHttp().GetIdleTimeout(); d != nil {
 			validateDuration(c, join(path, "connectionPool.http.idleTimeout"), d, true)

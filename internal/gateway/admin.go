@@ -276,6 +276,7 @@ func (g *Gateway) serveConfig(w http.ResponseWriter, _ *http.Request) {
 	}
 	out["resources"] = res
 	out["tls"] = g.tlsStatus(time.Now())
+	out["tcp"] = g.tcpStatus()
 	writeJSON(w, out)
 }
 

@@ -10,7 +10,9 @@ import (
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpointpb "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	listenerpb "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	tcpproxy "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
 	matcher "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -76,6 +78,15 @@ func fuzzSeeds(t testing.TB) [][]byte {
 		t.Fatal(err)
 	}
 	msgs = append(msgs, tl)
+	// A Gateway TCP server's listener (tcp.go): chains by prefix ranges.
+	tp, _ := anypb.New(&tcpproxy.TcpProxy{StatPrefix: "tcp", IdleTimeout: durationpb.New(time.Second),
+		ClusterSpecifier: &tcpproxy.TcpProxy_WeightedClusters{WeightedClusters: &tcpproxy.TcpProxy_WeightedCluster{
+			Clusters: []*tcpproxy.TcpProxy_WeightedCluster_ClusterWeight{{Name: "a", Weight: 80}, {Name: "b", Weight: 20}}}}})
+	msgs = append(msgs, &listenerpb.Listener{Name: "sextant-gateway-31400", FilterChains: []*listenerpb.FilterChain{
+		{FilterChainMatch: &listenerpb.FilterChainMatch{PrefixRanges: []*core.CidrRange{{AddressPrefix: "10.0.0.0", PrefixLen: wrapperspb.UInt32(8)}},
+			SourcePrefixRanges: []*core.CidrRange{{AddressPrefix: "::1", PrefixLen: wrapperspb.UInt32(128)}}},
+			Filters: []*listenerpb.Filter{{Name: tcpProxyFilterName, ConfigType: &listenerpb.Filter_TypedConfig{TypedConfig: tp}}}},
+		{Filters: []*listenerpb.Filter{{Name: tcpProxyFilterName, ConfigType: &listenerpb.Filter_TypedConfig{TypedConfig: tp}}}}}})
 	var out [][]byte
 	for _, m := range msgs {
 		b, err := proto.Marshal(m)
@@ -110,6 +121,13 @@ func FuzzDecodeResources(f *testing.F) {
 				_ = vh.name
 			}
 		case *listenerSpec:
+			if len(s.tcpChains) > 0 {
+				l := &tcpListenerRT{chains: s.tcpChains}
+				_ = l.match(netip.MustParseAddr("10.1.2.3"), netip.MustParseAddr("::1"))
+				for _, c := range s.tcpChains {
+					_, _ = newTCPProxyRT(c.tcp, map[string]*clusterRT{}).pick()
+				}
+			}
 			for _, c := range s.chains {
 				if c.tls != nil {
 					chainConfig(c.tls, map[string]any{})

@@ -57,6 +57,9 @@ type Options struct {
 	// TLSListenPorts are the ports ServeTLS serves: each serves the TLS
 	// listener (filter chains with a DownstreamTlsContext) on that port.
 	TLSListenPorts []uint32
+	// TCPListenPorts are the ports ServeTCP serves: each serves the plain
+	// TCP listener (tcp_proxy filter chains, tcp.go) on that port.
+	TCPListenPorts []uint32
 	// Recorder receives call records; nil records nothing.
 	Recorder Recorder
 	// Logger: nil discards.
@@ -92,6 +95,7 @@ type Gateway struct {
 	istio   *istioMetrics // nil without Options.IstioMetrics
 	table   atomic.Pointer[table]
 	tls     atomic.Pointer[tlsState] // the TLS listeners (tls.go)
+	tcpL    atomic.Pointer[tcpState] // the TCP listeners (tcp.go)
 	pools   pools
 	probes  *probeRunner // health checks' (healthcheck.go); under mu
 
@@ -317,6 +321,10 @@ func (g *Gateway) Update(s xdsclient.State) (map[string][]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	tcps, err := g.buildTCP(s[ListenerType], next)
+	if err != nil {
+		return nil, err
+	}
 	applied = true
 	warmAll(fresh) // as Envoy warms a new cluster: its hosts' first checks first
 	g.table.Store(tb)
@@ -331,6 +339,9 @@ func (g *Gateway) Update(s xdsclient.State) (map[string][]string, error) {
 			}
 		}
 		g.tls.Store(&ts)
+	}
+	if tcps != nil {
+		g.tcpL.Store(&tcps)
 	}
 	g.jwks.prefetch(jwks)
 	for _, rt := range retire {
@@ -360,12 +371,15 @@ func (g *Gateway) chooseListener(all map[string]any) (*listenerSpec, error) {
 		if l != nil && l.tls {
 			return nil, fmt.Errorf("gateway: listener %q has TLS filter chains: serve it on a --tls-listen port", l.name)
 		}
+		if l != nil && len(l.tcpChains) > 0 {
+			return nil, fmt.Errorf("gateway: listener %q has TCP filter chains: serve it on a --tcp-listen port", l.name)
+		}
 		return l, nil // not (yet) there: serve nothing rather than refuse
 	}
 	// TLS listeners are served by ServeTLS on their ports, never in plaintext.
 	m := make(map[string]any, len(all))
 	for n, v := range all {
-		if !v.(*listenerSpec).tls && !isInboundListener(n) {
+		if l := v.(*listenerSpec); !l.tls && len(l.tcpChains) == 0 && !isInboundListener(n) {
 			m[n] = v
 		}
 	}

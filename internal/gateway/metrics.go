@@ -27,6 +27,8 @@ type metricsSet struct {
 	tlsHandshakeErrors prometheus.Counter
 	// passthrough counts TLS passthrough connections (passthrough.go).
 	passthrough *prometheus.CounterVec // cluster, result
+	// tcp counts plain TCP connections (tcp.go).
+	tcp *prometheus.CounterVec // cluster, result
 	// rbac counts RBAC decisions by result (rbac.go).
 	rbac [rbacResults]prometheus.Counter
 	// hcChecks counts active health checks by cluster and result.
@@ -111,6 +113,9 @@ func newMetrics() *metricsSet {
 	m.passthrough = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sextant_gateway_tls_passthrough_total",
 		Help: "TLS passthrough connections per cluster by result: connected, connect_failure, no_healthy_endpoint, cluster_not_found."}, []string{"cluster", "result"})
 	m.reg.MustRegister(m.passthrough)
+	m.tcp = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sextant_gateway_tcp_connections_total",
+		Help: "TCP connections (Gateway TCP servers) per cluster by result: connected, connect_failure, no_healthy_endpoint, cluster_not_found, no_chain."}, []string{"cluster", "result"})
+	m.reg.MustRegister(m.tcp)
 	m.ejections = prometheus.NewDesc("sextant_gateway_ejections_total",
 		"Outlier ejections per cluster (since the cluster's policy was built).", []string{"cluster"}, nil)
 	m.ejected = prometheus.NewDesc("sextant_gateway_endpoint_ejected",

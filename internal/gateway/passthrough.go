@@ -17,6 +17,7 @@ import (
 	tcpproxy "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
 
 	"github.com/sextant-mesh/sextant/internal/balancer"
+	"github.com/sextant-mesh/sextant/internal/calllog"
 )
 
 // TLS passthrough: a filter chain of a TLS port that forwards the client's
@@ -172,70 +173,114 @@ func (r *recordConn) Write(p []byte) (int, error) { return len(p), nil }
 // call log has no record of them.
 func (g *Gateway) passThrough(c net.Conn, hello []byte, t *tcpProxyRT, sni string) {
 	defer c.Close()
+	r := g.forwardTCP(c, hello, t)
+	g.metrics.passthrough.WithLabelValues(r.cluster, r.result).Inc()
+	if r.err != nil {
+		g.log.Debug("gateway: TLS passthrough", "cluster", r.cluster, "sni", sni, "endpoint", r.endpoint, "result", r.result, "err", r.err)
+	}
+}
+
+// tcpResult is how a forwarded TCP connection went.
+type tcpResult struct {
+	cluster  string
+	cl       *clusterRT // nil: cluster_not_found
+	endpoint string     // "" if none was picked
+	// result: connected, connect_failure, no_healthy_endpoint,
+	// cluster_not_found (sextant_gateway_*_total's label).
+	result  string
+	in, out int64          // bytes from the client, to the client
+	ended   calllog.Reason // once connected: none (both sides closed), idle_timeout, upstream_reset
+	err     error
+}
+
+// forwardTCP connects client connection c to an endpoint of one of t's
+// clusters (by weight; the endpoint by the cluster's balancer, which
+// learns a failed connect), sends it first (what was read of c already),
+// then copies both ways until both directions end or the connection is
+// idle for t's idle timeout (splice).
+func (g *Gateway) forwardTCP(c net.Conn, first []byte, t *tcpProxyRT) tcpResult {
 	name, cl := t.pick()
-	count := func(result string) { g.metrics.passthrough.WithLabelValues(name, result).Inc() }
+	r := tcpResult{cluster: name, cl: cl}
 	if cl == nil {
-		count("cluster_not_found")
-		g.log.Debug("gateway: TLS passthrough: no such cluster", "cluster", name, "sni", sni)
-		return
+		r.result, r.ended = "cluster_not_found", calllog.ReasonNoCluster
+		return r
 	}
 	res, err := cl.lb.Pick(nil)
 	if err != nil {
-		count("no_healthy_endpoint")
-		return
+		r.result, r.ended, r.err = "no_healthy_endpoint", calllog.ReasonNoHealthy, err
+		return r
 	}
 	ep := cl.endpointFor(res.Host.ID)
 	if ep == nil {
 		res.Done(0, balancer.Canceled)
-		count("no_healthy_endpoint")
-		return
+		r.result, r.ended = "no_healthy_endpoint", calllog.ReasonNoHealthy
+		return r
 	}
+	r.endpoint = ep.addr
 	start := time.Now()
 	up, err := net.DialTimeout("tcp", ep.addr, cl.spec.connect)
 	if err != nil {
 		res.Done(time.Since(start), balancer.Unreachable)
-		count("connect_failure")
-		g.log.Debug("gateway: TLS passthrough: connect", "endpoint", ep.addr, "err", err)
-		return
+		r.result, r.ended, r.err = "connect_failure", calllog.ReasonConnect, err
+		return r
 	}
 	if !g.tunnels.pending(up) {
 		up.Close()
 		res.Done(0, balancer.Canceled)
-		return
+		r.result, r.ended = "connect_failure", calllog.ReasonOther // shutting down
+		return r
 	}
 	if !g.tunnels.attach(up, c) {
 		res.Done(0, balancer.Canceled)
-		return
+		r.result, r.ended = "connect_failure", calllog.ReasonOther
+		return r
 	}
 	defer g.tunnels.done(up)
-	count("connected")
+	r.result = "connected"
 	_ = c.SetDeadline(time.Time{})
-	if _, err := up.Write(hello); err != nil {
-		up.Close()
-		res.Done(time.Since(start), balancer.Unreachable)
-		return
+	if len(first) > 0 {
+		if _, err := up.Write(first); err != nil {
+			up.Close()
+			res.Done(time.Since(start), balancer.Unreachable)
+			r.ended, r.err = calllog.ReasonReset, err
+			return r
+		}
 	}
 	// The balancer learns the connect, not the tunnel's life (hours, for
 	// some): a latency it would otherwise count against the endpoint.
 	res.Done(time.Since(start), balancer.Success)
 	down, upc, closed := g.istioTCP(cl, c, up) // Istio's TCP metrics (istiotcp.go)
-	splice(down, upc, t.spec.idle)
+	r.in, r.out, r.err = splice(down, upc, t.spec.idle)
+	r.in += int64(len(first))
 	closed()
+	switch {
+	case r.err == nil:
+	case errors.Is(r.err, os.ErrDeadlineExceeded):
+		r.ended = calllog.ReasonIdleTimeout
+	default:
+		r.ended = calllog.ReasonReset
+	}
+	return r
 }
 
 // splice copies bytes both ways until both directions have ended, or
-// neither carried a byte for idle (0: no limit). A side that ends its
-// writes (EOF) is half-closed on the other connection, as Envoy's
-// tcp_proxy does; an error closes both.
-func splice(down, up net.Conn, idle time.Duration) {
+// neither carried a byte for idle (0: no limit), through one bounded
+// buffer each way. A side that ends its writes (EOF) is half-closed on
+// the other connection, as Envoy's tcp_proxy does; an error closes both.
+// It returns the bytes copied from down to up and back, and the first
+// error (os.ErrDeadlineExceeded: idle), nil when both ended cleanly.
+func splice(down, up net.Conn, idle time.Duration) (in, out int64, err error) {
 	var last atomic.Int64
 	last.Store(time.Now().UnixNano())
 	var wg sync.WaitGroup
+	var once sync.Once
 	wg.Add(2)
-	half := func(dst, src net.Conn) {
+	half := func(dst, src net.Conn, n *int64) {
 		defer wg.Done()
-		if err := idleCopy(dst, src, idle, &last); err != nil {
+		var e error
+		if *n, e = idleCopy(dst, src, idle, &last); e != nil {
 			// Broken, reset or idle: end both directions.
+			once.Do(func() { err = e })
 			down.Close()
 			up.Close()
 			return
@@ -246,17 +291,22 @@ func splice(down, up net.Conn, idle time.Duration) {
 			dst.Close()
 		}
 	}
-	go half(up, down)
-	go half(down, up)
+	go half(up, down, &in)
+	go half(down, up, &out)
 	wg.Wait()
 	up.Close()
+	return in, out, err
 }
 
 // idleCopy copies src to dst until EOF (nil) or an error; with idle set,
 // reading gives up once neither direction (last, shared) moved a byte for
-// idle.
-func idleCopy(dst, src net.Conn, idle time.Duration, last *atomic.Int64) error {
-	buf := make([]byte, 32<<10)
+// idle. It returns the bytes copied.
+func idleCopy(dst, src net.Conn, idle time.Duration, last *atomic.Int64) (int64, error) {
+	// h2.go's 32 KiB buffers: a connection's two were most of its garbage.
+	bp := copyBufs.Get().(*[]byte)
+	defer copyBufs.Put(bp)
+	buf := *bp
+	var total int64
 	for {
 		if idle > 0 {
 			_ = src.SetReadDeadline(time.Unix(0, last.Load()).Add(idle))
@@ -264,18 +314,20 @@ func idleCopy(dst, src net.Conn, idle time.Duration, last *atomic.Int64) error {
 		n, err := src.Read(buf)
 		if n > 0 {
 			last.Store(time.Now().UnixNano())
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return werr
+			w, werr := dst.Write(buf[:n])
+			total += int64(w)
+			if werr != nil {
+				return total, werr
 			}
 		}
 		switch {
 		case err == nil:
 		case errors.Is(err, io.EOF):
-			return nil
+			return total, nil
 		case idle > 0 && errors.Is(err, os.ErrDeadlineExceeded) && time.Since(time.Unix(0, last.Load())) < idle:
 			// The other direction moved: not idle, read on.
 		default:
-			return err
+			return total, err
 		}
 	}
 }

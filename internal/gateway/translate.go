@@ -74,6 +74,9 @@ type listenerSpec struct {
 	// do, and the gateway serves the listener on a --tls-listen port).
 	chains []*chainSpec
 	tls    bool
+	// tcpChains are plain TCP chains (tcp.go): a listener served on a
+	// --tcp-listen port.
+	tcpChains []*tcpChainSpec
 	// upgrades are the HCM's upgrade_configs: each type, enabled or not
 	// by default (a route may override it); a type not listed is refused.
 	upgrades map[string]bool
@@ -137,6 +140,15 @@ func decodeListener(a *anypb.Any) (string, any, error) {
 			// A tcp_proxy chain matching TLS by server name, with no
 			// transport socket, is TLS passthrough (passthrough.go); other
 			// TCP proxying is not the gateway's.
+			if tcpFilter != nil && fc.GetTransportSocket() == nil && fc.GetFilterChainMatch().GetTransportProtocol() != "tls" && !isInboundListener(name) {
+				// Plain TCP (a Gateway TCP server's chain).
+				t, err := decodeTCPChain(path, fc, tcpPath, tcpFilter)
+				if err != nil {
+					return name, nil, err
+				}
+				ls.tcpChains = append(ls.tcpChains, t)
+				continue
+			}
 			if tcpFilter == nil || fc.GetTransportSocket() != nil || fc.GetFilterChainMatch().GetTransportProtocol() != "tls" {
 				continue
 			}
@@ -168,6 +180,9 @@ func decodeListener(a *anypb.Any) (string, any, error) {
 	if len(ls.chains) == 0 {
 		ls.noHTTP = "no " + hcmFilterName + " filter" // fine unless it is the one to serve
 		return name, ls, nil
+	}
+	if len(ls.tcpChains) > 0 {
+		return name, nil, fieldErr("filter_chains", "a listener with both TCP (tcp_proxy) and HTTP or TLS chains: %v (one port is one protocol)", errUnsupported)
 	}
 	for _, c := range ls.chains {
 		ls.tls = ls.tls || c.tls != nil || c.tcp != nil

@@ -56,6 +56,7 @@ type server struct {
 type port struct {
 	number  uint32
 	tls     bool
+	tcp     bool // TCP (MONGO, REDIS, MYSQL): tcp routes, no HTTP
 	servers []server
 }
 
@@ -83,9 +84,19 @@ func BuildWithPolicies(gws, vss, drs []*config.Entry, sec *config.Security, secr
 	out := [3]map[string]proto.Message{{}, {}, {}}
 	ports, order, warns := gatewayPorts(gws)
 	hashFor := hashes(drs)
+	var tcpDRs *config.Index
 	for _, n := range order {
 		p := ports[n]
 		name := ListenerName(n)
+		if p.tcp {
+			if tcpDRs == nil {
+				tcpDRs = tcpIndex(drs)
+			}
+			l, w := tcpListener(name, p, vss, tcpDRs)
+			out[1][name] = l
+			warns = append(warns, w...)
+			continue
+		}
 		var owners map[string]config.Key
 		out[2][name], owners = routes(name, p, vss, hashFor)
 		var l *listenerv3.Listener
@@ -117,6 +128,9 @@ func GatewayRBAC(gws, vss []*config.Entry, sec *config.Security) map[uint32][]*h
 	ports, order, _ := gatewayPorts(gws)
 	out := make(map[uint32][]*hcmv3.HttpFilter, len(order))
 	for _, n := range order {
+		if ports[n].tcp {
+			continue // no HTTP, no RBAC filters
+		}
 		_, owners := routes(ListenerName(n), ports[n], vss, nil)
 		out[n] = portFilters(ports[n], gws, sec, owners)
 	}
@@ -152,13 +166,18 @@ func gatewayPorts(gws []*config.Entry) (map[uint32]*port, []uint32, []string) {
 		for i, s := range e.Object.Gateway.Servers {
 			n := s.GetPort().GetNumber()
 			isTLS := strings.EqualFold(s.GetPort().GetProtocol(), "HTTPS") || strings.EqualFold(s.GetPort().GetProtocol(), "TLS")
+			isTCP := config.IsTCPProtocol(s.GetPort().GetProtocol())
 			p := ports[n]
 			if p == nil {
-				p = &port{number: n, tls: isTLS}
+				p = &port{number: n, tls: isTLS, tcp: isTCP}
 				ports[n] = p
 				order = append(order, n)
-			} else if p.tls != isTLS {
-				warns = append(warns, fmt.Sprintf("%s spec.servers[%d]: port %d is already %s by an earlier Gateway; server left out", e.Object.Key, i, n, map[bool]string{true: "TLS", false: "plaintext"}[p.tls]))
+			} else if p.tls != isTLS || p.tcp != isTCP {
+				was := map[bool]string{true: "TLS", false: "plaintext"}[p.tls]
+				if p.tcp {
+					was = "TCP"
+				}
+				warns = append(warns, fmt.Sprintf("%s spec.servers[%d]: port %d is already %s by an earlier Gateway; server left out", e.Object.Key, i, n, was))
 				continue
 			}
 			sv := server{gw: e.Object.Key, path: fmt.Sprintf("%s spec.servers[%d]", e.Object.Key, i), s: s}
