@@ -83,9 +83,10 @@ The proxy listens on --listen, and serves TLS (HTTP/1.1 and HTTP/2 by ALPN,
 the certificate chosen by SNI, certificates by SDS; or passed through unopened
 to an endpoint, by SNI) on each --tls-listen, with the TLS listener on that
 port; plain TCP (an Istio Gateway's TCP servers: tcp_proxy chains) on each
---tcp-listen, with the TCP listener on that port; the admin API (/metrics, /v1/config, /v1/calls, /v1/calls/stats) on
---admin. Clusters with a TLS transport socket (a DestinationRule's tls SIMPLE,
-MUTUAL or ISTIO_MUTUAL) are called over TLS; for ISTIO_MUTUAL the gateway
+--tcp-listen, with the TCP listener on that port; the admin API (/metrics,
+/v1/config, /v1/calls, /v1/calls/stats) on --admin. Clusters with a TLS
+transport socket (a DestinationRule's tls SIMPLE, MUTUAL or ISTIO_MUTUAL) are
+called over TLS; for ISTIO_MUTUAL the gateway
 needs its own workload identity: --identity-namespace gets it from the
 server at --registry and keeps it fresh. Until the first config arrives every
 call is answered 503; while the control plane is unreachable the last good
