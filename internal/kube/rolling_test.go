@@ -12,17 +12,13 @@ import (
 	"testing"
 	"time"
 
-	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/sextant-mesh/sextant/internal/gateway"
-	"github.com/sextant-mesh/sextant/internal/gateway/xdsclient"
+	"github.com/sextant-mesh/sextant/internal/gateway/gatewaytest"
 	"github.com/sextant-mesh/sextant/internal/instance"
 	"github.com/sextant-mesh/sextant/internal/naming"
 	"github.com/sextant-mesh/sextant/internal/registry"
@@ -68,41 +64,6 @@ func (c *checkedRegistry) counts() (writes, emptied int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.writes, c.emptied
-}
-
-// startGateway runs Sextant's gateway as an xDS client of ads and returns
-// its URL.
-func startGateway(t *testing.T, ads string) string {
-	t.Helper()
-	g := gateway.New(gateway.Options{})
-	conn, err := grpc.NewClient(ads, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	xc, err := xdsclient.New(conn, xdsclient.Options{Node: &core.Node{Id: "kube-gateway"}, Types: gateway.XDSTypes(), Handler: g,
-		MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	xdone := make(chan struct{})
-	go func() { defer close(xdone); _ = xc.Run(ctx) }()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sdone := make(chan struct{})
-	go func() { defer close(sdone); _ = g.Serve(ln) }()
-	t.Cleanup(func() {
-		sctx, c := context.WithTimeout(context.Background(), 5*time.Second)
-		defer c()
-		_ = g.Shutdown(sctx)
-		<-sdone
-		cancel()
-		<-xdone
-		conn.Close()
-	})
-	return "http://" + ln.Addr().String()
 }
 
 // podBackends are HTTP servers on this machine's address, one listener
@@ -246,7 +207,7 @@ func TestRollingUpdateThroughGateway(t *testing.T) {
 	runSyncer(t, srv.cfg, checked, Options{Namespaces: []string{ns}})
 	waitFor(t, cs.reg, key, "200 ready instances", func(g *registry.Service) bool { return g.ReadyLen() == pods })
 	checked.arm()
-	gw := startGateway(t, cs.ads)
+	gw := gatewaytest.Start(t, cs.ads, "kube-gateway")
 	tr := &http.Transport{MaxIdleConnsPerHost: 8}
 	t.Cleanup(tr.CloseIdleConnections)
 	hc := &http.Client{Transport: tr, Timeout: 10 * time.Second}

@@ -14,49 +14,10 @@ import (
 	"testing"
 	"time"
 
-	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"go.uber.org/goleak"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/sextant-mesh/sextant/internal/gateway"
-	"github.com/sextant-mesh/sextant/internal/gateway/xdsclient"
+	"github.com/sextant-mesh/sextant/internal/gateway/gatewaytest"
 )
-
-// startProxy runs Sextant's gateway as an xDS client of the server stack
-// at adsAddr and returns its URL.
-func startProxy(t *testing.T, adsAddr string) string {
-	t.Helper()
-	g := gateway.New(gateway.Options{})
-	conn, err := grpc.NewClient(adsAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	xc, err := xdsclient.New(conn, xdsclient.Options{Node: &core.Node{Id: "egress-gateway"}, Types: gateway.XDSTypes(), Handler: g,
-		MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	xdone := make(chan struct{})
-	go func() { defer close(xdone); _ = xc.Run(ctx) }()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sdone := make(chan struct{})
-	go func() { defer close(sdone); _ = g.Serve(ln) }()
-	t.Cleanup(func() {
-		sctx, c := context.WithTimeout(context.Background(), 5*time.Second)
-		defer c()
-		_ = g.Shutdown(sctx)
-		<-sdone
-		cancel()
-		<-xdone
-		conn.Close()
-	})
-	return "http://" + ln.Addr().String()
-}
 
 // TestEgressServiceEntry is Istio's egress tasks ("Accessing External
 // Services", "Egress traffic control: timeouts") through the real server
@@ -92,7 +53,7 @@ func TestEgressServiceEntry(t *testing.T) {
 	defer ext.Close()
 	port := ext.Listener.Addr().(*net.TCPAddr).Port
 	s := startServerStack(t)
-	proxy := startProxy(t, s.addr)
+	proxy := gatewaytest.Start(t, s.addr, "egress-gateway")
 	tr := &http.Transport{}
 	defer tr.CloseIdleConnections()
 	hc := &http.Client{Transport: tr, Timeout: 10 * time.Second}
