@@ -50,30 +50,9 @@ func TestInboundModes(t *testing.T) {
 	if err := g.SetIdentity(sc, sk, mesh.pem); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = lg.Close() }) // after the sidecar stopped (cleanups run last first)
 	cp := startControlPlane(t, "")
-	conn, err := grpc.NewClient(cp.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	xc, err := xdsclient.New(conn, xdsclient.Options{Node: &core.Node{Id: nodeID}, Types: gateway.SidecarXDSTypes(addr), Handler: g,
-		MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	xdone, sdone := make(chan struct{}), make(chan struct{})
-	go func() { defer close(xdone); _ = xc.Run(ctx) }()
-	go func() { defer close(sdone); _ = g.ServeInbound(mln) }()
-	t.Cleanup(func() {
-		sctx, c := context.WithTimeout(context.Background(), 5*time.Second)
-		defer c()
-		_ = g.Shutdown(sctx)
-		<-sdone
-		cancel()
-		<-xdone
-		conn.Close()
-		_ = lg.Close()
-	})
+	serveSidecar(t, g, mln, cp.addr, nodeID)
 
 	cc, ck := mesh.issueURI(t, "spiffe://td/ns/shop/sa/web")
 	// A new connection per call: a mode applies to new connections.
@@ -171,4 +150,33 @@ func serveAdmin(t *testing.T, g *gateway.Gateway, lg *calllog.Log) string {
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { srv.Close() })
 	return ln.Addr().String()
+}
+
+// serveSidecar runs g as a sidecar's proxy: an xDS client of the control
+// plane at cpAddr as node nodeID, asking for the inbound listener of mln's
+// address, and its inbound listener on mln, until the test ends.
+func serveSidecar(t *testing.T, g *gateway.Gateway, mln net.Listener, cpAddr, nodeID string) {
+	t.Helper()
+	conn, err := grpc.NewClient(cpAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	xc, err := xdsclient.New(conn, xdsclient.Options{Node: &core.Node{Id: nodeID}, Types: gateway.SidecarXDSTypes(mln.Addr().String()), Handler: g,
+		MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	xdone, sdone := make(chan struct{}), make(chan struct{})
+	go func() { defer close(xdone); _ = xc.Run(ctx) }()
+	go func() { defer close(sdone); _ = g.ServeInbound(mln) }()
+	t.Cleanup(func() {
+		sctx, c := context.WithTimeout(context.Background(), 5*time.Second)
+		defer c()
+		_ = g.Shutdown(sctx)
+		<-sdone
+		cancel()
+		<-xdone
+		conn.Close()
+	})
 }

@@ -1,7 +1,6 @@
 package gateway_test
 
 import (
-	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -20,14 +19,10 @@ import (
 	"testing"
 	"time"
 
-	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	security "istio.io/api/security/v1beta1"
 
 	"github.com/sextant-mesh/sextant/internal/config"
 	"github.com/sextant-mesh/sextant/internal/gateway"
-	"github.com/sextant-mesh/sextant/internal/gateway/xdsclient"
 	"github.com/sextant-mesh/sextant/internal/xds"
 )
 
@@ -130,28 +125,7 @@ func TestInboundJWT(t *testing.T) {
 	addr := mln.Addr().String()
 	g := gateway.New(gateway.Options{Listener: gateway.ProxyListener, Inbound: &gateway.Inbound{Addr: addr, App: app.addr, Service: "shop/orders"}})
 	cp := startControlPlane(t, "")
-	conn, err := grpc.NewClient(cp.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	xc, err := xdsclient.New(conn, xdsclient.Options{Node: &core.Node{Id: nodeID}, Types: gateway.SidecarXDSTypes(addr), Handler: g,
-		MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	xdone, sdone := make(chan struct{}), make(chan struct{})
-	go func() { defer close(xdone); _ = xc.Run(ctx) }()
-	go func() { defer close(sdone); _ = g.ServeInbound(mln) }()
-	t.Cleanup(func() {
-		sctx, c := context.WithTimeout(context.Background(), 5*time.Second)
-		defer c()
-		_ = g.Shutdown(sctx)
-		<-sdone
-		cancel()
-		<-xdone
-		conn.Close()
-	})
+	serveSidecar(t, g, mln, cp.addr, nodeID)
 	publish := func(docs string) {
 		t.Helper()
 		objs, err := config.Decode([]byte(docs))
