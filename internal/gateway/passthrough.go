@@ -15,9 +15,11 @@ import (
 
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	tcpproxy "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sextant-mesh/sextant/internal/balancer"
 	"github.com/sextant-mesh/sextant/internal/calllog"
+	"github.com/sextant-mesh/sextant/internal/subset"
 )
 
 // TLS passthrough: a filter chain of a TLS port that forwards the client's
@@ -173,8 +175,7 @@ func (r *recordConn) Write(p []byte) (int, error) { return len(p), nil }
 // call log has no record of them.
 func (g *Gateway) passThrough(c net.Conn, hello []byte, t *tcpProxyRT, sni string) {
 	defer c.Close()
-	r := g.forwardTCP(c, hello, t)
-	g.metrics.passthrough.WithLabelValues(r.cluster, r.result).Inc()
+	r := g.forwardTCP(c, hello, t, g.metrics.passthrough)
 	if r.err != nil {
 		g.log.Debug("gateway: TLS passthrough", "cluster", r.cluster, "sni", sni, "endpoint", r.endpoint, "result", r.result, "err", r.err)
 	}
@@ -197,46 +198,17 @@ type tcpResult struct {
 // clusters (by weight; the endpoint by the cluster's balancer, which
 // learns a failed connect), sends it first (what was read of c already),
 // then copies both ways until both directions end or the connection is
-// idle for t's idle timeout (splice).
-func (g *Gateway) forwardTCP(c net.Conn, first []byte, t *tcpProxyRT) tcpResult {
-	name, cl := t.pick()
-	r := tcpResult{cluster: name, cl: cl}
-	if cl == nil {
-		r.result, r.ended = "cluster_not_found", calllog.ReasonNoCluster
-		return r
-	}
-	res, err := cl.lb.Pick(nil)
-	if err != nil {
-		r.result, r.ended, r.err = "no_healthy_endpoint", calllog.ReasonNoHealthy, err
-		return r
-	}
-	ep := cl.endpointFor(res.Host.ID)
-	if ep == nil {
-		res.Done(0, balancer.Canceled)
-		r.result, r.ended = "no_healthy_endpoint", calllog.ReasonNoHealthy
-		return r
-	}
-	r.endpoint = ep.addr
-	start := time.Now()
-	up, err := net.DialTimeout("tcp", ep.addr, cl.spec.connect)
-	if err != nil {
-		res.Done(time.Since(start), balancer.Unreachable)
-		r.result, r.ended, r.err = "connect_failure", calllog.ReasonConnect, err
-		return r
-	}
-	if !g.tunnels.pending(up) {
-		up.Close()
-		res.Done(0, balancer.Canceled)
-		r.result, r.ended = "connect_failure", calllog.ReasonOther // shutting down
-		return r
-	}
-	if !g.tunnels.attach(up, c) {
-		res.Done(0, balancer.Canceled)
-		r.result, r.ended = "connect_failure", calllog.ReasonOther
+// idle for t's idle timeout (splice). The outcome (connected, or why not)
+// is counted in outcomes by cluster as soon as it is known.
+func (g *Gateway) forwardTCP(c net.Conn, first []byte, t *tcpProxyRT, outcomes *prometheus.CounterVec) tcpResult {
+	r, up, res, start := g.connectTCP(c, t)
+	// Counted once known, not when the connection ends (hours later, for
+	// some).
+	outcomes.WithLabelValues(r.cluster, r.result).Inc()
+	if up == nil {
 		return r
 	}
 	defer g.tunnels.done(up)
-	r.result = "connected"
 	_ = c.SetDeadline(time.Time{})
 	if len(first) > 0 {
 		if _, err := up.Write(first); err != nil {
@@ -249,7 +221,7 @@ func (g *Gateway) forwardTCP(c net.Conn, first []byte, t *tcpProxyRT) tcpResult 
 	// The balancer learns the connect, not the tunnel's life (hours, for
 	// some): a latency it would otherwise count against the endpoint.
 	res.Done(time.Since(start), balancer.Success)
-	down, upc, closed := g.istioTCP(cl, c, up) // Istio's TCP metrics (istiotcp.go)
+	down, upc, closed := g.istioTCP(r.cl, c, up) // Istio's TCP metrics (istiotcp.go)
 	r.in, r.out, r.err = splice(down, upc, t.spec.idle)
 	r.in += int64(len(first))
 	closed()
@@ -261,6 +233,50 @@ func (g *Gateway) forwardTCP(c net.Conn, first []byte, t *tcpProxyRT) tcpResult 
 		r.ended = calllog.ReasonReset
 	}
 	return r
+}
+
+// connectTCP picks one of t's clusters and an endpoint of it and connects
+// to it, registering the tunnel; up is nil when it could not (r says why).
+func (g *Gateway) connectTCP(c net.Conn, t *tcpProxyRT) (r tcpResult, up net.Conn, res subset.Result, start time.Time) {
+	name, cl := t.pick()
+	r = tcpResult{cluster: name, cl: cl}
+	if cl == nil {
+		r.result, r.ended = "cluster_not_found", calllog.ReasonNoCluster
+		return r, nil, res, start
+	}
+	var err error
+	res, err = cl.lb.Pick(nil)
+	if err != nil {
+		r.result, r.ended, r.err = "no_healthy_endpoint", calllog.ReasonNoHealthy, err
+		return r, nil, res, start
+	}
+	ep := cl.endpointFor(res.Host.ID)
+	if ep == nil {
+		res.Done(0, balancer.Canceled)
+		r.result, r.ended = "no_healthy_endpoint", calllog.ReasonNoHealthy
+		return r, nil, res, start
+	}
+	r.endpoint = ep.addr
+	start = time.Now()
+	up, err = net.DialTimeout("tcp", ep.addr, cl.spec.connect)
+	if err != nil {
+		res.Done(time.Since(start), balancer.Unreachable)
+		r.result, r.ended, r.err = "connect_failure", calllog.ReasonConnect, err
+		return r, nil, res, start
+	}
+	if !g.tunnels.pending(up) {
+		up.Close()
+		res.Done(0, balancer.Canceled)
+		r.result, r.ended = "connect_failure", calllog.ReasonOther // shutting down
+		return r, nil, res, start
+	}
+	if !g.tunnels.attach(up, c) {
+		res.Done(0, balancer.Canceled)
+		r.result, r.ended = "connect_failure", calllog.ReasonOther
+		return r, nil, res, start
+	}
+	r.result = "connected"
+	return r, up, res, start
 }
 
 // splice copies bytes both ways until both directions have ended, or

@@ -235,8 +235,7 @@ func (g *Gateway) serveTCPConn(c net.Conn, port uint32) {
 		g.log.Debug("gateway: TCP: no filter chain matches", "port", port, "remote", c.RemoteAddr().String())
 		return
 	}
-	r := g.forwardTCP(c, nil, l.proxy[i])
-	g.metrics.tcp.WithLabelValues(r.cluster, r.result).Inc()
+	r := g.forwardTCP(c, nil, l.proxy[i], g.metrics.tcp)
 	if r.err != nil {
 		g.log.Debug("gateway: TCP", "cluster", r.cluster, "endpoint", r.endpoint, "result", r.result, "err", r.err)
 	}
