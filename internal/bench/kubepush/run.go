@@ -286,11 +286,12 @@ func runRound(ctx context.Context, cfg *Config, a *apiServer, w *workload, peer 
 	f.RSSIdleMB = report.Round3(float64(rss0) / (1 << 20))
 
 	ctx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	defer cancel()
 	r := &round{cfg: cfg, w: w, cp: cp, tr: newTracker(cfg.Subscribers), errs: make(chan error, cfg.Subscribers+1)}
+	var wg sync.WaitGroup
+	// Cancel first: the subscribers and the writes' followers end with ctx.
+	defer wg.Wait()
 	defer r.wwg.Wait()
+	defer cancel()
 	conns := make([]*grpc.ClientConn, 0, cfg.Subscribers)
 	defer func() {
 		for _, c := range conns {

@@ -127,6 +127,11 @@ func (a *apiServer) load(ctx context.Context, services, endpoints int, progress 
 		if _, err := a.cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, createOpts); err != nil {
 			return nil, fmt.Errorf("kubepush: namespace %s: %w", ns, err)
 		}
+		// No controllers run: the Pods' service account is written here.
+		sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: ns}}
+		if _, err := a.cs.CoreV1().ServiceAccounts(ns).Create(ctx, sa, createOpts); err != nil {
+			return nil, fmt.Errorf("kubepush: service account %s/default: %w", ns, err)
+		}
 	}
 	if err := parallel(ctx, services, func(i int) error {
 		svc := &corev1.Service{
