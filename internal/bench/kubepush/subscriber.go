@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -14,9 +15,11 @@ import (
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/mem"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/types/known/structpb"
 )
@@ -262,8 +265,34 @@ type subscriber struct {
 	responses atomic.Uint64 // responses read
 }
 
-// run subscribes and reads until ctx ends.
+// run subscribes and reads until ctx ends. Until synced, a stream refused
+// or broken (istiod limits new streams to PILOT_MAX_REQUESTS_PER_SECOND, 25
+// by default, and refuses those that wait too long) starts again after a
+// pause, as Envoy does; after, an error ends the subscriber.
 func (s *subscriber) run(ctx context.Context) error {
+	for attempt := 1; ; attempt++ {
+		err := s.stream(ctx)
+		if err == nil || ctx.Err() != nil {
+			return nil
+		}
+		select {
+		case <-s.synced:
+			return err
+		default:
+		}
+		if c := status.Code(err); (c != codes.ResourceExhausted && c != codes.Unavailable) || attempt >= 100 {
+			return err
+		}
+		if err := sleep(ctx, time.Duration(200+rand.IntN(800))*time.Millisecond); err != nil {
+			return nil
+		}
+	}
+}
+
+// stream runs one ADS stream.
+func (s *subscriber) stream(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	desc := &grpc.StreamDesc{StreamName: "StreamAggregatedResources", ServerStreams: true, ClientStreams: true}
 	stream, err := s.conn.NewStream(ctx, desc, "/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources")
 	if err != nil {
