@@ -87,12 +87,22 @@ func newH2CUpstream(addr string, connect time.Duration, ut *upstreamTLS) *h2cUps
 	var p http.Protocols
 	tr := &http.Transport{
 		Protocols:          &p,
+		HTTP2:              h2Config(),
 		DisableCompression: true,
 		IdleConnTimeout:    60 * time.Second,
 	}
 	if ut == nil {
 		p.SetUnencryptedHTTP2(true)
-		tr.DialContext = (&net.Dialer{Timeout: connect}).DialContext
+		d := &net.Dialer{Timeout: connect}
+		tr.DialContext = func(ctx context.Context, network, a string) (net.Conn, error) {
+			c, err := d.DialContext(ctx, network, a)
+			if err != nil {
+				return nil, err
+			}
+			bc := newBatchConn(c) // batchconn.go: the transport flushes per frame
+			bc.start()
+			return bc, nil
+		}
 		return &h2cUpstream{addr: addr, scheme: "http", tr: tr}
 	}
 	p.SetHTTP2(true)

@@ -6,12 +6,15 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 )
 
@@ -27,6 +30,9 @@ import (
 //	               (/grpc.testing.) to SEXTANT_LOAD_GRPC, the rest to
 //	               SEXTANT_LOAD_HTTP; it writes "plain=ADDR tls=ADDR" to
 //	               SEXTANT_LOAD_OUT once both route
+//	grpc-loader    SEXTANT_LOAD_CALLERS (64) grpc-go callers over
+//	               SEXTANT_LOAD_CONNS (4) connections to SEXTANT_LOAD_ADDR,
+//	               unary calls of 1 KiB answers; it prints calls/s, p50, p99
 //
 // each for SEXTANT_LOAD_SECONDS (default 60).
 func TestLoadTarget(t *testing.T) {
@@ -63,6 +69,8 @@ func TestLoadTarget(t *testing.T) {
 		_ = srv.Serve(ln)
 	case "gateway":
 		loadGateway(t, life)
+	case "grpc-loader":
+		loadGRPC(t, life)
 	default:
 		t.Fatalf("SEXTANT_LOAD_ROLE %q", role)
 	}
@@ -103,4 +111,65 @@ func loadGateway(t *testing.T, life time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), life)
 	defer cancel()
 	<-ctx.Done()
+}
+
+// loadGRPC is a closed-loop grpc-go loader: each caller makes one unary
+// call after another on its connection for life.
+func loadGRPC(t *testing.T, life time.Duration) {
+	callers, _ := strconv.Atoi(os.Getenv("SEXTANT_LOAD_CALLERS"))
+	if callers <= 0 {
+		callers = 64
+	}
+	conns, _ := strconv.Atoi(os.Getenv("SEXTANT_LOAD_CONNS"))
+	if conns <= 0 {
+		conns = 4
+	}
+	clients := make([]testgrpc.TestServiceClient, conns)
+	for i := range clients {
+		cc, err := grpc.NewClient("passthrough:///"+os.Getenv("SEXTANT_LOAD_ADDR"), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cc.Close()
+		clients[i] = testgrpc.NewTestServiceClient(cc)
+	}
+	req := &testgrpc.SimpleRequest{ResponseSize: 1024}
+	ctx, cancel := context.WithTimeout(context.Background(), life)
+	defer cancel()
+	lats := make([][]time.Duration, callers)
+	errs := make([]int, callers)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i := range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := clients[i%conns]
+			for ctx.Err() == nil {
+				t0 := time.Now()
+				_, err := c.UnaryCall(ctx, req)
+				if err != nil {
+					if ctx.Err() == nil {
+						errs[i]++
+					}
+					continue
+				}
+				lats[i] = append(lats[i], time.Since(t0))
+			}
+		}()
+	}
+	wg.Wait()
+	el := time.Since(start)
+	var all []time.Duration
+	nerr := 0
+	for i := range lats {
+		all = append(all, lats[i]...)
+		nerr += errs[i]
+	}
+	if len(all) == 0 {
+		t.Fatalf("no call succeeded (%d errors)", nerr)
+	}
+	slices.Sort(all)
+	fmt.Printf("calls=%d errors=%d calls/s=%.0f p50=%v p99=%v\n", len(all), nerr, float64(len(all))/el.Seconds(),
+		all[len(all)/2], all[len(all)*99/100])
 }
