@@ -21,7 +21,8 @@ import (
 //
 // Write reports the error of an earlier write (the peer went away), and
 // blocks while more than batchMax bytes are pending (the peer reads
-// slowly), which bounds the buffer. The writer goroutine is the
+// slowly), which bounds the buffer; the buffer goes back to a pool once
+// written, so an idle connection holds none. The writer goroutine is the
 // connection's: it ends when the connection is closed or a write fails.
 type batchConn struct {
 	net.Conn
@@ -29,8 +30,7 @@ type batchConn struct {
 
 	mu      sync.Mutex
 	cond    sync.Cond // signalled when the writer took the buffer, or ended
-	buf     []byte    // pending bytes
-	spare   []byte    // the writer's buffer of the last round, for reuse
+	buf     *[]byte   // pending bytes (from batchBufs; nil: none)
 	err     error     // the first write error, or net.ErrClosed after Close
 	closing bool
 	running bool // the writer goroutine was started
@@ -41,10 +41,21 @@ type batchConn struct {
 
 const (
 	batchMax     = 1 << 20         // pending bytes over which Write waits
-	batchKeep    = 32 << 10        // a buffer up to this is kept for the next round
+	batchKeep    = 32 << 10        // a buffer up to this goes back to batchBufs
 	batchLinger  = 5 * time.Second // how long Close lets pending bytes go out
 	batchInitial = 16 << 10
 )
+
+// batchBufs are the pending bytes' buffers: an idle connection holds none.
+var batchBufs = sync.Pool{New: func() any { s := make([]byte, 0, batchInitial); return &s }}
+
+// pending is how many bytes wait; b.mu is held.
+func (b *batchConn) pending() int {
+	if b.buf == nil {
+		return 0
+	}
+	return len(*b.buf)
+}
 
 // newBatchConn wraps c; its writes are batched once start is called (a TLS
 // listener starts it when ALPN chose h2, so that a handshake and HTTP/1.1
@@ -72,7 +83,7 @@ func (b *batchConn) Write(p []byte) (int, error) {
 		return b.Conn.Write(p)
 	}
 	b.mu.Lock()
-	for b.err == nil && len(b.buf) > batchMax {
+	for b.err == nil && b.pending() > batchMax {
 		b.cond.Wait()
 	}
 	if b.err != nil {
@@ -81,9 +92,9 @@ func (b *batchConn) Write(p []byte) (int, error) {
 		return 0, err
 	}
 	if b.buf == nil {
-		b.buf = make([]byte, 0, max(batchInitial, len(p)))
+		b.buf = batchBufs.Get().(*[]byte)
 	}
-	b.buf = append(b.buf, p...)
+	*b.buf = append(*b.buf, p...)
 	wake := b.idle
 	b.idle = false
 	b.mu.Unlock()
@@ -102,19 +113,24 @@ func (b *batchConn) writer() {
 	defer close(b.done)
 	for {
 		b.mu.Lock()
-		for len(b.buf) == 0 && !b.closing {
+		for b.pending() == 0 && !b.closing {
 			b.idle = true
 			b.mu.Unlock()
 			<-b.wake
 			b.mu.Lock()
 		}
 		out := b.buf
-		b.buf, b.spare = b.spare[:0], nil
+		b.buf = nil
 		closing := b.closing
 		b.cond.Broadcast()
 		b.mu.Unlock()
-		if len(out) > 0 {
-			if _, err := b.Conn.Write(out); err != nil {
+		if out != nil {
+			_, err := b.Conn.Write(*out)
+			if cap(*out) <= batchKeep {
+				*out = (*out)[:0]
+				batchBufs.Put(out)
+			}
+			if err != nil {
 				b.mu.Lock()
 				if b.err == nil {
 					b.err = err
@@ -126,10 +142,7 @@ func (b *batchConn) writer() {
 			}
 		}
 		b.mu.Lock()
-		if cap(out) <= batchKeep && b.spare == nil {
-			b.spare = out[:0]
-		}
-		if closing && len(b.buf) == 0 {
+		if closing && b.pending() == 0 {
 			b.mu.Unlock()
 			return
 		}

@@ -64,6 +64,11 @@ func TestBatchConnCoalesces(t *testing.T) {
 	if n := cc.writes.Load(); n != 2 {
 		t.Fatalf("%d writes reached the connection, want 2 (the first, then the ten batched)", n)
 	}
+	waitUntil(t, "the idle connection to give its buffer back", func() bool {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return b.buf == nil && b.idle
+	})
 }
 
 // TestBatchConnCloseFlushes: Close writes what is pending before it closes.
