@@ -61,7 +61,7 @@ func (b *batchConn) pending() int {
 // listener starts it when ALPN chose h2, so that a handshake and HTTP/1.1
 // write directly).
 func newBatchConn(c net.Conn) *batchConn {
-	b := &batchConn{Conn: c, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	b := &batchConn{Conn: c} // the rest in start: an HTTP/1.1 connection over TLS never starts
 	b.cond.L = &b.mu
 	return b
 }
@@ -74,6 +74,7 @@ func (b *batchConn) start() {
 		return
 	}
 	b.running = true
+	b.wake, b.done = make(chan struct{}, 1), make(chan struct{})
 	b.on.Store(true)
 	go b.writer()
 }
