@@ -32,7 +32,10 @@ import (
 //	               SEXTANT_LOAD_OUT once both route
 //	grpc-loader    SEXTANT_LOAD_CALLERS (64) grpc-go callers over
 //	               SEXTANT_LOAD_CONNS (4) connections to SEXTANT_LOAD_ADDR,
-//	               unary calls of 1 KiB answers; it prints calls/s, p50, p99
+//	               unary calls of 1 KiB answers (SEXTANT_LOAD_MODE=stream:
+//	               one FullDuplexCall per caller, 1 KiB messages echoed one
+//	               at a time, each counted as a call); it prints calls/s,
+//	               p50, p99
 //
 // each for SEXTANT_LOAD_SECONDS (default 60).
 func TestLoadTarget(t *testing.T) {
@@ -134,6 +137,8 @@ func loadGRPC(t *testing.T, life time.Duration) {
 		clients[i] = testgrpc.NewTestServiceClient(cc)
 	}
 	req := &testgrpc.SimpleRequest{ResponseSize: 1024}
+	stream := os.Getenv("SEXTANT_LOAD_MODE") == "stream"
+	msg := &testgrpc.StreamingOutputCallRequest{Payload: &testgrpc.Payload{Body: make([]byte, 1024)}}
 	ctx, cancel := context.WithTimeout(context.Background(), life)
 	defer cancel()
 	lats := make([][]time.Duration, callers)
@@ -145,6 +150,10 @@ func loadGRPC(t *testing.T, life time.Duration) {
 		go func() {
 			defer wg.Done()
 			c := clients[i%conns]
+			if stream {
+				lats[i], errs[i] = echoLoop(ctx, c, msg)
+				return
+			}
 			for ctx.Err() == nil {
 				t0 := time.Now()
 				_, err := c.UnaryCall(ctx, req)
@@ -172,4 +181,30 @@ func loadGRPC(t *testing.T, life time.Duration) {
 	slices.Sort(all)
 	fmt.Printf("calls=%d errors=%d calls/s=%.0f p50=%v p99=%v\n", len(all), nerr, float64(len(all))/el.Seconds(),
 		all[len(all)/2], all[len(all)*99/100])
+}
+
+// echoLoop sends msg on one FullDuplexCall and waits for its echo, again
+// and again until ctx ends (reopening the stream after an error).
+func echoLoop(ctx context.Context, c testgrpc.TestServiceClient, msg *testgrpc.StreamingOutputCallRequest) (lats []time.Duration, errs int) {
+	for ctx.Err() == nil {
+		st, err := c.FullDuplexCall(ctx)
+		if err != nil {
+			errs++
+			continue
+		}
+		for ctx.Err() == nil {
+			t0 := time.Now()
+			if err = st.Send(msg); err == nil {
+				_, err = st.Recv()
+			}
+			if err != nil {
+				if ctx.Err() == nil {
+					errs++
+				}
+				break
+			}
+			lats = append(lats, time.Since(t0))
+		}
+	}
+	return lats, errs
 }
