@@ -37,8 +37,8 @@ func FuzzConsulRegister(f *testing.F) {
 			return
 		}
 		again := map[string]any{"ID": reg.ID, "Name": reg.Name, "Address": reg.Address, "Port": reg.Port, "Tags": reg.Tags, "Meta": reg.Meta}
-		if reg.Weight != 0 {
-			again["Weights"] = map[string]int{"Passing": reg.Weight}
+		if reg.Weights != nil {
+			again["Weights"] = reg.Weights
 		}
 		again["Kind"], again["TaggedAddresses"], again["Locality"], again["Ports"] = reg.Kind, reg.TaggedAddresses, reg.Locality, reg.Ports
 		again["EnableTagOverride"] = reg.EnableTagOverride

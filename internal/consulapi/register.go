@@ -31,7 +31,7 @@ type Registration struct {
 	Port              int
 	Tags              []string
 	Meta              map[string]string
-	Weight            int // Weights.Passing; 0: not given
+	Weights           *weights // nil: not given (Consul's {1, 1})
 	Checks            []CheckDefinition
 	// Kind, TaggedAddresses, Locality and Ports are kept as reserved
 	// labels (attrs.go); Node is the Consul node (the agent's, or a
@@ -41,6 +41,7 @@ type Registration struct {
 	Locality        *locality
 	Ports           []servicePort
 	Node            string
+	SocketPath      string
 	// ConsulID is the service's Consul id when its instance id differs
 	// (a catalog node's service: node.go).
 	ConsulID string
@@ -243,7 +244,6 @@ func DecodeRegister(body []byte) (*Registration, error) {
 	if err := duplicateKeys(body); err != nil {
 		return nil, err
 	}
-	var weights bool
 	err := decodeObject(raw, "", []field{
 		{"ID", str("ID", &reg.ID)},
 		{"Name", str("Name", &reg.Name)},
@@ -271,11 +271,10 @@ func DecodeRegister(body []byte) (*Registration, error) {
 			if isNull(raw) {
 				return nil
 			}
-			weights = true
-			var warning int
+			reg.Weights = &weights{}
 			return decodeObject(raw, "Weights", []field{
-				{"Passing", integer("Weights.Passing", &reg.Weight)},
-				{"Warning", integer("Weights.Warning", &warning)},
+				{"Passing", integer("Weights.Passing", &reg.Weights.Passing)},
+				{"Warning", integer("Weights.Warning", &reg.Weights.Warning)},
 			})
 		}},
 		{"EnableTagOverride", boolean("EnableTagOverride", &reg.EnableTagOverride)},
@@ -314,7 +313,7 @@ func DecodeRegister(body []byte) (*Registration, error) {
 		{"Namespace", refused("Namespace", "a Consul Enterprise namespace (this API serves one Sextant namespace, --consul-namespace)", `"default"`)},
 		{"Partition", refused("Partition", "an admin partition (Consul Enterprise)", `"default"`)},
 		{"Ports", jsonValue("Ports", "an array of ports (Name, Port, Default)", &reg.Ports)},
-		{"SocketPath", refused("SocketPath", "a Unix socket service")},
+		{"SocketPath", str("SocketPath", &reg.SocketPath)},
 		{"TaggedAddresses", jsonValue("TaggedAddresses", "an object of addresses (Address, Port)", &reg.TaggedAddresses)},
 		{"Proxy", func(raw json.RawMessage) error {
 			if isNull(raw) {
@@ -343,8 +342,14 @@ func DecodeRegister(body []byte) (*Registration, error) {
 	if err != nil {
 		return nil, err
 	}
-	if weights && reg.Weight < 1 {
-		return nil, badRequest(fmt.Sprintf("Weights.Passing: %d must be at least 1", reg.Weight))
+	if w := reg.Weights; w != nil {
+		// Consul's ValidateWeights.
+		if w.Passing < 1 {
+			return nil, badRequest(fmt.Sprintf("Weights.Passing: %d must be at least 1", w.Passing))
+		}
+		if w.Warning < 0 {
+			return nil, badRequest(fmt.Sprintf("Weights.Warning: %d must be at least 0", w.Warning))
+		}
 	}
 	return reg, nil
 }
@@ -373,13 +378,7 @@ func (reg *Registration) Instance(ns, host string) (*instance.Instance, error) {
 	if reg.Port < 0 || reg.Port > 65535 {
 		return nil, badRequest(fmt.Sprintf("Port: %d is out of range 1..65535 (or 0, none)", reg.Port))
 	}
-	weight := instance.DefaultWeight
-	if reg.Weight != 0 {
-		if reg.Weight > instance.MaxWeight {
-			return nil, badRequest(fmt.Sprintf("Weights.Passing: %d is out of range 1..%d", reg.Weight, instance.MaxWeight))
-		}
-		weight = reg.Weight
-	}
+	weight := sextantWeight(reg.Weights)
 	md, err := metadata(reg.Tags, reg.Meta, reg.putAttrs)
 	if err != nil {
 		return nil, err
