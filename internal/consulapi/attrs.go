@@ -168,6 +168,9 @@ func (reg *Registration) putAttrs(m map[string]string) error {
 		}
 		m[labelSocketPath] = reg.SocketPath
 	}
+	if err := putScriptChecks(m, reg.Checks); err != nil {
+		return err
+	}
 	if w := reg.Weights; w != nil && !impliedWeights(*w) {
 		if err := putJSON(m, labelWeights, "Weights", w); err != nil {
 			return err

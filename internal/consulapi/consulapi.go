@@ -106,6 +106,10 @@ type Options struct {
 	// CA serves Connect's CA roots and leaf certificates (connect.go);
 	// nil: they answer that Connect is not enabled, as Consul's do.
 	CA CA
+	// EnableScriptChecks accepts script and Docker checks (Consul's
+	// enable_script_checks), kept as records and never run
+	// (scriptchecks.go); false: refused, as Consul refuses them.
+	EnableScriptChecks bool
 }
 
 // API is the Consul-compatible HTTP handler over a registry.

@@ -421,7 +421,7 @@ func TestBadInput(t *testing.T) {
 		{"weight negative", `{"Name":"web","Port":80,"Weights":{"Passing":1,"Warning":-1}}`, "Weights.Warning: -1 must be at least 0"},
 		{"connect sidecar", `{"Name":"web","Port":80,"Connect":{"SidecarService":{"Port":21000}}}`, "Connect.SidecarService: a Connect sidecar service is not supported"},
 		{"kind", `{"Name":"web","Port":80,"Kind":"teapot"}`, `Kind: "teapot" is not a Consul service kind`},
-		{"script check", `{"Name":"web","Port":80,"Check":{"ScriptArgs":["/bin/true"],"Interval":"10s"}}`, "a script check"},
+		{"script check", `{"Name":"web","Port":80,"Check":{"ScriptArgs":["/bin/true"],"Interval":"10s"}}`, "Scripts are disabled on this agent"},
 		{"check without type", `{"Name":"web","Port":80,"Check":{"Interval":"10s"}}`, "Check: no check type"},
 		{"check bad interval", `{"Name":"web","Port":80,"Checks":[{"HTTP":"http://x/","Interval":"often"}]}`, `Checks[0].Interval: "often" is not a duration`},
 		{"check bad status", `{"Name":"web","Port":80,"Check":{"TTL":"10s","Status":"fine"}}`, `Check.Status: "fine"`},

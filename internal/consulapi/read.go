@@ -747,9 +747,11 @@ func (a *API) agentSelf(w http.ResponseWriter, r *http.Request) error {
 		"Meta":   n.Meta,
 		// What Consul's tools read of its full configuration: whether the
 		// Connect CA endpoints answer (connect.go).
-		"DebugConfig": map[string]any{"ConnectEnabled": a.opts.CA != nil},
-		"Stats":       map[string]any{"runtime": map[string]string{"version": runtime.Version()}},
-		"xDS":         nil,
+		"DebugConfig": map[string]any{"ConnectEnabled": a.opts.CA != nil,
+			// Consul's names for enable_script_checks (scriptchecks.go).
+			"EnableRemoteScriptChecks": a.opts.EnableScriptChecks, "EnableLocalScriptChecks": a.opts.EnableScriptChecks},
+		"Stats": map[string]any{"runtime": map[string]string{"version": runtime.Version()}},
+		"xDS":   nil,
 	}
 	return writeJSON(w, self)
 }

@@ -379,6 +379,7 @@ func (reg *Registration) Instance(ns, host string) (*instance.Instance, error) {
 		return nil, badRequest(fmt.Sprintf("Port: %d is out of range 1..65535 (or 0, none)", reg.Port))
 	}
 	weight := sextantWeight(reg.Weights)
+	defaultCheckIDs(id, reg.Name, reg.Checks)
 	md, err := metadata(reg.Tags, reg.Meta, reg.putAttrs)
 	if err != nil {
 		return nil, err
@@ -386,7 +387,7 @@ func (reg *Registration) Instance(ns, host string) (*instance.Instance, error) {
 	in := &instance.Instance{
 		ID: id, Namespace: ns, Service: reg.Name, Host: host, Port: reg.Port, Weight: weight, Metadata: md,
 	}
-	if err := applyChecks(in, reg.Checks); err != nil {
+	if err := applyChecks(in, nonScript(reg.Checks)); err != nil {
 		return nil, err
 	}
 	if err := instance.Prepare(-1, in); err != nil {
@@ -485,6 +486,9 @@ func (a *API) register(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	reg.Node = a.opts.Node // the agent's node, as Consul's agent registers
+	if err := a.checkScripts(reg.Checks); err != nil {
+		return err
+	}
 	in, err := reg.Instance(ns, clientHost(r))
 	if err != nil {
 		return err
