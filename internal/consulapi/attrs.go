@@ -137,6 +137,9 @@ func (reg *Registration) putAttrs(m map[string]string) error {
 	if reg.ConsulID != "" {
 		m[labelServiceID] = reg.ConsulID
 	}
+	if reg.SidecarID != "" {
+		m[labelSidecar] = reg.SidecarID
+	}
 	if reg.ConnectNative {
 		m[labelConnectNative] = ""
 	}

@@ -51,6 +51,10 @@ type Registration struct {
 	// Proxy is a Connect proxy's configuration (Kind connect-proxy), kept
 	// as given and answered back; Sextant configures no proxy from it.
 	Proxy json.RawMessage
+	// Sidecar is Connect.SidecarService as given (sidecar.go); SidecarID
+	// the instance id of the sidecar registered with the service.
+	Sidecar   json.RawMessage
+	SidecarID string
 }
 
 // field is how a member of a Consul object is read: its name as Consul
@@ -331,7 +335,16 @@ func DecodeRegister(body []byte) (*Registration, error) {
 			}
 			return decodeObject(raw, "Connect", []field{
 				{"Native", boolean("Connect.Native", &reg.ConnectNative)},
-				{"SidecarService", refused("Connect.SidecarService", "a Connect sidecar service")},
+				{"SidecarService", func(raw json.RawMessage) error {
+					if isNull(raw) {
+						return nil
+					}
+					if jsonKind(raw) != "an object" {
+						return badRequest("Connect.SidecarService: expected an object, got " + jsonKind(raw))
+					}
+					reg.Sidecar = raw
+					return nil
+				}},
 			})
 		}},
 		{"AI", refused("AI", "AI service metadata")},
@@ -489,11 +502,32 @@ func (a *API) register(w http.ResponseWriter, r *http.Request) error {
 	if err := a.checkScripts(reg.Checks); err != nil {
 		return err
 	}
+	var side *instance.Instance
+	if len(reg.Sidecar) > 0 {
+		sreg, err := a.sidecarOf(reg)
+		if err != nil {
+			return err
+		}
+		if err := a.checkScripts(sreg.Checks); err != nil {
+			return err
+		}
+		if side, err = sreg.Instance(ns, clientHost(r)); err != nil {
+			return err
+		}
+		reg.SidecarID = side.ID
+	}
 	in, err := reg.Instance(ns, clientHost(r))
 	if err != nil {
 		return err
 	}
-	_, err = a.reg.RegisterGuarded(r.Context(), []*instance.Instance{in}, a.sameNamespace(r, in.ID))
+	batch := []*instance.Instance{in}
+	if side != nil {
+		if side.ID == in.ID {
+			return badRequest("Connect.SidecarService.ID: the service's own id")
+		}
+		batch = append(batch, side) // one commit: both or neither
+	}
+	_, err = a.reg.RegisterGuarded(r.Context(), batch, a.sameNamespace(r, in.ID))
 	if err != nil {
 		return err
 	}
@@ -530,14 +564,19 @@ func (a *API) deregister(w http.ResponseWriter, r *http.Request) error {
 	if !instance.ValidID(id) {
 		return notFound(fmt.Sprintf("Unknown service ID %q", id))
 	}
-	if in := a.reg.Instances().Get(id); in == nil || in.Namespace != a.opts.Namespace {
+	in := a.reg.Instances().Get(id)
+	if in == nil || in.Namespace != a.opts.Namespace {
 		return notFound(fmt.Sprintf("Unknown service ID %q", id))
 	}
-	_, missing, err := a.reg.DeregisterGuarded(r.Context(), []string{id}, a.sameNamespace(r, id))
+	ids := []string{id}
+	if side := sidecarIDOf(in); side != "" && side != id {
+		ids = append(ids, side) // its sidecar goes with it, as in Consul
+	}
+	_, missing, err := a.reg.DeregisterGuarded(r.Context(), ids, a.sameNamespace(r, id))
 	if err != nil {
 		return err
 	}
-	if len(missing) > 0 {
+	if slices.Contains(missing, id) {
 		return notFound(fmt.Sprintf("Unknown service ID %q", id))
 	}
 	return writeValue(w, "")
