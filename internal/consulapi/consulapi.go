@@ -180,6 +180,8 @@ func (a *API) routes() {
 	a.handle("GET /v1/agent/service/{id}", a.agentService)
 	a.handle("GET /v1/agent/checks", a.agentChecks)
 	a.handle("GET /v1/agent/self", a.agentSelf)
+	a.handle("GET /v1/agent/metrics", a.agentMetrics)
+	a.handle("GET /v1/agent/host", a.agentHost)
 	a.handle("PUT /v1/agent/check/pass/{id}", a.checkUpdate("passing"))
 	a.handle("PUT /v1/agent/check/warn/{id}", a.checkUpdate("warning"))
 	a.handle("PUT /v1/agent/check/fail/{id}", a.checkUpdate("critical"))
@@ -281,9 +283,7 @@ var unsupported = []struct{ prefix, what string }{
 	{"/v1/agent/force-leave/", "gossip (Sextant has no gossip pool)"},
 	{"/v1/agent/reload", "agent reloads"},
 	{"/v1/agent/token/", "agent tokens"},
-	{"/v1/agent/metrics", "Consul's agent metrics (Sextant's are /metrics on --http)"},
 	{"/v1/agent/monitor", "log streaming"},
-	{"/v1/agent/host", "host information"},
 	{"/v1/agent/version", "the agent version endpoint (see /v1/agent/self)"},
 	{"/v1/lock", "locks"},
 }
