@@ -99,9 +99,6 @@ var consulCatalogTestsFailing = map[string]string{
 	// Consul's ACL system (tokens are Sextant's).
 	"TestAgent_ServiceRegisterOpts_Token": "Consul's ACL system",
 	"TestAPI_AgentUpdateToken":            "Consul's ACL system",
-	// The agent's own process: its log stream.
-	"TestAPI_AgentMonitor":     "does not serve log streaming",
-	"TestAPI_AgentMonitorJSON": "does not serve log streaming",
 	// Connect: intentions and config entries (its CA roots and leaves
 	// are Sextant's CA's; the connect views are served).
 	"TestAPI_AgentConnectAuthorize":              "does not serve Connect's authorization",

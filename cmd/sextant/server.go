@@ -243,6 +243,12 @@ func runServer(ctx context.Context, f serverFlags) error {
 	if err != nil {
 		return err
 	}
+	// The Consul API's /v1/agent/monitor streams the server's log.
+	var logs *consulapi.LogStream
+	if f.consulAPI != "" {
+		logs = consulapi.NewLogStream()
+		log = slog.New(logs.Handler(log.Handler()))
+	}
 	if err := f.validate(); err != nil {
 		return err
 	}
@@ -454,7 +460,7 @@ func runServer(ctx context.Context, f serverFlags) error {
 	}
 
 	if consulLn != nil {
-		if err := serveConsulAPI(lc, f, consulLn, reg, kvs, ident, guard, member, tlsCfg, log); err != nil {
+		if err := serveConsulAPI(lc, f, consulLn, reg, kvs, ident, guard, member, tlsCfg, log, logs); err != nil {
 			return err
 		}
 	}
@@ -730,7 +736,7 @@ func storeName(url string) string {
 
 // serveConsulAPI serves the Consul-compatible API on ln once the registry
 // is loaded; at the shutdown its requests drain before the registry stops.
-func serveConsulAPI(lc *lifecycle, f serverFlags, ln net.Listener, reg *registry.Registry, kvs *kv.Store, ident *identity.Service, guard *acl.Guard, member *cluster.Member, tlsCfg *tls.Config, log *slog.Logger) error {
+func serveConsulAPI(lc *lifecycle, f serverFlags, ln net.Listener, reg *registry.Registry, kvs *kv.Store, ident *identity.Service, guard *acl.Guard, member *cluster.Member, tlsCfg *tls.Config, log *slog.Logger, logs *consulapi.LogStream) error {
 	opts := consulapi.Options{
 		Namespace: f.consulNamespace, Node: f.consulNode, NodeMeta: f.consulNodeMeta, Addr: ln.Addr().String(), Version: readBuildInfo().Version,
 		ACL: guard, Logger: log.With("component", "consulapi"), KV: kvs,
@@ -743,6 +749,7 @@ func serveConsulAPI(lc *lifecycle, f serverFlags, ln net.Listener, reg *registry
 	}
 	opts.SessionTTLMin = f.consulTTLMin
 	opts.EnableScriptChecks = f.consulScripts
+	opts.Logs = logs
 	api, err := consulapi.New(reg, opts)
 	if err != nil {
 		return err

@@ -531,6 +531,7 @@ func (a *API) register(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	a.log.Debug("synced service", "service", in.ID)
 	return writeValue(w, "")
 }
 
@@ -579,6 +580,7 @@ func (a *API) deregister(w http.ResponseWriter, r *http.Request) error {
 	if slices.Contains(missing, id) {
 		return notFound(fmt.Sprintf("Unknown service ID %q", id))
 	}
+	a.log.Debug("deregistered service", "service", id)
 	return writeValue(w, "")
 }
 
