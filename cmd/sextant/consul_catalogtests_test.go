@@ -99,20 +99,6 @@ var consulCatalogTestsFailing = map[string]string{
 	// Consul's ACL system (tokens are Sextant's).
 	"TestAgent_ServiceRegisterOpts_Token": "Consul's ACL system",
 	"TestAPI_AgentUpdateToken":            "Consul's ACL system",
-	// Checks Sextant does not run.
-	"TestAPI_AgentScriptCheck":   "script checks are not served",
-	"TestAPI_AgentChecks_Docker": "script checks are not served",
-	// The agent's own process: metrics (Sextant's are /metrics), host, logs.
-	"TestAPI_AgentMetrics":     "does not serve Consul's agent metrics",
-	"TestAPI_AgentHost":        "does not serve host information",
-	"TestAPI_AgentMonitor":     "does not serve log streaming",
-	"TestAPI_AgentMonitorJSON": "does not serve log streaming",
-	// Services Sextant cannot route to.
-	"TestAPI_AgentServices_SidecarService": "a Connect sidecar service is not supported",
-	"TestAPI_AgentServiceSocket":           "a Unix socket service is not supported",
-	// Sextant's default weight is 100, Consul's 1 (and its ContentHash a
-	// revision, not a hash of the definition).
-	"TestAPI_AgentService": "Passing: (int) 100",
 	// Connect: intentions and config entries (its CA roots and leaves
 	// are Sextant's CA's; the connect views are served).
 	"TestAPI_AgentConnectAuthorize":              "does not serve Connect's authorization",

@@ -103,6 +103,7 @@ func makeClientWithConfig(t *testing.T, cb1 configCallback, cb2 testutil.ServerC
 		}
 	}
 	connectOn, _ := self["DebugConfig"]["ConnectEnabled"].(bool)
+	have.EnableScriptChecks, _ = self["DebugConfig"]["EnableRemoteScriptChecks"].(bool)
 	have.Connect = map[string]interface{}{"enabled": connectOn}
 	want := *have
 	want.Connect = map[string]interface{}{"enabled": true} // testutil's default
@@ -115,6 +116,9 @@ func makeClientWithConfig(t *testing.T, cb1 configCallback, cb2 testutil.ServerC
 	// these tests see).
 	if on, ok := want.Connect["enabled"].(bool); ok && on != connectOn {
 		flags = append(flags, fmt.Sprintf("--consul-connect=%v", on))
+	}
+	if want.EnableScriptChecks && !have.EnableScriptChecks {
+		flags = append(flags, "--consul-enable-script-checks")
 	}
 	if want.NodeName != have.NodeName {
 		flags = append(flags, "--consul-node", want.NodeName)
@@ -136,8 +140,6 @@ func makeClientWithConfig(t *testing.T, cb1 configCallback, cb2 testutil.ServerC
 		t.Fatalf("sextant-harness: a second datacenter (%s) needs WAN gossip, not served", want.Datacenter)
 	case !want.Server:
 		t.Fatalf("sextant-harness: client agents (LAN gossip) are not served")
-	case want.EnableScriptChecks:
-		t.Fatalf("sextant-harness: script checks are not served")
 	case len(flags) > 0:
 		fmt.Printf("sextant-server-flags: %s\n", strings.Join(flags, " "))
 		t.Fatalf("sextant-harness: restart the server with %v", flags)
