@@ -138,3 +138,19 @@ func counterValue(c prometheus.Counter) float64 {
 	}
 	return m.GetCounter().GetValue()
 }
+
+// BenchmarkCircuitEnter: one attempt through an HTTP/1.1 cluster's circuit
+// breakers (a request, a connection slot), from parallel callers.
+func BenchmarkCircuitEnter(b *testing.B) {
+	cb := newCircuit(&clusterSpec{circuit: circuitSpec{set: true, maxConns: 1 << 20, maxPending: 1, maxRequests: 1 << 20}}, newMetrics().cluster("c"))
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if cb.enter(time.Time{}) != nil {
+				b.Error("overflow")
+				return
+			}
+			cb.leave()
+		}
+	})
+}
