@@ -171,6 +171,9 @@ func (g *Gateway) proxyH2(w http.ResponseWriter, hr *http.Request, ctx *fasthttp
 			k.reason, k.err = reasonNoHealthy, errors.New("endpoint is not HTTP/2")
 			break
 		}
+		if c.cb != nil && !k.enterCircuit(pick) {
+			break // answered by the circuit breakers (circuit.go)
+		}
 		k.endpoint = ep.addr
 		k.tried[k.retries] = pick.Host.ID
 		try := k.deadline
@@ -195,6 +198,9 @@ func (g *Gateway) proxyH2(w http.ResponseWriter, hr *http.Request, ctx *fasthttp
 		var err error
 		res, err = h2.tr.RoundTrip(out)
 		lat := time.Since(t0)
+		if c.cb != nil {
+			c.cb.leave()
+		}
 		k.release()
 		status := 0
 		if err == nil {
