@@ -49,6 +49,16 @@ func TestConsulClientOwnCatalogTests(t *testing.T) {
 			var out string
 			var flags []string
 			for try := 0; try < 2; try++ {
+				// A server started with --consul-config-file FILE starts
+				// with it empty (the shim points it at the test's own).
+				for i := 0; i+1 < len(flags); i++ {
+					if flags[i] == "--consul-config-file" {
+						os.Remove(flags[i+1]) // a link to an earlier test's file
+						if err := os.WriteFile(flags[i+1], nil, 0o644); err != nil {
+							t.Fatal(err)
+						}
+					}
+				}
 				consulAddr := startConsulServerOf(t, baseline, flags...)
 				out, _ = goCmd(consulAddr, "./api.test", "-test.count=1", "-test.v", "-test.timeout=90s", "-test.run", "^"+name+"$")
 				m := flagsLine.FindStringSubmatch(out)
@@ -93,9 +103,6 @@ var consulCatalogTestsFailing = map[string]string{
 	"TestAPI_AgentForceLeave":        "does not serve gossip",
 	"TestAPI_AgentForceLeavePrune":   "does not serve gossip",
 	"TestAPI_AgentForceLeaveOptions": "does not serve gossip",
-	// Consul's agent configuration files and reloads.
-	"TestAPI_AgentReload":           "agent configuration files",
-	"TestAPI_AgentReload_MultiPort": "agent configuration files",
 	// Consul's ACL system (tokens are Sextant's).
 	"TestAgent_ServiceRegisterOpts_Token": "Consul's ACL system",
 	"TestAPI_AgentUpdateToken":            "Consul's ACL system",
