@@ -14,7 +14,8 @@ import (
 // status_test.go of consul/api), each against a fresh "sextant server
 // --consul-api" of its own, as each gets a fresh Consul in its own
 // harness. A test whose server configuration names a node or node meta
-// (testutil.TestServerConfig), or turns Connect off, prints the flags the
+// (testutil.TestServerConfig), turns Connect off, enables script checks
+// or gives a configuration file, prints the flags the
 // shim wants and runs again on a server started with them; with Connect
 // on, the shim waits for an active CA root first, as Consul's harness
 // does. Each test listed in

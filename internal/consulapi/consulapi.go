@@ -297,7 +297,7 @@ var unsupported = []struct{ prefix, what string }{
 	{"/v1/agent/join/", "gossip joins (Sextant has no gossip pool)"},
 	{"/v1/agent/leave", "agent leaves"},
 	{"/v1/agent/force-leave/", "gossip (Sextant has no gossip pool)"},
-	{"/v1/agent/reload", "agent reloads"},
+	{"/v1/agent/reload", "agent reloads (a server started with --consul-config-file reloads its files)"},
 	{"/v1/agent/token/", "agent tokens"},
 	{"/v1/agent/monitor", "log streaming"},
 	{"/v1/agent/version", "the agent version endpoint (see /v1/agent/self)"},
