@@ -104,6 +104,7 @@ type serverFlags struct {
 	consulConnect   bool
 	consulTTLMin    time.Duration
 	consulScripts   bool
+	consulConfig    []string
 	// Kubernetes (docs/kubernetes.md).
 	kubeconfig    string
 	kubeInCluster bool
@@ -210,6 +211,7 @@ consul_sd: Consul's services are the services of --consul-namespace.`,
 	fl.StringVar(&f.consulNode, "consul-node", consulapi.DefaultNode, "with --consul-api: the name of the Consul node this server is (Consul's -node): the node of the services registered through its agent endpoints")
 	fl.StringToStringVar(&f.consulNodeMeta, "consul-node-meta", nil, "with --consul-api: the meta of this server's Consul node, KEY=VALUE, repeatable (Consul's -node-meta)")
 	fl.DurationVar(&f.consulTTLMin, "consul-session-ttl-min", kv.MinSessionTTL, "with --consul-api: the shortest TTL a Consul session may have (Consul's session_ttl_min), at least 1s: a lock held by a process that died is free after twice its session's TTL")
+	fl.StringArrayVar(&f.consulConfig, "consul-config-file", nil, "with --consul-api: a Consul configuration file (JSON) whose service definitions this server's agent registers at its start and at PUT /v1/agent/reload (Consul's -config-file), repeatable (docs/compat.md)")
 	fl.BoolVar(&f.consulScripts, "consul-enable-script-checks", false, "with --consul-api: accept Consul's script and Docker checks (Consul's enable_script_checks) as records: kept and answered with their registered status, never run (docs/compat.md)")
 	fl.BoolVar(&f.consulConnect, "consul-connect", true, "with --consul-api: serve Connect's CA roots and leaf certificates from the server's certificate authority (docs/compat.md); false: they answer that Connect is not enabled")
 	fl.StringVar(&f.kubeconfig, "kubeconfig", "", "sync a Kubernetes cluster's EndpointSlices into the registry, read-only, from the cluster this kubeconfig names (docs/kubernetes.md)")
@@ -750,8 +752,14 @@ func serveConsulAPI(lc *lifecycle, f serverFlags, ln net.Listener, reg *registry
 	opts.SessionTTLMin = f.consulTTLMin
 	opts.EnableScriptChecks = f.consulScripts
 	opts.Logs = logs
+	opts.ConfigFiles = f.consulConfig
 	api, err := consulapi.New(reg, opts)
 	if err != nil {
+		return err
+	}
+	// A configuration file's services are registered before the API
+	// answers; a bad file fails the start, as it fails Consul's.
+	if err := api.LoadConfigFiles(context.Background()); err != nil {
 		return err
 	}
 	srv, sln := newHTTPServer(ln, browserGuard(api, ln, f), tlsCfg, log)

@@ -140,6 +140,9 @@ func (reg *Registration) putAttrs(m map[string]string) error {
 	if reg.SidecarID != "" {
 		m[labelSidecar] = reg.SidecarID
 	}
+	if reg.FromConfig {
+		m[labelConfigFile] = ""
+	}
 	if reg.ConnectNative {
 		m[labelConnectNative] = ""
 	}

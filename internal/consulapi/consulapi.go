@@ -106,6 +106,10 @@ type Options struct {
 	// CA serves Connect's CA roots and leaf certificates (connect.go);
 	// nil: they answer that Connect is not enabled, as Consul's do.
 	CA CA
+	// ConfigFiles are Consul configuration files whose service
+	// definitions the agent registers (LoadConfigFiles) and reloads
+	// (/v1/agent/reload); none: reloads answer 501.
+	ConfigFiles []string
 	// Logs is the server's log for /v1/agent/monitor (monitor.go); nil:
 	// answered 501.
 	Logs *LogStream
@@ -188,6 +192,9 @@ func (a *API) routes() {
 	if a.opts.Logs != nil {
 		a.handle("GET /v1/agent/monitor", a.agentMonitor)
 	}
+	if len(a.opts.ConfigFiles) > 0 {
+		a.handle("PUT /v1/agent/reload", a.agentReload)
+	}
 	a.handle("PUT /v1/agent/check/pass/{id}", a.checkUpdate("passing"))
 	a.handle("PUT /v1/agent/check/warn/{id}", a.checkUpdate("warning"))
 	a.handle("PUT /v1/agent/check/fail/{id}", a.checkUpdate("critical"))
@@ -214,7 +221,7 @@ func (a *API) routes() {
 		if (u.prefix == "/v1/kv/" || u.prefix == "/v1/session/" || u.prefix == "/v1/txn") && a.opts.KV != nil {
 			continue // served: another method answers 405
 		}
-		if u.prefix == "/v1/agent/monitor" && a.opts.Logs != nil {
+		if u.prefix == "/v1/agent/monitor" && a.opts.Logs != nil || u.prefix == "/v1/agent/reload" && len(a.opts.ConfigFiles) > 0 {
 			continue
 		}
 		if nodePaths[u.prefix] && a.nodeStore() != nil {
@@ -290,7 +297,7 @@ var unsupported = []struct{ prefix, what string }{
 	{"/v1/agent/join/", "gossip joins (Sextant has no gossip pool)"},
 	{"/v1/agent/leave", "agent leaves"},
 	{"/v1/agent/force-leave/", "gossip (Sextant has no gossip pool)"},
-	{"/v1/agent/reload", "agent reloads"},
+	{"/v1/agent/reload", "agent reloads (a server started with --consul-config-file reloads its files)"},
 	{"/v1/agent/token/", "agent tokens"},
 	{"/v1/agent/monitor", "log streaming"},
 	{"/v1/agent/version", "the agent version endpoint (see /v1/agent/self)"},

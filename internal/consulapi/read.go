@@ -749,7 +749,9 @@ func (a *API) agentSelf(w http.ResponseWriter, r *http.Request) error {
 		// Connect CA endpoints answer (connect.go).
 		"DebugConfig": map[string]any{"ConnectEnabled": a.opts.CA != nil,
 			// Consul's names for enable_script_checks (scriptchecks.go).
-			"EnableRemoteScriptChecks": a.opts.EnableScriptChecks, "EnableLocalScriptChecks": a.opts.EnableScriptChecks},
+			"EnableRemoteScriptChecks": a.opts.EnableScriptChecks, "EnableLocalScriptChecks": a.opts.EnableScriptChecks,
+			// Sextant's own: --consul-config-file (configfile.go).
+			"ConfigFiles": a.opts.ConfigFiles},
 		"Stats": map[string]any{"runtime": map[string]string{"version": runtime.Version()}},
 		"xDS":   nil,
 	}

@@ -55,6 +55,8 @@ type Registration struct {
 	// the instance id of the sidecar registered with the service.
 	Sidecar   json.RawMessage
 	SidecarID string
+	// FromConfig: defined in a configuration file (configfile.go).
+	FromConfig bool
 }
 
 // field is how a member of a Consul object is read: its name as Consul
