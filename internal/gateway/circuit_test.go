@@ -42,6 +42,11 @@ func TestDecodeCircuit(t *testing.T) {
 	if want := (retryBudget{min: 4}); s.budget != want {
 		t.Errorf("max_retries 4: budget %+v, want %+v", s.budget, want)
 	}
+	// A DestinationRule's retryBudget replaces max_retries, as in Envoy.
+	s = spec(config.Policy{Circuit: config.Circuit{MaxRetries: 4, RetryBudget: true, RetryBudgetPercent: 50, RetryBudgetMin: 5}})
+	if want := (retryBudget{percent: 50, min: 5}); s.budget != want {
+		t.Errorf("retryBudget 50%%/5: budget %+v, want %+v", s.budget, want)
+	}
 }
 
 func testCircuit(t *testing.T, s circuitSpec, h2c bool) (*circuit, *clusterMetrics) {
