@@ -52,6 +52,7 @@ spec:
     connectionPool:
       tcp: {maxConnections: 10, maxConnectionDuration: 1h, tcpKeepalive: {probes: 3, time: 60s, interval: 10s}}
       http: {h2UpgradePolicy: UPGRADE, idleTimeout: 30s, http2MaxRequests: 100, maxConcurrentStreams: 50, maxRequestsPerConnection: 1000}
+    retryBudget: {percent: 30, minRetryConcurrency: 2}
 ---
 apiVersion: networking.istio.io/v1
 kind: DestinationRule

@@ -15,6 +15,10 @@ func init() {
 	allow(&networking.ConnectionPoolSettings_TCPSettings_TcpKeepalive{}, "probes", "time", "interval")
 	allow(&networking.ConnectionPoolSettings_HTTPSettings{}, "http1_max_pending_requests", "http2_max_requests",
 		"max_requests_per_connection", "max_retries", "max_concurrent_streams")
+	// budgetInterval (requests counted over a time window) is not: the
+	// gateway's budget is a share of the calls in flight.
+	allow(&networking.TrafficPolicy{}, "retry_budget")
+	allow(&networking.TrafficPolicy_RetryBudget{}, "percent", "min_retry_concurrency")
 }
 
 // Circuit is the connection pool's limits in force for a cluster. It is
@@ -35,6 +39,32 @@ type Circuit struct {
 	KeepaliveProbes   uint32
 	KeepaliveTime     time.Duration
 	KeepaliveInterval time.Duration
+	// RetryBudget is trafficPolicy.retryBudget: retries in flight at most
+	// RetryBudgetPercent of the calls in flight, always at least
+	// RetryBudgetMin (Istio's defaults: 20%, 3); it replaces maxRetries.
+	RetryBudget        bool
+	RetryBudgetPercent float64
+	RetryBudgetMin     uint32
+}
+
+// retryBudgetOf sets c's retry budget from rb, as Istio's applyRetryBudget.
+func (c *Circuit) retryBudgetOf(rb *networking.TrafficPolicy_RetryBudget) {
+	if rb == nil {
+		return
+	}
+	c.RetryBudget, c.RetryBudgetPercent, c.RetryBudgetMin = true, 20, 3
+	if p := rb.GetPercent(); p != nil {
+		c.RetryBudgetPercent = p.GetValue()
+	}
+	if m := rb.GetMinRetryConcurrency(); m > 0 {
+		c.RetryBudgetMin = m
+	}
+}
+
+func validateRetryBudget(c errs, path string, rb *networking.TrafficPolicy_RetryBudget) {
+	if p := rb.GetPercent(); p != nil && (p.GetValue() < 0 || p.GetValue() > 100) {
+		c.add(join(path, "percent"), ErrInvalid, "%v: want 0..100", p.GetValue())
+	}
 }
 
 // circuitOf reads cp's limits.

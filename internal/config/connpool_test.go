@@ -29,19 +29,23 @@ spec:
         maxRequestsPerConnection: 1
         maxRetries: 3
         maxConcurrentStreams: 10
+    retryBudget: {percent: 50}
   subsets:
   - name: v2
     labels: {version: v2}
-    trafficPolicy: {connectionPool: {http: {http2MaxRequests: 5}}}
+    trafficPolicy: {connectionPool: {http: {http2MaxRequests: 5}}, retryBudget: {minRetryConcurrency: 7}}
 `)
 	want := Circuit{MaxConnections: 1, MaxPendingRequests: 1, MaxRequests: 100, MaxRetries: 3, MaxRequestsPerConnection: 1,
 		MaxConcurrentStreams: 10, MaxConnectionDuration: time.Hour, Keepalive: true, KeepaliveProbes: 3,
-		KeepaliveTime: time.Minute, KeepaliveInterval: 10 * time.Second}
+		KeepaliveTime: time.Minute, KeepaliveInterval: 10 * time.Second, RetryBudget: true, RetryBudgetPercent: 50, RetryBudgetMin: 3}
 	if got := EffectivePolicy(dr, "", 0).Circuit; got != want {
 		t.Errorf("rule: %+v, want %+v", got, want)
 	}
-	if got := EffectivePolicy(dr, "v2", 0).Circuit; got != (Circuit{MaxRequests: 5}) {
-		t.Errorf("subset: %+v, want only http2MaxRequests 5", got)
+	if got := EffectivePolicy(dr, "v2", 0).Circuit; got != (Circuit{MaxRequests: 5, RetryBudget: true, RetryBudgetPercent: 20, RetryBudgetMin: 7}) {
+		t.Errorf("subset: %+v, want http2MaxRequests 5 and its own retry budget (20%%, 7)", got)
+	}
+	if got := EffectivePolicy(dr, "", 8080).Circuit; !got.RetryBudget || got.RetryBudgetPercent != 50 {
+		t.Errorf("a port's cluster: %+v, want the rule's retry budget", got)
 	}
 }
 
@@ -56,6 +60,7 @@ func TestConnPoolErrors(t *testing.T) {
 		{"negative retries", dr + "      http: {maxRetries: -2}\n", "spec.trafficPolicy.connectionPool.http.maxRetries", "negative"},
 		{"zero duration", dr + "      tcp: {maxConnectionDuration: 0s}\n", "spec.trafficPolicy.connectionPool.tcp.maxConnectionDuration", "more than 0"},
 		{"keepalive ms", dr + "      tcp: {tcpKeepalive: {time: 1500ms}}\n", "spec.trafficPolicy.connectionPool.tcp.tcpKeepalive.time", "whole seconds"},
+		{"budget percent", dr + "      tcp: {}\n    retryBudget: {percent: 101}\n", "spec.trafficPolicy.retryBudget.percent", "0..100"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := Decode([]byte(c.yaml))

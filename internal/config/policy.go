@@ -104,6 +104,14 @@ func EffectivePolicy(dr *Object, subset string, port uint32) Policy {
 	}
 	p.HTTP2 = cp.GetHttp().GetH2UpgradePolicy() == networking.ConnectionPoolSettings_HTTPSettings_UPGRADE
 	p.Circuit = circuitOf(cp)
+	// The rule's retryBudget, or its subset's (port settings have none).
+	rb := dr.DestinationRule.TrafficPolicy.GetRetryBudget()
+	for _, s := range dr.DestinationRule.Subsets {
+		if subset != "" && s.Name == subset && s.TrafficPolicy.GetRetryBudget() != nil {
+			rb = s.TrafficPolicy.GetRetryBudget()
+		}
+	}
+	p.Circuit.retryBudgetOf(rb)
 	p.Outlier = top.GetOutlierDetection()
 	if sub.GetOutlierDetection() != nil {
 		p.Outlier = sub.GetOutlierDetection()

@@ -386,6 +386,9 @@ func validatePolicy(c errs, path string, tp *networking.TrafficPolicy) {
 		}
 		validateConnPool(c, join(path, "connectionPool"), cp)
 	}
+	if rb := tp.RetryBudget; rb != nil {
+		validateRetryBudget(c, join(path, "retryBudget"), rb)
+	}
 	if t := tp.Tls; t != nil {
 		validateClientTLS(c, join(path, "tls"), t)
 	}

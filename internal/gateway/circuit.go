@@ -303,3 +303,27 @@ func (o connOpts) netDialer(connect time.Duration) *net.Dialer {
 	}
 	return d
 }
+
+// connect takes a connection of a TCP route's cluster, false at
+// max_connections: Envoy's tcp_proxy closes the client's connection then
+// (upstream_cx_overflow), it does not queue it. A nil circuit always
+// connects.
+func (cb *circuit) connect() bool {
+	if cb == nil || cb.conns == nil {
+		return true
+	}
+	select {
+	case cb.conns <- struct{}{}:
+		return true
+	default:
+		cb.overflow[overflowConns].Inc()
+		return false
+	}
+}
+
+// disconnect gives back what connect took.
+func (cb *circuit) disconnect() {
+	if cb != nil && cb.conns != nil {
+		<-cb.conns
+	}
+}

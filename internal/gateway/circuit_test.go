@@ -10,6 +10,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/valyala/fasthttp"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+	networking "istio.io/api/networking/v1"
 
 	"github.com/sextant-mesh/sextant/internal/config"
 	"github.com/sextant-mesh/sextant/internal/xds"
@@ -42,6 +44,11 @@ func TestDecodeCircuit(t *testing.T) {
 	if want := (retryBudget{min: 4}); s.budget != want {
 		t.Errorf("max_retries 4: budget %+v, want %+v", s.budget, want)
 	}
+	// A DestinationRule's retryBudget replaces max_retries, as in Envoy.
+	s = spec(config.Policy{Circuit: config.Circuit{MaxRetries: 4, RetryBudget: true, RetryBudgetPercent: 50, RetryBudgetMin: 5}})
+	if want := (retryBudget{percent: 50, min: 5}); s.budget != want {
+		t.Errorf("retryBudget 50%%/5: budget %+v, want %+v", s.budget, want)
+	}
 }
 
 func testCircuit(t *testing.T, s circuitSpec, h2c bool) (*circuit, *clusterMetrics) {
@@ -52,6 +59,20 @@ func testCircuit(t *testing.T, s circuitSpec, h2c bool) (*circuit, *clusterMetri
 		t.Fatal("no circuit")
 	}
 	return cb, m
+}
+
+// TestDecodeLocalOrigin: outlierDetection's splitExternalLocalOriginErrors
+// and consecutiveLocalOriginFailures, as published, eject an endpoint
+// after that many local-origin failures in a row (and not for its 5xx).
+func TestDecodeLocalOrigin(t *testing.T) {
+	s, err := decodeCluster(xds.Cluster("default/httpbin", config.Policy{Outlier: &networking.OutlierDetection{
+		SplitExternalLocalOriginErrors: true, ConsecutiveLocalOriginFailures: wrapperspb.UInt32(2), Consecutive_5XxErrors: wrapperspb.UInt32(0)}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := s.eject; e == nil || !e.SplitLocalOrigin || e.ConsecutiveLocalOriginFailures != 2 || e.NoLocalOriginFailures || !e.NoConsecutiveFailures {
+		t.Fatalf("ejection %+v, want local-origin failures apart, 2 in a row, no 5xx ejection", e)
+	}
 }
 
 // TestCircuitPending: with one connection and one pending slot, a second

@@ -6,6 +6,7 @@ import (
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	upstreamhttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -25,13 +26,21 @@ func circuitBreakers(c config.Circuit) *clusterv3.CircuitBreakers {
 		}
 		return wrapperspb.UInt32(v)
 	}
-	return &clusterv3.CircuitBreakers{Thresholds: []*clusterv3.CircuitBreakers_Thresholds{{
+	th := &clusterv3.CircuitBreakers_Thresholds{
 		MaxConnections:     limit(c.MaxConnections),
 		MaxPendingRequests: limit(c.MaxPendingRequests),
 		MaxRequests:        limit(c.MaxRequests),
 		MaxRetries:         limit(c.MaxRetries),
 		TrackRemaining:     true,
-	}}}
+	}
+	if c.RetryBudget {
+		// trafficPolicy.retryBudget, as Istio's applyRetryBudget.
+		th.RetryBudget = &clusterv3.CircuitBreakers_Thresholds_RetryBudget{
+			BudgetPercent:       &typev3.Percent{Value: c.RetryBudgetPercent},
+			MinRetryConcurrency: wrapperspb.UInt32(c.RetryBudgetMin),
+		}
+	}
+	return &clusterv3.CircuitBreakers{Thresholds: []*clusterv3.CircuitBreakers_Thresholds{th}}
 }
 
 // tcpKeepalive is tcp.tcpKeepalive as Istio's setKeepAliveSettings writes

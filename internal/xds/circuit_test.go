@@ -67,6 +67,11 @@ func TestCircuitAsIstio(t *testing.T) {
 		ka.GetKeepaliveTime().GetValue() != 120 || ka.GetKeepaliveInterval().GetValue() != 75 {
 		t.Errorf("keepalive: %v", ka)
 	}
+	rb := Cluster("default/grpc", config.Policy{Circuit: config.Circuit{RetryBudget: true, RetryBudgetPercent: 25, RetryBudgetMin: 4}}).
+		GetCircuitBreakers().GetThresholds()[0].GetRetryBudget()
+	if rb.GetBudgetPercent().GetValue() != 25 || rb.GetMinRetryConcurrency().GetValue() != 4 {
+		t.Errorf("retry budget: %v", rb)
+	}
 	if err := c.ValidateAll(); err != nil {
 		t.Errorf("ValidateAll: %v", err)
 	}

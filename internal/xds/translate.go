@@ -355,6 +355,16 @@ func outlier(od *networking.OutlierDetection) *clusterv3.OutlierDetection {
 	if od.MaxEjectionPercent > 0 {
 		o.MaxEjectionPercent = wrapperspb.UInt32(uint32(od.MaxEjectionPercent))
 	}
+	if od.SplitExternalLocalOriginErrors {
+		// As Istio: local-origin failures counted apart, ejecting when
+		// consecutiveLocalOriginFailures is set; their success rate off.
+		o.SplitExternalLocalOriginErrors = true
+		if v := od.GetConsecutiveLocalOriginFailures().GetValue(); v > 0 {
+			o.ConsecutiveLocalOriginFailure = wrapperspb.UInt32(v)
+			o.EnforcingConsecutiveLocalOriginFailure = wrapperspb.UInt32(100)
+		}
+		o.EnforcingLocalOriginSuccessRate = wrapperspb.UInt32(0)
+	}
 	return o
 }
 
