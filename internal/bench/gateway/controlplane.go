@@ -97,6 +97,9 @@ type proxyConfig struct {
 	// mtls, with tlsPort, requires client certificates there and adds an
 	// RBAC filter (tlsfigures.go).
 	mtls *benchMTLS
+	// grpcEndpoints, when set, add the cluster "grpc" (h2c to them) and a
+	// route of the gRPC test service's prefix to it (dataplane.go).
+	grpcEndpoints []string
 }
 
 func (cp *controlPlane) set(pc proxyConfig) error {
@@ -106,6 +109,9 @@ func (cp *controlPlane) set(pc proxyConfig) error {
 		resource.RouteType:    {benchRoutes(pc.timeout, pc.prefix)},
 		resource.ClusterType:  {benchCluster(pc.policy)},
 		resource.EndpointType: {benchEndpoints(pc.endpoints)},
+	}
+	if len(pc.grpcEndpoints) > 0 {
+		addGRPCRoute(res, pc.grpcEndpoints)
 	}
 	if pc.tlsPort != 0 && pc.mtls != nil {
 		res[resource.ListenerType] = append(res[resource.ListenerType], benchMTLSListener(pc.tlsPort, pc.mtls))

@@ -389,8 +389,12 @@ type process struct {
 }
 
 // startProcess runs a sextant hidden serve command, which prints its
-// address as its first line of output.
+// address as its first line of output. An empty bin runs args (a command
+// wrapped in taskset).
 func startProcess(ctx context.Context, name, bin string, args ...string) (*process, error) {
+	if bin == "" {
+		bin, args = args[0], args[1:]
+	}
 	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
