@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -28,6 +29,7 @@ func newBenchGatewayCmd() *cobra.Command {
 		tlsCfg                                 benchgw.TLSConfig
 		dp                                     benchgw.DataplaneConfig
 		dpScenarios                            string
+		dpVariants                             []string
 	)
 	cmd := &cobra.Command{
 		Use:   "gateway",
@@ -187,6 +189,14 @@ Everything shares this machine's cores: compare figures within one run.`,
 					dp.H2Clients = tlsCfg.H2Clients
 				}
 				dp.H2Streams, dp.ProfileDir = tlsCfg.H2Streams, tlsCfg.ProfileDir
+				for _, v := range dpVariants {
+					name, rest, ok := strings.Cut(v, "=")
+					if !ok || name == "" || slices.Contains([]string{"sextant", "nginx", "haproxy"}, name) {
+						return fmt.Errorf("--variant %q: want NAME=[BINARY][,ENV=VALUE...]", v)
+					}
+					parts := strings.Split(rest, ",")
+					dp.Variants = append(dp.Variants, benchgw.Variant{Name: name, Binary: parts[0], Env: parts[1:]})
+				}
 				if dpScenarios != "" {
 					dp.Scenarios = strings.Split(dpScenarios, ",")
 				}
@@ -247,6 +257,7 @@ Everything shares this machine's cores: compare figures within one run.`,
 	fl.IntVar(&dp.ProxyCPU, "proxy-cpu", 0, "dataplane: the core every proxy is pinned to")
 	fl.IntVar(&dp.LoadCPU, "load-cpu", 1, "dataplane: the core of the loaders and upstreams")
 	fl.BoolVar(&dp.NoPin, "no-pin", false, "dataplane: run unpinned")
+	fl.StringArrayVar(&dpVariants, "variant", nil, "dataplane: another gateway, NAME=[BINARY][,ENV=VALUE...] (name it in --proxies)")
 	fl.IntVar(&dp.GRPCConcurrency, "grpc-concurrency", 64, "dataplane: gRPC calls or streams in flight")
 	fl.IntVar(&tlsCfg.H2Clients, "h2-clients", 4, "tls, dataplane: h2load connections (dataplane default 8)")
 	fl.IntVar(&tlsCfg.H2Streams, "h2-streams", 100, "tls: h2load concurrent streams per connection")

@@ -7,6 +7,7 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net"
@@ -100,6 +101,9 @@ type proxyConfig struct {
 	// grpcEndpoints, when set, add the cluster "grpc" (h2c to them) and a
 	// route of the gRPC test service's prefix to it (dataplane.go).
 	grpcEndpoints []string
+	// node is the xDS node served (default NodeID): gateways of one run
+	// with listeners of their own are told apart by it.
+	node string
 }
 
 func (cp *controlPlane) set(pc proxyConfig) error {
@@ -124,7 +128,7 @@ func (cp *controlPlane) set(pc proxyConfig) error {
 	if err != nil {
 		return fmt.Errorf("bench: snapshot: %w", err)
 	}
-	return cp.cache.SetSnapshot(context.Background(), NodeID, snap)
+	return cp.cache.SetSnapshot(context.Background(), cmp.Or(pc.node, NodeID), snap)
 }
 
 func benchListener() *listener.Listener {

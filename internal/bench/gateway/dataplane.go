@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -44,15 +45,30 @@ type DataplaneConfig struct {
 	// ProfileDir, if set, receives a CPU profile of the gateway during each
 	// of its runs (<scenario>-round<n>.pprof).
 	ProfileDir string
-	Progress   io.Writer
+	// Variants are more gateways to measure beside the others (another
+	// binary, or the same one with other environment variables: GOGC,
+	// GOMAXPROCS), each named in Proxies by its Name.
+	Variants []Variant
+	Progress io.Writer
+}
+
+// Variant is a gateway started from Binary (default: the bench's own) with
+// Env added to its environment.
+type Variant struct {
+	Name, Binary string
+	Env          []string
 }
 
 // DataplaneRun is one loader run against one proxy.
 type DataplaneRun struct {
-	Round       int     `json:"round"`
-	Proxy       string  `json:"proxy"`
-	RequestsPS  float64 `json:"requests_per_s"`
-	CPUUsPerReq float64 `json:"cpu_us_per_request"` // the proxy's user+system CPU (with its children) per request
+	Round        int     `json:"round"`
+	Proxy        string  `json:"proxy"`
+	RequestsPS   float64 `json:"requests_per_s"`
+	CPUUsPerReq  float64 `json:"cpu_us_per_request"`  // the proxy's user+system CPU (with its children) per request
+	UserUsPerReq float64 `json:"user_us_per_request"` // of which user
+	// CtxSwPerReq is the proxy's context switches (voluntary and not, all
+	// threads) per request.
+	CtxSwPerReq float64 `json:"ctx_switches_per_request"`
 	P50Ms       float64 `json:"p50_ms,omitempty"`
 	P99Ms       float64 `json:"p99_ms,omitempty"`
 	Errors      int64   `json:"errors"`
@@ -182,21 +198,24 @@ func RunDataplane(ctx context.Context, cfg DataplaneConfig) (*DataplaneResult, e
 			for _, name := range order {
 				p := proxies[name]
 				stop := func() {}
-				if name == "sextant" && cfg.ProfileDir != "" {
-					stop = profile(ctx, TLSConfig{ProfileDir: cfg.ProfileDir, Duration: cfg.Duration}, p.process, fmt.Sprintf("%s-round%d", s, r+1))
+				if p.admin != "" && cfg.ProfileDir != "" {
+					stop = profile(ctx, TLSConfig{ProfileDir: cfg.ProfileDir, Duration: cfg.Duration}, p.process, fmt.Sprintf("%s-%s-round%d", s, name, r+1))
 				}
-				cpu0 := p.cpu()
+				u0, s0, cs0 := p.userSys()
 				w, err := cfg.load(ctx, s, p, cfg.LoadCPU)
 				stop()
 				if err != nil {
 					return nil, fmt.Errorf("bench: %s through %s: %w", s, name, err)
 				}
 				run := DataplaneRun{Round: r + 1, Proxy: name, RequestsPS: w.rps, P50Ms: w.p50, P99Ms: w.p99, Errors: w.errors}
-				if w.requests > 0 {
-					run.CPUUsPerReq = round3((p.cpu() - cpu0).Seconds() * 1e6 / float64(w.requests))
+				if u1, s1, cs1 := p.userSys(); w.requests > 0 {
+					n := float64(w.requests)
+					run.CPUUsPerReq = round3((u1 + s1 - u0 - s0).Seconds() * 1e6 / n)
+					run.UserUsPerReq = round3((u1 - u0).Seconds() * 1e6 / n)
+					run.CtxSwPerReq = round3(float64(cs1-cs0) / n)
 				}
-				progress("round %d %-11s %-8s %9.0f req/s %7.1f us CPU/req  p99 %6.2f ms  errors %d",
-					r+1, s, name, run.RequestsPS, run.CPUUsPerReq, run.P99Ms, run.Errors)
+				progress("round %d %-11s %-8s %9.0f req/s %7.1f us CPU/req (user %5.1f)  %5.3f ctxsw/req  p99 %6.2f ms  errors %d",
+					r+1, s, name, run.RequestsPS, run.CPUUsPerReq, run.UserUsPerReq, run.CtxSwPerReq, run.P99Ms, run.Errors)
 				figs[i].Runs = append(figs[i].Runs, run)
 			}
 			if s == "grpc-unary" || s == "grpc-stream" {
@@ -340,10 +359,12 @@ func (f *DataplaneFigure) summarize(proxies []string) {
 	}
 	medRun := func(name string, rs []DataplaneRun) DataplaneRun {
 		return DataplaneRun{Proxy: name, RequestsPS: med(rs, func(r DataplaneRun) float64 { return r.RequestsPS }),
-			CPUUsPerReq: med(rs, func(r DataplaneRun) float64 { return r.CPUUsPerReq }),
-			P50Ms:       med(rs, func(r DataplaneRun) float64 { return r.P50Ms }),
-			P99Ms:       med(rs, func(r DataplaneRun) float64 { return r.P99Ms }),
-			Errors:      int64(med(rs, func(r DataplaneRun) float64 { return float64(r.Errors) }))}
+			CPUUsPerReq:  med(rs, func(r DataplaneRun) float64 { return r.CPUUsPerReq }),
+			UserUsPerReq: med(rs, func(r DataplaneRun) float64 { return r.UserUsPerReq }),
+			CtxSwPerReq:  med(rs, func(r DataplaneRun) float64 { return r.CtxSwPerReq }),
+			P50Ms:        med(rs, func(r DataplaneRun) float64 { return r.P50Ms }),
+			P99Ms:        med(rs, func(r DataplaneRun) float64 { return r.P99Ms }),
+			Errors:       int64(med(rs, func(r DataplaneRun) float64 { return float64(r.Errors) }))}
 	}
 	for _, name := range proxies {
 		if rs := byProxy[name]; len(rs) > 0 {
@@ -369,6 +390,7 @@ func (f *DataplaneFigure) summarize(proxies []string) {
 	for _, to := range proxies[1:] {
 		a, b := byProxy[of], byProxy[to]
 		ratio(to, "cpu_per_request", a, b, func(r DataplaneRun) float64 { return r.CPUUsPerReq })
+		ratio(to, "user_cpu_per_request", a, b, func(r DataplaneRun) float64 { return r.UserUsPerReq })
 		ratio(to, "requests_per_s", a, b, func(r DataplaneRun) float64 { return r.RequestsPS })
 		ratio(to, "p99", a, b, func(r DataplaneRun) float64 { return r.P99Ms })
 	}
@@ -408,18 +430,27 @@ func startDataplaneProxy(ctx context.Context, cfg DataplaneConfig, name, tmp, up
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	switch name {
-	case "sextant":
+	v, variant := Variant{Name: "sextant"}, false
+	for _, x := range cfg.Variants {
+		if x.Name == name {
+			v, variant = x, true
+		}
+	}
+	switch {
+	case name == "sextant" || variant:
+		bin := cmp.Or(v.Binary, cfg.Binary)
+		node := NodeID + "-" + name
 		if err := cp.set(proxyConfig{policy: "round_robin", endpoints: []string{up}, timeout: 15 * time.Second,
-			tlsPort: uint32(ports[1]), cert: cert, grpcEndpoints: []string{grpcUp}}); err != nil {
+			tlsPort: uint32(ports[1]), cert: cert, grpcEndpoints: []string{grpcUp}, node: node}); err != nil {
 			return nil, err
 		}
 		admin, err := freePort()
 		if err != nil {
 			return nil, err
 		}
-		p, err := startKnown(ctx, name, addr(0), cfg.pin(cfg.ProxyCPU, cfg.Binary, "gateway", "--xds", cp.addr, "--listen", addr(0),
-			"--tls-listen", addr(1), "--admin", "127.0.0.1:"+strconv.Itoa(admin), "--data", dir, "--node-id", NodeID, "--log-level", "warn")...)
+		args := append(append([]string{"env"}, v.Env...), bin, "gateway", "--xds", cp.addr, "--listen", addr(0),
+			"--tls-listen", addr(1), "--admin", "127.0.0.1:"+strconv.Itoa(admin), "--admin-pprof", "--data", dir, "--node-id", node, "--log-level", "warn")
+		p, err := startKnown(ctx, name, addr(0), cfg.pin(cfg.ProxyCPU, args...)...)
 		if err != nil {
 			return nil, err
 		}
@@ -434,7 +465,7 @@ func startDataplaneProxy(ctx context.Context, cfg DataplaneConfig, name, tmp, up
 			return nil, err
 		}
 		return dp, nil
-	case "nginx", "haproxy":
+	case name == "nginx" || name == "haproxy":
 		file := map[string]string{"nginx": "nginx-dataplane.conf", "haproxy": "haproxy-dataplane.cfg"}[name]
 		t, err := template.ParseFS(configs, "configs/"+file+".tmpl")
 		if err != nil {
