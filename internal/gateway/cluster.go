@@ -39,7 +39,13 @@ type upstream interface {
 type h1Upstream struct{ hc *fasthttp.HostClient }
 
 func newH1Upstream(addr string, connect time.Duration, ut *upstreamTLS) *h1Upstream {
-	dial := func(a string) (net.Conn, error) { return fasthttp.DialTimeout(a, connect) }
+	dial := func(a string) (net.Conn, error) {
+		c, err := fasthttp.DialTimeout(a, connect)
+		if err != nil {
+			return nil, err
+		}
+		return newUpConn(c), nil
+	}
 	if ut != nil {
 		dial = func(a string) (net.Conn, error) { return ut.dial(context.Background(), a, connect, false) }
 	}
