@@ -84,7 +84,10 @@ grpc_pass, HAProxy by an h2 backend) and grpc-stream (as many bidirectional
 streams, ping-pong of 1 KiB answers), with the loader straight to the gRPC
 upstream on the proxies' core as "direct". Each run reports requests/s, the
 proxy's CPU per request from /proc and the loader's p50/p99; the ratios of
-the gateway to each peer are paired per round, with their median.
+the gateway to each peer are paired per round, with their median. User CPU
+and context switches per request are reported apart; --variant
+NAME=[BINARY][,ENV=VALUE...] adds another gateway to the rounds (the previous
+binary, or GOGC/GOMAXPROCS settings), named in --proxies after "sextant".
 
 Scenario "config" publishes --updates route changes through go-control-plane's
 ADS server and times each until the new route serves.
@@ -102,7 +105,8 @@ Everything shares this machine's cores: compare figures within one run.`,
   sextant bench gateway --scenario stream --body-size 268435456
   sextant bench gateway --scenario upstream-tls --duration 5s --rounds 3
   sextant bench gateway --scenario sidecar --latency-rate 1000 --latency-duration 5s --rounds 3
-  sextant bench gateway --scenario dataplane --duration 5s --rounds 5`,
+  sextant bench gateway --scenario dataplane --duration 5s --rounds 3
+  sextant bench gateway --scenario dataplane --dataplane-scenarios h1 --proxies sextant,nginx,old --variant old=/tmp/sextant-old`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			enc := json.NewEncoder(cmd.OutOrStdout())
