@@ -130,6 +130,9 @@ func RunDataplane(ctx context.Context, cfg DataplaneConfig) (*DataplaneResult, e
 		}
 	}
 	if !cfg.NoPin {
+		if n := nprocs(); n < 2 || cfg.ProxyCPU >= n || cfg.LoadCPU >= n {
+			return nil, fmt.Errorf("bench: pinning needs cores %d and %d of %d (or --no-pin)", cfg.ProxyCPU, cfg.LoadCPU, n)
+		}
 		if _, err := exec.LookPath("taskset"); err != nil {
 			return nil, fmt.Errorf("bench: taskset not found (util-linux), or run with --no-pin: %w", err)
 		}
