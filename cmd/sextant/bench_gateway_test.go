@@ -53,11 +53,13 @@ func TestBenchGatewayDataplane(t *testing.T) {
 	if res.Pinned != pinned || len(res.Figures) != len(benchgw.DataplaneScenarios) {
 		t.Fatalf("pinned %v, %d figures: %s", res.Pinned, len(res.Figures), out)
 	}
+	cpu := map[string]float64{} // /proc counts in 10 ms ticks: a short run on a loaded core may read 0
 	for _, f := range res.Figures {
 		var proxies []string
 		for _, r := range f.Runs {
 			proxies = append(proxies, r.Proxy)
-			if r.RequestsPS <= 0 || r.CPUUsPerReq <= 0 || r.Errors != 0 {
+			cpu[r.Proxy] += r.CPUUsPerReq
+			if r.RequestsPS <= 0 || r.CPUUsPerReq < 0 || r.Errors != 0 {
 				t.Errorf("%s through %s: %+v", f.Scenario, r.Proxy, r)
 			}
 		}
@@ -72,7 +74,7 @@ func TestBenchGatewayDataplane(t *testing.T) {
 			}
 			ratios = append(ratios, r.To+" "+r.Figure)
 		}
-		for _, want := range []string{"nginx cpu_per_request", "nginx requests_per_s", "haproxy cpu_per_request", "haproxy requests_per_s"} {
+		for _, want := range []string{"nginx requests_per_s", "haproxy requests_per_s"} {
 			if !slices.Contains(ratios, want) {
 				t.Errorf("%s: no %s ratio in %v", f.Scenario, want, ratios)
 			}
@@ -80,6 +82,11 @@ func TestBenchGatewayDataplane(t *testing.T) {
 		grpc := f.Scenario == "grpc-unary" || f.Scenario == "grpc-stream"
 		if grpc != (len(f.Direct) == 1 && f.Direct[0].RequestsPS > 0 && f.GatewayVsDirect > 0) {
 			t.Errorf("%s: direct %+v, gateway/direct %v", f.Scenario, f.Direct, f.GatewayVsDirect)
+		}
+	}
+	for _, p := range []string{"sextant", "nginx", "haproxy"} {
+		if cpu[p] <= 0 {
+			t.Errorf("no CPU read for %s in any figure", p)
 		}
 	}
 }
