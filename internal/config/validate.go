@@ -384,6 +384,7 @@ func validatePolicy(c errs, path string, tp *networking.TrafficPolicy) {
 		if d := cp.GetHttp().GetIdleTimeout(); d != nil {
 			validateDuration(c, join(path, "connectionPool.http.idleTimeout"), d, true)
 		}
+		validateConnPool(c, join(path, "connectionPool"), cp)
 	}
 	if t := tp.Tls; t != nil {
 		validateClientTLS(c, join(path, "tls"), t)
