@@ -77,9 +77,10 @@ type subscriber struct {
 	wlID  uint32
 
 	// Guarded by the server's turns.mu: a turn granted while waiting in
-	// line, in line, stream ended.
+	// line, in line (for lineBytes), stream ended.
 	granted      *turn
 	inLine, gone bool
+	lineBytes    int
 }
 
 type subType struct {
@@ -197,33 +198,37 @@ func (s *subscriber) endpointQueued() bool {
 }
 
 // ready reports whether type t has a response to build now (it may still
-// turn out empty).
-func (s *subscriber) ready(t Type, now time.Time) bool {
+// turn out empty), and the commit time of its oldest change not yet sent
+// (zero: unknown, or a new subscription).
+func (s *subscriber) ready(t Type, now time.Time) (bool, time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := &s.t[t]
-	return st.requested && !st.gated(now, s.ackWait) && (st.full || st.dirty)
+	return st.requested && !st.gated(now, s.ackWait) && (st.full || st.dirty), st.origin
 }
 
-// bigFull reports whether type t's next response is a state-of-the-world
-// list of turnBytes or more: it waits for its turn (turns) before it is
-// built.
-func (s *subscriber) bigFull(t Type, now time.Time) bool {
+// bigFull returns the size of type t's next response when it is a
+// state-of-the-world list of turnBytes or more, 0 otherwise: such a list
+// waits for its turn (turns) before it is built.
+func (s *subscriber) bigFull(t Type, now time.Time) int {
 	if s.delta || (t != TypeCluster && t != TypeListener) {
-		return false
+		return 0
 	}
 	s.mu.Lock()
 	st := &s.t[t]
 	ready := st.wildcard && st.requested && !st.gated(now, s.ackWait) && (st.full || st.dirty)
 	s.mu.Unlock()
 	if !ready {
-		return false
+		return 0
 	}
 	tc := s.c.types[t]
 	tc.mu.RLock()
 	n := len(tc.full(s.flavour).body)
 	tc.mu.RUnlock()
-	return n >= turnBytes
+	if n < turnBytes {
+		return 0
+	}
+	return n
 }
 
 // clustersSent releases the endpoints held back until their clusters were
@@ -513,15 +518,23 @@ func (st *subType) gated(now time.Time, wait time.Duration) bool {
 }
 
 // retryAt returns when a type with work waiting for an answer may send
-// without it. Called by the send goroutine.
-func (s *subscriber) retryAt() (time.Time, bool) {
+// without it, after a send round that began at start. A type whose wait
+// had ended by then was not held by it in that round (it waits for a turn,
+// or for clusters, and is woken when that comes): a timer for it would fire
+// at once, again and again, and spin the send goroutine while a client is
+// slow to answer. Called by the send goroutine.
+func (s *subscriber) retryAt(start time.Time) (time.Time, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var at time.Time
 	for t := range s.t {
 		st := &s.t[t]
 		if st.requested && st.awaiting != "" && (st.full || st.dirty) {
-			if d := st.awaitAt.Add(s.ackWait); at.IsZero() || d.Before(at) {
+			d := st.awaitAt.Add(s.ackWait)
+			if !d.After(start) {
+				continue
+			}
+			if at.IsZero() || d.Before(at) {
 				at = d
 			}
 		}
