@@ -482,9 +482,9 @@ func (s *Server) yieldToEndpoints(ctx context.Context, sub *subscriber, t *time.
 // state-of-the-world list waits for its turn (turns).
 func (s *Server) sendOne(sub *subscriber, stream sender, t Type, now time.Time) (bool, error) {
 	var tn *turn
-	if n := sub.bigFull(t, now); n > 0 && t != TypeEndpoint {
+	if t != TypeEndpoint && sub.bigFull(t, now) {
 		// Built once its turn comes, it carries the state of then.
-		if tn = s.turns.take(sub, n); tn == nil {
+		if tn = s.turns.take(sub); tn == nil {
 			return false, nil // in line: poked when granted a turn
 		}
 	}

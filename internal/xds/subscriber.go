@@ -77,10 +77,9 @@ type subscriber struct {
 	wlID  uint32
 
 	// Guarded by the server's turns.mu: a turn granted while waiting in
-	// line, in line (for lineBytes), stream ended.
+	// line, in line, stream ended.
 	granted      *turn
 	inLine, gone bool
-	lineBytes    int
 }
 
 type subType struct {
@@ -207,28 +206,25 @@ func (s *subscriber) ready(t Type, now time.Time) (bool, time.Time) {
 	return st.requested && !st.gated(now, s.ackWait) && (st.full || st.dirty), st.origin
 }
 
-// bigFull returns the size of type t's next response when it is a
-// state-of-the-world list of turnBytes or more, 0 otherwise: such a list
-// waits for its turn (turns) before it is built.
-func (s *subscriber) bigFull(t Type, now time.Time) int {
+// bigFull reports whether type t's next response is a state-of-the-world
+// list of turnBytes or more: it waits for its turn (turns) before it is
+// built.
+func (s *subscriber) bigFull(t Type, now time.Time) bool {
 	if s.delta || (t != TypeCluster && t != TypeListener) {
-		return 0
+		return false
 	}
 	s.mu.Lock()
 	st := &s.t[t]
 	ready := st.wildcard && st.requested && !st.gated(now, s.ackWait) && (st.full || st.dirty)
 	s.mu.Unlock()
 	if !ready {
-		return 0
+		return false
 	}
 	tc := s.c.types[t]
 	tc.mu.RLock()
 	n := len(tc.full(s.flavour).body)
 	tc.mu.RUnlock()
-	if n < turnBytes {
-		return 0
-	}
-	return n
+	return n >= turnBytes
 }
 
 // clustersSent releases the endpoints held back until their clusters were

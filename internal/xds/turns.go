@@ -20,14 +20,6 @@ const (
 	// maxTurn bounds how long one subscriber holds a turn: a client slow to
 	// read and answer keeps its transfer, not the others' turns.
 	maxTurn = 20 * time.Millisecond
-	// turnBytesPerCore is how many bytes of large lists may be in flight
-	// per core. Turns are counted in bytes, not lists: seed 001's 2.6 MB
-	// cluster list was tuned at two turns a core (docs/perf/push.md, "Large
-	// lists take turns"), which this keeps, while a 240 KB list of 800
-	// clusters gets about twenty. Counted in lists, 200 such lists went four
-	// at a time, each held until its client answered: under endpoint churn
-	// a wave took over a second and a DestinationRule change seconds.
-	turnBytesPerCore = 5 << 20
 )
 
 // turns hands out the right to send a large response. Lock order:
@@ -35,34 +27,24 @@ const (
 type turns struct {
 	hold    time.Duration // maxTurn
 	mu      sync.Mutex
-	budget  int           // bytes that may be in flight
-	free    int           // of budget
+	free    int
 	waiting []*subscriber // FIFO; a subscriber is in it at most once
 }
 
-// turn is one granted right to send size bytes; it ends when the client
-// answers the response sent with it, after maxTurn, or when its subscriber
-// is gone.
+// turn is one granted right; it ends when the client answers the response
+// sent with it, after maxTurn, or when its subscriber is gone.
 type turn struct {
 	tu    *turns
-	size  int
 	done  atomic.Bool
 	timer *time.Timer
 }
 
-// newTurns: two 2.6 MB lists a core keep the cores busy while clients
-// answer.
-func newTurns() *turns { return newTurnsOf(maxTurn, turnBytesPerCore*runtime.GOMAXPROCS(0)) }
-
-func newTurnsOf(hold time.Duration, budget int) *turns {
-	return &turns{hold: hold, budget: budget, free: budget}
-}
+// newTurns: two turns a core keep the cores busy while clients answer.
+func newTurns() *turns { return &turns{hold: maxTurn, free: 2 * runtime.GOMAXPROCS(0)} }
 
 // newTurn starts a turn's clock. Called with tu.mu held.
-func (tu *turns) newTurn(size int) *turn {
-	size = min(size, tu.budget) // a list larger than the budget goes alone
-	tu.free -= size
-	t := &turn{tu: tu, size: size}
+func (tu *turns) newTurn() *turn {
+	t := &turn{tu: tu}
 	t.timer = time.AfterFunc(tu.hold, t.expire)
 	return t
 }
@@ -73,24 +55,24 @@ func (t *turn) release() {
 		return
 	}
 	t.timer.Stop()
-	t.tu.put(t.size)
+	t.tu.put()
 }
 
 // expire ends the turn at maxTurn (on the timer's goroutine, which must not
 // read t.timer: it may run before newTurn has set it).
 func (t *turn) expire() {
 	if t.done.CompareAndSwap(false, true) {
-		t.tu.put(t.size)
+		t.tu.put()
 	}
 }
 
-// take returns sub's turn to send size bytes: one granted to it while it
-// waited, or one from the budget when nobody waits. Otherwise sub waits in
-// line (it is poked when granted one) and take returns nil. A turn granted
-// but expired before sub came for it (its send goroutine did not run in
-// time, on a loaded machine) puts sub back at the head of the line, not the
-// tail: otherwise its list starves behind every other subscriber's.
-func (tu *turns) take(sub *subscriber, size int) *turn {
+// take returns sub's turn: one granted to it while it waited, or a free
+// one. With none, sub waits in line (it is poked when granted one) and take
+// returns nil. A turn granted but expired before sub came for it (its send
+// goroutine did not run within maxTurn, on a loaded machine) puts sub back
+// at the head of the line, not the tail: at the tail, behind 199 others
+// under endpoint churn, a DestinationRule change waited seconds.
+func (tu *turns) take(sub *subscriber) *turn {
 	tu.mu.Lock()
 	defer tu.mu.Unlock()
 	front := false
@@ -101,12 +83,12 @@ func (tu *turns) take(sub *subscriber, size int) *turn {
 		}
 		front = true
 	}
-	if (len(tu.waiting) == 0 || front) && tu.fits(size) {
-		return tu.newTurn(size)
+	if tu.free > 0 {
+		tu.free--
+		return tu.newTurn()
 	}
 	if !sub.inLine && !sub.gone {
 		sub.inLine = true
-		sub.lineBytes = size
 		if front {
 			tu.waiting = append(tu.waiting, nil)
 			copy(tu.waiting[1:], tu.waiting)
@@ -118,36 +100,24 @@ func (tu *turns) take(sub *subscriber, size int) *turn {
 	return nil
 }
 
-// fits reports whether size bytes may go now: the budget has them, or
-// nothing is in flight. Called with tu.mu held.
-func (tu *turns) fits(size int) bool {
-	return tu.free >= min(size, tu.budget)
-}
-
-// put gives size bytes back and grants turns to the subscribers at the head
-// of the line while they fit.
-func (tu *turns) put(size int) {
+// put gives a turn back: to the first subscriber in line, or to the pool.
+func (tu *turns) put() {
 	tu.mu.Lock()
-	tu.free += size
-	var grant []*subscriber
 	for len(tu.waiting) > 0 {
 		s := tu.waiting[0]
-		if !s.gone && !tu.fits(s.lineBytes) {
-			break
-		}
 		tu.waiting[0] = nil
 		tu.waiting = tu.waiting[1:]
 		s.inLine = false
 		if s.gone {
 			continue
 		}
-		s.granted = tu.newTurn(s.lineBytes)
-		grant = append(grant, s)
-	}
-	tu.mu.Unlock()
-	for _, s := range grant {
+		s.granted = tu.newTurn()
+		tu.mu.Unlock()
 		s.poke()
+		return
 	}
+	tu.free++
+	tu.mu.Unlock()
 }
 
 // leave takes a subscriber whose stream ended out of line and gives back

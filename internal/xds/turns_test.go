@@ -38,7 +38,7 @@ func TestLargeResponsesTakeTurns(t *testing.T) {
 	c.Apply(TypeCluster, bigClusters(), nil, "1", time.Now())
 	c.Apply(TypeEndpoint, []Resource{endpoints("cA", 80)}, nil, "1", time.Now())
 	srv, conn := startADS(t, c)
-	srv.turns = newTurnsOf(time.Minute, 1) // one list at a time
+	srv.turns = &turns{hold: time.Minute, free: 1}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	client := discoverygrpc.NewAggregatedDiscoveryServiceClient(conn)
@@ -87,7 +87,7 @@ func TestTurnExpires(t *testing.T) {
 	c := NewCache()
 	c.Apply(TypeCluster, bigClusters(), nil, "1", time.Now())
 	srv, conn := startADS(t, c)
-	srv.turns = newTurnsOf(200*time.Millisecond, 1)
+	srv.turns = &turns{hold: 200 * time.Millisecond, free: 1}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	client := discoverygrpc.NewAggregatedDiscoveryServiceClient(conn)
@@ -108,69 +108,44 @@ func TestTurnExpires(t *testing.T) {
 	}
 }
 
-// Turns are counted in bytes: small lists go many at a time, a large one
-// alone, in the order they asked; a turn granted but expired before its
-// subscriber came for it keeps that subscriber at the head of the line.
-func TestTurnsCountBytes(t *testing.T) {
+// A turn granted but expired before its subscriber came for it (its send
+// goroutine did not run in time) puts that subscriber back at the head of
+// the line, ahead of those that asked after it.
+func TestExpiredGrantKeepsPlace(t *testing.T) {
 	newSub := func() *subscriber { return &subscriber{wake: make(chan struct{}, 1)} }
-	tu := newTurnsOf(time.Hour, 10)
+	tu := &turns{hold: time.Hour, free: 1}
 	a, b, c, d := newSub(), newSub(), newSub(), newSub()
-	ta := tu.take(a, 6)
+	ta := tu.take(a)
 	if ta == nil {
-		t.Fatal("a found no turn with the whole budget free")
+		t.Fatal("a found no free turn")
 	}
-	if tu.take(b, 6) != nil {
-		t.Fatal("b got 6 bytes with 4 free")
-	}
-	if tu.take(c, 3) != nil {
-		t.Fatal("c went before b, which asked first")
-	}
-	ta.release()
-	for _, s := range []*subscriber{b, c} {
-		select {
-		case <-s.wake:
-		default:
-			t.Fatal("a subscriber in line was not woken when the bytes it needs came free")
-		}
-	}
-	tb, tc := tu.take(b, 6), tu.take(c, 3)
-	if tb == nil || tc == nil {
-		t.Fatal("b and c (9 of 10 bytes) were not both granted")
-	}
-	// Larger than the whole budget: alone, once nothing is in flight.
-	if tu.take(d, 50) != nil {
-		t.Fatal("d's 50 bytes went beside 9 in flight")
-	}
-	tb.release()
-	tc.release()
-	if td := tu.take(d, 50); td == nil {
-		t.Fatal("d's list larger than the budget never goes")
-	} else {
-		td.release()
-	}
-
-	// b is granted a turn that expires before b comes for it: b goes
-	// back to the head of the line, ahead of d, which asked after it.
-	tu = newTurnsOf(time.Hour, 10)
-	ta = tu.take(a, 10)
 	for _, s := range []*subscriber{b, c, d} {
-		if tu.take(s, 10) != nil {
-			t.Fatal("a turn was granted while a holds the whole budget")
+		if tu.take(s) != nil {
+			t.Fatal("a turn was granted while a holds the only one")
 		}
 	}
-	ta.release()       // granted to b
+	ta.release() // granted to b
+	select {
+	case <-b.wake:
+	default:
+		t.Fatal("b was not woken when granted the turn")
+	}
 	b.granted.expire() // b's send goroutine did not come in time: c's turn
-	tc = tu.take(c, 10)
+	tc := tu.take(c)
 	if tc == nil {
 		t.Fatal("c was not granted the turn b let expire")
 	}
-	if tu.take(b, 10) != nil {
-		t.Fatal("b got a turn while c holds the whole budget")
+	if tu.take(b) != nil {
+		t.Fatal("b got a turn while c holds the only one")
 	}
 	if len(tu.waiting) != 2 || tu.waiting[0] != b || tu.waiting[1] != d {
 		t.Fatalf("line after b's grant expired: %d waiting, b first %v; want b, then d", len(tu.waiting), len(tu.waiting) > 0 && tu.waiting[0] == b)
 	}
-	tc.release()
-	tu.leave(b)
+	tc.release() // to b
+	if tb := tu.take(b); tb == nil {
+		t.Fatal("b was not granted the turn c released")
+	} else {
+		tb.release()
+	}
 	tu.leave(d)
 }
