@@ -354,6 +354,9 @@ func (k *call) attempt(req *fasthttp.Request, resp *fasthttp.Response) bool {
 	if ep == nil {
 		return false
 	}
+	if k.c.cb != nil && !k.enterCircuit(res) {
+		return true // answered by the circuit breakers (circuit.go)
+	}
 	k.endpoint = ep.addr
 	k.tried[k.retries] = res.Host.ID
 	try := k.deadline
@@ -369,6 +372,9 @@ func (k *call) attempt(req *fasthttp.Request, resp *fasthttp.Response) bool {
 	t0 := time.Now()
 	err := ep.up.do(req, resp, try, k.idle)
 	lat := time.Since(t0)
+	if k.c.cb != nil {
+		k.c.cb.leave()
+	}
 	k.release()
 	var outcome balancer.Outcome
 	outcome, k.reason = classify(err, resp.StatusCode())
@@ -679,6 +685,9 @@ func (g *Gateway) localReply(ctx *fasthttp.RequestCtx, code int, cluster, reason
 	ctx.SetStatusCode(code)
 	ctx.SetContentType("application/json")
 	ctx.Response.Header.Set(ErrorHeader, reason)
+	if reason == reasonOverflow {
+		ctx.Response.Header.Set(overflowHeader, "true")
+	}
 	ctx.Response.Header.Set("Via", viaValue)
 	b := make([]byte, 0, 128+len(msg))
 	b = append(b, `{"error":{"code":"`...)

@@ -71,7 +71,7 @@ func roundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Re
 			break
 		}
 	}
-	closeConn := req.ConnectionClose() || resp.ConnectionClose()
+	closeConn := req.ConnectionClose() || resp.ConnectionClose() || connSpent(conn)
 	s, cl := resp.StatusCode(), resp.Header.ContentLength()
 	switch {
 	case req.Header.IsHead() || s < 200 || s == fasthttp.StatusNoContent || s == fasthttp.StatusNotModified:
