@@ -103,6 +103,7 @@ func makeClientWithConfig(t *testing.T, cb1 configCallback, cb2 testutil.ServerC
 		}
 	}
 	connectOn, _ := self["DebugConfig"]["ConnectEnabled"].(bool)
+	have.EnableScriptChecks, _ = self["DebugConfig"]["EnableRemoteScriptChecks"].(bool)
 	have.Connect = map[string]interface{}{"enabled": connectOn}
 	want := *have
 	want.Connect = map[string]interface{}{"enabled": true} // testutil's default
@@ -115,6 +116,38 @@ func makeClientWithConfig(t *testing.T, cb1 configCallback, cb2 testutil.ServerC
 	// these tests see).
 	if on, ok := want.Connect["enabled"].(bool); ok && on != connectOn {
 		flags = append(flags, fmt.Sprintf("--consul-connect=%v", on))
+	}
+	// Consul's -config-file is --consul-config-file. The harness starts
+	// the server with an empty file at $SEXTANT_CONSUL_CONFIG (a test's
+	// own file has a path of its own at each run); the shim points it at
+	// the test's file, which the server reads at a reload.
+	var haveFiles []string
+	if fs, ok := self["DebugConfig"]["ConfigFiles"].([]interface{}); ok {
+		for _, f := range fs {
+			s, _ := f.(string)
+			haveFiles = append(haveFiles, s)
+		}
+	}
+	var args []string
+	for i := 0; i < len(want.Args); i++ {
+		if want.Args[i] == "-config-file" && i+1 < len(want.Args) {
+			i++
+			link := os.Getenv("SEXTANT_CONSUL_CONFIG")
+			if !contains(haveFiles, link) {
+				flags = append(flags, "--consul-config-file", link)
+				continue
+			}
+			os.Remove(link)
+			if err := os.Symlink(want.Args[i], link); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		args = append(args, want.Args[i])
+	}
+	want.Args = args
+	if want.EnableScriptChecks && !have.EnableScriptChecks {
+		flags = append(flags, "--consul-enable-script-checks")
 	}
 	if want.NodeName != have.NodeName {
 		flags = append(flags, "--consul-node", want.NodeName)
@@ -136,8 +169,6 @@ func makeClientWithConfig(t *testing.T, cb1 configCallback, cb2 testutil.ServerC
 		t.Fatalf("sextant-harness: a second datacenter (%s) needs WAN gossip, not served", want.Datacenter)
 	case !want.Server:
 		t.Fatalf("sextant-harness: client agents (LAN gossip) are not served")
-	case want.EnableScriptChecks:
-		t.Fatalf("sextant-harness: script checks are not served")
 	case len(flags) > 0:
 		fmt.Printf("sextant-server-flags: %s\n", strings.Join(flags, " "))
 		t.Fatalf("sextant-harness: restart the server with %v", flags)
@@ -147,6 +178,15 @@ func makeClientWithConfig(t *testing.T, cb1 configCallback, cb2 testutil.ServerC
 		s.WaitForActiveCARoot(t) // as testutil's harness does with Connect on
 	}
 	return s.client, s
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
 }
 
 func testKey() string {
@@ -282,7 +322,7 @@ func copyConsulAPITests(ctx context.Context, t *testing.T, testFiles []string) f
 			cmd = exec.CommandContext(ctx, "go", args...)
 		}
 		cmd.Dir = dir
-		cmd.Env = append(os.Environ(), "SEXTANT_CONSUL_ADDR="+consulAddr, "GOFLAGS=-mod=mod", "GOWORK=off")
+		cmd.Env = append(os.Environ(), "SEXTANT_CONSUL_ADDR="+consulAddr, "SEXTANT_CONSUL_CONFIG="+filepath.Join(dir, "sextant-agent.json"), "GOFLAGS=-mod=mod", "GOWORK=off")
 		b, err := cmd.CombinedOutput()
 		return string(b), err
 	}

@@ -103,6 +103,8 @@ type serverFlags struct {
 	consulNodeMeta  map[string]string
 	consulConnect   bool
 	consulTTLMin    time.Duration
+	consulScripts   bool
+	consulConfig    []string
 	// Kubernetes (docs/kubernetes.md).
 	kubeconfig    string
 	kubeInCluster bool
@@ -209,6 +211,8 @@ consul_sd: Consul's services are the services of --consul-namespace.`,
 	fl.StringVar(&f.consulNode, "consul-node", consulapi.DefaultNode, "with --consul-api: the name of the Consul node this server is (Consul's -node): the node of the services registered through its agent endpoints")
 	fl.StringToStringVar(&f.consulNodeMeta, "consul-node-meta", nil, "with --consul-api: the meta of this server's Consul node, KEY=VALUE, repeatable (Consul's -node-meta)")
 	fl.DurationVar(&f.consulTTLMin, "consul-session-ttl-min", kv.MinSessionTTL, "with --consul-api: the shortest TTL a Consul session may have (Consul's session_ttl_min), at least 1s: a lock held by a process that died is free after twice its session's TTL")
+	fl.StringArrayVar(&f.consulConfig, "consul-config-file", nil, "with --consul-api: a Consul configuration file (JSON) whose service definitions this server's agent registers at its start and at PUT /v1/agent/reload (Consul's -config-file), repeatable (docs/compat.md)")
+	fl.BoolVar(&f.consulScripts, "consul-enable-script-checks", false, "with --consul-api: accept Consul's script and Docker checks (Consul's enable_script_checks) as records: kept and answered with their registered status, never run (docs/compat.md)")
 	fl.BoolVar(&f.consulConnect, "consul-connect", true, "with --consul-api: serve Connect's CA roots and leaf certificates from the server's certificate authority (docs/compat.md); false: they answer that Connect is not enabled")
 	fl.StringVar(&f.kubeconfig, "kubeconfig", "", "sync a Kubernetes cluster's EndpointSlices into the registry, read-only, from the cluster this kubeconfig names (docs/kubernetes.md)")
 	fl.BoolVar(&f.kubeInCluster, "kube-in-cluster", false, "sync the Kubernetes cluster this server runs in (its pod's service account), as --kubeconfig does")
@@ -240,6 +244,12 @@ func runServer(ctx context.Context, f serverFlags) error {
 	log, err := newLogger(f.logFormat, f.logLevel)
 	if err != nil {
 		return err
+	}
+	// The Consul API's /v1/agent/monitor streams the server's log.
+	var logs *consulapi.LogStream
+	if f.consulAPI != "" {
+		logs = consulapi.NewLogStream()
+		log = slog.New(logs.Handler(log.Handler()))
 	}
 	if err := f.validate(); err != nil {
 		return err
@@ -452,7 +462,7 @@ func runServer(ctx context.Context, f serverFlags) error {
 	}
 
 	if consulLn != nil {
-		if err := serveConsulAPI(lc, f, consulLn, reg, kvs, ident, guard, member, tlsCfg, log); err != nil {
+		if err := serveConsulAPI(lc, f, consulLn, reg, kvs, ident, guard, member, tlsCfg, log, logs); err != nil {
 			return err
 		}
 	}
@@ -728,7 +738,7 @@ func storeName(url string) string {
 
 // serveConsulAPI serves the Consul-compatible API on ln once the registry
 // is loaded; at the shutdown its requests drain before the registry stops.
-func serveConsulAPI(lc *lifecycle, f serverFlags, ln net.Listener, reg *registry.Registry, kvs *kv.Store, ident *identity.Service, guard *acl.Guard, member *cluster.Member, tlsCfg *tls.Config, log *slog.Logger) error {
+func serveConsulAPI(lc *lifecycle, f serverFlags, ln net.Listener, reg *registry.Registry, kvs *kv.Store, ident *identity.Service, guard *acl.Guard, member *cluster.Member, tlsCfg *tls.Config, log *slog.Logger, logs *consulapi.LogStream) error {
 	opts := consulapi.Options{
 		Namespace: f.consulNamespace, Node: f.consulNode, NodeMeta: f.consulNodeMeta, Addr: ln.Addr().String(), Version: readBuildInfo().Version,
 		ACL: guard, Logger: log.With("component", "consulapi"), KV: kvs,
@@ -740,8 +750,16 @@ func serveConsulAPI(lc *lifecycle, f serverFlags, ln net.Listener, reg *registry
 		opts.CA = ident
 	}
 	opts.SessionTTLMin = f.consulTTLMin
+	opts.EnableScriptChecks = f.consulScripts
+	opts.Logs = logs
+	opts.ConfigFiles = f.consulConfig
 	api, err := consulapi.New(reg, opts)
 	if err != nil {
+		return err
+	}
+	// A configuration file's services are registered before the API
+	// answers; a bad file fails the start, as it fails Consul's.
+	if err := api.LoadConfigFiles(context.Background()); err != nil {
 		return err
 	}
 	srv, sln := newHTTPServer(ln, browserGuard(api, ln, f), tlsCfg, log)

@@ -29,7 +29,9 @@ kind: DestinationRule
 metadata: {name: orders, namespace: shop}
 spec:
   host: orders
-  trafficPolicy: {tls: {mode: ISTIO_MUTUAL}}
+  trafficPolicy:
+    tls: {mode: ISTIO_MUTUAL}
+    connectionPool: {tcp: {maxConnections: 1}, http: {http1MaxPendingRequests: 1, maxRequestsPerConnection: 1, maxRetries: 2}}
   subsets:
   - {name: v1, labels: {version: v1}}
 ---
@@ -45,7 +47,12 @@ kind: DestinationRule
 metadata: {name: plain, namespace: shop}
 spec:
   host: plain
-  trafficPolicy: {tls: {mode: DISABLE}}
+  trafficPolicy:
+    tls: {mode: DISABLE}
+    connectionPool:
+      tcp: {maxConnections: 10, maxConnectionDuration: 1h, tcpKeepalive: {probes: 3, time: 60s, interval: 10s}}
+      http: {h2UpgradePolicy: UPGRADE, idleTimeout: 30s, http2MaxRequests: 100, maxConcurrentStreams: 50, maxRequestsPerConnection: 1000}
+    retryBudget: {percent: 30, minRetryConcurrency: 2}
 ---
 apiVersion: networking.istio.io/v1
 kind: DestinationRule

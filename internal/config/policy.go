@@ -31,6 +31,8 @@ type Policy struct {
 	// HTTP2: the endpoints speak HTTP/2 (gRPC): connectionPool.http.
 	// h2UpgradePolicy UPGRADE, as Istio reads it.
 	HTTP2 bool
+	// Circuit is the connection pool's limits (connpool.go).
+	Circuit Circuit
 	// Outlier is the outlier detection in force, nil for none.
 	Outlier *networking.OutlierDetection
 	// TLS is how clients reach the service, nil for plaintext (a
@@ -101,6 +103,15 @@ func EffectivePolicy(dr *Object, subset string, port uint32) Policy {
 		p.IdleTimeout = d.AsDuration()
 	}
 	p.HTTP2 = cp.GetHttp().GetH2UpgradePolicy() == networking.ConnectionPoolSettings_HTTPSettings_UPGRADE
+	p.Circuit = circuitOf(cp)
+	// The rule's retryBudget, or its subset's (port settings have none).
+	rb := dr.DestinationRule.TrafficPolicy.GetRetryBudget()
+	for _, s := range dr.DestinationRule.Subsets {
+		if subset != "" && s.Name == subset && s.TrafficPolicy.GetRetryBudget() != nil {
+			rb = s.TrafficPolicy.GetRetryBudget()
+		}
+	}
+	p.Circuit.retryBudgetOf(rb)
 	p.Outlier = top.GetOutlierDetection()
 	if sub.GetOutlierDetection() != nil {
 		p.Outlier = sub.GetOutlierDetection()

@@ -384,6 +384,10 @@ func validatePolicy(c errs, path string, tp *networking.TrafficPolicy) {
 		if d := cp.GetHttp().GetIdleTimeout(); d != nil {
 			validateDuration(c, join(path, "connectionPool.http.idleTimeout"), d, true)
 		}
+		validateConnPool(c, join(path, "connectionPool"), cp)
+	}
+	if rb := tp.RetryBudget; rb != nil {
+		validateRetryBudget(c, join(path, "retryBudget"), rb)
 	}
 	if t := tp.Tls; t != nil {
 		validateClientTLS(c, join(path, "tls"), t)

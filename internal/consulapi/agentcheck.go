@@ -59,15 +59,23 @@ func (a *API) agentCheckRegister(w http.ResponseWriter, r *http.Request) error {
 	if def.ID == "" {
 		return badRequest("missing check ID (or Name)")
 	}
+	if err := a.checkScripts([]CheckDefinition{def}); err != nil {
+		return err
+	}
 	if def.ServiceID != "" {
 		return a.serviceCheckRegister(w, r, def)
 	}
-	if def.Type != instance.CheckTTL {
+	var c kv.Check
+	switch {
+	case isScript(def):
+		// Kept, never run (scriptchecks.go).
+		c = kv.Check{CheckID: def.ID, Name: def.Name, Notes: def.Notes, Status: def.Status, Type: def.Type}
+	case def.Type == instance.CheckTTL:
+		c = kv.Check{CheckID: def.ID, Name: def.Name, Notes: def.Notes, Status: def.Status, Type: "ttl", TTL: def.TTL,
+			Expires: time.Now().Add(def.TTL).UnixNano()}
+	default:
 		return badRequest(fmt.Sprintf("a %s check of the node itself is not run by Sextant: give it a ServiceID, or make it a TTL check", def.Type))
 	}
-	now := time.Now()
-	c := kv.Check{CheckID: def.ID, Name: def.Name, Notes: def.Notes, Status: def.Status, Type: "ttl", TTL: def.TTL,
-		Expires: now.Add(def.TTL).UnixNano()}
 	if c.Status == "" {
 		c.Status = "critical"
 	}
@@ -105,18 +113,24 @@ func (a *API) serviceCheckRegister(w http.ResponseWriter, r *http.Request, def C
 	if cur == nil || cur.Namespace != a.opts.Namespace {
 		return notFound(fmt.Sprintf("ServiceID %q does not exist", def.ServiceID))
 	}
-	probe := cur.Clone()
-	if err := applyChecks(probe, []CheckDefinition{def}); err != nil {
-		return err
-	}
 	in := cur.Clone()
-	checks := slices.Clone(cur.Checks)
-	if i := slices.IndexFunc(checks, func(c instance.Check) bool { return c.ID == def.ID }); i >= 0 {
-		checks[i] = probe.Checks[0]
+	if isScript(def) {
+		if err := setScriptCheck(in, def.ID, &def); err != nil {
+			return err
+		}
 	} else {
-		checks = append(checks, probe.Checks[0])
+		probe := cur.Clone()
+		if err := applyChecks(probe, []CheckDefinition{def}); err != nil {
+			return err
+		}
+		checks := slices.Clone(cur.Checks)
+		if i := slices.IndexFunc(checks, func(c instance.Check) bool { return c.ID == def.ID }); i >= 0 {
+			checks[i] = probe.Checks[0]
+		} else {
+			checks = append(checks, probe.Checks[0])
+		}
+		in.Checks = checks
 	}
-	in.Checks = checks
 	if err := instance.Prepare(-1, in); err != nil {
 		var fe *instance.FieldError
 		if errors.As(err, &fe) {
@@ -164,6 +178,9 @@ func (a *API) agentCheckDeregister(w http.ResponseWriter, r *http.Request) error
 	in.Checks = slices.DeleteFunc(slices.Clone(owner.Checks), func(c instance.Check) bool { return c.ID == id })
 	if len(in.Checks) == 0 {
 		in.Checks = nil
+	}
+	if err := setScriptCheck(in, id, nil); err != nil {
+		return err
 	}
 	guard := a.sameNamespace(r, in.ID)
 	if _, err := a.reg.RegisterGuarded(r.Context(), []*instance.Instance{in}, func(now *instance.Instance) error {

@@ -40,6 +40,12 @@ const (
 	labelProxy     = "consul-proxy"
 	// labelMaintenance is the reason given with maintenance mode.
 	labelMaintenance = "consul-maintenance-reason"
+	// labelWeights: the JSON of Weights, when the instance's weight does
+	// not say them (weights.go).
+	labelWeights = "consul-weights"
+	// labelSocketPath: SocketPath, a Unix socket service (no port, no
+	// address: Sextant routes nothing to it).
+	labelSocketPath = "consul-socket-path"
 )
 
 // serviceAddress is Consul's ServiceAddress (a tagged address).
@@ -78,6 +84,7 @@ type attrs struct {
 	TagOverride     bool
 	NoAddress       bool
 	Proxy           json.RawMessage
+	SocketPath      string
 }
 
 // attrsOf reads in's reserved labels; one that does not decode (written
@@ -102,6 +109,7 @@ func attrsOf(in *instance.Instance) attrs {
 	_, a.ConnectNative = md.Get(labelConnectNative)
 	_, a.TagOverride = md.Get(labelTagOverride)
 	_, a.NoAddress = md.Get(labelNoAddress)
+	a.SocketPath, _ = md.Get(labelSocketPath)
 	if v, ok := md.Get(labelProxy); ok && json.Valid([]byte(v)) {
 		a.Proxy = json.RawMessage(v)
 	}
@@ -129,6 +137,12 @@ func (reg *Registration) putAttrs(m map[string]string) error {
 	if reg.ConsulID != "" {
 		m[labelServiceID] = reg.ConsulID
 	}
+	if reg.SidecarID != "" {
+		m[labelSidecar] = reg.SidecarID
+	}
+	if reg.FromConfig {
+		m[labelConfigFile] = ""
+	}
 	if reg.ConnectNative {
 		m[labelConnectNative] = ""
 	}
@@ -150,6 +164,23 @@ func (reg *Registration) putAttrs(m map[string]string) error {
 	}
 	if reg.Port == 0 {
 		m[instance.NoPortLabel] = ""
+	}
+	if reg.SocketPath != "" {
+		if reg.Port != 0 {
+			return badRequest("SocketPath: a service has a Port or a SocketPath, not both")
+		}
+		if len(reg.SocketPath) > instance.MaxValueLen {
+			return badRequest(fmt.Sprintf("SocketPath: %d bytes, at most %d", len(reg.SocketPath), instance.MaxValueLen))
+		}
+		m[labelSocketPath] = reg.SocketPath
+	}
+	if err := putScriptChecks(m, reg.Checks); err != nil {
+		return err
+	}
+	if w := reg.Weights; w != nil && !impliedWeights(*w) {
+		if err := putJSON(m, labelWeights, "Weights", w); err != nil {
+			return err
+		}
 	}
 	if len(reg.TaggedAddresses) > 0 {
 		for k, ta := range reg.TaggedAddresses {

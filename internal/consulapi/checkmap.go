@@ -25,6 +25,7 @@ func applyChecks(in *instance.Instance, defs []CheckDefinition) error {
 	if len(defs) == 0 {
 		return nil
 	}
+	defaultCheckIDs(in.ID, in.Service, defs)
 	checks := make([]instance.Check, len(defs))
 	for i, d := range defs {
 		path := "Checks[" + strconv.Itoa(i) + "]"
@@ -51,15 +52,6 @@ func applyChecks(in *instance.Instance, defs []CheckDefinition) error {
 			// Consul's GRPC is host:port, or host:port/service.
 			c.Target, c.GRPCService, _ = strings.Cut(d.Target, "/")
 		}
-		if c.ID == "" {
-			c.ID = "service:" + in.ID
-			if len(defs) > 1 {
-				c.ID += ":" + strconv.Itoa(i+1)
-			}
-		}
-		if c.Name == "" {
-			c.Name = "Service '" + in.Service + "' check"
-		}
 		checks[i] = c
 	}
 	in.Checks = checks
@@ -77,6 +69,11 @@ func (a *API) checksOf(in *instance.Instance, tags []string) []healthCheck {
 			ServiceID: consulServiceID(in), ServiceName: in.Service, ServiceTags: tags, Type: c.Type,
 			CreateIndex: in.Revision, ModifyIndex: in.Revision})
 	}
+	for _, c := range scriptChecksOf(in) {
+		out = append(out, healthCheck{Node: a.nodeOf(in), CheckID: c.ID, Name: c.Name, Status: c.Status, Notes: c.Notes,
+			ServiceID: consulServiceID(in), ServiceName: in.Service, ServiceTags: tags, Type: c.Type,
+			CreateIndex: in.Revision, ModifyIndex: in.Revision})
+	}
 	return append(out, a.catalogChecks(in, tags)...)
 }
 
@@ -88,7 +85,7 @@ func (a *API) checkOwner(checkID string) (*instance.Instance, error) {
 	inst := a.reg.Instances()
 	if rest, ok := strings.CutPrefix(checkID, "service:"); ok {
 		for _, id := range []string{rest, rest[:max(strings.LastIndexByte(rest, ':'), 0)]} {
-			if in := inst.Get(id); in != nil && in.Namespace == a.opts.Namespace && in.Check(checkID) != nil {
+			if in := inst.Get(id); in != nil && in.Namespace == a.opts.Namespace && hasCheck(in, checkID) {
 				return in, nil
 			}
 		}
@@ -96,7 +93,7 @@ func (a *API) checkOwner(checkID string) (*instance.Instance, error) {
 	var found *instance.Instance
 	for _, svc := range inst.Snapshot().Groups(a.opts.Namespace) {
 		for _, in := range svc.Items() {
-			if in.Check(checkID) == nil {
+			if !hasCheck(in, checkID) {
 				continue
 			}
 			if found != nil {
@@ -158,8 +155,12 @@ func (a *API) checkUpdate(fixed string) handler {
 		if err != nil {
 			return err
 		}
-		if c := in.Check(checkID); c.Type != instance.CheckTTL {
-			return badRequest(fmt.Sprintf("check %q is a %s check, which the server runs: only TTL checks are updated", checkID, c.Type))
+		if c := in.Check(checkID); c == nil || c.Type != instance.CheckTTL {
+			typ := "script"
+			if c != nil {
+				typ = c.Type
+			}
+			return badRequest(fmt.Sprintf("check %q is a %s check, not a TTL check: only TTL checks are updated", checkID, typ))
 		}
 		if _, err := a.reg.SetCheck(r.Context(), in.ID, checkID, status, output); err != nil {
 			if errors.Is(err, registry.ErrNotFound) {

@@ -32,6 +32,12 @@ type CheckDefinition struct {
 	Interval, Timeout, TTL, DeregisterCriticalServiceAfter time.Duration
 
 	SuccessBeforePassing, FailuresBeforeWarning, FailuresBeforeCritical int
+
+	// Args, DockerContainerID and Shell are a script or Docker check's
+	// (Type script or docker): kept, never run (scriptchecks.go).
+	Args              []string
+	DockerContainerID string
+	Shell             string
 }
 
 func duration(path string, dst *time.Duration) func(json.RawMessage) error {
@@ -99,10 +105,10 @@ func decodeCheck(raw json.RawMessage, path string) (CheckDefinition, error) {
 		{"FailuresBeforeWarning", integer(p("FailuresBeforeWarning"), &c.FailuresBeforeWarning)},
 		{"FailuresBeforeCritical", integer(p("FailuresBeforeCritical"), &c.FailuresBeforeCritical)},
 		{"OutputMaxSize", ignored(p("OutputMaxSize"), "a number")},
-		{"ScriptArgs", refused(p("ScriptArgs"), "a script check (Sextant runs HTTP, TCP and gRPC checks, and TTL)")},
-		{"Args", refused(p("Args"), "a script check (Sextant runs HTTP, TCP and gRPC checks, and TTL)")},
-		{"DockerContainerID", refused(p("DockerContainerID"), "a Docker check")},
-		{"Shell", refused(p("Shell"), "a Docker check")},
+		{"ScriptArgs", jsonValue(p("ScriptArgs"), "an array of strings", &c.Args)},
+		{"Args", jsonValue(p("Args"), "an array of strings", &c.Args)},
+		{"DockerContainerID", str(p("DockerContainerID"), &c.DockerContainerID)},
+		{"Shell", str(p("Shell"), &c.Shell)},
 		{"UDP", refused(p("UDP"), "a UDP check")},
 		{"H2PING", refused(p("H2PING"), "an H2PING check")},
 		{"H2PingUseTLS", refused(p("H2PingUseTLS"), "an H2PING check")},
@@ -123,6 +129,8 @@ func decodeCheck(raw json.RawMessage, path string) (CheckDefinition, error) {
 		{"http", http, false, http != ""},
 		{"tcp", tcp, tcpTLS, tcp != ""},
 		{"grpc", grpc, grpcTLS, grpc != ""},
+		{"script", "", false, len(c.Args) > 0 && c.DockerContainerID == ""},
+		{"docker", "", false, c.DockerContainerID != ""},
 	} {
 		if k.set {
 			kinds++
@@ -131,9 +139,13 @@ func decodeCheck(raw json.RawMessage, path string) (CheckDefinition, error) {
 	}
 	switch {
 	case kinds == 0:
-		return c, badRequest(path + ": no check type: give one of TTL, HTTP, TCP or GRPC")
+		return c, badRequest(path + ": no check type: give one of TTL, HTTP, TCP, GRPC, Args (script) or DockerContainerID")
 	case kinds > 1:
-		return c, badRequest(path + ": several check types: give one of TTL, HTTP, TCP or GRPC")
+		return c, badRequest(path + ": several check types: give one of TTL, HTTP, TCP, GRPC, Args (script) or DockerContainerID")
+	case c.Type == "docker" && len(c.Args) == 0:
+		return c, badRequest(path + ".Args: required for a Docker check (the command to run in the container)")
+	case c.Shell != "" && c.Type != "docker":
+		return c, badRequest(path + ".Shell: only a Docker check has a shell")
 	case c.Type != "ttl" && c.Interval <= 0 && interval != "":
 		// Given, but zero: Consul's words (Interval must be > 0).
 		return c, badRequest(fmt.Sprintf("%s.Interval: must be > 0 for %s check, got %q", path, checkKind(c.Type), interval))

@@ -106,6 +106,17 @@ type Options struct {
 	// CA serves Connect's CA roots and leaf certificates (connect.go);
 	// nil: they answer that Connect is not enabled, as Consul's do.
 	CA CA
+	// ConfigFiles are Consul configuration files whose service
+	// definitions the agent registers (LoadConfigFiles) and reloads
+	// (/v1/agent/reload); none: reloads answer 501.
+	ConfigFiles []string
+	// Logs is the server's log for /v1/agent/monitor (monitor.go); nil:
+	// answered 501.
+	Logs *LogStream
+	// EnableScriptChecks accepts script and Docker checks (Consul's
+	// enable_script_checks), kept as records and never run
+	// (scriptchecks.go); false: refused, as Consul refuses them.
+	EnableScriptChecks bool
 }
 
 // API is the Consul-compatible HTTP handler over a registry.
@@ -176,6 +187,14 @@ func (a *API) routes() {
 	a.handle("GET /v1/agent/service/{id}", a.agentService)
 	a.handle("GET /v1/agent/checks", a.agentChecks)
 	a.handle("GET /v1/agent/self", a.agentSelf)
+	a.handle("GET /v1/agent/metrics", a.agentMetrics)
+	a.handle("GET /v1/agent/host", a.agentHost)
+	if a.opts.Logs != nil {
+		a.handle("GET /v1/agent/monitor", a.agentMonitor)
+	}
+	if len(a.opts.ConfigFiles) > 0 {
+		a.handle("PUT /v1/agent/reload", a.agentReload)
+	}
 	a.handle("PUT /v1/agent/check/pass/{id}", a.checkUpdate("passing"))
 	a.handle("PUT /v1/agent/check/warn/{id}", a.checkUpdate("warning"))
 	a.handle("PUT /v1/agent/check/fail/{id}", a.checkUpdate("critical"))
@@ -201,6 +220,9 @@ func (a *API) routes() {
 	for _, u := range unsupported {
 		if (u.prefix == "/v1/kv/" || u.prefix == "/v1/session/" || u.prefix == "/v1/txn") && a.opts.KV != nil {
 			continue // served: another method answers 405
+		}
+		if u.prefix == "/v1/agent/monitor" && a.opts.Logs != nil || u.prefix == "/v1/agent/reload" && len(a.opts.ConfigFiles) > 0 {
+			continue
 		}
 		if nodePaths[u.prefix] && a.nodeStore() != nil {
 			continue // served (node.go)
@@ -275,11 +297,9 @@ var unsupported = []struct{ prefix, what string }{
 	{"/v1/agent/join/", "gossip joins (Sextant has no gossip pool)"},
 	{"/v1/agent/leave", "agent leaves"},
 	{"/v1/agent/force-leave/", "gossip (Sextant has no gossip pool)"},
-	{"/v1/agent/reload", "agent reloads"},
+	{"/v1/agent/reload", "agent reloads (a server started with --consul-config-file reloads its files)"},
 	{"/v1/agent/token/", "agent tokens"},
-	{"/v1/agent/metrics", "Consul's agent metrics (Sextant's are /metrics on --http)"},
 	{"/v1/agent/monitor", "log streaming"},
-	{"/v1/agent/host", "host information"},
 	{"/v1/agent/version", "the agent version endpoint (see /v1/agent/self)"},
 	{"/v1/lock", "locks"},
 }
@@ -342,6 +362,10 @@ func (w *statusWriter) WriteHeader(code int) {
 	w.code = code
 	w.ResponseWriter.WriteHeader(code)
 }
+
+// Unwrap lets http.ResponseController reach the connection (the monitor
+// stream flushes each line).
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // httpError is an answer other than 200 with its text, as Consul answers
 // errors: a status and a plain-text body.

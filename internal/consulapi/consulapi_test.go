@@ -144,7 +144,7 @@ func TestClientRegisterDiscover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(all) != 3 || all["db"] == nil || all["db"].Service != "db" || all["web-2"].Weights.Passing != 100 {
+	if len(all) != 3 || all["db"] == nil || all["db"].Service != "db" || all["web-2"].Weights != (capi.AgentWeights{Passing: 1, Warning: 1}) || all["web-1"].Weights != (capi.AgentWeights{Passing: 10, Warning: 1}) {
 		t.Errorf("agent services: %v", all)
 	}
 	one, _, err := agent.Service("web-1", nil)
@@ -157,7 +157,7 @@ func TestClientRegisterDiscover(t *testing.T) {
 
 	// Sextant's view: namespace shop, tags as metadata.
 	in := s.Registry.Instances().Get("web-1")
-	if in == nil || in.Namespace != "shop" || in.Weight != 10 {
+	if in == nil || in.Namespace != "shop" || in.Weight != 1000 {
 		t.Fatalf("web-1 in the registry: %+v", in)
 	}
 	if _, ok := in.Metadata.Get("tag/primary"); !ok {
@@ -418,10 +418,11 @@ func TestBadInput(t *testing.T) {
 		{"meta too large", string(bigMeta), "Meta and Tags: 70 entries"},
 		{"meta value too large", `{"Name":"web","Port":80,"Meta":{"k":"` + strings.Repeat("x", 5000) + `"}}`, `Meta["k"]: value of 5000 bytes`},
 		{"weight zero", `{"Name":"web","Port":80,"Weights":{"Passing":0}}`, "Weights.Passing: 0 must be at least 1"},
-		{"weight large", `{"Name":"web","Port":80,"Weights":{"Passing":70000}}`, "Weights.Passing: 70000 is out of range"},
-		{"connect sidecar", `{"Name":"web","Port":80,"Connect":{"SidecarService":{"Port":21000}}}`, "Connect.SidecarService: a Connect sidecar service is not supported"},
+		{"weight negative", `{"Name":"web","Port":80,"Weights":{"Passing":1,"Warning":-1}}`, "Weights.Warning: -1 must be at least 0"},
+		{"connect sidecar of a sidecar", `{"Name":"web","Port":80,"Connect":{"SidecarService":{"Connect":{"SidecarService":{}}}}}`, "a sidecar has no sidecar"},
+		{"connect sidecar bad", `{"Name":"web","Port":80,"Connect":{"SidecarService":{"Port":"x"}}}`, "Connect.SidecarService.Port: expected an integer"},
 		{"kind", `{"Name":"web","Port":80,"Kind":"teapot"}`, `Kind: "teapot" is not a Consul service kind`},
-		{"script check", `{"Name":"web","Port":80,"Check":{"ScriptArgs":["/bin/true"],"Interval":"10s"}}`, "a script check"},
+		{"script check", `{"Name":"web","Port":80,"Check":{"ScriptArgs":["/bin/true"],"Interval":"10s"}}`, "Scripts are disabled on this agent"},
 		{"check without type", `{"Name":"web","Port":80,"Check":{"Interval":"10s"}}`, "Check: no check type"},
 		{"check bad interval", `{"Name":"web","Port":80,"Checks":[{"HTTP":"http://x/","Interval":"often"}]}`, `Checks[0].Interval: "often" is not a duration`},
 		{"check bad status", `{"Name":"web","Port":80,"Check":{"TTL":"10s","Status":"fine"}}`, `Check.Status: "fine"`},

@@ -37,11 +37,12 @@ func FuzzConsulRegister(f *testing.F) {
 			return
 		}
 		again := map[string]any{"ID": reg.ID, "Name": reg.Name, "Address": reg.Address, "Port": reg.Port, "Tags": reg.Tags, "Meta": reg.Meta}
-		if reg.Weight != 0 {
-			again["Weights"] = map[string]int{"Passing": reg.Weight}
+		if reg.Weights != nil {
+			again["Weights"] = reg.Weights
 		}
 		again["Kind"], again["TaggedAddresses"], again["Locality"], again["Ports"] = reg.Kind, reg.TaggedAddresses, reg.Locality, reg.Ports
 		again["EnableTagOverride"] = reg.EnableTagOverride
+		again["SocketPath"] = reg.SocketPath
 		if reg.ConnectNative {
 			again["Connect"] = map[string]bool{"Native": true}
 		}
@@ -55,6 +56,7 @@ func FuzzConsulRegister(f *testing.F) {
 		}
 		reg.Checks, reg2.Checks = nil, nil
 		reg.Proxy = nil // not sent again: kept as given, compared by the tests of its answer
+		reg.Sidecar = nil
 		if diff := cmp.Diff(reg, reg2); diff != "" {
 			t.Fatalf("round trip of %s (-first +second):\n%s", body, diff)
 		}

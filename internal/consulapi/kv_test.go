@@ -26,9 +26,13 @@ func newKVStack(t testing.TB, aclOpts acl.Options, ns string) *stack {
 	return newKVStackOn(t, apitest.StartWith(t, apitest.Options{ACL: aclOpts}), ns)
 }
 
-func newKVStackOn(t testing.TB, s *apitest.Server, ns string) *stack {
+func newKVStackOn(t testing.TB, s *apitest.Server, ns string, opts ...func(*consulapi.Options)) *stack {
 	t.Helper()
-	api, err := consulapi.New(s.Registry, consulapi.Options{Namespace: ns, ACL: s.Guard, Addr: "127.0.0.1:8300", Version: "test", KV: s.KV})
+	o := consulapi.Options{Namespace: ns, ACL: s.Guard, Addr: "127.0.0.1:8300", Version: "test", KV: s.KV}
+	for _, f := range opts {
+		f(&o)
+	}
+	api, err := consulapi.New(s.Registry, o)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -548,8 +548,6 @@ func DecodeCatalogRegister(body []byte) (*CatalogRegistration, error) {
 		switch {
 		case s.Service == "":
 			return nil, badRequest("Must provide service name (Service.Service)")
-		case s.SocketPath != "":
-			return nil, badRequest("Service.SocketPath: a Unix socket service is not supported")
 		case len(bytes.TrimSpace(s.Proxy)) > 0 && !isEmptyJSON(s.Proxy) && jsonKind(s.Proxy) != "an object":
 			return nil, badRequest("Service.Proxy: expected an object, got " + jsonKind(s.Proxy))
 		case len(bytes.TrimSpace(s.Connect)) > 0 && !isEmptyJSON(s.Connect):
@@ -713,9 +711,10 @@ func (a *API) catalogInstance(reg *CatalogRegistration) (*instance.Instance, err
 	}
 	r := &Registration{ID: a.serviceInstanceID(reg.Node, id), Name: s.Service, Address: s.Address, Port: s.Port, Tags: s.Tags,
 		Meta: s.Meta, Kind: s.Kind, TaggedAddresses: s.TaggedAddresses, Locality: s.Locality, Ports: s.Ports, Node: reg.Node,
-		ConnectNative: s.ConnectNative, EnableTagOverride: s.EnableTagOverride, Proxy: s.Proxy}
-	if s.Weights != nil {
-		r.Weight = s.Weights.Passing
+		ConnectNative: s.ConnectNative, EnableTagOverride: s.EnableTagOverride, Proxy: s.Proxy, SocketPath: s.SocketPath}
+	if s.Weights != nil && s.Weights.Passing != 0 {
+		// The client's CatalogRegistration sends {0, 0} for none.
+		r.Weights = s.Weights
 	}
 	host := s.Address
 	if host == "" {

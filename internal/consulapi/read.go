@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/sextant-mesh/sextant/internal/acl"
 	"github.com/sextant-mesh/sextant/internal/dnsapi"
@@ -35,6 +36,7 @@ type agentService struct {
 	Port              int
 	Ports             []servicePort `json:",omitempty"`
 	Address           string
+	SocketPath        string                    `json:",omitempty"`
 	TaggedAddresses   map[string]serviceAddress `json:",omitempty"`
 	Weights           weights
 	EnableTagOverride bool
@@ -147,8 +149,8 @@ func (a *API) toAgentService(in *instance.Instance, tags []string, meta map[stri
 	at := attrsOf(in)
 	s := agentService{
 		Kind: at.Kind, ID: consulServiceID(in), Service: in.Service, Tags: tags, Meta: meta, Port: in.Port, Ports: at.Ports, Address: in.Host,
-		TaggedAddresses: at.TaggedAddresses, Weights: weights{Passing: in.Weight, Warning: in.Weight}, Datacenter: a.opts.Datacenter,
-		Locality: at.Locality, EnableTagOverride: at.TagOverride, Proxy: at.Proxy,
+		TaggedAddresses: at.TaggedAddresses, Weights: weightsOf(in), Datacenter: a.opts.Datacenter,
+		Locality: at.Locality, EnableTagOverride: at.TagOverride, Proxy: at.Proxy, SocketPath: at.SocketPath,
 	}
 	if at.NoAddress {
 		s.Address = ""
@@ -181,7 +183,7 @@ func (a *API) toCatalogService(in *instance.Instance) catalogService {
 		TaggedAddresses: n.TaggedAddresses, NodeMeta: n.Meta, ServiceKind: at.Kind,
 		ServiceID: consulServiceID(in), ServiceName: in.Service, ServiceTags: tags, ServiceAddress: serviceAddressOf(in, at),
 		ServiceTaggedAddresses: at.TaggedAddresses, ServiceMeta: meta, ServicePort: in.Port, ServicePorts: at.Ports,
-		ServiceWeights: weights{Passing: in.Weight, Warning: in.Weight}, ServiceLocality: at.Locality, ServiceEnableTagOverride: at.TagOverride, ServiceProxy: at.Proxy,
+		ServiceWeights: weightsOf(in), ServiceLocality: at.Locality, ServiceEnableTagOverride: at.TagOverride, ServiceProxy: at.Proxy,
 		ServiceConnect: connectInfo{Native: at.ConnectNative}, CreateIndex: in.Revision, ModifyIndex: in.Revision,
 	}
 }
@@ -657,45 +659,76 @@ func (a *API) agentChecks(w http.ResponseWriter, r *http.Request) error {
 }
 
 // GET /v1/agent/service/{id}: one instance of the namespace. Blocking
-// with index (its service's revision) or Consul's hash (the same, in hex).
+// with index (its service's revision) or Consul's hash (its
+// ContentHash): a hash query answers once the service's content differs
+// from the hash, or the wait passed.
 func (a *API) agentService(w http.ResponseWriter, r *http.Request) error {
 	id := r.PathValue("id")
 	q, b, _, err := a.readQuery(r, &agentService{})
 	if err != nil {
 		return err
 	}
-	if h := q.Get("hash"); h != "" {
-		v, err := strconv.ParseUint(h, 16, 63)
-		if err != nil {
-			return badRequest(fmt.Sprintf("hash: %q is not a hash this API answered", h))
-		}
-		b.index = int64(v)
-	}
 	in := a.reg.Instances().Get(id)
 	if in == nil || in.Namespace != a.opts.Namespace {
 		return notFound(fmt.Sprintf("unknown service ID: %s", id))
 	}
+	hash := q.Get("hash")
+	if hash != "" {
+		b.index = 0
+	}
 	if b.index > 0 {
 		// Wait on its service; answer once the instance itself changed or
 		// left, or the wait passed.
-		svc, err := a.service(r, in.Service, b)
-		if err != nil {
+		if in, err = a.instanceAfter(r, in, b); err != nil {
 			return err
 		}
-		in = nil
-		if svc != nil {
-			in, _ = svc.Get(id)
-		}
-		if in == nil {
-			return notFound(fmt.Sprintf("unknown service ID: %s", id))
+	}
+	s := a.hashedAgentService(in)
+	if hash != "" {
+		deadline := time.Now().Add(b.wait)
+		for s.ContentHash == hash {
+			left := time.Until(deadline)
+			if left <= 0 {
+				break
+			}
+			// Any change of its service wakes the wait; one that leaves
+			// this instance as it was waits again.
+			if in, err = a.instanceAfter(r, in, blocking{index: in.Revision, wait: left}); err != nil {
+				return err
+			}
+			s = a.hashedAgentService(in)
 		}
 	}
-	tags, meta := tagsAndMeta(in)
-	s := a.toAgentService(in, tags, meta)
-	s.ContentHash = strconv.FormatInt(in.Revision, 16)
 	w.Header().Set("X-Consul-Contenthash", s.ContentHash)
 	a.setMeta(w, in.Revision)
 	return writeJSON(w, s)
+}
+
+// instanceAfter is instance in (by id) after its service changed past
+// b.index, or b.wait passed; 404 once it is gone.
+func (a *API) instanceAfter(r *http.Request, in *instance.Instance, b blocking) (*instance.Instance, error) {
+	id := in.ID
+	svc, err := a.service(r, in.Service, b)
+	if err != nil {
+		return nil, err
+	}
+	in = nil
+	if svc != nil {
+		in, _ = svc.Get(id)
+	}
+	if in == nil {
+		return nil, notFound(fmt.Sprintf("unknown service ID: %s", id))
+	}
+	return in, nil
+}
+
+// hashedAgentService is in as Consul's agent answers one service, with
+// its ContentHash.
+func (a *API) hashedAgentService(in *instance.Instance) agentService {
+	tags, meta := tagsAndMeta(in)
+	s := a.toAgentService(in, tags, meta)
+	s.ContentHash = contentHash(&s)
+	return s
 }
 
 // GET /v1/agent/self: the agent's configuration as Consul's clients read
@@ -714,9 +747,13 @@ func (a *API) agentSelf(w http.ResponseWriter, r *http.Request) error {
 		"Meta":   n.Meta,
 		// What Consul's tools read of its full configuration: whether the
 		// Connect CA endpoints answer (connect.go).
-		"DebugConfig": map[string]any{"ConnectEnabled": a.opts.CA != nil},
-		"Stats":       map[string]any{"runtime": map[string]string{"version": runtime.Version()}},
-		"xDS":         nil,
+		"DebugConfig": map[string]any{"ConnectEnabled": a.opts.CA != nil,
+			// Consul's names for enable_script_checks (scriptchecks.go).
+			"EnableRemoteScriptChecks": a.opts.EnableScriptChecks, "EnableLocalScriptChecks": a.opts.EnableScriptChecks,
+			// Sextant's own: --consul-config-file (configfile.go).
+			"ConfigFiles": a.opts.ConfigFiles},
+		"Stats": map[string]any{"runtime": map[string]string{"version": runtime.Version()}},
+		"xDS":   nil,
 	}
 	return writeJSON(w, self)
 }

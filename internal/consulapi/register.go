@@ -31,7 +31,7 @@ type Registration struct {
 	Port              int
 	Tags              []string
 	Meta              map[string]string
-	Weight            int // Weights.Passing; 0: not given
+	Weights           *weights // nil: not given (Consul's {1, 1})
 	Checks            []CheckDefinition
 	// Kind, TaggedAddresses, Locality and Ports are kept as reserved
 	// labels (attrs.go); Node is the Consul node (the agent's, or a
@@ -41,6 +41,7 @@ type Registration struct {
 	Locality        *locality
 	Ports           []servicePort
 	Node            string
+	SocketPath      string
 	// ConsulID is the service's Consul id when its instance id differs
 	// (a catalog node's service: node.go).
 	ConsulID string
@@ -50,6 +51,12 @@ type Registration struct {
 	// Proxy is a Connect proxy's configuration (Kind connect-proxy), kept
 	// as given and answered back; Sextant configures no proxy from it.
 	Proxy json.RawMessage
+	// Sidecar is Connect.SidecarService as given (sidecar.go); SidecarID
+	// the instance id of the sidecar registered with the service.
+	Sidecar   json.RawMessage
+	SidecarID string
+	// FromConfig: defined in a configuration file (configfile.go).
+	FromConfig bool
 }
 
 // field is how a member of a Consul object is read: its name as Consul
@@ -243,7 +250,6 @@ func DecodeRegister(body []byte) (*Registration, error) {
 	if err := duplicateKeys(body); err != nil {
 		return nil, err
 	}
-	var weights bool
 	err := decodeObject(raw, "", []field{
 		{"ID", str("ID", &reg.ID)},
 		{"Name", str("Name", &reg.Name)},
@@ -271,11 +277,10 @@ func DecodeRegister(body []byte) (*Registration, error) {
 			if isNull(raw) {
 				return nil
 			}
-			weights = true
-			var warning int
+			reg.Weights = &weights{}
 			return decodeObject(raw, "Weights", []field{
-				{"Passing", integer("Weights.Passing", &reg.Weight)},
-				{"Warning", integer("Weights.Warning", &warning)},
+				{"Passing", integer("Weights.Passing", &reg.Weights.Passing)},
+				{"Warning", integer("Weights.Warning", &reg.Weights.Warning)},
 			})
 		}},
 		{"EnableTagOverride", boolean("EnableTagOverride", &reg.EnableTagOverride)},
@@ -314,7 +319,7 @@ func DecodeRegister(body []byte) (*Registration, error) {
 		{"Namespace", refused("Namespace", "a Consul Enterprise namespace (this API serves one Sextant namespace, --consul-namespace)", `"default"`)},
 		{"Partition", refused("Partition", "an admin partition (Consul Enterprise)", `"default"`)},
 		{"Ports", jsonValue("Ports", "an array of ports (Name, Port, Default)", &reg.Ports)},
-		{"SocketPath", refused("SocketPath", "a Unix socket service")},
+		{"SocketPath", str("SocketPath", &reg.SocketPath)},
 		{"TaggedAddresses", jsonValue("TaggedAddresses", "an object of addresses (Address, Port)", &reg.TaggedAddresses)},
 		{"Proxy", func(raw json.RawMessage) error {
 			if isNull(raw) {
@@ -332,7 +337,16 @@ func DecodeRegister(body []byte) (*Registration, error) {
 			}
 			return decodeObject(raw, "Connect", []field{
 				{"Native", boolean("Connect.Native", &reg.ConnectNative)},
-				{"SidecarService", refused("Connect.SidecarService", "a Connect sidecar service")},
+				{"SidecarService", func(raw json.RawMessage) error {
+					if isNull(raw) {
+						return nil
+					}
+					if jsonKind(raw) != "an object" {
+						return badRequest("Connect.SidecarService: expected an object, got " + jsonKind(raw))
+					}
+					reg.Sidecar = raw
+					return nil
+				}},
 			})
 		}},
 		{"AI", refused("AI", "AI service metadata")},
@@ -343,8 +357,14 @@ func DecodeRegister(body []byte) (*Registration, error) {
 	if err != nil {
 		return nil, err
 	}
-	if weights && reg.Weight < 1 {
-		return nil, badRequest(fmt.Sprintf("Weights.Passing: %d must be at least 1", reg.Weight))
+	if w := reg.Weights; w != nil {
+		// Consul's ValidateWeights.
+		if w.Passing < 1 {
+			return nil, badRequest(fmt.Sprintf("Weights.Passing: %d must be at least 1", w.Passing))
+		}
+		if w.Warning < 0 {
+			return nil, badRequest(fmt.Sprintf("Weights.Warning: %d must be at least 0", w.Warning))
+		}
 	}
 	return reg, nil
 }
@@ -373,13 +393,8 @@ func (reg *Registration) Instance(ns, host string) (*instance.Instance, error) {
 	if reg.Port < 0 || reg.Port > 65535 {
 		return nil, badRequest(fmt.Sprintf("Port: %d is out of range 1..65535 (or 0, none)", reg.Port))
 	}
-	weight := instance.DefaultWeight
-	if reg.Weight != 0 {
-		if reg.Weight > instance.MaxWeight {
-			return nil, badRequest(fmt.Sprintf("Weights.Passing: %d is out of range 1..%d", reg.Weight, instance.MaxWeight))
-		}
-		weight = reg.Weight
-	}
+	weight := sextantWeight(reg.Weights)
+	defaultCheckIDs(id, reg.Name, reg.Checks)
 	md, err := metadata(reg.Tags, reg.Meta, reg.putAttrs)
 	if err != nil {
 		return nil, err
@@ -387,7 +402,7 @@ func (reg *Registration) Instance(ns, host string) (*instance.Instance, error) {
 	in := &instance.Instance{
 		ID: id, Namespace: ns, Service: reg.Name, Host: host, Port: reg.Port, Weight: weight, Metadata: md,
 	}
-	if err := applyChecks(in, reg.Checks); err != nil {
+	if err := applyChecks(in, nonScript(reg.Checks)); err != nil {
 		return nil, err
 	}
 	if err := instance.Prepare(-1, in); err != nil {
@@ -486,14 +501,39 @@ func (a *API) register(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	reg.Node = a.opts.Node // the agent's node, as Consul's agent registers
+	if err := a.checkScripts(reg.Checks); err != nil {
+		return err
+	}
+	var side *instance.Instance
+	if len(reg.Sidecar) > 0 {
+		sreg, err := a.sidecarOf(reg)
+		if err != nil {
+			return err
+		}
+		if err := a.checkScripts(sreg.Checks); err != nil {
+			return err
+		}
+		if side, err = sreg.Instance(ns, clientHost(r)); err != nil {
+			return err
+		}
+		reg.SidecarID = side.ID
+	}
 	in, err := reg.Instance(ns, clientHost(r))
 	if err != nil {
 		return err
 	}
-	_, err = a.reg.RegisterGuarded(r.Context(), []*instance.Instance{in}, a.sameNamespace(r, in.ID))
+	batch := []*instance.Instance{in}
+	if side != nil {
+		if side.ID == in.ID {
+			return badRequest("Connect.SidecarService.ID: the service's own id")
+		}
+		batch = append(batch, side) // one commit: both or neither
+	}
+	_, err = a.reg.RegisterGuarded(r.Context(), batch, a.sameNamespace(r, in.ID))
 	if err != nil {
 		return err
 	}
+	a.log.Debug("synced service", "service", in.ID)
 	return writeValue(w, "")
 }
 
@@ -527,16 +567,22 @@ func (a *API) deregister(w http.ResponseWriter, r *http.Request) error {
 	if !instance.ValidID(id) {
 		return notFound(fmt.Sprintf("Unknown service ID %q", id))
 	}
-	if in := a.reg.Instances().Get(id); in == nil || in.Namespace != a.opts.Namespace {
+	in := a.reg.Instances().Get(id)
+	if in == nil || in.Namespace != a.opts.Namespace {
 		return notFound(fmt.Sprintf("Unknown service ID %q", id))
 	}
-	_, missing, err := a.reg.DeregisterGuarded(r.Context(), []string{id}, a.sameNamespace(r, id))
+	ids := []string{id}
+	if side := sidecarIDOf(in); side != "" && side != id {
+		ids = append(ids, side) // its sidecar goes with it, as in Consul
+	}
+	_, missing, err := a.reg.DeregisterGuarded(r.Context(), ids, a.sameNamespace(r, id))
 	if err != nil {
 		return err
 	}
-	if len(missing) > 0 {
+	if slices.Contains(missing, id) {
 		return notFound(fmt.Sprintf("Unknown service ID %q", id))
 	}
+	a.log.Debug("deregistered service", "service", id)
 	return writeValue(w, "")
 }
 

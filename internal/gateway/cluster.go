@@ -38,14 +38,28 @@ type upstream interface {
 // that makes net/http's Transport slow as a proxy client).
 type h1Upstream struct{ hc *fasthttp.HostClient }
 
-func newH1Upstream(addr string, connect time.Duration, ut *upstreamTLS) *h1Upstream {
-	dial := func(a string) (net.Conn, error) { return fasthttp.DialTimeout(a, connect) }
+func newH1Upstream(addr string, connect time.Duration, ut *upstreamTLS, opts connOpts) *h1Upstream {
+	plain := func(a string) (net.Conn, error) { return fasthttp.DialTimeout(a, connect) }
+	if opts.keepalive {
+		d := opts.netDialer(connect)
+		plain = func(a string) (net.Conn, error) { return d.Dial("tcp", a) }
+	}
+	// A plaintext connection is an upConn (upconn.go); one that
+	// opts.dialer wraps (max_requests_per_connection) goes the usual way.
+	dial := func(a string) (net.Conn, error) {
+		c, err := plain(a)
+		if err != nil {
+			return nil, err
+		}
+		return newUpConn(c), nil
+	}
 	if ut != nil {
 		dial = func(a string) (net.Conn, error) { return ut.dial(context.Background(), a, connect, false) }
 	}
 	return &h1Upstream{hc: &fasthttp.HostClient{
 		Addr:                          addr,
-		Dial:                          dial,
+		Dial:                          opts.dialer(dial),
+		MaxConnDuration:               opts.maxDuration,
 		MaxConns:                      4096,
 		MaxConnWaitTimeout:            time.Second,
 		MaxIdleConnDuration:           60 * time.Second,
@@ -87,12 +101,22 @@ func newH2CUpstream(addr string, connect time.Duration, ut *upstreamTLS) *h2cUps
 	var p http.Protocols
 	tr := &http.Transport{
 		Protocols:          &p,
+		HTTP2:              h2Config(),
 		DisableCompression: true,
 		IdleConnTimeout:    60 * time.Second,
 	}
 	if ut == nil {
 		p.SetUnencryptedHTTP2(true)
-		tr.DialContext = (&net.Dialer{Timeout: connect}).DialContext
+		d := &net.Dialer{Timeout: connect}
+		tr.DialContext = func(ctx context.Context, network, a string) (net.Conn, error) {
+			c, err := d.DialContext(ctx, network, a)
+			if err != nil {
+				return nil, err
+			}
+			bc := newBatchConn(c) // batchconn.go: the transport flushes per frame
+			bc.start()
+			return bc, nil
+		}
 		return &h2cUpstream{addr: addr, scheme: "http", tr: tr}
 	}
 	p.SetHTTP2(true)
@@ -242,6 +266,7 @@ type poolKey struct {
 	addr string
 	h2c  bool
 	tls  *upstreamTLS // a TLS cluster's connections are its own
+	opts connOpts     // so are those of per-connection limits (circuit.go)
 }
 
 type poolRef struct {
@@ -249,20 +274,20 @@ type poolRef struct {
 	refs int
 }
 
-func (p *pools) acquire(addr string, h2c bool, connect time.Duration, ut *upstreamTLS) upstream {
+func (p *pools) acquire(addr string, h2c bool, connect time.Duration, ut *upstreamTLS, opts connOpts) upstream {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.m == nil {
 		p.m = map[poolKey]*poolRef{}
 	}
-	k := poolKey{addr, h2c, ut}
+	k := poolKey{addr, h2c, ut, opts}
 	r := p.m[k]
 	if r == nil {
 		r = &poolRef{}
 		if h2c {
 			r.up = newH2CUpstream(addr, connect, ut)
 		} else {
-			r.up = newH1Upstream(addr, connect, ut)
+			r.up = newH1Upstream(addr, connect, ut, opts)
 		}
 		p.m[k] = r
 	}
@@ -272,10 +297,10 @@ func (p *pools) acquire(addr string, h2c bool, connect time.Duration, ut *upstre
 
 // release drops one reference; the last one closes the idle connections
 // (calls in flight finish on theirs).
-func (p *pools) release(addr string, h2c bool, ut *upstreamTLS) {
+func (p *pools) release(addr string, h2c bool, ut *upstreamTLS, opts connOpts) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	k := poolKey{addr, h2c, ut}
+	k := poolKey{addr, h2c, ut, opts}
 	if r := p.m[k]; r != nil {
 		if r.refs--; r.refs <= 0 {
 			delete(p.m, k)
@@ -316,6 +341,8 @@ type clusterRT struct {
 
 	active  atomic.Int64 // calls in flight, for the retry budget
 	retries atomic.Int64 // retries in flight
+	// cb is the cluster's circuit breakers (circuit.go); nil: no limits.
+	cb *circuit
 
 	// hc runs the cluster's active health check (nil: none); it owns the
 	// health written to lb for its hosts (healthcheck.go).
@@ -338,7 +365,8 @@ func newClusterRT(spec *clusterSpec, policy balancer.Policy, m *clusterMetrics) 
 	if err != nil {
 		return nil, fmt.Errorf("gateway: cluster %q: %w", spec.name, err)
 	}
-	c := &clusterRT{spec: spec, name: spec.name, policy: policy, lb: lb, useMD: useMD, m: m, hosts: map[string]hostSpec{}}
+	c := &clusterRT{spec: spec, name: spec.name, policy: policy, lb: lb, useMD: useMD, m: m, hosts: map[string]hostSpec{},
+		cb: newCircuit(spec, m)}
 	if spec.tls != nil {
 		c.tls = &upstreamTLS{}
 	}
@@ -379,7 +407,7 @@ func (c *clusterRT) setHosts(hosts []hostSpec, p *pools, mf *metricsSet) error {
 		if had {
 			eps[addr] = old[addr]
 		} else {
-			eps[addr] = &endpoint{addr: addr, up: p.acquire(addr, c.spec.h2c, c.spec.connect, c.tls),
+			eps[addr] = &endpoint{addr: addr, up: p.acquire(addr, c.spec.h2c, c.spec.connect, c.tls, c.spec.conn),
 				m: mf.endpoint(c.name, addr)}
 		}
 		if !had || prev.weight != h.weight || prev.priority != h.priority || prev.locality != h.locality || prev.locWeight != h.locWeight ||
@@ -442,7 +470,7 @@ func (c *clusterRT) setHosts(hosts []hostSpec, p *pools, mf *metricsSet) error {
 		}
 		c.lb.Remove(gone...)
 		for _, addr := range gone {
-			p.release(addr, c.spec.h2c, c.tls)
+			p.release(addr, c.spec.h2c, c.tls, c.spec.conn)
 			mf.forgetEndpoint(c.name, addr)
 		}
 	}
@@ -456,7 +484,7 @@ func (c *clusterRT) retire(p *pools) {
 		c.hc.stop()
 	}
 	for addr := range c.hosts {
-		p.release(addr, c.spec.h2c, c.tls)
+		p.release(addr, c.spec.h2c, c.tls, c.spec.conn)
 	}
 	c.hosts = nil
 }
@@ -476,6 +504,7 @@ func (c *clusterRT) allowRetry() bool {
 	limit := max(int64(b.min), int64(float64(c.active.Load())*b.percent/100))
 	if c.retries.Add(1) > limit {
 		c.retries.Add(-1)
+		c.m.overflow[overflowRetries].Inc()
 		return false
 	}
 	return true

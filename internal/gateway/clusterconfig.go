@@ -45,6 +45,8 @@ type clusterSpec struct {
 	h2c        bool
 	tls        *upstreamTLSSpec // nil: plaintext
 	budget     retryBudget
+	circuit    circuitSpec      // circuit_breakers (circuit.go)
+	conn       connOpts         // per-connection limits of HTTP/1.1 pools (circuit.go)
 	hc         *healthCheckSpec // active health check; nil: EDS health only
 	// localityWeighted: common_lb_config.locality_weighted_lb_config, the
 	// EDS localities' weights split each priority's calls (priority.go).
@@ -226,6 +228,9 @@ func decodeCluster(c *cluster.Cluster) (*clusterSpec, error) {
 	}
 	if c.GetHttp2ProtocolOptions() != nil {
 		s.h2c = true
+	}
+	if err := decodeCircuit(c, s); err != nil {
+		return nil, err
 	}
 	hc, err := decodeHealthChecks(c.GetHealthChecks())
 	if err != nil {

@@ -22,6 +22,7 @@ type metricsSet struct {
 	retries    *prometheus.CounterVec   // cluster
 	shed       *prometheus.CounterVec   // cluster
 	upgrades   *prometheus.CounterVec   // cluster
+	overflow   *prometheus.CounterVec   // cluster, kind (circuit.go)
 	config     *prometheus.GaugeVec     // type, version
 	// tlsHandshakeErrors counts failed TLS handshakes (tls.go).
 	tlsHandshakeErrors prometheus.Counter
@@ -58,6 +59,7 @@ type clusterMetrics struct {
 	retries  prometheus.Counter
 	shed     prometheus.Counter
 	upgrades prometheus.Counter
+	overflow [overflowKinds]prometheus.Counter
 }
 
 func (m *clusterMetrics) observe(status int, d time.Duration) {
@@ -96,6 +98,7 @@ func newMetrics() *metricsSet {
 			Help: "Upgrade requests (WebSocket) per cluster, whatever their answer; requests_total counts them by status."}, []string{"cluster"}),
 		config: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sextant_gateway_config_info",
 			Help: "1 for the xDS version applied per resource type."}, []string{"type", "version"}),
+		overflow:  newOverflowVec(),
 		clusters:  map[string]*clusterMetrics{},
 		endpoints: map[[2]string]*endpointMetrics{},
 	}
@@ -109,7 +112,7 @@ func newMetrics() *metricsSet {
 	m.hcChecks = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sextant_gateway_health_checks_total",
 		Help: "Active health checks per cluster by result (success, failure)."}, []string{"cluster", "result"})
 	m.reg.MustRegister(rbac, m.hcChecks)
-	m.reg.MustRegister(m.requests, m.latency, m.epRequests, m.epLatency, m.retries, m.shed, m.upgrades, m.config, m.tlsHandshakeErrors)
+	m.reg.MustRegister(m.requests, m.latency, m.epRequests, m.epLatency, m.retries, m.shed, m.upgrades, m.overflow, m.config, m.tlsHandshakeErrors)
 	m.passthrough = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sextant_gateway_tls_passthrough_total",
 		Help: "TLS passthrough connections per cluster by result: connected, connect_failure, no_healthy_endpoint, cluster_not_found."}, []string{"cluster", "result"})
 	m.reg.MustRegister(m.passthrough)
@@ -133,6 +136,9 @@ func (m *metricsSet) cluster(name string) *clusterMetrics {
 		retries: m.retries.WithLabelValues(name), shed: m.shed.WithLabelValues(name), upgrades: m.upgrades.WithLabelValues(name)}
 	for i, cl := range classes {
 		c.requests[i] = m.requests.WithLabelValues(name, cl)
+	}
+	for i, kind := range overflowNames {
+		c.overflow[i] = m.overflow.WithLabelValues(name, kind)
 	}
 	m.clusters[name] = c
 	return c

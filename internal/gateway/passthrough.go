@@ -208,6 +208,7 @@ func (g *Gateway) forwardTCP(c net.Conn, first []byte, t *tcpProxyRT, outcomes *
 	if up == nil {
 		return r
 	}
+	defer r.cl.cb.disconnect()
 	defer g.tunnels.done(up)
 	_ = c.SetDeadline(time.Time{})
 	if len(first) > 0 {
@@ -257,8 +258,16 @@ func (g *Gateway) connectTCP(c net.Conn, t *tcpProxyRT) (r tcpResult, up net.Con
 		return r, nil, res, start
 	}
 	r.endpoint = ep.addr
+	if !cl.cb.connect() { // max_connections (circuit.go)
+		res.Done(0, balancer.Canceled)
+		r.result, r.ended = "overflow", calllog.ReasonOverflow
+		return r, nil, res, start
+	}
 	start = time.Now()
 	up, err = net.DialTimeout("tcp", ep.addr, cl.spec.connect)
+	if err != nil || up == nil {
+		cl.cb.disconnect()
+	}
 	if err != nil {
 		res.Done(time.Since(start), balancer.Unreachable)
 		r.result, r.ended, r.err = "connect_failure", calllog.ReasonConnect, err
@@ -266,11 +275,13 @@ func (g *Gateway) connectTCP(c net.Conn, t *tcpProxyRT) (r tcpResult, up net.Con
 	}
 	if !g.tunnels.pending(up) {
 		up.Close()
+		cl.cb.disconnect()
 		res.Done(0, balancer.Canceled)
 		r.result, r.ended = "connect_failure", calllog.ReasonOther // shutting down
 		return r, nil, res, start
 	}
 	if !g.tunnels.attach(up, c) {
+		cl.cb.disconnect()
 		res.Done(0, balancer.Canceled)
 		r.result, r.ended = "connect_failure", calllog.ReasonOther
 		return r, nil, res, start

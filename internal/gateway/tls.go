@@ -375,7 +375,8 @@ func (g *Gateway) handshake(c net.Conn, base *tls.Config, port uint32, fastLn, h
 		}
 		c = &prefixConn{Conn: c, prefix: hello}
 	}
-	tc := tls.Server(c, base)
+	bc := newBatchConn(c) // batching once ALPN chose h2
+	tc := tls.Server(bc, base)
 	if err := tc.Handshake(); err != nil {
 		g.metrics.tlsHandshakeErrors.Inc()
 		plainOnTLS(c, err)
@@ -386,6 +387,7 @@ func (g *Gateway) handshake(c net.Conn, base *tls.Config, port uint32, fastLn, h
 	_ = c.SetDeadline(time.Time{})
 	st := tc.ConnectionState()
 	if st.NegotiatedProtocol == "h2" {
+		bc.start()
 		h2Ln.push(tc) // net/http serves h2 on a *tls.Conn itself
 		return
 	}

@@ -209,6 +209,16 @@ func (k *call) endTrace(lat time.Duration) {
 	if ct.t == nil || ct.t.noReport || !ct.sampled && !(ct.t.Sampler.KeepErrors && failed(k.status, k.reason)) {
 		return
 	}
+	k.reportSpan(lat)
+}
+
+// reportSpan is endTrace's span, apart: its frame (a trace.Span) is
+// large, and a call that is not traced would otherwise grow its goroutine's
+// stack for it (an HTTP/2 stream's goroutine is new, its stack small).
+//
+//go:noinline
+func (k *call) reportSpan(lat time.Duration) {
+	ct := &k.tr
 	ct.kept = true
 	s := trace.Span{TraceID: ct.trace, SpanID: ct.span, Parent: ct.parent, TraceState: ct.state,
 		Name: spanName(ct.url), Kind: trace.KindServer,

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	"github.com/valyala/fasthttp"
 
 	"github.com/sextant-mesh/sextant/internal/gateway"
@@ -62,7 +63,7 @@ func BenchmarkProxyTracing(b *testing.B) {
 
 // benchProxyWith runs BenchmarkProxy's calls (and BenchmarkProxyTracing's) through a
 // gateway of opts.
-func benchProxyWith(b *testing.B, opts gateway.Options) {
+func benchProxyWith(b *testing.B, opts gateway.Options, mods ...func(*cluster.Cluster)) {
 	body := make([]byte, 1024)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -76,7 +77,7 @@ func benchProxyWith(b *testing.B, opts gateway.Options) {
 
 	cp := startControlPlaneB(b)
 	cp.set(rdsListener("gw", "r"), routeConfig("r", vhost("all", []string{"*"}, prefixRoute("/", "u"))),
-		edsCluster("u"), assignment("u", ep{u: u}))
+		edsCluster("u", mods...), assignment("u", ep{u: u}))
 	g := startGatewayWith(b, cp.addr, opts)
 	addr := g.url[len("http://"):]
 	hc := &fasthttp.HostClient{Addr: addr, MaxConns: 256}

@@ -414,6 +414,11 @@ func (u *upstreamTLS) dial(ctx context.Context, addr string, connect time.Durati
 	if err != nil {
 		return nil, err
 	}
+	if h2 {
+		bc := newBatchConn(c) // batchconn.go: the HTTP/2 transport flushes per frame
+		bc.start()
+		c = bc
+	}
 	tc := tls.Client(c, st.conf)
 	if err := tc.HandshakeContext(ctx); err != nil {
 		c.Close()

@@ -27,6 +27,10 @@ func TestClusterEncoder(t *testing.T) {
 		{LoadBalancer: "peak_ewma", HTTP2: true, TLS: tls, Outlier: od},
 		{LoadBalancer: config.PolicyRingHash, RingSize: 2048, Hash: config.HashKey{Header: "x-user"}},
 		{LoadBalancer: config.PolicyMaglev, Hash: config.HashKey{SourceIP: true}, Outlier: od},
+		{IdleTimeout: time.Minute, Circuit: config.Circuit{MaxConnections: 1, MaxPendingRequests: 1, MaxRequestsPerConnection: 1}},
+		{HTTP2: true, Circuit: config.Circuit{MaxRequests: 100, MaxRetries: 3, MaxConcurrentStreams: 10,
+			MaxConnectionDuration: time.Hour, Keepalive: true, KeepaliveProbes: 3, KeepaliveTime: time.Minute,
+			RetryBudget: true, RetryBudgetPercent: 12.5, RetryBudgetMin: 2}},
 	}
 	names := []string{"default/orders", "default/orders/blue", "prod/orders/blue:8080", "prod/a.b:9090", "x/y/z-1", "noslash", "default/orders/"}
 	shared := &ClusterEncoder{}

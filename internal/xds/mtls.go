@@ -60,8 +60,8 @@ func clusterTLS(ns string, tls *networking.ClientTLSSettings) *corev3.TransportS
 
 // setClusterTLS adds the transport socket of tls to c, a cluster named by
 // ClusterName; credentials (SIMPLE, MUTUAL) are secrets of namespace
-// credNS.
-func setClusterTLS(c *clusterv3.Cluster, tls *networking.ClientTLSSettings, credNS string) {
+// credNS; h2: its endpoints speak HTTP/2 (ALPN h2).
+func setClusterTLS(c *clusterv3.Cluster, tls *networking.ClientTLSSettings, credNS string, h2 bool) {
 	ns, _, _ := strings.Cut(c.Name, "/")
 	switch tls.GetMode() {
 	case networking.ClientTLSSettings_ISTIO_MUTUAL:
@@ -70,6 +70,6 @@ func setClusterTLS(c *clusterv3.Cluster, tls *networking.ClientTLSSettings, cred
 		if credNS == "" {
 			credNS = ns
 		}
-		c.TransportSocket = credentialTLS(credNS, tls, c.TypedExtensionProtocolOptions[HTTPProtocolOptionsKey] != nil)
+		c.TransportSocket = credentialTLS(credNS, tls, h2)
 	}
 }

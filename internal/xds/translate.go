@@ -278,14 +278,21 @@ func Cluster(name string, p config.Policy) *clusterv3.Cluster {
 	if p.ConnectTimeout > 0 {
 		c.ConnectTimeout = durationpb.New(p.ConnectTimeout)
 	}
-	if p.IdleTimeout > 0 {
-		c.CommonHttpProtocolOptions = &corev3.HttpProtocolOptions{IdleTimeout: durationpb.New(p.IdleTimeout)}
+	if o := httpOptions(p); o != nil {
+		// Per-connection limits (circuit.go), the idle timeout with them.
+		c.TypedExtensionProtocolOptions = map[string]*anypb.Any{HTTPProtocolOptionsKey: o}
+	} else {
+		if p.IdleTimeout > 0 {
+			c.CommonHttpProtocolOptions = &corev3.HttpProtocolOptions{IdleTimeout: durationpb.New(p.IdleTimeout)}
+		}
+		if p.HTTP2 {
+			// HTTP/2 to the endpoints (gRPC), as Istio publishes h2UpgradePolicy
+			// UPGRADE; the gateway and Envoy read it, grpc-go speaks HTTP/2 anyway.
+			c.TypedExtensionProtocolOptions = map[string]*anypb.Any{HTTPProtocolOptionsKey: http2Options}
+		}
 	}
-	if p.HTTP2 {
-		// HTTP/2 to the endpoints (gRPC), as Istio publishes h2UpgradePolicy
-		// UPGRADE; the gateway and Envoy read it, grpc-go speaks HTTP/2 anyway.
-		c.TypedExtensionProtocolOptions = map[string]*anypb.Any{HTTPProtocolOptionsKey: http2Options}
-	}
+	c.CircuitBreakers = circuitBreakers(p.Circuit)
+	c.UpstreamConnectionOptions = tcpKeepalive(p.Circuit)
 	if p.Locality != nil && len(p.Locality.Distribute) > 0 && c.LoadBalancingPolicy == nil {
 		// Envoy follows EDS locality weights with lb_policy only when told
 		// (Istio sets it for distribute); load_balancing_policy's
@@ -297,7 +304,7 @@ func Cluster(name string, p config.Policy) *clusterv3.Cluster {
 	if od := p.Outlier; od != nil {
 		c.OutlierDetection = outlier(od)
 	}
-	setClusterTLS(c, p.TLS, p.TLSNamespace)
+	setClusterTLS(c, p.TLS, p.TLSNamespace, p.HTTP2)
 	c.HealthChecks = healthChecks(p.HealthCheck)
 	return c
 }
@@ -347,6 +354,16 @@ func outlier(od *networking.OutlierDetection) *clusterv3.OutlierDetection {
 	}
 	if od.MaxEjectionPercent > 0 {
 		o.MaxEjectionPercent = wrapperspb.UInt32(uint32(od.MaxEjectionPercent))
+	}
+	if od.SplitExternalLocalOriginErrors {
+		// As Istio: local-origin failures counted apart, ejecting when
+		// consecutiveLocalOriginFailures is set; their success rate off.
+		o.SplitExternalLocalOriginErrors = true
+		if v := od.GetConsecutiveLocalOriginFailures().GetValue(); v > 0 {
+			o.ConsecutiveLocalOriginFailure = wrapperspb.UInt32(v)
+			o.EnforcingConsecutiveLocalOriginFailure = wrapperspb.UInt32(100)
+		}
+		o.EnforcingLocalOriginSuccessRate = wrapperspb.UInt32(0)
 	}
 	return o
 }

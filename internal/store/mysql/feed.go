@@ -180,8 +180,14 @@ func (f *feed) Close() { f.closed = true }
 // without a gap. A gap at pos+1 is compaction if the floor says so, else a
 // commit not yet visible: read again at the next poll.
 func (s *Store) fetch(ctx context.Context, pos, upto int64) ([]store.Change, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
-	defer cancel()
+	// The reads run without a cancellable context: with one, the driver
+	// hands each query to its connection's cancel watcher and back (two
+	// goroutine rendezvous, watchCancel and finish), each a scheduling
+	// delay on the path of every cross-server wake-up when the machine is
+	// loaded (issue 46: a third of the follower's scheduling delay in a
+	// trace). A hung database still ends a read: the connection's read
+	// timeout (Open: opts.Timeout + 5s) bounds it.
+	ctx = context.WithoutCancel(ctx)
 	start := time.Now()
 	changes, full, err := s.readChanges(ctx, "SELECT revision, seq, kind, rkey, value, committed_ns FROM sx_change WHERE revision > ? AND revision <= ? ORDER BY revision, seq LIMIT ?", pos, upto, fetchRows)
 	if err != nil {
