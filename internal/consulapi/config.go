@@ -56,8 +56,14 @@ func decodeConfigEntry(body []byte) (kind, name string, entry map[string]json.Ra
 	if err := strictJSON(body, &entry); err != nil {
 		return "", "", nil, err
 	}
+	seen := map[string]bool{}
 	for k, v := range entry {
-		switch normalize(k) {
+		nk := normalize(k)
+		if seen[nk] {
+			return "", "", nil, badRequest(fmt.Sprintf("%s: given twice (its name's case aside)", k))
+		}
+		seen[nk] = true
+		switch nk {
 		case "kind":
 			err = json.Unmarshal(v, &kind)
 		case "name":
