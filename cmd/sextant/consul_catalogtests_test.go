@@ -107,12 +107,9 @@ var consulCatalogTestsFailing = map[string]string{
 	// Consul's ACL system (tokens are Sextant's).
 	"TestAgent_ServiceRegisterOpts_Token": "Consul's ACL system",
 	"TestAPI_AgentUpdateToken":            "Consul's ACL system",
-	// Connect: intentions and config entries (its CA roots and leaves
-	// are Sextant's CA's; the connect views are served).
-	"TestAPI_AgentConnectAuthorize":              "does not serve Connect's authorization",
-	"TestAPI_CatalogGatewayServices_Terminating": "does not serve config entries",
-	"TestAPI_CatalogGatewayServices_Ingress":     "does not serve config entries",
-	"TestAPI_HealthIngress":                      "does not serve config entries",
+	// Connect: intentions (its CA roots and leaves are Sextant's CA's;
+	// the connect views and config entries are served).
+	"TestAPI_AgentConnectAuthorize": "does not serve Connect's authorization",
 }
 
 // startConsulServerOf is startConsulServer running the binary bin (""

@@ -96,6 +96,10 @@ func makeClientWithConfig(t *testing.T, cb1 configCallback, cb2 testutil.ServerC
 	have.NodeName, _ = self["Config"]["NodeName"].(string)
 	have.NodeID, _ = self["Config"]["NodeID"].(string)
 	have.Version, _ = self["Config"]["Version"].(string)
+	// Consul's -bind: the address the agent's node is registered with.
+	if n, _, err := c.Catalog().Node(have.NodeName, nil); err == nil && n != nil && n.Node != nil {
+		have.Bind = n.Node.TaggedAddresses["lan"]
+	}
 	if m, ok := self["Meta"]; ok && len(m) > 0 {
 		have.NodeMeta = map[string]string{}
 		for k, v := range m {
@@ -198,41 +202,51 @@ func testKey() string {
 }
 `
 
-// consulTxnTestsFailing are consul/api's transaction tests that fail
-// against Sextant, with the text their failure names: both put Node,
-// Service and Check operations in a transaction, which Sextant refuses
-// (docs/compat.md, Transactions).
-var consulTxnTestsFailing = map[string]string{
-	"TestAPI_ClientTxn":      "transactions on nodes are not supported",
-	"TestAPI_ClientTxnWrite": "transactions on nodes are not supported",
-}
+// consulTxnTests are consul/api's transaction tests that mix node,
+// service and check operations into their transactions: each runs on a
+// server of its own, as in Consul's harness, since they list every key
+// and service of the server.
+var consulTxnTests = []string{"TestAPI_ClientTxn", "TestAPI_ClientTxnWrite"}
 
 // TestConsulClientOwnKVTests runs hashicorp's own KV and transaction tests
 // (kv_test.go and txn_test.go of the github.com/hashicorp/consul/api
 // module this repository requires, from the module cache) against a real
-// "sextant server --consul-api": every KV one must pass, those of sessions
-// (?acquire, ?release) and of KV transactions (/v1/txn) included; the two
-// transaction tests that mix in node, service and check operations must
-// fail naming why.
+// "sextant server --consul-api": every one must pass, those of sessions
+// (?acquire, ?release) and of transactions (/v1/txn, KV, node, service
+// and check operations) included.
 func TestConsulClientOwnKVTests(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs real servers")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	goCmd := copyConsulAPITests(ctx, t, []string{"kv_test.go", "txn_test.go"})
+	if out, err := goCmd("", "test", "-c", "-o", "api.test", "."); err != nil {
+		t.Fatalf("building consul/api's tests: %v\n%s", err, out)
+	}
+	// One test at a time: Consul's harness gives each test a server of its
+	// own, here the KV ones share one, and a test's blocking read of an
+	// absent key returns early when another test writes (its index is the
+	// KV table's, in Consul too): TestAPI_ClientWatchGet failed so beside
+	// KVClientTxn.
 	_, consulAddr := startConsulServer(t)
-	got := runConsulAPITests(t, consulAddr, []string{"kv_test.go", "txn_test.go"}, "^TestAPI_")
+	txnRun := "^(" + strings.Join(consulTxnTests, "|") + ")$"
+	got, _ := goCmd(consulAddr, "./api.test", "-test.count=1", "-test.v", "-test.parallel=1", "-test.timeout=3m", "-test.run", "^TestAPI_", "-test.skip", txnRun)
+	for _, name := range consulTxnTests {
+		_, addr := startConsulServer(t)
+		out, _ := goCmd(addr, "./api.test", "-test.count=1", "-test.v", "-test.timeout=90s", "-test.run", "^"+name+"$")
+		got += out
+	}
 	result := consulTestResults(got)
 	if len(result) < 11 {
 		t.Fatalf("ran %d of consul/api's KV and transaction tests, want 11:\n%s", len(result), got)
 	}
 	for name, res := range result {
-		reason, failing := consulTxnTestsFailing[name]
-		switch {
-		case failing && res == "PASS":
-			t.Errorf("%s passes; it was listed as failing (%s): take it off consulTxnTestsFailing", name, reason)
-		case failing && (res != "FAIL" || !strings.Contains(got, reason)):
-			t.Errorf("%s: %s, want FAIL naming %q", name, res, reason)
-		case !failing && res != "PASS":
+		if res != "PASS" {
 			t.Errorf("%s: %s, want PASS", name, res)
 		}
 	}
-	for _, name := range []string{"TestAPI_ClientAcquireRelease", "TestAPI_KVClientTxn"} {
+	for _, name := range append([]string{"TestAPI_ClientAcquireRelease", "TestAPI_KVClientTxn"}, consulTxnTests...) {
 		if result[name] != "PASS" {
 			t.Errorf("%s: %q, want PASS", name, result[name])
 		}
@@ -249,23 +263,6 @@ func consulTestResults(out string) map[string]string {
 		result[m[2]] = m[1]
 	}
 	return result
-}
-
-// runConsulAPITests copies the consul/api module's sources and the test
-// files named (from the module cache) beside consulTestShim, and runs the
-// tests matching run against the Consul API at consulAddr; it returns
-// go test -v's output.
-func runConsulAPITests(t *testing.T, consulAddr string, testFiles []string, run string) string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	goCmd := copyConsulAPITests(ctx, t, testFiles)
-	// One test at a time: Consul's harness gives each test a server of its
-	// own, here they share one, and a test's blocking read of an absent key
-	// returns early when another test writes (its index is the KV table's,
-	// in Consul too): TestAPI_ClientWatchGet failed so beside KVClientTxn.
-	got, _ := goCmd(consulAddr, "test", "-count=1", "-v", "-parallel", "1", "-run", run, ".")
-	return got
 }
 
 // copyConsulAPITests copies the consul/api module's sources and the test

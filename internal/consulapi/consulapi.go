@@ -215,6 +215,7 @@ func (a *API) routes() {
 	a.kvRoutes()
 	a.sessionRoutes()
 	a.nodeRoutes()
+	a.configRoutes()
 	a.agentCheckRoutes()
 	a.connectRoutes()
 	for _, u := range unsupported {
@@ -224,8 +225,8 @@ func (a *API) routes() {
 		if u.prefix == "/v1/agent/monitor" && a.opts.Logs != nil || u.prefix == "/v1/agent/reload" && len(a.opts.ConfigFiles) > 0 {
 			continue
 		}
-		if nodePaths[u.prefix] && a.nodeStore() != nil {
-			continue // served (node.go)
+		if nodePaths[u.prefix] && a.nodeStore() != nil || configPaths[u.prefix] && a.opts.KV != nil {
+			continue // served (node.go, config.go)
 		}
 		a.mux.HandleFunc(u.prefix, func(w http.ResponseWriter, r *http.Request) {
 			writeText(w, http.StatusNotImplemented, "Sextant's Consul-compatible API does not serve "+u.what+" ("+r.Method+" "+r.URL.Path+"); docs/compat.md lists what it serves")

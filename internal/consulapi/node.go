@@ -9,8 +9,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
+	"reflect"
 	"slices"
 	"sort"
 	"strings"
@@ -121,7 +123,7 @@ func (a *API) nodeID() string {
 
 func (a *API) toNodeOfRecord(n *kv.Node) node {
 	out := node{ID: n.ID, Node: n.Name, Address: n.Address, Datacenter: a.opts.Datacenter,
-		TaggedAddresses: n.TaggedAddresses, Meta: n.Meta, CreateIndex: n.CreateIndex, ModifyIndex: n.ModifyIndex}
+		TaggedAddresses: n.TaggedAddresses, Meta: n.Meta, CreateIndex: n.CreateIndex, ModifyIndex: n.Index()}
 	if out.TaggedAddresses == nil {
 		out.TaggedAddresses = map[string]string{}
 	}
@@ -226,7 +228,7 @@ func recordCheck(n *kv.Node, c kv.Check, tags []string) healthCheck {
 	}
 	status, output := c.Current(time.Now())
 	return healthCheck{Node: n.Name, CheckID: c.CheckID, Name: c.Name, Status: status, Notes: c.Notes, Output: output,
-		ServiceID: c.ServiceID, ServiceName: c.ServiceName, ServiceTags: tags, Type: c.Type,
+		ServiceID: c.ServiceID, ServiceName: c.ServiceName, ServiceTags: tags, Type: c.Type, Definition: c.Definition,
 		CreateIndex: n.ModifyIndex, ModifyIndex: n.ModifyIndex}
 }
 
@@ -545,21 +547,8 @@ func DecodeCatalogRegister(body []byte) (*CatalogRegistration, error) {
 		}
 	}
 	if s := reg.Service; s != nil {
-		switch {
-		case s.Service == "":
-			return nil, badRequest("Must provide service name (Service.Service)")
-		case len(bytes.TrimSpace(s.Proxy)) > 0 && !isEmptyJSON(s.Proxy) && jsonKind(s.Proxy) != "an object":
-			return nil, badRequest("Service.Proxy: expected an object, got " + jsonKind(s.Proxy))
-		case len(bytes.TrimSpace(s.Connect)) > 0 && !isEmptyJSON(s.Connect):
-			var c struct{ Native bool }
-			dec := json.NewDecoder(bytes.NewReader(s.Connect))
-			dec.DisallowUnknownFields()
-			if err := dec.Decode(&c); err != nil {
-				return nil, badRequest("Service.Connect: only Native is supported (a Connect sidecar is not): " + strings.TrimPrefix(err.Error(), "json: "))
-			}
-			s.ConnectNative = c.Native
-		case s.PeerName != "":
-			return nil, badRequest("Service.PeerName: cluster peering is not supported")
+		if err := checkCatalogService(s); err != nil {
+			return nil, err
 		}
 	}
 	checks := reg.Checks
@@ -581,6 +570,28 @@ func DecodeCatalogRegister(body []byte) (*CatalogRegistration, error) {
 		}
 	}
 	return reg, nil
+}
+
+// checkCatalogService checks what Consul checks of a catalog service (a
+// name), and what Sextant does not serve of it.
+func checkCatalogService(s *catalogServiceDef) error {
+	switch {
+	case s.Service == "":
+		return badRequest("Must provide service name (Service.Service)")
+	case len(bytes.TrimSpace(s.Proxy)) > 0 && !isEmptyJSON(s.Proxy) && jsonKind(s.Proxy) != "an object":
+		return badRequest("Service.Proxy: expected an object, got " + jsonKind(s.Proxy))
+	case len(bytes.TrimSpace(s.Connect)) > 0 && !isEmptyJSON(s.Connect):
+		var c struct{ Native bool }
+		dec := json.NewDecoder(bytes.NewReader(s.Connect))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&c); err != nil {
+			return badRequest("Service.Connect: only Native is supported (a Connect sidecar is not): " + strings.TrimPrefix(err.Error(), "json: "))
+		}
+		s.ConnectNative = c.Native
+	case s.PeerName != "":
+		return badRequest("Service.PeerName: cluster peering is not supported")
+	}
+	return nil
 }
 
 func isEmptyJSON(raw json.RawMessage) bool {
@@ -658,6 +669,17 @@ func (a *API) catalogRegister(w http.ResponseWriter, r *http.Request) error {
 	if reg.Check != nil {
 		checks = append([]*catalogCheck{reg.Check}, checks...)
 	}
+	var kchecks []kv.Check
+	for i, c := range checks {
+		if c == nil {
+			continue
+		}
+		kc, err := kvCheck(c, fmt.Sprintf("Checks[%d]", i))
+		if err != nil {
+			return err
+		}
+		kchecks = append(kchecks, kc)
+	}
 	if reg.Node != a.opts.Node || len(checks) > 0 {
 		if _, err := st.UpdateNode(r.Context(), ns, reg.Node, func(cur *kv.Node) (*kv.Node, error) {
 			next := &kv.Node{}
@@ -670,24 +692,10 @@ func (a *API) catalogRegister(w http.ResponseWriter, r *http.Request) error {
 				// does (its address may come with a later register).
 				next.ID, next.Address, next.TaggedAddresses, next.Meta, next.Locality = reg.ID, reg.Address, reg.TaggedAddresses, reg.NodeMeta, reg.Locality
 			}
-			for _, c := range checks {
-				if c == nil {
-					continue
-				}
-				kc := kv.Check{CheckID: c.CheckID, Name: c.Name, Status: c.Status, Notes: c.Notes, Output: c.Output,
-					ServiceID: c.ServiceID, ServiceName: c.ServiceName, Type: c.Type}
-				if kc.CheckID == "" {
-					kc.CheckID = kc.Name
-				}
-				if kc.Status == "" {
-					kc.Status = "critical"
-				}
-				if i := slices.IndexFunc(next.Checks, func(x kv.Check) bool { return x.CheckID == kc.CheckID }); i >= 0 {
-					next.Checks[i] = kc
-				} else {
-					next.Checks = append(next.Checks, kc)
-				}
+			for _, kc := range kchecks {
+				setCheck(next, kc)
 			}
+			keepNodeIndex(cur, next)
 			return next, nil
 		}); err != nil {
 			return nodeError(err)
@@ -769,6 +777,7 @@ func (a *API) catalogDeregister(w http.ResponseWriter, r *http.Request) error {
 			}
 			next := *cur
 			next.Checks = slices.DeleteFunc(slices.Clone(cur.Checks), func(c kv.Check) bool { return !keep(c) })
+			keepNodeIndex(cur, &next)
 			return &next, nil
 		})
 		return nodeError(err)
@@ -808,6 +817,25 @@ func (a *API) catalogDeregister(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	return writeValue(w, "true")
+}
+
+// setCheck adds check c to node n, or replaces the one of its id.
+func setCheck(n *kv.Node, c kv.Check) {
+	if i := slices.IndexFunc(n.Checks, func(x kv.Check) bool { return x.CheckID == c.CheckID }); i >= 0 {
+		n.Checks[i] = c
+	} else {
+		n.Checks = append(n.Checks, c)
+	}
+}
+
+// keepNodeIndex keeps the node's own index when a write changes only its
+// checks: Consul's node ModifyIndex moves with the node, not its checks.
+func keepNodeIndex(cur, next *kv.Node) {
+	next.NodeIndex = 0
+	if cur != nil && cur.ID == next.ID && cur.Address == next.Address && maps.Equal(cur.TaggedAddresses, next.TaggedAddresses) &&
+		maps.Equal(cur.Meta, next.Meta) && reflect.DeepEqual(cur.Locality, next.Locality) {
+		next.NodeIndex = cur.Index()
+	}
 }
 
 func nodeError(err error) error {

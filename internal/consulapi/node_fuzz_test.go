@@ -54,6 +54,8 @@ func FuzzTxn(f *testing.F) {
 		`[{"KV":{"Verb":"lock","Key":"k","Value":"dGVzdA==","Session":"s"}},{"KV":{"Verb":"get","Key":"k"}}]`,
 		`[{"KV":{"Verb":"cas","Key":"a/b","Value":null,"Flags":3,"Index":12}},{"KV":{"Verb":"delete-tree","Key":"a/"}}]`,
 		`[{"Node":{"Verb":"set","Node":{"Node":"n"}}}]`,
+		`[{"Service":{"Verb":"set","Node":"n","Service":{"ID":"s","Service":"s","Port":80}}}]`,
+		`[{"Check":{"Verb":"cas","Check":{"Node":"n","CheckID":"c","Status":"passing","Definition":{"TCP":"a:1","Interval":"5s"}}}}]`,
 		`[{"KV":{"Verb":"nope","Key":"k"}}]`,
 		`[{"KV":{"Verb":"set","Key":""}}]`,
 		`[{"KV":{"Verb":"set","Key":"k","Value":"!"}}]`,
@@ -72,9 +74,19 @@ func FuzzTxn(f *testing.F) {
 			}
 			return
 		}
-		var again []map[string]txnKVOp
+		var again []map[string]any
 		for _, op := range ops {
-			again = append(again, map[string]txnKVOp{"KV": {Verb: op.Verb, Key: op.Key, Value: op.Value, Flags: op.Flags, Index: uint64(op.Index), Session: op.Session}})
+			switch {
+			case op.KV != nil:
+				k := op.KV
+				again = append(again, map[string]any{"KV": txnKVOp{Verb: k.Verb, Key: k.Key, Value: k.Value, Flags: k.Flags, Index: uint64(k.Index), Session: k.Session}})
+			case op.Node != nil:
+				again = append(again, map[string]any{"Node": op.Node})
+			case op.Service != nil:
+				again = append(again, map[string]any{"Service": op.Service})
+			case op.Check != nil:
+				again = append(again, map[string]any{"Check": op.Check})
+			}
 		}
 		b, err := json.Marshal(again)
 		if err != nil {

@@ -115,6 +115,9 @@ type healthCheck struct {
 	ServiceName string
 	ServiceTags []string
 	Type        string
+	// Definition, of a check registered through the catalog: as
+	// registered (checkdef.go).
+	Definition  json.RawMessage `json:",omitempty"`
 	CreateIndex int64
 	ModifyIndex int64
 }
@@ -188,10 +191,24 @@ func (a *API) toCatalogService(in *instance.Instance) catalogService {
 	}
 }
 
+// asNodeService turns s into the AgentService Consul answers of a
+// catalog record (its NodeService): no datacenter, Proxy and Connect
+// always there, empty when none.
+func asNodeService(s *agentService) {
+	s.Datacenter = ""
+	if s.Connect == nil {
+		s.Connect = &connectInfo{}
+	}
+	if len(s.Proxy) == 0 {
+		s.Proxy = json.RawMessage("{}")
+	}
+}
+
 func (a *API) toEntry(in *instance.Instance) serviceEntry {
 	tags, meta := tagsAndMeta(in)
 	s := a.toAgentService(in, tags, meta)
 	s.CreateIndex, s.ModifyIndex = in.Revision, in.Revision
+	asNodeService(&s)
 	n := a.toNode(in)
 	return serviceEntry{Node: n, Service: s, Checks: append(a.nodeChecks(n.Node), a.checksOf(in, tags)...)}
 }

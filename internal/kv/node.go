@@ -33,9 +33,21 @@ type Node struct {
 	Meta            map[string]string `json:",omitempty"`
 	Locality        *Locality         `json:",omitempty"`
 	Checks          []Check           `json:",omitempty"`
+	// NodeIndex is the revision that last changed the node's own fields,
+	// kept when a write changes only its checks (Consul's node index does
+	// not move then); 0: the record's ModifyIndex.
+	NodeIndex int64 `json:",omitempty"`
 
 	CreateIndex int64 `json:"-"`
 	ModifyIndex int64 `json:"-"`
+}
+
+// Index is the ModifyIndex of the node itself, its checks aside.
+func (n *Node) Index() int64 {
+	if n.NodeIndex != 0 {
+		return n.NodeIndex
+	}
+	return n.ModifyIndex
 }
 
 // Locality is Consul's region and zone of a node or service.
@@ -56,6 +68,10 @@ type Check struct {
 	ServiceID   string `json:",omitempty"`
 	ServiceName string `json:",omitempty"`
 	Type        string `json:",omitempty"`
+	// Definition is Consul's HealthCheckDefinition as registered (its
+	// JSON, normalized by internal/consulapi): kept for display, as
+	// Consul's catalog keeps it; nothing runs it.
+	Definition json.RawMessage `json:",omitempty"`
 	// TTL, for a TTL check registered on the agent's node: the status
 	// turns critical once Expires (Unix ns) passes without an update.
 	// Read-time: no process runs it.
@@ -118,37 +134,58 @@ func (st *Store) UpdateNode(ctx context.Context, ns, name string, fn func(cur *N
 	}
 	w := &sessionWrite{fn: func(tx *commit.Tx) error {
 		tx.Answer(tx.Revision())
-		id := ID(nodeNS, nodeKey(ns, name))
-		v, rev := tx.Get(store.KV, id)
-		var cur *Node
-		if e, ok := v.(*Entry); ok && e != nil {
-			if cur = nodeOf(ns, name, e); cur == nil {
-				return fmt.Errorf("kv: node %q: its record does not decode", name)
-			}
+		cur, rev, err := TxNode(tx, ns, name)
+		if err != nil {
+			return err
 		}
 		next, err := fn(cur)
 		if err != nil {
 			return err
 		}
-		if next == nil {
-			if cur != nil {
-				tx.DeleteIf(store.KV, id, rev)
-			}
-			return nil
-		}
-		b, err := json.Marshal(next)
-		if err != nil {
-			return fmt.Errorf("kv: node %q: %w", name, err)
-		}
-		if len(b) > MaxNodeSize {
-			return fmt.Errorf("%w: node %q is %d bytes with its checks; at most %d", ErrTooLarge, name, len(b), MaxNodeSize)
-		}
-		e := &Entry{Namespace: nodeNS, Key: nodeKey(ns, name), Value: b}
-		if cur != nil {
-			e.created = createdOf(v, rev)
-		}
-		tx.PutIf(store.KV, id, e.encode(), e, rev)
-		return nil
+		return PutTxNode(tx, ns, name, cur, next, rev)
 	}}
 	return st.eng.SubmitChecked(ctx, w)
+}
+
+// TxNode reads node name of namespace ns inside a write (tx): the node
+// as the write sees it (nil if there is none) and its record's revision,
+// the condition of PutTxNode.
+func TxNode(tx *commit.Tx, ns, name string) (*Node, int64, error) {
+	v, rev := tx.Get(store.KV, ID(nodeNS, nodeKey(ns, name)))
+	e, ok := v.(*Entry)
+	if !ok || e == nil {
+		return nil, rev, nil
+	}
+	cur := nodeOf(ns, name, e)
+	if cur == nil {
+		return nil, rev, fmt.Errorf("kv: node %q: its record does not decode", name)
+	}
+	return cur, rev, nil
+}
+
+// PutTxNode writes next as node name of namespace ns in tx (nil: deletes
+// it), on condition that its record is still at rev (TxNode's); cur is
+// the node TxNode read.
+func PutTxNode(tx *commit.Tx, ns, name string, cur, next *Node, rev int64) error {
+	id := ID(nodeNS, nodeKey(ns, name))
+	if next == nil {
+		if cur != nil {
+			tx.DeleteIf(store.KV, id, rev)
+		}
+		return nil
+	}
+	b, err := json.Marshal(next)
+	if err != nil {
+		return fmt.Errorf("kv: node %q: %w", name, err)
+	}
+	if len(b) > MaxNodeSize {
+		return fmt.Errorf("%w: node %q is %d bytes with its checks; at most %d", ErrTooLarge, name, len(b), MaxNodeSize)
+	}
+	e := &Entry{Namespace: nodeNS, Key: nodeKey(ns, name), Value: b}
+	if cur != nil {
+		v, _ := tx.Get(store.KV, id)
+		e.created = createdOf(v, rev)
+	}
+	tx.PutIf(store.KV, id, e.encode(), e, rev)
+	return nil
 }

@@ -45,6 +45,9 @@ type TxnOp struct {
 // by the transaction has the transaction's revision as ModifyIndex.
 type TxnResult struct {
 	Entry *Entry
+	// Op is the index, in the transaction's operations, of the one that
+	// answered it (get-tree answers several).
+	Op int
 	// written: the entry is the transaction's write; its indexes are
 	// filled in once committed.
 	written bool
@@ -107,20 +110,53 @@ func (st *Store) Txn(ctx context.Context, ns string, ops []TxnOp) ([]TxnResult, 
 	if len(w.errs) > 0 {
 		return nil, w.errs, rev, nil
 	}
-	// The indexes of what the transaction wrote, now that it is applied.
+	return w.applied(), nil, rev, nil
+}
+
+// applied are the results with the indexes of what the transaction
+// wrote, once it is applied.
+func (w *txnWrite) applied() []TxnResult {
 	for i := range w.results {
 		r := &w.results[i]
 		if !r.written {
 			continue
 		}
 		e := *r.Entry
-		if cur := st.t.Get(ns, e.Key); cur != nil {
+		if cur := w.t.Get(w.ns, e.Key); cur != nil {
 			e.CreateIndex, e.ModifyIndex = cur.CreateIndex, cur.ModifyIndex
 		}
 		r.Entry = &e
 	}
-	return w.results, nil, rev, nil
+	return w.results
 }
+
+// TxnPlan is a transaction on keys run inside another write: a Consul
+// transaction that mixes in catalog operations (internal/consulapi)
+// decides its key operations with Decide in its own Plan, writes them
+// with Write if nothing of it failed, and reads Results once committed.
+// Each method is called from the engine's committer goroutine (Plan) or
+// after the write returned; none blocks.
+type TxnPlan struct{ w txnWrite }
+
+// PlanTxn returns ops, on the keys of namespace ns, to plan inside
+// another write; CheckTxn must have accepted them.
+func (st *Store) PlanTxn(ns string, ops []TxnOp) *TxnPlan {
+	return &TxnPlan{w: txnWrite{t: st.t, ns: ns, ops: ops}}
+}
+
+// Decide decides every operation on what tx sees, writing nothing, and
+// returns the refusals (OpIndex: the index in ops).
+func (p *TxnPlan) Decide(tx *commit.Tx) []TxnError {
+	p.w.decide(tx)
+	return p.w.errs
+}
+
+// Write adds the decided writes to tx.
+func (p *TxnPlan) Write(tx *commit.Tx) error { return p.w.write(tx) }
+
+// Results are the operations' results, with their indexes, once the
+// write that planned them is applied.
+func (p *TxnPlan) Results() []TxnResult { return p.w.applied() }
 
 // txnKey is a key as the transaction has left it so far.
 type txnKey struct {
@@ -136,11 +172,26 @@ type txnWrite struct {
 
 	results []TxnResult
 	errs    []TxnError
+
+	// What decide left for write: the keys read or written, in the
+	// order first met, and the sessions locks name.
+	keys     map[string]*txnKey
+	order    []string
+	sessions map[string]bool
 }
 
 func (w *txnWrite) Plan(tx *commit.Tx) error {
-	w.results, w.errs = nil, nil
 	tx.Answer(tx.Revision())
+	w.decide(tx)
+	if len(w.errs) > 0 {
+		return nil
+	}
+	return w.write(tx)
+}
+
+// decide decides each operation on the state the earlier ones left.
+func (w *txnWrite) decide(tx *commit.Tx) {
+	w.results, w.errs = nil, nil
 	keys := map[string]*txnKey{}
 	var order []string
 	get := func(key string) *txnKey {
@@ -190,7 +241,14 @@ func (w *txnWrite) Plan(tx *commit.Tx) error {
 		}
 		return k.rev
 	}
+	mark := 0
+	tag := func(op int) {
+		for ; mark < len(w.results); mark++ {
+			w.results[mark].Op = op
+		}
+	}
 	for i, op := range w.ops {
+		tag(i - 1)
 		key := op.Key
 		switch op.Verb {
 		case VerbSet:
@@ -294,10 +352,16 @@ func (w *txnWrite) Plan(tx *commit.Tx) error {
 			}
 		}
 	}
+	tag(len(w.ops) - 1)
+	w.keys, w.order, w.sessions = keys, order, sessions
 	if len(w.errs) > 0 {
 		w.results = nil
-		return nil
 	}
+}
+
+// write adds decide's writes to tx.
+func (w *txnWrite) write(tx *commit.Tx) error {
+	keys, order, sessions := w.keys, w.order, w.sessions
 	writes := 0
 	for _, key := range order {
 		if keys[key].touched {

@@ -283,3 +283,25 @@ func (r *Registry) revive(ctx context.Context, flips []flip) error {
 		}
 	}
 }
+
+// PlanRegister plans a register of instances inside another write (a
+// Consul transaction that mixes them with other kinds' records,
+// internal/consulapi): it adds their writes to tx, as Register does. Called
+// from that write's Plan, on the committer goroutine; it does not block.
+func (r *Registry) PlanRegister(tx *commit.Tx, instances []*instance.Instance, guard Guard) error {
+	for i, in := range instances {
+		if err := checkClaim(i, "", in); err != nil {
+			return err
+		}
+	}
+	return (&registerWrite{r: r, instances: instances, guard: guard}).Plan(tx)
+}
+
+// PlanDeregister plans a deregister of the instances with ids inside
+// another write, as PlanRegister; ids not found are skipped.
+func (r *Registry) PlanDeregister(tx *commit.Tx, ids []string, guard Guard) error {
+	if err := instance.CheckIDs(ids); err != nil {
+		return err
+	}
+	return (&deregisterWrite{ids: ids, guard: guard}).Plan(tx)
+}
