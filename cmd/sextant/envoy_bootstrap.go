@@ -212,3 +212,16 @@ func buildEnvoyBootstrap(a envoyBootstrapArgs) (*bootstrapv3.Bootstrap, error) {
 	}
 	return b, nil
 }
+
+// nodeLabels is an xDS node's metadata carrying labels as Istio's proxies
+// send them (LABELS), nil without labels.
+func nodeLabels(labels map[string]string) *structpb.Struct {
+	if len(labels) == 0 {
+		return nil
+	}
+	ls := &structpb.Struct{Fields: map[string]*structpb.Value{}}
+	for k, v := range labels {
+		ls.Fields[k] = structpb.NewStringValue(v)
+	}
+	return &structpb.Struct{Fields: map[string]*structpb.Value{"LABELS": structpb.NewStructValue(ls)}}
+}
