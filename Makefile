@@ -21,13 +21,17 @@ KUBE_TESTSERVER := $(CURDIR)/bin/kube-testserver
 # The tracing tests' collector: Jaeger v2, pinned in tools/jaeger, a module
 # of its own for the same reason (docs/tracing.md).
 JAEGER := $(CURDIR)/bin/jaeger
+# The push bench's peer: a stock istiod (Istio's pilot-discovery), pinned in
+# tools/istiod, a module of its own too (docs/perf/push.md).
+ISTIOD := $(CURDIR)/bin/istiod
 
 # Every test, with the race detector, including the fuzz seed corpora in testdata/.
 test:
 	$(GO) vet ./...
 	$(GO) -C test/kube build -o $(KUBE_TESTSERVER) ./cmd/kube-testserver
 	$(GO) -C tools/jaeger build -o $(JAEGER) github.com/jaegertracing/jaeger/cmd/jaeger
-	SEXTANT_KUBE_TESTSERVER=$(KUBE_TESTSERVER) SEXTANT_JAEGER=$(JAEGER) $(GO) test -race -timeout 14m ./...
+	$(GO) -C tools/istiod build -o $(ISTIOD) istio.io/istio/pilot/cmd/pilot-discovery
+	SEXTANT_KUBE_TESTSERVER=$(KUBE_TESTSERVER) SEXTANT_JAEGER=$(JAEGER) SEXTANT_ISTIOD=$(ISTIOD) $(GO) test -race -timeout 14m ./...
 
 # Rebuilds the console's third-party bundle (internal/console/assets/vendor/)
 # from the npm packages pinned in internal/console/web. Needs Node.js and

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -15,7 +16,7 @@ import (
 )
 
 func init() {
-	benchCmd.AddCommand(newBenchGatewayCmd(), newBenchGatewayServeCmd())
+	benchCmd.AddCommand(newBenchGatewayCmd(), newBenchGatewayServeCmd(), newBenchGatewayGRPCLoadCmd())
 }
 
 func newBenchGatewayCmd() *cobra.Command {
@@ -26,6 +27,9 @@ func newBenchGatewayCmd() *cobra.Command {
 		updates                                int
 		stream                                 benchgw.StreamConfig
 		tlsCfg                                 benchgw.TLSConfig
+		dp                                     benchgw.DataplaneConfig
+		dpScenarios                            string
+		dpVariants                             []string
 	)
 	cmd := &cobra.Command{
 		Use:   "gateway",
@@ -68,6 +72,23 @@ and PeerAuthentication STRICT) and nginx as the same pair of TLS proxies
 (mutual TLS verified on both ends), with each side's CPU per call and RSS
 idle and under the load.
 
+Scenario "dataplane" (issue 48) is the data plane's cost per request side by
+side, in one run: the gateway, nginx (1 worker) and HAProxy (1 thread) each
+pinned to core --proxy-cpu (taskset), the loaders and upstreams to
+--load-cpu, the proxies alternating within each round. Figures
+(--dataplane-scenarios): h1 (HTTP/1.1 keep-alive, wrk -t1 -c64, 1 KiB
+answers), h1-tls (the same over TLS 1.3), h2-tls and h2c (h2load -t1
+-c --h2-clients -m --h2-streams), grpc-unary (a grpc-go loader, one
+connection, --grpc-concurrency calls in flight, 1 KiB answers; nginx by
+grpc_pass, HAProxy by an h2 backend) and grpc-stream (as many bidirectional
+streams, ping-pong of 1 KiB answers), with the loader straight to the gRPC
+upstream on the proxies' core as "direct". Each run reports requests/s, the
+proxy's CPU per request from /proc and the loader's p50/p99; the ratios of
+the gateway to each peer are paired per round, with their median. User CPU
+and context switches per request are reported apart; --variant
+NAME=[BINARY][,ENV=VALUE...] adds another gateway to the rounds (the previous
+binary, or GOGC/GOMAXPROCS settings), named in --proxies after "sextant".
+
 Scenario "config" publishes --updates route changes through go-control-plane's
 ADS server and times each until the new route serves.
 
@@ -83,7 +104,9 @@ Everything shares this machine's cores: compare figures within one run.`,
   sextant bench gateway --scenario tls --duration 10s --rounds 3
   sextant bench gateway --scenario stream --body-size 268435456
   sextant bench gateway --scenario upstream-tls --duration 5s --rounds 3
-  sextant bench gateway --scenario sidecar --latency-rate 1000 --latency-duration 5s --rounds 3`,
+  sextant bench gateway --scenario sidecar --latency-rate 1000 --latency-duration 5s --rounds 3
+  sextant bench gateway --scenario dataplane --duration 5s --rounds 3
+  sextant bench gateway --scenario dataplane --dataplane-scenarios h1 --proxies sextant,nginx,old --variant old=/tmp/sextant-old`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			enc := json.NewEncoder(cmd.OutOrStdout())
@@ -154,6 +177,41 @@ Everything shares this machine's cores: compare figures within one run.`,
 					return err
 				}
 				return enc.Encode(res)
+			case "dataplane":
+				bin, err := os.Executable()
+				if err != nil {
+					return err
+				}
+				dp.Binary, dp.Progress, dp.Rounds = bin, cmd.ErrOrStderr(), cfg.Rounds
+				if cmd.Flags().Changed("duration") {
+					dp.Duration = cfg.Duration
+				}
+				if cmd.Flags().Changed("connections") {
+					dp.Connections = cfg.Connections
+				}
+				if cmd.Flags().Changed("h2-clients") {
+					dp.H2Clients = tlsCfg.H2Clients
+				}
+				dp.H2Streams, dp.ProfileDir = tlsCfg.H2Streams, tlsCfg.ProfileDir
+				for _, v := range dpVariants {
+					name, rest, ok := strings.Cut(v, "=")
+					if !ok || name == "" || slices.Contains([]string{"sextant", "nginx", "haproxy"}, name) {
+						return fmt.Errorf("--variant %q: want NAME=[BINARY][,ENV=VALUE...]", v)
+					}
+					parts := strings.Split(rest, ",")
+					dp.Variants = append(dp.Variants, benchgw.Variant{Name: name, Binary: parts[0], Env: parts[1:]})
+				}
+				if dpScenarios != "" {
+					dp.Scenarios = strings.Split(dpScenarios, ",")
+				}
+				if proxies != "" {
+					dp.Proxies = strings.Split(proxies, ",")
+				}
+				res, err := benchgw.RunDataplane(cmd.Context(), dp)
+				if err != nil {
+					return err
+				}
+				return enc.Encode(res)
 			case "config":
 				res, err := benchgw.RunConfigLatency(cmd.Context(), updates)
 				if err != nil {
@@ -194,12 +252,18 @@ Everything shares this machine's cores: compare figures within one run.`,
 				}
 				return enc.Encode(out)
 			}
-			return fmt.Errorf("unknown --scenario %q: throughput, stream, tls, upstream-tls, sidecar, race or config", scenario)
+			return fmt.Errorf("unknown --scenario %q: throughput, dataplane, stream, tls, upstream-tls, sidecar, race or config", scenario)
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&scenario, "scenario", "throughput", "throughput, stream, tls, upstream-tls, sidecar, race or config")
-	fl.IntVar(&tlsCfg.H2Clients, "h2-clients", 4, "tls: h2load connections")
+	fl.StringVar(&scenario, "scenario", "throughput", "throughput, dataplane, stream, tls, upstream-tls, sidecar, race or config")
+	fl.StringVar(&dpScenarios, "dataplane-scenarios", "", "dataplane: comma-separated figures (default: "+strings.Join(benchgw.DataplaneScenarios, ",")+")")
+	fl.IntVar(&dp.ProxyCPU, "proxy-cpu", 0, "dataplane: the core every proxy is pinned to")
+	fl.IntVar(&dp.LoadCPU, "load-cpu", 1, "dataplane: the core of the loaders and upstreams")
+	fl.BoolVar(&dp.NoPin, "no-pin", false, "dataplane: run unpinned")
+	fl.StringArrayVar(&dpVariants, "variant", nil, "dataplane: another gateway, NAME=[BINARY][,ENV=VALUE...] (name it in --proxies)")
+	fl.IntVar(&dp.GRPCConcurrency, "grpc-concurrency", 64, "dataplane: gRPC calls or streams in flight")
+	fl.IntVar(&tlsCfg.H2Clients, "h2-clients", 4, "tls, dataplane: h2load connections (dataplane default 8)")
 	fl.IntVar(&tlsCfg.H2Streams, "h2-streams", 100, "tls: h2load concurrent streams per connection")
 	fl.StringVar(&tlsCfg.ProfileDir, "profile-dir", "", "tls: write a CPU profile of the gateway during each of its runs here")
 	fl.Int64Var(&stream.Size, "body-size", 1<<30, "stream: bytes uploaded and downloaded through each proxy")
@@ -238,16 +302,48 @@ func newBenchGatewayServeCmd() *cobra.Command {
 				return err
 			}
 			fmt.Fprintln(cmd.OutOrStdout(), ln.Addr().String())
-			if mode == "upstream" {
+			switch mode {
+			case "upstream":
 				return benchgw.ServeUpstream(cmd.Context(), ln, body)
+			case "grpc-upstream":
+				return benchgw.ServeGRPCUpstream(cmd.Context(), ln)
 			}
 			return benchgw.ServeCandidate(cmd.Context(), mode, ln, upstream)
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&mode, "mode", "upstream", "upstream or a candidate proxy")
+	fl.StringVar(&mode, "mode", "upstream", "upstream, grpc-upstream or a candidate proxy")
 	fl.StringVar(&listen, "listen", "127.0.0.1:0", "listen address")
 	fl.StringVar(&upstream, "upstream", "", "candidate's upstream address")
 	fl.IntVar(&body, "body", 1024, "upstream answer size")
+	return cmd
+}
+
+// newBenchGatewayGRPCLoadCmd is the dataplane scenario's gRPC loader, run
+// as its own process so that it can be pinned to a core: it prints one
+// JSON line (benchgw.GRPCLoadResult).
+func newBenchGatewayGRPCLoadCmd() *cobra.Command {
+	var cfg benchgw.GRPCLoadConfig
+	cmd := &cobra.Command{
+		Use:    "gateway-grpc-load",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cfg.Mode != "unary" && cfg.Mode != "stream" {
+				return fmt.Errorf("unknown --mode %q: unary or stream", cfg.Mode)
+			}
+			res, err := benchgw.RunGRPCLoad(cmd.Context(), cfg)
+			if err != nil {
+				return err
+			}
+			return json.NewEncoder(cmd.OutOrStdout()).Encode(res)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&cfg.Target, "target", "", "host:port (h2c)")
+	fl.StringVar(&cfg.Mode, "mode", "unary", "unary or stream")
+	fl.IntVar(&cfg.Concurrency, "concurrency", 64, "calls or streams in flight")
+	fl.DurationVar(&cfg.Duration, "duration", 5*time.Second, "length of the run")
+	fl.Int32Var(&cfg.AnswerBytes, "answer-bytes", 1024, "answer payload size")
 	return cmd
 }

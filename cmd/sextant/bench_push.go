@@ -20,6 +20,7 @@ func newBenchPushCmd() *cobra.Command {
 	var logs, policy bool
 	var extra []string
 	var serverBin string
+	var peer *peerFlags
 	cmd := &cobra.Command{
 		Use:   "push",
 		Short: "Measure how fast the control plane delivers changes to many xDS subscribers",
@@ -58,7 +59,8 @@ binary, to compare two versions in one run.`,
   sextant bench push --subscribers 100 --protocol sotw
   sextant bench push --servers 3 --store 'mysql://root@tcp(127.0.0.1:3306)/sx_push' --subscribers 300 --services 200 --endpoints 2000
   sextant bench push --servers 1 --subscribers 200 --protocol sotw --config-every 100ms
-  sextant bench push --policy --subscribers 1000 --duration 10s`,
+  sextant bench push --policy --subscribers 1000 --duration 10s
+  sextant bench push --peer istiod --kube-testserver bin/kube-testserver --istiod bin/istiod`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			switch protocol {
@@ -69,6 +71,9 @@ binary, to compare two versions in one run.`,
 				return errBadProtocol(protocol)
 			}
 			cfg.Progress = os.Stderr
+			if peer.peer != "" {
+				return benchPushPeer(cmd, cfg, peer, serverBin, logs)
+			}
 			if servers > 0 || storeURL != "" {
 				// One server may run on the embedded store (README's
 				// server); several share a database.
@@ -117,6 +122,7 @@ binary, to compare two versions in one run.`,
 	fl.BoolVar(&logs, "server-logs", false, "with --servers: pass the servers' logs to stderr")
 	fl.StringVar(&serverBin, "server-bin", "", "with --servers: run the servers from this sextant binary (another version, to compare in one run) instead of this one")
 	fl.StringArrayVar(&extra, "server-arg", nil, "with --servers: an extra argument for every server started (repeat)")
+	peer = addPeerFlags(fl)
 	return cmd
 }
 

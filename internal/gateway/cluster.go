@@ -39,10 +39,19 @@ type upstream interface {
 type h1Upstream struct{ hc *fasthttp.HostClient }
 
 func newH1Upstream(addr string, connect time.Duration, ut *upstreamTLS, opts connOpts) *h1Upstream {
-	dial := func(a string) (net.Conn, error) { return fasthttp.DialTimeout(a, connect) }
+	plain := func(a string) (net.Conn, error) { return fasthttp.DialTimeout(a, connect) }
 	if opts.keepalive {
 		d := opts.netDialer(connect)
-		dial = func(a string) (net.Conn, error) { return d.Dial("tcp", a) }
+		plain = func(a string) (net.Conn, error) { return d.Dial("tcp", a) }
+	}
+	// A plaintext connection is an upConn (upconn.go); one that
+	// opts.dialer wraps (max_requests_per_connection) goes the usual way.
+	dial := func(a string) (net.Conn, error) {
+		c, err := plain(a)
+		if err != nil {
+			return nil, err
+		}
+		return newUpConn(c), nil
 	}
 	if ut != nil {
 		dial = func(a string) (net.Conn, error) { return ut.dial(context.Background(), a, connect, false) }

@@ -267,7 +267,8 @@ func TestDryRunBadRequest(t *testing.T) {
 }
 
 // TestSourceOfAllocatesOnce: what a call record keeps of the request costs
-// the data path one allocation (method, path and host share one string).
+// the data path at most one allocation (method, path and host share one
+// string), and none for a source seen before (interned).
 func TestSourceOfAllocatesOnce(t *testing.T) {
 	var req fasthttp.Request
 	req.Header.SetMethod("POST")
@@ -276,9 +277,15 @@ func TestSourceOfAllocatesOnce(t *testing.T) {
 	var ctx fasthttp.RequestCtx
 	ctx.Init(&req, &net.TCPAddr{IP: net.IPv4(10, 0, 0, 9), Port: 5555}, nil)
 	var src callSource
-	if n := testing.AllocsPerRun(100, func() { src = sourceOf(&ctx) }); n > 1 {
-		t.Errorf("%v allocations", n)
+	if n := testing.AllocsPerRun(100, func() { src = sourceOf(&ctx) }); n != 0 {
+		t.Errorf("%v allocations for a source seen before", n)
 	}
+	req.SetRequestURI("/" + strings.Repeat("x", sourceNameMax)) // too long to keep
+	if n := testing.AllocsPerRun(100, func() { src = sourceOf(&ctx) }); n > 1 {
+		t.Errorf("%v allocations for a long source", n)
+	}
+	req.SetRequestURI("/orders/7?x=1")
+	src = sourceOf(&ctx)
 	if src.method != "POST" || src.path != "/orders/7" || src.host != "orders.example" || src.peer != netip.MustParseAddr("10.0.0.9") || src.conn != 0 {
 		t.Errorf("source %+v", src)
 	}

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	rbacpb "github.com/envoyproxy/go-control-plane/envoy/config/rbac/v3"
@@ -792,16 +793,17 @@ type callSource struct {
 
 // sourceOf reads a call's source from the request and its connection
 // (rbacReq.of, the names RBAC matches); before the request is rewritten
-// for the upstream. One allocation: the method, path and host share one
-// string. Call's goroutine.
+// for the upstream. The method, path and host share one string, interned
+// (sourceNames): a source seen before costs no allocation, a new one one.
+// Call's goroutine.
 func sourceOf(ctx *fasthttp.RequestCtx) callSource {
 	var r rbacReq
 	r.of(ctx)
 	h := r.h
 	m, host := h.Method(), h.Host()
-	all := make([]byte, 0, len(m)+len(r.path)+len(host))
-	all = append(append(append(all, m...), r.path...), host...)
-	s := string(all)
+	var buf [256]byte
+	all := append(append(append(buf[:0], m...), r.path...), host...)
+	s := sourceNames.intern(all)
 	src := callSource{method: s[:len(m)], path: s[len(m) : len(m)+len(r.path)], host: s[len(m)+len(r.path):],
 		port: r.local.Port(), peer: r.peer.Unmap()}
 	if r.tls == nil {
@@ -916,4 +918,39 @@ func rbacShadow(ctx *fasthttp.RequestCtx) string {
 		return v
 	}
 	return ""
+}
+
+// sourceNames interns the method+path+host strings of call sources: the
+// call record keeps them past the call, and a fresh string per call was
+// the HTTP/1.1 path's only allocation. Bounded: past sourceNamesMax
+// entries, or for a longer string, a new one is allocated, not kept.
+var sourceNames = nameIntern{m: map[string]string{}}
+
+const (
+	sourceNamesMax = 4096
+	sourceNameMax  = 256
+)
+
+// nameIntern is a bounded intern table; any goroutine.
+type nameIntern struct {
+	mu sync.RWMutex
+	m  map[string]string
+}
+
+func (n *nameIntern) intern(b []byte) string {
+	n.mu.RLock()
+	s, ok := n.m[string(b)] // no allocation for the lookup
+	n.mu.RUnlock()
+	if ok {
+		return s
+	}
+	s = string(b)
+	if len(b) <= sourceNameMax {
+		n.mu.Lock()
+		if len(n.m) < sourceNamesMax {
+			n.m[s] = s
+		}
+		n.mu.Unlock()
+	}
+	return s
 }

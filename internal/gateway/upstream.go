@@ -34,16 +34,30 @@ func roundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Re
 	}
 	conn := cc.Conn()
 	resp.ParseNetConn(conn)
-	if err = conn.SetDeadline(deadline); err != nil {
+	// A request without a streamed body is written at once: one deadline,
+	// the idle one included, bounds its write and the wait for the
+	// answer's head (a deadline set is a runtime timer changed: one per
+	// call, not two).
+	streamed := req.IsBodyStream()
+	d := deadline
+	if !streamed {
+		d = idleDeadline(deadline, idle)
+	}
+	if err = conn.SetDeadline(d); err != nil {
 		hc.CloseConn(cc)
 		return true, err
 	}
-	bw := hc.AcquireWriter(conn)
-	err = req.Write(bw)
-	if err == nil {
-		err = bw.Flush()
+	if uc, ok := conn.(*upConn); ok && !streamed && len(req.Body()) <= upConnMaxBody {
+		// Sent, and the answer's first bytes are in (upconn.go).
+		err = uc.sendAwait(req)
+	} else {
+		bw := hc.AcquireWriter(conn)
+		err = req.Write(bw)
+		if err == nil {
+			err = bw.Flush()
+		}
+		hc.ReleaseWriter(bw)
 	}
-	hc.ReleaseWriter(bw)
 	if err != nil {
 		hc.CloseConn(cc)
 		return true, timeoutErr(err)
@@ -52,7 +66,7 @@ func roundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Re
 	// (Envoy's stream_idle_timeout) too, and so is each read of its body
 	// (upBody). Sending is not: a streamed request body that stalls meets
 	// the client side's read timeout.
-	if idle > 0 {
+	if idle > 0 && streamed {
 		if err = conn.SetReadDeadline(idleDeadline(deadline, idle)); err != nil {
 			hc.CloseConn(cc)
 			return true, err

@@ -22,9 +22,9 @@ import (
 
 // Server is the Aggregated Discovery Service: every stream is a subscriber
 // of the Cache. Each stream has two goroutines: gRPC's handler goroutine
-// reads requests (subscriptions, ACKs, NACKs) and a send goroutine writes
-// responses built from the subscriber's pending sets; a client that stops
-// reading blocks only its own send goroutine.
+// sends responses built from the subscriber's pending sets (sendLoop), and
+// a receive goroutine reads and applies requests (subscriptions, ACKs,
+// NACKs); a client that stops reading blocks only its own handler.
 type Server struct {
 	discoverygrpc.UnimplementedAggregatedDiscoveryServiceServer
 
@@ -268,86 +268,79 @@ func (s *Server) serve(ctx context.Context, stream sender, delta bool, recv func
 		sub.addr = p.Addr.String()
 	}
 	sub.secrets = s.secretAccessOf(ctx)
+	// The first request says who the stream is.
+	req, err := recv()
+	if err != nil {
+		if errors.Is(err, io.EOF) || ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	sub.node, sub.clust = req.node.GetId(), req.node.GetCluster()
+	if ns := NodeNamespace(req.node); ns != "" {
+		sub.ns = ns
+	}
+	sub.flavour = NodeFlavour(req.node)
+	sub.locality = nodeLocality(req.node)
+	sub.source = newNodeSource(req.node, sub.ns)
+	sub.wlSA = NodeServiceAccount(req.node)
+	s.mu.Lock()
+	s.subs[sub.id] = sub
+	s.mu.Unlock()
+	s.cache.addSubscriber(sub)
+	s.metrics.subscribers.Inc()
+	defer func() {
+		s.cache.removeSubscriber(sub)
+		s.mu.Lock()
+		delete(s.subs, sub.id)
+		s.mu.Unlock()
+		s.metrics.subscribers.Dec()
+	}()
+	s.log.Debug("xds: stream started", "node", sub.node, "addr", sub.addr, "delta", delta)
+	s.onRequest(sub, req)
+
+	// The handler goroutine sends (sendLoop); the receive goroutine, owned
+	// by it, reads and applies the requests that follow. Applying them
+	// where they are read spares a hand-off between goroutines per ACK.
+	// Recv blocks until the client sends; the goroutine stops when Recv
+	// fails, which it does once the handler has returned and gRPC has ended
+	// the stream. A failed Recv cancels the send loop.
+	streamCtx := ctx
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	sendErr := make(chan error, 1)
-	started := false
-	defer func() {
-		if started {
-			s.cache.removeSubscriber(sub)
-			s.mu.Lock()
-			delete(s.subs, sub.id)
-			s.mu.Unlock()
-			s.metrics.subscribers.Dec()
-		}
-	}()
-	// The receive goroutine, owned by this handler: Recv blocks until the
-	// client sends, and the handler must not sit in it after the send
-	// goroutine has failed. It stops when Recv fails, which it does once
-	// the handler has returned and gRPC has ended the stream, or, holding a
-	// request, when ctx ends.
-	reqs := make(chan request)
 	recvErr := make(chan error, 1)
 	go func() {
 		for {
 			req, err := recv()
 			if err != nil {
 				recvErr <- err
+				cancel()
 				return
 			}
-			select {
-			case reqs <- req:
-			case <-ctx.Done():
-				return
+			if ctx.Err() != nil {
+				return // the handler is returning
 			}
+			s.onRequest(sub, req)
 		}
 	}()
-	for {
-		var req request
-		select {
-		case req = <-reqs:
-		case err := <-recvErr:
-			ended := ctx.Err() != nil // the stream ended: not this handler's cancel
-			cancel()
-			if started {
-				<-sendErr
-			}
-			if errors.Is(err, io.EOF) || ended {
-				s.log.Debug("xds: stream ended", "node", sub.node, "addr", sub.addr)
-				return nil
-			}
-			return err
-		case err := <-sendErr:
-			// The send goroutine failed (the stream is broken) or the
-			// stream ended.
-			if err != nil {
-				s.log.Debug("xds: send failed", "node", sub.node, "addr", sub.addr, "err", err)
-			}
-			return err
-		}
-		if !started {
-			started = true
-			sub.node, sub.clust = req.node.GetId(), req.node.GetCluster()
-			if ns := NodeNamespace(req.node); ns != "" {
-				sub.ns = ns
-			}
-			sub.flavour = NodeFlavour(req.node)
-			sub.locality = nodeLocality(req.node)
-			sub.source = newNodeSource(req.node, sub.ns)
-			sub.wlSA = NodeServiceAccount(req.node)
-			s.mu.Lock()
-			s.subs[sub.id] = sub
-			s.mu.Unlock()
-			s.cache.addSubscriber(sub)
-			s.metrics.subscribers.Inc()
-			s.log.Debug("xds: stream started", "node", sub.node, "addr", sub.addr, "delta", delta)
-			go func() { sendErr <- s.sendLoop(ctx, sub, stream) }()
-		}
-		s.onRequest(sub, req)
+	if err := s.sendLoop(ctx, sub, stream); err != nil {
+		// The stream is broken.
+		s.log.Debug("xds: send failed", "node", sub.node, "addr", sub.addr, "err", err)
+		return err
 	}
+	select {
+	case err := <-recvErr:
+		if !errors.Is(err, io.EOF) && streamCtx.Err() == nil {
+			return err
+		}
+	default: // the stream ended
+	}
+	s.log.Debug("xds: stream ended", "node", sub.node, "addr", sub.addr)
+	return nil
 }
 
-// sendLoop is the stream's send goroutine.
+// sendLoop sends the stream's responses, on its handler goroutine, until
+// ctx ends (nil) or a send fails.
 func (s *Server) sendLoop(ctx context.Context, sub *subscriber, stream sender) error {
 	defer s.turns.leave(sub)
 	// retry fires when a type that waits for the client's answer may send
@@ -380,6 +373,7 @@ func (s *Server) sendLoop(ctx context.Context, sub *subscriber, stream sender) e
 		// Before a config response the loop gives way to other subscribers'
 		// endpoint responses (yieldToEndpoints).
 		now := time.Now() // refreshed after each send; a round's checks share it
+		start := now
 		send := func(t Type) error {
 			for {
 				ok, err := s.sendOne(sub, stream, t, now)
@@ -401,14 +395,21 @@ func (s *Server) sendLoop(ctx context.Context, sub *subscriber, stream sender) e
 				// Checked, then held, then sent: a change of t marked after
 				// the check goes in the next round (its notify wakes one),
 				// held like any other.
-				if !sub.ready(t, now) {
+				ready, since := sub.ready(t, now)
+				if !ready {
 					continue
 				}
-				if held, own := s.yieldToEndpoints(ctx, sub, holdTimer); held {
-					now = time.Now()
-					if own {
-						if err := send(TypeEndpoint); err != nil {
-							return err
+				// A change that has waited maxDefer since its commit gives
+				// way no longer: under endless endpoint churn config still
+				// gets its share.
+				aged := !since.IsZero() && now.Sub(since) >= maxDefer
+				if !aged {
+					if held, own := s.yieldToEndpoints(ctx, sub, holdTimer); held {
+						now = time.Now()
+						if own {
+							if err := send(TypeEndpoint); err != nil {
+								return err
+							}
 						}
 					}
 				}
@@ -418,7 +419,7 @@ func (s *Server) sendLoop(ctx context.Context, sub *subscriber, stream sender) e
 			}
 		}
 		retryC = nil
-		if at, ok := sub.retryAt(); ok {
+		if at, ok := sub.retryAt(start); ok {
 			retry.Reset(time.Until(at))
 			retryC = retry.C
 		}
@@ -429,6 +430,13 @@ func (s *Server) sendLoop(ctx context.Context, sub *subscriber, stream sender) e
 // endpoint responses: endpoint changes go first across subscribers, and
 // config still moves under endless endpoint churn.
 const maxHold = 5 * time.Millisecond
+
+// maxDefer is how old (since its commit) a config change may be and still
+// give way to other subscribers' endpoint responses. Holding every config
+// response maxHold, at 100 endpoint changes a second over 200 streams some
+// stream always had one queued: each config response of each stream waited,
+// round after round, and a DestinationRule change took seconds.
+const maxDefer = 50 * time.Millisecond
 
 // yieldToEndpoints holds a config response of sub back while another
 // subscriber has an endpoint change to send, at most maxHold. It reports
@@ -566,6 +574,7 @@ func (s *Server) onRequest(sub *subscriber, req request) {
 	st := &sub.t[t]
 	first := !st.requested
 	st.requested = true
+	gated := st.awaiting != ""
 	if f, found := st.ack(req.nonce, req.errMsg, now); found {
 		if st.turn != nil && st.awaiting == "" {
 			st.turn.release() // the client has the response that held it
@@ -579,6 +588,10 @@ func (s *Server) onRequest(sub *subscriber, req request) {
 		}
 	}
 	fullType := t == TypeCluster || t == TypeListener
+	// asked: the request may have marked something to send; a plain ACK
+	// did not (then the send goroutine is woken only if the answer lets
+	// work through that waited for it).
+	asked := first || len(req.subscribe) > 0 || len(req.unsub) > 0
 	if !sub.delta {
 		wildcard := len(req.names) == 0 && fullType && (first || st.wildcard)
 		var next bitset.BitSet
@@ -591,6 +604,7 @@ func (s *Server) onRequest(sub *subscriber, req request) {
 		}
 		added := next.Difference(&st.subs)
 		changed := !next.Equal(&st.subs) || wildcard != st.wildcard
+		asked = asked || changed
 		if wildcard && !st.wildcard && !fullType {
 			tc.markVisible(&st.pending)
 		}
@@ -654,9 +668,16 @@ func (s *Server) onRequest(sub *subscriber, req request) {
 	if sub.delta && t == TypeCluster && st.pending.Any() && (first || len(req.subscribe) > 0) {
 		st.unsentFrom = 1 // clusters the request asked for are due
 	}
-	st.dirty = true // requests above may have marked pending ids
+	if asked {
+		st.dirty = true // requests above may have marked pending ids
+	}
+	// A plain ACK with nothing waiting behind it wakes nobody: at one
+	// response per change that was a send round per response for nothing.
+	wake := asked || (gated && st.awaiting == "" && (st.full || st.dirty))
 	sub.mu.Unlock()
-	sub.poke()
+	if wake {
+		sub.poke()
+	}
 }
 
 func (st *subType) growSent(n int) {

@@ -302,7 +302,7 @@ func TestAckGate(t *testing.T) {
 			t.Fatalf("delta %v: a response went before the previous one was answered", delta)
 		}
 		c.Apply(TypeEndpoint, []Resource{{Name: "b", Version: "3", Message: endpoints("b", 83).Message}}, nil, "3", now)
-		if _, ok := sub.retryAt(); !ok {
+		if _, ok := sub.retryAt(now.Add(10 * time.Millisecond)); !ok {
 			t.Fatalf("delta %v: work waits for an answer but no retry is due", delta)
 		}
 		req.nonce, req.names, req.subscribe = r.nonce, []string{"a", "b"}, nil
@@ -315,8 +315,14 @@ func TestAckGate(t *testing.T) {
 		if _, ok := build(now.Add(500 * time.Millisecond)); ok {
 			t.Fatalf("delta %v: sent before AckWait", delta)
 		}
-		if at, ok := sub.retryAt(); !ok || !at.Equal(now.Add(20*time.Millisecond+time.Second)) {
+		if at, ok := sub.retryAt(now.Add(500 * time.Millisecond)); !ok || !at.Equal(now.Add(20*time.Millisecond+time.Second)) {
 			t.Fatalf("delta %v: retry at %v %v", delta, at, ok)
+		}
+		// A round that began after the wait ended was not held by it: no
+		// timer (one would fire at once, round after round, while the type
+		// waits for something else, such as a turn).
+		if at, ok := sub.retryAt(now.Add(20*time.Millisecond + time.Second)); ok {
+			t.Fatalf("delta %v: retry at %v for a wait that had ended when the round began", delta, at)
 		}
 		if r, ok = build(now.Add(2 * time.Second)); !ok || r.count != 1 {
 			t.Fatalf("delta %v: after AckWait %v %d", delta, ok, r.count)

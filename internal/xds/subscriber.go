@@ -198,12 +198,13 @@ func (s *subscriber) endpointQueued() bool {
 }
 
 // ready reports whether type t has a response to build now (it may still
-// turn out empty).
-func (s *subscriber) ready(t Type, now time.Time) bool {
+// turn out empty), and the commit time of its oldest change not yet sent
+// (zero: unknown, or a new subscription).
+func (s *subscriber) ready(t Type, now time.Time) (bool, time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := &s.t[t]
-	return st.requested && !st.gated(now, s.ackWait) && (st.full || st.dirty)
+	return st.requested && !st.gated(now, s.ackWait) && (st.full || st.dirty), st.origin
 }
 
 // bigFull reports whether type t's next response is a state-of-the-world
@@ -514,15 +515,23 @@ func (st *subType) gated(now time.Time, wait time.Duration) bool {
 }
 
 // retryAt returns when a type with work waiting for an answer may send
-// without it. Called by the send goroutine.
-func (s *subscriber) retryAt() (time.Time, bool) {
+// without it, after a send round that began at start. A type whose wait
+// had ended by then was not held by it in that round (it waits for a turn,
+// or for clusters, and is woken when that comes): a timer for it would fire
+// at once, again and again, and spin the send goroutine while a client is
+// slow to answer. Called by the send goroutine.
+func (s *subscriber) retryAt(start time.Time) (time.Time, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var at time.Time
 	for t := range s.t {
 		st := &s.t[t]
 		if st.requested && st.awaiting != "" && (st.full || st.dirty) {
-			if d := st.awaitAt.Add(s.ackWait); at.IsZero() || d.Before(at) {
+			d := st.awaitAt.Add(s.ackWait)
+			if !d.After(start) {
+				continue
+			}
+			if at.IsZero() || d.Before(at) {
 				at = d
 			}
 		}

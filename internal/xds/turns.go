@@ -68,15 +68,20 @@ func (t *turn) expire() {
 
 // take returns sub's turn: one granted to it while it waited, or a free
 // one. With none, sub waits in line (it is poked when granted one) and take
-// returns nil.
+// returns nil. A turn granted but expired before sub came for it (its send
+// goroutine did not run within maxTurn, on a loaded machine) puts sub back
+// at the head of the line, not the tail: at the tail, behind 199 others
+// under endpoint churn, a DestinationRule change waited seconds.
 func (tu *turns) take(sub *subscriber) *turn {
 	tu.mu.Lock()
 	defer tu.mu.Unlock()
+	front := false
 	if g := sub.granted; g != nil {
 		sub.granted = nil
 		if !g.done.Load() {
 			return g
 		}
+		front = true
 	}
 	if tu.free > 0 {
 		tu.free--
@@ -84,7 +89,13 @@ func (tu *turns) take(sub *subscriber) *turn {
 	}
 	if !sub.inLine && !sub.gone {
 		sub.inLine = true
-		tu.waiting = append(tu.waiting, sub)
+		if front {
+			tu.waiting = append(tu.waiting, nil)
+			copy(tu.waiting[1:], tu.waiting)
+			tu.waiting[0] = sub
+		} else {
+			tu.waiting = append(tu.waiting, sub)
+		}
 	}
 	return nil
 }

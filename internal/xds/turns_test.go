@@ -107,3 +107,45 @@ func TestTurnExpires(t *testing.T) {
 		t.Fatalf("b got the cluster list after %v, before a's turn could expire", took)
 	}
 }
+
+// A turn granted but expired before its subscriber came for it (its send
+// goroutine did not run in time) puts that subscriber back at the head of
+// the line, ahead of those that asked after it.
+func TestExpiredGrantKeepsPlace(t *testing.T) {
+	newSub := func() *subscriber { return &subscriber{wake: make(chan struct{}, 1)} }
+	tu := &turns{hold: time.Hour, free: 1}
+	a, b, c, d := newSub(), newSub(), newSub(), newSub()
+	ta := tu.take(a)
+	if ta == nil {
+		t.Fatal("a found no free turn")
+	}
+	for _, s := range []*subscriber{b, c, d} {
+		if tu.take(s) != nil {
+			t.Fatal("a turn was granted while a holds the only one")
+		}
+	}
+	ta.release() // granted to b
+	select {
+	case <-b.wake:
+	default:
+		t.Fatal("b was not woken when granted the turn")
+	}
+	b.granted.expire() // b's send goroutine did not come in time: c's turn
+	tc := tu.take(c)
+	if tc == nil {
+		t.Fatal("c was not granted the turn b let expire")
+	}
+	if tu.take(b) != nil {
+		t.Fatal("b got a turn while c holds the only one")
+	}
+	if len(tu.waiting) != 2 || tu.waiting[0] != b || tu.waiting[1] != d {
+		t.Fatalf("line after b's grant expired: %d waiting, b first %v; want b, then d", len(tu.waiting), len(tu.waiting) > 0 && tu.waiting[0] == b)
+	}
+	tc.release() // to b
+	if tb := tu.take(b); tb == nil {
+		t.Fatal("b was not granted the turn c released")
+	} else {
+		tb.release()
+	}
+	tu.leave(d)
+}

@@ -7,6 +7,7 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net"
@@ -97,6 +98,12 @@ type proxyConfig struct {
 	// mtls, with tlsPort, requires client certificates there and adds an
 	// RBAC filter (tlsfigures.go).
 	mtls *benchMTLS
+	// grpcEndpoints, when set, add the cluster "grpc" (h2c to them) and a
+	// route of the gRPC test service's prefix to it (dataplane.go).
+	grpcEndpoints []string
+	// node is the xDS node served (default NodeID): gateways of one run
+	// with listeners of their own are told apart by it.
+	node string
 }
 
 func (cp *controlPlane) set(pc proxyConfig) error {
@@ -106,6 +113,9 @@ func (cp *controlPlane) set(pc proxyConfig) error {
 		resource.RouteType:    {benchRoutes(pc.timeout, pc.prefix)},
 		resource.ClusterType:  {benchCluster(pc.policy)},
 		resource.EndpointType: {benchEndpoints(pc.endpoints)},
+	}
+	if len(pc.grpcEndpoints) > 0 {
+		addGRPCRoute(res, pc.grpcEndpoints)
 	}
 	if pc.tlsPort != 0 && pc.mtls != nil {
 		res[resource.ListenerType] = append(res[resource.ListenerType], benchMTLSListener(pc.tlsPort, pc.mtls))
@@ -118,7 +128,7 @@ func (cp *controlPlane) set(pc proxyConfig) error {
 	if err != nil {
 		return fmt.Errorf("bench: snapshot: %w", err)
 	}
-	return cp.cache.SetSnapshot(context.Background(), NodeID, snap)
+	return cp.cache.SetSnapshot(context.Background(), cmp.Or(pc.node, NodeID), snap)
 }
 
 func benchListener() *listener.Listener {

@@ -164,3 +164,26 @@ func TestUpstreamTLSConfigAccepted(t *testing.T) {
 		}
 	}
 }
+
+// The dataplane figure's ratios pair the runs of one round, and the
+// median of an even count is the middle pair's mean.
+func TestDataplaneSummarize(t *testing.T) {
+	f := DataplaneFigure{Runs: []DataplaneRun{
+		{Round: 1, Proxy: "sextant", RequestsPS: 100, CPUUsPerReq: 20}, {Round: 1, Proxy: "nginx", RequestsPS: 200, CPUUsPerReq: 10},
+		{Round: 2, Proxy: "nginx", RequestsPS: 100, CPUUsPerReq: 10}, {Round: 2, Proxy: "sextant", RequestsPS: 100, CPUUsPerReq: 10},
+	}}
+	f.summarize([]string{"sextant", "nginx"})
+	want := map[string][]float64{"cpu_per_request": {2, 1}, "requests_per_s": {0.5, 1}}
+	if len(f.Ratios) != 2 {
+		t.Fatalf("%+v", f.Ratios)
+	}
+	for _, r := range f.Ratios {
+		if fmt.Sprint(r.PerRound) != fmt.Sprint(want[r.Figure]) || r.Median != 1.5 && r.Figure == "cpu_per_request" ||
+			r.Median != 0.75 && r.Figure == "requests_per_s" {
+			t.Errorf("%+v", r)
+		}
+	}
+	if m := f.Medians[0]; m.Proxy != "sextant" || m.RequestsPS != 100 || m.CPUUsPerReq != 15 {
+		t.Errorf("%+v", m)
+	}
+}

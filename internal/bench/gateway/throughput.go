@@ -298,7 +298,7 @@ func startProxy(ctx context.Context, name, bin string, up *process, cp *controlP
 		}
 		admin := "127.0.0.1:" + strconv.Itoa(aport)
 		p, err := startKnown(ctx, name, tlsAddr, bin, "gateway", "--xds", cp.addr, "--listen", plain, "--tls-listen", tlsAddr,
-			"--admin", admin, "--data", filepath.Join(tmp, name), "--node-id", NodeID, "--log-level", "warn")
+			"--admin", admin, "--admin-pprof", "--data", filepath.Join(tmp, name), "--node-id", NodeID, "--log-level", "warn")
 		if err != nil {
 			return nil, err
 		}
@@ -389,8 +389,12 @@ type process struct {
 }
 
 // startProcess runs a sextant hidden serve command, which prints its
-// address as its first line of output.
+// address as its first line of output. An empty bin runs args (a command
+// wrapped in taskset).
 func startProcess(ctx context.Context, name, bin string, args ...string) (*process, error) {
+	if bin == "" {
+		bin, args = args[0], args[1:]
+	}
 	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
@@ -483,13 +487,51 @@ func procStat(pid int) []string {
 const clkTck = 100 // USER_HZ on Linux
 
 func procCPU(pid int) time.Duration {
+	u, s := procUserSys(pid)
+	return u + s
+}
+
+// procUserSys is the user and system CPU time of process pid.
+func procUserSys(pid int) (user, sys time.Duration) {
 	f := procStat(pid)
 	if len(f) < 13 {
-		return 0
+		return 0, 0
 	}
 	ut, _ := strconv.ParseInt(f[11], 10, 64) // utime: field 14
 	st, _ := strconv.ParseInt(f[12], 10, 64) // stime: field 15
-	return time.Duration(ut+st) * time.Second / clkTck
+	return time.Duration(ut) * time.Second / clkTck, time.Duration(st) * time.Second / clkTck
+}
+
+// userSys is cpu split into user and system time, with the process's
+// voluntary and involuntary context switches (all its threads and
+// children).
+func (p *process) userSys() (user, sys time.Duration, ctxsw int64) {
+	pid := p.cmd.Process.Pid
+	for _, q := range append([]int{pid}, children(pid)...) {
+		u, s := procUserSys(q)
+		user, sys = user+u, sys+s
+		ctxsw += ctxSwitches(q)
+	}
+	return user, sys, ctxsw
+}
+
+// ctxSwitches sums the context switches of every thread of pid.
+func ctxSwitches(pid int) int64 {
+	tasks, _ := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/task")
+	var n int64
+	for _, t := range tasks {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/task/" + t.Name() + "/status")
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.HasSuffix(k, "voluntary_ctxt_switches") {
+				x, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+				n += x
+			}
+		}
+	}
+	return n
 }
 
 func procRSS(pid int) int64 {

@@ -266,7 +266,8 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Result, error) {
 	res.HeapPerSubscriberBytes = (res.HeapAfterBytes - res.HeapBeforeBytes) / int64(cfg.Subscribers)
 
 	// Churn: endpoints at ChurnPerSec, config every ConfigEvery.
-	ch := &churner{reg: reg, rng: rand.New(rand.NewPCG(1, 2)), services: cfg.Services, endpoints: cfg.Endpoints, down: map[int]bool{}}
+	ch := &churner{reg: reg, rng: rand.New(rand.NewPCG(1, 2)), services: cfg.Services, endpoints: cfg.Endpoints, down: map[int]bool{},
+		minDown: time.Second}
 	commit := func(kind int, typ xds.Type, name string, f func()) {
 		tr.expect(kind, typ, name, reg.Revision()+1, time.Now())
 		f()
@@ -283,15 +284,21 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Result, error) {
 	end := time.After(cfg.Duration)
 	cbar := cfg.bar(int(cfg.Duration/time.Second), "churn (s)")
 	sec := time.NewTicker(time.Second)
+	// The endpoint rate is kept by the clock: a ticker drops ticks while
+	// this goroutine waits for a core (at load 25, 100/s became 40-60/s).
+	churnStart, due := time.Now(), 0
 churn:
 	for {
 		select {
 		case <-epTick.C:
-			if cfg.ChurnOnlyDuringConfig && !tr.configPending() {
-				continue
+			now := int(time.Since(churnStart) * time.Duration(cfg.ChurnPerSec) / time.Second)
+			for ; due < now; due++ {
+				if cfg.ChurnOnlyDuringConfig && !tr.configPending() {
+					continue
+				}
+				ch.endpointChange(func(name string, f func()) { commit(0, xds.TypeEndpoint, name, f) })
+				res.EndpointChanges++
 			}
-			ch.endpointChange(func(name string, f func()) { commit(0, xds.TypeEndpoint, name, f) })
-			res.EndpointChanges++
 		case <-cfgTick.C:
 			ch.configChange(func(typ xds.Type, name string, f func()) { commit(1, typ, name, f) })
 			res.ConfigChanges++

@@ -10,6 +10,7 @@ package push
 import (
 	"fmt"
 	"math/rand/v2"
+	"time"
 
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	networking "istio.io/api/networking/v1"
@@ -117,6 +118,12 @@ type churner struct {
 	// parallel: a down and an up of one instance both in flight could
 	// cancel out before a server reads them, changing nothing to push).
 	settled func(j int) bool
+	// minDown, when set, keeps an instance down at least this long (the
+	// in-process bench, which commits at once: when its loop catches up
+	// after waiting for a core, a down and up of one instance could fall
+	// in one engine batch). downAt is when each went down.
+	minDown time.Duration
+	downAt  map[int]time.Time
 }
 
 // endpointChange takes a random instance down, or brings one back when 50
@@ -141,7 +148,8 @@ func endpointSet(in *instance.Instance) string {
 
 // next picks the instance to take down, or to bring back (up).
 func (c *churner) next() (j int, in *instance.Instance, up bool) {
-	up = len(c.downList) >= min(50, max(1, c.endpoints/100)) && (c.settled == nil || c.settled(c.downList[0]))
+	up = len(c.downList) >= min(50, max(1, c.endpoints/100)) && (c.settled == nil || c.settled(c.downList[0])) &&
+		(c.minDown == 0 || time.Since(c.downAt[c.downList[0]]) >= c.minDown)
 	if len(c.down) >= c.endpoints {
 		up = true // all down (a tiny scenario): the longest down comes back anyway
 	}
@@ -160,6 +168,12 @@ func (c *churner) next() (j int, in *instance.Instance, up bool) {
 		}
 		c.down[j] = true
 		c.downList = append(c.downList, j)
+		if c.minDown > 0 {
+			if c.downAt == nil {
+				c.downAt = map[int]time.Time{}
+			}
+			c.downAt[j] = time.Now()
+		}
 	}
 	return j, newInstance(j, c.services), up
 }

@@ -1,0 +1,92 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os/exec"
+	"runtime"
+	"slices"
+	"testing"
+	"time"
+
+	benchgw "github.com/sextant-mesh/sextant/internal/bench/gateway"
+	"github.com/sextant-mesh/sextant/internal/debian"
+)
+
+// TestBenchGatewayDataplane runs "bench gateway --scenario dataplane"
+// tiny (one round of 1 s runs): the real binary, nginx, HAProxy, wrk,
+// h2load and the gRPC loader, each proxy pinned to its own core. Every
+// figure is answered through every proxy without an error, each run has
+// the proxy's CPU per request, and the ratios of the gateway to each peer
+// (and to the direct gRPC call) are there.
+func TestBenchGatewayDataplane(t *testing.T) {
+	for _, tool := range [][]string{{"nginx", "nginx"}, {"haproxy", "haproxy"}, {"wrk", "wrk"}, {"h2load", "nghttp2-client"}} {
+		if _, err := debian.Ensure(tool[0], tool[1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bin, err := buildBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	args := []string{"bench", "gateway", "--scenario", "dataplane", "--duration", "1s", "--rounds", "1",
+		"--connections", "8", "--h2-clients", "2", "--h2-streams", "8", "--grpc-concurrency", "4"}
+	pinned := runtime.NumCPU() >= 2
+	if !pinned {
+		args = append(args, "--no-pin") // one core: nothing to pin apart
+	}
+	cmd := exec.CommandContext(ctx, bin, args...)
+	out, err := cmd.Output()
+	if err != nil {
+		var stderr []byte
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = ee.Stderr
+		}
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	var res benchgw.DataplaneResult
+	if err := json.Unmarshal(out, &res); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if res.Pinned != pinned || len(res.Figures) != len(benchgw.DataplaneScenarios) {
+		t.Fatalf("pinned %v, %d figures: %s", res.Pinned, len(res.Figures), out)
+	}
+	cpu := map[string]float64{} // /proc counts in 10 ms ticks: a short run on a loaded core may read 0
+	for _, f := range res.Figures {
+		var proxies []string
+		for _, r := range f.Runs {
+			proxies = append(proxies, r.Proxy)
+			cpu[r.Proxy] += r.CPUUsPerReq
+			if r.RequestsPS <= 0 || r.CPUUsPerReq < 0 || r.Errors != 0 {
+				t.Errorf("%s through %s: %+v", f.Scenario, r.Proxy, r)
+			}
+		}
+		slices.Sort(proxies)
+		if !slices.Equal(proxies, []string{"haproxy", "nginx", "sextant"}) {
+			t.Errorf("%s: runs of %v", f.Scenario, proxies)
+		}
+		var ratios []string
+		for _, r := range f.Ratios {
+			if r.Of != "sextant" || len(r.PerRound) != 1 || r.Median != r.PerRound[0] || r.Median <= 0 {
+				t.Errorf("%s: ratio %+v", f.Scenario, r)
+			}
+			ratios = append(ratios, r.To+" "+r.Figure)
+		}
+		for _, want := range []string{"nginx requests_per_s", "haproxy requests_per_s"} {
+			if !slices.Contains(ratios, want) {
+				t.Errorf("%s: no %s ratio in %v", f.Scenario, want, ratios)
+			}
+		}
+		grpc := f.Scenario == "grpc-unary" || f.Scenario == "grpc-stream"
+		if grpc != (len(f.Direct) == 1 && f.Direct[0].RequestsPS > 0 && f.GatewayVsDirect > 0) {
+			t.Errorf("%s: direct %+v, gateway/direct %v", f.Scenario, f.Direct, f.GatewayVsDirect)
+		}
+	}
+	for _, p := range []string{"sextant", "nginx", "haproxy"} {
+		if cpu[p] <= 0 {
+			t.Errorf("no CPU read for %s in any figure", p)
+		}
+	}
+}
