@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	"sigs.k8s.io/yaml"
 
+	"github.com/sextant-mesh/sextant/internal/label"
 	"github.com/sextant-mesh/sextant/internal/xds"
 )
 
@@ -41,6 +42,7 @@ func newEnvoyCmd() *cobra.Command {
 type envoyBootstrapArgs struct {
 	node, xds, token, namespace, account, format, sds string
 	admin                                             int
+	labels                                            map[string]string // the node's LABELS: routes by sourceLabels
 }
 
 // newEnvoyBootstrapCmd prints an Envoy bootstrap for a node of the mesh.
@@ -82,6 +84,7 @@ Istio's sidecars read istio-agent's. Nothing is asked of the server.`,
 	fl.StringVar(&a.account, "service-account", "default", "the workload's service account (its SPIFFE ID's sa)")
 	fl.StringVarP(&a.format, "output", "o", "yaml", "yaml or json")
 	fl.IntVar(&a.admin, "admin-port", 15000, "Envoy's admin port on 127.0.0.1 (0: no admin interface)")
+	fl.StringToStringVar(&a.labels, "labels", nil, "the workload's labels, KEY=VALUE,... (sent as the node's LABELS: VirtualService routes by sourceLabels)")
 	fl.StringVar(&a.sds, "sds", "", `read the workload certificate from a local agent's SDS socket, unix://PATH ("sextant identity agent --sds"), not from the server`)
 	_ = cmd.MarkFlagRequired("node")
 	return cmd
@@ -135,6 +138,16 @@ func buildEnvoyBootstrap(a envoyBootstrapArgs) (*bootstrapv3.Bootstrap, error) {
 		}
 	}
 	meta := map[string]any{"NAMESPACE": ns, "SERVICE_ACCOUNT": a.account}
+	if len(a.labels) > 0 {
+		ls := map[string]any{}
+		for k, v := range a.labels {
+			if !label.ValidKey(k) {
+				return nil, fmt.Errorf("envoy bootstrap: --labels %q: not a metadata key: 1..128 of [A-Za-z0-9._/-]", k)
+			}
+			ls[k] = v
+		}
+		meta["LABELS"] = ls
+	}
 	var sdsPath string
 	if a.sds != "" {
 		if sdsPath, err = parseSDSAddr(a.sds); err != nil {
@@ -198,4 +211,17 @@ func buildEnvoyBootstrap(a envoyBootstrapArgs) (*bootstrapv3.Bootstrap, error) {
 		return nil, fmt.Errorf("envoy bootstrap: %w", err)
 	}
 	return b, nil
+}
+
+// nodeLabels is an xDS node's metadata carrying labels as Istio's proxies
+// send them (LABELS), nil without labels.
+func nodeLabels(labels map[string]string) *structpb.Struct {
+	if len(labels) == 0 {
+		return nil
+	}
+	ls := &structpb.Struct{Fields: map[string]*structpb.Value{}}
+	for k, v := range labels {
+		ls.Fields[k] = structpb.NewStringValue(v)
+	}
+	return &structpb.Struct{Fields: map[string]*structpb.Value{"LABELS": structpb.NewStructValue(ls)}}
 }

@@ -24,7 +24,7 @@ func TestEnvoyBootstrap(t *testing.T) {
 		var out bytes.Buffer
 		cmd := newEnvoyCmd() // a fresh command: cobra keeps flag values between runs
 		cmd.SetOut(&out)
-		cmd.SetArgs([]string{"bootstrap", "--node", node, "--xds", "10.0.0.1:7402", "--token", "sxt_test", "--service-account", "web", "-o", format})
+		cmd.SetArgs([]string{"bootstrap", "--node", node, "--xds", "10.0.0.1:7402", "--token", "sxt_test", "--service-account", "web", "--labels", "app=web,version=v2", "-o", format})
 		if err := cmd.Execute(); err != nil {
 			t.Fatalf("%s: %v", format, err)
 		}
@@ -43,7 +43,8 @@ func TestEnvoyBootstrap(t *testing.T) {
 			t.Errorf("%s: %v", format, errs)
 		}
 		md := b.Node.GetMetadata().GetFields()
-		if b.Node.GetId() != node || md["NAMESPACE"].GetStringValue() != "shop" || md["SERVICE_ACCOUNT"].GetStringValue() != "web" {
+		if b.Node.GetId() != node || md["NAMESPACE"].GetStringValue() != "shop" || md["SERVICE_ACCOUNT"].GetStringValue() != "web" ||
+			md["LABELS"].GetStructValue().GetFields()["version"].GetStringValue() != "v2" {
 			t.Errorf("%s: node %v", format, b.Node)
 		}
 		ads := b.DynamicResources.GetAdsConfig().GetGrpcServices()

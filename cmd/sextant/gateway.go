@@ -33,6 +33,7 @@ import (
 	"github.com/sextant-mesh/sextant/internal/calllog"
 	"github.com/sextant-mesh/sextant/internal/gateway"
 	"github.com/sextant-mesh/sextant/internal/gateway/xdsclient"
+	"github.com/sextant-mesh/sextant/internal/label"
 	"github.com/sextant-mesh/sextant/internal/locality"
 	"github.com/sextant-mesh/sextant/internal/trace"
 )
@@ -52,6 +53,7 @@ type gatewayFlags struct {
 	identityNS, identitySA   string
 	maxBody                  int
 	locality                 string
+	labels                   map[string]string
 	noRecords                bool
 	retainAge                time.Duration
 	retainBytes              int64
@@ -123,6 +125,7 @@ docs/gateway.md.`,
 	fl.StringSliceVar(&f.adminHosts, "admin-allowed-hosts", nil, "more host names the admin API answers to on a loopback --admin, besides localhost and IP addresses; *: any (docs/security.md)")
 	fl.StringVar(&f.identityNS, "identity-namespace", "", "get this gateway's workload identity (for DestinationRules' tls ISTIO_MUTUAL) for this namespace from the server at --registry; the token needs identity:write on it")
 	fl.StringVar(&f.identitySA, "identity-service-account", "sextant-gateway", "the service account of --identity-namespace's identity")
+	fl.StringToStringVar(&f.labels, "labels", nil, "the gateway's labels, KEY=VALUE,... (sent as its xDS node's LABELS: VirtualService routes by sourceLabels apply to a gateway whose labels they match, as in Istio)")
 	fl.StringVar(&f.locality, "locality", "", "where this gateway runs, region[/zone[/subzone]]: endpoints in its zone are preferred, then its region, then the rest, failing over when a zone's endpoints are down (docs/gateway.md); empty: no preference")
 	fl.IntVar(&f.maxBody, "max-request-bytes", 0, "largest request body accepted (413 beyond); 0: no limit (bodies stream)")
 	fl.BoolVar(&f.noRecords, "no-call-log", false, "do not record calls")
@@ -171,6 +174,11 @@ func runGateway(ctx context.Context, f gatewayFlags) error {
 	loc, err := locality.Parse(f.locality)
 	if err != nil {
 		return fmt.Errorf("--locality: %w", err)
+	}
+	for k := range f.labels {
+		if !label.ValidKey(k) {
+			return fmt.Errorf("--labels %q: not a metadata key: 1..128 of [A-Za-z0-9._/-]", k)
+		}
 	}
 	var tlsPorts []uint32
 	for _, a := range f.tlsListen {
@@ -250,7 +258,7 @@ func runGateway(ctx context.Context, f gatewayFlags) error {
 	}
 	xc, err := proxyXDS(lc, f.xds, f.token, tlsCfg, g, gateway.XDSTypes(),
 		&core.Node{Id: f.node, Cluster: "sextant-gateway", UserAgentName: "sextant-gateway",
-			Locality: &core.Locality{Region: loc.Region, Zone: loc.Zone, SubZone: loc.SubZone}}, log)
+			Locality: &core.Locality{Region: loc.Region, Zone: loc.Zone, SubZone: loc.SubZone}, Metadata: nodeLabels(f.labels)}, log)
 	if err != nil {
 		return err
 	}

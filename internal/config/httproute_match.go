@@ -51,6 +51,7 @@ func validateMatches(c errs, path, ns string, r *networking.HTTPRoute, gateways 
 				validateStringMatch(c, hp, sm, false)
 			}
 		}
+		validateSourceMatch(c, p, m)
 		validateGatewayRefs(c, join(p, "gateways"), m.Gateways)
 		for j, g := range m.Gateways {
 			if !slices.ContainsFunc(vsGatewaysOrMesh(gateways), func(v string) bool { return sameGateway(v, g, ns) }) {

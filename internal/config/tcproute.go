@@ -17,9 +17,14 @@ func init() {
 	allow(&networking.VirtualService{}, "tcp")
 	allow(&networking.TCPRoute{}, "match", "route")
 	allow(&networking.L4MatchAttributes{}, "port", "destination_subnets", "source_subnet", "gateways")
+	// Istio matches them against the proxy's own labels and namespace
+	// (on a Gateway, the gateway's); Sextant sends HTTP routes per node
+	// (internal/xds sourcematch.go) but not yet a listener's chains.
 	for _, f := range []protoreflect.Name{"source_labels", "source_namespace"} {
 		notSupportedNotes[protoreflect.FullName("istio.networking.v1alpha3.L4MatchAttributes."+f)] =
-			"a gateway cannot tell a plain TCP caller's workload; match its address with sourceSubnet"
+			"tcp routes are not yet sent per gateway (Istio matches the gateway's own labels); match the caller's address with sourceSubnet"
+		notSupportedNotes[protoreflect.FullName("istio.networking.v1alpha3.TLSMatchAttributes."+f)] =
+			"tls routes are not yet sent per gateway (Istio matches the gateway's own labels); bind the VirtualService to that Gateway instead"
 	}
 }
 

@@ -52,6 +52,7 @@ type entry struct {
 	origin        time.Time // commit time of the oldest change this version reflects
 	hidden        bool
 	rules         *topo.Rules // Resource.Locality
+	bySource      bool        // routes matched by source: per subscriber (sourcematch.go)
 	// variants are what nodes of the other flavours get (envoy.go), by
 	// flavour: same name, id, seq, origin and hidden; nil when they get
 	// this one.
@@ -421,7 +422,7 @@ func newEntry(t Type, r *Resource, value []byte, id uint32, seq uint64, origin t
 		name: r.Name, version: ver, id: id, seq: seq, value: anyField[len(anyField)-len(value):], hash: h,
 		anyField: anyField,
 		resField: encodeResource(deltaResources, r.Name, ver, t.URL(), value),
-		origin:   origin, hidden: r.Hidden, rules: r.Locality,
+		origin:   origin, hidden: r.Hidden, rules: r.Locality, bySource: mayHaveSource(t, value),
 	}
 }
 

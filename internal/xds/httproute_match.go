@@ -14,7 +14,7 @@ import (
 // writes (the hand encoder then falls back to messages).
 func matchExtras(m *networking.HTTPMatchRequest) bool {
 	return m != nil && (m.Scheme != nil || m.Authority != nil || m.Port != 0 || len(m.QueryParams) > 0 ||
-		len(m.WithoutHeaders) > 0 || m.IgnoreUriCase || len(m.Gateways) > 0)
+		len(m.WithoutHeaders) > 0 || m.IgnoreUriCase || len(m.Gateways) > 0 || sourceMatched(m))
 }
 
 // routeMatchExtras adds to rm what Istio writes for a match's scheme and

@@ -122,6 +122,9 @@ func localityVariant(e *entry, loc topo.Locality) *entry {
 // EDS its locality's.
 func (s *subscriber) view(t Type, e *entry) *entry {
 	e = e.of(s.flavour)
+	if e != nil && e.bySource {
+		return sourceVariants.of(e, s.source)
+	}
 	if e == nil || t != TypeEndpoint || s.locality == (topo.Locality{}) {
 		return e
 	}

@@ -282,6 +282,7 @@ func (s *Server) serve(ctx context.Context, stream sender, delta bool, recv func
 	}
 	sub.flavour = NodeFlavour(req.node)
 	sub.locality = nodeLocality(req.node)
+	sub.source = newNodeSource(req.node, sub.ns)
 	sub.wlSA = NodeServiceAccount(req.node)
 	s.mu.Lock()
 	s.subs[sub.id] = sub

@@ -47,6 +47,7 @@ type subscriber struct {
 	// locality is where the node says it runs: its EDS priorities are
 	// Istio's from there (localityeds.go).
 	locality topo.Locality
+	source   nodeSource    // labels and namespace, for routes by source (sourcematch.go)
 	ackWait  time.Duration // ServerOptions.AckWait
 	secrets  SecretAccess  // nil: every secret allowed (secretacl.go)
 

@@ -415,11 +415,14 @@ func VirtualHost(name string, domains []string, svc naming.ServiceKey, vs *confi
 			if !config.MatchAppliesOn(m, vs.Namespace, config.Key{}, true) {
 				continue
 			}
+			var r *routev3.Route
 			if routeExtras(hr) {
-				vh.Routes = append(vh.Routes, httpRoute(hr, routeMatch(m), action, dest))
-				continue
+				r = httpRoute(hr, routeMatch(m), action, dest)
+			} else {
+				r = &routev3.Route{Name: hr.Name, Match: routeMatch(m), Action: &routev3.Route_Route{Route: action}}
 			}
-			vh.Routes = append(vh.Routes, &routev3.Route{Name: hr.Name, Match: routeMatch(m), Action: &routev3.Route_Route{Route: action}})
+			markSource(r, m) // per subscriber, sourcematch.go
+			vh.Routes = append(vh.Routes, r)
 		}
 	}
 	if len(dropped) > 0 {
