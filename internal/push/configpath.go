@@ -181,7 +181,7 @@ type configWorker struct {
 	origin    time.Time
 	proxyDirt bool
 	// retiring holds clusters no route names, with when to remove them.
-	retiring map[string]time.Time
+	retiring map[string]retiring
 	workers  int // goroutines a round builds on (Options.ConfigWorkers)
 	// sec holds the security objects (PeerAuthentication,
 	// AuthorizationPolicy) in force; they configure server listeners.
@@ -193,7 +193,7 @@ func newConfigWorker(e *Engine) *configWorker {
 		e: e, ix: config.NewIndex(), known: map[naming.ServiceKey]bool{},
 		clusters: map[naming.ServiceKey][]string{}, vhosts: map[naming.ServiceKey][]byte{},
 		dirty:    map[naming.ServiceKey]bool{},
-		retiring: map[string]time.Time{}, workers: e.opts.ConfigWorkers, sec: map[config.Key]*config.Object{},
+		retiring: map[string]retiring{}, workers: e.opts.ConfigWorkers, sec: map[config.Key]*config.Object{},
 	}
 }
 
@@ -382,13 +382,17 @@ func (w *configWorker) round(ctx context.Context) {
 	// 3. Publish new clusters, then routes; retire the unused clusters
 	// later (make before break).
 	var set, routes []xds.Resource
-	var removed []string
+	type unnamed struct {
+		name    string
+		service naming.ServiceKey
+	}
+	var removed []unnamed
 	for i, s := range dirty {
 		b := &built[i]
 		set = append(set, b.clusters...)
 		for _, old := range w.clusters[s] {
 			if !slices.Contains(b.names, old) {
-				removed = append(removed, old)
+				removed = append(removed, unnamed{old, s})
 			}
 		}
 		w.clusters[s] = b.names
@@ -406,8 +410,8 @@ func (w *configWorker) round(ctx context.Context) {
 	for _, r := range set {
 		delete(w.retiring, r.Name)
 	}
-	for _, name := range removed {
-		w.retiring[name] = start.Add(w.e.opts.ClusterGrace)
+	for _, rm := range removed {
+		w.retiring[rm.name] = retiring{at: start.Add(w.e.opts.ClusterGrace), service: rm.service}
 	}
 	w.publish(xds.TypeCluster, set, nil, version, origin)
 	if w.proxyDirt {
@@ -426,26 +430,43 @@ func (w *configWorker) round(ctx context.Context) {
 // nextRetirement is when the next retiring cluster is due.
 func (w *configWorker) nextRetirement() (time.Time, bool) {
 	var next time.Time
-	for _, at := range w.retiring {
-		if next.IsZero() || at.Before(next) {
-			next = at
+	for _, r := range w.retiring {
+		if next.IsZero() || r.at.Before(next) {
+			next = r.at
 		}
 	}
 	return next, !next.IsZero()
 }
 
-// retire removes the clusters whose grace period ended by now.
+// retiring is a cluster no route names any more, of service, due for
+// removal at.
+type retiring struct {
+	at      time.Time
+	service naming.ServiceKey
+}
+
+// retire removes the clusters whose grace period ended by now, and the
+// endpoint sets the endpoint worker no longer keeps for them (a whole
+// service's, left in place while CDS still carried its cluster, so that
+// a client asking for it during the grace period is answered).
 func (w *configWorker) retire(now time.Time) {
-	var names []string
-	for name, at := range w.retiring {
-		if !at.After(now) {
-			names = append(names, name)
-			delete(w.retiring, name)
+	var names, sets []string
+	for name, r := range w.retiring {
+		if r.at.After(now) {
+			continue
+		}
+		names = append(names, name)
+		delete(w.retiring, name)
+		if !w.e.spec(r.service).publishes(name) {
+			sets = append(sets, name)
 		}
 	}
 	if len(names) > 0 {
 		slices.Sort(names)
-		w.publish(xds.TypeCluster, nil, names, w.e.version(), now)
+		slices.Sort(sets)
+		version := w.e.version()
+		w.publish(xds.TypeCluster, nil, names, version, now)
+		w.publish(xds.TypeEndpoint, nil, sets, version, now)
 	}
 }
 

@@ -208,6 +208,17 @@ func usableValue(b bool) int32 {
 	return usableNo
 }
 
+// publishes reports whether the endpoint worker keeps the set of cluster
+// name up to date.
+func (sp *serviceSpec) publishes(name string) bool {
+	for _, c := range sp.clusters {
+		if c.name == name {
+			return c.publish && !sp.dnsEntry()
+		}
+	}
+	return false
+}
+
 func defaultSpec(s naming.ServiceKey) *serviceSpec {
 	return &serviceSpec{clusters: []clusterSpec{{name: xds.ClusterName(s, "", 0), publish: true}}}
 }
@@ -232,9 +243,15 @@ func (e *Engine) recomputeEndpoints(s naming.ServiceKey, version string, origin 
 	var removed []string
 	flipped := false
 	for _, c := range spec.clusters {
-		if !c.publish || spec.dnsEntry() {
+		if spec.dnsEntry() {
 			// A DNS entry's clusters carry their endpoints: no EDS.
 			removed = append(removed, c.name)
+			continue
+		}
+		if !c.publish {
+			// No route names the whole service: its set is no longer kept
+			// up to date, and is removed with its cluster, once CDS stops
+			// carrying it (configWorker.retire), not before.
 			continue
 		}
 		eps, usable := e.endpoints(s, spec, c)
