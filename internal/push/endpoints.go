@@ -250,8 +250,13 @@ func (e *Engine) recomputeEndpoints(s naming.ServiceKey, version string, origin 
 		}
 		if !c.publish {
 			// No route names the whole service: its set is no longer kept
-			// up to date, and is removed with its cluster, once CDS stops
-			// carrying it (configWorker.retire), not before.
+			// up to date. While CDS still carries the cluster (its grace
+			// period) the set stays, and configWorker.retire removes both;
+			// a set CDS never carried (published before the first config
+			// round) goes now.
+			if _, _, carried := e.cache.Get(xds.TypeCluster, c.name); !carried {
+				removed = append(removed, c.name)
+			}
 			continue
 		}
 		eps, usable := e.endpoints(s, spec, c)
