@@ -25,42 +25,48 @@ func nodeLocality(n *corev3.Node) topo.Locality {
 	return topo.Locality{Region: l.GetRegion(), Zone: l.GetZone(), SubZone: l.GetSubZone()}
 }
 
-type localityKey struct {
-	e   *entry
-	loc topo.Locality
-}
-
-// localityMemo remembers variants; past maxLocalityVariants it starts
+// variantMemo remembers the variants of entries a subscriber's view makes,
+// by entry and what the variant depends on; past maxVariants it starts
 // again (entries of replaced versions are dropped with it).
-type localityMemo struct {
+type variantMemo[K comparable] struct {
 	mu sync.Mutex
-	m  map[localityKey]*entry
+	m  map[variantKey[K]]*entry
 }
 
-const maxLocalityVariants = 4096
+type variantKey[K comparable] struct {
+	e *entry
+	k K
+}
 
-var localityVariants = &localityMemo{m: map[localityKey]*entry{}}
+const maxVariants = 4096
 
-// of returns e as a subscriber in loc gets it: e itself when its
-// localities all get one priority (nothing to tell apart) or it cannot be
-// read.
-func (lm *localityMemo) of(e *entry, loc topo.Locality) *entry {
-	k := localityKey{e, loc}
-	lm.mu.Lock()
-	v, ok := lm.m[k]
-	lm.mu.Unlock()
+func newVariantMemo[K comparable]() *variantMemo[K] {
+	return &variantMemo[K]{m: map[variantKey[K]]*entry{}}
+}
+
+// of returns the variant of e for k, built once.
+func (vm *variantMemo[K]) of(e *entry, k K, build func() *entry) *entry {
+	key := variantKey[K]{e, k}
+	vm.mu.Lock()
+	v, ok := vm.m[key]
+	vm.mu.Unlock()
 	if ok {
 		return v
 	}
-	v = localityVariant(e, loc)
-	lm.mu.Lock()
-	if len(lm.m) >= maxLocalityVariants {
-		clear(lm.m)
+	v = build()
+	vm.mu.Lock()
+	if len(vm.m) >= maxVariants {
+		clear(vm.m)
 	}
-	lm.m[k] = v
-	lm.mu.Unlock()
+	vm.m[key] = v
+	vm.mu.Unlock()
 	return v
 }
+
+// localityVariants: e as a subscriber in a locality gets it, e itself when
+// its localities all get one priority (nothing to tell apart) or it cannot
+// be read.
+var localityVariants = newVariantMemo[topo.Locality]()
 
 func localityVariant(e *entry, loc topo.Locality) *entry {
 	if e.rules != nil && e.rules.Off {
@@ -123,10 +129,10 @@ func localityVariant(e *entry, loc topo.Locality) *entry {
 func (s *subscriber) view(t Type, e *entry) *entry {
 	e = e.of(s.flavour)
 	if e != nil && e.bySource {
-		return sourceVariants.of(e, s.source)
+		return sourceVariants.of(e, s.source.key, func() *entry { return sourceVariant(e, s.source) })
 	}
 	if e == nil || t != TypeEndpoint || s.locality == (topo.Locality{}) {
 		return e
 	}
-	return localityVariants.of(e, s.locality)
+	return localityVariants.of(e, s.locality, func() *entry { return localityVariant(e, s.locality) })
 }

@@ -5,7 +5,6 @@ import (
 	"maps"
 	"slices"
 	"strings"
-	"sync"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
@@ -89,38 +88,9 @@ func newNodeSource(n *corev3.Node, ns string) nodeSource {
 	return nodeSource{labels: ls, ns: ns, key: b.String()}
 }
 
-type sourceKey struct {
-	e   *entry
-	key string
-}
-
-// sourceMemo remembers variants; past maxSourceVariants it starts again.
-type sourceMemo struct {
-	mu sync.Mutex
-	m  map[sourceKey]*entry
-}
-
-const maxSourceVariants = 4096
-
-var sourceVariants = &sourceMemo{m: map[sourceKey]*entry{}}
-
-func (sm *sourceMemo) of(e *entry, src nodeSource) *entry {
-	k := sourceKey{e, src.key}
-	sm.mu.Lock()
-	v, ok := sm.m[k]
-	sm.mu.Unlock()
-	if ok {
-		return v
-	}
-	v = sourceVariant(e, src)
-	sm.mu.Lock()
-	if len(sm.m) >= maxSourceVariants {
-		clear(sm.m)
-	}
-	sm.m[k] = v
-	sm.mu.Unlock()
-	return v
-}
+// sourceVariants: route configurations as a node of one labels+namespace
+// key gets them.
+var sourceVariants = newVariantMemo[string]()
 
 // sourceVariant is route configuration e without the routes whose source
 // src does not match, and without their source metadata.
