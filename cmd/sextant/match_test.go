@@ -54,33 +54,12 @@ func TestIstioMatchFields(t *testing.T) {
 	}
 	ctx := context.Background()
 	api, proxy, _ := startMesh(t)
-	for _, v := range []string{"v1", "v2", "v3"} {
-		addr, _ := startEcho(t, "orders-"+v)
-		if _, err := api.Register(ctx, client.Instance{ID: "orders-" + v, Service: "orders", Host: "127.0.0.1", Port: addr.Port,
-			Metadata: map[string]string{"version": v}}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	registerOrderVersions(t, api)
 	if _, err := api.ApplyConfig(ctx, []byte(matchConfig), false); err != nil {
 		t.Fatal(err)
 	}
 	call := func(method, host, path string, headers map[string]string) string {
-		req, err := http.NewRequest(method, "http://"+proxy+path, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Host = host
-		for k, v := range headers {
-			req.Header.Set(k, v)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		name, _, _ := strings.Cut(string(b), " ")
-		return name
+		return echoName(t, proxy, method, host, path, headers)
 	}
 	waitTrue(t, 15*time.Second, func() bool { return call("GET", "orders", "/api/items?v=2", nil) == "orders-v2" })
 	for _, tc := range []struct {
@@ -102,4 +81,39 @@ func TestIstioMatchFields(t *testing.T) {
 			t.Errorf("%s: %s %s%s answered by %q, want %q", tc.name, tc.method, tc.host, tc.path, got, tc.want)
 		}
 	}
+}
+
+// registerOrderVersions starts an echo server for each of orders' versions
+// v1, v2 and v3 and registers it with its version label.
+func registerOrderVersions(t *testing.T, api *client.Client) {
+	t.Helper()
+	for _, v := range []string{"v1", "v2", "v3"} {
+		addr, _ := startEcho(t, "orders-"+v)
+		if _, err := api.Register(context.Background(), client.Instance{ID: "orders-" + v, Service: "orders", Host: "127.0.0.1", Port: addr.Port,
+			Metadata: map[string]string{"version": v}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// echoName sends one request through the gateway at proxy and returns the
+// name of the echo server that answered.
+func echoName(t *testing.T, proxy, method, host, path string, headers map[string]string) string {
+	t.Helper()
+	req, err := http.NewRequest(method, "http://"+proxy+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Host = host
+	for k, v := range headers {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	name, _, _ := strings.Cut(string(b), " ")
+	return name
 }

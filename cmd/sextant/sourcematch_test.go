@@ -2,13 +2,8 @@ package main
 
 import (
 	"context"
-	"io"
-	"net/http"
-	"strings"
 	"testing"
 	"time"
-
-	"github.com/sextant-mesh/sextant/client"
 )
 
 // sourceConfig routes orders by the caller's labels and namespace; the
@@ -50,31 +45,11 @@ func TestSourceLabelsThroughGateway(t *testing.T) {
 	api, proxy, _, _ := startMeshWith(t, "", 10*time.Second, func(f *gatewayFlags, _ string) {
 		f.labels = map[string]string{"app": "web", "version": "v9"}
 	})
-	for _, v := range []string{"v1", "v2", "v3"} {
-		addr, _ := startEcho(t, "orders-"+v)
-		if _, err := api.Register(ctx, client.Instance{ID: "orders-" + v, Service: "orders", Host: "127.0.0.1", Port: addr.Port,
-			Metadata: map[string]string{"version": v}}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	registerOrderVersions(t, api)
 	if _, err := api.ApplyConfig(ctx, []byte(sourceConfig), false); err != nil {
 		t.Fatal(err)
 	}
-	call := func() string {
-		req, err := http.NewRequest("GET", "http://"+proxy+"/", nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Host = "orders"
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		name, _, _ := strings.Cut(string(b), " ")
-		return name
-	}
+	call := func() string { return echoName(t, proxy, "GET", "orders", "/", nil) }
 	waitTrue(t, 15*time.Second, func() bool { return call() == "orders-v2" })
 	for i := 0; i < 20; i++ {
 		if got := call(); got != "orders-v2" {
