@@ -61,7 +61,18 @@ func TestIstioMatchFields(t *testing.T) {
 	call := func(method, host, path string, headers map[string]string) string {
 		return echoName(t, proxy, method, host, path, headers)
 	}
-	waitTrue(t, 15*time.Second, func() bool { return call("GET", "orders", "/api/items?v=2", nil) == "orders-v2" })
+	// Until the VirtualService is in the gateway, calls go to any version
+	// at random: wait for three routes to each answer as configured, three
+	// times in a row (by chance: 1 in 3^9).
+	waitTrue(t, 15*time.Second, func() bool {
+		for range 3 {
+			if call("GET", "orders", "/api/items?v=2", nil) != "orders-v2" || call("POST", "orders", "/other", nil) != "orders-v3" ||
+				call("GET", "orders", "/other", nil) != "orders-v1" {
+				return false
+			}
+		}
+		return true
+	})
 	for _, tc := range []struct {
 		name, method, host, path string
 		headers                  map[string]string
