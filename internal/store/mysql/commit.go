@@ -168,9 +168,9 @@ func (s *Store) Commit(txns []store.Txn, _ bool) ([]store.Result, error) {
 		changes[i].Revision += head
 		changes[i].Time = now
 	}
-	s.local.publish(head, changes)
-	if s.wake != nil && len(changes) > 0 {
-		s.wake.announce(changes[len(changes)-1].Revision)
+	s.recent.add(changes)
+	if s.wake != nil {
+		s.wake.announce(changes, now)
 	}
 	return res, nil
 }

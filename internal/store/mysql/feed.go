@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -11,55 +12,80 @@ import (
 	"github.com/sextant-mesh/sextant/internal/store"
 )
 
-// localFeed holds this process's recent commits, with the writer's
-// objects, so that its followers need not read back (and decode) what it
-// just wrote. Each commit is kept with the revision the sequence stood at
-// when it took the lock: everything up to that revision was committed
-// before it, so a follower at that revision can take the commit as is.
-type localFeed struct {
+// recentFeed holds the recent commits this process knows the changes of
+// without reading the change table: its own, with the writer's objects,
+// and the other servers' that their announcements carried (wake.go). A
+// commit at revisions first..last is taken as is by a follower at
+// revision first-1: the sequence lock orders every commit, so everything
+// up to first-1 was committed before it. Commits are kept by revision,
+// whatever order they arrive in, each once; a follower that finds a gap
+// before the next one it holds reads the change table for the gap.
+type recentFeed struct {
 	mu      sync.Mutex
-	commits []localCommit // ascending
+	commits []recentCommit // ascending, never overlapping
 	ops     int
-	wake    chan struct{} // closed and replaced at each publish
+	wake    chan struct{} // closed and replaced at each add
 	closed  bool
 }
 
-type localCommit struct {
-	base    int64 // the sequence's revision before this commit
-	changes []store.Change
+type recentCommit struct {
+	changes []store.Change // whole revisions, consecutive
 	ops     int
 }
 
-// maxLocalOps bounds what localFeed keeps; a follower further behind reads
-// the change table instead.
-const maxLocalOps = 1 << 16
+func (c recentCommit) first() int64 { return c.changes[0].Revision }
+func (c recentCommit) last() int64  { return c.changes[len(c.changes)-1].Revision }
 
-func (l *localFeed) init() { l.wake = make(chan struct{}) }
+// maxRecentOps bounds what recentFeed keeps; a follower further behind
+// reads the change table instead.
+const maxRecentOps = 1 << 16
 
-func (l *localFeed) publish(base int64, changes []store.Change) {
-	n := 0
-	for _, c := range changes {
-		n += len(c.Ops)
+func (l *recentFeed) init() { l.wake = make(chan struct{}) }
+
+// add keeps one commit's changes (consecutive revisions) and wakes the
+// followers; it reports false, and keeps nothing, when the feed holds any
+// of these revisions already (a duplicated or replayed announcement).
+func (l *recentFeed) add(changes []store.Change) bool {
+	if len(changes) == 0 {
+		return false
 	}
+	c := recentCommit{changes: changes}
+	for _, ch := range changes {
+		c.ops += len(ch.Ops)
+	}
+	first, last := c.first(), c.last()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.commits = append(l.commits, localCommit{base: base, changes: changes, ops: n})
-	l.ops += n
+	if l.closed {
+		return false
+	}
+	// Most adds are the newest commit: append without a search.
+	i := len(l.commits)
+	if i > 0 && l.commits[i-1].last() >= first {
+		i = sort.Search(len(l.commits), func(i int) bool { return l.commits[i].first() > first })
+		if (i > 0 && l.commits[i-1].last() >= first) || (i < len(l.commits) && l.commits[i].first() <= last) {
+			return false
+		}
+	}
+	l.commits = slices.Insert(l.commits, i, c)
+	l.ops += c.ops
 	drop := 0
-	for l.ops > maxLocalOps && drop < len(l.commits)-1 {
+	for l.ops > maxRecentOps && drop < len(l.commits)-1 {
 		l.ops -= l.commits[drop].ops
 		drop++
 	}
 	if drop > 0 {
-		l.commits = append([]localCommit(nil), l.commits[drop:]...)
+		l.commits = append([]recentCommit(nil), l.commits[drop:]...)
 	}
 	close(l.wake)
 	l.wake = make(chan struct{})
+	return true
 }
 
-// nudge wakes the waiting followers without a commit of this process's:
-// another server announced one, which they read from the change table.
-func (l *localFeed) nudge() {
+// nudge wakes the waiting followers without a commit to add: another
+// server announced one without its changes, which they read from the
+// change table.
+func (l *recentFeed) nudge() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if !l.closed {
@@ -68,7 +94,7 @@ func (l *localFeed) nudge() {
 	}
 }
 
-func (l *localFeed) close() {
+func (l *recentFeed) close() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if !l.closed {
@@ -77,28 +103,25 @@ func (l *localFeed) close() {
 	}
 }
 
-// after returns the local changes that follow pos without a gap, or none
-// and the first local revision above pos (0: none), and the channel the
-// next publish closes.
-func (l *localFeed) after(pos int64) ([]store.Change, int64, <-chan struct{}) {
+// after returns the held changes that follow pos without a gap, or none
+// and the first held revision above pos (0: none), and the channel the
+// next add closes.
+func (l *recentFeed) after(pos int64) ([]store.Change, int64, <-chan struct{}) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	i := sort.Search(len(l.commits), func(i int) bool {
-		cs := l.commits[i].changes
-		return cs[len(cs)-1].Revision > pos
-	})
+	i := sort.Search(len(l.commits), func(i int) bool { return l.commits[i].last() > pos })
 	if i == len(l.commits) {
 		return nil, 0, l.wake
 	}
 	c := l.commits[i]
-	if c.base > pos {
-		return nil, c.changes[0].Revision, l.wake
+	if c.first() > pos+1 {
+		return nil, c.first(), l.wake
 	}
 	j := sort.Search(len(c.changes), func(j int) bool { return c.changes[j].Revision > pos })
 	out := c.changes[j:len(c.changes):len(c.changes)]
-	// Later local commits that continue without a gap go along.
+	// Later commits that continue without a gap go along.
 	for _, n := range l.commits[i+1:] {
-		if n.base != out[len(out)-1].Revision {
+		if n.first() != out[len(out)-1].Revision+1 {
 			break
 		}
 		out = append(out[:len(out):len(out)], n.changes...)
@@ -128,10 +151,11 @@ type feed struct {
 // fetchRows bounds the rows one read of the change table returns.
 const fetchRows = 8192
 
-// Next returns the next committed changes: this process's own straight
-// from memory when they follow the position without a gap, others' from
-// the change table. It waits for the next local commit, another server's
-// announcement of one (wake.go) or the next poll.
+// Next returns the next committed changes: straight from memory when
+// they follow the position without a gap (this process's commits, and the
+// others' that their announcements carried), else from the change table.
+// It waits for the next local commit, another server's announcement of one
+// (wake.go) or the next poll.
 // An unreachable database answers an error wrapping store.ErrUnavailable;
 // the feed keeps its position, so Next may be called again.
 func (f *feed) Next(ctx context.Context) ([]store.Change, error) {
@@ -142,14 +166,16 @@ func (f *feed) Next(ctx context.Context) ([]store.Change, error) {
 		if f.closed || s.closed.Load() {
 			return nil, store.ErrClosed
 		}
-		local, nextLocal, wake := s.local.after(f.pos)
-		if len(local) > 0 {
-			f.pos = local[len(local)-1].Revision
-			return local, nil
+		held, nextHeld, wake := s.recent.after(f.pos)
+		if len(held) > 0 {
+			f.pos = held[len(held)-1].Revision
+			return held, nil
 		}
+		// A gap before the next held commit (an announcement lost or not
+		// yet arrived, or one too big to carry its changes): read it.
 		upto := int64(math.MaxInt64)
-		if nextLocal > 0 {
-			upto = nextLocal - 1
+		if nextHeld > 0 {
+			upto = nextHeld - 1
 		}
 		changes, err := s.fetch(ctx, f.pos, upto)
 		if err != nil {
@@ -198,6 +224,7 @@ func (s *Store) fetch(ctx context.Context, pos, upto int64) ([]store.Change, err
 		s.rtt.Observe(time.Since(start).Seconds())
 		return nil, nil
 	}
+	s.reads.Inc()
 	if full {
 		// The last revision may be cut: drop it, unless it is the only one.
 		last := changes[len(changes)-1].Revision

@@ -106,11 +106,12 @@ type Store struct {
 	done   chan struct{} // closed by Close: ends waiting feeds and the compactor
 	wg     sync.WaitGroup
 
-	local localFeed // this process's recent commits, for its followers
-	wake  *waker    // nil: no announcements (Options.Wake unset)
+	recent recentFeed // recent commits known without a read, for the followers
+	wake   *waker     // nil: no announcements (Options.Wake unset)
 
 	lastOK   atomic.Int64 // unix ns of the last round trip that reached the database
 	rtt      prometheus.Histogram
+	reads    prometheus.Counter // the followers' reads of the change table that found changes
 	database string
 }
 
@@ -209,10 +210,15 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 		Name: "sextant_store_db_round_trip_seconds", Help: "Round trips to the database of the follower's polls and the cluster's lease renewals.",
 		Buckets: prometheus.ExponentialBuckets(0.00005, 2, 16),
 	})
+	s.reads = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "sextant_store_change_reads_total", Help: "Reads of the change table by the followers that found changes (the others' commits not taken from memory).",
+	})
 	if opts.Metrics != nil {
-		if err := opts.Metrics.Register(s.rtt); err != nil {
-			db.Close()
-			return nil, fmt.Errorf("mysql: register metrics: %w", err)
+		for _, c := range []prometheus.Collector{s.rtt, s.reads} {
+			if err := opts.Metrics.Register(c); err != nil {
+				db.Close()
+				return nil, fmt.Errorf("mysql: register metrics: %w", err)
+			}
 		}
 	}
 	lctx, cancel := context.WithTimeout(ctx, opts.Timeout+time.Minute)
@@ -223,7 +229,7 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 		return nil, err
 	}
 	s.touch()
-	s.local.init()
+	s.recent.init()
 	s.wg.Add(1)
 	go func() { defer s.wg.Done(); s.compactLoop() }()
 	if opts.Wake != "" {
@@ -279,7 +285,7 @@ func (s *Store) Close() error {
 		return nil
 	}
 	close(s.done)
-	s.local.close()
+	s.recent.close()
 	if s.wake != nil {
 		s.wake.conn.Close() // ends its listener
 	}

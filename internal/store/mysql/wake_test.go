@@ -1,11 +1,16 @@
 package mysql
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -239,29 +244,36 @@ func TestAnnouncementsAuthenticatedAndOrdered(t *testing.T) {
 		}
 	}
 
-	var msg [wakeLen]byte
-	a.wake.seal(msg[:], 10)
-	forged := msg
+	notice := func(w *waker, rev int64) []byte { return w.seal(nil, announcement{first: rev, last: rev}) }
+	msg := notice(a.wake, 10)
+	forged := bytes.Clone(msg)
 	forged[len(forged)-1] ^= 1
 	other := &waker{key: make([]byte, 32)} // a key that is not the cluster's
-	var stranger [wakeLen]byte
-	other.seal(stranger[:], 1000)
+	stranger := notice(other, 1000)
+	carrying := a.wake.seal(nil, announcement{first: 7, last: 7, time: 1, changes: []store.Change{
+		{Revision: 7, Time: 1, Ops: []store.Op{{Kind: store.KV, Key: "k", Value: []byte("v")}}}}})
+	forgedChange := bytes.Clone(carrying)
+	forgedChange[len(forgedChange)-wakeMACLen-1] = 'w' // the value
 	send([]byte("hello"))
-	send(forged[:])
-	send(stranger[:])
-	eventually("3 bad datagrams not all rejected", func() bool { return count(b.wake.rejected) == 3 })
+	send(forged)
+	send(stranger)
+	send(forgedChange)
+	eventually("4 bad datagrams not all rejected", func() bool { return count(b.wake.rejected) == 4 })
 	if h := b.wake.heard.Load(); h != 0 {
 		t.Fatalf("B heard revision %d from bad datagrams", h)
 	}
+	if held, _, _ := b.recent.after(6); held != nil {
+		t.Fatalf("B holds %+v from bad datagrams", held)
+	}
 
-	send(msg[:])
+	send(msg)
 	eventually("announcement of 10 not heard", func() bool { return b.wake.heard.Load() == 10 })
 	// B's followers wait on this channel; an older announcement must not
 	// close it.
-	_, _, wake := b.local.after(1 << 62)
-	a.wake.seal(msg[:], 5)
-	send(msg[:])
-	send(msg[:])
+	_, _, wake := b.recent.after(1 << 62)
+	msg = notice(a.wake, 5)
+	send(msg)
+	send(msg)
 	eventually("announcements of 5 not received", func() bool { return count(b.wake.received) == 3 })
 	select {
 	case <-wake:
@@ -271,8 +283,23 @@ func TestAnnouncementsAuthenticatedAndOrdered(t *testing.T) {
 	if h := b.wake.heard.Load(); h != 10 {
 		t.Fatalf("B's newest heard revision went to %d", h)
 	}
-	a.wake.seal(msg[:], 11)
-	send(msg[:])
+	// A commit's changes, sent three times, are held once.
+	send(carrying)
+	send(carrying)
+	send(carrying)
+	eventually("announcements carrying revision 7 not received", func() bool { return count(b.wake.received) == 6 })
+	if n := count(b.wake.carried); n != 1 {
+		t.Fatalf("revision 7 taken %v times", n)
+	}
+	held, _, _ := b.recent.after(6)
+	if len(held) != 1 || held[0].Revision != 7 || string(held[0].Ops[0].Value) != "v" {
+		t.Fatalf("B holds %+v after revision 6", held)
+	}
+	_, _, wake = b.recent.after(1 << 62)
+	// An announcement of the version before (SXW1: the revision only)
+	// still wakes, during a rolling upgrade.
+	v1 := binary.BigEndian.AppendUint64(append([]byte(nil), wakeMagicV1[:]...), 11)
+	send(a.wake.mac(v1))
 	select {
 	case <-wake:
 	case <-time.After(2 * time.Second):
@@ -296,9 +323,9 @@ func TestWakeAddressRefused(t *testing.T) {
 	}
 }
 
-// BenchmarkWakeAnnouncement: one announcement end to end on loopback, the
-// sender's seal and send and the receiver's read and check, without the
-// change-table read it triggers (no database).
+// BenchmarkWakeAnnouncement: one announcement carrying a KV put end to end
+// on loopback, the sender's seal and send and the receiver's read, check
+// and parse (no database).
 func BenchmarkWakeAnnouncement(b *testing.B) {
 	key := make([]byte, 32)
 	ua := &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)}
@@ -314,20 +341,228 @@ func BenchmarkWakeAnnouncement(b *testing.B) {
 	defer out.Close()
 	to := in.LocalAddr().(*net.UDPAddr)
 	w := &waker{key: key}
-	var msg [wakeLen]byte
-	buf := make([]byte, 512)
+	var msg []byte
+	buf := make([]byte, maxWakeLen+1)
+	// One KV put of a 64-byte value, as the bench's.
+	ops := []store.Op{{Kind: store.KV, Key: "bench/key-0042", Value: bytes.Repeat([]byte("v"), 64)}}
 	b.ReportAllocs()
 	for i := range b.N {
-		w.seal(msg[:], int64(i+1))
-		if _, err := out.WriteToUDP(msg[:], to); err != nil {
+		rev := int64(i + 1)
+		msg = w.seal(msg[:0], announcement{first: rev, last: rev, time: 1, changes: []store.Change{{Revision: rev, Time: 1, Ops: ops}}})
+		if _, err := out.WriteToUDP(msg, to); err != nil {
 			b.Fatal(err)
 		}
 		n, _, err := in.ReadFromUDP(buf)
 		if err != nil {
 			b.Fatal(err)
 		}
-		if rev, ok := w.open(buf[:n]); !ok || rev != int64(i+1) {
-			b.Fatalf("announcement %d opened as %d, %v", i+1, rev, ok)
+		if a, ok := w.open(buf[:n]); !ok || a.last != rev || len(a.changes) != 1 {
+			b.Fatalf("announcement %d opened as %+v, %v", rev, a, ok)
 		}
+	}
+}
+
+// TestAnnouncementsLostReorderedDuplicated: two servers write at once
+// while every announcement to a third goes through a lossy relay that
+// drops a fifth of them, holds a fifth back to deliver after later ones,
+// and sends a tenth twice; some commits are too big to carry their
+// changes. The third server's follower must get exactly what the change
+// table holds (read by a server that hears no announcements): every
+// revision once, in order, with the same ops, values and times, having
+// taken many commits from the datagrams and read the gaps.
+func TestAnnouncementsLostReorderedDuplicated(t *testing.T) {
+	url := mysqltest.URL(t, "")
+	a, c := openWaking(t, url), openWaking(t, url)
+	b := open(t, url, Options{Poll: 200 * time.Millisecond, Wake: "127.0.0.1:0"})
+	ref := open(t, url, Options{Poll: 20 * time.Millisecond}) // reads the change table only
+	waitPeers(t, a, b, c)
+	waitPeers(t, c, a, b)
+
+	relay, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer relay.Close()
+	relayAddr := relay.LocalAddr().String()
+	toB, err := net.ResolveUDPAddr("udp", b.wake.self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	captured := make(chan []byte, 4096)
+	filter := func(msg []byte, from *net.UDPAddr) bool {
+		if from.String() == relayAddr {
+			return true // what the relay delivers
+		}
+		select {
+		case captured <- bytes.Clone(msg):
+		default: // the relay is behind: a loss like any other
+		}
+		return false
+	}
+	b.wake.filter.Store(&filter)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }()
+	var dropped, held, doubled atomic.Int64
+	wg.Add(1)
+	go func() { // the lossy network, seeded so that a failure replays
+		defer wg.Done()
+		rnd := rand.New(rand.NewPCG(46, 2))
+		var later [][]byte
+		deliver := func(m []byte) { relay.WriteToUDP(m, toB) }
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case m := <-captured:
+				switch p := rnd.IntN(10); {
+				case p < 2:
+					dropped.Add(1)
+				case p < 4:
+					held.Add(1)
+					later = append(later, m)
+				case p < 5:
+					doubled.Add(1)
+					deliver(m)
+					deliver(m)
+				default:
+					deliver(m)
+				}
+				// Held ones go after one to three later datagrams.
+				if len(later) > 0 && rnd.IntN(3) == 0 {
+					rnd.Shuffle(len(later), func(i, j int) { later[i], later[j] = later[j], later[i] })
+					for _, m := range later {
+						deliver(m)
+					}
+					later = later[:0]
+				}
+			}
+		}
+	}()
+
+	from, _, err := ref.Head(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// collect follows s from the start and sends what it gets on out.
+	collect := func(s *Store) chan []store.Change {
+		out := make(chan []store.Change, 4096)
+		f, err := s.Follow(from)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer f.Close()
+			for {
+				cs, err := f.Next(ctx)
+				if err != nil {
+					if ctx.Err() == nil {
+						t.Errorf("follow: %v", err)
+					}
+					return
+				}
+				select {
+				case out <- cs:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}()
+		return out
+	}
+	gotB, gotRef := collect(b), collect(ref)
+
+	// Two writers at once: commits of one to three txns of puts (some of
+	// empty values, one in 25 too big for a datagram) and deletes.
+	const commits = 150
+	writers := make(chan error, 2)
+	for w, s := range []*Store{a, c} {
+		go func() {
+			rnd := rand.New(rand.NewPCG(uint64(w), 46))
+			for i := range commits {
+				var txns []store.Txn
+				for range 1 + rnd.IntN(3) {
+					var ops []store.Op
+					for range 1 + rnd.IntN(3) {
+						op := store.Op{Kind: store.KV, Key: fmt.Sprintf("w%d/%d", w, rnd.IntN(40))}
+						switch p := rnd.IntN(10); {
+						case p < 2: // a delete
+						case p < 3:
+							op.Value = []byte{}
+						default:
+							op.Value = []byte(fmt.Sprintf("value %d of %d", i, w))
+						}
+						if i%25 == 0 {
+							op.Value = bytes.Repeat([]byte{'x'}, 9000)
+						}
+						ops = append(ops, op)
+					}
+					txns = append(txns, store.Txn{Ops: ops})
+				}
+				if _, err := s.Commit(txns, true); err != nil {
+					writers <- err
+					return
+				}
+			}
+			writers <- nil
+		}()
+	}
+	for range 2 {
+		if err := <-writers; err != nil {
+			t.Fatal(err)
+		}
+	}
+	head, _, err := ref.Head(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// read gathers a follower's changes up to head (at most 30 s),
+	// failing on a revision out of order, twice or skipped.
+	read := func(name string, got chan []store.Change) []store.Change {
+		var all []store.Change
+		pos := from
+		deadline := time.After(30 * time.Second)
+		for pos < head {
+			select {
+			case cs := <-got:
+				for _, ch := range cs {
+					if ch.Revision != pos+1 {
+						t.Fatalf("%s: revision %d after %d", name, ch.Revision, pos)
+					}
+					pos = ch.Revision
+					all = append(all, ch)
+				}
+			case <-deadline:
+				t.Fatalf("%s reached revision %d of %d in 30 s", name, pos, head)
+			}
+		}
+		return all
+	}
+	want, got := read("the change table's reader", gotRef), read("the announced-to server", gotB)
+	if len(got) != len(want) {
+		t.Fatalf("B got %d revisions, the change table %d", len(got), len(want))
+	}
+	for i := range want {
+		w, g := want[i], got[i]
+		if g.Revision != w.Revision || g.Time != w.Time || len(g.Ops) != len(w.Ops) {
+			t.Fatalf("revision %d: B got time %d, %d ops; the change table: revision %d, time %d, %d ops", g.Revision, g.Time, len(g.Ops), w.Revision, w.Time, len(w.Ops))
+		}
+		for j := range w.Ops {
+			wo, gop := w.Ops[j], g.Ops[j]
+			if gop.Kind != wo.Kind || gop.Key != wo.Key || (gop.Value == nil) != (wo.Value == nil) || !bytes.Equal(gop.Value, wo.Value) {
+				t.Fatalf("revision %d op %d: B got %c %q %q (nil %v); the change table %c %q %q (nil %v)", w.Revision, j,
+					gop.Kind, gop.Key, gop.Value, gop.Value == nil, wo.Kind, wo.Key, wo.Value, wo.Value == nil)
+			}
+		}
+	}
+	carried, reads := count(b.wake.carried), count(b.reads)
+	t.Logf("%d revisions in %d commits; relay dropped %d, held back %d, doubled %d; B took %v commits from datagrams and read the change table %v times",
+		len(want), 2*commits, dropped.Load(), held.Load(), doubled.Load(), carried, reads)
+	if carried < commits/2 || reads == 0 {
+		t.Fatalf("B took %v commits from datagrams and read the change table %v times: the test did not exercise both", carried, reads)
 	}
 }
