@@ -24,6 +24,7 @@ type recentFeed struct {
 	mu      sync.Mutex
 	commits []recentCommit // ascending, never overlapping
 	ops     int
+	bytes   int
 	wake    chan struct{} // closed and replaced at each add
 	closed  bool
 }
@@ -31,14 +32,19 @@ type recentFeed struct {
 type recentCommit struct {
 	changes []store.Change // whole revisions, consecutive
 	ops     int
+	bytes   int // of keys and values
 }
 
 func (c recentCommit) first() int64 { return c.changes[0].Revision }
 func (c recentCommit) last() int64  { return c.changes[len(c.changes)-1].Revision }
 
-// maxRecentOps bounds what recentFeed keeps; a follower further behind
-// reads the change table instead.
-const maxRecentOps = 1 << 16
+// maxRecentOps and maxRecentBytes (of keys and values) bound what
+// recentFeed keeps; a follower further behind reads the change table
+// instead.
+const (
+	maxRecentOps   = 1 << 16
+	maxRecentBytes = 64 << 20
+)
 
 func (l *recentFeed) init() { l.wake = make(chan struct{}) }
 
@@ -52,6 +58,9 @@ func (l *recentFeed) add(changes []store.Change) bool {
 	c := recentCommit{changes: changes}
 	for _, ch := range changes {
 		c.ops += len(ch.Ops)
+		for _, op := range ch.Ops {
+			c.bytes += len(op.Key) + len(op.Value)
+		}
 	}
 	first, last := c.first(), c.last()
 	l.mu.Lock()
@@ -69,9 +78,11 @@ func (l *recentFeed) add(changes []store.Change) bool {
 	}
 	l.commits = slices.Insert(l.commits, i, c)
 	l.ops += c.ops
+	l.bytes += c.bytes
 	drop := 0
-	for l.ops > maxRecentOps && drop < len(l.commits)-1 {
+	for (l.ops > maxRecentOps || l.bytes > maxRecentBytes) && drop < len(l.commits)-1 {
 		l.ops -= l.commits[drop].ops
+		l.bytes -= l.commits[drop].bytes
 		drop++
 	}
 	if drop > 0 {
