@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sextant-mesh/sextant/internal/store"
@@ -27,6 +28,9 @@ type recentFeed struct {
 	bytes   int
 	wake    chan struct{} // closed and replaced at each add
 	closed  bool
+	// nudges counts the announcements without changes: a follower that
+	// sees it move reads the change table before it waits again.
+	nudges atomic.Int64
 }
 
 type recentCommit struct {
@@ -100,6 +104,7 @@ func (l *recentFeed) nudge() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if !l.closed {
+		l.nudges.Add(1) // before the close: a woken follower sees it
 		close(l.wake)
 		l.wake = make(chan struct{})
 	}
@@ -157,6 +162,11 @@ type feed struct {
 	s      *Store
 	pos    int64
 	closed bool
+	// caught is when the feed last read the change table and found
+	// nothing after pos (zero: not since it last found changes), and
+	// nudges the store's count of announcements without changes then.
+	caught time.Time
+	nudges int64
 }
 
 // fetchRows bounds the rows one read of the change table returns.
@@ -182,24 +192,41 @@ func (f *feed) Next(ctx context.Context) ([]store.Change, error) {
 			f.pos = held[len(held)-1].Revision
 			return held, nil
 		}
-		// A gap before the next held commit (an announcement lost or not
-		// yet arrived, or one too big to carry its changes): read it.
-		upto := int64(math.MaxInt64)
-		if nextHeld > 0 {
-			upto = nextHeld - 1
+		// With announcements, a feed that read the change table up to
+		// date less than a poll ago and has been told of nothing since
+		// waits for the rest of the poll rather than read again: each
+		// commit announced either arrives with its changes (held), or
+		// says it did not (a nudge), or leaves a gap before a later one
+		// that did. So a follower woken by a datagram is not caught in a
+		// read when the next one comes.
+		poll := s.opts.Poll
+		if s.wake != nil && nextHeld == 0 && !f.caught.IsZero() && s.recent.nudges.Load() == f.nudges {
+			poll -= time.Since(f.caught)
 		}
-		changes, err := s.fetch(ctx, f.pos, upto)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil, ctx.Err() // the caller's deadline, not the database's fault
+		if poll >= s.opts.Poll || poll <= 0 {
+			// A gap before the next held commit (an announcement lost or
+			// not yet arrived, or one too big to carry its changes), a
+			// nudge, the poll, or no announcements: read.
+			upto := int64(math.MaxInt64)
+			if nextHeld > 0 {
+				upto = nextHeld - 1
 			}
-			return nil, err
+			start, nudges := time.Now(), s.recent.nudges.Load()
+			changes, err := s.fetch(ctx, f.pos, upto)
+			if err != nil {
+				if ctx.Err() != nil {
+					return nil, ctx.Err() // the caller's deadline, not the database's fault
+				}
+				return nil, err
+			}
+			if len(changes) > 0 {
+				f.pos = changes[len(changes)-1].Revision
+				f.caught = time.Time{} // there may be more
+				return changes, nil
+			}
+			f.caught, f.nudges, poll = start, nudges, s.opts.Poll
 		}
-		if len(changes) > 0 {
-			f.pos = changes[len(changes)-1].Revision
-			return changes, nil
-		}
-		timer.Reset(s.opts.Poll)
+		timer.Reset(poll)
 		select {
 		case <-wake:
 		case <-timer.C:
