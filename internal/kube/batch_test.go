@@ -86,8 +86,8 @@ func TestBatchPendingMoves(t *testing.T) {
 	if k, ok := b.from["k8s-x"]; !ok || k != "" {
 		t.Errorf("from[k8s-x] = %q, %v; want removed", k, ok)
 	}
-	if b.size != 0 || b.writing() != 1 {
-		t.Errorf("size %d, writing %d; want 0, 1", b.size, b.writing())
+	if b.size != 1 || b.writing() != 1 {
+		t.Errorf("size %d, writing %d; want 1, 1", b.size, b.writing())
 	}
 	b.reset()
 	if len(b.plans) != 0 || b.from != nil {
