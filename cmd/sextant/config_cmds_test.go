@@ -151,7 +151,7 @@ func TestManifestErrorsNameFileAndKind(t *testing.T) {
 		{[]string{"config", "apply", "-f", routing, "-f", broken},
 			`config apply: ` + broken + `: not YAML or JSON: line 8: did not find expected key`},
 		{[]string{"config", "apply", "-f", routing, "-f", more},
-			`config apply: server answered 400 invalid_argument: document 4: spec.http[0].delegate: not supported (field documents[3].spec.http[0].delegate), in ` + more + ` (document 2)`},
+			`config apply: server answered 400 invalid_argument: document 4: spec.http[0].delegate: may not be set with route: the delegate's routes are the destinations (field documents[3].spec.http[0].delegate), in ` + more + ` (document 2)`},
 		{[]string{"nodes", "apply", "-f", dupKey},
 			`nodes apply: ` + dupKey + `: a key given twice: unmarshal errors: line 5: key "name" already set in map`},
 		{[]string{"place", "-f", dupPod},

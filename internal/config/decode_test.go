@@ -109,8 +109,8 @@ func TestDecodeErrors(t *testing.T) {
 			"spec.http[0].retries.backoff", ErrInvalid, ""},
 		{"retry backoff under 1ms", vsHead + "  - route: [{destination: {host: orders}}]\n    retries: {attempts: 2, backoff: 100us}\n",
 			"spec.http[0].retries.backoff", ErrInvalid, "at least 1ms"},
-		{"delegate not supported", vsHead + "  - route: [{destination: {host: orders}}]\n    delegate: {name: other}\n",
-			"spec.http[0].delegate", ErrNotSupported, "not supported"},
+		{"delegate with route", vsHead + "  - route: [{destination: {host: orders}}]\n    delegate: {name: other}\n",
+			"spec.http[0].delegate", ErrInvalid, "may not be set with route"},
 		{"mirror without host", vsHead + "  - route: [{destination: {host: orders}}]\n    mirror: {subset: v1}\n",
 			"spec.http[0].mirror.host", ErrInvalid, ""},
 		{"mirror and mirrors", vsHead + "  - route: [{destination: {host: orders}}]\n    mirror: {host: orders}\n    mirrors: [{destination: {host: orders}}]\n",
@@ -291,7 +291,7 @@ func TestDecodeStreamNamesDocument(t *testing.T) {
 	in := vsHead + "  - route: [{destination: {host: orders}}]\n---\n# second\n" + vsHead + "  - route: [{destination: {host: orders}}]\n    delegate: {name: x}\n"
 	in = strings.Replace(in, "name: orders\nspec", "name: other\nspec", 1)
 	_, err := Decode([]byte(in))
-	if err == nil || !strings.Contains(err.Error(), "document 2: spec.http[0].delegate: not supported") {
+	if err == nil || !strings.Contains(err.Error(), "document 2: spec.http[0].delegate: may not be set with route") {
 		t.Fatalf("got %v", err)
 	}
 	if _, err := Decode([]byte(vsHead + "  - route: [{destination: {host: orders}}]\n---\n" + vsHead + "  - route: [{destination: {host: orders}}]\n")); err == nil || !strings.Contains(err.Error(), "appears twice") {

@@ -30,6 +30,9 @@ type Index struct {
 	// only that route to the whole service (a cluster the mesh's routes may
 	// not name, which the push engine must publish for the gateways).
 	whole map[naming.ServiceKey]map[Key]bool
+	// roots maps a delegate VirtualService's key to the roots whose
+	// routes delegate to it (present or not), re-merged when it changes.
+	roots map[Key]map[Key]bool
 }
 
 // NewIndex returns an empty index.
@@ -42,6 +45,7 @@ func NewIndex() *Index {
 		se:      map[naming.ServiceKey][]Key{},
 		dest:    map[naming.ServiceKey]map[Key]bool{},
 		whole:   map[naming.ServiceKey]map[Key]bool{},
+		roots:   map[Key]map[Key]bool{},
 	}
 }
 
@@ -67,6 +71,20 @@ type derived struct {
 	// gateway are the services a VirtualService of Gateways only routes to
 	// as a whole (gatewayWhole).
 	gateway []naming.ServiceKey
+	// merged is a root VirtualService with its delegates' routes merged
+	// in (MergeDelegates); nil when it has no delegate routes.
+	merged *Object
+}
+
+// derive resolves o's hosts and destinations, a root VirtualService's
+// from its routes merged with its delegates' as the index holds them now.
+func (ix *Index) derive(o *Object) derived {
+	m, _ := MergeDelegates(o, ix.Get)
+	d := derived{hosts: Hosts(o), dests: Destinations(m), gateway: gatewayWhole(m)}
+	if m != o {
+		d.merged = m
+	}
+	return d
 }
 
 // gatewayWhole returns the services a VirtualService bound to Gateways
@@ -206,9 +224,28 @@ func (ix *Index) Put(o *Object) []naming.ServiceKey {
 		ix.unlink(old)
 	}
 	ix.objects[o.Key] = o
-	ix.derived[o.Key] = derived{hosts: Hosts(o), dests: Destinations(o), gateway: gatewayWhole(o)}
+	ix.derived[o.Key] = ix.derive(o)
 	ix.link(o)
-	return dedupe(append(touched, ix.touched(o)...))
+	touched = append(touched, ix.touched(o)...)
+	return dedupe(append(touched, ix.remerge(o.Key)...))
+}
+
+// remerge derives again the roots delegating to k (after k changed) and
+// returns the services they touched before and after.
+func (ix *Index) remerge(k Key) []naming.ServiceKey {
+	var out []naming.ServiceKey
+	for rk := range ix.roots[k] {
+		r := ix.objects[rk]
+		if r == nil || rk == k {
+			continue
+		}
+		out = append(out, ix.touched(r)...)
+		ix.unlink(r)
+		ix.derived[rk] = ix.derive(r)
+		ix.link(r)
+		out = append(out, ix.touched(r)...)
+	}
+	return out
 }
 
 // Delete removes the object under k and returns the services it touched,
@@ -222,7 +259,7 @@ func (ix *Index) Delete(k Key) []naming.ServiceKey {
 	ix.unlink(old)
 	delete(ix.objects, k)
 	delete(ix.derived, k)
-	return dedupe(touched)
+	return dedupe(append(touched, ix.remerge(k)...))
 }
 
 func (ix *Index) touched(o *Object) []naming.ServiceKey {
@@ -272,6 +309,14 @@ func (ix *Index) link(o *Object) {
 			}
 			set[o.Key] = true
 		}
+		for _, d := range Delegates(o) {
+			set := ix.roots[d]
+			if set == nil {
+				set = map[Key]bool{}
+				ix.roots[d] = set
+			}
+			set[o.Key] = true
+		}
 	}
 	for _, h := range ix.hosts(o) {
 		keys := byHost[h]
@@ -299,6 +344,14 @@ func (ix *Index) unlink(o *Object) {
 				}
 			}
 		}
+		for _, d := range Delegates(o) {
+			if set := ix.roots[d]; set != nil {
+				delete(set, o.Key)
+				if len(set) == 0 {
+					delete(ix.roots, d)
+				}
+			}
+		}
 	}
 	for _, h := range ix.hosts(o) {
 		keys := byHost[h]
@@ -313,12 +366,23 @@ func (ix *Index) unlink(o *Object) {
 	}
 }
 
-// VirtualService returns the VirtualService in force for s, or nil.
+// VirtualService returns the VirtualService in force for s, or nil. A
+// root's delegate routes are replaced by its delegates' routes, merged
+// (MergeDelegates).
 func (ix *Index) VirtualService(s naming.ServiceKey) *Object {
 	if keys := ix.vs[s]; len(keys) > 0 {
+		if m := ix.derived[keys[0]].merged; m != nil {
+			return m
+		}
 		return ix.objects[keys[0]]
 	}
 	return nil
+}
+
+// inForce reports whether VirtualService k is the one in force for h.
+func (ix *Index) inForce(h naming.ServiceKey, k Key) bool {
+	keys := ix.vs[h]
+	return len(keys) > 0 && keys[0] == k
 }
 
 // DestinationRule returns the DestinationRule in force for s, or nil.
@@ -352,7 +416,7 @@ func (ix *Index) RoutesTo(s naming.ServiceKey) []naming.ServiceKey {
 	for k := range ix.dest[s] {
 		o := ix.objects[k]
 		for _, h := range ix.hosts(o) {
-			if ix.VirtualService(h) == o {
+			if ix.inForce(h, k) {
 				out = append(out, h)
 			}
 		}
@@ -369,7 +433,7 @@ func (ix *Index) DestinationsOf(s naming.ServiceKey) []Destination {
 		o := ix.objects[k]
 		inForce := false
 		for _, h := range ix.hosts(o) {
-			if ix.VirtualService(h) == o {
+			if ix.inForce(h, k) {
 				inForce = true
 				break
 			}
@@ -438,6 +502,7 @@ func (ix *Index) Warnings(o *Object, also ...*Object) []string {
 		}
 	}
 	if o.VirtualService != nil {
+		out = append(out, ix.delegateWarnings(o, also)...)
 		for i, r := range o.VirtualService.Http {
 			for j, d := range r.Route {
 				if d.GetDestination().GetSubset() == "" {
@@ -450,6 +515,33 @@ func (ix *Index) Warnings(o *Object, also ...*Object) []string {
 				if !HasSubset(ix.DestinationRule(k), d.Destination.Subset) && !alsoHasSubset(also, k, d.Destination.Subset) {
 					out = append(out, fmt.Sprintf("spec.http[%d].route[%d].destination.subset: no DestinationRule defines subset %q of %s yet", i, j, d.Destination.Subset, k))
 				}
+			}
+		}
+	}
+	return out
+}
+
+// delegateWarnings says which routes of o's delegates (o a root), or of
+// the roots delegating to o (o a delegate), would be left out once o is
+// applied, and why (MergeDelegates), with the objects of also applied too.
+func (ix *Index) delegateWarnings(o *Object, also []*Object) []string {
+	get := func(k Key) *Object {
+		if k == o.Key {
+			return o
+		}
+		for _, a := range also {
+			if a.Key == k {
+				return a
+			}
+		}
+		return ix.objects[k]
+	}
+	_, out := MergeDelegates(o, get)
+	for _, rk := range slices.SortedFunc(maps.Keys(ix.roots[o.Key]), Key.Compare) {
+		if r := get(rk); r != nil && rk != o.Key {
+			_, notes := MergeDelegates(r, get)
+			for _, n := range notes {
+				out = append(out, rk.String()+": "+n)
 			}
 		}
 	}

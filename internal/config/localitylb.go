@@ -7,16 +7,17 @@ import (
 
 	networking "istio.io/api/networking/v1"
 
+	"github.com/sextant-mesh/sextant/internal/label"
 	"github.com/sextant-mesh/sextant/internal/locality"
 )
 
 // A DestinationRule's loadBalancer.localityLbSetting: the rules of the
 // EDS priorities and locality weights each subscriber is sent from its own
-// locality (internal/xds/localityeds.go). failoverPriority is refused: it
-// orders endpoints by the client's labels, which a subscriber does not send.
+// locality (internal/xds/localityeds.go) and, with failoverPriority, its
+// labels (the node's LABELS; internal/xds/failoverpriority.go).
 func init() {
 	allow(&networking.LoadBalancerSettings{}, "locality_lb_setting")
-	allow(&networking.LocalityLoadBalancerSetting{}, "distribute", "failover", "enabled")
+	allow(&networking.LocalityLoadBalancerSetting{}, "distribute", "failover", "enabled", "failover_priority")
 	allow(&networking.LocalityLoadBalancerSetting_Distribute{}, "from", "to")
 	allow(&networking.LocalityLoadBalancerSetting_Failover{}, "from", "to")
 }
@@ -39,6 +40,18 @@ func validateLocalityLb(c errs, path string, s *networking.LocalityLoadBalancerS
 		}
 		if sum != 100 {
 			c.add(join(p, "to"), ErrInvalid, "weights sum to %d, want 100", sum)
+		}
+	}
+	for i, fp := range s.GetFailoverPriority() {
+		p := index(join(path, "failoverPriority"), i)
+		k, _, _ := strings.Cut(fp, "=")
+		if !label.ValidKey(k) {
+			c.add(p, ErrInvalid, "%q: want a label key, or key=value (1..128 of [A-Za-z0-9._/-] before the =)", fp)
+		}
+		// Istio's rule: the topology labels and failover order the same
+		// thing twice.
+		if len(s.GetFailover()) > 0 && slices.Contains(topologyLabels, k) {
+			c.add(p, ErrInvalid, "%q: cannot be set with failover (Istio's rule: failover already orders by region)", k)
 		}
 	}
 	for i, f := range s.GetFailover() {
@@ -65,6 +78,7 @@ func localityRules(s *networking.LocalityLoadBalancerSetting) *locality.Rules {
 	for _, f := range s.GetFailover() {
 		r.Failover = append(r.Failover, locality.Failover{From: f.GetFrom(), To: f.GetTo()})
 	}
+	r.FailoverPriority = slices.Clone(s.GetFailoverPriority())
 	for _, d := range s.GetDistribute() {
 		ld := locality.Distribute{From: d.GetFrom()}
 		for to, w := range d.GetTo() {
@@ -77,6 +91,10 @@ func localityRules(s *networking.LocalityLoadBalancerSetting) *locality.Rules {
 	}
 	return r
 }
+
+// topologyLabels are the labels failoverPriority reads from localities
+// (and network), as Istio's.
+var topologyLabels = []string{locality.LabelNetwork, locality.LabelRegion, locality.LabelZone, locality.LabelSubZone}
 
 // specificity counts a pattern's named parts.
 func specificity(p string) int {

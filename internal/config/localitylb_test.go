@@ -64,7 +64,8 @@ func TestLocalityLbSettingErrors(t *testing.T) {
 		{"both", dr + "        distribute: [{from: 'r1', to: {'r1': 100}}]\n        failover: [{from: r1, to: r2}]\n", path, ErrInvalid, "both"},
 		{"same region", dr + "        failover: [{from: r1, to: r1}]\n", path + ".failover[0]", ErrInvalid, "both \"r1\""},
 		{"zone", dr + "        failover: [{from: r1/z1, to: r2}]\n", path + ".failover[0].from", ErrInvalid, "want a region"},
-		{"failoverPriority", dr + "        failoverPriority: [topology.istio.io/network]\n", path + ".failoverPriority", ErrNotSupported, ""},
+		{"failoverPriority bad key", dr + "        failoverPriority: [\"a b\"]\n", path + ".failoverPriority[0]", ErrInvalid, "want a label key"},
+		{"failoverPriority topology with failover", dr + "        failover: [{from: r1, to: r2}]\n        failoverPriority: [topology.kubernetes.io/region]\n", path + ".failoverPriority[0]", ErrInvalid, "cannot be set with failover"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := Decode([]byte(c.yaml))

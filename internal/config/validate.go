@@ -106,8 +106,9 @@ func validate(c errs, path string, o *Object) {
 
 func validateVS(c errs, path, ns string, vs *networking.VirtualService) {
 	gateways := vs.Gateways
-	if len(vs.Hosts) == 0 {
-		c.add(join(path, "hosts"), ErrInvalid, "at least one host is required")
+	if IsDelegate(vs) {
+		// No hosts: a delegate, reached through a root's delegate route.
+		validateDelegateVS(c, path, vs)
 	}
 	validateGatewayRefs(c, join(path, "gateways"), vs.Gateways)
 	if !InMesh(vs) {
@@ -176,6 +177,8 @@ func validateRoute(c errs, path, ns string, r *networking.HTTPRoute) {
 		}
 	}
 	switch {
+	case r.Delegate != nil:
+		validateDelegateRoute(c, path, r)
 	case r.Redirect != nil:
 		validateRedirect(c, join(path, "redirect"), r)
 	case r.DirectResponse != nil:

@@ -162,7 +162,7 @@ func TestConfigBadInput(t *testing.T) {
 	for name, tc := range map[string]struct {
 		path, body, field string
 	}{
-		"unsupported field": {"/v1/config:apply", strings.Replace(testVS, "  - route:", "  - delegate: {name: x}\n    route:", 1), "spec.http[0].delegate"},
+		"unsupported field": {"/v1/config:apply", strings.Replace(testVS, "  - route:", "  - match: [{statPrefix: x}]\n    route:", 1), "spec.http[0].match[0].statPrefix"},
 		"typo":              {"/v1/config:apply", strings.Replace(testDR, "subsets:", "subset:", 1), "spec.subset"},
 		"second document":   {"/v1/config:apply", testDR + "---\n" + strings.Replace(testVS, "hosts:", "hostz:", 1), "documents[1].spec.hostz"},
 		"empty":             {"/v1/config:apply", "", ""},

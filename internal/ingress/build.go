@@ -82,6 +82,7 @@ func Build(gws, vss []*config.Entry, secretOf func(ns, name string) *secret.Secr
 // destinations' consistent-hash policies.
 func BuildWithPolicies(gws, vss, drs []*config.Entry, sec *config.Security, secretOf func(ns, name string) *secret.Secret) ([3]map[string]proto.Message, []string) {
 	out := [3]map[string]proto.Message{{}, {}, {}}
+	vss = withDelegates(vss)
 	ports, order, warns := gatewayPorts(gws)
 	hashFor := hashes(drs)
 	var tcpDRs *config.Index

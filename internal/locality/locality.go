@@ -232,6 +232,11 @@ type Rules struct {
 	Off        bool
 	Failover   []Failover
 	Distribute []Distribute
+	// FailoverPriority is `failoverPriority`: label keys, each optionally
+	// "key=value" (the value to match instead of the client's), ordering
+	// endpoints into priorities by how many of them, in order, match the
+	// client's (FailoverPriorityOf).
+	FailoverPriority []string
 }
 
 // Equal reports whether r and o say the same (nil is the zero Rules).
@@ -243,6 +248,6 @@ func (r *Rules) Equal(o *Rules) bool {
 	if o == nil {
 		o = &zero
 	}
-	return r.Off == o.Off && slices.Equal(r.Failover, o.Failover) &&
+	return r.Off == o.Off && slices.Equal(r.Failover, o.Failover) && slices.Equal(r.FailoverPriority, o.FailoverPriority) &&
 		slices.EqualFunc(r.Distribute, o.Distribute, func(a, b Distribute) bool { return a.From == b.From && slices.Equal(a.To, b.To) })
 }

@@ -170,3 +170,28 @@ func BenchmarkLoad(b *testing.B) {
 		out = Load(levels, out)
 	}
 }
+
+// TestFailoverPriority: Istio's ordering by leading labels matched, with
+// a key=value override.
+func TestFailoverPriority(t *testing.T) {
+	client := map[string]string{"network": "n1", "tier": "gold"}
+	keys := []string{"network", "tier"}
+	for _, tc := range []struct {
+		name string
+		keys []string
+		ep   map[string]string
+		want uint32
+	}{
+		{"both match", keys, map[string]string{"network": "n1", "tier": "gold"}, 0},
+		{"first only", keys, map[string]string{"network": "n1", "tier": "silver"}, 1},
+		{"first differs", keys, map[string]string{"network": "n2", "tier": "gold"}, 2},
+		{"absent on both sides matches", []string{"rack"}, map[string]string{}, 0},
+		{"override", []string{"tier=silver"}, map[string]string{"tier": "silver"}, 0},
+		{"override differs", []string{"tier=silver"}, map[string]string{"tier": "gold"}, 1},
+	} {
+		got := FailoverPriority(tc.keys, func(k string) string { return client[k] }, func(k string) string { return tc.ep[k] })
+		if got != tc.want {
+			t.Errorf("%s: %d, want %d", tc.name, got, tc.want)
+		}
+	}
+}

@@ -260,7 +260,7 @@ func (e *Engine) recomputeEndpoints(s naming.ServiceKey, version string, origin 
 			continue
 		}
 		eps, usable := e.endpoints(s, spec, c)
-		res = append(res, xds.Resource{Name: c.name, Version: version, Message: xds.LoadAssignment(c.name, eps), Locality: c.locality})
+		res = append(res, xds.Resource{Name: c.name, Version: version, Message: xds.LoadAssignmentFor(c.name, eps, c.locality), Locality: c.locality})
 		if c.usable != nil {
 			if old := c.usable.v.Swap(usableValue(usable)); old != usableUnknown && old != usableValue(usable) {
 				flipped = true

@@ -131,6 +131,9 @@ func (s *subscriber) view(t Type, e *entry) *entry {
 	if e != nil && e.bySource {
 		return sourceVariants.of(e, s.source.key, func() *entry { return sourceVariant(e, s.source) })
 	}
+	if e != nil && t == TypeEndpoint && usesFailoverPriority(e) {
+		return failoverVariants.of(e, failoverKey{s.locality, s.source.key}, func() *entry { return failoverVariant(e, s.locality, s.source.labels) })
+	}
 	if e == nil || t != TypeEndpoint || s.locality == (topo.Locality{}) {
 		return e
 	}
