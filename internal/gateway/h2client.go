@@ -281,7 +281,7 @@ func (cc *h2ClientConn) roundTrip(req *http.Request) (*http.Response, error) {
 	}
 	// A call without a body ends with its HEADERS: sent before the answer
 	// can end (finish would reset a stream still sending).
-	st := &h2Stream{cc: cc, resCh: make(chan struct{}), sent: body == nil}
+	st := &h2Stream{cc: cc, ctx: ctx, resCh: make(chan struct{}), sent: body == nil}
 	st.cond.L = &st.mu
 
 	cc.wmu.Lock()
@@ -510,6 +510,7 @@ func (cc *h2ClientConn) resetStream(id uint32, code http2.ErrCode) {
 // h2Stream is one call on an h2ClientConn; it is the answer's Body.
 type h2Stream struct {
 	cc      *h2ClientConn
+	ctx     context.Context // the call's
 	id      uint32
 	sendWin int64 // cc.mu
 	resCh   chan struct{}
@@ -732,6 +733,9 @@ func (st *h2Stream) sendBody(body io.ReadCloser) {
 		n, rerr := body.Read(buf)
 		end := rerr == io.EOF
 		if rerr != nil && !end {
+			if err := st.ctx.Err(); err != nil {
+				rerr = err // the body ended because the call did
+			}
 			st.abort(fmt.Errorf("gateway: request body: %w", rerr))
 			return
 		}
