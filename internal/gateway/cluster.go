@@ -88,42 +88,33 @@ func (u *h1Upstream) do(req *fasthttp.Request, resp *fasthttp.Response, deadline
 
 func (u *h1Upstream) closeIdle() { u.hc.CloseIdleConnections() }
 
-// h2cUpstream is HTTP/2 through net/http's transport, for clusters that
-// ask for it: over cleartext (prior knowledge), or over TLS (ALPN h2) for
-// a cluster with a TLS transport socket.
+// h2cUpstream is HTTP/2 through the gateway's own client (h2client.go),
+// for clusters that ask for it: over cleartext (prior knowledge), or over
+// TLS (ALPN h2) for a cluster with a TLS transport socket.
 type h2cUpstream struct {
 	addr   string
 	scheme string // "http" (h2c) or "https"
-	tr     *http.Transport
+	tr     *h2Client
 }
 
 func newH2CUpstream(addr string, connect time.Duration, ut *upstreamTLS) *h2cUpstream {
-	var p http.Protocols
-	tr := &http.Transport{
-		Protocols:          &p,
-		HTTP2:              h2Config(),
-		DisableCompression: true,
-		IdleConnTimeout:    60 * time.Second,
-	}
 	if ut == nil {
-		p.SetUnencryptedHTTP2(true)
 		d := &net.Dialer{Timeout: connect}
-		tr.DialContext = func(ctx context.Context, network, a string) (net.Conn, error) {
-			c, err := d.DialContext(ctx, network, a)
+		dial := func(ctx context.Context) (net.Conn, error) {
+			c, err := d.DialContext(ctx, "tcp", addr)
 			if err != nil {
 				return nil, err
 			}
-			bc := newBatchConn(c) // batchconn.go: the transport flushes per frame
+			bc := newBatchConn(c) // batchconn.go: a unary call's frames in one write
 			bc.start()
 			return bc, nil
 		}
-		return &h2cUpstream{addr: addr, scheme: "http", tr: tr}
+		return &h2cUpstream{addr: addr, scheme: "http", tr: &h2Client{scheme: "http", dial: dial, idle: 60 * time.Second}}
 	}
-	p.SetHTTP2(true)
 	// The handshake is the gateway's own, with the cluster's current
 	// config (rotated secrets apply to new connections).
-	tr.DialTLSContext = func(ctx context.Context, _, a string) (net.Conn, error) { return ut.dial(ctx, a, connect, true) }
-	return &h2cUpstream{addr: addr, scheme: "https", tr: tr}
+	dial := func(ctx context.Context) (net.Conn, error) { return ut.dial(ctx, addr, connect, true) }
+	return &h2cUpstream{addr: addr, scheme: "https", tr: &h2Client{scheme: "https", dial: dial, idle: 60 * time.Second}}
 }
 
 func (u *h2cUpstream) do(req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time, idle time.Duration) error {

@@ -1,0 +1,811 @@
+package gateway
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+)
+
+// h2Client is the gateway's HTTP/2 client to one endpoint (h2c, or h2 over
+// TLS): it speaks frames itself (x/net's Framer) instead of net/http's
+// transport. A call's HEADERS (and, for a call without a body, its end) are
+// written by the caller's goroutine straight to the connection; one reader
+// goroutine per connection decodes the answer's frames into the stream's
+// buffer, which the caller reads; a request body is copied by a goroutine of
+// its stream (the client may send while it reads the answer). What
+// net/http's transport adds per call and this does not: its doRequest
+// goroutine and the select hand-offs between it, the read loop and the
+// caller, and its per-frame flushes. What it does not do: request trailers
+// (the gateway sends none), server push (refused in SETTINGS), priorities.
+type h2Client struct {
+	scheme string // "http" or "https", for :scheme
+	dial   func(ctx context.Context) (net.Conn, error)
+	idle   time.Duration // an idle connection is closed after it
+
+	mu      sync.Mutex
+	conns   []*h2ClientConn
+	dialing *h2Dial // the dial in progress: others wait for it
+}
+
+type h2Dial struct {
+	done chan struct{}
+	cc   *h2ClientConn
+	err  error
+}
+
+const (
+	h2StreamWindow = 1 << 20 // what a stream may send before the caller reads it
+	h2ConnWindow   = 1 << 30 // the connection's: credited as frames arrive
+	h2MaxHeaders   = 1 << 20 // the largest answer header list accepted
+)
+
+var errH2ConnClosed = errors.New("gateway: http2 connection closed")
+
+// RoundTrip sends req on a connection to the endpoint and returns the
+// answer once its headers arrived; its Body streams the rest, its Trailer
+// is set when Body returned io.EOF. req's context bounds the whole call.
+func (p *h2Client) RoundTrip(req *http.Request) (*http.Response, error) {
+	ctx := req.Context()
+	cc, err := p.conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return cc.roundTrip(req)
+}
+
+// conn returns a connection with room for one more stream (counted as
+// taken), dialing one if none has.
+func (p *h2Client) conn(ctx context.Context) (*h2ClientConn, error) {
+	for {
+		p.mu.Lock()
+		for _, cc := range p.conns {
+			if cc.reserve() {
+				p.mu.Unlock()
+				return cc, nil
+			}
+		}
+		if d := p.dialing; d != nil {
+			p.mu.Unlock()
+			select {
+			case <-d.done:
+				if d.err != nil {
+					return nil, d.err
+				}
+				continue
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		d := &h2Dial{done: make(chan struct{})}
+		p.dialing = d
+		p.mu.Unlock()
+		d.cc, d.err = p.newConn(ctx)
+		p.mu.Lock()
+		p.dialing = nil
+		if d.err == nil {
+			p.conns = append(p.conns, d.cc)
+		}
+		p.mu.Unlock()
+		close(d.done)
+		if d.err != nil {
+			return nil, d.err
+		}
+	}
+}
+
+// remove drops a dead or drained connection from the pool.
+func (p *h2Client) remove(cc *h2ClientConn) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i, c := range p.conns {
+		if c == cc {
+			p.conns = append(p.conns[:i], p.conns[i+1:]...)
+			return
+		}
+	}
+}
+
+// CloseIdleConnections closes the connections without a call in flight.
+func (p *h2Client) CloseIdleConnections() {
+	p.mu.Lock()
+	conns := append([]*h2ClientConn(nil), p.conns...)
+	p.mu.Unlock()
+	for _, cc := range conns {
+		cc.closeIfIdle()
+	}
+}
+
+// h2ClientConn is one HTTP/2 connection to an endpoint. Lock order: wmu,
+// then mu, then a stream's mu.
+type h2ClientConn struct {
+	p    *h2Client
+	conn net.Conn
+
+	wmu  sync.Mutex // one writer of frames at a time; stream IDs are taken under it
+	wbuf bytes.Buffer
+	wfr  *http2.Framer // writes into wbuf
+	hbuf bytes.Buffer
+	henc *hpack.Encoder // no dynamic table (h2Config's reason)
+
+	mu         sync.Mutex
+	cond       sync.Cond // the send windows grew, or a stream or the connection ended
+	streams    map[uint32]*h2Stream
+	nextID     uint32
+	active     int // streams taken (reserved or open)
+	maxStreams int // the peer's SETTINGS_MAX_CONCURRENT_STREAMS
+	sendWin    int64
+	initWin    int64 // the peer's SETTINGS_INITIAL_WINDOW_SIZE
+	maxFrame   int   // the peer's SETTINGS_MAX_FRAME_SIZE
+	goaway     bool  // no new streams
+	err        error // set once the connection is dead
+	idleTimer  *time.Timer
+}
+
+func (p *h2Client) newConn(ctx context.Context) (*h2ClientConn, error) {
+	c, err := p.dial(ctx)
+	if err != nil {
+		return nil, err
+	}
+	cc := &h2ClientConn{p: p, conn: c, streams: make(map[uint32]*h2Stream), nextID: 1,
+		maxStreams: 100, sendWin: 65535, initWin: 65535, maxFrame: 16384}
+	cc.cond.L = &cc.mu
+	cc.wfr = http2.NewFramer(&cc.wbuf, nil)
+	cc.henc = hpack.NewEncoder(&cc.hbuf)
+	cc.henc.SetMaxDynamicTableSizeLimit(0)
+	cc.wbuf.Write([]byte(http2.ClientPreface))
+	_ = cc.wfr.WriteSettings(
+		http2.Setting{ID: http2.SettingEnablePush, Val: 0},
+		http2.Setting{ID: http2.SettingInitialWindowSize, Val: h2StreamWindow},
+		http2.Setting{ID: http2.SettingMaxHeaderListSize, Val: h2MaxHeaders},
+	)
+	_ = cc.wfr.WriteWindowUpdate(0, h2ConnWindow-65535)
+	if _, err := c.Write(cc.wbuf.Bytes()); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("gateway: http2 preface: %w", err)
+	}
+	cc.wbuf.Reset()
+	go cc.readLoop()
+	return cc, nil
+}
+
+// reserve takes a stream slot if the connection can open one more.
+func (cc *h2ClientConn) reserve() bool {
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	if cc.err != nil || cc.goaway || cc.active >= cc.maxStreams || cc.nextID >= 1<<31-1 {
+		return false
+	}
+	cc.active++
+	if cc.idleTimer != nil {
+		cc.idleTimer.Stop()
+	}
+	return true
+}
+
+// release gives a stream slot back; cc.mu is held.
+func (cc *h2ClientConn) releaseLocked() {
+	cc.active--
+	if cc.active > 0 || cc.err != nil {
+		return
+	}
+	if cc.goaway {
+		go cc.close(errH2ConnClosed) // drained
+		return
+	}
+	if cc.p.idle > 0 {
+		if cc.idleTimer == nil {
+			cc.idleTimer = time.AfterFunc(cc.p.idle, cc.closeIfIdle)
+		} else {
+			cc.idleTimer.Reset(cc.p.idle)
+		}
+	}
+}
+
+func (cc *h2ClientConn) closeIfIdle() {
+	cc.mu.Lock()
+	idle := cc.active == 0
+	if idle {
+		cc.goaway = true // reserve takes no stream from here on
+	}
+	cc.mu.Unlock()
+	if idle {
+		cc.close(errH2ConnClosed)
+	}
+}
+
+// close ends the connection and every stream on it with err.
+func (cc *h2ClientConn) close(err error) {
+	cc.mu.Lock()
+	if cc.err != nil {
+		cc.mu.Unlock()
+		return
+	}
+	cc.err = err
+	streams := make([]*h2Stream, 0, len(cc.streams))
+	for _, st := range cc.streams {
+		streams = append(streams, st)
+	}
+	clear(cc.streams)
+	if cc.idleTimer != nil {
+		cc.idleTimer.Stop()
+	}
+	cc.cond.Broadcast()
+	cc.mu.Unlock()
+	cc.p.remove(cc)
+	cc.conn.Close()
+	for _, st := range streams {
+		st.fail(err)
+	}
+}
+
+// flushLocked writes the frames written to wbuf in one write of the
+// connection; cc.wmu is held.
+func (cc *h2ClientConn) flushLocked() error {
+	if cc.wbuf.Len() == 0 {
+		return nil
+	}
+	_, err := cc.conn.Write(cc.wbuf.Bytes())
+	cc.wbuf.Reset()
+	if err != nil {
+		go cc.close(fmt.Errorf("gateway: http2 write: %w", err))
+	}
+	return err
+}
+
+// connection-specific headers an HTTP/2 request must not carry.
+func h2SkipHeader(k string) bool {
+	switch k {
+	case "Host", "Content-Length", "Connection", "Keep-Alive", "Proxy-Connection", "Transfer-Encoding", "Upgrade":
+		return true
+	}
+	return false
+}
+
+func (cc *h2ClientConn) roundTrip(req *http.Request) (*http.Response, error) {
+	ctx := req.Context()
+	body := req.Body
+	if body == http.NoBody || req.ContentLength == 0 {
+		body = nil
+	}
+	// A call without a body ends with its HEADERS: sent before the answer
+	// can end (finish would reset a stream still sending).
+	st := &h2Stream{cc: cc, ctx: ctx, resCh: make(chan struct{}), sent: body == nil}
+	st.cond.L = &st.mu
+
+	cc.wmu.Lock()
+	cc.mu.Lock()
+	if cc.err != nil {
+		err := cc.err
+		cc.releaseLocked()
+		cc.mu.Unlock()
+		cc.wmu.Unlock()
+		return nil, err
+	}
+	st.id = cc.nextID
+	cc.nextID += 2
+	st.sendWin = cc.initWin
+	cc.streams[st.id] = st
+	cc.mu.Unlock()
+
+	cc.hbuf.Reset()
+	host := req.Host
+	if host == "" {
+		host = req.URL.Host
+	}
+	enc := cc.henc
+	_ = enc.WriteField(hpack.HeaderField{Name: ":method", Value: req.Method})
+	_ = enc.WriteField(hpack.HeaderField{Name: ":scheme", Value: cc.p.scheme})
+	_ = enc.WriteField(hpack.HeaderField{Name: ":authority", Value: host})
+	_ = enc.WriteField(hpack.HeaderField{Name: ":path", Value: req.URL.RequestURI()})
+	for k, vs := range req.Header {
+		if h2SkipHeader(k) {
+			continue
+		}
+		name := lowerHeader(k)
+		for _, v := range vs {
+			if name == "te" && !strings.EqualFold(v, "trailers") {
+				continue
+			}
+			_ = enc.WriteField(hpack.HeaderField{Name: name, Value: v})
+		}
+	}
+	if req.ContentLength > 0 {
+		_ = enc.WriteField(hpack.HeaderField{Name: "content-length", Value: strconv.FormatInt(req.ContentLength, 10)})
+	}
+	cc.writeHeadersLocked(st.id, body == nil, cc.hbuf.Bytes())
+	err := cc.flushLocked()
+	cc.wmu.Unlock()
+	if err != nil {
+		st.fail(err)
+		return nil, err
+	}
+	// A cancelled or expired call resets its stream and wakes its reader.
+	st.stop = context.AfterFunc(ctx, func() { st.abort(ctx.Err()) })
+	if body != nil {
+		go st.sendBody(body)
+	}
+	<-st.resCh
+	st.mu.Lock()
+	res, err := st.res, st.err
+	st.mu.Unlock()
+	if res == nil {
+		if err == nil {
+			err = errH2ConnClosed
+		}
+		st.stop()
+		st.abort(err)
+		return nil, err
+	}
+	res.Request = req
+	return res, nil
+}
+
+// writeHeadersLocked writes a header block as HEADERS and CONTINUATION
+// frames of the peer's maximum size; cc.wmu is held.
+func (cc *h2ClientConn) writeHeadersLocked(id uint32, end bool, block []byte) {
+	cc.mu.Lock()
+	max := cc.maxFrame
+	cc.mu.Unlock()
+	first := true
+	for first || len(block) > 0 {
+		chunk := block
+		if len(chunk) > max {
+			chunk = chunk[:max]
+		}
+		block = block[len(chunk):]
+		if first {
+			_ = cc.wfr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: chunk, EndStream: end, EndHeaders: len(block) == 0})
+			first = false
+		} else {
+			_ = cc.wfr.WriteContinuation(id, len(block) == 0, chunk)
+		}
+	}
+}
+
+// readLoop reads the connection's frames until it fails; it owns the
+// connection's read side and ends when the connection is closed.
+func (cc *h2ClientConn) readLoop() {
+	fr := http2.NewFramer(nil, bufio.NewReaderSize(cc.conn, 16<<10))
+	fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	fr.MaxHeaderListSize = h2MaxHeaders
+	var connUnacked int64
+	for {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			var se http2.StreamError
+			if errors.As(err, &se) {
+				if st := cc.stream(se.StreamID); st != nil {
+					st.fail(fmt.Errorf("gateway: http2 stream: %w", se))
+					cc.resetStream(se.StreamID, se.Code)
+				}
+				continue
+			}
+			cc.close(fmt.Errorf("gateway: http2 read: %w", err))
+			return
+		}
+		switch f := f.(type) {
+		case *http2.MetaHeadersFrame:
+			if st := cc.stream(f.StreamID); st != nil {
+				st.onHeaders(f)
+			}
+		case *http2.DataFrame:
+			if n := int64(f.Length); n > 0 {
+				connUnacked += n
+				if connUnacked >= h2ConnWindow/2 {
+					cc.windowUpdate(0, uint32(connUnacked))
+					connUnacked = 0
+				}
+			}
+			if st := cc.stream(f.StreamID); st != nil {
+				st.onData(f.Data(), int(f.Length)-len(f.Data()), f.StreamEnded())
+			}
+		case *http2.RSTStreamFrame:
+			if st := cc.stream(f.StreamID); st != nil {
+				st.fail(fmt.Errorf("gateway: http2 stream reset by the endpoint: %w", http2.StreamError{StreamID: f.StreamID, Code: f.ErrCode}))
+			}
+		case *http2.SettingsFrame:
+			if f.IsAck() {
+				continue
+			}
+			cc.onSettings(f)
+		case *http2.WindowUpdateFrame:
+			cc.mu.Lock()
+			if f.StreamID == 0 {
+				cc.sendWin += int64(f.Increment)
+			} else if st := cc.streams[f.StreamID]; st != nil {
+				st.sendWin += int64(f.Increment)
+			}
+			cc.cond.Broadcast()
+			cc.mu.Unlock()
+		case *http2.PingFrame:
+			if !f.IsAck() {
+				cc.wmu.Lock()
+				_ = cc.wfr.WritePing(true, f.Data)
+				_ = cc.flushLocked()
+				cc.wmu.Unlock()
+			}
+		case *http2.GoAwayFrame:
+			cc.mu.Lock()
+			cc.goaway = true
+			var late []*h2Stream
+			for id, st := range cc.streams {
+				if id > f.LastStreamID {
+					late = append(late, st)
+				}
+			}
+			idle := cc.active == 0
+			cc.mu.Unlock()
+			cc.p.remove(cc)
+			for _, st := range late {
+				st.fail(fmt.Errorf("gateway: http2 stream refused by the endpoint's GOAWAY (%v)", f.ErrCode))
+			}
+			if idle {
+				cc.close(errH2ConnClosed)
+				return
+			}
+		case *http2.PushPromiseFrame:
+			cc.close(errors.New("gateway: http2 push promise, though push was disabled"))
+			return
+		}
+	}
+}
+
+func (cc *h2ClientConn) stream(id uint32) *h2Stream {
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	return cc.streams[id]
+}
+
+func (cc *h2ClientConn) onSettings(f *http2.SettingsFrame) {
+	cc.mu.Lock()
+	_ = f.ForeachSetting(func(s http2.Setting) error {
+		switch s.ID {
+		case http2.SettingMaxConcurrentStreams:
+			cc.maxStreams = int(min(s.Val, 1<<20))
+		case http2.SettingInitialWindowSize:
+			d := int64(s.Val) - cc.initWin
+			cc.initWin = int64(s.Val)
+			for _, st := range cc.streams {
+				st.sendWin += d
+			}
+		case http2.SettingMaxFrameSize:
+			cc.maxFrame = int(s.Val)
+		}
+		return nil
+	})
+	cc.cond.Broadcast()
+	cc.mu.Unlock()
+	cc.wmu.Lock()
+	_ = cc.wfr.WriteSettingsAck()
+	_ = cc.flushLocked()
+	cc.wmu.Unlock()
+}
+
+func (cc *h2ClientConn) windowUpdate(id uint32, n uint32) {
+	cc.wmu.Lock()
+	_ = cc.wfr.WriteWindowUpdate(id, n)
+	_ = cc.flushLocked()
+	cc.wmu.Unlock()
+}
+
+func (cc *h2ClientConn) resetStream(id uint32, code http2.ErrCode) {
+	cc.wmu.Lock()
+	_ = cc.wfr.WriteRSTStream(id, code)
+	_ = cc.flushLocked()
+	cc.wmu.Unlock()
+}
+
+// h2Stream is one call on an h2ClientConn; it is the answer's Body.
+type h2Stream struct {
+	cc      *h2ClientConn
+	ctx     context.Context // the call's
+	id      uint32
+	sendWin int64 // cc.mu
+	resCh   chan struct{}
+	stop    func() bool // the context's AfterFunc
+
+	mu       sync.Mutex
+	cond     sync.Cond // data, the end, or a failure
+	res      *http.Response
+	buf      []byte
+	off      int
+	eof      bool  // the answer ended (END_STREAM)
+	err      error // the call failed
+	sent     bool  // the request's end was written
+	done     bool  // removed from the connection
+	unacked  int   // bytes read since the last WINDOW_UPDATE
+	resReady bool  // resCh closed
+}
+
+// onHeaders takes the answer's headers or its trailers; the reader's
+// goroutine calls it.
+func (st *h2Stream) onHeaders(f *http2.MetaHeadersFrame) {
+	st.mu.Lock()
+	if st.res == nil {
+		status, err := strconv.Atoi(f.PseudoValue("status"))
+		if err != nil || status < 100 {
+			st.mu.Unlock()
+			st.fail(errors.New("gateway: http2 answer without a valid :status"))
+			st.cc.resetStream(st.id, http2.ErrCodeProtocol)
+			return
+		}
+		if status < 200 && status != 101 {
+			st.mu.Unlock() // informational: the answer follows
+			return
+		}
+		h := make(http.Header, len(f.Fields))
+		cl := int64(-1)
+		for _, hf := range f.RegularFields() {
+			k := canonicalHeader(hf.Name)
+			h[k] = append(h[k], hf.Value)
+			if k == "Content-Length" {
+				if n, err := strconv.ParseInt(hf.Value, 10, 64); err == nil && n >= 0 {
+					cl = n
+				}
+			}
+		}
+		res := &http.Response{Status: strconv.Itoa(status) + " " + http.StatusText(status), StatusCode: status,
+			Proto: "HTTP/2.0", ProtoMajor: 2, Header: h, ContentLength: cl, Body: st}
+		if f.StreamEnded() {
+			res.ContentLength = 0
+		}
+		st.res = res
+		st.eof = f.StreamEnded()
+		st.readyLocked()
+	} else {
+		// Trailers: they end the stream.
+		tr := make(http.Header, len(f.Fields))
+		for _, hf := range f.RegularFields() {
+			k := canonicalHeader(hf.Name)
+			tr[k] = append(tr[k], hf.Value)
+		}
+		st.res.Trailer = tr
+		st.eof = true
+	}
+	ended := st.eof
+	st.cond.Broadcast()
+	st.mu.Unlock()
+	if ended {
+		st.finish()
+	}
+}
+
+// onData buffers an answer's bytes; pad is the padding, credited back at
+// once.
+func (st *h2Stream) onData(p []byte, pad int, end bool) {
+	st.mu.Lock()
+	if st.res == nil || st.eof || st.err != nil {
+		st.mu.Unlock()
+		if st.res == nil {
+			st.fail(errors.New("gateway: http2 DATA before the answer's headers"))
+			st.cc.resetStream(st.id, http2.ErrCodeProtocol)
+		}
+		return
+	}
+	if st.off > 0 && st.off == len(st.buf) {
+		st.buf, st.off = st.buf[:0], 0
+	}
+	st.buf = append(st.buf, p...)
+	st.unacked += pad
+	st.eof = end
+	st.cond.Broadcast()
+	st.mu.Unlock()
+	if end {
+		st.finish()
+	}
+}
+
+// readyLocked wakes RoundTrip; st.mu is held.
+func (st *h2Stream) readyLocked() {
+	if !st.resReady {
+		st.resReady = true
+		close(st.resCh)
+	}
+}
+
+// finish removes a stream whose answer ended from its connection; a
+// request still being sent is reset (the endpoint does not want it).
+func (st *h2Stream) finish() {
+	cc := st.cc
+	cc.mu.Lock()
+	if st.done {
+		cc.mu.Unlock()
+		return
+	}
+	st.done = true
+	delete(cc.streams, st.id)
+	cc.releaseLocked()
+	cc.cond.Broadcast()
+	cc.mu.Unlock()
+	st.mu.Lock()
+	sent := st.sent
+	st.mu.Unlock()
+	if !sent {
+		cc.resetStream(st.id, http2.ErrCodeCancel)
+	}
+}
+
+// fail ends the stream with err (no reset sent).
+func (st *h2Stream) fail(err error) {
+	st.mu.Lock()
+	if st.err == nil && !st.eof {
+		st.err = err
+	}
+	st.readyLocked()
+	st.cond.Broadcast()
+	st.mu.Unlock()
+	cc := st.cc
+	cc.mu.Lock()
+	if !st.done {
+		st.done = true
+		delete(cc.streams, st.id)
+		cc.releaseLocked()
+	}
+	cc.cond.Broadcast()
+	cc.mu.Unlock()
+}
+
+// abort ends a stream the gateway gives up on: it is reset unless both
+// sides already ended.
+func (st *h2Stream) abort(err error) {
+	st.mu.Lock()
+	both := st.eof && st.sent
+	if st.err == nil && !st.eof {
+		st.err = err
+	}
+	st.readyLocked()
+	st.cond.Broadcast()
+	st.mu.Unlock()
+	cc := st.cc
+	cc.mu.Lock()
+	removed := !st.done
+	if removed {
+		st.done = true
+		delete(cc.streams, st.id)
+		cc.releaseLocked()
+	}
+	cc.cond.Broadcast()
+	cc.mu.Unlock()
+	if removed && !both {
+		cc.resetStream(st.id, http2.ErrCodeCancel)
+	}
+}
+
+// Read reads the answer's body; the caller's goroutine calls it.
+func (st *h2Stream) Read(p []byte) (int, error) {
+	st.mu.Lock()
+	for st.off == len(st.buf) && !st.eof && st.err == nil {
+		st.cond.Wait()
+	}
+	if st.off < len(st.buf) {
+		n := copy(p, st.buf[st.off:])
+		st.off += n
+		st.unacked += n
+		var credit int
+		if st.unacked >= h2StreamWindow/2 && !st.eof {
+			credit, st.unacked = st.unacked, 0
+		}
+		st.mu.Unlock()
+		if credit > 0 {
+			st.cc.windowUpdate(st.id, uint32(credit))
+		}
+		return n, nil
+	}
+	err := st.err
+	if err == nil {
+		err = io.EOF
+	}
+	st.mu.Unlock()
+	return 0, err
+}
+
+// Close ends the caller's interest in the answer: a stream not ended
+// both ways is reset.
+func (st *h2Stream) Close() error {
+	if st.stop != nil {
+		st.stop()
+	}
+	st.abort(errors.New("gateway: http2 answer body closed"))
+	return nil
+}
+
+// sendBody copies the request body to the stream within the send windows;
+// the stream owns the goroutine, which ends at the body's end or error, or
+// once the stream ended (checked after each read).
+func (st *h2Stream) sendBody(body io.ReadCloser) {
+	bp := copyBufs.Get().(*[]byte)
+	defer copyBufs.Put(bp)
+	buf := *bp
+	cc := st.cc
+	for {
+		n, rerr := body.Read(buf)
+		end := rerr == io.EOF
+		if rerr != nil && !end {
+			if err := st.ctx.Err(); err != nil {
+				rerr = err // the body ended because the call did
+			}
+			st.abort(fmt.Errorf("gateway: request body: %w", rerr))
+			return
+		}
+		chunk := buf[:n]
+		for len(chunk) > 0 || end {
+			cc.mu.Lock()
+			for !st.done && cc.err == nil && len(chunk) > 0 && (cc.sendWin <= 0 || st.sendWin <= 0) {
+				cc.cond.Wait()
+			}
+			if st.done || cc.err != nil {
+				cc.mu.Unlock()
+				return
+			}
+			take := int64(len(chunk))
+			take = min(take, cc.sendWin, st.sendWin, int64(cc.maxFrame))
+			cc.sendWin -= take
+			st.sendWin -= take
+			cc.mu.Unlock()
+			last := end && int(take) == len(chunk)
+			if last {
+				st.mu.Lock()
+				st.sent = true // before the write: the answer may end at once
+				st.mu.Unlock()
+			}
+			cc.wmu.Lock()
+			_ = cc.wfr.WriteData(st.id, last, chunk[:take])
+			err := cc.flushLocked()
+			cc.wmu.Unlock()
+			if err != nil {
+				st.fail(err)
+				return
+			}
+			chunk = chunk[take:]
+			if last {
+				return
+			}
+		}
+	}
+}
+
+// lowerHeader is an HTTP/2 header name for a canonical one.
+func lowerHeader(k string) string {
+	if l, ok := h2Lower[k]; ok {
+		return l
+	}
+	for i := 0; i < len(k); i++ {
+		if c := k[i]; 'A' <= c && c <= 'Z' {
+			return strings.ToLower(k)
+		}
+	}
+	return k
+}
+
+// canonicalHeader is the canonical form of an HTTP/2 header name.
+func canonicalHeader(k string) string {
+	if c, ok := h2Canonical[k]; ok {
+		return c
+	}
+	return http.CanonicalHeaderKey(k)
+}
+
+var h2Lower, h2Canonical = func() (map[string]string, map[string]string) {
+	lower, canon := map[string]string{}, map[string]string{}
+	for _, k := range []string{"Accept", "Accept-Encoding", "Authorization", "Cache-Control", "Content-Encoding",
+		"Content-Length", "Content-Type", "Cookie", "Date", "Etag", "Grpc-Accept-Encoding", "Grpc-Encoding",
+		"Grpc-Message", "Grpc-Status", "Grpc-Status-Details-Bin", "Grpc-Timeout", "Last-Modified", "Location",
+		"Server", "Set-Cookie", "Te", "Traceparent", "Tracestate", "User-Agent", "Vary", "Via", "X-Request-Id",
+		"X-Forwarded-For", "X-Forwarded-Proto", "X-Envoy-Attempt-Count", "X-B3-Traceid", "X-B3-Spanid", "X-B3-Sampled"} {
+		l := strings.ToLower(k)
+		lower[k], canon[l] = l, k
+	}
+	return lower, canon
+}()

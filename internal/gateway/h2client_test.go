@@ -1,0 +1,205 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// h2cEchoServer serves h2c: /echo sends the request body back with a
+// trailer holding its sha256, /hold answers its headers and then waits for
+// the client to go away, /small answers 1 KiB.
+func h2cEchoServer(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p http.Protocols
+	p.SetUnencryptedHTTP2(true)
+	small := bytes.Repeat([]byte("x"), 1024)
+	srv := &http.Server{Protocols: &p, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/echo":
+			w.Header().Set("Trailer", "X-Sum")
+			w.WriteHeader(http.StatusOK)
+			h := sha256.New()
+			_, _ = io.Copy(io.MultiWriter(w, h), r.Body)
+			w.Header().Set("X-Sum", hex.EncodeToString(h.Sum(nil)[:8]))
+		case "/hold":
+			w.WriteHeader(http.StatusOK)
+			http.NewResponseController(w).Flush()
+			<-r.Context().Done()
+		default:
+			w.Header().Set("Content-Type", "application/octet-stream")
+			_, _ = w.Write(small)
+		}
+	})}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { srv.Close() })
+	return ln.Addr().String()
+}
+
+func newTestH2Client(addr string) *h2Client {
+	return &h2Client{scheme: "http", idle: time.Minute, dial: func(ctx context.Context) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+	}}
+}
+
+// TestH2ClientRoundTrip sends bodies larger than both flow-control
+// windows both ways at once, reads trailers, and cancels calls mid-answer:
+// every stream slot comes back.
+func TestH2ClientRoundTrip(t *testing.T) {
+	addr := h2cEchoServer(t)
+	cl := newTestH2Client(addr)
+	defer cl.CloseIdleConnections()
+
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			body := bytes.Repeat([]byte{byte('a' + i)}, 3<<20+i) // past 64 KiB and 1 MiB windows
+			req, _ := http.NewRequestWithContext(context.Background(), "POST", "http://"+addr+"/echo", bytes.NewReader(body))
+			res, err := cl.RoundTrip(req)
+			if err != nil {
+				t.Errorf("call %d: %v", i, err)
+				return
+			}
+			got, err := io.ReadAll(res.Body)
+			res.Body.Close()
+			if err != nil || !bytes.Equal(got, body) {
+				t.Errorf("call %d: echoed %d bytes (want %d), err %v", i, len(got), len(body), err)
+				return
+			}
+			sum := sha256.Sum256(body)
+			if res.Trailer.Get("X-Sum") != hex.EncodeToString(sum[:8]) {
+				t.Errorf("call %d: trailer X-Sum %q, want the body's sum", i, res.Trailer.Get("X-Sum"))
+			}
+		}()
+	}
+	wg.Wait()
+
+	// A call given up on mid-answer resets its stream.
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+addr+"/hold", nil)
+	res, err := cl.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	if _, err := io.ReadAll(res.Body); !errors.Is(err, context.Canceled) {
+		t.Fatalf("read of a cancelled call: %v, want context.Canceled", err)
+	}
+	res.Body.Close()
+
+	// An expired deadline before the answer is the context's error.
+	ctx, cancel = context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	req, _ = http.NewRequestWithContext(ctx, "POST", "http://"+addr+"/echo", &blockingReader{done: ctx.Done()})
+	req.ContentLength = -1
+	if res, err := cl.RoundTrip(req); err == nil {
+		// The echo answers its headers at once; the body read ends with
+		// the deadline.
+		_, err = io.ReadAll(res.Body)
+		res.Body.Close()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("read past the deadline: %v, want context.DeadlineExceeded", err)
+		}
+	} else if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("call past the deadline: %v", err)
+	}
+
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		cl.mu.Lock()
+		active := 0
+		for _, cc := range cl.conns {
+			cc.mu.Lock()
+			active += cc.active + len(cc.streams)
+			cc.mu.Unlock()
+		}
+		n := len(cl.conns)
+		cl.mu.Unlock()
+		if active == 0 && n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d streams still taken on %d connections, want 0 on 1", active, n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestH2ClientConnRefused: a failed dial is the dialer's error (a dial
+// OpError: connect_failure).
+func TestH2ClientConnRefused(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	cl := newTestH2Client(addr)
+	req, _ := http.NewRequest("GET", "http://"+addr+"/", nil)
+	_, err = cl.RoundTrip(req)
+	var op *net.OpError
+	if !errors.As(err, &op) || op.Op != "dial" {
+		t.Fatalf("error %v, want a dial error", err)
+	}
+	if _, reason := classify(err, 0); reason != reasonConnect {
+		t.Fatalf("classified %q, want %q", reason, reasonConnect)
+	}
+}
+
+type blockingReader struct{ done <-chan struct{} }
+
+func (r *blockingReader) Read([]byte) (int, error) { <-r.done; return 0, io.ErrUnexpectedEOF }
+
+// BenchmarkH2Client is a 1 KiB answer over one h2c connection, through the
+// gateway's frame client and through net/http's transport as the gateway
+// used it before.
+func BenchmarkH2Client(b *testing.B) {
+	addr := h2cEchoServer(b)
+	var p http.Protocols
+	p.SetUnencryptedHTTP2(true)
+	tr := &http.Transport{Protocols: &p, HTTP2: h2Config(), DisableCompression: true}
+	defer tr.CloseIdleConnections()
+	cl := newTestH2Client(addr)
+	defer cl.CloseIdleConnections()
+	for _, tc := range []struct {
+		name string
+		rt   http.RoundTripper
+	}{{"frames", cl}, {"transport", tr}} {
+		b.Run(tc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetParallelism(8)
+			b.RunParallel(func(pb *testing.PB) {
+				buf := make([]byte, 2048)
+				for pb.Next() {
+					req, _ := http.NewRequest("POST", "http://"+addr+"/small", strings.NewReader("ping"))
+					res, err := tc.rt.RoundTrip(req)
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					for {
+						if _, err := res.Body.Read(buf); err != nil {
+							break
+						}
+					}
+					res.Body.Close()
+				}
+			})
+		})
+	}
+}
