@@ -101,6 +101,9 @@ func configError(err error) error {
 		return &apiError{http.StatusNotFound, "not_found", strings.TrimPrefix(err.Error(), "config: "), ""}
 	case errors.Is(err, config.ErrStale):
 		return &apiError{http.StatusConflict, "conflict", strings.TrimPrefix(err.Error(), "config: "), "revision"}
+	case errors.Is(err, config.ErrConflict):
+		// A WorkloadEntry's instance id registered by another writer.
+		return &apiError{http.StatusConflict, "conflict", strings.TrimPrefix(err.Error(), "config: "), "metadata.name"}
 	case errors.Is(err, config.ErrInvalid):
 		return badRequest("", "%s", strings.TrimPrefix(err.Error(), "config: "))
 	}
