@@ -102,6 +102,12 @@ func (w *ApplyWrite) Plan(tx *commit.Tx) error {
 			}
 			gws[o.Key] = o
 		}
+		if o.WorkloadEntry != nil {
+			// The object and its instance in one commit (workloadentry.go).
+			if err := planWorkloadInstance(tx, o, w.DryRun); err != nil {
+				return err
+			}
+		}
 		if !w.DryRun {
 			tx.PutIf(store.Config, o.Key.String(), enc, &Entry{Object: o, Encoded: enc}, rev)
 		}
@@ -189,5 +195,8 @@ func (w *DeleteWrite) Plan(tx *commit.Tx) error {
 		return fmt.Errorf("%w: %s is at revision %d, not %d", ErrStale, w.Key, rev, *w.IfRevision)
 	}
 	tx.DeleteIf(store.Config, w.Key.String(), rev)
+	if w.Key.Kind == KindWorkloadEntry {
+		planWorkloadDelete(tx, w.Key)
+	}
 	return nil
 }

@@ -98,7 +98,6 @@ var unservedKinds = map[string]string{
 	"EnvoyFilter":   "it patches Envoy's own configuration, which Sextant's gateway is not; say what it does with Sextant's fields",
 	"WasmPlugin":    "it loads a Wasm module into Envoy, which Sextant's gateway does not run",
 	"Sidecar":       "not implemented yet",
-	"WorkloadEntry": "not implemented yet (register the instance: sextant instance register)",
 	"WorkloadGroup": "not implemented yet",
 	"ProxyConfig":   "it tunes Envoy's bootstrap, which Sextant does not run",
 }
@@ -194,6 +193,9 @@ func decodeItem(c errs, path string, v any) []*Object {
 	case KindServiceEntry:
 		o.ServiceEntry = &networking.ServiceEntry{}
 		msg = o.ServiceEntry
+	case KindWorkloadEntry:
+		o.WorkloadEntry = &networking.WorkloadEntry{}
+		msg = o.WorkloadEntry
 	case KindPeerAuthentication:
 		o.PeerAuthentication = &security.PeerAuthentication{}
 		msg = o.PeerAuthentication

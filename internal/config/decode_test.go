@@ -197,7 +197,7 @@ func TestDecodeErrors(t *testing.T) {
 			"spec.http[0].match[0].gateways[0]", ErrInvalid, `"edge" is not one of the VirtualService's gateways [mesh]`},
 		{"unknown top-level", "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetdata: {name: x}\nspec: {}\n",
 			"metdata", ErrUnknownField, "unknown field"},
-		{"other kind", "apiVersion: networking.istio.io/v1\nkind: WorkloadEntry\nmetadata: {name: x}\nspec: {}\n",
+		{"other kind", "apiVersion: networking.istio.io/v1\nkind: WorkloadGroup\nmetadata: {name: x}\nspec: {}\n",
 			"kind", ErrNotSupported, "not supported"},
 		{"bad apiVersion", "apiVersion: v1\nkind: VirtualService\nmetadata: {name: x}\nspec: {hosts: [x], http: [{route: [{destination: {host: x}}]}]}\n",
 			"apiVersion", ErrInvalid, "want networking.istio.io/v1"},

@@ -103,6 +103,8 @@ type Object struct {
 	DestinationRule *networking.DestinationRule
 	Gateway         *networking.Gateway
 	ServiceEntry    *networking.ServiceEntry
+	// WorkloadEntry is an instance described in config (workloadentry.go).
+	WorkloadEntry *networking.WorkloadEntry
 
 	PeerAuthentication  *security.PeerAuthentication
 	AuthorizationPolicy *security.AuthorizationPolicy
@@ -122,6 +124,8 @@ func (o *Object) Spec() proto.Message {
 		return o.Gateway
 	case o.ServiceEntry != nil:
 		return o.ServiceEntry
+	case o.WorkloadEntry != nil:
+		return o.WorkloadEntry
 	case o.PeerAuthentication != nil:
 		return o.PeerAuthentication
 	case o.AuthorizationPolicy != nil:

@@ -101,10 +101,7 @@ func validateServiceEntry(c errs, path string, o *Object) {
 		}
 	}
 	if se.WorkloadSelector != nil {
-		// Selecting registry instances by label would make the entry's
-		// endpoints a query of the registry; list them instead.
-		c.add(join(path, "workloadSelector"), ErrNotSupported,
-			"not supported: Sextant's ServiceEntry lists its endpoints (spec.endpoints); registry instances are reached by their own service")
+		validateEntrySelector(c, path, se)
 	}
 	for i, ns := range se.ExportTo {
 		if ns != "*" {
@@ -117,7 +114,7 @@ func validateServiceEntry(c errs, path string, o *Object) {
 	}
 	switch se.Resolution {
 	case networking.ServiceEntry_STATIC:
-		if len(se.Endpoints) == 0 {
+		if len(se.Endpoints) == 0 && se.WorkloadSelector == nil {
 			c.add(join(path, "endpoints"), ErrInvalid, "resolution STATIC needs at least one endpoint with an IP address")
 		}
 		for i, ep := range se.Endpoints {
@@ -158,6 +155,12 @@ func validateEntryEndpoint(c errs, p string, se *networking.ServiceEntry, ep *ne
 		}
 	}
 	validateSelector(c, join(p, "labels"), ep.Labels)
+	if ep.Network != "" {
+		c.add(join(p, "network"), ErrNotSupported, "")
+	}
+	if ep.ServiceAccount != "" {
+		c.add(join(p, "serviceAccount"), ErrNotSupported, "")
+	}
 	if ep.Locality != "" {
 		if parts := strings.Split(ep.Locality, "/"); len(parts) > 3 || slices.Contains(parts, "") {
 			c.add(join(p, "locality"), ErrInvalid, "%q: want region, region/zone or region/zone/subzone", ep.Locality)
@@ -206,6 +209,9 @@ type EntryService struct {
 	Key        Key
 	Resolution Resolution
 	Endpoints  []EntryEndpoint
+	// Selected is set for an entry with a workloadSelector: its
+	// endpoints are registry instances, not Endpoints (workloadselector.go).
+	Selected *EntrySelection
 }
 
 // EntryFor returns the endpoints ServiceEntry o gives service s (one of its
@@ -226,6 +232,10 @@ func EntryFor(o *Object, s naming.ServiceKey) *EntryService {
 		return nil
 	}
 	e := &EntryService{Key: o.Key}
+	if se.WorkloadSelector != nil {
+		selectedEntry(e, o)
+		return e
+	}
 	switch se.Resolution {
 	case networking.ServiceEntry_DNS:
 		e.Resolution = ResolveStrictDNS

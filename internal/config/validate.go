@@ -91,6 +91,8 @@ func validate(c errs, path string, o *Object) {
 		validateGateway(c, spec, o.Gateway)
 	case o.ServiceEntry != nil:
 		validateServiceEntry(c, spec, o)
+	case o.WorkloadEntry != nil:
+		validateWorkloadEntry(c, spec, o)
 	case o.PeerAuthentication != nil:
 		validatePeerAuthentication(c, spec, o)
 	case o.AuthorizationPolicy != nil:

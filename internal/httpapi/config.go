@@ -43,6 +43,8 @@ func configKind(s string) (string, error) {
 		return config.KindGateway, nil
 	case "serviceentry", "serviceentries", "se":
 		return config.KindServiceEntry, nil
+	case "workloadentry", "workloadentries", "we":
+		return config.KindWorkloadEntry, nil
 	case "peerauthentication", "peerauthentications", "pa":
 		return config.KindPeerAuthentication, nil
 	case "authorizationpolicy", "authorizationpolicies", "ap":
@@ -52,7 +54,7 @@ func configKind(s string) (string, error) {
 	case "telemetry", "telemetries":
 		return config.KindTelemetry, nil
 	}
-	return "", badRequest("kind", "%q is not a config kind: VirtualService, DestinationRule, Gateway, ServiceEntry, PeerAuthentication, AuthorizationPolicy, RequestAuthentication or Telemetry", s)
+	return "", badRequest("kind", "%q is not a config kind: VirtualService, DestinationRule, Gateway, ServiceEntry, WorkloadEntry, PeerAuthentication, AuthorizationPolicy, RequestAuthentication or Telemetry", s)
 }
 
 func configKeyOf(r *http.Request) (config.Key, error) {
@@ -99,6 +101,9 @@ func configError(err error) error {
 		return &apiError{http.StatusNotFound, "not_found", strings.TrimPrefix(err.Error(), "config: "), ""}
 	case errors.Is(err, config.ErrStale):
 		return &apiError{http.StatusConflict, "conflict", strings.TrimPrefix(err.Error(), "config: "), "revision"}
+	case errors.Is(err, config.ErrConflict):
+		// A WorkloadEntry's instance id registered by another writer.
+		return &apiError{http.StatusConflict, "conflict", strings.TrimPrefix(err.Error(), "config: "), "metadata.name"}
 	case errors.Is(err, config.ErrInvalid):
 		return badRequest("", "%s", strings.TrimPrefix(err.Error(), "config: "))
 	}

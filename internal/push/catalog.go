@@ -75,6 +75,15 @@ func (s *CatalogSource) Instances(svc naming.ServiceKey, sel label.Selector, fn 
 	}
 }
 
+// InstancesIn implements Source.
+func (s *CatalogSource) InstancesIn(ns string, sel label.Selector, fn func(*instance.Instance)) {
+	for _, g := range s.inst.Snapshot().Groups(ns) {
+		for _, in := range g.Select(sel, false) {
+			fn(in)
+		}
+	}
+}
+
 type catalogChanges struct{ sub *catalog.Subscription }
 
 func (c *catalogChanges) Next(ctx context.Context) ([]Change, error) {

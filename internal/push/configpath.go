@@ -347,6 +347,7 @@ func (w *configWorker) round(ctx context.Context) {
 		spec := w.specFor(s, dests[i])
 		if old, ok := w.e.specs.Load(s); !ok || !spec.equal(old.(*serviceSpec)) {
 			w.e.specs.Store(s, spec)
+			w.e.selected.note(s, spec.entry)
 			w.e.ep.mark(s, origin)
 		}
 	}

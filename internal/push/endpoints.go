@@ -296,6 +296,13 @@ func (e *Engine) endpoints(s naming.ServiceKey, spec *serviceSpec, c clusterSpec
 		usable = usable || ep.Usable()
 		eps = append(eps, ep)
 	})
+	if spec.entry != nil && spec.entry.Selected != nil {
+		// Checked here: the closure would be allocated for every cluster.
+		e.selectedEndpoints(s, spec, c, func(ep xds.Endpoint) {
+			usable = usable || ep.Usable()
+			eps = append(eps, ep)
+		})
+	}
 	return eps, usable
 }
 
@@ -331,5 +338,8 @@ func (e *Engine) anyUsable(s naming.ServiceKey, c clusterSpec) bool {
 		ep := xds.Endpoint{Host: in.Host, Weight: uint32(min(max(in.Weight, 0), 1<<16)), Healthy: in.Healthy, Isolated: in.Isolated}
 		usable = ep.Usable()
 	})
+	if spec := e.spec(s); !usable && spec.entry != nil && spec.entry.Selected != nil {
+		e.selectedEndpoints(s, spec, c, func(ep xds.Endpoint) { usable = usable || ep.Usable() })
+	}
 	return usable
 }

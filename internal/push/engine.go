@@ -73,6 +73,9 @@ type Engine struct {
 	// specs holds each service's clusters (*serviceSpec); the config
 	// worker writes, the endpoint worker reads.
 	specs sync.Map
+	// selected lists the services whose ServiceEntry selects instances
+	// (selected.go); the config worker writes, the follower reads.
+	selected selectedIndex
 
 	// servers are the server listeners proxyless gRPC servers asked for;
 	// sec the security policies in force (the config worker stores it).
@@ -239,6 +242,7 @@ func (e *Engine) follow(ctx context.Context, since int64) error {
 			switch ch.Op {
 			case InstanceUpsert, InstanceDelete:
 				e.ep.mark(ch.Service, origin)
+				e.markSelecting(ch.Service, origin)
 				if e.servers.any.Load() && e.servers.watches(ch.Service) {
 					e.cfg.workloadsChanged(ch.Service, origin)
 				}

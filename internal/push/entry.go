@@ -72,6 +72,9 @@ func entryHTTP2(spec *serviceSpec, c clusterSpec) bool {
 	if spec.entry == nil {
 		return false
 	}
+	if spec.entry.Selected != nil {
+		return selectedHTTP2(spec.entry.Selected, c)
+	}
 	found := false
 	for i := range spec.entry.Endpoints {
 		ep := &spec.entry.Endpoints[i]
@@ -89,6 +92,11 @@ func entryHTTP2(spec *serviceSpec, c clusterSpec) bool {
 // clusterPort is the port whose portLevelSettings apply to cluster c: the
 // route's port, or for an entry's whole-service cluster the entry's first.
 func (s *serviceSpec) clusterPort(c clusterSpec) uint32 {
+	if c.port == 0 && s.entry != nil && s.entry.Selected != nil {
+		if p := s.entry.Selected.FirstPort(); p != nil {
+			return p.Number
+		}
+	}
 	if c.port == 0 && s.entry != nil && len(s.entry.Endpoints) > 0 {
 		return s.entry.Endpoints[0].ServicePort
 	}

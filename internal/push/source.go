@@ -68,6 +68,10 @@ type Source interface {
 	// writers. The instance is immutable; fn must not keep it past the call
 	// (its next version may be read instead).
 	Instances(svc naming.ServiceKey, sel label.Selector, fn func(*instance.Instance))
+	// InstancesIn is Instances for every service of namespace ns: a
+	// ServiceEntry's workloadSelector selects across services
+	// (selected.go). The same callers and rules.
+	InstancesIn(ns string, sel label.Selector, fn func(*instance.Instance))
 }
 
 // Changes is a stream of committed changes in revision order.

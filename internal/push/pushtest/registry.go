@@ -154,6 +154,22 @@ func (r *Registry) Instances(svc naming.ServiceKey, sel label.Selector, fn func(
 	}
 }
 
+// InstancesIn implements push.Source.
+func (r *Registry) InstancesIn(ns string, sel label.Selector, fn func(*instance.Instance)) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	for k, ins := range r.services {
+		if k.Namespace != ns {
+			continue
+		}
+		for _, in := range ins {
+			if len(sel) == 0 || sel.Matches(in.Labels()) {
+				fn(in)
+			}
+		}
+	}
+}
+
 type follower struct {
 	r  *Registry
 	at int64
