@@ -15,6 +15,7 @@ import (
 	"github.com/sextant-mesh/sextant/internal/commit"
 	"github.com/sextant-mesh/sextant/internal/instance"
 	"github.com/sextant-mesh/sextant/internal/label"
+	"github.com/sextant-mesh/sextant/internal/locality"
 	"github.com/sextant-mesh/sextant/internal/naming"
 	"github.com/sextant-mesh/sextant/internal/store"
 )
@@ -40,8 +41,9 @@ const (
 // Istio names a workload's canonical service; none: the object's name.
 var canonicalLabels = []string{"service.istio.io/canonical-name", "app.kubernetes.io/name", "app"}
 
-// topologyLabels are the locality keys a WorkloadEntry's locality fills.
-var topologyLabels = []string{"topology.kubernetes.io/region", "topology.kubernetes.io/zone", "topology.istio.io/subzone"}
+// localityLabels are the locality keys a WorkloadEntry's locality fills,
+// region/zone/subzone in order.
+var localityLabels = []string{locality.LabelRegion, locality.LabelZone, locality.LabelSubZone}
 
 func init() {
 	kindGroups[KindWorkloadEntry] = Group
@@ -71,7 +73,7 @@ func validateWorkloadEntry(c errs, path string, o *Object) {
 			c.add(mapKey(join(path, "labels"), k), ErrInvalid, "is set by the server on the WorkloadEntry's instance: leave it out")
 		}
 	}
-	if extra := 4 + len(we.Ports) + len(topologyLabels); len(we.Labels)+extra > instance.MaxMetadata {
+	if extra := 4 + len(we.Ports) + len(localityLabels); len(we.Labels)+extra > instance.MaxMetadata {
 		c.add(join(path, "labels"), ErrInvalid, "%d labels: at most %d with %d ports (an instance holds %d metadata entries)",
 			len(we.Labels), instance.MaxMetadata-extra, len(we.Ports), instance.MaxMetadata)
 	}
@@ -159,8 +161,8 @@ func WorkloadInstance(o *Object) *instance.Instance {
 	}
 	if we.Locality != "" {
 		for i, part := range strings.SplitN(we.Locality, "/", 3) {
-			if _, set := md[topologyLabels[i]]; !set {
-				md[topologyLabels[i]] = part
+			if _, set := md[localityLabels[i]]; !set {
+				md[localityLabels[i]] = part
 			}
 		}
 	}
