@@ -288,6 +288,8 @@ func configKindName(k string) string {
 		return "gateway"
 	case "serviceentry", "serviceentries", "se":
 		return "serviceentry"
+	case "sidecar", "sidecars":
+		return "sidecar"
 	case "peerauthentication", "peerauthentications", "pa":
 		return "peerauthentication"
 	case "authorizationpolicy", "authorizationpolicies", "ap":

@@ -91,6 +91,8 @@ func validate(c errs, path string, o *Object) {
 		validateGateway(c, spec, o.Gateway)
 	case o.ServiceEntry != nil:
 		validateServiceEntry(c, spec, o)
+	case o.Sidecar != nil:
+		validateSidecar(c, spec, o)
 	case o.PeerAuthentication != nil:
 		validatePeerAuthentication(c, spec, o)
 	case o.AuthorizationPolicy != nil:

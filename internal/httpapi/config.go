@@ -43,6 +43,8 @@ func configKind(s string) (string, error) {
 		return config.KindGateway, nil
 	case "serviceentry", "serviceentries", "se":
 		return config.KindServiceEntry, nil
+	case "sidecar", "sidecars":
+		return config.KindSidecar, nil
 	case "peerauthentication", "peerauthentications", "pa":
 		return config.KindPeerAuthentication, nil
 	case "authorizationpolicy", "authorizationpolicies", "ap":
@@ -52,7 +54,7 @@ func configKind(s string) (string, error) {
 	case "telemetry", "telemetries":
 		return config.KindTelemetry, nil
 	}
-	return "", badRequest("kind", "%q is not a config kind: VirtualService, DestinationRule, Gateway, ServiceEntry, PeerAuthentication, AuthorizationPolicy, RequestAuthentication or Telemetry", s)
+	return "", badRequest("kind", "%q is not a config kind: VirtualService, DestinationRule, Gateway, ServiceEntry, Sidecar, PeerAuthentication, AuthorizationPolicy, RequestAuthentication or Telemetry", s)
 }
 
 func configKeyOf(r *http.Request) (config.Key, error) {
