@@ -28,7 +28,7 @@ func init() {
 		"Sidecar.ingress":                       "Sextant's sidecar serves one inbound listener, the mesh port, to the workload's registered address (sextant sidecar --app); inbound listeners per port are not configurable",
 		"Sidecar.inbound_connection_pool":       "the inbound listener has no connection pool to set",
 		"IstioEgressListener.bind":              "Sextant's gateway serves one proxy listener (--listen), not one per egress listener",
-		"IstioEgressListener.capture_mode":      "Sextant does not capture traffic with iptables: the app calls the gateway as its HTTP proxy",
+		"IstioEgressListener.capture_mode":      "capture is set up outside the config (sextant sidecar capture), for the one proxy listener",
 		"SidecarPort.target_port":               "only inbound listeners have a target port",
 		"OutboundTrafficPolicy.egress_proxy":    "calls to hosts outside the registry are not forwarded to an egress proxy",
 		"IstioIngressListener.default_endpoint": "ingress listeners are not supported",

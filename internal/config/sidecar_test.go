@@ -50,7 +50,7 @@ func TestDecodeSidecarErrors(t *testing.T) {
 		{"ingress", sc + "  ingress: [{port: {number: 80}, defaultEndpoint: '127.0.0.1:8080'}]\n  egress: [{hosts: ['./*']}]\n", "spec.ingress", ErrNotSupported, "inbound listener"},
 		{"inbound pool", sc + "  inboundConnectionPool: {http: {http1MaxPendingRequests: 1}}\n  egress: [{hosts: ['./*']}]\n", "spec.inboundConnectionPool", ErrNotSupported, "not supported"},
 		{"bind", sc + "  egress: [{bind: 127.0.0.1, hosts: ['./*']}]\n", "spec.egress[0].bind", ErrNotSupported, "one proxy listener"},
-		{"captureMode", sc + "  egress: [{captureMode: NONE, hosts: ['./*']}]\n", "spec.egress[0].captureMode", ErrNotSupported, "iptables"},
+		{"captureMode", sc + "  egress: [{captureMode: NONE, hosts: ['./*']}]\n", "spec.egress[0].captureMode", ErrNotSupported, "sextant sidecar capture"},
 		{"egressProxy", sc + "  outboundTrafficPolicy: {mode: ALLOW_ANY, egressProxy: {host: egress}}\n  egress: [{hosts: ['./*']}]\n", "spec.outboundTrafficPolicy.egressProxy", ErrNotSupported, "egress proxy"},
 		{"bad mode", sc + "  outboundTrafficPolicy: {mode: OPEN}\n  egress: [{hosts: ['./*']}]\n", "spec.outboundTrafficPolicy.mode", ErrInvalid, "REGISTRY_ONLY"},
 		{"no egress", sc + "  outboundTrafficPolicy: {mode: REGISTRY_ONLY}\n", "spec.egress", ErrInvalid, "at least one egress listener"},
