@@ -77,6 +77,9 @@ func (s *subscriber) rescope() {
 	w := config.Workload{Namespace: s.ns, Labels: label.FromMap(s.source.labels)}
 	s.mu.Lock()
 	sc := v.For(w)
+	if in, ok := ParseIstioNodeID(s.node); ok && in.Type == "router" {
+		sc = nil // Istio applies no Sidecar to a gateway
+	}
 	changed := sc != s.scope
 	s.scope, s.sidecars = sc, v
 	if !changed {

@@ -81,11 +81,16 @@ type adsStream struct {
 
 func openScoped(t *testing.T, ctx context.Context, conn discoverygrpc.AggregatedDiscoveryServiceClient, ns string) *adsStream {
 	t.Helper()
+	return openScopedID(t, ctx, conn, ns, "n-"+ns)
+}
+
+func openScopedID(t *testing.T, ctx context.Context, conn discoverygrpc.AggregatedDiscoveryServiceClient, ns, id string) *adsStream {
+	t.Helper()
 	s, err := conn.StreamAggregatedResources(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	node := &corev3.Node{Id: "n-" + ns, Metadata: &structpb.Struct{Fields: map[string]*structpb.Value{"NAMESPACE": structpb.NewStringValue(ns)}}}
+	node := &corev3.Node{Id: id, Metadata: &structpb.Struct{Fields: map[string]*structpb.Value{"NAMESPACE": structpb.NewStringValue(ns)}}}
 	a := &adsStream{s: s, ch: make(chan *discoveryv3.DiscoveryResponse, 16)}
 	var edsNames []string
 	for _, sv := range scopeServices {
@@ -189,6 +194,11 @@ func TestSidecarScopesSubscriber(t *testing.T) {
 		if !slices.Equal(got[u], want) {
 			t.Errorf("scoped %s: %v, want %v", u, got[u], want)
 		}
+	}
+	// An Istio gateway (router) in shop: no Sidecar applies to it.
+	router := openScopedID(t, ctx, ads, "shop", "router~10.0.0.9~gw.shop~shop.svc.cluster.local")
+	if got := router.firstOfEach(t); len(got[TypeCluster.URL()]) != 6 {
+		t.Fatalf("a router was scoped: %v", got)
 	}
 	web := openScoped(t, ctx, ads, "web") // no Sidecar applies: everything
 	got = web.firstOfEach(t)
