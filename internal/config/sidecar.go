@@ -163,6 +163,7 @@ func validateSidecar(c errs, path string, o *Object) {
 // share its scope (and the resources trimmed for it).
 type SidecarScope struct {
 	Key          Key
+	obj          *Object // the Sidecar it was parsed from
 	registryOnly bool
 	listeners    []egressListener
 }
@@ -247,7 +248,7 @@ func NewSidecars(root string, objs []*Object) *Sidecars {
 
 // newSidecarScope is o's scope with "./" meaning namespace ns.
 func newSidecarScope(o *Object, ns string) *SidecarScope {
-	sc := &SidecarScope{Key: o.Key}
+	sc := &SidecarScope{Key: o.Key, obj: o}
 	if p := o.Sidecar.OutboundTrafficPolicy; p != nil {
 		sc.registryOnly = p.Mode == networking.OutboundTrafficPolicy_REGISTRY_ONLY
 	}
@@ -261,6 +262,28 @@ func newSidecarScope(o *Object, ns string) *SidecarScope {
 		sc.listeners = append(sc.listeners, el)
 	}
 	return sc
+}
+
+// Carry keeps old's scopes of the Sidecars s holds unchanged (the same
+// objects), so that the subscribers they apply to keep their scope, and
+// are not sent everything again, when another Sidecar or a ServiceEntry
+// changes. Call it before s is shared.
+func (s *Sidecars) Carry(old *Sidecars) {
+	if old == nil {
+		return
+	}
+	for k, sc := range s.scopes {
+		if o := old.scopes[k]; o != nil && o.obj == sc.obj {
+			s.scopes[k] = o
+		}
+	}
+	old.mu.Lock()
+	defer old.mu.Unlock()
+	for k, sc := range old.mesh {
+		if n := s.scopes[k.key]; n != nil && n.obj == sc.obj {
+			s.mesh[k] = sc
+		}
+	}
 }
 
 // Len is the number of Sidecars in force.

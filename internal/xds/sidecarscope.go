@@ -48,12 +48,16 @@ type scopedFullKey struct {
 // scopedRoutes: the proxy's route configuration as a scope trims it.
 var scopedRoutes = newVariantMemo[*config.SidecarScope]()
 
-// SetSidecars replaces the Sidecars in force and rescopes every
-// subscriber: one whose scope changed is sent its resources again (a delta
+// SetSidecars replaces the Sidecars in force (v is not to be used
+// elsewhere: it takes the scopes of the last view's unchanged Sidecars)
+// and rescopes every subscriber: one whose scope changed is sent its resources again (a delta
 // client is told which it no longer has). Called by the push engine's
 // config worker; it does not wait for subscribers.
 func (c *Cache) SetSidecars(v *config.Sidecars) {
 	c.side.mu.Lock()
+	if v != nil {
+		v.Carry(c.side.view) // unchanged Sidecars keep their scopes
+	}
 	c.side.view = v
 	c.side.full = nil
 	c.side.mu.Unlock()

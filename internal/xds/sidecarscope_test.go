@@ -53,6 +53,12 @@ func proxyRoutes(t *testing.T, tag string) Resource {
 }
 
 func scopeCache(t *testing.T) *Cache {
+	c, _ := scopeCacheObjs(t)
+	return c
+}
+
+// scopeCacheObjs is scopeCache and the config objects it holds.
+func scopeCacheObjs(t *testing.T) (*Cache, []*config.Object) {
 	c := NewCache()
 	var cls, eps []Resource
 	for _, s := range scopeServices {
@@ -69,7 +75,7 @@ func scopeCache(t *testing.T) *Cache {
 		t.Fatal(err)
 	}
 	c.SetSidecars(config.NewSidecars("", objs))
-	return c
+	return c, objs
 }
 
 // adsStream is one SotW stream whose responses a goroutine hands over,
@@ -178,7 +184,7 @@ func (a *adsStream) firstOfEach(t *testing.T) map[string][]string {
 // REGISTRY_ONLY's block_all), and a change to a service it does not import
 // sends it nothing, while an unscoped subscriber is sent all of it.
 func TestSidecarScopesSubscriber(t *testing.T) {
-	c := scopeCache(t)
+	c, objs := scopeCacheObjs(t)
 	_, conn := startADS(t, c)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -226,6 +232,17 @@ func TestSidecarScopesSubscriber(t *testing.T) {
 	r := shop.next(t, 30*time.Second)
 	if r == nil || r.TypeUrl != TypeEndpoint.URL() || !slices.Equal(resourceNames(t, r), []string{"shop/orders"}) {
 		t.Fatalf("scoped subscriber after an imported change: %v", r)
+	}
+
+	// Another config's change (a ServiceEntry) leaves the Sidecar, and
+	// what shop is sent, as they were: nothing is sent again.
+	se, err := config.Decode([]byte("apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: ext, namespace: other}\nspec: {hosts: [api.partner.io], resolution: DNS, ports: [{number: 80, name: http, protocol: HTTP}]}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.SetSidecars(config.NewSidecars("", append(slices.Clone(objs), se...)))
+	if r := shop.next(t, 2*time.Second); r != nil {
+		t.Fatalf("scoped subscriber sent %s %v again after a ServiceEntry change", r.TypeUrl, resourceNames(t, r))
 	}
 
 	// The Sidecar goes: shop is sent what it was not.
