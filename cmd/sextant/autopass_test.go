@@ -145,4 +145,13 @@ func TestIstioGatewayAutoPassthrough(t *testing.T) {
 			t.Errorf("server name %q: answered %q; want the connection refused", sni, out)
 		}
 	}
+	// A service registered after the Gateway is exposed once its instance
+	// is (the publisher follows the registry's ports, no config change).
+	if _, err := api.Register(ctx, client.Instance{ID: "vault-1-alias", Service: "vault-alias", Host: "127.0.0.1", Port: port}); err != nil {
+		t.Fatal(err)
+	}
+	waitTrue(t, 20*time.Second, func() bool {
+		out, err = call(fmt.Sprintf("outbound_.%d_._.vault-alias.default.svc.cluster.local", port))
+		return err == nil && out == "vault-1 vault-1"
+	})
 }

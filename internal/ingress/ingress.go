@@ -117,7 +117,9 @@ func (p *Publisher) publishedUpTo(rev int64) {
 var types = [3]xds.Type{xds.TypeSecret, xds.TypeListener, xds.TypeRoute}
 
 // Run publishes the current Gateways, then follows config and secret
-// changes until ctx ends (nil) or the catalog fails. It also recomputes when
+// changes, and instance changes that change a service's ports while a
+// Gateway has an AUTO_PASSTHROUGH server, until ctx ends (nil) or the
+// catalog fails. It also recomputes when
 // a certificate a Gateway names expires, so the warning (push status) comes
 // then, not at the next change.
 func (p *Publisher) Run(ctx context.Context) error {

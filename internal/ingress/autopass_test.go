@@ -1,0 +1,93 @@
+package ingress
+
+import (
+	"maps"
+	"strings"
+	"testing"
+
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	tcpproxyv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/sextant-mesh/sextant/internal/config"
+	"github.com/sextant-mesh/sextant/internal/gateway"
+	"github.com/sextant-mesh/sextant/internal/naming"
+	"github.com/sextant-mesh/sextant/internal/secret"
+)
+
+// TestBuildAutoPassthrough: an AUTO_PASSTHROUGH server becomes one chain
+// per service, port and subset its hosts expose, matching Istio's
+// outbound_.PORT_.SUBSET_.HOST names of the host forms the server's hosts
+// match (a namespace-scoped host exposes that namespace's services only),
+// each a tcp_proxy to the service's or subset's cluster; the gateway's
+// decoder takes them.
+func TestBuildAutoPassthrough(t *testing.T) {
+	gws, rest := entries(t, `apiVersion: networking.istio.io/v1
+kind: Gateway
+metadata: {name: eastwest}
+spec:
+  servers:
+  - port: {number: 15443, protocol: TLS}
+    hosts: ["*.local", "team-b/*"]
+    tls: {mode: AUTO_PASSTHROUGH}
+---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: reviews}
+spec:
+  host: reviews
+  subsets: [{name: v1, labels: {version: v1}}]
+`)
+	svcs := []ServicePorts{
+		{Service: naming.ServiceKey{Namespace: "default", Name: "reviews"}, Ports: []uint32{9080, 9443}},
+		{Service: naming.ServiceKey{Namespace: "team-b", Name: "db"}, Ports: []uint32{5432}},
+	}
+	out, warns := BuildWithServices(gws, nil, rest, nil, func(ns, name string) *secret.Secret { return nil }, svcs)
+	if len(warns) != 0 {
+		t.Errorf("warnings: %v", warns)
+	}
+	l := out[1][ListenerName(15443)].(*listenerv3.Listener)
+	a, _ := anypb.New(l)
+	for _, typ := range gateway.XDSTypes() {
+		if typ.URL == a.TypeUrl {
+			if _, _, err := typ.Decode(a); err != nil {
+				t.Fatalf("refused by the gateway: %v", err)
+			}
+		}
+	}
+	got := map[string]string{}
+	for _, fc := range l.FilterChains {
+		if fc.FilterChainMatch.GetTransportProtocol() != "tls" || fc.TransportSocket != nil {
+			t.Errorf("chain %v: not a passthrough chain", fc.FilterChainMatch)
+		}
+		p := new(tcpproxyv3.TcpProxy)
+		if err := fc.Filters[0].GetTypedConfig().UnmarshalTo(p); err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range fc.FilterChainMatch.ServerNames {
+			got[n] = p.GetCluster()
+		}
+	}
+	want := map[string]string{
+		"outbound_.9080_._.reviews.default.svc.cluster.local":   "default/reviews",
+		"outbound_.9080_.v1_.reviews.default.svc.cluster.local": "default/reviews/v1",
+		"outbound_.9443_._.reviews.default.svc.cluster.local":   "default/reviews",
+		"outbound_.9443_.v1_.reviews.default.svc.cluster.local": "default/reviews/v1",
+		// team-b/*: every form of team-b's services.
+		"outbound_.5432_._.db.team-b":                   "team-b/db",
+		"outbound_.5432_._.db.team-b.svc":               "team-b/db",
+		"outbound_.5432_._.db.team-b.svc.cluster.local": "team-b/db",
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("server names -> clusters:\n got %v\nwant %v", got, want)
+	}
+
+	// No service it exposes: a warning, no chain.
+	_, warns = BuildWithServices(gws, nil, rest, nil, func(ns, name string) *secret.Secret { return nil }, nil)
+	if w := strings.Join(warns, "\n"); !strings.Contains(w, "AUTO_PASSTHROUGH: no registered service") {
+		t.Errorf("warnings: %s", w)
+	}
+	if !hasAuto(gws) || hasAuto([]*config.Entry{}) {
+		t.Error("hasAuto")
+	}
+}
