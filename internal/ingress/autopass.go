@@ -46,7 +46,8 @@ func SNIName(port uint32, subset, host string) string {
 // whole service and each subset of its DestinationRule, one chain whose
 // server_names are SNIName of those host forms and whose tcp_proxy goes to
 // the cluster the push engine publishes for it (the service's or the
-// subset's). A server name not published matches no chain: the gateway
+// subset's, not restricted to the port: a service whose instances listen
+// on several ports is warned about). A server name not published matches no chain: the gateway
 // closes the connection. Names already served on the port are left out.
 func autoChains(p *port, sv server, svcs []ServicePorts, subsetsOf func(naming.ServiceKey) []string, claimed map[string]bool) ([]*listenerv3.FilterChain, []string) {
 	var chains []*listenerv3.FilterChain
@@ -63,6 +64,11 @@ func autoChains(p *port, sv server, svcs []ServicePorts, subsetsOf func(naming.S
 		}
 		if len(hosts) == 0 {
 			continue
+		}
+		if len(sp.Ports) > 1 {
+			// The clusters are the push engine's whole-service and subset
+			// ones, of every port: say so rather than forward silently.
+			warns = append(warns, fmt.Sprintf("%s: AUTO_PASSTHROUGH: the instances of %s listen on several ports (%v): a server name's port picks among all of them", sv.path, sp.Service, sp.Ports))
 		}
 		subsets := append([]string{""}, subsetsOf(sp.Service)...)
 		for _, port := range sp.Ports {
