@@ -28,6 +28,7 @@ import (
 	"github.com/sextant-mesh/sextant/internal/catalog"
 	"github.com/sextant-mesh/sextant/internal/config"
 	"github.com/sextant-mesh/sextant/internal/instance"
+	"github.com/sextant-mesh/sextant/internal/naming"
 	"github.com/sextant-mesh/sextant/internal/secret"
 	"github.com/sextant-mesh/sextant/internal/store"
 	"github.com/sextant-mesh/sextant/internal/xds"
@@ -157,9 +158,7 @@ func (p *Publisher) Run(ctx context.Context) error {
 				return fmt.Errorf("ingress: follow: %w", err)
 			}
 			rev = sub.Revision()
-			if !instancesOnly(changes) || p.auto && !slices.EqualFunc(p.servicePorts(), p.svcs, func(a, b ServicePorts) bool {
-				return a.Service == b.Service && slices.Equal(a.Ports, b.Ports)
-			}) {
+			if !instancesOnly(changes) || p.auto && p.portsChanged(changes) {
 				expiry = p.publish(rev)
 			}
 			p.publishedUpTo(rev)
@@ -177,6 +176,35 @@ func instancesOnly(changes []catalog.Change) bool {
 	return true
 }
 
+// portsChanged reports whether the services the instance changes touch
+// listen on other ports than the last publish exposed: only the touched
+// services' groups are read, not the whole registry.
+func (p *Publisher) portsChanged(changes []catalog.Change) bool {
+	inst, ok := p.cat.Table(store.Instances).(*catalog.Groups[*instance.Instance])
+	if !ok {
+		return false
+	}
+	seen := map[naming.ServiceKey]bool{}
+	for _, c := range changes {
+		if seen[c.Key] {
+			continue
+		}
+		seen[c.Key] = true
+		var was []uint32
+		if i, ok := slices.BinarySearchFunc(p.svcs, c.Key, func(sp ServicePorts, k naming.ServiceKey) int { return sp.Service.Compare(k) }); ok {
+			was = p.svcs[i].Ports
+		}
+		var now []uint32
+		if g := inst.Lookup(c.Key); g != nil {
+			now = groupPorts(g)
+		}
+		if !slices.Equal(was, now) {
+			return true
+		}
+	}
+	return false
+}
+
 // servicePorts lists the registry's services with instances and the ports
 // they listen on, in key order (nil without the instance table).
 func (p *Publisher) servicePorts() []ServicePorts {
@@ -186,19 +214,24 @@ func (p *Publisher) servicePorts() []ServicePorts {
 	}
 	var out []ServicePorts
 	for _, g := range inst.Snapshot().Groups("") {
-		var ports []uint32
-		for _, in := range g.Items() {
-			if in.Port > 0 && in.Port <= 65535 {
-				ports = append(ports, uint32(in.Port))
-			}
+		if ports := groupPorts(g); len(ports) > 0 {
+			out = append(out, ServicePorts{Service: g.Key, Ports: ports})
 		}
-		if len(ports) == 0 {
-			continue
-		}
-		slices.Sort(ports)
-		out = append(out, ServicePorts{Service: g.Key, Ports: slices.Compact(ports)})
 	}
 	return out
+}
+
+// groupPorts is the ports a service's instances listen on, sorted, each
+// once (nil: none).
+func groupPorts(g *catalog.Group[*instance.Instance]) []uint32 {
+	var ports []uint32
+	for _, in := range g.Items() {
+		if in.Port > 0 && in.Port <= 65535 {
+			ports = append(ports, uint32(in.Port))
+		}
+	}
+	slices.Sort(ports)
+	return slices.Compact(ports)
 }
 
 // publish computes every Gateway resource and applies what changed. It
