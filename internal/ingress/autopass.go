@@ -23,6 +23,13 @@ type ServicePorts struct {
 	Ports   []uint32
 }
 
+// exposed is what AUTO_PASSTHROUGH servers may expose: the registry's
+// services, to a Gateway of their own namespace or of the root namespace.
+type exposed struct {
+	svcs []ServicePorts
+	root string
+}
+
 // autoPassthrough reports whether a server forwards TLS unopened to the
 // service its ClientHello's server name names (tls.mode AUTO_PASSTHROUGH,
 // protocol TLS: validation refuses it elsewhere).
@@ -39,7 +46,8 @@ func SNIName(port uint32, subset, host string) string {
 }
 
 // autoChains builds the filter chains of an AUTO_PASSTHROUGH server, as
-// Istio does: for each service the server's hosts expose (a host of the
+// Istio does: for each service of the Gateway's namespace (of any, for a
+// Gateway of the root namespace) the server's hosts expose (a host of the
 // service's, name.namespace, name.namespace.svc or
 // name.namespace.svc.cluster.local, matching one of the server's hosts for
 // the service's namespace), each port its instances listen on, and the
@@ -49,10 +57,15 @@ func SNIName(port uint32, subset, host string) string {
 // subset's, not restricted to the port: a service whose instances listen
 // on several ports is warned about). A server name not published matches no chain: the gateway
 // closes the connection. Names already served on the port are left out.
-func autoChains(p *port, sv server, svcs []ServicePorts, subsetsOf func(naming.ServiceKey) []string, claimed map[string]bool) ([]*listenerv3.FilterChain, []string) {
+func autoChains(p *port, sv server, ex exposed, subsetsOf func(naming.ServiceKey) []string, claimed map[string]bool) ([]*listenerv3.FilterChain, []string) {
 	var chains []*listenerv3.FilterChain
 	var warns []string
-	for _, sp := range svcs {
+	for _, sp := range ex.svcs {
+		if sv.gw.Namespace != ex.root && sv.gw.Namespace != sp.Service.Namespace {
+			// A namespace's writer opens its own services only, not
+			// another team's; the mesh's root namespace opens any.
+			continue
+		}
 		var hosts []string
 		for _, h := range config.Hostnames(sp.Service) {
 			for _, sh := range sv.hosts {

@@ -7,6 +7,7 @@ import (
 
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	tcpproxyv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/sextant-mesh/sextant/internal/config"
@@ -42,7 +43,10 @@ spec:
 		{Service: naming.ServiceKey{Namespace: "default", Name: "reviews"}, Ports: []uint32{9080, 9443}},
 		{Service: naming.ServiceKey{Namespace: "team-b", Name: "db"}, Ports: []uint32{5432}},
 	}
-	out, warns := BuildWithServices(gws, nil, rest, nil, func(ns, name string) *secret.Secret { return nil }, svcs)
+	noSecret := func(ns, name string) *secret.Secret { return nil }
+	// The Gateway is in the root namespace ("default" here): every
+	// namespace's services.
+	out, warns := BuildWithServices(gws, nil, rest, nil, noSecret, svcs, "default")
 	if w := strings.Join(warns, "\n"); len(warns) != 1 || !strings.Contains(w, "the instances of default/reviews listen on several ports ([9080 9443])") {
 		t.Errorf("warnings: %s", w)
 	}
@@ -81,13 +85,39 @@ spec:
 	if !maps.Equal(got, want) {
 		t.Errorf("server names -> clusters:\n got %v\nwant %v", got, want)
 	}
+	if n := len(chainNames(t, out)); n != len(want) {
+		t.Errorf("%d names", n)
+	}
+	// A Gateway of another namespace than the root's exposes its own
+	// namespace's services only: team-b's db is not, though a host names it.
+	out, _ = BuildWithServices(gws, nil, rest, nil, noSecret, svcs, "")
+	for n := range chainNames(t, out) {
+		if strings.Contains(n, "team-b") {
+			t.Errorf("%s published by a Gateway of namespace default", n)
+		}
+	}
+	if n := len(chainNames(t, out)); n != 4 {
+		t.Errorf("%d names from namespace default's Gateway; want reviews' 4", n)
+	}
 
 	// No service it exposes: a warning, no chain.
-	_, warns = BuildWithServices(gws, nil, rest, nil, func(ns, name string) *secret.Secret { return nil }, nil)
+	_, warns = BuildWithServices(gws, nil, rest, nil, noSecret, nil, "")
 	if w := strings.Join(warns, "\n"); !strings.Contains(w, "AUTO_PASSTHROUGH: no registered service") {
 		t.Errorf("warnings: %s", w)
 	}
 	if !hasAuto(gws) || hasAuto([]*config.Entry{}) {
 		t.Error("hasAuto")
 	}
+}
+
+// chainNames is the server names of the 15443 listener's chains.
+func chainNames(t *testing.T, out [3]map[string]proto.Message) map[string]bool {
+	t.Helper()
+	names := map[string]bool{}
+	for _, fc := range out[1][ListenerName(15443)].(*listenerv3.Listener).FilterChains {
+		for _, n := range fc.FilterChainMatch.GetServerNames() {
+			names[n] = true
+		}
+	}
+	return names
 }

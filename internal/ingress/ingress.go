@@ -263,7 +263,7 @@ func (p *Publisher) publish(rev int64) time.Time {
 	if p.auto {
 		p.svcs = p.servicePorts()
 	}
-	out, warnings := BuildWithServices(gws, vss, drs, config.NewSecurity(p.cfg.RootNamespace(), policies), secretOf, p.svcs)
+	out, warnings := BuildWithServices(gws, vss, drs, config.NewSecurity(p.cfg.RootNamespace(), policies), secretOf, p.svcs, p.cfg.RootNamespace())
 	tms, _ := p.cfg.List(config.KindTelemetry, "")
 	var tobjs []*config.Object
 	for _, e := range tms {
