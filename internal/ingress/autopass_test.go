@@ -51,6 +51,9 @@ spec:
 		t.Errorf("warnings: %s", w)
 	}
 	l := out[1][ListenerName(15443)].(*listenerv3.Listener)
+	if err := l.ValidateAll(); err != nil {
+		t.Errorf("ValidateAll: %v", err)
+	}
 	a, _ := anypb.New(l)
 	for _, typ := range gateway.XDSTypes() {
 		if typ.URL == a.TypeUrl {
