@@ -133,7 +133,8 @@ func TestIstioGatewayEndToEnd(t *testing.T) {
 		return resp.TLS.PeerCertificates[0].NotAfter.After(time.Now().Add(47 * time.Hour))
 	})
 
-	// A Gateway the gateway cannot serve is refused at apply, naming the field.
+	// A Gateway the gateway cannot serve is refused at apply, naming the
+	// field: AUTO_PASSTHROUGH needs protocol TLS, not HTTPS.
 	bad := strings.Replace(fmt.Sprintf(istioGateway, tp, pp), "mode: SIMPLE", "mode: AUTO_PASSTHROUGH", 1)
 	if out, err := runOn(t, server, bad, "config", "apply", "-f", "-"); err == nil || !strings.Contains(out+err.Error(), "spec.servers[0].tls.mode") {
 		t.Errorf("AUTO_PASSTHROUGH: %v\n%s", err, out)

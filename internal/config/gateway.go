@@ -160,8 +160,12 @@ func validateGateway(c errs, path string, gw *networking.Gateway) {
 		}
 		isTLS := proto == "HTTPS" || proto == "TLS"
 		validateServerTLS(c, join(p, "tls"), s.Tls, isTLS)
-		if proto == "TLS" && s.Tls.GetMode() != networking.ServerTLSSettings_PASSTHROUGH {
-			c.add(join(p, "tls.mode"), ErrNotSupported, "protocol TLS: the gateway forwards TLS unopened only: mode PASSTHROUGH (to terminate TLS, use protocol HTTPS)")
+		switch mode := s.Tls.GetMode(); {
+		case proto == "TLS" && mode != networking.ServerTLSSettings_PASSTHROUGH && mode != networking.ServerTLSSettings_AUTO_PASSTHROUGH:
+			c.add(join(p, "tls.mode"), ErrNotSupported, "protocol TLS: the gateway forwards TLS unopened only: mode PASSTHROUGH or AUTO_PASSTHROUGH (to terminate TLS, use protocol HTTPS)")
+		case proto == "HTTPS" && mode == networking.ServerTLSSettings_AUTO_PASSTHROUGH:
+			// Istio's rule: the server name picks a service, nothing is terminated.
+			c.add(join(p, "tls.mode"), ErrInvalid, "AUTO_PASSTHROUGH needs protocol TLS (the connection is forwarded unopened)")
 		}
 		use := ports[port.Number]
 		if use == nil {
@@ -207,17 +211,17 @@ func validateServerTLS(c errs, path string, t *networking.ServerTLSSettings, isT
 		checkVersions(c, path, t)
 		return
 	case networking.ServerTLSSettings_SIMPLE, networking.ServerTLSSettings_MUTUAL, networking.ServerTLSSettings_OPTIONAL_MUTUAL:
-	case networking.ServerTLSSettings_PASSTHROUGH:
+	case networking.ServerTLSSettings_PASSTHROUGH, networking.ServerTLSSettings_AUTO_PASSTHROUGH:
 		// The endpoint does the handshake with its own certificate.
 		if t.CredentialName != "" {
-			c.add(join(path, "credentialName"), ErrInvalid, "not used with PASSTHROUGH (the default mode): the endpoint serves its own certificate; set mode SIMPLE or MUTUAL to terminate TLS with this one")
+			c.add(join(path, "credentialName"), ErrInvalid, "not used with %s: the endpoint serves its own certificate; set mode SIMPLE or MUTUAL to terminate TLS with this one", t.Mode)
 		}
 		if t.MinProtocolVersion != 0 || t.MaxProtocolVersion != 0 {
-			c.add(join(path, "minProtocolVersion"), ErrInvalid, "not used with PASSTHROUGH: the endpoint chooses")
+			c.add(join(path, "minProtocolVersion"), ErrInvalid, "not used with %s: the endpoint chooses", t.Mode)
 		}
 		return
 	default:
-		c.add(join(path, "mode"), ErrNotSupported, "%s: want SIMPLE, MUTUAL, OPTIONAL_MUTUAL, ISTIO_MUTUAL or PASSTHROUGH", t.Mode)
+		c.add(join(path, "mode"), ErrNotSupported, "%s: want SIMPLE, MUTUAL, OPTIONAL_MUTUAL, ISTIO_MUTUAL, PASSTHROUGH or AUTO_PASSTHROUGH", t.Mode)
 	}
 	if t.CredentialName == "" {
 		c.add(join(path, "credentialName"), ErrInvalid, "required: the name of a TLS secret (sextant secret create tls NAME ...)")

@@ -81,6 +81,18 @@ func Build(gws, vss []*config.Entry, secretOf func(ns, name string) *secret.Secr
 // RequestAuthentications selecting any of them. The DestinationRules drs give the routes their
 // destinations' consistent-hash policies.
 func BuildWithPolicies(gws, vss, drs []*config.Entry, sec *config.Security, secretOf func(ns, name string) *secret.Secret) ([3]map[string]proto.Message, []string) {
+	return BuildWithServices(gws, vss, drs, sec, secretOf, nil, "")
+}
+
+// BuildWithServices is BuildWithPolicies with the registry's services and
+// their ports, which AUTO_PASSTHROUGH servers expose (autopass.go): a
+// Gateway's own namespace's, or every namespace's for a Gateway of the
+// mesh's root namespace root ("": config.DefaultRootNamespace).
+func BuildWithServices(gws, vss, drs []*config.Entry, sec *config.Security, secretOf func(ns, name string) *secret.Secret,
+	svcs []ServicePorts, root string) ([3]map[string]proto.Message, []string) {
+	if root == "" {
+		root = config.DefaultRootNamespace
+	}
 	out := [3]map[string]proto.Message{{}, {}, {}}
 	vss = withDelegates(vss)
 	ports, order, warns := gatewayPorts(gws)
@@ -105,7 +117,7 @@ func BuildWithPolicies(gws, vss, drs []*config.Entry, sec *config.Security, secr
 			l = xds.HTTPListener(name, n, name)
 		} else {
 			var w []string
-			l, w = tlsListener(name, p, vss, gatewayMTLS(gws, sec, n), secretOf, out[0])
+			l, w = tlsListener(name, p, vss, gatewayMTLS(gws, sec, n), secretOf, out[0], exposed{svcs, root}, drs)
 			warns = append(warns, w...)
 		}
 		filters := portFilters(p, gws, sec, owners)
@@ -290,7 +302,7 @@ func routes(name string, p *port, vss []*config.Entry, hashFor xds.HashFor) (*ro
 		return xds.ClusterName(d.Service, d.Subset, 0), true
 	}
 	for _, sv := range p.servers {
-		if passthrough(sv) {
+		if passthrough(sv) || autoPassthrough(sv) {
 			continue // no HTTP: its TLS goes through unopened
 		}
 		if sv.s.GetTls().GetHttpsRedirect() {
@@ -322,7 +334,7 @@ func routes(name string, p *port, vss []*config.Entry, hashFor xds.HashFor) (*ro
 		for _, e := range vss {
 			vs := e.Object
 			for _, sv := range p.servers {
-				if sv.s.GetTls().GetHttpsRedirect() || passthrough(sv) || !bound(vs, sv.gw) || (sv.gw.Namespace == vs.Namespace) != own {
+				if sv.s.GetTls().GetHttpsRedirect() || passthrough(sv) || autoPassthrough(sv) || !bound(vs, sv.gw) || (sv.gw.Namespace == vs.Namespace) != own {
 					continue
 				}
 				for _, h := range vs.VirtualService.Hosts {
@@ -355,17 +367,28 @@ func routes(name string, p *port, vss []*config.Entry, hashFor xds.HashFor) (*ro
 }
 
 // tlsListener builds an HTTPS port's listener: one filter chain per server
-// (its hosts as server_names, "*" as the chain without any), each
+// (its hosts as server_names, "*" as the chain without any; passthrough
+// servers' chains by passthroughChains and autoChains), each
 // terminating TLS with the server's credential by SDS, and the secrets it
 // names into secrets.
 func tlsListener(name string, p *port, vss []*config.Entry, mtls func(config.Key) security.PeerAuthentication_MutualTLS_Mode,
-	secretOf func(ns, name string) *secret.Secret, secrets map[string]proto.Message) (*listenerv3.Listener, []string) {
+	secretOf func(ns, name string) *secret.Secret, secrets map[string]proto.Message, ex exposed, drs []*config.Entry) (*listenerv3.Listener, []string) {
 	var warns []string
 	l := &listenerv3.Listener{Name: name, Address: &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{
 		Address: "0.0.0.0", PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: p.number}}}}}
 	claimed := map[string]bool{}
 	anyClaimed := false
+	var subsetsOf func(naming.ServiceKey) []string
 	for _, sv := range p.servers {
+		if autoPassthrough(sv) {
+			if subsetsOf == nil {
+				subsetsOf = subsetsFrom(drs)
+			}
+			chains, w := autoChains(p, sv, ex, subsetsOf, claimed)
+			l.FilterChains = append(l.FilterChains, chains...)
+			warns = append(warns, w...)
+			continue
+		}
 		if passthrough(sv) {
 			chains, w := passthroughChains(p, sv, vss, claimed)
 			l.FilterChains = append(l.FilterChains, chains...)

@@ -27,6 +27,8 @@ import (
 
 	"github.com/sextant-mesh/sextant/internal/catalog"
 	"github.com/sextant-mesh/sextant/internal/config"
+	"github.com/sextant-mesh/sextant/internal/instance"
+	"github.com/sextant-mesh/sextant/internal/naming"
 	"github.com/sextant-mesh/sextant/internal/secret"
 	"github.com/sextant-mesh/sextant/internal/store"
 	"github.com/sextant-mesh/sextant/internal/xds"
@@ -46,6 +48,10 @@ type Publisher struct {
 
 	// Run's goroutine only: what was published per type, name -> encoding.
 	published [3]map[string][]byte
+	// Run's goroutine only: whether a Gateway has an AUTO_PASSTHROUGH
+	// server, and the services and ports the last publish exposed.
+	auto bool
+	svcs []ServicePorts
 	// warnings of the last publish, for push status.
 	warnings atomic.Pointer[[]string]
 	// done is the catalog revision up to which Gateways are published;
@@ -112,13 +118,18 @@ func (p *Publisher) publishedUpTo(rev int64) {
 var types = [3]xds.Type{xds.TypeSecret, xds.TypeListener, xds.TypeRoute}
 
 // Run publishes the current Gateways, then follows config and secret
-// changes until ctx ends (nil) or the catalog fails. It also recomputes when
+// changes, and instance changes that change a service's ports while a
+// Gateway has an AUTO_PASSTHROUGH server, until ctx ends (nil) or the
+// catalog fails. It also recomputes when
 // a certificate a Gateway names expires, so the warning (push status) comes
 // then, not at the next change.
 func (p *Publisher) Run(ctx context.Context) error {
 	for ctx.Err() == nil {
 		rev := p.cat.Revision()
-		sub, err := p.cat.Subscribe(rev, store.Config, store.Secrets)
+		// Instances too: an AUTO_PASSTHROUGH server's chains follow the
+		// services' ports (a batch that changes none of them publishes
+		// nothing).
+		sub, err := p.cat.Subscribe(rev, store.Config, store.Secrets, store.Instances)
 		if err != nil {
 			return fmt.Errorf("ingress: subscribe: %w", err)
 		}
@@ -129,7 +140,7 @@ func (p *Publisher) Run(ctx context.Context) error {
 			if !expiry.IsZero() {
 				wait, cancel = context.WithDeadline(ctx, expiry.Add(time.Second))
 			}
-			_, err := sub.Next(wait, 1024)
+			changes, err := sub.Next(wait, 1024)
 			cancel()
 			if err != nil {
 				if errors.Is(err, catalog.ErrCompacted) {
@@ -147,11 +158,80 @@ func (p *Publisher) Run(ctx context.Context) error {
 				return fmt.Errorf("ingress: follow: %w", err)
 			}
 			rev = sub.Revision()
-			expiry = p.publish(rev)
+			if !instancesOnly(changes) || p.auto && p.portsChanged(changes) {
+				expiry = p.publish(rev)
+			}
 			p.publishedUpTo(rev)
 		}
 	}
 	return nil
+}
+
+func instancesOnly(changes []catalog.Change) bool {
+	for _, c := range changes {
+		if c.Kind != store.Instances {
+			return false
+		}
+	}
+	return true
+}
+
+// portsChanged reports whether the services the instance changes touch
+// listen on other ports than the last publish exposed: only the touched
+// services' groups are read, not the whole registry.
+func (p *Publisher) portsChanged(changes []catalog.Change) bool {
+	inst, ok := p.cat.Table(store.Instances).(*catalog.Groups[*instance.Instance])
+	if !ok {
+		return false
+	}
+	seen := map[naming.ServiceKey]bool{}
+	for _, c := range changes {
+		if seen[c.Key] {
+			continue
+		}
+		seen[c.Key] = true
+		var was []uint32
+		if i, ok := slices.BinarySearchFunc(p.svcs, c.Key, func(sp ServicePorts, k naming.ServiceKey) int { return sp.Service.Compare(k) }); ok {
+			was = p.svcs[i].Ports
+		}
+		var now []uint32
+		if g := inst.Lookup(c.Key); g != nil {
+			now = groupPorts(g)
+		}
+		if !slices.Equal(was, now) {
+			return true
+		}
+	}
+	return false
+}
+
+// servicePorts lists the registry's services with instances and the ports
+// they listen on, in key order (nil without the instance table).
+func (p *Publisher) servicePorts() []ServicePorts {
+	inst, ok := p.cat.Table(store.Instances).(*catalog.Groups[*instance.Instance])
+	if !ok {
+		return nil
+	}
+	var out []ServicePorts
+	for _, g := range inst.Snapshot().Groups("") {
+		if ports := groupPorts(g); len(ports) > 0 {
+			out = append(out, ServicePorts{Service: g.Key, Ports: ports})
+		}
+	}
+	return out
+}
+
+// groupPorts is the ports a service's instances listen on, sorted, each
+// once (nil: none).
+func groupPorts(g *catalog.Group[*instance.Instance]) []uint32 {
+	var ports []uint32
+	for _, in := range g.Items() {
+		if in.Port > 0 && in.Port <= 65535 {
+			ports = append(ports, uint32(in.Port))
+		}
+	}
+	slices.Sort(ports)
+	return slices.Compact(ports)
 }
 
 // publish computes every Gateway resource and applies what changed. It
@@ -179,7 +259,11 @@ func (p *Publisher) publish(rev int64) time.Time {
 		return s
 	}
 	drs, _ := p.cfg.List(config.KindDestinationRule, "")
-	out, warnings := BuildWithPolicies(gws, vss, drs, config.NewSecurity(p.cfg.RootNamespace(), policies), secretOf)
+	p.auto, p.svcs = hasAuto(gws), nil
+	if p.auto {
+		p.svcs = p.servicePorts()
+	}
+	out, warnings := BuildWithServices(gws, vss, drs, config.NewSecurity(p.cfg.RootNamespace(), policies), secretOf, p.svcs, p.cfg.RootNamespace())
 	tms, _ := p.cfg.List(config.KindTelemetry, "")
 	var tobjs []*config.Object
 	for _, e := range tms {

@@ -58,7 +58,7 @@ function GatewayObject({ gw, vss, secrets }) {
           <td>${(s.hosts || []).map(h => html`<code>${h}</code> `)}</td>
           <td>${mode || (tls.httpsRedirect ? 'redirect to HTTPS' : html`<span class="muted">plaintext</span>`)}</td>
           <td class="cert">${cred ? html`<code>${cred}</code> ${secrets.readable ? html`<${CertCell} secret=${sec} />` : ''}`
-            : html`<span class="muted">${mode === 'PASSTHROUGH' ? "the endpoint's" : '–'}</span>`}</td>
+            : html`<span class="muted">${mode === 'PASSTHROUGH' || mode === 'AUTO_PASSTHROUGH' ? "the endpoint's" : '–'}</span>`}</td>
         </tr>`;
       })}</tbody></table>
     ${bound.length > 0 && html`<p class="muted">Bound: ${bound.map(v => html`<a href=${`#/config/VirtualService/${nsOf(v)}/${v.metadata.name}`}>${nsOf(v)}/${v.metadata.name}</a> `)}</p>`}
