@@ -155,10 +155,25 @@ func TestIstioCircuitBreakingTask(t *testing.T) {
 		}()
 		return ch
 	}
+	// reached waits until n calls are at the upstream; false, the answer
+	// taken, when ch's call is answered first (it never got there: the
+	// gateway has no endpoint yet on a loaded machine).
+	reached := func(n int64, ch chan answer) bool {
+		for inside.Load() < n {
+			select {
+			case <-ch:
+				return false
+			case <-time.After(time.Millisecond):
+			}
+		}
+		return true
+	}
 	var first, second chan answer
-	waitTrue(t, 20*time.Second, func() bool {
+	waitTrue(t, 60*time.Second, func() bool {
 		first = send()
-		waitTrue(t, 10*time.Second, func() bool { return inside.Load() == 1 })
+		if !reached(1, first) {
+			return false
+		}
 		w0 := counter(t, admin, waited)
 		second = send()
 		deadline := time.Now().Add(2 * time.Second)
@@ -172,13 +187,12 @@ func TestIstioCircuitBreakingTask(t *testing.T) {
 			time.Sleep(10 * time.Millisecond)
 		}
 		// Not in force yet: let both through and try again.
-		for inside.Load() < 2 {
-			time.Sleep(time.Millisecond)
+		if reached(2, second) {
+			hold <- struct{}{}
+			<-second
 		}
 		hold <- struct{}{}
-		hold <- struct{}{}
 		<-first
-		<-second
 		return false
 	})
 	// One in flight, one pending: the third overflows at once.

@@ -44,9 +44,15 @@ func freeAddr(t *testing.T) string {
 	// kernel hands out for ":0" is free only until any outgoing connection
 	// of any test takes it as its source port, before the server binds it
 	// (TestIstioCORS: bind: address already in use). Random, so the test
-	// binaries running beside this one pick other ports.
+	// binaries running beside this one pick other ports. A port is handed
+	// out once per process: one picked, closed and not yet bound by its
+	// server is free to the next pick too (TestIstioRedirect: its server
+	// found the port it had been given taken, by another of its own).
 	for range 200 {
 		port := freePortLow + rand.IntN(freePortHigh-freePortLow)
+		if !handOut(port) {
+			continue
+		}
 		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
 		if err != nil {
 			continue
@@ -64,6 +70,26 @@ func freeAddr(t *testing.T) string {
 
 // freePortLow and freePortHigh bound the ports freeAddr picks from.
 const freePortLow, freePortHigh = 20000, 32000
+
+// handedOut holds the ports freeAddr has given this process.
+var handedOut struct {
+	sync.Mutex
+	ports map[int]bool
+}
+
+// handOut reports whether port was not handed out before, and marks it.
+func handOut(port int) bool {
+	handedOut.Lock()
+	defer handedOut.Unlock()
+	if handedOut.ports == nil {
+		handedOut.ports = make(map[int]bool)
+	}
+	if handedOut.ports[port] {
+		return false
+	}
+	handedOut.ports[port] = true
+	return true
+}
 
 // startServer runs the real binary on dir, with the extra flags, and waits
 // until it is ready. No xDS: its default address is shared by every server

@@ -41,6 +41,7 @@ func newEnvoyCmd() *cobra.Command {
 // envoyBootstrapArgs are the bootstrap command's flags.
 type envoyBootstrapArgs struct {
 	node, xds, token, namespace, account, format, sds string
+	otelCollector                                     string // HOST:PORT of the otel provider's collector
 	admin                                             int
 	labels                                            map[string]string // the node's LABELS: routes by sourceLabels
 }
@@ -85,6 +86,7 @@ Istio's sidecars read istio-agent's. Nothing is asked of the server.`,
 	fl.StringVarP(&a.format, "output", "o", "yaml", "yaml or json")
 	fl.IntVar(&a.admin, "admin-port", 15000, "Envoy's admin port on 127.0.0.1 (0: no admin interface)")
 	fl.StringToStringVar(&a.labels, "labels", nil, "the workload's labels, KEY=VALUE,... (sent as the node's LABELS: VirtualService routes by sourceLabels)")
+	fl.StringVar(&a.otelCollector, "otel-collector", "", `the OpenTelemetry collector (OTLP/gRPC, HOST:PORT) of the access logs a Telemetry's "otel" provider turns on: the static cluster `+xds.OTelCollectorCluster)
 	fl.StringVar(&a.sds, "sds", "", `read the workload certificate from a local agent's SDS socket, unix://PATH ("sextant identity agent --sds"), not from the server`)
 	_ = cmd.MarkFlagRequired("node")
 	return cmd
@@ -119,13 +121,15 @@ func buildEnvoyBootstrap(a envoyBootstrapArgs) (*bootstrapv3.Bootstrap, error) {
 	if a.node == "" {
 		return nil, fmt.Errorf("envoy bootstrap: --node is required")
 	}
-	host, portStr, err := net.SplitHostPort(a.xds)
+	xdsAddr, err := bootstrapAddr("--xds", a.xds)
 	if err != nil {
-		return nil, fmt.Errorf("envoy bootstrap: --xds %q: want HOST:PORT: %w", a.xds, err)
+		return nil, err
 	}
-	port, err := strconv.ParseUint(portStr, 10, 16)
-	if err != nil || port == 0 || host == "" {
-		return nil, fmt.Errorf("envoy bootstrap: --xds %q: want HOST:PORT with a port in 1..65535", a.xds)
+	var otelAddr *corev3.Address
+	if a.otelCollector != "" {
+		if otelAddr, err = bootstrapAddr("--otel-collector", a.otelCollector); err != nil {
+			return nil, err
+		}
 	}
 	if a.admin < 0 || a.admin > 65535 {
 		return nil, fmt.Errorf("envoy bootstrap: --admin-port %d: want 0..65535", a.admin)
@@ -169,10 +173,6 @@ func buildEnvoyBootstrap(a envoyBootstrapArgs) (*bootstrapv3.Bootstrap, error) {
 	if err != nil {
 		return nil, fmt.Errorf("envoy bootstrap: %w", err)
 	}
-	discovery := clusterv3.Cluster_STRICT_DNS
-	if _, err := netip.ParseAddr(host); err == nil {
-		discovery = clusterv3.Cluster_STATIC
-	}
 	b := &bootstrapv3.Bootstrap{
 		Node: &corev3.Node{Id: a.node, Cluster: ns, Metadata: md},
 		DynamicResources: &bootstrapv3.Bootstrap_DynamicResources{
@@ -181,27 +181,14 @@ func buildEnvoyBootstrap(a envoyBootstrapArgs) (*bootstrapv3.Bootstrap, error) {
 			CdsConfig: ads,
 			LdsConfig: ads,
 		},
-		StaticResources: &bootstrapv3.Bootstrap_StaticResources{Clusters: []*clusterv3.Cluster{{
-			Name:                          xdsClusterName,
-			ClusterDiscoveryType:          &clusterv3.Cluster_Type{Type: discovery},
-			ConnectTimeout:                durationpb.New(time.Second),
-			TypedExtensionProtocolOptions: map[string]*anypb.Any{xds.HTTPProtocolOptionsKey: h2},
-			LoadAssignment: &endpointv3.ClusterLoadAssignment{ClusterName: xdsClusterName, Endpoints: []*endpointv3.LocalityLbEndpoints{{
-				LbEndpoints: []*endpointv3.LbEndpoint{{HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{
-					Address: &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{
-						Address: host, PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: uint32(port)}}}}}}}}}}},
-		}}},
+		StaticResources: &bootstrapv3.Bootstrap_StaticResources{Clusters: []*clusterv3.Cluster{staticCluster(xdsClusterName, xdsAddr, h2)}},
 	}
 	if sdsPath != "" {
-		b.StaticResources.Clusters = append(b.StaticResources.Clusters, &clusterv3.Cluster{
-			Name:                          xds.AgentSDSCluster,
-			ClusterDiscoveryType:          &clusterv3.Cluster_Type{Type: clusterv3.Cluster_STATIC},
-			ConnectTimeout:                durationpb.New(time.Second),
-			TypedExtensionProtocolOptions: map[string]*anypb.Any{xds.HTTPProtocolOptionsKey: h2},
-			LoadAssignment: &endpointv3.ClusterLoadAssignment{ClusterName: xds.AgentSDSCluster, Endpoints: []*endpointv3.LocalityLbEndpoints{{
-				LbEndpoints: []*endpointv3.LbEndpoint{{HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{
-					Address: &corev3.Address{Address: &corev3.Address_Pipe{Pipe: &corev3.Pipe{Path: sdsPath}}}}}}}}}},
-		})
+		b.StaticResources.Clusters = append(b.StaticResources.Clusters, staticCluster(xds.AgentSDSCluster,
+			&corev3.Address{Address: &corev3.Address_Pipe{Pipe: &corev3.Pipe{Path: sdsPath}}}, h2))
+	}
+	if otelAddr != nil {
+		b.StaticResources.Clusters = append(b.StaticResources.Clusters, staticCluster(xds.OTelCollectorCluster, otelAddr, h2))
 	}
 	if a.admin > 0 {
 		b.Admin = &bootstrapv3.Admin{Address: &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{
@@ -211,6 +198,39 @@ func buildEnvoyBootstrap(a envoyBootstrapArgs) (*bootstrapv3.Bootstrap, error) {
 		return nil, fmt.Errorf("envoy bootstrap: %w", err)
 	}
 	return b, nil
+}
+
+// bootstrapAddr reads flag's HOST:PORT.
+func bootstrapAddr(flag, v string) (*corev3.Address, error) {
+	host, portStr, err := net.SplitHostPort(v)
+	if err != nil {
+		return nil, fmt.Errorf("envoy bootstrap: %s %q: want HOST:PORT: %w", flag, v, err)
+	}
+	port, err := strconv.ParseUint(portStr, 10, 16)
+	if err != nil || port == 0 || host == "" {
+		return nil, fmt.Errorf("envoy bootstrap: %s %q: want HOST:PORT with a port in 1..65535", flag, v)
+	}
+	return &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{
+		Address: host, PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: uint32(port)}}}}, nil
+}
+
+// staticCluster is an HTTP/2 (gRPC) cluster of one endpoint at addr:
+// STATIC for an IP address or a pipe, STRICT_DNS for a host name.
+func staticCluster(name string, addr *corev3.Address, h2 *anypb.Any) *clusterv3.Cluster {
+	discovery := clusterv3.Cluster_STATIC
+	if sa := addr.GetSocketAddress(); sa != nil {
+		if _, err := netip.ParseAddr(sa.GetAddress()); err != nil {
+			discovery = clusterv3.Cluster_STRICT_DNS
+		}
+	}
+	return &clusterv3.Cluster{
+		Name:                          name,
+		ClusterDiscoveryType:          &clusterv3.Cluster_Type{Type: discovery},
+		ConnectTimeout:                durationpb.New(time.Second),
+		TypedExtensionProtocolOptions: map[string]*anypb.Any{xds.HTTPProtocolOptionsKey: h2},
+		LoadAssignment: &endpointv3.ClusterLoadAssignment{ClusterName: name, Endpoints: []*endpointv3.LocalityLbEndpoints{{
+			LbEndpoints: []*endpointv3.LbEndpoint{{HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{Address: addr}}}}}}},
+	}
 }
 
 // nodeLabels is an xDS node's metadata carrying labels as Istio's proxies

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	"google.golang.org/protobuf/encoding/protojson"
 	"sigs.k8s.io/yaml"
 
@@ -78,10 +79,31 @@ func TestEnvoyBootstrap(t *testing.T) {
 		b.Node.GetMetadata().GetFields()["SEXTANT_SDS"].GetStringValue() != "agent" {
 		t.Errorf("--sds: clusters %v, node %v", cl, b.Node)
 	}
+	// With the otel provider's collector: its cluster, by name.
+	out.Reset()
+	cmd = newEnvoyCmd()
+	cmd.SetOut(&out)
+	cmd.SetArgs([]string{"bootstrap", "--node", node, "--otel-collector", "otel.observability:4317", "-o", "json"})
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	b = &bootstrapv3.Bootstrap{}
+	if err := protojson.Unmarshal(out.Bytes(), b); err != nil {
+		t.Fatal(err)
+	}
+	if errs := envoycheck.Validate("bootstrap", b); len(errs) > 0 {
+		t.Error(errs)
+	}
+	cl = b.StaticResources.GetClusters()
+	if len(cl) != 2 || cl[1].Name != xds.OTelCollectorCluster || cl[1].GetType() != clusterv3.Cluster_STRICT_DNS ||
+		cl[1].GetLoadAssignment().GetEndpoints()[0].GetLbEndpoints()[0].GetEndpoint().GetAddress().GetSocketAddress().GetPortValue() != 4317 {
+		t.Errorf("--otel-collector: clusters %v", cl)
+	}
 	for args, want := range map[string]string{
 		"--node n --sds /tmp/sds.sock":     `--sds "/tmp/sds.sock"`,
 		"--node n --xds nowhere":           `--xds "nowhere"`,
 		"--node n --xds 10.0.0.1:0":        "port in 1..65535",
+		"--node n --otel-collector otel":   `--otel-collector "otel"`,
 		"--node n -o toml":                 `--output "toml"`,
 		"--node n --admin-port 70000":      "--admin-port 70000",
 		"--node n --xds xds.example.com:1": "",

@@ -35,6 +35,7 @@ import (
 	"github.com/sextant-mesh/sextant/internal/gateway/xdsclient"
 	"github.com/sextant-mesh/sextant/internal/label"
 	"github.com/sextant-mesh/sextant/internal/locality"
+	"github.com/sextant-mesh/sextant/internal/otlp"
 	"github.com/sextant-mesh/sextant/internal/trace"
 )
 
@@ -69,6 +70,8 @@ type gatewayFlags struct {
 	accessLogMaxBytes int64
 	accessLogKeep     int
 	accessLogBuffer   int
+	accessLogOTLP     string
+	accessLogOTLPProt string
 }
 
 func init() {
@@ -142,6 +145,8 @@ docs/gateway.md.`,
 	fl.Int64Var(&f.accessLogMaxBytes, "access-log-max-bytes", accesslog.DefaultMaxBytes, "rotate --access-log-file past this size; 0: never")
 	fl.IntVar(&f.accessLogKeep, "access-log-keep", accesslog.DefaultKeep, "rotated access log files kept (FILE.1 the newest)")
 	fl.IntVar(&f.accessLogBuffer, "access-log-buffer", accesslog.DefaultBuffer, "access log lines queued for the writer; beyond, lines are dropped and counted, never waited for")
+	fl.StringVar(&f.accessLogOTLP, "access-log-otlp-endpoint", "", "send the access logs of a Telemetry's otel provider as OTLP log records to this collector (host:port; for http also a URL); empty: those are not written")
+	fl.StringVar(&f.accessLogOTLPProt, "access-log-otlp-protocol", "grpc", "OTLP protocol for --access-log-otlp-endpoint: grpc or http (HTTP/protobuf)")
 	fl.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	fl.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	rootCmd.AddCommand(cmd)
@@ -527,6 +532,23 @@ func startAccessLog(f gatewayFlags, lc *lifecycle, log *slog.Logger) (*gateway.A
 	}
 	al.Sink = w
 	lc.start("access log", false, w.Run)
+	if f.accessLogOTLP != "" {
+		x, err := accesslog.NewExporter(otlp.Options{Endpoint: f.accessLogOTLP, Protocol: f.accessLogOTLPProt,
+			ServiceName: f.service, ResourceAttrs: []otlp.Attr{otlp.String("node_name", f.node)}, Logger: log})
+		if err != nil {
+			return nil, fmt.Errorf("--access-log-otlp-endpoint %q, --access-log-otlp-protocol %q: %w", f.accessLogOTLP, f.accessLogOTLPProt, err)
+		}
+		lc.add("access log exporter", func() error {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := x.Close(ctx); err != nil {
+				log.Warn("access log records not sent before shutdown", "err", err)
+			}
+			return nil
+		})
+		al.OTel = x
+		log.Info("access log records over OTLP", "endpoint", f.accessLogOTLP, "protocol", f.accessLogOTLPProt)
+	}
 	if al.All {
 		log.Info("access log", "format", al.Encoding.String(), "file", f.accessLogFile)
 	}

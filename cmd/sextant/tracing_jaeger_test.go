@@ -74,9 +74,12 @@ func jaegerBinary(t *testing.T) string {
 	return bin
 }
 
-// jaeger is a running Jaeger v2 with in-memory storage.
+// jaeger is a running Jaeger v2 with in-memory storage. It takes OTLP
+// logs too (Jaeger v2 is an OpenTelemetry collector): its debug exporter
+// prints each record to out.
 type jaeger struct {
 	otlpGRPC, otlpHTTP, query string
+	out                       *syncBuffer
 }
 
 const jaegerConfig = `service:
@@ -86,6 +89,9 @@ const jaegerConfig = `service:
       receivers: [otlp]
       processors: [batch]
       exporters: [jaeger_storage_exporter]
+    logs:
+      receivers: [otlp]
+      exporters: [debug]
   telemetry:
     metrics:
       level: none
@@ -121,6 +127,9 @@ processors:
 exporters:
   jaeger_storage_exporter:
     trace_storage: mem
+  debug:
+    verbosity: detailed
+    use_internal_logger: false
 `
 
 // startJaeger runs Jaeger on loopback until the test ends: OTLP gRPC and
@@ -135,8 +144,9 @@ func startJaeger(t *testing.T) *jaeger {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(bin, "--config", cfg)
-	var logs syncBuffer
-	cmd.Stdout, cmd.Stderr = &logs, &logs
+	logs := new(syncBuffer)
+	j.out = logs
+	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -564,10 +574,13 @@ func TestGatewayTracingFlagsRefused(t *testing.T) {
 	}{
 		{func(f *gatewayFlags) { f.tracingSampling = 150 }, "--tracing-sampling 150: want a percentage, 0 to 100"},
 		{func(f *gatewayFlags) { f.tracingSampling = -1 }, "--tracing-sampling -1"},
-		{func(f *gatewayFlags) { f.tracingProtocol = "thrift" }, `--tracing-otlp-protocol "thrift": trace: OTLP protocol "thrift": want grpc or http/protobuf`},
+		{func(f *gatewayFlags) { f.tracingProtocol = "thrift" }, `--tracing-otlp-protocol "thrift": otlp: protocol "thrift": want grpc or http/protobuf`},
 		{func(f *gatewayFlags) { f.tracingEndpoint = "http://127.0.0.1:4317" }, "want host:port"},
 		{func(f *gatewayFlags) { f.tracingUI = "http://jaeger:16686/search" }, "it must name {trace_id}"},
 		{func(f *gatewayFlags) { f.tracingUI = "jaeger:16686/trace/{trace_id}" }, "want an http or https URL"},
+		{func(f *gatewayFlags) { f.accessLogOTLP, f.accessLogOTLPProt = "127.0.0.1:4317", "thrift" },
+			`--access-log-otlp-protocol "thrift": otlp: protocol "thrift": want grpc or http/protobuf`},
+		{func(f *gatewayFlags) { f.accessLogOTLP, f.accessLogOTLPProt = "http://127.0.0.1:4317", "grpc" }, "want host:port"},
 	} {
 		f := base
 		c.change(&f)

@@ -54,11 +54,15 @@ type Encoding uint8
 const (
 	Text Encoding = iota // TextFormat
 	JSON                 // JSONFormat
+	OTel                 // TextFormat as an OTLP log record's body (Exporter)
 )
 
 func (e Encoding) String() string {
-	if e == JSON {
+	switch e {
+	case JSON:
 		return "json"
+	case OTel:
+		return "otel"
 	}
 	return "text"
 }

@@ -29,6 +29,11 @@ const (
 	// (--access-log-file, stdout by default).
 	ProviderEnvoy     = "envoy"
 	ProviderEnvoyJSON = "envoy-json"
+	// ProviderOTelLogs sends access logs as OTLP log records, each line
+	// in Envoy's text format a record's body, to the gateway's
+	// --access-log-otlp-endpoint: Istio's "otel" provider (an
+	// envoyOtelAls extension provider, as Istio's samples name it).
+	ProviderOTelLogs = "otel"
 )
 
 func validateTelemetry(c errs, path string, o *Object) {
@@ -79,8 +84,8 @@ func validateTelemetry(c errs, path string, o *Object) {
 			continue
 		}
 		for j, pr := range al.Providers {
-			if name := pr.GetName(); name != ProviderEnvoy && name != ProviderEnvoyJSON {
-				c.add(join(index(join(p, "providers"), j), "name"), ErrInvalid, "%q: not an access log provider (Sextant has %q, Envoy's text format, and %q, Istio's JSON format)", name, ProviderEnvoy, ProviderEnvoyJSON)
+			if name := pr.GetName(); name != ProviderEnvoy && name != ProviderEnvoyJSON && name != ProviderOTelLogs {
+				c.add(join(index(join(p, "providers"), j), "name"), ErrInvalid, "%q: not an access log provider (Sextant has %q, Envoy's text format, %q, Istio's JSON format, and %q, OTLP log records to the gateway's collector)", name, ProviderEnvoy, ProviderEnvoyJSON, ProviderOTelLogs)
 			}
 		}
 		if f := al.GetFilter(); f != nil {

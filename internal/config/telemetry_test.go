@@ -63,7 +63,7 @@ func TestDecodeTelemetryErrors(t *testing.T) {
 		{"sampling", tm + "  tracing: [{randomSamplingPercentage: 101}]\n", "spec.tracing[0].randomSamplingPercentage", ErrInvalid, "0 to 100"},
 		{"two tracing", tm + "  tracing: [{randomSamplingPercentage: 1}, {randomSamplingPercentage: 2}]\n", "spec.tracing", ErrNotSupported, "one is supported"},
 		{"tracing provider", tm + "  tracing: [{providers: [{name: zipkin}]}]\n", "spec.tracing[0].providers[0].name", ErrInvalid, `"otel-tracing"`},
-		{"log provider", tm + "  accessLogging: [{providers: [{name: otel}]}]\n", "spec.accessLogging[0].providers[0].name", ErrInvalid, `"envoy"`},
+		{"log provider", tm + "  accessLogging: [{providers: [{name: stackdriver}]}]\n", "spec.accessLogging[0].providers[0].name", ErrInvalid, `"otel"`},
 		{"log match", tm + "  accessLogging: [{match: {mode: CLIENT}}]\n", "spec.accessLogging[0].match", ErrNotSupported, "not supported"},
 		{"filter attribute", tm + "  accessLogging: [{filter: {expression: 'request.method == \"GET\"'}}]\n", "spec.accessLogging[0].filter.expression", ErrNotSupported, `attribute "request.method" is not supported`},
 		{"filter mixed", tm + "  accessLogging: [{filter: {expression: 'response.code >= 400 && response.code < 500 || response.code == 200'}}]\n", "spec.accessLogging[0].filter.expression", ErrNotSupported, "mixes || and &&"},

@@ -18,6 +18,10 @@ import (
 // listener's Telemetry selects, or for every call with All.
 type AccessLog struct {
 	Sink AccessLogSink
+	// OTel takes the lines of access logs of the otel provider, as OTLP
+	// log records (--access-log-otlp-endpoint); nil: those are not
+	// written.
+	OTel AccessLogExporter
 	// All logs every call in Encoding on listeners whose Telemetry names
 	// no access log (--access-log text|json, as Istio's accessLogFile).
 	All      bool
@@ -35,6 +39,18 @@ type AccessLogSink interface {
 }
 
 var _ AccessLogSink = (*accesslog.Writer)(nil)
+
+// AccessLogExporter takes the gateway's lines for OTLP; *accesslog.Exporter
+// is one.
+type AccessLogExporter interface {
+	// Line returns an empty buffer for one line. Call's goroutine.
+	Line() *[]byte
+	// Export queues the line of a call that started at start and takes
+	// the buffer back. Call's goroutine; never blocks.
+	Export(b *[]byte, start time.Time)
+}
+
+var _ AccessLogExporter = (*accesslog.Exporter)(nil)
 
 // accessLogStats is what an AccessLogSink may also tell, for /metrics.
 type accessLogStats interface{ Stats() accesslog.Stats }
@@ -82,14 +98,22 @@ func (g *Gateway) logAccess(ctx *fasthttp.RequestCtx, logs []accessLogSpec, k *c
 				e.BytesOut = out
 			}
 		}
-		sink := g.opts.AccessLog.Sink
-		b := sink.Line()
-		if s.enc == accesslog.JSON {
+		switch s.enc {
+		case accesslog.OTel:
+			if x := g.opts.AccessLog.OTel; x != nil {
+				b := x.Line()
+				*b = accesslog.AppendText(*b, e)
+				x.Export(b, e.Start)
+			}
+		case accesslog.JSON:
+			b := g.opts.AccessLog.Sink.Line()
 			*b = accesslog.AppendJSON(*b, e)
-		} else {
+			g.opts.AccessLog.Sink.Submit(b)
+		default:
+			b := g.opts.AccessLog.Sink.Line()
 			*b = accesslog.AppendText(*b, e)
+			g.opts.AccessLog.Sink.Submit(b)
 		}
-		sink.Submit(b)
 	}
 }
 

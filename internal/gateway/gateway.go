@@ -168,13 +168,16 @@ func New(opts Options) *Gateway {
 		g.rec, g.istio = im, im
 	}
 	if opts.Tracing != nil {
-		if st, ok := opts.Tracing.Sink.(spanStats); ok {
-			registerTracingMetrics(g.metrics.reg, st)
+		if st, ok := opts.Tracing.Sink.(exportStats); ok {
+			registerOTLPMetrics(g.metrics.reg, "sextant_gateway_tracing", "spans", "Spans", st)
 		}
 	}
 	if opts.AccessLog != nil {
 		if st, ok := opts.AccessLog.Sink.(accessLogStats); ok {
 			registerAccessLogMetrics(g.metrics.reg, st)
+		}
+		if st, ok := opts.AccessLog.OTel.(exportStats); ok {
+			registerOTLPMetrics(g.metrics.reg, "sextant_gateway_access_log_otlp", "records", "Access log records", st)
 		}
 	}
 	return g

@@ -8,6 +8,7 @@ import (
 	accesslogv3 "github.com/envoyproxy/go-control-plane/envoy/config/accesslog/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	filev3 "github.com/envoyproxy/go-control-plane/envoy/extensions/access_loggers/file/v3"
+	otelalsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/access_loggers/open_telemetry/v3"
 	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 
 	"github.com/sextant-mesh/sextant/internal/accesslog"
@@ -21,6 +22,7 @@ const (
 	otelTracerName    = "envoy.tracers.opentelemetry"
 	fileAccessLogName = "envoy.access_loggers.file"
 	fileAccessLogType = "type.googleapis.com/envoy.extensions.access_loggers.file.v3.FileAccessLog"
+	otelAccessLogType = "type.googleapis.com/envoy.extensions.access_loggers.open_telemetry.v3.OpenTelemetryAccessLogConfig"
 )
 
 // listenerTelemetry is a listener's tracing and access logs; nil: the
@@ -167,8 +169,12 @@ func decodeTelemetry(path string, m *hcm.HttpConnectionManager) (*listenerTeleme
 func decodeAccessLog(path string, al *accesslogv3.AccessLog) (accessLogSpec, error) {
 	var spec accessLogSpec
 	tc := al.GetTypedConfig()
-	if tc.GetTypeUrl() != fileAccessLogType {
-		return spec, fieldErr(path, "%q: %v (%s, to the gateway's --access-log-file)", tc.GetTypeUrl(), errUnsupported, fileAccessLogName)
+	switch tc.GetTypeUrl() {
+	case fileAccessLogType:
+	case otelAccessLogType:
+		return decodeOTelAccessLog(path, al)
+	default:
+		return spec, fieldErr(path, "%q: %v (%s, to the gateway's --access-log-file; open_telemetry, to its --access-log-otlp-endpoint)", tc.GetTypeUrl(), errUnsupported, fileAccessLogName)
 	}
 	fl := new(filev3.FileAccessLog)
 	if err := tc.UnmarshalTo(fl); err != nil {
@@ -197,6 +203,30 @@ func decodeAccessLog(path string, al *accesslogv3.AccessLog) (accessLogSpec, err
 	default:
 		return spec, fieldErr(path+".typed_config.log_format", "%T: %v", f, errUnsupported)
 	}
+	return withLogFilter(path, al, spec)
+}
+
+// decodeOTelAccessLog reads Envoy's OpenTelemetry access logger as Istio
+// writes its envoyOtelAls providers: records with Istio's text format as
+// their body, sent to the gateway's own collector (--access-log-otlp-*),
+// whatever cluster the config names for Envoy.
+func decodeOTelAccessLog(path string, al *accesslogv3.AccessLog) (accessLogSpec, error) {
+	spec := accessLogSpec{enc: accesslog.OTel}
+	oc := new(otelalsv3.OpenTelemetryAccessLogConfig)
+	if err := al.GetTypedConfig().UnmarshalTo(oc); err != nil {
+		return spec, fieldErr(path+".typed_config", "%v", err)
+	}
+	if body := oc.GetBody(); body.GetStringValue() != accesslog.TextFormat {
+		return spec, fieldErr(path+".typed_config.body", "%v: only Istio's default text format as a string", errUnsupported)
+	}
+	if len(oc.GetAttributes().GetValues()) > 0 {
+		return spec, fieldErr(path+".typed_config.attributes", "%v", errUnsupported)
+	}
+	return withLogFilter(path, al, spec)
+}
+
+// withLogFilter is spec with al's filter.
+func withLogFilter(path string, al *accesslogv3.AccessLog, spec accessLogSpec) (accessLogSpec, error) {
 	if al.GetFilter() != nil {
 		p, err := decodeLogPred(path+".filter", al.GetFilter(), 0)
 		if err != nil {

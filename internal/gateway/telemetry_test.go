@@ -235,3 +235,64 @@ func (h headerGetter) Peek(k string) []byte {
 	}
 	return nil
 }
+
+// otelSink is the gateway's AccessLogExporter as a list of lines with
+// their calls' start times.
+type otelSink struct {
+	lineSink
+	starts []time.Time
+}
+
+func (s *otelSink) Export(b *[]byte, start time.Time) {
+	s.Submit(b)
+	s.mu.Lock()
+	s.starts = append(s.starts, start)
+	s.mu.Unlock()
+}
+
+// TestTelemetryOTelAccessLog: the otel provider's access log, as the
+// control plane publishes it (Envoy's OpenTelemetry access logger), sends
+// the text line of the calls its filter selects to the gateway's OTLP
+// exporter; the envoy provider beside it still writes every call to the
+// file sink.
+func TestTelemetryOTelAccessLog(t *testing.T) {
+	var status sync.Map
+	up := startUpstream(t, "orders", func(w http.ResponseWriter, r *http.Request) {
+		if v, ok := status.Load("code"); ok {
+			w.WriteHeader(v.(int))
+		}
+		io.WriteString(w, "served")
+	})
+	file, otel := &lineSink{}, &otelSink{}
+	cp := startControlPlane(t, "")
+	l := rdsListener("gw", "r")
+	p := telemetryPolicy(t, telemetryHead+"  accessLogging:\n  - providers: [{name: otel}]\n    filter: {expression: 'response.code >= 500'}\n  - providers: [{name: envoy}]\n")
+	if err := xds.WithTelemetry(l, p); err != nil {
+		t.Fatal(err)
+	}
+	cp.set(l, routeConfig("r", vhost("all", []string{"*"}, prefixRoute("/orders", "orders"), prefixRoute("/ok", "orders"))), edsCluster("orders"), assignment("orders", ep{u: up}))
+	g := startGatewayWith(t, cp.addr, gateway.Options{AccessLog: &gateway.AccessLog{Sink: file, OTel: otel}})
+	g.waitServes(t, "/ok", "served")
+	file.take()
+	otel.take()
+	before := time.Now()
+	for _, code := range []int{200, 503} {
+		status.Store("code", code)
+		if got, body, _ := g.get(t, "/orders/7?x=1", "host", "shop.example.com"); got != code {
+			t.Fatalf("call: %d, want %d: %s", got, code, body)
+		}
+	}
+	if lines := file.take(); len(lines) != 2 {
+		t.Fatalf("file: %d lines, want both calls: %q", len(lines), lines)
+	}
+	lines := otel.take()
+	if len(lines) != 1 {
+		t.Fatalf("otel: %d lines, want the 503's only: %q", len(lines), lines)
+	}
+	if m := textLine.FindStringSubmatch(lines[0]); m == nil || m[1] != "503" {
+		t.Fatalf("otel line %q does not read as Istio's text format of a 503", lines[0])
+	}
+	if s := otel.starts[len(otel.starts)-1]; s.Before(before.Add(-time.Second)) || s.After(time.Now()) {
+		t.Fatalf("record's start %v, calls made from %v", s, before)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
 
+	"github.com/sextant-mesh/sextant/internal/otlp"
 	"github.com/sextant-mesh/sextant/internal/trace"
 )
 
@@ -34,8 +35,9 @@ type SpanSink interface {
 	Submit(s trace.Span)
 }
 
-// spanStats is what a SpanSink may also tell, for /metrics.
-type spanStats interface{ Stats() trace.Stats }
+// exportStats is what a SpanSink or an AccessLogExporter may also tell,
+// for /metrics.
+type exportStats interface{ Stats() otlp.Stats }
 
 var _ SpanSink = (*trace.Exporter)(nil)
 
@@ -296,21 +298,23 @@ func (ct *callTrace) traceID() [16]byte {
 	return [16]byte{}
 }
 
-// registerTracingMetrics serves the span sink's counts on /metrics.
-func registerTracingMetrics(reg *prometheus.Registry, st spanStats) {
-	c := func(name, help string, f func(trace.Stats) uint64) prometheus.Collector {
-		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(f(st.Stats())) })
+// registerOTLPMetrics serves an OTLP exporter's counts on /metrics, as
+// prefix_ITEMS_exported_total and so on (the tracer's spans, the access
+// log's records).
+func registerOTLPMetrics(reg *prometheus.Registry, prefix, items, what string, st exportStats) {
+	c := func(name, help string, f func(otlp.Stats) uint64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: prefix + "_" + name, Help: help}, func() float64 { return float64(f(st.Stats())) })
 	}
 	reg.MustRegister(
-		c("sextant_gateway_tracing_spans_exported_total", "Spans the OTLP collector accepted.",
-			func(s trace.Stats) uint64 { return s.Exported }),
-		c("sextant_gateway_tracing_spans_dropped_queue_full_total", "Spans dropped because the export queue was full (the collector slow or down).",
-			func(s trace.Stats) uint64 { return s.DroppedFull }),
-		c("sextant_gateway_tracing_spans_dropped_export_failed_total", "Spans dropped because their export failed or the collector rejected them.",
-			func(s trace.Stats) uint64 { return s.DroppedError }),
-		c("sextant_gateway_tracing_exports_failed_total", "OTLP export requests that failed.",
-			func(s trace.Stats) uint64 { return s.ExportErrors }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sextant_gateway_tracing_queue_spans", Help: "Spans waiting for export."},
+		c(items+"_exported_total", what+" the OTLP collector accepted.",
+			func(s otlp.Stats) uint64 { return s.Exported }),
+		c(items+"_dropped_queue_full_total", what+" dropped because the export queue was full (the collector slow or down).",
+			func(s otlp.Stats) uint64 { return s.DroppedFull }),
+		c(items+"_dropped_export_failed_total", what+" dropped because their export failed or the collector rejected them.",
+			func(s otlp.Stats) uint64 { return s.DroppedError }),
+		c("exports_failed_total", "OTLP export requests that failed.",
+			func(s otlp.Stats) uint64 { return s.ExportErrors }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: prefix + "_queue_" + items, Help: what + " waiting for export."},
 			func() float64 { return float64(st.Stats().Queued) }),
 	)
 }

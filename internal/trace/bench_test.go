@@ -75,7 +75,7 @@ func BenchmarkEncodeSpan(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		e.request(batch)
+		e.Request(batch)
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(batch)), "ns/span")
 }

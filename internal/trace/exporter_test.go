@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/sextant-mesh/sextant/internal/otlp"
 )
 
 func testSpan(i int) Span {
@@ -29,14 +31,14 @@ func testSpan(i int) Span {
 func TestEncodeRequest(t *testing.T) {
 	e := newEncoder("svc", []Attr{String("k", "v")})
 	s := testSpan(0)
-	b := e.request([]Span{s, testSpan(1)})
+	b := e.Request([]Span{s, testSpan(1)})
 	rs := field(t, b, 1)
 	res := field(t, rs, 1)
 	if kv := field(t, res, 1); string(field(t, kv, 1)) != "service.name" || string(field(t, field(t, kv, 2), 1)) != "svc" {
 		t.Fatalf("resource attribute %q", kv)
 	}
 	ss := field(t, rs, 2)
-	if string(field(t, field(t, ss, 1), 1)) != scopeName {
+	if string(field(t, field(t, ss, 1), 1)) != otlp.ScopeName {
 		t.Fatal("scope name")
 	}
 	sp := field(t, ss, 2) // the first span

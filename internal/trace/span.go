@@ -1,5 +1,7 @@
 package trace
 
+import "github.com/sextant-mesh/sextant/internal/otlp"
+
 // Kind is a span's kind, in OTLP's numbering.
 type Kind uint8
 
@@ -9,19 +11,14 @@ const (
 	KindClient   Kind = 3 // the gateway's span of one try upstream
 )
 
-// Attr is one span attribute: a string, or an integer when IsInt.
-type Attr struct {
-	Key   string
-	Str   string
-	Int   int64
-	IsInt bool
-}
+// Attr is one span attribute (otlp.Attr).
+type Attr = otlp.Attr
 
 // String is a string attribute.
-func String(k, v string) Attr { return Attr{Key: k, Str: v} }
+func String(k, v string) Attr { return otlp.String(k, v) }
 
 // Int is an integer attribute.
-func Int(k string, v int64) Attr { return Attr{Key: k, Int: v, IsInt: true} }
+func Int(k string, v int64) Attr { return otlp.Int(k, v) }
 
 // fixedAttrs is how many attributes a Span holds without allocating: the
 // gateway's spans have up to 12.

@@ -10,9 +10,13 @@ import (
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	tracev3 "github.com/envoyproxy/go-control-plane/envoy/config/trace/v3"
 	filev3 "github.com/envoyproxy/go-control-plane/envoy/extensions/access_loggers/file/v3"
+	grpcalsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/access_loggers/grpc/v3"
+	otelalsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/access_loggers/open_telemetry/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	tracingv3 "github.com/envoyproxy/go-control-plane/envoy/type/tracing/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	otlpcommonv1 "go.opentelemetry.io/proto/otlp/common/v1"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -31,6 +35,14 @@ const (
 	// AccessLogPath is the path the access logs name; the gateway writes
 	// to its own --access-log-file.
 	AccessLogPath = accesslog.Stdout
+	// OTelAccessLogName names the otel provider's access log, Envoy's
+	// OpenTelemetry access logger; it sends to OTelCollectorCluster (the
+	// gateway to its own --access-log-otlp-endpoint).
+	OTelAccessLogName = "envoy.access_loggers.open_telemetry"
+	// OTelCollectorCluster is the collector's cluster an Envoy must
+	// have for the otel provider ("sextant envoy bootstrap
+	// --otel-collector" writes it).
+	OTelCollectorCluster = "sextant-otel-collector"
 )
 
 // WithTelemetry writes p into every HTTP connection manager of l, as
@@ -103,28 +115,54 @@ func telemetryHCM(p config.TelemetryPolicy) (*hcmv3.HttpConnectionManager_Tracin
 	}
 	var logs []*accesslogv3.AccessLog
 	for _, al := range p.AccessLogs {
-		fl := &filev3.FileAccessLog{Path: AccessLogPath}
-		sf := &corev3.SubstitutionFormatString{}
-		switch al.Provider {
-		case config.ProviderEnvoyJSON:
-			st, err := structpb.NewStruct(jsonFormat())
-			if err != nil {
-				return nil, nil, err
-			}
-			sf.Format = &corev3.SubstitutionFormatString_JsonFormat{JsonFormat: st}
-		default:
-			sf.Format = &corev3.SubstitutionFormatString_TextFormatSource{TextFormatSource: &corev3.DataSource{
-				Specifier: &corev3.DataSource_InlineString{InlineString: accesslog.TextFormat}}}
-		}
-		fl.AccessLogFormat = &filev3.FileAccessLog_LogFormat{LogFormat: sf}
-		a := &anypb.Any{}
-		if err := anypb.MarshalFrom(a, fl, deterministic); err != nil {
+		name, a, err := accessLogConfig(al.Provider)
+		if err != nil {
 			return nil, nil, err
 		}
-		logs = append(logs, &accesslogv3.AccessLog{Name: FileAccessLogName, Filter: logFilter(al.Filter),
+		logs = append(logs, &accesslogv3.AccessLog{Name: name, Filter: logFilter(al.Filter),
 			ConfigType: &accesslogv3.AccessLog_TypedConfig{TypedConfig: a}})
 	}
 	return tr, logs, nil
+}
+
+// accessLogConfig is provider's access logger: a file access log in
+// Envoy's text or Istio's JSON format, or (otel) Envoy's OpenTelemetry
+// access logger with the text format as each record's body, as Istio
+// writes its envoyOtelAls providers.
+func accessLogConfig(provider string) (string, *anypb.Any, error) {
+	text := &corev3.SubstitutionFormatString{Format: &corev3.SubstitutionFormatString_TextFormatSource{TextFormatSource: &corev3.DataSource{
+		Specifier: &corev3.DataSource_InlineString{InlineString: accesslog.TextFormat}}}}
+	var name string
+	var m proto.Message
+	switch provider {
+	case config.ProviderOTelLogs:
+		name = OTelAccessLogName
+		m = &otelalsv3.OpenTelemetryAccessLogConfig{
+			CommonConfig: &grpcalsv3.CommonGrpcAccessLogConfig{
+				LogName:             accesslog.LogName,
+				TransportApiVersion: corev3.ApiVersion_V3,
+				GrpcService: &corev3.GrpcService{TargetSpecifier: &corev3.GrpcService_EnvoyGrpc_{
+					EnvoyGrpc: &corev3.GrpcService_EnvoyGrpc{ClusterName: OTelCollectorCluster}}},
+			},
+			Body: &otlpcommonv1.AnyValue{Value: &otlpcommonv1.AnyValue_StringValue{StringValue: accesslog.TextFormat}},
+		}
+	case config.ProviderEnvoyJSON:
+		st, err := structpb.NewStruct(jsonFormat())
+		if err != nil {
+			return "", nil, err
+		}
+		name = FileAccessLogName
+		m = &filev3.FileAccessLog{Path: AccessLogPath, AccessLogFormat: &filev3.FileAccessLog_LogFormat{LogFormat: &corev3.SubstitutionFormatString{
+			Format: &corev3.SubstitutionFormatString_JsonFormat{JsonFormat: st}}}}
+	default:
+		name = FileAccessLogName
+		m = &filev3.FileAccessLog{Path: AccessLogPath, AccessLogFormat: &filev3.FileAccessLog_LogFormat{LogFormat: text}}
+	}
+	a := &anypb.Any{}
+	if err := anypb.MarshalFrom(a, m, deterministic); err != nil {
+		return "", nil, err
+	}
+	return name, a, nil
 }
 
 func jsonFormat() map[string]any {
