@@ -21,7 +21,7 @@ const MaxDocumentBytes = 1 << 20
 
 // Decode reads a stream of config objects: one JSON object, or YAML with
 // any number of documents separated by "---" lines, each a VirtualService,
-// DestinationRule, Gateway, ServiceEntry, PeerAuthentication,
+// DestinationRule, Gateway, ServiceEntry, WorkloadEntry, PeerAuthentication,
 // AuthorizationPolicy or Telemetry in
 // Kubernetes' shape (apiVersion, kind, metadata, spec), or
 // a "kind: List" holding such items. Every object is checked against Istio's
@@ -102,7 +102,7 @@ var unservedKinds = map[string]string{
 	"ProxyConfig":   "it tunes Envoy's bootstrap, which Sextant does not run",
 }
 
-const kindList = "VirtualService, DestinationRule, Gateway, ServiceEntry, PeerAuthentication, AuthorizationPolicy, RequestAuthentication or Telemetry"
+const kindList = "VirtualService, DestinationRule, Gateway, ServiceEntry, WorkloadEntry, PeerAuthentication, AuthorizationPolicy, RequestAuthentication or Telemetry"
 
 // decodeItem decodes one object, or each item of a List, at path.
 func decodeItem(c errs, path string, v any) []*Object {

@@ -91,7 +91,7 @@ func ParseKey(s string) (Key, error) {
 }
 
 // Object is one decoded, validated config object. Exactly one of
-// VirtualService, DestinationRule, Gateway, ServiceEntry, PeerAuthentication,
+// VirtualService, DestinationRule, Gateway, ServiceEntry, WorkloadEntry, PeerAuthentication,
 // AuthorizationPolicy, RequestAuthentication and Telemetry is set, by Kind. Objects are immutable
 // once decoded: a change is a new Object.
 type Object struct {

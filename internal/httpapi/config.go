@@ -288,7 +288,7 @@ func (a *API) applyConfig(w http.ResponseWriter, r *http.Request, reg *backend) 
 		return configError(err)
 	}
 	if len(objs) == 0 {
-		return badRequest("", "no config object in the body: send VirtualService, DestinationRule, Gateway, ServiceEntry, PeerAuthentication, AuthorizationPolicy, RequestAuthentication or Telemetry documents")
+		return badRequest("", "no config object in the body: send VirtualService, DestinationRule, Gateway, ServiceEntry, WorkloadEntry, PeerAuthentication, AuthorizationPolicy, RequestAuthentication or Telemetry documents")
 	}
 	if err := requireConfigWrite(r, t, objs...); err != nil {
 		return err
