@@ -193,12 +193,7 @@ func mergeHTTPRoute(r, leaf *networking.HTTPRoute) (*networking.HTTPRoute, bool)
 		return nil, false
 	}
 	leaf.Match = m
-	switch {
-	case leaf.Name == "":
-		leaf.Name = r.Name
-	case r.Name != "":
-		leaf.Name = r.Name + "-" + leaf.Name
-	}
+	leaf.Name = delegatedName(r.Name, leaf.Name)
 	if leaf.Rewrite == nil {
 		leaf.Rewrite = r.Rewrite
 	}
@@ -224,6 +219,18 @@ func mergeHTTPRoute(r, leaf *networking.HTTPRoute) (*networking.HTTPRoute, bool)
 		leaf.Headers = r.Headers
 	}
 	return leaf, true
+}
+
+// delegatedName is Istio's name for a route or match merged from a
+// delegate's: ROOT-LEAF, or whichever of the two is set.
+func delegatedName(root, leaf string) string {
+	switch {
+	case leaf == "":
+		return root
+	case root != "":
+		return root + "-" + leaf
+	}
+	return leaf
 }
 
 // mergeMatches is Istio's mergeHTTPMatchRequests: each delegate match is
@@ -256,12 +263,7 @@ func mergeMatches(root, leaf []*networking.HTTPMatchRequest) ([]*networking.HTTP
 // mergeMatch is the match of both r and l (l's fields first).
 func mergeMatch(r, l *networking.HTTPMatchRequest) *networking.HTTPMatchRequest {
 	out := proto.Clone(l).(*networking.HTTPMatchRequest)
-	switch {
-	case out.Name == "":
-		out.Name = r.Name
-	case r.Name != "":
-		out.Name = r.Name + "-" + out.Name
-	}
+	out.Name = delegatedName(r.Name, out.Name)
 	if out.Uri == nil {
 		out.Uri = r.Uri
 	}
