@@ -10,17 +10,7 @@ import (
 // delegateConfig chains VirtualServices as Istio: orders' /api routes are
 // delegated to orders-api (no hosts), whose routes' matches merge with
 // /api; its /other route is not within /api and is left out.
-const delegateConfig = `
-apiVersion: networking.istio.io/v1
-kind: DestinationRule
-metadata: {name: orders}
-spec:
-  host: orders
-  subsets:
-  - {name: v1, labels: {version: v1}}
-  - {name: v2, labels: {version: v2}}
-  - {name: v3, labels: {version: v3}}
----
+const delegateConfig = ordersSubsetsRule + `---
 apiVersion: networking.istio.io/v1
 kind: VirtualService
 metadata: {name: orders}

@@ -11,9 +11,10 @@ import (
 	"github.com/sextant-mesh/sextant/client"
 )
 
-// matchConfig routes orders by Istio's HTTPMatchRequest fields beyond uri
-// and headers.
-const matchConfig = `
+// ordersSubsetsRule is the DestinationRule of orders' versions v1-v3
+// (registerOrderVersions registers them) that the routing tests' configs
+// start with.
+const ordersSubsetsRule = `
 apiVersion: networking.istio.io/v1
 kind: DestinationRule
 metadata: {name: orders}
@@ -23,7 +24,11 @@ spec:
   - {name: v1, labels: {version: v1}}
   - {name: v2, labels: {version: v2}}
   - {name: v3, labels: {version: v3}}
----
+`
+
+// matchConfig routes orders by Istio's HTTPMatchRequest fields beyond uri
+// and headers.
+const matchConfig = ordersSubsetsRule + `---
 apiVersion: networking.istio.io/v1
 kind: VirtualService
 metadata: {name: orders}

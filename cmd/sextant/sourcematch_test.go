@@ -8,17 +8,7 @@ import (
 
 // sourceConfig routes orders by the caller's labels and namespace; the
 // route of another caller comes first.
-const sourceConfig = `
-apiVersion: networking.istio.io/v1
-kind: DestinationRule
-metadata: {name: orders}
-spec:
-  host: orders
-  subsets:
-  - {name: v1, labels: {version: v1}}
-  - {name: v2, labels: {version: v2}}
-  - {name: v3, labels: {version: v3}}
----
+const sourceConfig = ordersSubsetsRule + `---
 apiVersion: networking.istio.io/v1
 kind: VirtualService
 metadata: {name: orders}
