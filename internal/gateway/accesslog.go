@@ -99,12 +99,11 @@ func (g *Gateway) logAccess(ctx *fasthttp.RequestCtx, logs []accessLogSpec, k *c
 			}
 		}
 		switch s.enc {
-		case accesslog.OTel:
-			if x := g.opts.AccessLog.OTel; x != nil {
-				b := x.Line()
-				*b = accesslog.AppendText(*b, e)
-				x.Export(b, e.Start)
-			}
+		case accesslog.OTel: // only with an exporter (effectiveLogs)
+			x := g.opts.AccessLog.OTel
+			b := x.Line()
+			*b = accesslog.AppendText(*b, e)
+			x.Export(b, e.Start)
 		case accesslog.JSON:
 			b := g.opts.AccessLog.Sink.Line()
 			*b = accesslog.AppendJSON(*b, e)

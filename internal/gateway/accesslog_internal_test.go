@@ -42,3 +42,21 @@ func BenchmarkAccessLogCall(b *testing.B) {
 		})
 	}
 }
+
+type discardExporter struct{ discardSink }
+
+func (x *discardExporter) Export(*[]byte, time.Time) {}
+
+// TestEffectiveLogsWithoutCollector: a listener's otel access log is
+// kept only when the gateway has an OTLP exporter; its other logs stay.
+func TestEffectiveLogsWithoutCollector(t *testing.T) {
+	lt := &listenerTelemetry{logsSet: true, logs: []accessLogSpec{{enc: accesslog.OTel}, {enc: accesslog.Text}}}
+	got := effectiveLogs(&AccessLog{Sink: &discardSink{}}, lt)
+	if len(got) != 1 || got[0].enc != accesslog.Text {
+		t.Fatalf("without an exporter: %v, want the text log only", got)
+	}
+	got = effectiveLogs(&AccessLog{Sink: &discardSink{}, OTel: &discardExporter{}}, lt)
+	if len(got) != 2 || got[0].enc != accesslog.OTel {
+		t.Fatalf("with an exporter: %v, want both", got)
+	}
+}

@@ -304,7 +304,18 @@ func effectiveLogs(al *AccessLog, lt *listenerTelemetry) []accessLogSpec {
 		return nil
 	}
 	if lt != nil && lt.logsSet {
-		return lt.logs
+		if al.OTel != nil {
+			return lt.logs
+		}
+		// No collector (--access-log-otlp-endpoint): the otel provider's
+		// logs are left out here, once, not skipped on every call.
+		var logs []accessLogSpec
+		for _, l := range lt.logs {
+			if l.enc != accesslog.OTel {
+				logs = append(logs, l)
+			}
+		}
+		return logs
 	}
 	if al.All {
 		return []accessLogSpec{{enc: al.Encoding}}
