@@ -109,6 +109,8 @@ func TestDecodeErrors(t *testing.T) {
 			"spec.http[0].retries.backoff", ErrInvalid, ""},
 		{"retry backoff under 1ms", vsHead + "  - route: [{destination: {host: orders}}]\n    retries: {attempts: 2, backoff: 100us}\n",
 			"spec.http[0].retries.backoff", ErrInvalid, "at least 1ms"},
+		{"retryRemoteLocalities with retries off", vsHead + "  - route: [{destination: {host: orders}}]\n    retries: {retryRemoteLocalities: true}\n",
+			"spec.http[0].retries.retryRemoteLocalities", ErrInvalid, "attempts 0"},
 		{"delegate with route", vsHead + "  - route: [{destination: {host: orders}}]\n    delegate: {name: other}\n",
 			"spec.http[0].delegate", ErrInvalid, "may not be set with route"},
 		{"mirror without host", vsHead + "  - route: [{destination: {host: orders}}]\n    mirror: {subset: v1}\n",

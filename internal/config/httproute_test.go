@@ -200,3 +200,26 @@ func TestCORSErrors(t *testing.T) {
 		t.Fatalf("good corsPolicy: %v", err)
 	}
 }
+
+// TestDecodeRetryRemoteLocalities: retries.retryRemoteLocalities is read
+// (camelCase and snake_case, true and false) instead of refused; with
+// retries off (attempts 0) it is refused, as Istio's validator does.
+func TestDecodeRetryRemoteLocalities(t *testing.T) {
+	objs, err := Decode([]byte(vsHead + "  - match: [{uri: {prefix: /a}}]\n    route: [{destination: {host: orders}}]\n    retries: {attempts: 2, retryOn: 5xx, retryRemoteLocalities: true}\n" +
+		"  - route: [{destination: {host: orders}}]\n    retries: {attempts: 1, retry_remote_localities: false}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := objs[0].VirtualService.Http
+	if r := h[0].Retries; r.GetRetryRemoteLocalities() == nil || !r.GetRetryRemoteLocalities().GetValue() || r.GetAttempts() != 2 {
+		t.Fatalf("retryRemoteLocalities true read as %v", r)
+	}
+	if r := h[1].Retries; r.GetRetryRemoteLocalities() == nil || r.GetRetryRemoteLocalities().GetValue() {
+		t.Fatalf("retry_remote_localities false read as %v", r)
+	}
+	_, err = Decode([]byte(vsHead + "  - route: [{destination: {host: orders}}]\n    retries: {attempts: 0, retryRemoteLocalities: false}\n"))
+	var fe *FieldError
+	if !errors.As(err, &fe) || fe.Path != "spec.http[0].retries.retryRemoteLocalities" || !errors.Is(err, ErrInvalid) {
+		t.Fatalf("attempts 0 with retryRemoteLocalities: %v", err)
+	}
+}
