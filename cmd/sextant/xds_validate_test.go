@@ -124,6 +124,7 @@ spec:
   - match: [{headers: {x-canary: {exact: "1"}}}]
     route: [{destination: {host: orders, subset: v1}}]
   - route: [{destination: {host: orders}, weight: 90}, {destination: {host: plain}, weight: 10}]
+    retries: {attempts: 2, retryOn: 5xx, retryRemoteLocalities: true}
 ---
 apiVersion: networking.istio.io/v1
 kind: Gateway
