@@ -103,7 +103,7 @@ func TestRetryPicksAnotherHost(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if res, err = pickAgain(c, nil, res, tried, 3); err != nil || res.Host.ID != "127.0.0.1:2" {
+		if res, _, err = pickAgain(c, nil, res, 0, tried, 3, 0); err != nil || res.Host.ID != "127.0.0.1:2" {
 			t.Fatalf("retry %d picked %v (%v), want the other host", i, res.Host, err)
 		}
 		res.Done(0, balancer.Success)

@@ -160,7 +160,7 @@ func (g *Gateway) proxyH2(w http.ResponseWriter, hr *http.Request, ctx *fasthttp
 	c.active.Add(1)
 	c.noteCall()
 	for {
-		pick, ep := k.pick()
+		pick, lv, ep := k.pick()
 		if ep == nil {
 			break
 		}
@@ -176,6 +176,7 @@ func (g *Gateway) proxyH2(w http.ResponseWriter, hr *http.Request, ctx *fasthttp
 		}
 		k.endpoint = ep.addr
 		k.tried[k.retries] = pick.Host.ID
+		k.levels |= levelBit(lv)
 		try := k.deadline
 		if pt := k.retry.perTry; pt > 0 {
 			if d := time.Now().Add(pt); try.IsZero() || d.Before(try) {

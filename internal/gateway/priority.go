@@ -46,13 +46,16 @@ type bucket struct {
 	lb     *subset.LB
 }
 
-// levelPickers is what picks read: the cumulative priority load, and per
+// levelPickers is what picks read: the cumulative priority load and each
+// level's health (for a retry's load without the levels tried), and per
 // level its buckets with their cumulative effective weights.
 type levelPickers struct {
 	load   []uint32 // cumulative percent by level
+	health []uint32 // locality.Health by level
 	levels [][]*subset.LB
 	cum    [][]uint64 // cumulative effective weights, by level
 	single *subset.LB // the only balancer, when there is one
+	level  uint32     // single's level
 }
 
 // hostPlace is where a host goes: its level, and its locality with the
@@ -76,38 +79,70 @@ func newLevelLB(cfg subset.Config, policy balancer.Policy, weighted bool) (*leve
 
 // Pick picks from a level chosen by the priority load. Any goroutine.
 func (l *levelLB) Pick(md map[string]string) (subset.Result, error) {
-	return l.choose().Pick(md)
+	lb, _ := l.choose(0)
+	return lb.Pick(md)
 }
 
 // PickHash is Pick for a call with a hash.
 func (l *levelLB) PickHash(md map[string]string, hash uint64) (subset.Result, error) {
-	return l.choose().PickHash(md, hash)
+	lb, _ := l.choose(0)
+	return lb.PickHash(md, hash)
 }
 
-func (l *levelLB) choose() *subset.LB {
+// pickSkip is Pick (PickHash when hashed) from the priority load without
+// the levels in skip (a bit per level below 64: the levels a call tried,
+// for Envoy's previous_priorities retry priority; the unmodified load when
+// no level left has health), and the level it picked from.
+func (l *levelLB) pickSkip(md map[string]string, hash uint64, hashed bool, skip uint64) (subset.Result, uint32, error) {
+	lb, lv := l.choose(skip)
+	var res subset.Result
+	var err error
+	if hashed {
+		res, err = lb.PickHash(md, hash)
+	} else {
+		res, err = lb.Pick(md)
+	}
+	return res, lv, err
+}
+
+// levelBit is level's bit in a skip set; levels from 64 on have none.
+func levelBit(level uint32) uint64 {
+	if level >= 64 {
+		return 0
+	}
+	return 1 << level
+}
+
+func (l *levelLB) choose(skip uint64) (*subset.LB, uint32) {
 	p := l.pickers.Load()
 	if p.single != nil {
-		return p.single
+		return p.single, p.level
 	}
-	lv := 0
 	r := uint32(rand.IntN(100))
-	for i, c := range p.load {
-		if r < c {
-			lv = i
-			break
+	lv, ok := 0, false
+	if skip != 0 {
+		lv, ok = locality.LevelOf(p.health, skip, r)
+	}
+	if !ok {
+		lv = 0
+		for i, c := range p.load {
+			if r < c {
+				lv = i
+				break
+			}
 		}
 	}
 	lbs, cum := p.levels[lv], p.cum[lv]
 	if len(lbs) == 1 || cum[len(cum)-1] == 0 {
-		return lbs[0]
+		return lbs[0], uint32(lv)
 	}
 	w := rand.Uint64N(cum[len(cum)-1])
 	for i, c := range cum {
 		if w < c {
-			return lbs[i]
+			return lbs[i], uint32(lv)
 		}
 	}
-	return lbs[0]
+	return lbs[0], uint32(lv)
 }
 
 // bucketFor returns the bucket of place, made if new. With l.mu held.
@@ -219,7 +254,7 @@ func (l *levelLB) recompute() {
 	if used <= 1 {
 		for i, b := range l.buckets {
 			if n[i].Total > 0 || i == len(l.buckets)-1 {
-				l.pickers.Store(&levelPickers{single: b.lb})
+				l.pickers.Store(&levelPickers{single: b.lb, level: b.level})
 				return
 			}
 		}
@@ -250,6 +285,10 @@ func (l *levelLB) recompute() {
 		}
 	}
 	p.load = locality.Load(counts, nil)
+	p.health = make([]uint32, levels)
+	for lv, c := range counts {
+		p.health[lv] = locality.Health(c)
+	}
 	var sum uint32
 	for i, v := range p.load {
 		sum += v

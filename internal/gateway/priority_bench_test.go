@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/sextant-mesh/sextant/internal/balancer"
@@ -11,7 +12,8 @@ import (
 
 // BenchmarkLevelPick: a pick through levelLB against the subset balancer
 // it wraps (the previous code's pick), 12 round-robin hosts: one level,
-// three priority levels, and three weighted localities of one level.
+// three priority levels (and a retry's pick there leaving level 0 out,
+// previous_priorities), and three weighted localities of one level.
 func BenchmarkLevelPick(b *testing.B) {
 	hosts := make([]*subset.Host, 12)
 	for i := range hosts {
@@ -44,12 +46,14 @@ func BenchmarkLevelPick(b *testing.B) {
 		name     string
 		weighted bool
 		place    func(i int) hostPlace
+		skip     uint64 // levels a retry leaves out
 	}{
-		{"one-level", false, func(int) hostPlace { return hostPlace{} }},
-		{"three-levels", false, func(i int) hostPlace { return hostPlace{level: uint32(i % 3)} }},
+		{"one-level", false, func(int) hostPlace { return hostPlace{} }, 0},
+		{"three-levels", false, func(i int) hostPlace { return hostPlace{level: uint32(i % 3)} }, 0},
+		{"three-levels-retry-skip-0", false, func(i int) hostPlace { return hostPlace{level: uint32(i % 3)} }, levelBit(0)},
 		{"three-localities", true, func(i int) hostPlace {
 			return hostPlace{loc: locality.Locality{Region: "r", Zone: fmt.Sprint(i % 3)}, weight: uint32(i%3 + 1)}
-		}},
+		}, 0},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			lb, err := newLevelLB(cfg, policy(), c.weighted)
@@ -65,12 +69,19 @@ func BenchmarkLevelPick(b *testing.B) {
 			}
 			// Level 0 half down: the level load spills, so picks reach
 			// every level.
-			if c.name == "three-levels" {
+			if strings.HasPrefix(c.name, "three-levels") {
 				for i := 0; i < len(hosts); i += 6 {
 					_ = lb.SetHealth(hosts[i].ID, false)
 				}
 			}
 			b.ReportAllocs()
+			if c.skip != 0 {
+				for b.Loop() {
+					res, _, _ := lb.pickSkip(nil, 0, false, c.skip)
+					res.Done(0, balancer.Success)
+				}
+				return
+			}
 			for b.Loop() {
 				res, _ := lb.Pick(nil)
 				res.Done(0, balancer.Success)

@@ -2,6 +2,7 @@ package gateway_test
 
 import (
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -9,10 +10,16 @@ import (
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	previouspriorities "github.com/envoyproxy/go-control-plane/envoy/extensions/retry/priority/previous_priorities/v3"
+	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/sextant-mesh/sextant/internal/config"
 	"github.com/sextant-mesh/sextant/internal/gateway"
 	"github.com/sextant-mesh/sextant/internal/locality"
+	"github.com/sextant-mesh/sextant/internal/naming"
+	"github.com/sextant-mesh/sextant/internal/xds"
 )
 
 // zoned is an assignment with one locality per group, zones[i] of region
@@ -159,5 +166,83 @@ func TestLocalityWeights(t *testing.T) {
 	got = countCalls(t, g, n, a1, a2, b)
 	if got[1] != 0 || got[0] < 667 || got[0] > 807 {
 		t.Fatalf("a2 down: zone a got %v of %d, want ~737", got, n)
+	}
+}
+
+// retryVS is a VirtualService for orders whose routes retry on 5xx: /remote/
+// twice with retryRemoteLocalities, /once/ once with it, /local/ twice
+// without it.
+const retryVS = `apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: orders}
+spec:
+  hosts: [orders]
+  http:
+  - match: [{uri: {prefix: /remote/}}]
+    retries: {attempts: 2, retryOn: 5xx, retryRemoteLocalities: true}
+    route: [{destination: {host: orders}}]
+  - match: [{uri: {prefix: /once/}}]
+    retries: {attempts: 1, retryOn: 5xx, retryRemoteLocalities: true}
+    route: [{destination: {host: orders}}]
+  - match: [{uri: {prefix: /local/}}]
+    retries: {attempts: 2, retryOn: 5xx}
+    route: [{destination: {host: orders}}]
+`
+
+// TestRetryRemoteLocalities: the gateway in zone a, the only endpoint of
+// zone a answering 503 and zone b's answering 200, routes as the control
+// plane publishes them from a VirtualService. With retryRemoteLocalities
+// (Envoy's previous_priorities retry priority, Istio's update_frequency
+// 2) the first retry keeps the unmodified load (zone a) and the second
+// leaves zone a out: the call gets zone b's 200. With one retry it never
+// leaves zone a, as with Envoy; without the flag every attempt stays in
+// zone a and the call fails. A control plane's update_frequency 1 sends
+// the first retry to zone b.
+func TestRetryRemoteLocalities(t *testing.T) {
+	a := startUpstream(t, "a", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(503) })
+	b := startUpstream(t, "b", nil)
+	objs, err := config.Decode([]byte(retryVS))
+	if err != nil {
+		t.Fatal(err)
+	}
+	vh := xds.VirtualHost("orders", []string{"*"}, naming.ServiceKey{Namespace: "default", Name: "orders"}, objs[0],
+		func(config.Destination) (string, bool) { return "svc", true }, nil)
+	freq1, err := anypb.New(&previouspriorities.PreviousPrioritiesConfig{UpdateFrequency: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := prefixRoute("/first/", "svc")
+	first.GetRoute().RetryPolicy = &route.RetryPolicy{RetryOn: "5xx", NumRetries: wrapperspb.UInt32(1),
+		RetryPriority: &route.RetryPolicy_RetryPriority{Name: xds.PreviousPriorities,
+			ConfigType: &route.RetryPolicy_RetryPriority_TypedConfig{TypedConfig: freq1}}}
+	vh.Routes = append([]*route.Route{first}, vh.Routes...)
+	cp := startControlPlane(t, "")
+	// Zone b is listed first: the gateway's locality, not the order, decides.
+	cp.set(rdsListener("gw", "r"), xds.RouteConfiguration("r", vh), edsCluster("svc"),
+		zoned("svc", nil, []string{"b", "a"}, []ep{{u: b}}, []ep{{u: a}}))
+	g := startGatewayWith(t, cp.addr, gateway.Options{Locality: locality.Locality{Region: "r1", Zone: "a"}})
+	g.waitEndpoints(t, 1)
+	for _, tc := range []struct {
+		path         string
+		code         int
+		toA, toB     int64 // attempts per call in zone a, zone b
+		upstreamBody string
+	}{
+		{"/remote/x", 200, 2, 1, "upstream=b"},
+		{"/once/x", 503, 2, 0, ""},
+		{"/local/x", 503, 3, 0, ""},
+		{"/first/x", 200, 1, 1, "upstream=b"},
+	} {
+		const n = 10
+		a0, b0 := a.calls.Load(), b.calls.Load()
+		for range n {
+			code, body, _ := g.get(t, tc.path)
+			if code != tc.code || !strings.Contains(body, tc.upstreamBody) {
+				t.Fatalf("%s: %d %q, want %d %q", tc.path, code, body, tc.code, tc.upstreamBody)
+			}
+		}
+		if da, db := a.calls.Load()-a0, b.calls.Load()-b0; da != n*tc.toA || db != n*tc.toB {
+			t.Fatalf("%s: %d calls reached zone a, %d zone b; want %d and %d", tc.path, da, db, n*tc.toA, n*tc.toB)
+		}
 	}
 }

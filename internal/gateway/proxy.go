@@ -304,6 +304,9 @@ type call struct {
 	err      error      // of the last attempt; nil: the response is upstream's
 	permit   bool       // a retry-budget permit is held for this attempt
 	tried    [11]string // endpoints tried (num_retries is at most 10)
+	// levels: the priority levels of the endpoints tried (a bit per level,
+	// levelBit); skip: those a retry's pick leaves out (retrySpec.otherLevel).
+	levels, skip uint64
 
 	filters filterChain // the route's (filter.go), run on the answer
 	dest    int         // the route's target picked, for the filters
@@ -350,7 +353,7 @@ func (k *call) mayRetry() bool {
 // attempt picks an endpoint and sends the request to it once; false if no
 // endpoint could be picked.
 func (k *call) attempt(req *fasthttp.Request, resp *fasthttp.Response) bool {
-	res, ep := k.pick()
+	res, lv, ep := k.pick()
 	if ep == nil {
 		return false
 	}
@@ -359,6 +362,7 @@ func (k *call) attempt(req *fasthttp.Request, resp *fasthttp.Response) bool {
 	}
 	k.endpoint = ep.addr
 	k.tried[k.retries] = res.Host.ID
+	k.levels |= levelBit(lv)
 	try := k.deadline
 	if pt := k.retry.perTry; pt > 0 {
 		if d := time.Now().Add(pt); try.IsZero() || d.Before(try) {
@@ -401,20 +405,16 @@ func (k *call) attempt(req *fasthttp.Request, resp *fasthttp.Response) bool {
 	return true
 }
 
-// pick picks the attempt's endpoint, avoiding those tried if the route
-// says so. With none it returns the permit, sets the call's reason and
-// error, and returns a nil endpoint.
-func (k *call) pick() (subset.Result, *endpoint) {
+// pick picks the attempt's endpoint, avoiding those tried and the levels
+// tried if the route says so, and returns the level it is of. With none it
+// returns the permit, sets the call's reason and error, and returns a nil
+// endpoint.
+func (k *call) pick() (subset.Result, uint32, *endpoint) {
 	c := k.c
-	var res subset.Result
-	var err error
-	if k.hashed {
-		res, err = c.lb.PickHash(k.md, k.hash)
-	} else {
-		res, err = c.lb.Pick(k.md)
-	}
+	skip := k.levelsLeftOut()
+	res, lv, err := c.lb.pickSkip(k.md, k.hash, k.hashed, skip)
 	if err == nil && k.retries > 0 && k.retry.otherHost {
-		res, err = pickAgain(c, k.md, res, k.tried[:k.retries], k.retry.hostPicks)
+		res, lv, err = pickAgain(c, k.md, res, lv, k.tried[:k.retries], k.retry.hostPicks, skip)
 	}
 	if err != nil {
 		k.release()
@@ -422,16 +422,32 @@ func (k *call) pick() (subset.Result, *endpoint) {
 		if k.reason == reasonShed {
 			c.m.shed.Inc()
 		}
-		return res, nil
+		return res, lv, nil
 	}
 	ep := c.endpointFor(res.Host.ID)
 	if ep == nil { // removed between the pick and now
 		k.release()
 		res.Done(0, balancer.Canceled)
 		k.reason, k.err = reasonNoHealthy, subset.ErrNoHealthyHost
-		return res, nil
+		return res, lv, nil
 	}
-	return res, ep
+	return res, lv, ep
+}
+
+// levelsLeftOut is the levels this attempt's pick leaves out, as Envoy's
+// previous_priorities retry priority: none until update_frequency
+// attempts were made, then at every update_frequency-th attempt the
+// levels of all the endpoints tried, kept until the next; levels is one
+// bit per attempt or more, so attempts count as retries here.
+func (k *call) levelsLeftOut() uint64 {
+	f := k.retry.otherLevel
+	if f == 0 || k.retries < f {
+		return 0
+	}
+	if k.retries%f == 0 {
+		k.skip = k.levels
+	}
+	return k.skip
 }
 
 // release returns the retry-budget permit, if one is held.
@@ -584,21 +600,22 @@ func isHopName(k []byte) bool {
 	return false
 }
 
-// pickAgain hands back a pick of a host already tried and picks again, at
-// most n times; the last pick stands whatever it is (Envoy's
-// host_selection_retry_max_attempts).
-func pickAgain(c *clusterRT, md map[string]string, res subset.Result, tried []string, n int) (subset.Result, error) {
+// pickAgain hands back a pick of a host already tried and picks again
+// (leaving out the levels in skip, as the first pick), at most n times;
+// the last pick stands whatever it is (Envoy's
+// host_selection_retry_max_attempts). It returns the pick's level.
+func pickAgain(c *clusterRT, md map[string]string, res subset.Result, lv uint32, tried []string, n int, skip uint64) (subset.Result, uint32, error) {
 	for range n {
 		if !slices.Contains(tried, res.Host.ID) {
-			return res, nil
+			return res, lv, nil
 		}
 		res.Done(0, balancer.Canceled)
 		var err error
-		if res, err = c.lb.Pick(md); err != nil {
-			return res, err
+		if res, lv, err = c.lb.pickSkip(md, 0, false, skip); err != nil {
+			return res, lv, err
 		}
 	}
-	return res, nil
+	return res, lv, nil
 }
 
 // classify maps an attempt's result to the balancer outcome and a reason

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	previouspriorities "github.com/envoyproxy/go-control-plane/envoy/extensions/retry/priority/previous_priorities/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -163,6 +164,11 @@ type retrySpec struct {
 	// host_selection_retry_max_attempts).
 	otherHost bool
 	hostPicks int
+	// otherLevel: with Envoy's previous_priorities retry priority, every
+	// otherLevel-th attempt on (update_frequency) a retry's pick leaves out
+	// the priority levels (localities) the call tried, and the attempts
+	// until the next such one keep that; 0: no retry priority.
+	otherLevel int
 	// backoffBase, backoffMax: the wait before a retry (retry_back_off,
 	// retry_backoff.go).
 	backoffBase, backoffMax time.Duration
@@ -177,6 +183,13 @@ var grpcConditions = map[string]retryOn{"cancelled": retryCancelled, "deadline-e
 const (
 	previousHostsName = "envoy.retry_host_predicates.previous_hosts"
 	previousHostsType = "type.googleapis.com/envoy.extensions.retry.host.previous_hosts.v3.PreviousHostsPredicate"
+)
+
+// Envoy's retry priority that takes the priorities a call tried out of a
+// retry's priority load (Istio's retryRemoteLocalities), by name or type.
+const (
+	previousPrioritiesName = "envoy.retry_priorities.previous_priorities"
+	previousPrioritiesType = "type.googleapis.com/envoy.extensions.retry.priority.previous_priorities.v3.PreviousPrioritiesConfig"
 )
 
 func decodeRouteAny(a *anypb.Any) (string, any, error) {
@@ -502,6 +515,9 @@ func decodeRetry(rp *route.RetryPolicy, path string) (retrySpec, error) {
 			s.otherHost = true
 		}
 	}
+	if err := decodeRetryPriority(&s, rp.GetRetryPriority(), path+".retry_priority"); err != nil {
+		return s, err
+	}
 	s.hostPicks = 1 // Envoy's default
 	if n := rp.GetHostSelectionRetryMaxAttempts(); n > 0 {
 		s.hostPicks = int(min(n, 16))
@@ -516,6 +532,31 @@ func decodeRetry(rp *route.RetryPolicy, path string) (retrySpec, error) {
 		return s, err
 	}
 	return s, nil
+}
+
+// decodeRetryPriority reads a retry policy's retry_priority: Envoy's
+// previous_priorities (the only one Envoy has) with its update_frequency,
+// which Envoy requires above 0; any other is refused rather than
+// ignored.
+func decodeRetryPriority(s *retrySpec, p *route.RetryPolicy_RetryPriority, path string) error {
+	if p == nil {
+		return nil
+	}
+	tc := p.GetTypedConfig()
+	if p.GetName() != previousPrioritiesName && tc.GetTypeUrl() != previousPrioritiesType {
+		return fieldErr(path+".name", "%q not supported (only %s)", p.GetName(), previousPrioritiesName)
+	}
+	var c previouspriorities.PreviousPrioritiesConfig
+	if tc != nil {
+		if err := tc.UnmarshalTo(&c); err != nil {
+			return fieldErr(path+".typed_config", "%v", err)
+		}
+	}
+	if c.GetUpdateFrequency() <= 0 {
+		return fieldErr(path+".typed_config.update_frequency", "%d: must be above 0", c.GetUpdateFrequency())
+	}
+	s.otherLevel = int(c.GetUpdateFrequency())
+	return nil
 }
 
 func decodeHeaderMatcher(h *route.HeaderMatcher, path string) (headerMatch, error) {

@@ -108,7 +108,7 @@ func (g *Gateway) upgrade(ctx *fasthttp.RequestCtx, c *clusterRT, md map[string]
 	if g.rec != nil {
 		k.src = sourceOf(ctx)
 	}
-	res, ep := k.pick()
+	res, _, ep := k.pick()
 	if ep == nil {
 		g.answer(ctx, &k)
 		g.finishUpgrade(&k, r, mdKey, start, 0, 0)

@@ -201,9 +201,7 @@ func Load(levels []Level, out []uint32) []uint32 {
 	health := make([]uint32, len(levels))
 	var sum uint32
 	for i, l := range levels {
-		if l.Total > 0 {
-			health[i] = uint32(min(100, OverprovisioningFactor*100*float64(l.Healthy)/float64(l.Total)))
-		}
+		health[i] = Health(l)
 		sum += health[i]
 	}
 	if sum == 0 {
@@ -223,6 +221,61 @@ func Load(levels []Level, out []uint32) []uint32 {
 	// Rounding leftovers go to the first level with health, as Envoy's.
 	out[first] += left
 	return out
+}
+
+// Health is a level's health as Envoy counts it: min(100, 140 * healthy /
+// total), 0 for an empty level.
+func Health(l Level) uint32 {
+	if l.Total <= 0 {
+		return 0
+	}
+	return uint32(min(100, OverprovisioningFactor*100*float64(l.Healthy)/float64(l.Total)))
+}
+
+// LevelOf returns the level that r (in [0, 100)) falls in when 100% is
+// split as Load splits it over levels of the given health (Health), the
+// levels with a bit in skip given none (levels from 64 on are never
+// skipped): the priority load of Envoy's previous_priorities retry
+// priority, whose skip is the levels a call has tried. ok is false when
+// no level left has health; Envoy then keeps the unmodified load. It
+// allocates nothing: a retry's pick calls it.
+func LevelOf(health []uint32, skip uint64, r uint32) (level int, ok bool) {
+	skipped := func(i int) bool { return i < 64 && skip&(1<<i) != 0 }
+	var sum uint32
+	for i, h := range health {
+		if !skipped(i) {
+			sum += h
+		}
+	}
+	if sum == 0 {
+		return 0, false
+	}
+	norm := min(sum, 100)
+	// The rounding leftover goes to the first level with health, as in
+	// Load: its range starts at 0 and is that much longer.
+	left := uint32(100)
+	for i, h := range health {
+		if !skipped(i) {
+			left -= min(left, h*100/norm)
+		}
+	}
+	cum, rest := left, uint32(100)
+	first := -1
+	for i, h := range health {
+		if skipped(i) || h == 0 {
+			continue
+		}
+		d := min(rest, h*100/norm)
+		rest -= d
+		cum += d
+		if first < 0 {
+			first = i
+		}
+		if r < cum {
+			return i, true
+		}
+	}
+	return first, true
 }
 
 // Rules is a DestinationRule's localityLbSetting: Off turns locality

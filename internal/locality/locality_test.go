@@ -162,6 +162,64 @@ func TestLoad(t *testing.T) {
 	}
 }
 
+// loadOf is LevelOf's split as Load's: the share of each level over r
+// in [0, 100).
+func loadOf(t *testing.T, health []uint32, skip uint64) []uint32 {
+	t.Helper()
+	out := make([]uint32, len(health))
+	for r := range uint32(100) {
+		lv, ok := LevelOf(health, skip, r)
+		if !ok {
+			return nil
+		}
+		out[lv]++
+	}
+	return out
+}
+
+// TestLevelOf: without skips LevelOf splits as Load (TestLoad's cases);
+// with skips the levels left take the load by their health as Envoy's
+// previous_priorities retry priority computes it; with no health left it
+// says so.
+func TestLevelOf(t *testing.T) {
+	for _, levels := range [][]Level{{{10, 10}, {10, 10}}, {{71, 100}, {100, 100}}, {{25, 100}, {100, 100}}, {{0, 2}, {2, 2}},
+		{{20, 100}, {20, 100}, {100, 100}}, {{20, 100}, {20, 100}, {20, 100}}, {{0, 0}, {3, 3}}} {
+		health := make([]uint32, len(levels))
+		for i, l := range levels {
+			health[i] = Health(l)
+		}
+		if got, want := loadOf(t, health, 0), Load(levels, nil); !slices.Equal(got, want) {
+			t.Fatalf("LevelOf over %v = %v, Load %v", levels, got, want)
+		}
+	}
+	for _, tc := range []struct {
+		name   string
+		health []uint32
+		skip   uint64
+		want   []uint32 // nil: no health left
+	}{
+		{"local tried", []uint32{100, 0, 100}, 1, []uint32{0, 0, 100}},
+		{"two tried", []uint32{100, 100, 100}, 0b11, []uint32{0, 0, 100}},
+		{"the rest healthy enough", []uint32{100, 28, 100}, 1, []uint32{0, 28, 72}},
+		// 28 + 28 of 56: normalized to 50/50.
+		{"the rest normalized", []uint32{100, 28, 28}, 1, []uint32{0, 50, 50}},
+		// 20 + 20 + 20 of 60: 33 each, the leftover to the first left.
+		{"leftover to the first left", []uint32{100, 20, 20, 20}, 1, []uint32{0, 34, 33, 33}},
+		{"all tried", []uint32{100, 100}, 0b11, nil},
+		{"none left healthy", []uint32{100, 0}, 1, nil},
+		{"a skip beyond the levels", []uint32{70, 100}, 1 << 5, []uint32{70, 30}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := loadOf(t, tc.health, tc.skip); !slices.Equal(got, tc.want) {
+				t.Fatalf("LevelOf(%v, %b) splits %v, want %v", tc.health, tc.skip, got, tc.want)
+			}
+		})
+	}
+	if n := testing.AllocsPerRun(100, func() { LevelOf([]uint32{100, 20, 20}, 1, 50) }); n != 0 {
+		t.Fatalf("LevelOf allocates %v times", n)
+	}
+}
+
 func BenchmarkLoad(b *testing.B) {
 	levels := []Level{{3, 10}, {5, 10}, {10, 10}}
 	out := make([]uint32, 0, 3)
