@@ -15,6 +15,7 @@ import (
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	previouspriorities "github.com/envoyproxy/go-control-plane/envoy/extensions/retry/priority/previous_priorities/v3"
 	upstreamhttp "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -25,6 +26,9 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/sextant-mesh/sextant/internal/gateway"
+	"github.com/sextant-mesh/sextant/internal/locality"
 )
 
 // grpcServer is a real grpc-go server of grpc's interop TestService on
@@ -333,5 +337,59 @@ func TestGRPCTimeoutHonoured(t *testing.T) {
 			t.Fatalf("no call record of a call ended by its grpc-timeout: %+v", recs)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// A gRPC call (the gateway's HTTP/2 path) honours the previous_priorities
+// retry priority too: the gateway in zone a, zone a's endpoint answering
+// UNAVAILABLE, one retry with update_frequency 1 lands in zone b; without
+// the retry priority the retry stays in zone a and the call fails.
+func TestGRPCRetryRemoteLocalities(t *testing.T) {
+	bad, good := startGRPCServer(t, "bad"), startGRPCServer(t, "good")
+	freq1, err := anypb.New(&previouspriorities.PreviousPrioritiesConfig{UpdateFrequency: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	remote := prefixRoute("/", "grpc")
+	remote.Match.Headers = []*route.HeaderMatcher{{Name: "x-remote", HeaderMatchSpecifier: &route.HeaderMatcher_PresentMatch{PresentMatch: true}}}
+	remote.GetRoute().RetryPolicy = &route.RetryPolicy{RetryOn: "unavailable", NumRetries: wrapperspb.UInt32(1),
+		RetryPriority: &route.RetryPolicy_RetryPriority{Name: "envoy.retry_priorities.previous_priorities",
+			ConfigType: &route.RetryPolicy_RetryPriority_TypedConfig{TypedConfig: freq1}}}
+	local := prefixRoute("/", "grpc")
+	local.GetRoute().RetryPolicy = &route.RetryPolicy{RetryOn: "unavailable", NumRetries: wrapperspb.UInt32(1)}
+	cp := startControlPlane(t, "")
+	cp.set(rdsListener("gw", "r"), routeConfig("r", vhost("all", []string{"*"}, remote, local)), h2cCluster("grpc"),
+		zoned("grpc", nil, []string{"b", "a"}, []ep{{u: good.up}}, []ep{{u: bad.up}}))
+	g := startGatewayWith(t, cp.addr, gateway.Options{Locality: locality.Locality{Region: "r1", Zone: "a"}})
+	g.waitEndpoints(t, 1)
+	cc, err := grpc.NewClient("passthrough:///"+strings.TrimPrefix(g.url, "http://"), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	c := testgrpc.NewTestServiceClient(cc)
+	remoteCall := func() (*testgrpc.SimpleResponse, error) {
+		return c.UnaryCall(metadata.AppendToOutgoingContext(callCtx(t, ""), "x-remote", "1"), &testgrpc.SimpleRequest{})
+	}
+	waitFor(t, "a gRPC call through the gateway", func() bool { _, err := remoteCall(); return err == nil })
+	const n = 10
+	bad0, good0 := bad.calls.Load(), good.calls.Load()
+	for i := range n {
+		res, err := remoteCall()
+		if err != nil || !strings.HasPrefix(string(res.GetPayload().GetBody()), "good:") {
+			t.Fatalf("call %d with the retry priority: %v %v", i, res, err)
+		}
+	}
+	if b, g := bad.calls.Load()-bad0, good.calls.Load()-good0; b != n || g != n {
+		t.Fatalf("with the retry priority: zone a took %d attempts, zone b %d; want %d each", b, g, n)
+	}
+	bad0, good0 = bad.calls.Load(), good.calls.Load()
+	for i := range n {
+		if _, err := c.UnaryCall(callCtx(t, ""), &testgrpc.SimpleRequest{}); grpcstatus.Code(err) != codes.Unavailable {
+			t.Fatalf("call %d without the retry priority: %v, want UNAVAILABLE from zone a", i, err)
+		}
+	}
+	if b, g := bad.calls.Load()-bad0, good.calls.Load()-good0; b != 2*n || g != 0 {
+		t.Fatalf("without the retry priority: zone a took %d attempts, zone b %d; want %d and 0", b, g, 2*n)
 	}
 }
