@@ -14,6 +14,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -105,32 +106,12 @@ func (b *podBackends) listen(t *testing.T, pod string) int32 {
 }
 
 // parallel runs f(0..n-1) on 20 goroutines (the API server's write is
-// an etcd commit of ~200 ms; one at a time, 200 of them take 40 s).
+// an etcd commit of ~200 ms; one at a time, 200 of them take 40 s). f is
+// retried after a server-side timeout (parallelN), so it must accept
+// finding its write already done.
 func parallel(t *testing.T, n int, f func(i int) error) {
 	t.Helper()
-	var wg sync.WaitGroup
-	var next atomic.Int64
-	errs := make(chan error, n)
-	for range 20 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= n {
-					return
-				}
-				if err := f(i); err != nil {
-					errs <- err
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
+	parallelN(t, 20, n, f)
 }
 
 // TestRollingUpdateThroughGateway is a Deployment's rolling update of 200
@@ -173,6 +154,9 @@ func TestRollingUpdateThroughGateway(t *testing.T) {
 				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: p.name, Labels: map[string]string{"app": "web", "version": gen}},
 				Spec:       corev1.PodSpec{HostNetwork: true, Containers: []corev1.Container{{Name: "web", Image: "web", Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: p.port}}}}},
 			}, metav1.CreateOptions{})
+			if apierrors.IsAlreadyExists(err) {
+				return nil // a create retried after a timeout that had been done
+			}
 			return err
 		})
 		return out
@@ -194,6 +178,9 @@ func TestRollingUpdateThroughGateway(t *testing.T) {
 	create := func(ps []*podRef) {
 		parallel(t, len(ps), func(i int) error {
 			c, err := kc.DiscoveryV1().EndpointSlices(ns).Create(ctx, sliceOf(ps[i], true, true, false), metav1.CreateOptions{})
+			if apierrors.IsAlreadyExists(err) { // retried after a timeout
+				c, err = kc.DiscoveryV1().EndpointSlices(ns).Get(ctx, ps[i].name+"-slice", metav1.GetOptions{})
+			}
 			ps[i].slice = c
 			return err
 		})
@@ -291,10 +278,20 @@ func TestRollingUpdateThroughGateway(t *testing.T) {
 			s := sliceOf(out[i], false, true, true) // serving and terminating: draining
 			s.ResourceVersion = out[i].slice.ResourceVersion
 			_, err := kc.DiscoveryV1().EndpointSlices(ns).Update(ctx, s, metav1.UpdateOptions{})
+			if apierrors.IsConflict(err) { // retried after a timeout: done if it is draining
+				got, gerr := kc.DiscoveryV1().EndpointSlices(ns).Get(ctx, s.Name, metav1.GetOptions{})
+				if gerr == nil && len(got.Endpoints) == 1 && got.Endpoints[0].Conditions.Terminating != nil && *got.Endpoints[0].Conditions.Terminating {
+					return nil
+				}
+			}
 			return err
 		})
 		parallel(t, wave, func(i int) error {
-			return kc.DiscoveryV1().EndpointSlices(ns).Delete(ctx, out[i].slice.Name, metav1.DeleteOptions{})
+			err := kc.DiscoveryV1().EndpointSlices(ns).Delete(ctx, out[i].slice.Name, metav1.DeleteOptions{})
+			if apierrors.IsNotFound(err) {
+				return nil // retried after a timeout that had deleted it
+			}
+			return err
 		})
 	}
 	waitFor(t, cs.reg, key, "only the 200 new pods' instances", func(g *registry.Service) bool {

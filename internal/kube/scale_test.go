@@ -6,12 +6,14 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -68,6 +70,9 @@ func TestSync10k(t *testing.T) {
 			es.Endpoints = append(es.Endpoints, endpoint(addr(s, j, 0), "", true, true, false))
 		}
 		c, err := kc.DiscoveryV1().EndpointSlices(ns).Create(ctx, es, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) { // retried after a timeout
+			c, err = kc.DiscoveryV1().EndpointSlices(ns).Get(ctx, es.Name, metav1.GetOptions{})
+		}
 		sl[s] = c
 		return err
 	})
@@ -195,7 +200,7 @@ func parallelN(t *testing.T, k, n int, f func(i int) error) {
 				if i >= n {
 					return
 				}
-				if err := f(i); err != nil {
+				if err := retryTimeout(func() error { return f(i) }); err != nil {
 					mu.Lock()
 					errs = append(errs, err)
 					mu.Unlock()
@@ -207,4 +212,26 @@ func parallelN(t *testing.T, k, n int, f func(i int) error) {
 	for _, err := range errs {
 		t.Fatal(err)
 	}
+}
+
+// retryTimeout runs f and, while it fails with a server-side timeout,
+// again, up to 3 times in all: on a loaded machine the test API server's
+// etcd answers "request timed out" to writes it may still commit, and
+// Kubernetes' own controllers retry them so.
+func retryTimeout(f func() error) error {
+	var err error
+	for attempt := range 3 {
+		if attempt > 0 {
+			time.Sleep(time.Second)
+		}
+		if err = f(); err == nil || !serverTimeout(err) {
+			return err
+		}
+	}
+	return err
+}
+
+// serverTimeout reports whether err is the API server's or etcd's timeout.
+func serverTimeout(err error) bool {
+	return apierrors.IsTimeout(err) || apierrors.IsServerTimeout(err) || strings.Contains(err.Error(), "etcdserver: request timed out")
 }
