@@ -71,6 +71,9 @@ binary, to compare two versions in one run.`,
 				return errBadProtocol(protocol)
 			}
 			cfg.Progress = os.Stderr
+			if cfg.SidecarImport > 0 && (peer.peer != "" || servers > 0 || storeURL != "" || policy) {
+				return fmt.Errorf("--sidecar-import is for the in-process seed scenario, not --peer, --servers or --policy")
+			}
 			if peer.peer != "" {
 				return benchPushPeer(cmd, cfg, peer, serverBin, logs)
 			}
@@ -117,6 +120,7 @@ binary, to compare two versions in one run.`,
 	fl.IntVar(&cfg.Resyncs, "resyncs", 3, "full recomputations to time before the subscribers connect")
 	fl.BoolVar(&policy, "policy", false, "the policy scenario instead: --subscribers proxyless gRPC servers (state of the world) each watching its server listener and its service's cluster, one AuthorizationPolicy selecting all of them; AuthorizationPolicy and DestinationRule changes alternate every --config-every (default 200ms) for --duration (default 10s): policy_all_p99_ms is commit to enforced-at-every-server, cluster_all_p99_ms the same streams' cluster delivery")
 	fl.BoolVar(&cfg.ChurnOnlyDuringConfig, "churn-only-during-config", false, "change instances only while a config change is on its way to the subscribers (endpoint_during_config_* is then every endpoint change)")
+	fl.IntVar(&cfg.SidecarImport, "sidecar-import", 0, "apply a Sidecar (REGISTRY_ONLY) in the subscribers' namespace importing this many of the services: each subscriber is sent those only; their changes are timed, the others' still committed and recomputed")
 	fl.IntVar(&servers, "servers", 0, "start this many servers (in cluster mode over --store; one may run on the embedded store) and push through them (see above)")
 	fl.StringVar(&storeURL, "store", "", "with --servers: the database the servers share, mysql://user:pass@tcp(host:3306)/database (a fresh one)")
 	fl.BoolVar(&logs, "server-logs", false, "with --servers: pass the servers' logs to stderr")

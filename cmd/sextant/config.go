@@ -290,6 +290,8 @@ func configKindName(k string) string {
 		return "serviceentry"
 	case "workloadentry", "workloadentries", "we":
 		return "workloadentry"
+	case "sidecar", "sidecars":
+		return "sidecar"
 	case "peerauthentication", "peerauthentications", "pa":
 		return "peerauthentication"
 	case "authorizationpolicy", "authorizationpolicies", "ap":

@@ -147,7 +147,7 @@ func TestManifestErrorsNameFileAndKind(t *testing.T) {
 		{[]string{"place", "-f", nodes},
 			`place: ` + nodes + ` (document 1): this is a Node (v1), not a Pod: Nodes go to "sextant nodes apply" (POST /v1/nodes)`},
 		{[]string{"config", "apply", "-f", routing, "-f", pods},
-			`config apply: ` + pods + ` (document 1): this is a Pod (v1), not a VirtualService, DestinationRule, Gateway, ServiceEntry, WorkloadEntry, PeerAuthentication, AuthorizationPolicy, RequestAuthentication or Telemetry: Pods go to "sextant place" (POST /v1/placements)`},
+			`config apply: ` + pods + ` (document 1): this is a Pod (v1), not a VirtualService, DestinationRule, Gateway, ServiceEntry, WorkloadEntry, Sidecar, PeerAuthentication, AuthorizationPolicy, RequestAuthentication or Telemetry: Pods go to "sextant place" (POST /v1/placements)`},
 		{[]string{"config", "apply", "-f", routing, "-f", broken},
 			`config apply: ` + broken + `: not YAML or JSON: line 8: did not find expected key`},
 		{[]string{"config", "apply", "-f", routing, "-f", more},

@@ -155,7 +155,7 @@ func readConfigFiles(stdin io.Reader, files []string) (stream []byte, docs []str
 	for _, d := range read {
 		if d.kind != "" && d.kind != "List" && !strings.HasPrefix(d.apiVersion, "networking.istio.io/") && !strings.HasPrefix(d.apiVersion, "security.istio.io/") &&
 			!strings.HasPrefix(d.apiVersion, "telemetry.istio.io/") {
-			return nil, nil, fmt.Errorf("config apply: %s: %s", d.where(), manifest.Mismatch(d.apiVersion, d.kind, "a VirtualService, DestinationRule, Gateway, ServiceEntry, WorkloadEntry, PeerAuthentication, AuthorizationPolicy, RequestAuthentication or Telemetry"))
+			return nil, nil, fmt.Errorf("config apply: %s: %s", d.where(), manifest.Mismatch(d.apiVersion, d.kind, "a VirtualService, DestinationRule, Gateway, ServiceEntry, WorkloadEntry, Sidecar, PeerAuthentication, AuthorizationPolicy, RequestAuthentication or Telemetry"))
 		}
 	}
 	all := make([][]byte, len(contents))

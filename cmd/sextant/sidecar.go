@@ -228,7 +228,19 @@ func runSidecar(ctx context.Context, f sidecarFlags) error {
 
 	// The namespace resolves the workload's policies; the user agent keeps
 	// the node off Envoy's variants.
-	md, _ := structpb.NewStruct(map[string]any{"NAMESPACE": f.namespace, "SERVICE_ACCOUNT": f.serviceAccount})
+	// Its labels (LABELS, as Istio's proxies send them) pick its Sidecar
+	// and its routes by sourceLabels.
+	meta := map[string]any{"NAMESPACE": f.namespace, "SERVICE_ACCOUNT": f.serviceAccount}
+	ls := map[string]any{}
+	for _, kv := range f.labels {
+		if k, v, ok := strings.Cut(kv, "="); ok && k != "" { // checked by the instance's flags
+			ls[k] = v
+		}
+	}
+	if len(ls) > 0 {
+		meta["LABELS"] = ls
+	}
+	md, _ := structpb.NewStruct(meta)
 	xc, err := proxyXDS(lc, f.xds, f.token, tlsCfg, g, gateway.SidecarXDSTypes(meshAddr),
 		&core.Node{Id: f.node, Cluster: f.namespace + "/" + f.serviceName, UserAgentName: "sextant-sidecar", Metadata: md}, log)
 	if err != nil {

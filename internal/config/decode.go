@@ -21,7 +21,7 @@ const MaxDocumentBytes = 1 << 20
 
 // Decode reads a stream of config objects: one JSON object, or YAML with
 // any number of documents separated by "---" lines, each a VirtualService,
-// DestinationRule, Gateway, ServiceEntry, WorkloadEntry, PeerAuthentication,
+// DestinationRule, Gateway, ServiceEntry, WorkloadEntry, Sidecar, PeerAuthentication,
 // AuthorizationPolicy or Telemetry in
 // Kubernetes' shape (apiVersion, kind, metadata, spec), or
 // a "kind: List" holding such items. Every object is checked against Istio's
@@ -97,12 +97,11 @@ var apiVersions = map[string]map[string]bool{
 var unservedKinds = map[string]string{
 	"EnvoyFilter":   "it patches Envoy's own configuration, which Sextant's gateway is not; say what it does with Sextant's fields",
 	"WasmPlugin":    "it loads a Wasm module into Envoy, which Sextant's gateway does not run",
-	"Sidecar":       "not implemented yet",
 	"WorkloadGroup": "not implemented yet",
 	"ProxyConfig":   "it tunes Envoy's bootstrap, which Sextant does not run",
 }
 
-const kindList = "VirtualService, DestinationRule, Gateway, ServiceEntry, WorkloadEntry, PeerAuthentication, AuthorizationPolicy, RequestAuthentication or Telemetry"
+const kindList = "VirtualService, DestinationRule, Gateway, ServiceEntry, WorkloadEntry, Sidecar, PeerAuthentication, AuthorizationPolicy, RequestAuthentication or Telemetry"
 
 // decodeItem decodes one object, or each item of a List, at path.
 func decodeItem(c errs, path string, v any) []*Object {
@@ -196,6 +195,9 @@ func decodeItem(c errs, path string, v any) []*Object {
 	case KindWorkloadEntry:
 		o.WorkloadEntry = &networking.WorkloadEntry{}
 		msg = o.WorkloadEntry
+	case KindSidecar:
+		o.Sidecar = &networking.Sidecar{}
+		msg = o.Sidecar
 	case KindPeerAuthentication:
 		o.PeerAuthentication = &security.PeerAuthentication{}
 		msg = o.PeerAuthentication

@@ -251,11 +251,11 @@ func TestDecodeErrors(t *testing.T) {
 			"spec.subsets[0].labels[a b]", ErrInvalid, "metadata key"},
 		{"not yaml", "a: [b\n", "", ErrInvalid, "not YAML"},
 		{"a Pod", "apiVersion: v1\nkind: Pod\nmetadata: {name: web-0}\nspec: {containers: [{name: c}]}\n",
-			"kind", ErrInvalid, `this is a Pod (v1), not a VirtualService, DestinationRule, Gateway, ServiceEntry, WorkloadEntry, PeerAuthentication, AuthorizationPolicy, RequestAuthentication or Telemetry: Pods go to "sextant place"`},
+			"kind", ErrInvalid, `this is a Pod (v1), not a VirtualService, DestinationRule, Gateway, ServiceEntry, WorkloadEntry, Sidecar, PeerAuthentication, AuthorizationPolicy, RequestAuthentication or Telemetry: Pods go to "sextant place"`},
 		{"a Node in a List", `{"apiVersion":"v1","kind":"List","items":[{"apiVersion":"v1","kind":"Node","metadata":{"name":"n"},"status":{}}]}`,
-			"items[0].kind", ErrInvalid, `this is a Node (v1), not a VirtualService, DestinationRule, Gateway, ServiceEntry, WorkloadEntry, PeerAuthentication, AuthorizationPolicy, RequestAuthentication or Telemetry: Nodes go to "sextant nodes apply"`},
+			"items[0].kind", ErrInvalid, `this is a Node (v1), not a VirtualService, DestinationRule, Gateway, ServiceEntry, WorkloadEntry, Sidecar, PeerAuthentication, AuthorizationPolicy, RequestAuthentication or Telemetry: Nodes go to "sextant nodes apply"`},
 		{"another kind", "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\nspec: {}\n",
-			"kind", ErrInvalid, `this is a Deployment (apps/v1), not a VirtualService, DestinationRule, Gateway, ServiceEntry, WorkloadEntry, PeerAuthentication, AuthorizationPolicy, RequestAuthentication or Telemetry`},
+			"kind", ErrInvalid, `this is a Deployment (apps/v1), not a VirtualService, DestinationRule, Gateway, ServiceEntry, WorkloadEntry, Sidecar, PeerAuthentication, AuthorizationPolicy, RequestAuthentication or Telemetry`},
 		{"empty", "# nothing\n", "", ErrInvalid, "no objects"},
 	}
 	for _, tc := range tests {
@@ -355,7 +355,7 @@ func TestParseKey(t *testing.T) {
 	if err != nil || got != k {
 		t.Fatalf("ParseKey(%q) = %v, %v", k, got, err)
 	}
-	for _, bad := range []string{"", "VirtualService/a", "Sidecar/a/b", "VirtualService/A/b", "VirtualService/a/b/c"} {
+	for _, bad := range []string{"", "VirtualService/a", "WasmPlugin/a/b", "VirtualService/A/b", "VirtualService/a/b/c"} {
 		if _, err := ParseKey(bad); !errors.Is(err, ErrBadKey) {
 			t.Errorf("ParseKey(%q): %v", bad, err)
 		}

@@ -9,7 +9,7 @@ import (
 // encodes canonically: its encoding decodes to an object with the same
 // encoding.
 func FuzzDecode(f *testing.F) {
-	for _, name := range []string{"testdata/orders.yaml", "testdata/gateway.yaml", "testdata/security.yaml", "testdata/traffic.yaml", "testdata/telemetry.yaml", "testdata/serviceentry.yaml", "testdata/requestauth.yaml"} {
+	for _, name := range []string{"testdata/orders.yaml", "testdata/gateway.yaml", "testdata/security.yaml", "testdata/traffic.yaml", "testdata/telemetry.yaml", "testdata/serviceentry.yaml", "testdata/requestauth.yaml", "testdata/sidecar.yaml"} {
 		if b, err := os.ReadFile(name); err == nil {
 			f.Add(b)
 		}

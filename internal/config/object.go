@@ -91,7 +91,7 @@ func ParseKey(s string) (Key, error) {
 }
 
 // Object is one decoded, validated config object. Exactly one of
-// VirtualService, DestinationRule, Gateway, ServiceEntry, WorkloadEntry, PeerAuthentication,
+// VirtualService, DestinationRule, Gateway, ServiceEntry, WorkloadEntry, Sidecar, PeerAuthentication,
 // AuthorizationPolicy, RequestAuthentication and Telemetry is set, by Kind. Objects are immutable
 // once decoded: a change is a new Object.
 type Object struct {
@@ -105,6 +105,9 @@ type Object struct {
 	ServiceEntry    *networking.ServiceEntry
 	// WorkloadEntry is an instance described in config (workloadentry.go).
 	WorkloadEntry *networking.WorkloadEntry
+	// Sidecar is read from networking.istio.io/v1, v1beta1 and v1alpha3
+	// (sidecar.go).
+	Sidecar *networking.Sidecar
 
 	PeerAuthentication  *security.PeerAuthentication
 	AuthorizationPolicy *security.AuthorizationPolicy
@@ -126,6 +129,8 @@ func (o *Object) Spec() proto.Message {
 		return o.ServiceEntry
 	case o.WorkloadEntry != nil:
 		return o.WorkloadEntry
+	case o.Sidecar != nil:
+		return o.Sidecar
 	case o.PeerAuthentication != nil:
 		return o.PeerAuthentication
 	case o.AuthorizationPolicy != nil:

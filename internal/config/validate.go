@@ -93,6 +93,8 @@ func validate(c errs, path string, o *Object) {
 		validateServiceEntry(c, spec, o)
 	case o.WorkloadEntry != nil:
 		validateWorkloadEntry(c, spec, o)
+	case o.Sidecar != nil:
+		validateSidecar(c, spec, o)
 	case o.PeerAuthentication != nil:
 		validatePeerAuthentication(c, spec, o)
 	case o.AuthorizationPolicy != nil:

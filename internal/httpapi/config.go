@@ -45,6 +45,8 @@ func configKind(s string) (string, error) {
 		return config.KindServiceEntry, nil
 	case "workloadentry", "workloadentries", "we":
 		return config.KindWorkloadEntry, nil
+	case "sidecar", "sidecars":
+		return config.KindSidecar, nil
 	case "peerauthentication", "peerauthentications", "pa":
 		return config.KindPeerAuthentication, nil
 	case "authorizationpolicy", "authorizationpolicies", "ap":
@@ -54,7 +56,7 @@ func configKind(s string) (string, error) {
 	case "telemetry", "telemetries":
 		return config.KindTelemetry, nil
 	}
-	return "", badRequest("kind", "%q is not a config kind: VirtualService, DestinationRule, Gateway, ServiceEntry, WorkloadEntry, PeerAuthentication, AuthorizationPolicy, RequestAuthentication or Telemetry", s)
+	return "", badRequest("kind", "%q is not a config kind: VirtualService, DestinationRule, Gateway, ServiceEntry, WorkloadEntry, Sidecar, PeerAuthentication, AuthorizationPolicy, RequestAuthentication or Telemetry", s)
 }
 
 func configKeyOf(r *http.Request) (config.Key, error) {
@@ -288,7 +290,7 @@ func (a *API) applyConfig(w http.ResponseWriter, r *http.Request, reg *backend) 
 		return configError(err)
 	}
 	if len(objs) == 0 {
-		return badRequest("", "no config object in the body: send VirtualService, DestinationRule, Gateway, ServiceEntry, WorkloadEntry, PeerAuthentication, AuthorizationPolicy, RequestAuthentication or Telemetry documents")
+		return badRequest("", "no config object in the body: send VirtualService, DestinationRule, Gateway, ServiceEntry, WorkloadEntry, Sidecar, PeerAuthentication, AuthorizationPolicy, RequestAuthentication or Telemetry documents")
 	}
 	if err := requireConfigWrite(r, t, objs...); err != nil {
 		return err

@@ -186,6 +186,8 @@ type configWorker struct {
 	// sec holds the security objects (PeerAuthentication,
 	// AuthorizationPolicy) in force; they configure server listeners.
 	sec map[config.Key]*config.Object
+	// side holds the Sidecars and ServiceEntries in force (sidecars.go).
+	side map[config.Key]*config.Object
 }
 
 func newConfigWorker(e *Engine) *configWorker {

@@ -356,6 +356,7 @@ func (w *configWorker) securityChanged(b configBatch) bool {
 // before the round's service work: a policy change goes out without
 // waiting for route recomputation.
 func (w *configWorker) servers(b configBatch) {
+	w.sidecars(b)
 	secChanged := w.securityChanged(b)
 	if secChanged {
 		rev := int64(0)

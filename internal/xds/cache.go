@@ -185,6 +185,9 @@ type Cache struct {
 	epMu      sync.Mutex
 	epWaiting int
 	epIdle    chan struct{}
+
+	// side is the Sidecars in force (sidecarscope.go).
+	side sidecarState
 }
 
 // ListenerFunc returns the listener a client in namespace ns gets for the
@@ -360,7 +363,7 @@ func (c *Cache) Apply(t Type, set []Resource, remove []string, version string, o
 		}
 		tc.put(id, old, ne)
 		tc.lastSeq = ne.seq
-		changed = append(changed, change{id: id, seq: ne.seq, hidden: ne.hidden || (old != nil && old.hidden)})
+		changed = append(changed, change{id: id, seq: ne.seq, hidden: ne.hidden || (old != nil && old.hidden), name: ne.name})
 	}
 	for _, key := range remove {
 		id, ok := tc.ids[key]
@@ -370,7 +373,7 @@ func (c *Cache) Apply(t Type, set []Resource, remove []string, version string, o
 		old := tc.entries[id]
 		tc.put(id, old, nil)
 		tc.lastSeq = c.seq.Add(1)
-		changed = append(changed, change{id: id, seq: tc.lastSeq, hidden: old.hidden})
+		changed = append(changed, change{id: id, seq: tc.lastSeq, hidden: old.hidden, name: old.name})
 	}
 	if len(changed) > 0 {
 		tc.gen++
@@ -456,6 +459,7 @@ type change struct {
 	seq    uint64 // the change's place in the cache's global order
 	hidden bool
 	eds    uint32 // a cluster's endpoint resource, or noEDS
+	name   string // the resource's, for Sidecar scoping (sidecarscope.go)
 }
 
 const noEDS = ^uint32(0)

@@ -127,7 +127,7 @@ func localityVariant(e *entry, loc topo.Locality) *entry {
 // view is entry e of type t as s gets it: its flavour's variant, and for
 // EDS its locality's.
 func (s *subscriber) view(t Type, e *entry) *entry {
-	e = e.of(s.flavour)
+	e = s.scoped(t, e.of(s.flavour))
 	if e != nil && e.bySource {
 		return sourceVariants.of(e, s.source.key, func() *entry { return sourceVariant(e, s.source) })
 	}

@@ -288,6 +288,7 @@ func (s *Server) serve(ctx context.Context, stream sender, delta bool, recv func
 	s.subs[sub.id] = sub
 	s.mu.Unlock()
 	s.cache.addSubscriber(sub)
+	sub.rescope() // after joining: a SetSidecars from now on rescopes it too
 	s.metrics.subscribers.Inc()
 	defer func() {
 		s.cache.removeSubscriber(sub)

@@ -8,6 +8,7 @@ import (
 	"github.com/bits-and-blooms/bitset"
 	"google.golang.org/protobuf/encoding/protowire"
 
+	"github.com/sextant-mesh/sextant/internal/config"
 	topo "github.com/sextant-mesh/sextant/internal/locality"
 )
 
@@ -47,9 +48,16 @@ type subscriber struct {
 	// locality is where the node says it runs: its EDS priorities are
 	// Istio's from there (localityeds.go).
 	locality topo.Locality
-	source   nodeSource    // labels and namespace, for routes by source (sourcematch.go)
-	ackWait  time.Duration // ServerOptions.AckWait
-	secrets  SecretAccess  // nil: every secret allowed (secretacl.go)
+	source   nodeSource // labels and namespace, for routes by source (sourcematch.go)
+	// scope is what the node's Sidecar imports (nil: everything), from
+	// sidecars; guarded by mu (sidecarscope.go).
+	scope    *config.SidecarScope
+	sidecars *config.Sidecars
+	// proxyHash is the hash of the scoped proxy route configuration last
+	// built: a change of it that leaves the scope's part alone is not sent.
+	proxyHash uint64
+	ackWait   time.Duration // ServerOptions.AckWait
+	secrets   SecretAccess  // nil: every secret allowed (secretacl.go)
 
 	mu    sync.Mutex
 	nonce uint64
@@ -147,7 +155,7 @@ func (s *subscriber) notify(t Type, changed []change, origin time.Time) {
 	se := &s.t[TypeEndpoint]
 	if st.requested {
 		for _, ch := range changed {
-			if !st.wants(ch.id, ch.hidden) {
+			if !st.wants(ch.id, ch.hidden) || !s.admits(t, ch.name) || s.sameScoped(t, ch) {
 				continue
 			}
 			st.pending.Set(uint(ch.id))
@@ -332,7 +340,7 @@ func (s *subscriber) buildFull(t Type, st *subType) (response, bool) {
 	tc.mu.RLock()
 	r.version = tc.version
 	if st.wildcard {
-		m := tc.full(s.flavour)
+		m := s.fullBody(tc)
 		r.msg.add(m.body)
 		r.count = m.count
 	}

@@ -56,8 +56,10 @@ func TestSidecarTransparentCapture(t *testing.T) {
 		}
 	}
 	// The namespace and its link, named after this process (interface
-	// names have at most 15 bytes).
-	id := os.Getpid() % 100000
+	// names have at most 15 bytes: "sxh" and a pid fit). A namespace of a
+	// test process that was killed holds the same addresses: remove it.
+	removeStaleNamespaces(t)
+	id := os.Getpid()
 	ns, hostIf, podIf := fmt.Sprintf("sxcap%d", id), fmt.Sprintf("sxh%d", id), fmt.Sprintf("sxp%d", id)
 	const hostIP, podIP = "10.201.77.1", "10.201.77.2"
 	run("ip", "netns", "add", ns)
@@ -126,4 +128,28 @@ func TestSidecarTransparentCapture(t *testing.T) {
 		}
 		return false
 	})
+}
+
+// removeStaleNamespaces deletes the sxcap<pid> namespaces of processes
+// that are gone (a test binary killed before its cleanup ran): their veth
+// ends hold this test's addresses, and routes to them would win.
+func removeStaleNamespaces(t *testing.T) {
+	out, err := exec.Command("ip", "netns", "list").Output()
+	if err != nil {
+		t.Fatalf("ip netns list: %v", err)
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		name, _, _ := strings.Cut(strings.TrimSpace(line), " ")
+		pid, ok := strings.CutPrefix(name, "sxcap")
+		if !ok || pid == "" {
+			continue
+		}
+		if _, err := os.Stat("/proc/" + pid); err == nil {
+			continue // its process still runs
+		}
+		if out, err := exec.Command("ip", "netns", "del", name).CombinedOutput(); err != nil {
+			t.Fatalf("removing %s, left by a process that is gone: %v\n%s", name, err, out)
+		}
+		t.Logf("removed network namespace %s, left by a process that is gone", name)
+	}
 }

@@ -38,8 +38,13 @@ type Config struct {
 	// recomputing, encoding or sending), so that every endpoint figure is
 	// one under config work.
 	ChurnOnlyDuringConfig bool
-	Progress              io.Writer // progress bars; nil: none
-	Profile               io.Writer // CPU profile of the churn phase; nil: none
+	// SidecarImport, when set, applies a Sidecar in the subscribers'
+	// namespace importing this many services (REGISTRY_ONLY): each
+	// subscriber is then sent those only, and only their changes are
+	// awaited (the others are still committed and recomputed).
+	SidecarImport int
+	Progress      io.Writer // progress bars; nil: none
+	Profile       io.Writer // CPU profile of the churn phase; nil: none
 }
 
 // Result is the JSON object "sextant bench push" prints.
@@ -90,14 +95,18 @@ type Result struct {
 	// Heap and goroutine stacks per subscriber, once all had every
 	// resource: the server's side and the bench's own (connection, stream,
 	// reader) together, an upper bound of the server's share.
-	HeapPerSubscriberBytes int64   `json:"heap_per_subscriber_bytes"`
-	HeapBeforeBytes        int64   `json:"heap_before_bytes"`
-	HeapAfterBytes         int64   `json:"heap_after_bytes"`
-	SyncS                  float64 `json:"sync_s"`
-	MaxRSSBytes            int64   `json:"max_rss_bytes"`
-	CPUSeconds             float64 `json:"cpu_s"`
-	LoadAvgStart           string  `json:"loadavg_start"`
-	LoadAvgEnd             string  `json:"loadavg_end"`
+	HeapPerSubscriberBytes int64 `json:"heap_per_subscriber_bytes"`
+	// SidecarImport is Config.SidecarImport; BytesPerSubscriber the xDS
+	// bytes each subscriber received during the churn (mean).
+	SidecarImport      int     `json:"sidecar_import,omitempty"`
+	BytesPerSubscriber int64   `json:"bytes_per_subscriber"`
+	HeapBeforeBytes    int64   `json:"heap_before_bytes"`
+	HeapAfterBytes     int64   `json:"heap_after_bytes"`
+	SyncS              float64 `json:"sync_s"`
+	MaxRSSBytes        int64   `json:"max_rss_bytes"`
+	CPUSeconds         float64 `json:"cpu_s"`
+	LoadAvgStart       string  `json:"loadavg_start"`
+	LoadAvgEnd         string  `json:"loadavg_end"`
 }
 
 func (c *Config) defaults() {
@@ -185,6 +194,16 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Result, error) {
 	if err := Load(reg, cfg.Services, cfg.Endpoints); err != nil {
 		return res, err
 	}
+	imported := cfg.Services
+	if cfg.SidecarImport > 0 {
+		imported = min(cfg.SidecarImport, cfg.Services)
+		o, err := sidecar(imported)
+		if err != nil {
+			return res, err
+		}
+		reg.ApplyConfig(o)
+		res.SidecarImport = imported
+	}
 	cache := xds.NewCache()
 	eng := engine.New(reg, cache, engine.Options{})
 	ads := xds.NewServer(cache, xds.ServerOptions{})
@@ -202,7 +221,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Result, error) {
 	defer cancel()
 
 	// Wait for the full computation, then time resyncs of everything.
-	want := [4]int{xds.TypeCluster: res.Clusters, xds.TypeEndpoint: res.Clusters, xds.TypeListener: 1, xds.TypeRoute: cfg.Services}
+	want := [4]int{xds.TypeCluster: imported * len(colors), xds.TypeEndpoint: imported * len(colors), xds.TypeListener: 1, xds.TypeRoute: imported}
 	for eng.Status().FullEndpointsMS == 0 || cache.Len(xds.TypeCluster) < res.Clusters {
 		if ctx.Err() != nil {
 			return res, ctx.Err()
@@ -269,8 +288,14 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Result, error) {
 	ch := &churner{reg: reg, rng: rand.New(rand.NewPCG(1, 2)), services: cfg.Services, endpoints: cfg.Endpoints, down: map[int]bool{},
 		minDown: time.Second}
 	commit := func(kind int, typ xds.Type, name string, f func()) {
-		tr.expect(kind, typ, name, reg.Revision()+1, time.Now())
+		if serviceIndex(name) < imported { // the others reach no subscriber
+			tr.expect(kind, typ, name, reg.Revision()+1, time.Now())
+		}
 		f()
+	}
+	var rx0 int64
+	for _, s := range subs {
+		rx0 += s.rx.Load()
 	}
 	cpu0 := cpuSeconds()
 	resp0 := responses(ads)
@@ -324,6 +349,11 @@ churn:
 		time.Sleep(10 * time.Millisecond)
 	}
 	res.CPUSeconds = cpuSeconds() - cpu0
+	var rx int64
+	for _, s := range subs {
+		rx += s.rx.Load()
+	}
+	res.BytesPerSubscriber = (rx - rx0) / int64(cfg.Subscribers)
 	res.ResponsesPerSubPerSec = float64(responses(ads)-resp0) / float64(cfg.Subscribers) / cfg.Duration.Seconds()
 	if n := res.EndpointChanges + res.ConfigChanges; n > 0 {
 		res.CPUMSPerChange = res.CPUSeconds * 1000 / float64(n)

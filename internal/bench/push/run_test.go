@@ -68,3 +68,26 @@ func TestChurnOnlyDuringConfig(t *testing.T) {
 		t.Fatalf("%+v", res)
 	}
 }
+
+// TestRunSidecarImport: with a Sidecar importing 5 of 20 services, every
+// subscriber syncs on those only, their changes are delivered, and each
+// receives fewer bytes than without it in the same scenario.
+func TestRunSidecarImport(t *testing.T) {
+	var bytes [2]int64
+	for i, imp := range []int{0, 5} {
+		res, err := Run(context.Background(), Config{
+			Services: 20, Endpoints: 200, Subscribers: 3, Delta: true, SidecarImport: imp,
+			Duration: 2 * time.Second, ChurnPerSec: 50, ConfigEvery: 50 * time.Millisecond, Resyncs: 1,
+		}, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Undelivered != 0 || res.EndpointAllP99MS == 0 || res.SidecarImport != imp {
+			t.Fatalf("sidecar-import %d: %+v", imp, res)
+		}
+		bytes[i] = res.BytesPerSubscriber
+	}
+	if bytes[1] >= bytes[0] {
+		t.Fatalf("bytes per subscriber: %d with the Sidecar, %d without", bytes[1], bytes[0])
+	}
+}

@@ -10,6 +10,8 @@ package push
 import (
 	"fmt"
 	"math/rand/v2"
+	"strconv"
+	"strings"
 	"time"
 
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -214,4 +216,31 @@ func (c *churner) hasUp(i int, color string) bool {
 		}
 	}
 	return false
+}
+
+// sidecar is the Sidecar of namespace default (the subscribers') importing
+// the first n services, REGISTRY_ONLY.
+func sidecar(n int) (*config.Object, error) {
+	var b strings.Builder
+	b.WriteString("apiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata: {name: default, namespace: default}\nspec:\n  outboundTrafficPolicy: {mode: REGISTRY_ONLY}\n  egress:\n  - hosts:\n")
+	for i := range n {
+		fmt.Fprintf(&b, "    - ./%s.default.svc.cluster.local\n", serviceName(i))
+	}
+	objs, err := config.Decode([]byte(b.String()))
+	if err != nil {
+		return nil, err
+	}
+	return objs[0], nil
+}
+
+// serviceIndex is the index of the service a resource name ("default/svc-0007",
+// "default/svc-0007/blue") is of, -1 if none.
+func serviceIndex(name string) int {
+	_, rest, _ := strings.Cut(name, "/svc-")
+	rest, _, _ = strings.Cut(rest, "/")
+	i, err := strconv.Atoi(rest)
+	if err != nil {
+		return -1
+	}
+	return i
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/bits-and-blooms/bitset"
@@ -236,6 +237,7 @@ type subscriber struct {
 	counts [4]int // resources received per type until synced
 	synced chan struct{}
 	once   sync.Once
+	rx     atomic.Int64 // bytes of the responses received
 }
 
 func dialSubscriber(addr string) (*grpc.ClientConn, error) {
@@ -294,6 +296,7 @@ func (s *subscriber) run(ctx context.Context, want [4]int) error {
 			return err
 		}
 		now := time.Now()
+		s.rx.Add(int64(len(m.b)))
 		syncing := false
 		select {
 		case <-s.synced:
