@@ -77,7 +77,8 @@ func waitInstance(t *testing.T, reg *registry.Registry, id, what string, ok func
 // names) keeps it, the deletion of the service's slice keeps it, and the
 // WorkloadEntry's changes make no sync write. A change of the object
 // moves the instance (port, locality, labels); an invalid one is refused
-// in its status with no instance; the deletion removes the instance.
+// in its status with no instance; the deletion removes the instance, and
+// so does one while the source is down, at its next first read.
 func TestIstioWorkloadEntry(t *testing.T) {
 	srv := apiServerFor(t)
 	istioCRDs(t, srv)
@@ -127,7 +128,7 @@ spec:
 	// The Istio source first: ratings' only instance is then the
 	// WorkloadEntry's, which the first read writes before the
 	// VirtualService and DestinationRule naming ratings (no warning).
-	runIstio(t, srv, cs, Options{Namespaces: []string{ns}})
+	_, stopIstio := startIstio(t, srv, cs, Options{Namespaces: []string{ns}}, 0)
 	weKey := config.Key{Kind: config.KindWorkloadEntry, Namespace: ns, Name: "ratings-vm"}
 	id := config.WorkloadInstanceID(weKey)
 	if id != "we:"+ns+":ratings-vm" {
@@ -223,6 +224,22 @@ spec: {address: 10.99.0.1, network: net-2, labels: {app: ratings}}
 	}
 	if n := syncer.Writes(); n != writes {
 		t.Errorf("the slice sync wrote %d times for WorkloadEntry changes", n-writes)
+	}
+
+	// Deleted while the source is down: its next first read removes the
+	// object and the instance.
+	applyYAML(t, srv, ns, strings.Replace(ratingsWE(ip, vm1.port, "us-east"), "name: ratings-vm", "name: ratings-vm-b", 1))
+	bKey := config.Key{Kind: config.KindWorkloadEntry, Namespace: ns, Name: "ratings-vm-b"}
+	bID := config.WorkloadInstanceID(bKey)
+	waitInstance(t, cs.reg, bID, "the second WorkloadEntry's instance", func(in *instance.Instance) bool { return in != nil })
+	stopIstio()
+	kubectl(t, srv, "delete", "-n", ns, "workloadentry", "ratings-vm-b")
+	if cs.reg.Instances().Get(bID) == nil {
+		t.Fatal("the instance went with no source running")
+	}
+	runIstio(t, srv, cs, Options{Namespaces: []string{ns}})
+	if in := cs.reg.Instances().Get(bID); in != nil || cs.table.Get(bKey) != nil {
+		t.Errorf("a WorkloadEntry deleted while the source was down is still served after its first read: instance %+v", in)
 	}
 }
 
