@@ -220,7 +220,7 @@ consul_sd: Consul's services are the services of --consul-namespace.`,
 	fl.StringSliceVar(&f.kubeExcludeNS, "kube-exclude-namespaces", nil, "with --kubeconfig or --kube-in-cluster: never sync these namespaces")
 	fl.DurationVar(&f.kubeReady, "kube-ready-timeout", time.Minute, "with --kubeconfig or --kube-in-cluster: /readyz waits this long at most for the first full read of the cluster (0: for ever); past it the server serves what its store holds")
 	fl.BoolVar(&f.kubeMirror, "kube-mirror", false, "with --kubeconfig or --kube-in-cluster: write the registry's services that Kubernetes does not own (VMs, Consul API clients) into the synced namespaces as selector-less ClusterIP Services with EndpointSlices")
-	fl.BoolVar(&f.kubeIstio, "kube-istio", true, "with --kubeconfig or --kube-in-cluster: read the synced namespaces' Istio objects (VirtualService, DestinationRule, Gateway, ServiceEntry, PeerAuthentication, AuthorizationPolicy, RequestAuthentication) as their config, read-only through Sextant, and write each one's result to its status")
+	fl.BoolVar(&f.kubeIstio, "kube-istio", true, "with --kubeconfig or --kube-in-cluster: read the synced namespaces' Istio objects (VirtualService, DestinationRule, Gateway, ServiceEntry, WorkloadEntry, Sidecar, PeerAuthentication, AuthorizationPolicy, RequestAuthentication, Telemetry) as their config, read-only through Sextant, and write each one's result to its status")
 	fl.StringVar(&f.memoryLimit, "memory-limit", "", "soft limit of the Go heap and runtime (e.g. 450MiB, 2GiB, off): the GC works harder near it (docs/registry.md, \"Memory\"); default: GOMEMLIMIT, else none")
 	rootCmd.AddCommand(cmd)
 }

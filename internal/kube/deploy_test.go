@@ -19,8 +19,8 @@ import (
 // `kubectl apply --dry-run=server` against a real kube-apiserver: its
 // schemas, defaulting and admission. Then the RBAC is applied for real,
 // and the sync and the Istio source, run as the manifests' service
-// account, read the cluster and write an Istio object's status with it; a
-// service account without it is refused.
+// account, read the cluster and write the statuses of Istio objects of the
+// kinds read with it; a service account without it is refused.
 func TestDeployManifests(t *testing.T) {
 	srv := apiServerFor(t)
 	istioCRDs(t, srv) // the RBAC names Istio's resources
@@ -44,6 +44,22 @@ func TestDeployManifests(t *testing.T) {
 	const ns = "deploy-rbac"
 	createNamespace(t, kc, ns)
 	kubectl(t, srv, "apply", "-n", ns, "-f", filepath.Join(istioDir, "samples", "bookinfo", "networking", "destination-rule-reviews.yaml"))
+	// A kind the RBAC left out would be skipped, not fail the first read:
+	// each kind read since (networking's, telemetry's group) proves its
+	// grant by its status, written as the service account.
+	applyYAML(t, srv, ns, ratingsWE("10.30.0.9", 9080, "us-east")+`---
+apiVersion: networking.istio.io/v1
+kind: Sidecar
+metadata: {name: default}
+spec:
+  egress: [{hosts: ["./*"]}]
+---
+apiVersion: telemetry.istio.io/v1
+kind: Telemetry
+metadata: {name: tracing}
+spec:
+  tracing: [{providers: [{name: otel-tracing}], randomSamplingPercentage: 10}]
+`)
 	as := func(user string) *rest.Config {
 		c := rest.CopyConfig(srv.cfg)
 		c.Impersonate = rest.ImpersonationConfig{UserName: user}
@@ -64,6 +80,10 @@ func TestDeployManifests(t *testing.T) {
 	waitStatus(t, srv, ns, "destinationrule", "reviews", func(gen int64, st istioStatus) bool {
 		return st.ObservedGeneration == gen && len(st.Conditions) == 1 && st.Conditions[0].Status == "True"
 	})
+	for _, kind := range []string{"workloadentry/ratings-vm", "sidecar/default", "telemetry/tracing"} {
+		k, name, _ := strings.Cut(kind, "/")
+		waitStatus(t, srv, ns, k, name, accepted)
+	}
 	// And the mirror, with the second ClusterRole.
 	runMirror(t, srvAs, cs.reg, Options{Namespaces: []string{ns}})
 	if _, err := cs.reg.Register(context.Background(), []*instance.Instance{{ID: "vm-1", Namespace: ns, Service: "ledger", Host: "10.30.0.1", Port: 7000}}); err != nil {

@@ -44,26 +44,39 @@ type istioResource struct {
 }
 
 // istioResources are the CRDs read: the kinds Sextant serves. Each is read
-// at the first of its versions the API server serves (v1, then v1beta1:
-// one object, whichever version it was written as).
+// at the first of its group's istioVersions the API server serves.
 var istioResources = []istioResource{
 	{config.Group, "virtualservices", config.KindVirtualService},
 	{config.Group, "destinationrules", config.KindDestinationRule},
 	{config.Group, "gateways", config.KindGateway},
 	{config.Group, "serviceentries", config.KindServiceEntry},
+	{config.Group, "workloadentries", config.KindWorkloadEntry},
+	{config.Group, "sidecars", config.KindSidecar},
 	{config.SecurityGroup, "peerauthentications", config.KindPeerAuthentication},
 	{config.SecurityGroup, "authorizationpolicies", config.KindAuthorizationPolicy},
 	{config.SecurityGroup, "requestauthentications", config.KindRequestAuthentication},
+	{config.TelemetryGroup, "telemetries", config.KindTelemetry},
 }
 
-var istioVersions = []string{"v1", "v1beta1"}
+// istioVersions are the versions of each group read, in order of
+// preference: one object, whichever version it was written as, so the
+// first served is enough (config.Decode reads each as v1). Telemetry's
+// storage version is still v1alpha1, and older Istios serve only that.
+var istioVersions = map[string][]string{
+	config.Group:          {"v1", "v1beta1"},
+	config.SecurityGroup:  {"v1", "v1beta1"},
+	config.TelemetryGroup: {"v1", "v1alpha1"},
+}
 
-// Istio reads Istio's networking.istio.io and security.istio.io objects
-// from the cluster's CRDs as Sextant's config for the synced namespaces:
-// each is decoded and validated as "sextant config apply" does, written
-// owned by "kubernetes" (config.AnnotationOwner, read-only through
-// Sextant's APIs), and its result written back to the object's status as
-// istiod writes its validation messages.
+// Istio reads Istio's networking.istio.io, security.istio.io and
+// telemetry.istio.io objects (istioResources) from the cluster's CRDs as
+// Sextant's config for the synced namespaces: each is decoded and
+// validated as "sextant config apply" does, written owned by "kubernetes"
+// (config.AnnotationOwner, read-only through Sextant's APIs), and its
+// result written back to the object's status as istiod writes its
+// validation messages. A WorkloadEntry's write registers its instance in
+// the same commit (config.WorkloadInstance), owned by the object and not
+// by the EndpointSlice sync's Owner, so that sync never removes it.
 //
 // Goroutines: Run owns the informers' goroutines and one worker that
 // decodes, writes and patches statuses. Event handlers only queue keys.
@@ -78,7 +91,8 @@ type Istio struct {
 	// Run's: the informers of each kind, one per namespace (added to
 	// when a CRD is installed later, found every rediscover).
 	informers  map[string][]istioInformer
-	rediscover time.Duration // 0: 30 s
+	denied     map[string]bool // resources the server may not list, warned about
+	rediscover time.Duration   // 0: 30 s
 	// Registered, when set, warns of hosts naming services without
 	// instances (config.ApplyWrite.Registered).
 	registered func(naming.ServiceKey) bool
@@ -147,12 +161,13 @@ func (s *Istio) allowed(ns string) bool {
 }
 
 // discover finds the version each Istio resource is served at; a resource
-// whose CRD is not installed is left out (logged).
+// whose CRD is not installed, or not watched yet and which the server may
+// not list, is left out (logged).
 func (s *Istio) discover(ctx context.Context) (map[string]schema.GroupVersionResource, error) {
 	out := map[string]schema.GroupVersionResource{}
 	served := map[string]map[string]bool{} // group/version -> resources
 	for _, r := range istioResources {
-		for _, v := range istioVersions {
+		for _, v := range istioVersions[r.group] {
 			gv := r.group + "/" + v
 			if served[gv] == nil {
 				served[gv] = map[string]bool{}
@@ -171,17 +186,71 @@ func (s *Istio) discover(ctx context.Context) (map[string]schema.GroupVersionRes
 				break
 			}
 		}
-		if _, ok := out[r.kind]; !ok {
+		gvr, ok := out[r.kind]
+		if !ok {
 			s.log.Debug("Istio's CRD is not installed; its kind is read once it is", "resource", r.resource+"."+r.group)
+			continue
+		}
+		if len(s.informers[r.kind]) > 0 {
+			continue
+		}
+		if ok, err := s.readable(ctx, gvr); err != nil {
+			return nil, err
+		} else if !ok {
+			delete(out, r.kind)
 		}
 	}
 	return out, ctx.Err()
 }
 
+// readable reports whether the server may list gvr in every synced
+// namespace. An informer the API server refuses retries for ever, and the
+// first read waits for every informer: a kind the RBAC does not grant (a
+// ClusterRole from before Sextant read it) is left out as if not
+// installed, warned once, and looked for again at each rediscover.
+func (s *Istio) readable(ctx context.Context, gvr schema.GroupVersionResource) (bool, error) {
+	for _, ns := range s.namespaces() {
+		_, err := s.dyn.Resource(gvr).Namespace(ns).List(ctx, metav1.ListOptions{Limit: 1})
+		switch {
+		case apierrors.IsForbidden(err):
+			where := "namespace " + ns
+			if ns == metav1.NamespaceAll {
+				where = "the cluster"
+			}
+			res := gvr.Resource + "." + gvr.Group
+			if s.denied[res] {
+				s.log.Debug("still not allowed to list Istio objects", "resource", res, "in", where)
+			} else {
+				if s.denied == nil {
+					s.denied = map[string]bool{}
+				}
+				s.denied[res] = true
+				s.log.Warn("not allowed to list Istio objects: their kind is not read until the RBAC grants get, list and watch (deploy/kubernetes/rbac.yaml)",
+					"resource", res, "in", where, "err", err)
+			}
+			return false, nil
+		case apierrors.IsNotFound(err):
+			return false, nil // the CRD went since discovery
+		case err != nil:
+			return false, fmt.Errorf("kube: listing %s: %w", gvr.Resource+"."+gvr.Group, err)
+		}
+	}
+	return true, nil
+}
+
+// namespaces are the namespaces watched: each synced one, or the whole
+// cluster.
+func (s *Istio) namespaces() []string {
+	if len(s.opts.Namespaces) == 0 {
+		return []string{metav1.NamespaceAll}
+	}
+	return s.opts.Namespaces
+}
+
 // Run reads until ctx ends: it finds the served CRDs (retrying while the
 // API server is unreachable), writes the first full read once every watch
 // has listed, then each change as it comes; every 30 s it looks for CRDs
-// installed since.
+// installed (or kinds permitted) since.
 func (s *Istio) Run(ctx context.Context) error {
 	var gvrs map[string]schema.GroupVersionResource
 	for {
@@ -248,10 +317,7 @@ func (s *Istio) Run(ctx context.Context) error {
 // watch starts an informer per served resource not watched yet and synced
 // namespace, owned by wg, and returns their HasSynced.
 func (s *Istio) watch(ctx context.Context, wg *sync.WaitGroup, gvrs map[string]schema.GroupVersionResource) ([]cache.InformerSynced, error) {
-	namespaces := s.opts.Namespaces
-	if len(namespaces) == 0 {
-		namespaces = []string{metav1.NamespaceAll}
-	}
+	namespaces := s.namespaces()
 	var started []cache.InformerSynced
 	for kind, gvr := range gvrs {
 		if len(s.informers[kind]) > 0 {
@@ -353,7 +419,7 @@ func (s *Istio) lookup(k config.Key) (*unstructured.Unstructured, schema.GroupVe
 func (s *Istio) drain(ctx context.Context) {
 	for ctx.Err() == nil {
 		s.mu.Lock()
-		keys := slices.SortedFunc(maps.Keys(s.pending), config.Key.Compare)
+		keys := slices.SortedFunc(maps.Keys(s.pending), applyOrder)
 		clear(s.pending)
 		s.mu.Unlock()
 		if len(keys) == 0 {
@@ -376,6 +442,20 @@ func (s *Istio) drain(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// applyOrder is the order drain writes keys in: WorkloadEntries first, so
+// that the instances they register are there when the objects naming
+// their services are checked for instances (config.ApplyWrite's
+// Registered warning); then by key.
+func applyOrder(a, b config.Key) int {
+	if wa, wb := a.Kind == config.KindWorkloadEntry, b.Kind == config.KindWorkloadEntry; wa != wb {
+		if wa {
+			return -1
+		}
+		return 1
+	}
+	return a.Compare(b)
 }
 
 // apply writes what the cluster holds of k now, and its result to its

@@ -159,6 +159,14 @@ func runIstio(t *testing.T, srv *apiServer, cs *configStack, opts Options) *Isti
 // rediscover (0: the default).
 func runIstioEvery(t *testing.T, srv *apiServer, cs *configStack, opts Options, rediscover time.Duration) *Istio {
 	t.Helper()
+	s, _ := startIstio(t, srv, cs, opts, rediscover)
+	return s
+}
+
+// startIstio is runIstioEvery that also returns a stop, for a restart
+// (the end of the test stops it too).
+func startIstio(t *testing.T, srv *apiServer, cs *configStack, opts Options, rediscover time.Duration) (*Istio, func()) {
+	t.Helper()
 	// As cmd/sextant wires it: a host naming a service without instances
 	// is accepted with a warning.
 	ins := cs.reg.Instances()
@@ -174,18 +182,22 @@ func runIstioEvery(t *testing.T, srv *apiServer, cs *configStack, opts Options, 
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("istio source: %v", err)
-		}
-	})
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("istio source: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
 	wctx, wcancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer wcancel()
 	if err := s.WaitSynced(wctx); err != nil {
 		t.Fatalf("first read: %v", err)
 	}
-	return s
+	return s, stop
 }
 
 // grpcBackend is a real gRPC server on loopback answering with its name.
