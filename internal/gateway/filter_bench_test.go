@@ -79,7 +79,7 @@ func BenchmarkRouteCall(b *testing.B) {
 				if cl == nil {
 					b.Fatal("no cluster")
 				}
-				r.spec.filters.response(&ctx, fastHeader{&ctx.Response.Header}, dest)
+				r.spec.filters.response(&ctx, answerHeader(&ctx.Response.Header), dest)
 			}
 		})
 	}
@@ -150,7 +150,7 @@ func BenchmarkFilterHooks(b *testing.B) {
 				if fc.request(&ctx, 0) {
 					b.Fatal("answered")
 				}
-				fc.response(&ctx, fastHeader{&ctx.Response.Header}, 0)
+				fc.response(&ctx, answerHeader(&ctx.Response.Header), 0)
 			}
 			if tc.name == "both" && (string(ctx.Response.Header.Peek("Access-Control-Allow-Origin")) != "https://shop.example" ||
 				string(ctx.Response.Header.Peek("x-served-by")) != "gw" || string(ctx.Request.Header.Peek("X-Tenant")) != "t1") {

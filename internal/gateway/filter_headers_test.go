@@ -109,7 +109,7 @@ func TestAnswerHeaderAnyCase(t *testing.T) {
 		newHeaderOp("x-absent-if", "no", headerOverwriteIfSet),
 		newHeaderOp("x-added", "yes", headerAddIfAbsent),
 	}}
-	ops.apply(fastHeader{&resp})
+	ops.apply(answerHeader(&resp))
 	got := map[string][]string{}
 	for k, v := range resp.All() {
 		got[string(k)] = append(got[string(k)], string(v))
@@ -154,7 +154,7 @@ func TestCORSActualRequestHeaders(t *testing.T) {
 		var resp fasthttp.ResponseHeader
 		resp.DisableNormalizing()
 		resp.Add("access-control-allow-origin", "https://upstream")
-		f.response(&ctx, fastHeader{&resp}, 0)
+		f.response(&ctx, answerHeader(&resp), 0)
 		n := 0
 		for k, v := range resp.All() {
 			if strings.EqualFold(string(k), "Access-Control-Allow-Origin") {

@@ -170,7 +170,9 @@ func (g *Gateway) routeCall(ctx *fasthttp.RequestCtx, t *table, start time.Time)
 	if d := r.spec.direct; d != nil {
 		ctx.SetStatusCode(d.status)
 		ctx.SetBodyString(d.body)
-		r.spec.filters.response(ctx, fastHeader{&ctx.Response.Header}, -1)
+		if fc := r.spec.filters; fc != nil {
+			fc.response(ctx, answerHeader(&ctx.Response.Header), -1)
+		}
 		return nil, nil, nil, "", -1
 	}
 	if rd := r.spec.redirect; rd != nil {
@@ -473,7 +475,9 @@ func (g *Gateway) answer(ctx *fasthttp.RequestCtx, k *call) {
 		}
 		resp.Header.Set("Via", viaValue)
 		k.reason = ""
-		k.filters.response(ctx, fastHeader{&resp.Header}, k.dest)
+		if k.filters != nil {
+			k.filters.response(ctx, answerHeader(&resp.Header), k.dest)
+		}
 	}
 	resp.Header.SetBytesV("X-Request-Id", ctx.Request.Header.Peek("X-Request-Id"))
 }
