@@ -49,7 +49,7 @@ func newHeaderName(name string) headerName {
 // fastHeader (HTTP/1.1) or stdHeader (HTTP/2 upstreams), and a request's,
 // reqHeader. Values are copied.
 type responseHeader interface {
-	set(n *headerName, value []byte) // replaces every value
+	set(n *headerName, value []byte) // replaces the value (a request's: the first of repeated ones, as fasthttp's Set)
 	add(n *headerName, value []byte) // one more value
 	del(n *headerName)
 	has(n *headerName) bool
