@@ -1,8 +1,8 @@
 package gateway
 
 import (
+	"bytes"
 	"fmt"
-	"strings"
 
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	corsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/cors/v3"
@@ -18,12 +18,28 @@ const (
 // from an allowed origin itself, and adds the allow headers to the answer
 // of an actual request from one.
 type corsFilter struct {
-	origins                  []headerMatch
-	methods, headers, maxAge string
-	expose                   string
+	origins []headerMatch
+	// anyOrigin: one of origins matches "*", which allows any (as Envoy
+	// reads it); known at decode, not matched again each call.
+	anyOrigin                bool
+	methods, headers, maxAge []byte
+	expose                   []byte
 	credentials              bool
 	forwardUnmatched         bool // forward_not_matching_preflights (default true)
 }
+
+// The CORS filter's headers, built once.
+var (
+	corsOrigin           = []byte(fasthttp.HeaderOrigin) // canonical: as the server keeps it
+	corsRequestMethod    = []byte(fasthttp.HeaderAccessControlRequestMethod)
+	corsAllowOrigin      = newHeaderName(fasthttp.HeaderAccessControlAllowOrigin)
+	corsAllowCredentials = newHeaderName(fasthttp.HeaderAccessControlAllowCredentials)
+	corsAllowMethods     = newHeaderName(fasthttp.HeaderAccessControlAllowMethods)
+	corsAllowHeaders     = newHeaderName(fasthttp.HeaderAccessControlAllowHeaders)
+	corsMaxAge           = newHeaderName(fasthttp.HeaderAccessControlMaxAge)
+	corsExposeHeaders    = newHeaderName(fasthttp.HeaderAccessControlExposeHeaders)
+	corsTrue             = []byte("true")
+)
 
 // buildCORSFilter reads the route's
 // typed_per_filter_config["envoy.filters.http.cors"], a CorsPolicy (or a
@@ -55,8 +71,8 @@ func buildCORSFilter(r *route.Route, path string) (httpFilter, error) {
 	if cfg.GetFilterEnabled() != nil && cfg.GetFilterEnabled().GetDefaultValue().GetNumerator() == 0 {
 		return nil, nil // 0%: off
 	}
-	f := &corsFilter{methods: cfg.GetAllowMethods(), headers: cfg.GetAllowHeaders(), maxAge: cfg.GetMaxAge(),
-		expose: cfg.GetExposeHeaders(), credentials: cfg.GetAllowCredentials().GetValue(), forwardUnmatched: true}
+	f := &corsFilter{methods: []byte(cfg.GetAllowMethods()), headers: []byte(cfg.GetAllowHeaders()), maxAge: []byte(cfg.GetMaxAge()),
+		expose: []byte(cfg.GetExposeHeaders()), credentials: cfg.GetAllowCredentials().GetValue(), forwardUnmatched: true}
 	if v := cfg.GetForwardNotMatchingPreflights(); v != nil {
 		f.forwardUnmatched = v.GetValue()
 	}
@@ -66,10 +82,14 @@ func buildCORSFilter(r *route.Route, path string) (httpFilter, error) {
 			return nil, err
 		}
 		f.origins = append(f.origins, hm)
+		f.anyOrigin = f.anyOrigin || matchString(&hm, []byte("*"))
 	}
-	for _, v := range []struct{ name, v string }{{"allow_methods", f.methods}, {"allow_headers", f.headers},
+	for _, v := range []struct {
+		name string
+		v    []byte
+	}{{"allow_methods", f.methods}, {"allow_headers", f.headers},
 		{"expose_headers", f.expose}, {"max_age", f.maxAge}} {
-		if strings.ContainsAny(v.v, "\r\n\x00") {
+		if bytes.ContainsAny(v.v, "\r\n\x00") {
 			return nil, fieldErr(p+"."+v.name, "control characters in %q", v.v)
 		}
 	}
@@ -79,30 +99,25 @@ func buildCORSFilter(r *route.Route, path string) (httpFilter, error) {
 // allowed reports whether origin is one of the policy's (an exact "*"
 // allows any, as Envoy reads it).
 func (f *corsFilter) allowed(origin []byte) bool {
-	_, ok := f.match(origin)
-	return ok
-}
-
-// match reports whether origin is allowed, with it as a string: the
-// matcher's own for an exact match (no allocation on the common path).
-func (f *corsFilter) match(origin []byte) (string, bool) {
+	if f.anyOrigin {
+		return true
+	}
 	for i := range f.origins {
-		hm := &f.origins[i]
-		if hm.kind == strExact && !hm.ignoreCase && string(origin) == hm.value {
-			return hm.value, true
-		}
-		if matchString(hm, origin) || matchString(hm, []byte("*")) {
-			return string(origin), true
+		if matchString(&f.origins[i], origin) {
+			return true
 		}
 	}
-	return "", false
+	return false
 }
 
 func (f *corsFilter) request(ctx *fasthttp.RequestCtx, _ int) bool {
 	h := &ctx.Request.Header
-	origin := h.Peek("Origin")
-	if len(origin) == 0 || !h.IsOptions() || len(h.Peek("Access-Control-Request-Method")) == 0 {
+	if !h.IsOptions() {
 		return false // not a preflight: the answer gets its headers in response
+	}
+	origin := h.PeekCanonical(corsOrigin)
+	if len(origin) == 0 || len(h.PeekCanonical(corsRequestMethod)) == 0 {
+		return false
 	}
 	if !f.allowed(origin) {
 		if f.forwardUnmatched {
@@ -111,38 +126,35 @@ func (f *corsFilter) request(ctx *fasthttp.RequestCtx, _ int) bool {
 		ctx.SetStatusCode(fasthttp.StatusOK) // answered, without any allow header
 		return true
 	}
+	// The gateway's own answer: its names are canonical.
 	rh := &ctx.Response.Header
 	ctx.SetStatusCode(fasthttp.StatusOK)
-	rh.SetBytesV("Access-Control-Allow-Origin", origin)
+	rh.SetCanonical(corsAllowOrigin.canon, origin)
 	if f.credentials {
-		rh.Set("Access-Control-Allow-Credentials", "true")
+		rh.SetCanonical(corsAllowCredentials.canon, corsTrue)
 	}
-	if f.methods != "" {
-		rh.Set("Access-Control-Allow-Methods", f.methods)
+	if len(f.methods) > 0 {
+		rh.SetCanonical(corsAllowMethods.canon, f.methods)
 	}
-	if f.headers != "" {
-		rh.Set("Access-Control-Allow-Headers", f.headers)
+	if len(f.headers) > 0 {
+		rh.SetCanonical(corsAllowHeaders.canon, f.headers)
 	}
-	if f.maxAge != "" {
-		rh.Set("Access-Control-Max-Age", f.maxAge)
+	if len(f.maxAge) > 0 {
+		rh.SetCanonical(corsMaxAge.canon, f.maxAge)
 	}
 	return true
 }
 
 func (f *corsFilter) response(ctx *fasthttp.RequestCtx, h responseHeader, _ int) {
-	raw := ctx.Request.Header.Peek("Origin")
-	if len(raw) == 0 {
+	origin := ctx.Request.Header.PeekCanonical(corsOrigin)
+	if len(origin) == 0 || !f.allowed(origin) {
 		return
 	}
-	origin, ok := f.match(raw)
-	if !ok {
-		return
-	}
-	h.Set("Access-Control-Allow-Origin", origin)
+	h.set(&corsAllowOrigin, origin) // the request's own bytes: set copies them
 	if f.credentials {
-		h.Set("Access-Control-Allow-Credentials", "true")
+		h.set(&corsAllowCredentials, corsTrue)
 	}
-	if f.expose != "" {
-		h.Set("Access-Control-Expose-Headers", f.expose)
+	if len(f.expose) > 0 {
+		h.set(&corsExposeHeaders, f.expose)
 	}
 }

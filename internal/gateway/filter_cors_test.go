@@ -55,7 +55,7 @@ func TestCORSFilter(t *testing.T) {
 	}
 	var resp fasthttp.Response
 	ctx.Request.Header.SetMethod("GET")
-	fc.response(ctx, fastHeader{&resp.Header}, 0)
+	fc.response(ctx, answerHeader(&resp.Header), 0)
 	if string(resp.Header.Peek("Access-Control-Allow-Origin")) != "https://a.example" || string(resp.Header.Peek("Access-Control-Expose-Headers")) != "x-e" {
 		t.Fatalf("actual: %s", resp.Header.String())
 	}

@@ -21,15 +21,22 @@ const (
 	headerOverwriteIfSet                     // OVERWRITE_IF_EXISTS
 )
 
+// headerOp is one header to add, its name and value built for the calls
+// at decode.
 type headerOp struct {
-	name, value string
-	action      headerAction
+	name   headerName
+	value  []byte
+	action headerAction
+}
+
+func newHeaderOp(name, value string, action headerAction) headerOp {
+	return headerOp{name: newHeaderName(name), value: []byte(value), action: action}
 }
 
 // headerOps are one level's changes to a header: removals first, then
 // additions, as Envoy's header parser applies them.
 type headerOps struct {
-	remove []string
+	remove []headerName
 	add    []headerOp
 }
 
@@ -87,7 +94,7 @@ func decodeHeaderOps(add []*core.HeaderValueOption, remove []string, path, dir s
 		if err := mutableHeader(n, request); err != nil {
 			return o, fieldErr(fmt.Sprintf("%s.%s_headers_to_remove[%d]", path, dir, i), "%v", err)
 		}
-		o.remove = append(o.remove, n)
+		o.remove = append(o.remove, newHeaderName(n))
 	}
 	for i, hv := range add {
 		p := fmt.Sprintf("%s.%s_headers_to_add[%d]", path, dir, i)
@@ -105,7 +112,7 @@ func decodeHeaderOps(add []*core.HeaderValueOption, remove []string, path, dir s
 		if strings.ContainsAny(v, "\r\n\x00") {
 			return o, fieldErr(p+".header.value", "control characters in %q", v)
 		}
-		op := headerOp{name: h.GetKey(), value: v}
+		op := newHeaderOp(h.GetKey(), v, headerAppend)
 		if ap := hv.GetAppend(); ap != nil {
 			if hv.GetAppendAction() != core.HeaderValueOption_APPEND_IF_EXISTS_OR_ADD {
 				return o, fieldErr(p, "append and append_action are both set")
@@ -148,30 +155,30 @@ func mutableHeader(name string, request bool) error {
 }
 
 func (o *headerOps) apply(h responseHeader) {
-	for _, n := range o.remove {
-		h.Del(n)
+	for i := range o.remove {
+		h.del(&o.remove[i])
 	}
 	for i := range o.add {
 		op := &o.add[i]
 		switch op.action {
 		case headerAppend:
-			h.Add(op.name, op.value)
+			h.add(&op.name, op.value)
 		case headerOverwrite:
-			h.Set(op.name, op.value)
+			h.set(&op.name, op.value)
 		case headerAddIfAbsent:
-			if h.Peek(op.name) == nil {
-				h.Add(op.name, op.value)
+			if !h.has(&op.name) {
+				h.add(&op.name, op.value)
 			}
 		case headerOverwriteIfSet:
-			if h.Peek(op.name) != nil {
-				h.Set(op.name, op.value)
+			if h.has(&op.name) {
+				h.set(&op.name, op.value)
 			}
 		}
 	}
 }
 
 func (f *headersFilter) request(ctx *fasthttp.RequestCtx, dest int) bool {
-	h := &ctx.Request.Header
+	h := reqHeader{&ctx.Request.Header}
 	if dest >= 0 && dest < len(f.destReq) {
 		f.destReq[dest].apply(h)
 	}

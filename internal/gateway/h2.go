@@ -65,7 +65,7 @@ func (g *Gateway) serveH2On(w http.ResponseWriter, hr *http.Request, t *table) {
 		}
 	}
 	grpc := isGRPC(ctx.Request.Header.ContentType())
-	r, c, md, mdKey, dest := g.routeCall(ctx, t)
+	r, c, md, mdKey, dest := g.routeCall(ctx, t, start)
 	if c == nil {
 		writeFast(w, &ctx.Response, grpc)
 		if t != nil && len(t.logs) > 0 {

@@ -70,7 +70,7 @@ func (g *Gateway) serveOn(ctx *fasthttp.RequestCtx, t *table) {
 		return
 	}
 	start := time.Now()
-	r, c, md, mdKey, dest := g.routeCall(ctx, t)
+	r, c, md, mdKey, dest := g.routeCall(ctx, t, start)
 	if c == nil {
 		if t != nil && len(t.logs) > 0 {
 			g.logAccess(ctx, t.logs, nil, "", start, time.Since(start), -1)
@@ -143,7 +143,8 @@ func (g *Gateway) finish(ctx *fasthttp.RequestCtx, k *call, r *routeRT, mdKey st
 // cluster to call (no route, a redirect, a direct response, a filter's
 // answer, a bad subset header) it answers the request and returns a nil
 // cluster. dest is the index of the route's target picked (-1: none).
-func (g *Gateway) routeCall(ctx *fasthttp.RequestCtx, t *table) (r *routeRT, c *clusterRT, md map[string]string, mdKey string, dest int) {
+// start is the call's: a call a filter answers is timed from it.
+func (g *Gateway) routeCall(ctx *fasthttp.RequestCtx, t *table, start time.Time) (r *routeRT, c *clusterRT, md map[string]string, mdKey string, dest int) {
 	if t == nil {
 		g.localReply(ctx, fasthttp.StatusServiceUnavailable, "", reasonNoRoute, "no configuration received from the control plane yet")
 		return nil, nil, nil, "", -1
@@ -161,16 +162,17 @@ func (g *Gateway) routeCall(ctx *fasthttp.RequestCtx, t *table) (r *routeRT, c *
 		dest = r.pickIndex()
 	}
 	if fc := r.spec.filters; fc != nil {
-		t0 := time.Now()
 		if fc.request(ctx, dest) {
-			g.recordAnswered(ctx, r, dest, t0)
+			g.recordAnswered(ctx, r, dest, start)
 			return nil, nil, nil, "", dest
 		}
 	}
 	if d := r.spec.direct; d != nil {
 		ctx.SetStatusCode(d.status)
 		ctx.SetBodyString(d.body)
-		r.spec.filters.response(ctx, fastHeader{&ctx.Response.Header}, -1)
+		if fc := r.spec.filters; fc != nil {
+			fc.response(ctx, answerHeader(&ctx.Response.Header), -1)
+		}
 		return nil, nil, nil, "", -1
 	}
 	if rd := r.spec.redirect; rd != nil {
@@ -489,7 +491,9 @@ func (g *Gateway) answer(ctx *fasthttp.RequestCtx, k *call) {
 		}
 		resp.Header.Set("Via", viaValue)
 		k.reason = ""
-		k.filters.response(ctx, fastHeader{&resp.Header}, k.dest)
+		if k.filters != nil {
+			k.filters.response(ctx, answerHeader(&resp.Header), k.dest)
+		}
 	}
 	resp.Header.SetBytesV("X-Request-Id", ctx.Request.Header.Peek("X-Request-Id"))
 }
