@@ -426,8 +426,18 @@ func (c *clusterRT) setHosts(hosts []hostSpec, p *pools, mf *metricsSet) error {
 		}
 		r.Retain(ids)
 	}
-	// Publish the endpoints before the balancer can pick them.
-	c.eps.Store(&eps)
+	// Publish the endpoints before the balancer can pick them, and keep
+	// the removed ones until it no longer does: a pick in between would
+	// find no endpoint.
+	if len(gone) > 0 {
+		both := maps.Clone(eps)
+		for _, addr := range gone {
+			both[addr] = old[addr]
+		}
+		c.eps.Store(&both)
+	} else {
+		c.eps.Store(&eps)
+	}
 	if len(upsert) > 0 {
 		if err := c.lb.upsert(upsert, places); err != nil {
 			return fmt.Errorf("gateway: cluster %q: %w", c.name, err)
@@ -460,6 +470,7 @@ func (c *clusterRT) setHosts(hosts []hostSpec, p *pools, mf *metricsSet) error {
 			}
 		}
 		c.lb.Remove(gone...)
+		c.eps.Store(&eps)
 		for _, addr := range gone {
 			p.release(addr, c.spec.h2c, c.tls, c.spec.conn)
 			mf.forgetEndpoint(c.name, addr)

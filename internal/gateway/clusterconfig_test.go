@@ -1,7 +1,11 @@
 package gateway
 
 import (
+	"fmt"
+	"runtime"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -134,4 +138,72 @@ func TestHTTP2FromDestinationRule(t *testing.T) {
 			t.Fatalf("HTTP2 %v read as h2c %v", h2, s.h2c)
 		}
 	}
+}
+
+// TestPickWhileHostsReplaced: a rolling update replaces a cluster's hosts
+// one set after another, always leaving some, while calls pick; no pick
+// may find its host gone (the call would answer 503 "no healthy
+// endpoint" with healthy hosts in the cluster). setHosts keeps a removed
+// endpoint until the balancer no longer picks it, and a pick that still
+// races a removal picks again.
+func TestPickWhileHostsReplaced(t *testing.T) {
+	spec := &clusterSpec{name: "c", policy: policySpec{name: "round_robin"}}
+	pol, err := newPolicy(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := newClusterRT(spec, pol, newMetrics().cluster("c"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p pools
+	defer p.closeAll()
+	mf := newMetrics()
+	set := func(gen int) []hostSpec { // hosts gen..gen+3: each update replaces one
+		hs := make([]hostSpec, 4)
+		for i := range hs {
+			hs[i] = hostSpec{addr: fmt.Sprintf("127.0.0.1:%d", 10000+gen+i), weight: 1, healthy: true}
+		}
+		return hs
+	}
+	if err := c.setHosts(set(0), &p, mf); err != nil {
+		t.Fatal(err)
+	}
+	const updates = 2000
+	done := make(chan struct{})
+	var picks, failed atomic.Int64
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				k := &call{c: c, retry: &retrySpec{}}
+				res, _, ep := k.pick()
+				picks.Add(1)
+				if ep == nil {
+					failed.Add(1)
+					continue
+				}
+				res.Done(0, balancer.Success)
+			}
+		}()
+	}
+	for gen := 1; gen <= updates; gen++ {
+		if err := c.setHosts(set(gen), &p, mf); err != nil {
+			t.Fatal(err)
+		}
+		runtime.Gosched()
+	}
+	close(done)
+	wg.Wait()
+	if failed.Load() > 0 || picks.Load() == 0 {
+		t.Fatalf("%d of %d picks during %d host replacements found no endpoint", failed.Load(), picks.Load(), updates)
+	}
+	t.Logf("%d picks during %d host replacements, none failed", picks.Load(), updates)
 }

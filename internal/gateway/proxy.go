@@ -414,27 +414,35 @@ func (k *call) attempt(req *fasthttp.Request, resp *fasthttp.Response) bool {
 func (k *call) pick() (subset.Result, uint32, *endpoint) {
 	c := k.c
 	skip := k.levelsLeftOut()
-	res, lv, err := c.lb.pickSkip(k.md, k.hash, k.hashed, skip)
-	if err == nil && k.retries > 0 && k.retry.otherHost {
-		res, lv, err = pickAgain(c, k.md, res, lv, k.tried[:k.retries], k.retry.hostPicks, skip)
-	}
-	if err != nil {
-		k.release()
-		k.reason, k.err = pickReason(err), err
-		if k.reason == reasonShed {
-			c.m.shed.Inc()
+	for range maxRepicks {
+		res, lv, err := c.lb.pickSkip(k.md, k.hash, k.hashed, skip)
+		if err == nil && k.retries > 0 && k.retry.otherHost {
+			res, lv, err = pickAgain(c, k.md, res, lv, k.tried[:k.retries], k.retry.hostPicks, skip)
 		}
-		return res, lv, nil
-	}
-	ep := c.endpointFor(res.Host.ID)
-	if ep == nil { // removed between the pick and now
-		k.release()
+		if err != nil {
+			k.release()
+			k.reason, k.err = pickReason(err), err
+			if k.reason == reasonShed {
+				c.m.shed.Inc()
+			}
+			return res, lv, nil
+		}
+		if ep := c.endpointFor(res.Host.ID); ep != nil {
+			return res, lv, ep
+		}
+		// Removed between the pick and now (setHosts): the balancer no
+		// longer has it, so pick again rather than fail the call.
 		res.Done(0, balancer.Canceled)
-		k.reason, k.err = reasonNoHealthy, subset.ErrNoHealthyHost
-		return res, lv, nil
 	}
-	return res, lv, ep
+	k.release()
+	k.reason, k.err = reasonNoHealthy, subset.ErrNoHealthyHost
+	return subset.Result{}, 0, nil
 }
+
+// maxRepicks bounds the picks of one attempt that land on endpoints
+// removed meanwhile: each removal is one config update, so more than a
+// few in a row means the cluster is being emptied.
+const maxRepicks = 4
 
 // levelsLeftOut is the levels this attempt's pick leaves out, as Envoy's
 // previous_priorities retry priority: none until update_frequency
