@@ -86,15 +86,7 @@ func TestControlPlaneDefaults(t *testing.T) {
 // limit. Weighted round robin at 3:1 picks the tried host three times in a
 // row at most, so four picks always reach the other one.
 func TestRetryPicksAnotherHost(t *testing.T) {
-	spec := &clusterSpec{name: "c", policy: policySpec{name: "weighted_round_robin"}}
-	pol, err := newPolicy(spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := newClusterRT(spec, pol, newMetrics().cluster("c"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := testCluster(t, "weighted_round_robin")
 	var p pools
 	defer p.closeAll()
 	if err := c.setHosts([]hostSpec{{addr: "127.0.0.1:1", weight: 3, healthy: true}, {addr: "127.0.0.1:2", weight: 1, healthy: true}},
@@ -147,15 +139,7 @@ func TestHTTP2FromDestinationRule(t *testing.T) {
 // endpoint until the balancer no longer picks it, and a pick that still
 // races a removal picks again.
 func TestPickWhileHostsReplaced(t *testing.T) {
-	spec := &clusterSpec{name: "c", policy: policySpec{name: "round_robin"}}
-	pol, err := newPolicy(spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := newClusterRT(spec, pol, newMetrics().cluster("c"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := testCluster(t, "round_robin")
 	var p pools
 	defer p.closeAll()
 	mf := newMetrics()
@@ -206,4 +190,19 @@ func TestPickWhileHostsReplaced(t *testing.T) {
 		t.Fatalf("%d of %d picks during %d host replacements found no endpoint", failed.Load(), picks.Load(), updates)
 	}
 	t.Logf("%d picks during %d host replacements, none failed", picks.Load(), updates)
+}
+
+// testCluster is a cluster "c" without hosts balanced by policy.
+func testCluster(t *testing.T, policy string) *clusterRT {
+	t.Helper()
+	spec := &clusterSpec{name: "c", policy: policySpec{name: policy}}
+	pol, err := newPolicy(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := newClusterRT(spec, pol, newMetrics().cluster("c"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
