@@ -227,37 +227,45 @@ type request struct {
 
 // StreamAggregatedResources serves one state-of-the-world stream.
 func (s *Server) StreamAggregatedResources(stream discoverygrpc.AggregatedDiscoveryService_StreamAggregatedResourcesServer) error {
+	m := &requestMsg{delta: false} // one per stream, read into by one goroutine at a time
 	return s.serve(stream.Context(), stream, false, func() (request, error) {
-		m, err := stream.Recv()
-		if err != nil {
-			return request{}, err
-		}
-		r := request{typeURL: m.TypeUrl, nonce: m.ResponseNonce, names: m.ResourceNames,
-			node: m.GetNode()}
-		if m.ErrorDetail != nil {
-			msg := m.ErrorDetail.GetMessage()
-			r.errMsg = &msg
-		}
-		return r, nil
+		m.req = request{}
+		err := stream.RecvMsg(m)
+		return m.req, err
 	})
 }
 
 // DeltaAggregatedResources serves one delta (incremental) stream.
 func (s *Server) DeltaAggregatedResources(stream discoverygrpc.AggregatedDiscoveryService_DeltaAggregatedResourcesServer) error {
+	m := &requestMsg{delta: true} // one per stream, read into by one goroutine at a time
 	return s.serve(stream.Context(), stream, true, func() (request, error) {
-		m, err := stream.Recv()
-		if err != nil {
-			return request{}, err
-		}
-		r := request{typeURL: m.TypeUrl, nonce: m.ResponseNonce, subscribe: m.ResourceNamesSubscribe,
-			unsub: m.ResourceNamesUnsubscribe, initial: m.InitialResourceVersions,
-			node: m.GetNode()}
-		if m.ErrorDetail != nil {
-			msg := m.ErrorDetail.GetMessage()
-			r.errMsg = &msg
-		}
-		return r, nil
+		m.req = request{}
+		err := stream.RecvMsg(m)
+		return m.req, err
 	})
+}
+
+// sotwRequest is what a DiscoveryRequest asks.
+func sotwRequest(m *discoverygrpc.DiscoveryRequest) request {
+	r := request{typeURL: m.TypeUrl, nonce: m.ResponseNonce, names: m.ResourceNames,
+		node: m.GetNode()}
+	if m.ErrorDetail != nil {
+		msg := m.ErrorDetail.GetMessage()
+		r.errMsg = &msg
+	}
+	return r
+}
+
+// deltaRequest is what a DeltaDiscoveryRequest asks.
+func deltaRequest(m *discoverygrpc.DeltaDiscoveryRequest) request {
+	r := request{typeURL: m.TypeUrl, nonce: m.ResponseNonce, subscribe: m.ResourceNamesSubscribe,
+		unsub: m.ResourceNamesUnsubscribe, initial: m.InitialResourceVersions,
+		node: m.GetNode()}
+	if m.ErrorDetail != nil {
+		msg := m.ErrorDetail.GetMessage()
+		r.errMsg = &msg
+	}
+	return r
 }
 
 type sender interface{ SendMsg(any) error }
