@@ -117,3 +117,44 @@ func sameRequest(a, b request) bool {
 	norm(&b)
 	return reflect.DeepEqual(a, b)
 }
+
+// FuzzParseAnswer: a request the hand-written path reads is one proto
+// decodes, to the same request; whatever the bytes, it does not panic.
+func FuzzParseAnswer(f *testing.F) {
+	eds := TypeEndpoint.URL()
+	for _, m := range []proto.Message{
+		&discoveryv3.DiscoveryRequest{TypeUrl: eds, ResponseNonce: "1b", VersionInfo: "7-abc", ResourceNames: []string{"c000"}},
+		&discoveryv3.DiscoveryRequest{TypeUrl: eds, Node: &corev3.Node{Id: "n"}},
+		&discoveryv3.DeltaDiscoveryRequest{TypeUrl: eds, ResponseNonce: "2", ResourceNamesSubscribe: []string{"*"}, ResourceNamesUnsubscribe: []string{"c2"}},
+	} {
+		b, err := proto.Marshal(m)
+		if err != nil {
+			f.Fatal(err)
+		}
+		_, delta := m.(*discoveryv3.DeltaDiscoveryRequest)
+		f.Add(b, delta)
+	}
+	f.Fuzz(func(t *testing.T, b []byte, delta bool) {
+		got, ok := parseAnswer(b, delta)
+		if !ok {
+			return
+		}
+		var want request
+		if delta {
+			var d discoveryv3.DeltaDiscoveryRequest
+			if err := proto.Unmarshal(b, &d); err != nil {
+				t.Fatalf("read by hand as %+v, but proto refuses it: %v", got, err)
+			}
+			want = deltaRequest(&d)
+		} else {
+			var d discoveryv3.DiscoveryRequest
+			if err := proto.Unmarshal(b, &d); err != nil {
+				t.Fatalf("read by hand as %+v, but proto refuses it: %v", got, err)
+			}
+			want = sotwRequest(&d)
+		}
+		if !sameRequest(got, want) {
+			t.Fatalf("read by hand as %+v, proto reads %+v", got, want)
+		}
+	})
+}
