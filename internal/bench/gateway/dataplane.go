@@ -535,5 +535,5 @@ func startDataplaneProxy(ctx context.Context, cfg DataplaneConfig, name, tmp, up
 		}
 		return &dataplaneProxy{process: p, h1: addr(0), tls: addr(1), h2c: addr(2)}, nil
 	}
-	return nil, errors.New("unknown proxy " + strconv.Quote(name) + " (known: sextant, "+FiltersProxy+", nginx, haproxy)")
+	return nil, errors.New("unknown proxy " + strconv.Quote(name) + " (known: sextant, " + FiltersProxy + ", nginx, haproxy)")
 }
