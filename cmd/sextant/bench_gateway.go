@@ -88,6 +88,14 @@ the gateway to each peer are paired per round, with their median. User CPU
 and context switches per request are reported apart; --variant
 NAME=[BINARY][,ENV=VALUE...] adds another gateway to the rounds (the previous
 binary, or GOGC/GOMAXPROCS settings), named in --proxies after "sextant".
+Issue 43's header and CORS figure: name sextant-filters in --proxies (h1,
+h1-tls, h2-tls, h2c). It is the gateway with 10 routes /r0 .. /r9, each
+setting, adding and removing request headers, setting an answer header and
+allowing the origin https://shop.example by CORS; every other gateway of the
+run serves the same 10 routes without them, and every proxy is sent GET
+/r3/items with "Origin: https://shop.example". Before the rounds one such
+request through each proxy must show the filters ran in sextant-filters
+alone (X-Served-By and Access-Control-Allow-Origin in its answer only).
 
 Scenario "config" publishes --updates route changes through go-control-plane's
 ADS server and times each until the new route serves.
@@ -106,7 +114,8 @@ Everything shares this machine's cores: compare figures within one run.`,
   sextant bench gateway --scenario upstream-tls --duration 5s --rounds 3
   sextant bench gateway --scenario sidecar --latency-rate 1000 --latency-duration 5s --rounds 3
   sextant bench gateway --scenario dataplane --duration 5s --rounds 3
-  sextant bench gateway --scenario dataplane --dataplane-scenarios h1 --proxies sextant,nginx,old --variant old=/tmp/sextant-old`,
+  sextant bench gateway --scenario dataplane --dataplane-scenarios h1 --proxies sextant,nginx,old --variant old=/tmp/sextant-old
+  sextant bench gateway --scenario dataplane --dataplane-scenarios h1 --proxies sextant-filters,sextant,nginx --rounds 6`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			enc := json.NewEncoder(cmd.OutOrStdout())
@@ -195,7 +204,7 @@ Everything shares this machine's cores: compare figures within one run.`,
 				dp.H2Streams, dp.ProfileDir = tlsCfg.H2Streams, tlsCfg.ProfileDir
 				for _, v := range dpVariants {
 					name, rest, ok := strings.Cut(v, "=")
-					if !ok || name == "" || slices.Contains([]string{"sextant", "nginx", "haproxy"}, name) {
+					if !ok || name == "" || slices.Contains([]string{"sextant", benchgw.FiltersProxy, "nginx", "haproxy"}, name) {
 						return fmt.Errorf("--variant %q: want NAME=[BINARY][,ENV=VALUE...]", v)
 					}
 					parts := strings.Split(rest, ",")

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"runtime"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -88,5 +89,70 @@ func TestBenchGatewayDataplane(t *testing.T) {
 		if cpu[p] <= 0 {
 			t.Errorf("no CPU read for %s in any figure", p)
 		}
+	}
+}
+
+// TestBenchGatewayDataplaneFilters runs issue 43's header and CORS figure
+// tiny: sextant-filters and sextant, pinned, one round of h1. Both are sent
+// the same request to one of the 10 routes and answer it without an error;
+// the bench said it checked that the filters ran in sextant-filters alone,
+// and the ratios are of sextant-filters to sextant.
+func TestBenchGatewayDataplaneFilters(t *testing.T) {
+	for _, tool := range [][]string{{"nginx", "nginx"}, {"haproxy", "haproxy"}, {"wrk", "wrk"}, {"h2load", "nghttp2-client"}} {
+		if _, err := debian.Ensure(tool[0], tool[1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bin, err := buildBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	args := []string{"bench", "gateway", "--scenario", "dataplane", "--dataplane-scenarios", "h1",
+		"--proxies", benchgw.FiltersProxy + ",sextant", "--duration", "1s", "--rounds", "1", "--connections", "8"}
+	if runtime.NumCPU() < 2 {
+		args = append(args, "--no-pin")
+	}
+	cmd := exec.CommandContext(ctx, bin, args...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "filters checked") {
+		t.Errorf("no filters check reported:\n%s", stderr.String())
+	}
+	var res benchgw.DataplaneResult
+	if err := json.Unmarshal(out, &res); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if len(res.Figures) != 1 || res.Figures[0].Scenario != "h1" {
+		t.Fatalf("figures: %s", out)
+	}
+	f := res.Figures[0]
+	if !strings.Contains(f.Loader, "GET /r3/items with Origin: https://shop.example") {
+		t.Errorf("loader %q", f.Loader)
+	}
+	var proxies []string
+	for _, r := range f.Runs {
+		proxies = append(proxies, r.Proxy)
+		if r.RequestsPS <= 0 || r.Errors != 0 {
+			t.Errorf("%s: %+v", r.Proxy, r)
+		}
+	}
+	if !slices.Equal(proxies, []string{benchgw.FiltersProxy, "sextant"}) && !slices.Equal(proxies, []string{"sextant", benchgw.FiltersProxy}) {
+		t.Errorf("runs of %v", proxies)
+	}
+	rps := false
+	for _, r := range f.Ratios {
+		if r.Of != benchgw.FiltersProxy || r.To != "sextant" {
+			t.Errorf("ratio %+v", r)
+		}
+		rps = rps || r.Figure == "requests_per_s" && r.Median > 0
+	}
+	if !rps {
+		t.Errorf("no requests/s ratio: %+v", f.Ratios)
 	}
 }

@@ -104,13 +104,16 @@ type proxyConfig struct {
 	// node is the xDS node served (default NodeID): gateways of one run
 	// with listeners of their own are told apart by it.
 	node string
+	// routes, when not routesOne, serves the 10 routes of issue 43's
+	// header and CORS figure instead of prefix's one (filters.go).
+	routes routeSet
 }
 
 func (cp *controlPlane) set(pc proxyConfig) error {
 	cp.ver++
 	res := map[resource.Type][]types.Resource{
 		resource.ListenerType: {benchListener()},
-		resource.RouteType:    {benchRoutes(pc.timeout, pc.prefix)},
+		resource.RouteType:    {pc.routeConfig()},
 		resource.ClusterType:  {benchCluster(pc.policy)},
 		resource.EndpointType: {benchEndpoints(pc.endpoints)},
 	}
@@ -143,10 +146,21 @@ func benchRoutes(timeout time.Duration, prefix string) *route.RouteConfiguration
 	if prefix == "" {
 		prefix = "/"
 	}
+	return benchRouteConfig(benchRoute(timeout, prefix))
+}
+
+// benchRoute sends paths under prefix to the cluster "upstream".
+func benchRoute(timeout time.Duration, prefix string) *route.Route {
+	return &route.Route{Match: &route.RouteMatch{PathSpecifier: &route.RouteMatch_Prefix{Prefix: prefix}},
+		Action: &route.Route_Route{Route: &route.RouteAction{Timeout: durationpb.New(timeout),
+			ClusterSpecifier: &route.RouteAction_Cluster{Cluster: "upstream"}}}}
+}
+
+// benchRouteConfig is the listener's route configuration "bench": routes
+// for any host.
+func benchRouteConfig(routes ...*route.Route) *route.RouteConfiguration {
 	return &route.RouteConfiguration{Name: "bench", VirtualHosts: []*route.VirtualHost{{Name: "all", Domains: []string{"*"},
-		Routes: []*route.Route{{Match: &route.RouteMatch{PathSpecifier: &route.RouteMatch_Prefix{Prefix: prefix}},
-			Action: &route.Route_Route{Route: &route.RouteAction{Timeout: durationpb.New(timeout),
-				ClusterSpecifier: &route.RouteAction_Cluster{Cluster: "upstream"}}}}}}}}
+		Routes: routes}}}
 }
 
 // benchCluster carries Sextant's policy as docs/gateway.md says: a

@@ -50,6 +50,10 @@ type DataplaneConfig struct {
 	// GOMAXPROCS), each named in Proxies by its Name.
 	Variants []Variant
 	Progress io.Writer
+
+	// path and origin are the HTTP figures' request: "/" with no Origin,
+	// or filtersPath from filtersOrigin when FiltersProxy runs.
+	path, origin string
 }
 
 // Variant is a gateway started from Binary (default: the bench's own) with
@@ -124,6 +128,12 @@ type dataplaneProxy struct {
 // proxies alternating within each round.
 func RunDataplane(ctx context.Context, cfg DataplaneConfig) (*DataplaneResult, error) {
 	cfg = dataplaneDefaults(cfg)
+	if slices.Contains(cfg.Proxies, FiltersProxy) {
+		if err := checkFilterScenarios(cfg.Scenarios); err != nil {
+			return nil, err
+		}
+		cfg.path, cfg.origin = filtersPath, filtersOrigin
+	}
 	for _, tool := range []string{"wrk", "h2load", "nginx", "haproxy"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			return nil, fmt.Errorf("bench: %s not found (apt-get install -y wrk nghttp2-client nginx haproxy): %w", tool, err)
@@ -183,6 +193,12 @@ func RunDataplane(ctx context.Context, cfg DataplaneConfig) (*DataplaneResult, e
 		}
 		proxies[name] = p
 	}
+	if cfg.origin != "" {
+		if err := checkFilters(proxies, cfg.Proxies); err != nil {
+			return nil, err
+		}
+		progress("filters checked: %s answers X-Served-By and Access-Control-Allow-Origin, the others neither", FiltersProxy)
+	}
 
 	res := &DataplaneResult{Scenario: "dataplane", Seconds: cfg.Duration.Seconds(), Rounds: cfg.Rounds, Pinned: !cfg.NoPin,
 		ProxyCPU: cfg.ProxyCPU, LoadCPU: cfg.LoadCPU, Nproc: nprocs()}
@@ -217,7 +233,7 @@ func RunDataplane(ctx context.Context, cfg DataplaneConfig) (*DataplaneResult, e
 					run.UserUsPerReq = round3((u1 - u0).Seconds() * 1e6 / n)
 					run.CtxSwPerReq = round3(float64(cs1-cs0) / n)
 				}
-				progress("round %d %-11s %-8s %9.0f req/s %7.1f us CPU/req (user %5.1f)  %5.3f ctxsw/req  p99 %6.2f ms  errors %d",
+				progress("round %d %-11s %-15s %9.0f req/s %7.1f us CPU/req (user %5.1f)  %5.3f ctxsw/req  p99 %6.2f ms  errors %d",
 					r+1, s, name, run.RequestsPS, run.CPUUsPerReq, run.UserUsPerReq, run.CtxSwPerReq, run.P99Ms, run.Errors)
 				figs[i].Runs = append(figs[i].Runs, run)
 			}
@@ -228,7 +244,7 @@ func RunDataplane(ctx context.Context, cfg DataplaneConfig) (*DataplaneResult, e
 					return nil, fmt.Errorf("bench: %s direct: %w", s, err)
 				}
 				run := DataplaneRun{Round: r + 1, Proxy: "direct", RequestsPS: w.rps, P50Ms: w.p50, P99Ms: w.p99, Errors: w.errors}
-				progress("round %d %-11s %-8s %9.0f req/s  p99 %6.2f ms", r+1, s, "direct", run.RequestsPS, run.P99Ms)
+				progress("round %d %-11s %-15s %9.0f req/s  p99 %6.2f ms", r+1, s, "direct", run.RequestsPS, run.P99Ms)
 				figs[i].Direct = append(figs[i].Direct, run)
 			}
 		}
@@ -252,6 +268,7 @@ func dataplaneDefaults(cfg DataplaneConfig) DataplaneConfig {
 		cfg.Duration = 5 * time.Second
 	}
 	cfg.Rounds = max(cfg.Rounds, 1)
+	cfg.path = "/"
 	if cfg.Connections <= 0 {
 		cfg.Connections = 64
 	}
@@ -280,11 +297,15 @@ func (cfg DataplaneConfig) pin(cpu int, args ...string) []string {
 }
 
 func (cfg DataplaneConfig) loaderName(s string) string {
+	req := ""
+	if cfg.origin != "" {
+		req = fmt.Sprintf(", GET %s with Origin: %s", cfg.path, cfg.origin)
+	}
 	switch s {
 	case "h1", "h1-tls":
-		return fmt.Sprintf("wrk -t1 -c%d, 1 KiB answers, keep-alive", cfg.Connections)
+		return fmt.Sprintf("wrk -t1 -c%d, 1 KiB answers, keep-alive%s", cfg.Connections, req)
 	case "h2-tls", "h2c":
-		return fmt.Sprintf("h2load -t1 -c%d -m%d, 1 KiB answers", cfg.H2Clients, cfg.H2Streams)
+		return fmt.Sprintf("h2load -t1 -c%d -m%d, 1 KiB answers%s", cfg.H2Clients, cfg.H2Streams, req)
 	case "grpc-unary":
 		return fmt.Sprintf("grpc-go, one connection, %d unary calls in flight, 1 KiB answers", cfg.GRPCConcurrency)
 	}
@@ -294,20 +315,23 @@ func (cfg DataplaneConfig) loaderName(s string) string {
 // load runs scenario s's loader against p on cpu.
 func (cfg DataplaneConfig) load(ctx context.Context, s string, p *dataplaneProxy, cpu int) (wrkResult, error) {
 	secs := strconv.Itoa(max(int(cfg.Duration.Seconds()), 1))
-	var args []string
+	var args, header []string
+	if cfg.origin != "" {
+		header = []string{"-H", "Origin: " + cfg.origin}
+	}
 	switch s {
 	case "h1", "h1-tls":
-		u := "http://" + p.h1 + "/"
+		u := "http://" + p.h1 + cfg.path
 		if s == "h1-tls" {
-			u = "https://" + p.tls + "/"
+			u = "https://" + p.tls + cfg.path
 		}
-		args = cfg.pin(cpu, "wrk", "-t1", "-c"+strconv.Itoa(cfg.Connections), "-d"+secs+"s", "--latency", u)
+		args = cfg.pin(cpu, append(append([]string{"wrk", "-t1", "-c" + strconv.Itoa(cfg.Connections), "-d" + secs + "s", "--latency"}, header...), u)...)
 	case "h2-tls", "h2c":
-		u := "http://" + p.h2c + "/"
+		u := "http://" + p.h2c + cfg.path
 		if s == "h2-tls" {
-			u = "https://" + p.tls + "/"
+			u = "https://" + p.tls + cfg.path
 		}
-		args = cfg.pin(cpu, "h2load", "-t1", "-c", strconv.Itoa(cfg.H2Clients), "-m", strconv.Itoa(cfg.H2Streams), "-D", secs, u)
+		args = cfg.pin(cpu, append(append([]string{"h2load", "-t1", "-c", strconv.Itoa(cfg.H2Clients), "-m", strconv.Itoa(cfg.H2Streams), "-D", secs}, header...), u)...)
 	case "grpc-unary", "grpc-stream":
 		mode := map[string]string{"grpc-unary": "unary", "grpc-stream": "stream"}[s]
 		args = cfg.pin(cpu, cfg.Binary, "bench", "gateway-grpc-load", "--target", p.h2c, "--mode", mode,
@@ -440,11 +464,20 @@ func startDataplaneProxy(ctx context.Context, cfg DataplaneConfig, name, tmp, up
 		}
 	}
 	switch {
-	case name == "sextant" || variant:
+	case name == "sextant" || name == FiltersProxy || variant:
 		bin := cmp.Or(v.Binary, cfg.Binary)
 		node := NodeID + "-" + name
+		routes := routesOne
+		if cfg.origin != "" {
+			// Issue 43's figure: every gateway of the run serves the same
+			// 10 routes, with the filters only in FiltersProxy.
+			routes = routesPlain
+			if name == FiltersProxy {
+				routes = routesFilters
+			}
+		}
 		if err := cp.set(proxyConfig{policy: "round_robin", endpoints: []string{up}, timeout: 15 * time.Second,
-			tlsPort: uint32(ports[1]), cert: cert, grpcEndpoints: []string{grpcUp}, node: node}); err != nil {
+			tlsPort: uint32(ports[1]), cert: cert, grpcEndpoints: []string{grpcUp}, node: node, routes: routes}); err != nil {
 			return nil, err
 		}
 		admin, err := freePort()
@@ -459,11 +492,15 @@ func startDataplaneProxy(ctx context.Context, cfg DataplaneConfig, name, tmp, up
 		}
 		p.admin = "127.0.0.1:" + strconv.Itoa(admin)
 		dp := &dataplaneProxy{process: p, h1: addr(0), tls: addr(1), h2c: addr(0)}
-		if err := waitRouted("http://" + dp.h1 + "/probe"); err != nil {
+		probe := "/probe"
+		if routes != routesOne {
+			probe = cfg.path // the 10 routes have none for /probe
+		}
+		if err := waitRouted("http://" + dp.h1 + probe); err != nil {
 			p.stop()
 			return nil, err
 		}
-		if err := waitRoutedTLS("https://" + dp.tls + "/"); err != nil {
+		if err := waitRoutedTLS("https://" + dp.tls + probe); err != nil {
 			p.stop()
 			return nil, err
 		}
@@ -498,5 +535,5 @@ func startDataplaneProxy(ctx context.Context, cfg DataplaneConfig, name, tmp, up
 		}
 		return &dataplaneProxy{process: p, h1: addr(0), tls: addr(1), h2c: addr(2)}, nil
 	}
-	return nil, errors.New("unknown proxy " + strconv.Quote(name) + " (known: sextant, nginx, haproxy)")
+	return nil, errors.New("unknown proxy " + strconv.Quote(name) + " (known: sextant, " + FiltersProxy + ", nginx, haproxy)")
 }
