@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"fmt"
+	"io"
 	"runtime"
 	"slices"
 	"sync"
@@ -74,9 +75,11 @@ func TestControlPlaneDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	if rs.num != 2 || !rs.otherHost || rs.hostPicks != 5 || !slices.Equal(rs.codes, []int{503}) ||
-		!rs.retriable(reasonConnect, 0, -1) || !rs.retriable("", 503, -1) || rs.retriable("", 500, -1) ||
-		!rs.retriable("", 200, grpcUnavailable) || !rs.retriable("", 200, grpcCancelled) || rs.retriable("", 200, grpcInternal) ||
-		rs.retriable("", 200, grpcOK) {
+		!rs.retriable(reasonConnect, 0, -1, nil) || !rs.retriable("", 503, -1, nil) || rs.retriable("", 500, -1, nil) ||
+		!rs.retriable("", 200, grpcUnavailable, nil) || !rs.retriable("", 200, grpcCancelled, nil) || rs.retriable("", 200, grpcInternal, nil) ||
+		rs.retriable("", 200, grpcOK, nil) ||
+		// refused-stream: a stream the endpoint did not process, not any reset.
+		!rs.retriable(reasonReset, 0, -1, fmt.Errorf("gateway: %w", errRefusedStream)) || rs.retriable(reasonReset, 0, -1, io.ErrUnexpectedEOF) {
 		t.Fatalf("default retry policy read as %+v", rs)
 	}
 }

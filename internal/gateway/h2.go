@@ -222,7 +222,7 @@ func (g *Gateway) proxyH2(w http.ResponseWriter, hr *http.Request, ctx *fasthttp
 		}
 		pick.Done(lat, outcome)
 		ep.m.observe(status, lat)
-		if !k.retry.retriable(k.reason, k.status, k.grpc) || !body.replayable() || k.retries >= k.retry.num ||
+		if !k.retry.retriable(k.reason, k.status, k.grpc, k.err) || !body.replayable() || k.retries >= k.retry.num ||
 			(!k.deadline.IsZero() && !time.Now().Before(k.deadline)) || !c.allowRetry() {
 			break
 		}

@@ -53,6 +53,11 @@ const (
 
 var errH2ConnClosed = errors.New("gateway: http2 connection closed")
 
+// errRefusedStream is a stream the endpoint did not process: reset with
+// REFUSED_STREAM, or above the last stream its GOAWAY accepts (RFC 9113
+// 8.7). Retried under Envoy's refused-stream condition.
+var errRefusedStream = errors.New("stream refused, not processed")
+
 // RoundTrip sends req on a connection to the endpoint and returns the
 // answer once its headers arrived; its Body streams the rest, its Trailer
 // is set when Body returned io.EOF. req's context bounds the whole call.
@@ -413,7 +418,11 @@ func (cc *h2ClientConn) readLoop() {
 			}
 		case *http2.RSTStreamFrame:
 			if st := cc.stream(f.StreamID); st != nil {
-				st.fail(fmt.Errorf("gateway: http2 stream reset by the endpoint: %w", http2.StreamError{StreamID: f.StreamID, Code: f.ErrCode}))
+				err := error(http2.StreamError{StreamID: f.StreamID, Code: f.ErrCode})
+				if f.ErrCode == http2.ErrCodeRefusedStream {
+					err = fmt.Errorf("%w: %w", errRefusedStream, err)
+				}
+				st.fail(fmt.Errorf("gateway: http2 stream reset by the endpoint: %w", err))
 			}
 		case *http2.SettingsFrame:
 			if f.IsAck() {
@@ -449,7 +458,7 @@ func (cc *h2ClientConn) readLoop() {
 			cc.mu.Unlock()
 			cc.p.remove(cc)
 			for _, st := range late {
-				st.fail(fmt.Errorf("gateway: http2 stream refused by the endpoint's GOAWAY (%v)", f.ErrCode))
+				st.fail(fmt.Errorf("gateway: http2 endpoint's GOAWAY (%v): %w", f.ErrCode, errRefusedStream))
 			}
 			if idle {
 				cc.close(errH2ConnClosed)

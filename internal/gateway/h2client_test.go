@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"golang.org/x/net/http2"
 )
 
 // h2cEchoServer serves h2c: /echo sends the request body back with a
@@ -201,5 +203,81 @@ func BenchmarkH2Client(b *testing.B) {
 				}
 			})
 		})
+	}
+}
+
+// refusingH2Server serves h2c by frames: every stream is refused, by
+// RST_STREAM REFUSED_STREAM (goaway false) or by a GOAWAY whose last
+// stream is 0 (goaway true).
+func refusingH2Server(t *testing.T, goaway bool) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+				preface := make([]byte, len(http2.ClientPreface))
+				if _, err := io.ReadFull(c, preface); err != nil {
+					return
+				}
+				fr := http2.NewFramer(c, c)
+				if fr.WriteSettings() != nil {
+					return
+				}
+				for {
+					f, err := fr.ReadFrame()
+					if err != nil {
+						return
+					}
+					switch f := f.(type) {
+					case *http2.SettingsFrame:
+						if !f.IsAck() {
+							_ = fr.WriteSettingsAck()
+						}
+					case *http2.HeadersFrame:
+						if goaway {
+							_ = fr.WriteGoAway(0, http2.ErrCodeNo, nil)
+						} else {
+							_ = fr.WriteRSTStream(f.StreamID, http2.ErrCodeRefusedStream)
+						}
+					}
+				}
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// TestH2ClientRefusedStream: a stream refused by REFUSED_STREAM or by a
+// GOAWAY that does not take it fails with errRefusedStream (the endpoint
+// did not process it), which the refused-stream retry condition accepts
+// and another reset does not.
+func TestH2ClientRefusedStream(t *testing.T) {
+	rs := &retrySpec{defined: true, num: 1, on: retryRefusedStream}
+	for _, goaway := range []bool{false, true} {
+		addr := refusingH2Server(t, goaway)
+		cl := newTestH2Client(addr)
+		req, _ := http.NewRequest("GET", "http://"+addr+"/", nil)
+		_, err := cl.RoundTrip(req)
+		cl.CloseIdleConnections()
+		if !errors.Is(err, errRefusedStream) {
+			t.Fatalf("goaway %v: error %v, want a refused stream", goaway, err)
+		}
+		_, reason := classify(err, 0)
+		if !rs.retriable(reason, 0, -1, err) {
+			t.Fatalf("goaway %v: %v (%s) not retriable under refused-stream", goaway, err, reason)
+		}
+	}
+	if rs.retriable(reasonReset, 0, -1, io.ErrUnexpectedEOF) {
+		t.Fatal("another reset retriable under refused-stream")
 	}
 }

@@ -348,7 +348,7 @@ func (k *call) forward(req *fasthttp.Request, resp *fasthttp.Response) {
 // mayRetry reports whether the attempt that just ended may be retried,
 // taking a retry-budget permit if so.
 func (k *call) mayRetry() bool {
-	return k.body == nil && k.retry.retriable(k.reason, k.status, k.grpc) && k.retries < k.retry.num &&
+	return k.body == nil && k.retry.retriable(k.reason, k.status, k.grpc, k.err) && k.retries < k.retry.num &&
 		(k.deadline.IsZero() || time.Now().Before(k.deadline)) && k.c.allowRetry()
 }
 
@@ -662,7 +662,7 @@ func classify(err error, status int) (balancer.Outcome, string) {
 }
 
 // retriable reports whether an attempt that ended so may be retried.
-func (s *retrySpec) retriable(reason string, status, grpc int) bool {
+func (s *retrySpec) retriable(reason string, status, grpc int, err error) bool {
 	if !s.defined || s.num == 0 {
 		return false
 	}
@@ -675,11 +675,14 @@ func (s *retrySpec) retriable(reason string, status, grpc int) bool {
 		return s.on&(retry5xx|retryGatewayError|retryConnectFailure|retryReset) != 0
 	case reasonReset, reasonTimeout:
 		// The upstream may have acted on the request: only the conditions
-		// that accept that. refused-stream is Envoy's HTTP/2 REFUSED_STREAM
-		// (the upstream promises it did not process the stream), which an
-		// HTTP/1 upstream cannot send; it is in Istio's default policy on
-		// every route, so reading it as "any reset" resent non-idempotent
+		// that accept that, or refused-stream for a stream the upstream
+		// says it did not process (an HTTP/2 REFUSED_STREAM, or past its
+		// GOAWAY's last stream). It is in Istio's default policy on every
+		// route, so reading it as "any reset" would resend non-idempotent
 		// requests by default.
+		if s.on&retryRefusedStream != 0 && errors.Is(err, errRefusedStream) {
+			return true
+		}
 		return s.on&(retry5xx|retryGatewayError|retryReset) != 0
 	default:
 		return false

@@ -143,7 +143,8 @@ const (
 	retryConnectFailure
 	retryReset
 	retryRetriableCodes
-	retryRetriable4xx // 409
+	retryRetriable4xx  // 409
+	retryRefusedStream // an HTTP/2 stream the endpoint did not process
 	// gRPC conditions: the grpc-status of an answer's headers (a
 	// trailers-only answer, as Envoy reads it).
 	retryCancelled         // 1
@@ -496,9 +497,7 @@ func decodeRetry(rp *route.RetryPolicy, path string) (retrySpec, error) {
 		case "retriable-status-codes":
 			s.on |= retryRetriableCodes
 		case "refused-stream":
-			// An HTTP/2 REFUSED_STREAM: Go's HTTP/2 transport resends a
-			// refused stream itself, so the condition is accepted and never
-			// matches here (retriable).
+			s.on |= retryRefusedStream
 		case "retriable-4xx":
 			s.on |= retryRetriable4xx
 		case "cancelled", "deadline-exceeded", "resource-exhausted", "internal", "unavailable":
