@@ -21,15 +21,7 @@ import (
 // the proxy's CPU per request, and the ratios of the gateway to each peer
 // (and to the direct gRPC call) are there.
 func TestBenchGatewayDataplane(t *testing.T) {
-	for _, tool := range [][]string{{"nginx", "nginx"}, {"haproxy", "haproxy"}, {"wrk", "wrk"}, {"h2load", "nghttp2-client"}} {
-		if _, err := debian.Ensure(tool[0], tool[1]); err != nil {
-			t.Fatal(err)
-		}
-	}
-	bin, err := buildBinary()
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := dataplaneBinary(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	args := []string{"bench", "gateway", "--scenario", "dataplane", "--duration", "1s", "--rounds", "1",
@@ -98,15 +90,7 @@ func TestBenchGatewayDataplane(t *testing.T) {
 // the bench said it checked that the filters ran in sextant-filters alone,
 // and the ratios are of sextant-filters to sextant.
 func TestBenchGatewayDataplaneFilters(t *testing.T) {
-	for _, tool := range [][]string{{"nginx", "nginx"}, {"haproxy", "haproxy"}, {"wrk", "wrk"}, {"h2load", "nghttp2-client"}} {
-		if _, err := debian.Ensure(tool[0], tool[1]); err != nil {
-			t.Fatal(err)
-		}
-	}
-	bin, err := buildBinary()
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := dataplaneBinary(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	args := []string{"bench", "gateway", "--scenario", "dataplane", "--dataplane-scenarios", "h1",
@@ -155,4 +139,20 @@ func TestBenchGatewayDataplaneFilters(t *testing.T) {
 	if !rps {
 		t.Errorf("no requests/s ratio: %+v", f.Ratios)
 	}
+}
+
+// dataplaneBinary installs the dataplane scenario's peers and loaders from
+// Debian when missing and returns the sextant binary under test.
+func dataplaneBinary(t *testing.T) string {
+	t.Helper()
+	for _, tool := range [][]string{{"nginx", "nginx"}, {"haproxy", "haproxy"}, {"wrk", "wrk"}, {"h2load", "nghttp2-client"}} {
+		if _, err := debian.Ensure(tool[0], tool[1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bin, err := buildBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bin
 }
