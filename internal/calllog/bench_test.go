@@ -11,7 +11,14 @@ import (
 // disk: Record, the writer's dictionary ids and body encoding, callstore's
 // Put and a Flush every 4096 records (no fsync). Records of 16 services,
 // 8 endpoints, 64 paths, 4 callers, as layout 2 keeps them.
-func BenchmarkWrite(b *testing.B) {
+func BenchmarkWrite(b *testing.B) { benchWrite(b, 0) }
+
+// BenchmarkWriteInterleaved is BenchmarkWrite with records queued as a
+// gateway with 64 calls in flight queues them: by end, not by start, so
+// the writer sorts each batch (starts shuffled within a window of 64).
+func BenchmarkWriteInterleaved(b *testing.B) { benchWrite(b, 64) }
+
+func benchWrite(b *testing.B, window int) {
 	l, err := Open(Options{Dir: b.TempDir(), FlushInterval: time.Hour})
 	if err != nil {
 		b.Fatal(err)
@@ -30,7 +37,11 @@ func BenchmarkWrite(b *testing.B) {
 	b.ResetTimer()
 	for i := range b.N {
 		k := i % 64
-		l.Record(Record{Start: base + int64(i), Latency: time.Duration(500+i%1000) * time.Microsecond, Service: svcs[k], Cluster: svcs[k],
+		start := base + int64(i)
+		if window > 0 {
+			start += int64(i * 7919 % window)
+		}
+		l.Record(Record{Start: start, Latency: time.Duration(500+i%1000) * time.Microsecond, Service: svcs[k], Cluster: svcs[k],
 			Route: "default", Endpoint: eps[k], Status: 200, BytesIn: 100, BytesOut: 1000,
 			Principal: callers[k], Subject: "O=cluster.local", Method: "GET", Path: paths[k], Host: "shop.example", Port: 8443, PeerIP: peer,
 			Conn: ConnTLS | ConnPeerCert})
