@@ -510,7 +510,9 @@ func (g *Gateway) answer(ctx *fasthttp.RequestCtx, k *call) {
 // place: hop-by-hop headers out, forwarding headers in, prefix rewrite.
 func (g *Gateway) prepareRequest(ctx *fasthttp.RequestCtx, r *routeRT) {
 	h := &ctx.Request.Header
-	dropHopHeaders(h) // dropping Connection also keeps the upstream connection open
+	if requestMayHaveHop(h) { // hop.go
+		dropHopHeaders(h) // dropping Connection also keeps the upstream connection open
+	}
 	var ipBuf [64]byte
 	clientIP, _ := ctx.RemoteIP().AppendText(ipBuf[:0])
 	if prior := h.Peek("X-Forwarded-For"); len(prior) > 0 {
