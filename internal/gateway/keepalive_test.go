@@ -32,8 +32,7 @@ func serveBare(t *testing.T, opts gateway.Options) string {
 }
 
 // Pipelined requests, sent in one write before any answer, are each
-// answered: the client's read deadlines (armed lazily, nbconn.go) and raw
-// reads never wait for bytes that are already there.
+// answered: a read never waits for bytes that are already buffered.
 func TestPipelinedRequestsAnswered(t *testing.T) {
 	addr := serveBare(t, gateway.Options{})
 	c, err := net.Dial("tcp", addr)
@@ -62,8 +61,7 @@ func TestPipelinedRequestsAnswered(t *testing.T) {
 
 // A kept-alive connection's second request that trickles is cut off
 // after RequestReadTimeout, as a first one is (TestTricklingClientIsCutOff):
-// the read timeout set at its first byte is armed although the idle one
-// before it was armed later.
+// the idle timeout between requests does not stand in for the read timeout.
 func TestTricklingSecondRequestIsCutOff(t *testing.T) {
 	addr := serveBare(t, gateway.Options{RequestReadTimeout: 300 * time.Millisecond})
 	c, err := net.Dial("tcp", addr)
