@@ -31,7 +31,8 @@ func TestRunSmall(t *testing.T) {
 			t.Fatalf("printed %q: %v", out.String(), err)
 		}
 		if res.Undelivered != 0 || res.EndpointChanges == 0 || res.ConfigChanges == 0 ||
-			res.EndpointAllP99MS == 0 || res.ConfigAllP99MS == 0 || res.Clusters != 80 || res.HeapAfterBytes == 0 {
+			res.EndpointAllP99MS == 0 || res.ConfigAllP99MS == 0 || res.Clusters != 80 || res.HeapAfterBytes == 0 ||
+			res.ConfigDRAllP99MS == 0 || res.ConfigVSAllP99MS == 0 || max(res.ConfigDRAllP99MS, res.ConfigVSAllP99MS) < res.ConfigAllP99MS {
 			t.Fatalf("%s: %+v", res.Protocol, res)
 		}
 	}

@@ -340,6 +340,7 @@ func fullState(typeURL []byte) bool {
 // event is one change whose arrival at every subscriber is awaited.
 type event struct {
 	kind      int  // 0 endpoint, 1 config
+	route     bool // config: a VirtualService's (routes); false: a DestinationRule's (clusters)
 	during    bool // an endpoint change committed while a config change was on its way
 	rev       int64
 	at        time.Time
@@ -374,6 +375,9 @@ type tracker struct {
 	// every subscriber yet (configOpen > 0): their latencies again.
 	configOpen              int
 	duringAll, duringPerSub []time.Duration
+	// Config changes by kind, per event the last subscriber's latency:
+	// DestinationRule (a cluster list) and VirtualService (routes).
+	drAll, vsAll []time.Duration
 	// groups maps a subscriber to its group (the server it streams from,
 	// in bench push --servers); groupAll[g] is, per endpoint event, the
 	// last subscriber of group g's latency, groupPerSub[g] every one.
@@ -414,6 +418,7 @@ func (t *tracker) expectLater(kind int, typ xds.Type, name string, at time.Time)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	e := t.newEvent(kind, unknownRev, at)
+	e.route = kind == 1 && typ == xds.TypeRoute
 	t.active[typ][name] = append(t.active[typ][name], e)
 	t.open++
 	if kind == 1 {
@@ -469,6 +474,11 @@ func (t *tracker) credit(e *event, sub int, now time.Time) bool {
 	}
 	if e.kind == 1 {
 		t.configOpen--
+		if e.route {
+			t.vsAll = append(t.vsAll, lat)
+		} else {
+			t.drAll = append(t.drAll, lat)
+		}
 	}
 	t.open--
 	return true
@@ -479,6 +489,7 @@ func (t *tracker) expect(kind int, typ xds.Type, name string, rev int64, at time
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	e := t.newEvent(kind, rev, at)
+	e.route = kind == 1 && typ == xds.TypeRoute
 	t.active[typ][name] = append(t.active[typ][name], e)
 	t.open++
 	if kind == 1 {
