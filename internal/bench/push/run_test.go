@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -90,5 +91,20 @@ func TestRunSidecarImport(t *testing.T) {
 	}
 	if bytes[1] >= bytes[0] {
 		t.Fatalf("bytes per subscriber: %d with the Sidecar, %d without", bytes[1], bytes[0])
+	}
+}
+
+// TestChurnerSkipsBusy: an instance with a write in flight is not taken
+// down (bench push --servers: the DELETE could overtake the POST that
+// brought it back and be refused).
+func TestChurnerSkipsBusy(t *testing.T) {
+	ch := &churner{rng: rand.New(rand.NewPCG(1, 2)), services: 2, endpoints: 10, down: map[int]bool{},
+		busy: func(j int) bool { return j != 7 }}
+	for range 5 {
+		delete(ch.down, 7)
+		ch.downList = nil
+		if j, _, up := ch.next(); up || j != 7 {
+			t.Fatalf("took down %d (up %v), want 7, the only instance without a write in flight", j, up)
+		}
 	}
 }

@@ -366,11 +366,16 @@ func RunServers(ctx context.Context, cfg ServersConfig, out io.Writer) (ServersR
 	}
 	// An instance comes back only once its down was answered a second ago
 	// (pushed everywhere by then, at any latency this bench reports well).
-	var downAt sync.Map // instance index -> time its down was answered
+	var downAt sync.Map   // instance index -> time its down was answered
+	var inFlight sync.Map // instance index -> a write of it not yet answered
 	ch := &churner{rng: rand.New(rand.NewPCG(1, 2)), services: cfg.Services, endpoints: cfg.Endpoints, down: map[int]bool{},
 		settled: func(j int) bool {
 			at, ok := downAt.Load(j)
 			return ok && time.Since(at.(time.Time)) > time.Second
+		},
+		busy: func(j int) bool {
+			_, ok := inFlight.Load(j)
+			return ok
 		}}
 	// Open loop: a write every tick, up to maxInFlight at once, so that the
 	// rate offered does not fall when A answers slowly (a tick finding
@@ -393,6 +398,7 @@ func RunServers(ctx context.Context, cfg ServersConfig, out io.Writer) (ServersR
 	write := func(j int, in *instance.Instance, up bool, name string, e *event, at time.Time) {
 		defer wwg.Done()
 		defer func() { <-slots }()
+		defer inFlight.Delete(j)
 		var r revisionAnswer
 		var err error
 		if up {
@@ -480,6 +486,7 @@ churn:
 				continue
 			}
 			j, in, up := ch.next()
+			inFlight.Store(j, true)
 			name := endpointSet(in)
 			at := time.Now()
 			e := tr.expectLater(0, xds.TypeEndpoint, name, at)
