@@ -10,7 +10,10 @@ import (
 	"time"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc/encoding"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/sextant-mesh/sextant/internal/xds"
 )
@@ -105,6 +108,54 @@ func TestChurnerSkipsBusy(t *testing.T) {
 		ch.downList = nil
 		if j, _, up := ch.next(); up || j != 7 {
 			t.Fatalf("took down %d (up %v), want 7, the only instance without a write in flight", j, up)
+		}
+	}
+}
+
+// TestSkimReadsAsMaterialize: a large state-of-the-world list read from
+// gRPC's buffers without joining them gives the same version, type, nonce
+// and count as the joined bytes; a large list of another type (its names
+// are read) is joined; a truncated one is an error.
+func TestSkimReadsAsMaterialize(t *testing.T) {
+	for _, typ := range []xds.Type{xds.TypeCluster, xds.TypeRoute} {
+		resp := &discoveryv3.DiscoveryResponse{VersionInfo: "42", TypeUrl: typ.URL(), Nonce: "n7", Canary: true}
+		for i := range 400 {
+			resp.Resources = append(resp.Resources, &anypb.Any{TypeUrl: typ.URL(), Value: bytes.Repeat([]byte{byte(i)}, 200+i%7)})
+		}
+		b, err := proto.Marshal(resp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Odd buffer sizes: fields straddle buffers.
+		var data mem.BufferSlice
+		for rest := b; len(rest) > 0; {
+			n := min(len(rest), 16381)
+			data = append(data, mem.SliceBuffer(rest[:n]))
+			rest = rest[n:]
+		}
+		c := rawCodec{proto: encoding.GetCodecV2("proto")}
+		m := rawMsg{skim: true}
+		if err := c.Unmarshal(data, &m); err != nil {
+			t.Fatal(err)
+		}
+		var got, want response
+		if err := parseSotW(&got, m.b, false); err != nil {
+			t.Fatal(err)
+		}
+		got.count += m.skipped
+		if err := parseSotW(&want, b, false); err != nil {
+			t.Fatal(err)
+		}
+		if string(got.version) != "42" || string(got.nonce) != "n7" || string(got.typeURL) != typ.URL() || got.count != 400 || got.count != want.count || m.size != len(b) {
+			t.Errorf("%s: read %q %q %q %d resources (%d bytes), want %q %q %q %d (%d)", typ, got.version, got.nonce, got.typeURL, got.count, m.size,
+				want.version, want.nonce, want.typeURL, want.count, len(b))
+		}
+		if skimmed := len(m.b) < len(b); skimmed != (typ == xds.TypeCluster) {
+			t.Errorf("%s: %d of %d bytes kept, skimmed %v", typ, len(m.b), len(b), skimmed)
+		}
+		trunc := rawMsg{skim: true}
+		if err := c.Unmarshal(mem.BufferSlice{mem.SliceBuffer(b[:len(b)-100])}, &trunc); err == nil {
+			t.Errorf("%s: a truncated list read without error", typ)
 		}
 	}
 }
