@@ -2,8 +2,10 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
+	"slices"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -15,7 +17,7 @@ func init() { benchCmd.AddCommand(newBenchPushCmd()) }
 
 func newBenchPushCmd() *cobra.Command {
 	var cfg benchpush.Config
-	var protocol, cpuprofile, storeURL string
+	var protocol, cpuprofile, serverProfile, storeURL string
 	var servers int
 	var logs, policy bool
 	var extra []string
@@ -83,13 +85,13 @@ binary, to compare two versions in one run.`,
 				if servers < 1 || (storeURL == "" && servers > 1) {
 					return fmt.Errorf("--servers %d needs --store (several servers share one database; --servers 1 alone runs on the embedded store), got --servers %d, --store %q", servers, servers, storeURL)
 				}
-				if cpuprofile != "" {
-					return fmt.Errorf("--cpuprofile is for the in-process mode, not --servers (profile a server with --server-arg=--pprof)")
-				}
 				if cfg.ChurnOnlyDuringConfig && cfg.ConfigEvery <= 0 {
 					return fmt.Errorf("--churn-only-during-config with --servers needs --config-every (no config changes are written without it)")
 				}
-				return benchPushServers(cmd, cfg, servers, storeURL, serverBin, logs, extra)
+				return benchPushServers(cmd, cfg, servers, storeURL, serverBin, logs, extra, cpuprofile, serverProfile)
+			}
+			if serverProfile != "" {
+				return fmt.Errorf("--server-cpuprofile is for --servers (in-process, --cpuprofile profiles the server and the subscribers together)")
 			}
 			if cpuprofile != "" {
 				f, err := os.Create(cpuprofile)
@@ -116,7 +118,8 @@ binary, to compare two versions in one run.`,
 	fl.DurationVar(&cfg.Duration, "duration", 0, "churn time (default 20s)")
 	fl.IntVar(&cfg.ChurnPerSec, "churn", 100, "instance changes per second")
 	fl.DurationVar(&cfg.ConfigEvery, "config-every", 0, "one VirtualService or DestinationRule change every (default 100ms)")
-	fl.StringVar(&cpuprofile, "cpuprofile", "", "write a CPU profile of the churn phase to this file")
+	fl.StringVar(&cpuprofile, "cpuprofile", "", "write a CPU profile of the churn phase to this file (with --servers: of the bench's process, the subscribers)")
+	fl.StringVar(&serverProfile, "server-cpuprofile", "", "with --servers: write a CPU profile of server A over the churn to this file (the servers run with --pprof)")
 	fl.IntVar(&cfg.Resyncs, "resyncs", 3, "full recomputations to time before the subscribers connect")
 	fl.BoolVar(&policy, "policy", false, "the policy scenario instead: --subscribers proxyless gRPC servers (state of the world) each watching its server listener and its service's cluster, one AuthorizationPolicy selecting all of them; AuthorizationPolicy and DestinationRule changes alternate every --config-every (default 200ms) for --duration (default 10s): policy_all_p99_ms is commit to enforced-at-every-server, cluster_all_p99_ms the same streams' cluster delivery")
 	fl.BoolVar(&cfg.ChurnOnlyDuringConfig, "churn-only-during-config", false, "change instances only while a config change is on its way to the subscribers (endpoint_during_config_* is then every endpoint change)")
@@ -132,7 +135,7 @@ binary, to compare two versions in one run.`,
 
 // benchPushServers starts n servers over storeURL, each with its own API and
 // xDS address, and runs the scenario through them.
-func benchPushServers(cmd *cobra.Command, cfg benchpush.Config, n int, storeURL, bin string, logs bool, extra []string) error {
+func benchPushServers(cmd *cobra.Command, cfg benchpush.Config, n int, storeURL, bin string, logs bool, extra []string, profile, serverProfile string) error {
 	if bin == "" {
 		var err error
 		if bin, err = os.Executable(); err != nil {
@@ -145,6 +148,23 @@ func benchPushServers(cmd *cobra.Command, cfg benchpush.Config, n int, storeURL,
 		ChurnOnlyDuringConfig: cfg.ChurnOnlyDuringConfig, Progress: os.Stderr}
 	if cmd.Flags().Changed("subscribers") {
 		sc.Subscribers = cfg.Subscribers
+	}
+	for _, p := range []struct {
+		path string
+		w    *io.Writer
+	}{{profile, &sc.Profile}, {serverProfile, &sc.ServerProfile}} {
+		if p.path == "" {
+			continue
+		}
+		f, err := os.Create(p.path)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		*p.w = f
+	}
+	if serverProfile != "" {
+		extra = append(slices.Clip(extra), "--pprof")
 	}
 	var dataDir string
 	if storeURL == "" {

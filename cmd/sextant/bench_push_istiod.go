@@ -42,7 +42,7 @@ func benchPushPeer(cmd *cobra.Command, cfg benchpush.Config, p *peerFlags, serve
 	if fl.Changed("protocol") && cfg.Delta {
 		return fmt.Errorf("--peer istiod: the subscribers are state of the world (--protocol sotw)")
 	}
-	for _, f := range []string{"servers", "store", "policy", "cpuprofile", "resyncs", "churn-only-during-config"} {
+	for _, f := range []string{"servers", "store", "policy", "cpuprofile", "server-cpuprofile", "resyncs", "churn-only-during-config"} {
 		if fl.Changed(f) {
 			return fmt.Errorf("--%s is not for --peer", f)
 		}

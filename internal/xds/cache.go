@@ -363,7 +363,8 @@ func (c *Cache) Apply(t Type, set []Resource, remove []string, version string, o
 		}
 		tc.put(id, old, ne)
 		tc.lastSeq = ne.seq
-		changed = append(changed, change{id: id, seq: ne.seq, hidden: ne.hidden || (old != nil && old.hidden), name: ne.name})
+		changed = append(changed, change{id: id, seq: ne.seq, hidden: ne.hidden || (old != nil && old.hidden), name: ne.name,
+			added: old == nil || old.hidden != ne.hidden})
 	}
 	for _, key := range remove {
 		id, ok := tc.ids[key]
@@ -460,6 +461,10 @@ type change struct {
 	hidden bool
 	eds    uint32 // a cluster's endpoint resource, or noEDS
 	name   string // the resource's, for Sidecar scoping (sidecarscope.go)
+	// added: the resource was absent before (or its visibility changed);
+	// false for a new version of one clients may hold, and for a removal.
+	// Only an added cluster holds routes and listeners back (heldFrom).
+	added bool
 }
 
 const noEDS = ^uint32(0)

@@ -24,10 +24,11 @@ func routeTo(name, version, cluster string) Resource {
 }
 
 // TestRoutesWaitForTheirClusters: a route or listener published after a
-// cluster change is not sent before that cluster change has been (here the
+// cluster addition is not sent before that cluster has been (here the
 // cluster response waits for the client's ACK of the previous one), state
 // of the world and delta; a route published before the cluster change
-// goes at once.
+// goes at once, and so does one published after a new version of a
+// cluster the client already has.
 func TestRoutesWaitForTheirClusters(t *testing.T) {
 	for _, delta := range []bool{false, true} {
 		c := NewCache()
@@ -95,14 +96,35 @@ func TestRoutesWaitForTheirClusters(t *testing.T) {
 		}
 		// The ACK: cluster b goes, then r and l.
 		ack(TypeCluster, cds)
-		if _, ok := build(TypeCluster); !ok {
+		if cds, ok = build(TypeCluster); !ok {
 			t.Fatalf("delta %v: no cluster response after the ACK", delta)
 		}
-		if r, ok := build(TypeRoute); !ok || r.count != 1 {
+		if r, ok = build(TypeRoute); !ok || r.count != 1 {
 			t.Fatalf("delta %v: route r not sent after cluster b (%v, %d)", delta, ok, r.count)
 		}
+		ack(TypeRoute, r)
 		if _, ok := build(TypeListener); !ok {
 			t.Fatalf("delta %v: listener not sent after cluster b", delta)
+		}
+		// A new version of cluster a, which the client has: routes
+		// published after it go at once, though the cluster response
+		// waits for the ACK of the last (issue 49: every VirtualService
+		// change waited for the next cluster list). A new cluster c still
+		// holds what is published after it.
+		c.Apply(TypeCluster, []Resource{cluster("a", config.Policy{ConnectTimeout: time.Second})}, nil, "4", now)
+		c.Apply(TypeRoute, []Resource{routeTo("q", "4", "a")}, nil, "4", now)
+		if _, ok := build(TypeCluster); ok {
+			t.Fatalf("delta %v: cluster response before the ACK", delta)
+		}
+		r, ok = build(TypeRoute)
+		if !ok || r.count != 1 {
+			t.Fatalf("delta %v: route q (%v, %d routes) held behind a new version of a cluster the client has", delta, ok, r.count)
+		}
+		ack(TypeRoute, r)
+		c.Apply(TypeCluster, []Resource{cluster("c", config.Policy{})}, nil, "5", now)
+		c.Apply(TypeRoute, []Resource{routeTo("r", "5", "c")}, nil, "5", now)
+		if r, ok := build(TypeRoute); ok {
+			t.Fatalf("delta %v: route r (%d routes) sent before the new cluster c", delta, r.count)
 		}
 		c.removeSubscriber(sub)
 	}

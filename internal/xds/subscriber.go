@@ -105,10 +105,10 @@ type subType struct {
 	origin    time.Time     // commit time of the oldest change not yet sent
 	awaiting  string        // nonce of the last response until the client answers it
 	awaitAt   time.Time     // when that response was built
-	// unsentFrom (clusters only) is the seq of the oldest cluster change
-	// not yet sent to the client, 1 when the whole list is due (a new
-	// subscription), 0 when none is: routes and listeners published after
-	// it may name those clusters and wait until they have gone (make
+	// unsentFrom (clusters only) is the seq of the oldest cluster
+	// addition not yet sent to the client, 1 when the whole list is due (a
+	// new subscription), 0 when none is: routes and listeners published
+	// after it may name those clusters and wait until they have gone (make
 	// before break).
 	unsentFrom uint64
 
@@ -161,7 +161,13 @@ func (s *subscriber) notify(t Type, changed []change, origin time.Time) {
 			st.pending.Set(uint(ch.id))
 			st.dirty = true
 			any = true
-			if t == TypeCluster && (st.unsentFrom == 0 || ch.seq < st.unsentFrom) {
+			// Only a cluster the client may not have yet holds routes and
+			// listeners back: one it has at an older version is named
+			// safely. Holding them behind every cluster change tied each
+			// VirtualService change to the next state-of-the-world cluster
+			// list, which waits for its turn (issue 49: under a
+			// DestinationRule change every 200 ms, as slow as those).
+			if t == TypeCluster && ch.added && (st.unsentFrom == 0 || ch.seq < st.unsentFrom) {
 				st.unsentFrom = ch.seq
 			}
 			// The cluster's endpoints go again once the cluster is sent.

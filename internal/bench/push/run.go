@@ -84,6 +84,12 @@ type Result struct {
 	ConfigAllMaxMS  float64 `json:"config_all_max_ms"`
 	ConfigEachP50MS float64 `json:"config_each_p50_ms"`
 	ConfigEachP99MS float64 `json:"config_each_p99_ms"`
+	// The same by kind: DestinationRule changes (each a cluster list to
+	// every subscriber in state of the world) and VirtualService changes.
+	ConfigDRAllP50MS float64 `json:"config_dr_all_p50_ms"`
+	ConfigDRAllP99MS float64 `json:"config_dr_all_p99_ms"`
+	ConfigVSAllP50MS float64 `json:"config_vs_all_p50_ms"`
+	ConfigVSAllP99MS float64 `json:"config_vs_all_p99_ms"`
 	// Changes some subscriber had not received 5 s after the churn ended.
 	Undelivered int `json:"undelivered"`
 	// Responses the server sent during the churn (and its 5 s drain), per
@@ -367,6 +373,8 @@ churn:
 	res.EndpointDuringConfigEachP99MS = ms(pct(tr.duringPerSub, 0.99))
 	res.ConfigAllP50MS, res.ConfigAllP99MS, res.ConfigAllMaxMS = ms(pct(tr.all[1], 0.5)), ms(pct(tr.all[1], 0.99)), ms(pct(tr.all[1], 1))
 	res.ConfigEachP50MS, res.ConfigEachP99MS = ms(pct(tr.perSub[1], 0.5)), ms(pct(tr.perSub[1], 0.99))
+	res.ConfigDRAllP50MS, res.ConfigDRAllP99MS = ms(pct(tr.drAll, 0.5)), ms(pct(tr.drAll, 0.99))
+	res.ConfigVSAllP50MS, res.ConfigVSAllP99MS = ms(pct(tr.vsAll, 0.5)), ms(pct(tr.vsAll, 0.99))
 	tr.mu.Unlock()
 	var ru syscall.Rusage
 	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)

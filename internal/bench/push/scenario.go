@@ -120,6 +120,11 @@ type churner struct {
 	// parallel: a down and an up of one instance both in flight could
 	// cancel out before a server reads them, changing nothing to push).
 	settled func(j int) bool
+	// busy, when set, says whether a write of instance j is still in
+	// flight: it is not taken down then (bench push --servers: a DELETE
+	// overtaking the POST that brought j back was refused with 404 and
+	// ended the run).
+	busy func(j int) bool
 	// minDown, when set, keeps an instance down at least this long (the
 	// in-process bench, which commits at once: when its loop catches up
 	// after waiting for a core, a down and up of one instance could fall
@@ -164,7 +169,7 @@ func (c *churner) next() (j int, in *instance.Instance, up bool) {
 	} else {
 		for {
 			j = c.rng.IntN(c.endpoints)
-			if !c.down[j] {
+			if !c.down[j] && (c.busy == nil || !c.busy(j)) {
 				break
 			}
 		}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"time"
@@ -42,6 +43,10 @@ type ServersConfig struct {
 	// is on its way to the subscribers.
 	ChurnOnlyDuringConfig bool
 	Progress              io.Writer // progress bars; nil: none
+	// Profile, if set, gets a CPU profile of this process (the
+	// subscribers) over the churn; ServerProfile one of server A over the
+	// same time, from its /debug/pprof (A must run with --pprof).
+	Profile, ServerProfile io.Writer
 }
 
 // ServersResult is the JSON object "sextant bench push --servers" prints.
@@ -80,6 +85,10 @@ type ServersResult struct {
 	ConfigAllP50MS                float64 `json:"config_all_p50_ms,omitempty"`
 	ConfigAllP99MS                float64 `json:"config_all_p99_ms,omitempty"`
 	ConfigEachP99MS               float64 `json:"config_each_p99_ms,omitempty"`
+	ConfigDRAllP50MS              float64 `json:"config_dr_all_p50_ms,omitempty"`
+	ConfigDRAllP99MS              float64 `json:"config_dr_all_p99_ms,omitempty"`
+	ConfigVSAllP50MS              float64 `json:"config_vs_all_p50_ms,omitempty"`
+	ConfigVSAllP99MS              float64 `json:"config_vs_all_p99_ms,omitempty"`
 	ConfigSkippedTicks            int     `json:"config_skipped_ticks,omitempty"`
 	// Ticks skipped because maxInFlight writes were still out: the rate
 	// written is endpoint_changes / duration_s.
@@ -333,6 +342,20 @@ func RunServers(ctx context.Context, cfg ServersConfig, out io.Writer) (ServersR
 		cpu0[i], _ = f(ctx)
 	}
 	bench0 := cpuSeconds()
+	if cfg.Profile != nil {
+		if err := pprof.StartCPUProfile(cfg.Profile); err != nil {
+			return res, fmt.Errorf("bench: profile: %w", err)
+		}
+		defer pprof.StopCPUProfile() // on an early return; a no-op after the one below
+	}
+	serverProf := make(chan error, 1)
+	if cfg.ServerProfile != nil {
+		wg.Add(1) // waited for after cancel: the caller closes the file
+		go func() {
+			defer wg.Done()
+			serverProf <- fetchProfile(ctx, cfg.HTTP[0], cfg.Duration, cfg.ServerProfile)
+		}()
+	}
 	var resp0 uint64
 	for i, u := range cfg.HTTP {
 		r, err := sentResponses(ctx, u)
@@ -343,11 +366,16 @@ func RunServers(ctx context.Context, cfg ServersConfig, out io.Writer) (ServersR
 	}
 	// An instance comes back only once its down was answered a second ago
 	// (pushed everywhere by then, at any latency this bench reports well).
-	var downAt sync.Map // instance index -> time its down was answered
+	var downAt sync.Map   // instance index -> time its down was answered
+	var inFlight sync.Map // instance index -> a write of it not yet answered
 	ch := &churner{rng: rand.New(rand.NewPCG(1, 2)), services: cfg.Services, endpoints: cfg.Endpoints, down: map[int]bool{},
 		settled: func(j int) bool {
 			at, ok := downAt.Load(j)
 			return ok && time.Since(at.(time.Time)) > time.Second
+		},
+		busy: func(j int) bool {
+			_, ok := inFlight.Load(j)
+			return ok
 		}}
 	// Open loop: a write every tick, up to maxInFlight at once, so that the
 	// rate offered does not fall when A answers slowly (a tick finding
@@ -370,6 +398,7 @@ func RunServers(ctx context.Context, cfg ServersConfig, out io.Writer) (ServersR
 	write := func(j int, in *instance.Instance, up bool, name string, e *event, at time.Time) {
 		defer wwg.Done()
 		defer func() { <-slots }()
+		defer inFlight.Delete(j)
 		var r revisionAnswer
 		var err error
 		if up {
@@ -457,6 +486,7 @@ churn:
 				continue
 			}
 			j, in, up := ch.next()
+			inFlight.Store(j, true)
 			name := endpointSet(in)
 			at := time.Now()
 			e := tr.expectLater(0, xds.TypeEndpoint, name, at)
@@ -466,6 +496,14 @@ churn:
 		}
 	}
 	wwg.Wait()
+	if cfg.Profile != nil {
+		pprof.StopCPUProfile()
+	}
+	if cfg.ServerProfile != nil {
+		if err := <-serverProf; err != nil {
+			return res, err
+		}
+	}
 	if werr != nil {
 		return res, werr
 	}
@@ -493,6 +531,8 @@ churn:
 		res.EndpointDuringConfigEachP99MS = ms(pct(tr.duringPerSub, 0.99))
 		res.ConfigAllP50MS, res.ConfigAllP99MS = ms(pct(tr.all[1], 0.5)), ms(pct(tr.all[1], 0.99))
 		res.ConfigEachP99MS = ms(pct(tr.perSub[1], 0.99))
+		res.ConfigDRAllP50MS, res.ConfigDRAllP99MS = ms(pct(tr.drAll, 0.5)), ms(pct(tr.drAll, 0.99))
+		res.ConfigVSAllP50MS, res.ConfigVSAllP99MS = ms(pct(tr.vsAll, 0.5)), ms(pct(tr.vsAll, 0.99))
 	}
 	for g := range n {
 		res.PerServer = append(res.PerServer, ServerFigures{
@@ -506,6 +546,28 @@ churn:
 	enc := json.NewEncoder(out)
 	enc.SetIndent("", "  ")
 	return res, enc.Encode(res)
+}
+
+// fetchProfile writes server u's CPU profile over d (its /debug/pprof,
+// served with --pprof) to w.
+func fetchProfile(ctx context.Context, u string, d time.Duration, w io.Writer) error {
+	secs := max(1, int(d/time.Second))
+	req, err := http.NewRequestWithContext(ctx, "GET", fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", u, secs), nil)
+	if err != nil {
+		return fmt.Errorf("bench: server profile: %w", err)
+	}
+	resp, err := (&http.Client{Timeout: d + time.Minute}).Do(req)
+	if err != nil {
+		return fmt.Errorf("bench: server profile: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("bench: server profile: %s from %s (is the server running with --pprof?)", resp.Status, u)
+	}
+	if _, err := io.Copy(w, resp.Body); err != nil {
+		return fmt.Errorf("bench: server profile: %w", err)
+	}
+	return nil
 }
 
 // sentResponses sums the responses server u has sent on its open streams

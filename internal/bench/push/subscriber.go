@@ -2,8 +2,10 @@ package push
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -26,7 +28,18 @@ import (
 // already encoded: the subscriber reads only what it needs (type, version,
 // nonce, names) with protowire and writes its ACKs the same way, so that the
 // bench's side of each stream stays small next to the server's.
-type rawMsg struct{ b []byte }
+type rawMsg struct {
+	b []byte
+	// skim (set before receiving): a state-of-the-world cluster or
+	// listener list of skimBytes or more is skimmed (rawMsg.skim): b then
+	// holds its other fields and skipped counts its resources.
+	skim    bool
+	skipped int
+	size    int // the encoded response's bytes
+}
+
+// skimBytes: a list this large is skimmed rather than joined into one slice.
+const skimBytes = 64 << 10
 
 type rawCodec struct{ proto encoding.CodecV2 }
 
@@ -39,10 +52,81 @@ func (c rawCodec) Marshal(v any) (mem.BufferSlice, error) {
 
 func (c rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	if r, ok := v.(*rawMsg); ok {
+		r.size, r.skipped = data.Len(), 0
+		if r.skim && r.size >= skimBytes {
+			if err := r.skimFrom(data); err != nil {
+				return err
+			}
+			if t, _ := sotwTypeURL(r.b); fullState(t) {
+				return nil
+			}
+			r.skipped = 0 // names are read from these: joined after all
+		}
 		r.b = data.Materialize()
 		return nil
 	}
 	return c.proto.Unmarshal(data, v)
+}
+
+// skimFrom reads a response from gRPC's buffers without joining them: its
+// resources (field 2) are counted and skipped, every other top-level field
+// is copied into m.b as encoded. Joining each 240 KB cluster list into a
+// new slice, and the garbage collection that caused, were 45% of the
+// subscribers' process when lists were most of its work (issue 49): the
+// bench's own cost, not the server's.
+func (m *rawMsg) skimFrom(data mem.BufferSlice) error {
+	rd := data.Reader()
+	defer rd.Close()
+	m.b = nil
+	for rd.Remaining() > 0 {
+		tag, err := binary.ReadUvarint(rd)
+		if err != nil {
+			return fmt.Errorf("bench: response: %w", err)
+		}
+		num, typ := protowire.Number(tag>>3), protowire.Type(tag&7)
+		v, err := binary.ReadUvarint(rd)
+		if err != nil {
+			return fmt.Errorf("bench: response field %d: %w", num, err)
+		}
+		m.b = protowire.AppendTag(m.b, num, typ)
+		switch typ {
+		case protowire.VarintType:
+			m.b = protowire.AppendVarint(m.b, v)
+		case protowire.BytesType:
+			if v > uint64(rd.Remaining()) {
+				return fmt.Errorf("bench: response field %d: %d bytes, %d left", num, v, rd.Remaining())
+			}
+			if num == 2 {
+				m.b = m.b[:len(m.b)-protowire.SizeTag(num)]
+				m.skipped++
+				if _, err := rd.Discard(int(v)); err != nil {
+					return fmt.Errorf("bench: response field %d: %w", num, err)
+				}
+				continue
+			}
+			m.b = protowire.AppendVarint(m.b, v)
+			at := len(m.b)
+			m.b = append(m.b, make([]byte, v)...)
+			if _, err := io.ReadFull(rd, m.b[at:]); err != nil {
+				return fmt.Errorf("bench: response field %d: %w", num, err)
+			}
+		default:
+			return fmt.Errorf("bench: response field %d of wire type %d", num, typ)
+		}
+	}
+	return nil
+}
+
+// sotwTypeURL reads a DiscoveryResponse's type URL (field 4).
+func sotwTypeURL(b []byte) ([]byte, error) {
+	var url []byte
+	err := field(b, func(num protowire.Number, v []byte) error {
+		if num == 4 {
+			url = v
+		}
+		return nil
+	})
+	return url, err
 }
 
 func (rawCodec) Name() string { return "proto" }
@@ -288,7 +372,7 @@ func (s *subscriber) run(ctx context.Context, want [4]int) error {
 	var r response
 	for {
 		r.reset() // before blocking: keep nothing of the last message
-		var m rawMsg
+		m := rawMsg{skim: !s.delta}
 		if err := stream.RecvMsg(&m); err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -296,7 +380,7 @@ func (s *subscriber) run(ctx context.Context, want [4]int) error {
 			return err
 		}
 		now := time.Now()
-		s.rx.Add(int64(len(m.b)))
+		s.rx.Add(int64(m.size))
 		syncing := false
 		select {
 		case <-s.synced:
@@ -308,6 +392,7 @@ func (s *subscriber) run(ctx context.Context, want [4]int) error {
 		} else if err = parseSotW(&r, m.b, false); err == nil && !syncing && !fullState(r.typeURL) {
 			err = parseSotW(&r, m.b, true)
 		}
+		r.count += m.skipped
 		if err != nil {
 			return fmt.Errorf("bench: subscriber %d: %w", s.id, err)
 		}
@@ -340,6 +425,7 @@ func fullState(typeURL []byte) bool {
 // event is one change whose arrival at every subscriber is awaited.
 type event struct {
 	kind      int  // 0 endpoint, 1 config
+	route     bool // config: a VirtualService's (routes); false: a DestinationRule's (clusters)
 	during    bool // an endpoint change committed while a config change was on its way
 	rev       int64
 	at        time.Time
@@ -374,6 +460,9 @@ type tracker struct {
 	// every subscriber yet (configOpen > 0): their latencies again.
 	configOpen              int
 	duringAll, duringPerSub []time.Duration
+	// Config changes by kind, per event the last subscriber's latency:
+	// DestinationRule (a cluster list) and VirtualService (routes).
+	drAll, vsAll []time.Duration
 	// groups maps a subscriber to its group (the server it streams from,
 	// in bench push --servers); groupAll[g] is, per endpoint event, the
 	// last subscriber of group g's latency, groupPerSub[g] every one.
@@ -414,6 +503,7 @@ func (t *tracker) expectLater(kind int, typ xds.Type, name string, at time.Time)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	e := t.newEvent(kind, unknownRev, at)
+	e.route = kind == 1 && typ == xds.TypeRoute
 	t.active[typ][name] = append(t.active[typ][name], e)
 	t.open++
 	if kind == 1 {
@@ -469,6 +559,11 @@ func (t *tracker) credit(e *event, sub int, now time.Time) bool {
 	}
 	if e.kind == 1 {
 		t.configOpen--
+		if e.route {
+			t.vsAll = append(t.vsAll, lat)
+		} else {
+			t.drAll = append(t.drAll, lat)
+		}
 	}
 	t.open--
 	return true
@@ -479,6 +574,7 @@ func (t *tracker) expect(kind int, typ xds.Type, name string, rev int64, at time
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	e := t.newEvent(kind, rev, at)
+	e.route = kind == 1 && typ == xds.TypeRoute
 	t.active[typ][name] = append(t.active[typ][name], e)
 	t.open++
 	if kind == 1 {
