@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"strconv"
@@ -62,6 +63,10 @@ var (
 	errH2sConnClosed  = errors.New("gateway: http2 client connection closed")
 	errH2sStreamDone  = errors.New("gateway: http2 stream closed")
 )
+
+// h2sRemoteKey is the context key of a connection's client address, a
+// *net.TCPAddr, parsed once per connection (serveH2On reads it).
+type h2sRemoteKey struct{}
 
 // h2Serving is an HTTP/2 server of a listener: net/http's or h2Server.
 type h2Serving interface {
@@ -172,7 +177,11 @@ func newH2sConn(s *h2Server, c net.Conn) *h2sConn {
 		st := tc.ConnectionState()
 		sc.tls = &st
 	}
-	ctx, cancel := context.WithCancel(context.WithValue(context.Background(), http.LocalAddrContextKey, local))
+	base := context.WithValue(context.Background(), http.LocalAddrContextKey, local)
+	if ap, err := netip.ParseAddrPort(c.RemoteAddr().String()); err == nil {
+		base = context.WithValue(base, h2sRemoteKey{}, net.TCPAddrFromAddrPort(ap))
+	}
+	ctx, cancel := context.WithCancel(base)
 	sc.stop = cancel
 	sc.base = (&http.Request{Proto: "HTTP/2.0", ProtoMajor: 2, RemoteAddr: c.RemoteAddr().String(), TLS: sc.tls}).WithContext(ctx)
 	sc.wfr = http2.NewFramer(&sc.wbuf, nil)
@@ -738,6 +747,9 @@ func (sc *h2sConn) streamDone(st *h2sStream) {
 		delete(sc.streams, st.id)
 	}
 	st.rbuf = nil
+	// The body is closed with its handler, as net/http's: a reader left
+	// (a request body still being sent upstream) gets an error.
+	st.failLocked(errH2sStreamDone)
 	sc.running--
 	drained := sc.running == 0 && sc.goaway
 	idle := sc.running == 0 && !sc.closed
@@ -959,6 +971,12 @@ func (st *h2sStream) encode(name string, vs []string) {
 func (st *h2sStream) send(p []byte, end bool) error {
 	sc := st.sc
 	if !st.sentHeader {
+		sc.mu.Lock()
+		err := st.err
+		sc.mu.Unlock()
+		if err != nil {
+			return err // reset, or the connection is gone: nothing to send
+		}
 		st.sentHeader = true
 		endHere := end && len(st.wbuf) == 0 && len(p) == 0
 		sc.wmu.Lock()
@@ -971,7 +989,7 @@ func (st *h2sStream) send(p []byte, end bool) error {
 			st.encode(lowerHeader(k), vs)
 		}
 		sc.writeHeadersLocked(st.id, endHere, sc.hbuf.Bytes())
-		err := sc.flushLocked()
+		err = sc.flushLocked()
 		sc.wmu.Unlock()
 		if err != nil {
 			return err
@@ -981,13 +999,14 @@ func (st *h2sStream) send(p []byte, end bool) error {
 			return nil
 		}
 	}
-	if len(st.wbuf) > 0 {
+	buffered := len(st.wbuf) > 0
+	if buffered {
 		if err := st.sendData(st.wbuf, end && len(p) == 0); err != nil {
 			return err
 		}
 		st.wbuf = st.wbuf[:0]
 	}
-	if len(p) > 0 || (end && len(st.wbuf) == 0 && !st.ended) {
+	if len(p) > 0 || (end && !buffered) { // an empty DATA carries END_STREAM when nothing else does
 		if err := st.sendData(p, end); err != nil {
 			return err
 		}

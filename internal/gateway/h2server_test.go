@@ -3,11 +3,13 @@ package gateway
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
@@ -112,4 +114,114 @@ func FuzzH2Server(f *testing.F) {
 			t.Fatalf("the connection did not end after the client closed it")
 		}
 	})
+}
+
+// TestH2ServerFrames reads the frames h2Server answers with, at the frame
+// level: a small body ends with one END_STREAM and nothing after it; a
+// body with trailers ends with a HEADERS of them; an answer without a body
+// is one HEADERS with END_STREAM; a body the handler left unread is reset
+// with NO_ERROR once the handler returns (RFC 9113 8.1).
+func TestH2ServerFrames(t *testing.T) {
+	addr := serveFrameH2(t, func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/small":
+			_, _ = io.WriteString(w, "hello")
+		case "/trailers":
+			w.Header().Set("Content-Type", "application/grpc")
+			w.WriteHeader(http.StatusOK)
+			_, _ = io.WriteString(w, "msg")
+			w.(http.Flusher).Flush()
+			w.Header().Set(http.TrailerPrefix+"Grpc-Status", "0")
+		case "/empty":
+			w.Header().Set("Grpc-Status", "14")
+			w.WriteHeader(http.StatusOK)
+		case "/unread":
+			w.WriteHeader(http.StatusAccepted)
+		}
+	})
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	_, _ = io.WriteString(c, http2.ClientPreface)
+	fr := http2.NewFramer(c, c)
+	fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	_ = fr.WriteSettings()
+	var hb bytes.Buffer
+	enc := hpack.NewEncoder(&hb)
+	open := func(id uint32, path string, end bool) {
+		hb.Reset()
+		for _, f := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":path", path}, {":authority", "a"}} {
+			_ = enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+		}
+		if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: hb.Bytes(), EndHeaders: true, EndStream: end}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// next reads stream id's frames (others are the connection's) until
+	// it ends; it reports them as "H" (headers), "D" (data), "H." / "D."
+	// (with END_STREAM) and "R<code>" (reset).
+	next := func(id uint32) []string {
+		var got []string
+		for {
+			f, err := fr.ReadFrame()
+			if err != nil {
+				t.Fatalf("stream %d after %v: %v", id, got, err)
+			}
+			if sid := f.Header().StreamID; sid != id {
+				if sid != 0 {
+					t.Errorf("a frame on stream %d after its end: %v", sid, f)
+				}
+				continue
+			}
+			switch f := f.(type) {
+			case *http2.MetaHeadersFrame:
+				got = append(got, "H"+map[bool]string{true: "."}[f.StreamEnded()])
+			case *http2.DataFrame:
+				got = append(got, "D"+map[bool]string{true: "."}[f.StreamEnded()])
+			case *http2.RSTStreamFrame:
+				return append(got, "R"+f.ErrCode.String())
+			}
+			if f.Header().Flags.Has(http2.FlagHeadersEndStream) {
+				return got
+			}
+		}
+	}
+	for _, tc := range []struct {
+		id   uint32
+		path string
+		end  bool
+		want string
+	}{
+		{1, "/small", true, "[H D.]"},
+		{3, "/trailers", true, "[H D H.]"},
+		{5, "/empty", true, "[H.]"},
+		{7, "/unread", false, "[H. RNO_ERROR]"},
+	} {
+		open(tc.id, tc.path, tc.end)
+		got := next(tc.id)
+		if tc.path == "/unread" {
+			got = append(got, next(tc.id)...)
+		}
+		if s := strings.Join(strings.Fields(fmt.Sprint(got)), " "); s != tc.want {
+			t.Errorf("%s: frames %s, want %s", tc.path, s, tc.want)
+		}
+	}
+	// Nothing more on stream 1 (a second END_STREAM would come before the
+	// PING's ack).
+	_ = fr.WritePing(false, [8]byte{7})
+	for {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p, ok := f.(*http2.PingFrame); ok && p.IsAck() {
+			break
+		}
+		if id := f.Header().StreamID; id != 0 {
+			t.Errorf("a frame on stream %d after its end: %v", id, f)
+		}
+	}
 }
