@@ -132,10 +132,14 @@ func (s *h2Server) Shutdown(ctx context.Context) error {
 	case <-ctx.Done():
 	}
 	s.mu.Lock()
+	conns = conns[:0]
 	for sc := range s.conns {
-		sc.close(errH2sConnClosed)
+		conns = append(conns, sc)
 	}
 	s.mu.Unlock()
+	for _, sc := range conns { // not under s.mu: a close may wait for pending writes
+		sc.close(errH2sConnClosed)
+	}
 	return ctx.Err()
 }
 

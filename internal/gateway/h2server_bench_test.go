@@ -77,4 +77,3 @@ func BenchmarkH2Server(b *testing.B) {
 		})
 	}
 }
-
