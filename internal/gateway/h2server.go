@@ -993,13 +993,30 @@ func (st *h2sStream) send(p []byte, end bool) error {
 			st.encode(lowerHeader(k), vs)
 		}
 		sc.writeHeadersLocked(st.id, endHere, sc.hbuf.Bytes())
+		// A small buffered body goes in the same write as its headers
+		// when the windows have room: one append to the connection, so
+		// that the client reads the answer at once.
+		inline := false
+		if n := int64(len(st.wbuf)); !endHere && len(p) == 0 && n > 0 {
+			sc.mu.Lock()
+			if n <= int64(sc.maxFrame) && st.err == nil && st.sendWin >= n && sc.sendWin >= n {
+				st.sendWin -= n
+				sc.sendWin -= n
+				inline = true
+			}
+			sc.mu.Unlock()
+			if inline {
+				_ = sc.wfr.WriteData(st.id, end, st.wbuf)
+				st.wbuf = st.wbuf[:0]
+			}
+		}
 		err = sc.flushLocked()
 		sc.wmu.Unlock()
 		if err != nil {
 			return err
 		}
-		if endHere {
-			st.ended = true
+		if endHere || inline {
+			st.ended = end
 			return nil
 		}
 	}
