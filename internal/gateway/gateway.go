@@ -17,7 +17,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"reflect"
 	"sort"
 	"sync"
@@ -119,7 +118,7 @@ type Gateway struct {
 
 	srvMu sync.Mutex
 	srv   *fasthttp.Server
-	h2    *http.Server
+	h2    h2Serving
 	ln    net.Listener
 	// tlsServers are ServeTLS's, one per TLS listener, ServeInbound's and
 	// ServeService's.

@@ -40,9 +40,12 @@ func (g *Gateway) serveH2On(w http.ResponseWriter, hr *http.Request, t *table) {
 	// (it would be 1.7 KB on the heap per call) and built in place.
 	ctx := h2Ctxs.Get().(*fasthttp.RequestCtx)
 	defer releaseH2Ctx(ctx)
-	var addr *net.TCPAddr
-	if ap, err := netip.ParseAddrPort(hr.RemoteAddr); err == nil {
-		addr = net.TCPAddrFromAddrPort(ap)
+	// h2Server parsed the client's address once for its connection.
+	addr, _ := hr.Context().Value(h2sRemoteKey{}).(*net.TCPAddr)
+	if addr == nil {
+		if ap, err := netip.ParseAddrPort(hr.RemoteAddr); err == nil {
+			addr = net.TCPAddrFromAddrPort(ap)
+		}
 	}
 	// The local address too: RBAC's destination_port and destination_ip
 	// read it.
@@ -441,7 +444,6 @@ func copyFlushing(w http.ResponseWriter, src io.Reader) (n int64, rerr, werr err
 	bp := copyBufs.Get().(*[]byte)
 	defer copyBufs.Put(bp)
 	buf := *bp
-	rc := http.NewResponseController(w)
 	for {
 		m, err := src.Read(buf)
 		if m > 0 {
@@ -449,7 +451,7 @@ func copyFlushing(w http.ResponseWriter, src io.Reader) (n int64, rerr, werr err
 				return n, nil, werr
 			}
 			n += int64(m)
-			if werr = rc.Flush(); werr != nil {
+			if werr = flushError(w); werr != nil {
 				return n, nil, werr
 			}
 		}
@@ -462,7 +464,16 @@ func copyFlushing(w http.ResponseWriter, src io.Reader) (n int64, rerr, werr err
 	}
 }
 
-func flush(w http.ResponseWriter) { _ = http.NewResponseController(w).Flush() }
+func flush(w http.ResponseWriter) { _ = flushError(w) }
+
+// flushError flushes w: directly when it can (both HTTP/2 servers' writers
+// can), else through a ResponseController (an allocation per call).
+func flushError(w http.ResponseWriter) error {
+	if f, ok := w.(interface{ FlushError() error }); ok {
+		return f.FlushError()
+	}
+	return http.NewResponseController(w).Flush()
+}
 
 // replayBody is an HTTP/2 request body read while it is sent (a stream may
 // be bidirectional: the client may wait for answers before it sends more)

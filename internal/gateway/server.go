@@ -77,8 +77,12 @@ func (g *Gateway) newFastServer(h fasthttp.RequestHandler) *fasthttp.Server {
 	}
 }
 
-// newH2Server returns the HTTP/2 server of a listener.
-func (g *Gateway) newH2Server(h http.HandlerFunc, p *http.Protocols) *http.Server {
+// newH2Server returns the HTTP/2 server of a listener: the frame-level
+// h2Server (h2server.go), or net/http's when SEXTANT_H2_SERVER=nethttp.
+func (g *Gateway) newH2Server(h http.HandlerFunc, p *http.Protocols) h2Serving {
+	if !useNetHTTPH2() {
+		return newFrameH2Server(h, 5*time.Minute)
+	}
 	return &http.Server{Handler: h, Protocols: p, HTTP2: h2Config(),
 		ReadHeaderTimeout: 30 * time.Second, IdleTimeout: 5 * time.Minute, ErrorLog: nil}
 }
@@ -96,7 +100,7 @@ func h2Config() *http.HTTP2Config {
 // servers are one listener's: Shutdown stops them.
 type servers struct {
 	fast *fasthttp.Server
-	h2   *http.Server
+	h2   h2Serving
 	ln   net.Listener
 }
 

@@ -1,0 +1,227 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+)
+
+// serveFrameH2 serves h on a loopback h2c listener with h2Server, as
+// servePlain does (batching writer included), until the test ends.
+func serveFrameH2(t testing.TB, h http.HandlerFunc) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newFrameH2Server(h, time.Minute)
+	conns := newConnListener(ln.Addr())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = s.Serve(conns) }()
+	go func() {
+		_ = acceptLoop(ln, func(c net.Conn) {
+			bc := newBatchConn(c)
+			bc.start()
+			conns.push(bc)
+		})
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		conns.Close()
+		<-done
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := s.Shutdown(ctx); err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+	})
+	return ln.Addr().String()
+}
+
+// TestH2ServerH2spec runs h2spec (github.com/summerwind/h2spec), named by
+// $H2SPEC, against h2Server: every test case must pass.
+//
+//	GOBIN=/tmp/h2srv go install github.com/summerwind/h2spec/cmd/h2spec@latest
+//	H2SPEC=/tmp/h2srv/h2spec go test -run H2spec -v ./internal/gateway
+func TestH2ServerH2spec(t *testing.T) {
+	bin := os.Getenv("H2SPEC")
+	if bin == "" {
+		t.Skip("H2SPEC names no h2spec binary")
+	}
+	addr := serveFrameH2(t, func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "text/plain")
+		_, _ = io.WriteString(w, "hello")
+	})
+	host, port, _ := net.SplitHostPort(addr)
+	out, err := exec.Command(bin, "-h", host, "-p", port, "-o", "5", "-j", t.TempDir()+"/report.xml").CombinedOutput()
+	t.Logf("%s", out)
+	if err != nil {
+		t.Fatalf("h2spec: %v", err)
+	}
+}
+
+// FuzzH2Server feeds a connection of h2Server the preface, an empty
+// SETTINGS, then arbitrary bytes (frames, header blocks), with a handler
+// that reads the body and answers with a body and trailers: the server
+// must neither panic nor hang, and must end the connection when the
+// client closes it.
+func FuzzH2Server(f *testing.F) {
+	var seed bytes.Buffer
+	fr := http2.NewFramer(&seed, nil)
+	var hb bytes.Buffer
+	enc := hpack.NewEncoder(&hb)
+	for _, hf := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":path", "/x"}, {":authority", "a"}, {"content-length", "3"}} {
+		_ = enc.WriteField(hpack.HeaderField{Name: hf[0], Value: hf[1]})
+	}
+	_ = fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: hb.Bytes(), EndHeaders: true})
+	_ = fr.WriteData(1, true, []byte("abc"))
+	_ = fr.WritePing(false, [8]byte{1})
+	_ = fr.WriteWindowUpdate(0, 1000)
+	f.Add(seed.Bytes())
+	f.Add([]byte{0, 0, 4, 8, 0, 0, 0, 0, 1, 0, 0, 0, 0}) // WINDOW_UPDATE of 0 on an idle stream
+	s := newFrameH2Server(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set(http.TrailerPrefix+"Grpc-Status", "0")
+		_, _ = w.Write([]byte("answer"))
+	}, time.Minute)
+	f.Fuzz(func(t *testing.T, in []byte) {
+		client, server := net.Pipe()
+		sc := newH2sConn(s, server)
+		done := make(chan struct{})
+		go func() { defer close(done); sc.serve() }()
+		go func() { _, _ = io.Copy(io.Discard, client) }()
+		var pre bytes.Buffer
+		pre.WriteString(http2.ClientPreface)
+		_ = http2.NewFramer(&pre, nil).WriteSettings()
+		_ = client.SetWriteDeadline(time.Now().Add(2 * time.Second))
+		_, _ = client.Write(append(pre.Bytes(), in...))
+		client.Close()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("the connection did not end after the client closed it")
+		}
+	})
+}
+
+// TestH2ServerFrames reads the frames h2Server answers with, at the frame
+// level: a small body ends with one END_STREAM and nothing after it; a
+// body with trailers ends with a HEADERS of them; an answer without a body
+// is one HEADERS with END_STREAM; a body the handler left unread is reset
+// with NO_ERROR once the handler returns (RFC 9113 8.1).
+func TestH2ServerFrames(t *testing.T) {
+	addr := serveFrameH2(t, func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/small":
+			_, _ = io.WriteString(w, "hello")
+		case "/trailers":
+			w.Header().Set("Content-Type", "application/grpc")
+			w.WriteHeader(http.StatusOK)
+			_, _ = io.WriteString(w, "msg")
+			w.(http.Flusher).Flush()
+			w.Header().Set(http.TrailerPrefix+"Grpc-Status", "0")
+		case "/empty":
+			w.Header().Set("Grpc-Status", "14")
+			w.WriteHeader(http.StatusOK)
+		case "/unread":
+			w.WriteHeader(http.StatusAccepted)
+		}
+	})
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	_, _ = io.WriteString(c, http2.ClientPreface)
+	fr := http2.NewFramer(c, c)
+	fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	_ = fr.WriteSettings()
+	var hb bytes.Buffer
+	enc := hpack.NewEncoder(&hb)
+	open := func(id uint32, path string, end bool) {
+		hb.Reset()
+		for _, f := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":path", path}, {":authority", "a"}} {
+			_ = enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+		}
+		if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: hb.Bytes(), EndHeaders: true, EndStream: end}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// next reads stream id's frames (others are the connection's) until
+	// it ends; it reports them as "H" (headers), "D" (data), "H." / "D."
+	// (with END_STREAM) and "R<code>" (reset).
+	next := func(id uint32) []string {
+		var got []string
+		for {
+			f, err := fr.ReadFrame()
+			if err != nil {
+				t.Fatalf("stream %d after %v: %v", id, got, err)
+			}
+			if sid := f.Header().StreamID; sid != id {
+				if sid != 0 {
+					t.Errorf("a frame on stream %d after its end: %v", sid, f)
+				}
+				continue
+			}
+			switch f := f.(type) {
+			case *http2.MetaHeadersFrame:
+				got = append(got, "H"+map[bool]string{true: "."}[f.StreamEnded()])
+			case *http2.DataFrame:
+				got = append(got, "D"+map[bool]string{true: "."}[f.StreamEnded()])
+			case *http2.RSTStreamFrame:
+				return append(got, "R"+f.ErrCode.String())
+			}
+			if f.Header().Flags.Has(http2.FlagHeadersEndStream) {
+				return got
+			}
+		}
+	}
+	for _, tc := range []struct {
+		id   uint32
+		path string
+		end  bool
+		want string
+	}{
+		{1, "/small", true, "[H D.]"},
+		{3, "/trailers", true, "[H D H.]"},
+		{5, "/empty", true, "[H.]"},
+		{7, "/unread", false, "[H. RNO_ERROR]"},
+	} {
+		open(tc.id, tc.path, tc.end)
+		got := next(tc.id)
+		if tc.path == "/unread" {
+			got = append(got, next(tc.id)...)
+		}
+		if s := strings.Join(strings.Fields(fmt.Sprint(got)), " "); s != tc.want {
+			t.Errorf("%s: frames %s, want %s", tc.path, s, tc.want)
+		}
+	}
+	// Nothing more on stream 1 (a second END_STREAM would come before the
+	// PING's ack).
+	_ = fr.WritePing(false, [8]byte{7})
+	for {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p, ok := f.(*http2.PingFrame); ok && p.IsAck() {
+			break
+		}
+		if id := f.Header().StreamID; id != 0 {
+			t.Errorf("a frame on stream %d after its end: %v", id, f)
+		}
+	}
+}
