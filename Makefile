@@ -24,6 +24,9 @@ JAEGER := $(CURDIR)/bin/jaeger
 # The push bench's peer: a stock istiod (Istio's pilot-discovery), pinned in
 # tools/istiod, a module of its own too (docs/perf/push.md).
 ISTIOD := $(CURDIR)/bin/istiod
+# The HTTP/2 conformance suite the gateway's HTTP/2 server is tested
+# with, pinned in tools/h2spec (internal/gateway, TestH2ServerH2spec).
+H2SPEC := $(CURDIR)/bin/h2spec
 
 # Every test, with the race detector, including the fuzz seed corpora in testdata/.
 test:
@@ -31,7 +34,8 @@ test:
 	$(GO) -C test/kube build -o $(KUBE_TESTSERVER) ./cmd/kube-testserver
 	$(GO) -C tools/jaeger build -o $(JAEGER) github.com/jaegertracing/jaeger/cmd/jaeger
 	$(GO) -C tools/istiod build -o $(ISTIOD) istio.io/istio/pilot/cmd/pilot-discovery
-	SEXTANT_KUBE_TESTSERVER=$(KUBE_TESTSERVER) SEXTANT_JAEGER=$(JAEGER) SEXTANT_ISTIOD=$(ISTIOD) $(GO) test -race -timeout 14m ./...
+	$(GO) -C tools/h2spec build -o $(H2SPEC) github.com/summerwind/h2spec/cmd/h2spec
+	SEXTANT_KUBE_TESTSERVER=$(KUBE_TESTSERVER) SEXTANT_JAEGER=$(JAEGER) SEXTANT_ISTIOD=$(ISTIOD) SEXTANT_H2SPEC=$(H2SPEC) $(GO) test -race -timeout 14m ./...
 
 # Rebuilds the console's third-party bundle (internal/console/assets/vendor/)
 # from the npm packages pinned in internal/console/web. Needs Node.js and

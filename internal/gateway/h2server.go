@@ -7,11 +7,13 @@ import (
 	"crypto/tls"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
 	"net/url"
 	"os"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -454,6 +456,9 @@ func (sc *h2sConn) onHeaders(f *http2.MetaHeadersFrame) (http2.ErrCode, bool) {
 	st.cond.L = &sc.mu
 	if !f.StreamEnded() {
 		req.Body = (*h2sBody)(st)
+		if strings.EqualFold(req.Header.Get("Expect"), "100-continue") {
+			st.expect, st.continueDue = true, true
+		}
 	}
 	sc.mu.Lock()
 	if sc.closed {
@@ -773,17 +778,22 @@ type h2sStream struct {
 	id   uint32
 	cond sync.Cond // on sc.mu: data came, the window grew, the stream ended
 	head bool      // a HEAD request: no body, no content-length of its own
+	// expect: the request asked for 100-continue (RFC 9110 10.1.1); the
+	// 100 goes when the handler first reads the body, as net/http's server
+	// and Envoy send it, unless the answer went first.
+	expect bool
 
 	// Under sc.mu.
-	rbuf       []byte
-	roff       int
-	remoteDone bool  // END_STREAM received
-	err        error // the stream or connection ended
-	recvWin    int64
-	unacked    int64
-	declared   int64
-	got        int64
-	sendWin    int64
+	rbuf        []byte
+	roff        int
+	remoteDone  bool  // END_STREAM received
+	err         error // the stream or connection ended
+	recvWin     int64
+	unacked     int64
+	declared    int64
+	got         int64
+	sendWin     int64
+	continueDue bool // expect, and neither the 100 nor the answer sent yet
 
 	// The handler's.
 	hdr         http.Header
@@ -813,7 +823,10 @@ func (st *h2sStream) run(req *http.Request) {
 	defer func() {
 		if e := recover(); e != nil {
 			// http.ErrAbortHandler, or a bug: the client sees its stream
-			// reset, as net/http does.
+			// reset, as net/http does, and a bug is logged with its stack.
+			if e != http.ErrAbortHandler {
+				slog.Error("gateway: http2 handler panicked", "panic", e, "stack", string(debug.Stack()))
+			}
 			st.reset(http2.ErrCodeInternal)
 			return
 		}
@@ -984,6 +997,11 @@ func (st *h2sStream) send(p []byte, end bool) error {
 		st.sentHeader = true
 		endHere := end && len(st.wbuf) == 0 && len(p) == 0
 		sc.wmu.Lock()
+		if st.expect { // the answer goes instead of the 100
+			sc.mu.Lock()
+			st.continueDue = false
+			sc.mu.Unlock()
+		}
 		sc.hbuf.Reset()
 		_ = sc.henc.WriteField(hpack.HeaderField{Name: ":status", Value: strconv.Itoa(st.status)})
 		for k, vs := range st.hdr {
@@ -1115,6 +1133,9 @@ type h2sBody h2sStream
 func (b *h2sBody) Read(p []byte) (int, error) {
 	st := (*h2sStream)(b)
 	sc := st.sc
+	if st.expect {
+		st.sendContinue()
+	}
 	sc.mu.Lock()
 	for st.roff == len(st.rbuf) && !st.remoteDone && st.err == nil {
 		st.cond.Wait()
@@ -1147,6 +1168,32 @@ func (b *h2sBody) Read(p []byte) (int, error) {
 	}
 	sc.mu.Unlock()
 	return 0, err
+}
+
+// sendContinue sends the 100 (Continue) a request that expects one waits
+// for, once, and never after the answer's headers (both are written under
+// sc.wmu).
+func (st *h2sStream) sendContinue() {
+	sc := st.sc
+	sc.mu.Lock()
+	due := st.continueDue
+	sc.mu.Unlock()
+	if !due {
+		return
+	}
+	sc.wmu.Lock()
+	defer sc.wmu.Unlock()
+	sc.mu.Lock()
+	due = st.continueDue && st.err == nil
+	st.continueDue = false
+	sc.mu.Unlock()
+	if !due {
+		return
+	}
+	sc.hbuf.Reset()
+	_ = sc.henc.WriteField(hpack.HeaderField{Name: ":status", Value: "100"})
+	sc.writeHeadersLocked(st.id, false, sc.hbuf.Bytes())
+	_ = sc.flushLocked()
 }
 
 // Close is the handler's: the stream is reset, if the client still sends,
