@@ -128,6 +128,7 @@ func (g *Gateway) dispatch(c net.Conn, fastLn, h2Ln *connListener) {
 		bc.start()
 		h2Ln.push(bc)
 	} else {
+		pc.Conn = newNBConn(c) // raw reads and writes (nbconn.go)
 		fastLn.push(&lfConn{Conn: pc})
 	}
 }

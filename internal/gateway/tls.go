@@ -375,7 +375,7 @@ func (g *Gateway) handshake(c net.Conn, base *tls.Config, port uint32, fastLn, h
 		}
 		c = &prefixConn{Conn: c, prefix: hello}
 	}
-	bc := newBatchConn(c) // batching once ALPN chose h2
+	bc := newBatchConn(newNBConn(c)) // batching once ALPN chose h2; raw reads and writes (nbconn.go)
 	tc := tls.Server(bc, base)
 	if err := tc.Handshake(); err != nil {
 		g.metrics.tlsHandshakeErrors.Inc()

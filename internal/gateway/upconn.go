@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"net"
-	"os"
 	"syscall"
 
 	"github.com/valyala/fasthttp"
@@ -21,15 +20,14 @@ import (
 // One call uses a connection at a time (the pool's), so its state needs no
 // lock.
 type upConn struct {
-	*net.TCPConn
-	raw  syscall.RawConn
-	step func(fd uintptr) bool // c.write, bound once: no allocation a call
-	buf  bytes.Buffer          // the request, serialized
-	bw   *bufio.Writer         // into buf
-	out  []byte                // what step writes
-	sent int
-	werr error
-	todo bool // step has not written yet
+	*nbConn                       // its reads and writes are raw system calls (nbconn.go)
+	step    func(fd uintptr) bool // c.write, bound once: no allocation a call
+	buf     bytes.Buffer          // the request, serialized
+	bw      *bufio.Writer         // into buf
+	out     []byte                // what step writes
+	sent    int
+	werr    syscall.Errno
+	todo    bool // step has not written yet
 }
 
 // upConnMaxBody bounds the bodies sent through buf: a larger one (a
@@ -42,11 +40,11 @@ func newUpConn(c net.Conn) net.Conn {
 	if !ok {
 		return c
 	}
-	raw, err := tc.SyscallConn()
+	nb, err := newNB(tc)
 	if err != nil {
 		return c
 	}
-	u := &upConn{TCPConn: tc, raw: raw}
+	u := &upConn{nbConn: nb}
 	u.step = u.write
 	u.bw = bufio.NewWriterSize(&u.buf, 4096)
 	return u
@@ -63,17 +61,17 @@ func (c *upConn) sendAwait(req *fasthttp.Request) error {
 	if err := c.bw.Flush(); err != nil {
 		return err
 	}
-	c.out, c.sent, c.werr, c.todo = c.buf.Bytes(), 0, nil, true
+	c.out, c.sent, c.werr, c.todo = c.buf.Bytes(), 0, 0, true
 	err := c.raw.Read(c.step)
 	switch {
-	case c.werr != nil:
-		return &net.OpError{Op: "write", Net: "tcp", Addr: c.RemoteAddr(), Err: os.NewSyscallError("write", c.werr)}
+	case c.werr != 0:
+		return c.opError("write", c.werr)
 	case err != nil:
 		return err
 	case c.sent < len(c.out):
 		// The socket's buffer was full: the rest the usual way (its write
 		// deadline applies), then the usual read.
-		_, err = c.TCPConn.Write(c.out[c.sent:])
+		_, err = c.nbConn.Write(c.out[c.sent:])
 		return err
 	}
 	return nil
@@ -87,22 +85,8 @@ func (c *upConn) write(fd uintptr) bool {
 		return true
 	}
 	c.todo = false
-	for c.sent < len(c.out) {
-		n, err := syscall.Write(int(fd), c.out[c.sent:])
-		if n > 0 {
-			c.sent += n
-		}
-		switch {
-		case err == syscall.EINTR:
-		case err == syscall.EAGAIN:
-			return true
-		case err != nil:
-			c.werr = err
-			return true
-		case n == 0:
-			c.werr = syscall.EIO
-			return true
-		}
+	if !rawWrite(fd, c.out, &c.sent, &c.werr) || c.werr != 0 {
+		return true // EAGAIN (the rest the usual way) or failed
 	}
 	return false
 }

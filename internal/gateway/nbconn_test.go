@@ -1,0 +1,148 @@
+package gateway
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// tcpPair returns both ends of a loopback TCP connection, the first
+// wrapped in an nbConn.
+func tcpPair(t *testing.T) (*nbConn, net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	done := make(chan net.Conn, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			done <- nil
+			return
+		}
+		done <- c
+	}()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	peer := <-done
+	if peer == nil {
+		t.Fatal("accept failed")
+	}
+	nc, ok := newNBConn(c).(*nbConn)
+	if !ok {
+		t.Fatalf("newNBConn(%T) did not wrap it", c)
+	}
+	t.Cleanup(func() { nc.Close(); peer.Close() })
+	return nc, peer
+}
+
+func TestNBConnReadWrite(t *testing.T) {
+	c, peer := tcpPair(t)
+	if _, err := peer.Write([]byte("hello")); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 16)
+	n, err := c.Read(buf) // waits for the bytes: the socket is non-blocking
+	if err != nil || string(buf[:n]) != "hello" {
+		t.Fatalf("Read = %q, %v; want hello", buf[:n], err)
+	}
+	if n, err := c.Read(nil); n != 0 || err != nil {
+		t.Fatalf("Read(nil) = %d, %v", n, err)
+	}
+	if n, err := c.Write([]byte("world")); n != 5 || err != nil {
+		t.Fatalf("Write = %d, %v", n, err)
+	}
+	got := make([]byte, 5)
+	if _, err := io.ReadFull(peer, got); err != nil || string(got) != "world" {
+		t.Fatalf("peer read %q, %v", got, err)
+	}
+	peer.Close()
+	if n, err := c.Read(buf); n != 0 || err != io.EOF {
+		t.Fatalf("Read after the peer closed = %d, %v; want io.EOF", n, err)
+	}
+}
+
+// A write larger than the socket's buffers waits for the reader (EAGAIN,
+// then the poller) and delivers every byte in order.
+func TestNBConnLargeWrite(t *testing.T) {
+	c, peer := tcpPair(t)
+	want := make([]byte, 8<<20)
+	for i := range want {
+		want[i] = byte(i * 7)
+	}
+	got := make(chan []byte, 1)
+	go func() {
+		time.Sleep(50 * time.Millisecond) // let the writer fill the buffers
+		b, _ := io.ReadAll(peer)
+		got <- b
+	}()
+	if n, err := c.Write(want); n != len(want) || err != nil {
+		t.Fatalf("Write = %d, %v; want %d", n, err, len(want))
+	}
+	c.CloseWrite()
+	if b := <-got; !bytes.Equal(b, want) {
+		t.Fatalf("peer read %d bytes, not the %d written", len(b), len(want))
+	}
+}
+
+func TestNBConnDeadlines(t *testing.T) {
+	c, _ := tcpPair(t)
+	c.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
+	_, err := c.Read(make([]byte, 8))
+	var ne net.Error
+	if !errors.Is(err, os.ErrDeadlineExceeded) || !errors.As(err, &ne) || !ne.Timeout() {
+		t.Fatalf("Read past its deadline = %v; want a timeout", err)
+	}
+	// The peer never reads: the write fills the buffers, then times out.
+	c.SetWriteDeadline(time.Now().Add(50 * time.Millisecond))
+	n, err := c.Write(make([]byte, 64<<20))
+	if !errors.Is(err, os.ErrDeadlineExceeded) || n == 0 || n >= 64<<20 {
+		t.Fatalf("Write past its deadline = %d, %v; want part written and a timeout", n, err)
+	}
+}
+
+func TestNBConnErrors(t *testing.T) {
+	c, peer := tcpPair(t)
+	// A reset: the peer closes with unread bytes.
+	if _, err := c.Write([]byte("unread")); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond)
+	peer.(*net.TCPConn).SetLinger(0)
+	peer.Close()
+	time.Sleep(20 * time.Millisecond)
+	_, err := c.Read(make([]byte, 8))
+	var op *net.OpError
+	if !errors.Is(err, syscall.ECONNRESET) || !errors.As(err, &op) || op.Op != "read" {
+		t.Fatalf("Read after a reset = %v; want read: ECONNRESET in a net.OpError", err)
+	}
+	if _, err := c.Write([]byte("x")); !errors.Is(err, syscall.EPIPE) && !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("Write after a reset = %v; want EPIPE or ECONNRESET", err)
+	}
+	c.Close()
+	if _, err := c.Read(make([]byte, 8)); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("Read after Close = %v; want net.ErrClosed", err)
+	}
+	if _, err := c.Write([]byte("x")); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("Write after Close = %v; want net.ErrClosed", err)
+	}
+}
+
+// Only a *net.TCPConn is wrapped.
+func TestNBConnOthers(t *testing.T) {
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	if c := newNBConn(a); c != a {
+		t.Fatalf("newNBConn(pipe) = %T; want the pipe as is", c)
+	}
+}
