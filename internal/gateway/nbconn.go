@@ -6,7 +6,7 @@ import (
 	"os"
 	"sync"
 	"syscall"
-	"unsafe"
+	"time"
 )
 
 // nbConn reads and writes a TCP connection with raw system calls, inside
@@ -41,12 +41,29 @@ type nbConn struct {
 	wp     []byte
 	wn     int
 	werrno syscall.Errno
+
+	// A client's connection (lazy) gives its read deadline to the poller
+	// only when a read is about to wait, and not when the new one only
+	// extends the armed one by less than 1/64 of the time left to it:
+	// fasthttp sets two read deadlines per request (the idle one before
+	// the next request, the read timeout after its first byte), each a
+	// clock read and a runtime timer changed, and for a request that
+	// arrives in one piece no read waits under the second. A deadline set
+	// while a read waits is armed at once (it may be meant to interrupt
+	// it). The cost: a read deadline may end the wait up to 1/64 of its
+	// time early (under 5 s of the 5-minute idle timeout).
+	lazy    bool
+	dmu     sync.Mutex
+	want    time.Time // the read deadline asked for
+	armed   time.Time // the poller's
+	reading int       // reads in progress
 }
 
 // maxRW bounds one system call's bytes, as internal/poll does.
 const maxRW = 1 << 30
 
-// newNBConn wraps a *net.TCPConn; any other connection is returned as is.
+// newNBConn wraps a client's *net.TCPConn (its read deadlines lazy); any
+// other connection is returned as is.
 func newNBConn(c net.Conn) net.Conn {
 	tc, ok := c.(*net.TCPConn)
 	if !ok {
@@ -56,6 +73,7 @@ func newNBConn(c net.Conn) net.Conn {
 	if err != nil {
 		return c
 	}
+	n.lazy = true
 	return n
 }
 
@@ -76,12 +94,18 @@ func (c *nbConn) Read(p []byte) (int, error) {
 	if len(p) > maxRW {
 		p = p[:maxRW]
 	}
+	if c.lazy {
+		c.begin()
+	}
 	c.rmu.Lock()
 	c.rp, c.rn, c.rerrno = p, 0, 0
 	err := c.raw.Read(c.rstep)
 	n, errno := c.rn, c.rerrno
 	c.rp = nil
 	c.rmu.Unlock()
+	if c.lazy {
+		c.end()
+	}
 	switch {
 	case err != nil: // closed, deadline: net's error, as a plain Read's
 		return 0, err
@@ -97,10 +121,10 @@ func (c *nbConn) Read(p []byte) (int, error) {
 // nothing can be read yet.
 func (c *nbConn) readStep(fd uintptr) bool {
 	for {
-		n, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&c.rp[0])), uintptr(len(c.rp)))
+		n, e := sysRead(fd, c.rp)
 		switch e {
 		case 0:
-			c.rn = int(n)
+			c.rn = n
 			return true
 		case syscall.EINTR:
 			continue
@@ -145,14 +169,14 @@ func rawWrite(fd uintptr, p []byte, sent *int, errno *syscall.Errno) bool {
 		if len(chunk) > maxRW {
 			chunk = chunk[:maxRW]
 		}
-		n, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&chunk[0])), uintptr(len(chunk)))
+		n, e := sysWrite(fd, chunk)
 		switch e {
 		case 0:
-			if n == 0 {
+			if n <= 0 {
 				*errno = syscall.EIO
 				return true
 			}
-			*sent += int(n)
+			*sent += n
 		case syscall.EINTR:
 		case syscall.EAGAIN:
 			return false
@@ -162,6 +186,74 @@ func rawWrite(fd uintptr, p []byte, sent *int, errno *syscall.Errno) bool {
 		}
 	}
 	return true
+}
+
+func (c *nbConn) SetReadDeadline(t time.Time) error {
+	if !c.lazy {
+		return c.TCPConn.SetReadDeadline(t)
+	}
+	c.dmu.Lock()
+	defer c.dmu.Unlock()
+	c.want = t
+	if c.reading > 0 {
+		return c.arm()
+	}
+	return nil
+}
+
+func (c *nbConn) SetDeadline(t time.Time) error {
+	if !c.lazy {
+		return c.TCPConn.SetDeadline(t)
+	}
+	if err := c.TCPConn.SetWriteDeadline(t); err != nil {
+		return err
+	}
+	return c.SetReadDeadline(t)
+}
+
+// WriteTo reads c (splicing where it can) under the read deadline.
+func (c *nbConn) WriteTo(w io.Writer) (int64, error) {
+	if !c.lazy {
+		return c.TCPConn.WriteTo(w)
+	}
+	c.begin()
+	defer c.end()
+	return c.TCPConn.WriteTo(w)
+}
+
+// begin arms the read deadline asked for, unless it only extends the
+// armed one a little, before a read; an error (closed) the read reports.
+func (c *nbConn) begin() {
+	c.dmu.Lock()
+	defer c.dmu.Unlock()
+	c.reading++
+	if c.want.Equal(c.armed) {
+		return
+	}
+	if !c.want.IsZero() && !c.armed.IsZero() && c.want.After(c.armed) {
+		if left := time.Until(c.armed); left > 0 && c.want.Sub(c.armed) < left/64 {
+			return
+		}
+	}
+	_ = c.arm()
+}
+
+func (c *nbConn) end() {
+	c.dmu.Lock()
+	c.reading--
+	c.dmu.Unlock()
+}
+
+// arm gives the poller the read deadline asked for; c.dmu is held.
+func (c *nbConn) arm() error {
+	if c.want.Equal(c.armed) {
+		return nil
+	}
+	if err := c.TCPConn.SetReadDeadline(c.want); err != nil {
+		return err
+	}
+	c.armed = c.want
+	return nil
 }
 
 func (c *nbConn) opError(op string, errno syscall.Errno) error {

@@ -103,8 +103,9 @@ func TestNBConnDeadlines(t *testing.T) {
 		t.Fatalf("Read past its deadline = %v; want a timeout", err)
 	}
 	// The peer never reads: the write fills the buffers, then times out.
-	c.SetWriteDeadline(time.Now().Add(50 * time.Millisecond))
-	n, err := c.Write(make([]byte, 64<<20))
+	big := make([]byte, 64<<20)
+	c.SetWriteDeadline(time.Now().Add(200 * time.Millisecond))
+	n, err := c.Write(big)
 	if !errors.Is(err, os.ErrDeadlineExceeded) || n == 0 || n >= 64<<20 {
 		t.Fatalf("Write past its deadline = %d, %v; want part written and a timeout", n, err)
 	}
@@ -144,5 +145,83 @@ func TestNBConnOthers(t *testing.T) {
 	defer b.Close()
 	if c := newNBConn(a); c != a {
 		t.Fatalf("newNBConn(pipe) = %T; want the pipe as is", c)
+	}
+}
+
+// A client's read deadlines are armed lazily: each still bounds the read
+// that waits under it, and one set while a read waits interrupts it.
+func TestNBConnLazyReadDeadline(t *testing.T) {
+	c, peer := tcpPair(t)
+	buf := make([]byte, 8)
+	timedOut := func(err error) bool { return errors.Is(err, os.ErrDeadlineExceeded) }
+
+	// A long deadline armed by a read, then a short one set with no read
+	// waiting: the next read waits under the short one.
+	c.SetReadDeadline(time.Now().Add(time.Minute))
+	peer.Write([]byte("a"))
+	if _, err := c.Read(buf); err != nil {
+		t.Fatal(err)
+	}
+	c.SetReadDeadline(time.Now().Add(30 * time.Millisecond))
+	start := time.Now()
+	if _, err := c.Read(buf); !timedOut(err) {
+		t.Fatalf("Read under a 30 ms deadline = %v; want a timeout", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("the 30 ms deadline ended the read after %v", d)
+	}
+
+	// Extended again: the read waits for the bytes.
+	c.SetReadDeadline(time.Now().Add(time.Minute))
+	go func() { time.Sleep(50 * time.Millisecond); peer.Write([]byte("b")) }()
+	if n, err := c.Read(buf); err != nil || string(buf[:n]) != "b" {
+		t.Fatalf("Read after extending the deadline = %q, %v", buf[:n], err)
+	}
+	// Extended by a little (not re-armed), the read still works.
+	c.SetReadDeadline(time.Now().Add(time.Minute + time.Millisecond))
+	peer.Write([]byte("c"))
+	if n, err := c.Read(buf); err != nil || string(buf[:n]) != "c" {
+		t.Fatalf("Read = %q, %v", buf[:n], err)
+	}
+
+	// Set while a read waits (no deadline before): it ends the read.
+	c.SetReadDeadline(time.Time{})
+	done := make(chan error, 1)
+	go func() { _, err := c.Read(buf); done <- err }()
+	time.Sleep(50 * time.Millisecond)
+	c.SetReadDeadline(time.Now())
+	select {
+	case err := <-done:
+		if !timedOut(err) {
+			t.Fatalf("interrupted Read = %v; want a timeout", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a deadline set during a read did not end it")
+	}
+
+	// SetDeadline: the read side lazily, the write side at once.
+	c.SetDeadline(time.Now().Add(-time.Second))
+	if _, err := c.Read(buf); !timedOut(err) {
+		t.Fatalf("Read past SetDeadline's = %v", err)
+	}
+	if _, err := c.Write([]byte("x")); !timedOut(err) {
+		t.Fatalf("Write past SetDeadline's = %v", err)
+	}
+}
+
+// WriteTo (io.Copy from the connection) reads under the lazy deadline.
+func TestNBConnWriteToDeadline(t *testing.T) {
+	c, _ := tcpPair(t)
+	c.SetReadDeadline(time.Now().Add(30 * time.Millisecond))
+	var sink bytes.Buffer
+	done := make(chan error, 1)
+	go func() { _, err := io.Copy(&sink, c); done <- err }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("io.Copy = %v; want a timeout", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("io.Copy ignored the read deadline")
 	}
 }
