@@ -42,19 +42,7 @@ func BenchmarkGRPCUnary(b *testing.B) {
 			defer cc.Close()
 			c := testgrpc.NewTestServiceClient(cc)
 			req := &testgrpc.SimpleRequest{ResponseSize: 1024}
-			deadline := time.Now().Add(10 * time.Second)
-			for {
-				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-				_, err := c.UnaryCall(ctx, req)
-				cancel()
-				if err == nil {
-					break
-				}
-				if time.Now().After(deadline) {
-					b.Fatalf("no answer: %v", err)
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
+			awaitUnary(b, c, req)
 			b.ReportAllocs()
 			b.SetParallelism(8)
 			b.ResetTimer()
@@ -67,5 +55,24 @@ func BenchmarkGRPCUnary(b *testing.B) {
 				}
 			})
 		})
+	}
+}
+
+// awaitUnary calls c until a call is answered (the gateway has its routes),
+// for at most 10 s.
+func awaitUnary(b *testing.B, c testgrpc.TestServiceClient, req *testgrpc.SimpleRequest) {
+	b.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, err := c.UnaryCall(ctx, req)
+		cancel()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("no answer: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

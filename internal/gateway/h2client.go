@@ -363,6 +363,13 @@ func (cc *h2ClientConn) writeHeadersLocked(id uint32, end bool, block []byte) {
 	cc.mu.Lock()
 	max := cc.maxFrame
 	cc.mu.Unlock()
+	writeHeaderBlock(cc.wfr, id, end, block, max)
+}
+
+// writeHeaderBlock writes block as a HEADERS frame and as many
+// CONTINUATION frames as frames of max bytes take (both sides of the
+// frame-level data path: h2client.go, h2server.go).
+func writeHeaderBlock(fr *http2.Framer, id uint32, end bool, block []byte, max int) {
 	first := true
 	for first || len(block) > 0 {
 		chunk := block
@@ -371,10 +378,10 @@ func (cc *h2ClientConn) writeHeadersLocked(id uint32, end bool, block []byte) {
 		}
 		block = block[len(chunk):]
 		if first {
-			_ = cc.wfr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: chunk, EndStream: end, EndHeaders: len(block) == 0})
+			_ = fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: chunk, EndStream: end, EndHeaders: len(block) == 0})
 			first = false
 		} else {
-			_ = cc.wfr.WriteContinuation(id, len(block) == 0, chunk)
+			_ = fr.WriteContinuation(id, len(block) == 0, chunk)
 		}
 	}
 }

@@ -1110,20 +1110,7 @@ func (sc *h2sConn) writeHeadersLocked(id uint32, end bool, block []byte) {
 	sc.mu.Lock()
 	max := sc.maxFrame
 	sc.mu.Unlock()
-	first := true
-	for first || len(block) > 0 {
-		chunk := block
-		if len(chunk) > max {
-			chunk = chunk[:max]
-		}
-		block = block[len(chunk):]
-		if first {
-			_ = sc.wfr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: chunk, EndStream: end, EndHeaders: len(block) == 0})
-			first = false
-		} else {
-			_ = sc.wfr.WriteContinuation(id, len(block) == 0, chunk)
-		}
-	}
+	writeHeaderBlock(sc.wfr, id, end, block, max)
 }
 
 // h2sBody is a stream's request body: what DATA frames brought, read by

@@ -5,7 +5,6 @@ import (
 	"os"
 	"strings"
 	"testing"
-	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -31,19 +30,7 @@ func BenchmarkH2Server(b *testing.B) {
 			b.Fatal(err)
 		}
 		c := testgrpc.NewTestServiceClient(cc)
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			_, err := c.UnaryCall(ctx, req)
-			cancel()
-			if err == nil {
-				break
-			}
-			if time.Now().After(deadline) {
-				b.Fatalf("no answer: %v", err)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		awaitUnary(b, c, req)
 		return c, func() { cc.Close() }
 	}
 	frame, closeFrame := client(startGatewayB(b, cp.addr))

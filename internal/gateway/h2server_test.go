@@ -144,27 +144,7 @@ func TestH2ServerFrames(t *testing.T) {
 			w.WriteHeader(http.StatusAccepted)
 		}
 	})
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-	_, _ = io.WriteString(c, http2.ClientPreface)
-	fr := http2.NewFramer(c, c)
-	fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
-	_ = fr.WriteSettings()
-	var hb bytes.Buffer
-	enc := hpack.NewEncoder(&hb)
-	open := func(id uint32, path string, end bool) {
-		hb.Reset()
-		for _, f := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":path", path}, {":authority", "a"}} {
-			_ = enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
-		}
-		if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: hb.Bytes(), EndHeaders: true, EndStream: end}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	fr, open := dialFrames(t, addr)
 	// next reads stream id's frames (others are the connection's) until
 	// it ends; it reports them as "H" (headers), "D" (data), "H." / "D."
 	// (with END_STREAM) and "R<code>" (reset).
@@ -243,27 +223,8 @@ func TestH2ServerExpectContinue(t *testing.T) {
 		b, _ := io.ReadAll(r.Body)
 		_, _ = w.Write(b)
 	})
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-	_, _ = io.WriteString(c, http2.ClientPreface)
-	fr := http2.NewFramer(c, c)
-	fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
-	_ = fr.WriteSettings()
-	var hb bytes.Buffer
-	enc := hpack.NewEncoder(&hb)
-	open := func(id uint32, path string) {
-		hb.Reset()
-		for _, f := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":path", path}, {":authority", "a"}, {"expect", "100-continue"}} {
-			_ = enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
-		}
-		if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: hb.Bytes(), EndHeaders: true}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	fr, openStream := dialFrames(t, addr)
+	open := func(id uint32, path string) { openStream(id, path, false, "expect", "100-continue") }
 	// status reads frames until stream id's next HEADERS and returns its
 	// :status and whether it ended the stream.
 	status := func(id uint32) (string, bool) {
@@ -294,4 +255,34 @@ func TestH2ServerExpectContinue(t *testing.T) {
 	if s, end := status(3); s != "403" || !end {
 		t.Fatalf("a refusing handler's answer: status %q (end %v), want 403 ending the stream (no 100)", s, end)
 	}
+}
+
+// dialFrames connects to an HTTP/2 server at the frame level (preface and
+// SETTINGS sent) and returns its framer and a function that opens stream
+// id with a POST of path and the extra header fields (name, value, ...).
+func dialFrames(t *testing.T, addr string) (*http2.Framer, func(id uint32, path string, end bool, extra ...string)) {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	_, _ = io.WriteString(c, http2.ClientPreface)
+	fr := http2.NewFramer(c, c)
+	fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	_ = fr.WriteSettings()
+	var hb bytes.Buffer
+	enc := hpack.NewEncoder(&hb)
+	open := func(id uint32, path string, end bool, extra ...string) {
+		hb.Reset()
+		fields := append([]string{":method", "POST", ":scheme", "http", ":path", path, ":authority", "a"}, extra...)
+		for i := 0; i+1 < len(fields); i += 2 {
+			_ = enc.WriteField(hpack.HeaderField{Name: fields[i], Value: fields[i+1]})
+		}
+		if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: hb.Bytes(), EndHeaders: true, EndStream: end}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return fr, open
 }

@@ -1,8 +1,9 @@
 package gateway_test
 
 import (
-	"context"
+	"bufio"
 	"net"
+	"net/http"
 	"testing"
 	"time"
 
@@ -14,30 +15,47 @@ import (
 // connection once RequestReadTimeout has passed since the first byte,
 // instead of holding a goroutine and a socket for as long as it trickles.
 func TestTricklingClientIsCutOff(t *testing.T) {
-	g := gateway.New(gateway.Options{RequestReadTimeout: 300 * time.Millisecond})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- g.Serve(ln) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		g.Shutdown(ctx)
-		<-done
-	})
-	c, err := net.Dial("tcp", ln.Addr().String())
+	addr := serveBare(t, gateway.Options{RequestReadTimeout: 300 * time.Millisecond})
+	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
+	trickleUntilCut(t, c, bufio.NewReader(c))
+}
+
+// A kept-alive connection's second request that trickles is cut off
+// after RequestReadTimeout, as a first one is: the idle timeout between
+// requests does not stand in for the read timeout.
+func TestTricklingSecondRequestIsCutOff(t *testing.T) {
+	addr := serveBare(t, gateway.Options{RequestReadTimeout: 300 * time.Millisecond})
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	br := bufio.NewReader(c)
+	if _, err := c.Write([]byte("GET /a HTTP/1.1\r\nHost: x\r\n\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	trickleUntilCut(t, c, br)
+}
+
+// trickleUntilCut starts a request on c and sends a header line every 50
+// ms for at most 5 s; the gateway must close the connection (or answer)
+// within about its 300 ms read timeout.
+func trickleUntilCut(t *testing.T, c net.Conn, br *bufio.Reader) {
+	t.Helper()
 	start := time.Now()
 	if _, err := c.Write([]byte("GET / HTTP/1.1\r\nHost: a\r\n")); err != nil {
 		t.Fatal(err)
 	}
-	// Trickle a header line every 50 ms for at most 5 s; the gateway must
-	// close the connection long before that.
 	closed := false
 	for i := 0; i < 100 && !closed; i++ {
 		time.Sleep(50 * time.Millisecond)
@@ -46,8 +64,7 @@ func TestTricklingClientIsCutOff(t *testing.T) {
 			break
 		}
 		_ = c.SetReadDeadline(time.Now().Add(time.Millisecond))
-		var b [512]byte
-		if n, err := c.Read(b[:]); n > 0 || err != nil && !isTimeout(err) {
+		if _, err := br.Peek(1); err == nil || !isTimeout(err) {
 			closed = true // an answer (408) or EOF: the request was cut off
 		}
 	}
