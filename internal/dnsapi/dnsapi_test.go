@@ -634,12 +634,25 @@ func TestServer(t *testing.T) {
 		for _, network := range []string{"udp", "tcp"} {
 			var addr string
 			if network == "udp" {
-				pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-				if err != nil {
-					t.Fatal(err)
+				// A UDP port whose TCP twin is free (Listen binds TCP
+				// first): another process's socket may hold the TCP one.
+				for i := 0; addr == ""; i++ {
+					pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+					if err != nil {
+						t.Fatal(err)
+					}
+					ln, err := net.Listen("tcp", pc.LocalAddr().String())
+					if err != nil {
+						pc.Close()
+						if i == 20 {
+							t.Fatalf("no UDP port of 20 had its TCP twin free: %v", err)
+						}
+						continue
+					}
+					ln.Close()
+					defer pc.Close()
+					addr = pc.LocalAddr().String()
 				}
-				defer pc.Close()
-				addr = pc.LocalAddr().String()
 			} else {
 				ln, err := net.Listen("tcp", "127.0.0.1:0")
 				if err != nil {

@@ -415,7 +415,15 @@ func (sc *h2sConn) onHeaders(f *http2.MetaHeadersFrame) (http2.ErrCode, bool) {
 	if st := sc.streams[id]; st != nil {
 		// Trailers: they end the stream; the gateway forwards none.
 		if st.remoteDone {
+			// Half-closed (remote): a stream error; closed (the answer
+			// ended too, though the stream is still in the table until its
+			// handler's goroutine is done): a connection error (RFC 9113
+			// 5.1).
+			done := st.localDone
 			sc.mu.Unlock()
+			if done {
+				return http2.ErrCodeStreamClosed, false
+			}
 			sc.resetStream(id, http2.ErrCodeStreamClosed)
 			return 0, true
 		}
@@ -664,6 +672,14 @@ func (sc *h2sConn) goAway(code http2.ErrCode) {
 	_ = sc.wfr.WriteGoAway(last, code, nil)
 	_ = sc.flushLocked()
 	sc.wmu.Unlock()
+	// Closing with bytes unread (frames the client sent before it read the
+	// GOAWAY) would reset the connection, and the reset can destroy the
+	// GOAWAY before the client reads it: read and drop what it still
+	// sends until it closes, for at most a second (the lingering close of
+	// nginx and of net/http's server). Only serve's goroutine calls this,
+	// so it is the connection's only reader.
+	_ = sc.conn.SetReadDeadline(time.Now().Add(time.Second))
+	_, _ = io.CopyN(io.Discard, sc.conn, 1<<20)
 	sc.close(errH2sConnClosed)
 }
 
@@ -787,6 +803,7 @@ type h2sStream struct {
 	rbuf        []byte
 	roff        int
 	remoteDone  bool  // END_STREAM received
+	localDone   bool  // the handler returned: END_STREAM is sent or about to be
 	err         error // the stream or connection ended
 	recvWin     int64
 	unacked     int64
@@ -918,6 +935,9 @@ func (st *h2sStream) finish() {
 	if st.status == 0 {
 		st.WriteHeader(http.StatusOK)
 	}
+	st.sc.mu.Lock()
+	st.localDone = true
+	st.sc.mu.Unlock()
 	trailers := st.hasTrailers()
 	if !st.sentHeader && !trailers && !st.head && st.hdr.Get("Content-Length") == "" {
 		st.Header().Set("Content-Length", strconv.Itoa(len(st.wbuf)))
