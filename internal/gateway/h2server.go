@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/net/http/httpguts"
@@ -35,7 +36,9 @@ import (
 // and writeFrameAsync writes each frame on yet another goroutine), and a
 // flush per frame. What it does not do: server push, priorities (PRIORITY
 // is read and ignored), the HPACK dynamic table on the way out (h2Config's
-// reason), Content-Type sniffing and the Date header.
+// reason), Content-Type sniffing, client trailers (read and dropped: the
+// gateway forwards none). It adds a Date header and answers 100-continue
+// as net/http's server does.
 //
 // The handler gets an *http.Request and an http.ResponseWriter (with
 // Flush), so serveH2On serves both servers; SEXTANT_H2_SERVER=nethttp
@@ -1030,6 +1033,9 @@ func (st *h2sStream) send(p []byte, end bool) error {
 			}
 			st.encode(lowerHeader(k), vs)
 		}
+		if _, ok := st.hdr["Date"]; !ok { // as net/http's server and Envoy add it
+			_ = sc.henc.WriteField(hpack.HeaderField{Name: "date", Value: httpDate(time.Now())})
+		}
 		sc.writeHeadersLocked(st.id, endHere, sc.hbuf.Bytes())
 		// A small buffered body goes in the same write as its headers
 		// when the windows have room: one append to the connection, so
@@ -1206,3 +1212,24 @@ func (st *h2sStream) sendContinue() {
 // Close is the handler's: the stream is reset, if the client still sends,
 // when the handler returns.
 func (b *h2sBody) Close() error { return nil }
+
+// dateCache is the Date header's value for one second (a response's
+// headers would otherwise format it each time).
+type dateCache struct {
+	sec int64
+	v   string
+}
+
+var lastDate atomic.Pointer[dateCache]
+
+// httpDate returns now as an HTTP date (RFC 9110 5.6.7), formatted once a
+// second.
+func httpDate(now time.Time) string {
+	sec := now.Unix()
+	if d := lastDate.Load(); d != nil && d.sec == sec {
+		return d.v
+	}
+	d := &dateCache{sec: sec, v: now.UTC().Format(http.TimeFormat)}
+	lastDate.Store(d)
+	return d.v
+}

@@ -286,3 +286,45 @@ func dialFrames(t *testing.T, addr string) (*http2.Framer, func(id uint32, path 
 	}
 	return fr, open
 }
+
+// An answer carries a Date header (the handler's own when it set one), as
+// net/http's server and Envoy add it.
+func TestH2ServerDate(t *testing.T) {
+	addr := serveFrameH2(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/own" {
+			w.Header().Set("Date", "Mon, 02 Jan 2006 15:04:05 GMT")
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	fr, open := dialFrames(t, addr)
+	date := func(id uint32) []string {
+		for {
+			f, err := fr.ReadFrame()
+			if err != nil {
+				t.Fatalf("stream %d: %v", id, err)
+			}
+			if h, ok := f.(*http2.MetaHeadersFrame); ok && h.StreamID == id {
+				var got []string
+				for _, hf := range h.RegularFields() {
+					if hf.Name == "date" {
+						got = append(got, hf.Value)
+					}
+				}
+				return got
+			}
+		}
+	}
+	before := time.Now().Add(-time.Second)
+	open(1, "/", true)
+	got := date(1)
+	if len(got) != 1 {
+		t.Fatalf("date fields %q, want one", got)
+	}
+	if d, err := http.ParseTime(got[0]); err != nil || d.Before(before.Truncate(time.Second)) || d.After(time.Now()) {
+		t.Fatalf("date %q (%v): not now", got[0], err)
+	}
+	open(3, "/own", true)
+	if got := date(3); len(got) != 1 || got[0] != "Mon, 02 Jan 2006 15:04:05 GMT" {
+		t.Fatalf("date fields %q, want the handler's own only", got)
+	}
+}
