@@ -518,9 +518,10 @@ func (sc *h2sConn) newRequest(f *http2.MetaHeadersFrame) (*http.Request, int64, 
 	declared := int64(-1)
 	var cookies []string
 	for _, hf := range regular {
-		switch hf.Name {
-		case "connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade":
+		if connectionSpecific(hf.Name) {
 			return nil, 0, errors.New("gateway: http2 request with connection header " + hf.Name)
+		}
+		switch hf.Name {
 		case "te":
 			if hf.Value != "trailers" {
 				return nil, 0, errors.New("gateway: http2 request with te " + hf.Value)
@@ -991,11 +992,21 @@ func (st *h2sStream) hasTrailers() bool {
 	return false
 }
 
+// connectionSpecific reports whether a lower-case header name is one of
+// the connection-specific fields HTTP/2 forbids (RFC 9113 8.2.2): a
+// request carrying one is malformed, an answer's are dropped.
+func connectionSpecific(name string) bool {
+	switch name {
+	case "connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade":
+		return true
+	}
+	return false
+}
+
 // encode adds a header field to sc.hbuf, dropping what HTTP/2 forbids;
 // sc.wmu is held.
 func (st *h2sStream) encode(name string, vs []string) {
-	switch name {
-	case "connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade", "trailer":
+	if name == "trailer" || connectionSpecific(name) {
 		return
 	}
 	for _, v := range vs {
