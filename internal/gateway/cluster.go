@@ -140,22 +140,11 @@ func (u *h2cUpstream) do(req *fasthttp.Request, resp *fasthttp.Response, deadlin
 			body = touchReader{r: body, w: watch}
 		}
 	}
-	hr, err := http.NewRequestWithContext(ctx, string(req.Header.Method()), u.scheme+"://"+u.addr+string(req.Header.RequestURI()), body)
-	if err != nil {
-		watch.stop()
-		cancel()
-		return err
+	var rc io.ReadCloser
+	if body != http.NoBody {
+		rc = io.NopCloser(body)
 	}
-	hr.Host = string(req.Header.Host())
-	for k, v := range req.Header.All() {
-		switch string(k) {
-		case "Host", "Content-Length", "Connection", "Transfer-Encoding":
-			continue
-		}
-		hr.Header.Add(string(k), string(v))
-	}
-	hr.ContentLength = cl // -1: unknown (a chunked body)
-	hres, err := u.tr.RoundTrip(hr)
+	hres, err := u.tr.roundTripFast(ctx, &req.Header, cl, rc) // cl -1: a chunked body
 	if err != nil {
 		watch.stop()
 		cancel()

@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -26,20 +25,42 @@ import (
 // streaming), with trailers; to an HTTP/1.1 cluster it goes through the
 // HTTP/1.1 path's client, its answer streamed back.
 
+// h2Handler serves an HTTP/2 request whose head is already in ctx.Request:
+// decoded straight into it by h2Server, or copied from hr under net/http's
+// server (stdH2Handler). hr carries the body, its length and the
+// connection (context, TLS); its Header and URL are not read.
+type h2Handler func(w http.ResponseWriter, hr *http.Request, ctx *fasthttp.RequestCtx)
+
 // serveH2 serves one HTTP/2 request of the plaintext listener (h2c).
-// net/http calls it on the stream's goroutine.
-func (g *Gateway) serveH2(w http.ResponseWriter, hr *http.Request) {
-	g.serveH2On(w, hr, g.table.Load())
+func (g *Gateway) serveH2(w http.ResponseWriter, hr *http.Request, ctx *fasthttp.RequestCtx) {
+	g.serveH2On(w, hr, ctx, g.table.Load())
+}
+
+// stdH2Handler adapts h to net/http's server: the request's head is
+// copied into a pooled context.
+func stdH2Handler(h h2Handler) http.HandlerFunc {
+	return func(w http.ResponseWriter, hr *http.Request) {
+		// A stream's goroutine is new for each request: the context is
+		// pooled (it would be 1.7 KB on the heap per call).
+		ctx := h2Ctxs.Get().(*fasthttp.RequestCtx)
+		defer releaseH2Ctx(ctx)
+		req := &ctx.Request
+		req.Header.SetMethod(hr.Method)
+		req.Header.SetRequestURI(hr.URL.RequestURI())
+		req.Header.SetHost(hr.Host)
+		for k, vs := range hr.Header {
+			for _, v := range vs {
+				req.Header.Add(k, v)
+			}
+		}
+		h(w, hr, ctx)
+	}
 }
 
 // serveH2On serves an HTTP/2 request (h2c, or over TLS when hr.TLS is set)
-// with routing table t.
-func (g *Gateway) serveH2On(w http.ResponseWriter, hr *http.Request, t *table) {
+// with routing table t; ctx.Request holds its head (h2Handler).
+func (g *Gateway) serveH2On(w http.ResponseWriter, hr *http.Request, ctx *fasthttp.RequestCtx, t *table) {
 	start := time.Now()
-	// A stream's goroutine is new for each request: the context is pooled
-	// (it would be 1.7 KB on the heap per call) and built in place.
-	ctx := h2Ctxs.Get().(*fasthttp.RequestCtx)
-	defer releaseH2Ctx(ctx)
 	// h2Server parsed the client's address once for its connection.
 	addr, _ := hr.Context().Value(h2sRemoteKey{}).(*net.TCPAddr)
 	if addr == nil {
@@ -57,15 +78,6 @@ func (g *Gateway) serveH2On(w http.ResponseWriter, hr *http.Request, t *table) {
 		ctx.Init2(&h2TLSConn{remote: addr, local: local, state: hr.TLS}, discardLogger{}, true)
 	} else {
 		ctx.Init2(&h2Conn{remote: addr, local: local}, discardLogger{}, true)
-	}
-	req := &ctx.Request
-	req.Header.SetMethod(hr.Method)
-	req.Header.SetRequestURI(hr.URL.RequestURI())
-	req.Header.SetHost(hr.Host)
-	for k, vs := range hr.Header {
-		for _, v := range vs {
-			req.Header.Add(k, v)
-		}
 	}
 	grpc := isGRPC(ctx.Request.Header.ContentType())
 	r, c, md, mdKey, dest := g.routeCall(ctx, t, start)
@@ -147,17 +159,6 @@ func (g *Gateway) proxyH2(w http.ResponseWriter, hr *http.Request, ctx *fasthttp
 		g.replyH2(w, ctx, k, grpc, r, mdKey, start)
 		return
 	}
-	hdr := make(http.Header, ctx.Request.Header.Len())
-	for key, v := range ctx.Request.Header.All() {
-		switch string(key) {
-		case "Host", "Content-Length", "Connection", "Transfer-Encoding":
-			continue
-		}
-		hdr.Add(string(key), string(v))
-	}
-	uri := string(ctx.Request.Header.RequestURI())
-	host := string(ctx.Request.Header.Host())
-
 	var res *http.Response
 	var cancel context.CancelFunc = func() {}
 	c.active.Add(1)
@@ -192,15 +193,13 @@ func (g *Gateway) proxyH2(w http.ResponseWriter, hr *http.Request, ctx *fasthttp
 		} else {
 			actx, cancel = context.WithCancel(actx)
 		}
-		out := &http.Request{Method: hr.Method, URL: &url.URL{Scheme: h2.scheme, Host: ep.addr, Opaque: uri},
-			Header: hdr, Host: host, ContentLength: hr.ContentLength, Body: http.NoBody}
+		var attempt io.ReadCloser
 		if body != nil {
-			out.Body = body.attempt()
+			attempt = body.attempt()
 		}
-		out = out.WithContext(actx)
 		t0 := time.Now()
 		var err error
-		res, err = h2.tr.RoundTrip(out)
+		res, err = h2.tr.roundTripFast(actx, &ctx.Request.Header, hr.ContentLength, attempt)
 		lat := time.Since(t0)
 		if c.cb != nil {
 			c.cb.leave()

@@ -13,7 +13,9 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unsafe"
 
+	"github.com/valyala/fasthttp"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 )
@@ -62,12 +64,43 @@ var errRefusedStream = errors.New("stream refused, not processed")
 // answer once its headers arrived; its Body streams the rest, its Trailer
 // is set when Body returned io.EOF. req's context bounds the whole call.
 func (p *h2Client) RoundTrip(req *http.Request) (*http.Response, error) {
-	ctx := req.Context()
-	cc, err := p.conn(ctx)
+	host := req.Host
+	if host == "" {
+		host = req.URL.Host
+	}
+	res, err := p.do(&h2Request{ctx: req.Context(), method: req.Method, authority: host, path: req.URL.RequestURI(),
+		std: req.Header, length: req.ContentLength, body: req.Body})
+	if res != nil {
+		res.Request = req
+	}
+	return res, err
+}
+
+// roundTripFast is RoundTrip for a request the gateway routed: its head is
+// encoded straight from fasthttp's header (method, :path and :authority
+// included), with no http.Request or http.Header built per call. length
+// is the body's (-1: unknown); body may be nil.
+func (p *h2Client) roundTripFast(ctx context.Context, h *fasthttp.RequestHeader, length int64, body io.ReadCloser) (*http.Response, error) {
+	return p.do(&h2Request{ctx: ctx, fast: h, length: length, body: body})
+}
+
+func (p *h2Client) do(req *h2Request) (*http.Response, error) {
+	cc, err := p.conn(req.ctx)
 	if err != nil {
 		return nil, err
 	}
 	return cc.roundTrip(req)
+}
+
+// h2Request is a call's head and body: the head from net/http's header
+// (std, with method, authority and path) or from fasthttp's (fast).
+type h2Request struct {
+	ctx                     context.Context
+	method, authority, path string
+	std                     http.Header
+	fast                    *fasthttp.RequestHeader
+	length                  int64 // -1: unknown
+	body                    io.ReadCloser
 }
 
 // conn returns a connection with room for one more stream (counted as
@@ -138,11 +171,12 @@ type h2ClientConn struct {
 	p    *h2Client
 	conn net.Conn
 
-	wmu  sync.Mutex // one writer of frames at a time; stream IDs are taken under it
-	wbuf bytes.Buffer
-	wfr  *http2.Framer // writes into wbuf
-	hbuf bytes.Buffer
-	henc *hpack.Encoder // no dynamic table (h2Config's reason)
+	wmu   sync.Mutex // one writer of frames at a time; stream IDs are taken under it
+	wbuf  bytes.Buffer
+	wfr   *http2.Framer // writes into wbuf
+	hbuf  bytes.Buffer
+	henc  *hpack.Encoder // no dynamic table (h2Config's reason)
+	lower []byte         // a header name being lower-cased, under wmu
 
 	mu         sync.Mutex
 	cond       sync.Cond // the send windows grew, or a stream or the connection ended
@@ -269,19 +303,21 @@ func (cc *h2ClientConn) flushLocked() error {
 	return err
 }
 
-// connection-specific headers an HTTP/2 request must not carry.
+// h2SkipHeader reports whether a lower-case header name is one an HTTP/2
+// request must not carry (connection-specific), or one the client writes
+// itself (host, content-length).
 func h2SkipHeader(k string) bool {
 	switch k {
-	case "Host", "Content-Length", "Connection", "Keep-Alive", "Proxy-Connection", "Transfer-Encoding", "Upgrade":
+	case "host", "content-length", "connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade":
 		return true
 	}
 	return false
 }
 
-func (cc *h2ClientConn) roundTrip(req *http.Request) (*http.Response, error) {
-	ctx := req.Context()
-	body := req.Body
-	if body == http.NoBody || req.ContentLength == 0 {
+func (cc *h2ClientConn) roundTrip(req *h2Request) (*http.Response, error) {
+	ctx := req.ctx
+	body := req.body
+	if body == http.NoBody || req.length == 0 {
 		body = nil
 	}
 	// A call without a body ends with its HEADERS: sent before the answer
@@ -305,30 +341,7 @@ func (cc *h2ClientConn) roundTrip(req *http.Request) (*http.Response, error) {
 	cc.mu.Unlock()
 
 	cc.hbuf.Reset()
-	host := req.Host
-	if host == "" {
-		host = req.URL.Host
-	}
-	enc := cc.henc
-	_ = enc.WriteField(hpack.HeaderField{Name: ":method", Value: req.Method})
-	_ = enc.WriteField(hpack.HeaderField{Name: ":scheme", Value: cc.p.scheme})
-	_ = enc.WriteField(hpack.HeaderField{Name: ":authority", Value: host})
-	_ = enc.WriteField(hpack.HeaderField{Name: ":path", Value: req.URL.RequestURI()})
-	for k, vs := range req.Header {
-		if h2SkipHeader(k) {
-			continue
-		}
-		name := lowerHeader(k)
-		for _, v := range vs {
-			if name == "te" && !strings.EqualFold(v, "trailers") {
-				continue
-			}
-			_ = enc.WriteField(hpack.HeaderField{Name: name, Value: v})
-		}
-	}
-	if req.ContentLength > 0 {
-		_ = enc.WriteField(hpack.HeaderField{Name: "content-length", Value: strconv.FormatInt(req.ContentLength, 10)})
-	}
+	cc.encodeHead(req)
 	cc.writeHeadersLocked(st.id, body == nil, cc.hbuf.Bytes())
 	err := cc.flushLocked()
 	cc.wmu.Unlock()
@@ -353,8 +366,65 @@ func (cc *h2ClientConn) roundTrip(req *http.Request) (*http.Response, error) {
 		st.abort(err)
 		return nil, err
 	}
-	res.Request = req
 	return res, nil
+}
+
+// encodeHead writes a request's header block into cc.hbuf; cc.wmu is held.
+func (cc *h2ClientConn) encodeHead(req *h2Request) {
+	enc := cc.henc
+	field := func(name, v string) {
+		if name == "te" && !strings.EqualFold(v, "trailers") {
+			return
+		}
+		_ = enc.WriteField(hpack.HeaderField{Name: name, Value: v})
+	}
+	if h := req.fast; h != nil {
+		// The encoder has no dynamic table: it keeps no field it is given,
+		// so names and values may alias the header's bytes and cc.lower.
+		_ = enc.WriteField(hpack.HeaderField{Name: ":method", Value: b2s(h.Method())})
+		_ = enc.WriteField(hpack.HeaderField{Name: ":scheme", Value: cc.p.scheme})
+		_ = enc.WriteField(hpack.HeaderField{Name: ":authority", Value: b2s(h.Host())})
+		_ = enc.WriteField(hpack.HeaderField{Name: ":path", Value: b2s(h.RequestURI())})
+		for k, v := range h.All() {
+			cc.lower = appendLower(cc.lower[:0], k)
+			if name := b2s(cc.lower); !h2SkipHeader(name) {
+				field(name, b2s(v))
+			}
+		}
+	} else {
+		_ = enc.WriteField(hpack.HeaderField{Name: ":method", Value: req.method})
+		_ = enc.WriteField(hpack.HeaderField{Name: ":scheme", Value: cc.p.scheme})
+		_ = enc.WriteField(hpack.HeaderField{Name: ":authority", Value: req.authority})
+		_ = enc.WriteField(hpack.HeaderField{Name: ":path", Value: req.path})
+		for k, vs := range req.std {
+			name := lowerHeader(k)
+			if h2SkipHeader(name) {
+				continue
+			}
+			for _, v := range vs {
+				field(name, v)
+			}
+		}
+	}
+	if req.length > 0 {
+		var n [20]byte
+		_ = enc.WriteField(hpack.HeaderField{Name: "content-length", Value: b2s(strconv.AppendInt(n[:0], req.length, 10))})
+	}
+}
+
+// b2s views b as a string without a copy; b must not change while the
+// string is in use.
+func b2s(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
+
+// appendLower appends the lower-case form of an ASCII header name.
+func appendLower(dst, k []byte) []byte {
+	for _, c := range k {
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		dst = append(dst, c)
+	}
+	return dst
 }
 
 // writeHeadersLocked writes a header block as HEADERS and CONTINUATION

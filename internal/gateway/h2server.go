@@ -20,6 +20,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/valyala/fasthttp"
 	"golang.org/x/net/http/httpguts"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
@@ -45,6 +46,7 @@ import (
 // brings net/http's back (newH2Server).
 type h2Server struct {
 	handler http.HandlerFunc
+	fast    h2Handler     // instead of handler: the head decoded straight into fasthttp's request
 	idle    time.Duration // a connection without streams is closed after it
 
 	mu      sync.Mutex
@@ -85,6 +87,12 @@ func useNetHTTPH2() bool { return os.Getenv("SEXTANT_H2_SERVER") == "nethttp" }
 
 func newFrameH2Server(h http.HandlerFunc, idle time.Duration) *h2Server {
 	return &h2Server{handler: h, idle: idle, conns: make(map[*h2sConn]struct{})}
+}
+
+// newFastH2Server is the gateway's: h gets each request's head in a pooled
+// fasthttp context, returned to the pool when the stream is done.
+func newFastH2Server(h h2Handler, idle time.Duration) *h2Server {
+	return &h2Server{fast: h, idle: idle, conns: make(map[*h2sConn]struct{})}
 }
 
 // Serve serves the connections ln accepts until ln is closed; the
@@ -457,23 +465,32 @@ func (sc *h2sConn) onHeaders(f *http2.MetaHeadersFrame) (http2.ErrCode, bool) {
 		sc.resetStream(id, http2.ErrCodeRefusedStream)
 		return 0, true
 	}
-	req, declared, err := sc.newRequest(f)
+	req, ctx, declared, err := sc.newRequest(f)
 	if err != nil {
 		sc.resetStream(id, http2.ErrCodeProtocol)
 		return 0, true
 	}
 	st := &h2sStream{sc: sc, id: id, sendWin: initWin, recvWin: h2sStreamWin, declared: declared,
-		remoteDone: f.StreamEnded(), head: req.Method == http.MethodHead}
+		remoteDone: f.StreamEnded(), head: req.Method == http.MethodHead, ctx: ctx}
 	st.cond.L = &sc.mu
 	if !f.StreamEnded() {
 		req.Body = (*h2sBody)(st)
-		if strings.EqualFold(req.Header.Get("Expect"), "100-continue") {
+		var expect string
+		if ctx != nil {
+			expect = b2s(ctx.Request.Header.Peek("Expect"))
+		} else {
+			expect = req.Header.Get("Expect")
+		}
+		if strings.EqualFold(expect, "100-continue") {
 			st.expect, st.continueDue = true, true
 		}
 	}
 	sc.mu.Lock()
 	if sc.closed {
 		sc.mu.Unlock()
+		if ctx != nil {
+			releaseH2Ctx(ctx)
+		}
 		return 0, true
 	}
 	sc.streams[id] = st
@@ -492,8 +509,10 @@ func (sc *h2sConn) onHeaders(f *http2.MetaHeadersFrame) (http2.ErrCode, bool) {
 }
 
 // newRequest checks a request's header block (RFC 9113 8.2, 8.3) and
-// returns its request and declared content length (-1: none).
-func (sc *h2sConn) newRequest(f *http2.MetaHeadersFrame) (*http.Request, int64, error) {
+// returns its request, its fasthttp context (for a fast handler: the head
+// is there, not in the request's Header and URL) and its declared content
+// length (-1: none).
+func (sc *h2sConn) newRequest(f *http2.MetaHeadersFrame) (*http.Request, *fasthttp.RequestCtx, int64, error) {
 	var method, scheme, path, authority string
 	for _, hf := range f.PseudoFields() {
 		switch hf.Name {
@@ -506,52 +525,89 @@ func (sc *h2sConn) newRequest(f *http2.MetaHeadersFrame) (*http.Request, int64, 
 		case ":authority":
 			authority = hf.Value
 		default:
-			return nil, 0, errors.New("gateway: http2 request with pseudo-header " + hf.Name)
+			return nil, nil, 0, errors.New("gateway: http2 request with pseudo-header " + hf.Name)
 		}
 	}
 	connect := method == http.MethodConnect
 	if method == "" || (!connect && (scheme == "" || path == "")) || (connect && (scheme != "" || path != "" || authority == "")) {
-		return nil, 0, errors.New("gateway: http2 request without its pseudo-headers")
+		return nil, nil, 0, errors.New("gateway: http2 request without its pseudo-headers")
 	}
 	regular := f.RegularFields()
-	hdr := make(http.Header, len(regular))
+	// With a fast handler the head goes straight into a pooled fasthttp
+	// request (no http.Header, no url.URL); else into req.Header.
+	var ctx *fasthttp.RequestCtx
+	var hdr http.Header
+	if sc.s.fast != nil {
+		ctx = h2Ctxs.Get().(*fasthttp.RequestCtx)
+	} else {
+		hdr = make(http.Header, len(regular))
+	}
+	fail := func(msg string) (*http.Request, *fasthttp.RequestCtx, int64, error) {
+		if ctx != nil {
+			releaseH2Ctx(ctx)
+		}
+		return nil, nil, 0, errors.New("gateway: http2 request with " + msg)
+	}
 	declared := int64(-1)
 	var cookies []string
+	var host string
 	for _, hf := range regular {
 		if connectionSpecific(hf.Name) {
-			return nil, 0, errors.New("gateway: http2 request with connection header " + hf.Name)
+			return fail("connection header " + hf.Name)
 		}
 		switch hf.Name {
 		case "te":
 			if hf.Value != "trailers" {
-				return nil, 0, errors.New("gateway: http2 request with te " + hf.Value)
+				return fail("te " + hf.Value)
 			}
 		case "content-length":
 			n, err := strconv.ParseUint(hf.Value, 10, 63)
 			if err != nil || (declared >= 0 && int64(n) != declared) {
-				return nil, 0, errors.New("gateway: http2 request with content-length " + hf.Value)
+				return fail("content-length " + hf.Value)
 			}
 			declared = int64(n)
 		case "cookie":
 			cookies = append(cookies, hf.Value) // one header, as HTTP/1.1 has it (RFC 9113 8.2.3)
+			continue
+		case "host":
+			if host == "" {
+				host = hf.Value
+			}
+			if ctx != nil {
+				continue // :authority wins (RFC 9113 8.3.1)
+			}
+		}
+		if ctx != nil {
+			ctx.Request.Header.Add(hf.Name, hf.Value)
 			continue
 		}
 		k := canonicalHeader(hf.Name)
 		hdr[k] = append(hdr[k], hf.Value)
 	}
 	if len(cookies) > 0 {
-		hdr["Cookie"] = []string{strings.Join(cookies, "; ")}
+		c := cookies[0]
+		if len(cookies) > 1 {
+			c = strings.Join(cookies, "; ")
+		}
+		if ctx != nil {
+			ctx.Request.Header.Add("Cookie", c)
+		} else {
+			hdr["Cookie"] = []string{c}
+		}
 	}
 	if authority == "" {
-		authority = hdr.Get("Host")
+		authority = host
 	}
 	var u *url.URL
-	if connect {
+	switch {
+	case connect:
 		u = &url.URL{Host: authority}
-	} else {
+	case ctx != nil && (path[0] == '/' || path == "*"):
+		// fasthttp parses the path; a request line's form needs no url.URL.
+	default:
 		var err error
 		if u, err = url.ParseRequestURI(path); err != nil {
-			return nil, 0, errors.New("gateway: http2 request with path " + strconv.Quote(path))
+			return fail("path " + strconv.Quote(path))
 		}
 	}
 	req := new(http.Request)
@@ -561,7 +617,7 @@ func (sc *h2sConn) newRequest(f *http2.MetaHeadersFrame) (*http.Request, int64, 
 	switch {
 	case f.StreamEnded():
 		if declared > 0 {
-			return nil, 0, errors.New("gateway: http2 request ends before its content-length")
+			return fail("an end before its content-length")
 		}
 		req.ContentLength = 0
 	case declared >= 0:
@@ -569,7 +625,17 @@ func (sc *h2sConn) newRequest(f *http2.MetaHeadersFrame) (*http.Request, int64, 
 	default:
 		req.ContentLength = -1
 	}
-	return req, declared, nil
+	if ctx != nil {
+		h := &ctx.Request.Header
+		h.SetMethod(method)
+		if connect {
+			h.SetRequestURI("/") // as url.URL{Host: authority}.RequestURI()
+		} else {
+			h.SetRequestURI(path)
+		}
+		h.SetHost(authority)
+	}
+	return req, ctx, declared, nil
 }
 
 func (sc *h2sConn) onData(f *http2.DataFrame) (http2.ErrCode, bool) {
@@ -796,8 +862,9 @@ func (sc *h2sConn) streamDone(st *h2sStream) {
 type h2sStream struct {
 	sc   *h2sConn
 	id   uint32
-	cond sync.Cond // on sc.mu: data came, the window grew, the stream ended
-	head bool      // a HEAD request: no body, no content-length of its own
+	cond sync.Cond            // on sc.mu: data came, the window grew, the stream ended
+	head bool                 // a HEAD request: no body, no content-length of its own
+	ctx  *fasthttp.RequestCtx // the request's head, for a fast handler
 	// expect: the request asked for 100-continue (RFC 9110 10.1.1); the
 	// 100 goes when the handler first reads the body, as net/http's server
 	// and Envoy send it, unless the answer went first.
@@ -841,6 +908,9 @@ func (st *h2sStream) endLocked() {
 // the limit, answered 431.
 func (st *h2sStream) run(req *http.Request) {
 	defer st.sc.streamDone(st)
+	if st.ctx != nil {
+		defer releaseH2Ctx(st.ctx) // after the answer's end: the handler's records read it
+	}
 	defer func() {
 		if e := recover(); e != nil {
 			// http.ErrAbortHandler, or a bug: the client sees its stream
@@ -855,6 +925,10 @@ func (st *h2sStream) run(req *http.Request) {
 	}()
 	if req == nil {
 		st.WriteHeader(http.StatusRequestHeaderFieldsTooLarge)
+		return
+	}
+	if st.ctx != nil {
+		st.sc.s.fast(st, req, st.ctx)
 		return
 	}
 	st.sc.s.handler(st, req)

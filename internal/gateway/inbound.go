@@ -174,12 +174,12 @@ func (g *Gateway) ServeInbound(ln net.Listener) error {
 	var p http.Protocols
 	p.SetHTTP2(true)
 	p.SetUnencryptedHTTP2(true)
-	h2 := g.newH2Server(func(w http.ResponseWriter, r *http.Request) {
+	h2 := g.newH2Server(func(w http.ResponseWriter, r *http.Request, ctx *fasthttp.RequestCtx) {
 		if r.TLS != nil {
-			g.serveH2On(w, r, g.tlsTable(port, r.TLS.ServerName))
+			g.serveH2On(w, r, ctx, g.tlsTable(port, r.TLS.ServerName))
 			return
 		}
-		g.serveH2On(w, r, g.inboundPlainTable())
+		g.serveH2On(w, r, ctx, g.inboundPlainTable())
 	}, &p)
 	g.srvMu.Lock()
 	g.tlsServers = append(g.tlsServers, servers{fast: srv, h2: h2, ln: ln})

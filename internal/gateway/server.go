@@ -26,7 +26,7 @@ func (g *Gateway) Serve(ln net.Listener) error {
 // servePlain serves HTTP/1.1 (fast) and h2c (h2) on ln, told apart by the
 // first bytes of each connection, until Shutdown; keep hands the servers
 // to Shutdown (under srvMu).
-func (g *Gateway) servePlain(ln net.Listener, fast fasthttp.RequestHandler, h2h http.HandlerFunc, keep func(servers)) error {
+func (g *Gateway) servePlain(ln net.Listener, fast fasthttp.RequestHandler, h2h h2Handler, keep func(servers)) error {
 	fastLn := newConnListener(ln.Addr())
 	h2Ln := newConnListener(ln.Addr())
 	var p http.Protocols
@@ -79,11 +79,11 @@ func (g *Gateway) newFastServer(h fasthttp.RequestHandler) *fasthttp.Server {
 
 // newH2Server returns the HTTP/2 server of a listener: the frame-level
 // h2Server (h2server.go), or net/http's when SEXTANT_H2_SERVER=nethttp.
-func (g *Gateway) newH2Server(h http.HandlerFunc, p *http.Protocols) h2Serving {
+func (g *Gateway) newH2Server(h h2Handler, p *http.Protocols) h2Serving {
 	if !useNetHTTPH2() {
-		return newFrameH2Server(h, 5*time.Minute)
+		return newFastH2Server(h, 5*time.Minute)
 	}
-	return &http.Server{Handler: h, Protocols: p, HTTP2: h2Config(),
+	return &http.Server{Handler: stdH2Handler(h), Protocols: p, HTTP2: h2Config(),
 		ReadHeaderTimeout: 30 * time.Second, IdleTimeout: 5 * time.Minute, ErrorLog: nil}
 }
 

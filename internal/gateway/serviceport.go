@@ -21,8 +21,8 @@ func (g *Gateway) ServeService(ln net.Listener, host string) error {
 	return g.servePlain(ln, func(ctx *fasthttp.RequestCtx) {
 		ctx.Request.Header.SetHostBytes(hostB)
 		g.serve(ctx)
-	}, func(w http.ResponseWriter, r *http.Request) {
-		r.Host = host
-		g.serveH2(w, r)
+	}, func(w http.ResponseWriter, r *http.Request, ctx *fasthttp.RequestCtx) {
+		ctx.Request.Header.SetHostBytes(hostB)
+		g.serveH2(w, r, ctx)
 	}, func(s servers) { g.tlsServers = append(g.tlsServers, s) }) // Shutdown drains them with the others
 }

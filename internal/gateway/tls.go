@@ -328,8 +328,8 @@ func (g *Gateway) ServeTLS(ln net.Listener) error {
 	})
 	var p http.Protocols
 	p.SetHTTP2(true)
-	h2 := g.newH2Server(func(w http.ResponseWriter, r *http.Request) {
-		g.serveH2On(w, r, g.tlsTable(port, r.TLS.ServerName))
+	h2 := g.newH2Server(func(w http.ResponseWriter, r *http.Request, ctx *fasthttp.RequestCtx) {
+		g.serveH2On(w, r, ctx, g.tlsTable(port, r.TLS.ServerName))
 	}, &p)
 	g.srvMu.Lock()
 	g.tlsServers = append(g.tlsServers, servers{fast: srv, h2: h2, ln: ln})
