@@ -160,7 +160,6 @@ func (g *Gateway) proxyH2(w http.ResponseWriter, hr *http.Request, ctx *fasthttp
 		return
 	}
 	var res *http.Response
-	var cancel context.CancelFunc = func() {}
 	c.active.Add(1)
 	c.noteCall()
 	for {
@@ -187,19 +186,13 @@ func (g *Gateway) proxyH2(w http.ResponseWriter, hr *http.Request, ctx *fasthttp
 				try = d
 			}
 		}
-		actx := context.Background()
-		if !try.IsZero() {
-			actx, cancel = context.WithDeadline(actx, try)
-		} else {
-			actx, cancel = context.WithCancel(actx)
-		}
 		var attempt io.ReadCloser
 		if body != nil {
 			attempt = body.attempt()
 		}
 		t0 := time.Now()
 		var err error
-		res, err = h2.tr.roundTripFast(actx, &ctx.Request.Header, hr.ContentLength, attempt)
+		res, err = h2.tr.roundTripFast(nil, try, &ctx.Request.Header, hr.ContentLength, attempt)
 		lat := time.Since(t0)
 		if c.cb != nil {
 			c.cb.leave()
@@ -232,13 +225,11 @@ func (g *Gateway) proxyH2(w http.ResponseWriter, hr *http.Request, ctx *fasthttp
 			res.Body.Close()
 			res = nil
 		}
-		cancel()
 		k.permit = true
 		k.retries++
 		c.m.retries.Inc()
 	}
 	c.active.Add(-1)
-	defer cancel()
 	if k.err != nil || res == nil {
 		if k.err == nil {
 			k.err = errors.New("no answer")

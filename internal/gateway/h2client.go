@@ -80,12 +80,15 @@ func (p *h2Client) RoundTrip(req *http.Request) (*http.Response, error) {
 // encoded straight from fasthttp's header (method, :path and :authority
 // included), with no http.Request or http.Header built per call. length
 // is the body's (-1: unknown); body may be nil.
-func (p *h2Client) roundTripFast(ctx context.Context, h *fasthttp.RequestHeader, length int64, body io.ReadCloser) (*http.Response, error) {
-	return p.do(&h2Request{ctx: ctx, fast: h, length: length, body: body})
+// A nil ctx bounds the call by deadline alone (zero: none) without a
+// context per call: an expired call fails with context.DeadlineExceeded;
+// closing the answer's body ends it.
+func (p *h2Client) roundTripFast(ctx context.Context, deadline time.Time, h *fasthttp.RequestHeader, length int64, body io.ReadCloser) (*http.Response, error) {
+	return p.do(&h2Request{ctx: ctx, deadline: deadline, fast: h, length: length, body: body})
 }
 
 func (p *h2Client) do(req *h2Request) (*http.Response, error) {
-	cc, err := p.conn(req.ctx)
+	cc, err := p.conn(req.ctx, req.deadline)
 	if err != nil {
 		return nil, err
 	}
@@ -95,7 +98,8 @@ func (p *h2Client) do(req *h2Request) (*http.Response, error) {
 // h2Request is a call's head and body: the head from net/http's header
 // (std, with method, authority and path) or from fasthttp's (fast).
 type h2Request struct {
-	ctx                     context.Context
+	ctx                     context.Context // nil: deadline bounds the call
+	deadline                time.Time
 	method, authority, path string
 	std                     http.Header
 	fast                    *fasthttp.RequestHeader
@@ -105,7 +109,25 @@ type h2Request struct {
 
 // conn returns a connection with room for one more stream (counted as
 // taken), dialing one if none has.
-func (p *h2Client) conn(ctx context.Context) (*h2ClientConn, error) {
+func (p *h2Client) conn(ctx context.Context, deadline time.Time) (*h2ClientConn, error) {
+	p.mu.Lock()
+	for _, cc := range p.conns {
+		if cc.reserve() {
+			p.mu.Unlock()
+			return cc, nil
+		}
+	}
+	p.mu.Unlock()
+	// Waiting for a dial, or dialing: bounded by the call's context or
+	// deadline.
+	if ctx == nil {
+		ctx = context.Background()
+		if !deadline.IsZero() {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithDeadline(ctx, deadline)
+			defer cancel()
+		}
+	}
 	for {
 		p.mu.Lock()
 		for _, cc := range p.conns {
@@ -322,7 +344,7 @@ func (cc *h2ClientConn) roundTrip(req *h2Request) (*http.Response, error) {
 	}
 	// A call without a body ends with its HEADERS: sent before the answer
 	// can end (finish would reset a stream still sending).
-	st := &h2Stream{cc: cc, ctx: ctx, resCh: make(chan struct{}), sent: body == nil}
+	st := &h2Stream{cc: cc, ctx: ctx, deadline: req.deadline, resCh: make(chan struct{}), sent: body == nil}
 	st.cond.L = &st.mu
 
 	cc.wmu.Lock()
@@ -350,7 +372,11 @@ func (cc *h2ClientConn) roundTrip(req *h2Request) (*http.Response, error) {
 		return nil, err
 	}
 	// A cancelled or expired call resets its stream and wakes its reader.
-	st.stop = context.AfterFunc(ctx, func() { st.abort(ctx.Err()) })
+	if ctx != nil {
+		st.stop = context.AfterFunc(ctx, func() { st.abort(ctx.Err()) })
+	} else if !req.deadline.IsZero() {
+		st.stop = time.AfterFunc(time.Until(req.deadline), func() { st.abort(context.DeadlineExceeded) }).Stop
+	}
 	if body != nil {
 		go st.sendBody(body)
 	}
@@ -362,7 +388,9 @@ func (cc *h2ClientConn) roundTrip(req *h2Request) (*http.Response, error) {
 		if err == nil {
 			err = errH2ConnClosed
 		}
-		st.stop()
+		if st.stop != nil {
+			st.stop()
+		}
 		st.abort(err)
 		return nil, err
 	}
@@ -460,11 +488,19 @@ func writeHeaderBlock(fr *http2.Framer, id uint32, end bool, block []byte, max i
 // connection's read side and ends when the connection is closed.
 func (cc *h2ClientConn) readLoop() {
 	fr := http2.NewFramer(nil, bufio.NewReaderSize(cc.conn, 16<<10))
-	fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
-	fr.MaxHeaderListSize = h2MaxHeaders
+	heads := newH2HeadReader(h2MaxHeaders)
 	var connUnacked int64
 	for {
 		f, err := fr.ReadFrame()
+		if hf, ok := f.(*http2.HeadersFrame); ok && err == nil {
+			var head *h2Head
+			if head, err = heads.read(fr, hf); err == nil {
+				if st := cc.stream(head.StreamID); st != nil {
+					st.onHeaders(head)
+				}
+				continue
+			}
+		}
 		if err != nil {
 			var se http2.StreamError
 			if errors.As(err, &se) {
@@ -478,10 +514,6 @@ func (cc *h2ClientConn) readLoop() {
 			return
 		}
 		switch f := f.(type) {
-		case *http2.MetaHeadersFrame:
-			if st := cc.stream(f.StreamID); st != nil {
-				st.onHeaders(f)
-			}
 		case *http2.DataFrame:
 			if n := int64(f.Length); n > 0 {
 				connUnacked += n
@@ -596,7 +628,8 @@ func (cc *h2ClientConn) resetStream(id uint32, code http2.ErrCode) {
 // h2Stream is one call on an h2ClientConn; it is the answer's Body.
 type h2Stream struct {
 	cc      *h2ClientConn
-	ctx     context.Context // the call's
+	ctx      context.Context // the call's, or nil
+	deadline time.Time       // without ctx: when the call expires (zero: never)
 	id      uint32
 	sendWin int64 // cc.mu
 	resCh   chan struct{}
@@ -617,7 +650,7 @@ type h2Stream struct {
 
 // onHeaders takes the answer's headers or its trailers; the reader's
 // goroutine calls it.
-func (st *h2Stream) onHeaders(f *http2.MetaHeadersFrame) {
+func (st *h2Stream) onHeaders(f *h2Head) {
 	st.mu.Lock()
 	if st.res == nil {
 		status, err := strconv.Atoi(f.PseudoValue("status"))
@@ -797,6 +830,18 @@ func (st *h2Stream) Read(p []byte) (int, error) {
 	return 0, err
 }
 
+// ctxErr is the call's context's error, or without one
+// context.DeadlineExceeded once its deadline passed.
+func (st *h2Stream) ctxErr() error {
+	if st.ctx != nil {
+		return st.ctx.Err()
+	}
+	if !st.deadline.IsZero() && !time.Now().Before(st.deadline) {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
 // Close ends the caller's interest in the answer: a stream not ended
 // both ways is reset.
 func (st *h2Stream) Close() error {
@@ -819,7 +864,7 @@ func (st *h2Stream) sendBody(body io.ReadCloser) {
 		n, rerr := body.Read(buf)
 		end := rerr == io.EOF
 		if rerr != nil && !end {
-			if err := st.ctx.Err(); err != nil {
+			if err := st.ctxErr(); err != nil {
 				rerr = err // the body ended because the call did
 			}
 			st.abort(fmt.Errorf("gateway: request body: %w", rerr))

@@ -239,13 +239,16 @@ func (sc *h2sConn) serve() {
 	_ = sc.conn.SetReadDeadline(time.Time{})
 	sc.armIdle()
 	fr := http2.NewFramer(nil, br)
-	fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
-	fr.MaxHeaderListSize = h2sMaxHeaders
+	heads := newH2HeadReader(h2sMaxHeaders)
 	fr.SetMaxReadFrameSize(16384)
 	fr.SetReuseFrames()
 	first := true
 	for {
 		f, err := fr.ReadFrame()
+		var head *h2Head
+		if hf, ok := f.(*http2.HeadersFrame); ok && err == nil {
+			head, err = heads.read(fr, hf)
+		}
 		if err != nil {
 			var se http2.StreamError
 			var ce http2.ConnectionError
@@ -272,7 +275,13 @@ func (sc *h2sConn) serve() {
 			}
 			first = false
 		}
-		if code, ok := sc.onFrame(f); !ok {
+		code, ok := http2.ErrCode(0), true
+		if head != nil {
+			code, ok = sc.onHeaders(head)
+		} else {
+			code, ok = sc.onFrame(f)
+		}
+		if !ok {
 			sc.goAway(code)
 			return
 		}
@@ -293,8 +302,6 @@ func (sc *h2sConn) onFrame(f http2.Frame) (http2.ErrCode, bool) {
 		_ = sc.wfr.WriteSettingsAck()
 		_ = sc.flushLocked()
 		sc.wmu.Unlock()
-	case *http2.MetaHeadersFrame:
-		return sc.onHeaders(f)
 	case *http2.DataFrame:
 		return sc.onData(f)
 	case *http2.WindowUpdateFrame:
@@ -417,7 +424,7 @@ func (sc *h2sConn) onWindowUpdate(f *http2.WindowUpdateFrame) (http2.ErrCode, bo
 
 // onHeaders opens a stream and starts its handler, or takes a stream's
 // trailers.
-func (sc *h2sConn) onHeaders(f *http2.MetaHeadersFrame) (http2.ErrCode, bool) {
+func (sc *h2sConn) onHeaders(f *h2Head) (http2.ErrCode, bool) {
 	id := f.StreamID
 	if id%2 == 0 {
 		return http2.ErrCodeProtocol, false
@@ -512,7 +519,7 @@ func (sc *h2sConn) onHeaders(f *http2.MetaHeadersFrame) (http2.ErrCode, bool) {
 // returns its request, its fasthttp context (for a fast handler: the head
 // is there, not in the request's Header and URL) and its declared content
 // length (-1: none).
-func (sc *h2sConn) newRequest(f *http2.MetaHeadersFrame) (*http.Request, *fasthttp.RequestCtx, int64, error) {
+func (sc *h2sConn) newRequest(f *h2Head) (*http.Request, *fasthttp.RequestCtx, int64, error) {
 	var method, scheme, path, authority string
 	for _, hf := range f.PseudoFields() {
 		switch hf.Name {
