@@ -298,6 +298,7 @@ type upstream struct {
 	host  string
 	port  uint32
 	calls atomic.Int64
+	conns atomic.Int64 // connections accepted (startHTTPSUpstream's)
 	srv   *http.Server
 	mu    sync.Mutex
 	h     http.HandlerFunc

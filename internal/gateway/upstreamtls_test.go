@@ -7,6 +7,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"io"
@@ -91,7 +92,12 @@ func startHTTPSUpstream(t *testing.T, name string, cert tls.Certificate, clientC
 	var p http.Protocols
 	p.SetHTTP1(!h2)
 	p.SetHTTP2(h2)
-	u.srv = &http.Server{Protocols: &p, TLSConfig: conf, ErrorLog: log.New(io.Discard, "", 0), Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	countConns := func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			u.conns.Add(1)
+		}
+	}
+	u.srv = &http.Server{Protocols: &p, TLSConfig: conf, ErrorLog: log.New(io.Discard, "", 0), ConnState: countConns, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n := u.calls.Add(1)
 		serial := "-"
 		if len(r.TLS.PeerCertificates) > 0 {
@@ -315,7 +321,21 @@ func TestUpstreamTLSFailureRetriedAndEjected(t *testing.T) {
 	cp.set(rdsListener("gw", "r"), routeConfig("r", vhost("all", []string{"*"}, r)), c,
 		assignment("orders", ep{u: good}, ep{u: bad}), caSecret("ca", ca.pem))
 	g := startGateway(t, cp.addr)
-	g.waitServes(t, "/", "upstream=good")
+	// No call before the CA is applied: a call's first try then fails
+	// without a connection (not ready), previous_hosts keeps its retries
+	// off that endpoint, and if the CA comes meanwhile both retries go to
+	// the bad one and eject it, with no call retried to the good one (1
+	// run in 30 under load).
+	waitFor(t, "the CA, the endpoints and the routes", func() bool {
+		var cfg struct {
+			Listener    string                       `json:"listener"`
+			RouteConfig string                       `json:"route_config"`
+			Resources   map[string][]json.RawMessage `json:"resources"`
+		}
+		g.adminJSON(t, "/v1/config", &cfg)
+		return cfg.Listener != "" && cfg.RouteConfig != "" && len(cfg.Resources["ClusterLoadAssignment"]) >= 1 &&
+			len(cfg.Resources["Secret"]) >= 1
+	})
 	for i := range 20 {
 		if code, body, _ := g.get(t, "/"); code != 200 || !strings.HasPrefix(body, "upstream=good") {
 			t.Fatalf("call %d: %d %q", i, code, body)
@@ -327,15 +347,21 @@ func TestUpstreamTLSFailureRetriedAndEjected(t *testing.T) {
 	waitFor(t, "the bad endpoint ejected", func() bool {
 		return metric(t, g, `sextant_gateway_endpoint_ejected{cluster="orders",endpoint="`+bad.addr+`"}`) == 1
 	})
-	retried := 0
+	// Each connection to the bad endpoint was a call's first try (a retry
+	// leaves it out), which the call's one retry took to the good one.
 	waitFor(t, "the call records", func() bool { return len(g.calls(t, "orders")) >= 20 })
+	retried := 0
 	for _, c := range g.calls(t, "orders") {
-		if c.Retries > 0 && c.Status == 200 {
-			retried++
+		if c.Retries == 0 {
+			continue
 		}
+		if c.Retries != 1 || c.Status != 200 || c.Endpoint != good.addr {
+			t.Errorf("a retried call: %d retries, status %d at %s (the good endpoint: %s)", c.Retries, c.Status, c.Endpoint, good.addr)
+		}
+		retried++
 	}
-	if retried == 0 {
-		t.Fatal("no call was retried after a TLS failure")
+	if n := bad.conns.Load(); n < 2 || int64(retried) != n {
+		t.Fatalf("%d calls retried to the good endpoint, %d connections to the bad one (2 eject it)", retried, n)
 	}
 }
 
