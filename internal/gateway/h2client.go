@@ -627,13 +627,13 @@ func (cc *h2ClientConn) resetStream(id uint32, code http2.ErrCode) {
 
 // h2Stream is one call on an h2ClientConn; it is the answer's Body.
 type h2Stream struct {
-	cc      *h2ClientConn
+	cc       *h2ClientConn
 	ctx      context.Context // the call's, or nil
 	deadline time.Time       // without ctx: when the call expires (zero: never)
-	id      uint32
-	sendWin int64 // cc.mu
-	resCh   chan struct{}
-	stop    func() bool // the context's AfterFunc
+	id       uint32
+	sendWin  int64 // cc.mu
+	resCh    chan struct{}
+	stop     func() bool // the context's AfterFunc
 
 	mu       sync.Mutex
 	cond     sync.Cond // data, the end, or a failure
