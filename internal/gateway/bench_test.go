@@ -2,13 +2,21 @@ package gateway_test
 
 import (
 	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"golang.org/x/net/http2"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
+
+	"github.com/valyala/fasthttp"
 
 	"github.com/sextant-mesh/sextant/internal/gateway"
 )
@@ -75,4 +83,61 @@ func awaitUnary(b *testing.B, c testgrpc.TestServiceClient, req *testgrpc.Simple
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// BenchmarkH2ToH1 is one HTTP/2 request (h2c, Go's HTTP/2 client, parallel
+// streams on one connection) through the gateway to an HTTP/1.1 endpoint
+// answering 1 KiB: the dataplane bench's h2c figure in one process.
+func BenchmarkH2ToH1(b *testing.B) {
+	body := make([]byte, 1024)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	up := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
+		ctx.SetContentType("application/octet-stream")
+		ctx.SetBody(body)
+	}}
+	go up.Serve(ln)
+	defer up.Shutdown()
+	tcp := ln.Addr().(*net.TCPAddr)
+	u := &upstream{name: "fast", host: tcp.IP.String(), port: uint32(tcp.Port)}
+	cp := startControlPlaneB(b)
+	cp.set(rdsListener("gw", "r"), routeConfig("r", vhost("all", []string{"*"}, prefixRoute("/", "u"))),
+		edsCluster("u"), assignment("u", ep{u: u}))
+	g := startGatewayB(b, cp.addr)
+	client := &http.Client{Transport: &http2.Transport{AllowHTTP: true,
+		DialTLSContext: func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, network, addr)
+		}}}
+	get := func() error {
+		res, err := client.Get(g.url + "/")
+		if err != nil {
+			return err
+		}
+		n, _ := io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		if res.StatusCode != 200 || n != int64(len(body)) {
+			return fmt.Errorf("status %d, %d bytes", res.StatusCode, n)
+		}
+		return nil
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for get() != nil {
+		if time.Now().After(deadline) {
+			b.Fatal("gateway got no config")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	b.ReportAllocs()
+	b.SetParallelism(8)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if err := get(); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
 }

@@ -386,6 +386,10 @@ func writeFast(w http.ResponseWriter, resp *fasthttp.Response, grpc bool) {
 // writeHead writes a fasthttp answer's status and headers, with its body's
 // length (-1: unknown).
 func writeHead(w http.ResponseWriter, resp *fasthttp.Response, cl int) {
+	if st, ok := w.(*h2sStream); ok && st.status == 0 {
+		st.setFastHead(&resp.Header, resp.StatusCode(), cl) // the same fields, with no http.Header built
+		return
+	}
 	h := w.Header()
 	for k, v := range resp.Header.All() {
 		switch string(k) {

@@ -633,7 +633,7 @@ type h2Stream struct {
 	id       uint32
 	sendWin  int64 // cc.mu
 	resCh    chan struct{}
-	stop     func() bool // the context's AfterFunc
+	stop     func() bool // the context's AfterFunc, or the deadline's timer; nil: neither
 
 	mu       sync.Mutex
 	cond     sync.Cond // data, the end, or a failure

@@ -164,12 +164,13 @@ type h2sConn struct {
 	base *http.Request // every stream's request starts as a copy: context, addresses, TLS
 	stop context.CancelFunc
 
-	wmu  sync.Mutex // one writer of frames at a time
-	wbuf bytes.Buffer
-	wfr  *http2.Framer // writes into wbuf
-	hbuf bytes.Buffer
-	henc *hpack.Encoder
-	werr error
+	wmu   sync.Mutex // one writer of frames at a time
+	wbuf  bytes.Buffer
+	wfr   *http2.Framer // writes into wbuf
+	hbuf  bytes.Buffer
+	henc  *hpack.Encoder
+	lower []byte // a header name being lower-cased
+	werr  error
 
 	mu          sync.Mutex
 	streams     map[uint32]*h2sStream
@@ -892,6 +893,8 @@ type h2sStream struct {
 
 	// The handler's.
 	hdr         http.Header
+	fastHead    *fasthttp.ResponseHeader // the answer's fields besides hdr's (writeHead), encoded from fasthttp's header
+	fastLen     int                      // with fastHead: the body's length (-1: unknown)
 	status      int
 	sentHeader  bool
 	ended       bool
@@ -1024,7 +1027,7 @@ func (st *h2sStream) finish() {
 	st.localDone = true
 	st.sc.mu.Unlock()
 	trailers := st.hasTrailers()
-	if !st.sentHeader && !trailers && !st.head && st.hdr.Get("Content-Length") == "" {
+	if !st.sentHeader && !trailers && !st.head && st.hdr.Get("Content-Length") == "" && (st.fastHead == nil || st.fastLen < 0) {
 		st.Header().Set("Content-Length", strconv.Itoa(len(st.wbuf)))
 	}
 	if err := st.send(nil, !trailers); err != nil {
@@ -1098,6 +1101,44 @@ func (st *h2sStream) encode(name string, vs []string) {
 	}
 }
 
+// setFastHead makes h, with a body of length n (-1: unknown), the answer's
+// head: its fields are encoded from h when the head is sent, with no
+// http.Header built; h must stay as it is until then.
+func (st *h2sStream) setFastHead(h *fasthttp.ResponseHeader, status, n int) {
+	st.fastHead, st.fastLen = h, n
+	st.WriteHeader(status)
+}
+
+// encodeFast adds the fields of st.fastHead to sc.hbuf, as writeHead
+// copies them (not Content-Length, Connection, Transfer-Encoding or
+// Trailer; one Content-Type; the body's length), and reports whether one
+// is Date; sc.wmu is held.
+func (st *h2sStream) encodeFast() (date bool) {
+	sc, h := st.sc, st.fastHead
+	for k, v := range h.All() {
+		sc.lower = appendLower(sc.lower[:0], k)
+		name := b2s(sc.lower) // the encoder keeps no field (no dynamic table)
+		switch name {
+		case "content-length", "content-type", "trailer":
+			continue
+		case "date":
+			date = true
+		}
+		if connectionSpecific(name) || !httpguts.ValidHeaderFieldValue(b2s(v)) {
+			continue
+		}
+		_ = sc.henc.WriteField(hpack.HeaderField{Name: name, Value: b2s(v)})
+	}
+	if ct := h.ContentType(); len(ct) > 0 {
+		_ = sc.henc.WriteField(hpack.HeaderField{Name: "content-type", Value: b2s(ct)})
+	}
+	if st.fastLen >= 0 {
+		var n [20]byte
+		_ = sc.henc.WriteField(hpack.HeaderField{Name: "content-length", Value: b2s(strconv.AppendInt(n[:0], int64(st.fastLen), 10))})
+	}
+	return date
+}
+
 // send sends the headers if not sent, then what was buffered and p, with
 // END_STREAM on the last frame if end.
 func (st *h2sStream) send(p []byte, end bool) error {
@@ -1125,7 +1166,11 @@ func (st *h2sStream) send(p []byte, end bool) error {
 			}
 			st.encode(lowerHeader(k), vs)
 		}
-		if _, ok := st.hdr["Date"]; !ok { // as net/http's server and Envoy add it
+		date := len(st.hdr["Date"]) > 0
+		if st.fastHead != nil {
+			date = st.encodeFast() || date
+		}
+		if !date { // as net/http's server and Envoy add it
 			_ = sc.henc.WriteField(hpack.HeaderField{Name: "date", Value: httpDate(time.Now())})
 		}
 		sc.writeHeadersLocked(st.id, endHere, sc.hbuf.Bytes())
