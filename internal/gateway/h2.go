@@ -249,7 +249,7 @@ func (g *Gateway) proxyH2(w http.ResponseWriter, hr *http.Request, ctx *fasthttp
 		}
 		wh[key] = vs
 	}
-	wh.Set("Via", viaValue)
+	wh["Via"] = viaValues
 	wh.Set("X-Request-Id", string(ctx.Request.Header.Peek("X-Request-Id")))
 	k.filters.response(ctx, stdHeader(wh), k.dest)
 	w.WriteHeader(res.StatusCode)
@@ -259,11 +259,17 @@ func (g *Gateway) proxyH2(w http.ResponseWriter, hr *http.Request, ctx *fasthttp
 	}
 	n, rerr, werr := copyFlushing(w, res.Body)
 	if rerr == nil {
+		st, direct := w.(*h2sStream) // takes the trailers as they are, no prefixed key built per trailer
 		for key, vs := range res.Trailer {
-			wh[http.TrailerPrefix+key] = vs
-			if http.CanonicalHeaderKey(key) == "Grpc-Status" && len(vs) > 0 {
+			if !direct {
+				wh[http.TrailerPrefix+key] = vs
+			}
+			if key == "Grpc-Status" && len(vs) > 0 { // h2Client's trailers are canonical
 				k.grpc = parseGRPCStatus(vs[0])
 			}
+		}
+		if direct && len(res.Trailer) > 0 {
+			st.trailers = res.Trailer
 		}
 	} else if werr == nil {
 		// The answer broke mid-body (reset, or the deadline passed).
@@ -288,6 +294,10 @@ func (g *Gateway) proxyH2(w http.ResponseWriter, hr *http.Request, ctx *fasthttp
 	}
 	g.finishH2(k, r, mdKey, start, n)
 }
+
+// viaValues is the Via header of HTTP/2 answers, shared: a filter adding
+// to it appends to a slice of capacity 1, which copies.
+var viaValues = []string{viaValue}
 
 // proxyH2ToH1 sends an HTTP/2 request to an HTTP/1.1 cluster through the
 // HTTP/1.1 path's client (readyBody, forward) and streams the answer back.

@@ -675,7 +675,7 @@ func (st *h2Stream) onHeaders(f *h2Head) {
 				}
 			}
 		}
-		res := &http.Response{Status: strconv.Itoa(status) + " " + http.StatusText(status), StatusCode: status,
+		res := &http.Response{Status: statusLine(status), StatusCode: status,
 			Proto: "HTTP/2.0", ProtoMajor: 2, Header: h, ContentLength: cl, Body: st}
 		if f.StreamEnded() {
 			res.ContentLength = 0
@@ -828,6 +828,14 @@ func (st *h2Stream) Read(p []byte) (int, error) {
 	}
 	st.mu.Unlock()
 	return 0, err
+}
+
+// statusLine is an http.Response's Status for code.
+func statusLine(code int) string {
+	if code == http.StatusOK {
+		return "200 OK"
+	}
+	return strconv.Itoa(code) + " " + http.StatusText(code)
 }
 
 // ctxErr is the call's context's error, or without one

@@ -895,6 +895,7 @@ type h2sStream struct {
 	hdr         http.Header
 	fastHead    *fasthttp.ResponseHeader // the answer's fields besides hdr's (writeHead), encoded from fasthttp's header
 	fastLen     int                      // with fastHead: the body's length (-1: unknown)
+	trailers    http.Header              // trailers besides hdr's (canonical names, no http.TrailerPrefix)
 	status      int
 	sentHeader  bool
 	ended       bool
@@ -1047,6 +1048,9 @@ func (st *h2sStream) finish() {
 		for _, k := range st.trailerKeys {
 			st.encode(lowerHeader(k), st.hdr[k])
 		}
+		for k, vs := range st.trailers {
+			st.encode(lowerHeader(k), vs)
+		}
 		sc.writeHeadersLocked(st.id, true, sc.hbuf.Bytes())
 		_ = sc.flushLocked()
 		sc.wmu.Unlock()
@@ -1065,7 +1069,7 @@ func (st *h2sStream) finish() {
 }
 
 func (st *h2sStream) hasTrailers() bool {
-	if len(st.trailerKeys) > 0 {
+	if len(st.trailerKeys) > 0 || len(st.trailers) > 0 {
 		return true
 	}
 	for k := range st.hdr {
