@@ -29,7 +29,8 @@ import (
 // h2Server is the gateway's HTTP/2 server (h2c, and h2 over TLS): it speaks
 // frames itself (x/net's Framer and HPACK) instead of net/http's server. One
 // goroutine per connection reads and answers the connection's frames; each
-// stream's handler runs on a goroutine of its own and writes its frames
+// stream's handler runs on a goroutine of its own (a worker kept from
+// stream to stream, h2sworkers.go) and writes its frames
 // straight to the connection under a write lock (through the batching
 // writer, batchconn.go). What net/http's server adds per call and this
 // does not: its serve loop, which every frame goes through (the read loop
@@ -48,6 +49,7 @@ type h2Server struct {
 	handler http.HandlerFunc
 	fast    h2Handler     // instead of handler: the head decoded straight into fasthttp's request
 	idle    time.Duration // a connection without streams is closed after it
+	workers h2sWorkers    // the streams' handlers run on them
 
 	mu      sync.Mutex
 	conns   map[*h2sConn]struct{}
@@ -127,6 +129,7 @@ func (s *h2Server) Serve(ln net.Listener) error {
 // without streams at once and the others once their streams are done, and
 // waits for them until ctx ends, when it closes what is left.
 func (s *h2Server) Shutdown(ctx context.Context) error {
+	defer s.workers.close()
 	s.mu.Lock()
 	s.closing = true
 	conns := make([]*h2sConn, 0, len(s.conns))
@@ -509,10 +512,9 @@ func (sc *h2sConn) onHeaders(f *h2Head) (http2.ErrCode, bool) {
 	}
 	sc.mu.Unlock()
 	if f.Truncated {
-		go st.run(nil) // a 431: the header list is over SETTINGS_MAX_HEADER_LIST_SIZE
-	} else {
-		go st.run(req)
+		req = nil // a 431: the header list is over SETTINGS_MAX_HEADER_LIST_SIZE
 	}
+	sc.s.workers.run(st, req)
 	return 0, true
 }
 

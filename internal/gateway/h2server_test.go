@@ -22,6 +22,13 @@ import (
 // servePlain does (batching writer included), until the test ends.
 func serveFrameH2(t testing.TB, h http.HandlerFunc) string {
 	t.Helper()
+	_, addr := serveFrameH2Server(t, h)
+	return addr
+}
+
+// serveFrameH2Server is serveFrameH2, with its server.
+func serveFrameH2Server(t testing.TB, h http.HandlerFunc) (*h2Server, string) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -47,7 +54,7 @@ func serveFrameH2(t testing.TB, h http.HandlerFunc) string {
 			t.Errorf("shutdown: %v", err)
 		}
 	})
-	return ln.Addr().String()
+	return s, ln.Addr().String()
 }
 
 // TestH2ServerH2spec runs h2spec (github.com/summerwind/h2spec, pinned in
@@ -101,6 +108,7 @@ func FuzzH2Server(f *testing.F) {
 		w.Header().Set(http.TrailerPrefix+"Grpc-Status", "0")
 		_, _ = w.Write([]byte("answer"))
 	}, time.Minute)
+	f.Cleanup(func() { _ = s.Shutdown(context.Background()) }) // stops its idle workers
 	f.Fuzz(func(t *testing.T, in []byte) {
 		client, server := net.Pipe()
 		sc := newH2sConn(s, server)
