@@ -104,7 +104,9 @@ func (g *Gateway) serveH2On(w http.ResponseWriter, hr *http.Request, ctx *fastht
 	}
 	g.startTrace(ctx, t.tracing, &k.tr, start, c.spec.h2c) // an HTTP/1.1 cluster's tries write their own
 	k.noteURI(ctx, r)
-	g.prepareRequest(ctx, r)
+	// h2Server saw whether the request has a hop-by-hop field.
+	st, frame := w.(*h2sStream)
+	g.prepareRequest(ctx, r, !frame || st.ctx != ctx || st.hop)
 	k.tr.noteRequestID(&ctx.Request.Header)
 	if r.spec.timeout > 0 {
 		k.deadline = start.Add(r.spec.timeout)

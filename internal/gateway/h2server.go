@@ -484,6 +484,14 @@ func (sc *h2sConn) onHeaders(f *h2Head) (http2.ErrCode, bool) {
 	st := &h2sStream{sc: sc, id: id, sendWin: initWin, recvWin: h2sStreamWin, declared: declared,
 		remoteDone: f.StreamEnded(), head: req.Method == http.MethodHead, ctx: ctx}
 	st.cond.L = &sc.mu
+	if ctx != nil {
+		for _, hf := range f.RegularFields() {
+			if isHopName([]byte(hf.Name)) {
+				st.hop = true // prepareRequest drops it (te, trailer, proxy-authorization, ...)
+				break
+			}
+		}
+	}
 	if !f.StreamEnded() {
 		req.Body = (*h2sBody)(st)
 		var expect string
@@ -875,6 +883,7 @@ type h2sStream struct {
 	cond sync.Cond            // on sc.mu: data came, the window grew, the stream ended
 	head bool                 // a HEAD request: no body, no content-length of its own
 	ctx  *fasthttp.RequestCtx // the request's head, for a fast handler
+	hop  bool                 // the request has a hop-by-hop field
 	// expect: the request asked for 100-continue (RFC 9110 10.1.1); the
 	// 100 goes when the handler first reads the body, as net/http's server
 	// and Envoy send it, unless the answer went first.

@@ -91,7 +91,7 @@ func (g *Gateway) serveOn(ctx *fasthttp.RequestCtx, t *table) {
 	}
 	g.startTrace(ctx, t.tracing, &k.tr, start, false)
 	k.noteURI(ctx, r)
-	g.prepareRequest(ctx, r)
+	g.prepareRequest(ctx, r, requestMayHaveHop(&ctx.Request.Header)) // hop.go
 	k.tr.noteRequestID(&ctx.Request.Header)
 	if r.spec.timeout > 0 {
 		k.deadline = start.Add(r.spec.timeout)
@@ -508,9 +508,11 @@ func (g *Gateway) answer(ctx *fasthttp.RequestCtx, k *call) {
 
 // prepareRequest turns the downstream request into the upstream one, in
 // place: hop-by-hop headers out, forwarding headers in, prefix rewrite.
-func (g *Gateway) prepareRequest(ctx *fasthttp.RequestCtx, r *routeRT) {
+// mayHop is whether the request may carry hop-by-hop headers: false
+// skips their nine deletes (requestMayHaveHop, h2sStream.hop).
+func (g *Gateway) prepareRequest(ctx *fasthttp.RequestCtx, r *routeRT, mayHop bool) {
 	h := &ctx.Request.Header
-	if requestMayHaveHop(h) { // hop.go
+	if mayHop {
 		dropHopHeaders(h) // dropping Connection also keeps the upstream connection open
 	}
 	var ipBuf [64]byte
