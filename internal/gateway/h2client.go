@@ -17,7 +17,6 @@ import (
 
 	"github.com/valyala/fasthttp"
 	"golang.org/x/net/http2"
-	"golang.org/x/net/http2/hpack"
 )
 
 // h2Client is the gateway's HTTP/2 client to one endpoint (h2c, or h2 over
@@ -197,8 +196,7 @@ type h2ClientConn struct {
 	wbuf  bytes.Buffer
 	wfr   *http2.Framer // writes into wbuf
 	hbuf  bytes.Buffer
-	henc  *hpack.Encoder // no dynamic table (h2Config's reason)
-	lower []byte         // a header name being lower-cased, under wmu
+	lower []byte // a header name being lower-cased, under wmu
 
 	mu         sync.Mutex
 	cond       sync.Cond // the send windows grew, or a stream or the connection ended
@@ -223,8 +221,6 @@ func (p *h2Client) newConn(ctx context.Context) (*h2ClientConn, error) {
 		maxStreams: 100, sendWin: 65535, initWin: 65535, maxFrame: 16384}
 	cc.cond.L = &cc.mu
 	cc.wfr = http2.NewFramer(&cc.wbuf, nil)
-	cc.henc = hpack.NewEncoder(&cc.hbuf)
-	cc.henc.SetMaxDynamicTableSizeLimit(0)
 	cc.wbuf.Write([]byte(http2.ClientPreface))
 	_ = cc.wfr.WriteSettings(
 		http2.Setting{ID: http2.SettingEnablePush, Val: 0},
@@ -399,20 +395,19 @@ func (cc *h2ClientConn) roundTrip(req *h2Request) (*http.Response, error) {
 
 // encodeHead writes a request's header block into cc.hbuf; cc.wmu is held.
 func (cc *h2ClientConn) encodeHead(req *h2Request) {
-	enc := cc.henc
 	field := func(name, v string) {
 		if name == "te" && !strings.EqualFold(v, "trailers") {
 			return
 		}
-		_ = enc.WriteField(hpack.HeaderField{Name: name, Value: v})
+		appendHPACK(&cc.hbuf, name, v)
 	}
 	if h := req.fast; h != nil {
-		// The encoder has no dynamic table: it keeps no field it is given,
+		// appendHPACK copies each field as it is given (no dynamic table),
 		// so names and values may alias the header's bytes and cc.lower.
-		_ = enc.WriteField(hpack.HeaderField{Name: ":method", Value: b2s(h.Method())})
-		_ = enc.WriteField(hpack.HeaderField{Name: ":scheme", Value: cc.p.scheme})
-		_ = enc.WriteField(hpack.HeaderField{Name: ":authority", Value: b2s(h.Host())})
-		_ = enc.WriteField(hpack.HeaderField{Name: ":path", Value: b2s(h.RequestURI())})
+		appendHPACK(&cc.hbuf, ":method", b2s(h.Method()))
+		appendHPACK(&cc.hbuf, ":scheme", cc.p.scheme)
+		appendHPACK(&cc.hbuf, ":authority", b2s(h.Host()))
+		appendHPACK(&cc.hbuf, ":path", b2s(h.RequestURI()))
 		for k, v := range h.All() {
 			cc.lower = appendLower(cc.lower[:0], k)
 			if name := b2s(cc.lower); !h2SkipHeader(name) {
@@ -420,10 +415,10 @@ func (cc *h2ClientConn) encodeHead(req *h2Request) {
 			}
 		}
 	} else {
-		_ = enc.WriteField(hpack.HeaderField{Name: ":method", Value: req.method})
-		_ = enc.WriteField(hpack.HeaderField{Name: ":scheme", Value: cc.p.scheme})
-		_ = enc.WriteField(hpack.HeaderField{Name: ":authority", Value: req.authority})
-		_ = enc.WriteField(hpack.HeaderField{Name: ":path", Value: req.path})
+		appendHPACK(&cc.hbuf, ":method", req.method)
+		appendHPACK(&cc.hbuf, ":scheme", cc.p.scheme)
+		appendHPACK(&cc.hbuf, ":authority", req.authority)
+		appendHPACK(&cc.hbuf, ":path", req.path)
 		for k, vs := range req.std {
 			name := lowerHeader(k)
 			if h2SkipHeader(name) {
@@ -436,7 +431,7 @@ func (cc *h2ClientConn) encodeHead(req *h2Request) {
 	}
 	if req.length > 0 {
 		var n [20]byte
-		_ = enc.WriteField(hpack.HeaderField{Name: "content-length", Value: b2s(strconv.AppendInt(n[:0], req.length, 10))})
+		appendHPACK(&cc.hbuf, "content-length", b2s(strconv.AppendInt(n[:0], req.length, 10)))
 	}
 }
 

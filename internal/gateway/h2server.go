@@ -23,7 +23,6 @@ import (
 	"github.com/valyala/fasthttp"
 	"golang.org/x/net/http/httpguts"
 	"golang.org/x/net/http2"
-	"golang.org/x/net/http2/hpack"
 )
 
 // h2Server is the gateway's HTTP/2 server (h2c, and h2 over TLS): it speaks
@@ -37,7 +36,7 @@ import (
 // hands it over a channel, the handler's writes come back over another,
 // and writeFrameAsync writes each frame on yet another goroutine), and a
 // flush per frame. What it does not do: server push, priorities (PRIORITY
-// is read and ignored), the HPACK dynamic table on the way out (h2Config's
+// is read and ignored), the HPACK dynamic table and Huffman coding on the way out (h2Config's
 // reason), Content-Type sniffing, client trailers (read and dropped: the
 // gateway forwards none). It adds a Date header and answers 100-continue
 // as net/http's server does.
@@ -171,7 +170,6 @@ type h2sConn struct {
 	wbuf  bytes.Buffer
 	wfr   *http2.Framer // writes into wbuf
 	hbuf  bytes.Buffer
-	henc  *hpack.Encoder
 	lower []byte // a header name being lower-cased
 	werr  error
 
@@ -206,8 +204,6 @@ func newH2sConn(s *h2Server, c net.Conn) *h2sConn {
 	sc.stop = cancel
 	sc.base = (&http.Request{Proto: "HTTP/2.0", ProtoMajor: 2, RemoteAddr: c.RemoteAddr().String(), TLS: sc.tls}).WithContext(ctx)
 	sc.wfr = http2.NewFramer(&sc.wbuf, nil)
-	sc.henc = hpack.NewEncoder(&sc.hbuf)
-	sc.henc.SetMaxDynamicTableSizeLimit(0)
 	return sc
 }
 
@@ -1112,7 +1108,7 @@ func (st *h2sStream) encode(name string, vs []string) {
 		if !httpguts.ValidHeaderFieldValue(v) {
 			continue
 		}
-		_ = st.sc.henc.WriteField(hpack.HeaderField{Name: name, Value: v})
+		appendHPACK(&st.sc.hbuf, name, v)
 	}
 }
 
@@ -1132,7 +1128,7 @@ func (st *h2sStream) encodeFast() (date bool) {
 	sc, h := st.sc, st.fastHead
 	for k, v := range h.All() {
 		sc.lower = appendLower(sc.lower[:0], k)
-		name := b2s(sc.lower) // the encoder keeps no field (no dynamic table)
+		name := b2s(sc.lower) // appendHPACK keeps no field (no dynamic table)
 		switch name {
 		case "content-length", "content-type", "trailer":
 			continue
@@ -1142,14 +1138,14 @@ func (st *h2sStream) encodeFast() (date bool) {
 		if connectionSpecific(name) || !httpguts.ValidHeaderFieldValue(b2s(v)) {
 			continue
 		}
-		_ = sc.henc.WriteField(hpack.HeaderField{Name: name, Value: b2s(v)})
+		appendHPACK(&sc.hbuf, name, b2s(v))
 	}
 	if ct := h.ContentType(); len(ct) > 0 {
-		_ = sc.henc.WriteField(hpack.HeaderField{Name: "content-type", Value: b2s(ct)})
+		appendHPACK(&sc.hbuf, "content-type", b2s(ct))
 	}
 	if st.fastLen >= 0 {
 		var n [20]byte
-		_ = sc.henc.WriteField(hpack.HeaderField{Name: "content-length", Value: b2s(strconv.AppendInt(n[:0], int64(st.fastLen), 10))})
+		appendHPACK(&sc.hbuf, "content-length", b2s(strconv.AppendInt(n[:0], int64(st.fastLen), 10)))
 	}
 	return date
 }
@@ -1174,7 +1170,8 @@ func (st *h2sStream) send(p []byte, end bool) error {
 			sc.mu.Unlock()
 		}
 		sc.hbuf.Reset()
-		_ = sc.henc.WriteField(hpack.HeaderField{Name: ":status", Value: strconv.Itoa(st.status)})
+		var code [3]byte
+		appendHPACK(&sc.hbuf, ":status", b2s(strconv.AppendInt(code[:0], int64(st.status), 10)))
 		for k, vs := range st.hdr {
 			if strings.HasPrefix(k, http.TrailerPrefix) || st.isTrailer(k) {
 				continue
@@ -1186,7 +1183,7 @@ func (st *h2sStream) send(p []byte, end bool) error {
 			date = st.encodeFast() || date
 		}
 		if !date { // as net/http's server and Envoy add it
-			_ = sc.henc.WriteField(hpack.HeaderField{Name: "date", Value: httpDate(time.Now())})
+			appendHPACK(&sc.hbuf, "date", httpDate(time.Now()))
 		}
 		sc.writeHeadersLocked(st.id, endHere, sc.hbuf.Bytes())
 		// A small buffered body goes in the same write as its headers
@@ -1356,7 +1353,7 @@ func (st *h2sStream) sendContinue() {
 		return
 	}
 	sc.hbuf.Reset()
-	_ = sc.henc.WriteField(hpack.HeaderField{Name: ":status", Value: "100"})
+	appendHPACK(&sc.hbuf, ":status", "100")
 	sc.writeHeadersLocked(st.id, false, sc.hbuf.Bytes())
 	_ = sc.flushLocked()
 }
