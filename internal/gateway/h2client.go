@@ -340,7 +340,7 @@ func (cc *h2ClientConn) roundTrip(req *h2Request) (*http.Response, error) {
 	}
 	// A call without a body ends with its HEADERS: sent before the answer
 	// can end (finish would reset a stream still sending).
-	st := &h2Stream{cc: cc, ctx: ctx, deadline: req.deadline, resCh: make(chan struct{}), sent: body == nil}
+	st := &h2Stream{cc: cc, ctx: ctx, deadline: req.deadline, sent: body == nil}
 	st.cond.L = &st.mu
 
 	cc.wmu.Lock()
@@ -376,8 +376,10 @@ func (cc *h2ClientConn) roundTrip(req *h2Request) (*http.Response, error) {
 	if body != nil {
 		go st.sendBody(body)
 	}
-	<-st.resCh
 	st.mu.Lock()
+	for !st.resReady {
+		st.cond.Wait()
+	}
 	res, err := st.res, st.err
 	st.mu.Unlock()
 	if res == nil {
@@ -626,8 +628,7 @@ type h2Stream struct {
 	ctx      context.Context // the call's, or nil
 	deadline time.Time       // without ctx: when the call expires (zero: never)
 	id       uint32
-	sendWin  int64 // cc.mu
-	resCh    chan struct{}
+	sendWin  int64       // cc.mu
 	stop     func() bool // the context's AfterFunc, or the deadline's timer; nil: neither
 
 	mu       sync.Mutex
@@ -640,7 +641,7 @@ type h2Stream struct {
 	sent     bool  // the request's end was written
 	done     bool  // removed from the connection
 	unacked  int   // bytes read since the last WINDOW_UPDATE
-	resReady bool  // resCh closed
+	resReady bool  // the answer's head, or the failure, is in: RoundTrip returns
 }
 
 // onHeaders takes the answer's headers or its trailers; the reader's
@@ -659,11 +660,18 @@ func (st *h2Stream) onHeaders(f *h2Head) {
 			st.mu.Unlock() // informational: the answer follows
 			return
 		}
-		h := make(http.Header, len(f.Fields))
+		regular := f.RegularFields()
+		h := make(http.Header, len(regular))
+		vals := make([]string, len(regular)) // one array for the values (a repeated name's append copies)
 		cl := int64(-1)
-		for _, hf := range f.RegularFields() {
+		for i, hf := range regular {
 			k := canonicalHeader(hf.Name)
-			h[k] = append(h[k], hf.Value)
+			if vs := h[k]; len(vs) > 0 {
+				h[k] = append(vs, hf.Value)
+			} else {
+				vals[i] = hf.Value
+				h[k] = vals[i : i+1 : i+1]
+			}
 			if k == "Content-Length" {
 				if n, err := strconv.ParseInt(hf.Value, 10, 64); err == nil && n >= 0 {
 					cl = n
@@ -680,10 +688,17 @@ func (st *h2Stream) onHeaders(f *h2Head) {
 		st.readyLocked()
 	} else {
 		// Trailers: they end the stream.
-		tr := make(http.Header, len(f.Fields))
-		for _, hf := range f.RegularFields() {
+		regular := f.RegularFields()
+		tr := make(http.Header, len(regular))
+		vals := make([]string, len(regular))
+		for i, hf := range regular {
 			k := canonicalHeader(hf.Name)
-			tr[k] = append(tr[k], hf.Value)
+			if vs := tr[k]; len(vs) > 0 {
+				tr[k] = append(vs, hf.Value)
+			} else {
+				vals[i] = hf.Value
+				tr[k] = vals[i : i+1 : i+1]
+			}
 		}
 		st.res.Trailer = tr
 		st.eof = true
@@ -725,7 +740,7 @@ func (st *h2Stream) onData(p []byte, pad int, end bool) {
 func (st *h2Stream) readyLocked() {
 	if !st.resReady {
 		st.resReady = true
-		close(st.resCh)
+		st.cond.Broadcast()
 	}
 }
 
@@ -845,13 +860,15 @@ func (st *h2Stream) ctxErr() error {
 	return nil
 }
 
+var errH2BodyClosed = errors.New("gateway: http2 answer body closed")
+
 // Close ends the caller's interest in the answer: a stream not ended
 // both ways is reset.
 func (st *h2Stream) Close() error {
 	if st.stop != nil {
 		st.stop()
 	}
-	st.abort(errors.New("gateway: http2 answer body closed"))
+	st.abort(errH2BodyClosed)
 	return nil
 }
 
