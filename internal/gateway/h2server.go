@@ -692,7 +692,7 @@ func (sc *h2sConn) onData(f *http2.DataFrame) (http2.ErrCode, bool) {
 		return 0, true
 	}
 	if st.rbuf == nil && len(data) > 0 {
-		st.rbuf = make([]byte, 0, max(len(data), 4<<10))
+		st.rbuf, st.rbufp = getH2sBuf(len(data))
 	}
 	st.rbuf = append(st.rbuf, data...)
 	if f.StreamEnded() {
@@ -855,7 +855,8 @@ func (sc *h2sConn) streamDone(st *h2sStream) {
 	if sc.streams[st.id] == st {
 		delete(sc.streams, st.id)
 	}
-	st.rbuf = nil
+	putH2sBuf(st.rbuf, st.rbufp)
+	st.rbuf, st.rbufp = nil, nil
 	// The body is closed with its handler, as net/http's: a reader left
 	// (a request body still being sent upstream) gets an error.
 	st.failLocked(errH2sStreamDone)
@@ -863,11 +864,39 @@ func (sc *h2sConn) streamDone(st *h2sStream) {
 	drained := sc.running == 0 && sc.goaway
 	idle := sc.running == 0 && !sc.closed
 	sc.mu.Unlock()
+	putH2sBuf(st.wbuf, st.wbufp) // the handler's, and it returned
+	st.wbuf, st.wbufp = nil, nil
 	sc.handlers.Done()
 	if drained {
 		sc.close(errH2sConnClosed)
 	} else if idle {
 		sc.armIdle()
+	}
+}
+
+// h2sBufs are streams' body buffers: a request body's as it arrives, an
+// answer's before it is sent. Kept from stream to stream: each was
+// allocated and zeroed per stream (1.5% of the gateway's CPU per gRPC
+// call, perf).
+var h2sBufs = sync.Pool{New: func() any { b := make([]byte, 0, h2sBufSize); return &b }}
+
+const h2sBufSize = 4 << 10
+
+// getH2sBuf returns an empty buffer for at least n bytes, and its pool
+// pointer (nil: not pooled, n is over h2sBufSize).
+func getH2sBuf(n int) ([]byte, *[]byte) {
+	if n > h2sBufSize {
+		return make([]byte, 0, min(n, h2sBodyBuf)), nil
+	}
+	bp := h2sBufs.Get().(*[]byte)
+	return (*bp)[:0], bp
+}
+
+// putH2sBuf returns b to h2sBufs, unless it grew past its pooled array.
+func putH2sBuf(b []byte, bp *[]byte) {
+	if bp != nil && cap(b) == h2sBufSize {
+		*bp = b[:0]
+		h2sBufs.Put(bp)
 	}
 }
 
@@ -887,6 +916,7 @@ type h2sStream struct {
 
 	// Under sc.mu.
 	rbuf        []byte
+	rbufp       *[]byte // rbuf's in h2sBufs
 	roff        int
 	remoteDone  bool  // END_STREAM received
 	localDone   bool  // the handler returned: END_STREAM is sent or about to be
@@ -907,6 +937,7 @@ type h2sStream struct {
 	sentHeader  bool
 	ended       bool
 	wbuf        []byte
+	wbufp       *[]byte  // wbuf's in h2sBufs
 	trailerKeys []string // declared in the Trailer header
 }
 
@@ -997,7 +1028,7 @@ func (st *h2sStream) Write(p []byte) (int, error) {
 	}
 	if len(st.wbuf)+len(p) <= h2sBodyBuf {
 		if st.wbuf == nil {
-			st.wbuf = make([]byte, 0, min(h2sBodyBuf, max(len(p), 512)))
+			st.wbuf, st.wbufp = getH2sBuf(len(p))
 		}
 		st.wbuf = append(st.wbuf, p...)
 		return len(p), nil
