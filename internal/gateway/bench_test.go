@@ -2,16 +2,12 @@ package gateway_test
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
 
-	"golang.org/x/net/http2"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
@@ -90,26 +86,15 @@ func awaitUnary(b *testing.B, c testgrpc.TestServiceClient, req *testgrpc.Simple
 // answering 1 KiB: the dataplane bench's h2c figure in one process.
 func BenchmarkH2ToH1(b *testing.B) {
 	body := make([]byte, 1024)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	up := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
+	u := startFastUpstream(b, func(ctx *fasthttp.RequestCtx) {
 		ctx.SetContentType("application/octet-stream")
 		ctx.SetBody(body)
-	}}
-	go up.Serve(ln)
-	defer up.Shutdown()
-	tcp := ln.Addr().(*net.TCPAddr)
-	u := &upstream{name: "fast", host: tcp.IP.String(), port: uint32(tcp.Port)}
+	})
 	cp := startControlPlaneB(b)
 	cp.set(rdsListener("gw", "r"), routeConfig("r", vhost("all", []string{"*"}, prefixRoute("/", "u"))),
 		edsCluster("u"), assignment("u", ep{u: u}))
 	g := startGatewayB(b, cp.addr)
-	client := &http.Client{Transport: &http2.Transport{AllowHTTP: true,
-		DialTLSContext: func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, network, addr)
-		}}}
+	client := h2cClient(0)
 	get := func() error {
 		res, err := client.Get(g.url + "/")
 		if err != nil {

@@ -14,6 +14,15 @@ import (
 	"golang.org/x/net/http2"
 )
 
+// h2cClient is an HTTP/2 client with prior knowledge (h2c), Go's, with
+// timeout (0: none).
+func h2cClient(timeout time.Duration) *http.Client {
+	return &http.Client{Timeout: timeout, Transport: &http2.Transport{AllowHTTP: true,
+		DialTLSContext: func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, network, addr)
+		}}}
+}
+
 // headDump writes what an endpoint received of a request's head and body.
 func headDump(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
@@ -53,10 +62,7 @@ func TestH2HeadThroughGateway(t *testing.T) {
 	g.waitServes(t, "/h1/ready", "uri=/h1/ready")
 	g.waitServes(t, "/h2/ready", "proto=2 method=GET uri=/h2/ready") // HTTP/1.1 in, HTTP/2 to the endpoint
 
-	client := &http.Client{Timeout: 10 * time.Second, Transport: &http2.Transport{AllowHTTP: true,
-		DialTLSContext: func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, network, addr)
-		}}}
+	client := h2cClient(10 * time.Second)
 	for _, tc := range []struct{ path, method, body, want string }{
 		{"/h1/a/b?q=1&r=%20x", "GET", "", "proto=1 method=GET uri=/h1/a/b?q=1&r=%20x host=shop.example"},
 		{"/h2/a/b?q=1&r=%20x", "GET", "", "proto=2 method=GET uri=/h2/a/b?q=1&r=%20x host=shop.example"},

@@ -61,20 +61,26 @@ func BenchmarkProxyTracing(b *testing.B) {
 	}
 }
 
+// startFastUpstream serves h on a loopback fasthttp server until the
+// test ends: a cheap endpoint for benchmarks.
+func startFastUpstream(tb testing.TB, h fasthttp.RequestHandler) *upstream {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	up := &fasthttp.Server{Handler: h}
+	go up.Serve(ln)
+	tb.Cleanup(func() { _ = up.Shutdown() })
+	tcp := ln.Addr().(*net.TCPAddr)
+	return &upstream{name: "fast", host: tcp.IP.String(), port: uint32(tcp.Port)}
+}
+
 // benchProxyWith runs BenchmarkProxy's calls (and BenchmarkProxyTracing's) through a
 // gateway of opts.
 func benchProxyWith(b *testing.B, opts gateway.Options, mods ...func(*cluster.Cluster)) {
 	body := make([]byte, 1024)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	up := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) { ctx.SetBody(body) }}
-	go up.Serve(ln)
-	defer up.Shutdown()
-	tcp := ln.Addr().(*net.TCPAddr)
-	u := &upstream{name: "fast", host: tcp.IP.String(), port: uint32(tcp.Port)}
-
+	u := startFastUpstream(b, func(ctx *fasthttp.RequestCtx) { ctx.SetBody(body) })
 	cp := startControlPlaneB(b)
 	cp.set(rdsListener("gw", "r"), routeConfig("r", vhost("all", []string{"*"}, prefixRoute("/", "u"))),
 		edsCluster("u", mods...), assignment("u", ep{u: u}))
