@@ -612,6 +612,14 @@ func (sc *h2sConn) newRequest(f *h2Head) (*http.Request, *fasthttp.RequestCtx, i
 	if authority == "" {
 		authority = host
 	}
+	// A space or control byte cannot be in a URI: forwarded to an
+	// HTTP/1.1 endpoint it would split the request line (nginx refuses
+	// such a :path too).
+	for i := 0; i < len(path); i++ {
+		if c := path[i]; c <= ' ' || c == 0x7f {
+			return fail("path " + strconv.Quote(path))
+		}
+	}
 	var u *url.URL
 	switch {
 	case connect:

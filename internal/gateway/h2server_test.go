@@ -133,7 +133,8 @@ func FuzzH2Server(f *testing.F) {
 // level: a small body ends with one END_STREAM and nothing after it; a
 // body with trailers ends with a HEADERS of them; an answer without a body
 // is one HEADERS with END_STREAM; a body the handler left unread is reset
-// with NO_ERROR once the handler returns (RFC 9113 8.1).
+// with NO_ERROR once the handler returns (RFC 9113 8.1); a :path with a
+// space or a control byte is reset.
 func TestH2ServerFrames(t *testing.T) {
 	addr := serveFrameH2(t, func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
@@ -192,6 +193,11 @@ func TestH2ServerFrames(t *testing.T) {
 		{3, "/trailers", true, "[H D H.]"},
 		{5, "/empty", true, "[H.]"},
 		{7, "/unread", false, "[H. RNO_ERROR]"},
+		// A space or control byte in :path would split an HTTP/1.1
+		// endpoint's request line.
+		{9, "/a b", true, "[RPROTOCOL_ERROR]"},
+		{11, "/a\tb", true, "[RPROTOCOL_ERROR]"},
+		{13, "/a?b c", true, "[RPROTOCOL_ERROR]"},
 	} {
 		open(tc.id, tc.path, tc.end)
 		got := next(tc.id)
