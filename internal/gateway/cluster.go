@@ -144,7 +144,7 @@ func (u *h2cUpstream) do(req *fasthttp.Request, resp *fasthttp.Response, deadlin
 	if body != http.NoBody {
 		rc = io.NopCloser(body)
 	}
-	hres, err := u.tr.roundTripFast(ctx, time.Time{}, &req.Header, cl, rc) // cl -1: a chunked body
+	hres, err := u.tr.roundTripFast(ctx, time.Time{}, &req.Header, false, cl, rc) // cl -1: a chunked body
 	if err != nil {
 		watch.stop()
 		cancel()

@@ -49,6 +49,9 @@ func stdH2Handler(h h2Handler) http.HandlerFunc {
 		req.Header.SetRequestURI(hr.URL.RequestURI())
 		req.Header.SetHost(hr.Host)
 		for k, vs := range hr.Header {
+			if k == "Te" {
+				continue // only "trailers" (net/http's check); serveH2On reads it from hr, as h2Server keeps it apart
+			}
 			for _, v := range vs {
 				req.Header.Add(k, v)
 			}
@@ -104,9 +107,18 @@ func (g *Gateway) serveH2On(w http.ResponseWriter, hr *http.Request, ctx *fastht
 	}
 	g.startTrace(ctx, t.tracing, &k.tr, start, c.spec.h2c) // an HTTP/1.1 cluster's tries write their own
 	k.noteURI(ctx, r)
-	// h2Server saw whether the request has a hop-by-hop field.
+	// h2Server saw whether the request has a hop-by-hop field, and kept a
+	// gRPC call's te: trailers apart (h2sStream.te). te: trailers goes on
+	// to an HTTP/2 endpoint (as Envoy sends it; a gRPC server may ask for
+	// it), not to an HTTP/1.1 one.
 	st, frame := w.(*h2sStream)
-	g.prepareRequest(ctx, r, !frame || st.ctx != ctx || st.hop)
+	mayHop := true
+	if frame && st.ctx == ctx {
+		mayHop, k.te = st.hop, st.te
+	} else {
+		k.te = hr.Header.Get("Te") == "trailers" // net/http's server (stdH2Handler)
+	}
+	g.prepareRequest(ctx, r, mayHop)
 	k.tr.noteRequestID(&ctx.Request.Header)
 	if r.spec.timeout > 0 {
 		k.deadline = start.Add(r.spec.timeout)
@@ -194,7 +206,7 @@ func (g *Gateway) proxyH2(w http.ResponseWriter, hr *http.Request, ctx *fasthttp
 		}
 		t0 := time.Now()
 		var err error
-		res, err = h2.tr.roundTripFast(nil, try, &ctx.Request.Header, hr.ContentLength, attempt)
+		res, err = h2.tr.roundTripFast(nil, try, &ctx.Request.Header, k.te, hr.ContentLength, attempt)
 		lat := time.Since(t0)
 		if c.cb != nil {
 			c.cb.leave()

@@ -82,8 +82,8 @@ func (p *h2Client) RoundTrip(req *http.Request) (*http.Response, error) {
 // A nil ctx bounds the call by deadline alone (zero: none) without a
 // context per call: an expired call fails with context.DeadlineExceeded;
 // closing the answer's body ends it.
-func (p *h2Client) roundTripFast(ctx context.Context, deadline time.Time, h *fasthttp.RequestHeader, length int64, body io.ReadCloser) (*http.Response, error) {
-	return p.do(&h2Request{ctx: ctx, deadline: deadline, fast: h, length: length, body: body})
+func (p *h2Client) roundTripFast(ctx context.Context, deadline time.Time, h *fasthttp.RequestHeader, te bool, length int64, body io.ReadCloser) (*http.Response, error) {
+	return p.do(&h2Request{ctx: ctx, deadline: deadline, fast: h, te: te, length: length, body: body})
 }
 
 func (p *h2Client) do(req *h2Request) (*http.Response, error) {
@@ -102,6 +102,7 @@ type h2Request struct {
 	method, authority, path string
 	std                     http.Header
 	fast                    *fasthttp.RequestHeader
+	te                      bool  // with fast: send te: trailers (fast's own te, if any, is not sent)
 	length                  int64 // -1: unknown
 	body                    io.ReadCloser
 }
@@ -412,9 +413,12 @@ func (cc *h2ClientConn) encodeHead(req *h2Request) {
 		appendHPACK(&cc.hbuf, ":path", b2s(h.RequestURI()))
 		for k, v := range h.All() {
 			cc.lower = appendLower(cc.lower[:0], k)
-			if name := b2s(cc.lower); !h2SkipHeader(name) {
+			if name := b2s(cc.lower); !h2SkipHeader(name) && (name != "te" || !req.te) {
 				field(name, b2s(v))
 			}
+		}
+		if req.te {
+			appendHPACK(&cc.hbuf, "te", "trailers")
 		}
 	} else {
 		appendHPACK(&cc.hbuf, ":method", req.method)

@@ -482,9 +482,10 @@ func (sc *h2sConn) onHeaders(f *h2Head) (http2.ErrCode, bool) {
 	st.cond.L = &sc.mu
 	if ctx != nil {
 		for _, hf := range f.RegularFields() {
-			if isHopName([]byte(hf.Name)) {
-				st.hop = true // prepareRequest drops it (te, trailer, proxy-authorization, ...)
-				break
+			if hf.Name == "te" { // only "trailers" (newRequest)
+				st.te = true
+			} else if isHopName([]byte(hf.Name)) {
+				st.hop = true // prepareRequest drops it (trailer, proxy-authorization, ...)
 			}
 		}
 	}
@@ -573,6 +574,9 @@ func (sc *h2sConn) newRequest(f *h2Head) (*http.Request, *fasthttp.RequestCtx, i
 		case "te":
 			if hf.Value != "trailers" {
 				return fail("te " + hf.Value)
+			}
+			if ctx != nil {
+				continue // kept apart (h2sStream.te): no hop-by-hop field to delete for it
 			}
 		case "content-length":
 			n, err := strconv.ParseUint(hf.Value, 10, 63)
@@ -916,7 +920,8 @@ type h2sStream struct {
 	cond sync.Cond            // on sc.mu: data came, the window grew, the stream ended
 	head bool                 // a HEAD request: no body, no content-length of its own
 	ctx  *fasthttp.RequestCtx // the request's head, for a fast handler
-	hop  bool                 // the request has a hop-by-hop field
+	hop  bool                 // the request has a hop-by-hop field (te: trailers apart)
+	te   bool                 // the request has te: trailers (not in ctx's header)
 	// expect: the request asked for 100-continue (RFC 9110 10.1.1); the
 	// 100 goes when the handler first reads the body, as net/http's server
 	// and Envoy send it, unless the answer went first.

@@ -296,6 +296,7 @@ type call struct {
 	body    *reqBody // the request body, when it streams (not retriable)
 	bytesIn int64    // the request body's bytes, when buffered
 	grpc    int      // grpc-status of the last answer; -1: none
+	te      bool     // an HTTP/2 client's te: trailers, sent on to an HTTP/2 endpoint
 
 	retries  int
 	status   int        // of the last answer; 0 if it got none
