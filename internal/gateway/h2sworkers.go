@@ -8,9 +8,9 @@ import (
 
 // h2sWorkers runs an h2Server's stream handlers on goroutines that outlive
 // one stream. A new goroutine's stack starts small and is grown (copied)
-// to a handler's depth on every call: 5% of a gRPC call's CPU through the
-// gateway (runtime.newstack under routeCall, profiled); a worker's stays
-// grown between calls. At most h2sIdleWorkers wait idle; the oldest is
+// to a handler's depth on every call (runtime.newstack under routeCall:
+// 5% of BenchmarkGRPCUnary's CPU, client and server included); a worker's
+// stays grown between calls. At most h2sIdleWorkers wait idle; the oldest is
 // stopped once idle for h2sWorkerIdle (checked as workers park, so no
 // goroutine watches them), and Shutdown stops them all.
 type h2sWorkers struct {
