@@ -119,10 +119,13 @@ func park(t *testing.T, f store.Feed) *parked {
 }
 
 // await waits until p has applied rev and returns how long after start
-// that was, failing after a whole poll: then no announcement woke it.
+// that was, failing after three polls: then not even the poll brought it.
+// Whether announcements, not the poll, woke the follower is for the
+// caller to judge over many writes (a stall of a loaded machine can hold
+// any one wake-up past the poll).
 func (p *parked) await(t *testing.T, rev int64, start time.Time) time.Duration {
 	t.Helper()
-	timeout := time.After(wakePoll * 9 / 10)
+	timeout := time.After(3 * wakePoll)
 	for {
 		select {
 		case a := <-p.got:
@@ -133,7 +136,7 @@ func (p *parked) await(t *testing.T, rev int64, start time.Time) time.Duration {
 				return a.at.Sub(start)
 			}
 		case <-timeout:
-			t.Fatalf("revision %d not applied within %v: no announcement woke the follower", rev, wakePoll*9/10)
+			t.Fatalf("revision %d not applied within %v: neither an announcement nor the poll brought it", rev, 3*wakePoll)
 		}
 	}
 }
@@ -155,27 +158,52 @@ func TestWriteOnOneServerWakesTheOthers(t *testing.T) {
 	waitPeers(t, a, b, c)
 	waitPeers(t, b, a, c)
 	fb, fc := park(t, followHead(t, b)), park(t, followHead(t, c))
+	// A follower woken by an announcement takes the commit from memory; one
+	// that catches up at its poll reads it from the change table.
+	reads := count(b.reads) + count(c.reads)
 	var lat []time.Duration
+	late := 0
 	for i := range 60 {
 		settle()
 		start := time.Now()
 		rev := put(t, a, fmt.Sprint("k", i))
-		lat = append(lat, fb.await(t, rev, start), fc.await(t, rev, start))
+		for _, f := range []*parked{fb, fc} {
+			d := f.await(t, rev, start)
+			lat = append(lat, d)
+			if d > wakePoll*9/10 {
+				late++
+			}
+		}
+		// Past 5% of the 120 wake-ups near a whole poll, the poll is doing
+		// the work: fail now rather than after a minute of polls.
+		if late > 6 {
+			t.Fatalf("%d of %d wake-ups after %v or more: not woken by announcements (poll %v)", late, len(lat), wakePoll*9/10, wakePoll)
+		}
 	}
 	slices.Sort(lat)
-	p50, p99 := lat[len(lat)/2], lat[len(lat)*99/100]
-	t.Logf("commit on A to B's and C's followers: p50 %v, p99 %v, slowest %v (poll %v)", p50, p99, lat[len(lat)-5:], wakePoll)
+	p50, p95 := lat[len(lat)/2], lat[len(lat)*95/100]
+	reads = count(b.reads) + count(c.reads) - reads
+	t.Logf("commit on A to B's and C's followers: p50 %v, p95 %v, slowest %v, read from the change table %v (poll %v)", p50, p95, lat[len(lat)-5:], reads, wakePoll)
 	// Under the poll by far even on a loaded machine; the poll alone
-	// would give a p50 near half of it.
-	if p50 > wakePoll/20 || p99 > wakePoll/4 {
-		t.Fatalf("wake p50 %v, p99 %v: not woken by announcements (poll %v)", p50, p99, wakePoll)
+	// would give a p50 near half of it. A stall of the machine may hold
+	// back a write or two (both followers); p95 leaves room for three.
+	if p50 > wakePoll/20 || p95 > wakePoll/4 {
+		t.Fatalf("wake p50 %v, p95 %v: not woken by announcements (poll %v)", p50, p95, wakePoll)
 	}
 	if n := count(b.wake.received); n < 60 {
 		t.Fatalf("B accepted %v announcements after 60 commits on A", n)
 	}
+	// A follower's read at its poll may win the race with a datagram (the
+	// commit is visible for a round trip before it is announced): under
+	// stress-ng up to 4 of 120, a few more when writes slow down. Most must
+	// come from memory.
+	if reads > float64(len(lat)/4) {
+		t.Fatalf("B's and C's followers read %v of %d commits from the change table: announcements did not wake them", reads, len(lat))
+	}
 
 	// C leaves: A's commits neither wait for it nor stop waking B.
 	c.Close()
+	var gone []time.Duration
 	for i := range 10 {
 		settle()
 		start := time.Now()
@@ -183,9 +211,12 @@ func TestWriteOnOneServerWakesTheOthers(t *testing.T) {
 		if d := time.Since(start); d > wakePoll/2 {
 			t.Fatalf("a commit took %v with a peer gone", d)
 		}
-		if d := fb.await(t, rev, start); d > wakePoll/4 {
-			t.Fatalf("B woken after %v with C gone", d)
-		}
+		gone = append(gone, fb.await(t, rev, start))
+	}
+	// One of the ten allowed a stall of the loaded machine.
+	slices.Sort(gone)
+	if gone[8] > wakePoll/4 {
+		t.Fatalf("B woken after %v with C gone", gone)
 	}
 	waitPeers(t, a, b) // C took itself out of sx_wake
 
