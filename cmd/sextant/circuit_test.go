@@ -168,6 +168,19 @@ func TestIstioCircuitBreakingTask(t *testing.T) {
 		}
 		return true
 	}
+	// release lets held calls go until ch's is answered: a send on hold
+	// may free the other held call first, and a call whose request the
+	// gateway gave up on (its handler gone) is answered without one. (One
+	// send per call deadlocked when it freed the wrong one.)
+	release := func(ch chan answer) {
+		for {
+			select {
+			case hold <- struct{}{}:
+			case <-ch:
+				return
+			}
+		}
+	}
 	var first, second chan answer
 	waitTrue(t, 60*time.Second, func() bool {
 		first = send()
@@ -188,11 +201,9 @@ func TestIstioCircuitBreakingTask(t *testing.T) {
 		}
 		// Not in force yet: let both through and try again.
 		if reached(2, second) {
-			hold <- struct{}{}
-			<-second
+			release(second)
 		}
-		hold <- struct{}{}
-		<-first
+		release(first)
 		return false
 	})
 	// One in flight, one pending: the third overflows at once.
