@@ -323,14 +323,10 @@ func (cc *h2ClientConn) flushLocked() error {
 }
 
 // h2SkipHeader reports whether a lower-case header name is one an HTTP/2
-// request must not carry (connection-specific), or one the client writes
+// request must not carry (connectionSpecific), or one the client writes
 // itself (host, content-length).
 func h2SkipHeader(k string) bool {
-	switch k {
-	case "host", "content-length", "connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade":
-		return true
-	}
-	return false
+	return k == "host" || k == "content-length" || connectionSpecific(k)
 }
 
 func (cc *h2ClientConn) roundTrip(req *h2Request) (*http.Response, error) {
