@@ -50,6 +50,10 @@ type servers struct {
 	wl   map[string]workload        // by cache key: the last resolution
 	svcs map[naming.ServiceKey]bool // services of the workloads found
 	open bool                       // some request at a specific address found no workload
+	// resolving: the config goroutine is resolving the requests (from
+	// all to resolved); an instance change seen meanwhile may postdate
+	// its reads while svcs does not name its service yet.
+	resolving bool
 }
 
 // workload is what a server listener was built for.
@@ -85,10 +89,12 @@ func (s *servers) drop(keys []string) {
 	}
 }
 
-// all returns the requests and their last resolutions.
+// all returns the requests and their last resolutions, for a resolution
+// that ends with resolved.
 func (s *servers) all() (map[string]serverReq, map[string]workload) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.resolving = true
 	return maps.Clone(s.reqs), maps.Clone(s.wl)
 }
 
@@ -99,7 +105,7 @@ func (s *servers) resolved(wl map[string]workload) {
 	defer s.mu.Unlock()
 	s.wl = wl
 	clear(s.svcs)
-	s.open = false
+	s.open, s.resolving = false, false
 	for k, w := range wl {
 		if w.svc == (naming.ServiceKey{}) {
 			if a := s.reqs[k].addr.Addr(); !a.IsUnspecified() {
@@ -113,11 +119,12 @@ func (s *servers) resolved(wl map[string]workload) {
 
 // watches reports whether an instance change of svc may change a server
 // listener: its workload is in svc, or some listener's workload is not
-// found yet (and may be an instance of svc).
+// found yet (and may be an instance of svc), or a resolution under way may
+// have read the registry before the change.
 func (s *servers) watches(svc naming.ServiceKey) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.open || s.svcs[svc]
+	return s.open || s.resolving || s.svcs[svc]
 }
 
 // resolve finds the workload of a request with find (nil: none found). An
@@ -197,6 +204,7 @@ func (e *Engine) security() *config.Security {
 func (e *Engine) publishServers(origin time.Time, all bool, find func(netip.AddrPort) *instance.Instance, recheck func(workload) bool) {
 	reqs, last := e.servers.all()
 	if len(reqs) == 0 {
+		e.servers.resolved(nil)
 		return
 	}
 	// Listeners of servers gone (no subscriber names them) are dropped, so

@@ -54,9 +54,25 @@ func openServerStream(t *testing.T, ctx context.Context, cp *controlPlane, ns, a
 // chains and of its HTTP filters.
 func (s *serverStream) next() (chains, filters []string) {
 	s.t.Helper()
-	r, err := s.stream.Recv()
-	if err != nil {
-		s.t.Fatal(err)
+	type recv struct {
+		r   *discoveryv3.DiscoveryResponse
+		err error
+	}
+	got := make(chan recv, 1)
+	go func() {
+		r, err := s.stream.Recv()
+		got <- recv{r, err}
+	}()
+	var r *discoveryv3.DiscoveryResponse
+	select {
+	case g := <-got:
+		if g.err != nil {
+			s.t.Fatal(g.err)
+		}
+		r = g.r
+	case <-time.After(time.Minute):
+		// The Recv goroutine ends when the test's context cancels the stream.
+		s.t.Fatal("no listener pushed within a minute")
 	}
 	if err := s.stream.Send(&discoveryv3.DiscoveryRequest{Node: s.node, TypeUrl: r.TypeUrl, ResourceNames: []string{s.name},
 		VersionInfo: r.VersionInfo, ResponseNonce: r.Nonce}); err != nil {
