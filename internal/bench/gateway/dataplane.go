@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"text/template"
 	"time"
 
@@ -122,6 +123,17 @@ type dataplaneProxy struct {
 	h1, tls, h2c string
 }
 
+// serves reports whether the proxy has a port for scenario s.
+func (p *dataplaneProxy) serves(s string) bool {
+	switch s {
+	case "h1":
+		return p.h1 != ""
+	case "h1-tls", "h2-tls":
+		return p.tls != ""
+	}
+	return p.h2c != ""
+}
+
 // RunDataplane runs the "dataplane" scenario: HTTP/1.1 keep-alive (wrk),
 // HTTPS/1.1 (wrk), HTTP/2 over TLS and h2c (h2load), gRPC unary and
 // bidirectional streaming (a grpc-go loader) through each proxy, the
@@ -216,6 +228,9 @@ func RunDataplane(ctx context.Context, cfg DataplaneConfig) (*DataplaneResult, e
 			}
 			for _, name := range order {
 				p := proxies[name]
+				if !p.serves(s) {
+					continue
+				}
 				stop := func() {}
 				if p.admin != "" && cfg.ProfileDir != "" {
 					stop = profile(ctx, TLSConfig{ProfileDir: cfg.ProfileDir, Duration: cfg.Duration}, p.process, fmt.Sprintf("%s-%s-round%d", s, name, r+1))
@@ -534,6 +549,14 @@ func startDataplaneProxy(ctx context.Context, cfg DataplaneConfig, name, tmp, up
 			return nil, err
 		}
 		return &dataplaneProxy{process: p, h1: addr(0), tls: addr(1), h2c: addr(2)}, nil
+	case slices.Contains(Candidates, name):
+		// A plain HTTP/1.1 data path: the h1 figure only.
+		args := cfg.pin(cfg.ProxyCPU, cfg.Binary, "bench", "gateway-serve", "--mode", name, "--listen", addr(0), "--upstream", up)
+		p, err := startKnown(ctx, name, addr(0), args...)
+		if err != nil {
+			return nil, err
+		}
+		return &dataplaneProxy{process: p, h1: addr(0)}, nil
 	}
-	return nil, errors.New("unknown proxy " + strconv.Quote(name) + " (known: sextant, " + FiltersProxy + ", nginx, haproxy)")
+	return nil, errors.New("unknown proxy " + strconv.Quote(name) + " (known: sextant, " + FiltersProxy + ", nginx, haproxy, " + strings.Join(Candidates, ", ") + ")")
 }

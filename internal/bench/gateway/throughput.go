@@ -52,7 +52,7 @@ type Config struct {
 }
 
 // AllProxies is the default list.
-var AllProxies = []string{"direct", "nginx", "haproxy", "sextant", "sextant-norecord", "sextant-1cpu", "reverseproxy", "nethttp-fastclient", "fasthttp-bare"}
+var AllProxies = []string{"direct", "nginx", "haproxy", "sextant", "sextant-norecord", "sextant-1cpu", "reverseproxy", "nethttp-fastclient", "fasthttp-bare", "go-floor"}
 
 // TLSProxies are the proxies measured over HTTPS (wrk with TLS, keep-alive):
 // nginx and the gateway with the same certificate, TLS 1.3 AES-128-GCM.
