@@ -122,13 +122,13 @@ func (g *Gateway) dispatch(c net.Conn, fastLn, h2Ln *connListener) {
 		c.Close()
 		return
 	}
-	pc := &prefixConn{Conn: c, prefix: append([]byte(nil), buf[:n]...)}
+	// Raw reads and writes (nbconn.go), for HTTP/1.1 and h2c alike.
+	pc := &prefixConn{Conn: newNBConn(c), prefix: append([]byte(nil), buf[:n]...)}
 	if n == len(buf) && bytes.Equal(buf[:], h2Preface) {
 		bc := newBatchConn(pc)
 		bc.start()
 		h2Ln.push(bc)
 	} else {
-		pc.Conn = newNBConn(c) // raw reads and writes (nbconn.go)
 		fastLn.push(&lfConn{Conn: pc})
 	}
 }
