@@ -82,8 +82,12 @@ answers), h1-tls (the same over TLS 1.3), h2-tls and h2c (h2load -t1
 connection, --grpc-concurrency calls in flight, 1 KiB answers; nginx by
 grpc_pass, HAProxy by an h2 backend) and grpc-stream (as many bidirectional
 streams, ping-pong of 1 KiB answers), with the loader straight to the gRPC
-upstream on the proxies' core as "direct". Each run reports requests/s, the
-proxy's CPU per request from /proc and the loader's p50/p99; the ratios of
+upstream on the proxies' core as "direct"; h1-rate and h1-tls-rate (h2load
+--h1 over --dataplane-rate-connections at --dataplane-rate requests/s in
+all, p50 and p99 from its per-request log after the first second), with the
+loader straight to the HTTP upstream as "direct" and each proxy's added p50
+and p99 over it. Each run reports requests/s, the proxy's CPU per request
+from /proc and the loader's p50/p99; the ratios of
 the gateway to each peer are paired per round, with their median. User CPU
 and context switches per request are reported apart; --variant
 NAME=[BINARY][,ENV=VALUE...] adds another gateway to the rounds (the previous
@@ -272,6 +276,8 @@ Everything shares this machine's cores: compare figures within one run.`,
 	fl.BoolVar(&dp.NoPin, "no-pin", false, "dataplane: run unpinned")
 	fl.StringArrayVar(&dpVariants, "variant", nil, "dataplane: another gateway, NAME=[BINARY][,ENV=VALUE...] (name it in --proxies)")
 	fl.IntVar(&dp.GRPCConcurrency, "grpc-concurrency", 64, "dataplane: gRPC calls or streams in flight")
+	fl.IntVar(&dp.Rate, "dataplane-rate", 6400, "dataplane: requests/s of the fixed-rate figures (h1-rate, h1-tls-rate), over all their connections")
+	fl.IntVar(&dp.RateConnections, "dataplane-rate-connections", 8, "dataplane: h2load connections of the fixed-rate figures (they tick together: more send larger bursts)")
 	fl.IntVar(&tlsCfg.H2Clients, "h2-clients", 4, "tls, dataplane: h2load connections (dataplane default 8)")
 	fl.IntVar(&tlsCfg.H2Streams, "h2-streams", 100, "tls: h2load concurrent streams per connection")
 	fl.StringVar(&tlsCfg.ProfileDir, "profile-dir", "", "tls: write a CPU profile of the gateway during each of its runs here")

@@ -21,7 +21,12 @@ import (
 
 // DataplaneScenarios are the dataplane scenario's figures (issue 48), in
 // the order each round runs them.
-var DataplaneScenarios = []string{"h1", "h1-tls", "h2-tls", "h2c", "grpc-unary", "grpc-stream"}
+var DataplaneScenarios = []string{"h1", "h1-tls", "h1-rate", "h1-tls-rate", "h2-tls", "h2c", "grpc-unary", "grpc-stream"}
+
+// rateScenario reports whether s is a fixed-rate figure: latency at Rate
+// requests/s rather than at saturation, with the loader straight to the
+// upstream as "direct" so that each proxy's added latency shows.
+func rateScenario(s string) bool { return s == "h1-rate" || s == "h1-tls-rate" }
 
 // DataplaneProxies are the proxies each dataplane figure compares; the
 // first is the one the ratios are of.
@@ -40,6 +45,11 @@ type DataplaneConfig struct {
 	// GRPCConcurrency calls or streams in flight over one gRPC connection
 	// (64).
 	Connections, H2Clients, H2Streams, GRPCConcurrency int
+	// Rate is the fixed-rate figures' requests/s (6400: about a third of
+	// what one core proxies) over RateConnections (8: h2load's clients
+	// tick together, so more connections send larger bursts and the
+	// figure measures their queue).
+	Rate, RateConnections int
 	// ProxyCPU and LoadCPU are the cores (0 and 1); NoPin runs unpinned.
 	ProxyCPU, LoadCPU int
 	NoPin             bool
@@ -98,9 +108,20 @@ type DataplaneFigure struct {
 	Ratios   []DataplaneRatio `json:"ratios"`
 	// Direct (gRPC): the loader straight to the gRPC upstream, on the
 	// proxy's core (its own); GatewayVsDirect is the gateway's calls/s
-	// over it, paired per round.
+	// over it, paired per round. Fixed-rate figures: the loader straight
+	// to the HTTP upstream from its usual core, and Added is each proxy's
+	// latency over it.
 	Direct          []DataplaneRun `json:"direct,omitempty"`
 	GatewayVsDirect float64        `json:"gateway_vs_direct_rps,omitempty"`
+	Added           []AddedLatency `json:"added_latency,omitempty"`
+}
+
+// AddedLatency is what a proxy adds to the direct call's p50 and p99 at a
+// fixed rate: the median over rounds of each round's difference.
+type AddedLatency struct {
+	Proxy string  `json:"proxy"`
+	P50Ms float64 `json:"p50_ms"`
+	P99Ms float64 `json:"p99_ms"`
 }
 
 // DataplaneResult is the scenario's one JSON object.
@@ -126,9 +147,9 @@ type dataplaneProxy struct {
 // serves reports whether the proxy has a port for scenario s.
 func (p *dataplaneProxy) serves(s string) bool {
 	switch s {
-	case "h1":
+	case "h1", "h1-rate":
 		return p.h1 != ""
-	case "h1-tls", "h2-tls":
+	case "h1-tls", "h1-tls-rate", "h2-tls":
 		return p.tls != ""
 	}
 	return p.h2c != ""
@@ -248,9 +269,19 @@ func RunDataplane(ctx context.Context, cfg DataplaneConfig) (*DataplaneResult, e
 					run.UserUsPerReq = round3((u1 - u0).Seconds() * 1e6 / n)
 					run.CtxSwPerReq = round3(float64(cs1-cs0) / n)
 				}
-				progress("round %d %-11s %-15s %9.0f req/s %7.1f us CPU/req (user %5.1f)  %5.3f ctxsw/req  p99 %6.2f ms  errors %d",
-					r+1, s, name, run.RequestsPS, run.CPUUsPerReq, run.UserUsPerReq, run.CtxSwPerReq, run.P99Ms, run.Errors)
+				progress("round %d %-11s %-15s %9.0f req/s %7.1f us CPU/req (user %5.1f)  %5.3f ctxsw/req  p50 %6.2f ms  p99 %6.2f ms  errors %d",
+					r+1, s, name, run.RequestsPS, run.CPUUsPerReq, run.UserUsPerReq, run.CtxSwPerReq, run.P50Ms, run.P99Ms, run.Errors)
 				figs[i].Runs = append(figs[i].Runs, run)
+			}
+			if rateScenario(s) {
+				// Direct: the same loader, from its core, to the upstream.
+				w, err := cfg.load(ctx, "h1-rate", &dataplaneProxy{h1: up.addr}, cfg.LoadCPU)
+				if err != nil {
+					return nil, fmt.Errorf("bench: %s direct: %w", s, err)
+				}
+				run := DataplaneRun{Round: r + 1, Proxy: "direct", RequestsPS: w.rps, P50Ms: w.p50, P99Ms: w.p99, Errors: w.errors}
+				progress("round %d %-11s %-15s %9.0f req/s  p50 %6.2f ms  p99 %6.2f ms", r+1, s, "direct", run.RequestsPS, run.P50Ms, run.P99Ms)
+				figs[i].Direct = append(figs[i].Direct, run)
 			}
 			if s == "grpc-unary" || s == "grpc-stream" {
 				// Direct: the loader on the proxies' core, alone there.
@@ -296,6 +327,12 @@ func dataplaneDefaults(cfg DataplaneConfig) DataplaneConfig {
 	if cfg.GRPCConcurrency <= 0 {
 		cfg.GRPCConcurrency = 64
 	}
+	if cfg.Rate <= 0 {
+		cfg.Rate = 6400
+	}
+	if cfg.RateConnections <= 0 {
+		cfg.RateConnections = 8
+	}
 	if cfg.ProxyCPU == cfg.LoadCPU {
 		cfg.ProxyCPU, cfg.LoadCPU = 0, 1
 	}
@@ -319,6 +356,8 @@ func (cfg DataplaneConfig) loaderName(s string) string {
 	switch s {
 	case "h1", "h1-tls":
 		return fmt.Sprintf("wrk -t1 -c%d, 1 KiB answers, keep-alive%s", cfg.Connections, req)
+	case "h1-rate", "h1-tls-rate":
+		return fmt.Sprintf("h2load --h1 -t1 -c%d --rps %d (%d requests/s), 1 KiB answers, keep-alive%s", cfg.RateConnections, cfg.perClient(), cfg.perClient()*cfg.RateConnections, req)
 	case "h2-tls", "h2c":
 		return fmt.Sprintf("h2load -t1 -c%d -m%d, 1 KiB answers%s", cfg.H2Clients, cfg.H2Streams, req)
 	case "grpc-unary":
@@ -347,6 +386,12 @@ func (cfg DataplaneConfig) load(ctx context.Context, s string, p *dataplaneProxy
 			u = "https://" + p.tls + cfg.path
 		}
 		args = cfg.pin(cpu, append(append([]string{"h2load", "-t1", "-c", strconv.Itoa(cfg.H2Clients), "-m", strconv.Itoa(cfg.H2Streams), "-D", secs}, header...), u)...)
+	case "h1-rate", "h1-tls-rate":
+		u := "http://" + p.h1 + cfg.path
+		if s == "h1-tls-rate" {
+			u = "https://" + p.tls + cfg.path
+		}
+		return cfg.loadRate(ctx, u, header, cpu)
 	case "grpc-unary", "grpc-stream":
 		mode := map[string]string{"grpc-unary": "unary", "grpc-stream": "stream"}[s]
 		args = cfg.pin(cpu, cfg.Binary, "bench", "gateway-grpc-load", "--target", p.h2c, "--mode", mode,
@@ -436,7 +481,21 @@ func (f *DataplaneFigure) summarize(proxies []string) {
 		ratio(to, "requests_per_s", a, b, func(r DataplaneRun) float64 { return r.RequestsPS })
 		ratio(to, "p99", a, b, func(r DataplaneRun) float64 { return r.P99Ms })
 	}
-	if len(f.Direct) > 0 {
+	switch {
+	case len(f.Direct) > 0 && rateScenario(f.Scenario):
+		for _, name := range proxies {
+			var p50, p99 []float64
+			for i, r := range byProxy[name] {
+				if i < len(f.Direct) {
+					p50 = append(p50, r.P50Ms-f.Direct[i].P50Ms)
+					p99 = append(p99, r.P99Ms-f.Direct[i].P99Ms)
+				}
+			}
+			if len(p50) > 0 {
+				f.Added = append(f.Added, AddedLatency{Proxy: name, P50Ms: median(p50), P99Ms: median(p99)})
+			}
+		}
+	case len(f.Direct) > 0:
 		ratio("direct", "requests_per_s", byProxy[of], f.Direct, func(r DataplaneRun) float64 { return r.RequestsPS })
 		if n := len(f.Ratios); n > 0 && f.Ratios[n-1].To == "direct" {
 			f.GatewayVsDirect = f.Ratios[n-1].Median
