@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"math"
 	"os/exec"
 	"runtime"
 	"slices"
@@ -16,16 +17,18 @@ import (
 
 // TestBenchGatewayDataplane runs "bench gateway --scenario dataplane"
 // tiny (one round of 1 s runs): the real binary, nginx, HAProxy, wrk,
-// h2load and the gRPC loader, each proxy pinned to its own core. Every
-// figure is answered through every proxy without an error, each run has
-// the proxy's CPU per request, and the ratios of the gateway to each peer
-// (and to the direct gRPC call) are there.
+// h2load and the gRPC loader, each proxy pinned to its own core, and the
+// go-floor candidate in the h1 figure. Every figure is answered through
+// every proxy without an error, each run has the proxy's CPU per request,
+// and the ratios of the gateway to each peer (and to the direct gRPC call)
+// are there; the fixed-rate figures have each proxy's added latency.
 func TestBenchGatewayDataplane(t *testing.T) {
 	bin := dataplaneBinary(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	args := []string{"bench", "gateway", "--scenario", "dataplane", "--duration", "1s", "--rounds", "1",
-		"--connections", "8", "--h2-clients", "2", "--h2-streams", "8", "--grpc-concurrency", "4"}
+		"--connections", "8", "--h2-clients", "2", "--h2-streams", "8", "--grpc-concurrency", "4",
+		"--dataplane-rate", "400", "--dataplane-rate-connections", "4", "--proxies", "sextant,nginx,haproxy,go-floor"}
 	pinned := runtime.NumCPU() >= 2
 	if !pinned {
 		args = append(args, "--no-pin") // one core: nothing to pin apart
@@ -57,8 +60,12 @@ func TestBenchGatewayDataplane(t *testing.T) {
 			}
 		}
 		slices.Sort(proxies)
-		if !slices.Equal(proxies, []string{"haproxy", "nginx", "sextant"}) {
-			t.Errorf("%s: runs of %v", f.Scenario, proxies)
+		want := []string{"haproxy", "nginx", "sextant"}
+		if f.Scenario == "h1" || f.Scenario == "h1-rate" { // go-floor speaks plaintext HTTP/1.1 only
+			want = []string{"go-floor", "haproxy", "nginx", "sextant"}
+		}
+		if !slices.Equal(proxies, want) {
+			t.Errorf("%s: runs of %v, want %v", f.Scenario, proxies, want)
 		}
 		var ratios []string
 		for _, r := range f.Ratios {
@@ -75,6 +82,21 @@ func TestBenchGatewayDataplane(t *testing.T) {
 		grpc := f.Scenario == "grpc-unary" || f.Scenario == "grpc-stream"
 		if grpc != (len(f.Direct) == 1 && f.Direct[0].RequestsPS > 0 && f.GatewayVsDirect > 0) {
 			t.Errorf("%s: direct %+v, gateway/direct %v", f.Scenario, f.Direct, f.GatewayVsDirect)
+		}
+		rate := f.Scenario == "h1-rate" || f.Scenario == "h1-tls-rate"
+		var added []string
+		for _, a := range f.Added {
+			// One round: the proxy's run less the direct one.
+			for _, r := range f.Runs {
+				if r.Proxy == a.Proxy && (math.Abs(a.P50Ms-(r.P50Ms-f.Direct[0].P50Ms)) > 0.0011 || math.Abs(a.P99Ms-(r.P99Ms-f.Direct[0].P99Ms)) > 0.0011 || r.P50Ms <= 0) {
+					t.Errorf("%s: added %+v for the run %+v, direct %+v", f.Scenario, a, r, f.Direct[0])
+				}
+			}
+			added = append(added, a.Proxy)
+		}
+		slices.Sort(added)
+		if rate != (len(f.Direct) == 1 && f.Direct[0].P50Ms > 0 && slices.Equal(added, want)) {
+			t.Errorf("%s: direct %+v, added %+v", f.Scenario, f.Direct, f.Added)
 		}
 	}
 	for _, p := range []string{"sextant", "nginx", "haproxy"} {

@@ -55,4 +55,8 @@ func TestDataplaneAdded(t *testing.T) {
 	if a := f.Added[1]; a.Proxy != "nginx" || a.P50Ms != 0.3 || a.P99Ms != 2 {
 		t.Errorf("%+v", a)
 	}
+	// Below direct: rounded as it is, not toward zero.
+	if r := round3(14.178 - 20.858); r != -6.68 {
+		t.Errorf("round3(-6.67999...) = %v", r)
+	}
 }

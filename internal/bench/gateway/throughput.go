@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"os"
 	"os/exec"
@@ -278,7 +279,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	return res, nil
 }
 
-func round3(x float64) float64 { return float64(int64(x*1000+0.5)) / 1000 }
+func round3(x float64) float64 { return math.Round(x*1000) / 1000 } // half away from zero, negatives too (added latency)
 
 // startProxy starts proxy name in front of up.
 // stream configures nginx for the stream scenario (no body buffering).
