@@ -68,6 +68,13 @@ func TestIstioMirroringTask(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !strings.HasSuffix(r.Host, "-shadow") {
+			// A call balanced here before the rule was in force (v2 is an
+			// instance of httpbin too): not a copy, and not held.
+			w.WriteHeader(http.StatusInternalServerError)
+			fmt.Fprint(w, "httpbin-v2 called before the rule")
+			return
+		}
 		mu.Lock()
 		copies = append(copies, r.Host+" "+r.URL.Path)
 		mu.Unlock()
