@@ -17,30 +17,45 @@ import (
 // own, bytes forwarded as they are (a head is framed by its blank line and
 // Content-Length, nothing else of it is read). What the gateway costs
 // above it is its own code; what it costs above nginx is Go's (issue 48).
-// Chunked bodies are refused.
+// Chunked bodies are refused, and an answer without Content-Length is
+// taken as empty: it serves the bench's upstream, nothing else.
 func serveFloor(ctx context.Context, ln net.Listener, upstream string) error {
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	conns := map[net.Conn]bool{}
-	stop := context.AfterFunc(ctx, func() {
-		ln.Close()
+	closed := false
+	closeAll := func() {
 		mu.Lock()
+		defer mu.Unlock()
+		closed = true
 		for c := range conns {
 			c.Close()
 		}
-		mu.Unlock()
-	})
-	defer stop()
+	}
+	// track records an open connection (closed at once once closeAll ran)
+	// or forgets a finished one.
 	track := func(c net.Conn, on bool) {
 		mu.Lock()
 		defer mu.Unlock()
-		if on {
+		switch {
+		case on && closed:
+			c.Close()
+		case on:
 			conns[c] = true
-		} else {
+		default:
 			delete(conns, c)
 		}
 	}
-	defer wg.Wait()
+	stop := context.AfterFunc(ctx, func() {
+		ln.Close()
+		closeAll()
+	})
+	defer func() {
+		// However Accept ended, the connections end before this returns.
+		stop()
+		closeAll()
+		wg.Wait()
+	}()
 	for {
 		c, err := ln.Accept()
 		if err != nil {
