@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"slices"
 
 	"github.com/valyala/fasthttp"
 )
@@ -35,6 +36,77 @@ func requestMayHaveHop(h *fasthttp.RequestHeader) bool {
 			return true // not a header line fasthttp kept as such: the deletes decide
 		}
 		if isHopName(bytes.TrimRight(line[:colon], " \t")) {
+			return true
+		}
+	}
+	return false
+}
+
+// dropAnswerHopHeaders is dropHopHeaders for an endpoint's answer, whose
+// field names stay as the endpoint wrote them (roundTrip disables
+// fasthttp's normalizing): a hop-by-hop field is found whatever its case
+// ("connection", "keep-alive"), which Del by the canonical name misses,
+// and a field the answer repeats keeps its values' order, which fasthttp's
+// Del breaks (it moves the last field into a deleted one's place: Vary: A,
+// Vary: B would go out as B, A). Only answers with a hop-by-hop field come
+// here (hasHopHeader), so the copies it makes are not on the common path.
+func dropAnswerHopHeaders(h *fasthttp.ResponseHeader) {
+	var named [][]byte // the names Connection lists, but close and keep-alive
+	for k, v := range h.All() {
+		if !bytes.EqualFold(k, []byte("Connection")) {
+			continue
+		}
+		for tok := range bytes.SplitSeq(v, []byte{','}) {
+			if tok = bytes.TrimSpace(tok); len(tok) > 0 && !bytes.EqualFold(tok, []byte("close")) && !bytes.EqualFold(tok, []byte("keep-alive")) {
+				named = append(named, bytes.Clone(tok))
+			}
+		}
+	}
+	hop := func(k []byte) bool {
+		if isHopName(k) {
+			return true
+		}
+		for _, n := range named {
+			if bytes.EqualFold(k, n) {
+				return true
+			}
+		}
+		return false
+	}
+	gone := [][]byte{[]byte("Connection")} // also clears fasthttp's close flag: the client's connection stays open
+	count := map[string]int{}
+	for k := range h.All() {
+		count[string(k)]++
+		if hop(k) && !slices.ContainsFunc(gone, func(g []byte) bool { return bytes.Equal(g, k) }) {
+			gone = append(gone, bytes.Clone(k))
+		}
+	}
+	// The repeated fields kept, in order, copied (Del and Add reuse the
+	// header's storage). Every one of them is deleted before any is added
+	// back: deleting one name reorders the fields of the others.
+	var repeated [][2][]byte
+	for k, v := range h.All() {
+		if count[string(k)] > 1 && !hop(k) && !answerFieldApart(k) {
+			repeated = append(repeated, [2][]byte{bytes.Clone(k), bytes.Clone(v)})
+		}
+	}
+	for _, k := range gone {
+		h.DelBytes(k)
+	}
+	for _, kv := range repeated {
+		h.DelBytes(kv[0])
+	}
+	for _, kv := range repeated {
+		h.AddBytesKV(kv[0], kv[1])
+	}
+}
+
+// answerFieldApart reports whether fasthttp keeps an answer field apart
+// from its list of fields (or makes it itself), so that deleting another
+// field cannot reorder it and adding it back would not append it.
+func answerFieldApart(k []byte) bool {
+	for _, n := range []string{"Content-Length", "Content-Type", "Content-Encoding", "Server", "Set-Cookie", "Trailer", "Date", "Transfer-Encoding", "Connection"} {
+		if bytes.EqualFold(k, []byte(n)) {
 			return true
 		}
 	}

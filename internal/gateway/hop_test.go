@@ -81,3 +81,72 @@ func BenchmarkRequestHop(b *testing.B) {
 		}
 	})
 }
+
+// An answer's hop-by-hop fields go whatever their case, and the fields
+// left keep their values' order (read as roundTrip reads an answer: names
+// as written).
+func TestDropAnswerHopHeaders(t *testing.T) {
+	for _, tc := range []struct {
+		name, head string
+		want       []string // the fields left, in order, but for those apart (Date...)
+		close      bool
+	}{
+		{"lower case", "connection: keep-alive, X-Hop\r\nkeep-alive: timeout=5\r\nx-hop: 1\r\nX-Keep: 1\r\n",
+			[]string{"X-Keep: 1"}, false},
+		{"repeated fields keep their order", "Connection: keep-alive\r\nVary: A\r\nLink: <a>\r\nVary: B\r\nLink: <b>\r\nVary: C\r\n",
+			[]string{"Vary: A", "Vary: B", "Vary: C", "Link: <a>", "Link: <b>"}, false},
+		{"cookies and date", "Date: Sun, 29 Nov 2026 10:00:00 GMT\r\nSet-Cookie: a=1\r\nConnection: keep-alive\r\nSet-Cookie: b=2\r\nProxy-Authenticate: Basic\r\n",
+			[]string{"Set-Cookie: a=1", "Set-Cookie: b=2"}, false},
+		{"close", "Connection: close\r\nX-A: 1\r\nX-A: 2\r\n", []string{"X-A: 1", "X-A: 2"}, false},
+		{"upgrade and te", "Upgrade: h2c\r\nTE: trailers\r\nX-A: 1\r\n", []string{"X-A: 1"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var h fasthttp.ResponseHeader
+			h.DisableNormalizing()
+			h.SetNoDefaultContentType(true)
+			if err := h.Read(bufio.NewReader(strings.NewReader("HTTP/1.1 200 OK\r\n" + tc.head + "Content-Length: 0\r\n\r\n"))); err != nil {
+				t.Fatal(err)
+			}
+			date := string(h.Peek("Date"))
+			if !hasHopHeader(&h) {
+				t.Fatal("hasHopHeader = false")
+			}
+			dropAnswerHopHeaders(&h)
+			var got []string
+			for _, line := range strings.Split(h.String(), "\r\n")[1:] {
+				k, _, _ := strings.Cut(line, ":")
+				if line == "" || k == "Date" || k == "Content-Length" {
+					continue
+				}
+				// Repeated fields may move after the others: compare each
+				// name's values in order, and the set of lines.
+				got = append(got, line)
+			}
+			for _, name := range []string{"Vary", "Link", "Set-Cookie", "X-A", "X-Keep"} {
+				if a, b := only(got, name), only(tc.want, name); strings.Join(a, "|") != strings.Join(b, "|") {
+					t.Errorf("%s: %q, want %q (all: %q)", name, a, b, got)
+				}
+			}
+			if len(got) != len(tc.want) {
+				t.Errorf("fields %q, want %q", got, tc.want)
+			}
+			if h.ConnectionClose() != tc.close {
+				t.Errorf("ConnectionClose %v", h.ConnectionClose())
+			}
+			if d := string(h.Peek("Date")); date != "" && d != date {
+				t.Errorf("Date %q, was %q", d, date)
+			}
+		})
+	}
+}
+
+// only returns the lines of fields named name, in order.
+func only(lines []string, name string) []string {
+	var out []string
+	for _, l := range lines {
+		if strings.HasPrefix(l, name+":") {
+			out = append(out, l)
+		}
+	}
+	return out
+}

@@ -493,7 +493,7 @@ func (g *Gateway) answer(ctx *fasthttp.RequestCtx, k *call) {
 		// name (2% of a profile). (Not on the request: its All parses the
 		// cookies, which would be written upstream re-encoded.)
 		if hasHopHeader(&resp.Header) {
-			dropHopHeaders(&resp.Header)
+			dropAnswerHopHeaders(&resp.Header) // hop.go
 		}
 		if !resp.Header.IsHTTP11() {
 			resp.Header.SetProtocol(http11)
