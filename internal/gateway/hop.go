@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"iter"
 	"slices"
 
 	"github.com/valyala/fasthttp"
@@ -51,13 +52,10 @@ func requestMayHaveHop(h *fasthttp.RequestHeader) bool {
 // Vary: B would go out as B, A). Only answers with a hop-by-hop field come
 // here (hasHopHeader), so the copies it makes are not on the common path.
 func dropAnswerHopHeaders(h *fasthttp.ResponseHeader) {
-	var named [][]byte // the names Connection lists, but close and keep-alive
+	var named [][]byte // the names Connection lists, from each of its lines
 	for k, v := range h.All() {
-		if !bytes.EqualFold(k, []byte("Connection")) {
-			continue
-		}
-		for tok := range bytes.SplitSeq(v, []byte{','}) {
-			if tok = bytes.TrimSpace(tok); len(tok) > 0 && !bytes.EqualFold(tok, []byte("close")) && !bytes.EqualFold(tok, []byte("keep-alive")) {
+		if bytes.EqualFold(k, []byte("Connection")) {
+			for tok := range connectionNames(v) {
 				named = append(named, bytes.Clone(tok))
 			}
 		}
@@ -111,4 +109,16 @@ func answerFieldApart(k []byte) bool {
 		}
 	}
 	return false
+}
+
+// connectionNames yields the header names a Connection value lists, but
+// close and keep-alive (options, not names).
+func connectionNames(v []byte) iter.Seq[[]byte] {
+	return func(yield func([]byte) bool) {
+		for tok := range bytes.SplitSeq(v, []byte{','}) {
+			if tok = bytes.TrimSpace(tok); len(tok) > 0 && !bytes.EqualFold(tok, []byte("close")) && !bytes.EqualFold(tok, []byte("keep-alive")) && !yield(tok) {
+				return
+			}
+		}
+	}
 }

@@ -557,30 +557,12 @@ func (g *Gateway) prepareRequest(ctx *fasthttp.RequestCtx, r *routeRT, mayHop bo
 	}
 }
 
-// header is what dropHopHeaders needs of a request's or a response's
-// header.
-type header interface {
-	Peek(key string) []byte
-	Del(key string)
-	DelBytes(key []byte)
-}
-
-var (
-	_ header = (*fasthttp.RequestHeader)(nil)
-	_ header = (*fasthttp.ResponseHeader)(nil)
-)
-
-// dropHopHeaders removes the hop-by-hop headers: those the Connection
-// header names (but close and keep-alive), Connection itself and
-// hopHeaders.
-func dropHopHeaders(h header) {
-	if v := h.Peek("Connection"); len(v) > 0 {
-		for _, tok := range bytes.Split(v, []byte{','}) {
-			tok = bytes.TrimSpace(tok)
-			if len(tok) > 0 && !bytes.EqualFold(tok, []byte("close")) && !bytes.EqualFold(tok, []byte("keep-alive")) {
-				h.DelBytes(tok)
-			}
-		}
+// dropHopHeaders removes a request's hop-by-hop headers: those the
+// Connection header names (but close and keep-alive), Connection itself
+// and hopHeaders. (An answer's: dropAnswerHopHeaders.)
+func dropHopHeaders(h *fasthttp.RequestHeader) {
+	for tok := range connectionNames(h.Peek("Connection")) {
+		h.DelBytes(tok)
 	}
 	h.Del("Connection")
 	for _, k := range hopHeaders {
