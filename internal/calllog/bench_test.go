@@ -58,3 +58,37 @@ func benchWrite(b *testing.B, window int) {
 		b.Fatalf("written %d, dropped %d of %d", w, d, b.N)
 	}
 }
+
+// BenchmarkRecord is what recording costs the call: Record alone, the
+// writer draining the queue beside it every 10 ms (its encoding is
+// BenchmarkWrite's). A gateway-shaped record, as the gateway makes them.
+func BenchmarkRecord(b *testing.B) {
+	l, err := Open(Options{Dir: b.TempDir(), FlushInterval: time.Hour})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	r := Record{Start: time.Now().UnixNano(), Latency: time.Millisecond, Service: "shop/orders", Cluster: "shop/orders",
+		Route: "default", Endpoint: "10.0.0.1:8080", Status: 200, BytesIn: 100, BytesOut: 1000,
+		Method: "GET", Path: "/orders/1", Host: "shop.example", Port: 8080, PeerIP: netip.MustParseAddr("10.1.2.3")}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		r.Start++
+		l.Record(r)
+		if i%65536 == 65535 {
+			b.StopTimer()
+			if err := l.Flush(); err != nil { // the queue's bound is not what is measured
+				b.Fatal(err)
+			}
+			b.StartTimer()
+		}
+	}
+	b.StopTimer()
+	if err := l.Flush(); err != nil {
+		b.Fatal(err)
+	}
+	if w, d := l.Counts(); d != 0 || w != uint64(b.N) {
+		b.Fatalf("written %d, dropped %d of %d", w, d, b.N)
+	}
+}

@@ -115,10 +115,16 @@ func (o Options) withDefaults() (Options, error) {
 // the partition map and segment lists, which queries read.
 type Log struct {
 	opts Options
-	in   chan Record
+	q    queue
 	req  chan chan error
 	done chan struct{}
 	wg   sync.WaitGroup
+
+	// Writer goroutine only: the queue's chunks taken since the last
+	// flush (the partitions' pending records point into them), and the
+	// partition of the last record added.
+	held [][]Record
+	last *partition
 
 	written, dropped atomic.Uint64
 
@@ -138,7 +144,7 @@ type partition struct {
 	active   *segment
 	w        *callstore.Writer
 	lastT    int64
-	pending  []Record
+	pending  []*Record // into Log.held
 	unsynced bool
 	reqBuf   []byte  // requestID's
 	order    []int32 // flush's: pending's indices in start order
@@ -153,7 +159,7 @@ func Open(opts Options) (*Log, error) {
 	if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("calllog: %w", err)
 	}
-	l := &Log{opts: opts, in: make(chan Record, opts.QueueSize), req: make(chan chan error),
+	l := &Log{opts: opts, q: queue{max: opts.QueueSize}, req: make(chan chan error),
 		done: make(chan struct{}), parts: map[string]*partition{}}
 	if err := l.load(); err != nil {
 		l.closeAll()
@@ -180,9 +186,7 @@ func (l *Log) openPartition(service string) (*partition, error) {
 // Record queues one call. Any goroutine; it never blocks: when the queue
 // is full the call is dropped and counted (Counts).
 func (l *Log) Record(r Record) {
-	select {
-	case l.in <- r:
-	default:
+	if !l.q.put(&r) {
 		l.dropped.Add(1)
 	}
 }
@@ -292,20 +296,22 @@ func (l *Log) note(err error) {
 }
 
 func (l *Log) drain() {
-	for {
-		select {
-		case r := <-l.in:
-			l.add(r)
-		default:
-			return
+	n := len(l.held)
+	l.held = l.q.take(l.held)
+	for _, c := range l.held[n:] {
+		for i := range c {
+			l.add(&c[i])
 		}
 	}
 }
 
-func (l *Log) add(r Record) {
-	l.mu.Lock()
-	p := l.parts[r.Service]
-	l.mu.Unlock()
+func (l *Log) add(r *Record) {
+	p := l.last
+	if p == nil || p.service != r.Service {
+		l.mu.Lock()
+		p = l.parts[r.Service]
+		l.mu.Unlock()
+	}
 	if p == nil {
 		var err error
 		if p, err = l.openPartition(r.Service); err != nil {
@@ -317,6 +323,7 @@ func (l *Log) add(r Record) {
 		l.parts[r.Service] = p
 		l.mu.Unlock()
 	}
+	l.last = p
 	p.pending = append(p.pending, r)
 }
 
@@ -338,6 +345,10 @@ func (l *Log) flushAll(durable bool) error {
 			}
 		}
 	}
+	// Every partition's pending records are written or dropped: the
+	// chunks they pointed into go back to the queue.
+	l.q.giveBack(l.held)
+	l.held = l.held[:0]
 	return first
 }
 
@@ -374,7 +385,7 @@ func (l *Log) flush(p *partition, durable bool) error {
 	var late []Record
 	seg := p.active
 	for _, i := range ord {
-		r := &recs[i]
+		r := recs[i]
 		if r.Start < p.lastT {
 			late = append(late, *r) // started before calls already written
 			continue
