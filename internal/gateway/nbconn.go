@@ -1,10 +1,12 @@
 package gateway
 
 import (
+	"errors"
 	"io"
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -42,21 +44,29 @@ type nbConn struct {
 	wn     int
 	werrno syscall.Errno
 
-	// A client's connection (lazy) gives its read deadline to the poller
-	// only when a read is about to wait, and not when the new one only
-	// extends the armed one by less than 1/64 of the time left to it:
-	// fasthttp sets two read deadlines per request (the idle one before
-	// the next request, the read timeout after its first byte), each a
-	// clock read and a runtime timer changed, and for a request that
-	// arrives in one piece no read waits under the second. A deadline set
-	// while a read waits is armed at once (it may be meant to interrupt
-	// it). The cost: a read deadline may end the wait up to 1/64 of its
-	// time early (under 5 s of the 5-minute idle timeout).
+	// A lazy connection (a client's; an endpoint's, upConn) gives its
+	// read deadline to the poller only when a read is about to wait, and
+	// not when the new one only extends the armed one by less than 1/64
+	// of the time left to it: fasthttp sets two read deadlines per request
+	// (the idle one before the next request, the read timeout after its
+	// first byte), roundTrip one per call, each a runtime timer changed,
+	// and for a request that arrives in one piece no read waits under the
+	// second. When the armed deadline ends a wait before the one asked
+	// for, the read arms that one and waits on (early), so a deadline is
+	// never cut short. A deadline set while a read waits is armed at once
+	// (it may be meant to interrupt it). SetDeadline's write deadline
+	// reaches the poller only before a write (or at once, during one):
+	// roundTrip's request goes out inside a read (upConn.sendAwait), where
+	// it cannot wait.
 	lazy    bool
 	dmu     sync.Mutex
 	want    time.Time // the read deadline asked for
 	armed   time.Time // the poller's
 	reading int       // reads in progress
+	wwant   time.Time   // the write deadline asked for
+	warmed  time.Time   // the poller's
+	wdirty  atomic.Bool // wwant is not armed
+	writing atomic.Int32
 }
 
 // maxRW bounds one system call's bytes, as internal/poll does.
@@ -94,17 +104,28 @@ func (c *nbConn) Read(p []byte) (int, error) {
 	if len(p) > maxRW {
 		p = p[:maxRW]
 	}
-	if c.lazy {
-		c.begin()
-	}
-	c.rmu.Lock()
-	c.rp, c.rn, c.rerrno = p, 0, 0
-	err := c.raw.Read(c.rstep)
-	n, errno := c.rn, c.rerrno
-	c.rp = nil
-	c.rmu.Unlock()
-	if c.lazy {
-		c.end()
+	var (
+		n     int
+		errno syscall.Errno
+		err   error
+	)
+	for {
+		if c.lazy {
+			c.begin()
+		}
+		c.rmu.Lock()
+		c.rp, c.rn, c.rerrno = p, 0, 0
+		err = c.raw.Read(c.rstep)
+		n, errno = c.rn, c.rerrno
+		c.rp = nil
+		c.rmu.Unlock()
+		if c.lazy {
+			c.end()
+			if err != nil && c.early(err) {
+				continue
+			}
+		}
+		break
 	}
 	switch {
 	case err != nil: // closed, deadline: net's error, as a plain Read's
@@ -137,6 +158,18 @@ func (c *nbConn) readStep(fd uintptr) bool {
 }
 
 func (c *nbConn) Write(p []byte) (int, error) {
+	if c.lazy {
+		c.writing.Add(1)
+		defer c.writing.Add(-1)
+		if c.wdirty.Load() {
+			c.dmu.Lock()
+			err := c.armWrite()
+			c.dmu.Unlock()
+			if err != nil {
+				return 0, err
+			}
+		}
+	}
 	c.wmu.Lock()
 	c.wp, c.wn, c.werrno = p, 0, 0
 	var err error
@@ -201,11 +234,30 @@ func (c *nbConn) SetReadDeadline(t time.Time) error {
 	return nil
 }
 
+func (c *nbConn) SetWriteDeadline(t time.Time) error {
+	if !c.lazy {
+		return c.TCPConn.SetWriteDeadline(t)
+	}
+	c.dmu.Lock()
+	defer c.dmu.Unlock()
+	c.wwant = t
+	return c.armWrite()
+}
+
 func (c *nbConn) SetDeadline(t time.Time) error {
 	if !c.lazy {
 		return c.TCPConn.SetDeadline(t)
 	}
-	if err := c.TCPConn.SetWriteDeadline(t); err != nil {
+	c.dmu.Lock()
+	c.wwant = t
+	var err error
+	if c.writing.Load() > 0 {
+		err = c.armWrite()
+	} else {
+		c.wdirty.Store(!c.wwant.Equal(c.warmed))
+	}
+	c.dmu.Unlock()
+	if err != nil {
 		return err
 	}
 	return c.SetReadDeadline(t)
@@ -216,9 +268,17 @@ func (c *nbConn) WriteTo(w io.Writer) (int64, error) {
 	if !c.lazy {
 		return c.TCPConn.WriteTo(w)
 	}
-	c.begin()
-	defer c.end()
-	return c.TCPConn.WriteTo(w)
+	var total int64
+	for {
+		c.begin()
+		n, err := c.TCPConn.WriteTo(w)
+		c.end()
+		total += n
+		if err != nil && c.early(err) {
+			continue
+		}
+		return total, err
+	}
 }
 
 // begin arms the read deadline asked for, unless it only extends the
@@ -242,6 +302,34 @@ func (c *nbConn) end() {
 	c.dmu.Lock()
 	c.reading--
 	c.dmu.Unlock()
+}
+
+// early reports whether err is the armed read deadline ending a wait
+// before the deadline asked for, which it then arms: the read is to wait
+// on.
+func (c *nbConn) early(err error) bool {
+	if !errors.Is(err, os.ErrDeadlineExceeded) {
+		return false
+	}
+	c.dmu.Lock()
+	defer c.dmu.Unlock()
+	if c.want.IsZero() || c.want.Equal(c.armed) || !time.Now().Before(c.want) {
+		return false
+	}
+	return c.arm() == nil
+}
+
+// armWrite gives the poller the write deadline asked for; c.dmu is held.
+func (c *nbConn) armWrite() error {
+	if c.wwant.Equal(c.warmed) {
+		return nil
+	}
+	if err := c.TCPConn.SetWriteDeadline(c.wwant); err != nil {
+		return err
+	}
+	c.warmed = c.wwant
+	c.wdirty.Store(false)
+	return nil
 }
 
 // arm gives the poller the read deadline asked for; c.dmu is held.

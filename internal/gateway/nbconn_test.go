@@ -225,3 +225,39 @@ func TestNBConnWriteToDeadline(t *testing.T) {
 		t.Fatal("io.Copy ignored the read deadline")
 	}
 }
+
+// A deadline extended by a little is not armed, but no wait ends before
+// it: the armed one ending the wait arms it, and the read waits on.
+func TestNBConnLazyDeadlineNotEarly(t *testing.T) {
+	c, peer := tcpPair(t)
+	buf := make([]byte, 8)
+	d1 := time.Now().Add(time.Second)
+	c.SetReadDeadline(d1)
+	peer.Write([]byte("a"))
+	if _, err := c.Read(buf); err != nil {
+		t.Fatal(err)
+	}
+	d2 := d1.Add(10 * time.Millisecond) // under 1/64 of the second left
+	c.SetReadDeadline(d2)
+	c.begin()
+	armed := c.armed
+	c.end()
+	if !armed.Equal(d1) && time.Until(d1) > 700*time.Millisecond {
+		t.Fatalf("armed %v, want %v kept (extended by 10 ms of %v left)", armed, d1, time.Until(d1))
+	}
+	if _, err := c.Read(buf); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("Read = %v; want a timeout", err)
+	}
+	if now := time.Now(); now.Before(d2) {
+		t.Fatalf("the read ended %v before its deadline", d2.Sub(now))
+	}
+	// SetDeadline's write half reaches the poller before the next write.
+	c.SetDeadline(time.Now().Add(-time.Second))
+	if _, err := c.Write([]byte("x")); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("Write past SetDeadline's = %v; want a timeout", err)
+	}
+	c.SetDeadline(time.Time{})
+	if _, err := c.Write([]byte("y")); err != nil {
+		t.Fatalf("Write with no deadline = %v", err)
+	}
+}

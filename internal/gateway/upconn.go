@@ -44,6 +44,7 @@ func newUpConn(c net.Conn) net.Conn {
 	if err != nil {
 		return c
 	}
+	nb.lazy = true // roundTrip sets a deadline per call (nbconn.go)
 	u := &upConn{nbConn: nb}
 	u.step = u.write
 	u.bw = bufio.NewWriterSize(&u.buf, 4096)
@@ -62,7 +63,18 @@ func (c *upConn) sendAwait(req *fasthttp.Request) error {
 		return err
 	}
 	c.out, c.sent, c.werr, c.todo = c.buf.Bytes(), 0, 0, true
-	err := c.raw.Read(c.step)
+	var err error
+	for {
+		c.begin()
+		err = c.raw.Read(c.step)
+		c.end()
+		// Ended by the armed deadline before the one asked for: again,
+		// now under that one (write is done with the request, or has not
+		// started it).
+		if err == nil || c.werr != 0 || !c.early(err) {
+			break
+		}
+	}
 	switch {
 	case c.werr != 0:
 		return c.opError("write", c.werr)
