@@ -112,13 +112,15 @@ func (g *Gateway) serveH2On(w http.ResponseWriter, hr *http.Request, ctx *fastht
 	// to an HTTP/2 endpoint (as Envoy sends it; a gRPC server may ask for
 	// it), not to an HTTP/1.1 one.
 	st, frame := w.(*h2sStream)
-	mayHop := true
+	head := headUnknown // the request was built from HTTP/2 fields: no raw block to scan
 	if frame && st.ctx == ctx {
-		mayHop, k.te = st.hop, st.te
+		if k.te = st.te; !st.hop {
+			head &^= headHop
+		}
 	} else {
 		k.te = hr.Header.Get("Te") == "trailers" // net/http's server (stdH2Handler)
 	}
-	g.prepareRequest(ctx, r, mayHop)
+	g.prepareRequest(ctx, r, head)
 	k.tr.noteRequestID(&ctx.Request.Header)
 	if r.spec.timeout > 0 {
 		k.deadline = start.Add(r.spec.timeout)

@@ -8,18 +8,35 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// requestMayHaveHop reports whether dropHopHeaders has anything to do on
-// a request: false only when fasthttp parsed it from the wire (its raw
-// header block is kept), no line of that block names Connection or one of
-// hopHeaders, and it is not to close its connection (an HTTP/1.0 request
-// without keep-alive, which deleting Connection turns into one that
-// keeps the upstream connection open). Most requests carry none, and the
-// nine deletes cost a normalized copy of the name and a scan of the
-// headers each (issue 48); this is one pass over the block.
-func requestMayHaveHop(h *fasthttp.RequestHeader) bool {
+// requestHead is what one pass over a request's raw header block found:
+// whether dropHopHeaders has anything to do, and which of the fields
+// prepareRequest sets the request already has. Each lookup it saves is a
+// normalized copy of the name and a scan of the headers (Peek, Del); most
+// requests carry none of these fields (issue 48).
+type requestHead uint8
+
+const (
+	headHop       requestHead = 1 << iota // Connection or one of hopHeaders, or a closing request
+	headForwarded                         // X-Forwarded-For
+	headRequestID                         // X-Request-Id
+	headVia
+	// headUnknown: the request was built, not parsed (no raw block), or
+	// has a line fasthttp did not keep as a field: look each up.
+	headUnknown = headHop | headForwarded | headRequestID | headVia
+)
+
+// scanRequestHead reads h's raw header block. A request to close its
+// connection (an HTTP/1.0 request without keep-alive, which deleting
+// Connection turns into one that keeps the upstream connection open)
+// counts as having a hop-by-hop field.
+func scanRequestHead(h *fasthttp.RequestHeader) requestHead {
 	raw := h.RawHeaders()
-	if len(raw) == 0 || h.ConnectionClose() {
-		return true // built, not parsed, or closing: the deletes decide
+	if len(raw) == 0 {
+		return headUnknown
+	}
+	var f requestHead
+	if h.ConnectionClose() {
+		f |= headHop
 	}
 	for len(raw) > 0 {
 		line := raw
@@ -34,13 +51,21 @@ func requestMayHaveHop(h *fasthttp.RequestHeader) bool {
 		}
 		colon := bytes.IndexByte(line, ':')
 		if colon < 0 {
-			return true // not a header line fasthttp kept as such: the deletes decide
+			return headUnknown
 		}
-		if isHopName(bytes.TrimRight(line[:colon], " \t")) {
-			return true
+		k := bytes.TrimRight(line[:colon], " \t")
+		switch {
+		case isHopName(k):
+			f |= headHop
+		case len(k) == 15 && bytes.EqualFold(k, []byte("X-Forwarded-For")):
+			f |= headForwarded
+		case len(k) == 12 && bytes.EqualFold(k, []byte("X-Request-Id")):
+			f |= headRequestID
+		case len(k) == 3 && bytes.EqualFold(k, []byte("Via")):
+			f |= headVia
 		}
 	}
-	return false
+	return f
 }
 
 // dropAnswerHopHeaders is dropHopHeaders for an endpoint's answer, whose

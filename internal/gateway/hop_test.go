@@ -2,33 +2,39 @@ package gateway
 
 import (
 	"bufio"
+	"net"
 	"strings"
 	"testing"
 
 	"github.com/valyala/fasthttp"
 )
 
-// Skipping dropHopHeaders when requestMayHaveHop says so leaves every
-// request as the deletes would: the upstream request is the same bytes.
-func TestRequestMayHaveHop(t *testing.T) {
+// Skipping dropHopHeaders when scanRequestHead finds no hop-by-hop field
+// leaves every request as the deletes would: the upstream request is the
+// same bytes.
+func TestScanRequestHead(t *testing.T) {
 	for _, tc := range []struct {
 		name, req string
-		mayHave   bool
+		want      requestHead
 	}{
-		{"plain", "GET /a HTTP/1.1\r\nHost: x\r\nUser-Agent: wrk\r\nAccept: */*\r\n\r\n", false},
-		{"cookies", "GET /a HTTP/1.1\r\nHost: x\r\nCookie: a=1; b=2\r\n\r\n", false},
-		{"connection keep-alive", "GET /a HTTP/1.1\r\nHost: x\r\nConnection: keep-alive\r\n\r\n", true},
-		{"connection names a header", "GET /a HTTP/1.1\r\nHost: x\r\nConnection: X-Secret\r\nX-Secret: 1\r\n\r\n", true},
-		{"keep-alive", "GET /a HTTP/1.1\r\nHost: x\r\nkeep-alive: timeout=5\r\n\r\n", true},
-		{"proxy-connection", "GET /a HTTP/1.1\r\nHost: x\r\nPROXY-CONNECTION: keep-alive\r\n\r\n", true},
-		{"proxy-authorization", "GET /a HTTP/1.1\r\nHost: x\r\nProxy-Authorization: Basic eA==\r\n\r\n", true},
-		{"te", "GET /a HTTP/1.1\r\nHost: x\r\nTE: trailers\r\n\r\n", true},
-		{"trailer", "POST /a HTTP/1.1\r\nHost: x\r\nTrailer: X-T\r\nContent-Length: 0\r\n\r\n", true},
-		{"upgrade", "GET /a HTTP/1.1\r\nHost: x\r\nUpgrade: h2c\r\n\r\n", true},
-		{"http/1.0 closes", "GET /a HTTP/1.0\r\nHost: x\r\n\r\n", true},
-		{"http/1.0 keep-alive", "GET /a HTTP/1.0\r\nHost: x\r\nConnection: keep-alive\r\n\r\n", true},
-		{"connection close", "GET /a HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", true},
-		{"similar names", "GET /a HTTP/1.1\r\nHost: x\r\nX-Upgrade: 1\r\nTrailers: 1\r\nTe-X: 1\r\n\r\n", false},
+		{"plain", "GET /a HTTP/1.1\r\nHost: x\r\nUser-Agent: wrk\r\nAccept: */*\r\n\r\n", 0},
+		{"cookies", "GET /a HTTP/1.1\r\nHost: x\r\nCookie: a=1; b=2\r\n\r\n", 0},
+		{"connection keep-alive", "GET /a HTTP/1.1\r\nHost: x\r\nConnection: keep-alive\r\n\r\n", headHop},
+		{"connection names a header", "GET /a HTTP/1.1\r\nHost: x\r\nConnection: X-Secret\r\nX-Secret: 1\r\n\r\n", headHop},
+		{"keep-alive", "GET /a HTTP/1.1\r\nHost: x\r\nkeep-alive: timeout=5\r\n\r\n", headHop},
+		{"proxy-connection", "GET /a HTTP/1.1\r\nHost: x\r\nPROXY-CONNECTION: keep-alive\r\n\r\n", headHop},
+		{"proxy-authorization", "GET /a HTTP/1.1\r\nHost: x\r\nProxy-Authorization: Basic eA==\r\n\r\n", headHop},
+		{"te", "GET /a HTTP/1.1\r\nHost: x\r\nTE: trailers\r\n\r\n", headHop},
+		{"trailer", "POST /a HTTP/1.1\r\nHost: x\r\nTrailer: X-T\r\nContent-Length: 0\r\n\r\n", headHop},
+		{"upgrade", "GET /a HTTP/1.1\r\nHost: x\r\nUpgrade: h2c\r\n\r\n", headHop},
+		{"http/1.0 closes", "GET /a HTTP/1.0\r\nHost: x\r\n\r\n", headHop},
+		{"http/1.0 keep-alive", "GET /a HTTP/1.0\r\nHost: x\r\nConnection: keep-alive\r\n\r\n", headHop},
+		{"connection close", "GET /a HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", headHop},
+		{"similar names", "GET /a HTTP/1.1\r\nHost: x\r\nX-Upgrade: 1\r\nTrailers: 1\r\nTe-X: 1\r\nX-Forwarded-Form: 1\r\nVia-X: 1\r\nX-Request-Ids: 1\r\n\r\n", 0},
+		{"forwarded", "GET /a HTTP/1.1\r\nHost: x\r\nx-forwarded-for: 10.0.0.9\r\n\r\n", headForwarded},
+		{"request id", "GET /a HTTP/1.1\r\nHost: x\r\nX-REQUEST-ID: abc\r\n\r\n", headRequestID},
+		{"via", "GET /a HTTP/1.1\r\nHost: x\r\nvia: 1.0 fred\r\n\r\n", headVia},
+		{"all", "GET /a HTTP/1.1\r\nHost: x\r\nVia: 1.0 a\r\nConnection: keep-alive\r\nX-Forwarded-For: 10.0.0.9\r\nX-Request-Id: r1\r\n\r\n", headUnknown},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var always, skipped fasthttp.Request
@@ -37,23 +43,39 @@ func TestRequestMayHaveHop(t *testing.T) {
 					t.Fatalf("read %q: %v", tc.req, err)
 				}
 			}
-			if got := requestMayHaveHop(&skipped.Header); got != tc.mayHave {
-				t.Errorf("requestMayHaveHop = %v, want %v", got, tc.mayHave)
+			got := scanRequestHead(&skipped.Header)
+			if got != tc.want {
+				t.Errorf("scanRequestHead = %04b, want %04b", got, tc.want)
 			}
-			dropHopHeaders(&always.Header)
-			if requestMayHaveHop(&skipped.Header) {
-				dropHopHeaders(&skipped.Header)
+			// The upstream request prepareRequest makes is the same
+			// whether it looks each field up or trusts the scan.
+			g := &Gateway{}
+			r := &routeRT{spec: &routeSpec{}}
+			var a, s fasthttp.RequestCtx
+			peer := &net.TCPAddr{IP: net.IPv4(10, 1, 2, 3), Port: 5555}
+			a.Init(&always, peer, nil)
+			s.Init(&skipped, peer, nil)
+			g.prepareRequest(&a, r, headUnknown)
+			g.prepareRequest(&s, r, got)
+			if tc.want&headRequestID == 0 {
+				// Each made its own id: 32 hex digits.
+				for _, q := range []*fasthttp.Request{&a.Request, &s.Request} {
+					if id := q.Header.Peek("X-Request-Id"); len(id) != 32 {
+						t.Errorf("made request id %q, want 32 hex digits", id)
+					}
+					q.Header.SetCanonical(nameRequestID, []byte("made"))
+				}
 			}
-			if a, s := always.String(), skipped.String(); a != s {
-				t.Errorf("with the deletes:\n%q\nskipped:\n%q", a, s)
+			if a, s := a.Request.String(), s.Request.String(); a != s {
+				t.Errorf("looked up:\n%q\nscanned:\n%q", a, s)
 			}
 		})
 	}
-	// A request built, not parsed, has no raw block: the deletes decide.
+	// A request built, not parsed, has no raw block: each is looked up.
 	var built fasthttp.Request
 	built.Header.Set("Keep-Alive", "timeout=5")
-	if !requestMayHaveHop(&built.Header) {
-		t.Error("a built request: requestMayHaveHop = false")
+	if got := scanRequestHead(&built.Header); got != headUnknown {
+		t.Errorf("a built request: scanRequestHead = %04b, want all", got)
 	}
 }
 
@@ -75,7 +97,7 @@ func BenchmarkRequestHop(b *testing.B) {
 	b.Run("scan", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			if requestMayHaveHop(&req.Header) {
+			if scanRequestHead(&req.Header) != 0 {
 				b.Fatal("a hop header in wrk's request")
 			}
 		}

@@ -35,6 +35,18 @@ const (
 	maxResponseBytes = 64 << 20
 )
 
+// The names prepareRequest and answer set, canonical (SetCanonical), and
+// the values they set most.
+var (
+	nameForwardedFor   = []byte("X-Forwarded-For")
+	nameForwardedProto = []byte("X-Forwarded-Proto")
+	nameRequestID      = []byte("X-Request-Id")
+	nameVia            = []byte("Via")
+	viaBytes           = []byte(viaValue)
+	protoHTTP          = []byte("http")
+	protoHTTPS         = []byte("https")
+)
+
 // Reasons of calls that did not get an upstream answer; they name the
 // X-Sextant-Error header and the "reason" of the JSON error body.
 const (
@@ -69,7 +81,10 @@ func (g *Gateway) serveOn(ctx *fasthttp.RequestCtx, t *table) {
 		g.refuseVersion(ctx)
 		return
 	}
-	start := time.Now()
+	start := ctx.Time() // the server's clock read before it called serve: one less
+	if start.IsZero() {
+		start = time.Now()
+	}
 	r, c, md, mdKey, dest := g.routeCall(ctx, t, start)
 	if c == nil {
 		if t != nil && len(t.logs) > 0 {
@@ -91,7 +106,7 @@ func (g *Gateway) serveOn(ctx *fasthttp.RequestCtx, t *table) {
 	}
 	g.startTrace(ctx, t.tracing, &k.tr, start, false)
 	k.noteURI(ctx, r)
-	g.prepareRequest(ctx, r, requestMayHaveHop(&ctx.Request.Header)) // hop.go
+	g.prepareRequest(ctx, r, scanRequestHead(&ctx.Request.Header)) // hop.go
 	k.tr.noteRequestID(&ctx.Request.Header)
 	if r.spec.timeout > 0 {
 		k.deadline = start.Add(r.spec.timeout)
@@ -498,40 +513,46 @@ func (g *Gateway) answer(ctx *fasthttp.RequestCtx, k *call) {
 		if !resp.Header.IsHTTP11() {
 			resp.Header.SetProtocol(http11)
 		}
-		resp.Header.Set("Via", viaValue)
+		resp.Header.SetCanonical(nameVia, viaBytes)
 		k.reason = ""
 		if k.filters != nil {
 			k.filters.response(ctx, answerHeader(&resp.Header), k.dest)
 		}
 	}
-	resp.Header.SetBytesV("X-Request-Id", ctx.Request.Header.Peek("X-Request-Id"))
+	resp.Header.SetCanonical(nameRequestID, ctx.Request.Header.Peek("X-Request-Id"))
 }
 
 // prepareRequest turns the downstream request into the upstream one, in
 // place: hop-by-hop headers out, forwarding headers in, prefix rewrite.
-// mayHop is whether the request may carry hop-by-hop headers: false
-// skips their nine deletes (requestMayHaveHop, h2sStream.hop).
-func (g *Gateway) prepareRequest(ctx *fasthttp.RequestCtx, r *routeRT, mayHop bool) {
+// head says which of the fields involved the request may have (hop.go;
+// h2sStream.hop): those it has not are not looked up. The names set are
+// canonical, as the server's parsing made the request's (SetCanonical
+// skips the normalized copy Set makes).
+func (g *Gateway) prepareRequest(ctx *fasthttp.RequestCtx, r *routeRT, head requestHead) {
 	h := &ctx.Request.Header
-	if mayHop {
+	if head&headHop != 0 {
 		dropHopHeaders(h) // dropping Connection also keeps the upstream connection open
 	}
 	var ipBuf [64]byte
 	clientIP, _ := ctx.RemoteIP().AppendText(ipBuf[:0])
-	if prior := h.Peek("X-Forwarded-For"); len(prior) > 0 {
+	var prior []byte
+	if head&headForwarded != 0 {
+		prior = h.Peek("X-Forwarded-For")
+	}
+	if len(prior) > 0 {
 		v := make([]byte, 0, len(prior)+2+len(clientIP))
 		v = append(append(append(v, prior...), ", "...), clientIP...)
-		h.SetBytesV("X-Forwarded-For", v)
+		h.SetCanonical(nameForwardedFor, v)
 	} else {
-		h.SetBytesV("X-Forwarded-For", clientIP)
+		h.SetCanonical(nameForwardedFor, clientIP)
 	}
 	if ctx.IsTLS() {
-		h.Set("X-Forwarded-Proto", "https")
+		h.SetCanonical(nameForwardedProto, protoHTTPS)
 		ctx.Request.URI().SetScheme("http") // the upstream leg is plaintext
 	} else {
-		h.Set("X-Forwarded-Proto", "http")
+		h.SetCanonical(nameForwardedProto, protoHTTP)
 	}
-	if len(h.Peek("X-Request-Id")) == 0 {
+	if head&headRequestID == 0 || len(h.Peek("X-Request-Id")) == 0 {
 		var id [16]byte
 		var hx [32]byte
 		u1, u2 := rand.Uint64(), rand.Uint64()
@@ -539,12 +560,16 @@ func (g *Gateway) prepareRequest(ctx *fasthttp.RequestCtx, r *routeRT, mayHop bo
 			id[i], id[8+i] = byte(u1>>(8*i)), byte(u2>>(8*i))
 		}
 		hex.Encode(hx[:], id[:])
-		h.SetBytesV("X-Request-Id", hx[:])
+		h.SetCanonical(nameRequestID, hx[:])
 	}
-	if via := h.Peek("Via"); len(via) > 0 {
-		h.SetBytesV("Via", append(append(append([]byte(nil), via...), ", "...), viaValue...))
+	var via []byte
+	if head&headVia != 0 {
+		via = h.Peek("Via")
+	}
+	if len(via) > 0 {
+		h.SetCanonical(nameVia, append(append(append([]byte(nil), via...), ", "...), viaValue...))
 	} else {
-		h.Set("Via", viaValue)
+		h.SetCanonical(nameVia, viaBytes)
 	}
 	if rw := r.spec.rewrite; rw != "" {
 		uri := h.RequestURI()

@@ -33,7 +33,6 @@ func roundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Re
 		return false, err
 	}
 	conn := cc.Conn()
-	resp.ParseNetConn(conn)
 	// A request without a streamed body is written at once: one deadline,
 	// the idle one included, bounds its write and the wait for the
 	// answer's head (a deadline set is a runtime timer changed: one per
