@@ -60,9 +60,9 @@ type nbConn struct {
 	// it cannot wait.
 	lazy    bool
 	dmu     sync.Mutex
-	want    time.Time // the read deadline asked for
-	armed   time.Time // the poller's
-	reading int       // reads in progress
+	want    time.Time   // the read deadline asked for
+	armed   time.Time   // the poller's
+	reading int         // reads in progress
 	wwant   time.Time   // the write deadline asked for
 	warmed  time.Time   // the poller's
 	wdirty  atomic.Bool // wwant is not armed
