@@ -68,6 +68,70 @@ func scanRequestHead(h *fasthttp.RequestHeader) requestHead {
 	return f
 }
 
+// takeRepeated deletes the fields a parsed request repeats (named as in
+// its raw header block, any case) and returns them, copied, in order: for
+// dropHopHeaders, whose deletes would reorder them. Not the hop-by-hop
+// fields, which go, nor those fasthttp keeps apart from its list (Host,
+// Cookie...), which no delete reorders. A built request (no raw block)
+// returns none. Only requests with a hop-by-hop field come here.
+func takeRepeated(h *fasthttp.RequestHeader) [][2][]byte {
+	raw := h.RawHeaders()
+	if len(raw) == 0 {
+		return nil
+	}
+	var seenBuf [32][]byte // on the stack: a browser's request (Connection: keep-alive) comes here
+	seen := seenBuf[:0]
+	var repeated [][]byte
+	for len(raw) > 0 {
+		line := raw
+		if i := bytes.IndexByte(raw, '\n'); i >= 0 {
+			line, raw = raw[:i], raw[i+1:]
+		} else {
+			raw = nil
+		}
+		colon := bytes.IndexByte(line, ':')
+		if colon <= 0 || line[0] == ' ' || line[0] == '\t' {
+			continue
+		}
+		k := bytes.TrimRight(line[:colon], " \t")
+		eq := func(n []byte) bool { return len(n) == len(k) && bytes.EqualFold(n, k) }
+		switch {
+		case !slices.ContainsFunc(seen, eq):
+			seen = append(seen, k)
+		case !slices.ContainsFunc(repeated, eq):
+			repeated = append(repeated, bytes.Clone(k)) // raw is the header's; Peek and Del reuse its buffers
+		}
+	}
+	if len(repeated) == 0 {
+		return nil
+	}
+	named := slices.Collect(connectionNames(h.Peek("Connection")))
+	repeated = slices.DeleteFunc(repeated, func(k []byte) bool {
+		return isHopName(k) || requestFieldApart(k) || slices.ContainsFunc(named, func(n []byte) bool { return bytes.EqualFold(n, k) })
+	})
+	var out [][2][]byte
+	for _, k := range repeated {
+		for _, v := range h.PeekAll(string(k)) {
+			out = append(out, [2][]byte{k, bytes.Clone(v)})
+		}
+	}
+	for _, k := range repeated {
+		h.DelBytes(k)
+	}
+	return out
+}
+
+// requestFieldApart reports whether fasthttp keeps a request field apart
+// from its list of fields.
+func requestFieldApart(k []byte) bool {
+	for _, n := range []string{"Host", "Content-Length", "Content-Type", "User-Agent", "Cookie", "Transfer-Encoding", "Connection", "Trailer"} {
+		if bytes.EqualFold(k, []byte(n)) {
+			return true
+		}
+	}
+	return false
+}
+
 // dropAnswerHopHeaders is dropHopHeaders for an endpoint's answer, whose
 // field names stay as the endpoint wrote them (roundTrip disables
 // fasthttp's normalizing): a hop-by-hop field is found whatever its case

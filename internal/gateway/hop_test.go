@@ -3,6 +3,7 @@ package gateway
 import (
 	"bufio"
 	"net"
+	"slices"
 	"strings"
 	"testing"
 
@@ -94,6 +95,20 @@ func BenchmarkRequestHop(b *testing.B) {
 			dropHopHeaders(&req.Header)
 		}
 	})
+	// A browser's request: Connection: keep-alive, nothing repeated.
+	var browser fasthttp.Request
+	const braw = "GET / HTTP/1.1\r\nHost: shop.example\r\nConnection: keep-alive\r\nUser-Agent: Mozilla/5.0\r\nAccept: text/html\r\nAccept-Encoding: gzip, deflate, br\r\nAccept-Language: en-US\r\nCookie: a=1\r\n\r\n"
+	if err := browser.Read(bufio.NewReader(strings.NewReader(braw))); err != nil {
+		b.Fatal(err)
+	}
+	var scratch fasthttp.RequestHeader
+	b.Run("browser", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			browser.Header.CopyTo(&scratch)
+			dropHopHeaders(&scratch)
+		}
+	})
 	b.Run("scan", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
@@ -171,4 +186,39 @@ func only(lines []string, name string) []string {
 		}
 	}
 	return out
+}
+
+// A request's hop-by-hop fields go and the fields it repeats keep their
+// values' order (fasthttp's Del swapped them).
+func TestDropHopHeadersKeepsOrder(t *testing.T) {
+	for _, tc := range []struct {
+		name, head string
+		want       map[string][]string // field -> values in order; nil: gone
+	}{
+		{"keep-alive and two lists",
+			"Connection: keep-alive\r\nX-Forwarded-For: 10.0.0.1\r\nAccept: a\r\nX-Forwarded-For: 10.0.0.2\r\nAccept: b\r\nX-Forwarded-For: 10.0.0.3\r\n",
+			map[string][]string{"X-Forwarded-For": {"10.0.0.1", "10.0.0.2", "10.0.0.3"}, "Accept": {"a", "b"}, "Connection": nil}},
+		{"lower case, a named hop field repeated",
+			"x-a: 1\r\nconnection: X-Secret\r\nx-secret: s1\r\nX-A: 2\r\nX-Secret: s2\r\nkeep-alive: 5\r\n",
+			map[string][]string{"X-A": {"1", "2"}, "X-Secret": nil, "Keep-Alive": nil}},
+		{"cookies stay as sent", "Cookie: a=1;b=2\r\nTE: trailers\r\nX-B: 1\r\nX-B: 2\r\n",
+			map[string][]string{"X-B": {"1", "2"}, "Cookie": {"a=1;b=2"}, "Te": nil}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var req fasthttp.Request
+			if err := req.Read(bufio.NewReader(strings.NewReader("GET / HTTP/1.1\r\nHost: x\r\n" + tc.head + "\r\n"))); err != nil {
+				t.Fatal(err)
+			}
+			dropHopHeaders(&req.Header)
+			for k, want := range tc.want {
+				var got []string
+				for _, v := range req.Header.PeekAll(k) {
+					got = append(got, string(v))
+				}
+				if !slices.Equal(got, want) {
+					t.Errorf("%s: %q, want %q\n%s", k, got, want, req.Header.String())
+				}
+			}
+		})
+	}
 }

@@ -584,14 +584,22 @@ func (g *Gateway) prepareRequest(ctx *fasthttp.RequestCtx, r *routeRT, head requ
 
 // dropHopHeaders removes a request's hop-by-hop headers: those the
 // Connection header names (but close and keep-alive), Connection itself
-// and hopHeaders. (An answer's: dropAnswerHopHeaders.)
+// and hopHeaders. The fields the request repeats keep their values'
+// order: fasthttp's Del moves the last field into a deleted one's place
+// (X-Forwarded-For: a, X-Forwarded-For: b would go out as b, a), so they
+// are taken out before the deletes and added back after (hop.go). (An
+// answer's: dropAnswerHopHeaders.)
 func dropHopHeaders(h *fasthttp.RequestHeader) {
+	repeated := takeRepeated(h)
 	for tok := range connectionNames(h.Peek("Connection")) {
 		h.DelBytes(tok)
 	}
 	h.Del("Connection")
 	for _, k := range hopHeaders {
 		h.Del(k)
+	}
+	for _, kv := range repeated {
+		h.AddBytesKV(kv[0], kv[1])
 	}
 }
 
