@@ -120,8 +120,7 @@ type Log struct {
 	done chan struct{}
 	wg   sync.WaitGroup
 
-	// Writer goroutine only: the queue's chunks taken since the last
-	// flush (the partitions' pending records point into them), and the
+	// Writer goroutine only: the queue's chunks drain took, and the
 	// partition of the last record added.
 	held [][]Record
 	last *partition
@@ -141,13 +140,14 @@ type partition struct {
 	segs    []*segment // by start; the last may be active
 
 	// Writer goroutine only.
-	active   *segment
-	w        *callstore.Writer
-	lastT    int64
-	pending  []*Record // into Log.held
-	unsynced bool
-	reqBuf   []byte  // requestID's
-	order    []int32 // flush's: pending's indices in start order
+	active    *segment
+	w         *callstore.Writer
+	lastT     int64
+	pending   []entry // encoded by drain, for flush to write
+	encodeErr error   // the first encoding that failed since the last flush
+	unsynced  bool
+	reqBuf    []byte  // requestID's
+	order     []int32 // flush's: pending's indices in start order
 }
 
 // Open opens (or creates) the log in opts.Dir and starts its writer.
@@ -296,13 +296,16 @@ func (l *Log) note(err error) {
 }
 
 func (l *Log) drain() {
-	n := len(l.held)
 	l.held = l.q.take(l.held)
-	for _, c := range l.held[n:] {
+	for _, c := range l.held {
 		for i := range c {
 			l.add(&c[i])
 		}
 	}
+	// Encoded: the chunks go back to the queue while they are still in
+	// the cache (the calls copy their next records into them).
+	l.q.giveBack(l.held)
+	l.held = l.held[:0]
 }
 
 func (l *Log) add(r *Record) {
@@ -324,7 +327,19 @@ func (l *Log) add(r *Record) {
 		l.mu.Unlock()
 	}
 	l.last = p
-	p.pending = append(p.pending, r)
+	e, err := l.encode(p, r)
+	if err != nil {
+		// A dictionary that takes no more appends (a full disk) fails
+		// the partition's pending calls as a failed flush does; the next
+		// flush reports it, once.
+		if p.encodeErr == nil {
+			p.encodeErr = err
+			l.failed(p)
+		}
+		l.dropped.Add(1)
+		return
+	}
+	p.pending = append(p.pending, e)
 }
 
 // flushAll writes every partition's pending calls in start order and makes
@@ -338,6 +353,12 @@ func (l *Log) flushAll(durable bool) error {
 	l.mu.Unlock()
 	var first error
 	for _, p := range parts {
+		if err := p.encodeErr; err != nil {
+			p.encodeErr = nil
+			if first == nil {
+				first = err
+			}
+		}
 		if err := l.flush(p, durable); err != nil {
 			l.failed(p)
 			if first == nil {
@@ -345,10 +366,6 @@ func (l *Log) flushAll(durable bool) error {
 			}
 		}
 	}
-	// Every partition's pending records are written or dropped: the
-	// chunks they pointed into go back to the queue.
-	l.q.giveBack(l.held)
-	l.held = l.held[:0]
 	return first
 }
 
@@ -368,32 +385,31 @@ func (l *Log) flush(p *partition, durable bool) error {
 		}
 	}
 	recs := p.pending
-	// In start order, by their indices: a Record is some 250 bytes, which
-	// sorting the records themselves moved at every swap (1% of the
-	// gateway's CPU under load, profiled; issue 48).
+	// In start order, by their indices (an entry is 66 bytes, which
+	// sorting the entries themselves would move at every swap).
 	ord := p.order[:0]
 	for i := range recs {
 		ord = append(ord, int32(i))
 	}
 	slices.SortFunc(ord, func(a, b int32) int {
-		if c := cmp.Compare(recs[a].Start, recs[b].Start); c != 0 {
+		if c := cmp.Compare(recs[a].t, recs[b].t); c != 0 {
 			return c
 		}
 		return cmp.Compare(a, b)
 	})
 	p.order = ord
-	var late []Record
+	var late []entry
 	seg := p.active
 	for _, i := range ord {
-		r := recs[i]
-		if r.Start < p.lastT {
-			late = append(late, *r) // started before calls already written
+		e := &recs[i]
+		if e.t < p.lastT {
+			late = append(late, *e) // started before calls already written
 			continue
 		}
-		if err := l.put(p, p.w, r); err != nil {
-			return err
+		if err := p.w.Put(e.t, e.a, e.body); err != nil {
+			return fmt.Errorf("calllog: %s: %w", p.service, err)
 		}
-		p.lastT = r.Start
+		p.lastT = e.t
 	}
 	if len(late) > 0 {
 		// A short-lived writer for calls that ended after later-started
@@ -403,9 +419,9 @@ func (l *Log) flush(p *partition, durable bool) error {
 			return fmt.Errorf("calllog: %w", err)
 		}
 		for j := range late {
-			if err := l.put(p, lw, &late[j]); err != nil {
+			if err := lw.Put(late[j].t, late[j].a, late[j].body); err != nil {
 				lw.Close()
-				return err
+				return fmt.Errorf("calllog: %s: %w", p.service, err)
 			}
 		}
 		if err := lw.Close(); err != nil {
@@ -413,9 +429,9 @@ func (l *Log) flush(p *partition, durable bool) error {
 		}
 	}
 	if len(recs) > 0 {
-		seg.minT = min(seg.minT, recs[ord[0]].Start)
+		seg.minT = min(seg.minT, recs[ord[0]].t)
 		if len(late) > 0 {
-			seg.minT = min(seg.minT, late[0].Start)
+			seg.minT = min(seg.minT, late[0].t)
 		}
 		p.unsynced = true
 	}
@@ -438,31 +454,36 @@ func (l *Log) flush(p *partition, durable bool) error {
 	return nil
 }
 
-func (l *Log) put(p *partition, w *callstore.Writer, r *Record) error {
+// entry is a call as the store keeps it: its start, latency in
+// microseconds and body, the names in it replaced by p's dictionary ids.
+type entry struct {
+	t, a int64
+	body [callstore.BodySize]byte
+}
+
+// encode makes r p's entry (new names appended to its dictionary).
+// Writer goroutine.
+func (l *Log) encode(p *partition, r *Record) (entry, error) {
 	b := body{reason: r.Reason, status: r.Status, retries: r.Retries, grpc: r.GRPCStatus, bytesIn: r.BytesIn, bytesOut: r.BytesOut, trace: r.TraceID}
 	var err error
 	if b.endpoint, err = p.dict.id(r.Endpoint); err != nil {
-		return err
+		return entry{}, err
 	}
 	if b.subset, err = p.dict.id(r.Subset); err != nil {
-		return err
+		return entry{}, err
 	}
 	if b.cluster, err = p.dict.id(r.Cluster); err != nil {
-		return err
+		return entry{}, err
 	}
 	if b.route, err = p.dict.id(r.Route); err != nil {
-		return err
+		return entry{}, err
 	}
 	q := request{detail: r.Detail, principal: r.Principal, subject: r.Subject, method: r.Method, path: r.Path,
 		host: r.Host, port: r.Port, peer: r.PeerIP, conn: r.Conn, upstream: r.Upstream}
 	if b.detail, err = p.requestID(&q, l.opts.DictLimit); err != nil {
-		return err
+		return entry{}, err
 	}
-	a := r.Latency.Microseconds()
-	if err := w.Put(r.Start, a, b.encode()); err != nil {
-		return fmt.Errorf("calllog: %s: %w", p.service, err)
-	}
-	return nil
+	return entry{t: r.Start, a: r.Latency.Microseconds(), body: b.encode()}, nil
 }
 
 // requestID is q's dictionary id. A string the dictionary does not hold
