@@ -47,7 +47,7 @@ type nbConn struct {
 	// A lazy connection (a client's; an endpoint's, upConn) gives its
 	// read deadline to the poller only when a read is about to wait, and
 	// not when the new one only extends the armed one by less than 1/64
-	// of the time left to it: fasthttp sets two read deadlines per request
+	// of the time it was armed for: fasthttp sets two read deadlines per request
 	// (the idle one before the next request, the read timeout after its
 	// first byte), roundTrip one per call, each a runtime timer changed,
 	// and for a request that arrives in one piece no read waits under the
@@ -60,9 +60,10 @@ type nbConn struct {
 	// it cannot wait.
 	lazy    bool
 	dmu     sync.Mutex
-	want    time.Time   // the read deadline asked for
-	armed   time.Time   // the poller's
-	rdirty  atomic.Bool // want is not armed, nor found near enough
+	want    time.Time     // the read deadline asked for
+	armed   time.Time     // the poller's
+	span    time.Duration // armed less the time it was armed at
+	rdirty  atomic.Bool   // want is not armed, nor found near enough
 	reading atomic.Int32
 	wwant   time.Time   // the write deadline asked for
 	warmed  time.Time   // the poller's
@@ -299,11 +300,11 @@ func (c *nbConn) begin() {
 		c.rdirty.Store(false)
 		return
 	}
-	if !c.want.IsZero() && !c.armed.IsZero() && c.want.After(c.armed) {
-		if left := time.Until(c.armed); left > 0 && c.want.Sub(c.armed) < left/64 {
-			c.rdirty.Store(false) // near enough: early arms it if the armed one ends a wait
-			return
-		}
+	// Against the armed deadline's span, not the time left to it: no
+	// clock read (early corrects a deadline that ends a wait too soon).
+	if !c.want.IsZero() && !c.armed.IsZero() && c.want.After(c.armed) && c.want.Sub(c.armed) < c.span/64 {
+		c.rdirty.Store(false) // near enough: early arms it if the armed one ends a wait
+		return
 	}
 	_ = c.arm()
 }
@@ -347,6 +348,10 @@ func (c *nbConn) arm() error {
 		return err
 	}
 	c.armed = c.want
+	c.span = 0
+	if !c.want.IsZero() {
+		c.span = time.Until(c.want)
+	}
 	c.rdirty.Store(false)
 	return nil
 }

@@ -237,7 +237,7 @@ func TestNBConnLazyDeadlineNotEarly(t *testing.T) {
 	if _, err := c.Read(buf); err != nil {
 		t.Fatal(err)
 	}
-	d2 := d1.Add(10 * time.Millisecond) // under 1/64 of the second left
+	d2 := d1.Add(10 * time.Millisecond) // under 1/64 of the second it was armed for
 	c.SetReadDeadline(d2)
 	c.begin()
 	armed := c.armed
