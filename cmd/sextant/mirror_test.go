@@ -118,7 +118,14 @@ func TestIstioMirroringTask(t *testing.T) {
 		t.Fatalf("v1 got %d calls, want %d", got, n)
 	}
 	// The copies are on their way while v2 holds them: the calls did not wait.
-	waitTrue(t, 10*time.Second, func() bool { return copyArr.Load()-before == n })
+	for deadline := time.Now().Add(20 * time.Second); copyArr.Load()-before < n; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			mu.Lock()
+			got := copies[before:]
+			mu.Unlock()
+			t.Fatalf("%d of %d copies reached v2 in 20 s: %q", len(got), n, got)
+		}
+	}
 	once.Do(func() { close(release) })
 	mu.Lock()
 	defer mu.Unlock()

@@ -586,7 +586,7 @@ func (g *Gateway) prepareRequest(ctx *fasthttp.RequestCtx, r *routeRT, head requ
 // Connection header names (but close and keep-alive), Connection itself
 // and hopHeaders. The fields the request repeats keep their values'
 // order: fasthttp's Del moves the last field into a deleted one's place
-// (X-Forwarded-For: a, X-Forwarded-For: b would go out as b, a), so they
+// (Accept: a, Accept: b would go out as b, a), so they
 // are taken out before the deletes and added back after (hop.go). (An
 // answer's: dropAnswerHopHeaders.)
 func dropHopHeaders(h *fasthttp.RequestHeader) {
