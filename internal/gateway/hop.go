@@ -38,22 +38,10 @@ func scanRequestHead(h *fasthttp.RequestHeader) requestHead {
 	if h.ConnectionClose() {
 		f |= headHop
 	}
-	for len(raw) > 0 {
-		line := raw
-		if i := bytes.IndexByte(raw, '\n'); i >= 0 {
-			line, raw = raw[:i], raw[i+1:]
-		} else {
-			raw = nil
-		}
-		line = bytes.TrimSuffix(line, []byte{'\r'})
-		if len(line) == 0 || line[0] == ' ' || line[0] == '\t' {
-			continue // the end, or a folded value's continuation
-		}
-		colon := bytes.IndexByte(line, ':')
-		if colon < 0 {
+	for k, ok := range rawFieldNames(raw) {
+		if !ok {
 			return headUnknown
 		}
-		k := bytes.TrimRight(line[:colon], " \t")
 		switch {
 		case isHopName(k):
 			f |= headHop
@@ -66,6 +54,36 @@ func scanRequestHead(h *fasthttp.RequestHeader) requestHead {
 		}
 	}
 	return f
+}
+
+// rawFieldNames yields the name of each field line of a raw header block,
+// true, or false for a line that is not one (no colon): fasthttp did not
+// keep it as a field. The blank end and folded continuations are skipped.
+func rawFieldNames(raw []byte) iter.Seq2[[]byte, bool] {
+	return func(yield func([]byte, bool) bool) {
+		for len(raw) > 0 {
+			line := raw
+			if i := bytes.IndexByte(raw, '\n'); i >= 0 {
+				line, raw = raw[:i], raw[i+1:]
+			} else {
+				raw = nil
+			}
+			line = bytes.TrimSuffix(line, []byte{'\r'})
+			if len(line) == 0 || line[0] == ' ' || line[0] == '\t' {
+				continue
+			}
+			colon := bytes.IndexByte(line, ':')
+			if colon < 0 {
+				if !yield(nil, false) {
+					return
+				}
+				continue
+			}
+			if !yield(bytes.TrimRight(line[:colon], " \t"), true) {
+				return
+			}
+		}
+	}
 }
 
 // takeRepeated deletes the fields a parsed request repeats (named as in
@@ -82,18 +100,10 @@ func takeRepeated(h *fasthttp.RequestHeader) [][2][]byte {
 	var seenBuf [32][]byte // on the stack: a browser's request (Connection: keep-alive) comes here
 	seen := seenBuf[:0]
 	var repeated [][]byte
-	for len(raw) > 0 {
-		line := raw
-		if i := bytes.IndexByte(raw, '\n'); i >= 0 {
-			line, raw = raw[:i], raw[i+1:]
-		} else {
-			raw = nil
-		}
-		colon := bytes.IndexByte(line, ':')
-		if colon <= 0 || line[0] == ' ' || line[0] == '\t' {
+	for k, ok := range rawFieldNames(raw) {
+		if !ok || len(k) == 0 {
 			continue
 		}
-		k := bytes.TrimRight(line[:colon], " \t")
 		eq := func(n []byte) bool { return len(n) == len(k) && bytes.EqualFold(n, k) }
 		switch {
 		case !slices.ContainsFunc(seen, eq):
