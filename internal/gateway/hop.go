@@ -131,6 +131,32 @@ func takeRepeated(h *fasthttp.RequestHeader) [][2][]byte {
 	return out
 }
 
+// forwardedFor returns the request's X-Forwarded-For, its fields' values
+// joined in order when it has several (RFC 9110 5.3), which are then
+// removed (prepareRequest sets the one field, the client appended): the
+// client must go after the last proxy's address, not the first's. The
+// other fields the request repeats keep their order (takeRepeated).
+func forwardedFor(h *fasthttp.RequestHeader) []byte {
+	vals := h.PeekAll("X-Forwarded-For")
+	if len(vals) < 2 {
+		if len(vals) == 0 {
+			return nil
+		}
+		return vals[0]
+	}
+	joined := bytes.Join(vals, []byte(", ")) // a copy: the deletes below reuse the header's buffers
+	repeated := takeRepeated(h)
+	if repeated == nil {
+		h.DelBytes(nameForwardedFor) // built, not parsed: no order to keep
+	}
+	for _, kv := range repeated {
+		if !bytes.EqualFold(kv[0], nameForwardedFor) {
+			h.AddBytesKV(kv[0], kv[1])
+		}
+	}
+	return joined
+}
+
 // requestFieldApart reports whether fasthttp keeps a request field apart
 // from its list of fields.
 func requestFieldApart(k []byte) bool {

@@ -222,3 +222,38 @@ func TestDropHopHeadersKeepsOrder(t *testing.T) {
 		})
 	}
 }
+
+// Several X-Forwarded-For fields become one, the client after the last
+// proxy's address; the other repeated fields keep their order.
+func TestForwardedForFields(t *testing.T) {
+	for _, tc := range []struct{ name, head, want string }{
+		{"one", "X-Forwarded-For: 10.0.0.1\r\n", "10.0.0.1, 10.1.2.3"},
+		{"two lines", "x-forwarded-for: 10.0.0.1\r\nAccept: a\r\nX-Forwarded-For: 10.0.0.2, 10.0.0.3\r\nAccept: b\r\n", "10.0.0.1, 10.0.0.2, 10.0.0.3, 10.1.2.3"},
+		{"with a hop field", "Connection: keep-alive\r\nX-Forwarded-For: 10.0.0.1\r\nAccept: a\r\nX-Forwarded-For: 10.0.0.2\r\nAccept: b\r\n", "10.0.0.1, 10.0.0.2, 10.1.2.3"},
+		{"none", "Accept: a\r\nAccept: b\r\n", "10.1.2.3"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var req fasthttp.Request
+			if err := req.Read(bufio.NewReader(strings.NewReader("GET / HTTP/1.1\r\nHost: x\r\n" + tc.head + "\r\n"))); err != nil {
+				t.Fatal(err)
+			}
+			var ctx fasthttp.RequestCtx
+			ctx.Init(&req, &net.TCPAddr{IP: net.IPv4(10, 1, 2, 3), Port: 5555}, nil)
+			(&Gateway{}).prepareRequest(&ctx, &routeRT{spec: &routeSpec{}}, scanRequestHead(&ctx.Request.Header))
+			var xff []string
+			for _, v := range ctx.Request.Header.PeekAll("X-Forwarded-For") {
+				xff = append(xff, string(v))
+			}
+			if len(xff) != 1 || xff[0] != tc.want {
+				t.Errorf("X-Forwarded-For %q, want one field %q\n%s", xff, tc.want, ctx.Request.Header.String())
+			}
+			var accept []string
+			for _, v := range ctx.Request.Header.PeekAll("Accept") {
+				accept = append(accept, string(v))
+			}
+			if strings.Contains(tc.head, "Accept: a") && !slices.Equal(accept, []string{"a", "b"}) {
+				t.Errorf("Accept %q, want [a b] in order", accept)
+			}
+		})
+	}
+}

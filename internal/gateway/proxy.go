@@ -537,7 +537,7 @@ func (g *Gateway) prepareRequest(ctx *fasthttp.RequestCtx, r *routeRT, head requ
 	clientIP, _ := ctx.RemoteIP().AppendText(ipBuf[:0])
 	var prior []byte
 	if head&headForwarded != 0 {
-		prior = h.Peek("X-Forwarded-For")
+		prior = forwardedFor(h)
 	}
 	if len(prior) > 0 {
 		v := make([]byte, 0, len(prior)+2+len(clientIP))
