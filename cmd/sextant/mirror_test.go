@@ -52,7 +52,7 @@ func TestIstioMirroringTask(t *testing.T) {
 		t.Skip("end to end: server, gateway and upstreams")
 	}
 	ctx := context.Background()
-	api, proxy, _ := startMesh(t)
+	api, proxy, admin := startMesh(t)
 	v1, v1Calls := startEcho(t, "httpbin-v1")
 
 	release := make(chan struct{})
@@ -107,6 +107,9 @@ func TestIstioMirroringTask(t *testing.T) {
 		return copyArr.Load() > 0
 	})
 	before, v1Before := copyArr.Load(), v1Calls.Load()
+	// A copy made while the mirror cluster had no endpoint yet was dropped
+	// (counted); from here on none may be.
+	failed0, dropped0 := metricValue(t, admin, "sextant_gateway_mirror_failed_total"), metricValue(t, admin, "sextant_gateway_mirror_dropped_total")
 	const n = 20
 	for i := range n {
 		status, body, _ := gwCall(t, proxy, "httpbin", fmt.Sprintf("/status/%d", i), nil)
@@ -123,10 +126,19 @@ func TestIstioMirroringTask(t *testing.T) {
 			mu.Lock()
 			got := copies[before:]
 			mu.Unlock()
-			t.Fatalf("%d of %d copies reached v2 in 20 s: %q", len(got), n, got)
+			t.Fatalf("%d of %d copies reached v2 in 20 s: %q; the gateway's copies: sent %v, failed %v, dropped %v", len(got), n, got,
+				metricValue(t, admin, "sextant_gateway_mirror_sent_total"), metricValue(t, admin, "sextant_gateway_mirror_failed_total"),
+				metricValue(t, admin, "sextant_gateway_mirror_dropped_total"))
 		}
 	}
 	once.Do(func() { close(release) })
+	// Released, every copy is answered (500, which nobody sees) and
+	// counted so; none of the 20 failed or was dropped.
+	held := copyArr.Load()
+	waitTrue(t, 10*time.Second, func() bool { return metricValue(t, admin, "sextant_gateway_mirror_sent_total") >= float64(held) })
+	if f, d := metricValue(t, admin, "sextant_gateway_mirror_failed_total"), metricValue(t, admin, "sextant_gateway_mirror_dropped_total"); f != failed0 || d != dropped0 {
+		t.Errorf("copies failed %v, dropped %v during the calls; want none", f-failed0, d-dropped0)
+	}
 	mu.Lock()
 	defer mu.Unlock()
 	got := map[string]bool{}

@@ -218,6 +218,12 @@ func (g *Gateway) registerFuncs(log *calllog.Log) {
 			xds(func(st xdsclient.Status) int64 { return st.NACKs })),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sextant_gateway_xds_reconnects_total", Help: "Reconnections to the control plane."},
 			xds(func(st xdsclient.Status) int64 { return st.Reconnects })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sextant_gateway_mirror_sent_total", Help: "Mirrored copies answered by their endpoint (any status)."},
+			func() float64 { return float64(g.mirrors.sent.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sextant_gateway_mirror_failed_total", Help: "Mirrored copies sent that got no answer: connection refused or broken, timeout."},
+			func() float64 { return float64(g.mirrors.failed.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sextant_gateway_mirror_dropped_total", Help: "Mirrored copies not sent: too many in flight, a streamed body, no endpoint, shutting down."},
+			func() float64 { return float64(g.mirrors.dropped.Load()) }),
 	}
 	if log != nil {
 		cs = append(cs,

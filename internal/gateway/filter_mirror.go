@@ -81,6 +81,7 @@ type mirrors struct {
 	wg       sync.WaitGroup
 
 	sent    atomic.Uint64 // copies answered (any status)
+	failed  atomic.Uint64 // copies sent that got no answer: connection refused or broken, timeout
 	dropped atomic.Uint64 // copies not sent: too many in flight, a streamed body, no endpoint, shut down
 }
 
@@ -165,6 +166,7 @@ func (g *Gateway) sendMirror(c *clusterRT, req *fasthttp.Request, deadline time.
 	res.Done(lat, outcome)
 	if err != nil {
 		status = 0
+		g.mirrors.failed.Add(1)
 	} else {
 		g.mirrors.sent.Add(1)
 	}
