@@ -106,29 +106,12 @@ func (c *nbConn) Read(p []byte) (int, error) {
 	if len(p) > maxRW {
 		p = p[:maxRW]
 	}
-	var (
-		n     int
-		errno syscall.Errno
-		err   error
-	)
-	for {
-		if c.lazy {
-			c.begin()
-		}
-		c.rmu.Lock()
-		c.rp, c.rn, c.rerrno = p, 0, 0
-		err = c.raw.Read(c.rstep)
-		n, errno = c.rn, c.rerrno
-		c.rp = nil
-		c.rmu.Unlock()
-		if c.lazy {
-			c.end()
-			if err != nil && c.early(err) {
-				continue
-			}
-		}
-		break
-	}
+	c.rmu.Lock()
+	c.rp, c.rn, c.rerrno = p, 0, 0
+	err := c.rawRead(c.rstep)
+	n, errno := c.rn, c.rerrno
+	c.rp = nil
+	c.rmu.Unlock()
 	switch {
 	case err != nil: // closed, deadline: net's error, as a plain Read's
 		return 0, err
@@ -138,6 +121,24 @@ func (c *nbConn) Read(p []byte) (int, error) {
 		return 0, io.EOF
 	}
 	return n, nil
+}
+
+// rawRead is RawConn.Read(f) under the read deadline; on a lazy
+// connection, again when the armed deadline ended the wait before the one
+// asked for (a wait ended so leaves f's state as it was: f returned false,
+// or was not called).
+func (c *nbConn) rawRead(f func(fd uintptr) bool) error {
+	for {
+		if !c.lazy {
+			return c.raw.Read(f)
+		}
+		c.begin()
+		err := c.raw.Read(f)
+		c.end()
+		if err == nil || !c.early(err) {
+			return err
+		}
+	}
 }
 
 // readStep is RawConn.Read's function: false (wait for readability) when

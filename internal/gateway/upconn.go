@@ -63,18 +63,9 @@ func (c *upConn) sendAwait(req *fasthttp.Request) error {
 		return err
 	}
 	c.out, c.sent, c.werr, c.todo = c.buf.Bytes(), 0, 0, true
-	var err error
-	for {
-		c.begin()
-		err = c.raw.Read(c.step)
-		c.end()
-		// Ended by the armed deadline before the one asked for: again,
-		// now under that one (write is done with the request, or has not
-		// started it).
-		if err == nil || c.werr != 0 || !c.early(err) {
-			break
-		}
-	}
+	// Again if the armed deadline ended the wait early (rawRead): write
+	// is then done with the request, or has not started it.
+	err := c.rawRead(c.step)
 	switch {
 	case c.werr != 0:
 		return c.opError("write", c.werr)
