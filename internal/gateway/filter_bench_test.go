@@ -75,7 +75,7 @@ func BenchmarkRouteCall(b *testing.B) {
 				if origin {
 					ctx.Request.Header.Set("Origin", "https://shop.example")
 				}
-				r, cl, _, _, dest := g.routeCall(&ctx, tb, time.Time{})
+				r, cl, _, _, dest := g.routeCall(&ctx, tb, time.Time{}, scanRequestHead(&ctx.Request.Header))
 				if cl == nil {
 					b.Fatal("no cluster")
 				}

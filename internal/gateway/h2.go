@@ -63,27 +63,40 @@ func stdH2Handler(h h2Handler) http.HandlerFunc {
 // serveH2On serves an HTTP/2 request (h2c, or over TLS when hr.TLS is set)
 // with routing table t; ctx.Request holds its head (h2Handler).
 func (g *Gateway) serveH2On(w http.ResponseWriter, hr *http.Request, ctx *fasthttp.RequestCtx, t *table) {
-	start := time.Now()
-	// h2Server parsed the client's address once for its connection.
-	addr, _ := hr.Context().Value(h2sRemoteKey{}).(*net.TCPAddr)
-	if addr == nil {
+	// h2Server made the connection's stand-in once; net/http's server
+	// gives its addresses. RBAC's destination_port and destination_ip read
+	// the local one.
+	fc, _ := hr.Context().Value(h2sConnKey{}).(net.Conn)
+	if fc == nil {
+		var addr *net.TCPAddr
 		if ap, err := netip.ParseAddrPort(hr.RemoteAddr); err == nil {
 			addr = net.TCPAddrFromAddrPort(ap)
 		}
+		local, _ := hr.Context().Value(http.LocalAddrContextKey).(net.Addr)
+		if local == nil {
+			local = zeroAddr
+		}
+		fc = &h2Conn{remote: addr, local: local}
+		if hr.TLS != nil {
+			fc = &h2TLSConn{remote: addr, local: local, state: hr.TLS}
+		}
 	}
-	// The local address too: RBAC's destination_port and destination_ip
-	// read it.
-	local, _ := hr.Context().Value(http.LocalAddrContextKey).(net.Addr)
-	if local == nil {
-		local = zeroAddr
-	}
-	if hr.TLS != nil {
-		ctx.Init2(&h2TLSConn{remote: addr, local: local, state: hr.TLS}, discardLogger{}, true)
-	} else {
-		ctx.Init2(&h2Conn{remote: addr, local: local}, discardLogger{}, true)
-	}
+	ctx.Init2(fc, discardLogger{}, true)
+	start := ctx.Time() // Init2's clock read: one less a call
 	grpc := isGRPC(ctx.Request.Header.ContentType())
-	r, c, md, mdKey, dest := g.routeCall(ctx, t, start)
+	// h2Server saw which of the fields the gateway edits the request has
+	// (a hop-by-hop one, X-Forwarded-For, ...), and kept a gRPC call's te:
+	// trailers apart (h2sStream.te). te: trailers goes on to an HTTP/2
+	// endpoint (as Envoy sends it; a gRPC server may ask for it), not to
+	// an HTTP/1.1 one.
+	st, frame := w.(*h2sStream)
+	head, te := headUnknown, false // net/http's server: no record of the fields
+	if frame && st.ctx == ctx {
+		te, head = st.te, st.fields
+	} else {
+		te = hr.Header.Get("Te") == "trailers" // net/http's server (stdH2Handler)
+	}
+	r, c, md, mdKey, dest := g.routeCall(ctx, t, start, head)
 	if c == nil {
 		writeFast(w, &ctx.Response, grpc)
 		if t != nil && len(t.logs) > 0 {
@@ -92,7 +105,7 @@ func (g *Gateway) serveH2On(w http.ResponseWriter, hr *http.Request, ctx *fastht
 		return
 	}
 	k := call{c: c, retry: &r.spec.retry, md: md, grpc: -1, idle: streamIdle(t, r), detail: rbacShadow(ctx),
-		filters: r.spec.filters, dest: dest, logs: t.logs, h2: true}
+		filters: r.spec.filters, dest: dest, logs: t.logs, h2: true, te: te}
 	if len(k.logs) > 0 {
 		k.actx = ctx
 	}
@@ -107,21 +120,8 @@ func (g *Gateway) serveH2On(w http.ResponseWriter, hr *http.Request, ctx *fastht
 	}
 	g.startTrace(ctx, t.tracing, &k.tr, start, c.spec.h2c) // an HTTP/1.1 cluster's tries write their own
 	k.noteURI(ctx, r)
-	// h2Server saw whether the request has a hop-by-hop field, and kept a
-	// gRPC call's te: trailers apart (h2sStream.te). te: trailers goes on
-	// to an HTTP/2 endpoint (as Envoy sends it; a gRPC server may ask for
-	// it), not to an HTTP/1.1 one.
-	st, frame := w.(*h2sStream)
-	head := headUnknown // the request was built from HTTP/2 fields: no raw block to scan
-	if frame && st.ctx == ctx {
-		if k.te = st.te; !st.hop {
-			head &^= headHop
-		}
-	} else {
-		k.te = hr.Header.Get("Te") == "trailers" // net/http's server (stdH2Handler)
-	}
-	g.prepareRequest(ctx, r, head)
-	k.tr.noteRequestID(&ctx.Request.Header)
+	g.prepareRequest(ctx, r, head, &k.rid)
+	k.tr.noteRequestID(&k.rid, &ctx.Request.Header)
 	if r.spec.timeout > 0 {
 		k.deadline = start.Add(r.spec.timeout)
 	}

@@ -72,9 +72,11 @@ var (
 	errH2sStreamDone  = errors.New("gateway: http2 stream closed")
 )
 
-// h2sRemoteKey is the context key of a connection's client address, a
-// *net.TCPAddr, parsed once per connection (serveH2On reads it).
-type h2sRemoteKey struct{}
+// h2sConnKey is the context key of what stands for a connection in its
+// streams' fasthttp contexts (an *h2Conn or *h2TLSConn: its addresses and
+// TLS state), made once per connection (serveH2On reads it): one per
+// stream was an allocation per call.
+type h2sConnKey struct{}
 
 // h2Serving is an HTTP/2 server of a listener: net/http's or h2Server.
 type h2Serving interface {
@@ -198,7 +200,11 @@ func newH2sConn(s *h2Server, c net.Conn) *h2sConn {
 	}
 	base := context.WithValue(context.Background(), http.LocalAddrContextKey, local)
 	if ap, err := netip.ParseAddrPort(c.RemoteAddr().String()); err == nil {
-		base = context.WithValue(base, h2sRemoteKey{}, net.TCPAddrFromAddrPort(ap))
+		var fc net.Conn = &h2Conn{remote: net.TCPAddrFromAddrPort(ap), local: local}
+		if sc.tls != nil {
+			fc = &h2TLSConn{remote: net.TCPAddrFromAddrPort(ap), local: local, state: sc.tls}
+		}
+		base = context.WithValue(base, h2sConnKey{}, fc)
 	}
 	ctx, cancel := context.WithCancel(base)
 	sc.stop = cancel
@@ -484,8 +490,8 @@ func (sc *h2sConn) onHeaders(f *h2Head) (http2.ErrCode, bool) {
 		for _, hf := range f.RegularFields() {
 			if hf.Name == "te" { // only "trailers" (newRequest)
 				st.te = true
-			} else if isHopName([]byte(hf.Name)) {
-				st.hop = true // prepareRequest drops it (trailer, proxy-authorization, ...)
+			} else {
+				st.fields |= fieldHead([]byte(hf.Name)) // prepareRequest looks up only these
 			}
 		}
 	}
@@ -915,13 +921,13 @@ func putH2sBuf(b []byte, bp *[]byte) {
 // h2sStream is one stream: its request body as it arrives, and the
 // http.ResponseWriter of its handler.
 type h2sStream struct {
-	sc   *h2sConn
-	id   uint32
-	cond sync.Cond            // on sc.mu: data came, the window grew, the stream ended
-	head bool                 // a HEAD request: no body, no content-length of its own
-	ctx  *fasthttp.RequestCtx // the request's head, for a fast handler
-	hop  bool                 // the request has a hop-by-hop field (te: trailers apart)
-	te   bool                 // the request has te: trailers (not in ctx's header)
+	sc     *h2sConn
+	id     uint32
+	cond   sync.Cond            // on sc.mu: data came, the window grew, the stream ended
+	head   bool                 // a HEAD request: no body, no content-length of its own
+	ctx    *fasthttp.RequestCtx // the request's head, for a fast handler
+	fields requestHead          // which fields prepareRequest edits the request has (te: trailers apart; hop.go)
+	te     bool                 // the request has te: trailers (not in ctx's header)
 	// expect: the request asked for 100-continue (RFC 9110 10.1.1); the
 	// 100 goes when the handler first reads the body, as net/http's server
 	// and Envoy send it, unless the answer went first.

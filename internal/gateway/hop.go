@@ -20,9 +20,10 @@ const (
 	headForwarded                         // X-Forwarded-For
 	headRequestID                         // X-Request-Id
 	headVia
+	headSubset // SubsetHeader
 	// headUnknown: the request was built, not parsed (no raw block), or
 	// has a line fasthttp did not keep as a field: look each up.
-	headUnknown = headHop | headForwarded | headRequestID | headVia
+	headUnknown = headHop | headForwarded | headRequestID | headVia | headSubset
 )
 
 // scanRequestHead reads h's raw header block. A request to close its
@@ -42,18 +43,26 @@ func scanRequestHead(h *fasthttp.RequestHeader) requestHead {
 		if !ok {
 			return headUnknown
 		}
-		switch {
-		case isHopName(k):
-			f |= headHop
-		case len(k) == 15 && bytes.EqualFold(k, []byte("X-Forwarded-For")):
-			f |= headForwarded
-		case len(k) == 12 && bytes.EqualFold(k, []byte("X-Request-Id")):
-			f |= headRequestID
-		case len(k) == 3 && bytes.EqualFold(k, []byte("Via")):
-			f |= headVia
-		}
+		f |= fieldHead(k)
 	}
 	return f
+}
+
+// fieldHead is what a field named k (in any case) tells of its request.
+func fieldHead(k []byte) requestHead {
+	switch {
+	case isHopName(k):
+		return headHop
+	case len(k) == 15 && bytes.EqualFold(k, []byte("X-Forwarded-For")):
+		return headForwarded
+	case len(k) == 12 && bytes.EqualFold(k, []byte("X-Request-Id")):
+		return headRequestID
+	case len(k) == 3 && bytes.EqualFold(k, []byte("Via")):
+		return headVia
+	case len(k) == len(SubsetHeader) && bytes.EqualFold(k, []byte(SubsetHeader)):
+		return headSubset
+	}
+	return 0
 }
 
 // rawFieldNames yields the name of each field line of a raw header block,

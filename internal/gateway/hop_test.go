@@ -34,8 +34,10 @@ func TestScanRequestHead(t *testing.T) {
 		{"similar names", "GET /a HTTP/1.1\r\nHost: x\r\nX-Upgrade: 1\r\nTrailers: 1\r\nTe-X: 1\r\nX-Forwarded-Form: 1\r\nVia-X: 1\r\nX-Request-Ids: 1\r\n\r\n", 0},
 		{"forwarded", "GET /a HTTP/1.1\r\nHost: x\r\nx-forwarded-for: 10.0.0.9\r\n\r\n", headForwarded},
 		{"request id", "GET /a HTTP/1.1\r\nHost: x\r\nX-REQUEST-ID: abc\r\n\r\n", headRequestID},
+		{"long request id", "GET /a HTTP/1.1\r\nHost: x\r\nX-Request-Id: " + strings.Repeat("r", 41) + "\r\n\r\n", headRequestID},
 		{"via", "GET /a HTTP/1.1\r\nHost: x\r\nvia: 1.0 fred\r\n\r\n", headVia},
-		{"all", "GET /a HTTP/1.1\r\nHost: x\r\nVia: 1.0 a\r\nConnection: keep-alive\r\nX-Forwarded-For: 10.0.0.9\r\nX-Request-Id: r1\r\n\r\n", headUnknown},
+		{"subset", "GET /a HTTP/1.1\r\nHost: x\r\nx-sextant-subset: version=v1\r\nX-Sextant-Subsets: 1\r\n\r\n", headSubset},
+		{"all", "GET /a HTTP/1.1\r\nHost: x\r\nVia: 1.0 a\r\nConnection: keep-alive\r\nX-Forwarded-For: 10.0.0.9\r\nX-Request-Id: r1\r\nX-Sextant-Subset: a=b\r\n\r\n", headUnknown},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var always, skipped fasthttp.Request
@@ -56,8 +58,20 @@ func TestScanRequestHead(t *testing.T) {
 			peer := &net.TCPAddr{IP: net.IPv4(10, 1, 2, 3), Port: 5555}
 			a.Init(&always, peer, nil)
 			s.Init(&skipped, peer, nil)
-			g.prepareRequest(&a, r, headUnknown)
-			g.prepareRequest(&s, r, got)
+			var ida, ids requestID
+			g.prepareRequest(&a, r, headUnknown, &ida)
+			g.prepareRequest(&s, r, got, &ids)
+			// The id kept for the answer is the one sent; a longer one
+			// than it keeps is looked up.
+			for _, x := range []struct {
+				q  *fasthttp.Request
+				id *requestID
+			}{{&a.Request, &ida}, {&s.Request, &ids}} {
+				sent := x.q.Header.Peek("X-Request-Id")
+				if got := x.id.of(&x.q.Header); x.id.ok != (len(sent) <= len(x.id.b)) || string(got) != string(sent) {
+					t.Errorf("request id %q (kept: %v), sent %q", got, x.id.ok, sent)
+				}
+			}
 			if tc.want&headRequestID == 0 {
 				// Each made its own id: 32 hex digits.
 				for _, q := range []*fasthttp.Request{&a.Request, &s.Request} {
@@ -239,7 +253,7 @@ func TestForwardedForFields(t *testing.T) {
 			}
 			var ctx fasthttp.RequestCtx
 			ctx.Init(&req, &net.TCPAddr{IP: net.IPv4(10, 1, 2, 3), Port: 5555}, nil)
-			(&Gateway{}).prepareRequest(&ctx, &routeRT{spec: &routeSpec{}}, scanRequestHead(&ctx.Request.Header))
+			(&Gateway{}).prepareRequest(&ctx, &routeRT{spec: &routeSpec{}}, scanRequestHead(&ctx.Request.Header), nil)
 			var xff []string
 			for _, v := range ctx.Request.Header.PeekAll("X-Forwarded-For") {
 				xff = append(xff, string(v))

@@ -161,7 +161,7 @@ func BenchmarkRouteCallJWT(b *testing.B) {
 				if len(tc.tokens) > 0 {
 					ctx.Request.Header.Set("Authorization", tc.tokens[i%len(tc.tokens)])
 				}
-				if _, cl, _, _, _ := g.routeCall(&ctx, tb, time.Time{}); cl == nil {
+				if _, cl, _, _, _ := g.routeCall(&ctx, tb, time.Time{}, scanRequestHead(&ctx.Request.Header)); cl == nil {
 					b.Fatalf("refused: %d %s", ctx.Response.StatusCode(), ctx.Response.Body())
 				}
 			}

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"strings"
@@ -161,14 +162,74 @@ func TestForwardingHeaders(t *testing.T) {
 	g.waitServes(t, "/", "ok")
 	<-seen
 	_, _, h := g.get(t, "/", "X-Forwarded-For", "10.0.0.9", "Connection", "X-Drop-Me", "X-Drop-Me", "1", "X-Keep", "2",
-		"X-Request-Id", "abc")
+		"X-Request-Id", "abc", "X-Sextant-Subset", "version=v1")
 	got := <-seen
 	if got["xff"] != "10.0.0.9, 127.0.0.1" || got["xfp"] != "http" || got["via"] != "1.1 sextant" ||
-		got["rid"] != "abc" || got["custom"] != "" || got["keep"] != "2" {
+		got["rid"] != "abc" || got["custom"] != "" || got["keep"] != "2" || got["subset"] != "" {
 		t.Errorf("upstream saw %v", got)
 	}
 	if h.Get("X-Secret") != "" || h.Get("X-Request-Id") != "abc" {
 		t.Errorf("downstream got hop-by-hop header or lost request id: %v", h)
+	}
+}
+
+// An h2c client's forwarding fields (and the subset header, taken off)
+// are edited as an HTTP/1.1 client's: the HTTP/2 server notes which of
+// them a request has (h2sStream.fields), and only those are looked up.
+func TestForwardingHeadersH2C(t *testing.T) {
+	seen := make(chan map[string]string, 1)
+	u := startUpstream(t, "u", nil)
+	u.set(func(w http.ResponseWriter, r *http.Request) {
+		seen <- map[string]string{"xff": r.Header.Get("X-Forwarded-For"), "via": r.Header.Get("Via"),
+			"rid": r.Header.Get("X-Request-Id"), "auth": r.Header.Get("Proxy-Authorization"), "subset": r.Header.Get("X-Sextant-Subset")}
+		w.Write([]byte("ok"))
+	})
+	cp := startControlPlane(t, "")
+	cp.set(rdsListener("gw", "r"), routeConfig("r", vhost("all", []string{"*"}, prefixRoute("/", "u"))),
+		edsCluster("u"), assignment("u", ep{u: u}))
+	g := startGateway(t, cp.addr)
+	g.waitServes(t, "/", "ok")
+	<-seen
+	var p http.Protocols
+	p.SetUnencryptedHTTP2(true)
+	tr := &http.Transport{Protocols: &p}
+	defer tr.CloseIdleConnections()
+	c := &http.Client{Transport: tr, Timeout: 5 * time.Second}
+	for _, tc := range []struct {
+		name string
+		hdr  map[string]string
+		want map[string]string
+	}{
+		{"all", map[string]string{"X-Forwarded-For": "10.0.0.9", "X-Request-Id": "abc", "Via": "1.0 fred", "Proxy-Authorization": "Basic eA==",
+			"X-Sextant-Subset": "version=v1"},
+			map[string]string{"xff": "10.0.0.9, 127.0.0.1", "via": "1.0 fred, 1.1 sextant", "rid": "abc", "auth": "", "subset": ""}},
+		{"none", nil, map[string]string{"xff": "127.0.0.1", "via": "1.1 sextant", "auth": "", "subset": ""}},
+	} {
+		req, _ := http.NewRequest("GET", g.url+"/", nil)
+		for k, v := range tc.hdr {
+			req.Header.Set(k, v)
+		}
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		got := <-seen
+		if resp.Proto != "HTTP/2.0" {
+			t.Fatalf("%s: answered in %s", tc.name, resp.Proto)
+		}
+		if tc.want["rid"] == "" {
+			if len(got["rid"]) != 32 {
+				t.Errorf("%s: made request id %q, want 32 hex digits", tc.name, got["rid"])
+			}
+			tc.want["rid"] = got["rid"]
+		}
+		if !maps.Equal(got, tc.want) {
+			t.Errorf("%s: upstream saw %v, want %v", tc.name, got, tc.want)
+		}
+		if rid := resp.Header.Get("X-Request-Id"); rid != got["rid"] {
+			t.Errorf("%s: answered request id %q, sent %q", tc.name, rid, got["rid"])
+		}
 	}
 }
 

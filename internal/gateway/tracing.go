@@ -146,9 +146,9 @@ func (ct *callTrace) noteTags(h *fasthttp.RequestHeader) {
 }
 
 // noteRequestID keeps the request id (set by prepareRequest) for the span.
-func (ct *callTrace) noteRequestID(h *fasthttp.RequestHeader) {
+func (ct *callTrace) noteRequestID(id *requestID, h *fasthttp.RequestHeader) {
 	if ct.t != nil && (ct.sampled || ct.t.Sampler.KeepErrors) {
-		ct.reqID = string(h.Peek("X-Request-Id"))
+		ct.reqID = string(id.of(h))
 	}
 }
 

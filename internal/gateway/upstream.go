@@ -21,10 +21,10 @@ import (
 // becomes an upBody, which the server streams to the client.
 // (fasthttp's StreamResponseBody streams every body, at four allocations a
 // call.) retry says whether nothing of an answer was read.
-func roundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time, idle time.Duration) (retry bool, err error) {
+func roundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Response, now, deadline time.Time, idle time.Duration) (retry bool, err error) {
 	var wait time.Duration
 	if !deadline.IsZero() {
-		if wait = time.Until(deadline); wait <= 0 {
+		if wait = deadline.Sub(now); wait <= 0 {
 			return false, fasthttp.ErrTimeout
 		}
 	}
@@ -40,7 +40,7 @@ func roundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Re
 	streamed := req.IsBodyStream()
 	d := deadline
 	if !streamed {
-		d = idleDeadline(deadline, idle)
+		d = idleDeadline(now, deadline, idle)
 	}
 	if err = conn.SetDeadline(d); err != nil {
 		hc.CloseConn(cc)
@@ -66,7 +66,7 @@ func roundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Re
 	// (upBody). Sending is not: a streamed request body that stalls meets
 	// the client side's read timeout.
 	if idle > 0 && streamed {
-		if err = conn.SetReadDeadline(idleDeadline(deadline, idle)); err != nil {
+		if err = conn.SetReadDeadline(idleDeadline(time.Now(), deadline, idle)); err != nil {
 			hc.CloseConn(cc)
 			return true, err
 		}
@@ -183,7 +183,7 @@ func (b *upBody) Read(p []byte) (int, error) {
 		return 0, io.EOF
 	}
 	if b.idle > 0 {
-		_ = b.conn.SetReadDeadline(idleDeadline(b.deadline, b.idle))
+		_ = b.conn.SetReadDeadline(idleDeadline(time.Now(), b.deadline, b.idle))
 	}
 	n, err := b.r.Read(p)
 	if b.left > 0 {
@@ -236,11 +236,11 @@ var (
 
 // idleDeadline is the earlier of deadline (zero: none) and idle from now
 // (0: none); zero when neither bounds.
-func idleDeadline(deadline time.Time, idle time.Duration) time.Time {
+func idleDeadline(now, deadline time.Time, idle time.Duration) time.Time {
 	if idle <= 0 {
 		return deadline
 	}
-	if d := time.Now().Add(idle); deadline.IsZero() || d.Before(deadline) {
+	if d := now.Add(idle); deadline.IsZero() || d.Before(deadline) {
 		return d
 	}
 	return deadline
