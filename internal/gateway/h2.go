@@ -266,7 +266,7 @@ func (g *Gateway) proxyH2(w http.ResponseWriter, hr *http.Request, ctx *fasthttp
 		wh[key] = vs
 	}
 	wh["Via"] = viaValues
-	wh.Set("X-Request-Id", string(ctx.Request.Header.Peek("X-Request-Id")))
+	wh.Set("X-Request-Id", string(k.rid.of(&ctx.Request.Header)))
 	k.filters.response(ctx, stdHeader(wh), k.dest)
 	w.WriteHeader(res.StatusCode)
 	trailersOnly := k.grpc >= 0
@@ -365,7 +365,7 @@ func (g *Gateway) proxyH2ToH1(w http.ResponseWriter, hr *http.Request, ctx *fast
 func (g *Gateway) replyH2(w http.ResponseWriter, ctx *fasthttp.RequestCtx, k *call, grpc bool, r *routeRT, mdKey string, start time.Time) {
 	code, msg := replyFor(k.reason, k.c.name, k.err)
 	g.localReply(ctx, code, k.c.name, k.reason, msg)
-	ctx.Response.Header.Set("X-Request-Id", string(ctx.Request.Header.Peek("X-Request-Id")))
+	ctx.Response.Header.SetCanonical(nameRequestID, k.rid.of(&ctx.Request.Header))
 	k.status = code
 	if grpc {
 		k.grpc = grpcStatusFor(code, k.reason)

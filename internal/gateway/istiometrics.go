@@ -100,6 +100,7 @@ func (h *istioHist) snapshot(bounds []float64, scale float64) (uint64, map[float
 }
 
 type istioSeries struct {
+	key      istioKey // zero for the overflow series
 	values   []string // label values after reporter
 	reporter string   // the one reporter of a sidecar's series; "": every configured one
 	requests atomic.Uint64
@@ -115,6 +116,11 @@ type istioMetrics struct {
 	reporters []string
 	max       int
 
+	// last is the series of the last call counted: most calls in a row
+	// share their label set, and the key's compare is cheaper than the
+	// map's hash under a read lock. Series are never removed, so a cached
+	// one stays valid.
+	last     atomic.Pointer[istioSeries]
 	mu       sync.RWMutex
 	series   map[istioKey]*istioSeries
 	overflow *istioSeries // label set "other", once max is reached
@@ -172,11 +178,17 @@ func (m *istioMetrics) observe(r *calllog.Record) {
 	if m.sidecar {
 		m.sidecarKey(&k, r)
 	}
-	m.mu.RLock()
-	s := m.series[k]
-	m.mu.RUnlock()
-	if s == nil {
-		s = m.add(k)
+	s := m.last.Load()
+	if s == nil || s.key != k {
+		m.mu.RLock()
+		s = m.series[k]
+		m.mu.RUnlock()
+		if s == nil {
+			s = m.add(k)
+		}
+		if s.key == k { // not the overflow (whose key is zero) for another key
+			m.last.Store(s)
+		}
 	}
 	s.requests.Add(1)
 	ns := max(r.Latency.Nanoseconds(), 0)
@@ -204,6 +216,7 @@ func (m *istioMetrics) add(k istioKey) *istioSeries {
 		return m.overflow
 	}
 	s := newIstioSeries(istioLabelValues(k))
+	s.key = k
 	s.reporter = istioReporterOf(k.dir)
 	m.series[k] = s
 	return s

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"fmt"
+	"maps"
 	"runtime"
 	"slices"
 	"strings"
@@ -239,6 +240,30 @@ func TestIstioCardinalityCap(t *testing.T) {
 	}
 	if got := fams["sextant_gateway_istio_metrics_label_sets"].Metric[0].GetGauge().GetValue(); got != 3 {
 		t.Errorf("label sets %v, want 3", got)
+	}
+}
+
+// Calls alternating between label sets, kept ones and overflowing ones,
+// each count in their own series: the series cached from the last call
+// (istioMetrics.last) is used only for its own key.
+func TestIstioLastSeries(t *testing.T) {
+	m := newIstioMetrics(nil, []string{"source"}, 2)
+	rec := func(svc string, code uint16) calllog.Record {
+		return calllog.Record{Service: "ns/" + svc, Status: code}
+	}
+	for _, r := range []calllog.Record{rec("a", 200), rec("b", 200), rec("c", 200), rec("a", 200), rec("a", 200),
+		rec("c", 200), rec("b", 200), rec("a", 503), rec("a", 200), rec("c", 200), rec("c", 200), rec("b", 200)} {
+		m.Record(r)
+	}
+	got := map[string]float64{}
+	for _, s := range gatherIstio(t, m)["istio_requests_total"].Metric {
+		l := labelsOf(s)
+		got[l["destination_service_name"]+" "+l["response_code"]] = s.GetCounter().GetValue()
+	}
+	// a 200 and b 200 are kept; c and a's 503 come past the cap.
+	want := map[string]float64{"a 200": 4, "b 200": 3, "other other": 5}
+	if !maps.Equal(got, want) {
+		t.Errorf("requests by series %v, want %v", got, want)
 	}
 }
 
