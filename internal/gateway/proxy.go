@@ -196,8 +196,9 @@ func (g *Gateway) routeCall(ctx *fasthttp.RequestCtx, t *table, start time.Time,
 		redirect(ctx, rd, r.spec.match.value, host)
 		return nil, nil, nil, "", -1
 	}
-	// A route's filters may have added the subset header.
-	subset := head&headSubset != 0 || r.spec.filters != nil
+	// A route's filters, or the JWT filter's claim_to_headers, may have
+	// added the subset header.
+	subset := head&headSubset != 0 || r.spec.filters != nil || len(t.rbac) > 0
 	c, md, mdKey = g.target(ctx, t, &r.targets[dest], subset)
 	return r, c, md, mdKey, dest
 }
@@ -558,7 +559,7 @@ func (id *requestID) of(h *fasthttp.RequestHeader) []byte {
 // prepareRequest turns the downstream request into the upstream one, in
 // place: hop-by-hop headers out, forwarding headers in, prefix rewrite.
 // head says which of the fields involved the request may have (hop.go;
-// h2sStream.hop): those it has not are not looked up. The names set are
+// h2sStream.fields): those it has not are not looked up. The names set are
 // canonical, as the server's parsing made the request's (SetCanonical
 // skips the normalized copy Set makes). The X-Request-Id sent is kept in
 // id (nil: not kept).
