@@ -304,6 +304,19 @@ type upstream struct {
 	h     http.HandlerFunc
 }
 
+// startGatewayTo starts a control plane with one route, every path to
+// cluster u.name of upstream u, and a gateway on it, and waits until the
+// gateway answers "/" with body.
+func startGatewayTo(t *testing.T, u *upstream, body string) *gw {
+	t.Helper()
+	cp := startControlPlane(t, "")
+	cp.set(rdsListener("gw", "r"), routeConfig("r", vhost("all", []string{"*"}, prefixRoute("/", u.name))),
+		edsCluster(u.name), assignment(u.name, ep{u: u}))
+	g := startGateway(t, cp.addr)
+	g.waitServes(t, "/", body)
+	return g
+}
+
 func startUpstream(t *testing.T, name string, h http.HandlerFunc) *upstream {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

@@ -155,11 +155,7 @@ func TestForwardingHeaders(t *testing.T) {
 		w.Header().Set("X-Secret", "1")
 		w.Write([]byte("ok"))
 	})
-	cp := startControlPlane(t, "")
-	cp.set(rdsListener("gw", "r"), routeConfig("r", vhost("all", []string{"*"}, prefixRoute("/", "u"))),
-		edsCluster("u"), assignment("u", ep{u: u}))
-	g := startGateway(t, cp.addr)
-	g.waitServes(t, "/", "ok")
+	g := startGatewayTo(t, u, "ok")
 	<-seen
 	_, _, h := g.get(t, "/", "X-Forwarded-For", "10.0.0.9", "Connection", "X-Drop-Me", "X-Drop-Me", "1", "X-Keep", "2",
 		"X-Request-Id", "abc", "X-Sextant-Subset", "version=v1")
@@ -184,11 +180,7 @@ func TestForwardingHeadersH2C(t *testing.T) {
 			"rid": r.Header.Get("X-Request-Id"), "auth": r.Header.Get("Proxy-Authorization"), "subset": r.Header.Get("X-Sextant-Subset")}
 		w.Write([]byte("ok"))
 	})
-	cp := startControlPlane(t, "")
-	cp.set(rdsListener("gw", "r"), routeConfig("r", vhost("all", []string{"*"}, prefixRoute("/", "u"))),
-		edsCluster("u"), assignment("u", ep{u: u}))
-	g := startGateway(t, cp.addr)
-	g.waitServes(t, "/", "ok")
+	g := startGatewayTo(t, u, "ok")
 	<-seen
 	var p http.Protocols
 	p.SetUnencryptedHTTP2(true)
