@@ -123,17 +123,23 @@ func (c *nbConn) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-// rawRead is RawConn.Read(f) under the read deadline; on a lazy
-// connection, again when the armed deadline ended the wait before the one
-// asked for (a wait ended so leaves f's state as it was: f returned false,
-// or was not called).
+// rawRead is RawConn.Read(f) under the read deadline (a wait the armed
+// deadline ends early leaves f's state as it was: f returned false, or
+// was not called).
 func (c *nbConn) rawRead(f func(fd uintptr) bool) error {
+	return c.underReadDeadline(func() error { return c.raw.Read(f) })
+}
+
+// underReadDeadline runs read, which may wait for the connection to be
+// readable, under the read deadline asked for: on a lazy connection, again
+// when the armed deadline ended its wait before that one.
+func (c *nbConn) underReadDeadline(read func() error) error {
+	if !c.lazy {
+		return read()
+	}
 	for {
-		if !c.lazy {
-			return c.raw.Read(f)
-		}
 		c.begin()
-		err := c.raw.Read(f)
+		err := read()
 		c.end()
 		if err == nil || !c.early(err) {
 			return err
@@ -270,20 +276,13 @@ func (c *nbConn) SetDeadline(t time.Time) error {
 
 // WriteTo reads c (splicing where it can) under the read deadline.
 func (c *nbConn) WriteTo(w io.Writer) (int64, error) {
-	if !c.lazy {
-		return c.TCPConn.WriteTo(w)
-	}
 	var total int64
-	for {
-		c.begin()
+	err := c.underReadDeadline(func() error {
 		n, err := c.TCPConn.WriteTo(w)
-		c.end()
 		total += n
-		if err != nil && c.early(err) {
-			continue
-		}
-		return total, err
-	}
+		return err
+	})
+	return total, err
 }
 
 // begin arms the read deadline asked for, unless it only extends the
