@@ -100,46 +100,62 @@ func serveFloor(ctx context.Context, ln net.Listener, upstream string) error {
 
 // floorLeg reads HTTP/1.1 messages from one side of a floor connection.
 type floorLeg struct {
-	c    net.Conn
+	c net.Conn
+	floorFrame
+}
+
+func newFloorLeg(c net.Conn) *floorLeg {
+	return &floorLeg{c: c, floorFrame: floorFrame{buf: make([]byte, 16<<10)}}
+}
+
+// message returns the next message, head and body, valid until the next
+// call.
+func (l *floorLeg) message() ([]byte, error) {
+	for {
+		if msg, err := l.next(); msg != nil || err != nil {
+			return msg, err
+		}
+		if err := l.fill(); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// floorFrame frames the HTTP/1.1 messages in the bytes read from one side
+// of a connection (go-floor's and go-epoll's).
+type floorFrame struct {
 	buf  []byte
 	n    int // bytes in buf
 	used int // bytes of buf the last message took
 }
 
-func newFloorLeg(c net.Conn) *floorLeg { return &floorLeg{c: c, buf: make([]byte, 16<<10)} }
-
 var errFloorChunked = errors.New("bench: go-floor: chunked bodies are not forwarded")
 
-// message returns the next message, head and body, valid until the next
-// call.
-func (l *floorLeg) message() ([]byte, error) {
-	copy(l.buf, l.buf[l.used:l.n])
-	l.n -= l.used
-	l.used = 0
-	end := -1
-	for {
-		if end = bytes.Index(l.buf[:l.n], []byte("\r\n\r\n")); end >= 0 {
-			break
-		}
-		if err := l.fill(); err != nil {
-			return nil, err
-		}
+// next returns the next message, head and body, valid until the next
+// call, or nil until all of it has been read.
+func (f *floorFrame) next() ([]byte, error) {
+	if f.used > 0 {
+		copy(f.buf, f.buf[f.used:f.n])
+		f.n -= f.used
+		f.used = 0
 	}
-	size, err := floorBodySize(l.buf[:end+2])
+	end := bytes.Index(f.buf[:f.n], []byte("\r\n\r\n"))
+	if end < 0 {
+		return nil, nil
+	}
+	size, err := floorBodySize(f.buf[:end+2])
 	if err != nil {
 		return nil, err
 	}
 	total := end + 4 + size
-	if total > len(l.buf) {
+	if total > len(f.buf) {
 		return nil, fmt.Errorf("bench: go-floor: a %d-byte message", total)
 	}
-	for l.n < total {
-		if err := l.fill(); err != nil {
-			return nil, err
-		}
+	if f.n < total {
+		return nil, nil
 	}
-	l.used = total
-	return l.buf[:total], nil
+	f.used = total
+	return f.buf[:total], nil
 }
 
 func (l *floorLeg) fill() error {

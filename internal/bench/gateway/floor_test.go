@@ -12,10 +12,20 @@ import (
 	"time"
 )
 
-// TestFloorForwards: the go-floor candidate carries keep-alive requests,
-// bodies included, to the bench's upstream and its answers back whole,
-// over one client connection; a chunked request ends the connection.
+// TestFloorForwards: the go-floor and go-epoll candidates carry
+// keep-alive requests, bodies included, to the bench's upstream and their
+// answers back whole, over one client connection; a pipeline of answers
+// larger than the client's socket takes waits for the client (go-epoll's
+// pending output); a chunked request ends the connection.
 func TestFloorForwards(t *testing.T) {
+	for name, serve := range map[string]func(context.Context, net.Listener, string) error{
+		"go-floor": serveFloor, "go-epoll": serveEpollFloor,
+	} {
+		t.Run(name, func(t *testing.T) { testFloorForwards(t, serve) })
+	}
+}
+
+func testFloorForwards(t *testing.T, serve func(context.Context, net.Listener, string) error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	upLn, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -27,12 +37,17 @@ func TestFloorForwards(t *testing.T) {
 	}
 	done := make(chan error, 2)
 	go func() { done <- ServeUpstream(ctx, upLn, 1024) }()
-	go func() { done <- serveFloor(ctx, ln, upLn.Addr().String()) }()
+	go func() { done <- serve(ctx, ln, upLn.Addr().String()) }()
 	defer func() {
 		cancel()
 		for range 2 {
-			if err := <-done; err != nil {
-				t.Error(err)
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Error(err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("the candidate or the upstream did not stop with its context")
 			}
 		}
 	}()
@@ -66,6 +81,32 @@ func TestFloorForwards(t *testing.T) {
 	if b, _ := io.ReadAll(resp.Body); string(b) != "n=5" {
 		t.Fatalf("POST: %q", b)
 	}
+
+	// 6,000 pipelined requests, their answers (6.8 MB, more than the
+	// client's receive buffer and the proxy's send buffer hold before the
+	// client reads: 4 MB at most) read only after a pause: the proxy's
+	// writes to the client stop taking bytes meanwhile.
+	const pipelined = 6000
+	wrote := make(chan error, 1)
+	go func() {
+		_, err := io.WriteString(c, strings.Repeat("GET / HTTP/1.1\r\nHost: x\r\n\r\n", pipelined))
+		wrote <- err
+	}()
+	time.Sleep(300 * time.Millisecond)
+	for i := range pipelined {
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("pipelined answer %d: %v", i, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != 200 || len(b) != 1024 {
+			t.Fatalf("pipelined answer %d: %d, %d bytes", i, resp.StatusCode, len(b))
+		}
+	}
+	if err := <-wrote; err != nil {
+		t.Fatal(err)
+	}
+
 	io.WriteString(c, "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n")
 	if _, err := br.ReadByte(); !errors.Is(err, io.EOF) {
 		t.Fatalf("after a chunked request: %v, want the connection closed", err)

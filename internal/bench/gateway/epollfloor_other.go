@@ -1,0 +1,14 @@
+//go:build !linux
+
+package gateway
+
+import (
+	"context"
+	"errors"
+	"net"
+)
+
+// serveEpollFloor needs Linux's epoll.
+func serveEpollFloor(context.Context, net.Listener, string) error {
+	return errors.New("bench: go-epoll: epoll is Linux's")
+}
