@@ -51,7 +51,7 @@ func ServeUpstream(ctx context.Context, ln net.Listener, body int) error {
 // Candidates are the data paths measured before choosing the gateway's
 // (docs/gateway.md, "Why fasthttp"); "sextant" is the chosen one, run as
 // the real gateway.
-var Candidates = []string{"reverseproxy", "nethttp-fastclient", "fasthttp-bare", "go-floor", "go-epoll"}
+var Candidates = []string{"reverseproxy", "nethttp-fastclient", "fasthttp-bare", "go-floor", "go-epoll", "go-epoll-block"}
 
 // ServeCandidate runs candidate data path mode on ln in front of upstream
 // until ctx ends: plain keep-alive reverse proxies without routing.
@@ -60,8 +60,8 @@ func ServeCandidate(ctx context.Context, mode string, ln net.Listener, upstream 
 	switch mode {
 	case "go-floor":
 		return serveFloor(ctx, ln, upstream)
-	case "go-epoll":
-		return serveEpollFloor(ctx, ln, upstream)
+	case "go-epoll", "go-epoll-block":
+		return serveEpollFloor(ctx, ln, upstream, mode == "go-epoll-block")
 	case "fasthttp-bare":
 		// The floor of the shipped design: fasthttp's server handing each
 		// request to a HostClient, with no routing, balancing, headers,

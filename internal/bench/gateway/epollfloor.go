@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"runtime"
 
 	"golang.org/x/sys/unix"
@@ -14,14 +15,19 @@ import (
 
 // serveEpollFloor is the "go-epoll" candidate: go-floor's forwarding (a
 // message, head and Content-Length body, read whole, then written) on an
-// event loop of its own, nginx's shape: one goroutine on a locked thread
-// waits in epoll_wait (level-triggered) over non-blocking sockets and
-// never parks on a connection. A read that fills less than its buffer is
-// not retried: the next readiness says when there is more, so no read finds
-// nothing. Set beside go-floor, it splits what the gateway pays above
-// nginx into the goroutine-per-connection model (go-floor - go-epoll) and
-// everything else (issue 48).
-func serveEpollFloor(ctx context.Context, ln net.Listener, upstream string) error {
+// event loop of its own, nginx's shape: one goroutine owns an epoll set
+// (level-triggered) over non-blocking sockets and never parks on a
+// connection. A read that fills less than its buffer is not retried: the
+// next readiness says when there is more, so no read finds nothing. Set
+// beside go-floor, it splits what the gateway pays above nginx into the
+// goroutine-per-connection model (go-floor - go-epoll) and everything else
+// (issue 48).
+//
+// With block (the "go-epoll-block" candidate, gnet's way) the goroutine,
+// on a locked thread, waits in a blocking epoll_wait; without, it asks with
+// a zero timeout and, when nothing is ready, parks in Go's poller on the
+// epoll descriptor itself, so the runtime never sees a blocking system call.
+func serveEpollFloor(ctx context.Context, ln net.Listener, upstream string, block bool) error {
 	ua, err := net.ResolveTCPAddr("tcp4", upstream)
 	if err != nil {
 		return fmt.Errorf("bench: go-epoll: upstream: %w", err)
@@ -63,9 +69,37 @@ func serveEpollFloor(ctx context.Context, ln net.Listener, upstream string) erro
 	wake := context.AfterFunc(ctx, func() { unix.Write(l.stop, []byte{1, 0, 0, 0, 0, 0, 0, 0}) })
 	defer wake()
 	defer l.closeAll()
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	return l.run()
+	if block {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		return l.run(func(events []unix.EpollEvent) (int, error) { return unix.EpollWait(l.ep, events, -1) })
+	}
+	// The epoll descriptor is readable while an event is ready: Go's
+	// poller watches it (it owns and closes this duplicate).
+	pfd, err := unix.Dup(l.ep)
+	if err != nil {
+		return fmt.Errorf("bench: go-epoll: dup: %w", err)
+	}
+	if err := unix.SetNonblock(pfd, true); err != nil {
+		unix.Close(pfd)
+		return fmt.Errorf("bench: go-epoll: %w", err)
+	}
+	f := os.NewFile(uintptr(pfd), "epoll")
+	defer f.Close()
+	prc, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	return l.run(func(events []unix.EpollEvent) (n int, err error) {
+		rerr := prc.Read(func(uintptr) bool {
+			n, err = unix.EpollWait(l.ep, events, 0)
+			return n != 0 || err != nil && !errors.Is(err, unix.EINTR)
+		})
+		if err == nil {
+			err = rerr
+		}
+		return n, err
+	})
 }
 
 // epollLoop is the go-epoll candidate's state, owned by its one goroutine.
@@ -91,10 +125,12 @@ func (l *epollLoop) watch(op, fd int, events uint32) error {
 	return nil
 }
 
-func (l *epollLoop) run() error {
+// run serves until the stop descriptor is written, wait returning the
+// ready events.
+func (l *epollLoop) run(wait func([]unix.EpollEvent) (int, error)) error {
 	events := make([]unix.EpollEvent, 128)
 	for {
-		n, err := unix.EpollWait(l.ep, events, -1)
+		n, err := wait(events)
 		if errors.Is(err, unix.EINTR) {
 			continue
 		}

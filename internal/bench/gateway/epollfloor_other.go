@@ -9,6 +9,6 @@ import (
 )
 
 // serveEpollFloor needs Linux's epoll.
-func serveEpollFloor(context.Context, net.Listener, string) error {
+func serveEpollFloor(context.Context, net.Listener, string, bool) error {
 	return errors.New("bench: go-epoll: epoll is Linux's")
 }

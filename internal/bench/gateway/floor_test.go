@@ -12,14 +12,20 @@ import (
 	"time"
 )
 
-// TestFloorForwards: the go-floor and go-epoll candidates carry
+// TestFloorForwards: the go-floor and go-epoll candidates (both waits) carry
 // keep-alive requests, bodies included, to the bench's upstream and their
 // answers back whole, over one client connection; a pipeline of answers
 // larger than the client's socket takes waits for the client (go-epoll's
 // pending output); a chunked request ends the connection.
 func TestFloorForwards(t *testing.T) {
 	for name, serve := range map[string]func(context.Context, net.Listener, string) error{
-		"go-floor": serveFloor, "go-epoll": serveEpollFloor,
+		"go-floor": serveFloor,
+		"go-epoll": func(ctx context.Context, ln net.Listener, up string) error {
+			return serveEpollFloor(ctx, ln, up, false)
+		},
+		"go-epoll-block": func(ctx context.Context, ln net.Listener, up string) error {
+			return serveEpollFloor(ctx, ln, up, true)
+		},
 	} {
 		t.Run(name, func(t *testing.T) { testFloorForwards(t, serve) })
 	}
