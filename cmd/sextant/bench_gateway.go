@@ -92,6 +92,10 @@ the gateway to each peer are paired per round, with their median. User CPU
 and context switches per request are reported apart; --variant
 NAME=[BINARY][,ENV=VALUE...] adds another gateway to the rounds (the previous
 binary, or GOGC/GOMAXPROCS settings), named in --proxies after "sextant".
+The candidate data paths may be named in --proxies too (plain HTTP/1.1: the
+h1 and h1-rate figures), among them go-floor (a Go proxy forwarding bytes, a
+goroutine per connection) and go-epoll / go-epoll-block (the same forwarding
+on an epoll loop of its own, waiting in Go's poller or in epoll_wait).
 Issue 43's header and CORS figure: name sextant-filters in --proxies (h1,
 h1-tls, h2-tls, h2c). It is the gateway with 10 routes /r0 .. /r9, each
 setting, adding and removing request headers, setting an answer header and
