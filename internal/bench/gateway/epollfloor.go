@@ -107,6 +107,10 @@ type epollLoop struct {
 	ep, lfd, stop int
 	up            *unix.SockaddrInet4
 	legs          []*epollLeg // by descriptor
+	// closed are the descriptors of pairs ended during a batch of events,
+	// closed at its end: a number accept reused within the batch would
+	// take a later event of it meant for the old socket.
+	closed []int
 }
 
 // epollLeg is one socket of a client-upstream pair.
@@ -151,6 +155,10 @@ func (l *epollLoop) run(wait func([]unix.EpollEvent) (int, error)) error {
 				}
 			}
 		}
+		for _, fd := range l.closed {
+			unix.Close(fd)
+		}
+		l.closed = l.closed[:0]
 	}
 }
 
@@ -161,9 +169,7 @@ func (l *epollLoop) accept() error {
 		switch {
 		case errors.Is(err, unix.EAGAIN), errors.Is(err, unix.ECONNABORTED), errors.Is(err, unix.EINTR):
 			return nil
-		case errors.Is(err, unix.EMFILE), errors.Is(err, unix.ENFILE):
-			return nil // the client waits in the backlog; nginx does the same
-		case err != nil:
+		case err != nil: // EMFILE too: a level-triggered listener would spin
 			return fmt.Errorf("bench: go-epoll: accept: %w", err)
 		}
 		ufd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
@@ -289,12 +295,14 @@ func (l *epollLoop) flush(g *epollLeg) bool {
 	return true
 }
 
-// close ends a pair: both sockets, whichever side failed.
+// close ends a pair, whichever side failed: both sockets leave the epoll
+// set now and are closed at the end of the batch.
 func (l *epollLoop) close(g *epollLeg) {
 	for _, s := range []*epollLeg{g, g.peer} {
 		if s.fd >= 0 {
-			unix.Close(s.fd) // its last descriptor: epoll forgets it
+			unix.EpollCtl(l.ep, unix.EPOLL_CTL_DEL, s.fd, nil)
 			l.legs[s.fd] = nil
+			l.closed = append(l.closed, s.fd)
 			s.fd = -1
 		}
 	}
@@ -306,4 +314,8 @@ func (l *epollLoop) closeAll() {
 			l.close(g)
 		}
 	}
+	for _, fd := range l.closed {
+		unix.Close(fd)
+	}
+	l.closed = nil
 }
