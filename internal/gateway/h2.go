@@ -76,10 +76,7 @@ func (g *Gateway) serveH2On(w http.ResponseWriter, hr *http.Request, ctx *fastht
 		if local == nil {
 			local = zeroAddr
 		}
-		fc = &h2Conn{remote: addr, local: local}
-		if hr.TLS != nil {
-			fc = &h2TLSConn{remote: addr, local: local, state: hr.TLS}
-		}
+		fc = h2StandIn(addr, local, hr.TLS)
 	}
 	ctx.Init2(fc, discardLogger{}, true)
 	start := ctx.Time() // Init2's clock read: one less a call

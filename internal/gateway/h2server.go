@@ -200,11 +200,7 @@ func newH2sConn(s *h2Server, c net.Conn) *h2sConn {
 	}
 	base := context.WithValue(context.Background(), http.LocalAddrContextKey, local)
 	if ap, err := netip.ParseAddrPort(c.RemoteAddr().String()); err == nil {
-		var fc net.Conn = &h2Conn{remote: net.TCPAddrFromAddrPort(ap), local: local}
-		if sc.tls != nil {
-			fc = &h2TLSConn{remote: net.TCPAddrFromAddrPort(ap), local: local, state: sc.tls}
-		}
-		base = context.WithValue(base, h2sConnKey{}, fc)
+		base = context.WithValue(base, h2sConnKey{}, h2StandIn(net.TCPAddrFromAddrPort(ap), local, sc.tls))
 	}
 	ctx, cancel := context.WithCancel(base)
 	sc.stop = cancel

@@ -414,6 +414,15 @@ func acceptLoop(ln net.Listener, handle func(net.Conn)) error {
 	}
 }
 
+// h2StandIn is what stands for an HTTP/2 connection in its streams'
+// fasthttp contexts: its addresses, and its TLS state when it has one.
+func h2StandIn(remote, local net.Addr, state *tls.ConnectionState) net.Conn {
+	if state != nil {
+		return &h2TLSConn{remote: remote, local: local, state: state}
+	}
+	return &h2Conn{remote: remote, local: local}
+}
+
 // h2TLSConn stands for an HTTP/2 stream's TLS connection in the fasthttp
 // context the data path gets, so that it sees the call as TLS
 // (RequestCtx.IsTLS, X-Forwarded-Proto: https).
