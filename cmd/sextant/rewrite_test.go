@@ -165,9 +165,14 @@ func TestIstioRedirect(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode, resp.Header.Get("Location")
 	}
+	// Until the VirtualService reaches the gateway (it is applied after
+	// the instance registers), the service's default route calls the
+	// upstream: only calls from the first redirect on must not.
 	var code int
 	var loc string
+	called := 0
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		called = len(u.seen())
 		if code, loc = get("details", "/v1/details?id=1"); code == 301 {
 			break
 		}
@@ -181,7 +186,7 @@ func TestIstioRedirect(t *testing.T) {
 	if code, loc := get("details:8080", "/same-port"); code != 302 || loc != "http://other.example:8080/same-port" {
 		t.Fatalf("the request's port: %d %q", code, loc)
 	}
-	if n := len(u.seen()); n != 0 {
-		t.Fatalf("the upstream was called %d times", n)
+	if n := len(u.seen()) - called; n != 0 {
+		t.Fatalf("the upstream was called %d times by redirected requests", n)
 	}
 }
