@@ -123,7 +123,7 @@ func (f *faultFilter) request(ctx *fasthttp.RequestCtx, _ int) bool {
 		t := time.NewTimer(f.delay)
 		select {
 		case <-t.C:
-		case <-ctx.Done(): // the server is shutting down
+		case <-shutdownOf(ctx): // the server is shutting down
 			t.Stop()
 		}
 	}

@@ -117,7 +117,7 @@ type Gateway struct {
 	lookup lookupFunc
 
 	srvMu sync.Mutex
-	srv   *fasthttp.Server
+	srv   *h1Server
 	h2    h2Serving
 	ln    net.Listener
 	// tlsServers are ServeTLS's, one per TLS listener, ServeInbound's and

@@ -56,25 +56,9 @@ func (g *Gateway) servePlain(ln net.Listener, fast fasthttp.RequestHandler, h2h 
 	return err
 }
 
-// newFastServer returns the HTTP/1.1 server of a listener.
-func (g *Gateway) newFastServer(h fasthttp.RequestHandler) *fasthttp.Server {
-	return &fasthttp.Server{
-		Handler:                       h,
-		Name:                          "sextant",
-		NoDefaultServerHeader:         true,
-		NoDefaultContentType:          true,
-		NoDefaultDate:                 true,
-		DisableHeaderNamesNormalizing: false,
-		StreamRequestBody:             true, // stream.go; fasthttp reads the first MaxRequestBodySize
-		MaxRequestBodySize:            8 << 10,
-		DisablePreParseMultipartForm:  true,
-		ReadTimeout:                   g.opts.RequestReadTimeout,
-		IdleTimeout:                   5 * time.Minute,
-		CloseOnShutdown:               true,
-		ReadBufferSize:                8192,
-		Logger:                        discardLogger{},
-		ErrorHandler:                  g.requestError,
-	}
+// newFastServer returns the HTTP/1.1 server of a listener (h1server.go).
+func (g *Gateway) newFastServer(h fasthttp.RequestHandler) *h1Server {
+	return newH1Server(h, g.requestError, "sextant", g.opts.RequestReadTimeout, 5*time.Minute)
 }
 
 // newH2Server returns the HTTP/2 server of a listener: the frame-level
@@ -99,7 +83,7 @@ func h2Config() *http.HTTP2Config {
 
 // servers are one listener's: Shutdown stops them.
 type servers struct {
-	fast *fasthttp.Server
+	fast *h1Server
 	h2   h2Serving
 	ln   net.Listener
 }
@@ -155,7 +139,7 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	g.jwks.close()
 	for _, s := range all {
 		if s.fast != nil {
-			if e := s.fast.ShutdownWithContext(ctx); e != nil && err == nil {
+			if e := s.fast.Shutdown(ctx); e != nil && err == nil {
 				err = e
 			}
 		}

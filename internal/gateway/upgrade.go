@@ -188,8 +188,7 @@ func (g *Gateway) upgrade(ctx *fasthttp.RequestCtx, c *clusterRT, md map[string]
 		g.finishUpgrade(&k, r, mdKey, start, 0, 0)
 		return
 	}
-	ctx.HijackSetNoResponse(true)
-	ctx.Hijack(func(down net.Conn) {
+	tun := func(down net.Conn) {
 		if !g.tunnels.attach(up, down) {
 			return // shutting down: closeAll closed up
 		}
@@ -200,7 +199,14 @@ func (g *Gateway) upgrade(ctx *fasthttp.RequestCtx, c *clusterRT, md map[string]
 		defer c.active.Add(-1)
 		in, out := tunnel(down, up, br, head)
 		g.finishUpgrade(&k, r, mdKey, start, in, out)
-	})
+	}
+	if !hijack(ctx, tun) { // not the HTTP/1.1 server's request: cannot happen
+		up.Close()
+		k.reason, k.err = reasonReset, errors.New("the connection cannot be handed over")
+		resp.Reset()
+		g.answer(ctx, &k)
+		g.finishUpgrade(&k, r, mdKey, start, 0, 0)
+	}
 }
 
 // tunnels are the upgraded connections: each upstream connection with its

@@ -1,0 +1,533 @@
+package gateway
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// h1Server serves a listener's HTTP/1.1 connections: a loop per connection
+// that reads each request with fasthttp's parser into a RequestCtx, calls
+// the handler and writes its answer (issue 48). It stands where
+// fasthttp's Server stood and keeps its behaviour the gateway relies on
+// (keep-alive and pipelining, Expect: 100-continue, a streamed request
+// body, hijacking, the read and idle timeouts, Shutdown's), with one clock
+// read a request where fasthttp's takes three and none of its per-request
+// bookkeeping the gateway does not use. The loop being the gateway's is
+// also what lets it write an answer as it chooses, which fasthttp's
+// server, writing ctx.Response itself, does not.
+type h1Server struct {
+	handler     fasthttp.RequestHandler
+	onError     func(*fasthttp.RequestCtx, error) // answers a request that could not be read
+	name        string                            // the Server header of answers without one
+	readTimeout time.Duration                     // a request's head and body, from its first byte
+	idleTimeout time.Duration                     // between requests
+
+	stop  atomic.Bool
+	done  chan struct{} // closed by Shutdown
+	once  sync.Once
+	mu    sync.Mutex
+	conns map[*h1Conn]struct{}
+	open  sync.WaitGroup
+}
+
+// h1Conn is one connection's state: idle between requests, active while
+// one is read and answered, closed by Shutdown while idle.
+type h1Conn struct {
+	s      *h1Server
+	c      net.Conn
+	state  atomic.Int32
+	ctx    fasthttp.RequestCtx
+	br     *bufio.Reader
+	bw     *bufio.Writer
+	body   h1Body
+	hijack func(net.Conn) // set by the handler (hijack); runs after the answer
+	out    answerWriter
+}
+
+const (
+	connIdle int32 = iota
+	connActive
+	connClosed
+)
+
+// maxUnreadBody is what the loop reads of a body the handler left unread
+// to keep the connection; more, and the connection is closed (fasthttp's
+// figure).
+const maxUnreadBody = 256 << 10
+
+var (
+	h1Readers = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 8192) }}
+	h1Writers = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, 4096) }}
+	// h1Conns finds a request's connection from its context, for hijack
+	// and shutdownOf: the context's own fields for that are fasthttp's
+	// server's.
+	h1Conns sync.Map // *fasthttp.RequestCtx -> *h1Conn
+
+	continueLine = []byte("HTTP/1.1 100 Continue\r\n\r\n")
+	keepAlive    = []byte("keep-alive")
+)
+
+func newH1Server(h fasthttp.RequestHandler, onError func(*fasthttp.RequestCtx, error), name string, read, idle time.Duration) *h1Server {
+	return &h1Server{handler: h, onError: onError, name: name, readTimeout: read, idleTimeout: idle,
+		done: make(chan struct{}), conns: make(map[*h1Conn]struct{})}
+}
+
+// Serve serves the connections ln accepts until it is closed.
+func (s *h1Server) Serve(ln net.Listener) error {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			return err
+		}
+		hc := &h1Conn{s: s, c: c}
+		s.mu.Lock()
+		if s.stop.Load() {
+			s.mu.Unlock()
+			c.Close()
+			continue
+		}
+		s.conns[hc] = struct{}{}
+		s.open.Add(1)
+		s.mu.Unlock()
+		go hc.serve()
+	}
+}
+
+// Shutdown closes the idle connections at once and the others after their
+// answer, and waits for them until ctx ends.
+func (s *h1Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.stop.Store(true)
+	s.once.Do(func() { close(s.done) })
+	for hc := range s.conns {
+		if hc.state.CompareAndSwap(connIdle, connClosed) {
+			hc.c.Close()
+		}
+	}
+	s.mu.Unlock()
+	all := make(chan struct{})
+	go func() { s.open.Wait(); close(all) }()
+	select {
+	case <-all:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (hc *h1Conn) serve() {
+	s := hc.s
+	hijacked := false
+	defer func() {
+		s.mu.Lock()
+		delete(s.conns, hc)
+		s.mu.Unlock()
+		h1Conns.Delete(&hc.ctx)
+		if !hijacked {
+			hc.c.Close()
+		}
+		if hc.br != nil {
+			hc.br.Reset(nil)
+			h1Readers.Put(hc.br)
+		}
+		if hc.bw != nil {
+			hc.bw.Reset(nil)
+			h1Writers.Put(hc.bw)
+		}
+		s.open.Done()
+	}()
+	h1Conns.Store(&hc.ctx, hc)
+	hc.ctx.Init2(hc.c, discardLogger{}, false) // for an answer before the first request (fail)
+	hc.br = h1Readers.Get().(*bufio.Reader)
+	hc.br.Reset(hc.c)
+	hc.bw = h1Writers.Get().(*bufio.Writer)
+	hc.bw.Reset(hc.c)
+	var last time.Time // the previous request's time: its idle deadline counts from it
+	if s.readTimeout > 0 {
+		last = time.Now()
+		if hc.c.SetReadDeadline(last.Add(s.readTimeout)) != nil {
+			return
+		}
+	}
+	for n := 0; ; n++ {
+		if n > 0 && s.idleTimeout > 0 {
+			// From the previous request's start, not the clock: its
+			// answer's time shortens minutes of idle time by little, for a
+			// clock read less a request.
+			if hc.c.SetReadDeadline(last.Add(s.idleTimeout)) != nil {
+				return
+			}
+		}
+		if hc.bw.Buffered() > 0 && hc.br.Buffered() == 0 {
+			// Answers to pipelined requests went out together; the wait
+			// for the next request must not hold them.
+			if hc.bw.Flush() != nil {
+				return
+			}
+		}
+		if _, err := hc.br.Peek(1); err != nil {
+			if n == 0 && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+				hc.fail(err) // nothing arrived in time: 408
+			}
+			return
+		}
+		if !hc.state.CompareAndSwap(connIdle, connActive) {
+			return // Shutdown closed it
+		}
+		if hc.bw.Buffered() > 0 && !hc.headBuffered() && hc.bw.Flush() != nil {
+			return // answers held while the next head is awaited
+		}
+		keep, hijack := hc.one(n)
+		if hijack != nil {
+			hijacked = true
+			hc.startHijack(hijack)
+			return
+		}
+		last = hc.ctx.Time()
+		hc.state.Store(connIdle)
+		if !keep || s.stop.Load() {
+			_ = hc.bw.Flush()
+			return
+		}
+	}
+}
+
+// one reads a request, serves it and writes its answer; keep: the
+// connection may carry another; hijack: the handler took the connection.
+func (hc *h1Conn) one(n int) (keep bool, hijack func(net.Conn)) {
+	s, ctx := hc.s, &hc.ctx
+	defer func() {
+		hc.body.reset()
+		ctx.Request.Reset()
+		ctx.Response.Reset()
+	}()
+	ctx.Init2(hc.c, discardLogger{}, false) // the request's time: the loop's one clock read
+	ctx.Response.Header.SetNoDefaultContentType(true)
+	if n > 0 {
+		// The read timeout counts from the request's first byte; without
+		// one, the idle deadline no longer applies.
+		var d time.Time
+		if s.readTimeout > 0 {
+			d = ctx.Time().Add(s.readTimeout)
+		}
+		if hc.c.SetReadDeadline(d) != nil {
+			return false, nil
+		}
+	}
+	req := &ctx.Request
+	if err := req.Header.Read(hc.br); err != nil {
+		if !errors.Is(err, net.ErrClosed) {
+			hc.fail(err)
+		}
+		return false, nil
+	}
+	http11 := req.Header.IsHTTP11()
+	closeConn := req.Header.ConnectionClose()
+	switch cl := req.Header.ContentLength(); {
+	case cl == -2: // neither length nor chunked: no body (RFC 9112 6.3)
+		if !req.Header.IsGet() && !req.Header.IsHead() {
+			req.Header.SetContentLength(0)
+		}
+	case cl != 0:
+		if req.MayContinue() {
+			// fasthttp's way: the body is wanted whatever the handler does.
+			if _, err := hc.bw.Write(continueLine); err != nil || hc.bw.Flush() != nil {
+				return false, nil
+			}
+		}
+		hc.body.start(hc.br, cl)
+		req.SetBodyStream(&hc.body, cl)
+		if hc.bw.Buffered() > 0 && hc.bw.Flush() != nil {
+			return false, nil // the handler may wait for the body: answers before go out
+		}
+	}
+
+	s.handler(ctx)
+
+	if ctx.IsHead() {
+		ctx.Response.SkipBody = true
+	}
+	hijack, hc.hijack = hc.hijack, nil
+	resp := &ctx.Response
+	closeConn = closeConn || resp.ConnectionClose() || hc.body.failed || s.stop.Load()
+	if hijack == nil && !closeConn && !resp.IsBodyStream() && hc.body.overflows() {
+		closeConn = true // decided before the head goes out, to say so in it
+	}
+	if closeConn {
+		resp.SetConnectionClose()
+	} else if !http11 {
+		resp.Header.SetBytesV(fasthttp.HeaderConnection, keepAlive)
+	}
+	if len(resp.Header.Server()) == 0 && s.name != "" {
+		resp.Header.SetServer(s.name)
+	}
+	if hijack != nil { // the handler answers itself (upgrade.go)
+		if hc.bw.Flush() != nil {
+			return false, nil
+		}
+		return false, hijack
+	}
+	if err := hc.out.write(hc.bw, resp); err != nil {
+		return false, nil
+	}
+	if hc.br.Buffered() == 0 || closeConn || !hc.body.done() {
+		if hc.bw.Flush() != nil {
+			return false, nil
+		}
+	}
+	// What the handler left of the body is read so that it is not taken
+	// for the next request; too much of it, and the connection closes.
+	if !closeConn && !hc.body.discard() {
+		closeConn = true
+	}
+	return !closeConn, nil
+}
+
+// headBuffered reports whether the reader holds a whole request head.
+func (hc *h1Conn) headBuffered() bool {
+	b, _ := hc.br.Peek(hc.br.Buffered())
+	return bytes.Contains(b, headEnd)
+}
+
+var headEnd = []byte("\r\n\r\n")
+
+// startHijack hands the connection to f, with what the reader holds of
+// it; the connection closes when f returns.
+func (hc *h1Conn) startHijack(f func(net.Conn)) {
+	_ = hc.c.SetDeadline(time.Time{})
+	hjc := &hijackConn{Conn: hc.c}
+	if n := hc.br.Buffered(); n > 0 {
+		b, _ := hc.br.Peek(n)
+		hjc.prefix = append([]byte(nil), b...)
+	}
+	go func() {
+		defer hjc.Close()
+		f(hjc)
+	}()
+}
+
+// hijackConn reads what the server's reader held before the connection.
+type hijackConn struct {
+	net.Conn
+	prefix []byte
+}
+
+func (c *hijackConn) Read(p []byte) (int, error) {
+	if len(c.prefix) > 0 {
+		n := copy(p, c.prefix)
+		c.prefix = c.prefix[n:]
+		return n, nil
+	}
+	return c.Conn.Read(p)
+}
+
+// fail answers a request that could not be read, through the server's
+// error handler, and the connection closes.
+func (hc *h1Conn) fail(err error) {
+	ctx := &hc.ctx
+	ctx.Response.Reset()
+	ctx.Response.Header.SetNoDefaultContentType(true)
+	hc.s.onError(ctx, err)
+	if hc.s.name != "" {
+		ctx.Response.Header.SetServer(hc.s.name)
+	}
+	ctx.SetConnectionClose()
+	if hc.out.write(hc.bw, &ctx.Response) == nil {
+		_ = hc.bw.Flush()
+	}
+}
+
+// hijack gives the connection of the HTTP/1.1 request ctx to f once the
+// handler returns, without an answer: f writes what it wants. false if ctx
+// is not one of an h1Server's requests.
+func hijack(ctx *fasthttp.RequestCtx, f func(net.Conn)) bool {
+	v, ok := h1Conns.Load(ctx)
+	if !ok {
+		return false
+	}
+	v.(*h1Conn).hijack = f
+	return true
+}
+
+// shutdownOf is closed when the server of request ctx shuts down (nil: it
+// never does).
+func shutdownOf(ctx *fasthttp.RequestCtx) <-chan struct{} {
+	if v, ok := h1Conns.Load(ctx); ok {
+		return v.(*h1Conn).s.done
+	}
+	return ctx.Done()
+}
+
+// h1Body is a request's body as the handler reads it: Content-Length bytes
+// of the connection, or its chunks decoded (trailers read and dropped).
+type h1Body struct {
+	br      *bufio.Reader
+	left    int64 // of a sized body; of a chunked one: of the chunk
+	chunked bool
+	eof     bool
+	failed  bool // a read failed: the connection cannot carry another request
+	on      bool
+}
+
+func (b *h1Body) start(br *bufio.Reader, cl int) {
+	*b = h1Body{br: br, on: true}
+	if cl < 0 {
+		b.chunked = true
+	} else {
+		b.left = int64(cl)
+		b.eof = cl == 0
+	}
+}
+
+func (b *h1Body) reset() { *b = h1Body{} }
+
+// done reports whether the body was read to its end (or there is none).
+func (b *h1Body) done() bool { return !b.on || b.eof }
+
+// overflows reports whether more than maxUnreadBody of the body is known
+// to be left.
+func (b *h1Body) overflows() bool { return b.on && !b.eof && !b.chunked && b.left > maxUnreadBody }
+
+// discard reads what is left of the body, up to maxUnreadBody; false if
+// it could not be read so (too long, or broken).
+func (b *h1Body) discard() bool {
+	if b.done() {
+		return true
+	}
+	if b.failed {
+		return false
+	}
+	n, err := io.Copy(io.Discard, io.LimitReader(b, maxUnreadBody+1))
+	return err == nil && n <= maxUnreadBody && b.eof
+}
+
+func (b *h1Body) Read(p []byte) (int, error) {
+	if b.eof {
+		return 0, io.EOF
+	}
+	if b.failed {
+		return 0, errBodyBroken
+	}
+	if b.chunked && b.left == 0 {
+		if err := b.nextChunk(); err != nil {
+			b.failed = true
+			return 0, err
+		}
+		if b.eof {
+			return 0, io.EOF
+		}
+	}
+	if int64(len(p)) > b.left {
+		p = p[:b.left]
+	}
+	n, err := b.br.Read(p)
+	b.left -= int64(n)
+	switch {
+	case err == io.EOF:
+		b.failed = true
+		return n, io.ErrUnexpectedEOF
+	case err != nil:
+		b.failed = true
+		return n, err
+	}
+	if b.left == 0 {
+		if b.chunked {
+			if err := b.crlf(); err != nil {
+				b.failed = true
+				return n, err
+			}
+		} else {
+			b.eof = true
+		}
+	}
+	return n, nil
+}
+
+var errBodyBroken = errors.New("gateway: the request body could not be read")
+
+// nextChunk reads a chunk's size line; the last chunk's trailers are read
+// (and dropped) up to the blank line that ends the body.
+func (b *h1Body) nextChunk() error {
+	line, err := b.line()
+	if err != nil {
+		return err
+	}
+	if i := bytes.IndexByte(line, ';'); i >= 0 {
+		line = line[:i] // chunk extensions are ignored
+	}
+	line = bytes.TrimRight(line, " \t")
+	if len(line) == 0 || len(line) > 15 {
+		return errors.New("gateway: bad chunk size line")
+	}
+	var size int64
+	for _, c := range line {
+		var d byte
+		switch {
+		case c >= '0' && c <= '9':
+			d = c - '0'
+		case c >= 'a' && c <= 'f':
+			d = c - 'a' + 10
+		case c >= 'A' && c <= 'F':
+			d = c - 'A' + 10
+		default:
+			return errors.New("gateway: bad chunk size " + string(line))
+		}
+		size = size<<4 | int64(d)
+	}
+	if size > 0 {
+		b.left = size
+		return nil
+	}
+	for range 100 { // trailers, to the blank line
+		t, err := b.line()
+		if err != nil {
+			return err
+		}
+		if len(t) == 0 {
+			b.eof = true
+			return nil
+		}
+	}
+	return errors.New("gateway: too many trailer fields")
+}
+
+// line reads a CRLF-terminated line (without it) of at most 4 KiB.
+func (b *h1Body) line() ([]byte, error) {
+	line, err := b.br.ReadSlice('\n')
+	switch {
+	case err == io.EOF:
+		return nil, io.ErrUnexpectedEOF
+	case errors.Is(err, bufio.ErrBufferFull) || len(line) > 4096:
+		return nil, errors.New("gateway: chunk line too long")
+	case err != nil:
+		return nil, err
+	}
+	if len(line) < 2 || line[len(line)-2] != '\r' {
+		return nil, errors.New("gateway: chunk line not ended by CRLF")
+	}
+	return line[:len(line)-2], nil
+}
+
+// crlf reads the CRLF that ends a chunk's data.
+func (b *h1Body) crlf() error {
+	line, err := b.line()
+	if err != nil {
+		return err
+	}
+	if len(line) != 0 {
+		return errors.New("gateway: chunk data longer than its size")
+	}
+	return nil
+}

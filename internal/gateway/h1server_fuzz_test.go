@@ -1,0 +1,53 @@
+package gateway
+
+import (
+	"bufio"
+	"bytes"
+	"io"
+	"net/http/httputil"
+	"strings"
+	"testing"
+)
+
+// FuzzH1Body: a chunked request body as the HTTP/1.1 server decodes it
+// never panics nor reads past the body's end, and where it decodes one,
+// it agrees with net/http's chunked reader.
+func FuzzH1Body(f *testing.F) {
+	for _, s := range []string{
+		"3\r\nabc\r\n0\r\n\r\n",
+		"3;ext=1\r\nabc\r\n2\r\nde\r\n0\r\nX-T: 1\r\n\r\n",
+		"zz\r\nabc\r\n0\r\n\r\n",
+		"3\r\nabcdef\r\n0\r\n\r\n",
+		"3\nabc\r\n0\r\n\r\n",
+		"ffffffffffffffff\r\n",
+		"0\r\n\r\nGET / HTTP/1.1\r\n\r\n",
+		"1\r\na\r\n",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, in []byte) {
+		const next = "NEXT"
+		br := bufio.NewReaderSize(bytes.NewReader(append(append([]byte(nil), in...), next...)), 4096)
+		var b h1Body
+		b.start(br, -1)
+		got, err := io.ReadAll(io.LimitReader(&b, 1<<20))
+		if err != nil {
+			if !b.failed {
+				t.Fatalf("%q: error %v without the body marked failed", in, err)
+			}
+			return
+		}
+		if !b.eof {
+			return // over the limit
+		}
+		// What follows the body is left for the next request.
+		rest, _ := io.ReadAll(br)
+		if !strings.HasSuffix(string(rest), next) {
+			t.Fatalf("%q: the body read into what follows it: left %q", in, rest)
+		}
+		want, werr := io.ReadAll(httputil.NewChunkedReader(bytes.NewReader(in)))
+		if werr == nil && !bytes.Equal(got, want) {
+			t.Fatalf("%q: decoded %q, net/http %q", in, got, want)
+		}
+	})
+}
