@@ -65,8 +65,12 @@ const (
 const maxUnreadBody = 256 << 10
 
 var (
-	h1Readers = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 8192) }}
-	h1Writers = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, 4096) }}
+	// h1Pool keeps connections' state, their context's grown buffers
+	// with it: a client that opens a connection per request costs no
+	// allocation a request either.
+	h1Pool = sync.Pool{New: func() any {
+		return &h1Conn{br: bufio.NewReaderSize(nil, 8192), bw: bufio.NewWriterSize(nil, 4096)}
+	}}
 	// h1Conns finds a request's connection from its context, for hijack
 	// and shutdownOf: the context's own fields for that are fasthttp's
 	// server's.
@@ -91,7 +95,8 @@ func (s *h1Server) Serve(ln net.Listener) error {
 			}
 			return err
 		}
-		hc := &h1Conn{s: s, c: c}
+		hc := h1Pool.Get().(*h1Conn)
+		hc.s, hc.c = s, c
 		s.mu.Lock()
 		if s.stop.Load() {
 			s.mu.Unlock()
@@ -135,24 +140,17 @@ func (hc *h1Conn) serve() {
 		delete(s.conns, hc)
 		s.mu.Unlock()
 		h1Conns.Delete(&hc.ctx)
-		if !hijacked {
-			hc.c.Close()
+		if hijacked {
+			s.open.Done() // (a tunnel may still hold what was the request's: not reused)
+			return
 		}
-		if hc.br != nil {
-			hc.br.Reset(nil)
-			h1Readers.Put(hc.br)
-		}
-		if hc.bw != nil {
-			hc.bw.Reset(nil)
-			h1Writers.Put(hc.bw)
-		}
+		hc.c.Close()
 		s.open.Done()
+		hc.release()
 	}()
 	h1Conns.Store(&hc.ctx, hc)
 	hc.ctx.Init2(hc.c, discardLogger{}, false) // for an answer before the first request (fail)
-	hc.br = h1Readers.Get().(*bufio.Reader)
 	hc.br.Reset(hc.c)
-	hc.bw = h1Writers.Get().(*bufio.Writer)
 	hc.bw.Reset(hc.c)
 	var last time.Time // the previous request's time: its idle deadline counts from it
 	if s.readTimeout > 0 {
@@ -202,6 +200,19 @@ func (hc *h1Conn) serve() {
 			return
 		}
 	}
+}
+
+// release returns hc to the pool.
+func (hc *h1Conn) release() {
+	hc.br.Reset(nil)
+	hc.bw.Reset(nil)
+	hc.ctx.Request.Reset()
+	hc.ctx.Response.Reset()
+	hc.ctx.Init2(nil, discardLogger{}, false)
+	hc.s, hc.c, hc.hijack = nil, nil, nil
+	hc.body.reset()
+	hc.state.Store(connIdle)
+	h1Pool.Put(hc)
 }
 
 // one reads a request, serves it and writes its answer; keep: the

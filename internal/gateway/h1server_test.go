@@ -202,3 +202,29 @@ func TestH1StalledAndOversized(t *testing.T) {
 		}
 	}
 }
+
+// TestH1ConnectionPerRequest: clients that close their connection after
+// each request (the server's connection state is pooled) each get their
+// own answer, whole.
+func TestH1ConnectionPerRequest(t *testing.T) {
+	g := startEchoGateway(t)
+	for i := range 30 {
+		c, br := dialGateway(t, g)
+		body := strings.Repeat(fmt.Sprint(i), i%7)
+		req := fmt.Sprintf("POST /p%d HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", i, len(body), body)
+		if i%2 == 1 {
+			req = fmt.Sprintf("GET /g%d HTTP/1.1\r\nHost: x\r\nX-Only-%d: 1\r\n\r\n", i, i)
+		}
+		if _, err := io.WriteString(c, req); err != nil {
+			t.Fatal(err)
+		}
+		method, want := "POST", fmt.Sprintf("POST /p%d %s", i, body)
+		if i%2 == 1 {
+			method, want = "GET", fmt.Sprintf("GET /g%d ", i)
+		}
+		if resp, got := readAnswer(t, br, method); resp.StatusCode != 200 || got != want {
+			t.Fatalf("connection %d: %d %q, want %q", i, resp.StatusCode, got, want)
+		}
+		c.Close()
+	}
+}
