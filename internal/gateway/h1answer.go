@@ -117,29 +117,54 @@ var (
 	dateLine = []byte("Date: ")
 )
 
-// writeHead writes h's head, its Date the answer's own (or none).
+// writeHead writes h's head, its Date the answer's own (or none). The
+// head is built in w's free space when there is room (as fasthttp's
+// Response.Write builds it), else in a.head, and the Date line fasthttp
+// puts after the status and Server lines is overwritten in place when the
+// answer's own Date has its length, as an IMF-fixdate always has (RFC
+// 9110 5.6.7).
 func (a *answerWriter) writeHead(w *bufio.Writer, h *fasthttp.ResponseHeader) error {
-	b := h.AppendBytes(a.head[:0])
-	a.head = b
-	// fasthttp's Date line: after the status line and the Server line.
-	i := bytes.Index(b, crlf) + 2
+	var b []byte
+	inW := false // b is w's free space: w's own writes overwrite it
+	if avail := w.AvailableBuffer(); cap(avail) >= 2048 {
+		b = h.AppendBytes(avail)
+		inW = len(b) <= cap(avail)
+	} else {
+		b = h.AppendBytes(a.head[:0])
+	}
+	if !inW {
+		a.head = b
+	}
+	i := bytes.IndexByte(b, '\n') + 1
 	if len(h.Server()) > 0 {
-		i += bytes.Index(b[i:], crlf) + 2
+		i += bytes.IndexByte(b[i:], '\n') + 1
 	}
 	if !bytes.HasPrefix(b[i:], dateLine) {
 		_, err := w.Write(b)
 		return err
 	}
-	j := i + bytes.Index(b[i:], crlf) + 2
-	if _, err := w.Write(b[:i]); err != nil {
-		return err
-	}
-	if v := h.Peek(fasthttp.HeaderDate); len(v) > 0 {
+	j := i + bytes.IndexByte(b[i:], '\n') + 1
+	v := h.Peek(fasthttp.HeaderDate)
+	switch {
+	case len(v) == 0:
+		b = b[:i+copy(b[i:], b[j:])]
+	case len(v) == j-i-len(dateLine)-2:
+		copy(b[i+len(dateLine):], v)
+	default:
+		rest := b[j:]
+		if inW {
+			rest = append(a.head[:0], rest...)
+			a.head = rest
+		}
+		if _, err := w.Write(b[:i]); err != nil {
+			return err
+		}
 		_, _ = w.Write(dateLine)
 		_, _ = w.Write(v)
 		_, _ = w.Write(crlf)
+		b = rest
 	}
-	_, err := w.Write(b[j:])
+	_, err := w.Write(b)
 	return err
 }
 
