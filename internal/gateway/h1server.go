@@ -51,6 +51,7 @@ type h1Conn struct {
 	body   h1Body
 	hijack func(net.Conn) // set by the handler (hijack); runs after the answer
 	out    answerWriter
+	uri    fasthttp.URI // checkTarget's, for the hosts it parses
 }
 
 const (
@@ -244,6 +245,10 @@ func (hc *h1Conn) one(n int) (keep bool, hijack func(net.Conn)) {
 		}
 		return false, nil
 	}
+	if err := checkTarget(&req.Header, &hc.uri); err != nil {
+		hc.fail(err)
+		return false, nil
+	}
 	http11 := req.Header.IsHTTP11()
 	closeConn := req.Header.ConnectionClose()
 	switch cl := req.Header.ContentLength(); {
@@ -358,6 +363,38 @@ func (hc *h1Conn) fail(err error) {
 	if hc.out.write(hc.bw, &ctx.Response) == nil {
 		_ = hc.bw.Flush()
 	}
+}
+
+// checkTarget refuses what fasthttp's server refused before its handler
+// ran (its URI parse, which the data path otherwise skips): a Host, or an
+// absolute target's authority, that fasthttp's URI parser cannot read
+// (brackets astray, two ports, a bad escape). Most hosts are a name or an
+// address with a port, checked in one pass without it.
+func checkTarget(h *fasthttp.RequestHeader, u *fasthttp.URI) error {
+	uri := h.RequestURI()
+	if len(uri) > 0 && uri[0] == '/' && plainHost(h.Host()) {
+		return nil
+	}
+	return u.Parse(h.Host(), uri)
+}
+
+// plainHost reports whether host is letters, digits and ".-_~", with a
+// port of digits after one ':' if any.
+func plainHost(host []byte) bool {
+	port := false
+	for _, c := range host {
+		switch {
+		case c >= '0' && c <= '9':
+		case port:
+			return false
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c == '.', c == '-', c == '_', c == '~':
+		case c == ':':
+			port = true
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // hijack gives the connection of the HTTP/1.1 request ctx to f once the

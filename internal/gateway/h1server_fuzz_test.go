@@ -7,6 +7,8 @@ import (
 	"net/http/httputil"
 	"strings"
 	"testing"
+
+	"github.com/valyala/fasthttp"
 )
 
 // FuzzH1Body: a chunked request body as the HTTP/1.1 server decodes it
@@ -48,6 +50,23 @@ func FuzzH1Body(f *testing.F) {
 		want, werr := io.ReadAll(httputil.NewChunkedReader(bytes.NewReader(in)))
 		if werr == nil && !bytes.Equal(got, want) {
 			t.Fatalf("%q: decoded %q, net/http %q", in, got, want)
+		}
+	})
+}
+
+// FuzzPlainHost: a Host checkTarget passes without fasthttp's URI parser
+// is one that parser reads without error.
+func FuzzPlainHost(f *testing.F) {
+	for _, s := range []string{"example.com", "a:80", "a:", "a:1:2", "[::1]:80", "a]b", "%zz", "A-b_c~d.e:65535", ":"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, host string) {
+		if !plainHost([]byte(host)) {
+			return
+		}
+		var u fasthttp.URI
+		if err := u.Parse([]byte(host), []byte("/x")); err != nil {
+			t.Fatalf("plainHost(%q) but fasthttp: %v", host, err)
 		}
 	})
 }

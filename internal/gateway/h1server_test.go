@@ -105,25 +105,25 @@ func TestH1ExpectContinue(t *testing.T) {
 }
 
 // TestH1UnreadBody: a body the gateway answers without reading (a bad
-// Host) is read past, and the connection serves the next request; one
+// subset header) is read past, and the connection serves the next request; one
 // declared too long to read past closes the connection after the answer,
 // which says so. Its answer, the gateway's own, has no Date.
 func TestH1UnreadBody(t *testing.T) {
 	g := startEchoGateway(t)
 	c, br := dialGateway(t, g)
-	if _, err := io.WriteString(c, "POST /u HTTP/1.1\r\nHost: x:bad\r\nContent-Length: 10\r\n\r\n0123456789GET /next HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+	if _, err := io.WriteString(c, "POST /u HTTP/1.1\r\nHost: x\r\nX-Sextant-Subset: bad\r\nContent-Length: 10\r\n\r\n0123456789GET /next HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
 		t.Fatal(err)
 	}
 	resp, _ := readAnswer(t, br, "POST")
 	if resp.StatusCode != 400 || resp.Close || resp.Header.Get("Date") != "" {
-		t.Fatalf("bad Host: %d close=%v Date %q, want 400, kept, no Date", resp.StatusCode, resp.Close, resp.Header.Get("Date"))
+		t.Fatalf("bad subset header: %d close=%v Date %q, want 400, kept, no Date", resp.StatusCode, resp.Close, resp.Header.Get("Date"))
 	}
 	if resp, body := readAnswer(t, br, "GET"); resp.StatusCode != 200 || body != "GET /next " {
 		t.Fatalf("next request: %d %q", resp.StatusCode, body)
 	}
 
 	c2, br2 := dialGateway(t, g)
-	if _, err := io.WriteString(c2, "POST /u HTTP/1.1\r\nHost: x:bad\r\nContent-Length: 1048576\r\n\r\n0123456789"); err != nil {
+	if _, err := io.WriteString(c2, "POST /u HTTP/1.1\r\nHost: x\r\nX-Sextant-Subset: bad\r\nContent-Length: 1048576\r\n\r\n0123456789"); err != nil {
 		t.Fatal(err)
 	}
 	if resp, _ := readAnswer(t, br2, "POST"); resp.StatusCode != 400 || !resp.Close {
@@ -226,5 +226,39 @@ func TestH1ConnectionPerRequest(t *testing.T) {
 			t.Fatalf("connection %d: %d %q, want %q", i, resp.StatusCode, got, want)
 		}
 		c.Close()
+	}
+}
+
+// TestH1BadTarget: a request whose Host or target fasthttp's URI parser
+// cannot read is refused with 400 and the connection closed, as
+// fasthttp's server refused it, before any route sees it.
+func TestH1BadTarget(t *testing.T) {
+	g := startEchoGateway(t)
+	for _, raw := range []string{
+		"GET /x HTTP/1.1\r\nHost: [::1\r\n\r\n",
+		"GET /x HTTP/1.1\r\nHost: a:1:2\r\n\r\n",
+		"GET /x HTTP/1.1\r\nHost: a]b\r\n\r\n",
+		"GET /x HTTP/1.1\r\nHost: %zz\r\n\r\n",
+		"GET /a\x01b HTTP/1.1\r\nHost: x\r\n\r\n",
+		"GET /a\x7fb HTTP/1.1\r\nHost: x\r\n\r\n",
+	} {
+		c, br := dialGateway(t, g)
+		if _, err := io.WriteString(c, raw); err != nil {
+			t.Fatal(err)
+		}
+		resp, body := readAnswer(t, br, "GET")
+		if resp.StatusCode != 400 || !resp.Close {
+			t.Errorf("%q: %d close=%v %q, want 400 and closed", raw, resp.StatusCode, resp.Close, body)
+		}
+	}
+	// Well-formed: served.
+	c, br := dialGateway(t, g)
+	if _, err := io.WriteString(c, "GET /ok HTTP/1.1\r\nHost: Example.COM:8080\r\n\r\nGET /v6 HTTP/1.1\r\nHost: [::1]:80\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"GET /ok ", "GET /v6 "} {
+		if resp, body := readAnswer(t, br, "GET"); resp.StatusCode != 200 || body != want {
+			t.Errorf("%s: %d %q", want, resp.StatusCode, body)
+		}
 	}
 }
