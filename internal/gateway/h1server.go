@@ -102,6 +102,8 @@ func (s *h1Server) Serve(ln net.Listener) error {
 		if s.stop.Load() {
 			s.mu.Unlock()
 			c.Close()
+			hc.s, hc.c = nil, nil
+			h1Pool.Put(hc)
 			continue
 		}
 		s.conns[hc] = struct{}{}
@@ -124,7 +126,7 @@ func (s *h1Server) Shutdown(ctx context.Context) error {
 	}
 	s.mu.Unlock()
 	all := make(chan struct{})
-	go func() { s.open.Wait(); close(all) }()
+	go func() { s.open.Wait(); close(all) }() // ends with the last connection, ctx or not
 	select {
 	case <-all:
 		return nil
@@ -240,7 +242,7 @@ func (hc *h1Conn) one(n int) (keep bool, hijack func(net.Conn)) {
 	}
 	req := &ctx.Request
 	if err := req.Header.Read(hc.br); err != nil {
-		if !errors.Is(err, net.ErrClosed) {
+		if !errors.Is(err, net.ErrClosed) && !errors.Is(err, io.EOF) { // gone: no answer
 			hc.fail(err)
 		}
 		return false, nil
@@ -424,6 +426,7 @@ type h1Body struct {
 	br      *bufio.Reader
 	left    int64 // of a sized body; of a chunked one: of the chunk
 	chunked bool
+	crlf    bool // a chunk's data was read: its CRLF is next
 	eof     bool
 	failed  bool // a read failed: the connection cannot carry another request
 	on      bool
@@ -469,7 +472,11 @@ func (b *h1Body) Read(p []byte) (int, error) {
 		return 0, errBodyBroken
 	}
 	if b.chunked && b.left == 0 {
-		if err := b.nextChunk(); err != nil {
+		// The CRLF after a chunk's data is read with the next chunk's
+		// size, not with the data: what arrived is handed on without
+		// waiting for it.
+		err := b.nextChunk()
+		if err != nil {
 			b.failed = true
 			return 0, err
 		}
@@ -492,10 +499,7 @@ func (b *h1Body) Read(p []byte) (int, error) {
 	}
 	if b.left == 0 {
 		if b.chunked {
-			if err := b.crlf(); err != nil {
-				b.failed = true
-				return n, err
-			}
+			b.crlf = true
 		} else {
 			b.eof = true
 		}
@@ -508,6 +512,12 @@ var errBodyBroken = errors.New("gateway: the request body could not be read")
 // nextChunk reads a chunk's size line; the last chunk's trailers are read
 // (and dropped) up to the blank line that ends the body.
 func (b *h1Body) nextChunk() error {
+	if b.crlf {
+		if err := b.endChunk(); err != nil {
+			return err
+		}
+		b.crlf = false
+	}
 	line, err := b.line()
 	if err != nil {
 		return err
@@ -568,8 +578,8 @@ func (b *h1Body) line() ([]byte, error) {
 	return line[:len(line)-2], nil
 }
 
-// crlf reads the CRLF that ends a chunk's data.
-func (b *h1Body) crlf() error {
+// endChunk reads the CRLF that ends a chunk's data.
+func (b *h1Body) endChunk() error {
 	line, err := b.line()
 	if err != nil {
 		return err
