@@ -291,10 +291,11 @@ func (hc *h1Conn) one(n int) (keep bool, hijack func(net.Conn)) {
 	if len(resp.Header.Server()) == 0 && s.name != "" {
 		resp.Header.SetServer(s.name)
 	}
-	if hijack != nil { // the handler answers itself (upgrade.go)
-		if hc.bw.Flush() != nil {
-			return false, nil
-		}
+	if hijack != nil {
+		// The handler answers itself (upgrade.go). Even on a connection
+		// that broke, the hijack runs: it ends its tunnel, and the
+		// endpoint's connection with it, at once.
+		_ = hc.bw.Flush()
 		return false, hijack
 	}
 	if err := hc.out.write(hc.bw, resp); err != nil {

@@ -177,9 +177,9 @@ func (g *Gateway) upgrade(ctx *fasthttp.RequestCtx, c *clusterRT, md map[string]
 	// The 101 head goes out as the endpoint wrote it (its Upgrade and
 	// Connection headers are the switch itself), then the tunnel. The
 	// hijack handler runs once this handler returned (it keeps nothing
-	// of ctx), unless the server cannot finish the exchange: up is
-	// pending in tunnels until then, so Shutdown closes it either way,
-	// and keeps its deadline.
+	// of ctx; the HTTP/1.1 server runs it even on a broken connection,
+	// where the tunnel ends at once): up is pending in tunnels until
+	// then, so Shutdown closes it either way, and keeps its deadline.
 	if !g.tunnels.pending(up) {
 		up.Close() // shutting down
 		k.reason, k.err = reasonReset, errors.New("the gateway is shutting down")
