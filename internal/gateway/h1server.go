@@ -326,7 +326,7 @@ var headEnd = []byte("\r\n\r\n")
 // it; the connection closes when f returns.
 func (hc *h1Conn) startHijack(f func(net.Conn)) {
 	_ = hc.c.SetDeadline(time.Time{})
-	hjc := &hijackConn{Conn: hc.c}
+	hjc := &prefixConn{Conn: hc.c} // what the reader held, then the connection (server.go)
 	if n := hc.br.Buffered(); n > 0 {
 		b, _ := hc.br.Peek(n)
 		hjc.prefix = append([]byte(nil), b...)
@@ -335,21 +335,6 @@ func (hc *h1Conn) startHijack(f func(net.Conn)) {
 		defer hjc.Close()
 		f(hjc)
 	}()
-}
-
-// hijackConn reads what the server's reader held before the connection.
-type hijackConn struct {
-	net.Conn
-	prefix []byte
-}
-
-func (c *hijackConn) Read(p []byte) (int, error) {
-	if len(c.prefix) > 0 {
-		n := copy(p, c.prefix)
-		c.prefix = c.prefix[n:]
-		return n, nil
-	}
-	return c.Conn.Read(p)
 }
 
 // fail answers a request that could not be read, through the server's
