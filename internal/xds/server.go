@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
 )
 
 // Server is the Aggregated Discovery Service: every stream is a subscriber
@@ -279,7 +280,10 @@ func (s *Server) serve(ctx context.Context, stream sender, delta bool, recv func
 	// The first request says who the stream is.
 	req, err := recv()
 	if err != nil {
-		if errors.Is(err, io.EOF) || ctx.Err() != nil {
+		if ctx.Err() != nil {
+			return endedErr(ctx)
+		}
+		if errors.Is(err, io.EOF) {
 			return nil
 		}
 		return err
@@ -337,15 +341,26 @@ func (s *Server) serve(ctx context.Context, stream sender, delta bool, recv func
 		s.log.Debug("xds: send failed", "node", sub.node, "addr", sub.addr, "err", err)
 		return err
 	}
+	s.log.Debug("xds: stream ended", "node", sub.node, "addr", sub.addr)
+	if streamCtx.Err() != nil {
+		return endedErr(streamCtx)
+	}
 	select {
 	case err := <-recvErr:
-		if !errors.Is(err, io.EOF) && streamCtx.Err() == nil {
+		if !errors.Is(err, io.EOF) {
 			return err
 		}
-	default: // the stream ended
+	default:
 	}
-	s.log.Debug("xds: stream ended", "node", sub.node, "addr", sub.addr)
 	return nil
+}
+
+// endedErr is the status of a stream whose context ended: its deadline
+// passed (DeadlineExceeded) or it was cancelled. Returning nil would end the
+// stream with OK, which a client whose own timer has not fired yet reads as
+// the server closing the stream on its own.
+func endedErr(ctx context.Context) error {
+	return status.FromContextError(ctx.Err()).Err()
 }
 
 // sendLoop sends the stream's responses, on its handler goroutine, until

@@ -19,7 +19,9 @@ import (
 	"go.uber.org/goleak"
 	"google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	grpcstatus "google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/sextant-mesh/sextant/internal/config"
@@ -525,6 +527,70 @@ func TestStreamEndsWhenSendFails(t *testing.T) {
 		t.Fatalf("%d subscribers left", n)
 	}
 }
+
+// TestStreamEndedByContextIsNotOK: a stream whose deadline passes or that
+// is cancelled ends with DeadlineExceeded or Canceled, never OK. gRPC sends
+// the handler's nil as OK, and a client whose own timer had not fired yet
+// read that as the server closing its stream (io.EOF), as a CI run of
+// cmd/sextant's TestSDSSecretsNeedSecretRead did.
+func TestStreamEndedByContextIsNotOK(t *testing.T) {
+	ignore := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
+	c := NewCache()
+	c.Apply(TypeCluster, []Resource{cluster("a", config.Policy{})}, nil, "1", time.Now())
+	srv := NewServer(c, ServerOptions{})
+	for _, tc := range []struct {
+		name  string
+		first bool // the first request arrives before the end
+		end   func(context.Context) (context.Context, context.CancelFunc)
+		want  codes.Code
+	}{
+		{"deadline", true, func(ctx context.Context) (context.Context, context.CancelFunc) {
+			return context.WithTimeout(ctx, 50*time.Millisecond)
+		}, codes.DeadlineExceeded},
+		{"deadline before the first request", false, func(ctx context.Context) (context.Context, context.CancelFunc) {
+			return context.WithTimeout(ctx, 50*time.Millisecond)
+		}, codes.DeadlineExceeded},
+		{"cancelled", true, func(ctx context.Context) (context.Context, context.CancelFunc) {
+			ctx, cancel := context.WithCancel(ctx)
+			time.AfterFunc(50*time.Millisecond, cancel)
+			return ctx, cancel
+		}, codes.Canceled},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := tc.end(context.Background())
+			defer cancel()
+			first := make(chan struct{}, 1)
+			if tc.first {
+				first <- struct{}{}
+			}
+			// As gRPC's Recv: it fails once the stream's context has ended.
+			recv := func() (request, error) {
+				select {
+				case <-first:
+					return request{typeURL: TypeCluster.URL(), node: &corev3.Node{Id: "n1"}}, nil
+				case <-ctx.Done():
+					return request{}, grpcstatus.FromContextError(ctx.Err()).Err()
+				}
+			}
+			done := make(chan error, 1)
+			go func() { done <- srv.serve(ctx, discardSender{}, false, recv) }()
+			select {
+			case err := <-done:
+				if grpcstatus.Code(err) != tc.want {
+					t.Fatalf("handler returned %v (code %v), want %v", err, grpcstatus.Code(err), tc.want)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("the handler did not return after its stream's context ended")
+			}
+		})
+	}
+}
+
+// discardSender is a stream whose sends succeed and go nowhere.
+type discardSender struct{}
+
+func (discardSender) SendMsg(any) error { return nil }
 
 // TestResponsePartsOutliveNextBuild: the send goroutine reuses one parts
 // list and one header buffer per subscriber, but gRPC still holds a large
