@@ -28,7 +28,9 @@ type upstream interface {
 	// do sends req and reads the answer into resp, by deadline (zero:
 	// none), giving up when the stream moves no byte for idle (0: never).
 	// now is the time the caller read as it called (a clock read less).
-	do(req *fasthttp.Request, resp *fasthttp.Response, now, deadline time.Time, idle time.Duration) error
+	// ph, if not nil, may take the answer's head instead of resp's header
+	// (h1pass.go; ph.ok says whether it did).
+	do(req *fasthttp.Request, resp *fasthttp.Response, ph *passHead, now, deadline time.Time, idle time.Duration) error
 	// closeIdle closes the pooled idle connections (the endpoint left).
 	closeIdle()
 }
@@ -70,8 +72,8 @@ func newH1Upstream(addr string, connect time.Duration, ut *upstreamTLS, opts con
 	}}
 }
 
-func (u *h1Upstream) do(req *fasthttp.Request, resp *fasthttp.Response, now, deadline time.Time, idle time.Duration) error {
-	retry, err := roundTrip(u.hc, req, resp, now, deadline, idle)
+func (u *h1Upstream) do(req *fasthttp.Request, resp *fasthttp.Response, ph *passHead, now, deadline time.Time, idle time.Duration) error {
+	retry, err := roundTrip(u.hc, req, resp, ph, now, deadline, idle)
 	// One more try only for an idempotent request (and a body that can be
 	// sent again) that met a pooled connection the upstream had closed
 	// (nothing was received): the race every keep-alive client has. Other
@@ -79,7 +81,7 @@ func (u *h1Upstream) do(req *fasthttp.Request, resp *fasthttp.Response, now, dea
 	if err != nil && retry && !req.IsBodyStream() && (req.Header.IsGet() || req.Header.IsHead() || req.Header.IsPut()) &&
 		(errors.Is(err, io.EOF) || errors.Is(err, fasthttp.ErrConnectionClosed)) {
 		resp.Reset()
-		_, err = roundTrip(u.hc, req, resp, time.Now(), deadline, idle)
+		_, err = roundTrip(u.hc, req, resp, ph, time.Now(), deadline, idle)
 	}
 	if errors.Is(err, io.EOF) {
 		err = fasthttp.ErrConnectionClosed
@@ -118,7 +120,7 @@ func newH2CUpstream(addr string, connect time.Duration, ut *upstreamTLS) *h2cUps
 	return &h2cUpstream{addr: addr, scheme: "https", tr: &h2Client{scheme: "https", dial: dial, idle: 60 * time.Second}}
 }
 
-func (u *h2cUpstream) do(req *fasthttp.Request, resp *fasthttp.Response, _, deadline time.Time, idle time.Duration) error {
+func (u *h2cUpstream) do(req *fasthttp.Request, resp *fasthttp.Response, _ *passHead, _, deadline time.Time, idle time.Duration) error {
 	var body io.Reader = http.NoBody
 	cl := int64(0)
 	if req.IsBodyStream() {

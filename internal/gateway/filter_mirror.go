@@ -154,7 +154,7 @@ func (g *Gateway) sendMirror(c *clusterRT, req *fasthttp.Request, deadline time.
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseResponse(resp)
 	t0 := time.Now()
-	err = ep.up.do(req, resp, t0, deadline, 0)
+	err = ep.up.do(req, resp, nil, t0, deadline, 0)
 	status := resp.StatusCode()
 	if err == nil && resp.IsBodyStream() {
 		// Read to its end, so that the connection goes back to the pool.

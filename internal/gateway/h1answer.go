@@ -61,6 +61,20 @@ func (a *answerWriter) write(w *bufio.Writer, resp *fasthttp.Response) error {
 	return nil
 }
 
+// writePass writes an answer whose head p holds (h1pass.go), its body
+// resp's; closing and keepAlive say what its Connection field is to say,
+// server is its Server unless it has one.
+func (a *answerWriter) writePass(w *bufio.Writer, resp *fasthttp.Response, p *passHead, closing, keepAlive bool, server string) error {
+	if err := p.writeHead(w, &a.head, closing, keepAlive, server); err != nil {
+		return err
+	}
+	if resp.SkipBody || p.bodyless {
+		return nil
+	}
+	_, err := w.Write(resp.Body())
+	return err
+}
+
 // writeStream writes an answer whose body streams: of the length its head
 // says (a body that says otherwise is an error), else chunked and flushed
 // chunk by chunk, its trailers after the last. The stream is closed with

@@ -25,7 +25,7 @@ import (
 // also what lets it write an answer as it chooses, which fasthttp's
 // server, writing ctx.Response itself, does not.
 type h1Server struct {
-	handler     fasthttp.RequestHandler
+	handler     h1Handler
 	onError     func(*fasthttp.RequestCtx, error) // answers a request that could not be read
 	name        string                            // the Server header of answers without one
 	readTimeout time.Duration                     // a request's head and body, from its first byte
@@ -39,6 +39,10 @@ type h1Server struct {
 	open  sync.WaitGroup
 }
 
+// h1Handler serves a request of an HTTP/1.1 connection; it may lend ph to
+// the call, for an endpoint's answer head to go out as it came (h1pass.go).
+type h1Handler func(ctx *fasthttp.RequestCtx, ph *passHead)
+
 // h1Conn is one connection's state: idle between requests, active while
 // one is read and answered, closed by Shutdown while idle.
 type h1Conn struct {
@@ -51,6 +55,7 @@ type h1Conn struct {
 	body   h1Body
 	hijack func(net.Conn) // set by the handler (hijack); runs after the answer
 	out    answerWriter
+	pass   passHead     // the answer head lent to the handler
 	uri    fasthttp.URI // checkTarget's, for the hosts it parses
 }
 
@@ -81,7 +86,7 @@ var (
 	keepAlive    = []byte("keep-alive")
 )
 
-func newH1Server(h fasthttp.RequestHandler, onError func(*fasthttp.RequestCtx, error), name string, read, idle time.Duration) *h1Server {
+func newH1Server(h h1Handler, onError func(*fasthttp.RequestCtx, error), name string, read, idle time.Duration) *h1Server {
 	return &h1Server{handler: h, onError: onError, name: name, readTimeout: read, idleTimeout: idle,
 		done: make(chan struct{}), conns: make(map[*h1Conn]struct{})}
 }
@@ -272,7 +277,8 @@ func (hc *h1Conn) one(n int) (keep bool, hijack func(net.Conn)) {
 		}
 	}
 
-	s.handler(ctx)
+	hc.pass.ok = false
+	s.handler(ctx, &hc.pass)
 
 	if ctx.IsHead() {
 		ctx.Response.SkipBody = true
@@ -283,13 +289,15 @@ func (hc *h1Conn) one(n int) (keep bool, hijack func(net.Conn)) {
 	if hijack == nil && !closeConn && !resp.IsBodyStream() && hc.body.overflows() {
 		closeConn = true // decided before the head goes out, to say so in it
 	}
-	if closeConn {
-		resp.SetConnectionClose()
-	} else if !http11 {
-		resp.Header.SetBytesV(fasthttp.HeaderConnection, keepAlive)
-	}
-	if len(resp.Header.Server()) == 0 && s.name != "" {
-		resp.Header.SetServer(s.name)
+	if !hc.pass.ok { // (writePass writes these fields itself)
+		if closeConn {
+			resp.SetConnectionClose()
+		} else if !http11 {
+			resp.Header.SetBytesV(fasthttp.HeaderConnection, keepAlive)
+		}
+		if len(resp.Header.Server()) == 0 && s.name != "" {
+			resp.Header.SetServer(s.name)
+		}
 	}
 	if hijack != nil {
 		// The handler answers itself (upgrade.go). Even on a connection
@@ -298,7 +306,13 @@ func (hc *h1Conn) one(n int) (keep bool, hijack func(net.Conn)) {
 		_ = hc.bw.Flush()
 		return false, hijack
 	}
-	if err := hc.out.write(hc.bw, resp); err != nil {
+	var err error
+	if hc.pass.ok {
+		err = hc.out.writePass(hc.bw, resp, &hc.pass, closeConn, !closeConn && !http11, s.name)
+	} else {
+		err = hc.out.write(hc.bw, resp)
+	}
+	if err != nil {
 		return false, nil
 	}
 	if hc.br.Buffered() == 0 || closeConn || !hc.body.done() {

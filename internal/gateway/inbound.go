@@ -164,12 +164,12 @@ func (g *Gateway) ServeInbound(ln net.Listener) error {
 	}}
 	fastLn := newConnListener(ln.Addr())
 	h2Ln := newConnListener(ln.Addr())
-	srv := g.newFastServer(func(ctx *fasthttp.RequestCtx) {
+	srv := g.newFastServer(func(ctx *fasthttp.RequestCtx, ph *passHead) {
 		if c, ok := ctx.Conn().(*tlsServerConn); ok {
-			g.serveOn(ctx, g.tlsTable(port, c.sni))
+			g.serveOn(ctx, g.tlsTable(port, c.sni), ph)
 			return
 		}
-		g.serveOn(ctx, g.inboundPlainTable())
+		g.serveOn(ctx, g.inboundPlainTable(), ph)
 	})
 	var p http.Protocols
 	p.SetHTTP2(true)

@@ -72,11 +72,16 @@ var hopHeaders = []string{"Keep-Alive", "Proxy-Connection", "Proxy-Authenticate"
 
 // serve is the data path: route, pick, forward with retries, record.
 // fasthttp calls it on the connection's goroutine.
-func (g *Gateway) serve(ctx *fasthttp.RequestCtx) { g.serveOn(ctx, g.table.Load()) }
+func (g *Gateway) serve(ctx *fasthttp.RequestCtx) { g.serveOn(ctx, g.table.Load(), nil) }
+
+// serveH1 is serve for the HTTP/1.1 server, which lends the call ph.
+func (g *Gateway) serveH1(ctx *fasthttp.RequestCtx, ph *passHead) { g.serveOn(ctx, g.table.Load(), ph) }
 
 // serveOn serves a call with routing table t (a TLS filter chain's, or the
-// plaintext listener's); nil: no configuration yet.
-func (g *Gateway) serveOn(ctx *fasthttp.RequestCtx, t *table) {
+// plaintext listener's); nil: no configuration yet. ph, if not nil, may
+// take the endpoint's answer head to be written on as it came, when
+// nothing edits the answer but the gateway's own fields (h1pass.go).
+func (g *Gateway) serveOn(ctx *fasthttp.RequestCtx, t *table, ph *passHead) {
 	if !versionSupported(ctx) {
 		g.refuseVersion(ctx)
 		return
@@ -119,6 +124,9 @@ func (g *Gateway) serveOn(ctx *fasthttp.RequestCtx, t *table) {
 	}
 	if len(r.mirrors) > 0 {
 		g.mirror(ctx, r, r.spec.timeout)
+	}
+	if ph != nil && k.filters == nil && setCookie == "" {
+		k.pass = ph
 	}
 	k.forward(&ctx.Request, &ctx.Response)
 	if setCookie != "" {
@@ -341,6 +349,9 @@ type call struct {
 
 	tr  callTrace // tracing.go
 	rid requestID // the X-Request-Id sent upstream, for the answer
+	// pass: the HTTP/1.1 connection's, for an answer head to go out as it
+	// came (h1pass.go); nil: the answer is parsed into ctx.Response.
+	pass *passHead
 
 	upLat time.Duration   // the last try's, until its answer (the access log's upstream service time)
 	logs  []accessLogSpec // the listener's access logs (accesslog.go)
@@ -400,7 +411,7 @@ func (k *call) attempt(req *fasthttp.Request, resp *fasthttp.Response) bool {
 	}
 	span := k.tr.tryTrace(&req.Header)
 	t0 := time.Now()
-	err := ep.up.do(req, resp, t0, try, k.idle)
+	err := ep.up.do(req, resp, k.pass, t0, try, k.idle)
 	lat := time.Since(t0)
 	if k.c.cb != nil {
 		k.c.cb.leave()
@@ -409,7 +420,11 @@ func (k *call) attempt(req *fasthttp.Request, resp *fasthttp.Response) bool {
 	var outcome balancer.Outcome
 	outcome, k.reason = classify(err, resp.StatusCode())
 	if err == nil {
-		k.grpc = parseGRPCStatus(string(resp.Header.Peek("Grpc-Status")))
+		if k.pass != nil && k.pass.ok {
+			k.grpc = parseGRPCStatus(string(k.pass.grpcStatus()))
+		} else {
+			k.grpc = parseGRPCStatus(string(resp.Header.Peek("Grpc-Status")))
+		}
 		if k.grpc >= 0 && outcome == balancer.Success {
 			outcome = grpcOutcome(k.grpc)
 		}
@@ -502,8 +517,17 @@ func (g *Gateway) answer(ctx *fasthttp.RequestCtx, k *call) {
 			ctx.SetConnectionClose() // what is left of the body is not read
 		}
 		resp.Reset()
+		if k.pass != nil {
+			k.pass.ok = false
+		}
 		g.localReply(ctx, code, k.c.name, k.reason, msg)
 		k.status = code
+	} else if k.pass != nil && k.pass.ok {
+		// The head goes out as it came, with the edits below made as it
+		// is written (passHead.writeHead).
+		k.reason = ""
+		k.pass.id = append(k.pass.id[:0], k.rid.of(&ctx.Request.Header)...)
+		return
 	} else {
 		// Dropping Connection keeps the downstream connection open
 		// whatever the upstream said, and the answer goes out in the

@@ -20,13 +20,13 @@ var h2Preface = []byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
 // and h2c (prior knowledge) through net/http, told apart by the first bytes
 // of each connection. It returns nil after Shutdown.
 func (g *Gateway) Serve(ln net.Listener) error {
-	return g.servePlain(ln, g.serve, g.serveH2, func(s servers) { g.srv, g.h2, g.ln = s.fast, s.h2, s.ln })
+	return g.servePlain(ln, g.serveH1, g.serveH2, func(s servers) { g.srv, g.h2, g.ln = s.fast, s.h2, s.ln })
 }
 
 // servePlain serves HTTP/1.1 (fast) and h2c (h2) on ln, told apart by the
 // first bytes of each connection, until Shutdown; keep hands the servers
 // to Shutdown (under srvMu).
-func (g *Gateway) servePlain(ln net.Listener, fast fasthttp.RequestHandler, h2h h2Handler, keep func(servers)) error {
+func (g *Gateway) servePlain(ln net.Listener, fast h1Handler, h2h h2Handler, keep func(servers)) error {
 	fastLn := newConnListener(ln.Addr())
 	h2Ln := newConnListener(ln.Addr())
 	var p http.Protocols
@@ -57,7 +57,7 @@ func (g *Gateway) servePlain(ln net.Listener, fast fasthttp.RequestHandler, h2h 
 }
 
 // newFastServer returns the HTTP/1.1 server of a listener (h1server.go).
-func (g *Gateway) newFastServer(h fasthttp.RequestHandler) *h1Server {
+func (g *Gateway) newFastServer(h h1Handler) *h1Server {
 	return newH1Server(h, g.requestError, "sextant", g.opts.RequestReadTimeout, 5*time.Minute)
 }
 

@@ -18,9 +18,9 @@ import (
 // knowledge). It returns nil after Shutdown.
 func (g *Gateway) ServeService(ln net.Listener, host string) error {
 	hostB := []byte(host)
-	return g.servePlain(ln, func(ctx *fasthttp.RequestCtx) {
+	return g.servePlain(ln, func(ctx *fasthttp.RequestCtx, ph *passHead) {
 		ctx.Request.Header.SetHostBytes(hostB)
-		g.serve(ctx)
+		g.serveOn(ctx, g.table.Load(), ph)
 	}, func(w http.ResponseWriter, r *http.Request, ctx *fasthttp.RequestCtx) {
 		ctx.Request.Header.SetHostBytes(hostB)
 		g.serveH2(w, r, ctx)

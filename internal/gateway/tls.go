@@ -319,12 +319,12 @@ func (g *Gateway) ServeTLS(ln net.Listener) error {
 	}}
 	fastLn := newConnListener(ln.Addr())
 	h2Ln := newConnListener(ln.Addr())
-	srv := g.newFastServer(func(ctx *fasthttp.RequestCtx) {
+	srv := g.newFastServer(func(ctx *fasthttp.RequestCtx, ph *passHead) {
 		var sni string
 		if c, ok := ctx.Conn().(*tlsServerConn); ok {
 			sni = c.sni
 		}
-		g.serveOn(ctx, g.tlsTable(port, sni))
+		g.serveOn(ctx, g.tlsTable(port, sni), ph)
 	})
 	var p http.Protocols
 	p.SetHTTP2(true)

@@ -20,8 +20,13 @@ import (
 // bufferedResponseMax (no allocation: the fast path); any other body
 // becomes an upBody, which the server streams to the client.
 // (fasthttp's StreamResponseBody streams every body, at four allocations a
-// call.) retry says whether nothing of an answer was read.
-func roundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Response, now, deadline time.Time, idle time.Duration) (retry bool, err error) {
+// call.) retry says whether nothing of an answer was read. ph, if not nil,
+// takes the answer's head when it is one passHead keeps (h1pass.go): resp
+// then has only its status, Content-Length and body.
+func roundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Response, ph *passHead, now, deadline time.Time, idle time.Duration) (retry bool, err error) {
+	if ph != nil {
+		ph.ok = false
+	}
 	var wait time.Duration
 	if !deadline.IsZero() {
 		if wait = deadline.Sub(now); wait <= 0 {
@@ -74,6 +79,32 @@ func roundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Re
 	resp.Header.DisableNormalizing()
 	resp.Header.SetNoDefaultContentType(true)
 	br := hc.AcquireReader(conn)
+	if ph != nil {
+		// A read error is left to fasthttp's Read, which meets it again.
+		if _, perr := br.Peek(1); perr == nil && ph.take(br, req.Header.IsHead()) {
+			// Its body, if any, is read whole (scanPassHead took only
+			// such answers).
+			resp.SetStatusCode(ph.status)
+			if ph.bodyless {
+				resp.SkipBody = true
+			} else {
+				resp.Header.SetContentLength(ph.cl)
+				if err = resp.ReadBody(br, 0); err != nil {
+					hc.ReleaseReader(br)
+					hc.CloseConn(cc)
+					return false, timeoutErr(err)
+				}
+			}
+			hc.ReleaseReader(br)
+			if req.ConnectionClose() || ph.close || connSpent(conn) {
+				hc.CloseConn(cc)
+			} else {
+				hc.ReleaseConn(cc)
+			}
+			ph.ok = true
+			return false, nil
+		}
+	}
 	for {
 		if err = resp.Header.Read(br); err != nil {
 			hc.ReleaseReader(br)

@@ -1,0 +1,278 @@
+package gateway
+
+import (
+	"bufio"
+	"bytes"
+
+	"github.com/valyala/fasthttp"
+)
+
+// passHead is an endpoint's answer head kept as it arrived, for an
+// HTTP/1.1 client: the gateway writes it on with its edits made in the
+// bytes (hop-by-hop fields, Via and X-Request-Id left out, its own added)
+// instead of parsing it into fasthttp's ResponseHeader and writing that
+// out again, which was a tenth of an HTTP/1.1 call's user CPU (issue 48).
+// Only the common answer comes this way: a whole head in the reader's
+// buffer, of a status from 200, with a Content-Length the gateway reads
+// the body of at once (or no body), no Transfer-Encoding, and nothing the
+// scan does not take apart as fasthttp's parser would; any other answer
+// is parsed by fasthttp as before (scanPassHead says which).
+// One per HTTP/1.1 connection (h1Conn), lent to its calls whose answers
+// nothing else edits (serveOn).
+type passHead struct {
+	buf    []byte  // the head, status line to blank line, as received
+	drop   [8]span // lines of buf left out, in order
+	ndrop  int
+	status int
+	cl     int  // Content-Length; -1: none
+	close  bool // the endpoint closes its connection after this answer
+	// bodyless: the answer has no body whatever its fields say (a HEAD
+	// request's, 204, 304); else its Content-Length is its body's.
+	bodyless bool
+	server   bool // the answer has its own Server field
+	grpc     span // Grpc-Status's value, if any
+	id       []byte
+	ok       bool // holds the current attempt's answer
+}
+
+// span is a part of passHead.buf: [from, to).
+type span struct{ from, to int }
+
+// maxPassHead is the longest head scanned; a longer one is fasthttp's.
+const maxPassHead = 4096
+
+var (
+	nameContentLength    = []byte("Content-Length")
+	nameTransferEncoding = []byte("Transfer-Encoding")
+	nameConnection       = []byte("Connection")
+	nameServer           = []byte("Server")
+	nameGrpcStatus       = []byte("Grpc-Status")
+	tokClose             = []byte("close")
+	tokKeepAlive         = []byte("keep-alive")
+	passStatusLine       = []byte("HTTP/1.1")
+)
+
+// scanPassHead scans a head at the start of b (b ends where the reader's
+// buffered bytes do) into p, and returns its length; 0 when the answer is
+// not one passHead takes, p's content then undefined. head is whether the
+// request was HEAD (its answer has no body whatever its fields say).
+func scanPassHead(p *passHead, b []byte, head bool) int {
+	p.ndrop, p.cl, p.close, p.server, p.grpc = 0, -1, false, false, span{}
+	end := bytes.Index(b, headEnd)
+	if end < 0 || end+4 > maxPassHead {
+		return 0
+	}
+	b = b[:end+4]
+	// The status line: HTTP/1.x, a space, three digits, and a reason.
+	if len(b) < 14 || string(b[:7]) != "HTTP/1." || (b[7] != '0' && b[7] != '1') || b[8] != ' ' {
+		return 0
+	}
+	http10 := b[7] == '0'
+	c0, c1, c2 := b[9], b[10], b[11]
+	if c0 < '2' || c0 > '5' || c1 < '0' || c1 > '9' || c2 < '0' || c2 > '9' {
+		return 0 // 1xx and the rest are fasthttp's
+	}
+	p.status = int(c0-'0')*100 + int(c1-'0')*10 + int(c2-'0')
+	i := 12
+	if b[i] == ' ' {
+		i++
+		for b[i] != '\r' {
+			if !fieldByte(b[i]) {
+				return 0
+			}
+			i++
+		}
+	}
+	if b[i] != '\r' || b[i+1] != '\n' {
+		return 0
+	}
+	i += 2
+	keepAlive := false
+	for i < end+2 {
+		// name ":" OWS value OWS CRLF
+		start := i
+		for i < end && tokenByte(b[i]) {
+			i++
+		}
+		if i == start || b[i] != ':' {
+			return 0
+		}
+		name := b[start:i]
+		i++
+		for b[i] == ' ' || b[i] == '\t' {
+			i++
+		}
+		vs := i
+		for b[i] != '\r' {
+			if !fieldByte(b[i]) {
+				return 0
+			}
+			i++
+		}
+		if b[i+1] != '\n' {
+			return 0
+		}
+		ve := i
+		for ve > vs && (b[ve-1] == ' ' || b[ve-1] == '\t') {
+			ve--
+		}
+		i += 2
+		v := b[vs:ve]
+		drop := false
+		switch {
+		case bytes.EqualFold(name, nameContentLength):
+			if p.cl >= 0 {
+				return 0 // twice: fasthttp's to judge
+			}
+			if p.cl = parseLength(v); p.cl < 0 {
+				return 0
+			}
+		case bytes.EqualFold(name, nameTransferEncoding):
+			return 0
+		case bytes.EqualFold(name, nameConnection):
+			for len(v) > 0 {
+				tok := v
+				if c := bytes.IndexByte(v, ','); c >= 0 {
+					tok, v = v[:c], v[c+1:]
+				} else {
+					v = nil
+				}
+				switch tok = bytes.TrimSpace(tok); {
+				case len(tok) == 0:
+				case bytes.EqualFold(tok, tokClose):
+					p.close = true
+				case bytes.EqualFold(tok, tokKeepAlive):
+					keepAlive = true
+				default:
+					return 0 // it names fields to leave out too
+				}
+			}
+			drop = true
+		case isHopName(name), bytes.EqualFold(name, nameVia), bytes.EqualFold(name, nameRequestID):
+			drop = true
+		case bytes.EqualFold(name, nameServer):
+			p.server = true
+		case bytes.EqualFold(name, nameGrpcStatus):
+			p.grpc = span{vs, ve}
+		}
+		if drop {
+			if p.ndrop == len(p.drop) {
+				return 0
+			}
+			p.drop[p.ndrop] = span{start, i}
+			p.ndrop++
+		}
+	}
+	if http10 && !keepAlive {
+		p.close = true
+	}
+	if p.bodyless = head || p.status == fasthttp.StatusNoContent || p.status == fasthttp.StatusNotModified; !p.bodyless {
+		if p.cl < 0 {
+			return 0 // the body ends with the connection: fasthttp's
+		}
+		if p.cl > bufferedResponseMax {
+			return 0 // streamed (upBody), with fasthttp's header
+		}
+	}
+	return end + 4
+}
+
+// parseLength is a Content-Length value's, -1 if it is not one.
+func parseLength(v []byte) int {
+	if len(v) == 0 || len(v) > 18 {
+		return -1
+	}
+	n := 0
+	for _, c := range v {
+		if c < '0' || c > '9' {
+			return -1
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n
+}
+
+// tokenByte reports whether c may be in a field name (RFC 9110 5.6.2).
+func tokenByte(c byte) bool {
+	return c < 0x80 && tokenTable[c]
+}
+
+var tokenTable = func() (t [128]bool) {
+	for c := '0'; c <= '9'; c++ {
+		t[c] = true
+	}
+	for c := 'a'; c <= 'z'; c++ {
+		t[c], t[c-'a'+'A'] = true, true
+	}
+	for _, c := range "!#$%&'*+-.^_`|~" {
+		t[c] = true
+	}
+	return t
+}()
+
+// fieldByte reports whether c may be in a field value or a reason phrase
+// (VCHAR, SP, HTAB, obs-text).
+func fieldByte(c byte) bool { return c >= 0x20 && c != 0x7f || c == '\t' }
+
+// take scans the answer head br holds (after the first read for it), and
+// consumes it if it is one for p: true. Otherwise br is as it was and the
+// head is fasthttp's to read.
+func (p *passHead) take(br *bufio.Reader, head bool) bool {
+	b, _ := br.Peek(br.Buffered())
+	n := scanPassHead(p, b, head)
+	if n == 0 {
+		return false
+	}
+	p.buf = append(p.buf[:0], b[:n]...)
+	_, _ = br.Discard(n)
+	return true
+}
+
+// grpcStatus is the answer's Grpc-Status value (empty if none).
+func (p *passHead) grpcStatus() []byte { return p.buf[p.grpc.from:p.grpc.to] }
+
+// writeHead writes p's head as the client's answer: HTTP/1.1, the
+// endpoint's status and fields but those left out, then Via, X-Request-Id
+// (p.id), Connection (closing, or keep-alive for an HTTP/1.0 client) and
+// Server when the answer has none. The head is built in w's free space,
+// or in scratch when that may be too small.
+func (p *passHead) writeHead(w *bufio.Writer, scratch *[]byte, closing, keepAlive bool, server string) error {
+	b := w.AvailableBuffer()
+	own := cap(b) < len(p.buf)+len(p.id)+128+len(server) // may not fit: scratch's
+	if own {
+		b = (*scratch)[:0]
+	}
+	b = append(b, passStatusLine...)
+	from := len(passStatusLine)
+	last := len(p.buf) - 2 // the blank line's
+	for _, d := range p.drop[:p.ndrop] {
+		b = append(b, p.buf[from:d.from]...)
+		from = d.to
+	}
+	b = append(b, p.buf[from:last]...)
+	b = append(b, "Via: "...)
+	b = append(b, viaBytes...)
+	b = append(b, crlf...)
+	if len(p.id) > 0 {
+		b = append(b, "X-Request-Id: "...)
+		b = append(b, p.id...)
+		b = append(b, crlf...)
+	}
+	switch {
+	case closing:
+		b = append(b, "Connection: close\r\n"...)
+	case keepAlive:
+		b = append(b, "Connection: keep-alive\r\n"...)
+	}
+	if !p.server && server != "" {
+		b = append(b, "Server: "...)
+		b = append(b, server...)
+		b = append(b, crlf...)
+	}
+	b = append(b, crlf...)
+	_, err := w.Write(b)
+	if own {
+		*scratch = b[:0]
+	}
+	return err
+}
