@@ -46,6 +46,7 @@ var (
 	nameTransferEncoding = []byte("Transfer-Encoding")
 	nameConnection       = []byte("Connection")
 	nameServer           = []byte("Server")
+	nameKeepAlive        = []byte("Keep-Alive")
 	nameGrpcStatus       = []byte("Grpc-Status")
 	tokClose             = []byte("close")
 	tokKeepAlive         = []byte("keep-alive")
@@ -56,15 +57,15 @@ var (
 // buffered bytes do) into p, and returns its length; 0 when the answer is
 // not one passHead takes, p's content then undefined. head is whether the
 // request was HEAD (its answer has no body whatever its fields say).
+// One pass, its lines checked as it goes: the scan is most of what the
+// pass costs (BenchmarkAnswerPass).
 func scanPassHead(p *passHead, b []byte, head bool) int {
 	p.ndrop, p.cl, p.close, p.server, p.grpc = 0, -1, false, false, span{}
-	end := bytes.Index(b, headEnd)
-	if end < 0 || end+4 > maxPassHead {
-		return 0
+	if len(b) > maxPassHead {
+		b = b[:maxPassHead]
 	}
-	b = b[:end+4]
 	// The status line: HTTP/1.x, a space, three digits, and a reason.
-	if len(b) < 14 || string(b[:7]) != "HTTP/1." || (b[7] != '0' && b[7] != '1') || b[8] != ' ' {
+	if len(b) < 16 || string(b[:7]) != "HTTP/1." || (b[7] != '0' && b[7] != '1') || b[8] != ' ' {
 		return 0
 	}
 	http10 := b[7] == '0'
@@ -76,40 +77,44 @@ func scanPassHead(p *passHead, b []byte, head bool) int {
 	i := 12
 	if b[i] == ' ' {
 		i++
-		for b[i] != '\r' {
-			if !fieldByte(b[i]) {
-				return 0
-			}
+		for i < len(b) && fieldTable[b[i]] {
 			i++
 		}
 	}
-	if b[i] != '\r' || b[i+1] != '\n' {
+	if i+1 >= len(b) || b[i] != '\r' || b[i+1] != '\n' {
 		return 0
 	}
 	i += 2
 	keepAlive := false
-	for i < end+2 {
+	for {
+		if i+1 >= len(b) {
+			return 0 // not all here
+		}
+		if b[i] == '\r' {
+			if b[i+1] != '\n' {
+				return 0
+			}
+			i += 2
+			break // the blank line
+		}
 		// name ":" OWS value OWS CRLF
 		start := i
-		for i < end && tokenByte(b[i]) {
+		for i < len(b) && tokenTable[b[i]] {
 			i++
 		}
-		if i == start || b[i] != ':' {
+		if i == start || i >= len(b) || b[i] != ':' {
 			return 0
 		}
 		name := b[start:i]
 		i++
-		for b[i] == ' ' || b[i] == '\t' {
+		for i < len(b) && (b[i] == ' ' || b[i] == '\t') {
 			i++
 		}
 		vs := i
-		for b[i] != '\r' {
-			if !fieldByte(b[i]) {
-				return 0
-			}
+		for i < len(b) && fieldTable[b[i]] {
 			i++
 		}
-		if b[i+1] != '\n' {
+		if i+1 >= len(b) || b[i] != '\r' || b[i+1] != '\n' {
 			return 0
 		}
 		ve := i
@@ -117,19 +122,20 @@ func scanPassHead(p *passHead, b []byte, head bool) int {
 			ve--
 		}
 		i += 2
-		v := b[vs:ve]
 		drop := false
-		switch {
-		case bytes.EqualFold(name, nameContentLength):
+		switch field := passFieldOf(name); field {
+		case fieldOther:
+		case fieldContentLength:
 			if p.cl >= 0 {
 				return 0 // twice: fasthttp's to judge
 			}
-			if p.cl = parseLength(v); p.cl < 0 {
+			if p.cl = parseLength(b[vs:ve]); p.cl < 0 {
 				return 0
 			}
-		case bytes.EqualFold(name, nameTransferEncoding):
+		case fieldTransferEncoding:
 			return 0
-		case bytes.EqualFold(name, nameConnection):
+		case fieldConnection:
+			v := b[vs:ve]
 			for len(v) > 0 {
 				tok := v
 				if c := bytes.IndexByte(v, ','); c >= 0 {
@@ -148,12 +154,12 @@ func scanPassHead(p *passHead, b []byte, head bool) int {
 				}
 			}
 			drop = true
-		case isHopName(name), bytes.EqualFold(name, nameVia), bytes.EqualFold(name, nameRequestID):
-			drop = true
-		case bytes.EqualFold(name, nameServer):
+		case fieldServer:
 			p.server = true
-		case bytes.EqualFold(name, nameGrpcStatus):
+		case fieldGrpcStatus:
 			p.grpc = span{vs, ve}
+		default: // hop-by-hop, Via, X-Request-Id
+			drop = true
 		}
 		if drop {
 			if p.ndrop == len(p.drop) {
@@ -174,7 +180,57 @@ func scanPassHead(p *passHead, b []byte, head bool) int {
 			return 0 // streamed (upBody), with fasthttp's header
 		}
 	}
-	return end + 4
+	return i
+}
+
+// passField is what scanPassHead does with a field.
+type passField uint8
+
+const (
+	fieldOther passField = iota
+	fieldContentLength
+	fieldTransferEncoding
+	fieldConnection
+	fieldServer
+	fieldGrpcStatus
+	fieldDrop // hop-by-hop (but Connection), Via, X-Request-Id
+)
+
+// passFieldOf says which field name is, by its length first: most names
+// are compared with nothing.
+func passFieldOf(name []byte) passField {
+	var want []byte
+	f := fieldDrop
+	switch len(name) {
+	case 3:
+		want = nameVia
+	case 6:
+		want, f = nameServer, fieldServer
+	case 10:
+		if bytes.EqualFold(name, nameConnection) {
+			return fieldConnection
+		}
+		want = nameKeepAlive
+	case 11:
+		want, f = nameGrpcStatus, fieldGrpcStatus
+	case 12:
+		want = nameRequestID
+	case 14:
+		want, f = nameContentLength, fieldContentLength
+	case 17:
+		want, f = nameTransferEncoding, fieldTransferEncoding
+	case 2, 7, 16, 18, 19:
+		if isHopName(name) {
+			return fieldDrop
+		}
+		return fieldOther
+	default:
+		return fieldOther
+	}
+	if bytes.EqualFold(name, want) {
+		return f
+	}
+	return fieldOther
 }
 
 // parseLength is a Content-Length value's, -1 if it is not one.
@@ -192,12 +248,10 @@ func parseLength(v []byte) int {
 	return n
 }
 
-// tokenByte reports whether c may be in a field name (RFC 9110 5.6.2).
-func tokenByte(c byte) bool {
-	return c < 0x80 && tokenTable[c]
-}
-
-var tokenTable = func() (t [128]bool) {
+// tokenTable says which bytes may be in a field name (RFC 9110 5.6.2),
+// fieldTable which in a field value or a reason phrase (VCHAR, SP, HTAB,
+// obs-text).
+var tokenTable, fieldTable = func() (t, f [256]bool) {
 	for c := '0'; c <= '9'; c++ {
 		t[c] = true
 	}
@@ -207,12 +261,11 @@ var tokenTable = func() (t [128]bool) {
 	for _, c := range "!#$%&'*+-.^_`|~" {
 		t[c] = true
 	}
-	return t
+	for c := range 256 {
+		f[c] = c >= 0x20 && c != 0x7f || c == '\t'
+	}
+	return t, f
 }()
-
-// fieldByte reports whether c may be in a field value or a reason phrase
-// (VCHAR, SP, HTAB, obs-text).
-func fieldByte(c byte) bool { return c >= 0x20 && c != 0x7f || c == '\t' }
 
 // take scans the answer head br holds (after the first read for it), and
 // consumes it if it is one for p: true. Otherwise br is as it was and the
