@@ -120,7 +120,10 @@ func newH2CUpstream(addr string, connect time.Duration, ut *upstreamTLS) *h2cUps
 	return &h2cUpstream{addr: addr, scheme: "https", tr: &h2Client{scheme: "https", dial: dial, idle: 60 * time.Second}}
 }
 
-func (u *h2cUpstream) do(req *fasthttp.Request, resp *fasthttp.Response, _ *passHead, _, deadline time.Time, idle time.Duration) error {
+func (u *h2cUpstream) do(req *fasthttp.Request, resp *fasthttp.Response, ph *passHead, _, deadline time.Time, idle time.Duration) error {
+	if ph != nil && ph.req.ok {
+		ph.req.apply(&req.Header) // the edits made in the head it sends
+	}
 	var body io.Reader = http.NoBody
 	cl := int64(0)
 	if req.IsBodyStream() {

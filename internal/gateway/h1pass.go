@@ -33,6 +33,8 @@ type passHead struct {
 	grpc     span // Grpc-Status's value, if any
 	id       []byte
 	ok       bool // holds the current attempt's answer
+
+	req passReq // the call's request head, when it goes upstream as it came
 }
 
 // span is a part of passHead.buf: [from, to).

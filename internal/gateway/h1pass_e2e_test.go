@@ -16,6 +16,9 @@ import (
 // extra spaces), less the hop-by-hop ones, its Via and its X-Request-Id,
 // with the gateway's added; a HEAD answer's length stays, without a body,
 // and the client's connection stays open whatever the endpoint's says.
+// The request goes to the endpoint as it came too, its fields in the
+// client's order (fasthttp's writer puts Host and User-Agent first), with
+// the gateway's after them.
 func TestAnswerHeadPassedAsItCame(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -24,6 +27,7 @@ func TestAnswerHeadPassedAsItCame(t *testing.T) {
 	defer ln.Close()
 	const answer = "HTTP/1.1 200 Fine\r\nX-First: 1\r\nconnection: close\r\nSet-Cookie: a=1\r\nVia: 1.0 inner\r\nKeep-Alive: timeout=5\r\n" +
 		"content-type:   text/x \r\nX-Request-Id: endpoints\r\nServer: up\r\nSet-Cookie: b=2\r\nDate: Mon, 02 Jan 2006 15:04:05 GMT\r\nContent-Length: 2\r\n\r\n"
+	heads := make(chan string, 3)
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -32,7 +36,13 @@ func TestAnswerHeadPassedAsItCame(t *testing.T) {
 			}
 			go func() {
 				defer c.Close()
-				req, err := http.ReadRequest(bufio.NewReader(c))
+				br := bufio.NewReader(c)
+				b, _ := br.Peek(1)
+				b, _ = br.Peek(br.Buffered())
+				if i := strings.Index(string(b), "\r\n\r\n"); i >= 0 {
+					heads <- string(b[:i+4])
+				}
+				req, err := http.ReadRequest(br)
 				if err != nil {
 					return
 				}
@@ -58,7 +68,7 @@ func TestAnswerHeadPassedAsItCame(t *testing.T) {
 	defer c.Close()
 	br := bufio.NewReader(c)
 	for i, method := range []string{"GET", "HEAD", "GET"} { // one connection
-		if _, err := c.Write([]byte(method + " / HTTP/1.1\r\nHost: a.test\r\nX-Request-Id: mine\r\n\r\n")); err != nil {
+		if _, err := c.Write([]byte(method + " /p?q=1 HTTP/1.1\r\nX-B: 1\r\nHost: a.test\r\nUser-Agent: t\r\nX-Request-Id: mine\r\nVia: 1.0 outer\r\n\r\n")); err != nil {
 			t.Fatalf("call %d: %v", i, err)
 		}
 		var head []string
@@ -84,6 +94,12 @@ func TestAnswerHeadPassedAsItCame(t *testing.T) {
 		got := make([]byte, len(body))
 		if _, err := io.ReadFull(br, got); err != nil || string(got) != body {
 			t.Fatalf("call %d: body %q, %v", i, got, err)
+		}
+		sent := <-heads
+		wantSent := method + " /p?q=1 HTTP/1.1\r\nX-B: 1\r\nHost: a.test\r\nUser-Agent: t\r\nX-Request-Id: mine\r\n" +
+			"X-Forwarded-For: 127.0.0.1\r\nX-Forwarded-Proto: http\r\nVia: 1.0 outer, 1.1 sextant\r\n\r\n"
+		if sent != wantSent {
+			t.Fatalf("call %d: the endpoint got\n%q\nwant\n%q", i, sent, wantSent)
 		}
 	}
 }

@@ -277,7 +277,7 @@ func (hc *h1Conn) one(n int) (keep bool, hijack func(net.Conn)) {
 		}
 	}
 
-	hc.pass.ok = false
+	hc.pass.ok, hc.pass.req.ok = false, false
 	s.handler(ctx, &hc.pass)
 
 	if ctx.IsHead() {

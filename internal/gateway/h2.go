@@ -117,7 +117,7 @@ func (g *Gateway) serveH2On(w http.ResponseWriter, hr *http.Request, ctx *fastht
 	}
 	g.startTrace(ctx, t.tracing, &k.tr, start, c.spec.h2c) // an HTTP/1.1 cluster's tries write their own
 	k.noteURI(ctx, r)
-	g.prepareRequest(ctx, r, head, &k.rid)
+	g.prepareRequest(ctx, r, head, &k.rid, nil)
 	k.tr.noteRequestID(&k.rid, &ctx.Request.Header)
 	if r.spec.timeout > 0 {
 		k.deadline = start.Add(r.spec.timeout)

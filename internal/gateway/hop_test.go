@@ -59,8 +59,8 @@ func TestScanRequestHead(t *testing.T) {
 			a.Init(&always, peer, nil)
 			s.Init(&skipped, peer, nil)
 			var ida, ids requestID
-			g.prepareRequest(&a, r, headUnknown, &ida)
-			g.prepareRequest(&s, r, got, &ids)
+			g.prepareRequest(&a, r, headUnknown, &ida, nil)
+			g.prepareRequest(&s, r, got, &ids, nil)
 			// The id kept for the answer is the one sent; a longer one
 			// than it keeps is looked up.
 			for _, x := range []struct {
@@ -253,7 +253,7 @@ func TestForwardedForFields(t *testing.T) {
 			}
 			var ctx fasthttp.RequestCtx
 			ctx.Init(&req, &net.TCPAddr{IP: net.IPv4(10, 1, 2, 3), Port: 5555}, nil)
-			(&Gateway{}).prepareRequest(&ctx, &routeRT{spec: &routeSpec{}}, scanRequestHead(&ctx.Request.Header), nil)
+			(&Gateway{}).prepareRequest(&ctx, &routeRT{spec: &routeSpec{}}, scanRequestHead(&ctx.Request.Header), nil, nil)
 			var xff []string
 			for _, v := range ctx.Request.Header.PeekAll("X-Forwarded-For") {
 				xff = append(xff, string(v))
@@ -303,7 +303,7 @@ func BenchmarkPrepareH2(b *testing.B) {
 				if !tc.keep {
 					p = nil
 				}
-				g.prepareRequest(&ctx, r, tc.head, p)
+				g.prepareRequest(&ctx, r, tc.head, p, nil)
 				ctx.Response.Header.SetCanonical(nameRequestID, id.of(h))
 			}
 		})

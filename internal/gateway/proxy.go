@@ -112,7 +112,10 @@ func (g *Gateway) serveOn(ctx *fasthttp.RequestCtx, t *table, ph *passHead) {
 	}
 	g.startTrace(ctx, t.tracing, &k.tr, start, false)
 	k.noteURI(ctx, r)
-	g.prepareRequest(ctx, r, head, &k.rid)
+	if ph != nil && k.filters == nil && setCookie == "" {
+		k.pass = ph
+	}
+	g.prepareRequest(ctx, r, head, &k.rid, k.passReq(ctx, t, r, c, head))
 	k.tr.noteRequestID(&k.rid, &ctx.Request.Header)
 	if r.spec.timeout > 0 {
 		k.deadline = start.Add(r.spec.timeout)
@@ -124,9 +127,6 @@ func (g *Gateway) serveOn(ctx *fasthttp.RequestCtx, t *table, ph *passHead) {
 	}
 	if len(r.mirrors) > 0 {
 		g.mirror(ctx, r, r.spec.timeout)
-	}
-	if ph != nil && k.filters == nil && setCookie == "" {
-		k.pass = ph
 	}
 	k.forward(&ctx.Request, &ctx.Response)
 	if setCookie != "" {
@@ -586,9 +586,14 @@ func (id *requestID) of(h *fasthttp.RequestHeader) []byte {
 // h2sStream.fields): those it has not are not looked up. The names set are
 // canonical, as the server's parsing made the request's (SetCanonical
 // skips the normalized copy Set makes). The X-Request-Id sent is kept in
-// id (nil: not kept).
-func (g *Gateway) prepareRequest(ctx *fasthttp.RequestCtx, r *routeRT, head requestHead, id *requestID) {
+// id (nil: not kept). With pr, the request's head goes upstream as it
+// came (h1passreq.go): the edits' values go to pr and h stays as parsed.
+func (g *Gateway) prepareRequest(ctx *fasthttp.RequestCtx, r *routeRT, head requestHead, id *requestID, pr *passReq) {
 	h := &ctx.Request.Header
+	if pr != nil {
+		preparePass(ctx, head, id, pr)
+		return
+	}
 	if head&headHop != 0 {
 		dropHopHeaders(h) // dropping Connection also keeps the upstream connection open
 	}
@@ -618,13 +623,8 @@ func (g *Gateway) prepareRequest(ctx *fasthttp.RequestCtx, r *routeRT, head requ
 	if len(rid) > 0 {
 		id.keep(rid)
 	} else {
-		var b [16]byte
 		var hx [32]byte
-		u1, u2 := rand.Uint64(), rand.Uint64()
-		for i := range 8 {
-			b[i], b[8+i] = byte(u1>>(8*i)), byte(u2>>(8*i))
-		}
-		hex.Encode(hx[:], b[:])
+		newRequestID(&hx)
 		h.SetCanonical(nameRequestID, hx[:])
 		id.keep(hx[:])
 	}
@@ -646,6 +646,16 @@ func (g *Gateway) prepareRequest(ctx *fasthttp.RequestCtx, r *routeRT, head requ
 		// log's, a query match's) would be written upstream instead.
 		ctx.Request.SetRequestURIBytes(nu)
 	}
+}
+
+// newRequestID makes an X-Request-Id: 128 random bits in hex.
+func newRequestID(hx *[32]byte) {
+	var b [16]byte
+	u1, u2 := rand.Uint64(), rand.Uint64()
+	for i := range 8 {
+		b[i], b[8+i] = byte(u1>>(8*i)), byte(u2>>(8*i))
+	}
+	hex.Encode(hx[:], b[:])
 }
 
 // dropHopHeaders removes a request's hop-by-hop headers: those the

@@ -52,11 +52,11 @@ func newUpConn(c net.Conn) net.Conn {
 }
 
 // sendAwait writes req and returns once its answer can be read (or the
-// read deadline passed). Not for a streamed body.
-func (c *upConn) sendAwait(req *fasthttp.Request) error {
+// read deadline passed). Not for a streamed body. ph: as writeRequest's.
+func (c *upConn) sendAwait(req *fasthttp.Request, ph *passHead) error {
 	c.buf.Reset()
 	c.bw.Reset(&c.buf)
-	if err := req.Write(c.bw); err != nil {
+	if err := writeRequest(c.bw, req, ph); err != nil {
 		return err
 	}
 	if err := c.bw.Flush(); err != nil {

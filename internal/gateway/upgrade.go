@@ -304,7 +304,7 @@ func (g *Gateway) sendUpgrade(ctx *fasthttp.RequestCtx, r *routeRT, up net.Conn)
 	h := &ctx.Request.Header
 	upgrade := append([]byte(nil), h.Peek("Upgrade")...)
 	conn := append([]byte(nil), h.Peek("Connection")...)
-	g.prepareRequest(ctx, r, scanRequestHead(&ctx.Request.Header), nil) // hop.go
+	g.prepareRequest(ctx, r, scanRequestHead(&ctx.Request.Header), nil, nil) // hop.go
 	h.SetBytesV("Upgrade", upgrade)
 	h.SetBytesV("Connection", conn)
 	w := bufio.NewWriter(up)

@@ -53,10 +53,10 @@ func roundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Re
 	}
 	if uc, ok := conn.(*upConn); ok && !streamed && len(req.Body()) <= upConnMaxBody {
 		// Sent, and the answer's first bytes are in (upconn.go).
-		err = uc.sendAwait(req)
+		err = uc.sendAwait(req, ph)
 	} else {
 		bw := hc.AcquireWriter(conn)
-		err = req.Write(bw)
+		err = writeRequest(bw, req, ph)
 		if err == nil {
 			err = bw.Flush()
 		}
@@ -157,6 +157,15 @@ func roundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Re
 		hc.ReleaseConn(cc)
 	}
 	return false, nil
+}
+
+// writeRequest writes req, its head as the client sent it if ph's passReq
+// holds it (h1passreq.go).
+func writeRequest(w *bufio.Writer, req *fasthttp.Request, ph *passHead) error {
+	if ph != nil && ph.req.ok {
+		return ph.req.write(w, &req.Header)
+	}
+	return req.Write(w)
 }
 
 // asHTTP11 makes an HTTP/1.0 answer's head an HTTP/1.1 one: the server
