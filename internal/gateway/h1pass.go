@@ -99,31 +99,12 @@ func scanPassHead(p *passHead, b []byte, head bool) int {
 			i += 2
 			break // the blank line
 		}
-		// name ":" OWS value OWS CRLF
 		start := i
-		for i < len(b) && tokenTable[b[i]] {
-			i++
-		}
-		if i == start || i >= len(b) || b[i] != ':' {
+		name, vs, ve, next := scanField(b, i)
+		if next == 0 {
 			return 0
 		}
-		name := b[start:i]
-		i++
-		for i < len(b) && (b[i] == ' ' || b[i] == '\t') {
-			i++
-		}
-		vs := i
-		for i < len(b) && fieldTable[b[i]] {
-			i++
-		}
-		if i+1 >= len(b) || b[i] != '\r' || b[i+1] != '\n' {
-			return 0
-		}
-		ve := i
-		for ve > vs && (b[ve-1] == ' ' || b[ve-1] == '\t') {
-			ve--
-		}
-		i += 2
+		i = next
 		drop := false
 		switch field := passFieldOf(name); field {
 		case fieldOther:
@@ -183,6 +164,36 @@ func scanPassHead(p *passHead, b []byte, head bool) int {
 		}
 	}
 	return i
+}
+
+// scanField scans the field line at b[i:] (name ":" OWS value OWS CRLF)
+// and returns its name, where its value starts and ends in b, and where
+// the next line starts; next is 0 if it is not such a line.
+func scanField(b []byte, i int) (name []byte, vs, ve, next int) {
+	start := i
+	for i < len(b) && tokenTable[b[i]] {
+		i++
+	}
+	if i == start || i >= len(b) || b[i] != ':' {
+		return nil, 0, 0, 0
+	}
+	name = b[start:i]
+	i++
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t') {
+		i++
+	}
+	vs = i
+	for i < len(b) && fieldTable[b[i]] {
+		i++
+	}
+	if i+1 >= len(b) || b[i] != '\r' || b[i+1] != '\n' {
+		return nil, 0, 0, 0
+	}
+	ve = i
+	for ve > vs && (b[ve-1] == ' ' || b[ve-1] == '\t') {
+		ve--
+	}
+	return name, vs, ve, i + 2
 }
 
 // passField is what scanPassHead does with a field.

@@ -50,29 +50,11 @@ func (pr *passReq) scan(h *fasthttp.RequestHeader) bool {
 			return raw[i+1] == '\n' && i+2 == len(raw) && hostSeen
 		}
 		start := i
-		for i < len(raw) && tokenTable[raw[i]] {
-			i++
-		}
-		if i == start || i >= len(raw) || raw[i] != ':' {
+		name, vs, ve, next := scanField(raw, i)
+		if next == 0 {
 			return false
 		}
-		name := raw[start:i]
-		i++
-		for i < len(raw) && (raw[i] == ' ' || raw[i] == '\t') {
-			i++
-		}
-		vs := i
-		for i < len(raw) && fieldTable[raw[i]] {
-			i++
-		}
-		if i+1 >= len(raw) || raw[i] != '\r' || raw[i+1] != '\n' {
-			return false
-		}
-		ve := i
-		for ve > vs && (raw[ve-1] == ' ' || raw[ve-1] == '\t') {
-			ve--
-		}
-		i += 2
+		i = next
 		drop := false
 		switch len(name) {
 		case 3:
