@@ -20,48 +20,28 @@ import (
 // client's order (fasthttp's writer puts Host and User-Agent first), with
 // the gateway's after them.
 func TestAnswerHeadPassedAsItCame(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
 	const answer = "HTTP/1.1 200 Fine\r\nX-First: 1\r\nconnection: close\r\nSet-Cookie: a=1\r\nVia: 1.0 inner\r\nKeep-Alive: timeout=5\r\n" +
 		"content-type:   text/x \r\nX-Request-Id: endpoints\r\nServer: up\r\nSet-Cookie: b=2\r\nDate: Mon, 02 Jan 2006 15:04:05 GMT\r\nContent-Length: 2\r\n\r\n"
 	heads := make(chan string, 3)
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				br := bufio.NewReader(c)
-				b, _ := br.Peek(1)
-				b, _ = br.Peek(br.Buffered())
-				if i := strings.Index(string(b), "\r\n\r\n"); i >= 0 {
-					heads <- string(b[:i+4])
-				}
-				req, err := http.ReadRequest(br)
-				if err != nil {
-					return
-				}
-				io.Copy(io.Discard, req.Body)
-				out := answer + "ok"
-				if req.Method == http.MethodHead {
-					out = strings.Replace(answer, "Content-Length: 2", "Content-Length: 123456", 1)
-				}
-				_, _ = c.Write([]byte(out)) // and closes, as it said
-			}()
+	url := gatewayToRaw(t, func(c net.Conn) {
+		br := bufio.NewReader(c)
+		b, _ := br.Peek(1)
+		b, _ = br.Peek(br.Buffered())
+		if i := strings.Index(string(b), "\r\n\r\n"); i >= 0 {
+			heads <- string(b[:i+4])
 		}
-	}()
-	tcp := ln.Addr().(*net.TCPAddr)
-	u := &upstream{name: "raw", addr: ln.Addr().String(), host: tcp.IP.String(), port: uint32(tcp.Port)}
-	cp := startControlPlane(t, "")
-	cp.set(rdsListener("gw", "r"), routeConfig("r", vhost("all", []string{"*"}, prefixRoute("/", "a"))), edsCluster("a"), assignment("a", ep{u: u}))
-	g := startGateway(t, cp.addr)
-	g.waitEndpoints(t, 1)
-	c, err := net.Dial("tcp", strings.TrimPrefix(g.url, "http://"))
+		req, err := http.ReadRequest(br)
+		if err != nil {
+			return
+		}
+		io.Copy(io.Discard, req.Body)
+		out := answer + "ok"
+		if req.Method == http.MethodHead {
+			out = strings.Replace(answer, "Content-Length: 2", "Content-Length: 123456", 1)
+		}
+		_, _ = c.Write([]byte(out)) // and closes, as it said
+	})
+	c, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
 	if err != nil {
 		t.Fatal(err)
 	}
