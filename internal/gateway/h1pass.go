@@ -106,7 +106,7 @@ func scanPassHead(p *passHead, b []byte, head bool) int {
 		}
 		i = next
 		drop := false
-		switch field := passFieldOf(name); field {
+		switch passFieldOf(name) {
 		case fieldOther:
 		case fieldContentLength:
 			if p.cl >= 0 {

@@ -14,8 +14,8 @@ import (
 // gateway serves it under if that is another. fasthttp's Request.Write
 // builds the head anew from the parsed fields, after SetCanonical has
 // looked each edited name up: together 6% of an HTTP/1.1 call's user CPU
-// (issue 48). Only a request nothing else edits takes it (serveOn:
-// passable); the rest is written by fasthttp as before.
+// (issue 48). Only a request nothing else edits takes it (call.passReq);
+// the rest is written by fasthttp as before.
 type passReq struct {
 	ok    bool    // the current call's request goes out so
 	drop  [4]span // raw lines left out, in order
@@ -153,7 +153,7 @@ func preparePass(ctx *fasthttp.RequestCtx, head requestHead, id *requestID, pr *
 
 // write writes h's head upstream: its request line (HTTP/1.1), the raw
 // lines but those scan left out, then the edits. The request has no body
-// (serveOn: passable).
+// (call.passReq).
 func (pr *passReq) write(w *bufio.Writer, h *fasthttp.RequestHeader) error {
 	raw := h.RawHeaders()
 	b := w.AvailableBuffer()
