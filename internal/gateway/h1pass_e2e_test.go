@@ -17,8 +17,8 @@ import (
 // with the gateway's added; a HEAD answer's length stays, without a body,
 // and the client's connection stays open whatever the endpoint's says.
 // The request goes to the endpoint as it came too, its fields in the
-// client's order (fasthttp's writer puts Host and User-Agent first), with
-// the gateway's after them.
+// client's order (fasthttp's writer puts Host and User-Agent first), less
+// its hop-by-hop ones, with the gateway's after them.
 func TestAnswerHeadPassedAsItCame(t *testing.T) {
 	const answer = "HTTP/1.1 200 Fine\r\nX-First: 1\r\nconnection: close\r\nSet-Cookie: a=1\r\nVia: 1.0 inner\r\nKeep-Alive: timeout=5\r\n" +
 		"content-type:   text/x \r\nX-Request-Id: endpoints\r\nServer: up\r\nSet-Cookie: b=2\r\nDate: Mon, 02 Jan 2006 15:04:05 GMT\r\nContent-Length: 2\r\n\r\n"
@@ -48,7 +48,7 @@ func TestAnswerHeadPassedAsItCame(t *testing.T) {
 	defer c.Close()
 	br := bufio.NewReader(c)
 	for i, method := range []string{"GET", "HEAD", "GET"} { // one connection
-		if _, err := c.Write([]byte(method + " /p?q=1 HTTP/1.1\r\nX-B: 1\r\nHost: a.test\r\nUser-Agent: t\r\nX-Request-Id: mine\r\nVia: 1.0 outer\r\n\r\n")); err != nil {
+		if _, err := c.Write([]byte(method + " /p?q=1 HTTP/1.1\r\nX-B: 1\r\nHost: a.test\r\nUser-Agent: t\r\nX-Request-Id: mine\r\nConnection: keep-alive\r\nVia: 1.0 outer\r\n\r\n")); err != nil {
 			t.Fatalf("call %d: %v", i, err)
 		}
 		var head []string

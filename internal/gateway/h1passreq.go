@@ -18,7 +18,7 @@ import (
 // the rest is written by fasthttp as before.
 type passReq struct {
 	ok    bool    // the current call's request goes out so
-	drop  [4]span // raw lines left out, in order
+	drop  [8]span // raw lines left out, in order
 	ndrop int
 	// The edits' values, set by prepareRequest.
 	xff, via []byte
@@ -33,8 +33,14 @@ type passReq struct {
 // write can pass on (a field, CRLF-ended, not folded) and h has a Host.
 // XFF lines are left out (prepareRequest joins their values with the
 // client's address); the first X-Forwarded-Proto and Via lines too, as
-// SetCanonical replaces the first; the Host line if h's Host is not its.
+// SetCanonical replaces the first; the Host line if h's Host is not its;
+// hop-by-hop lines, as dropHopHeaders drops them (a Connection that says
+// more than keep-alive, or a request that closes its connection, is left
+// to it).
 func (pr *passReq) scan(h *fasthttp.RequestHeader) bool {
+	if h.ConnectionClose() || !h.IsHTTP11() {
+		return false // (fasthttp's path sends an HTTP/1.0 request on as one)
+	}
 	raw := h.RawHeaders()
 	pr.ndrop, pr.host, pr.newID = 0, false, false
 	if len(raw) < 2 || string(raw[len(raw)-2:]) != "\r\n" {
@@ -57,6 +63,17 @@ func (pr *passReq) scan(h *fasthttp.RequestHeader) bool {
 		i = next
 		drop := false
 		switch len(name) {
+		case 2, 7, 16, 18, 19:
+			drop = isHopName(name)
+		case 10:
+			if bytes.EqualFold(name, nameConnection) {
+				if !onlyKeepAlive(raw[vs:ve]) {
+					return false
+				}
+				drop = true
+			} else {
+				drop = isHopName(name) // Keep-Alive
+			}
 		case 3:
 			drop = !via && bytes.EqualFold(name, nameVia)
 			via = via || drop
@@ -86,9 +103,26 @@ func (pr *passReq) scan(h *fasthttp.RequestHeader) bool {
 	return false
 }
 
+// onlyKeepAlive reports whether a Connection value names nothing but
+// keep-alive.
+func onlyKeepAlive(v []byte) bool {
+	for len(v) > 0 {
+		tok := v
+		if c := bytes.IndexByte(v, ','); c >= 0 {
+			tok, v = v[:c], v[c+1:]
+		} else {
+			v = nil
+		}
+		if tok = bytes.TrimSpace(tok); len(tok) > 0 && !bytes.EqualFold(tok, tokKeepAlive) {
+			return false
+		}
+	}
+	return true
+}
+
 // passReq returns the request's passReq (the connection's) if its head may
 // go upstream as it came: the call passes its answer head (no route
-// filters), nothing else edits its head (no hop-by-hop or subset field, no
+// filters), nothing else edits its head (no subset field, no
 // RBAC or JWT, no tracing, no rewrite, no mirror, no access log, which
 // reads the edited fields) and it has no body, its cluster speaks HTTP/1.1
 // and scan can pass on each of its lines. nil: prepareRequest edits the
@@ -99,7 +133,7 @@ func (k *call) passReq(ctx *fasthttp.RequestCtx, t *table, r *routeRT, c *cluste
 	}
 	k.pass.req.ok = false
 	h := &ctx.Request.Header
-	if head&(headHop|headSubset) != 0 || len(t.rbac) > 0 || t.tracing != nil || len(k.logs) > 0 ||
+	if head&headSubset != 0 || len(t.rbac) > 0 || t.tracing != nil || len(k.logs) > 0 ||
 		r.spec.rewrite != "" || len(r.mirrors) > 0 || c.spec.h2c || !(h.IsGet() || h.IsHead()) ||
 		ctx.Request.IsBodyStream() || len(ctx.Request.Body()) > 0 {
 		return nil

@@ -32,7 +32,7 @@ func passReqFields(t testing.TB, raw string, tls bool) (fast, pass []string, ok 
 	s.Init(&reqs[1], peer, nil)
 	head := scanRequestHead(&reqs[1].Header)
 	var pr passReq
-	if head&(headHop|headSubset) != 0 || !(reqs[1].Header.IsGet() || reqs[1].Header.IsHead()) || !pr.scan(&reqs[1].Header) {
+	if head&headSubset != 0 || !(reqs[1].Header.IsGet() || reqs[1].Header.IsHead()) || !pr.scan(&reqs[1].Header) {
 		return nil, nil, false
 	}
 	if u := reqs[1].Header.RequestURI(); len(u) == 0 || u[0] != '/' {
@@ -96,7 +96,10 @@ func TestPassReq(t *testing.T) {
 		{"HEAD /x HTTP/1.1\r\nHost: h\r\nX-Forwarded-For: 10.0.0.1\r\nX-Forwarded-For: 10.0.0.2\r\nVia: 1.0 a\r\nVia: 1.0 b\r\nX-Forwarded-Proto: gopher\r\n\r\n", false, true},
 		{"GET / HTTP/1.1\r\nHost: h\r\nX-Forwarded-For:\r\nAccept:  spaced  \r\n\r\n", false, true},
 		{"GET / HTTP/1.1\r\nHost: h\r\nContent-Length: 0\r\n\r\n", false, true},
-		{"GET / HTTP/1.1\r\nHost: h\r\nConnection: keep-alive\r\n\r\n", false, false}, // hop-by-hop
+		{"GET / HTTP/1.1\r\nHost: h\r\nConnection: keep-alive\r\nKeep-Alive: 5\r\nTE: trailers\r\nX-A: 1\r\nProxy-Authorization: x\r\n\r\n", false, true}, // hop-by-hop, dropped
+		{"GET / HTTP/1.1\r\nHost: h\r\nConnection: keep-alive, X-A\r\nX-A: 1\r\n\r\n", false, false},                                                      // names a field
+		{"GET / HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n", false, false},
+		{"GET / HTTP/1.0\r\nHost: h\r\nConnection: keep-alive\r\n\r\n", false, false},
 		{"GET / HTTP/1.1\r\nHost: h\r\nX-Sextant-Subset: v=1\r\n\r\n", false, false},
 		{"GET / HTTP/1.1\r\nHost: h\r\nX-A: 1\r\n folded\r\n\r\n", false, false},
 		{"GET / HTTP/1.1\r\nX-A: 1\r\n\r\n", false, false}, // no Host
@@ -148,6 +151,7 @@ func FuzzPassReq(f *testing.F) {
 		"GET /a?b=c HTTP/1.1\r\nHost: h\r\nCookie: a=1; b=2\r\nX-Request-Id: mine\r\nVia: x\r\n\r\n",
 		"HEAD /x HTTP/1.1\r\nHost: h\r\nX-Forwarded-For: 10.0.0.1\r\nX-Forwarded-For: 10.0.0.2\r\nX-Forwarded-Proto: a\r\n\r\n",
 		"GET / HTTP/1.1\r\nHost: h\r\nContent-Length: 0\r\nX-A: \xff\t\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: h\r\nConnection: Keep-Alive\r\nKeep-Alive: 300\r\nUpgrade: x\r\nTrailer: y\r\n\r\n",
 	} {
 		f.Add(s, false)
 	}
