@@ -118,24 +118,11 @@ func scanPassHead(p *passHead, b []byte, head bool) int {
 		case fieldTransferEncoding:
 			return 0
 		case fieldConnection:
-			v := b[vs:ve]
-			for len(v) > 0 {
-				tok := v
-				if c := bytes.IndexByte(v, ','); c >= 0 {
-					tok, v = v[:c], v[c+1:]
-				} else {
-					v = nil
-				}
-				switch tok = bytes.TrimSpace(tok); {
-				case len(tok) == 0:
-				case bytes.EqualFold(tok, tokClose):
-					p.close = true
-				case bytes.EqualFold(tok, tokKeepAlive):
-					keepAlive = true
-				default:
-					return 0 // it names fields to leave out too
-				}
+			c, ka, other := connectionTokens(b[vs:ve])
+			if other {
+				return 0 // it names fields to leave out too
 			}
+			p.close, keepAlive = p.close || c, keepAlive || ka
 			drop = true
 		case fieldServer:
 			p.server = true
@@ -194,6 +181,29 @@ func scanField(b []byte, i int) (name []byte, vs, ve, next int) {
 		ve--
 	}
 	return name, vs, ve, i + 2
+}
+
+// connectionTokens says what a Connection value names: close, keep-alive,
+// anything else (fields to leave out).
+func connectionTokens(v []byte) (close, keepAlive, other bool) {
+	for len(v) > 0 {
+		tok := v
+		if c := bytes.IndexByte(v, ','); c >= 0 {
+			tok, v = v[:c], v[c+1:]
+		} else {
+			v = nil
+		}
+		switch tok = bytes.TrimSpace(tok); {
+		case len(tok) == 0:
+		case bytes.EqualFold(tok, tokClose):
+			close = true
+		case bytes.EqualFold(tok, tokKeepAlive):
+			keepAlive = true
+		default:
+			other = true
+		}
+	}
+	return close, keepAlive, other
 }
 
 // passField is what scanPassHead does with a field.

@@ -67,8 +67,8 @@ func (pr *passReq) scan(h *fasthttp.RequestHeader) bool {
 			drop = isHopName(name)
 		case 10:
 			if bytes.EqualFold(name, nameConnection) {
-				if !onlyKeepAlive(raw[vs:ve]) {
-					return false
+				if c, _, other := connectionTokens(raw[vs:ve]); c || other {
+					return false // closing, or naming fields: fasthttp's
 				}
 				drop = true
 			} else {
@@ -101,23 +101,6 @@ func (pr *passReq) scan(h *fasthttp.RequestHeader) bool {
 		}
 	}
 	return false
-}
-
-// onlyKeepAlive reports whether a Connection value names nothing but
-// keep-alive.
-func onlyKeepAlive(v []byte) bool {
-	for len(v) > 0 {
-		tok := v
-		if c := bytes.IndexByte(v, ','); c >= 0 {
-			tok, v = v[:c], v[c+1:]
-		} else {
-			v = nil
-		}
-		if tok = bytes.TrimSpace(tok); len(tok) > 0 && !bytes.EqualFold(tok, tokKeepAlive) {
-			return false
-		}
-	}
-	return true
 }
 
 // passReq returns the request's passReq (the connection's) if its head may
