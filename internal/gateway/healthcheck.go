@@ -360,9 +360,11 @@ func (hc *healthChecker) tlsClient() *http.Client {
 func (hc *healthChecker) apply(h *hcHost, ok, network bool, out string) {
 	s := hc.spec
 	first := h.pending
-	if h.pending {
+	if first {
+		// checked closes once the health is in the balancer (below):
+		// warm lets the cluster take calls as it closes.
 		h.pending = false
-		close(h.checked)
+		defer close(h.checked)
 	}
 	h.checks++
 	h.last, h.output = time.Now(), out
