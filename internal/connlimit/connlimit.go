@@ -71,10 +71,12 @@ func (l *Listener) Accept() (net.Conn, error) {
 		}
 		src := sourceOf(c)
 		if why := l.admit(src); why != "" {
-			c.Close()
+			// Counted before the close, so whoever sees the close sees
+			// the count too.
 			if l.refused != nil {
 				l.refused(why)
 			}
+			c.Close()
 			continue
 		}
 		return &conn{Conn: c, l: l, src: src}, nil
