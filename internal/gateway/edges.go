@@ -60,7 +60,8 @@ func (g *lfGuard) read(r io.Reader, p []byte) (int, error) {
 // lfConn is a plaintext connection read through an lfGuard.
 type lfConn struct {
 	net.Conn
-	lf lfGuard
+	lf    lfGuard
+	addrs connAddrs // rbac.go
 }
 
 func (c *lfConn) Read(p []byte) (int, error) { return c.lf.read(c.Conn, p) }

@@ -297,6 +297,7 @@ type tlsServerConn struct {
 	state *tls.ConnectionState
 	peer  peerNames // of state's peer certificate, for RBAC
 	lf    lfGuard   // edges.go
+	addrs connAddrs // rbac.go
 }
 
 // ServeTLS serves TLS on ln until Shutdown, with the filter chains of the
