@@ -51,7 +51,7 @@ type h1Conn struct {
 	state  atomic.Int32
 	ctx    fasthttp.RequestCtx
 	br     *bufio.Reader
-	bw     *bufio.Writer
+	bw     *bufio.Writer // while answers are written: nil between them (writer)
 	body   h1Body
 	hijack func(net.Conn) // set by the handler (hijack); runs after the answer
 	out    answerWriter
@@ -75,8 +75,15 @@ var (
 	// with it: a client that opens a connection per request costs no
 	// allocation a request either.
 	h1Pool = sync.Pool{New: func() any {
-		return &h1Conn{br: bufio.NewReaderSize(nil, 8192), bw: bufio.NewWriterSize(nil, 4096)}
+		return &h1Conn{br: bufio.NewReaderSize(nil, 8192)}
 	}}
+	// h1Writers lends connections the buffer their answers are written
+	// into, from the answer's first byte until it went out: the next
+	// answer, of any connection, then finds the buffer in the cache,
+	// where one buffer per connection was a cold copy target each time
+	// (issue 48). A connection holds one across a wait only when the
+	// socket is full or the answer streams.
+	h1Writers = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, 4096) }}
 	// h1Conns finds a request's connection from its context, for hijack
 	// and shutdownOf: the context's own fields for that are fasthttp's
 	// server's.
@@ -159,7 +166,6 @@ func (hc *h1Conn) serve() {
 	h1Conns.Store(&hc.ctx, hc)
 	hc.ctx.Init2(hc.c, discardLogger{}, false) // for an answer before the first request (fail)
 	hc.br.Reset(hc.c)
-	hc.bw.Reset(hc.c)
 	var last time.Time // the previous request's time: its idle deadline counts from it
 	if s.readTimeout > 0 {
 		last = time.Now()
@@ -176,10 +182,10 @@ func (hc *h1Conn) serve() {
 				return
 			}
 		}
-		if hc.bw.Buffered() > 0 && hc.br.Buffered() == 0 {
+		if hc.buffered() > 0 && hc.br.Buffered() == 0 {
 			// Answers to pipelined requests went out together; the wait
 			// for the next request must not hold them.
-			if hc.bw.Flush() != nil {
+			if hc.flush() != nil {
 				return
 			}
 		}
@@ -192,7 +198,7 @@ func (hc *h1Conn) serve() {
 		if !hc.state.CompareAndSwap(connIdle, connActive) {
 			return // Shutdown closed it
 		}
-		if hc.bw.Buffered() > 0 && !hc.headBuffered() && hc.bw.Flush() != nil {
+		if hc.buffered() > 0 && !hc.headBuffered() && hc.flush() != nil {
 			return // answers held while the next head is awaited
 		}
 		keep, hijack := hc.one(n)
@@ -204,7 +210,7 @@ func (hc *h1Conn) serve() {
 		last = hc.ctx.Time()
 		hc.state.Store(connIdle)
 		if !keep || s.stop.Load() {
-			_ = hc.bw.Flush()
+			_ = hc.flush()
 			return
 		}
 	}
@@ -213,7 +219,11 @@ func (hc *h1Conn) serve() {
 // release returns hc to the pool.
 func (hc *h1Conn) release() {
 	hc.br.Reset(nil)
-	hc.bw.Reset(nil)
+	if hc.bw != nil { // a flush that failed
+		hc.bw.Reset(nil)
+		h1Writers.Put(hc.bw)
+		hc.bw = nil
+	}
 	hc.ctx.Request.Reset()
 	hc.ctx.Response.Reset()
 	hc.ctx.Init2(nil, discardLogger{}, false)
@@ -232,7 +242,12 @@ func (hc *h1Conn) one(n int) (keep bool, hijack func(net.Conn)) {
 		ctx.Request.Reset()
 		ctx.Response.Reset()
 	}()
-	ctx.Init2(hc.c, discardLogger{}, false) // the request's time: the loop's one clock read
+	// The request's time: the loop's one clock read. Bodies' buffers go
+	// back to fasthttp's pool at each request's end (reduceMemoryUsage),
+	// so that the next request, of any connection, finds one still in
+	// the cache: one per connection was a cold copy target each time
+	// (issue 48).
+	ctx.Init2(hc.c, discardLogger{}, true)
 	ctx.Response.Header.SetNoDefaultContentType(true)
 	if n > 0 {
 		// The read timeout counts from the request's first byte; without
@@ -266,13 +281,13 @@ func (hc *h1Conn) one(n int) (keep bool, hijack func(net.Conn)) {
 	case cl != 0:
 		if req.MayContinue() {
 			// fasthttp's way: the body is wanted whatever the handler does.
-			if _, err := hc.bw.Write(continueLine); err != nil || hc.bw.Flush() != nil {
+			if _, err := hc.writer().Write(continueLine); err != nil || hc.flush() != nil {
 				return false, nil
 			}
 		}
 		hc.body.start(hc.br, cl)
 		req.SetBodyStream(&hc.body, cl)
-		if hc.bw.Buffered() > 0 && hc.bw.Flush() != nil {
+		if hc.buffered() > 0 && hc.flush() != nil {
 			return false, nil // the handler may wait for the body: answers before go out
 		}
 	}
@@ -303,20 +318,20 @@ func (hc *h1Conn) one(n int) (keep bool, hijack func(net.Conn)) {
 		// The handler answers itself (upgrade.go). Even on a connection
 		// that broke, the hijack runs: it ends its tunnel, and the
 		// endpoint's connection with it, at once.
-		_ = hc.bw.Flush()
+		_ = hc.flush()
 		return false, hijack
 	}
 	var err error
 	if hc.pass.ok {
-		err = hc.out.writePass(hc.bw, resp, &hc.pass, closeConn, !closeConn && !http11, s.name)
+		err = hc.out.writePass(hc.writer(), resp, &hc.pass, closeConn, !closeConn && !http11, s.name)
 	} else {
-		err = hc.out.write(hc.bw, resp)
+		err = hc.out.write(hc.writer(), resp)
 	}
 	if err != nil {
 		return false, nil
 	}
 	if hc.br.Buffered() == 0 || closeConn || !hc.body.done() {
-		if hc.bw.Flush() != nil {
+		if hc.flush() != nil {
 			return false, nil
 		}
 	}
@@ -362,9 +377,42 @@ func (hc *h1Conn) fail(err error) {
 		ctx.Response.Header.SetServer(hc.s.name)
 	}
 	ctx.SetConnectionClose()
-	if hc.out.write(hc.bw, &ctx.Response) == nil {
-		_ = hc.bw.Flush()
+	if hc.out.write(hc.writer(), &ctx.Response) == nil {
+		_ = hc.flush()
 	}
+}
+
+// writer is the buffer answers are written into, lent by h1Writers until
+// flush sends them.
+func (hc *h1Conn) writer() *bufio.Writer {
+	if hc.bw == nil {
+		hc.bw = h1Writers.Get().(*bufio.Writer)
+		hc.bw.Reset(hc.c)
+	}
+	return hc.bw
+}
+
+// buffered is what the writer holds of answers not yet sent.
+func (hc *h1Conn) buffered() int {
+	if hc.bw == nil {
+		return 0
+	}
+	return hc.bw.Buffered()
+}
+
+// flush sends what the writer holds and gives the buffer back; one that
+// failed stays (release gives it back).
+func (hc *h1Conn) flush() error {
+	if hc.bw == nil {
+		return nil
+	}
+	if err := hc.bw.Flush(); err != nil {
+		return err
+	}
+	hc.bw.Reset(nil)
+	h1Writers.Put(hc.bw)
+	hc.bw = nil
+	return nil
 }
 
 // checkTarget refuses what fasthttp's server refused before its handler

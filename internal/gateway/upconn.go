@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"net"
+	"sync"
 	"syscall"
 
 	"github.com/valyala/fasthttp"
@@ -22,12 +23,35 @@ import (
 type upConn struct {
 	*nbConn                       // its reads and writes are raw system calls (nbconn.go)
 	step    func(fd uintptr) bool // c.write, bound once: no allocation a call
-	buf     bytes.Buffer          // the request, serialized
-	bw      *bufio.Writer         // into buf
+	req     *reqBuf               // the request, serialized; lent by reqBufs until sent
 	out     []byte                // what step writes
 	sent    int
 	werr    syscall.Errno
 	todo    bool // step has not written yet
+}
+
+// reqBuf is where a request is serialized before it is sent.
+type reqBuf struct {
+	buf bytes.Buffer
+	bw  *bufio.Writer // into buf
+}
+
+// reqBufs lends connections their requests' buffer from the request's
+// first byte until it went out, before the wait for the answer: the next
+// call, on any connection, finds it in the cache, where a buffer per
+// connection was a cold copy target at each call (issue 48).
+var reqBufs = sync.Pool{New: func() any {
+	rb := &reqBuf{}
+	rb.bw = bufio.NewWriterSize(&rb.buf, 4096)
+	return rb
+}}
+
+// release gives the request's buffer back.
+func (c *upConn) release() {
+	if c.req != nil {
+		reqBufs.Put(c.req)
+		c.req, c.out = nil, nil
+	}
 }
 
 // upConnMaxBody bounds the bodies sent through buf: a larger one (a
@@ -47,22 +71,24 @@ func newUpConn(c net.Conn) net.Conn {
 	nb.lazy = true // roundTrip sets a deadline per call (nbconn.go)
 	u := &upConn{nbConn: nb}
 	u.step = u.write
-	u.bw = bufio.NewWriterSize(&u.buf, 4096)
 	return u
 }
 
 // sendAwait writes req and returns once its answer can be read (or the
 // read deadline passed). Not for a streamed body. ph: as writeRequest's.
 func (c *upConn) sendAwait(req *fasthttp.Request, ph *passHead) error {
-	c.buf.Reset()
-	c.bw.Reset(&c.buf)
-	if err := writeRequest(c.bw, req, ph); err != nil {
+	rb := reqBufs.Get().(*reqBuf)
+	c.req = rb
+	defer c.release()
+	rb.buf.Reset()
+	rb.bw.Reset(&rb.buf)
+	if err := writeRequest(rb.bw, req, ph); err != nil {
 		return err
 	}
-	if err := c.bw.Flush(); err != nil {
+	if err := rb.bw.Flush(); err != nil {
 		return err
 	}
-	c.out, c.sent, c.werr, c.todo = c.buf.Bytes(), 0, 0, true
+	c.out, c.sent, c.werr, c.todo = rb.buf.Bytes(), 0, 0, true
 	// Again if the armed deadline ended the wait early (rawRead): write
 	// is then done with the request, or has not started it.
 	err := c.rawRead(c.step)
@@ -71,7 +97,7 @@ func (c *upConn) sendAwait(req *fasthttp.Request, ph *passHead) error {
 		return c.opError("write", c.werr)
 	case err != nil:
 		return err
-	case c.sent < len(c.out):
+	case c.out != nil && c.sent < len(c.out):
 		// The socket's buffer was full: the rest the usual way (its write
 		// deadline applies), then the usual read.
 		_, err = c.nbConn.Write(c.out[c.sent:])
@@ -91,5 +117,6 @@ func (c *upConn) write(fd uintptr) bool {
 	if !rawWrite(fd, c.out, &c.sent, &c.werr) || c.werr != 0 {
 		return true // EAGAIN (the rest the usual way) or failed
 	}
+	c.release() // sent: the buffer is not held through the wait
 	return false
 }
