@@ -82,7 +82,8 @@ var (
 	// answer, of any connection, then finds the buffer in the cache,
 	// where one buffer per connection was a cold copy target each time
 	// (issue 48). A connection holds one across a wait only when the
-	// socket is full or the answer streams.
+	// socket is full, the answer streams, or answers to pipelined
+	// requests wait to go out together.
 	h1Writers = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, 4096) }}
 	// h1Conns finds a request's connection from its context, for hijack
 	// and shutdownOf: the context's own fields for that are fasthttp's
@@ -219,7 +220,7 @@ func (hc *h1Conn) serve() {
 // release returns hc to the pool.
 func (hc *h1Conn) release() {
 	hc.br.Reset(nil)
-	if hc.bw != nil { // a flush that failed
+	if hc.bw != nil { // answers not sent: a flush failed, or Shutdown closed the connection
 		hc.bw.Reset(nil)
 		h1Writers.Put(hc.bw)
 		hc.bw = nil
