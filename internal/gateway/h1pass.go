@@ -185,25 +185,18 @@ func scanField(b []byte, i int) (name []byte, vs, ve, next int) {
 
 // connectionTokens says what a Connection value names: close, keep-alive,
 // anything else (fields to leave out).
-func connectionTokens(v []byte) (close, keepAlive, other bool) {
-	for len(v) > 0 {
-		tok := v
-		if c := bytes.IndexByte(v, ','); c >= 0 {
-			tok, v = v[:c], v[c+1:]
-		} else {
-			v = nil
-		}
-		switch tok = bytes.TrimSpace(tok); {
-		case len(tok) == 0:
+func connectionTokens(v []byte) (closing, keepAlive, other bool) {
+	for tok := range connectionList(v) {
+		switch {
 		case bytes.EqualFold(tok, tokClose):
-			close = true
+			closing = true
 		case bytes.EqualFold(tok, tokKeepAlive):
 			keepAlive = true
 		default:
 			other = true
 		}
 	}
-	return close, keepAlive, other
+	return closing, keepAlive, other
 }
 
 // passField is what scanPassHead does with a field.

@@ -249,8 +249,20 @@ func answerFieldApart(k []byte) bool {
 // close and keep-alive (options, not names).
 func connectionNames(v []byte) iter.Seq[[]byte] {
 	return func(yield func([]byte) bool) {
+		for tok := range connectionList(v) {
+			if !bytes.EqualFold(tok, tokClose) && !bytes.EqualFold(tok, tokKeepAlive) && !yield(tok) {
+				return
+			}
+		}
+	}
+}
+
+// connectionList yields a Connection value's tokens: its comma-separated
+// parts, trimmed, the empty ones left out.
+func connectionList(v []byte) iter.Seq[[]byte] {
+	return func(yield func([]byte) bool) {
 		for tok := range bytes.SplitSeq(v, []byte{','}) {
-			if tok = bytes.TrimSpace(tok); len(tok) > 0 && !bytes.EqualFold(tok, []byte("close")) && !bytes.EqualFold(tok, []byte("keep-alive")) && !yield(tok) {
+			if tok = bytes.TrimSpace(tok); len(tok) > 0 && !yield(tok) {
 				return
 			}
 		}
