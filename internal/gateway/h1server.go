@@ -221,9 +221,7 @@ func (hc *h1Conn) serve() {
 func (hc *h1Conn) release() {
 	hc.br.Reset(nil)
 	if hc.bw != nil { // answers not sent: a flush failed, or Shutdown closed the connection
-		hc.bw.Reset(nil)
-		h1Writers.Put(hc.bw)
-		hc.bw = nil
+		hc.putWriter()
 	}
 	hc.ctx.Request.Reset()
 	hc.ctx.Response.Reset()
@@ -410,10 +408,15 @@ func (hc *h1Conn) flush() error {
 	if err := hc.bw.Flush(); err != nil {
 		return err
 	}
+	hc.putWriter()
+	return nil
+}
+
+// putWriter gives the writer back to h1Writers.
+func (hc *h1Conn) putWriter() {
 	hc.bw.Reset(nil)
 	h1Writers.Put(hc.bw)
 	hc.bw = nil
-	return nil
 }
 
 // checkTarget refuses what fasthttp's server refused before its handler
