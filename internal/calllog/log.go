@@ -146,8 +146,10 @@ type partition struct {
 	pending   []entry // encoded by drain, for flush to write
 	encodeErr error   // the first encoding that failed since the last flush
 	unsynced  bool
-	reqBuf    []byte  // requestID's
-	order     []int32 // flush's: pending's indices in start order
+	reqBuf    []byte // requestID's
+	names     nameCache
+	order     []int32  // flush's: pending's indices in start order
+	keys      []uint64 // inOrder's
 }
 
 // Open opens (or creates) the log in opts.Dir and starts its writer.
@@ -385,19 +387,7 @@ func (l *Log) flush(p *partition, durable bool) error {
 		}
 	}
 	recs := p.pending
-	// In start order, by their indices (an entry is 66 bytes, which
-	// sorting the entries themselves would move at every swap).
-	ord := p.order[:0]
-	for i := range recs {
-		ord = append(ord, int32(i))
-	}
-	slices.SortFunc(ord, func(a, b int32) int {
-		if c := cmp.Compare(recs[a].t, recs[b].t); c != 0 {
-			return c
-		}
-		return cmp.Compare(a, b)
-	})
-	p.order = ord
+	ord := p.inOrder()
 	var late []entry
 	seg := p.active
 	for _, i := range ord {
@@ -461,21 +451,66 @@ type entry struct {
 	body [callstore.BodySize]byte
 }
 
+// inOrder lists p's pending entries' indices in start order, ties in
+// the order they came. Not the entries themselves: an entry is 66 bytes,
+// which sorting would move at every swap. Writer goroutine.
+func (p *partition) inOrder() []int32 {
+	recs := p.pending
+	ord := p.order[:0]
+	if len(recs) == 0 {
+		return ord
+	}
+	lo, hi := recs[0].t, recs[0].t
+	for i := range recs {
+		lo, hi = min(lo, recs[i].t), max(hi, recs[i].t)
+	}
+	if len(recs) <= 1<<orderIndexBits && uint64(hi)-uint64(lo) < 1<<(64-orderIndexBits) {
+		// As keys of one integer each, start then index, sorted
+		// without a comparison function: a flush's starts span less
+		// than 4.8 hours (in ns). Four times faster than the function
+		// (profiled: the sort was 1% of a loaded gateway's CPU).
+		keys := p.keys[:0]
+		for i := range recs {
+			keys = append(keys, (uint64(recs[i].t)-uint64(lo))<<orderIndexBits|uint64(i))
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			ord = append(ord, int32(k&(1<<orderIndexBits-1)))
+		}
+		p.keys, p.order = keys, ord
+		return ord
+	}
+	for i := range recs {
+		ord = append(ord, int32(i))
+	}
+	slices.SortFunc(ord, func(a, b int32) int {
+		if c := cmp.Compare(recs[a].t, recs[b].t); c != 0 {
+			return c
+		}
+		return cmp.Compare(a, b)
+	})
+	p.order = ord
+	return ord
+}
+
+// orderIndexBits is the bits of inOrder's keys an index takes.
+const orderIndexBits = 20
+
 // encode makes r p's entry (new names appended to its dictionary).
 // Writer goroutine.
 func (l *Log) encode(p *partition, r *Record) (entry, error) {
 	b := body{reason: r.Reason, status: r.Status, retries: r.Retries, grpc: r.GRPCStatus, bytesIn: r.BytesIn, bytesOut: r.BytesOut, trace: r.TraceID}
 	var err error
-	if b.endpoint, err = p.dict.id(r.Endpoint); err != nil {
+	if b.endpoint, err = p.names.id(p.dict, r.Endpoint); err != nil {
 		return entry{}, err
 	}
-	if b.subset, err = p.dict.id(r.Subset); err != nil {
+	if b.subset, err = p.names.id(p.dict, r.Subset); err != nil {
 		return entry{}, err
 	}
-	if b.cluster, err = p.dict.id(r.Cluster); err != nil {
+	if b.cluster, err = p.names.id(p.dict, r.Cluster); err != nil {
 		return entry{}, err
 	}
-	if b.route, err = p.dict.id(r.Route); err != nil {
+	if b.route, err = p.names.id(p.dict, r.Route); err != nil {
 		return entry{}, err
 	}
 	q := request{detail: r.Detail, principal: r.Principal, subject: r.Subject, method: r.Method, path: r.Path,
@@ -495,10 +530,10 @@ func (p *partition) requestID(q *request, limit int) (uint32, error) {
 	for _, m := range [...]dropMask{0, dropPeer, dropPath, dropPrincipal | dropSubject | dropHost} {
 		q.drop(m)
 		p.reqBuf = q.encode(p.reqBuf[:0])
-		if id, ok := p.dict.lookupBytes(p.reqBuf); ok {
+		if id, ok := p.dict.heldBytes(p.reqBuf); ok {
 			return id, nil
 		}
-		if p.dict.len() < limit {
+		if p.dict.heldLen() < limit {
 			return p.dict.id(string(p.reqBuf))
 		}
 	}
