@@ -32,9 +32,18 @@ func TestH2sWorkersReused(t *testing.T) {
 		_, _ = io.Copy(io.Discard, res.Body)
 		res.Body.Close()
 	}
-	s.workers.mu.Lock()
-	started, idle := s.workers.started, len(s.workers.idle)
-	s.workers.mu.Unlock()
+	// The last stream's worker parks after its answer went out, so maybe
+	// after the client read it: wait for it (a loaded machine failed this
+	// when it was read at once).
+	var started, idle int
+	for wait := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		s.workers.mu.Lock()
+		started, idle = s.workers.started, len(s.workers.idle)
+		s.workers.mu.Unlock()
+		if idle > 0 || time.Now().After(wait) {
+			break
+		}
+	}
 	// A stream may open before the worker of the one before it parked.
 	if started == 0 || started > calls/4 {
 		t.Errorf("%d workers started for %d sequential streams, want 1 to %d", started, calls, calls/4)
