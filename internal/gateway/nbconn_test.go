@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"math"
 	"net"
 	"os"
 	"syscall"
@@ -240,7 +241,7 @@ func TestNBConnLazyDeadlineNotEarly(t *testing.T) {
 	d2 := d1.Add(10 * time.Millisecond) // under 1/64 of the second it was armed for
 	c.SetReadDeadline(d2)
 	c.begin()
-	armed := c.armed
+	armed := timeOfNS(c.armed.Load())
 	c.end()
 	if !armed.Equal(d1) && time.Until(d1) > 700*time.Millisecond {
 		t.Fatalf("armed %v, want %v kept (extended by 10 ms of %v left)", armed, d1, time.Until(d1))
@@ -259,5 +260,29 @@ func TestNBConnLazyDeadlineNotEarly(t *testing.T) {
 	c.SetDeadline(time.Time{})
 	if _, err := c.Write([]byte("y")); err != nil {
 		t.Fatalf("Write with no deadline = %v", err)
+	}
+}
+
+// deadlineNS keeps what a deadline means at the ends of int64's range: none,
+// past, as good as never.
+func TestDeadlineNS(t *testing.T) {
+	now := time.Now()
+	for _, c := range []struct {
+		t    time.Time
+		want int64
+	}{
+		{time.Time{}, 0},
+		{time.Unix(0, 0), -1},
+		{time.Unix(-5, 0), -1},
+		{time.Date(1, 1, 2, 0, 0, 0, 0, time.UTC), -1},
+		{time.Date(3000, 1, 1, 0, 0, 0, 0, time.UTC), math.MaxInt64},
+		{now, now.UnixNano()},
+	} {
+		if got := deadlineNS(c.t); got != c.want {
+			t.Errorf("deadlineNS(%v) = %d, want %d", c.t, got, c.want)
+		}
+	}
+	if !timeOfNS(0).IsZero() || !timeOfNS(now.UnixNano()).Equal(now) {
+		t.Errorf("timeOfNS does not undo deadlineNS")
 	}
 }
