@@ -144,7 +144,7 @@ func preparePass(ctx *fasthttp.RequestCtx, head requestHead, id *requestID, pr *
 			}
 		}
 	}
-	pr.xff, _ = ctx.RemoteIP().AppendText(pr.xff)
+	pr.xff = appendPeerIP(pr.xff, ctx)
 	pr.proto = protoHTTP
 	if ctx.IsTLS() {
 		pr.proto = protoHTTPS

@@ -799,6 +799,27 @@ func (a *connAddrs) of(c net.Conn) (netip.Addr, netip.AddrPort) {
 	return a.peer, a.local
 }
 
+// appendPeerIP appends the client's address as X-Forwarded-For carries it
+// (an IPv4 one as IPv4), from an HTTP/1.1 connection's connAddrs: fasthttp's
+// RemoteIP goes through the connection's wrappers at each request.
+func appendPeerIP(b []byte, ctx *fasthttp.RequestCtx) []byte {
+	var p netip.Addr
+	switch c := ctx.Conn().(type) {
+	case *lfConn:
+		p, _ = c.addrs.of(c)
+	case *tlsServerConn:
+		p, _ = c.addrs.of(c)
+	default:
+		b, _ = ctx.RemoteIP().AppendText(b)
+		return b
+	}
+	if !p.IsValid() {
+		return append(b, "0.0.0.0"...) // RemoteIP's for an address not TCP's
+	}
+	b, _ = p.Unmap().AppendText(b)
+	return b
+}
+
 // addrsOf is rbacReq's peer (as it came) and local address (IPv4-mapped
 // as IPv4) of a connection's two addresses.
 func addrsOf(remote, local net.Addr) (peer netip.Addr, l netip.AddrPort) {

@@ -45,6 +45,9 @@ func TestSourceOfConnection(t *testing.T) {
 		if src.peer != peer.Addr() || src.port != local.Port() || src.path != "/p" || src.host != "h" || src.conn != 0 {
 			t.Fatalf("request %d: source %+v, want peer %v, port %d, path /p, host h, plaintext", i, src, peer.Addr(), local.Port())
 		}
+		if got, want := string(appendPeerIP(nil, &ctx)), ctx.RemoteIP().String(); got != want || want != "127.0.0.1" {
+			t.Fatalf("request %d: peer IP %q, want fasthttp's %q (127.0.0.1)", i, got, want)
+		}
 		var r rbacReq
 		r.of(&ctx)
 		if r.peer != peer.Addr() || r.local != netip.AddrPortFrom(local.Addr(), local.Port()) || r.tls != nil {
