@@ -64,3 +64,17 @@ func TestVirtualHostOrder(t *testing.T) {
 		}
 	}
 }
+
+// TestLower: lower lower-cases ASCII letters only, appending to dst, from
+// the first letter to change or with none to change.
+func TestLower(t *testing.T) {
+	for in, want := range map[string]string{
+		"": "", "shop.example": "shop.example", "Shop.Example:8080": "shop.example:8080",
+		"shop.EXAMPLE": "shop.example", "[::1]:80": "[::1]:80", "Zé.Ü": "zé.Ü",
+	} {
+		buf := make([]byte, 1, 64)
+		if got := lower(buf, []byte(in)); string(got[1:]) != want || got[0] != 0 {
+			t.Errorf("lower(%q) = %q, want %q after dst's byte", in, got[1:], want)
+		}
+	}
+}
