@@ -14,7 +14,7 @@ import (
 
 // tcpPair returns both ends of a loopback TCP connection, the first
 // wrapped in an nbConn.
-func tcpPair(t *testing.T) (*nbConn, net.Conn) {
+func tcpPair(t testing.TB) (*nbConn, net.Conn) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
