@@ -294,7 +294,7 @@ func (c *nbConn) begin() {
 	w, a := c.want.Load(), c.armed.Load()
 	// Against the armed deadline's span, not the time left to it: no
 	// clock read (early corrects a deadline that ends a wait too soon).
-	if w == a || (w != 0 && a != 0 && w > a && w-a < c.span.Load()/64) {
+	if w == a || (a > 0 && w > a && w-a < c.span.Load()/64) { // (a > 0: w-a cannot overflow)
 		return
 	}
 	c.dmu.Lock()

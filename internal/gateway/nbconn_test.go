@@ -286,3 +286,22 @@ func TestDeadlineNS(t *testing.T) {
 		t.Errorf("timeOfNS does not undo deadlineNS")
 	}
 }
+
+// A deadline far in the future after a past one is armed by the next read,
+// not taken for a small extension of the past one (their difference
+// overflows int64).
+func TestNBConnLazyDeadlineFarAfterPast(t *testing.T) {
+	c, _ := tcpPair(t)
+	c.SetReadDeadline(time.Unix(0, 0))
+	c.begin()
+	c.end()
+	if a := c.armed.Load(); a != -1 {
+		t.Fatalf("armed %d after a deadline at the epoch, want -1", a)
+	}
+	c.SetReadDeadline(time.Date(3000, 1, 1, 0, 0, 0, 0, time.UTC))
+	c.begin()
+	c.end()
+	if a := c.armed.Load(); a != math.MaxInt64 {
+		t.Fatalf("armed %d after a deadline in 3000, want %d", a, int64(math.MaxInt64))
+	}
+}
