@@ -2,8 +2,6 @@ package gateway
 
 import (
 	"fmt"
-	"net"
-	"net/netip"
 	"strconv"
 	"time"
 
@@ -94,8 +92,12 @@ func callHash(ctx *fasthttp.RequestCtx, specs []hashSpec) (hash uint64, ok bool,
 		case hashQuery:
 			v = ctx.QueryArgs().Peek(s.name)
 		case hashSourceIP:
-			var buf [48]byte
-			v = sourceIP(buf[:0], ctx.RemoteAddr())
+			// The IP as Envoy hashes it (IPv4, IPv4-mapped IPv6 too, as a dotted
+			// quad); nothing for a connection without one.
+			if ip, _ := connAddrsOf(ctx); ip.IsValid() {
+				var buf [48]byte
+				v = ip.Unmap().AppendTo(buf[:0])
+			}
 		case hashCookie:
 			v = ctx.Request.Header.Cookie(s.name)
 			if len(v) == 0 && s.ttl > 0 {
@@ -118,20 +120,6 @@ func callHash(ctx *fasthttp.RequestCtx, specs []hashSpec) (hash uint64, ok bool,
 		}
 	}
 	return hash, ok, setCookie
-}
-
-// sourceIP appends the address's IP as Envoy hashes it (IPv4 as a dotted
-// quad, an IPv4-mapped IPv6 one too); nothing for an address without one.
-func sourceIP(dst []byte, a net.Addr) []byte {
-	ta, ok := a.(*net.TCPAddr)
-	if !ok {
-		return dst
-	}
-	ip, ok := netip.AddrFromSlice(ta.IP)
-	if !ok {
-		return dst
-	}
-	return ip.Unmap().AppendTo(dst)
 }
 
 // cookieHeader is the Set-Cookie value of a generated hash cookie.

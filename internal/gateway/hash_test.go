@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cespare/xxhash/v2"
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	"github.com/valyala/fasthttp"
 )
@@ -62,5 +63,34 @@ func BenchmarkCallHash(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestCallHashSourceIP: a source-IP hash is of the client's IP as Envoy
+// writes it, an IPv4-mapped one as IPv4; a client without an IP address
+// gives no hash.
+func TestCallHashSourceIP(t *testing.T) {
+	specs := []hashSpec{{kind: hashSourceIP}}
+	for _, tc := range []struct {
+		addr net.Addr
+		want string // "": no hash
+	}{
+		{&net.TCPAddr{IP: net.IPv4(10, 1, 2, 3).To4(), Port: 40000}, "10.1.2.3"},
+		{&net.TCPAddr{IP: net.IPv4(10, 1, 2, 3), Port: 40000}, "10.1.2.3"}, // 16 bytes, IPv4-mapped
+		{&net.TCPAddr{IP: net.ParseIP("2001:db8::7"), Port: 40000}, "2001:db8::7"},
+		{&net.UnixAddr{Name: "/tmp/s", Net: "unix"}, ""},
+	} {
+		var ctx fasthttp.RequestCtx
+		ctx.Init(&fasthttp.Request{}, tc.addr, nil)
+		h, ok, _ := callHash(&ctx, specs)
+		if tc.want == "" {
+			if ok {
+				t.Errorf("%v: hashed, want no hash", tc.addr)
+			}
+			continue
+		}
+		if !ok || h != xxhash.Sum64String(tc.want) {
+			t.Errorf("%v: hash %x (ok %v), want xxhash(%q)", tc.addr, h, ok, tc.want)
+		}
 	}
 }

@@ -766,18 +766,25 @@ func (r *rbacReq) of(ctx *fasthttp.RequestCtx) {
 	if i := bytes.IndexByte(uri, '?'); i >= 0 {
 		r.path = uri[:i]
 	}
+	r.peer, r.local = connAddrsOf(ctx)
+	if tc, isTLS := ctx.Conn().(*tlsServerConn); isTLS {
+		r.tls, r.scheme, r.names = tc.state, schemeHTTPS, &tc.peer
+	} else if cs := ctx.TLSConnectionState(); cs != nil {
+		r.tls, r.scheme = cs, schemeHTTPS
+	}
+}
+
+// connAddrsOf is the addresses of the connection ctx's request came on, as
+// rbacReq reads them: an HTTP/1.1 connection's kept in its connAddrs, an
+// HTTP/2 stream's stand-in's (shared by its streams) read at each call.
+func connAddrsOf(ctx *fasthttp.RequestCtx) (netip.Addr, netip.AddrPort) {
 	switch c := ctx.Conn().(type) {
 	case *lfConn:
-		r.peer, r.local = c.addrs.of(c)
+		return c.addrs.of(c)
 	case *tlsServerConn:
-		r.peer, r.local = c.addrs.of(c)
-		r.tls, r.scheme, r.names = c.state, schemeHTTPS, &c.peer
-	default: // an HTTP/2 stream's stand-in, shared by its streams
-		r.peer, r.local = addrsOf(ctx.RemoteAddr(), ctx.LocalAddr())
-		if cs := ctx.TLSConnectionState(); cs != nil {
-			r.tls, r.scheme = cs, schemeHTTPS
-		}
+		return c.addrs.of(c)
 	}
+	return addrsOf(ctx.RemoteAddr(), ctx.LocalAddr())
 }
 
 // connAddrs keeps an HTTP/1.1 connection's addresses as rbacReq reads
@@ -800,19 +807,11 @@ func (a *connAddrs) of(c net.Conn) (netip.Addr, netip.AddrPort) {
 }
 
 // appendPeerIP appends the client's address as X-Forwarded-For carries it
-// (an IPv4 one as IPv4), from an HTTP/1.1 connection's connAddrs: fasthttp's
-// RemoteIP goes through the connection's wrappers at each request.
+// (an IPv4 one as IPv4, as fasthttp's RemoteIP writes it), from
+// connAddrsOf: RemoteIP goes through the connection's wrappers at each
+// request.
 func appendPeerIP(b []byte, ctx *fasthttp.RequestCtx) []byte {
-	var p netip.Addr
-	switch c := ctx.Conn().(type) {
-	case *lfConn:
-		p, _ = c.addrs.of(c)
-	case *tlsServerConn:
-		p, _ = c.addrs.of(c)
-	default:
-		b, _ = ctx.RemoteIP().AppendText(b)
-		return b
-	}
+	p, _ := connAddrsOf(ctx)
 	if !p.IsValid() {
 		return append(b, "0.0.0.0"...) // RemoteIP's for an address not TCP's
 	}
