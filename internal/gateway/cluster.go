@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+	"golang.org/x/net/http2/hpack"
 
 	"github.com/sextant-mesh/sextant/internal/balancer"
 	"github.com/sextant-mesh/sextant/internal/subset"
@@ -160,13 +161,11 @@ func (u *h2cUpstream) do(req *fasthttp.Request, resp *fasthttp.Response, ph *pas
 		return err
 	}
 	watch.touch()
-	resp.SetStatusCode(hres.StatusCode)
-	for k, vs := range hres.Header {
-		for _, v := range vs {
-			resp.Header.Add(k, v)
-		}
+	resp.SetStatusCode(hres.Status)
+	for _, f := range hres.Fields {
+		resp.Header.Add(canonicalHeader(f.Name), f.Value)
 	}
-	if cl := hres.ContentLength; cl >= 0 && cl <= bufferedResponseMax && len(hres.Trailer) == 0 {
+	if cl := hres.ContentLength; cl >= 0 && cl <= bufferedResponseMax {
 		// Small and of known length: read whole (the stream ends at once).
 		defer cancel()
 		defer watch.stop()
@@ -197,7 +196,7 @@ func (u *h2cUpstream) do(req *fasthttp.Request, resp *fasthttp.Response, ph *pas
 // h2Body is an HTTP/2 answer's body read into a fasthttp response: its
 // trailers join the response's at the end; closing it ends the stream.
 type h2Body struct {
-	res      *http.Response
+	res      *h2Answer
 	cancel   context.CancelFunc
 	dst      *fasthttp.ResponseHeader
 	deadline time.Time
@@ -211,12 +210,19 @@ func (b *h2Body) Read(p []byte) (int, error) {
 		b.watch.touch()
 	}
 	if err == io.EOF {
-		for k, vs := range b.res.Trailer {
+		tr := b.res.Trailers
+		for i, f := range tr {
+			if slices.ContainsFunc(tr[:i], func(p hpack.HeaderField) bool { return p.Name == f.Name }) {
+				continue // added with the name's first
+			}
+			k := canonicalHeader(f.Name)
 			if b.dst.AddTrailer(k) != nil {
 				continue
 			}
-			for _, v := range vs {
-				b.dst.Add(k, v)
+			for _, g := range tr[i:] {
+				if g.Name == f.Name {
+					b.dst.Add(k, g.Value)
+				}
 			}
 		}
 	} else if err != nil && ((!b.deadline.IsZero() && !time.Now().Before(b.deadline)) || b.watch.hasFired()) {

@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"net/http"
 	"net/textproto"
+	"slices"
+	"strings"
 	"time"
 
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	"github.com/valyala/fasthttp"
+	"golang.org/x/net/http2/hpack"
 )
 
 // httpFilter is one per-route behaviour of the gateway's HTTP filter chain
@@ -38,11 +41,12 @@ type headerName struct {
 	raw   []byte // name, for fasthttp's byte calls
 	canon []byte // fasthttp's canonical form: how the gateway's server keeps a request's names
 	std   string // net/http's canonical form: an http.Header's key
+	lower string // HTTP/2's form: an HTTP/2 field's name
 }
 
 func newHeaderName(name string) headerName {
 	return headerName{name: name, raw: []byte(name), canon: fasthttp.AppendNormalizedHeaderKey(nil, name),
-		std: textproto.CanonicalMIMEHeaderKey(name)}
+		std: textproto.CanonicalMIMEHeaderKey(name), lower: strings.ToLower(name)}
 }
 
 // responseHeader is what a filter may do to a header: an answer's,
@@ -131,6 +135,21 @@ func (h stdHeader) set(n *headerName, v []byte) { h[n.std] = []string{string(v)}
 func (h stdHeader) add(n *headerName, v []byte) { h[n.std] = append(h[n.std], string(v)) }
 func (h stdHeader) del(n *headerName)           { delete(h, n.std) }
 func (h stdHeader) has(n *headerName) bool      { return len(h[n.std]) > 0 }
+
+// fieldHeader is an HTTP/2 endpoint's answer as a responseHeader: its
+// fields, by their lower-case names (HTTP/2's), edited in place.
+type fieldHeader struct{ fs *[]hpack.HeaderField }
+
+func (h fieldHeader) set(n *headerName, v []byte) { h.del(n); h.add(n, v) }
+func (h fieldHeader) add(n *headerName, v []byte) {
+	*h.fs = append(*h.fs, hpack.HeaderField{Name: n.lower, Value: string(v)})
+}
+func (h fieldHeader) del(n *headerName) {
+	*h.fs = slices.DeleteFunc(*h.fs, func(f hpack.HeaderField) bool { return f.Name == n.lower })
+}
+func (h fieldHeader) has(n *headerName) bool {
+	return slices.ContainsFunc(*h.fs, func(f hpack.HeaderField) bool { return f.Name == n.lower })
+}
 
 // filterChain is a route's filters in the order they run.
 type filterChain []httpFilter

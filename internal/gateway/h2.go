@@ -5,15 +5,18 @@ import (
 	"context"
 	"errors"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/valyala/fasthttp"
+	"golang.org/x/net/http2/hpack"
 
 	"github.com/sextant-mesh/sextant/internal/balancer"
 )
@@ -172,7 +175,7 @@ func (g *Gateway) proxyH2(w http.ResponseWriter, hr *http.Request, ctx *fasthttp
 		g.replyH2(w, ctx, k, grpc, r, mdKey, start)
 		return
 	}
-	var res *http.Response
+	var res *h2Answer
 	c.active.Add(1)
 	c.noteCall()
 	for {
@@ -213,7 +216,7 @@ func (g *Gateway) proxyH2(w http.ResponseWriter, hr *http.Request, ctx *fasthttp
 		k.release()
 		status := 0
 		if err == nil {
-			status = res.StatusCode
+			status = res.Status
 		} else if !try.IsZero() && !time.Now().Before(try) {
 			err = fasthttp.ErrTimeout
 		}
@@ -221,7 +224,7 @@ func (g *Gateway) proxyH2(w http.ResponseWriter, hr *http.Request, ctx *fasthttp
 		k.reason, k.err, k.status = reason, err, status
 		k.grpc = -1
 		if err == nil {
-			k.grpc = parseGRPCStatus(res.Header.Get("Grpc-Status"))
+			k.grpc = parseGRPCStatus(fieldValue(res.Fields, "grpc-status"))
 			if k.grpc >= 0 && outcome == balancer.Success {
 				outcome = grpcOutcome(k.grpc)
 			}
@@ -251,38 +254,48 @@ func (g *Gateway) proxyH2(w http.ResponseWriter, hr *http.Request, ctx *fasthttp
 		return
 	}
 	defer res.Body.Close()
-	wh := w.Header()
-	for key, vs := range res.Header {
-		if isHopHeader(key, res.Header) {
-			continue
+	ct := fieldValue(res.Fields, "content-type")
+	st, direct := w.(*h2sStream)
+	if direct && st.status == 0 && len(st.hdr) == 0 {
+		// The endpoint's fields go on as they came, edited in place: no
+		// http.Header built either side.
+		fs := append(forwardFields(res.Fields), hpack.HeaderField{Name: "via", Value: viaValue},
+			hpack.HeaderField{Name: "x-request-id", Value: st.keep(k.rid.of(&ctx.Request.Header))})
+		if k.filters != nil {
+			k.filters.response(ctx, fieldHeader{&fs}, k.dest)
 		}
-		if key == "Set-Cookie" {
-			wh[key] = append(wh[key], vs...) // after a hash cookie the gateway set
-			continue
+		st.setH2Head(fs, res.Status)
+	} else {
+		wh := w.Header()
+		for key, vs := range stdHeaderOf(forwardFields(res.Fields)) {
+			if key == "Set-Cookie" {
+				wh[key] = append(wh[key], vs...) // after a hash cookie the gateway set
+				continue
+			}
+			wh[key] = vs
 		}
-		wh[key] = vs
+		wh["Via"] = viaValues
+		wh.Set("X-Request-Id", string(k.rid.of(&ctx.Request.Header)))
+		k.filters.response(ctx, stdHeader(wh), k.dest)
+		w.WriteHeader(res.Status)
 	}
-	wh["Via"] = viaValues
-	wh.Set("X-Request-Id", string(k.rid.of(&ctx.Request.Header)))
-	k.filters.response(ctx, stdHeader(wh), k.dest)
-	w.WriteHeader(res.StatusCode)
 	trailersOnly := k.grpc >= 0
-	if !trailersOnly && (grpc || isEventStream(res.Header.Get("Content-Type"))) {
+	if !trailersOnly && (grpc || isEventStream(ct)) {
 		flush(w) // a stream's headers go at once: the client may wait on them
 	}
 	n, rerr, werr := copyFlushing(w, res.Body)
 	if rerr == nil {
-		st, direct := w.(*h2sStream) // takes the trailers as they are, no prefixed key built per trailer
-		for key, vs := range res.Trailer {
-			if !direct {
-				wh[http.TrailerPrefix+key] = vs
-			}
-			if key == "Grpc-Status" && len(vs) > 0 { // h2Client's trailers are canonical
-				k.grpc = parseGRPCStatus(vs[0])
-			}
+		if v := fieldValue(res.Trailers, "grpc-status"); v != "" {
+			k.grpc = parseGRPCStatus(v)
 		}
-		if direct && len(res.Trailer) > 0 {
-			st.trailers = res.Trailer
+		if direct {
+			st.trailers = res.Trailers // sent as they came
+		} else {
+			wh := w.Header()
+			for _, f := range res.Trailers {
+				key := http.TrailerPrefix + canonicalHeader(f.Name)
+				wh[key] = append(wh[key], f.Value)
+			}
 		}
 	} else if werr == nil {
 		// The answer broke mid-body (reset, or the deadline passed).
@@ -299,6 +312,7 @@ func (g *Gateway) proxyH2(w http.ResponseWriter, hr *http.Request, ctx *fasthttp
 			code = grpcDeadlineExceeded
 		}
 		k.grpc = code
+		wh := w.Header()
 		wh[http.TrailerPrefix+"Grpc-Status"] = []string{strconv.Itoa(code)}
 		wh[http.TrailerPrefix+"Grpc-Message"] = []string{grpcMessageEscape("gateway: upstream " + k.reason + ": " + rerr.Error())}
 	}
@@ -428,6 +442,33 @@ func writeHead(w http.ResponseWriter, resp *fasthttp.Response, cl int) {
 		h.Set("Content-Length", strconv.Itoa(cl))
 	}
 	w.WriteHeader(resp.StatusCode())
+}
+
+// forwardFields drops from an HTTP/2 answer's fields, in place, the
+// hop-by-hop ones (isHopHeader's, by their lower-case names) and Via and
+// X-Request-Id, which the gateway sets.
+func forwardFields(fs []hpack.HeaderField) []hpack.HeaderField {
+	var conn []string // the names Connection lists (a malformed HTTP/2 answer's)
+	for _, f := range fs {
+		if f.Name == "connection" {
+			conn = append(conn, f.Value)
+		}
+	}
+	return slices.DeleteFunc(fs, func(f hpack.HeaderField) bool {
+		switch f.Name {
+		case "connection", "keep-alive", "proxy-connection", "proxy-authenticate", "proxy-authorization", "te", "trailer",
+			"transfer-encoding", "upgrade", "via", "x-request-id":
+			return true
+		}
+		for _, v := range conn {
+			for tok := range strings.SplitSeq(v, ",") {
+				if strings.EqualFold(strings.TrimSpace(tok), f.Name) {
+					return true
+				}
+			}
+		}
+		return false
+	})
 }
 
 // isHopHeader reports whether an answer's header is hop-by-hop.
@@ -636,6 +677,45 @@ func (r *replayReader) Read(p []byte) (int, error) {
 	}
 	r.pos += int64(n)
 	return n, err
+}
+
+// whole is the body when all of it is in: read before (by an earlier
+// attempt), or waiting whole in the client's stream (wholeSource), which
+// it then reads into the buffer kept for the next attempt; within the
+// buffer and request limits only. r stays at the start.
+func (r *replayReader) whole() ([]byte, bool) {
+	b := r.b
+	b.srcMu.Lock()
+	defer b.srcMu.Unlock()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if r.gen != b.gen || r.pos != 0 || b.over || b.err != nil {
+		return nil, false
+	}
+	if b.eof {
+		return b.buf, true
+	}
+	src, ok := b.src.(wholeSource)
+	if !ok || b.n != 0 {
+		return nil, false
+	}
+	limit := b.limit
+	if b.max > 0 {
+		limit = min(limit, b.max)
+	}
+	buf, ok := src.takeWhole(b.buf, int(min(limit, math.MaxInt32)))
+	if !ok {
+		return nil, false
+	}
+	b.buf, b.n, b.eof = buf, int64(len(buf)), true
+	return b.buf, true
+}
+
+// wholeSource is a client's request body that may have come whole.
+type wholeSource interface {
+	// takeWhole appends the whole body to dst and reads it, if all of it
+	// came and it is at most max bytes; otherwise it reads nothing.
+	takeWhole(dst []byte, max int) ([]byte, bool)
 }
 
 // Close is the transport's: the client's body stays open for the next

@@ -17,6 +17,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
 )
 
 // h2Client is the gateway's HTTP/2 client to one endpoint (h2c, or h2 over
@@ -67,12 +68,13 @@ func (p *h2Client) RoundTrip(req *http.Request) (*http.Response, error) {
 	if host == "" {
 		host = req.URL.Host
 	}
-	res, err := p.do(&h2Request{ctx: req.Context(), method: req.Method, authority: host, path: req.URL.RequestURI(),
+	st, err := p.do(&h2Request{ctx: req.Context(), method: req.Method, authority: host, path: req.URL.RequestURI(),
 		std: req.Header, length: req.ContentLength, body: req.Body})
-	if res != nil {
-		res.Request = req
+	if err != nil {
+		return nil, err
 	}
-	return res, err
+	st.res.Request = req
+	return st.res, nil
 }
 
 // roundTripFast is RoundTrip for a request the gateway routed: its head is
@@ -82,11 +84,38 @@ func (p *h2Client) RoundTrip(req *http.Request) (*http.Response, error) {
 // A nil ctx bounds the call by deadline alone (zero: none) without a
 // context per call: an expired call fails with context.DeadlineExceeded;
 // closing the answer's body ends it.
-func (p *h2Client) roundTripFast(ctx context.Context, deadline time.Time, h *fasthttp.RequestHeader, te bool, length int64, body io.ReadCloser) (*http.Response, error) {
-	return p.do(&h2Request{ctx: ctx, deadline: deadline, fast: h, te: te, length: length, body: body})
+func (p *h2Client) roundTripFast(ctx context.Context, deadline time.Time, h *fasthttp.RequestHeader, te bool, length int64, body io.ReadCloser) (*h2Answer, error) {
+	st, err := p.do(&h2Request{ctx: ctx, deadline: deadline, fast: h, te: te, length: length, body: body})
+	if err != nil {
+		return nil, err
+	}
+	return &st.ans, nil
 }
 
-func (p *h2Client) do(req *h2Request) (*http.Response, error) {
+// h2Answer is an answer to roundTripFast: its fields as the endpoint sent
+// them (names lower-case, the pseudo-header fields apart), with no
+// http.Header built.
+type h2Answer struct {
+	Status        int
+	ContentLength int64 // -1: unknown
+	Fields        []hpack.HeaderField
+	// Trailers are set once Body returned io.EOF.
+	Trailers []hpack.HeaderField
+	Body     io.ReadCloser
+}
+
+// fieldValue is the first value of the field of lower-case name in fs
+// ("": none).
+func fieldValue(fs []hpack.HeaderField, name string) string {
+	for _, f := range fs {
+		if f.Name == name {
+			return f.Value
+		}
+	}
+	return ""
+}
+
+func (p *h2Client) do(req *h2Request) (*h2Stream, error) {
 	cc, err := p.conn(req.ctx, req.deadline)
 	if err != nil {
 		return nil, err
@@ -329,7 +358,9 @@ func h2SkipHeader(k string) bool {
 	return k == "host" || k == "content-length" || connectionSpecific(k)
 }
 
-func (cc *h2ClientConn) roundTrip(req *h2Request) (*http.Response, error) {
+// roundTrip returns the call's stream once the answer's head is in: its
+// ans, and for a call of net/http's header its res.
+func (cc *h2ClientConn) roundTrip(req *h2Request) (*h2Stream, error) {
 	ctx := req.ctx
 	body := req.body
 	if body == http.NoBody || req.length == 0 {
@@ -337,8 +368,16 @@ func (cc *h2ClientConn) roundTrip(req *h2Request) (*http.Response, error) {
 	}
 	// A call without a body ends with its HEADERS: sent before the answer
 	// can end (finish would reset a stream still sending).
-	st := &h2Stream{cc: cc, ctx: ctx, deadline: req.deadline, sent: body == nil}
+	st := &h2Stream{cc: cc, ctx: ctx, deadline: req.deadline, sent: body == nil, std: req.fast == nil}
 	st.cond.L = &st.mu
+	// A body all in already goes in the same write as the headers if the
+	// windows and one frame take it: no goroutine copies it (a gRPC unary
+	// call's request, most often).
+	var whole []byte
+	inline := false
+	if w, ok := body.(wholeBody); ok {
+		whole, inline = w.whole()
+	}
 
 	cc.wmu.Lock()
 	cc.mu.Lock()
@@ -352,12 +391,22 @@ func (cc *h2ClientConn) roundTrip(req *h2Request) (*http.Response, error) {
 	st.id = cc.nextID
 	cc.nextID += 2
 	st.sendWin = cc.initWin
+	if n := int64(len(whole)); inline && n <= cc.sendWin && n <= st.sendWin && n <= int64(cc.maxFrame) {
+		cc.sendWin -= n
+		st.sendWin -= n
+		body, st.sent = nil, true
+	} else {
+		whole = nil
+	}
 	cc.streams[st.id] = st
 	cc.mu.Unlock()
 
 	cc.hbuf.Reset()
 	cc.encodeHead(req)
-	cc.writeHeadersLocked(st.id, body == nil, cc.hbuf.Bytes())
+	cc.writeHeadersLocked(st.id, body == nil && len(whole) == 0, cc.hbuf.Bytes())
+	if len(whole) > 0 {
+		_ = cc.wfr.WriteData(st.id, true, whole)
+	}
 	err := cc.flushLocked()
 	cc.wmu.Unlock()
 	if err != nil {
@@ -377,9 +426,9 @@ func (cc *h2ClientConn) roundTrip(req *h2Request) (*http.Response, error) {
 	for !st.resReady {
 		st.cond.Wait()
 	}
-	res, err := st.res, st.err
+	headed, err := st.headed, st.err
 	st.mu.Unlock()
-	if res == nil {
+	if !headed {
 		if err == nil {
 			err = errH2ConnClosed
 		}
@@ -389,7 +438,15 @@ func (cc *h2ClientConn) roundTrip(req *h2Request) (*http.Response, error) {
 		st.abort(err)
 		return nil, err
 	}
-	return res, nil
+	return st, nil
+}
+
+// wholeBody is a request body that may hold all its bytes already.
+type wholeBody interface {
+	// whole returns the whole body, without waiting, if it is all in
+	// (ok); the body stays unread, and the bytes unchanged while the call
+	// lasts.
+	whole() (p []byte, ok bool)
 }
 
 // encodeHead writes a request's header block into cc.hbuf; cc.wmu is held.
@@ -630,10 +687,13 @@ type h2Stream struct {
 	id       uint32
 	sendWin  int64       // cc.mu
 	stop     func() bool // the context's AfterFunc, or the deadline's timer; nil: neither
+	std      bool        // RoundTrip's: the answer as an http.Response too (res)
 
 	mu       sync.Mutex
 	cond     sync.Cond // data, the end, or a failure
-	res      *http.Response
+	headed   bool      // the answer's head is in (ans)
+	ans      h2Answer
+	res      *http.Response // with std
 	buf      []byte
 	off      int
 	eof      bool  // the answer ended (END_STREAM)
@@ -642,13 +702,18 @@ type h2Stream struct {
 	done     bool  // removed from the connection
 	unacked  int   // bytes read since the last WINDOW_UPDATE
 	resReady bool  // the answer's head, or the failure, is in: RoundTrip returns
+
+	// The answer's fields and trailers, when they fit (an answer's fields
+	// have room for two more: the gateway adds Via and X-Request-Id).
+	head [12]hpack.HeaderField
+	tail [4]hpack.HeaderField
 }
 
 // onHeaders takes the answer's headers or its trailers; the reader's
 // goroutine calls it.
 func (st *h2Stream) onHeaders(f *h2Head) {
 	st.mu.Lock()
-	if st.res == nil {
+	if !st.headed {
 		status, err := strconv.Atoi(f.PseudoValue("status"))
 		if err != nil || status < 100 {
 			st.mu.Unlock()
@@ -660,47 +725,30 @@ func (st *h2Stream) onHeaders(f *h2Head) {
 			st.mu.Unlock() // informational: the answer follows
 			return
 		}
-		regular := f.RegularFields()
-		h := make(http.Header, len(regular))
-		vals := make([]string, len(regular)) // one array for the values (a repeated name's append copies)
-		cl := int64(-1)
-		for i, hf := range regular {
-			k := canonicalHeader(hf.Name)
-			if vs := h[k]; len(vs) > 0 {
-				h[k] = append(vs, hf.Value)
-			} else {
-				vals[i] = hf.Value
-				h[k] = vals[i : i+1 : i+1]
-			}
-			if k == "Content-Length" {
-				if n, err := strconv.ParseInt(hf.Value, 10, 64); err == nil && n >= 0 {
-					cl = n
-				}
+		a := &st.ans
+		a.Status, a.ContentLength, a.Body = status, -1, st
+		a.Fields = keepFields(st.head[:0], f.RegularFields(), len(st.head)-2)
+		if v := fieldValue(a.Fields, "content-length"); v != "" {
+			if n, err := strconv.ParseInt(v, 10, 64); err == nil && n >= 0 {
+				a.ContentLength = n
 			}
 		}
-		res := &http.Response{Status: statusLine(status), StatusCode: status,
-			Proto: "HTTP/2.0", ProtoMajor: 2, Header: h, ContentLength: cl, Body: st}
 		if f.StreamEnded() {
-			res.ContentLength = 0
+			a.ContentLength = 0
 		}
-		st.res = res
+		if st.std {
+			st.res = &http.Response{Status: statusLine(status), StatusCode: status, Proto: "HTTP/2.0", ProtoMajor: 2,
+				Header: stdHeaderOf(a.Fields), ContentLength: a.ContentLength, Body: st}
+		}
+		st.headed = true
 		st.eof = f.StreamEnded()
 		st.readyLocked()
 	} else {
 		// Trailers: they end the stream.
-		regular := f.RegularFields()
-		tr := make(http.Header, len(regular))
-		vals := make([]string, len(regular))
-		for i, hf := range regular {
-			k := canonicalHeader(hf.Name)
-			if vs := tr[k]; len(vs) > 0 {
-				tr[k] = append(vs, hf.Value)
-			} else {
-				vals[i] = hf.Value
-				tr[k] = vals[i : i+1 : i+1]
-			}
+		st.ans.Trailers = keepFields(st.tail[:0], f.RegularFields(), len(st.tail))
+		if st.std {
+			st.res.Trailer = stdHeaderOf(st.ans.Trailers)
 		}
-		st.res.Trailer = tr
 		st.eof = true
 	}
 	ended := st.eof
@@ -711,13 +759,38 @@ func (st *h2Stream) onHeaders(f *h2Head) {
 	}
 }
 
+// keepFields copies fs (the reader's, reused) into dst, of room for max,
+// or into a new slice when they do not fit.
+func keepFields(dst, fs []hpack.HeaderField, max int) []hpack.HeaderField {
+	if len(fs) > max {
+		return append([]hpack.HeaderField(nil), fs...)
+	}
+	return append(dst, fs...)
+}
+
+// stdHeaderOf is fields as an http.Header, its names canonical.
+func stdHeaderOf(fs []hpack.HeaderField) http.Header {
+	h := make(http.Header, len(fs))
+	vals := make([]string, len(fs)) // one array for the values (a repeated name's append copies)
+	for i, f := range fs {
+		k := canonicalHeader(f.Name)
+		if vs := h[k]; len(vs) > 0 {
+			h[k] = append(vs, f.Value)
+		} else {
+			vals[i] = f.Value
+			h[k] = vals[i : i+1 : i+1]
+		}
+	}
+	return h
+}
+
 // onData buffers an answer's bytes; pad is the padding, credited back at
 // once.
 func (st *h2Stream) onData(p []byte, pad int, end bool) {
 	st.mu.Lock()
-	if st.res == nil || st.eof || st.err != nil {
+	if !st.headed || st.eof || st.err != nil {
 		st.mu.Unlock()
-		if st.res == nil {
+		if !st.headed {
 			st.fail(errors.New("gateway: http2 DATA before the answer's headers"))
 			st.cc.resetStream(st.id, http2.ErrCodeProtocol)
 		}

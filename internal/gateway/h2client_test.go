@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/valyala/fasthttp"
 	"golang.org/x/net/http2"
 )
 
@@ -279,5 +280,104 @@ func TestH2ClientRefusedStream(t *testing.T) {
 	}
 	if rs.retriable(reasonReset, 0, -1, io.ErrUnexpectedEOF) {
 		t.Fatal("another reset retriable under refused-stream")
+	}
+}
+
+// wholeBytes is a request body that says it is all in (wholeBody) and
+// counts the reads made of it.
+type wholeBytes struct {
+	r     *bytes.Reader
+	p     []byte
+	reads int
+}
+
+func (b *wholeBytes) whole() ([]byte, bool)      { return b.p, true }
+func (b *wholeBytes) Read(p []byte) (int, error) { b.reads++; return b.r.Read(p) }
+func (b *wholeBytes) Close() error               { return nil }
+
+// TestH2ClientWholeBody: a body that is all in goes with the call's
+// headers, unread, when the windows and one frame take it; a larger one
+// is read and sent by frames as any other. Both are echoed whole.
+func TestH2ClientWholeBody(t *testing.T) {
+	addr := h2cEchoServer(t)
+	cl := newTestH2Client(addr)
+	defer cl.CloseIdleConnections()
+	for _, tc := range []struct {
+		size   int
+		inline bool
+	}{{0, true}, {1024, true}, {2 << 20, false}} { // the last is past the server's window and frame size
+		p := bytes.Repeat([]byte("w"), tc.size)
+		body := &wholeBytes{r: bytes.NewReader(p), p: p}
+		var h fasthttp.RequestHeader
+		h.SetMethod("POST")
+		h.SetRequestURI("/echo")
+		h.SetHost(addr)
+		res, err := cl.roundTripFast(context.Background(), time.Time{}, &h, false, int64(tc.size), body)
+		if err != nil {
+			t.Fatalf("%d bytes: %v", tc.size, err)
+		}
+		got, err := io.ReadAll(res.Body)
+		res.Body.Close()
+		if err != nil || !bytes.Equal(got, p) {
+			t.Fatalf("%d bytes: echoed %d, err %v", tc.size, len(got), err)
+		}
+		if read := body.reads > 0; read == tc.inline {
+			t.Fatalf("%d bytes: %d reads of the body, want it sent with the headers: %v", tc.size, body.reads, tc.inline)
+		}
+	}
+}
+
+// TestReplayWholeBody: a request body that came whole to h2Server is taken
+// by an attempt at once (replayReader.whole), kept for the next attempt,
+// and read by a reader of either attempt as it came; one larger than the
+// retry buffer is not taken, and is read as it comes.
+func TestReplayWholeBody(t *testing.T) {
+	type result struct {
+		whole, first, again []byte
+		ok                  bool
+	}
+	results := make(chan result, 1)
+	const limit = 4096
+	addr := serveFrameH2(t, func(w http.ResponseWriter, r *http.Request) {
+		b := &replayBody{src: r.Body, limit: limit}
+		var res result
+		// The DATA frame may follow the handler's start: wait for it.
+		st := (*h2sStream)(r.Body.(*h2sBody))
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+			st.sc.mu.Lock()
+			done := st.remoteDone
+			st.sc.mu.Unlock()
+			if done {
+				break
+			}
+		}
+		a := b.attempt()
+		res.whole, res.ok = a.(wholeBody).whole()
+		res.whole = bytes.Clone(res.whole)
+		res.first, _ = io.ReadAll(a)
+		res.again, _ = io.ReadAll(b.attempt())
+		results <- res
+		w.WriteHeader(http.StatusNoContent)
+	})
+	var protos http.Protocols
+	protos.SetUnencryptedHTTP2(true)
+	client := &http.Client{Transport: &http.Transport{Protocols: &protos}}
+	for _, size := range []int{1, 1000, limit, limit + 1} {
+		p := bytes.Repeat([]byte{'r'}, size)
+		res, err := client.Post("http://"+addr+"/", "application/octet-stream", bytes.NewReader(p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		got := <-results
+		if want := size <= limit; got.ok != want || (got.ok && !bytes.Equal(got.whole, p)) {
+			t.Fatalf("%d bytes: whole %d bytes, ok %v; want ok %v", size, len(got.whole), got.ok, want)
+		}
+		if !bytes.Equal(got.first, p) {
+			t.Fatalf("%d bytes: the attempt read %d", size, len(got.first))
+		}
+		if size <= limit && !bytes.Equal(got.again, p) {
+			t.Fatalf("%d bytes: the next attempt read %d", size, len(got.again))
+		}
 	}
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/valyala/fasthttp"
 	"golang.org/x/net/http/httpguts"
 	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
 )
 
 // h2Server is the gateway's HTTP/2 server (h2c, and h2 over TLS): it speaks
@@ -947,7 +948,9 @@ type h2sStream struct {
 	hdr         http.Header
 	fastHead    *fasthttp.ResponseHeader // the answer's fields besides hdr's (writeHead), encoded from fasthttp's header
 	fastLen     int                      // with fastHead: the body's length (-1: unknown)
-	trailers    http.Header              // trailers besides hdr's (canonical names, no http.TrailerPrefix)
+	upFields    []hpack.HeaderField      // the answer's fields besides hdr's, as an HTTP/2 endpoint sent them (setH2Head)
+	trailers    []hpack.HeaderField      // trailers besides hdr's, as an HTTP/2 endpoint sent them
+	own         [48]byte                 // a value the handler hands on (keep)
 	status      int
 	sentHeader  bool
 	ended       bool
@@ -1081,7 +1084,8 @@ func (st *h2sStream) finish() {
 	st.localDone = true
 	st.sc.mu.Unlock()
 	trailers := st.hasTrailers()
-	if !st.sentHeader && !trailers && !st.head && st.hdr.Get("Content-Length") == "" && (st.fastHead == nil || st.fastLen < 0) {
+	if !st.sentHeader && !trailers && !st.head && st.hdr.Get("Content-Length") == "" && (st.fastHead == nil || st.fastLen < 0) &&
+		fieldValue(st.upFields, "content-length") == "" {
 		st.Header().Set("Content-Length", strconv.Itoa(len(st.wbuf)))
 	}
 	if err := st.send(nil, !trailers); err != nil {
@@ -1101,8 +1105,8 @@ func (st *h2sStream) finish() {
 		for _, k := range st.trailerKeys {
 			st.encode(lowerHeader(k), st.hdr[k])
 		}
-		for k, vs := range st.trailers {
-			st.encode(lowerHeader(k), vs)
+		for _, f := range st.trailers {
+			st.encodeField(f.Name, f.Value)
 		}
 		sc.writeHeadersLocked(st.id, true, sc.hbuf.Bytes())
 		_ = sc.flushLocked()
@@ -1158,12 +1162,37 @@ func (st *h2sStream) encode(name string, vs []string) {
 	}
 }
 
+// encodeField is encode of one value.
+func (st *h2sStream) encodeField(name, v string) {
+	if name == "trailer" || connectionSpecific(name) || !httpguts.ValidHeaderFieldValue(v) {
+		return
+	}
+	appendHPACK(&st.sc.hbuf, name, v)
+}
+
 // setFastHead makes h, with a body of length n (-1: unknown), the answer's
 // head: its fields are encoded from h when the head is sent, with no
 // http.Header built; h must stay as it is until then.
 func (st *h2sStream) setFastHead(h *fasthttp.ResponseHeader, status, n int) {
 	st.fastHead, st.fastLen = h, n
 	st.WriteHeader(status)
+}
+
+// setH2Head makes fs, an HTTP/2 endpoint's fields as the gateway edited
+// them, the answer's head: they are encoded as they are when the head is
+// sent; fs must stay as it is until then.
+func (st *h2sStream) setH2Head(fs []hpack.HeaderField, status int) {
+	st.upFields = fs
+	st.WriteHeader(status)
+}
+
+// keep is v as a string the stream keeps until its end: in st.own if it
+// fits (one per stream).
+func (st *h2sStream) keep(v []byte) string {
+	if len(v) > len(st.own) {
+		return string(v)
+	}
+	return b2s(st.own[:copy(st.own[:], v)])
 }
 
 // encodeFast adds the fields of st.fastHead to sc.hbuf, as writeHead
@@ -1227,6 +1256,10 @@ func (st *h2sStream) send(p []byte, end bool) error {
 		date := len(st.hdr["Date"]) > 0
 		if st.fastHead != nil {
 			date = st.encodeFast() || date
+		}
+		for _, f := range st.upFields {
+			date = date || f.Name == "date"
+			st.encodeField(f.Name, f.Value)
 		}
 		if !date { // as net/http's server and Envoy add it
 			appendHPACK(&sc.hbuf, "date", httpDate(time.Now()))
@@ -1376,6 +1409,28 @@ func (b *h2sBody) Read(p []byte) (int, error) {
 	}
 	sc.mu.Unlock()
 	return 0, err
+}
+
+// takeWhole reads the whole body into dst if it all came (END_STREAM)
+// and is at most max bytes (wholeSource). The client sent it all, so no
+// 100 (Continue) is due and no window is given back but the connection's.
+func (b *h2sBody) takeWhole(dst []byte, max int) ([]byte, bool) {
+	st := (*h2sStream)(b)
+	sc := st.sc
+	sc.mu.Lock()
+	n := len(st.rbuf) - st.roff
+	if !st.remoteDone || st.err != nil || n > max {
+		sc.mu.Unlock()
+		return dst, false
+	}
+	dst = append(dst, st.rbuf[st.roff:]...)
+	st.rbuf, st.roff = st.rbuf[:0], 0
+	st.continueDue = false
+	sc.mu.Unlock()
+	if n > 0 {
+		sc.creditConn(int64(n))
+	}
+	return dst, true
 }
 
 // sendContinue sends the 100 (Continue) a request that expects one waits
