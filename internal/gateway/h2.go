@@ -168,7 +168,12 @@ func (g *Gateway) proxyH2(w http.ResponseWriter, hr *http.Request, ctx *fasthttp
 	c := k.c
 	var body *replayBody
 	if hr.Body != nil && hr.Body != http.NoBody && hr.ContentLength != 0 {
-		body = &replayBody{src: hr.Body, limit: r.spec.bufferLimit, max: int64(g.opts.MaxRequestBytes)}
+		if st, ok := w.(*h2sStream); ok {
+			body = &st.replay // one allocation less a call
+		} else {
+			body = new(replayBody)
+		}
+		body.src, body.limit, body.max = hr.Body, r.spec.bufferLimit, int64(g.opts.MaxRequestBytes)
 	}
 	if max := g.opts.MaxRequestBytes; max > 0 && hr.ContentLength > int64(max) {
 		k.reason, k.err = reasonTooLargeIn, errRequestTooLarge
@@ -262,7 +267,9 @@ func (g *Gateway) proxyH2(w http.ResponseWriter, hr *http.Request, ctx *fasthttp
 		fs := append(forwardFields(res.Fields), hpack.HeaderField{Name: "via", Value: viaValue},
 			hpack.HeaderField{Name: "x-request-id", Value: st.keep(k.rid.of(&ctx.Request.Header))})
 		if k.filters != nil {
-			k.filters.response(ctx, fieldHeader{&fs}, k.dest)
+			edited := fs // on the heap (fieldHeader), only when filtered
+			k.filters.response(ctx, fieldHeader{&edited}, k.dest)
+			fs = edited
 		}
 		st.setH2Head(fs, res.Status)
 	} else {
@@ -554,6 +561,8 @@ type replayBody struct {
 	eof  bool
 	err  error // src's, or errRequestTooLarge
 	gen  int   // the current attempt
+
+	first replayReader // the first attempt's
 }
 
 var errStaleAttempt = errors.New("gateway: attempt given up")
@@ -563,6 +572,10 @@ func (b *replayBody) attempt() io.ReadCloser {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.gen++
+	if b.gen == 1 {
+		b.first = replayReader{b: b, gen: 1}
+		return &b.first
+	}
 	return &replayReader{b: b, gen: b.gen}
 }
 

@@ -417,7 +417,7 @@ func (cc *h2ClientConn) roundTrip(req *h2Request) (*h2Stream, error) {
 	if ctx != nil {
 		st.stop = context.AfterFunc(ctx, func() { st.abort(ctx.Err()) })
 	} else if !req.deadline.IsZero() {
-		st.stop = time.AfterFunc(time.Until(req.deadline), func() { st.abort(context.DeadlineExceeded) }).Stop
+		st.timer = time.AfterFunc(time.Until(req.deadline), func() { st.abort(context.DeadlineExceeded) })
 	}
 	if body != nil {
 		go st.sendBody(body)
@@ -432,9 +432,7 @@ func (cc *h2ClientConn) roundTrip(req *h2Request) (*h2Stream, error) {
 		if err == nil {
 			err = errH2ConnClosed
 		}
-		if st.stop != nil {
-			st.stop()
-		}
+		st.unwatch()
 		st.abort(err)
 		return nil, err
 	}
@@ -542,6 +540,7 @@ func writeHeaderBlock(fr *http2.Framer, id uint32, end bool, block []byte, max i
 // connection's read side and ends when the connection is closed.
 func (cc *h2ClientConn) readLoop() {
 	fr := http2.NewFramer(nil, bufio.NewReaderSize(cc.conn, 16<<10))
+	fr.SetReuseFrames() // a DATA frame is done with before the next read
 	heads := newH2HeadReader(h2MaxHeaders)
 	var connUnacked int64
 	for {
@@ -686,7 +685,8 @@ type h2Stream struct {
 	deadline time.Time       // without ctx: when the call expires (zero: never)
 	id       uint32
 	sendWin  int64       // cc.mu
-	stop     func() bool // the context's AfterFunc, or the deadline's timer; nil: neither
+	stop     func() bool // the context's AfterFunc; nil: none
+	timer    *time.Timer // without a context, the deadline's; nil: none
 	std      bool        // RoundTrip's: the answer as an http.Response too (res)
 
 	mu       sync.Mutex
@@ -695,6 +695,7 @@ type h2Stream struct {
 	ans      h2Answer
 	res      *http.Response // with std
 	buf      []byte
+	bufp     *[]byte // the buffer in h2DataBufs buf started in (or grew from)
 	off      int
 	eof      bool  // the answer ended (END_STREAM)
 	err      error // the call failed
@@ -705,8 +706,8 @@ type h2Stream struct {
 
 	// The answer's fields and trailers, when they fit (an answer's fields
 	// have room for two more: the gateway adds Via and X-Request-Id).
-	head [12]hpack.HeaderField
-	tail [4]hpack.HeaderField
+	head [8]hpack.HeaderField
+	tail [3]hpack.HeaderField
 }
 
 // onHeaders takes the answer's headers or its trailers; the reader's
@@ -799,6 +800,10 @@ func (st *h2Stream) onData(p []byte, pad int, end bool) {
 	if st.off > 0 && st.off == len(st.buf) {
 		st.buf, st.off = st.buf[:0], 0
 	}
+	if st.bufp == nil && st.buf == nil && len(p) <= h2DataBuf {
+		st.bufp = h2DataBufs.Get().(*[]byte)
+		st.buf = (*st.bufp)[:0]
+	}
 	st.buf = append(st.buf, p...)
 	st.unacked += pad
 	st.eof = end
@@ -808,6 +813,12 @@ func (st *h2Stream) onData(p []byte, pad int, end bool) {
 		st.finish()
 	}
 }
+
+// h2DataBufs are the buffers of answers' first DATA frames: most
+// answers fit one, given back when it is read to the end.
+var h2DataBufs = sync.Pool{New: func() any { b := make([]byte, 0, h2DataBuf); return &b }}
+
+const h2DataBuf = 4 << 10
 
 // readyLocked wakes RoundTrip; st.mu is held.
 func (st *h2Stream) readyLocked() {
@@ -895,6 +906,11 @@ func (st *h2Stream) Read(p []byte) (int, error) {
 		n := copy(p, st.buf[st.off:])
 		st.off += n
 		st.unacked += n
+		if st.eof && st.off == len(st.buf) && st.bufp != nil {
+			// All of it read: no DATA comes after the end.
+			h2DataBufs.Put(st.bufp)
+			st.buf, st.bufp, st.off = nil, nil, 0
+		}
 		var credit int
 		if st.unacked >= h2StreamWindow/2 && !st.eof {
 			credit, st.unacked = st.unacked, 0
@@ -938,11 +954,19 @@ var errH2BodyClosed = errors.New("gateway: http2 answer body closed")
 // Close ends the caller's interest in the answer: a stream not ended
 // both ways is reset.
 func (st *h2Stream) Close() error {
+	st.unwatch()
+	st.abort(errH2BodyClosed)
+	return nil
+}
+
+// unwatch stops what would end the call at its context's end or deadline.
+func (st *h2Stream) unwatch() {
 	if st.stop != nil {
 		st.stop()
 	}
-	st.abort(errH2BodyClosed)
-	return nil
+	if st.timer != nil {
+		st.timer.Stop()
+	}
 }
 
 // sendBody copies the request body to the stream within the send windows;

@@ -475,13 +475,14 @@ func (sc *h2sConn) onHeaders(f *h2Head) (http2.ErrCode, bool) {
 		sc.resetStream(id, http2.ErrCodeRefusedStream)
 		return 0, true
 	}
-	req, ctx, declared, err := sc.newRequest(f)
+	st := &h2sStream{sc: sc, id: id, sendWin: initWin, recvWin: h2sStreamWin, remoteDone: f.StreamEnded()}
+	req := &st.req
+	ctx, declared, err := sc.newRequest(f, req)
 	if err != nil {
 		sc.resetStream(id, http2.ErrCodeProtocol)
 		return 0, true
 	}
-	st := &h2sStream{sc: sc, id: id, sendWin: initWin, recvWin: h2sStreamWin, declared: declared,
-		remoteDone: f.StreamEnded(), head: req.Method == http.MethodHead, ctx: ctx}
+	st.declared, st.head, st.ctx = declared, req.Method == http.MethodHead, ctx
 	st.cond.L = &sc.mu
 	if ctx != nil {
 		for _, hf := range f.RegularFields() {
@@ -526,11 +527,11 @@ func (sc *h2sConn) onHeaders(f *h2Head) (http2.ErrCode, bool) {
 	return 0, true
 }
 
-// newRequest checks a request's header block (RFC 9113 8.2, 8.3) and
-// returns its request, its fasthttp context (for a fast handler: the head
-// is there, not in the request's Header and URL) and its declared content
-// length (-1: none).
-func (sc *h2sConn) newRequest(f *h2Head) (*http.Request, *fasthttp.RequestCtx, int64, error) {
+// newRequest checks a request's header block (RFC 9113 8.2, 8.3), makes
+// req its request and returns its fasthttp context (for a fast handler:
+// the head is there, not in the request's Header and URL) and its declared
+// content length (-1: none).
+func (sc *h2sConn) newRequest(f *h2Head, req *http.Request) (*fasthttp.RequestCtx, int64, error) {
 	var method, scheme, path, authority string
 	for _, hf := range f.PseudoFields() {
 		switch hf.Name {
@@ -543,12 +544,12 @@ func (sc *h2sConn) newRequest(f *h2Head) (*http.Request, *fasthttp.RequestCtx, i
 		case ":authority":
 			authority = hf.Value
 		default:
-			return nil, nil, 0, errors.New("gateway: http2 request with pseudo-header " + hf.Name)
+			return nil, 0, errors.New("gateway: http2 request with pseudo-header " + hf.Name)
 		}
 	}
 	connect := method == http.MethodConnect
 	if method == "" || (!connect && (scheme == "" || path == "")) || (connect && (scheme != "" || path != "" || authority == "")) {
-		return nil, nil, 0, errors.New("gateway: http2 request without its pseudo-headers")
+		return nil, 0, errors.New("gateway: http2 request without its pseudo-headers")
 	}
 	regular := f.RegularFields()
 	// With a fast handler the head goes straight into a pooled fasthttp
@@ -560,11 +561,11 @@ func (sc *h2sConn) newRequest(f *h2Head) (*http.Request, *fasthttp.RequestCtx, i
 	} else {
 		hdr = make(http.Header, len(regular))
 	}
-	fail := func(msg string) (*http.Request, *fasthttp.RequestCtx, int64, error) {
+	fail := func(msg string) (*fasthttp.RequestCtx, int64, error) {
 		if ctx != nil {
 			releaseH2Ctx(ctx)
 		}
-		return nil, nil, 0, errors.New("gateway: http2 request with " + msg)
+		return nil, 0, errors.New("gateway: http2 request with " + msg)
 	}
 	declared := int64(-1)
 	var cookies []string
@@ -639,7 +640,6 @@ func (sc *h2sConn) newRequest(f *h2Head) (*http.Request, *fasthttp.RequestCtx, i
 			return fail("path " + strconv.Quote(path))
 		}
 	}
-	req := new(http.Request)
 	*req = *sc.base // its context too
 	req.Method, req.URL, req.RequestURI, req.Host, req.Header = method, u, path, authority, hdr
 	req.Body = http.NoBody
@@ -664,7 +664,7 @@ func (sc *h2sConn) newRequest(f *h2Head) (*http.Request, *fasthttp.RequestCtx, i
 		}
 		h.SetHost(authority)
 	}
-	return req, ctx, declared, nil
+	return ctx, declared, nil
 }
 
 func (sc *h2sConn) onData(f *http2.DataFrame) (http2.ErrCode, bool) {
@@ -951,6 +951,8 @@ type h2sStream struct {
 	upFields    []hpack.HeaderField      // the answer's fields besides hdr's, as an HTTP/2 endpoint sent them (setH2Head)
 	trailers    []hpack.HeaderField      // trailers besides hdr's, as an HTTP/2 endpoint sent them
 	own         [48]byte                 // a value the handler hands on (keep)
+	replay      replayBody               // the request body, kept for retries (proxyH2)
+	req         http.Request             // the handler's request
 	status      int
 	sentHeader  bool
 	ended       bool
