@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -118,6 +119,10 @@ func (b *batchConn) writer() {
 			b.idle = true
 			b.mu.Unlock()
 			<-b.wake
+			// Let the goroutines already runnable (other streams'
+			// handlers, most often) add their frames first: one system
+			// call for all of them.
+			runtime.Gosched()
 			b.mu.Lock()
 		}
 		out := b.buf
