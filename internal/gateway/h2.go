@@ -151,12 +151,13 @@ func (g *Gateway) serveH2On(w http.ResponseWriter, hr *http.Request, ctx *fastht
 var h2Ctxs = sync.Pool{New: func() any { return new(fasthttp.RequestCtx) }}
 
 // releaseH2Ctx returns a stream's context to h2Ctxs once its handler is
-// done with it (the access log and call record read it before).
+// done with it (the access log and call record read it before). Its
+// connection is replaced by the next stream's Init2, not cleared here
+// (Init2 reads the clock: 0.9% of a gRPC call's user CPU).
 func releaseH2Ctx(ctx *fasthttp.RequestCtx) {
 	ctx.Request.Reset()
 	ctx.Response.Reset()
 	ctx.ResetUserValues()
-	ctx.Init2(nil, nil, true)
 	h2Ctxs.Put(ctx)
 }
 
@@ -287,10 +288,13 @@ func (g *Gateway) proxyH2(w http.ResponseWriter, hr *http.Request, ctx *fasthttp
 		w.WriteHeader(res.Status)
 	}
 	trailersOnly := k.grpc >= 0
-	if !trailersOnly && (grpc || isEventStream(ct)) {
+	// An answer all in already (a unary call's, most often) goes out as
+	// one write at the handler's end: headers, body and trailers.
+	whole := res.ended()
+	if !trailersOnly && !whole && (grpc || isEventStream(ct)) {
 		flush(w) // a stream's headers go at once: the client may wait on them
 	}
-	n, rerr, werr := copyFlushing(w, res.Body)
+	n, rerr, werr := copyFlushing(w, res.Body, !whole)
 	if rerr == nil {
 		if v := fieldValue(res.Trailers, "grpc-status"); v != "" {
 			k.grpc = parseGRPCStatus(v)
@@ -356,7 +360,7 @@ func (g *Gateway) proxyH2ToH1(w http.ResponseWriter, hr *http.Request, ctx *fast
 		// Counted and recorded here: the tail is not armed.
 		writeHead(w, resp, resp.Header.ContentLength())
 		var rerr error
-		n, rerr, _ = copyFlushing(w, resp.BodyStream())
+		n, rerr, _ = copyFlushing(w, resp.BodyStream(), true)
 		if rerr != nil {
 			k.reason = reasonReset
 		} else {
@@ -501,11 +505,11 @@ func isEventStream(ct string) bool {
 
 var copyBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
 
-// copyFlushing copies src to w, flushing after each write so that a
-// stream's messages (gRPC, server-sent events) go out as they come. It
-// returns the bytes copied, the error that ended the read (nil at EOF) and
-// the error of a write (the client went away).
-func copyFlushing(w http.ResponseWriter, src io.Reader) (n int64, rerr, werr error) {
+// copyFlushing copies src to w, flushing after each write if each so
+// that a stream's messages (gRPC, server-sent events) go out as they come.
+// It returns the bytes copied, the error that ended the read (nil at EOF)
+// and the error of a write (the client went away).
+func copyFlushing(w http.ResponseWriter, src io.Reader, each bool) (n int64, rerr, werr error) {
 	bp := copyBufs.Get().(*[]byte)
 	defer copyBufs.Put(bp)
 	buf := *bp
@@ -516,6 +520,9 @@ func copyFlushing(w http.ResponseWriter, src io.Reader) (n int64, rerr, werr err
 				return n, nil, werr
 			}
 			n += int64(m)
+			if !each {
+				continue
+			}
 			if werr = flushError(w); werr != nil {
 				return n, nil, werr
 			}

@@ -104,6 +104,15 @@ type h2Answer struct {
 	Body     io.ReadCloser
 }
 
+// ended reports whether all of the answer is in, its trailers too: read
+// to its end, the body does not wait.
+func (a *h2Answer) ended() bool {
+	st := a.Body.(*h2Stream)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.eof && st.err == nil
+}
+
 // fieldValue is the first value of the field of lower-case name in fs
 // ("": none).
 func fieldValue(fs []hpack.HeaderField, name string) string {

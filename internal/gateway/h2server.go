@@ -1090,7 +1090,8 @@ func (st *h2sStream) finish() {
 		fieldValue(st.upFields, "content-length") == "" {
 		st.Header().Set("Content-Length", strconv.Itoa(len(st.wbuf)))
 	}
-	if err := st.send(nil, !trailers); err != nil {
+	// With trailers to follow, what send leaves unflushed goes with them.
+	if err := st.sendFlush(nil, !trailers, !trailers); err != nil {
 		return
 	}
 	if trailers {
@@ -1229,7 +1230,11 @@ func (st *h2sStream) encodeFast() (date bool) {
 
 // send sends the headers if not sent, then what was buffered and p, with
 // END_STREAM on the last frame if end.
-func (st *h2sStream) send(p []byte, end bool) error {
+func (st *h2sStream) send(p []byte, end bool) error { return st.sendFlush(p, end, true) }
+
+// sendFlush is send; without flush, its last frames may stay in sc.wbuf
+// for the caller to flush (under sc.wmu) with frames of its own.
+func (st *h2sStream) sendFlush(p []byte, end, flush bool) error {
 	sc := st.sc
 	if !st.sentHeader {
 		sc.mu.Lock()
@@ -1284,7 +1289,9 @@ func (st *h2sStream) send(p []byte, end bool) error {
 				st.wbuf = st.wbuf[:0]
 			}
 		}
-		err = sc.flushLocked()
+		if flush || !(endHere || inline) {
+			err = sc.flushLocked()
+		}
 		sc.wmu.Unlock()
 		if err != nil {
 			return err

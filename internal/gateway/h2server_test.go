@@ -10,7 +10,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -340,5 +342,82 @@ func TestH2ServerDate(t *testing.T) {
 	open(3, "/own", true)
 	if got := date(3); len(got) != 1 || got[0] != "Mon, 02 Jan 2006 15:04:05 GMT" {
 		t.Fatalf("date fields %q, want the handler's own only", got)
+	}
+}
+
+// writeLog is a connection that keeps a copy of each write.
+type writeLog struct {
+	net.Conn
+	mu     sync.Mutex
+	writes [][]byte
+}
+
+func (c *writeLog) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	c.writes = append(c.writes, bytes.Clone(p))
+	c.mu.Unlock()
+	return c.Conn.Write(p)
+}
+
+// TestH2ServerWholeAnswerOneWrite: an answer whose handler wrote a small
+// body and trailers without flushing (proxyH2 with an endpoint's answer
+// all in) goes to the connection in one write: headers, body, trailers.
+func TestH2ServerWholeAnswerOneWrite(t *testing.T) {
+	s := newFrameH2Server(func(w http.ResponseWriter, r *http.Request) {
+		st := w.(*h2sStream)
+		st.setH2Head([]hpack.HeaderField{{Name: "content-type", Value: "application/grpc"}}, http.StatusOK)
+		_, _ = w.Write(bytes.Repeat([]byte{'a'}, 1024))
+		st.trailers = []hpack.HeaderField{{Name: "grpc-status", Value: "0"}}
+	}, time.Minute)
+	t.Cleanup(func() { _ = s.Shutdown(context.Background()) })
+	client, server := net.Pipe()
+	defer client.Close()
+	logged := &writeLog{Conn: server}
+	go newH2sConn(s, logged).serve()
+	_ = client.SetDeadline(time.Now().Add(10 * time.Second))
+
+	var out bytes.Buffer
+	out.WriteString(http2.ClientPreface)
+	fr := http2.NewFramer(&out, nil)
+	_ = fr.WriteSettings()
+	var hb bytes.Buffer
+	enc := hpack.NewEncoder(&hb)
+	for _, hf := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":path", "/x"}, {":authority", "a"}} {
+		_ = enc.WriteField(hpack.HeaderField{Name: hf[0], Value: hf[1]})
+	}
+	_ = fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: hb.Bytes(), EndHeaders: true, EndStream: true})
+	go func() { _, _ = client.Write(out.Bytes()) }()
+	in := http2.NewFramer(nil, client)
+	for {
+		f, err := in.ReadFrame()
+		if err != nil {
+			t.Fatalf("reading the answer: %v", err)
+		}
+		if f.Header().StreamID == 1 && f.Header().Flags.Has(http2.FlagHeadersEndStream) {
+			break
+		}
+	}
+	logged.mu.Lock()
+	defer logged.mu.Unlock()
+	var with []int // the writes that carry frames of stream 1, and their frame types
+	var types []http2.FrameType
+	for i, w := range logged.writes {
+		wf := http2.NewFramer(nil, bytes.NewReader(w))
+		for {
+			f, err := wf.ReadFrame()
+			if err != nil {
+				break
+			}
+			if f.Header().StreamID == 1 {
+				if len(with) == 0 || with[len(with)-1] != i {
+					with = append(with, i)
+				}
+				types = append(types, f.Header().Type)
+			}
+		}
+	}
+	want := []http2.FrameType{http2.FrameHeaders, http2.FrameData, http2.FrameHeaders}
+	if len(with) != 1 || !slices.Equal(types, want) {
+		t.Fatalf("stream 1's frames %v went in writes %v; want %v in one write", types, with, want)
 	}
 }
