@@ -181,6 +181,7 @@ type h2sConn struct {
 	running     int    // handlers running (a reset stream's until it returns)
 	lastID      uint32 // the highest stream the client opened
 	sendWin     int64
+	winWaiters  int   // streams waiting for a window (h2sStream.winWait)
 	initWin     int64 // the client's SETTINGS_INITIAL_WINDOW_SIZE
 	maxFrame    int   // the client's SETTINGS_MAX_FRAME_SIZE
 	recvWin     int64 // what the client may still send on the connection
@@ -394,8 +395,15 @@ func (sc *h2sConn) onWindowUpdate(f *http2.WindowUpdateFrame) (http2.ErrCode, bo
 			return http2.ErrCodeFlowControl, false
 		}
 		sc.sendWin += int64(f.Increment)
-		for _, st := range sc.streams {
-			st.cond.Broadcast()
+		// Only the streams waiting for window: the others' conds have
+		// their body readers waiting, for data (a stream's client sends
+		// these updates as it reads, as often as every message).
+		if sc.winWaiters > 0 {
+			for _, st := range sc.streams {
+				if st.winWait {
+					st.cond.Broadcast()
+				}
+			}
 		}
 		return 0, true
 	}
@@ -421,7 +429,9 @@ func (sc *h2sConn) onWindowUpdate(f *http2.WindowUpdateFrame) (http2.ErrCode, bo
 		return 0, true
 	}
 	st.sendWin += int64(f.Increment)
-	st.cond.Broadcast()
+	if st.winWait {
+		st.cond.Broadcast()
+	}
 	return 0, true
 }
 
@@ -942,6 +952,7 @@ type h2sStream struct {
 	declared    int64
 	got         int64
 	sendWin     int64
+	winWait     bool // sendData waits for the windows
 	continueDue bool // expect, and neither the 100 nor the answer sent yet
 
 	// The handler's.
@@ -1335,7 +1346,11 @@ func (st *h2sStream) sendData(p []byte, end bool) error {
 	for {
 		sc.mu.Lock()
 		for len(p) > 0 && st.err == nil && (st.sendWin <= 0 || sc.sendWin <= 0) {
+			st.winWait = true
+			sc.winWaiters++
 			st.cond.Wait()
+			st.winWait = false
+			sc.winWaiters--
 		}
 		if st.err != nil {
 			err := st.err

@@ -421,3 +421,93 @@ func TestH2ServerWholeAnswerOneWrite(t *testing.T) {
 		t.Fatalf("stream 1's frames %v went in writes %v; want %v in one write", types, with, want)
 	}
 }
+
+// TestH2ServerWindowWaits: answers larger than the connection's window,
+// then than their streams' windows, arrive whole, the client crediting a
+// window only as it reads: streams waiting for a window are woken by the
+// client's updates of the connection's (streamWin false: their own windows
+// do not run out) and of their own (true).
+func TestH2ServerWindowWaits(t *testing.T) {
+	for _, streamWin := range []bool{false, true} {
+		t.Run(fmt.Sprintf("stream=%v", streamWin), func(t *testing.T) { testH2ServerWindowWaits(t, streamWin) })
+	}
+}
+
+func testH2ServerWindowWaits(t *testing.T, streamWin bool) {
+	const size = 100 << 10
+	s := newFrameH2Server(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write(bytes.Repeat([]byte{'w'}, size))
+	}, time.Minute)
+	t.Cleanup(func() { _ = s.Shutdown(context.Background()) })
+	client, server := net.Pipe()
+	defer client.Close()
+	go newH2sConn(s, server).serve()
+	_ = client.SetDeadline(time.Now().Add(10 * time.Second))
+
+	out := make(chan []byte, 64)
+	go func() {
+		for b := range out {
+			if _, err := client.Write(b); err != nil {
+				return
+			}
+		}
+	}()
+	defer close(out)
+	frame := func(write func(fr *http2.Framer)) {
+		var b bytes.Buffer
+		write(http2.NewFramer(&b, nil))
+		out <- b.Bytes()
+	}
+	out <- []byte(http2.ClientPreface)
+	win := uint32(1 << 20) // the connection's window (65,535) runs out first
+	if streamWin {
+		win = 16 << 10
+	}
+	frame(func(fr *http2.Framer) {
+		_ = fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: win})
+		if streamWin {
+			_ = fr.WriteWindowUpdate(0, 1<<20) // the streams' windows run out first
+		}
+	})
+	for _, id := range []uint32{1, 3} {
+		var hb bytes.Buffer
+		enc := hpack.NewEncoder(&hb)
+		for _, hf := range [][2]string{{":method", "GET"}, {":scheme", "http"}, {":path", "/"}, {":authority", "a"}} {
+			_ = enc.WriteField(hpack.HeaderField{Name: hf[0], Value: hf[1]})
+		}
+		frame(func(fr *http2.Framer) {
+			_ = fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: hb.Bytes(), EndHeaders: true, EndStream: true})
+		})
+	}
+	// A window is credited only once used up, a moment later: the
+	// streams wait for it.
+	got, unacked := map[uint32]int{}, map[uint32]int{}
+	ended := 0
+	in := http2.NewFramer(nil, client)
+	for ended < 2 {
+		f, err := in.ReadFrame()
+		if err != nil {
+			t.Fatalf("after %v bytes: %v", got, err)
+		}
+		df, ok := f.(*http2.DataFrame)
+		if !ok {
+			continue
+		}
+		got[df.StreamID] += len(df.Data())
+		id, limit := uint32(0), 65535
+		if streamWin {
+			id, limit = df.StreamID, int(win)
+		}
+		if unacked[id] += len(df.Data()); unacked[id] == limit {
+			time.Sleep(20 * time.Millisecond)
+			frame(func(fr *http2.Framer) { _ = fr.WriteWindowUpdate(id, uint32(limit)) })
+			unacked[id] = 0
+		}
+		if df.StreamEnded() {
+			ended++
+		}
+	}
+	if got[1] != size || got[3] != size {
+		t.Fatalf("bytes by stream %v, want %d each", got, size)
+	}
+}
