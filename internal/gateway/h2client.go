@@ -25,12 +25,14 @@ import (
 // transport. A call's HEADERS (and, for a call without a body, its end) are
 // written by the caller's goroutine straight to the connection; one reader
 // goroutine per connection decodes the answer's frames into the stream's
-// buffer, which the caller reads; a request body is copied by a goroutine of
-// its stream (the client may send while it reads the answer). What
-// net/http's transport adds per call and this does not: its doRequest
-// goroutine and the select hand-offs between it, the read loop and the
-// caller, and its per-frame flushes. What it does not do: request trailers
-// (the gateway sends none), server push (refused in SETTINGS), priorities.
+// buffer, which the caller reads; a request body all in goes with the
+// HEADERS, one still arriving is copied by a goroutine of its stream (the
+// client may send while it reads the answer). What net/http's transport
+// adds per call and this does not: its doRequest goroutine and the select
+// hand-offs between it, the read loop and the caller, its per-frame
+// flushes, and the answer's http.Header (roundTripFast). What it does not
+// do: request trailers (the gateway sends none), server push (refused in
+// SETTINGS), priorities.
 type h2Client struct {
 	scheme string // "http" or "https", for :scheme
 	dial   func(ctx context.Context) (net.Conn, error)
