@@ -456,7 +456,7 @@ func writeHead(w http.ResponseWriter, resp *fasthttp.Response, cl int) {
 }
 
 // forwardFields drops from an HTTP/2 answer's fields, in place, the
-// hop-by-hop ones (isHopHeader's, by their lower-case names) and Via and
+// hop-by-hop ones (RFC 9110 7.6.1, and those Connection names) and Via and
 // X-Request-Id, which the gateway sets.
 func forwardFields(fs []hpack.HeaderField) []hpack.HeaderField {
 	var conn []string // the names Connection lists (a malformed HTTP/2 answer's)
@@ -467,8 +467,10 @@ func forwardFields(fs []hpack.HeaderField) []hpack.HeaderField {
 	}
 	return slices.DeleteFunc(fs, func(f hpack.HeaderField) bool {
 		switch f.Name {
-		case "connection", "keep-alive", "proxy-connection", "proxy-authenticate", "proxy-authorization", "te", "trailer",
-			"transfer-encoding", "upgrade", "via", "x-request-id":
+		case "proxy-authenticate", "proxy-authorization", "te", "trailer", "via", "x-request-id":
+			return true
+		}
+		if connectionSpecific(f.Name) {
 			return true
 		}
 		for _, v := range conn {
@@ -480,23 +482,6 @@ func forwardFields(fs []hpack.HeaderField) []hpack.HeaderField {
 		}
 		return false
 	})
-}
-
-// isHopHeader reports whether an answer's header is hop-by-hop.
-func isHopHeader(key string, h http.Header) bool {
-	switch key {
-	case "Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authenticate", "Proxy-Authorization", "Te", "Trailer",
-		"Transfer-Encoding", "Upgrade":
-		return true
-	}
-	for _, v := range h.Values("Connection") {
-		for tok := range strings.SplitSeq(v, ",") {
-			if http.CanonicalHeaderKey(strings.TrimSpace(tok)) == key {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 func isEventStream(ct string) bool {

@@ -1165,14 +1165,8 @@ func connectionSpecific(name string) bool {
 // encode adds a header field to sc.hbuf, dropping what HTTP/2 forbids;
 // sc.wmu is held.
 func (st *h2sStream) encode(name string, vs []string) {
-	if name == "trailer" || connectionSpecific(name) {
-		return
-	}
 	for _, v := range vs {
-		if !httpguts.ValidHeaderFieldValue(v) {
-			continue
-		}
-		appendHPACK(&st.sc.hbuf, name, v)
+		st.encodeField(name, v)
 	}
 }
 
