@@ -52,8 +52,8 @@ type callTrace struct {
 	debug   bool
 	short   bool
 	formats trace.Format
-	kept    bool // the server span was exported (the call record keeps the trace id)
-	start   int64
+	kept    bool      // the server span was exported (the call record keeps the trace id)
+	start   time.Time // the call's; spans are placed by monotonic offsets from its one wall reading
 	// What the server span describes, copied when the span may be kept.
 	method, url, reqID, state, proto string
 	tagVals                          []string // request header custom tags' values, by tag (nil: none)
@@ -78,7 +78,7 @@ func (g *Gateway) startTrace(ctx *fasthttp.RequestCtx, tr *Tracing, ct *callTrac
 	ct.span = trace.NewSpanID()
 	ct.sampled = tr.Sampler.Sample(&sc, ct.trace) || sc.Debug
 	ct.debug, ct.short, ct.formats = sc.Debug, sc.Short, sc.Formats
-	ct.start = start.UnixNano()
+	ct.start = start
 	if ct.sampled || tr.Sampler.KeepErrors {
 		ct.method = known(h.Method())
 		scheme := "http://"
@@ -185,9 +185,13 @@ func (k *call) endTry(id trace.SpanID, t0 time.Time, lat time.Duration, addr str
 	if ct.t == nil || ct.t.noReport || !ct.sampled && !(ct.t.Sampler.KeepErrors && failed(k.status, k.reason)) {
 		return
 	}
+	// The try is placed from the call's wall reading by the monotonic
+	// clock, as the server span's end is: a try's own wall reading may
+	// differ by the clock's slew and put it outside its call.
+	from := ct.start.UnixNano() + int64(t0.Sub(ct.start))
 	s := trace.Span{TraceID: ct.trace, SpanID: id, Parent: ct.span, TraceState: ct.state,
 		Name: tryName(k.c.name), Kind: trace.KindClient,
-		Start: t0.UnixNano(), End: t0.UnixNano() + int64(lat), Error: failed(k.status, k.reason), ErrorMessage: k.reason}
+		Start: from, End: from + int64(lat), Error: failed(k.status, k.reason), ErrorMessage: k.reason}
 	s.Add(trace.String("component", "proxy"))
 	s.Add(trace.String("node_id", ct.t.NodeID))
 	s.Add(trace.String("upstream_cluster", k.c.name))
@@ -224,7 +228,7 @@ func (k *call) reportSpan(lat time.Duration) {
 	ct.kept = true
 	s := trace.Span{TraceID: ct.trace, SpanID: ct.span, Parent: ct.parent, TraceState: ct.state,
 		Name: spanName(ct.url), Kind: trace.KindServer,
-		Start: ct.start, End: ct.start + int64(lat), Error: failed(k.status, k.reason), ErrorMessage: k.reason}
+		Start: ct.start.UnixNano(), End: ct.start.UnixNano() + int64(lat), Error: failed(k.status, k.reason), ErrorMessage: k.reason}
 	s.Add(trace.String("component", "proxy"))
 	s.Add(trace.String("node_id", ct.t.NodeID))
 	s.Add(trace.String("upstream_cluster", k.c.name))
