@@ -105,7 +105,7 @@ func (g *Gateway) serveH2On(w http.ResponseWriter, hr *http.Request, ctx *fastht
 		return
 	}
 	k := call{c: c, retry: &r.spec.retry, md: md, grpc: -1, idle: streamIdle(t, r), detail: rbacShadow(ctx),
-		filters: r.spec.filters, dest: dest, logs: t.logs, h2: true, te: te}
+		filters: r.spec.filters, dest: dest, logs: t.logs, h2: true, te: te, start: start}
 	if len(k.logs) > 0 {
 		k.actx = ctx
 	}
@@ -204,7 +204,7 @@ func (g *Gateway) proxyH2(w http.ResponseWriter, hr *http.Request, ctx *fasthttp
 		k.levels |= levelBit(lv)
 		try := k.deadline
 		if pt := k.retry.perTry; pt > 0 {
-			if d := time.Now().Add(pt); try.IsZero() || d.Before(try) {
+			if d := k.now().Add(pt); try.IsZero() || d.Before(try) {
 				try = d
 			}
 		}
@@ -212,7 +212,7 @@ func (g *Gateway) proxyH2(w http.ResponseWriter, hr *http.Request, ctx *fasthttp
 		if body != nil {
 			attempt = body.attempt()
 		}
-		t0 := time.Now()
+		t0 := k.now()
 		var err error
 		res, err = h2.tr.roundTripFast(nil, try, &ctx.Request.Header, k.te, hr.ContentLength, attempt)
 		lat := time.Since(t0)
@@ -223,7 +223,7 @@ func (g *Gateway) proxyH2(w http.ResponseWriter, hr *http.Request, ctx *fasthttp
 		status := 0
 		if err == nil {
 			status = res.Status
-		} else if !try.IsZero() && !time.Now().Before(try) {
+		} else if !try.IsZero() && !k.now().Before(try) {
 			err = fasthttp.ErrTimeout
 		}
 		outcome, reason := classify(err, status)
@@ -240,7 +240,7 @@ func (g *Gateway) proxyH2(w http.ResponseWriter, hr *http.Request, ctx *fasthttp
 		pick.Done(lat, outcome)
 		ep.m.observe(status, lat)
 		if !k.retry.retriable(k.reason, k.status, k.grpc, k.err) || !body.replayable() || k.retries >= k.retry.num ||
-			(!k.deadline.IsZero() && !time.Now().Before(k.deadline)) || !c.allowRetry() {
+			(!k.deadline.IsZero() && !k.now().Before(k.deadline)) || !c.allowRetry() {
 			break
 		}
 		if res != nil {
