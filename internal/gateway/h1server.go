@@ -233,25 +233,19 @@ type readDeadliner interface{ SetReadDeadline(time.Time) error }
 // deadlines on (lfConn, prefixConn): two interface calls less, twice a
 // request (issue 48).
 func deadlinesOf(c net.Conn) readDeadliner {
-	inner := c
-	for {
-		switch w := inner.(type) {
-		case *lfConn:
-			inner = w.Conn
-		case *prefixConn:
-			inner = w.Conn
-		case *nbConn:
-			return w
-		default:
-			return c
-		}
+	if nb, ok := under(c).(*nbConn); ok {
+		return nb
 	}
+	return c
 }
 
-// writesOf is the connection under c's wrappers that only pass writes on
-// (lfConn, prefixConn): two interface calls less for each answer written
-// (issue 48).
-func writesOf(c net.Conn) io.Writer {
+// writesOf is what answers are written to: the connection under c's
+// wrappers, which only pass writes on (two interface calls less for each
+// answer written; issue 48).
+func writesOf(c net.Conn) io.Writer { return under(c) }
+
+// under is c without its lfConn and prefixConn.
+func under(c net.Conn) net.Conn {
 	for {
 		switch w := c.(type) {
 		case *lfConn:
