@@ -98,9 +98,15 @@ func (g *Gateway) serveOn(ctx *fasthttp.RequestCtx, t *table, ph *passHead) {
 		}
 		return
 	}
-	if typ := upgradeType(&ctx.Request.Header); typ != "" {
-		g.serveUpgrade(ctx, t, r, typ, c, md, mdKey, start)
-		return
+	// Upgrade is a hop-by-hop field, so the head's scan says whether a
+	// client asked for one; a route's filters, or the JWT filter's
+	// claim_to_headers, may have added it since (two header lookups less
+	// a request otherwise: 1.4% of its user samples).
+	if head&headHop != 0 || r.spec.filters != nil || len(t.rbac) > 0 {
+		if typ := upgradeType(&ctx.Request.Header); typ != "" {
+			g.serveUpgrade(ctx, t, r, typ, c, md, mdKey, start)
+			return
+		}
 	}
 	k := call{c: c, retry: &r.spec.retry, md: md, grpc: -1, detail: rbacShadow(ctx), filters: r.spec.filters, dest: dest, logs: t.logs, start: start}
 	var setCookie string
