@@ -118,7 +118,7 @@ func (g *Gateway) serveH2On(w http.ResponseWriter, hr *http.Request, ctx *fastht
 	if g.rec != nil {
 		k.src = sourceOf(ctx) // before prepareRequest rewrites the request
 	}
-	g.startTrace(ctx, t.tracing, &k.tr, start, c.spec.h2c) // an HTTP/1.1 cluster's tries write their own
+	g.startTrace(ctx, t.tracing, &k.tr, c.spec.h2c) // an HTTP/1.1 cluster's tries write their own
 	k.noteURI(ctx, r)
 	g.prepareRequest(ctx, r, head, &k.rid, nil)
 	k.tr.noteRequestID(&k.rid, &ctx.Request.Header)

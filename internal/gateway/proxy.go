@@ -116,7 +116,7 @@ func (g *Gateway) serveOn(ctx *fasthttp.RequestCtx, t *table, ph *passHead) {
 	if g.rec != nil {
 		k.src = sourceOf(ctx) // before prepareRequest rewrites the request
 	}
-	g.startTrace(ctx, t.tracing, &k.tr, start, false)
+	g.startTrace(ctx, t.tracing, &k.tr, false)
 	k.noteURI(ctx, r)
 	if ph != nil && k.filters == nil && setCookie == "" {
 		k.pass = ph
@@ -370,8 +370,9 @@ type call struct {
 	// answered is when the last try ended (zero: none did), finish's end
 	// of the call.
 	answered time.Time
-	// start is the call's (the server's clock read), which now reads the
-	// clock from; zero: now reads it whole.
+	// start is the call's (the server's clock read): now reads the clock
+	// from it, and its spans are placed from its wall reading (tracing.go);
+	// zero: now reads the clock whole.
 	start time.Time
 	logs  []accessLogSpec // the listener's access logs (accesslog.go)
 	uri   []byte          // the request URI before a rewrite, when logs are on and the route rewrites

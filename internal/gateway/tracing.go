@@ -52,8 +52,7 @@ type callTrace struct {
 	debug   bool
 	short   bool
 	formats trace.Format
-	kept    bool      // the server span was exported (the call record keeps the trace id)
-	start   time.Time // the call's; spans are placed by monotonic offsets from its one wall reading
+	kept    bool // the server span was exported (the call record keeps the trace id)
 	// What the server span describes, copied when the span may be kept.
 	method, url, reqID, state, proto string
 	tagVals                          []string // request header custom tags' values, by tag (nil: none)
@@ -63,7 +62,7 @@ type callTrace struct {
 // injectNow: write the context upstream now, with the server span as the
 // caller (the HTTP/2 upstream path, which has no per-try spans); the
 // HTTP/1.1 path writes it per try (tryTrace).
-func (g *Gateway) startTrace(ctx *fasthttp.RequestCtx, tr *Tracing, ct *callTrace, start time.Time, injectNow bool) {
+func (g *Gateway) startTrace(ctx *fasthttp.RequestCtx, tr *Tracing, ct *callTrace, injectNow bool) {
 	if tr == nil {
 		return
 	}
@@ -78,7 +77,6 @@ func (g *Gateway) startTrace(ctx *fasthttp.RequestCtx, tr *Tracing, ct *callTrac
 	ct.span = trace.NewSpanID()
 	ct.sampled = tr.Sampler.Sample(&sc, ct.trace) || sc.Debug
 	ct.debug, ct.short, ct.formats = sc.Debug, sc.Short, sc.Formats
-	ct.start = start
 	if ct.sampled || tr.Sampler.KeepErrors {
 		ct.method = known(h.Method())
 		scheme := "http://"
@@ -185,10 +183,10 @@ func (k *call) endTry(id trace.SpanID, t0 time.Time, lat time.Duration, addr str
 	if ct.t == nil || ct.t.noReport || !ct.sampled && !(ct.t.Sampler.KeepErrors && failed(k.status, k.reason)) {
 		return
 	}
-	// The try is placed from the call's wall reading by the monotonic
-	// clock, as the server span's end is: a try's own wall reading may
-	// differ by the clock's slew and put it outside its call.
-	from := ct.start.UnixNano() + int64(t0.Sub(ct.start))
+	// The try is placed from the call's wall reading (k.start) by the
+	// monotonic clock, as the server span's end is: a try's own wall
+	// reading may differ by the clock's slew and put it outside its call.
+	from := k.start.UnixNano() + int64(t0.Sub(k.start))
 	s := trace.Span{TraceID: ct.trace, SpanID: id, Parent: ct.span, TraceState: ct.state,
 		Name: tryName(k.c.name), Kind: trace.KindClient,
 		Start: from, End: from + int64(lat), Error: failed(k.status, k.reason), ErrorMessage: k.reason}
@@ -228,7 +226,7 @@ func (k *call) reportSpan(lat time.Duration) {
 	ct.kept = true
 	s := trace.Span{TraceID: ct.trace, SpanID: ct.span, Parent: ct.parent, TraceState: ct.state,
 		Name: spanName(ct.url), Kind: trace.KindServer,
-		Start: ct.start.UnixNano(), End: ct.start.UnixNano() + int64(lat), Error: failed(k.status, k.reason), ErrorMessage: k.reason}
+		Start: k.start.UnixNano(), End: k.start.UnixNano() + int64(lat), Error: failed(k.status, k.reason), ErrorMessage: k.reason}
 	s.Add(trace.String("component", "proxy"))
 	s.Add(trace.String("node_id", ct.t.NodeID))
 	s.Add(trace.String("upstream_cluster", k.c.name))
