@@ -9,6 +9,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -48,9 +49,17 @@ type h1Handler func(ctx *fasthttp.RequestCtx, ph *passHead)
 type h1Conn struct {
 	s      *h1Server
 	c      net.Conn
-	rd     readDeadliner // c's read deadlines (deadlinesOf)
-	w      io.Writer     // what answers are written to: c under the wrappers that only pass writes on (writesOf)
-	direct bool          // br reads c under its wrappers, which only passed reads on (readsOf)
+	rd     readDeadliner         // c's read deadlines (deadlinesOf)
+	w      io.Writer             // what answers are written to: c under the wrappers that only pass writes on (writesOf)
+	direct bool                  // br reads c under its wrappers, which only passed reads on (readsOf)
+	src    h1Src                 // what br reads once direct, on a plaintext TCP connection
+	fastF  func(fd uintptr) bool // hc.fastStep, bound once
+	n      int                   // requests read so far
+	last   time.Time             // the previous request's time: its idle deadline counts from it
+	parsed bool                  // the request's head was read (by fastStep), not yet served
+	begun  time.Time             // fastStep waits for the rest of a head that began then
+	exit   bool                  // fastStep ended the connection
+	hj     func(net.Conn)        // the handler took the connection (hijack), to run after
 	state  atomic.Int32
 	ctx    fasthttp.RequestCtx
 	br     *bufio.Reader
@@ -78,7 +87,9 @@ var (
 	// with it: a client that opens a connection per request costs no
 	// allocation a request either.
 	h1Pool = sync.Pool{New: func() any {
-		return &h1Conn{br: bufio.NewReaderSize(nil, 8192)}
+		hc := &h1Conn{br: bufio.NewReaderSize(nil, 8192)}
+		hc.fastF = hc.fastStep
+		return hc
 	}}
 	// h1Writers lends connections the buffer their answers are written
 	// into, from the answer's first byte until it went out: the next
@@ -153,8 +164,11 @@ func (s *h1Server) Shutdown(ctx context.Context) error {
 
 func (hc *h1Conn) serve() {
 	s := hc.s
-	hijacked := false
 	defer func() {
+		hijacked := hc.hj != nil
+		if hijacked {
+			hc.startHijack(hc.hj)
+		}
 		s.mu.Lock()
 		delete(s.conns, hc)
 		s.mu.Unlock()
@@ -170,34 +184,43 @@ func (hc *h1Conn) serve() {
 	h1Conns.Store(&hc.ctx, hc)
 	hc.ctx.Init2(hc.c, discardLogger{}, false) // for an answer before the first request (fail)
 	hc.br.Reset(hc.c)
-	var last time.Time // the previous request's time: its idle deadline counts from it
 	if s.readTimeout > 0 {
-		last = time.Now()
-		if hc.rd.SetReadDeadline(last.Add(s.readTimeout)) != nil {
+		hc.last = time.Now()
+		if hc.rd.SetReadDeadline(hc.last.Add(s.readTimeout)) != nil {
 			return
 		}
 	}
-	for n := 0; ; n++ {
-		if n > 0 && s.idleTimeout > 0 {
+	for ; ; hc.n++ {
+		if hc.n > 0 && s.idleTimeout > 0 {
 			// From the previous request's start, not the clock: its
 			// answer's time shortens minutes of idle time by little, for a
 			// clock read less a request.
-			if hc.rd.SetReadDeadline(last.Add(s.idleTimeout)) != nil {
+			if hc.rd.SetReadDeadline(hc.last.Add(s.idleTimeout)) != nil {
 				return
 			}
 		}
-		if hc.buffered() > 0 && hc.br.Buffered() == 0 {
-			// Answers to pipelined requests went out together; the wait
-			// for the next request must not hold them.
-			if hc.flush() != nil {
-				return
+		if hc.src.nb != nil && !hc.parsed {
+			// Requests that come whole are served inside one raw read
+			// (fastStep); it leaves the others to the loop below.
+			err := hc.src.nb.readEach(hc.fastF)
+			if hc.exit || err != nil && hc.br.Buffered() == 0 {
+				return // (done, taken, closed, or idle too long: as the read below would)
 			}
 		}
-		if _, err := hc.br.Peek(1); err != nil {
-			if n == 0 && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
-				hc.fail(err) // nothing arrived in time: 408
+		if !hc.parsed {
+			if hc.buffered() > 0 && hc.br.Buffered() == 0 {
+				// Answers to pipelined requests went out together; the wait
+				// for the next request must not hold them.
+				if hc.flush() != nil {
+					return
+				}
 			}
-			return
+			if _, err := hc.br.Peek(1); err != nil {
+				if hc.n == 0 && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+					hc.fail(err) // nothing arrived in time: 408
+				}
+				return
+			}
 		}
 		if !hc.state.CompareAndSwap(connIdle, connActive) {
 			return // Shutdown closed it
@@ -205,24 +228,144 @@ func (hc *h1Conn) serve() {
 		if hc.buffered() > 0 && !hc.headBuffered() && hc.flush() != nil {
 			return // answers held while the next head is awaited
 		}
-		keep, hijack := hc.one(n)
-		if hijack != nil {
-			hijacked = true
-			hc.startHijack(hijack)
-			return
-		}
-		last = hc.ctx.Time()
-		hc.state.Store(connIdle)
-		if !keep || s.stop.Load() {
-			_ = hc.flush()
+		keep, hijack, _ := hc.one(hc.n, false)
+		if !hc.after(keep, hijack) {
 			return
 		}
 		if !hc.direct && hc.br.Buffered() == 0 {
-			if r := readsOf(hc.c); r != nil {
+			if c := readsOf(hc.c); c != nil {
+				var r io.Reader = c
+				if nb, ok := c.(*nbConn); ok {
+					hc.src = h1Src{nb: nb}
+					r = &hc.src
+				}
 				hc.br.Reset(r) // (keeps its buffer)
 				hc.direct = true
 			}
 		}
+	}
+}
+
+// after ends a request served: false if the connection is to close (or
+// was taken: hc.hj, which serve hands it to as it returns).
+func (hc *h1Conn) after(keep bool, hijack func(net.Conn)) bool {
+	if hijack != nil {
+		hc.hj = hijack
+		return false
+	}
+	hc.last = hc.ctx.Time()
+	hc.state.Store(connIdle)
+	if !keep || hc.s.stop.Load() {
+		_ = hc.flush()
+		return false
+	}
+	return true
+}
+
+// fastStep is readEach's function on a plaintext connection (nbConn): it
+// serves each request whose head and body are in the reader, reads the
+// socket itself (h1Src) when they are not, and waits (false) only after a
+// read found nothing or less than it asked for: no read is spent before
+// a wait finding nothing (issue 48). It ends (true) when the connection
+// does (hc.exit, hc.hj), and for the loop to serve a request otherwise:
+// one whose body is still to come (hc.parsed: its head is read), one
+// whose head does not end where it seemed to, a head the reader cannot
+// hold, a read that failed (the loop's read meets it again).
+func (hc *h1Conn) fastStep(fd uintptr) bool {
+	hc.src.fd, hc.src.raw, hc.src.drained = fd, true, false
+	defer func() { hc.src.raw = false }()
+	for {
+		if b, _ := hc.br.Peek(hc.br.Buffered()); headEnds(b) {
+			if !hc.state.CompareAndSwap(connIdle, connActive) {
+				hc.exit = true // Shutdown closed it
+				return true
+			}
+			keep, hijack, leave := hc.one(hc.n, true)
+			if leave {
+				hc.state.Store(connIdle) // (the loop takes it again)
+				return true
+			}
+			if !hc.after(keep, hijack) {
+				hc.exit = true
+				return true
+			}
+			hc.n++
+			if hc.s.idleTimeout > 0 {
+				_ = hc.rd.SetReadDeadline(hc.last.Add(hc.s.idleTimeout)) // (lazy: armed by the wait)
+			}
+			continue
+		}
+		if hc.buffered() > 0 && hc.flush() != nil {
+			hc.exit = true // answers held while the next head is awaited
+			return true
+		}
+		if hc.src.drained {
+			if hc.br.Buffered() > 0 && hc.begun.IsZero() && hc.s.readTimeout > 0 {
+				// A head begun: the read timeout counts from now (one).
+				hc.begun = time.Now()
+				_ = hc.rd.SetReadDeadline(hc.begun.Add(hc.s.readTimeout))
+			}
+			return false
+		}
+		if hc.br.Buffered() == hc.br.Size() {
+			return true
+		}
+		if _, err := hc.br.Peek(hc.br.Buffered() + 1); err != nil && err != errWouldBlock {
+			return true
+		}
+	}
+}
+
+// headEnds reports whether b holds a blank line: a whole head, to parse.
+func headEnds(b []byte) bool {
+	for {
+		i := bytes.IndexByte(b, '\n')
+		if i < 0 {
+			return false
+		}
+		b = b[i+1:]
+		if len(b) > 0 && b[0] == '\n' || len(b) > 1 && b[0] == '\r' && b[1] == '\n' {
+			return true
+		}
+	}
+}
+
+// h1Src is what the reader of a plaintext TCP connection reads once its
+// wrappers are done (readsOf): the connection, or, inside fastStep, its
+// socket by raw reads that return errWouldBlock instead of waiting.
+type h1Src struct {
+	nb      *nbConn
+	fd      uintptr
+	raw     bool // inside fastStep: fd is the socket
+	drained bool // the last raw read found nothing, or less than it asked for
+}
+
+// errWouldBlock is a raw read's EAGAIN: nothing to read yet.
+var errWouldBlock = errors.New("gateway: nothing to read yet")
+
+func (s *h1Src) Read(p []byte) (int, error) {
+	if !s.raw {
+		return s.nb.Read(p)
+	}
+	if len(p) > maxRW {
+		p = p[:maxRW]
+	}
+	for {
+		n, e := sysRead(s.fd, p)
+		switch e {
+		case 0:
+			if n == 0 {
+				return 0, io.EOF
+			}
+			s.drained = n < len(p)
+			return n, nil
+		case syscall.EINTR:
+			continue
+		case syscall.EAGAIN:
+			s.drained = true
+			return 0, errWouldBlock
+		}
+		return 0, s.nb.opError("read", e)
 	}
 }
 
@@ -285,6 +428,7 @@ func (hc *h1Conn) release() {
 	hc.ctx.Response.Reset()
 	hc.ctx.Init2(nil, discardLogger{}, false)
 	hc.s, hc.c, hc.rd, hc.w, hc.hijack, hc.direct = nil, nil, nil, nil, nil, false
+	hc.src, hc.n, hc.last, hc.parsed, hc.exit, hc.hj, hc.begun = h1Src{}, 0, time.Time{}, false, false, nil, time.Time{}
 	hc.body.reset()
 	hc.state.Store(connIdle)
 	h1Pool.Put(hc)
@@ -292,42 +436,57 @@ func (hc *h1Conn) release() {
 
 // one reads a request, serves it and writes its answer; keep: the
 // connection may carry another; hijack: the handler took the connection.
-func (hc *h1Conn) one(n int) (keep bool, hijack func(net.Conn)) {
+// fast: inside fastStep, where the reader must not wait: leave says the
+// loop is to serve the request instead (hc.parsed: its head is read).
+func (hc *h1Conn) one(n int, fast bool) (keep bool, hijack func(net.Conn), leave bool) {
 	s, ctx := hc.s, &hc.ctx
+	req := &ctx.Request
+	if !hc.parsed {
+		// The request's time: the loop's one clock read. Bodies' buffers
+		// go back to fasthttp's pool at each request's end
+		// (reduceMemoryUsage), so that the next request, of any
+		// connection, finds one still in the cache: one per connection
+		// was a cold copy target each time (issue 48).
+		ctx.Init2(hc.c, discardLogger{}, true)
+		ctx.Response.Header.SetNoDefaultContentType(true)
+		if n > 0 {
+			// The read timeout counts from the request's first byte;
+			// without one, the idle deadline no longer applies.
+			var d time.Time
+			if s.readTimeout > 0 {
+				d = ctx.Time().Add(s.readTimeout)
+				if !hc.begun.IsZero() { // fastStep saw the head begin
+					d = hc.begun.Add(s.readTimeout)
+				}
+			}
+			if hc.rd.SetReadDeadline(d) != nil {
+				return false, nil, false
+			}
+		}
+		if err := req.Header.Read(hc.br); err != nil {
+			if fast && errors.Is(err, errWouldBlock) {
+				return false, nil, true // the head goes on past the blank line seen (headEnds)
+			}
+			if !errors.Is(err, net.ErrClosed) && !errors.Is(err, io.EOF) { // gone: no answer
+				hc.fail(err)
+			}
+			return false, nil, false
+		}
+		if err := checkTarget(&req.Header, &hc.uri); err != nil {
+			hc.fail(err)
+			return false, nil, false
+		}
+		if fast && !hc.bodyIn(&req.Header) {
+			hc.parsed = true
+			return false, nil, true
+		}
+	}
+	hc.parsed, hc.begun = false, time.Time{}
 	defer func() {
 		hc.body.reset()
 		ctx.Request.Reset()
 		ctx.Response.Reset()
 	}()
-	// The request's time: the loop's one clock read. Bodies' buffers go
-	// back to fasthttp's pool at each request's end (reduceMemoryUsage),
-	// so that the next request, of any connection, finds one still in
-	// the cache: one per connection was a cold copy target each time
-	// (issue 48).
-	ctx.Init2(hc.c, discardLogger{}, true)
-	ctx.Response.Header.SetNoDefaultContentType(true)
-	if n > 0 {
-		// The read timeout counts from the request's first byte; without
-		// one, the idle deadline no longer applies.
-		var d time.Time
-		if s.readTimeout > 0 {
-			d = ctx.Time().Add(s.readTimeout)
-		}
-		if hc.rd.SetReadDeadline(d) != nil {
-			return false, nil
-		}
-	}
-	req := &ctx.Request
-	if err := req.Header.Read(hc.br); err != nil {
-		if !errors.Is(err, net.ErrClosed) && !errors.Is(err, io.EOF) { // gone: no answer
-			hc.fail(err)
-		}
-		return false, nil
-	}
-	if err := checkTarget(&req.Header, &hc.uri); err != nil {
-		hc.fail(err)
-		return false, nil
-	}
 	http11 := req.Header.IsHTTP11()
 	closeConn := req.Header.ConnectionClose()
 	switch cl := req.Header.ContentLength(); {
@@ -339,13 +498,13 @@ func (hc *h1Conn) one(n int) (keep bool, hijack func(net.Conn)) {
 		if req.MayContinue() {
 			// fasthttp's way: the body is wanted whatever the handler does.
 			if _, err := hc.writer().Write(continueLine); err != nil || hc.flush() != nil {
-				return false, nil
+				return false, nil, false
 			}
 		}
 		hc.body.start(hc.br, cl)
 		req.SetBodyStream(&hc.body, cl)
 		if hc.buffered() > 0 && hc.flush() != nil {
-			return false, nil // the handler may wait for the body: answers before go out
+			return false, nil, false // the handler may wait for the body: answers before go out
 		}
 	}
 
@@ -376,7 +535,7 @@ func (hc *h1Conn) one(n int) (keep bool, hijack func(net.Conn)) {
 		// that broke, the hijack runs: it ends its tunnel, and the
 		// endpoint's connection with it, at once.
 		_ = hc.flush()
-		return false, hijack
+		return false, hijack, false
 	}
 	var err error
 	if hc.pass.ok {
@@ -385,11 +544,11 @@ func (hc *h1Conn) one(n int) (keep bool, hijack func(net.Conn)) {
 		err = hc.out.write(hc.writer(), resp)
 	}
 	if err != nil {
-		return false, nil
+		return false, nil, false
 	}
 	if hc.br.Buffered() == 0 || closeConn || !hc.body.done() {
 		if hc.flush() != nil {
-			return false, nil
+			return false, nil, false
 		}
 	}
 	// What the handler left of the body is read so that it is not taken
@@ -397,7 +556,19 @@ func (hc *h1Conn) one(n int) (keep bool, hijack func(net.Conn)) {
 	if !closeConn && !hc.body.discard() {
 		closeConn = true
 	}
-	return !closeConn, nil
+	return !closeConn, nil, false
+}
+
+// bodyIn reports whether the reader holds the whole body of the request
+// whose head is h, if it has one, and it is not awaiting 100 Continue.
+func (hc *h1Conn) bodyIn(h *fasthttp.RequestHeader) bool {
+	switch cl := h.ContentLength(); {
+	case cl == 0 || cl == -2:
+		return true
+	case cl > 0:
+		return cl <= hc.br.Buffered() && !hc.ctx.Request.MayContinue()
+	}
+	return false
 }
 
 // headBuffered reports whether the reader holds a whole request head.

@@ -76,6 +76,11 @@ type nbConn struct {
 	wwant   atomic.Int64 // the write deadline asked for
 	warmed  atomic.Int64 // the poller's
 	writing atomic.Int32
+
+	// readEach's: the caller's function, and the two bound once.
+	each      func(fd uintptr) bool
+	eachStep  func(fd uintptr) bool
+	eachCalls func() error
 }
 
 // maxRW bounds one system call's bytes, as internal/poll does.
@@ -152,6 +157,39 @@ func (c *nbConn) underReadDeadline(read func() error) error {
 			return err
 		}
 	}
+}
+
+// readEach calls step inside one RawConn.Read, at first and after each
+// wait for readability, until step returns true. Go's poller forgets the
+// socket's readiness as a RawConn.Read starts, not before each wait in
+// it: so step may wait after a read that filled less than it asked for,
+// as an edge-triggered event loop does, where a Read must first read
+// until EAGAIN (a system call a proxied request for nothing; issue 48).
+// The waits are under the read deadline asked for, as a Read's; a
+// deadline set while step runs is lazy as between reads. While step runs,
+// the connection's read lock is held: step must not call Read.
+func (c *nbConn) readEach(step func(fd uintptr) bool) error {
+	if c.eachStep == nil {
+		c.eachStep = c.stepEach
+		c.eachCalls = func() error { return c.raw.Read(c.eachStep) }
+	}
+	c.each = step
+	err := c.underReadDeadline(c.eachCalls)
+	c.each = nil
+	return err
+}
+
+// stepEach is readEach's RawConn.Read function: underReadDeadline counted
+// a read from before the first call to the end of the last, but only the
+// waits are reads (they arm the deadline asked for, begin).
+func (c *nbConn) stepEach(fd uintptr) bool {
+	c.end()
+	if c.each(fd) {
+		c.reading.Add(1) // (underReadDeadline's end)
+		return true
+	}
+	c.begin()
+	return false
 }
 
 // readStep is RawConn.Read's function: false (wait for readability) when

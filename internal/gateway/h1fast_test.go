@@ -1,0 +1,194 @@
+package gateway_test
+
+import (
+	"bufio"
+	"bytes"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	"github.com/gorilla/websocket"
+
+	"github.com/sextant-mesh/sextant/internal/gateway"
+)
+
+// After its first request, a plaintext connection's requests are served
+// inside one raw read of its socket (h1server.go, fastStep), which waits
+// for more only after a read found less than it asked for. These tests
+// send what that loop must hand back to the usual one, or wait through,
+// on a connection past its first request.
+
+// warm sends a first request on c, so that the next ones take fastStep.
+func warm(t *testing.T, c net.Conn, br *bufio.Reader) {
+	t.Helper()
+	if _, err := io.WriteString(c, "GET /first HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	if resp, body := readAnswer(t, br, "GET"); resp.StatusCode != 200 || body != "GET /first " {
+		t.Fatalf("first request: %d %q", resp.StatusCode, body)
+	}
+}
+
+// writeInPieces writes each piece with a pause before the next, so that
+// each arrives by itself.
+func writeInPieces(t *testing.T, c net.Conn, pieces ...string) {
+	t.Helper()
+	for i, p := range pieces {
+		if i > 0 {
+			time.Sleep(30 * time.Millisecond)
+		}
+		if _, err := io.WriteString(c, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestH1AfterTheFirstRequest: heads and bodies that arrive in pieces, a
+// client awaiting 100 Continue, an empty line before a request, and
+// pipelined requests (a chunked body among them) are each answered in
+// order on a connection past its first request.
+func TestH1AfterTheFirstRequest(t *testing.T) {
+	g := startEchoGateway(t)
+	c, br := dialGateway(t, g)
+	warm(t, c, br)
+	for _, tc := range []struct {
+		name   string
+		pieces []string
+		want   []string // answers' bodies; a HEAD's is ""
+	}{
+		{"a head in pieces", []string{"GET /sp", "lit HTTP/1.1\r\nHo", "st: x\r\n", "\r\n"}, []string{"GET /split "}},
+		{"a body after its head", []string{"POST /late HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\n", "he", "llo"}, []string{"POST /late hello"}},
+		{"a chunked body in pieces", []string{"POST /ch HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n", "2\r\nde\r\n", "0\r\n\r\n"}, []string{"POST /ch abcde"}},
+		{"an empty line first", []string{"\r\nGET /crlf HTTP/1.1\r\nHost: x\r\n\r\n"}, []string{"GET /crlf "}},
+		{"an empty line, then the head later", []string{"\r\n\r\nGET /crlf2 HTTP/1.1\r\n", "Host: x\r\n\r\n"}, []string{"GET /crlf2 "}},
+		{"a body in the same write", []string{"POST /whole HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc"}, []string{"POST /whole abc"}},
+		{"pipelined", []string{"GET /p1 HTTP/1.1\r\nHost: x\r\n\r\n" +
+			"POST /p2 HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nhi" +
+			"POST /p3 HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nz\r\n0\r\n\r\n" +
+			"HEAD /p4 HTTP/1.1\r\nHost: x\r\n\r\nGET /p5 HTTP/1.1\r\nHo", "st: x\r\n\r\n"},
+			[]string{"GET /p1 ", "POST /p2 hi", "POST /p3 z", "", "GET /p5 "}},
+	} {
+		writeInPieces(t, c, tc.pieces...)
+		for _, want := range tc.want {
+			method, _, _ := strings.Cut(want, " ")
+			if want == "" {
+				method = "HEAD"
+			}
+			if resp, body := readAnswer(t, br, method); resp.StatusCode != 200 || body != want {
+				t.Fatalf("%s: %d %q, want 200 %q", tc.name, resp.StatusCode, body, want)
+			}
+		}
+	}
+	// 100 Continue, then the body.
+	writeInPieces(t, c, "POST /e HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\nExpect: 100-continue\r\n\r\n")
+	if line, err := br.ReadString('\n'); err != nil || line != "HTTP/1.1 100 Continue\r\n" {
+		t.Fatalf("first line %q (%v), want 100 Continue", line, err)
+	}
+	if blank, _ := br.ReadString('\n'); blank != "\r\n" {
+		t.Fatalf("after 100 Continue: %q", blank)
+	}
+	writeInPieces(t, c, "body")
+	if resp, body := readAnswer(t, br, "POST"); resp.StatusCode != 200 || body != "POST /e body" {
+		t.Fatalf("after 100 Continue: %d %q", resp.StatusCode, body)
+	}
+	// Still served whole after all that.
+	writeInPieces(t, c, "GET /last HTTP/1.1\r\nHost: x\r\n\r\n")
+	if resp, body := readAnswer(t, br, "GET"); resp.StatusCode != 200 || body != "GET /last " {
+		t.Fatalf("last: %d %q", resp.StatusCode, body)
+	}
+}
+
+// TestH1LaterStalledAndOversized: past the first request, a head that
+// stops arriving still gets 408 once the read timeout passes since its
+// first byte, and a head larger than the read buffer 431.
+func TestH1LaterStalledAndOversized(t *testing.T) {
+	addr := serveBare(t, gateway.Options{RequestReadTimeout: 300 * time.Millisecond})
+	for _, tc := range []struct{ name, raw, status string }{
+		{"stalled", "GET /x HTTP/1.1\r\nHost: x\r\n", "408"},
+		{"oversized", "GET / HTTP/1.1\r\nHost: x\r\nX-Big: " + strings.Repeat("a", 9000) + "\r\n\r\n", "431"},
+	} {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		br := bufio.NewReader(c)
+		if _, err := io.WriteString(c, "GET /a HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		start := time.Now()
+		if _, err := io.WriteString(c, tc.raw); err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(br)
+		if !strings.HasPrefix(string(b), "HTTP/1.1 "+tc.status+" ") || !strings.Contains(string(b), "Connection: close") {
+			t.Errorf("%s: %q, want %s and Connection: close", tc.name, b, tc.status)
+		}
+		if took := time.Since(start); took > 3*time.Second {
+			t.Errorf("%s: answered after %v, want about the 300 ms read timeout", tc.name, took)
+		}
+	}
+}
+
+// TestWebSocketAfterTheFirstRequest: a connection that carried a plain
+// request upgrades to a WebSocket (the tunnel takes the connection from
+// the loop that served it inside its raw read), and messages pass.
+func TestWebSocketAfterTheFirstRequest(t *testing.T) {
+	u := startUpstream(t, "ws1", echoWS("ws1"))
+	cp := startControlPlane(t, "")
+	cp.set(wsListener("gw", "routes", &hcm.HttpConnectionManager_UpgradeConfig{UpgradeType: "websocket"}),
+		routeConfig("routes", vhost("all", []string{"*"}, prefixRoute("/", "ws"))),
+		edsCluster("ws"), assignment("ws", ep{u: u}))
+	g := startGateway(t, cp.addr)
+	g.waitServes(t, "/x", "plain ws1")
+	d := websocket.Dialer{HandshakeTimeout: 10 * time.Second, NetDial: func(network, addr string) (net.Conn, error) {
+		c, err := net.Dial(network, addr)
+		if err != nil {
+			return nil, err
+		}
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := io.WriteString(c, "GET /plain HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+			return nil, err
+		}
+		// Read to the answer's end byte by byte: nothing past it is taken.
+		var got []byte
+		one := make([]byte, 1)
+		for !bytes.HasSuffix(got, []byte("plain ws1")) {
+			if _, err := c.Read(one); err != nil {
+				return nil, err
+			}
+			got = append(got, one[0])
+		}
+		_ = c.SetDeadline(time.Time{})
+		return c, nil
+	}}
+	c, resp, err := d.Dial("ws"+strings.TrimPrefix(g.url, "http")+"/chat", nil)
+	if err != nil {
+		t.Fatalf("dial through the gateway: %v (%v)", err, status(resp))
+	}
+	defer c.Close()
+	if resp.StatusCode != http.StatusSwitchingProtocols || resp.Header.Get("X-Upstream") != "ws1" {
+		t.Fatalf("handshake answer %d %v, want the endpoint's 101", resp.StatusCode, resp.Header)
+	}
+	for i, msg := range [][]byte{[]byte("hello"), bytes.Repeat([]byte("x"), 200<<10)} {
+		c.SetWriteDeadline(time.Now().Add(10 * time.Second))
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if err := c.WriteMessage(websocket.BinaryMessage, msg); err != nil {
+			t.Fatalf("message %d: %v", i, err)
+		}
+		if _, got, err := c.ReadMessage(); err != nil || !bytes.Equal(got, append([]byte("ws1:"), msg...)) {
+			t.Fatalf("message %d: echo of %d bytes, err %v", i, len(got), err)
+		}
+	}
+}
