@@ -106,18 +106,27 @@ func BenchmarkEncode(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	var rs [64]Record
-	for i := range rs {
-		rs[i] = Record{Start: int64(i), Latency: time.Millisecond, Service: "shop/orders", Cluster: "shop/orders",
-			Route: "default", Endpoint: "10.0.0." + strconv.Itoa(i%8) + ":8080", Status: 200, BytesIn: 100, BytesOut: 1000,
-			Method: "GET", Path: "/orders/" + strconv.Itoa(i), Host: "shop.example", Port: 8080, PeerIP: netip.MustParseAddr("10.1.2.3")}
-	}
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := range b.N {
-		e, err := l.encode(p, &rs[i%64])
-		if err != nil || e.t != int64(i%64) {
-			b.Fatalf("encode: %v, t %d", err, e.t)
-		}
+	// distinct: each call's path is another than the last one's; repeated:
+	// one client calling one path (the gateway's benchmarks).
+	for _, tc := range []struct {
+		name  string
+		paths int
+	}{{"distinct", 64}, {"repeated", 1}} {
+		b.Run(tc.name, func(b *testing.B) {
+			var rs [64]Record
+			for i := range rs {
+				rs[i] = Record{Start: int64(i), Latency: time.Millisecond, Service: "shop/orders", Cluster: "shop/orders",
+					Route: "default", Endpoint: "10.0.0." + strconv.Itoa(i%8) + ":8080", Status: 200, BytesIn: 100, BytesOut: 1000,
+					Method: "GET", Path: "/orders/" + strconv.Itoa(i%tc.paths), Host: "shop.example", Port: 8080, PeerIP: netip.MustParseAddr("10.1.2.3")}
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := range b.N {
+				e, err := l.encode(p, &rs[i%64])
+				if err != nil || e.t != int64(i%64) {
+					b.Fatalf("encode: %v, t %d", err, e.t)
+				}
+			}
+		})
 	}
 }

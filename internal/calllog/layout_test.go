@@ -182,3 +182,49 @@ func TestV1RecordsInOldStore(t *testing.T) {
 		t.Fatalf("v1 call %+v", c)
 	}
 }
+
+// TestRequestsInARow: calls in a row with the same request (each after
+// the first takes its id from the last one's, requestID) and with
+// another come back each with its own, below DictLimit and beyond it.
+func TestRequestsInARow(t *testing.T) {
+	l := open(t, t.TempDir(), func(o *Options) { o.DictLimit = 12 })
+	defer l.Close()
+	base := time.Unix(1_800_000_000, 0)
+	paths := []string{"/a", "/a", "/b", "/a", "/b", "/b", "/c", "/c"}
+	for i := range 20 { // then beyond the limit
+		paths = append(paths, "/many/"+string(rune('a'+i)))
+	}
+	paths = append(paths, "/z", "/z", "/a", "/a")
+	for i, p := range paths {
+		r := rec("orders", base.Add(time.Duration(i)*time.Millisecond), time.Millisecond, "10.0.0.1:80", 200)
+		r.Method, r.Path, r.PeerIP = "GET", p, netip.MustParseAddr("192.0.2.1")
+		if i%3 == 0 {
+			r.PeerIP = netip.MustParseAddr("192.0.2.2")
+		}
+		l.Record(r)
+	}
+	if err := l.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	calls, _, err := l.Calls(Query{Service: "orders"})
+	if err != nil || len(calls) != len(paths) {
+		t.Fatalf("%d calls, %v", len(calls), err)
+	}
+	dropped := 0
+	for i, c := range calls {
+		peer := "192.0.2.1"
+		if i%3 == 0 {
+			peer = "192.0.2.2"
+		}
+		switch {
+		case c.NotKept == nil && c.Path == paths[i] && c.PeerIP == peer:
+		case c.NotKept != nil && i >= 8 && paths[i] != "/a":
+			dropped++ // beyond the limit: less kept
+		default:
+			t.Fatalf("call %d (%s from %s): %+v", i, paths[i], peer, c)
+		}
+	}
+	if dropped == 0 {
+		t.Fatal("no call beyond the dictionary's limit")
+	}
+}

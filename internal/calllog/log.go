@@ -146,7 +146,10 @@ type partition struct {
 	pending   []entry // encoded by drain, for flush to write
 	encodeErr error   // the first encoding that failed since the last flush
 	unsynced  bool
-	reqBuf    []byte // requestID's
+	reqBuf    []byte  // requestID's
+	lastReq   request // requestID's last request, as asked,
+	lastID    uint32  // and its id
+	lastDict  *dict   // in this dictionary (nil: none yet)
 	names     nameCache
 	order     []int32  // flush's: pending's indices in start order
 	keys      []uint64 // inOrder's
@@ -527,6 +530,20 @@ func (l *Log) encode(p *partition, r *Record) (entry, error) {
 // connection flags (few, and set by Sextant, not by callers) and a
 // standard method. Writer goroutine.
 func (p *partition) requestID(q *request, limit int) (uint32, error) {
+	// Calls in a row are mostly one request again (a client's, to one
+	// path): its id without encoding and hashing it (issue 48).
+	if p.lastDict == p.dict && *q == p.lastReq {
+		return p.lastID, nil
+	}
+	asked := *q
+	id, err := p.newRequestID(q, limit)
+	if err == nil {
+		p.lastReq, p.lastID, p.lastDict = asked, id, p.dict
+	}
+	return id, err
+}
+
+func (p *partition) newRequestID(q *request, limit int) (uint32, error) {
 	for _, m := range [...]dropMask{0, dropPeer, dropPath, dropPrincipal | dropSubject | dropHost} {
 		q.drop(m)
 		p.reqBuf = q.encode(p.reqBuf[:0])
