@@ -192,3 +192,31 @@ func TestWebSocketAfterTheFirstRequest(t *testing.T) {
 		}
 	}
 }
+
+// TestH1LargeAnswerAfterTheFirstRequest: answers that outgrow the
+// socket's buffer while the client does not read (a raw write that stops
+// short, the rest written as the connection writes) arrive whole, one
+// streamed from its endpoint and one buffered, in order.
+func TestH1LargeAnswerAfterTheFirstRequest(t *testing.T) {
+	big := bytes.Repeat([]byte("0123456789abcdef"), 1<<19) // 8 MiB
+	u := startUpstream(t, "big", func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/big":
+			w.Write(big)
+		case "/mid":
+			w.Write(big[:200<<10])
+		default:
+			io.WriteString(w, "GET "+r.URL.Path+" ")
+		}
+	})
+	g := startGatewayTo(t, u, "GET / ")
+	c, br := dialGateway(t, g)
+	warm(t, c, br)
+	writeInPieces(t, c, "GET /big HTTP/1.1\r\nHost: x\r\n\r\nGET /mid HTTP/1.1\r\nHost: x\r\n\r\n")
+	time.Sleep(300 * time.Millisecond) // the gateway's writes fill the socket meanwhile
+	for _, want := range [][]byte{big, big[:200<<10]} {
+		if resp, body := readAnswer(t, br, "GET"); resp.StatusCode != 200 || body != string(want) {
+			t.Fatalf("%d: %d bytes, want %d", resp.StatusCode, len(body), len(want))
+		}
+	}
+}

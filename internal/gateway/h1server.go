@@ -237,7 +237,7 @@ func (hc *h1Conn) serve() {
 				var r io.Reader = c
 				if nb, ok := c.(*nbConn); ok {
 					hc.src = h1Src{nb: nb}
-					r = &hc.src
+					r, hc.w = &hc.src, &hc.src
 				}
 				hc.br.Reset(r) // (keeps its buffer)
 				hc.direct = true
@@ -330,14 +330,36 @@ func headEnds(b []byte) bool {
 	}
 }
 
-// h1Src is what the reader of a plaintext TCP connection reads once its
-// wrappers are done (readsOf): the connection, or, inside fastStep, its
-// socket by raw reads that return errWouldBlock instead of waiting.
+// h1Src is what the loop of a plaintext TCP connection reads and writes
+// once its wrappers are done (readsOf): the connection, or, inside
+// fastStep, its socket, by raw reads that return errWouldBlock instead of
+// waiting and raw writes (fastStep holds the connection's read lock, so
+// its descriptor stays the connection's; the HTTP/1.1 loop is its only
+// writer).
 type h1Src struct {
 	nb      *nbConn
 	fd      uintptr
 	raw     bool // inside fastStep: fd is the socket
 	drained bool // the last raw read found nothing, or less than it asked for
+}
+
+// Write writes p: inside fastStep by raw writes as far as the socket
+// takes them at once (no lock, no readiness reset: issue 48), the rest as
+// the connection writes, waiting under its write deadline.
+func (s *h1Src) Write(p []byte) (int, error) {
+	if !s.raw {
+		return s.nb.Write(p)
+	}
+	var n int
+	var errno syscall.Errno
+	if rawWrite(s.fd, p, &n, &errno) {
+		if errno != 0 {
+			return n, s.nb.opError("write", errno)
+		}
+		return n, nil
+	}
+	m, err := s.nb.Write(p[n:])
+	return n + m, err
 }
 
 // errWouldBlock is a raw read's EAGAIN: nothing to read yet.
