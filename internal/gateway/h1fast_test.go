@@ -220,3 +220,54 @@ func TestH1LargeAnswerAfterTheFirstRequest(t *testing.T) {
 		}
 	}
 }
+
+// FuzzH1LaterRequests: whatever bytes follow a connection's first
+// request, written in two pieces, a last request closing the connection
+// after them is answered or the connection closes, within the read
+// timeout: the loop never waits on bytes it holds (fastStep's waits) nor
+// past the timeout.
+func FuzzH1LaterRequests(f *testing.F) {
+	for _, s := range []string{
+		"GET /b HTTP/1.1\r\nHost: x\r\n\r\n",
+		"GET /b HTTP/1.1\r\nHo",
+		"\r\n\r\nGET /b HTTP/1.1\r\nHost: x\r\n\r\n",
+		"POST /b HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc",
+		"POST /b HTTP/1.1\r\nHost: x\r\nContent-Length: 300\r\n\r\nabc",
+		"POST /b HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
+		"POST /b HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\nhi",
+		"GET /b HTTP/1.1\nHost: x\n\n",
+		"GET /b HTTP/1.1\r\nHost: x\r\nX: " + strings.Repeat("a", 8300) + "\r\n\r\n",
+		"\x00\xff garbage\r\n\r\n",
+	} {
+		f.Add([]byte(s), uint16(len(s)/2))
+	}
+	addr := serveBare(f, gateway.Options{RequestReadTimeout: 200 * time.Millisecond})
+	f.Fuzz(func(t *testing.T, in []byte, cut uint16) {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		br := bufio.NewReader(c)
+		if _, err := io.WriteString(c, "GET /a HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		k := min(int(cut), len(in))
+		start := time.Now()
+		c.Write(in[:k])
+		time.Sleep(5 * time.Millisecond)
+		c.Write(in[k:])
+		c.Write([]byte("GET /z HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"))
+		_, err = io.Copy(io.Discard, br)
+		if took := time.Since(start); isTimeout(err) || took > 3*time.Second {
+			t.Fatalf("%q (cut at %d): the connection neither answered its last request nor closed in %v (%v)", in, k, took, err)
+		}
+	})
+}

@@ -13,7 +13,7 @@ import (
 
 // serveBare serves a gateway without configuration (every request gets a
 // local answer) on a loopback port.
-func serveBare(t *testing.T, opts gateway.Options) string {
+func serveBare(t testing.TB, opts gateway.Options) string {
 	t.Helper()
 	g := gateway.New(opts)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
