@@ -252,28 +252,45 @@ func (k *call) enterCircuit(res subset.Result) bool {
 }
 
 // spentConn is an HTTP/1.1 connection of a cluster with
-// max_requests_per_connection: it counts its requests.
+// max_requests_per_connection or max_connection_duration: it counts its
+// requests and knows when its time is up.
 type spentConn struct {
 	net.Conn
-	left uint32 // requests it may still carry
+	left  uint32    // requests it may still carry; 0: no limit
+	until time.Time // the end of its max_connection_duration; zero: none
 }
 
-// connSpent reports whether conn has carried its last request (its
-// cluster's max_requests_per_connection), counting the one just answered.
+// connSpent reports whether conn may carry no further request: it has
+// carried its last (its cluster's max_requests_per_connection), counting
+// the one just answered, or its max_connection_duration has passed at now.
 // Called by roundTrip once per request on the connection's holder.
-func connSpent(conn net.Conn) bool {
+func connSpent(conn net.Conn, now time.Time) bool {
 	sc, ok := conn.(*spentConn)
 	if !ok {
 		return false
 	}
-	sc.left--
-	return sc.left == 0
+	if sc.left > 0 {
+		sc.left--
+		if sc.left == 0 {
+			return true
+		}
+	}
+	return connExpired(sc, now)
+}
+
+// connExpired reports whether conn's max_connection_duration has passed at
+// now: a pooled connection so old is closed instead of used (Envoy closes
+// an idle one at that time; the gateway when it would use it next, or when
+// the pool's idle cleaner does).
+func connExpired(conn net.Conn, now time.Time) bool {
+	sc, ok := conn.(*spentConn)
+	return ok && !sc.until.IsZero() && !now.Before(sc.until)
 }
 
 // dialer returns the dial function of an HTTP/1.1 pool with opts over
 // dial.
 func (o connOpts) dialer(dial fasthttp.DialFunc) fasthttp.DialFunc {
-	if o.maxRequests == 0 {
+	if o.maxRequests == 0 && o.maxDuration <= 0 {
 		return dial
 	}
 	return func(addr string) (net.Conn, error) {
@@ -281,7 +298,11 @@ func (o connOpts) dialer(dial fasthttp.DialFunc) fasthttp.DialFunc {
 		if err != nil {
 			return nil, err
 		}
-		return &spentConn{Conn: c, left: o.maxRequests}, nil
+		sc := &spentConn{Conn: c, left: o.maxRequests}
+		if o.maxDuration > 0 {
+			sc.until = time.Now().Add(o.maxDuration)
+		}
+		return sc, nil
 	}
 }
 

@@ -135,7 +135,8 @@ func TestCircuitAllocs(t *testing.T) {
 }
 
 // TestConnSpent: a connection of a pool with max_requests_per_connection N
-// is spent after its Nth request.
+// is spent after its Nth request; one with max_connection_duration once
+// that time has passed since it was dialed, whatever its requests.
 func TestConnSpent(t *testing.T) {
 	a, b := net.Pipe()
 	defer b.Close()
@@ -144,11 +145,25 @@ func TestConnSpent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if connSpent(c) || !connSpent(c) {
+	now := time.Now()
+	if connSpent(c, now) || !connSpent(c, now) {
 		t.Fatal("want spent after the second request")
 	}
-	if connSpent(a) {
+	if connSpent(a, now) || connExpired(a, now) {
 		t.Fatal("a plain connection is never spent")
+	}
+	dial = connOpts{maxDuration: time.Minute}.dialer(func(string) (net.Conn, error) { return a, nil })
+	if c, err = dial("x"); err != nil {
+		t.Fatal(err)
+	}
+	now = time.Now()
+	for range 100 {
+		if connSpent(c, now) || connExpired(c, now) {
+			t.Fatal("spent within its duration")
+		}
+	}
+	if later := now.Add(time.Minute + time.Second); !connExpired(c, later) || !connSpent(c, later) {
+		t.Fatal("want spent once its duration passed")
 	}
 }
 

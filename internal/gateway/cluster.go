@@ -49,7 +49,8 @@ func newH1Upstream(addr string, connect time.Duration, ut *upstreamTLS, opts con
 		plain = func(a string) (net.Conn, error) { return d.Dial("tcp", a) }
 	}
 	// A plaintext connection is an upConn (upconn.go); one that
-	// opts.dialer wraps (max_requests_per_connection) goes the usual way.
+	// opts.dialer wraps (max_requests_per_connection,
+	// max_connection_duration) goes the usual way.
 	dial := func(a string) (net.Conn, error) {
 		c, err := plain(a)
 		if err != nil {

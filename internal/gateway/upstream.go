@@ -34,6 +34,10 @@ func roundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Re
 		}
 	}
 	cc, err := hc.AcquireConn(wait, req.ConnectionClose())
+	for i := 0; err == nil && connExpired(cc.Conn(), now) && i < maxExpired; i++ {
+		hc.CloseConn(cc) // past its max_connection_duration
+		cc, err = hc.AcquireConn(wait, req.ConnectionClose())
+	}
 	if err != nil {
 		return false, err
 	}
@@ -96,7 +100,7 @@ func roundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Re
 				}
 			}
 			hc.ReleaseReader(br)
-			if req.ConnectionClose() || ph.close || connSpent(conn) {
+			if req.ConnectionClose() || ph.close || connSpent(conn, now) {
 				hc.CloseConn(cc)
 			} else {
 				hc.ReleaseConn(cc)
@@ -115,7 +119,7 @@ func roundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Re
 			break
 		}
 	}
-	closeConn := req.ConnectionClose() || resp.ConnectionClose() || connSpent(conn)
+	closeConn := req.ConnectionClose() || resp.ConnectionClose() || connSpent(conn, now)
 	s, cl := resp.StatusCode(), resp.Header.ContentLength()
 	switch {
 	case req.Header.IsHead() || s < 200 || s == fasthttp.StatusNoContent || s == fasthttp.StatusNotModified:
@@ -158,6 +162,10 @@ func roundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Re
 	}
 	return false, nil
 }
+
+// maxExpired bounds the expired idle connections one call closes before
+// it takes one anyway (the next calls close the rest).
+const maxExpired = 16
 
 // writeRequest writes req, its head as the client sent it if ph's passReq
 // holds it (h1passreq.go).
