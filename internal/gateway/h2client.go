@@ -37,6 +37,7 @@ type h2Client struct {
 	scheme string // "http" or "https", for :scheme
 	dial   func(ctx context.Context) (net.Conn, error)
 	idle   time.Duration // an idle connection is closed after it
+	maxAge time.Duration // max_connection_duration: a connection takes no new stream after it; 0: none
 
 	mu      sync.Mutex
 	conns   []*h2ClientConn
@@ -251,6 +252,7 @@ type h2ClientConn struct {
 	goaway     bool  // no new streams
 	err        error // set once the connection is dead
 	idleTimer  *time.Timer
+	ageTimer   *time.Timer // retire, at the pool's maxAge
 }
 
 func (p *h2Client) newConn(ctx context.Context) (*h2ClientConn, error) {
@@ -274,8 +276,26 @@ func (p *h2Client) newConn(ctx context.Context) (*h2ClientConn, error) {
 		return nil, fmt.Errorf("gateway: http2 preface: %w", err)
 	}
 	cc.wbuf.Reset()
+	if p.maxAge > 0 {
+		cc.mu.Lock()
+		cc.ageTimer = time.AfterFunc(p.maxAge, cc.retire)
+		cc.mu.Unlock()
+	}
 	go cc.readLoop()
 	return cc, nil
+}
+
+// retire ends the connection's max_connection_duration, as Envoy drains
+// it: no new stream, and it closes once its last stream ends (at once if
+// it has none).
+func (cc *h2ClientConn) retire() {
+	cc.mu.Lock()
+	cc.goaway = true
+	idle := cc.active == 0
+	cc.mu.Unlock()
+	if idle {
+		cc.close(errH2ConnClosed)
+	}
 }
 
 // reserve takes a stream slot if the connection can open one more.
@@ -338,6 +358,9 @@ func (cc *h2ClientConn) close(err error) {
 	clear(cc.streams)
 	if cc.idleTimer != nil {
 		cc.idleTimer.Stop()
+	}
+	if cc.ageTimer != nil {
+		cc.ageTimer.Stop()
 	}
 	cc.cond.Broadcast()
 	cc.mu.Unlock()
