@@ -71,6 +71,7 @@ func (s circuitSpec) limited() bool {
 type connOpts struct {
 	maxRequests uint32        // max_requests_per_connection; 0: no limit
 	maxDuration time.Duration // max_connection_duration; 0: none
+	idle        time.Duration // idle_timeout; 0: the gateway's default (defaultUpstreamIdle); < 0: none
 	keepalive   bool          // tcp_keepalive given: SO_KEEPALIVE on
 	kaProbes    int
 	kaIdle      time.Duration
@@ -118,6 +119,16 @@ func decodeCircuit(c *cluster.Cluster, s *clusterSpec) error {
 			return err
 		}
 		s.conn.maxDuration = t
+	}
+	if d := common.GetIdleTimeout(); d != nil {
+		t, err := duration(d, "common_http_protocol_options.idle_timeout")
+		if err != nil {
+			return err
+		}
+		s.conn.idle = t
+		if t == 0 {
+			s.conn.idle = -1 // Envoy's 0s: disabled
+		}
 	}
 	if ka := c.GetUpstreamConnectionOptions().GetTcpKeepalive(); ka != nil {
 		s.conn.keepalive = true
@@ -304,6 +315,22 @@ func (o connOpts) dialer(dial fasthttp.DialFunc) fasthttp.DialFunc {
 		}
 		return sc, nil
 	}
+}
+
+// defaultUpstreamIdle is how long a pooled connection to an endpoint may
+// sit idle when its cluster sets no idle_timeout.
+const defaultUpstreamIdle = 60 * time.Second
+
+// idleTimeout is how long a pooled connection may sit idle before it is
+// closed (idle_timeout; "disabled" is a century).
+func (o connOpts) idleTimeout() time.Duration {
+	switch {
+	case o.idle > 0:
+		return o.idle
+	case o.idle < 0:
+		return 100 * 365 * 24 * time.Hour
+	}
+	return defaultUpstreamIdle
 }
 
 // netDialer is the plaintext dialer of a pool with opts: with

@@ -41,6 +41,18 @@ func TestDecodeCircuit(t *testing.T) {
 	if want := (connOpts{maxRequests: 5, maxDuration: time.Minute, keepalive: true, kaProbes: 6, kaIdle: 7 * time.Second}); s.conn != want {
 		t.Errorf("conn %+v, want %+v", s.conn, want)
 	}
+	// The DestinationRule's http.idleTimeout: the pool's idle time, with the
+	// per-connection limits (typed options) or without them.
+	for _, p := range []config.Policy{{IdleTimeout: 5 * time.Second}, {IdleTimeout: 5 * time.Second, Circuit: config.Circuit{MaxRequestsPerConnection: 2}}} {
+		if s = spec(p); s.conn.idle != 5*time.Second || s.conn.idleTimeout() != 5*time.Second {
+			t.Errorf("idleTimeout 5s (%+v): conn %+v", p.Circuit, s.conn)
+		}
+	}
+	if (connOpts{}).idleTimeout() != 60*time.Second || (connOpts{idle: -1}).idleTimeout() < 24*time.Hour {
+		t.Error("idle_timeout unset: want 60 s; 0s (disabled): want no idle close")
+	}
+	s = spec(config.Policy{Circuit: config.Circuit{MaxRequests: 3, MaxRetries: 4,
+		MaxRequestsPerConnection: 5, MaxConnectionDuration: time.Minute, Keepalive: true, KeepaliveProbes: 6, KeepaliveTime: 7 * time.Second}})
 	if want := (retryBudget{min: 4}); s.budget != want {
 		t.Errorf("max_retries 4: budget %+v, want %+v", s.budget, want)
 	}

@@ -67,7 +67,7 @@ func newH1Upstream(addr string, connect time.Duration, ut *upstreamTLS, opts con
 		MaxConnDuration:               opts.maxDuration,
 		MaxConns:                      4096,
 		MaxConnWaitTimeout:            time.Second,
-		MaxIdleConnDuration:           60 * time.Second,
+		MaxIdleConnDuration:           opts.idleTimeout(),
 		NoDefaultUserAgentHeader:      true,
 		DisableHeaderNamesNormalizing: true,
 		DisablePathNormalizing:        true,
@@ -102,7 +102,7 @@ type h2cUpstream struct {
 	tr     *h2Client
 }
 
-func newH2CUpstream(addr string, connect time.Duration, ut *upstreamTLS, maxAge time.Duration) *h2cUpstream {
+func newH2CUpstream(addr string, connect time.Duration, ut *upstreamTLS, opts connOpts) *h2cUpstream {
 	if ut == nil {
 		d := &net.Dialer{Timeout: connect}
 		dial := func(ctx context.Context) (net.Conn, error) {
@@ -114,12 +114,12 @@ func newH2CUpstream(addr string, connect time.Duration, ut *upstreamTLS, maxAge 
 			bc.start()
 			return bc, nil
 		}
-		return &h2cUpstream{addr: addr, scheme: "http", tr: &h2Client{scheme: "http", dial: dial, idle: 60 * time.Second, maxAge: maxAge}}
+		return &h2cUpstream{addr: addr, scheme: "http", tr: &h2Client{scheme: "http", dial: dial, idle: opts.idleTimeout(), maxAge: opts.maxDuration}}
 	}
 	// The handshake is the gateway's own, with the cluster's current
 	// config (rotated secrets apply to new connections).
 	dial := func(ctx context.Context) (net.Conn, error) { return ut.dial(ctx, addr, connect, true) }
-	return &h2cUpstream{addr: addr, scheme: "https", tr: &h2Client{scheme: "https", dial: dial, idle: 60 * time.Second, maxAge: maxAge}}
+	return &h2cUpstream{addr: addr, scheme: "https", tr: &h2Client{scheme: "https", dial: dial, idle: opts.idleTimeout(), maxAge: opts.maxDuration}}
 }
 
 func (u *h2cUpstream) do(req *fasthttp.Request, resp *fasthttp.Response, ph *passHead, _, deadline time.Time, idle time.Duration) error {
@@ -278,7 +278,7 @@ func (p *pools) acquire(addr string, h2c bool, connect time.Duration, ut *upstre
 	if r == nil {
 		r = &poolRef{}
 		if h2c {
-			r.up = newH2CUpstream(addr, connect, ut, opts.maxDuration)
+			r.up = newH2CUpstream(addr, connect, ut, opts)
 		} else {
 			r.up = newH1Upstream(addr, connect, ut, opts)
 		}
