@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	"github.com/gorilla/websocket"
 
 	"github.com/sextant-mesh/sextant/internal/gateway"
@@ -31,6 +30,29 @@ func warm(t *testing.T, c net.Conn, br *bufio.Reader) {
 	if resp, body := readAnswer(t, br, "GET"); resp.StatusCode != 200 || body != "GET /first " {
 		t.Fatalf("first request: %d %q", resp.StatusCode, body)
 	}
+}
+
+// dialWarmBare connects to a gateway of serveBare and sends a first request
+// (answered whatever it is), so that the next ones take fastStep.
+func dialWarmBare(t *testing.T, addr string) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	br := bufio.NewReader(c)
+	if _, err := io.WriteString(c, "GET /a HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return c, br
 }
 
 // writeInPieces writes each piece with a pause before the next, so that
@@ -111,22 +133,7 @@ func TestH1LaterStalledAndOversized(t *testing.T) {
 		{"stalled", "GET /x HTTP/1.1\r\nHost: x\r\n", "408"},
 		{"oversized", "GET / HTTP/1.1\r\nHost: x\r\nX-Big: " + strings.Repeat("a", 9000) + "\r\n\r\n", "431"},
 	} {
-		c, err := net.Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-		br := bufio.NewReader(c)
-		if _, err := io.WriteString(c, "GET /a HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
-			t.Fatal(err)
-		}
-		resp, err := http.ReadResponse(br, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
+		c, br := dialWarmBare(t, addr)
 		start := time.Now()
 		if _, err := io.WriteString(c, tc.raw); err != nil {
 			t.Fatal(err)
@@ -145,13 +152,7 @@ func TestH1LaterStalledAndOversized(t *testing.T) {
 // request upgrades to a WebSocket (the tunnel takes the connection from
 // the loop that served it inside its raw read), and messages pass.
 func TestWebSocketAfterTheFirstRequest(t *testing.T) {
-	u := startUpstream(t, "ws1", echoWS("ws1"))
-	cp := startControlPlane(t, "")
-	cp.set(wsListener("gw", "routes", &hcm.HttpConnectionManager_UpgradeConfig{UpgradeType: "websocket"}),
-		routeConfig("routes", vhost("all", []string{"*"}, prefixRoute("/", "ws"))),
-		edsCluster("ws"), assignment("ws", ep{u: u}))
-	g := startGateway(t, cp.addr)
-	g.waitServes(t, "/x", "plain ws1")
+	g := startWSGateway(t, "websocket")
 	d := websocket.Dialer{HandshakeTimeout: 10 * time.Second, NetDial: func(network, addr string) (net.Conn, error) {
 		c, err := net.Dial(network, addr)
 		if err != nil {
@@ -243,29 +244,14 @@ func FuzzH1LaterRequests(f *testing.F) {
 	}
 	addr := serveBare(f, gateway.Options{RequestReadTimeout: 200 * time.Millisecond})
 	f.Fuzz(func(t *testing.T, in []byte, cut uint16) {
-		c, err := net.Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-		br := bufio.NewReader(c)
-		if _, err := io.WriteString(c, "GET /a HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
-			t.Fatal(err)
-		}
-		resp, err := http.ReadResponse(br, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
+		c, br := dialWarmBare(t, addr)
 		k := min(int(cut), len(in))
 		start := time.Now()
 		c.Write(in[:k])
 		time.Sleep(5 * time.Millisecond)
 		c.Write(in[k:])
 		c.Write([]byte("GET /z HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"))
-		_, err = io.Copy(io.Discard, br)
+		_, err := io.Copy(io.Discard, br)
 		if took := time.Since(start); isTimeout(err) || took > 3*time.Second {
 			t.Fatalf("%q (cut at %d): the connection neither answered its last request nor closed in %v (%v)", in, k, took, err)
 		}

@@ -138,16 +138,24 @@ func TestWebSocketThroughTheGateway(t *testing.T) {
 	})
 }
 
-// TestWebSocketTunnelsEndAtShutdown: an open tunnel does not hold the
-// gateway's shutdown, and its client sees the connection end.
-func TestWebSocketTunnelsEndAtShutdown(t *testing.T) {
+// startWSGateway starts a gateway whose listener allows upgradeType and
+// whose every path goes to an echoWS endpoint named ws1.
+func startWSGateway(t *testing.T, upgradeType string) *gw {
+	t.Helper()
 	u := startUpstream(t, "ws1", echoWS("ws1"))
 	cp := startControlPlane(t, "")
-	cp.set(wsListener("gw", "routes", &hcm.HttpConnectionManager_UpgradeConfig{UpgradeType: "WebSocket"}),
+	cp.set(wsListener("gw", "routes", &hcm.HttpConnectionManager_UpgradeConfig{UpgradeType: upgradeType}),
 		routeConfig("routes", vhost("all", []string{"*"}, prefixRoute("/", "ws"))),
 		edsCluster("ws"), assignment("ws", ep{u: u}))
 	g := startGateway(t, cp.addr)
 	g.waitServes(t, "/x", "plain ws1")
+	return g
+}
+
+// TestWebSocketTunnelsEndAtShutdown: an open tunnel does not hold the
+// gateway's shutdown, and its client sees the connection end.
+func TestWebSocketTunnelsEndAtShutdown(t *testing.T) {
+	g := startWSGateway(t, "WebSocket")
 	c, resp, err := websocket.DefaultDialer.Dial("ws"+strings.TrimPrefix(g.url, "http")+"/chat", nil)
 	if err != nil {
 		t.Fatalf("dial: %v (%v)", err, status(resp))
