@@ -64,7 +64,6 @@ func newH1Upstream(addr string, connect time.Duration, ut *upstreamTLS, opts con
 	return &h1Upstream{hc: &fasthttp.HostClient{
 		Addr:                          addr,
 		Dial:                          opts.dialer(dial),
-		MaxConnDuration:               opts.maxDuration,
 		MaxConns:                      4096,
 		MaxConnWaitTimeout:            time.Second,
 		MaxIdleConnDuration:           opts.idleTimeout(),

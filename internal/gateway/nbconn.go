@@ -3,7 +3,6 @@ package gateway
 import (
 	"errors"
 	"io"
-	"math"
 	"net"
 	"os"
 	"sync"
@@ -352,7 +351,7 @@ func (c *nbConn) early(err error) bool {
 	c.dmu.Lock()
 	defer c.dmu.Unlock()
 	w := c.want.Load()
-	if w == 0 || w == c.armed.Load() || time.Now().UnixNano() >= w {
+	if w == 0 || w == c.armed.Load() || nowNS() >= w {
 		return false
 	}
 	return c.arm() == nil
@@ -382,30 +381,30 @@ func (c *nbConn) arm() error {
 	}
 	var span int64
 	if w != 0 {
-		span = w - time.Now().UnixNano()
+		span = w - nowNS()
 	}
 	c.span.Store(span) // (before armed: begin reads armed, then span)
 	c.armed.Store(w)
 	return nil
 }
 
-// maxDeadline is the latest deadline an int64 of nanoseconds holds (2262):
-// a later one is as good as never.
-var maxDeadline = time.Unix(0, math.MaxInt64)
+// deadlineBase is what nbConn's deadlines count from: a reading of the
+// monotonic clock, so that a deadline set from time.Now keeps to it when
+// the wall clock is stepped, as the poller's own deadlines do.
+var deadlineBase = time.Now()
 
-// deadlineNS is t as nbConn keeps a deadline: unix nanoseconds, 0 for
-// none. A time at or before 1970 is -1, as past as it; one beyond 2262 is
-// that year's.
+// deadlineNS is t as nbConn keeps a deadline: nanoseconds since
+// deadlineBase (on the monotonic clock when t has its reading), 0 for
+// none. A time at or before deadlineBase is -1, as past as it; one more
+// than 292 years after it is as good as never (math.MaxInt64).
 func deadlineNS(t time.Time) int64 {
-	switch {
-	case t.IsZero():
+	if t.IsZero() {
 		return 0
-	case t.After(maxDeadline):
-		return math.MaxInt64
-	case t.Unix() <= 0:
-		return -1
 	}
-	return t.UnixNano()
+	if d := t.Sub(deadlineBase); d > 0 { // (Sub saturates)
+		return int64(d)
+	}
+	return -1
 }
 
 // timeOfNS is the deadline deadlineNS kept as ns.
@@ -413,8 +412,11 @@ func timeOfNS(ns int64) time.Time {
 	if ns == 0 {
 		return time.Time{}
 	}
-	return time.Unix(0, ns)
+	return deadlineBase.Add(time.Duration(ns))
 }
+
+// nowNS is the time now as deadlineNS keeps it.
+func nowNS() int64 { return int64(time.Since(deadlineBase)) }
 
 func (c *nbConn) opError(op string, errno syscall.Errno) error {
 	return &net.OpError{Op: op, Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: os.NewSyscallError(op, errno)}

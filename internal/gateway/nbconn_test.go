@@ -264,7 +264,8 @@ func TestNBConnLazyDeadlineNotEarly(t *testing.T) {
 }
 
 // deadlineNS keeps what a deadline means at the ends of int64's range: none,
-// past, as good as never.
+// past, as good as never; and a deadline from time.Now on the monotonic
+// clock (now.Sub, not the wall readings' difference).
 func TestDeadlineNS(t *testing.T) {
 	now := time.Now()
 	for _, c := range []struct {
@@ -275,14 +276,16 @@ func TestDeadlineNS(t *testing.T) {
 		{time.Unix(0, 0), -1},
 		{time.Unix(-5, 0), -1},
 		{time.Date(1, 1, 2, 0, 0, 0, 0, time.UTC), -1},
+		{deadlineBase, -1},
 		{time.Date(3000, 1, 1, 0, 0, 0, 0, time.UTC), math.MaxInt64},
-		{now, now.UnixNano()},
+		{now, int64(now.Sub(deadlineBase))},
+		{now.Add(time.Hour), int64(now.Add(time.Hour).Sub(deadlineBase))},
 	} {
 		if got := deadlineNS(c.t); got != c.want {
 			t.Errorf("deadlineNS(%v) = %d, want %d", c.t, got, c.want)
 		}
 	}
-	if !timeOfNS(0).IsZero() || !timeOfNS(now.UnixNano()).Equal(now) {
+	if !timeOfNS(0).IsZero() || timeOfNS(deadlineNS(now)).Sub(now) != 0 || !timeOfNS(-1).Before(now) {
 		t.Errorf("timeOfNS does not undo deadlineNS")
 	}
 }
