@@ -59,7 +59,8 @@ type nbConn struct {
 	// roundTrip's request goes out inside a read (upConn.sendAwait), where
 	// it cannot wait.
 	//
-	// Deadlines are kept as unix nanoseconds (0: none) in atomics, and a
+	// Deadlines are kept as nanoseconds on the monotonic clock (0: none;
+	// deadlineNS) in atomics, and a
 	// setter and a reader (or writer) each store theirs, then load the
 	// other's, so that one of them sees both and arms: a deadline set
 	// costs two atomics, and the lock, which orders the changes to the
