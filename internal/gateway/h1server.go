@@ -190,15 +190,7 @@ func (hc *h1Conn) serve() {
 			return
 		}
 	}
-	for ; ; hc.n++ {
-		if hc.n > 0 && s.idleTimeout > 0 {
-			// From the previous request's start, not the clock: its
-			// answer's time shortens minutes of idle time by little, for a
-			// clock read less a request.
-			if hc.rd.SetReadDeadline(hc.last.Add(s.idleTimeout)) != nil {
-				return
-			}
-		}
+	for {
 		if hc.src.nb != nil && !hc.parsed {
 			// Requests that come whole are served inside one raw read
 			// (fastStep); it leaves the others to the loop below.
@@ -246,9 +238,11 @@ func (hc *h1Conn) serve() {
 	}
 }
 
-// after ends a request served: false if the connection is to close (or
+// after ends a request served, counted, and sets the idle deadline the
+// wait for the next one is under: false if the connection is to close (or
 // was taken: hc.hj, which serve hands it to as it returns).
 func (hc *h1Conn) after(keep bool, hijack func(net.Conn)) bool {
+	hc.n++
 	if hijack != nil {
 		hc.hj = hijack
 		return false
@@ -259,7 +253,9 @@ func (hc *h1Conn) after(keep bool, hijack func(net.Conn)) bool {
 		_ = hc.flush()
 		return false
 	}
-	return true
+	// From the request's start, not the clock: its answer's time shortens
+	// minutes of idle time by little, for a clock read less a request.
+	return hc.s.idleTimeout <= 0 || hc.rd.SetReadDeadline(hc.last.Add(hc.s.idleTimeout)) == nil
 }
 
 // fastStep is readEach's function on a plaintext connection (nbConn): it
@@ -288,10 +284,6 @@ func (hc *h1Conn) fastStep(fd uintptr) bool {
 			if !hc.after(keep, hijack) {
 				hc.exit = true
 				return true
-			}
-			hc.n++
-			if hc.s.idleTimeout > 0 {
-				_ = hc.rd.SetReadDeadline(hc.last.Add(hc.s.idleTimeout)) // (lazy: armed by the wait)
 			}
 			continue
 		}
@@ -372,23 +364,18 @@ func (s *h1Src) Read(p []byte) (int, error) {
 	if len(p) > maxRW {
 		p = p[:maxRW]
 	}
-	for {
-		n, e := sysRead(s.fd, p)
-		switch e {
-		case 0:
-			if n == 0 {
-				return 0, io.EOF
-			}
-			s.drained = n < len(p)
-			return n, nil
-		case syscall.EINTR:
-			continue
-		case syscall.EAGAIN:
-			s.drained = true
-			return 0, errWouldBlock
-		}
+	n, e := rawRead(s.fd, p)
+	switch {
+	case e == syscall.EAGAIN:
+		s.drained = true
+		return 0, errWouldBlock
+	case e != 0:
 		return 0, s.nb.opError("read", e)
+	case n == 0:
+		return 0, io.EOF
 	}
+	s.drained = n < len(p)
+	return n, nil
 }
 
 // readDeadliner is what the loop sets read deadlines on.

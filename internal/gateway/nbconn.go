@@ -195,19 +195,22 @@ func (c *nbConn) stepEach(fd uintptr) bool {
 // readStep is RawConn.Read's function: false (wait for readability) when
 // nothing can be read yet.
 func (c *nbConn) readStep(fd uintptr) bool {
+	n, e := rawRead(fd, c.rp)
+	if e == syscall.EAGAIN {
+		return false
+	}
+	c.rn, c.rerrno = n, e
+	return true
+}
+
+// rawRead reads the non-blocking fd into p once, again if a signal
+// interrupted it: EAGAIN when nothing can be read yet.
+func rawRead(fd uintptr, p []byte) (int, syscall.Errno) {
 	for {
-		n, e := sysRead(fd, c.rp)
-		switch e {
-		case 0:
-			c.rn = n
-			return true
-		case syscall.EINTR:
-			continue
-		case syscall.EAGAIN:
-			return false
+		n, e := sysRead(fd, p)
+		if e != syscall.EINTR {
+			return n, e
 		}
-		c.rerrno = e
-		return true
 	}
 }
 
