@@ -64,9 +64,13 @@ func TestActiveHealthCheckOverUpstreamTLS(t *testing.T) {
 		assignment("secure", ep{u: u}), caSecret("mesh-ca", ca.pem), certSecret("gw-cert", cc, ck))
 	g := startGateway(t, cp.addr)
 	g.waitServes(t, "/x", "upstream=secure")
-	if e := g.endpointHealth(t, "secure", u.addr); e.HealthFlags != "healthy" || !strings.Contains(e.Output, "https://") {
-		t.Fatalf("checked over TLS: %+v", e)
-	}
+	// The cluster takes calls once its first checks are in or their
+	// timeout (1 s) has passed, whichever comes first (warmAll): on a
+	// loaded machine the first HTTPS check may come after the first call.
+	waitFor(t, "the endpoint healthy by its HTTPS check", func() bool {
+		e := g.endpointHealth(t, "secure", u.addr)
+		return e.HealthFlags == "healthy" && strings.Contains(e.Output, "https://")
+	})
 	status.Store(503)
 	waitFor(t, "the failing HTTPS check", func() bool {
 		return strings.Contains(g.endpointHealth(t, "secure", u.addr).HealthFlags, "/failed_active_hc")
