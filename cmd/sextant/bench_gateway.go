@@ -90,8 +90,9 @@ and p99 over it. Each run reports requests/s, the proxy's CPU per request
 from /proc and the loader's p50/p99; the ratios of
 the gateway to each peer are paired per round, with their median. User CPU
 and context switches per request are reported apart; --variant
-NAME=[BINARY][,ENV=VALUE...] adds another gateway to the rounds (the previous
-binary, or GOGC/GOMAXPROCS settings), named in --proxies after "sextant".
+NAME=[BINARY][,ENV=VALUE...][,--FLAG...] adds another gateway to the rounds
+(the previous binary, GOGC/GOMAXPROCS settings, or flags of "sextant gateway"
+such as --no-call-log), named in --proxies after "sextant".
 The candidate data paths may be named in --proxies too (plain HTTP/1.1: the
 h1 and h1-rate figures), among them go-floor (a Go proxy forwarding bytes, a
 goroutine per connection) and go-epoll / go-epoll-block (the same forwarding
@@ -213,10 +214,21 @@ Everything shares this machine's cores: compare figures within one run.`,
 				for _, v := range dpVariants {
 					name, rest, ok := strings.Cut(v, "=")
 					if !ok || name == "" || slices.Contains([]string{"sextant", benchgw.FiltersProxy, "nginx", "haproxy"}, name) {
-						return fmt.Errorf("--variant %q: want NAME=[BINARY][,ENV=VALUE...]", v)
+						return fmt.Errorf("--variant %q: want NAME=[BINARY][,ENV=VALUE...][,--FLAG...]", v)
 					}
 					parts := strings.Split(rest, ",")
-					dp.Variants = append(dp.Variants, benchgw.Variant{Name: name, Binary: parts[0], Env: parts[1:]})
+					vr := benchgw.Variant{Name: name, Binary: parts[0]}
+					for _, p := range parts[1:] {
+						switch {
+						case strings.HasPrefix(p, "--"):
+							vr.Args = append(vr.Args, p)
+						case strings.Contains(p, "="):
+							vr.Env = append(vr.Env, p)
+						default:
+							return fmt.Errorf("--variant %q: %q is neither ENV=VALUE nor a --flag of sextant gateway", v, p)
+						}
+					}
+					dp.Variants = append(dp.Variants, vr)
 				}
 				if dpScenarios != "" {
 					dp.Scenarios = strings.Split(dpScenarios, ",")
@@ -278,7 +290,7 @@ Everything shares this machine's cores: compare figures within one run.`,
 	fl.IntVar(&dp.ProxyCPU, "proxy-cpu", 0, "dataplane: the core every proxy is pinned to")
 	fl.IntVar(&dp.LoadCPU, "load-cpu", 1, "dataplane: the core of the loaders and upstreams")
 	fl.BoolVar(&dp.NoPin, "no-pin", false, "dataplane: run unpinned")
-	fl.StringArrayVar(&dpVariants, "variant", nil, "dataplane: another gateway, NAME=[BINARY][,ENV=VALUE...] (name it in --proxies)")
+	fl.StringArrayVar(&dpVariants, "variant", nil, "dataplane: another gateway, NAME=[BINARY][,ENV=VALUE...][,--FLAG...] (name it in --proxies)")
 	fl.IntVar(&dp.GRPCConcurrency, "grpc-concurrency", 64, "dataplane: gRPC calls or streams in flight")
 	fl.IntVar(&dp.Rate, "dataplane-rate", 6400, "dataplane: requests/s of the fixed-rate figures (h1-rate, h1-tls-rate), over all their connections")
 	fl.IntVar(&dp.RateConnections, "dataplane-rate-connections", 8, "dataplane: h2load connections of the fixed-rate figures (they tick together: more send larger bursts)")

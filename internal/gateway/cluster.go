@@ -36,11 +36,11 @@ type upstream interface {
 	closeIdle()
 }
 
-// h1Upstream is HTTP/1.1 with keep-alive connections: fasthttp's HostClient's
-// pool with roundTrip (upstream.go), which reads and writes on the calling
-// goroutine (no per-connection goroutines, no channel hand-offs: the cost
-// that makes net/http's Transport slow as a proxy client).
-type h1Upstream struct{ hc *fasthttp.HostClient }
+// h1Upstream is HTTP/1.1 with keep-alive connections: an upPool with
+// roundTrip (upstream.go), which reads and writes on the calling goroutine
+// (no per-connection goroutines, no channel hand-offs: the cost that makes
+// net/http's Transport slow as a proxy client).
+type h1Upstream struct{ pool *upPool }
 
 func newH1Upstream(addr string, connect time.Duration, ut *upstreamTLS, opts connOpts) *h1Upstream {
 	plain := func(a string) (net.Conn, error) { return fasthttp.DialTimeout(a, connect) }
@@ -61,20 +61,11 @@ func newH1Upstream(addr string, connect time.Duration, ut *upstreamTLS, opts con
 	if ut != nil {
 		dial = func(a string) (net.Conn, error) { return ut.dial(context.Background(), a, connect, false) }
 	}
-	return &h1Upstream{hc: &fasthttp.HostClient{
-		Addr:                          addr,
-		Dial:                          opts.dialer(dial),
-		MaxConns:                      4096,
-		MaxConnWaitTimeout:            time.Second,
-		MaxIdleConnDuration:           opts.idleTimeout(),
-		NoDefaultUserAgentHeader:      true,
-		DisableHeaderNamesNormalizing: true,
-		DisablePathNormalizing:        true,
-	}}
+	return &h1Upstream{pool: newUpPool(addr, opts.dialer(dial), 4096, time.Second, opts.idleTimeout())}
 }
 
 func (u *h1Upstream) do(req *fasthttp.Request, resp *fasthttp.Response, ph *passHead, now, deadline time.Time, idle time.Duration) error {
-	retry, err := roundTrip(u.hc, req, resp, ph, now, deadline, idle)
+	retry, err := roundTrip(u.pool, req, resp, ph, now, deadline, idle)
 	// One more try only for an idempotent request (and a body that can be
 	// sent again) that met a pooled connection the upstream had closed
 	// (nothing was received): the race every keep-alive client has. Other
@@ -82,7 +73,7 @@ func (u *h1Upstream) do(req *fasthttp.Request, resp *fasthttp.Response, ph *pass
 	if err != nil && retry && !req.IsBodyStream() && (req.Header.IsGet() || req.Header.IsHead() || req.Header.IsPut()) &&
 		(errors.Is(err, io.EOF) || errors.Is(err, fasthttp.ErrConnectionClosed)) {
 		resp.Reset()
-		_, err = roundTrip(u.hc, req, resp, ph, time.Now(), deadline, idle)
+		_, err = roundTrip(u.pool, req, resp, ph, time.Now(), deadline, idle)
 	}
 	if errors.Is(err, io.EOF) {
 		err = fasthttp.ErrConnectionClosed
@@ -90,7 +81,7 @@ func (u *h1Upstream) do(req *fasthttp.Request, resp *fasthttp.Response, ph *pass
 	return err
 }
 
-func (u *h1Upstream) closeIdle() { u.hc.CloseIdleConnections() }
+func (u *h1Upstream) closeIdle() { u.pool.closeIdle() }
 
 // h2cUpstream is HTTP/2 through the gateway's own client (h2client.go),
 // for clusters that ask for it: over cleartext (prior knowledge), or over

@@ -14,8 +14,8 @@ import (
 )
 
 // roundTrip is one HTTP/1.1 exchange with an endpoint over a connection of
-// hc's pool: fasthttp's own (the request written and the answer's head read
-// on the calling goroutine; no goroutine hand-off), except for the answer's
+// pool (uppool.go), the request written and the answer's head read on the
+// calling goroutine (no goroutine hand-off), except for the answer's
 // body, which it reads whole only when its length is known and at most
 // bufferedResponseMax (no allocation: the fast path); any other body
 // becomes an upBody, which the server streams to the client.
@@ -23,7 +23,7 @@ import (
 // call.) retry says whether nothing of an answer was read. ph, if not nil,
 // takes the answer's head when it is one passHead keeps (h1pass.go): resp
 // then has only its status, Content-Length and body.
-func roundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Response, ph *passHead, now, deadline time.Time, idle time.Duration) (retry bool, err error) {
+func roundTrip(pool *upPool, req *fasthttp.Request, resp *fasthttp.Response, ph *passHead, now, deadline time.Time, idle time.Duration) (retry bool, err error) {
 	if ph != nil {
 		ph.ok = false
 	}
@@ -33,15 +33,15 @@ func roundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Re
 			return false, fasthttp.ErrTimeout
 		}
 	}
-	cc, err := hc.AcquireConn(wait, req.ConnectionClose())
-	for i := 0; err == nil && connExpired(cc.Conn(), now) && i < maxExpired; i++ {
-		hc.CloseConn(cc) // past its max_connection_duration
-		cc, err = hc.AcquireConn(wait, req.ConnectionClose())
+	cc, err := pool.acquire(wait)
+	for i := 0; err == nil && connExpired(cc.c, now) && i < maxExpired; i++ {
+		pool.close(cc) // past its max_connection_duration
+		cc, err = pool.acquire(wait)
 	}
 	if err != nil {
 		return false, err
 	}
-	conn := cc.Conn()
+	conn := cc.c
 	// A request without a streamed body is written at once: one deadline,
 	// the idle one included, bounds its write and the wait for the
 	// answer's head (a deadline set is a runtime timer changed: one per
@@ -52,22 +52,21 @@ func roundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Re
 		d = idleDeadline(now, deadline, idle)
 	}
 	if err = conn.SetDeadline(d); err != nil {
-		hc.CloseConn(cc)
+		pool.close(cc)
 		return true, err
 	}
 	if uc, ok := conn.(*upConn); ok && !streamed && len(req.Body()) <= upConnMaxBody {
 		// Sent, and the answer's first bytes are in (upconn.go).
 		err = uc.sendAwait(req, ph)
 	} else {
-		bw := hc.AcquireWriter(conn)
+		bw := cc.writer()
 		err = writeRequest(bw, req, ph)
 		if err == nil {
 			err = bw.Flush()
 		}
-		hc.ReleaseWriter(bw)
 	}
 	if err != nil {
-		hc.CloseConn(cc)
+		pool.close(cc)
 		return true, timeoutErr(err)
 	}
 	// Waiting for the answer's head is bounded by the stream idle timeout
@@ -76,13 +75,13 @@ func roundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Re
 	// the client side's read timeout.
 	if idle > 0 && streamed {
 		if err = conn.SetReadDeadline(idleDeadline(time.Now(), deadline, idle)); err != nil {
-			hc.CloseConn(cc)
+			pool.close(cc)
 			return true, err
 		}
 	}
 	resp.Header.DisableNormalizing()
 	resp.Header.SetNoDefaultContentType(true)
-	br := hc.AcquireReader(conn)
+	br := cc.br
 	if ph != nil {
 		// A read error is left to fasthttp's Read, which meets it again.
 		if _, perr := br.Peek(1); perr == nil && ph.take(br, req.Header.IsHead()) {
@@ -94,16 +93,14 @@ func roundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Re
 			} else {
 				resp.Header.SetContentLength(ph.cl)
 				if err = resp.ReadBody(br, 0); err != nil {
-					hc.ReleaseReader(br)
-					hc.CloseConn(cc)
+					pool.close(cc)
 					return false, timeoutErr(err)
 				}
 			}
-			hc.ReleaseReader(br)
 			if req.ConnectionClose() || ph.close || connSpent(conn, now) {
-				hc.CloseConn(cc)
+				pool.close(cc)
 			} else {
-				hc.ReleaseConn(cc)
+				pool.release(cc)
 			}
 			ph.ok = true
 			return false, nil
@@ -111,8 +108,7 @@ func roundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Re
 	}
 	for {
 		if err = resp.Header.Read(br); err != nil {
-			hc.ReleaseReader(br)
-			hc.CloseConn(cc)
+			pool.close(cc)
 			return true, timeoutErr(err)
 		}
 		if s := resp.StatusCode(); s < 100 || s > 199 || s == fasthttp.StatusSwitchingProtocols {
@@ -126,8 +122,7 @@ func roundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Re
 		resp.SkipBody = true
 	case cl >= 0 && cl <= bufferedResponseMax:
 		if err = resp.ReadBody(br, 0); err != nil {
-			hc.ReleaseReader(br)
-			hc.CloseConn(cc)
+			pool.close(cc)
 			return false, timeoutErr(err)
 		}
 	default:
@@ -144,21 +139,19 @@ func roundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Re
 			}
 		}
 		b.release = func(reuse bool) {
-			hc.ReleaseReader(br)
 			if reuse && !closeConn {
-				hc.ReleaseConn(cc)
+				pool.release(cc)
 			} else {
-				hc.CloseConn(cc)
+				pool.close(cc)
 			}
 		}
 		resp.SetBodyStream(b, cl)
 		return false, nil
 	}
-	hc.ReleaseReader(br)
 	if closeConn {
-		hc.CloseConn(cc)
+		pool.close(cc)
 	} else {
-		hc.ReleaseConn(cc)
+		pool.release(cc)
 	}
 	return false, nil
 }

@@ -68,10 +68,11 @@ type DataplaneConfig struct {
 }
 
 // Variant is a gateway started from Binary (default: the bench's own) with
-// Env added to its environment.
+// Env added to its environment and Args to its flags.
 type Variant struct {
 	Name, Binary string
 	Env          []string
+	Args         []string // flags added to "sextant gateway"
 }
 
 // DataplaneRun is one loader run against one proxy.
@@ -560,6 +561,7 @@ func startDataplaneProxy(ctx context.Context, cfg DataplaneConfig, name, tmp, up
 		}
 		args := append(append([]string{"env"}, v.Env...), bin, "gateway", "--xds", cp.addr, "--listen", addr(0),
 			"--tls-listen", addr(1), "--admin", "127.0.0.1:"+strconv.Itoa(admin), "--admin-pprof", "--data", dir, "--node-id", node, "--log-level", "warn")
+		args = append(args, v.Args...)
 		p, err := startKnown(ctx, name, addr(0), cfg.pin(cfg.ProxyCPU, args...)...)
 		if err != nil {
 			return nil, err
