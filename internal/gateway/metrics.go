@@ -3,6 +3,7 @@ package gateway
 import (
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -14,16 +15,18 @@ import (
 // per-endpoint handles are resolved once, when a cluster or endpoint
 // appears, so a call never looks labels up.
 type metricsSet struct {
-	reg        *prometheus.Registry
-	requests   *prometheus.CounterVec   // cluster, class
-	latency    *prometheus.HistogramVec // cluster
-	epRequests *prometheus.CounterVec   // cluster, endpoint, class
-	epLatency  *prometheus.HistogramVec // cluster, endpoint
-	retries    *prometheus.CounterVec   // cluster
-	shed       *prometheus.CounterVec   // cluster
-	upgrades   *prometheus.CounterVec   // cluster
-	overflow   *prometheus.CounterVec   // cluster, kind (circuit.go)
-	config     *prometheus.GaugeVec     // type, version
+	reg *prometheus.Registry
+	// Calls and their latency per cluster and per endpoint are atomics
+	// of their own (callCounts), read at scrape (callCollector).
+	requests   *prometheus.Desc       // cluster, class
+	latency    *prometheus.Desc       // cluster
+	epRequests *prometheus.Desc       // cluster, endpoint, class
+	epLatency  *prometheus.Desc       // cluster, endpoint
+	retries    *prometheus.CounterVec // cluster
+	shed       *prometheus.CounterVec // cluster
+	upgrades   *prometheus.CounterVec // cluster
+	overflow   *prometheus.CounterVec // cluster, kind (circuit.go)
+	config     *prometheus.GaugeVec   // type, version
 	// tlsHandshakeErrors counts failed TLS handshakes (tls.go).
 	tlsHandshakeErrors prometheus.Counter
 	// passthrough counts TLS passthrough connections (passthrough.go).
@@ -54,42 +57,51 @@ func classOf(status int) int {
 }
 
 type clusterMetrics struct {
-	requests [len(classes)]prometheus.Counter
-	latency  prometheus.Observer
+	callCounts
 	retries  prometheus.Counter
 	shed     prometheus.Counter
 	upgrades prometheus.Counter
 	overflow [overflowKinds]prometheus.Counter
 }
 
-func (m *clusterMetrics) observe(status int, d time.Duration) {
-	m.requests[classOf(status)].Inc()
-	m.latency.Observe(d.Seconds())
+type endpointMetrics struct{ callCounts }
+
+// callCounts are a cluster's or an endpoint's calls by status class and
+// their latency: two atomic adds a histogram, where client_golang's
+// Observe makes four and a compare-and-swap loop (issue 48).
+type callCounts struct {
+	requests [len(classes)]atomic.Uint64
+	latency  istioHist // nanoseconds summed; bounds latencyBucketsNS
 }
 
-type endpointMetrics struct {
-	requests [len(classes)]prometheus.Counter
-	latency  prometheus.Observer
-}
-
-func (m *endpointMetrics) observe(status int, d time.Duration) {
-	m.requests[classOf(status)].Inc()
-	m.latency.Observe(d.Seconds())
+func (c *callCounts) observe(status int, d time.Duration) {
+	c.requests[classOf(status)].Add(1)
+	ns := max(d.Nanoseconds(), 0)
+	c.latency.observe(latencyBucketsNS, float64(ns), uint64(ns))
 }
 
 var latencyBuckets = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}
 
+// latencyBucketsNS are latencyBuckets in nanoseconds (the unit observed).
+var latencyBucketsNS = func() []float64 {
+	b := make([]float64, len(latencyBuckets))
+	for i, s := range latencyBuckets {
+		b[i] = s * 1e9
+	}
+	return b
+}()
+
 func newMetrics() *metricsSet {
 	m := &metricsSet{
 		reg: prometheus.NewRegistry(),
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sextant_gateway_requests_total",
-			Help: "Calls per cluster by status class (none: no upstream answer)."}, []string{"cluster", "class"}),
-		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "sextant_gateway_request_duration_seconds",
-			Help: "Call latency per cluster, retries included.", Buckets: latencyBuckets}, []string{"cluster"}),
-		epRequests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sextant_gateway_endpoint_requests_total",
-			Help: "Attempts per endpoint by status class (none: connect failure, reset or timeout)."}, []string{"cluster", "endpoint", "class"}),
-		epLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "sextant_gateway_endpoint_request_duration_seconds",
-			Help: "Attempt latency per endpoint.", Buckets: latencyBuckets}, []string{"cluster", "endpoint"}),
+		requests: prometheus.NewDesc("sextant_gateway_requests_total",
+			"Calls per cluster by status class (none: no upstream answer).", []string{"cluster", "class"}, nil),
+		latency: prometheus.NewDesc("sextant_gateway_request_duration_seconds",
+			"Call latency per cluster, retries included.", []string{"cluster"}, nil),
+		epRequests: prometheus.NewDesc("sextant_gateway_endpoint_requests_total",
+			"Attempts per endpoint by status class (none: connect failure, reset or timeout).", []string{"cluster", "endpoint", "class"}, nil),
+		epLatency: prometheus.NewDesc("sextant_gateway_endpoint_request_duration_seconds",
+			"Attempt latency per endpoint.", []string{"cluster", "endpoint"}, nil),
 		retries: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sextant_gateway_retries_total",
 			Help: "Retries per cluster."}, []string{"cluster"}),
 		shed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sextant_gateway_shed_total",
@@ -112,7 +124,7 @@ func newMetrics() *metricsSet {
 	m.hcChecks = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sextant_gateway_health_checks_total",
 		Help: "Active health checks per cluster by result (success, failure)."}, []string{"cluster", "result"})
 	m.reg.MustRegister(rbac, m.hcChecks)
-	m.reg.MustRegister(m.requests, m.latency, m.epRequests, m.epLatency, m.retries, m.shed, m.upgrades, m.overflow, m.config, m.tlsHandshakeErrors)
+	m.reg.MustRegister(callCollector{m}, m.retries, m.shed, m.upgrades, m.overflow, m.config, m.tlsHandshakeErrors)
 	m.passthrough = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sextant_gateway_tls_passthrough_total",
 		Help: "TLS passthrough connections per cluster by result: connected, connect_failure, no_healthy_endpoint, cluster_not_found."}, []string{"cluster", "result"})
 	m.reg.MustRegister(m.passthrough)
@@ -132,11 +144,8 @@ func (m *metricsSet) cluster(name string) *clusterMetrics {
 	if c, ok := m.clusters[name]; ok {
 		return c
 	}
-	c := &clusterMetrics{latency: m.latency.WithLabelValues(name),
+	c := &clusterMetrics{callCounts: newCallCounts(),
 		retries: m.retries.WithLabelValues(name), shed: m.shed.WithLabelValues(name), upgrades: m.upgrades.WithLabelValues(name)}
-	for i, cl := range classes {
-		c.requests[i] = m.requests.WithLabelValues(name, cl)
-	}
 	for i, kind := range overflowNames {
 		c.overflow[i] = m.overflow.WithLabelValues(name, kind)
 	}
@@ -151,10 +160,7 @@ func (m *metricsSet) endpoint(cluster, addr string) *endpointMetrics {
 	if e, ok := m.endpoints[k]; ok {
 		return e
 	}
-	e := &endpointMetrics{latency: m.epLatency.WithLabelValues(cluster, addr)}
-	for i, cl := range classes {
-		e.requests[i] = m.epRequests.WithLabelValues(cluster, addr, cl)
-	}
+	e := &endpointMetrics{newCallCounts()}
 	m.endpoints[k] = e
 	return e
 }
@@ -164,10 +170,42 @@ func (m *metricsSet) forgetEndpoint(cluster, addr string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	delete(m.endpoints, [2]string{cluster, addr})
-	m.epLatency.DeleteLabelValues(cluster, addr)
-	for _, cl := range classes {
-		m.epRequests.DeleteLabelValues(cluster, addr, cl)
+}
+
+func newCallCounts() callCounts { return callCounts{latency: newIstioHist(latencyBucketsNS)} }
+
+// callCollector reads the clusters' and endpoints' callCounts at scrape.
+type callCollector struct{ m *metricsSet }
+
+func (c callCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.m.requests
+	ch <- c.m.latency
+	ch <- c.m.epRequests
+	ch <- c.m.epLatency
+}
+
+func (c callCollector) Collect(ch chan<- prometheus.Metric) {
+	m := c.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for name, cm := range m.clusters {
+		cm.collect(ch, m.requests, m.latency, name)
 	}
+	for k, em := range m.endpoints {
+		em.collect(ch, m.epRequests, m.epLatency, k[0], k[1])
+	}
+}
+
+func (c *callCounts) collect(ch chan<- prometheus.Metric, requests, latency *prometheus.Desc, labels ...string) {
+	for i, class := range classes {
+		ch <- prometheus.MustNewConstMetric(requests, prometheus.CounterValue, float64(c.requests[i].Load()), append(labels, class)...)
+	}
+	n, ns, sum := c.latency.snapshot(latencyBucketsNS, 1e-9)
+	buckets := make(map[float64]uint64, len(ns))
+	for i, b := range latencyBucketsNS {
+		buckets[latencyBuckets[i]] = ns[b]
+	}
+	ch <- prometheus.MustNewConstHistogram(latency, n, sum, buckets, labels...)
 }
 
 // ejectionCollector reads each cluster's ejection count at scrape time.

@@ -2,6 +2,7 @@ package gateway_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -177,6 +178,11 @@ func TestCallRecordsAndStatsAnswerWhatWasSent(t *testing.T) {
 		`sextant_gateway_requests_total{class="2xx",cluster="orders"} 40`,
 		`sextant_gateway_endpoint_requests_total{class="2xx",cluster="orders",endpoint="` + slow.addr + `"} 20`,
 		`sextant_gateway_requests_total{class="5xx",cluster="empty"} 3`,
+		`sextant_gateway_requests_total{class="4xx",cluster="orders"} 0`,
+		`sextant_gateway_request_duration_seconds_count{cluster="orders"} 40`,
+		// The slow endpoint's 20 took at least its 30 ms sleep.
+		`sextant_gateway_endpoint_request_duration_seconds_bucket{cluster="orders",endpoint="` + slow.addr + `",le="0.025"} 0`,
+		`sextant_gateway_endpoint_request_duration_seconds_bucket{cluster="orders",endpoint="` + slow.addr + `",le="10"} 20`,
 		`sextant_gateway_call_records_dropped_total 0`,
 		`sextant_gateway_config_info{type="Cluster",version="1"} 1`,
 	} {
@@ -184,4 +190,19 @@ func TestCallRecordsAndStatsAnswerWhatWasSent(t *testing.T) {
 			t.Errorf("/metrics lacks %s", want)
 		}
 	}
+	var sum float64
+	if _, err := fmt.Sscan(metricLine(string(text), `sextant_gateway_endpoint_request_duration_seconds_sum{cluster="orders",endpoint="`+slow.addr+`"}`), &sum); err != nil || sum < 20*0.03 || sum > 20*5 {
+		t.Errorf("the slow endpoint's latency sum: %v (%v), want 20 calls of 30 ms or more", sum, err)
+	}
+}
+
+// metricLine is the value of the exposition's line that starts with
+// series ("" if none).
+func metricLine(text, series string) string {
+	for line := range strings.Lines(text) {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
 }
