@@ -3,6 +3,7 @@ package gateway_test
 import (
 	"bufio"
 	"bytes"
+	"crypto/tls"
 	"io"
 	"net"
 	"net/http"
@@ -77,6 +78,106 @@ func TestH1AfterTheFirstRequest(t *testing.T) {
 	g := startEchoGateway(t)
 	c, br := dialGateway(t, g)
 	warm(t, c, br)
+	afterTheFirstRequest(t, c, br)
+}
+
+// TestH1AfterTheFirstRequestOverTLS is TestH1AfterTheFirstRequest on the
+// TLS port, where the tls.Conn reads the socket inside the raw read
+// (fastStepTLS): with each TLS record whole in one read, and with each
+// record arriving in two (a record begun waits in the tls.Conn).
+func TestH1AfterTheFirstRequestOverTLS(t *testing.T) {
+	g, ca := startEchoTLSGateway(t, gateway.Options{})
+	for _, split := range []bool{false, true} {
+		t.Run(map[bool]string{false: "whole records", true: "records in two"}[split], func(t *testing.T) {
+			c, br := dialTLSGateway(t, g, ca, split)
+			warm(t, c, br)
+			afterTheFirstRequest(t, c, br)
+		})
+	}
+}
+
+// TestH1LaterStalledAndOversizedOverTLS is TestH1LaterStalledAndOversized
+// on the TLS port.
+func TestH1LaterStalledAndOversizedOverTLS(t *testing.T) {
+	g, ca := startEchoTLSGateway(t, gateway.Options{RequestReadTimeout: 300 * time.Millisecond})
+	for _, tc := range []struct{ name, raw, status string }{
+		{"stalled", "GET /x HTTP/1.1\r\nHost: a.test\r\n", "408"},
+		{"oversized", "GET / HTTP/1.1\r\nHost: a.test\r\nX-Big: " + strings.Repeat("a", 9000) + "\r\n\r\n", "431"},
+	} {
+		c, br := dialTLSGateway(t, g, ca, false)
+		warm(t, c, br)
+		start := time.Now()
+		if _, err := io.WriteString(c, tc.raw); err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(br)
+		if !strings.HasPrefix(string(b), "HTTP/1.1 "+tc.status+" ") || !strings.Contains(string(b), "Connection: close") {
+			t.Errorf("%s: %q, want %s and Connection: close", tc.name, b, tc.status)
+		}
+		if took := time.Since(start); took > 3*time.Second {
+			t.Errorf("%s: answered after %v, want about the 300 ms read timeout", tc.name, took)
+		}
+	}
+}
+
+// startEchoTLSGateway serves startEchoGateway's upstream on a gateway's
+// TLS port (a.test, ca's certificate).
+func startEchoTLSGateway(t *testing.T, opts gateway.Options) (*gw, *pki) {
+	t.Helper()
+	ca := newPKI(t)
+	u := startUpstream(t, "up", echoMethodPath)
+	cp := startControlPlane(t, "")
+	g := startGatewayOpts(t, cp.addr, true, opts)
+	cp.set(twoHosts(t, ca, g.tlsPort(), u)...)
+	waitFor(t, "a.test over TLS", func() bool {
+		resp, err := g.tlsClient(ca.pool, false).Get("https://a.test/ready")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	})
+	return g, ca
+}
+
+// dialTLSGateway opens an HTTP/1.1 connection to g's TLS port; split:
+// each of its writes reaches the socket in two pieces, a pause between.
+func dialTLSGateway(t *testing.T, g *gw, ca *pki, split bool) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	raw, err := net.Dial("tcp", g.tls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var under net.Conn = raw
+	if split {
+		under = splitConn{raw}
+	}
+	c := tls.Client(under, &tls.Config{ServerName: "a.test", RootCAs: ca.pool, NextProtos: []string{"http/1.1"}})
+	t.Cleanup(func() { c.Close() })
+	_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+	return c, bufio.NewReader(c)
+}
+
+// splitConn writes each write in two pieces, 20 ms apart.
+type splitConn struct{ net.Conn }
+
+func (c splitConn) Write(p []byte) (int, error) {
+	if len(p) < 2 {
+		return c.Conn.Write(p)
+	}
+	n, err := c.Conn.Write(p[:len(p)/2])
+	if err != nil {
+		return n, err
+	}
+	time.Sleep(20 * time.Millisecond)
+	m, err := c.Conn.Write(p[len(p)/2:])
+	return n + m, err
+}
+
+// afterTheFirstRequest sends c, past its first request, what the raw
+// read's loop must serve or hand back to the usual one.
+func afterTheFirstRequest(t *testing.T, c net.Conn, br *bufio.Reader) {
+	t.Helper()
 	for _, tc := range []struct {
 		name   string
 		pieces []string

@@ -53,7 +53,9 @@ type h1Conn struct {
 	w      io.Writer             // what answers are written to: c under the wrappers that only pass writes on (writesOf)
 	direct bool                  // br reads c under its wrappers, which only passed reads on (readsOf)
 	src    h1Src                 // what br reads once direct, on a plaintext TCP connection
+	tnb    *nbConn               // a TLS connection's socket, once past its first request (fastStepTLS)
 	fastF  func(fd uintptr) bool // hc.fastStep, bound once
+	fastT  func(fd uintptr) bool // hc.fastStepTLS, bound once
 	n      int                   // requests read so far
 	last   time.Time             // the previous request's time: its idle deadline counts from it
 	parsed bool                  // the request's head was read (by fastStep), not yet served
@@ -88,7 +90,7 @@ var (
 	// allocation a request either.
 	h1Pool = sync.Pool{New: func() any {
 		hc := &h1Conn{br: bufio.NewReaderSize(nil, 8192)}
-		hc.fastF = hc.fastStep
+		hc.fastF, hc.fastT = hc.fastStep, hc.fastStepTLS
 		return hc
 	}}
 	// h1Writers lends connections the buffer their answers are written
@@ -191,10 +193,15 @@ func (hc *h1Conn) serve() {
 		}
 	}
 	for {
-		if hc.src.nb != nil && !hc.parsed {
+		if (hc.src.nb != nil || hc.tnb != nil) && !hc.parsed {
 			// Requests that come whole are served inside one raw read
 			// (fastStep); it leaves the others to the loop below.
-			err := hc.src.nb.readEach(hc.fastF)
+			var err error
+			if hc.src.nb != nil {
+				err = hc.src.nb.readEach(hc.fastF)
+			} else {
+				err = hc.tnb.readEach(hc.fastT)
+			}
 			if hc.exit || err != nil && hc.br.Buffered() == 0 {
 				return // (done, taken, closed, or idle too long: as the read below would)
 			}
@@ -233,6 +240,8 @@ func (hc *h1Conn) serve() {
 				}
 				hc.br.Reset(r) // (keeps its buffer)
 				hc.direct = true
+			} else if nb := tlsSocketOf(hc.c); nb != nil {
+				hc.tnb, hc.direct = nb, true
 			}
 		}
 	}
@@ -270,6 +279,22 @@ func (hc *h1Conn) after(keep bool, hijack func(net.Conn)) bool {
 func (hc *h1Conn) fastStep(fd uintptr) bool {
 	hc.src.fd, hc.src.raw, hc.src.drained = fd, true, false
 	defer func() { hc.src.raw = false }()
+	return hc.serveWhole()
+}
+
+// fastStepTLS is fastStep on a TLS connection: its tls.Conn reads the
+// socket raw (nbConn.stepRead) as h1Src does, a record begun and not yet
+// whole waiting in it (errWouldBlock is a temporary error to it).
+func (hc *h1Conn) fastStepTLS(fd uintptr) bool {
+	nb := hc.tnb
+	nb.stepFD, nb.stepping, nb.drained = fd, true, false
+	defer func() { nb.stepping = false }()
+	return hc.serveWhole()
+}
+
+// serveWhole is fastStep's loop; br's reads return errWouldBlock once a
+// read found nothing or less than it asked for, without a system call.
+func (hc *h1Conn) serveWhole() bool {
 	for {
 		if b, _ := hc.br.Peek(hc.br.Buffered()); headEnds(b) {
 			if !hc.state.CompareAndSwap(connIdle, connActive) {
@@ -291,21 +316,35 @@ func (hc *h1Conn) fastStep(fd uintptr) bool {
 			hc.exit = true // answers held while the next head is awaited
 			return true
 		}
-		if hc.src.drained {
+		if hc.br.Buffered() == hc.br.Size() {
+			return true
+		}
+		if _, err := hc.br.Peek(hc.br.Buffered() + 1); err == errWouldBlock {
 			if hc.br.Buffered() > 0 && hc.begun.IsZero() && hc.s.readTimeout > 0 {
 				// A head begun: the read timeout counts from now (one).
 				hc.begun = time.Now()
 				_ = hc.rd.SetReadDeadline(hc.begun.Add(hc.s.readTimeout))
 			}
 			return false
-		}
-		if hc.br.Buffered() == hc.br.Size() {
-			return true
-		}
-		if _, err := hc.br.Peek(hc.br.Buffered() + 1); err != nil && err != errWouldBlock {
+		} else if err != nil {
 			return true
 		}
 	}
+}
+
+// tlsSocketOf is the socket under a TLS connection whose tls.Conn reads
+// it directly (not batching: HTTP/1.1), nil if it is not such a one.
+func tlsSocketOf(c net.Conn) *nbConn {
+	tc, ok := c.(*tlsServerConn)
+	if !ok {
+		return nil
+	}
+	bc, ok := tc.NetConn().(*batchConn)
+	if !ok || bc.on.Load() {
+		return nil
+	}
+	nb, _ := bc.Conn.(*nbConn)
+	return nb
 }
 
 // headEnds reports whether b holds a blank line: a whole head, to parse.
@@ -354,12 +393,23 @@ func (s *h1Src) Write(p []byte) (int, error) {
 	return n + m, err
 }
 
-// errWouldBlock is a raw read's EAGAIN: nothing to read yet.
-var errWouldBlock = errors.New("gateway: nothing to read yet")
+// errWouldBlock is a raw read's EAGAIN: nothing to read yet. It is a
+// temporary net.Error, which a tls.Conn returns without failing the
+// connection, its record begun kept (fastStepTLS).
+var errWouldBlock error = wouldBlock{}
+
+type wouldBlock struct{}
+
+func (wouldBlock) Error() string   { return "gateway: nothing to read yet" }
+func (wouldBlock) Timeout() bool   { return false }
+func (wouldBlock) Temporary() bool { return true }
 
 func (s *h1Src) Read(p []byte) (int, error) {
 	if !s.raw {
 		return s.nb.Read(p)
+	}
+	if s.drained {
+		return 0, errWouldBlock // (the step waits before it reads again)
 	}
 	if len(p) > maxRW {
 		p = p[:maxRW]
@@ -437,7 +487,7 @@ func (hc *h1Conn) release() {
 	hc.ctx.Response.Reset()
 	hc.ctx.Init2(nil, discardLogger{}, false)
 	hc.s, hc.c, hc.rd, hc.w, hc.hijack, hc.direct = nil, nil, nil, nil, nil, false
-	hc.src, hc.n, hc.last, hc.parsed, hc.exit, hc.hj, hc.begun = h1Src{}, 0, time.Time{}, false, false, nil, time.Time{}
+	hc.src, hc.tnb, hc.n, hc.last, hc.parsed, hc.exit, hc.hj, hc.begun = h1Src{}, nil, 0, time.Time{}, false, false, nil, time.Time{}
 	hc.body.reset()
 	hc.state.Store(connIdle)
 	h1Pool.Put(hc)

@@ -22,12 +22,15 @@ const upstreamDate = "Mon, 02 Jan 2006 15:04:05 GMT"
 // answering "METHOD PATH BODY" with a fixed Date.
 func startEchoGateway(t *testing.T) *gw {
 	t.Helper()
-	u := startUpstream(t, "echo", func(w http.ResponseWriter, r *http.Request) {
-		b, _ := io.ReadAll(r.Body)
-		w.Header().Set("Date", upstreamDate)
-		fmt.Fprintf(w, "%s %s %s", r.Method, r.URL.Path, b)
-	})
+	u := startUpstream(t, "echo", echoMethodPath)
 	return startGatewayTo(t, u, "GET / ")
+}
+
+// echoMethodPath answers "METHOD PATH BODY".
+func echoMethodPath(w http.ResponseWriter, r *http.Request) {
+	b, _ := io.ReadAll(r.Body)
+	w.Header().Set("Date", upstreamDate)
+	fmt.Fprintf(w, "%s %s %s", r.Method, r.URL.Path, b)
 }
 
 func dialGateway(t *testing.T, g *gw) (net.Conn, *bufio.Reader) {

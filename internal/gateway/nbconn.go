@@ -81,6 +81,12 @@ type nbConn struct {
 	each      func(fd uintptr) bool
 	eachStep  func(fd uintptr) bool
 	eachCalls func() error
+	// While a step of readEach reads through Read (fastStepTLS), stepping
+	// is set and stepFD is the socket (stepRead); drained: a read there
+	// found nothing or less than it asked for. The step's goroutine only.
+	stepFD   uintptr
+	stepping bool
+	drained  bool
 }
 
 // maxRW bounds one system call's bytes, as internal/poll does.
@@ -115,6 +121,9 @@ func (c *nbConn) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
+	if c.stepping {
+		return c.stepRead(p)
+	}
 	if len(p) > maxRW {
 		p = p[:maxRW]
 	}
@@ -132,6 +141,30 @@ func (c *nbConn) Read(p []byte) (int, error) {
 	case n == 0:
 		return 0, io.EOF
 	}
+	return n, nil
+}
+
+// stepRead is Read inside a step of readEach (fastStepTLS): the socket
+// read raw, errWouldBlock instead of a wait, and at once (no system call)
+// once a read found nothing or less than it asked for.
+func (c *nbConn) stepRead(p []byte) (int, error) {
+	if c.drained {
+		return 0, errWouldBlock
+	}
+	if len(p) > maxRW {
+		p = p[:maxRW]
+	}
+	n, e := rawRead(c.stepFD, p)
+	switch {
+	case e == syscall.EAGAIN:
+		c.drained = true
+		return 0, errWouldBlock
+	case e != 0:
+		return 0, c.opError("read", e)
+	case n == 0:
+		return 0, io.EOF
+	}
+	c.drained = n < len(p)
 	return n, nil
 }
 
