@@ -164,7 +164,7 @@ func Open(opts Options) (*Log, error) {
 	if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("calllog: %w", err)
 	}
-	l := &Log{opts: opts, q: queue{max: opts.QueueSize}, req: make(chan chan error),
+	l := &Log{opts: opts, q: queue{max: opts.QueueSize, ready: make(chan struct{}, 1)}, req: make(chan chan error),
 		done: make(chan struct{}), parts: map[string]*partition{}}
 	if err := l.load(); err != nil {
 		l.closeAll()
@@ -255,15 +255,14 @@ func (l *Log) run() {
 	defer l.wg.Done()
 	flush := time.NewTicker(l.opts.FlushInterval)
 	defer flush.Stop()
-	// The writer takes queued calls every 10 ms instead of waiting on the
-	// queue: a call handing off its record then never has to wake a parked
-	// goroutine (a futex call per record at proxy rates).
-	drain := time.NewTicker(10 * time.Millisecond)
-	defer drain.Stop()
+	// The writer takes queued calls when a chunk of them is full (the
+	// queue's ready) and before each flush: a call wakes it once per
+	// chunk, not per record (a futex call per record at proxy rates), and
+	// an idle gateway not at all.
 	lastSync, lastRetention := l.opts.Now(), time.Time{}
 	for {
 		select {
-		case <-drain.C:
+		case <-l.q.ready:
 			l.drain()
 		case <-flush.C:
 			l.drain()

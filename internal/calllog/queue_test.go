@@ -47,3 +47,33 @@ func TestQueue(t *testing.T) {
 		}
 	}
 }
+
+// TestQueueReady: the writer is signalled when a chunk fills, not before,
+// and a signal not yet taken does not block the calls.
+func TestQueueReady(t *testing.T) {
+	q := queue{max: chunkLen * 4, ready: make(chan struct{}, 1)}
+	signalled := func() bool {
+		select {
+		case <-q.ready:
+			return true
+		default:
+			return false
+		}
+	}
+	for i := range chunkLen - 1 {
+		q.put(&Record{Start: int64(i)})
+	}
+	if signalled() {
+		t.Fatal("signalled before a chunk filled")
+	}
+	q.put(&Record{})
+	if !signalled() {
+		t.Fatal("a full chunk did not signal the writer")
+	}
+	for range chunkLen * 2 { // two more chunks, the signal not taken between
+		q.put(&Record{})
+	}
+	if !signalled() || signalled() {
+		t.Fatal("want one signal pending for the chunks filled since the last taken")
+	}
+}
