@@ -92,7 +92,10 @@ the gateway to each peer are paired per round, with their median. User CPU
 and context switches per request are reported apart; --variant
 NAME=[BINARY][,ENV=VALUE...][,--FLAG...] adds another gateway to the rounds
 (the previous binary, GOGC/GOMAXPROCS settings, or flags of "sextant gateway"
-such as --no-call-log), named in --proxies after "sextant".
+such as --no-call-log), named in --proxies after "sextant". nginx-log in
+--proxies is nginx with an access log (a line a request, with its
+upstream's address, status and time, buffered 64 KiB and flushed every
+second), the peer that records each call as the gateway's call log does.
 The candidate data paths may be named in --proxies too (plain HTTP/1.1: the
 h1 and h1-rate figures), among them go-floor (a Go proxy forwarding bytes, a
 goroutine per connection) and go-epoll / go-epoll-block (the same forwarding

@@ -32,6 +32,11 @@ func rateScenario(s string) bool { return s == "h1-rate" || s == "h1-tls-rate" }
 // first is the one the ratios are of.
 var DataplaneProxies = []string{"sextant", "nginx", "haproxy"}
 
+// NginxLogProxy is nginx with an access log (a line a request, its
+// upstream's address, status and time, buffered 64 KiB, flushed every
+// second): the peer that records each call, as the gateway's call log.
+const NginxLogProxy = "nginx-log"
+
 // DataplaneConfig configures the "dataplane" scenario: every proxy pinned
 // to one core (ProxyCPU), the loaders and upstreams to another (LoadCPU),
 // the proxies alternating within each round. Zero values are defaults.
@@ -581,8 +586,8 @@ func startDataplaneProxy(ctx context.Context, cfg DataplaneConfig, name, tmp, up
 			return nil, err
 		}
 		return dp, nil
-	case name == "nginx" || name == "haproxy":
-		file := map[string]string{"nginx": "nginx-dataplane.conf", "haproxy": "haproxy-dataplane.cfg"}[name]
+	case name == "nginx" || name == NginxLogProxy || name == "haproxy":
+		file := map[string]string{"nginx": "nginx-dataplane.conf", NginxLogProxy: "nginx-dataplane.conf", "haproxy": "haproxy-dataplane.cfg"}[name]
 		t, err := template.ParseFS(configs, "configs/"+file+".tmpl")
 		if err != nil {
 			return nil, err
@@ -595,8 +600,8 @@ func startDataplaneProxy(ctx context.Context, cfg DataplaneConfig, name, tmp, up
 		if err != nil {
 			return nil, err
 		}
-		err = t.Execute(f, map[string]string{"Dir": dir, "Listen": addr(0), "TLSListen": addr(1), "H2CListen": addr(2),
-			"Upstream": up, "GRPC": grpcUp, "Cert": cert.certFile, "Key": cert.keyFile, "PEM": pem})
+		err = t.Execute(f, map[string]any{"Dir": dir, "Listen": addr(0), "TLSListen": addr(1), "H2CListen": addr(2),
+			"Upstream": up, "GRPC": grpcUp, "Cert": cert.certFile, "Key": cert.keyFile, "PEM": pem, "AccessLog": name == NginxLogProxy})
 		f.Close()
 		if err != nil {
 			return nil, err
@@ -619,5 +624,5 @@ func startDataplaneProxy(ctx context.Context, cfg DataplaneConfig, name, tmp, up
 		}
 		return &dataplaneProxy{process: p, h1: addr(0)}, nil
 	}
-	return nil, errors.New("unknown proxy " + strconv.Quote(name) + " (known: sextant, " + FiltersProxy + ", nginx, haproxy, " + strings.Join(Candidates, ", ") + ")")
+	return nil, errors.New("unknown proxy " + strconv.Quote(name) + " (known: sextant, " + FiltersProxy + ", nginx, " + NginxLogProxy + ", haproxy, " + strings.Join(Candidates, ", ") + ")")
 }
