@@ -408,24 +408,7 @@ func (s *h1Src) Read(p []byte) (int, error) {
 	if !s.raw {
 		return s.nb.Read(p)
 	}
-	if s.drained {
-		return 0, errWouldBlock // (the step waits before it reads again)
-	}
-	if len(p) > maxRW {
-		p = p[:maxRW]
-	}
-	n, e := rawRead(s.fd, p)
-	switch {
-	case e == syscall.EAGAIN:
-		s.drained = true
-		return 0, errWouldBlock
-	case e != 0:
-		return 0, s.nb.opError("read", e)
-	case n == 0:
-		return 0, io.EOF
-	}
-	s.drained = n < len(p)
-	return n, nil
+	return s.nb.readDrained(s.fd, p, &s.drained)
 }
 
 // readDeadliner is what the loop sets read deadlines on.

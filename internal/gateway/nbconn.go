@@ -144,27 +144,31 @@ func (c *nbConn) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-// stepRead is Read inside a step of readEach (fastStepTLS): the socket
-// read raw, errWouldBlock instead of a wait, and at once (no system call)
-// once a read found nothing or less than it asked for.
-func (c *nbConn) stepRead(p []byte) (int, error) {
-	if c.drained {
+// stepRead is Read inside a step of readEach (fastStepTLS).
+func (c *nbConn) stepRead(p []byte) (int, error) { return c.readDrained(c.stepFD, p, &c.drained) }
+
+// readDrained reads fd, c's socket, once inside a step of readEach:
+// errWouldBlock instead of a wait, and at once (no system call) once a
+// read found nothing or less than it asked for (*drained; the step waits
+// before it reads again).
+func (c *nbConn) readDrained(fd uintptr, p []byte, drained *bool) (int, error) {
+	if *drained {
 		return 0, errWouldBlock
 	}
 	if len(p) > maxRW {
 		p = p[:maxRW]
 	}
-	n, e := rawRead(c.stepFD, p)
+	n, e := rawRead(fd, p)
 	switch {
 	case e == syscall.EAGAIN:
-		c.drained = true
+		*drained = true
 		return 0, errWouldBlock
 	case e != 0:
 		return 0, c.opError("read", e)
 	case n == 0:
 		return 0, io.EOF
 	}
-	c.drained = n < len(p)
+	*drained = n < len(p)
 	return n, nil
 }
 
