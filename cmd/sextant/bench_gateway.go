@@ -95,7 +95,11 @@ NAME=[BINARY][,ENV=VALUE...][,--FLAG...] adds another gateway to the rounds
 such as --no-call-log), named in --proxies after "sextant". nginx-log in
 --proxies is nginx with an access log (a line a request, with its
 upstream's address, status and time, buffered 64 KiB and flushed every
-second), the peer that records each call as the gateway's call log does.
+second), the peer that records each call as the gateway's call log does;
+nginx-fwd is nginx making the gateway's (and Envoy's) edits of each call:
+X-Forwarded-For and X-Forwarded-Proto set, the client's X-Request-Id kept
+or a new one made, Via added to, and Via and X-Request-Id on the answer
+(plain nginx passes the request's head on as it came).
 The candidate data paths may be named in --proxies too (plain HTTP/1.1: the
 h1 and h1-rate figures), among them go-floor (a Go proxy forwarding bytes, a
 goroutine per connection) and go-epoll / go-epoll-block (the same forwarding

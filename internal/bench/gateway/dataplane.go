@@ -35,7 +35,13 @@ var DataplaneProxies = []string{"sextant", "nginx", "haproxy"}
 // NginxLogProxy is nginx with an access log (a line a request, its
 // upstream's address, status and time, buffered 64 KiB, flushed every
 // second): the peer that records each call, as the gateway's call log.
-const NginxLogProxy = "nginx-log"
+// NginxFwdProxy is nginx editing each call's head as the gateway does
+// (X-Forwarded-For, X-Forwarded-Proto, X-Request-Id, Via; Via and
+// X-Request-Id on the answer), where nginx passes the head on as it came.
+const (
+	NginxLogProxy = "nginx-log"
+	NginxFwdProxy = "nginx-fwd"
+)
 
 // DataplaneConfig configures the "dataplane" scenario: every proxy pinned
 // to one core (ProxyCPU), the loaders and upstreams to another (LoadCPU),
@@ -586,8 +592,11 @@ func startDataplaneProxy(ctx context.Context, cfg DataplaneConfig, name, tmp, up
 			return nil, err
 		}
 		return dp, nil
-	case name == "nginx" || name == NginxLogProxy || name == "haproxy":
-		file := map[string]string{"nginx": "nginx-dataplane.conf", NginxLogProxy: "nginx-dataplane.conf", "haproxy": "haproxy-dataplane.cfg"}[name]
+	case name == "nginx" || name == NginxLogProxy || name == NginxFwdProxy || name == "haproxy":
+		file := "nginx-dataplane.conf"
+		if name == "haproxy" {
+			file = "haproxy-dataplane.cfg"
+		}
 		t, err := template.ParseFS(configs, "configs/"+file+".tmpl")
 		if err != nil {
 			return nil, err
@@ -601,7 +610,7 @@ func startDataplaneProxy(ctx context.Context, cfg DataplaneConfig, name, tmp, up
 			return nil, err
 		}
 		err = t.Execute(f, map[string]any{"Dir": dir, "Listen": addr(0), "TLSListen": addr(1), "H2CListen": addr(2),
-			"Upstream": up, "GRPC": grpcUp, "Cert": cert.certFile, "Key": cert.keyFile, "PEM": pem, "AccessLog": name == NginxLogProxy})
+			"Upstream": up, "GRPC": grpcUp, "Cert": cert.certFile, "Key": cert.keyFile, "PEM": pem, "AccessLog": name == NginxLogProxy, "Forward": name == NginxFwdProxy})
 		f.Close()
 		if err != nil {
 			return nil, err
@@ -624,5 +633,5 @@ func startDataplaneProxy(ctx context.Context, cfg DataplaneConfig, name, tmp, up
 		}
 		return &dataplaneProxy{process: p, h1: addr(0)}, nil
 	}
-	return nil, errors.New("unknown proxy " + strconv.Quote(name) + " (known: sextant, " + FiltersProxy + ", nginx, " + NginxLogProxy + ", haproxy, " + strings.Join(Candidates, ", ") + ")")
+	return nil, errors.New("unknown proxy " + strconv.Quote(name) + " (known: sextant, " + FiltersProxy + ", nginx, " + NginxLogProxy + ", " + NginxFwdProxy + ", haproxy, " + strings.Join(Candidates, ", ") + ")")
 }
