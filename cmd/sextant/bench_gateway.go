@@ -220,7 +220,7 @@ Everything shares this machine's cores: compare figures within one run.`,
 				dp.H2Streams, dp.ProfileDir = tlsCfg.H2Streams, tlsCfg.ProfileDir
 				for _, v := range dpVariants {
 					name, rest, ok := strings.Cut(v, "=")
-					if !ok || name == "" || slices.Contains([]string{"sextant", benchgw.FiltersProxy, "nginx", "haproxy"}, name) {
+					if !ok || name == "" || slices.Contains([]string{"sextant", benchgw.FiltersProxy, "nginx", benchgw.NginxLogProxy, benchgw.NginxFwdProxy, "haproxy"}, name) {
 						return fmt.Errorf("--variant %q: want NAME=[BINARY][,ENV=VALUE...][,--FLAG...]", v)
 					}
 					parts := strings.Split(rest, ",")
