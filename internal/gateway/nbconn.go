@@ -133,9 +133,15 @@ func (c *nbConn) Read(p []byte) (int, error) {
 	n, errno := c.rn, c.rerrno
 	c.rp = nil
 	c.rmu.Unlock()
-	switch {
-	case err != nil: // closed, deadline: net's error, as a plain Read's
+	if err != nil { // closed, deadline: net's error, as a plain Read's
 		return 0, err
+	}
+	return c.readResult(n, errno)
+}
+
+// readResult is what a read of n bytes that ended with errno returns.
+func (c *nbConn) readResult(n int, errno syscall.Errno) (int, error) {
+	switch {
 	case errno != 0:
 		return 0, c.opError("read", errno)
 	case n == 0:
@@ -163,13 +169,10 @@ func (c *nbConn) readDrained(fd uintptr, p []byte, drained *bool) (int, error) {
 	case e == syscall.EAGAIN:
 		*drained = true
 		return 0, errWouldBlock
-	case e != 0:
-		return 0, c.opError("read", e)
-	case n == 0:
-		return 0, io.EOF
+	case e == 0 && n > 0:
+		*drained = n < len(p)
 	}
-	*drained = n < len(p)
-	return n, nil
+	return c.readResult(n, e)
 }
 
 // rawRead is RawConn.Read(f) under the read deadline (a wait the armed
