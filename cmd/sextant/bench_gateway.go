@@ -99,7 +99,8 @@ second), the peer that records each call as the gateway's call log does;
 nginx-fwd is nginx making the gateway's (and Envoy's) edits of each call:
 X-Forwarded-For and X-Forwarded-Proto set, the client's X-Request-Id kept
 or a new one made, Via added to, and Via and X-Request-Id on the answer
-(plain nginx passes the request's head on as it came).
+(plain nginx passes the request's head on as it came); nginx-fwd-log does
+both, the work the gateway does per call with its call log on.
 The candidate data paths may be named in --proxies too (plain HTTP/1.1: the
 h1 and h1-rate figures), among them go-floor (a Go proxy forwarding bytes, a
 goroutine per connection) and go-epoll / go-epoll-block (the same forwarding
@@ -220,7 +221,7 @@ Everything shares this machine's cores: compare figures within one run.`,
 				dp.H2Streams, dp.ProfileDir = tlsCfg.H2Streams, tlsCfg.ProfileDir
 				for _, v := range dpVariants {
 					name, rest, ok := strings.Cut(v, "=")
-					if !ok || name == "" || slices.Contains([]string{"sextant", benchgw.FiltersProxy, "nginx", benchgw.NginxLogProxy, benchgw.NginxFwdProxy, "haproxy"}, name) {
+					if !ok || name == "" || name == "sextant" || name == benchgw.FiltersProxy || name == "haproxy" || slices.Contains(benchgw.NginxPeers, name) {
 						return fmt.Errorf("--variant %q: want NAME=[BINARY][,ENV=VALUE...][,--FLAG...]", v)
 					}
 					parts := strings.Split(rest, ",")

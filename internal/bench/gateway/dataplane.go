@@ -38,10 +38,16 @@ var DataplaneProxies = []string{"sextant", "nginx", "haproxy"}
 // NginxFwdProxy is nginx editing each call's head as the gateway does
 // (X-Forwarded-For, X-Forwarded-Proto, X-Request-Id, Via; Via and
 // X-Request-Id on the answer), where nginx passes the head on as it came.
+// NginxFwdLogProxy does both: per call, the work the gateway does with its
+// call log on.
 const (
-	NginxLogProxy = "nginx-log"
-	NginxFwdProxy = "nginx-fwd"
+	NginxLogProxy    = "nginx-log"
+	NginxFwdProxy    = "nginx-fwd"
+	NginxFwdLogProxy = "nginx-fwd-log"
 )
+
+// NginxPeers are the nginx configurations --proxies may name.
+var NginxPeers = []string{"nginx", NginxLogProxy, NginxFwdProxy, NginxFwdLogProxy}
 
 // DataplaneConfig configures the "dataplane" scenario: every proxy pinned
 // to one core (ProxyCPU), the loaders and upstreams to another (LoadCPU),
@@ -592,7 +598,7 @@ func startDataplaneProxy(ctx context.Context, cfg DataplaneConfig, name, tmp, up
 			return nil, err
 		}
 		return dp, nil
-	case name == "nginx" || name == NginxLogProxy || name == NginxFwdProxy || name == "haproxy":
+	case slices.Contains(NginxPeers, name) || name == "haproxy":
 		file := "nginx-dataplane.conf"
 		if name == "haproxy" {
 			file = "haproxy-dataplane.cfg"
@@ -610,7 +616,7 @@ func startDataplaneProxy(ctx context.Context, cfg DataplaneConfig, name, tmp, up
 			return nil, err
 		}
 		err = t.Execute(f, map[string]any{"Dir": dir, "Listen": addr(0), "TLSListen": addr(1), "H2CListen": addr(2),
-			"Upstream": up, "GRPC": grpcUp, "Cert": cert.certFile, "Key": cert.keyFile, "PEM": pem, "AccessLog": name == NginxLogProxy, "Forward": name == NginxFwdProxy})
+			"Upstream": up, "GRPC": grpcUp, "Cert": cert.certFile, "Key": cert.keyFile, "PEM": pem, "AccessLog": name == NginxLogProxy || name == NginxFwdLogProxy, "Forward": name == NginxFwdProxy || name == NginxFwdLogProxy})
 		f.Close()
 		if err != nil {
 			return nil, err
@@ -633,5 +639,5 @@ func startDataplaneProxy(ctx context.Context, cfg DataplaneConfig, name, tmp, up
 		}
 		return &dataplaneProxy{process: p, h1: addr(0)}, nil
 	}
-	return nil, errors.New("unknown proxy " + strconv.Quote(name) + " (known: sextant, " + FiltersProxy + ", nginx, " + NginxLogProxy + ", " + NginxFwdProxy + ", haproxy, " + strings.Join(Candidates, ", ") + ")")
+	return nil, errors.New("unknown proxy " + strconv.Quote(name) + " (known: sextant, " + FiltersProxy + ", " + strings.Join(NginxPeers, ", ") + ", haproxy, " + strings.Join(Candidates, ", ") + ")")
 }
