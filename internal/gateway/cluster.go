@@ -59,7 +59,8 @@ func newH1Upstream(addr string, connect time.Duration, ut *upstreamTLS, opts con
 		return newUpConn(c), nil
 	}
 	if ut != nil {
-		dial = func(a string) (net.Conn, error) { return ut.dial(context.Background(), a, connect, false) }
+		d := opts.netDialer(connect)
+		dial = func(a string) (net.Conn, error) { return ut.dial(context.Background(), d, a, false) }
 	}
 	return &h1Upstream{pool: newUpPool(addr, opts.dialer(dial), 4096, time.Second, opts.idleTimeout())}
 }
@@ -93,8 +94,8 @@ type h2cUpstream struct {
 }
 
 func newH2CUpstream(addr string, connect time.Duration, ut *upstreamTLS, opts connOpts) *h2cUpstream {
+	d := opts.netDialer(connect) // (tcp_keepalive)
 	if ut == nil {
-		d := &net.Dialer{Timeout: connect}
 		dial := func(ctx context.Context) (net.Conn, error) {
 			c, err := d.DialContext(ctx, "tcp", addr)
 			if err != nil {
@@ -104,12 +105,12 @@ func newH2CUpstream(addr string, connect time.Duration, ut *upstreamTLS, opts co
 			bc.start()
 			return bc, nil
 		}
-		return &h2cUpstream{addr: addr, scheme: "http", tr: &h2Client{scheme: "http", dial: dial, idle: opts.idleTimeout(), maxAge: opts.maxDuration}}
+		return &h2cUpstream{addr: addr, scheme: "http", tr: newH2Client("http", dial, opts)}
 	}
 	// The handshake is the gateway's own, with the cluster's current
 	// config (rotated secrets apply to new connections).
-	dial := func(ctx context.Context) (net.Conn, error) { return ut.dial(ctx, addr, connect, true) }
-	return &h2cUpstream{addr: addr, scheme: "https", tr: &h2Client{scheme: "https", dial: dial, idle: opts.idleTimeout(), maxAge: opts.maxDuration}}
+	dial := func(ctx context.Context) (net.Conn, error) { return ut.dial(ctx, d, addr, true) }
+	return &h2cUpstream{addr: addr, scheme: "https", tr: newH2Client("https", dial, opts)}
 }
 
 func (u *h2cUpstream) do(req *fasthttp.Request, resp *fasthttp.Response, ph *passHead, _, deadline time.Time, idle time.Duration) error {

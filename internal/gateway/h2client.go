@@ -38,6 +38,10 @@ type h2Client struct {
 	dial   func(ctx context.Context) (net.Conn, error)
 	idle   time.Duration // an idle connection is closed after it
 	maxAge time.Duration // max_connection_duration: a connection takes no new stream after it; 0: none
+	// maxStreams is max_requests_per_connection: a connection that opened
+	// so many streams takes no new one and closes once they end (Envoy
+	// drains it so); 0: no limit.
+	maxStreams uint32
 
 	mu      sync.Mutex
 	conns   []*h2ClientConn
@@ -247,12 +251,19 @@ type h2ClientConn struct {
 	active     int // streams taken (reserved or open)
 	maxStreams int // the peer's SETTINGS_MAX_CONCURRENT_STREAMS
 	sendWin    int64
-	initWin    int64 // the peer's SETTINGS_INITIAL_WINDOW_SIZE
-	maxFrame   int   // the peer's SETTINGS_MAX_FRAME_SIZE
-	goaway     bool  // no new streams
-	err        error // set once the connection is dead
+	initWin    int64  // the peer's SETTINGS_INITIAL_WINDOW_SIZE
+	maxFrame   int    // the peer's SETTINGS_MAX_FRAME_SIZE
+	goaway     bool   // no new streams
+	opened     uint32 // streams taken since the dial
+	err        error  // set once the connection is dead
 	idleTimer  *time.Timer
 	ageTimer   *time.Timer // retire, at the pool's maxAge
+}
+
+// newH2Client is a client to one endpoint dialing with dial, under a
+// cluster's per-connection settings.
+func newH2Client(scheme string, dial func(context.Context) (net.Conn, error), opts connOpts) *h2Client {
+	return &h2Client{scheme: scheme, dial: dial, idle: opts.idleTimeout(), maxAge: opts.maxDuration, maxStreams: opts.maxRequests}
 }
 
 func (p *h2Client) newConn(ctx context.Context) (*h2ClientConn, error) {
@@ -306,6 +317,9 @@ func (cc *h2ClientConn) reserve() bool {
 		return false
 	}
 	cc.active++
+	if cc.opened++; cc.p.maxStreams > 0 && cc.opened >= cc.p.maxStreams {
+		cc.goaway = true // its last: drained as it ends (releaseLocked)
+	}
 	if cc.idleTimer != nil {
 		cc.idleTimer.Stop()
 	}

@@ -297,7 +297,7 @@ func (hc *healthChecker) check(ctx context.Context, addr string) (ok, network bo
 		var r probe.Result
 		if ut != nil {
 			r = hc.probes.p.GRPCVia(ctx, addr, s.service, fmt.Sprintf("%p", ut), func(ctx context.Context, a string) (net.Conn, error) {
-				return ut.dial(ctx, a, hc.c.spec.connect, true)
+				return ut.dial(ctx, &net.Dialer{Timeout: hc.c.spec.connect}, a, true)
 			})
 		} else {
 			r = hc.probes.p.GRPC(ctx, addr, s.service, false)
@@ -343,7 +343,7 @@ func (hc *healthChecker) tlsClient() *http.Client {
 		hc.https = &http.Client{
 			Transport: &http.Transport{
 				DialTLSContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
-					return ut.dial(ctx, addr, connect, false)
+					return ut.dial(ctx, &net.Dialer{Timeout: connect}, addr, false)
 				},
 				MaxIdleConnsPerHost: 2,
 				IdleConnTimeout:     2 * time.Minute,

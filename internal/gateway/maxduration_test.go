@@ -13,10 +13,15 @@ import (
 	upstreamhttp "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
-// connSpan is when an upstream connection carried its first and last call.
-type connSpan struct{ first, last time.Time }
+// connSpan is when an upstream connection carried its first and last
+// call, and how many it carried.
+type connSpan struct {
+	first, last time.Time
+	n           int
+}
 
 // connLog is what an endpoint saw of the gateway's connections to it.
 type connLog struct {
@@ -47,8 +52,9 @@ func startPooled(t *testing.T, h2 bool, common *core.HttpProtocolOptions) (g *gw
 		log.mu.Lock()
 		if s := log.conns[r.RemoteAddr]; s != nil {
 			s.last = now
+			s.n++
 		} else {
-			log.conns[r.RemoteAddr] = &connSpan{now, now}
+			log.conns[r.RemoteAddr] = &connSpan{now, now, 1}
 		}
 		log.mu.Unlock()
 		io.WriteString(w, "pooled "+r.Proto)
@@ -112,6 +118,34 @@ func TestMaxConnectionDuration(t *testing.T) {
 				if d := s.last.Sub(s.first); d > maxAge+400*time.Millisecond {
 					t.Errorf("connection %s carried calls for %v, max_connection_duration %v", addr, d, maxAge)
 				}
+			}
+		})
+	}
+}
+
+// TestMaxRequestsPerConnection: a cluster's max_requests_per_connection (a
+// DestinationRule's http.maxRequestsPerConnection) ends each connection to
+// an endpoint after that many calls, HTTP/1.1 and HTTP/2 alike (an HTTP/2
+// connection takes no new stream after its last and closes once drained).
+func TestMaxRequestsPerConnection(t *testing.T) {
+	const per, calls = 3, 10
+	for _, p := range pooledProtocols {
+		t.Run(p.name, func(t *testing.T) {
+			g, log, want := startPooled(t, p.h2, &core.HttpProtocolOptions{MaxRequestsPerConnection: wrapperspb.UInt32(per)})
+			for i := range calls {
+				if code, body, _ := g.get(t, "/"); code != 200 || body != want {
+					t.Fatalf("call %d: %d %q", i, code, body)
+				}
+			}
+			conns, n := log.take(), 0
+			for addr, s := range conns {
+				n += s.n
+				if s.n > per {
+					t.Errorf("connection %s carried %d calls, max_requests_per_connection %d", addr, s.n, per)
+				}
+			}
+			if n != calls || len(conns) != (calls+per-1)/per {
+				t.Errorf("%d calls on %d connections, want %d on %d", n, len(conns), calls, (calls+per-1)/per)
 			}
 		})
 	}

@@ -117,10 +117,11 @@ func (g *Gateway) upgrade(ctx *fasthttp.RequestCtx, c *clusterRT, md map[string]
 	k.endpoint = ep.addr
 	var up net.Conn
 	var err error
+	d := c.spec.conn.netDialer(c.spec.connect) // (tcp_keepalive: a tunnel may idle long)
 	if c.tls != nil {
-		up, err = c.tls.dial(context.Background(), ep.addr, c.spec.connect, false)
+		up, err = c.tls.dial(context.Background(), d, ep.addr, false)
 	} else {
-		up, err = net.DialTimeout("tcp", ep.addr, c.spec.connect)
+		up, err = d.Dial("tcp", ep.addr)
 	}
 	if err != nil {
 		outcome, reason := classify(err, 0)

@@ -13,7 +13,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -397,9 +396,10 @@ type tlsError struct {
 func (e *tlsError) Error() string { return "TLS to " + e.addr + ": " + e.err.Error() }
 func (e *tlsError) Unwrap() error { return e.err }
 
-// dial connects to addr and runs the TLS handshake with the current config,
-// both within connect. h2 requires the endpoint to choose h2 (ALPN).
-func (u *upstreamTLS) dial(ctx context.Context, addr string, connect time.Duration, h2 bool) (net.Conn, error) {
+// dial connects to addr by d (the cluster's socket options) and runs the
+// TLS handshake with the current config, both within d.Timeout. h2
+// requires the endpoint to choose h2 (ALPN).
+func (u *upstreamTLS) dial(ctx context.Context, d *net.Dialer, addr string, h2 bool) (net.Conn, error) {
 	st := u.p.Load()
 	if st == nil || st.conf == nil {
 		why := "no TLS config"
@@ -408,9 +408,9 @@ func (u *upstreamTLS) dial(ctx context.Context, addr string, connect time.Durati
 		}
 		return nil, &tlsError{addr: addr, err: errors.New(why), local: true}
 	}
-	ctx, cancel := context.WithTimeout(ctx, connect)
+	ctx, cancel := context.WithTimeout(ctx, d.Timeout) // the handshake's too
 	defer cancel()
-	c, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+	c, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, err
 	}
