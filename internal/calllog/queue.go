@@ -10,11 +10,11 @@ const chunkLen = 256
 // each drain (when a chunk fills, and before each flush), encodes their
 // records into its pending entries (66 bytes each, the names replaced by
 // dictionary ids) and gives the chunks back at once, so a call copies its
-// record into memory used moments before. A channel of Records copied each record twice into cold
-// memory (into the next slot of a 16 MiB ring, then out to a pending list
-// of 10 MiB a second at 37,000 calls/s, written only at the flush): with
-// the runtime's channel lock, the hand-off was 4% of the gateway's CPU
-// under load, profiled (issue 48).
+// record into memory used moments before. A channel of Records copied each
+// record twice into cold memory (into the next slot of a 16 MiB ring, then
+// out to a pending list of 10 MiB a second at 37,000 calls/s, written only
+// at the flush): with the runtime's channel lock, the hand-off was 4% of
+// the gateway's CPU under load, profiled (issue 48).
 type queue struct {
 	mu     sync.Mutex
 	cur    []Record   // being filled; nil: take one from free

@@ -43,9 +43,9 @@ type upstream interface {
 type h1Upstream struct{ pool *upPool }
 
 func newH1Upstream(addr string, connect time.Duration, ut *upstreamTLS, opts connOpts) *h1Upstream {
+	d := opts.netDialer(connect) // (tcp_keepalive)
 	plain := func(a string) (net.Conn, error) { return fasthttp.DialTimeout(a, connect) }
 	if opts.keepalive {
-		d := opts.netDialer(connect)
 		plain = func(a string) (net.Conn, error) { return d.Dial("tcp", a) }
 	}
 	// A plaintext connection is an upConn (upconn.go); one that
@@ -59,7 +59,6 @@ func newH1Upstream(addr string, connect time.Duration, ut *upstreamTLS, opts con
 		return newUpConn(c), nil
 	}
 	if ut != nil {
-		d := opts.netDialer(connect)
 		dial = func(a string) (net.Conn, error) { return ut.dial(context.Background(), d, a, false) }
 	}
 	return &h1Upstream{pool: newUpPool(addr, opts.dialer(dial), 4096, time.Second, opts.idleTimeout())}
